@@ -1,0 +1,134 @@
+"""``judgeloop.toml``: the workspace configuration, validated with pydantic.
+
+Every section has defaults, so a workspace file may name only what it changes. Unknown keys are an
+error (a typo in a budget or a policy name must not be silently ignored).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from optimizer.errors import UserError
+
+ProviderName = Literal["anthropic", "openai", "local"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WorkspaceSection(_Section):
+    dev_split: str = "sample"
+    # Splits the optimiser must never see; only `judgeloop confirm` may evaluate them.
+    heldout_splits: list[str] = Field(default_factory=list)
+
+
+class JudgeSection(_Section):
+    provider: ProviderName = "local"
+    model: str = "smollm2-135m"  # for `local`: a name of a bundled model or a path to a GGUF file
+    base_url: str | None = None
+    max_concurrency: int = Field(default=4, ge=1, le=256)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=4, ge=0, le=20)
+
+
+class Price(_Section):
+    """US dollars per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+
+class OptimizerSection(_Section):
+    strategy: Literal["agent", "reflect", "library"] = "library"
+    provider: Literal["anthropic", "openai"] = "anthropic"
+    model: str = "claude-sonnet-4-5"
+    base_url: str | None = None
+    allowed_files: list[str] = Field(default_factory=lambda: ["prompts/judge.md", "prompts/rubric.md"])
+    max_diff_lines: int = Field(default=200, ge=1)
+    max_agent_turns: int = Field(default=30, ge=1)
+    seed: int = 0
+
+
+class LoopSection(_Section):
+    policy: Literal["paired", "literal"] = "paired"
+    alpha: float = Field(default=0.1, gt=0, le=1)
+    min_kappa_delta: float = 0.0
+    fpr_tolerance: float = 0.0
+    patience: int = Field(default=5, ge=1)
+    replicates: int = Field(default=1, ge=1, le=15)
+
+
+class ConfirmSection(_Section):
+    max_uses: int = Field(default=3, ge=0)
+
+
+class Config(_Section):
+    workspace: WorkspaceSection = Field(default_factory=WorkspaceSection)
+    judge: JudgeSection = Field(default_factory=JudgeSection)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
+    loop: LoopSection = Field(default_factory=LoopSection)
+    confirm: ConfirmSection = Field(default_factory=ConfirmSection)
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate a ``judgeloop.toml``; any problem is one `UserError` line naming the file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the config ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML ({exc}); fix the file and retry") from None
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"{path}: [{where}] {first['msg']}; fix the file and retry") from None
+
+
+DEFAULT_CONFIG_TOML = """\
+# judgeloop workspace configuration. Every key has a default; see README "Configuration".
+
+[workspace]
+dev_split = "sample"        # the only split the optimiser ever sees
+heldout_splits = []         # evaluated only by `judgeloop confirm`, a capped number of times
+
+[judge]
+provider = "local"          # local (offline demo, SmolLM2-135M) | anthropic | openai
+model = "smollm2-135m"      # local: bundled name or a path to a .gguf; otherwise the provider's model id
+# base_url = "http://127.0.0.1:8000/v1"   # any OpenAI-compatible server (vLLM, llama.cpp, Ollama)
+max_concurrency = 4
+timeout_s = 120
+max_retries = 4
+
+# Prices in US dollars per million tokens; these override the built-in table.
+# [prices."claude-sonnet-4-5"]
+# input = 3.0
+# output = 15.0
+
+[optimizer]
+strategy = "library"        # library (offline) | reflect | agent
+provider = "anthropic"      # the optimiser's own model, for reflect and agent
+model = "claude-sonnet-4-5"
+allowed_files = ["prompts/judge.md", "prompts/rubric.md"]
+max_diff_lines = 200
+
+[loop]
+policy = "paired"           # paired (default, McNemar alpha) | literal (kappa up, FPR not up)
+alpha = 0.1
+min_kappa_delta = 0.0
+fpr_tolerance = 0.0
+patience = 5
+replicates = 1
+
+[confirm]
+max_uses = 3
+"""

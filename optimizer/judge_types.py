@@ -1,0 +1,113 @@
+"""Plain data passed between render, providers, judge and evaluate (no I/O here)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """One encoded image (a screenshot, or a 2×2 tile of four consecutive screenshots)."""
+
+    data: bytes
+    media_type: str = "image/jpeg"
+    step_ids: tuple[int, ...] = ()
+
+
+Part = TextPart | ImagePart
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """What a provider sends: a system prompt (judge prompt + rubric) and the user content in order."""
+
+    system: str
+    parts: tuple[Part, ...]
+    # Preprocessing notes for the run record: images dropped, text compressed, budget applied...
+    notes: tuple[str, ...] = ()
+
+    def fingerprint(self) -> str:
+        """sha256 over everything that determines the request content (not the notes)."""
+        h = hashlib.sha256()
+        h.update(b"system\0" + self.system.encode())
+        for part in self.parts:
+            if isinstance(part, TextPart):
+                h.update(b"\0text\0" + part.text.encode())
+            else:
+                h.update(b"\0image\0" + part.media_type.encode() + b"\0" + hashlib.sha256(part.data).digest())
+        return h.hexdigest()
+
+    def without_images(self, note: str) -> JudgeRequest:
+        return JudgeRequest(
+            system=self.system,
+            parts=tuple(p for p in self.parts if isinstance(p, TextPart)),
+            notes=(*self.notes, note),
+        )
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling the user set explicitly; None means "do not send, use the provider's default"."""
+
+    max_tokens: int = 1024
+    temperature: float | None = None
+    top_p: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p}
+
+
+@dataclass(frozen=True)
+class ProviderReply:
+    text: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+class InfrastructureError(Exception):
+    """A transport failure that survived every retry (timeout, 429, 5xx, connection). Never cached."""
+
+
+class Provider(Protocol):
+    name: str
+    model: str
+
+    async def complete(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> ProviderReply:
+        """One judge call. Raises InfrastructureError after retries, UserError for fatal setup problems."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "success": {"type": "boolean"},
+        "reasoning": {"type": "string"},
+        "confidence": {"type": "string", "enum": ["low", "medium", "high"]},
+        "mistake_type": {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "string", "enum": ["Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"]},
+            ]
+        },
+    },
+    "required": ["success", "reasoning", "confidence", "mistake_type"],
+    "additionalProperties": False,
+}
+
+
+def stable_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

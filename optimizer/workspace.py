@@ -1,0 +1,142 @@
+"""A workspace: a git repository holding judgeloop.toml, prompts/, devset/ and experiments/.
+
+Git is driven through GitPython with one short-lived ``Repo`` per operation (``repo_at``), closed
+after use: GitPython keeps helper processes alive per Repo and is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from optimizer.config import DEFAULT_CONFIG_TOML, Config, load_config
+from optimizer.errors import UserError
+
+CONFIG_NAME = "judgeloop.toml"
+JUDGELOOP_ACTOR = git.Actor("judgeloop", "judgeloop@localhost")
+
+_GITIGNORE = """\
+/experiments/*
+!/experiments/README.md
+__pycache__/
+"""
+
+_EXPERIMENTS_README = """\
+# experiments/
+
+What runs produce: the ledger (`ledger.sqlite`), the judge-call cache (`cache.sqlite`), per-run
+folders of verdict files, `guidance.md` (human guidance the optimiser reads; edit it while a run
+is going) and the `STOP` file (create it to stop a run after its current step).
+Everything here except this README is ignored by git.
+"""
+
+
+def bundled_dir() -> Path:
+    """Where the bundled prompts and sample set live: inside a wheel, or the source checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_bundled", here.parent):
+        if (candidate / "prompts").is_dir() and (candidate / "devset" / "sample").is_dir():
+            return candidate
+    raise UserError("the bundled prompts and sample set are missing from this install; reinstall judgeloop")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    config: Config
+
+    @classmethod
+    def open(cls, path: Path | str = ".") -> Workspace:
+        """Open the workspace at ``path``; a folder without ``judgeloop.toml`` is refused in one line."""
+        root = Path(path).resolve()
+        if not (root / CONFIG_NAME).is_file():
+            raise UserError(
+                f"{root} is not a judgeloop workspace (no {CONFIG_NAME}); "
+                "run `judgeloop init DIR` or pass -w/--workspace DIR"
+            )
+        if not (root / ".git").exists():
+            raise UserError(f"{root} has {CONFIG_NAME} but is not a git repository; run `git init` there")
+        return cls(root=root, config=load_config(root / CONFIG_NAME))
+
+    @property
+    def prompts_dir(self) -> Path:
+        return self.root / "prompts"
+
+    @property
+    def devset_dir(self) -> Path:
+        return self.root / "devset"
+
+    @property
+    def experiments_dir(self) -> Path:
+        return self.root / "experiments"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.experiments_dir / "ledger.sqlite"
+
+    @property
+    def cache_path(self) -> Path:
+        return self.experiments_dir / "cache.sqlite"
+
+    @property
+    def guidance_path(self) -> Path:
+        return self.experiments_dir / "guidance.md"
+
+    @property
+    def stop_path(self) -> Path:
+        return self.experiments_dir / "STOP"
+
+    def split_dir(self, name: str) -> Path:
+        return self.devset_dir / name
+
+
+@contextmanager
+def repo_at(root: Path) -> Iterator[git.Repo]:
+    """A GitPython Repo for one operation, always closed (it leaks processes otherwise)."""
+    repo = git.Repo(root)
+    try:
+        yield repo
+    finally:
+        repo.close()
+
+
+def init_workspace(target: Path, *, sample: bool = False) -> Workspace:
+    """Create a workspace at ``target`` (a new or empty folder) and make its initial commit."""
+    target = target.resolve()
+    if target.exists() and any(target.iterdir()):
+        raise UserError(f"{target} exists and is not empty; choose a new folder for the workspace")
+    bundle = bundled_dir()
+    target.mkdir(parents=True, exist_ok=True)
+    (target / CONFIG_NAME).write_text(DEFAULT_CONFIG_TOML, encoding="utf-8")
+    shutil.copytree(bundle / "prompts", target / "prompts")
+    (target / "devset").mkdir()
+    (target / "devset" / ".gitkeep").write_text("", encoding="utf-8")
+    (target / "experiments").mkdir()
+    (target / "experiments" / "README.md").write_text(_EXPERIMENTS_README, encoding="utf-8")
+    (target / ".gitignore").write_text(_GITIGNORE, encoding="utf-8")
+
+    repo = git.Repo.init(target, initial_branch="main")
+    try:
+        with repo.config_writer() as cw:
+            # Local identity so commits work on machines with no global git config.
+            cw.set_value("user", "name", JUDGELOOP_ACTOR.name)
+            cw.set_value("user", "email", JUDGELOOP_ACTOR.email)
+        repo.git.add(A=True)
+        repo.index.commit("judgeloop: new workspace", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
+    finally:
+        repo.close()
+
+    ws = Workspace.open(target)
+    if sample:
+        from optimizer.devset import import_split
+
+        import_split(ws, bundle / "devset" / "sample", "sample", all_items=True)
+        with repo_at(ws.root) as repo:
+            repo.git.add("devset")
+            repo.index.commit("judgeloop: import the bundled sample split", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
+    return ws

@@ -1,0 +1,22 @@
+"""Shared fixtures. Tests always work in fresh temporary workspaces, never in this repository."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Never let a developer's real keys or git identity leak into a test.
+for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):
+    os.environ.pop(_var, None)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_DIR = REPO_ROOT / "devset" / "sample"
+
+
+@pytest.fixture
+def empty_workspace(tmp_path: Path):
+    from optimizer.workspace import init_workspace
+
+    return init_workspace(tmp_path / "ws", sample=False)
