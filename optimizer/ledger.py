@@ -1,0 +1,962 @@
+"""The ledger: SQLite in ``experiments/ledger.sqlite``, the single source of truth for runs.
+
+One writer (the loop), many readers (the TUI, ``report``): the database is in WAL mode so readers
+never block the writer, and every connection waits (``busy_timeout``) instead of failing when the
+writer holds the lock. Every state change is one transaction (``Ledger.transaction``), so a crash
+or ``kill -9`` leaves either the whole change or none of it.
+
+Tables
+------
+- ``runs``: one row per ``judgeloop run`` (budgets and the config snapshot as JSON; never keys).
+- ``experiments``: one row per candidate; ``id`` is global and user-facing, ``seq`` 0 is the
+  baseline. ``diff_text`` is the only bulky column and listing queries leave it out.
+- ``items``: the per-item majority answer of an experiment (what metrics score).
+- ``verdicts``: every replicate's verdict (``raw`` only for parse failures).
+- ``run_labels``: the split's labels as the run scored them (for the TUI and report; labels are
+  never judge input, and they live in their own table).
+- ``reviews``: human reviews (judge_wrong / label_suspect / rubric_ambiguous).
+- ``events``: an append-only feed the TUI follows with ``events_since(last_id)``.
+- ``confirmations``: each use of ``judgeloop confirm`` on a held-out split.
+
+``PRAGMA user_version`` holds the schema version; a newer one is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from optimizer.errors import UserError
+
+if TYPE_CHECKING:
+    from optimizer.metrics import Answer
+    from optimizer.models import Label
+
+SCHEMA_VERSION = 1
+
+RunStatus = Literal["running", "finished", "stopped", "crashed", "waiting"]
+ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error"]
+EventKind = Literal["stage", "progress", "item", "decision", "error", "run_status"]
+ReviewKind = Literal["judge_wrong", "label_suspect", "rubric_ambiguous"]
+AnswerStatus = Literal["ok", "missing", "invalid", "infra_error"]
+
+RUN_STATUSES: tuple[str, ...] = ("running", "finished", "stopped", "crashed", "waiting")
+EXPERIMENT_STATUSES: tuple[str, ...] = (
+    "running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error",
+)
+EVENT_KINDS: tuple[str, ...] = ("stage", "progress", "item", "decision", "error", "run_status")
+REVIEW_KINDS: tuple[str, ...] = ("judge_wrong", "label_suspect", "rubric_ambiguous")
+# Statuses that make an experiment the run's incumbent when they are recorded.
+INCUMBENT_STATUSES: tuple[str, ...] = ("baseline", "kept")
+_TERMINAL_RUN_STATUSES = ("finished", "stopped", "crashed")
+FLIP_KEYS: tuple[str, ...] = ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")
+
+
+def _in(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+_SCHEMA = f"""
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    created TEXT NOT NULL,
+    finished TEXT,
+    status TEXT NOT NULL CHECK (status IN {_in(RUN_STATUSES)}),
+    strategy TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    split TEXT NOT NULL,
+    split_fingerprint TEXT NOT NULL,
+    start_rev TEXT NOT NULL,
+    branch TEXT NOT NULL,
+    incumbent_experiment INTEGER,
+    budgets TEXT NOT NULL DEFAULT '{{}}',
+    config TEXT NOT NULL DEFAULT '{{}}',
+    pid INTEGER,
+    host TEXT,
+    stop_reason TEXT
+);
+CREATE TABLE experiments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    seq INTEGER NOT NULL,
+    parent_id INTEGER REFERENCES experiments(id),
+    strategy TEXT,
+    created TEXT NOT NULL,
+    finished TEXT,
+    status TEXT NOT NULL CHECK (status IN {_in(EXPERIMENT_STATUSES)}),
+    commit_sha TEXT,
+    files_changed TEXT NOT NULL DEFAULT '[]',
+    insertions INTEGER,
+    deletions INTEGER,
+    diff_text TEXT,
+    rationale TEXT,
+    metrics TEXT,
+    intervals TEXT,
+    flips TEXT,
+    p_value REAL,
+    literal_keep INTEGER,
+    paired_keep INTEGER,
+    decision TEXT,
+    reason TEXT,
+    early_stopped INTEGER NOT NULL DEFAULT 0,
+    items_evaluated INTEGER NOT NULL DEFAULT 0,
+    calls INTEGER NOT NULL DEFAULT 0,
+    cache_hits INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    duration_s REAL,
+    prompt_hash TEXT,
+    UNIQUE (run_id, seq)
+);
+CREATE INDEX experiments_by_run ON experiments (run_id, seq);
+CREATE TABLE items (
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    trajectory_id TEXT NOT NULL,
+    success INTEGER,
+    status TEXT NOT NULL,
+    mistake_type TEXT,
+    unstable INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (experiment_id, trajectory_id)
+) WITHOUT ROWID;
+CREATE TABLE verdicts (
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    trajectory_id TEXT NOT NULL,
+    replicate INTEGER NOT NULL,
+    success INTEGER,
+    status TEXT NOT NULL,
+    reasoning TEXT,
+    confidence TEXT,
+    mistake_type TEXT,
+    raw TEXT,
+    cached INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (experiment_id, trajectory_id, replicate)
+) WITHOUT ROWID;
+CREATE TABLE run_labels (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    trajectory_id TEXT NOT NULL,
+    positive INTEGER NOT NULL,
+    mistake_type TEXT,
+    PRIMARY KEY (run_id, trajectory_id)
+) WITHOUT ROWID;
+CREATE TABLE reviews (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created TEXT NOT NULL,
+    experiment_id INTEGER REFERENCES experiments(id),
+    trajectory_id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN {_in(REVIEW_KINDS)}),
+    note TEXT NOT NULL DEFAULT '',
+    author TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX reviews_by_item ON reviews (trajectory_id);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT,
+    experiment_id INTEGER,
+    created TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN {_in(EVENT_KINDS)}),
+    payload TEXT NOT NULL DEFAULT '{{}}'
+);
+CREATE INDEX events_by_run ON events (run_id, id);
+CREATE TABLE confirmations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT,
+    split TEXT NOT NULL,
+    created TEXT NOT NULL,
+    revision TEXT NOT NULL,
+    metrics TEXT NOT NULL DEFAULT '{{}}'
+);
+"""
+
+
+def utc_now() -> datetime:
+    """The current time in UTC, to the second (what every ledger timestamp uses)."""
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _ts(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A sortable, unique-enough run id such as ``20261130-031502-ab12`` (UTC time + 4 hex digits)."""
+    now = now or utc_now()
+    return now.astimezone(UTC).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Row models
+
+
+class Run(BaseModel):
+    id: str
+    created: datetime
+    finished: datetime | None = None
+    status: RunStatus
+    strategy: str
+    policy: str
+    split: str
+    split_fingerprint: str
+    start_rev: str
+    branch: str
+    incumbent_experiment: int | None = None
+    budgets: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    pid: int | None = None
+    host: str | None = None
+    stop_reason: str | None = None
+
+
+class Experiment(BaseModel):
+    """One candidate (or the baseline, ``seq`` 0).
+
+    ``diff_text`` is None in listings (``Ledger.experiments``); ``get_experiment`` loads it.
+    ``metrics`` holds the protocol metrics (``Metrics.protocol_dict()``) — None until computed, and
+    for an early-stopped candidate only what was computed. ``intervals`` maps a metric name to a
+    (low, high) pair; ``flips`` maps each of ``FLIP_KEYS`` to trajectory ids.
+    """
+
+    id: int
+    run_id: str
+    seq: int
+    parent_id: int | None = None
+    strategy: str | None = None
+    created: datetime
+    finished: datetime | None = None
+    status: ExperimentStatus
+    commit_sha: str | None = None
+    files_changed: list[str] = Field(default_factory=list)
+    insertions: int | None = None
+    deletions: int | None = None
+    diff_text: str | None = None
+    rationale: str | None = None
+    metrics: dict[str, Any] | None = None
+    intervals: dict[str, tuple[float, float]] | None = None
+    flips: dict[str, list[str]] | None = None
+    p_value: float | None = None
+    literal_keep: bool | None = None
+    paired_keep: bool | None = None
+    decision: str | None = None
+    reason: str | None = None
+    early_stopped: bool = False
+    items_evaluated: int = 0
+    calls: int = 0
+    cache_hits: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    duration_s: float | None = None
+    prompt_hash: str | None = None
+
+    def metric(self, name: str) -> float | None:
+        """One metric by its protocol name, or None when it was not computed."""
+        if not self.metrics:
+            return None
+        value = self.metrics.get(name)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    @property
+    def kappa(self) -> float | None:
+        return self.metric("kappa")
+
+    @property
+    def fpr(self) -> float | None:
+        return self.metric("fpr")
+
+    @property
+    def balanced_accuracy(self) -> float | None:
+        return self.metric("balanced_accuracy")
+
+    @property
+    def diff_stat(self) -> dict[str, int | None]:
+        return {"insertions": self.insertions, "deletions": self.deletions}
+
+    def flip_counts(self) -> dict[str, int]:
+        """How many items moved in each direction against the incumbent (0s when not computed)."""
+        return {k: len((self.flips or {}).get(k, [])) for k in FLIP_KEYS}
+
+
+class ReplicateVerdict(BaseModel):
+    """One judge call's verdict (one replicate of one item). ``success`` is None when invalid."""
+
+    replicate: int = Field(ge=0)
+    success: bool | None
+    status: AnswerStatus = "ok"
+    reasoning: str = ""
+    confidence: str | None = None
+    mistake_type: str | None = None
+    raw: str | None = None  # the model's text, kept only for parse failures
+    cached: bool = False
+    cost_usd: float = 0.0
+
+
+class ItemVerdict(BaseModel):
+    """An item's majority answer in an experiment plus every replicate behind it."""
+
+    trajectory_id: str
+    success: bool | None
+    status: AnswerStatus = "ok"
+    mistake_type: str | None = None
+    unstable: bool = False
+    replicates: list[ReplicateVerdict] = Field(default_factory=list)
+
+
+class LabelRow(BaseModel):
+    trajectory_id: str
+    positive: bool
+    mistake_type: str | None = None
+
+
+class Review(BaseModel):
+    id: int
+    created: datetime
+    experiment_id: int | None = None
+    trajectory_id: str
+    kind: ReviewKind
+    note: str = ""
+    author: str = ""
+
+
+class Event(BaseModel):
+    id: int
+    run_id: str | None = None
+    experiment_id: int | None = None
+    created: datetime
+    kind: EventKind
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class Confirmation(BaseModel):
+    id: int
+    run_id: str | None = None
+    split: str
+    created: datetime
+    revision: str
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversions
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _loads(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def _opt_bool(value: int | None) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _metrics_dict(metrics: Any) -> dict[str, Any] | None:
+    """Accept a Metrics model (its ``protocol_dict()``), any pydantic model, or a mapping."""
+    if metrics is None:
+        return None
+    if hasattr(metrics, "protocol_dict"):
+        return dict(metrics.protocol_dict())
+    if isinstance(metrics, BaseModel):
+        return metrics.model_dump(mode="json")
+    return dict(metrics)
+
+
+def _flips_dict(flips: Any) -> dict[str, list[str]] | None:
+    """Accept a metrics.FlipTable (attributes) or a mapping with the four FLIP_KEYS."""
+    if flips is None:
+        return None
+    if isinstance(flips, Mapping):
+        return {k: sorted(flips.get(k, [])) for k in FLIP_KEYS}
+    return {k: sorted(getattr(flips, k)) for k in FLIP_KEYS}
+
+
+def _intervals_dict(intervals: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
+    if intervals is None:
+        return None
+    return {k: [float(v[0]), float(v[1])] for k, v in intervals.items()}
+
+
+_RUN_COLUMNS = (
+    "id, created, finished, status, strategy, policy, split, split_fingerprint, start_rev, branch, "
+    "incumbent_experiment, budgets, config, pid, host, stop_reason"
+)
+_EXPERIMENT_LIST_COLUMNS = (
+    "id, run_id, seq, parent_id, strategy, created, finished, status, commit_sha, files_changed, "
+    "insertions, deletions, rationale, metrics, intervals, flips, p_value, literal_keep, paired_keep, "
+    "decision, reason, early_stopped, items_evaluated, calls, cache_hits, input_tokens, output_tokens, "
+    "cost_usd, duration_s, prompt_hash"
+)
+
+
+def _run_from_row(r: sqlite3.Row) -> Run:
+    d = dict(r)
+    d["budgets"] = _loads(d["budgets"]) or {}
+    d["config"] = _loads(d["config"]) or {}
+    return Run.model_validate(d)
+
+
+def _experiment_from_row(r: sqlite3.Row) -> Experiment:
+    d = dict(r)
+    for key in ("files_changed", "metrics", "intervals", "flips"):
+        d[key] = _loads(d[key])
+    d["files_changed"] = d["files_changed"] or []
+    for key in ("literal_keep", "paired_keep"):
+        d[key] = _opt_bool(d[key])
+    d["early_stopped"] = bool(d["early_stopped"])
+    return Experiment.model_validate(d)
+
+
+# ---------------------------------------------------------------------------------------------
+# The ledger
+
+
+class Ledger:
+    """A connection to the ledger. Thread-safe (one lock around the connection); close when done.
+
+    ``Ledger(path)`` opens for writing, creating the file and schema if needed.
+    ``Ledger.open_readonly(path)`` is for readers (TUI, report) and never creates anything.
+    """
+
+    def __init__(self, path: Path | str, *, readonly: bool = False, busy_timeout_ms: int = 10_000) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        if readonly:
+            if not self.path.is_file():
+                raise UserError(f"no ledger yet at {self.path}; run `judgeloop run` first")
+            uri = f"file:{self.path.resolve().as_posix()}?mode=ro"
+            self._conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            self._prepare()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise UserError(f"{self.path} is not a readable judgeloop ledger ({exc}); move it aside and retry") from None
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @classmethod
+    def open_readonly(cls, path: Path | str) -> Ledger:
+        """Open an existing ledger for reading; a missing one is a one-line UserError."""
+        return cls(path, readonly=True)
+
+    def _prepare(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise UserError(
+                f"{self.path} was written by a newer judgeloop (schema {version} > {SCHEMA_VERSION}); "
+                "upgrade judgeloop"
+            )
+        if self.readonly:
+            if version == 0:
+                raise UserError(f"no ledger yet at {self.path} (the file is empty); run `judgeloop run` first")
+            return
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute("PRAGMA foreign_keys = ON")
+        if version == 0:
+            with self.transaction() as cur:
+                # Re-check under the write lock: another process may have created it meanwhile.
+                if cur.execute("PRAGMA user_version").fetchone()[0] == 0:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            cur.execute(statement)
+                    cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Cursor]:
+        """One write transaction (BEGIN IMMEDIATE … COMMIT); any exception rolls all of it back."""
+        if self.readonly:
+            raise RuntimeError("this ledger was opened read-only")
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+
+    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, tuple(params)).fetchall()
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        strategy: str,
+        policy: str,
+        split: str,
+        split_fingerprint: str,
+        start_rev: str,
+        run_id: str | None = None,
+        branch: str | None = None,
+        budgets: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+        status: RunStatus = "running",
+        pid: int | None = None,
+        host: str | None = None,
+    ) -> Run:
+        """Insert a run (default id from ``new_run_id``, branch ``judgeloop/<id>``, this pid and host)."""
+        run_id = run_id or new_run_id()
+        with self.transaction() as cur:
+            cur.execute(
+                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, NULL)",
+                (
+                    run_id, _ts(utc_now()), status, strategy, policy, split, split_fingerprint, start_rev,
+                    branch or f"judgeloop/{run_id}", _dumps(dict(budgets or {})), _dumps(dict(config or {})),
+                    os.getpid() if pid is None else pid, host or socket.gethostname(),
+                ),
+            )
+            self._event(cur, run_id, None, "run_status", {"status": status})
+        return self.get_run(run_id)
+
+    def set_run_status(
+        self, run_id: str, status: RunStatus, *, stop_reason: str | None = None, pid: int | None = None
+    ) -> None:
+        """Change a run's status (sets ``finished`` for finished/stopped/crashed) and log an event."""
+        finished = _ts(utc_now()) if status in _TERMINAL_RUN_STATUSES else None
+        with self.transaction() as cur:
+            cur.execute(
+                "UPDATE runs SET status = ?, finished = ?, stop_reason = COALESCE(?, stop_reason), "
+                "pid = COALESCE(?, pid) WHERE id = ?",
+                (status, finished, stop_reason, pid, run_id),
+            )
+            if cur.rowcount == 0:
+                raise KeyError(f"no run {run_id}")
+            self._event(cur, run_id, None, "run_status", {"status": status, "stop_reason": stop_reason})
+
+    def set_incumbent(self, run_id: str, experiment_id: int) -> None:
+        """Point the run at a new incumbent (normally done by ``finish_experiment``)."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, run_id))
+
+    def runs(self) -> list[Run]:
+        """Every run, newest first."""
+        return [_run_from_row(r) for r in self._query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created DESC, id DESC")]
+
+    def latest_run(self) -> Run | None:
+        """The newest run, or None on an empty ledger."""
+        rows = self._query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created DESC, id DESC LIMIT 1")
+        return _run_from_row(rows[0]) if rows else None
+
+    def get_run(self, run_id: str) -> Run:
+        """One run; an unknown id is a UserError listing the newest few."""
+        rows = self._query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            known = ", ".join(r.id for r in self.runs()[:5]) or "none"
+            raise UserError(f"no run {run_id!r} in the ledger (newest: {known}); pass one of those to --run")
+        return _run_from_row(rows[0])
+
+    def resolve_run(self, run_id: str | None) -> Run:
+        """``run_id`` if given, else the latest run; an empty ledger is a UserError."""
+        if run_id:
+            return self.get_run(run_id)
+        run = self.latest_run()
+        if run is None:
+            raise UserError(f"the ledger {self.path} has no runs yet; run `judgeloop run` first")
+        return run
+
+    # -- experiments ------------------------------------------------------------------------------
+
+    def start_experiment(
+        self,
+        run_id: str,
+        *,
+        parent_id: int | None,
+        strategy: str | None = None,
+        seq: int | None = None,
+        status: ExperimentStatus = "running",
+        commit_sha: str | None = None,
+        files_changed: Iterable[str] = (),
+        insertions: int | None = None,
+        deletions: int | None = None,
+        diff_text: str | None = None,
+        rationale: str | None = None,
+        prompt_hash: str | None = None,
+    ) -> Experiment:
+        """Insert an experiment; ``seq`` defaults to the run's next (0 for the first, the baseline)."""
+        with self.transaction() as cur:
+            if seq is None:
+                seq = cur.execute(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM experiments WHERE run_id = ?", (run_id,)
+                ).fetchone()[0]
+            cur.execute(
+                "INSERT INTO experiments (run_id, seq, parent_id, strategy, created, status, commit_sha, "
+                "files_changed, insertions, deletions, diff_text, rationale, prompt_hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id, seq, parent_id, strategy, _ts(utc_now()), status, commit_sha,
+                    _dumps(list(files_changed)), insertions, deletions, diff_text, rationale, prompt_hash,
+                ),
+            )
+            experiment_id = int(cur.lastrowid or 0)
+            self._event(cur, run_id, experiment_id, "stage", {"stage": "experiment_started", "seq": seq})
+        return self.get_experiment(experiment_id)
+
+    def finish_experiment(
+        self,
+        experiment_id: int,
+        *,
+        status: ExperimentStatus,
+        decision: str | None = None,
+        reason: str | None = None,
+        metrics: Any = None,
+        intervals: Mapping[str, Any] | None = None,
+        flips: Any = None,
+        p_value: float | None = None,
+        literal_keep: bool | None = None,
+        paired_keep: bool | None = None,
+        early_stopped: bool = False,
+        items_evaluated: int = 0,
+        calls: int = 0,
+        cache_hits: int = 0,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd: float = 0.0,
+        duration_s: float | None = None,
+        commit_sha: str | None = None,
+        prompt_hash: str | None = None,
+        rationale: str | None = None,
+        finished: bool = True,
+    ) -> Experiment:
+        """Record an experiment's outcome in one transaction.
+
+        ``metrics`` may be a ``metrics.Metrics`` (stored as its ``protocol_dict()``) or a mapping;
+        ``flips`` a ``metrics.FlipTable`` or a mapping. ``commit_sha``/``prompt_hash``/``rationale``
+        replace the stored values only when given (a kept commit's sha changes when its message
+        is finalised). A ``baseline`` or ``kept`` status also makes this experiment the run's
+        incumbent, in the same transaction. ``finished=False`` leaves the finish time empty (for
+        ``waiting``). ``decision`` defaults to the status.
+        """
+        with self.transaction() as cur:
+            row = cur.execute("SELECT run_id FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no experiment {experiment_id}")
+            run_id = row[0]
+            cur.execute(
+                "UPDATE experiments SET status = ?, finished = ?, decision = ?, reason = ?, metrics = ?, "
+                "intervals = ?, flips = ?, p_value = ?, literal_keep = ?, paired_keep = ?, early_stopped = ?, "
+                "items_evaluated = ?, calls = ?, cache_hits = ?, input_tokens = ?, output_tokens = ?, "
+                "cost_usd = ?, duration_s = ?, commit_sha = COALESCE(?, commit_sha), "
+                "prompt_hash = COALESCE(?, prompt_hash), rationale = COALESCE(?, rationale) WHERE id = ?",
+                (
+                    status, _ts(utc_now()) if finished else None, decision or status, reason,
+                    _dumps(_metrics_dict(metrics)), _dumps(_intervals_dict(intervals)), _dumps(_flips_dict(flips)),
+                    p_value,
+                    None if literal_keep is None else int(literal_keep),
+                    None if paired_keep is None else int(paired_keep),
+                    int(early_stopped), items_evaluated, calls, cache_hits, input_tokens, output_tokens,
+                    cost_usd, duration_s, commit_sha, prompt_hash, rationale, experiment_id,
+                ),
+            )
+            if status in INCUMBENT_STATUSES:
+                cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, run_id))
+            self._event(
+                cur, run_id, experiment_id, "decision",
+                {"status": status, "decision": decision or status, "reason": reason},
+            )
+        return self.get_experiment(experiment_id)
+
+    def set_experiment_decision(
+        self,
+        experiment_id: int,
+        *,
+        status: ExperimentStatus,
+        reason: str | None = None,
+        commit_sha: str | None = None,
+    ) -> Experiment:
+        """Change only the decision of an experiment (e.g. a ``waiting`` one decided by a human).
+
+        Keeps its metrics and counters; ``kept`` makes it the run's incumbent in the same transaction.
+        """
+        with self.transaction() as cur:
+            row = cur.execute("SELECT run_id FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no experiment {experiment_id}")
+            cur.execute(
+                "UPDATE experiments SET status = ?, decision = ?, reason = COALESCE(?, reason), finished = ?, "
+                "commit_sha = COALESCE(?, commit_sha) WHERE id = ?",
+                (status, status, reason, _ts(utc_now()), commit_sha, experiment_id),
+            )
+            if status in INCUMBENT_STATUSES:
+                cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, row[0]))
+            self._event(cur, row[0], experiment_id, "decision", {"status": status, "decision": status, "reason": reason})
+        return self.get_experiment(experiment_id)
+
+    def experiments(self, run_id: str) -> list[Experiment]:
+        """A run's experiments in ``seq`` order, without ``diff_text`` (the fast listing)."""
+        rows = self._query(
+            f"SELECT {_EXPERIMENT_LIST_COLUMNS}, NULL AS diff_text FROM experiments WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        )
+        return [_experiment_from_row(r) for r in rows]
+
+    def get_experiment(self, experiment_id: int) -> Experiment:
+        """One experiment with its diff text; an unknown id is a UserError."""
+        rows = self._query(
+            f"SELECT {_EXPERIMENT_LIST_COLUMNS}, diff_text FROM experiments WHERE id = ?", (int(experiment_id),)
+        )
+        if not rows:
+            raise UserError(f"no experiment {experiment_id} in the ledger; see `judgeloop history` for ids")
+        return _experiment_from_row(rows[0])
+
+    def experiments_with_status(self, status: ExperimentStatus, run_id: str | None = None) -> list[Experiment]:
+        """Experiments in one status (e.g. ``waiting`` or ``running``), oldest first."""
+        sql = f"SELECT {_EXPERIMENT_LIST_COLUMNS}, NULL AS diff_text FROM experiments WHERE status = ?"
+        params: list[Any] = [status]
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        return [_experiment_from_row(r) for r in self._query(sql + " ORDER BY id", params)]
+
+    def kept_chain(self, run_id: str) -> list[Experiment]:
+        """Baseline → … → incumbent, following parent links back from the run's incumbent."""
+        run = self.get_run(run_id)
+        by_id = {e.id: e for e in self.experiments(run_id)}
+        chain: list[Experiment] = []
+        current = run.incumbent_experiment
+        while current is not None and current in by_id:
+            exp = by_id[current]
+            chain.append(exp)
+            current = exp.parent_id
+        return list(reversed(chain))
+
+    # -- verdicts ---------------------------------------------------------------------------------
+
+    def record_verdicts(self, experiment_id: int, items: Iterable[ItemVerdict]) -> int:
+        """Store items (majority answers) and every replicate in one transaction; replaces rows with the
+        same keys, so recording an item twice (e.g. after a resume) is harmless. Returns the item count.
+        """
+        item_rows: list[tuple[Any, ...]] = []
+        verdict_rows: list[tuple[Any, ...]] = []
+        for item in items:
+            item_rows.append((
+                experiment_id, item.trajectory_id, None if item.success is None else int(item.success),
+                item.status, item.mistake_type, int(item.unstable),
+            ))
+            for rep in item.replicates:
+                verdict_rows.append((
+                    experiment_id, item.trajectory_id, rep.replicate,
+                    None if rep.success is None else int(rep.success), rep.status, rep.reasoning,
+                    rep.confidence, rep.mistake_type, rep.raw, int(rep.cached), rep.cost_usd,
+                ))
+        with self.transaction() as cur:
+            cur.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?)", item_rows)
+            cur.executemany("INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", verdict_rows)
+        return len(item_rows)
+
+    def item_verdicts(self, experiment_id: int, trajectory_id: str | None = None) -> list[ItemVerdict]:
+        """An experiment's items (in trajectory id order) with their replicates; optionally one item."""
+        where = "experiment_id = ?" + (" AND trajectory_id = ?" if trajectory_id else "")
+        params: tuple[Any, ...] = (experiment_id, trajectory_id) if trajectory_id else (experiment_id,)
+        reps: dict[str, list[ReplicateVerdict]] = {}
+        for r in self._query(
+            "SELECT trajectory_id, replicate, success, status, reasoning, confidence, mistake_type, raw, cached, "
+            f"cost_usd FROM verdicts WHERE {where} ORDER BY trajectory_id, replicate",
+            params,
+        ):
+            reps.setdefault(r[0], []).append(ReplicateVerdict(
+                replicate=r[1], success=_opt_bool(r[2]), status=r[3], reasoning=r[4] or "", confidence=r[5],
+                mistake_type=r[6], raw=r[7], cached=bool(r[8]), cost_usd=r[9],
+            ))
+        return [
+            ItemVerdict(
+                trajectory_id=r[0], success=_opt_bool(r[1]), status=r[2], mistake_type=r[3], unstable=bool(r[4]),
+                replicates=reps.get(r[0], []),
+            )
+            for r in self._query(
+                f"SELECT trajectory_id, success, status, mistake_type, unstable FROM items WHERE {where} "
+                "ORDER BY trajectory_id",
+                params,
+            )
+        ]
+
+    def item_answers(self, experiment_id: int) -> dict[str, Answer]:
+        """An experiment's majority answers as ``metrics.Answer`` (what ``metrics.score`` takes)."""
+        from optimizer.metrics import Answer
+
+        return {
+            r[0]: Answer(success=_opt_bool(r[1]), mistake_type=r[3], status=r[2])
+            for r in self._query(
+                "SELECT trajectory_id, success, status, mistake_type FROM items WHERE experiment_id = ?",
+                (experiment_id,),
+            )
+        }
+
+    # -- labels (stored apart from verdicts; never judge input) -----------------------------------
+
+    def set_labels(self, run_id: str, labels: Mapping[str, Label] | Iterable[LabelRow]) -> None:
+        """Store the run's split labels (``devset.load_labels`` output or LabelRows), in one transaction."""
+        if isinstance(labels, Mapping):
+            rows = [(run_id, tid, int(lab.is_positive), lab.mistake_type) for tid, lab in labels.items()]
+        else:
+            rows = [(run_id, lab.trajectory_id, int(lab.positive), lab.mistake_type) for lab in labels]
+        with self.transaction() as cur:
+            cur.execute("DELETE FROM run_labels WHERE run_id = ?", (run_id,))
+            cur.executemany("INSERT INTO run_labels VALUES (?, ?, ?, ?)", rows)
+
+    def labels(self, run_id: str) -> dict[str, LabelRow]:
+        """The labels stored for a run, by trajectory id (empty if none were stored)."""
+        return {
+            r[0]: LabelRow(trajectory_id=r[0], positive=bool(r[1]), mistake_type=r[2])
+            for r in self._query(
+                "SELECT trajectory_id, positive, mistake_type FROM run_labels WHERE run_id = ?", (run_id,)
+            )
+        }
+
+    # -- reviews ----------------------------------------------------------------------------------
+
+    def add_review(
+        self,
+        trajectory_id: str,
+        kind: ReviewKind,
+        note: str = "",
+        *,
+        experiment_id: int | None = None,
+        author: str | None = None,
+    ) -> Review:
+        """Record a human review of an item (optionally under an experiment)."""
+        if kind not in REVIEW_KINDS:
+            raise UserError(f"unknown review kind {kind!r}; use one of {', '.join(REVIEW_KINDS)}")
+        author = author if author is not None else (os.environ.get("USER") or "human")
+        with self.transaction() as cur:
+            cur.execute(
+                "INSERT INTO reviews (created, experiment_id, trajectory_id, kind, note, author) VALUES (?, ?, ?, ?, ?, ?)",
+                (_ts(utc_now()), experiment_id, trajectory_id, kind, note, author),
+            )
+            review_id = int(cur.lastrowid or 0)
+        return self.reviews(review_id=review_id)[0]
+
+    def reviews(
+        self, *, trajectory_id: str | None = None, experiment_id: int | None = None, review_id: int | None = None
+    ) -> list[Review]:
+        """Reviews, oldest first, optionally filtered by item, experiment or id."""
+        clauses, params = [], []
+        for column, value in (("trajectory_id", trajectory_id), ("experiment_id", experiment_id), ("id", review_id)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        rows = self._query(
+            f"SELECT id, created, experiment_id, trajectory_id, kind, note, author FROM reviews{where} ORDER BY id",
+            params,
+        )
+        return [Review.model_validate(dict(r)) for r in rows]
+
+    def export_reviews(self, path: Path | str) -> int:
+        """Write every review as JSONL (one object per line, oldest first); returns how many."""
+        reviews = self.reviews()
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("w", encoding="utf-8") as fh:
+            for review in reviews:
+                fh.write(review.model_dump_json() + "\n")
+        return len(reviews)
+
+    # -- events -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _event(
+        cur: sqlite3.Cursor, run_id: str | None, experiment_id: int | None, kind: str, payload: Mapping[str, Any]
+    ) -> int:
+        cur.execute(
+            "INSERT INTO events (run_id, experiment_id, created, kind, payload) VALUES (?, ?, ?, ?, ?)",
+            (run_id, experiment_id, _ts(utc_now()), kind, _dumps(dict(payload))),
+        )
+        return int(cur.lastrowid or 0)
+
+    def add_event(
+        self, run_id: str | None, kind: EventKind, payload: Mapping[str, Any] | None = None,
+        *, experiment_id: int | None = None,
+    ) -> int:
+        """Append an event for live followers; returns its id."""
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        with self.transaction() as cur:
+            return self._event(cur, run_id, experiment_id, kind, payload or {})
+
+    def events_since(self, last_id: int = 0, *, run_id: str | None = None, limit: int = 1000) -> list[Event]:
+        """Events with id > ``last_id`` in id order (at most ``limit``), optionally of one run."""
+        sql = "SELECT id, run_id, experiment_id, created, kind, payload FROM events WHERE id > ?"
+        params: list[Any] = [last_id]
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        rows = self._query(sql + " ORDER BY id LIMIT ?", [*params, limit])
+        return [
+            Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4], payload=_loads(r[5]) or {})
+            for r in rows
+        ]
+
+    def last_event_id(self) -> int:
+        """The newest event id (0 when there are none): where a new follower starts."""
+        return int(self._query("SELECT COALESCE(MAX(id), 0) FROM events")[0][0])
+
+    # -- confirmations ----------------------------------------------------------------------------
+
+    def add_confirmation(
+        self, split: str, revision: str, metrics: Any, *, run_id: str | None = None
+    ) -> Confirmation:
+        """Record one use of ``judgeloop confirm`` on a held-out split."""
+        with self.transaction() as cur:
+            cur.execute(
+                "INSERT INTO confirmations (run_id, split, created, revision, metrics) VALUES (?, ?, ?, ?, ?)",
+                (run_id, split, _ts(utc_now()), revision, _dumps(_metrics_dict(metrics) or {})),
+            )
+            confirmation_id = int(cur.lastrowid or 0)
+        return next(c for c in self.confirmations() if c.id == confirmation_id)
+
+    def confirmations(self, split: str | None = None) -> list[Confirmation]:
+        """Recorded confirmations, oldest first, optionally on one split."""
+        sql = "SELECT id, run_id, split, created, revision, metrics FROM confirmations"
+        params: list[Any] = []
+        if split is not None:
+            sql += " WHERE split = ?"
+            params.append(split)
+        rows = self._query(sql + " ORDER BY id", params)
+        return [
+            Confirmation(id=r[0], run_id=r[1], split=r[2], created=r[3], revision=r[4], metrics=_loads(r[5]) or {})
+            for r in rows
+        ]
+
+    def count_confirmations(self, split: str) -> int:
+        """How many times a held-out split has been evaluated by ``confirm`` (across all runs)."""
+        return int(self._query("SELECT COUNT(*) FROM confirmations WHERE split = ?", (split,))[0][0])

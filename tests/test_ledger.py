@@ -1,0 +1,259 @@
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from optimizer.errors import UserError
+from optimizer.ledger import (
+    SCHEMA_VERSION,
+    ItemVerdict,
+    LabelRow,
+    Ledger,
+    ReplicateVerdict,
+    new_run_id,
+)
+
+
+def _run(ledger: Ledger, **kw: object):
+    args = dict(strategy="library", policy="paired", split="sample", split_fingerprint="fp", start_rev="abc123")
+    args.update(kw)
+    return ledger.create_run(**args)  # type: ignore[arg-type]
+
+
+def _item(tid: str, success: bool | None, reps: int = 3) -> ItemVerdict:
+    return ItemVerdict(
+        trajectory_id=tid,
+        success=success,
+        status="ok" if success is not None else "invalid",
+        unstable=reps > 1 and tid.endswith("u"),
+        replicates=[
+            ReplicateVerdict(replicate=r, success=success, reasoning=f"why {tid} {r}", confidence="high", cached=r == 0)
+            for r in range(reps)
+        ],
+    )
+
+
+def test_new_run_id_has_the_documented_shape() -> None:
+    rid = new_run_id()
+    date, time, tail = rid.split("-")
+    assert len(date) == 8 and len(time) == 6 and len(tail) == 4 and date.isdigit() and time.isdigit()
+
+
+def test_run_and_experiment_round_trip(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = _run(ledger, budgets={"max_experiments": 3, "budget_usd": 1.5}, config={"loop": {"alpha": 0.1}})
+        assert run.branch == f"judgeloop/{run.id}" and run.status == "running" and run.budgets["budget_usd"] == 1.5
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
+        assert base.seq == 0 and base.status == "running"
+        ledger.finish_experiment(
+            base.id, status="baseline", metrics={"kappa": 0.5, "fpr": 0.2, "balanced_accuracy": 0.7},
+            intervals={"kappa": (0.4, 0.6)}, calls=10, cost_usd=0.25, items_evaluated=5,
+        )
+        cand = ledger.start_experiment(
+            run.id, parent_id=base.id, strategy="library", commit_sha="b" * 40, files_changed=["prompts/rubric.md"],
+            insertions=3, deletions=1, diff_text="--- a\n+++ b\n", rationale="tighten the rubric",
+        )
+        assert cand.seq == 1
+        ledger.finish_experiment(
+            cand.id, status="kept", reason="kappa up", metrics={"kappa": 0.6, "fpr": 0.2},
+            flips={"tp_to_fn": [], "fn_to_tp": ["x", "y"], "tn_to_fp": [], "fp_to_tn": ["z"]},
+            p_value=0.125, literal_keep=True, paired_keep=False, commit_sha="c" * 40,
+        )
+        run = ledger.get_run(run.id)
+        assert run.incumbent_experiment == cand.id
+
+        got = ledger.get_experiment(cand.id)
+        assert got.commit_sha == "c" * 40 and got.kappa == 0.6 and got.fpr == 0.2 and got.balanced_accuracy is None
+        assert got.flip_counts() == {"tp_to_fn": 0, "fn_to_tp": 2, "tn_to_fp": 0, "fp_to_tn": 1}
+        assert got.diff_text == "--- a\n+++ b\n" and got.rationale == "tighten the rubric"
+        assert got.literal_keep is True and got.paired_keep is False and got.decision == "kept"
+        listing = ledger.experiments(run.id)
+        assert [e.seq for e in listing] == [0, 1]
+        assert listing[1].diff_text is None  # the listing leaves bulky text out
+        assert ledger.get_experiment(base.id).intervals == {"kappa": (0.4, 0.6)}
+        assert [e.id for e in ledger.kept_chain(run.id)] == [base.id, cand.id]
+        assert ledger.latest_run() == run
+
+
+def test_rolled_back_experiment_does_not_move_the_incumbent(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = _run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None)
+        ledger.finish_experiment(base.id, status="baseline")
+        bad = ledger.start_experiment(run.id, parent_id=base.id)
+        ledger.finish_experiment(bad.id, status="rolled_back", reason="FPR rose", early_stopped=True)
+        waiting = ledger.start_experiment(run.id, parent_id=base.id)
+        ledger.finish_experiment(waiting.id, status="waiting", finished=False, metrics={"kappa": 0.9})
+        assert ledger.get_run(run.id).incumbent_experiment == base.id
+        assert [e.id for e in ledger.experiments_with_status("waiting", run.id)] == [waiting.id]
+        decided = ledger.set_experiment_decision(waiting.id, status="kept", reason="human kept it")
+        assert decided.kappa == 0.9 and decided.status == "kept"
+        assert [e.id for e in ledger.kept_chain(run.id)] == [base.id, waiting.id]
+
+
+def test_verdicts_round_trip_and_answers(tmp_path: Path) -> None:
+    pytest.importorskip("optimizer.metrics")
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = _run(ledger)
+        exp = ledger.start_experiment(run.id, parent_id=None)
+        n = ledger.record_verdicts(exp.id, [_item("t1", True), _item("t2u", False), _item("t3", None, reps=1)])
+        assert n == 3
+        items = ledger.item_verdicts(exp.id)
+        assert [i.trajectory_id for i in items] == ["t1", "t2u", "t3"]
+        assert items[1].unstable and len(items[0].replicates) == 3 and items[0].replicates[0].cached
+        assert items[2].success is None and items[2].status == "invalid"
+        one = ledger.item_verdicts(exp.id, "t2u")
+        assert len(one) == 1 and one[0].replicates[2].reasoning == "why t2u 2"
+        answers = ledger.item_answers(exp.id)
+        assert answers["t1"].success is True and answers["t3"].success is None and answers["t3"].status == "invalid"
+        # Recording an item again (after a resume) replaces it instead of failing or duplicating.
+        ledger.record_verdicts(exp.id, [_item("t1", False)])
+        assert ledger.item_answers(exp.id)["t1"].success is False
+        assert len(ledger.item_verdicts(exp.id)) == 3
+
+
+def test_labels_are_stored_apart_per_run(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = _run(ledger)
+        ledger.set_labels(run.id, [LabelRow(trajectory_id="t1", positive=True),
+                                   LabelRow(trajectory_id="t2", positive=False, mistake_type="Bad Side Effect")])
+        labels = ledger.labels(run.id)
+        assert labels["t1"].positive and labels["t2"].mistake_type == "Bad Side Effect"
+        assert ledger.labels("other") == {}
+
+
+def test_newer_schema_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    Ledger(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    for opener in (Ledger, Ledger.open_readonly):
+        with pytest.raises(UserError, match=rf"newer judgeloop \(schema {SCHEMA_VERSION + 1} > {SCHEMA_VERSION}\); upgrade"):
+            opener(path)
+
+
+def test_missing_ledger_opened_readonly_says_run_first(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no ledger yet .* run `judgeloop run` first"):
+        Ledger.open_readonly(tmp_path / "experiments" / "ledger.sqlite")
+    assert not (tmp_path / "experiments").exists()
+
+
+def test_unknown_run_is_a_user_error(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        with pytest.raises(UserError, match="has no runs yet"):
+            ledger.resolve_run(None)
+        run = _run(ledger)
+        with pytest.raises(UserError, match=f"no run 'nope'.*{run.id}"):
+            ledger.get_run("nope")
+
+
+def test_exception_inside_a_transaction_leaves_nothing(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = _run(ledger)
+        exp = ledger.start_experiment(run.id, parent_id=None)
+        with pytest.raises(RuntimeError, match="boom"), ledger.transaction() as cur:
+            cur.execute("INSERT INTO items VALUES (?, 't9', 1, 'ok', NULL, 0)", (exp.id,))
+            cur.execute("UPDATE runs SET status = 'finished' WHERE id = ?", (run.id,))
+            raise RuntimeError("boom")
+        assert ledger.item_verdicts(exp.id) == []
+        assert ledger.get_run(run.id).status == "running"
+        # A constraint failure half-way through record_verdicts also leaves no item behind.
+        with pytest.raises(sqlite3.IntegrityError):
+            ledger.record_verdicts(exp.id, [_item("ok1", True), ItemVerdict.model_construct(
+                trajectory_id=None, success=True, status="ok", mistake_type=None, unstable=False, replicates=[])])
+        assert ledger.item_verdicts(exp.id) == []
+
+
+def test_reader_in_another_process_sees_commits_while_writer_appends(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    writer = Ledger(path)
+    run = _run(writer)
+    assert writer._query("PRAGMA journal_mode")[0][0] == "wal"
+    reader_script = textwrap.dedent(
+        f"""
+        import sys, json
+        from optimizer.ledger import Ledger
+        reader = Ledger.open_readonly({str(path)!r})
+        last = 0
+        seen = []
+        for line in sys.stdin:
+            if line.strip() == "done":
+                break
+            events = reader.events_since(last, run_id={run.id!r})
+            if events:
+                last = events[-1].id
+            seen.append(len(events))
+            print(json.dumps([len(reader.experiments({run.id!r})), len(events)]), flush=True)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", reader_script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.stdin and proc.stdout
+    try:
+        observed = []
+        for i in range(5):
+            exp = writer.start_experiment(run.id, parent_id=None)
+            writer.record_verdicts(exp.id, [_item(f"t{i}", True)])
+            writer.add_event(run.id, "progress", {"done": i}, experiment_id=exp.id)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            observed.append(json.loads(proc.stdout.readline()))
+        proc.stdin.write("done\n")
+        proc.stdin.flush()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        writer.close()
+    assert [n for n, _ in observed] == [1, 2, 3, 4, 5]
+    # the first poll also sees the run_status event; each later poll sees stage + progress
+    assert [k for _, k in observed][1:] == [2, 2, 2, 2]
+
+
+def test_reviews_export_jsonl(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = _run(ledger)
+        exp = ledger.start_experiment(run.id, parent_id=None)
+        ledger.add_review("t1", "judge_wrong", "missed the save dialog", experiment_id=exp.id, author="ana")
+        ledger.add_review("t2", "label_suspect", author="bo")
+        with pytest.raises(UserError, match="unknown review kind"):
+            ledger.add_review("t3", "nonsense")  # type: ignore[arg-type]
+        assert [r.trajectory_id for r in ledger.reviews(trajectory_id="t1")] == ["t1"]
+        count = ledger.export_reviews(tmp_path / "out" / "reviews.jsonl")
+    lines = (tmp_path / "out" / "reviews.jsonl").read_text().splitlines()
+    assert count == 2 and len(lines) == 2
+    first = json.loads(lines[0])
+    assert first["kind"] == "judge_wrong" and first["note"] == "missed the save dialog"
+    assert first["experiment_id"] == exp.id and first["author"] == "ana"
+    # reviews survive reopening
+    with Ledger.open_readonly(tmp_path / "ledger.sqlite") as reader:
+        assert len(reader.reviews()) == 2
+
+
+def test_confirmations_are_counted_per_split(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ledger.add_confirmation("ah", "abc", {"kappa": 0.5})
+        ledger.add_confirmation("ah", "def", {"kappa": 0.6})
+        ledger.add_confirmation("ahs", "def", {"kappa": 0.6})
+        assert ledger.count_confirmations("ah") == 2 and ledger.count_confirmations("nope") == 0
+        assert ledger.confirmations("ah")[1].metrics == {"kappa": 0.6}
+
+
+def test_events_since_pages_in_order(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = _run(ledger)
+        start = ledger.last_event_id()
+        ids = [ledger.add_event(run.id, "progress", {"i": i}) for i in range(5)]
+        page = ledger.events_since(start, limit=3)
+        assert [e.payload["i"] for e in page] == [0, 1, 2]
+        assert [e.id for e in ledger.events_since(page[-1].id)] == ids[3:]
+        with pytest.raises(ValueError):
+            ledger.add_event(run.id, "bogus")  # type: ignore[arg-type]
