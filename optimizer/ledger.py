@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 from optimizer.errors import UserError
 
 if TYPE_CHECKING:
-    from optimizer.metrics import Answer
+    from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
 SCHEMA_VERSION = 1
@@ -223,8 +223,8 @@ class Experiment(BaseModel):
     """One candidate (or the baseline, ``seq`` 0).
 
     ``diff_text`` is None in listings (``Ledger.experiments``); ``get_experiment`` loads it.
-    ``metrics`` holds the protocol metrics (``Metrics.protocol_dict()``) — None until computed, and
-    for an early-stopped candidate only what was computed. ``intervals`` maps a metric name to a
+    ``metrics`` holds ``Metrics.model_dump()`` (the protocol metrics plus tp/fn/tn/fp) — None until
+    computed, and for an early-stopped candidate only what was computed. ``intervals`` maps a metric name to a
     (low, high) pair; ``flips`` maps each of ``FLIP_KEYS`` to trajectory ids.
     """
 
@@ -278,6 +278,17 @@ class Experiment(BaseModel):
     @property
     def balanced_accuracy(self) -> float | None:
         return self.metric("balanced_accuracy")
+
+    def metrics_model(self) -> Metrics | None:
+        """The stored metrics as a ``metrics.Metrics``, or None when absent or partial."""
+        from optimizer.metrics import Metrics
+
+        if not self.metrics:
+            return None
+        try:
+            return Metrics.model_validate(self.metrics)
+        except ValueError:
+            return None
 
     @property
     def diff_stat(self) -> dict[str, int | None]:
@@ -364,11 +375,10 @@ def _opt_bool(value: int | None) -> bool | None:
 
 
 def _metrics_dict(metrics: Any) -> dict[str, Any] | None:
-    """Accept a Metrics model (its ``protocol_dict()``), any pydantic model, or a mapping."""
+    """Accept a ``metrics.Metrics`` (stored whole: protocol keys plus the confusion counts, so it
+    can be rebuilt with ``Metrics.model_validate``), any pydantic model, or a mapping."""
     if metrics is None:
         return None
-    if hasattr(metrics, "protocol_dict"):
-        return dict(metrics.protocol_dict())
     if isinstance(metrics, BaseModel):
         return metrics.model_dump(mode="json")
     return dict(metrics)
@@ -659,7 +669,7 @@ class Ledger:
     ) -> Experiment:
         """Record an experiment's outcome in one transaction.
 
-        ``metrics`` may be a ``metrics.Metrics`` (stored as its ``protocol_dict()``) or a mapping;
+        ``metrics`` may be a ``metrics.Metrics`` (stored with its confusion counts) or a mapping;
         ``flips`` a ``metrics.FlipTable`` or a mapping. ``commit_sha``/``prompt_hash``/``rationale``
         replace the stored values only when given (a kept commit's sha changes when its message
         is finalised). A ``baseline`` or ``kept`` status also makes this experiment the run's

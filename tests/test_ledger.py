@@ -257,3 +257,13 @@ def test_events_since_pages_in_order(tmp_path: Path) -> None:
         assert [e.id for e in ledger.events_since(page[-1].id)] == ids[3:]
         with pytest.raises(ValueError):
             ledger.add_event(run.id, "bogus")  # type: ignore[arg-type]
+
+
+def test_metrics_model_is_stored_whole_and_rebuilt(tmp_path: Path) -> None:
+    metrics = pytest.importorskip("optimizer.metrics")
+    m = metrics.Metrics.from_counts(5, 1, 8, 2)
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = _run(ledger)
+        exp = ledger.start_experiment(run.id, parent_id=None)
+        got = ledger.finish_experiment(exp.id, status="baseline", metrics=m)
+    assert got.metrics_model() == m and got.kappa == m.kappa and got.metrics["fp"] == 2
