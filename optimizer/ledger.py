@@ -803,12 +803,13 @@ class Ledger:
             f"cost_usd FROM verdicts WHERE {where} ORDER BY trajectory_id, replicate",
             params,
         ):
-            reps.setdefault(r[0], []).append(ReplicateVerdict(
+            # model_construct: rows were validated on the way in; this keeps a 162×3 load fast.
+            reps.setdefault(r[0], []).append(ReplicateVerdict.model_construct(
                 replicate=r[1], success=_opt_bool(r[2]), status=r[3], reasoning=r[4] or "", confidence=r[5],
                 mistake_type=r[6], raw=r[7], cached=bool(r[8]), cost_usd=r[9],
             ))
         return [
-            ItemVerdict(
+            ItemVerdict.model_construct(
                 trajectory_id=r[0], success=_opt_bool(r[1]), status=r[2], mistake_type=r[3], unstable=bool(r[4]),
                 replicates=reps.get(r[0], []),
             )
