@@ -1,0 +1,152 @@
+"""Parsing the judge's reply strictly, and combining replicate verdicts.
+
+A reply is accepted only as (a) a bare JSON object and nothing else, or (b) exactly one fenced code
+block (tagged ``json`` or untagged) holding one JSON object, with any text around it that holds no
+other JSON object. The object must carry the four contract keys: ``success`` a JSON boolean,
+``reasoning`` a string, ``confidence`` one of low/medium/high, ``mistake_type`` null or one of the
+three types ("...Instructions" is folded to the singular). Extra keys are kept. Anything else is a
+parse failure: ``verdict`` None, a short ``error``, and the raw text kept — scored as a wrong answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from optimizer.models import MISTAKE_TYPES, Verdict, fold_mistake_type
+
+_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
+_CONFIDENCES = ("low", "medium", "high")
+_REQUIRED = ("success", "reasoning", "confidence", "mistake_type")
+_decoder = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class ParsedVerdict:
+    """The outcome of parsing one reply: exactly one of ``verdict`` / ``error`` is set."""
+
+    verdict: Verdict | None
+    error: str | None
+    raw: str
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is not None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _single_object(text: str) -> tuple[Any, str | None]:
+    """Decode ``text`` as exactly one JSON value; (value, None) or (None, error)."""
+    body = text.strip()
+    if not body:
+        return None, "empty JSON block"
+    try:
+        value, end = _decoder.raw_decode(body)
+    except json.JSONDecodeError as exc:
+        return None, f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    rest = body[end:].strip()
+    if rest:
+        if rest.startswith("{"):
+            return None, "two candidate JSON objects; expected exactly one"
+        return None, "text after the JSON object; send the object alone or in one ```json block"
+    return value, None
+
+
+def _contains_object(text: str) -> bool:
+    """Whether some ``{`` in ``text`` starts a decodable JSON object (a competing candidate)."""
+    for m in re.finditer(r"\{", text):
+        try:
+            value, _ = _decoder.raw_decode(text, m.start())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return True
+    return False
+
+
+def _validate(obj: Any) -> tuple[Verdict | None, str | None]:
+    if not isinstance(obj, dict):
+        return None, f"the JSON is {_json_type(obj)}, not an object"
+    missing = [k for k in _REQUIRED if k not in obj]
+    if missing:
+        return None, "missing key" + ("s " if len(missing) > 1 else " ") + ", ".join(repr(k) for k in missing)
+    if not isinstance(obj["success"], bool):
+        return None, f"'success' is not a JSON boolean (got {_json_type(obj['success'])})"
+    if not isinstance(obj["reasoning"], str):
+        return None, f"'reasoning' is not a string (got {_json_type(obj['reasoning'])})"
+    if obj["confidence"] not in _CONFIDENCES:
+        return None, f"unknown confidence {obj['confidence']!r}; expected low, medium or high"
+    mistake = fold_mistake_type(obj["mistake_type"])
+    if mistake is not None and mistake not in MISTAKE_TYPES:
+        return None, f"unknown mistake_type {obj['mistake_type']!r}"
+    return Verdict.model_validate({**obj, "mistake_type": mistake}), None
+
+
+def parse_verdict(text: str) -> ParsedVerdict:
+    """Parse one judge reply strictly (see the module docstring). Never raises on bad input."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        obj, error = _single_object(stripped)
+    else:
+        fences = list(_FENCE_RE.finditer(text))
+        if not fences:
+            error = (
+                "no JSON object: the reply must be a bare JSON object or one ```json block"
+                if not _contains_object(text)
+                else "JSON object mixed with text outside a ```json block"
+            )
+            return ParsedVerdict(None, error, text)
+        if len(fences) > 1:
+            return ParsedVerdict(None, f"{len(fences)} fenced code blocks; expected exactly one", text)
+        fence = fences[0]
+        if fence.group(1).lower() not in ("", "json"):
+            return ParsedVerdict(None, f"the fenced block is tagged {fence.group(1)!r}, not json", text)
+        if _contains_object(text[: fence.start()] + "\n" + text[fence.end() :]):
+            return ParsedVerdict(None, "two candidate JSON objects (one outside the fenced block)", text)
+        obj, error = _single_object(fence.group(2))
+    if error is not None:
+        return ParsedVerdict(None, error, text)
+    verdict, error = _validate(obj)
+    return ParsedVerdict(verdict, error, text)
+
+
+def majority(verdicts: Sequence[Verdict | None]) -> tuple[Verdict | None, bool]:
+    """Combine replicate verdicts (None = a replicate whose reply failed to parse).
+
+    Rule: if parse failures outnumber the parsed verdicts, the item has no verdict (None, scored
+    wrong). Otherwise success is the majority of the parsed verdicts, and a tie is ``False`` — the
+    conservative answer, which can never raise the false-positive rate. The returned verdict is the
+    first replicate holding the winning value; for a failure, with the most common mistake type among
+    the winners (ties: the one seen first).
+    ``unstable`` is True when the replicates do not all give the same outcome (True/False/failure).
+    """
+    if not verdicts:
+        raise ValueError("majority() needs at least one replicate")
+    outcomes = [None if v is None else v.success for v in verdicts]
+    unstable = len(set(outcomes)) > 1
+    parsed = [v for v in verdicts if v is not None]
+    failures = len(verdicts) - len(parsed)
+    if failures > len(parsed):
+        return None, unstable
+    yes = sum(1 for v in parsed if v.success)
+    winner = yes > len(parsed) - yes
+    winners = [v for v in parsed if v.success is winner]
+    chosen = winners[0]
+    if not winner:
+        counts = Counter(v.mistake_type for v in winners)
+        best = max(counts.values())
+        mistake = next(v.mistake_type for v in winners if counts[v.mistake_type] == best)
+        if chosen.mistake_type != mistake:
+            chosen = chosen.model_copy(update={"mistake_type": mistake})
+    return chosen, unstable
