@@ -1,0 +1,360 @@
+"""Git operations of a run: its branch, candidate commits, keep and roll back.
+
+Every function opens one short-lived ``Repo`` (``workspace.repo_at``) and closes it. Commits use
+``JUDGELOOP_ACTOR`` as author and committer and skip the user's hooks (an autonomous loop must not
+depend on, or be blocked by, a pre-commit hook).
+
+How a candidate's life maps onto git
+------------------------------------
+1. The strategy writes the allowed prompt files; ``commit_candidate`` commits exactly those paths
+   with the trailers ``Judgeloop-Experiment: N`` and ``Judgeloop-Decision: pending`` — the commit
+   exists *before* evaluation, so a crash mid-evaluation leaves an identifiable pending tip.
+2. After the decision:
+   - kept: ``finalize_kept`` rewrites the tip's message with the final trailers (kappa, FPR,
+     decision). The tree and parent are unchanged, so the diff is identical; only the sha changes
+     (the ledger stores the returned sha).
+   - rolled back: ``roll_back`` makes a commit object with the same tree and parent and the final
+     message, stores it under ``refs/judgeloop/rejected/<experiment-id>`` and hard-resets the
+     branch to the incumbent. ``git log <branch>`` is then exactly the kept chain, and every
+     rejected diff stays readable (``git show refs/judgeloop/rejected/7``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import git
+
+from optimizer.errors import UserError
+from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
+
+BRANCH_PREFIX = "judgeloop/"
+REJECTED_PREFIX = "refs/judgeloop/rejected/"
+PENDING = "pending"
+# Paths the dirty-tree check ignores: run output lives there (and is git-ignored anyway).
+IGNORED_DIRTY_PREFIXES: tuple[str, ...] = ("experiments/",)
+TRAILER_KEYS: tuple[str, ...] = ("Judgeloop-Experiment", "Judgeloop-Kappa", "Judgeloop-FPR", "Judgeloop-Decision")
+_TRAILER_RE = re.compile(r"^(Judgeloop-[A-Za-z-]+):\s*(.*)$")
+
+Root = Path | str | Workspace
+
+
+def _root(where: Root) -> Path:
+    return where.root if isinstance(where, Workspace) else Path(where)
+
+
+@dataclass(frozen=True)
+class DiffSummary:
+    """A diff between two revisions: unified text, line counts and the files it touches."""
+
+    text: str
+    insertions: int
+    deletions: int
+    files_changed: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages and trailers
+
+
+def format_message(subject: str, body: str = "", trailers: Mapping[str, object] | None = None) -> str:
+    """A commit message: subject line, optional body, then ``Key: value`` trailers (one block)."""
+    parts = [subject.strip().splitlines()[0] if subject.strip() else "judgeloop candidate"]
+    if body.strip():
+        parts.append(body.strip())
+    if trailers:
+        parts.append("\n".join(f"{k}: {_trailer_value(v)}" for k, v in trailers.items()))
+    return "\n\n".join(parts) + "\n"
+
+
+def _trailer_value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "" if value is None else str(value).replace("\n", " ")
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    """The ``Judgeloop-*`` trailers of a commit message (last occurrence wins)."""
+    found: dict[str, str] = {}
+    for line in message.splitlines():
+        m = _TRAILER_RE.match(line.strip())
+        if m:
+            found[m.group(1)] = m.group(2).strip()
+    return found
+
+
+def replace_trailers(message: str, trailers: Mapping[str, object]) -> str:
+    """``message`` with its Judgeloop trailers replaced by ``trailers`` merged over the old ones."""
+    merged: dict[str, object] = dict(parse_trailers(message))
+    merged.update(trailers)
+    kept_lines = [line for line in message.rstrip("\n").splitlines() if not _TRAILER_RE.match(line.strip())]
+    text = "\n".join(kept_lines).rstrip()
+    subject, _, body = text.partition("\n")
+    return format_message(subject, body, merged)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inspecting the tree
+
+
+def _status_paths(repo: git.Repo) -> list[str]:
+    out = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all")
+    paths: list[str] = []
+    entries = out.split("\0")
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        code, path = entry[:2], entry[3:]
+        if "R" in code or "C" in code:
+            i += 1  # the rename/copy source follows as its own entry
+        paths.append(path)
+    return paths
+
+
+def dirty_paths(where: Root) -> list[str]:
+    """Tracked changes (staged or not) and untracked files, outside ``experiments/``."""
+    with repo_at(_root(where)) as repo:
+        paths = _status_paths(repo)
+    return [p for p in paths if not p.startswith(IGNORED_DIRTY_PREFIXES)]
+
+
+def is_dirty(where: Root) -> bool:
+    """True when ``dirty_paths`` is not empty."""
+    return bool(dirty_paths(where))
+
+
+def ensure_clean(where: Root, action: str = "judgeloop run") -> None:
+    """Refuse a dirty working tree with one line listing up to five paths."""
+    paths = dirty_paths(where)
+    if paths:
+        shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        raise UserError(
+            f"the working tree has uncommitted changes ({shown}); commit or discard them before `{action}`"
+        )
+
+
+def current_branch(where: Root) -> str | None:
+    """The checked-out branch name, or None when HEAD is detached."""
+    with repo_at(_root(where)) as repo:
+        return None if repo.head.is_detached else repo.active_branch.name
+
+
+def rev_parse(where: Root, rev: str = "HEAD") -> str:
+    """The full sha of a revision; an unknown one is a UserError."""
+    with repo_at(_root(where)) as repo:
+        try:
+            return repo.commit(rev).hexsha
+        except (git.BadName, ValueError, git.GitCommandError):
+            raise UserError(f"unknown git revision {rev!r}; pass a branch, tag or commit of this workspace") from None
+
+
+def changed_files(where: Root) -> list[str]:
+    """Paths that differ between the working tree and HEAD, plus untracked files (outside experiments/)."""
+    return sorted(set(dirty_paths(where)))
+
+
+def worktree_changes(where: Root, paths: Iterable[str] | None = None) -> dict[str, tuple[str | None, str | None]]:
+    """For each changed path (default: ``changed_files``): (text at HEAD, text on disk).
+
+    None stands for "absent" (added or deleted). Exactly what ``guards.check_candidate`` takes.
+    """
+    root = _root(where)
+    chosen = sorted(set(paths)) if paths is not None else changed_files(root)
+    result: dict[str, tuple[str | None, str | None]] = {}
+    with repo_at(root) as repo:
+        head = repo.head.commit
+        for rel in chosen:
+            old = _blob_text(head, rel)
+            disk = root / rel
+            new = disk.read_text(encoding="utf-8", errors="replace") if disk.is_file() else None
+            if old != new:
+                result[rel] = (old, new)
+    return result
+
+
+def _blob_text(commit: git.Commit, path: str) -> str | None:
+    try:
+        blob = commit.tree / PurePosixPath(path).as_posix()
+    except KeyError:
+        return None
+    return bytes(blob.data_stream.read()).decode("utf-8", errors="replace")
+
+
+def read_file_at(where: Root, rev: str, path: str) -> str | None:
+    """The text of ``path`` at ``rev`` (None when the file does not exist there)."""
+    with repo_at(_root(where)) as repo:
+        try:
+            commit = repo.commit(rev)
+        except (git.BadName, ValueError):
+            raise UserError(f"unknown git revision {rev!r}; pass a branch, tag or commit of this workspace") from None
+        return _blob_text(commit, path)
+
+
+def commit_message(where: Root, rev: str) -> str:
+    """The full message of a commit."""
+    with repo_at(_root(where)) as repo:
+        message = repo.commit(rev).message
+    return message if isinstance(message, str) else message.decode("utf-8", errors="replace")
+
+
+def diff_against(where: Root, parent_sha: str, sha: str, paths: Sequence[str] = ()) -> DiffSummary:
+    """The diff from ``parent_sha`` to ``sha`` (optionally limited to ``paths``)."""
+    with repo_at(_root(where)) as repo:
+        text = repo.git.diff(parent_sha, sha, "--", *paths)
+        numstat = repo.git.diff(parent_sha, sha, "--numstat", "--", *paths)
+    insertions = deletions = 0
+    files: list[str] = []
+    for line in numstat.splitlines():
+        added, removed, name = line.split("\t", 2)
+        files.append(name)
+        insertions += int(added) if added.isdigit() else 0
+        deletions += int(removed) if removed.isdigit() else 0
+    return DiffSummary(text=text + ("\n" if text else ""), insertions=insertions, deletions=deletions, files_changed=files)
+
+
+def rejected_refs(where: Root) -> dict[int, str]:
+    """Experiment id → sha of every ``refs/judgeloop/rejected/<id>``."""
+    with repo_at(_root(where)) as repo:
+        out = repo.git.for_each_ref("--format=%(refname) %(objectname)", REJECTED_PREFIX)
+    refs: dict[int, str] = {}
+    for line in out.splitlines():
+        name, sha = line.split()
+        tail = name[len(REJECTED_PREFIX):]
+        if tail.isdigit():
+            refs[int(tail)] = sha
+    return refs
+
+
+def branch_log(where: Root, branch: str, since: str | None = None) -> list[tuple[str, str]]:
+    """(sha, message) of the commits on ``branch`` newest first, stopping before ``since`` if given."""
+    with repo_at(_root(where)) as repo:
+        rev = f"{since}..{branch}" if since else branch
+        return [(c.hexsha, str(c.message)) for c in repo.iter_commits(rev)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Changing the tree
+
+
+def run_branch_name(run_id: str) -> str:
+    """``judgeloop/<run-id>``."""
+    return BRANCH_PREFIX + run_id
+
+
+def create_run_branch(where: Root, run_id: str, start_rev: str = "HEAD") -> str:
+    """Create ``judgeloop/<run-id>`` at ``start_rev`` and check it out; returns the branch name.
+
+    Refuses a dirty tree (one line) and an existing branch of that name.
+    """
+    root = _root(where)
+    ensure_clean(root)
+    name = run_branch_name(run_id)
+    start_sha = rev_parse(root, start_rev)
+    with repo_at(root) as repo:
+        if name in repo.heads:
+            raise UserError(f"branch {name} already exists; resume that run with `judgeloop run --resume` or delete the branch")
+        head = repo.create_head(name, start_sha)
+        head.checkout()
+    return name
+
+
+def checkout_branch(where: Root, branch: str) -> None:
+    """Check out an existing branch (e.g. the run branch on resume)."""
+    with repo_at(_root(where)) as repo:
+        if branch not in repo.heads:
+            raise UserError(f"branch {branch} does not exist in this workspace; start a new run with `judgeloop run`")
+        repo.heads[branch].checkout()
+
+
+def commit_candidate(
+    where: Root,
+    paths: Sequence[str],
+    message: str,
+    experiment_id: int,
+    extra_trailers: Mapping[str, object] | None = None,
+) -> str:
+    """Commit exactly ``paths`` (edits, additions or deletions) as a pending candidate; returns its sha.
+
+    ``message`` is the subject and body (no trailers); ``Judgeloop-Experiment`` and
+    ``Judgeloop-Decision: pending`` are appended. Raises ValueError when ``paths`` holds no change
+    and RuntimeError if anything outside ``paths`` is staged (the loop must never commit it).
+    """
+    if not paths:
+        raise ValueError("commit_candidate needs at least one path")
+    root = _root(where)
+    subject, _, body = message.strip().partition("\n")
+    trailers: dict[str, object] = {"Judgeloop-Experiment": experiment_id, "Judgeloop-Decision": PENDING}
+    trailers.update(extra_trailers or {})
+    full = format_message(subject, body, trailers)
+    with repo_at(root) as repo:
+        repo.git.add("-A", "--", *paths)
+        staged = [d.a_path or d.b_path for d in repo.index.diff("HEAD")]
+        if not staged:
+            raise ValueError(f"nothing to commit in {', '.join(paths)}")
+        stray = sorted(p for p in staged if p not in set(paths))
+        if stray:
+            raise RuntimeError(f"refusing to commit paths outside the candidate: {', '.join(stray)}")
+        commit = repo.index.commit(full, author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR, skip_hooks=True)
+        return commit.hexsha
+
+
+def _tip_must_be(repo: git.Repo, sha: str) -> git.Commit:
+    tip = repo.head.commit
+    if tip.hexsha != sha:
+        raise RuntimeError(f"expected the branch tip to be the candidate {sha[:12]}, found {tip.hexsha[:12]}")
+    return tip
+
+
+def finalize_kept(where: Root, sha: str, trailers: Mapping[str, object]) -> str:
+    """Rewrite the tip candidate's message with the final trailers; returns the new sha.
+
+    The tree and parents are unchanged (so is the diff); the working tree is not touched.
+    """
+    with repo_at(_root(where)) as repo:
+        tip = _tip_must_be(repo, sha)
+        new = git.Commit.create_from_tree(
+            repo, tip.tree, replace_trailers(str(tip.message), trailers), parent_commits=list(tip.parents),
+            head=False, author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR,
+        )
+        repo.head.reference.set_commit(new, logmsg=f"judgeloop: keep {sha[:12]}")
+        return new.hexsha
+
+
+def roll_back(
+    where: Root, sha: str, experiment_id: int, incumbent_sha: str, trailers: Mapping[str, object]
+) -> str:
+    """Preserve the candidate under ``refs/judgeloop/rejected/<experiment_id>`` (final message) and
+    hard-reset the branch to ``incumbent_sha``; returns the rejected commit's sha.
+    """
+    with repo_at(_root(where)) as repo:
+        tip = _tip_must_be(repo, sha)
+        rejected = git.Commit.create_from_tree(
+            repo, tip.tree, replace_trailers(str(tip.message), trailers), parent_commits=list(tip.parents),
+            head=False, author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR,
+        )
+        repo.git.update_ref(f"{REJECTED_PREFIX}{experiment_id}", rejected.hexsha)
+        repo.head.reset(incumbent_sha, index=True, working_tree=True)
+        return rejected.hexsha
+
+
+def store_rejected(where: Root, sha: str, experiment_id: int) -> None:
+    """Point ``refs/judgeloop/rejected/<experiment_id>`` at an existing commit (e.g. a pending one
+    found on resume) so it is never garbage-collected."""
+    with repo_at(_root(where)) as repo:
+        repo.git.update_ref(f"{REJECTED_PREFIX}{experiment_id}", sha)
+
+
+def restore_tree(where: Root, incumbent_sha: str, clean_under: Sequence[str] = ("prompts",)) -> None:
+    """Hard-reset the current branch to ``incumbent_sha`` and remove untracked files under
+    ``clean_under`` only (the loop's writable area); nothing else untracked is deleted. For resume
+    and for discarding a guard-rejected candidate that was never committed."""
+    with repo_at(_root(where)) as repo:
+        repo.head.reset(incumbent_sha, index=True, working_tree=True)
+        if clean_under:
+            repo.git.clean("-fd", "--", *clean_under)
