@@ -44,6 +44,7 @@ from optimizer.workspace import Workspace
 LABEL_FILE_NAMES = ("AgentHorizon.jsonl", "AgentHorizon-Simple.jsonl", "labels.jsonl")
 PROJECTION_KEYS = ("trajectory_id", "task", "environment", "steps")
 UNTYPED = "untyped"
+MAX_WARNINGS_SHOWN = 20  # an import of a damaged release must not flood the terminal
 
 # The paper's AH-D: a reconstruction that does not give exactly these counts is not AH-D.
 AHD_COMPONENTS = 50
@@ -355,6 +356,7 @@ class _Source:
     label_files: list[Path]
     trajectory_files: list[Path]
     warnings: list[str] = field(default_factory=list)
+    missing: set[Path] = field(default_factory=set)
     _rows: dict[str, tuple[str, dict[str, Any]]] | None = None
 
     def trajectory_rows(self) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -519,7 +521,9 @@ def _plan_item(source: _Source, row: LabelRow, warnings: list[str]) -> _Planned:
         assert rel is not None
         src_file = source.sandbox_root / rel
         if not src_file.is_file():
-            warnings.append(f"{src_file}: missing (screenshot of step {step.step_id} of {tid})")
+            if src_file not in source.missing:  # warn once per file, not once per item sharing it
+                source.missing.add(src_file)
+                warnings.append(f"{src_file}: missing (screenshot of step {step.step_id} of {tid})")
             continue
         screenshots[str(rel)] = src_file
 
@@ -694,8 +698,12 @@ def import_split(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for message in warnings:
+    for message in warnings[:MAX_WARNINGS_SHOWN]:
         warn(message)
+    if len(warnings) > MAX_WARNINGS_SHOWN:
+        warn(
+            f"... and {len(warnings) - MAX_WARNINGS_SHOWN} more; run `judgeloop devset verify {name}` for the split's state"
+        )
     return open_split(ws, name)
 
 

@@ -160,6 +160,21 @@ def test_broken_source_label_line_is_reported_with_path_and_line_and_skipped(
     assert "imported 4 items" in captured.out
 
 
+def test_missing_source_screenshots_are_warned_capped_and_left_for_verify(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    items = make_items(5)  # 10 recordings x 3 steps = 30 screenshots
+    release = write_release(tmp_path / "src", items)
+    for png in (release.sandbox_root / "data/media/images").rglob("*.png"):
+        png.unlink()
+    seen: list[str] = []
+    split = import_split(ws, release.root, "bare", all_items=True, warn=seen.append)
+    assert len(seen) == 21 and seen[-1].startswith("... and 10 more")
+    assert all(": missing (screenshot of step" in w for w in seen[:20])
+    problems = verify_split(split).problems
+    assert len(problems) == 30 and all("missing screenshot" in p for p in problems)
+
+
 # ---------------------------------------------------------------------------------------------
 # Refusals: one clear line, exit 2, nothing left behind
 
