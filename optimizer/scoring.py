@@ -1,0 +1,116 @@
+"""`judgeloop score`: read a folder of AgentHorizon verdict files and print the protocol numbers.
+
+A results folder holds one ``<trajectory_id>.json`` per judged item, written by judgeloop or by any
+other harness (e.g. the official Codex or Claude Code runners). Files whose name starts with ``_``
+(``_summary.json``) and files not ending in ``.json`` are not verdicts and are ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from optimizer.errors import UserError
+from optimizer.metrics import MISSING, Answer, Metrics, bootstrap_intervals, score
+from optimizer.models import MISTAKE_TYPES, fold_mistake_type
+
+INVALID = Answer(success=None, status="invalid")
+
+
+def parse_result_file(raw: bytes) -> Answer:
+    """One verdict file's bytes → an Answer; anything but a JSON object with a boolean ``success`` is invalid.
+
+    The string "false", ``null``, 0/1 and a missing key are all invalid: the protocol never coerces.
+    ``mistake_type`` is kept when it is a string (the release's plural spelling folded); a name
+    that is not a known type simply matches no label.
+    """
+    try:
+        data: Any = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return INVALID
+    if not isinstance(data, dict) or not isinstance(data.get("success"), bool):
+        return INVALID
+    mistake = data.get("mistake_type")
+    mistake = fold_mistake_type(mistake.strip()) if isinstance(mistake, str) else None
+    return Answer(success=data["success"], mistake_type=mistake)
+
+
+def read_results_dir(path: Path, ids: Sequence[str]) -> dict[str, Answer]:
+    """Read ``path/<trajectory_id>.json`` for every id in ``ids`` (manifest order).
+
+    Returns an Answer for every id: a missing file is ``status="missing"``; an unreadable or
+    malformed file is ``status="invalid"``. A verdict file naming an id outside ``ids`` is a
+    UserError (scoring against the wrong split would silently drop it).
+    """
+    if not path.is_dir():
+        raise UserError(
+            f"{path} is not a folder; pass the folder holding the <trajectory_id>.json verdict files"
+        )
+    wanted = set(ids)
+    found: dict[str, Answer] = {}
+    for file in sorted(path.iterdir()):
+        if not file.name.endswith(".json") or file.name.startswith("_") or not file.is_file():
+            continue
+        tid = file.name[: -len(".json")]
+        if tid not in wanted:
+            raise UserError(
+                f"{file} names trajectory {tid!r}, which is not in the split's manifest; "
+                "remove the file or score against the split it belongs to"
+            )
+        try:
+            raw = file.read_bytes()
+        except OSError:
+            found[tid] = INVALID
+            continue
+        found[tid] = parse_result_file(raw)
+    return {tid: found.get(tid, MISSING) for tid in ids}
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def format_table(split_name: str, metrics: Metrics, intervals: dict[str, tuple[float, float]]) -> str:
+    """The human-readable score table (rates with 95% bootstrap intervals and their counts)."""
+
+    def row(name: str, key: str, value: float | None, counts: str = "") -> str:
+        ci = intervals.get(key)
+        ci_text = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and value is not None else ""
+        return f"  {name:<19}{_num(value):>7}  {ci_text:<16}  {counts}".rstrip()
+
+    m = metrics
+    lines = [
+        f"split {split_name}: n={m.n} (positives {m.positives}, negatives {m.negatives}); "
+        f"invalid {m.invalid}, missing {m.missing} (both scored as wrong)",
+        f"  {'metric':<19}{'value':>7}  {'95% interval':<16}  counts",
+        row("balanced accuracy", "balanced_accuracy", m.balanced_accuracy),
+        row("TPR", "tpr", m.tpr, f"{m.tp}/{m.positives}"),
+        row("TNR", "tnr", m.tnr, f"{m.tn}/{m.negatives}"),
+        row("FPR", "fpr", m.fpr, f"{m.fp}/{m.negatives}"),
+        row("FNR", "fnr", m.fnr, f"{m.fn}/{m.positives}"),
+        row("Cohen's kappa", "kappa", m.kappa),
+        "  mistake-type recall (rejected and same type named):",
+    ]
+    for key in (*MISTAKE_TYPES, "overall"):
+        lines.append(f"    {key:<36}{_num(m.mistake_type_recall.get(key)):>7}")
+    return "\n".join(lines)
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    """``judgeloop score RESULTS_DIR --split NAME [--json]``."""
+    from optimizer.devset import load_labels, open_split
+    from optimizer.workspace import Workspace
+
+    ws = Workspace.open(args.workspace)
+    split = open_split(ws, args.split)
+    labels = load_labels(split)
+    answers = read_results_dir(Path(args.results_dir), split.ids)
+    metrics = score(labels, answers)
+    if args.json:
+        print(json.dumps(metrics.protocol_dict()))
+    else:
+        print(format_table(split.name, metrics, bootstrap_intervals(labels, answers)))
+    return 0
