@@ -1,0 +1,468 @@
+"""Evaluation: concurrency, cache, replicates, infra errors, budgets, early stop, result files, `eval`.
+
+Two kinds of test. The evaluator's own logic (ordering, the concurrency limit, budgets, early
+stopping) is checked with a small in-test `Provider`. Everything a user would see end to end goes
+through the real ``openai``/``anthropic`` SDK clients against the fake server in tests/fakeserver.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optimizer.cache import JudgeCache
+from optimizer.cli import main
+from optimizer.config import JudgeSection
+from optimizer.devset import Split, import_split, load_labels
+from optimizer.errors import UserError
+from optimizer.evaluate import (
+    Budget,
+    EvalRun,
+    ItemResult,
+    StderrProgress,
+    estimate_cost_usd,
+    evaluate_items,
+    write_results,
+)
+from optimizer.judge_types import InfrastructureError, JudgeRequest, ProviderReply, Sampling, TextPart
+from optimizer.metrics import score
+from optimizer.prompts import PromptSet
+from optimizer.workspace import Workspace, init_workspace
+from tests.data_helpers import FakeItem, make_items, write_release
+from tests.fakeserver import FakeLLMServer, RecordedRequest, reply, server_error, verdict_reply
+
+SECRET = "sk-test-SECRET-key-0123456789abcdef"
+MODEL = "gpt-4o-mini"
+
+
+def verdict_text(success: bool, mistake: str | None = None) -> str:
+    return json.dumps(
+        {"success": success, "reasoning": "because", "confidence": "high", "mistake_type": mistake}
+    )
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+class Data:
+    """A fresh workspace with a small split whose every item has a distinct instruction."""
+
+    def __init__(self, ws: Workspace, split: Split, items: list[FakeItem]) -> None:
+        self.ws = ws
+        self.split = split
+        self.items = items
+        self.by_instruction = {item.instruction: item for item in items}
+        self.prompts = PromptSet.from_dir(ws.prompts_dir)
+
+    def item_of(self, text: str) -> FakeItem:
+        """The item whose (unique) instruction appears in ``text``."""
+        found = [item for instr, item in self.by_instruction.items() if instr in text]
+        assert len(found) == 1, "each request must name exactly one item's instruction"
+        return found[0]
+
+    def request_item(self, request: JudgeRequest) -> FakeItem:
+        return self.item_of("\n".join(p.text for p in request.parts if isinstance(p, TextPart)))
+
+    def recorded_item(self, recorded: RecordedRequest) -> FakeItem:
+        return self.item_of(json.dumps(recorded.body))
+
+
+def make_data(tmp_path: Path, n_pairs: int = 2, name: str = "tiny") -> Data:
+    ws = init_workspace(tmp_path / "ws")
+    items = make_items(n_pairs)
+    for i, item in enumerate(items):
+        item.instruction = f"{item.instruction} Task number {i:03d}."
+    release = write_release(tmp_path / "release", items)
+    split = import_split(ws, release.root, name, all_items=True, warn=lambda _msg: None)
+    return Data(ws, split, items)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Data:
+    return make_data(tmp_path)
+
+
+class InTestProvider:
+    """A Provider (judge_types protocol) answering from ``decide(request) -> text | exception``."""
+
+    name = "openai"
+    text_only = False
+
+    def __init__(self, decide: Callable[[JudgeRequest], str | Exception], *, model: str = MODEL, delay: float = 0.0) -> None:
+        self.decide = decide
+        self.model = model
+        self.delay = delay
+        self.calls: list[JudgeRequest] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.closed = False
+
+    async def complete(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> ProviderReply:
+        self.calls.append(request)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay)
+            outcome = self.decide(request)
+        finally:
+            self.in_flight -= 1
+        if isinstance(outcome, Exception):
+            raise outcome
+        return ProviderReply(text=outcome, model=self.model, input_tokens=10_000, output_tokens=200)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def judge(**update: Any) -> JudgeSection:
+    return JudgeSection.model_validate({"provider": "openai", "model": MODEL, "max_concurrency": 4, **update})
+
+
+def run_eval(data: Data, provider: Any, **kwargs: Any) -> EvalRun:
+    kwargs.setdefault("item_ids", data.split.ids)
+    kwargs.setdefault("replicates", 1)
+    j = kwargs.pop("judge", judge())
+    return asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, provider=provider, **kwargs))
+
+
+# --------------------------------------------------------------------------- the evaluator's own logic
+
+
+def test_calls_respect_the_concurrency_limit_and_start_in_item_order(tmp_path: Path) -> None:
+    data = make_data(tmp_path, n_pairs=3)  # 12 items
+    provider = InTestProvider(lambda r: verdict_text(True), delay=0.02)
+    run = run_eval(data, provider, judge=judge(max_concurrency=3))
+    assert provider.max_in_flight <= 3
+    assert provider.max_in_flight >= 2  # it does run concurrently
+    assert [data.request_item(r).trajectory_id for r in provider.calls] == data.split.ids
+    assert [item.trajectory_id for item in run.items] == data.split.ids
+    assert run.calls_made == 12 and run.cache_hits == 0
+
+
+def test_replicates_are_separate_calls_with_majority_and_instability(data: Data) -> None:
+    target = data.items[0].trajectory_id
+    seen: dict[str, int] = {}
+
+    def decide(request: JudgeRequest) -> str:
+        item = data.request_item(request)
+        seen[item.trajectory_id] = seen.get(item.trajectory_id, 0) + 1
+        # The target item says yes, no, yes: majority yes, unstable.
+        if item.trajectory_id == target:
+            return verdict_text(seen[target] != 2)
+        return verdict_text(False, "Critical Mistake")
+
+    provider = InTestProvider(decide)
+    run = run_eval(data, provider, judge=judge(max_concurrency=1), replicates=3)
+    assert set(seen.values()) == {3}
+    by_id = {item.trajectory_id: item for item in run.items}
+    assert by_id[target].answer.success is True and by_id[target].unstable
+    assert len({r.cache_key for r in by_id[target].replicates}) == 3
+    others = [item for tid, item in by_id.items() if tid != target]
+    assert all(item.answer.success is False and not item.unstable for item in others)
+    assert all(item.answer.mistake_type == "Critical Mistake" for item in others)
+
+
+def test_infrastructure_error_is_reported_apart_not_cached_and_rerun(data: Data) -> None:
+    broken = data.items[1].trajectory_id
+
+    def decide(request: JudgeRequest) -> str | Exception:
+        if data.request_item(request).trajectory_id == broken:
+            return InfrastructureError("server error 500 after 2 retries")
+        return verdict_text(True)
+
+    provider = InTestProvider(decide)
+    first = run_eval(data, provider)
+    assert first.infra_error_ids == [broken]
+    assert first.answers()[broken].status == "infra_error"
+    assert first.calls_made == len(data.items) - 1
+
+    # Next time only the failed item is called again.
+    healed = InTestProvider(lambda r: verdict_text(True))
+    second = run_eval(data, healed)
+    assert [data.request_item(r).trajectory_id for r in healed.calls] == [broken]
+    assert second.infra_error_ids == [] and second.cache_hits == len(data.items) - 1
+
+
+def test_user_error_from_the_provider_surfaces_as_is(data: Data) -> None:
+    provider = InTestProvider(lambda r: UserError("model 'nope' not found at the server; check --model"))
+    with pytest.raises(UserError, match="not found"):
+        run_eval(data, provider)
+
+
+def test_provider_made_by_evaluate_is_closed_after_a_user_error(data: Data, monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[InTestProvider] = []
+
+    def fake_make_provider(_judge: JudgeSection) -> InTestProvider:
+        made.append(InTestProvider(lambda r: UserError("OPENAI_API_KEY is rejected; export a valid key")))
+        return made[-1]
+
+    monkeypatch.setattr("optimizer.providers.make_provider", fake_make_provider)
+    with pytest.raises(UserError):
+        asyncio.run(
+            evaluate_items(data.ws, data.split, data.prompts, judge(), item_ids=data.split.ids, replicates=1)
+        )
+    assert made and made[0].closed
+
+
+def test_on_item_stops_early_and_never_starts_the_rest(tmp_path: Path) -> None:
+    data = make_data(tmp_path, n_pairs=3)  # 12 items
+    provider = InTestProvider(lambda r: verdict_text(True), delay=0.01)
+    completed: list[str] = []
+
+    def on_item(result: ItemResult) -> bool:
+        completed.append(result.trajectory_id)
+        return len(completed) == 2
+
+    run = run_eval(data, provider, judge=judge(max_concurrency=2), on_item=on_item)
+    assert run.stopped_early and "stopped early" in (run.stop_reason or "")
+    assert len(run.items) == 2
+    called = {data.request_item(r).trajectory_id for r in provider.calls}
+    # Only the items within the concurrency window at the stop were ever started.
+    assert called <= set(data.split.ids[:4])
+    assert set(run.not_evaluated) == set(data.split.ids) - {item.trajectory_id for item in run.items}
+
+
+def test_budget_stops_before_a_call_that_would_cross_it(data: Data) -> None:
+    provider = InTestProvider(lambda r: verdict_text(True))
+    # gpt-4o-mini: $0.15/M in, $0.60/M out; each call really costs 10_000 in + 200 out.
+    real_cost = (10_000 * 0.15 + 200 * 0.60) / 1e6
+    budget = Budget(max_usd=real_cost * 2.5)
+    run = run_eval(data, provider, judge=judge(max_concurrency=1), budget=budget)
+    request_cost = estimate_cost_usd(provider.calls[0], Sampling(), MODEL, {})
+    assert request_cost > 0
+    assert budget.spent_usd <= budget.max_usd
+    assert run.calls_made == len(provider.calls) < len(data.items)
+    # Each call was allowed only when its estimate fit under what remained.
+    assert run.calls_made == sum(1 for k in range(1, 10) if (k - 1) * real_cost + request_cost <= budget.max_usd)
+    assert run.stopped_early and "budget" in (run.stop_reason or "")
+    assert run.not_evaluated and not set(run.not_evaluated) & {i.trajectory_id for i in run.items}
+
+    # Cached calls need no budget: an exhausted budget still replays what is cached.
+    again = InTestProvider(lambda r: verdict_text(True))
+    replay = run_eval(data, again, judge=judge(max_concurrency=1), budget=Budget(max_usd=0.0))
+    assert replay.cache_hits == run.calls_made and again.calls == []
+
+
+# --------------------------------------------------------------------------- end to end, real SDKs
+
+
+@pytest.fixture
+def server() -> Any:
+    with FakeLLMServer() as srv:
+        yield srv
+
+
+def openai_judge(server: FakeLLMServer, **update: Any) -> JudgeSection:
+    return judge(base_url=server.openai_base_url, max_retries=0, timeout_s=10, **update)
+
+
+def by_label(data: Data, *, broken: str | None = None, garbled: str | None = None) -> Callable[[RecordedRequest], Any]:
+    """Server behaviour: right verdict by label; ``broken`` always 500s; ``garbled`` is not JSON."""
+    from tests.fakeserver import Usage
+
+    def behave(recorded: RecordedRequest) -> Any:
+        item = data.recorded_item(recorded)
+        if item.trajectory_id == broken:
+            return server_error(500)
+        usage = Usage(input_tokens=1000, output_tokens=50)
+        if item.trajectory_id == garbled:
+            return reply("I think it worked, probably.", usage=usage)
+        mistake = None if item.label == "positive" else item.mistake_type
+        return reply(verdict_text(item.label == "positive", mistake), usage=usage)
+
+    return behave
+
+
+def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
+    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    broken, garbled = data.items[1].trajectory_id, data.items[2].trajectory_id
+    server.default = by_label(data, broken=broken, garbled=garbled)
+    j = openai_judge(server)
+
+    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1))
+    out = write_results(tmp_path / "out", run)
+    n = len(data.items)
+    assert len(server.inference_requests()) == n
+    assert all(r.api_key_present for r in server.inference_requests())
+
+    files = sorted(p.name for p in out.iterdir())
+    assert "_summary.json" in files
+    assert f"{broken}.json" not in files  # infra errors get no verdict file
+    assert len(files) == n  # n-1 verdict files + the summary
+    good = json.loads((out / f"{data.items[0].trajectory_id}.json").read_text())
+    assert good["success"] is True and good["_meta"]["model"] == MODEL and good["_meta"]["parse_status"] == "ok"
+    bad = json.loads((out / f"{garbled}.json").read_text())
+    assert "success" not in bad and bad["raw_response"] == "I think it worked, probably."
+    assert bad["_meta"]["parse_status"] == "parse_error"
+
+    summary = json.loads((out / "_summary.json").read_text())
+    assert summary["infra_error_ids"] == [broken]
+    assert summary["counts"]["parse_failures"] == 1 and summary["counts"]["calls_made"] == n - 1
+    assert summary["prompt_hash"] == data.prompts.prompt_hash() and summary["model"] == MODEL
+    per_call = [json.loads((out / f).read_text())["_meta"]["cost_usd"] for f in files if not f.startswith("_")]
+    assert summary["cost_usd"] == pytest.approx(sum(per_call))
+    assert summary["cost_usd"] == pytest.approx((n - 1) * (1000 * 0.15 + 50 * 0.60) / 1e6)
+
+    # The parse failure is scored wrong; the infra error counts as missing; the rest are right.
+    metrics = score(load_labels(data.split), run.answers())
+    assert (metrics.invalid, metrics.missing, metrics.infra_errors) == (1, 1, 1)
+    assert metrics.tp + metrics.tn == n - 2
+
+    # Same eval again: the cache answers everything except the infra error, which is retried.
+    server.default = by_label(data)
+    before = len(server.inference_requests())
+    again = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1))
+    retried = server.inference_requests()[before:]
+    assert [data.recorded_item(r).trajectory_id for r in retried] == [broken]
+    assert again.cache_hits == n - 1 and again.infra_error_ids == []
+    assert again.answers()[garbled].status == "invalid"  # the cached parse failure is still wrong
+
+    # And a third time: zero HTTP requests of any kind.
+    before = len(server.requests)
+    third = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1))
+    assert len(server.requests) == before
+    assert third.calls_made == 0 and third.cost_usd == 0.0
+
+    # The API key is in no written file: results, summary, cache database.
+    written = [*out.iterdir(), *data.ws.experiments_dir.rglob("*")]
+    for path in written:
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_replicates_have_distinct_keys_through_the_anthropic_sdk(
+    data: Data, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    server.default = lambda r: verdict_reply()
+    j = JudgeSection(provider="anthropic", model="claude-haiku-4-5", base_url=server.anthropic_base_url, max_retries=0)
+    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=3))
+    requests = server.inference_requests()
+    assert len(requests) == 3 * len(data.items)
+    per_item: dict[str, int] = {}
+    for r in requests:
+        tid = data.recorded_item(r).trajectory_id
+        per_item[tid] = per_item.get(tid, 0) + 1
+    assert set(per_item.values()) == {3}
+    with JudgeCache(data.ws.cache_path) as cache:
+        assert cache.stats().entries == 3 * len(data.items)
+    assert run.cost_usd == pytest.approx(sum(r.cost_usd for item in run.items for r in item.replicates))
+    # A 4th replicate is a new call per item; the first three come from the cache.
+    before = len(server.inference_requests())
+    more = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=4))
+    assert len(server.inference_requests()) - before == len(data.items)
+    assert more.cache_hits == 3 * len(data.items)
+
+
+def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    server.default = by_label(data)
+    j = openai_judge(server, max_concurrency=1)
+    stop_after = 3
+    run = asyncio.run(
+        evaluate_items(
+            data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1,
+            on_item=lambda result: len(data.split.ids) and result.trajectory_id == data.split.ids[stop_after - 1],
+        )
+    )
+    assert [item.trajectory_id for item in run.items] == data.split.ids[:stop_after]
+    assert len(server.inference_requests()) == stop_after and run.stopped_early
+
+    budget = Budget(max_usd=0.0)
+    blocked = asyncio.run(
+        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1, budget=budget)
+    )
+    assert len(server.inference_requests()) == stop_after  # not one more paid call
+    assert blocked.cache_hits == stop_after and budget.spent_usd == 0.0
+    assert blocked.stopped_early and "budget" in (blocked.stop_reason or "")
+
+
+# --------------------------------------------------------------------------- `judgeloop eval`
+
+
+def write_config(ws: Workspace, server: FakeLLMServer) -> None:
+    text = (ws.root / "judgeloop.toml").read_text()
+    text = text.replace('dev_split = "sample"', 'dev_split = "tiny"')
+    text = text.replace('provider = "local"          #', 'provider = "openai"         #', 1)
+    text = text.replace('model = "smollm2-135m"      #', f'model = "{MODEL}"      #', 1)
+    text = text.replace("max_retries = 4", "max_retries = 0")
+    (ws.root / "judgeloop.toml").write_text(text)
+    assert Workspace.open(ws.root).config.judge.provider == "openai"
+
+
+def test_cmd_eval_json_prints_the_score_keys_and_writes_results(
+    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    server.default = by_label(data)
+    write_config(data.ws, server)
+    out = tmp_path / "evals" / "one"
+    code = main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    assert list(result) == [
+        "n", "balanced_accuracy", "tpr", "tnr", "fpr", "fnr", "kappa", "invalid", "missing", "mistake_type_recall",
+    ]
+    assert result["n"] == len(data.items) and result["kappa"] == 1.0
+    assert "split 'tiny'" in captured.err
+    assert len(list(out.glob("*.json"))) == len(data.items) + 1
+
+    # `judgeloop score` agrees with `eval --json` on the written files.
+    assert main(["score", str(out), "--split", "tiny", "-w", str(data.ws.root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == result
+
+    # --limit and the table output; everything is cached now.
+    code = main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--limit", "2",
+                 "--out", str(tmp_path / "evals" / "two")])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "0 new, 2 cached" in captured.out and "balanced accuracy" in captured.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--split", "nope"], "no split named 'nope'"),
+        (["--provider", "anthropic", "--base-url", ""], "ANTHROPIC_API_KEY"),
+        (["--base-url", "http://127.0.0.1:9/v1"], "127.0.0.1:9"),
+        (["--model", "no-such-model"], "no-such-model"),
+    ],
+)
+def test_cmd_eval_user_problems_are_one_line(
+    data: Data, argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FakeLLMServer(models=[MODEL]) as srv:
+        write_config(data.ws, srv)
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        base = ["--base-url", srv.openai_base_url]
+        if "--base-url" in argv:
+            base = []
+        if "--provider" in argv:
+            argv = ["--provider", "anthropic"]
+        code = main(["eval", "-w", str(data.ws.root), *base, *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("judgeloop: error:") and message in last
+    assert "Traceback" not in err and SECRET not in err
+
+
+def test_progress_is_plain_lines_when_not_a_terminal(data: Data) -> None:
+    import io
+
+    stream = io.StringIO()
+    progress = StderrProgress(stream)
+    run_eval(data, InTestProvider(lambda r: verdict_text(True)), progress=progress)
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert lines and "\r" not in stream.getvalue()
+    assert lines[-1].startswith(f"judge {len(data.items)}/{len(data.items)} items")
