@@ -325,9 +325,19 @@ class ItemVerdict(BaseModel):
 
 
 class LabelRow(BaseModel):
+    """A label as stored for a run; quacks like ``models.Label`` for ``metrics`` (``is_positive``)."""
+
     trajectory_id: str
     positive: bool
     mistake_type: str | None = None
+
+    @property
+    def is_positive(self) -> bool:
+        return self.positive
+
+    @property
+    def label(self) -> str:
+        return "positive" if self.positive else "negative"
 
 
 class Review(BaseModel):

@@ -1,0 +1,390 @@
+"""Audit commands over the ledger: ``judgeloop report``, ``history`` and ``reviews``, plus the exports
+(TSV of experiments, markdown report) the loop writes at the end of a run.
+
+Everything here reads the ledger only (``Ledger.open_readonly``), so it works on a finished run, a
+running one in another process, or a ledger copied from another machine. ``report`` additionally
+cross-checks git when the run's branch exists in the workspace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from optimizer.errors import UserError
+from optimizer.ledger import FLIP_KEYS, Experiment, Ledger, Run
+from optimizer.workspace import Workspace
+
+JSON_EXPERIMENT_KEYS: tuple[str, ...] = (
+    "id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr", "balanced_accuracy",
+    "p_value", "calls", "cost_usd",
+)
+TSV_COLUMNS: tuple[str, ...] = (
+    "id", "seq", "parent", "created", "strategy", "decision", "kappa", "kappa_delta", "fpr", "fpr_delta",
+    "balanced_accuracy", "p_value", "tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn", "early_stopped",
+    "items_evaluated", "calls", "cache_hits", "input_tokens", "output_tokens", "cost_usd", "duration_s",
+    "commit", "files_changed", "insertions", "deletions", "reason", "rationale",
+)
+_FLIP_ARROWS = {"tp_to_fn": "TP→FN", "fn_to_tp": "FN→TP", "tn_to_fp": "TN→FP", "fp_to_tn": "FP→TN"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Small formatting helpers
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _delta(value: float | None, parent: float | None) -> float | None:
+    return None if value is None or parent is None else value - parent
+
+
+def _signed(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:+.{digits}f}"
+
+
+def _one_line(text: str | None, limit: int = 70) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def _short(sha: str | None) -> str:
+    return sha[:10] if sha else "-"
+
+
+def _interval(exp: Experiment, name: str) -> str:
+    if not exp.intervals or name not in exp.intervals:
+        return ""
+    lo, hi = exp.intervals[name]
+    return f" [{lo:.3f}, {hi:.3f}]"
+
+
+def _parents(experiments: Sequence[Experiment]) -> dict[int, Experiment]:
+    return {e.id: e for e in experiments}
+
+
+def _open(args: argparse.Namespace) -> tuple[Workspace, Ledger]:
+    ws = Workspace.open(args.workspace)
+    return ws, Ledger.open_readonly(ws.ledger_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The data behind the report
+
+
+def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
+    """The ``report --json`` object: run, branch, policy and one entry per experiment, baseline first."""
+    experiments = []
+    for exp in ledger.experiments(run.id):
+        experiments.append({
+            "id": exp.id,
+            "parent": exp.parent_id,
+            "commit": exp.commit_sha,
+            "decision": exp.status,
+            "reason": exp.reason,
+            "early_stopped": exp.early_stopped,
+            "kappa": exp.kappa,
+            "fpr": exp.fpr,
+            "balanced_accuracy": exp.balanced_accuracy,
+            "p_value": exp.p_value,
+            "calls": exp.calls,
+            "cost_usd": exp.cost_usd,
+        })
+    return {"run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments}
+
+
+def overall_flips(ledger: Ledger, run: Run) -> dict[str, list[str]] | None:
+    """Items whose correctness changed between the baseline and the final incumbent, by direction.
+
+    None when the run has no stored labels, no baseline verdicts, or no incumbent yet.
+    """
+    from optimizer.metrics import flip_table
+
+    chain = ledger.kept_chain(run.id)
+    labels = ledger.labels(run.id)
+    if not chain or not labels:
+        return None
+    baseline, final = ledger.item_answers(chain[0].id), ledger.item_answers(chain[-1].id)
+    if not baseline or not final:
+        return None
+    known = set(labels)
+    table = flip_table(
+        labels,  # type: ignore[arg-type]  # LabelRow offers the is_positive that flip_table reads
+        {k: v for k, v in baseline.items() if k in known},
+        {k: v for k, v in final.items() if k in known},
+    )
+    return {k: list(getattr(table, k)) for k in FLIP_KEYS}
+
+
+def spend(experiments: Sequence[Experiment]) -> dict[str, float | int]:
+    """Totals over experiments: calls, cache hits, tokens, dollars, seconds."""
+    return {
+        "calls": sum(e.calls for e in experiments),
+        "cache_hits": sum(e.cache_hits for e in experiments),
+        "input_tokens": sum(e.input_tokens for e in experiments),
+        "output_tokens": sum(e.output_tokens for e in experiments),
+        "cost_usd": sum(e.cost_usd for e in experiments),
+        "duration_s": sum(e.duration_s or 0.0 for e in experiments),
+    }
+
+
+def git_audit(ws: Workspace, run: Run, experiments: Sequence[Experiment]) -> list[str]:
+    """Lines comparing the ledger with git: kept commits on the branch, rejected refs present."""
+    from optimizer import gitops
+
+    try:
+        branch_commits = {sha for sha, _ in gitops.branch_log(ws, run.branch, since=run.start_rev)}
+        rejected = gitops.rejected_refs(ws)
+    except Exception as exc:  # noqa: BLE001 - a copied ledger has no branch here; say so and go on
+        return [f"git: cannot read branch {run.branch} in this workspace ({type(exc).__name__})"]
+    kept = [e for e in experiments if e.status == "kept"]
+    rolled = [e for e in experiments if e.status == "rolled_back"]
+    kept_ok = sum(1 for e in kept if e.commit_sha in branch_commits)
+    rolled_ok = sum(1 for e in rolled if e.id in rejected)
+    lines = [
+        f"git: {kept_ok}/{len(kept)} kept candidates on {run.branch} "
+        f"({len(branch_commits)} commits since the start revision); "
+        f"{rolled_ok}/{len(rolled)} rolled-back candidates under refs/judgeloop/rejected/",
+    ]
+    if len(branch_commits) != len(kept) or kept_ok != len(kept) or rolled_ok != len(rolled):
+        lines.append("git: WARNING the branch and the ledger disagree; inspect `git log` and the ledger")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Text renderings
+
+
+def _flip_summary(exp: Experiment) -> str:
+    if exp.flips is None:
+        return "-"
+    c = exp.flip_counts()
+    return f"+{c['fn_to_tp'] + c['fp_to_tn']}/-{c['tp_to_fn'] + c['tn_to_fp']}"
+
+
+def history_lines(experiments: Sequence[Experiment]) -> list[str]:
+    """The experiments table, one line per experiment (deltas against each one's parent)."""
+    parents = _parents(experiments)
+    header = (
+        f"{'id':>5} {'seq':>4} {'created':<19} {'strategy':<9} {'decision':<14} {'kappa':>6} {'Δκ':>7} "
+        f"{'FPR':>6} {'ΔFPR':>7} {'BA':>6} {'p':>6} {'flips':>7} {'cost$':>8}  rationale"
+    )
+    lines = [header]
+    for e in experiments:
+        parent = parents.get(e.parent_id) if e.parent_id is not None else None
+        lines.append(
+            f"{e.id:>5} {e.seq:>4} {e.created.strftime('%Y-%m-%d %H:%M:%S'):<19} {(e.strategy or '-')[:9]:<9} "
+            f"{e.status:<14} {_num(e.kappa):>6} {_signed(_delta(e.kappa, parent.kappa if parent else None)):>7} "
+            f"{_num(e.fpr):>6} {_signed(_delta(e.fpr, parent.fpr if parent else None)):>7} "
+            f"{_num(e.balanced_accuracy):>6} {_num(e.p_value):>6} {_flip_summary(e):>7} {e.cost_usd:>8.4f}  "
+            f"{_one_line(e.rationale, 60)}"
+        )
+    return lines
+
+
+def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
+    """The full human-readable audit of one run."""
+    experiments = ledger.experiments(run.id)
+    parents = _parents(experiments)
+    out: list[str] = [
+        f"run {run.id}  ({run.status}{'; ' + run.stop_reason if run.stop_reason else ''})",
+        f"branch {run.branch}  start {_short(run.start_rev)}  strategy {run.strategy}  policy {run.policy}",
+        f"split {run.split} (fingerprint {run.split_fingerprint[:12]})  created {run.created:%Y-%m-%d %H:%M:%S}Z"
+        + (f"  finished {run.finished:%Y-%m-%d %H:%M:%S}Z" if run.finished else ""),
+    ]
+    if run.budgets:
+        out.append("budgets " + ", ".join(f"{k}={v}" for k, v in run.budgets.items() if v is not None))
+    out.append("")
+    out.append("experiments")
+    for e in experiments:
+        parent = parents.get(e.parent_id) if e.parent_id is not None else None
+        out.append(f"  #{e.id} (seq {e.seq}, {e.strategy or '-'}) {e.status.upper()}  commit {_short(e.commit_sha)}"
+                   + (f"  parent #{e.parent_id}" if e.parent_id is not None else ""))
+        if e.reason:
+            out.append(f"    reason: {e.reason}")
+        if e.metrics:
+            out.append(
+                f"    kappa {_num(e.kappa)}{_interval(e, 'kappa')} (Δ {_signed(_delta(e.kappa, parent.kappa if parent else None))})"
+                f"   FPR {_num(e.fpr)}{_interval(e, 'fpr')} (Δ {_signed(_delta(e.fpr, parent.fpr if parent else None))})"
+                f"   BA {_num(e.balanced_accuracy)}{_interval(e, 'balanced_accuracy')}"
+            )
+        if e.flips is not None or e.p_value is not None:
+            counts = e.flip_counts()
+            cells = "  ".join(f"{_FLIP_ARROWS[k]} {counts[k]}" for k in FLIP_KEYS)
+            policies = ""
+            if e.literal_keep is not None or e.paired_keep is not None:
+                policies = f"   literal {'keep' if e.literal_keep else 'roll back'}, paired {'keep' if e.paired_keep else 'roll back'}"
+            out.append(f"    flips {cells}   McNemar p {_num(e.p_value)}{policies}")
+        out.append(
+            f"    {e.items_evaluated} items{' (stopped early)' if e.early_stopped else ''}, {e.calls} calls, "
+            f"{e.cache_hits} cached, {e.input_tokens}+{e.output_tokens} tokens, ${e.cost_usd:.4f}"
+            + (f", {e.duration_s:.1f}s" if e.duration_s is not None else "")
+        )
+        if e.files_changed:
+            out.append(f"    files {', '.join(e.files_changed)} (+{e.insertions or 0}/-{e.deletions or 0})")
+        if e.rationale:
+            out.append(f"    rationale: {_one_line(e.rationale, 200)}")
+    out.append("")
+
+    chain = ledger.kept_chain(run.id)
+    out.append("kept chain")
+    if chain:
+        out.append("  " + " → ".join(f"#{e.id} (κ {_num(e.kappa)}, FPR {_num(e.fpr)})" for e in chain))
+        if len(chain) > 1:
+            first, last = chain[0], chain[-1]
+            out.append(f"  baseline → final: kappa {_signed(_delta(last.kappa, first.kappa))}, FPR {_signed(_delta(last.fpr, first.fpr))}")
+    else:
+        out.append("  (no baseline recorded yet)")
+
+    flips = overall_flips(ledger, run)
+    if flips is not None:
+        out.append("")
+        out.append("items that flipped between baseline and final")
+        if not any(flips.values()):
+            out.append("  none")
+        for key in FLIP_KEYS:
+            if flips[key]:
+                out.append(f"  {_FLIP_ARROWS[key]} ({len(flips[key])}): {', '.join(flips[key])}")
+
+    rejected = [e for e in experiments if e.status == "guard_rejected"]
+    out.append("")
+    out.append(f"guard rejections ({len(rejected)})")
+    for e in rejected:
+        out.append(f"  #{e.id}: {e.reason or '-'}")
+
+    totals = spend(experiments)
+    out.append("")
+    out.append(
+        f"spend: ${totals['cost_usd']:.4f} over {totals['calls']} calls ({totals['cache_hits']} cached), "
+        f"{totals['input_tokens']}+{totals['output_tokens']} tokens, {totals['duration_s']:.0f}s judging"
+    )
+    counts: dict[str, int] = {}
+    for e in experiments:
+        counts[e.status] = counts.get(e.status, 0) + 1
+    out.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if ws is not None:
+        out.extend(git_audit(ws, run, experiments))
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Exports
+
+
+def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
+    """Write the run's experiments as TSV (``TSV_COLUMNS``; empty cells where not computed)."""
+    experiments = ledger.experiments(run_id)
+    parents = _parents(experiments)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
+        writer.writerow(TSV_COLUMNS)
+        for e in experiments:
+            parent = parents.get(e.parent_id) if e.parent_id is not None else None
+            counts = e.flip_counts() if e.flips is not None else dict.fromkeys(FLIP_KEYS)
+            row: dict[str, Any] = {
+                "id": e.id, "seq": e.seq, "parent": e.parent_id, "created": e.created.isoformat(),
+                "strategy": e.strategy, "decision": e.status, "kappa": e.kappa,
+                "kappa_delta": _delta(e.kappa, parent.kappa if parent else None), "fpr": e.fpr,
+                "fpr_delta": _delta(e.fpr, parent.fpr if parent else None),
+                "balanced_accuracy": e.balanced_accuracy, "p_value": e.p_value, **counts,
+                "early_stopped": int(e.early_stopped), "items_evaluated": e.items_evaluated, "calls": e.calls,
+                "cache_hits": e.cache_hits, "input_tokens": e.input_tokens, "output_tokens": e.output_tokens,
+                "cost_usd": e.cost_usd, "duration_s": e.duration_s, "commit": e.commit_sha,
+                "files_changed": ",".join(e.files_changed), "insertions": e.insertions, "deletions": e.deletions,
+                "reason": _one_line(e.reason, 10_000), "rationale": _one_line(e.rationale, 10_000),
+            }
+            writer.writerow(["" if row[c] is None else row[c] for c in TSV_COLUMNS])
+    return path
+
+
+def write_markdown_report(ledger: Ledger, run_id: str, path: Path, ws: Workspace | None = None) -> Path:
+    """Write ``experiments/runs/<run>/report.md``: a summary table, the kept chain and the full audit."""
+    run = ledger.get_run(run_id)
+    experiments = ledger.experiments(run_id)
+    parents = _parents(experiments)
+    chain = ledger.kept_chain(run_id)
+    lines = [
+        f"# judgeloop run {run.id}",
+        "",
+        f"- branch `{run.branch}` from `{_short(run.start_rev)}`; strategy `{run.strategy}`; policy `{run.policy}`",
+        f"- split `{run.split}` (fingerprint `{run.split_fingerprint[:12]}`); status **{run.status}**"
+        + (f" ({run.stop_reason})" if run.stop_reason else ""),
+    ]
+    if len(chain) >= 1:
+        first, last = chain[0], chain[-1]
+        lines.append(
+            f"- baseline kappa {_num(first.kappa)}, FPR {_num(first.fpr)} → final (#{last.id}) kappa "
+            f"{_num(last.kappa)}, FPR {_num(last.fpr)}"
+        )
+    lines += [
+        "",
+        "| id | decision | kappa | Δkappa | FPR | ΔFPR | p | flips +/- | cost $ | rationale |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for e in experiments:
+        parent = parents.get(e.parent_id) if e.parent_id is not None else None
+        rationale = _one_line(e.rationale, 80).replace("|", "\\|")
+        lines.append(
+            f"| {e.id} | {e.status} | {_num(e.kappa)} | {_signed(_delta(e.kappa, parent.kappa if parent else None))} "
+            f"| {_num(e.fpr)} | {_signed(_delta(e.fpr, parent.fpr if parent else None))} | {_num(e.p_value)} "
+            f"| {_flip_summary(e)} | {e.cost_usd:.4f} | {rationale} |"
+        )
+    lines += ["", "## Full audit", "", "```text", report_text(ledger, run, ws).rstrip("\n"), "```", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Command handlers
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``judgeloop report [--run ID] [--json]``."""
+    ws, ledger = _open(args)
+    with ledger:
+        run = ledger.resolve_run(getattr(args, "run", None))
+        if getattr(args, "json", False):
+            print(json.dumps(report_json(ledger, run)))
+        else:
+            print(report_text(ledger, run, ws), end="")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """``judgeloop history [--run ID]``: the experiments table."""
+    _, ledger = _open(args)
+    with ledger:
+        run = ledger.resolve_run(getattr(args, "run", None))
+        experiments = ledger.experiments(run.id)
+    print(f"run {run.id}  branch {run.branch}  policy {run.policy}  ({len(experiments)} experiments)")
+    print("\n".join(history_lines(experiments)))
+    return 0
+
+
+def cmd_reviews(args: argparse.Namespace) -> int:
+    """``judgeloop reviews [--export FILE]``: list human reviews or export them as JSONL."""
+    _, ledger = _open(args)
+    with ledger:
+        export = getattr(args, "export", None)
+        if export:
+            try:
+                count = ledger.export_reviews(Path(export))
+            except OSError as exc:
+                raise UserError(f"cannot write {export} ({exc.strerror}); choose a writable path") from None
+            print(f"exported {count} review{'s' if count != 1 else ''} to {export}")
+            return 0
+        reviews = ledger.reviews()
+    if not reviews:
+        print("no reviews yet (mark items in `judgeloop tui`)")
+        return 0
+    for r in reviews:
+        where = f" exp #{r.experiment_id}" if r.experiment_id is not None else ""
+        print(f"{r.id:>4} {r.created:%Y-%m-%d %H:%M} {r.kind:<16} {r.trajectory_id}{where} [{r.author}] {_one_line(r.note, 80)}")
+    return 0

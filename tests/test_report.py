@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from optimizer import gitops
+from optimizer.cli import main
+from optimizer.ledger import ItemVerdict, LabelRow, Ledger
+from optimizer.report import TSV_COLUMNS, export_experiments_tsv, report_json, write_markdown_report
+from optimizer.workspace import Workspace, init_workspace
+
+LABELS = {"p1": True, "p2": True, "n1": False, "n2": False}
+
+
+def _answers(correct: set[str]) -> list[ItemVerdict]:
+    return [
+        ItemVerdict(trajectory_id=t, success=pos if t in correct else not pos) for t, pos in LABELS.items()
+    ]
+
+
+def _append(ws: Workspace, rel: str, text: str) -> None:
+    path = ws.root / rel
+    path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
+
+
+@pytest.fixture
+def filled(tmp_path: Path) -> tuple[Workspace, str, dict[str, int]]:
+    """A workspace with a run: baseline, one kept, one rolled back (early stopped), one guard-rejected."""
+    ws = init_workspace(tmp_path / "ws")
+    start = gitops.rev_parse(ws)
+    ids: dict[str, int] = {}
+    with Ledger(ws.ledger_path) as ledger:
+        run = ledger.create_run(
+            strategy="library", policy="paired", split="sample", split_fingerprint="f" * 64, start_rev=start,
+            budgets={"max_experiments": 3},
+        )
+        gitops.create_run_branch(ws, run.id, start)
+        ledger.set_labels(run.id, [LabelRow(trajectory_id=t, positive=p) for t, p in LABELS.items()])
+
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha=start)
+        ledger.record_verdicts(base.id, _answers({"p1", "n1"}))
+        ledger.finish_experiment(
+            base.id, status="baseline", metrics={"kappa": 0.0, "fpr": 0.5, "balanced_accuracy": 0.5},
+            intervals={"kappa": (-0.5, 0.5)}, calls=4, cost_usd=0.01, items_evaluated=4,
+        )
+        ids["baseline"] = base.id
+
+        _append(ws, "prompts/rubric.md", "\n- Rule that helps.\n")
+        kept = ledger.start_experiment(run.id, parent_id=base.id, strategy="library", rationale="add a helpful rule")
+        sha = gitops.commit_candidate(ws, ["prompts/rubric.md"], "library: add a helpful rule", kept.id)
+        diff = gitops.diff_against(ws, start, sha)
+        ledger.record_verdicts(kept.id, _answers({"p1", "p2", "n1", "n2"}))
+        final_sha = gitops.finalize_kept(ws, sha, {"Judgeloop-Kappa": 1.0, "Judgeloop-FPR": 0.0, "Judgeloop-Decision": "kept"})
+        ledger.finish_experiment(
+            kept.id, status="kept", reason="kappa +1.000, FPR -0.500, p=0.250 < alpha", commit_sha=final_sha,
+            metrics={"kappa": 1.0, "fpr": 0.0, "balanced_accuracy": 1.0}, p_value=0.25, literal_keep=True,
+            paired_keep=True, flips={"tp_to_fn": [], "fn_to_tp": ["p2"], "tn_to_fp": [], "fp_to_tn": ["n2"]},
+            calls=4, cost_usd=0.02, items_evaluated=4,
+        )
+        ids["kept"] = kept.id
+
+        _append(ws, "prompts/judge.md", "\nBe lenient.\n")
+        bad = ledger.start_experiment(run.id, parent_id=kept.id, strategy="library", rationale="be lenient")
+        bad_sha = gitops.commit_candidate(ws, ["prompts/judge.md"], "library: be lenient", bad.id)
+        rejected_sha = gitops.roll_back(ws, bad_sha, bad.id, final_sha, {"Judgeloop-Decision": "rolled_back"})
+        ledger.finish_experiment(
+            bad.id, status="rolled_back", reason="FPR provably rose", commit_sha=rejected_sha, early_stopped=True,
+            metrics={"kappa": None, "fpr": 0.5, "balanced_accuracy": None},
+            flips={"tp_to_fn": [], "fn_to_tp": [], "tn_to_fp": ["n1"], "fp_to_tn": []}, calls=1, cost_usd=0.005,
+            items_evaluated=1,
+        )
+        ids["rolled_back"] = bad.id
+
+        guarded = ledger.start_experiment(run.id, parent_id=kept.id, strategy="library", rationale="edit config")
+        ledger.finish_experiment(guarded.id, status="guard_rejected", reason="the candidate changes judgeloop.toml")
+        ids["guard_rejected"] = guarded.id
+        ledger.set_run_status(run.id, "finished", stop_reason="max experiments reached")
+        assert diff.files_changed == ["prompts/rubric.md"]
+    return ws, run.id, ids
+
+
+def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.CaptureFixture[str]) -> None:
+    ws, run_id, ids = filled
+    assert main(["report", "--json", "-w", str(ws.root)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == ["run", "branch", "policy", "experiments"]
+    assert data["run"] == run_id and data["branch"] == f"judgeloop/{run_id}" and data["policy"] == "paired"
+    rows = data["experiments"]
+    assert all(list(r) == ["id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr",
+                           "balanced_accuracy", "p_value", "calls", "cost_usd"] for r in rows)
+    assert [r["decision"] for r in rows] == ["baseline", "kept", "rolled_back", "guard_rejected"]
+    assert rows[0]["parent"] is None and rows[1]["parent"] == ids["baseline"]
+    early = rows[2]
+    assert early["early_stopped"] is True and early["kappa"] is None and early["fpr"] == 0.5 and early["p_value"] is None
+    assert rows[3]["kappa"] is None and rows[3]["commit"] is None and rows[3]["calls"] == 0
+    assert rows[1]["commit"] == gitops.rev_parse(ws, f"judgeloop/{run_id}")
+
+
+def test_report_text_shows_chain_flips_spend_rejections_and_agrees_with_git(filled) -> None:
+    from optimizer.report import report_text
+
+    ws, run_id, ids = filled
+    with Ledger.open_readonly(ws.ledger_path) as ledger:
+        text = report_text(ledger, ledger.get_run(run_id), ws)
+    assert f"#{ids['baseline']} (κ 0.000, FPR 0.500) → #{ids['kept']} (κ 1.000, FPR 0.000)" in text
+    assert "FN→TP (1): p2" in text and "FP→TN (1): n2" in text
+    assert f"#{ids['guard_rejected']}: the candidate changes judgeloop.toml" in text
+    assert "spend: $0.0350 over 9 calls" in text
+    assert "kappa 0.000 [-0.500, 0.500]" in text and "McNemar p 0.250" in text
+    assert "1/1 kept candidates on" in text and "1/1 rolled-back candidates under refs/judgeloop/rejected/" in text
+    assert "WARNING" not in text
+
+
+def test_history_prints_one_line_per_experiment(filled, capsys: pytest.CaptureFixture[str]) -> None:
+    ws, run_id, _ = filled
+    assert main(["history", "--run", run_id, "-w", str(ws.root)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"run {run_id}") and len(out) == 2 + 4
+    assert "kept" in out[3] and "+1.000" in out[3] and "-0.500" in out[3] and "add a helpful rule" in out[3]
+
+
+def test_tsv_and_markdown_exports(filled, tmp_path: Path) -> None:
+    ws, run_id, ids = filled
+    with Ledger.open_readonly(ws.ledger_path) as ledger:
+        tsv = export_experiments_tsv(ledger, run_id, tmp_path / "out" / "experiments.tsv")
+        md = write_markdown_report(ledger, run_id, ws.experiments_dir / "runs" / run_id / "report.md", ws)
+    rows = list(csv.DictReader(tsv.open(encoding="utf-8"), delimiter="\t"))
+    assert list(rows[0]) == list(TSV_COLUMNS) and len(rows) == 4
+    assert rows[1]["decision"] == "kept" and float(rows[1]["kappa_delta"]) == 1.0 and rows[1]["fn_to_tp"] == "1"
+    assert rows[2]["kappa"] == "" and rows[2]["early_stopped"] == "1"
+    text = md.read_text(encoding="utf-8")
+    assert text.startswith(f"# judgeloop run {run_id}") and f"| {ids['kept']} | kept | 1.000 | +1.000 |" in text
+
+
+def test_reviews_list_and_export(filled, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws, _, ids = filled
+    assert main(["reviews", "-w", str(ws.root)]) == 0
+    assert "no reviews yet" in capsys.readouterr().out
+    with Ledger(ws.ledger_path) as ledger:
+        ledger.add_review("n1", "label_suspect", "the file was saved after all", experiment_id=ids["kept"], author="ana")
+    assert main(["reviews", "-w", str(ws.root)]) == 0
+    assert "label_suspect" in capsys.readouterr().out
+    out = tmp_path / "reviews.jsonl"
+    assert main(["reviews", "--export", str(out), "-w", str(ws.root)]) == 0
+    assert json.loads(out.read_text().splitlines()[0])["note"] == "the file was saved after all"
+
+
+def test_report_without_a_ledger_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws = init_workspace(tmp_path / "ws")
+    assert main(["report", "-w", str(ws.root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no ledger yet" in err and "judgeloop run" in err
+
+
+def test_report_json_function_on_an_unknown_run_is_a_user_error(filled) -> None:
+    from optimizer.errors import UserError
+
+    ws, _, _ = filled
+    with Ledger.open_readonly(ws.ledger_path) as ledger, pytest.raises(UserError, match="no run 'x'"):
+        report_json(ledger, ledger.resolve_run("x"))
