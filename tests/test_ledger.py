@@ -267,3 +267,11 @@ def test_metrics_model_is_stored_whole_and_rebuilt(tmp_path: Path) -> None:
         exp = ledger.start_experiment(run.id, parent_id=None)
         got = ledger.finish_experiment(exp.id, status="baseline", metrics=m)
     assert got.metrics_model() == m and got.kappa == m.kappa and got.metrics["fp"] == 2
+
+
+def test_a_file_that_is_not_a_ledger_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(b"this is not sqlite at all" * 100)
+    for opener in (Ledger, Ledger.open_readonly):
+        with pytest.raises(UserError, match="not a readable judgeloop ledger"):
+            opener(path)
