@@ -27,6 +27,7 @@ from optimizer.errors import UserError
 from optimizer.markdown import render_markdown
 from optimizer.models import Label
 from optimizer.workspace import Workspace, init_workspace
+from tests.conftest import SAMPLE_DIR
 from tests.data_helpers import (
     TYPES,
     FakeItem,
@@ -575,3 +576,17 @@ def test_count_labels_counts_untyped_negatives() -> None:
     counts = count_labels(labels)
     assert (counts["items"], counts["positives"], counts["negatives"]) == (3, 1, 2)
     assert counts["mistake_types"]["untyped"] == 1 and counts["mistake_types"]["Critical Mistake"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The bundled sample set
+
+
+def test_init_sample_then_verify_sample_exits_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (SAMPLE_DIR / "AgentHorizon.jsonl").is_file(), "the bundled sample set has not been generated yet"
+    assert run("init", str(tmp_path / "ws"), "--sample") == 0
+    assert run("devset", "verify", "sample", "-w", str(tmp_path / "ws")) == 0
+    out = capsys.readouterr().out
+    assert "items=" in out and "\nok\n" in out
