@@ -88,7 +88,7 @@ def _palette_image() -> Image.Image:
 _PALETTE = _palette_image()
 
 
-def _font(size: int, bold: bool = False) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     # Pillow's bundled font: the same glyphs on every machine, no system font lookup.
     try:
         return ImageFont.load_default(size=size)
