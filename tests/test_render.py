@@ -392,3 +392,17 @@ def test_disk_image_cache_reuses_encoded_jpegs_across_processes(tmp_path: Path) 
     assert sorted(part.data for part in images(again)) == sorted(p.read_bytes() for p in stored)
     assert {part.data for part in images(again)}.isdisjoint(part.data for part in images(first))
     assert not list(cache.rglob("*.tmp"))
+
+
+def test_renders_a_bundled_sample_item_through_the_real_split(tmp_path: Path) -> None:
+    from optimizer.devset import open_split
+    from optimizer.workspace import init_workspace
+
+    ws = init_workspace(tmp_path / "ws", sample=True)
+    split = open_split(ws, ws.config.workspace.dev_split)
+    traj = split.trajectory(split.ids[0])
+    req = build_request(traj, split, PromptSet.from_dir(ws.prompts_dir))
+    assert req.notes == ()
+    assert len(images(req)) == len(traj.steps)
+    assert all(decode(p).size == (512, 332) for p in images(req))
+    assert traj.task.instruction.strip() in text(req)
