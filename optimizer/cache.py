@@ -13,6 +13,7 @@ may read at the same time.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import threading
 import time
@@ -41,6 +42,14 @@ CREATE TABLE IF NOT EXISTS calls (
     cache_write_tokens INTEGER NOT NULL,
     cost_usd REAL NOT NULL,
     duration_s REAL NOT NULL,
+    created REAL NOT NULL
+);
+-- Rendered-request memo: what a trajectory renders to (its fingerprint and preprocessing notes),
+-- keyed by the inputs of rendering, so a fully cached item needs no image work at all.
+CREATE TABLE IF NOT EXISTS requests (
+    memo_key TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    notes TEXT NOT NULL,
     created REAL NOT NULL
 );
 """
@@ -225,6 +234,22 @@ class JudgeCache:
             )
         self.writes += 1
         return call
+
+    def get_request(self, memo_key: str) -> tuple[str, tuple[str, ...]] | None:
+        """The memoised (request fingerprint, notes) for ``memo_key``, or None."""
+        row = self._conn().execute("SELECT fingerprint, notes FROM requests WHERE memo_key=?", (memo_key,)).fetchone()
+        if row is None:
+            return None
+        return row[0], tuple(json.loads(row[1]))
+
+    def put_request(self, memo_key: str, fingerprint: str, notes: tuple[str, ...]) -> None:
+        """Remember what the rendering inputs ``memo_key`` render to."""
+        conn = self._conn()
+        with conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO requests (memo_key, fingerprint, notes, created) VALUES (?,?,?,?)",
+                (memo_key, fingerprint, json.dumps(list(notes)), time.time()),
+            )
 
     def stats(self) -> CacheStats:
         """Rows stored, their original total cost, and this object's hit/miss/write counters."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import hashlib
 import io
 import json
 import math
@@ -40,9 +42,10 @@ from optimizer.judge_types import (
     ProviderReply,
     Sampling,
     TextPart,
+    stable_json,
 )
 from optimizer.metrics import Answer
-from optimizer.models import Verdict
+from optimizer.models import Trajectory, Verdict
 
 # The estimate the budget uses: text tokens ≈ characters / 4; an image ≈ width·height / 750 tokens
 # (the Anthropic vision rule, within a few percent of OpenAI's tile rule at 512×332).
@@ -360,7 +363,6 @@ class _Evaluator:
         hit = self.cache.get(key)
         if hit is None:
             return key, None
-        self.cache_hits += 1
         parsed = parse_verdict(hit.reply_text)
         return key, ReplicateResult(
             index=index,
@@ -457,10 +459,33 @@ class _Evaluator:
         )
 
     # -- one item --------------------------------------------------------------------------------
-    def _render(self, tid: str) -> JudgeRequest:
+    def _prepare(self, tid: str) -> tuple[Trajectory, str | None]:
+        """Load the trajectory and compute its render-memo key (None when the split cannot say)."""
+        traj = self.split.trajectory(tid)
+        json_path = getattr(self.split, "json_path", None)
+        if json_path is None:
+            return traj, None
+        screens: list[Any] = []
+        for step in traj.steps:
+            path = self.split.screenshot_file(step)
+            try:
+                st = path.stat() if path is not None else None
+            except OSError:
+                st = None
+            screens.append(None if st is None else [str(path), st.st_mtime_ns, st.st_size])
+        payload = {
+            "code": _render_code_version(),
+            "prompts": self.prompts.prompt_hash(),
+            "text_only": self.text_only,
+            "token_budget": self.token_budget,
+            "trajectory": hashlib.sha256(Path(json_path(tid)).read_bytes()).hexdigest(),
+            "screens": screens,
+        }
+        return traj, hashlib.sha256(stable_json(payload).encode()).hexdigest()
+
+    def _render(self, traj: Trajectory) -> JudgeRequest:
         from optimizer.render import build_request
 
-        traj = self.split.trajectory(tid)
         return build_request(traj, self.split, self.prompts, text_only=self.text_only, token_budget=self.token_budget)
 
     async def _wait_turn(self, position: int) -> None:
@@ -480,11 +505,29 @@ class _Evaluator:
         tasks: list[asyncio.Task[ReplicateResult]] = []
         turn_ended = False
         try:
-            request = await asyncio.to_thread(self._render, tid)
-            fingerprint = request.fingerprint()
+            traj, memo_key = await asyncio.to_thread(self._prepare, tid)
+            # A fully cached item whose rendering inputs are unchanged needs no rendering at all.
+            memo = self.cache.get_request(memo_key) if memo_key is not None else None
+            request: JudgeRequest | None = None
+            if memo is None:
+                request = await asyncio.to_thread(self._render, traj)
+                fingerprint, notes = request.fingerprint(), request.notes
+                if memo_key is not None:
+                    self.cache.put_request(memo_key, fingerprint, notes)
+            else:
+                fingerprint, notes = memo
             looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
             misses = [(key, i) for i, (key, hit) in enumerate(looked_up) if hit is None]
+            if misses and request is None:
+                request = await asyncio.to_thread(self._render, traj)
+                if request.fingerprint() != fingerprint:  # a stale memo: trust the rendering
+                    fingerprint, notes = request.fingerprint(), request.notes
+                    if memo_key is not None:
+                        self.cache.put_request(memo_key, fingerprint, notes)
+                    looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
+                    misses = [(key, i) for i, (key, hit) in enumerate(looked_up) if hit is None]
             if misses:
+                assert request is not None
                 # Paid calls take their semaphore slots strictly in item order.
                 await self._wait_turn(position)
                 for key, i in misses:
@@ -510,6 +553,7 @@ class _Evaluator:
                 raise outcome
         fresh = iter(o for o in outcomes if isinstance(o, ReplicateResult))
         reps = [hit if hit is not None else next(fresh) for _, hit in looked_up]
+        self.cache_hits += sum(1 for r in reps if r.cached)
         failed = [r for r in reps if r.infra_error is not None]
         if failed:
             return ItemResult(
@@ -519,7 +563,7 @@ class _Evaluator:
                 unstable=False,
                 infra_error=True,
                 error=failed[0].infra_error,
-                notes=request.notes,
+                notes=notes,
                 duration_s=time.monotonic() - started,
             )
         answer, verdict, unstable = _majority(reps)
@@ -530,7 +574,7 @@ class _Evaluator:
             unstable=unstable,
             infra_error=False,
             verdict=verdict,
-            notes=request.notes,
+            notes=notes,
             duration_s=time.monotonic() - started,
         )
 
@@ -590,6 +634,20 @@ class _Evaluator:
             for task in self._workers:
                 task.cancel()
             await asyncio.gather(*self._workers, return_exceptions=True)
+
+
+@functools.cache
+def _render_code_version() -> str:
+    """A hash of the modules that turn a trajectory into a request; part of the render-memo key,
+    so a judgeloop upgrade that renders differently never reuses an old request's fingerprint."""
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for name in ("render.py", "prompts.py", "markdown.py", "judge_types.py", "models.py", "devset.py"):
+        try:
+            h.update(name.encode() + b"\0" + (here / name).read_bytes())
+        except OSError:
+            h.update(name.encode() + b"\0missing")
+    return h.hexdigest()
 
 
 def sampling_from(prompts: Any) -> Sampling:

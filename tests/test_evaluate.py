@@ -369,7 +369,7 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
     run = asyncio.run(
         evaluate_items(
             data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1,
-            on_item=lambda result: len(data.split.ids) and result.trajectory_id == data.split.ids[stop_after - 1],
+            on_item=lambda result: result.trajectory_id == data.split.ids[stop_after - 1],
         )
     )
     assert [item.trajectory_id for item in run.items] == data.split.ids[:stop_after]
@@ -466,3 +466,37 @@ def test_progress_is_plain_lines_when_not_a_terminal(data: Data) -> None:
     lines = stream.getvalue().splitlines()
     assert lines and "\r" not in stream.getvalue()
     assert lines[-1].startswith(f"judge {len(data.items)}/{len(data.items)} items")
+
+
+def test_fully_cached_items_are_not_rendered_again_until_an_input_changes(
+    data: Data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import optimizer.render
+
+    first = run_eval(data, InTestProvider(lambda r: verdict_text(True)))
+    real_build = optimizer.render.build_request
+    rendered: list[str] = []
+
+    def counting_build(traj: Any, *args: Any, **kwargs: Any) -> JudgeRequest:
+        rendered.append(traj.trajectory_id)
+        return real_build(traj, *args, **kwargs)
+
+    monkeypatch.setattr(optimizer.render, "build_request", counting_build)
+    provider = InTestProvider(lambda r: verdict_text(True))
+    again = run_eval(data, provider)
+    assert rendered == [] and provider.calls == []
+    assert again.answers() == first.answers()
+
+    # A changed screenshot is a changed request: rendered again and judged again.
+    item = data.items[0]
+    traj = data.split.trajectory(item.trajectory_id)
+    shot = data.split.screenshot_file(traj.steps[0])
+    assert shot is not None
+    from PIL import Image
+
+    Image.new("RGB", (8, 6), (1, 2, 3)).save(shot)
+    changed = run_eval(data, provider)
+    # Exactly the items showing that recording (its positive and its negative) are rendered again.
+    assert sorted(rendered) == sorted(i.trajectory_id for i in data.items if i.original_id == item.original_id)
+    assert {data.request_item(r).trajectory_id for r in provider.calls} == set(rendered)
+    assert changed.calls_made == len(provider.calls) >= 1
