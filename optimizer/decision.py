@@ -25,6 +25,8 @@ criteria at once: if it is rolled back, every completion is. `kappa_provably_can
 exactly that completion with `decide` itself, so the bound and the full decision cannot disagree.
 On a one-class split kappa is 0 or undefined and the argument fails; the kappa bound then never
 stops (the FPR bound, which only counts false positives, still holds).
+Nothing here assumes an order: the bounds hold whatever subset of items has completed, so
+concurrent evaluation may finish items out of order.
 """
 
 from __future__ import annotations
