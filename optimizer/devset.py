@@ -858,7 +858,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(describe_counts(meta["counts"]))
     print(f"fingerprint {split.fingerprint}")
     print(
-        f"next: judgeloop devset verify {split.name}  (then commit devset/{split.name} if you want it versioned)"
+        f"next: judgeloop devset verify {split.name}  (committing devset/{split.name} is optional: "
+        "splits are pinned by their fingerprint)"
     )
     return 0
 

@@ -36,6 +36,10 @@ REJECTED_PREFIX = "refs/judgeloop/rejected/"
 PENDING = "pending"
 # Paths the dirty-tree check ignores: run output lives there (and is git-ignored anyway).
 IGNORED_DIRTY_PREFIXES: tuple[str, ...] = ("experiments/",)
+# Untracked (never committed) data under devset/ does not make the tree dirty: an imported split can
+# be gigabytes of screenshots, it is pinned by its fingerprint, and the loop never writes there.
+# Edits to *tracked* devset files still do.
+UNTRACKED_DATA_PREFIXES: tuple[str, ...] = ("devset/",)
 TRAILER_KEYS: tuple[str, ...] = ("Judgeloop-Experiment", "Judgeloop-Kappa", "Judgeloop-FPR", "Judgeloop-Decision")
 _TRAILER_RE = re.compile(r"^(Judgeloop-[A-Za-z-]+):\s*(.*)$")
 
@@ -100,9 +104,10 @@ def replace_trailers(message: str, trailers: Mapping[str, object]) -> str:
 # Inspecting the tree
 
 
-def _status_paths(repo: git.Repo) -> list[str]:
-    out = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all")
-    paths: list[str] = []
+def _status_paths(repo: git.Repo) -> list[tuple[str, str]]:
+    """(two-letter status code, path) for every change; untracked folders are listed as folders."""
+    out = repo.git.status("--porcelain=v1", "-z", "--untracked-files=normal")
+    paths: list[tuple[str, str]] = []
     entries = out.split("\0")
     i = 0
     while i < len(entries):
@@ -113,15 +118,21 @@ def _status_paths(repo: git.Repo) -> list[str]:
         code, path = entry[:2], entry[3:]
         if "R" in code or "C" in code:
             i += 1  # the rename/copy source follows as its own entry
-        paths.append(path)
+        paths.append((code, path))
     return paths
 
 
 def dirty_paths(where: Root) -> list[str]:
-    """Tracked changes (staged or not) and untracked files, outside ``experiments/``."""
+    """Tracked changes (staged or not) and untracked files, outside ``experiments/``; untracked
+    imported data under ``devset/`` is not counted (see ``UNTRACKED_DATA_PREFIXES``)."""
     with repo_at(_root(where)) as repo:
-        paths = _status_paths(repo)
-    return [p for p in paths if not p.startswith(IGNORED_DIRTY_PREFIXES)]
+        entries = _status_paths(repo)
+    return [
+        path
+        for code, path in entries
+        if not path.startswith(IGNORED_DIRTY_PREFIXES)
+        and not (code == "??" and path.startswith(UNTRACKED_DATA_PREFIXES))
+    ]
 
 
 def is_dirty(where: Root) -> bool:

@@ -136,3 +136,15 @@ def test_replace_trailers_merges_and_keeps_body() -> None:
     msg = gitops.format_message("subj", "body line", {"Judgeloop-Experiment": 4, "Judgeloop-Decision": "pending"})
     out = gitops.replace_trailers(msg, {"Judgeloop-Decision": "kept", "Judgeloop-Kappa": 0.5})
     assert out == "subj\n\nbody line\n\nJudgeloop-Experiment: 4\nJudgeloop-Decision: kept\nJudgeloop-Kappa: 0.500\n"
+
+
+def test_untracked_imported_split_is_not_dirty_but_edited_tracked_data_is(ws: Workspace) -> None:
+    split = ws.root / "devset" / "big"
+    split.mkdir(parents=True)
+    (split / "manifest.txt").write_text("a\n")
+    assert gitops.dirty_paths(ws.root) == []
+    with repo_at(ws.root) as repo:
+        repo.git.add("devset/big")
+        repo.index.commit("add split")
+    (split / "manifest.txt").write_text("b\n")
+    assert gitops.dirty_paths(ws.root) == ["devset/big/manifest.txt"]
