@@ -53,6 +53,9 @@ CHARS_PER_TOKEN = 4
 IMAGE_PIXELS_PER_TOKEN = 750
 MIN_IMAGE_TOKENS = 85
 
+# Encoded screenshots shared across processes (see render.build_request's image_cache_dir).
+IMAGE_CACHE_DIRNAME = "images"
+
 ParseStatus = Literal["ok", "parse_error", "infra_error"]
 
 
@@ -315,6 +318,7 @@ class _Evaluator:
         budget: Budget | None,
         progress: Callable[[ProgressSnapshot], None] | None,
         total: int,
+        image_cache_dir: Path | None,
     ) -> None:
         self.split = split
         self.prompts = prompts
@@ -330,6 +334,7 @@ class _Evaluator:
         self.total = total
         self.text_only = bool(getattr(provider, "text_only", False))
         self.token_budget = getattr(prompts.settings, "token_budget", None)
+        self.image_cache_dir = image_cache_dir
         self.semaphore = asyncio.Semaphore(concurrency)
         self.results: dict[str, ItemResult] = {}
         self.stop_reason: str | None = None
@@ -486,7 +491,14 @@ class _Evaluator:
     def _render(self, traj: Trajectory) -> JudgeRequest:
         from optimizer.render import build_request
 
-        return build_request(traj, self.split, self.prompts, text_only=self.text_only, token_budget=self.token_budget)
+        return build_request(
+            traj,
+            self.split,
+            self.prompts,
+            text_only=self.text_only,
+            token_budget=self.token_budget,
+            image_cache_dir=self.image_cache_dir,
+        )
 
     async def _wait_turn(self, position: int) -> None:
         async with self._turn_cond:
@@ -706,6 +718,7 @@ async def evaluate_items(
             budget=budget,
             progress=progress,
             total=len(item_ids),
+            image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
         )
         await evaluator.run(item_ids)
     finally:
