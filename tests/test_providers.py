@@ -481,3 +481,13 @@ def test_fake_server_default_callable_chooses_replies_from_the_request(
     assert json.loads(positive.text)["success"] is True
     assert json.loads(negative.text)["success"] is False
     assert server.pending == 0
+
+
+def test_local_schema_caps_reasoning_so_output_fits_the_token_limit() -> None:
+    from optimizer.providers.local_provider import bounded_schema
+
+    capped = bounded_schema(VERDICT_SCHEMA, max_tokens=300)
+    assert capped["properties"]["reasoning"] == {"type": "string", "maxLength": 236}
+    assert capped["required"] == VERDICT_SCHEMA["required"]
+    assert "maxLength" not in VERDICT_SCHEMA["properties"]["reasoning"]  # the shared schema is untouched
+    assert bounded_schema({"type": "object"}, 300) == {"type": "object"}

