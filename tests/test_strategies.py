@@ -237,12 +237,14 @@ def test_reflect_through_anthropic_sdk_splices_the_section(dev: DevFixture, monk
 def test_reflect_through_openai_sdk(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     with FakeLLMServer() as server:
-        server.script(reply(_section_reply(), usage=Usage(500, 100)))
-        cfg = OptimizerSection(provider="openai", model="gpt-opt", base_url=server.openai_base_url)
+        server.script(reply(_section_reply(), usage=Usage(500, 100, cache_read_tokens=200)))
+        # A model of the built-in price table: cached prompt tokens are billed at the cache-read rate.
+        cfg = OptimizerSection(provider="openai", model="gpt-4o-mini", base_url=server.openai_base_url)
         proposal = asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, disagreements_for(dev.items, missed=1, rejected=1))))
         (request,) = server.inference_requests()
     assert request.wire == "openai" and request.body["messages"][0]["role"] == "system"
-    assert "prompts/rubric.md" in proposal.files and proposal.input_tokens == 500
+    assert "prompts/rubric.md" in proposal.files and proposal.input_tokens == 700
+    assert proposal.cost_usd == pytest.approx((500 * 0.15 + 200 * 0.075 + 100 * 0.60) / 1e6)
 
 
 @pytest.mark.parametrize(

@@ -87,11 +87,14 @@ class Usage:
         """Count one Chat Completions reply's ``usage`` (``prompt_tokens`` include cached ones)."""
         inp = int(getattr(usage, "prompt_tokens", 0) or 0) if usage is not None else 0
         out = int(getattr(usage, "completion_tokens", 0) or 0) if usage is not None else 0
+        details = getattr(usage, "prompt_tokens_details", None) if usage is not None else None
+        cached = min(inp, int(getattr(details, "cached_tokens", 0) or 0)) if details is not None else 0
         self.calls += 1
         self.input_tokens += inp
         self.output_tokens += out
         if price is not None:
-            self.cost_usd += (inp * price.input + out * price.output) / 1e6
+            read_rate = price.cache_read if price.cache_read is not None else price.input
+            self.cost_usd += ((inp - cached) * price.input + cached * read_rate + out * price.output) / 1e6
 
     def error(self, reason: str) -> ProposalError:
         """A `ProposalError` carrying what was spent so far."""
@@ -100,8 +103,11 @@ class Usage:
 
 
 def price_for(prices: Mapping[str, Price], model: str) -> Price | None:
-    """The configured price of ``model``; None when unknown (cost then counts as 0)."""
-    return prices.get(model)
+    """The price of ``model``: ``[prices]`` overrides first, then the built-in table; None when unknown
+    (its cost then counts as 0)."""
+    from optimizer.providers.pricing import price_for as lookup
+
+    return lookup(model, prices)
 
 
 @contextmanager
