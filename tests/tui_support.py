@@ -1,0 +1,155 @@
+"""A real short `judgeloop run` against the fake OpenAI server, for the TUI tests and screenshots.
+
+The fake judge is deterministic and prompt-sensitive: each item has a fixed difficulty, each
+enabled instruction-library rule moves the judge's skill up or down by a fixed amount, and the
+second replicate of a few borderline items disagrees with the first. So the `library` strategy
+finds some edits that help (kept) and some that do not (rolled back), and the ledger holds every
+status, flips, unstable items and reasoning text a person would see in a real run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from optimizer.devset import load_labels, open_split
+from optimizer.markdown import action_string
+from optimizer.workspace import Workspace
+from tests.fakeserver import FakeLLMServer, RecordedRequest, Usage, reply
+
+
+def _unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) from the parts."""
+    digest = hashlib.sha256("\0".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+@dataclass(frozen=True)
+class _Item:
+    tid: str
+    instruction: str
+    actions: tuple[str, ...]
+    positive: bool
+    mistake_type: str | None
+
+
+def _rules(system: str) -> list[str]:
+    """The bullets under the rubric's "## Additional rules" heading (the enabled library entries)."""
+    if "## Additional rules" not in system:
+        return []
+    tail = system.split("## Additional rules", 1)[1]
+    rules = []
+    for line in tail.splitlines()[1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("- "):
+            rules.append(line)
+    return rules
+
+
+def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callable[[RecordedRequest], object]:
+    """The fake server's behaviour: a verdict that depends on the item and on the enabled rules."""
+    ws = Workspace.open(ws_root)
+    split = open_split(ws, split_name)
+    labels = load_labels(split)
+    items: list[_Item] = []
+    for tid in split.ids:
+        traj = split.trajectory(tid)
+        items.append(_Item(
+            tid, traj.task.instruction.strip(), tuple(action_string(s.action) for s in traj.steps),
+            labels[tid].is_positive, labels[tid].mistake_type,
+        ))
+    counter = {"n": 0}
+
+    def find(text: str) -> _Item:
+        candidates = [it for it in items if it.instruction in text] or items
+        return max(candidates, key=lambda it: (sum(a in text for a in it.actions), len(it.actions)))
+
+    def texts(content: object) -> str:
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):  # only the text parts: the images are megabytes of base64
+            return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return ""
+
+    def behave(request: RecordedRequest) -> object:
+        messages = request.body.get("messages", []) if isinstance(request.body, dict) else []
+        system = "\n".join(texts(m.get("content")) for m in messages if m.get("role") == "system")
+        user = "\n".join(texts(m.get("content")) for m in messages if m.get("role") == "user")
+        item = find(user)
+        skill = 0.65 + sum(0.5 * _unit("rule", r) - 0.1 for r in _rules(system))
+        counter["n"] += 1
+        difficulty = _unit("item", item.tid)
+        # Items near the skill boundary flip between replicates: the unstable ones.
+        jitter = 0.05 * (_unit("rep", item.tid, counter["n"]) - 0.5)
+        correct = difficulty + jitter < skill
+        success = item.positive if correct else not item.positive
+        mistake = None if success else (item.mistake_type or "Critical Mistake")
+        confidence = "high" if abs(difficulty - skill) > 0.3 else ("medium" if abs(difficulty - skill) > 0.1 else "low")
+        reasoning = (
+            f"Checklist: the goal asks to {item.instruction[:60].rstrip('.').lower()}. "
+            f"The last action was {item.actions[-1] if item.actions else 'none'}; "
+            + ("the final screen shows the requested end state." if success
+               else "the final screen does not show the requested end state.")
+        )
+        verdict = {"success": success, "reasoning": reasoning, "confidence": confidence, "mistake_type": mistake}
+        return reply(json.dumps(verdict), usage=Usage(input_tokens=12_000, output_tokens=120))
+
+    return behave
+
+
+def _set_screenshot_policy(ws_root: Path, policy: str) -> None:
+    import re
+
+    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+
+    path = ws_root / "prompts" / "judge.toml"
+    path.write_text(re.sub(r'(?m)^screenshots = "all"$', f'screenshots = "{policy}"', path.read_text()), encoding="utf-8")
+    with repo_at(ws_root) as repo:
+        repo.index.add(["prompts/judge.toml"])
+        repo.index.commit(f"judge: screenshots = {policy}", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
+
+
+def make_real_run(
+    ws_root: Path, *, max_experiments: int = 3, replicates: int = 2, items: int | None = 32,
+    screenshots: str = "all",
+) -> int:
+    """`judgeloop init --sample` at ``ws_root``, then a real `judgeloop run` against the fake server.
+
+    With ``items``, the run uses split ``mini``: the first ``items`` ids of the sample, imported with
+    `judgeloop devset import --manifest` (keeps tests quick; rendering screenshots dominates a run).
+    ``screenshots`` other than "all" is committed to the workspace's ``prompts/judge.toml`` first
+    (a text-only judge makes the run several times faster; the TUI still shows every screenshot).
+    Needs OPENAI_API_KEY set (any value). Returns the run's exit code.
+    """
+    from optimizer.cli import main
+
+    assert main(["init", str(ws_root), "--sample"]) == 0
+    if screenshots != "all":
+        _set_screenshot_policy(ws_root, screenshots)
+    split = "sample"
+    if items is not None:
+        split = "mini"
+        ids = (ws_root / "devset" / "sample" / "manifest.txt").read_text().split()[:items]
+        manifest = ws_root / "experiments" / "mini-manifest.txt"
+        manifest.write_text("\n".join(ids) + "\n", encoding="utf-8")
+        assert main(["devset", "import", str(ws_root / "devset" / "sample"), "-w", str(ws_root), "--name", split,
+                     "--manifest", str(manifest)]) == 0
+    with FakeLLMServer() as server:
+        server.default = prompt_sensitive_judge(ws_root, split)
+        return main([
+            "run", "-w", str(ws_root), "--split", split, "--provider", "openai",
+            "--base-url", server.openai_base_url, "--model", "fake-judge", "--strategy", "library",
+            "--max-experiments", str(max_experiments), "--replicates", str(replicates), "--concurrency", "16",
+        ])
+
+
+if __name__ == "__main__":  # build a demo workspace: python -m tests.tui_support DIR [N]
+    import sys
+
+    os.environ.setdefault("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
+    sys.exit(make_real_run(Path(sys.argv[1]), max_experiments=int(sys.argv[2]) if len(sys.argv) > 2 else 3))

@@ -1,0 +1,431 @@
+"""`judgeloop tui`: the Textual app — history, experiments, disagreements, items, reviews, runs.
+
+The app reads only the ledger (``optimizer.ledger``, read-only connection) and the workspace's split
+files; it never imports the loop. Runs are separate processes (``tui.runs``), so closing the TUI
+never stops one. Views are single-key switchable; every binding has an id (remap with
+``App.set_keymap``); the command palette (ctrl+p) lists every view and action.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import threading
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.screen import ModalScreen
+from textual.worker import Worker, WorkerState
+
+from optimizer.errors import UserError
+from optimizer.ledger import Ledger
+from optimizer.workspace import Workspace
+from tui import runs
+from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
+from tui.views import (
+    CompareView,
+    DisagreementsView,
+    ExperimentView,
+    HelpView,
+    HistoryView,
+    ItemView,
+    ReviewsView,
+    View,
+)
+from tui.watch import LedgerWatcher, LiveState, initial_state
+from tui.widgets import LiveUpdate, StatusStrip
+
+VIEWS: dict[str, type[View]] = {
+    "history": HistoryView,
+    "experiment": ExperimentView,
+    "disagreements": DisagreementsView,
+    "item": ItemView,
+    "reviews": ReviewsView,
+    "compare": CompareView,
+    "help": HelpView,
+}
+
+
+class JudgeloopCommands(Provider):
+    """Command palette entries: every view and every app-level action."""
+
+    def _commands(self) -> list[tuple[str, str, Callable[[], Any]]]:
+        app: JudgeloopApp = self.app  # type: ignore[assignment]
+        entries: list[tuple[str, str, Callable[[], Any]]] = [
+            (f"View: {name}", f"switch to the {name} view", partial(app.switch_view, name)) for name in VIEWS
+        ]
+        entries += [
+            ("Run: start a run", "start `judgeloop run` as a separate process", app.action_start_run),
+            ("Run: stop the run", "create experiments/STOP; the loop stops after its current step", app.action_stop_run),
+            ("Reviews: export as JSONL", "write experiments/reviews.jsonl", app.export_reviews),
+            ("Compare: selected experiment vs its parent", "or the experiment marked with m", partial(app.switch_view, "compare")),
+        ]
+        return entries
+
+    async def discover(self) -> Hits:
+        for title, help_text, callback in self._commands():
+            yield DiscoveryHit(title, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, help_text, callback in self._commands():
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), callback, help=help_text)
+
+
+class JudgeloopApp(App[None]):
+    """The TUI over one workspace. ``image_mode="halfcell"`` forces half-block screenshots (tests, SVG);
+    ``watch=False`` turns off the live ledger watcher (screenshots)."""
+
+    TITLE = "judgeloop"
+    COMMANDS: ClassVar = App.COMMANDS | {JudgeloopCommands}
+    BINDINGS: ClassVar = [
+        Binding("h", "switch_view('history')", "History", id="view.history", tooltip="Experiments table and curves"),
+        Binding("e", "switch_view('experiment')", "Experiment", id="view.experiment",
+                tooltip="Diff, rationale, metrics and flips of the selected experiment"),
+        Binding("d", "switch_view('disagreements')", "Disagree", id="view.disagreements",
+                tooltip="Items where judge and label disagree"),
+        Binding("i", "switch_view('item')", "Item", id="view.item", tooltip="The selected item: verdicts, steps, screenshot"),
+        Binding("v", "switch_view('reviews')", "Reviews", id="view.reviews", tooltip="Human reviews"),
+        Binding("c", "switch_view('compare')", "Compare", id="view.compare",
+                tooltip="Selected experiment vs its parent (or the one marked with m)"),
+        Binding("question_mark,f1", "switch_view('help')", "Help", id="view.help", tooltip="Every key"),
+        Binding("r", "start_run", "Run", id="run.start", tooltip="Start a run (a separate process)"),
+        Binding("s", "stop_run", "Stop", id="run.stop", tooltip="Ask the running loop to stop (experiments/STOP)"),
+        Binding("q", "quit", "Quit", id="app.quit", tooltip="Quit (a running run keeps going)"),
+    ]
+
+    def __init__(
+        self,
+        ws_root: Path | str,
+        *,
+        image_mode: str = "auto",
+        start_view: str = "history",
+        experiment_id: int | None = None,
+        item_id: str | None = None,
+        watch: bool = True,
+        watch_interval_s: float = 0.5,
+    ) -> None:
+        super().__init__()
+        if start_view not in VIEWS:
+            raise UserError(f"unknown screen {start_view!r}; use one of {', '.join(VIEWS)}")
+        self.ws_root = Path(ws_root).resolve()
+        self.ledger_path = self.ws_root / "experiments" / "ledger.sqlite"
+        self.image_mode = image_mode
+        self.start_view = start_view
+        self.experiment_id = experiment_id
+        self.item_id = item_id
+        self.run_id: str | None = None
+        self.compare_left: int | None = None
+        self.live = LiveState()
+        self.fatal: str | None = None
+        self._watch = watch
+        self._watch_interval_s = watch_interval_s
+        self._watcher: LedgerWatcher | None = None
+        self._reader: Ledger | None = None
+        self._reader_lock = threading.Lock()
+        self._seen_changes = 0
+        self.current_view = start_view
+
+    # -- the ledger -------------------------------------------------------------------------------
+
+    def reader(self) -> Ledger | None:
+        """The shared read-only ledger connection (thread-safe), or None while there is no ledger yet.
+
+        A ledger this version cannot read (newer schema, not SQLite) raises UserError.
+        """
+        with self._reader_lock:
+            if self._reader is None and self.ledger_path.is_file():
+                try:
+                    self._reader = Ledger.open_readonly(self.ledger_path)
+                except UserError as exc:
+                    if "no ledger yet" in str(exc):  # created but still empty: a run is starting
+                        return None
+                    raise
+            return self._reader
+
+    def on_mount(self) -> None:
+        try:
+            ledger = self.reader()
+        except UserError as exc:
+            self.fatal = str(exc)
+            self.push_screen(ErrorScreen(self.fatal))
+            return
+        if ledger is not None:
+            self.live = initial_state(ledger)
+            self._seen_changes = self.live.changes
+        self.push_screen(VIEWS[self.start_view]())
+        if self._watch:
+            self._watcher = LedgerWatcher(
+                self.ledger_path, lambda state: self.post_message(LiveUpdate(state)), interval_s=self._watch_interval_s
+            )
+            self._watcher.start()
+
+    def on_unmount(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+
+    def on_live_update(self, message: LiveUpdate) -> None:
+        """A newer live snapshot: repaint the strip; reload the view when experiments or runs changed."""
+        self.live = message.state
+        for strip in self.screen.query(StatusStrip):
+            strip.show_state(self.live)
+        if message.state.changes != self._seen_changes:
+            self._seen_changes = message.state.changes
+            if isinstance(self.screen, HistoryView | ExperimentView):
+                self.screen.reload()
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def switch_view(self, name: str) -> None:
+        """Replace the current view with ``name`` (ignored under a modal or the error screen)."""
+        if self.fatal is not None or isinstance(self.screen, ModalScreen):
+            return
+        self.current_view = name
+        view = VIEWS[name]()
+        if len(self.screen_stack) <= 1:
+            self.push_screen(view)
+        else:
+            self.switch_screen(view)
+
+    def action_switch_view(self, name: str) -> None:
+        self.switch_view(name)
+
+    def compare_pair(self) -> tuple[int | None, int] | None:
+        """(left, right) for the compare view: the marked experiment (None: the right one's parent) and
+        the selected one."""
+        if self.experiment_id is None:
+            return None
+        left = self.compare_left if self.compare_left != self.experiment_id else None
+        return left, self.experiment_id
+
+    def help_markdown(self) -> str:
+        """Every binding of the app and the views, with its id (for remapping) and what it does."""
+        def rows(bindings: list[Binding]) -> list[str]:
+            return [f"| `{b.key}` | {b.description} | {b.tooltip} | `{b.id}` |" for b in bindings]
+
+        lines = ["# judgeloop tui — keys", "", "Everywhere:", "", "| key | action | what | id |", "|---|---|---|---|",
+                 *rows(self.BINDINGS), "| `ctrl+p` | palette | every view and action by name | |", ""]
+        for name, view in VIEWS.items():
+            own = [b for b in view.BINDINGS if isinstance(b, Binding)]
+            if own:
+                lines += [f"In the {name} view:", "", "| key | action | what | id |", "|---|---|---|---|",
+                          *rows(own), ""]
+        lines += ["Remap any key by its id with `App.set_keymap({id: key})`. A run started with r is a separate "
+                  "process (its log is in experiments/runs/); quitting the TUI never stops it."]
+        return "\n".join(lines)
+
+    # -- errors -----------------------------------------------------------------------------------
+
+    def show_error(self, title: str, error: BaseException | str | None) -> None:
+        """One way to show a failure: a modal with the UserError sentence or the exception."""
+        if isinstance(error, UserError) or isinstance(error, str):
+            text = str(error)
+        else:
+            text = f"{type(error).__name__}: {error}"
+        self.push_screen(ErrorModal(title, text))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            self.show_error(f"{event.worker.name or 'background work'} failed", event.worker.error)
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def action_start_run(self) -> None:
+        if self.fatal is not None:
+            return
+
+        def started(options: runs.RunOptions | None) -> None:
+            if options is not None:
+                self.start_run(options)
+
+        self.push_screen(StartRunModal(), started)
+
+    @work(thread=True, exclusive=True, group="run-control", exit_on_error=False, name="starting the run")
+    def start_run(self, options: runs.RunOptions) -> runs.StartedRun:
+        started = runs.start_run(self.ws_root, options)
+        self.call_from_thread(
+            self.notify, f"run started (pid {started.pid}); log: {started.log_path.relative_to(self.ws_root)}",
+            title="judgeloop run", timeout=6,
+        )
+        return started
+
+    def action_stop_run(self) -> None:
+        if self.fatal is not None:
+            return
+        path = runs.request_stop(self.ws_root)
+        self.notify(f"created {path.relative_to(self.ws_root)}: the run stops after its current step", timeout=5)
+
+    def decide_waiting(self, experiment_id: int, decision: str) -> None:
+        """Ask, then run `judgeloop decide ID keep|discard` in a worker."""
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_decide(experiment_id, decision)
+
+        self.push_screen(ConfirmModal(f"{decision} experiment {experiment_id}? (judgeloop decide {experiment_id} "
+                                      f"{decision})"), answered)
+
+    @work(thread=True, exclusive=True, group="run-control", exit_on_error=False, name="judgeloop decide")
+    def run_decide(self, experiment_id: int, decision: str) -> None:
+        result = runs.decide(self.ws_root, experiment_id, decision)
+        if result.returncode != 0:
+            self.call_from_thread(self.show_error, f"judgeloop decide exited {result.returncode}", result.output)
+            return
+        self.call_from_thread(self.notify, result.output.splitlines()[-1] if result.output else "decided", timeout=5)
+        if isinstance(self.screen, View):
+            self.call_from_thread(self.screen.reload)
+
+    def review_item(self, trajectory_id: str, kind: str, experiment_id: int | None,
+                    on_saved: Callable[[], None] | None = None) -> None:
+        """Ask for the review's kind and note, then store it (a short-lived writer connection)."""
+        def answered(result: tuple[str, str] | None) -> None:
+            if result is not None:
+                self.save_review(trajectory_id, result[0], result[1], experiment_id, on_saved)
+
+        self.push_screen(ReviewModal(trajectory_id, kind), answered)
+
+    @work(thread=True, exclusive=False, group="reviews-write", exit_on_error=False, name="saving the review")
+    def save_review(self, trajectory_id: str, kind: str, note: str, experiment_id: int | None,
+                    on_saved: Callable[[], None] | None) -> None:
+        with Ledger(self.ledger_path) as writer:  # WAL: fine while a run writes
+            writer.add_review(trajectory_id, kind, note, experiment_id=experiment_id)  # type: ignore[arg-type]
+        self.call_from_thread(self.notify, f"review saved: {kind.replace('_', ' ')} on {trajectory_id[:13]}", timeout=3)
+        if on_saved is not None:
+            self.call_from_thread(on_saved)
+
+    @work(thread=True, exclusive=True, group="reviews-export", exit_on_error=False, name="exporting reviews")
+    def export_reviews(self) -> None:
+        ledger = self.reader()
+        if ledger is None:
+            self.call_from_thread(self.notify, "no ledger yet: nothing to export", severity="warning")
+            return
+        target = self.ws_root / "experiments" / "reviews.jsonl"
+        n = ledger.export_reviews(target)
+        self.call_from_thread(self.notify, f"exported {n} review(s) to {target.relative_to(self.ws_root)}", timeout=5)
+
+    def open_item_list(self, title: str, ids: list[str], experiment_id: int) -> None:
+        """The items behind a flip-table cell; choosing one opens the item view."""
+        if not ids:
+            self.notify(f"{title}: no items", timeout=2)
+            return
+
+        def chosen(tid: str | None) -> None:
+            if tid:
+                self.experiment_id = experiment_id
+                self.item_id = tid
+                self.switch_view("item")
+
+        self.push_screen(ItemListModal(title, ids), chosen)
+
+    def open_outside(self, path: Path | None) -> None:
+        """Open a screenshot with $OPENER / xdg-open; without one, say where the file is."""
+        if path is None or not path.is_file():
+            self.notify("this step has no screenshot file", severity="warning")
+            return
+        command = runs.opener_command(path, dict(os.environ))
+        if command is None:
+            self.notify(f"no program to open images (set $OPENER or install xdg-open); the file is {path}",
+                        severity="warning", timeout=8)
+            return
+        try:
+            subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        except OSError as exc:
+            self.show_error("could not open the screenshot", f"{' '.join(command)}: {exc}")
+            return
+        self.notify(f"opened {path.name}", timeout=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Headless screenshots and the CLI handler
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"120x40"`` → (120, 40); anything else is a UserError."""
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise UserError(f"--size {text!r} is not WIDTHxHEIGHT; pass e.g. --size 120x40") from None
+    if width < 40 or height < 12:
+        raise UserError(f"--size {text} is too small; use at least 40x12")
+    return width, height
+
+
+def screenshot_defaults(ledger_path: Path, experiment_id: int | None) -> tuple[int | None, str | None]:
+    """The experiment (default: the latest run's incumbent) and item (its first disagreement, else its
+    first item) a headless screenshot shows."""
+    from tui.data import disagreements
+
+    if not ledger_path.is_file():
+        return experiment_id, None
+    with Ledger.open_readonly(ledger_path) as ledger:
+        run = ledger.latest_run()
+        if run is None:
+            return experiment_id, None
+        if experiment_id is None:
+            experiment_id = run.incumbent_experiment
+        if experiment_id is None:
+            return None, None
+        exp = ledger.get_experiment(experiment_id)
+        verdicts = ledger.item_verdicts(experiment_id)
+        wrong = disagreements(ledger.labels(exp.run_id), verdicts, set())
+        item = wrong[0].trajectory_id if wrong else (verdicts[0].trajectory_id if verdicts else None)
+        return experiment_id, item
+
+
+async def settle(app: App[Any], pilot: Any, rounds: int = 4) -> None:
+    """Wait until workers are done and their messages are handled (workers may start more workers)."""
+    for _ in range(rounds):
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+
+
+async def render_screenshot(
+    ws_root: Path, out: Path, *, screen: str = "history", experiment_id: int | None = None,
+    size: tuple[int, int] = (120, 40),
+) -> Path:
+    """Render one view headlessly at ``size`` (half-block images, no live watcher) and save it as SVG."""
+    experiment_id, item_id = screenshot_defaults(Path(ws_root) / "experiments" / "ledger.sqlite", experiment_id)
+    app = JudgeloopApp(ws_root, image_mode="halfcell", start_view=screen, experiment_id=experiment_id,
+                       item_id=item_id, watch=False)
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        app.save_screenshot(filename=out.name, path=str(out.parent))
+    return out
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    """`judgeloop tui`: open the app, or with --screenshot render one view to SVG and exit."""
+    ws = Workspace.open(args.workspace)
+    experiment_id: int | None = None
+    if args.experiment is not None:
+        try:
+            experiment_id = int(args.experiment)
+        except ValueError:
+            raise UserError(f"--experiment {args.experiment!r} is not an experiment id; see `judgeloop history`") from None
+    if args.screen not in VIEWS:
+        raise UserError(f"unknown --screen {args.screen!r}; use one of {', '.join(VIEWS)}")
+    if args.screenshot:
+        out = Path(args.screenshot)
+        if out.suffix.lower() != ".svg":
+            raise UserError(f"--screenshot {out} must end in .svg (convert to PNG afterwards)")
+        asyncio.run(render_screenshot(ws.root, out, screen=args.screen, experiment_id=experiment_id,
+                                      size=parse_size(args.size)))
+        print(f"wrote {out}")
+        return 0
+    JudgeloopApp(ws.root, start_view=args.screen, experiment_id=experiment_id).run()
+    return 0

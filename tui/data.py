@@ -1,0 +1,340 @@
+"""What the TUI shows, read from the ledger and the workspace. No Textual here: plain data, testable alone.
+
+Everything is computed from ``optimizer.ledger`` (runs, experiments, verdicts, labels, reviews) and,
+for a trajectory itself, from the workspace's split files. Nothing here imports the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimizer.ledger import Experiment, ItemVerdict, LabelRow, Ledger, Review, Run
+from optimizer.markdown import action_string
+from optimizer.metrics import flip_table
+
+DISAGREEMENT_KINDS = ("FP", "FN")
+REVIEW_LABELS = {
+    "judge_wrong": "judge wrong",
+    "label_suspect": "label suspect",
+    "rubric_ambiguous": "rubric ambiguous",
+}
+STATUS_STYLES = {
+    "kept": "bold green",
+    "baseline": "bold cyan",
+    "rolled_back": "red",
+    "guard_rejected": "magenta",
+    "running": "bold yellow",
+    "waiting": "bold yellow reverse",
+    "error": "bold red reverse",
+}
+STATUS_TEXT = {
+    "kept": "kept",
+    "baseline": "baseline",
+    "rolled_back": "rolled back",
+    "guard_rejected": "guard-rejected",
+    "running": "running",
+    "waiting": "waiting",
+    "error": "error",
+}
+
+
+def one_line(text: str | None, limit: int = 80) -> str:
+    """The first line of ``text``, cut to ``limit`` characters with an ellipsis."""
+    first = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def fmt(value: float | None, digits: int = 3, *, signed: bool = False) -> str:
+    """A metric for a table cell: ``—`` when missing."""
+    if value is None:
+        return "—"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# History
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One experiment in the history table, with deltas against its parent (the incumbent it faced)."""
+
+    experiment: Experiment
+    d_kappa: float | None
+    d_fpr: float | None
+    d_bacc: float | None
+    in_chain: bool
+
+    @property
+    def id(self) -> int:
+        return self.experiment.id
+
+
+@dataclass(frozen=True)
+class History:
+    run: Run
+    rows: list[HistoryRow]
+    chain_ids: list[int]
+    runs: list[Run]
+
+    @property
+    def experiments(self) -> list[Experiment]:
+        return [r.experiment for r in self.rows]
+
+    def waiting(self) -> Experiment | None:
+        """The candidate waiting for a human decision (propose-only mode), if any."""
+        return next((r.experiment for r in self.rows if r.experiment.status == "waiting"), None)
+
+
+def _delta(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
+
+
+def load_history(ledger: Ledger, run_id: str | None = None) -> History | None:
+    """The run's experiments (the latest run by default) with deltas and the kept chain; None if no runs."""
+    runs = ledger.runs()
+    if not runs:
+        return None
+    run = next((r for r in runs if r.id == run_id), runs[0]) if run_id else runs[0]
+    experiments = ledger.experiments(run.id)
+    by_id = {e.id: e for e in experiments}
+    chain_ids = [e.id for e in ledger.kept_chain(run.id)]
+    chain = set(chain_ids)
+    rows = []
+    for exp in experiments:
+        parent = by_id.get(exp.parent_id) if exp.parent_id is not None else None
+        rows.append(HistoryRow(
+            experiment=exp,
+            d_kappa=_delta(exp.kappa, parent.kappa) if parent else None,
+            d_fpr=_delta(exp.fpr, parent.fpr) if parent else None,
+            d_bacc=_delta(exp.balanced_accuracy, parent.balanced_accuracy) if parent else None,
+            in_chain=exp.id in chain,
+        ))
+    return History(run=run, rows=rows, chain_ids=chain_ids, runs=runs)
+
+
+def matches_filter(row: HistoryRow, text: str) -> bool:
+    """A history filter: every word must appear in the row's id, strategy, status or rationale
+    (``status:kept`` style words match the status exactly)."""
+    exp = row.experiment
+    hay = " ".join([
+        str(exp.id), exp.strategy or "", STATUS_TEXT.get(exp.status, exp.status), exp.status, exp.rationale or "",
+        exp.reason or "",
+    ]).lower()
+    for word in text.lower().split():
+        if word.startswith("status:"):
+            if exp.status != word.split(":", 1)[1] and STATUS_TEXT.get(exp.status) != word.split(":", 1)[1]:
+                return False
+        elif word not in hay:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class CurvePoints:
+    """What the charts plot: the kept chain as a line, every candidate as a point, the baseline marked."""
+
+    chain_x: list[int]
+    chain_kappa: list[float]
+    chain_fpr: list[float]
+    all_x: list[int]
+    all_kappa: list[float]
+    all_fpr: list[float]
+    baseline: tuple[int, float, float] | None
+
+
+def curve_points(history: History) -> CurvePoints:
+    """Points by experiment ``seq`` (0 = baseline). The chain line is a step: each kept value holds
+    until the next keep, through the last experiment, so it reads as "the incumbent at that time"."""
+    exps = [e for e in history.experiments if e.kappa is not None]
+    chain = [r.experiment for r in history.rows if r.in_chain and r.experiment.kappa is not None]
+    chain_x: list[int] = []
+    chain_k: list[float] = []
+    chain_f: list[float] = []
+    last_seq = max((e.seq for e in history.experiments), default=0)
+    for i, exp in enumerate(chain):
+        end = chain[i + 1].seq if i + 1 < len(chain) else last_seq
+        for x in range(exp.seq, max(end, exp.seq) + (0 if i + 1 < len(chain) else 1)):
+            chain_x.append(x)
+            chain_k.append(exp.kappa or 0.0)
+            chain_f.append(exp.fpr or 0.0)
+    base = next((e for e in history.experiments if e.status == "baseline" and e.kappa is not None), None)
+    return CurvePoints(
+        chain_x=chain_x, chain_kappa=chain_k, chain_fpr=chain_f,
+        all_x=[e.seq for e in exps], all_kappa=[e.kappa or 0.0 for e in exps], all_fpr=[e.fpr or 0.0 for e in exps],
+        baseline=(base.seq, base.kappa or 0.0, base.fpr or 0.0) if base else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Experiments
+
+
+@dataclass(frozen=True)
+class ExperimentDetail:
+    experiment: Experiment
+    parent: Experiment | None
+    labels: dict[str, LabelRow]
+
+
+def load_experiment(ledger: Ledger, experiment_id: int) -> ExperimentDetail:
+    """One experiment with its diff text and its parent (the incumbent it was compared with)."""
+    exp = ledger.get_experiment(experiment_id)
+    parent = ledger.get_experiment(exp.parent_id) if exp.parent_id is not None else None
+    return ExperimentDetail(experiment=exp, parent=parent, labels=ledger.labels(exp.run_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# Disagreements
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """An item where the judge's majority answer and the label disagree (invalid answers included)."""
+
+    trajectory_id: str
+    kind: str  # "FP" (judged success, label negative) or "FN" (judged failure or invalid, label positive)
+    label: LabelRow
+    verdict: ItemVerdict
+    reviewed: bool
+
+    @property
+    def confidence(self) -> str:
+        return "/".join(r.confidence or "?" for r in self.verdict.replicates) or "—"
+
+    @property
+    def reasoning(self) -> str:
+        reps = self.verdict.replicates
+        return reps[0].reasoning if reps else ""
+
+
+def is_disagreement(label: LabelRow, verdict: ItemVerdict) -> bool:
+    """Wrong answers (missing/invalid count as wrong, like ``metrics.score``) disagree with the label."""
+    return verdict.success is None or verdict.success != label.positive
+
+
+def disagreements(
+    labels: Mapping[str, LabelRow], verdicts: Iterable[ItemVerdict], reviewed_ids: set[str]
+) -> list[Disagreement]:
+    """Every disagreeing item, false positives first, then by id."""
+    out = []
+    for v in verdicts:
+        label = labels.get(v.trajectory_id)
+        if label is None or not is_disagreement(label, v):
+            continue
+        kind = "FN" if label.positive else "FP"
+        out.append(Disagreement(v.trajectory_id, kind, label, v, v.trajectory_id in reviewed_ids))
+    return sorted(out, key=lambda d: (d.kind != "FP", d.trajectory_id))
+
+
+@dataclass
+class DisagreementFilter:
+    """The disagreement list's filters; None means "any"."""
+
+    kind: str | None = None  # "FP" | "FN"
+    mistake_type: str | None = None
+    unstable: bool | None = None
+    reviewed: bool | None = None
+
+    def accepts(self, d: Disagreement) -> bool:
+        if self.kind and d.kind != self.kind:
+            return False
+        if self.mistake_type and (d.label.mistake_type or "untyped") != self.mistake_type:
+            return False
+        if self.unstable is not None and d.verdict.unstable != self.unstable:
+            return False
+        return not (self.reviewed is not None and d.reviewed != self.reviewed)
+
+    def describe(self) -> str:
+        parts = [
+            self.kind or "FP+FN",
+            self.mistake_type or "any type",
+            {None: "stable or not", True: "unstable only", False: "stable only"}[self.unstable],
+            {None: "reviewed or not", True: "reviewed", False: "not reviewed"}[self.reviewed],
+        ]
+        return " · ".join(parts)
+
+
+def load_disagreements(ledger: Ledger, experiment_id: int) -> tuple[Experiment, list[Disagreement]]:
+    exp = ledger.get_experiment(experiment_id)
+    reviewed = {r.trajectory_id for r in ledger.reviews()}
+    return exp, disagreements(ledger.labels(exp.run_id), ledger.item_verdicts(experiment_id), reviewed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Items
+
+
+@dataclass(frozen=True)
+class StepLine:
+    index: int
+    action: str
+    screenshot: Path | None
+
+
+@dataclass(frozen=True)
+class ItemDetail:
+    """One item under one experiment: instruction, label, every replicate, the steps and reviews."""
+
+    experiment: Experiment
+    trajectory_id: str
+    instruction: str
+    label: LabelRow | None
+    verdict: ItemVerdict | None
+    steps: list[StepLine]
+    reviews: list[Review]
+    other_experiments: list[int] = field(default_factory=list)  # experiments that judged this item
+    trajectory_error: str | None = None
+
+
+def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: str) -> ItemDetail:
+    """Read an item's verdicts from the ledger and its trajectory from the run's split in the workspace.
+
+    A split missing from this workspace (a ledger copied from another machine) is not an error: the
+    item view shows the verdicts and says where the trajectory was expected.
+    """
+    from optimizer.devset import open_split
+    from optimizer.errors import UserError
+    from optimizer.workspace import Workspace
+
+    exp = ledger.get_experiment(experiment_id)
+    run = ledger.get_run(exp.run_id)
+    verdicts = ledger.item_verdicts(experiment_id, trajectory_id)
+    label = ledger.labels(run.id).get(trajectory_id)
+    others = [e.id for e in ledger.experiments(run.id) if ledger.item_verdicts(e.id, trajectory_id)]
+    instruction, steps, problem = "", [], None
+    try:
+        split = open_split(Workspace.open(ws_root), run.split)
+        traj = split.trajectory(trajectory_id)
+        instruction = traj.task.instruction.strip()
+        steps = [StepLine(i, action_string(s.action), split.screenshot_file(s)) for i, s in enumerate(traj.steps)]
+    except (UserError, OSError, ValueError) as exc:
+        problem = str(exc)
+    return ItemDetail(
+        experiment=exp, trajectory_id=trajectory_id, instruction=instruction, label=label,
+        verdict=verdicts[0] if verdicts else None, steps=steps,
+        reviews=ledger.reviews(trajectory_id=trajectory_id), other_experiments=others, trajectory_error=problem,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Compare
+
+
+@dataclass(frozen=True)
+class Comparison:
+    left: Experiment
+    right: Experiment
+    flips: dict[str, list[str]]  # left → right, the four FLIP_KEYS
+
+
+def load_comparison(ledger: Ledger, left_id: int, right_id: int) -> Comparison:
+    """Two experiments with their diffs and the paired flip table from ``left`` to ``right``."""
+    left, right = ledger.get_experiment(left_id), ledger.get_experiment(right_id)
+    labels = ledger.labels(left.run_id) or ledger.labels(right.run_id)
+    a, b = ledger.item_answers(left_id), ledger.item_answers(right_id)
+    common = {tid: lab for tid, lab in labels.items() if tid in a and tid in b}
+    table = flip_table(common, {t: a[t] for t in common}, {t: b[t] for t in common})
+    return Comparison(left, right, {k: list(getattr(table, k)) for k in ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")})

@@ -1,0 +1,115 @@
+"""Driving runs from the TUI: start `judgeloop run` as a detached process, stop it, decide a candidate.
+
+A run started here is its own process in its own session (``start_new_session=True``) writing to
+``experiments/runs/<timestamp>.log``, so closing the TUI — or the TUI crashing — never stops it.
+Stopping is the loop's own protocol: create ``experiments/STOP``; the loop finishes its current step.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from optimizer.errors import UserError
+
+STRATEGIES = ("library", "reflect", "agent")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the start-run form asks; None means "the workspace config decides"."""
+
+    strategy: str | None = None
+    max_experiments: int | None = None
+    budget_usd: float | None = None
+    hours: float | None = None
+    propose_only: bool = False
+    resume: bool = False
+
+    def argv(self, ws_root: Path) -> list[str]:
+        """The `judgeloop run` command line for these options."""
+        cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(ws_root)]
+        if self.resume:
+            return [*cmd, "--resume"]
+        if self.strategy:
+            if self.strategy not in STRATEGIES:
+                raise UserError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+            cmd += ["--strategy", self.strategy]
+        if self.max_experiments is not None:
+            cmd += ["--max-experiments", str(self.max_experiments)]
+        if self.budget_usd is not None:
+            cmd += ["--budget-usd", f"{self.budget_usd:g}"]
+        if self.hours is not None:
+            cmd += ["--hours", f"{self.hours:g}"]
+        if self.propose_only:
+            cmd.append("--propose-only")
+        return cmd
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    pid: int
+    log_path: Path
+    argv: list[str]
+
+
+def start_run(ws_root: Path, options: RunOptions) -> StartedRun:
+    """Start `judgeloop run` detached from the TUI; returns its pid and log file. Never waits for it."""
+    ws_root = Path(ws_root).resolve()
+    runs_dir = ws_root / "experiments" / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    log_path = runs_dir / f"{stamp}.log"
+    n = 1
+    while log_path.exists():  # two starts in one second get two logs
+        n += 1
+        log_path = runs_dir / f"{stamp}-{n}.log"
+    argv = options.argv(ws_root)
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            argv, cwd=ws_root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own session: no SIGHUP/SIGINT from the TUI's terminal
+        )
+    return StartedRun(pid=proc.pid, log_path=log_path, argv=argv)
+
+
+def request_stop(ws_root: Path) -> Path:
+    """Create ``experiments/STOP``: the running loop stops after its current step. Returns the path."""
+    path = Path(ws_root) / "experiments" / "STOP"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("stop requested from the TUI\n", encoding="utf-8")
+    return path
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    output: str
+
+
+def decide(ws_root: Path, experiment_id: int, decision: str, *, timeout_s: float = 300) -> CommandResult:
+    """Run `judgeloop decide ID keep|discard` and return its exit code and output (stdout + stderr)."""
+    if decision not in ("keep", "discard"):
+        raise UserError(f"unknown decision {decision!r}; use keep or discard")
+    proc = subprocess.run(
+        [sys.executable, "-m", "optimizer.cli", "decide", "-w", str(ws_root), str(experiment_id), decision],
+        cwd=ws_root, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+    )
+    return CommandResult(proc.returncode, (proc.stdout + proc.stderr).strip())
+
+
+def opener_command(path: Path, environ: dict[str, str]) -> list[str] | None:
+    """How to open a file outside the terminal: ``$OPENER``, else xdg-open/open if installed; else None."""
+    import shlex
+    import shutil
+
+    if environ.get("OPENER"):
+        return [*shlex.split(environ["OPENER"]), str(path)]
+    for name in ("xdg-open", "open"):
+        found = shutil.which(name)
+        if found:
+            return [found, str(path)]
+    return None

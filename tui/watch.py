@@ -1,0 +1,148 @@
+"""Following a live run: a thread polls the ledger's event feed and reports a cumulative snapshot.
+
+The toolong pattern: the watcher never touches widgets; it hands a complete `LiveState` to a callback
+(the app posts it as a message that replaces any older one still queued), so a burst of progress
+events becomes one repaint and input is never blocked. Each snapshot is cumulative, so dropping an
+older one loses nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from optimizer.errors import UserError
+from optimizer.ledger import Event, Ledger
+
+BACKLOG_EVENTS = 500  # on start, replay this many recent events to show a run already under way
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What the status strip shows. ``changes`` counts decisions/new experiments/status changes seen,
+    so a view can reload only when it moved."""
+
+    run_id: str | None = None
+    run_status: str | None = None
+    experiment_id: int | None = None
+    stage: str | None = None
+    done: int = 0
+    total: int = 0
+    errors: int = 0
+    calls: int = 0
+    cache_hits: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    elapsed_s: float = 0.0
+    last_event_id: int = 0
+    changes: int = 0
+
+    def line(self) -> str:
+        """One line for the strip."""
+        if self.run_id is None:
+            return "no runs yet — press r to start one"
+        parts = [f"run {self.run_id}", self.run_status or "?"]
+        if self.stage:
+            parts.append(f"stage {self.stage}" + (f" (exp {self.experiment_id})" if self.experiment_id else ""))
+        if self.total:
+            parts.append(f"judged {self.done}/{self.total}")
+        parts += [
+            f"{self.errors} errors",
+            f"{self.input_tokens + self.output_tokens:,} tokens",
+            f"${self.cost_usd:.4f}",
+            f"{self.elapsed_s:.0f}s",
+        ]
+        return " · ".join(parts)
+
+
+def apply_events(state: LiveState, events: list[Event]) -> LiveState:
+    """Fold events into the snapshot (pure). A new run's events reset the per-run counters."""
+    for ev in events:
+        if ev.run_id and ev.run_id != state.run_id:
+            state = LiveState(run_id=ev.run_id, last_event_id=state.last_event_id, changes=state.changes + 1)
+        p = ev.payload
+        if ev.kind == "stage":
+            state = replace(state, stage=str(p.get("stage")), experiment_id=ev.experiment_id or state.experiment_id)
+            if p.get("stage") == "experiment_started":
+                state = replace(state, changes=state.changes + 1, done=0, total=0)
+        elif ev.kind == "progress":
+            state = replace(
+                state, experiment_id=ev.experiment_id or state.experiment_id,
+                done=int(p.get("done", 0)), total=int(p.get("total", 0)), errors=int(p.get("errors", 0)),
+                calls=int(p.get("calls", 0)), cache_hits=int(p.get("cache_hits", 0)),
+                input_tokens=int(p.get("input_tokens", 0)), output_tokens=int(p.get("output_tokens", 0)),
+                cost_usd=float(p.get("cost_usd", 0.0)), elapsed_s=float(p.get("elapsed_s", 0.0)),
+            )
+        elif ev.kind == "decision":
+            state = replace(state, changes=state.changes + 1, stage=f"decided: {p.get('status')}")
+        elif ev.kind == "run_status":
+            state = replace(state, run_status=str(p.get("status")), changes=state.changes + 1)
+        state = replace(state, last_event_id=max(state.last_event_id, ev.id))
+    return state
+
+
+def drain(ledger: Ledger, state: LiveState) -> LiveState:
+    """Fold every event newer than ``state.last_event_id`` into ``state``."""
+    while True:
+        events = ledger.events_since(state.last_event_id, limit=1000)
+        if not events:
+            return state
+        state = apply_events(state, events)
+
+
+def initial_state(ledger: Ledger) -> LiveState:
+    """The latest run's snapshot from its status and the most recent events (a run already under way)."""
+    run = ledger.latest_run()
+    if run is None:
+        return LiveState()
+    start = max(0, ledger.last_event_id() - BACKLOG_EVENTS)
+    state = drain(ledger, LiveState(run_id=run.id, run_status=run.status, last_event_id=start))
+    # The backlog may start mid-run: the run's recorded status is authoritative.
+    return replace(state, run_status=run.status) if state.run_id == run.id else state
+
+
+class LedgerWatcher(threading.Thread):
+    """Polls ``events_since`` every ``interval_s`` on its own read-only connection; calls
+    ``on_state(LiveState)`` whenever something new arrived. Waits for a ledger that does not exist yet."""
+
+    def __init__(self, ledger_path: Path, on_state: Callable[[LiveState], None], *, interval_s: float = 0.5) -> None:
+        super().__init__(name="judgeloop-ledger-watcher", daemon=True)
+        self.ledger_path = Path(ledger_path)
+        self.on_state = on_state
+        self.interval_s = interval_s
+        self._stop_event = threading.Event()
+        self.state = LiveState()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def _initial(self, ledger: Ledger) -> LiveState:
+        return initial_state(ledger)
+
+    def _drain(self, ledger: Ledger, state: LiveState) -> LiveState:
+        return drain(ledger, state)
+
+    def run(self) -> None:
+        ledger: Ledger | None = None
+        try:
+            while not self._stop_event.is_set():
+                if ledger is None:
+                    try:
+                        ledger = Ledger.open_readonly(self.ledger_path)
+                    except UserError:
+                        self._stop_event.wait(self.interval_s)  # no ledger yet: a run will create it
+                        continue
+                    self.state = self._initial(ledger)
+                    self.on_state(self.state)
+                else:
+                    new = self._drain(ledger, self.state)
+                    if new != self.state:
+                        self.state = new
+                        self.on_state(new)
+                self._stop_event.wait(self.interval_s)
+        finally:
+            if ledger is not None:
+                ledger.close()
