@@ -129,6 +129,14 @@ class ServerProcess:
         self.proc.wait(timeout=30)
 
 
+def call_latency(run: EvalRun) -> dict[str, float]:
+    """Median and max of the time each call spent inside the provider (SDK + HTTP + server delay)."""
+    times = sorted(r.duration_s for item in run.items for r in item.replicates if not r.cached)
+    if not times:
+        return {}
+    return {"median": round(times[len(times) // 2], 3), "max": round(times[-1], 3)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -184,6 +192,7 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
         "cold_wall_s": round(cold_s, 3),
         "overhead_ratio": round(cold_s / ideal, 3),
         "cold_calls": cold.calls_made,
+        "cold_call_latency_s": call_latency(cold),
         "cached_fresh_process_s": round(cached_s, 3),
         "cached_warm_process_s": round(warm_s, 3),
         "cached_hits": cached.cache_hits,
@@ -196,7 +205,7 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
           f"{first.calls_made} calls = {first_s / ideal:.3f} x ideal")
     print(f"new prompt revision (all calls new, encoded screenshots on disk): {cold_s:.3f} s for "
           f"{cold.calls_made} calls; ideal ceil(n/C)*L = {ideal:.3f} s; overhead ratio = {cold_s / ideal:.3f} "
-          f"(target <= 1.15)")
+          f"(target <= 1.15); time inside the provider per call: {call_latency(cold)}")
     print(f"fully cached re-evaluation (fresh image cache): {cached_s:.3f} s (target < 2 s), "
           f"{cached.cache_hits} hits, {extra_calls} HTTP calls")
     print(f"fully cached re-evaluation (warm process): {warm_s:.3f} s")
