@@ -221,7 +221,7 @@ class FakeLLMServer:
 
     def start(self) -> FakeLLMServer:
         handler = type("_BoundHandler", (_Handler,), {"fake": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = _Server(("127.0.0.1", 0), handler)
         # Non-daemon request threads so server_close() joins them; hangs end at the stop event and
         # every socket read is bounded by _Handler.timeout.
         self._httpd.daemon_threads = False
@@ -303,10 +303,18 @@ class FakeLLMServer:
         return next(self._ids)
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: a burst of concurrent clients (an evaluation at
+    # concurrency 8+) would see connection resets that look like provider outages.
+    request_queue_size = 128
+
+
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeLLMServer
     protocol_version = "HTTP/1.1"
     timeout = 10  # seconds; bounds every socket read so no handler thread can block forever
+    # Headers and body go out as two writes; with Nagle on, the body waits for the client's delayed ACK.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Silence the default stderr access log."""
@@ -338,14 +346,17 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def _send(self, status: int, payload: bytes, headers: tuple[tuple[str, str], ...] = ()) -> None:
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.send_header("connection", "close")
-        for name, value in headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(payload)
+        try:
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.send_header("connection", "close")
+            for name, value in headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up on this call (a cancelled request, an early stop): nothing to answer
         self.close_connection = True
 
     # -- routes ----------------------------------------------------------------------------------
