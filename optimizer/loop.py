@@ -173,6 +173,7 @@ class LoopRunner:
     spent_usd: float = 0.0
     started: float = field(default_factory=time.monotonic)
     interrupted: bool = False
+    budget_exhausted: str | None = None  # why the judge budget cannot pay for another call
     _budget: Budget | None = None
     _guard_inputs: dict[str, Any] | None = None
 
@@ -188,6 +189,12 @@ class LoopRunner:
         if self._budget is None:
             self._budget = Budget(self.limits.budget_usd, spent_usd=self.spent_usd)
         return self._budget
+
+    def charge(self, cost_usd: float) -> None:
+        """Count optimiser spending (US dollars) against the run's spend and the judge budget."""
+        self.spent_usd += cost_usd
+        if self._budget is not None:
+            self._budget.spent_usd += cost_usd
 
     def _progress(self, experiment_id: int):
         last = [0.0]
@@ -231,6 +238,8 @@ class LoopRunner:
             return f"reached --hours {self.limits.hours:g}"
         if self.limits.budget_usd is not None and self.spent_usd >= self.limits.budget_usd:
             return f"spent ${self.spent_usd:.4f} of the ${self.limits.budget_usd:g} budget"
+        if self.budget_exhausted is not None:
+            return self.budget_exhausted
         if since_keep >= self.limits.patience:
             return f"{since_keep} candidates in a row without a keep (patience {self.limits.patience})"
         return None
@@ -266,6 +275,9 @@ class LoopRunner:
             progress=self._progress(experiment_id), provider=provider, cache=cache,
         )
         self.spent_usd += result.cost_usd
+        # The evaluator refused a call that would cross the budget: no later candidate can be paid for.
+        if result.stop_reason and result.stop_reason.startswith("budget of"):
+            self.budget_exhausted = result.stop_reason
         answers = result.answers()
         if early:
             judged = {t: self.labels[t] for t in so_far}
@@ -400,7 +412,7 @@ class LoopRunner:
         try:
             proposal: Proposal = await self.strategy.propose(self.context(incumbent, seq))
         except ProposalError as exc:
-            self.spent_usd += exc.cost_usd
+            self.charge(exc.cost_usd)
             exp = self.ledger.start_experiment(self.run.id, parent_id=incumbent.id, strategy=self.strategy.name,
                                                seq=seq, rationale=None)
             say(f"  optimiser failed: {exc.reason}")
@@ -409,7 +421,7 @@ class LoopRunner:
                 calls=exc.calls, input_tokens=exc.input_tokens, output_tokens=exc.output_tokens,
                 cost_usd=exc.cost_usd,
             )
-        self.spent_usd += proposal.cost_usd
+        self.charge(proposal.cost_usd)
 
         changed = {}
         for path, new in proposal.files.items():
