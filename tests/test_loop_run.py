@@ -1,0 +1,462 @@
+"""End-to-end tests of ``judgeloop run`` through the real openai SDK against the fake server.
+
+Every test works in a fresh copy of one ``init --sample`` workspace (text-only requests) and a
+deterministic fake judge (tests/loop_helpers.py): its answers depend only on the trajectory and
+on which library entries the system prompt contains, so the tests know which candidates must be
+kept and which must be rolled back.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from optimizer import gitops
+from optimizer.devset import open_split
+from optimizer.ledger import Ledger
+from optimizer.metrics import Answer, score
+from optimizer.prompts import LIBRARY_MD, RUBRIC_MD, parse_library, with_entries
+from optimizer.strategies import Proposal, ProposalContext, ProposalError
+from tests.fakeserver import FakeLLMServer
+from tests.loop_helpers import (
+    BAD_ENTRY,
+    GOOD_ENTRY,
+    FakeJudge,
+    add_small_dev_split,
+    commit_all,
+    git,
+    make_workspace,
+    report_json,
+    run_loop,
+    set_toml_key,
+)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = make_workspace(tmp_path_factory.mktemp("template"))
+    add_small_dev_split(root)
+    return root
+
+
+@pytest.fixture
+def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    return root
+
+
+def ledger_of(root: Path) -> Ledger:
+    return Ledger(root / "experiments" / "ledger.sqlite")
+
+
+def latest(root: Path):
+    """(run, experiments) of the latest run."""
+    with ledger_of(root) as led:
+        run = led.latest_run()
+        assert run is not None
+        return run, led.experiments(run.id)
+
+
+def assert_no_kept_candidate_raised_fpr(root: Path) -> None:
+    """Every kept experiment, in every run, has FPR ≤ its parent's and kappa > its parent's."""
+    with ledger_of(root) as led:
+        for run in led.runs():
+            for exp in led.experiments(run.id):
+                if exp.status != "kept":
+                    continue
+                parent = led.get_experiment(exp.parent_id)
+                assert exp.fpr is not None and parent.fpr is not None
+                assert exp.fpr <= parent.fpr, f"kept experiment {exp.id} raised FPR"
+                assert exp.kappa is not None and parent.kappa is not None and exp.kappa > parent.kappa
+
+
+def assert_clean(root: Path) -> None:
+    assert git(root, "status", "--porcelain", "--untracked-files=all", "--", ".", ":!experiments").strip() == ""
+
+
+# -- scripted strategies ---------------------------------------------------------------------------
+
+Step = Callable[[ProposalContext], Proposal]
+
+
+class ScriptedStrategy:
+    """A test optimiser: each call to ``propose`` runs the next step; it records every context."""
+
+    name = "scripted"
+
+    def __init__(self, steps: list[Step], server: FakeLLMServer | None = None) -> None:
+        self.steps = list(steps)
+        self.contexts: list[ProposalContext] = []
+        self.request_counts: list[int] = []
+        self.server = server
+
+    async def propose(self, ctx: ProposalContext) -> Proposal:
+        self.contexts.append(ctx)
+        if self.server is not None:
+            self.request_counts.append(len(self.server.inference_requests()))
+        step = self.steps[min(len(self.contexts), len(self.steps)) - 1]
+        return step(ctx)
+
+
+def toggle(*enable: str) -> Step:
+    """A proposal whose rubric enables exactly ``enable`` (library order)."""
+
+    def step(ctx: ProposalContext) -> Proposal:
+        library = parse_library((ctx.workspace_root / LIBRARY_MD).read_text(encoding="utf-8"))
+        rubric = with_entries(ctx.current_files[RUBRIC_MD], library, list(enable))
+        return Proposal(files={RUBRIC_MD: rubric}, rationale=f"enable exactly {', '.join(enable) or 'nothing'}")
+
+    return step
+
+
+def priced(step: Step, cost_usd: float) -> Step:
+    """``step`` with an optimiser cost attached (as if an LLM had been paid for it)."""
+
+    def wrapped(ctx: ProposalContext) -> Proposal:
+        proposal = step(ctx)
+        proposal.cost_usd = cost_usd
+        proposal.calls = 1
+        return proposal
+
+    return wrapped
+
+
+def install(monkeypatch: pytest.MonkeyPatch, strategy: ScriptedStrategy) -> None:
+    monkeypatch.setattr("optimizer.loop.make_strategy", lambda *a, **k: strategy)
+
+
+# -- the full library run --------------------------------------------------------------------------
+
+
+def test_library_run_git_ledger_and_report_agree(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    set_toml_key(ws, "workspace", "dev_split", '"sample"')  # the whole bundled sample, as after `init --sample`
+    commit_all(ws, "dev split: sample")
+    judge = FakeJudge(ws)
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "3") == 0
+    run, exps = latest(ws)
+    assert run.status == "finished" and "max-experiments 3" in (run.stop_reason or "")
+    assert [e.seq for e in exps] == [0, 1, 2, 3] and exps[0].status == "baseline"
+    statuses = {e.status for e in exps[1:]}
+    # The judge is built so the library's first move (GOOD_ENTRY) is a real improvement.
+    assert "kept" in statuses and "rolled_back" in statuses
+
+    # The branch holds the start revision's history plus only the kept candidates, with final trailers.
+    log = gitops.branch_log(ws, run.branch, since=run.start_rev)
+    kept = [e for e in exps if e.status == "kept"]
+    assert [sha for sha, _ in log] == [e.commit_sha for e in reversed(kept)]
+    for (_sha, message), exp in zip(log, reversed(kept), strict=True):
+        trailers = gitops.parse_trailers(message)
+        assert trailers["Judgeloop-Experiment"] == str(exp.id)
+        assert trailers["Judgeloop-Decision"] == "kept"
+        assert trailers["Judgeloop-Kappa"] == f"{exp.kappa:.3f}"
+        assert trailers["Judgeloop-FPR"] == f"{exp.fpr:.3f}"
+    assert gitops.rev_parse(ws, run.branch) == (kept[-1].commit_sha if kept else run.start_rev)
+
+    # Every rolled-back candidate is preserved under refs/judgeloop/rejected/<id>, off the branch.
+    rejected = gitops.rejected_refs(ws)
+    rolled = [e for e in exps if e.status in ("rolled_back", "error")]
+    assert set(rejected) == {e.id for e in rolled}
+    for exp in rolled:
+        assert rejected[exp.id] == exp.commit_sha
+        trailers = gitops.parse_trailers(gitops.commit_message(ws, exp.commit_sha))
+        assert trailers["Judgeloop-Decision"] == "rolled_back"
+        assert trailers["Judgeloop-Experiment"] == str(exp.id)
+        ancestor = git(ws, "branch", "--contains", exp.commit_sha).strip()
+        assert run.branch not in ancestor
+
+    # report --json agrees with both: ids, decisions and commits, baseline first.
+    report = report_json(ws, capsys, "--run", run.id)
+    assert report["run"] == run.id and report["branch"] == run.branch and report["policy"] == "paired"
+    assert [(x["id"], x["decision"], x["commit"]) for x in report["experiments"]] == [
+        (e.id, e.status, e.commit_sha) for e in exps
+    ]
+    assert report["experiments"][0]["decision"] == "baseline" and report["experiments"][0]["parent"] is None
+    assert_no_kept_candidate_raised_fpr(ws)
+    assert_clean(ws)
+
+
+# -- decisions -------------------------------------------------------------------------------------
+
+
+def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    judge = FakeJudge(ws)
+    # BAD_ENTRY alone would *raise* kappa (it fixes every false negative) — only the FPR guard stops it.
+    labels = judge.labels
+
+    def full_kappa(enabled: set[str]) -> tuple[float, float]:
+        answers = {t: Answer(success=lab.is_positive if judge.correct(t, enabled) else not lab.is_positive)
+                   for t, lab in labels.items()}
+        m = score(labels, answers)
+        return m.kappa, m.fpr
+
+    base_kappa, base_fpr = full_kappa(set())
+    bad_kappa, bad_fpr = full_kappa({BAD_ENTRY})
+    assert bad_kappa > base_kappa and bad_fpr > base_fpr
+
+    strategy = ScriptedStrategy([toggle(BAD_ENTRY), toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
+    run, exps = latest(ws)
+    base, bad, good, both = exps
+    assert bad.status == "rolled_back" and "FPR rose" in (bad.reason or "") and bad.early_stopped
+    assert good.status == "kept" and good.kappa > base.kappa and good.fpr < base.fpr
+    assert good.parent_id == base.id
+    assert both.status == "rolled_back" and both.parent_id == good.id and "FPR" in (both.reason or "")
+    with ledger_of(ws) as led:
+        assert led.get_run(run.id).incumbent_experiment == good.id
+    assert gitops.read_file_at(ws, run.branch, RUBRIC_MD).count(judge.entry_text[GOOD_ENTRY]) == 1
+    assert judge.entry_text[BAD_ENTRY] not in gitops.read_file_at(ws, run.branch, RUBRIC_MD)
+    assert_no_kept_candidate_raised_fpr(ws)
+    assert_clean(ws)
+
+
+# -- guards ----------------------------------------------------------------------------------------
+
+
+def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optimizer.workspace import Workspace
+
+    judge = FakeJudge(ws)
+    split = open_split(Workspace.open(ws), Workspace.open(ws).config.workspace.dev_split)
+    instructions = [split.trajectory(t).task.instruction for t in split.ids]
+    long_instruction = next(i for i in instructions if len(i.split()) >= 10)
+
+    def outside(ctx: ProposalContext) -> Proposal:
+        return Proposal(files={"prompts/judge.toml": "mode = \"direct\"\nreplicates = 3\n"}, rationale="outside")
+
+    def copies_instruction(ctx: ProposalContext) -> Proposal:
+        rubric = ctx.current_files[RUBRIC_MD] + f"\n- Remember the task: {long_instruction}\n"
+        return Proposal(files={RUBRIC_MD: rubric}, rationale="copy a dev instruction")
+
+    def touches_protected(ctx: ProposalContext) -> Proposal:
+        text = ctx.current_files["prompts/judge.md"]
+        begin = text.index("<!-- judgeloop:protected:begin -->")
+        end = text.index("<!-- judgeloop:protected:end -->")
+        inside = text[begin:end]
+        changed = inside.replace("success", "succes", 1)
+        assert changed != inside
+        return Proposal(files={"prompts/judge.md": text[:begin] + changed + text[end:]}, rationale="protected")
+
+    with FakeLLMServer(default=judge) as server:
+        strategy = ScriptedStrategy([outside, copies_instruction, touches_protected, toggle(GOOD_ENTRY)], server)
+        install(monkeypatch, strategy)
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "4") == 0
+        total = len(server.inference_requests())
+    run, exps = latest(ws)
+    assert [e.status for e in exps] == ["baseline", "guard_rejected", "guard_rejected", "guard_rejected", "kept"]
+    assert "outside the allowed files" in exps[1].reason
+    assert "copies" in exps[2].reason and "dev instruction" in exps[2].reason
+    assert "protected region" in exps[3].reason
+    # The request count did not move between the baseline and the first real candidate.
+    baseline_calls = exps[0].calls
+    assert strategy.request_counts == [baseline_calls] * 4
+    assert all(e.calls == 0 and e.commit_sha is None for e in exps[1:4])
+    assert total == baseline_calls + exps[4].calls
+    # Nothing rejected by a guard was written or committed.
+    assert set(gitops.rejected_refs(ws)) == set()
+    assert "replicates = 3" not in (ws / "prompts" / "judge.toml").read_text(encoding="utf-8")
+    assert_clean(ws)
+
+
+# -- failures that must not stop the run ----------------------------------------------------------
+
+
+def test_malformed_optimiser_reply_is_recorded_and_the_run_continues(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def malformed(ctx: ProposalContext) -> Proposal:
+        raise ProposalError("the optimiser's reply was not valid JSON", calls=1, input_tokens=10, output_tokens=3)
+
+    strategy = ScriptedStrategy([malformed, toggle(GOOD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
+    run, exps = latest(ws)
+    assert run.status == "finished"
+    assert [e.status for e in exps] == ["baseline", "error", "kept"]
+    assert "not valid JSON" in exps[1].reason and exps[1].calls == 1 and exps[1].commit_sha is None
+    assert_clean(ws)
+
+
+def test_provider_outage_during_a_candidate_is_an_error_rolled_back(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_toml_key(ws, "judge", "max_retries", "0")
+    commit_all(ws, "no retries")
+    judge = FakeJudge(ws)
+    judge.fail_after = len(judge.neg_rank) + len(judge.pos_rank)  # the baseline succeeds, then only 500s
+    strategy = ScriptedStrategy([toggle(GOOD_ENTRY), toggle(BAD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
+    run, exps = latest(ws)
+    assert run.status == "finished"
+    assert [e.status for e in exps] == ["baseline", "error", "error"]
+    rejected = gitops.rejected_refs(ws)
+    for exp in exps[1:]:
+        assert "infrastructure errors" in exp.reason and "rolled back" in exp.reason
+        assert rejected[exp.id] == exp.commit_sha
+        assert exp.metrics is None
+    assert gitops.rev_parse(ws, run.branch) == run.start_rev
+    assert_clean(ws)
+
+
+# -- budgets ---------------------------------------------------------------------------------------
+
+
+def test_budget_is_enforced_before_a_call_would_cross_it(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = ws / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+                   encoding="utf-8")
+    commit_all(ws, "prices")
+    judge = FakeJudge(ws)
+    with FakeLLMServer(default=judge) as server:
+        # Measure what the baseline costs, then allow 1.5 baselines (optimiser spending included).
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "0") == 0
+        _, first = latest(ws)
+        baseline_cost = first[0].cost_usd
+        assert baseline_cost > 0
+        budget = round(baseline_cost * 1.5, 6)
+        (ws / "experiments" / "cache.sqlite").unlink()  # the second run pays for its baseline again
+        strategy = ScriptedStrategy(
+            [priced(toggle(BAD_ENTRY), baseline_cost * 0.1), toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)]
+        )
+        install(monkeypatch, strategy)
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "5", "--budget-usd", str(budget)) == 0
+    run, exps = latest(ws)
+    spent = sum(e.cost_usd for e in exps)
+    assert spent <= budget + 1e-9
+    assert run.status == "finished" and "budget" in (run.stop_reason or "")
+    assert exps[1].cost_usd >= baseline_cost * 0.1  # the optimiser's spend is recorded and counted
+    # The candidate that met the budget is recorded as not decided, and no further candidate started.
+    assert exps[-1].status == "error" and "budget" in (exps[-1].reason or "")
+    assert len(strategy.contexts) == len(exps) - 1
+    assert_clean(ws)
+
+
+# -- stopping --------------------------------------------------------------------------------------
+
+
+def test_stop_file_stops_after_the_current_step(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def good_then_stop(ctx: ProposalContext) -> Proposal:
+        (ctx.workspace_root / "experiments" / "STOP").write_text("", encoding="utf-8")
+        return toggle(GOOD_ENTRY)(ctx)
+
+    strategy = ScriptedStrategy([good_then_stop, toggle(BAD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "5") == 0
+    run, exps = latest(ws)
+    assert [e.status for e in exps] == ["baseline", "kept"]  # the current candidate finished, then stop
+    assert run.status == "stopped" and "stop file" in (run.stop_reason or "")
+    assert not (ws / "experiments" / "STOP").exists()
+    assert_clean(ws)
+
+
+def test_patience_stops_after_k_candidates_without_a_keep(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    noop = next(e for e in ("lib-final-state", "lib-scope-words") if e not in (GOOD_ENTRY, BAD_ENTRY))
+    strategy = ScriptedStrategy([toggle(noop), toggle(BAD_ENTRY), toggle(GOOD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--patience", "2", "--max-experiments", "10") == 0
+    run, exps = latest(ws)
+    assert [e.status for e in exps] == ["baseline", "rolled_back", "rolled_back"]
+    assert "patience 2" in (run.stop_reason or "")
+    assert "not significant" in exps[1].reason  # a no-op candidate: no flips, p = 1
+
+
+# -- refusals --------------------------------------------------------------------------------------
+
+
+def test_run_refuses_a_dirty_tree(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (ws / "prompts" / "rubric.md").write_text("edited by hand\n", encoding="utf-8")
+    assert run_loop(ws, "http://127.0.0.1:9/v1", "--max-experiments", "1") == 2
+    assert "prompts/rubric.md" in capsys.readouterr().err
+    assert not (ws / "experiments" / "ledger.sqlite").exists() or latest_or_none(ws) is None
+
+
+def latest_or_none(root: Path):
+    with ledger_of(root) as led:
+        return led.latest_run()
+
+
+def test_run_refuses_a_heldout_split(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    set_toml_key(ws, "workspace", "heldout_splits", '["sample"]')
+    commit_all(ws, "hold out the sample")
+    assert run_loop(ws, "http://127.0.0.1:9/v1", "--split", "sample") == 2
+    assert "held out" in capsys.readouterr().err
+    assert latest_or_none(ws) is None
+
+
+def _add_heldout_split(root: Path, n_held: int = 12) -> tuple[list[str], list[str]]:
+    """Import ``n_held`` sample items outside the dev split as split ``held`` and list it under
+    [workspace] heldout_splits; returns (dev ids, held-out ids)."""
+    from optimizer.cli import main
+    from optimizer.workspace import Workspace, bundled_dir
+
+    dev = open_split(Workspace.open(root), "small").ids
+    held = [t for t in open_split(Workspace.open(root), "sample").ids if t not in dev][:n_held]
+    manifest = root / "held.txt"
+    manifest.write_text("\n".join(held) + "\n", encoding="utf-8")
+    assert main(["devset", "import", str(bundled_dir() / "devset" / "sample"), "-w", str(root),
+                 "--name", "held", "--manifest", str(manifest)]) == 0
+    manifest.unlink()
+    set_toml_key(root, "workspace", "heldout_splits", '["held"]')
+    commit_all(root, "held-out split")
+    return dev, held
+
+
+def test_optimiser_never_sees_heldout_data_and_confirm_is_capped(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dev, held = _add_heldout_split(ws)
+    set_toml_key(ws, "confirm", "max_uses", "1")
+    commit_all(ws, "one confirmation")
+    judge = FakeJudge(ws)  # knows every split's items, so confirm's held-out calls are answered too
+    strategy = ScriptedStrategy([toggle(GOOD_ENTRY), toggle(BAD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
+        run, exps = latest(ws)
+        assert exps[0].items_evaluated == len(dev)
+        for ctx in strategy.contexts:
+            assert ctx.split.name == "small" and ctx.split.ids == dev
+            ids = {d.trajectory_id for d in ctx.disagreements}
+            assert ids and ids <= set(dev) and not ids & set(held)
+        # Only dev items were ever sent to the judge.
+        sent = {judge.trajectory_of(body_user(r.body)) for r in server.inference_requests() if r.body}
+        assert sent <= set(dev)
+
+        # confirm refuses the dev split, evaluates the held-out split once, then refuses a second use.
+        capsys.readouterr()
+        assert _confirm(ws, server, "small") == 2
+        assert "dev split" in capsys.readouterr().err
+        assert _confirm(ws, server, "held") == 0
+        assert _confirm(ws, server, "held") == 2
+        assert "max_uses" in capsys.readouterr().err
+    with ledger_of(ws) as led:
+        confirmations = led.confirmations("held")
+    assert len(confirmations) == 1
+    assert confirmations[0].revision == gitops.rev_parse(ws, run.branch)
+
+
+def body_user(body: object) -> str:
+    from tests.loop_helpers import request_texts
+
+    return request_texts(body)[1]
+
+
+def _confirm(root: Path, server: FakeLLMServer, split: str) -> int:
+    from optimizer.cli import main
+
+    return main(["confirm", "-w", str(root), "--split", split, "--provider", "openai",
+                 "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8"])
