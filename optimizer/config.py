@@ -48,7 +48,7 @@ class Price(_Section):
 class OptimizerSection(_Section):
     strategy: Literal["agent", "reflect", "library"] = "library"
     provider: Literal["anthropic", "openai"] = "anthropic"
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-sonnet-5-5"
     base_url: str | None = None
     allowed_files: list[str] = Field(default_factory=lambda: ["prompts/judge.md", "prompts/rubric.md"])
     max_diff_lines: int = Field(default=200, ge=1)
@@ -110,14 +110,14 @@ timeout_s = 120
 max_retries = 4
 
 # Prices in US dollars per million tokens; these override the built-in table.
-# [prices."claude-sonnet-4-5"]
+# [prices."claude-sonnet-5-5"]
 # input = 3.0
 # output = 15.0
 
 [optimizer]
 strategy = "library"        # library (offline) | reflect | agent
 provider = "anthropic"      # the optimiser's own model, for reflect and agent
-model = "claude-sonnet-4-5"
+model = "claude-sonnet-5-5"
 allowed_files = ["prompts/judge.md", "prompts/rubric.md"]
 max_diff_lines = 200
 
