@@ -812,13 +812,21 @@ class CompareView(View):
         self.load_pair(*pair)
 
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False, name="loading the comparison")
-    def load_pair(self, left: int, right: int) -> None:
+    def load_pair(self, left: int | None, right: int) -> None:
         ledger = self.japp.reader()
-        self.post_message(Loaded(load_comparison(ledger, left, right) if ledger is not None else None))
+        if ledger is None:
+            return
+        if left is None:  # nothing marked: compare with the incumbent it faced
+            left = ledger.get_experiment(right).parent_id
+        if left is None:
+            self.post_message(Loaded(None))
+            return
+        self.post_message(Loaded(load_comparison(ledger, left, right)))
 
     def on_loaded(self, message: Loaded) -> None:
         comparison: Comparison | None = message.data
         if comparison is None:
+            self.set_title("compare — the baseline has no parent: mark another experiment with m in the history")
             return
         left, right = comparison.left, comparison.right
         self.set_title(f"compare — experiment {left.id} (left) vs {right.id} (right)")

@@ -1,0 +1,544 @@
+"""The TUI driven by Textual's Pilot over a ledger made by a real short `judgeloop run` (fake OpenAI server).
+
+One session-scoped run (init --sample, a 32-item split, the library strategy, 5 candidates, 2
+replicates) feeds every read-only test; tests that write (reviews, runs, STOP) work on a copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optimizer.cli import main
+from optimizer.ledger import Ledger
+from tests.tui_support import make_real_run
+from tui.app import VIEWS, JudgeloopApp, settle
+from tui.data import disagreements
+from tui.modals import ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
+from tui.views import DisagreementsView, ExperimentView, HistoryView, ItemView, ReviewsView
+from tui.widgets import StatusStrip, StepImage
+
+SIZE = (120, 40)
+
+
+@pytest.fixture(scope="session")
+def run_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace whose ledger holds one real finished run (baseline, rolled-back and kept candidates)."""
+    ws = tmp_path_factory.mktemp("tui") / "ws"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
+        assert make_real_run(ws, max_experiments=5, replicates=2, items=32, screenshots="none") == 0
+    return ws
+
+
+@pytest.fixture
+def ws_copy(run_ws: Path, tmp_path: Path) -> Path:
+    """A private copy of the run workspace for tests that write (reviews, STOP, runs)."""
+    target = tmp_path / "ws"
+    shutil.copytree(run_ws, target, symlinks=True)
+    return target
+
+
+def ledger_of(ws: Path) -> Ledger:
+    return Ledger.open_readonly(ws / "experiments" / "ledger.sqlite")
+
+
+def drive(app: JudgeloopApp, scenario: Callable[[Any], Coroutine[Any, Any, None]], size: tuple[int, int] = SIZE) -> None:
+    """Run ``scenario(pilot)`` against ``app`` headlessly, after its first loads settle."""
+    async def go() -> None:
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            await scenario(pilot)
+
+    asyncio.run(go())
+
+
+def capture_notifications(app: JudgeloopApp) -> list[str]:
+    seen: list[str] = []
+    original = app.notify
+
+    def notify(message: str, **kwargs: Any) -> None:
+        seen.append(str(message))
+        original(message, **kwargs)
+
+    app.notify = notify  # type: ignore[method-assign]
+    return seen
+
+
+def screen_lines(svg: str) -> str:
+    """The text of an SVG screenshot, one screen line per line (Rich writes a <text> per styled run)."""
+    import html
+    import re
+
+    lines: dict[float, list[tuple[float, str]]] = {}
+    for x, y, content in re.findall(r'<text[^>]*?x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>', svg):
+        lines.setdefault(float(y), []).append((float(x), html.unescape(content).replace("\xa0", " ")))
+    return "\n".join("".join(t for _, t in sorted(parts)) for _, parts in sorted(lines.items()))
+
+
+def svg_text(app: JudgeloopApp) -> str:
+    """What the screen shows, as text lines, so assertions read like the screen."""
+    return screen_lines(app.export_screenshot())
+
+
+# ---------------------------------------------------------------------------------------------
+# History
+
+
+def test_history_opens_on_the_latest_run_with_every_experiment_and_the_curves(run_ws: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        assert run is not None
+        experiments = ledger.experiments(run.id)
+        chain = [e.id for e in ledger.kept_chain(run.id)]
+    assert len(chain) >= 1 and {e.status for e in experiments} >= {"baseline", "rolled_back"}
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        screen = app.screen
+        assert isinstance(screen, HistoryView)
+        table = screen.query_one("#history-table")
+        assert table.row_count == len(experiments)
+        assert screen.history is not None and screen.history.chain_ids == chain
+        text = svg_text(app)
+        assert f"run {run.id}" in text and "baseline" in text and "rolled back" in text
+        assert "kappa" in text and "fpr" in text and "kept chain" in text
+        # The cursor starts on the incumbent, so e opens it.
+        assert app.experiment_id == run.incumbent_experiment
+
+    drive(app, scenario)
+
+
+def test_history_filter_keeps_matching_rows_and_sort_reverses(run_ws: Path) -> None:
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        screen = app.screen
+        assert isinstance(screen, HistoryView)
+        table = screen.query_one("#history-table")
+        total = table.row_count
+        await pilot.press("slash", *"status:rolled_back", "enter")
+        await pilot.pause()
+        rolled = [r for r in screen.history.rows if r.experiment.status == "rolled_back"]
+        assert table.row_count == len(rolled) < total
+        await pilot.press("escape")
+        await pilot.pause()
+        assert table.row_count == total
+        first = table.get_row_at(0)[0].plain
+        await pilot.press("o")  # same key again: descending
+        await pilot.pause()
+        assert table.get_row_at(0)[0].plain != first
+
+    drive(app, scenario)
+
+
+def test_empty_workspace_says_no_runs_yet_press_r(empty_workspace: Any) -> None:
+    app = JudgeloopApp(empty_workspace.root, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(app.screen, HistoryView)
+        assert app.screen.has_class("-empty")
+        assert "no runs yet — press r to start one" in svg_text(app)
+
+    drive(app, scenario, size=(80, 24))
+
+
+def test_newer_schema_ledger_gets_one_clear_error_screen(empty_workspace: Any) -> None:
+    path = empty_workspace.root / "experiments" / "ledger.sqlite"
+    Ledger(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    app = JudgeloopApp(empty_workspace.root, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(app.screen, ErrorScreen)
+        assert "newer judgeloop" in app.screen.message and "upgrade judgeloop" in app.screen.message
+        await pilot.press("h")  # views stay unreachable: the error is the whole app
+        assert isinstance(app.screen, ErrorScreen)
+
+    drive(app, scenario)
+
+
+# ---------------------------------------------------------------------------------------------
+# Experiment, flips, compare
+
+
+def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_items(run_ws: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        kept = next(e for e in ledger.experiments(run.id) if e.status == "kept")
+        kept = ledger.get_experiment(kept.id)
+    cells = {(0, 1): "tp_to_fn", (0, 2): "tn_to_fp", (1, 1): "fn_to_tp", (1, 2): "fp_to_tn"}
+    (row, col), key = next((rc, k) for rc, k in cells.items() if kept.flips and kept.flips[k])
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment")
+    seen = capture_notifications(app)
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(app.screen, ExperimentView)
+        await pilot.press("k")  # keep applies only to a waiting (propose-only) candidate
+        assert any("only a waiting candidate" in s for s in seen)
+        text = svg_text(app)
+        assert f"experiment {kept.id}" in text and "decision:" in text and "95% interval" in text
+        assert "diff against parent" in text and "prompts/rubric.md" in text and "Additional rules" in text
+        assert (kept.reason or "")[:30] in text
+        table = app.screen.query_one("#flip-table")
+        table.focus()
+        table.move_cursor(row=row, column=col)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ItemListModal)
+        assert app.screen.ids == kept.flips[key]
+        await pilot.press("enter")  # the first item opens in the item view
+        await settle(app, pilot)
+        assert isinstance(app.screen, ItemView)
+        assert app.item_id == kept.flips[key][0] and app.experiment_id == kept.id
+
+    drive(app, scenario)
+
+
+def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        exps = ledger.experiments(ledger.latest_run().id)
+    kept = next(e for e in exps if e.status == "kept")
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="compare")
+
+    async def scenario(pilot: Any) -> None:
+        text = svg_text(app)
+        assert f"experiment {kept.parent_id} (left) vs {kept.id} (right)" in text
+        assert f"{kept.flip_counts()['fn_to_tp'] + kept.flip_counts()['fp_to_tn']} items fixed" in text
+
+    drive(app, scenario)
+
+
+# ---------------------------------------------------------------------------------------------
+# Disagreements and items
+
+
+def test_disagreement_filters_select_fp_fn_and_unstable(run_ws: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
+        expected = disagreements(ledger.labels(run.id), ledger.item_verdicts(base.id), set())
+    assert expected
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=base.id, start_view="disagreements")
+
+    async def scenario(pilot: Any) -> None:
+        screen = app.screen
+        assert isinstance(screen, DisagreementsView)
+        table = screen.query_one("#disagreement-table")
+        assert table.row_count == len(expected)
+        await pilot.press("f")
+        assert table.row_count == sum(d.kind == "FP" for d in expected)
+        await pilot.press("f")
+        assert table.row_count == sum(d.kind == "FN" for d in expected)
+        await pilot.press("f", "u")
+        assert table.row_count == sum(d.verdict.unstable for d in expected)
+        await pilot.press("u", "u", "n")  # stable only → any; then "not reviewed"
+        assert table.row_count == len(expected)
+        assert "not reviewed" in svg_text(app)
+
+    drive(app, scenario)
+
+
+def test_item_view_shows_label_replicates_steps_and_moves_step_by_step(
+    run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
+        item = disagreements(ledger.labels(run.id), ledger.item_verdicts(base.id), set())[0]
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=base.id,
+                       item_id=item.trajectory_id, start_view="item")
+    seen = capture_notifications(app)
+    monkeypatch.delenv("OPENER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no xdg-open anywhere: opening must degrade to a message
+
+    async def scenario(pilot: Any) -> None:
+        screen = app.screen
+        assert isinstance(screen, ItemView) and screen.detail is not None
+        detail = screen.detail
+        text = svg_text(app)
+        assert detail.instruction[:40] in text and "replicate 0" in text and "replicate 1" in text
+        assert f"label: {item.label.label}" in text
+        assert len(detail.steps) > 2 and detail.steps[0].action in text
+        image = screen.query_one(StepImage)
+        assert image.path == detail.steps[0].screenshot and image.path is not None and image.path.is_file()
+        await pilot.press("right")
+        await settle(app, pilot)
+        assert screen.step_index == 1 and image.path == detail.steps[1].screenshot
+        assert "step 1:" in svg_text(app)
+        await pilot.press("left", "left")
+        await settle(app, pilot)
+        assert screen.step_index == 0
+        await pilot.press("o")
+        assert any("no program to open images" in s and str(detail.steps[0].screenshot) in s for s in seen)
+        # The same item under the next experiment that judged it.
+        await pilot.press("right_square_bracket")
+        await settle(app, pilot)
+        assert app.experiment_id != base.id and screen.detail.experiment.id == app.experiment_id
+        assert screen.detail.trajectory_id == item.trajectory_id
+
+    drive(app, scenario)
+
+
+def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    marker = tmp_path / "opened.txt"
+    script = tmp_path / "opener.sh"
+    script.write_text(f'#!/bin/sh\necho "$1" > {marker}\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("OPENER", str(script))
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        tid = ledger.item_verdicts(run.incumbent_experiment)[0].trajectory_id
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=run.incumbent_experiment,
+                       item_id=tid, start_view="item")
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("o")
+        for _ in range(100):  # bounded: the opener is a separate process
+            if marker.exists() and marker.read_text().strip():
+                break
+            await pilot.pause(0.05)
+        assert marker.read_text().strip() == str(app.screen.query_one(StepImage).path)
+
+    drive(app, scenario)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reviews
+
+
+def test_review_is_stored_survives_a_restart_and_exports(ws_copy: Path, tmp_path: Path) -> None:
+    with ledger_of(ws_copy) as ledger:
+        run = ledger.latest_run()
+        tid = ledger.item_verdicts(run.incumbent_experiment)[0].trajectory_id
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=run.incumbent_experiment,
+                       item_id=tid, start_view="item")
+
+    async def review(pilot: Any) -> None:
+        await pilot.press("l")
+        await pilot.pause()
+        assert isinstance(app.screen, ReviewModal)
+        await pilot.press(*"the click target is off", "enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ItemView) and app.screen.detail is not None
+        assert [(r.kind, r.note) for r in app.screen.detail.reviews] == [("label_suspect", "the click target is off")]
+
+    drive(app, review)
+
+    again = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, start_view="reviews")
+
+    async def listed(pilot: Any) -> None:
+        assert isinstance(again.screen, ReviewsView)
+        text = svg_text(again)
+        assert "label suspect" in text and "the click target is off" in text and tid[:13] in text
+
+    drive(again, listed)
+
+    out = tmp_path / "reviews.jsonl"
+    assert main(["reviews", "-w", str(ws_copy), "--export", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["trajectory_id"], r["kind"], r["note"], r["experiment_id"]) for r in rows] == [
+        (tid, "label_suspect", "the click target is off", run.incumbent_experiment)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Live strip
+
+
+def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> None:
+    with ledger_of(ws_copy) as ledger:
+        run_id = ledger.latest_run().id
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=True, watch_interval_s=0.05)
+    writer = (
+        "import sys\n"
+        "from optimizer.ledger import Ledger\n"
+        "with Ledger(sys.argv[1]) as led:\n"
+        "    led.add_event(sys.argv[2], 'stage', {'stage': 'evaluating'})\n"
+        "    led.add_event(sys.argv[2], 'progress', {'done': 7, 'total': 99, 'errors': 2, 'calls': 9,\n"
+        "        'cache_hits': 0, 'input_tokens': 1000, 'output_tokens': 234, 'cost_usd': 0.5, 'elapsed_s': 12})\n"
+    )
+
+    async def scenario(pilot: Any) -> None:
+        strip = app.screen.query_one(StatusStrip)
+        assert "judged 7/99" not in str(strip.render())
+        subprocess.run([sys.executable, "-c", writer, str(ws_copy / "experiments" / "ledger.sqlite"), run_id],
+                       check=True, cwd=Path(__file__).resolve().parents[1])
+        for _ in range(200):  # bounded wait for the watcher thread's message
+            if "judged 7/99" in str(app.screen.query_one(StatusStrip).render()):
+                break
+            await pilot.pause(0.05)
+        line = str(app.screen.query_one(StatusStrip).render())
+        assert "stage evaluating" in line and "judged 7/99" in line and "2 errors" in line
+        assert "1,234 tokens" in line and "$0.5000" in line
+        await pilot.press("d")  # input still works while the watcher runs
+        await settle(app, pilot)
+        assert isinstance(app.screen, DisagreementsView)
+
+    drive(app, scenario)
+
+
+# ---------------------------------------------------------------------------------------------
+# Driving runs
+
+
+def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(ws_copy: Path) -> None:
+    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+    from tests.fakeserver import FakeLLMServer
+    from tests.tui_support import prompt_sensitive_judge
+
+    with FakeLLMServer() as server:
+        server.default = prompt_sensitive_judge(ws_copy, "mini")
+        config = ws_copy / "judgeloop.toml"
+        text = config.read_text()
+        text = text.replace('provider = "local"', 'provider = "openai"', 1)
+        text = text.replace('model = "smollm2-135m"', 'model = "fake-judge"', 1)
+        text = text.replace("# base_url = \"http://127.0.0.1:8000/v1\"", f'base_url = "{server.openai_base_url}"', 1)
+        text = text.replace('dev_split = "sample"', 'dev_split = "mini"', 1)
+        config.write_text(text)
+        with repo_at(ws_copy) as repo:
+            repo.git.checkout("main") if "main" in repo.heads else None
+            repo.index.add(["judgeloop.toml"])
+            repo.index.commit("test: judge on the fake server", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
+        with ledger_of(ws_copy) as ledger:
+            runs_before = len(ledger.runs())
+
+        app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False)
+        seen = capture_notifications(app)
+
+        async def scenario(pilot: Any) -> None:
+            await pilot.press("r")
+            await pilot.pause()
+            assert isinstance(app.screen, StartRunModal)
+            app.screen.query_one("#run-max").value = "1"
+            await pilot.click("#start")
+            await settle(app, pilot)
+            assert any(s.startswith("run started (pid") for s in seen)
+
+        os.environ["OPENAI_API_KEY"] = "dummy-key-for-the-fake-server"
+        try:
+            drive(app, scenario)
+        finally:
+            os.environ.pop("OPENAI_API_KEY", None)
+        logs = sorted((ws_copy / "experiments" / "runs").glob("*.log"))
+        assert len(logs) == 1
+        # The app has quit; the run goes on and finishes on its own.
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline:
+            with ledger_of(ws_copy) as ledger:
+                runs = ledger.runs()
+                if len(runs) > runs_before and runs[0].status != "running":
+                    status = runs[0].status
+                    break
+            time.sleep(0.2)
+        assert status == "finished", logs[0].read_text()[-2000:]
+        assert "reached --max-experiments 1" in logs[0].read_text()
+
+
+def test_stop_key_creates_the_stop_file(ws_copy: Path) -> None:
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("s")
+        await pilot.pause()
+
+    drive(app, scenario)
+    assert (ws_copy / "experiments" / "STOP").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# Conventions: palette, help, bindings, worker errors, 80×24, headless screenshots
+
+
+def test_every_binding_has_an_id_and_help_lists_them(run_ws: Path) -> None:
+    from tui import modals
+
+    classes = [JudgeloopApp, *VIEWS.values(), modals.ErrorModal, modals.ConfirmModal, modals.ReviewModal,
+               modals.StartRunModal, modals.ItemListModal, modals.ErrorScreen]
+    bindings = [b for cls in classes for b in cls.__dict__.get("BINDINGS", [])]
+    assert bindings and all(b.id for b in bindings)
+    assert len({b.id for b in bindings}) == len(bindings)
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, start_view="help")
+    text = app.help_markdown()
+    assert "view.history" in text and "item.open-png" in text and "disagreements.unstable" in text
+
+
+def test_command_palette_switches_views(run_ws: Path) -> None:
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"reviews")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ReviewsView)
+
+    drive(app, scenario)
+
+
+def test_worker_failure_becomes_an_error_modal_not_a_crash(run_ws: Path) -> None:
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=999_999, start_view="experiment")
+
+    async def scenario(pilot: Any) -> None:
+        await settle(app, pilot)
+        assert isinstance(app.screen, ErrorModal)
+        assert "no experiment 999999" in app.screen.message
+        await pilot.press("escape")
+        await pilot.press("h")
+        await settle(app, pilot)
+        assert isinstance(app.screen, HistoryView)
+
+    drive(app, scenario)
+
+
+def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) -> None:
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        for keys, view, needle in ((("h",), HistoryView, "history — run"), (("d",), DisagreementsView, "filters:"),
+                                   (("enter",), ItemView, "instruction")):
+            await pilot.press(*keys)
+            await settle(app, pilot)
+            assert isinstance(app.screen, view)
+            text = svg_text(app)
+            assert needle in text and "palette" in text  # content and the footer both fit
+            assert max(len(line) for line in text.splitlines()) <= 80
+
+    drive(app, scenario, size=(80, 24))
+
+
+def test_screenshot_command_renders_screens_headlessly(run_ws: Path, tmp_path: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+    expected = {
+        "history": f"run {run.id}",
+        "item": "replicate 0",
+        "help": "view.history",
+    }
+    for screen, needle in expected.items():
+        out = tmp_path / f"{screen}.svg"
+        assert main(["tui", "-w", str(run_ws), "--screenshot", str(out), "--screen", screen, "--size", "100x30"]) == 0
+        assert needle in screen_lines(out.read_text()), screen
+
+
+def test_screenshot_command_refuses_bad_arguments_in_one_line(run_ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tui", "-w", str(run_ws), "--screenshot", "x.png"]) == 2
+    assert main(["tui", "-w", str(run_ws), "--screenshot", "x.svg", "--screen", "nope"]) == 2
+    assert main(["tui", "-w", str(run_ws), "--screenshot", "x.svg", "--size", "big"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("judgeloop: error:") for line in err)
