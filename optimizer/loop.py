@@ -513,7 +513,8 @@ class LoopRunner:
             elif exp.commit_sha and exp.commit_sha == tip and incumbent is not None:
                 gitops.restore_tree(self.root, tip)
                 say(f"resuming: re-evaluating interrupted candidate {exp.id} ({tip[:12]}) from the cache")
-                await self.evaluate_candidate(exp.id, tip, incumbent, provider, cache)
+                # The running row holds the optimiser's spend on this candidate; keep it on the record.
+                await self.evaluate_candidate(exp.id, tip, incumbent, provider, cache, exp.cost_usd)
             else:
                 restore_to = incumbent.commit_sha if incumbent and incumbent.commit_sha else tip
                 if exp.commit_sha:
