@@ -76,10 +76,11 @@ def add_small_dev_split(root: Path, per_class: int = 16) -> list[str]:
     manifest = root / "small.txt"
     manifest.write_text("\n".join(ids) + "\n", encoding="utf-8")
     assert main(["devset", "import", str(bundled_dir() / "devset" / "sample"), "-w", str(root),
-                 "--name", "small", "--manifest", str(manifest)]) == 0
+                 "--name", "small", "--manifest", str(manifest), "--link"]) == 0
     manifest.unlink()
     set_toml_key(root, "workspace", "dev_split", '"small"')
     commit_all(root, "small dev split")
+    git(root, "gc", "-q")  # hundreds of loose objects -> one pack: every test copies this workspace
     return ids
 
 
@@ -148,6 +149,7 @@ class FakeJudge:
     answered: list[str] = field(default_factory=list)  # body digests answered (in order)
     fail_after: int | None = None  # answer 500 to every call after this many answers
     gate_after: int | None = None  # block every call after this many answers until `gate` is set
+    abandon_gated: bool = False  # calls released from the gate get a 500 and are not recorded
 
     def __post_init__(self) -> None:
         ws = Workspace.open(self.root)
@@ -177,6 +179,7 @@ class FakeJudge:
         }
         self.lock = threading.Lock()
         self.gate = threading.Event()
+        self.admitted = 0
 
     # -- the answer table (pure) ----------------------------------------------------------------
 
@@ -206,10 +209,14 @@ class FakeJudge:
         if not isinstance(request.body, dict):  # the client gave up mid-send (an early stop)
             return server_error(500)
         system, user = request_texts(request.body)
-        with self.lock:
+        with self.lock:  # admit atomically, so exactly `gate_after` calls pass the gate
+            gated = self.gate_after is not None and self.admitted >= self.gate_after
+            self.admitted += 0 if gated else 1
             n = len(self.answered)
-        if self.gate_after is not None and n >= self.gate_after:
+        if gated:
             self.gate.wait(timeout=20)
+            if self.abandon_gated:
+                return server_error(500)
         if self.fail_after is not None and n >= self.fail_after:
             return server_error(500)
         if self.delay_s:

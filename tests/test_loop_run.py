@@ -408,7 +408,7 @@ def _add_heldout_split(root: Path, n_held: int = 12) -> tuple[list[str], list[st
     manifest = root / "held.txt"
     manifest.write_text("\n".join(held) + "\n", encoding="utf-8")
     assert main(["devset", "import", str(bundled_dir() / "devset" / "sample"), "-w", str(root),
-                 "--name", "held", "--manifest", str(manifest)]) == 0
+                 "--name", "held", "--manifest", str(manifest), "--link"]) == 0
     manifest.unlink()
     set_toml_key(root, "workspace", "heldout_splits", '["held"]')
     commit_all(root, "held-out split")

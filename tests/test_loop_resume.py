@@ -1,0 +1,224 @@
+"""``kill -9`` mid-evaluation then ``run --resume``, and the interactive ``--propose-only`` / ``decide`` mode.
+
+Same fixtures as tests/test_loop_run.py: fresh copies of an ``init --sample`` workspace whose dev
+split is a 32-item subset, a deterministic fake judge, the real openai SDK.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from optimizer import gitops
+from optimizer.cli import main
+from optimizer.ledger import Ledger
+from optimizer.prompts import RUBRIC_MD
+from tests.fakeserver import FakeLLMServer
+from tests.loop_helpers import (
+    BAD_ENTRY,
+    GOOD_ENTRY,
+    FakeJudge,
+    add_small_dev_split,
+    body_digest,
+    git,
+    make_workspace,
+    run_loop,
+)
+from tests.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = make_workspace(tmp_path_factory.mktemp("template"))
+    add_small_dev_split(root)
+    return root
+
+
+@pytest.fixture
+def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    return root
+
+
+def _wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` every 20 ms (bounded); fail naming ``what`` if it never holds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _cached_calls(root: Path) -> int:
+    path = root / "experiments" / "cache.sqlite"
+    if not path.exists():
+        return 0
+    conn = sqlite3.connect(path, timeout=5)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+    finally:
+        conn.close()
+
+
+def _running_candidate_with_progress(root: Path) -> bool:
+    path = root / "experiments" / "ledger.sqlite"
+    if not path.exists():
+        return False
+    with Ledger(path) as led:
+        run = led.latest_run()
+        if run is None:
+            return False
+        running = [e for e in led.experiments(run.id) if e.seq > 0 and e.status == "running"]
+        if not running:
+            return False
+        events = led.events_since(0, run_id=run.id)
+        return any(e.kind == "progress" and e.experiment_id == running[0].id for e in events)
+
+
+def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> None:
+    judge = FakeJudge(ws)
+    n_items = len(judge.neg_rank) + len(judge.pos_rank)
+    judge.gate_after = n_items + 10  # the baseline and 10 candidate calls are answered, then the server stalls
+    judge.delay_s = 0.005
+    with FakeLLMServer(default=judge) as server:
+        cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(ws), "--provider", "openai",
+               "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8",
+               "--strategy", "library", "--max-experiments", "2"]
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
+            _wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            # Every answered call is in the cache before the kill (the rest are stuck at the gate).
+            _wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
+            answered_before = set(judge.answered)
+            assert len(answered_before) == judge.gate_after
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+        judge.abandon_gated = True
+        judge.gate.set()  # stalled handlers now answer a dead socket, unrecorded
+        judge.gate_after = None
+
+        _, before = latest(ws)
+        interrupted = next(e for e in before if e.status == "running")
+        assert interrupted.seq == 1 and interrupted.commit_sha == gitops.rev_parse(ws, "HEAD")
+
+        requests_before = len(server.inference_requests())
+        answered_count = len(judge.answered)
+        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+        resumed_digests = [body_digest(r.body) for r in server.inference_requests()[requests_before:] if r.body]
+    # No call answered before the kill was paid for again: every one came back from the cache.
+    assert not set(resumed_digests) & answered_before
+    assert len(judge.answered) - answered_count == len(set(judge.answered[answered_count:]))
+
+    run, exps = latest(ws)
+    assert run.status == "finished" and "max-experiments 2" in (run.stop_reason or "")
+    assert not [e for e in exps if e.status == "running"]
+    assert [e.seq for e in exps] == [0, 1, 2]
+    resumed = next(e for e in exps if e.id == interrupted.id)
+    assert resumed.status in ("kept", "rolled_back")
+    assert resumed.cache_hits >= 10  # the ten calls answered before the kill
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        assert led.get_run(run.id).incumbent_experiment == next(e.id for e in reversed(exps)
+                                                               if e.status in ("baseline", "kept"))
+    expected_tip = next(e.commit_sha for e in reversed(exps) if e.status in ("baseline", "kept"))
+    assert gitops.rev_parse(ws, run.branch) == expected_tip
+    assert_clean(ws)
+
+
+def test_propose_only_waits_and_decide_keeps_or_discards(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    strategy = ScriptedStrategy([toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--propose-only") == 0
+        run, exps = latest(ws)
+        assert run.status == "waiting" and [e.status for e in exps] == ["baseline", "waiting"]
+        waiting = exps[1]
+        assert gitops.rev_parse(ws, run.branch) == waiting.commit_sha
+        assert gitops.parse_trailers(gitops.commit_message(ws, waiting.commit_sha))["Judgeloop-Decision"] != "kept"
+        assert "the paired policy says" in (waiting.reason or "")
+
+        # Nothing else may start while a candidate waits.
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 2
+        assert f"experiment {waiting.id} is waiting" in capsys.readouterr().err
+
+        assert main(["decide", "-w", str(ws), str(waiting.id), "keep"]) == 0
+        _, exps = latest(ws)
+        kept = exps[1]
+        assert kept.status == "kept" and kept.commit_sha != waiting.commit_sha
+        assert gitops.rev_parse(ws, run.branch) == kept.commit_sha
+        trailers = gitops.parse_trailers(gitops.commit_message(ws, kept.commit_sha))
+        assert trailers == {"Judgeloop-Experiment": str(kept.id), "Judgeloop-Kappa": f"{kept.kappa:.3f}",
+                            "Judgeloop-FPR": f"{kept.fpr:.3f}", "Judgeloop-Decision": "kept"}
+        assert main(["decide", "-w", str(ws), str(kept.id), "discard"]) == 2  # already decided
+
+        assert run_loop(ws, server.openai_base_url, "--resume", "--propose-only") == 0
+        run, exps = latest(ws)
+        assert run.status == "waiting" and [e.status for e in exps] == ["baseline", "kept", "waiting"]
+        second = exps[2]
+        assert second.parent_id == kept.id and gitops.rev_parse(ws, run.branch) == second.commit_sha
+
+        assert main(["decide", "-w", str(ws), str(second.id), "discard"]) == 0
+    _, exps = latest(ws)
+    discarded = exps[2]
+    assert discarded.status == "rolled_back"
+    assert gitops.rejected_refs(ws)[discarded.id] == discarded.commit_sha
+    assert gitops.parse_trailers(gitops.commit_message(ws, discarded.commit_sha))["Judgeloop-Decision"] == "rolled_back"
+    assert gitops.rev_parse(ws, run.branch) == kept.commit_sha
+    assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == gitops.read_file_at(ws, kept.commit_sha, RUBRIC_MD)
+    assert git(ws, "log", "--format=%H", f"{run.start_rev}..{run.branch}").split() == [kept.commit_sha]
+    assert_clean(ws)
+
+
+def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_loop_run import priced
+
+    strategy = ScriptedStrategy([priced(toggle(GOOD_ENTRY), 0.25)])
+    install(monkeypatch, strategy)
+    import optimizer.loop as loop_module
+
+    real_evaluate = loop_module.evaluate_items
+    calls = {"n": 0}
+
+    async def crash_on_the_candidate(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the baseline ran; the candidate's evaluation dies (a crash, not an outage)
+            raise RuntimeError("simulated crash mid-evaluation")
+        return await real_evaluate(*args, **kwargs)
+
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        monkeypatch.setattr(loop_module, "evaluate_items", crash_on_the_candidate)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            run_loop(ws, server.openai_base_url, "--max-experiments", "1")
+        run, exps = latest(ws)
+        assert run.status == "crashed" and exps[1].status == "running" and exps[1].cost_usd == 0.25
+        monkeypatch.setattr(loop_module, "evaluate_items", real_evaluate)
+        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+    run, exps = latest(ws)
+    assert run.status == "finished" and exps[1].status == "kept"
+    assert exps[1].cost_usd == pytest.approx(0.25)  # the optimiser's spend survives the resume
+    assert_clean(ws)
