@@ -1,0 +1,165 @@
+"""How fast the TUI opens on a big ledger, and how smoothly the history scrolls.
+
+Builds a ledger with 500 experiments (a baseline, kept and rolled-back candidates with metrics,
+intervals, flips, diffs) and 162 items × 3 replicates for every experiment (243,000 verdict rows),
+then, headlessly at 120×40:
+
+- times app start → first paint of the filled history table and curves (median of several starts);
+- times scrolling: 300 cursor moves and 30 page-downs through the table, each followed by a repaint.
+
+Usage: .venv/bin/python benchmarks/tui_open.py [--experiments 500] [--items 162] [--replicates 3] [--starts 5]
+Prints figures; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from optimizer.ledger import ItemVerdict, LabelRow, Ledger, ReplicateVerdict
+from optimizer.workspace import init_workspace
+
+DIFF = """--- a/prompts/rubric.md
++++ b/prompts/rubric.md
+@@ -89,4 +89,6 @@
+ <!-- judgeloop:library:begin -->
++## Additional rules
++- Compare every typed string with the instruction character by character.
+ <!-- judgeloop:library:end -->
+"""
+
+
+def build_ledger(path: Path, n_experiments: int, n_items: int, replicates: int, seed: int = 0) -> str:
+    """Write the synthetic run; returns its id."""
+    rng = random.Random(seed)
+    ids = [f"{i:08x}-0000-4000-8000-{i:012x}" for i in range(n_items)]
+    positives = set(rng.sample(ids, n_items * 62 // 162))
+    with Ledger(path) as ledger:
+        run = ledger.create_run(strategy="library", policy="paired", split="AH-D", split_fingerprint="f" * 64,
+                                start_rev="0" * 40)
+        ledger.set_labels(run.id, [LabelRow(trajectory_id=t, positive=t in positives,
+                                            mistake_type=None if t in positives else "Critical Mistake") for t in ids])
+        incumbent = None
+        skill = 0.7
+        for seq in range(n_experiments):
+            exp = ledger.start_experiment(run.id, parent_id=incumbent, strategy="library" if seq else None,
+                                          diff_text=DIFF if seq else None,
+                                          rationale=f"candidate {seq}: enable one library rule", insertions=2,
+                                          deletions=0, files_changed=["prompts/rubric.md"] if seq else [])
+            cand_skill = skill + rng.uniform(-0.03, 0.02)
+            items = []
+            tp = fn = tn = fp = 0
+            for t in ids:
+                pos = t in positives
+                reps = []
+                for r in range(replicates):
+                    ok = rng.random() < cand_skill
+                    success = pos if ok else not pos
+                    reps.append(ReplicateVerdict(replicate=r, success=success, reasoning="synthetic reasoning " * 4,
+                                                 confidence="medium"))
+                votes = sum(x.success for x in reps)
+                majority = votes * 2 > replicates
+                items.append(ItemVerdict(trajectory_id=t, success=majority, unstable=0 < votes < replicates,
+                                         replicates=reps))
+                tp += pos and majority
+                fn += pos and not majority
+                tn += (not pos) and not majority
+                fp += (not pos) and majority
+            ledger.record_verdicts(exp.id, items)
+            n_pos, n_neg = tp + fn, tn + fp
+            tpr, tnr = tp / n_pos, tn / n_neg
+            po = (tp + tn) / n_items
+            pe = ((tp + fp) * n_pos + (tn + fn) * n_neg) / n_items**2
+            kappa = (po - pe) / (1 - pe)
+            metrics = {"kappa": kappa, "fpr": 1 - tnr, "balanced_accuracy": (tpr + tnr) / 2, "tpr": tpr, "tnr": tnr,
+                       "tp": tp, "fn": fn, "tn": tn, "fp": fp, "n": n_items}
+            status = "baseline" if seq == 0 else ("kept" if cand_skill > skill + 0.012 else "rolled_back")
+            flips = {k: rng.sample(ids, rng.randint(0, 6)) for k in ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")}
+            ledger.finish_experiment(
+                exp.id, status=status, reason=f"synthetic decision {status}", metrics=metrics,
+                intervals={"kappa": (kappa - 0.11, kappa + 0.11), "fpr": (metrics["fpr"] - 0.07, metrics["fpr"] + 0.07)},
+                flips=None if seq == 0 else flips, p_value=None if seq == 0 else rng.random(),
+                items_evaluated=n_items, calls=n_items * replicates, cost_usd=rng.uniform(0.5, 2.0),
+            )
+            if status in ("baseline", "kept"):
+                incumbent, skill = exp.id, max(skill, cand_skill)
+        ledger.set_run_status(run.id, "finished", stop_reason="benchmark")
+        return run.id
+
+
+async def time_open(ws_root: Path, n_experiments: int) -> float:
+    """Seconds from constructing the app to the history table holding every row, painted."""
+    from tui.app import JudgeloopApp
+    from tui.views import HistoryView
+
+    start = time.perf_counter()
+    app = JudgeloopApp(ws_root, image_mode="halfcell", watch=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        while True:
+            screen = app.screen
+            if isinstance(screen, HistoryView) and screen.query_one("#history-table").row_count == n_experiments:
+                break
+            await pilot.pause(0.005)
+        await pilot.pause()  # the paint after the rows arrived
+        return time.perf_counter() - start
+
+
+async def time_scroll(ws_root: Path, n_experiments: int) -> tuple[list[float], list[float]]:
+    """Per-keypress seconds (key + repaint) for cursor moves and page-downs through the history."""
+    from tui.app import JudgeloopApp, settle
+
+    app = JudgeloopApp(ws_root, image_mode="halfcell", watch=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        table = app.screen.query_one("#history-table")
+        table.focus()
+        table.move_cursor(row=0)
+        moves, pages = [], []
+        for _ in range(300):
+            t = time.perf_counter()
+            await pilot.press("down")
+            await pilot.pause()
+            moves.append(time.perf_counter() - t)
+        for _ in range(30):
+            t = time.perf_counter()
+            await pilot.press("pagedown")
+            await pilot.pause()
+            pages.append(time.perf_counter() - t)
+        return moves, pages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiments", type=int, default=500)
+    parser.add_argument("--items", type=int, default=162)
+    parser.add_argument("--replicates", type=int, default=3)
+    parser.add_argument("--starts", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = init_workspace(Path(tmp) / "ws")
+        t = time.perf_counter()
+        build_ledger(ws.ledger_path, args.experiments, args.items, args.replicates)
+        size_mb = ws.ledger_path.stat().st_size / 1e6
+        print(f"machine: {platform.machine()} {platform.python_implementation()} {platform.python_version()}, "
+              f"{__import__('os').cpu_count()} CPUs")
+        print(f"ledger: {args.experiments} experiments × {args.items} items × {args.replicates} replicates "
+              f"({args.experiments * args.items * args.replicates:,} verdict rows, {size_mb:.1f} MB) "
+              f"built in {time.perf_counter() - t:.1f}s")
+        opens = [asyncio.run(time_open(ws.root, args.experiments)) for _ in range(args.starts)]
+        print(f"open → history painted with {args.experiments} rows: median {statistics.median(opens):.2f}s, "
+              f"max {max(opens):.2f}s over {len(opens)} starts")
+        moves, pages = asyncio.run(time_scroll(ws.root, args.experiments))
+        for name, xs in (("cursor down", moves), ("page down", pages)):
+            xs = sorted(xs)
+            print(f"scroll {name}: median {statistics.median(xs) * 1000:.1f} ms, "
+                  f"p95 {xs[int(len(xs) * 0.95) - 1] * 1000:.1f} ms per key + repaint ({len(xs)} keys)")
+
+
+if __name__ == "__main__":
+    main()
