@@ -79,7 +79,7 @@ class JudgeSettings(BaseModel):
     mode: str = "direct"
     screenshots: Literal["all", "every_k", "spaced", "none"] = "all"
     every_k: int = Field(default=5, ge=1)
-    max_images: int | None = Field(default=None, ge=2)
+    max_images: int | None = Field(default=100, ge=2)  # the Anthropic API caps images per request at 100
     image_width: int = Field(default=512, ge=16, le=4096)
     image_height: int = Field(default=332, ge=16, le=4096)
     jpeg_quality: int = Field(default=80, ge=1, le=95)

@@ -123,7 +123,7 @@ def test_missing_file_is_a_user_error(prompts_dir: Path) -> None:
     ("toml", "message"),
     [
         ('mode = "agentic"\n', 'mode "agentic" is not implemented'),
-        ('screenshots = "spaced"\n', "needs max_images"),
+        ('max_images = 1\n', "[max_images]"),
         ('screenshots = "some"\n', "[screenshots]"),
         ("image_size = 3\n", "[image_size]"),
         ("every_k = 0\n", "[every_k]"),
