@@ -260,7 +260,9 @@ class LoopRunner:
         early: list[Decision] = []
 
         def on_item(item: ItemResult) -> bool:
-            if item.infra_error or incumbent is None:
+            # --propose-only evaluates in full: a human decides, and a candidate they keep becomes the
+            # incumbent, whose answers every later candidate is compared with item by item.
+            if item.infra_error or incumbent is None or self.limits.propose_only:
                 return False
             so_far[item.trajectory_id] = item.answer
             decision = stopped_decision(self.labels, so_far, incumbent, self.loop_cfg)

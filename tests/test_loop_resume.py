@@ -179,6 +179,9 @@ def test_propose_only_waits_and_decide_keeps_or_discards(
         assert run.status == "waiting" and [e.status for e in exps] == ["baseline", "kept", "waiting"]
         second = exps[2]
         assert second.parent_id == kept.id and gitops.rev_parse(ws, run.branch) == second.commit_sha
+        # A human decides on complete evidence: no early stop in propose-only mode, even for an FPR rise.
+        assert not second.early_stopped and second.kappa is not None and second.fpr > kept.fpr
+        assert second.items_evaluated == 32 and "FPR" in (second.reason or "")
 
         assert main(["decide", "-w", str(ws), str(second.id), "discard"]) == 0
     _, exps = latest(ws)
