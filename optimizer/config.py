@@ -62,7 +62,6 @@ class LoopSection(_Section):
     min_kappa_delta: float = 0.0
     fpr_tolerance: float = 0.0
     patience: int = Field(default=5, ge=1)
-    replicates: int = Field(default=1, ge=1, le=15)
 
 
 class ConfirmSection(_Section):
@@ -126,8 +125,7 @@ policy = "paired"           # paired (default, McNemar alpha) | literal (kappa u
 alpha = 0.1
 min_kappa_delta = 0.0
 fpr_tolerance = 0.0
-patience = 5
-replicates = 1
+patience = 5               # (replicates per item: prompts/judge.toml, or --replicates)
 
 [confirm]
 max_uses = 3

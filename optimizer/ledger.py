@@ -947,6 +947,18 @@ class Ledger:
             for r in rows
         ]
 
+    def last_event(self, run_id: str, kind: EventKind) -> Event | None:
+        """The newest event of one kind for a run, or None."""
+        rows = self._query(
+            "SELECT id, run_id, experiment_id, created, kind, payload FROM events "
+            "WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
+            (run_id, kind),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4], payload=_loads(r[5]) or {})
+
     def last_event_id(self) -> int:
         """The newest event id (0 when there are none): where a new follower starts."""
         return int(self._query("SELECT COALESCE(MAX(id), 0) FROM events")[0][0])

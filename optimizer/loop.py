@@ -52,9 +52,6 @@ from optimizer.strategies import (
 )
 from optimizer.workspace import Workspace
 
-# How many past experiments (with diffs) the optimiser sees; older ones are summarised away.
-HISTORY_FOR_OPTIMISER = 20
-
 
 def say(message: str) -> None:
     """Progress for the person at the terminal (stdout, flushed so `tee` and the TUI see it live)."""
@@ -371,7 +368,9 @@ class LoopRunner:
                 )
             )
         history = []
-        for exp in self.ledger.experiments(self.run.id)[-HISTORY_FOR_OPTIMISER:]:
+        # The whole history: `library` reads it to never repeat a tried set; the LLM strategies trim
+        # what they show their model themselves.
+        for exp in self.ledger.experiments(self.run.id):
             if exp.seq == 0:
                 continue
             full = self.ledger.get_experiment(exp.id)
@@ -624,11 +623,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             if split.fingerprint != run.split_fingerprint:
                 raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
                                 "start a new run")
+            judge = _resumed_judge(run, judge, args)
+            dirty = [p for p in gitops.dirty_paths(ws.root) if p not in cfg.optimizer.allowed_files]
+            if dirty:
+                raise UserError(f"the working tree has changes outside the loop's files ({', '.join(dirty[:5])}); "
+                                "commit or discard them before `judgeloop run --resume` (it resets the tree)")
             gitops.checkout_branch(ws.root, run.branch)
             strategy_name = run.strategy
             loop_cfg = loop_cfg.model_copy(update={"policy": run.policy})
             limits = _limits(args, ws, run.budgets)
-            spent = sum(e.cost_usd for e in ledger.experiments(run.id))
+            replicates = int(run.budgets.get("replicates") or 1)
+            # Calls paid before a crash come back from the cache on resume and are not re-counted by
+            # the resumed evaluation; the last progress event still holds the run's running total.
+            spent = max(sum(e.cost_usd for e in ledger.experiments(run.id)), _last_reported_spend(ledger, run.id))
             ledger.set_run_status(run.id, "running", pid=_pid())
             say(f"resuming run {run.id} on {run.branch} (spent so far ${spent:.4f})")
         else:
@@ -645,9 +652,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             strategy_name = args.strategy or cfg.optimizer.strategy
             limits = _limits(args, ws)
             start_rev = gitops.rev_parse(ws.root, "HEAD")
+            replicates = args.replicates or PromptSet.from_rev(ws, start_rev).settings.replicates
             run = ledger.create_run(
                 strategy=strategy_name, policy=loop_cfg.policy, split=split.name,
-                split_fingerprint=split.fingerprint, start_rev=start_rev, budgets=limits.as_dict(),
+                split_fingerprint=split.fingerprint, start_rev=start_rev,
+                budgets=limits.as_dict() | {"replicates": replicates},
                 config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")},
             )
             gitops.create_run_branch(ws.root, run.id, start_rev)
@@ -660,7 +669,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "its verdicts show the mechanics, not a useful judge")
         strategy = make_strategy(strategy_name, cfg.optimizer, cfg.prices)
         labels = load_labels(split)
-        replicates = args.replicates or loop_cfg.replicates
         runner = LoopRunner(ws=ws, ledger=ledger, run=run, split=split, labels=labels, judge=judge,
                             loop_cfg=loop_cfg, strategy=strategy, limits=limits, replicates=replicates,
                             spent_usd=spent)
@@ -695,6 +703,28 @@ def _pid() -> int:
     import os
 
     return os.getpid()
+
+
+def _resumed_judge(run: Run, judge: JudgeSection, args: argparse.Namespace) -> JudgeSection:
+    """The judge the run started with: a resumed run must not silently switch judges mid-comparison."""
+    stored = run.config.get("judge")
+    if not stored:
+        return judge
+    original = JudgeSection.model_validate(stored)
+    for flag, field_name in (("provider", "provider"), ("model", "model"), ("base_url", "base_url")):
+        asked = getattr(args, flag, None)
+        if asked is not None and asked != getattr(original, field_name):
+            raise UserError(f"run {run.id} judges with {field_name} {getattr(original, field_name)!r}; "
+                            f"--{flag.replace('_', '-')} {asked!r} would compare different judges — start a new run")
+    if getattr(args, "concurrency", None):
+        original = original.model_copy(update={"max_concurrency": args.concurrency})
+    return original
+
+
+def _last_reported_spend(ledger: Ledger, run_id: str) -> float:
+    """The running total of the run's last progress event (0 when there is none)."""
+    event = ledger.last_event(run_id, "progress")
+    return float(event.payload.get("cost_usd", 0.0)) if event else 0.0
 
 
 def _resumable_run(ledger: Ledger) -> Run:
@@ -795,7 +825,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         say(f"confirming run {run.id}'s final prompts (experiment {inc.id}, {(inc.commit_sha or '')[:12]}) "
             f"on held-out split {split.name} ({len(split.ids)} items); use {used + 1} of {cfg.confirm.max_uses}")
         result = asyncio.run(evaluate_items(ws, split, prompts, judge, item_ids=split.ids,
-                                            replicates=cfg.loop.replicates))
+                                            replicates=prompts.settings.replicates))
         if result.infra_error_ids:
             raise UserError(f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
                             "the use is not counted — retry when the provider is healthy")
