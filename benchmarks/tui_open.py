@@ -1,7 +1,7 @@
 """How fast the TUI opens on a big ledger, and how smoothly the history scrolls.
 
-Builds a ledger with 500 experiments (a baseline, kept and rolled-back candidates with metrics,
-intervals, flips, diffs) and 162 items × 3 replicates for every experiment (243,000 verdict rows),
+Builds a ledger with 500 experiments (a baseline, kept, rolled-back, early-stopped and guard-rejected
+candidates with metrics, intervals, flips, diffs) and 162 items × 3 replicates for every experiment (243,000 verdict rows),
 then, headlessly at 120×40:
 
 - times app start → first paint of the filled history table and curves (median of several starts);
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import random
 import statistics
@@ -80,9 +81,14 @@ def build_ledger(path: Path, n_experiments: int, n_items: int, replicates: int, 
             metrics = {"kappa": kappa, "fpr": 1 - tnr, "balanced_accuracy": (tpr + tnr) / 2, "tpr": tpr, "tnr": tnr,
                        "tp": tp, "fn": fn, "tn": tn, "fp": fp, "n": n_items}
             status = "baseline" if seq == 0 else ("kept" if cand_skill > skill + 0.012 else "rolled_back")
+            # As in real runs: most losing candidates stop early (no metrics), a few are guard-rejected.
+            early = status == "rolled_back" and rng.random() < 0.6
+            if status == "rolled_back" and not early and rng.random() < 0.1:
+                status = "guard_rejected"
             flips = {k: rng.sample(ids, rng.randint(0, 6)) for k in ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")}
             ledger.finish_experiment(
-                exp.id, status=status, reason=f"synthetic decision {status}", metrics=metrics,
+                exp.id, status=status, reason=f"synthetic decision {status}",
+                metrics=None if early or status == "guard_rejected" else metrics, early_stopped=early,
                 intervals={"kappa": (kappa - 0.11, kappa + 0.11), "fpr": (metrics["fpr"] - 0.07, metrics["fpr"] + 0.07)},
                 flips=None if seq == 0 else flips, p_value=None if seq == 0 else rng.random(),
                 items_evaluated=n_items, calls=n_items * replicates, cost_usd=rng.uniform(0.5, 2.0),
@@ -110,8 +116,10 @@ async def time_open(ws_root: Path, n_experiments: int) -> float:
         return time.perf_counter() - start
 
 
-async def time_scroll(ws_root: Path, n_experiments: int) -> tuple[list[float], list[float]]:
-    """Per-keypress seconds (key + repaint) for cursor moves and page-downs through the history."""
+async def time_scroll(ws_root: Path, n_experiments: int) -> tuple[list[float], list[float], list[float]]:
+    """Per-keypress wall seconds (key + repaint) for cursor moves and page-downs through the history,
+    and the process CPU seconds of every key. Pilot's idle detection sleeps in small steps, so the wall
+    figure has a floor of its own; the CPU figure is the work the app did for the key."""
     from tui.app import JudgeloopApp, settle
 
     app = JudgeloopApp(ws_root, image_mode="halfcell", watch=False)
@@ -120,18 +128,15 @@ async def time_scroll(ws_root: Path, n_experiments: int) -> tuple[list[float], l
         table = app.screen.query_one("#history-table")
         table.focus()
         table.move_cursor(row=0)
-        moves, pages = [], []
-        for _ in range(300):
-            t = time.perf_counter()
-            await pilot.press("down")
-            await pilot.pause()
-            moves.append(time.perf_counter() - t)
-        for _ in range(30):
-            t = time.perf_counter()
-            await pilot.press("pagedown")
-            await pilot.pause()
-            pages.append(time.perf_counter() - t)
-        return moves, pages
+        moves, pages, cpu = [], [], []
+        for key, n, out in (("down", 300, moves), ("pagedown", 30, pages)):
+            for _ in range(n):
+                t, c = time.perf_counter(), time.process_time()
+                await pilot.press(key)
+                await pilot.pause()
+                out.append(time.perf_counter() - t)
+                cpu.append(time.process_time() - c)
+        return moves, pages, cpu
 
 
 def main() -> None:
@@ -140,25 +145,31 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=162)
     parser.add_argument("--replicates", type=int, default=3)
     parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--workspace", type=Path, default=None,
+                        help="keep the synthetic workspace here and reuse it on the next call (for profiling)")
     args = parser.parse_args()
+    print(f"machine: {platform.machine()} {platform.python_implementation()} {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
-        ws = init_workspace(Path(tmp) / "ws")
+        root = args.workspace or Path(tmp) / "ws"
         t = time.perf_counter()
-        build_ledger(ws.ledger_path, args.experiments, args.items, args.replicates)
-        size_mb = ws.ledger_path.stat().st_size / 1e6
-        print(f"machine: {platform.machine()} {platform.python_implementation()} {platform.python_version()}, "
-              f"{__import__('os').cpu_count()} CPUs")
+        ledger_path = root / "experiments" / "ledger.sqlite"
+        if not ledger_path.is_file():
+            init_workspace(root)
+            build_ledger(ledger_path, args.experiments, args.items, args.replicates)
+        size_mb = ledger_path.stat().st_size / 1e6
         print(f"ledger: {args.experiments} experiments × {args.items} items × {args.replicates} replicates "
               f"({args.experiments * args.items * args.replicates:,} verdict rows, {size_mb:.1f} MB) "
-              f"built in {time.perf_counter() - t:.1f}s")
-        opens = [asyncio.run(time_open(ws.root, args.experiments)) for _ in range(args.starts)]
+              f"ready in {time.perf_counter() - t:.1f}s")
+        opens = [asyncio.run(time_open(root, args.experiments)) for _ in range(args.starts)]
         print(f"open → history painted with {args.experiments} rows: median {statistics.median(opens):.2f}s, "
               f"max {max(opens):.2f}s over {len(opens)} starts")
-        moves, pages = asyncio.run(time_scroll(ws.root, args.experiments))
-        for name, xs in (("cursor down", moves), ("page down", pages)):
+        moves, pages, cpu = asyncio.run(time_scroll(root, args.experiments))
+        for name, xs in (("cursor down", moves), ("page down", pages), ("CPU per key (all keys)", cpu)):
             xs = sorted(xs)
             print(f"scroll {name}: median {statistics.median(xs) * 1000:.1f} ms, "
-                  f"p95 {xs[int(len(xs) * 0.95) - 1] * 1000:.1f} ms per key + repaint ({len(xs)} keys)")
+                  f"p95 {xs[int(len(xs) * 0.95) - 1] * 1000:.1f} ms per key ({len(xs)} keys)")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -542,3 +542,75 @@ def test_screenshot_command_refuses_bad_arguments_in_one_line(run_ws: Path, caps
     assert main(["tui", "-w", str(run_ws), "--screenshot", "x.svg", "--size", "big"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("judgeloop: error:") for line in err)
+
+
+# ---------------------------------------------------------------------------------------------
+# Curves and the history table, without an app
+
+
+def _exp(seq: int, status: str, kappa: float | None, fpr: float | None, parent: int | None,
+         early: bool = False) -> Any:
+    from datetime import UTC, datetime
+
+    from optimizer.ledger import Experiment
+
+    metrics = None if kappa is None else {"kappa": kappa, "fpr": fpr}
+    return Experiment(id=seq + 1, run_id="r", seq=seq, parent_id=parent, created=datetime(2026, 1, 1, tzinfo=UTC),
+                      status=status, metrics=metrics, early_stopped=early)
+
+
+def test_curve_is_a_step_line_with_early_stopped_at_the_incumbent_and_rejected_counted() -> None:
+    from optimizer.ledger import Run
+    from tui.data import History as HistoryData
+    from tui.data import HistoryRow, chain_from, curve_points
+
+    exps = [
+        _exp(0, "baseline", 0.20, 0.40, None),
+        _exp(1, "rolled_back", None, None, 1, early=True),
+        _exp(2, "kept", 0.50, 0.20, 1),
+        _exp(3, "rolled_back", 0.45, 0.25, 3),
+        _exp(4, "guard_rejected", None, None, 3),
+        _exp(5, "rolled_back", None, None, 3, early=True),
+    ]
+    run = Run.model_construct(id="r", incumbent_experiment=3)
+    chain = chain_from(run, {e.id: e for e in exps})
+    assert chain == [1, 3]
+    history = HistoryData(run=run, rows=[HistoryRow(e, None, None, None, e.id in chain) for e in exps],
+                          chain_ids=chain, runs=[run])
+    points = curve_points(history)
+    # Flat at the baseline until seq 2, a vertical step there, then flat to the last experiment.
+    assert points.chain_x == [0, 2, 2, 5]
+    assert points.chain_kappa == [0.20, 0.20, 0.50, 0.50]
+    assert points.chain_fpr == [0.40, 0.40, 0.20, 0.20]
+    assert points.evaluated_x == [2, 3] and points.evaluated_kappa == [0.50, 0.45]
+    # Early-stopped candidates sit at the incumbent of their time: the baseline, then experiment 3.
+    assert points.stopped_x == [1, 5] and points.stopped_kappa == [0.20, 0.50] and points.stopped_fpr == [0.40, 0.20]
+    assert points.rejected == 1 and points.baseline == (0, 0.20, 0.40)
+
+
+def test_fixed_columns_table_skips_measuring_but_sizes_like_a_datatable() -> None:
+    from rich.text import Text
+    from textual.app import App
+    from textual.widgets import DataTable
+
+    from tui.widgets import FixedColumnsTable
+
+    class Pair(App[None]):
+        def compose(self) -> Any:
+            yield FixedColumnsTable(id="fixed")
+            yield DataTable(id="plain")
+
+    async def go() -> None:
+        app = Pair()
+        async with app.run_test(size=(100, 30)) as pilot:
+            tables = [app.query_one("#fixed", DataTable), app.query_one("#plain", DataTable)]
+            for table in tables:
+                for i, width in enumerate((5, 12, 30)):
+                    table.add_column(f"c{i}", key=f"c{i}", width=width)
+                for r in range(50):
+                    table.add_row(Text(str(r)), Text("x" * 40), Text("y"), key=str(r))
+            await pilot.pause()
+            assert tables[0].virtual_size == tables[1].virtual_size
+            assert tables[0].row_count == 50
+
+    asyncio.run(go())

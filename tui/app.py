@@ -133,7 +133,7 @@ class JudgeloopApp(App[None]):
         self._watcher: LedgerWatcher | None = None
         self._reader: Ledger | None = None
         self._reader_lock = threading.Lock()
-        self._seen_changes = 0
+        self._seen_changes: int | None = None
         self.current_view = start_view
 
     # -- the ledger -------------------------------------------------------------------------------
@@ -160,15 +160,28 @@ class JudgeloopApp(App[None]):
             self.fatal = str(exc)
             self.push_screen(ErrorScreen(self.fatal))
             return
-        if ledger is not None:
-            self.live = initial_state(ledger)
-            self._seen_changes = self.live.changes
+        if ledger is None:
+            self._seen_changes = 0  # nothing shown yet: the first snapshot (a run starting) reloads the view
         self.push_screen(VIEWS[self.start_view]())
+        if ledger is not None and not self._watch:  # the watcher computes the same snapshot first thing
+            self.load_live_state()
         if self._watch:
             self._watcher = LedgerWatcher(
                 self.ledger_path, lambda state: self.post_message(LiveUpdate(state)), interval_s=self._watch_interval_s
             )
             self._watcher.start()
+
+    @work(thread=True, exclusive=True, group="live", exit_on_error=False, name="reading the run's status")
+    def load_live_state(self) -> None:
+        """The status strip's first snapshot, off the UI thread (it replays recent events)."""
+        ledger = self.reader()
+        if ledger is not None:
+            self.post_message(LiveUpdate(initial_state(ledger)))
+
+    @property
+    def live_pending(self) -> bool:
+        """True until the first live snapshot of an existing ledger has arrived."""
+        return self._seen_changes is None
 
     def on_unmount(self) -> None:
         if self._watcher is not None:
@@ -182,7 +195,9 @@ class JudgeloopApp(App[None]):
         self.live = message.state
         for strip in self.screen.query(StatusStrip):
             strip.show_state(self.live)
-        if message.state.changes != self._seen_changes:
+        if self._seen_changes is None:  # the first snapshot: the views loaded this state already
+            self._seen_changes = message.state.changes
+        elif message.state.changes != self._seen_changes:
             self._seen_changes = message.state.changes
             if isinstance(self.screen, HistoryView | ExperimentView):
                 self.screen.reload()

@@ -92,6 +92,17 @@ def _delta(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else after - before
 
 
+def chain_from(run: Run, by_id: Mapping[int, Experiment]) -> list[int]:
+    """Baseline → … → incumbent ids, following parent links back from the run's incumbent (the same
+    walk as ``Ledger.kept_chain``, over experiments already read, so the history needs one query)."""
+    chain: list[int] = []
+    current = run.incumbent_experiment
+    while current is not None and current in by_id and current not in chain:
+        chain.append(current)
+        current = by_id[current].parent_id
+    return list(reversed(chain))
+
+
 def load_history(ledger: Ledger, run_id: str | None = None) -> History | None:
     """The run's experiments (the latest run by default) with deltas and the kept chain; None if no runs."""
     runs = ledger.runs()
@@ -100,7 +111,7 @@ def load_history(ledger: Ledger, run_id: str | None = None) -> History | None:
     run = next((r for r in runs if r.id == run_id), runs[0]) if run_id else runs[0]
     experiments = ledger.experiments(run.id)
     by_id = {e.id: e for e in experiments}
-    chain_ids = [e.id for e in ledger.kept_chain(run.id)]
+    chain_ids = chain_from(run, by_id)
     chain = set(chain_ids)
     rows = []
     for exp in experiments:
@@ -134,37 +145,101 @@ def matches_filter(row: HistoryRow, text: str) -> bool:
 
 @dataclass(frozen=True)
 class CurvePoints:
-    """What the charts plot: the kept chain as a line, every candidate as a point, the baseline marked."""
+    """What the charts plot, by experiment ``seq`` (0 = baseline).
+
+    - ``chain_*``: the incumbent over time as a step line — each kept value held flat until the next
+      kept experiment, then a vertical step (two points share that x), through the last experiment.
+    - ``evaluated_*``: fully evaluated candidates (kept or rolled back with metrics) at their value.
+    - ``stopped_*``: candidates stopped early (no metrics; rolled back before the end) drawn at the
+      incumbent's value at that time, since they are "no better than the incumbent".
+    - ``rejected``: guard-rejected or failed candidates — never evaluated, so not plotted; the legend
+      gives their count.
+    """
 
     chain_x: list[int]
     chain_kappa: list[float]
     chain_fpr: list[float]
-    all_x: list[int]
-    all_kappa: list[float]
-    all_fpr: list[float]
+    evaluated_x: list[int]
+    evaluated_kappa: list[float]
+    evaluated_fpr: list[float]
+    stopped_x: list[int]
+    stopped_kappa: list[float]
+    stopped_fpr: list[float]
+    rejected: int
     baseline: tuple[int, float, float] | None
+    last_x: int = 0
+
+    def values(self, metric: str) -> tuple[list[float], list[float], list[float]]:
+        """(chain, evaluated, stopped) y values for ``metric`` ("kappa" or "fpr")."""
+        if metric == "kappa":
+            return self.chain_kappa, self.evaluated_kappa, self.stopped_kappa
+        return self.chain_fpr, self.evaluated_fpr, self.stopped_fpr
 
 
 def curve_points(history: History) -> CurvePoints:
-    """Points by experiment ``seq`` (0 = baseline). The chain line is a step: each kept value holds
-    until the next keep, through the last experiment, so it reads as "the incumbent at that time"."""
-    exps = [e for e in history.experiments if e.kappa is not None]
-    chain = [r.experiment for r in history.rows if r.in_chain and r.experiment.kappa is not None]
+    """The charts' points for ``history`` (see ``CurvePoints``)."""
+    experiments = history.experiments
+    last_x = max((e.seq for e in experiments), default=0)
+    chain_set = set(history.chain_ids)
+    # The incumbent's value at each seq: the latest chain member at or before it.
+    steps: list[tuple[int, float, float]] = [
+        (e.seq, e.kappa, e.fpr) for e in experiments
+        if e.id in chain_set and e.kappa is not None and e.fpr is not None
+    ]
     chain_x: list[int] = []
     chain_k: list[float] = []
     chain_f: list[float] = []
-    last_seq = max((e.seq for e in history.experiments), default=0)
-    for i, exp in enumerate(chain):
-        end = chain[i + 1].seq if i + 1 < len(chain) else last_seq
-        for x in range(exp.seq, max(end, exp.seq) + (0 if i + 1 < len(chain) else 1)):
-            chain_x.append(x)
-            chain_k.append(exp.kappa or 0.0)
-            chain_f.append(exp.fpr or 0.0)
-    base = next((e for e in history.experiments if e.status == "baseline" and e.kappa is not None), None)
+    for i, (seq, kappa, fpr) in enumerate(steps):
+        if i:  # the vertical step: the previous value, then this one, at the same x
+            chain_x.append(seq)
+            chain_k.append(chain_k[-1])
+            chain_f.append(chain_f[-1])
+        chain_x.append(seq)
+        chain_k.append(kappa)
+        chain_f.append(fpr)
+    if steps and last_x > steps[-1][0]:
+        chain_x.append(last_x)
+        chain_k.append(chain_k[-1])
+        chain_f.append(chain_f[-1])
+
+    def incumbent_at(seq: int) -> tuple[float, float] | None:
+        held = None
+        for s, kappa, fpr in steps:
+            if s > seq:
+                break
+            held = (kappa, fpr)
+        return held
+
+    ev_x: list[int] = []
+    ev_k: list[float] = []
+    ev_f: list[float] = []
+    st_x: list[int] = []
+    st_k: list[float] = []
+    st_f: list[float] = []
+    rejected = 0
+    base = None
+    for e in experiments:
+        if e.status == "baseline":
+            if e.kappa is not None and e.fpr is not None:
+                base = (e.seq, e.kappa, e.fpr)
+            continue
+        if e.kappa is not None and e.fpr is not None:
+            ev_x.append(e.seq)
+            ev_k.append(e.kappa)
+            ev_f.append(e.fpr)
+        elif e.early_stopped:
+            held = incumbent_at(e.seq - 1)
+            if held is not None:
+                st_x.append(e.seq)
+                st_k.append(held[0])
+                st_f.append(held[1])
+        elif e.status not in ("running", "waiting"):  # guard-rejected, error: never evaluated
+            rejected += 1
     return CurvePoints(
         chain_x=chain_x, chain_kappa=chain_k, chain_fpr=chain_f,
-        all_x=[e.seq for e in exps], all_kappa=[e.kappa or 0.0 for e in exps], all_fpr=[e.fpr or 0.0 for e in exps],
-        baseline=(base.seq, base.kappa or 0.0, base.fpr or 0.0) if base else None,
+        evaluated_x=ev_x, evaluated_kappa=ev_k, evaluated_fpr=ev_f,
+        stopped_x=st_x, stopped_kappa=st_k, stopped_fpr=st_f,
+        rejected=rejected, baseline=base, last_x=last_x,
     )
 
 

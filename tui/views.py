@@ -45,7 +45,7 @@ from tui.data import (
     matches_filter,
     one_line,
 )
-from tui.widgets import MetricChart, StatusStrip, StepImage, load_screenshot
+from tui.widgets import FixedColumnsTable, MetricChart, StatusStrip, StepImage, load_screenshot
 
 if TYPE_CHECKING:
     from tui.app import JudgeloopApp
@@ -118,7 +118,11 @@ class View(Screen[None]):
         yield from ()
 
     def on_mount(self) -> None:
-        self.query_one(StatusStrip).show_state(self.japp.live)
+        strip = self.query_one(StatusStrip)
+        if self.japp.live_pending:
+            strip.update("reading the run's status…")
+        else:
+            strip.show_state(self.japp.live)
         self.reload()
 
     def reload(self) -> None:
@@ -156,13 +160,32 @@ def _sort_value(row: HistoryRow, key: str) -> tuple[int, Any]:
     return (value is None, value if value is not None else 0)
 
 
+def history_cells(row: HistoryRow) -> tuple[Text, ...]:
+    """One history row's cells as ready Text (no markup parsing on the UI thread; built in the worker)."""
+    exp = row.experiment
+    plain = (
+        exp.created.strftime("%m-%d %H:%M"), exp.strategy or "—",
+    )
+    metrics = (fmt(exp.kappa), fmt(exp.fpr), fmt(exp.balanced_accuracy))
+    return (
+        Text(f"{exp.id}{'◆' if row.in_chain else ''}", style="bold" if row.in_chain else ""),
+        *(Text(v) for v in plain),
+        status_text(exp.status),
+        *(Text(v) for v in metrics),
+        Text(fmt(row.d_kappa, signed=True), style="green" if (row.d_kappa or 0) > 0 else ""),
+        Text(fmt(row.d_fpr, signed=True), style="red" if (row.d_fpr or 0) > 0 else ""),
+        Text(fmt(exp.p_value)), Text(f"{exp.cost_usd:.4f}"),
+        Text(one_line(exp.rationale, 120), no_wrap=True, overflow="ellipsis"),
+    )
+
+
 class HistoryView(View):
     """The start screen: the experiments table, the kappa and FPR curves, the live strip."""
 
     view_name = "history"
     DEFAULT_CSS = """
-    HistoryView #history-table { height: 1fr; min-height: 6; }
-    HistoryView #charts { height: 1fr; min-height: 8; max-height: 24; }
+    HistoryView #history-table { height: auto; max-height: 50%; min-height: 4; overflow-x: hidden; }
+    HistoryView #charts { height: 1fr; min-height: 8; }
     HistoryView #history-filter { display: none; height: 3; }
     HistoryView #history-filter.-shown { display: block; }
     HistoryView #history-empty { display: none; }
@@ -181,6 +204,7 @@ class HistoryView(View):
     def __init__(self) -> None:
         super().__init__()
         self.history: History | None = None
+        self.cells: dict[int, tuple[Text, ...]] = {}
         self.filter_text = ""
         self.sort_key = "id"
         self.sort_reverse = False
@@ -188,7 +212,7 @@ class HistoryView(View):
     def body(self) -> ComposeResult:
         yield Input(placeholder="filter: words, or status:kept / status:rolled_back — enter applies, esc clears",
                     id="history-filter", disabled=True)
-        table: DataTable[Any] = DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+        table = FixedColumnsTable(id="history-table", cursor_type="row", zebra_stripes=True, fill_column="rationale")
         for label, key, width in HISTORY_COLUMNS:
             table.add_column(label, key=key, width=width)
         yield table
@@ -203,11 +227,17 @@ class HistoryView(View):
 
     @work(thread=True, exclusive=True, group="history", exit_on_error=False, name="loading the history")
     def load_history(self) -> None:
+        """Read the run and build everything the UI thread will show: table cells and chart points."""
         ledger = self.japp.reader()
-        self.post_message(Loaded(load_history(ledger, self.japp.run_id) if ledger is not None else None))
+        history = load_history(ledger, self.japp.run_id) if ledger is not None else None
+        if history is None:
+            self.post_message(Loaded(None))
+            return
+        cells = {row.id: history_cells(row) for row in history.rows}
+        self.post_message(Loaded((history, cells, curve_points(history))))
 
     def on_loaded(self, message: Loaded) -> None:
-        self.history = message.data
+        self.history, self.cells, points = message.data if message.data is not None else (None, {}, None)
         self.set_class(self.history is None, "-empty")
         if self.history is None:
             self.set_title("history — no runs yet")
@@ -222,7 +252,6 @@ class HistoryView(View):
             title.append(f" · experiment {waiting.id} waiting: e then k keep / x discard", style="bold yellow")
         self.set_title(title)
         self.fill_table()
-        points = curve_points(self.history)
         self.query_one("#kappa-chart", MetricChart).show_points(points)
         self.query_one("#fpr-chart", MetricChart).show_points(points)
 
@@ -237,17 +266,7 @@ class HistoryView(View):
         selected = self.selected_id()
         table.clear()
         for row in self.visible_rows():
-            exp = row.experiment
-            mark = "◆" if row.in_chain else ""
-            table.add_row(
-                Text(f"{exp.id}{mark}", style="bold" if row.in_chain else ""),
-                exp.created.strftime("%m-%d %H:%M"), exp.strategy or "—", status_text(exp.status),
-                fmt(exp.kappa), fmt(exp.fpr), fmt(exp.balanced_accuracy),
-                Text(fmt(row.d_kappa, signed=True), style="green" if (row.d_kappa or 0) > 0 else ""),
-                Text(fmt(row.d_fpr, signed=True), style="red" if (row.d_fpr or 0) > 0 else ""),
-                fmt(exp.p_value), f"{exp.cost_usd:.4f}", one_line(exp.rationale, 80),
-                key=str(exp.id),
-            )
+            table.add_row(*self.cells[row.id], key=str(row.id))
         if selected is not None and str(selected) in table.rows:
             table.move_cursor(row=table.get_row_index(str(selected)))
         else:
