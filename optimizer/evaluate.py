@@ -897,11 +897,23 @@ write_verdict_files = write_results
 # `judgeloop eval`
 
 
+# The judge model used when --provider switches providers without --model.
+DEFAULT_JUDGE_MODELS: dict[str, str] = {
+    "local": "smollm2-135m",
+    "anthropic": "claude-sonnet-5-5",
+    "openai": "gpt-5",
+}
+
+
 def judge_with_overrides(judge: JudgeSection, args: argparse.Namespace) -> JudgeSection:
     """``[judge]`` with the command line's --provider/--model/--base-url/--concurrency applied."""
     update: dict[str, Any] = {}
     if getattr(args, "provider", None):
         update["provider"] = args.provider
+        if args.provider != judge.provider and not getattr(args, "model", None):
+            # The configured model belongs to the configured provider; switching providers without
+            # --model takes that provider's default judge model instead of sending a foreign name.
+            update["model"] = DEFAULT_JUDGE_MODELS[args.provider]
     if getattr(args, "model", None):
         update["model"] = args.model
     if getattr(args, "base_url", None):

@@ -500,3 +500,19 @@ def test_fully_cached_items_are_not_rendered_again_until_an_input_changes(
     assert sorted(rendered) == sorted(i.trajectory_id for i in data.items if i.original_id == item.original_id)
     assert {data.request_item(r).trajectory_id for r in provider.calls} == set(rendered)
     assert changed.calls_made == len(provider.calls) >= 1
+
+
+def test_switching_provider_without_model_takes_that_providers_default_model() -> None:
+    import argparse
+
+    from optimizer.config import JudgeSection
+    from optimizer.evaluate import DEFAULT_JUDGE_MODELS, judge_with_overrides
+
+    local = JudgeSection()  # provider local, model smollm2-135m
+    args = argparse.Namespace(provider="anthropic", model=None, base_url=None, concurrency=None)
+    assert judge_with_overrides(local, args).model == DEFAULT_JUDGE_MODELS["anthropic"]
+    args = argparse.Namespace(provider="openai", model="my-model", base_url=None, concurrency=None)
+    assert judge_with_overrides(local, args).model == "my-model"
+    args = argparse.Namespace(provider="local", model=None, base_url=None, concurrency=2)
+    same = judge_with_overrides(local, args)
+    assert same.model == "smollm2-135m" and same.max_concurrency == 2
