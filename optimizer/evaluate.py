@@ -749,6 +749,8 @@ async def evaluate_items(
         meta={
             "provider": provider.name,
             "model": provider.model,
+            # The offline SmolLM2 judge says what it is wherever its results go.
+            "judge_label": getattr(provider, "label", None),
             "base_url": _redacted_url(judge.base_url),
             "text_only": evaluator.text_only,
             "split": getattr(split, "name", None),
@@ -852,7 +854,10 @@ def write_results(out_dir: Path | str, run: EvalRun) -> Path:
         (out / f"{item.trajectory_id}.json").write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     notes = Counter(note for item in run.items for note in item.notes)
     summary = {
-        **{k: run.meta.get(k) for k in ("prompt_hash", "provider", "model", "base_url", "split", "split_fingerprint")},
+        **{
+            k: run.meta.get(k)
+            for k in ("prompt_hash", "provider", "model", "judge_label", "base_url", "split", "split_fingerprint")
+        },
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "parameters": {
             k: run.meta.get(k)
@@ -980,6 +985,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"concurrency {judge.max_concurrency}",
         file=sys.stderr,
     )
+    if judge.provider == "local":
+        print(
+            "judgeloop eval: the local judge (SmolLM2-135M, text only) is demonstration-quality: "
+            "its numbers show the mechanics, not a useful judge",
+            file=sys.stderr,
+        )
     progress = StderrProgress()
     try:
         run = asyncio.run(
