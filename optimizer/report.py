@@ -199,6 +199,13 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
     ]
     if run.budgets:
         out.append("budgets " + ", ".join(f"{k}={v}" for k, v in run.budgets.items() if v is not None))
+    judge = (run.config or {}).get("judge") or {}
+    if judge:
+        out.append(
+            f"judge {judge.get('provider')}:{judge.get('model')}"
+            + ("  (demonstration-quality offline judge: its numbers show the mechanics only)"
+               if judge.get("provider") == "local" else "")
+        )
     out.append("")
     out.append("experiments")
     for e in experiments:
