@@ -256,6 +256,14 @@ class JudgeCache:
         entries, cost = self._conn().execute("SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()
         return CacheStats(entries=entries, cost_usd=float(cost), hits=self.hits, misses=self.misses, writes=self.writes)
 
+    def cost_since(self, created_after: float) -> float:
+        """Summed original cost (US dollars) of the calls stored at or after ``created_after`` (seconds
+        since the epoch, as ``time.time()``): what was paid since then, e.g. before a crash."""
+        row = self._conn().execute(
+            "SELECT COALESCE(SUM(cost_usd), 0) FROM calls WHERE created >= ?", (created_after,)
+        ).fetchone()
+        return float(row[0])
+
     def close(self) -> None:
         """Close every connection this object opened (call from the owning thread at the end)."""
         with self._lock:

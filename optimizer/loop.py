@@ -329,15 +329,18 @@ class LoopRunner:
             self.run.id, parent_id=None, strategy="baseline", seq=0, commit_sha=sha,
             prompt_hash=prompts.prompt_hash(), rationale="the prompts the run started from",
         )
-        self.stage("baseline", exp.id)
+        self.stage("baseline", exp.id, started_at=time.time())
         say(f"experiment {exp.id} (baseline): evaluating {len(self.split.ids)} items × {self.replicates} replicate(s)")
         ev = await self.evaluate(exp.id, prompts, None, provider, cache)
+        # A resumed baseline's row holds what it paid before the crash (calls now served by the cache).
+        paid_before = existing.cost_usd if existing else 0.0
         if ev.metrics is None:
-            self._record_eval(exp.id, ev, status="error", reason=f"baseline incomplete: {ev.error}")
+            self._record_eval(exp.id, ev, status="error", reason=f"baseline incomplete: {ev.error}",
+                              extra_cost=paid_before)
             raise UserError(f"the baseline evaluation is incomplete ({ev.error}); fix the judge setup and "
                             "run `judgeloop run --resume`")
         m = ev.metrics
-        exp = self._record_eval(exp.id, ev, status="baseline", decision="baseline",
+        exp = self._record_eval(exp.id, ev, status="baseline", decision="baseline", extra_cost=paid_before,
                                 reason=f"baseline: kappa {m.kappa:.3f}, FPR {m.fpr:.3f}" if m.kappa is not None
                                 else "baseline")
         say(f"  baseline kappa={_f(m.kappa)} FPR={_f(m.fpr)} bal.acc={_f(m.balanced_accuracy)} "
@@ -465,7 +468,7 @@ class LoopRunner:
         self, exp_id: int, sha: str, incumbent: Experiment, provider, cache, optimiser_cost: float = 0.0
     ) -> Experiment:
         prompts = PromptSet.from_rev(self.ws, sha)
-        self.stage("evaluating", exp_id)
+        self.stage("evaluating", exp_id, started_at=time.time())  # wall clock, as the cache's `created`
         say(f"  experiment {exp_id}: evaluating (negatives first, stopping as soon as the outcome is certain)")
         ev = await self.evaluate(exp_id, prompts, self.ledger.item_answers(incumbent.id), provider, cache)
         incumbent_sha = incumbent.commit_sha or gitops.rev_parse(self.root, "HEAD~1")
@@ -634,7 +637,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             limits = _limits(args, ws, run.budgets)
             replicates = int(run.budgets.get("replicates") or 1)
             # Calls paid before a crash come back from the cache on resume and are not re-counted by
-            # the resumed evaluation; the last progress event still holds the run's running total.
+            # the resumed evaluation: put them on the interrupted experiment's row first. The last
+            # progress event's running total is a floor (it is throttled, so it may lag the cache).
+            _record_spend_before_crash(ledger, ws, run.id)
             spent = max(sum(e.cost_usd for e in ledger.experiments(run.id)), _last_reported_spend(ledger, run.id))
             ledger.set_run_status(run.id, "running", pid=_pid())
             say(f"resuming run {run.id} on {run.branch} (spent so far ${spent:.4f})")
@@ -719,6 +724,33 @@ def _resumed_judge(run: Run, judge: JudgeSection, args: argparse.Namespace) -> J
     if getattr(args, "concurrency", None):
         original = original.model_copy(update={"max_concurrency": args.concurrency})
     return original
+
+
+def _record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> None:
+    """Add to the interrupted experiment's row what its judge calls cost before a crash.
+
+    The experiment is the one the run's last stage event started evaluating; every call stored in
+    the cache since that moment is its (a call made meanwhile by another process sharing the cache
+    is counted too: the budget errs on the safe side).
+    """
+    stage = ledger.last_event(run_id, "stage")
+    if stage is None or stage.payload.get("stage") not in ("baseline", "evaluating"):
+        return
+    started_at = stage.payload.get("started_at")
+    exp = next((e for e in ledger.experiments_with_status("running", run_id) if e.id == stage.experiment_id), None)
+    if exp is None or started_at is None or not ws.cache_path.exists():
+        return
+    with JudgeCache(ws.cache_path) as cache:
+        paid = cache.cost_since(float(started_at))
+    if paid > 0:
+        ledger.finish_experiment(
+            exp.id, status="running", decision=exp.decision, reason=exp.reason, finished=False,
+            calls=exp.calls, input_tokens=exp.input_tokens, output_tokens=exp.output_tokens,
+            cost_usd=exp.cost_usd + paid,
+        )
+    # Counted once: a crash before the resumed evaluation starts must not count this window again.
+    ledger.add_event(run_id, "stage", {"stage": "resuming", "paid_before_crash_usd": round(paid, 6)},
+                     experiment_id=exp.id)
 
 
 def _last_reported_spend(ledger: Ledger, run_id: str) -> float:
