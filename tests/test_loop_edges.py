@@ -1,0 +1,354 @@
+"""The loop's edges: Ctrl-C once and twice, ``--hours``, ``--resume`` refusals and what it keeps
+(the judge, the replicates, the spend across a ``kill -9``).
+
+Same fixtures as tests/test_loop_run.py: fresh copies of an ``init --sample`` workspace whose dev
+split is a 32-item subset, a deterministic fake judge, the real openai SDK. The signal tests run
+``python -m optimizer.cli run`` in a subprocess and hold the fake judge at a gate, so "mid-candidate"
+is a state the test waits for (ledger progress events), never a guess about timing.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from optimizer import gitops
+from optimizer.cli import main
+from optimizer.ledger import Ledger
+from optimizer.prompts import RUBRIC_MD
+from tests.fakeserver import FakeLLMServer, RecordedRequest
+from tests.loop_helpers import (
+    GOOD_ENTRY,
+    FakeJudge,
+    add_small_dev_split,
+    body_digest,
+    commit_all,
+    make_workspace,
+    request_texts,
+    run_loop,
+)
+from tests.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PRICES = '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'  # US dollars per million tokens
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = make_workspace(tmp_path_factory.mktemp("template"))
+    add_small_dev_split(root)
+    return root
+
+
+@pytest.fixture
+def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    return root
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` every 20 ms (bounded); fail naming ``what`` if it never holds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _running_candidate_with_progress(root: Path) -> bool:
+    path = root / "experiments" / "ledger.sqlite"
+    if not path.exists():
+        return False
+    with Ledger(path) as led:
+        run = led.latest_run()
+        if run is None:
+            return False
+        running = [e for e in led.experiments(run.id) if e.seq > 0 and e.status == "running"]
+        if not running:
+            return False
+        return any(e.kind == "progress" and e.experiment_id == running[0].id
+                   for e in led.events_since(0, run_id=run.id))
+
+
+def _cache_rows(root: Path) -> tuple[int, float]:
+    """(calls, summed cost in US dollars) in the workspace's judge cache: every call ever paid here."""
+    path = root / "experiments" / "cache.sqlite"
+    if not path.exists():
+        return 0, 0.0
+    conn = sqlite3.connect(path, timeout=5)
+    try:
+        n, cost = conn.execute("SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()
+        return int(n), float(cost)
+    except sqlite3.OperationalError:  # not created yet
+        return 0, 0.0
+    finally:
+        conn.close()
+
+
+class CliRun:
+    """``python -m optimizer.cli run ...`` in a subprocess; its stdout lines are collected by a thread."""
+
+    def __init__(self, root: Path, server: FakeLLMServer, *extra: str) -> None:
+        cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(root), "--provider", "openai",
+               "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8", *extra]
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def wait(self) -> int:
+        rc = self.proc.wait(timeout=60)
+        self._reader.join(timeout=10)
+        return rc
+
+    def __enter__(self) -> CliRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def _gated_judge(root: Path, candidate_calls: int) -> FakeJudge:
+    """A judge that answers the baseline and ``candidate_calls`` candidate calls, then holds every
+    call at its gate (the candidate is mid-evaluation for as long as the test wants)."""
+    judge = FakeJudge(root)
+    judge.gate_after = len(judge.neg_rank) + len(judge.pos_rank) + candidate_calls
+    judge.delay_s = 0.005
+    return judge
+
+
+def _release(judge: FakeJudge, *, abandon: bool) -> None:
+    judge.abandon_gated = abandon
+    judge.gate_after = None
+    judge.gate.set()
+
+
+def _stopped_run(root: Path, server: FakeLLMServer, *extra: str) -> None:
+    """A run that evaluated its baseline and stopped (a STOP file): unfinished, so resumable."""
+    (root / "experiments").mkdir(exist_ok=True)
+    (root / "experiments" / "STOP").write_text("", encoding="utf-8")
+    assert run_loop(root, server.openai_base_url, *extra) == 0
+    run, exps = latest(root)
+    assert run.status == "stopped" and [e.status for e in exps] == ["baseline"]
+
+
+def _trajectories_requested(judge: FakeJudge, requests: list[RecordedRequest]) -> collections.Counter[str]:
+    return collections.Counter(judge.trajectory_of(request_texts(r.body)[1]) for r in requests
+                               if isinstance(r.body, dict))
+
+
+# -- Ctrl-C --------------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_once_finishes_and_decides_the_candidate_then_resume_continues(ws: Path) -> None:
+    judge = _gated_judge(ws, candidate_calls=4)
+    with FakeLLMServer(default=judge) as server:
+        with CliRun(ws, server, "--strategy", "library", "--max-experiments", "2") as cli:
+            _wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            cli.proc.send_signal(signal.SIGINT)
+            _wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
+            _release(judge, abandon=False)  # the held calls are answered: the candidate completes
+            assert cli.wait() == 0, "".join(cli.lines)
+        run, exps = latest(ws)
+        assert run.status == "stopped" and run.stop_reason == "interrupted (Ctrl-C)"
+        assert [e.seq for e in exps] == [0, 1]
+        assert exps[1].status in ("kept", "rolled_back")  # decided, not left running
+        inc = next(e for e in reversed(exps) if e.status in ("baseline", "kept"))
+        assert gitops.rev_parse(ws, "HEAD") == gitops.rev_parse(ws, run.branch) == inc.commit_sha
+        assert_clean(ws)
+
+        # A stopped run is resumable: --resume continues it to its limit (2 candidates in all).
+        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+    run, exps = latest(ws)
+    assert run.status == "finished" and "max-experiments 2" in (run.stop_reason or "")
+    assert [e.seq for e in exps] == [0, 1, 2]
+    assert not [e for e in exps if e.status == "running"]
+    assert_clean(ws)
+
+
+def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> None:
+    judge = _gated_judge(ws, candidate_calls=4)
+    with FakeLLMServer(default=judge) as server:
+        with CliRun(ws, server, "--strategy", "library", "--max-experiments", "1") as cli:
+            _wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            cli.proc.send_signal(signal.SIGINT)
+            _wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
+            cli.proc.send_signal(signal.SIGINT)
+            rc = cli.wait()
+            _release(judge, abandon=True)  # held handlers now answer a dead socket, unrecorded
+            assert rc == 130, "".join(cli.lines)
+        assert cli.said("second Ctrl-C: aborting now")
+        run, exps = latest(ws)
+        assert run.status == "stopped" and run.stop_reason == "aborted by a second Ctrl-C"
+        assert [e.status for e in exps] == ["baseline", "running"]  # the ledger says where it stopped
+
+        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+    run, exps = latest(ws)
+    assert run.status == "finished" and "max-experiments 1" in (run.stop_reason or "")
+    assert [e.seq for e in exps] == [0, 1] and exps[1].status in ("kept", "rolled_back")
+    assert exps[1].cache_hits >= 4  # the calls answered before the abort were not paid again
+    inc = next(e for e in reversed(exps) if e.status in ("baseline", "kept"))
+    assert gitops.rev_parse(ws, run.branch) == inc.commit_sha
+    assert_clean(ws)
+
+
+# -- --hours -------------------------------------------------------------------------------------------
+
+
+def test_tiny_hours_stops_after_the_baseline(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    strategy = ScriptedStrategy([toggle(GOOD_ENTRY)])
+    install(monkeypatch, strategy)
+    judge = FakeJudge(ws, delay_s=0.02)  # 32 items at concurrency 8: the baseline outlasts 0.036 s
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--hours", "0.00001", "--max-experiments", "5") == 0
+    run, exps = latest(ws)
+    assert run.status == "finished" and "--hours" in (run.stop_reason or "")
+    assert [e.status for e in exps] == ["baseline"]
+    assert strategy.contexts == []  # the optimiser was never asked
+    assert_clean(ws)
+
+
+# -- --resume refusals -----------------------------------------------------------------------------------
+
+
+def test_resume_refuses_edits_outside_the_loops_files_and_resets_a_dirty_prompt(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        _stopped_run(ws, server)
+        _, exps = latest(ws)
+        guidance = ws / "prompts" / "guidance.md"
+        outside = guidance if guidance.is_file() else ws / "judgeloop.toml"
+        original = outside.read_text(encoding="utf-8")
+        edited = original + "\n# a human's edit, not the loop's\n"
+        outside.write_text(edited, encoding="utf-8")
+        capsys.readouterr()
+        assert run_loop(ws, server.openai_base_url, "--resume") == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and outside.relative_to(ws).as_posix() in err
+        assert outside.read_text(encoding="utf-8") == edited  # refused, and nothing was reset
+        run, _ = latest(ws)
+        assert run.status == "stopped"
+
+        outside.write_text(original, encoding="utf-8")
+        # A crash between writing an allowed prompt file and committing it leaves only that file dirty.
+        (ws / RUBRIC_MD).write_text("half-written candidate\n", encoding="utf-8")
+        assert run_loop(ws, server.openai_base_url, "--resume", "--max-experiments", "1") == 0
+    run, exps = latest(ws)
+    assert run.status == "finished" and [e.status for e in exps] == ["baseline", "kept"]
+    assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == gitops.read_file_at(ws, exps[1].commit_sha, RUBRIC_MD)
+    assert "half-written candidate" not in gitops.read_file_at(ws, exps[1].commit_sha, RUBRIC_MD)
+    assert_clean(ws)
+
+
+def test_resume_keeps_the_runs_judge_and_refuses_another(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        _stopped_run(ws, server)
+        for flags, named in ((["--provider", "anthropic"], "--provider 'anthropic'"),
+                             (["--model", "other-judge"], "--model 'other-judge'")):
+            capsys.readouterr()
+            assert main(["run", "-w", str(ws), "--resume", *flags]) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and named in err and "start a new run" in err
+        n_before = len(server.inference_requests())
+        # No judge flags: the workspace's own judge ([judge] provider = "local") must not be used.
+        assert main(["run", "-w", str(ws), "--resume", "--max-experiments", "1"]) == 0
+        resumed = server.inference_requests()[n_before:]
+    assert resumed and {r.model for r in resumed} == {"fake-judge"}
+    run, exps = latest(ws)
+    assert run.status == "finished" and [e.status for e in exps] == ["baseline", "kept"]
+
+
+# -- replicates ----------------------------------------------------------------------------------------
+
+
+def test_replicates_are_pinned_per_run_across_resume(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
+    judge = FakeJudge(ws)
+    with FakeLLMServer(default=judge) as server:
+        _stopped_run(ws, server, "--replicates", "3")
+        baseline_calls = _trajectories_requested(judge, server.inference_requests())
+        n_before = len(server.inference_requests())
+        # judge.toml still says 1 replicate; the run's budgets JSON says 3.
+        assert run_loop(ws, server.openai_base_url, "--resume", "--max-experiments", "1") == 0
+        candidate_calls = _trajectories_requested(judge, server.inference_requests()[n_before:])
+    assert len(baseline_calls) == 32 and set(baseline_calls.values()) == {3}
+    run, exps = latest(ws)
+    assert run.budgets["replicates"] == 3
+    assert [e.status for e in exps] == ["baseline", "kept"]  # kept: evaluated in full, no early stop
+    assert len(candidate_calls) == 32 and set(candidate_calls.values()) == {3}
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        assert {len(v.replicates) for v in led.item_verdicts(exps[1].id)} == {3}
+
+
+# -- spend across a crash --------------------------------------------------------------------------------
+
+
+def test_resume_after_kill_9_counts_the_spend_before_it_against_the_budget(ws: Path) -> None:
+    cfg = ws / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + PRICES, encoding="utf-8")
+    commit_all(ws, "prices")
+    judge = _gated_judge(ws, candidate_calls=10)
+    with FakeLLMServer(default=judge) as server:
+        with CliRun(ws, server, "--strategy", "library", "--max-experiments", "2") as cli:
+            _wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
+            _wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            _wait_for(lambda: _cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
+            cli.proc.send_signal(signal.SIGKILL)
+            assert cli.wait() == -signal.SIGKILL
+        answered = judge.gate_after
+        _release(judge, abandon=True)
+        calls_before, spent_before = _cache_rows(ws)
+        assert calls_before == answered and spent_before > 0
+        per_call = spent_before / calls_before
+        answered_before = set(judge.answered)
+
+        # Room for less than half a call beyond what was spent before the kill.
+        budget = spent_before + per_call * 0.4
+        n_before = len(server.inference_requests())
+        assert run_loop(ws, server.openai_base_url, "--resume", "--budget-usd", f"{budget:.9f}") == 0
+        resumed = [body_digest(r.body) for r in server.inference_requests()[n_before:] if isinstance(r.body, dict)]
+    calls_after, spent_after = _cache_rows(ws)
+    assert spent_after <= budget + 1e-9, f"paid ${spent_after - spent_before:.6f} beyond the pre-kill spend"
+    assert calls_after == calls_before and not resumed  # no paid call at all: none fits the budget
+    assert not set(resumed) & answered_before
+    run, exps = latest(ws)
+    assert run.status == "finished" and "budget" in (run.stop_reason or "")
+    assert not [e for e in exps if e.status == "running"]
+    assert exps[1].status == "error" and "budget" in (exps[1].reason or "")
+    # The ledger's spend is the money paid: the calls answered before the kill are on the candidate's row.
+    assert sum(e.cost_usd for e in exps) == pytest.approx(spent_after)
+    assert_clean(ws)
