@@ -427,13 +427,19 @@ class LoopRunner:
             )
         self.charge(proposal.cost_usd)
 
-        changed = {}
+        allowed = set(self.ws.config.optimizer.allowed_files)
+        changed: dict[str, tuple[str | None, str | None]] = {}
         for path, new in proposal.files.items():
+            if path not in allowed:
+                # Never read a file outside the allowed set: its text would reach the ledger's diff and,
+                # through the history, the optimiser (think devset/*/labels.jsonl). The guard rejects it.
+                changed[path] = ("<not read: outside the allowed files>", new)
+                continue
             target = self.root / path
             old = target.read_text(encoding="utf-8") if target.is_file() else None
             if old != new:
                 changed[path] = (old, new)
-        diff_text, ins, dels = unified_diff(changed)
+        diff_text, ins, dels = unified_diff({p: c for p, c in changed.items() if p in allowed})
         exp = self.ledger.start_experiment(
             self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq,
             files_changed=sorted(changed), insertions=ins, deletions=dels, diff_text=diff_text,

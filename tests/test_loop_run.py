@@ -460,3 +460,28 @@ def _confirm(root: Path, server: FakeLLMServer, split: str) -> int:
 
     return main(["confirm", "-w", str(root), "--split", split, "--provider", "openai",
                  "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8"])
+
+
+def test_a_proposal_for_a_labels_file_is_rejected_without_reading_it_into_the_ledger(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optimizer.workspace import Workspace
+
+    split_name = Workspace.open(ws).config.workspace.dev_split
+    labels_path = f"devset/{split_name}/labels.jsonl"
+    secret_line = (ws / labels_path).read_text(encoding="utf-8").splitlines()[0]
+
+    def grab_labels(ctx: ProposalContext) -> Proposal:
+        return Proposal(files={labels_path: "", "prompts/rubric.md": ctx.current_files[RUBRIC_MD] + "\n"},
+                        rationale="overwrite the labels")
+
+    judge = FakeJudge(ws)
+    with FakeLLMServer(default=judge) as server:
+        install(monkeypatch, ScriptedStrategy([grab_labels], server))
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+    _, exps = latest(ws)
+    assert exps[1].status == "guard_rejected" and "outside the allowed files" in exps[1].reason
+    with ledger_of(ws) as ledger:
+        stored = ledger.get_experiment(exps[1].id).diff_text or ""
+    assert secret_line not in stored and '"label"' not in stored
+    assert (ws / labels_path).read_text(encoding="utf-8").splitlines()[0] == secret_line
