@@ -117,32 +117,35 @@ class MetricChart(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        title = self.metric
+        title = self.metric if self.metric == "kappa" else f"{self.metric} (markers as in kappa)"
         if points is not None and points.rejected:
             title += f" · {points.rejected} guard-rejected/failed not plotted"
         plt.title(title)
+        # One legend, on the kappa chart: kappa rises from the left, so its top-left corner is free,
+        # while the FPR chart's top-left is where the baseline usually sits (the legend would hide it).
+        legend = self.metric == "kappa"
         if points is not None and (points.chain_x or points.evaluated_x or points.baseline):
             chain_y, evaluated_y, stopped_y = points.values(self.metric)
             # Drawn in this order so the chain is over the points and the early-stopped markers (which
             # sit on the chain by definition) stay visible over it.
             if points.evaluated_x:
-                plt.scatter(points.evaluated_x, evaluated_y, marker="•", color="white", label="evaluated candidate")
+                plt.scatter(points.evaluated_x, evaluated_y, marker="•", color="white", label="evaluated candidate" if legend else None)
             if points.chain_x:
-                plt.plot(points.chain_x, chain_y, marker="braille", color="green", label="kept chain (incumbent)")
+                plt.plot(points.chain_x, chain_y, marker="braille", color="green", label="kept chain (incumbent)" if legend else None)
             if points.stopped_x:
                 plt.scatter(points.stopped_x, stopped_y, marker="x", color="orange",
-                            label="stopped early (rolled back)")
+                            label="stopped early (rolled back)" if legend else None)
             ys = chain_y + evaluated_y + stopped_y
             if points.baseline is not None:
                 seq, kappa, fpr = points.baseline
                 value = kappa if self.metric == "kappa" else fpr
-                plt.scatter([seq], [value], marker="B", color="cyan", label="baseline")
+                plt.scatter([seq], [value], marker="B", color="cyan", label="baseline" if legend else None)
                 ys = [*ys, value]
             plt.xlabel("experiment")
             plt.xlim(0, max(points.last_x, 1))
             lo, hi = min(ys), max(ys)
             pad = max(0.05, (hi - lo) * 0.15)
-            plt.ylim(lo - pad, hi + pad)
+            plt.ylim(lo - pad, hi + (3 * pad if legend else pad))  # headroom for the legend's rows
         self.refresh()
 
     def render(self) -> RenderResult:
