@@ -247,8 +247,7 @@ def test_resume_refuses_edits_outside_the_loops_files_and_resets_a_dirty_prompt(
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         _stopped_run(ws, server)
         _, exps = latest(ws)
-        guidance = ws / "prompts" / "guidance.md"
-        outside = guidance if guidance.is_file() else ws / "judgeloop.toml"
+        outside = ws / "prompts" / "judge.toml"  # next to the prompts, but not the loop's to edit: a hard reset would lose it
         original = outside.read_text(encoding="utf-8")
         edited = original + "\n# a human's edit, not the loop's\n"
         outside.write_text(edited, encoding="utf-8")
