@@ -1,10 +1,15 @@
-"""Shared helpers for the SDK-backed providers: secret handling and error wording."""
+"""Shared helpers for the SDK-backed providers: secret handling, error wording, request bodies."""
 
 from __future__ import annotations
 
 import base64
+import json
 import os
+import re
+import secrets
+from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 import httpx2
 
@@ -47,7 +52,73 @@ def key_from_env(env_var: str, *, required: bool) -> Secret | None:
 
 
 def data_b64(data: bytes) -> str:
+    """``data`` as standard base64 text."""
     return base64.b64encode(data).decode("ascii")
+
+
+# Placeholders for image strings while the rest of a body is JSON-encoded. The per-process nonce
+# means no text in a trajectory or prompt can imitate one; json.dumps writes NUL as \u0000.
+_BLOB_NONCE = secrets.token_hex(8)
+_BLOB_SPLIT = re.compile(r"\\u0000" + _BLOB_NONCE + r":(\d+)\\u0000")
+
+ImageString = Callable[[str, bytes], str]
+"""``(prefix, image bytes) -> str``: how a body builder writes the JSON string ``prefix + base64``;
+`inline_image` writes it out, `BodyBlobs.placeholder` leaves a marker for `encode_json_body`."""
+
+
+def inline_image(prefix: str, data: bytes) -> str:
+    """``prefix`` followed by the base64 of ``data`` (an `ImageString` for readable bodies)."""
+    return prefix + data_b64(data)
+
+
+class BodyBlobs:
+    """Collects image payloads while a provider builds a body, for `encode_json_body`.
+
+    Each image's base64 goes into the body as bytes spliced between JSON fragments, so the large
+    strings are never built as Python ``str``, scanned by the JSON encoder or re-encoded to UTF-8.
+    """
+
+    def __init__(self) -> None:
+        self.blobs: list[bytes] = []
+
+    def placeholder(self, prefix: str, data: bytes) -> str:
+        """A marker string standing for the JSON string content ``prefix + base64(data)``."""
+        # json.dumps escapes the prefix exactly as it would inside the full string; base64 needs none.
+        escaped = json.dumps(prefix, ensure_ascii=False)[1:-1].encode()
+        self.blobs.append(escaped + base64.b64encode(data))
+        return _placeholder(len(self.blobs) - 1)
+
+
+def encode_json_body(body: dict[str, Any], blobs: Sequence[bytes] = ()) -> bytes:
+    """The UTF-8 JSON bytes of ``body``, encoded as the SDKs encode request bodies (compact, not
+    ASCII-escaped, no NaN), with every `BodyBlobs` placeholder replaced by its payload."""
+    text = _dumps(body)
+    if not blobs:
+        return text.encode()
+    pieces = _BLOB_SPLIT.split(text)
+    if pieces[1::2] != [str(i) for i in range(len(blobs))]:
+        # Some text imitated a placeholder (it would have to guess the nonce): encode the slow way.
+        table = {_placeholder(i): json.loads(b'"' + blob + b'"') for i, blob in enumerate(blobs)}
+        return _dumps(_substitute(body, table)).encode()
+    return b"".join(blobs[int(piece)] if k % 2 else piece.encode() for k, piece in enumerate(pieces))
+
+
+def _placeholder(index: int) -> str:
+    return f"\0{_BLOB_NONCE}:{index}\0"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _substitute(value: Any, table: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return table.get(value, value)
+    if isinstance(value, dict):
+        return {k: _substitute(v, table) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, table) for v in value]
+    return value
 
 
 def quote_server_message(message: str, secret: Secret | None) -> str:

@@ -8,6 +8,11 @@
 - Structured output: ``output_config={"format": {"type": "json_schema", "schema": ...}}``.
 - SDK 2.x has no ``temperature``/``top_p`` arguments; they go in the request body, and only when
   the user set them.
+- The call is the client's own ``post("/v1/messages", cast_to=Message)`` with the body pre-encoded
+  as bytes (base64 images spliced in, never scanned by the JSON encoder), which is what
+  ``messages.create`` sends for these arguments minus its per-call JSON encoding of ~300 KB of
+  base64 per 12-screenshot request; the SDK's transport, auth headers, retries and error classes
+  are unchanged.
 - Retries (429 honouring ``retry-after``, 5xx, timeouts, connection errors) are the SDK's own,
   ``max_retries`` times; what survives becomes `InfrastructureError` or `UserError`.
 """
@@ -17,10 +22,18 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+from anthropic.types import Message
 
 from optimizer.config import JudgeSection
 from optimizer.judge_types import ImagePart, JudgeRequest, ProviderReply, Sampling, TextPart
-from optimizer.providers._common import data_b64, key_from_env, map_sdk_error
+from optimizer.providers._common import (
+    BodyBlobs,
+    ImageString,
+    encode_json_body,
+    inline_image,
+    key_from_env,
+    map_sdk_error,
+)
 
 KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -56,7 +69,17 @@ class AnthropicProvider:
     def build_params(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
     ) -> dict[str, Any]:
-        """The keyword arguments of ``messages.create`` for one judge call (no network)."""
+        """The JSON body of one Messages call, images written out as base64 (no network)."""
+        return self._body(request, sampling, schema, inline_image)
+
+    def encode_body(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> bytes:
+        """`build_params` as the UTF-8 JSON bytes sent on the wire, images spliced in as bytes."""
+        blobs = BodyBlobs()
+        return encode_json_body(self._body(request, sampling, schema, blobs.placeholder), blobs.blobs)
+
+    def _body(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
+    ) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
         for part in request.parts:
             if isinstance(part, TextPart):
@@ -69,7 +92,7 @@ class AnthropicProvider:
                         "source": {
                             "type": "base64",
                             "media_type": part.media_type,
-                            "data": data_b64(part.data),
+                            "data": image("", part.data),
                         },
                     }
                 )
@@ -80,22 +103,20 @@ class AnthropicProvider:
             "messages": [{"role": "user", "content": content}],
             "output_config": {"format": {"type": "json_schema", "schema": schema}},
         }
-        extra = {
-            k: v
-            for k, v in (("temperature", sampling.temperature), ("top_p", sampling.top_p))
-            if v is not None
-        }
-        if extra:
-            params["extra_body"] = extra
+        # SDK 2.x has no temperature/top_p arguments: they are plain body fields, sent only when set.
+        if sampling.temperature is not None:
+            params["temperature"] = sampling.temperature
+        if sampling.top_p is not None:
+            params["top_p"] = sampling.top_p
         return params
 
     async def complete(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
     ) -> ProviderReply:
         """One judge call. Raises `InfrastructureError` after the SDK's retries, `UserError` for setup problems."""
-        params = self.build_params(request, sampling, schema)
+        body = self.encode_body(request, sampling, schema)
         try:
-            message = await self._client.messages.create(**params)
+            message = await self._client.post("/v1/messages", cast_to=Message, content=body)
         except (anthropic.APIError, ValueError) as exc:
             raise map_sdk_error(
                 exc,
