@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
 import secrets
+import ssl
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -49,6 +51,30 @@ def key_from_env(env_var: str, *, required: bool) -> Secret | None:
     if required:
         raise UserError(f"{env_var} is not set; export it or use --provider local")
     return None
+
+
+# The SDKs' own default pool (1000 connections, 100 kept alive) unless the concurrency is larger.
+_MIN_CONNECTIONS = 1000
+_MIN_KEEPALIVE = 100
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # httpx's default verifying context (CA bundle, SSL_CERT_FILE/DIR honoured). Loading the CA
+    # bundle costs 50-150 ms, paid by every new SDK client otherwise; one context serves them all.
+    return httpx2.create_ssl_context()
+
+
+def http_client_options(concurrency: int) -> dict[str, Any]:
+    """Keyword arguments for an SDK's ``DefaultAsyncHttpxClient``: the process-wide verifying SSL
+    context and a connection pool that keeps at least ``concurrency`` connections alive."""
+    return {
+        "verify": _ssl_context(),
+        "limits": httpx2.Limits(
+            max_connections=max(_MIN_CONNECTIONS, concurrency),
+            max_keepalive_connections=max(_MIN_KEEPALIVE, concurrency),
+        ),
+    }
 
 
 def data_b64(data: bytes) -> str:

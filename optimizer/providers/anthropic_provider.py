@@ -30,6 +30,7 @@ from optimizer.providers._common import (
     BodyBlobs,
     ImageString,
     encode_json_body,
+    http_client_options,
     inline_image,
     key_from_env,
     map_sdk_error,
@@ -57,6 +58,7 @@ class AnthropicProvider:
             base_url=judge.base_url,
             timeout=judge.timeout_s,
             max_retries=judge.max_retries,
+            http_client=anthropic.DefaultAsyncHttpxClient(**http_client_options(judge.max_concurrency)),
         )
 
     def __repr__(self) -> str:

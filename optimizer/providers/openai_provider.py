@@ -37,6 +37,7 @@ from optimizer.providers._common import (
     ImageString,
     Secret,
     encode_json_body,
+    http_client_options,
     inline_image,
     key_from_env,
     map_sdk_error,
@@ -75,6 +76,7 @@ class OpenAIProvider:
             base_url=judge.base_url or DEFAULT_BASE_URL,
             timeout=judge.timeout_s,
             max_retries=judge.max_retries,
+            http_client=openai.DefaultAsyncHttpxClient(**http_client_options(judge.max_concurrency)),
         )
 
     def __repr__(self) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 
 import pytest
 from anthropic._utils._json import openapi_dumps as anthropic_dumps
@@ -20,7 +21,7 @@ from openai.types.chat import completion_create_params
 
 from optimizer.config import JudgeSection
 from optimizer.judge_types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
-from optimizer.providers._common import _BLOB_NONCE, BodyBlobs, encode_json_body
+from optimizer.providers._common import _BLOB_NONCE, BodyBlobs, encode_json_body, http_client_options
 from optimizer.providers.anthropic_provider import AnthropicProvider
 from optimizer.providers.openai_provider import OpenAIProvider
 from tests.fakeserver import FakeLLMServer, rate_limited
@@ -134,3 +135,18 @@ def test_posted_bodies_keep_sdk_headers_key_and_retries(keys: None, fake_llm: Fa
         if wire == "anthropic":
             assert "anthropic-version" in seen.headers
     assert second.headers.get("x-stainless-retry-count") == "1"
+
+
+def test_sdk_clients_share_one_verifying_ssl_context_and_pool_at_least_the_concurrency(keys: None) -> None:
+    wide = JudgeSection(provider="openai", model="gpt-4o", max_concurrency=256)
+    options = http_client_options(256)
+    assert options["verify"] is http_client_options(4)["verify"]  # built once per process
+    assert options["verify"].verify_mode == ssl.CERT_REQUIRED and options["verify"].check_hostname
+    assert options["limits"].max_connections >= 256 and options["limits"].max_keepalive_connections >= 256
+    for provider in (
+        OpenAIProvider(wide),
+        AnthropicProvider(JudgeSection(provider="anthropic", model="claude-sonnet-4-6", max_concurrency=256)),
+    ):
+        pool = provider._client._client._transport._pool  # the SDK's httpx client's connection pool
+        assert pool._max_connections >= 256 and pool._max_keepalive_connections >= 256
+        assert pool._ssl_context is options["verify"]
