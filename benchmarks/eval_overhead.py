@@ -95,10 +95,15 @@ def timed(ws: Workspace, judge: JudgeSection, ids: list[str], *, fresh_process: 
     return time.perf_counter() - t0, run
 
 
-def serve(latency: float) -> int:
+def serve(latency: float, *, keep_alive: bool, parse_bodies: bool) -> int:
     """Run the fake server in this process: print its URL, answer "count" lines, stop at EOF."""
     usage = Usage(input_tokens=3000, output_tokens=80)
-    with FakeLLMServer(default=lambda _r: verdict_reply(delay_s=latency, usage=usage), max_hang_s=30) as server:
+    with FakeLLMServer(
+        default=lambda _r: verdict_reply(delay_s=latency, usage=usage),
+        max_hang_s=30,
+        keep_alive=keep_alive,
+        parse_bodies=parse_bodies,
+    ) as server:
         print(server.openai_base_url, flush=True)
         for line in sys.stdin:
             if line.strip() == "count":
@@ -109,9 +114,10 @@ def serve(latency: float) -> int:
 class ServerProcess:
     """The fake server in its own process, as a real server would be (no GIL shared with the harness)."""
 
-    def __init__(self, latency: float) -> None:
+    def __init__(self, latency: float, *, reconnect: bool = False, parse_bodies: bool = False) -> None:
+        flags = [*(["--reconnect"] if reconnect else []), *(["--parse-bodies"] if parse_bodies else [])]
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve", "--latency", str(latency)],
+            [sys.executable, __file__, "--serve", "--latency", str(latency), *flags],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout is not None and self.proc.stdin is not None
@@ -144,12 +150,20 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=0.2, help="seconds per fake call")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--steps", type=int, default=12, help="steps (= screenshots) per trajectory")
+    parser.add_argument(
+        "--reconnect", action="store_true",
+        help="the fake server closes every connection after answering (default: keep-alive, as real servers)",
+    )
+    parser.add_argument(
+        "--parse-bodies", action="store_true",
+        help="the fake server JSON-decodes every request body (default: not, to keep its CPU off the machine)",
+    )
     args = parser.parse_args()
     if args.serve:
-        return serve(args.latency)
+        return serve(args.latency, keep_alive=not args.reconnect, parse_bodies=args.parse_bodies)
 
     os.environ.setdefault("OPENAI_API_KEY", "benchmark-key")
-    server = ServerProcess(args.latency)
+    server = ServerProcess(args.latency, reconnect=args.reconnect, parse_bodies=args.parse_bodies)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             figures = run_phases(server, Path(tmp), args)

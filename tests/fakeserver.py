@@ -196,7 +196,11 @@ class FakeLLMServer:
     """The server. Use as a context manager; it binds 127.0.0.1 on an ephemeral port.
 
     ``models``: when given, a request naming any other model gets a 404 (like a real server), and
-    ``GET /v1/models`` lists them. ``max_hang_s`` bounds every hang and delay.
+    ``GET /v1/models`` lists them. ``max_hang_s`` bounds every hang and delay. ``keep_alive``: keep
+    a connection open after an answer, as real servers do (the default closes each one, so no
+    handler thread outlives a test); benchmarks use it so they time the client, not reconnects.
+    ``parse_bodies=False`` records bodies as None (and replies name the model "fake-model") to keep
+    JSON decoding of large image requests out of a benchmark's CPU budget.
     """
 
     def __init__(
@@ -205,10 +209,14 @@ class FakeLLMServer:
         *,
         models: list[str] | None = None,
         max_hang_s: float = 10.0,
+        keep_alive: bool = False,
+        parse_bodies: bool = True,
     ) -> None:
         self.default = default
         self.models = models
         self.max_hang_s = max_hang_s
+        self.keep_alive = keep_alive
+        self.parse_bodies = parse_bodies
         self.requests: list[RecordedRequest] = []
         self._script: collections.deque[BehaviourSource] = collections.deque()
         self._lock = threading.Lock()
@@ -325,7 +333,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
-            body = json.loads(raw) if raw else None
+            body = json.loads(raw) if raw and self.fake.parse_bodies else None
         except ValueError:
             body = None
         headers: dict[str, str] = {}
@@ -350,14 +358,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(payload)))
-            self.send_header("connection", "close")
+            if not self.fake.keep_alive:
+                self.send_header("connection", "close")
             for name, value in headers:
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up on this call (a cancelled request, an early stop): nothing to answer
-        self.close_connection = True
+            self.close_connection = True  # the client gave up on this call: nothing to answer
+            return
+        self.close_connection = not self.fake.keep_alive
 
     # -- routes ----------------------------------------------------------------------------------
 
