@@ -135,6 +135,11 @@ class ServerProcess:
         self.proc.wait(timeout=30)
 
 
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (other work on the machine skews every figure here)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def call_latency(run: EvalRun) -> dict[str, float]:
     """Median and max of the time each call spent inside the provider (SDK + HTTP + server delay)."""
     times = sorted(r.duration_s for item in run.items for r in item.replicates if not r.cached)
@@ -183,10 +188,12 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
     )
     ideal = math.ceil(args.n / args.concurrency) * args.latency
 
+    load_before = load_average()
     first_s, first = timed(ws, judge, ids, fresh_process=True)
     # A new prompt revision: every judge call is new, screenshots are already on disk encoded.
     judge_md = ws.prompts_dir / "judge.md"
     judge_md.write_text(judge_md.read_text() + "\nBe strict about the instruction's details.\n")
+    load_cold = load_average()
     cold_s, cold = timed(ws, judge, ids, fresh_process=True)
     calls = server.count()
     cached_s, cached = timed(ws, judge, ids, fresh_process=True)
@@ -195,6 +202,10 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
 
     figures = {
         "machine": f"{platform.machine()} {platform.system()}, nproc={os.cpu_count()}, Python {platform.python_version()}",
+        "nproc": os.cpu_count(),
+        "load_average_1_5_15": {"before": load_before, "before_cold_phase": load_cold, "after": load_average()},
+        "server": "reconnect per call" if args.reconnect else "keep-alive",
+        "server_parses_bodies": args.parse_bodies,
         "n": args.n,
         "latency_s": args.latency,
         "concurrency": args.concurrency,
@@ -213,7 +224,10 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
         "http_calls_during_cached_runs": extra_calls,
         "warm_hits": warm.cache_hits,
     }
-    print(f"machine: {figures['machine']}")
+    print(f"machine: {figures['machine']}; load average (1/5/15 min) before: {load_before}, "
+          f"before the new-revision phase: {load_cold}, after: {figures['load_average_1_5_15']['after']}")
+    print(f"fake server: own process, {figures['server']}, "
+          f"{'decodes' if args.parse_bodies else 'does not decode'} request bodies")
     print(f"split: n={args.n} items x {args.steps} steps/screenshots; fake latency L={args.latency}s; C={args.concurrency}")
     print(f"first evaluation of the split (screenshots decoded, resized, encoded): {first_s:.3f} s for "
           f"{first.calls_made} calls = {first_s / ideal:.3f} x ideal")

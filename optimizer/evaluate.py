@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import sys
 import time
 from collections import Counter, deque
@@ -336,6 +337,10 @@ class _Evaluator:
         self.token_budget = getattr(prompts.settings, "token_budget", None)
         self.image_cache_dir = image_cache_dir
         self.semaphore = asyncio.Semaphore(concurrency)
+        # Items loaded and rendered at once: about one per core. With one per worker, every worker's
+        # load job queued ahead of the first item's render and delayed the first calls (~0.15 s at
+        # concurrency 16 on 2 cores); rendering is mostly GIL-bound, so more threads buy nothing.
+        self._prep_slots = asyncio.Semaphore(max(2, os.cpu_count() or 2))
         self.results: dict[str, ItemResult] = {}
         self.stop_reason: str | None = None
         self.stopped_early = False
@@ -517,27 +522,28 @@ class _Evaluator:
         tasks: list[asyncio.Task[ReplicateResult]] = []
         turn_ended = False
         try:
-            traj, memo_key = await asyncio.to_thread(self._prepare, tid)
-            # A fully cached item whose rendering inputs are unchanged needs no rendering at all.
-            memo = self.cache.get_request(memo_key) if memo_key is not None else None
-            request: JudgeRequest | None = None
-            if memo is None:
-                request = await asyncio.to_thread(self._render, traj)
-                fingerprint, notes = request.fingerprint(), request.notes
-                if memo_key is not None:
-                    self.cache.put_request(memo_key, fingerprint, notes)
-            else:
-                fingerprint, notes = memo
-            looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
-            misses = [(key, i) for i, (key, hit) in enumerate(looked_up) if hit is None]
-            if misses and request is None:
-                request = await asyncio.to_thread(self._render, traj)
-                if request.fingerprint() != fingerprint:  # a stale memo: trust the rendering
+            async with self._prep_slots:
+                traj, memo_key = await asyncio.to_thread(self._prepare, tid)
+                # A fully cached item whose rendering inputs are unchanged needs no rendering at all.
+                memo = self.cache.get_request(memo_key) if memo_key is not None else None
+                request: JudgeRequest | None = None
+                if memo is None:
+                    request = await asyncio.to_thread(self._render, traj)
                     fingerprint, notes = request.fingerprint(), request.notes
                     if memo_key is not None:
                         self.cache.put_request(memo_key, fingerprint, notes)
-                    looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
-                    misses = [(key, i) for i, (key, hit) in enumerate(looked_up) if hit is None]
+                else:
+                    fingerprint, notes = memo
+                looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
+                misses = [(key, i) for i, (key, hit) in enumerate(looked_up) if hit is None]
+                if misses and request is None:
+                    request = await asyncio.to_thread(self._render, traj)
+                    if request.fingerprint() != fingerprint:  # a stale memo: trust the rendering
+                        fingerprint, notes = request.fingerprint(), request.notes
+                        if memo_key is not None:
+                            self.cache.put_request(memo_key, fingerprint, notes)
+                        looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
+                        misses = [(key, i) for i, (key, hit) in enumerate(looked_up) if hit is None]
             if misses:
                 assert request is not None
                 # Paid calls take their semaphore slots strictly in item order.
