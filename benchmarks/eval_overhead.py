@@ -13,7 +13,13 @@ real `openai` SDK with concurrency C:
 3. the same revision again, fresh process state: fully cached — target < 2 s;
 4. the same again in a warm process (the loop re-evaluating in one process).
 
+The fake server runs in its own process, keeps connections alive (as real servers do) and does not
+JSON-decode request bodies: on a 2-core machine its CPU is taken from the harness being measured.
+``--reconnect`` (a new connection per call) and ``--parse-bodies`` restore the heavier server.
+The figures depend on the machine's other load; nproc and the load averages are printed with them.
+
 Run:  .venv/bin/python benchmarks/eval_overhead.py [--n 162] [--latency 0.2] [--concurrency 16] [--steps 12]
+      [--reconnect] [--parse-bodies]
 """
 
 from __future__ import annotations
