@@ -1,7 +1,7 @@
 """The loop's edges: Ctrl-C once and twice, ``--hours``, ``--resume`` refusals and what it keeps
 (the judge, the replicates, the spend across a ``kill -9``).
 
-Same fixtures as tests/test_loop_run.py: fresh copies of an ``init --sample`` workspace whose dev
+Same fixtures as tests/loop/test_loop_run.py: fresh copies of an ``init --sample`` workspace whose dev
 split is a 32-item subset, a deterministic fake judge, the real openai SDK. The signal tests run
 ``python -m optimizer.cli run`` in a subprocess and hold the fake judge at a gate, so "mid-candidate"
 is a state the test waits for (ledger progress events), never a guess about timing.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -28,35 +27,18 @@ from optimizer.cli import main
 from optimizer.ledger import Ledger
 from optimizer.prompts import RUBRIC_MD
 from tests.fakeserver import FakeLLMServer, RecordedRequest
-from tests.loop_helpers import (
+from tests.loop.helpers import (
     GOOD_ENTRY,
     FakeJudge,
-    add_small_dev_split,
     body_digest,
     commit_all,
-    make_workspace,
     request_texts,
     run_loop,
 )
-from tests.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
+from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRICES = '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'  # US dollars per million tokens
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_workspace(tmp_path_factory.mktemp("template"))
-    add_small_dev_split(root)
-    return root
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    return root
 
 
 # -- helpers -----------------------------------------------------------------------------------------

@@ -1,13 +1,12 @@
 """``kill -9`` mid-evaluation then ``run --resume``, and the interactive ``--propose-only`` / ``decide`` mode.
 
-Same fixtures as tests/test_loop_run.py: fresh copies of an ``init --sample`` workspace whose dev
+Same fixtures as tests/loop/test_loop_run.py: fresh copies of an ``init --sample`` workspace whose dev
 split is a 32-item subset, a deterministic fake judge, the real openai SDK.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -22,34 +21,17 @@ from optimizer.cli import main
 from optimizer.ledger import Ledger
 from optimizer.prompts import RUBRIC_MD
 from tests.fakeserver import FakeLLMServer
-from tests.loop_helpers import (
+from tests.loop.helpers import (
     BAD_ENTRY,
     GOOD_ENTRY,
     FakeJudge,
-    add_small_dev_split,
     body_digest,
     git,
-    make_workspace,
     run_loop,
 )
-from tests.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
+from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_workspace(tmp_path_factory.mktemp("template"))
-    add_small_dev_split(root)
-    return root
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    return root
 
 
 def _wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
@@ -198,7 +180,7 @@ def test_propose_only_waits_and_decide_keeps_or_discards(
 def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.test_loop_run import priced
+    from tests.loop.test_loop_run import priced
 
     strategy = ScriptedStrategy([priced(toggle(GOOD_ENTRY), 0.25)])
     install(monkeypatch, strategy)

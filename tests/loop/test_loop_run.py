@@ -1,14 +1,13 @@
 """End-to-end tests of ``judgeloop run`` through the real openai SDK against the fake server.
 
 Every test works in a fresh copy of one ``init --sample`` workspace (text-only requests) and a
-deterministic fake judge (tests/loop_helpers.py): its answers depend only on the trajectory and
+deterministic fake judge (tests/loop/helpers.py): its answers depend only on the trajectory and
 on which library entries the system prompt contains, so the tests know which candidates must be
 kept and which must be rolled back.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,33 +20,16 @@ from optimizer.metrics import Answer, score
 from optimizer.prompts import LIBRARY_MD, RUBRIC_MD, parse_library, with_entries
 from optimizer.strategies import Proposal, ProposalContext, ProposalError
 from tests.fakeserver import FakeLLMServer
-from tests.loop_helpers import (
+from tests.loop.helpers import (
     BAD_ENTRY,
     GOOD_ENTRY,
     FakeJudge,
-    add_small_dev_split,
     commit_all,
     git,
-    make_workspace,
     report_json,
     run_loop,
     set_toml_key,
 )
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_workspace(tmp_path_factory.mktemp("template"))
-    add_small_dev_split(root)
-    return root
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    return root
 
 
 def ledger_of(root: Path) -> Ledger:
@@ -450,7 +432,7 @@ def test_optimiser_never_sees_heldout_data_and_confirm_is_capped(
 
 
 def body_user(body: object) -> str:
-    from tests.loop_helpers import request_texts
+    from tests.loop.helpers import request_texts
 
     return request_texts(body)[1]
 
