@@ -155,9 +155,8 @@ def test_protected_regions_extracts_in_order() -> None:
 
 def test_bundled_judge_prompt_keeps_its_protected_region_under_a_fine_edit() -> None:
     bundled = Path(__file__).resolve().parents[1] / "prompts" / "judge.md"
-    if not bundled.is_file() or PROTECTED_BEGIN not in bundled.read_text(encoding="utf-8"):
-        pytest.skip("the bundled judge prompt has no protected region")
     old = bundled.read_text(encoding="utf-8")
+    assert PROTECTED_BEGIN in old, "the bundled judge prompt must fence its output contract"
     assert check({"prompts/judge.md": (old, old + "\n- Prefer the final screenshot as evidence.\n")}).ok
     region = protected_regions(old)[0]
     broken = old.replace(region, region.replace("\n", "\n\n", 1))
