@@ -25,7 +25,7 @@ from optimizer.ledger import Ledger
 from tests.tui_support import make_real_run
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.data import disagreements
-from tui.modals import ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
+from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
 from tui.views import DisagreementsView, ExperimentView, HistoryView, ItemView, ReviewsView
 from tui.widgets import StatusStrip, StepImage
 
@@ -438,6 +438,67 @@ def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(ws_copy
         assert "reached --max-experiments 1" in logs[0].read_text()
 
 
+@pytest.fixture(scope="session")
+def waiting_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace after a real `run --propose-only --max-experiments 1`: one candidate waits at the branch tip."""
+    ws = tmp_path_factory.mktemp("tui-waiting") / "ws"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
+        assert make_real_run(ws, max_experiments=1, replicates=1, items=16, screenshots="none", propose_only=True) == 0
+    return ws
+
+
+@pytest.mark.parametrize(("key", "status"), [("k", "kept"), ("x", "rolled_back")])
+def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
+    waiting_ws: Path, tmp_path: Path, key: str, status: str
+) -> None:
+    from optimizer import gitops
+
+    ws = tmp_path / "ws"
+    shutil.copytree(waiting_ws, ws, symlinks=True)
+    with ledger_of(ws) as ledger:
+        run = ledger.latest_run()
+        assert run is not None and run.status == "waiting"
+        waiting = [e for e in ledger.experiments(run.id) if e.status == "waiting"]
+    assert len(waiting) == 1 and gitops.rev_parse(ws, run.branch) == waiting[0].commit_sha
+    candidate = waiting[0]
+    app = JudgeloopApp(ws, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(app.screen, HistoryView)
+        assert f"experiment {candidate.id} waiting" in svg_text(app)
+        table = app.screen.query_one("#history-table")
+        table.focus()
+        table.move_cursor(row=table.get_row_index(str(candidate.id)))
+        await pilot.press("e")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ExperimentView) and app.experiment_id == candidate.id
+        assert "this candidate is waiting" in svg_text(app)
+        await pilot.press(key)
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmModal)
+        await pilot.press("y")
+        await settle(app, pilot)  # the worker runs `judgeloop decide` to completion, then the view reloads
+        assert isinstance(app.screen, ExperimentView)
+        assert "this candidate is waiting" not in svg_text(app)
+
+    drive(app, scenario)
+    with ledger_of(ws) as ledger:
+        decided = ledger.get_experiment(candidate.id)
+        parent = ledger.get_experiment(candidate.parent_id)
+        assert ledger.get_run(run.id).status == "stopped"
+    assert decided.status == status
+    tip = gitops.rev_parse(ws, run.branch)
+    if status == "kept":
+        assert tip == decided.commit_sha
+        assert gitops.parse_trailers(gitops.commit_message(ws, tip))["Judgeloop-Decision"] == "kept"
+    else:
+        assert tip == parent.commit_sha  # the branch is back at the incumbent
+        assert gitops.rejected_refs(ws)[candidate.id] == decided.commit_sha
+        rejected = gitops.rev_parse(ws, f"refs/judgeloop/rejected/{candidate.id}")
+        assert gitops.parse_trailers(gitops.commit_message(ws, rejected))["Judgeloop-Decision"] == "rolled_back"
+
+
 def test_stop_key_creates_the_stop_file(ws_copy: Path) -> None:
     app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False)
 
@@ -510,6 +571,25 @@ def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) 
             assert max(len(line) for line in text.splitlines()) <= 80
 
     drive(app, scenario, size=(80, 24))
+
+
+def test_disagreements_table_fits_120_columns_without_a_horizontal_scrollbar(run_ws: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, start_view="disagreements",
+                       experiment_id=run.incumbent_experiment)
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(app.screen, DisagreementsView)
+        table = app.screen.query_one("#disagreement-table")
+        assert table.row_count > 0
+        assert not table.show_horizontal_scrollbar
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        # The reasoning column takes the width the others leave.
+        reasoning = next(c for c in table.columns.values() if c.key.value == "reasoning")
+        assert reasoning.width > 20
+
+    drive(app, scenario, size=(120, 36))
 
 
 def test_screenshot_command_renders_screens_headlessly(run_ws: Path, tmp_path: Path) -> None:

@@ -116,7 +116,7 @@ def _set_screenshot_policy(ws_root: Path, policy: str) -> None:
 
 def make_real_run(
     ws_root: Path, *, max_experiments: int = 3, replicates: int = 2, items: int | None = 32,
-    screenshots: str = "all",
+    screenshots: str = "all", propose_only: bool = False,
 ) -> int:
     """`judgeloop init --sample` at ``ws_root``, then a real `judgeloop run` against the fake server.
 
@@ -124,7 +124,8 @@ def make_real_run(
     `judgeloop devset import --manifest` (keeps tests quick; rendering screenshots dominates a run).
     ``screenshots`` other than "all" is committed to the workspace's ``prompts/judge.toml`` first
     (a text-only judge makes the run several times faster; the TUI still shows every screenshot).
-    Needs OPENAI_API_KEY set (any value). Returns the run's exit code.
+    With ``propose_only`` the run is `--propose-only`: it stops with one candidate `waiting` at the
+    branch tip for `judgeloop decide`. Needs OPENAI_API_KEY set (any value). Returns the run's exit code.
     """
     from optimizer.cli import main
 
@@ -145,6 +146,7 @@ def make_real_run(
             "run", "-w", str(ws_root), "--split", split, "--provider", "openai",
             "--base-url", server.openai_base_url, "--model", "fake-judge", "--strategy", "library",
             "--max-experiments", str(max_experiments), "--replicates", str(replicates), "--concurrency", "16",
+            *(["--propose-only"] if propose_only else []),
         ])
 
 

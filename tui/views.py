@@ -475,10 +475,12 @@ class DisagreementsView(View):
 
     def body(self) -> ComposeResult:
         yield Static("", id="disagreement-filters", classes="hint")
-        table: DataTable[Any] = DataTable(id="disagreement-table", cursor_type="row", zebra_stripes=True)
+        # The reasoning column takes the width the others leave, so no horizontal scrollbar at 120 columns.
+        table = FixedColumnsTable(id="disagreement-table", cursor_type="row", zebra_stripes=True,
+                                  fill_column="reasoning")
         for label, key, width in (("item", "id", 13), ("kind", "kind", 4), ("label type", "type", 20),
                                   ("judge", "judge", 8), ("confidence", "conf", 11), ("unstable", "unstable", 8),
-                                  ("reviewed", "reviewed", 8), ("reasoning", "reasoning", 80)):
+                                  ("reviewed", "reviewed", 8), ("reasoning", "reasoning", 20)):
             table.add_column(label, key=key, width=width)
         yield table
 
@@ -516,7 +518,7 @@ class DisagreementsView(View):
             table.add_row(
                 d.trajectory_id[:13], Text(d.kind, style="red" if d.kind == "FP" else "yellow"),
                 d.label.mistake_type or ("—" if d.label.positive else "untyped"), judge, d.confidence,
-                "yes" if d.verdict.unstable else "", "yes" if d.reviewed else "", one_line(d.reasoning, 60),
+                "yes" if d.verdict.unstable else "", "yes" if d.reviewed else "", one_line(d.reasoning, 240),
                 key=d.trajectory_id,
             )
         shown = table.row_count
