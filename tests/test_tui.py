@@ -573,7 +573,10 @@ def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) 
     drive(app, scenario, size=(80, 24))
 
 
-def test_disagreements_table_fits_120_columns_without_a_horizontal_scrollbar(run_ws: Path) -> None:
+@pytest.mark.parametrize(("size", "min_reasoning"), [((120, 36), 20), ((80, 24), 7)])
+def test_disagreements_table_fits_its_width_without_a_horizontal_scrollbar(
+    run_ws: Path, size: tuple[int, int], min_reasoning: int
+) -> None:
     with ledger_of(run_ws) as ledger:
         run = ledger.latest_run()
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, start_view="disagreements",
@@ -587,9 +590,9 @@ def test_disagreements_table_fits_120_columns_without_a_horizontal_scrollbar(run
         assert table.virtual_size.width <= table.scrollable_content_region.width
         # The reasoning column takes the width the others leave.
         reasoning = next(c for c in table.columns.values() if c.key.value == "reasoning")
-        assert reasoning.width > 20
+        assert reasoning.width > min_reasoning
 
-    drive(app, scenario, size=(120, 36))
+    drive(app, scenario, size=size)
 
 
 def test_screenshot_command_renders_screens_headlessly(run_ws: Path, tmp_path: Path) -> None:

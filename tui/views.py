@@ -475,12 +475,13 @@ class DisagreementsView(View):
 
     def body(self) -> ComposeResult:
         yield Static("", id="disagreement-filters", classes="hint")
-        # The reasoning column takes the width the others leave, so no horizontal scrollbar at 120 columns.
+        # The reasoning column takes the width the others leave; the rest is sized so the table fits
+        # 80 columns (reasoning 8 wide there) without a horizontal scrollbar.
         table = FixedColumnsTable(id="disagreement-table", cursor_type="row", zebra_stripes=True,
-                                  fill_column="reasoning")
-        for label, key, width in (("item", "id", 13), ("kind", "kind", 4), ("label type", "type", 20),
-                                  ("judge", "judge", 8), ("confidence", "conf", 11), ("unstable", "unstable", 8),
-                                  ("reviewed", "reviewed", 8), ("reasoning", "reasoning", 20)):
+                                  fill_column="reasoning", fill_min=8)
+        for label, key, width in (("item", "id", 9), ("kind", "kind", 4), ("label type", "type", 18),
+                                  ("judge", "judge", 7), ("conf.", "conf", 8), ("unst.", "unstable", 5),
+                                  ("rev.", "reviewed", 4), ("reasoning", "reasoning", 8)):
             table.add_column(label, key=key, width=width)
         yield table
 
@@ -516,7 +517,7 @@ class DisagreementsView(View):
                 continue
             judge = {True: "success", False: "failure", None: d.verdict.status}[d.verdict.success]
             table.add_row(
-                d.trajectory_id[:13], Text(d.kind, style="red" if d.kind == "FP" else "yellow"),
+                d.trajectory_id[:8], Text(d.kind, style="red" if d.kind == "FP" else "yellow"),
                 d.label.mistake_type or ("—" if d.label.positive else "untyped"), judge, d.confidence,
                 "yes" if d.verdict.unstable else "", "yes" if d.reviewed else "", one_line(d.reasoning, 240),
                 key=d.trajectory_id,
