@@ -303,6 +303,25 @@ def _majority(replicates: Sequence[ReplicateResult]) -> tuple[Answer, Verdict | 
     return Answer(success=chosen.success, mistake_type=chosen.mistake_type), chosen, unstable
 
 
+def _parsed_result(
+    index: int, key: str, cached: bool, text: str, model: str,
+    tokens: tuple[int, int, int, int], cost_usd: float, duration_s: float,
+) -> ReplicateResult:
+    """A replicate's result from a reply text (fresh or cached): the verdict parsed strictly.
+
+    ``tokens``: input, output, cache-read and cache-write token counts.
+    """
+    from optimizer.verdicts import parse_verdict
+
+    parsed = parse_verdict(text)
+    input_tokens, output_tokens, cache_read, cache_write = tokens
+    return ReplicateResult(
+        index=index, cache_key=key, cached=cached, reply_text=text, verdict=parsed.verdict,
+        parse_error=parsed.error, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
+        cache_read_tokens=cache_read, cache_write_tokens=cache_write, cost_usd=cost_usd, duration_s=duration_s,
+    )
+
+
 class _Evaluator:
     def __init__(
         self,
@@ -360,7 +379,6 @@ class _Evaluator:
     # -- one call --------------------------------------------------------------------------------
     def _lookup(self, fingerprint: str, index: int) -> tuple[str, ReplicateResult | None]:
         """The cache key of replicate ``index`` and its cached result, if any (cached calls are free)."""
-        from optimizer.verdicts import parse_verdict
 
         key = cache_key(
             provider=self.provider.name,
@@ -373,26 +391,14 @@ class _Evaluator:
         hit = self.cache.get(key)
         if hit is None:
             return key, None
-        parsed = parse_verdict(hit.reply_text)
-        return key, ReplicateResult(
-            index=index,
-            cache_key=key,
-            cached=True,
-            reply_text=hit.reply_text,
-            verdict=parsed.verdict,
-            parse_error=parsed.error,
-            model=hit.reply_model,
-            input_tokens=hit.input_tokens,
-            output_tokens=hit.output_tokens,
-            cache_read_tokens=hit.cache_read_tokens,
-            cache_write_tokens=hit.cache_write_tokens,
-            cost_usd=hit.cost_usd,
-            duration_s=hit.duration_s,
+        return key, _parsed_result(
+            index, key, True, hit.reply_text, hit.reply_model,
+            (hit.input_tokens, hit.output_tokens, hit.cache_read_tokens, hit.cache_write_tokens),
+            hit.cost_usd, hit.duration_s,
         )
 
     async def _call(self, request: JudgeRequest, fingerprint: str, key: str, index: int) -> ReplicateResult:
         """One paid call. The caller holds a semaphore slot; it is released here, whatever happens."""
-        from optimizer.verdicts import parse_verdict
 
         estimate = 0.0
         reserved = False
@@ -451,21 +457,10 @@ class _Evaluator:
             cost_usd=cost,
             duration_s=duration,
         )
-        parsed = parse_verdict(reply.text)
-        return ReplicateResult(
-            index=index,
-            cache_key=key,
-            cached=False,
-            reply_text=reply.text,
-            verdict=parsed.verdict,
-            parse_error=parsed.error,
-            model=reply.model,
-            input_tokens=reply.input_tokens,
-            output_tokens=reply.output_tokens,
-            cache_read_tokens=reply.cache_read_tokens,
-            cache_write_tokens=reply.cache_write_tokens,
-            cost_usd=cost,
-            duration_s=duration,
+        return _parsed_result(
+            index, key, False, reply.text, reply.model,
+            (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens),
+            cost, duration,
         )
 
     # -- one item --------------------------------------------------------------------------------

@@ -590,11 +590,11 @@ class Ledger:
 
     def runs(self) -> list[Run]:
         """Every run, newest first."""
-        return [_run_from_row(r) for r in self._query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created DESC, id DESC")]
+        return [_run_from_row(r) for r in self._query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created DESC, rowid DESC")]
 
     def latest_run(self) -> Run | None:
         """The newest run, or None on an empty ledger."""
-        rows = self._query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created DESC, id DESC LIMIT 1")
+        rows = self._query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created DESC, rowid DESC LIMIT 1")
         return _run_from_row(rows[0]) if rows else None
 
     def get_run(self, run_id: str) -> Run:

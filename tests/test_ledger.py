@@ -275,3 +275,12 @@ def test_a_file_that_is_not_a_ledger_is_a_user_error(tmp_path: Path) -> None:
     for opener in (Ledger, Ledger.open_readonly):
         with pytest.raises(UserError, match="not a readable judgeloop ledger"):
             opener(path)
+
+
+def test_latest_run_is_the_last_created_even_within_one_second(tmp_path: Path) -> None:
+    # Run ids carry a random suffix, and creation times have one-second resolution: two runs started in
+    # the same second must still come back newest first (insertion order), whatever their suffixes.
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        ids = [_run(ledger, run_id=f"20261130-050000-{suffix}").id for suffix in ("ffff", "0000", "8888")]
+        assert ledger.latest_run().id == ids[-1]
+        assert [r.id for r in ledger.runs()] == list(reversed(ids))

@@ -14,7 +14,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,3 +252,13 @@ def report_json(root: Path, capsys: Any, *extra: str) -> dict[str, Any]:
     capsys.readouterr()
     assert main(["report", "-w", str(root), "--json", *extra]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` every 20 ms (bounded); fail naming ``what`` if it never holds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -16,8 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,6 +32,7 @@ from tests.loop.helpers import (
     commit_all,
     request_texts,
     run_loop,
+    wait_for,
 )
 from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
 
@@ -42,16 +41,6 @@ PRICES = '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'  # US dollars 
 
 
 # -- helpers -----------------------------------------------------------------------------------------
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll ``condition`` every 20 ms (bounded); fail naming ``what`` if it never holds."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _running_candidate_with_progress(root: Path) -> bool:
@@ -155,9 +144,9 @@ def test_ctrl_c_once_finishes_and_decides_the_candidate_then_resume_continues(ws
     judge = _gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
         with CliRun(ws, server, "--strategy", "library", "--max-experiments", "2") as cli:
-            _wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
             cli.proc.send_signal(signal.SIGINT)
-            _wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
+            wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
             _release(judge, abandon=False)  # the held calls are answered: the candidate completes
             assert cli.wait() == 0, "".join(cli.lines)
         run, exps = latest(ws)
@@ -181,9 +170,9 @@ def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> 
     judge = _gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
         with CliRun(ws, server, "--strategy", "library", "--max-experiments", "1") as cli:
-            _wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
             cli.proc.send_signal(signal.SIGINT)
-            _wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
+            wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
             cli.proc.send_signal(signal.SIGINT)
             rc = cli.wait()
             _release(judge, abandon=True)  # held handlers now answer a dead socket, unrecorded
@@ -305,9 +294,9 @@ def test_resume_after_kill_9_counts_the_spend_before_it_against_the_budget(ws: P
     judge = _gated_judge(ws, candidate_calls=10)
     with FakeLLMServer(default=judge) as server:
         with CliRun(ws, server, "--strategy", "library", "--max-experiments", "2") as cli:
-            _wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
-            _wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
-            _wait_for(lambda: _cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
+            wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
+            wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            wait_for(lambda: _cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
             cli.proc.send_signal(signal.SIGKILL)
             assert cli.wait() == -signal.SIGKILL
         answered = judge.gate_after

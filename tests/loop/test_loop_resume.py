@@ -11,7 +11,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -28,20 +27,11 @@ from tests.loop.helpers import (
     body_digest,
     git,
     run_loop,
+    wait_for,
 )
 from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
-    """Poll ``condition`` every 20 ms (bounded); fail naming ``what`` if it never holds."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _cached_calls(root: Path) -> int:
@@ -84,10 +74,10 @@ def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> No
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            _wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
-            _wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
+            wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
             # Every answered call is in the cache before the kill (the rest are stuck at the gate).
-            _wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
+            wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
             answered_before = set(judge.answered)
             assert len(answered_before) == judge.gate_after
             os.kill(proc.pid, signal.SIGKILL)

@@ -308,7 +308,8 @@ def test_budget_is_enforced_before_a_call_would_cross_it(ws: Path, monkeypatch: 
         baseline_cost = first[0].cost_usd
         assert baseline_cost > 0
         budget = round(baseline_cost * 1.5, 6)
-        (ws / "experiments" / "cache.sqlite").unlink()  # the second run pays for its baseline again
+        for suffix in ("", "-wal", "-shm"):  # the second run pays for its baseline again (no stale WAL)
+            (ws / "experiments" / f"cache.sqlite{suffix}").unlink(missing_ok=True)
         strategy = ScriptedStrategy(
             [priced(toggle(BAD_ENTRY), baseline_cost * 0.1), toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)]
         )
