@@ -173,6 +173,9 @@ def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> 
             wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
             cli.proc.send_signal(signal.SIGINT)
             wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
+            # Every answered call is in the cache before the abort: a reply the server sent but the
+            # client had not yet stored when it was killed is genuinely lost, and would be paid again.
+            wait_for(lambda: _cache_rows(ws)[0] >= judge.gate_after, "the answered calls to be cached")
             cli.proc.send_signal(signal.SIGINT)
             rc = cli.wait()
             _release(judge, abandon=True)  # held handlers now answer a dead socket, unrecorded
