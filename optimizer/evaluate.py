@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import io
@@ -36,6 +37,7 @@ from optimizer.config import JudgeSection
 from optimizer.errors import UserError
 from optimizer.judge_types import (
     VERDICT_SCHEMA,
+    AssistantTurn,
     ImagePart,
     InfrastructureError,
     JudgeRequest,
@@ -85,6 +87,10 @@ class ReplicateResult:
     cost_usd: float = 0.0
     duration_s: float = 0.0
     infra_error: str | None = None
+    # Agentic judge: the tool calls of the conversation in order, e.g. "read_steps(0-24)", and the
+    # number of model calls it took (1 for a direct judge).
+    trace: tuple[str, ...] = ()
+    turns: int = 1
 
     @property
     def status(self) -> ParseStatus:
@@ -322,6 +328,14 @@ def _parsed_result(
     )
 
 
+def _cached_turn(text: str) -> AssistantTurn | None:
+    """A cached agentic turn, or None when the stored text is not one (then it is asked again)."""
+    try:
+        return AssistantTurn.from_json(text)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 class _Evaluator:
     def __init__(
         self,
@@ -353,6 +367,7 @@ class _Evaluator:
         self.progress = progress
         self.total = total
         self.text_only = bool(getattr(provider, "text_only", False))
+        self.agentic = prompts.settings.mode == "agentic"
         self.token_budget = getattr(prompts.settings, "token_budget", None)
         self.image_cache_dir = image_cache_dir
         self.semaphore = asyncio.Semaphore(concurrency)
@@ -397,6 +412,16 @@ class _Evaluator:
             hit.cost_usd, hit.duration_s,
         )
 
+    def _reserve(self, estimate: float) -> float:
+        """Reserve ``estimate`` dollars of the budget for the next call, or stop: it would cross it."""
+        assert self.budget is not None
+        if not self.budget.reserve(estimate):
+            raise _BudgetStop(
+                f"budget of ${self.budget.max_usd:.2f} reached: the next call (estimated "
+                f"${estimate:.4f}) would cross it (${self.budget.spent_usd:.4f} spent)"
+            )
+        return estimate
+
     async def _call(self, request: JudgeRequest, fingerprint: str, key: str, index: int) -> ReplicateResult:
         """One paid call. The caller holds a semaphore slot; it is released here, whatever happens."""
 
@@ -406,12 +431,7 @@ class _Evaluator:
             if self.stop_reason is not None:
                 raise _Stopped
             if self.budget is not None:
-                estimate = estimate_cost_usd(request, self.sampling, self.provider.model, self.prices)
-                if not self.budget.reserve(estimate):
-                    raise _BudgetStop(
-                        f"budget of ${self.budget.max_usd:.2f} reached: the next call (estimated "
-                        f"${estimate:.4f}) would cross it (${self.budget.spent_usd:.4f} spent)"
-                    )
+                estimate = self._reserve(estimate_cost_usd(request, self.sampling, self.provider.model, self.prices))
                 reserved = True
             started = time.monotonic()
             try:
@@ -500,6 +520,139 @@ class _Evaluator:
             image_cache_dir=self.image_cache_dir,
         )
 
+    async def _direct_lookups(
+        self, tid: str
+    ) -> tuple[Any, str, tuple[str, ...], list[tuple[str, ReplicateResult | None]]]:
+        """Render ``tid`` (or recall its rendering) and look its replicates up in the cache:
+        (request — None when every replicate is cached and the memo was enough —, fingerprint,
+        notes, [(cache key, cached result or None)] per replicate)."""
+        traj, memo_key = await asyncio.to_thread(self._prepare, tid)
+        # A fully cached item whose rendering inputs are unchanged needs no rendering at all.
+        memo = self.cache.get_request(memo_key) if memo_key is not None else None
+        request: JudgeRequest | None = None
+        if memo is None:
+            request = await asyncio.to_thread(self._render, traj)
+            fingerprint, notes = request.fingerprint(), request.notes
+            if memo_key is not None:
+                self.cache.put_request(memo_key, fingerprint, notes)
+        else:
+            fingerprint, notes = memo
+        looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
+        if request is None and any(hit is None for _, hit in looked_up):
+            request = await asyncio.to_thread(self._render, traj)
+            if request.fingerprint() != fingerprint:  # a stale memo: trust the rendering
+                fingerprint, notes = request.fingerprint(), request.notes
+                if memo_key is not None:
+                    self.cache.put_request(memo_key, fingerprint, notes)
+                looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
+        return request, fingerprint, notes, looked_up
+
+    def _agentic_task(self, tid: str) -> Any:
+        from optimizer.agentic import AgenticTask
+
+        return AgenticTask(self.split.trajectory(tid), self.split, self.prompts, image_cache_dir=self.image_cache_dir)
+
+    async def _converse(self, task: Any, index: int) -> ReplicateResult:
+        """One agentic verdict (replicate ``index``): turns replayed from the cache while they can be,
+        then paid turns, each checked against the budget first. The caller holds a semaphore slot
+        for the whole conversation; it is released here, whatever happens."""
+        from optimizer.agentic import AGENTIC_VERSION, ConversationState
+
+        state = ConversationState(task)
+        started = time.monotonic()
+        tokens = [0, 0, 0, 0]
+        cost = 0.0
+        all_cached = True
+        key = ""
+        model = self.provider.model
+        final: str | None = None
+        try:
+            while final is None and state.turns < task.max_turns:
+                key = cache_key(
+                    provider=self.provider.name,
+                    model=self.provider.model,
+                    sampling=self.sampling,
+                    schema={"agentic": AGENTIC_VERSION},
+                    request=state.key_material(),
+                    replicate=index,
+                )
+                hit = self.cache.get(key)
+                turn = _cached_turn(hit.reply_text) if hit is not None else None
+                if hit is not None and turn is not None:
+                    usage = (hit.input_tokens, hit.output_tokens, hit.cache_read_tokens, hit.cache_write_tokens)
+                    turn_cost, model = hit.cost_usd, hit.reply_model
+                else:
+                    all_cached = False
+                    outcome = await self._paid_turn(task, state, key, index)
+                    if isinstance(outcome, str):  # an infrastructure error after every retry
+                        return ReplicateResult(
+                            index=index, cache_key=key, cached=False, reply_text=None, verdict=None,
+                            parse_error=None, model=model, input_tokens=tokens[0], output_tokens=tokens[1],
+                            cache_read_tokens=tokens[2], cache_write_tokens=tokens[3], cost_usd=cost,
+                            duration_s=time.monotonic() - started, infra_error=outcome,
+                            trace=tuple(state.trace), turns=state.turns,
+                        )
+                    turn, usage, turn_cost, model = outcome
+                tokens = [a + b for a, b in zip(tokens, usage, strict=True)]
+                cost += turn_cost
+                final = await asyncio.to_thread(state.step, turn)
+        finally:
+            self.semaphore.release()
+        duration = time.monotonic() - started
+        if final is None:
+            last = next((m for m in reversed(state.messages) if isinstance(m, AssistantTurn)), None)
+            return ReplicateResult(
+                index=index, cache_key=key, cached=all_cached, reply_text=last.text if last else "",
+                verdict=None, parse_error=f"no verdict after {task.max_turns} model calls (agent_max_turns)",
+                model=model, input_tokens=tokens[0], output_tokens=tokens[1], cache_read_tokens=tokens[2],
+                cache_write_tokens=tokens[3], cost_usd=cost, duration_s=duration,
+                trace=tuple(state.trace), turns=state.turns,
+            )
+        result = _parsed_result(index, key, all_cached, final, model, (tokens[0], tokens[1], tokens[2], tokens[3]),
+                                cost, duration)
+        return dataclasses.replace(result, trace=tuple(state.trace), turns=state.turns)
+
+    async def _paid_turn(
+        self, task: Any, state: Any, key: str, index: int
+    ) -> tuple[AssistantTurn, tuple[int, int, int, int], float, str] | str:
+        """One paid model turn of a conversation, cached as soon as it is answered; an
+        infrastructure error's message instead when the transport failed after every retry."""
+        if self.stop_reason is not None:
+            raise _Stopped
+        estimate = 0.0
+        reserved = False
+        if self.budget is not None:
+            guess = ProviderReply(text="", model=self.provider.model,
+                                  input_tokens=task.estimate_input_tokens(state), output_tokens=self.sampling.max_tokens)
+            estimate = self._reserve(call_cost_usd(guess, self.prices))
+            reserved = True
+        t0 = time.monotonic()
+        try:
+            messages = await asyncio.to_thread(state.wire_messages)
+            turn, reply = await self.provider.converse(task.system, messages, state.offered, self.sampling)  # type: ignore[attr-defined]
+        except BaseException as exc:
+            if reserved and self.budget is not None:
+                self.budget.release(estimate)
+            if not isinstance(exc, InfrastructureError):
+                raise
+            return str(exc) or type(exc).__name__
+        duration = time.monotonic() - t0
+        turn_cost = call_cost_usd(reply, self.prices)
+        if self.budget is not None:
+            self.budget.settle(estimate, turn_cost)
+        self.calls_made += 1
+        self.input_tokens += reply.input_tokens
+        self.output_tokens += reply.output_tokens
+        self.cost_usd += turn_cost
+        usage = (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens)
+        self.cache.put(
+            key, provider=self.provider.name, model=self.provider.model, replicate=index,
+            request_fingerprint=task.fingerprint, reply_text=turn.to_json(), reply_model=reply.model,
+            input_tokens=usage[0], output_tokens=usage[1], cache_read_tokens=usage[2], cache_write_tokens=usage[3],
+            cost_usd=turn_cost, duration_s=duration,
+        )
+        return turn, usage, turn_cost, reply.model
+
     async def _wait_turn(self, position: int) -> None:
         async with self._turn_cond:
             await self._turn_cond.wait_for(lambda: self._turn == position)
@@ -518,34 +671,27 @@ class _Evaluator:
         turn_ended = False
         try:
             async with self._prep_slots:
-                traj, memo_key = await asyncio.to_thread(self._prepare, tid)
-                # A fully cached item whose rendering inputs are unchanged needs no rendering at all.
-                memo = self.cache.get_request(memo_key) if memo_key is not None else None
-                request: JudgeRequest | None = None
-                if memo is None:
-                    request = await asyncio.to_thread(self._render, traj)
-                    fingerprint, notes = request.fingerprint(), request.notes
-                    if memo_key is not None:
-                        self.cache.put_request(memo_key, fingerprint, notes)
+                if self.agentic:
+                    agentic = await asyncio.to_thread(self._agentic_task, tid)
+                    notes = agentic.notes
+                    # A conversation looks up each of its turns in the cache itself (`_converse`).
+                    looked_up: list[tuple[str, ReplicateResult | None]] = [
+                        (agentic.fingerprint, None) for _ in range(self.replicates)
+                    ]
+                    calls = [functools.partial(self._converse, agentic, i) for i in range(self.replicates)]
                 else:
-                    fingerprint, notes = memo
-                looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
-                misses = [(key, i) for i, (key, hit) in enumerate(looked_up) if hit is None]
-                if misses and request is None:
-                    request = await asyncio.to_thread(self._render, traj)
-                    if request.fingerprint() != fingerprint:  # a stale memo: trust the rendering
-                        fingerprint, notes = request.fingerprint(), request.notes
-                        if memo_key is not None:
-                            self.cache.put_request(memo_key, fingerprint, notes)
-                        looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
-                        misses = [(key, i) for i, (key, hit) in enumerate(looked_up) if hit is None]
-            if misses:
-                assert request is not None
+                    request, fingerprint, notes, looked_up = await self._direct_lookups(tid)
+                    calls = [
+                        functools.partial(self._call, request, fingerprint, key, i)
+                        for i, (key, hit) in enumerate(looked_up)
+                        if hit is None
+                    ]
+            if calls:
                 # Paid calls take their semaphore slots strictly in item order.
                 await self._wait_turn(position)
-                for key, i in misses:
+                for call in calls:
                     await self.semaphore.acquire()
-                    tasks.append(asyncio.create_task(self._call(request, fingerprint, key, i)))
+                    tasks.append(asyncio.create_task(call()))
             await self._end_turn(position)
             turn_ended = True
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
@@ -702,6 +848,11 @@ async def evaluate_items(
         provider = make_provider(judge)
     started = time.monotonic()
     try:
+        if prompts.settings.mode == "agentic" and not callable(getattr(provider, "converse", None)):
+            raise UserError(
+                f'judge.toml sets mode = "agentic", which needs a provider that can use tools (anthropic or '
+                f'openai); the {provider.name} provider supports mode = "direct" only: set mode = "direct"'
+            )
         if cache is None:
             cache = JudgeCache(ws.cache_path)
         sampling = sampling_from(prompts)
@@ -813,6 +964,7 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
                 "cost_usd": round(r.cost_usd, 8),
                 "duration_s": round(r.duration_s, 3),
                 **({"parse_error": r.parse_error, "raw_response": r.reply_text} if r.status == "parse_error" else {}),
+                **({"turns": r.turns, "tool_calls": list(r.trace)} if r.trace else {}),
             }
             for r in reps
         ],

@@ -76,6 +76,68 @@ class ProviderReply:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
+# -- tool-using conversations (the agentic judge) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool offered to the model: its name, what it does, and a JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the model made. ``arguments`` is the JSON text as the model gave it (it may be
+    invalid; the caller answers such a call with an error result)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class AssistantTurn:
+    """One model reply in a tool-using conversation: its text and its tool calls, in order."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    def to_json(self) -> str:
+        return stable_json({"text": self.text, "tool_calls": [[c.id, c.name, c.arguments] for c in self.tool_calls]})
+
+    @classmethod
+    def from_json(cls, text: str) -> AssistantTurn:
+        data = json.loads(text)
+        return cls(text=data["text"], tool_calls=tuple(ToolCall(*c) for c in data["tool_calls"]))
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The answer to one `ToolCall`: text and images in order; ``is_error`` for a refused call."""
+
+    call_id: str
+    parts: tuple[Part, ...]
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    parts: tuple[Part, ...]
+
+
+@dataclass(frozen=True)
+class ToolResults:
+    """The answers to every tool call of the preceding `AssistantTurn`, in call order."""
+
+    results: tuple[ToolResult, ...]
+
+
+ConversationMessage = UserMessage | AssistantTurn | ToolResults
+
+
 class InfrastructureError(Exception):
     """A transport failure that survived every retry (timeout, 429, 5xx, connection). Never cached."""
 
@@ -89,6 +151,16 @@ class Provider(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class ConversingProvider(Provider, Protocol):
+    """A provider that can also hold a tool-using conversation (the agentic judge mode)."""
+
+    async def converse(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+    ) -> tuple[AssistantTurn, ProviderReply]:
+        """One model turn of a conversation. Same errors as ``complete``."""
+        ...
 
 
 VERDICT_SCHEMA: dict[str, Any] = {

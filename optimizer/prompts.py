@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from optimizer.errors import UserError
 from optimizer.judge_types import Sampling
@@ -76,7 +76,9 @@ class JudgeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: str = "direct"
+    mode: Literal["direct", "agentic"] = "direct"
+    agent_max_turns: int = Field(default=12, ge=2, le=100)
+    agent_max_screenshots: int = Field(default=24, ge=0, le=500)
     screenshots: Literal["all", "every_k", "spaced", "none"] = "all"
     every_k: int = Field(default=5, ge=1)
     max_images: int | None = Field(default=100, ge=2)  # the Anthropic API caps images per request at 100
@@ -90,13 +92,6 @@ class JudgeSettings(BaseModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     replicates: int = Field(default=1, ge=1, le=15)
 
-    @field_validator("mode")
-    @classmethod
-    def _only_direct(cls, v: str) -> str:
-        if v != "direct":
-            raise ValueError(f'mode "{v}" is not implemented; only "direct" is available, set mode = "direct"')
-        return v
-
     @model_validator(mode="after")
     def _spaced_needs_a_count(self) -> JudgeSettings:
         if self.screenshots == "spaced" and self.max_images is None:
@@ -109,6 +104,14 @@ class JudgeSettings(BaseModel):
 
     def screenshot_sentence(self) -> str:
         """What the ``{{screenshots}}`` placeholder expands to."""
+        if self.mode == "agentic":
+            if self.screenshots == "none" or self.agent_max_screenshots == 0:
+                return "No screenshots are available: judge from the recorded actions alone."
+            return (
+                "No screenshot is sent up front. Look at the screens you need with the view_screenshots "
+                f"tool (each shows the screen just before that step's action, {self.image_width}x"
+                f"{self.image_height} pixels; at most {self.agent_max_screenshots} per trajectory)."
+            )
         if self.screenshots == "none":
             return "No screenshots are sent: judge from the recorded actions alone."
         which = {

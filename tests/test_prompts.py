@@ -122,7 +122,7 @@ def test_missing_file_is_a_user_error(prompts_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ('mode = "agentic"\n', 'mode "agentic" is not implemented'),
+        ('mode = "tools"\n', "[mode]"),
         ('max_images = 1\n', "[max_images]"),
         ('screenshots = "some"\n', "[screenshots]"),
         ("image_size = 3\n", "[image_size]"),

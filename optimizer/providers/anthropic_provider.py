@@ -13,19 +13,38 @@
   ``messages.create`` sends for these arguments minus its per-call JSON encoding of ~300 KB of
   base64 per 12-screenshot request; the SDK's transport, auth headers, retries and error classes
   are unchanged.
+- The agentic judge (`converse`) sends ``tools`` and the conversation so far: the model's turns as
+  ``text`` + ``tool_use`` blocks, tool answers as ``tool_result`` blocks (screenshots as image
+  blocks inside them). Besides the system block, the last block of the conversation is marked
+  ``cache_control``, so each turn re-reads the previous turns at the cache-read price.
 - Retries (429 honouring ``retry-after``, 5xx, timeouts, connection errors) are the SDK's own,
   ``max_retries`` times; what survives becomes `InfrastructureError` or `UserError`.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anthropic
 from anthropic.types import Message
 
 from optimizer.config import JudgeSection
-from optimizer.judge_types import ImagePart, JudgeRequest, ProviderReply, Sampling, TextPart
+from optimizer.judge_types import (
+    AssistantTurn,
+    ConversationMessage,
+    ImagePart,
+    JudgeRequest,
+    Part,
+    ProviderReply,
+    Sampling,
+    TextPart,
+    ToolCall,
+    ToolResults,
+    ToolSpec,
+    UserMessage,
+    stable_json,
+)
 from optimizer.providers._common import (
     BodyBlobs,
     ImageString,
@@ -82,43 +101,65 @@ class AnthropicProvider:
     def _body(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
     ) -> dict[str, Any]:
-        content: list[dict[str, Any]] = []
-        for part in request.parts:
-            if isinstance(part, TextPart):
-                if part.text:  # the API rejects empty text blocks
-                    content.append({"type": "text", "text": part.text})
-            elif isinstance(part, ImagePart):
-                content.append(
-                    {
-                        "type": "image",
-                        "source": {
-                            "type": "base64",
-                            "media_type": part.media_type,
-                            "data": image("", part.data),
-                        },
-                    }
-                )
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": sampling.max_tokens,
             "system": [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": content}],
+            "messages": [{"role": "user", "content": _blocks(request.parts, image)}],
             "output_config": {"format": {"type": "json_schema", "schema": schema}},
         }
-        # SDK 2.x has no temperature/top_p arguments: they are plain body fields, sent only when set.
-        if sampling.temperature is not None:
-            params["temperature"] = sampling.temperature
-        if sampling.top_p is not None:
-            params["top_p"] = sampling.top_p
-        return params
+        return _with_sampling(params, sampling)
 
-    async def complete(
-        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
-    ) -> ProviderReply:
-        """One judge call. Raises `InfrastructureError` after the SDK's retries, `UserError` for setup problems."""
-        body = self.encode_body(request, sampling, schema)
+    def _conversation_body(
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        image: ImageString,
+    ) -> dict[str, Any]:
+        wire: list[dict[str, Any]] = []
+        for message in messages:
+            if isinstance(message, UserMessage):
+                wire.append({"role": "user", "content": _blocks(message.parts, image)})
+            elif isinstance(message, AssistantTurn):
+                blocks: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
+                blocks += [
+                    {"type": "tool_use", "id": c.id, "name": c.name, "input": _input_object(c.arguments)}
+                    for c in message.tool_calls
+                ]
+                wire.append({"role": "assistant", "content": blocks})
+            elif isinstance(message, ToolResults):
+                results = []
+                for r in message.results:
+                    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call_id,
+                                             "content": _blocks(r.parts, image)}
+                    if r.is_error:
+                        block["is_error"] = True
+                    results.append(block)
+                wire.append({"role": "user", "content": results})
+        if wire and wire[-1]["content"]:
+            last = wire[-1]["content"][-1]
+            wire[-1]["content"][-1] = {**last, "cache_control": {"type": "ephemeral"}}
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": sampling.max_tokens,
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            "tools": [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools],
+            "messages": wire,
+        }
+        return _with_sampling(params, sampling)
+
+    def encode_conversation(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+    ) -> bytes:
+        """The wire bytes of one conversation turn (images spliced in as bytes)."""
+        blobs = BodyBlobs()
+        return encode_json_body(self._conversation_body(system, messages, tools, sampling, blobs.placeholder), blobs.blobs)
+
+    async def _post(self, body: bytes) -> Message:
         try:
-            message = await self._client.post("/v1/messages", cast_to=Message, content=body)
+            return await self._client.post("/v1/messages", cast_to=Message, content=body)
         except (anthropic.APIError, ValueError) as exc:
             raise map_sdk_error(
                 exc,
@@ -131,8 +172,31 @@ class AnthropicProvider:
                 retries=self._max_retries,
                 ever_succeeded=self._ever_succeeded,
             ) from None
+
+    async def complete(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> ProviderReply:
+        """One judge call. Raises `InfrastructureError` after the SDK's retries, `UserError` for setup problems."""
+        message = await self._post(self.encode_body(request, sampling, schema))
         self._ever_succeeded = True
         text = "".join(block.text for block in message.content if block.type == "text")
+        return self._reply(message, text)
+
+    async def converse(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+    ) -> tuple[AssistantTurn, ProviderReply]:
+        """One turn of the agentic judge: the model's text and tool calls. Errors as in `complete`."""
+        message = await self._post(self.encode_conversation(system, messages, tools, sampling))
+        self._ever_succeeded = True
+        text = "".join(block.text for block in message.content if block.type == "text")
+        calls = tuple(
+            ToolCall(id=block.id, name=block.name, arguments=stable_json(block.input))
+            for block in message.content
+            if block.type == "tool_use"
+        )
+        return AssistantTurn(text=text, tool_calls=calls), self._reply(message, text)
+
+    def _reply(self, message: Message, text: str) -> ProviderReply:
         usage = message.usage
         return ProviderReply(
             text=text,
@@ -147,3 +211,35 @@ class AnthropicProvider:
     async def aclose(self) -> None:
         """Close the SDK's HTTP connection pool."""
         await self._client.close()
+
+
+def _blocks(parts: tuple[Part, ...], image: ImageString) -> list[dict[str, Any]]:
+    """Text and base64 image content blocks, in order (empty text is left out: the API rejects it)."""
+    content: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            if part.text:
+                content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            content.append(
+                {"type": "image", "source": {"type": "base64", "media_type": part.media_type, "data": image("", part.data)}}
+            )
+    return content
+
+
+def _with_sampling(params: dict[str, Any], sampling: Sampling) -> dict[str, Any]:
+    # SDK 2.x has no temperature/top_p arguments: they are plain body fields, sent only when set.
+    if sampling.temperature is not None:
+        params["temperature"] = sampling.temperature
+    if sampling.top_p is not None:
+        params["top_p"] = sampling.top_p
+    return params
+
+
+def _input_object(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments as the object a ``tool_use`` block needs ({} when they were not one)."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}

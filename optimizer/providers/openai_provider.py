@@ -11,6 +11,10 @@ OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and 
 - The length limit is ``max_completion_tokens`` for the OpenAI API (reasoning models reject
   ``max_tokens``) and ``max_tokens`` for compatible servers (which do not all know the new name).
 - ``temperature``/``top_p`` are sent only when the user set them.
+- The agentic judge (`converse`) sends ``tools`` (functions) and the conversation so far: the
+  model's turns as assistant messages with ``tool_calls``, each answer as a ``tool`` message (text
+  only on this wire); screenshots a tool returned follow as one user message after the ``tool``
+  messages of that turn, each image introduced by its text. No ``response_format`` in that mode.
 - Token convention: ``input_tokens = prompt_tokens - cached_tokens``, ``cache_read_tokens = cached_tokens``.
 - The call goes through the client's own ``post`` (the SDK's transport, auth, retries honouring
   ``retry-after``, error classes and response parsing into ``ChatCompletion``) rather than
@@ -31,7 +35,20 @@ from openai.types.chat import ChatCompletion
 
 from optimizer.config import JudgeSection
 from optimizer.errors import UserError
-from optimizer.judge_types import ImagePart, JudgeRequest, ProviderReply, Sampling, TextPart
+from optimizer.judge_types import (
+    AssistantTurn,
+    ConversationMessage,
+    ImagePart,
+    JudgeRequest,
+    Part,
+    ProviderReply,
+    Sampling,
+    TextPart,
+    ToolCall,
+    ToolResults,
+    ToolSpec,
+    UserMessage,
+)
 from optimizer.providers._common import (
     BodyBlobs,
     ImageString,
@@ -101,30 +118,20 @@ class OpenAIProvider:
     def _body(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
     ) -> dict[str, Any]:
-        has_image = any(isinstance(p, ImagePart) for p in request.parts)
-        user_content: str | list[dict[str, Any]]
-        if has_image:
-            user_content = []
-            for part in request.parts:
-                if isinstance(part, TextPart):
-                    if part.text:
-                        user_content.append({"type": "text", "text": part.text})
-                else:
-                    url = image(f"data:{part.media_type};base64,", part.data)
-                    user_content.append({"type": "image_url", "image_url": {"url": url}})
-        else:
-            user_content = "\n".join(p.text for p in request.parts if isinstance(p, TextPart))
         params: dict[str, Any] = {
             "model": self.model,
             "messages": [
                 {"role": "system", "content": request.system},
-                {"role": "user", "content": user_content},
+                {"role": "user", "content": _content(request.parts, image)},
             ],
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {"name": "verdict", "schema": schema, "strict": True},
             },
         }
+        return self._with_sampling(params, sampling)
+
+    def _with_sampling(self, params: dict[str, Any], sampling: Sampling) -> dict[str, Any]:
         params["max_tokens" if self.base_url else "max_completion_tokens"] = sampling.max_tokens
         if sampling.temperature is not None:
             params["temperature"] = sampling.temperature
@@ -132,13 +139,57 @@ class OpenAIProvider:
             params["top_p"] = sampling.top_p
         return params
 
-    async def complete(
-        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
-    ) -> ProviderReply:
-        """One judge call. Raises `InfrastructureError` after the SDK's retries, `UserError` for setup problems."""
-        body = self.encode_body(request, sampling, schema)
+    def _conversation_body(
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        image: ImageString,
+    ) -> dict[str, Any]:
+        wire: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        for message in messages:
+            if isinstance(message, UserMessage):
+                wire.append({"role": "user", "content": _content(message.parts, image)})
+            elif isinstance(message, AssistantTurn):
+                turn: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+                if message.tool_calls:
+                    turn["tool_calls"] = [
+                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        for c in message.tool_calls
+                    ]
+                wire.append(turn)
+            elif isinstance(message, ToolResults):
+                shown: list[Part] = []
+                for r in message.results:
+                    text = "\n".join(p.text for p in r.parts if isinstance(p, TextPart))
+                    images = [p for p in r.parts if isinstance(p, ImagePart)]
+                    if images:
+                        text += f"\n({len(images)} image(s) follow in the next user message)"
+                        shown += [p for p in r.parts if isinstance(p, ImagePart) or p.text]
+                    wire.append({"role": "tool", "tool_call_id": r.call_id, "content": text})
+                if shown:
+                    wire.append({"role": "user", "content": _content(tuple(shown), image, force_parts=True)})
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": wire,
+            "tools": [
+                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                for t in tools
+            ],
+        }
+        return self._with_sampling(params, sampling)
+
+    def encode_conversation(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+    ) -> bytes:
+        """The wire bytes of one conversation turn (images spliced in as bytes)."""
+        blobs = BodyBlobs()
+        return encode_json_body(self._conversation_body(system, messages, tools, sampling, blobs.placeholder), blobs.blobs)
+
+    async def _post(self, body: bytes) -> ChatCompletion:
         try:
-            completion = await self._client.post(
+            return await self._client.post(
                 "/chat/completions", cast_to=ChatCompletion, content=body, options=_CHAT_OPTIONS
             )
         except (openai.APIError, ValueError) as exc:
@@ -155,9 +206,36 @@ class OpenAIProvider:
                 retries=self._max_retries,
                 ever_succeeded=self._ever_succeeded,
             ) from None
+
+    async def complete(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> ProviderReply:
+        """One judge call. Raises `InfrastructureError` after the SDK's retries, `UserError` for setup problems."""
+        completion = await self._post(self.encode_body(request, sampling, schema))
         self._ever_succeeded = True
         choice = completion.choices[0] if completion.choices else None
         text = (choice.message.content or "") if choice is not None else ""
+        return self._reply(completion, text)
+
+    async def converse(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+    ) -> tuple[AssistantTurn, ProviderReply]:
+        """One turn of the agentic judge: the model's text and tool calls. Errors as in `complete`."""
+        completion = await self._post(self.encode_conversation(system, messages, tools, sampling))
+        self._ever_succeeded = True
+        choice = completion.choices[0] if completion.choices else None
+        text = (choice.message.content or "") if choice is not None else ""
+        calls: tuple[ToolCall, ...] = ()
+        if choice is not None and choice.message.tool_calls:
+            calls = tuple(
+                ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
+                for c in choice.message.tool_calls
+                if getattr(c, "function", None) is not None
+            )
+        return AssistantTurn(text=text, tool_calls=calls), self._reply(completion, text)
+
+    def _reply(self, completion: ChatCompletion, text: str) -> ProviderReply:
+        choice = completion.choices[0] if completion.choices else None
         usage = completion.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         cached = 0
@@ -175,3 +253,21 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         """Close the SDK's HTTP connection pool."""
         await self._client.close()
+
+
+def _content(
+    parts: tuple[Part, ...], image: ImageString, *, force_parts: bool = False
+) -> str | list[dict[str, Any]]:
+    """User content: one plain string when there is no image (the lowest common denominator of
+    compatible servers), else text and ``image_url`` parts in order."""
+    if not force_parts and not any(isinstance(p, ImagePart) for p in parts):
+        return "\n".join(p.text for p in parts if isinstance(p, TextPart))
+    content: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            if part.text:
+                content.append({"type": "text", "text": part.text})
+        else:
+            url = image(f"data:{part.media_type};base64,", part.data)
+            content.append({"type": "image_url", "image_url": {"url": url}})
+    return content
