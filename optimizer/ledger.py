@@ -11,14 +11,17 @@ Tables
 - ``experiments``: one row per candidate; ``id`` is global and user-facing, ``seq`` 0 is the
   baseline. ``diff_text`` is the only bulky column and listing queries leave it out.
 - ``items``: the per-item majority answer of an experiment (what metrics score).
-- ``verdicts``: every replicate's verdict (``raw`` only for parse failures).
+- ``verdicts``: every replicate's verdict (``raw`` only for parse failures; ``tools``: the agentic
+  judge's tool calls as a JSON list, NULL for a direct judge).
 - ``run_labels``: the split's labels as the run scored them (for the TUI and report; labels are
   never judge input, and they live in their own table).
 - ``reviews``: human reviews (judge_wrong / label_suspect / rubric_ambiguous).
 - ``events``: an append-only feed the TUI follows with ``events_since(last_id)``.
 - ``confirmations``: each use of ``judgeloop confirm`` on a held-out split.
 
-``PRAGMA user_version`` holds the schema version; a newer one is refused in one line.
+``PRAGMA user_version`` holds the schema version; a newer one is refused in one line. An older one
+is upgraded in place when opened for writing (version 1 → 2 adds ``verdicts.tools``) and read as it
+is when opened read-only.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 RunStatus = Literal["running", "finished", "stopped", "crashed", "waiting"]
 ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error"]
@@ -142,6 +145,7 @@ CREATE TABLE verdicts (
     raw TEXT,
     cached INTEGER NOT NULL DEFAULT 0,
     cost_usd REAL NOT NULL DEFAULT 0,
+    tools TEXT,
     PRIMARY KEY (experiment_id, trajectory_id, replicate)
 ) WITHOUT ROWID;
 CREATE TABLE run_labels (
@@ -311,6 +315,7 @@ class ReplicateVerdict(BaseModel):
     raw: str | None = None  # the model's text, kept only for parse failures
     cached: bool = False
     cost_usd: float = 0.0
+    tools: list[str] = Field(default_factory=list)  # the agentic judge's tool calls, in order
 
 
 class ItemVerdict(BaseModel):
@@ -485,6 +490,7 @@ class Ledger:
                 f"{self.path} was written by a newer judgeloop (schema {version} > {SCHEMA_VERSION}); "
                 "upgrade judgeloop"
             )
+        self.version = version
         if self.readonly:
             if version == 0:
                 raise UserError(f"no ledger yet at {self.path} (the file is empty); run `judgeloop run` first")
@@ -500,6 +506,12 @@ class Ledger:
                         if statement.strip():
                             cur.execute(statement)
                     cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version < SCHEMA_VERSION:
+            with self.transaction() as cur:
+                if cur.execute("PRAGMA user_version").fetchone()[0] == 1:
+                    cur.execute("ALTER TABLE verdicts ADD COLUMN tools TEXT")
+                    cur.execute("PRAGMA user_version = 2")
+        self.version = SCHEMA_VERSION
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -797,10 +809,15 @@ class Ledger:
                     experiment_id, item.trajectory_id, rep.replicate,
                     None if rep.success is None else int(rep.success), rep.status, rep.reasoning,
                     rep.confidence, rep.mistake_type, rep.raw, int(rep.cached), rep.cost_usd,
+                    json.dumps(rep.tools) if rep.tools else None,
                 ))
         with self.transaction() as cur:
             cur.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?)", item_rows)
-            cur.executemany("INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", verdict_rows)
+            cur.executemany(
+                "INSERT OR REPLACE INTO verdicts (experiment_id, trajectory_id, replicate, success, status, reasoning,"
+                " confidence, mistake_type, raw, cached, cost_usd, tools) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                verdict_rows,
+            )
         return len(item_rows)
 
     def item_verdicts(self, experiment_id: int, trajectory_id: str | None = None) -> list[ItemVerdict]:
@@ -810,13 +827,15 @@ class Ledger:
         reps: dict[str, list[ReplicateVerdict]] = {}
         for r in self._query(
             "SELECT trajectory_id, replicate, success, status, reasoning, confidence, mistake_type, raw, cached, "
-            f"cost_usd FROM verdicts WHERE {where} ORDER BY trajectory_id, replicate",
+            f"cost_usd, {'tools' if self.version >= 2 else 'NULL'} FROM verdicts WHERE {where} "
+            "ORDER BY trajectory_id, replicate",
             params,
         ):
             # model_construct: rows were validated on the way in; this keeps a 162×3 load fast.
             reps.setdefault(r[0], []).append(ReplicateVerdict.model_construct(
                 replicate=r[1], success=_opt_bool(r[2]), status=r[3], reasoning=r[4] or "", confidence=r[5],
                 mistake_type=r[6], raw=r[7], cached=bool(r[8]), cost_usd=r[9],
+                tools=json.loads(r[10]) if r[10] else [],
             ))
         return [
             ItemVerdict.model_construct(

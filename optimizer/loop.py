@@ -96,6 +96,7 @@ def item_verdicts(run: EvalRun) -> list[ItemVerdict]:
                 raw=r.reply_text if r.verdict is None else None,
                 cached=r.cached,
                 cost_usd=r.cost_usd,
+                tools=list(r.trace),
             )
             for r in item.replicates
         ]

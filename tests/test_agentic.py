@@ -328,6 +328,11 @@ def test_the_loop_runs_with_an_agentic_judge(
         run = led.latest_run()
         assert run is not None and run.status == "finished"
         exps = led.experiments(run.id)
+        baseline_items = led.item_verdicts(exps[0].id)
     assert exps[0].status == "baseline" and exps[0].kappa == 1.0
+    # The ledger keeps each verdict's tool calls (the TUI's item view lists them).
+    assert {tuple(i.replicates[0].tools) for i in baseline_items} == {
+        ("read_steps(0-2)", "view_screenshots(0, 2)", "submit_verdict")
+    }
     assert exps[1].status in ("kept", "rolled_back")
     assert not gitops.is_dirty(data.ws.root)

@@ -139,6 +139,32 @@ def test_newer_schema_is_refused_in_one_line(tmp_path: Path) -> None:
             opener(path)
 
 
+def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = _run(ledger)
+        exp = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
+        ledger.record_verdicts(exp.id, [_item("t1", True, reps=1)])
+    conn = sqlite3.connect(path)  # what judgeloop with schema 1 wrote: no verdicts.tools column
+    conn.execute("ALTER TABLE verdicts DROP COLUMN tools")
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+    with Ledger.open_readonly(path) as ro:  # the TUI on a ledger copied from an older install
+        [item] = ro.item_verdicts(exp.id)
+        assert item.replicates[0].reasoning == "why t1 0" and item.replicates[0].tools == []
+
+    agentic = _item("t2", False, reps=1)
+    agentic.replicates[0].tools = ["read_steps(0-24)", "view_screenshots(3, 7)", "submit_verdict"]
+    with Ledger(path) as ledger:  # a run writing to it upgrades it in place
+        ledger.record_verdicts(exp.id, [agentic])
+        tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
+    assert tools == {"t1": [], "t2": ["read_steps(0-24)", "view_screenshots(3, 7)", "submit_verdict"]}
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    conn.close()
+
+
 def test_missing_ledger_opened_readonly_says_run_first(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no ledger yet .* run `judgeloop run` first"):
         Ledger.open_readonly(tmp_path / "experiments" / "ledger.sqlite")

@@ -660,6 +660,8 @@ class ItemView(View):
                     reps.append(f" · {rep.mistake_type}")
                 if rep.cached:
                     reps.append(" · cached", style="dim")
+                if rep.tools:
+                    reps.append(f"\ntools: {' · '.join(rep.tools)}", style="dim")
                 reps.append(f"\n{rep.reasoning or rep.raw or '(no reasoning)'}")
         self.query_one("#item-replicates", Static).update(reps)
         self.show_reviews()
