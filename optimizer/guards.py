@@ -18,6 +18,12 @@
    was already in the prompt (e.g. a generic "open the file and save it ...") does not block every
    later edit of that file; the guard stops the optimiser from pasting instructions in, not the
    prompt from ever resembling one.
+7. ``overfit_value`` — no distinctive value of a dev instruction appears more often in the new text
+   than in the old one: a file name, path, e-mail address, date, time or any other token with a
+   digit or an inner ``. @ _ / \\ :`` (at least 4 characters, e.g. ``report_q3.xlsx``,
+   ``14:30``, ``2024-05-01``), or a quoted name of 2+ words (``"Project Alpha"``). Short
+   paraphrases slip past the 8-word copy lint; the concrete values an answer key would need do not.
+   Plain words are never values, so general rules ("check every file name") always pass.
 
 Reasons name the file and exactly what tripped, e.g.
 ``prompts/rubric.md copies 9 words from a dev instruction: 'open the settings page and turn on ...'``.
@@ -37,10 +43,16 @@ COPY_NGRAM = 8
 # Ids shorter than this are not searched for: they would match ordinary words (real ids are UUIDs).
 MIN_ID_LENGTH = 6
 
-GuardName = Literal["ok", "empty", "allowed_files", "protected", "diff_size", "overfit_id", "overfit_copy"]
+GuardName = Literal[
+    "ok", "empty", "allowed_files", "protected", "diff_size", "overfit_id", "overfit_copy", "overfit_value"
+]
 Changes = Mapping[str, tuple[str | None, str | None]]
 
 _WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
+MIN_VALUE_LENGTH = 4
+_VALUE_STRIP = " \t\"'`()[]{}<>,;:!?.\u201c\u201d\u2018\u2019"
+_INNER_SEPARATOR_RE = re.compile(r"[^\W_][.@_/\\:][^\W_]", re.UNICODE)
+_QUOTED_RE = re.compile(r'"([^"\n]{3,80})"|\u201c([^\u201d\n]{3,80})\u201d|(?:(?<=\s)|^)\'([^\'\n]{3,80})\'(?=[\s.,;:!?)]|$)')
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,41 @@ def instruction_ngrams(instructions: Iterable[str], n: int = COPY_NGRAM) -> set[
     return grams
 
 
+def instruction_values(instructions: Iterable[str]) -> set[str]:
+    """The distinctive values of the dev instructions, lower-cased (see guard 7): tokens of 4+
+    characters with a digit or an inner ``. @ _ / \\ :``, and quoted names of 2+ words (as words)."""
+    values: set[str] = set()
+    for instruction in instructions:
+        for token in instruction.split():
+            value = token.strip(_VALUE_STRIP).lower()
+            if len(value) >= MIN_VALUE_LENGTH and (
+                any(c.isdigit() for c in value) or _INNER_SEPARATOR_RE.search(value)
+            ):
+                values.add(value)
+        for match in _QUOTED_RE.finditer(instruction):
+            words = normalise_words(next(g for g in match.groups() if g))
+            if len(words) >= 2:
+                values.add(" ".join(words))
+    return values
+
+
+def _value_count(text: str, value: str) -> int:
+    """Occurrences of ``value`` in lower-cased ``text`` as a whole token (a quoted name: as words)."""
+    if " " in value:  # a quoted name: compare word sequences
+        return f" {' '.join(normalise_words(text))} ".count(f" {value} ")
+    return len(re.findall(rf"(?<![\w.@/\\:-]){re.escape(value)}(?![\w@/\\:-]|\.\w)", text.lower()))
+
+
+def new_value(old: str | None, new: str, values: Iterable[str]) -> str | None:
+    """The first (sorted) dev-instruction value that occurs more often in ``new`` than in ``old``."""
+    new_l, old_l = new.lower(), (old or "").lower()
+    for value in sorted(values):
+        if value in new_l or " " in value:
+            if _value_count(new_l, value) > _value_count(old_l, value):
+                return value
+    return None
+
+
 def longest_new_copy(
     old: str | None, new: str, instruction_grams: set[tuple[str, ...]], n: int = COPY_NGRAM
 ) -> list[str]:
@@ -134,11 +181,18 @@ def check_candidate(
     dev_ids: Iterable[str],
     dev_recording_ids: Iterable[str],
     dev_instructions: Iterable[str] | set[tuple[str, ...]],
+    dev_values: Iterable[str] | None = None,
 ) -> GuardResult:
     """Run every guard on a candidate; the first failure wins (see the module docstring).
 
-    ``dev_instructions`` is either the instruction texts or a prebuilt ``instruction_ngrams`` set.
+    ``dev_instructions`` is either the instruction texts or a prebuilt ``instruction_ngrams`` set;
+    ``dev_values`` a prebuilt ``instruction_values`` set (when None, computed from
+    ``dev_instructions``, which must then be the texts).
     """
+    if not isinstance(dev_instructions, set):
+        dev_instructions = list(dev_instructions)
+        if dev_values is None:
+            dev_values = instruction_values(dev_instructions)
     changes = {path: pair for path, pair in changed.items() if pair[0] != pair[1]}
     if not changes:
         return _fail("empty", "the candidate changes nothing")
@@ -181,6 +235,13 @@ def check_candidate(
             return _fail(
                 "overfit_copy",
                 f"{path} copies {len(copied)} words from a dev instruction: '{_quote(copied)}'",
+            )
+    for path, (old, new) in sorted(changes.items()):
+        value = new_value(old, new or "", dev_values or ())
+        if value is not None:
+            return _fail(
+                "overfit_value",
+                f"{path} names {value!r}, a value from a dev instruction; write rules that hold for any value",
             )
     return _PASS
 

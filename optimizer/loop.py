@@ -34,7 +34,7 @@ from optimizer.evaluate import (
     evaluate_items,
     judge_with_overrides,
 )
-from optimizer.guards import check_candidate, instruction_ngrams
+from optimizer.guards import check_candidate, instruction_ngrams, instruction_values
 from optimizer.ledger import Experiment, ItemVerdict, Ledger, ReplicateVerdict, Run
 from optimizer.metrics import Answer, Metrics, bootstrap_intervals, flip_table, score
 from optimizer.models import Label
@@ -397,16 +397,16 @@ class LoopRunner:
         )
 
     def guard_inputs(self) -> dict[str, Any]:
-        """What the overfit lint checks against, built once per run (the instructions' 8-grams)."""
+        """What the overfit lint checks against, built once per run (the instructions' 8-grams and values)."""
         if self._guard_inputs is None:
             recordings = {lab.original_id for lab in self.labels.values()}
             recordings |= {lab.paired_id for lab in self.labels.values() if lab.paired_id}
+            instructions = [self.split.trajectory(t).task.instruction for t in self.split.ids]
             self._guard_inputs = {
                 "dev_ids": set(self.split.ids),
                 "dev_recording_ids": recordings,
-                "dev_instructions": instruction_ngrams(
-                    self.split.trajectory(t).task.instruction for t in self.split.ids
-                ),
+                "dev_instructions": instruction_ngrams(instructions),
+                "dev_values": instruction_values(instructions),
             }
         return self._guard_inputs
 

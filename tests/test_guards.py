@@ -161,3 +161,73 @@ def test_bundled_judge_prompt_keeps_its_protected_region_under_a_fine_edit() -> 
     region = protected_regions(old)[0]
     broken = old.replace(region, region.replace("\n", "\n\n", 1))
     assert check({"prompts/judge.md": (old, broken)}).guard == "protected"
+
+
+# -- overfit_value: the concrete values of dev instructions --------------------------------------
+
+VALUE_INSTRUCTIONS = [
+    "Email alice@example.com with the subject 'Q3 numbers' telling her the numbers are ready.",
+    'Rename final_v2.docx to report.pdf in the "Budget Review" folder and set the alarm to 14:30.',
+    "Turn on Wi-Fi, e.g. from the top bar, and don't change anything else.",
+]
+
+
+def value_check(old: str, new: str):
+    return check_candidate({"prompts/rubric.md": (old, new)}, ALLOWED, 200, set(), set(), VALUE_INSTRUCTIONS)
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("- A mail to ALICE@example.com is a failure.\n", "alice@example.com"),
+        ("- If the file is report.pdf, say false.\n", "report.pdf"),
+        ("- Renaming final_v2.docx is wrong.\n", "final_v2.docx"),
+        ("- An alarm at 14:30 means success.\n", "14:30"),
+        ("- The subject must be q3 numbers.\n", "q3 numbers"),
+        ("- Anything in the budget   review folder counts.\n", "budget review"),
+    ],
+)
+def test_a_dev_instruction_value_is_rejected_by_name(line: str, value: str) -> None:
+    result = value_check("# Rubric\n", "# Rubric\n" + line)
+    assert result.guard == "overfit_value"
+    assert result.reason == (
+        f"prompts/rubric.md names {value!r}, a value from a dev instruction; write rules that hold for any value"
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- Check every file name, e-mail address and time the instruction gives, character by character.\n",
+        "- Turning on Wi-Fi when asked for Bluetooth is a Critical Mistake.\n",  # hyphenated words are not values
+        "- e.g. a report saved as PDF instead of DOCX is wrong.\n",
+        "- A subject line with different numbers is a failure.\n",
+        "- myreport.pdf2 is not the same value as another file.\n",  # only whole tokens count
+    ],
+)
+def test_general_rules_are_not_values(line: str) -> None:
+    assert value_check("# Rubric\n", "# Rubric\n" + line).ok
+
+
+def test_a_value_already_in_the_prompt_does_not_block_other_edits() -> None:
+    old = "# Rubric\n- Example: saving report.pdf as report.txt is wrong.\n"
+    assert value_check(old, old + "- Read the last screenshot.\n").ok
+    assert value_check(old, old + "- And report.pdf again.\n").guard == "overfit_value"
+
+
+def test_bundled_library_entries_name_no_value_of_the_sample_instructions(tmp_path: Path) -> None:
+    from optimizer.devset import open_split
+    from optimizer.guards import instruction_values, new_value
+    from optimizer.prompts import PromptSet
+    from optimizer.workspace import init_workspace
+
+    root = Path(__file__).resolve().parents[1]
+    ws = init_workspace(tmp_path / "ws", sample=True)
+    split = open_split(ws, "sample")
+    values = instruction_values(split.trajectory(t).task.instruction for t in split.ids)
+    assert {"alice@example.com", "final_v2.docx", "q3 numbers"} <= values
+    prompts = PromptSet.from_dir(root / "prompts")
+    for entry in prompts.library():
+        assert new_value("", entry.text, values) is None, entry.id
+    for name in ("judge.md", "rubric.md"):
+        assert new_value("", (root / "prompts" / name).read_text(encoding="utf-8"), values) is None

@@ -44,8 +44,9 @@ Work with the tools: look at the disagreements (both directions), read some traj
 to understand *why* the judge is wrong, read the history so you do not repeat an edit that was rolled back, \
 read the human guidance, then edit the allowed prompt files and submit with a one-paragraph rationale.
 
-Rules: write general rules that transfer to unseen trajectories. Never quote trajectory ids, recording ids \
-or phrases of 8+ words from dev instructions (such candidates are rejected unevaluated). Keep the diff \
+Rules: write general rules that transfer to unseen trajectories. Never quote trajectory ids, recording ids, \
+phrases of 8+ words from dev instructions, or their concrete values (file names, addresses, dates, times, \
+quoted names): such candidates are rejected unevaluated. Keep the diff \
 small (at most {max_diff_lines} changed lines). Leave protected regions (between judgeloop protect markers) \
 and template placeholders exactly as they are. Keep the judge's JSON answer format unchanged.
 """
