@@ -34,6 +34,8 @@ class JudgeSection(_Section):
     max_concurrency: int = Field(default=4, ge=1, le=256)
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=4, ge=0, le=20)
+    # The local judge's inference threads; None = the cores idle when it starts (at most 4).
+    local_threads: int | None = Field(default=None, ge=1, le=64)
 
 
 class Price(_Section):
@@ -107,6 +109,7 @@ model = "smollm2-135m"      # local: bundled name or a path to a .gguf; otherwis
 max_concurrency = 4
 timeout_s = 120
 max_retries = 4
+# local_threads = 2         # local judge threads (default: the cores idle when it starts, at most 4)
 
 # Prices in US dollars per million tokens; these override the built-in table.
 # [prices."claude-sonnet-5-5"]

@@ -883,6 +883,9 @@ async def evaluate_items(
     notes: list[str] = []
     if evaluator.text_only:
         notes.append(f"provider {provider.name} is text-only: screenshots were dropped from every request")
+    threads = getattr(provider, "threads", None)
+    if isinstance(threads, int):
+        notes.append(f"local judge ran with {threads} inference thread(s) (set [judge] local_threads to change)")
     if evaluator.stop_reason is not None:
         notes.append(evaluator.stop_reason)
     return EvalRun(

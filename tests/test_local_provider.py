@@ -60,6 +60,7 @@ def test_local_smollm2_returns_schema_valid_verdicts_and_stops_its_server() -> N
                 assert reply.model == "smollm2-135m" and reply.input_tokens > 0 and reply.output_tokens > 0
                 texts.append(reply.text)
             assert provider.base_url is not None and provider.base_url.startswith("http://127.0.0.1:")
+            assert 1 <= provider.threads <= 4
         finally:
             await provider.aclose()
         assert provider.base_url is None

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import anthropic
 import openai
 import pytest
+from pydantic import ValidationError
 
 from optimizer.config import JudgeSection, Price
 from optimizer.errors import UserError
@@ -429,6 +430,19 @@ def test_default_local_model_resolves_to_the_bundled_smollm2_gguf() -> None:
     assert isinstance(provider, LocalProvider)
     assert provider.gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and provider.gguf.is_file()
     assert "demonstration" in provider.label
+
+
+def test_local_threads_are_the_configured_count_or_the_idle_cores() -> None:
+    import os
+
+    from optimizer.providers.local_provider import _inference_threads, idle_cores
+
+    assert _inference_threads(3) == 3  # [judge] local_threads wins
+    idle = idle_cores(0.05)
+    assert idle is None or 0.0 <= idle <= (os.cpu_count() or 1)
+    assert 1 <= _inference_threads() <= 4
+    with pytest.raises(ValidationError):
+        JudgeSection(provider="local", local_threads=0)
 
 
 # -- the fake server itself (tool calls are what the optimiser agent will use) ---------------------
