@@ -282,6 +282,24 @@ def test_item_view_shows_label_replicates_steps_and_moves_step_by_step(
     drive(app, scenario)
 
 
+def test_item_view_lists_an_agentic_judges_tool_calls(ws_copy: Path) -> None:
+    tools = ["read_steps(0-24)", "view_screenshots(3, 7)", "submit_verdict"]
+    with Ledger(ws_copy / "experiments" / "ledger.sqlite") as ledger:
+        run = ledger.latest_run()
+        base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
+        item = ledger.item_verdicts(base.id)[0]
+        item.replicates[0].tools = tools
+        ledger.record_verdicts(base.id, [item])
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id,
+                       item_id=item.trajectory_id, start_view="item")
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(app.screen, ItemView) and app.screen.detail is not None
+        assert "tools: read_steps(0-24) · view_screenshots(3, 7) · submit_verdict" in svg_text(app)
+
+    drive(app, scenario, size=(160, 50))
+
+
 def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     marker = tmp_path / "opened.txt"
     script = tmp_path / "opener.sh"
