@@ -13,13 +13,17 @@ real `openai` SDK with concurrency C:
 3. the same revision again, fresh process state: fully cached — target < 2 s;
 4. the same again in a warm process (the loop re-evaluating in one process).
 
+``--agentic`` runs the same phases with ``mode = "agentic"``: every verdict is a two-turn
+conversation (read all steps and view the first and last screenshots, then submit), so the ideal
+is ceil(n/C)·2L, and the cached phases replay every turn from the cache.
+
 The fake server runs in its own process, keeps connections alive (as real servers do) and does not
 JSON-decode request bodies: on a 2-core machine its CPU is taken from the harness being measured.
 ``--reconnect`` (a new connection per call) and ``--parse-bodies`` restore the heavier server.
 The figures depend on the machine's other load; nproc and the load averages are printed with them.
 
 Run:  .venv/bin/python benchmarks/eval_overhead.py [--n 162] [--latency 0.2] [--concurrency 16] [--steps 12]
-      [--reconnect] [--parse-bodies]
+      [--reconnect] [--parse-bodies] [--agentic]
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from optimizer.evaluate import EvalRun, evaluate_items  # noqa: E402
 from optimizer.prompts import PromptSet  # noqa: E402
 from optimizer.workspace import Workspace, init_workspace  # noqa: E402
 from tests.data_helpers import make_items, write_manifest, write_release  # noqa: E402
-from tests.fakeserver import FakeLLMServer, Usage, verdict_reply  # noqa: E402
+from tests.fakeserver import DEFAULT_VERDICT, FakeLLMServer, ToolCall, Usage, reply, verdict_reply  # noqa: E402
 
 
 def screenshot(rng: random.Random, path: Path) -> None:
@@ -101,14 +105,33 @@ def timed(ws: Workspace, judge: JudgeSection, ids: list[str], *, fresh_process: 
     return time.perf_counter() - t0, run
 
 
-def serve(latency: float, *, keep_alive: bool, parse_bodies: bool) -> int:
+def agentic_judge(latency: float, usage: Usage, steps: int):  # noqa: ANN201 - a server behaviour
+    """Turn 1: read every step and view the first and last screenshots; turn 2: submit a verdict."""
+
+    def behave(request):  # noqa: ANN001, ANN202
+        turns = sum(1 for m in request.body["messages"] if m["role"] == "assistant")
+        if turns == 0:
+            calls = [ToolCall("read_steps", {"first": 0, "last": steps - 1}),
+                     ToolCall("view_screenshots", {"steps": [0, steps - 1]})]
+        else:
+            calls = [ToolCall("submit_verdict", DEFAULT_VERDICT)]
+        return reply(None, tool_calls=calls, delay_s=latency, usage=usage)
+
+    return behave
+
+
+def serve(latency: float, *, keep_alive: bool, parse_bodies: bool, agentic_steps: int | None) -> int:
     """Run the fake server in this process: print its URL, answer "count" lines, stop at EOF."""
     usage = Usage(input_tokens=3000, output_tokens=80)
+    default = (
+        agentic_judge(latency, usage, agentic_steps) if agentic_steps
+        else (lambda _r: verdict_reply(delay_s=latency, usage=usage))
+    )
     with FakeLLMServer(
-        default=lambda _r: verdict_reply(delay_s=latency, usage=usage),
+        default=default,
         max_hang_s=30,
         keep_alive=keep_alive,
-        parse_bodies=parse_bodies,
+        parse_bodies=parse_bodies or bool(agentic_steps),  # the agentic judge reads the conversation
     ) as server:
         print(server.openai_base_url, flush=True)
         for line in sys.stdin:
@@ -120,8 +143,11 @@ def serve(latency: float, *, keep_alive: bool, parse_bodies: bool) -> int:
 class ServerProcess:
     """The fake server in its own process, as a real server would be (no GIL shared with the harness)."""
 
-    def __init__(self, latency: float, *, reconnect: bool = False, parse_bodies: bool = False) -> None:
-        flags = [*(["--reconnect"] if reconnect else []), *(["--parse-bodies"] if parse_bodies else [])]
+    def __init__(
+        self, latency: float, *, reconnect: bool = False, parse_bodies: bool = False, agentic_steps: int | None = None
+    ) -> None:
+        flags = [*(["--reconnect"] if reconnect else []), *(["--parse-bodies"] if parse_bodies else []),
+                 *(["--agentic", "--steps", str(agentic_steps)] if agentic_steps else [])]
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve", "--latency", str(latency), *flags],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -169,12 +195,16 @@ def main() -> int:
         "--parse-bodies", action="store_true",
         help="the fake server JSON-decodes every request body (default: not, to keep its CPU off the machine)",
     )
+    parser.add_argument("--agentic", action="store_true", help='judge.toml mode = "agentic" (two turns per verdict)')
     args = parser.parse_args()
+    agentic_steps = args.steps if args.agentic else None
     if args.serve:
-        return serve(args.latency, keep_alive=not args.reconnect, parse_bodies=args.parse_bodies)
+        return serve(args.latency, keep_alive=not args.reconnect, parse_bodies=args.parse_bodies,
+                     agentic_steps=agentic_steps)
 
     os.environ.setdefault("OPENAI_API_KEY", "benchmark-key")
-    server = ServerProcess(args.latency, reconnect=args.reconnect, parse_bodies=args.parse_bodies)
+    server = ServerProcess(args.latency, reconnect=args.reconnect, parse_bodies=args.parse_bodies,
+                           agentic_steps=agentic_steps)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             figures = run_phases(server, Path(tmp), args)
@@ -192,7 +222,12 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
         provider="openai", model="gpt-4o-mini", base_url=server.url,
         max_concurrency=args.concurrency, max_retries=0, timeout_s=30,
     )
-    ideal = math.ceil(args.n / args.concurrency) * args.latency
+    turns = 2 if args.agentic else 1
+    if args.agentic:
+        toml = ws.prompts_dir / "judge.toml"
+        toml.write_text(toml.read_text().replace('\nmode = "direct"\n', '\nmode = "agentic"\n'))
+        assert PromptSet.from_dir(ws.prompts_dir).settings.mode == "agentic"
+    ideal = math.ceil(args.n / args.concurrency) * args.latency * turns
 
     load_before = load_average()
     first_s, first = timed(ws, judge, ids, fresh_process=True)
@@ -211,7 +246,8 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
         "nproc": os.cpu_count(),
         "load_average_1_5_15": {"before": load_before, "before_cold_phase": load_cold, "after": load_average()},
         "server": "reconnect per call" if args.reconnect else "keep-alive",
-        "server_parses_bodies": args.parse_bodies,
+        "server_parses_bodies": args.parse_bodies or args.agentic,
+        "mode": "agentic (2 turns per verdict)" if args.agentic else "direct",
         "n": args.n,
         "latency_s": args.latency,
         "concurrency": args.concurrency,
@@ -233,12 +269,13 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
     print(f"machine: {figures['machine']}; load average (1/5/15 min) before: {load_before}, "
           f"before the new-revision phase: {load_cold}, after: {figures['load_average_1_5_15']['after']}")
     print(f"fake server: own process, {figures['server']}, "
-          f"{'decodes' if args.parse_bodies else 'does not decode'} request bodies")
-    print(f"split: n={args.n} items x {args.steps} steps/screenshots; fake latency L={args.latency}s; C={args.concurrency}")
+          f"{'decodes' if args.parse_bodies or args.agentic else 'does not decode'} request bodies")
+    print(f"split: n={args.n} items x {args.steps} steps/screenshots; fake latency L={args.latency}s; C={args.concurrency}; "
+          f"judge mode {figures['mode']}")
     print(f"first evaluation of the split (screenshots decoded, resized, encoded): {first_s:.3f} s for "
           f"{first.calls_made} calls = {first_s / ideal:.3f} x ideal")
     print(f"new prompt revision (all calls new, encoded screenshots on disk): {cold_s:.3f} s for "
-          f"{cold.calls_made} calls; ideal ceil(n/C)*L = {ideal:.3f} s; overhead ratio = {cold_s / ideal:.3f} "
+          f"{cold.calls_made} calls; ideal ceil(n/C)*L*turns = {ideal:.3f} s; overhead ratio = {cold_s / ideal:.3f} "
           f"(target <= 1.15); time inside the provider per call: {call_latency(cold)}")
     print(f"fully cached re-evaluation (fresh image cache): {cached_s:.3f} s (target < 2 s), "
           f"{cached.cache_hits} hits, {extra_calls} HTTP calls")
