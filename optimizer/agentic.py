@@ -9,8 +9,9 @@ index of every step's action, and investigates with tools before answering:
   ``judge.toml`` says, at most ``agent_max_screenshots`` per verdict (not offered when
   ``screenshots = "none"`` or that cap is 0);
 - ``submit_verdict(success, reasoning, confidence, mistake_type)`` — the answer, with exactly the
-  fields of the output contract. A plain-text reply without tool calls is taken as the answer too
-  and parsed as strictly as a direct judge's reply.
+  fields of the output contract, checked as strictly as a direct judge's reply; an invalid one is
+  answered with what is wrong while turns remain. A plain-text reply without tool calls is taken
+  as the answer too.
 
 A verdict is at most ``agent_max_turns`` model calls; the last one offers only ``submit_verdict``.
 No verdict by then is a parse failure (a model output, cached, counted wrong).
@@ -59,6 +60,7 @@ from optimizer.render import (
     _step_text,
     image_tokens,
 )
+from optimizer.verdicts import parse_verdict
 
 MAX_STEPS_PER_READ = 25
 MAX_SCREENS_PER_VIEW = 4
@@ -359,16 +361,23 @@ class ConversationState:
         self.add_turn(turn)
         submit = next((c for c in turn.tool_calls if c.name == SUBMIT), None)
         if submit is not None:
-            self.trace.append(SUBMIT)
-            return submit.arguments
+            problem = parse_verdict(submit.arguments).error
+            if problem is None or self.turns >= self.task.max_turns:  # valid, or no turn left to fix it
+                self.trace.append(SUBMIT if problem is None else f"{SUBMIT} (invalid)")
+                return submit.arguments
         if not turn.tool_calls:
             self.trace.append("text answer")
             return turn.text
         answers = []
         for call in turn.tool_calls:
-            answer = self.task.answer(call, self)
+            if call is submit:  # an invalid verdict with turns to spare: say what is wrong, let it retry
+                answer = _Answer(call.id, (TextPart(f"error: the verdict is not valid ({problem}); call "
+                                                    f"{SUBMIT} again with the four fields"),), True)
+                self.trace.append(f"{SUBMIT} (invalid)")
+            else:
+                answer = self.task.answer(call, self)
+                self.trace.append(_describe(call) + (" (refused)" if answer.is_error else ""))
             answers.append(answer)
-            self.trace.append(_describe(call) + (" (refused)" if answer.is_error else ""))
         if self.last_turn:
             last = answers[-1]
             note = TextPart(f"This is your last turn: call {SUBMIT} now.")

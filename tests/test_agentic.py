@@ -269,6 +269,31 @@ def test_refused_tool_calls_are_answered_and_the_conversation_goes_on(
     )
 
 
+def test_an_invalid_verdict_is_sent_back_while_turns_remain(
+    tmp_path: Path, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    data = make_data(tmp_path, n_pairs=1)
+    set_agentic(data, turns=2)
+    bad = {"success": "yes", "reasoning": "r", "confidence": "high", "mistake_type": None}
+    good = {"success": True, "reasoning": "r", "confidence": "high", "mistake_type": None}
+    script = iter([reply(None, tool_calls=[ToolCall("submit_verdict", bad)]),
+                   reply(None, tool_calls=[ToolCall("submit_verdict", good)]),
+                   reply(None, tool_calls=[ToolCall("submit_verdict", bad)]),
+                   reply(None, tool_calls=[ToolCall("submit_verdict", bad)])])
+    server.default = lambda r: next(script)
+    j = judge(base_url=server.openai_base_url, max_retries=0, timeout_s=10, max_concurrency=1)
+    first, second = data.split.ids[:2]
+    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=[first, second], replicates=1))
+    requests = server.inference_requests()
+    assert len(requests) == 4
+    assert Seen(requests[1]).tool_texts()[0].startswith("error: the verdict is not valid (")
+    assert run.answers()[first].success is True  # corrected on its second turn
+    assert run.items[0].replicates[0].trace == ("submit_verdict (invalid)", "submit_verdict")
+    assert run.answers()[second].status == "invalid"  # still invalid on its last turn: a parse failure
+    assert run.items[1].replicates[0].trace == ("submit_verdict (invalid)", "submit_verdict (invalid)")
+
+
 def test_the_budget_is_checked_before_every_turn(
     data: Data, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
