@@ -369,6 +369,7 @@ class LoopRunner:
                     reasoning=(first.reasoning if first else "") or "",
                     confidence=first.confidence if first else None,
                     unstable=row.unstable,
+                    judge_tools=tuple(first.tools) if first else (),
                 )
             )
         history = []

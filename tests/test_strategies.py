@@ -297,3 +297,14 @@ def test_reflect_request_never_mentions_heldout_items(dev: DevFixture) -> None:
     text = build_user_message(ctx)
     assert all(h.trajectory_id not in text for h in dev.heldout)
     assert all(d.trajectory_id not in text for d in ctx.disagreements)  # ids would only invite overfitting
+
+
+def test_the_optimiser_sees_what_an_agentic_judge_looked_at() -> None:
+    from optimizer.strategies import Disagreement
+    from optimizer.strategies.common import disagreement_dict
+
+    base = dict(trajectory_id="t", instruction="i", label_positive=False, mistake_type="Critical Mistake",
+                judge_success=True, reasoning="r", confidence="high", unstable=False)
+    assert "judge_tool_calls" not in disagreement_dict(Disagreement(**base))  # a direct judge: nothing to add
+    agentic = Disagreement(**base, judge_tools=("read_steps(0-24)", "submit_verdict"))
+    assert disagreement_dict(agentic)["judge_tool_calls"] == ["read_steps(0-24)", "submit_verdict"]

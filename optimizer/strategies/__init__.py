@@ -33,6 +33,7 @@ class Disagreement:
     reasoning: str
     confidence: str | None
     unstable: bool  # replicates of the incumbent disagreed with each other
+    judge_tools: tuple[str, ...] = ()  # an agentic judge's tool calls, e.g. "view_screenshots(3, 7)"
 
     @property
     def direction(self) -> Direction:
