@@ -74,3 +74,56 @@ def test_local_smollm2_returns_schema_valid_verdicts_and_stops_its_server() -> N
         verdict = Verdict.model_validate(data)  # success is a strict bool
         assert isinstance(verdict.success, bool)
     assert threading.active_count() == threads_before
+
+
+@pytest.mark.local_model
+def test_a_real_llama_cpp_server_accepts_the_agentic_conversation_wire_format() -> None:
+    """The agentic judge's OpenAI-wire conversation (tools, an assistant turn with tool_calls, a tool
+    answer) is accepted by a real OpenAI-compatible server — llama.cpp's, in-process via xllamacpp
+    with its Jinja chat templates on — not only by the test suite's fake server. (SmolLM2-135M does
+    not call tools itself; the point is the server parsing and templating what we send.)"""
+    import xllamacpp
+
+    from optimizer.agentic import _tool_specs
+    from optimizer.judge_types import AssistantTurn, ToolCall, ToolResult, ToolResults, UserMessage
+    from optimizer.providers.local_provider import resolve_gguf
+    from optimizer.providers.openai_provider import OpenAIProvider
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(resolve_gguf("smollm2-135m"))
+    params.n_ctx = 4096
+    params.n_parallel = 1
+    params.hostnames = ["127.0.0.1"]
+    params.port = 0
+    params.verbosity = 0
+    params.use_jinja = True  # llama.cpp needs it for `tools`
+    server = xllamacpp.Server(params)
+    base_url = str(server.listening_address).rstrip("/") + "/v1"
+    messages = [
+        UserMessage((TextPart("## Goal\n\nRename a.txt to b.txt.\n\n- Step 0: `click(a.txt)`\n- Step 1: `type(b.txt)`"),)),
+        AssistantTurn(text="", tool_calls=(ToolCall("call_1", "read_steps", json.dumps({"first": 0, "last": 1})),)),
+        ToolResults((ToolResult("call_1", (TextPart("### Step 0\n\nclick(a.txt)\n\n### Step 1\n\ntype(b.txt)"),)),)),
+    ]
+
+    async def scenario() -> list[int]:
+        provider = OpenAIProvider(
+            JudgeSection(provider="openai", model="smollm2-135m", base_url=base_url, timeout_s=300, max_retries=0),
+            use_env_key=False,
+        )
+        try:
+            outputs = []
+            for conversation in (messages[:1], messages):
+                turn, reply = await provider.converse(
+                    SYSTEM, conversation, _tool_specs(True, 4), Sampling(max_tokens=16, temperature=0.0)
+                )
+                assert isinstance(turn, AssistantTurn) and reply.model
+                outputs.append(reply.output_tokens)
+            return outputs
+        finally:
+            await provider.aclose()
+
+    try:
+        outputs = asyncio.run(scenario())
+    finally:
+        del server
+    assert all(n > 0 for n in outputs)
