@@ -883,6 +883,13 @@ async def evaluate_items(
     notes: list[str] = []
     if evaluator.text_only:
         notes.append(f"provider {provider.name} is text-only: screenshots were dropped from every request")
+    if evaluator.agentic:
+        reps = [r for item in items for r in item.replicates if r.infra_error is None]
+        if reps:
+            tools = Counter(t.split("(")[0] for r in reps for t in r.trace)
+            used = ", ".join(f"{name} {n / len(reps):.1f}" for name, n in sorted(tools.items()))
+            notes.append(f"agentic judge: {sum(r.turns for r in reps) / len(reps):.1f} model calls per verdict; "
+                         f"tool calls per verdict: {used or 'none'}")
     threads = getattr(provider, "threads", None)
     if isinstance(threads, int):
         notes.append(f"local judge ran with {threads} inference thread(s) (set [judge] local_threads to change)")

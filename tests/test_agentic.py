@@ -172,6 +172,8 @@ def test_a_conversation_per_verdict_through_the_sdk_then_fully_cached(
         assert [m["tool_call_id"] for m in body["messages"][3:5]] == call_ids
         assert "response_format" not in body
 
+    assert "agentic judge: 2.0 model calls per verdict; tool calls per verdict: read_steps 1.0, submit_verdict 1.0, " \
+        "view_screenshots 1.0" in run.notes
     out = write_results(tmp_path / "out", run)
     one = json.loads((out / f"{data.items[0].trajectory_id}.json").read_text())
     rep = one["_meta"]["replicates"][0]
