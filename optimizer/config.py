@@ -64,6 +64,11 @@ class LoopSection(_Section):
     min_kappa_delta: float = 0.0
     fpr_tolerance: float = 0.0
     patience: int = Field(default=5, ge=1)
+    # Items that still hit infrastructure errors after the SDK's retries are judged again this many
+    # more times, after a pause of infra_retry_pause_s x the round number, before an evaluation is
+    # given up as incomplete (an unattended run should outlast a provider's bad minute).
+    infra_retry_rounds: int = Field(default=2, ge=0, le=10)
+    infra_retry_pause_s: float = Field(default=10.0, ge=0.0, le=600.0)
 
 
 class ConfirmSection(_Section):
@@ -129,6 +134,8 @@ alpha = 0.1
 min_kappa_delta = 0.0
 fpr_tolerance = 0.0
 patience = 5               # (replicates per item: prompts/judge.toml, or --replicates)
+infra_retry_rounds = 2     # judge items that hit infrastructure errors again, up to this many rounds,
+infra_retry_pause_s = 10   # after pausing this long x the round, before a candidate counts as incomplete
 
 [confirm]
 max_uses = 3

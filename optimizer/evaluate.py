@@ -778,6 +778,8 @@ class _Evaluator:
                 return
 
     async def run(self, item_ids: Sequence[str]) -> None:
+        """Judge ``item_ids`` (again, for items judged before: their results are replaced)."""
+        self._turn, self._turns_done = 0, set()  # paid calls claim slots in this run's item order
         queue = deque(enumerate(item_ids))
         # A few more workers than call slots, so the next items are rendered while calls are in flight.
         n_workers = min(len(queue), self.concurrency + max(2, self.concurrency // 2))
@@ -827,6 +829,8 @@ async def evaluate_items(
     progress: Callable[[ProgressSnapshot], None] | None = None,
     provider: Provider | None = None,
     cache: JudgeCache | None = None,
+    infra_retry_rounds: int = 0,
+    infra_retry_pause_s: float = 0.0,
 ) -> EvalRun:
     """Judge ``item_ids`` of ``split`` with ``prompts``; ``replicates`` calls per item.
 
@@ -834,6 +838,8 @@ async def evaluate_items(
     the end; pass your own to share them across evaluations (then you close them). ``on_item`` is
     called as each item completes; returning True cancels items in flight and starts no more.
     A `UserError` from rendering or the provider stops everything and is raised as is.
+    Items whose calls still failed after the SDK's retries are judged again in up to
+    ``infra_retry_rounds`` more rounds, round r after a pause of ``infra_retry_pause_s * r``.
     """
     if replicates < 1:
         raise UserError(f"replicates must be at least 1 (got {replicates}); pass --replicates 1 or more")
@@ -847,6 +853,7 @@ async def evaluate_items(
 
         provider = make_provider(judge)
     started = time.monotonic()
+    retried_notes: list[str] = []
     try:
         if prompts.settings.mode == "agentic" and not callable(getattr(provider, "converse", None)):
             raise UserError(
@@ -873,6 +880,13 @@ async def evaluate_items(
             image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
         )
         await evaluator.run(item_ids)
+        for round_no in range(1, infra_retry_rounds + 1):
+            failed = [t for t in item_ids if t in evaluator.results and evaluator.results[t].infra_error]
+            if not failed or evaluator.stop_reason is not None:
+                break
+            retried_notes.append(f"round {round_no}: {len(failed)} item(s) with infrastructure errors judged again")
+            await asyncio.sleep(infra_retry_pause_s * round_no)
+            await evaluator.run(failed)
     finally:
         if own_cache and cache is not None:
             cache.close()
@@ -895,6 +909,9 @@ async def evaluate_items(
         notes.append(f"local judge ran with {threads} inference thread(s) (set [judge] local_threads to change)")
     if evaluator.stop_reason is not None:
         notes.append(evaluator.stop_reason)
+    if retried_notes:
+        still = sum(1 for item in items if item.infra_error)
+        notes.append("; ".join(retried_notes) + f"; {still} still failing")
     return EvalRun(
         items=items,
         calls_made=evaluator.calls_made,

@@ -273,6 +273,7 @@ class LoopRunner:
             self.ws, self.split, prompts, self.judge,
             item_ids=order, replicates=self.replicates, on_item=on_item, budget=self.budget(),
             progress=self._progress(experiment_id), provider=provider, cache=cache,
+            infra_retry_rounds=self.loop_cfg.infra_retry_rounds, infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s,
         )
         self.spent_usd += result.cost_usd
         # The evaluator refused a call that would cross the budget: no later candidate can be paid for.

@@ -316,6 +316,15 @@ class _Server(ThreadingHTTPServer):
     # concurrency 8+) would see connection resets that look like provider outages.
     request_queue_size = 128
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that vanished mid-exchange (killed, timed out, early-stopped) is normal here:
+        no traceback on stderr. Anything else is still reported."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeLLMServer

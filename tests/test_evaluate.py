@@ -516,3 +516,34 @@ def test_switching_provider_without_model_takes_that_providers_default_model() -
     args = argparse.Namespace(provider="local", model=None, base_url=None, concurrency=2)
     same = judge_with_overrides(local, args)
     assert same.model == "smollm2-135m" and same.max_concurrency == 2
+
+
+def test_infrastructure_errors_are_judged_again_in_later_rounds(
+    data: Data, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    flaky = data.items[1].trajectory_id
+    seen: list[str] = []
+    good = by_label(data)
+
+    def behave(recorded: RecordedRequest) -> Any:
+        tid = data.recorded_item(recorded).trajectory_id
+        seen.append(tid)
+        if tid == flaky and seen.count(tid) <= 2:  # down for the first pass and the first retry round
+            return server_error(503)
+        return good(recorded)
+
+    server.default = behave
+    j = openai_judge(server)
+    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1,
+                                     infra_retry_rounds=2, infra_retry_pause_s=0.01))
+    assert run.infra_error_ids == [] and seen.count(flaky) == 3
+    assert len(seen) == len(data.items) + 2  # only the failing item was judged again
+    assert any("round 2: 1 item(s) with infrastructure errors judged again; 0 still failing" in n for n in run.notes)
+    assert score(load_labels(data.split), run.answers()).kappa == 1.0
+
+    # Without retry rounds (plain `judgeloop eval`) the same outage is reported as an infrastructure error.
+    seen.clear()
+    flaky = data.items[2].trajectory_id
+    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=2))
+    assert run.infra_error_ids == [flaky]  # (replicate 1 is new for every item; replicate 0 is cached)

@@ -60,6 +60,8 @@ def make_workspace(tmp_path: Path, *, toml_extra: str = "", judge_toml: Mapping[
     if toml_extra:
         cfg = root / "judgeloop.toml"
         cfg.write_text(cfg.read_text(encoding="utf-8") + "\n" + toml_extra, encoding="utf-8")
+    # Infrastructure errors are judged again (2 rounds) without the 10 s / 20 s pauses of a real run.
+    set_toml_key(root, "loop", "infra_retry_pause_s", "0.01")
     commit_all(root, "test setup")
     return root
 
