@@ -83,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", "optimizer.loop:cmd_run", "run the optimisation loop on the dev split")
     p.add_argument("--split", metavar="NAME")
-    p.add_argument("--strategy", choices=["agent", "reflect", "library"])
+    p.add_argument("--strategy", choices=["agent", "reflect", "library", "manual"],
+                   help="manual: your working-tree edit of the allowed files, judged as one candidate")
+    p.add_argument("-m", "--message", metavar="TEXT", help="--strategy manual: the edit's rationale")
     p.add_argument("--policy", choices=["paired", "literal"])
     p.add_argument("--max-experiments", type=int, metavar="N")
     p.add_argument("--budget-usd", type=float, metavar="X")

@@ -361,6 +361,18 @@ def store_rejected(where: Root, sha: str, experiment_id: int) -> None:
         repo.git.update_ref(f"{REJECTED_PREFIX}{experiment_id}", sha)
 
 
+def restore_paths(where: Root, paths: Sequence[str]) -> None:
+    """Put ``paths`` back as they are in HEAD (index and working tree); a path HEAD lacks is removed."""
+    root = _root(where)
+    with repo_at(root) as repo:
+        tracked = [p for p in paths if repo.git.ls_tree("HEAD", "--", p).strip()]
+        if tracked:
+            repo.git.checkout("HEAD", "--", *tracked)
+    for p in paths:
+        if p not in tracked:
+            (Path(root) / p).unlink(missing_ok=True)
+
+
 def restore_tree(where: Root, incumbent_sha: str, clean_under: Sequence[str] = ("prompts",)) -> None:
     """Hard-reset the current branch to ``incumbent_sha`` and remove untracked files under
     ``clean_under`` only (the loop's writable area); nothing else untracked is deleted. For resume

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import difflib
 import signal
 import time
@@ -50,6 +51,7 @@ from optimizer.strategies import (
     Strategy,
     make_strategy,
 )
+from optimizer.strategies.manual import ManualStrategy, capture_edits
 from optimizer.workspace import Workspace
 
 
@@ -653,7 +655,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             ledger.set_run_status(run.id, "running", pid=_pid())
             say(f"resuming run {run.id} on {run.branch} (spent so far ${spent:.4f})")
         else:
-            gitops.ensure_clean(ws.root, "judgeloop run")
+            strategy_name = args.strategy or cfg.optimizer.strategy
+            if strategy_name != "manual":
+                gitops.ensure_clean(ws.root, "judgeloop run")
             waiting = ledger.experiments_with_status("waiting")
             if waiting:
                 raise UserError(f"experiment {waiting[0].id} is waiting for a decision; run "
@@ -663,14 +667,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise UserError(f"split {split_name!r} is held out ([workspace] heldout_splits); the loop may only "
                                 "use the dev split — evaluate held-out splits with `judgeloop confirm`")
             split = open_split(ws, split_name)
-            strategy_name = args.strategy or cfg.optimizer.strategy
             limits = _limits(args, ws)
+            manual_dir: Path | None = None
+            if strategy_name == "manual":
+                # Save the edit, reset the files: the run starts clean and proposes the saved copy once.
+                manual_dir = capture_edits(ws.root, ws.experiments_dir, list(cfg.optimizer.allowed_files),
+                                           getattr(args, "message", None))
+                gitops.ensure_clean(ws.root, "judgeloop run")
+                limits = dataclasses.replace(limits, max_experiments=1)
+                say(f"your edit is saved in {manual_dir.relative_to(ws.root)} and judged as one candidate")
             start_rev = gitops.rev_parse(ws.root, "HEAD")
             replicates = args.replicates or PromptSet.from_rev(ws, start_rev).settings.replicates
             run = ledger.create_run(
                 strategy=strategy_name, policy=loop_cfg.policy, split=split.name,
                 split_fingerprint=split.fingerprint, start_rev=start_rev,
-                budgets=limits.as_dict() | {"replicates": replicates},
+                budgets=limits.as_dict() | {"replicates": replicates}
+                | ({"manual_edit": str(manual_dir.relative_to(ws.root))} if manual_dir else {}),
                 config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")},
             )
             gitops.create_run_branch(ws.root, run.id, start_rev)
@@ -681,7 +693,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             if judge.provider == "local":
                 say("  note: the local SmolLM2-135M judge is a demonstration-quality judge (text only, 8k context); "
                     "its verdicts show the mechanics, not a useful judge")
-        strategy = make_strategy(strategy_name, cfg.optimizer, cfg.prices)
+        if strategy_name == "manual":
+            strategy: Any = ManualStrategy(ws.root / str(run.budgets.get("manual_edit", "")))
+        else:
+            strategy = make_strategy(strategy_name, cfg.optimizer, cfg.prices)
         labels = load_labels(split)
         runner = LoopRunner(ws=ws, ledger=ledger, run=run, split=split, labels=labels, judge=judge,
                             loop_cfg=loop_cfg, strategy=strategy, limits=limits, replicates=replicates,
@@ -704,6 +719,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if ws.stop_path.exists() and reason.startswith("stop file"):
             ws.stop_path.unlink()
         _summary(ledger, run.id, reason)
+        if strategy_name == "manual":
+            _manual_outcome(ledger, run.id, str(run.budgets.get("manual_edit", "")))
         out = ws.experiments_dir / "runs" / run.id
         write_markdown_report(ledger, run.id, out / "report.md", ws)
         export_experiments_tsv(ledger, run.id, out / "experiments.tsv")
@@ -711,6 +728,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     finally:
         ledger.close()
+
+
+def _manual_outcome(ledger: Ledger, run_id: str, saved: str) -> None:
+    """Tell the person where their hand edit went."""
+    cand = next((e for e in ledger.experiments(run_id) if e.seq == 1), None)
+    if cand is None:
+        return
+    if cand.status == "kept":
+        say(f"  your edit was kept: it is the tip of the run branch (experiment {cand.id})")
+    elif cand.status == "waiting":
+        say(f"  your edit waits for you: `judgeloop decide {cand.id} keep|discard`")
+    else:
+        back = (f"`git checkout refs/judgeloop/rejected/{cand.id} -- prompts/` or copy it from {saved}"
+                if cand.status == "rolled_back" else f"copy it from {saved}")
+        say(f"  your edit was not kept ({cand.status.replace('_', ' ')}); to work on it again: {back}")
 
 
 def _pid() -> int:
