@@ -704,3 +704,14 @@ def test_fixed_columns_table_skips_measuring_but_sizes_like_a_datatable() -> Non
             assert tables[0].row_count == 50
 
     asyncio.run(go())
+
+
+def test_run_options_build_the_command_line_including_a_manual_run(tmp_path: Path) -> None:
+    from optimizer.errors import UserError
+    from tui.runs import RunOptions
+
+    argv = RunOptions(strategy="manual", propose_only=True).argv(tmp_path)
+    assert argv[argv.index("--strategy") + 1] == "manual" and argv[-1] == "--propose-only"
+    assert RunOptions(strategy="library", resume=True).argv(tmp_path)[-1] == "--resume"  # resume ignores the rest
+    with pytest.raises(UserError, match="unknown strategy 'genetic'"):
+        RunOptions(strategy="genetic").argv(tmp_path)

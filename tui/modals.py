@@ -11,7 +11,7 @@ from textual.widgets.option_list import Option
 
 from optimizer.ledger import REVIEW_KINDS
 from tui.data import REVIEW_LABELS
-from tui.runs import STRATEGIES, RunOptions
+from tui.runs import STRATEGIES, STRATEGY_LABELS, RunOptions
 
 _MODAL_CSS = """
 {name} {{ align: center middle; }}
@@ -135,8 +135,8 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
             yield Label("[b]Start a run[/b] (a separate process: closing the TUI does not stop it)")
             with Horizontal(classes="field"):
                 yield Label("strategy")
-                yield Select([("config default", ""), *[(s, s) for s in STRATEGIES]], value="", allow_blank=False,
-                             id="run-strategy")
+                yield Select([("config default", ""), *[(STRATEGY_LABELS.get(s, s), s) for s in STRATEGIES]],
+                             value="", allow_blank=False, id="run-strategy")
             with Horizontal(classes="field"):
                 yield Label("max experiments")
                 yield Input(placeholder="config default", id="run-max", type="integer")

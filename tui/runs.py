@@ -15,7 +15,9 @@ from pathlib import Path
 
 from optimizer.errors import UserError
 
-STRATEGIES = ("library", "reflect", "agent")
+STRATEGIES = ("library", "reflect", "agent", "manual")
+# How the start-run form names them ("manual" judges the prompts as you edited them in the working tree).
+STRATEGY_LABELS = {"manual": "manual (judge my edit of the prompts)"}
 
 
 @dataclass(frozen=True)
