@@ -455,6 +455,18 @@ class _Evaluator:
             duration = time.monotonic() - started
         finally:
             self.semaphore.release()
+        cost = self._account(reply, reply.text, estimate, key, index, fingerprint, duration)
+        return _parsed_result(
+            index, key, False, reply.text, reply.model,
+            (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens),
+            cost, duration,
+        )
+
+    def _account(
+        self, reply: ProviderReply, text: str, estimate: float, key: str, index: int, fingerprint: str,
+        duration: float,
+    ) -> float:
+        """Settle the budget, count one paid call and store it in the cache; return its cost."""
         cost = call_cost_usd(reply, self.prices)
         if self.budget is not None:
             self.budget.settle(estimate, cost)
@@ -463,25 +475,13 @@ class _Evaluator:
         self.output_tokens += reply.output_tokens
         self.cost_usd += cost
         self.cache.put(
-            key,
-            provider=self.provider.name,
-            model=self.provider.model,
-            replicate=index,
-            request_fingerprint=fingerprint,
-            reply_text=reply.text,
-            reply_model=reply.model,
-            input_tokens=reply.input_tokens,
-            output_tokens=reply.output_tokens,
-            cache_read_tokens=reply.cache_read_tokens,
-            cache_write_tokens=reply.cache_write_tokens,
-            cost_usd=cost,
-            duration_s=duration,
+            key, provider=self.provider.name, model=self.provider.model, replicate=index,
+            request_fingerprint=fingerprint, reply_text=text, reply_model=reply.model,
+            input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
+            cache_read_tokens=reply.cache_read_tokens, cache_write_tokens=reply.cache_write_tokens,
+            cost_usd=cost, duration_s=duration,
         )
-        return _parsed_result(
-            index, key, False, reply.text, reply.model,
-            (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens),
-            cost, duration,
-        )
+        return cost
 
     # -- one item --------------------------------------------------------------------------------
     def _prepare(self, tid: str) -> tuple[Trajectory, str | None]:
@@ -636,21 +636,8 @@ class _Evaluator:
             if not isinstance(exc, InfrastructureError):
                 raise
             return str(exc) or type(exc).__name__
-        duration = time.monotonic() - t0
-        turn_cost = call_cost_usd(reply, self.prices)
-        if self.budget is not None:
-            self.budget.settle(estimate, turn_cost)
-        self.calls_made += 1
-        self.input_tokens += reply.input_tokens
-        self.output_tokens += reply.output_tokens
-        self.cost_usd += turn_cost
+        turn_cost = self._account(reply, turn.to_json(), estimate, key, index, task.fingerprint, time.monotonic() - t0)
         usage = (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens)
-        self.cache.put(
-            key, provider=self.provider.name, model=self.provider.model, replicate=index,
-            request_fingerprint=task.fingerprint, reply_text=turn.to_json(), reply_model=reply.model,
-            input_tokens=usage[0], output_tokens=usage[1], cache_read_tokens=usage[2], cache_write_tokens=usage[3],
-            cost_usd=turn_cost, duration_s=duration,
-        )
         return turn, usage, turn_cost, reply.model
 
     async def _wait_turn(self, position: int) -> None:
