@@ -294,12 +294,14 @@ def stopped_decision(
     best = _best_case_decision(labels, candidate_so_far, incumbent, loop)
     if best is None or (best.paired_keep if loop.policy == "paired" else best.literal_keep):
         return None
-    open_note = ""
+    best_reason, open_note = best.reason, ""
     if loop.policy == "paired" and best.literal_keep:
-        open_note = "; the literal policy was still open when evaluation stopped"
+        # Said once: in the best case the literal policy keeps it, so its outcome was still open.
+        best_reason = best_reason.replace("; the literal policy would have kept it", "")
+        open_note = "; the literal policy's outcome was still open when evaluation stopped"
     reason = (
         f"stopped early with {len(unjudged)} of {len(labels)} items unjudged; even if all were answered "
-        f"correctly: {best.reason}{open_note}"
+        f"correctly: {best_reason}{open_note}"
     )
     return Decision(
         keep=False,

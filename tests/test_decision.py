@@ -189,7 +189,8 @@ def test_kappa_bound_uses_the_all_correct_completion() -> None:
     assert d.reason.startswith(
         "stopped early with 4 of 8 items unjudged; even if all were answered correctly: kappa"
     )
-    assert d.reason.endswith("the literal policy was still open when evaluation stopped")
+    assert d.reason.endswith("(the gain is not significant); the literal policy's outcome was still open when "
+                             "evaluation stopped")
 
 
 def test_kappa_bound_never_stops_on_a_one_class_split() -> None:
