@@ -78,7 +78,8 @@ class JudgeSettings(BaseModel):
 
     mode: Literal["direct", "agentic"] = "direct"
     agent_max_turns: int = Field(default=12, ge=2, le=100)
-    agent_max_screenshots: int = Field(default=24, ge=0, le=500)
+    # A conversation re-sends every screenshot it has shown; the Anthropic API takes at most 100 per request.
+    agent_max_screenshots: int = Field(default=24, ge=0, le=100)
     screenshots: Literal["all", "every_k", "spaced", "none"] = "all"
     every_k: int = Field(default=5, ge=1)
     max_images: int | None = Field(default=100, ge=2)  # the Anthropic API caps images per request at 100

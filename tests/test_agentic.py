@@ -363,3 +363,8 @@ def test_the_loop_runs_with_an_agentic_judge(
     }
     assert exps[1].status in ("kept", "rolled_back")
     assert not gitops.is_dirty(data.ws.root)
+
+
+def test_more_screenshots_than_a_request_may_carry_is_refused_in_one_line() -> None:
+    with pytest.raises(UserError, match="agent_max_screenshots"):
+        parse_settings('mode = "agentic"\nagent_max_screenshots = 150\n', "judge.toml")
