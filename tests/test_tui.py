@@ -295,7 +295,9 @@ def test_item_view_lists_an_agentic_judges_tool_calls(ws_copy: Path) -> None:
 
     async def scenario(pilot: Any) -> None:
         assert isinstance(app.screen, ItemView) and app.screen.detail is not None
-        assert "tools: read_steps(0-24) · view_screenshots(3, 7) · submit_verdict" in svg_text(app)
+        text = svg_text(app)
+        assert "tools: read_steps(0-24) · view_screenshots(3, 7) · submit_verdict" in text
+        assert "3●" in text and "7●" in text and "2●" not in text  # the steps whose screenshots it viewed
 
     drive(app, scenario, size=(160, 50))
 

@@ -8,6 +8,7 @@ an error modal instead of crashing.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -606,7 +607,7 @@ class ItemView(View):
                 yield Static("", id="item-reviews")
             with Vertical(id="item-right"):
                 table: DataTable[Any] = DataTable(id="step-table", cursor_type="row")
-                table.add_column("step", key="step", width=4)
+                table.add_column("step", key="step", width=5)
                 table.add_column("action", key="action", width=70)
                 yield table
                 yield StepImage(self.japp.image_mode, id="step-image")
@@ -667,8 +668,11 @@ class ItemView(View):
         self.show_reviews()
         table = self.query_one("#step-table", DataTable)
         table.clear()
+        viewed = viewed_steps(detail.verdict.replicates if detail.verdict else [])
         for step in detail.steps:
-            table.add_row(str(step.index), step.action, key=str(step.index))
+            # ● marks a step whose screenshot an agentic judge looked at (in any replicate).
+            index = Text(f"{step.index}●", style="bold cyan") if step.index in viewed else str(step.index)
+            table.add_row(index, step.action, key=str(step.index))
         self.step_index = min(self.step_index, max(0, len(detail.steps) - 1))
         if detail.steps:
             table.move_cursor(row=self.step_index)
@@ -886,3 +890,17 @@ class HelpView(View):
     def reload(self) -> None:
         self.set_title("help — judgeloop tui")
         self.query_one("#help-text", Markdown).update(self.japp.help_markdown())
+
+
+_VIEWED_RE = re.compile(r"^view_screenshots\(([\d, ]+)\)$")
+
+
+def viewed_steps(replicates: Any) -> set[int]:
+    """Steps whose screenshot an agentic judge viewed, from the replicates' tool-call lines."""
+    steps: set[int] = set()
+    for rep in replicates:
+        for call in getattr(rep, "tools", None) or []:
+            m = _VIEWED_RE.match(call)
+            if m:
+                steps.update(int(x) for x in m.group(1).split(",") if x.strip())
+    return steps
