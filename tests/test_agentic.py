@@ -25,7 +25,7 @@ from optimizer.evaluate import Budget, EvalRun, evaluate_items, write_results
 from optimizer.metrics import score
 from optimizer.prompts import PromptSet, parse_settings
 from tests.fakeserver import FakeLLMServer, RecordedRequest, ToolCall, Usage, reply, server_error
-from tests.test_evaluate import SECRET, Data, InTestProvider, judge, make_data, write_config
+from tests.test_evaluate import MODEL, SECRET, Data, InTestProvider, judge, make_data, write_config
 
 
 def set_agentic(data: Data, *, turns: int = 6, screens: int = 24) -> None:
@@ -301,7 +301,16 @@ def test_the_budget_is_checked_before_every_turn(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server.default = investigating_judge(data)
-    budget = Budget(max_usd=0.0012)  # ~ three turns at gpt-4o-mini prices with these estimates
+    from optimizer.agentic import AgenticTask, ConversationState
+    from optimizer.evaluate import call_cost_usd
+    from optimizer.judge_types import ProviderReply
+
+    task = AgenticTask(data.split.trajectory(data.split.ids[0]), data.split, data.prompts)
+    guess = ProviderReply(text="", model=MODEL, input_tokens=task.estimate_input_tokens(ConversationState(task)),
+                          output_tokens=data.prompts.settings.max_tokens)
+    first_turn = call_cost_usd(guess, dict(data.ws.config.prices))
+    assert first_turn > 0  # gpt-4o-mini is in the built-in price table
+    budget = Budget(max_usd=2.5 * first_turn)  # room for a few turns, far from all 2n of them
     run = evaluate(data, server, budget=budget)
     assert run.stopped_early and "budget" in (run.stop_reason or "")
     assert budget.spent_usd <= budget.max_usd
