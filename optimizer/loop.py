@@ -398,6 +398,7 @@ class LoopRunner:
             workspace_root=self.root, allowed_files=allowed, current_files=current,
             disagreements=disagreements, history=history, guidance=guidance.strip(), split=self.split,
             rng_seed=self.ws.config.optimizer.seed, experiment_seq=seq,
+            judge_mode=PromptSet.from_dir(self.ws.prompts_dir).settings.mode,
         )
 
     def guard_inputs(self) -> dict[str, Any]:

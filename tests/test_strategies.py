@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -308,3 +309,13 @@ def test_the_optimiser_sees_what_an_agentic_judge_looked_at() -> None:
     assert "judge_tool_calls" not in disagreement_dict(Disagreement(**base))  # a direct judge: nothing to add
     agentic = Disagreement(**base, judge_tools=("read_steps(0-24)", "submit_verdict"))
     assert disagreement_dict(agentic)["judge_tool_calls"] == ["read_steps(0-24)", "submit_verdict"]
+
+
+def test_the_agent_is_told_when_the_judge_is_agentic(tmp_path: Path) -> None:
+    import dataclasses
+
+    from optimizer.strategies.agent import AGENTIC_JUDGE_NOTE, _opening
+
+    ctx = make_context(make_dev(tmp_path), [])
+    assert AGENTIC_JUDGE_NOTE not in _opening(ctx)
+    assert AGENTIC_JUDGE_NOTE in _opening(dataclasses.replace(ctx, judge_mode="agentic"))

@@ -63,6 +63,7 @@ class ProposalContext:
     split: Split  # the dev split only
     rng_seed: int
     experiment_seq: int
+    judge_mode: str = "direct"  # prompts/judge.toml mode of the incumbent: "direct" or "agentic"
 
 
 @dataclass

@@ -52,6 +52,13 @@ and template placeholders exactly as they are. Keep the judge's JSON answer form
 """
 
 
+AGENTIC_JUDGE_NOTE = (
+    "The judge runs in agentic mode: it sees the instruction and one line per step's action, then chooses "
+    "which steps to read and which screenshots to view before it submits; each disagreement lists its tool "
+    "calls (judge_tool_calls), so you can see what it did not look at and tell it where to look.\n"
+)
+
+
 def _opening(ctx: ProposalContext) -> str:
     counts = counts_by_direction(ctx.disagreements)
     return (
@@ -59,7 +66,8 @@ def _opening(ctx: ProposalContext) -> str:
         f"The incumbent judge disagrees with the labels on {len(ctx.disagreements)} dev items: "
         f"{counts['missed_failure']} missed failures (too lenient) and {counts['rejected_success']} "
         f"rejected successes (too strict). {len(ctx.history)} past experiments in this run.\n"
-        "Investigate with the tools, edit the files, then call submit."
+        + (AGENTIC_JUDGE_NOTE if ctx.judge_mode == "agentic" else "")
+        + "Investigate with the tools, edit the files, then call submit."
     )
 
 
