@@ -678,7 +678,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 limits = dataclasses.replace(limits, max_experiments=1)
                 say(f"your edit is saved in {manual_dir.relative_to(ws.root)} and judged as one candidate")
             start_rev = gitops.rev_parse(ws.root, "HEAD")
-            replicates = args.replicates or PromptSet.from_rev(ws, start_rev).settings.replicates
+            start_settings = PromptSet.from_rev(ws, start_rev).settings
+            if start_settings.mode == "agentic" and judge.provider == "local":
+                raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
+                                'tools (anthropic or openai); the local judge supports mode = "direct" only')
+            replicates = args.replicates or start_settings.replicates
             run = ledger.create_run(
                 strategy=strategy_name, policy=loop_cfg.policy, split=split.name,
                 split_fingerprint=split.fingerprint, start_rev=start_rev,

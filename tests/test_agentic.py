@@ -377,3 +377,22 @@ def test_the_loop_runs_with_an_agentic_judge(
 def test_more_screenshots_than_a_request_may_carry_is_refused_in_one_line() -> None:
     with pytest.raises(UserError, match="agent_max_screenshots"):
         parse_settings('mode = "agentic"\nagent_max_screenshots = 150\n', "judge.toml")
+
+
+def test_run_refuses_an_agentic_local_judge_before_starting(
+    data: Data, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.loop.helpers import commit_all
+
+    commit_all(data.ws.root, "agentic judge")
+    code = main(["run", "-w", str(data.ws.root), "--provider", "local", "--split", "tiny", "--strategy", "library"])
+    err = capsys.readouterr().err
+    assert code == 2 and 'the local judge supports mode = "direct" only' in err and "Traceback" not in err
+    assert not (data.ws.experiments_dir / "ledger.sqlite").exists() or _no_runs(data)
+
+
+def _no_runs(data: Data) -> bool:
+    from optimizer.ledger import Ledger
+
+    with Ledger(data.ws.experiments_dir / "ledger.sqlite") as led:
+        return led.latest_run() is None
