@@ -311,7 +311,7 @@ class ConversationState:
     screens_shown: int = 0
     turns: int = 0
     trace: list[str] = field(default_factory=list)
-    _hash: Any = None
+    _hash: Any = field(default=None, init=False, repr=False, compare=False)  # hashlib sha256, running
 
     def __post_init__(self) -> None:
         self._hash = hashlib.sha256(self.task.fingerprint.encode())
@@ -319,6 +319,7 @@ class ConversationState:
 
     @property
     def last_turn(self) -> bool:
+        """Whether the next model call is the last one allowed (it may only submit)."""
         return self.turns >= self.task.max_turns - 1
 
     @property
