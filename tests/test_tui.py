@@ -717,3 +717,20 @@ def test_run_options_build_the_command_line_including_a_manual_run(tmp_path: Pat
     assert RunOptions(strategy="library", resume=True).argv(tmp_path)[-1] == "--resume"  # resume ignores the rest
     with pytest.raises(UserError, match="unknown strategy 'genetic'"):
         RunOptions(strategy="genetic").argv(tmp_path)
+
+
+def test_a_run_refused_at_once_is_reported_not_announced_as_started(ws_copy: Path) -> None:
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False)
+    seen = capture_notifications(app)
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, StartRunModal)
+        app.screen.query_one("#run-strategy").value = "manual"  # with no edit in the working tree
+        await pilot.click("#start")
+        await settle(app, pilot)
+        assert any(s.startswith("the run stopped at once (exit 2): judgeloop: error: no edit to judge") for s in seen), seen
+        assert not any(s.startswith("run started") for s in seen)
+
+    drive(app, scenario)

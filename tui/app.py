@@ -271,10 +271,15 @@ class JudgeloopApp(App[None]):
     @work(thread=True, exclusive=True, group="run-control", exit_on_error=False, name="starting the run")
     def start_run(self, options: runs.RunOptions) -> runs.StartedRun:
         started = runs.start_run(self.ws_root, options)
-        self.call_from_thread(
-            self.notify, f"run started (pid {started.pid}); log: {started.log_path.relative_to(self.ws_root)}",
-            title="judgeloop run", timeout=6,
-        )
+        outcome = runs.early_outcome(started)  # a refusal is one line in the log within a moment
+        log = started.log_path.relative_to(self.ws_root)
+        if outcome is not None and outcome[0] != 0:
+            self.call_from_thread(self.notify, f"the run stopped at once (exit {outcome[0]}): {outcome[1]} (log: {log})",
+                                  title="judgeloop run", severity="error", timeout=12)
+        else:
+            done = f"; already finished: {outcome[1]}" if outcome is not None else ""
+            self.call_from_thread(self.notify, f"run started (pid {started.pid}); log: {log}{done}",
+                                  title="judgeloop run", timeout=6)
         return started
 
     def action_stop_run(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,6 +56,23 @@ class StartedRun:
     pid: int
     log_path: Path
     argv: list[str]
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+
+
+def early_outcome(started: StartedRun, wait_s: float = 3.0) -> tuple[int, str] | None:
+    """(exit code, last log line) if the run ended within ``wait_s`` seconds, else None. A refusal
+    (a dirty tree, a missing key, no edit for --strategy manual) is one line at the end of its log."""
+    if started.process is None:
+        return None
+    try:
+        code = started.process.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return None
+    try:
+        lines = [ln.strip() for ln in started.log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except OSError:
+        lines = []
+    return code, next((ln for ln in reversed(lines) if ln), "(no output)")
 
 
 def start_run(ws_root: Path, options: RunOptions) -> StartedRun:
@@ -75,7 +92,7 @@ def start_run(ws_root: Path, options: RunOptions) -> StartedRun:
             argv, cwd=ws_root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own session: no SIGHUP/SIGINT from the TUI's terminal
         )
-    return StartedRun(pid=proc.pid, log_path=log_path, argv=argv)
+    return StartedRun(pid=proc.pid, log_path=log_path, argv=argv, process=proc)
 
 
 def request_stop(ws_root: Path) -> Path:
