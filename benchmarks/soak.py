@@ -159,8 +159,11 @@ def main() -> int:
                         break
                 elif code != -signal.SIGKILL:
                     raise SystemExit(f"the loop exited {code}: {proc.stderr.read() if proc.stderr else ''}")
-                proc = loop_process(root, server.openai_base_url, args.experiments, resume=True)
-                resumes += 1
+                with Ledger(root / "experiments" / "ledger.sqlite") as led:
+                    started = led.latest_run() is not None
+                # Killed before it even recorded its run (process start-up): start it again instead.
+                proc = loop_process(root, server.openai_base_url, args.experiments, resume=started)
+                resumes += started
             outcome = check(root)
             repeated = sum(n - 1 for n in chaos.answered.values() if n > 1)
     figures = {

@@ -275,6 +275,12 @@ def create_run_branch(where: Root, run_id: str, start_rev: str = "HEAD") -> str:
     return name
 
 
+def branch_exists(where: Root, branch: str) -> bool:
+    """Whether the local branch ``branch`` exists."""
+    with repo_at(_root(where)) as repo:
+        return branch in repo.heads
+
+
 def checkout_branch(where: Root, branch: str) -> None:
     """Check out an existing branch (e.g. the run branch on resume)."""
     with repo_at(_root(where)) as repo:
@@ -381,3 +387,22 @@ def restore_tree(where: Root, incumbent_sha: str, clean_under: Sequence[str] = (
         repo.head.reset(incumbent_sha, index=True, working_tree=True)
         if clean_under:
             repo.git.clean("-fd", "--", *clean_under)
+
+
+def clear_stale_index_lock(where: Root, min_age_s: float = 10.0) -> bool:
+    """Remove ``.git/index.lock`` when it is older than ``min_age_s`` (a process killed mid-commit
+    leaves it, and every later commit fails on it); True when one was removed. A fresh one may belong
+    to a git command running right now: that is a `UserError` saying to retry. Call only while
+    holding the workspace's loop lock, so no judgeloop command can be the one writing it."""
+    import time
+
+    lock = Path(_root(where)) / ".git" / "index.lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age < min_age_s:
+        raise UserError(f"{lock} exists: a git command is working in this repository; retry when it is done "
+                        "(if none is, delete the file)")
+    lock.unlink(missing_ok=True)
+    return True

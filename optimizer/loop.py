@@ -52,7 +52,7 @@ from optimizer.strategies import (
     make_strategy,
 )
 from optimizer.strategies.manual import ManualStrategy, capture_edits
-from optimizer.workspace import Workspace
+from optimizer.workspace import Workspace, command_lock
 
 
 def say(message: str) -> None:
@@ -624,10 +624,18 @@ async def _drive(runner: LoopRunner) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """`judgeloop run`, holding the workspace's loop lock (see `workspace.command_lock`)."""
+    with command_lock(Workspace.open(args.workspace), "run"):
+        return _cmd_run(args)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     ws = Workspace.open(args.workspace)
     cfg = ws.config
     judge = judge_with_overrides(cfg.judge, args)
     loop_cfg = cfg.loop.model_copy(update={"policy": args.policy} if args.policy else {})
+    if gitops.clear_stale_index_lock(ws.root):
+        say("removed a stale .git/index.lock (left by a process killed in the middle of a git command)")
     ledger = Ledger(ws.ledger_path)
     try:
         if args.resume:
@@ -643,6 +651,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             if dirty:
                 raise UserError(f"the working tree has changes outside the loop's files ({', '.join(dirty[:5])}); "
                                 "commit or discard them before `judgeloop run --resume` (it resets the tree)")
+            if not ledger.experiments(run.id) and not gitops.branch_exists(ws.root, run.branch):
+                # Killed between recording the run and creating its branch: nothing happened yet.
+                gitops.ensure_clean(ws.root, "judgeloop run --resume")
+                gitops.create_run_branch(ws.root, run.id, run.start_rev)
+                say(f"run {run.id} was interrupted before its branch existed; created {run.branch} at its start")
+            if not ledger.labels(run.id):
+                ledger.set_labels(run.id, load_labels(split))  # for the TUI and the report, never for a judge
             gitops.checkout_branch(ws.root, run.branch)
             strategy_name = run.strategy
             loop_cfg = loop_cfg.model_copy(update={"policy": run.policy})
@@ -837,6 +852,12 @@ def _summary(ledger: Ledger, run_id: str, reason: str) -> None:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
+    """`judgeloop decide`, holding the workspace's loop lock (see `workspace.command_lock`)."""
+    with command_lock(Workspace.open(args.workspace), "decide"):
+        return _cmd_decide(args)
+
+
+def _cmd_decide(args: argparse.Namespace) -> int:
     ws = Workspace.open(args.workspace)
     ledger = Ledger(ws.ledger_path)
     try:
@@ -877,6 +898,12 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
+    """`judgeloop confirm`, holding the workspace's loop lock (see `workspace.command_lock`)."""
+    with command_lock(Workspace.open(args.workspace), "confirm"):
+        return _cmd_confirm(args)
+
+
+def _cmd_confirm(args: argparse.Namespace) -> int:
     """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped."""
     ws = Workspace.open(args.workspace)
     cfg = ws.config

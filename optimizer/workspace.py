@@ -140,3 +140,45 @@ def init_workspace(target: Path, *, sample: bool = False) -> Workspace:
             repo.git.add("devset")
             repo.index.commit("judgeloop: import the bundled sample split", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
     return ws
+
+
+LOCK_FILE = "loop.lock"
+
+
+@contextmanager
+def command_lock(ws: Workspace, what: str) -> Iterator[None]:
+    """Hold the workspace's loop lock while ``what`` (``run``, ``decide``, ``confirm``) works.
+
+    Those commands move the git branch and write the ledger; two of them at once in one workspace
+    (a second ``run --resume`` while the overnight run goes on, a ``decide`` in the middle of a
+    candidate) would corrupt both. The lock is an ``flock`` on ``experiments/loop.lock``: the kernel
+    releases it when the process ends, however it ends, so a ``kill -9`` never leaves it stale.
+    Where ``fcntl`` does not exist (Windows) it is not taken.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on the platforms judgeloop is tested on
+        yield
+        return
+    import os
+
+    path = ws.experiments_dir / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UserError(
+                f"another judgeloop command is working in this workspace ({holder}); wait for it, or stop a run "
+                "with `touch experiments/STOP` (s in the TUI), then retry"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"judgeloop {what}, pid {os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing the descriptor releases the lock

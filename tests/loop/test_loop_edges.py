@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -324,4 +325,62 @@ def test_resume_after_kill_9_counts_the_spend_before_it_against_the_budget(ws: P
     assert exps[1].status == "error" and "budget" in (exps[1].reason or "")
     # The ledger's spend is the money paid: the calls answered before the kill are on the candidate's row.
     assert sum(e.cost_usd for e in exps) == pytest.approx(spent_after)
+    assert_clean(ws)
+
+
+# -- one loop command per workspace; a stale git lock -----------------------------------------------
+
+
+def test_a_second_loop_command_in_the_same_workspace_is_refused_in_one_line(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from optimizer.workspace import Workspace, command_lock
+
+    with command_lock(Workspace.open(ws), "run"):  # as if an overnight run were going on
+        for argv in (["run", "--strategy", "library"], ["run", "--resume"], ["decide", "1", "keep"],
+                     ["confirm", "--split", "sample"]):
+            assert main([argv[0], "-w", str(ws), *argv[1:]]) == 2
+            err = capsys.readouterr().err
+            assert f"another judgeloop command is working in this workspace (judgeloop run, pid {os.getpid()})" in err
+            assert "Traceback" not in err
+    assert not (ws / "experiments" / "ledger.sqlite").exists()  # nothing was started
+    # Released with the holder: the next command takes it (and a killed holder releases it too: flock).
+    with command_lock(Workspace.open(ws), "decide"):
+        pass
+
+
+def test_a_stale_git_index_lock_left_by_a_kill_is_removed_and_a_fresh_one_respected(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = ws / ".git" / "index.lock"
+    lock.write_text("")
+    assert main(["run", "-w", str(ws), "--strategy", "library"]) == 2  # fresh: maybe a git command at work
+    assert "index.lock exists: a git command is working" in capsys.readouterr().err
+    old = time.time() - 60
+    os.utime(lock, (old, old))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "1") == 0
+    assert "removed a stale .git/index.lock" in capsys.readouterr().out
+    assert not lock.exists()
+    run, exps = latest(ws)
+    assert run.status == "finished" and len(exps) == 2
+
+
+def test_a_run_killed_before_its_branch_existed_resumes_from_its_start(ws: Path) -> None:
+    from optimizer.devset import open_split
+    from optimizer.workspace import Workspace
+
+    workspace = Workspace.open(ws)
+    split = open_split(workspace, workspace.config.workspace.dev_split)
+    with Ledger(workspace.ledger_path) as led:  # what `run` had recorded when it was killed
+        run = led.create_run(strategy="library", policy="paired", split=split.name,
+                             split_fingerprint=split.fingerprint, start_rev=gitops.rev_parse(ws, "HEAD"),
+                             budgets={"max_experiments": 1, "replicates": 1})
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+    resumed, exps = latest(ws)
+    assert resumed.id == run.id and resumed.status == "finished" and len(exps) == 2
+    assert gitops.rev_parse(ws, "HEAD") == gitops.rev_parse(ws, run.branch)
+    with Ledger(workspace.ledger_path) as led:
+        assert len(led.labels(run.id)) == len(split.ids)
     assert_clean(ws)
