@@ -160,10 +160,10 @@ def main() -> int:
                 elif code != -signal.SIGKILL:
                     raise SystemExit(f"the loop exited {code}: {proc.stderr.read() if proc.stderr else ''}")
                 with Ledger(root / "experiments" / "ledger.sqlite") as led:
-                    started = led.latest_run() is not None
+                    recorded = led.latest_run() is not None
                 # Killed before it even recorded its run (process start-up): start it again instead.
-                proc = loop_process(root, server.openai_base_url, args.experiments, resume=started)
-                resumes += started
+                proc = loop_process(root, server.openai_base_url, args.experiments, resume=recorded)
+                resumes += recorded
             outcome = check(root)
             repeated = sum(n - 1 for n in chaos.answered.values() if n > 1)
     figures = {
