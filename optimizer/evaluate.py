@@ -1152,6 +1152,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"concurrency {judge.max_concurrency}",
         file=sys.stderr,
     )
+    if args.rev is None:
+        from optimizer.workspace import lock_holder
+
+        holder = lock_holder(ws)
+        if holder is not None:
+            print(f"judgeloop eval: note: {holder} is working in this workspace, so the working tree may be one of "
+                  "its candidates; pass --rev to evaluate a fixed revision", file=sys.stderr)
     if judge.provider == "local":
         print(
             "judgeloop eval: the local judge (SmolLM2-135M, text only) is demonstration-quality: "

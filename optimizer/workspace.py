@@ -145,6 +145,23 @@ def init_workspace(target: Path, *, sample: bool = False) -> Workspace:
 LOCK_FILE = "loop.lock"
 
 
+def lock_holder(ws: Workspace) -> str | None:
+    """Who holds the workspace's loop lock right now (e.g. "judgeloop run, pid 123"), or None."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover
+        return None
+    path = ws.experiments_dir / LOCK_FILE
+    if not path.is_file():
+        return None
+    with path.open("r", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return handle.read().strip() or "another process"
+        return None  # closing the file drops the shared lock at once
+
+
 @contextmanager
 def command_lock(ws: Workspace, what: str) -> Iterator[None]:
     """Hold the workspace's loop lock while ``what`` (``run``, ``decide``, ``confirm``) works.

@@ -547,3 +547,24 @@ def test_infrastructure_errors_are_judged_again_in_later_rounds(
     flaky = data.items[2].trajectory_id
     run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=2))
     assert run.infra_error_ids == [flaky]  # (replicate 1 is new for every item; replicate 0 is cached)
+
+
+def test_eval_of_the_working_tree_warns_while_a_loop_command_holds_the_workspace(
+    data: Data, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    from optimizer.workspace import command_lock, lock_holder
+
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    server.default = by_label(data)
+    write_config(data.ws, server)
+    assert lock_holder(data.ws) is None
+    with command_lock(data.ws, "run"):
+        assert lock_holder(data.ws) == f"judgeloop run, pid {os.getpid()}"
+        assert main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--limit", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "note: judgeloop run, pid" in err and "pass --rev to evaluate a fixed revision" in err
+    assert lock_holder(data.ws) is None  # released with its holder
+    assert main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--limit", "1"]) == 0
+    assert "note:" not in capsys.readouterr().err
