@@ -1143,6 +1143,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         out = ws.experiments_dir / "evals" / f"{stamp}-{prompt_hash[:8]}"
+        n = 1
+        while out.exists():  # two evaluations of one revision within a second get two folders
+            n += 1
+            out = ws.experiments_dir / "evals" / f"{stamp}-{prompt_hash[:8]}-{n}"
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} already exists and is not an empty folder; choose a new --out folder")
 

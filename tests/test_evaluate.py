@@ -568,3 +568,4 @@ def test_eval_of_the_working_tree_warns_while_a_loop_command_holds_the_workspace
     assert lock_holder(data.ws) is None  # released with its holder
     assert main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--limit", "1"]) == 0
     assert "note:" not in capsys.readouterr().err
+    assert len(list((data.ws.experiments_dir / "evals").iterdir())) == 2  # one folder each, even within a second
