@@ -14,9 +14,10 @@ import argparse
 import asyncio
 import dataclasses
 import difflib
+import functools
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -618,18 +619,31 @@ def _install_interrupt(runner: LoopRunner) -> None:
         pass
 
 
+Command = Callable[[argparse.Namespace], int]
+
+
+def _holding_loop_lock(what: str) -> Callable[[Command], Command]:
+    """Run the decorated `judgeloop WHAT` command while holding the workspace's loop lock
+    (`workspace.command_lock`): run, decide and confirm move the branch and write the ledger."""
+
+    def wrap(command: Command) -> Command:
+        @functools.wraps(command)
+        def locked(args: argparse.Namespace) -> int:
+            with command_lock(Workspace.open(args.workspace), what):
+                return command(args)
+
+        return locked
+
+    return wrap
+
+
 async def _drive(runner: LoopRunner) -> str:
     _install_interrupt(runner)
     return await runner.loop()
 
 
+@_holding_loop_lock("run")
 def cmd_run(args: argparse.Namespace) -> int:
-    """`judgeloop run`, holding the workspace's loop lock (see `workspace.command_lock`)."""
-    with command_lock(Workspace.open(args.workspace), "run"):
-        return _cmd_run(args)
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
     ws = Workspace.open(args.workspace)
     cfg = ws.config
     judge = judge_with_overrides(cfg.judge, args)
@@ -851,13 +865,8 @@ def _summary(ledger: Ledger, run_id: str, reason: str) -> None:
     say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
 
 
+@_holding_loop_lock("decide")
 def cmd_decide(args: argparse.Namespace) -> int:
-    """`judgeloop decide`, holding the workspace's loop lock (see `workspace.command_lock`)."""
-    with command_lock(Workspace.open(args.workspace), "decide"):
-        return _cmd_decide(args)
-
-
-def _cmd_decide(args: argparse.Namespace) -> int:
     ws = Workspace.open(args.workspace)
     ledger = Ledger(ws.ledger_path)
     try:
@@ -897,13 +906,8 @@ def _cmd_decide(args: argparse.Namespace) -> int:
         ledger.close()
 
 
+@_holding_loop_lock("confirm")
 def cmd_confirm(args: argparse.Namespace) -> int:
-    """`judgeloop confirm`, holding the workspace's loop lock (see `workspace.command_lock`)."""
-    with command_lock(Workspace.open(args.workspace), "confirm"):
-        return _cmd_confirm(args)
-
-
-def _cmd_confirm(args: argparse.Namespace) -> int:
     """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped."""
     ws = Workspace.open(args.workspace)
     cfg = ws.config
