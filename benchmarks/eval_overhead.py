@@ -45,11 +45,11 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optimizer import render  # noqa: E402
 from optimizer.config import JudgeSection  # noqa: E402
-from optimizer.devset import import_split  # noqa: E402
-from optimizer.evaluate import EvalRun, evaluate_items  # noqa: E402
-from optimizer.prompts import PromptSet  # noqa: E402
+from optimizer.devset.importer import import_split
+from optimizer.evaluation.evaluator import EvalRun, evaluate_items
+from optimizer.judge import render  # noqa: E402
+from optimizer.judge.prompts import PromptSet
 from optimizer.workspace import Workspace, init_workspace  # noqa: E402
 from tests.data_helpers import make_items, write_manifest, write_release  # noqa: E402
 from tests.fakeserver import DEFAULT_VERDICT, FakeLLMServer, ToolCall, Usage, reply, verdict_reply  # noqa: E402
@@ -90,7 +90,7 @@ def build_workspace(root: Path, n: int, steps: int) -> tuple[Workspace, list[str
 
 
 async def evaluate(ws: Workspace, judge: JudgeSection, ids: list[str]) -> EvalRun:
-    from optimizer.devset import open_split
+    from optimizer.devset.split import open_split
 
     split = open_split(ws, "bench")
     prompts = PromptSet.from_dir(ws.prompts_dir)  # read each time: phase 2 edits judge.md

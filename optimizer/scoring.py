@@ -101,7 +101,8 @@ def format_table(split_name: str, metrics: Metrics, intervals: dict[str, tuple[f
 
 def cmd_score(args: argparse.Namespace) -> int:
     """``judgeloop score RESULTS_DIR --split NAME [--json]``."""
-    from optimizer.devset import load_labels, open_split
+    from optimizer.devset.labels import load_labels
+    from optimizer.devset.split import open_split
     from optimizer.workspace import Workspace
 
     ws = Workspace.open(args.workspace)

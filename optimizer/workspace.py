@@ -133,7 +133,7 @@ def init_workspace(target: Path, *, sample: bool = False) -> Workspace:
 
     ws = Workspace.open(target)
     if sample:
-        from optimizer.devset import import_split
+        from optimizer.devset.importer import import_split
 
         import_split(ws, bundle / "devset" / "sample", "sample", all_items=True)
         with repo_at(ws.root) as repo:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from PIL import Image
 
-from optimizer.markdown import render_markdown
+from optimizer.devset.markdown import render_markdown
 from optimizer.models import Trajectory
 
 TYPES = ("Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction")

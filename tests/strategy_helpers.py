@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.devset import Split, import_split
-from optimizer.strategies import Disagreement, PastExperiment, ProposalContext
+from optimizer.devset.importer import import_split
+from optimizer.devset.split import Split
+from optimizer.loop.strategies import Disagreement, PastExperiment, ProposalContext
 from optimizer.workspace import Workspace, init_workspace
 from tests.data_helpers import FakeItem, make_items, pair_items, write_release
 

@@ -13,8 +13,8 @@ from PIL import Image
 
 from optimizer.config import OptimizerSection, Price
 from optimizer.errors import UserError
-from optimizer.strategies import ProposalError
-from optimizer.strategies.agent import AgentStrategy
+from optimizer.loop.strategies import ProposalError
+from optimizer.loop.strategies.agent import AgentStrategy
 from tests.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply
 from tests.strategy_helpers import DevFixture, disagreements_for, make_context, make_dev
 

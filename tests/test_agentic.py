@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from optimizer.cli import main
-from optimizer.devset import load_labels
+from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
-from optimizer.evaluate import Budget, EvalRun, evaluate_items, write_results
+from optimizer.evaluation.evaluator import Budget, EvalRun, evaluate_items, write_results
+from optimizer.judge.prompts import PromptSet, parse_settings
 from optimizer.metrics import score
-from optimizer.prompts import PromptSet, parse_settings
 from tests.fakeserver import FakeLLMServer, RecordedRequest, ToolCall, Usage, reply, server_error
 from tests.test_evaluate import MODEL, SECRET, Data, InTestProvider, judge, make_data, write_config
 
@@ -301,9 +301,9 @@ def test_the_budget_is_checked_before_every_turn(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server.default = investigating_judge(data)
-    from optimizer.agentic import AgenticTask, ConversationState
-    from optimizer.evaluate import call_cost_usd
-    from optimizer.judge_types import ProviderReply
+    from optimizer.evaluation.evaluator import call_cost_usd
+    from optimizer.judge.agentic import AgenticTask, ConversationState
+    from optimizer.judge.types import ProviderReply
 
     task = AgenticTask(data.split.trajectory(data.split.ids[0]), data.split, data.prompts)
     guess = ProviderReply(text="", model=MODEL, input_tokens=task.estimate_input_tokens(ConversationState(task)),

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.cache import JudgeCache, cache_key
 from optimizer.errors import UserError
-from optimizer.judge_types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
+from optimizer.evaluation.cache import JudgeCache, cache_key
+from optimizer.judge.types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
 
 
 def _request(text: str = "goal", image: bytes = b"img") -> JudgeRequest:

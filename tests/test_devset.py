@@ -10,21 +10,12 @@ from pathlib import Path
 import pytest
 
 from optimizer.cli import main
-from optimizer.devset import (
-    AHD_COUNTS,
-    count_labels,
-    fingerprint,
-    format_trajectory,
-    import_split,
-    load_labels,
-    open_split,
-    read_label_file,
-    rebuild_ahd,
-    select_ahd,
-    verify_split,
-)
+from optimizer.devset.importer import AHD_COUNTS, import_split, rebuild_ahd, select_ahd
+from optimizer.devset.labels import count_labels, fingerprint, load_labels, read_label_file
+from optimizer.devset.markdown import render_markdown
+from optimizer.devset.split import format_trajectory, open_split
+from optimizer.devset.verify import verify_split
 from optimizer.errors import UserError
-from optimizer.markdown import render_markdown
 from optimizer.models import Label
 from optimizer.workspace import Workspace, init_workspace
 from tests.conftest import SAMPLE_DIR

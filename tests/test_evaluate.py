@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 
-from optimizer.cache import JudgeCache
 from optimizer.cli import main
 from optimizer.config import JudgeSection
-from optimizer.devset import Split, import_split, load_labels
+from optimizer.devset.importer import import_split
+from optimizer.devset.labels import load_labels
+from optimizer.devset.split import Split
 from optimizer.errors import UserError
-from optimizer.evaluate import (
+from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.evaluator import (
     Budget,
     EvalRun,
     ItemResult,
@@ -29,9 +31,9 @@ from optimizer.evaluate import (
     evaluate_items,
     write_results,
 )
-from optimizer.judge_types import InfrastructureError, JudgeRequest, ProviderReply, Sampling, TextPart
+from optimizer.judge.prompts import PromptSet
+from optimizer.judge.types import InfrastructureError, JudgeRequest, ProviderReply, Sampling, TextPart
 from optimizer.metrics import score
-from optimizer.prompts import PromptSet
 from optimizer.workspace import Workspace, init_workspace
 from tests.data_helpers import FakeItem, make_items, write_release
 from tests.fakeserver import FakeLLMServer, RecordedRequest, reply, server_error, verdict_reply
@@ -201,7 +203,7 @@ def test_provider_made_by_evaluate_is_closed_after_a_user_error(data: Data, monk
         made.append(InTestProvider(lambda r: UserError("OPENAI_API_KEY is rejected; export a valid key")))
         return made[-1]
 
-    monkeypatch.setattr("optimizer.providers.make_provider", fake_make_provider)
+    monkeypatch.setattr("optimizer.judge.providers.make_provider", fake_make_provider)
     with pytest.raises(UserError):
         asyncio.run(
             evaluate_items(data.ws, data.split, data.prompts, judge(), item_ids=data.split.ids, replicates=1)
@@ -471,17 +473,17 @@ def test_progress_is_plain_lines_when_not_a_terminal(data: Data) -> None:
 def test_fully_cached_items_are_not_rendered_again_until_an_input_changes(
     data: Data, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import optimizer.render
+    import optimizer.judge.render
 
     first = run_eval(data, InTestProvider(lambda r: verdict_text(True)))
-    real_build = optimizer.render.build_request
+    real_build = optimizer.judge.render.build_request
     rendered: list[str] = []
 
     def counting_build(traj: Any, *args: Any, **kwargs: Any) -> JudgeRequest:
         rendered.append(traj.trajectory_id)
         return real_build(traj, *args, **kwargs)
 
-    monkeypatch.setattr(optimizer.render, "build_request", counting_build)
+    monkeypatch.setattr(optimizer.judge.render, "build_request", counting_build)
     provider = InTestProvider(lambda r: verdict_text(True))
     again = run_eval(data, provider)
     assert rendered == [] and provider.calls == []
@@ -506,7 +508,7 @@ def test_switching_provider_without_model_takes_that_providers_default_model() -
     import argparse
 
     from optimizer.config import JudgeSection
-    from optimizer.evaluate import DEFAULT_JUDGE_MODELS, judge_with_overrides
+    from optimizer.evaluation.evaluator import DEFAULT_JUDGE_MODELS, judge_with_overrides
 
     local = JudgeSection()  # provider local, model smollm2-135m
     args = argparse.Namespace(provider="anthropic", model=None, base_url=None, concurrency=None)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.guards import (
+from optimizer.loop.guards import (
     PROTECTED_BEGIN,
     PROTECTED_END,
     changed_line_count,
@@ -216,9 +216,9 @@ def test_a_value_already_in_the_prompt_does_not_block_other_edits() -> None:
 
 
 def test_bundled_library_entries_name_no_value_of_the_sample_instructions(tmp_path: Path) -> None:
-    from optimizer.devset import open_split
-    from optimizer.guards import instruction_values, new_value
-    from optimizer.prompts import PromptSet
+    from optimizer.devset.split import open_split
+    from optimizer.judge.prompts import PromptSet
+    from optimizer.loop.guards import instruction_values, new_value
     from optimizer.workspace import init_workspace
 
     root = Path(__file__).resolve().parents[1]

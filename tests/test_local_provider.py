@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from optimizer.config import JudgeSection
-from optimizer.judge_types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
+from optimizer.judge.providers import make_provider
+from optimizer.judge.providers.local_provider import LocalProvider
+from optimizer.judge.types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
 from optimizer.models import Verdict
-from optimizer.providers import make_provider
-from optimizer.providers.local_provider import LocalProvider
 
 pytest.importorskip("xllamacpp", reason="the local judge needs xllamacpp")
 
@@ -84,10 +84,10 @@ def test_a_real_llama_cpp_server_accepts_the_agentic_conversation_wire_format() 
     not call tools itself; the point is the server parsing and templating what we send.)"""
     import xllamacpp
 
-    from optimizer.agentic import _tool_specs
-    from optimizer.judge_types import AssistantTurn, ToolCall, ToolResult, ToolResults, UserMessage
-    from optimizer.providers.local_provider import resolve_gguf
-    from optimizer.providers.openai_provider import OpenAIProvider
+    from optimizer.judge.agentic import _tool_specs
+    from optimizer.judge.providers.local_provider import resolve_gguf
+    from optimizer.judge.providers.openai_provider import OpenAIProvider
+    from optimizer.judge.types import AssistantTurn, ToolCall, ToolResult, ToolResults, UserMessage
 
     params = xllamacpp.CommonParams()
     params.model.path = str(resolve_gguf("smollm2-135m"))

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from optimizer.markdown import action_string, render_markdown
+from optimizer.devset.markdown import action_string, render_markdown
 from optimizer.models import Action, Trajectory
 
 

@@ -6,9 +6,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.errors import UserError
-from optimizer.judge_types import Sampling
-from optimizer.models import MISTAKE_TYPES
-from optimizer.prompts import (
+from optimizer.judge.prompts import (
     LIBRARY_BEGIN,
     LIBRARY_END,
     PROTECTED_BEGIN,
@@ -22,6 +20,8 @@ from optimizer.prompts import (
     protected_line_ranges,
     with_entries,
 )
+from optimizer.judge.types import Sampling
+from optimizer.models import MISTAKE_TYPES
 from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
 
 BUNDLED = Path(__file__).resolve().parents[1] / "prompts"

@@ -20,10 +20,10 @@ from openai._utils._json import openapi_dumps as openai_dumps
 from openai.types.chat import completion_create_params
 
 from optimizer.config import JudgeSection
-from optimizer.judge_types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
-from optimizer.providers._common import _BLOB_NONCE, BodyBlobs, encode_json_body, http_client_options
-from optimizer.providers.anthropic_provider import AnthropicProvider
-from optimizer.providers.openai_provider import OpenAIProvider
+from optimizer.judge.providers._common import _BLOB_NONCE, BodyBlobs, encode_json_body, http_client_options
+from optimizer.judge.providers.anthropic_provider import AnthropicProvider
+from optimizer.judge.providers.openai_provider import OpenAIProvider
+from optimizer.judge.types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
 from tests.fakeserver import FakeLLMServer, rate_limited
 from tests.fakeserver import fake_llm as _fake_llm_fixture
 

@@ -17,7 +17,12 @@ from pydantic import ValidationError
 
 from optimizer.config import JudgeSection, Price
 from optimizer.errors import UserError
-from optimizer.judge_types import (
+from optimizer.judge.providers import make_provider
+from optimizer.judge.providers.anthropic_provider import AnthropicProvider
+from optimizer.judge.providers.local_provider import LocalProvider
+from optimizer.judge.providers.openai_provider import PLACEHOLDER_KEY, OpenAIProvider
+from optimizer.judge.providers.pricing import cost_usd, price_for
+from optimizer.judge.types import (
     VERDICT_SCHEMA,
     ImagePart,
     InfrastructureError,
@@ -26,11 +31,6 @@ from optimizer.judge_types import (
     Sampling,
     TextPart,
 )
-from optimizer.providers import make_provider
-from optimizer.providers.anthropic_provider import AnthropicProvider
-from optimizer.providers.local_provider import LocalProvider
-from optimizer.providers.openai_provider import PLACEHOLDER_KEY, OpenAIProvider
-from optimizer.providers.pricing import cost_usd, price_for
 from tests.fakeserver import (
     DEFAULT_VERDICT,
     FakeLLMServer,
@@ -435,7 +435,7 @@ def test_default_local_model_resolves_to_the_bundled_smollm2_gguf() -> None:
 def test_local_threads_are_the_configured_count_or_the_idle_cores() -> None:
     import os
 
-    from optimizer.providers.local_provider import _inference_threads, idle_cores
+    from optimizer.judge.providers.local_provider import _inference_threads, idle_cores
 
     assert _inference_threads(3) == 3  # [judge] local_threads wins
     idle = idle_cores(0.05)
@@ -498,7 +498,7 @@ def test_fake_server_default_callable_chooses_replies_from_the_request(
 
 
 def test_local_schema_caps_reasoning_so_output_fits_the_token_limit() -> None:
-    from optimizer.providers.local_provider import bounded_schema
+    from optimizer.judge.providers.local_provider import bounded_schema
 
     capped = bounded_schema(VERDICT_SCHEMA, max_tokens=300)
     assert capped["properties"]["reasoning"] == {"type": "string", "maxLength": 236}

@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from optimizer.judge_types import ImagePart, JudgeRequest, TextPart
-from optimizer.models import Step, Trajectory
-from optimizer.prompts import JudgeSettings, PromptSet
-from optimizer.render import (
+from optimizer.judge.prompts import JudgeSettings, PromptSet
+from optimizer.judge.render import (
     build_request,
     clear_image_cache,
     evenly_spaced,
@@ -20,6 +18,8 @@ from optimizer.render import (
     select_frames,
     text_tokens,
 )
+from optimizer.judge.types import ImagePart, JudgeRequest, TextPart
+from optimizer.models import Step, Trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "prompts"
@@ -395,7 +395,7 @@ def test_disk_image_cache_reuses_encoded_jpegs_across_processes(tmp_path: Path) 
 
 
 def test_renders_a_bundled_sample_item_through_the_real_split(tmp_path: Path) -> None:
-    from optimizer.devset import open_split
+    from optimizer.devset.split import open_split
     from optimizer.workspace import init_workspace
 
     ws = init_workspace(tmp_path / "ws", sample=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from optimizer.markdown import render_markdown
+from optimizer.devset.markdown import render_markdown
 from optimizer.models import MISTAKE_TYPES, Label, Trajectory
-from optimizer.samplegen import COLORS, DEFAULT_SEED, PAIRS, generate_sample, main
+from tools.samplegen import COLORS, DEFAULT_SEED, PAIRS, generate_sample, main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = REPO_ROOT / "devset" / "sample"
@@ -197,7 +197,7 @@ def test_out_dir_refuses_a_foreign_folder_and_replaces_a_previous_generation(tmp
     assert "not empty" in capsys.readouterr().err
     assert (foreign / "mine.txt").read_text() == "keep me"
     # a previous generation (README starts with the marker) is replaced, stale files included
-    from optimizer.samplegen import README_MARKER, _prepare_out_dir
+    from tools.samplegen import README_MARKER, _prepare_out_dir
 
     previous = tmp_path / "previous"
     stale = previous / "sandbox" / "data" / "jsons" / "stale.json"

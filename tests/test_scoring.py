@@ -111,7 +111,7 @@ def test_anything_but_a_json_boolean_success_is_invalid(raw: bytes) -> None:
 
 def make_split(ws_root: Path, name: str) -> None:
     """A split written in the documented layout (manifest, split.json, labels.jsonl)."""
-    from optimizer.devset import fingerprint
+    from optimizer.devset.labels import fingerprint
 
     root = ws_root / "devset" / name
     root.mkdir(parents=True)

@@ -12,12 +12,12 @@ from PIL import Image
 
 from optimizer.config import OptimizerSection, Price
 from optimizer.errors import UserError
-from optimizer.prompts import LIBRARY_MD, RUBRIC_MD, enabled_entries, parse_library
-from optimizer.strategies import PastExperiment, ProposalError, make_strategy
-from optimizer.strategies.common import balanced_sample, rng_for, splice_section
-from optimizer.strategies.library import LibraryStrategy, classify, tried_sets
-from optimizer.strategies.reflect import ReflectStrategy, build_user_message
-from optimizer.strategies.tools import ToolState, run_tool
+from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, enabled_entries, parse_library
+from optimizer.loop.strategies import PastExperiment, ProposalError, make_strategy
+from optimizer.loop.strategies.common import balanced_sample, rng_for, splice_section
+from optimizer.loop.strategies.library import LibraryStrategy, classify, tried_sets
+from optimizer.loop.strategies.reflect import ReflectStrategy, build_user_message
+from optimizer.loop.strategies.tools import ToolState, run_tool
 from tests.fakeserver import FakeLLMServer, Usage, error, reply
 from tests.strategy_helpers import DevFixture, disagreements_for, make_context, make_dev
 
@@ -109,7 +109,7 @@ def test_library_prefers_stricter_entries_for_missed_failures_and_lenient_for_re
 def test_library_disables_a_strict_entry_when_the_judge_is_too_strict(dev: DevFixture) -> None:
     """With every lenient entry already tried, the next move for a too-strict judge removes a strict rule."""
     library = parse_library((dev.ws.root / LIBRARY_MD).read_text(encoding="utf-8"))
-    from optimizer.prompts import with_entries
+    from optimizer.judge.prompts import with_entries
 
     strict_ids = [e.id for e in library if classify(e).lean == "stricter"][:2]
     ctx = make_context(dev, disagreements_for(dev.items, missed=0, rejected=4))
@@ -301,8 +301,8 @@ def test_reflect_request_never_mentions_heldout_items(dev: DevFixture) -> None:
 
 
 def test_the_optimiser_sees_what_an_agentic_judge_looked_at() -> None:
-    from optimizer.strategies import Disagreement
-    from optimizer.strategies.common import disagreement_dict
+    from optimizer.loop.strategies import Disagreement
+    from optimizer.loop.strategies.common import disagreement_dict
 
     base = dict(trajectory_id="t", instruction="i", label_positive=False, mistake_type="Critical Mistake",
                 judge_success=True, reasoning="r", confidence="high", unstable=False)
@@ -314,7 +314,7 @@ def test_the_optimiser_sees_what_an_agentic_judge_looked_at() -> None:
 def test_the_agent_is_told_when_the_judge_is_agentic(tmp_path: Path) -> None:
     import dataclasses
 
-    from optimizer.strategies.agent import AGENTIC_JUDGE_NOTE, _opening
+    from optimizer.loop.strategies.agent import AGENTIC_JUDGE_NOTE, _opening
 
     ctx = make_context(make_dev(tmp_path), [])
     assert AGENTIC_JUDGE_NOTE not in _opening(ctx)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from optimizer.judge.verdicts import majority, parse_verdict
 from optimizer.models import Verdict
-from optimizer.verdicts import majority, parse_verdict
 
 GOOD = {"success": False, "reasoning": "wrong file", "confidence": "high", "mistake_type": "Critical Mistake"}
 

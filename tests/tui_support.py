@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.devset import load_labels, open_split
-from optimizer.markdown import action_string
+from optimizer.devset.labels import load_labels
+from optimizer.devset.markdown import action_string
+from optimizer.devset.split import open_split
 from optimizer.workspace import Workspace
 from tests.fakeserver import FakeLLMServer, RecordedRequest, Usage, reply
 

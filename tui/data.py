@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optimizer.devset.markdown import action_string
 from optimizer.ledger import Experiment, ItemVerdict, LabelRow, Ledger, Review, Run
-from optimizer.markdown import action_string
 from optimizer.metrics import flip_table
 
 DISAGREEMENT_KINDS = ("FP", "FN")
@@ -370,7 +370,7 @@ def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: 
     A split missing from this workspace (a ledger copied from another machine) is not an error: the
     item view shows the verdicts and says where the trajectory was expected.
     """
-    from optimizer.devset import open_split
+    from optimizer.devset.split import open_split
     from optimizer.errors import UserError
     from optimizer.workspace import Workspace
 

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.cli import main
-from optimizer.devset import load_labels, open_split
-from optimizer.markdown import action_string
+from optimizer.devset.labels import load_labels
+from optimizer.devset.markdown import action_string
+from optimizer.devset.split import open_split
+from optimizer.judge.prompts import LIBRARY_MD, parse_library
 from optimizer.models import Label
-from optimizer.prompts import LIBRARY_MD, parse_library
 from optimizer.workspace import Workspace
 from tests.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
 

@@ -23,8 +23,8 @@ import pytest
 
 from optimizer import gitops
 from optimizer.cli import main
+from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
-from optimizer.prompts import RUBRIC_MD
 from tests.fakeserver import FakeLLMServer, RecordedRequest
 from tests.loop.helpers import (
     GOOD_ENTRY,
@@ -367,7 +367,7 @@ def test_a_stale_git_index_lock_left_by_a_kill_is_removed_and_a_fresh_one_respec
 
 
 def test_a_run_killed_before_its_branch_existed_resumes_from_its_start(ws: Path) -> None:
-    from optimizer.devset import open_split
+    from optimizer.devset.split import open_split
     from optimizer.workspace import Workspace
 
     workspace = Workspace.open(ws)

@@ -13,7 +13,7 @@ import pytest
 
 from optimizer import gitops
 from optimizer.cli import main
-from optimizer.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
+from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
 from tests.fakeserver import FakeLLMServer
 from tests.loop.helpers import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, run_loop
 from tests.loop.test_loop_run import assert_clean, latest

@@ -17,8 +17,8 @@ import pytest
 
 from optimizer import gitops
 from optimizer.cli import main
+from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
-from optimizer.prompts import RUBRIC_MD
 from tests.fakeserver import FakeLLMServer
 from tests.loop.helpers import (
     BAD_ENTRY,
@@ -174,7 +174,7 @@ def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
 
     strategy = ScriptedStrategy([priced(toggle(GOOD_ENTRY), 0.25)])
     install(monkeypatch, strategy)
-    import optimizer.loop as loop_module
+    import optimizer.loop.runner as loop_module
 
     real_evaluate = loop_module.evaluate_items
     calls = {"n": 0}

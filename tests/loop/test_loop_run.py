@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from optimizer import gitops
-from optimizer.devset import open_split
+from optimizer.devset.split import open_split
+from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library, with_entries
 from optimizer.ledger import Ledger
+from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.metrics import Answer, score
-from optimizer.prompts import LIBRARY_MD, RUBRIC_MD, parse_library, with_entries
-from optimizer.strategies import Proposal, ProposalContext, ProposalError
 from tests.fakeserver import FakeLLMServer
 from tests.loop.helpers import (
     BAD_ENTRY,
@@ -109,7 +109,7 @@ def priced(step: Step, cost_usd: float) -> Step:
 
 
 def install(monkeypatch: pytest.MonkeyPatch, strategy: ScriptedStrategy) -> None:
-    monkeypatch.setattr("optimizer.loop.make_strategy", lambda *a, **k: strategy)
+    monkeypatch.setattr("optimizer.loop.runner.make_strategy", lambda *a, **k: strategy)
 
 
 # -- the full library run --------------------------------------------------------------------------

@@ -1,0 +1,141 @@
+"""The `judgeloop` command line. Each subcommand dispatches to a ``cmd_*`` function in its module.
+
+Handlers take the parsed arguments and return an exit code. A `UserError` anywhere becomes one line
+on stderr and exit code 2; Ctrl-C becomes exit code 130. Bugs still raise with a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from optimizer.errors import UserError
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-w", "--workspace", default=".", metavar="DIR", help="the workspace folder (default: .)")
+    return common
+
+
+def _judge_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--provider", choices=["local", "anthropic", "openai"], help="override [judge] provider")
+    p.add_argument("--model", help="override [judge] model")
+    p.add_argument("--base-url", help="override [judge] base_url (OpenAI-compatible servers)")
+    p.add_argument("--concurrency", type=int, metavar="N", help="override [judge] max_concurrency")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="judgeloop",
+        description="Improve an LLM judge of computer-use trajectories, one audited git commit at a time.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_, description=help_)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("init", "optimizer.cli.workspace:cmd_init", "create a workspace (a git repository) in DIR")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--sample", action="store_true", help="import the bundled sample set as split 'sample'")
+
+    devset = sub.add_parser("devset", help="import, verify and read data splits")
+    dsub = devset.add_subparsers(dest="devset_command", required=True, metavar="ACTION")
+
+    def dadd(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
+        p = dsub.add_parser(name, parents=[common], help=help_, description=help_)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = dadd("import", "optimizer.cli.devset:cmd_import", "copy AgentHorizon items into devset/NAME with a manifest")
+    p.add_argument("src", metavar="SRC", help="a folder in either release layout")
+    p.add_argument("--name", required=True)
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--manifest", metavar="FILE", help="one trajectory id per line, # comments")
+    how.add_argument("--all", action="store_true", help="import every labelled item")
+    how.add_argument("--rebuild-ahd", action="store_true", help="reconstruct AH-D (pair-aware, seeded)")
+    p.add_argument("--link", action="store_true", help="symlink screenshots instead of copying them")
+    p = dadd("verify", "optimizer.cli.devset:cmd_verify", "check a split is complete and print its counts")
+    p.add_argument("name", nargs="?", metavar="NAME", help="default: every split")
+    p = dadd("show", "optimizer.cli.devset:cmd_show", "print one trajectory as a person would read it")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("id", metavar="ID")
+    dadd("list", "optimizer.cli.devset:cmd_list", "list the workspace's splits")
+
+    p = add("score", "optimizer.scoring:cmd_score", "score a folder of verdict files against a split")
+    p.add_argument("results_dir", metavar="RESULTS_DIR")
+    p.add_argument("--split", required=True, metavar="NAME")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = add("eval", "optimizer.evaluation.evaluator:cmd_eval", "evaluate the judge prompts on a split")
+    p.add_argument("--split", metavar="NAME", help="default: [workspace] dev_split")
+    p.add_argument("--rev", metavar="REV", help="git revision of prompts/ (default: the working tree)")
+    p.add_argument("--replicates", type=int, metavar="K")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N manifest items")
+    p.add_argument("--out", metavar="DIR", help="where to write verdict files")
+    p.add_argument("--json", action="store_true")
+    _judge_overrides(p)
+
+    p = add("run", "optimizer.loop.runner:cmd_run", "run the optimisation loop on the dev split")
+    p.add_argument("--split", metavar="NAME")
+    p.add_argument("--strategy", choices=["agent", "reflect", "library", "manual"],
+                   help="manual: your working-tree edit of the allowed files, judged as one candidate")
+    p.add_argument("-m", "--message", metavar="TEXT", help="--strategy manual: the edit's rationale")
+    p.add_argument("--policy", choices=["paired", "literal"])
+    p.add_argument("--max-experiments", type=int, metavar="N")
+    p.add_argument("--budget-usd", type=float, metavar="X")
+    p.add_argument("--hours", type=float, metavar="H")
+    p.add_argument("--patience", type=int, metavar="K")
+    p.add_argument("--replicates", type=int, metavar="K")
+    p.add_argument("--propose-only", action="store_true", help="evaluate one candidate, wait for `judgeloop decide`")
+    p.add_argument("--resume", action="store_true", help="continue the last unfinished run")
+    _judge_overrides(p)
+
+    p = add("decide", "optimizer.loop.runner:cmd_decide", "keep or discard a candidate waiting in propose-only mode")
+    p.add_argument("experiment", metavar="EXPERIMENT")
+    p.add_argument("decision", choices=["keep", "discard"])
+
+    p = add("report", "optimizer.report:cmd_report", "audit a run: decisions, kept chain, flips, spend")
+    p.add_argument("--run", metavar="ID")
+    p.add_argument("--json", action="store_true")
+
+    p = add("history", "optimizer.report:cmd_history", "print the experiments table")
+    p.add_argument("--run", metavar="ID")
+
+    p = add("confirm", "optimizer.loop.runner:cmd_confirm", "evaluate the final prompts once on a held-out split")
+    p.add_argument("--split", required=True, metavar="NAME")
+    p.add_argument("--run", metavar="ID")
+    _judge_overrides(p)
+
+    p = add("reviews", "optimizer.report:cmd_reviews", "list human reviews or export them as JSONL")
+    p.add_argument("--export", metavar="FILE")
+
+    p = add("tui", "tui.app:cmd_tui", "open the terminal UI")
+    p.add_argument("--screenshot", metavar="FILE.svg", help="render one screen to SVG and exit")
+    p.add_argument("--screen", default="history", metavar="NAME")
+    p.add_argument("--experiment", metavar="ID")
+    p.add_argument("--size", default="120x40", metavar="WxH", help="terminal size for --screenshot")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module_name, func_name = args.handler.split(":")
+    try:
+        handler = getattr(importlib.import_module(module_name), func_name)
+        return int(handler(args) or 0)
+    except UserError as exc:
+        print(f"judgeloop: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("judgeloop: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

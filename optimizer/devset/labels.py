@@ -1,0 +1,116 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from optimizer.devset.split import Split, first_error
+from optimizer.errors import UserError
+from optimizer.models import MISTAKE_TYPES, Label
+
+LABEL_FILE_NAMES = ("AgentHorizon.jsonl", "AgentHorizon-Simple.jsonl", "labels.jsonl")
+
+
+UNTYPED = "untyped"
+
+
+class LabelRow(NamedTuple):
+    """One valid line of a label file: where it was, the parsed label, the line as written."""
+
+    path: Path
+    line: int
+    label: Label
+    raw: str
+
+
+def read_label_file(path: Path, display: str | None = None) -> tuple[list[LabelRow], list[str]]:
+    """Parse a labels JSONL file; broken lines become ``"<display>:<line>: what is wrong"`` problems.
+
+    Never raises for bad content: a broken line is reported and skipped. Duplicate ids are left to
+    the caller (an importer refuses them, `verify_split` reports them).
+    """
+    shown = display or str(path)
+    rows: list[LabelRow] = []
+    problems: list[str] = []
+    for lineno, raw_bytes in enumerate(path.read_bytes().split(b"\n"), start=1):
+        try:
+            raw = raw_bytes.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            problems.append(f"{shown}:{lineno}: not UTF-8 text")
+            continue
+        if not raw:
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            problems.append(f"{shown}:{lineno}: not valid JSON ({exc.msg})")
+            continue
+        if not isinstance(obj, dict):
+            problems.append(f"{shown}:{lineno}: not a JSON object")
+            continue
+        try:
+            label = Label.model_validate(obj)
+        except ValidationError as exc:
+            problems.append(f"{shown}:{lineno}: {first_error(exc)}")
+            continue
+        rows.append(LabelRow(path, lineno, label, raw))
+    return rows, problems
+
+
+def fingerprint(labels: Iterable[Label]) -> str:
+    """sha256 (hex) over ``"<id>\\t<label>\\t<mistake_type or ''>\\n"`` lines sorted by id."""
+    lines = sorted(f"{lab.trajectory_id}\t{lab.label}\t{lab.mistake_type or ''}\n" for lab in labels)
+    return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
+
+
+def count_labels(labels: Iterable[Label]) -> dict[str, Any]:
+    """``{"items", "positives", "negatives", "mistake_types": {<type>: n, ..., "untyped": n}}``."""
+    counts: dict[str, Any] = {"items": 0, "positives": 0, "negatives": 0}
+    types = dict.fromkeys((*MISTAKE_TYPES, UNTYPED), 0)
+    for lab in labels:
+        counts["items"] += 1
+        if lab.is_positive:
+            counts["positives"] += 1
+        else:
+            counts["negatives"] += 1
+            types[lab.mistake_type or UNTYPED] += 1
+    counts["mistake_types"] = types
+    return counts
+
+
+def describe_counts(counts: dict[str, Any]) -> str:
+    """``items=N positives=P negatives=M (Critical Mistake 32, ..., untyped 1)``."""
+    types = ", ".join(f"{name} {n}" for name, n in counts["mistake_types"].items())
+    return (
+        f"items={counts['items']} positives={counts['positives']} negatives={counts['negatives']} ({types})"
+    )
+
+
+def load_labels(split: Split) -> dict[str, Label]:
+    """The split's labels keyed by id, in manifest order — the only reader of a split's labels.
+
+    Scoring needs every label, so any broken line, duplicate or unlabelled item is a UserError
+    (run `judgeloop devset verify NAME` to see them all).
+    """
+    path = split.root / "labels.jsonl"
+    if not path.is_file():
+        raise UserError(f"{path} is missing; re-import split {split.name!r}")
+    rows, problems = read_label_file(path)
+    by_id: dict[str, Label] = {}
+    for row in rows:
+        if row.label.trajectory_id in by_id:
+            problems.append(f"{path}:{row.line}: id {row.label.trajectory_id} is labelled twice")
+        by_id[row.label.trajectory_id] = row.label
+    missing = [tid for tid in split.ids if tid not in by_id]
+    if missing:
+        problems.append(f"{path}: no label for {len(missing)} manifest item(s), first {missing[0]}")
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise UserError(f"{problems[0]}{more}; run `judgeloop devset verify {split.name}`")
+    return {tid: by_id[tid] for tid in split.ids}

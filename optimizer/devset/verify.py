@@ -1,0 +1,103 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from optimizer.devset.labels import count_labels, fingerprint, read_label_file
+from optimizer.devset.split import MD_IMAGE, Split, first_error, resolve_link
+from optimizer.models import Label, Trajectory
+
+
+@dataclass
+class VerifyReport:
+    """What `verify_split` found: counts over the manifest's labels and every problem, one line each."""
+
+    name: str
+    fingerprint: str
+    counts: dict[str, Any]
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_split(split: Split) -> VerifyReport:
+    """Check every manifest item has a label, Markdown, JSON and every screenshot it links.
+
+    Problems name the file (relative to the workspace), e.g. ``devset/x/labels.jsonl:3: not valid
+    JSON``; the fingerprint in ``split.json`` is also checked against the labels.
+    """
+    base = split.root.parent.parent
+
+    def show(path: Path) -> str:
+        try:
+            return str(path.relative_to(base))
+        except ValueError:
+            return str(path)
+
+    problems: list[str] = []
+    labels_path = split.root / "labels.jsonl"
+    by_id: dict[str, Label] = {}
+    if labels_path.is_file():
+        rows, label_problems = read_label_file(labels_path, display=show(labels_path))
+        problems.extend(label_problems)
+        first_line: dict[str, int] = {}
+        for row in rows:
+            tid = row.label.trajectory_id
+            if tid in first_line:
+                problems.append(
+                    f"{show(labels_path)}:{row.line}: id {tid} is already labelled at line {first_line[tid]}"
+                )
+                continue
+            first_line[tid] = row.line
+            by_id[tid] = row.label
+    else:
+        problems.append(f"{show(labels_path)}: missing")
+
+    missing_files: dict[Path, list[str]] = {}
+    for tid in split.ids:
+        if labels_path.is_file() and tid not in by_id:
+            problems.append(f"{show(labels_path)}: no label for manifest item {tid}")
+        md_path = split.markdown_path(tid)
+        links: list[str] = []
+        if md_path.is_file():
+            links.extend(MD_IMAGE.findall(md_path.read_text(encoding="utf-8", errors="replace")))
+        else:
+            problems.append(f"{show(md_path)}: missing")
+        json_path = split.json_path(tid)
+        if not json_path.is_file():
+            problems.append(f"{show(json_path)}: missing")
+        else:
+            try:
+                traj = Trajectory.model_validate_json(json_path.read_bytes())
+            except ValidationError as exc:
+                problems.append(f"{show(json_path)}: {first_error(exc)}")
+            else:
+                if traj.trajectory_id != tid:
+                    problems.append(f"{show(json_path)}: holds trajectory_id {traj.trajectory_id}, not {tid}")
+                links.extend(step.screenshot for step in traj.steps if step.screenshot is not None)
+        for link in dict.fromkeys(links):
+            target = resolve_link(split.sandbox_root, link)
+            if target is None:
+                problems.append(
+                    f"{show(json_path)}: links the remote screenshot {link}; judgeloop needs local files"
+                )
+            elif not target.is_file():
+                missing_files.setdefault(target, []).append(tid)
+    for target, tids in missing_files.items():
+        others = f" and {len(tids) - 1} more" if len(tids) > 1 else ""
+        problems.append(f"{show(target)}: missing screenshot (linked by {tids[0]}{others})")
+
+    present = [by_id[tid] for tid in split.ids if tid in by_id]
+    if len(present) == len(split.ids) and fingerprint(present) != split.fingerprint:
+        problems.append(
+            f"{show(split.root / 'split.json')}: fingerprint {split.fingerprint[:12]} does not match the labels "
+            f"({fingerprint(present)[:12]}); labels.jsonl changed since import — re-import the split"
+        )
+    return VerifyReport(split.name, split.fingerprint, count_labels(present), problems)

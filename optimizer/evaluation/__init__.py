@@ -1,0 +1,1 @@
+"""Evaluating a prompt revision on a split: the judge-call cache, budgets, judging items, result files."""

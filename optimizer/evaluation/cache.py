@@ -1,0 +1,283 @@
+"""The judge-call cache: SQLite in ``experiments/cache.sqlite``.
+
+One row per judge call that returned a model output, keyed by everything that determines the call
+(provider, model, sampling, output schema, the request fingerprint and the replicate index — never
+the base URL and never an API key). Parse failures are model outputs and are cached; transport
+errors never reach this module.
+
+Concurrency: WAL mode, one connection per thread (``sqlite3`` connections must not be shared across
+threads). The evaluator uses it from the asyncio event-loop thread only; the TUI or a second process
+may read at the same time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optimizer.errors import UserError
+from optimizer.judge.types import JudgeRequest, Sampling, stable_json
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    replicate INTEGER NOT NULL,
+    request_fingerprint TEXT NOT NULL,
+    reply_text TEXT NOT NULL,
+    reply_model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    cost_usd REAL NOT NULL,
+    duration_s REAL NOT NULL,
+    created REAL NOT NULL
+);
+-- Rendered-request memo: what a trajectory renders to (its fingerprint and preprocessing notes),
+-- keyed by the inputs of rendering, so a fully cached item needs no image work at all.
+CREATE TABLE IF NOT EXISTS requests (
+    memo_key TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    notes TEXT NOT NULL,
+    created REAL NOT NULL
+);
+"""
+
+
+def cache_key(
+    *,
+    provider: str,
+    model: str,
+    sampling: Sampling,
+    schema: dict[str, Any],
+    request: JudgeRequest | str,
+    replicate: int,
+) -> str:
+    """sha256 (hex) over a stable JSON of everything that determines one judge call.
+
+    ``request`` is a `JudgeRequest` or its precomputed ``fingerprint()``. The base URL is left out on
+    purpose: the same model behind another endpoint gives the same answer distribution.
+    """
+    fingerprint = request if isinstance(request, str) else request.fingerprint()
+    payload = {
+        "v": SCHEMA_VERSION,
+        "provider": provider,
+        "model": model,
+        "sampling": sampling.as_dict(),
+        "schema": schema,
+        "request": fingerprint,
+        "replicate": replicate,
+    }
+    return hashlib.sha256(stable_json(payload).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CachedCall:
+    """A stored judge call: the raw reply text and what it cost when it was made."""
+
+    key: str
+    provider: str
+    model: str
+    replicate: int
+    reply_text: str
+    reply_model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float
+    duration_s: float
+    created: float
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    entries: int
+    cost_usd: float  # what the stored calls cost when they were made
+    hits: int  # lookups answered by this JudgeCache object
+    misses: int
+    writes: int
+
+
+class JudgeCache:
+    """SQLite judge-call cache; `get`, `put`, `stats`. Safe to use from several threads."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.writes = 0
+        conn = self._conn()
+        version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if version is None:
+            with conn:
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(version[0]) > SCHEMA_VERSION:
+            raise UserError(
+                f"{self.path} was written by a newer judgeloop (cache schema {version[0]}); "
+                "upgrade judgeloop or move the file away"
+            )
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=30.0)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+            except sqlite3.DatabaseError as exc:
+                raise UserError(f"{self.path}: cannot open the judge-call cache ({exc}); move the file away") from None
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def get(self, key: str) -> CachedCall | None:
+        """The stored call for ``key``, or None. Counts a hit or a miss."""
+        row = self._conn().execute(
+            "SELECT key, provider, model, replicate, reply_text, reply_model, input_tokens, output_tokens,"
+            " cache_read_tokens, cache_write_tokens, cost_usd, duration_s, created FROM calls WHERE key=?",
+            (key,),
+        ).fetchone()
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return CachedCall(*row)
+
+    def get_many(self, keys: list[str]) -> dict[str, CachedCall]:
+        """Every stored call among ``keys`` in one query (no hit/miss counting)."""
+        found: dict[str, CachedCall] = {}
+        conn = self._conn()
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(
+                "SELECT key, provider, model, replicate, reply_text, reply_model, input_tokens, output_tokens,"
+                f" cache_read_tokens, cache_write_tokens, cost_usd, duration_s, created FROM calls WHERE key IN ({marks})",
+                chunk,
+            ):
+                found[row[0]] = CachedCall(*row)
+        return found
+
+    def put(
+        self,
+        key: str,
+        *,
+        provider: str,
+        model: str,
+        replicate: int,
+        request_fingerprint: str,
+        reply_text: str,
+        reply_model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        cost_usd: float = 0.0,
+        duration_s: float = 0.0,
+    ) -> CachedCall:
+        """Store one model output (one transaction). An existing row for ``key`` is replaced."""
+        call = CachedCall(
+            key=key,
+            provider=provider,
+            model=model,
+            replicate=replicate,
+            reply_text=reply_text,
+            reply_model=reply_model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
+            cost_usd=cost_usd,
+            duration_s=duration_s,
+            created=time.time(),
+        )
+        conn = self._conn()
+        with conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO calls (key, provider, model, replicate, request_fingerprint, reply_text,"
+                " reply_model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd,"
+                " duration_s, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    key,
+                    provider,
+                    model,
+                    replicate,
+                    request_fingerprint,
+                    reply_text,
+                    reply_model,
+                    input_tokens,
+                    output_tokens,
+                    cache_read_tokens,
+                    cache_write_tokens,
+                    cost_usd,
+                    duration_s,
+                    call.created,
+                ),
+            )
+        self.writes += 1
+        return call
+
+    def get_request(self, memo_key: str) -> tuple[str, tuple[str, ...]] | None:
+        """The memoised (request fingerprint, notes) for ``memo_key``, or None."""
+        row = self._conn().execute("SELECT fingerprint, notes FROM requests WHERE memo_key=?", (memo_key,)).fetchone()
+        if row is None:
+            return None
+        return row[0], tuple(json.loads(row[1]))
+
+    def put_request(self, memo_key: str, fingerprint: str, notes: tuple[str, ...]) -> None:
+        """Remember what the rendering inputs ``memo_key`` render to."""
+        conn = self._conn()
+        with conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO requests (memo_key, fingerprint, notes, created) VALUES (?,?,?,?)",
+                (memo_key, fingerprint, json.dumps(list(notes)), time.time()),
+            )
+
+    def stats(self) -> CacheStats:
+        """Rows stored, their original total cost, and this object's hit/miss/write counters."""
+        entries, cost = self._conn().execute("SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()
+        return CacheStats(entries=entries, cost_usd=float(cost), hits=self.hits, misses=self.misses, writes=self.writes)
+
+    def cost_since(self, created_after: float) -> float:
+        """Summed original cost (US dollars) of the calls stored at or after ``created_after`` (seconds
+        since the epoch, as ``time.time()``): what was paid since then, e.g. before a crash."""
+        row = self._conn().execute(
+            "SELECT COALESCE(SUM(cost_usd), 0) FROM calls WHERE created >= ?", (created_after,)
+        ).fetchone()
+        return float(row[0])
+
+    def close(self) -> None:
+        """Close every connection this object opened (call from the owning thread at the end)."""
+        with self._lock:
+            conns, self._connections = self._connections, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.ProgrammingError:
+                # A connection made in another thread refuses close() from here; it closes with its thread.
+                pass
+        self._local = threading.local()
+
+    def __enter__(self) -> JudgeCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,440 @@
+"""The judge's editable surface: ``prompts/judge.md``, ``rubric.md``, ``judge.toml``, ``library.md``.
+
+Templates use ``{{name}}`` placeholders from a fixed set (see ``PLACEHOLDERS``); any other name is a
+`UserError` naming the file and line. HTML comments (``<!-- ... -->``) are notes for people: they
+are removed before the prompt is sent and placeholders inside them are ignored. Two kinds of marker
+comments structure the files:
+
+- ``<!-- judgeloop:protected:begin -->`` / ``<!-- judgeloop:protected:end -->`` fence text the
+  optimiser may not edit (the output contract in judge.md); see `protected_line_ranges`.
+- ``<!-- judgeloop:library:begin -->`` / ``<!-- judgeloop:library:end -->`` in rubric.md hold the
+  instruction-library entries currently enabled; see `parse_library`, `enabled_entries`,
+  `with_entries`.
+
+Everything here is pure except `PromptSet.from_dir` / `PromptSet.from_rev`, which read the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from optimizer.errors import UserError
+from optimizer.judge.types import Sampling
+from optimizer.models import MISTAKE_TYPES
+
+if TYPE_CHECKING:
+    from optimizer.workspace import Workspace
+
+JUDGE_MD = "prompts/judge.md"
+RUBRIC_MD = "prompts/rubric.md"
+JUDGE_TOML = "prompts/judge.toml"
+LIBRARY_MD = "prompts/library.md"
+REQUIRED_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
+# The files whose content determines the judge's requests (library.md only feeds the optimiser).
+JUDGE_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
+
+PROTECTED_BEGIN = "<!-- judgeloop:protected:begin -->"
+PROTECTED_END = "<!-- judgeloop:protected:end -->"
+LIBRARY_BEGIN = "<!-- judgeloop:library:begin -->"
+LIBRARY_END = "<!-- judgeloop:library:end -->"
+LIBRARY_HEADING = "## Additional rules"
+
+# The documented placeholder set, and which file may use which.
+PLACEHOLDERS: dict[str, str] = {
+    "rubric": "the text of prompts/rubric.md with its own placeholders filled in (judge.md only)",
+    "mistake_types": "the three mistake types, quoted and comma-separated",
+    "screenshots": "one sentence describing how screenshots are sent, from judge.toml",
+}
+_ALLOWED: dict[str, frozenset[str]] = {
+    JUDGE_MD: frozenset({"rubric", "mistake_types", "screenshots"}),
+    RUBRIC_MD: frozenset({"mistake_types", "screenshots"}),
+    LIBRARY_MD: frozenset({"mistake_types", "screenshots"}),
+}
+
+_PLACEHOLDER_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
+_ENTRY_MARK_RE = re.compile(r"^\s*<!-- judgeloop:entry ([a-z0-9][a-z0-9-]*) -->\s*$")
+_LIBRARY_ID_RE = re.compile(r"^lib-[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+# --------------------------------------------------------------------------- settings
+
+
+class JudgeSettings(BaseModel):
+    """``prompts/judge.toml``: judge mode, screenshot policy, image size, tiling, budget, sampling.
+
+    Image sizes are pixels; ``token_budget`` is estimated input tokens per request.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["direct", "agentic"] = "direct"
+    agent_max_turns: int = Field(default=12, ge=2, le=100)
+    # A conversation re-sends every screenshot it has shown; the Anthropic API takes at most 100 per request.
+    agent_max_screenshots: int = Field(default=24, ge=0, le=100)
+    screenshots: Literal["all", "every_k", "spaced", "none"] = "all"
+    every_k: int = Field(default=5, ge=1)
+    max_images: int | None = Field(default=100, ge=2)  # the Anthropic API caps images per request at 100
+    image_width: int = Field(default=512, ge=16, le=4096)
+    image_height: int = Field(default=332, ge=16, le=4096)
+    jpeg_quality: int = Field(default=80, ge=1, le=95)
+    tiling: bool = False
+    token_budget: int | None = Field(default=None, ge=256)
+    max_tokens: int = Field(default=1024, ge=16)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    replicates: int = Field(default=1, ge=1, le=15)
+
+    @model_validator(mode="after")
+    def _spaced_needs_a_count(self) -> JudgeSettings:
+        if self.screenshots == "spaced" and self.max_images is None:
+            raise ValueError('screenshots = "spaced" needs max_images (how many screenshots in total)')
+        return self
+
+    def sampling(self) -> Sampling:
+        """The sampling parameters the user set (None values are not sent to the provider)."""
+        return Sampling(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p)
+
+    def screenshot_sentence(self) -> str:
+        """What the ``{{screenshots}}`` placeholder expands to."""
+        if self.mode == "agentic":
+            if self.screenshots == "none" or self.agent_max_screenshots == 0:
+                return "No screenshots are available: judge from the recorded actions alone."
+            return (
+                "No screenshot is sent up front. Look at the screens you need with the view_screenshots "
+                f"tool (each shows the screen just before that step's action, {self.image_width}x"
+                f"{self.image_height} pixels; at most {self.agent_max_screenshots} per trajectory)."
+            )
+        if self.screenshots == "none":
+            return "No screenshots are sent: judge from the recorded actions alone."
+        which = {
+            "all": "Every step has its screenshot",
+            "every_k": f"Every {self.every_k}th step (and the last step) has its screenshot",
+            "spaced": f"Up to {self.max_images} evenly spaced steps, always including the first and last, "
+            "have their screenshot",
+        }[self.screenshots]
+        size = f"resized to {self.image_width}x{self.image_height} pixels"
+        if self.tiling:
+            return (
+                f"{which}, {size}; four consecutive screenshots are combined into one 2x2 image, read "
+                "row by row (top-left, top-right, bottom-left, bottom-right), and the text before each "
+                "such image says which step is in which position."
+            )
+        return f"{which}, {size}, placed right after that step's text."
+
+
+def parse_settings(text: str, source: str) -> JudgeSettings:
+    """Validate the text of a ``judge.toml``; any problem is one `UserError` naming ``source``."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{source}: not valid TOML ({exc}); fix the file and retry") from None
+    try:
+        return JudgeSettings.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "file"
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise UserError(f"{source}: [{where}] {msg}; fix the file and retry") from None
+
+
+# --------------------------------------------------------------------------- templates
+
+
+def _strip_comments_keep_lines(text: str) -> str:
+    """Blank out HTML comments but keep their newlines, so line numbers stay right."""
+    return _COMMENT_RE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def check_placeholders(text: str, source: str, allowed: Iterable[str]) -> None:
+    """Raise `UserError` ``"<source>:<line>: unknown placeholder {{x}} ..."`` for the first bad one."""
+    allowed_set = frozenset(allowed)
+    for lineno, line in enumerate(_strip_comments_keep_lines(text).splitlines(), start=1):
+        for m in _PLACEHOLDER_RE.finditer(line):
+            if m.group(1) not in allowed_set:
+                known = ", ".join("{{" + n + "}}" for n in sorted(allowed_set)) or "none"
+                raise UserError(
+                    f"{source}:{lineno}: unknown placeholder {m.group(0)}; the placeholders allowed in "
+                    f"this file are {known}"
+                )
+
+
+def check_markers(text: str, source: str) -> None:
+    """Protected and library markers must each come in begin/end pairs, not nested, on their own line."""
+    for kind, begin, end in (
+        ("protected", PROTECTED_BEGIN, PROTECTED_END),
+        ("library", LIBRARY_BEGIN, LIBRARY_END),
+    ):
+        open_line: int | None = None
+        regions = 0
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            stripped = line.strip()
+            if begin in line and stripped != begin or end in line and stripped != end:
+                raise UserError(f"{source}:{lineno}: a judgeloop {kind} marker must stand alone on its line")
+            if stripped == begin:
+                if open_line is not None:
+                    raise UserError(
+                        f"{source}:{lineno}: {kind} region opened again before the one at line {open_line} "
+                        f"was closed; add {end}"
+                    )
+                open_line = lineno
+            elif stripped == end:
+                if open_line is None:
+                    raise UserError(f"{source}:{lineno}: {end} without a matching {begin}; remove it or add one")
+                open_line = None
+                regions += 1
+        if open_line is not None:
+            raise UserError(f"{source}:{open_line}: {kind} region is never closed; add {end}")
+        if kind == "library" and regions > 1:
+            raise UserError(f"{source}: more than one library region; keep exactly one")
+
+
+def protected_line_ranges(text: str) -> list[tuple[int, int]]:
+    """1-based inclusive line ranges of protected regions, markers included (for the loop's guards)."""
+    ranges: list[tuple[int, int]] = []
+    start: int | None = None
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.strip() == PROTECTED_BEGIN:
+            start = lineno
+        elif line.strip() == PROTECTED_END and start is not None:
+            ranges.append((start, lineno))
+            start = None
+    return ranges
+
+
+def protected_blocks(text: str) -> list[str]:
+    """The text of each protected region, markers included: a guard compares these before/after an edit."""
+    lines = text.splitlines()
+    return ["\n".join(lines[a - 1 : b]) for a, b in protected_line_ranges(text)]
+
+
+def fill(text: str, values: Mapping[str, str]) -> str:
+    """Remove HTML comments, substitute placeholders, and tidy blank lines. Names must be checked first."""
+    body = _COMMENT_RE.sub("", text)
+    body = _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], body)
+    # A removed comment leaves an empty line (or trailing spaces); collapse the gaps it leaves.
+    body = "\n".join(line.rstrip() for line in body.splitlines())
+    body = re.sub(r"\n{3,}", "\n\n", body)
+    return body.strip() + "\n"
+
+
+def mistake_types_text() -> str:
+    """The three mistake types as the prompt lists them: quoted, comma-separated."""
+    return ", ".join(f'"{t}"' for t in MISTAKE_TYPES)
+
+
+# --------------------------------------------------------------------------- the prompt set
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """One revision of the judge's editable surface, validated.
+
+    ``files`` maps workspace-relative paths (``prompts/judge.md``...) to their text; ``source`` says
+    where they were read from, for messages.
+    """
+
+    judge_md: str
+    rubric_md: str
+    settings: JudgeSettings
+    files: dict[str, str]
+    source: str = "prompts"
+
+    @classmethod
+    def from_files(cls, files: Mapping[str, str], *, source: str = "prompts") -> PromptSet:
+        """Validate a mapping of ``prompts/...`` paths to text (placeholders, markers, settings, library)."""
+
+        def where(name: str) -> str:
+            return f"{source}/{name.removeprefix('prompts/')}"
+
+        for name in REQUIRED_FILES:
+            if name not in files:
+                raise UserError(f"{where(name)} is missing; restore it (e.g. from a fresh `judgeloop init`)")
+        for name, allowed in _ALLOWED.items():
+            if name in files:
+                check_placeholders(files[name], where(name), allowed)
+                check_markers(files[name], where(name))
+        if LIBRARY_MD in files:
+            parse_library(files[LIBRARY_MD], where(LIBRARY_MD))
+        settings = parse_settings(files[JUDGE_TOML], where(JUDGE_TOML))
+        return cls(
+            judge_md=files[JUDGE_MD],
+            rubric_md=files[RUBRIC_MD],
+            settings=settings,
+            files=dict(files),
+            source=source,
+        )
+
+    @classmethod
+    def from_dir(cls, path: Path | str) -> PromptSet:
+        """Read ``judge.md``, ``rubric.md``, ``judge.toml`` (and ``library.md`` if present) from a folder."""
+        folder = Path(path)
+        if not folder.is_dir():
+            raise UserError(f"{folder} is not a folder of judge prompts; pass the workspace's prompts/ folder")
+        files: dict[str, str] = {}
+        for name in (*REQUIRED_FILES, LIBRARY_MD):
+            file = folder / name.removeprefix("prompts/")
+            if file.is_file():
+                try:
+                    files[name] = file.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise UserError(f"{file}: cannot read it as UTF-8 text ({exc}); fix the file") from None
+        return cls.from_files(files, source=str(folder))
+
+    @classmethod
+    def from_rev(cls, ws: Workspace, rev: str) -> PromptSet:
+        """Read the prompt files as committed at git revision ``rev`` of the workspace (not the tree)."""
+        import git
+
+        from optimizer.workspace import repo_at
+
+        files: dict[str, str] = {}
+        with repo_at(ws.root) as repo:
+            try:
+                commit = repo.commit(rev)
+            except (git.BadName, ValueError):
+                raise UserError(f"{rev!r} is not a revision of the workspace; pass a commit, branch or tag") from None
+            for name in (*REQUIRED_FILES, LIBRARY_MD):
+                try:
+                    blob = commit.tree / name
+                except KeyError:
+                    continue
+                try:
+                    files[name] = blob.data_stream.read().decode("utf-8")
+                except UnicodeDecodeError:
+                    raise UserError(f"{name}@{rev}: not UTF-8 text; fix the file and commit it") from None
+        return cls.from_files(files, source=f"prompts@{rev}")
+
+    def prompt_hash(self) -> str:
+        """sha256 over judge.md, rubric.md and judge.toml (the files that determine requests)."""
+        h = hashlib.sha256()
+        for name in JUDGE_FILES:
+            h.update(name.encode() + b"\0" + self.files[name].encode() + b"\0")
+        return h.hexdigest()
+
+    def placeholder_values(self) -> dict[str, str]:
+        """Values of the placeholders shared by every template."""
+        return {"mistake_types": mistake_types_text(), "screenshots": self.settings.screenshot_sentence()}
+
+    def system_prompt(self) -> str:
+        """judge.md with the rubric inserted, comments and markers removed, placeholders filled."""
+        values = self.placeholder_values()
+        rubric = fill(self.rubric_md, values).rstrip("\n")
+        return fill(self.judge_md, {**values, "rubric": rubric})
+
+    def library(self) -> list[LibraryEntry]:
+        """The instruction library's entries ([] when the prompt set has no library.md)."""
+        text = self.files.get(LIBRARY_MD)
+        return [] if text is None else parse_library(text, f"{self.source}/library.md")
+
+
+# --------------------------------------------------------------------------- the instruction library
+
+
+@dataclass(frozen=True)
+class LibraryEntry:
+    """One rubric rule of the instruction library: a stable id and one paragraph of text."""
+
+    id: str
+    text: str
+
+
+def parse_library(text: str, source: str = LIBRARY_MD) -> list[LibraryEntry]:
+    """Entries of a library file: ``## lib-id`` headings each followed by one paragraph (see library.md)."""
+    entries: list[LibraryEntry] = []
+    seen: dict[str, int] = {}
+    current: tuple[str, int] | None = None
+    body: list[str] = []
+
+    def close() -> None:
+        if current is None:
+            return
+        entry_id, line = current
+        words = " ".join(" ".join(body).split())
+        if not words:
+            raise UserError(f"{source}:{line}: library entry {entry_id} has no text; write its rule below the heading")
+        entries.append(LibraryEntry(entry_id, words))
+
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.startswith("## "):
+            close()
+            entry_id = line[3:].strip()
+            if not _LIBRARY_ID_RE.match(entry_id):
+                raise UserError(
+                    f"{source}:{lineno}: {entry_id!r} is not a library id; use lower-case words joined by "
+                    "hyphens starting with lib- (e.g. lib-final-state)"
+                )
+            if entry_id in seen:
+                raise UserError(f"{source}:{lineno}: library id {entry_id} repeats line {seen[entry_id]}; ids are unique")
+            seen[entry_id] = lineno
+            current, body = (entry_id, lineno), []
+        elif current is not None:
+            if line.startswith("#"):
+                raise UserError(f"{source}:{lineno}: only '## lib-id' headings may follow the first entry")
+            body.append(line)
+    close()
+    return entries
+
+
+def _library_region(rubric_text: str) -> tuple[list[str], int, int]:
+    lines = rubric_text.splitlines()
+    stripped = [line.strip() for line in lines]
+    if LIBRARY_BEGIN not in stripped or LIBRARY_END not in stripped:
+        raise UserError(
+            f"rubric.md has no library region; add the lines {LIBRARY_BEGIN} and {LIBRARY_END} where library "
+            "rules should go"
+        )
+    begin = stripped.index(LIBRARY_BEGIN)
+    end = stripped.index(LIBRARY_END)
+    if end < begin:
+        raise UserError(f"rubric.md: {LIBRARY_END} comes before {LIBRARY_BEGIN}; swap them")
+    return lines, begin, end
+
+
+def enabled_entries(rubric_text: str) -> list[str]:
+    """Ids of the library entries enabled in the rubric's library region, in the order they appear."""
+    lines, begin, end = _library_region(rubric_text)
+    ids = []
+    for line in lines[begin + 1 : end]:
+        m = _ENTRY_MARK_RE.match(line)
+        if m:
+            ids.append(m.group(1))
+    return ids
+
+
+def render_entries(entries: Sequence[LibraryEntry]) -> str:
+    """The text that goes between the library markers: a heading and one marked bullet per entry."""
+    if not entries:
+        return ""
+    out = [LIBRARY_HEADING, ""]
+    for entry in entries:
+        out.append(f"<!-- judgeloop:entry {entry.id} -->")
+        out.append(f"- {entry.text}")
+    return "\n".join(out)
+
+
+def with_entries(rubric_text: str, library: Sequence[LibraryEntry], enabled_ids: Iterable[str]) -> str:
+    """Rubric text whose library region holds exactly ``enabled_ids``, in library order.
+
+    Everything outside the region is unchanged. An id not in ``library`` is a ValueError (a caller bug).
+    """
+    wanted = set(enabled_ids)
+    known = {e.id for e in library}
+    unknown = sorted(wanted - known)
+    if unknown:
+        raise ValueError(f"unknown library ids: {', '.join(unknown)}")
+    lines, begin, end = _library_region(rubric_text)
+    block = render_entries([e for e in library if e.id in wanted])
+    middle = block.splitlines() if block else []
+    new_lines = [*lines[: begin + 1], *middle, *lines[end:]]
+    trailing = "\n" if rubric_text.endswith("\n") else ""
+    return "\n".join(new_lines) + trailing
+

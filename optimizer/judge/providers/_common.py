@@ -1,0 +1,203 @@
+"""Shared helpers for the SDK-backed providers: secret handling, error wording, request bodies."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import re
+import secrets
+import ssl
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import httpx2
+
+from optimizer.errors import UserError
+from optimizer.judge.types import InfrastructureError
+
+# Longest server message quoted in an error; bodies can be large and are not for the user's eyes.
+_MAX_QUOTE = 200
+
+
+class Secret:
+    """An API key that never shows itself in a repr, str, log line or exception."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every occurrence of the key replaced by ``[redacted]``."""
+        return text.replace(self._value, "[redacted]") if self._value else text
+
+    def __repr__(self) -> str:
+        return "Secret([redacted])"
+
+    __str__ = __repr__
+
+
+def key_from_env(env_var: str, *, required: bool) -> Secret | None:
+    """The API key in ``env_var``; a missing key is a UserError when ``required``, else None."""
+    value = os.environ.get(env_var, "").strip()
+    if value:
+        return Secret(value)
+    if required:
+        raise UserError(f"{env_var} is not set; export it or use --provider local")
+    return None
+
+
+# The SDKs' own default pool (1000 connections, 100 kept alive) unless the concurrency is larger.
+_MIN_CONNECTIONS = 1000
+_MIN_KEEPALIVE = 100
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # httpx's default verifying context (CA bundle, SSL_CERT_FILE/DIR honoured). Loading the CA
+    # bundle costs 50-150 ms, paid by every new SDK client otherwise; one context serves them all.
+    return httpx2.create_ssl_context()
+
+
+def http_client_options(concurrency: int) -> dict[str, Any]:
+    """Keyword arguments for an SDK's ``DefaultAsyncHttpxClient``: the process-wide verifying SSL
+    context and a connection pool that keeps at least ``concurrency`` connections alive."""
+    return {
+        "verify": _ssl_context(),
+        "limits": httpx2.Limits(
+            max_connections=max(_MIN_CONNECTIONS, concurrency),
+            max_keepalive_connections=max(_MIN_KEEPALIVE, concurrency),
+        ),
+    }
+
+
+def data_b64(data: bytes) -> str:
+    """``data`` as standard base64 text."""
+    return base64.b64encode(data).decode("ascii")
+
+
+# Placeholders for image strings while the rest of a body is JSON-encoded. The per-process nonce
+# means no text in a trajectory or prompt can imitate one; json.dumps writes NUL as \u0000.
+_BLOB_NONCE = secrets.token_hex(8)
+_BLOB_SPLIT = re.compile(r"\\u0000" + _BLOB_NONCE + r":(\d+)\\u0000")
+
+ImageString = Callable[[str, bytes], str]
+"""``(prefix, image bytes) -> str``: how a body builder writes the JSON string ``prefix + base64``;
+`inline_image` writes it out, `BodyBlobs.placeholder` leaves a marker for `encode_json_body`."""
+
+
+def inline_image(prefix: str, data: bytes) -> str:
+    """``prefix`` followed by the base64 of ``data`` (an `ImageString` for readable bodies)."""
+    return prefix + data_b64(data)
+
+
+class BodyBlobs:
+    """Collects image payloads while a provider builds a body, for `encode_json_body`.
+
+    Each image's base64 goes into the body as bytes spliced between JSON fragments, so the large
+    strings are never built as Python ``str``, scanned by the JSON encoder or re-encoded to UTF-8.
+    """
+
+    def __init__(self) -> None:
+        self.blobs: list[bytes] = []
+
+    def placeholder(self, prefix: str, data: bytes) -> str:
+        """A marker string standing for the JSON string content ``prefix + base64(data)``."""
+        # json.dumps escapes the prefix exactly as it would inside the full string; base64 needs none.
+        escaped = json.dumps(prefix, ensure_ascii=False)[1:-1].encode()
+        self.blobs.append(escaped + base64.b64encode(data))
+        return _placeholder(len(self.blobs) - 1)
+
+
+def encode_json_body(body: dict[str, Any], blobs: Sequence[bytes] = ()) -> bytes:
+    """The UTF-8 JSON bytes of ``body``, encoded as the SDKs encode request bodies (compact, not
+    ASCII-escaped, no NaN), with every `BodyBlobs` placeholder replaced by its payload."""
+    text = _dumps(body)
+    if not blobs:
+        return text.encode()
+    pieces = _BLOB_SPLIT.split(text)
+    if pieces[1::2] != [str(i) for i in range(len(blobs))]:
+        # Some text imitated a placeholder (it would have to guess the nonce): encode the slow way.
+        table = {_placeholder(i): json.loads(b'"' + blob + b'"') for i, blob in enumerate(blobs)}
+        return _dumps(_substitute(body, table)).encode()
+    return b"".join(blobs[int(piece)] if k % 2 else piece.encode() for k, piece in enumerate(pieces))
+
+
+def _placeholder(index: int) -> str:
+    return f"\0{_BLOB_NONCE}:{index}\0"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _substitute(value: Any, table: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return table.get(value, value)
+    if isinstance(value, dict):
+        return {k: _substitute(v, table) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, table) for v in value]
+    return value
+
+
+def quote_server_message(message: str, secret: Secret | None) -> str:
+    """A short, single-line, key-free excerpt of a server's error message."""
+    text = " ".join(str(message).split())
+    if secret is not None:
+        text = secret.scrub(text)
+    return text if len(text) <= _MAX_QUOTE else text[: _MAX_QUOTE - 1] + "…"
+
+
+def map_sdk_error(
+    exc: Exception,
+    sdk: ModuleType,
+    *,
+    provider: str,
+    model: str,
+    where: str,
+    key_env: str,
+    secret: Secret | None,
+    retries: int,
+    ever_succeeded: bool,
+) -> Exception:
+    """Turn an ``anthropic``/``openai`` SDK exception (both SDKs share the class names) into the error
+    judgeloop raises: `UserError` for what only the user can fix, `InfrastructureError` for transport
+    failures that outlived the SDK's own retries. Messages never contain the key.
+
+    A connection that could not even be opened (refused, DNS) before any call to this provider ever
+    succeeded is a wrong or stopped server, so it is a UserError; later it is an InfrastructureError.
+    """
+    label = f"{provider} model {model!r} at {where}"
+    after = f"after {retries} retr{'y' if retries == 1 else 'ies'}"
+    if isinstance(exc, sdk.APITimeoutError):
+        return InfrastructureError(f"{label}: timed out {after}")
+    if isinstance(exc, sdk.APIConnectionError):
+        refused = isinstance(exc.__cause__, httpx2.ConnectError)
+        if refused and not ever_succeeded:
+            return UserError(f"cannot connect to {where} for {provider}; start the server or fix --base-url")
+        return InfrastructureError(f"{label}: connection failed {after}")
+    if isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        said = quote_server_message(getattr(exc, "message", ""), secret)
+        if isinstance(exc, sdk.AuthenticationError | sdk.PermissionDeniedError):
+            return UserError(
+                f"{key_env} was rejected by {where} (HTTP {status}); check the key or use --provider local"
+            )
+        if isinstance(exc, sdk.NotFoundError):
+            return UserError(f"model {model!r} was not found at {where} (HTTP 404); check --model")
+        if isinstance(exc, sdk.RateLimitError):
+            return InfrastructureError(f"{label}: rate limited (HTTP 429) {after}")
+        return InfrastructureError(f"{label}: HTTP {status} {after}: {said}")
+    if isinstance(exc, sdk.APIResponseValidationError | ValueError):
+        # A 200 whose body is not the JSON the SDK expects (ValueError covers json.JSONDecodeError).
+        return InfrastructureError(f"{label}: the server's answer was not valid JSON")
+    if isinstance(exc, sdk.APIError):
+        return InfrastructureError(f"{label}: {type(exc).__name__}: {quote_server_message(str(exc), secret)}")
+    raise exc

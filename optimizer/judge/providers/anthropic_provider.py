@@ -1,0 +1,245 @@
+"""The Anthropic Messages provider, through the official ``anthropic`` SDK (2.x).
+
+- The key comes only from ``ANTHROPIC_API_KEY`` and is passed to the client explicitly (so the SDK
+  consults no profile or other credential source); a missing key is a UserError at construction.
+- The system prompt is one text block marked ``cache_control: ephemeral``: every item of a split
+  shares it, so the judge prompt + rubric is billed at the cache-read price after the first call.
+- Images are base64 image blocks, in order with the text blocks.
+- Structured output: ``output_config={"format": {"type": "json_schema", "schema": ...}}``.
+- SDK 2.x has no ``temperature``/``top_p`` arguments; they go in the request body, and only when
+  the user set them.
+- The call is the client's own ``post("/v1/messages", cast_to=Message)`` with the body pre-encoded
+  as bytes (base64 images spliced in, never scanned by the JSON encoder), which is what
+  ``messages.create`` sends for these arguments minus its per-call JSON encoding of ~300 KB of
+  base64 per 12-screenshot request; the SDK's transport, auth headers, retries and error classes
+  are unchanged.
+- The agentic judge (`converse`) sends ``tools`` and the conversation so far: the model's turns as
+  ``text`` + ``tool_use`` blocks, tool answers as ``tool_result`` blocks (screenshots as image
+  blocks inside them). Besides the system block, the last block of the conversation is marked
+  ``cache_control``, so each turn re-reads the previous turns at the cache-read price.
+- Retries (429 honouring ``retry-after``, 5xx, timeouts, connection errors) are the SDK's own,
+  ``max_retries`` times; what survives becomes `InfrastructureError` or `UserError`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+from anthropic.types import Message
+
+from optimizer.config import JudgeSection
+from optimizer.judge.providers._common import (
+    BodyBlobs,
+    ImageString,
+    encode_json_body,
+    http_client_options,
+    inline_image,
+    key_from_env,
+    map_sdk_error,
+)
+from optimizer.judge.types import (
+    AssistantTurn,
+    ConversationMessage,
+    ImagePart,
+    JudgeRequest,
+    Part,
+    ProviderReply,
+    Sampling,
+    TextPart,
+    ToolCall,
+    ToolResults,
+    ToolSpec,
+    UserMessage,
+    stable_json,
+)
+
+KEY_ENV = "ANTHROPIC_API_KEY"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+
+class AnthropicProvider:
+    """`optimizer.judge_types.Provider` for Claude models."""
+
+    name = "anthropic"
+    text_only = False
+
+    def __init__(self, judge: JudgeSection) -> None:
+        self.model = judge.model
+        self.base_url = judge.base_url
+        self._secret = key_from_env(KEY_ENV, required=True)
+        self._max_retries = judge.max_retries
+        self._ever_succeeded = False
+        assert self._secret is not None
+        self._client = anthropic.AsyncAnthropic(
+            api_key=self._secret.reveal(),
+            base_url=judge.base_url,
+            timeout=judge.timeout_s,
+            max_retries=judge.max_retries,
+            http_client=anthropic.DefaultAsyncHttpxClient(**http_client_options(judge.max_concurrency)),
+        )
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def where(self) -> str:
+        return self.base_url or DEFAULT_BASE_URL
+
+    def build_params(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The JSON body of one Messages call, images written out as base64 (no network)."""
+        return self._body(request, sampling, schema, inline_image)
+
+    def encode_body(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> bytes:
+        """`build_params` as the UTF-8 JSON bytes sent on the wire, images spliced in as bytes."""
+        blobs = BodyBlobs()
+        return encode_json_body(self._body(request, sampling, schema, blobs.placeholder), blobs.blobs)
+
+    def _body(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": sampling.max_tokens,
+            "system": [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": _blocks(request.parts, image)}],
+            "output_config": {"format": {"type": "json_schema", "schema": schema}},
+        }
+        return _with_sampling(params, sampling)
+
+    def _conversation_body(
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        image: ImageString,
+    ) -> dict[str, Any]:
+        wire: list[dict[str, Any]] = []
+        for message in messages:
+            if isinstance(message, UserMessage):
+                wire.append({"role": "user", "content": _blocks(message.parts, image)})
+            elif isinstance(message, AssistantTurn):
+                blocks: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
+                blocks += [
+                    {"type": "tool_use", "id": c.id, "name": c.name, "input": _input_object(c.arguments)}
+                    for c in message.tool_calls
+                ]
+                wire.append({"role": "assistant", "content": blocks})
+            elif isinstance(message, ToolResults):
+                results = []
+                for r in message.results:
+                    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call_id,
+                                             "content": _blocks(r.parts, image)}
+                    if r.is_error:
+                        block["is_error"] = True
+                    results.append(block)
+                wire.append({"role": "user", "content": results})
+        if wire and wire[-1]["content"]:
+            last = wire[-1]["content"][-1]
+            wire[-1]["content"][-1] = {**last, "cache_control": {"type": "ephemeral"}}
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": sampling.max_tokens,
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            "tools": [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools],
+            "messages": wire,
+        }
+        return _with_sampling(params, sampling)
+
+    def encode_conversation(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+    ) -> bytes:
+        """The wire bytes of one conversation turn (images spliced in as bytes)."""
+        blobs = BodyBlobs()
+        return encode_json_body(self._conversation_body(system, messages, tools, sampling, blobs.placeholder), blobs.blobs)
+
+    async def _post(self, body: bytes) -> Message:
+        try:
+            return await self._client.post("/v1/messages", cast_to=Message, content=body)
+        except (anthropic.APIError, ValueError) as exc:
+            raise map_sdk_error(
+                exc,
+                anthropic,
+                provider=self.name,
+                model=self.model,
+                where=self.where,
+                key_env=KEY_ENV,
+                secret=self._secret,
+                retries=self._max_retries,
+                ever_succeeded=self._ever_succeeded,
+            ) from None
+
+    async def complete(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> ProviderReply:
+        """One judge call. Raises `InfrastructureError` after the SDK's retries, `UserError` for setup problems."""
+        message = await self._post(self.encode_body(request, sampling, schema))
+        self._ever_succeeded = True
+        text = "".join(block.text for block in message.content if block.type == "text")
+        return self._reply(message, text)
+
+    async def converse(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+    ) -> tuple[AssistantTurn, ProviderReply]:
+        """One turn of the agentic judge: the model's text and tool calls. Errors as in `complete`."""
+        message = await self._post(self.encode_conversation(system, messages, tools, sampling))
+        self._ever_succeeded = True
+        text = "".join(block.text for block in message.content if block.type == "text")
+        calls = tuple(
+            ToolCall(id=block.id, name=block.name, arguments=stable_json(block.input))
+            for block in message.content
+            if block.type == "tool_use"
+        )
+        return AssistantTurn(text=text, tool_calls=calls), self._reply(message, text)
+
+    def _reply(self, message: Message, text: str) -> ProviderReply:
+        usage = message.usage
+        return ProviderReply(
+            text=text,
+            model=message.model or self.model,
+            input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0,
+            cache_read_tokens=usage.cache_read_input_tokens or 0,
+            cache_write_tokens=usage.cache_creation_input_tokens or 0,
+            raw={"id": message.id, "stop_reason": message.stop_reason},
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connection pool."""
+        await self._client.close()
+
+
+def _blocks(parts: tuple[Part, ...], image: ImageString) -> list[dict[str, Any]]:
+    """Text and base64 image content blocks, in order (empty text is left out: the API rejects it)."""
+    content: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            if part.text:
+                content.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            content.append(
+                {"type": "image", "source": {"type": "base64", "media_type": part.media_type, "data": image("", part.data)}}
+            )
+    return content
+
+
+def _with_sampling(params: dict[str, Any], sampling: Sampling) -> dict[str, Any]:
+    # SDK 2.x has no temperature/top_p arguments: they are plain body fields, sent only when set.
+    if sampling.temperature is not None:
+        params["temperature"] = sampling.temperature
+    if sampling.top_p is not None:
+        params["top_p"] = sampling.top_p
+    return params
+
+
+def _input_object(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments as the object a ``tool_use`` block needs ({} when they were not one)."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,273 @@
+"""The OpenAI Chat Completions provider, through the official ``openai`` SDK — also for any
+OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and for ``local``.
+
+- The key comes only from ``OPENAI_API_KEY``. Against the OpenAI API (no ``base_url``) a missing
+  key is a UserError at construction. Against a user-given ``base_url`` a missing key is allowed
+  and a placeholder is sent, because local servers ignore it; if that server does want a key, its
+  401 becomes a UserError saying the variable is not set.
+- Structured output: ``response_format={"type": "json_schema", "json_schema": {..., "strict": true}}``.
+- Images are ``image_url`` parts with ``data:`` URLs, in order with the text parts. A request with
+  no image is sent as one plain string (the lowest common denominator of compatible servers).
+- The length limit is ``max_completion_tokens`` for the OpenAI API (reasoning models reject
+  ``max_tokens``) and ``max_tokens`` for compatible servers (which do not all know the new name).
+- ``temperature``/``top_p`` are sent only when the user set them.
+- The agentic judge (`converse`) sends ``tools`` (functions) and the conversation so far: the
+  model's turns as assistant messages with ``tool_calls``, each answer as a ``tool`` message (text
+  only on this wire); screenshots a tool returned follow as one user message after the ``tool``
+  messages of that turn, each image introduced by its text. No ``response_format`` in that mode.
+- Token convention: ``input_tokens = prompt_tokens - cached_tokens``, ``cache_read_tokens = cached_tokens``.
+- The call goes through the client's own ``post`` (the SDK's transport, auth, retries honouring
+  ``retry-after``, error classes and response parsing into ``ChatCompletion``) rather than
+  ``chat.completions.create``: ``create`` first runs the SDK's type-directed parameter transform,
+  which walks every message part and the whole JSON schema on each call (7-9 ms of CPU per call,
+  the largest cost of the harness at concurrency 16). The body built here is already wire-shaped —
+  plain dicts, no aliased keys, no files — so that transform is the identity on it, and it is sent
+  as pre-encoded bytes with the base64 images spliced in (`encode_json_body`); tests check both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+from openai._types import RequestOptions
+from openai.types.chat import ChatCompletion
+
+from optimizer.config import JudgeSection
+from optimizer.errors import UserError
+from optimizer.judge.providers._common import (
+    BodyBlobs,
+    ImageString,
+    Secret,
+    encode_json_body,
+    http_client_options,
+    inline_image,
+    key_from_env,
+    map_sdk_error,
+)
+from optimizer.judge.types import (
+    AssistantTurn,
+    ConversationMessage,
+    ImagePart,
+    JudgeRequest,
+    Part,
+    ProviderReply,
+    Sampling,
+    TextPart,
+    ToolCall,
+    ToolResults,
+    ToolSpec,
+    UserMessage,
+)
+
+KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Sent to a user-given OpenAI-compatible server when OPENAI_API_KEY is unset; such servers ignore it.
+PLACEHOLDER_KEY = "judgeloop-no-key"
+# What ``chat.completions.create`` passes as request options: the bearer key and nothing else.
+_CHAT_OPTIONS: RequestOptions = {"security": {"bearer_auth": True}}
+
+
+class OpenAIProvider:
+    """`optimizer.judge_types.Provider` for OpenAI models and OpenAI-compatible servers."""
+
+    name = "openai"
+    text_only = False
+
+    def __init__(
+        self, judge: JudgeSection, *, use_env_key: bool = True, display_name: str | None = None
+    ) -> None:
+        """``use_env_key=False`` (the local server) never reads or sends ``OPENAI_API_KEY``."""
+        if display_name:
+            self.name = display_name
+        self.model = judge.model
+        self.base_url = judge.base_url
+        self._max_retries = judge.max_retries
+        self._ever_succeeded = False
+        self._secret: Secret | None = (
+            key_from_env(KEY_ENV, required=judge.base_url is None) if use_env_key else None
+        )
+        self._key_missing = use_env_key and self._secret is None
+        self._client = openai.AsyncOpenAI(
+            api_key=self._secret.reveal() if self._secret else PLACEHOLDER_KEY,
+            base_url=judge.base_url or DEFAULT_BASE_URL,
+            timeout=judge.timeout_s,
+            max_retries=judge.max_retries,
+            http_client=openai.DefaultAsyncHttpxClient(**http_client_options(judge.max_concurrency)),
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def where(self) -> str:
+        return self.base_url or DEFAULT_BASE_URL
+
+    def build_params(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The JSON body of one Chat Completions call, images written out as data URLs (also valid
+        ``chat.completions.create`` keyword arguments; no network)."""
+        return self._body(request, sampling, schema, inline_image)
+
+    def encode_body(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> bytes:
+        """`build_params` as the UTF-8 JSON bytes sent on the wire, images spliced in as bytes."""
+        blobs = BodyBlobs()
+        return encode_json_body(self._body(request, sampling, schema, blobs.placeholder), blobs.blobs)
+
+    def _body(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": request.system},
+                {"role": "user", "content": _content(request.parts, image)},
+            ],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "verdict", "schema": schema, "strict": True},
+            },
+        }
+        return self._with_sampling(params, sampling)
+
+    def _with_sampling(self, params: dict[str, Any], sampling: Sampling) -> dict[str, Any]:
+        params["max_tokens" if self.base_url else "max_completion_tokens"] = sampling.max_tokens
+        if sampling.temperature is not None:
+            params["temperature"] = sampling.temperature
+        if sampling.top_p is not None:
+            params["top_p"] = sampling.top_p
+        return params
+
+    def _conversation_body(
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        image: ImageString,
+    ) -> dict[str, Any]:
+        wire: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        for message in messages:
+            if isinstance(message, UserMessage):
+                wire.append({"role": "user", "content": _content(message.parts, image)})
+            elif isinstance(message, AssistantTurn):
+                turn: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+                if message.tool_calls:
+                    turn["tool_calls"] = [
+                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        for c in message.tool_calls
+                    ]
+                wire.append(turn)
+            elif isinstance(message, ToolResults):
+                shown: list[Part] = []
+                for r in message.results:
+                    text = "\n".join(p.text for p in r.parts if isinstance(p, TextPart))
+                    images = [p for p in r.parts if isinstance(p, ImagePart)]
+                    if images:
+                        text += f"\n({len(images)} image(s) follow in the next user message)"
+                        shown += [p for p in r.parts if isinstance(p, ImagePart) or p.text]
+                    wire.append({"role": "tool", "tool_call_id": r.call_id, "content": text})
+                if shown:
+                    wire.append({"role": "user", "content": _content(tuple(shown), image, force_parts=True)})
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": wire,
+            "tools": [
+                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                for t in tools
+            ],
+        }
+        return self._with_sampling(params, sampling)
+
+    def encode_conversation(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+    ) -> bytes:
+        """The wire bytes of one conversation turn (images spliced in as bytes)."""
+        blobs = BodyBlobs()
+        return encode_json_body(self._conversation_body(system, messages, tools, sampling, blobs.placeholder), blobs.blobs)
+
+    async def _post(self, body: bytes) -> ChatCompletion:
+        try:
+            return await self._client.post(
+                "/chat/completions", cast_to=ChatCompletion, content=body, options=_CHAT_OPTIONS
+            )
+        except (openai.APIError, ValueError) as exc:
+            if self._key_missing and isinstance(exc, openai.AuthenticationError):
+                raise UserError(f"{KEY_ENV} is not set but {self.where} requires a key; export it") from None
+            raise map_sdk_error(
+                exc,
+                openai,
+                provider=self.name,
+                model=self.model,
+                where=self.where,
+                key_env=KEY_ENV,
+                secret=self._secret,
+                retries=self._max_retries,
+                ever_succeeded=self._ever_succeeded,
+            ) from None
+
+    async def complete(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> ProviderReply:
+        """One judge call. Raises `InfrastructureError` after the SDK's retries, `UserError` for setup problems."""
+        completion = await self._post(self.encode_body(request, sampling, schema))
+        self._ever_succeeded = True
+        choice = completion.choices[0] if completion.choices else None
+        text = (choice.message.content or "") if choice is not None else ""
+        return self._reply(completion, text)
+
+    async def converse(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+    ) -> tuple[AssistantTurn, ProviderReply]:
+        """One turn of the agentic judge: the model's text and tool calls. Errors as in `complete`."""
+        completion = await self._post(self.encode_conversation(system, messages, tools, sampling))
+        self._ever_succeeded = True
+        choice = completion.choices[0] if completion.choices else None
+        text = (choice.message.content or "") if choice is not None else ""
+        calls: tuple[ToolCall, ...] = ()
+        if choice is not None and choice.message.tool_calls:
+            calls = tuple(
+                ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
+                for c in choice.message.tool_calls
+                if getattr(c, "function", None) is not None
+            )
+        return AssistantTurn(text=text, tool_calls=calls), self._reply(completion, text)
+
+    def _reply(self, completion: ChatCompletion, text: str) -> ProviderReply:
+        choice = completion.choices[0] if completion.choices else None
+        usage = completion.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        cached = 0
+        if usage is not None and usage.prompt_tokens_details is not None:
+            cached = usage.prompt_tokens_details.cached_tokens or 0
+        return ProviderReply(
+            text=text,
+            model=completion.model or self.model,
+            input_tokens=max(0, prompt_tokens - cached),
+            output_tokens=usage.completion_tokens if usage else 0,
+            cache_read_tokens=cached,
+            raw={"id": completion.id, "finish_reason": choice.finish_reason if choice else None},
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connection pool."""
+        await self._client.close()
+
+
+def _content(
+    parts: tuple[Part, ...], image: ImageString, *, force_parts: bool = False
+) -> str | list[dict[str, Any]]:
+    """User content: one plain string when there is no image (the lowest common denominator of
+    compatible servers), else text and ``image_url`` parts in order."""
+    if not force_parts and not any(isinstance(p, ImagePart) for p in parts):
+        return "\n".join(p.text for p in parts if isinstance(p, TextPart))
+    content: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            if part.text:
+                content.append({"type": "text", "text": part.text})
+        else:
+            url = image(f"data:{part.media_type};base64,", part.data)
+            content.append({"type": "image_url", "image_url": {"url": url}})
+    return content

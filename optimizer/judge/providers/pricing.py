@@ -1,0 +1,75 @@
+"""Token prices and the cost of one judge call, in US dollars.
+
+Prices are US dollars per million tokens (`optimizer.config.Price`). The built-in table covers a
+few current models and can be stale: ``[prices."<model>"]`` in ``judgeloop.toml`` always wins.
+
+Token convention (the one `ProviderReply` uses): ``input_tokens`` are the uncached input tokens;
+``cache_read_tokens`` and ``cache_write_tokens`` are billed apart at their own prices (falling
+back to the input price when a price entry leaves them unset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from optimizer.config import Price
+from optimizer.judge.types import ProviderReply
+
+# USD per million tokens, list prices from the providers' pricing pages (2026). Stale entries are
+# harmless only if the user overrides them; keep this table short.
+BUILTIN_PRICES: dict[str, Price] = {
+    # Anthropic: cache writes (5-minute TTL) cost 1.25x input; cache reads 0.1x input (0.05x on 5.5).
+    "claude-opus-5-5": Price(input=4.0, output=20.0, cache_read=0.20, cache_write=5.0),
+    "claude-sonnet-5-5": Price(input=2.0, output=10.0, cache_read=0.10, cache_write=2.5),
+    "claude-opus-5": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
+    "claude-sonnet-5": Price(input=2.0, output=10.0, cache_read=0.20, cache_write=2.5),
+    "claude-opus-4-8": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
+    "claude-opus-4-7": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
+    "claude-opus-4-6": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
+    "claude-opus-4-5": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
+    "claude-sonnet-4-6": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75),
+    "claude-sonnet-4-5": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75),
+    "claude-haiku-4-5": Price(input=1.0, output=5.0, cache_read=0.10, cache_write=1.25),
+    # OpenAI: automatic prompt caching, no write surcharge.
+    "gpt-5": Price(input=1.25, output=10.0, cache_read=0.125, cache_write=1.25),
+    "gpt-5-mini": Price(input=0.25, output=2.0, cache_read=0.025, cache_write=0.25),
+    "gpt-4.1": Price(input=2.0, output=8.0, cache_read=0.50, cache_write=2.0),
+    "gpt-4.1-mini": Price(input=0.40, output=1.60, cache_read=0.10, cache_write=0.40),
+    "gpt-4o": Price(input=2.50, output=10.0, cache_read=1.25, cache_write=2.50),
+    "gpt-4o-mini": Price(input=0.15, output=0.60, cache_read=0.075, cache_write=0.15),
+    # The offline demonstration judge runs on this machine.
+    "smollm2-135m": Price(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0),
+}
+
+FREE = Price(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0)
+
+
+def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price | None:
+    """The price of ``model``: an override by exact name, else the built-in table by exact name, else
+    the longest built-in name that prefixes it (``claude-sonnet-4-5-20250929`` → ``claude-sonnet-4-5``).
+    A local GGUF file costs nothing. None when the model is unknown."""
+    if overrides and model in overrides:
+        return overrides[model]
+    if model.endswith(".gguf"):
+        return FREE
+    if model in BUILTIN_PRICES:
+        return BUILTIN_PRICES[model]
+    prefixes = [name for name in BUILTIN_PRICES if model.startswith(name + "-")]
+    return BUILTIN_PRICES[max(prefixes, key=len)] if prefixes else None
+
+
+def cost_usd(model: str, reply: ProviderReply, overrides: Mapping[str, Price] | None = None) -> float:
+    """The cost of one call in US dollars. An unknown model (no override, not in the table) costs 0.0 —
+    callers that must know should ask `price_for` first (e.g. to note "price unknown" in a run)."""
+    price = price_for(model, overrides)
+    if price is None:
+        return 0.0
+    cache_read = price.input if price.cache_read is None else price.cache_read
+    cache_write = price.input if price.cache_write is None else price.cache_write
+    total = (
+        reply.input_tokens * price.input
+        + reply.output_tokens * price.output
+        + reply.cache_read_tokens * cache_read
+        + reply.cache_write_tokens * cache_write
+    )
+    return total / 1_000_000

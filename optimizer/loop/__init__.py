@@ -1,0 +1,1 @@
+"""The optimisation loop: the runner, run sessions (start, resume, decide, confirm), guards, strategies."""

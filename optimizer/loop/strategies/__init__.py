@@ -1,0 +1,126 @@
+"""Optimiser strategies: given the incumbent prompts and what it gets wrong on the dev split, propose
+new texts for some allowed prompt files.
+
+A strategy never writes files (the loop applies the texts after the guards), never opens a split
+other than ``ctx.split`` (the dev split) and sees labels only through `Disagreement`.
+``make_strategy`` picks one of ``library`` (offline, no LLM), ``reflect`` (one LLM call) and
+``agent`` (an LLM with tools over the dev split).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from optimizer.config import OptimizerSection, Price
+    from optimizer.devset.split import Split
+
+Direction = Literal["missed_failure", "rejected_success"]
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """One dev item where the incumbent judge and the label disagree."""
+
+    trajectory_id: str
+    instruction: str
+    label_positive: bool
+    mistake_type: str | None  # the label's mistake type (negatives only)
+    judge_success: bool | None  # None: the judge gave no valid answer
+    reasoning: str
+    confidence: str | None
+    unstable: bool  # replicates of the incumbent disagreed with each other
+    judge_tools: tuple[str, ...] = ()  # an agentic judge's tool calls, e.g. "view_screenshots(3, 7)"
+
+    @property
+    def direction(self) -> Direction:
+        """``missed_failure``: a negative the judge let through; ``rejected_success``: a positive it failed."""
+        return "rejected_success" if self.label_positive else "missed_failure"
+
+
+@dataclass(frozen=True)
+class PastExperiment:
+    id: int
+    decision: str
+    reason: str
+    rationale: str
+    kappa: float | None
+    fpr: float | None
+    diff: str
+
+
+@dataclass
+class ProposalContext:
+    workspace_root: Path
+    allowed_files: list[str]
+    current_files: dict[str, str]  # path (relative, as in allowed_files) -> incumbent text
+    disagreements: list[Disagreement]
+    history: list[PastExperiment]
+    guidance: str  # experiments/guidance.md + human reviews
+    split: Split  # the dev split only
+    rng_seed: int
+    experiment_seq: int
+    judge_mode: str = "direct"  # prompts/judge.toml mode of the incumbent: "direct" or "agentic"
+
+
+@dataclass
+class Proposal:
+    files: dict[str, str]  # path -> new full text (only the files it changes)
+    rationale: str  # one paragraph
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    # Tool calls the agent made that were refused (file not allowed, id not in the dev split, bad args).
+    tool_errors: int = 0
+
+
+class ProposalError(Exception):
+    """The optimiser produced no usable candidate (malformed reply, no submit, transport failure).
+
+    The loop records ``reason`` (``str(exc)``) with the experiment and continues. ``usage`` carries
+    what was spent before the failure, so budgets stay honest.
+    """
+
+    def __init__(self, reason: str, *, calls: int = 0, input_tokens: int = 0, output_tokens: int = 0,
+                 cost_usd: float = 0.0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.calls = calls
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.cost_usd = cost_usd
+
+
+class Strategy(Protocol):
+    name: str
+
+    async def propose(self, ctx: ProposalContext) -> Proposal:
+        """Return new texts for some allowed files; raise `ProposalError` when there is none."""
+        ...
+
+
+def make_strategy(name: str, optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:
+    """The strategy called ``name`` (``library`` | ``reflect`` | ``agent``).
+
+    ``prices`` maps model ids to `Price` (US dollars per million tokens) for the optimiser's cost.
+    LLM strategies check the API key here, so a missing key fails the run before any experiment.
+    """
+    from optimizer.errors import UserError
+
+    if name == "library":
+        from optimizer.loop.strategies.library import LibraryStrategy
+
+        return LibraryStrategy(optimizer_cfg.allowed_files)
+    if name == "reflect":
+        from optimizer.loop.strategies.reflect import ReflectStrategy
+
+        return ReflectStrategy(optimizer_cfg, prices)
+    if name == "agent":
+        from optimizer.loop.strategies.agent import AgentStrategy
+
+        return AgentStrategy(optimizer_cfg, prices)
+    raise UserError(f"unknown optimiser strategy {name!r}; use one of: agent, reflect, library")

@@ -1,0 +1,76 @@
+"""The ``manual`` strategy: your own edit, judged like any optimiser's candidate.
+
+``judgeloop run --strategy manual [-m "why"]`` takes the working-tree edits of the allowed prompt
+files as one candidate: guards, commit, evaluation on the dev split against the incumbent, the
+same kept / rolled-back decision, the same ledger and git audit trail. So a person iterating on a
+judge prompt by hand gets the flip table and the McNemar p-value, not just a kappa, and every hand
+edit is recorded next to the optimiser's.
+
+`capture_edits` runs before the run starts: it copies the edited files to
+``experiments/manual/<stamp>/`` (with the message), then resets them to HEAD so the run starts on
+a clean tree. The copy is what the strategy proposes, so a crash or ``kill -9`` at any point loses
+nothing (``--resume`` proposes it again); a rolled-back edit also stays under
+``refs/judgeloop/rejected/<experiment-id>``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from optimizer import gitops
+from optimizer.errors import UserError
+from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
+
+MESSAGE_FILE = "_message.json"
+
+
+def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], message: str | None) -> Path:
+    """Save the working tree's edits of ``allowed_files`` and reset those files to HEAD; return the folder.
+
+    Refuses (one line each) a tree with no edit of an allowed file, or with changes elsewhere.
+    """
+    dirty = gitops.dirty_paths(root)
+    outside = [p for p in dirty if p not in allowed_files]
+    if outside:
+        raise UserError(f"the working tree has changes outside the loop's files ({', '.join(outside[:5])}); "
+                        "commit or discard them — --strategy manual takes edits of "
+                        f"{', '.join(allowed_files)} only")
+    edited = [p for p in allowed_files if p in dirty]
+    if not edited:
+        raise UserError(f"no edit to judge: change {' or '.join(allowed_files)} in the working tree first "
+                        "(--strategy manual evaluates your edit as one candidate)")
+    missing = [p for p in edited if not (root / p).is_file()]
+    if missing:
+        raise UserError(f"{missing[0]} was deleted; the loop edits allowed files, it never deletes them")
+    folder = experiments_dir / "manual" / time.strftime("%Y%m%d-%H%M%S")
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = folder.with_name(f"{folder.name.split('.')[0]}.{n}")
+    for path in edited:
+        target = folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((root / path).read_bytes())
+    (folder / MESSAGE_FILE).write_text(json.dumps({"files": edited, "message": message or ""}), encoding="utf-8")
+    gitops.restore_paths(root, edited)
+    return folder
+
+
+class ManualStrategy:
+    """Proposes the edit saved by `capture_edits` (the same edit every time it is asked)."""
+
+    name = "manual"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    async def propose(self, ctx: ProposalContext) -> Proposal:
+        try:
+            meta = json.loads((self.folder / MESSAGE_FILE).read_text(encoding="utf-8"))
+            files = {p: (self.folder / p).read_text(encoding="utf-8") for p in meta["files"]}
+        except (OSError, ValueError, KeyError) as exc:
+            raise ProposalError(f"the saved manual edit in {self.folder} cannot be read ({exc})") from None
+        rationale = meta.get("message") or f"a hand edit of {', '.join(sorted(files))}"
+        return Proposal(files=files, rationale=rationale)

@@ -1,0 +1,338 @@
+"""The agent's tools: pure functions over a `ProposalContext` and the in-memory edits.
+
+Every tool returns a `ToolOutput`. A refused call (a trajectory not in the dev split, a file not
+allowed, bad arguments, an ``old`` text that does not occur exactly once) returns an error output
+to the model and is counted in ``ToolState.errors``; it never raises. Edits live in
+``ToolState.files`` and never touch the disk. The tool schemas (`TOOL_SPECS`) are plain JSON
+Schema, converted to each SDK's shape by `anthropic_tools` / `openai_tools`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image
+
+from optimizer.devset.markdown import action_string
+from optimizer.loop.strategies import ProposalContext
+from optimizer.loop.strategies.common import allowed_path, disagreement_dict, format_history
+
+MAX_STEPS_PER_READ = 150
+MAX_LISTED = 40
+SCREENSHOT_BOX = (1024, 768)  # an optimiser needs legible text, not the judge's 512×332
+SCREENSHOT_QUALITY = 80
+MAX_FILE_CHARS = 60_000
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    text: str
+    image: bytes | None = None  # JPEG, for view_screenshot
+    media_type: str = "image/jpeg"
+    is_error: bool = False
+
+
+@dataclass
+class ToolState:
+    """One proposal's working state: the files as edited so far, the submission, counters."""
+
+    ctx: ProposalContext
+    files: dict[str, str] = field(default_factory=dict)
+    submitted: str | None = None
+    errors: int = 0
+    error_log: list[str] = field(default_factory=list)
+    calls: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.files:
+            self.files = {p: self.ctx.current_files.get(p, "") for p in self.ctx.allowed_files}
+        self._dev_ids = frozenset(self.ctx.split.ids)
+
+    def changed_files(self) -> dict[str, str]:
+        """The files whose text differs from the incumbent."""
+        return {p: t for p, t in self.files.items() if t != self.ctx.current_files.get(p, "")}
+
+    def fail(self, message: str) -> ToolOutput:
+        self.errors += 1
+        self.error_log.append(message)
+        return ToolOutput(text=f"error: {message}", is_error=True)
+
+
+class _BadArgs(Exception):
+    pass
+
+
+def _str_arg(args: dict[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = args.get(name)
+    if value is None:
+        if required:
+            raise _BadArgs(f"missing argument {name!r}")
+        return None
+    if not isinstance(value, str):
+        raise _BadArgs(f"argument {name!r} must be a string")
+    return value
+
+
+def _int_arg(args: dict[str, Any], name: str, *, required: bool = True) -> int | None:
+    value = args.get(name)
+    if value is None:
+        if required:
+            raise _BadArgs(f"missing argument {name!r}")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise _BadArgs(f"argument {name!r} must be an integer")
+    return int(value)
+
+
+def _dev_trajectory(state: ToolState, tid: str) -> Any:
+    if tid not in state._dev_ids:
+        return None
+    return state.ctx.split.trajectory(tid)
+
+
+def list_disagreements(state: ToolState, direction: str | None = None, mistake_type: str | None = None) -> ToolOutput:
+    """Disagreements of the incumbent on the dev split, optionally filtered by direction / mistake type."""
+    if direction not in (None, "missed_failure", "rejected_success"):
+        return state.fail("direction must be 'missed_failure' or 'rejected_success'")
+    items = [
+        d for d in state.ctx.disagreements
+        if (direction is None or d.direction == direction)
+        and (mistake_type is None or (d.mistake_type or "").casefold() == mistake_type.casefold())
+    ]
+    total = len(items)
+    shown = [disagreement_dict(d) for d in items[:MAX_LISTED]]
+    summary = {
+        "total_disagreements": len(state.ctx.disagreements),
+        "matching": total,
+        "shown": len(shown),
+        "missed_failure": sum(1 for d in state.ctx.disagreements if d.direction == "missed_failure"),
+        "rejected_success": sum(1 for d in state.ctx.disagreements if d.direction == "rejected_success"),
+    }
+    return ToolOutput(text=json.dumps({"summary": summary, "items": shown}, indent=1, ensure_ascii=False))
+
+
+def read_trajectory(state: ToolState, trajectory_id: str, start: int | None = None, end: int | None = None) -> ToolOutput:
+    """The instruction and steps ``start``..``end`` (inclusive, step ids) as action lines."""
+    traj = _dev_trajectory(state, trajectory_id)
+    if traj is None:
+        return state.fail(f"trajectory {trajectory_id!r} is not in the dev split")
+    steps = traj.steps
+    lo = 0 if start is None else max(0, start)
+    hi = (steps[-1].step_id if steps else 0) if end is None else end
+    if hi < lo:
+        return state.fail(f"end ({hi}) is before start ({lo})")
+    chosen = [s for s in steps if lo <= s.step_id <= hi]
+    more = len(chosen) > MAX_STEPS_PER_READ
+    chosen = chosen[:MAX_STEPS_PER_READ]
+    lines = [
+        f"trajectory {traj.trajectory_id}",
+        f"instruction: {traj.task.instruction.strip()}",
+        f"total steps: {len(steps)}",
+        "",
+    ]
+    for s in chosen:
+        line = f"step {s.step_id}: {action_string(s.action)}"
+        if s.screenshot is None:
+            line += "  (no screenshot)"
+        lines.append(line)
+    if more:
+        lines.append(f"... (more steps; read from step {chosen[-1].step_id + 1})")
+    return ToolOutput(text="\n".join(lines))
+
+
+def view_screenshot(state: ToolState, trajectory_id: str, step: int) -> ToolOutput:
+    """The screenshot taken before step ``step`` (a step id), as a JPEG at most 1024×768."""
+    traj = _dev_trajectory(state, trajectory_id)
+    if traj is None:
+        return state.fail(f"trajectory {trajectory_id!r} is not in the dev split")
+    match = next((s for s in traj.steps if s.step_id == step), None)
+    if match is None:
+        return state.fail(f"trajectory {trajectory_id} has no step {step} (steps 0..{len(traj.steps) - 1})")
+    path = state.ctx.split.screenshot_file(match)
+    if path is None or not path.is_file():
+        return state.fail(f"step {step} of {trajectory_id} has no screenshot file")
+    try:
+        with Image.open(path) as img:
+            rgb = img.convert("RGB")
+            original = rgb.size
+            rgb.thumbnail(SCREENSHOT_BOX)
+            buf = io.BytesIO()
+            rgb.save(buf, format="JPEG", quality=SCREENSHOT_QUALITY)
+    except OSError as exc:
+        return state.fail(f"cannot read the screenshot of step {step}: {exc}")
+    caption = (
+        f"screenshot before step {step} of {trajectory_id} (action: {action_string(match.action)}); "
+        f"original {original[0]}x{original[1]}, shown {rgb.size[0]}x{rgb.size[1]}"
+    )
+    return ToolOutput(text=caption, image=buf.getvalue())
+
+
+def read_history(state: ToolState) -> ToolOutput:
+    """Past experiments of this run: decision, reason, metrics, rationale, diff."""
+    return ToolOutput(text=format_history(state.ctx.history))
+
+
+def read_guidance(state: ToolState) -> ToolOutput:
+    """The human guidance (experiments/guidance.md and reviews)."""
+    text = state.ctx.guidance.strip()
+    return ToolOutput(text=text if text else "(no human guidance yet)")
+
+
+def read_file(state: ToolState, path: str) -> ToolOutput:
+    """An allowed prompt file as currently edited."""
+    name = allowed_path(path, state.ctx.allowed_files)
+    if name is None:
+        return state.fail(f"{path!r} is not an allowed file; allowed: {', '.join(state.ctx.allowed_files)}")
+    return ToolOutput(text=state.files[name])
+
+
+def edit_file(state: ToolState, path: str, old: str, new: str) -> ToolOutput:
+    """Replace the one occurrence of ``old`` with ``new`` in an allowed file (in memory)."""
+    name = allowed_path(path, state.ctx.allowed_files)
+    if name is None:
+        return state.fail(f"{path!r} is not an allowed file; allowed: {', '.join(state.ctx.allowed_files)}")
+    text = state.files[name]
+    if not old:
+        return state.fail("old must be a non-empty text copied from the file")
+    count = text.count(old)
+    if count != 1:
+        where = "does not occur" if count == 0 else f"occurs {count} times"
+        return state.fail(f"old {where} in {name}; copy an exact, unique passage (read_file shows the text)")
+    state.files[name] = text.replace(old, new, 1)
+    return ToolOutput(text=f"edited {name}: replaced {len(old)} characters with {len(new)}")
+
+
+def write_file(state: ToolState, path: str, text: str) -> ToolOutput:
+    """Replace the whole text of an allowed file (in memory)."""
+    name = allowed_path(path, state.ctx.allowed_files)
+    if name is None:
+        return state.fail(f"{path!r} is not an allowed file; allowed: {', '.join(state.ctx.allowed_files)}")
+    if len(text) > MAX_FILE_CHARS:
+        return state.fail(f"text is {len(text)} characters; the limit is {MAX_FILE_CHARS}")
+    state.files[name] = text
+    return ToolOutput(text=f"wrote {name} ({len(text)} characters)")
+
+
+def submit(state: ToolState, rationale: str) -> ToolOutput:
+    """End the conversation and submit the edited files with a one-paragraph rationale."""
+    if not rationale.strip():
+        return state.fail("rationale must not be empty")
+    if not state.changed_files():
+        return state.fail("no allowed file differs from the incumbent; edit a file before submitting")
+    state.submitted = rationale.strip()
+    return ToolOutput(text="submitted")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: Callable[[ToolState, dict[str, Any]], ToolOutput]
+
+
+def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+_S = {"type": "string"}
+_I = {"type": "integer"}
+
+TOOL_SPECS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "list_disagreements",
+        "List the dev items where the incumbent judge disagrees with the human label: instruction, label, "
+        "labelled mistake type, the judge's verdict, confidence and reasoning. direction 'missed_failure' = "
+        "label negative but judge said success (too lenient); 'rejected_success' = label positive but judge "
+        "said failure (too strict).",
+        _obj({"direction": {"type": "string", "enum": ["missed_failure", "rejected_success"]},
+              "mistake_type": {"type": "string", "enum": ["Critical Mistake", "Bad Side Effect",
+                                                          "Misunderstanding of the Instruction"]}}, []),
+        lambda st, a: list_disagreements(st, _str_arg(a, "direction", required=False),
+                                         _str_arg(a, "mistake_type", required=False)),
+    ),
+    ToolSpec(
+        "read_trajectory",
+        "Read a dev trajectory's instruction and its steps as action lines (step ids are 0-based; "
+        "start and end are inclusive step ids; at most 150 steps per call).",
+        _obj({"trajectory_id": _S, "start": _I, "end": _I}, ["trajectory_id"]),
+        lambda st, a: read_trajectory(st, _str_arg(a, "trajectory_id") or "", _int_arg(a, "start", required=False),
+                                      _int_arg(a, "end", required=False)),
+    ),
+    ToolSpec(
+        "view_screenshot",
+        "View the screenshot taken before a step of a dev trajectory (step id, 0-based).",
+        _obj({"trajectory_id": _S, "step": _I}, ["trajectory_id", "step"]),
+        lambda st, a: view_screenshot(st, _str_arg(a, "trajectory_id") or "", _int_arg(a, "step") or 0),
+    ),
+    ToolSpec(
+        "read_history",
+        "Read the past experiments of this run: decision (kept / rolled back / rejected), reason, kappa, "
+        "FPR, rationale and diff. Do not repeat what failed.",
+        _obj({}, []),
+        lambda st, a: read_history(st),
+    ),
+    ToolSpec(
+        "read_guidance",
+        "Read the human guidance notes and reviews for this run. Follow them.",
+        _obj({}, []),
+        lambda st, a: read_guidance(st),
+    ),
+    ToolSpec(
+        "read_file",
+        "Read an allowed prompt file as currently edited.",
+        _obj({"path": _S}, ["path"]),
+        lambda st, a: read_file(st, _str_arg(a, "path") or ""),
+    ),
+    ToolSpec(
+        "edit_file",
+        "Replace one exact, unique passage 'old' of an allowed prompt file with 'new'.",
+        _obj({"path": _S, "old": _S, "new": _S}, ["path", "old", "new"]),
+        lambda st, a: edit_file(st, _str_arg(a, "path") or "", _str_arg(a, "old") or "", _str_arg(a, "new") or ""),
+    ),
+    ToolSpec(
+        "write_file",
+        "Replace the whole text of an allowed prompt file.",
+        _obj({"path": _S, "text": _S}, ["path", "text"]),
+        lambda st, a: write_file(st, _str_arg(a, "path") or "", _str_arg(a, "text") or ""),
+    ),
+    ToolSpec(
+        "submit",
+        "Submit the edited prompt files as the candidate, with a one-paragraph rationale. Ends the session.",
+        _obj({"rationale": _S}, ["rationale"]),
+        lambda st, a: submit(st, _str_arg(a, "rationale") or ""),
+    ),
+)
+
+_BY_NAME = {spec.name: spec for spec in TOOL_SPECS}
+
+
+def run_tool(state: ToolState, name: str, args: Any) -> ToolOutput:
+    """Run the tool ``name`` with ``args``; unknown tools and bad arguments are error outputs."""
+    state.calls += 1
+    spec = _BY_NAME.get(name)
+    if spec is None:
+        return state.fail(f"unknown tool {name!r}; tools: {', '.join(_BY_NAME)}")
+    if not isinstance(args, dict):
+        return state.fail("arguments must be a JSON object")
+    try:
+        return spec.run(state, args)
+    except _BadArgs as exc:
+        return state.fail(f"{name}: {exc}")
+
+
+def anthropic_tools() -> list[dict[str, Any]]:
+    """The tools in Anthropic Messages ``tools`` shape."""
+    return [{"name": s.name, "description": s.description, "input_schema": s.parameters} for s in TOOL_SPECS]
+
+
+def openai_tools() -> list[dict[str, Any]]:
+    """The tools in OpenAI Chat Completions ``tools`` shape."""
+    return [
+        {"type": "function", "function": {"name": s.name, "description": s.description, "parameters": s.parameters}}
+        for s in TOOL_SPECS
+    ]
