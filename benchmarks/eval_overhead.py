@@ -47,10 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from optimizer.config import JudgeSection  # noqa: E402
 from optimizer.devset.importer import import_split
-from optimizer.evaluation.evaluator import EvalRun, evaluate_items
+from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.results import EvalRun
 from optimizer.judge import render  # noqa: E402
 from optimizer.judge.prompts import PromptSet
-from optimizer.workspace import Workspace, init_workspace  # noqa: E402
+from optimizer.scaffold import init_workspace
+from optimizer.workspace import Workspace
 from tests.data_helpers import make_items, write_manifest, write_release  # noqa: E402
 from tests.fakeserver import DEFAULT_VERDICT, FakeLLMServer, ToolCall, Usage, reply, verdict_reply  # noqa: E402
 

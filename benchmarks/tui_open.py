@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from optimizer.ledger import ItemVerdict, LabelRow, Ledger, ReplicateVerdict
-from optimizer.workspace import init_workspace
+from optimizer.scaffold import init_workspace
 
 DIFF = """--- a/prompts/rubric.md
 +++ b/prompts/rubric.md

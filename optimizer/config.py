@@ -7,6 +7,7 @@ error (a typo in a budget or a policy name must not be silently ignored).
 from __future__ import annotations
 
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -36,6 +37,42 @@ class JudgeSection(_Section):
     max_retries: int = Field(default=4, ge=0, le=20)
     # The local judge's inference threads; None = the cores idle when it starts (at most 4).
     local_threads: int | None = Field(default=None, ge=1, le=64)
+
+
+# The judge model used when an override switches providers without naming a model.
+DEFAULT_JUDGE_MODELS: dict[str, str] = {
+    "local": "smollm2-135m",
+    "anthropic": "claude-sonnet-5-5",
+    "openai": "gpt-5",
+}
+
+
+@dataclass(frozen=True)
+class JudgeOverrides:
+    """What a command asks to change in ``[judge]`` (``--provider/--model/--base-url/--concurrency``)."""
+
+    provider: ProviderName | None = None
+    model: str | None = None
+    base_url: str | None = None
+    concurrency: int | None = None
+
+    def apply(self, judge: JudgeSection) -> JudgeSection:
+        """``judge`` with these overrides. Switching providers without a model takes that provider's
+        default judge model (the configured one belongs to the configured provider)."""
+        update: dict[str, object] = {}
+        if self.provider:
+            update["provider"] = self.provider
+            if self.provider != judge.provider and not self.model:
+                update["model"] = DEFAULT_JUDGE_MODELS[self.provider]
+        if self.model:
+            update["model"] = self.model
+        if self.base_url:
+            update["base_url"] = self.base_url
+        if self.concurrency is not None:
+            if self.concurrency < 1:
+                raise UserError(f"--concurrency must be at least 1 (got {self.concurrency})")
+            update["max_concurrency"] = self.concurrency
+        return JudgeSection.model_validate({**judge.model_dump(), **update})
 
 
 class Price(_Section):

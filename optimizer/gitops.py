@@ -311,7 +311,7 @@ def commit_candidate(
     full = format_message(subject, body, trailers)
     with repo_at(root) as repo:
         repo.git.add("-A", "--", *paths)
-        staged = [d.a_path or d.b_path for d in repo.index.diff("HEAD")]
+        staged = [path for d in repo.index.diff("HEAD") if (path := d.a_path or d.b_path)]
         if not staged:
             raise ValueError(f"nothing to commit in {', '.join(paths)}")
         stray = sorted(p for p in staged if p not in set(paths))

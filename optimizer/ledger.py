@@ -389,7 +389,7 @@ def _opt_bool(value: int | None) -> bool | None:
     return None if value is None else bool(value)
 
 
-def _metrics_dict(metrics: Any) -> dict[str, Any] | None:
+def _metrics_dict(metrics: Metrics | Mapping[str, Any] | None) -> dict[str, Any] | None:
     """Accept a ``metrics.Metrics`` (stored whole: protocol keys plus the confusion counts, so it
     can be rebuilt with ``Metrics.model_validate``), any pydantic model, or a mapping."""
     if metrics is None:

@@ -8,14 +8,11 @@ cross-checks git when the run's branch exists in the workspace.
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from optimizer.errors import UserError
 from optimizer.ledger import FLIP_KEYS, Experiment, Ledger, Run
 from optimizer.workspace import Workspace
 
@@ -48,7 +45,7 @@ def _signed(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:+.{digits}f}"
 
 
-def _one_line(text: str | None, limit: int = 70) -> str:
+def one_line(text: str | None, limit: int = 70) -> str:
     flat = " ".join((text or "").split())
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
@@ -66,15 +63,6 @@ def _interval(exp: Experiment, name: str) -> str:
 
 def _parents(experiments: Sequence[Experiment]) -> dict[int, Experiment]:
     return {e.id: e for e in experiments}
-
-
-def _open(args: argparse.Namespace) -> tuple[Workspace, Ledger]:
-    ws = Workspace.open(args.workspace)
-    return ws, Ledger.open_readonly(ws.ledger_path)
-
-
-# ---------------------------------------------------------------------------------------------
-# The data behind the report
 
 
 def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
@@ -182,7 +170,7 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
             f"{e.status:<14} {_num(e.kappa):>6} {_signed(_delta(e.kappa, parent.kappa if parent else None)):>7} "
             f"{_num(e.fpr):>6} {_signed(_delta(e.fpr, parent.fpr if parent else None)):>7} "
             f"{_num(e.balanced_accuracy):>6} {_num(e.p_value):>6} {_flip_summary(e):>7} {e.cost_usd:>8.4f}  "
-            f"{_one_line(e.rationale, 60)}"
+            f"{one_line(e.rationale, 60)}"
         )
     return lines
 
@@ -235,7 +223,7 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
         if e.files_changed:
             out.append(f"    files {', '.join(e.files_changed)} (+{e.insertions or 0}/-{e.deletions or 0})")
         if e.rationale:
-            out.append(f"    rationale: {_one_line(e.rationale, 200)}")
+            out.append(f"    rationale: {one_line(e.rationale, 200)}")
     out.append("")
 
     chain = ledger.kept_chain(run.id)
@@ -270,10 +258,10 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
         f"spend: ${totals['cost_usd']:.4f} over {totals['calls']} calls ({totals['cache_hits']} cached), "
         f"{totals['input_tokens']}+{totals['output_tokens']} tokens, {totals['duration_s']:.0f}s judging"
     )
-    counts: dict[str, int] = {}
+    by_status: dict[str, int] = {}
     for e in experiments:
-        counts[e.status] = counts.get(e.status, 0) + 1
-    out.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        by_status[e.status] = by_status.get(e.status, 0) + 1
+    out.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())))
     if ws is not None:
         out.extend(git_audit(ws, run, experiments))
     return "\n".join(out) + "\n"
@@ -304,7 +292,7 @@ def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
                 "cache_hits": e.cache_hits, "input_tokens": e.input_tokens, "output_tokens": e.output_tokens,
                 "cost_usd": e.cost_usd, "duration_s": e.duration_s, "commit": e.commit_sha,
                 "files_changed": ",".join(e.files_changed), "insertions": e.insertions, "deletions": e.deletions,
-                "reason": _one_line(e.reason, 10_000), "rationale": _one_line(e.rationale, 10_000),
+                "reason": one_line(e.reason, 10_000), "rationale": one_line(e.rationale, 10_000),
             }
             writer.writerow(["" if row[c] is None else row[c] for c in TSV_COLUMNS])
     return path
@@ -336,7 +324,7 @@ def write_markdown_report(ledger: Ledger, run_id: str, path: Path, ws: Workspace
     ]
     for e in experiments:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
-        rationale = _one_line(e.rationale, 80).replace("|", "\\|")
+        rationale = one_line(e.rationale, 80).replace("|", "\\|")
         lines.append(
             f"| {e.id} | {e.status} | {_num(e.kappa)} | {_signed(_delta(e.kappa, parent.kappa if parent else None))} "
             f"| {_num(e.fpr)} | {_signed(_delta(e.fpr, parent.fpr if parent else None))} | {_num(e.p_value)} "
@@ -346,52 +334,3 @@ def write_markdown_report(ledger: Ledger, run_id: str, path: Path, ws: Workspace
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
-
-
-# ---------------------------------------------------------------------------------------------
-# Command handlers
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    """``judgeloop report [--run ID] [--json]``."""
-    ws, ledger = _open(args)
-    with ledger:
-        run = ledger.resolve_run(getattr(args, "run", None))
-        if getattr(args, "json", False):
-            print(json.dumps(report_json(ledger, run)))
-        else:
-            print(report_text(ledger, run, ws), end="")
-    return 0
-
-
-def cmd_history(args: argparse.Namespace) -> int:
-    """``judgeloop history [--run ID]``: the experiments table."""
-    _, ledger = _open(args)
-    with ledger:
-        run = ledger.resolve_run(getattr(args, "run", None))
-        experiments = ledger.experiments(run.id)
-    print(f"run {run.id}  branch {run.branch}  policy {run.policy}  ({len(experiments)} experiments)")
-    print("\n".join(history_lines(experiments)))
-    return 0
-
-
-def cmd_reviews(args: argparse.Namespace) -> int:
-    """``judgeloop reviews [--export FILE]``: list human reviews or export them as JSONL."""
-    _, ledger = _open(args)
-    with ledger:
-        export = getattr(args, "export", None)
-        if export:
-            try:
-                count = ledger.export_reviews(Path(export))
-            except OSError as exc:
-                raise UserError(f"cannot write {export} ({exc.strerror}); choose a writable path") from None
-            print(f"exported {count} review{'s' if count != 1 else ''} to {export}")
-            return 0
-        reviews = ledger.reviews()
-    if not reviews:
-        print("no reviews yet (mark items in `judgeloop tui`)")
-        return 0
-    for r in reviews:
-        where = f" exp #{r.experiment_id}" if r.experiment_id is not None else ""
-        print(f"{r.id:>4} {r.created:%Y-%m-%d %H:%M} {r.kind:<16} {r.trajectory_id}{where} [{r.author}] {_one_line(r.note, 80)}")
-    return 0

@@ -7,15 +7,18 @@ other harness (e.g. the official Codex or Claude Code runners). Files whose name
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from optimizer.devset.labels import load_labels
+from optimizer.devset.split import open_split
 from optimizer.errors import UserError
 from optimizer.metrics import MISSING, Answer, Metrics, bootstrap_intervals, score
 from optimizer.models import MISTAKE_TYPES, fold_mistake_type
+from optimizer.workspace import Workspace
 
 INVALID = Answer(success=None, status="invalid")
 
@@ -99,19 +102,19 @@ def format_table(split_name: str, metrics: Metrics, intervals: dict[str, tuple[f
     return "\n".join(lines)
 
 
-def cmd_score(args: argparse.Namespace) -> int:
-    """``judgeloop score RESULTS_DIR --split NAME [--json]``."""
-    from optimizer.devset.labels import load_labels
-    from optimizer.devset.split import open_split
-    from optimizer.workspace import Workspace
+@dataclass(frozen=True)
+class FolderScore:
+    """A results folder scored against a split's labels."""
 
-    ws = Workspace.open(args.workspace)
-    split = open_split(ws, args.split)
+    split: str
+    metrics: Metrics
+    intervals: dict[str, tuple[float, float]]
+
+
+def score_folder(ws: Workspace, results_dir: Path, split_name: str) -> FolderScore:
+    """Score the verdict files in ``results_dir`` against split ``split_name`` by the published
+    protocol (a missing or invalid verdict counts as wrong), with 95% bootstrap intervals."""
+    split = open_split(ws, split_name)
     labels = load_labels(split)
-    answers = read_results_dir(Path(args.results_dir), split.ids)
-    metrics = score(labels, answers)
-    if args.json:
-        print(json.dumps(metrics.protocol_dict()))
-    else:
-        print(format_table(split.name, metrics, bootstrap_intervals(labels, answers)))
-    return 0
+    answers = read_results_dir(results_dir, split.ids)
+    return FolderScore(split.name, score(labels, answers), bootstrap_intervals(labels, answers))

@@ -6,7 +6,6 @@ after use: GitPython keeps helper processes alive per Repo and is not thread-saf
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,35 +13,15 @@ from pathlib import Path
 
 import git
 
-from optimizer.config import DEFAULT_CONFIG_TOML, Config, load_config
+from optimizer.config import Config, load_config
 from optimizer.errors import UserError
 
 CONFIG_NAME = "judgeloop.toml"
 JUDGELOOP_ACTOR = git.Actor("judgeloop", "judgeloop@localhost")
 
-_GITIGNORE = """\
-/experiments/*
-!/experiments/README.md
-__pycache__/
-"""
-
-_EXPERIMENTS_README = """\
-# experiments/
-
-What runs produce: the ledger (`ledger.sqlite`), the judge-call cache (`cache.sqlite`), per-run
-folders of verdict files, `guidance.md` (human guidance the optimiser reads; edit it while a run
-is going) and the `STOP` file (create it to stop a run after its current step).
-Everything here except this README is ignored by git.
-"""
 
 
-def bundled_dir() -> Path:
-    """Where the bundled prompts and sample set live: inside a wheel, or the source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "_bundled", here.parent):
-        if (candidate / "prompts").is_dir() and (candidate / "devset" / "sample").is_dir():
-            return candidate
-    raise UserError("the bundled prompts and sample set are missing from this install; reinstall judgeloop")
+
 
 
 @dataclass(frozen=True)
@@ -105,41 +84,6 @@ def repo_at(root: Path) -> Iterator[git.Repo]:
         repo.close()
 
 
-def init_workspace(target: Path, *, sample: bool = False) -> Workspace:
-    """Create a workspace at ``target`` (a new or empty folder) and make its initial commit."""
-    target = target.resolve()
-    if target.exists() and any(target.iterdir()):
-        raise UserError(f"{target} exists and is not empty; choose a new folder for the workspace")
-    bundle = bundled_dir()
-    target.mkdir(parents=True, exist_ok=True)
-    (target / CONFIG_NAME).write_text(DEFAULT_CONFIG_TOML, encoding="utf-8")
-    shutil.copytree(bundle / "prompts", target / "prompts")
-    (target / "devset").mkdir()
-    (target / "devset" / ".gitkeep").write_text("", encoding="utf-8")
-    (target / "experiments").mkdir()
-    (target / "experiments" / "README.md").write_text(_EXPERIMENTS_README, encoding="utf-8")
-    (target / ".gitignore").write_text(_GITIGNORE, encoding="utf-8")
-
-    repo = git.Repo.init(target, initial_branch="main")
-    try:
-        with repo.config_writer() as cw:
-            # Local identity so commits work on machines with no global git config.
-            cw.set_value("user", "name", JUDGELOOP_ACTOR.name)
-            cw.set_value("user", "email", JUDGELOOP_ACTOR.email)
-        repo.git.add(A=True)
-        repo.index.commit("judgeloop: new workspace", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
-    finally:
-        repo.close()
-
-    ws = Workspace.open(target)
-    if sample:
-        from optimizer.devset.importer import import_split
-
-        import_split(ws, bundle / "devset" / "sample", "sample", all_items=True)
-        with repo_at(ws.root) as repo:
-            repo.git.add("devset")
-            repo.index.commit("judgeloop: import the bundled sample split", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
-    return ws
 
 
 LOCK_FILE = "loop.lock"

@@ -17,6 +17,6 @@ SAMPLE_DIR = REPO_ROOT / "devset" / "sample"
 
 @pytest.fixture
 def empty_workspace(tmp_path: Path):
-    from optimizer.workspace import init_workspace
+    from optimizer.scaffold import init_workspace
 
     return init_workspace(tmp_path / "ws", sample=False)

@@ -8,7 +8,8 @@ from pathlib import Path
 from optimizer.devset.importer import import_split
 from optimizer.devset.split import Split
 from optimizer.loop.strategies import Disagreement, PastExperiment, ProposalContext
-from optimizer.workspace import Workspace, init_workspace
+from optimizer.scaffold import init_workspace
+from optimizer.workspace import Workspace
 from tests.data_helpers import FakeItem, make_items, pair_items, write_release
 
 ALLOWED = ["prompts/judge.md", "prompts/rubric.md"]

@@ -21,7 +21,10 @@ import pytest
 from optimizer.cli import main
 from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
-from optimizer.evaluation.evaluator import Budget, EvalRun, evaluate_items, write_results
+from optimizer.evaluation.budget import Budget
+from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.files import write_results
+from optimizer.evaluation.results import EvalRun
 from optimizer.judge.prompts import PromptSet, parse_settings
 from optimizer.metrics import score
 from tests.fakeserver import FakeLLMServer, RecordedRequest, ToolCall, Usage, reply, server_error
@@ -301,7 +304,7 @@ def test_the_budget_is_checked_before_every_turn(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server.default = investigating_judge(data)
-    from optimizer.evaluation.evaluator import call_cost_usd
+    from optimizer.evaluation.budget import call_cost_usd
     from optimizer.judge.agentic import AgenticTask, ConversationState
     from optimizer.judge.types import ProviderReply
 

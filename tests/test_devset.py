@@ -17,7 +17,8 @@ from optimizer.devset.split import format_trajectory, open_split
 from optimizer.devset.verify import verify_split
 from optimizer.errors import UserError
 from optimizer.models import Label
-from optimizer.workspace import Workspace, init_workspace
+from optimizer.scaffold import init_workspace
+from optimizer.workspace import Workspace
 from tests.conftest import SAMPLE_DIR
 from tests.data_helpers import (
     TYPES,

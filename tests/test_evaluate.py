@@ -16,25 +16,22 @@ from typing import Any
 import pytest
 
 from optimizer.cli import main
+from optimizer.cli.progress import StderrProgress
 from optimizer.config import JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
+from optimizer.evaluation.budget import Budget, estimate_cost_usd
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import (
-    Budget,
-    EvalRun,
-    ItemResult,
-    StderrProgress,
-    estimate_cost_usd,
-    evaluate_items,
-    write_results,
-)
+from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.files import write_results
+from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import InfrastructureError, JudgeRequest, ProviderReply, Sampling, TextPart
 from optimizer.metrics import score
-from optimizer.workspace import Workspace, init_workspace
+from optimizer.scaffold import init_workspace
+from optimizer.workspace import Workspace
 from tests.data_helpers import FakeItem, make_items, write_release
 from tests.fakeserver import FakeLLMServer, RecordedRequest, reply, server_error, verdict_reply
 
@@ -505,19 +502,15 @@ def test_fully_cached_items_are_not_rendered_again_until_an_input_changes(
 
 
 def test_switching_provider_without_model_takes_that_providers_default_model() -> None:
-    import argparse
-
-    from optimizer.config import JudgeSection
-    from optimizer.evaluation.evaluator import DEFAULT_JUDGE_MODELS, judge_with_overrides
+    from optimizer.config import DEFAULT_JUDGE_MODELS, JudgeOverrides, JudgeSection
 
     local = JudgeSection()  # provider local, model smollm2-135m
-    args = argparse.Namespace(provider="anthropic", model=None, base_url=None, concurrency=None)
-    assert judge_with_overrides(local, args).model == DEFAULT_JUDGE_MODELS["anthropic"]
-    args = argparse.Namespace(provider="openai", model="my-model", base_url=None, concurrency=None)
-    assert judge_with_overrides(local, args).model == "my-model"
-    args = argparse.Namespace(provider="local", model=None, base_url=None, concurrency=2)
-    same = judge_with_overrides(local, args)
+    assert JudgeOverrides(provider="anthropic").apply(local).model == DEFAULT_JUDGE_MODELS["anthropic"]
+    assert JudgeOverrides(provider="openai", model="my-model").apply(local).model == "my-model"
+    same = JudgeOverrides(provider="local", concurrency=2).apply(local)
     assert same.model == "smollm2-135m" and same.max_concurrency == 2
+    with pytest.raises(UserError, match="--concurrency must be at least 1"):
+        JudgeOverrides(concurrency=0).apply(local)
 
 
 def test_infrastructure_errors_are_judged_again_in_later_rounds(

@@ -6,7 +6,8 @@ import pytest
 
 from optimizer import gitops
 from optimizer.errors import UserError
-from optimizer.workspace import Workspace, init_workspace, repo_at
+from optimizer.scaffold import init_workspace
+from optimizer.workspace import Workspace, repo_at
 
 
 @pytest.fixture

@@ -219,7 +219,7 @@ def test_bundled_library_entries_name_no_value_of_the_sample_instructions(tmp_pa
     from optimizer.devset.split import open_split
     from optimizer.judge.prompts import PromptSet
     from optimizer.loop.guards import instruction_values, new_value
-    from optimizer.workspace import init_workspace
+    from optimizer.scaffold import init_workspace
 
     root = Path(__file__).resolve().parents[1]
     ws = init_workspace(tmp_path / "ws", sample=True)

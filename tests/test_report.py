@@ -10,7 +10,8 @@ from optimizer import gitops
 from optimizer.cli import main
 from optimizer.ledger import ItemVerdict, LabelRow, Ledger
 from optimizer.report import TSV_COLUMNS, export_experiments_tsv, report_json, write_markdown_report
-from optimizer.workspace import Workspace, init_workspace
+from optimizer.scaffold import init_workspace
+from optimizer.workspace import Workspace
 
 LABELS = {"p1": True, "p2": True, "n1": False, "n2": False}
 

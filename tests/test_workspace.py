@@ -42,7 +42,7 @@ def test_cli_reports_non_workspace_in_one_line(tmp_path: Path, capsys: pytest.Ca
 def test_init_refuses_a_non_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("keep me")
     with pytest.raises(UserError, match="not empty"):
-        from optimizer.workspace import init_workspace
+        from optimizer.scaffold import init_workspace
 
         init_workspace(tmp_path)
     assert (tmp_path / "x").read_text() == "keep me"

@@ -1,10 +1,10 @@
 """Generate the bundled sample set: a small, synthetic AgentHorizon-style release, deterministically.
 
-``python -m optimizer.samplegen OUT_DIR [--seed N]`` writes, in the real release layout::
+``python -m tools.samplegen OUT_DIR [--seed N]`` (from the checkout's root) writes, in the real release layout::
 
     OUT_DIR/AgentHorizon.jsonl                                   labels (positives + swapped negatives)
     OUT_DIR/sandbox/data/jsons/<trajectory_id>.json              blind projection (no label, no pairing)
-    OUT_DIR/sandbox/data/markdowns/<trajectory_id>.md            optimizer.markdown.render_markdown
+    OUT_DIR/sandbox/data/markdowns/<trajectory_id>.md            optimizer.devset.markdown.render_markdown
     OUT_DIR/sandbox/data/media/images/<recording_id>/step_<N>.png  one screenshot per step (before it)
     OUT_DIR/README.md                                            what this is and how to regenerate
 
@@ -1126,14 +1126,14 @@ numbers say nothing about a judge's quality on AgentHorizon.
   Mistake types - {types}.
 
 Layout: `AgentHorizon.jsonl` (labels), `sandbox/data/jsons/<id>.json` (blind projection),
-`sandbox/data/markdowns/<id>.md` (rendered by `optimizer.markdown.render_markdown`),
+`sandbox/data/markdowns/<id>.md` (rendered by `optimizer.devset.markdown.render_markdown`),
 `sandbox/data/media/images/<recording_id>/step_<N>.png` ({summary.screenshots} screenshots).
 
-The generator is `optimizer/samplegen.py` (the pairs are listed in `PAIRS` there, with the mistake
+The generator is `tools/samplegen.py` (the pairs are listed in `PAIRS` there, with the mistake
 type of each swapped negative). Regenerate, from the repository root (byte-identical for the same
 seed and Pillow version; this copy used seed {seed}):
 
-    python -m optimizer.samplegen devset/sample --seed {seed}
+    python -m tools.samplegen devset/sample --seed {seed}
 
 `tests/test_samplegen.py` checks determinism, the counts, every link and that this committed copy
 matches what the generator writes today.
@@ -1217,8 +1217,8 @@ def generate_sample(out_dir: Path, seed: int = DEFAULT_SEED,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m optimizer.samplegen OUT_DIR [--seed N]``; prints the counts."""
-    parser = argparse.ArgumentParser(prog="python -m optimizer.samplegen",
+    """Command line: ``python -m tools.samplegen OUT_DIR [--seed N]`` (from the checkout's root); prints the counts."""
+    parser = argparse.ArgumentParser(prog="python -m tools.samplegen",
                                      description="Write the synthetic AgentHorizon-style sample set.")
     parser.add_argument("out_dir", metavar="OUT_DIR", type=Path)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)

@@ -8,8 +8,6 @@ never stops one. Views are single-key switchable; every binding has an id (remap
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
 import subprocess
 import threading
@@ -27,7 +25,6 @@ from textual.worker import Worker, WorkerState
 
 from optimizer.errors import UserError
 from optimizer.ledger import Ledger
-from optimizer.workspace import Workspace
 from tui import runs
 from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
 from tui.views import (
@@ -426,26 +423,3 @@ async def render_screenshot(
         out.parent.mkdir(parents=True, exist_ok=True)
         app.save_screenshot(filename=out.name, path=str(out.parent))
     return out
-
-
-def cmd_tui(args: argparse.Namespace) -> int:
-    """`judgeloop tui`: open the app, or with --screenshot render one view to SVG and exit."""
-    ws = Workspace.open(args.workspace)
-    experiment_id: int | None = None
-    if args.experiment is not None:
-        try:
-            experiment_id = int(args.experiment)
-        except ValueError:
-            raise UserError(f"--experiment {args.experiment!r} is not an experiment id; see `judgeloop history`") from None
-    if args.screen not in VIEWS:
-        raise UserError(f"unknown --screen {args.screen!r}; use one of {', '.join(VIEWS)}")
-    if args.screenshot:
-        out = Path(args.screenshot)
-        if out.suffix.lower() != ".svg":
-            raise UserError(f"--screenshot {out} must end in .svg (convert to PNG afterwards)")
-        asyncio.run(render_screenshot(ws.root, out, screen=args.screen, experiment_id=experiment_id,
-                                      size=parse_size(args.size)))
-        print(f"wrote {out}")
-        return 0
-    JudgeloopApp(ws.root, start_view=args.screen, experiment_id=experiment_id).run()
-    return 0

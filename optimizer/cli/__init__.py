@@ -67,12 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", metavar="ID")
     dadd("list", "optimizer.cli.devset:cmd_list", "list the workspace's splits")
 
-    p = add("score", "optimizer.scoring:cmd_score", "score a folder of verdict files against a split")
+    p = add("score", "optimizer.cli.score:cmd_score", "score a folder of verdict files against a split")
     p.add_argument("results_dir", metavar="RESULTS_DIR")
     p.add_argument("--split", required=True, metavar="NAME")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
-    p = add("eval", "optimizer.evaluation.evaluator:cmd_eval", "evaluate the judge prompts on a split")
+    p = add("eval", "optimizer.cli.eval:cmd_eval", "evaluate the judge prompts on a split")
     p.add_argument("--split", metavar="NAME", help="default: [workspace] dev_split")
     p.add_argument("--rev", metavar="REV", help="git revision of prompts/ (default: the working tree)")
     p.add_argument("--replicates", type=int, metavar="K")
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _judge_overrides(p)
 
-    p = add("run", "optimizer.loop.runner:cmd_run", "run the optimisation loop on the dev split")
+    p = add("run", "optimizer.cli.loop:cmd_run", "run the optimisation loop on the dev split")
     p.add_argument("--split", metavar="NAME")
     p.add_argument("--strategy", choices=["agent", "reflect", "library", "manual"],
                    help="manual: your working-tree edit of the allowed files, judged as one candidate")
@@ -96,26 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the last unfinished run")
     _judge_overrides(p)
 
-    p = add("decide", "optimizer.loop.runner:cmd_decide", "keep or discard a candidate waiting in propose-only mode")
+    p = add("decide", "optimizer.cli.loop:cmd_decide", "keep or discard a candidate waiting in propose-only mode")
     p.add_argument("experiment", metavar="EXPERIMENT")
     p.add_argument("decision", choices=["keep", "discard"])
 
-    p = add("report", "optimizer.report:cmd_report", "audit a run: decisions, kept chain, flips, spend")
+    p = add("report", "optimizer.cli.report:cmd_report", "audit a run: decisions, kept chain, flips, spend")
     p.add_argument("--run", metavar="ID")
     p.add_argument("--json", action="store_true")
 
-    p = add("history", "optimizer.report:cmd_history", "print the experiments table")
+    p = add("history", "optimizer.cli.report:cmd_history", "print the experiments table")
     p.add_argument("--run", metavar="ID")
 
-    p = add("confirm", "optimizer.loop.runner:cmd_confirm", "evaluate the final prompts once on a held-out split")
+    p = add("confirm", "optimizer.cli.loop:cmd_confirm", "evaluate the final prompts once on a held-out split")
     p.add_argument("--split", required=True, metavar="NAME")
     p.add_argument("--run", metavar="ID")
     _judge_overrides(p)
 
-    p = add("reviews", "optimizer.report:cmd_reviews", "list human reviews or export them as JSONL")
+    p = add("reviews", "optimizer.cli.report:cmd_reviews", "list human reviews or export them as JSONL")
     p.add_argument("--export", metavar="FILE")
 
-    p = add("tui", "tui.app:cmd_tui", "open the terminal UI")
+    p = add("tui", "optimizer.cli.tui:cmd_tui", "open the terminal UI")
     p.add_argument("--screenshot", metavar="FILE.svg", help="render one screen to SVG and exit")
     p.add_argument("--screen", default="history", metavar="NAME")
     p.add_argument("--experiment", metavar="ID")

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""`judgeloop devset import|verify|show|list`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ from optimizer.errors import UserError
 from optimizer.workspace import Workspace
 
 
+def warn(message: str) -> None:
+    print(f"judgeloop: warning: {message}", file=sys.stderr)
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     """`judgeloop devset import SRC --name NAME (--manifest FILE | --all | --rebuild-ahd) [--link]`."""
     ws = Workspace.open(args.workspace)
@@ -25,6 +29,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         all_items=bool(args.all),
         rebuild_ahd=bool(args.rebuild_ahd),
         link=bool(args.link),
+        warn=warn,
     )
     meta = split_meta(split.root)
     print(f"imported {len(split.ids)} items into {split.root.relative_to(ws.root)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from optimizer.workspace import init_workspace
+from optimizer.scaffold import init_workspace
 
 
 def cmd_init(args: argparse.Namespace) -> int:

@@ -1,4 +1,19 @@
-"""TODO docstring."""
+"""Importing AgentHorizon items from a release folder into ``devset/NAME/`` (and rebuilding AH-D).
+
+A source folder (``SRC``) is in one of the two release layouts of ``shared/agenthorizon-format.md``:
+
+- the public release: label files at the top, ``sandbox/data/{markdowns,jsons,media/images}``;
+- the authors' tooling: ``agenthorizon_md/``, ``agenthorizon_json/`` and ``data/media/images/`` side
+  by side (the folder holding ``data/`` is the sandbox root).
+
+Label files are the ``*.jsonl`` files at the top of SRC whose rows are labels (``AgentHorizon.jsonl``,
+``AgentHorizon-Simple.jsonl``, ``labels.jsonl``); a top-level ``*.jsonl`` whose rows are whole
+trajectories (the authors' full form) is also read, for items that have no per-item JSON file.
+
+An imported split always holds the blind projection: JSON with only ``trajectory_id``, ``task``,
+``environment`` and ``steps``, Markdown next to it (rendered from the JSON when the source has
+none) and the screenshots it links; its labels sit apart in ``labels.jsonl``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +21,6 @@ import json
 import os
 import random
 import shutil
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -55,8 +69,8 @@ AHD_SEED = 42
 Warn = Callable[[str], None]
 
 
-def _warn_stderr(message: str) -> None:
-    print(f"judgeloop: warning: {message}", file=sys.stderr)
+def _drop(message: str) -> None:
+    """The default `Warn`: callers that want the warnings pass their own (the CLI prints them)."""
 
 
 @dataclass
@@ -335,7 +349,7 @@ def import_split(
     do not stop the import (a broken label line, a missing source screenshot) go to ``warn``.
     Nothing is left behind on refusal: the split is written to a temporary folder, then renamed.
     """
-    warn = warn or _warn_stderr
+    warn = warn or _drop
     if sum((manifest is not None, all_items, rebuild_ahd)) != 1:
         raise UserError("choose the items with exactly one of --manifest FILE, --all or --rebuild-ahd")
     if not SPLIT_NAME.match(name):

@@ -1,4 +1,6 @@
-"""TODO docstring."""
+"""Labels: reading label files, counting and fingerprinting them, and `load_labels` — the only
+reader of an imported split's labels. Only scoring, the loop's decisions, the report and the
+optimiser's disagreement view use it; the judge-input side never imports this module."""
 
 from __future__ import annotations
 

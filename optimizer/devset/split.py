@@ -1,21 +1,8 @@
-"""AgentHorizon data: reading release folders, importing splits, verifying and reading them.
+"""An imported split as judge input: manifest order, trajectories, Markdown and screenshots.
 
-A source folder (``SRC``) is in one of the two release layouts of ``shared/agenthorizon-format.md``:
-
-- the public release: label files at the top, ``sandbox/data/{markdowns,jsons,media/images}``;
-- the authors' tooling: ``agenthorizon_md/``, ``agenthorizon_json/`` and ``data/media/images/`` side
-  by side (the folder holding ``data/`` is the sandbox root).
-
-Label files are the ``*.jsonl`` files at the top of SRC whose rows are labels (``AgentHorizon.jsonl``,
-``AgentHorizon-Simple.jsonl``, ``labels.jsonl``); a top-level ``*.jsonl`` whose rows are whole
-trajectories (the authors' full form) is also read, for items that have no per-item JSON file.
-
-An imported split (``devset/NAME/``) always holds the blind projection: JSON with only
-``trajectory_id``, ``task``, ``environment`` and ``steps``, Markdown next to it (rendered from the JSON
-when the source has none) and the screenshots it links; its labels sit apart in ``labels.jsonl``.
-
-A `Split` never reads labels. `load_labels` is the only reader of a split's labels; the code that
-builds judge input (render, judge, providers) must never import it.
+Judge-input side. A `Split` never reads labels: `optimizer.devset.labels` is the only reader of a
+split's labels, and nothing that builds judge input may import it (an import-linter contract in
+pyproject.toml; tests/test_firewall.py proves it at run time).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TODO docstring."""
+"""`verify_split`: is every item of a split complete (label, JSON, Markdown, every screenshot)?"""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def make_workspace(tmp_path: Path, *, toml_extra: str = "", judge_toml: Mapping[
 def add_small_dev_split(root: Path, per_class: int = 16) -> list[str]:
     """Import ``per_class`` positives and negatives of the sample as split ``small`` and make it the
     dev split (committed). Most loop tests use it: the mechanics are the same, the runs 3x shorter."""
-    from optimizer.workspace import bundled_dir
+    from optimizer.scaffold import bundled_dir
 
     labels = load_labels(open_split(Workspace.open(root), "sample"))
     positives = [t for t, lab in labels.items() if lab.is_positive][:per_class]

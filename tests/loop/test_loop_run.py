@@ -109,7 +109,7 @@ def priced(step: Step, cost_usd: float) -> Step:
 
 
 def install(monkeypatch: pytest.MonkeyPatch, strategy: ScriptedStrategy) -> None:
-    monkeypatch.setattr("optimizer.loop.runner.make_strategy", lambda *a, **k: strategy)
+    monkeypatch.setattr("optimizer.loop.session.make_strategy", lambda *a, **k: strategy)
 
 
 # -- the full library run --------------------------------------------------------------------------
@@ -384,7 +384,8 @@ def _add_heldout_split(root: Path, n_held: int = 12) -> tuple[list[str], list[st
     """Import ``n_held`` sample items outside the dev split as split ``held`` and list it under
     [workspace] heldout_splits; returns (dev ids, held-out ids)."""
     from optimizer.cli import main
-    from optimizer.workspace import Workspace, bundled_dir
+    from optimizer.scaffold import bundled_dir
+    from optimizer.workspace import Workspace
 
     dev = open_split(Workspace.open(root), "small").ids
     held = [t for t in open_split(Workspace.open(root), "sample").ids if t not in dev][:n_held]

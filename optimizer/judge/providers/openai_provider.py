@@ -31,7 +31,7 @@ from typing import Any
 
 import openai
 from openai._types import RequestOptions
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
 from optimizer.config import JudgeSection
 from optimizer.errors import UserError
@@ -230,7 +230,7 @@ class OpenAIProvider:
             calls = tuple(
                 ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
                 for c in choice.message.tool_calls
-                if getattr(c, "function", None) is not None
+                if isinstance(c, ChatCompletionMessageFunctionToolCall)
             )
         return AssistantTurn(text=text, tool_calls=calls), self._reply(completion, text)
 

@@ -159,7 +159,8 @@ class LibraryStrategy:
         avoid = tried_sets(ctx.history) | {current}
         classified = {e.id: classify(e) for e in library}
         direction = dominant_direction(ctx.disagreements)
-        wanted: Lean = {"missed_failure": "stricter", "rejected_success": "lenient", None: "neutral"}[direction]  # type: ignore[index]
+        leans: dict[str | None, Lean] = {"missed_failure": "stricter", "rejected_success": "lenient", None: "neutral"}
+        wanted = leans[direction]
         target_type = _missed_type(ctx.disagreements) if wanted == "stricter" else None
         rng = rng_for(ctx.rng_seed, ctx.experiment_seq)
 

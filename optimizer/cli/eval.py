@@ -1,0 +1,78 @@
+"""`judgeloop eval`, and the judge overrides every judging command accepts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from optimizer.cli.progress import TerminalEvents
+from optimizer.config import JudgeOverrides
+from optimizer.evaluation.scored import EvalOptions, evaluate
+from optimizer.metrics import Metrics
+from optimizer.workspace import Workspace
+
+
+def judge_overrides(args: argparse.Namespace) -> JudgeOverrides:
+    """``--provider/--model/--base-url/--concurrency`` as typed overrides of ``[judge]``."""
+    return JudgeOverrides(provider=args.provider, model=args.model, base_url=args.base_url,
+                          concurrency=args.concurrency)
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def format_metrics(metrics: Metrics) -> str:
+    """The protocol metrics as a small aligned table."""
+    rows = [
+        ("items", str(metrics.n)),
+        ("balanced accuracy", _fmt(metrics.balanced_accuracy)),
+        ("TPR (positive acc.)", _fmt(metrics.tpr)),
+        ("TNR (negative acc.)", _fmt(metrics.tnr)),
+        ("FPR", _fmt(metrics.fpr)),
+        ("FNR", _fmt(metrics.fnr)),
+        ("Cohen's kappa", _fmt(metrics.kappa)),
+        ("invalid (parse failures)", str(metrics.invalid)),
+        ("missing", str(metrics.missing)),
+    ]
+    for kind, value in metrics.mistake_type_recall.items():
+        rows.append((f"recall: {kind}", _fmt(value)))
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Judge a split with the prompts at a revision, write verdict files, print metrics."""
+    from pathlib import Path
+
+    options = EvalOptions(
+        split=args.split, rev=args.rev, replicates=args.replicates, limit=args.limit,
+        out=Path(args.out) if args.out else None, judge=judge_overrides(args),
+    )
+    with TerminalEvents(prefix="judgeloop eval: ") as events:
+        outcome = evaluate(Workspace.open(args.workspace), options, events)
+    run, metrics = outcome.run, outcome.metrics
+    if args.json:
+        print(json.dumps(metrics.protocol_dict()))
+    else:
+        print(format_metrics(metrics))
+        print(
+            f"calls: {run.calls_made} new, {run.cache_hits} cached · tokens: {run.input_tokens:,} in / "
+            f"{run.output_tokens:,} out · cost: ${run.cost_usd:.4f} (cached calls saved ${run.cached_cost_usd:.4f})"
+        )
+        if run.infra_error_ids:
+            print(f"infrastructure errors: {len(run.infra_error_ids)} item(s), not scored as verdicts; "
+                  "re-run to retry them:")
+            for item in run.items:
+                if item.infra_error:
+                    print(f"  {item.trajectory_id}: {item.error}")
+        print(f"results: {outcome.out}")
+    for note in run.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if run.infra_error_ids:
+        print(
+            f"judgeloop eval: {len(run.infra_error_ids)} item(s) hit infrastructure errors; they count as missing",
+            file=sys.stderr,
+        )
+    return 0

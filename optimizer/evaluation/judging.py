@@ -1,0 +1,466 @@
+"""Judging one item: rendering (memoised), the judge-call cache, paid calls under the budget, the
+agentic conversation, and the item's majority answer. Judge-input side: never reads labels."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import hashlib
+import inspect
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optimizer.devset.split import Split
+from optimizer.evaluation.budget import Budget, call_cost_usd, estimate_cost_usd
+from optimizer.evaluation.cache import JudgeCache, cache_key
+from optimizer.evaluation.results import ItemResult, ReplicateResult
+from optimizer.judge.agentic import AgenticTask, ConversationState
+from optimizer.judge.prompts import PromptSet
+from optimizer.judge.types import (
+    VERDICT_SCHEMA,
+    AssistantTurn,
+    InfrastructureError,
+    JudgeRequest,
+    Provider,
+    ProviderReply,
+    Sampling,
+    stable_json,
+)
+from optimizer.metrics import Answer
+from optimizer.models import Trajectory, Verdict
+
+# Encoded screenshots shared across processes (see render.build_request's image_cache_dir).
+IMAGE_CACHE_DIRNAME = "images"
+
+
+class BudgetStop(Exception):
+    """A paid call would cross the budget; the item is not evaluated and evaluation stops."""
+
+
+class Stopped(Exception):
+    """Evaluation is stopping; this item makes no new paid call."""
+
+
+def _majority(replicates: Sequence[ReplicateResult]) -> tuple[Answer, Verdict | None, bool]:
+    """The scored answer, its representative verdict, and whether the replicates disagree."""
+    from optimizer.judge.verdicts import majority
+
+    chosen, unstable = majority([r.verdict for r in replicates])
+    if chosen is None:
+        return Answer(success=None, status="invalid"), None, unstable
+    return Answer(success=chosen.success, mistake_type=chosen.mistake_type), chosen, unstable
+
+
+def _parsed_result(
+    index: int, key: str, cached: bool, text: str, model: str,
+    tokens: tuple[int, int, int, int], cost_usd: float, duration_s: float,
+) -> ReplicateResult:
+    """A replicate's result from a reply text (fresh or cached): the verdict parsed strictly.
+
+    ``tokens``: input, output, cache-read and cache-write token counts.
+    """
+    from optimizer.judge.verdicts import parse_verdict
+
+    parsed = parse_verdict(text)
+    input_tokens, output_tokens, cache_read, cache_write = tokens
+    return ReplicateResult(
+        index=index, cache_key=key, cached=cached, reply_text=text, verdict=parsed.verdict,
+        parse_error=parsed.error, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
+        cache_read_tokens=cache_read, cache_write_tokens=cache_write, cost_usd=cost_usd, duration_s=duration_s,
+    )
+
+
+def _cached_turn(text: str) -> AssistantTurn | None:
+    """A cached agentic turn, or None when the stored text is not one (then it is asked again)."""
+    try:
+        return AssistantTurn.from_json(text)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class PreparedItem:
+    """An item ready to be judged: its notes, each replicate's cache key and cached result (None:
+    a call is needed), and the calls to make, each to be started holding one `ItemJudge.slots` slot."""
+
+    trajectory_id: str
+    notes: tuple[str, ...]
+    looked_up: list[tuple[str, ReplicateResult | None]]
+    calls: Sequence[Callable[[], Coroutine[Any, Any, ReplicateResult]]]
+
+
+class ItemJudge:
+    """Judges one item at a time: renders it (or recalls its rendering), looks every replicate up in
+    the cache, makes the missing calls (direct or agentic) under the budget, stores them in the cache
+    and counts what they cost. Scheduling items belongs to `optimizer.evaluation.evaluator`.
+
+    ``slots`` bounds the calls in flight (``concurrency``); a call releases its slot when it ends.
+    Setting ``stop_reason`` makes every later paid call refuse to start.
+    """
+
+    def __init__(
+        self,
+        split: Split,
+        prompts: PromptSet,
+        provider: Provider,
+        cache: JudgeCache,
+        *,
+        sampling: Sampling,
+        replicates: int,
+        concurrency: int,
+        prices: dict[str, Any],
+        budget: Budget | None,
+        image_cache_dir: Path | None,
+    ) -> None:
+        self.split = split
+        self.prompts = prompts
+        self.provider = provider
+        self.cache = cache
+        self.sampling = sampling
+        self.replicates = replicates
+        self.prices = prices
+        self.budget = budget
+        self.text_only = bool(getattr(provider, "text_only", False))
+        self.agentic = prompts.settings.mode == "agentic"
+        self.token_budget = prompts.settings.token_budget
+        self.image_cache_dir = image_cache_dir
+        self.semaphore = asyncio.Semaphore(concurrency)
+        self.stop_reason: str | None = None
+        self.calls_made = 0
+        self.cache_hits = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost_usd = 0.0
+
+    # -- one call --------------------------------------------------------------------------------
+    def _lookup(self, fingerprint: str, index: int) -> tuple[str, ReplicateResult | None]:
+        """The cache key of replicate ``index`` and its cached result, if any (cached calls are free)."""
+
+        key = cache_key(
+            provider=self.provider.name,
+            model=self.provider.model,
+            sampling=self.sampling,
+            schema=VERDICT_SCHEMA,
+            request=fingerprint,
+            replicate=index,
+        )
+        hit = self.cache.get(key)
+        if hit is None:
+            return key, None
+        return key, _parsed_result(
+            index, key, True, hit.reply_text, hit.reply_model,
+            (hit.input_tokens, hit.output_tokens, hit.cache_read_tokens, hit.cache_write_tokens),
+            hit.cost_usd, hit.duration_s,
+        )
+
+    def _reserve(self, estimate: float) -> float:
+        """Reserve ``estimate`` dollars of the budget for the next call, or stop: it would cross it."""
+        assert self.budget is not None
+        if not self.budget.reserve(estimate):
+            raise BudgetStop(
+                f"budget of ${self.budget.max_usd:.2f} reached: the next call (estimated "
+                f"${estimate:.4f}) would cross it (${self.budget.spent_usd:.4f} spent)"
+            )
+        return estimate
+
+    async def _call(self, request: JudgeRequest, fingerprint: str, key: str, index: int) -> ReplicateResult:
+        """One paid call. The caller holds a semaphore slot; it is released here, whatever happens."""
+
+        estimate = 0.0
+        reserved = False
+        try:
+            if self.stop_reason is not None:
+                raise Stopped
+            if self.budget is not None:
+                estimate = self._reserve(estimate_cost_usd(request, self.sampling, self.provider.model, self.prices))
+                reserved = True
+            started = time.monotonic()
+            try:
+                reply = await self.provider.complete(request, self.sampling, VERDICT_SCHEMA)
+            except BaseException as exc:
+                if reserved and self.budget is not None:
+                    self.budget.release(estimate)
+                if not isinstance(exc, InfrastructureError):
+                    raise
+                return ReplicateResult(
+                    index=index,
+                    cache_key=key,
+                    cached=False,
+                    reply_text=None,
+                    verdict=None,
+                    parse_error=None,
+                    model=self.provider.model,
+                    duration_s=time.monotonic() - started,
+                    infra_error=str(exc) or type(exc).__name__,
+                )
+            duration = time.monotonic() - started
+        finally:
+            self.semaphore.release()
+        cost = self._account(reply, reply.text, estimate, key, index, fingerprint, duration)
+        return _parsed_result(
+            index, key, False, reply.text, reply.model,
+            (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens),
+            cost, duration,
+        )
+
+    def _account(
+        self, reply: ProviderReply, text: str, estimate: float, key: str, index: int, fingerprint: str,
+        duration: float,
+    ) -> float:
+        """Settle the budget, count one paid call and store it in the cache; return its cost."""
+        cost = call_cost_usd(reply, self.prices)
+        if self.budget is not None:
+            self.budget.settle(estimate, cost)
+        self.calls_made += 1
+        self.input_tokens += reply.input_tokens
+        self.output_tokens += reply.output_tokens
+        self.cost_usd += cost
+        self.cache.put(
+            key, provider=self.provider.name, model=self.provider.model, replicate=index,
+            request_fingerprint=fingerprint, reply_text=text, reply_model=reply.model,
+            input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
+            cache_read_tokens=reply.cache_read_tokens, cache_write_tokens=reply.cache_write_tokens,
+            cost_usd=cost, duration_s=duration,
+        )
+        return cost
+
+
+    async def prepare(self, tid: str) -> PreparedItem:
+        """Load and render ``tid`` (or recall its rendering) and look its replicates up in the cache."""
+        if self.agentic:
+            agentic = await asyncio.to_thread(self._agentic_task, tid)
+            # A conversation looks up each of its turns in the cache itself (`_converse`).
+            looked_up: list[tuple[str, ReplicateResult | None]] = [
+                (agentic.fingerprint, None) for _ in range(self.replicates)
+            ]
+            calls = [functools.partial(self._converse, agentic, i) for i in range(self.replicates)]
+            return PreparedItem(tid, agentic.notes, looked_up, calls)
+        request, fingerprint, notes, looked_up = await self._direct_lookups(tid)
+        calls = [
+            functools.partial(self._call, request, fingerprint, key, i)
+            for i, (key, hit) in enumerate(looked_up)
+            if hit is None
+        ]
+        return PreparedItem(tid, notes, looked_up, calls)
+
+    def assemble(
+        self, item: PreparedItem, outcomes: Sequence[ReplicateResult | BaseException], started: float
+    ) -> ItemResult:
+        """The item's result from its cached replicates and the outcomes of its calls (in order).
+
+        Every sibling call has finished (a successful one is cached) before anything is raised: a
+        bug first, then a budget or stop signal.
+        """
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, BudgetStop | Stopped):
+                raise outcome
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        fresh = iter(o for o in outcomes if isinstance(o, ReplicateResult))
+        reps = [hit if hit is not None else next(fresh) for _, hit in item.looked_up]
+        self.cache_hits += sum(1 for r in reps if r.cached)
+        tid, notes = item.trajectory_id, item.notes
+        failed = [r for r in reps if r.infra_error is not None]
+        if failed:
+            return ItemResult(
+                trajectory_id=tid,
+                replicates=reps,
+                answer=Answer(success=None, status="infra_error"),
+                unstable=False,
+                infra_error=True,
+                error=failed[0].infra_error,
+                notes=notes,
+                duration_s=time.monotonic() - started,
+            )
+        answer, verdict, unstable = _majority(reps)
+        return ItemResult(
+            trajectory_id=tid,
+            replicates=reps,
+            answer=answer,
+            unstable=unstable,
+            infra_error=False,
+            verdict=verdict,
+            notes=notes,
+            duration_s=time.monotonic() - started,
+        )
+
+    # -- one item --------------------------------------------------------------------------------
+    def _load(self, tid: str) -> tuple[Trajectory, str | None]:
+        """Load the trajectory and compute its render-memo key (None when the split cannot say)."""
+        traj = self.split.trajectory(tid)
+        json_path = getattr(self.split, "json_path", None)
+        if json_path is None:
+            return traj, None
+        screens: list[Any] = []
+        for step in traj.steps:
+            path = self.split.screenshot_file(step)
+            try:
+                st = path.stat() if path is not None else None
+            except OSError:
+                st = None
+            screens.append(None if st is None else [str(path), st.st_mtime_ns, st.st_size])
+        payload = {
+            "code": _render_code_version(),
+            "prompts": self.prompts.prompt_hash(),
+            "text_only": self.text_only,
+            "token_budget": self.token_budget,
+            "trajectory": hashlib.sha256(Path(json_path(tid)).read_bytes()).hexdigest(),
+            "screens": screens,
+        }
+        return traj, hashlib.sha256(stable_json(payload).encode()).hexdigest()
+
+    def _render(self, traj: Trajectory) -> JudgeRequest:
+        from optimizer.judge.render import build_request
+
+        return build_request(
+            traj,
+            self.split,
+            self.prompts,
+            text_only=self.text_only,
+            token_budget=self.token_budget,
+            image_cache_dir=self.image_cache_dir,
+        )
+
+    async def _direct_lookups(
+        self, tid: str
+    ) -> tuple[Any, str, tuple[str, ...], list[tuple[str, ReplicateResult | None]]]:
+        """Render ``tid`` (or recall its rendering) and look its replicates up in the cache:
+        (request — None when every replicate is cached and the memo was enough —, fingerprint,
+        notes, [(cache key, cached result or None)] per replicate)."""
+        traj, memo_key = await asyncio.to_thread(self._load, tid)
+        # A fully cached item whose rendering inputs are unchanged needs no rendering at all.
+        memo = self.cache.get_request(memo_key) if memo_key is not None else None
+        request: JudgeRequest | None = None
+        if memo is None:
+            request = await asyncio.to_thread(self._render, traj)
+            fingerprint, notes = request.fingerprint(), request.notes
+            if memo_key is not None:
+                self.cache.put_request(memo_key, fingerprint, notes)
+        else:
+            fingerprint, notes = memo
+        looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
+        if request is None and any(hit is None for _, hit in looked_up):
+            request = await asyncio.to_thread(self._render, traj)
+            if request.fingerprint() != fingerprint:  # a stale memo: trust the rendering
+                fingerprint, notes = request.fingerprint(), request.notes
+                if memo_key is not None:
+                    self.cache.put_request(memo_key, fingerprint, notes)
+                looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
+        return request, fingerprint, notes, looked_up
+
+    def _agentic_task(self, tid: str) -> AgenticTask:
+        from optimizer.judge.agentic import AgenticTask
+
+        return AgenticTask(self.split.trajectory(tid), self.split, self.prompts, image_cache_dir=self.image_cache_dir)
+
+    async def _converse(self, task: AgenticTask, index: int) -> ReplicateResult:
+        """One agentic verdict (replicate ``index``): turns replayed from the cache while they can be,
+        then paid turns, each checked against the budget first. The caller holds a semaphore slot
+        for the whole conversation; it is released here, whatever happens."""
+        from optimizer.judge.agentic import AGENTIC_VERSION, ConversationState
+
+        state = ConversationState(task)
+        started = time.monotonic()
+        tokens = [0, 0, 0, 0]
+        cost = 0.0
+        all_cached = True
+        key = ""
+        model = self.provider.model
+        final: str | None = None
+        try:
+            while final is None and state.turns < task.max_turns:
+                key = cache_key(
+                    provider=self.provider.name,
+                    model=self.provider.model,
+                    sampling=self.sampling,
+                    schema={"agentic": AGENTIC_VERSION},
+                    request=state.key_material(),
+                    replicate=index,
+                )
+                hit = self.cache.get(key)
+                turn = _cached_turn(hit.reply_text) if hit is not None else None
+                if hit is not None and turn is not None:
+                    usage = (hit.input_tokens, hit.output_tokens, hit.cache_read_tokens, hit.cache_write_tokens)
+                    turn_cost, model = hit.cost_usd, hit.reply_model
+                else:
+                    all_cached = False
+                    outcome = await self._paid_turn(task, state, key, index)
+                    if isinstance(outcome, str):  # an infrastructure error after every retry
+                        return ReplicateResult(
+                            index=index, cache_key=key, cached=False, reply_text=None, verdict=None,
+                            parse_error=None, model=model, input_tokens=tokens[0], output_tokens=tokens[1],
+                            cache_read_tokens=tokens[2], cache_write_tokens=tokens[3], cost_usd=cost,
+                            duration_s=time.monotonic() - started, infra_error=outcome,
+                            trace=tuple(state.trace), turns=state.turns,
+                        )
+                    turn, usage, turn_cost, model = outcome
+                tokens = [a + b for a, b in zip(tokens, usage, strict=True)]
+                cost += turn_cost
+                final = await asyncio.to_thread(state.step, turn)
+        finally:
+            self.semaphore.release()
+        duration = time.monotonic() - started
+        if final is None:
+            last = next((m for m in reversed(state.messages) if isinstance(m, AssistantTurn)), None)
+            return ReplicateResult(
+                index=index, cache_key=key, cached=all_cached, reply_text=last.text if last else "",
+                verdict=None, parse_error=f"no verdict after {task.max_turns} model calls (agent_max_turns)",
+                model=model, input_tokens=tokens[0], output_tokens=tokens[1], cache_read_tokens=tokens[2],
+                cache_write_tokens=tokens[3], cost_usd=cost, duration_s=duration,
+                trace=tuple(state.trace), turns=state.turns,
+            )
+        result = _parsed_result(index, key, all_cached, final, model, (tokens[0], tokens[1], tokens[2], tokens[3]),
+                                cost, duration)
+        return dataclasses.replace(result, trace=tuple(state.trace), turns=state.turns)
+
+    async def _paid_turn(
+        self, task: AgenticTask, state: ConversationState, key: str, index: int
+    ) -> tuple[AssistantTurn, tuple[int, int, int, int], float, str] | str:
+        """One paid model turn of a conversation, cached as soon as it is answered; an
+        infrastructure error's message instead when the transport failed after every retry."""
+        if self.stop_reason is not None:
+            raise Stopped
+        estimate = 0.0
+        reserved = False
+        if self.budget is not None:
+            guess = ProviderReply(text="", model=self.provider.model,
+                                  input_tokens=task.estimate_input_tokens(state), output_tokens=self.sampling.max_tokens)
+            estimate = self._reserve(call_cost_usd(guess, self.prices))
+            reserved = True
+        t0 = time.monotonic()
+        try:
+            messages = await asyncio.to_thread(state.wire_messages)
+            turn, reply = await self.provider.converse(task.system, messages, state.offered, self.sampling)  # type: ignore[attr-defined]
+        except BaseException as exc:
+            if reserved and self.budget is not None:
+                self.budget.release(estimate)
+            if not isinstance(exc, InfrastructureError):
+                raise
+            return str(exc) or type(exc).__name__
+        turn_cost = self._account(reply, turn.to_json(), estimate, key, index, task.fingerprint, time.monotonic() - t0)
+        usage = (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens)
+        return turn, usage, turn_cost, reply.model
+
+
+@functools.cache
+def _render_code_version() -> str:
+    """A hash of the source of the modules that turn a trajectory into a request; part of the
+    render-memo key, so a judgeloop upgrade that renders differently never reuses an old request's
+    fingerprint. The modules are imported, not named as files: a module that moves is still hashed,
+    and a source file that cannot be read is an error, never a silently constant hash."""
+    from optimizer import models
+    from optimizer.devset import markdown, split
+    from optimizer.judge import prompts, render, types
+
+    h = hashlib.sha256()
+    for module in (render, prompts, markdown, types, models, split):
+        source = inspect.getsourcefile(module)
+        if source is None:
+            raise RuntimeError(f"cannot hash the render code: {module.__name__} has no source file")
+        h.update(module.__name__.encode() + b"\0" + Path(source).read_bytes())
+    return h.hexdigest()

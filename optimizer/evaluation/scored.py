@@ -1,0 +1,95 @@
+"""`evaluate`: judge a split with the prompts at a revision, write the result files and score them
+against the labels — what `judgeloop eval` does. Label side: this module reads labels after judging."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from optimizer.config import JudgeOverrides
+from optimizer.devset.labels import load_labels
+from optimizer.devset.split import Split, open_split
+from optimizer.errors import UserError
+from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.files import write_results
+from optimizer.evaluation.results import EvalRun
+from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
+from optimizer.judge.prompts import PromptSet
+from optimizer.metrics import Metrics, score
+from optimizer.workspace import Workspace, lock_holder
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    split: str | None = None  # default: [workspace] dev_split
+    rev: str | None = None  # a git revision of prompts/; None: the working tree
+    replicates: int | None = None  # default: judge.toml's replicates
+    limit: int | None = None  # only the first N manifest items
+    out: Path | None = None  # default: experiments/evals/<stamp>-<prompt hash>
+    judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+
+
+@dataclass(frozen=True)
+class EvalOutcome:
+    split: Split
+    run: EvalRun
+    metrics: Metrics
+    out: Path
+
+
+def _out_dir(ws: Workspace, wanted: Path | None, prompt_hash: str) -> Path:
+    if wanted is not None:
+        out = wanted
+    else:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = ws.experiments_dir / "evals" / f"{stamp}-{prompt_hash[:8]}"
+        n = 1
+        while out.exists():  # two evaluations of one revision within a second get two folders
+            n += 1
+            out = ws.experiments_dir / "evals" / f"{stamp}-{prompt_hash[:8]}-{n}"
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} already exists and is not an empty folder; choose a new --out folder")
+    return out
+
+
+def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore) -> EvalOutcome:
+    """Judge ``options.split`` with the prompts at ``options.rev``, write one verdict file per item and
+    ``_summary.json``, and score the answers against the labels. Progress and notes go to ``events``."""
+    judge = options.judge.apply(ws.config.judge)
+    split = open_split(ws, options.split or ws.config.workspace.dev_split)
+    prompts = PromptSet.from_rev(ws, options.rev) if options.rev else PromptSet.from_dir(ws.prompts_dir)
+    replicates = options.replicates if options.replicates is not None else prompts.settings.replicates
+    item_ids = list(split.ids)
+    if options.limit is not None:
+        if options.limit < 1:
+            raise UserError(f"--limit must be at least 1 (got {options.limit})")
+        item_ids = item_ids[: options.limit]
+    prompt_hash = prompts.prompt_hash()
+    out = _out_dir(ws, options.out, prompt_hash)
+    events(Message(
+        f"split {split.name!r} ({len(item_ids)} items), prompts {options.rev or 'working tree'} "
+        f"[{prompt_hash[:8]}], {judge.provider}:{judge.model}, {replicates} replicate(s), "
+        f"concurrency {judge.max_concurrency}",
+        "note",
+    ))
+    if options.rev is None:
+        holder = lock_holder(ws)
+        if holder is not None:
+            events(Message(f"note: {holder} is working in this workspace, so the working tree may be one of "
+                           "its candidates; pass --rev to evaluate a fixed revision", "note"))
+    if judge.provider == "local":
+        events(Message("the local judge (SmolLM2-135M, text only) is demonstration-quality: "
+                       "its numbers show the mechanics, not a useful judge", "note"))
+
+    def progress(snapshot: ProgressSnapshot) -> None:
+        events(Progress(snapshot))
+
+    run = asyncio.run(
+        evaluate_items(ws, split, prompts, judge, item_ids=item_ids, replicates=replicates, progress=progress)
+    )
+    write_results(out, run)
+    labels = load_labels(split)
+    metrics = score({tid: labels[tid] for tid in item_ids}, run.answers())
+    return EvalOutcome(split=split, run=run, metrics=metrics, out=out)

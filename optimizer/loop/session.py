@@ -1,0 +1,450 @@
+"""Run sessions: start or resume an optimisation run, decide a waiting candidate, confirm on a
+held-out split. Typed entry points the CLI and the TUI call; each takes the workspace's loop lock
+(one `run`, `decide` or `confirm` per workspace) and reports through an ``events`` listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from optimizer import gitops
+from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
+from optimizer.devset.labels import load_labels
+from optimizer.devset.split import Split, open_split
+from optimizer.errors import UserError
+from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.events import Listener, Message, StopKind, StopReason, ignore
+from optimizer.judge.prompts import PromptSet
+from optimizer.ledger import Ledger, Run, RunStatus
+from optimizer.loop.runner import Limits, LoopRunner, _f, _trailers
+from optimizer.loop.strategies import Strategy, make_strategy
+from optimizer.loop.strategies.manual import ManualStrategy, capture_edits
+from optimizer.metrics import Metrics, score
+from optimizer.report import export_experiments_tsv, write_markdown_report
+from optimizer.workspace import Workspace, command_lock
+
+Say = Callable[[str], None]
+StrategyName = Literal["agent", "reflect", "library", "manual"]
+PolicyName = Literal["paired", "literal"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What `judgeloop run` was asked; None means "the configuration's value" (or, when resuming,
+    the value the run started with)."""
+
+    split: str | None = None
+    strategy: StrategyName | None = None
+    message: str | None = None  # --strategy manual: the edit's rationale
+    policy: PolicyName | None = None
+    max_experiments: int | None = None
+    budget_usd: float | None = None
+    hours: float | None = None
+    patience: int | None = None
+    replicates: int | None = None
+    propose_only: bool = False
+    judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    status: RunStatus
+    stop: StopReason
+    aborted: bool = False  # a second Ctrl-C: the run stopped mid-step (`--resume` continues it)
+
+
+@dataclass(frozen=True)
+class ConfirmOutcome:
+    run_id: str
+    experiment_id: int
+    split: str
+    metrics: Metrics
+
+
+def _status_for(stop: StopReason) -> RunStatus:
+    if stop.kind is StopKind.WAITING:
+        return "waiting"
+    if stop.kind in (StopKind.INTERRUPTED, StopKind.STOP_FILE):
+        return "stopped"
+    return "finished"
+
+
+def _limits(options: RunOptions, ws: Workspace, previous: Mapping[str, Any] | None = None) -> Limits:
+    prev = dict(previous or {})
+    return Limits(
+        max_experiments=options.max_experiments if options.max_experiments is not None
+        else prev.get("max_experiments"),
+        budget_usd=options.budget_usd if options.budget_usd is not None else prev.get("budget_usd"),
+        hours=options.hours if options.hours is not None else prev.get("hours"),
+        patience=options.patience if options.patience is not None
+        else prev.get("patience", ws.config.loop.patience),
+        propose_only=options.propose_only,
+    )
+
+
+def _install_interrupt(runner: LoopRunner) -> None:
+    """First Ctrl-C: finish the current step, then stop cleanly. Second: abort (resume later)."""
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+
+    def on_sigint() -> None:
+        if runner.interrupted:
+            runner.say("second Ctrl-C: aborting now; `judgeloop run --resume` continues from the ledger")
+            if main_task is not None:
+                main_task.cancel()
+            return
+        runner.interrupted = True
+        runner.say("Ctrl-C: finishing the current step, then stopping (press again to abort)")
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        loop.add_signal_handler(signal.SIGTERM, on_sigint)
+    except (NotImplementedError, RuntimeError):  # not the main thread (e.g. tests, the TUI)
+        pass
+
+
+async def _drive(runner: LoopRunner) -> StopReason:
+    _install_interrupt(runner)
+    return await runner.loop()
+
+
+@dataclass
+class _Prepared:
+    """A run ready to drive: recorded in the ledger, its branch checked out."""
+
+    run: Run
+    split: Split
+    judge: JudgeSection
+    loop_cfg: LoopSection
+    limits: Limits
+    replicates: int
+    spent: float
+    strategy_name: str
+
+
+def start_run(ws: Workspace, options: RunOptions, events: Listener = ignore) -> RunOutcome:
+    """Start a new optimisation run on the dev split and drive it until a limit stops it."""
+    with command_lock(ws, "run"):
+        return _run(ws, options, events, resume=False)
+
+
+def resume_run(ws: Workspace, options: RunOptions, events: Listener = ignore) -> RunOutcome:
+    """Continue the last unfinished run: restore the tree, re-evaluate an interrupted candidate from
+    the cache (nothing paid for is paid again) and go on. Limits not given keep the run's own."""
+    with command_lock(ws, "run"):
+        return _run(ws, options, events, resume=True)
+
+
+def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) -> RunOutcome:
+    def say(text: str) -> None:
+        events(Message(text))
+
+    cfg = ws.config
+    judge = options.judge.apply(cfg.judge)
+    loop_cfg = cfg.loop.model_copy(update={"policy": options.policy} if options.policy else {})
+    if gitops.clear_stale_index_lock(ws.root):
+        say("removed a stale .git/index.lock (left by a process killed in the middle of a git command)")
+    ledger = Ledger(ws.ledger_path)
+    try:
+        if resume:
+            prepared = _prepare_resume(ws, ledger, options, judge, loop_cfg, say)
+        else:
+            prepared = _prepare_start(ws, ledger, options, judge, loop_cfg, say)
+        run, split = prepared.run, prepared.split
+        strategy: Strategy
+        if prepared.strategy_name == "manual":
+            strategy = ManualStrategy(ws.root / str(run.budgets.get("manual_edit", "")))
+        else:
+            strategy = make_strategy(prepared.strategy_name, cfg.optimizer, cfg.prices)
+        runner = LoopRunner(ws=ws, ledger=ledger, run=run, split=split, labels=load_labels(split),
+                            judge=prepared.judge, loop_cfg=prepared.loop_cfg, strategy=strategy,
+                            limits=prepared.limits, replicates=prepared.replicates, spent_usd=prepared.spent,
+                            events=events)
+        try:
+            stop = asyncio.run(_drive(runner))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            aborted = StopReason(StopKind.INTERRUPTED, "aborted by a second Ctrl-C")
+            ledger.set_run_status(run.id, "stopped", stop_reason=aborted.message)
+            say(f"run {run.id} aborted; `judgeloop run --resume` continues it")
+            return RunOutcome(run.id, "stopped", aborted, aborted=True)
+        except UserError as exc:
+            ledger.set_run_status(run.id, "crashed", stop_reason=str(exc))
+            raise
+        except BaseException as exc:
+            ledger.set_run_status(run.id, "crashed", stop_reason=f"{type(exc).__name__}: {exc}")
+            raise
+        status = _status_for(stop)
+        ledger.set_run_status(run.id, status, stop_reason=stop.message)
+        if stop.kind is StopKind.STOP_FILE and ws.stop_path.exists():
+            ws.stop_path.unlink()
+        _summary(ledger, run.id, stop.message, say)
+        if prepared.strategy_name == "manual":
+            _manual_outcome(ledger, run.id, str(run.budgets.get("manual_edit", "")), say)
+        out = ws.experiments_dir / "runs" / run.id
+        write_markdown_report(ledger, run.id, out / "report.md", ws)
+        export_experiments_tsv(ledger, run.id, out / "experiments.tsv")
+        say(f"  wrote {(out / 'report.md').relative_to(ws.root)} and experiments.tsv")
+        return RunOutcome(run.id, status, stop)
+    finally:
+        ledger.close()
+
+
+def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, loop_cfg: LoopSection,
+                    say: Say) -> _Prepared:
+    cfg = ws.config
+    run = _resumable_run(ledger)
+    if run.split in cfg.workspace.heldout_splits:
+        raise UserError(f"run {run.id} names held-out split {run.split!r}; the loop never sees it")
+    split = open_split(ws, run.split)
+    if split.fingerprint != run.split_fingerprint:
+        raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
+                        "start a new run")
+    judge = _resumed_judge(run, judge, options.judge)
+    dirty = [p for p in gitops.dirty_paths(ws.root) if p not in cfg.optimizer.allowed_files]
+    if dirty:
+        raise UserError(f"the working tree has changes outside the loop's files ({', '.join(dirty[:5])}); "
+                        "commit or discard them before `judgeloop run --resume` (it resets the tree)")
+    if not ledger.experiments(run.id) and not gitops.branch_exists(ws.root, run.branch):
+        # Killed between recording the run and creating its branch: nothing happened yet.
+        gitops.ensure_clean(ws.root, "judgeloop run --resume")
+        gitops.create_run_branch(ws.root, run.id, run.start_rev)
+        say(f"run {run.id} was interrupted before its branch existed; created {run.branch} at its start")
+    if not ledger.labels(run.id):
+        ledger.set_labels(run.id, load_labels(split))  # for the TUI and the report, never for a judge
+    gitops.checkout_branch(ws.root, run.branch)
+    loop_cfg = loop_cfg.model_copy(update={"policy": run.policy})
+    limits = _limits(options, ws, run.budgets)
+    replicates = int(run.budgets.get("replicates") or 1)
+    # Calls paid before a crash come back from the cache on resume and are not re-counted by
+    # the resumed evaluation: put them on the interrupted experiment's row first. The last
+    # progress event's running total is a floor (it is throttled, so it may lag the cache).
+    _record_spend_before_crash(ledger, ws, run.id)
+    spent = max(sum(e.cost_usd for e in ledger.experiments(run.id)), _last_reported_spend(ledger, run.id))
+    ledger.set_run_status(run.id, "running", pid=os.getpid())
+    say(f"resuming run {run.id} on {run.branch} (spent so far ${spent:.4f})")
+    return _Prepared(run, split, judge, loop_cfg, limits, replicates, spent, run.strategy)
+
+
+def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, loop_cfg: LoopSection,
+                   say: Say) -> _Prepared:
+    cfg = ws.config
+    strategy_name = options.strategy or cfg.optimizer.strategy
+    if strategy_name != "manual":
+        gitops.ensure_clean(ws.root, "judgeloop run")
+    waiting = ledger.experiments_with_status("waiting")
+    if waiting:
+        raise UserError(f"experiment {waiting[0].id} is waiting for a decision; run "
+                        f"`judgeloop decide {waiting[0].id} keep|discard` first")
+    split_name = options.split or cfg.workspace.dev_split
+    if split_name in cfg.workspace.heldout_splits:
+        raise UserError(f"split {split_name!r} is held out ([workspace] heldout_splits); the loop may only "
+                        "use the dev split — evaluate held-out splits with `judgeloop confirm`")
+    split = open_split(ws, split_name)
+    limits = _limits(options, ws)
+    manual_dir: Path | None = None
+    if strategy_name == "manual":
+        # Save the edit, reset the files: the run starts clean and proposes the saved copy once.
+        manual_dir = capture_edits(ws.root, ws.experiments_dir, list(cfg.optimizer.allowed_files), options.message)
+        gitops.ensure_clean(ws.root, "judgeloop run")
+        limits = dataclasses.replace(limits, max_experiments=1)
+        say(f"your edit is saved in {manual_dir.relative_to(ws.root)} and judged as one candidate")
+    start_rev = gitops.rev_parse(ws.root, "HEAD")
+    start_settings = PromptSet.from_rev(ws, start_rev).settings
+    if start_settings.mode == "agentic" and judge.provider == "local":
+        raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
+                        'tools (anthropic or openai); the local judge supports mode = "direct" only')
+    replicates = options.replicates or start_settings.replicates
+    run = ledger.create_run(
+        strategy=strategy_name, policy=loop_cfg.policy, split=split.name,
+        split_fingerprint=split.fingerprint, start_rev=start_rev,
+        budgets=limits.as_dict() | {"replicates": replicates}
+        | ({"manual_edit": str(manual_dir.relative_to(ws.root))} if manual_dir else {}),
+        config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")},
+    )
+    gitops.create_run_branch(ws.root, run.id, start_rev)
+    ledger.set_labels(run.id, load_labels(split))  # for the TUI and the report, never for a judge
+    say(f"run {run.id}: branch {run.branch}, split {split.name} ({len(split.ids)} items), "
+        f"strategy {strategy_name}, policy {loop_cfg.policy}, judge {judge.provider}:{judge.model}")
+    if judge.provider == "local":
+        say("  note: the local SmolLM2-135M judge is a demonstration-quality judge (text only, 8k context); "
+            "its verdicts show the mechanics, not a useful judge")
+    return _Prepared(run, split, judge, loop_cfg, limits, replicates, 0.0, strategy_name)
+
+
+def _manual_outcome(ledger: Ledger, run_id: str, saved: str, say: Say) -> None:
+    """Tell the person where their hand edit went."""
+    cand = next((e for e in ledger.experiments(run_id) if e.seq == 1), None)
+    if cand is None:
+        return
+    if cand.status == "kept":
+        say(f"  your edit was kept: it is the tip of the run branch (experiment {cand.id})")
+    elif cand.status == "waiting":
+        say(f"  your edit waits for you: `judgeloop decide {cand.id} keep|discard`")
+    else:
+        back = (f"`git checkout refs/judgeloop/rejected/{cand.id} -- prompts/` or copy it from {saved}"
+                if cand.status == "rolled_back" else f"copy it from {saved}")
+        say(f"  your edit was not kept ({cand.status.replace('_', ' ')}); to work on it again: {back}")
+
+
+def _resumed_judge(run: Run, judge: JudgeSection, asked: JudgeOverrides) -> JudgeSection:
+    """The judge the run started with: a resumed run must not silently switch judges mid-comparison."""
+    stored = run.config.get("judge")
+    if not stored:
+        return judge
+    original = JudgeSection.model_validate(stored)
+    for flag, wanted in (("provider", asked.provider), ("model", asked.model), ("base_url", asked.base_url)):
+        if wanted is not None and wanted != getattr(original, flag):
+            raise UserError(f"run {run.id} judges with {flag} {getattr(original, flag)!r}; "
+                            f"--{flag.replace('_', '-')} {wanted!r} would compare different judges — start a new run")
+    if asked.concurrency:
+        original = original.model_copy(update={"max_concurrency": asked.concurrency})
+    return original
+
+
+def _record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> None:
+    """Add to the interrupted experiment's row what its judge calls cost before a crash.
+
+    The experiment is the one the run's last stage event started evaluating; every call stored in
+    the cache since that moment is its (a call made meanwhile by another process sharing the cache
+    is counted too: the budget errs on the safe side).
+    """
+    stage = ledger.last_event(run_id, "stage")
+    if stage is None or stage.payload.get("stage") not in ("baseline", "evaluating"):
+        return
+    started_at = stage.payload.get("started_at")
+    exp = next((e for e in ledger.experiments_with_status("running", run_id) if e.id == stage.experiment_id), None)
+    if exp is None or started_at is None or not ws.cache_path.exists():
+        return
+    with JudgeCache(ws.cache_path) as cache:
+        paid = cache.cost_since(float(started_at))
+    if paid > 0:
+        ledger.finish_experiment(
+            exp.id, status="running", decision=exp.decision, reason=exp.reason, finished=False,
+            calls=exp.calls, input_tokens=exp.input_tokens, output_tokens=exp.output_tokens,
+            cost_usd=exp.cost_usd + paid,
+        )
+    # Counted once: a crash before the resumed evaluation starts must not count this window again.
+    ledger.add_event(run_id, "stage", {"stage": "resuming", "paid_before_crash_usd": round(paid, 6)},
+                     experiment_id=exp.id)
+
+
+def _last_reported_spend(ledger: Ledger, run_id: str) -> float:
+    """The running total of the run's last progress event (0 when there is none)."""
+    event = ledger.last_event(run_id, "progress")
+    return float(event.payload.get("cost_usd", 0.0)) if event else 0.0
+
+
+def _resumable_run(ledger: Ledger) -> Run:
+    for run in ledger.runs():
+        if run.status == "finished":
+            continue
+        if run.status == "waiting":
+            waiting = ledger.experiments_with_status("waiting", run.id)
+            if waiting:
+                raise UserError(f"run {run.id} has experiment {waiting[0].id} waiting; "
+                                f"`judgeloop decide {waiting[0].id} keep|discard` first")
+        return run
+    raise UserError("no unfinished run to resume; start one with `judgeloop run`")
+
+
+def _summary(ledger: Ledger, run_id: str, reason: str, say: Say) -> None:
+    run = ledger.get_run(run_id)
+    exps = ledger.experiments(run_id)
+    kept = [e for e in exps if e.status == "kept"]
+    base = next((e for e in exps if e.seq == 0), None)
+    inc = ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
+    cost = sum(e.cost_usd for e in exps)
+    say(f"run {run_id} {run.status}: {reason}")
+    say(f"  {len(exps) - 1} candidate(s): {len(kept)} kept, "
+        f"{sum(e.status == 'rolled_back' for e in exps)} rolled back, "
+        f"{sum(e.status == 'guard_rejected' for e in exps)} guard-rejected, "
+        f"{sum(e.status == 'error' for e in exps)} error(s); spent ${cost:.4f}")
+    if base and inc:
+        say(f"  kappa {_f(base.kappa)} → {_f(inc.kappa)}, FPR {_f(base.fpr)} → {_f(inc.fpr)} "
+            f"(incumbent: experiment {inc.id}, {(inc.commit_sha or '')[:12]})")
+    say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
+
+
+def decide(ws: Workspace, experiment: int | str, keep: bool, events: Listener = ignore) -> int:
+    """Keep or discard the candidate waiting in --propose-only mode (a human decision); returns the
+    experiment's id. Keeping a candidate that raised FPR is allowed, with a warning."""
+    def say(text: str) -> None:
+        events(Message(text))
+
+    with command_lock(ws, "decide"), Ledger(ws.ledger_path) as ledger:
+        try:
+            exp = ledger.get_experiment(int(experiment))
+        except ValueError:
+            raise UserError(f"experiment ids are numbers (got {experiment!r}); see `judgeloop history`") from None
+        if exp.status != "waiting":
+            raise UserError(f"experiment {exp.id} is {exp.status}, not waiting for a decision")
+        run = ledger.get_run(exp.run_id)
+        gitops.checkout_branch(ws.root, run.branch)
+        tip = gitops.rev_parse(ws.root, "HEAD")
+        if exp.commit_sha != tip:
+            raise UserError(f"the tip of {run.branch} is not experiment {exp.id}'s commit; "
+                            "the branch was changed by hand — reset it and retry")
+        metrics = exp.metrics_model()
+        policy_said = exp.reason or ""
+        parent = ledger.get_experiment(exp.parent_id) if exp.parent_id else None
+        if keep:
+            if parent and exp.fpr is not None and parent.fpr is not None and exp.fpr > parent.fpr:
+                say(f"warning: keeping a candidate that raised FPR {parent.fpr:.3f} → {exp.fpr:.3f} (a human override)")
+            sha = gitops.finalize_kept(ws.root, tip, _trailers(exp.id, metrics, "kept"))
+            ledger.set_experiment_decision(exp.id, status="kept", commit_sha=sha,
+                                           reason=f"kept by a human ({policy_said})")
+            say(f"experiment {exp.id} kept as {sha[:12]} on {run.branch}")
+        else:
+            incumbent_sha = parent.commit_sha if parent and parent.commit_sha else gitops.rev_parse(ws.root, "HEAD~1")
+            rejected = gitops.roll_back(ws.root, tip, exp.id, incumbent_sha, _trailers(exp.id, metrics, "rolled_back"))
+            ledger.set_experiment_decision(exp.id, status="rolled_back", commit_sha=rejected,
+                                           reason=f"discarded by a human ({policy_said})")
+            say(f"experiment {exp.id} discarded; kept under refs/judgeloop/rejected/{exp.id}")
+        ledger.set_run_status(run.id, "stopped", stop_reason="propose-only candidate decided by a human")
+        say("next candidate: `judgeloop run --resume --propose-only`")
+        return exp.id
+
+
+def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
+            judge_overrides: JudgeOverrides | None = None, events: Listener = ignore) -> ConfirmOutcome:
+    """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped by
+    ``[confirm] max_uses``. A use that hit infrastructure errors records nothing and is not counted."""
+    cfg = ws.config
+    judge = (judge_overrides or JudgeOverrides()).apply(cfg.judge)
+    with command_lock(ws, "confirm"), Ledger(ws.ledger_path) as ledger:
+        run = ledger.resolve_run(run_id)
+        if split_name == run.split or split_name == cfg.workspace.dev_split:
+            raise UserError(f"{split_name!r} is the dev split; confirm evaluates a held-out split "
+                            "(list it under [workspace] heldout_splits)")
+        if split_name not in cfg.workspace.heldout_splits:
+            raise UserError(f"split {split_name!r} is not listed in [workspace] heldout_splits; add it there "
+                            "so the loop can never use it, then retry")
+        used = ledger.count_confirmations(split_name)
+        if used >= cfg.confirm.max_uses:
+            raise UserError(f"split {split_name!r} was already used {used} time(s) ([confirm] max_uses = "
+                            f"{cfg.confirm.max_uses}); every look at a held-out split spends its honesty")
+        if run.incumbent_experiment is None:
+            raise UserError(f"run {run.id} has no incumbent yet; let it finish its baseline first")
+        inc = ledger.get_experiment(run.incumbent_experiment)
+        split = open_split(ws, split_name)
+        prompts = PromptSet.from_rev(ws, inc.commit_sha or run.start_rev)
+        labels = load_labels(split)
+        events(Message(f"confirming run {run.id}'s final prompts (experiment {inc.id}, {(inc.commit_sha or '')[:12]}) "
+                       f"on held-out split {split.name} ({len(split.ids)} items); use {used + 1} of {cfg.confirm.max_uses}"))
+        result = asyncio.run(evaluate_items(ws, split, prompts, judge, item_ids=split.ids,
+                                            replicates=prompts.settings.replicates))
+        if result.infra_error_ids:
+            raise UserError(f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
+                            "the use is not counted — retry when the provider is healthy")
+        metrics = score(labels, result.answers())
+        ledger.add_confirmation(split.name, inc.commit_sha or run.start_rev, metrics, run_id=run.id)
+        return ConfirmOutcome(run.id, inc.id, split.name, metrics)
