@@ -286,7 +286,7 @@ class JudgeloopApp(App[None]):
         self.notify(f"created {path.relative_to(self.ws_root)}: the run stops after its current step", timeout=5)
 
     def decide_waiting(self, experiment_id: int, decision: str) -> None:
-        """Ask, then run `judgeloop decide ID keep|discard` in a worker."""
+        """Ask, then keep or discard it in a worker (the engine's `decide`, as `judgeloop decide` does)."""
         def answered(yes: bool | None) -> None:
             if yes:
                 self.run_decide(experiment_id, decision)
@@ -298,7 +298,7 @@ class JudgeloopApp(App[None]):
     def run_decide(self, experiment_id: int, decision: str) -> None:
         result = runs.decide(self.ws_root, experiment_id, decision)
         if result.returncode != 0:
-            self.call_from_thread(self.show_error, f"judgeloop decide exited {result.returncode}", result.output)
+            self.call_from_thread(self.show_error, f"could not {decision} experiment {experiment_id}", result.output)
             return
         self.call_from_thread(self.notify, result.output.splitlines()[-1] if result.output else "decided", timeout=5)
         if isinstance(self.screen, View):

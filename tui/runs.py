@@ -1,4 +1,5 @@
-"""Driving runs from the TUI: start `judgeloop run` as a detached process, stop it, decide a candidate.
+"""Driving runs from the TUI: start `judgeloop run` as a detached process, stop it, decide a candidate
+(in process, through the engine).
 
 A run started here is its own process in its own session (``start_new_session=True``) writing to
 ``experiments/runs/<timestamp>.log``, so closing the TUI — or the TUI crashing — never stops it.
@@ -109,15 +110,27 @@ class CommandResult:
     output: str
 
 
-def decide(ws_root: Path, experiment_id: int, decision: str, *, timeout_s: float = 300) -> CommandResult:
-    """Run `judgeloop decide ID keep|discard` and return its exit code and output (stdout + stderr)."""
+def decide(ws_root: Path, experiment_id: int, decision: str) -> CommandResult:
+    """Keep or discard a waiting candidate in this process, through the engine's `decide` (the
+    same function `judgeloop decide` calls); returns an exit code and what it said, as the command
+    would (0, or 2 with the one-line error). Takes the workspace's loop lock like the command."""
+    from optimizer.events import Event, Message
+    from optimizer.loop.session import decide as decide_candidate
+    from optimizer.workspace import Workspace
+
     if decision not in ("keep", "discard"):
         raise UserError(f"unknown decision {decision!r}; use keep or discard")
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer.cli", "decide", "-w", str(ws_root), str(experiment_id), decision],
-        cwd=ws_root, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
-    )
-    return CommandResult(proc.returncode, (proc.stdout + proc.stderr).strip())
+    said: list[str] = []
+
+    def collect(event: Event) -> None:
+        if isinstance(event, Message):
+            said.append(event.text)
+
+    try:
+        decide_candidate(Workspace.open(ws_root), experiment_id, decision == "keep", collect)
+    except UserError as exc:
+        return CommandResult(2, "\n".join([*said, f"judgeloop: error: {exc}"]))
+    return CommandResult(0, "\n".join(said))
 
 
 def opener_command(path: Path, environ: dict[str, str]) -> list[str] | None:
