@@ -222,7 +222,7 @@ def test_reflect_through_anthropic_sdk_splices_the_section(dev: DevFixture, monk
         proposal = asyncio.run(strategy.propose(ctx))
         (request,) = server.inference_requests()
     assert request.wire == "anthropic" and request.model == "opt-model"
-    prompt = request.body["messages"][0]["content"]
+    prompt = request.body["messages"][0]["content"][0]["text"]
     assert "prompts/rubric.md" in prompt and "missed failure" in prompt and "rejected success" in prompt
     assert dev.items[2].instruction in prompt  # a disagreement's instruction is shown (dev split)
     assert set(proposal.files) == {"prompts/rubric.md"}
@@ -244,7 +244,8 @@ def test_reflect_through_openai_sdk(dev: DevFixture, monkeypatch: pytest.MonkeyP
         proposal = asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, disagreements_for(dev.items, missed=1, rejected=1))))
         (request,) = server.inference_requests()
     assert request.wire == "openai" and request.body["messages"][0]["role"] == "system"
-    assert "prompts/rubric.md" in proposal.files and proposal.input_tokens == 700
+    # The providers' token convention: input_tokens are the uncached prompt tokens (700 - 200 cached).
+    assert "prompts/rubric.md" in proposal.files and proposal.input_tokens == 500
     assert proposal.cost_usd == pytest.approx((500 * 0.15 + 200 * 0.075 + 100 * 0.60) / 1e6)
 
 
@@ -276,12 +277,12 @@ def test_reflect_transport_failure_is_a_proposal_error_and_bad_key_a_user_error(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     with FakeLLMServer() as server:
         server.script(error(503, message="overloaded"))
-        cfg = OptimizerSection(provider="anthropic", model="m", base_url=server.anthropic_base_url)
+        cfg = OptimizerSection(provider="anthropic", model="m", base_url=server.anthropic_base_url, max_retries=0)
         with pytest.raises(ProposalError, match="HTTP 503"):
-            asyncio.run(ReflectStrategy(cfg, {}, max_retries=0).propose(make_context(dev, [])))
+            asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, [])))
         server.script(error(401, error_type="authentication_error", message="bad key"))
         with pytest.raises(UserError, match="ANTHROPIC_API_KEY"):
-            asyncio.run(ReflectStrategy(cfg, {}, max_retries=0).propose(make_context(dev, [])))
+            asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, [])))
 
 
 def test_llm_strategies_refuse_a_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
