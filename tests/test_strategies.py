@@ -71,8 +71,12 @@ def test_library_never_repeats_a_tried_set_until_exhausted(dev: DevFixture) -> N
         enabled = frozenset(enabled_entries(proposal.files[RUBRIC_MD]))
         assert enabled not in order and enabled != base
         order.append(enabled)
-        assert tried_sets([PastExperiment(0, "", "", proposal.rationale, None, None, "")]) == {enabled}
-        history.append(PastExperiment(seq, "rolled_back", "kappa did not rise", proposal.rationale, 0.5, 0.1, ""))
+        # The set is recorded as data, not parsed back out of the prose.
+        assert proposal.meta == {"library_enabled": sorted(enabled)} and "[library:" not in proposal.rationale
+        assert tried_sets([PastExperiment(0, "", "", proposal.rationale, None, None, "", proposal.meta)]) == {enabled}
+        assert tried_sets([PastExperiment(0, "", "", proposal.rationale, None, None, "")]) == set()
+        history.append(PastExperiment(seq, "rolled_back", "kappa did not rise", proposal.rationale, 0.5, 0.1, "",
+                                      proposal.meta))
     # From the empty set the first n proposals are the n single toggles; only then come pairs.
     assert [len(s) for s in order] == [1] * n + [2] * 3
 
@@ -83,7 +87,7 @@ def test_library_exhausted_raises_proposal_error(dev: DevFixture) -> None:
 
     every = [frozenset([i]) for i in ids] + [frozenset(p) for p in combinations(ids, 2)]
     history = [
-        PastExperiment(k, "rolled_back", "", f"x [library: +a -> enabled {{{','.join(sorted(s))}}}]", None, None, "")
+        PastExperiment(k, "rolled_back", "", "x", None, None, "", {"library_enabled": sorted(s)})
         for k, s in enumerate(every)
     ]
     with pytest.raises(ProposalError, match="has been tried"):
@@ -116,8 +120,7 @@ def test_library_disables_a_strict_entry_when_the_judge_is_too_strict(dev: DevFi
     ctx.current_files[RUBRIC_MD] = with_entries(ctx.current_files[RUBRIC_MD], library, strict_ids)
     lenient_ids = [e.id for e in library if classify(e).lean == "lenient"]
     ctx.history = [
-        PastExperiment(1, "rolled_back", "", f"[library: +x -> enabled {{{','.join(sorted([*strict_ids, i]))}}}]",
-                       None, None, "")
+        PastExperiment(1, "rolled_back", "", "x", None, None, "", {"library_enabled": sorted([*strict_ids, i])})
         for i in lenient_ids
     ]
     p = LibraryStrategy().propose_sync(ctx)

@@ -387,7 +387,7 @@ class LoopRunner:
             history.append(
                 PastExperiment(
                     id=exp.id, decision=exp.status, reason=exp.reason or "", rationale=exp.rationale or "",
-                    kappa=exp.kappa, fpr=exp.fpr, diff=full.diff_text or "",
+                    kappa=exp.kappa, fpr=exp.fpr, diff=full.diff_text or "", meta=exp.proposal_meta,
                 )
             )
         guidance = self.ws.guidance_path.read_text(encoding="utf-8") if self.ws.guidance_path.is_file() else ""
@@ -454,7 +454,7 @@ class LoopRunner:
         exp = self.ledger.start_experiment(
             self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq,
             files_changed=sorted(changed), insertions=ins, deletions=dels, diff_text=diff_text,
-            rationale=proposal.rationale,
+            rationale=proposal.rationale, proposal_meta=proposal.meta,
             optimizer_calls=proposal.calls, optimizer_input_tokens=proposal.input_tokens,
             optimizer_output_tokens=proposal.output_tokens, optimizer_cost_usd=proposal.cost_usd,
         )

@@ -250,6 +250,30 @@ def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
     assert_clean(ws)
 
 
+def test_the_library_gets_its_tried_sets_back_from_the_ledger_as_data(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from optimizer.judge.prompts import enabled_entries
+    from optimizer.loop.strategies.library import LibraryStrategy
+
+    contexts: list[ProposalContext] = []
+
+    class Recording(LibraryStrategy):
+        async def propose(self, ctx: ProposalContext) -> Proposal:
+            contexts.append(ctx)
+            return await super().propose(ctx)
+
+    monkeypatch.setattr("optimizer.loop.runner.make_strategy", lambda *a, **k: Recording())
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
+    _, exps = latest(ws)
+    first = exps[1]
+    rubric = git(ws, "show", f"{first.commit_sha}:{RUBRIC_MD}")
+    assert first.proposal_meta == {"library_enabled": sorted(enabled_entries(rubric))}
+    assert "[library:" not in (first.rationale or "")  # no machine tag in the prose any more
+    # The second proposal's history holds the first one's record, read back from the ledger.
+    (past,) = contexts[1].history
+    assert past.id == first.id and past.meta == first.proposal_meta
+
+
 # -- failures that must not stop the run ----------------------------------------------------------
 
 
