@@ -89,6 +89,9 @@ class OptimizerSection(_Section):
     provider: Literal["anthropic", "openai"] = "anthropic"
     model: str = "claude-sonnet-5-5"
     base_url: str | None = None
+    # The SDK's own timeout and retries for the optimiser's calls (a proposal can be a long reply).
+    timeout_s: float = Field(default=300.0, gt=0)
+    max_retries: int = Field(default=4, ge=0, le=20)
     allowed_files: list[str] = Field(default_factory=lambda: ["prompts/judge.md", "prompts/rubric.md"])
     max_diff_lines: int = Field(default=200, ge=1)
     max_agent_turns: int = Field(default=30, ge=1)
@@ -162,6 +165,7 @@ max_retries = 4
 strategy = "library"        # library (offline) | reflect | agent
 provider = "anthropic"      # the optimiser's own model, for reflect and agent
 model = "claude-sonnet-5-5"
+# base_url, timeout_s = 300, max_retries = 4 as in [judge]
 allowed_files = ["prompts/judge.md", "prompts/rubric.md"]
 max_diff_lines = 200
 

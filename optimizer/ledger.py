@@ -9,7 +9,11 @@ Tables
 ------
 - ``runs``: one row per ``judgeloop run`` (budgets and the config snapshot as JSON; never keys).
 - ``experiments``: one row per candidate; ``id`` is global and user-facing, ``seq`` 0 is the
-  baseline. ``diff_text`` is the only bulky column and listing queries leave it out.
+  baseline. ``diff_text`` is the only bulky column and listing queries leave it out. ``calls``,
+  ``input_tokens``, ``output_tokens`` are the judge's; ``optimizer_*`` what the optimiser spent
+  proposing the candidate; ``cost_usd`` is the experiment's total, judge + optimiser (what budgets
+  and spend sums use). ``proposal_meta``: what the strategy recorded about its proposal as data
+  (JSON object, e.g. ``{"library_enabled": [...]}``; NULL for none).
 - ``items``: the per-item majority answer of an experiment (what metrics score).
 - ``verdicts``: every replicate's verdict (``raw`` only for parse failures; ``tools``: the agentic
   judge's tool calls as a JSON list, NULL for a direct judge).
@@ -20,14 +24,16 @@ Tables
 - ``confirmations``: each use of ``judgeloop confirm`` on a held-out split.
 
 ``PRAGMA user_version`` holds the schema version; a newer one is refused in one line. An older one
-is upgraded in place when opened for writing (version 1 → 2 adds ``verdicts.tools``) and read as it
-is when opened read-only.
+is upgraded in place when opened for writing (version 1 → 2 adds ``verdicts.tools``; 2 → 3 adds the
+``experiments.optimizer_*`` columns, 0 on old rows, and ``experiments.proposal_meta``) and read as it
+is when opened read-only (missing columns read as 0 / empty).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import sqlite3
@@ -46,7 +52,7 @@ if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 RunStatus = Literal["running", "finished", "stopped", "crashed", "waiting"]
 ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error"]
@@ -121,6 +127,11 @@ CREATE TABLE experiments (
     cost_usd REAL NOT NULL DEFAULT 0,
     duration_s REAL,
     prompt_hash TEXT,
+    optimizer_calls INTEGER NOT NULL DEFAULT 0,
+    optimizer_input_tokens INTEGER NOT NULL DEFAULT 0,
+    optimizer_output_tokens INTEGER NOT NULL DEFAULT 0,
+    optimizer_cost_usd REAL NOT NULL DEFAULT 0,
+    proposal_meta TEXT,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);
@@ -230,6 +241,9 @@ class Experiment(BaseModel):
     ``metrics`` holds ``Metrics.model_dump()`` (the protocol metrics plus tp/fn/tn/fp) — None until
     computed, and for an early-stopped candidate only what was computed. ``intervals`` maps a metric name to a
     (low, high) pair; ``flips`` maps each of ``FLIP_KEYS`` to trajectory ids.
+    ``calls``/``input_tokens``/``output_tokens`` count the judge's calls, ``optimizer_*`` the optimiser's
+    (tokens in the providers' convention: input excludes cache reads/writes); ``cost_usd`` (US dollars)
+    is the total of both, ``judge_cost_usd`` the judge's part.
     """
 
     id: int
@@ -263,6 +277,16 @@ class Experiment(BaseModel):
     cost_usd: float = 0.0
     duration_s: float | None = None
     prompt_hash: str | None = None
+    optimizer_calls: int = 0
+    optimizer_input_tokens: int = 0
+    optimizer_output_tokens: int = 0
+    optimizer_cost_usd: float = 0.0
+    proposal_meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def judge_cost_usd(self) -> float:
+        """What the judge's calls cost: the total less the optimiser's part (US dollars)."""
+        return max(0.0, self.cost_usd - self.optimizer_cost_usd)
 
     def metric(self, name: str) -> float | None:
         """One metric by its protocol name, or None when it was not computed."""
@@ -424,6 +448,11 @@ _EXPERIMENT_LIST_COLUMNS = (
     "decision, reason, early_stopped, items_evaluated, calls, cache_hits, input_tokens, output_tokens, "
     "cost_usd, duration_s, prompt_hash"
 )
+# Added by schema 3; a read-only ledger of an older schema reads them as their defaults.
+_EXPERIMENT_V3_COLUMNS = (
+    "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "proposal_meta",
+)
+_EXPERIMENT_V3_DEFAULTS = ("0", "0", "0", "0.0", "NULL")
 
 
 def _run_from_row(r: sqlite3.Row) -> Run:
@@ -435,13 +464,33 @@ def _run_from_row(r: sqlite3.Row) -> Run:
 
 def _experiment_from_row(r: sqlite3.Row) -> Experiment:
     d = dict(r)
-    for key in ("files_changed", "metrics", "intervals", "flips"):
+    for key in ("files_changed", "metrics", "intervals", "flips", "proposal_meta"):
         d[key] = _loads(d[key])
     d["files_changed"] = d["files_changed"] or []
+    d["proposal_meta"] = d["proposal_meta"] or {}
     for key in ("literal_keep", "paired_keep"):
         d[key] = _opt_bool(d[key])
     d["early_stopped"] = bool(d["early_stopped"])
     return Experiment.model_validate(d)
+
+
+# The tag the library strategy appended to its rationale before schema 3 recorded its enabled set as
+# data: "[library: +a -b -> enabled {a,c}]". Read once, when a schema-2 ledger is upgraded.
+_OLD_LIBRARY_TAG = re.compile(r"\[library: [^\]]*?-> enabled \{([^}]*)\}\]")
+
+
+def _backfill_library_meta(cur: sqlite3.Cursor) -> None:
+    """Give library experiments of a pre-schema-3 ledger their ``proposal_meta`` from the old tag, so
+    a run resumed across the upgrade still never proposes a set it already tried."""
+    rows = cur.execute(
+        "SELECT id, rationale FROM experiments WHERE strategy = 'library' AND rationale LIKE '%[library: %'"
+    ).fetchall()
+    for experiment_id, rationale in rows:
+        tags = _OLD_LIBRARY_TAG.findall(rationale)
+        if tags:
+            enabled = sorted(x.strip() for x in tags[-1].split(",") if x.strip())
+            cur.execute("UPDATE experiments SET proposal_meta = ? WHERE id = ?",
+                        (_dumps({"library_enabled": enabled}), experiment_id))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,9 +557,23 @@ class Ledger:
                     cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version < SCHEMA_VERSION:
             with self.transaction() as cur:
-                if cur.execute("PRAGMA user_version").fetchone()[0] == 1:
+                # Re-read under the write lock (another writer may have upgraded it), then step up.
+                current = cur.execute("PRAGMA user_version").fetchone()[0]
+                if current == 1:
                     cur.execute("ALTER TABLE verdicts ADD COLUMN tools TEXT")
-                    cur.execute("PRAGMA user_version = 2")
+                    current = 2
+                if current == 2:
+                    for column, decl in (
+                        ("optimizer_calls", "INTEGER NOT NULL DEFAULT 0"),
+                        ("optimizer_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
+                        ("optimizer_output_tokens", "INTEGER NOT NULL DEFAULT 0"),
+                        ("optimizer_cost_usd", "REAL NOT NULL DEFAULT 0"),
+                        ("proposal_meta", "TEXT"),
+                    ):
+                        cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} {decl}")
+                    _backfill_library_meta(cur)
+                    current = 3
+                cur.execute(f"PRAGMA user_version = {current}")
         self.version = SCHEMA_VERSION
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -543,6 +606,13 @@ class Ledger:
                 cur.execute("COMMIT")
             finally:
                 cur.close()
+
+    def _experiment_columns(self) -> str:
+        if self.version >= 3:
+            return _EXPERIMENT_LIST_COLUMNS + ", " + ", ".join(_EXPERIMENT_V3_COLUMNS)
+        return _EXPERIMENT_LIST_COLUMNS + ", " + ", ".join(
+            f"{default} AS {column}" for column, default in zip(_EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS, strict=True)
+        )
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -643,8 +713,17 @@ class Ledger:
         diff_text: str | None = None,
         rationale: str | None = None,
         prompt_hash: str | None = None,
+        optimizer_calls: int = 0,
+        optimizer_input_tokens: int = 0,
+        optimizer_output_tokens: int = 0,
+        optimizer_cost_usd: float = 0.0,
+        proposal_meta: Mapping[str, Any] | None = None,
     ) -> Experiment:
-        """Insert an experiment; ``seq`` defaults to the run's next (0 for the first, the baseline)."""
+        """Insert an experiment; ``seq`` defaults to the run's next (0 for the first, the baseline).
+
+        The ``optimizer_*`` figures (what proposing it cost; known before the row exists) and
+        ``proposal_meta`` are written here only; ``finish_experiment`` leaves them as they are.
+        """
         with self.transaction() as cur:
             if seq is None:
                 seq = cur.execute(
@@ -652,11 +731,14 @@ class Ledger:
                 ).fetchone()[0]
             cur.execute(
                 "INSERT INTO experiments (run_id, seq, parent_id, strategy, created, status, commit_sha, "
-                "files_changed, insertions, deletions, diff_text, rationale, prompt_hash) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "files_changed, insertions, deletions, diff_text, rationale, prompt_hash, optimizer_calls, "
+                "optimizer_input_tokens, optimizer_output_tokens, optimizer_cost_usd, proposal_meta) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id, seq, parent_id, strategy, _ts(utc_now()), status, commit_sha,
                     _dumps(list(files_changed)), insertions, deletions, diff_text, rationale, prompt_hash,
+                    optimizer_calls, optimizer_input_tokens, optimizer_output_tokens, optimizer_cost_usd,
+                    _dumps(dict(proposal_meta)) if proposal_meta else None,
                 ),
             )
             experiment_id = int(cur.lastrowid or 0)
@@ -756,7 +838,7 @@ class Ledger:
     def experiments(self, run_id: str) -> list[Experiment]:
         """A run's experiments in ``seq`` order, without ``diff_text`` (the fast listing)."""
         rows = self._query(
-            f"SELECT {_EXPERIMENT_LIST_COLUMNS}, NULL AS diff_text FROM experiments WHERE run_id = ? ORDER BY seq",
+            f"SELECT {self._experiment_columns()}, NULL AS diff_text FROM experiments WHERE run_id = ? ORDER BY seq",
             (run_id,),
         )
         return [_experiment_from_row(r) for r in rows]
@@ -764,7 +846,7 @@ class Ledger:
     def get_experiment(self, experiment_id: int) -> Experiment:
         """One experiment with its diff text; an unknown id is a UserError."""
         rows = self._query(
-            f"SELECT {_EXPERIMENT_LIST_COLUMNS}, diff_text FROM experiments WHERE id = ?", (int(experiment_id),)
+            f"SELECT {self._experiment_columns()}, diff_text FROM experiments WHERE id = ?", (int(experiment_id),)
         )
         if not rows:
             raise UserError(f"no experiment {experiment_id} in the ledger; see `judgeloop history` for ids")
@@ -772,7 +854,7 @@ class Ledger:
 
     def experiments_with_status(self, status: ExperimentStatus, run_id: str | None = None) -> list[Experiment]:
         """Experiments in one status (e.g. ``waiting`` or ``running``), oldest first."""
-        sql = f"SELECT {_EXPERIMENT_LIST_COLUMNS}, NULL AS diff_text FROM experiments WHERE status = ?"
+        sql = f"SELECT {self._experiment_columns()}, NULL AS diff_text FROM experiments WHERE status = ?"
         params: list[Any] = [status]
         if run_id is not None:
             sql += " AND run_id = ?"

@@ -16,15 +16,19 @@ from typing import Any
 from optimizer.ledger import FLIP_KEYS, Experiment, Ledger, Run
 from optimizer.workspace import Workspace
 
+# ``calls`` are the judge's; ``cost_usd`` is the experiment's total (judge + optimiser); the optimiser's
+# part follows in its own keys.
 JSON_EXPERIMENT_KEYS: tuple[str, ...] = (
     "id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr", "balanced_accuracy",
-    "p_value", "calls", "cost_usd",
+    "p_value", "calls", "cost_usd", "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens",
+    "optimizer_cost_usd",
 )
 TSV_COLUMNS: tuple[str, ...] = (
     "id", "seq", "parent", "created", "strategy", "decision", "kappa", "kappa_delta", "fpr", "fpr_delta",
     "balanced_accuracy", "p_value", "tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn", "early_stopped",
     "items_evaluated", "calls", "cache_hits", "input_tokens", "output_tokens", "cost_usd", "duration_s",
-    "commit", "files_changed", "insertions", "deletions", "reason", "rationale",
+    "commit", "files_changed", "insertions", "deletions", "reason", "rationale", "optimizer_calls",
+    "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd",
 )
 _FLIP_ARROWS = {"tp_to_fn": "TP→FN", "fn_to_tp": "FN→TP", "tn_to_fp": "TN→FP", "fp_to_tn": "FP→TN"}
 
@@ -82,6 +86,10 @@ def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
             "p_value": exp.p_value,
             "calls": exp.calls,
             "cost_usd": exp.cost_usd,
+            "optimizer_calls": exp.optimizer_calls,
+            "optimizer_input_tokens": exp.optimizer_input_tokens,
+            "optimizer_output_tokens": exp.optimizer_output_tokens,
+            "optimizer_cost_usd": exp.optimizer_cost_usd,
         })
     return {"run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments}
 
@@ -110,7 +118,8 @@ def overall_flips(ledger: Ledger, run: Run) -> dict[str, list[str]] | None:
 
 
 def spend(experiments: Sequence[Experiment]) -> dict[str, float | int]:
-    """Totals over experiments: calls, cache hits, tokens, dollars, seconds."""
+    """Totals over experiments: the judge's calls, cache hits, tokens and seconds, the optimiser's calls
+    and tokens, and dollars (``cost_usd`` = judge + optimiser, and each part)."""
     return {
         "calls": sum(e.calls for e in experiments),
         "cache_hits": sum(e.cache_hits for e in experiments),
@@ -118,6 +127,11 @@ def spend(experiments: Sequence[Experiment]) -> dict[str, float | int]:
         "output_tokens": sum(e.output_tokens for e in experiments),
         "cost_usd": sum(e.cost_usd for e in experiments),
         "duration_s": sum(e.duration_s or 0.0 for e in experiments),
+        "judge_cost_usd": sum(e.judge_cost_usd for e in experiments),
+        "optimizer_calls": sum(e.optimizer_calls for e in experiments),
+        "optimizer_input_tokens": sum(e.optimizer_input_tokens for e in experiments),
+        "optimizer_output_tokens": sum(e.optimizer_output_tokens for e in experiments),
+        "optimizer_cost_usd": sum(e.optimizer_cost_usd for e in experiments),
     }
 
 
@@ -216,10 +230,15 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
                 policies = f"   literal {'keep' if e.literal_keep else 'roll back'}, paired {'keep' if e.paired_keep else 'roll back'}"
             out.append(f"    flips {cells}   McNemar p {_num(e.p_value)}{policies}")
         out.append(
-            f"    {e.items_evaluated} items{' (stopped early)' if e.early_stopped else ''}, {e.calls} calls, "
-            f"{e.cache_hits} cached, {e.input_tokens}+{e.output_tokens} tokens, ${e.cost_usd:.4f}"
+            f"    judge: {e.items_evaluated} items{' (stopped early)' if e.early_stopped else ''}, {e.calls} calls, "
+            f"{e.cache_hits} cached, {e.input_tokens}+{e.output_tokens} tokens, ${e.judge_cost_usd:.4f}"
             + (f", {e.duration_s:.1f}s" if e.duration_s is not None else "")
         )
+        if e.optimizer_calls or e.optimizer_cost_usd:
+            out.append(
+                f"    optimiser: {e.optimizer_calls} calls, {e.optimizer_input_tokens}+{e.optimizer_output_tokens} "
+                f"tokens, ${e.optimizer_cost_usd:.4f} (experiment total ${e.cost_usd:.4f})"
+            )
         if e.files_changed:
             out.append(f"    files {', '.join(e.files_changed)} (+{e.insertions or 0}/-{e.deletions or 0})")
         if e.rationale:
@@ -258,6 +277,11 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
         f"spend: ${totals['cost_usd']:.4f} over {totals['calls']} calls ({totals['cache_hits']} cached), "
         f"{totals['input_tokens']}+{totals['output_tokens']} tokens, {totals['duration_s']:.0f}s judging"
     )
+    out.append(
+        f"  judge ${totals['judge_cost_usd']:.4f} ({totals['calls']} calls); optimiser "
+        f"${totals['optimizer_cost_usd']:.4f} ({totals['optimizer_calls']} calls, "
+        f"{totals['optimizer_input_tokens']}+{totals['optimizer_output_tokens']} tokens)"
+    )
     by_status: dict[str, int] = {}
     for e in experiments:
         by_status[e.status] = by_status.get(e.status, 0) + 1
@@ -293,6 +317,8 @@ def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
                 "cost_usd": e.cost_usd, "duration_s": e.duration_s, "commit": e.commit_sha,
                 "files_changed": ",".join(e.files_changed), "insertions": e.insertions, "deletions": e.deletions,
                 "reason": one_line(e.reason, 10_000), "rationale": one_line(e.rationale, 10_000),
+                "optimizer_calls": e.optimizer_calls, "optimizer_input_tokens": e.optimizer_input_tokens,
+                "optimizer_output_tokens": e.optimizer_output_tokens, "optimizer_cost_usd": e.optimizer_cost_usd,
             }
             writer.writerow(["" if row[c] is None else row[c] for c in TSV_COLUMNS])
     return path

@@ -83,7 +83,7 @@ def test_agent_full_tool_conversation_through_anthropic_sdk(dev: DevFixture, mon
     assert {t["name"] for t in first["tools"]} >= {"list_disagreements", "read_trajectory", "view_screenshot",
                                                    "read_history", "read_guidance", "read_file", "edit_file",
                                                    "write_file", "submit"}
-    assert "Allowed files: prompts/judge.md, prompts/rubric.md" in first["messages"][0]["content"]
+    assert "Allowed files: prompts/judge.md, prompts/rubric.md" in first["messages"][0]["content"][0]["text"]
 
     # 1: list_disagreements result went back as a tool_result for t1, after the assistant's tool_use.
     body = requests[1].body
@@ -136,7 +136,7 @@ def test_agent_full_tool_conversation_through_openai_sdk(dev: DevFixture, monkey
     assert json.loads(msgs[-1]["content"])["summary"]["matching"] == 2
     # A screenshot: the tool message says so, then a user message carries the image as a data URL.
     msgs = requests[3].body["messages"]
-    assert msgs[-2]["role"] == "tool" and msgs[-2]["tool_call_id"] == "t3" and "image follows" in msgs[-2]["content"]
+    assert msgs[-2]["role"] == "tool" and msgs[-2]["tool_call_id"] == "t3" and "follow in the next user message" in msgs[-2]["content"]
     assert msgs[-1]["role"] == "user"
     url = msgs[-1]["content"][1]["image_url"]["url"]
     assert url.startswith("data:image/jpeg;base64,")
@@ -205,8 +205,8 @@ def test_agent_outage_is_a_proposal_error_and_unknown_model_a_user_error(
     with FakeLLMServer() as server:
         server.script(reply(tool_calls=[ToolCall("read_history", {})], usage=Usage(100, 10)), error(500))
         with pytest.raises(ProposalError, match="HTTP 500") as info:
-            asyncio.run(AgentStrategy(_anthropic_cfg(server), {}, max_retries=0).propose(make_context(dev, [])))
+            asyncio.run(AgentStrategy(_anthropic_cfg(server, max_retries=0), {}).propose(make_context(dev, [])))
         assert info.value.calls == 1 and info.value.input_tokens == 100  # the spend before the outage is kept
     with FakeLLMServer(models=["other-model"]) as server:
         with pytest.raises(UserError, match="does not know model 'opt-model'"):
-            asyncio.run(AgentStrategy(_anthropic_cfg(server), {}, max_retries=0).propose(make_context(dev, [])))
+            asyncio.run(AgentStrategy(_anthropic_cfg(server, max_retries=0), {}).propose(make_context(dev, [])))

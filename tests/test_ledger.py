@@ -147,6 +147,7 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         ledger.record_verdicts(exp.id, [_item("t1", True, reps=1)])
     conn = sqlite3.connect(path)  # what judgeloop with schema 1 wrote: no verdicts.tools column
     conn.execute("ALTER TABLE verdicts DROP COLUMN tools")
+    _drop_schema_3_columns(conn)  # (nor what schema 3 added)
     conn.execute("PRAGMA user_version = 1")
     conn.close()
 
@@ -161,7 +162,64 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
     assert tools == {"t1": [], "t2": ["read_steps(0-24)", "view_screenshots(3, 7)", "submit_verdict"]}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    conn.close()
+
+
+SCHEMA_3_COLUMNS = ("optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd",
+                    "proposal_meta")
+
+
+def _drop_schema_3_columns(conn: sqlite3.Connection) -> None:
+    for column in SCHEMA_3_COLUMNS:
+        conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+
+
+def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    tag = "Enabled library entry lib-b (this makes the judge stricter): why. [library: +lib-b -> enabled {lib-a,lib-b}]"
+    with Ledger(path) as ledger:
+        run = _run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
+        ledger.finish_experiment(base.id, status="baseline", calls=10, input_tokens=900, cost_usd=0.25)
+        library = ledger.start_experiment(run.id, parent_id=base.id, strategy="library", rationale=tag)
+        ledger.finish_experiment(library.id, status="rolled_back", calls=4, cost_usd=0.1)
+        reflect = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect", rationale="x [library: y]")
+        ledger.finish_experiment(reflect.id, status="guard_rejected", calls=1, input_tokens=50, cost_usd=0.02)
+    conn = sqlite3.connect(path)  # what judgeloop with schema 2 wrote: no optimiser columns, no proposal meta
+    _drop_schema_3_columns(conn)
+    conn.execute("PRAGMA user_version = 2")
+    conn.close()
+
+    with Ledger.open_readonly(path) as ro:  # the TUI or `report` on a ledger from an older install
+        old = {e.id: e for e in ro.experiments(run.id)}
+        assert ro.get_experiment(reflect.id).input_tokens == 50
+    assert all(e.optimizer_calls == 0 and e.optimizer_cost_usd == 0.0 and e.proposal_meta == {} for e in old.values())
+    assert old[base.id].cost_usd == 0.25 and old[base.id].judge_cost_usd == 0.25
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2  # reading changed nothing
+    conn.close()
+
+    with Ledger(path) as ledger:  # a run writing to it upgrades it in place
+        upgraded = {e.id: e for e in ledger.experiments(run.id)}
+        # Old rows keep their figures and get 0 for the optimiser; the library's old rationale tag is
+        # read once, here, into its proposal meta (other strategies' text is left alone).
+        assert upgraded[base.id].calls == 10 and upgraded[base.id].optimizer_calls == 0
+        assert upgraded[library.id].proposal_meta == {"library_enabled": ["lib-a", "lib-b"]}
+        assert upgraded[library.id].rationale == tag
+        assert upgraded[reflect.id].proposal_meta == {} and upgraded[reflect.id].optimizer_cost_usd == 0.0
+        new = ledger.start_experiment(
+            run.id, parent_id=base.id, strategy="reflect", rationale="new", optimizer_calls=2,
+            optimizer_input_tokens=300, optimizer_output_tokens=40, optimizer_cost_usd=0.05,
+            proposal_meta={"note": "data"},
+        )
+        ledger.finish_experiment(new.id, status="rolled_back", calls=8, input_tokens=700, cost_usd=0.3)
+        got = ledger.get_experiment(new.id)
+    assert (got.optimizer_calls, got.optimizer_input_tokens, got.optimizer_output_tokens) == (2, 300, 40)
+    assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
+    assert got.cost_usd == 0.3 and got.judge_cost_usd == pytest.approx(0.25) and got.proposal_meta == {"note": "data"}
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     conn.close()
 
 

@@ -91,7 +91,8 @@ def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.Cap
     assert data["run"] == run_id and data["branch"] == f"judgeloop/{run_id}" and data["policy"] == "paired"
     rows = data["experiments"]
     assert all(list(r) == ["id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr",
-                           "balanced_accuracy", "p_value", "calls", "cost_usd"] for r in rows)
+                           "balanced_accuracy", "p_value", "calls", "cost_usd", "optimizer_calls",
+                           "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd"] for r in rows)
     assert [r["decision"] for r in rows] == ["baseline", "kept", "rolled_back", "guard_rejected"]
     assert rows[0]["parent"] is None and rows[1]["parent"] == ids["baseline"]
     early = rows[2]
@@ -162,3 +163,26 @@ def test_report_json_function_on_an_unknown_run_is_a_user_error(filled) -> None:
     ws, _, _ = filled
     with Ledger.open_readonly(ws.ledger_path) as ledger, pytest.raises(UserError, match="no run 'x'"):
         report_json(ledger, ledger.resolve_run("x"))
+
+
+def test_report_shows_the_optimisers_spend_apart_from_the_judges(tmp_path: Path) -> None:
+    from optimizer.report import report_text, spend
+
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = ledger.create_run(strategy="reflect", policy="paired", split="sample", split_fingerprint="f" * 64,
+                                start_rev="a" * 40)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
+        ledger.finish_experiment(base.id, status="baseline", calls=4, input_tokens=400, output_tokens=40,
+                                 cost_usd=0.01, items_evaluated=4)
+        cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect", rationale="tighten",
+                                       optimizer_calls=2, optimizer_input_tokens=300, optimizer_output_tokens=40,
+                                       optimizer_cost_usd=0.05)
+        ledger.finish_experiment(cand.id, status="rolled_back", calls=3, input_tokens=300, output_tokens=30,
+                                 cost_usd=0.08, items_evaluated=3)
+        text = report_text(ledger, ledger.get_run(run.id))
+        totals = spend(ledger.experiments(run.id))
+    assert "    judge: 3 items, 3 calls, 0 cached, 300+30 tokens, $0.0300" in text
+    assert "    optimiser: 2 calls, 300+40 tokens, $0.0500 (experiment total $0.0800)" in text
+    assert "spend: $0.0900 over 7 calls" in text
+    assert "  judge $0.0400 (7 calls); optimiser $0.0500 (2 calls, 300+40 tokens)" in text
+    assert totals["cost_usd"] == pytest.approx(totals["judge_cost_usd"] + totals["optimizer_cost_usd"])

@@ -71,8 +71,12 @@ def test_library_never_repeats_a_tried_set_until_exhausted(dev: DevFixture) -> N
         enabled = frozenset(enabled_entries(proposal.files[RUBRIC_MD]))
         assert enabled not in order and enabled != base
         order.append(enabled)
-        assert tried_sets([PastExperiment(0, "", "", proposal.rationale, None, None, "")]) == {enabled}
-        history.append(PastExperiment(seq, "rolled_back", "kappa did not rise", proposal.rationale, 0.5, 0.1, ""))
+        # The set is recorded as data, not parsed back out of the prose.
+        assert proposal.meta == {"library_enabled": sorted(enabled)} and "[library:" not in proposal.rationale
+        assert tried_sets([PastExperiment(0, "", "", proposal.rationale, None, None, "", proposal.meta)]) == {enabled}
+        assert tried_sets([PastExperiment(0, "", "", proposal.rationale, None, None, "")]) == set()
+        history.append(PastExperiment(seq, "rolled_back", "kappa did not rise", proposal.rationale, 0.5, 0.1, "",
+                                      proposal.meta))
     # From the empty set the first n proposals are the n single toggles; only then come pairs.
     assert [len(s) for s in order] == [1] * n + [2] * 3
 
@@ -83,7 +87,7 @@ def test_library_exhausted_raises_proposal_error(dev: DevFixture) -> None:
 
     every = [frozenset([i]) for i in ids] + [frozenset(p) for p in combinations(ids, 2)]
     history = [
-        PastExperiment(k, "rolled_back", "", f"x [library: +a -> enabled {{{','.join(sorted(s))}}}]", None, None, "")
+        PastExperiment(k, "rolled_back", "", "x", None, None, "", {"library_enabled": sorted(s)})
         for k, s in enumerate(every)
     ]
     with pytest.raises(ProposalError, match="has been tried"):
@@ -116,8 +120,7 @@ def test_library_disables_a_strict_entry_when_the_judge_is_too_strict(dev: DevFi
     ctx.current_files[RUBRIC_MD] = with_entries(ctx.current_files[RUBRIC_MD], library, strict_ids)
     lenient_ids = [e.id for e in library if classify(e).lean == "lenient"]
     ctx.history = [
-        PastExperiment(1, "rolled_back", "", f"[library: +x -> enabled {{{','.join(sorted([*strict_ids, i]))}}}]",
-                       None, None, "")
+        PastExperiment(1, "rolled_back", "", "x", None, None, "", {"library_enabled": sorted([*strict_ids, i])})
         for i in lenient_ids
     ]
     p = LibraryStrategy().propose_sync(ctx)
@@ -222,7 +225,7 @@ def test_reflect_through_anthropic_sdk_splices_the_section(dev: DevFixture, monk
         proposal = asyncio.run(strategy.propose(ctx))
         (request,) = server.inference_requests()
     assert request.wire == "anthropic" and request.model == "opt-model"
-    prompt = request.body["messages"][0]["content"]
+    prompt = request.body["messages"][0]["content"][0]["text"]
     assert "prompts/rubric.md" in prompt and "missed failure" in prompt and "rejected success" in prompt
     assert dev.items[2].instruction in prompt  # a disagreement's instruction is shown (dev split)
     assert set(proposal.files) == {"prompts/rubric.md"}
@@ -244,7 +247,8 @@ def test_reflect_through_openai_sdk(dev: DevFixture, monkeypatch: pytest.MonkeyP
         proposal = asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, disagreements_for(dev.items, missed=1, rejected=1))))
         (request,) = server.inference_requests()
     assert request.wire == "openai" and request.body["messages"][0]["role"] == "system"
-    assert "prompts/rubric.md" in proposal.files and proposal.input_tokens == 700
+    # The providers' token convention: input_tokens are the uncached prompt tokens (700 - 200 cached).
+    assert "prompts/rubric.md" in proposal.files and proposal.input_tokens == 500
     assert proposal.cost_usd == pytest.approx((500 * 0.15 + 200 * 0.075 + 100 * 0.60) / 1e6)
 
 
@@ -276,12 +280,12 @@ def test_reflect_transport_failure_is_a_proposal_error_and_bad_key_a_user_error(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     with FakeLLMServer() as server:
         server.script(error(503, message="overloaded"))
-        cfg = OptimizerSection(provider="anthropic", model="m", base_url=server.anthropic_base_url)
+        cfg = OptimizerSection(provider="anthropic", model="m", base_url=server.anthropic_base_url, max_retries=0)
         with pytest.raises(ProposalError, match="HTTP 503"):
-            asyncio.run(ReflectStrategy(cfg, {}, max_retries=0).propose(make_context(dev, [])))
+            asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, [])))
         server.script(error(401, error_type="authentication_error", message="bad key"))
         with pytest.raises(UserError, match="ANTHROPIC_API_KEY"):
-            asyncio.run(ReflectStrategy(cfg, {}, max_retries=0).propose(make_context(dev, [])))
+            asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, [])))
 
 
 def test_llm_strategies_refuse_a_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -197,6 +197,28 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
     drive(app, scenario)
 
 
+def test_experiment_view_splits_the_cost_into_judge_and_optimiser(ws_copy: Path) -> None:
+    import sqlite3
+
+    with ledger_of(ws_copy) as ledger:
+        run = ledger.latest_run()
+        exp = next(e for e in ledger.experiments(run.id) if e.seq > 0)
+    conn = sqlite3.connect(ws_copy / "experiments" / "ledger.sqlite")  # as a run with an LLM optimiser writes it
+    conn.execute("UPDATE experiments SET optimizer_calls = 3, optimizer_input_tokens = 1000, "
+                 "optimizer_output_tokens = 234, optimizer_cost_usd = 0.05, cost_usd = cost_usd + 0.05 WHERE id = ?",
+                 (exp.id,))
+    conn.commit()
+    conn.close()
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=exp.id, start_view="experiment")
+
+    async def scenario(pilot: Any) -> None:
+        text = svg_text(app)
+        assert f"judge ${exp.cost_usd:.4f} · optimiser $0.0500 (3 calls · 1,234 tokens)" in text
+        assert f"${exp.cost_usd + 0.05:.4f}" in text  # the total
+
+    drive(app, scenario)
+
+
 def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
         exps = ledger.experiments(ledger.latest_run().id)

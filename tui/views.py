@@ -414,6 +414,12 @@ class ExperimentView(View):
             f"{exp.input_tokens + exp.output_tokens:,} tokens · ${exp.cost_usd:.4f}"
             + (f" · {exp.duration_s:.0f}s" if exp.duration_s else "")
         )
+        if exp.optimizer_calls or exp.optimizer_cost_usd:  # the total above splits into judge + optimiser
+            decision.append(
+                f"\njudge ${exp.judge_cost_usd:.4f} · optimiser ${exp.optimizer_cost_usd:.4f} "
+                f"({exp.optimizer_calls} calls · "
+                f"{exp.optimizer_input_tokens + exp.optimizer_output_tokens:,} tokens)"
+            )
         self.query_one("#experiment-decision", Static).update(decision)
         self.query_one("#experiment-metrics", Static).update(metric_table(metric_rows(exp, parent)))
         counts = exp.flip_counts()

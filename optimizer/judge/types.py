@@ -154,12 +154,20 @@ class Provider(Protocol):
 
 
 class ConversingProvider(Provider, Protocol):
-    """A provider that can also hold a tool-using conversation (the agentic judge mode)."""
+    """A provider that can also hold a tool-using conversation: the agentic judge mode, and the
+    optimiser's own model (`optimizer.judge.providers.make_optimizer_provider`)."""
 
     async def converse(
-        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        *,
+        cache_conversation: bool = True,
     ) -> tuple[AssistantTurn, ProviderReply]:
-        """One model turn of a conversation. Same errors as ``complete``."""
+        """One model turn of a conversation: its text and tool calls, and the usage (``tools`` may be
+        empty). ``cache_conversation=False`` when no turn will follow. Same errors as ``complete``."""
         ...
 
 

@@ -377,7 +377,7 @@ class LoopRunner:
             history.append(
                 PastExperiment(
                     id=exp.id, decision=exp.status, reason=exp.reason or "", rationale=exp.rationale or "",
-                    kappa=exp.kappa, fpr=exp.fpr, diff=full.diff_text or "",
+                    kappa=exp.kappa, fpr=exp.fpr, diff=full.diff_text or "", meta=exp.proposal_meta,
                 )
             )
         guidance = self.ws.guidance_path.read_text(encoding="utf-8") if self.ws.guidance_path.is_file() else ""
@@ -415,12 +415,15 @@ class LoopRunner:
             proposal: Proposal = await self.strategy.propose(self.context(incumbent, seq))
         except ProposalError as exc:
             self.charge(exc.cost_usd)
-            exp = self.ledger.start_experiment(self.run.id, parent_id=incumbent.id, strategy=self.strategy.name,
-                                               seq=seq, rationale=None)
+            exp = self.ledger.start_experiment(
+                self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq, rationale=None,
+                optimizer_calls=exc.calls, optimizer_input_tokens=exc.input_tokens,
+                optimizer_output_tokens=exc.output_tokens, optimizer_cost_usd=exc.cost_usd,
+            )
             self.say(f"  optimiser failed: {exc.reason}")
+            # No judge call was made: the row's total cost is the optimiser's.
             return self.ledger.finish_experiment(
                 exp.id, status="error", decision="error", reason=f"optimiser failed: {exc.reason}",
-                calls=exc.calls, input_tokens=exc.input_tokens, output_tokens=exc.output_tokens,
                 cost_usd=exc.cost_usd,
             )
         self.charge(proposal.cost_usd)
@@ -441,10 +444,13 @@ class LoopRunner:
         exp = self.ledger.start_experiment(
             self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq,
             files_changed=sorted(changed), insertions=ins, deletions=dels, diff_text=diff_text,
-            rationale=proposal.rationale,
+            rationale=proposal.rationale, proposal_meta=proposal.meta,
+            optimizer_calls=proposal.calls, optimizer_input_tokens=proposal.input_tokens,
+            optimizer_output_tokens=proposal.output_tokens, optimizer_cost_usd=proposal.cost_usd,
         )
-        usage: dict[str, Any] = dict(calls=proposal.calls, input_tokens=proposal.input_tokens,
-                     output_tokens=proposal.output_tokens, cost_usd=proposal.cost_usd)
+        # The row's calls and tokens are the judge's (none yet); its cost is the experiment's total,
+        # judge + optimiser, so budgets and spend sums count the optimiser too.
+        usage: dict[str, Any] = dict(cost_usd=proposal.cost_usd)
         self.stage("guards", exp.id)
         guard = (
             check_candidate(changed, self.ws.config.optimizer.allowed_files, self.ws.config.optimizer.max_diff_lines,

@@ -8,6 +8,7 @@ kept and which must be rolled back.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library, with_e
 from optimizer.ledger import Ledger
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.metrics import Answer, score
-from tests.fakeserver import FakeLLMServer
+from tests.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, Usage, reply
 from tests.loop.helpers import (
     BAD_ENTRY,
     GOOD_ENTRY,
@@ -249,6 +250,30 @@ def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
     assert_clean(ws)
 
 
+def test_the_library_gets_its_tried_sets_back_from_the_ledger_as_data(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from optimizer.judge.prompts import enabled_entries
+    from optimizer.loop.strategies.library import LibraryStrategy
+
+    contexts: list[ProposalContext] = []
+
+    class Recording(LibraryStrategy):
+        async def propose(self, ctx: ProposalContext) -> Proposal:
+            contexts.append(ctx)
+            return await super().propose(ctx)
+
+    monkeypatch.setattr("optimizer.loop.session.make_strategy", lambda *a, **k: Recording())
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
+    _, exps = latest(ws)
+    first = exps[1]
+    rubric = git(ws, "show", f"{first.commit_sha}:{RUBRIC_MD}")
+    assert first.proposal_meta == {"library_enabled": sorted(enabled_entries(rubric))}
+    assert "[library:" not in (first.rationale or "")  # no machine tag in the prose any more
+    # The second proposal's history holds the first one's record, read back from the ledger.
+    (past,) = contexts[1].history
+    assert past.id == first.id and past.meta == first.proposal_meta
+
+
 # -- failures that must not stop the run ----------------------------------------------------------
 
 
@@ -265,7 +290,68 @@ def test_malformed_optimiser_reply_is_recorded_and_the_run_continues(
     run, exps = latest(ws)
     assert run.status == "finished"
     assert [e.status for e in exps] == ["baseline", "error", "kept"]
-    assert "not valid JSON" in exps[1].reason and exps[1].calls == 1 and exps[1].commit_sha is None
+    assert "not valid JSON" in exps[1].reason and exps[1].commit_sha is None
+    # What the failed proposal spent is the optimiser's, recorded apart from the judge's (none).
+    assert (exps[1].optimizer_calls, exps[1].optimizer_input_tokens, exps[1].optimizer_output_tokens) == (1, 10, 3)
+    assert exps[1].calls == 0 and exps[1].input_tokens == 0
+    assert_clean(ws)
+
+
+def test_an_llm_optimiser_run_records_its_usage_apart_from_the_judges(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``reflect`` through the real openai SDK and the fake server: the optimiser's calls, tokens and
+    dollars land in their own columns; the row's calls/tokens stay the judge's; cost_usd is the total."""
+    optimiser_usage = Usage(input_tokens=1000, output_tokens=200, cache_read_tokens=300)
+    edit = json.dumps({
+        "file": "prompts/rubric.md",
+        "section_heading": "## Telling the types apart",
+        "new_section": "## Telling the types apart\n\nName the type that explains the first wrong step.",
+        "rationale": "A simpler rule for naming the mistake type.",
+    })
+    judge = FakeJudge(ws)
+
+    def answer(request: RecordedRequest) -> Behaviour:
+        return reply(edit, usage=optimiser_usage) if request.model == "opt-model" else judge(request)
+
+    cfg = ws / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'
+                   '\n[prices."opt-model"]\ninput = 3.0\noutput = 15.0\ncache_read = 0.3\n', encoding="utf-8")
+    with FakeLLMServer(default=answer) as server:
+        set_toml_key(ws, "optimizer", "provider", '"openai"')
+        set_toml_key(ws, "optimizer", "model", '"opt-model"')
+        text = cfg.read_text(encoding="utf-8")
+        cfg.write_text(text.replace("[optimizer]\n", f'[optimizer]\nbase_url = "{server.openai_base_url}"\n', 1),
+                       encoding="utf-8")
+        commit_all(ws, "reflect through the fake server")
+        assert run_loop(ws, server.openai_base_url, "--strategy", "reflect", "--max-experiments", "1") == 0
+        requests = server.inference_requests()
+    run, exps = latest(ws)
+    assert run.status == "finished" and [e.seq for e in exps] == [0, 1]
+    baseline, candidate = exps
+    assert candidate.status in ("kept", "rolled_back") and candidate.items_evaluated > 0
+    optimiser_requests = [r for r in requests if r.model == "opt-model"]
+    judge_requests = [r for r in requests if r.model == "fake-judge"]
+    assert len(optimiser_requests) == 1
+    # (an early stop may abandon calls already sent: the ledger counts the answered ones)
+    assert 0 < baseline.calls + candidate.calls <= len(judge_requests) and candidate.calls > 0
+
+    # The optimiser's own columns, in the providers' token convention (cached prompt tokens apart).
+    assert (candidate.optimizer_calls, candidate.optimizer_input_tokens, candidate.optimizer_output_tokens) == (
+        1, 1000, 200)
+    optimiser_cost = (1000 * 3.0 + 300 * 0.3 + 200 * 15.0) / 1e6
+    assert candidate.optimizer_cost_usd == pytest.approx(optimiser_cost)
+    # The row's calls and tokens are the judge's alone; its cost is judge + optimiser.
+    judge_cost = (candidate.input_tokens + candidate.output_tokens) * 10.0 / 1e6
+    assert candidate.judge_cost_usd == pytest.approx(judge_cost)
+    assert candidate.cost_usd == pytest.approx(judge_cost + optimiser_cost)
+    assert baseline.optimizer_calls == 0 and baseline.optimizer_cost_usd == 0.0
+
+    data = report_json(ws, capsys)
+    row = next(r for r in data["experiments"] if r["id"] == candidate.id)
+    assert row["calls"] == candidate.calls and row["optimizer_calls"] == 1
+    assert row["optimizer_cost_usd"] == pytest.approx(optimiser_cost)
+    assert row["cost_usd"] == pytest.approx(judge_cost + optimiser_cost)
     assert_clean(ws)
 
 

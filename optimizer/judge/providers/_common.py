@@ -10,6 +10,7 @@ import re
 import secrets
 import ssl
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -43,13 +44,65 @@ class Secret:
     __str__ = __repr__
 
 
-def key_from_env(env_var: str, *, required: bool) -> Secret | None:
-    """The API key in ``env_var``; a missing key is a UserError when ``required``, else None."""
+@dataclass(frozen=True)
+class Role:
+    """Whose model a provider serves: the judge's or the optimiser's.
+
+    Failures map to the same exceptions for both (`map_sdk_error`); the role only words what a user
+    reads (``str.format`` templates over ``provider``, ``model``, ``where``, ``env``, ``status``:
+    which setting to fix, which way out needs no key), plus one rule: a server that refuses
+    connections before any call succeeded stops the judge at once (``unreachable``: a `UserError`),
+    while for the optimiser (``unreachable=None``) it is a transport failure like any other: the loop
+    records the failed proposal and carries on.
+    """
+
+    name: str
+    label: str  # how transport-error messages name the call
+    missing_key: str
+    missing_key_keyless_server: str  # when an OpenAI-compatible base_url could do without a key
+    key_needed: str  # a keyless base_url server answered 401
+    key_rejected: str
+    unknown_model: str
+    unreachable: str | None  # refused before any success: a UserError with this text, or None
+
+
+JUDGE = Role(
+    name="judge",
+    label="{provider} model {model!r} at {where}",
+    missing_key="{env} is not set; export it or use --provider local",
+    missing_key_keyless_server="{env} is not set; export it or use --provider local",
+    key_needed="{env} is not set but {where} requires a key; export it",
+    key_rejected="{env} was rejected by {where} (HTTP {status}); check the key or use --provider local",
+    unknown_model="model {model!r} was not found at {where} (HTTP 404); check --model",
+    unreachable="cannot connect to {where} for {provider}; start the server or fix --base-url",
+)
+OPTIMISER = Role(
+    name="optimiser",
+    label="the optimiser's {provider} model {model!r} at {where}",
+    missing_key="the optimiser uses provider {provider!r} but {env} is not set; "
+    "export it, or run with --strategy library (no key needed)",
+    missing_key_keyless_server="the optimiser uses provider {provider!r} but {env} is not set; "
+    "export it, set [optimizer] base_url for a local server, or run with --strategy library",
+    key_needed="{env} is not set but the optimiser's server {where} requires a key; export it",
+    key_rejected="the optimiser's {provider} key was rejected by {where} (HTTP {status}); "
+    "check {env}, or run with --strategy library",
+    unknown_model="the optimiser's {provider} endpoint {where} does not know model {model!r} (HTTP 404); "
+    "fix [optimizer] model or base_url",
+    unreachable=None,
+)
+
+
+def key_from_env(
+    env_var: str, *, required: bool, role: Role = JUDGE, provider: str = "", base_url_would_do: bool = False
+) -> Secret | None:
+    """The API key in ``env_var``; a missing key is a UserError when ``required``, else None.
+    ``base_url_would_do``: the message may suggest a keyless server instead (OpenAI-compatible)."""
     value = os.environ.get(env_var, "").strip()
     if value:
         return Secret(value)
     if required:
-        raise UserError(f"{env_var} is not set; export it or use --provider local")
+        template = role.missing_key_keyless_server if base_url_would_do else role.missing_key
+        raise UserError(template.format(provider=provider, env=env_var))
     return None
 
 
@@ -166,32 +219,32 @@ def map_sdk_error(
     secret: Secret | None,
     retries: int,
     ever_succeeded: bool,
+    role: Role = JUDGE,
 ) -> Exception:
     """Turn an ``anthropic``/``openai`` SDK exception (both SDKs share the class names) into the error
     judgeloop raises: `UserError` for what only the user can fix, `InfrastructureError` for transport
-    failures that outlived the SDK's own retries. Messages never contain the key.
+    failures that outlived the SDK's own retries. Messages never contain the key; ``role`` words them.
 
     A connection that could not even be opened (refused, DNS) before any call to this provider ever
-    succeeded is a wrong or stopped server, so it is a UserError; later it is an InfrastructureError.
+    succeeded is a wrong or stopped server, so it is a UserError for the judge; later (and always for
+    the optimiser, see `Role.unreachable`) it is an InfrastructureError.
     """
-    label = f"{provider} model {model!r} at {where}"
+    label = role.label.format(provider=provider, model=model, where=where)
     after = f"after {retries} retr{'y' if retries == 1 else 'ies'}"
     if isinstance(exc, sdk.APITimeoutError):
         return InfrastructureError(f"{label}: timed out {after}")
     if isinstance(exc, sdk.APIConnectionError):
         refused = isinstance(exc.__cause__, httpx2.ConnectError)
-        if refused and not ever_succeeded:
-            return UserError(f"cannot connect to {where} for {provider}; start the server or fix --base-url")
+        if refused and not ever_succeeded and role.unreachable is not None:
+            return UserError(role.unreachable.format(provider=provider, where=where))
         return InfrastructureError(f"{label}: connection failed {after}")
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
         said = quote_server_message(getattr(exc, "message", ""), secret)
         if isinstance(exc, sdk.AuthenticationError | sdk.PermissionDeniedError):
-            return UserError(
-                f"{key_env} was rejected by {where} (HTTP {status}); check the key or use --provider local"
-            )
+            return UserError(role.key_rejected.format(provider=provider, env=key_env, where=where, status=status))
         if isinstance(exc, sdk.NotFoundError):
-            return UserError(f"model {model!r} was not found at {where} (HTTP 404); check --model")
+            return UserError(role.unknown_model.format(provider=provider, model=model, where=where))
         if isinstance(exc, sdk.RateLimitError):
             return InfrastructureError(f"{label}: rate limited (HTTP 429) {after}")
         return InfrastructureError(f"{label}: HTTP {status} {after}: {said}")

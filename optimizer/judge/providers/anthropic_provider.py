@@ -13,10 +13,14 @@
   ``messages.create`` sends for these arguments minus its per-call JSON encoding of ~300 KB of
   base64 per 12-screenshot request; the SDK's transport, auth headers, retries and error classes
   are unchanged.
-- The agentic judge (`converse`) sends ``tools`` and the conversation so far: the model's turns as
-  ``text`` + ``tool_use`` blocks, tool answers as ``tool_result`` blocks (screenshots as image
-  blocks inside them). Besides the system block, the last block of the conversation is marked
-  ``cache_control``, so each turn re-reads the previous turns at the cache-read price.
+- Tool-using conversations (`converse`: the agentic judge, and the optimiser's own model) send
+  ``tools`` (none: no ``tools`` key) and the conversation so far: the model's turns as ``text`` +
+  ``tool_use`` blocks, tool answers as ``tool_result`` blocks (screenshots as image blocks inside
+  them). Besides the system block, the last block of the conversation is marked ``cache_control``
+  (unless the caller says no turn will follow), so each turn re-reads the previous turns at the
+  cache-read price.
+- ``role`` (`_common.Role`): whose model this is — the judge's or the optimiser's; it words the
+  errors a user reads, nothing else.
 - Retries (429 honouring ``retry-after``, 5xx, timeouts, connection errors) are the SDK's own,
   ``max_retries`` times; what survives becomes `InfrastructureError` or `UserError`.
 """
@@ -31,8 +35,11 @@ from anthropic.types import Message
 
 from optimizer.config import JudgeSection
 from optimizer.judge.providers._common import (
+    JUDGE,
     BodyBlobs,
     ImageString,
+    Role,
+    Secret,
     encode_json_body,
     http_client_options,
     inline_image,
@@ -65,10 +72,11 @@ class AnthropicProvider:
     name = "anthropic"
     text_only = False
 
-    def __init__(self, judge: JudgeSection) -> None:
+    def __init__(self, judge: JudgeSection, *, role: Role = JUDGE) -> None:
         self.model = judge.model
         self.base_url = judge.base_url
-        self._secret = key_from_env(KEY_ENV, required=True)
+        self.role = role
+        self._secret = self.read_key(judge, role)
         self._max_retries = judge.max_retries
         self._ever_succeeded = False
         assert self._secret is not None
@@ -79,6 +87,11 @@ class AnthropicProvider:
             max_retries=judge.max_retries,
             http_client=anthropic.DefaultAsyncHttpxClient(**http_client_options(judge.max_concurrency)),
         )
+
+    @classmethod
+    def read_key(cls, judge: JudgeSection, role: Role = JUDGE) -> Secret | None:
+        """The key this provider sends; a missing one is a `UserError` worded for ``role``."""
+        return key_from_env(KEY_ENV, required=True, role=role, provider=cls.name)
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
@@ -117,6 +130,7 @@ class AnthropicProvider:
         tools: list[ToolSpec],
         sampling: Sampling,
         image: ImageString,
+        cache_conversation: bool = True,
     ) -> dict[str, Any]:
         wire: list[dict[str, Any]] = []
         for message in messages:
@@ -138,24 +152,33 @@ class AnthropicProvider:
                         block["is_error"] = True
                     results.append(block)
                 wire.append({"role": "user", "content": results})
-        if wire and wire[-1]["content"]:
+        if cache_conversation and wire and wire[-1]["content"]:
             last = wire[-1]["content"][-1]
             wire[-1]["content"][-1] = {**last, "cache_control": {"type": "ephemeral"}}
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": sampling.max_tokens,
             "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
-            "tools": [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools],
             "messages": wire,
         }
+        if tools:
+            params["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
+                               for t in tools]
         return _with_sampling(params, sampling)
 
     def encode_conversation(
-        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        *,
+        cache_conversation: bool = True,
     ) -> bytes:
         """The wire bytes of one conversation turn (images spliced in as bytes)."""
         blobs = BodyBlobs()
-        return encode_json_body(self._conversation_body(system, messages, tools, sampling, blobs.placeholder), blobs.blobs)
+        body = self._conversation_body(system, messages, tools, sampling, blobs.placeholder, cache_conversation)
+        return encode_json_body(body, blobs.blobs)
 
     async def _post(self, body: bytes) -> Message:
         try:
@@ -171,6 +194,7 @@ class AnthropicProvider:
                 secret=self._secret,
                 retries=self._max_retries,
                 ever_succeeded=self._ever_succeeded,
+                role=self.role,
             ) from None
 
     async def complete(
@@ -183,10 +207,19 @@ class AnthropicProvider:
         return self._reply(message, text)
 
     async def converse(
-        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        *,
+        cache_conversation: bool = True,
     ) -> tuple[AssistantTurn, ProviderReply]:
-        """One turn of the agentic judge: the model's text and tool calls. Errors as in `complete`."""
-        message = await self._post(self.encode_conversation(system, messages, tools, sampling))
+        """One model turn of a conversation (the agentic judge's, or the optimiser's): its text and
+        tool calls, and the usage. ``tools`` may be empty. ``cache_conversation=False`` when no turn
+        will follow (a one-off call would pay the cache-write price for nothing). Errors as in `complete`."""
+        body = self.encode_conversation(system, messages, tools, sampling, cache_conversation=cache_conversation)
+        message = await self._post(body)
         self._ever_succeeded = True
         text = "".join(block.text for block in message.content if block.type == "text")
         calls = tuple(

@@ -11,10 +11,14 @@ OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and 
 - The length limit is ``max_completion_tokens`` for the OpenAI API (reasoning models reject
   ``max_tokens``) and ``max_tokens`` for compatible servers (which do not all know the new name).
 - ``temperature``/``top_p`` are sent only when the user set them.
-- The agentic judge (`converse`) sends ``tools`` (functions) and the conversation so far: the
-  model's turns as assistant messages with ``tool_calls``, each answer as a ``tool`` message (text
-  only on this wire); screenshots a tool returned follow as one user message after the ``tool``
-  messages of that turn, each image introduced by its text. No ``response_format`` in that mode.
+- Tool-using conversations (`converse`: the agentic judge, and the optimiser's own model) send
+  ``tools`` (functions; none: no ``tools`` key) and the conversation so far: the model's turns as
+  assistant messages with ``tool_calls``, each answer as a ``tool`` message (text only on this
+  wire); screenshots a tool returned follow as one user message after the ``tool`` messages of that
+  turn, each image introduced by its text. No ``response_format`` in that mode. The prompt cache is
+  automatic on this wire, so ``cache_conversation`` changes nothing here.
+- ``role`` (`_common.Role`): whose model this is — the judge's or the optimiser's; it words the
+  errors a user reads, nothing else.
 - Token convention: ``input_tokens = prompt_tokens - cached_tokens``, ``cache_read_tokens = cached_tokens``.
 - The call goes through the client's own ``post`` (the SDK's transport, auth, retries honouring
   ``retry-after``, error classes and response parsing into ``ChatCompletion``) rather than
@@ -36,8 +40,10 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolC
 from optimizer.config import JudgeSection
 from optimizer.errors import UserError
 from optimizer.judge.providers._common import (
+    JUDGE,
     BodyBlobs,
     ImageString,
+    Role,
     Secret,
     encode_json_body,
     http_client_options,
@@ -75,18 +81,22 @@ class OpenAIProvider:
     text_only = False
 
     def __init__(
-        self, judge: JudgeSection, *, use_env_key: bool = True, display_name: str | None = None
+        self,
+        judge: JudgeSection,
+        *,
+        use_env_key: bool = True,
+        display_name: str | None = None,
+        role: Role = JUDGE,
     ) -> None:
         """``use_env_key=False`` (the local server) never reads or sends ``OPENAI_API_KEY``."""
         if display_name:
             self.name = display_name
         self.model = judge.model
         self.base_url = judge.base_url
+        self.role = role
         self._max_retries = judge.max_retries
         self._ever_succeeded = False
-        self._secret: Secret | None = (
-            key_from_env(KEY_ENV, required=judge.base_url is None) if use_env_key else None
-        )
+        self._secret: Secret | None = self.read_key(judge, role) if use_env_key else None
         self._key_missing = use_env_key and self._secret is None
         self._client = openai.AsyncOpenAI(
             api_key=self._secret.reveal() if self._secret else PLACEHOLDER_KEY,
@@ -95,6 +105,13 @@ class OpenAIProvider:
             max_retries=judge.max_retries,
             http_client=openai.DefaultAsyncHttpxClient(**http_client_options(judge.max_concurrency)),
         )
+
+    @classmethod
+    def read_key(cls, judge: JudgeSection, role: Role = JUDGE) -> Secret | None:
+        """The key this provider sends: required for the OpenAI API, optional for a ``base_url``
+        server (None: a placeholder is sent); a missing required one is a `UserError` worded for ``role``."""
+        return key_from_env(KEY_ENV, required=judge.base_url is None, role=role, provider=cls.name,
+                            base_url_would_do=True)
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
@@ -170,18 +187,22 @@ class OpenAIProvider:
                     wire.append({"role": "tool", "tool_call_id": r.call_id, "content": text})
                 if shown:
                     wire.append({"role": "user", "content": _content(tuple(shown), image, force_parts=True)})
-        params: dict[str, Any] = {
-            "model": self.model,
-            "messages": wire,
-            "tools": [
+        params: dict[str, Any] = {"model": self.model, "messages": wire}
+        if tools:  # an empty ``tools`` array is rejected by the OpenAI API
+            params["tools"] = [
                 {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
                 for t in tools
-            ],
-        }
+            ]
         return self._with_sampling(params, sampling)
 
     def encode_conversation(
-        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        *,
+        cache_conversation: bool = True,
     ) -> bytes:
         """The wire bytes of one conversation turn (images spliced in as bytes)."""
         blobs = BodyBlobs()
@@ -194,7 +215,7 @@ class OpenAIProvider:
             )
         except (openai.APIError, ValueError) as exc:
             if self._key_missing and isinstance(exc, openai.AuthenticationError):
-                raise UserError(f"{KEY_ENV} is not set but {self.where} requires a key; export it") from None
+                raise UserError(self.role.key_needed.format(env=KEY_ENV, where=self.where)) from None
             raise map_sdk_error(
                 exc,
                 openai,
@@ -205,6 +226,7 @@ class OpenAIProvider:
                 secret=self._secret,
                 retries=self._max_retries,
                 ever_succeeded=self._ever_succeeded,
+                role=self.role,
             ) from None
 
     async def complete(
@@ -218,9 +240,16 @@ class OpenAIProvider:
         return self._reply(completion, text)
 
     async def converse(
-        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        *,
+        cache_conversation: bool = True,
     ) -> tuple[AssistantTurn, ProviderReply]:
-        """One turn of the agentic judge: the model's text and tool calls. Errors as in `complete`."""
+        """One model turn of a conversation (the agentic judge's, or the optimiser's): its text and
+        tool calls, and the usage. ``tools`` may be empty. Errors as in `complete`."""
         completion = await self._post(self.encode_conversation(system, messages, tools, sampling))
         self._ever_succeeded = True
         choice = completion.choices[0] if completion.choices else None

@@ -11,6 +11,7 @@ back to the input price when a price entry leaves them unset).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from optimizer.config import Price
 from optimizer.judge.types import ProviderReply
@@ -73,3 +74,38 @@ def cost_usd(model: str, reply: ProviderReply, overrides: Mapping[str, Price] | 
         + reply.cache_write_tokens * cache_write
     )
     return total / 1_000_000
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Calls, tokens and dollars summed over replies, in the `ProviderReply` token convention:
+    ``input_tokens`` exclude cache reads and writes, which are counted apart."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @classmethod
+    def of(cls, reply: ProviderReply, overrides: Mapping[str, Price] | None = None) -> Usage:
+        """One call: the reply's tokens, priced by `cost_usd` for the model that answered."""
+        return cls(
+            calls=1,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+            cache_read_tokens=reply.cache_read_tokens,
+            cache_write_tokens=reply.cache_write_tokens,
+            cost_usd=cost_usd(reply.model, reply, overrides),
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            calls=self.calls + other.calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+        )

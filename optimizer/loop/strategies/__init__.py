@@ -10,9 +10,9 @@ other than ``ctx.split`` (the dev split) and sees labels only through `Disagreem
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from optimizer.config import OptimizerSection, Price
@@ -50,6 +50,7 @@ class PastExperiment:
     kappa: float | None
     fpr: float | None
     diff: str
+    meta: Mapping[str, Any] = field(default_factory=dict)  # the proposal's `Proposal.meta`, from the ledger
 
 
 @dataclass
@@ -76,6 +77,10 @@ class Proposal:
     cost_usd: float = 0.0
     # Tool calls the agent made that were refused (file not allowed, id not in the dev split, bad args).
     tool_errors: int = 0
+    # What the strategy records about its proposal as data (JSON-serialisable), for itself later: stored
+    # with the experiment (ledger ``proposal_meta``) and handed back in `PastExperiment.meta`. The
+    # library strategy keeps ``{"library_enabled": [ids]}`` here.
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class ProposalError(Exception):

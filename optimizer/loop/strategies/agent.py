@@ -1,35 +1,39 @@
 """The ``agent`` strategy: an LLM with tools over the dev split edits the allowed prompt files.
 
-Real tool use through the SDKs: Anthropic ``tools`` with ``tool_use`` / ``tool_result`` blocks, or
-OpenAI Chat Completions ``tools`` with ``tool_calls`` and ``tool`` messages (a screenshot goes back
-as a user message right after the tool messages, since a ``tool`` message carries text only). The
-conversation runs for at most ``max_agent_turns`` model calls and ends at ``submit``; edits are
-held in memory and returned in the `Proposal`.
+Real tool use through the judge's provider layer (`OptimiserModel` over the providers' `converse`):
+Anthropic ``tool_use`` / ``tool_result`` blocks, or OpenAI Chat Completions ``tool_calls`` and
+``tool`` messages (a screenshot goes back as a user message right after the tool messages, since a
+``tool`` message carries text only). The conversation runs for at most ``max_agent_turns`` model
+calls and ends at ``submit``; edits are held in memory and returned in the `Proposal`.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from optimizer.judge.providers import check_optimizer_key
+from optimizer.judge.types import (
+    AssistantTurn,
+    ConversationMessage,
+    ImagePart,
+    Part,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+    UserMessage,
+)
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.loop.strategies.common import counts_by_direction
-from optimizer.loop.strategies.llm import (
-    DEFAULT_MAX_OUTPUT_TOKENS,
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    Usage,
-    check_key,
-    make_client,
-    price_for,
-    sdk_errors,
-)
-from optimizer.loop.strategies.tools import ToolOutput, ToolState, anthropic_tools, openai_tools, run_tool
+from optimizer.loop.strategies.llm import DEFAULT_MAX_OUTPUT_TOKENS, OptimiserModel
+from optimizer.loop.strategies.tools import ToolOutput, ToolState, run_tool, tool_specs
 
 if TYPE_CHECKING:
     from optimizer.config import OptimizerSection, Price
+
+NUDGE = "Use the tools; call submit when your edit is ready."
 
 SYSTEM_PROMPT = """\
 You improve the prompt of an LLM judge. The judge reads a computer-use trajectory (an instruction and \
@@ -71,13 +75,19 @@ def _opening(ctx: ProposalContext) -> str:
     )
 
 
-def _to_json_args(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError:
-            return None
-    return raw
+def _arguments(call: ToolCall) -> Any:
+    """A tool call's arguments as JSON (``{}`` when empty), or None when they are not valid JSON."""
+    try:
+        return json.loads(call.arguments) if call.arguments.strip() else {}
+    except json.JSONDecodeError:
+        return None
+
+
+def _result(call: ToolCall, out: ToolOutput) -> ToolResult:
+    parts: tuple[Part, ...] = (TextPart(out.text),)
+    if out.image is not None:
+        parts += (ImagePart(out.image, media_type=out.media_type),)
+    return ToolResult(call_id=call.id, parts=parts, is_error=out.is_error)
 
 
 class AgentStrategy:
@@ -90,150 +100,41 @@ class AgentStrategy:
         cfg: OptimizerSection,
         prices: Mapping[str, Price],
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        max_retries: int = DEFAULT_MAX_RETRIES,
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
     ) -> None:
-        check_key(cfg)
+        check_optimizer_key(cfg)
         self.cfg = cfg
-        self.price = price_for(prices, cfg.model)
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
+        self.prices = prices
         self.max_output_tokens = max_output_tokens
 
     async def propose(self, ctx: ProposalContext) -> Proposal:
         """Run the tool-using conversation; `ProposalError` if it ends without a valid submit."""
         state = ToolState(ctx)
-        usage = Usage()
-        client = make_client(self.cfg, timeout_s=self.timeout_s, max_retries=self.max_retries)
-        try:
-            if self.cfg.provider == "anthropic":
-                await self._run_anthropic(client, ctx, state, usage)  # type: ignore[arg-type]
-            else:
-                await self._run_openai(client, ctx, state, usage)  # type: ignore[arg-type]
-        finally:
-            await client.close()
+        system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
+        messages: list[ConversationMessage] = [UserMessage((TextPart(_opening(ctx)),))]
+        tools = tool_specs()
+        async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
+            for _turn in range(self.cfg.max_agent_turns):
+                turn = await model.turn(system, messages, tools)
+                # An empty assistant turn is refused by both APIs when sent back.
+                messages.append(turn if turn.text or turn.tool_calls else AssistantTurn(text="(no output)"))
+                if not turn.tool_calls:
+                    messages.append(UserMessage((TextPart(NUDGE),)))
+                    continue
+                results = []
+                for call in turn.tool_calls:
+                    args = _arguments(call)
+                    if args is None:
+                        state.calls += 1
+                        out = state.fail(f"{call.name}: arguments are not valid JSON")
+                    else:
+                        out = run_tool(state, call.name, args)
+                    results.append(_result(call, out))
+                    if state.submitted is not None:
+                        break  # submit ends the session: later calls in the same turn are not run
+                if state.submitted is not None:
+                    break
+                messages.append(ToolResults(tuple(results)))
         if state.submitted is None:
-            raise usage.error(f"the agent did not submit within {self.cfg.max_agent_turns} turns")
-        return Proposal(
-            files=state.changed_files(),
-            rationale=state.submitted,
-            calls=usage.calls,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cost_usd=usage.cost_usd,
-            tool_errors=state.errors,
-        )
-
-    def _system(self) -> str:
-        return SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
-
-    async def _run_anthropic(self, client: Any, ctx: ProposalContext, state: ToolState, usage: Usage) -> None:
-        messages: list[dict[str, Any]] = [{"role": "user", "content": _opening(ctx)}]
-        tools = anthropic_tools()
-        for _turn in range(self.cfg.max_agent_turns):
-            with sdk_errors(usage, "anthropic", self.cfg.model):
-                reply = await client.messages.create(
-                    model=self.cfg.model,
-                    max_tokens=self.max_output_tokens,
-                    system=self._system(),
-                    tools=tools,
-                    messages=messages,
-                )
-            usage.add_anthropic(reply.usage, self.price)
-            assistant: list[dict[str, Any]] = []
-            tool_uses = []
-            for block in reply.content:
-                if block.type == "text":
-                    if block.text:
-                        assistant.append({"type": "text", "text": block.text})
-                elif block.type == "tool_use":
-                    assistant.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
-                    tool_uses.append(block)
-                else:  # thinking and other blocks go back verbatim, as the API requires
-                    assistant.append(block.model_dump(exclude_none=True))
-            if not assistant:
-                assistant.append({"type": "text", "text": "(no output)"})
-            messages.append({"role": "assistant", "content": assistant})
-            if not tool_uses:
-                messages.append({"role": "user", "content": "Use the tools; call submit when your edit is ready."})
-                continue
-            results = []
-            for tu in tool_uses:
-                out = run_tool(state, tu.name, tu.input)
-                results.append(_anthropic_result(tu.id, out))
-                if state.submitted is not None:
-                    break  # submit ends the session: later calls in the same turn are not run
-            if state.submitted is not None:
-                return
-            messages.append({"role": "user", "content": results})
-
-    async def _run_openai(self, client: Any, ctx: ProposalContext, state: ToolState, usage: Usage) -> None:
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": self._system()},
-            {"role": "user", "content": _opening(ctx)},
-        ]
-        tools = openai_tools()
-        for _turn in range(self.cfg.max_agent_turns):
-            with sdk_errors(usage, "openai", self.cfg.model):
-                reply = await client.chat.completions.create(
-                    model=self.cfg.model,
-                    max_completion_tokens=self.max_output_tokens,
-                    tools=tools,
-                    messages=messages,
-                )
-            usage.add_openai(reply.usage, self.price)
-            if not reply.choices:
-                raise usage.error("the optimiser's reply had no choices")
-            message = reply.choices[0].message
-            calls = [c for c in (message.tool_calls or []) if getattr(c, "type", "function") == "function"]
-            assistant: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
-            if calls:
-                assistant["tool_calls"] = [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                    for c in calls
-                ]
-            messages.append(assistant)
-            if not calls:
-                messages.append({"role": "user", "content": "Use the tools; call submit when your edit is ready."})
-                continue
-            images: list[dict[str, Any]] = []
-            for c in calls:
-                args = _to_json_args(c.function.arguments)
-                if args is None:
-                    out = state.fail(f"{c.function.name}: arguments are not valid JSON")
-                    state.calls += 1
-                else:
-                    out = run_tool(state, c.function.name, args)
-                text = out.text
-                if out.image is not None:
-                    text += " (image follows in the next user message)"
-                    images.append({"type": "text", "text": out.text})
-                    images.append({"type": "image_url", "image_url": {"url": _data_url(out)}})
-                messages.append({"role": "tool", "tool_call_id": c.id, "content": text})
-                if state.submitted is not None:
-                    break  # submit ends the session: later calls in the same turn are not run
-            if state.submitted is not None:
-                return
-            if images:
-                messages.append({"role": "user", "content": images})
-
-
-def _data_url(out: ToolOutput) -> str:
-    assert out.image is not None
-    return f"data:{out.media_type};base64,{base64.b64encode(out.image).decode('ascii')}"
-
-
-def _anthropic_result(tool_use_id: str, out: ToolOutput) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": out.text}]
-    if out.image is not None:
-        content.append({
-            "type": "image",
-            "source": {"type": "base64", "media_type": out.media_type,
-                       "data": base64.b64encode(out.image).decode("ascii")},
-        })
-    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
-    if out.is_error:
-        result["is_error"] = True
-    return result
+            raise model.error(f"the agent did not submit within {self.cfg.max_agent_turns} turns")
+        return model.proposal(state.changed_files(), state.submitted, tool_errors=state.errors)

@@ -11,8 +11,10 @@ experiment number and the history:
   judge stricter rank first, and the reverse for rejected successes; an entry naming the mistake type
   the judge misses most often ranks higher still;
 - a move whose resulting set of enabled entries was already tried in this run (whatever its outcome)
-  or is the incumbent's is never proposed again. Each rationale ends with a machine-readable tag
-  ``[library: +a -b -> enabled {a,c}]`` so the history alone says which sets were tried.
+  or is the incumbent's is never proposed again. Each proposal records the set it enables as data,
+  ``Proposal.meta["library_enabled"]`` (sorted ids); the ledger keeps it and hands it back in
+  ``PastExperiment.meta``, so the history says which sets were tried. (Ledgers written before that
+  carried the set in a tag at the end of the rationale; upgrading the ledger reads the tag once.)
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from optimizer.models import MISTAKE_TYPES
 
 Lean = Literal["stricter", "lenient", "neutral"]
 
-_TAG_RE = re.compile(r"\[library: [^\]]*?-> enabled \{([^}]*)\}\]")
+META_KEY = "library_enabled"
 
 # Phrases that make the judge pass more trajectories / fail more of them. Lenient phrases are
 # removed from the text before the strict ones are counted ("do not fail" is not a "fail").
@@ -93,16 +95,14 @@ class Move:
     enable: bool
     effect: Lean  # what the move does to the judge
 
-    def label(self) -> str:
-        return ("+" if self.enable else "-") + self.entry_id
-
 
 def tried_sets(history: Sequence[PastExperiment]) -> set[frozenset[str]]:
-    """Enabled-entry sets proposed by earlier library experiments (read from their rationale tags)."""
+    """Enabled-entry sets proposed by earlier library experiments (their ``meta["library_enabled"]``)."""
     out: set[frozenset[str]] = set()
     for experiment in history:
-        for m in _TAG_RE.finditer(experiment.rationale):
-            out.add(frozenset(x.strip() for x in m.group(1).split(",") if x.strip()))
+        enabled = experiment.meta.get(META_KEY)
+        if isinstance(enabled, list) and all(isinstance(x, str) for x in enabled):
+            out.add(frozenset(enabled))
     return out
 
 
@@ -202,7 +202,8 @@ class LibraryStrategy:
         new_rubric = with_entries(rubric, library, new_set)
         return Proposal(
             files={RUBRIC_MD: new_rubric},
-            rationale=_rationale(chosen, new_set, ctx.disagreements, direction, target_type),
+            rationale=_rationale(chosen, ctx.disagreements, direction, target_type),
+            meta={META_KEY: sorted(new_set)},
         )
 
 
@@ -225,7 +226,6 @@ def _read_library(ctx: ProposalContext) -> list[LibraryEntry]:
 
 def _rationale(
     moves: Sequence[Move],
-    new_set: frozenset[str],
     disagreements: Sequence[Disagreement],
     direction: str | None,
     target_type: str | None,
@@ -251,5 +251,4 @@ def _rationale(
         why += ", with no dominant direction"
     if len(moves) > 1:
         why += "; every single toggle has already been tried in this run"
-    tag = f"[library: {' '.join(m.label() for m in moves)} -> enabled {{{','.join(sorted(new_set))}}}]"
-    return f"{'; '.join(parts)}: {why}. {tag}"
+    return f"{'; '.join(parts)}: {why}."

@@ -9,9 +9,13 @@ is replaced (`optimizer.strategies.common.splice_section`). Anything else is a `
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from optimizer.judge.providers import check_optimizer_key
+from optimizer.judge.types import TextPart, UserMessage
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.loop.strategies.common import (
     allowed_path,
@@ -23,17 +27,7 @@ from optimizer.loop.strategies.common import (
     rng_for,
     splice_section,
 )
-from optimizer.loop.strategies.llm import (
-    DEFAULT_MAX_OUTPUT_TOKENS,
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    Usage,
-    check_key,
-    extract_json_object,
-    make_client,
-    price_for,
-    sdk_errors,
-)
+from optimizer.loop.strategies.llm import DEFAULT_MAX_OUTPUT_TOKENS, OptimiserModel
 
 if TYPE_CHECKING:
     from optimizer.config import OptimizerSection, Price
@@ -94,74 +88,66 @@ class ReflectStrategy:
         cfg: OptimizerSection,
         prices: Mapping[str, Price],
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        max_retries: int = DEFAULT_MAX_RETRIES,
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
         sample_cap: int = SAMPLE_CAP,
     ) -> None:
-        check_key(cfg)
+        check_optimizer_key(cfg)
         self.cfg = cfg
-        self.price = price_for(prices, cfg.model)
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
+        self.prices = prices
         self.max_output_tokens = max_output_tokens
         self.sample_cap = sample_cap
 
     async def propose(self, ctx: ProposalContext) -> Proposal:
         """Ask once, splice the returned section; `ProposalError` on a reply that cannot be applied."""
-        usage = Usage()
         system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
-        user = build_user_message(ctx, self.sample_cap)
-        client = make_client(self.cfg, timeout_s=self.timeout_s, max_retries=self.max_retries)
-        try:
-            with sdk_errors(usage, self.cfg.provider, self.cfg.model):
-                if self.cfg.provider == "anthropic":
-                    reply: Any = await client.messages.create(  # type: ignore[union-attr]
-                        model=self.cfg.model,
-                        max_tokens=self.max_output_tokens,
-                        system=system,
-                        messages=[{"role": "user", "content": user}],
-                    )
-                    usage.add_anthropic(reply.usage, self.price)
-                    text = "".join(b.text for b in reply.content if b.type == "text")
-                else:
-                    reply = await client.chat.completions.create(  # type: ignore[union-attr]
-                        model=self.cfg.model,
-                        max_completion_tokens=self.max_output_tokens,
-                        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-                    )
-                    usage.add_openai(reply.usage, self.price)
-                    text = (reply.choices[0].message.content or "") if reply.choices else ""
-        finally:
-            await client.close()
-        files, rationale = apply_reply(ctx, text, usage)
-        return Proposal(
-            files=files,
-            rationale=rationale,
-            calls=usage.calls,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cost_usd=usage.cost_usd,
-        )
+        user = UserMessage((TextPart(build_user_message(ctx, self.sample_cap)),))
+        async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
+            turn = await model.turn(system, [user], last=True)
+        files, rationale = apply_reply(ctx, turn.text, model)
+        return model.proposal(files, rationale)
 
 
-def apply_reply(ctx: ProposalContext, text: str, usage: Usage) -> tuple[dict[str, str], str]:
+def apply_reply(ctx: ProposalContext, text: str, model: OptimiserModel) -> tuple[dict[str, str], str]:
     """Validate the reply JSON and splice its section; any defect is a `ProposalError` naming it."""
     data = extract_json_object(text)
     if data is None:
-        raise usage.error("the optimiser's reply is not a JSON object")
+        raise model.error("the optimiser's reply is not a JSON object")
     fields = {k: data.get(k) for k in ("file", "section_heading", "new_section", "rationale")}
     missing = [k for k, v in fields.items() if not isinstance(v, str) or not v.strip()]
     if missing:
-        raise usage.error(f"the optimiser's reply lacks a non-empty string for: {', '.join(missing)}")
+        raise model.error(f"the optimiser's reply lacks a non-empty string for: {', '.join(missing)}")
     path = allowed_path(fields["file"], ctx.allowed_files)  # type: ignore[arg-type]
     if path is None:
-        raise usage.error(f"the optimiser chose {fields['file']!r}, which is not an allowed file")
+        raise model.error(f"the optimiser chose {fields['file']!r}, which is not an allowed file")
     current = ctx.current_files.get(path, "")
     spliced = splice_section(current, fields["section_heading"], fields["new_section"])  # type: ignore[arg-type]
     if spliced is None:
-        raise usage.error(f"{path} has no section headed {fields['section_heading']!r}")
+        raise model.error(f"{path} has no section headed {fields['section_heading']!r}")
     if spliced == current:
-        raise usage.error("the optimiser's new section is identical to the incumbent's")
+        raise model.error("the optimiser's new section is identical to the incumbent's")
     rationale = " ".join(fields["rationale"].split())  # type: ignore[union-attr]
     return {path: spliced}, rationale
+
+
+_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n```", re.DOTALL)
+
+
+def extract_json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object in a reply: the whole text, a fenced block, or the outermost ``{...}``.
+
+    Lenient on purpose, unlike the judge's strict `optimizer.judge.verdicts.parse_verdict`: a
+    proposal wrapped in prose is still a usable proposal.
+    """
+    candidates = [text.strip()]
+    candidates += [m.group(1) for m in _FENCE.finditer(text)]
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        candidates.append(text[start : end + 1])
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None

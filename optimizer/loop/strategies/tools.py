@@ -4,7 +4,7 @@ Every tool returns a `ToolOutput`. A refused call (a trajectory not in the dev s
 allowed, bad arguments, an ``old`` text that does not occur exactly once) returns an error output
 to the model and is counted in ``ToolState.errors``; it never raises. Edits live in
 ``ToolState.files`` and never touch the disk. The tool schemas (`TOOL_SPECS`) are plain JSON
-Schema, converted to each SDK's shape by `anthropic_tools` / `openai_tools`.
+Schema, handed to the providers by `tool_specs`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 from PIL import Image
 
 from optimizer.devset.markdown import action_string
+from optimizer.judge import types as judge_types
 from optimizer.loop.strategies import ProposalContext
 from optimizer.loop.strategies.common import allowed_path, disagreement_dict, format_history
 
@@ -325,14 +326,7 @@ def run_tool(state: ToolState, name: str, args: Any) -> ToolOutput:
         return state.fail(f"{name}: {exc}")
 
 
-def anthropic_tools() -> list[dict[str, Any]]:
-    """The tools in Anthropic Messages ``tools`` shape."""
-    return [{"name": s.name, "description": s.description, "input_schema": s.parameters} for s in TOOL_SPECS]
-
-
-def openai_tools() -> list[dict[str, Any]]:
-    """The tools in OpenAI Chat Completions ``tools`` shape."""
-    return [
-        {"type": "function", "function": {"name": s.name, "description": s.description, "parameters": s.parameters}}
-        for s in TOOL_SPECS
-    ]
+def tool_specs() -> list[judge_types.ToolSpec]:
+    """The tools as the providers offer them to the model (name, description, JSON Schema of the
+    arguments); each SDK's shape is the provider's business."""
+    return [judge_types.ToolSpec(s.name, s.description, s.parameters) for s in TOOL_SPECS]
