@@ -305,7 +305,7 @@ class ItemJudge:
                 st = None
             screens.append(None if st is None else [str(path), st.st_mtime_ns, st.st_size])
         payload = {
-            "code": _render_code_version(),
+            "code": render_code_version(),
             "prompts": self.prompts.prompt_hash(),
             "text_only": self.text_only,
             "token_budget": self.token_budget,
@@ -448,7 +448,7 @@ class ItemJudge:
 
 
 @functools.cache
-def _render_code_version() -> str:
+def render_code_version() -> str:
     """A hash of the source of the modules that turn a trajectory into a request; part of the
     render-memo key, so a judgeloop upgrade that renders differently never reuses an old request's
     fingerprint. The modules are imported, not named as files: a module that moves is still hashed,
