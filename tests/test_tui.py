@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from optimizer.cli import main
+from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import Ledger
 from tests.tui_support import make_real_run
 from tui.app import VIEWS, JudgeloopApp, settle
@@ -282,24 +283,38 @@ def test_item_view_shows_label_replicates_steps_and_moves_step_by_step(
     drive(app, scenario)
 
 
-def test_item_view_lists_an_agentic_judges_tool_calls(ws_copy: Path) -> None:
-    tools = ["read_steps(0-24)", "view_screenshots(3, 7)", "submit_verdict"]
-    with Ledger(ws_copy / "experiments" / "ledger.sqlite") as ledger:
+@pytest.mark.parametrize("stored", ["data", "old_lines"])
+def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_viewed(ws_copy: Path, stored: str) -> None:
+    tools = [
+        JudgeToolCall("read_steps", {"first": 0, "last": 24}),
+        JudgeToolCall("view_screenshots", {"steps": [3, 7]}),
+        JudgeToolCall("view_screenshots", {"steps": [5]}, "refused"),  # not shown: not marked
+        JudgeToolCall("submit_verdict"),
+    ]
+    path = ws_copy / "experiments" / "ledger.sqlite"
+    with Ledger(path) as ledger:
         run = ledger.latest_run()
         base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
         item = ledger.item_verdicts(base.id)[0]
         item.replicates[0].tools = tools
         ledger.record_verdicts(base.id, [item])
+    if stored == "old_lines":  # a ledger written before tool calls were data holds their display lines
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE verdicts SET tools = ? WHERE experiment_id = ? AND trajectory_id = ? AND replicate = 0",
+                         (json.dumps([str(c) for c in tools]), base.id, item.trajectory_id))
     app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id,
                        item_id=item.trajectory_id, start_view="item")
 
     async def scenario(pilot: Any) -> None:
         assert isinstance(app.screen, ItemView) and app.screen.detail is not None
         text = svg_text(app)
-        assert "tools: read_steps(0-24) · view_screenshots(3, 7) · submit_verdict" in text
-        assert "3●" in text and "7●" in text and "2●" not in text  # the steps whose screenshots it viewed
+        assert ("tools: read_steps(0-24) · view_screenshots(3, 7) · view_screenshots(5) (refused) · submit_verdict"
+                in text)
+        steps = app.screen.query_one("#step-table")
+        marked = [row for row in range(steps.row_count) if str(steps.get_row_at(row)[0]).endswith("●")]
+        assert marked == [3, 7]  # the steps whose screenshots it viewed
 
-    drive(app, scenario, size=(160, 50))
+    drive(app, scenario, size=(200, 50))  # the tools line fits the left half unwrapped
 
 
 def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

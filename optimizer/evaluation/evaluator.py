@@ -42,6 +42,7 @@ from optimizer.judge.types import (
     ImagePart,
     InfrastructureError,
     JudgeRequest,
+    JudgeToolCall,
     Provider,
     ProviderReply,
     Sampling,
@@ -88,9 +89,9 @@ class ReplicateResult:
     cost_usd: float = 0.0
     duration_s: float = 0.0
     infra_error: str | None = None
-    # Agentic judge: the tool calls of the conversation in order, e.g. "read_steps(0-24)", and the
-    # number of model calls it took (1 for a direct judge).
-    trace: tuple[str, ...] = ()
+    # Agentic judge: the tool calls of the conversation in order (str() gives "read_steps(0-24)"),
+    # and the number of model calls it took (1 for a direct judge).
+    trace: tuple[JudgeToolCall, ...] = ()
     turns: int = 1
 
     @property
@@ -893,7 +894,7 @@ async def evaluate_items(
     if evaluator.agentic:
         reps = [r for item in items for r in item.replicates if r.infra_error is None]
         if reps:
-            tools = Counter(t.split("(")[0] for r in reps for t in r.trace)
+            tools = Counter(str(t).split("(")[0] for r in reps for t in r.trace)
             used = ", ".join(f"{name} {n / len(reps):.1f}" for name, n in sorted(tools.items()))
             notes.append(f"agentic judge: {sum(r.turns for r in reps) / len(reps):.1f} model calls per verdict; "
                          f"tool calls per verdict: {used or 'none'}")
@@ -984,7 +985,7 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
                 "cost_usd": round(r.cost_usd, 8),
                 "duration_s": round(r.duration_s, 3),
                 **({"parse_error": r.parse_error, "raw_response": r.reply_text} if r.status == "parse_error" else {}),
-                **({"turns": r.turns, "tool_calls": list(r.trace)} if r.trace else {}),
+                **({"turns": r.turns, "tool_calls": [str(t) for t in r.trace]} if r.trace else {}),
             }
             for r in reps
         ],
