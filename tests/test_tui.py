@@ -216,28 +216,73 @@ def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) 
 # Disagreements and items
 
 
-def test_disagreement_filters_select_fp_fn_and_unstable(run_ws: Path) -> None:
-    with ledger_of(run_ws) as ledger:
+def table_keys(table: Any) -> list[str]:
+    """The row keys of a DataTable, top to bottom (what it shows, in order)."""
+    from textual.coordinate import Coordinate
+
+    return [table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value for row in range(table.row_count)]
+
+
+def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Path) -> None:
+    with Ledger(ws_copy / "experiments" / "ledger.sqlite") as ledger:
         run = ledger.latest_run()
         base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
-        expected = disagreements(ledger.labels(run.id), ledger.item_verdicts(base.id), set())
-    assert expected
-    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=base.id, start_view="disagreements")
+        labels = ledger.labels(run.id)
+        verdicts = {v.trajectory_id: v for v in ledger.item_verdicts(base.id)}
+        # A disagreement: the majority answer is not the label (no valid answer counts as wrong).
+        wrong = [t for t, v in verdicts.items() if v.success != labels[t].positive]
+        fps = sorted(t for t in wrong if not labels[t].positive)
+        fns = sorted(t for t in wrong if labels[t].positive)
+        assert fps and fns
+        reviewed = {fps[0], fns[-1]}
+        for tid in sorted(reviewed):
+            ledger.add_review(tid, "judge_wrong", "looked at it", experiment_id=base.id)
+        agreeing = next(t for t in verdicts if t not in wrong)
+        ledger.add_review(agreeing, "label_suspect", "reviewed, but the judge agrees: never listed")
+    everything = fps + fns  # false positives first, each kind by id
+
+    def only(keep: Callable[[str], bool]) -> list[str]:
+        return [t for t in everything if keep(t)]
+
+    def negatives_typed(name: str) -> list[str]:
+        # A positive has no mistake type: a type filter shows negatives only ("untyped": no type given).
+        return only(lambda t: not labels[t].positive and (labels[t].mistake_type or "untyped") == name)
+
+    # (keys, the rows that must show, the filter line); t cycles through the three types, then untyped.
+    steps: list[tuple[tuple[str, ...], list[str], str]] = [
+        ((), everything, "FP+FN · any type · stable or not · reviewed or not"),
+        (("f",), fps, "FP · any type"),
+        (("f",), fns, "FN · any type"),
+        (("f",), everything, "FP+FN · any type"),
+        (("t",), negatives_typed("Critical Mistake"), "FP+FN · Critical Mistake ·"),
+        (("t",), negatives_typed("Bad Side Effect"), "FP+FN · Bad Side Effect ·"),
+        (("t",), negatives_typed("Misunderstanding of the Instruction"), "· Misunderstanding of the Instruction ·"),
+        (("t",), negatives_typed("untyped"), "FP+FN · untyped ·"),
+        (("t",), everything, "FP+FN · any type ·"),
+        (("u",), only(lambda t: verdicts[t].unstable), "· unstable only ·"),
+        (("u",), only(lambda t: not verdicts[t].unstable), "· stable only ·"),
+        (("u",), everything, "· stable or not ·"),
+        (("n",), only(lambda t: t not in reviewed), "· not reviewed"),
+        (("n",), only(lambda t: t in reviewed), "· reviewed   ("),
+        (("n",), everything, "· reviewed or not"),
+        (("f", "n", "n"), [fps[0]], "FP · any type · stable or not · reviewed   ("),
+    ]
+    # The data exercise the filters: each type filter narrows the list, and some type is really absent
+    # from the positives that the plain "untyped" rule would otherwise let in.
+    assert all(len(rows) < len(everything) for keys, rows, _ in steps[4:8])
+    assert any(rows for _, rows, _ in steps[4:8])
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id, start_view="disagreements")
 
     async def scenario(pilot: Any) -> None:
         screen = app.screen
         assert isinstance(screen, DisagreementsView)
         table = screen.query_one("#disagreement-table")
-        assert table.row_count == len(expected)
-        await pilot.press("f")
-        assert table.row_count == sum(d.kind == "FP" for d in expected)
-        await pilot.press("f")
-        assert table.row_count == sum(d.kind == "FN" for d in expected)
-        await pilot.press("f", "u")
-        assert table.row_count == sum(d.verdict.unstable for d in expected)
-        await pilot.press("u", "u", "n")  # stable only → any; then "not reviewed"
-        assert table.row_count == len(expected)
-        assert "not reviewed" in svg_text(app)
+        for keys, rows, filter_text in steps:
+            await pilot.press(*keys)
+            line = str(screen.query_one("#disagreement-filters").render())
+            assert table_keys(table) == rows, (keys, line)
+            assert filter_text in line, (keys, line)
+            assert [table.get_row(t)[6] for t in rows] == ["yes" if t in reviewed else "" for t in rows]  # rev.
 
     drive(app, scenario)
 
