@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.command import CommandList
 
 from optimizer.cli import main
 from optimizer.judge.types import JudgeToolCall
@@ -614,7 +615,10 @@ def test_command_palette_switches_views(run_ws: Path) -> None:
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"reviews")
-        await pilot.pause(0.3)
+        await settle(app, pilot)  # the palette searches in a worker: wait for it, not for a time
+        commands = app.screen.query_one(CommandList)
+        assert commands.highlighted == 0
+        assert str(commands.get_option_at_index(0).prompt).startswith("View: reviews")
         await pilot.press("enter")
         await settle(app, pilot)
         assert isinstance(app.screen, ReviewsView)
