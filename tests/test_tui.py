@@ -13,7 +13,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -465,58 +464,111 @@ def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> Non
 # Driving runs
 
 
-def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(ws_copy: Path) -> None:
-    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
+    ws_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run is provably mid-evaluation when the app quits (its first judge call is held at the
+    server), and finishes afterwards, as a second app following the ledger sees."""
+    import re
+    import signal
+    import threading
+
+    from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
+    from tests.config_helpers import write_config
     from tests.fakeserver import FakeLLMServer
     from tests.tui_support import prompt_sensitive_judge
 
+    # Nothing cached, so the new run's first judge call reaches the server (and waits there).
+    for cache_file in (ws_copy / "experiments").glob("cache.sqlite*"):
+        cache_file.unlink()
+    answer = prompt_sensitive_judge(ws_copy, "mini")
+    reached, release = threading.Event(), threading.Event()
+
+    def held(request: Any) -> object:
+        reached.set()
+        release.wait(timeout=120)  # bounded: a failed test never leaves the run hanging for long
+        return answer(request)
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")  # the run inherits it
+    pid: int | None = None
     with FakeLLMServer() as server:
-        server.default = prompt_sensitive_judge(ws_copy, "mini")
-        config = ws_copy / "judgeloop.toml"
-        text = config.read_text()
-        text = text.replace('provider = "local"', 'provider = "openai"', 1)
-        text = text.replace('model = "smollm2-135m"', 'model = "fake-judge"', 1)
-        text = text.replace("# base_url = \"http://127.0.0.1:8000/v1\"", f'base_url = "{server.openai_base_url}"', 1)
-        text = text.replace('dev_split = "sample"', 'dev_split = "mini"', 1)
-        config.write_text(text)
+        server.default = held
+        config = Workspace.open(ws_copy).config
+        write_config(ws_copy, config.model_copy(update={
+            "workspace": config.workspace.model_copy(update={"dev_split": "mini"}),
+            "judge": config.judge.model_copy(update={
+                "provider": "openai", "model": "fake-judge", "base_url": server.openai_base_url,
+            }),
+        }))
         with repo_at(ws_copy) as repo:
-            repo.git.checkout("main") if "main" in repo.heads else None
+            repo.git.checkout("main")
             repo.index.add(["judgeloop.toml"])
             repo.index.commit("test: judge on the fake server", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
         with ledger_of(ws_copy) as ledger:
-            runs_before = len(ledger.runs())
+            runs_before = {r.id for r in ledger.runs()}
 
         app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False)
         seen = capture_notifications(app)
 
-        async def scenario(pilot: Any) -> None:
+        async def start(pilot: Any) -> None:
+            nonlocal pid
             await pilot.press("r")
             await pilot.pause()
             assert isinstance(app.screen, StartRunModal)
             app.screen.query_one("#run-max").value = "1"
             await pilot.click("#start")
             await settle(app, pilot)
-            assert any(s.startswith("run started (pid") for s in seen)
-
-        os.environ["OPENAI_API_KEY"] = "dummy-key-for-the-fake-server"
-        try:
-            drive(app, scenario)
-        finally:
-            os.environ.pop("OPENAI_API_KEY", None)
-        logs = sorted((ws_copy / "experiments" / "runs").glob("*.log"))
-        assert len(logs) == 1
-        # The app has quit; the run goes on and finishes on its own.
-        deadline = time.monotonic() + 60
-        status = None
-        while time.monotonic() < deadline:
-            with ledger_of(ws_copy) as ledger:
-                runs = ledger.runs()
-                if len(runs) > runs_before and runs[0].status != "running":
-                    status = runs[0].status
+            announced = [m for s in seen if (m := re.match(r"run started \(pid (\d+)\)", s))]
+            assert announced, seen
+            pid = int(announced[0].group(1))
+            for _ in range(1200):  # bounded wait until the run is judging: its first call is at the server
+                if reached.is_set():
                     break
-            time.sleep(0.2)
-        assert status == "finished", logs[0].read_text()[-2000:]
-        assert "reached --max-experiments 1" in logs[0].read_text()
+                await pilot.pause(0.05)
+            assert reached.is_set(), "the run never called the judge"
+
+        try:
+            drive(app, start)  # the app quits here, with the run's judge call still held
+            with ledger_of(ws_copy) as ledger:
+                [run] = [r for r in ledger.runs() if r.id not in runs_before]
+                assert ledger.get_run(run.id).status == "running"
+            release.set()
+
+            follower = JudgeloopApp(ws_copy, image_mode="halfcell", watch=True, watch_interval_s=0.05)
+
+            async def follow(pilot: Any) -> None:
+                for _ in range(2400):  # bounded wait for the ledger to say the run finished
+                    if f"run {run.id} · finished" in str(app_strip(follower)):
+                        break
+                    await pilot.pause(0.05)
+
+            drive(follower, follow)
+            with ledger_of(ws_copy) as ledger:
+                status = ledger.get_run(run.id).status
+            logs = sorted((ws_copy / "experiments" / "runs").glob("*.log"))
+            assert len(logs) == 1
+            assert status == "finished", logs[0].read_text()[-2000:]
+            assert "reached --max-experiments 1" in logs[0].read_text()
+        finally:
+            release.set()
+            if pid is not None and _alive(pid):  # only on failure: the run this test started
+                os.kill(pid, signal.SIGTERM)
+
+
+def app_strip(app: JudgeloopApp) -> str:
+    return str(app.screen.query_one(StatusStrip).render())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child and has ended
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="session")
