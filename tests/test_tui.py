@@ -839,30 +839,61 @@ def test_curve_is_a_step_line_with_early_stopped_at_the_incumbent_and_rejected_c
     assert points.rejected == 1 and points.baseline == (0, 0.20, 0.40)
 
 
-def test_fixed_columns_table_skips_measuring_but_sizes_like_a_datatable() -> None:
+def test_fixed_columns_table_measures_no_cell_where_a_datatable_measures_every_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`FixedColumnsTable` overrides DataTable's private `_update_dimensions` to skip measuring cells
+    whose width is fixed anyway. Pinned against Textual's contract: a plain DataTable measures every
+    new cell there (through `textual.widgets._data_table.measure`), the override measures none, and
+    both end up the same size and draw the same lines. If Textual renames the method, stops calling
+    it, or measures differently, this fails."""
+    import textual.widgets._data_table as data_table_module
     from rich.text import Text
     from textual.app import App
     from textual.widgets import DataTable
 
     from tui.widgets import FixedColumnsTable
 
-    class Pair(App[None]):
+    measured = {"cells": 0}
+    real_measure = data_table_module.measure
+
+    def counting_measure(*args: Any, **kwargs: Any) -> int:
+        measured["cells"] += 1
+        return real_measure(*args, **kwargs)
+
+    monkeypatch.setattr(data_table_module, "measure", counting_measure)
+    rows, widths = 50, (5, 12, 30)
+
+    class Tables(App[None]):
         def compose(self) -> Any:
             yield FixedColumnsTable(id="fixed")
             yield DataTable(id="plain")
+            yield FixedColumnsTable(id="auto")  # one auto-width column: the override must defer
+
+    async def fill(pilot: Any, table: DataTable, auto: bool = False) -> int:
+        for i, width in enumerate(widths):
+            table.add_column(f"c{i}", key=f"c{i}", width=None if auto and i == 1 else width)
+        await pilot.pause()
+        measured["cells"] = 0
+        for r in range(rows):
+            table.add_row(Text(str(r)), Text("x" * 40), Text("y"), key=str(r))
+        await pilot.pause()  # DataTable sizes new rows when idle
+        return measured["cells"]
 
     async def go() -> None:
-        app = Pair()
-        async with app.run_test(size=(100, 30)) as pilot:
-            tables = [app.query_one("#fixed", DataTable), app.query_one("#plain", DataTable)]
-            for table in tables:
-                for i, width in enumerate((5, 12, 30)):
-                    table.add_column(f"c{i}", key=f"c{i}", width=width)
-                for r in range(50):
-                    table.add_row(Text(str(r)), Text("x" * 40), Text("y"), key=str(r))
-            await pilot.pause()
-            assert tables[0].virtual_size == tables[1].virtual_size
-            assert tables[0].row_count == 50
+        app = Tables()
+        async with app.run_test(size=(100, 60)) as pilot:
+            fixed, plain, auto = (app.query_one(f"#{name}", DataTable) for name in ("fixed", "plain", "auto"))
+            assert await fill(pilot, plain) == rows * len(widths)  # Textual measures every cell...
+            assert await fill(pilot, fixed) == 0  # ...the override none
+            assert await fill(pilot, auto, auto=True) == rows * len(widths)  # an auto column: measured as usual
+            assert fixed.row_count == plain.row_count == rows
+            assert fixed.virtual_size == plain.virtual_size
+            assert auto.virtual_size.width == plain.virtual_size.width - widths[1] + 40  # sized to its content
+            lines = range(min(fixed.size.height, plain.size.height))
+            drawn = [fixed.render_line(y).text for y in lines]
+            assert len(drawn) > 2 and drawn[1].split() == ["0", "x" * widths[1], "y"]  # clipped to its width
+            assert drawn == [plain.render_line(y).text for y in lines]
 
     asyncio.run(go())
 
