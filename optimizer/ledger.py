@@ -16,7 +16,8 @@ Tables
   (JSON object, e.g. ``{"library_enabled": [...]}``; NULL for none).
 - ``items``: the per-item majority answer of an experiment (what metrics score).
 - ``verdicts``: every replicate's verdict (``raw`` only for parse failures; ``tools``: the agentic
-  judge's tool calls as a JSON list, NULL for a direct judge).
+  judge's tool calls as a JSON list of `JudgeToolCall` objects, NULL for a direct judge; rows written
+  before tool calls were data hold their display strings instead, parsed once when read).
 - ``run_labels``: the split's labels as the run scored them (for the TUI and report; labels are
   never judge input, and they live in their own table).
 - ``reviews``: human reviews (judge_wrong / label_suspect / rubric_ambiguous).
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from optimizer.errors import UserError
+from optimizer.judge.types import JudgeToolCall
 
 if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
@@ -339,7 +341,7 @@ class ReplicateVerdict(BaseModel):
     raw: str | None = None  # the model's text, kept only for parse failures
     cached: bool = False
     cost_usd: float = 0.0
-    tools: list[str] = Field(default_factory=list)  # the agentic judge's tool calls, in order
+    tools: list[JudgeToolCall] = Field(default_factory=list)  # the agentic judge's tool calls, in order
 
 
 class ItemVerdict(BaseModel):
@@ -407,6 +409,14 @@ def _dumps(value: Any) -> str | None:
 
 def _loads(value: str | None) -> Any:
     return None if value is None else json.loads(value)
+
+
+def _tool_calls(value: str | None) -> list[JudgeToolCall]:
+    """The ``verdicts.tools`` column: JSON objects, or (rows written before tool calls were data) the
+    trace lines they display as, parsed here once."""
+    if not value:
+        return []
+    return [JudgeToolCall.from_text(c) if isinstance(c, str) else JudgeToolCall.from_json(c) for c in json.loads(value)]
 
 
 def _opt_bool(value: int | None) -> bool | None:
@@ -891,7 +901,7 @@ class Ledger:
                     experiment_id, item.trajectory_id, rep.replicate,
                     None if rep.success is None else int(rep.success), rep.status, rep.reasoning,
                     rep.confidence, rep.mistake_type, rep.raw, int(rep.cached), rep.cost_usd,
-                    json.dumps(rep.tools) if rep.tools else None,
+                    json.dumps([c.to_json() for c in rep.tools]) if rep.tools else None,
                 ))
         with self.transaction() as cur:
             cur.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?)", item_rows)
@@ -917,7 +927,7 @@ class Ledger:
             reps.setdefault(r[0], []).append(ReplicateVerdict.model_construct(
                 replicate=r[1], success=_opt_bool(r[2]), status=r[3], reasoning=r[4] or "", confidence=r[5],
                 mistake_type=r[6], raw=r[7], cached=bool(r[8]), cost_usd=r[9],
-                tools=json.loads(r[10]) if r[10] else [],
+                tools=_tool_calls(r[10]),
             ))
         return [
             ItemVerdict.model_construct(

@@ -26,6 +26,7 @@ from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.files import write_results
 from optimizer.evaluation.results import EvalRun
 from optimizer.judge.prompts import PromptSet, parse_settings
+from optimizer.judge.types import JudgeToolCall
 from optimizer.metrics import score
 from tests.fakeserver import FakeLLMServer, RecordedRequest, ToolCall, Usage, reply, server_error
 from tests.test_evaluate import MODEL, SECRET, Data, InTestProvider, judge, make_data, write_config
@@ -268,10 +269,18 @@ def test_refused_tool_calls_are_answered_and_the_conversation_goes_on(
     assert len(Seen(requests[2]).images()) == 1
     # A plain-text JSON answer without tool calls is the verdict, parsed strictly.
     assert run.answers()[item].success is False
-    assert run.items[0].replicates[0].trace == (
+    trace = run.items[0].replicates[0].trace
+    assert trace == (
+        JudgeToolCall("read_steps", None, "refused"),  # its arguments were not JSON
+        JudgeToolCall("read_steps", {"first": 7, "last": 9}, "refused"),
+        JudgeToolCall("delete_everything", {}, "refused"),
+        JudgeToolCall("view_screenshots", {"steps": [0, 1]}),
+        JudgeToolCall(None),
+    )
+    assert [str(c) for c in trace] == [
         "read_steps(…) (refused)", "read_steps(7-9) (refused)", "delete_everything(…) (refused)",
         "view_screenshots(0, 1)", "text answer",
-    )
+    ]
 
 
 def test_an_invalid_verdict_is_sent_back_while_turns_remain(
@@ -294,9 +303,12 @@ def test_an_invalid_verdict_is_sent_back_while_turns_remain(
     assert len(requests) == 4
     assert Seen(requests[1]).tool_texts()[0].startswith("error: the verdict is not valid (")
     assert run.answers()[first].success is True  # corrected on its second turn
-    assert run.items[0].replicates[0].trace == ("submit_verdict (invalid)", "submit_verdict")
+    assert run.items[0].replicates[0].trace == (
+        JudgeToolCall("submit_verdict", outcome="invalid"), JudgeToolCall("submit_verdict")
+    )
+    assert [str(c) for c in run.items[0].replicates[0].trace] == ["submit_verdict (invalid)", "submit_verdict"]
     assert run.answers()[second].status == "invalid"  # still invalid on its last turn: a parse failure
-    assert run.items[1].replicates[0].trace == ("submit_verdict (invalid)", "submit_verdict (invalid)")
+    assert [str(c) for c in run.items[1].replicates[0].trace] == ["submit_verdict (invalid)"] * 2
 
 
 def test_the_budget_is_checked_before_every_turn(
@@ -369,10 +381,11 @@ def test_the_loop_runs_with_an_agentic_judge(
         exps = led.experiments(run.id)
         baseline_items = led.item_verdicts(exps[0].id)
     assert exps[0].status == "baseline" and exps[0].kappa == 1.0
-    # The ledger keeps each verdict's tool calls (the TUI's item view lists them).
-    assert {tuple(i.replicates[0].tools) for i in baseline_items} == {
-        ("read_steps(0-2)", "view_screenshots(0, 2)", "submit_verdict")
-    }
+    # The ledger keeps each verdict's tool calls as data (the TUI's item view lists them).
+    assert {tuple(i.replicates[0].tools) for i in baseline_items} == {(
+        JudgeToolCall("read_steps", {"first": 0, "last": 2}), JudgeToolCall("view_screenshots", {"steps": [0, 2]}),
+        JudgeToolCall("submit_verdict"),
+    )}
     assert exps[1].status in ("kept", "rolled_back")
     assert not gitops.is_dirty(data.ws.root)
 
@@ -399,3 +412,39 @@ def _no_runs(data: Data) -> bool:
 
     with Ledger(data.ws.experiments_dir / "ledger.sqlite") as led:
         return led.latest_run() is None
+
+
+# --------------------------------------------------------------------------- tool calls as data
+
+
+TRACE_LINES = {
+    # What ledgers written before tool calls were data hold, and what str() must still print.
+    "read_steps(0-24)": JudgeToolCall("read_steps", {"first": 0, "last": 24}),
+    "view_screenshots(3, 7)": JudgeToolCall("view_screenshots", {"steps": [3, 7]}),
+    "submit_verdict": JudgeToolCall("submit_verdict"),
+    "submit_verdict (invalid)": JudgeToolCall("submit_verdict", outcome="invalid"),
+    "text answer": JudgeToolCall(None),
+    "read_steps(…) (refused)": JudgeToolCall("read_steps", None, "refused"),
+    "read_steps(7-9) (refused)": JudgeToolCall("read_steps", {"first": 7, "last": 9}, "refused"),
+    "read_steps(None-4)": JudgeToolCall("read_steps", {"first": None, "last": 4}),
+    "view_screenshots(…)": JudgeToolCall("view_screenshots", None),
+    "delete_everything(…) (refused)": JudgeToolCall("delete_everything", None, "refused"),
+    "submit_verdict(…) (refused)": JudgeToolCall("submit_verdict", None, "refused"),  # a second submit in a turn
+}
+
+
+@pytest.mark.parametrize("line", list(TRACE_LINES))
+def test_a_tool_call_prints_its_trace_line_and_an_old_line_parses_back_to_the_call(line: str) -> None:
+    call = TRACE_LINES[line]
+    assert str(call) == line
+    assert JudgeToolCall.from_text(line) == call
+    assert JudgeToolCall.from_json(json.loads(json.dumps(call.to_json()))) == call
+
+
+def test_an_old_trace_line_with_arguments_of_odd_types_still_prints_as_it_was_stored() -> None:
+    # A model may send any JSON; the old lines printed Python values. Parsing keeps the text exact.
+    for line in ("read_steps(-1-5)", "read_steps(a-b-c)", "view_screenshots()", "view_screenshots([1], True, x)",
+                 "read_steps(2.5-None)"):
+        assert str(JudgeToolCall.from_text(line)) == line, line
+    assert JudgeToolCall.from_text("view_screenshots([1], True, x)").arguments == {"steps": [[1], True, "x"]}
+

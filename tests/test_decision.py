@@ -209,14 +209,34 @@ def _random_answer(rng: np.random.Generator, label: Label, p_correct: float) -> 
     return Answer(success=label.is_positive if correct else not label.is_positive)
 
 
+def _evaluation_orders(rng: np.random.Generator, labels: dict[str, Label], n_orders: int) -> list[list[str]]:
+    """``n_orders`` negatives-first orders (each class shuffled), plus one fully mixed order.
+
+    The loop judges negatives first, but concurrent evaluation finishes items in any order, and the
+    bounds claim to hold for whatever subset has completed.
+    """
+    negatives = [t for t, lab in labels.items() if not lab.is_positive]
+    positives = [t for t, lab in labels.items() if lab.is_positive]
+    orders = []
+    for _ in range(n_orders):
+        negs, poss = list(negatives), list(positives)
+        rng.shuffle(negs)
+        rng.shuffle(poss)
+        orders.append(negs + poss)
+    mixed = negatives + positives
+    rng.shuffle(mixed)
+    return orders + [mixed]
+
+
 def test_early_stopping_never_changes_a_decision_on_random_verdict_sets() -> None:
-    """Negatives first, then positives; whenever a bound says stop, the full evaluation rolls back.
+    """Whenever a bound says stop, in any evaluation order, the full evaluation rolls back.
 
     And the converse at the end: with nothing left to judge, the bounds equal the full decision.
     """
     rng = np.random.default_rng(2024)
     stops = {"fpr": 0, "kappa": 0}
     kept_full = 0
+    orders_tried = distinct_orders = 0
     for trial in range(400):
         P, N = int(rng.integers(1, 14)), int(rng.integers(1, 18))
         labels = _split(P, N)
@@ -239,29 +259,32 @@ def test_early_stopping_never_changes_a_decision_on_random_verdict_sets() -> Non
             score(labels, incumbent), score(labels, candidate), flip_table(labels, incumbent, candidate), loop
         )
         kept_full += full.keep
-        order = [t for t in labels if t.startswith("n")] + [t for t in labels if t.startswith("p")]
-        rng.shuffle(order[:N])  # any order within the negatives
-        so_far: dict[str, Answer] = {}
-        for tid in order:
-            so_far[tid] = candidate[tid]
-            if fpr_provably_rose(labels, so_far, incumbent, loop):
-                stops["fpr"] += 1
-                assert not full.literal_keep and not full.paired_keep, (trial, full.reason)
-                break
-            if kappa_provably_cannot_beat(labels, so_far, incumbent, loop):
-                stops["kappa"] += 1
-                assert not full.keep, (trial, full.reason)
-                # The stopped decision is an honest summary of the full one.
-                early = stopped_decision(labels, so_far, incumbent, loop)
-                assert early is not None and not early.keep and early.p_value <= full.p_value
-                break
-        else:
-            # Everything judged: the bound is exact, not merely safe.
-            assert kappa_provably_cannot_beat(labels, so_far, incumbent, loop) == (not full.keep)
-            assert (stopped_decision(labels, so_far, incumbent, loop) is None) == full.keep
-    # The property is not vacuous: candidates were kept, and both bounds fired.
-    print(f"kept on full evaluation: {kept_full}/400; stops: {stops}")
+        orders = _evaluation_orders(rng, labels, n_orders=3)
+        orders_tried += len(orders)
+        distinct_orders += len({tuple(o) for o in orders})
+        for order in orders:
+            so_far: dict[str, Answer] = {}
+            for tid in order:
+                so_far[tid] = candidate[tid]
+                if fpr_provably_rose(labels, so_far, incumbent, loop):
+                    stops["fpr"] += 1
+                    assert not full.literal_keep and not full.paired_keep, (trial, order, full.reason)
+                    break
+                if kappa_provably_cannot_beat(labels, so_far, incumbent, loop):
+                    stops["kappa"] += 1
+                    assert not full.keep, (trial, order, full.reason)
+                    # The stopped decision is an honest summary of the full one.
+                    early = stopped_decision(labels, so_far, incumbent, loop)
+                    assert early is not None and not early.keep and early.p_value <= full.p_value
+                    break
+            else:
+                # Everything judged: the bound is exact, not merely safe.
+                assert kappa_provably_cannot_beat(labels, so_far, incumbent, loop) == (not full.keep)
+                assert (stopped_decision(labels, so_far, incumbent, loop) is None) == full.keep
+    # The property is not vacuous: candidates were kept, both bounds fired, and the orders varied.
+    print(f"kept on full evaluation: {kept_full}/400; stops: {stops}; orders: {distinct_orders}/{orders_tried}")
     assert kept_full > 20 and stops["fpr"] > 20 and stops["kappa"] > 20, (kept_full, stops)
+    assert distinct_orders > 0.9 * orders_tried, (distinct_orders, orders_tried)
 
 
 def test_bounds_refuse_results_for_items_outside_the_split() -> None:
@@ -270,9 +293,12 @@ def test_bounds_refuse_results_for_items_outside_the_split() -> None:
 
 
 def test_kappa_bound_is_exact_against_every_completion_on_small_splits() -> None:
-    """Brute force: the bound says stop iff *every* way of answering the unjudged items rolls back."""
+    """Brute force: the bound says stop iff *every* way of answering the unjudged items rolls back.
+
+    When it stops, the stopped decision's p-value is the best any completion reaches.
+    """
     rng = np.random.default_rng(11)
-    checked = 0
+    stopped = continued = stopped_with_items_left = 0
     for trial in range(150):
         P, N = int(rng.integers(1, 5)), int(rng.integers(1, 5))
         labels = _split(P, N)
@@ -288,13 +314,29 @@ def test_kappa_bound_is_exact_against_every_completion_on_small_splits() -> None
             fpr_tolerance=float(rng.choice([0.0, 0.25])),
         )
         inc_metrics = score(labels, incumbent)
-        any_kept = False
+        completions = []
         for bits in itertools.product((True, False), repeat=len(unjudged)):
             completed = dict(so_far)
             for tid, right in zip(unjudged, bits, strict=True):
                 completed[tid] = Answer(success=labels[tid].is_positive == right)
-            d = decide(inc_metrics, score(labels, completed), flip_table(labels, incumbent, completed), loop)
-            any_kept |= d.keep
-        assert kappa_provably_cannot_beat(labels, so_far, incumbent, loop) == (not any_kept), trial
-        checked += 1
-    assert checked == 150
+            completions.append(
+                decide(inc_metrics, score(labels, completed), flip_table(labels, incumbent, completed), loop)
+            )
+        any_kept = any(d.keep for d in completions)
+        stop = kappa_provably_cannot_beat(labels, so_far, incumbent, loop)
+        assert stop == (not any_kept), trial
+        if stop:
+            stopped += 1
+            stopped_with_items_left += bool(unjudged)
+            if not fpr_provably_rose(labels, so_far, incumbent, loop):
+                early = stopped_decision(labels, so_far, incumbent, loop)
+                assert early is not None and not early.keep, trial
+                assert early.p_value == min(d.p_value for d in completions), trial
+        else:
+            continued += 1
+    # Both answers of the bound were checked, and it stopped with items still unjudged (its use).
+    assert stopped > 20 and continued > 20 and stopped_with_items_left > 10, (
+        stopped,
+        continued,
+        stopped_with_items_left,
+    )

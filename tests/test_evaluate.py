@@ -8,6 +8,7 @@ through the real ``openai``/``anthropic`` SDK clients against the fake server in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -17,12 +18,12 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.cli.progress import StderrProgress
-from optimizer.config import JudgeSection
+from optimizer.config import JudgeSection, Price
 from optimizer.devset.importer import import_split
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
-from optimizer.evaluation.budget import Budget, estimate_cost_usd
+from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.files import write_results
@@ -227,19 +228,24 @@ def test_on_item_stops_early_and_never_starts_the_rest(tmp_path: Path) -> None:
 
 
 def test_budget_stops_before_a_call_that_would_cross_it(data: Data) -> None:
+    # Input tokens free, output $1/M: a call is estimated at max_tokens (1024) output tokens, $1024e-6,
+    # and really costs its 200 output tokens, $200e-6 — numbers that do not depend on the renderer.
+    priced = dataclasses.replace(
+        data.ws, config=data.ws.config.model_copy(update={"prices": {MODEL: Price(input=0.0, output=1.0)}})
+    )
+    assert data.prompts.settings.sampling().max_tokens == 1024  # the bundled judge.toml
     provider = InTestProvider(lambda r: verdict_text(True))
-    # gpt-4o-mini: $0.15/M in, $0.60/M out; each call really costs 10_000 in + 200 out.
-    real_cost = (10_000 * 0.15 + 200 * 0.60) / 1e6
-    budget = Budget(max_usd=real_cost * 2.5)
-    run = run_eval(data, provider, judge=judge(max_concurrency=1), budget=budget)
-    request_cost = estimate_cost_usd(provider.calls[0], Sampling(), MODEL, {})
-    assert request_cost > 0
-    assert budget.spent_usd <= budget.max_usd
-    assert run.calls_made == len(provider.calls) < len(data.items)
-    # Each call was allowed only when its estimate fit under what remained.
-    assert run.calls_made == sum(1 for k in range(1, 10) if (k - 1) * real_cost + request_cost <= budget.max_usd)
+    budget = Budget(max_usd=1500e-6)
+    run = asyncio.run(
+        evaluate_items(priced, data.split, data.prompts, judge(max_concurrency=1), item_ids=data.split.ids,
+                       replicates=1, provider=provider, budget=budget)
+    )
+    # Call k is made iff (k-1)·200 + 1024 ≤ 1500 (µ$): 1024, 1224, 1424 fit; the 4th (1624) would not.
+    assert run.calls_made == len(provider.calls) == 3
+    assert budget.spent_usd == pytest.approx(600e-6)
     assert run.stopped_early and "budget" in (run.stop_reason or "")
-    assert run.not_evaluated and not set(run.not_evaluated) & {i.trajectory_id for i in run.items}
+    assert len(run.items) == 3 and len(run.not_evaluated) == len(data.items) - 3
+    assert not set(run.not_evaluated) & {i.trajectory_id for i in run.items}
 
     # Cached calls need no budget: an exhausted budget still replays what is cached.
     again = InTestProvider(lambda r: verdict_text(True))
@@ -429,11 +435,13 @@ def test_cmd_eval_json_prints_the_score_keys_and_writes_results(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--split", "nope"], "no split named 'nope'"),
-        (["--provider", "anthropic", "--base-url", ""], "ANTHROPIC_API_KEY"),
+        # SERVER stands for the fake server's OpenAI base URL, known only once it is running.
+        (["--base-url", "SERVER", "--split", "nope"], "no split named 'nope'"),
+        (["--provider", "anthropic"], "ANTHROPIC_API_KEY"),
         (["--base-url", "http://127.0.0.1:9/v1"], "127.0.0.1:9"),
-        (["--model", "no-such-model"], "no-such-model"),
+        (["--base-url", "SERVER", "--model", "no-such-model"], "no-such-model"),
     ],
+    ids=["unknown-split", "missing-anthropic-key", "unreachable-server", "unknown-model"],
 )
 def test_cmd_eval_user_problems_are_one_line(
     data: Data, argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -442,12 +450,8 @@ def test_cmd_eval_user_problems_are_one_line(
         write_config(data.ws, srv)
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
         monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-        base = ["--base-url", srv.openai_base_url]
-        if "--base-url" in argv:
-            base = []
-        if "--provider" in argv:
-            argv = ["--provider", "anthropic"]
-        code = main(["eval", "-w", str(data.ws.root), *base, *argv])
+        args = [srv.openai_base_url if arg == "SERVER" else arg for arg in argv]
+        code = main(["eval", "-w", str(data.ws.root), *args])
     err = capsys.readouterr().err
     assert code == 2
     last = err.strip().splitlines()[-1]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.errors import UserError
+from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import (
     SCHEMA_VERSION,
     ItemVerdict,
@@ -139,6 +140,45 @@ def test_newer_schema_is_refused_in_one_line(tmp_path: Path) -> None:
             opener(path)
 
 
+AGENTIC_TOOLS = [
+    JudgeToolCall("read_steps", {"first": 0, "last": 24}),
+    JudgeToolCall("view_screenshots", {"steps": [3, 7]}),
+    JudgeToolCall("frobnicate", {"x": 1}, "refused"),
+    JudgeToolCall("submit_verdict"),
+]
+
+
+def test_tool_calls_are_stored_as_json_objects_and_old_trace_lines_are_read_as_the_same_calls(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = _run(ledger)
+        exp = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
+        new, old = _item("t-new", True, reps=1), _item("t-old", True, reps=1)
+        new.replicates[0].tools = old.replicates[0].tools = AGENTIC_TOOLS
+        ledger.record_verdicts(exp.id, [new, old])
+    conn = sqlite3.connect(path)
+    [stored] = conn.execute("SELECT tools FROM verdicts WHERE trajectory_id = 't-new'").fetchone()
+    assert json.loads(stored) == [
+        {"name": "read_steps", "arguments": {"first": 0, "last": 24}},
+        {"name": "view_screenshots", "arguments": {"steps": [3, 7]}},
+        {"name": "frobnicate", "arguments": {"x": 1}, "outcome": "refused"},
+        {"name": "submit_verdict"},
+    ]
+    # What judgeloop wrote (schema 2) before tool calls were data: the lines the TUI showed.
+    lines = ["read_steps(0-24)", "view_screenshots(3, 7)", "frobnicate(…) (refused)", "submit_verdict"]
+    conn.execute("UPDATE verdicts SET tools = ? WHERE trajectory_id = 't-old'", (json.dumps(lines),))
+    conn.commit()
+    conn.close()
+    with Ledger.open_readonly(path) as ro:
+        read = {i.trajectory_id: i.replicates[0].tools for i in ro.item_verdicts(exp.id)}
+    assert read["t-new"] == AGENTIC_TOOLS
+    assert [str(c) for c in read["t-old"]] == lines  # shown exactly as before
+    assert read["t-old"][:2] == AGENTIC_TOOLS[:2] and read["t-old"][3] == AGENTIC_TOOLS[3]
+    assert read["t-old"][2] == JudgeToolCall("frobnicate", None, "refused")  # its arguments were never stored
+
+
 def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
@@ -156,11 +196,11 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         assert item.replicates[0].reasoning == "why t1 0" and item.replicates[0].tools == []
 
     agentic = _item("t2", False, reps=1)
-    agentic.replicates[0].tools = ["read_steps(0-24)", "view_screenshots(3, 7)", "submit_verdict"]
+    agentic.replicates[0].tools = AGENTIC_TOOLS
     with Ledger(path) as ledger:  # a run writing to it upgrades it in place
         ledger.record_verdicts(exp.id, [agentic])
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
-    assert tools == {"t1": [], "t2": ["read_steps(0-24)", "view_screenshots(3, 7)", "submit_verdict"]}
+    assert tools == {"t1": [], "t2": AGENTIC_TOOLS}
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     conn.close()

@@ -13,6 +13,7 @@ from PIL import Image
 from optimizer.config import OptimizerSection, Price
 from optimizer.errors import UserError
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, enabled_entries, parse_library
+from optimizer.judge.types import JudgeToolCall
 from optimizer.loop.strategies import PastExperiment, ProposalError, make_strategy
 from optimizer.loop.strategies.common import balanced_sample, rng_for, splice_section
 from optimizer.loop.strategies.library import LibraryStrategy, classify, tried_sets
@@ -311,7 +312,8 @@ def test_the_optimiser_sees_what_an_agentic_judge_looked_at() -> None:
     base = dict(trajectory_id="t", instruction="i", label_positive=False, mistake_type="Critical Mistake",
                 judge_success=True, reasoning="r", confidence="high", unstable=False)
     assert "judge_tool_calls" not in disagreement_dict(Disagreement(**base))  # a direct judge: nothing to add
-    agentic = Disagreement(**base, judge_tools=("read_steps(0-24)", "submit_verdict"))
+    tools = (JudgeToolCall("read_steps", {"first": 0, "last": 24}), JudgeToolCall("submit_verdict"))
+    agentic = Disagreement(**base, judge_tools=tools)
     assert disagreement_dict(agentic)["judge_tool_calls"] == ["read_steps(0-24)", "submit_verdict"]
 
 

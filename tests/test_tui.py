@@ -13,14 +13,15 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.command import CommandList
 
 from optimizer.cli import main
+from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import Ledger
 from tests.tui_support import make_real_run
 from tui.app import VIEWS, JudgeloopApp, settle
@@ -237,28 +238,73 @@ def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) 
 # Disagreements and items
 
 
-def test_disagreement_filters_select_fp_fn_and_unstable(run_ws: Path) -> None:
-    with ledger_of(run_ws) as ledger:
+def table_keys(table: Any) -> list[str]:
+    """The row keys of a DataTable, top to bottom (what it shows, in order)."""
+    from textual.coordinate import Coordinate
+
+    return [table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value for row in range(table.row_count)]
+
+
+def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Path) -> None:
+    with Ledger(ws_copy / "experiments" / "ledger.sqlite") as ledger:
         run = ledger.latest_run()
         base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
-        expected = disagreements(ledger.labels(run.id), ledger.item_verdicts(base.id), set())
-    assert expected
-    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=base.id, start_view="disagreements")
+        labels = ledger.labels(run.id)
+        verdicts = {v.trajectory_id: v for v in ledger.item_verdicts(base.id)}
+        # A disagreement: the majority answer is not the label (no valid answer counts as wrong).
+        wrong = [t for t, v in verdicts.items() if v.success != labels[t].positive]
+        fps = sorted(t for t in wrong if not labels[t].positive)
+        fns = sorted(t for t in wrong if labels[t].positive)
+        assert fps and fns
+        reviewed = {fps[0], fns[-1]}
+        for tid in sorted(reviewed):
+            ledger.add_review(tid, "judge_wrong", "looked at it", experiment_id=base.id)
+        agreeing = next(t for t in verdicts if t not in wrong)
+        ledger.add_review(agreeing, "label_suspect", "reviewed, but the judge agrees: never listed")
+    everything = fps + fns  # false positives first, each kind by id
+
+    def only(keep: Callable[[str], bool]) -> list[str]:
+        return [t for t in everything if keep(t)]
+
+    def negatives_typed(name: str) -> list[str]:
+        # A positive has no mistake type: a type filter shows negatives only ("untyped": no type given).
+        return only(lambda t: not labels[t].positive and (labels[t].mistake_type or "untyped") == name)
+
+    # (keys, the rows that must show, the filter line); t cycles through the three types, then untyped.
+    steps: list[tuple[tuple[str, ...], list[str], str]] = [
+        ((), everything, "FP+FN · any type · stable or not · reviewed or not"),
+        (("f",), fps, "FP · any type"),
+        (("f",), fns, "FN · any type"),
+        (("f",), everything, "FP+FN · any type"),
+        (("t",), negatives_typed("Critical Mistake"), "FP+FN · Critical Mistake ·"),
+        (("t",), negatives_typed("Bad Side Effect"), "FP+FN · Bad Side Effect ·"),
+        (("t",), negatives_typed("Misunderstanding of the Instruction"), "· Misunderstanding of the Instruction ·"),
+        (("t",), negatives_typed("untyped"), "FP+FN · untyped ·"),
+        (("t",), everything, "FP+FN · any type ·"),
+        (("u",), only(lambda t: verdicts[t].unstable), "· unstable only ·"),
+        (("u",), only(lambda t: not verdicts[t].unstable), "· stable only ·"),
+        (("u",), everything, "· stable or not ·"),
+        (("n",), only(lambda t: t not in reviewed), "· not reviewed"),
+        (("n",), only(lambda t: t in reviewed), "· reviewed   ("),
+        (("n",), everything, "· reviewed or not"),
+        (("f", "n", "n"), [fps[0]], "FP · any type · stable or not · reviewed   ("),
+    ]
+    # The data exercise the filters: each type filter narrows the list, and some type is really absent
+    # from the positives that the plain "untyped" rule would otherwise let in.
+    assert all(len(rows) < len(everything) for keys, rows, _ in steps[4:8])
+    assert any(rows for _, rows, _ in steps[4:8])
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id, start_view="disagreements")
 
     async def scenario(pilot: Any) -> None:
         screen = app.screen
         assert isinstance(screen, DisagreementsView)
         table = screen.query_one("#disagreement-table")
-        assert table.row_count == len(expected)
-        await pilot.press("f")
-        assert table.row_count == sum(d.kind == "FP" for d in expected)
-        await pilot.press("f")
-        assert table.row_count == sum(d.kind == "FN" for d in expected)
-        await pilot.press("f", "u")
-        assert table.row_count == sum(d.verdict.unstable for d in expected)
-        await pilot.press("u", "u", "n")  # stable only → any; then "not reviewed"
-        assert table.row_count == len(expected)
-        assert "not reviewed" in svg_text(app)
+        for keys, rows, filter_text in steps:
+            await pilot.press(*keys)
+            line = str(screen.query_one("#disagreement-filters").render())
+            assert table_keys(table) == rows, (keys, line)
+            assert filter_text in line, (keys, line)
+            assert [table.get_row(t)[6] for t in rows] == ["yes" if t in reviewed else "" for t in rows]  # rev.
 
     drive(app, scenario)
 
@@ -304,24 +350,38 @@ def test_item_view_shows_label_replicates_steps_and_moves_step_by_step(
     drive(app, scenario)
 
 
-def test_item_view_lists_an_agentic_judges_tool_calls(ws_copy: Path) -> None:
-    tools = ["read_steps(0-24)", "view_screenshots(3, 7)", "submit_verdict"]
-    with Ledger(ws_copy / "experiments" / "ledger.sqlite") as ledger:
+@pytest.mark.parametrize("stored", ["data", "old_lines"])
+def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_viewed(ws_copy: Path, stored: str) -> None:
+    tools = [
+        JudgeToolCall("read_steps", {"first": 0, "last": 24}),
+        JudgeToolCall("view_screenshots", {"steps": [3, 7]}),
+        JudgeToolCall("view_screenshots", {"steps": [5]}, "refused"),  # not shown: not marked
+        JudgeToolCall("submit_verdict"),
+    ]
+    path = ws_copy / "experiments" / "ledger.sqlite"
+    with Ledger(path) as ledger:
         run = ledger.latest_run()
         base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
         item = ledger.item_verdicts(base.id)[0]
         item.replicates[0].tools = tools
         ledger.record_verdicts(base.id, [item])
+    if stored == "old_lines":  # a ledger written before tool calls were data holds their display lines
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE verdicts SET tools = ? WHERE experiment_id = ? AND trajectory_id = ? AND replicate = 0",
+                         (json.dumps([str(c) for c in tools]), base.id, item.trajectory_id))
     app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id,
                        item_id=item.trajectory_id, start_view="item")
 
     async def scenario(pilot: Any) -> None:
         assert isinstance(app.screen, ItemView) and app.screen.detail is not None
         text = svg_text(app)
-        assert "tools: read_steps(0-24) · view_screenshots(3, 7) · submit_verdict" in text
-        assert "3●" in text and "7●" in text and "2●" not in text  # the steps whose screenshots it viewed
+        assert ("tools: read_steps(0-24) · view_screenshots(3, 7) · view_screenshots(5) (refused) · submit_verdict"
+                in text)
+        steps = app.screen.query_one("#step-table")
+        marked = [row for row in range(steps.row_count) if str(steps.get_row_at(row)[0]).endswith("●")]
+        assert marked == [3, 7]  # the steps whose screenshots it viewed
 
-    drive(app, scenario, size=(160, 50))
+    drive(app, scenario, size=(200, 50))  # the tools line fits the left half unwrapped
 
 
 def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -426,58 +486,111 @@ def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> Non
 # Driving runs
 
 
-def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(ws_copy: Path) -> None:
-    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
+    ws_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run is provably mid-evaluation when the app quits (its first judge call is held at the
+    server), and finishes afterwards, as a second app following the ledger sees."""
+    import re
+    import signal
+    import threading
+
+    from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
+    from tests.config_helpers import write_config
     from tests.fakeserver import FakeLLMServer
     from tests.tui_support import prompt_sensitive_judge
 
+    # Nothing cached, so the new run's first judge call reaches the server (and waits there).
+    for cache_file in (ws_copy / "experiments").glob("cache.sqlite*"):
+        cache_file.unlink()
+    answer = prompt_sensitive_judge(ws_copy, "mini")
+    reached, release = threading.Event(), threading.Event()
+
+    def held(request: Any) -> object:
+        reached.set()
+        release.wait(timeout=120)  # bounded: a failed test never leaves the run hanging for long
+        return answer(request)
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")  # the run inherits it
+    pid: int | None = None
     with FakeLLMServer() as server:
-        server.default = prompt_sensitive_judge(ws_copy, "mini")
-        config = ws_copy / "judgeloop.toml"
-        text = config.read_text()
-        text = text.replace('provider = "local"', 'provider = "openai"', 1)
-        text = text.replace('model = "smollm2-135m"', 'model = "fake-judge"', 1)
-        text = text.replace("# base_url = \"http://127.0.0.1:8000/v1\"", f'base_url = "{server.openai_base_url}"', 1)
-        text = text.replace('dev_split = "sample"', 'dev_split = "mini"', 1)
-        config.write_text(text)
+        server.default = held
+        config = Workspace.open(ws_copy).config
+        write_config(ws_copy, config.model_copy(update={
+            "workspace": config.workspace.model_copy(update={"dev_split": "mini"}),
+            "judge": config.judge.model_copy(update={
+                "provider": "openai", "model": "fake-judge", "base_url": server.openai_base_url,
+            }),
+        }))
         with repo_at(ws_copy) as repo:
-            repo.git.checkout("main") if "main" in repo.heads else None
+            repo.git.checkout("main")
             repo.index.add(["judgeloop.toml"])
             repo.index.commit("test: judge on the fake server", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
         with ledger_of(ws_copy) as ledger:
-            runs_before = len(ledger.runs())
+            runs_before = {r.id for r in ledger.runs()}
 
         app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False)
         seen = capture_notifications(app)
 
-        async def scenario(pilot: Any) -> None:
+        async def start(pilot: Any) -> None:
+            nonlocal pid
             await pilot.press("r")
             await pilot.pause()
             assert isinstance(app.screen, StartRunModal)
             app.screen.query_one("#run-max").value = "1"
             await pilot.click("#start")
             await settle(app, pilot)
-            assert any(s.startswith("run started (pid") for s in seen)
-
-        os.environ["OPENAI_API_KEY"] = "dummy-key-for-the-fake-server"
-        try:
-            drive(app, scenario)
-        finally:
-            os.environ.pop("OPENAI_API_KEY", None)
-        logs = sorted((ws_copy / "experiments" / "runs").glob("*.log"))
-        assert len(logs) == 1
-        # The app has quit; the run goes on and finishes on its own.
-        deadline = time.monotonic() + 60
-        status = None
-        while time.monotonic() < deadline:
-            with ledger_of(ws_copy) as ledger:
-                runs = ledger.runs()
-                if len(runs) > runs_before and runs[0].status != "running":
-                    status = runs[0].status
+            announced = [m for s in seen if (m := re.match(r"run started \(pid (\d+)\)", s))]
+            assert announced, seen
+            pid = int(announced[0].group(1))
+            for _ in range(1200):  # bounded wait until the run is judging: its first call is at the server
+                if reached.is_set():
                     break
-            time.sleep(0.2)
-        assert status == "finished", logs[0].read_text()[-2000:]
-        assert "reached --max-experiments 1" in logs[0].read_text()
+                await pilot.pause(0.05)
+            assert reached.is_set(), "the run never called the judge"
+
+        try:
+            drive(app, start)  # the app quits here, with the run's judge call still held
+            with ledger_of(ws_copy) as ledger:
+                [run] = [r for r in ledger.runs() if r.id not in runs_before]
+                assert ledger.get_run(run.id).status == "running"
+            release.set()
+
+            follower = JudgeloopApp(ws_copy, image_mode="halfcell", watch=True, watch_interval_s=0.05)
+
+            async def follow(pilot: Any) -> None:
+                for _ in range(2400):  # bounded wait for the ledger to say the run finished
+                    if f"run {run.id} · finished" in str(app_strip(follower)):
+                        break
+                    await pilot.pause(0.05)
+
+            drive(follower, follow)
+            with ledger_of(ws_copy) as ledger:
+                status = ledger.get_run(run.id).status
+            logs = sorted((ws_copy / "experiments" / "runs").glob("*.log"))
+            assert len(logs) == 1
+            assert status == "finished", logs[0].read_text()[-2000:]
+            assert "reached --max-experiments 1" in logs[0].read_text()
+        finally:
+            release.set()
+            if pid is not None and _alive(pid):  # only on failure: the run this test started
+                os.kill(pid, signal.SIGTERM)
+
+
+def app_strip(app: JudgeloopApp) -> str:
+    return str(app.screen.query_one(StatusStrip).render())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child and has ended
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="session")
@@ -576,7 +689,10 @@ def test_command_palette_switches_views(run_ws: Path) -> None:
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"reviews")
-        await pilot.pause(0.3)
+        await settle(app, pilot)  # the palette searches in a worker: wait for it, not for a time
+        commands = app.screen.query_one(CommandList)
+        assert commands.highlighted == 0
+        assert str(commands.get_option_at_index(0).prompt).startswith("View: reviews")
         await pilot.press("enter")
         await settle(app, pilot)
         assert isinstance(app.screen, ReviewsView)
@@ -600,17 +716,60 @@ def test_worker_failure_becomes_an_error_modal_not_a_crash(run_ws: Path) -> None
 
 
 def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) -> None:
+    """At 80×24 each view shows what it is for, unclipped, with the footer on the last line."""
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        experiments = ledger.experiments(run.id)
+        incumbent = ledger.get_experiment(run.incumbent_experiment)
+        labels = ledger.labels(run.id)
+        wrong = sorted(v.trajectory_id for v in ledger.item_verdicts(incumbent.id)
+                       if v.success != labels[v.trajectory_id].positive)
+    assert wrong and incumbent.kappa is not None and incumbent.fpr is not None
+    first = min(wrong, key=lambda t: (labels[t].positive, t))  # the top row: false positives first
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
 
+    def screen() -> list[str]:
+        lines = [line.rstrip() for line in svg_text(app).splitlines() if line.strip()]
+        assert "palette" in lines[-1]  # the footer is there, on the bottom line
+        return lines
+
+    def line_with(lines: list[str], *parts: str) -> str:
+        found = [line for line in lines if all(p in line for p in parts)]
+        assert found, (parts, lines)
+        return found[0]
+
     async def scenario(pilot: Any) -> None:
-        for keys, view, needle in ((("h",), HistoryView, "history — run"), (("d",), DisagreementsView, "filters:"),
-                                   (("enter",), ItemView, "instruction")):
-            await pilot.press(*keys)
-            await settle(app, pilot)
-            assert isinstance(app.screen, view)
-            text = svg_text(app)
-            assert needle in text and "palette" in text  # content and the footer both fit
-            assert max(len(line) for line in text.splitlines()) <= 80
+        await pilot.press("h")
+        await settle(app, pilot)
+        assert isinstance(app.screen, HistoryView)
+        lines = screen()
+        assert lines[0].startswith(f"history — run {run.id}")
+        # The metric columns fit: the header names them, and every experiment's row is on screen,
+        # the incumbent's with its kappa and FPR.
+        line_with(lines, "id", "decision", "κ", "FPR", "bal.acc")
+        for exp in experiments:
+            assert any(line.split()[:1] in ([str(exp.id)], [f"{exp.id}◆"]) for line in lines), exp.id
+        line_with(lines, f"{incumbent.id}◆", f"{incumbent.kappa:.3f}", f"{incumbent.fpr:.3f}")
+
+        await pilot.press("d")
+        await settle(app, pilot)
+        assert isinstance(app.screen, DisagreementsView)
+        lines = screen()
+        assert lines[0].startswith(f"disagreements — experiment {incumbent.id}")
+        line_with(lines, "item", "kind", "judge", "rev.")  # the last fixed column is not cut off
+        for tid in wrong:  # every disagreement, with its kind
+            line_with(lines, tid[:8], "FN" if labels[tid].positive else "FP")
+
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ItemView) and app.screen.detail is not None
+        detail = app.screen.detail
+        assert detail.trajectory_id == first
+        lines = screen()
+        assert lines[0].startswith(f"item {first} under experiment {incumbent.id}")
+        line_with(lines, detail.instruction.split()[0], "0", detail.steps[0].action[:20])  # instruction | steps
+        line_with(lines, f"label: {labels[first].label}")
+        line_with(lines, "replicate 0:")
 
     drive(app, scenario, size=(80, 24))
 
@@ -702,30 +861,61 @@ def test_curve_is_a_step_line_with_early_stopped_at_the_incumbent_and_rejected_c
     assert points.rejected == 1 and points.baseline == (0, 0.20, 0.40)
 
 
-def test_fixed_columns_table_skips_measuring_but_sizes_like_a_datatable() -> None:
+def test_fixed_columns_table_measures_no_cell_where_a_datatable_measures_every_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`FixedColumnsTable` overrides DataTable's private `_update_dimensions` to skip measuring cells
+    whose width is fixed anyway. Pinned against Textual's contract: a plain DataTable measures every
+    new cell there (through `textual.widgets._data_table.measure`), the override measures none, and
+    both end up the same size and draw the same lines. If Textual renames the method, stops calling
+    it, or measures differently, this fails."""
+    import textual.widgets._data_table as data_table_module
     from rich.text import Text
     from textual.app import App
     from textual.widgets import DataTable
 
     from tui.widgets import FixedColumnsTable
 
-    class Pair(App[None]):
+    measured = {"cells": 0}
+    real_measure = data_table_module.measure
+
+    def counting_measure(*args: Any, **kwargs: Any) -> int:
+        measured["cells"] += 1
+        return real_measure(*args, **kwargs)
+
+    monkeypatch.setattr(data_table_module, "measure", counting_measure)
+    rows, widths = 50, (5, 12, 30)
+
+    class Tables(App[None]):
         def compose(self) -> Any:
             yield FixedColumnsTable(id="fixed")
             yield DataTable(id="plain")
+            yield FixedColumnsTable(id="auto")  # one auto-width column: the override must defer
+
+    async def fill(pilot: Any, table: DataTable, auto: bool = False) -> int:
+        for i, width in enumerate(widths):
+            table.add_column(f"c{i}", key=f"c{i}", width=None if auto and i == 1 else width)
+        await pilot.pause()
+        measured["cells"] = 0
+        for r in range(rows):
+            table.add_row(Text(str(r)), Text("x" * 40), Text("y"), key=str(r))
+        await pilot.pause()  # DataTable sizes new rows when idle
+        return measured["cells"]
 
     async def go() -> None:
-        app = Pair()
-        async with app.run_test(size=(100, 30)) as pilot:
-            tables = [app.query_one("#fixed", DataTable), app.query_one("#plain", DataTable)]
-            for table in tables:
-                for i, width in enumerate((5, 12, 30)):
-                    table.add_column(f"c{i}", key=f"c{i}", width=width)
-                for r in range(50):
-                    table.add_row(Text(str(r)), Text("x" * 40), Text("y"), key=str(r))
-            await pilot.pause()
-            assert tables[0].virtual_size == tables[1].virtual_size
-            assert tables[0].row_count == 50
+        app = Tables()
+        async with app.run_test(size=(100, 60)) as pilot:
+            fixed, plain, auto = (app.query_one(f"#{name}", DataTable) for name in ("fixed", "plain", "auto"))
+            assert await fill(pilot, plain) == rows * len(widths)  # Textual measures every cell...
+            assert await fill(pilot, fixed) == 0  # ...the override none
+            assert await fill(pilot, auto, auto=True) == rows * len(widths)  # an auto column: measured as usual
+            assert fixed.row_count == plain.row_count == rows
+            assert fixed.virtual_size == plain.virtual_size
+            assert auto.virtual_size.width == plain.virtual_size.width - widths[1] + 40  # sized to its content
+            lines = range(min(fixed.size.height, plain.size.height))
+            drawn = [fixed.render_line(y).text for y in lines]
+            assert len(drawn) > 2 and drawn[1].split() == ["0", "x" * widths[1], "y"]  # clipped to its width
+            assert drawn == [plain.render_line(y).text for y in lines]
 
     asyncio.run(go())
 

@@ -316,7 +316,8 @@ class DisagreementFilter:
     def accepts(self, d: Disagreement) -> bool:
         if self.kind and d.kind != self.kind:
             return False
-        if self.mistake_type and (d.label.mistake_type or "untyped") != self.mistake_type:
+        # A type filter shows negatives only: a positive has no mistake type ("untyped" is a negative's).
+        if self.mistake_type and (d.label.positive or (d.label.mistake_type or "untyped") != self.mistake_type):
             return False
         if self.unstable is not None and d.verdict.unstable != self.unstable:
             return False

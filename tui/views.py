@@ -8,7 +8,6 @@ an error modal instead of crashing.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -24,6 +23,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Markdown, Static
 from textual.worker import Worker, WorkerState
 
+from optimizer.judge.types import VIEW_SCREENSHOTS
 from optimizer.models import MISTAKE_TYPES
 from tui.data import (
     REVIEW_LABELS,
@@ -49,6 +49,9 @@ from tui.data import (
 from tui.widgets import FixedColumnsTable, MetricChart, StatusStrip, StepImage, load_screenshot
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from optimizer.ledger import ReplicateVerdict
     from tui.app import JudgeloopApp
 
 FLIP_TITLES = {
@@ -668,7 +671,7 @@ class ItemView(View):
                 if rep.cached:
                     reps.append(" · cached", style="dim")
                 if rep.tools:
-                    reps.append(f"\ntools: {' · '.join(rep.tools)}", style="dim")
+                    reps.append(f"\ntools: {' · '.join(str(c) for c in rep.tools)}", style="dim")
                 reps.append(f"\n{rep.reasoning or rep.raw or '(no reasoning)'}")
         self.query_one("#item-replicates", Static).update(reps)
         self.show_reviews()
@@ -898,15 +901,13 @@ class HelpView(View):
         self.query_one("#help-text", Markdown).update(self.japp.help_markdown())
 
 
-_VIEWED_RE = re.compile(r"^view_screenshots\(([\d, ]+)\)$")
-
-
-def viewed_steps(replicates: Any) -> set[int]:
-    """Steps whose screenshot an agentic judge viewed, from the replicates' tool-call lines."""
+def viewed_steps(replicates: Iterable[ReplicateVerdict]) -> set[int]:
+    """Steps whose screenshot an agentic judge asked to view (calls it was not refused), in any replicate."""
     steps: set[int] = set()
     for rep in replicates:
-        for call in getattr(rep, "tools", None) or []:
-            m = _VIEWED_RE.match(call)
-            if m:
-                steps.update(int(x) for x in m.group(1).split(",") if x.strip())
+        for call in rep.tools:
+            if call.name == VIEW_SCREENSHOTS and call.outcome == "ok" and call.arguments:
+                requested = call.arguments.get("steps")
+                if isinstance(requested, list):
+                    steps.update(s for s in requested if isinstance(s, int) and not isinstance(s, bool))
     return steps

@@ -259,7 +259,7 @@ async def evaluate_items(
     if judge_items.agentic:
         reps = [r for item in items for r in item.replicates if r.infra_error is None]
         if reps:
-            tools = Counter(t.split("(")[0] for r in reps for t in r.trace)
+            tools = Counter(str(t).split("(")[0] for r in reps for t in r.trace)
             used = ", ".join(f"{name} {n / len(reps):.1f}" for name, n in sorted(tools.items()))
             notes.append(f"agentic judge: {sum(r.turns for r in reps) / len(reps):.1f} model calls per verdict; "
                          f"tool calls per verdict: {used or 'none'}")

@@ -48,7 +48,7 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
                 "cost_usd": round(r.cost_usd, 8),
                 "duration_s": round(r.duration_s, 3),
                 **({"parse_error": r.parse_error, "raw_response": r.reply_text} if r.status == "parse_error" else {}),
-                **({"turns": r.turns, "tool_calls": list(r.trace)} if r.trace else {}),
+                **({"turns": r.turns, "tool_calls": [str(t) for t in r.trace]} if r.trace else {}),
             }
             for r in reps
         ],

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from optimizer.events import StopReason
+from optimizer.judge.types import JudgeToolCall
 from optimizer.metrics import Answer
 from optimizer.models import Verdict
 
@@ -33,9 +34,9 @@ class ReplicateResult:
     cost_usd: float = 0.0
     duration_s: float = 0.0
     infra_error: str | None = None
-    # Agentic judge: the tool calls of the conversation in order, e.g. "read_steps(0-24)", and the
-    # number of model calls it took (1 for a direct judge).
-    trace: tuple[str, ...] = ()
+    # Agentic judge: the tool calls of the conversation in order (str() gives "read_steps(0-24)"),
+    # and the number of model calls it took (1 for a direct judge).
+    trace: tuple[JudgeToolCall, ...] = ()
     turns: int = 1
 
     @property

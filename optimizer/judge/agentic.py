@@ -47,10 +47,14 @@ from optimizer.judge.render import (
     image_tokens,
 )
 from optimizer.judge.types import (
+    READ_STEPS,
+    SUBMIT_VERDICT,
     VERDICT_SCHEMA,
+    VIEW_SCREENSHOTS,
     AssistantTurn,
     ConversationMessage,
     ImagePart,
+    JudgeToolCall,
     TextPart,
     ToolCall,
     ToolResult,
@@ -64,9 +68,9 @@ from optimizer.models import Trajectory
 
 MAX_STEPS_PER_READ = 25
 MAX_SCREENS_PER_VIEW = 4
-SUBMIT = "submit_verdict"
-READ = "read_steps"
-VIEW = "view_screenshots"
+SUBMIT = SUBMIT_VERDICT
+READ = READ_STEPS
+VIEW = VIEW_SCREENSHOTS
 # Bump when the tools, their answers or the opening message change: part of every turn's cache key.
 AGENTIC_VERSION = 1
 
@@ -310,7 +314,7 @@ class ConversationState:
     messages: list[UserMessage | AssistantTurn | tuple[_Answer, ...]] = field(default_factory=list)
     screens_shown: int = 0
     turns: int = 0
-    trace: list[str] = field(default_factory=list)
+    trace: list[JudgeToolCall] = field(default_factory=list)  # the tool calls so far, in order
     _hash: Any = field(default=None, init=False, repr=False, compare=False)  # hashlib sha256, running
 
     def __post_init__(self) -> None:
@@ -364,20 +368,20 @@ class ConversationState:
         if submit is not None:
             problem = parse_verdict(submit.arguments).error
             if problem is None or self.turns >= self.task.max_turns:  # valid, or no turn left to fix it
-                self.trace.append(SUBMIT if problem is None else f"{SUBMIT} (invalid)")
+                self.trace.append(JudgeToolCall(SUBMIT, outcome="ok" if problem is None else "invalid"))
                 return submit.arguments
         if not turn.tool_calls:
-            self.trace.append("text answer")
+            self.trace.append(JudgeToolCall(None))
             return turn.text
         answers = []
         for call in turn.tool_calls:
             if call is submit:  # an invalid verdict with turns to spare: say what is wrong, let it retry
                 answer = _Answer(call.id, (TextPart(f"error: the verdict is not valid ({problem}); call "
                                                     f"{SUBMIT} again with the four fields"),), True)
-                self.trace.append(f"{SUBMIT} (invalid)")
+                self.trace.append(JudgeToolCall(SUBMIT, outcome="invalid"))
             else:
                 answer = self.task.answer(call, self)
-                self.trace.append(_describe(call) + (" (refused)" if answer.is_error else ""))
+                self.trace.append(_traced(call, refused=answer.is_error))
             answers.append(answer)
         if self.last_turn:
             last = answers[-1]
@@ -387,15 +391,11 @@ class ConversationState:
         return None
 
 
-def _describe(call: ToolCall) -> str:
-    """A short trace line for a tool call, e.g. ``read_steps(0-24)``, ``view_screenshots(3, 7)``."""
+def _traced(call: ToolCall, *, refused: bool) -> JudgeToolCall:
+    """The trace entry of a tool call: its name and, when they are a JSON object, its arguments."""
     try:
         args = json.loads(call.arguments)
     except json.JSONDecodeError:
         args = None
-    if isinstance(args, dict):
-        if call.name == READ:
-            return f"{READ}({args.get('first')}-{args.get('last')})"
-        if call.name == VIEW and isinstance(args.get("steps"), list):
-            return f"{VIEW}({', '.join(str(s) for s in args['steps'])})"
-    return f"{call.name}(…)"
+    keep = isinstance(args, dict) and call.name != SUBMIT  # a verdict's fields are stored as the verdict
+    return JudgeToolCall(call.name, args if keep else None, "refused" if refused else "ok")

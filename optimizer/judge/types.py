@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,98 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+
+
+# The agentic judge's tools, by name (`optimizer.judge.agentic` implements them).
+READ_STEPS = "read_steps"
+VIEW_SCREENSHOTS = "view_screenshots"
+SUBMIT_VERDICT = "submit_verdict"
+
+CallOutcome = Literal["ok", "refused", "invalid"]
+
+
+@dataclass(frozen=True)
+class JudgeToolCall:
+    """One entry of an agentic judge's trace, as data: a tool call and how it was answered.
+
+    ``name`` is the tool's name, or None for an answer given as plain text instead of a tool call.
+    ``arguments`` are the call's JSON arguments as the model sent them; None when they were not a
+    JSON object, and always None for ``submit_verdict`` (its arguments are the verdict, stored as
+    the verdict). ``outcome``: "refused" when the tool answered with an error, "invalid" for a
+    verdict that did not parse. Read-only: treat ``arguments`` as frozen too.
+
+    ``str()`` is the trace line that verdict files (``tool_calls``), the optimiser
+    (``judge_tool_calls``) and the TUI show: ``read_steps(0-24)``, ``view_screenshots(3, 7)``,
+    ``submit_verdict``, ``submit_verdict (invalid)``, ``text answer``, ``foo(…) (refused)``.
+    """
+
+    name: str | None
+    arguments: dict[str, Any] | None = field(default=None, hash=False)
+    outcome: CallOutcome = "ok"
+
+    def __str__(self) -> str:
+        if self.name is None:
+            return "text answer"
+        if self.name == SUBMIT_VERDICT and self.outcome != "refused":
+            return SUBMIT_VERDICT + (" (invalid)" if self.outcome == "invalid" else "")
+        args = self.arguments
+        if isinstance(args, dict) and self.name == READ_STEPS:
+            text = f"{READ_STEPS}({args.get('first')}-{args.get('last')})"
+        elif isinstance(args, dict) and self.name == VIEW_SCREENSHOTS and isinstance(args.get("steps"), list):
+            text = f"{VIEW_SCREENSHOTS}({', '.join(str(s) for s in args['steps'])})"
+        else:
+            text = f"{self.name}(…)"
+        return text + (" (refused)" if self.outcome == "refused" else "")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON object (the ledger's form): ``name``, plus ``arguments``/``outcome`` when set."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.arguments is not None:
+            out["arguments"] = self.arguments
+        if self.outcome != "ok":
+            out["outcome"] = self.outcome
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JudgeToolCall:
+        return cls(name=data["name"], arguments=data.get("arguments"), outcome=data.get("outcome", "ok"))
+
+    @classmethod
+    def from_text(cls, line: str) -> JudgeToolCall:
+        """Parse a trace line as ``str()`` writes it (how ledgers stored traces before they were data).
+
+        ``str(JudgeToolCall.from_text(line)) == line`` for every line ``str()`` produces. Argument values
+        come back as the JSON values they print as (``"7"`` → 7); a value that does not print back as
+        written stays text."""
+        if line == "text answer":
+            return cls(name=None)
+        if line in (SUBMIT_VERDICT, f"{SUBMIT_VERDICT} (invalid)"):
+            return cls(name=SUBMIT_VERDICT, outcome="invalid" if line.endswith("(invalid)") else "ok")
+        outcome: CallOutcome = "ok"
+        if line.endswith(" (refused)"):
+            line, outcome = line[: -len(" (refused)")], "refused"
+        if line.endswith("(…)"):
+            return cls(name=line[: -len("(…)")], outcome=outcome)
+        if line.startswith(f"{VIEW_SCREENSHOTS}(") and line.endswith(")"):
+            inner = line[len(VIEW_SCREENSHOTS) + 1 : -1]
+            steps = [_printed_value(s) for s in inner.split(", ")] if inner else []
+            return cls(name=VIEW_SCREENSHOTS, arguments={"steps": steps}, outcome=outcome)
+        if line.startswith(f"{READ_STEPS}(") and line.endswith(")"):
+            inner = line[len(READ_STEPS) + 1 : -1]
+            m = re.fullmatch(r"(-?\d+|None)-(-?\d+|None)", inner)
+            first, _, last = (m.group(1), "-", m.group(2)) if m else inner.partition("-")
+            return cls(name=READ_STEPS, arguments={"first": _printed_value(first), "last": _printed_value(last)},
+                       outcome=outcome)
+        return cls(name=line, outcome=outcome)  # not a line str() writes: keep what there is as the name
+
+
+def _printed_value(text: str) -> Any:
+    """The JSON value that Python prints as ``text`` (``"7"`` → 7, ``"None"`` → None), else ``text``."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+    return value if str(value) == text else text
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from tests.loop.helpers import (
 )
 from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout the subprocess must import
 PRICES = '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'  # US dollars per million tokens
 
 

@@ -31,7 +31,7 @@ from tests.loop.helpers import (
 )
 from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout the subprocess must import
 
 
 def _cached_calls(root: Path) -> int:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from optimizer.config import OptimizerSection, Price
     from optimizer.devset.split import Split
+    from optimizer.judge.types import JudgeToolCall
 
 Direction = Literal["missed_failure", "rejected_success"]
 
@@ -33,7 +34,7 @@ class Disagreement:
     reasoning: str
     confidence: str | None
     unstable: bool  # replicates of the incumbent disagreed with each other
-    judge_tools: tuple[str, ...] = ()  # an agentic judge's tool calls, e.g. "view_screenshots(3, 7)"
+    judge_tools: tuple[JudgeToolCall, ...] = ()  # an agentic judge's tool calls (str(): "view_screenshots(3, 7)")
 
     @property
     def direction(self) -> Direction:

@@ -93,7 +93,7 @@ def disagreement_dict(d: Disagreement) -> dict[str, object]:
         "judge_confidence": d.confidence,
         "judge_reasoning": _clip(d.reasoning, REASONING_CHARS),
         "unstable": d.unstable,
-        **({"judge_tool_calls": list(d.judge_tools)} if d.judge_tools else {}),
+        **({"judge_tool_calls": [str(c) for c in d.judge_tools]} if d.judge_tools else {}),
     }
 
 
