@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from optimizer.cli.progress import TerminalEvents
 from optimizer.config import JudgeOverrides
@@ -44,8 +45,6 @@ def format_metrics(metrics: Metrics) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Judge a split with the prompts at a revision, write verdict files, print metrics."""
-    from pathlib import Path
-
     options = EvalOptions(
         split=args.split, rev=args.rev, replicates=args.replicates, limit=args.limit,
         out=Path(args.out) if args.out else None, judge=judge_overrides(args),

@@ -5,7 +5,8 @@ so a crash or ``kill -9`` leaves a consistent ledger, and ``judgeloop run --resu
 tree to the incumbent (or to the interrupted candidate's commit) and continues; every judge call
 already paid for comes back from the cache.
 
-Commands here: ``judgeloop run``, ``judgeloop decide``, ``judgeloop confirm``.
+`LoopRunner` drives one run; `optimizer.loop.session` sets runs up, resumes them and decides waiting
+candidates. The runner tells the person following it what happens through its ``events`` listener.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.results import EvalRun, ItemResult
-from optimizer.events import Listener, Message, ProgressSnapshot, StopKind, StopReason, ignore
+from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
@@ -122,7 +123,7 @@ def unified_diff(changed: Mapping[str, tuple[str | None, str | None]]) -> tuple[
     return "".join(chunks), ins, dels
 
 
-def _trailers(exp_id: int, metrics: Metrics | None, decision: str) -> dict[str, object]:
+def decision_trailers(exp_id: int, metrics: Metrics | None, decision: str) -> dict[str, object]:
     return {
         "Judgeloop-Experiment": exp_id,
         "Judgeloop-Kappa": "n/a" if metrics is None or metrics.kappa is None else f"{metrics.kappa:.3f}",
@@ -190,6 +191,7 @@ class LoopRunner:
             if now - last[0] < 0.5 and snap.done < snap.total:
                 return
             last[0] = now
+            self.events(Progress(snap))
             self.ledger.add_event(
                 self.run.id,
                 "progress",
@@ -339,7 +341,7 @@ class LoopRunner:
         exp = self._record_eval(exp.id, ev, status="baseline", decision="baseline", extra_cost=paid_before,
                                 reason=f"baseline: kappa {m.kappa:.3f}, FPR {m.fpr:.3f}" if m.kappa is not None
                                 else "baseline")
-        self.say(f"  baseline kappa={_f(m.kappa)} FPR={_f(m.fpr)} bal.acc={_f(m.balanced_accuracy)} "
+        self.say(f"  baseline kappa={fmt3(m.kappa)} FPR={fmt3(m.fpr)} bal.acc={fmt3(m.balanced_accuracy)} "
             f"calls={ev.run.calls_made} cached={ev.run.cache_hits} cost=${ev.run.cost_usd:.4f}")
         return exp
 
@@ -486,7 +488,7 @@ class LoopRunner:
         usage_extra = {"extra_cost": optimiser_cost, "prompt_hash": prompts.prompt_hash()}
         if ev.decision is None:
             reason = f"not decided: {ev.error}; rolled back"
-            rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha, _trailers(exp_id, None, "error"))
+            rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, None, "error"))
             exp = self._record_eval(exp_id, ev, status="error", decision="error", reason=reason,
                                     commit_sha=rejected, **usage_extra)
             self.say(f"  experiment {exp_id}: {reason}")
@@ -501,12 +503,12 @@ class LoopRunner:
                 f"`judgeloop decide {exp_id} keep|discard`")
             return exp
         if d.keep:
-            new_sha = gitops.finalize_kept(self.root, sha, _trailers(exp_id, ev.metrics, "kept"))
+            new_sha = gitops.finalize_kept(self.root, sha, decision_trailers(exp_id, ev.metrics, "kept"))
             exp = self._record_eval(exp_id, ev, status="kept", decision="kept", reason=d.reason,
                                     commit_sha=new_sha, **usage_extra)
         else:
             rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha,
-                                        _trailers(exp_id, ev.metrics, "rolled_back"))
+                                        decision_trailers(exp_id, ev.metrics, "rolled_back"))
             exp = self._record_eval(exp_id, ev, status="rolled_back", decision="rolled_back", reason=d.reason,
                                     commit_sha=rejected, **usage_extra)
         self.say(f"  experiment {exp_id}: {'KEPT' if d.keep else 'rolled back'} — {d.reason} "
@@ -577,7 +579,7 @@ class LoopRunner:
             cache.close()
 
 
-def _f(x: float | None) -> str:
+def fmt3(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 

@@ -24,7 +24,7 @@ from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.events import Listener, Message, StopKind, StopReason, ignore
 from optimizer.judge.prompts import PromptSet
 from optimizer.ledger import Ledger, Run, RunStatus
-from optimizer.loop.runner import Limits, LoopRunner, _f, _trailers
+from optimizer.loop.runner import Limits, LoopRunner, decision_trailers, fmt3
 from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits
 from optimizer.metrics import Metrics, score
@@ -369,7 +369,7 @@ def _summary(ledger: Ledger, run_id: str, reason: str, say: Say) -> None:
         f"{sum(e.status == 'guard_rejected' for e in exps)} guard-rejected, "
         f"{sum(e.status == 'error' for e in exps)} error(s); spent ${cost:.4f}")
     if base and inc:
-        say(f"  kappa {_f(base.kappa)} → {_f(inc.kappa)}, FPR {_f(base.fpr)} → {_f(inc.fpr)} "
+        say(f"  kappa {fmt3(base.kappa)} → {fmt3(inc.kappa)}, FPR {fmt3(base.fpr)} → {fmt3(inc.fpr)} "
             f"(incumbent: experiment {inc.id}, {(inc.commit_sha or '')[:12]})")
     say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
 
@@ -399,13 +399,13 @@ def decide(ws: Workspace, experiment: int | str, keep: bool, events: Listener = 
         if keep:
             if parent and exp.fpr is not None and parent.fpr is not None and exp.fpr > parent.fpr:
                 say(f"warning: keeping a candidate that raised FPR {parent.fpr:.3f} → {exp.fpr:.3f} (a human override)")
-            sha = gitops.finalize_kept(ws.root, tip, _trailers(exp.id, metrics, "kept"))
+            sha = gitops.finalize_kept(ws.root, tip, decision_trailers(exp.id, metrics, "kept"))
             ledger.set_experiment_decision(exp.id, status="kept", commit_sha=sha,
                                            reason=f"kept by a human ({policy_said})")
             say(f"experiment {exp.id} kept as {sha[:12]} on {run.branch}")
         else:
             incumbent_sha = parent.commit_sha if parent and parent.commit_sha else gitops.rev_parse(ws.root, "HEAD~1")
-            rejected = gitops.roll_back(ws.root, tip, exp.id, incumbent_sha, _trailers(exp.id, metrics, "rolled_back"))
+            rejected = gitops.roll_back(ws.root, tip, exp.id, incumbent_sha, decision_trailers(exp.id, metrics, "rolled_back"))
             ledger.set_experiment_decision(exp.id, status="rolled_back", commit_sha=rejected,
                                            reason=f"discarded by a human ({policy_said})")
             say(f"experiment {exp.id} discarded; kept under refs/judgeloop/rejected/{exp.id}")
