@@ -8,6 +8,7 @@ other harness (e.g. the official Codex or Claude Code runners). Files whose name
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,12 +42,23 @@ def parse_result_file(raw: bytes) -> Answer:
     return Answer(success=data["success"], mistake_type=mistake)
 
 
-def read_results_dir(path: Path, ids: Sequence[str]) -> dict[str, Answer]:
+def looks_like_trajectory_id(name: str) -> bool:
+    """AgentHorizon trajectory ids are UUIDs; the official tools skip every other file name."""
+    try:
+        uuid.UUID(name)
+    except ValueError:
+        return False
+    return True
+
+
+def read_results_dir(path: Path, ids: Sequence[str], skipped: list[str] | None = None) -> dict[str, Answer]:
     """Read ``path/<trajectory_id>.json`` for every id in ``ids`` (manifest order).
 
     Returns an Answer for every id: a missing file is ``status="missing"``; an unreadable or
-    malformed file is ``status="invalid"``. A verdict file naming an id outside ``ids`` is a
-    UserError (scoring against the wrong split would silently drop it).
+    malformed file is ``status="invalid"``. A verdict file named like a trajectory id (a UUID) that
+    is not in ``ids`` is a UserError (scoring against the wrong split would silently drop it); other
+    ``.json`` files (``analysis.json`` from the official analysis step, ``summary.json``, ...) are
+    not verdicts and are skipped, their names appended to ``skipped``.
     """
     if not path.is_dir():
         raise UserError(
@@ -58,6 +70,10 @@ def read_results_dir(path: Path, ids: Sequence[str]) -> dict[str, Answer]:
         if not file.name.endswith(".json") or file.name.startswith("_") or not file.is_file():
             continue
         tid = file.name[: -len(".json")]
+        if tid not in wanted and not looks_like_trajectory_id(tid):
+            if skipped is not None:
+                skipped.append(file.name)
+            continue
         if tid not in wanted:
             raise UserError(
                 f"{file} names trajectory {tid!r}, which is not in the split's manifest; "
@@ -109,6 +125,7 @@ class FolderScore:
     split: str
     metrics: Metrics
     intervals: dict[str, tuple[float, float]]
+    skipped: list[str]  # .json files that are not verdicts (not named by a trajectory id)
 
 
 def score_folder(ws: Workspace, results_dir: Path, split_name: str) -> FolderScore:
@@ -116,5 +133,6 @@ def score_folder(ws: Workspace, results_dir: Path, split_name: str) -> FolderSco
     protocol (a missing or invalid verdict counts as wrong), with 95% bootstrap intervals."""
     split = open_split(ws, split_name)
     labels = load_labels(split)
-    answers = read_results_dir(results_dir, split.ids)
-    return FolderScore(split.name, score(labels, answers), bootstrap_intervals(labels, answers))
+    skipped: list[str] = []
+    answers = read_results_dir(results_dir, split.ids, skipped)
+    return FolderScore(split.name, score(labels, answers), bootstrap_intervals(labels, answers), skipped)

@@ -303,6 +303,9 @@ def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
     assert len(files) == n  # n-1 verdict files + the summary
     good = json.loads((out / f"{data.items[0].trajectory_id}.json").read_text())
     assert good["success"] is True and good["_meta"]["model"] == MODEL and good["_meta"]["parse_status"] == "ok"
+    # Where the official compare_runs.py reads usage, turns and tool calls.
+    assert good["_meta"]["raw"] == {"usage": {"input_tokens": 1000, "output_tokens": 50}, "turns": 1, "tool_calls": 0}
+    assert good["_meta"]["input_tokens"] == 1000 and good["_meta"]["output_tokens"] == 50
     bad = json.loads((out / f"{garbled}.json").read_text())
     assert "success" not in bad and bad["raw_response"] == "I think it worked, probably."
     assert bad["_meta"]["parse_status"] == "parse_error"
@@ -311,6 +314,9 @@ def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
     assert summary["infra_error_ids"] == [broken]
     assert summary["counts"]["parse_failures"] == 1 and summary["counts"]["calls_made"] == n - 1
     assert summary["prompt_hash"] == data.prompts.prompt_hash() and summary["model"] == MODEL
+    # The official analysis step finds the Markdown it remaps ids with here (`md_dir`).
+    md_dir = Path(summary["md_dir"])
+    assert md_dir.is_absolute() and sorted(p.stem for p in md_dir.glob("*.md")) == sorted(data.split.ids)
     per_call = [json.loads((out / f).read_text())["_meta"]["cost_usd"] for f in files if not f.startswith("_")]
     assert summary["cost_usd"] == pytest.approx(sum(per_call))
     assert summary["cost_usd"] == pytest.approx((n - 1) * (1000 * 0.15 + 50 * 0.60) / 1e6)
@@ -430,6 +436,39 @@ def test_cmd_eval_json_prints_the_score_keys_and_writes_results(
     captured = capsys.readouterr()
     assert code == 0
     assert "0 new, 2 cached" in captured.out and "balanced accuracy" in captured.out
+
+
+def test_the_same_eval_out_command_twice_replaces_its_own_results_and_nothing_else(
+    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    server.default = by_label(data)
+    write_config(data.ws, server)
+    out = tmp_path / "results"
+    argv = ["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--out", str(out)]
+    assert main([*argv, "--limit", "3"]) == 0
+    assert len(list(out.glob("*.json"))) == 3 + 1
+    capsys.readouterr()
+    # The same command with more items: the folder now holds exactly the new evaluation.
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "replacing the previous evaluation" in captured.err
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted([f"{tid}.json" for tid in data.split.ids] + ["_summary.json"])
+    assert json.loads((out / "_summary.json").read_text())["counts"]["items"] == len(data.split.ids)
+    # Something judgeloop did not write makes it refuse, naming the file, and delete nothing.
+    (out / "analysis.json").write_text('{"summary": {}}', encoding="utf-8")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "analysis.json" in err and "did not write" in err
+    assert sorted(p.name for p in out.iterdir()) == sorted([*names, "analysis.json"])
+    # A folder with no judgeloop evaluation at all is refused too.
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("keep me", encoding="utf-8")
+    assert main([*argv[:-1], str(other)]) == 2
+    assert "holds no judgeloop evaluation" in capsys.readouterr().err
+    assert (other / "todo.txt").read_text() == "keep me"
 
 
 @pytest.mark.parametrize(

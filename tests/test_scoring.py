@@ -85,11 +85,27 @@ def test_score_of_a_mixed_folder_matches_hand_arithmetic(tmp_path: Path) -> None
     assert m.mistake_type_recall == {CM: 0.5, BSE: 0.0, MIS: 1.0, "overall": pytest.approx(0.4)}
 
 
+STRANGER = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"  # a trajectory id (a UUID) in no split here
+
+
 def test_an_id_outside_the_manifest_is_refused_naming_it(tmp_path: Path) -> None:
     folder = write_mixed_results(tmp_path / "res")
-    (folder / "stranger-42.json").write_text('{"success": true}', encoding="utf-8")
-    with pytest.raises(UserError, match="stranger-42"):
+    (folder / f"{STRANGER}.json").write_text('{"success": true}', encoding="utf-8")
+    with pytest.raises(UserError, match=STRANGER):
         read_results_dir(folder, IDS)
+
+
+def test_files_the_official_workflow_adds_are_skipped_not_scored(tmp_path: Path) -> None:
+    folder = write_mixed_results(tmp_path / "res")
+    before = read_results_dir(folder, IDS)
+    # The official analysis step writes analysis.json into the results folder; other runners write
+    # summary.json. Neither is named by a trajectory id, and neither holds a verdict.
+    (folder / "analysis.json").write_text('{"summary": {"total_results": 9}, "metrics": {}}', encoding="utf-8")
+    (folder / "summary.json").write_text('{"success": true}', encoding="utf-8")
+    (folder / "analysis.md").write_text("# Evaluation Analysis Report\n", encoding="utf-8")
+    skipped: list[str] = []
+    assert read_results_dir(folder, IDS, skipped) == before
+    assert skipped == ["analysis.json", "summary.json"]
 
 
 def test_a_results_path_that_is_not_a_folder_is_refused(tmp_path: Path) -> None:
@@ -160,9 +176,14 @@ def test_cli_score_table_and_errors(
     table = capsys.readouterr().out
     assert "n=10 (positives 4, negatives 6); invalid 5, missing 1" in table
     assert "FPR" in table and "3/6" in table and "-0.250" in table
-    (results / "other.json").write_text('{"success": true}', encoding="utf-8")
+    (results / "analysis.json").write_text('{"summary": {}}', encoding="utf-8")
+    assert main(["score", str(results), "--split", "mini", "-w", str(empty_workspace.root)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == table  # the same numbers: analysis.json is not a verdict
+    assert "skipped 1 file(s) not named by a trajectory id: analysis.json" in captured.err
+    (results / f"{STRANGER}.json").write_text('{"success": true}', encoding="utf-8")
     assert main(["score", str(results), "--split", "mini", "-w", str(empty_workspace.root)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "'other'" in err
+    assert err.count("\n") == 1 and f"'{STRANGER}'" in err
     assert main(["score", str(results), "--split", "nosuch", "-w", str(empty_workspace.root)]) == 2
     assert "no split named 'nosuch'" in capsys.readouterr().err

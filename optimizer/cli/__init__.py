@@ -13,10 +13,14 @@ from collections.abc import Sequence
 
 from optimizer.errors import UserError
 
+WORKSPACE_HELP = "the workspace folder (default: .)"
+
 
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-w", "--workspace", default=".", metavar="DIR", help="the workspace folder (default: .)")
+    # -w works before the command (as `git -C`) and after it. SUPPRESS here: a subcommand's default
+    # would otherwise overwrite the value given before the command.
+    common.add_argument("-w", "--workspace", default=argparse.SUPPRESS, metavar="DIR", help=WORKSPACE_HELP)
     return common
 
 
@@ -33,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="judgeloop",
         description="Improve an LLM judge of computer-use trajectories, one audited git commit at a time.",
     )
+    parser.add_argument("-w", "--workspace", default=".", metavar="DIR", help=WORKSPACE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, handler: str, help_: str) -> argparse.ArgumentParser:

@@ -292,6 +292,9 @@ async def evaluate_items(
             "text_only": judge_items.text_only,
             "split": getattr(split, "name", None),
             "split_fingerprint": getattr(split, "fingerprint", None),
+            # The Markdown the items were rendered from: the official analysis step reads it from
+            # _summary.json to remap trajectory ids (`analyze_eval_results.py --trajectories`).
+            "md_dir": str((split.sandbox_root / "data" / "markdowns").resolve()),
             "prompt_hash": prompts.prompt_hash(),
             "sampling": sampling.as_dict(),
             "replicates": replicates,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,16 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
             for r in reps
         ],
         "preprocessing": list(item.notes),
+        # Where the official tools look (compare_runs.py reads `_meta.raw.usage`, `raw.turns` and
+        # `raw.tool_calls`): the same token totals as above, the model calls and the tool calls.
+        "raw": {
+            "usage": {
+                "input_tokens": sum(r.input_tokens for r in reps),
+                "output_tokens": sum(r.output_tokens for r in reps),
+            },
+            "turns": sum(r.turns for r in reps),
+            "tool_calls": sum(len(r.trace) for r in reps),
+        },
     }
     if item.verdict is None:
         failed = next((r for r in reps if r.status == "parse_error"), None)
@@ -71,15 +82,61 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
     }
 
 
-def write_results(out_dir: Path | str, run: EvalRun) -> Path:
+def _json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def previous_evaluation(out: Path) -> list[Path]:
+    """The files of a previous judgeloop evaluation in ``out``, which writing there replaces; [] when
+    ``out`` does not exist or is empty. Those files are its ``_summary.json`` and the verdict files
+    carrying the same prompt hash. Anything else in the folder is someone else's: UserError naming it
+    (stale verdict files must never be scored by mistake, and nothing is deleted that judgeloop did
+    not write)."""
+    if not out.exists():
+        return []
+    if not out.is_dir():
+        raise UserError(f"{out} is a file, not a folder; choose another --out folder")
+    entries = sorted(out.iterdir())
+    if not entries:
+        return []
+    summary = _json_object(out / "_summary.json")
+    if summary is None or not isinstance(summary.get("counts"), dict) or "prompt_hash" not in summary:
+        raise UserError(f"{out} is not empty and holds no judgeloop evaluation (no judgeloop _summary.json); "
+                        "choose a new or empty --out folder")
+    ours: list[Path] = []
+    other: list[str] = []
+    for entry in entries:
+        body = _json_object(entry) if entry.is_file() and entry.suffix == ".json" else None
+        meta = body.get("_meta") if body is not None else None
+        if entry.name == "_summary.json" or (isinstance(meta, dict) and meta.get("prompt_hash") == summary["prompt_hash"]):
+            ours.append(entry)
+        else:
+            other.append(entry.name)
+    if other:
+        more = f" and {len(other) - 5} more" if len(other) > 5 else ""
+        raise UserError(f"{out} holds a previous judgeloop evaluation and also {', '.join(other[:5])}{more}, "
+                        "which judgeloop did not write; move them or choose another --out folder")
+    return ours
+
+
+def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path] = ()) -> Path:
     """Write one AgentHorizon verdict file per evaluated item and ``_summary.json``; return the folder.
 
     Infrastructure errors and items not evaluated get no file; they are listed in the summary.
-    The folder must be new or empty, so stale verdict files can never be scored by mistake.
+    The folder must be new or empty, or hold exactly a previous evaluation's files, passed as
+    ``replacing`` (see `previous_evaluation`); those are removed first, so stale verdict files can
+    never be scored by mistake.
     """
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    expected = set(replacing)
+    if out.exists() and (not out.is_dir() or any(p not in expected for p in out.iterdir())):
         raise UserError(f"{out} already exists and is not an empty folder; choose a new --out folder")
+    for path in replacing:
+        path.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     parse_failures = 0
     for item in run.items:
@@ -93,7 +150,8 @@ def write_results(out_dir: Path | str, run: EvalRun) -> Path:
     summary = {
         **{
             k: run.meta.get(k)
-            for k in ("prompt_hash", "provider", "model", "judge_label", "base_url", "split", "split_fingerprint")
+            for k in ("prompt_hash", "provider", "model", "judge_label", "base_url", "split", "split_fingerprint",
+                      "md_dir")
         },
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "parameters": {

@@ -13,7 +13,7 @@ from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.evaluator import evaluate_items
-from optimizer.evaluation.files import write_results
+from optimizer.evaluation.files import previous_evaluation, write_results
 from optimizer.evaluation.results import EvalRun
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import PromptSet
@@ -49,8 +49,6 @@ def _out_dir(ws: Workspace, wanted: Path | None, prompt_hash: str) -> Path:
         while out.exists():  # two evaluations of one revision within a second get two folders
             n += 1
             out = ws.experiments_dir / "evals" / f"{stamp}-{prompt_hash[:8]}-{n}"
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} already exists and is not an empty folder; choose a new --out folder")
     return out
 
 
@@ -68,6 +66,7 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore) -> 
         item_ids = item_ids[: options.limit]
     prompt_hash = prompts.prompt_hash()
     out = _out_dir(ws, options.out, prompt_hash)
+    replacing = previous_evaluation(out)  # checked before any call is paid for
     events(Message(
         f"split {split.name!r} ({len(item_ids)} items), prompts {options.rev or 'working tree'} "
         f"[{prompt_hash[:8]}], {judge.provider}:{judge.model}, {replicates} replicate(s), "
@@ -89,7 +88,9 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore) -> 
     run = asyncio.run(
         evaluate_items(ws, split, prompts, judge, item_ids=item_ids, replicates=replicates, progress=progress)
     )
-    write_results(out, run)
+    if replacing:
+        events(Message(f"replacing the previous evaluation in {out} ({len(replacing)} files)", "note"))
+    write_results(out, run, replacing=replacing)
     labels = load_labels(split)
     metrics = score({tid: labels[tid] for tid in item_ids}, run.answers())
     return EvalOutcome(split=split, run=run, metrics=metrics, out=out)
