@@ -400,7 +400,7 @@ class ExperimentView(View):
             return
         exp, parent = detail.experiment, detail.parent
         self.set_title(Text.assemble(
-            f"experiment {exp.id} (run {exp.run_id}, #{exp.seq}) · {exp.strategy or 'baseline'} · ",
+            f"experiment {exp.id} (run {exp.run_id}) · {exp.strategy or 'baseline'} · ",
             status_text(exp.status),
             f" · parent {parent.id}" if parent else " · no parent",
         ))
