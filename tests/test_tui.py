@@ -259,6 +259,57 @@ def test_experiment_view_title_numbers_the_experiment_as_its_history_row(run_ws:
     drive(app, scenario)
 
 
+CORRECT = {"TP", "TN"}
+
+
+def flip_label_claims(words: str) -> list[Callable[[str, str], bool]]:
+    """What a flip-table row or column label says about each of its cells (before → after)."""
+    claims: list[Callable[[str, str], bool]] = []
+    if "newly wrong" in words:
+        claims.append(lambda before, after: before in CORRECT and after not in CORRECT)
+    elif "wrong" in words:
+        claims.append(lambda before, after: after not in CORRECT)
+    if "newly right" in words:
+        claims.append(lambda before, after: before not in CORRECT and after in CORRECT)
+    elif "right" in words:
+        claims.append(lambda before, after: after in CORRECT)
+    if "judged failed" in words:
+        claims.append(lambda before, after: after in {"FN", "TN"})
+    if "judged success" in words:
+        claims.append(lambda before, after: after in {"TP", "FP"})
+    if "positive" in words:
+        claims.append(lambda before, after: before in {"TP", "FN"})
+    if "negative" in words:
+        claims.append(lambda before, after: before in {"TN", "FP"})
+    return claims
+
+
+def test_flip_table_labels_are_true_of_every_cell_in_their_row_and_column(run_ws: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        kept = ledger.get_experiment(next(e.id for e in ledger.experiments(run.id) if e.status == "kept"))
+    arrows = {"TP→FN": "tp_to_fn", "FN→TP": "fn_to_tp", "TN→FP": "tn_to_fp", "FP→TN": "fp_to_tn"}
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment")
+
+    async def scenario(pilot: Any) -> None:
+        table = app.screen.query_one("#flip-table")
+        headers = [str(column.label) for column in table.columns.values()]
+        seen = set()
+        for row in range(table.row_count):
+            label, *cells = (str(cell) for cell in table.get_row_at(row))
+            assert flip_label_claims(label), label  # a row label that says what its cells are
+            for column, cell in enumerate(cells, start=1):
+                arrow, count = cell.split()
+                before, after = arrow.split("→")
+                for claim in flip_label_claims(label) + flip_label_claims(headers[column]):
+                    assert claim(before, after), (label, headers[column], cell)
+                assert int(count) == len(kept.flips[arrows[arrow]])
+                seen.add(arrow)
+        assert seen == set(arrows)
+
+    drive(app, scenario)
+
+
 def test_experiment_view_splits_the_cost_into_judge_and_optimiser(ws_copy: Path) -> None:
     import sqlite3
 
@@ -290,7 +341,9 @@ def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) 
     async def scenario(pilot: Any) -> None:
         text = svg_text(app)
         assert f"experiment {kept.parent_id} (left) vs {kept.id} (right)" in text
-        assert f"{kept.flip_counts()['fn_to_tp'] + kept.flip_counts()['fp_to_tn']} items fixed" in text
+        counts = kept.flip_counts()
+        assert f"{counts['fn_to_tp'] + counts['fp_to_tn']} newly right" in text
+        assert f"{counts['tp_to_fn'] + counts['tn_to_fp']} newly wrong" in text
 
     drive(app, scenario)
 
