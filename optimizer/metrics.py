@@ -283,6 +283,17 @@ class FlipTable(BaseModel):
         return len(self.tp_to_fn) + len(self.tn_to_fp)
 
 
+# How a person reads the flip table (the TUI and `judgeloop report` alike): a row is what happened to
+# the judge's answer, newly wrong or newly right; within a row, positives then negatives. Each row's
+# words are true of both of its cells (TN→FP is a newly wrong *success* verdict, so rows are not named
+# by verdict).
+FLIP_ARROWS: dict[str, str] = {"tp_to_fn": "TP→FN", "fn_to_tp": "FN→TP", "tn_to_fp": "TN→FP", "fp_to_tn": "FP→TN"}
+FLIP_ROWS: tuple[tuple[str, tuple[str, str]], ...] = (
+    ("newly wrong", ("tp_to_fn", "tn_to_fp")),
+    ("newly right", ("fn_to_tp", "fp_to_tn")),
+)
+
+
 def flip_table(
     labels: Mapping[str, Label], incumbent: Mapping[str, Answer], candidate: Mapping[str, Answer]
 ) -> FlipTable:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.ledger import FLIP_KEYS, Experiment, Ledger, Run
+from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.workspace import Workspace
 
 # ``calls`` are the judge's; ``cost_usd`` is the experiment's total (judge + optimiser); the optimiser's
@@ -30,7 +31,6 @@ TSV_COLUMNS: tuple[str, ...] = (
     "commit", "files_changed", "insertions", "deletions", "reason", "rationale", "optimizer_calls",
     "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd",
 )
-_FLIP_ARROWS = {"tp_to_fn": "TP→FN", "fn_to_tp": "FN→TP", "tn_to_fp": "TN→FP", "fp_to_tn": "FP→TN"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,7 +224,9 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
             )
         if e.flips is not None or e.p_value is not None:
             counts = e.flip_counts()
-            cells = "  ".join(f"{_FLIP_ARROWS[k]} {counts[k]}" for k in FLIP_KEYS)
+            cells = " · ".join(
+                f"{words} " + ", ".join(f"{FLIP_ARROWS[k]} {counts[k]}" for k in keys) for words, keys in FLIP_ROWS
+            )
             policies = ""
             if e.literal_keep is not None or e.paired_keep is not None:
                 policies = f"   literal {'keep' if e.literal_keep else 'roll back'}, paired {'keep' if e.paired_keep else 'roll back'}"
@@ -261,9 +263,10 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
         out.append("items that flipped between baseline and final")
         if not any(flips.values()):
             out.append("  none")
-        for key in FLIP_KEYS:
-            if flips[key]:
-                out.append(f"  {_FLIP_ARROWS[key]} ({len(flips[key])}): {', '.join(flips[key])}")
+        for words, keys in FLIP_ROWS:
+            for key in keys:
+                if flips[key]:
+                    out.append(f"  {words} {FLIP_ARROWS[key]} ({len(flips[key])}): {', '.join(flips[key])}")
 
     rejected = [e for e in experiments if e.status == "guard_rejected"]
     out.append("")

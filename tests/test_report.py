@@ -108,7 +108,9 @@ def test_report_text_shows_chain_flips_spend_rejections_and_agrees_with_git(fill
     with Ledger.open_readonly(ws.ledger_path) as ledger:
         text = report_text(ledger, ledger.get_run(run_id), ws)
     assert f"#{ids['baseline']} (κ 0.000, FPR 0.500) → #{ids['kept']} (κ 1.000, FPR 0.000)" in text
-    assert "FN→TP (1): p2" in text and "FP→TN (1): n2" in text
+    # Flips in the TUI's words: a row is what happened to the answer, each arrow under the words true of it.
+    assert "flips newly wrong TP→FN 0, TN→FP 0 · newly right FN→TP 1, FP→TN 1" in text
+    assert "newly right FN→TP (1): p2" in text and "newly right FP→TN (1): n2" in text
     assert f"#{ids['guard_rejected']}: the candidate changes judgeloop.toml" in text
     assert "spend: $0.0350 over 9 calls" in text
     assert "kappa 0.000 [-0.500, 0.500]" in text and "McNemar p 0.250" in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -134,6 +135,41 @@ def test_history_shows_every_experiment_and_the_curves_then_filters_and_sorts(ru
     drive(app, scenario)
 
 
+def chart_x_axis(chart: Any) -> tuple[list[str], list[tuple[int, int]], list[int], list[str]]:
+    """A rendered chart's x axis: (lines above the axis, each tick label's column span, each tick mark's
+    column, the labels) — read from the text the chart draws, as a person reads it."""
+    lines = chart.render().plain.splitlines()
+    axis = next(i for i, line in enumerate(lines) if line.lstrip().startswith("└"))
+    marks = [col for col, ch in enumerate(lines[axis]) if ch == "┬"]
+    found = list(re.finditer(r"\S+", lines[axis + 1]))
+    return lines[:axis], [m.span() for m in found], marks, [m.group() for m in found]
+
+
+def test_chart_x_ticks_are_integers_equal_to_the_experiment_ids_of_the_table(run_ws: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        experiments = ledger.experiments(run.id)
+    baseline = next(e for e in experiments if e.status == "baseline")
+    assert [e.id for e in experiments] != [e.seq for e in experiments]  # the two numberings differ here
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        table = app.screen.query_one("#history-table")
+        shown = [table.get_row_at(r)[0].plain.rstrip("◆") for r in range(table.row_count)]
+        assert shown == [str(e.id) for e in experiments]
+        for chart_id in ("#kappa-chart", "#fpr-chart"):
+            plot, spans, marks, labels = chart_x_axis(app.screen.query_one(chart_id))
+            # Every tick is an integer experiment id (not 0.00, 0.75, …); at this width, all of them.
+            assert labels == shown, (chart_id, labels)
+            # One tick mark under each label, and the baseline's marker B stands over its id's tick.
+            assert len(marks) == len(spans) and all(a <= m < b for m, (a, b) in zip(marks, spans, strict=True))
+            tick_of = dict(zip(labels, marks, strict=True))
+            b_columns = {m.start() for line in plot for m in re.finditer(r"(?<!B)B(?!B)", line)}  # not the legend's BB
+            assert tick_of[str(baseline.id)] in b_columns, (chart_id, b_columns)
+
+    drive(app, scenario)
+
+
 def test_empty_workspace_says_no_runs_yet_press_r(empty_workspace: Any) -> None:
     app = JudgeloopApp(empty_workspace.root, image_mode="halfcell", watch=False)
 
@@ -198,6 +234,82 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
     drive(app, scenario)
 
 
+def test_experiment_view_title_numbers_the_experiment_as_its_history_row(run_ws: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        experiments = ledger.experiments(run.id)
+    # One whose run position (seq) is neither its id nor its parent's, so a title showing it stands out.
+    exp = next(e for e in experiments if e.parent_id is not None and e.seq not in (e.id, e.parent_id))
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        table = app.screen.query_one("#history-table")
+        row = table.get_row_index(str(exp.id))
+        table.move_cursor(row=row)
+        shown = table.get_row_at(row)[0].plain.rstrip("◆")
+        parent_shown = table.get_row_at(table.get_row_index(str(exp.parent_id)))[0].plain.rstrip("◆")
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ExperimentView)
+        title = svg_text(app).splitlines()[0]
+        assert title.startswith(f"experiment {shown} ")
+        # The only numbers besides the run id: this experiment's and its parent's, as the table shows them.
+        assert re.findall(r"\d+", title.replace(run.id, "")) == [shown, parent_shown], title
+
+    drive(app, scenario)
+
+
+CORRECT = {"TP", "TN"}
+
+
+def flip_label_claims(words: str) -> list[Callable[[str, str], bool]]:
+    """What a flip-table row or column label says about each of its cells (before → after)."""
+    claims: list[Callable[[str, str], bool]] = []
+    if "newly wrong" in words:
+        claims.append(lambda before, after: before in CORRECT and after not in CORRECT)
+    elif "wrong" in words:
+        claims.append(lambda before, after: after not in CORRECT)
+    if "newly right" in words:
+        claims.append(lambda before, after: before not in CORRECT and after in CORRECT)
+    elif "right" in words:
+        claims.append(lambda before, after: after in CORRECT)
+    if "judged failed" in words:
+        claims.append(lambda before, after: after in {"FN", "TN"})
+    if "judged success" in words:
+        claims.append(lambda before, after: after in {"TP", "FP"})
+    if "positive" in words:
+        claims.append(lambda before, after: before in {"TP", "FN"})
+    if "negative" in words:
+        claims.append(lambda before, after: before in {"TN", "FP"})
+    return claims
+
+
+def test_flip_table_labels_are_true_of_every_cell_in_their_row_and_column(run_ws: Path) -> None:
+    with ledger_of(run_ws) as ledger:
+        run = ledger.latest_run()
+        kept = ledger.get_experiment(next(e.id for e in ledger.experiments(run.id) if e.status == "kept"))
+    arrows = {"TP→FN": "tp_to_fn", "FN→TP": "fn_to_tp", "TN→FP": "tn_to_fp", "FP→TN": "fp_to_tn"}
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment")
+
+    async def scenario(pilot: Any) -> None:
+        table = app.screen.query_one("#flip-table")
+        headers = [str(column.label) for column in table.columns.values()]
+        seen = set()
+        for row in range(table.row_count):
+            label, *cells = (str(cell) for cell in table.get_row_at(row))
+            assert flip_label_claims(label), label  # a row label that says what its cells are
+            for column, cell in enumerate(cells, start=1):
+                arrow, count = cell.split()
+                before, after = arrow.split("→")
+                for claim in flip_label_claims(label) + flip_label_claims(headers[column]):
+                    assert claim(before, after), (label, headers[column], cell)
+                assert int(count) == len(kept.flips[arrows[arrow]])
+                seen.add(arrow)
+        assert seen == set(arrows)
+
+    drive(app, scenario)
+
+
 def test_experiment_view_splits_the_cost_into_judge_and_optimiser(ws_copy: Path) -> None:
     import sqlite3
 
@@ -229,7 +341,9 @@ def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) 
     async def scenario(pilot: Any) -> None:
         text = svg_text(app)
         assert f"experiment {kept.parent_id} (left) vs {kept.id} (right)" in text
-        assert f"{kept.flip_counts()['fn_to_tp'] + kept.flip_counts()['fp_to_tn']} items fixed" in text
+        counts = kept.flip_counts()
+        assert f"{counts['fn_to_tp'] + counts['fp_to_tn']} newly right" in text
+        assert f"{counts['tp_to_fn'] + counts['tn_to_fp']} newly wrong" in text
 
     drive(app, scenario)
 
@@ -821,6 +935,9 @@ def test_screenshot_command_refuses_bad_arguments_in_one_line(run_ws: Path, caps
 # Curves and the history table, without an app
 
 
+FIRST_ID = 11  # a later run's experiments: ids differ from seqs (0 = baseline) by more than one
+
+
 def _exp(seq: int, status: str, kappa: float | None, fpr: float | None, parent: int | None,
          early: bool = False) -> Any:
     from datetime import UTC, datetime
@@ -828,37 +945,49 @@ def _exp(seq: int, status: str, kappa: float | None, fpr: float | None, parent: 
     from optimizer.ledger import Experiment
 
     metrics = None if kappa is None else {"kappa": kappa, "fpr": fpr}
-    return Experiment(id=seq + 1, run_id="r", seq=seq, parent_id=parent, created=datetime(2026, 1, 1, tzinfo=UTC),
-                      status=status, metrics=metrics, early_stopped=early)
+    return Experiment(id=FIRST_ID + seq, run_id="r", seq=seq, parent_id=parent,
+                      created=datetime(2026, 1, 1, tzinfo=UTC), status=status, metrics=metrics, early_stopped=early)
 
 
-def test_curve_is_a_step_line_with_early_stopped_at_the_incumbent_and_rejected_counted() -> None:
+def test_curve_is_a_step_line_over_experiment_ids_with_early_stopped_at_the_incumbent_and_rejected_counted() -> None:
     from optimizer.ledger import Run
     from tui.data import History as HistoryData
     from tui.data import HistoryRow, chain_from, curve_points
 
     exps = [
         _exp(0, "baseline", 0.20, 0.40, None),
-        _exp(1, "rolled_back", None, None, 1, early=True),
-        _exp(2, "kept", 0.50, 0.20, 1),
-        _exp(3, "rolled_back", 0.45, 0.25, 3),
-        _exp(4, "guard_rejected", None, None, 3),
-        _exp(5, "rolled_back", None, None, 3, early=True),
+        _exp(1, "rolled_back", None, None, 11, early=True),
+        _exp(2, "kept", 0.50, 0.20, 11),
+        _exp(3, "rolled_back", 0.45, 0.25, 13),
+        _exp(4, "guard_rejected", None, None, 13),
+        _exp(5, "rolled_back", None, None, 13, early=True),
     ]
-    run = Run.model_construct(id="r", incumbent_experiment=3)
+    run = Run.model_construct(id="r", incumbent_experiment=13)
     chain = chain_from(run, {e.id: e for e in exps})
-    assert chain == [1, 3]
+    assert chain == [11, 13]
     history = HistoryData(run=run, rows=[HistoryRow(e, None, None, None, e.id in chain) for e in exps],
                           chain_ids=chain, runs=[run])
     points = curve_points(history)
-    # Flat at the baseline until seq 2, a vertical step there, then flat to the last experiment.
-    assert points.chain_x == [0, 2, 2, 5]
+    # x is the experiment id (what the history table shows), not the run's seq.
+    assert points.experiment_ids == [11, 12, 13, 14, 15, 16] and points.x_range() == (11, 16)
+    # Flat at the baseline until experiment 13, a vertical step there, then flat to the last experiment.
+    assert points.chain_x == [11, 13, 13, 16]
     assert points.chain_kappa == [0.20, 0.20, 0.50, 0.50]
     assert points.chain_fpr == [0.40, 0.40, 0.20, 0.20]
-    assert points.evaluated_x == [2, 3] and points.evaluated_kappa == [0.50, 0.45]
-    # Early-stopped candidates sit at the incumbent of their time: the baseline, then experiment 3.
-    assert points.stopped_x == [1, 5] and points.stopped_kappa == [0.20, 0.50] and points.stopped_fpr == [0.40, 0.20]
-    assert points.rejected == 1 and points.baseline == (0, 0.20, 0.40)
+    assert points.evaluated_x == [13, 14] and points.evaluated_kappa == [0.50, 0.45]
+    # Early-stopped candidates sit at the incumbent of their time: the baseline, then experiment 13.
+    assert points.stopped_x == [12, 16] and points.stopped_kappa == [0.20, 0.50] and points.stopped_fpr == [0.40, 0.20]
+    assert points.rejected == 1 and points.baseline == (11, 0.20, 0.40)
+
+
+def test_x_ticks_are_experiment_ids_thinned_to_round_steps_that_fit() -> None:
+    from tui.data import x_ticks
+
+    assert x_ticks([1, 2, 3, 4, 5, 6], 10) == [1, 2, 3, 4, 5, 6]
+    assert x_ticks(range(1, 61), 10) == [10, 20, 30, 40, 50, 60]
+    assert x_ticks(range(1, 61), 12) == [5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60]
+    assert x_ticks(range(11, 15), 1) == [11]  # no multiple of a step that fits: the first experiment
+    assert x_ticks([7], 5) == [7] and x_ticks([], 5) == []
 
 
 def test_fixed_columns_table_measures_no_cell_where_a_datatable_measures_every_one(

@@ -6,7 +6,7 @@ for a trajectory itself, from the workspace's split files. Nothing here imports 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,7 +145,8 @@ def matches_filter(row: HistoryRow, text: str) -> bool:
 
 @dataclass(frozen=True)
 class CurvePoints:
-    """What the charts plot, by experiment ``seq`` (0 = baseline).
+    """What the charts plot, by experiment id (the number the history table, ``judgeloop decide``,
+    ``report`` and ``refs/judgeloop/rejected/<id>`` use; a run's ids increase with its experiments).
 
     - ``chain_*``: the incumbent over time as a step line — each kept value held flat until the next
       kept experiment, then a vertical step (two points share that x), through the last experiment.
@@ -154,6 +155,7 @@ class CurvePoints:
       incumbent's value at that time, since they are "no better than the incumbent".
     - ``rejected``: guard-rejected or failed candidates — never evaluated, so not plotted; the legend
       gives their count.
+    - ``experiment_ids``: every experiment of the run, in order (where the x axis may put a tick).
     """
 
     chain_x: list[int]
@@ -167,7 +169,7 @@ class CurvePoints:
     stopped_fpr: list[float]
     rejected: int
     baseline: tuple[int, float, float] | None
-    last_x: int = 0
+    experiment_ids: list[int] = field(default_factory=list)
 
     def values(self, metric: str) -> tuple[list[float], list[float], list[float]]:
         """(chain, evaluated, stopped) y values for ``metric`` ("kappa" or "fpr")."""
@@ -175,26 +177,55 @@ class CurvePoints:
             return self.chain_kappa, self.evaluated_kappa, self.stopped_kappa
         return self.chain_fpr, self.evaluated_fpr, self.stopped_fpr
 
+    def x_range(self) -> tuple[int, int]:
+        """The x axis limits: first to last experiment id (one on either side of a lone experiment)."""
+        if not self.experiment_ids:
+            return 0, 1
+        first, last = self.experiment_ids[0], self.experiment_ids[-1]
+        return (first - 1, last + 1) if first == last else (first, last)
+
+
+TICK_STEPS = (1, 2, 5)
+
+
+def x_ticks(experiment_ids: Sequence[int], max_ticks: int) -> list[int]:
+    """Integer ticks for the charts' x axis: experiment ids only, every ``step``-th id (the smallest of
+    1, 2, 5, 10, 20, 50, … that gives at most ``max_ticks``), at multiples of the step; the first id if
+    no multiple falls in the run."""
+    ids = sorted(set(experiment_ids))
+    if not ids:
+        return []
+    max_ticks = max(1, max_ticks)
+    scale = 1
+    while True:
+        for base in TICK_STEPS:
+            step = base * scale
+            ticks = [i for i in ids if i % step == 0]
+            if len(ticks) <= max_ticks:
+                return ticks or [ids[0]]
+        scale *= 10
+
 
 def curve_points(history: History) -> CurvePoints:
     """The charts' points for ``history`` (see ``CurvePoints``)."""
     experiments = history.experiments
-    last_x = max((e.seq for e in experiments), default=0)
+    ids = [e.id for e in experiments]
+    last_x = max(ids, default=0)
     chain_set = set(history.chain_ids)
-    # The incumbent's value at each seq: the latest chain member at or before it.
+    # The incumbent's value at each experiment: the latest chain member at or before it.
     steps: list[tuple[int, float, float]] = [
-        (e.seq, e.kappa, e.fpr) for e in experiments
+        (e.id, e.kappa, e.fpr) for e in experiments
         if e.id in chain_set and e.kappa is not None and e.fpr is not None
     ]
     chain_x: list[int] = []
     chain_k: list[float] = []
     chain_f: list[float] = []
-    for i, (seq, kappa, fpr) in enumerate(steps):
+    for i, (x, kappa, fpr) in enumerate(steps):
         if i:  # the vertical step: the previous value, then this one, at the same x
-            chain_x.append(seq)
+            chain_x.append(x)
             chain_k.append(chain_k[-1])
             chain_f.append(chain_f[-1])
-        chain_x.append(seq)
+        chain_x.append(x)
         chain_k.append(kappa)
         chain_f.append(fpr)
     if steps and last_x > steps[-1][0]:
@@ -202,10 +233,10 @@ def curve_points(history: History) -> CurvePoints:
         chain_k.append(chain_k[-1])
         chain_f.append(chain_f[-1])
 
-    def incumbent_at(seq: int) -> tuple[float, float] | None:
+    def incumbent_before(x: int) -> tuple[float, float] | None:
         held = None
         for s, kappa, fpr in steps:
-            if s > seq:
+            if s >= x:
                 break
             held = (kappa, fpr)
         return held
@@ -221,16 +252,16 @@ def curve_points(history: History) -> CurvePoints:
     for e in experiments:
         if e.status == "baseline":
             if e.kappa is not None and e.fpr is not None:
-                base = (e.seq, e.kappa, e.fpr)
+                base = (e.id, e.kappa, e.fpr)
             continue
         if e.kappa is not None and e.fpr is not None:
-            ev_x.append(e.seq)
+            ev_x.append(e.id)
             ev_k.append(e.kappa)
             ev_f.append(e.fpr)
         elif e.early_stopped:
-            held = incumbent_at(e.seq - 1)
+            held = incumbent_before(e.id)
             if held is not None:
-                st_x.append(e.seq)
+                st_x.append(e.id)
                 st_k.append(held[0])
                 st_f.append(held[1])
         elif e.status not in ("running", "waiting"):  # guard-rejected, error: never evaluated
@@ -239,7 +270,7 @@ def curve_points(history: History) -> CurvePoints:
         chain_x=chain_x, chain_kappa=chain_k, chain_fpr=chain_f,
         evaluated_x=ev_x, evaluated_kappa=ev_k, evaluated_fpr=ev_f,
         stopped_x=st_x, stopped_kappa=st_k, stopped_fpr=st_f,
-        rejected=rejected, baseline=base, last_x=last_x,
+        rejected=rejected, baseline=base, experiment_ids=ids,
     )
 
 

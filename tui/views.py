@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Footer, Input, Markdown, Static
 from textual.worker import Worker, WorkerState
 
 from optimizer.judge.types import VIEW_SCREENSHOTS
+from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.models import MISTAKE_TYPES
 from tui.data import (
     REVIEW_LABELS,
@@ -55,11 +56,14 @@ if TYPE_CHECKING:
     from tui.app import JudgeloopApp
 
 FLIP_TITLES = {
-    "tp_to_fn": "TP → FN (positive, now judged failed)",
-    "fn_to_tp": "FN → TP (positive, now judged success)",
-    "tn_to_fp": "TN → FP (negative, now judged success)",
-    "fp_to_tn": "FP → TN (negative, now judged failed)",
+    "tp_to_fn": "newly wrong: TP → FN (positive, now judged failed)",
+    "fn_to_tp": "newly right: FN → TP (positive, now judged success)",
+    "tn_to_fp": "newly wrong: TN → FP (negative, now judged success)",
+    "fp_to_tn": "newly right: FP → TN (negative, now judged failed)",
 }
+# The flip table's cell (row, column) → flip key: rows as FLIP_ROWS (newly wrong, newly right), column 0
+# holds the row's label, then positives, negatives.
+FLIP_CELLS = {(row, col + 1): key for row, (_, keys) in enumerate(FLIP_ROWS) for col, key in enumerate(keys)}
 
 
 class Loaded(Message):
@@ -400,7 +404,7 @@ class ExperimentView(View):
             return
         exp, parent = detail.experiment, detail.parent
         self.set_title(Text.assemble(
-            f"experiment {exp.id} (run {exp.run_id}, #{exp.seq}) · {exp.strategy or 'baseline'} · ",
+            f"experiment {exp.id} (run {exp.run_id}) · {exp.strategy or 'baseline'} · ",
             status_text(exp.status),
             f" · parent {parent.id}" if parent else " · no parent",
         ))
@@ -428,9 +432,8 @@ class ExperimentView(View):
         counts = exp.flip_counts()
         table = self.query_one("#flip-table", DataTable)
         table.clear()
-        table.add_row("wrong (judged failed)", f"TP→FN {counts['tp_to_fn']}", f"TN→FP {counts['tn_to_fp']}", key="worse")
-        table.add_row("right (judged success)", f"FN→TP {counts['fn_to_tp']}", f"FP→TN {counts['fp_to_tn']}",
-                      key="better")
+        for label, keys in FLIP_ROWS:
+            table.add_row(label, *(f"{FLIP_ARROWS[k]} {counts[k]}" for k in keys), key=label)
         rationale = Text.assemble(("rationale\n", "bold"), exp.rationale or "—")
         self.query_one("#experiment-rationale", Static).update(rationale)
         diff = exp.diff_text or ""
@@ -443,7 +446,7 @@ class ExperimentView(View):
         if self.detail is None:
             return
         row, column = event.coordinate.row, event.coordinate.column
-        key = {(0, 1): "tp_to_fn", (0, 2): "tn_to_fp", (1, 1): "fn_to_tp", (1, 2): "fp_to_tn"}.get((row, column))
+        key = FLIP_CELLS.get((row, column))
         if key is None:
             return
         ids = (self.detail.experiment.flips or {}).get(key, [])
@@ -868,12 +871,10 @@ class CompareView(View):
         left, right = comparison.left, comparison.right
         self.set_title(f"compare — experiment {left.id} (left) vs {right.id} (right)")
         f = comparison.flips
-        improved = len(f["fn_to_tp"]) + len(f["fp_to_tn"])
-        worsened = len(f["tp_to_fn"]) + len(f["tn_to_fp"])
-        self.query_one("#compare-flips", Static).update(
-            f"left → right: {improved} items fixed (FN→TP {len(f['fn_to_tp'])}, FP→TN {len(f['fp_to_tn'])}), "
-            f"{worsened} broken (TP→FN {len(f['tp_to_fn'])}, TN→FP {len(f['tn_to_fp'])})"
-        )
+        self.query_one("#compare-flips", Static).update("left → right: " + ", ".join(
+            f"{sum(len(f[k]) for k in keys)} {words} (" + ", ".join(f"{FLIP_ARROWS[k]} {len(f[k])}" for k in keys) + ")"
+            for words, keys in FLIP_ROWS
+        ))
         for side, exp, other in (("#compare-left", left, right), ("#compare-right", right, left)):
             parts: list[Any] = [
                 Text.assemble((f"experiment {exp.id} ", "bold"), status_text(exp.status),

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey, RowKey
 from textual_plotext import PlotextPlot
 
-from tui.data import CurvePoints
+from tui.data import CurvePoints, x_ticks
 from tui.watch import LiveState
 
 
@@ -92,9 +92,10 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
 
 
 class MetricChart(PlotextPlot):
-    """A metric over experiments: the kept chain as a step line, evaluated candidates as points,
-    early-stopped candidates as ``x`` at the incumbent's value, the baseline as ``B``; the title counts
-    the guard-rejected/failed candidates that have no value to plot.
+    """A metric over experiments, x = experiment id (integer ticks only, the ids the history table shows):
+    the kept chain as a step line, evaluated candidates as points, early-stopped candidates as ``x`` at
+    the incumbent's value, the baseline as ``B``; the title counts the guard-rejected/failed candidates
+    that have no value to plot.
 
     Replotting clears the data first, then plots, then refreshes (otherwise plotext can keep stale axes).
     Building a plotext figure costs tens of milliseconds, so the rendered text is cached per size and
@@ -139,12 +140,12 @@ class MetricChart(PlotextPlot):
                             label="stopped early (rolled back)" if legend else None)
             ys = chain_y + evaluated_y + stopped_y
             if points.baseline is not None:
-                seq, kappa, fpr = points.baseline
+                x, kappa, fpr = points.baseline
                 value = kappa if self.metric == "kappa" else fpr
-                plt.scatter([seq], [value], marker="B", color="cyan", label="baseline" if legend else None)
+                plt.scatter([x], [value], marker="B", color="cyan", label="baseline" if legend else None)
                 ys = [*ys, value]
-            plt.xlabel("experiment")
-            plt.xlim(0, max(points.last_x, 1))
+            plt.xlabel("experiment id")
+            plt.xlim(*points.x_range())
             lo, hi = min(ys), max(ys)
             pad = max(0.05, (hi - lo) * 0.15)
             plt.ylim(lo - pad, hi + (3 * pad if legend else pad))  # headroom for the legend's rows
@@ -153,8 +154,18 @@ class MetricChart(PlotextPlot):
     def render(self) -> RenderResult:
         key = (self.size, self._version, self.app.theme, self.theme)
         if self._rendered is None or self._rendered[0] != key:
+            self._set_x_ticks()
             self._rendered = (key, super().render())
         return self._rendered[1]
+
+    def _set_x_ticks(self) -> None:
+        """Experiment ids as the x ticks, as many as the width holds (plotext's own would be 0.00, 0.75, …)."""
+        if self.points is None or not self.points.experiment_ids:
+            return
+        digits = len(str(max(self.points.experiment_ids)))
+        # The y labels and axis take about 8 columns; a label needs its digits and a gap either side.
+        ticks = x_ticks(self.points.experiment_ids, (self.size.width - 8) // (digits + 3))
+        self.plt.xticks(ticks, [str(t) for t in ticks])
 
 
 def load_screenshot(path: Path, max_width: int = 1024) -> PILImage.Image:
