@@ -162,6 +162,26 @@ def decide_counts(
     )
 
 
+def min_fixes_to_keep(broken: int, alpha: float) -> int:
+    """The fewest items a candidate must newly get right, while newly getting ``broken`` wrong, for
+    the paired policy's exact McNemar p-value to fall below ``alpha`` (the literal rule aside)."""
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    fixed = 0
+    while mcnemar_exact_one_sided(fixed, broken) >= alpha:
+        fixed += 1
+    return fixed
+
+
+def detectable_gain_line(n_items: int, alpha: float) -> str:
+    """One line on what gain the paired policy can see on ``n_items`` items (said when nothing is kept)."""
+    clean, one, two = (min_fixes_to_keep(w, alpha) for w in (0, 1, 2))
+    return (f"on {n_items} items the paired policy (alpha {alpha:g}) keeps a candidate only if it newly gets "
+            f"at least {clean} items right while breaking none ({one} if it breaks one, {two} if two): "
+            f"{clean / n_items:.0%} of the split at the least; a smaller real gain cannot be told from the "
+            "judge's own noise here")
+
+
 def decide(incumbent: Metrics, candidate: Metrics, flips: FlipTable, loop: LoopSection) -> Decision:
     """Keep or roll back ``candidate`` against ``incumbent`` (same items); both policies are computed."""
     return decide_counts(Counts.of(incumbent), Counts.of(candidate), flips.improved, flips.worsened, loop)

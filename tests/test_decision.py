@@ -340,3 +340,15 @@ def test_kappa_bound_is_exact_against_every_completion_on_small_splits() -> None
         continued,
         stopped_with_items_left,
     )
+
+
+def test_min_fixes_to_keep_matches_the_binomial_tail_by_hand() -> None:
+    from optimizer.decision import detectable_gain_line, min_fixes_to_keep
+
+    # P(X >= k | n, 1/2): 4 of 4 = 1/16 < 0.1 <= 3 of 3 = 1/8; 6 of 7 = 8/128 < 0.1 <= 5 of 6 = 7/64;
+    # 7 of 9 = 46/512 < 0.1 <= 6 of 8 = 37/256.
+    assert [min_fixes_to_keep(w, 0.1) for w in (0, 1, 2)] == [4, 6, 7]
+    assert min_fixes_to_keep(0, 0.05) == 5  # 1/32 < 0.05 <= 1/16
+    line = detectable_gain_line(24, 0.1)
+    assert "at least 4 items right while breaking none (6 if it breaks one, 7 if two)" in line
+    assert "17% of the split" in line  # 4 / 24
