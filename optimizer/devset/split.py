@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from optimizer.devset.markdown import action_string, format_timestamp_ms
+from optimizer.devset.markdown import action_string, timestamp_ms_text
 from optimizer.errors import UserError
 from optimizer.models import Step, Trajectory
 from optimizer.workspace import Workspace
@@ -290,7 +290,8 @@ def format_trajectory(split: Split, tid: str) -> str:
         lines.append(f"Environment: {env.os or 'unknown os'}, {res}")
     for step in traj.steps:
         lines.append("")
-        when = f"  at {format_timestamp_ms(step.timestamp_us)} ms" if step.timestamp_us is not None else ""
+        ms = timestamp_ms_text(step.timestamp_us)
+        when = f"  at {ms} ms" if ms is not None else ""
         lines.append(f"Step {step.step_id}{when}")
         lines.append(f"  action: {action_string(step.action)}")
         if step.thought:
