@@ -130,3 +130,14 @@ def render_markdown(traj: Trajectory) -> str:
     for step in traj.steps:
         lines += _step_lines(step)
     return "\n".join(lines)
+
+
+def first_differing_line(stored: str, rendered: str) -> int | None:
+    """The 1-based number of the first line where ``stored`` differs from ``rendered``; None if equal."""
+    if stored == rendered:
+        return None
+    a, b = stored.split("\n"), rendered.split("\n")
+    for number, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+        if x != y:
+            return number
+    return min(len(a), len(b))  # one is the other plus more lines (or a missing final newline)

@@ -156,7 +156,10 @@ class Split:
                 f"{path} is missing; run `judgeloop devset verify {self.name}` and re-import the split"
             )
         try:
-            return Trajectory.model_validate_json(path.read_bytes())
+            # Python's json, as the official renderer reads it (pydantic's parser differs at the edges).
+            return Trajectory.model_validate(json.loads(path.read_bytes()))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"{path}: not valid JSON ({exc}); re-import the split from its source") from None
         except ValidationError as exc:
             raise UserError(f"{path}: {first_error(exc)}; re-import the split from its source") from None
 
