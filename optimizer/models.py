@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 MistakeType = Literal["Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"]
 MISTAKE_TYPES: tuple[str, ...] = ("Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction")
@@ -27,7 +27,7 @@ class _Lenient(BaseModel):
 
 
 class Action(_Lenient):
-    type: str
+    type: str = "unknown"  # the official renderer's name for an action without a type
     parameters: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("parameters", mode="before")
@@ -37,12 +37,20 @@ class Action(_Lenient):
 
 
 class Step(_Lenient):
-    step_id: int = Field(ge=0)
+    """One step. Accepts what the official renderer renders, except a step_id that is not an int.
+
+    ``step_id`` is strict: the official renderer prints ``3.0`` or ``"3"`` as given, so coercing
+    them to ``3`` would render a different heading. ``timestamp_us`` is kept as stored (any JSON
+    value): the Markdown shows ``int()`` of it when that works and leaves the line out otherwise
+    (``optimizer.devset.markdown.timestamp_ms_text``).
+    """
+
+    step_id: StrictInt = Field(ge=0)
     screenshot: str | None = None
-    action: Action
+    action: Action = Field(default_factory=Action)
     thought: str | None = None
     action_description: str | None = None
-    timestamp_us: int | None = None
+    timestamp_us: Any = None
 
 
 class Task(_Lenient):

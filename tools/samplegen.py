@@ -1196,7 +1196,7 @@ def generate_sample(out_dir: Path, seed: int = DEFAULT_SEED,
             doc = _projection(tid, variant, pair, rec)
             traj = Trajectory.model_validate(doc)
             (sandbox / "jsons" / f"{tid}.json").write_text(
-                json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+                json.dumps(doc, indent=2) + "\n", encoding="utf-8")  # ASCII-escaped, as the official renderer
             (sandbox / "markdowns" / f"{tid}.md").write_text(render_markdown(traj), encoding="utf-8")
             row = {"trajectory_id": tid, "label": extra["label"], "original_id": rec.recording_id}
             row.update({k: v for k, v in extra.items() if k != "label"})

@@ -10,9 +10,14 @@ Label files are the ``*.jsonl`` files at the top of SRC whose rows are labels (`
 ``AgentHorizon-Simple.jsonl``, ``labels.jsonl``); a top-level ``*.jsonl`` whose rows are whole
 trajectories (the authors' full form) is also read, for items that have no per-item JSON file.
 
-An imported split always holds the blind projection: JSON with only ``trajectory_id``, ``task``,
-``environment`` and ``steps``, Markdown next to it (rendered from the JSON when the source has
-none) and the screenshots it links; its labels sit apart in ``labels.jsonl``.
+An imported split always holds the blind projection, written as the official renderer
+(``scripts/render_trajectories.py`` in ServiceNow/agenthorizon, run with the labels) writes it:
+JSON with only ``trajectory_id``, ``task``, ``environment`` and ``steps``, every screenshot linked
+as ``./data/media/images/<original_id>/step_<step_id+1>.png`` (see `release_json`); a source file
+that already is that projection is copied byte for byte. The Markdown is always the rendering of
+the JSON written (``optimizer.devset.markdown``), so ``devset verify`` can check it; a source
+Markdown that differs from it is reported as a warning. The screenshots it links are copied
+(or linked); the labels sit apart in ``labels.jsonl``.
 """
 
 from __future__ import annotations
@@ -38,23 +43,20 @@ from optimizer.devset.labels import (
     fingerprint,
     read_label_file,
 )
-from optimizer.devset.markdown import render_markdown
+from optimizer.devset.markdown import first_differing_line, render_markdown
 from optimizer.devset.split import (
     SPLIT_NAME,
     Split,
     canonical_screenshot_link,
     first_error,
-    is_remote,
     local_relpath,
     open_split,
     read_manifest,
+    resolve_link,
 )
 from optimizer.errors import UserError
 from optimizer.models import Label, Trajectory
 from optimizer.workspace import Workspace
-
-PROJECTION_KEYS = ("trajectory_id", "task", "environment", "steps")
-
 
 MAX_WARNINGS_SHOWN = 20  # an import of a damaged release must not flood the terminal
 
@@ -104,7 +106,12 @@ class _Source:
                     if not isinstance(tid, str):
                         self.warnings.append(f"{path}:{lineno}: no trajectory_id")
                         continue
-                    self._rows.setdefault(tid, (f"{path}:{lineno}", obj))
+                    if tid in self._rows:
+                        self.warnings.append(
+                            f"{path}:{lineno}: trajectory_id {tid} again (first at {self._rows[tid][0]}); "
+                            "the later line is used, as the official renderer does"
+                        )
+                    self._rows[tid] = (f"{path}:{lineno}", obj)
         return self._rows
 
 
@@ -203,68 +210,93 @@ class _Planned:
 
     tid: str
     json_bytes: bytes
-    markdown: str | bytes
+    markdown: str
     screenshots: dict[str, Path]  # clean relative link -> source file
+
+
+def release_json(raw: dict[str, Any], local_image_id: str | None) -> dict[str, Any]:
+    """The blind projection the official renderer writes for a trajectory, as a dict in key order.
+
+    ``trajectory_id``, ``task``, ``environment`` and ``steps`` in that order, keys whose value is
+    missing or null left out, each step kept whole. Given a recording id (the label's
+    ``original_id``), every step's ``screenshot`` — null ones too — becomes
+    ``./data/media/images/<id>/step_<step_id+1>.png`` (an added key goes last in the step).
+    ``raw`` must already be a valid trajectory (integer step ids).
+    """
+    steps = raw.get("steps", [])
+    if local_image_id is not None:
+        # Null screenshots too: arguably a bug (a link to a file never recorded), matched on purpose.
+        steps = [
+            {**step, "screenshot": canonical_screenshot_link(local_image_id, step["step_id"])} for step in steps
+        ]
+    payload = {
+        "trajectory_id": raw.get("trajectory_id"),
+        "task": raw.get("task", {}),
+        "environment": raw.get("environment"),
+        "steps": steps,
+    }
+    return {key: value for key, value in payload.items() if value is not None}
+
+
+def release_json_bytes(payload: dict[str, Any]) -> bytes:
+    """The file the official renderer writes: ``json.dumps(payload, indent=2)`` (ASCII-escaped) + newline."""
+    return (json.dumps(payload, indent=2) + "\n").encode("ascii")
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON, key order included (formatting aside)."""
+    return json.dumps(a) == json.dumps(b)
 
 
 def _plan_item(source: _Source, row: LabelRow, warnings: list[str]) -> _Planned:
     tid = row.label.trajectory_id
     where, raw, data = _source_trajectory(source, tid)
+    plain = release_json(raw, None)
     try:
-        traj = Trajectory.model_validate(raw)
+        traj = Trajectory.model_validate(plain)  # only what is written is checked: no version, milestones
     except ValidationError as exc:
         raise _ItemError(f"{where}: {first_error(exc)}") from None
     if traj.trajectory_id != tid:
         raise _ItemError(f"{where}: holds trajectory_id {traj.trajectory_id}, not {tid}")
 
-    projected = {
-        k: raw[k] for k in PROJECTION_KEYS if k in raw and not (k == "environment" and raw[k] is None)
-    }
-    projected["steps"] = [dict(s) for s in raw["steps"]]
-    changed = set(raw) != set(projected)
-    relinked = False
+    # Arguably a bug, matched on purpose (byte-identical): with no original_id, links stay as stored.
+    recording = row.label.original_id or None
+    payload = release_json(raw, recording)
+    if data is not None and _same_json(payload, raw):
+        json_bytes = data  # the release's own file, kept as it is
+    else:
+        json_bytes = release_json_bytes(payload)
+
     screenshots: dict[str, Path] = {}
-    for step_raw, step in zip(projected["steps"], traj.steps, strict=True):
-        link = step.screenshot
-        if link is None:
+    for step, stored in zip(payload["steps"], traj.steps, strict=True):
+        link = step.get("screenshot")
+        if not isinstance(link, str) or not link:
             continue
         rel = local_relpath(link)
         if rel is None:
-            # Full-form files may link absolute paths or URLs; the release links the canonical file.
-            canonical = canonical_screenshot_link(row.label.original_id, step.step_id)
-            if (source.sandbox_root / canonical).is_file():
-                step_raw["screenshot"] = canonical
-                rel = local_relpath(canonical)
-                changed = relinked = True
-            elif not is_remote(link) and Path(link).is_file():
-                step_raw["screenshot"] = canonical
-                screenshots[str(local_relpath(canonical))] = Path(link)
-                changed = relinked = True
-                continue
-            else:
-                warnings.append(f"{where}: step {step.step_id} links {link}, which is not in {source.root}")
-                continue
-        assert rel is not None
+            warnings.append(f"{where}: step {stored.step_id} links {link}, which is not in {source.root}")
+            continue
         src_file = source.sandbox_root / rel
+        if not src_file.is_file() and stored.screenshot and link != stored.screenshot:
+            # Relinked: the file may still be where the full form pointed (an absolute path, say).
+            old = resolve_link(source.sandbox_root, stored.screenshot)
+            if old is not None and old.is_file():
+                src_file = old
         if not src_file.is_file():
             if src_file not in source.missing:  # warn once per file, not once per item sharing it
                 source.missing.add(src_file)
-                warnings.append(f"{src_file}: missing (screenshot of step {step.step_id} of {tid})")
+                warnings.append(f"{src_file}: missing (screenshot of step {stored.step_id} of {tid})")
             continue
         screenshots[str(rel)] = src_file
 
-    if changed:
-        json_bytes = (json.dumps(projected, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
-    else:
-        json_bytes = (
-            data if data is not None else (json.dumps(raw, ensure_ascii=False, indent=2) + "\n").encode()
-        )
+    markdown = render_markdown(Trajectory.model_validate(payload))
     md_path = source.markdown_dir / f"{tid}.md"
-    markdown: str | bytes
-    if md_path.is_file() and not relinked:
-        markdown = md_path.read_bytes()
-    else:
-        markdown = render_markdown(Trajectory.model_validate(projected))
+    if md_path.is_file():
+        line = first_differing_line(md_path.read_bytes().decode("utf-8", errors="replace"), markdown)
+        if line is not None:
+            warnings.append(
+                f"{md_path}: differs from the rendering of its JSON at line {line}; the rendering was imported"
+            )
     return _Planned(tid, json_bytes, markdown, screenshots)
 
 
@@ -446,8 +478,7 @@ def _write_split(
     written: set[str] = set()
     for item in planned:
         (data / "jsons" / f"{item.tid}.json").write_bytes(item.json_bytes)
-        md = item.markdown.encode("utf-8") if isinstance(item.markdown, str) else item.markdown
-        (data / "markdowns" / f"{item.tid}.md").write_bytes(md)
+        (data / "markdowns" / f"{item.tid}.md").write_bytes(item.markdown.encode("utf-8"))
         for rel, src_file in item.screenshots.items():
             if rel in written:  # a positive and its negative share one recording's screenshots
                 continue

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from optimizer.devset.markdown import action_string, format_timestamp_ms
+from optimizer.devset.markdown import action_string, timestamp_ms_text
 from optimizer.errors import UserError
 from optimizer.models import Step, Trajectory
 from optimizer.workspace import Workspace
@@ -156,7 +156,10 @@ class Split:
                 f"{path} is missing; run `judgeloop devset verify {self.name}` and re-import the split"
             )
         try:
-            return Trajectory.model_validate_json(path.read_bytes())
+            # Python's json, as the official renderer reads it (pydantic's parser differs at the edges).
+            return Trajectory.model_validate(json.loads(path.read_bytes()))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"{path}: not valid JSON ({exc}); re-import the split from its source") from None
         except ValidationError as exc:
             raise UserError(f"{path}: {first_error(exc)}; re-import the split from its source") from None
 
@@ -290,7 +293,8 @@ def format_trajectory(split: Split, tid: str) -> str:
         lines.append(f"Environment: {env.os or 'unknown os'}, {res}")
     for step in traj.steps:
         lines.append("")
-        when = f"  at {format_timestamp_ms(step.timestamp_us)} ms" if step.timestamp_us is not None else ""
+        ms = timestamp_ms_text(step.timestamp_us)
+        when = f"  at {ms} ms" if ms is not None else ""
         lines.append(f"Step {step.step_id}{when}")
         lines.append(f"  action: {action_string(step.action)}")
         if step.thought:

@@ -1,7 +1,13 @@
-"""`verify_split`: is every item of a split complete (label, JSON, Markdown, every screenshot)?"""
+"""`verify_split`: is every item of a split complete and consistent?
+
+Complete: a label, JSON, Markdown and every screenshot they link. Consistent: each Markdown file is
+byte for byte the rendering of its JSON (``optimizer.devset.markdown``, identical with the official
+AgentHorizon renderer), so the text a judge reads is the trajectory the JSON holds.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from optimizer.devset.labels import count_labels, fingerprint, read_label_file
+from optimizer.devset.markdown import first_differing_line, render_markdown
 from optimizer.devset.split import MD_IMAGE, Split, first_error, resolve_link
 from optimizer.models import Label, Trajectory
 
@@ -31,7 +38,8 @@ def verify_split(split: Split) -> VerifyReport:
     """Check every manifest item has a label, Markdown, JSON and every screenshot it links.
 
     Problems name the file (relative to the workspace), e.g. ``devset/x/labels.jsonl:3: not valid
-    JSON``; the fingerprint in ``split.json`` is also checked against the labels.
+    JSON``; a Markdown file that is not the rendering of its JSON is named with the first differing
+    line; the fingerprint in ``split.json`` is also checked against the labels.
     """
     base = split.root.parent.parent
 
@@ -66,8 +74,10 @@ def verify_split(split: Split) -> VerifyReport:
             problems.append(f"{show(labels_path)}: no label for manifest item {tid}")
         md_path = split.markdown_path(tid)
         links: list[str] = []
+        markdown: str | None = None
         if md_path.is_file():
-            links.extend(MD_IMAGE.findall(md_path.read_text(encoding="utf-8", errors="replace")))
+            markdown = md_path.read_bytes().decode("utf-8", errors="replace")
+            links.extend(MD_IMAGE.findall(markdown))
         else:
             problems.append(f"{show(md_path)}: missing")
         json_path = split.json_path(tid)
@@ -75,13 +85,21 @@ def verify_split(split: Split) -> VerifyReport:
             problems.append(f"{show(json_path)}: missing")
         else:
             try:
-                traj = Trajectory.model_validate_json(json_path.read_bytes())
+                # Python's json, as the official renderer reads it (pydantic's parser differs at the edges).
+                traj = Trajectory.model_validate(json.loads(json_path.read_bytes()))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                problems.append(f"{show(json_path)}: not valid JSON ({exc})")
             except ValidationError as exc:
                 problems.append(f"{show(json_path)}: {first_error(exc)}")
             else:
                 if traj.trajectory_id != tid:
                     problems.append(f"{show(json_path)}: holds trajectory_id {traj.trajectory_id}, not {tid}")
-                links.extend(step.screenshot for step in traj.steps if step.screenshot is not None)
+                links.extend(step.screenshot for step in traj.steps if step.screenshot)
+                line = None if markdown is None else first_differing_line(markdown, render_markdown(traj))
+                if line is not None:
+                    problems.append(
+                        f"{show(md_path)}: differs from the rendering of its JSON at line {line}; re-import the split"
+                    )
         for link in dict.fromkeys(links):
             target = resolve_link(split.sandbox_root, link)
             if target is None:

@@ -33,7 +33,7 @@ from typing import Protocol
 
 from PIL import Image
 
-from optimizer.devset.markdown import action_string, format_timestamp_ms
+from optimizer.devset.markdown import action_string, timestamp_ms_text
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.types import ImagePart, JudgeRequest, Part, TextPart
 from optimizer.models import Step, Trajectory
@@ -191,8 +191,9 @@ def _step_text(index: int, step: Step) -> _StepText:
         extra.append(f"**Thought:** {step.thought.strip()}")
     if step.action_description:
         extra.append(f"**Description:** {step.action_description.strip()}")
-    if step.timestamp_us is not None:
-        extra.append(f"**Timestamp:** {format_timestamp_ms(step.timestamp_us)} ms")
+    ms = timestamp_ms_text(step.timestamp_us)
+    if ms is not None:
+        extra.append(f"**Timestamp:** {ms} ms")
     full = "\n\n".join([head, *extra]) + "\n\n"
     return _StepText(full=full, brief=head + "\n\n")
 
