@@ -173,14 +173,14 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
     """The experiments table, one line per experiment (deltas against each one's parent)."""
     parents = _parents(experiments)
     header = (
-        f"{'id':>5} {'seq':>4} {'created':<19} {'strategy':<9} {'decision':<14} {'kappa':>6} {'Δκ':>7} "
+        f"{'id':>5} {'created':<19} {'strategy':<9} {'decision':<14} {'kappa':>6} {'Δκ':>7} "
         f"{'FPR':>6} {'ΔFPR':>7} {'BA':>6} {'p':>6} {'flips':>7} {'cost$':>8}  rationale"
     )
     lines = [header]
     for e in experiments:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
         lines.append(
-            f"{e.id:>5} {e.seq:>4} {e.created.strftime('%Y-%m-%d %H:%M:%S'):<19} {(e.strategy or '-')[:9]:<9} "
+            f"{e.id:>5} {e.created.strftime('%Y-%m-%d %H:%M:%S'):<19} {(e.strategy or '-')[:9]:<9} "
             f"{e.status:<14} {_num(e.kappa):>6} {_signed(_delta(e.kappa, parent.kappa if parent else None)):>7} "
             f"{_num(e.fpr):>6} {_signed(_delta(e.fpr, parent.fpr if parent else None)):>7} "
             f"{_num(e.balanced_accuracy):>6} {_num(e.p_value):>6} {_flip_summary(e):>7} {e.cost_usd:>8.4f}  "
@@ -212,7 +212,7 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
     out.append("experiments")
     for e in experiments:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
-        out.append(f"  #{e.id} (seq {e.seq}, {e.strategy or '-'}) {e.status.upper()}  commit {_short(e.commit_sha)}"
+        out.append(f"  #{e.id} ({e.strategy or '-'}) {e.status.upper()}  commit {_short(e.commit_sha)}"
                    + (f"  parent #{e.parent_id}" if e.parent_id is not None else ""))
         if e.reason:
             out.append(f"    reason: {e.reason}")

@@ -1075,3 +1075,21 @@ def test_a_run_refused_at_once_is_reported_not_announced_as_started(ws_copy: Pat
         assert not any(s.startswith("run started") for s in seen)
 
     drive(app, scenario)
+
+
+def test_live_strip_drops_the_item_count_once_the_candidate_is_decided() -> None:
+    from datetime import UTC, datetime
+
+    from optimizer.ledger import Event
+    from tui.watch import LiveState, apply_events
+
+    def event(n: int, kind: str, payload: dict[str, Any]) -> Event:
+        return Event(id=n, run_id="r1", experiment_id=6, created=datetime.now(UTC), kind=kind, payload=payload)
+
+    state = apply_events(LiveState(), [event(1, "stage", {"stage": "evaluating"}),
+                                       event(2, "progress", {"done": 1, "total": 88})])
+    assert "judged 1/88" in state.line()
+    state = apply_events(state, [event(3, "decision", {"status": "rolled_back"})])
+    assert "judged" not in state.line() and "stage decided: rolled_back (exp 6)" in state.line()
+    state = apply_events(state, [event(4, "progress", {"done": 2, "total": 88})])  # the next candidate
+    assert "judged 2/88" in state.line()

@@ -77,7 +77,9 @@ def apply_events(state: LiveState, events: list[Event]) -> LiveState:
                 cost_usd=float(p.get("cost_usd", 0.0)), elapsed_s=float(p.get("elapsed_s", 0.0)),
             )
         elif ev.kind == "decision":
-            state = replace(state, changes=state.changes + 1, stage=f"decided: {p.get('status')}")
+            # The evaluation is over: its item count would read as the run's (often a candidate
+            # stopped early after a few items), so the strip shows none until the next one starts.
+            state = replace(state, changes=state.changes + 1, stage=f"decided: {p.get('status')}", done=0, total=0)
         elif ev.kind == "run_status":
             state = replace(state, run_status=str(p.get("status")), changes=state.changes + 1)
         state = replace(state, last_event_id=max(state.last_event_id, ev.id))
