@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 
 from optimizer.errors import UserError
-from optimizer.judge.types import InfrastructureError
+from optimizer.judge.types import ConversationMessage, InfrastructureError, JudgeRequest, Sampling, ToolSpec
 
 # Longest server message quoted in an error; bodies can be large and are not for the user's eyes.
 _MAX_QUOTE = 200
@@ -254,3 +254,63 @@ def map_sdk_error(
     if isinstance(exc, sdk.APIError):
         return InfrastructureError(f"{label}: {type(exc).__name__}: {quote_server_message(str(exc), secret)}")
     raise exc
+
+
+class WireProvider:
+    """What the anthropic and openai providers share: their request bodies are built once as plain
+    JSON (`build_params`, images as base64 text) and encoded for the wire with the images spliced in as
+    bytes (`encode_body`, `encode_conversation`), and every SDK error goes through `map_sdk_error` with
+    the provider's own key, role and history. Subclasses define ``_body`` and ``_conversation_body``."""
+
+    name: str
+    model: str
+    base_url: str | None
+    role: Role
+    default_base_url: str
+    key_env: str
+    _secret: Secret | None
+    _max_retries: int
+    _ever_succeeded: bool
+
+    @property
+    def where(self) -> str:
+        return self.base_url or self.default_base_url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+    def _body(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _conversation_body(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling,
+        image: ImageString, cache_conversation: bool,
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def build_params(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> dict[str, Any]:
+        """The JSON body of one judge call, images written out as base64 (no network)."""
+        return self._body(request, sampling, schema, inline_image)
+
+    def encode_body(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> bytes:
+        """`build_params` as the UTF-8 JSON bytes sent on the wire, images spliced in as bytes."""
+        blobs = BodyBlobs()
+        return encode_json_body(self._body(request, sampling, schema, blobs.placeholder), blobs.blobs)
+
+    def encode_conversation(
+        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling, *,
+        cache_conversation: bool = True,
+    ) -> bytes:
+        """The wire bytes of one conversation turn (images spliced in as bytes)."""
+        blobs = BodyBlobs()
+        body = self._conversation_body(system, messages, tools, sampling, blobs.placeholder, cache_conversation)
+        return encode_json_body(body, blobs.blobs)
+
+    def _sdk_error(self, exc: Exception, sdk: ModuleType) -> Exception:
+        """``exc`` from the ``sdk`` client as the `UserError` or `InfrastructureError` to raise."""
+        return map_sdk_error(
+            exc, sdk, provider=self.name, model=self.model, where=self.where, key_env=self.key_env,
+            secret=self._secret, retries=self._max_retries, ever_succeeded=self._ever_succeeded, role=self.role,
+        )

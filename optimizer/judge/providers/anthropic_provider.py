@@ -36,15 +36,12 @@ from anthropic.types import Message
 from optimizer.config import JudgeSection
 from optimizer.judge.providers._common import (
     JUDGE,
-    BodyBlobs,
     ImageString,
     Role,
     Secret,
-    encode_json_body,
+    WireProvider,
     http_client_options,
-    inline_image,
     key_from_env,
-    map_sdk_error,
 )
 from optimizer.judge.types import (
     AssistantTurn,
@@ -66,11 +63,13 @@ KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 
 
-class AnthropicProvider:
+class AnthropicProvider(WireProvider):
     """`optimizer.judge_types.Provider` for Claude models."""
 
     name = "anthropic"
     text_only = False
+    default_base_url = DEFAULT_BASE_URL
+    key_env = KEY_ENV
 
     def __init__(self, judge: JudgeSection, *, role: Role = JUDGE) -> None:
         self.model = judge.model
@@ -92,24 +91,6 @@ class AnthropicProvider:
     def read_key(cls, judge: JudgeSection, role: Role = JUDGE) -> Secret | None:
         """The key this provider sends; a missing one is a `UserError` worded for ``role``."""
         return key_from_env(KEY_ENV, required=True, role=role, provider=cls.name)
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
-
-    @property
-    def where(self) -> str:
-        return self.base_url or DEFAULT_BASE_URL
-
-    def build_params(
-        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The JSON body of one Messages call, images written out as base64 (no network)."""
-        return self._body(request, sampling, schema, inline_image)
-
-    def encode_body(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> bytes:
-        """`build_params` as the UTF-8 JSON bytes sent on the wire, images spliced in as bytes."""
-        blobs = BodyBlobs()
-        return encode_json_body(self._body(request, sampling, schema, blobs.placeholder), blobs.blobs)
 
     def _body(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
@@ -166,36 +147,11 @@ class AnthropicProvider:
                                for t in tools]
         return _with_sampling(params, sampling)
 
-    def encode_conversation(
-        self,
-        system: str,
-        messages: list[ConversationMessage],
-        tools: list[ToolSpec],
-        sampling: Sampling,
-        *,
-        cache_conversation: bool = True,
-    ) -> bytes:
-        """The wire bytes of one conversation turn (images spliced in as bytes)."""
-        blobs = BodyBlobs()
-        body = self._conversation_body(system, messages, tools, sampling, blobs.placeholder, cache_conversation)
-        return encode_json_body(body, blobs.blobs)
-
     async def _post(self, body: bytes) -> Message:
         try:
             return await self._client.post("/v1/messages", cast_to=Message, content=body)
         except (anthropic.APIError, ValueError) as exc:
-            raise map_sdk_error(
-                exc,
-                anthropic,
-                provider=self.name,
-                model=self.model,
-                where=self.where,
-                key_env=KEY_ENV,
-                secret=self._secret,
-                retries=self._max_retries,
-                ever_succeeded=self._ever_succeeded,
-                role=self.role,
-            ) from None
+            raise self._sdk_error(exc, anthropic) from None
 
     async def complete(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]

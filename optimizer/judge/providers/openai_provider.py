@@ -41,15 +41,12 @@ from optimizer.config import JudgeSection
 from optimizer.errors import UserError
 from optimizer.judge.providers._common import (
     JUDGE,
-    BodyBlobs,
     ImageString,
     Role,
     Secret,
-    encode_json_body,
+    WireProvider,
     http_client_options,
-    inline_image,
     key_from_env,
-    map_sdk_error,
 )
 from optimizer.judge.types import (
     AssistantTurn,
@@ -74,11 +71,13 @@ PLACEHOLDER_KEY = "judgeloop-no-key"
 _CHAT_OPTIONS: RequestOptions = {"security": {"bearer_auth": True}}
 
 
-class OpenAIProvider:
+class OpenAIProvider(WireProvider):
     """`optimizer.judge_types.Provider` for OpenAI models and OpenAI-compatible servers."""
 
     name = "openai"
     text_only = False
+    default_base_url = DEFAULT_BASE_URL
+    key_env = KEY_ENV
 
     def __init__(
         self,
@@ -113,25 +112,6 @@ class OpenAIProvider:
         return key_from_env(KEY_ENV, required=judge.base_url is None, role=role, provider=cls.name,
                             base_url_would_do=True)
 
-    def __repr__(self) -> str:
-        return f"OpenAIProvider(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
-
-    @property
-    def where(self) -> str:
-        return self.base_url or DEFAULT_BASE_URL
-
-    def build_params(
-        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The JSON body of one Chat Completions call, images written out as data URLs (also valid
-        ``chat.completions.create`` keyword arguments; no network)."""
-        return self._body(request, sampling, schema, inline_image)
-
-    def encode_body(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> bytes:
-        """`build_params` as the UTF-8 JSON bytes sent on the wire, images spliced in as bytes."""
-        blobs = BodyBlobs()
-        return encode_json_body(self._body(request, sampling, schema, blobs.placeholder), blobs.blobs)
-
     def _body(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
     ) -> dict[str, Any]:
@@ -163,6 +143,7 @@ class OpenAIProvider:
         tools: list[ToolSpec],
         sampling: Sampling,
         image: ImageString,
+        cache_conversation: bool = True,  # OpenAI caches prompt prefixes by itself
     ) -> dict[str, Any]:
         wire: list[dict[str, Any]] = [{"role": "system", "content": system}]
         for message in messages:
@@ -195,19 +176,6 @@ class OpenAIProvider:
             ]
         return self._with_sampling(params, sampling)
 
-    def encode_conversation(
-        self,
-        system: str,
-        messages: list[ConversationMessage],
-        tools: list[ToolSpec],
-        sampling: Sampling,
-        *,
-        cache_conversation: bool = True,
-    ) -> bytes:
-        """The wire bytes of one conversation turn (images spliced in as bytes)."""
-        blobs = BodyBlobs()
-        return encode_json_body(self._conversation_body(system, messages, tools, sampling, blobs.placeholder), blobs.blobs)
-
     async def _post(self, body: bytes) -> ChatCompletion:
         try:
             return await self._client.post(
@@ -216,18 +184,7 @@ class OpenAIProvider:
         except (openai.APIError, ValueError) as exc:
             if self._key_missing and isinstance(exc, openai.AuthenticationError):
                 raise UserError(self.role.key_needed.format(env=KEY_ENV, where=self.where)) from None
-            raise map_sdk_error(
-                exc,
-                openai,
-                provider=self.name,
-                model=self.model,
-                where=self.where,
-                key_env=KEY_ENV,
-                secret=self._secret,
-                retries=self._max_retries,
-                ever_succeeded=self._ever_succeeded,
-                role=self.role,
-            ) from None
+            raise self._sdk_error(exc, openai) from None
 
     async def complete(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
