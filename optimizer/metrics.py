@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, computed_field
@@ -69,12 +69,22 @@ class Answer:
 MISSING = Answer(success=None, status="missing")
 
 
-def is_correct(label: Label, answer: Answer | None) -> bool:
+class LabelLike(Protocol):
+    """What scoring reads of a label: `models.Label`, or a label as the ledger stores it."""
+
+    @property
+    def is_positive(self) -> bool: ...
+
+    @property
+    def mistake_type(self) -> str | None: ...
+
+
+def is_correct(label: LabelLike, answer: Answer | None) -> bool:
     """Whether ``answer`` agrees with ``label``; an absent or unusable answer is never correct."""
     return answer is not None and answer.usable and answer.success is label.is_positive
 
 
-def predicted_success(label: Label, answer: Answer | None) -> bool:
+def predicted_success(label: LabelLike, answer: Answer | None) -> bool:
     """The verdict as scored: the answer's ``success``, or the opposite of the label when unusable."""
     if answer is not None and answer.usable:
         return bool(answer.success)
@@ -213,6 +223,21 @@ def score(labels: Mapping[str, Label], answers: Mapping[str, Answer]) -> Metrics
     return Metrics.from_counts(
         tp, fn, tn, fp, invalid=invalid, missing=missing, infra_errors=infra, mistake_type_recall=recall
     )
+
+
+UNTYPED = "untyped"
+
+
+def false_positives_by_type(labels: Mapping[str, LabelLike], answers: Mapping[str, Answer]) -> dict[str, int]:
+    """False positives per mistake type of the negatives in ``labels`` (the three types, then
+    ``"untyped"``), scored as `score` scores them: a wrong or unusable answer on a negative is a false
+    positive. Pass the labels of the items both sides were judged on to compare two experiments."""
+    counts = dict.fromkeys((*MISTAKE_TYPES, UNTYPED), 0)
+    for tid, label in labels.items():
+        if not label.is_positive and predicted_success(label, answers.get(tid)):
+            kind = label.mistake_type if label.mistake_type in counts else UNTYPED
+            counts[kind or UNTYPED] += 1
+    return counts
 
 
 def bootstrap_intervals(

@@ -73,6 +73,7 @@ def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
     """The ``report --json`` object: run, branch, policy and one entry per experiment, baseline first."""
     experiments = []
     for exp in ledger.experiments(run.id):
+        fps = fp_by_type(ledger, run, exp)
         experiments.append({
             "id": exp.id,
             "parent": exp.parent_id,
@@ -90,8 +91,37 @@ def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
             "optimizer_input_tokens": exp.optimizer_input_tokens,
             "optimizer_output_tokens": exp.optimizer_output_tokens,
             "optimizer_cost_usd": exp.optimizer_cost_usd,
+            # On the items this experiment was judged on; the incumbent's is null for the baseline.
+            "fp_by_type": fps[0] if fps else None,
+            "incumbent_fp_by_type": fps[1] if fps else None,
         })
     return {"run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments}
+
+
+def fp_by_type(ledger: Ledger, run: Run, exp: Experiment) -> tuple[dict[str, int], dict[str, int] | None] | None:
+    """False positives per mistake type of ``exp`` and of its incumbent (its parent) on the items
+    ``exp`` was judged on, so a candidate stopped early is compared on the same items; None when the
+    run stored no labels or the experiment has no verdicts. The incumbent's side is None for the baseline."""
+    from optimizer.metrics import false_positives_by_type
+
+    labels = ledger.labels(run.id)
+    answers = ledger.item_answers(exp.id)
+    if not labels or not answers:
+        return None
+    judged = {tid: labels[tid] for tid in answers if tid in labels}
+    mine = false_positives_by_type(judged, answers)
+    if exp.parent_id is None:
+        return mine, None
+    return mine, false_positives_by_type(judged, ledger.item_answers(exp.parent_id))
+
+
+def fp_by_type_line(mine: dict[str, int], incumbent: dict[str, int] | None) -> str:
+    """``FP by type (incumbent → this): Critical Mistake 4 → 3, ...`` (or the counts alone)."""
+    if incumbent is None:
+        return "FP by type: " + ", ".join(f"{kind} {n}" for kind, n in mine.items())
+    return "FP by type (incumbent → this, same items): " + ", ".join(
+        f"{kind} {incumbent[kind]} → {n}" for kind, n in mine.items()
+    )
 
 
 def overall_flips(ledger: Ledger, run: Run) -> dict[str, list[str]] | None:
@@ -231,6 +261,9 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
             if e.literal_keep is not None or e.paired_keep is not None:
                 policies = f"   literal {'keep' if e.literal_keep else 'roll back'}, paired {'keep' if e.paired_keep else 'roll back'}"
             out.append(f"    flips {cells}   McNemar p {_num(e.p_value)}{policies}")
+        fps = fp_by_type(ledger, run, e)
+        if fps is not None:
+            out.append("    " + fp_by_type_line(*fps))
         out.append(
             f"    judge: {e.items_evaluated} items{' (stopped early)' if e.early_stopped else ''}, {e.calls} calls, "
             f"{e.cache_hits} cached, {e.input_tokens}+{e.output_tokens} tokens, ${e.judge_cost_usd:.4f}"

@@ -220,3 +220,28 @@ def test_metrics_from_counts_round_trips_through_score() -> None:
     m = score(labels, answers)
     again = Metrics.from_counts(m.tp, m.fn, m.tn, m.fp, mistake_type_recall=m.mistake_type_recall)
     assert again == m
+
+
+def test_false_positives_by_type_count_wrong_and_unusable_answers_on_negatives() -> None:
+    from optimizer.metrics import false_positives_by_type
+
+    cm, bse, mis = "Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"
+    labels = {
+        "p": Label(trajectory_id="p", original_id="p", label="positive"),
+        "c1": Label(trajectory_id="c1", original_id="c1", label="negative", mistake_type=cm),
+        "c2": Label(trajectory_id="c2", original_id="c2", label="negative", mistake_type=cm),
+        "b1": Label(trajectory_id="b1", original_id="b1", label="negative", mistake_type=bse),
+        "m1": Label(trajectory_id="m1", original_id="m1", label="negative", mistake_type=mis),
+        "u1": Label(trajectory_id="u1", original_id="u1", label="negative"),
+    }
+    answers = {
+        "p": Answer(success=True),  # a true positive is no false positive
+        "c1": Answer(success=True),  # let through: FP
+        "c2": Answer(success=None, status="invalid"),  # unusable on a negative: scored as FP, as score() does
+        "b1": Answer(success=False),  # caught
+        # m1 missing: scored as FP
+        "u1": Answer(success=True),
+    }
+    counts = false_positives_by_type(labels, answers)
+    assert counts == {cm: 2, bse: 0, mis: 1, "untyped": 1}
+    assert sum(counts.values()) == score(labels, answers).fp

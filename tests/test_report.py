@@ -92,7 +92,14 @@ def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.Cap
     rows = data["experiments"]
     assert all(list(r) == ["id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr",
                            "balanced_accuracy", "p_value", "calls", "cost_usd", "optimizer_calls",
-                           "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd"] for r in rows)
+                           "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd",
+                           "fp_by_type", "incumbent_fp_by_type"] for r in rows)
+    # Per-type false positives on the items each experiment was judged on (these labels are untyped):
+    # the baseline let n2 through, the kept candidate let nothing through; no verdicts, no counts.
+    none = {"Critical Mistake": 0, "Bad Side Effect": 0, "Misunderstanding of the Instruction": 0, "untyped": 0}
+    assert rows[0]["fp_by_type"] == {**none, "untyped": 1} and rows[0]["incumbent_fp_by_type"] is None
+    assert rows[1]["fp_by_type"] == none and rows[1]["incumbent_fp_by_type"] == {**none, "untyped": 1}
+    assert rows[2]["fp_by_type"] is None and rows[3]["fp_by_type"] is None
     assert [r["decision"] for r in rows] == ["baseline", "kept", "rolled_back", "guard_rejected"]
     assert rows[0]["parent"] is None and rows[1]["parent"] == ids["baseline"]
     early = rows[2]
@@ -111,6 +118,8 @@ def test_report_text_shows_chain_flips_spend_rejections_and_agrees_with_git(fill
     # Flips in the TUI's words: a row is what happened to the answer, each arrow under the words true of it.
     assert "flips newly wrong TP→FN 0, TN→FP 0 · newly right FN→TP 1, FP→TN 1" in text
     assert "newly right FN→TP (1): p2" in text and "newly right FP→TN (1): n2" in text
+    assert ("FP by type (incumbent → this, same items): Critical Mistake 0 → 0, Bad Side Effect 0 → 0, "
+            "Misunderstanding of the Instruction 0 → 0, untyped 1 → 0") in text
     assert f"#{ids['guard_rejected']}: the candidate changes judgeloop.toml" in text
     assert "spend: $0.0350 over 9 calls" in text
     assert "kappa 0.000 [-0.500, 0.500]" in text and "McNemar p 0.250" in text

@@ -206,6 +206,15 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
         run = ledger.latest_run()
         kept = next(e for e in ledger.experiments(run.id) if e.status == "kept")
         kept = ledger.get_experiment(kept.id)
+        labels = ledger.labels(run.id)
+        let_through = {e: {v.trajectory_id for v in ledger.item_verdicts(e) if v.success is not False}
+                       for e in (kept.id, kept.parent_id)}
+    # False positives per type, counted here from the labels and the majority answers.
+    kinds = ("Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction")
+    per_type = {e: {k: sum(1 for t in ids if not labels[t].positive and (labels[t].mistake_type or "untyped") == k)
+                    for k in (*kinds, "untyped")} for e, ids in let_through.items()}
+    fp_line = "FP by type (incumbent → this, same items): " + ", ".join(
+        f"{k} {per_type[kept.parent_id][k]} → {per_type[kept.id][k]}" for k in (*kinds, "untyped"))
     cells = {(0, 1): "tp_to_fn", (0, 2): "tn_to_fp", (1, 1): "fn_to_tp", (1, 2): "fp_to_tn"}
     (row, col), key = next((rc, k) for rc, k in cells.items() if kept.flips and kept.flips[k])
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment")
@@ -219,6 +228,7 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
         assert f"experiment {kept.id}" in text and "decision:" in text and "95% interval" in text
         assert "diff against parent" in text and "prompts/rubric.md" in text and "Additional rules" in text
         assert (kept.reason or "")[:30] in text
+        assert " ".join(fp_line.split()) in " ".join(text.split())
         table = app.screen.query_one("#flip-table")
         table.focus()
         table.move_cursor(row=row, column=col)

@@ -283,13 +283,18 @@ class ExperimentDetail:
     experiment: Experiment
     parent: Experiment | None
     labels: dict[str, LabelRow]
+    # False positives per mistake type, this experiment's and its incumbent's on the same items.
+    fp_by_type: tuple[dict[str, int], dict[str, int] | None] | None = None
 
 
 def load_experiment(ledger: Ledger, experiment_id: int) -> ExperimentDetail:
     """One experiment with its diff text and its parent (the incumbent it was compared with)."""
     exp = ledger.get_experiment(experiment_id)
     parent = ledger.get_experiment(exp.parent_id) if exp.parent_id is not None else None
-    return ExperimentDetail(experiment=exp, parent=parent, labels=ledger.labels(exp.run_id))
+    from optimizer.report import fp_by_type
+
+    fps = fp_by_type(ledger, ledger.get_run(exp.run_id), exp)
+    return ExperimentDetail(experiment=exp, parent=parent, labels=ledger.labels(exp.run_id), fp_by_type=fps)
 
 
 # ---------------------------------------------------------------------------------------------

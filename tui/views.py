@@ -26,6 +26,7 @@ from textual.worker import Worker, WorkerState
 from optimizer.judge.types import VIEW_SCREENSHOTS
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.models import MISTAKE_TYPES
+from optimizer.report import fp_by_type_line
 from tui.data import (
     REVIEW_LABELS,
     STATUS_STYLES,
@@ -427,6 +428,8 @@ class ExperimentView(View):
                 f"({exp.optimizer_calls} calls · "
                 f"{exp.optimizer_input_tokens + exp.optimizer_output_tokens:,} tokens)"
             )
+        if detail.fp_by_type is not None:
+            decision.append("\n" + fp_by_type_line(*detail.fp_by_type))
         self.query_one("#experiment-decision", Static).update(decision)
         self.query_one("#experiment-metrics", Static).update(metric_table(metric_rows(exp, parent)))
         counts = exp.flip_counts()
