@@ -224,6 +224,11 @@ def test_on_item_stops_early_and_never_starts_the_rest(tmp_path: Path) -> None:
     called = {data.request_item(r).trajectory_id for r in provider.calls}
     # Only the items within the concurrency window at the stop were ever started.
     assert called <= set(data.split.ids[:4])
+    # Every call that was made was answered and is counted and cached, including one still in flight
+    # when the rule was met: a provider bills it either way.
+    assert run.calls_made == len(provider.calls) >= 2
+    with JudgeCache(data.ws.cache_path) as cache:
+        assert cache.stats().entries == len(provider.calls)
     assert set(run.not_evaluated) == set(data.split.ids) - {item.trajectory_id for item in run.items}
 
 
@@ -384,14 +389,18 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
         )
     )
     assert [item.trajectory_id for item in run.items] == data.split.ids[:stop_after]
-    assert len(server.inference_requests()) == stop_after and run.stopped_early
+    answered = len(server.inference_requests())
+    # A call that took the freed slot just before the rule was met is answered (and billed) anyway:
+    # it is counted and cached, never dropped; at most one per call slot.
+    assert stop_after <= answered <= stop_after + j.max_concurrency and run.stopped_early
+    assert run.calls_made == answered
 
     budget = Budget(max_usd=0.0)
     blocked = asyncio.run(
         evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1, budget=budget)
     )
-    assert len(server.inference_requests()) == stop_after  # not one more paid call
-    assert blocked.cache_hits == stop_after and budget.spent_usd == 0.0
+    assert len(server.inference_requests()) == answered  # not one more paid call
+    assert blocked.cache_hits == answered and budget.spent_usd == 0.0
     assert blocked.stopped_early and "budget" in (blocked.stop_reason or "")
 
 

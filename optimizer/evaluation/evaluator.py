@@ -135,17 +135,20 @@ class _Scheduler:
                 return
             except Stopped:
                 return
+            if self.stop is not None and self.stop.kind is StopKind.EARLY_STOP:
+                # Judged after the caller's rule was met: its calls are paid for, so they are cached and
+                # counted, but the decision was made without this item, and its result is left out.
+                return
             self.results[tid] = result
             if result.answer.status == "invalid":
                 self.parse_errors += 1
             if self.progress is not None:
                 self.progress(self._snapshot())
             if self.on_item is not None and self.on_item(result) and self.stop is None:
+                # No new paid call starts from here on. Calls already in flight are not cancelled: the
+                # provider bills an answered call whether or not anyone reads it, so each one finishes
+                # into the cache and into this evaluation's spend and budget.
                 self._halt(StopReason(StopKind.EARLY_STOP, "stopped early: the caller's stopping rule was met"))
-                me = asyncio.current_task()
-                for task in self._workers:
-                    if task is not me:
-                        task.cancel()
                 return
 
     async def run(self, item_ids: Sequence[str]) -> None:
@@ -195,7 +198,8 @@ async def evaluate_items(
 
     ``provider``/``cache`` default to `make_provider(judge)` and the workspace cache, both closed at
     the end; pass your own to share them across evaluations (then you close them). ``on_item`` is
-    called as each item completes; returning True cancels items in flight and starts no more.
+    called as each item completes; returning True starts no more paid calls (calls already in flight
+    finish into the cache and the spend, their items left out of the result) and no more items.
     A `UserError` from rendering or the provider stops everything and is raised as is.
     Items whose calls still failed after the SDK's retries are judged again in up to
     ``infra_retry_rounds`` more rounds, round r after a pause of ``infra_retry_pause_s * r``.

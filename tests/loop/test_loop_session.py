@@ -52,3 +52,17 @@ def test_propose_only_waits_then_decide_and_resume(ws: Path) -> None:
         assert Message(f"experiment {waiting.id} discarded; kept under refs/judgeloop/rejected/{waiting.id}") in said
         again = resume_run(workspace, options(server, propose_only=True))
     assert again.run_id == first.run_id and again.stop.kind in (StopKind.WAITING, StopKind.PROPOSED)
+
+
+def test_every_call_the_judge_answered_is_on_the_ledger_even_when_candidates_stop_early(ws: Path) -> None:
+    # Slow answers and 8 call slots: when a candidate's outcome becomes certain, calls are in flight.
+    # The provider bills them, so they must reach the cache and the experiment's calls and cost.
+    judge = FakeJudge(ws, delay_s=0.05)
+    with FakeLLMServer(default=judge) as server:
+        outcome = start_run(Workspace.open(ws), options(server, max_experiments=3))
+        answered = len(judge.answered)
+        requests = len(server.inference_requests())
+    with Ledger.open_readonly(ws / "experiments" / "ledger.sqlite") as ledger:
+        exps = ledger.experiments(outcome.run_id)
+    assert any(e.early_stopped for e in exps), "no candidate stopped early: the test proves nothing"
+    assert answered == requests == sum(e.calls for e in exps)
