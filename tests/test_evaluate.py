@@ -616,3 +616,19 @@ def test_eval_of_the_working_tree_warns_while_a_loop_command_holds_the_workspace
     assert main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--limit", "1"]) == 0
     assert "note:" not in capsys.readouterr().err
     assert len(list((data.ws.experiments_dir / "evals").iterdir())) == 2  # one folder each, even within a second
+
+
+def test_a_provider_that_runs_one_call_at_a_time_gets_one_call_slot(tmp_path: Path) -> None:
+    data = make_data(tmp_path, n_pairs=2)  # 8 items
+    provider = InTestProvider(lambda r: verdict_text(True), delay=0.01)
+    run_eval(data, provider, judge=judge(max_concurrency=4))
+    assert provider.max_in_flight > 1  # without the limit, calls overlap
+
+    serial = InTestProvider(lambda r: verdict_text(True), delay=0.01)
+    serial.max_parallel_calls = 1  # as the local judge declares
+    stopped: list[str] = []
+    run = run_eval(data, serial, judge=judge(max_concurrency=4), replicates=2,
+                   on_item=lambda r: stopped.append(r.trajectory_id) or len(stopped) == 2)
+    assert serial.max_in_flight == 1
+    # So nothing waits inside the provider when the rule is met: at most the call in flight runs on.
+    assert len(serial.calls) <= 2 * 2 + 1 and run.calls_made == len(serial.calls)

@@ -227,6 +227,9 @@ async def evaluate_items(
             cache = JudgeCache(ws.cache_path)
         sampling = sampling_from(prompts)
         prices = dict(ws.config.prices)
+        # A provider that runs one call at a time gets one call slot: calls queued inside it would
+        # still run (and be paid for) after an early stop.
+        concurrency = min(judge.max_concurrency, getattr(provider, "max_parallel_calls", None) or judge.max_concurrency)
         judge_items = ItemJudge(
             split,
             prompts,
@@ -234,13 +237,13 @@ async def evaluate_items(
             cache,
             sampling=sampling,
             replicates=replicates,
-            concurrency=judge.max_concurrency,
+            concurrency=concurrency,
             prices=prices,
             budget=budget,
             image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
         )
         evaluator = _Scheduler(
-            judge_items, concurrency=judge.max_concurrency, on_item=on_item, progress=progress, total=len(item_ids)
+            judge_items, concurrency=concurrency, on_item=on_item, progress=progress, total=len(item_ids)
         )
         await evaluator.run(item_ids)
         for round_no in range(1, infra_retry_rounds + 1):

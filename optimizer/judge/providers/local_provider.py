@@ -150,6 +150,10 @@ class LocalProvider:
         self._start_lock = asyncio.Lock()
         self._call_lock = asyncio.Lock()
 
+    # One request slot, calls serialised: the evaluator gives it one call slot, so no call waits here
+    # (a waiting call would be judged after an early stop instead of never being started).
+    max_parallel_calls = 1
+
     def __repr__(self) -> str:
         return f"LocalProvider(model={self.model!r}, gguf={str(self.gguf)!r}, running={self._server is not None})"
 
