@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.ledger import FLIP_KEYS, Experiment, Ledger, Run
-from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
+from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS, Answer
 from optimizer.workspace import Workspace
 
 # ``calls`` are the judge's; ``cost_usd`` is the experiment's total (judge + optimiser); the optimiser's
@@ -72,8 +72,10 @@ def _parents(experiments: Sequence[Experiment]) -> dict[int, Experiment]:
 def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
     """The ``report --json`` object: run, branch, policy and one entry per experiment, baseline first."""
     experiments = []
-    for exp in ledger.experiments(run.id):
-        fps = fp_by_type(ledger, run, exp)
+    all_exps = ledger.experiments(run.id)
+    fps_of = fp_by_type_all(ledger, run, all_exps)
+    for exp in all_exps:
+        fps = fps_of[exp.id]
         experiments.append({
             "id": exp.id,
             "parent": exp.parent_id,
@@ -98,21 +100,39 @@ def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
     return {"run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments}
 
 
-def fp_by_type(ledger: Ledger, run: Run, exp: Experiment) -> tuple[dict[str, int], dict[str, int] | None] | None:
-    """False positives per mistake type of ``exp`` and of its incumbent (its parent) on the items
-    ``exp`` was judged on, so a candidate stopped early is compared on the same items; None when the
-    run stored no labels or the experiment has no verdicts. The incumbent's side is None for the baseline."""
+FpByType = tuple[dict[str, int], dict[str, int] | None]
+
+
+def fp_by_type_all(ledger: Ledger, run: Run, experiments: Sequence[Experiment]) -> dict[int, FpByType | None]:
+    """`fp_by_type` for each of ``experiments``, reading the run's labels once and each experiment's
+    answers once (an incumbent's answers serve all the candidates compared with it)."""
     from optimizer.metrics import false_positives_by_type
 
     labels = ledger.labels(run.id)
-    answers = ledger.item_answers(exp.id)
-    if not labels or not answers:
-        return None
-    judged = {tid: labels[tid] for tid in answers if tid in labels}
-    mine = false_positives_by_type(judged, answers)
-    if exp.parent_id is None:
-        return mine, None
-    return mine, false_positives_by_type(judged, ledger.item_answers(exp.parent_id))
+    answers: dict[int, dict[str, Answer]] = {}
+
+    def answers_of(experiment_id: int) -> dict[str, Answer]:
+        if experiment_id not in answers:
+            answers[experiment_id] = ledger.item_answers(experiment_id)
+        return answers[experiment_id]
+
+    out: dict[int, FpByType | None] = {}
+    for exp in experiments:
+        mine = answers_of(exp.id) if labels else {}
+        if not mine:
+            out[exp.id] = None
+            continue
+        judged = {tid: labels[tid] for tid in mine if tid in labels}
+        theirs = None if exp.parent_id is None else false_positives_by_type(judged, answers_of(exp.parent_id))
+        out[exp.id] = (false_positives_by_type(judged, mine), theirs)
+    return out
+
+
+def fp_by_type(ledger: Ledger, run: Run, exp: Experiment) -> FpByType | None:
+    """False positives per mistake type of ``exp`` and of its incumbent (its parent) on the items
+    ``exp`` was judged on, so a candidate stopped early is compared on the same items; None when the
+    run stored no labels or the experiment has no verdicts. The incumbent's side is None for the baseline."""
+    return fp_by_type_all(ledger, run, [exp])[exp.id]
 
 
 def fp_by_type_line(mine: dict[str, int], incumbent: dict[str, int] | None) -> str:
@@ -240,6 +260,7 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
         )
     out.append("")
     out.append("experiments")
+    fps_of = fp_by_type_all(ledger, run, experiments)
     for e in experiments:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
         out.append(f"  #{e.id} ({e.strategy or '-'}) {e.status.upper()}  commit {_short(e.commit_sha)}"
@@ -261,7 +282,7 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
             if e.literal_keep is not None or e.paired_keep is not None:
                 policies = f"   literal {'keep' if e.literal_keep else 'roll back'}, paired {'keep' if e.paired_keep else 'roll back'}"
             out.append(f"    flips {cells}   McNemar p {_num(e.p_value)}{policies}")
-        fps = fp_by_type(ledger, run, e)
+        fps = fps_of[e.id]
         if fps is not None:
             out.append("    " + fp_by_type_line(*fps))
         out.append(

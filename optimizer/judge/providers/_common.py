@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import ssl
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -256,7 +257,7 @@ def map_sdk_error(
     raise exc
 
 
-class WireProvider:
+class WireProvider(ABC):
     """What the anthropic and openai providers share: their request bodies are built once as plain
     JSON (`build_params`, images as base64 text) and encoded for the wire with the images spliced in as
     bytes (`encode_body`, `encode_conversation`), and every SDK error goes through `map_sdk_error` with
@@ -279,16 +280,18 @@ class WireProvider:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
 
+    @abstractmethod
     def _body(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """One judge call's body in this provider's wire format; ``image`` writes an image part."""
 
+    @abstractmethod
     def _conversation_body(
         self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling,
         image: ImageString, cache_conversation: bool,
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """One conversation turn's body in this provider's wire format."""
 
     def build_params(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> dict[str, Any]:
         """The JSON body of one judge call, images written out as base64 (no network)."""
