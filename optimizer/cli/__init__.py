@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from optimizer.errors import UserError
 
@@ -40,10 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-w", "--workspace", default=".", metavar="DIR", help=WORKSPACE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=help_, description=help_)
+    def command(group: Any, name: str, handler: str, help_: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = group.add_parser(name, parents=[common], help=help_, description=help_)
         p.set_defaults(handler=handler)
         return p
+
+    def add(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
+        return command(sub, name, handler, help_)
 
     p = add("init", "optimizer.cli.workspace:cmd_init", "create a workspace (a git repository) in DIR")
     p.add_argument("dir", metavar="DIR")
@@ -53,9 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     dsub = devset.add_subparsers(dest="devset_command", required=True, metavar="ACTION")
 
     def dadd(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
-        p = dsub.add_parser(name, parents=[common], help=help_, description=help_)
-        p.set_defaults(handler=handler)
-        return p
+        return command(dsub, name, handler, help_)
 
     p = dadd("import", "optimizer.cli.devset:cmd_import", "copy AgentHorizon items into devset/NAME with a manifest")
     p.add_argument("src", metavar="SRC", help="a folder in either release layout")
