@@ -371,6 +371,16 @@ class FakeLLMServer:
             self._batches[batch.id] = batch
         return batch
 
+    def end_batches(self) -> None:
+        """Let every batch created so far end at its next status request."""
+        with self._lock:
+            for batch in self._batches.values():
+                batch.polls_left = 0
+
+    def batch_entries(self, batch_id: str) -> list[RecordedRequest]:
+        """The recorded entries of one batch, in submission order."""
+        return [r for r in self.inference_requests() if r.batch_id == batch_id]
+
     def _poll_batch(self, batch_id: str) -> _FakeBatch | None:
         with self._lock:
             batch = self._batches.get(batch_id)

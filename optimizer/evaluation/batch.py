@@ -317,6 +317,22 @@ async def judge_batch_pass(
     return BatchPassOutcome(results, stop, work.notes, work.submitted)
 
 
+BATCH_PROVIDERS = ("anthropic", "openai")
+
+
+def check_batch_settings(provider: str, mode: str) -> None:
+    """A `UserError` when a batch evaluation cannot run with judge ``provider`` in judge ``mode``
+    (checked before any provider is built, so a refusal costs nothing)."""
+    from optimizer.errors import UserError
+
+    if provider not in BATCH_PROVIDERS:
+        raise UserError(f"--batch needs a provider with a batch API (anthropic or openai); the {provider} "
+                        "provider has none: drop --batch or use --provider anthropic|openai")
+    if mode == "agentic":
+        raise UserError('--batch supports mode = "direct" only: an agentic judge needs each answer before its '
+                        'next turn; drop --batch or set mode = "direct" in prompts/judge.toml')
+
+
 def supports_batches(provider: object) -> bool:
     """Whether ``provider`` has a batch API (`BatchingProvider`)."""
     return all(callable(getattr(provider, name, None)) for name in ("submit_batch", "batch_state", "batch_results"))

@@ -21,7 +21,13 @@ from typing import Any
 from optimizer.config import JudgeSection
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
-from optimizer.evaluation.batch import BatchOptions, cache_store, judge_batch_pass, supports_batches
+from optimizer.evaluation.batch import (
+    BatchOptions,
+    cache_store,
+    check_batch_settings,
+    judge_batch_pass,
+    supports_batches,
+)
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
@@ -339,12 +345,7 @@ async def evaluate_items(
 
 def check_batch_support(provider: Provider, prompts: PromptSet) -> None:
     """A `UserError` when a batch evaluation cannot run with ``provider`` and ``prompts``."""
-    if not supports_batches(provider):
-        raise UserError(f"--batch needs a provider with a batch API (anthropic or openai); the {provider.name} "
-                        "provider has none: drop --batch or use --provider anthropic|openai")
-    if prompts.settings.mode == "agentic":
-        raise UserError('--batch supports mode = "direct" only: an agentic judge needs each answer before its '
-                        'next turn; drop --batch or set mode = "direct" in prompts/judge.toml')
+    check_batch_settings(provider.name if supports_batches(provider) else "local", prompts.settings.mode)
 
 
 def _settings_dict(prompts: PromptSet) -> dict[str, Any]:
