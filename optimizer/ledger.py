@@ -10,7 +10,8 @@ Tables
 - ``runs``: one row per ``judgeloop run`` (budgets and the config snapshot as JSON; never keys).
 - ``experiments``: one row per candidate; ``id`` is global and user-facing, ``seq`` 0 is the
   baseline. ``diff_text`` is the only bulky column and listing queries leave it out. ``calls``,
-  ``input_tokens``, ``output_tokens`` are the judge's; ``optimizer_*`` what the optimiser spent
+  ``input_tokens``, ``output_tokens``, ``cache_read_tokens``, ``cache_write_tokens`` are the judge's
+  (input excludes cache reads and writes); ``optimizer_*`` what the optimiser spent
   proposing the candidate; ``cost_usd`` is the experiment's total, judge + optimiser (what budgets
   and spend sums use). ``proposal_meta``: what the strategy recorded about its proposal as data
   (JSON object, e.g. ``{"library_enabled": [...]}``; NULL for none).
@@ -26,7 +27,8 @@ Tables
 
 ``PRAGMA user_version`` holds the schema version; a newer one is refused in one line. An older one
 is upgraded in place when opened for writing (version 1 → 2 adds ``verdicts.tools``; 2 → 3 adds the
-``experiments.optimizer_*`` columns, 0 on old rows, and ``experiments.proposal_meta``) and read as it
+``experiments.optimizer_*`` columns, 0 on old rows, and ``experiments.proposal_meta``; 4 → 5 adds
+``experiments.cache_read_tokens`` and ``cache_write_tokens``, 0 on old rows) and read as it
 is when opened read-only (missing columns read as 0 / empty).
 """
 
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 
 RunStatus = Literal["running", "finished", "stopped", "crashed", "waiting"]
 ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error"]
@@ -134,6 +136,8 @@ CREATE TABLE experiments (
     optimizer_output_tokens INTEGER NOT NULL DEFAULT 0,
     optimizer_cost_usd REAL NOT NULL DEFAULT 0,
     proposal_meta TEXT,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);
@@ -244,8 +248,9 @@ class Experiment(BaseModel):
     computed, and for an early-stopped candidate only what was computed. ``intervals`` maps a metric name to a
     (low, high) pair; ``flips`` maps each of ``FLIP_KEYS`` to trajectory ids.
     ``calls``/``input_tokens``/``output_tokens`` count the judge's calls, ``optimizer_*`` the optimiser's
-    (tokens in the providers' convention: input excludes cache reads/writes); ``cost_usd`` (US dollars)
-    is the total of both, ``judge_cost_usd`` the judge's part.
+    (tokens in the providers' convention: input excludes cache reads/writes, which the judge's
+    ``cache_read_tokens``/``cache_write_tokens`` count); ``cost_usd`` (US dollars) is the total of both,
+    ``judge_cost_usd`` the judge's part.
     """
 
     id: int
@@ -284,6 +289,8 @@ class Experiment(BaseModel):
     optimizer_output_tokens: int = 0
     optimizer_cost_usd: float = 0.0
     proposal_meta: dict[str, Any] = Field(default_factory=dict)
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def judge_cost_usd(self) -> float:
@@ -463,6 +470,9 @@ _EXPERIMENT_V3_COLUMNS = (
     "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "proposal_meta",
 )
 _EXPERIMENT_V3_DEFAULTS = ("0", "0", "0", "0.0", "NULL")
+# Added by schema 5: the judge's prompt-cache reads and writes (tokens, the providers' convention).
+_EXPERIMENT_V5_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
+_EXPERIMENT_V5_DEFAULTS = ("0", "0")
 
 
 def _run_from_row(r: sqlite3.Row) -> Run:
@@ -583,6 +593,13 @@ class Ledger:
                         cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} {decl}")
                     _backfill_library_meta(cur)
                     current = 3
+                if current == 3:
+                    # Placeholder on this branch: main's 3 -> 4 step takes this number at merge.
+                    current = 4
+                if current == 4:
+                    for column in ("cache_read_tokens", "cache_write_tokens"):
+                        cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+                    current = 5
                 cur.execute(f"PRAGMA user_version = {current}")
         self.version = SCHEMA_VERSION
 
@@ -618,11 +635,16 @@ class Ledger:
                 cur.close()
 
     def _experiment_columns(self) -> str:
-        if self.version >= 3:
-            return _EXPERIMENT_LIST_COLUMNS + ", " + ", ".join(_EXPERIMENT_V3_COLUMNS)
-        return _EXPERIMENT_LIST_COLUMNS + ", " + ", ".join(
-            f"{default} AS {column}" for column, default in zip(_EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS, strict=True)
-        )
+        def added(since: int, columns: tuple[str, ...], defaults: tuple[str, ...]) -> str:
+            if self.version >= since:
+                return ", ".join(columns)
+            return ", ".join(f"{default} AS {column}" for column, default in zip(columns, defaults, strict=True))
+
+        return ", ".join((
+            _EXPERIMENT_LIST_COLUMNS,
+            added(3, _EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS),
+            added(5, _EXPERIMENT_V5_COLUMNS, _EXPERIMENT_V5_DEFAULTS),
+        ))
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -777,6 +799,8 @@ class Ledger:
         cost_usd: float = 0.0,
         duration_s: float | None = None,
         commit_sha: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
         prompt_hash: str | None = None,
         rationale: str | None = None,
         finished: bool = True,
@@ -800,7 +824,8 @@ class Ledger:
                 "intervals = ?, flips = ?, p_value = ?, literal_keep = ?, paired_keep = ?, early_stopped = ?, "
                 "items_evaluated = ?, calls = ?, cache_hits = ?, input_tokens = ?, output_tokens = ?, "
                 "cost_usd = ?, duration_s = ?, commit_sha = COALESCE(?, commit_sha), "
-                "prompt_hash = COALESCE(?, prompt_hash), rationale = COALESCE(?, rationale) WHERE id = ?",
+                "prompt_hash = COALESCE(?, prompt_hash), rationale = COALESCE(?, rationale), "
+                "cache_read_tokens = ?, cache_write_tokens = ? WHERE id = ?",
                 (
                     status, _ts(utc_now()) if finished else None, decision or status, reason,
                     _dumps(_metrics_dict(metrics)), _dumps(_intervals_dict(intervals)), _dumps(_flips_dict(flips)),
@@ -808,7 +833,8 @@ class Ledger:
                     None if literal_keep is None else int(literal_keep),
                     None if paired_keep is None else int(paired_keep),
                     int(early_stopped), items_evaluated, calls, cache_hits, input_tokens, output_tokens,
-                    cost_usd, duration_s, commit_sha, prompt_hash, rationale, experiment_id,
+                    cost_usd, duration_s, commit_sha, prompt_hash, rationale, cache_read_tokens,
+                    cache_write_tokens, experiment_id,
                 ),
             )
             if status in INCUMBENT_STATUSES:

@@ -202,7 +202,7 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
     assert tools == {"t1": [], "t2": AGENTIC_TOOLS}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     conn.close()
 
 
@@ -210,9 +210,40 @@ SCHEMA_3_COLUMNS = ("optimizer_calls", "optimizer_input_tokens", "optimizer_outp
                     "proposal_meta")
 
 
+SCHEMA_5_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
+
+
 def _drop_schema_3_columns(conn: sqlite3.Connection) -> None:
-    for column in SCHEMA_3_COLUMNS:
+    """Drop what schema 3 added, and what later schemas added (every older ledger lacks those too)."""
+    for column in SCHEMA_3_COLUMNS + SCHEMA_5_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+
+
+def test_a_version_4_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = _run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
+        ledger.finish_experiment(base.id, status="baseline", calls=10, input_tokens=5000, cost_usd=0.25)
+    conn = sqlite3.connect(path)  # what a schema-4 judgeloop wrote: no prompt-cache token columns
+    for column in SCHEMA_5_COLUMNS:
+        conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+    conn.execute("PRAGMA user_version = 4")
+    conn.close()
+
+    with Ledger.open_readonly(path) as ro:
+        old = ro.get_experiment(base.id)
+    assert (old.input_tokens, old.cache_read_tokens, old.cache_write_tokens) == (5000, 0, 0)
+    with Ledger(path) as ledger:
+        cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="library")
+        ledger.finish_experiment(cand.id, status="rolled_back", calls=10, input_tokens=900, cache_read_tokens=4200,
+                                 cache_write_tokens=300, cost_usd=0.05)
+        got = ledger.get_experiment(cand.id)
+        assert ledger.get_experiment(base.id).cache_read_tokens == 0
+    assert (got.input_tokens, got.cache_read_tokens, got.cache_write_tokens) == (900, 4200, 300)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    conn.close()
 
 
 def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Path) -> None:
@@ -259,7 +290,7 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
     assert got.cost_usd == 0.3 and got.judge_cost_usd == pytest.approx(0.25) and got.proposal_meta == {"note": "data"}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     conn.close()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.devset.split import Split
-from optimizer.evaluation.budget import Budget, call_cost_usd, estimate_cost_usd
+from optimizer.evaluation.budget import Budget, call_cost_usd, estimate_cost_usd, estimate_turn_cost_usd
 from optimizer.evaluation.cache import JudgeCache, cache_key
 from optimizer.evaluation.results import ItemResult, ReplicateResult
 from optimizer.judge.agentic import AgenticTask, ConversationState
@@ -134,6 +134,8 @@ class ItemJudge:
         self.cache_hits = 0
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cache_read_tokens = 0
+        self.cache_write_tokens = 0
         self.cost_usd = 0.0
 
     # -- one call --------------------------------------------------------------------------------
@@ -218,6 +220,8 @@ class ItemJudge:
         self.calls_made += 1
         self.input_tokens += reply.input_tokens
         self.output_tokens += reply.output_tokens
+        self.cache_read_tokens += reply.cache_read_tokens
+        self.cache_write_tokens += reply.cache_write_tokens
         self.cost_usd += cost
         self.cache.put(
             key, provider=self.provider.name, model=self.provider.model, replicate=index,
@@ -428,9 +432,9 @@ class ItemJudge:
         estimate = 0.0
         reserved = False
         if self.budget is not None:
-            guess = ProviderReply(text="", model=self.provider.model,
-                                  input_tokens=task.estimate_input_tokens(state), output_tokens=self.sampling.max_tokens)
-            estimate = self._reserve(call_cost_usd(guess, self.prices))
+            ttl = task.cache_ttl if task.trajectory_first else None
+            estimate = self._reserve(estimate_turn_cost_usd(
+                task.estimate_input_tokens(state), self.sampling, self.provider.model, self.prices, ttl))
             reserved = True
         t0 = time.monotonic()
         try:

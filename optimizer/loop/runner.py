@@ -313,6 +313,8 @@ class LoopRunner:
             cache_hits=ev.run.cache_hits,
             input_tokens=ev.run.input_tokens,
             output_tokens=ev.run.output_tokens,
+            cache_read_tokens=ev.run.cache_read_tokens,
+            cache_write_tokens=ev.run.cache_write_tokens,
             cost_usd=ev.run.cost_usd + fields.pop("extra_cost", 0.0),
             duration_s=ev.run.duration_s,
             **fields,
