@@ -250,3 +250,15 @@ def test_cache_store_is_reused_by_the_judge_cache_not_the_provider(keys: None, t
         assert len(server.replies) == n and again.calls_made == 0
     with JudgeCache(setup.ws.cache_path) as cache:
         assert cache.stats().entries == n
+
+
+def test_the_local_judge_keeps_the_shared_judge_prompt_first(tmp_path: Path) -> None:
+    """llama.cpp re-uses one prompt prefix per slot: the judge prompt every item shares must lead."""
+    from optimizer.judge.providers.local_provider import LocalProvider
+
+    setup = Setup(tmp_path)
+    prompts = setup.prompts("trajectory-first")
+    traj = setup.split.trajectory(setup.split.ids[0])
+    request = build_request(traj, setup.split, prompts, text_only=True, layout=LocalProvider.layout)
+    assert request.system == prompts.system_prompt() and request.cache_prefix is None
+    assert request.fingerprint() == build_request(traj, setup.split, setup.prompts("rubric-first"), text_only=True).fingerprint()

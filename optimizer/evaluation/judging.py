@@ -127,6 +127,8 @@ class ItemJudge:
         self.text_only = bool(getattr(provider, "text_only", False))
         self.agentic = prompts.settings.mode == "agentic"
         self.token_budget = prompts.settings.token_budget
+        # A provider may prefer a layout over judge.toml's (the local judge: see its `layout`).
+        self.layout: str | None = getattr(provider, "layout", None)
         self.image_cache_dir = image_cache_dir
         self.semaphore = asyncio.Semaphore(concurrency)
         self.stop_reason: str | None = None
@@ -313,6 +315,7 @@ class ItemJudge:
             "prompts": self.prompts.prompt_hash(),
             "text_only": self.text_only,
             "token_budget": self.token_budget,
+            "layout": self.layout,
             "trajectory": hashlib.sha256(Path(json_path(tid)).read_bytes()).hexdigest(),
             "screens": screens,
         }
@@ -328,6 +331,7 @@ class ItemJudge:
             text_only=self.text_only,
             token_budget=self.token_budget,
             image_cache_dir=self.image_cache_dir,
+            layout=self.layout,
         )
 
     async def _direct_lookups(

@@ -336,18 +336,20 @@ def build_request(
     text_only: bool = False,
     token_budget: int | None = None,
     image_cache_dir: Path | None = None,
+    layout: str | None = None,
 ) -> JudgeRequest:
     """Render ``traj`` for the judge described by ``prompts`` (screenshots read through ``split``).
 
     ``text_only`` drops every screenshot up front (providers that cannot read images);
     ``token_budget`` overrides ``judge.toml``'s (estimated input tokens, system prompt included);
+    ``layout`` overrides ``judge.toml``'s (a provider whose cache works better with the other one);
     ``image_cache_dir`` keeps encoded JPEGs on disk across processes (decoding and resizing a
     full-size PNG costs tens of milliseconds; a cached re-evaluation should not pay it again).
     Encoded images are also cached in memory per process.
     """
     cache_dir = None if image_cache_dir is None else str(image_cache_dir)
     settings = prompts.settings
-    trajectory_first = prompts.trajectory_first
+    trajectory_first = (layout or settings.layout) == "trajectory-first"
     # rubric-first: the instructions are the system prompt. trajectory-first: a fixed system prompt,
     # and the instructions follow the trajectory (after the cache breakpoint).
     system = STATIC_SYSTEM_PROMPT if trajectory_first else prompts.system_prompt()
