@@ -81,12 +81,38 @@ class JudgeOverrides:
 
 
 class Price(_Section):
-    """US dollars per million tokens."""
+    """US dollars per million tokens, and the batch discount as a multiplier.
+
+    ``cache_write`` is a cache write with the 5-minute TTL (unset: the input price), ``cache_write_1h``
+    one with the 1-hour TTL (unset: 2x the input price, Anthropic's rule; only Anthropic reports
+    writes by TTL); ``cache_read`` unset: the input price. ``batch`` multiplies every token price of a
+    call made through the provider's batch API (0.5 on Anthropic and OpenAI; unset: no discount);
+    on Anthropic it stacks with the cache prices.
+    """
 
     input: float = 0.0
     output: float = 0.0
     cache_read: float | None = None
     cache_write: float | None = None
+    cache_write_1h: float | None = None
+    batch: float | None = Field(default=None, gt=0.0, le=1.0)
+
+    @property
+    def cache_read_price(self) -> float:
+        return self.input if self.cache_read is None else self.cache_read
+
+    @property
+    def cache_write_price(self) -> float:
+        """A 5-minute cache write."""
+        return self.input if self.cache_write is None else self.cache_write
+
+    @property
+    def cache_write_1h_price(self) -> float:
+        return 2.0 * self.input if self.cache_write_1h is None else self.cache_write_1h
+
+    @property
+    def batch_multiplier(self) -> float:
+        return 1.0 if self.batch is None else self.batch
 
 
 class OptimizerSection(_Section):
@@ -171,6 +197,10 @@ max_retries = 4
 # [prices."claude-sonnet-5-5"]
 # input = 3.0
 # output = 15.0
+# cache_read = 0.3          # default: input
+# cache_write = 3.75        # a 5-minute cache write; default: input
+# cache_write_1h = 6.0      # a 1-hour cache write; default: 2 x input
+# batch = 0.5               # the batch API's multiplier on every price; default: 1 (no discount)
 
 [optimizer]
 strategy = "library"        # library (offline) | reflect | agent

@@ -10,7 +10,8 @@ Tables
 - ``runs``: one row per ``judgeloop run`` (budgets and the config snapshot as JSON; never keys).
 - ``experiments``: one row per candidate; ``id`` is global and user-facing, ``seq`` 0 is the
   baseline. ``diff_text`` is the only bulky column and listing queries leave it out. ``calls``,
-  ``input_tokens``, ``output_tokens`` are the judge's; ``optimizer_*`` what the optimiser spent
+  ``input_tokens``, ``output_tokens``, ``cache_read_tokens``, ``cache_write_tokens`` are the judge's
+  (input excludes cache reads and writes); ``optimizer_*`` what the optimiser spent
   proposing the candidate; ``cost_usd`` is the experiment's total, judge + optimiser (what budgets
   and spend sums use). ``proposal_meta``: what the strategy recorded about its proposal as data
   (JSON object, e.g. ``{"library_enabled": [...]}``; NULL for none).
@@ -28,8 +29,9 @@ Tables
 is upgraded in place when opened for writing (version 1 → 2 adds ``verdicts.tools``; 2 → 3 adds the
 ``experiments.optimizer_*`` columns, 0 on old rows, and ``experiments.proposal_meta``; 3 → 4 adds
 the adaptive policy's ``adaptive_keep``, ``alpha``, ``test`` (JSON), ``rejudge_calls`` and
-``rejudge_cost_usd``, empty on old rows) and read as it is when opened read-only (missing columns
-read as 0 / empty).
+``rejudge_cost_usd``, empty on old rows; 4 → 5 the ``batches`` table; 5 → 6
+``experiments.cache_read_tokens`` and ``cache_write_tokens``, 0 on old rows) and read as it is
+when opened read-only (missing columns read as 0 / empty).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -66,6 +68,7 @@ _V4_EXPERIMENT_COLUMNS = (
     ("rejudge_cost_usd", "REAL NOT NULL DEFAULT 0"),
 )
 # Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
+# Schema 6: the judge's prompt-cache reads and writes per experiment.
 
 RunStatus = Literal["running", "finished", "stopped", "crashed", "waiting"]
 ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error"]
@@ -171,6 +174,8 @@ CREATE TABLE experiments (
     test TEXT,
     rejudge_calls INTEGER NOT NULL DEFAULT 0,
     rejudge_cost_usd REAL NOT NULL DEFAULT 0,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);
@@ -297,8 +302,9 @@ class Experiment(BaseModel):
     computed, and for an early-stopped candidate only what was computed. ``intervals`` maps a metric name to a
     (low, high) pair; ``flips`` maps each of ``FLIP_KEYS`` to trajectory ids.
     ``calls``/``input_tokens``/``output_tokens`` count the judge's calls, ``optimizer_*`` the optimiser's
-    (tokens in the providers' convention: input excludes cache reads/writes); ``cost_usd`` (US dollars)
-    is the total of both, ``judge_cost_usd`` the judge's part.
+    (tokens in the providers' convention: input excludes cache reads/writes, which the judge's
+    ``cache_read_tokens``/``cache_write_tokens`` count); ``cost_usd`` (US dollars) is the total of both,
+    ``judge_cost_usd`` the judge's part.
     """
 
     id: int
@@ -345,6 +351,8 @@ class Experiment(BaseModel):
     # Judge calls (and their cost, US dollars) of the re-judging pass, both prompts; part of calls/cost_usd.
     rejudge_calls: int = 0
     rejudge_cost_usd: float = 0.0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def judge_cost_usd(self) -> float:
@@ -526,6 +534,9 @@ _EXPERIMENT_V3_COLUMNS = (
 _EXPERIMENT_V3_DEFAULTS = ("0", "0", "0", "0.0", "NULL")
 _EXPERIMENT_V4_COLUMNS = tuple(column for column, _ in _V4_EXPERIMENT_COLUMNS)
 _EXPERIMENT_V4_DEFAULTS = ("NULL", "NULL", "NULL", "0", "0.0")
+# Added by schema 6: the judge's prompt-cache reads and writes (tokens, the providers' convention).
+_EXPERIMENT_V6_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
+_EXPERIMENT_V6_DEFAULTS = ("0", "0")
 
 
 def _run_from_row(r: sqlite3.Row) -> Run:
@@ -653,6 +664,10 @@ class Ledger:
                 if current == 4:
                     cur.execute(_BATCHES)
                     current = 5
+                if current == 5:
+                    for column in ("cache_read_tokens", "cache_write_tokens"):
+                        cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+                    current = 6
                 cur.execute(f"PRAGMA user_version = {current}")
         self.version = SCHEMA_VERSION
 
@@ -690,7 +705,8 @@ class Ledger:
     def _experiment_columns(self) -> str:
         parts = [_EXPERIMENT_LIST_COLUMNS]
         for since, columns, defaults in ((3, _EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS),
-                                         (4, _EXPERIMENT_V4_COLUMNS, _EXPERIMENT_V4_DEFAULTS)):
+                                         (4, _EXPERIMENT_V4_COLUMNS, _EXPERIMENT_V4_DEFAULTS),
+                                         (6, _EXPERIMENT_V6_COLUMNS, _EXPERIMENT_V6_DEFAULTS)):
             if self.version >= since:
                 parts.extend(columns)
             else:
@@ -855,6 +871,8 @@ class Ledger:
         cost_usd: float = 0.0,
         duration_s: float | None = None,
         commit_sha: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
         prompt_hash: str | None = None,
         rationale: str | None = None,
         finished: bool = True,
@@ -879,7 +897,8 @@ class Ledger:
                 "items_evaluated = ?, calls = ?, cache_hits = ?, input_tokens = ?, output_tokens = ?, "
                 "cost_usd = ?, duration_s = ?, commit_sha = COALESCE(?, commit_sha), "
                 "prompt_hash = COALESCE(?, prompt_hash), rationale = COALESCE(?, rationale), "
-                "adaptive_keep = ?, alpha = ?, test = ?, rejudge_calls = ?, rejudge_cost_usd = ? WHERE id = ?",
+                "adaptive_keep = ?, alpha = ?, test = ?, rejudge_calls = ?, rejudge_cost_usd = ?, "
+                "cache_read_tokens = ?, cache_write_tokens = ? WHERE id = ?",
                 (
                     status, _ts(utc_now()) if finished else None, decision or status, reason,
                     _dumps(_metrics_dict(metrics)), _dumps(_intervals_dict(intervals)), _dumps(_flips_dict(flips)),
@@ -889,7 +908,7 @@ class Ledger:
                     int(early_stopped), items_evaluated, calls, cache_hits, input_tokens, output_tokens,
                     cost_usd, duration_s, commit_sha, prompt_hash, rationale,
                     None if adaptive_keep is None else int(adaptive_keep), alpha, _dumps(test),
-                    rejudge_calls, rejudge_cost_usd, experiment_id,
+                    rejudge_calls, rejudge_cost_usd, cache_read_tokens, cache_write_tokens, experiment_id,
                 ),
             )
             if status in INCUMBENT_STATUSES:

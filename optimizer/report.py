@@ -18,18 +18,21 @@ from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS, Answer
 from optimizer.workspace import Workspace
 
 # ``calls`` are the judge's; ``cost_usd`` is the experiment's total (judge + optimiser); the optimiser's
-# part follows in its own keys.
+# part follows in its own keys. The judge's tokens are split as billed: uncached input, cache reads,
+# cache writes, output; ``judge_cost_usd`` is what they cost.
 JSON_EXPERIMENT_KEYS: tuple[str, ...] = (
     "id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr", "balanced_accuracy",
     "p_value", "calls", "cost_usd", "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens",
-    "optimizer_cost_usd",
+    "optimizer_cost_usd", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
+    "judge_cost_usd",
 )
 TSV_COLUMNS: tuple[str, ...] = (
     "id", "seq", "parent", "created", "strategy", "decision", "kappa", "kappa_delta", "fpr", "fpr_delta",
     "balanced_accuracy", "p_value", "tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn", "early_stopped",
     "items_evaluated", "calls", "cache_hits", "input_tokens", "output_tokens", "cost_usd", "duration_s",
     "commit", "files_changed", "insertions", "deletions", "reason", "rationale", "optimizer_calls",
-    "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd",
+    "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "cache_read_tokens",
+    "cache_write_tokens",
 )
 
 
@@ -93,6 +96,11 @@ def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
             "optimizer_input_tokens": exp.optimizer_input_tokens,
             "optimizer_output_tokens": exp.optimizer_output_tokens,
             "optimizer_cost_usd": exp.optimizer_cost_usd,
+            "input_tokens": exp.input_tokens,
+            "cache_read_tokens": exp.cache_read_tokens,
+            "cache_write_tokens": exp.cache_write_tokens,
+            "output_tokens": exp.output_tokens,
+            "judge_cost_usd": exp.judge_cost_usd,
             # On the items this experiment was judged on; the incumbent's is null for the baseline.
             "fp_by_type": fps[0] if fps else None,
             "incumbent_fp_by_type": fps[1] if fps else None,
@@ -168,13 +176,16 @@ def overall_flips(ledger: Ledger, run: Run) -> dict[str, list[str]] | None:
 
 
 def spend(experiments: Sequence[Experiment]) -> dict[str, float | int]:
-    """Totals over experiments: the judge's calls, cache hits, tokens and seconds, the optimiser's calls
-    and tokens, and dollars (``cost_usd`` = judge + optimiser, and each part)."""
+    """Totals over experiments: the judge's calls, cache hits, tokens (uncached input, prompt-cache reads
+    and writes, output) and seconds, the optimiser's calls and tokens, and dollars (``cost_usd`` = judge
+    + optimiser, and each part)."""
     return {
         "calls": sum(e.calls for e in experiments),
         "cache_hits": sum(e.cache_hits for e in experiments),
         "input_tokens": sum(e.input_tokens for e in experiments),
         "output_tokens": sum(e.output_tokens for e in experiments),
+        "cache_read_tokens": sum(e.cache_read_tokens for e in experiments),
+        "cache_write_tokens": sum(e.cache_write_tokens for e in experiments),
         "cost_usd": sum(e.cost_usd for e in experiments),
         "duration_s": sum(e.duration_s or 0.0 for e in experiments),
         "judge_cost_usd": sum(e.judge_cost_usd for e in experiments),
@@ -210,6 +221,13 @@ def git_audit(ws: Workspace, run: Run, experiments: Sequence[Experiment]) -> lis
 
 # ---------------------------------------------------------------------------------------------
 # Text renderings
+
+
+def token_split(uncached: int, cache_read: int, cache_write: int, output: int) -> str:
+    """``"12,000 in (+30,000 cache read, 0 cache write) / 800 out tokens"``: the judge's tokens as billed
+    (the cache figures only when there are any)."""
+    cache = f" (+{cache_read:,} cache read, {cache_write:,} cache write)" if cache_read or cache_write else ""
+    return f"{uncached:,} in{cache} / {output:,} out tokens"
 
 
 def _flip_summary(exp: Experiment) -> str:
@@ -287,7 +305,8 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
             out.append("    " + fp_by_type_line(*fps))
         out.append(
             f"    judge: {e.items_evaluated} items{' (stopped early)' if e.early_stopped else ''}, {e.calls} calls, "
-            f"{e.cache_hits} cached, {e.input_tokens}+{e.output_tokens} tokens, ${e.judge_cost_usd:.4f}"
+            f"{e.cache_hits} cached, {token_split(e.input_tokens, e.cache_read_tokens, e.cache_write_tokens, e.output_tokens)}, "
+            f"${e.judge_cost_usd:.4f}"
             + (f", {e.duration_s:.1f}s" if e.duration_s is not None else "")
         )
         if e.optimizer_calls or e.optimizer_cost_usd:
@@ -332,7 +351,8 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
     out.append("")
     out.append(
         f"spend: ${totals['cost_usd']:.4f} over {totals['calls']} calls ({totals['cache_hits']} cached), "
-        f"{totals['input_tokens']}+{totals['output_tokens']} tokens, {totals['duration_s']:.0f}s judging"
+        f"{token_split(int(totals['input_tokens']), int(totals['cache_read_tokens']), int(totals['cache_write_tokens']), int(totals['output_tokens']))}, "
+        f"{totals['duration_s']:.0f}s judging"
     )
     out.append(
         f"  judge ${totals['judge_cost_usd']:.4f} ({totals['calls']} calls); optimiser "
@@ -376,6 +396,7 @@ def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
                 "reason": one_line(e.reason, 10_000), "rationale": one_line(e.rationale, 10_000),
                 "optimizer_calls": e.optimizer_calls, "optimizer_input_tokens": e.optimizer_input_tokens,
                 "optimizer_output_tokens": e.optimizer_output_tokens, "optimizer_cost_usd": e.optimizer_cost_usd,
+                "cache_read_tokens": e.cache_read_tokens, "cache_write_tokens": e.cache_write_tokens,
             }
             writer.writerow(["" if row[c] is None else row[c] for c in TSV_COLUMNS])
     return path

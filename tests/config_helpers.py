@@ -64,3 +64,21 @@ def write_config(ws_root: Path, config: Config) -> Path:
     path.write_text(dumps_toml(config.model_dump(mode="json")), encoding="utf-8")
     assert load_config(path) == config, "the written judgeloop.toml does not read back as the config"
     return path
+
+
+def with_layout(judge_toml: str, layout: str) -> str:
+    """``judge_toml`` text with its ``layout`` key set to ``layout`` (added when absent)."""
+    line = f'layout = "{layout}"'
+    if re.search(r"(?m)^layout\s*=", judge_toml):
+        return re.sub(r'(?m)^layout\s*=.*$', line, judge_toml)
+    return line + "\n" + judge_toml
+
+
+def bundled_prompts(layout: str = "rubric-first") -> Any:
+    """The bundled prompts (``prompts/`` of this checkout) as a `PromptSet` with ``layout`` set."""
+    from optimizer.judge.prompts import JUDGE_TOML, PromptSet
+
+    folder = Path(__file__).resolve().parents[1] / "prompts"
+    files = {f"prompts/{p.name}": p.read_text(encoding="utf-8") for p in folder.iterdir() if p.is_file()}
+    files[JUDGE_TOML] = with_layout(files[JUDGE_TOML], layout)
+    return PromptSet.from_files(files, source=str(folder))

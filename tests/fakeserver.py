@@ -54,6 +54,8 @@ from typing import Any, Literal
 
 import pytest
 
+from tests.fakecache import CacheRequestError, PromptCache
+
 Wire = Literal["anthropic", "openai"]
 
 # Headers that carry a credential; their values never reach a record.
@@ -97,12 +99,15 @@ class ToolCall:
 @dataclass(frozen=True)
 class Usage:
     """Token counts to report. ``input_tokens`` excludes cache reads and writes (Anthropic's convention);
-    on the OpenAI wire ``prompt_tokens = input + cache_read`` and ``cached_tokens = cache_read``."""
+    on the OpenAI wire ``prompt_tokens = input + cache_read`` and ``cached_tokens = cache_read``.
+    ``cache_write_1h_tokens`` is the part of the writes with the 1-hour TTL (Anthropic's
+    ``cache_creation`` breakdown; the rest is reported as 5-minute writes)."""
 
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -227,7 +232,8 @@ class FakeLLMServer:
     a connection open after an answer, as real servers do (the default closes each one, so no
     handler thread outlives a test); benchmarks use it so they time the client, not reconnects.
     ``parse_bodies=False`` records bodies as None (and replies name the model "fake-model") to keep
-    JSON decoding of large image requests out of a benchmark's CPU budget.
+    JSON decoding of large image requests out of a benchmark's CPU budget. ``prompt_cache``: a
+    `tests.fakecache.PromptCache` that bills replies as the provider's prompt cache would.
     """
 
     def __init__(
@@ -239,6 +245,7 @@ class FakeLLMServer:
         keep_alive: bool = False,
         parse_bodies: bool = True,
         batch_polls: int = 1,
+        prompt_cache: PromptCache | None = None,
     ) -> None:
         self.default = default
         # Status retrievals a batch answers "in progress" before it ends (0: ended at once).
@@ -251,7 +258,13 @@ class FakeLLMServer:
         self.max_hang_s = max_hang_s
         self.keep_alive = keep_alive
         self.parse_bodies = parse_bodies
+        # Off by default (usage is then the scripted one, or a size estimate with no caching): with a
+        # `tests.fakecache.PromptCache`, replies without scripted usage bill what the provider's prompt
+        # cache would, and markers the provider rejects are answered with its 400.
+        self.prompt_cache = prompt_cache
         self.requests: list[RecordedRequest] = []
+        # Every answered inference request with the usage it reported, in answer order.
+        self.replies: list[tuple[RecordedRequest, Usage]] = []
         self._script: collections.deque[BehaviourSource] = collections.deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -606,10 +619,18 @@ class _Handler(BaseHTTPRequestHandler):
         if behaviour.kind in ("expired", "canceled"):  # batch-only behaviours: a direct call gets a 500
             self._send(500, _error_body(wire, server_error()))
             return
+        try:
+            usage = _usage(self.fake, wire, request, behaviour)
+        except CacheRequestError as exc:
+            bad = error(400, error_type="invalid_request_error", message=str(exc))
+            self._send(400, _error_body(wire, bad))
+            return
+        with self.fake._lock:
+            self.fake.replies.append((request, usage))
         payload = (
-            _anthropic_message(self.fake, request, behaviour)
+            _anthropic_message(self.fake, request, behaviour, usage)
             if wire == "anthropic"
-            else (_openai_completion(self.fake, request, behaviour))
+            else (_openai_completion(self.fake, request, behaviour, usage))
         )
         self._send(200, json.dumps(payload).encode(), behaviour.headers)
 
@@ -617,12 +638,19 @@ class _Handler(BaseHTTPRequestHandler):
 # -- wire formats ----------------------------------------------------------------------------------
 
 
-def _estimate_usage(request: RecordedRequest, behaviour: Behaviour) -> Usage:
+def _usage(fake: FakeLLMServer, wire: Wire, request: RecordedRequest, behaviour: Behaviour) -> Usage:
+    """The scripted usage, else the prompt cache's bill (when enabled), else a size estimate."""
     if behaviour.usage is not None:
         return behaviour.usage
-    prompt = json.dumps(request.body) if request.body is not None else ""
     out = (behaviour.text or "") + "".join(json.dumps(t.arguments) for t in behaviour.tool_calls)
-    return Usage(input_tokens=max(1, len(prompt) // 4), output_tokens=max(1, len(out) // 4))
+    output_tokens = max(1, len(out) // 4)
+    if fake.prompt_cache is not None and isinstance(request.body, dict):
+        bill = fake.prompt_cache.anthropic(request.body) if wire == "anthropic" else fake.prompt_cache.openai(request.body)
+        return Usage(input_tokens=bill.input_tokens, output_tokens=output_tokens,
+                     cache_read_tokens=bill.cache_read_tokens, cache_write_tokens=bill.cache_write_tokens,
+                     cache_write_1h_tokens=bill.cache_write_1h_tokens)
+    prompt = json.dumps(request.body) if request.body is not None else ""
+    return Usage(input_tokens=max(1, len(prompt) // 4), output_tokens=output_tokens)
 
 
 def _error_body(wire: Wire, behaviour: Behaviour) -> bytes:
@@ -636,7 +664,9 @@ def _error_body(wire: Wire, behaviour: Behaviour) -> bytes:
     return json.dumps(body).encode()
 
 
-def _anthropic_message(fake: FakeLLMServer, request: RecordedRequest, behaviour: Behaviour) -> dict[str, Any]:
+def _anthropic_message(
+    fake: FakeLLMServer, request: RecordedRequest, behaviour: Behaviour, usage: Usage
+) -> dict[str, Any]:
     n = fake.next_id()
     if behaviour.blocks is not None:
         content = list(behaviour.blocks)
@@ -654,7 +684,6 @@ def _anthropic_message(fake: FakeLLMServer, request: RecordedRequest, behaviour:
                 }
             )
     has_tool = any(block.get("type") == "tool_use" for block in content)
-    usage = _estimate_usage(request, behaviour)
     return {
         "id": f"msg_fake_{n}",
         "type": "message",
@@ -668,11 +697,17 @@ def _anthropic_message(fake: FakeLLMServer, request: RecordedRequest, behaviour:
             "output_tokens": usage.output_tokens,
             "cache_read_input_tokens": usage.cache_read_tokens,
             "cache_creation_input_tokens": usage.cache_write_tokens,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": usage.cache_write_tokens - usage.cache_write_1h_tokens,
+                "ephemeral_1h_input_tokens": usage.cache_write_1h_tokens,
+            },
         },
     }
 
 
-def _openai_completion(fake: FakeLLMServer, request: RecordedRequest, behaviour: Behaviour) -> dict[str, Any]:
+def _openai_completion(
+    fake: FakeLLMServer, request: RecordedRequest, behaviour: Behaviour, usage: Usage
+) -> dict[str, Any]:
     n = fake.next_id()
     if behaviour.message is not None:
         message = dict(behaviour.message)
@@ -688,7 +723,6 @@ def _openai_completion(fake: FakeLLMServer, request: RecordedRequest, behaviour:
                 }
                 for i, call in enumerate(behaviour.tool_calls)
             ]
-    usage = _estimate_usage(request, behaviour)
     prompt_tokens = usage.input_tokens + usage.cache_read_tokens
     return {
         "id": f"chatcmpl-fake-{n}",
@@ -747,7 +781,7 @@ def _anthropic_results(fake: FakeLLMServer, batch: _FakeBatch) -> bytes:
         outcome = batch.outcome(behaviour)
         result: dict[str, Any]
         if outcome == "succeeded":
-            result = {"type": "succeeded", "message": _anthropic_message(fake, request, behaviour)}
+            result = {"type": "succeeded", "message": _anthropic_message(fake, request, behaviour, _usage(fake, "anthropic", request, behaviour))}
         elif outcome == "errored":
             result = {"type": "errored", "error": json.loads(_error_body("anthropic", behaviour))}
         else:
@@ -795,7 +829,7 @@ def _openai_files(fake: FakeLLMServer, batch: _FakeBatch) -> None:
         outcome = batch.outcome(behaviour)
         line: dict[str, Any] = {"id": f"batch_req_fake_{n}", "custom_id": custom_id}
         if outcome == "succeeded":
-            body = _openai_completion(fake, request, behaviour)
+            body = _openai_completion(fake, request, behaviour, _usage(fake, "openai", request, behaviour))
             output.append({**line, "response": {"status_code": 200, "request_id": f"req_{n}", "body": body},
                            "error": None})
         elif outcome == "expired":

@@ -167,7 +167,12 @@ def test_a_conversation_per_verdict_through_the_sdk_then_fully_cached(
         assert results[0]["tool_use_id"] == body["messages"][1]["content"][1]["id"]  # answers the call it names
         assert [b["type"] for b in results[1]["content"]] == ["text", "image", "text", "image"]
         assert results[-1].get("cache_control") == {"type": "ephemeral"}  # later turns re-read it cheaply
-        assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+        # The bundled layout (trajectory-first): a fixed system prompt, then the action index, both
+        # cached for an hour; the instructions after the index; the conversation's tail for 5 minutes.
+        assert body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+        opening = body["messages"][0]["content"]
+        assert opening[0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"} and "- Step 2: `" in opening[0]["text"]
+        assert "cache_control" not in opening[1] and "# Output contract" in opening[1]["text"]
     else:
         body = follow_up.body
         roles = [m["role"] for m in body["messages"]]

@@ -202,7 +202,7 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
     assert tools == {"t1": [], "t2": AGENTIC_TOOLS}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     conn.close()
 
 
@@ -211,10 +211,12 @@ SCHEMA_3_COLUMNS = ("optimizer_calls", "optimizer_input_tokens", "optimizer_outp
 
 
 SCHEMA_4_COLUMNS = ("adaptive_keep", "alpha", "test", "rejudge_calls", "rejudge_cost_usd")
+SCHEMA_6_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
 
 
 def _drop_schema_4_columns(conn: sqlite3.Connection) -> None:
-    for column in SCHEMA_4_COLUMNS:
+    """Drop what schema 4 added, and what schema 6 added (every older ledger lacks those too)."""
+    for column in SCHEMA_4_COLUMNS + SCHEMA_6_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
 
 
@@ -222,6 +224,33 @@ def _drop_schema_3_columns(conn: sqlite3.Connection) -> None:
     _drop_schema_4_columns(conn)
     for column in SCHEMA_3_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+
+
+def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = _run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
+        ledger.finish_experiment(base.id, status="baseline", calls=10, input_tokens=5000, cost_usd=0.25)
+    conn = sqlite3.connect(path)  # what a schema-5 judgeloop wrote: no prompt-cache token columns
+    for column in SCHEMA_6_COLUMNS:
+        conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+    conn.execute("PRAGMA user_version = 5")
+    conn.close()
+
+    with Ledger.open_readonly(path) as ro:
+        old = ro.get_experiment(base.id)
+    assert (old.input_tokens, old.cache_read_tokens, old.cache_write_tokens) == (5000, 0, 0)
+    with Ledger(path) as ledger:
+        cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="library")
+        ledger.finish_experiment(cand.id, status="rolled_back", calls=10, input_tokens=900, cache_read_tokens=4200,
+                                 cache_write_tokens=300, cost_usd=0.05)
+        got = ledger.get_experiment(cand.id)
+        assert ledger.get_experiment(base.id).cache_read_tokens == 0
+    assert (got.input_tokens, got.cache_read_tokens, got.cache_write_tokens) == (900, 4200, 300)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    conn.close()
 
 
 def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Path) -> None:
@@ -268,7 +297,7 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
     assert got.cost_usd == 0.3 and got.judge_cost_usd == pytest.approx(0.25) and got.proposal_meta == {"note": "data"}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     conn.close()
     with Ledger(path) as ledger:  # the batches table (step 4 -> 5) works on the upgraded ledger
         row = ledger.record_batch(run.id, new.id, provider="openai", endpoint="https://api.openai.com/v1",

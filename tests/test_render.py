@@ -19,6 +19,7 @@ from optimizer.judge.render import (
 )
 from optimizer.judge.types import ImagePart, JudgeRequest, TextPart
 from optimizer.models import Step, Trajectory
+from tests.config_helpers import bundled_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "prompts"
@@ -115,8 +116,10 @@ def _fresh_cache():
 def test_every_step_text_is_followed_by_its_512x332_jpeg(tmp_path: Path) -> None:
     sandbox = tmp_path / "sb"
     traj = make_trajectory(sandbox, 5)
-    req = build_request(traj, FakeSplit(sandbox), PromptSet.from_dir(BUNDLED))
-    assert req.system == PromptSet.from_dir(BUNDLED).system_prompt()
+    rubric_first = bundled_prompts("rubric-first")
+    req = build_request(traj, FakeSplit(sandbox), rubric_first)
+    assert req.system == rubric_first.system_prompt()
+    assert req.cache_prefix is None and req.cache_ttl is None
     assert req.notes == ()
     kinds = [type(p).__name__ for p in req.parts]
     assert kinds == ["TextPart", "ImagePart"] * 5 + ["TextPart"]

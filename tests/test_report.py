@@ -93,7 +93,8 @@ def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.Cap
     assert all(list(r) == ["id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr",
                            "balanced_accuracy", "p_value", "calls", "cost_usd", "optimizer_calls",
                            "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd",
-                           "fp_by_type", "incumbent_fp_by_type"] for r in rows)
+                           "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
+                           "judge_cost_usd", "fp_by_type", "incumbent_fp_by_type"] for r in rows)
     # Per-type false positives on the items each experiment was judged on (these labels are untyped):
     # the baseline let n2 through, the kept candidate let nothing through; no verdicts, no counts.
     none = {"Critical Mistake": 0, "Bad Side Effect": 0, "Misunderstanding of the Instruction": 0, "untyped": 0}
@@ -177,7 +178,7 @@ def test_report_json_function_on_an_unknown_run_is_a_user_error(filled) -> None:
 
 
 def test_report_shows_the_optimisers_spend_apart_from_the_judges(tmp_path: Path) -> None:
-    from optimizer.report import report_text, spend
+    from optimizer.report import report_json, report_text, spend
 
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         run = ledger.create_run(strategy="reflect", policy="paired", split="sample", split_fingerprint="f" * 64,
@@ -189,10 +190,16 @@ def test_report_shows_the_optimisers_spend_apart_from_the_judges(tmp_path: Path)
                                        optimizer_calls=2, optimizer_input_tokens=300, optimizer_output_tokens=40,
                                        optimizer_cost_usd=0.05)
         ledger.finish_experiment(cand.id, status="rolled_back", calls=3, input_tokens=300, output_tokens=30,
-                                 cost_usd=0.08, items_evaluated=3)
+                                 cache_read_tokens=9000, cache_write_tokens=120, cost_usd=0.08, items_evaluated=3)
         text = report_text(ledger, ledger.get_run(run.id))
         totals = spend(ledger.experiments(run.id))
-    assert "    judge: 3 items, 3 calls, 0 cached, 300+30 tokens, $0.0300" in text
+        cand_json = report_json(ledger, ledger.get_run(run.id))["experiments"][1]
+    assert "    judge: 3 items, 3 calls, 0 cached, 300 in (+9,000 cache read, 120 cache write) / 30 out tokens, $0.0300" in text
+    assert "    judge: 4 items, 4 calls, 0 cached, 400 in / 40 out tokens, $0.0100" in text
+    assert (totals["cache_read_tokens"], totals["cache_write_tokens"]) == (9000, 120)
+    assert {k: cand_json[k] for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")} == {
+        "input_tokens": 300, "cache_read_tokens": 9000, "cache_write_tokens": 120, "output_tokens": 30}
+    assert cand_json["judge_cost_usd"] == pytest.approx(0.03)
     assert "    optimiser: 2 calls, 300+40 tokens, $0.0500 (experiment total $0.0800)" in text
     assert "spend: $0.0900 over 7 calls" in text
     assert "  judge $0.0400 (7 calls); optimiser $0.0500 (2 calls, 300+40 tokens)" in text

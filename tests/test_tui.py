@@ -24,6 +24,7 @@ from textual.command import CommandList
 from optimizer.cli import main
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import Ledger
+from optimizer.report import token_split
 from tests.tui_support import make_real_run
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.data import disagreements
@@ -229,6 +230,9 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
         assert "diff against parent" in text and "prompts/rubric.md" in text and "Additional rules" in text
         assert (kept.reason or "")[:30] in text
         assert " ".join(fp_line.split()) in " ".join(text.split())
+        # The judge's tokens as billed (uncached input, cache reads and writes when any, output) and dollars.
+        split = token_split(kept.input_tokens, kept.cache_read_tokens, kept.cache_write_tokens, kept.output_tokens)
+        assert f"{split} · ${kept.cost_usd:.4f}" in " ".join(text.split())
         table = app.screen.query_one("#flip-table")
         table.focus()
         table.move_cursor(row=row, column=col)

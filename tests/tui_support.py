@@ -82,7 +82,8 @@ def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callabl
         system = "\n".join(texts(m.get("content")) for m in messages if m.get("role") == "system")
         user = "\n".join(texts(m.get("content")) for m in messages if m.get("role") == "user")
         item = find(user)
-        skill = 0.65 + sum(0.5 * _unit("rule", r) - 0.1 for r in _rules(system))
+        # The rules are in the system prompt (rubric-first) or after the trajectory (trajectory-first).
+        skill = 0.65 + sum(0.5 * _unit("rule", r) - 0.1 for r in _rules(system + "\n" + user))
         counter["n"] += 1
         difficulty = _unit("item", item.tid)
         # Items near the skill boundary flip between replicates: the unstable ones.

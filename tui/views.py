@@ -26,7 +26,7 @@ from textual.worker import Worker, WorkerState
 from optimizer.judge.types import VIEW_SCREENSHOTS
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.models import MISTAKE_TYPES
-from optimizer.report import fp_by_type_line
+from optimizer.report import fp_by_type_line, token_split
 from tui.data import (
     REVIEW_LABELS,
     STATUS_STYLES,
@@ -419,7 +419,8 @@ class ExperimentView(View):
             decision.append("\nthis candidate is waiting: k keeps it, x discards it", style="bold yellow")
         decision.append(
             f"\nitems {exp.items_evaluated} · calls {exp.calls} + {exp.cache_hits} cached · "
-            f"{exp.input_tokens + exp.output_tokens:,} tokens · ${exp.cost_usd:.4f}"
+            f"{token_split(exp.input_tokens, exp.cache_read_tokens, exp.cache_write_tokens, exp.output_tokens)} · "
+            f"${exp.cost_usd:.4f}"
             + (f" · {exp.duration_s:.0f}s" if exp.duration_s else "")
         )
         if exp.optimizer_calls or exp.optimizer_cost_usd:  # the total above splits into judge + optimiser

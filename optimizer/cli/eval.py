@@ -11,6 +11,7 @@ from optimizer.cli.progress import TerminalEvents
 from optimizer.config import JudgeOverrides
 from optimizer.evaluation.scored import EvalOptions, evaluate
 from optimizer.metrics import Metrics
+from optimizer.report import token_split
 from optimizer.workspace import Workspace
 
 
@@ -57,8 +58,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(format_metrics(metrics))
         print(
-            f"calls: {run.calls_made} new, {run.cache_hits} cached · tokens: {run.input_tokens:,} in / "
-            f"{run.output_tokens:,} out · cost: ${run.cost_usd:.4f} (cached calls saved ${run.cached_cost_usd:.4f})"
+            f"calls: {run.calls_made} new, {run.cache_hits} cached · "
+            f"{token_split(run.input_tokens, run.cache_read_tokens, run.cache_write_tokens, run.output_tokens)} · "
+            f"cost: ${run.cost_usd:.4f} (cached calls saved ${run.cached_cost_usd:.4f})"
         )
         if run.infra_error_ids:
             print(f"infrastructure errors: {len(run.infra_error_ids)} item(s), not scored as verdicts; "

@@ -211,11 +211,11 @@ class _BatchPass:
     async def submit_round(self, keys: list[str]) -> StopReason | None:
         """Submit ``keys`` as one batch (budget reserved first) and collect it; a budget stop or None."""
         judge = self.judge
-        from optimizer.judge.providers.pricing import BATCH_DISCOUNT
+        from optimizer.judge.providers.pricing import batch_multiplier
 
+        discount = batch_multiplier(self.provider.model, judge.prices)
         estimates = {
-            k: estimate_cost_usd(self.calls[k].request, judge.sampling, self.provider.model, judge.prices)
-            * BATCH_DISCOUNT
+            k: estimate_cost_usd(self.calls[k].request, judge.sampling, self.provider.model, judge.prices) * discount
             for k in keys
         }
         total = sum(estimates.values())

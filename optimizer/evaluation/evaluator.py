@@ -316,6 +316,8 @@ async def evaluate_items(
         cache_hits=judge_items.cache_hits,
         input_tokens=judge_items.input_tokens,
         output_tokens=judge_items.output_tokens,
+        cache_read_tokens=judge_items.cache_read_tokens,
+        cache_write_tokens=judge_items.cache_write_tokens,
         cost_usd=judge_items.cost_usd,
         duration_s=time.monotonic() - started,
         stop=evaluator.stop,

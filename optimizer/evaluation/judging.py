@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.devset.split import Split
-from optimizer.evaluation.budget import Budget, call_cost_usd, estimate_cost_usd
+from optimizer.evaluation.budget import Budget, call_cost_usd, estimate_cost_usd, estimate_turn_cost_usd
 from optimizer.evaluation.cache import JudgeCache, cache_key
 from optimizer.evaluation.results import ItemResult, ReplicateResult
 from optimizer.judge.agentic import AgenticTask, ConversationState
@@ -135,6 +135,8 @@ class ItemJudge:
         self.text_only = bool(getattr(provider, "text_only", False))
         self.agentic = prompts.settings.mode == "agentic"
         self.token_budget = prompts.settings.token_budget
+        # A provider may prefer a layout over judge.toml's (the local judge: see its `layout`).
+        self.layout: str | None = getattr(provider, "layout", None)
         self.image_cache_dir = image_cache_dir
         self.semaphore = asyncio.Semaphore(concurrency)
         self.stop_reason: str | None = None
@@ -142,6 +144,8 @@ class ItemJudge:
         self.cache_hits = 0
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cache_read_tokens = 0
+        self.cache_write_tokens = 0
         self.cost_usd = 0.0
 
     # -- one call --------------------------------------------------------------------------------
@@ -243,6 +247,8 @@ class ItemJudge:
         self.calls_made += 1
         self.input_tokens += reply.input_tokens
         self.output_tokens += reply.output_tokens
+        self.cache_read_tokens += reply.cache_read_tokens
+        self.cache_write_tokens += reply.cache_write_tokens
         self.cost_usd += cost
         self.cache.put(
             key, provider=self.provider.name, model=self.provider.model, replicate=index,
@@ -334,6 +340,7 @@ class ItemJudge:
             "prompts": self.prompts.prompt_hash(),
             "text_only": self.text_only,
             "token_budget": self.token_budget,
+            "layout": self.layout,
             "trajectory": hashlib.sha256(Path(json_path(tid)).read_bytes()).hexdigest(),
             "screens": screens,
         }
@@ -349,6 +356,7 @@ class ItemJudge:
             text_only=self.text_only,
             token_budget=self.token_budget,
             image_cache_dir=self.image_cache_dir,
+            layout=self.layout,
         )
 
     async def _direct_lookups(
@@ -453,9 +461,9 @@ class ItemJudge:
         estimate = 0.0
         reserved = False
         if self.budget is not None:
-            guess = ProviderReply(text="", model=self.provider.model,
-                                  input_tokens=task.estimate_input_tokens(state), output_tokens=self.sampling.max_tokens)
-            estimate = self._reserve(call_cost_usd(guess, self.prices))
+            ttl = task.cache_ttl if task.trajectory_first else None
+            estimate = self._reserve(estimate_turn_cost_usd(
+                task.estimate_input_tokens(state), self.sampling, self.provider.model, self.prices, ttl))
             reserved = True
         t0 = time.monotonic()
         try:

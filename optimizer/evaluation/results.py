@@ -81,7 +81,8 @@ class ItemResult:
 
 @dataclass
 class EvalRun:
-    """Everything one evaluation produced. Tokens and ``cost_usd`` count only calls made now."""
+    """Everything one evaluation produced. Tokens and ``cost_usd`` count only calls made now; input
+    tokens are the uncached ones, cache reads and writes are counted apart."""
 
     items: list[ItemResult]
     calls_made: int = 0
@@ -91,6 +92,8 @@ class EvalRun:
     cost_usd: float = 0.0
     duration_s: float = 0.0
     stop: StopReason | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     notes: list[str] = field(default_factory=list)
     not_evaluated: list[str] = field(default_factory=list)
     item_ids: list[str] = field(default_factory=list)

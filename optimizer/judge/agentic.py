@@ -13,6 +13,10 @@ index of every step's action, and investigates with tools before answering:
   answered with what is wrong while turns remain. A plain-text reply without tool calls is taken
   as the answer too.
 
+Under ``layout = "trajectory-first"`` the system prompt is the fixed `STATIC_AGENTIC_SYSTEM_PROMPT`
+and the opening message is the index, a cache breakpoint, then judge.md with the rubric and the
+verdict request, so the index stays a cached prefix across candidates.
+
 A verdict is at most ``agent_max_turns`` model calls; the last one offers only ``submit_verdict``.
 No verdict by then is a parse failure (a model output, cached, counted wrong).
 
@@ -35,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.devset.markdown import action_string
-from optimizer.judge.prompts import PromptSet
+from optimizer.judge.prompts import STATIC_AGENTIC_SYSTEM_PROMPT, PromptSet
 from optimizer.judge.render import (
     _DECODE_ERRORS,
     CHARS_PER_TOKEN,
@@ -176,7 +180,17 @@ class AgenticTask:
         self.max_turns = settings.agent_max_turns
         self.max_screens = 0 if settings.screenshots == "none" else settings.agent_max_screenshots
         self.image_cache_dir = None if image_cache_dir is None else str(image_cache_dir)
-        self.system = prompts.system_prompt() + SYSTEM_ADDENDUM.format(max_turns=self.max_turns)
+        addendum = SYSTEM_ADDENDUM.format(max_turns=self.max_turns)
+        self.trajectory_first = prompts.trajectory_first
+        self.cache_ttl = settings.cache_ttl
+        if self.trajectory_first:
+            # The fixed system prompt; the instructions follow the trajectory index in the opening message.
+            self.system = STATIC_AGENTIC_SYSTEM_PROMPT
+            self.instructions = prompts.instructions() + addendum.replace("the user message holds", "the "
+                                                                          "index above holds")
+        else:
+            self.system = prompts.system_prompt() + addendum
+            self.instructions = ""
         self.tools = _tool_specs(self.max_screens > 0, self.max_screens)
         self.final_tools = [t for t in self.tools if t.name == SUBMIT]
         self.notes: tuple[str, ...] = ()
@@ -185,6 +199,7 @@ class AgenticTask:
             path = split.screenshot_file(step)
             self._screens[i] = None if path is None else _file_state(path)
         self.opening = self._opening()
+        self.opening_message = self._opening_message()
         self.fingerprint = self._fingerprint()
 
     # -- the opening message -----------------------------------------------------------------------
@@ -196,11 +211,29 @@ class AgenticTask:
                  + (" and the screenshots" if self.max_screens else "") + ".\n"]
         for i, step in enumerate(steps):
             lines.append(f"- Step {i}: `{action_string(step.action)}`")
-        lines.append(
+        verdict = (
             "\n## Your verdict\n\nJudge whether the steps accomplish exactly this instruction:\n\n"
             f"{goal}\n\nInvestigate with the tools, then call {SUBMIT}."
         )
+        if self.trajectory_first:  # the verdict request goes after the instructions (`_opening_message`)
+            return "\n".join(lines) + "\n"
+        lines.append(verdict)
         return "\n".join(lines)
+
+    def _opening_message(self) -> UserMessage:
+        """The first user message: the index alone (rubric-first), or the index, a cache breakpoint,
+        then the instructions and the verdict request (trajectory-first)."""
+        if not self.trajectory_first:
+            return UserMessage((TextPart(self.opening),))
+        goal = self.traj.task.instruction.strip()
+        verdict = (
+            "\n\n## Your verdict\n\nJudge whether the steps accomplish exactly this instruction:\n\n"
+            f"{goal}\n\nInvestigate with the tools, then call {SUBMIT}."
+        )
+        return UserMessage(
+            (TextPart(self.opening), TextPart(self.instructions.rstrip("\n") + verdict)),
+            cache_prefix=1, cache_ttl=self.cache_ttl,
+        )
 
     def _fingerprint(self) -> str:
         s = self.settings
@@ -209,7 +242,8 @@ class AgenticTask:
         payload = {
             "v": AGENTIC_VERSION,
             "system": self.system,
-            "opening": self.opening,
+            "opening": self.opening if not self.trajectory_first else [p.text for p in self.opening_message.parts
+                                                                          if isinstance(p, TextPart)],
             "tools": [[t.name, t.description, t.parameters] for t in self.tools],
             "max_turns": self.max_turns,
             "image": [s.image_width, s.image_height, s.jpeg_quality],
@@ -319,7 +353,7 @@ class ConversationState:
 
     def __post_init__(self) -> None:
         self._hash = hashlib.sha256(self.task.fingerprint.encode())
-        self.messages.append(UserMessage((TextPart(self.task.opening),)))
+        self.messages.append(self.task.opening_message)
 
     @property
     def last_turn(self) -> bool:

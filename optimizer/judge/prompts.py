@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from optimizer.errors import UserError
-from optimizer.judge.types import Sampling
+from optimizer.judge.types import CacheTTL, Sampling
 from optimizer.models import MISTAKE_TYPES
 
 if TYPE_CHECKING:
@@ -59,6 +59,27 @@ _ALLOWED: dict[str, frozenset[str]] = {
     LIBRARY_MD: frozenset({"mistake_types", "screenshots"}),
 }
 
+# The system prompt of the trajectory-first layout. Deliberately code, not a file under prompts/: no
+# candidate, allowed_files setting or hand edit of the prompt files can change it, so it stays the
+# start of every cached prefix. Changing it here re-pays every trajectory once (and the render-code
+# hash in the request memo picks the change up).
+STATIC_SYSTEM_PROMPT = """\
+You evaluate recorded runs of computer-use agents. An agent was given an instruction and operated a \
+desktop computer to carry it out. The user message gives you, in this order: the instruction (the \
+goal); the recorded trajectory, as numbered steps, each with the action the agent took and, when \
+included, a screenshot of the screen just before that action; then the judging instructions and the \
+rubric to apply, which end with the exact output format. Read the whole trajectory, then judge it \
+exactly as the judging instructions after it say, and answer only in the output format they set.
+"""
+STATIC_AGENTIC_SYSTEM_PROMPT = """\
+You evaluate recorded runs of computer-use agents. An agent was given an instruction and operated a \
+desktop computer to carry it out. The user message gives you, in this order: the instruction (the \
+goal); an index of the recorded trajectory, one line per numbered step with the action the agent \
+took; then the judging instructions and the rubric to apply, which end with the exact output format. \
+Tools give you the full record of steps and the screenshots. Investigate as the judging instructions \
+after the index say, and give your answer only as they set.
+"""
+
 _PLACEHOLDER_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 _ENTRY_MARK_RE = re.compile(r"^\s*<!-- judgeloop:entry ([a-z0-9][a-z0-9-]*) -->\s*$")
@@ -77,6 +98,15 @@ class JudgeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: Literal["direct", "agentic"] = "direct"
+    # Where the editable instructions go. "rubric-first" (what a judge.toml without the key means):
+    # judge.md + rubric as the system prompt, then the trajectory. "trajectory-first" (the bundled
+    # default): a fixed system prompt no candidate can change, the trajectory, a cache breakpoint, then
+    # the instructions, so every candidate after the first re-reads the trajectory from the provider's
+    # prompt cache. See `optimizer.judge.render`.
+    layout: Literal["rubric-first", "trajectory-first"] = "rubric-first"
+    # Anthropic cache lifetime of the trajectory prefix (trajectory-first only): a loop revisits each item
+    # once per candidate, usually more than 5 minutes apart.
+    cache_ttl: CacheTTL = "1h"
     agent_max_turns: int = Field(default=12, ge=2, le=100)
     # A conversation re-sends every screenshot it has shown; the Anthropic API takes at most 100 per request.
     agent_max_screenshots: int = Field(default=24, ge=0, le=100)
@@ -323,6 +353,16 @@ class PromptSet:
     def placeholder_values(self) -> dict[str, str]:
         """Values of the placeholders shared by every template."""
         return {"mistake_types": mistake_types_text(), "screenshots": self.settings.screenshot_sentence()}
+
+    @property
+    def trajectory_first(self) -> bool:
+        """Whether requests put the trajectory before the editable instructions (``layout``)."""
+        return self.settings.layout == "trajectory-first"
+
+    def instructions(self) -> str:
+        """The editable judge instructions: judge.md with the rubric inserted (the output contract at
+        its end). The system prompt under ``rubric-first``; after the trajectory under ``trajectory-first``."""
+        return self.system_prompt()
 
     def system_prompt(self) -> str:
         """judge.md with the rubric inserted, comments and markers removed, placeholders filled."""

@@ -1,9 +1,13 @@
 """Rendering one trajectory into a `JudgeRequest`: system prompt, goal, steps, screenshots.
 
-The system prompt is ``prompts.system_prompt()`` (judge.md with the rubric). The user content is the
-goal, then every step's text (its action string, plus thought / description / timestamp when the
-trajectory has them) followed by its screenshot when the screenshot policy selected it, then a
-closing reminder of the instruction. Screenshots are the screen *before* the step's action, resized
+Two layouts (``judge.toml`` ``layout``). ``rubric-first``: the system prompt is
+``prompts.system_prompt()`` (judge.md with the rubric); the user content is the goal, then every
+step's text (its action string, plus thought / description / timestamp when the trajectory has them)
+followed by its screenshot when the screenshot policy selected it, then a closing reminder of the
+instruction. ``trajectory-first``: the system prompt is the fixed `STATIC_SYSTEM_PROMPT`; the user
+content is the same goal, steps and screenshots (``JudgeRequest.cache_prefix`` parts, identical for
+every candidate), then one text part holding judge.md with the rubric (the output contract at its
+end) and the closing reminder — so only that last part changes from one candidate to the next. Screenshots are the screen *before* the step's action, resized
 to exactly ``image_width`` x ``image_height`` pixels and sent as JPEG; with ``tiling`` four
 consecutive selected frames are pasted row-major into one image twice as wide and tall.
 
@@ -34,7 +38,7 @@ from typing import Protocol
 from PIL import Image
 
 from optimizer.devset.markdown import action_string, timestamp_ms_text
-from optimizer.judge.prompts import JudgeSettings, PromptSet
+from optimizer.judge.prompts import STATIC_SYSTEM_PROMPT, JudgeSettings, PromptSet
 from optimizer.judge.types import ImagePart, JudgeRequest, Part, TextPart
 from optimizer.models import Step, Trajectory
 
@@ -332,18 +336,24 @@ def build_request(
     text_only: bool = False,
     token_budget: int | None = None,
     image_cache_dir: Path | None = None,
+    layout: str | None = None,
 ) -> JudgeRequest:
     """Render ``traj`` for the judge described by ``prompts`` (screenshots read through ``split``).
 
     ``text_only`` drops every screenshot up front (providers that cannot read images);
     ``token_budget`` overrides ``judge.toml``'s (estimated input tokens, system prompt included);
+    ``layout`` overrides ``judge.toml``'s (a provider whose cache works better with the other one);
     ``image_cache_dir`` keeps encoded JPEGs on disk across processes (decoding and resizing a
     full-size PNG costs tens of milliseconds; a cached re-evaluation should not pay it again).
     Encoded images are also cached in memory per process.
     """
     cache_dir = None if image_cache_dir is None else str(image_cache_dir)
     settings = prompts.settings
-    system = prompts.system_prompt()
+    trajectory_first = (layout or settings.layout) == "trajectory-first"
+    # rubric-first: the instructions are the system prompt. trajectory-first: a fixed system prompt,
+    # and the instructions follow the trajectory (after the cache breakpoint).
+    system = STATIC_SYSTEM_PROMPT if trajectory_first else prompts.system_prompt()
+    instructions = prompts.instructions() + "\n" if trajectory_first else ""
     steps = traj.steps
     n = len(steps)
     notes: list[str] = []
@@ -375,7 +385,7 @@ def build_request(
     texts = [_step_text(i, s) for i, s in enumerate(steps)]
     # The intro's length barely depends on the frame count; estimate with the longest variant.
     intro_guess = _screenshot_intro(settings, max(len(frames), 1), n, text_only)
-    costs = _Costs(system + header_core + intro_guess + closing, texts, steps, settings)
+    costs = _Costs(system + instructions + header_core + intro_guess + closing, texts, steps, settings)
     plan = _fit_budget(costs, frames, n, budget, notes) if budget is not None else _Plan(frames=frames)
 
     parts: list[Part] = []
@@ -411,9 +421,16 @@ def build_request(
             if part is not None:
                 flush()
                 parts.append(part)
-    buffer.append(closing)
+    if not trajectory_first:
+        buffer.append(closing)
+        flush()
+        return JudgeRequest(system=system, parts=tuple(parts), notes=tuple(notes))
     flush()
-    return JudgeRequest(system=system, parts=tuple(parts), notes=tuple(notes))
+    prefix = len(parts)  # goal, steps and screenshots: the same for every candidate
+    parts.append(TextPart(instructions + closing))
+    return JudgeRequest(
+        system=system, parts=tuple(parts), notes=tuple(notes), cache_prefix=prefix, cache_ttl=settings.cache_ttl
+    )
 
 
 def _image_part(

@@ -26,16 +26,44 @@ class ImagePart:
 
 
 Part = TextPart | ImagePart
+CacheTTL = Literal["5m", "1h"]
+
+
+def _text_parts_before(parts: tuple[Part, ...], end: int) -> int:
+    return sum(1 for p in parts[:end] if isinstance(p, TextPart))
 
 
 @dataclass(frozen=True)
 class JudgeRequest:
-    """What a provider sends: a system prompt (judge prompt + rubric) and the user content in order."""
+    """What a provider sends: a system prompt and the user content in order.
+
+    ``cache_prefix``: None for the rubric-first layout (the system prompt is judge.md + rubric);
+    under trajectory-first, the number of leading ``parts`` that are the same for every candidate
+    (goal, steps, screenshots): providers put a cache breakpoint after them (Anthropic, with
+    ``cache_ttl``) or route by a key derived from them (OpenAI ``prompt_cache_key``). Neither changes
+    what the model reads, so neither is part of `fingerprint`.
+    """
 
     system: str
     parts: tuple[Part, ...]
     # Preprocessing notes for the run record: images dropped, text compressed, budget applied...
     notes: tuple[str, ...] = ()
+    cache_prefix: int | None = None
+    cache_ttl: CacheTTL | None = None
+
+    def prefix_key(self) -> str | None:
+        """A stable id of the cached prefix (system prompt + the first ``cache_prefix`` parts): the same
+        for every candidate judging this item, different between items; None without a prefix. Built from
+        the rendered content only, never from labels or keys."""
+        if self.cache_prefix is None:
+            return None
+        h = hashlib.sha256(b"system\0" + self.system.encode())
+        for part in self.parts[: self.cache_prefix]:
+            if isinstance(part, TextPart):
+                h.update(b"\0text\0" + part.text.encode())
+            else:
+                h.update(b"\0image\0" + hashlib.sha256(part.data).digest())
+        return "judgeloop-" + h.hexdigest()[:40]
 
     def fingerprint(self) -> str:
         """sha256 over everything that determines the request content (not the notes)."""
@@ -49,10 +77,13 @@ class JudgeRequest:
         return h.hexdigest()
 
     def without_images(self, note: str) -> JudgeRequest:
+        prefix = None if self.cache_prefix is None else _text_parts_before(self.parts, self.cache_prefix)
         return JudgeRequest(
             system=self.system,
             parts=tuple(p for p in self.parts if isinstance(p, TextPart)),
             notes=(*self.notes, note),
+            cache_prefix=prefix,
+            cache_ttl=self.cache_ttl,
         )
 
 
@@ -70,6 +101,11 @@ class Sampling:
 
 @dataclass(frozen=True)
 class ProviderReply:
+    """One model reply and its usage, split the way providers bill it: ``input_tokens`` uncached
+    input; ``cache_read_tokens`` input read from the prompt cache; ``cache_write_tokens`` input
+    written to it (all TTLs), of which ``cache_write_1h_tokens`` with the 1-hour TTL (Anthropic);
+    ``output_tokens``. Their sum is the whole prompt + reply."""
+
     text: str
     model: str
     input_tokens: int = 0
@@ -77,6 +113,7 @@ class ProviderReply:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     raw: dict[str, Any] = field(default_factory=dict)
+    cache_write_1h_tokens: int = 0
 
 
 # -- tool-using conversations (the agentic judge) --------------------------------------------------
@@ -220,7 +257,12 @@ class ToolResult:
 
 @dataclass(frozen=True)
 class UserMessage:
+    """A user turn. ``cache_prefix``/``cache_ttl`` as in `JudgeRequest` (the agentic judge's opening
+    message under trajectory-first: a breakpoint after the trajectory index)."""
+
     parts: tuple[Part, ...]
+    cache_prefix: int | None = None
+    cache_ttl: CacheTTL | None = None
 
 
 @dataclass(frozen=True)

@@ -460,6 +460,8 @@ class LoopRunner:
             cache_hits=ev.run.cache_hits + sum(p.cache_hits for p in ev.rejudge),
             input_tokens=ev.run.input_tokens + sum(p.input_tokens for p in ev.rejudge),
             output_tokens=ev.run.output_tokens + sum(p.output_tokens for p in ev.rejudge),
+            cache_read_tokens=ev.run.cache_read_tokens + sum(p.cache_read_tokens for p in ev.rejudge),
+            cache_write_tokens=ev.run.cache_write_tokens + sum(p.cache_write_tokens for p in ev.rejudge),
             cost_usd=ev.run.cost_usd + ev.rejudge_cost_usd + fields.pop("extra_cost", 0.0),
             duration_s=ev.run.duration_s + sum(p.duration_s for p in ev.rejudge),
             **fields,

@@ -353,6 +353,7 @@ def _record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> No
         ledger.finish_experiment(
             exp.id, status="running", decision=exp.decision, reason=exp.reason, finished=False,
             calls=exp.calls, input_tokens=exp.input_tokens, output_tokens=exp.output_tokens,
+            cache_read_tokens=exp.cache_read_tokens, cache_write_tokens=exp.cache_write_tokens,
             cost_usd=exp.cost_usd + paid,
         )
     # Counted once: a crash before the resumed evaluation starts must not count this window again.

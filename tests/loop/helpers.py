@@ -226,7 +226,8 @@ class FakeJudge:
             time.sleep(self.delay_s)
         tid = self.trajectory_of(user)
         label = self.labels[tid]
-        ok = self.correct(tid, self.enabled_in(system))
+        # The rubric is the system prompt (rubric-first) or follows the trajectory (trajectory-first).
+        ok = self.correct(tid, self.enabled_in(system + user))
         success = label.is_positive if ok else not label.is_positive
         verdict = {
             "success": success,

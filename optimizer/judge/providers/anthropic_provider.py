@@ -4,6 +4,11 @@
   consults no profile or other credential source); a missing key is a UserError at construction.
 - The system prompt is one text block marked ``cache_control: ephemeral``: every item of a split
   shares it, so the judge prompt + rubric is billed at the cache-read price after the first call.
+- Under ``layout = "trajectory-first"`` (`JudgeRequest.cache_prefix`) the last block of the
+  trajectory carries a second breakpoint, and both carry ``ttl`` = ``cache_ttl`` ("1h" by default):
+  the next candidate re-reads the trajectory at the cache-read price. Usage is split as billed:
+  ``input_tokens`` (uncached), ``cache_read_input_tokens``, ``cache_creation_input_tokens`` and its
+  ``cache_creation.ephemeral_1h_input_tokens`` part (the 1-hour writes, priced apart).
 - Images are base64 image blocks, in order with the text blocks.
 - Structured output: ``output_config={"format": {"type": "json_schema", "schema": ...}}``.
 - SDK 2.x has no ``temperature``/``top_p`` arguments; they go in the request body, and only when
@@ -54,6 +59,7 @@ from optimizer.judge.types import (
     AssistantTurn,
     BatchEntry,
     BatchState,
+    CacheTTL,
     ConversationMessage,
     ImagePart,
     JudgeRequest,
@@ -107,8 +113,9 @@ class AnthropicProvider(WireProvider):
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": sampling.max_tokens,
-            "system": [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": _blocks(request.parts, image)}],
+            "system": [{"type": "text", "text": request.system, "cache_control": _cache_control(request.cache_ttl)}],
+            "messages": [{"role": "user", "content": _prefixed_blocks(request.parts, request.cache_prefix,
+                                                                       request.cache_ttl, image)}],
             "output_config": {"format": {"type": "json_schema", "schema": schema}},
         }
         return _with_sampling(params, sampling)
@@ -123,9 +130,13 @@ class AnthropicProvider(WireProvider):
         cache_conversation: bool = True,
     ) -> dict[str, Any]:
         wire: list[dict[str, Any]] = []
+        # The system block's TTL may not be shorter than a later breakpoint's (the API rejects a 1h
+        # breakpoint after a 5m one): it takes the opening message's.
+        ttl = next((m.cache_ttl for m in messages if isinstance(m, UserMessage) and m.cache_prefix is not None), None)
         for message in messages:
             if isinstance(message, UserMessage):
-                wire.append({"role": "user", "content": _blocks(message.parts, image)})
+                wire.append({"role": "user", "content": _prefixed_blocks(message.parts, message.cache_prefix,
+                                                                          message.cache_ttl, image)})
             elif isinstance(message, AssistantTurn):
                 blocks: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
                 blocks += [
@@ -144,11 +155,12 @@ class AnthropicProvider(WireProvider):
                 wire.append({"role": "user", "content": results})
         if cache_conversation and wire and wire[-1]["content"]:
             last = wire[-1]["content"][-1]
+            # Turns follow each other within seconds: the 5-minute TTL (the cheaper write) is enough.
             wire[-1]["content"][-1] = {**last, "cache_control": {"type": "ephemeral"}}
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": sampling.max_tokens,
-            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            "system": [{"type": "text", "text": system, "cache_control": _cache_control(ttl)}],
             "messages": wire,
         }
         if tools:
@@ -196,13 +208,19 @@ class AnthropicProvider(WireProvider):
 
     def _reply(self, message: Message, text: str) -> ProviderReply:
         usage = message.usage
+        written = usage.cache_creation_input_tokens or 0
+        # The per-TTL breakdown, when the API sends it; without it every write is priced as a 5m write
+        # unless the request asked only for 1h breakpoints, which the caller's pricing cannot know:
+        # the breakdown is what Anthropic bills by.
+        written_1h = usage.cache_creation.ephemeral_1h_input_tokens if usage.cache_creation is not None else 0
         return ProviderReply(
             text=text,
             model=message.model or self.model,
             input_tokens=usage.input_tokens or 0,
             output_tokens=usage.output_tokens or 0,
             cache_read_tokens=usage.cache_read_input_tokens or 0,
-            cache_write_tokens=usage.cache_creation_input_tokens or 0,
+            cache_write_tokens=written,
+            cache_write_1h_tokens=min(written, written_1h or 0),
             raw={"id": message.id, "stop_reason": message.stop_reason},
         )
 
@@ -281,6 +299,24 @@ def _blocks(parts: tuple[Part, ...], image: ImageString) -> list[dict[str, Any]]
                 {"type": "image", "source": {"type": "base64", "media_type": part.media_type, "data": image("", part.data)}}
             )
     return content
+
+
+def _cache_control(ttl: CacheTTL | None) -> dict[str, Any]:
+    """A ``cache_control`` marker: the API's default TTL (5 minutes) when ``ttl`` is None."""
+    return {"type": "ephemeral"} if ttl is None else {"type": "ephemeral", "ttl": ttl}
+
+
+def _prefixed_blocks(
+    parts: tuple[Part, ...], prefix: int | None, ttl: CacheTTL | None, image: ImageString
+) -> list[dict[str, Any]]:
+    """Content blocks of ``parts``; with a ``prefix``, the last block of the first ``prefix`` parts
+    carries a cache breakpoint (the end of the trajectory, under the trajectory-first layout)."""
+    if prefix is None:
+        return _blocks(parts, image)
+    head = _blocks(parts[:prefix], image)
+    if head:
+        head[-1] = {**head[-1], "cache_control": _cache_control(ttl)}
+    return head + _blocks(parts[prefix:], image)
 
 
 def _with_sampling(params: dict[str, Any], sampling: Sampling) -> dict[str, Any]:

@@ -136,6 +136,10 @@ class LocalProvider:
 
     name = "local"
     text_only = True
+    # llama.cpp reuses the longest prefix of a slot's previous prompt: the judge prompt shared by every
+    # item is what it can reuse, so the instructions go first whatever judge.toml's layout says (the
+    # trajectory-first layout pays off with providers whose cache holds many items' prefixes).
+    layout = "rubric-first"
     label = DEMO_LABEL
 
     def __init__(self, judge: JudgeSection) -> None:

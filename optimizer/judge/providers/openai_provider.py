@@ -19,7 +19,12 @@ OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and 
   automatic on this wire, so ``cache_conversation`` changes nothing here.
 - ``role`` (`_common.Role`): whose model this is — the judge's or the optimiser's; it words the
   errors a user reads, nothing else.
-- Token convention: ``input_tokens = prompt_tokens - cached_tokens``, ``cache_read_tokens = cached_tokens``.
+- Token convention: ``input_tokens = prompt_tokens - cached_tokens``, ``cache_read_tokens = cached_tokens``
+  (``prompt_tokens`` includes the cached tokens; this wire reports no cache writes).
+- Under ``layout = "trajectory-first"`` (`JudgeRequest.cache_prefix`) the body carries
+  ``prompt_cache_key``: a hash of the item's rendered prefix (`JudgeRequest.prefix_key`), the same for
+  every candidate, so the item's requests are routed to where its trajectory is cached. Compatible
+  servers ignore the field.
 - The call goes through the client's own ``post`` (the SDK's transport, auth, retries honouring
   ``retry-after``, error classes and response parsing into ``ChatCompletion``) rather than
   ``chat.completions.create``: ``create`` first runs the SDK's type-directed parameter transform,
@@ -141,6 +146,9 @@ class OpenAIProvider(WireProvider):
                 "json_schema": {"name": "verdict", "schema": schema, "strict": True},
             },
         }
+        cache_key = request.prefix_key()
+        if cache_key is not None:
+            params["prompt_cache_key"] = cache_key
         return self._with_sampling(params, sampling)
 
     def _with_sampling(self, params: dict[str, Any], sampling: Sampling) -> dict[str, Any]:
@@ -184,6 +192,11 @@ class OpenAIProvider(WireProvider):
                 if shown:
                     wire.append({"role": "user", "content": _content(tuple(shown), image, force_parts=True)})
         params: dict[str, Any] = {"model": self.model, "messages": wire}
+        opening = next((m for m in messages if isinstance(m, UserMessage)), None)
+        if opening is not None and opening.cache_prefix is not None:
+            params["prompt_cache_key"] = JudgeRequest(
+                system=system, parts=opening.parts, cache_prefix=opening.cache_prefix
+            ).prefix_key()
         if tools:  # an empty ``tools`` array is rejected by the OpenAI API
             params["tools"] = [
                 {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}

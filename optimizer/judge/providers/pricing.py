@@ -4,8 +4,10 @@ Prices are US dollars per million tokens (`optimizer.config.Price`). The built-i
 few current models and can be stale: ``[prices."<model>"]`` in ``judgeloop.toml`` always wins.
 
 Token convention (the one `ProviderReply` uses): ``input_tokens`` are the uncached input tokens;
-``cache_read_tokens`` and ``cache_write_tokens`` are billed apart at their own prices (falling
-back to the input price when a price entry leaves them unset).
+``cache_read_tokens`` and ``cache_write_tokens`` are billed apart at their own prices (see
+`optimizer.config.Price` for the fall-backs when a price entry leaves them unset), the
+``cache_write_1h_tokens`` part of the writes at the 1-hour price. A call made through a batch API is
+priced with ``batch=True``: every price times ``Price.batch``, cache prices included.
 """
 
 from __future__ import annotations
@@ -18,31 +20,34 @@ from optimizer.judge.types import ProviderReply
 
 # USD per million tokens, list prices from the providers' pricing pages (2026). Stale entries are
 # harmless only if the user overrides them; keep this table short.
+# Anthropic: a cache write costs 1.25x input with the 5-minute TTL, 2x with the 1-hour TTL; a cache
+# read 0.1x input (0.05x on 5.5); the Message Batches API halves every price, cache prices included.
+# OpenAI: automatic prompt caching with no write surcharge (no writes are reported); the Batch API
+# halves the prices.
+_A, _O = 0.5, 0.5  # batch multipliers
 BUILTIN_PRICES: dict[str, Price] = {
-    # Anthropic: cache writes (5-minute TTL) cost 1.25x input; cache reads 0.1x input (0.05x on 5.5).
-    "claude-opus-5-5": Price(input=4.0, output=20.0, cache_read=0.20, cache_write=5.0),
-    "claude-sonnet-5-5": Price(input=2.0, output=10.0, cache_read=0.10, cache_write=2.5),
-    "claude-opus-5": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
-    "claude-sonnet-5": Price(input=2.0, output=10.0, cache_read=0.20, cache_write=2.5),
-    "claude-opus-4-8": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
-    "claude-opus-4-7": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
-    "claude-opus-4-6": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
-    "claude-opus-4-5": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25),
-    "claude-sonnet-4-6": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75),
-    "claude-sonnet-4-5": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75),
-    "claude-haiku-4-5": Price(input=1.0, output=5.0, cache_read=0.10, cache_write=1.25),
-    # OpenAI: automatic prompt caching, no write surcharge.
-    "gpt-5": Price(input=1.25, output=10.0, cache_read=0.125, cache_write=1.25),
-    "gpt-5-mini": Price(input=0.25, output=2.0, cache_read=0.025, cache_write=0.25),
-    "gpt-4.1": Price(input=2.0, output=8.0, cache_read=0.50, cache_write=2.0),
-    "gpt-4.1-mini": Price(input=0.40, output=1.60, cache_read=0.10, cache_write=0.40),
-    "gpt-4o": Price(input=2.50, output=10.0, cache_read=1.25, cache_write=2.50),
-    "gpt-4o-mini": Price(input=0.15, output=0.60, cache_read=0.075, cache_write=0.15),
+    "claude-opus-5-5": Price(input=4.0, output=20.0, cache_read=0.20, cache_write=5.0, cache_write_1h=8.0, batch=_A),
+    "claude-sonnet-5-5": Price(input=2.0, output=10.0, cache_read=0.10, cache_write=2.5, cache_write_1h=4.0, batch=_A),
+    "claude-opus-5": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
+    "claude-sonnet-5": Price(input=2.0, output=10.0, cache_read=0.20, cache_write=2.5, cache_write_1h=4.0, batch=_A),
+    "claude-opus-4-8": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
+    "claude-opus-4-7": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
+    "claude-opus-4-6": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
+    "claude-opus-4-5": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
+    "claude-sonnet-4-6": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75, cache_write_1h=6.0, batch=_A),
+    "claude-sonnet-4-5": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75, cache_write_1h=6.0, batch=_A),
+    "claude-haiku-4-5": Price(input=1.0, output=5.0, cache_read=0.10, cache_write=1.25, cache_write_1h=2.0, batch=_A),
+    "gpt-5": Price(input=1.25, output=10.0, cache_read=0.125, cache_write=1.25, cache_write_1h=1.25, batch=_O),
+    "gpt-5-mini": Price(input=0.25, output=2.0, cache_read=0.025, cache_write=0.25, cache_write_1h=0.25, batch=_O),
+    "gpt-4.1": Price(input=2.0, output=8.0, cache_read=0.50, cache_write=2.0, cache_write_1h=2.0, batch=_O),
+    "gpt-4.1-mini": Price(input=0.40, output=1.60, cache_read=0.10, cache_write=0.40, cache_write_1h=0.40, batch=_O),
+    "gpt-4o": Price(input=2.50, output=10.0, cache_read=1.25, cache_write=2.50, cache_write_1h=2.50, batch=_O),
+    "gpt-4o-mini": Price(input=0.15, output=0.60, cache_read=0.075, cache_write=0.15, cache_write_1h=0.15, batch=_O),
     # The offline demonstration judge runs on this machine.
-    "smollm2-135m": Price(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0),
+    "smollm2-135m": Price(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0, cache_write_1h=0.0),
 }
 
-FREE = Price(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0)
+FREE = Price(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0, cache_write_1h=0.0)
 
 
 def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price | None:
@@ -59,32 +64,46 @@ def price_for(model: str, overrides: Mapping[str, Price] | None = None) -> Price
     return BUILTIN_PRICES[max(prefixes, key=len)] if prefixes else None
 
 
-def cost_usd(model: str, reply: ProviderReply, overrides: Mapping[str, Price] | None = None) -> float:
-    """The cost of one call in US dollars. An unknown model (no override, not in the table) costs 0.0 —
-    callers that must know should ask `price_for` first (e.g. to note "price unknown" in a run)."""
-    price = price_for(model, overrides)
-    if price is None:
-        return 0.0
-    cache_read = price.input if price.cache_read is None else price.cache_read
-    cache_write = price.input if price.cache_write is None else price.cache_write
+def priced_usd(price: Price, reply: ProviderReply, *, batch: bool = False) -> float:
+    """The cost in US dollars of ``reply``'s usage at ``price``: uncached input, cache reads, cache
+    writes by TTL (``cache_write_1h_tokens`` at the 1-hour price, the rest at the 5-minute price) and
+    output, all times the batch multiplier when the call went through a batch API (``batch``)."""
+    written_5m = max(0, reply.cache_write_tokens - reply.cache_write_1h_tokens)
     total = (
         reply.input_tokens * price.input
         + reply.output_tokens * price.output
-        + reply.cache_read_tokens * cache_read
-        + reply.cache_write_tokens * cache_write
+        + reply.cache_read_tokens * price.cache_read_price
+        + written_5m * price.cache_write_price
+        + reply.cache_write_1h_tokens * price.cache_write_1h_price
     )
-    return total / 1_000_000
+    return total / 1_000_000 * (price.batch_multiplier if batch else 1.0)
+
+
+def cost_usd(
+    model: str, reply: ProviderReply, overrides: Mapping[str, Price] | None = None, *, batch: bool = False
+) -> float:
+    """The cost of one call in US dollars (`priced_usd` at ``model``'s price; ``batch``: made through a
+    batch API). An unknown model (no override, not in the table) costs 0.0 — callers that must know
+    should ask `price_for` first (e.g. to note "price unknown" in a run)."""
+    price = price_for(model, overrides)
+    if price is None:
+        return 0.0
+    return priced_usd(price, reply, batch=batch)
 
 
 # Both batch APIs (Anthropic Message Batches, OpenAI Batch) bill every token at half the direct price.
-BATCH_DISCOUNT = 0.5
+def batch_multiplier(model: str, overrides: Mapping[str, Price] | None = None) -> float:
+    """What a batch API multiplies ``model``'s token prices by (0.5 on Anthropic and OpenAI; 1.0 when
+    the model's price sets no batch discount or is unknown)."""
+    price = price_for(model, overrides)
+    return 1.0 if price is None else price.batch_multiplier
 
 
 def batch_cost_usd(model: str, reply: ProviderReply, overrides: Mapping[str, Price] | None = None) -> float:
-    """The cost of one call answered through a provider's batch API, in US dollars: `cost_usd` times
-    `BATCH_DISCOUNT`. The discount applies to every token class, so on Anthropic the prompt-cache
-    prices (reads, writes) stack with it: a cache read in a batch costs 0.1 x 0.5 of the input price."""
-    return cost_usd(model, reply, overrides) * BATCH_DISCOUNT
+    """The cost of one call answered through a provider's batch API, in US dollars: `cost_usd` with
+    the batch multiplier on every token class, so on Anthropic the prompt-cache prices (reads,
+    writes) stack with it: a cache read in a batch costs 0.1 x 0.5 of the input price."""
+    return cost_usd(model, reply, overrides, batch=True)
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,7 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cost_usd: float = 0.0
+    cache_write_1h_tokens: int = 0
 
     @classmethod
     def of(cls, reply: ProviderReply, overrides: Mapping[str, Price] | None = None) -> Usage:
@@ -109,6 +129,7 @@ class Usage:
             cache_read_tokens=reply.cache_read_tokens,
             cache_write_tokens=reply.cache_write_tokens,
             cost_usd=cost_usd(reply.model, reply, overrides),
+            cache_write_1h_tokens=reply.cache_write_1h_tokens,
         )
 
     def __add__(self, other: Usage) -> Usage:
@@ -119,4 +140,5 @@ class Usage:
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             cost_usd=self.cost_usd + other.cost_usd,
+            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
         )
