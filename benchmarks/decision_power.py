@@ -49,6 +49,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, get_args
 from unittest import mock
@@ -197,6 +198,7 @@ class PolicyResult:
     server_calls: int = 0
     ledger_calls: int = 0
     undecided: int = 0  # candidates that ended in error (never expected here)
+    engine_checked: int = 0  # simulated adaptive decisions replayed with optimizer.decision.decide_adaptive
     wall_s: float = 0.0
 
     def merge(self, other: PolicyResult) -> None:
@@ -205,6 +207,7 @@ class PolicyResult:
         self.server_calls += other.server_calls
         self.ledger_calls += other.ledger_calls
         self.undecided += other.undecided
+        self.engine_checked += other.engine_checked
         self.wall_s = max(self.wall_s, other.wall_s)
 
 
@@ -316,6 +319,16 @@ def sign_flip_p(diffs: Sequence[int]) -> float:
     return float(dist[observed + total:].sum())
 
 
+def sign_flip_below(diffs: Sequence[int], judgements: int, alpha: float) -> bool:
+    """p < alpha for per-item differences ``diffs`` in correct judgements out of ``judgements`` each:
+    with `optimizer.signflip` (once issue 10 has landed) on the exact shares, else `sign_flip_p`."""
+    try:
+        from optimizer.signflip import sign_flip_test
+    except ImportError:
+        return sign_flip_p(diffs) < alpha
+    return sign_flip_test([Fraction(int(d), judgements) for d in diffs if d]).below(Fraction(repr(float(alpha))))
+
+
 def _counts(correct: np.ndarray, positive: np.ndarray) -> Counts:
     tp = int((correct & positive).sum())
     tn = int((correct & ~positive).sum())
@@ -333,15 +346,42 @@ def adaptive_keep(inc_total: np.ndarray, cand_total: np.ndarray, judgements: np.
                             loop.model_copy(update={"policy": "literal"}))
     if not literal.literal_keep:
         return False
-    # Shares with equal denominators per item compare as counts; items judged once have d in {-1, 0, 1}
-    # only when they agree (d = 0), so the test sees the re-judged items.
-    diffs = (cand_total - inc_total)[judgements > 1]
-    return sign_flip_p([int(x) for x in diffs]) < loop.alpha
+    # Items judged once were judged alike (d = 0): the test sees the re-judged items, all with the
+    # same number of judgements.
+    rejudged = judgements > 1
+    if not rejudged.any():
+        return False
+    diffs = (cand_total - inc_total)[rejudged]
+    return sign_flip_below([int(x) for x in diffs], int(judgements[rejudged][0]), loop.alpha)
+
+
+def engine_adaptive_keep(inc_first: np.ndarray, cand_first: np.ndarray, inc_j: dict[int, list[bool]],
+                         cand_j: dict[int, list[bool]], positive: np.ndarray, rejudge: int, alpha: float) -> bool | None:
+    """The same decision by `optimizer.decision.decide_adaptive` on labels and answers (None before
+    issue 10 lands). ``inc_j``/``cand_j``: the re-judged items' judgements (correct or not)."""
+    try:
+        from optimizer.decision import decide_adaptive  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    from optimizer.metrics import Answer
+    from optimizer.models import Label
+
+    labels = {f"i{k:03d}": Label(trajectory_id=f"i{k:03d}", label="positive" if pos else "negative", original_id="r")
+              for k, pos in enumerate(positive)}
+
+    def answers(k: int, correct: list[bool]) -> list[Answer]:
+        return [Answer(success=bool(positive[k]) if ok else not positive[k]) for ok in correct]
+
+    inc = {f"i{k:03d}": answers(k, inc_j.get(k, [bool(inc_first[k])])) for k in range(len(positive))}
+    cand = {f"i{k:03d}": answers(k, cand_j.get(k, [bool(cand_first[k])])) for k in range(len(positive))}
+    loop = LoopSection.model_validate({"policy": "adaptive", "alpha": alpha, "rejudge": rejudge})
+    decision = decide_adaptive(labels, inc, cand, loop, first_pass=1, rejudged=[f"i{k:03d}" for k in cand_j])
+    return bool(decision.keep)
 
 
 def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, runs: int, candidates: int,
              fixes_per_run: int, seed: int, *, rejudge: int = 2, alpha: float = 0.1,
-             schedule: Sequence[str] | None = None) -> PolicyResult:
+             schedule: Sequence[str] | None = None, check_engine: int = 0) -> PolicyResult:
     """The loop's runs replayed in numpy: same odds, schedule and incumbent handling; the first pass
     is judged in full (no early stopping); decisions by `optimizer.decision`."""
     rng = np.random.default_rng(seed)
@@ -388,6 +428,13 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
                     cand_total[i] += sum(mine)
                     judgements[i] = 1 + rejudge
                 kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop)
+                if result.engine_checked < check_engine:
+                    inc_j = {int(i): [bool(inc_first[i])] + inc_extra.get(int(i), [])[:rejudge] for i in disagree}
+                    cand_j = {int(i): [bool(cand_first[i])] + cand_extra[int(i)] for i in disagree}
+                    engine = engine_adaptive_keep(inc_first, cand_first, inc_j, cand_j, positive, rejudge, alpha)
+                    if engine is not None:
+                        assert engine == kept, "the simulation's adaptive rule and optimizer.decision disagree"
+                        result.engine_checked += 1
             result.trials.append(Trial(kind, kept, calls))
             if kept:
                 inc_fixed, inc_first, inc_extra = cand_fixed, cand_first, cand_extra
@@ -474,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     # The simulation covers adaptive even before the loop offers it (the benchmark's own copy of the rule).
     sim_policies = sorted(set(policies) | {"literal", "paired", "adaptive"})
     sim_results = {p: simulate(p, q, fixable, positive, args.sim_runs, args.candidates, args.fixes_per_run,
-                               args.seed + 1, rejudge=rejudge) for p in sim_policies}
+                               args.seed + 1, rejudge=rejudge, check_engine=200) for p in sim_policies}
     fresh_results = {p: simulate_fresh(p, q, fixable, positive, args.sim_runs, args.seed + 2, rejudge=rejudge)
                      for p in sim_policies}
     sim_s = time.monotonic() - t_sim
@@ -498,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
     for p, res in loop_results.items():
         print(f"{p}: loop wall {res.wall_s:.0f} s (longest worker); judge calls at the fake server {res.server_calls}, "
               f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}")
+    checked = sim_results["adaptive"].engine_checked
+    print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: {checked}, all agree"
+          if checked else "simulated adaptive rule: the benchmark's own copy (optimizer.decision has no decide_adaptive yet)")
     print(f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s")
     return 0
 
