@@ -82,6 +82,26 @@ def policies_available() -> list[str]:
     return list(get_args(LoopSection.model_fields["policy"].annotation))
 
 
+def parse_policy(name: str) -> tuple[str, float | None]:
+    """``adaptive`` → ("adaptive", None); ``adaptive+fdr0.1`` → ("adaptive", 0.1): online FDR on."""
+    base, _, extra = name.partition("+")
+    if not extra:
+        return base, None
+    if not extra.startswith("fdr"):
+        raise ValueError(f"unknown policy variant {name!r} (use POLICY or POLICY+fdrLEVEL)")
+    return base, float(extra[3:])
+
+
+def lord_level(target_fdr: float, past_keeps: Sequence[bool]) -> float:
+    """The next candidate's test level under LORD++, from `optimizer.decision` (issue 10)."""
+    from optimizer import decision
+
+    level = getattr(decision, "lord_level", None)
+    if level is None:
+        raise SystemExit("online FDR needs optimizer.decision.lord_level (issue 10); not in this checkout")
+    return float(level(target_fdr, past_keeps))
+
+
 def rejudge_default() -> int:
     field_ = LoopSection.model_fields.get("rejudge")
     return int(field_.default) if field_ is not None else 2
@@ -256,7 +276,10 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
         root, positive, types = build_workspace(Path(tmp))
         q, fixable = odds if odds is not None else item_q(len(positive), item_seed, fix_pool=fix_pool)
         model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
-        set_loop_key(root, "policy", f'"{policy}"')
+        base_policy, fdr = parse_policy(policy)
+        set_loop_key(root, "policy", f'"{base_policy}"')
+        if fdr is not None:
+            set_loop_key(root, "fdr", str(fdr))
         set_loop_key(root, "patience", "1000000")
         if rejudge is not None and "rejudge" in LoopSection.model_fields:
             set_loop_key(root, "rejudge", str(rejudge))
@@ -384,6 +407,7 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
              schedule: Sequence[str] | None = None, check_engine: int = 0) -> PolicyResult:
     """The loop's runs replayed in numpy: same odds, schedule and incumbent handling; the first pass
     is judged in full (no early stopping); decisions by `optimizer.decision`."""
+    base_policy, fdr = parse_policy(policy)
     rng = np.random.default_rng(seed)
     sched_rng = random.Random(seed)
     n = len(q)
@@ -394,6 +418,7 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
         inc_fixed = np.zeros(n, bool)
         inc_first = rng.random(n) < q
         inc_extra: dict[int, list[bool]] = {}
+        past_keeps: list[bool] = []
         result.baseline_calls += n
         for kind in list(schedule) if schedule else schedule_for(sched_rng, candidates, fixes_per_run):
             cand_fixed = inc_fixed.copy()
@@ -406,11 +431,13 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
             cand_first = rng.random(n) < q_c
             calls = n
             cand_extra: dict[int, list[bool]] = {}
-            if policy in ("literal", "paired"):
+            level = alpha if fdr is None else lord_level(fdr, past_keeps)
+            if base_policy in ("literal", "paired"):
                 improved = int((~inc_first & cand_first).sum())
                 worsened = int((inc_first & ~cand_first).sum())
-                d = decide_counts(_counts(inc_first, positive), _counts(cand_first, positive), improved, worsened, loop)
-                kept = d.literal_keep if policy == "literal" else d.paired_keep
+                d = decide_counts(_counts(inc_first, positive), _counts(cand_first, positive), improved, worsened,
+                                  loop.model_copy(update={"alpha": level}))
+                kept = d.literal_keep if base_policy == "literal" else d.paired_keep
             else:
                 disagree = np.flatnonzero(inc_first != cand_first)
                 judgements = np.ones(n, int)
@@ -427,8 +454,8 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
                     inc_total[i] += sum(have[:rejudge])
                     cand_total[i] += sum(mine)
                     judgements[i] = 1 + rejudge
-                kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop)
-                if result.engine_checked < check_engine:
+                kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop.model_copy(update={"alpha": level}))
+                if result.engine_checked < check_engine and fdr is None:
                     inc_j = {int(i): [bool(inc_first[i])] + inc_extra.get(int(i), [])[:rejudge] for i in disagree}
                     cand_j = {int(i): [bool(cand_first[i])] + cand_extra[int(i)] for i in disagree}
                     engine = engine_adaptive_keep(inc_first, cand_first, inc_j, cand_j, positive, rejudge, alpha)
@@ -436,6 +463,7 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
                         assert engine == kept, "the simulation's adaptive rule and optimizer.decision disagree"
                         result.engine_checked += 1
             result.trials.append(Trial(kind, kept, calls))
+            past_keeps.append(kept)
             if kept:
                 inc_fixed, inc_first, inc_extra = cand_fixed, cand_first, cand_extra
     return result
@@ -458,11 +486,13 @@ def table(loop_results: dict[str, PolicyResult], sim_results: dict[str, PolicyRe
           fresh_results: dict[str, PolicyResult] | None = None) -> list[str]:
     """The side-by-side table: one row per policy and source (``loop``, ``sim``, and ``sim1``: the
     simulation with a fresh incumbent for every candidate, as in the issue's table)."""
-    head = (f"{'policy':<9} {'source':<6} {'no-op kept':>22} "
+    every = set(loop_results) | set(sim_results) | set(fresh_results or {})
+    w = max([9, *map(len, every)])
+    head = (f"{'policy':<{w}} {'source':<6} {'no-op kept':>22} "
             + " ".join(f"{f'fix {d} kept':>22}" for d in FIX_SIZES)
             + f" {'calls/162 all':>13} {'no-op':>6} {'fixes':>6}")
     lines = [head, "-" * len(head)]
-    for policy in sorted(set(loop_results) | set(sim_results) | set(fresh_results or {}), key=lambda p: (p != "literal", p != "paired", p)):
+    for policy in sorted(every, key=lambda p: (p != "literal", p != "paired", p)):
         for source, res in (("loop", loop_results.get(policy)), ("sim", sim_results.get(policy)),
                             ("sim1", (fresh_results or {}).get(policy))):
             if res is None:
@@ -479,7 +509,7 @@ def table(loop_results: dict[str, PolicyResult], sim_results: dict[str, PolicyRe
                     cells.append(f"{k / total:>6.1%} {'':>10}n={total:<4}")
             fixes = [t for t in res.trials if t.kind != "noop"]
             lines.append(
-                f"{policy:<9} {source:<6} " + " ".join(cells)
+                f"{policy:<{w}} {source:<6} " + " ".join(cells)
                 + f" {calls_per_pass(res.trials, n_items):>13.2f} {calls_per_pass(res.trials, n_items, 'noop'):>6.2f}"
                 + f" {calls_per_pass(fixes, n_items):>6.2f}"
             )
@@ -493,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=6, help="candidates per run")
     parser.add_argument("--fixes-per-run", type=int, default=1, help="fixes of each size D per run")
     parser.add_argument("--sim-runs", type=int, default=3000, help="simulated runs per policy")
-    parser.add_argument("--policies", nargs="+", default=None, help="default: every policy LoopSection accepts")
+    parser.add_argument("--policies", nargs="+", default=None,
+                        help="default: every policy LoopSection accepts; POLICY+fdr0.1 adds online FDR (LORD++)")
     parser.add_argument("--workers", type=int, default=2, help="loop processes at a time")
     parser.add_argument("--runs-per-task", type=int, default=5, help="loop runs per worker task")
     parser.add_argument("--concurrency", type=int, default=16, help="judge calls in flight per loop")
@@ -519,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     q, fixable = item_q(len(positive), 0, fix_pool=args.fix_pool)
     t_sim = time.monotonic()
     # The simulation covers adaptive even before the loop offers it (the benchmark's own copy of the rule).
-    sim_policies = sorted(set(policies) | {"literal", "paired", "adaptive"})
+    sim_policies = sorted(set(policies) | {"literal", "paired", "adaptive"}
+                          | ({"adaptive+fdr0.1"} if "fdr" in LoopSection.model_fields else set()))
     sim_results = {p: simulate(p, q, fixable, positive, args.sim_runs, args.candidates, args.fixes_per_run,
                                args.seed + 1, rejudge=rejudge, check_engine=200) for p in sim_policies}
     fresh_results = {p: simulate_fresh(p, q, fixable, positive, args.sim_runs, args.seed + 2, rejudge=rejudge)
