@@ -219,7 +219,7 @@ class PolicyResult:
     ledger_calls: int = 0
     undecided: int = 0  # candidates that ended in error (never expected here)
     engine_checked: int = 0  # simulated adaptive decisions replayed with optimizer.decision.decide_adaptive
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # summed over the worker tasks
 
     def merge(self, other: PolicyResult) -> None:
         self.trials += other.trials
@@ -228,7 +228,7 @@ class PolicyResult:
         self.ledger_calls += other.ledger_calls
         self.undecided += other.undecided
         self.engine_checked += other.engine_checked
-        self.wall_s = max(self.wall_s, other.wall_s)
+        self.wall_s += other.wall_s
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: every policy LoopSection accepts; POLICY+fdr0.1 adds online FDR (LORD++)")
     parser.add_argument("--workers", type=int, default=2, help="loop processes at a time")
     parser.add_argument("--runs-per-task", type=int, default=5, help="loop runs per worker task")
-    parser.add_argument("--concurrency", type=int, default=16, help="judge calls in flight per loop")
+    parser.add_argument("--concurrency", type=int, default=8, help="judge calls in flight per loop")
     parser.add_argument("--rejudge", type=int, default=None, help="adaptive: extra judgements (default: config's)")
     parser.add_argument("--fix-pool", choices=["wrong", "wrong-or-unstable"], default="wrong")
     parser.add_argument("--seed", type=int, default=0)
@@ -575,12 +575,14 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print()
     for p, res in loop_results.items():
-        print(f"{p}: loop wall {res.wall_s:.0f} s (longest worker); judge calls at the fake server {res.server_calls}, "
+        print(f"{p}: loop worker time {res.wall_s:.0f} s; judge calls at the fake server {res.server_calls}, "
               f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}")
     checked = sim_results["adaptive"].engine_checked
     print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: {checked}, all agree"
           if checked else "simulated adaptive rule: the benchmark's own copy (optimizer.decision has no decide_adaptive yet)")
-    print(f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s")
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s; load average at the end "
+          f"{load} (1 / 5 / 15 min) on {os.cpu_count()} cores")
     return 0
 
 
