@@ -90,11 +90,15 @@ def test_simulated_noise_keeps_noops_under_literal_far_more_often_than_under_pai
     assert lit_k / lit_n > 0.25 and par_k / par_n < 0.15
 
 
-def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(tmp_path: object) -> None:
-    res = dp.loop_trials("literal", runs=1, candidates=2, fixes_per_run=0, seed=0, concurrency=8,
+@pytest.mark.parametrize("policy", dp.policies_available())
+def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str) -> None:
+    # A steady judge: the no-op ties the incumbent (rolled back), the fix of all 12 wrong items is a
+    # clean gain every policy keeps; both go through start_run, the SDK and the fake server.
+    res = dp.loop_trials(policy, runs=1, candidates=2, fixes_per_run=0, seed=0, concurrency=8,
                          odds=_deterministic_odds(12), schedule=["noop", "fix12"])
     assert [(t.kind, t.kept) for t in res.trials] == [("noop", False), ("fix12", True)]
     assert res.undecided == 0 and res.baseline_calls == N_ITEMS
     assert res.server_calls == res.ledger_calls == N_ITEMS + sum(t.calls for t in res.trials)
-    lines = dp.table({"literal": res}, {}, N_ITEMS)
-    assert lines[2].startswith("literal   loop") and "100.0%" in lines[2]
+    assert res.trials[0].calls == N_ITEMS  # nothing disagrees, nothing is re-judged
+    lines = dp.table({policy: res}, {}, N_ITEMS)
+    assert lines[2].startswith(f"{policy:<9} loop") and "100.0%" in lines[2]
