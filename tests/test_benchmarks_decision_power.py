@@ -99,6 +99,6 @@ def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str)
     assert [(t.kind, t.kept) for t in res.trials] == [("noop", False), ("fix12", True)]
     assert res.undecided == 0 and res.baseline_calls == N_ITEMS
     assert res.server_calls == res.ledger_calls == N_ITEMS + sum(t.calls for t in res.trials)
-    assert res.trials[0].calls == N_ITEMS  # nothing disagrees, nothing is re-judged
+    assert res.trials[0].calls <= N_ITEMS  # nothing disagrees, nothing is re-judged (an early stop may cut it)
     lines = dp.table({policy: res}, {}, N_ITEMS)
     assert lines[2].startswith(f"{policy:<9} loop") and "100.0%" in lines[2]
