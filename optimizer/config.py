@@ -99,8 +99,14 @@ class OptimizerSection(_Section):
 
 
 class LoopSection(_Section):
-    policy: Literal["paired", "literal"] = "paired"
+    policy: Literal["adaptive", "paired", "literal"] = "adaptive"
     alpha: float = Field(default=0.1, gt=0, le=1)
+    # adaptive: each item whose incumbent and candidate verdicts differ after the first pass is judged
+    # this many more times under each prompt (see optimizer.decision).
+    rejudge: int = Field(default=2, ge=0, le=20)
+    # Online false-discovery control (LORD++): each candidate is tested at a level that spends this
+    # target FDR over the run instead of at alpha. None: off, every candidate tested at alpha.
+    fdr: float | None = Field(default=None, gt=0, lt=1)
     min_kappa_delta: float = 0.0
     fpr_tolerance: float = 0.0
     patience: int = Field(default=5, ge=1)
@@ -170,8 +176,11 @@ allowed_files = ["prompts/judge.md", "prompts/rubric.md"]
 max_diff_lines = 200
 
 [loop]
-policy = "paired"           # paired (default, McNemar alpha) | literal (kappa up, FPR not up)
+policy = "adaptive"         # adaptive (default): re-judge the items the two prompts disagree on, then a
+                            #   sign-flip test on the shares judged right | paired (McNemar) | literal
 alpha = 0.1
+rejudge = 2                 # adaptive: extra judgements per disagreeing item under each prompt
+# fdr = 0.1                 # online false-discovery control over the run (LORD++); off by default
 min_kappa_delta = 0.0
 fpr_tolerance = 0.0
 patience = 5               # (replicates per item: prompts/judge.toml, or --replicates)

@@ -1,9 +1,15 @@
-"""Keep or roll back a candidate: the two policies and the exact early-stopping bounds. Pure.
+"""Keep or roll back a candidate: the three policies and the exact early-stopping bounds. Pure.
 
-Policies (both always computed; ``[loop] policy`` picks the one that decides):
+Policies (all computed; ``[loop] policy`` picks the one that decides):
 
 - ``literal``: keep iff kappa_c > kappa_i + min_kappa_delta and FPR_c ≤ FPR_i + fpr_tolerance.
 - ``paired``: literal, and the exact one-sided McNemar p-value on the discordant items < alpha.
+- ``adaptive`` (the default; see "The adaptive policy" below): the items whose verdicts differ
+  after the first pass are judged ``rejudge`` more times under each prompt; keep iff the literal
+  rule holds on per-item majorities over all judgements and the one-sided sign-flip test on the
+  per-item differences in the share of correct judgements gives p < alpha.
+
+The literal and paired rules read the first pass (``replicates`` judgements per item, majority).
 
 Ties are rolled back (the kappa comparison is strict). Comparisons are done on exact fractions
 computed from the confusion counts, and the config's float thresholds are read as the decimals
@@ -31,7 +37,7 @@ concurrent evaluation may finish items out of order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from fractions import Fraction
 from typing import Literal, NamedTuple
 
@@ -45,12 +51,15 @@ from optimizer.metrics import (
     flip_table,
     is_correct,
     kappa_fraction,
+    majority_answer,
     mcnemar_exact_one_sided,
+    outcome,
     score,
 )
 from optimizer.models import Label
+from optimizer.signflip import MAX_EXACT_BITS, SignFlipResult, exact_bits, sign_flip_test
 
-Policy = Literal["paired", "literal"]
+Policy = Literal["adaptive", "paired", "literal"]
 
 
 class Counts(NamedTuple):
@@ -79,6 +88,11 @@ class Decision(BaseModel):
     policy: Policy
     # True when the candidate was stopped by an early-stopping bound; its metrics are partial.
     early_stopped: bool = False
+    # The adaptive rule's outcome (None when it was not evaluated, e.g. an early stop under paired).
+    adaptive_keep: bool | None = None
+    # The level the deciding test was run at (loop.alpha, or the online-FDR level of this candidate).
+    alpha: float | None = None
+    test: AdaptiveTest | None = None
 
 
 def _exact(value: float) -> Fraction:
@@ -108,9 +122,13 @@ def _fmt_rate(x: Fraction | None, digits: int) -> str:
 
 
 def decide_counts(
-    incumbent: Counts, candidate: Counts, improved: int, worsened: int, loop: LoopSection
+    incumbent: Counts, candidate: Counts, improved: int, worsened: int, loop: LoopSection,
+    *, alpha: float | None = None,
 ) -> Decision:
-    """Apply both policies to confusion counts and the flip counts (see module docstring)."""
+    """Apply the literal and paired policies to confusion counts and the flip counts (see module
+    docstring); ``alpha`` overrides ``loop.alpha`` (online FDR). Under ``adaptive`` the paired
+    outcome is the one reported as ``keep`` here; `decide_adaptive` decides."""
+    level = loop.alpha if alpha is None else alpha
     P, N = incumbent.tp + incumbent.fn, incumbent.tn + incumbent.fp
     if (candidate.tp + candidate.fn, candidate.tn + candidate.fp) != (P, N):
         raise ValueError(
@@ -119,10 +137,10 @@ def decide_counts(
     kappa_ok = _kappa_clears(candidate, incumbent, loop.min_kappa_delta)
     fpr_ok = _fpr_within(candidate.fp, incumbent.fp, N, loop.fpr_tolerance)
     p_value = mcnemar_exact_one_sided(improved, worsened)
-    significant = p_value < loop.alpha
+    significant = p_value < level
     literal_keep = kappa_ok and fpr_ok
     paired_keep = literal_keep and significant
-    keep = paired_keep if loop.policy == "paired" else literal_keep
+    keep = literal_keep if loop.policy == "literal" else paired_keep
 
     k_i, k_c = kappa_fraction(*incumbent), kappa_fraction(*candidate)
     if k_i is None or k_c is None:
@@ -133,7 +151,7 @@ def decide_counts(
         fpr_part = f"FPR {incumbent.fp / N:.3f} → {candidate.fp / N:.3f}"
     else:
         fpr_part = "FPR undefined (no negatives)"
-    p_part = f"p={_fmt_p(p_value)} {'<' if significant else '≥'} {loop.alpha:g}"
+    p_part = f"p={_fmt_p(p_value)} {'<' if significant else '≥'} {level:.3g}"
     why: list[str] = []
     if not kappa_ok:
         if k_i is None or k_c is None:
@@ -144,10 +162,10 @@ def decide_counts(
             why.append("kappa did not rise")
     if not fpr_ok:
         why.append("FPR rose" if not loop.fpr_tolerance else f"FPR rose by more than {loop.fpr_tolerance:g}")
-    if loop.policy == "paired" and literal_keep and not significant:
+    if loop.policy != "literal" and literal_keep and not significant:
         why.append("the gain is not significant")
     outcome = "kept" if keep else "rolled back (" + "; ".join(why) + ")"
-    if loop.policy == "paired" and literal_keep and not paired_keep:
+    if loop.policy != "literal" and literal_keep and not paired_keep:
         outcome += "; the literal policy would have kept it"
     if loop.policy == "literal" and literal_keep and not paired_keep:
         outcome += "; the paired policy would have rolled it back"
@@ -159,6 +177,7 @@ def decide_counts(
         paired_keep=paired_keep,
         p_value=p_value,
         policy=loop.policy,
+        alpha=level,
     )
 
 
@@ -182,15 +201,19 @@ def detectable_gain_line(n_items: int, alpha: float) -> str:
             "judge's own noise here")
 
 
-def decide(incumbent: Metrics, candidate: Metrics, flips: FlipTable, loop: LoopSection) -> Decision:
-    """Keep or roll back ``candidate`` against ``incumbent`` (same items); both policies are computed."""
-    return decide_counts(Counts.of(incumbent), Counts.of(candidate), flips.improved, flips.worsened, loop)
+def decide(
+    incumbent: Metrics, candidate: Metrics, flips: FlipTable, loop: LoopSection, *, alpha: float | None = None
+) -> Decision:
+    """Keep or roll back ``candidate`` against ``incumbent`` (same items) under the literal and
+    paired policies (both computed)."""
+    return decide_counts(Counts.of(incumbent), Counts.of(candidate), flips.improved, flips.worsened, loop,
+                         alpha=alpha)
 
 
 # --- early stopping -----------------------------------------------------------------------------
 
 
-def _unjudged(labels: Mapping[str, Label], candidate_so_far: Mapping[str, Answer]) -> list[str]:
+def _unjudged(labels: Mapping[str, Label], candidate_so_far: Mapping[str, object]) -> list[str]:
     extra = [tid for tid in candidate_so_far if tid not in labels]
     if extra:
         raise ValueError(f"partial results name {len(extra)} id(s) outside the labels, e.g. {extra[0]!r}")
@@ -240,13 +263,14 @@ def _best_case_decision(
     candidate_so_far: Mapping[str, Answer],
     incumbent: Mapping[str, Answer],
     loop: LoopSection,
+    alpha: float | None = None,
 ) -> Decision | None:
     """`decide` on the dominating completion; None when the dominance argument does not hold."""
     positives = sum(1 for label in labels.values() if label.is_positive)
     if positives in (0, len(labels)):
         return None  # one-class split: kappa is 0 or undefined, not monotone (see module docstring)
     best_metrics, best_flips = best_completion(labels, candidate_so_far, incumbent)
-    return decide(score(labels, incumbent), best_metrics, best_flips, loop)
+    return decide(score(labels, incumbent), best_metrics, best_flips, loop, alpha=alpha)
 
 
 def kappa_provably_cannot_beat(
@@ -277,8 +301,11 @@ def stopped_decision(
     candidate_so_far: Mapping[str, Answer],
     incumbent: Mapping[str, Answer],
     loop: LoopSection,
+    *,
+    alpha: float | None = None,
 ) -> Decision | None:
-    """The rollback `Decision` if an early-stopping bound fires for the deciding policy, else None.
+    """The rollback `Decision` if an early-stopping bound fires for the deciding policy (literal or
+    paired; ``alpha`` overrides ``loop.alpha``), else None.
 
     ``literal_keep``/``paired_keep`` are False (neither keep was established); when the paired
     policy stopped the evaluation while the literal one was still open, the reason says so.
@@ -286,6 +313,7 @@ def stopped_decision(
     FPR bound fired.
     """
     unjudged = _unjudged(labels, candidate_so_far)
+    level = loop.alpha if alpha is None else alpha
     negatives = [tid for tid, label in labels.items() if not label.is_positive]
     negatives_left = sum(1 for tid in unjudged if not labels[tid].is_positive)
     if fpr_provably_rose(labels, candidate_so_far, incumbent, loop):
@@ -310,8 +338,9 @@ def stopped_decision(
             p_value=1.0,
             policy=loop.policy,
             early_stopped=True,
+            alpha=level,
         )
-    best = _best_case_decision(labels, candidate_so_far, incumbent, loop)
+    best = _best_case_decision(labels, candidate_so_far, incumbent, loop, alpha)
     if best is None or (best.paired_keep if loop.policy == "paired" else best.literal_keep):
         return None
     best_reason, open_note = best.reason, ""
@@ -331,4 +360,297 @@ def stopped_decision(
         p_value=best.p_value,
         policy=loop.policy,
         early_stopped=True,
+        alpha=level,
     )
+
+
+# --- the adaptive policy ----------------------------------------------------------------------------
+#
+# First pass: every item judged ``replicates`` = k times under the candidate (the incumbent's first
+# pass is on record). The items whose first-pass verdicts differ (majority outcome True / False /
+# no usable verdict — label-free) are judged ``rejudge`` = r more times under each prompt (replicate
+# indices k … k+r−1, so the incumbent's extra judgements are cached and paid once). Per item, the
+# share of its judgements that are correct (an unusable judgement is wrong); d_i = candidate share −
+# incumbent share (0 for an item both prompts judged alike with k = 1). Keep iff
+#   · the literal rule holds on per-item majorities over all judgements, and
+#   · the one-sided sign-flip test (`optimizer.signflip`) on the d_i gives p < alpha.
+# With ``--replicates k`` the first pass is k judgements per item and re-judged items end with k + r;
+# the literal and paired policies still read the first pass.
+#
+# Early stopping under adaptive. A judgement not made yet can be anything, and re-judging can
+# overturn a first-pass verdict, so the bound is an over-approximation: per item, the largest d_i any
+# outcome could give, with the candidate's majority right and the incumbent's wrong wherever either
+# could still change (an item not judged yet, or judged and disagreeing when r > 0). Items judged
+# alike are fixed. Kappa rises with every item the candidate gets right or the incumbent gets wrong
+# (the monotonicity argument above, applied to each side), FP falls likewise, and the exact sign-flip
+# p-value never rises when a d_i rises (`optimizer.signflip`). So if this vector, which is at least
+# every real outcome in each coordinate, is rolled back, every real outcome is. Applied after each
+# first-pass item and once more before re-judging (when nothing re-judging could bring would make
+# it a keep, the re-judging calls are not made). Only where the p-value is exact; never on a
+# one-class split.
+
+
+class ItemShares(BaseModel):
+    """One item's judgements in an adaptive decision: correct / total under each prompt."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trajectory_id: str
+    incumbent_correct: int
+    incumbent_total: int
+    candidate_correct: int
+    candidate_total: int
+    rejudged: bool = False
+
+    @property
+    def difference(self) -> Fraction:
+        """Candidate share of correct judgements minus the incumbent's (in items, −1 … 1)."""
+        return Fraction(self.candidate_correct, self.candidate_total) - Fraction(
+            self.incumbent_correct, self.incumbent_total
+        )
+
+    def draws(self) -> str:
+        """How it reads in a report: "1/3 → 3/3" (incumbent → candidate)."""
+        return (f"{self.incumbent_correct}/{self.incumbent_total} → "
+                f"{self.candidate_correct}/{self.candidate_total}")
+
+
+class AdaptiveTest(BaseModel):
+    """What an adaptive decision tested, stored with it so it can be shown and replayed.
+
+    ``items``: every item with a non-zero difference or that was re-judged, by id; the rest have
+    d = 0. ``statistic``: Σ d_i, the candidate's gain in items. ``draws`` 0 means the p-value was
+    enumerated exactly; otherwise it is Monte Carlo from ``seed``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    first_pass: int
+    rejudge: int
+    alpha: float
+    statistic: float
+    p_value: float
+    seed: int
+    draws: int
+    mcnemar_p: float
+    items: list[ItemShares]
+
+    @property
+    def rejudged(self) -> list[ItemShares]:
+        return [item for item in self.items if item.rejudged]
+
+    def differences(self) -> list[Fraction]:
+        return [item.difference for item in self.items]
+
+    def replay(self) -> SignFlipResult:
+        """The test again from what was stored: the same p-value, exact or from the same draws."""
+        if self.draws == 0:
+            return sign_flip_test(self.differences(), seed=self.seed)
+        return sign_flip_test(self.differences(), seed=self.seed, draws=self.draws, max_exact_bits=-1)
+
+
+Decision.model_rebuild()  # its ``test`` field names AdaptiveTest, defined above
+
+Judgements = Mapping[str, Sequence[Answer]]
+
+
+def disagreements(incumbent: Mapping[str, Answer], candidate: Mapping[str, Answer]) -> list[str]:
+    """Ids (in ``candidate``'s order) whose verdicts differ: True vs False, or usable vs not.
+    Label-free: the same rule picks the items to re-judge whoever runs it."""
+    return [tid for tid, answer in candidate.items()
+            if tid in incumbent and outcome(answer) != outcome(incumbent[tid])]
+
+
+def _counts_from_correct(labels: Mapping[str, Label], correct: Mapping[str, bool]) -> Counts:
+    tp = sum(1 for t, lab in labels.items() if lab.is_positive and correct[t])
+    fn = sum(1 for t, lab in labels.items() if lab.is_positive and not correct[t])
+    tn = sum(1 for t, lab in labels.items() if not lab.is_positive and correct[t])
+    return Counts(tp, fn, tn, len(labels) - tp - fn - tn)
+
+
+def _rates(incumbent: Counts, candidate: Counts) -> tuple[str, str]:
+    k_i, k_c = kappa_fraction(*incumbent), kappa_fraction(*candidate)
+    if k_i is None or k_c is None:
+        kappa_part = f"kappa {_fmt_rate(k_i, 3)} → {_fmt_rate(k_c, 3)}"
+    else:
+        kappa_part = f"kappa {float(k_i):.3f} → {float(k_c):.3f} ({float(k_c - k_i):+.3f})"
+    n = incumbent.tn + incumbent.fp
+    fpr_part = f"FPR {incumbent.fp / n:.3f} → {candidate.fp / n:.3f}" if n else "FPR undefined (no negatives)"
+    return kappa_part, fpr_part
+
+
+def decide_adaptive(
+    labels: Mapping[str, Label],
+    incumbent: Judgements,
+    candidate: Judgements,
+    loop: LoopSection,
+    *,
+    first_pass: int,
+    rejudged: Collection[str] = (),
+    alpha: float | None = None,
+    seed: int = 0,
+) -> Decision:
+    """All three policies on every judgement of both prompts (see "the adaptive policy" above).
+
+    ``incumbent``/``candidate``: every labelled id → its judgements, the first ``first_pass`` of
+    them the first pass; ``rejudged``: the ids judged again. ``alpha`` overrides ``loop.alpha``;
+    ``seed`` drives the Monte Carlo p-value if the exact one is out of reach.
+    """
+    missing = [t for t in labels if not incumbent.get(t) or not candidate.get(t)]
+    if missing:
+        raise ValueError(f"decide_adaptive: {len(missing)} item(s) without judgements, e.g. {missing[0]!r}")
+    level = loop.alpha if alpha is None else alpha
+    rejudged = set(rejudged)
+    first_i = {t: majority_answer(incumbent[t][:first_pass]) for t in labels}
+    first_c = {t: majority_answer(candidate[t][:first_pass]) for t in labels}
+    base = decide(score(labels, first_i), score(labels, first_c), flip_table(labels, first_i, first_c), loop,
+                  alpha=level)
+
+    all_i = {t: is_correct(labels[t], majority_answer(incumbent[t])) for t in labels}
+    all_c = {t: is_correct(labels[t], majority_answer(candidate[t])) for t in labels}
+    counts_i, counts_c = _counts_from_correct(labels, all_i), _counts_from_correct(labels, all_c)
+    kappa_ok = _kappa_clears(counts_c, counts_i, loop.min_kappa_delta)
+    n_neg = counts_i.tn + counts_i.fp
+    fpr_ok = _fpr_within(counts_c.fp, counts_i.fp, n_neg, loop.fpr_tolerance)
+
+    items: list[ItemShares] = []
+    for tid in sorted(labels):
+        share = ItemShares(
+            trajectory_id=tid,
+            incumbent_correct=sum(1 for a in incumbent[tid] if is_correct(labels[tid], a)),
+            incumbent_total=len(incumbent[tid]),
+            candidate_correct=sum(1 for a in candidate[tid] if is_correct(labels[tid], a)),
+            candidate_total=len(candidate[tid]),
+            rejudged=tid in rejudged,
+        )
+        if share.rejudged or share.difference:
+            items.append(share)
+    result = sign_flip_test([item.difference for item in items], seed=seed)
+    significant = result.below(_exact(level))
+    adaptive_keep = kappa_ok and fpr_ok and significant
+    test = AdaptiveTest(
+        first_pass=first_pass, rejudge=loop.rejudge, alpha=level, statistic=float(result.statistic),
+        p_value=result.p_value, seed=seed, draws=result.draws, mcnemar_p=base.p_value, items=items,
+    )
+    if loop.policy != "adaptive":
+        return base.model_copy(update={"adaptive_keep": adaptive_keep, "test": test})
+
+    kappa_part, fpr_part = _rates(counts_i, counts_c)
+    why: list[str] = []
+    if not kappa_ok:
+        why.append("kappa did not rise" + (f" by more than {loop.min_kappa_delta:g}" if loop.min_kappa_delta else ""))
+    if not fpr_ok:
+        why.append("FPR rose" + (f" by more than {loop.fpr_tolerance:g}" if loop.fpr_tolerance else ""))
+    if kappa_ok and fpr_ok and not significant:
+        why.append("the gain is not significant")
+    outcome_text = "kept" if adaptive_keep else "rolled back (" + "; ".join(why) + ")"
+    if adaptive_keep != base.paired_keep:
+        outcome_text += f"; the paired policy would have {'kept' if base.paired_keep else 'rolled back'} it"
+    n_re = len(rejudged)
+    rejudge_part = (f"re-judged {n_re} item(s) {loop.rejudge} more time(s) under each prompt, "
+                    if n_re else "no item to re-judge, ")
+    reason = (f"{kappa_part}, {fpr_part} (majority over all judgements), {rejudge_part}"
+              f"gain {float(result.statistic):+.2f} items, sign-flip p={_fmt_p(result.p_value)} "
+              f"{'<' if significant else '≥'} {level:.3g}: {outcome_text}")
+    return Decision(
+        keep=adaptive_keep, reason=reason, literal_keep=base.literal_keep, paired_keep=base.paired_keep,
+        p_value=result.p_value, policy="adaptive", adaptive_keep=adaptive_keep, alpha=level, test=test,
+    )
+
+
+def adaptive_stopped_decision(
+    labels: Mapping[str, Label],
+    candidate_so_far: Judgements,
+    incumbent: Judgements,
+    loop: LoopSection,
+    *,
+    alpha: float | None = None,
+) -> Decision | None:
+    """The rollback `Decision` when no outcome of the judgements still to come (the unjudged items'
+    first pass and every re-judging) can make the candidate an adaptive keep; else None.
+
+    ``candidate_so_far``: the candidate's first-pass judgements of the items judged so far;
+    ``incumbent``: the incumbent's first-pass judgements of every item. See "Early stopping under
+    adaptive" above for why this is exact.
+    """
+    _unjudged(labels, candidate_so_far)
+    positives = sum(1 for label in labels.values() if label.is_positive)
+    if positives in (0, len(labels)):
+        return None
+    level = loop.alpha if alpha is None else alpha
+    r = loop.rejudge
+    diffs: list[Fraction] = []
+    best_c: dict[str, bool] = {}
+    best_i: dict[str, bool] = {}
+    unjudged = disagreeing = 0
+    for tid in sorted(labels):
+        label, inc = labels[tid], incumbent[tid]
+        i_k, n_i = sum(1 for a in inc if is_correct(label, a)), len(inc)
+        inc_right = is_correct(label, majority_answer(inc))
+        cand = candidate_so_far.get(tid)
+        if cand is None:
+            unjudged += 1
+            k = n_i
+            d = Fraction(k - i_k, k) if r == 0 else max(Fraction(k - i_k, k), Fraction(k + r - i_k, k + r))
+            diffs.append(d)
+            best_c[tid], best_i[tid] = True, inc_right if r == 0 else False
+            continue
+        c_k, n_c = sum(1 for a in cand if is_correct(label, a)), len(cand)
+        cand_major = majority_answer(cand)
+        if r > 0 and outcome(cand_major) != outcome(majority_answer(inc)):
+            disagreeing += 1
+            diffs.append(Fraction(c_k + r, n_c + r) - Fraction(i_k, n_i + r))
+            best_c[tid], best_i[tid] = True, False
+        else:
+            diffs.append(Fraction(c_k, n_c) - Fraction(i_k, n_i))
+            best_c[tid], best_i[tid] = is_correct(label, cand_major), inc_right
+    if exact_bits(diffs) > MAX_EXACT_BITS:
+        return None  # the bound's proof needs the exact p-value
+    counts_c, counts_i = _counts_from_correct(labels, best_c), _counts_from_correct(labels, best_i)
+    kappa_ok = _kappa_clears(counts_c, counts_i, loop.min_kappa_delta)
+    fpr_ok = _fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance)
+    best = sign_flip_test(diffs)
+    if kappa_ok and fpr_ok and best.below(_exact(level)):
+        return None
+    why = [] if kappa_ok else ["kappa could not rise"]
+    if not fpr_ok:
+        why.append("FPR would rise")
+    if kappa_ok and fpr_ok:
+        why.append(f"the gain would still be not significant (sign-flip p ≥ {_fmt_p(best.p_value)} ≥ {level:.3g})")
+    where = (f"stopped early with {unjudged} of {len(labels)} items unjudged" if unjudged
+             else f"not re-judged ({disagreeing} item(s) disagree)")
+    reason = (f"{where}: even if every judgement still to come went the candidate's way, "
+              + "; ".join(why) + ": rolled back")
+    return Decision(
+        keep=False, reason=reason, literal_keep=False, paired_keep=False, p_value=best.p_value,
+        policy=loop.policy, early_stopped=bool(unjudged), adaptive_keep=False, alpha=level,
+    )
+
+
+# --- online false-discovery control ---------------------------------------------------------------
+
+
+def lord_level(target_fdr: float, past_keeps: Sequence[bool]) -> float:
+    """The test level for the next candidate under LORD++ (Ramdas, Yang, Wainwright & Jordan, "Online
+    control of the false discovery rate with decaying memory", NeurIPS 2017), which controls the
+    FDR at ``target_fdr`` over a run of independent tests.
+
+    ``past_keeps``: the outcomes of this run's earlier tested candidates, in order (True = kept).
+    Level of test t: γ_t·W0 + (α − W0)·γ_{t−τ1} + α·Σ_{j≥2} γ_{t−τj}, with W0 = α/2, τ_j the
+    positions of the keeps, and γ_n = 1/(n(n+1)) — a non-increasing sequence summing to 1 that spends
+    half of the wealth on the first two tests, suited to runs of tens of candidates.
+    """
+    if not 0 < target_fdr < 1:
+        raise ValueError(f"target FDR must be in (0, 1), got {target_fdr}")
+
+    def gamma(n: int) -> float:
+        return 1.0 / (n * (n + 1))
+
+    t = len(past_keeps) + 1
+    w0 = target_fdr / 2
+    keeps = [i + 1 for i, kept in enumerate(past_keeps) if kept]
+    level = gamma(t) * w0
+    if keeps:
+        level += (target_fdr - w0) * gamma(t - keeps[0])
+        level += target_fdr * sum(gamma(t - tau) for tau in keeps[1:])
+    return level

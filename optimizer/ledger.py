@@ -26,8 +26,10 @@ Tables
 
 ``PRAGMA user_version`` holds the schema version; a newer one is refused in one line. An older one
 is upgraded in place when opened for writing (version 1 → 2 adds ``verdicts.tools``; 2 → 3 adds the
-``experiments.optimizer_*`` columns, 0 on old rows, and ``experiments.proposal_meta``) and read as it
-is when opened read-only (missing columns read as 0 / empty).
+``experiments.optimizer_*`` columns, 0 on old rows, and ``experiments.proposal_meta``; 3 → 4 adds
+the adaptive policy's ``adaptive_keep``, ``alpha``, ``test`` (JSON), ``rejudge_calls`` and
+``rejudge_cost_usd``, empty on old rows) and read as it is when opened read-only (missing columns
+read as 0 / empty).
 """
 
 from __future__ import annotations
@@ -54,7 +56,15 @@ if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+# Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
+_V4_EXPERIMENT_COLUMNS = (
+    ("adaptive_keep", "INTEGER"),
+    ("alpha", "REAL"),
+    ("test", "TEXT"),
+    ("rejudge_calls", "INTEGER NOT NULL DEFAULT 0"),
+    ("rejudge_cost_usd", "REAL NOT NULL DEFAULT 0"),
+)
 
 RunStatus = Literal["running", "finished", "stopped", "crashed", "waiting"]
 ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error"]
@@ -134,6 +144,11 @@ CREATE TABLE experiments (
     optimizer_output_tokens INTEGER NOT NULL DEFAULT 0,
     optimizer_cost_usd REAL NOT NULL DEFAULT 0,
     proposal_meta TEXT,
+    adaptive_keep INTEGER,
+    alpha REAL,
+    test TEXT,
+    rejudge_calls INTEGER NOT NULL DEFAULT 0,
+    rejudge_cost_usd REAL NOT NULL DEFAULT 0,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);
@@ -284,6 +299,14 @@ class Experiment(BaseModel):
     optimizer_output_tokens: int = 0
     optimizer_cost_usd: float = 0.0
     proposal_meta: dict[str, Any] = Field(default_factory=dict)
+    # The adaptive rule's outcome, the level the deciding test ran at, and the test's record
+    # (`optimizer.decision.AdaptiveTest` as a dict); None on rows decided before schema 4.
+    adaptive_keep: bool | None = None
+    alpha: float | None = None
+    test: dict[str, Any] | None = None
+    # Judge calls (and their cost, US dollars) of the re-judging pass, both prompts; part of calls/cost_usd.
+    rejudge_calls: int = 0
+    rejudge_cost_usd: float = 0.0
 
     @property
     def judge_cost_usd(self) -> float:
@@ -463,6 +486,8 @@ _EXPERIMENT_V3_COLUMNS = (
     "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "proposal_meta",
 )
 _EXPERIMENT_V3_DEFAULTS = ("0", "0", "0", "0.0", "NULL")
+_EXPERIMENT_V4_COLUMNS = tuple(column for column, _ in _V4_EXPERIMENT_COLUMNS)
+_EXPERIMENT_V4_DEFAULTS = ("NULL", "NULL", "NULL", "0", "0.0")
 
 
 def _run_from_row(r: sqlite3.Row) -> Run:
@@ -474,11 +499,11 @@ def _run_from_row(r: sqlite3.Row) -> Run:
 
 def _experiment_from_row(r: sqlite3.Row) -> Experiment:
     d = dict(r)
-    for key in ("files_changed", "metrics", "intervals", "flips", "proposal_meta"):
+    for key in ("files_changed", "metrics", "intervals", "flips", "proposal_meta", "test"):
         d[key] = _loads(d[key])
     d["files_changed"] = d["files_changed"] or []
     d["proposal_meta"] = d["proposal_meta"] or {}
-    for key in ("literal_keep", "paired_keep"):
+    for key in ("literal_keep", "paired_keep", "adaptive_keep"):
         d[key] = _opt_bool(d[key])
     d["early_stopped"] = bool(d["early_stopped"])
     return Experiment.model_validate(d)
@@ -583,6 +608,10 @@ class Ledger:
                         cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} {decl}")
                     _backfill_library_meta(cur)
                     current = 3
+                if current == 3:
+                    for column, decl in _V4_EXPERIMENT_COLUMNS:
+                        cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} {decl}")
+                    current = 4
                 cur.execute(f"PRAGMA user_version = {current}")
         self.version = SCHEMA_VERSION
 
@@ -618,11 +647,14 @@ class Ledger:
                 cur.close()
 
     def _experiment_columns(self) -> str:
-        if self.version >= 3:
-            return _EXPERIMENT_LIST_COLUMNS + ", " + ", ".join(_EXPERIMENT_V3_COLUMNS)
-        return _EXPERIMENT_LIST_COLUMNS + ", " + ", ".join(
-            f"{default} AS {column}" for column, default in zip(_EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS, strict=True)
-        )
+        parts = [_EXPERIMENT_LIST_COLUMNS]
+        for since, columns, defaults in ((3, _EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS),
+                                         (4, _EXPERIMENT_V4_COLUMNS, _EXPERIMENT_V4_DEFAULTS)):
+            if self.version >= since:
+                parts.extend(columns)
+            else:
+                parts.extend(f"{default} AS {column}" for column, default in zip(columns, defaults, strict=True))
+        return ", ".join(parts)
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -768,6 +800,11 @@ class Ledger:
         p_value: float | None = None,
         literal_keep: bool | None = None,
         paired_keep: bool | None = None,
+        adaptive_keep: bool | None = None,
+        alpha: float | None = None,
+        test: Mapping[str, Any] | None = None,
+        rejudge_calls: int = 0,
+        rejudge_cost_usd: float = 0.0,
         early_stopped: bool = False,
         items_evaluated: int = 0,
         calls: int = 0,
@@ -800,7 +837,8 @@ class Ledger:
                 "intervals = ?, flips = ?, p_value = ?, literal_keep = ?, paired_keep = ?, early_stopped = ?, "
                 "items_evaluated = ?, calls = ?, cache_hits = ?, input_tokens = ?, output_tokens = ?, "
                 "cost_usd = ?, duration_s = ?, commit_sha = COALESCE(?, commit_sha), "
-                "prompt_hash = COALESCE(?, prompt_hash), rationale = COALESCE(?, rationale) WHERE id = ?",
+                "prompt_hash = COALESCE(?, prompt_hash), rationale = COALESCE(?, rationale), "
+                "adaptive_keep = ?, alpha = ?, test = ?, rejudge_calls = ?, rejudge_cost_usd = ? WHERE id = ?",
                 (
                     status, _ts(utc_now()) if finished else None, decision or status, reason,
                     _dumps(_metrics_dict(metrics)), _dumps(_intervals_dict(intervals)), _dumps(_flips_dict(flips)),
@@ -808,7 +846,9 @@ class Ledger:
                     None if literal_keep is None else int(literal_keep),
                     None if paired_keep is None else int(paired_keep),
                     int(early_stopped), items_evaluated, calls, cache_hits, input_tokens, output_tokens,
-                    cost_usd, duration_s, commit_sha, prompt_hash, rationale, experiment_id,
+                    cost_usd, duration_s, commit_sha, prompt_hash, rationale,
+                    None if adaptive_keep is None else int(adaptive_keep), alpha, _dumps(test),
+                    rejudge_calls, rejudge_cost_usd, experiment_id,
                 ),
             )
             if status in INCUMBENT_STATUSES:
@@ -940,6 +980,19 @@ class Ledger:
                 params,
             )
         ]
+
+    def item_judgements(self, experiment_id: int) -> dict[str, list[Answer]]:
+        """An experiment's replicate verdicts as ``metrics.Answer`` per item, in replicate order."""
+        from optimizer.metrics import Answer
+
+        out: dict[str, list[Answer]] = {}
+        for r in self._query(
+            "SELECT trajectory_id, success, status, mistake_type FROM verdicts WHERE experiment_id = ? "
+            "ORDER BY trajectory_id, replicate",
+            (experiment_id,),
+        ):
+            out.setdefault(r[0], []).append(Answer(success=_opt_bool(r[1]), mistake_type=r[3], status=r[2]))
+        return out
 
     def item_answers(self, experiment_id: int) -> dict[str, Answer]:
         """An experiment's majority answers as ``metrics.Answer`` (what ``metrics.score`` takes)."""

@@ -22,7 +22,7 @@ imperfect judge has kappa exactly 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, Protocol
@@ -77,6 +77,30 @@ class LabelLike(Protocol):
 
     @property
     def mistake_type(self) -> str | None: ...
+
+
+def majority_answer(answers: Sequence[Answer]) -> Answer:
+    """One item's answer from several judgements, by the rule `optimizer.judge.verdicts.majority`
+    applies to replicate verdicts: unusable judgements outnumbering usable ones give an invalid
+    answer; otherwise the majority of the usable ones, a tie being ``False`` (which can never raise
+    the false-positive rate); a failure carries the most common mistake type among the winners."""
+    if not answers:
+        raise ValueError("majority_answer() needs at least one judgement")
+    usable = [a for a in answers if a.usable]
+    if len(answers) - len(usable) > len(usable):
+        return Answer(success=None, status="invalid")
+    yes = sum(1 for a in usable if a.success)
+    winner = yes > len(usable) - yes
+    if winner:
+        return Answer(success=True)
+    types = [a.mistake_type for a in usable if not a.success]
+    best = max(types.count(t) for t in types)
+    return Answer(success=False, mistake_type=next(t for t in types if types.count(t) == best))
+
+
+def outcome(answer: Answer) -> bool | None:
+    """What a judgement says, label-free: True, False, or None for no usable verdict."""
+    return answer.success if answer.usable else None
 
 
 def is_correct(label: LabelLike, answer: Answer | None) -> bool:

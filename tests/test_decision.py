@@ -21,7 +21,7 @@ from optimizer.decision import (
 from optimizer.metrics import Answer, flip_table, score
 from optimizer.models import Label
 
-PAIRED = LoopSection()  # policy paired, alpha 0.1, no deltas
+PAIRED = LoopSection(policy="paired")  # alpha 0.1, no deltas
 LITERAL = LoopSection(policy="literal")
 
 

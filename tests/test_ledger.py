@@ -202,7 +202,7 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
     assert tools == {"t1": [], "t2": AGENTIC_TOOLS}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     conn.close()
 
 
@@ -210,7 +210,16 @@ SCHEMA_3_COLUMNS = ("optimizer_calls", "optimizer_input_tokens", "optimizer_outp
                     "proposal_meta")
 
 
+SCHEMA_4_COLUMNS = ("adaptive_keep", "alpha", "test", "rejudge_calls", "rejudge_cost_usd")
+
+
+def _drop_schema_4_columns(conn: sqlite3.Connection) -> None:
+    for column in SCHEMA_4_COLUMNS:
+        conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+
+
 def _drop_schema_3_columns(conn: sqlite3.Connection) -> None:
+    _drop_schema_4_columns(conn)
     for column in SCHEMA_3_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
 
@@ -259,7 +268,7 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
     assert got.cost_usd == 0.3 and got.judge_cost_usd == pytest.approx(0.25) and got.proposal_meta == {"note": "data"}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     conn.close()
 
 

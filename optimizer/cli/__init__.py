@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", choices=["agent", "reflect", "library", "manual"],
                    help="manual: your working-tree edit of the allowed files, judged as one candidate")
     p.add_argument("-m", "--message", metavar="TEXT", help="--strategy manual: the edit's rationale")
-    p.add_argument("--policy", choices=["paired", "literal"])
+    p.add_argument("--policy", choices=["adaptive", "paired", "literal"],
+                   help="how a candidate is decided (default: [loop] policy, adaptive); see README \"How the loop decides\"")
     p.add_argument("--max-experiments", type=int, metavar="N")
     p.add_argument("--budget-usd", type=float, metavar="X")
     p.add_argument("--hours", type=float, metavar="H")

@@ -193,8 +193,11 @@ async def evaluate_items(
     cache: JudgeCache | None = None,
     infra_retry_rounds: int = 0,
     infra_retry_pause_s: float = 0.0,
+    first_replicate: int = 0,
 ) -> EvalRun:
-    """Judge ``item_ids`` of ``split`` with ``prompts``; ``replicates`` calls per item.
+    """Judge ``item_ids`` of ``split`` with ``prompts``; ``replicates`` calls per item, replicate
+    indices ``first_replicate`` onwards (a re-judging pass asks for the judgements after a first
+    pass's: each index is its own cache entry, so a judgement is paid once whoever asks for it).
 
     ``provider``/``cache`` default to `make_provider(judge)` and the workspace cache, both closed at
     the end; pass your own to share them across evaluations (then you close them). ``on_item`` is
@@ -241,6 +244,7 @@ async def evaluate_items(
             prices=prices,
             budget=budget,
             image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+            first_replicate=first_replicate,
         )
         evaluator = _Scheduler(
             judge_items, concurrency=concurrency, on_item=on_item, progress=progress, total=len(item_ids)

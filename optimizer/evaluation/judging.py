@@ -115,6 +115,7 @@ class ItemJudge:
         prices: dict[str, Any],
         budget: Budget | None,
         image_cache_dir: Path | None,
+        first_replicate: int = 0,
     ) -> None:
         self.split = split
         self.prompts = prompts
@@ -122,6 +123,9 @@ class ItemJudge:
         self.cache = cache
         self.sampling = sampling
         self.replicates = replicates
+        # Replicate indices first_replicate … first_replicate + replicates − 1: a re-judging pass
+        # asks for the judgements after the first pass's, each its own cache entry.
+        self.indices = range(first_replicate, first_replicate + replicates)
         self.prices = prices
         self.budget = budget
         self.text_only = bool(getattr(provider, "text_only", False))
@@ -235,14 +239,14 @@ class ItemJudge:
             agentic = await asyncio.to_thread(self._agentic_task, tid)
             # A conversation looks up each of its turns in the cache itself (`_converse`).
             looked_up: list[tuple[str, ReplicateResult | None]] = [
-                (agentic.fingerprint, None) for _ in range(self.replicates)
+                (agentic.fingerprint, None) for _ in self.indices
             ]
-            calls = [functools.partial(self._converse, agentic, i) for i in range(self.replicates)]
+            calls = [functools.partial(self._converse, agentic, i) for i in self.indices]
             return PreparedItem(tid, agentic.notes, looked_up, calls)
         request, fingerprint, notes, looked_up = await self._direct_lookups(tid)
         calls = [
             functools.partial(self._call, request, fingerprint, key, i)
-            for i, (key, hit) in enumerate(looked_up)
+            for i, (key, hit) in zip(self.indices, looked_up, strict=True)
             if hit is None
         ]
         return PreparedItem(tid, notes, looked_up, calls)
@@ -343,14 +347,14 @@ class ItemJudge:
                 self.cache.put_request(memo_key, fingerprint, notes)
         else:
             fingerprint, notes = memo
-        looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
+        looked_up = [self._lookup(fingerprint, i) for i in self.indices]
         if request is None and any(hit is None for _, hit in looked_up):
             request = await asyncio.to_thread(self._render, traj)
             if request.fingerprint() != fingerprint:  # a stale memo: trust the rendering
                 fingerprint, notes = request.fingerprint(), request.notes
                 if memo_key is not None:
                     self.cache.put_request(memo_key, fingerprint, notes)
-                looked_up = [self._lookup(fingerprint, i) for i in range(self.replicates)]
+                looked_up = [self._lookup(fingerprint, i) for i in self.indices]
         return request, fingerprint, notes, looked_up
 
     def _agentic_task(self, tid: str) -> AgenticTask:

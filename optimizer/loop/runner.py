@@ -20,7 +20,14 @@ from typing import Any
 
 from optimizer import gitops
 from optimizer.config import JudgeSection, LoopSection
-from optimizer.decision import Decision, decide, stopped_decision
+from optimizer.decision import (
+    Decision,
+    adaptive_stopped_decision,
+    decide_adaptive,
+    disagreements,
+    lord_level,
+    stopped_decision,
+)
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget
@@ -101,6 +108,23 @@ def item_verdicts(run: EvalRun) -> list[ItemVerdict]:
     return rows
 
 
+def judgements_of(item: ItemResult) -> list[Answer]:
+    """An item's judgements (one `Answer` per replicate call, in replicate order)."""
+    return [
+        Answer(success=r.success, mistake_type=r.verdict.mistake_type if r.verdict else None,
+               status="ok" if r.status == "ok" else ("infra_error" if r.status == "infra_error" else "invalid"))
+        for r in item.replicates
+    ]
+
+
+def with_extra(judgements: Mapping[str, list[Answer]], extra: EvalRun) -> dict[str, list[Answer]]:
+    """``judgements`` with a re-judging pass's judgements appended to the items it judged."""
+    out = {tid: list(answers) for tid, answers in judgements.items()}
+    for item in extra.items:
+        out[item.trajectory_id] = out.get(item.trajectory_id, []) + judgements_of(item)
+    return out
+
+
 def unified_diff(changed: Mapping[str, tuple[str | None, str | None]]) -> tuple[str, int, int]:
     """A git-style unified diff of the candidate's files, with insertion and deletion counts."""
     chunks: list[str] = []
@@ -142,6 +166,20 @@ class Evaluated:
     intervals: dict[str, tuple[float, float]] | None
     flips: Any
     error: str | None = None
+    # The re-judging passes (incumbent's, then candidate's) under the adaptive policy.
+    rejudge: list[EvalRun] = field(default_factory=list)
+
+    @property
+    def calls(self) -> int:
+        return self.run.calls_made + self.rejudge_calls
+
+    @property
+    def rejudge_calls(self) -> int:
+        return sum(p.calls_made for p in self.rejudge)
+
+    @property
+    def rejudge_cost_usd(self) -> float:
+        return sum(p.cost_usd for p in self.rejudge)
 
 
 @dataclass
@@ -239,27 +277,47 @@ class LoopRunner:
 
     # -- evaluation ------------------------------------------------------------------------------
 
+    def test_level(self) -> float:
+        """The level the next candidate is tested at: ``[loop] alpha``, or with ``[loop] fdr`` the
+        LORD++ level given this run's earlier tested candidates (`optimizer.decision.lord_level`)."""
+        if self.loop_cfg.fdr is None:
+            return self.loop_cfg.alpha
+        past = [e.status == "kept" for e in self.ledger.experiments(self.run.id)
+                if e.seq > 0 and e.alpha is not None and e.status in ("kept", "rolled_back", "waiting")]
+        return lord_level(self.loop_cfg.fdr, past)
+
     async def evaluate(
-        self, experiment_id: int, prompts: PromptSet, incumbent: Mapping[str, Answer] | None,
+        self, experiment_id: int, prompts: PromptSet, incumbent: Experiment | None,
         provider: Provider, cache: JudgeCache,
     ) -> Evaluated:
         """Evaluate ``prompts`` on the whole split (negatives first) and decide against ``incumbent``.
 
-        With an incumbent, stop as soon as an exact bound proves a rollback. Items that hit
+        With an incumbent, stop as soon as an exact bound proves a rollback; under the adaptive
+        policy, then re-judge the items the two prompts disagree on (`rejudge`). Items that hit
         infrastructure errors are left out of the bounds (unjudged) and make the evaluation
         incomplete: such a candidate is never decided on partial data.
         """
         order = evaluation_order(self.labels, self.split.ids)
+        adaptive = self.loop_cfg.policy == "adaptive"
+        level = self.test_level()
+        inc_answers = self.ledger.item_answers(incumbent.id) if incumbent else None
+        inc_judgements = self.ledger.item_judgements(incumbent.id) if incumbent else None
         so_far: dict[str, Answer] = {}
+        so_far_judgements: dict[str, list[Answer]] = {}
         early: list[Decision] = []
 
         def on_item(item: ItemResult) -> bool:
             # --propose-only evaluates in full: a human decides, and a candidate they keep becomes the
             # incumbent, whose answers every later candidate is compared with item by item.
-            if item.infra_error or incumbent is None or self.limits.propose_only:
+            if item.infra_error or inc_answers is None or inc_judgements is None or self.limits.propose_only:
                 return False
             so_far[item.trajectory_id] = item.answer
-            decision = stopped_decision(self.labels, so_far, incumbent, self.loop_cfg)
+            so_far_judgements[item.trajectory_id] = judgements_of(item)
+            if adaptive:
+                decision = adaptive_stopped_decision(self.labels, so_far_judgements, inc_judgements,
+                                                     self.loop_cfg, alpha=level)
+            else:
+                decision = stopped_decision(self.labels, so_far, inc_answers, self.loop_cfg, alpha=level)
             if decision is not None:
                 early.append(decision)
                 return True
@@ -278,7 +336,7 @@ class LoopRunner:
         answers = result.answers()
         if early:
             judged = {t: self.labels[t] for t in so_far}
-            flips = flip_table(judged, {t: incumbent[t] for t in judged}, so_far) if incumbent else None
+            flips = flip_table(judged, {t: inc_answers[t] for t in judged}, so_far) if inc_answers else None
             return Evaluated(result, early[0], None, None, flips)
         if result.infra_error_ids:
             n = len(result.infra_error_ids)
@@ -290,11 +348,52 @@ class LoopRunner:
                              error=result.stop_reason or f"{len(result.not_evaluated)} item(s) not evaluated")
         metrics = score(self.labels, answers)
         intervals = bootstrap_intervals(self.labels, answers)
-        if incumbent is None:
+        if incumbent is None or inc_answers is None or inc_judgements is None:
             return Evaluated(result, None, metrics, intervals, None)
-        flips = flip_table(self.labels, incumbent, answers)
-        decision = decide(score(self.labels, incumbent), metrics, flips, self.loop_cfg)
-        return Evaluated(result, decision, metrics, intervals, flips)
+        flips = flip_table(self.labels, inc_answers, answers)
+        cand_judgements = {item.trajectory_id: judgements_of(item) for item in result.items}
+        to_rejudge: list[str] = []
+        if adaptive and self.loop_cfg.rejudge > 0:
+            # Nothing re-judging could bring would make it a keep: the re-judging calls are not made.
+            skip = adaptive_stopped_decision(self.labels, cand_judgements, inc_judgements, self.loop_cfg, alpha=level)
+            if skip is not None:
+                return Evaluated(result, skip, metrics, intervals, flips)
+            to_rejudge = [t for t in order if t in set(disagreements(inc_answers, answers))]
+        passes: list[EvalRun] = []
+        if to_rejudge:
+            self.stage("rejudging", experiment_id, items=len(to_rejudge))
+            self.say(f"  experiment {experiment_id}: re-judging the {len(to_rejudge)} item(s) the prompts disagree "
+                     f"on, {self.loop_cfg.rejudge} more time(s) under each")
+            incumbent_prompts = PromptSet.from_rev(self.ws, incumbent.commit_sha or "HEAD~1")
+            for side_prompts in (incumbent_prompts, prompts):
+                extra = await evaluate_items(
+                    self.ws, self.split, side_prompts, self.judge,
+                    item_ids=to_rejudge, replicates=self.loop_cfg.rejudge, first_replicate=self.replicates,
+                    budget=self.budget(), progress=self._progress(experiment_id), provider=provider, cache=cache,
+                    infra_retry_rounds=self.loop_cfg.infra_retry_rounds,
+                    infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s,
+                )
+                self.spent_usd += extra.cost_usd
+                passes.append(extra)
+                if extra.stop is not None and extra.stop.kind is StopKind.BUDGET:
+                    self.budget_exhausted = extra.stop.message
+                failed = extra.infra_error_ids or extra.not_evaluated
+                if failed or extra.stop is not None:
+                    why = extra.stop_reason or f"{len(failed)} item(s) hit infrastructure errors while re-judged"
+                    return Evaluated(result, None, None, None, None, error=f"re-judging incomplete: {why}",
+                                     rejudge=passes)
+            inc_judgements = with_extra(inc_judgements, passes[0])
+            cand_judgements = with_extra(cand_judgements, passes[1])
+        decision = decide_adaptive(
+            self.labels, inc_judgements, cand_judgements, self.loop_cfg, first_pass=self.replicates,
+            rejudged=to_rejudge, alpha=level, seed=self.decision_seed(experiment_id),
+        )
+        return Evaluated(result, decision, metrics, intervals, flips, rejudge=passes)
+
+    def decision_seed(self, experiment_id: int) -> int:
+        """The seed of a candidate's Monte Carlo p-value (used only when the exact one is out of
+        reach), stored with the decision so it replays."""
+        return (self.ws.config.optimizer.seed * 1_000_003 + experiment_id) % 2**32
 
     def _record_eval(self, exp_id: int, ev: Evaluated, **fields: Any) -> Experiment:
         self.ledger.record_verdicts(exp_id, item_verdicts(ev.run))
@@ -307,14 +406,19 @@ class LoopRunner:
             p_value=d.p_value if d else None,
             literal_keep=d.literal_keep if d else None,
             paired_keep=d.paired_keep if d else None,
+            adaptive_keep=d.adaptive_keep if d else None,
+            alpha=d.alpha if d else None,
+            test=d.test.model_dump(mode="json") if d and d.test else None,
+            rejudge_calls=ev.rejudge_calls,
+            rejudge_cost_usd=ev.rejudge_cost_usd,
             early_stopped=bool(d and d.early_stopped),
             items_evaluated=len(ev.run.items),
-            calls=ev.run.calls_made,
-            cache_hits=ev.run.cache_hits,
-            input_tokens=ev.run.input_tokens,
-            output_tokens=ev.run.output_tokens,
-            cost_usd=ev.run.cost_usd + fields.pop("extra_cost", 0.0),
-            duration_s=ev.run.duration_s,
+            calls=ev.calls,
+            cache_hits=ev.run.cache_hits + sum(p.cache_hits for p in ev.rejudge),
+            input_tokens=ev.run.input_tokens + sum(p.input_tokens for p in ev.rejudge),
+            output_tokens=ev.run.output_tokens + sum(p.output_tokens for p in ev.rejudge),
+            cost_usd=ev.run.cost_usd + ev.rejudge_cost_usd + fields.pop("extra_cost", 0.0),
+            duration_s=ev.run.duration_s + sum(p.duration_s for p in ev.rejudge),
             **fields,
         )
 
@@ -483,7 +587,7 @@ class LoopRunner:
         prompts = PromptSet.from_rev(self.ws, sha)
         self.stage("evaluating", exp_id, started_at=time.time())  # wall clock, as the cache's `created`
         self.say(f"  experiment {exp_id}: evaluating (negatives first, stopping as soon as the outcome is certain)")
-        ev = await self.evaluate(exp_id, prompts, self.ledger.item_answers(incumbent.id), provider, cache)
+        ev = await self.evaluate(exp_id, prompts, incumbent, provider, cache)
         incumbent_sha = incumbent.commit_sha or gitops.rev_parse(self.root, "HEAD~1")
         usage_extra = {"extra_cost": optimiser_cost, "prompt_hash": prompts.prompt_hash()}
         if ev.decision is None:
@@ -512,7 +616,7 @@ class LoopRunner:
             exp = self._record_eval(exp_id, ev, status="rolled_back", decision="rolled_back", reason=d.reason,
                                     commit_sha=rejected, **usage_extra)
         self.say(f"  experiment {exp_id}: {'KEPT' if d.keep else 'rolled back'} — {d.reason} "
-            f"(calls={ev.run.calls_made}, cached={ev.run.cache_hits}, ${ev.run.cost_usd:.4f})")
+            f"(calls={ev.calls}, cached={ev.run.cache_hits}, ${ev.run.cost_usd + ev.rejudge_cost_usd:.4f})")
         return exp
 
     # -- the loop --------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from optimizer.workspace import Workspace, command_lock
 
 Say = Callable[[str], None]
 StrategyName = Literal["agent", "reflect", "library", "manual"]
-PolicyName = Literal["paired", "literal"]
+PolicyName = Literal["adaptive", "paired", "literal"]
 
 
 @dataclass(frozen=True)

@@ -283,7 +283,13 @@ def test_replicates_are_pinned_per_run_across_resume(ws: Path, monkeypatch: pyte
     run, exps = latest(ws)
     assert run.budgets["replicates"] == 3
     assert [e.status for e in exps] == ["baseline", "kept"]  # kept: evaluated in full, no early stop
-    assert len(candidate_calls) == 32 and set(candidate_calls.values()) == {3}
+    # 3 per item; the items the prompts disagree on are judged 2 more times under each (adaptive):
+    # replicate indices 3 and 4, so 3 + 2 + 2 requests for those.
+    rejudged = {item["trajectory_id"] for item in (exps[1].test or {})["items"] if item["rejudged"]}
+    assert rejudged and len(candidate_calls) == 32
+    assert {t: n for t, n in candidate_calls.items() if n != 3} == dict.fromkeys(rejudged, 7)
+    assert all(item["candidate_total"] == item["incumbent_total"] == 5
+               for item in (exps[1].test or {})["items"] if item["rejudged"])
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
         assert {len(v.replicates) for v in led.item_verdicts(exps[1].id)} == {3}
 

@@ -155,7 +155,7 @@ def test_library_run_git_ledger_and_report_agree(ws: Path, capsys: pytest.Captur
 
     # report --json agrees with both: ids, decisions and commits, baseline first.
     report = report_json(ws, capsys, "--run", run.id)
-    assert report["run"] == run.id and report["branch"] == run.branch and report["policy"] == "paired"
+    assert report["run"] == run.id and report["branch"] == run.branch and report["policy"] == "adaptive"
     assert [(x["id"], x["decision"], x["commit"]) for x in report["experiments"]] == [
         (e.id, e.status, e.commit_sha) for e in exps
     ]
@@ -167,7 +167,8 @@ def test_library_run_git_ledger_and_report_agree(ws: Path, capsys: pytest.Captur
 # -- decisions -------------------------------------------------------------------------------------
 
 
-def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("policy", ["paired", "adaptive"])
+def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
     judge = FakeJudge(ws)
     # BAD_ENTRY alone would *raise* kappa (it fixes every false negative) — only the FPR guard stops it.
     labels = judge.labels
@@ -185,10 +186,15 @@ def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: p
     strategy = ScriptedStrategy([toggle(BAD_ENTRY), toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)])
     install(monkeypatch, strategy)
     with FakeLLMServer(default=judge) as server:
-        assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "3", "--policy", policy) == 0
     run, exps = latest(ws)
     base, bad, good, both = exps
-    assert bad.status == "rolled_back" and "FPR rose" in (bad.reason or "") and bad.early_stopped
+    assert bad.status == "rolled_back" and "FPR rose" in (bad.reason or "")
+    if policy == "paired":  # negatives first: stopped as soon as the false positives were certain
+        assert bad.early_stopped and bad.rejudge_calls == 0
+    else:  # re-judging could still have overturned any first-pass false positive: judged in full
+        assert not bad.early_stopped and bad.rejudge_calls > 0 and bad.test is not None
+        assert good.adaptive_keep and good.test is not None and good.test["p_value"] < 0.1
     assert good.status == "kept" and good.kappa > base.kappa and good.fpr < base.fpr
     assert good.parent_id == base.id
     assert both.status == "rolled_back" and both.parent_id == good.id and "FPR" in (both.reason or "")
