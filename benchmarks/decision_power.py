@@ -21,7 +21,8 @@ in its own workspace and process; ``--workers`` processes at a time.
 
 Figures per policy: share of no-op candidates kept; share of D-item fixes kept; mean judge calls per
 decided candidate / 162 (from the ledger's experiment rows; the fake server's count is checked
-against the ledger's total). Loop rates carry 95% Wilson intervals. The simulation replays the same
+against the ledger's total). Loop rates carry 95% intervals from a bootstrap over runs (candidates
+of one run share incumbents, so they are not independent trials). The simulation replays the same
 runs (same item odds, same schedule, same incumbent handling, first pass without early stopping) with
 numpy and the real decision functions of `optimizer.decision`; its calls figure has no early stop,
 so it is an upper bound for literal and paired. A second simulated row, ``sim1``, gives every
@@ -60,12 +61,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._judge_model import JudgeModel, item_instruction, item_q
 from optimizer.config import JudgeOverrides, LoopSection
-from optimizer.decision import Counts, decide_counts
+from optimizer.decision import Counts, decide_adaptive, decide_counts, lord_level
 from optimizer.devset.importer import import_split
 from optimizer.ledger import Ledger
 from optimizer.loop import session
 from optimizer.loop.strategies import Proposal, ProposalContext
+from optimizer.metrics import Answer
+from optimizer.models import Label
 from optimizer.scaffold import init_workspace
+from optimizer.signflip import sign_flip_test
 from optimizer.workspace import Workspace
 from tests.data_helpers import pair_items, write_release
 from tests.fakeserver import FakeLLMServer
@@ -92,19 +96,8 @@ def parse_policy(name: str) -> tuple[str, float | None]:
     return base, float(extra[3:])
 
 
-def lord_level(target_fdr: float, past_keeps: Sequence[bool]) -> float:
-    """The next candidate's test level under LORD++, from `optimizer.decision` (issue 10)."""
-    from optimizer import decision
-
-    level = getattr(decision, "lord_level", None)
-    if level is None:
-        raise SystemExit("online FDR needs optimizer.decision.lord_level (issue 10); not in this checkout")
-    return float(level(target_fdr, past_keeps))
-
-
 def rejudge_default() -> int:
-    field_ = LoopSection.model_fields.get("rejudge")
-    return int(field_.default) if field_ is not None else 2
+    return int(LoopSection.model_fields["rejudge"].default)
 
 
 # --- the workspace ------------------------------------------------------------------------------
@@ -208,6 +201,7 @@ class Trial:
     kind: str
     kept: bool
     calls: int
+    run: str = ""  # the run it belongs to: trials of one run share incumbents, so they are not independent
 
 
 @dataclass
@@ -231,14 +225,22 @@ class PolicyResult:
         self.wall_s += other.wall_s
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of k successes in n."""
-    if n == 0:
+def run_bootstrap(trials: Sequence[Trial], kind: str, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of the keep rate of ``kind``, resampling whole runs (percentile bootstrap): the
+    candidates of one run share incumbents, so a binomial interval would be too narrow."""
+    per_run: dict[str, list[int]] = {}
+    for t in trials:
+        if t.kind == kind:
+            k_n = per_run.setdefault(t.run, [0, 0])
+            k_n[0] += t.kept
+            k_n[1] += 1
+    if not per_run:
         return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    k, n = np.array(list(per_run.values())).T
+    picks = np.random.default_rng(seed).integers(0, len(k), (draws, len(k)))
+    rates = k[picks].sum(axis=1) / n[picks].sum(axis=1)
+    lo, hi = np.percentile(rates, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def keep_rate(trials: Sequence[Trial], kind: str) -> tuple[int, int]:
@@ -311,7 +313,8 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
                         result.undecided += 1
                         continue
                     assert exp.proposal_meta["kind"] == kinds[exp.seq - 1], "the schedule and the ledger disagree"
-                    result.trials.append(Trial(exp.proposal_meta["kind"], exp.status == "kept", exp.calls))
+                    result.trials.append(Trial(exp.proposal_meta["kind"], exp.status == "kept", exp.calls,
+                                               run=outcome.run_id))
         result.server_calls = model.calls
     result.wall_s = time.monotonic() - started
     return result
@@ -326,29 +329,9 @@ def _loop_task(args: tuple[Any, ...]) -> PolicyResult:
 # --- the pure simulation ------------------------------------------------------------------------
 
 
-def sign_flip_p(diffs: Sequence[int]) -> float:
-    """Exact one-sided sign-flip p-value: P(Σ ε_i d_i ≥ Σ d_i) over independent fair signs ε_i.
-
-    ``diffs`` are integers (per-item differences in correct judgements), so the null distribution
-    is a convolution over integer sums. The benchmark's own copy of the test, used until (and
-    checked against) `optimizer.decision`'s."""
-    d = [abs(x) for x in diffs if x]
-    observed = sum(x for x in diffs if x)
-    total = sum(d)
-    dist = np.zeros(2 * total + 1)
-    dist[total] = 1.0
-    for x in d:
-        dist = 0.5 * (np.roll(dist, x) + np.roll(dist, -x))
-    return float(dist[observed + total:].sum())
-
-
 def sign_flip_below(diffs: Sequence[int], judgements: int, alpha: float) -> bool:
-    """p < alpha for per-item differences ``diffs`` in correct judgements out of ``judgements`` each:
-    with `optimizer.signflip` (once issue 10 has landed) on the exact shares, else `sign_flip_p`."""
-    try:
-        from optimizer.signflip import sign_flip_test
-    except ImportError:
-        return sign_flip_p(diffs) < alpha
+    """p < alpha for per-item differences ``diffs`` in correct judgements out of ``judgements`` each,
+    by `optimizer.signflip` on the exact shares (as the loop decides)."""
     return sign_flip_test([Fraction(int(d), judgements) for d in diffs if d]).below(Fraction(repr(float(alpha))))
 
 
@@ -379,16 +362,9 @@ def adaptive_keep(inc_total: np.ndarray, cand_total: np.ndarray, judgements: np.
 
 
 def engine_adaptive_keep(inc_first: np.ndarray, cand_first: np.ndarray, inc_j: dict[int, list[bool]],
-                         cand_j: dict[int, list[bool]], positive: np.ndarray, rejudge: int, alpha: float) -> bool | None:
-    """The same decision by `optimizer.decision.decide_adaptive` on labels and answers (None before
-    issue 10 lands). ``inc_j``/``cand_j``: the re-judged items' judgements (correct or not)."""
-    try:
-        from optimizer.decision import decide_adaptive  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    from optimizer.metrics import Answer
-    from optimizer.models import Label
-
+                         cand_j: dict[int, list[bool]], positive: np.ndarray, rejudge: int, alpha: float) -> bool:
+    """The same decision by `optimizer.decision.decide_adaptive` on labels and answers, as the loop
+    makes it. ``inc_j``/``cand_j``: the re-judged items' judgements (correct or not)."""
     labels = {f"i{k:03d}": Label(trajectory_id=f"i{k:03d}", label="positive" if pos else "negative", original_id="r")
               for k, pos in enumerate(positive)}
 
@@ -414,7 +390,7 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
     loop = LoopSection(policy="literal", alpha=alpha)
     result = PolicyResult(policy)
     fixable_idx = np.flatnonzero(fixable)
-    for _ in range(runs):
+    for run_no in range(runs):
         inc_fixed = np.zeros(n, bool)
         inc_first = rng.random(n) < q
         inc_extra: dict[int, list[bool]] = {}
@@ -459,10 +435,9 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
                     inc_j = {int(i): [bool(inc_first[i])] + inc_extra.get(int(i), [])[:rejudge] for i in disagree}
                     cand_j = {int(i): [bool(cand_first[i])] + cand_extra[int(i)] for i in disagree}
                     engine = engine_adaptive_keep(inc_first, cand_first, inc_j, cand_j, positive, rejudge, alpha)
-                    if engine is not None:
-                        assert engine == kept, "the simulation's adaptive rule and optimizer.decision disagree"
-                        result.engine_checked += 1
-            result.trials.append(Trial(kind, kept, calls))
+                    assert engine == kept, "the simulation's adaptive rule and optimizer.decision disagree"
+                    result.engine_checked += 1
+            result.trials.append(Trial(kind, kept, calls, run=f"sim{seed}-{run_no}"))
             past_keeps.append(kept)
             if kept:
                 inc_fixed, inc_first, inc_extra = cand_fixed, cand_first, cand_extra
@@ -503,7 +478,7 @@ def table(loop_results: dict[str, PolicyResult], sim_results: dict[str, PolicyRe
                 if total == 0:
                     cells.append(f"{'—':>22}")
                 elif source == "loop":
-                    lo, hi = wilson(k, total)
+                    lo, hi = run_bootstrap(res.trials, kind)
                     cells.append(f"{k / total:>6.1%} [{lo:>4.0%},{hi:>4.0%}] n={total:<4}")
                 else:
                     cells.append(f"{k / total:>6.1%} {'':>10}n={total:<4}")
@@ -549,9 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     positive = np.array(_labels_only()[1])
     q, fixable = item_q(len(positive), 0, fix_pool=args.fix_pool)
     t_sim = time.monotonic()
-    # The simulation covers adaptive even before the loop offers it (the benchmark's own copy of the rule).
-    sim_policies = sorted(set(policies) | {"literal", "paired", "adaptive"}
-                          | ({"adaptive+fdr0.1"} if "fdr" in LoopSection.model_fields else set()))
+    # The simulation also shows online FDR (LORD++ at 0.1) beside the plain adaptive policy.
+    sim_policies = sorted(set(policies) | {"literal", "paired", "adaptive", "adaptive+fdr0.1"})
     sim_results = {p: simulate(p, q, fixable, positive, args.sim_runs, args.candidates, args.fixes_per_run,
                                args.seed + 1, rejudge=rejudge, check_engine=200) for p in sim_policies}
     fresh_results = {p: simulate_fresh(p, q, fixable, positive, args.sim_runs, args.seed + 2, rejudge=rejudge)
@@ -577,9 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     for p, res in loop_results.items():
         print(f"{p}: loop worker time {res.wall_s:.0f} s; judge calls at the fake server {res.server_calls}, "
               f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}")
-    checked = sim_results["adaptive"].engine_checked
-    print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: {checked}, all agree"
-          if checked else "simulated adaptive rule: the benchmark's own copy (optimizer.decision has no decide_adaptive yet)")
+    print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: "
+          f"{sim_results['adaptive'].engine_checked}, all agree")
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s; load average at the end "
           f"{load} (1 / 5 / 15 min) on {os.cpu_count()} cores")

@@ -4,9 +4,7 @@ no timing."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import random
 
 import numpy as np
 import pytest
@@ -58,14 +56,20 @@ def test_item_odds_have_the_issue_composition() -> None:
     assert fixable.sum() == 23 + (q[unstable] < 0.5).sum()
 
 
-def test_sign_flip_p_matches_brute_force() -> None:
-    rng = random.Random(3)
-    for _ in range(40):
-        diffs = [rng.randint(-3, 3) for _ in range(rng.randint(0, 9))]
-        observed = sum(diffs)
-        signs = list(itertools.product((1, -1), repeat=len(diffs)))
-        brute = sum(sum(s * abs(d) for s, d in zip(sign, diffs, strict=True)) >= observed for sign in signs) / len(signs)
-        assert dp.sign_flip_p(diffs) == pytest.approx(brute)
+def test_simulated_adaptive_decisions_are_the_engines() -> None:
+    q, fixable = item_q(N_ITEMS, 0)
+    positive = np.array(dp._labels_only()[1])
+    res = dp.simulate("adaptive", q, fixable, positive, runs=10, candidates=6, fixes_per_run=1, seed=4, check_engine=40)
+    assert res.engine_checked == 40  # each replayed by optimizer.decision.decide_adaptive, which agreed
+    assert any(t.calls > N_ITEMS for t in res.trials)  # noise disagreements are re-judged
+
+
+def test_run_bootstrap_interval_widens_when_a_runs_candidates_move_together() -> None:
+    together = [dp.Trial("noop", r % 2 == 0, 1, run=str(r)) for r in range(20) for _ in range(5)]
+    apart = [dp.Trial("noop", (r * 5 + j) % 2 == 0, 1, run=str(r)) for r in range(20) for j in range(5)]
+    lo_t, hi_t = dp.run_bootstrap(together, "noop")
+    lo_a, hi_a = dp.run_bootstrap(apart, "noop")
+    assert lo_t < 0.5 < hi_t and hi_t - lo_t > 2 * (hi_a - lo_a)
 
 
 def test_simulation_keeps_clean_fixes_and_never_a_noop_of_a_steady_judge() -> None:
