@@ -37,6 +37,11 @@ class JudgeSection(_Section):
     max_retries: int = Field(default=4, ge=0, le=20)
     # The local judge's inference threads; None = the cores idle when it starts (at most 4).
     local_threads: int | None = Field(default=None, ge=1, le=64)
+    # Batch evaluation (--batch): the first wait between status polls, growing 1.5x per poll up to
+    # batch_poll_max_s; entries that errored or expired are re-submitted alone up to batch_retry_rounds times.
+    batch_poll_s: float = Field(default=30.0, gt=0, le=3600)
+    batch_poll_max_s: float = Field(default=600.0, gt=0, le=3600)
+    batch_retry_rounds: int = Field(default=2, ge=0, le=10)
 
 
 # The judge model used when an override switches providers without naming a model.

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -65,6 +65,7 @@ _V4_EXPERIMENT_COLUMNS = (
     ("rejudge_calls", "INTEGER NOT NULL DEFAULT 0"),
     ("rejudge_cost_usd", "REAL NOT NULL DEFAULT 0"),
 )
+# Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
 
 RunStatus = Literal["running", "finished", "stopped", "crashed", "waiting"]
 ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error"]
@@ -86,6 +87,27 @@ FLIP_KEYS: tuple[str, ...] = ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")
 
 def _in(values: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+# Batches a run sent through a provider's batch API (`judgeloop run --batch`), recorded before
+# submission (batch_id NULL until the provider answers) so `run --resume` collects them instead of
+# submitting again. custom_ids: JSON list of the judge-call cache keys the batch answers.
+_BATCHES = """
+CREATE TABLE IF NOT EXISTS batches (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    experiment_id INTEGER,
+    provider TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    model TEXT NOT NULL,
+    batch_id TEXT,
+    status TEXT NOT NULL,
+    custom_ids TEXT NOT NULL,
+    estimate_usd REAL NOT NULL,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL
+);
+"""
 
 
 _SCHEMA = f"""
@@ -210,7 +232,23 @@ CREATE TABLE confirmations (
     revision TEXT NOT NULL,
     metrics TEXT NOT NULL DEFAULT '{{}}'
 );
-"""
+{_BATCHES}"""
+
+
+class BatchRow(BaseModel):
+    """A batch a run sent through a provider's batch API (the ``batches`` table)."""
+
+    id: int
+    run_id: str
+    experiment_id: int | None
+    provider: str
+    endpoint: str
+    model: str
+    batch_id: str | None
+    status: str  # submitting | submitted | collected | abandoned
+    custom_ids: list[str]
+    estimate_usd: float
+    created: str
 
 
 def utc_now() -> datetime:
@@ -612,6 +650,9 @@ class Ledger:
                     for column, decl in _V4_EXPERIMENT_COLUMNS:
                         cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} {decl}")
                     current = 4
+                if current == 4:
+                    cur.execute(_BATCHES)
+                    current = 5
                 cur.execute(f"PRAGMA user_version = {current}")
         self.version = SCHEMA_VERSION
 
@@ -1151,6 +1192,39 @@ class Ledger:
         rows = self._query(sql + " ORDER BY id", params)
         return [
             Confirmation(id=r[0], run_id=r[1], split=r[2], created=r[3], revision=r[4], metrics=_loads(r[5]) or {})
+            for r in rows
+        ]
+
+    # -- batches (`judgeloop run --batch`) ---------------------------------------------------------
+
+    def record_batch(self, run_id: str, experiment_id: int | None, *, provider: str, endpoint: str, model: str,
+                     custom_ids: list[str], estimate_usd: float) -> int:
+        """Record a batch about to be submitted for ``experiment_id`` (status ``submitting``); its row id."""
+        now = _ts(utc_now())
+        with self.transaction() as cur:
+            cur.execute(
+                "INSERT INTO batches (run_id, experiment_id, provider, endpoint, model, batch_id, status, custom_ids,"
+                " estimate_usd, created, updated) VALUES (?, ?, ?, ?, ?, NULL, 'submitting', ?, ?, ?, ?)",
+                (run_id, experiment_id, provider, endpoint, model, _dumps(custom_ids), estimate_usd, now, now),
+            )
+            return int(cur.lastrowid or 0)
+
+    def update_batch(self, row_id: int, *, status: str, batch_id: str | None = None) -> None:
+        """Set a recorded batch's status (and its provider id, once known)."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE batches SET status = ?, batch_id = COALESCE(?, batch_id), updated = ? WHERE id = ?",
+                        (status, batch_id, _ts(utc_now()), row_id))
+
+    def batches(self, run_id: str, *, open_only: bool = False) -> list[BatchRow]:
+        """The run's recorded batches, oldest first (``open_only``: those not yet collected or abandoned)."""
+        sql = ("SELECT id, run_id, experiment_id, provider, endpoint, model, batch_id, status, custom_ids,"
+               " estimate_usd, created FROM batches WHERE run_id = ?")
+        if open_only:
+            sql += " AND status IN ('submitting', 'submitted')"
+        rows = self._query(sql + " ORDER BY id", (run_id,))
+        return [
+            BatchRow(id=r[0], run_id=r[1], experiment_id=r[2], provider=r[3], endpoint=r[4], model=r[5],
+                     batch_id=r[6], status=r[7], custom_ids=_loads(r[8]) or [], estimate_usd=r[9], created=r[10])
             for r in rows
         ]
 

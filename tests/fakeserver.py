@@ -7,6 +7,19 @@ Routes:
 - ``POST /v1/messages`` — Anthropic Messages.
 - ``POST /v1/chat/completions`` and ``POST <any base path>/chat/completions`` — OpenAI Chat Completions.
 - ``GET /v1/models`` (and ``<base>/models``) — the OpenAI model list (``models`` or one fake model).
+- Anthropic Message Batches: ``POST /v1/messages/batches``, ``GET /v1/messages/batches/{id}``
+  (``processing_status`` ``in_progress`` until ``batch_polls`` retrievals, then ``ended`` with a
+  ``results_url``), ``GET /v1/messages/batches/{id}/results`` (JSONL; per entry ``succeeded``,
+  ``errored``, ``expired`` or ``canceled``).
+- OpenAI Batch: ``POST /v1/files`` (multipart, ``purpose=batch``), ``POST /v1/batches``,
+  ``GET /v1/batches/{id}`` (``validating`` → ``in_progress`` → ``completed``, or ``expired`` when an
+  entry expired, or ``failed`` for the next ``fail_batches`` batches), ``GET /v1/files/{id}/content``
+  (the output and error files, JSONL).
+
+Each batch entry takes its behaviour from the script (in submission order) or ``default`` exactly
+like a direct call, when the batch is created; it is recorded as an inference request with
+``batch_id`` set. `expired` and `canceled` behaviours exist only for batch entries (a direct call
+given one gets a 500). ``batch_creations`` lists every batch created, in order.
 
 Every inference request pops the next scripted behaviour (FIFO, see `FakeLLMServer.script`); when
 the script is empty the ``default`` callable chooses one from the request (by default a valid
@@ -27,12 +40,15 @@ or the pytest fixture ``fake_llm`` (import it: ``from tests.fakeserver import fa
 from __future__ import annotations
 
 import collections
+import email.parser
+import email.policy
 import itertools
 import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
@@ -62,6 +78,7 @@ class RecordedRequest:
     headers: dict[str, str]
     api_key_present: bool
     body: Any  # parsed JSON, or None when the body was empty or not JSON
+    batch_id: str | None = None  # an entry of this batch (its body is the entry's request body)
 
     @property
     def model(self) -> str | None:
@@ -92,7 +109,7 @@ class Usage:
 class Behaviour:
     """What the server does with one inference request. Build it with the helper functions below."""
 
-    kind: Literal["reply", "error", "malformed", "hang"]
+    kind: Literal["reply", "error", "malformed", "hang", "expired", "canceled"]
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     blocks: tuple[dict[str, Any], ...] | None = None  # raw Anthropic content blocks (override text/tools)
@@ -187,6 +204,16 @@ def hang(seconds: float = 5.0) -> Behaviour:
     return Behaviour(kind="hang", delay_s=seconds)
 
 
+def expired() -> Behaviour:
+    """A batch entry the provider did not run before the batch's window closed."""
+    return Behaviour(kind="expired")
+
+
+def canceled() -> Behaviour:
+    """A batch entry canceled before it ran."""
+    return Behaviour(kind="canceled")
+
+
 def default_verdict(request: RecordedRequest) -> Behaviour:
     """Default behaviour when the script is empty: a valid verdict JSON."""
     return verdict_reply()
@@ -211,8 +238,15 @@ class FakeLLMServer:
         max_hang_s: float = 10.0,
         keep_alive: bool = False,
         parse_bodies: bool = True,
+        batch_polls: int = 1,
     ) -> None:
         self.default = default
+        # Status retrievals a batch answers "in progress" before it ends (0: ended at once).
+        self.batch_polls = batch_polls
+        self.fail_batches = 0  # OpenAI wire: the next N batches fail validation (status "failed")
+        self.batch_creations: list[str] = []
+        self._batches: dict[str, _FakeBatch] = {}
+        self._files: dict[str, bytes] = {}
         self.models = models
         self.max_hang_s = max_hang_s
         self.keep_alive = keep_alive
@@ -310,6 +344,79 @@ class FakeLLMServer:
     def next_id(self) -> int:
         return next(self._ids)
 
+    # -- batches ---------------------------------------------------------------------------------
+
+    def _create_batch(self, wire: Wire, entries: list[tuple[str, Any]], headers: dict[str, str],
+                      key_present: bool) -> _FakeBatch:
+        """Create a batch: each entry's behaviour is chosen now, as for a direct call."""
+        n = self.next_id()
+        batch_id = f"msgbatch_fake_{n}" if wire == "anthropic" else f"batch_fake_{n}"
+        path = "/v1/messages" if wire == "anthropic" else "/v1/chat/completions"
+        with self._lock:
+            failed = wire == "openai" and self.fail_batches > 0
+            if failed:
+                self.fail_batches -= 1
+            self.batch_creations.append(batch_id)
+        batch = _FakeBatch(batch_id, wire, polls_left=self.batch_polls, failed=failed)
+        if not failed:
+            for custom_id, body in entries:
+                request = RecordedRequest("POST", path, wire, headers, key_present, body, batch_id=batch_id)
+                behaviour = self._next_behaviour(request)
+                if self.models is not None and request.model not in self.models and behaviour.kind == "reply":
+                    behaviour = not_found(str(request.model))
+                batch.entries.append((custom_id, request, behaviour))
+        else:
+            batch.entries = [(custom_id, None, None) for custom_id, _ in entries]  # type: ignore[misc]
+        with self._lock:
+            self._batches[batch.id] = batch
+        return batch
+
+    def end_batches(self) -> None:
+        """Let every batch created so far end at its next status request."""
+        with self._lock:
+            for batch in self._batches.values():
+                batch.polls_left = 0
+
+    def batch_entries(self, batch_id: str) -> list[RecordedRequest]:
+        """The recorded entries of one batch, in submission order."""
+        return [r for r in self.inference_requests() if r.batch_id == batch_id]
+
+    def _poll_batch(self, batch_id: str) -> _FakeBatch | None:
+        with self._lock:
+            batch = self._batches.get(batch_id)
+            if batch is not None and batch.polls_left > 0:
+                batch.polls_left -= 1
+        return batch
+
+    def _add_file(self, data: bytes) -> str:
+        file_id = f"file-fake-{self.next_id()}"
+        with self._lock:
+            self._files[file_id] = data
+        return file_id
+
+
+@dataclass
+class _FakeBatch:
+    id: str
+    wire: Wire
+    polls_left: int
+    failed: bool = False
+    entries: list[tuple[str, RecordedRequest, Behaviour]] = field(default_factory=list)
+    created: float = field(default_factory=time.time)
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.polls_left <= 0
+
+    def outcome(self, behaviour: Behaviour) -> str:
+        if behaviour.kind == "reply":
+            return "succeeded"
+        if behaviour.kind in ("expired", "canceled"):
+            return behaviour.kind
+        return "errored"
+
 
 class _Server(ThreadingHTTPServer):
     # socketserver's default listen backlog is 5: a burst of concurrent clients (an evaluation at
@@ -338,11 +445,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- request parsing -------------------------------------------------------------------------
 
-    def _record(self, wire: Wire | None) -> RecordedRequest:
+    def _record(self, wire: Wire | None, *, parse: bool | None = None) -> RecordedRequest:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
+        self.raw_body = raw
         try:
-            body = json.loads(raw) if raw and self.fake.parse_bodies else None
+            body = json.loads(raw) if raw and (self.fake.parse_bodies if parse is None else parse) else None
         except ValueError:
             body = None
         headers: dict[str, str] = {}
@@ -362,10 +470,11 @@ class _Handler(BaseHTTPRequestHandler):
             body=body,
         )
 
-    def _send(self, status: int, payload: bytes, headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def _send(self, status: int, payload: bytes, headers: tuple[tuple[str, str], ...] = (),
+              content_type: str = "application/json") -> None:
         try:
             self.send_response(status)
-            self.send_header("content-type", "application/json")
+            self.send_header("content-type", content_type)
             self.send_header("content-length", str(len(payload)))
             if not self.fake.keep_alive:
                 self.send_header("connection", "close")
@@ -384,7 +493,32 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         request = self._record(None)
         self.fake._record_only(request)
-        if path.endswith("/models"):
+        parts = path.split("/")
+        if "/messages/batches/" in path:
+            batch = self.fake._batches.get(parts[parts.index("batches") + 1])
+            if batch is None:
+                self._send(404, _error_body("anthropic", not_found()))
+            elif path.endswith("/results"):
+                if not batch.ended:
+                    self._send(400, _error_body("anthropic", error(400, error_type="invalid_request_error",
+                                                                  message="batch has not ended")))
+                else:
+                    self._send(200, _anthropic_results(self.fake, batch), content_type="application/binary")
+            else:
+                self._send(200, json.dumps(_anthropic_batch(self.fake, self.fake._poll_batch(batch.id) or batch)).encode())
+        elif len(parts) >= 3 and parts[-2] == "batches":
+            batch = self.fake._poll_batch(parts[-1])
+            if batch is None:
+                self._send(404, _error_body("openai", not_found()))
+            else:
+                self._send(200, json.dumps(_openai_batch(self.fake, batch)).encode())
+        elif len(parts) >= 4 and parts[-1] == "content" and parts[-3] == "files":
+            data = self.fake._files.get(parts[-2])
+            if data is None:
+                self._send(404, _error_body("openai", not_found()))
+            else:
+                self._send(200, data, content_type="application/octet-stream")
+        elif path.endswith("/models"):
             names = self.fake.models or ["fake-model"]
             data = [{"id": n, "object": "model", "created": 0, "owned_by": "fake"} for n in names]
             self._send(200, json.dumps({"object": "list", "data": data}).encode())
@@ -393,8 +527,53 @@ class _Handler(BaseHTTPRequestHandler):
                 404, json.dumps({"error": {"message": f"no route {path}", "type": "not_found"}}).encode()
             )
 
+    def _batch_post(self, path: str) -> bool:
+        """The batch routes (create a batch, upload a file); False for any other path."""
+        fake = self.fake
+        if path.endswith("/v1/messages/batches"):
+            request = self._record(None, parse=True)
+            fake._record_only(request)
+            entries = [(e["custom_id"], e["params"]) for e in (request.body or {}).get("requests", [])]
+            batch = fake._create_batch("anthropic", entries, request.headers, request.api_key_present)
+            self._send(200, json.dumps(_anthropic_batch(fake, batch)).encode())
+            return True
+        if path.endswith("/files"):
+            request = self._record(None, parse=False)
+            fake._record_only(request)
+            content_type = self.headers.get("content-type", "")
+            message = email.parser.BytesParser(policy=email.policy.default).parsebytes(
+                b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + self.raw_body
+            )
+            fields: dict[str, bytes] = {}
+            filename = "upload"
+            for part in message.iter_parts():
+                name = part.get_param("name", header="content-disposition")
+                payload = part.get_payload(decode=True)
+                if isinstance(name, str) and isinstance(payload, bytes):
+                    fields[name] = payload
+                    filename = part.get_filename() or filename
+            data = fields.get("file", b"")
+            file_id = fake._add_file(data)
+            self._send(200, json.dumps({
+                "id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                "filename": filename, "purpose": fields.get("purpose", b"").decode(), "status": "processed",
+            }).encode())
+            return True
+        if path.endswith("/batches"):
+            request = self._record(None, parse=True)
+            fake._record_only(request)
+            body = request.body or {}
+            lines = fake._files.get(str(body.get("input_file_id")), b"").decode().splitlines()
+            entries = [(d["custom_id"], d["body"]) for d in (json.loads(x) for x in lines if x.strip())]
+            batch = fake._create_batch("openai", entries, request.headers, request.api_key_present)
+            self._send(200, json.dumps(_openai_batch(fake, batch, input_file_id=str(body.get("input_file_id")))).encode())
+            return True
+        return False
+
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         path = self.path.split("?", 1)[0].rstrip("/")
+        if self._batch_post(path):
+            return
         if path.endswith("/v1/messages"):
             wire: Wire | None = "anthropic"
         elif path.endswith("/chat/completions"):
@@ -423,6 +602,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if behaviour.kind == "error":
             self._send(behaviour.status, _error_body(wire, behaviour), behaviour.headers)
+            return
+        if behaviour.kind in ("expired", "canceled"):  # batch-only behaviours: a direct call gets a 500
+            self._send(500, _error_body(wire, server_error()))
             return
         payload = (
             _anthropic_message(self.fake, request, behaviour)
@@ -529,6 +711,108 @@ def _openai_completion(fake: FakeLLMServer, request: RecordedRequest, behaviour:
             "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
         },
     }
+
+
+# -- batch wire formats ----------------------------------------------------------------------------
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _anthropic_batch(fake: FakeLLMServer, batch: _FakeBatch) -> dict[str, Any]:
+    counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+    if batch.ended:
+        for _, _, behaviour in batch.entries:
+            counts[batch.outcome(behaviour)] += 1
+    else:
+        counts["processing"] = len(batch.entries)
+    return {
+        "id": batch.id,
+        "type": "message_batch",
+        "processing_status": "ended" if batch.ended else "in_progress",
+        "request_counts": counts,
+        "created_at": _iso(batch.created),
+        "expires_at": _iso(batch.created + timedelta(hours=24).total_seconds()),
+        "ended_at": _iso(time.time()) if batch.ended else None,
+        "archived_at": None,
+        "cancel_initiated_at": None,
+        "results_url": f"{fake.url}/v1/messages/batches/{batch.id}/results" if batch.ended else None,
+    }
+
+
+def _anthropic_results(fake: FakeLLMServer, batch: _FakeBatch) -> bytes:
+    lines = []
+    for custom_id, request, behaviour in batch.entries:
+        outcome = batch.outcome(behaviour)
+        result: dict[str, Any]
+        if outcome == "succeeded":
+            result = {"type": "succeeded", "message": _anthropic_message(fake, request, behaviour)}
+        elif outcome == "errored":
+            result = {"type": "errored", "error": json.loads(_error_body("anthropic", behaviour))}
+        else:
+            result = {"type": outcome}
+        lines.append(json.dumps({"custom_id": custom_id, "result": result}))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _openai_batch(fake: FakeLLMServer, batch: _FakeBatch, input_file_id: str = "") -> dict[str, Any]:
+    outcomes = [batch.outcome(b) for _, _, b in batch.entries] if not batch.failed else []
+    status = "validating"
+    if batch.failed and batch.ended:
+        status = "failed"
+    elif batch.ended:
+        status = "expired" if "expired" in outcomes else "completed"
+        if batch.output_file_id is None and batch.error_file_id is None:
+            _openai_files(fake, batch)
+    elif batch.polls_left < fake.batch_polls:
+        status = "in_progress"
+    done = batch.ended and not batch.failed
+    return {
+        "id": batch.id,
+        "object": "batch",
+        "endpoint": "/v1/chat/completions",
+        "input_file_id": input_file_id or "file-fake",
+        "completion_window": "24h",
+        "status": status,
+        "created_at": int(batch.created),
+        "output_file_id": batch.output_file_id,
+        "error_file_id": batch.error_file_id,
+        "errors": {"object": "list", "data": [{"code": "invalid_request", "message": "fake validation failure"}]}
+        if batch.failed and batch.ended else None,
+        "request_counts": {
+            "total": len(batch.entries),
+            "completed": sum(o == "succeeded" for o in outcomes) if done else 0,
+            "failed": sum(o != "succeeded" for o in outcomes) if done else 0,
+        },
+    }
+
+
+def _openai_files(fake: FakeLLMServer, batch: _FakeBatch) -> None:
+    output, errors = [], []
+    for custom_id, request, behaviour in batch.entries:
+        n = fake.next_id()
+        outcome = batch.outcome(behaviour)
+        line: dict[str, Any] = {"id": f"batch_req_fake_{n}", "custom_id": custom_id}
+        if outcome == "succeeded":
+            body = _openai_completion(fake, request, behaviour)
+            output.append({**line, "response": {"status_code": 200, "request_id": f"req_{n}", "body": body},
+                           "error": None})
+        elif outcome == "expired":
+            errors.append({**line, "response": None, "error": {
+                "code": "batch_expired",
+                "message": "This request could not be executed before the completion window expired."}})
+        elif outcome == "canceled":
+            errors.append({**line, "response": None, "error": {
+                "code": "batch_cancelled", "message": "This request was cancelled."}})
+        else:
+            errors.append({**line, "response": {"status_code": behaviour.status or 500, "request_id": f"req_{n}",
+                                                "body": json.loads(_error_body("openai", behaviour))},
+                           "error": None})
+    if output:
+        batch.output_file_id = fake._add_file(("\n".join(json.dumps(x) for x in output) + "\n").encode())
+    if errors:
+        batch.error_file_id = fake._add_file(("\n".join(json.dumps(x) for x in errors) + "\n").encode())
 
 
 # -- pytest fixtures -------------------------------------------------------------------------------

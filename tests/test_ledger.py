@@ -202,7 +202,7 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
     assert tools == {"t1": [], "t2": AGENTIC_TOOLS}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     conn.close()
 
 
@@ -268,8 +268,15 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
     assert got.cost_usd == 0.3 and got.judge_cost_usd == pytest.approx(0.25) and got.proposal_meta == {"note": "data"}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     conn.close()
+    with Ledger(path) as ledger:  # the batches table (step 4 -> 5) works on the upgraded ledger
+        row = ledger.record_batch(run.id, new.id, provider="openai", endpoint="https://api.openai.com/v1",
+                                  model="gpt-5", custom_ids=["k1", "k2"], estimate_usd=0.5)
+        ledger.update_batch(row, status="submitted", batch_id="batch_1")
+        [batch] = ledger.batches(run.id, open_only=True)
+    assert (batch.batch_id, batch.status, batch.custom_ids, batch.experiment_id) == ("batch_1", "submitted",
+                                                                                     ["k1", "k2"], new.id)
 
 
 def test_missing_ledger_opened_readonly_says_run_first(tmp_path: Path) -> None:

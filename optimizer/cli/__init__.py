@@ -32,6 +32,13 @@ def _judge_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, metavar="N", help="override [judge] max_concurrency")
 
 
+BATCH_HELP = (
+    "send the uncached judge calls as one batch through the provider's batch API (anthropic, openai): "
+    "half price, answered within 24 h; early stopping does not apply (every item is judged); a killed "
+    "command run again collects its pending batch instead of sending a second one"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(
@@ -86,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, metavar="N", help="only the first N manifest items")
     p.add_argument("--out", metavar="DIR", help="where to write verdict files")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--batch", action="store_true", help=BATCH_HELP)
     _judge_overrides(p)
 
     p = add("run", "optimizer.cli.loop:cmd_run", "run the optimisation loop on the dev split")
@@ -102,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicates", type=int, metavar="K")
     p.add_argument("--propose-only", action="store_true", help="evaluate one candidate, wait for `judgeloop decide`")
     p.add_argument("--resume", action="store_true", help="continue the last unfinished run")
+    p.add_argument("--batch", action="store_true",
+                   help=BATCH_HELP.replace("a killed command run again", "`--resume`") +
+                   "; a run started with --batch resumes in batch mode")
     _judge_overrides(p)
 
     p = add("decide", "optimizer.cli.loop:cmd_decide", "keep or discard a candidate waiting in propose-only mode")
@@ -118,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("confirm", "optimizer.cli.loop:cmd_confirm", "evaluate the final prompts once on a held-out split")
     p.add_argument("--split", required=True, metavar="NAME")
     p.add_argument("--run", metavar="ID")
+    p.add_argument("--batch", action="store_true", help=BATCH_HELP)
     _judge_overrides(p)
 
     p = add("reviews", "optimizer.cli.report:cmd_reviews", "list human reviews or export them as JSONL")

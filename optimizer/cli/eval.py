@@ -47,7 +47,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Judge a split with the prompts at a revision, write verdict files, print metrics."""
     options = EvalOptions(
         split=args.split, rev=args.rev, replicates=args.replicates, limit=args.limit,
-        out=Path(args.out) if args.out else None, judge=judge_overrides(args),
+        out=Path(args.out) if args.out else None, judge=judge_overrides(args), batch=bool(args.batch),
     )
     with TerminalEvents(prefix="judgeloop eval: ") as events:
         outcome = evaluate(Workspace.open(args.workspace), options, events)

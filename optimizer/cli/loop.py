@@ -16,7 +16,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         split=args.split, strategy=args.strategy, message=args.message, policy=args.policy,
         max_experiments=args.max_experiments, budget_usd=args.budget_usd, hours=args.hours,
         patience=args.patience, replicates=args.replicates, propose_only=bool(args.propose_only),
-        judge=judge_overrides(args),
+        judge=judge_overrides(args), batch=bool(args.batch),
     )
     ws = Workspace.open(args.workspace)
     # The loop's progress goes to the ledger (the TUI follows it); the terminal gets its status lines.
@@ -35,6 +35,6 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped."""
     with TerminalEvents(progress=False) as events:
         outcome = confirm(Workspace.open(args.workspace), args.split, run_id=args.run,
-                          judge_overrides=judge_overrides(args), events=events)
+                          judge_overrides=judge_overrides(args), events=events, batch=bool(args.batch))
     print(format_metrics(outcome.metrics))
     return 0

@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from optimizer.errors import UserError
 from optimizer.judge.types import JudgeRequest, Sampling, stable_json
@@ -52,7 +52,46 @@ CREATE TABLE IF NOT EXISTS requests (
     notes TEXT NOT NULL,
     created REAL NOT NULL
 );
+-- Batches submitted by `judgeloop eval --batch` (and `confirm --batch`), recorded before submission
+-- (batch_id NULL until the provider answers) so the same command after a kill collects them.
+-- custom_ids: JSON list of the judge-call cache keys the batch answers.
+CREATE TABLE IF NOT EXISTS batches (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    provider TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    model TEXT NOT NULL,
+    batch_id TEXT,
+    status TEXT NOT NULL,
+    custom_ids TEXT NOT NULL,
+    estimate_usd REAL NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
 """
+
+# A batch's life in a batch store: recorded just before submission, submitted (the provider gave
+# its id), collected (every answer is in the cache), or abandoned (never accepted, or unknown).
+BatchStatus = Literal["submitting", "submitted", "collected", "abandoned"]
+OPEN_BATCH_STATUSES: tuple[BatchStatus, ...] = ("submitting", "submitted")
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """A batch of judge calls as a batch store keeps it (`optimizer.evaluation.batch.BatchStore`).
+
+    ``endpoint`` is where the batch lives (a batch id means something only there; never a key);
+    ``custom_ids`` are the cache keys of its calls; ``estimate_usd`` what was reserved for it."""
+
+    record_id: int
+    provider: str
+    endpoint: str
+    model: str
+    batch_id: str | None
+    status: BatchStatus
+    custom_ids: tuple[str, ...]
+    estimate_usd: float
+    created: float
+
 
 
 def cache_key(
@@ -250,6 +289,49 @@ class JudgeCache:
                 "INSERT OR REPLACE INTO requests (memo_key, fingerprint, notes, created) VALUES (?,?,?,?)",
                 (memo_key, fingerprint, json.dumps(list(notes)), time.time()),
             )
+
+    # -- the batch store of `eval --batch` (see `optimizer.evaluation.batch.BatchStore`) --------------
+
+    def record_batch(self, *, provider: str, endpoint: str, model: str, custom_ids: list[str],
+                     estimate_usd: float) -> int:
+        """Record a batch about to be submitted (status ``submitting``); its record id."""
+        now = time.time()
+        conn = self._conn()
+        with conn:
+            cur = conn.execute(
+                "INSERT INTO batches (provider, endpoint, model, batch_id, status, custom_ids, estimate_usd, created,"
+                " updated) VALUES (?,?,?,NULL,'submitting',?,?,?,?)",
+                (provider, endpoint, model, json.dumps(custom_ids), estimate_usd, now, now),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def update_batch(self, record_id: int, *, status: BatchStatus, batch_id: str | None = None) -> None:
+        """Set a recorded batch's status (and its provider id, once known)."""
+        conn = self._conn()
+        with conn:
+            conn.execute(
+                "UPDATE batches SET status=?, batch_id=COALESCE(?, batch_id), updated=? WHERE id=?",
+                (status, batch_id, time.time(), record_id),
+            )
+
+    def open_batches(self, *, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
+        """Batches recorded for this provider, endpoint and model and not yet collected, oldest first."""
+        marks = ",".join("?" * len(OPEN_BATCH_STATUSES))
+        rows = self._conn().execute(
+            "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd, created FROM batches"
+            f" WHERE provider=? AND endpoint=? AND model=? AND status IN ({marks}) ORDER BY id",
+            (provider, endpoint, model, *OPEN_BATCH_STATUSES),
+        ).fetchall()
+        return [BatchRecord(r[0], r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])), r[7], r[8]) for r in rows]
+
+    def batches(self) -> list[BatchRecord]:
+        """Every recorded batch, oldest first."""
+        rows = self._conn().execute(
+            "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd, created FROM batches"
+            " ORDER BY id"
+        ).fetchall()
+        return [BatchRecord(r[0], r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])), r[7], r[8]) for r in rows]
 
     def stats(self) -> CacheStats:
         """Rows stored, their original total cost, and this object's hit/miss/write counters."""

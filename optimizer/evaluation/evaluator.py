@@ -21,6 +21,13 @@ from typing import Any
 from optimizer.config import JudgeSection
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
+from optimizer.evaluation.batch import (
+    BatchOptions,
+    cache_store,
+    check_batch_settings,
+    judge_batch_pass,
+    supports_batches,
+)
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
@@ -194,6 +201,7 @@ async def evaluate_items(
     infra_retry_rounds: int = 0,
     infra_retry_pause_s: float = 0.0,
     first_replicate: int = 0,
+    batch: BatchOptions | None = None,
 ) -> EvalRun:
     """Judge ``item_ids`` of ``split`` with ``prompts``; ``replicates`` calls per item, replicate
     indices ``first_replicate`` onwards (a re-judging pass asks for the judgements after a first
@@ -206,6 +214,12 @@ async def evaluate_items(
     A `UserError` from rendering or the provider stops everything and is raised as is.
     Items whose calls still failed after the SDK's retries are judged again in up to
     ``infra_retry_rounds`` more rounds, round r after a pause of ``infra_retry_pause_s * r``.
+
+    ``batch``: send the calls the cache does not hold as one batch through the provider's batch API
+    (`optimizer.evaluation.batch`; anthropic and openai, direct mode only) instead of direct calls —
+    one pass, so a re-judging pass is its own call with its own ``item_ids``/``replicates``. Then
+    ``on_item`` is never consulted (no early stopping inside a batch) and ``infra_retry_rounds`` is
+    replaced by ``batch.retry_rounds`` follow-up batches of the failed entries alone.
     """
     if replicates < 1:
         raise UserError(f"replicates must be at least 1 (got {replicates}); pass --replicates 1 or more")
@@ -226,6 +240,8 @@ async def evaluate_items(
                 f'judge.toml sets mode = "agentic", which needs a provider that can use tools (anthropic or '
                 f'openai); the {provider.name} provider supports mode = "direct" only: set mode = "direct"'
             )
+        if batch is not None:
+            check_batch_support(provider, prompts)
         if cache is None:
             cache = JudgeCache(ws.cache_path)
         sampling = sampling_from(prompts)
@@ -249,7 +265,17 @@ async def evaluate_items(
         evaluator = _Scheduler(
             judge_items, concurrency=concurrency, on_item=on_item, progress=progress, total=len(item_ids)
         )
-        await evaluator.run(item_ids)
+        if batch is not None:
+            outcome = await judge_batch_pass(judge_items, provider, item_ids, batch,  # type: ignore[arg-type]
+                                             batch.store if batch.store is not None else cache_store(cache))
+            evaluator.results, evaluator.stop = outcome.results, outcome.stop
+            evaluator.parse_errors = sum(1 for r in outcome.results.values() if r.answer.status == "invalid")
+            retried_notes += outcome.notes
+            if progress is not None:
+                progress(evaluator._snapshot())
+            infra_retry_rounds = 0  # the batch pass re-submitted its failed entries itself
+        else:
+            await evaluator.run(item_ids)
         for round_no in range(1, infra_retry_rounds + 1):
             failed = [t for t in item_ids if t in evaluator.results and evaluator.results[t].infra_error]
             if not failed or evaluator.stop is not None:
@@ -279,7 +305,9 @@ async def evaluate_items(
         notes.append(f"local judge ran with {threads} inference thread(s) (set [judge] local_threads to change)")
     if evaluator.stop is not None:
         notes.append(evaluator.stop.message)
-    if retried_notes:
+    if batch is not None:
+        notes += retried_notes
+    elif retried_notes:
         still = sum(1 for item in items if item.infra_error)
         notes.append("; ".join(retried_notes) + f"; {still} still failing")
     return EvalRun(
@@ -314,8 +342,14 @@ async def evaluate_items(
             "max_retries": judge.max_retries,
             "settings": _settings_dict(prompts),
             "budget_usd": None if budget is None else budget.max_usd,
+            "batch": batch is not None,
         },
     )
+
+
+def check_batch_support(provider: Provider, prompts: PromptSet) -> None:
+    """A `UserError` when a batch evaluation cannot run with ``provider`` and ``prompts``."""
+    check_batch_settings(provider.name if supports_batches(provider) else "local", prompts.settings.mode)
 
 
 def _settings_dict(prompts: PromptSet) -> dict[str, Any]:

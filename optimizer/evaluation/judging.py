@@ -91,6 +91,10 @@ class PreparedItem:
     notes: tuple[str, ...]
     looked_up: list[tuple[str, ReplicateResult | None]]
     calls: Sequence[Callable[[], Coroutine[Any, Any, ReplicateResult]]]
+    # Direct mode: the rendered request (None when every replicate is cached) and its fingerprint,
+    # for a batch that sends the missing replicates instead of `calls`.
+    request: JudgeRequest | None = None
+    fingerprint: str = ""
 
 
 class ItemJudge:
@@ -211,12 +215,29 @@ class ItemJudge:
             cost, duration,
         )
 
+    def account_batch_reply(
+        self, reply: ProviderReply, estimate: float, key: str, index: int, fingerprint: str, duration: float
+    ) -> ReplicateResult:
+        """A call answered through a batch API: priced at the batch rate, settled against ``estimate``,
+        counted and cached under ``key`` exactly as a direct call would be; its replicate result."""
+        from optimizer.judge.providers.pricing import batch_cost_usd
+
+        cost = self._account(reply, reply.text, estimate, key, index, fingerprint, duration,
+                             cost=batch_cost_usd(reply.model, reply, self.prices))
+        return _parsed_result(
+            index, key, False, reply.text, reply.model,
+            (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens),
+            cost, duration,
+        )
+
     def _account(
         self, reply: ProviderReply, text: str, estimate: float, key: str, index: int, fingerprint: str,
-        duration: float,
+        duration: float, *, cost: float | None = None,
     ) -> float:
-        """Settle the budget, count one paid call and store it in the cache; return its cost."""
-        cost = call_cost_usd(reply, self.prices)
+        """Settle the budget, count one paid call and store it in the cache; return its cost
+        (``cost``, or the direct price of ``reply``)."""
+        if cost is None:
+            cost = call_cost_usd(reply, self.prices)
         if self.budget is not None:
             self.budget.settle(estimate, cost)
         self.calls_made += 1
@@ -249,7 +270,7 @@ class ItemJudge:
             for i, (key, hit) in zip(self.indices, looked_up, strict=True)
             if hit is None
         ]
-        return PreparedItem(tid, notes, looked_up, calls)
+        return PreparedItem(tid, notes, looked_up, calls, request, fingerprint)
 
     def assemble(
         self, item: PreparedItem, outcomes: Sequence[ReplicateResult | BaseException], started: float

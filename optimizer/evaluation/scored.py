@@ -12,6 +12,7 @@ from optimizer.config import JudgeOverrides
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
+from optimizer.evaluation.batch import BatchOptions, check_batch_settings
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.files import previous_evaluation, write_results
 from optimizer.evaluation.results import EvalRun
@@ -29,6 +30,7 @@ class EvalOptions:
     limit: int | None = None  # only the first N manifest items
     out: Path | None = None  # default: experiments/evals/<stamp>-<prompt hash>
     judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+    batch: bool = False  # send the uncached calls as one batch through the provider's batch API
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore) -> 
     judge = options.judge.apply(ws.config.judge)
     split = open_split(ws, options.split or ws.config.workspace.dev_split)
     prompts = PromptSet.from_rev(ws, options.rev) if options.rev else PromptSet.from_dir(ws.prompts_dir)
+    if options.batch:
+        check_batch_settings(judge.provider, prompts.settings.mode)
     replicates = options.replicates if options.replicates is not None else prompts.settings.replicates
     item_ids = list(split.ids)
     if options.limit is not None:
@@ -85,8 +89,14 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore) -> 
     def progress(snapshot: ProgressSnapshot) -> None:
         events(Progress(snapshot))
 
+    batch = None
+    if options.batch:
+        batch = BatchOptions.from_judge(judge, on_state=lambda state: events(Message(state.line(), "note")))
+        events(Message("batch mode: the uncached calls go out as one batch at half price and may take up to "
+                       "24 h; a killed `eval` run again with the same options collects it", "note"))
     run = asyncio.run(
-        evaluate_items(ws, split, prompts, judge, item_ids=item_ids, replicates=replicates, progress=progress)
+        evaluate_items(ws, split, prompts, judge, item_ids=item_ids, replicates=replicates, progress=progress,
+                       batch=batch)
     )
     if replacing:
         events(Message(f"replacing the previous evaluation in {out} ({len(replacing)} files)", "note"))

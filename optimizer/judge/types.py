@@ -6,6 +6,7 @@ import ast
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -262,6 +263,57 @@ class ConversingProvider(Provider, Protocol):
     ) -> tuple[AssistantTurn, ProviderReply]:
         """One model turn of a conversation: its text and tool calls, and the usage (``tools`` may be
         empty). ``cache_conversation=False`` when no turn will follow. Same errors as ``complete``."""
+        ...
+
+
+# -- batch APIs (Anthropic Message Batches, OpenAI Batch) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """A submitted batch as the provider reports it: its own status word (``in_progress``,
+    ``ended``, ``validating``, ``completed``, ...), whether processing has ended (results can be
+    fetched), and the provider's request counts by outcome."""
+
+    batch_id: str
+    status: str
+    ended: bool
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def line(self) -> str:
+        counts = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
+        return f"batch {self.batch_id}: {self.status}" + (f" ({counts})" if counts else "")
+
+
+@dataclass(frozen=True)
+class BatchEntry:
+    """One request's outcome in an ended batch, matched by ``custom_id``: a reply (``outcome``
+    ``"succeeded"``), or ``"errored"``/``"expired"``/``"canceled"`` with ``error`` saying why."""
+
+    custom_id: str
+    outcome: Literal["succeeded", "errored", "expired", "canceled"]
+    reply: ProviderReply | None = None
+    error: str | None = None
+
+
+class BatchingProvider(Provider, Protocol):
+    """A provider with a batch API: many judge calls submitted at once, answered within 24 hours at
+    half price. ``where`` names the endpoint (a batch id means something only there)."""
+
+    where: str
+
+    async def submit_batch(
+        self, requests: Sequence[tuple[str, JudgeRequest]], sampling: Sampling, schema: dict[str, Any]
+    ) -> BatchState:
+        """Submit ``(custom_id, request)`` pairs as one batch. Errors as in ``complete``."""
+        ...
+
+    async def batch_state(self, batch_id: str) -> BatchState:
+        """The batch's current state (one status request)."""
+        ...
+
+    async def batch_results(self, batch_id: str) -> list[BatchEntry]:
+        """Every entry of an ended batch (the order is the provider's, not the submission's)."""
         ...
 
 

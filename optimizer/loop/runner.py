@@ -30,8 +30,9 @@ from optimizer.decision import (
 )
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
+from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.budget import Budget
-from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.cache import BatchRecord, BatchStatus, JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
@@ -182,6 +183,33 @@ class Evaluated:
         return sum(p.cost_usd for p in self.rejudge)
 
 
+class LedgerBatches:
+    """The run's `BatchStore`: batches recorded in the ledger under the run and the experiment being
+    evaluated, so `judgeloop run --resume` collects a batch a killed run left pending."""
+
+    def __init__(self, ledger: Ledger, run_id: str, experiment_id: int | None) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+        self.experiment_id = experiment_id
+
+    def record_batch(self, *, provider: str, endpoint: str, model: str, custom_ids: list[str],
+                     estimate_usd: float) -> int:
+        return self.ledger.record_batch(self.run_id, self.experiment_id, provider=provider, endpoint=endpoint,
+                                        model=model, custom_ids=custom_ids, estimate_usd=estimate_usd)
+
+    def update_batch(self, record_id: int, *, status: BatchStatus, batch_id: str | None = None) -> None:
+        self.ledger.update_batch(record_id, status=status, batch_id=batch_id)
+
+    def open_batches(self, *, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
+        return [
+            BatchRecord(record_id=row.id, provider=row.provider, endpoint=row.endpoint, model=row.model,
+                        batch_id=row.batch_id, status="submitted" if row.batch_id else "submitting",
+                        custom_ids=tuple(row.custom_ids), estimate_usd=row.estimate_usd, created=0.0)
+            for row in self.ledger.batches(self.run_id, open_only=True)
+            if (row.provider, row.endpoint, row.model) == (provider, endpoint, model)
+        ]
+
+
 @dataclass
 class LoopRunner:
     ws: Workspace
@@ -199,6 +227,7 @@ class LoopRunner:
     interrupted: bool = False
     budget_exhausted: str | None = None  # why the judge budget cannot pay for another call
     events: Listener = ignore
+    batch: bool = False  # each pass is one batch through the provider's batch API (no early stopping)
     _budget: Budget | None = None
     _guard_inputs: dict[str, Any] | None = None
 
@@ -309,6 +338,7 @@ class LoopRunner:
         def on_item(item: ItemResult) -> bool:
             # --propose-only evaluates in full: a human decides, and a candidate they keep becomes the
             # incumbent, whose answers every later candidate is compared with item by item.
+            # (A batch pass never calls this: every call of a batch is paid for once it is sent.)
             if item.infra_error or inc_answers is None or inc_judgements is None or self.limits.propose_only:
                 return False
             so_far[item.trajectory_id] = item.answer
@@ -323,12 +353,16 @@ class LoopRunner:
                 return True
             return False
 
+        batch = self.batch_options(experiment_id)
         result = await evaluate_items(
             self.ws, self.split, prompts, self.judge,
             item_ids=order, replicates=self.replicates, on_item=on_item, budget=self.budget(),
             progress=self._progress(experiment_id), provider=provider, cache=cache,
             infra_retry_rounds=self.loop_cfg.infra_retry_rounds, infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s,
+            batch=batch,
         )
+        for note in result.notes if self.batch else ():
+            self.say(f"  {note}")
         self.spent_usd += result.cost_usd
         # The evaluator refused a call that would cross the budget: no later candidate can be paid for.
         if result.stop is not None and result.stop.kind is StopKind.BUDGET:
@@ -371,7 +405,7 @@ class LoopRunner:
                     item_ids=to_rejudge, replicates=self.loop_cfg.rejudge, first_replicate=self.replicates,
                     budget=self.budget(), progress=self._progress(experiment_id), provider=provider, cache=cache,
                     infra_retry_rounds=self.loop_cfg.infra_retry_rounds,
-                    infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s,
+                    infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s, batch=self.batch_options(experiment_id),
                 )
                 self.spent_usd += extra.cost_usd
                 passes.append(extra)
@@ -389,6 +423,15 @@ class LoopRunner:
             rejudged=to_rejudge, alpha=level, seed=self.decision_seed(experiment_id),
         )
         return Evaluated(result, decision, metrics, intervals, flips, rejudge=passes)
+
+    def batch_options(self, experiment_id: int) -> BatchOptions | None:
+        """Under ``--batch``, each pass (first pass, each side's re-judging) is one batch."""
+        if not self.batch:
+            return None
+        return BatchOptions.from_judge(
+            self.judge, store=LedgerBatches(self.ledger, self.run.id, experiment_id),
+            on_state=lambda state: self.say(f"  {state.line()}"),
+        )
 
     def decision_seed(self, experiment_id: int) -> int:
         """The seed of a candidate's Monte Carlo p-value (used only when the exact one is out of
@@ -586,7 +629,11 @@ class LoopRunner:
     ) -> Experiment:
         prompts = PromptSet.from_rev(self.ws, sha)
         self.stage("evaluating", exp_id, started_at=time.time())  # wall clock, as the cache's `created`
-        self.say(f"  experiment {exp_id}: evaluating (negatives first, stopping as soon as the outcome is certain)")
+        if self.batch:
+            self.say(f"  experiment {exp_id}: evaluating every item as one batch (batch mode: early stopping "
+                     "does not apply)")
+        else:
+            self.say(f"  experiment {exp_id}: evaluating (negatives first, stopping as soon as the outcome is certain)")
         ev = await self.evaluate(exp_id, prompts, incumbent, provider, cache)
         incumbent_sha = incumbent.commit_sha or gitops.rev_parse(self.root, "HEAD~1")
         usage_extra = {"extra_cost": optimiser_cost, "prompt_hash": prompts.prompt_hash()}

@@ -20,6 +20,7 @@ from optimizer.decision import detectable_gain_line
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
+from optimizer.evaluation.batch import BATCH_PROVIDERS, BatchOptions, check_batch_settings
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.events import Listener, Message, StopKind, StopReason, ignore
@@ -53,6 +54,7 @@ class RunOptions:
     replicates: int | None = None
     propose_only: bool = False
     judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+    batch: bool = False  # judge each pass as one batch (no early stopping); a resumed run keeps its mode
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ class _Prepared:
     replicates: int
     spent: float
     strategy_name: str
+    batch: bool = False
 
 
 def start_run(ws: Workspace, options: RunOptions, events: Listener = ignore) -> RunOutcome:
@@ -151,6 +154,8 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
 
     cfg = ws.config
     judge = options.judge.apply(cfg.judge)
+    if options.batch and judge.provider not in BATCH_PROVIDERS:
+        check_batch_settings(judge.provider, "direct")  # refused before anything else is checked or changed
     loop_cfg = cfg.loop.model_copy(update={"policy": options.policy} if options.policy else {})
     if gitops.clear_stale_index_lock(ws.root):
         say("removed a stale .git/index.lock (left by a process killed in the middle of a git command)")
@@ -169,7 +174,7 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         runner = LoopRunner(ws=ws, ledger=ledger, run=run, split=split, labels=load_labels(split),
                             judge=prepared.judge, loop_cfg=prepared.loop_cfg, strategy=strategy,
                             limits=prepared.limits, replicates=prepared.replicates, spent_usd=prepared.spent,
-                            events=events)
+                            events=events, batch=prepared.batch)
         try:
             stop = asyncio.run(_drive(runner))
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -232,7 +237,14 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, judge: J
     spent = max(sum(e.cost_usd for e in ledger.experiments(run.id)), _last_reported_spend(ledger, run.id))
     ledger.set_run_status(run.id, "running", pid=os.getpid())
     say(f"resuming run {run.id} on {run.branch} (spent so far ${spent:.4f})")
-    return _Prepared(run, split, judge, loop_cfg, limits, replicates, spent, run.strategy)
+    batch = options.batch or bool(run.budgets.get("batch"))
+    if batch:
+        _check_batch_judge(ws, judge, run.start_rev)
+        pending = [b for b in ledger.batches(run.id, open_only=True) if b.batch_id]
+        for b in pending:
+            say(f"  pending batch {b.batch_id} ({len(b.custom_ids)} call(s), experiment {b.experiment_id}): "
+                "collecting it instead of submitting again")
+    return _Prepared(run, split, judge, loop_cfg, limits, replicates, spent, run.strategy, batch)
 
 
 def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, loop_cfg: LoopSection,
@@ -264,10 +276,12 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
         raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
                         'tools (anthropic or openai); the local judge supports mode = "direct" only')
     replicates = options.replicates or start_settings.replicates
+    if options.batch:
+        _check_batch_judge(ws, judge, start_rev)
     run = ledger.create_run(
         strategy=strategy_name, policy=loop_cfg.policy, split=split.name,
         split_fingerprint=split.fingerprint, start_rev=start_rev,
-        budgets=limits.as_dict() | {"replicates": replicates}
+        budgets=limits.as_dict() | {"replicates": replicates} | ({"batch": True} if options.batch else {})
         | ({"manual_edit": str(manual_dir.relative_to(ws.root))} if manual_dir else {}),
         config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")},
     )
@@ -278,7 +292,15 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     if judge.provider == "local":
         say("  note: the local SmolLM2-135M judge is a demonstration-quality judge (text only, 8k context); "
             "its verdicts show the mechanics, not a useful judge")
-    return _Prepared(run, split, judge, loop_cfg, limits, replicates, 0.0, strategy_name)
+    if options.batch:
+        say("  batch mode: each pass is one batch at half price (answers within 24 h); early stopping does not "
+            "apply, so every candidate is judged on every item; `judgeloop run --resume` collects a pending batch")
+    return _Prepared(run, split, judge, loop_cfg, limits, replicates, 0.0, strategy_name, options.batch)
+
+
+def _check_batch_judge(ws: Workspace, judge: JudgeSection, rev: str) -> None:
+    """--batch needs anthropic or openai and the direct judge mode: a `UserError` before anything starts."""
+    check_batch_settings(judge.provider, PromptSet.from_rev(ws, rev).settings.mode)
 
 
 def _manual_outcome(ledger: Ledger, run_id: str, saved: str, say: Say) -> None:
@@ -421,9 +443,12 @@ def decide(ws: Workspace, experiment: int | str, keep: bool, events: Listener = 
 
 
 def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
-            judge_overrides: JudgeOverrides | None = None, events: Listener = ignore) -> ConfirmOutcome:
+            judge_overrides: JudgeOverrides | None = None, events: Listener = ignore,
+            batch: bool = False) -> ConfirmOutcome:
     """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped by
-    ``[confirm] max_uses``. A use that hit infrastructure errors records nothing and is not counted."""
+    ``[confirm] max_uses``. A use that hit infrastructure errors records nothing and is not counted.
+    ``batch``: through the provider's batch API (recorded in the judge cache, so a killed `confirm`
+    run again collects its batch)."""
     cfg = ws.config
     judge = (judge_overrides or JudgeOverrides()).apply(cfg.judge)
     with command_lock(ws, "confirm"), Ledger(ws.ledger_path) as ledger:
@@ -446,8 +471,12 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
         labels = load_labels(split)
         events(Message(f"confirming run {run.id}'s final prompts (experiment {inc.id}, {(inc.commit_sha or '')[:12]}) "
                        f"on held-out split {split.name} ({len(split.ids)} items); use {used + 1} of {cfg.confirm.max_uses}"))
+        options = None
+        if batch:
+            check_batch_settings(judge.provider, prompts.settings.mode)
+            options = BatchOptions.from_judge(judge, on_state=lambda state: events(Message(state.line(), "note")))
         result = asyncio.run(evaluate_items(ws, split, prompts, judge, item_ids=split.ids,
-                                            replicates=prompts.settings.replicates))
+                                            replicates=prompts.settings.replicates, batch=options))
         if result.infra_error_ids:
             raise UserError(f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
                             "the use is not counted — retry when the provider is healthy")

@@ -23,15 +23,21 @@
   errors a user reads, nothing else.
 - Retries (429 honouring ``retry-after``, 5xx, timeouts, connection errors) are the SDK's own,
   ``max_retries`` times; what survives becomes `InfrastructureError` or `UserError`.
+- Batches (`submit_batch`, `batch_state`, `batch_results`): the Message Batches API through the
+  SDK's ``messages.batches`` (create, retrieve, results: the JSONL at ``results_url``); each request's
+  ``params`` is exactly the body `complete` would post, its ``custom_id`` the caller's (a judge-call
+  cache key: 64 hex characters, within the API's ``[A-Za-z0-9_-]{1,64}``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import anthropic
 from anthropic.types import Message
+from anthropic.types.messages import MessageBatch
 
 from optimizer.config import JudgeSection
 from optimizer.judge.providers._common import (
@@ -42,9 +48,12 @@ from optimizer.judge.providers._common import (
     WireProvider,
     http_client_options,
     key_from_env,
+    quote_server_message,
 )
 from optimizer.judge.types import (
     AssistantTurn,
+    BatchEntry,
+    BatchState,
     ConversationMessage,
     ImagePart,
     JudgeRequest,
@@ -197,9 +206,67 @@ class AnthropicProvider(WireProvider):
             raw={"id": message.id, "stop_reason": message.stop_reason},
         )
 
+    # -- the Message Batches API ----------------------------------------------------------------
+
+    async def submit_batch(
+        self, requests: Sequence[tuple[str, JudgeRequest]], sampling: Sampling, schema: dict[str, Any]
+    ) -> BatchState:
+        """Submit ``(custom_id, request)`` pairs as one Message Batch; its state as created."""
+        entries: list[Any] = [
+            {"custom_id": custom_id, "params": self.build_params(request, sampling, schema)}
+            for custom_id, request in requests
+        ]
+        try:
+            batch = await self._client.messages.batches.create(requests=entries)
+        except (anthropic.APIError, ValueError) as exc:
+            raise self._sdk_error(exc, anthropic) from None
+        self._ever_succeeded = True
+        return _batch_state(batch)
+
+    async def batch_state(self, batch_id: str) -> BatchState:
+        """The Message Batch's ``processing_status`` and request counts."""
+        try:
+            batch = await self._client.messages.batches.retrieve(batch_id)
+        except (anthropic.APIError, ValueError) as exc:
+            raise self._sdk_error(exc, anthropic) from None
+        self._ever_succeeded = True
+        return _batch_state(batch)
+
+    async def batch_results(self, batch_id: str) -> list[BatchEntry]:
+        """Every entry of the ended batch, from the JSONL at its ``results_url``."""
+        entries: list[BatchEntry] = []
+        try:
+            decoder = await self._client.messages.batches.results(batch_id)
+            async for line in decoder:
+                result = line.result
+                if result.type == "succeeded":
+                    message = result.message
+                    text = "".join(block.text for block in message.content if block.type == "text")
+                    entries.append(BatchEntry(line.custom_id, "succeeded", reply=self._reply(message, text)))
+                elif result.type == "errored":
+                    error = result.error.error
+                    said = quote_server_message(f"{error.type}: {error.message}", self._secret)
+                    entries.append(BatchEntry(line.custom_id, "errored", error=said))
+                else:
+                    entries.append(BatchEntry(line.custom_id, result.type, error=f"the request was {result.type}"))
+        except (anthropic.APIError, ValueError) as exc:
+            raise self._sdk_error(exc, anthropic) from None
+        return entries
+
     async def aclose(self) -> None:
         """Close the SDK's HTTP connection pool."""
         await self._client.close()
+
+
+def _batch_state(batch: MessageBatch) -> BatchState:
+    counts = batch.request_counts
+    return BatchState(
+        batch_id=batch.id,
+        status=batch.processing_status,
+        ended=batch.processing_status == "ended",
+        counts={"processing": counts.processing, "succeeded": counts.succeeded, "errored": counts.errored,
+                "expired": counts.expired, "canceled": counts.canceled},
+    )
 
 
 def _blocks(parts: tuple[Part, ...], image: ImageString) -> list[dict[str, Any]]:

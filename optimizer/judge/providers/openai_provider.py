@@ -27,14 +27,22 @@ OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and 
   the largest cost of the harness at concurrency 16). The body built here is already wire-shaped —
   plain dicts, no aliased keys, no files — so that transform is the identity on it, and it is sent
   as pre-encoded bytes with the base64 images spliced in (`encode_json_body`); tests check both.
+- Batches (`submit_batch`, `batch_state`, `batch_results`): the Batch API through the SDK — a JSONL
+  input file (one ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`` line per
+  call, ``body`` exactly what `complete` would post) uploaded with ``files.create(purpose="batch")``,
+  ``batches.create(endpoint="/v1/chat/completions", completion_window="24h")``, ``batches.retrieve``,
+  and the output and error files read with ``files.content``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import openai
 from openai._types import RequestOptions
+from openai.types import Batch
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
 from optimizer.config import JudgeSection
@@ -45,11 +53,15 @@ from optimizer.judge.providers._common import (
     Role,
     Secret,
     WireProvider,
+    encode_json_body,
     http_client_options,
     key_from_env,
+    quote_server_message,
 )
 from optimizer.judge.types import (
     AssistantTurn,
+    BatchEntry,
+    BatchState,
     ConversationMessage,
     ImagePart,
     JudgeRequest,
@@ -69,6 +81,9 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = "judgeloop-no-key"
 # What ``chat.completions.create`` passes as request options: the bearer key and nothing else.
 _CHAT_OPTIONS: RequestOptions = {"security": {"bearer_auth": True}}
+BATCH_ENDPOINT: Literal["/v1/chat/completions"] = "/v1/chat/completions"
+# Batch statuses after which nothing more happens (the output and error files are final).
+_ENDED = ("completed", "failed", "expired", "cancelled")
 
 
 class OpenAIProvider(WireProvider):
@@ -236,9 +251,92 @@ class OpenAIProvider(WireProvider):
             raw={"id": completion.id, "finish_reason": choice.finish_reason if choice else None},
         )
 
+    # -- the Batch API --------------------------------------------------------------------------
+
+    def batch_input(
+        self, requests: Sequence[tuple[str, JudgeRequest]], sampling: Sampling, schema: dict[str, Any]
+    ) -> bytes:
+        """The JSONL input file of a batch: one line per ``(custom_id, request)``, images spliced in as bytes."""
+        lines = []
+        for custom_id, request in requests:
+            head = encode_json_body({"custom_id": custom_id, "method": "POST", "url": BATCH_ENDPOINT})
+            lines.append(head[:-1] + b',"body":' + self.encode_body(request, sampling, schema) + b"}")
+        return b"\n".join(lines) + b"\n"
+
+    async def submit_batch(
+        self, requests: Sequence[tuple[str, JudgeRequest]], sampling: Sampling, schema: dict[str, Any]
+    ) -> BatchState:
+        """Upload the JSONL input file and create a batch over it; its state as created."""
+        data = self.batch_input(requests, sampling, schema)
+        try:
+            uploaded = await self._client.files.create(
+                file=("judgeloop-batch.jsonl", data, "application/jsonl"), purpose="batch"
+            )
+            batch = await self._client.batches.create(
+                input_file_id=uploaded.id, endpoint=BATCH_ENDPOINT, completion_window="24h"
+            )
+        except (openai.APIError, ValueError) as exc:
+            raise self._sdk_error(exc, openai) from None
+        self._ever_succeeded = True
+        return _batch_state(batch)
+
+    async def batch_state(self, batch_id: str) -> BatchState:
+        """The batch's ``status`` and request counts."""
+        try:
+            batch = await self._client.batches.retrieve(batch_id)
+        except (openai.APIError, ValueError) as exc:
+            raise self._sdk_error(exc, openai) from None
+        self._ever_succeeded = True
+        return _batch_state(batch)
+
+    async def batch_results(self, batch_id: str) -> list[BatchEntry]:
+        """Every entry of the ended batch: the output file's answers and the error file's failures
+        (``batch_expired`` lines are ``expired``). A batch that failed validation has neither file;
+        then no entry is returned and the caller counts every request as not answered."""
+        try:
+            batch = await self._client.batches.retrieve(batch_id)
+            files = [f for f in (batch.output_file_id, batch.error_file_id) if f]
+            texts = [(await self._client.files.content(f)).text for f in files]
+        except (openai.APIError, ValueError) as exc:
+            raise self._sdk_error(exc, openai) from None
+        entries: list[BatchEntry] = []
+        for text in texts:
+            for raw in text.splitlines():
+                if raw.strip():
+                    entries.append(self._batch_entry(json.loads(raw)))
+        return entries
+
+    def _batch_entry(self, line: dict[str, Any]) -> BatchEntry:
+        custom_id = str(line.get("custom_id"))
+        response = line.get("response") or {}
+        error = line.get("error") or {}
+        if response.get("status_code") == 200 and isinstance(response.get("body"), dict):
+            completion = ChatCompletion.model_validate(response["body"])
+            choice = completion.choices[0] if completion.choices else None
+            text = (choice.message.content or "") if choice is not None else ""
+            return BatchEntry(custom_id, "succeeded", reply=self._reply(completion, text))
+        if error.get("code") == "batch_expired":
+            return BatchEntry(custom_id, "expired", error="the request expired before the batch ran it")
+        body_error = (response.get("body") or {}).get("error") or {}
+        said = error.get("message") or body_error.get("message") or "no message"
+        status = response.get("status_code")
+        where = f"HTTP {status}: " if status else ""
+        return BatchEntry(custom_id, "errored", error=where + quote_server_message(str(said), self._secret))
+
     async def aclose(self) -> None:
         """Close the SDK's HTTP connection pool."""
         await self._client.close()
+
+
+def _batch_state(batch: Batch) -> BatchState:
+    counts = batch.request_counts
+    return BatchState(
+        batch_id=batch.id,
+        status=batch.status,
+        ended=batch.status in _ENDED,
+        counts={} if counts is None else {"total": counts.total, "completed": counts.completed,
+                                          "failed": counts.failed},
+    )
 
 
 def _content(

@@ -76,6 +76,17 @@ def cost_usd(model: str, reply: ProviderReply, overrides: Mapping[str, Price] | 
     return total / 1_000_000
 
 
+# Both batch APIs (Anthropic Message Batches, OpenAI Batch) bill every token at half the direct price.
+BATCH_DISCOUNT = 0.5
+
+
+def batch_cost_usd(model: str, reply: ProviderReply, overrides: Mapping[str, Price] | None = None) -> float:
+    """The cost of one call answered through a provider's batch API, in US dollars: `cost_usd` times
+    `BATCH_DISCOUNT`. The discount applies to every token class, so on Anthropic the prompt-cache
+    prices (reads, writes) stack with it: a cache read in a batch costs 0.1 x 0.5 of the input price."""
+    return cost_usd(model, reply, overrides) * BATCH_DISCOUNT
+
+
 @dataclass(frozen=True)
 class Usage:
     """Calls, tokens and dollars summed over replies, in the `ProviderReply` token convention:

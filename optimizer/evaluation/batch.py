@@ -1,0 +1,343 @@
+"""Batch evaluation: one pass of a prompt revision over items sent through a provider's batch API
+(Anthropic Message Batches, OpenAI Batch) at half price, instead of one direct call per replicate.
+
+`judge_batch_pass` is what `evaluate_items(..., batch=BatchOptions(...))` runs. It renders every item
+(or recalls its rendering), looks every replicate up in the judge-call cache exactly as a direct
+evaluation does, and sends only the missing calls — each under its cache key, which is also its
+``custom_id`` — as one batch:
+
+1. Batches recorded earlier for any of these calls and not yet collected (the previous process was
+   killed while it waited) are collected first instead of submitting anything again.
+2. The whole batch's estimated cost, at the batch price, is reserved against the budget *before*
+   submission; a batch that would cross it is not sent (the evaluation stops with a budget reason).
+3. The batch is recorded in the ``BatchStore`` just before submission and its provider id right
+   after (the judge cache's table for ``eval``/``confirm``, the ledger for ``run``).
+4. The batch is polled with backoff (``poll_s`` growing ``backoff`` times per poll up to
+   ``poll_max_s``); each poll's state goes to ``on_state``.
+5. Answers are priced at the batch rate and stored in the cache, counted and turned into replicate
+   results exactly as direct calls are (a later direct evaluation of the same prompts is all hits).
+   Entries that errored, expired or were canceled are re-submitted alone, as a follow-up batch, up to
+   ``retry_rounds`` times; what still fails is an infrastructure error, as after a direct call's retries.
+
+Early stopping cannot apply: every call of a batch is paid for once it is submitted.
+Judge-input side: never reads labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from optimizer.config import JudgeSection
+from optimizer.evaluation.budget import estimate_cost_usd
+from optimizer.evaluation.cache import BatchRecord, BatchStatus, JudgeCache
+from optimizer.evaluation.files import redacted_url
+from optimizer.evaluation.judging import ItemJudge, PreparedItem
+from optimizer.evaluation.results import ItemResult, ReplicateResult
+from optimizer.events import StopKind, StopReason
+from optimizer.judge.types import (
+    VERDICT_SCHEMA,
+    BatchEntry,
+    BatchingProvider,
+    BatchState,
+    InfrastructureError,
+    JudgeRequest,
+)
+
+# Consecutive failed status polls (each after the SDK's own retries) before a pass gives up waiting;
+# the batch stays recorded as submitted, so the same command later collects it.
+MAX_POLL_FAILURES = 5
+
+EARLY_STOP_NOTE = "batch mode: early stopping does not apply (every call of a batch is paid for once it is sent)"
+
+
+class BatchStore(Protocol):
+    """Where submitted batches are recorded durably, so a killed process's batch is collected, never
+    submitted twice. `JudgeCache` is one (``eval``, ``confirm``); the loop keeps its own in the ledger."""
+
+    def record_batch(self, *, provider: str, endpoint: str, model: str, custom_ids: list[str],
+                     estimate_usd: float) -> int:
+        """Record a batch about to be submitted (status ``submitting``); its record id."""
+        ...
+
+    def update_batch(self, record_id: int, *, status: BatchStatus, batch_id: str | None = None) -> None:
+        """Set a recorded batch's status (and its provider id, once known)."""
+        ...
+
+    def open_batches(self, *, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
+        """Batches recorded for this provider, endpoint and model and not yet collected, oldest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How a batch pass polls and retries (seconds), where it records its batches (None: the judge
+    cache), and who hears each polled state."""
+
+    poll_s: float = 30.0
+    poll_max_s: float = 600.0
+    backoff: float = 1.5
+    retry_rounds: int = 2
+    store: BatchStore | None = None
+    on_state: Callable[[BatchState], None] | None = None
+
+    @classmethod
+    def from_judge(cls, judge: JudgeSection, *, store: BatchStore | None = None,
+                   on_state: Callable[[BatchState], None] | None = None) -> BatchOptions:
+        """The options ``[judge] batch_poll_s, batch_poll_max_s, batch_retry_rounds`` set."""
+        return cls(poll_s=judge.batch_poll_s, poll_max_s=max(judge.batch_poll_s, judge.batch_poll_max_s),
+                   retry_rounds=judge.batch_retry_rounds, store=store, on_state=on_state)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One missing replicate: its item, index, request fingerprint and rendered request."""
+
+    trajectory_id: str
+    index: int
+    fingerprint: str
+    request: JudgeRequest
+
+
+@dataclass
+class BatchPassOutcome:
+    results: dict[str, ItemResult]
+    stop: StopReason | None
+    notes: list[str]
+    batches_submitted: list[str]
+
+
+class _BatchPass:
+    def __init__(self, judge: ItemJudge, provider: BatchingProvider, options: BatchOptions, store: BatchStore) -> None:
+        self.judge = judge
+        self.provider = provider
+        self.options = options
+        self.store = store
+        self.endpoint = redacted_url(provider.where) or ""
+        self.calls: dict[str, _Call] = {}
+        self.answered: dict[str, ReplicateResult] = {}
+        self.failed: dict[str, str] = {}
+        self.notes: list[str] = []
+        self.submitted: list[str] = []
+
+    def _state(self, state: BatchState) -> None:
+        if self.options.on_state is not None:
+            self.options.on_state(state)
+
+    async def collect(self, record_id: int, batch_id: str, custom_ids: Sequence[str],
+                      estimates: dict[str, float]) -> None:
+        """Wait for batch ``batch_id`` to end, then account every answer it holds for a call still
+        wanted. ``estimates``: what this process reserved per call (0 for a batch collected after a kill)."""
+        t0 = time.monotonic()
+        delay = self.options.poll_s
+        failures = 0
+        status = "unknown"
+        while True:
+            state: BatchState | None
+            try:
+                state = await self.provider.batch_state(batch_id)
+                failures = 0
+            except InfrastructureError as exc:
+                failures += 1
+                if failures >= MAX_POLL_FAILURES:
+                    self._release(custom_ids, estimates)
+                    for key in custom_ids:
+                        self.failed.setdefault(key, f"batch {batch_id} could not be polled: {exc}")
+                    self.notes.append(f"batch {batch_id} could not be polled ({exc}); it stays recorded, so the "
+                                      "same command later collects it")
+                    raise _GiveUp from None
+                state = None
+            if state is not None:
+                status = state.status
+                self._state(state)
+                if state.ended:
+                    break
+            await asyncio.sleep(delay)
+            delay = min(delay * self.options.backoff, self.options.poll_max_s)
+        entries = await self.provider.batch_results(batch_id)
+        duration = time.monotonic() - t0
+        by_id: dict[str, BatchEntry] = {e.custom_id: e for e in entries}
+        for key in custom_ids:
+            estimate = estimates.get(key, 0.0)
+            call = self.calls.get(key)
+            entry = by_id.get(key)
+            if call is None or key in self.answered:
+                # Answered meanwhile (a later batch, or a direct evaluation): nothing to count twice.
+                self._release_one(estimate)
+                continue
+            if entry is None or entry.outcome != "succeeded" or entry.reply is None:
+                self._release_one(estimate)
+                why = (f"no result in batch {batch_id} (status {status})" if entry is None
+                       else f"batch entry {entry.outcome}: {entry.error or 'no detail'}")
+                self.failed[key] = why
+                continue
+            self.failed.pop(key, None)
+            self.answered[key] = self.judge.account_batch_reply(
+                entry.reply, estimate, key, call.index, call.fingerprint, duration
+            )
+        self.store.update_batch(record_id, status="collected")
+
+    def _release(self, custom_ids: Sequence[str], estimates: dict[str, float]) -> None:
+        for key in custom_ids:
+            self._release_one(estimates.get(key, 0.0))
+
+    def _release_one(self, estimate: float) -> None:
+        if self.judge.budget is not None and estimate:
+            self.judge.budget.release(estimate)
+
+    async def resume_open(self) -> None:
+        """Collect every batch recorded earlier for a call still wanted."""
+        provider = self.provider
+        for record in self.store.open_batches(provider=provider.name, endpoint=self.endpoint, model=provider.model):
+            mine = [k for k in record.custom_ids if k in self.calls and k not in self.answered]
+            if not mine:
+                continue
+            if record.batch_id is None:
+                self.store.update_batch(record.record_id, status="abandoned")
+                self.notes.append(
+                    f"a batch of {len(record.custom_ids)} call(s) was being submitted when an earlier process "
+                    "stopped; its id was never recorded, so it is submitted again (if the provider had "
+                    "accepted the first one, it is billed and not collected)"
+                )
+                continue
+            self.notes.append(f"collected batch {record.batch_id}, submitted by an earlier process "
+                              f"({len(record.custom_ids)} call(s)), instead of submitting it again")
+            await self.collect(record.record_id, record.batch_id, record.custom_ids, {})
+
+    async def submit_round(self, keys: list[str]) -> StopReason | None:
+        """Submit ``keys`` as one batch (budget reserved first) and collect it; a budget stop or None."""
+        judge = self.judge
+        from optimizer.judge.providers.pricing import BATCH_DISCOUNT
+
+        estimates = {
+            k: estimate_cost_usd(self.calls[k].request, judge.sampling, self.provider.model, judge.prices)
+            * BATCH_DISCOUNT
+            for k in keys
+        }
+        total = sum(estimates.values())
+        if judge.budget is not None and not judge.budget.reserve(total):
+            budget = judge.budget
+            return StopReason(
+                StopKind.BUDGET,
+                f"budget of ${budget.max_usd:.2f}: a batch of {len(keys)} call(s) (estimated ${total:.4f} at the "
+                f"batch price) would cross it (${budget.spent_usd:.4f} spent); nothing was sent",
+            )
+        record_id = self.store.record_batch(provider=self.provider.name, endpoint=self.endpoint,
+                                            model=self.provider.model, custom_ids=keys, estimate_usd=total)
+        try:
+            state = await self.provider.submit_batch(
+                [(k, self.calls[k].request) for k in keys], judge.sampling, VERDICT_SCHEMA
+            )
+        except BaseException as exc:
+            self._release(keys, estimates)
+            self.store.update_batch(record_id, status="abandoned")
+            if not isinstance(exc, InfrastructureError):
+                raise
+            for key in keys:
+                self.failed[key] = f"the batch could not be submitted: {exc}"
+            return None
+        self.store.update_batch(record_id, status="submitted", batch_id=state.batch_id)
+        self.submitted.append(state.batch_id)
+        self._state(state)
+        await self.collect(record_id, state.batch_id, keys, estimates)
+        return None
+
+
+class _GiveUp(Exception):
+    """Polling failed too often; the pass ends with the batch's calls as infrastructure errors."""
+
+
+async def _prepare_all(judge: ItemJudge, item_ids: Sequence[str]) -> list[PreparedItem]:
+    slots = asyncio.Semaphore(max(2, os.cpu_count() or 2))
+
+    async def one(tid: str) -> PreparedItem:
+        async with slots:
+            return await judge.prepare(tid)
+
+    return list(await asyncio.gather(*(one(t) for t in item_ids)))
+
+
+async def judge_batch_pass(
+    judge: ItemJudge,
+    provider: BatchingProvider,
+    item_ids: Sequence[str],
+    options: BatchOptions,
+    store: BatchStore,
+) -> BatchPassOutcome:
+    """Judge ``item_ids`` (each with ``judge.replicates`` replicates) through one batch of the calls
+    the cache does not hold (plus follow-up batches of the entries that failed). Items whose calls
+    could not all be paid for (a budget stop) are left out of the results."""
+    started = time.monotonic()
+    prepared = await _prepare_all(judge, item_ids)
+    work = _BatchPass(judge, provider, options, store)
+    for item in prepared:
+        for index, (key, hit) in zip(judge.indices, item.looked_up, strict=True):
+            if hit is None:
+                assert item.request is not None  # a missing replicate always has its rendering
+                work.calls[key] = _Call(item.trajectory_id, index, item.fingerprint, item.request)
+    stop: StopReason | None = None
+    if work.calls:
+        work.notes.append(EARLY_STOP_NOTE)
+        try:
+            await work.resume_open()
+            for round_no in range(options.retry_rounds + 1):
+                todo = [k for k in work.calls if k not in work.answered]
+                if not todo:
+                    break
+                if round_no:
+                    work.notes.append(f"re-submitted {len(todo)} failed batch entr{'y' if len(todo) == 1 else 'ies'} "
+                                      f"alone (round {round_no})")
+                stop = await work.submit_round(todo)
+                if stop is not None:
+                    break
+        except _GiveUp:
+            pass
+    results: dict[str, ItemResult] = {}
+    for item in prepared:
+        outcomes: list[ReplicateResult] = []
+        complete = True
+        for index, (key, hit) in zip(judge.indices, item.looked_up, strict=True):
+            if hit is not None:
+                continue
+            if key in work.answered:
+                outcomes.append(work.answered[key])
+            elif key in work.failed:
+                outcomes.append(ReplicateResult(
+                    index=index, cache_key=key, cached=False, reply_text=None, verdict=None, parse_error=None,
+                    model=provider.model, infra_error=work.failed[key],
+                ))
+            else:
+                complete = False  # never sent: the budget stopped the pass
+        if complete:
+            results[item.trajectory_id] = judge.assemble(item, outcomes, started)
+    return BatchPassOutcome(results, stop, work.notes, work.submitted)
+
+
+BATCH_PROVIDERS = ("anthropic", "openai")
+
+
+def check_batch_settings(provider: str, mode: str) -> None:
+    """A `UserError` when a batch evaluation cannot run with judge ``provider`` in judge ``mode``
+    (checked before any provider is built, so a refusal costs nothing)."""
+    from optimizer.errors import UserError
+
+    if provider not in BATCH_PROVIDERS:
+        raise UserError(f"--batch needs a provider with a batch API (anthropic or openai); the {provider} "
+                        "provider has none: drop --batch or use --provider anthropic|openai")
+    if mode == "agentic":
+        raise UserError('--batch supports mode = "direct" only: an agentic judge needs each answer before its '
+                        'next turn; drop --batch or set mode = "direct" in prompts/judge.toml')
+
+
+def supports_batches(provider: object) -> bool:
+    """Whether ``provider`` has a batch API (`BatchingProvider`)."""
+    return all(callable(getattr(provider, name, None)) for name in ("submit_batch", "batch_state", "batch_results"))
+
+
+def cache_store(cache: JudgeCache) -> BatchStore:
+    """The judge cache as the batch store of ``eval`` and ``confirm``."""
+    return cache

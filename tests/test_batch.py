@@ -1,0 +1,289 @@
+"""Batch evaluation (`--batch`): the real ``anthropic`` and ``openai`` SDKs against the fake server's
+batch endpoints (Message Batches; Batch API with a JSONL input file)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optimizer.cli import build_parser, main
+from optimizer.config import JudgeSection
+from optimizer.evaluation.batch import BatchOptions
+from optimizer.evaluation.budget import Budget
+from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.events import StopKind
+from optimizer.judge.providers.pricing import batch_cost_usd, cost_usd
+from optimizer.judge.types import ProviderReply
+from optimizer.workspace import Workspace
+from tests.config_helpers import write_config
+from tests.fakeserver import FakeLLMServer, RecordedRequest, server_error
+from tests.test_evaluate import SECRET, Data, by_label, make_data
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MODELS = {"anthropic": "claude-haiku-4-5", "openai": "gpt-4o-mini"}
+
+
+def base_url(server: FakeLLMServer, wire: str) -> str:
+    return server.anthropic_base_url if wire == "anthropic" else server.openai_base_url
+
+
+def configure(data: Data, wire: str, *, poll_s: float = 0.01) -> None:
+    """The workspace judges the split "tiny" with ``wire``'s provider (no SDK retries) and polls
+    batches every ``poll_s`` seconds (at most 4x that)."""
+    root = data.ws.root
+    cfg = Workspace.open(root).config
+    judge = cfg.judge.model_copy(update={"provider": wire, "model": MODELS[wire], "max_retries": 0,
+                                         "batch_poll_s": poll_s, "batch_poll_max_s": poll_s * 4})
+    workspace = cfg.workspace.model_copy(update={"dev_split": "tiny"})
+    write_config(root, cfg.model_copy(update={"judge": judge, "workspace": workspace}))
+
+
+def eval_args(data: Data, server: FakeLLMServer, wire: str, out: Path, *extra: str) -> list[str]:
+    return ["eval", "-w", str(data.ws.root), "--base-url", base_url(server, wire), "--out", str(out), *extra]
+
+
+def verdict_files(out: Path) -> dict[str, dict[str, Any]]:
+    """Every verdict file, without what differs between any two evaluations (cost, time, cached flags)."""
+    files = {}
+    for path in sorted(out.glob("*.json")):
+        if path.name == "_summary.json":
+            continue
+        body = json.loads(path.read_text())
+        meta = body["_meta"]
+        for key in ("cost_usd", "duration_s", "cached"):
+            meta.pop(key)
+        for rep in meta["replicates"]:
+            for key in ("cost_usd", "duration_s", "cached"):
+                rep.pop(key)
+        files[path.name] = body
+    return files
+
+
+def batch_rows(ws_root: Path) -> list[tuple[str | None, str]]:
+    conn = sqlite3.connect(ws_root / "experiments" / "cache.sqlite")
+    try:
+        return [(r[0], r[1]) for r in conn.execute("SELECT batch_id, status FROM batches ORDER BY id")]
+    except sqlite3.OperationalError:  # not created yet
+        return []
+    finally:
+        conn.close()
+
+
+@pytest.fixture(autouse=True)
+def keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+
+
+# --------------------------------------------------------------------------- same results as direct calls
+
+
+@pytest.mark.parametrize("wire", ["anthropic", "openai"])
+def test_batch_gives_the_same_verdict_files_as_direct_calls_at_half_price(
+    wire: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = make_data(tmp_path)
+    configure(data, wire)
+    with FakeLLMServer(default=by_label(data), batch_polls=2) as server:
+        assert main(eval_args(data, server, wire, tmp_path / "direct", "--replicates", "2")) == 0
+        direct_calls = len(server.inference_requests())
+        direct_summary = json.loads((tmp_path / "direct" / "_summary.json").read_text())
+        (data.ws.root / "experiments" / "cache.sqlite").unlink()  # the batch pays for everything again
+        capsys.readouterr()
+
+        assert main(eval_args(data, server, wire, tmp_path / "batch", "--replicates", "2", "--batch")) == 0
+        captured = capsys.readouterr()
+        assert len(server.batch_creations) == 1
+        entries = server.batch_entries(server.batch_creations[0])
+        assert len(entries) == direct_calls == 2 * len(data.items)
+        assert f"batch {server.batch_creations[0]}: " in captured.err  # the polled states
+        assert "early stopping does not apply" in captured.err
+        assert verdict_files(tmp_path / "batch") == verdict_files(tmp_path / "direct")
+        batch_summary = json.loads((tmp_path / "batch" / "_summary.json").read_text())
+        assert batch_summary["cost_usd"] == pytest.approx(direct_summary["cost_usd"] / 2)
+
+        # Same cache keys: a direct evaluation of the same prompts now makes no call at all.
+        assert main(eval_args(data, server, wire, tmp_path / "again", "--replicates", "2")) == 0
+        assert len(server.inference_requests()) == direct_calls + len(entries)
+        assert verdict_files(tmp_path / "again") == verdict_files(tmp_path / "direct")
+    assert batch_rows(data.ws.root) == [(server.batch_creations[0], "collected")]
+    assert SECRET not in (data.ws.root / "experiments" / "cache.sqlite").read_bytes().decode("latin-1")
+
+
+def test_only_the_uncached_replicates_are_sent(tmp_path: Path) -> None:
+    data = make_data(tmp_path)
+    configure(data, "openai")
+    with FakeLLMServer(default=by_label(data)) as server:
+        assert main(eval_args(data, server, "openai", tmp_path / "one", "--limit", "3")) == 0
+        assert main(eval_args(data, server, "openai", tmp_path / "all", "--batch")) == 0
+        assert len(server.batch_entries(server.batch_creations[0])) == len(data.items) - 3
+        assert main(eval_args(data, server, "openai", tmp_path / "cached", "--batch")) == 0
+        assert len(server.batch_creations) == 1  # everything cached: no batch at all
+
+
+def test_batch_cost_is_half_the_direct_price_cache_prices_included() -> None:
+    reply = ProviderReply(text="", model="claude-sonnet-4-5", input_tokens=1000, output_tokens=100,
+                          cache_read_tokens=30_000, cache_write_tokens=2000)
+    assert batch_cost_usd(reply.model, reply) == pytest.approx(cost_usd(reply.model, reply) / 2)
+
+
+# --------------------------------------------------------------------------- failures and retries
+
+
+@pytest.mark.parametrize("wire", ["anthropic", "openai"])
+def test_an_entry_that_errors_is_resubmitted_alone(wire: str, tmp_path: Path) -> None:
+    data = make_data(tmp_path)
+    configure(data, wire)
+    with FakeLLMServer(default=by_label(data)) as server:
+        server.script(server_error(500))  # the first entry of the first batch errors
+        assert main(eval_args(data, server, wire, tmp_path / "out", "--batch")) == 0
+        first, second = server.batch_creations
+        failed = server.batch_entries(first)[0]
+        [again] = server.batch_entries(second)
+        assert again.body == failed.body
+    files = verdict_files(tmp_path / "out")
+    assert len(files) == len(data.items) and all("success" in body for body in files.values())
+
+
+def test_expired_entries_are_resubmitted_and_give_up_as_infrastructure_errors(tmp_path: Path) -> None:
+    from tests.fakeserver import expired
+
+    data = make_data(tmp_path)
+    configure(data, "anthropic")
+    answer = by_label(data)
+    doomed = data.split.ids[0]
+
+    def behave(request: RecordedRequest) -> Any:  # one item's entry expires in every batch
+        return expired() if data.recorded_item(request).trajectory_id == doomed else answer(request)
+
+    with FakeLLMServer(default=behave) as server:
+        run = asyncio.run(evaluate_items(
+            data.ws, data.split, data.prompts, judge_section("anthropic", server), item_ids=data.split.ids,
+            replicates=1, batch=BatchOptions(poll_s=0.01, retry_rounds=2),
+        ))
+        assert [len(server.batch_entries(b)) for b in server.batch_creations] == [len(data.items), 1, 1]
+    assert run.infra_error_ids == [doomed] and "expired" in (run.items[0].error or "")
+    assert len(run.items) == len(data.items)
+
+
+def test_a_batch_that_fails_validation_is_submitted_again(tmp_path: Path) -> None:
+    data = make_data(tmp_path)
+    configure(data, "openai")
+    with FakeLLMServer(default=by_label(data)) as server:
+        server.fail_batches = 1
+        assert main(eval_args(data, server, "openai", tmp_path / "out", "--batch")) == 0
+        assert len(server.batch_creations) == 2
+        assert len(server.batch_entries(server.batch_creations[1])) == len(data.items)
+    assert len(verdict_files(tmp_path / "out")) == len(data.items)
+
+
+# --------------------------------------------------------------------------- budget
+
+
+def judge_section(wire: str, server: FakeLLMServer) -> JudgeSection:
+    return JudgeSection(provider=wire, model=MODELS[wire], base_url=base_url(server, wire), max_retries=0)  # type: ignore[arg-type]
+
+
+def test_the_whole_batch_is_reserved_against_the_budget_before_it_is_sent(tmp_path: Path) -> None:
+    data = make_data(tmp_path)
+    seen_reserved: list[float] = []
+    answer = by_label(data)
+    budget = Budget(100.0)
+
+    def behave(request: RecordedRequest) -> Any:
+        seen_reserved.append(budget.reserved_usd)  # the fake creates the batch's entries on submission
+        return answer(request)
+
+    with FakeLLMServer(default=behave) as server:
+        run = asyncio.run(evaluate_items(
+            data.ws, data.split, data.prompts, judge_section("openai", server), item_ids=data.split.ids,
+            replicates=1, budget=budget, batch=BatchOptions(poll_s=0.01),
+        ))
+    assert len(seen_reserved) == len(data.items)
+    assert seen_reserved[0] > 0 and seen_reserved[0] == seen_reserved[-1]  # all of it, before the first entry
+    assert budget.reserved_usd == pytest.approx(0.0)
+    assert run.cost_usd > 0 and budget.spent_usd == pytest.approx(run.cost_usd)
+
+
+def test_a_batch_that_would_cross_the_budget_is_not_sent(tmp_path: Path) -> None:
+    data = make_data(tmp_path)
+    with FakeLLMServer(default=by_label(data)) as server:
+        run = asyncio.run(evaluate_items(
+            data.ws, data.split, data.prompts, judge_section("anthropic", server), item_ids=data.split.ids,
+            replicates=1, budget=Budget(0.0001), batch=BatchOptions(poll_s=0.01),
+        ))
+        assert server.batch_creations == [] and server.requests == []
+    assert run.stop is not None and run.stop.kind is StopKind.BUDGET
+    assert "nothing was sent" in run.stop.message and run.items == []
+    assert sorted(run.not_evaluated) == sorted(data.split.ids)
+    assert batch_rows(data.ws.root) == []
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("command", [["eval"], ["run", "--strategy", "library"]])
+def test_batch_with_the_local_provider_is_one_line_and_a_nonzero_exit(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = make_data(tmp_path)
+    configure(data, "openai")
+    code = main([*command, "-w", str(data.ws.root), "--provider", "local", "--batch"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.count("\n") == 0 and "--batch needs a provider with a batch API" in err and "drop --batch" in err
+
+
+def test_help_says_early_stopping_does_not_apply_in_batch_mode() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name in ("eval", "run", "confirm"):
+        text = sub.choices[name].format_help()  # type: ignore[attr-defined]
+        assert "--batch" in text and "early stopping does not apply" in " ".join(text.split())
+
+
+# --------------------------------------------------------------------------- kill -9 and collect
+
+
+def test_kill_9_with_a_batch_pending_then_the_same_eval_collects_it(tmp_path: Path) -> None:
+    data = make_data(tmp_path)
+    configure(data, "openai")
+    with FakeLLMServer(default=by_label(data), batch_polls=10**9) as server:
+        args = eval_args(data, server, "openai", tmp_path / "out", "--batch")
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        proc = subprocess.Popen([sys.executable, "-m", "optimizer.cli", *args], cwd=REPO_ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            from tests.loop.helpers import wait_for
+
+            wait_for(lambda: len(server.batch_creations) == 1 and batch_rows(data.ws.root)
+                     == [(server.batch_creations[0], "submitted")], "the batch to be submitted and recorded", 60)
+            wait_for(lambda: sum(r.path.endswith(server.batch_creations[0]) for r in server.requests) >= 2,
+                     "the child to poll the batch")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+        assert not (tmp_path / "out").exists()
+
+        server.end_batches()
+        assert main(args) == 0
+        assert len(server.batch_creations) == 1  # collected, not submitted again
+    files = verdict_files(tmp_path / "out")
+    assert len(files) == len(data.items) and all("success" in body for body in files.values())
+    assert batch_rows(data.ws.root) == [(server.batch_creations[0], "collected")]
+    with JudgeCache(data.ws.cache_path) as cache:
+        assert cache.stats().entries == len(data.items)
