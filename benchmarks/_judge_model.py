@@ -1,0 +1,145 @@
+"""A noisy judge with known per-item odds, for `benchmarks/decision_power.py` (pure model + the fake
+server's behaviour).
+
+Null mode: item i is judged correctly with a fixed probability q_i, and every call is a fresh draw
+(two calls about the same item under the same prompt can differ; the loop's judge cache makes each
+(prompt, item, replicate) one call). Composition (AH-D's sizes, the decision-power issue's model):
+30% of items unstable with q ~ U(0.3, 0.7); of the stable 70%, 80% judged right with q = 0.99 and
+20% judged wrong with q = 0.01.
+
+Effect mode: a rubric line holding ``FIX-<nonce>`` (registered with `JudgeModel.register_fix`)
+makes its chosen items reliably right (q = 1) in every request that carries it. Fixes are chosen
+among the items the judge tends to get wrong (q < 0.5: the stably wrong ones and the unstable ones
+leaning wrong), as in the issue's simulation.
+
+The behaviour finds the item from the goal line of the request (the benchmark's instructions are
+unique, see ``item_instruction``) and knows its label; the loop under test never sees this table.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tests.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
+
+UNSTABLE_SHARE = 0.3
+STABLE_RIGHT_SHARE = 0.8
+STABLE_Q = 0.99
+UNSTABLE_RANGE = (0.3, 0.7)
+FIXABLE_BELOW = 0.5
+
+_GOAL_RE = re.compile(r"## Goal\n\n(.*?)\n\n## Steps", re.S)
+_FIX_RE = re.compile(r"FIX-([a-z0-9]+)")
+_TAG_RE = re.compile(r"\(benchmark item (\d+)\)")
+
+
+def item_instruction(base: str, index: int) -> str:
+    """The benchmark's instruction for item ``index``: unique, so a request names its item."""
+    return f"{base} (benchmark item {index})"
+
+
+def item_q(n: int, seed: int, *, fix_pool: str = "wrong") -> tuple[np.ndarray, np.ndarray]:
+    """Per-item probability of a correct judgement (length ``n``) and the mask of fixable items.
+
+    Exactly round(0.3 n) unstable items, round(0.7 n · 0.2) stably wrong, the rest stably right,
+    placed at random (``seed``). ``fix_pool``: ``wrong`` (q < 0.5, the default) or
+    ``wrong-or-unstable`` (q < 0.9)."""
+    rng = np.random.default_rng(seed)
+    n_unstable = round(UNSTABLE_SHARE * n)
+    n_wrong = round((n - n_unstable) * (1 - STABLE_RIGHT_SHARE))
+    order = rng.permutation(n)
+    q = np.full(n, STABLE_Q)
+    q[order[:n_unstable]] = rng.uniform(*UNSTABLE_RANGE, n_unstable)
+    q[order[n_unstable : n_unstable + n_wrong]] = 1 - STABLE_Q
+    if fix_pool == "wrong":
+        fixable = q < FIXABLE_BELOW
+    elif fix_pool == "wrong-or-unstable":
+        fixable = q < 0.9
+    else:
+        raise ValueError(f"unknown fix pool {fix_pool!r}")
+    return q, fixable
+
+
+@dataclass
+class JudgeModel:
+    """The judge as the fake server plays it. ``positive[i]``: item i's label; ``q[i]``: its odds."""
+
+    positive: Sequence[bool]
+    mistake_types: Sequence[str | None]
+    q: np.ndarray
+    fixable: np.ndarray
+    seed: int = 0
+    fixes: dict[str, frozenset[int]] = field(default_factory=dict)  # nonce -> items made right
+    calls: int = 0  # verdicts answered
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._lock = threading.Lock()
+
+    # -- effect mode -----------------------------------------------------------------------------
+
+    def fixed_by(self, text: str) -> set[int]:
+        """The items made right by the fix markers in ``text``."""
+        out: set[int] = set()
+        for nonce in _FIX_RE.findall(text):
+            out |= self.fixes.get(nonce, frozenset())
+        return out
+
+    def register_fix(self, nonce: str, items: Iterable[int]) -> str:
+        """Register a fix and return the marker text that switches it on."""
+        with self._lock:
+            self.fixes[nonce] = frozenset(items)
+        return f"FIX-{nonce}"
+
+    def choose_fix(self, d: int, already_fixed: set[int], rng: random.Random) -> list[int]:
+        """``d`` fixable items not fixed yet (fewer if the pool is smaller)."""
+        pool = [i for i in np.flatnonzero(self.fixable) if int(i) not in already_fixed]
+        return sorted(int(i) for i in rng.sample(pool, min(d, len(pool))))
+
+    # -- the server's behaviour ------------------------------------------------------------------
+
+    def correct_probability(self, item: int, fixed: set[int]) -> float:
+        return 1.0 if item in fixed else float(self.q[item])
+
+    def __call__(self, request: RecordedRequest) -> Behaviour:
+        body = request.body
+        if not isinstance(body, dict):  # the client gave up mid-send (an early stop)
+            return server_error(500)
+        system, user = _texts(body)
+        goal = _GOAL_RE.search(user)
+        tag = _TAG_RE.search(goal.group(1)) if goal else None
+        if tag is None:
+            raise AssertionError("a judge request without a benchmark item in its goal")
+        item = int(tag.group(1))
+        p = self.correct_probability(item, self.fixed_by(system))
+        with self._lock:
+            right = self._rng.random() < p
+            self.calls += 1
+        success = self.positive[item] if right else not self.positive[item]
+        verdict = {
+            "success": success,
+            "reasoning": "decision-power benchmark judge",
+            "confidence": "medium",
+            "mistake_type": None if success else (self.mistake_types[item] or "Critical Mistake"),
+        }
+        return verdict_reply(verdict)
+
+
+def _texts(body: Mapping[str, object]) -> tuple[str, str]:
+    """(system prompt, user text) of an OpenAI chat-completions body."""
+    system, user = "", []
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content")
+        parts = [content] if isinstance(content, str) else [p.get("text") or "" for p in content or []]
+        if message.get("role") == "system":
+            system += "".join(parts)
+        elif message.get("role") == "user":
+            user.extend(parts)
+    return system, "".join(user)

@@ -1,0 +1,581 @@
+"""Decision power of the keep/rollback policies: the real loop against a noisy fake judge, beside the
+pure simulation of the same judge.
+
+The judge (benchmarks/_judge_model.py) answers through the test suite's fake server, in the OpenAI
+wire format, to the real SDK client: 162 items (62 positives, 100 negatives, AH-D's sizes), each
+judged correctly with a fixed probability q_i and a fresh draw on every call (30% unstable items,
+q ~ U(0.3, 0.7); the rest q = 0.99, or 0.01 for the 20% of them the judge gets wrong). A candidate is
+a real rubric edit proposed by a benchmark strategy:
+
+- ``noop``: a new visible line with a unique tag — nothing real changes, the requests differ, so
+  every draw is fresh; every keep is a false discovery;
+- ``fixD`` (D = 4, 8, 12): a line holding a marker that the judge answers by getting D chosen items
+  (among those it tends to get wrong, q < 0.5, not fixed yet) right every time.
+
+Each run is `optimizer.loop.session.start_run` on the workspace — baseline (one full pass), then
+``--candidates`` candidates in a shuffled schedule (``--fixes-per-run`` of each D, no-ops for the
+rest), the incumbent kept across candidates as in a real run (a keep, real or not, replaces it;
+under ``adaptive`` the incumbent's extra judgements are cached and paid once per incumbent). The
+rubric gets a fresh salt line before every run so its baseline is a fresh draw too. Each policy runs
+in its own workspace and process; ``--workers`` processes at a time.
+
+Figures per policy: share of no-op candidates kept; share of D-item fixes kept; mean judge calls per
+decided candidate / 162 (from the ledger's experiment rows; the fake server's count is checked
+against the ledger's total). Loop rates carry 95% intervals from a bootstrap over runs (candidates
+of one run share incumbents, so they are not independent trials). The simulation replays the same
+runs (same item odds, same schedule, same incumbent handling, first pass without early stopping) with
+numpy and the real decision functions of `optimizer.decision`; its calls figure has no early stop,
+so it is an upper bound for literal and paired. A second simulated row, ``sim1``, gives every
+candidate a fresh incumbent, as the issue's table did. The two differ for a reason that matters: in a
+run, a kept no-op becomes the incumbent with the lucky first pass that won its comparison, and the
+next candidates are compared with that lucky draw (only ``adaptive`` re-judges it, on the items that
+disagree), so in-run keep rates sit below the fresh-incumbent ones.
+
+Measured (default run, seed 0, x86_64 Linux, 2 cores shared with other work, load average ~5-6;
+774 s wall), adaptive with rejudge = 2 in the loop: no-op kept 1.5% [0%, 4%] (n = 135), fixes of
+4 / 8 / 12 items kept 31% / 56% / 87% (n = 45 each), 1.47 judge calls per candidate per full pass;
+the in-run simulation says 4.4% / 26% / 62% / 88% and 1.48; with a fresh incumbent per candidate
+(the issue's setting) 7.3% / 31% / 68% / 91% and 1.71. Issue 10's targets hold for no-ops, 12-item
+fixes and calls in a run, not for 8-item fixes (>= 70%): 20% of fixed items go unseen because the
+incumbent's first pass happened to get them right (not re-judged, d = 0), and ~23 noise items are
+re-judged beside ~6 visible fixes; most misses are p >= alpha, few are the literal rule.
+``--rejudge 4`` reaches 77% on 8-item fixes at 1.95 calls per pass.
+
+Run:  python benchmarks/decision_power.py [--quick] [--runs 45] [--candidates 6] [--sim-runs 3000]
+      [--workers 2] [--policies literal paired adaptive] [--rejudge 2] [--fix-pool wrong|wrong-or-unstable]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, get_args
+from unittest import mock
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._judge_model import JudgeModel, item_instruction, item_q
+from optimizer.config import JudgeOverrides, LoopSection
+from optimizer.decision import Counts, decide_adaptive, decide_counts, lord_level
+from optimizer.devset.importer import import_split
+from optimizer.ledger import Ledger
+from optimizer.loop import session
+from optimizer.loop.strategies import Proposal, ProposalContext
+from optimizer.metrics import Answer
+from optimizer.models import Label
+from optimizer.scaffold import init_workspace
+from optimizer.signflip import sign_flip_test
+from optimizer.workspace import Workspace
+from tests.data_helpers import pair_items, write_release
+from tests.fakeserver import FakeLLMServer
+
+RUBRIC = "prompts/rubric.md"
+N_PAIRS, N_DOUBLE = 50, 12  # 50 pairs: 100 negatives; 12 pairs keep both positives, 38 one: 62
+FIX_SIZES = (4, 8, 12)
+KINDS = ("noop", *(f"fix{d}" for d in FIX_SIZES))
+GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+
+
+def policies_available() -> list[str]:
+    """The keep policies `LoopSection` accepts (``adaptive`` once issue 10 has landed)."""
+    return list(get_args(LoopSection.model_fields["policy"].annotation))
+
+
+def parse_policy(name: str) -> tuple[str, float | None]:
+    """``adaptive`` → ("adaptive", None); ``adaptive+fdr0.1`` → ("adaptive", 0.1): online FDR on."""
+    base, _, extra = name.partition("+")
+    if not extra:
+        return base, None
+    if not extra.startswith("fdr"):
+        raise ValueError(f"unknown policy variant {name!r} (use POLICY or POLICY+fdrLEVEL)")
+    return base, float(extra[3:])
+
+
+def rejudge_default() -> int:
+    return int(LoopSection.model_fields["rejudge"].default)
+
+
+# --- the workspace ------------------------------------------------------------------------------
+
+
+def build_workspace(root: Path) -> tuple[Path, list[bool], list[str | None]]:
+    """A fresh workspace whose dev split has 62 positives and 100 negatives (3-step text-only
+    trajectories, unique instructions); returns its root and the labels in item-index order."""
+    items = []
+    for pair in range(N_PAIRS):
+        types = (("Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction")[pair % 3],
+                 ("Misunderstanding of the Instruction", "Critical Mistake", "Bad Side Effect")[pair % 3])
+        items += pair_items(pair, positives=(True, pair < N_DOUBLE), types=types, tag="power")
+    for index, item in enumerate(items):
+        item.instruction = item_instruction(item.instruction.rstrip("."), index)
+    ws = init_workspace(root / "ws")
+    release = write_release(root / "release", items, markdown=False)
+    import_split(ws, release.root, "dev", all_items=True, warn=lambda _m: None)
+    cfg = ws.root / "judgeloop.toml"
+    text = cfg.read_text(encoding="utf-8").replace('dev_split = "sample"', 'dev_split = "dev"')
+    text = text.replace("infra_retry_pause_s = 10", "infra_retry_pause_s = 0.05")
+    cfg.write_text(text, encoding="utf-8")
+    judge_toml = ws.root / "prompts" / "judge.toml"
+    judge_toml.write_text(judge_toml.read_text(encoding="utf-8").replace('screenshots = "all"', 'screenshots = "none"'),
+                          encoding="utf-8")
+    _git(ws.root, "add", "-A")
+    _git(ws.root, "commit", "-q", "-m", "decision-power workspace")
+    assert 'dev_split = "dev"' in cfg.read_text(encoding="utf-8"), "the default config changed: update the benchmark"
+    return ws.root, [i.label == "positive" for i in items], [i.mistake_type for i in items]
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run([*GIT, *args], cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+def set_loop_key(root: Path, key: str, value: str) -> None:
+    """Set ``key = value`` in ``[loop]`` of judgeloop.toml (added when absent)."""
+    path = root / "judgeloop.toml"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = lines.index("[loop]\n")
+    for i in range(start + 1, len(lines)):
+        if lines[i].startswith("["):
+            lines.insert(i, f"{key} = {value}\n")
+            break
+        if lines[i].split("=")[0].strip() == key:
+            lines[i] = f"{key} = {value}\n"
+            break
+    else:
+        lines.append(f"{key} = {value}\n")
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+# --- the benchmark's optimiser --------------------------------------------------------------------
+
+
+@dataclass
+class BenchStrategy:
+    """Proposes exactly the scheduled edits: a no-op line or a fix marker, appended to the rubric."""
+
+    model: JudgeModel
+    rng: random.Random
+    schedule: list[str] = field(default_factory=list)
+    name: str = "bench"
+    counter: int = 0
+
+    def nonce(self) -> str:
+        self.counter += 1
+        return f"{self.counter:x}z{self.rng.getrandbits(32):08x}"
+
+    async def propose(self, ctx: ProposalContext) -> Proposal:
+        kind = self.schedule.pop(0)
+        text = ctx.current_files[RUBRIC]
+        nonce = self.nonce()
+        if kind == "noop":
+            line, meta = f"Reviewer note ref-{nonce}: read every step.", {"kind": kind}
+        else:
+            fixed = self.model.fixed_by(text)
+            chosen = self.model.choose_fix(int(kind[3:]), fixed, self.rng)
+            line = f"Reviewer rule {self.model.register_fix(nonce, chosen)}: check the final state."
+            meta = {"kind": kind, "fixed": chosen}
+        return Proposal(files={RUBRIC: text.rstrip("\n") + f"\n\n{line}\n"}, rationale=f"benchmark {kind}", meta=meta)
+
+
+def schedule_for(rng: random.Random, candidates: int, fixes_per_run: int) -> list[str]:
+    """One run's candidate kinds: ``fixes_per_run`` of each fix size, no-ops for the rest, shuffled."""
+    fixes = [f"fix{d}" for d in FIX_SIZES for _ in range(fixes_per_run)]
+    if len(fixes) > candidates:
+        raise ValueError(f"{candidates} candidates per run cannot hold {len(fixes)} fixes")
+    kinds = fixes + ["noop"] * (candidates - len(fixes))
+    rng.shuffle(kinds)
+    return kinds
+
+
+# --- trials and their summary -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One decided candidate."""
+
+    kind: str
+    kept: bool
+    calls: int
+    run: str = ""  # the run it belongs to: trials of one run share incumbents, so they are not independent
+
+
+@dataclass
+class PolicyResult:
+    policy: str
+    trials: list[Trial] = field(default_factory=list)
+    baseline_calls: int = 0
+    server_calls: int = 0
+    ledger_calls: int = 0
+    undecided: int = 0  # candidates that ended in error (never expected here)
+    engine_checked: int = 0  # simulated adaptive decisions replayed with optimizer.decision.decide_adaptive
+    wall_s: float = 0.0  # summed over the worker tasks
+
+    def merge(self, other: PolicyResult) -> None:
+        self.trials += other.trials
+        self.baseline_calls += other.baseline_calls
+        self.server_calls += other.server_calls
+        self.ledger_calls += other.ledger_calls
+        self.undecided += other.undecided
+        self.engine_checked += other.engine_checked
+        self.wall_s += other.wall_s
+
+
+def run_bootstrap(trials: Sequence[Trial], kind: str, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of the keep rate of ``kind``, resampling whole runs (percentile bootstrap): the
+    candidates of one run share incumbents, so a binomial interval would be too narrow."""
+    per_run: dict[str, list[int]] = {}
+    for t in trials:
+        if t.kind == kind:
+            k_n = per_run.setdefault(t.run, [0, 0])
+            k_n[0] += t.kept
+            k_n[1] += 1
+    if not per_run:
+        return (0.0, 1.0)
+    k, n = np.array(list(per_run.values())).T
+    picks = np.random.default_rng(seed).integers(0, len(k), (draws, len(k)))
+    rates = k[picks].sum(axis=1) / n[picks].sum(axis=1)
+    lo, hi = np.percentile(rates, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def keep_rate(trials: Sequence[Trial], kind: str) -> tuple[int, int]:
+    chosen = [t for t in trials if t.kind == kind]
+    return sum(t.kept for t in chosen), len(chosen)
+
+
+def calls_per_pass(trials: Sequence[Trial], n_items: int, kind: str | None = None) -> float:
+    chosen = [t for t in trials if kind is None or t.kind == kind]
+    return sum(t.calls for t in chosen) / len(chosen) / n_items if chosen else float("nan")
+
+
+# --- the real loop ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _strategy_installed(strategy: BenchStrategy) -> Iterator[None]:
+    # `start_run` builds its optimiser by name; the benchmark's proposes scheduled edits instead.
+    with mock.patch.object(session, "make_strategy", lambda *_a, **_k: strategy):
+        yield
+
+
+def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, seed: int, *,
+                concurrency: int = 16, rejudge: int | None = None, fix_pool: str = "wrong",
+                item_seed: int = 0, odds: tuple[np.ndarray, np.ndarray] | None = None,
+                schedule: Sequence[str] | None = None) -> PolicyResult:
+    """``runs`` loop runs of ``candidates`` candidates each under ``policy``; one workspace, one fake
+    server. ``item_seed`` fixes the judge's item odds (the same for every policy); ``odds`` (q,
+    fixable) replaces them and ``schedule`` the shuffled schedule of every run (tests)."""
+    started = time.monotonic()
+    result = PolicyResult(policy)
+    rng = random.Random(f"{seed}/{policy}")
+    os.environ.setdefault("OPENAI_API_KEY", "decision-power-bench")
+    with tempfile.TemporaryDirectory(prefix="decision-power-") as tmp:
+        root, positive, types = build_workspace(Path(tmp))
+        q, fixable = odds if odds is not None else item_q(len(positive), item_seed, fix_pool=fix_pool)
+        model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
+        base_policy, fdr = parse_policy(policy)
+        set_loop_key(root, "policy", f'"{base_policy}"')
+        if fdr is not None:
+            set_loop_key(root, "fdr", str(fdr))
+        set_loop_key(root, "patience", "1000000")
+        if rejudge is not None and "rejudge" in LoopSection.model_fields:
+            set_loop_key(root, "rejudge", str(rejudge))
+        base_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD").strip()
+        strategy = BenchStrategy(model, rng)
+        with FakeLLMServer(default=model, keep_alive=True) as server, _strategy_installed(strategy):
+            judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
+                                   concurrency=concurrency)
+            for run_no in range(runs):
+                _git(root, "checkout", "-q", base_branch)
+                # A fresh salt line: this run's baseline is a new draw, not the previous run's cache.
+                rubric = root / RUBRIC
+                lines = [ln for ln in rubric.read_text(encoding="utf-8").splitlines() if not ln.startswith("Run salt")]
+                rubric.write_text("\n".join(lines) + f"\nRun salt s{seed}x{run_no}x{strategy.nonce()}.\n",
+                                  encoding="utf-8")
+                _git(root, "commit", "-qam", f"salt {run_no}")
+                strategy.schedule = list(schedule) if schedule else schedule_for(rng, candidates, fixes_per_run)
+                kinds = list(strategy.schedule)
+                ws = Workspace.open(root)
+                outcome = session.start_run(ws, session.RunOptions(max_experiments=len(kinds), judge=judge))
+                with Ledger(ws.ledger_path) as ledger:
+                    exps = ledger.experiments(outcome.run_id)
+                for exp in exps:
+                    result.ledger_calls += exp.calls
+                    if exp.seq == 0:
+                        result.baseline_calls += exp.calls
+                        continue
+                    if exp.status not in ("kept", "rolled_back"):
+                        result.undecided += 1
+                        continue
+                    assert exp.proposal_meta["kind"] == kinds[exp.seq - 1], "the schedule and the ledger disagree"
+                    result.trials.append(Trial(exp.proposal_meta["kind"], exp.status == "kept", exp.calls,
+                                               run=outcome.run_id))
+        result.server_calls = model.calls
+    result.wall_s = time.monotonic() - started
+    return result
+
+
+def _loop_task(args: tuple[Any, ...]) -> PolicyResult:
+    policy, runs, candidates, fixes_per_run, seed, concurrency, rejudge, fix_pool = args
+    return loop_trials(policy, runs, candidates, fixes_per_run, seed, concurrency=concurrency, rejudge=rejudge,
+                       fix_pool=fix_pool)
+
+
+# --- the pure simulation ------------------------------------------------------------------------
+
+
+def sign_flip_below(diffs: Sequence[int], judgements: int, alpha: float) -> bool:
+    """p < alpha for per-item differences ``diffs`` in correct judgements out of ``judgements`` each,
+    by `optimizer.signflip` on the exact shares (as the loop decides)."""
+    return sign_flip_test([Fraction(int(d), judgements) for d in diffs if d]).below(Fraction(repr(float(alpha))))
+
+
+def _counts(correct: np.ndarray, positive: np.ndarray) -> Counts:
+    tp = int((correct & positive).sum())
+    tn = int((correct & ~positive).sum())
+    n_pos = int(positive.sum())
+    return Counts(tp, n_pos - tp, tn, len(positive) - n_pos - tn)
+
+
+def adaptive_keep(inc_total: np.ndarray, cand_total: np.ndarray, judgements: np.ndarray,
+                  positive: np.ndarray, loop: LoopSection) -> bool:
+    """The adaptive rule on per-item totals of correct judgements out of ``judgements``: the
+    literal rule on per-item majorities, and the sign-flip test on the per-item differences."""
+    maj_i, maj_c = inc_total * 2 > judgements, cand_total * 2 > judgements
+    improved, worsened = int((~maj_i & maj_c).sum()), int((maj_i & ~maj_c).sum())
+    literal = decide_counts(_counts(maj_i, positive), _counts(maj_c, positive), improved, worsened,
+                            loop.model_copy(update={"policy": "literal"}))
+    if not literal.literal_keep:
+        return False
+    # Items judged once were judged alike (d = 0): the test sees the re-judged items, all with the
+    # same number of judgements.
+    rejudged = judgements > 1
+    if not rejudged.any():
+        return False
+    diffs = (cand_total - inc_total)[rejudged]
+    return sign_flip_below([int(x) for x in diffs], int(judgements[rejudged][0]), loop.alpha)
+
+
+def engine_adaptive_keep(inc_first: np.ndarray, cand_first: np.ndarray, inc_j: dict[int, list[bool]],
+                         cand_j: dict[int, list[bool]], positive: np.ndarray, rejudge: int, alpha: float) -> bool:
+    """The same decision by `optimizer.decision.decide_adaptive` on labels and answers, as the loop
+    makes it. ``inc_j``/``cand_j``: the re-judged items' judgements (correct or not)."""
+    labels = {f"i{k:03d}": Label(trajectory_id=f"i{k:03d}", label="positive" if pos else "negative", original_id="r")
+              for k, pos in enumerate(positive)}
+
+    def answers(k: int, correct: list[bool]) -> list[Answer]:
+        return [Answer(success=bool(positive[k]) if ok else not positive[k]) for ok in correct]
+
+    inc = {f"i{k:03d}": answers(k, inc_j.get(k, [bool(inc_first[k])])) for k in range(len(positive))}
+    cand = {f"i{k:03d}": answers(k, cand_j.get(k, [bool(cand_first[k])])) for k in range(len(positive))}
+    loop = LoopSection.model_validate({"policy": "adaptive", "alpha": alpha, "rejudge": rejudge})
+    decision = decide_adaptive(labels, inc, cand, loop, first_pass=1, rejudged=[f"i{k:03d}" for k in cand_j])
+    return bool(decision.keep)
+
+
+def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, runs: int, candidates: int,
+             fixes_per_run: int, seed: int, *, rejudge: int = 2, alpha: float = 0.1,
+             schedule: Sequence[str] | None = None, check_engine: int = 0) -> PolicyResult:
+    """The loop's runs replayed in numpy: same odds, schedule and incumbent handling; the first pass
+    is judged in full (no early stopping); decisions by `optimizer.decision`."""
+    base_policy, fdr = parse_policy(policy)
+    rng = np.random.default_rng(seed)
+    sched_rng = random.Random(seed)
+    n = len(q)
+    loop = LoopSection(policy="literal", alpha=alpha)
+    result = PolicyResult(policy)
+    fixable_idx = np.flatnonzero(fixable)
+    for run_no in range(runs):
+        inc_fixed = np.zeros(n, bool)
+        inc_first = rng.random(n) < q
+        inc_extra: dict[int, list[bool]] = {}
+        past_keeps: list[bool] = []
+        result.baseline_calls += n
+        for kind in list(schedule) if schedule else schedule_for(sched_rng, candidates, fixes_per_run):
+            cand_fixed = inc_fixed.copy()
+            if kind != "noop":
+                pool = [i for i in fixable_idx if not inc_fixed[i]]
+                chosen = rng.choice(pool, min(int(kind[3:]), len(pool)), replace=False)
+                cand_fixed[chosen] = True
+            q_c = np.where(cand_fixed, 1.0, q)
+            q_i = np.where(inc_fixed, 1.0, q)
+            cand_first = rng.random(n) < q_c
+            calls = n
+            cand_extra: dict[int, list[bool]] = {}
+            level = alpha if fdr is None else lord_level(fdr, past_keeps)
+            if base_policy in ("literal", "paired"):
+                improved = int((~inc_first & cand_first).sum())
+                worsened = int((inc_first & ~cand_first).sum())
+                d = decide_counts(_counts(inc_first, positive), _counts(cand_first, positive), improved, worsened,
+                                  loop.model_copy(update={"alpha": level}))
+                kept = d.literal_keep if base_policy == "literal" else d.paired_keep
+            else:
+                disagree = np.flatnonzero(inc_first != cand_first)
+                judgements = np.ones(n, int)
+                inc_total = inc_first.astype(int)
+                cand_total = cand_first.astype(int)
+                for i in disagree:
+                    have = inc_extra.setdefault(int(i), [])
+                    while len(have) < rejudge:
+                        have.append(bool(rng.random() < q_i[i]))
+                        calls += 1
+                    mine = [bool(x) for x in rng.random(rejudge) < q_c[i]]
+                    calls += rejudge
+                    cand_extra[int(i)] = mine
+                    inc_total[i] += sum(have[:rejudge])
+                    cand_total[i] += sum(mine)
+                    judgements[i] = 1 + rejudge
+                kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop.model_copy(update={"alpha": level}))
+                if result.engine_checked < check_engine and fdr is None:
+                    inc_j = {int(i): [bool(inc_first[i])] + inc_extra.get(int(i), [])[:rejudge] for i in disagree}
+                    cand_j = {int(i): [bool(cand_first[i])] + cand_extra[int(i)] for i in disagree}
+                    engine = engine_adaptive_keep(inc_first, cand_first, inc_j, cand_j, positive, rejudge, alpha)
+                    assert engine == kept, "the simulation's adaptive rule and optimizer.decision disagree"
+                    result.engine_checked += 1
+            result.trials.append(Trial(kind, kept, calls, run=f"sim{seed}-{run_no}"))
+            past_keeps.append(kept)
+            if kept:
+                inc_fixed, inc_first, inc_extra = cand_fixed, cand_first, cand_extra
+    return result
+
+
+def simulate_fresh(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, trials: int, seed: int,
+                   *, rejudge: int = 2, alpha: float = 0.1) -> PolicyResult:
+    """``trials`` candidates of every kind, each against a fresh incumbent (the issue's simulation)."""
+    result = PolicyResult(policy)
+    for k, kind in enumerate(KINDS):
+        result.merge(simulate(policy, q, fixable, positive, trials, 1, 0, seed * 10 + k, rejudge=rejudge,
+                              alpha=alpha, schedule=[kind]))
+    return result
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+
+def table(loop_results: dict[str, PolicyResult], sim_results: dict[str, PolicyResult], n_items: int,
+          fresh_results: dict[str, PolicyResult] | None = None) -> list[str]:
+    """The side-by-side table: one row per policy and source (``loop``, ``sim``, and ``sim1``: the
+    simulation with a fresh incumbent for every candidate, as in the issue's table)."""
+    every = set(loop_results) | set(sim_results) | set(fresh_results or {})
+    w = max([9, *map(len, every)])
+    head = (f"{'policy':<{w}} {'source':<6} {'no-op kept':>22} "
+            + " ".join(f"{f'fix {d} kept':>22}" for d in FIX_SIZES)
+            + f" {'calls/162 all':>13} {'no-op':>6} {'fixes':>6}")
+    lines = [head, "-" * len(head)]
+    for policy in sorted(every, key=lambda p: (p != "literal", p != "paired", p)):
+        for source, res in (("loop", loop_results.get(policy)), ("sim", sim_results.get(policy)),
+                            ("sim1", (fresh_results or {}).get(policy))):
+            if res is None:
+                continue
+            cells = []
+            for kind in KINDS:
+                k, total = keep_rate(res.trials, kind)
+                if total == 0:
+                    cells.append(f"{'—':>22}")
+                elif source == "loop":
+                    lo, hi = run_bootstrap(res.trials, kind)
+                    cells.append(f"{k / total:>6.1%} [{lo:>4.0%},{hi:>4.0%}] n={total:<4}")
+                else:
+                    cells.append(f"{k / total:>6.1%} {'':>10}n={total:<4}")
+            fixes = [t for t in res.trials if t.kind != "noop"]
+            lines.append(
+                f"{policy:<{w}} {source:<6} " + " ".join(cells)
+                + f" {calls_per_pass(res.trials, n_items):>13.2f} {calls_per_pass(res.trials, n_items, 'noop'):>6.2f}"
+                + f" {calls_per_pass(fixes, n_items):>6.2f}"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 runs of 4 candidates per policy")
+    parser.add_argument("--runs", type=int, default=45, help="loop runs per policy (each: baseline + candidates)")
+    parser.add_argument("--candidates", type=int, default=6, help="candidates per run")
+    parser.add_argument("--fixes-per-run", type=int, default=1, help="fixes of each size D per run")
+    parser.add_argument("--sim-runs", type=int, default=3000, help="simulated runs per policy")
+    parser.add_argument("--policies", nargs="+", default=None,
+                        help="default: every policy LoopSection accepts; POLICY+fdr0.1 adds online FDR (LORD++)")
+    parser.add_argument("--workers", type=int, default=2, help="loop processes at a time")
+    parser.add_argument("--runs-per-task", type=int, default=5, help="loop runs per worker task")
+    parser.add_argument("--concurrency", type=int, default=8, help="judge calls in flight per loop")
+    parser.add_argument("--rejudge", type=int, default=None, help="adaptive: extra judgements (default: config's)")
+    parser.add_argument("--fix-pool", choices=["wrong", "wrong-or-unstable"], default="wrong")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-loop", action="store_true", help="the simulation only")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.candidates, args.sim_runs = 2, 4, 200
+    policies = args.policies or policies_available()
+    rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
+    started = time.monotonic()
+    print("decision power: keep rates of no-op edits and of real D-item fixes, real loop vs simulation")
+    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+          f"; policies {', '.join(policies)}; adaptive re-judges {rejudge}x; alpha 0.1")
+    print(f"judge: 162 items (62 pos / 100 neg), 30% unstable q~U(0.3,0.7), stable q=0.99 (80%) / 0.01 (20%); "
+          f"fixes chosen among {'q < 0.5' if args.fix_pool == 'wrong' else 'q < 0.9'}")
+    print(f"runs: baseline + {args.candidates} candidates ({args.fixes_per_run} fix of each D per run, the rest "
+          f"no-ops), {args.runs} loop runs / {args.sim_runs} simulated runs per policy")
+
+    positive = np.array(_labels_only()[1])
+    q, fixable = item_q(len(positive), 0, fix_pool=args.fix_pool)
+    t_sim = time.monotonic()
+    # The simulation also shows online FDR (LORD++ at 0.1) beside the plain adaptive policy.
+    sim_policies = sorted(set(policies) | {"literal", "paired", "adaptive", "adaptive+fdr0.1"})
+    sim_results = {p: simulate(p, q, fixable, positive, args.sim_runs, args.candidates, args.fixes_per_run,
+                               args.seed + 1, rejudge=rejudge, check_engine=200) for p in sim_policies}
+    fresh_results = {p: simulate_fresh(p, q, fixable, positive, args.sim_runs, args.seed + 2, rejudge=rejudge)
+                     for p in sim_policies}
+    sim_s = time.monotonic() - t_sim
+
+    loop_results: dict[str, PolicyResult] = {}
+    if not args.no_loop:
+        # Tasks of a few runs each (one workspace and server per task) keep both workers busy to the end.
+        chunks = max(1, math.ceil(args.runs / args.runs_per_task))
+        tasks = []
+        for p in sorted(policies, key=lambda p: p != "adaptive"):  # the slowest first
+            per = [args.runs // chunks + (1 if i < args.runs % chunks else 0) for i in range(chunks)]
+            tasks += [(p, r, args.candidates, args.fixes_per_run, args.seed * 1000 + i, args.concurrency, rejudge,
+                       args.fix_pool) for i, r in enumerate(per) if r]
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            for res in pool.map(_loop_task, tasks):
+                loop_results.setdefault(res.policy, PolicyResult(res.policy)).merge(res)
+    print()
+    for line in table(loop_results, sim_results, len(positive), fresh_results):
+        print(line)
+    print()
+    for p, res in loop_results.items():
+        print(f"{p}: loop worker time {res.wall_s:.0f} s; judge calls at the fake server {res.server_calls}, "
+              f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}")
+    print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: "
+          f"{sim_results['adaptive'].engine_checked}, all agree")
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s; load average at the end "
+          f"{load} (1 / 5 / 15 min) on {os.cpu_count()} cores")
+    return 0
+
+
+def _labels_only() -> tuple[list[str | None], list[bool]]:
+    """The benchmark split's labels in item-index order, without building a workspace."""
+    items = []
+    for pair in range(N_PAIRS):
+        items += pair_items(pair, positives=(True, pair < N_DOUBLE), tag="power")
+    return [i.mistake_type for i in items], [i.label == "positive" for i in items]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

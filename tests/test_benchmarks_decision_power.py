@@ -1,0 +1,108 @@
+"""Smoke tests of benchmarks/decision_power.py: its judge, its test statistic, the simulation and one
+tiny loop run through the fake server. Structure and outcomes that a broken benchmark would change;
+no timing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import decision_power as dp
+from benchmarks._judge_model import JudgeModel, item_q
+from tests.fakeserver import RecordedRequest
+
+N_ITEMS = 162
+
+
+def _deterministic_odds(wrong: int) -> tuple[np.ndarray, np.ndarray]:
+    """A judge that never varies: the first ``wrong`` negatives always wrong, everything else right."""
+    _, positive = dp._labels_only()
+    negatives = [i for i, p in enumerate(positive) if not p][:wrong]
+    q = np.ones(len(positive))
+    q[negatives] = 0.0
+    return q, q < 0.5
+
+
+def _request(system: str, item: int) -> RecordedRequest:
+    user = f"## Goal\n\nSave it (benchmark item {item})\n\n## Steps\n\nTotal steps: **3**\n\n"
+    body = {"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+    return RecordedRequest("POST", "/v1/chat/completions", "openai", {}, True, body)
+
+
+def test_judge_model_follows_item_odds_and_fix_markers() -> None:
+    positive = [True, False, False]
+    model = JudgeModel(positive, [None, "Critical Mistake", "Bad Side Effect"], np.array([1.0, 0.0, 0.5]),
+                       np.array([False, True, True]), seed=1)
+    verdict = json.loads(model(_request("rubric", 0)).text or "")
+    assert verdict["success"] is True  # q = 1 on a positive
+    verdict = json.loads(model(_request("rubric", 1)).text or "")
+    assert verdict["success"] is True and verdict["mistake_type"] is None  # q = 0 on a negative: wrong
+    marker = model.register_fix("abc", [1])
+    verdict = json.loads(model(_request(f"rubric\n{marker}: check", 1)).text or "")
+    assert verdict["success"] is False and verdict["mistake_type"] == "Critical Mistake"
+    # Every call is a fresh draw: an unstable item comes out both ways under the same prompt.
+    answers = {json.loads(model(_request("rubric", 2)).text or "")["success"] for _ in range(60)}
+    assert answers == {True, False}
+    assert model.calls == 63
+
+
+def test_item_odds_have_the_issue_composition() -> None:
+    q, fixable = item_q(N_ITEMS, 0)
+    unstable = (q > 0.2) & (q < 0.8)
+    assert unstable.sum() == 49 and np.isclose(q, 0.01).sum() == 23
+    assert ((q >= 0.3) & (q <= 0.7))[unstable].all()
+    assert fixable.sum() == 23 + (q[unstable] < 0.5).sum()
+
+
+def test_simulated_adaptive_decisions_are_the_engines() -> None:
+    q, fixable = item_q(N_ITEMS, 0)
+    positive = np.array(dp._labels_only()[1])
+    res = dp.simulate("adaptive", q, fixable, positive, runs=10, candidates=6, fixes_per_run=1, seed=4, check_engine=40)
+    assert res.engine_checked == 40  # each replayed by optimizer.decision.decide_adaptive, which agreed
+    assert any(t.calls > N_ITEMS for t in res.trials)  # noise disagreements are re-judged
+
+
+def test_run_bootstrap_interval_widens_when_a_runs_candidates_move_together() -> None:
+    together = [dp.Trial("noop", r % 2 == 0, 1, run=str(r)) for r in range(20) for _ in range(5)]
+    apart = [dp.Trial("noop", (r * 5 + j) % 2 == 0, 1, run=str(r)) for r in range(20) for j in range(5)]
+    lo_t, hi_t = dp.run_bootstrap(together, "noop")
+    lo_a, hi_a = dp.run_bootstrap(apart, "noop")
+    assert lo_t < 0.5 < hi_t and hi_t - lo_t > 2 * (hi_a - lo_a)
+
+
+def test_simulation_keeps_clean_fixes_and_never_a_noop_of_a_steady_judge() -> None:
+    q, fixable = _deterministic_odds(12)
+    positive = np.array(dp._labels_only()[1])
+    for policy in ("literal", "paired", "adaptive"):
+        res = dp.simulate(policy, q, fixable, positive, runs=3, candidates=2, fixes_per_run=0, seed=0,
+                          schedule=["noop", "fix12"])
+        assert [(t.kind, t.kept) for t in res.trials] == [("noop", False), ("fix12", True)] * 3, policy
+        # A steady judge disagrees only on the fixed items; adaptive re-judges them twice under each prompt.
+        extra = 4 * 12 if policy == "adaptive" else 0
+        assert [t.calls for t in res.trials] == [N_ITEMS, N_ITEMS + extra] * 3, policy
+
+
+def test_simulated_noise_keeps_noops_under_literal_far_more_often_than_under_paired() -> None:
+    q, fixable = item_q(N_ITEMS, 0)
+    positive = np.array(dp._labels_only()[1])
+    rates = {p: dp.keep_rate(dp.simulate(p, q, fixable, positive, 60, 6, 1, seed=2).trials, "noop")
+             for p in ("literal", "paired")}
+    (lit_k, lit_n), (par_k, par_n) = rates["literal"], rates["paired"]
+    assert lit_n == par_n == 180
+    assert lit_k / lit_n > 0.25 and par_k / par_n < 0.15
+
+
+@pytest.mark.parametrize("policy", dp.policies_available())
+def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str) -> None:
+    # A steady judge: the no-op ties the incumbent (rolled back), the fix of all 12 wrong items is a
+    # clean gain every policy keeps; both go through start_run, the SDK and the fake server.
+    res = dp.loop_trials(policy, runs=1, candidates=2, fixes_per_run=0, seed=0, concurrency=8,
+                         odds=_deterministic_odds(12), schedule=["noop", "fix12"])
+    assert [(t.kind, t.kept) for t in res.trials] == [("noop", False), ("fix12", True)]
+    assert res.undecided == 0 and res.baseline_calls == N_ITEMS
+    assert res.server_calls == res.ledger_calls == N_ITEMS + sum(t.calls for t in res.trials)
+    assert res.trials[0].calls <= N_ITEMS  # nothing disagrees, nothing is re-judged (an early stop may cut it)
+    lines = dp.table({policy: res}, {}, N_ITEMS)
+    assert lines[2].startswith(f"{policy:<9} loop") and "100.0%" in lines[2]
