@@ -117,7 +117,8 @@ class JudgeModel:
         if tag is None:
             raise AssertionError("a judge request without a benchmark item in its goal")
         item = int(tag.group(1))
-        p = self.correct_probability(item, self.fixed_by(system))
+        # The rubric is in the system prompt (rubric-first) or after the trajectory (trajectory-first).
+        p = self.correct_probability(item, self.fixed_by(system + "\n" + user))
         with self._lock:
             right = self._rng.random() < p
             self.calls += 1
