@@ -283,8 +283,9 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
     started = time.monotonic()
     result = PolicyResult(policy)
     rng = random.Random(f"{seed}/{policy}")
-    os.environ.setdefault("OPENAI_API_KEY", "decision-power-bench")
-    with tempfile.TemporaryDirectory(prefix="decision-power-") as tmp:
+    # A dummy key for the fake server, for this call only (the caller's environment is left as it was).
+    key = {"OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "decision-power-bench")}
+    with mock.patch.dict(os.environ, key), tempfile.TemporaryDirectory(prefix="decision-power-") as tmp:
         root, positive, types = build_workspace(Path(tmp))
         q, fixable = odds if odds is not None else item_q(len(positive), item_seed, fix_pool=fix_pool)
         model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from optimizer.decision import AdaptiveTest, ItemShares
 from optimizer.ledger import FLIP_KEYS, Experiment, Ledger, Run
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS, Answer
 from optimizer.workspace import Workspace
@@ -24,7 +25,8 @@ JSON_EXPERIMENT_KEYS: tuple[str, ...] = (
     "id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr", "balanced_accuracy",
     "p_value", "calls", "cost_usd", "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens",
     "optimizer_cost_usd", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
-    "judge_cost_usd",
+    "judge_cost_usd", "fp_by_type", "incumbent_fp_by_type", "alpha", "adaptive_keep", "rejudge_calls",
+    "rejudge_cost_usd", "rejudged", "test",
 )
 TSV_COLUMNS: tuple[str, ...] = (
     "id", "seq", "parent", "created", "strategy", "decision", "kappa", "kappa_delta", "fpr", "fpr_delta",
@@ -32,7 +34,7 @@ TSV_COLUMNS: tuple[str, ...] = (
     "items_evaluated", "calls", "cache_hits", "input_tokens", "output_tokens", "cost_usd", "duration_s",
     "commit", "files_changed", "insertions", "deletions", "reason", "rationale", "optimizer_calls",
     "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "cache_read_tokens",
-    "cache_write_tokens",
+    "cache_write_tokens", "alpha", "adaptive_keep", "rejudge_calls", "rejudge_cost_usd",
 )
 
 
@@ -104,8 +106,77 @@ def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
             # On the items this experiment was judged on; the incumbent's is null for the baseline.
             "fp_by_type": fps[0] if fps else None,
             "incumbent_fp_by_type": fps[1] if fps else None,
+            # The adaptive policy's record: the level tested at, its outcome, the re-judging pass.
+            "alpha": exp.alpha,
+            "adaptive_keep": exp.adaptive_keep,
+            "rejudge_calls": exp.rejudge_calls,
+            "rejudge_cost_usd": exp.rejudge_cost_usd,
+            "rejudged": [{"trajectory_id": i.trajectory_id, "draws": i.draws()} for i in rejudged_items(exp)],
+            "test": exp.test,
         })
-    return {"run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments}
+    return {"run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments,
+            "accounting": accounting(run, all_exps)}
+
+
+def rejudged_items(exp: Experiment) -> list[ItemShares]:
+    """The items an adaptive decision re-judged, with their draws (empty for other decisions)."""
+    if not exp.test:
+        return []
+    return [item for item in AdaptiveTest.model_validate(exp.test).items if item.rejudged]
+
+
+def test_line(exp: Experiment, limit: int = 6) -> str | None:
+    """``"re-judged 5 items (abc… 1/3 → 3/3, …); sign-flip p=0.031 at alpha 0.1, gain +3.67 items"``."""
+    if not exp.test:
+        return None
+    test = AdaptiveTest.model_validate(exp.test)
+    items = [i for i in test.items if i.rejudged]
+    shown = ", ".join(f"{i.trajectory_id[:8]} {i.draws()}" for i in items[:limit])
+    more = f", … {len(items) - limit} more" if len(items) > limit else ""
+    listed = f" ({shown}{more})" if limit else ""
+    judged = (f"re-judged {len(items)} item(s) ×{test.rejudge} under each prompt{listed}" if items
+              else "nothing re-judged")
+    return (f"{judged}; sign-flip p={test.p_value:.3g} at alpha {test.alpha:.3g}"
+            f"{'' if test.draws == 0 else f' ({test.draws} draws, seed {test.seed})'}, "
+            f"gain {test.statistic:+.2f} items")
+
+
+def accounting(run: Run, experiments: Sequence[Experiment]) -> dict[str, Any]:
+    """Run-level accounting of the decisions: how many candidates were tested, the expected number of
+    false keeps if every one were a no-op (the sum of the levels they were tested at; None under the
+    literal policy, which runs no test), the online-FDR target if one was set, and each kept edit's
+    p-value, extra judgements and cost."""
+    loop_cfg = (run.config or {}).get("loop") or {}
+    # Rows decided before the level was recorded (ledger schema < 4) were tested at the run's alpha.
+    default_alpha = loop_cfg.get("alpha", 0.1) if run.policy != "literal" else None
+
+    def level(e: Experiment) -> float | None:
+        return e.alpha if e.alpha is not None else default_alpha
+
+    tested = [e for e in experiments if e.seq > 0 and e.status in ("kept", "rolled_back", "waiting")
+              and (e.alpha is not None or e.p_value is not None)]
+    return {
+        "tested": len(tested),
+        "expected_false_keeps": None if run.policy == "literal" else round(sum(level(e) or 0.0 for e in tested), 6),
+        "fdr": loop_cfg.get("fdr"),
+        "kept": [
+            {"experiment": e.id, "p_value": e.p_value, "alpha": level(e), "rejudge_calls": e.rejudge_calls,
+             "rejudged_items": len(rejudged_items(e)), "cost_usd": e.cost_usd}
+            for e in experiments if e.status == "kept"
+        ],
+    }
+
+
+def accounting_line(run: Run, experiments: Sequence[Experiment]) -> str:
+    """One line for the report and the TUI: tested candidates and expected false keeps."""
+    acc = accounting(run, experiments)
+    if acc["expected_false_keeps"] is None:
+        return (f"{acc['tested']} candidate(s) decided under the literal policy, which runs no test: the number of "
+                "no-op edits it keeps is not bounded")
+    control = (f"online FDR control (LORD++) at {acc['fdr']:g}" if acc["fdr"]
+               else "each at alpha")
+    return (f"{acc['tested']} candidate(s) tested ({control}): expected false keeps if every one were a no-op "
+            f"≤ {acc['expected_false_keeps']:.2f}")
 
 
 FpByType = tuple[dict[str, int], dict[str, int] | None]
@@ -242,7 +313,7 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
     parents = _parents(experiments)
     header = (
         f"{'id':>5} {'created':<19} {'strategy':<9} {'decision':<14} {'kappa':>6} {'Δκ':>7} "
-        f"{'FPR':>6} {'ΔFPR':>7} {'BA':>6} {'p':>6} {'flips':>7} {'cost$':>8}  rationale"
+        f"{'FPR':>6} {'ΔFPR':>7} {'BA':>6} {'p':>6} {'flips':>7} {'calls':>6} {'+rej':>5} {'cost$':>8}  rationale"
     )
     lines = [header]
     for e in experiments:
@@ -251,7 +322,8 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
             f"{e.id:>5} {e.created.strftime('%Y-%m-%d %H:%M:%S'):<19} {(e.strategy or '-')[:9]:<9} "
             f"{e.status:<14} {_num(e.kappa):>6} {_signed(_delta(e.kappa, parent.kappa if parent else None)):>7} "
             f"{_num(e.fpr):>6} {_signed(_delta(e.fpr, parent.fpr if parent else None)):>7} "
-            f"{_num(e.balanced_accuracy):>6} {_num(e.p_value):>6} {_flip_summary(e):>7} {e.cost_usd:>8.4f}  "
+            f"{_num(e.balanced_accuracy):>6} {_num(e.p_value):>6} {_flip_summary(e):>7} {e.calls:>6} "
+            f"{e.rejudge_calls or '':>5} {e.cost_usd:>8.4f}  "
             f"{one_line(e.rationale, 60)}"
         )
     return lines
@@ -299,13 +371,21 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
             policies = ""
             if e.literal_keep is not None or e.paired_keep is not None:
                 policies = f"   literal {'keep' if e.literal_keep else 'roll back'}, paired {'keep' if e.paired_keep else 'roll back'}"
-            out.append(f"    flips {cells}   McNemar p {_num(e.p_value)}{policies}")
+            if e.adaptive_keep is not None:
+                policies += f", adaptive {'keep' if e.adaptive_keep else 'roll back'}"
+            first_p = (e.test or {}).get("mcnemar_p", e.p_value) if e.test else e.p_value
+            out.append(f"    flips {cells}   McNemar p {_num(first_p)}{policies}")
+        line = test_line(e)
+        if line:
+            out.append(f"    test: {line}")
         fps = fps_of[e.id]
         if fps is not None:
             out.append("    " + fp_by_type_line(*fps))
         out.append(
             f"    judge: {e.items_evaluated} items{' (stopped early)' if e.early_stopped else ''}, {e.calls} calls, "
-            f"{e.cache_hits} cached, {token_split(e.input_tokens, e.cache_read_tokens, e.cache_write_tokens, e.output_tokens)}, "
+            f"{e.cache_hits} cached"
+            + (f" ({e.rejudge_calls} re-judging, ${e.rejudge_cost_usd:.4f})" if e.rejudge_calls else "")
+            + f", {token_split(e.input_tokens, e.cache_read_tokens, e.cache_write_tokens, e.output_tokens)}, "
             f"${e.judge_cost_usd:.4f}"
             + (f", {e.duration_s:.1f}s" if e.duration_s is not None else "")
         )
@@ -329,6 +409,13 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
             out.append(f"  baseline → final: kappa {_signed(_delta(last.kappa, first.kappa))}, FPR {_signed(_delta(last.fpr, first.fpr))}")
     else:
         out.append("  (no baseline recorded yet)")
+    out.append("")
+    out.append("decisions")
+    out.append("  " + accounting_line(run, experiments))
+    for kept in accounting(run, experiments)["kept"]:
+        out.append(f"  kept #{kept['experiment']}: p={_num(kept['p_value'])} at alpha {_num(kept['alpha'])}, "
+                   f"{kept['rejudged_items']} item(s) re-judged ({kept['rejudge_calls']} extra calls), "
+                   f"${kept['cost_usd']:.4f}")
 
     flips = overall_flips(ledger, run)
     if flips is not None:
@@ -397,6 +484,8 @@ def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
                 "optimizer_calls": e.optimizer_calls, "optimizer_input_tokens": e.optimizer_input_tokens,
                 "optimizer_output_tokens": e.optimizer_output_tokens, "optimizer_cost_usd": e.optimizer_cost_usd,
                 "cache_read_tokens": e.cache_read_tokens, "cache_write_tokens": e.cache_write_tokens,
+                "alpha": e.alpha, "adaptive_keep": None if e.adaptive_keep is None else int(e.adaptive_keep),
+                "rejudge_calls": e.rejudge_calls, "rejudge_cost_usd": e.rejudge_cost_usd,
             }
             writer.writerow(["" if row[c] is None else row[c] for c in TSV_COLUMNS])
     return path

@@ -453,3 +453,45 @@ def test_latest_run_is_the_last_created_even_within_one_second(tmp_path: Path) -
         ids = [_run(ledger, run_id=f"20261130-050000-{suffix}").id for suffix in ("ffff", "0000", "8888")]
         assert ledger.latest_run().id == ids[-1]
         assert [r.id for r in ledger.runs()] == list(reversed(ids))
+
+
+def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as_before(tmp_path: Path) -> None:
+    from optimizer.metrics import FlipTable
+    from optimizer.report import accounting, history_lines, report_json, report_text
+
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = _run(ledger, config={"loop": {"alpha": 0.1}})
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
+        ledger.finish_experiment(base.id, status="baseline", calls=10, cost_usd=0.25,
+                                 metrics={"kappa": 0.4, "fpr": 0.2, "tp": 5, "fn": 5, "tn": 8, "fp": 2})
+        cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="library", commit_sha="b" * 40)
+        ledger.finish_experiment(cand.id, status="kept", calls=10, cost_usd=0.2, p_value=0.03125,
+                                 literal_keep=True, paired_keep=True, reason="kappa 0.400 → 0.600: kept",
+                                 metrics={"kappa": 0.6, "fpr": 0.1, "tp": 7, "fn": 3, "tn": 9, "fp": 1},
+                                 flips=FlipTable(fn_to_tp=["x1", "x2"], fp_to_tn=["x3", "x4", "x5"], tp_to_fn=[],
+                                                tn_to_fp=[]))
+    conn = sqlite3.connect(path)  # what a schema-3 judgeloop wrote: no decision record, batches, cache tokens
+    _drop_schema_4_columns(conn)
+    conn.execute("DROP TABLE batches")
+    conn.execute("PRAGMA user_version = 3")
+    conn.close()
+
+    with Ledger.open_readonly(path) as ro:
+        exps = ro.experiments(run.id)
+        text = report_text(ro, ro.get_run(run.id))
+        data = report_json(ro, ro.get_run(run.id))
+        lines = history_lines(exps)
+    old = exps[1]
+    assert (old.adaptive_keep, old.alpha, old.test, old.rejudge_calls) == (None, None, None, 0)
+    assert old.p_value == 0.03125 and old.paired_keep and old.status == "kept"
+    assert "McNemar p 0.031" in text and "literal keep, paired keep" in text and "test:" not in text
+    assert data["experiments"][1]["rejudged"] == [] and data["experiments"][1]["test"] is None
+    # Its candidates were tested at the run's alpha: the accounting reads it from the run's config.
+    assert accounting(run, exps)["expected_false_keeps"] == pytest.approx(0.1)
+    assert data["accounting"]["tested"] == 1 and len(lines) == 3
+    with Ledger(path) as ledger:  # and a new judgeloop writing to it upgrades it in place
+        assert ledger.get_experiment(old.id).p_value == 0.03125
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    conn.close()

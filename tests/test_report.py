@@ -87,14 +87,20 @@ def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.Cap
     ws, run_id, ids = filled
     assert main(["report", "--json", "-w", str(ws.root)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["run", "branch", "policy", "experiments"]
+    assert list(data) == ["run", "branch", "policy", "experiments", "accounting"]
+    # Nothing was decided by a recorded test level here; the paired run's candidates count at its alpha.
+    assert data["accounting"] == {"tested": 1, "expected_false_keeps": 0.1, "fdr": None,
+                                  "kept": [{"experiment": ids["kept"], "p_value": data["experiments"][1]["p_value"],
+                                            "alpha": 0.1, "rejudge_calls": 0, "rejudged_items": 0,
+                                            "cost_usd": data["experiments"][1]["cost_usd"]}]}
     assert data["run"] == run_id and data["branch"] == f"judgeloop/{run_id}" and data["policy"] == "paired"
     rows = data["experiments"]
     assert all(list(r) == ["id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr",
                            "balanced_accuracy", "p_value", "calls", "cost_usd", "optimizer_calls",
                            "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd",
                            "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
-                           "judge_cost_usd", "fp_by_type", "incumbent_fp_by_type"] for r in rows)
+                           "judge_cost_usd", "fp_by_type", "incumbent_fp_by_type", "alpha", "adaptive_keep",
+                           "rejudge_calls", "rejudge_cost_usd", "rejudged", "test"] for r in rows)
     # Per-type false positives on the items each experiment was judged on (these labels are untyped):
     # the baseline let n2 through, the kept candidate let nothing through; no verdicts, no counts.
     none = {"Critical Mistake": 0, "Bad Side Effect": 0, "Misunderstanding of the Instruction": 0, "untyped": 0}

@@ -26,7 +26,7 @@ from textual.worker import Worker, WorkerState
 from optimizer.judge.types import VIEW_SCREENSHOTS
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.models import MISTAKE_TYPES
-from optimizer.report import fp_by_type_line, token_split
+from optimizer.report import accounting, fp_by_type_line, rejudged_items, test_line, token_split
 from tui.data import (
     REVIEW_LABELS,
     STATUS_STYLES,
@@ -154,7 +154,7 @@ class View(Screen[None]):
 HISTORY_COLUMNS = (
     ("id", "id", 5), ("time", "time", 11), ("strategy", "strategy", 8), ("decision", "decision", 14),
     ("κ", "kappa", 6), ("FPR", "fpr", 5), ("bal.acc", "bacc", 7), ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6),
-    ("p", "p", 5), ("$", "cost", 7), ("rationale", "rationale", 60),
+    ("p", "p", 5), ("+rej", "rejudge", 5), ("$", "cost", 7), ("rationale", "rationale", 60),
 )
 SORT_KEYS = ("id", "kappa", "fpr", "bacc", "dkappa", "p", "cost", "decision")
 
@@ -163,10 +163,19 @@ def _sort_value(row: HistoryRow, key: str) -> tuple[int, Any]:
     exp = row.experiment
     value: Any = {
         "id": exp.id, "kappa": exp.kappa, "fpr": exp.fpr, "bacc": exp.balanced_accuracy, "dkappa": row.d_kappa,
-        "dfpr": row.d_fpr, "p": exp.p_value, "cost": exp.cost_usd, "decision": exp.status, "time": exp.created,
+        "dfpr": row.d_fpr, "p": exp.p_value, "rejudge": exp.rejudge_calls, "cost": exp.cost_usd,
+        "decision": exp.status, "time": exp.created,
         "strategy": exp.strategy or "", "rationale": exp.rationale or "",
     }.get(key, exp.id)
     return (value is None, value if value is not None else 0)
+
+
+def decisions_summary(run: Any, experiments: list[Any]) -> str:
+    """``"expected false keeps ≤ 0.40"`` (or "literal: no test") for the history title."""
+    acc = accounting(run, experiments)
+    if acc["expected_false_keeps"] is None:
+        return "literal policy: false keeps not bounded"
+    return f"expected false keeps ≤ {acc['expected_false_keeps']:.2f}" + (f" (FDR {acc['fdr']:g})" if acc["fdr"] else "")
 
 
 def history_cells(row: HistoryRow) -> tuple[Text, ...]:
@@ -183,7 +192,9 @@ def history_cells(row: HistoryRow) -> tuple[Text, ...]:
         *(Text(v) for v in metrics),
         Text(fmt(row.d_kappa, signed=True), style="green" if (row.d_kappa or 0) > 0 else ""),
         Text(fmt(row.d_fpr, signed=True), style="red" if (row.d_fpr or 0) > 0 else ""),
-        Text(fmt(exp.p_value)), Text(f"{exp.cost_usd:.4f}"),
+        # The re-judging pass's extra judge calls (adaptive policy), blank when there was none.
+        Text(fmt(exp.p_value)), Text(str(exp.rejudge_calls) if exp.rejudge_calls else ""),
+        Text(f"{exp.cost_usd:.4f}"),
         Text(one_line(exp.rationale, 120), no_wrap=True, overflow="ellipsis"),
     )
 
@@ -255,7 +266,7 @@ class HistoryView(View):
         waiting = self.history.waiting()
         title = Text.assemble(
             f"history — run {run.id} ({run.status}) · {run.strategy} · {run.policy} · split {run.split} · "
-            f"{len(self.history.rows)} experiments",
+            f"{len(self.history.rows)} experiments · {decisions_summary(run, self.history.experiments)}",
         )
         if waiting is not None:
             title.append(f" · experiment {waiting.id} waiting: e then k keep / x discard", style="bold yellow")
@@ -410,7 +421,10 @@ class ExperimentView(View):
             f" · parent {parent.id}" if parent else " · no parent",
         ))
         decision = Text.assemble(("decision: ", "bold"), status_text(exp.decision or exp.status))
-        if exp.p_value is not None:
+        if exp.test:
+            decision.append(f"   sign-flip p = {exp.test['p_value']:.4f} at alpha {exp.test['alpha']:.3g}"
+                            f" · first-pass McNemar p = {exp.test['mcnemar_p']:.4f}")
+        elif exp.p_value is not None:
             decision.append(f"   McNemar p = {exp.p_value:.4f}")
         if exp.early_stopped:
             decision.append("   (stopped early)", style="italic")
@@ -431,6 +445,13 @@ class ExperimentView(View):
             )
         if detail.fp_by_type is not None:
             decision.append("\n" + fp_by_type_line(*detail.fp_by_type))
+        line = test_line(exp, limit=0)
+        if line:
+            decision.append("\n" + line)
+        rejudged = rejudged_items(exp)
+        if rejudged:
+            decision.append("\nre-judged (incumbent → candidate, judgements right): ", style="bold")
+            decision.append(" · ".join(f"{i.trajectory_id[:8]} {i.draws()}" for i in rejudged))
         self.query_one("#experiment-decision", Static).update(decision)
         self.query_one("#experiment-metrics", Static).update(metric_table(metric_rows(exp, parent)))
         counts = exp.flip_counts()

@@ -198,3 +198,58 @@ def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
     assert run.status == "finished" and exps[1].status == "kept"
     assert exps[1].cost_usd == pytest.approx(0.25)  # the optimiser's spend survives the resume
     assert_clean(ws)
+
+
+def _rejudging_started(root: Path) -> bool:
+    path = root / "experiments" / "ledger.sqlite"
+    if not path.exists():
+        return False
+    with Ledger(path) as led:
+        run = led.latest_run()
+        if run is None:
+            return False
+        return any(e.kind == "stage" and e.payload.get("stage") == "rejudging"
+                   for e in led.events_since(0, run_id=run.id))
+
+
+def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -> None:
+    from tests.loop.test_loop_manual import hand_edit
+
+    judge = FakeJudge(ws)
+    n_items = len(judge.neg_rank) + len(judge.pos_rank)
+    # The baseline, the candidate's first pass and 5 re-judging calls are answered; then the server stalls.
+    judge.gate_after = 2 * n_items + 5
+    hand_edit(ws, BAD_ENTRY)  # every positive right, some negatives broken: many items disagree
+    with FakeLLMServer(default=judge) as server:
+        cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(ws), "--provider", "openai",
+               "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "4",
+               "--strategy", "manual", "-m", "a hand edit"]
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
+            wait_for(lambda: _rejudging_started(ws), "the re-judging stage")
+            wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+        judge.abandon_gated = True
+        judge.gate.set()
+        judge.gate_after = None
+        answered_before = len(judge.answered)
+        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+    # Every answered call is its own cache entry: none of the 5 re-judging calls (nor any other) was
+    # asked again after the resume, and the re-judging went on from where it stopped.
+    assert len(judge.answered) == _cached_calls(ws) > answered_before
+    run, exps = latest(ws)
+    assert [e.status for e in exps] == ["baseline", "rolled_back"] and run.status == "finished"
+    cand = exps[1]
+    assert cand.test is not None and cand.rejudge_calls > 0
+    n_rejudged = sum(1 for item in cand.test["items"] if item["rejudged"])
+    # Both prompts re-judged twice per disagreeing item; 5 of those calls were paid before the kill.
+    assert cand.rejudge_calls == 4 * n_rejudged - 5
+    assert_clean(ws)

@@ -561,3 +561,38 @@ def test_a_proposal_for_a_labels_file_is_rejected_without_reading_it_into_the_le
         stored = ledger.get_experiment(exps[1].id).diff_text or ""
     assert secret_line not in stored and '"label"' not in stored
     assert (ws / labels_path).read_text(encoding="utf-8").splitlines()[0] == secret_line
+
+
+def test_the_incumbents_extra_judgements_are_paid_once_across_candidates(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.loop.helpers import body_digest
+
+    noop = next(e for e in ("lib-final-state", "lib-scope-words") if e not in (GOOD_ENTRY, BAD_ENTRY))
+    # Two candidates that disagree with the baseline on the same items (the no-op entry changes nothing).
+    install(monkeypatch, ScriptedStrategy([toggle(BAD_ENTRY), toggle(BAD_ENTRY, noop)]))
+    judge = FakeJudge(ws)
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
+        requests = server.inference_requests()
+    run, exps = latest(ws)
+    base, first, second = exps
+    assert first.status == second.status == "rolled_back" and first.parent_id == second.parent_id == base.id
+    rejudged = [i["trajectory_id"] for i in (first.test or {})["items"] if i["rejudged"]]
+    assert rejudged == [i["trajectory_id"] for i in (second.test or {})["items"] if i["rejudged"]]
+    # The first candidate paid for both prompts' extra judgements, the second for its own only.
+    assert first.rejudge_calls == 4 * len(rejudged) and second.rejudge_calls == 2 * len(rejudged)
+    # Counted at the server: each of the baseline's request bodies went out 1 + 2 times in all.
+    baseline_digests = {body_digest(r.body) for r in requests[: len(judge.neg_rank) + len(judge.pos_rank)]}
+    counts: dict[str, int] = {}
+    for r in requests:
+        d = body_digest(r.body)
+        if d in baseline_digests:
+            counts[d] = counts.get(d, 0) + 1
+    assert sorted(counts.values()) == sorted([3] * len(rejudged) + [1] * (len(baseline_digests) - len(rejudged)))
+    # The decision record: what was re-judged, its draws, and the run's accounting.
+    report = report_json(ws, capsys)
+    entry = report["experiments"][1]
+    assert entry["rejudge_calls"] == first.rejudge_calls and len(entry["rejudged"]) == len(rejudged)
+    assert all(" → " in r["draws"] for r in entry["rejudged"]) and entry["alpha"] == 0.1
+    assert report["accounting"]["tested"] == 2 and report["accounting"]["expected_false_keeps"] == pytest.approx(0.2)
