@@ -87,7 +87,10 @@ def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.Cap
     ws, run_id, ids = filled
     assert main(["report", "--json", "-w", str(ws.root)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["run", "branch", "policy", "experiments"]
+    assert list(data) == ["run", "branch", "policy", "experiments", "attribution", "final_vs_baseline",
+                          "attribution_meta"]
+    # Null until `judgeloop attribute` has measured the run (tests/loop/test_attribute.py fills them).
+    assert data["attribution"] is None and data["final_vs_baseline"] is None and data["attribution_meta"] is None
     assert data["run"] == run_id and data["branch"] == f"judgeloop/{run_id}" and data["policy"] == "paired"
     rows = data["experiments"]
     assert all(list(r) == ["id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr",
