@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optimizer import gitops
-from optimizer.config import JudgeOverrides, LoopSection
+from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -37,7 +37,6 @@ from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
 from optimizer.ledger import Attribution, EditContribution, Experiment, ItemShare, Ledger, Run
 from optimizer.loop.compare import Comparison, compare_prompts
-from optimizer.loop.session import _resumed_judge
 from optimizer.report import export_attribution_tsv, export_experiments_tsv, write_markdown_report
 from optimizer.workspace import Workspace, command_lock, lock_holder
 
@@ -46,7 +45,7 @@ from optimizer.workspace import Workspace, command_lock, lock_holder
 class AttributeOptions:
     """What `judgeloop attribute` was asked: one run (None: HEAD's history), a budget (US dollars,
     over the attribution's whole spend, resumed parts included), judge overrides (base URL,
-    concurrency; a different provider or model is refused, as on `run --resume`)."""
+    concurrency; a different provider or model is refused: see `run_judge`)."""
 
     run: str | None = None
     budget_usd: float | None = None
@@ -127,6 +126,19 @@ def _refuse_unfinished(ws: Workspace, ledger: Ledger, run_ids: Sequence[str]) ->
             which = f"experiment {waiting[0].id}" if waiting else "a candidate"
             raise UserError(f"run {run.id} has {which} waiting for a decision; "
                             f"`judgeloop decide {waiting[0].id if waiting else 'ID'} keep|discard` first")
+
+
+def run_judge(run: Run, configured: JudgeSection, asked: JudgeOverrides) -> JudgeSection:
+    """The judge the run decided with (another provider or model would measure another judge: refused);
+    ``--base-url`` and ``--concurrency`` may change (the same model elsewhere answers alike, and the
+    judge-call cache does not key on the URL)."""
+    stored = run.config.get("judge")
+    judge = JudgeSection.model_validate(stored) if stored else configured
+    for flag, wanted in (("provider", asked.provider), ("model", asked.model)):
+        if wanted is not None and wanted != getattr(judge, flag):
+            raise UserError(f"run {run.id} was judged by {flag} {getattr(judge, flag)!r}; attribution measures its "
+                            f"edits with the same judge — drop --{flag} {wanted}")
+    return JudgeOverrides(base_url=asked.base_url, concurrency=asked.concurrency).apply(judge)
 
 
 def build_variants(ws: Workspace, final: str, edits: Sequence[gitops.KeptCommit]) -> list[Variant]:
@@ -238,7 +250,7 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
         raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
                         "its edits cannot be measured on the same items")
     labels = load_labels(split)
-    judge = _resumed_judge(run, options.judge.apply(cfg.judge), options.judge)
+    judge = run_judge(run, cfg.judge, options.judge)
     stored_loop = run.config.get("loop")
     loop_cfg = LoopSection.model_validate(stored_loop) if stored_loop else cfg.loop
     replicates = int(run.budgets.get("replicates") or 1)
