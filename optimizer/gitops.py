@@ -22,7 +22,8 @@ How a candidate's life maps onto git
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -405,4 +406,73 @@ def clear_stale_index_lock(where: Root, min_age_s: float = 10.0) -> bool:
         raise UserError(f"{lock} exists: a git command is working in this repository; retry when it is done "
                         "(if none is, delete the file)")
     lock.unlink(missing_ok=True)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Attribution: kept commits in a history, three-way reverts in a scratch worktree
+
+
+@dataclass(frozen=True)
+class KeptCommit:
+    """A commit whose trailers say ``Judgeloop-Decision: kept`` (``experiment``: its experiment id)."""
+
+    sha: str
+    experiment: int
+
+
+def kept_commits(where: Root, rev: str = "HEAD", since: str | None = None) -> list[KeptCommit]:
+    """The kept candidates in ``rev``'s history, newest first, stopping before
+    ``since`` when given. A commit counts when its trailers carry an experiment id and ``kept``."""
+    out: list[KeptCommit] = []
+    for sha, message in branch_log(where, rev, since=since):
+        trailers = parse_trailers(message)
+        experiment = trailers.get("Judgeloop-Experiment", "")
+        if trailers.get("Judgeloop-Decision") == "kept" and experiment.isdigit():
+            out.append(KeptCommit(sha, int(experiment)))
+    return out
+
+
+@contextmanager
+def scratch_worktree(where: Root, rev: str) -> Iterator[Path]:
+    """A detached git worktree at ``rev`` in a temporary folder, removed (and pruned) afterwards.
+
+    The user's working tree, index and branch are never touched: everything happens in the scratch
+    folder, which shares only the object database. Worktrees left by a killed process are pruned
+    the next time one is made.
+    """
+    import shutil
+    import tempfile
+
+    root = _root(where)
+    folder = Path(tempfile.mkdtemp(prefix="judgeloop-scratch-"))
+    target = folder / "tree"
+    with repo_at(root) as repo:
+        repo.git.worktree("prune")
+        repo.git.worktree("add", "--detach", "--quiet", str(target), rev)
+    try:
+        yield target
+    finally:
+        with repo_at(root) as repo:
+            try:
+                repo.git.worktree("remove", "--force", str(target))
+            except git.GitCommandError:
+                pass  # already gone: the prune below drops its record
+            shutil.rmtree(folder, ignore_errors=True)
+            repo.git.worktree("prune")
+
+
+def revert_in(worktree: Path, shas: Sequence[str], start: str) -> bool:
+    """Reset ``worktree`` to ``start``, then three-way revert ``shas`` in the order given (without
+    committing). True when every revert applied cleanly; on a conflict the worktree is reset to
+    ``start`` and False is returned."""
+    with repo_at(worktree) as repo:
+        repo.git.reset("--hard", "--quiet", start)
+        for sha in shas:
+            try:
+                repo.git.revert("--no-commit", "--no-edit", sha)
+            except git.GitCommandError:
+                repo.git.reset("--hard", "--quiet", start)
+                repo.git.revert("--quit")
+                return False
     return True

@@ -31,7 +31,12 @@ is upgraded in place when opened for writing (version 1 → 2 adds ``verdicts.to
 the adaptive policy's ``adaptive_keep``, ``alpha``, ``test`` (JSON), ``rejudge_calls`` and
 ``rejudge_cost_usd``, empty on old rows; 4 → 5 the ``batches`` table; 5 → 6
 ``experiments.cache_read_tokens`` and ``cache_write_tokens``, 0 on old rows) and read as it is
-when opened read-only (missing columns read as 0 / empty).
+when opened read-only (missing columns read as 0 / empty; no attribution before schema 7); 6 → 7
+adds the ``attributions`` and ``attribution_edits`` tables.
+- ``attributions``: each `judgeloop attribute` of a run (what a kept edit still contributes at the end,
+  see `optimizer.loop.attribute`): its scope, the final and baseline commits, the judge, the split,
+  status, spend and the final-vs-baseline comparison (JSON); ``attribution_edits``: one row per
+  measured kept edit (`EditContribution` as JSON), written as each is measured (resumable).
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -238,6 +243,37 @@ CREATE TABLE confirmations (
     metrics TEXT NOT NULL DEFAULT '{{}}'
 );
 {_BATCHES}"""
+# Schema 7 (`judgeloop attribute`): created with a new ledger and by the 6 → 7 upgrade step.
+_ATTRIBUTION_SCHEMA = """
+CREATE TABLE IF NOT EXISTS attributions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    key TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    final_commit TEXT NOT NULL,
+    baseline_commit TEXT NOT NULL,
+    split TEXT NOT NULL,
+    judge TEXT NOT NULL,
+    replicates INTEGER NOT NULL,
+    rejudge INTEGER NOT NULL,
+    alpha REAL NOT NULL,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL,
+    status TEXT NOT NULL,
+    note TEXT,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    final_vs_baseline TEXT
+);
+CREATE INDEX IF NOT EXISTS attributions_by_run ON attributions (run_id, id);
+CREATE TABLE IF NOT EXISTS attribution_edits (
+    attribution_id INTEGER NOT NULL REFERENCES attributions(id),
+    experiment_id INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    result TEXT NOT NULL,
+    PRIMARY KEY (attribution_id, experiment_id)
+) WITHOUT ROWID;
+"""
+
 
 
 class BatchRow(BaseModel):
@@ -468,6 +504,92 @@ class Confirmation(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
 
 
+class ItemShare(BaseModel):
+    """One item in an attribution: correct / total judgements without the edit and at the end."""
+
+    trajectory_id: str
+    without_correct: int
+    without_total: int
+    final_correct: int
+    final_total: int
+
+    @property
+    def difference(self) -> float:
+        """Share of correct judgements at the end minus without the edit (in items, −1 … 1)."""
+        return self.final_correct / self.final_total - self.without_correct / self.without_total
+
+    def draws(self) -> str:
+        """How it reads: "1/3 → 3/3" (without the edit → at the end)."""
+        return f"{self.without_correct}/{self.without_total} → {self.final_correct}/{self.final_total}"
+
+
+class EditContribution(BaseModel):
+    """What a kept edit still contributes at the end of a run: the final prompts against the final
+    prompts with the edit reverted (``experiment`` None: the whole chain, final against baseline).
+
+    ``items``: Σ over items of (share of correct judgements at the end − without the edit), the
+    disagreeing items re-judged; ``kappa_delta``/``fpr_delta``: final minus without (majority over
+    all judgements; a helpful edit raises kappa and lowers FPR); ``fixed``/``broken``: items right
+    only at the end / only without the edit; ``p_value``: one-sided sign-flip test that the edit
+    helps; ``cost_usd``: what measuring it cost now (US dollars; cached calls are free);
+    ``entangled_with``: kept edits whose lines it shares (its revert conflicts with theirs) and which
+    were reverted together with it — ``reverted`` lists every experiment reverted for the measurement.
+    ``items`` is None when it could not be measured (``note`` says why).
+    """
+
+    experiment: int | None
+    commit: str
+    items: float | None = None
+    kappa_delta: float | None = None
+    fpr_delta: float | None = None
+    fixed: list[str] = Field(default_factory=list)
+    broken: list[str] = Field(default_factory=list)
+    p_value: float | None = None
+    cost_usd: float = 0.0
+    entangled_with: list[int] = Field(default_factory=list)
+    reverted: list[int] = Field(default_factory=list)
+    rejudged: int = 0
+    calls: int = 0
+    cache_hits: int = 0
+    shares: list[ItemShare] = Field(default_factory=list)
+    note: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        """The keys `report --json` and `attribute --json` show for it."""
+        return {
+            "experiment": self.experiment, "commit": self.commit, "items": self.items,
+            "kappa_delta": self.kappa_delta, "fpr_delta": self.fpr_delta, "fixed": self.fixed,
+            "broken": self.broken, "p_value": self.p_value, "cost_usd": self.cost_usd,
+            "entangled_with": self.entangled_with,
+        }
+
+
+class Attribution(BaseModel):
+    """One `judgeloop attribute` of a run; ``edits`` newest kept edit first (measured ones only)."""
+
+    id: int
+    run_id: str
+    key: str
+    scope: Literal["history", "run"]
+    final_commit: str
+    baseline_commit: str
+    split: str
+    judge: str
+    replicates: int
+    rejudge: int
+    alpha: float
+    created: datetime
+    updated: datetime
+    status: Literal["running", "complete", "partial"]
+    note: str | None = None
+    cost_usd: float = 0.0
+    final_vs_baseline: EditContribution | None = None
+    edits: list[EditContribution] = Field(default_factory=list)
+
+    def edit(self, experiment_id: int) -> EditContribution | None:
+        return next((e for e in self.edits if e.experiment == experiment_id), None)
+
+
 # ---------------------------------------------------------------------------------------------
 # Conversions
 
@@ -635,7 +757,7 @@ class Ledger:
             with self.transaction() as cur:
                 # Re-check under the write lock: another process may have created it meanwhile.
                 if cur.execute("PRAGMA user_version").fetchone()[0] == 0:
-                    for statement in _SCHEMA.split(";"):
+                    for statement in (_SCHEMA + _ATTRIBUTION_SCHEMA).split(";"):
                         if statement.strip():
                             cur.execute(statement)
                     cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -668,6 +790,11 @@ class Ledger:
                     for column in ("cache_read_tokens", "cache_write_tokens"):
                         cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
                     current = 6
+                if current == 6:
+                    for statement in _ATTRIBUTION_SCHEMA.split(";"):
+                        if statement.strip():
+                            cur.execute(statement)
+                    current = 7
                 cur.execute(f"PRAGMA user_version = {current}")
         self.version = SCHEMA_VERSION
 
@@ -1250,3 +1377,88 @@ class Ledger:
     def count_confirmations(self, split: str) -> int:
         """How many times a held-out split has been evaluated by ``confirm`` (across all runs)."""
         return int(self._query("SELECT COUNT(*) FROM confirmations WHERE split = ?", (split,))[0][0])
+
+    # -- attributions (schema 7) ------------------------------------------------------------------
+
+    _ATTRIBUTION_COLUMNS = (
+        "id, run_id, key, scope, final_commit, baseline_commit, split, judge, replicates, rejudge, alpha, "
+        "created, updated, status, note, cost_usd, final_vs_baseline"
+    )
+
+    def _attribution(self, row: sqlite3.Row) -> Attribution:
+        d = dict(row)
+        d["final_vs_baseline"] = _loads(d["final_vs_baseline"])
+        d["edits"] = [
+            EditContribution.model_validate_json(r[0]) for r in self._query(
+                "SELECT result FROM attribution_edits WHERE attribution_id = ? ORDER BY position", (d["id"],))
+        ]
+        return Attribution.model_validate(d)
+
+    def open_attribution(
+        self, run_id: str, *, key: str, scope: str, final_commit: str, baseline_commit: str, split: str,
+        judge: str, replicates: int, rejudge: int, alpha: float,
+    ) -> Attribution:
+        """The run's attribution with this ``key`` (what determines its numbers: scope, commits, split,
+        judge, replicates, re-judging), to resume; a new one (status running) when there is none."""
+        with self.transaction() as cur:
+            row = cur.execute("SELECT id FROM attributions WHERE run_id = ? AND key = ? ORDER BY id DESC LIMIT 1",
+                              (run_id, key)).fetchone()
+            if row is not None:
+                attribution_id = int(row[0])
+                cur.execute("UPDATE attributions SET status = 'running', updated = ? WHERE id = ?",
+                            (_ts(utc_now()), attribution_id))
+            else:
+                now = _ts(utc_now())
+                cur.execute(
+                    "INSERT INTO attributions (run_id, key, scope, final_commit, baseline_commit, split, judge, "
+                    "replicates, rejudge, alpha, created, updated, status) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')",
+                    (run_id, key, scope, final_commit, baseline_commit, split, judge, replicates, rejudge, alpha,
+                     now, now),
+                )
+                attribution_id = int(cur.lastrowid or 0)
+        return self.get_attribution(attribution_id)
+
+    def record_attribution_edit(
+        self, attribution_id: int, position: int, edit: EditContribution, *, new_cost_usd: float,
+    ) -> None:
+        """Store one kept edit's row (position 0 = the newest; replaces an earlier row of the edit) and add
+        ``new_cost_usd`` (what was spent on it now, US dollars) to the attribution's spend."""
+        if edit.experiment is None:
+            raise ValueError("record_attribution_edit: a kept edit has an experiment id")
+        with self.transaction() as cur:
+            cur.execute("INSERT OR REPLACE INTO attribution_edits VALUES (?, ?, ?, ?)",
+                        (attribution_id, edit.experiment, position, edit.model_dump_json()))
+            cur.execute("UPDATE attributions SET cost_usd = cost_usd + ?, updated = ? WHERE id = ?",
+                        (new_cost_usd, _ts(utc_now()), attribution_id))
+
+    def finish_attribution(
+        self, attribution_id: int, *, status: str, note: str | None,
+        final_vs_baseline: EditContribution | None = None, extra_cost_usd: float = 0.0,
+    ) -> Attribution:
+        """Record how the attribution ended (``complete`` or ``partial``, with a note saying what was not
+        measured), the final-vs-baseline comparison, and spend not already on an edit row."""
+        with self.transaction() as cur:
+            cur.execute(
+                "UPDATE attributions SET status = ?, note = ?, updated = ?, cost_usd = cost_usd + ?, "
+                "final_vs_baseline = COALESCE(?, final_vs_baseline) WHERE id = ?",
+                (status, note, _ts(utc_now()), extra_cost_usd,
+                 final_vs_baseline.model_dump_json() if final_vs_baseline is not None else None, attribution_id),
+            )
+        return self.get_attribution(attribution_id)
+
+    def get_attribution(self, attribution_id: int) -> Attribution:
+        rows = self._query(f"SELECT {self._ATTRIBUTION_COLUMNS} FROM attributions WHERE id = ?", (attribution_id,))
+        if not rows:
+            raise KeyError(f"no attribution {attribution_id}")
+        return self._attribution(rows[0])
+
+    def latest_attribution(self, run_id: str) -> Attribution | None:
+        """The run's newest attribution, or None (also on a ledger older than schema 7)."""
+        if self.version < 7:
+            return None
+        rows = self._query(
+            f"SELECT {self._ATTRIBUTION_COLUMNS} FROM attributions WHERE run_id = ? ORDER BY id DESC LIMIT 1",
+            (run_id,),
+        )
+        return self._attribution(rows[0]) if rows else None

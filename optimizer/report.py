@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.decision import AdaptiveTest, ItemShares
-from optimizer.ledger import FLIP_KEYS, Experiment, Ledger, Run
+from optimizer.ledger import FLIP_KEYS, Attribution, EditContribution, Experiment, Ledger, Run
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS, Answer
 from optimizer.workspace import Workspace
 
@@ -114,8 +114,9 @@ def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
             "rejudged": [{"trajectory_id": i.trajectory_id, "draws": i.draws()} for i in rejudged_items(exp)],
             "test": exp.test,
         })
+    attribution = ledger.latest_attribution(run.id)
     return {"run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments,
-            "accounting": accounting(run, all_exps)}
+            "accounting": accounting(run, all_exps), **attribution_json(attribution)}
 
 
 def rejudged_items(exp: Experiment) -> list[ItemShares]:
@@ -177,6 +178,118 @@ def accounting_line(run: Run, experiments: Sequence[Experiment]) -> str:
                else "each at alpha")
     return (f"{acc['tested']} candidate(s) tested ({control}): expected false keeps if every one were a no-op "
             f"≤ {acc['expected_false_keeps']:.2f}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Attribution (`judgeloop attribute`): what each kept edit still contributes at the end
+
+ATTRIBUTION_TSV_COLUMNS: tuple[str, ...] = (
+    "experiment", "commit", "gain_when_kept", "items", "kappa_delta", "fpr_delta", "fixed", "broken", "p_value",
+    "significant", "cost_usd", "entangled_with", "note",
+)
+
+
+def attribution_json(attribution: Attribution | None) -> dict[str, Any]:
+    """``attribution`` (one entry per kept edit in scope, newest first; ``items`` null when it was not
+    measured), ``final_vs_baseline`` and ``attribution_meta``; all null before `attribute` ran."""
+    if attribution is None:
+        return {"attribution": None, "final_vs_baseline": None, "attribution_meta": None}
+    fvb = attribution.final_vs_baseline
+    return {
+        "attribution": [e.public() for e in attribution.edits],
+        "final_vs_baseline": fvb.public() if fvb is not None else None,
+        "attribution_meta": {
+            "id": attribution.id, "scope": attribution.scope, "final_commit": attribution.final_commit,
+            "baseline_commit": attribution.baseline_commit, "split": attribution.split, "judge": attribution.judge,
+            "replicates": attribution.replicates, "rejudge": attribution.rejudge, "alpha": attribution.alpha,
+            "status": attribution.status, "note": attribution.note, "cost_usd": attribution.cost_usd,
+            "not_measured": [e.experiment for e in attribution.edits if e.items is None]
+            + (["final_vs_baseline"] if fvb is None or fvb.items is None else []),
+        },
+    }
+
+
+def significant(edit: EditContribution, alpha: float) -> bool | None:
+    """Whether an edit's contribution at the end is significant at ``alpha`` (None: not measured)."""
+    return None if edit.p_value is None or edit.items is None else edit.p_value < alpha
+
+
+def gain_when_kept(exp: Experiment) -> float | None:
+    """A kept experiment's gain in items when it was kept: the adaptive test's statistic, else its net
+    flips against its incumbent (newly right minus newly wrong); None when neither was recorded."""
+    if exp.test and isinstance(exp.test.get("statistic"), int | float):
+        return float(exp.test["statistic"])
+    if exp.flips is not None:
+        c = exp.flip_counts()
+        return float(c["fn_to_tp"] + c["fp_to_tn"] - c["tp_to_fn"] - c["tn_to_fp"])
+    return None
+
+
+def _gain_of(ledger: Ledger, experiment_id: int | None) -> float | None:
+    if experiment_id is None:
+        return None
+    try:
+        return gain_when_kept(ledger.get_experiment(experiment_id))
+    except Exception:  # noqa: BLE001 - an edit from another ledger: no gain on record here
+        return None
+
+
+def attribution_lines(ledger: Ledger, attribution: Attribution | None) -> list[str]:
+    """The attribution section of the text report."""
+    if attribution is None:
+        return ["what the kept edits contribute at the end: not measured yet (`judgeloop attribute`)"]
+    a = attribution
+    where = "the history of HEAD" if a.scope == "history" else "this run"
+    lines = [
+        f"what the kept edits contribute at the end (attribution {a.id}, {a.status}; kept edits in {where}; final "
+        f"{_short(a.final_commit)} vs it without each edit; {a.judge}, {a.replicates} judgement(s) per item, "
+        f"disagreeing items re-judged {a.rejudge} more time(s); ${a.cost_usd:.4f})",
+        f"  {'edit':>6} {'commit':<10} {'kept':>7} {'items':>7} {'Δκ':>7} {'ΔFPR':>7} {'fixed':>5} {'broken':>6} "
+        f"{'p':>6} {'cost$':>8}  note",
+    ]
+    for e in a.edits:
+        gain = _gain_of(ledger, e.experiment)
+        flag = "" if significant(e, a.alpha) is not False else "  (not significant at the end)"
+        lines.append(
+            f"  {'#' + str(e.experiment):>6} {_short(e.commit):<10} {_signed(gain, 2):>7} {_signed(e.items, 2):>7} "
+            f"{_signed(e.kappa_delta):>7} {_signed(e.fpr_delta):>7} {len(e.fixed):>5} {len(e.broken):>6} "
+            f"{_num(e.p_value):>6} {e.cost_usd:>8.4f}  {(e.note or '') + flag}".rstrip()
+        )
+    fvb = a.final_vs_baseline
+    if fvb is not None and fvb.items is not None:
+        lines.append(
+            f"  final vs baseline ({_short(a.baseline_commit)}): {_signed(fvb.items, 2)} items, Δκ "
+            f"{_signed(fvb.kappa_delta)}, ΔFPR {_signed(fvb.fpr_delta)}, fixed {len(fvb.fixed)}, broken "
+            f"{len(fvb.broken)}, p {_num(fvb.p_value)}, ${fvb.cost_usd:.4f}"
+        )
+    else:
+        lines.append("  final vs baseline: not measured")
+    if a.note:
+        lines.append(f"  {a.note}")
+    return lines
+
+
+def export_attribution_tsv(attribution: Attribution, path: Path, ledger: Ledger | None = None) -> Path:
+    """Write the attribution table as TSV (``ATTRIBUTION_TSV_COLUMNS``; the last row is final vs baseline)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
+        writer.writerow(ATTRIBUTION_TSV_COLUMNS)
+        rows = list(attribution.edits)
+        if attribution.final_vs_baseline is not None:
+            rows.append(attribution.final_vs_baseline)
+        for e in rows:
+            gain = _gain_of(ledger, e.experiment) if ledger is not None else None
+            sig = significant(e, attribution.alpha)
+            row: dict[str, Any] = {
+                "experiment": "final_vs_baseline" if e.experiment is None else e.experiment, "commit": e.commit,
+                "gain_when_kept": gain, "items": e.items, "kappa_delta": e.kappa_delta, "fpr_delta": e.fpr_delta,
+                "fixed": ",".join(e.fixed), "broken": ",".join(e.broken), "p_value": e.p_value,
+                "significant": "" if sig is None else int(sig), "cost_usd": e.cost_usd,
+                "entangled_with": ",".join(str(x) for x in e.entangled_with), "note": one_line(e.note, 10_000),
+            }
+            writer.writerow(["" if row[c] is None else row[c] for c in ATTRIBUTION_TSV_COLUMNS])
+    return path
 
 
 FpByType = tuple[dict[str, int], dict[str, int] | None]
@@ -428,6 +541,9 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
                 if flips[key]:
                     out.append(f"  {words} {FLIP_ARROWS[key]} ({len(flips[key])}): {', '.join(flips[key])}")
 
+    out.append("")
+    out.extend(attribution_lines(ledger, ledger.latest_attribution(run.id)))
+
     rejected = [e for e in experiments if e.status == "guard_rejected"]
     out.append("")
     out.append(f"guard rejections ({len(rejected)})")
@@ -523,7 +639,37 @@ def write_markdown_report(ledger: Ledger, run_id: str, path: Path, ws: Workspace
             f"| {_num(e.fpr)} | {_signed(_delta(e.fpr, parent.fpr if parent else None))} | {_num(e.p_value)} "
             f"| {_flip_summary(e)} | {e.cost_usd:.4f} | {rationale} |"
         )
+    lines += attribution_markdown(ledger, ledger.latest_attribution(run_id))
     lines += ["", "## Full audit", "", "```text", report_text(ledger, run, ws).rstrip("\n"), "```", ""]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def attribution_markdown(ledger: Ledger, attribution: Attribution | None) -> list[str]:
+    """The report's "What helped" section: one table row per kept edit, then final vs baseline."""
+    lines = ["", "## What helped (attribution)", ""]
+    if attribution is None:
+        return lines + ["Not measured yet: `judgeloop attribute` measures what each kept edit still contributes."]
+    a = attribution
+    lines += [
+        f"Final `{_short(a.final_commit)}` against the final prompts without each kept edit ({a.status}; "
+        f"{a.judge}, disagreeing items re-judged {a.rejudge} more time(s); ${a.cost_usd:.4f}). Items = Σ over items "
+        "of the change in the share of judgements that are correct; deltas are final minus without the edit.",
+        "",
+        "| edit | commit | gain when kept | items at the end | Δkappa | ΔFPR | fixed | broken | p | cost $ | note |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    rows = list(a.edits) + ([a.final_vs_baseline] if a.final_vs_baseline is not None else [])
+    for e in rows:
+        name = "final vs baseline" if e.experiment is None else f"#{e.experiment}"
+        gain = _gain_of(ledger, e.experiment)
+        note = (e.note or "") + (" (not significant)" if significant(e, a.alpha) is False else "")
+        lines.append(
+            f"| {name} | `{_short(e.commit)}` | {_signed(gain, 2)} | {_signed(e.items, 2)} | {_signed(e.kappa_delta)} "
+            f"| {_signed(e.fpr_delta)} | {len(e.fixed)} | {len(e.broken)} | {_num(e.p_value)} | {e.cost_usd:.4f} "
+            f"| {note.replace('|', '/')} |"
+        )
+    if a.note:
+        lines += ["", a.note]
+    return lines

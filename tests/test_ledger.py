@@ -202,7 +202,8 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
     assert tools == {"t1": [], "t2": AGENTIC_TOOLS}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+    assert conn.execute("SELECT COUNT(*) FROM attributions").fetchone()[0] == 0  # schema 7's tables exist
     conn.close()
 
 
@@ -235,6 +236,8 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
     conn = sqlite3.connect(path)  # what a schema-5 judgeloop wrote: no prompt-cache token columns
     for column in SCHEMA_6_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+    conn.execute("DROP TABLE attribution_edits")
+    conn.execute("DROP TABLE attributions")
     conn.execute("PRAGMA user_version = 5")
     conn.close()
 
@@ -249,7 +252,7 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
         assert ledger.get_experiment(base.id).cache_read_tokens == 0
     assert (got.input_tokens, got.cache_read_tokens, got.cache_write_tokens) == (900, 4200, 300)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     conn.close()
 
 
@@ -297,7 +300,8 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
     assert got.cost_usd == 0.3 and got.judge_cost_usd == pytest.approx(0.25) and got.proposal_meta == {"note": "data"}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+    assert conn.execute("SELECT COUNT(*) FROM attributions").fetchone()[0] == 0  # schema 7's tables exist
     conn.close()
     with Ledger(path) as ledger:  # the batches table (step 4 -> 5) works on the upgraded ledger
         row = ledger.record_batch(run.id, new.id, provider="openai", endpoint="https://api.openai.com/v1",
@@ -474,6 +478,8 @@ def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as
     conn = sqlite3.connect(path)  # what a schema-3 judgeloop wrote: no decision record, batches, cache tokens
     _drop_schema_4_columns(conn)
     conn.execute("DROP TABLE batches")
+    conn.execute("DROP TABLE attribution_edits")
+    conn.execute("DROP TABLE attributions")
     conn.execute("PRAGMA user_version = 3")
     conn.close()
 
@@ -495,3 +501,29 @@ def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
+
+
+def test_attribution_rows_round_trip_and_resume_by_key(tmp_path: Path) -> None:
+    from optimizer.ledger import EditContribution, ItemShare
+
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = ledger.create_run(strategy="manual", policy="literal", split="dev", split_fingerprint="f", start_rev="s")
+        assert ledger.latest_attribution(run.id) is None
+        args = dict(key="k1", scope="run", final_commit="f" * 40, baseline_commit="b" * 40, split="dev",
+                    judge="openai:m", replicates=1, rejudge=2, alpha=0.1)
+        att = ledger.open_attribution(run.id, **args)  # type: ignore[arg-type]
+        edit = EditContribution(experiment=7, commit="c" * 40, items=9.5, kappa_delta=0.4, fpr_delta=-0.2,
+                                fixed=["t1"], p_value=0.01, cost_usd=0.25,
+                                shares=[ItemShare(trajectory_id="t1", without_correct=0, without_total=3,
+                                                  final_correct=3, final_total=3)])
+        ledger.record_attribution_edit(att.id, 0, edit, new_cost_usd=0.25)
+        ledger.record_attribution_edit(att.id, 1, EditContribution(experiment=5, commit="d" * 40, note="budget"),
+                                       new_cost_usd=0.0)
+        done = ledger.finish_attribution(att.id, status="partial", note="not measured: #5")
+        assert done.status == "partial" and done.cost_usd == 0.25 and [e.experiment for e in done.edits] == [7, 5]
+        assert done.edits[0] == edit and done.edits[0].shares[0].draws() == "0/3 → 3/3"
+        # The same key resumes the same attribution; another key starts a new one.
+        assert ledger.open_attribution(run.id, **args).id == att.id  # type: ignore[arg-type]
+        assert ledger.open_attribution(run.id, **{**args, "key": "k2"}).id != att.id  # type: ignore[arg-type]
+        latest = ledger.latest_attribution(run.id)
+        assert latest is not None and latest.key == "k2" and latest.status == "running"

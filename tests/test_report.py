@@ -87,12 +87,15 @@ def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.Cap
     ws, run_id, ids = filled
     assert main(["report", "--json", "-w", str(ws.root)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["run", "branch", "policy", "experiments", "accounting"]
+    assert list(data) == ["run", "branch", "policy", "experiments", "accounting", "attribution",
+                          "final_vs_baseline", "attribution_meta"]
     # Nothing was decided by a recorded test level here; the paired run's candidates count at its alpha.
     assert data["accounting"] == {"tested": 1, "expected_false_keeps": 0.1, "fdr": None,
                                   "kept": [{"experiment": ids["kept"], "p_value": data["experiments"][1]["p_value"],
                                             "alpha": 0.1, "rejudge_calls": 0, "rejudged_items": 0,
                                             "cost_usd": data["experiments"][1]["cost_usd"]}]}
+    # Null until `judgeloop attribute` has measured the run (tests/loop/test_attribute.py fills them).
+    assert data["attribution"] is None and data["final_vs_baseline"] is None and data["attribution_meta"] is None
     assert data["run"] == run_id and data["branch"] == f"judgeloop/{run_id}" and data["policy"] == "paired"
     rows = data["experiments"]
     assert all(list(r) == ["id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr",

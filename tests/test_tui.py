@@ -1107,3 +1107,72 @@ def test_live_strip_drops_the_item_count_once_the_candidate_is_decided() -> None
     assert "judged" not in state.line() and "stage decided: rolled_back (exp 6)" in state.line()
     state = apply_events(state, [event(4, "progress", {"done": 2, "total": 88})])  # the next candidate
     assert "judged 2/88" in state.line()
+
+
+# ---------------------------------------------------------------------------------------------
+# What helped (attribution)
+
+
+def attribute_run(ws: Path) -> dict[str, Any]:
+    """`judgeloop attribute --json` on the run in ``ws`` against the same prompt-sensitive fake judge."""
+    from tests.fakeserver import FakeLLMServer
+    from tests.tui_support import prompt_sensitive_judge
+
+    with FakeLLMServer() as server, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
+        server.default = prompt_sensitive_judge(ws, "mini")
+        out = subprocess.run(
+            [sys.executable, "-m", "optimizer.cli", "attribute", "-w", str(ws), "--provider", "openai", "--base-url",
+             server.openai_base_url, "--model", "fake-judge", "--json"],
+            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_what_helped_shows_gain_when_kept_beside_contribution_and_opens_the_items(ws_copy: Path) -> None:
+    from tui.views import HelpedView
+
+    # Before attribute: the kept chain, with the contribution at the end not measured yet.
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, start_view="helped")
+
+    async def before(pilot: Any) -> None:
+        assert isinstance(app.screen, HelpedView)
+        assert "not measured yet: run `judgeloop attribute`" in svg_text(app)
+
+    drive(app, before)
+    result = attribute_run(ws_copy)
+    rows = result["attribution"]
+    assert rows and result["final_vs_baseline"]["items"] is not None
+    weak = {r["experiment"] for r in rows if r["items"] is not None and r["p_value"] >= 0.1}
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, start_view="helped")
+
+    async def scenario(pilot: Any) -> None:
+        screen = app.screen
+        assert isinstance(screen, HelpedView) and screen.helped is not None
+        table = screen.query_one("#helped-table")
+        assert [str(k.value) for k in table.rows] == [str(r["experiment"]) for r in rows]  # newest first
+        text = svg_text(app)
+        assert "gain when kept" in text and "at the end" in text and "final vs baseline" in text
+        assert "its diff" in text and "items that depend on it" in text
+        first = rows[0]
+        if first["fixed"] or first["broken"]:
+            await pilot.press("enter")
+            assert isinstance(app.screen, ItemListModal)
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert isinstance(app.screen, ItemView) and app.item_id in first["fixed"] + first["broken"]
+
+    drive(app, scenario)
+    # The history marks the kept edits whose contribution at the end is not significant.
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False)
+
+    async def history(pilot: Any) -> None:
+        screen = app.screen
+        assert isinstance(screen, HistoryView) and screen.history is not None
+        assert screen.history.weak_ids == weak
+        marked = {int(k.value) for k in screen.query_one("#history-table").rows
+                  if screen.cells[int(k.value)][0].plain.endswith("?")}
+        assert marked == weak
+
+    drive(app, history)

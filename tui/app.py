@@ -31,6 +31,7 @@ from tui.views import (
     CompareView,
     DisagreementsView,
     ExperimentView,
+    HelpedView,
     HelpView,
     HistoryView,
     ItemView,
@@ -47,6 +48,7 @@ VIEWS: dict[str, type[View]] = {
     "item": ItemView,
     "reviews": ReviewsView,
     "compare": CompareView,
+    "helped": HelpedView,
     "help": HelpView,
 }
 
@@ -95,6 +97,8 @@ class JudgeloopApp(App[None]):
         Binding("v", "switch_view('reviews')", "Reviews", id="view.reviews", tooltip="Human reviews"),
         Binding("c", "switch_view('compare')", "Compare", id="view.compare",
                 tooltip="Selected experiment vs its parent (or the one marked with m)"),
+        Binding("g", "switch_view('helped')", "Helped", id="view.helped",
+                tooltip="What helped: each kept edit's gain when kept beside its contribution at the end"),
         Binding("question_mark,f1", "switch_view('help')", "Help", id="view.help", tooltip="Every key"),
         Binding("r", "start_run", "Run", id="run.start", tooltip="Start a run (a separate process)"),
         Binding("s", "stop_run", "Stop", id="run.stop", tooltip="Ask the running loop to stop (experiments/STOP)"),

@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from optimizer.devset.markdown import action_string
-from optimizer.ledger import Experiment, ItemVerdict, LabelRow, Ledger, Review, Run
+from optimizer.ledger import (
+    Attribution,
+    EditContribution,
+    Experiment,
+    ItemVerdict,
+    LabelRow,
+    Ledger,
+    Review,
+    Run,
+)
 from optimizer.metrics import flip_table
 
 DISAGREEMENT_KINDS = ("FP", "FN")
@@ -78,6 +87,8 @@ class History:
     rows: list[HistoryRow]
     chain_ids: list[int]
     runs: list[Run]
+    # Kept experiments whose contribution at the end (`judgeloop attribute`) is not significant.
+    weak_ids: frozenset[int] = frozenset()
 
     @property
     def experiments(self) -> list[Experiment]:
@@ -123,7 +134,78 @@ def load_history(ledger: Ledger, run_id: str | None = None) -> History | None:
             d_bacc=_delta(exp.balanced_accuracy, parent.balanced_accuracy) if parent else None,
             in_chain=exp.id in chain,
         ))
-    return History(run=run, rows=rows, chain_ids=chain_ids, runs=runs)
+    return History(run=run, rows=rows, chain_ids=chain_ids, runs=runs, weak_ids=weak_edits(ledger, run.id))
+
+
+def weak_edits(ledger: Ledger, run_id: str) -> frozenset[int]:
+    """Kept experiments whose measured contribution at the end is not significant at the attribution's
+    alpha (empty before `judgeloop attribute` ran)."""
+    from optimizer.report import significant
+
+    attribution = ledger.latest_attribution(run_id)
+    if attribution is None:
+        return frozenset()
+    return frozenset(e.experiment for e in attribution.edits
+                     if e.experiment is not None and significant(e, attribution.alpha) is False)
+
+
+# ---------------------------------------------------------------------------------------------
+# What helped (attribution)
+
+
+@dataclass(frozen=True)
+class HelpedRow:
+    """A kept edit: its gain when it was kept and (once measured) its contribution at the end."""
+
+    experiment: Experiment
+    gain: float | None
+    contribution: EditContribution | None
+    significant: bool | None
+
+
+@dataclass(frozen=True)
+class Helped:
+    run: Run
+    attribution: Attribution | None
+    rows: list[HelpedRow]  # newest kept edit first
+
+    @property
+    def final_vs_baseline(self) -> EditContribution | None:
+        return self.attribution.final_vs_baseline if self.attribution is not None else None
+
+
+def load_helped(ledger: Ledger, run_id: str | None = None) -> Helped | None:
+    """The run's kept edits (newest first) with their gain when kept and their contribution at the end
+    from the run's latest attribution (the attribution's edits when there is one; else the kept chain)."""
+    from optimizer.report import gain_when_kept, significant
+
+    runs = ledger.runs()
+    if not runs:
+        return None
+    run = next((r for r in runs if r.id == run_id), runs[0]) if run_id else runs[0]
+    attribution = ledger.latest_attribution(run.id)
+    rows: list[HelpedRow] = []
+    if attribution is not None:
+        for edit in attribution.edits:
+            if edit.experiment is None:
+                continue
+            exp = ledger.get_experiment(edit.experiment)
+            rows.append(HelpedRow(exp, gain_when_kept(exp), edit, significant(edit, attribution.alpha)))
+    else:
+        for exp in reversed(ledger.kept_chain(run.id)):
+            if exp.seq > 0:
+                rows.append(HelpedRow(exp, gain_when_kept(exp), None, None))
+    return Helped(run=run, attribution=attribution, rows=rows)
+
+
+def bar(value: float | None, scale: float, width: int = 10) -> str:
+    """A horizontal bar of ``value`` on a ``scale`` that fills ``width`` cells (eighths of a cell);
+    negative values are drawn the same way (the caller colours them)."""
+    if value is None or scale <= 0:
+        return ""
+    eighths = round(min(abs(value) / scale, 1.0) * width * 8)
+    full, rest = divmod(eighths, 8)
+    return "█" * full + ("" if rest == 0 else " ▏▎▍▌▋▊▉"[rest])
 
 
 def matches_filter(row: HistoryRow, text: str) -> bool:

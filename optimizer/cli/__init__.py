@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", metavar="ID")
     p.add_argument("--json", action="store_true")
 
+    p = add("attribute", "optimizer.cli.attribute:cmd_attribute",
+            "measure what each kept edit still contributes at the end, and the final prompts vs the baseline")
+    p.add_argument("--run", metavar="ID", help="one run's kept edits (default: every kept edit in HEAD's history)")
+    p.add_argument("--budget-usd", type=float, metavar="X", help="stop cleanly before spending more than X in all")
+    p.add_argument("--json", action="store_true")
+    _judge_overrides(p)
+
     p = add("history", "optimizer.cli.report:cmd_history", "print the experiments table")
     p.add_argument("--run", metavar="ID")
 

@@ -40,6 +40,7 @@ from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
 from optimizer.ledger import Experiment, ItemVerdict, Ledger, ReplicateVerdict, Run
+from optimizer.loop.compare import judgements_of, rejudge
 from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values
 from optimizer.loop.strategies import (
     Disagreement,
@@ -107,23 +108,6 @@ def item_verdicts(run: EvalRun) -> list[ItemVerdict]:
             )
         )
     return rows
-
-
-def judgements_of(item: ItemResult) -> list[Answer]:
-    """An item's judgements (one `Answer` per replicate call, in replicate order)."""
-    return [
-        Answer(success=r.success, mistake_type=r.verdict.mistake_type if r.verdict else None,
-               status="ok" if r.status == "ok" else ("infra_error" if r.status == "infra_error" else "invalid"))
-        for r in item.replicates
-    ]
-
-
-def with_extra(judgements: Mapping[str, list[Answer]], extra: EvalRun) -> dict[str, list[Answer]]:
-    """``judgements`` with a re-judging pass's judgements appended to the items it judged."""
-    out = {tid: list(answers) for tid, answers in judgements.items()}
-    for item in extra.items:
-        out[item.trajectory_id] = out.get(item.trajectory_id, []) + judgements_of(item)
-    return out
 
 
 def unified_diff(changed: Mapping[str, tuple[str | None, str | None]]) -> tuple[str, int, int]:
@@ -399,25 +383,19 @@ class LoopRunner:
             self.say(f"  experiment {experiment_id}: re-judging the {len(to_rejudge)} item(s) the prompts disagree "
                      f"on, {self.loop_cfg.rejudge} more time(s) under each")
             incumbent_prompts = PromptSet.from_rev(self.ws, incumbent.commit_sha or "HEAD~1")
-            for side_prompts in (incumbent_prompts, prompts):
-                extra = await evaluate_items(
-                    self.ws, self.split, side_prompts, self.judge,
-                    item_ids=to_rejudge, replicates=self.loop_cfg.rejudge, first_replicate=self.replicates,
-                    budget=self.budget(), progress=self._progress(experiment_id), provider=provider, cache=cache,
-                    infra_retry_rounds=self.loop_cfg.infra_retry_rounds,
-                    infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s, batch=self.batch_options(experiment_id),
-                )
-                self.spent_usd += extra.cost_usd
-                passes.append(extra)
-                if extra.stop is not None and extra.stop.kind is StopKind.BUDGET:
-                    self.budget_exhausted = extra.stop.message
-                failed = extra.infra_error_ids or extra.not_evaluated
-                if failed or extra.stop is not None:
-                    why = extra.stop_reason or f"{len(failed)} item(s) hit infrastructure errors while re-judged"
-                    return Evaluated(result, None, None, None, None, error=f"re-judging incomplete: {why}",
-                                     rejudge=passes)
-            inc_judgements = with_extra(inc_judgements, passes[0])
-            cand_judgements = with_extra(cand_judgements, passes[1])
+            rj = await rejudge(
+                self.ws, self.split, self.judge, self.loop_cfg, items=to_rejudge,
+                prompts=(incumbent_prompts, prompts), judgements=(inc_judgements, cand_judgements),
+                first_replicate=self.replicates, budget=self.budget(), progress=self._progress(experiment_id),
+                provider=provider, cache=cache, batch=self.batch_options(experiment_id),
+            )
+            self.spent_usd += rj.cost_usd
+            passes = rj.passes
+            if rj.budget_stop is not None:
+                self.budget_exhausted = rj.budget_stop
+            if rj.error is not None:
+                return Evaluated(result, None, None, None, None, error=rj.error, rejudge=passes)
+            inc_judgements, cand_judgements = rj.first, rj.second
         decision = decide_adaptive(
             self.labels, inc_judgements, cand_judgements, self.loop_cfg, first_pass=self.replicates,
             rejudged=to_rejudge, alpha=level, seed=self.decision_seed(experiment_id),

@@ -1,0 +1,32 @@
+"""`judgeloop attribute`: what each kept edit still contributes at the end (engine:
+`optimizer.loop.attribute`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from optimizer.cli.eval import judge_overrides
+from optimizer.cli.progress import TerminalEvents
+from optimizer.events import Event, Message
+from optimizer.loop.attribute import AttributeOptions, attribute
+from optimizer.report import attribution_json
+from optimizer.workspace import Workspace
+
+
+def cmd_attribute(args: argparse.Namespace) -> int:
+    """Measure the kept edits newest first within --budget-usd; --json prints the result as one object
+    (status lines then go to stderr)."""
+    options = AttributeOptions(run=args.run, budget_usd=args.budget_usd, judge=judge_overrides(args))
+    with TerminalEvents() as terminal:
+        def events(event: Event) -> None:
+            if args.json and isinstance(event, Message):
+                print(event.text, file=sys.stderr, flush=True)
+            else:
+                terminal(event)
+
+        result = attribute(Workspace.open(args.workspace), options, events)
+    if args.json:
+        print(json.dumps({"run": result.run_id, **attribution_json(result)}))
+    return 0
