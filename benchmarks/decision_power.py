@@ -357,7 +357,10 @@ def adaptive_keep(inc_total: np.ndarray, cand_total: np.ndarray, judgements: np.
                   positive: np.ndarray, loop: LoopSection) -> bool:
     """The adaptive rule on per-item totals of correct judgements out of ``judgements``: the
     literal rule on per-item majorities, and the sign-flip test on the per-item differences."""
-    maj_i, maj_c = inc_total * 2 > judgements, cand_total * 2 > judgements
+    # A tied majority is "failure" (`metrics.majority_answer`): right on a negative, wrong on a positive.
+    tie_ok = ~positive
+    maj_i = (inc_total * 2 > judgements) | ((inc_total * 2 == judgements) & tie_ok)
+    maj_c = (cand_total * 2 > judgements) | ((cand_total * 2 == judgements) & tie_ok)
     improved, worsened = int((~maj_i & maj_c).sum()), int((maj_i & ~maj_c).sum())
     literal = decide_counts(_counts(maj_i, positive), _counts(maj_c, positive), improved, worsened,
                             loop.model_copy(update={"policy": "literal"}))
