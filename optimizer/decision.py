@@ -192,11 +192,14 @@ def min_fixes_to_keep(broken: int, alpha: float) -> int:
     return fixed
 
 
-def detectable_gain_line(n_items: int, alpha: float) -> str:
-    """One line on what gain the paired policy can see on ``n_items`` items (said when nothing is kept)."""
+def detectable_gain_line(n_items: int, alpha: float, policy: Policy = "paired") -> str:
+    """One line on what gain the paired (or adaptive) policy can see on ``n_items`` items (said when
+    nothing is kept). Under ``adaptive`` an item counts in full only when every one of its judgements
+    went the candidate's way (d = 1); the sign-flip tail of such items is the McNemar tail."""
     clean, one, two = (min_fixes_to_keep(w, alpha) for w in (0, 1, 2))
-    return (f"on {n_items} items the paired policy (alpha {alpha:g}) keeps a candidate only if it newly gets "
-            f"at least {clean} items right while breaking none ({one} if it breaks one, {two} if two): "
+    items = "items right" if policy != "adaptive" else "items right on every judgement"
+    return (f"on {n_items} items the {policy} policy (alpha {alpha:g}) keeps a candidate only if it newly gets "
+            f"at least {clean} {items} while breaking none ({one} if it breaks one, {two} if two): "
             f"{clean / n_items:.0%} of the split at the least; a smaller real gain cannot be told from the "
             "judge's own noise here")
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from optimizer import gitops
 from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
-from optimizer.decision import detectable_gain_line
+from optimizer.decision import Policy, detectable_gain_line
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -395,11 +395,12 @@ def _summary(ledger: Ledger, run_id: str, reason: str, say: Say) -> None:
     if base and inc:
         say(f"  kappa {fmt3(base.kappa)} → {fmt3(inc.kappa)}, FPR {fmt3(base.fpr)} → {fmt3(inc.fpr)} "
             f"(incumbent: experiment {inc.id}, {(inc.commit_sha or '')[:12]})")
-    if not kept and len(exps) > 1 and run.policy == "paired":
+    if not kept and len(exps) > 1 and run.policy in ("paired", "adaptive"):
         n_items = len(ledger.labels(run_id))
         alpha = float(run.config.get("loop", {}).get("alpha", 0.1))
         if n_items:
-            say(f"  nothing kept: {detectable_gain_line(n_items, alpha)}")
+            policy: Policy = "adaptive" if run.policy == "adaptive" else "paired"
+            say(f"  nothing kept: {detectable_gain_line(n_items, alpha, policy)}")
     say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
 
 
