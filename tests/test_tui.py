@@ -1176,3 +1176,22 @@ def test_what_helped_shows_gain_when_kept_beside_contribution_and_opens_the_item
         assert marked == weak
 
     drive(app, history)
+
+
+def test_experiment_view_lists_the_rejudged_items_with_their_draws_and_the_test(ws_copy: Path) -> None:
+    from optimizer.report import rejudged_items
+
+    with ledger_of(ws_copy) as ledger:
+        run = ledger.latest_run()
+        decided = [ledger.get_experiment(e.id) for e in ledger.experiments(run.id) if e.test]
+    exp = next(e for e in decided if rejudged_items(e))  # the fixture's run decides under the default, adaptive
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=exp.id, start_view="experiment")
+
+    async def scenario(pilot: Any) -> None:
+        text = " ".join(svg_text(app).split())
+        assert f"sign-flip p = {exp.test['p_value']:.4f} at alpha 0.1" in text
+        assert f"re-judged {len(rejudged_items(exp))} item(s) ×2 under each prompt" in text
+        first = rejudged_items(exp)[0]
+        assert f"{first.trajectory_id[:8]} {first.draws()}" in text  # e.g. "1/3 → 3/3"
+
+    drive(app, scenario)
