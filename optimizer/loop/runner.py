@@ -612,6 +612,9 @@ class LoopRunner:
         if self.batch:
             self.say(f"  experiment {exp_id}: evaluating every item as one batch (batch mode: early stopping "
                      "does not apply)")
+        elif self.loop_cfg.policy == "adaptive":
+            self.say(f"  experiment {exp_id}: evaluating (negatives first), then re-judging the items the prompts "
+                     "disagree on; stopping as soon as the outcome is certain")
         else:
             self.say(f"  experiment {exp_id}: evaluating (negatives first, stopping as soon as the outcome is certain)")
         ev = await self.evaluate(exp_id, prompts, incumbent, provider, cache)
