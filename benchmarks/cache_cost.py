@@ -28,8 +28,12 @@ configured adaptive policy, patience = the candidates asked for) twice on copies
 and once with ``RunOptions(batch=True)`` (what ``judgeloop run --batch`` passes), per wire, against the
 fake with a deterministic judge (`tests.loop.helpers.FakeJudge`: the verdict is a function of the item
 and the library entries in the rubric). Prints every candidate's decision and the judge calls each
-made, and whether every decision is identical (early stopping applies only to direct calls, so the
-direct run makes fewer calls).
+made, whether every decision is identical, and whether every verdict both runs recorded is (a direct
+candidate can stop early, judging fewer items, though calls already in flight still finish and are paid;
+a batch judges every item).
+
+Each batch configuration of part 1 ends with a direct evaluation of its last prompts: it must make no
+call (the batch's answers sit in the judge-call cache under the keys direct calls use).
 
 Run:  .venv/bin/python benchmarks/cache_cost.py [--quick] [--n 162] [--steps 100] [--candidates 10]
       [--loop-candidates 10]
@@ -102,6 +106,7 @@ class Figures:
     baseline: float
     seconds: float
     batches: int = 0  # batches the fake server created (batch mode: one per pass)
+    calls_after: int = 0  # batch mode: calls a direct evaluation of the last prompts made afterwards
 
     @property
     def mean(self) -> float:
@@ -151,13 +156,19 @@ async def evaluate_layout(ws: Workspace, split: Split, wire: str, layout: str, c
         provider = make_provider(judge)
         cache = JudgeCache(ws.cache_path)
         try:
-            for prompts in prompt_sets(ws, layout, candidates):
+            passes = prompt_sets(ws, layout, candidates)
+            for prompts in passes:
                 run = await evaluate_items(ws, split, prompts, judge, item_ids=split.ids, replicates=1,
                                            provider=provider, cache=cache,
                                            batch=FAST_POLLS if mode == "batch" else None)
                 assert run.calls_made == n, f"{run.calls_made} calls for {n} items"
                 input_usd = run.cost_usd - run.output_tokens * price.output * multiplier / 1e6
                 equivalents.append(input_usd * 1e6 / price.input)
+            calls_after = 0
+            if mode == "batch":
+                after = await evaluate_items(ws, split, passes[-1], judge, item_ids=split.ids, replicates=1,
+                                             provider=provider, cache=cache)
+                calls_after = after.calls_made
         finally:
             cache.close()
             await provider.aclose()
@@ -167,7 +178,7 @@ async def evaluate_layout(ws: Workspace, split: Split, wire: str, layout: str, c
     assert batches == expected_batches, f"{batches} batches for {candidates + 1} passes ({mode})"
     assert answered == n * (candidates + 1), f"the fake answered {answered} calls"
     return Figures(per_candidate=equivalents[1:], baseline=equivalents[0], seconds=time.perf_counter() - started,
-                   batches=batches)
+                   batches=batches, calls_after=calls_after)
 
 
 def measure_costs(root: Path, n: int, steps: int, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
@@ -205,6 +216,10 @@ def cost_table(results: dict[tuple[str, str, str], Figures], n: int, candidates:
                 spread = f"{min(f.per_candidate) / 1000:,.0f}k-{max(f.per_candidate) / 1000:,.0f}k"
                 lines.append(f"  {layout:<17} {mode:<7} {f.mean / 1000:>13,.0f}k {f.mean / n / 1000:>8,.1f}k "
                              f"{f.mean / today:>8.3f} {f.baseline / 1000:>9,.0f}k {spread:>21}")
+    batch_runs = [f for (_, _, mode), f in results.items() if mode == "batch"]
+    lines.append(f"batch mode: {sum(f.batches for f in batch_runs)} batches for {len(batch_runs)} x "
+                 f"{candidates + 1} passes; a direct evaluation of the last prompts after each batch run made "
+                 f"{sum(f.calls_after for f in batch_runs)} calls (answers shared through the judge-call cache)")
     return "\n".join(lines)
 
 
@@ -236,6 +251,7 @@ class Decision:
     items: int  # items evaluated (fewer when a direct candidate stopped early)
     calls: int  # judge calls made (re-judging included)
     cost_usd: float  # the judge's billed dollars
+    answers: dict[str, list[tuple[bool | None, str | None, str]]]  # per item, each replicate's verdict
 
 
 @dataclass
@@ -275,8 +291,12 @@ def run_loop(template: Path, dest: Path, wire: str, candidates: int, *, batch: b
     with Ledger(dest / "experiments" / "ledger.sqlite") as ledger:
         run = ledger.latest_run()
         assert run is not None
-        decisions = [Decision(e.seq, e.status, e.rationale or "", e.items_evaluated, e.calls, e.judge_cost_usd)
-                     for e in ledger.experiments(run.id)]
+        decisions = [
+            Decision(e.seq, e.status, e.rationale or "", e.items_evaluated, e.calls, e.judge_cost_usd,
+                     {tid: [(a.success, a.mistake_type, a.status) for a in answers]
+                      for tid, answers in ledger.item_judgements(e.id).items()})
+            for e in ledger.experiments(run.id)
+        ]
     return LoopRun(decisions, answered, batches, time.perf_counter() - started)
 
 
@@ -286,6 +306,16 @@ def same_decisions(direct: LoopRun, batch: LoopRun) -> bool:
         return [(d.seq, d.rationale, d.status) for d in run.decisions]
 
     return key(direct) == key(batch)
+
+
+def verdicts_compared(direct: LoopRun, batch: LoopRun) -> tuple[int, int]:
+    """(items both runs judged in the same experiment, of which with identical replicate verdicts)."""
+    both = same = 0
+    for d, b in zip(direct.decisions, batch.decisions, strict=False):
+        for tid in d.answers.keys() & b.answers.keys():
+            both += 1
+            same += d.answers[tid] == b.answers[tid]
+    return both, same
 
 
 def compare_loops(root: Path, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
@@ -316,7 +346,10 @@ def decision_table(loops: dict[str, tuple[LoopRun, LoopRun]], candidates: int) -
         agree = sum((d.rationale, d.status) == (b.rationale, b.status)
                     for d, b in zip(direct.decisions, batch.decisions, strict=False))
         verdict = "identical" if same_decisions(direct, batch) else "DIFFERENT"
-        lines.append(f"  decisions {verdict} ({agree} of {n} experiments); judge calls answered by the fake: "
+        both, same = verdicts_compared(direct, batch)
+        lines.append(f"  decisions {verdict} ({agree} of {n} experiments); verdicts identical on {same} of {both} "
+                     "items both judged")
+        lines.append(f"  judge calls answered by the fake: "
                      f"direct {direct.calls_answered}, batch {batch.calls_answered} in {batch.batches} batches; "
                      f"judge $ direct {sum(d.cost_usd for d in direct.decisions):.4f}, "
                      f"batch {sum(b.cost_usd for b in batch.decisions):.4f}")
