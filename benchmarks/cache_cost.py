@@ -24,9 +24,9 @@ divided by the model's direct input price: uncached input counts 1, a cache read
 it). Each cell's ratio is to today's: rubric-first, direct.
 
 Part 2, decisions. The real loop (`optimizer.loop.session.start_run`, strategy ``library``, the
-configured adaptive policy, patience = the candidates asked for) twice on copies of one sample workspace (a 32-item dev split), once direct
-and once with ``RunOptions(batch=True)`` (what ``judgeloop run --batch`` passes), per wire, against the
-fake with a deterministic judge (`tests.loop.helpers.FakeJudge`: the verdict is a function of the item
+configured adaptive policy, patience = the candidates asked for) twice on copies of one sample
+workspace (a 32-item dev split), once direct and once with ``RunOptions(batch=True)`` (what
+``judgeloop run --batch`` passes), per wire, against the fake with a deterministic judge (`tests.loop.helpers.FakeJudge`: the verdict is a function of the item
 and the library entries in the rubric). Prints every candidate's decision and the judge calls each
 made, whether every decision is identical, and whether every verdict both runs recorded is (a direct
 candidate can stop early, judging fewer items, though calls already in flight still finish and are paid;
