@@ -1,58 +1,91 @@
-"""What prompt caching saves per candidate: old layout (rubric-first) vs new (trajectory-first), both
-wires (a script that prints figures).
+"""What prompt caching and batch evaluation save per candidate: old layout (rubric-first) vs new
+(trajectory-first), direct calls vs one batch per pass, both wires (a script that prints figures).
 
-Builds a 162-item split of long items (STEPS steps, a screenshot per step: ~26k input tokens each, like
-AH-D's ~33k), then for each wire (Anthropic Messages with claude-sonnet-4-5, OpenAI Chat Completions
-with gpt-5) and each layout runs a baseline and 10 candidates — each candidate adds one rubric rule —
-with `evaluate_items` through the real SDK against the fake server with its prompt cache on
-(`tests.fakecache.PromptCache`: breakpoints, longest cached prefix, minimum length and TTL for
-Anthropic; 128-token prefix matching and prompt_cache_key routing for OpenAI). The fake's clock moves
-MINUTES_PER_CANDIDATE simulated minutes per candidate (a real judge takes that long over 162 items),
-spread over its calls, so TTLs and OpenAI's per-minute routing see a realistic pace.
+Part 1, billing. Builds a 162-item split of long items (STEPS steps, a screenshot per step: ~26k input
+tokens each, like AH-D's ~33k), then for each wire (Anthropic Messages with claude-sonnet-4-5, OpenAI
+Chat Completions with gpt-5), each layout and each mode runs a baseline and 10 candidates — each
+candidate adds one rubric rule — with `evaluate_items` through the real SDK against the fake server
+with its prompt cache on (`tests.fakecache.PromptCache`: breakpoints, longest cached prefix, minimum
+length and TTL for Anthropic; 128-token prefix matching and prompt_cache_key routing for OpenAI).
+``direct``: one request per item. ``batch``: each pass is one batch (Anthropic Message Batches; OpenAI
+Batch with a JSONL input file), `evaluate_items(batch=...)`. The fake runs batch entries through the
+same caching rules as direct calls, in submission order. Anthropic applies prompt caching to Message
+Batches requests on a best-effort basis (a batch's requests run concurrently and in any order, so a hit
+is not guaranteed; its docs advise the 1-hour TTL for batches, and most batches end within the hour), so
+the batch figures are what a batch reaches when the cache serves it as it serves direct calls, not a
+promise. The fake's clock moves MINUTES_PER_CANDIDATE simulated minutes per candidate (a real judge
+takes that long over 162 items), spread over its calls, so TTLs and OpenAI's per-minute routing see a
+realistic pace in both modes.
 
 Billed input-token equivalents of a candidate = what judgeloop accounted for its judge calls
-(`EvalRun.cost_usd`, from the usage the SDK parsed), minus the output, divided by the model's input
-price: uncached input counts 1, a cache read 0.1, a 5-minute write 1.25, a 1-hour write 2.
+(`EvalRun.cost_usd`, from the usage the SDK parsed, at the batch price for a batch), minus the output,
+divided by the model's direct input price: uncached input counts 1, a cache read 0.1, a 5-minute write
+1.25, a 1-hour write 2, each times 0.5 in a batch (`Price.batch`; on Anthropic cache prices stack with
+it). Each cell's ratio is to today's: rubric-first, direct.
 
-Run:  .venv/bin/python benchmarks/cache_cost.py [--n 162] [--steps 100] [--candidates 10]
+Part 2, decisions. The real loop (`optimizer.loop.session.start_run`, strategy ``library``, the
+configured adaptive policy, patience = the candidates asked for) twice on copies of one sample
+workspace (a 32-item dev split), once direct and once with ``RunOptions(batch=True)`` (what
+``judgeloop run --batch`` passes), per wire, against the fake with a deterministic judge (`tests.loop.helpers.FakeJudge`: the verdict is a function of the item
+and the library entries in the rubric). Prints every candidate's decision and the judge calls each
+made, whether every decision is identical, and whether every verdict both runs recorded is (a direct
+candidate can stop early, judging fewer items, though calls already in flight still finish and are paid;
+a batch judges every item).
+
+Each batch configuration of part 1 ends with a direct evaluation of its last prompts: it must make no
+call (the batch's answers sit in the judge-call cache under the keys direct calls use).
+
+Run:  .venv/bin/python benchmarks/cache_cost.py [--quick] [--n 162] [--steps 100] [--candidates 10]
+      [--loop-candidates 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
+import io
 import math
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optimizer.config import JudgeSection
+from optimizer.config import JudgeOverrides, JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.devset.split import Split
+from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.judge.prompts import JUDGE_TOML, RUBRIC_MD, PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.judge.providers.pricing import price_for
+from optimizer.ledger import Ledger
+from optimizer.loop.session import RunOptions, start_run
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
 from tests.config_helpers import with_layout
 from tests.data_helpers import make_items, write_release
 from tests.fakecache import PromptCache
-from tests.fakeserver import FakeLLMServer
+from tests.fakeserver import Behaviour, FakeLLMServer, RecordedRequest
+from tests.loop.helpers import FakeJudge, add_small_dev_split, commit_all, make_workspace
 
 MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5"}
 LAYOUTS = ("rubric-first", "trajectory-first")
 MINUTES_PER_CANDIDATE = 20.0
-# Modes of sending the calls. The batch engineer adds "batch" here (issue 11 item 3): `evaluate_layout`
-# then needs its batch path, and `table` prints a column per mode.
-MODES = ("direct",)
+# How the calls are sent: one request per call, or each pass as one batch through the batch API.
+MODES = ("direct", "batch")
+TODAY = ("rubric-first", "direct")  # what every cell's ratio is to
+# Batches on the fake end at the first status poll; poll fast so the benchmark times the judge work.
+FAST_POLLS = BatchOptions(poll_s=0.01, poll_max_s=0.05)
 
 
 class PacedClock:
@@ -72,6 +105,15 @@ class Figures:
     per_candidate: list[float]  # billed input-token equivalents of each candidate after the baseline
     baseline: float
     seconds: float
+    batches: int = 0  # batches the fake server created (batch mode: one per pass)
+    calls_after: int = 0  # batch mode: calls a direct evaluation of the last prompts made afterwards
+
+    @property
+    def mean(self) -> float:
+        return sum(self.per_candidate) / len(self.per_candidate)
+
+
+# --- part 1: billing ------------------------------------------------------------------------------
 
 
 def build(root: Path, n: int, steps: int) -> tuple[Workspace, Split]:
@@ -97,31 +139,224 @@ def prompt_sets(ws: Workspace, layout: str, candidates: int) -> list[PromptSet]:
 
 
 async def evaluate_layout(ws: Workspace, split: Split, wire: str, layout: str, candidates: int, mode: str) -> Figures:
-    """Baseline + candidates through the real SDK against a fresh fake with its prompt cache on."""
-    assert mode == "direct"  # see MODES
+    """Baseline + candidates through the real SDK against a fresh fake with its prompt cache on;
+    ``mode`` "batch" sends each pass as one batch, billed at the batch price."""
+    assert mode in MODES
     n = len(split.ids)
     clock = PacedClock(MINUTES_PER_CANDIDATE * 60.0 / n)
     model = MODELS[wire]
     price = price_for(model)
     assert price is not None
+    multiplier = price.batch_multiplier if mode == "batch" else 1.0
     equivalents: list[float] = []
     started = time.perf_counter()
-    with FakeLLMServer(prompt_cache=PromptCache(clock=clock), keep_alive=True) as server:
+    with FakeLLMServer(prompt_cache=PromptCache(clock=clock), keep_alive=True, batch_polls=1) as server:
         base_url = server.anthropic_base_url if wire == "anthropic" else server.openai_base_url
         judge = JudgeSection(provider=wire, model=model, base_url=base_url, max_concurrency=16)  # type: ignore[arg-type]
         provider = make_provider(judge)
         cache = JudgeCache(ws.cache_path)
         try:
-            for prompts in prompt_sets(ws, layout, candidates):
+            passes = prompt_sets(ws, layout, candidates)
+            for prompts in passes:
                 run = await evaluate_items(ws, split, prompts, judge, item_ids=split.ids, replicates=1,
-                                           provider=provider, cache=cache)
+                                           provider=provider, cache=cache,
+                                           batch=FAST_POLLS if mode == "batch" else None)
                 assert run.calls_made == n, f"{run.calls_made} calls for {n} items"
-                input_usd = run.cost_usd - run.output_tokens * price.output / 1e6
+                input_usd = run.cost_usd - run.output_tokens * price.output * multiplier / 1e6
                 equivalents.append(input_usd * 1e6 / price.input)
+            calls_after = 0
+            if mode == "batch":
+                after = await evaluate_items(ws, split, passes[-1], judge, item_ids=split.ids, replicates=1,
+                                             provider=provider, cache=cache)
+                calls_after = after.calls_made
         finally:
             cache.close()
             await provider.aclose()
-    return Figures(per_candidate=equivalents[1:], baseline=equivalents[0], seconds=time.perf_counter() - started)
+        batches = len(server.batch_creations)
+        answered = len(server.inference_requests())
+    expected_batches = candidates + 1 if mode == "batch" else 0
+    assert batches == expected_batches, f"{batches} batches for {candidates + 1} passes ({mode})"
+    assert answered == n * (candidates + 1), f"the fake answered {answered} calls"
+    return Figures(per_candidate=equivalents[1:], baseline=equivalents[0], seconds=time.perf_counter() - started,
+                   batches=batches, calls_after=calls_after)
+
+
+def measure_costs(root: Path, n: int, steps: int, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
+                  say: Any = print) -> dict[tuple[str, str, str], Figures]:
+    """Every (wire, layout, mode) configuration on one freshly built split of ``n`` items."""
+    t0 = time.perf_counter()
+    ws, split = build(root, n, steps)
+    say(f"split: {len(split.ids)} items x {steps} steps, a screenshot per step "
+        f"(built in {time.perf_counter() - t0:.0f} s)")
+    results: dict[tuple[str, str, str], Figures] = {}
+    for wire in wires:
+        for layout in LAYOUTS:
+            for mode in MODES:
+                # Each configuration starts with an empty judge-call cache: every call is paid.
+                ws.cache_path.unlink(missing_ok=True)
+                figures = asyncio.run(evaluate_layout(ws, split, wire, layout, candidates, mode))
+                results[(wire, layout, mode)] = figures
+                say(f"  {wire:9} {layout:16} {mode:6}: {figures.seconds:.0f} s")
+    return results
+
+
+def cost_table(results: dict[tuple[str, str, str], Figures], n: int, candidates: int) -> str:
+    """Per wire: billed input-token equivalents per candidate after the baseline (mean over the
+    candidates; per item) for each layout x mode, and each cell's ratio to today's (rubric-first, direct)."""
+    lines = [f"billed input-token equivalents per candidate after the baseline ({n} items, mean of {candidates} "
+             "candidates; uncached 1, cache read 0.1, 1-hour write 2, 5-minute write 1.25; x0.5 in a batch)"]
+    for wire in dict.fromkeys(w for w, _, _ in results):
+        lines.append(f"{wire} / {MODELS[wire]}" + (' (cache_ttl = "1h")' if wire == "anthropic" else ""))
+        lines.append(f"  {'layout':<17} {'mode':<7} {'per candidate':>14} {'per item':>9} {'/ today':>8}"
+                     f" {'baseline':>10} {'range per candidate':>21}")
+        today = results[(wire, *TODAY)].mean
+        for layout in LAYOUTS:
+            for mode in MODES:
+                f = results[(wire, layout, mode)]
+                spread = f"{min(f.per_candidate) / 1000:,.0f}k-{max(f.per_candidate) / 1000:,.0f}k"
+                lines.append(f"  {layout:<17} {mode:<7} {f.mean / 1000:>13,.0f}k {f.mean / n / 1000:>8,.1f}k "
+                             f"{f.mean / today:>8.3f} {f.baseline / 1000:>9,.0f}k {spread:>21}")
+    batch_runs = [f for (_, _, mode), f in results.items() if mode == "batch"]
+    lines.append(f"batch mode: {sum(f.batches for f in batch_runs)} batches for {len(batch_runs)} x "
+                 f"{candidates + 1} passes; a direct evaluation of the last prompts after each batch run made "
+                 f"{sum(f.calls_after for f in batch_runs)} calls (answers shared through the judge-call cache)")
+    return "\n".join(lines)
+
+
+# --- part 2: decisions ----------------------------------------------------------------------------
+
+
+@dataclass
+class BothWiresJudge(FakeJudge):
+    """`FakeJudge` (which reads OpenAI chat bodies) for Anthropic requests too: their top-level system
+    prompt becomes a system message, so the verdict depends on the same item and rubric text."""
+
+    def __call__(self, request: RecordedRequest) -> Behaviour:
+        body = request.body
+        if request.wire == "anthropic" and isinstance(body, dict):
+            system = body.get("system") or ""
+            text = system if isinstance(system, str) else "".join(b.get("text") or "" for b in system)
+            body = {**body, "messages": [{"role": "system", "content": text}, *body.get("messages", [])]}
+            request = dataclasses.replace(request, body=body)
+        return super().__call__(request)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One experiment of a loop run, as its ledger has it."""
+
+    seq: int
+    status: str  # baseline | kept | rolled_back | guard_rejected | error
+    rationale: str
+    items: int  # items evaluated (fewer when a direct candidate stopped early)
+    calls: int  # judge calls made (re-judging included)
+    cost_usd: float  # the judge's billed dollars
+    answers: dict[str, list[tuple[bool | None, str | None, str]]]  # per item, each replicate's verdict
+
+
+@dataclass
+class LoopRun:
+    decisions: list[Decision]
+    calls_answered: int  # judge calls the fake server answered, batch entries included
+    batches: int
+    seconds: float
+
+
+def loop_template(root: Path) -> Path:
+    """``judgeloop init --sample`` with the 32-item dev split and batches polled every 10-40 ms."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        ws = make_workspace(root)
+        add_small_dev_split(ws)
+    config = ws / "judgeloop.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "\n[judge]\n" in text
+    config.write_text(text.replace("\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1),
+                      encoding="utf-8")
+    commit_all(ws, "poll batches fast")
+    return ws
+
+
+def run_loop(template: Path, dest: Path, wire: str, candidates: int, *, batch: bool) -> LoopRun:
+    """The real loop (`start_run`, library strategy) on a copy of ``template`` against a fresh fake."""
+    shutil.copytree(template, dest, symlinks=True)
+    started = time.perf_counter()
+    with FakeLLMServer(default=BothWiresJudge(dest), prompt_cache=PromptCache(), batch_polls=1) as server:
+        url = server.anthropic_base_url if wire == "anthropic" else server.openai_base_url
+        options = RunOptions(strategy="library", max_experiments=candidates, patience=candidates, batch=batch,
+                             judge=JudgeOverrides(provider=wire, model=MODELS[wire], base_url=url,  # type: ignore[arg-type]
+                                                  concurrency=8))
+        start_run(Workspace.open(dest), options)
+        answered = len(server.inference_requests())
+        batches = len(server.batch_creations)
+    with Ledger(dest / "experiments" / "ledger.sqlite") as ledger:
+        run = ledger.latest_run()
+        assert run is not None
+        decisions = [
+            Decision(e.seq, e.status, e.rationale or "", e.items_evaluated, e.calls, e.judge_cost_usd,
+                     {tid: [(a.success, a.mistake_type, a.status) for a in answers]
+                      for tid, answers in ledger.item_judgements(e.id).items()})
+            for e in ledger.experiments(run.id)
+        ]
+    return LoopRun(decisions, answered, batches, time.perf_counter() - started)
+
+
+def same_decisions(direct: LoopRun, batch: LoopRun) -> bool:
+    """Every experiment the same candidate (rationale) with the same decision, in the same order."""
+    def key(run: LoopRun) -> list[tuple[int, str, str]]:
+        return [(d.seq, d.rationale, d.status) for d in run.decisions]
+
+    return key(direct) == key(batch)
+
+
+def verdicts_compared(direct: LoopRun, batch: LoopRun) -> tuple[int, int]:
+    """(items both runs judged in the same experiment, of which with identical replicate verdicts)."""
+    both = same = 0
+    for d, b in zip(direct.decisions, batch.decisions, strict=False):
+        for tid in d.answers.keys() & b.answers.keys():
+            both += 1
+            same += d.answers[tid] == b.answers[tid]
+    return both, same
+
+
+def compare_loops(root: Path, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
+                  say: Any = print) -> dict[str, tuple[LoopRun, LoopRun]]:
+    """Per wire: the loop run direct, then the same run with ``batch=True``, on copies of one workspace."""
+    template = loop_template(root / "template")
+    out: dict[str, tuple[LoopRun, LoopRun]] = {}
+    for wire in wires:
+        direct = run_loop(template, root / f"{wire}-direct", wire, candidates, batch=False)
+        batch = run_loop(template, root / f"{wire}-batch", wire, candidates, batch=True)
+        say(f"  loop {wire:9}: direct {direct.seconds:.0f} s, batch {batch.seconds:.0f} s")
+        out[wire] = (direct, batch)
+    return out
+
+
+def decision_table(loops: dict[str, tuple[LoopRun, LoopRun]], candidates: int) -> str:
+    lines = [f"keep/rollback decisions, the real loop (start_run, strategy library) direct vs RunOptions(batch=True), "
+             f"{candidates} candidates on the 32-item sample dev split, fake judge keyed by item and rubric"]
+    for wire, (direct, batch) in loops.items():
+        lines.append(f"{wire} / {MODELS[wire]}")
+        lines.append(f"  {'seq':>3} {'direct':<15} {'items':>5} {'calls':>5} {'$':>7}   {'batch':<15} {'items':>5}"
+                     f" {'calls':>5} {'$':>7}   candidate")
+        for d, b in zip(direct.decisions, batch.decisions, strict=False):
+            mark = "" if (d.rationale, d.status) == (b.rationale, b.status) else "  <- DIFFERENT"
+            lines.append(f"  {d.seq:>3} {d.status:<15} {d.items:>5} {d.calls:>5} {d.cost_usd:>7.4f}   "
+                         f"{b.status:<15} {b.items:>5} {b.calls:>5} {b.cost_usd:>7.4f}   {d.rationale.split(' (')[0]}{mark}")
+        n = max(len(direct.decisions), len(batch.decisions))
+        agree = sum((d.rationale, d.status) == (b.rationale, b.status)
+                    for d, b in zip(direct.decisions, batch.decisions, strict=False))
+        verdict = "identical" if same_decisions(direct, batch) else "DIFFERENT"
+        both, same = verdicts_compared(direct, batch)
+        lines.append(f"  decisions {verdict} ({agree} of {n} experiments); verdicts identical on {same} of {both} "
+                     "items both judged")
+        lines.append(f"  judge calls answered by the fake: "
+                     f"direct {direct.calls_answered}, batch {batch.calls_answered} in {batch.batches} batches; "
+                     f"judge $ direct {sum(d.cost_usd for d in direct.decisions):.4f}, "
+                     f"batch {sum(b.cost_usd for b in batch.decisions):.4f}")
+    return "\n".join(lines)
+
+
+# --- the script -----------------------------------------------------------------------------------
 
 
 def machine() -> str:
@@ -131,56 +366,30 @@ def machine() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=162)
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--candidates", type=int, default=10)
+    parser.add_argument("--quick", action="store_true",
+                        help="a small configuration (24 items x 20 steps, 3 candidates; loop 3 candidates)")
+    parser.add_argument("--n", type=int, default=None, help="items (default 162)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per item, a screenshot each (default 100)")
+    parser.add_argument("--candidates", type=int, default=None, help="candidates after the baseline (default 10)")
+    parser.add_argument("--loop-candidates", type=int, default=None, help="loop candidates per run (default 10)")
     args = parser.parse_args()
+    quick = {"n": 24, "steps": 20, "candidates": 3, "loop_candidates": 3}
+    full = {"n": 162, "steps": 100, "candidates": 10, "loop_candidates": 10}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     os.environ.setdefault("ANTHROPIC_API_KEY", "benchmark-key")
     os.environ.setdefault("OPENAI_API_KEY", "benchmark-key")
-    print(f"machine: {machine()}")
-    results: dict[tuple[str, str, str], Figures] = {}
+    print(f"machine: {machine()}", flush=True)
+    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="judgeloop-cache-cost-") as tmp:
-        t0 = time.perf_counter()
-        ws, split = build(Path(tmp), args.n, args.steps)
-        print(f"split: {len(split.ids)} items x {args.steps} steps, a screenshot per step "
-              f"(built in {time.perf_counter() - t0:.0f} s)")
-        for wire in MODELS:
-            for layout in LAYOUTS:
-                for mode in MODES:
-                    # Each configuration starts with an empty judge-call cache: every call is paid.
-                    ws.cache_path.unlink(missing_ok=True)
-                    figures = asyncio.run(evaluate_layout(ws, split, wire, layout, args.candidates, mode))
-                    results[(wire, layout, mode)] = figures
-                    print(f"  {wire:9} {layout:16} {mode:6}: {figures.seconds:.0f} s", flush=True)
+        results = measure_costs(Path(tmp) / "costs", args.n, args.steps, args.candidates,
+                                say=lambda m: print(m, flush=True))
+        loops = compare_loops(Path(tmp) / "loops", args.loop_candidates, say=lambda m: print(m, flush=True))
+    print(f"total {time.perf_counter() - t0:.0f} s\n")
+    print(cost_table(results, args.n, args.candidates))
     print()
-    print(table(results, args.n))
-
-
-def table(results: dict[tuple[str, str, str], Figures], n: int) -> str:
-    """Billed input-token equivalents per candidate after the baseline (mean over candidates, per item
-    in brackets), old vs new layout, per wire and mode; the new/old ratio is the target's figure."""
-    lines = [
-        f"billed input-token equivalents per candidate after the baseline ({n} items; thousands, per item in brackets)",
-        f"{'wire / model':<28} {'mode':<7} {'rubric-first (old)':>22} {'trajectory-first (new)':>24} {'new / old':>10}",
-    ]
-    for wire, model in MODELS.items():
-        for mode in MODES:
-            old = results[(wire, "rubric-first", mode)]
-            new = results[(wire, "trajectory-first", mode)]
-            o = sum(old.per_candidate) / len(old.per_candidate)
-            w = sum(new.per_candidate) / len(new.per_candidate)
-            lines.append(
-                f"{wire + ' / ' + model:<28} {mode:<7} {o / 1000:>11,.0f}k ({o / n:>6,.0f}) "
-                f"{w / 1000:>13,.0f}k ({w / n:>6,.0f}) {w / o:>10.3f}"
-            )
-    lines.append("baseline (the first evaluation, everything written or read for the first time): " + ", ".join(
-        f"{wire} {layout} {results[(wire, layout, 'direct')].baseline / 1000:,.0f}k"
-        for wire in MODELS for layout in LAYOUTS))
-    spread = ", ".join(
-        f"{wire} {layout} {min(f.per_candidate) / 1000:,.0f}k-{max(f.per_candidate) / 1000:,.0f}k"
-        for (wire, layout, _), f in results.items())
-    lines.append(f"per-candidate range: {spread}")
-    return "\n".join(lines)
+    print(decision_table(loops, args.loop_candidates))
 
 
 if __name__ == "__main__":

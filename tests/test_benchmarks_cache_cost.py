@@ -1,0 +1,65 @@
+"""Smoke test of benchmarks/cache_cost.py on a tiny configuration: every wire x layout x mode billed,
+batch at half the direct bill, one batch per pass, and the real loop deciding identically direct and
+in batch mode. Structure and outcomes that a broken benchmark (or batch path) would change; no timing."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from benchmarks import cache_cost as cc
+
+CANDIDATES = 2
+
+
+@pytest.fixture
+def keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+
+
+def test_batch_mode_bills_half_of_direct_on_every_layout_and_wire(tmp_path: Path, keys: None) -> None:
+    results = cc.measure_costs(tmp_path, n=6, steps=12, candidates=CANDIDATES, say=lambda _m: None)
+    assert set(results) == {(w, layout, m) for w in cc.MODELS for layout in cc.LAYOUTS for m in cc.MODES}
+    for (wire, layout, mode), figures in results.items():
+        assert len(figures.per_candidate) == CANDIDATES
+        assert figures.batches == (CANDIDATES + 1 if mode == "batch" else 0)  # one batch per pass
+        assert figures.calls_after == 0  # the batch's answers are the direct calls' cache entries
+        if mode == "batch":
+            direct = results[(wire, layout, "direct")]
+            # Same caching on the fake, every token at Price.batch (0.5), cache prices included.
+            assert figures.mean == pytest.approx(0.5 * direct.mean, rel=0.05)
+            assert figures.baseline == pytest.approx(0.5 * direct.baseline, rel=0.05)
+    for wire in cc.MODELS:
+        for mode in cc.MODES:
+            # After the baseline each trajectory is read from the prompt cache under the new layout.
+            assert results[(wire, "trajectory-first", mode)].mean < results[(wire, "rubric-first", mode)].mean
+    table = cc.cost_table(results, 6, CANDIDATES)
+    rows = [line.split() for line in table.splitlines() if line.startswith("  ") and "layout" not in line]
+    assert len(rows) == len(cc.MODELS) * len(cc.LAYOUTS) * len(cc.MODES)
+    assert [r[4] for r in rows if r[:2] == ["rubric-first", "direct"]] == ["1.000"] * len(cc.MODELS)
+    assert "made 0 calls" in table
+
+
+def test_loop_decides_identically_direct_and_in_batches(tmp_path: Path, keys: None) -> None:
+    loops = cc.compare_loops(tmp_path, candidates=3, wires=("openai",), say=lambda _m: None)
+    direct, batch = loops["openai"]
+    assert [d.seq for d in direct.decisions] == [0, 1, 2, 3]
+    assert {d.status for d in direct.decisions} >= {"baseline", "kept", "rolled_back"}
+    assert cc.same_decisions(direct, batch)
+    both, same = cc.verdicts_compared(direct, batch)
+    assert both >= 4 * 29 and same == both
+    assert direct.batches == 0 and batch.batches >= len(batch.decisions)  # re-judging passes are batches too
+    assert all(b.items == 32 for b in batch.decisions)  # no early stopping inside a batch
+    # Half price: the batch run's judge bill is half the direct one's on the same calls.
+    assert batch.calls_answered == direct.calls_answered
+    assert sum(b.cost_usd for b in batch.decisions) == pytest.approx(
+        0.5 * sum(d.cost_usd for d in direct.decisions), rel=0.05)
+    assert "decisions identical (4 of 4 experiments)" in cc.decision_table(loops, 3)
+    # The comparison is not vacuous: one flipped decision is reported.
+    flipped = dataclasses.replace(batch.decisions[1], status="rolled_back")
+    other = dataclasses.replace(batch, decisions=[batch.decisions[0], flipped, *batch.decisions[2:]])
+    assert not cc.same_decisions(direct, other)
+    assert "DIFFERENT" in cc.decision_table({"openai": (direct, other)}, 3)
