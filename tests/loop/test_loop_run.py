@@ -590,6 +590,11 @@ def test_the_incumbents_extra_judgements_are_paid_once_across_candidates(
         if d in baseline_digests:
             counts[d] = counts.get(d, 0) + 1
     assert sorted(counts.values()) == sorted([3] * len(rejudged) + [1] * (len(baseline_digests) - len(rejudged)))
+    # A stored decision replays from the ledger to the same p-value.
+    from optimizer.decision import AdaptiveTest
+
+    for exp in (first, second):
+        assert AdaptiveTest.model_validate(exp.test).replay().p_value == exp.p_value == (exp.test or {})["p_value"]
     # The decision record: what was re-judged, its draws, and the run's accounting.
     report = report_json(ws, capsys)
     entry = report["experiments"][1]
