@@ -71,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._judge_model import JudgeModel, item_instruction, item_q
 from optimizer.config import JudgeOverrides, LoopSection
-from optimizer.decision import Counts, decide_adaptive, decide_counts, lord_level
+from optimizer.decision import Counts, adaptive_test, decide_adaptive, decide_counts, lord_level
 from optimizer.devset.importer import import_split
 from optimizer.ledger import Ledger
 from optimizer.loop import session
@@ -79,7 +79,6 @@ from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.metrics import Answer
 from optimizer.models import Label
 from optimizer.scaffold import init_workspace
-from optimizer.signflip import sign_flip_test
 from optimizer.workspace import Workspace
 from tests.data_helpers import pair_items, write_release
 from tests.fakeserver import FakeLLMServer
@@ -343,7 +342,7 @@ def _loop_task(args: tuple[Any, ...]) -> PolicyResult:
 def sign_flip_below(diffs: Sequence[int], judgements: int, alpha: float) -> bool:
     """p < alpha for per-item differences ``diffs`` in correct judgements out of ``judgements`` each,
     by `optimizer.signflip` on the exact shares (as the loop decides)."""
-    return sign_flip_test([Fraction(int(d), judgements) for d in diffs if d]).below(Fraction(repr(float(alpha))))
+    return adaptive_test([Fraction(int(d), judgements) for d in diffs if d]).below(Fraction(repr(float(alpha))))
 
 
 def _counts(correct: np.ndarray, positive: np.ndarray) -> Counts:

@@ -57,7 +57,7 @@ from optimizer.metrics import (
     score,
 )
 from optimizer.models import Label
-from optimizer.signflip import MAX_EXACT_BITS, SignFlipResult, exact_bits, sign_flip_test
+from optimizer.signflip import DEFAULT_DRAWS, MAX_EXACT_BITS, SignFlipResult, exact_bits, sign_flip_test
 
 Policy = Literal["adaptive", "paired", "literal"]
 
@@ -377,6 +377,13 @@ def stopped_decision(
 # incumbent share (0 for an item both prompts judged alike with k = 1). Keep iff
 #   · the literal rule holds on per-item majorities over all judgements, and
 #   · the one-sided sign-flip test (`optimizer.signflip`) on the d_i gives p < alpha.
+# The test's statistic is Σ d_i·|d_i| (`evidence`): each item's difference weighted by its own size,
+# so an item judged right every time under the candidate and wrong every time under the incumbent
+# (d = 1) counts 9 times one judged 2/3 against 1/3 (d = 1/3). Re-judging noise lives mostly in the
+# small differences, a real fix mostly in the large ones; on the decision-power benchmark this keeps
+# 8-item fixes ~74% of the time instead of ~62% for the plain sum, with the same false-keep bound
+# (any odd, increasing score of the d_i keeps the sign-flip test exact at alpha). The plain sum Σ d_i
+# is what is reported as the gain in items.
 # With ``--replicates k`` the first pass is k judgements per item and re-judged items end with k + r;
 # the literal and paired policies still read the first pass.
 #
@@ -386,7 +393,8 @@ def stopped_decision(
 # could still change (an item not judged yet, or judged and disagreeing when r > 0). Items judged
 # alike are fixed. Kappa rises with every item the candidate gets right or the incumbent gets wrong
 # (the monotonicity argument above, applied to each side), FP falls likewise, and the exact sign-flip
-# p-value never rises when a d_i rises (`optimizer.signflip`). So if this vector, which is at least
+# p-value never rises when a score rises (`optimizer.signflip`), nor so when a d_i rises, the score
+# d·|d| being increasing in d. So if this vector, which is at least
 # every real outcome in each coordinate, is rolled back, every real outcome is. Applied after each
 # first-pass item and once more before re-judging (when nothing re-judging could bring would make
 # it a keep, the re-judging calls are not made). Only where the p-value is exact; never on a
@@ -448,11 +456,24 @@ class AdaptiveTest(BaseModel):
     def replay(self) -> SignFlipResult:
         """The test again from what was stored: the same p-value, exact or from the same draws."""
         if self.draws == 0:
-            return sign_flip_test(self.differences(), seed=self.seed)
-        return sign_flip_test(self.differences(), seed=self.seed, draws=self.draws, max_exact_bits=-1)
+            return adaptive_test(self.differences(), seed=self.seed)
+        return adaptive_test(self.differences(), seed=self.seed, draws=self.draws, max_exact_bits=-1)
 
 
 Decision.model_rebuild()  # its ``test`` field names AdaptiveTest, defined above
+
+
+def evidence(difference: Fraction) -> Fraction:
+    """An item's score in the adaptive test: its difference weighted by its own size, d·|d| (odd and
+    increasing in d, so the sign-flip test stays exact and the p-value monotone in every d)."""
+    return difference * abs(difference)
+
+
+def adaptive_test(
+    differences: Sequence[Fraction], *, seed: int = 0, draws: int = DEFAULT_DRAWS, max_exact_bits: int = MAX_EXACT_BITS
+) -> SignFlipResult:
+    """The adaptive policy's one-sided sign-flip test on per-item differences (statistic Σ d·|d|)."""
+    return sign_flip_test([evidence(d) for d in differences], seed=seed, draws=draws, max_exact_bits=max_exact_bits)
 
 Judgements = Mapping[str, Sequence[Answer]]
 
@@ -528,11 +549,12 @@ def decide_adaptive(
         )
         if share.rejudged or share.difference:
             items.append(share)
-    result = sign_flip_test([item.difference for item in items], seed=seed)
+    result = adaptive_test([item.difference for item in items], seed=seed)
+    gain = float(sum((item.difference for item in items), Fraction(0)))
     significant = result.below(_exact(level))
     adaptive_keep = kappa_ok and fpr_ok and significant
     test = AdaptiveTest(
-        first_pass=first_pass, rejudge=loop.rejudge, alpha=level, statistic=float(result.statistic),
+        first_pass=first_pass, rejudge=loop.rejudge, alpha=level, statistic=gain,
         p_value=result.p_value, seed=seed, draws=result.draws, mcnemar_p=base.p_value, items=items,
     )
     if loop.policy != "adaptive":
@@ -553,7 +575,7 @@ def decide_adaptive(
     rejudge_part = (f"re-judged {n_re} item(s) {loop.rejudge} more time(s) under each prompt, "
                     if n_re else "no item to re-judge, ")
     reason = (f"{kappa_part}, {fpr_part} (majority over all judgements), {rejudge_part}"
-              f"gain {float(result.statistic):+.2f} items, sign-flip p={_fmt_p(result.p_value)} "
+              f"gain {gain:+.2f} items, sign-flip p={_fmt_p(result.p_value)} "
               f"{'<' if significant else '≥'} {level:.3g}: {outcome_text}")
     return Decision(
         keep=adaptive_keep, reason=reason, literal_keep=base.literal_keep, paired_keep=base.paired_keep,
@@ -607,12 +629,12 @@ def adaptive_stopped_decision(
         else:
             diffs.append(Fraction(c_k, n_c) - Fraction(i_k, n_i))
             best_c[tid], best_i[tid] = is_correct(label, cand_major), inc_right
-    if exact_bits(diffs) > MAX_EXACT_BITS:
+    if exact_bits([evidence(d) for d in diffs]) > MAX_EXACT_BITS:
         return None  # the bound's proof needs the exact p-value
     counts_c, counts_i = _counts_from_correct(labels, best_c), _counts_from_correct(labels, best_i)
     kappa_ok = _kappa_clears(counts_c, counts_i, loop.min_kappa_delta)
     fpr_ok = _fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance)
-    best = sign_flip_test(diffs)
+    best = adaptive_test(diffs)
     if kappa_ok and fpr_ok and best.below(_exact(level)):
         return None
     why = [] if kappa_ok else ["kappa could not rise"]

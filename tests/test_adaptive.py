@@ -269,3 +269,26 @@ def test_lord_levels_spend_the_wealth_and_earn_it_back_on_keeps() -> None:
     assert lord_level(0.1, [True, True]) == pytest.approx(0.05 / 12 + 0.05 / 6 + 0.1 * 0.5)
     with pytest.raises(ValueError):
         lord_level(1.5, [])
+
+
+def test_the_adaptive_test_weights_each_difference_by_its_own_size() -> None:
+    from optimizer.decision import adaptive_test, evidence
+
+    # One item right on all 3 judgements under the candidate and wrong on all under the incumbent
+    # (d = 1) against eight that moved by one judgement the other way (d = −1/3 each): the plain
+    # sum says −1.67 items, the evidence says 1 − 8/9 > 0.
+    diffs = [Fraction(1)] + [Fraction(-1, 3)] * 8
+    assert evidence(Fraction(-1, 3)) == Fraction(-1, 9) and evidence(Fraction(2, 3)) == Fraction(4, 9)
+    result = adaptive_test(diffs)
+    assert result.statistic == Fraction(1, 9)
+    assert result.p_exact == brute_force_p([evidence(d) for d in diffs])
+    # The decision reports the plain sum as the gain in items.
+    labels = _split(5, 4)
+    inc = {t: [right(lab)] * 3 for t, lab in labels.items()}
+    cand = {t: [right(lab)] * 3 for t, lab in labels.items()}
+    inc["p0"], cand["p0"] = [wrong(labels["p0"])] * 3, [right(labels["p0"])] * 3
+    for t in list(labels)[1:]:
+        cand[t] = [right(labels[t])] * 2 + [wrong(labels[t])]
+    d = decide_adaptive(labels, inc, cand, ADAPTIVE, first_pass=1, rejudged=list(labels))
+    assert d.test is not None and d.test.statistic == pytest.approx(1 - 8 / 3)
+    assert d.test.p_value == pytest.approx(float(result.p_exact))  # type: ignore[arg-type]
