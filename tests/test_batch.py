@@ -131,6 +131,37 @@ def test_only_the_uncached_replicates_are_sent(tmp_path: Path) -> None:
         assert len(server.batch_creations) == 1  # everything cached: no batch at all
 
 
+@pytest.mark.parametrize("wire", ["anthropic", "openai"])
+def test_a_pass_larger_than_the_providers_batch_limits_goes_out_as_several_batches(
+    wire: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optimizer.evaluation.batch import request_bytes, split_for_limits
+    from optimizer.judge.providers.anthropic_provider import AnthropicProvider
+    from optimizer.judge.providers.openai_provider import OpenAIProvider
+
+    # The splitting rule itself: consecutive chunks under both caps (85% of the byte limit).
+    sizes = {"a": 40, "b": 40, "c": 40, "d": 200, "e": 10}
+    assert split_for_limits(list(sizes), sizes, max_requests=2, max_bytes=None) == [["a", "b"], ["c", "d"], ["e"]]
+    assert split_for_limits(list(sizes), sizes, max_requests=None, max_bytes=100) == [["a", "b"], ["c"], ["d"], ["e"]]
+    data = make_data(tmp_path)
+    configure(data, wire)
+    provider = AnthropicProvider if wire == "anthropic" else OpenAIProvider
+    monkeypatch.setattr(provider, "batch_max_requests", 3)  # a tiny limit, so the sample's pass must split
+    with FakeLLMServer(default=by_label(data)) as server:
+        assert main(eval_args(data, server, wire, tmp_path / "direct")) == 0
+        (data.ws.root / "experiments" / "cache.sqlite").unlink()
+        assert main(eval_args(data, server, wire, tmp_path / "batch", "--batch")) == 0
+        sent = [len(server.batch_entries(b)) for b in server.batch_creations]
+    assert sent == [3] * (len(data.items) // 3) + ([len(data.items) % 3] if len(data.items) % 3 else [])
+    assert verdict_files(tmp_path / "batch") == verdict_files(tmp_path / "direct")
+    assert [status for _, status in batch_rows(data.ws.root)] == ["collected"] * len(sent)
+    # A request's size in a batch file: its text, its images base64-encoded, a kilobyte of JSON.
+    from optimizer.judge.types import ImagePart, JudgeRequest, TextPart
+
+    request = JudgeRequest(system="s" * 100, parts=(TextPart("t" * 50), ImagePart(b"x" * 3000)))
+    assert request_bytes(request) == 100 + 50 + 4000 + 1024
+
+
 def test_batch_cost_is_half_the_direct_price_cache_prices_included() -> None:
     reply = ProviderReply(text="", model="claude-sonnet-4-5", input_tokens=1000, output_tokens=100,
                           cache_read_tokens=30_000, cache_write_tokens=2000)

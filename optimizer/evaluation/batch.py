@@ -4,7 +4,8 @@
 `judge_batch_pass` is what `evaluate_items(..., batch=BatchOptions(...))` runs. It renders every item
 (or recalls its rendering), looks every replicate up in the judge-call cache exactly as a direct
 evaluation does, and sends only the missing calls — each under its cache key, which is also its
-``custom_id`` — as one batch:
+``custom_id`` — as one batch (or, for a pass beyond the provider's limits on requests or bytes per
+batch, the fewest batches that fit: `split_for_limits`):
 
 1. Batches recorded earlier for any of these calls and not yet collected (the previous process was
    killed while it waited) are collected first instead of submitting anything again.
@@ -44,8 +45,10 @@ from optimizer.judge.types import (
     BatchEntry,
     BatchingProvider,
     BatchState,
+    ImagePart,
     InfrastructureError,
     JudgeRequest,
+    TextPart,
 )
 
 # Consecutive failed status polls (each after the SDK's own retries) before a pass gives up waiting;
@@ -209,7 +212,8 @@ class _BatchPass:
             await self.collect(record.record_id, record.batch_id, record.custom_ids, {})
 
     async def submit_round(self, keys: list[str]) -> StopReason | None:
-        """Submit ``keys`` as one batch (budget reserved first) and collect it; a budget stop or None."""
+        """Submit ``keys`` (budget reserved first, for all of them) as the fewest batches that fit the
+        provider's limits — one, unless the pass is too large — and collect them; a budget stop or None."""
         judge = self.judge
         from optimizer.judge.providers.pricing import batch_multiplier
 
@@ -226,25 +230,76 @@ class _BatchPass:
                 f"budget of ${budget.max_usd:.2f}: a batch of {len(keys)} call(s) (estimated ${total:.4f} at the "
                 f"batch price) would cross it (${budget.spent_usd:.4f} spent); nothing was sent",
             )
-        record_id = self.store.record_batch(provider=self.provider.name, endpoint=self.endpoint,
-                                            model=self.provider.model, custom_ids=keys, estimate_usd=total)
-        try:
-            state = await self.provider.submit_batch(
-                [(k, self.calls[k].request) for k in keys], judge.sampling, VERDICT_SCHEMA
-            )
-        except BaseException as exc:
-            self._release(keys, estimates)
-            self.store.update_batch(record_id, status="abandoned")
-            if not isinstance(exc, InfrastructureError):
-                raise
-            for key in keys:
-                self.failed[key] = f"the batch could not be submitted: {exc}"
-            return None
-        self.store.update_batch(record_id, status="submitted", batch_id=state.batch_id)
-        self.submitted.append(state.batch_id)
-        self._state(state)
-        await self.collect(record_id, state.batch_id, keys, estimates)
+        chunks = split_for_limits(keys, {k: request_bytes(self.calls[k].request) for k in keys},
+                                  max_requests=getattr(self.provider, "batch_max_requests", None),
+                                  max_bytes=getattr(self.provider, "batch_max_bytes", None))
+        if len(chunks) > 1:
+            self.notes.append(f"{len(keys)} call(s) sent as {len(chunks)} batches to stay within the provider's "
+                              "batch size limits")
+        sent: list[tuple[int, str, list[str]]] = []
+        for chunk in chunks:
+            record_id = self.store.record_batch(provider=self.provider.name, endpoint=self.endpoint,
+                                                model=self.provider.model, custom_ids=chunk,
+                                                estimate_usd=sum(estimates[k] for k in chunk))
+            try:
+                state = await self.provider.submit_batch(
+                    [(k, self.calls[k].request) for k in chunk], judge.sampling, VERDICT_SCHEMA
+                )
+            except BaseException as exc:
+                self._release(chunk, estimates)
+                self.store.update_batch(record_id, status="abandoned")
+                if not isinstance(exc, InfrastructureError):
+                    for _, _, later in sent:  # still collected by the same command later: they stay recorded
+                        self._release(later, estimates)
+                    self._release([k for c in chunks[len(sent) + 1:] for k in c], estimates)
+                    raise
+                for key in chunk:
+                    self.failed[key] = f"the batch could not be submitted: {exc}"
+                continue
+            self.store.update_batch(record_id, status="submitted", batch_id=state.batch_id)
+            self.submitted.append(state.batch_id)
+            self._state(state)
+            sent.append((record_id, state.batch_id, chunk))
+        for record_id, batch_id, chunk in sent:  # submitted together, so the provider works on them at once
+            await self.collect(record_id, batch_id, chunk, estimates)
         return None
+
+
+# The providers' documented limits per batch (Anthropic Message Batches: 100,000 requests or 256 MB;
+# OpenAI Batch: 50,000 requests, a 200 MB input file), with a margin for the wire format's overhead.
+BATCH_BYTES_MARGIN = 0.85
+
+
+def request_bytes(request: JudgeRequest) -> int:
+    """About how many bytes ``request`` takes in a batch file: its text, its images base64-encoded
+    (4/3 of their size) and a kilobyte of JSON around them."""
+    text = len(request.system.encode()) + sum(len(p.text.encode()) for p in request.parts if isinstance(p, TextPart))
+    images = sum(len(p.data) for p in request.parts if isinstance(p, ImagePart))
+    return text + (images * 4 + 2) // 3 + 1024
+
+
+def split_for_limits(
+    keys: Sequence[str], sizes: dict[str, int], *, max_requests: int | None, max_bytes: int | None
+) -> list[list[str]]:
+    """``keys`` in order, cut into consecutive chunks of at most ``max_requests`` calls and
+    ``BATCH_BYTES_MARGIN`` x ``max_bytes`` bytes (a call larger than that alone is a chunk of its own:
+    the provider will say so for that one)."""
+    byte_cap = None if max_bytes is None else int(max_bytes * BATCH_BYTES_MARGIN)
+    chunks: list[list[str]] = []
+    current: list[str] = []
+    used = 0
+    for key in keys:
+        size = sizes[key]
+        full = (max_requests is not None and len(current) >= max_requests) or (
+            byte_cap is not None and current and used + size > byte_cap)
+        if full:
+            chunks.append(current)
+            current, used = [], 0
+        current.append(key)
+        used += size
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 class _GiveUp(Exception):

@@ -85,6 +85,9 @@ class AnthropicProvider(WireProvider):
     text_only = False
     default_base_url = DEFAULT_BASE_URL
     key_env = KEY_ENV
+    # Message Batches limits: a pass larger than this is sent as several batches.
+    batch_max_requests = 100_000
+    batch_max_bytes = 256 * 1024 * 1024
 
     def __init__(self, judge: JudgeSection, *, role: Role = JUDGE) -> None:
         self.model = judge.model

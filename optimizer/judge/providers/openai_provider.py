@@ -98,6 +98,9 @@ class OpenAIProvider(WireProvider):
     text_only = False
     default_base_url = DEFAULT_BASE_URL
     key_env = KEY_ENV
+    # Batch API limits (requests per batch, size of the JSONL input file): a larger pass is split.
+    batch_max_requests = 50_000
+    batch_max_bytes = 200 * 1024 * 1024
 
     def __init__(
         self,
