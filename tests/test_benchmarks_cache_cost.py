@@ -53,10 +53,12 @@ def test_loop_decides_identically_direct_and_in_batches(tmp_path: Path, keys: No
     assert both >= 4 * 29 and same == both
     assert direct.batches == 0 and batch.batches >= len(batch.decisions)  # re-judging passes are batches too
     assert all(b.items == 32 for b in batch.decisions)  # no early stopping inside a batch
-    # Half price: the batch run's judge bill is half the direct one's on the same calls.
-    assert batch.calls_answered == direct.calls_answered
-    assert sum(b.cost_usd for b in batch.decisions) == pytest.approx(
-        0.5 * sum(d.cost_usd for d in direct.decisions), rel=0.05)
+    # Half price per call. The direct run may answer a call or two fewer: a candidate stopped early
+    # leaves unsent whatever was not yet in flight (how many were depends on timing), a batch sends all.
+    assert direct.calls_answered <= batch.calls_answered <= direct.calls_answered + 3 * 3
+    per_call_batch = sum(b.cost_usd for b in batch.decisions) / batch.calls_answered
+    per_call_direct = sum(d.cost_usd for d in direct.decisions) / direct.calls_answered
+    assert per_call_batch == pytest.approx(0.5 * per_call_direct, rel=0.05)
     assert "decisions identical (4 of 4 experiments)" in cc.decision_table(loops, 3)
     # The comparison is not vacuous: one flipped decision is reported.
     flipped = dataclasses.replace(batch.decisions[1], status="rolled_back")
