@@ -601,3 +601,28 @@ def test_the_incumbents_extra_judgements_are_paid_once_across_candidates(
     assert entry["rejudge_calls"] == first.rejudge_calls and len(entry["rejudged"]) == len(rejudged)
     assert all(" → " in r["draws"] for r in entry["rejudged"]) and entry["alpha"] == 0.1
     assert report["accounting"]["tested"] == 2 and report["accounting"]["expected_false_keeps"] == pytest.approx(0.2)
+
+
+def test_online_fdr_tests_each_candidate_at_its_lord_level_and_reports_the_sum(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from optimizer.decision import lord_level
+
+    set_toml_key(ws, "loop", "rejudge", "2\nfdr = 0.1")
+    commit_all(ws, "loop: online FDR")
+    noop = next(e for e in ("lib-final-state", "lib-scope-words") if e not in (GOOD_ENTRY, BAD_ENTRY))
+    install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY), toggle(noop), toggle(BAD_ENTRY)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
+    _, exps = latest(ws)
+    decided = [e for e in exps[1:] if e.status in ("kept", "rolled_back")]
+    assert len(decided) == 3 and decided[0].alpha == pytest.approx(0.025)  # γ₁·W₀ = ½ · 0.05
+    past: list[bool] = []
+    for exp in decided:  # each level from the outcomes before it (LORD++), recorded with the decision
+        assert exp.alpha == pytest.approx(lord_level(0.1, past))
+        # (a candidate the exact bound stopped has no test record, only its level)
+        assert exp.test is None or exp.test["alpha"] == pytest.approx(exp.alpha)
+        past.append(exp.status == "kept")
+    report = report_json(ws, capsys)
+    assert report["accounting"]["fdr"] == 0.1
+    assert report["accounting"]["expected_false_keeps"] == pytest.approx(sum(e.alpha or 0 for e in decided))
