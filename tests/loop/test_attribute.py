@@ -144,10 +144,7 @@ def test_a_and_b_contribute_ten_items_each_and_a_kept_noop_about_zero(
     # Newest kept edit first, every kept edit in HEAD's history.
     assert [r["experiment"] for r in result["attribution"]] == [e.id for e in reversed(kept)]
     a, b = rows[kept[0].id], rows[kept[1].id]
-    with capsys.disabled():  # the figures, for whoever runs this with -s
-        print("\nA", a["items"], a["p_value"], "B", b["items"], b["p_value"], "no-ops",
-              [(rows[e.id]["items"], rows[e.id]["p_value"]) for e in noops],
-              "final vs baseline", result["final_vs_baseline"]["items"], "requests", paid)
+    assert paid > 0  # measuring the chain made judge calls (the figures are in the README's audit section)
     assert abs(a["items"] - 10) <= 3 and abs(b["items"] - 10) <= 3
     assert set(judge.a_items) <= set(a["fixed"]) and set(judge.b_items) <= set(b["fixed"])
     assert a["p_value"] < 0.05 and b["p_value"] < 0.05
@@ -182,8 +179,6 @@ def test_when_b_needs_a_the_contribution_of_a_includes_bs(
         assert [e.status for e in exps[1:]] == ["kept", "kept"]
         rows = by_experiment(attribute(ws, server, capsys, "--run", exps[0].run_id))
     a, b = rows[exps[1].id], rows[exps[2].id]
-    with capsys.disabled():
-        print("\nA", a["items"], "B", b["items"])
     assert abs(a["items"] - 20) <= 3 and abs(b["items"] - 10) <= 3
     assert set(judge.a_items | judge.b_items) <= set(a["fixed"])
 
