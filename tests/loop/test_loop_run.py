@@ -531,11 +531,11 @@ def body_user(body: object) -> str:
     return request_texts(body)[1]
 
 
-def _confirm(root: Path, server: FakeLLMServer, split: str) -> int:
+def _confirm(root: Path, server: FakeLLMServer, split: str, *extra: str) -> int:
     from optimizer.cli import main
 
     return main(["confirm", "-w", str(root), "--split", split, "--provider", "openai",
-                 "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8"])
+                 "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8", *extra])
 
 
 def test_a_proposal_for_a_labels_file_is_rejected_without_reading_it_into_the_ledger(
@@ -626,3 +626,27 @@ def test_online_fdr_tests_each_candidate_at_its_lord_level_and_reports_the_sum(
     report = report_json(ws, capsys)
     assert report["accounting"]["fdr"] == 0.1
     assert report["accounting"]["expected_false_keeps"] == pytest.approx(sum(e.alpha or 0 for e in decided))
+
+
+def test_confirm_in_batch_mode_gives_the_direct_figures_and_fills_the_cache(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optimizer.workspace import Workspace
+    from tests.config_helpers import write_config
+
+    _add_heldout_split(ws)
+    cfg = Workspace.open(ws).config
+    write_config(ws, cfg.model_copy(update={"judge": cfg.judge.model_copy(
+        update={"batch_poll_s": 0.01, "batch_poll_max_s": 0.04})}))
+    commit_all(ws, "poll batches quickly")
+    install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
+    with FakeLLMServer(default=FakeJudge(ws), batch_polls=1) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+        assert _confirm(ws, server, "held", "--batch") == 0
+        assert len(server.batch_creations) == 1
+        n_requests = len(server.inference_requests())
+        assert _confirm(ws, server, "held") == 0  # direct now: every call comes from the cache
+        assert len(server.inference_requests()) == n_requests and len(server.batch_creations) == 1
+    with ledger_of(ws) as led:
+        batch, direct = led.confirmations("held")
+    assert batch.metrics == direct.metrics and batch.revision == direct.revision
