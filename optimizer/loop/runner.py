@@ -38,7 +38,7 @@ from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
-from optimizer.judge.types import Provider
+from optimizer.judge.types import BatchState, Provider
 from optimizer.ledger import Experiment, ItemVerdict, Ledger, ReplicateVerdict, Run
 from optimizer.loop.compare import judgements_of, rejudge
 from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values
@@ -406,9 +406,13 @@ class LoopRunner:
         """Under ``--batch``, each pass (first pass, each side's re-judging) is one batch."""
         if not self.batch:
             return None
+        def on_state(state: BatchState) -> None:
+            self.say(f"  {state.line()}")
+            # A stage event: the TUI's live strip shows the batch's state ("batch msgbatch_…: in_progress").
+            self.stage(state.line(), experiment_id)
+
         return BatchOptions.from_judge(
-            self.judge, store=LedgerBatches(self.ledger, self.run.id, experiment_id),
-            on_state=lambda state: self.say(f"  {state.line()}"),
+            self.judge, store=LedgerBatches(self.ledger, self.run.id, experiment_id), on_state=on_state,
         )
 
     def decision_seed(self, experiment_id: int) -> int:

@@ -100,3 +100,9 @@ def test_kill_9_with_a_run_batch_pending_then_resume_collects_it(ws: Path) -> No
     assert baseline_batches == [(batches[0][0], pending, "collected", exps[0][2])]  # collected, never re-sent
     assert server.batch_creations.count(pending) == 1
     assert exps[0][1] == "baseline" and len(exps) == 2
+    # The TUI's live strip follows the batch's state through the ledger's stage events.
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        run = led.latest_run()
+        assert run is not None
+        stages = [e.payload.get("stage", "") for e in led.events_since(0, run_id=run.id) if e.kind == "stage"]
+    assert any(str(s).startswith(f"batch {server.batch_creations[0]}: ") for s in stages)
