@@ -1189,7 +1189,9 @@ def test_experiment_view_lists_the_rejudged_items_with_their_draws_and_the_test(
 
     async def scenario(pilot: Any) -> None:
         text = " ".join(svg_text(app).split())
-        assert f"sign-flip p = {exp.test['p_value']:.4f} at alpha 0.1" in text
+        from tui.views import fmt_p
+
+        assert f"sign-flip p = {fmt_p(exp.test['p_value'])} at alpha 0.1" in text
         assert f"re-judged {len(rejudged_items(exp))} item(s) ×2 under each prompt" in text
         first = rejudged_items(exp)[0]
         assert f"{first.trajectory_id[:8]} {first.draws()}" in text  # e.g. "1/3 → 3/3"

@@ -174,6 +174,11 @@ def _sort_value(row: HistoryRow, key: str) -> tuple[int, Any]:
     return (value is None, value if value is not None else 0)
 
 
+def fmt_p(p: float) -> str:
+    """A p-value with four decimals, or in scientific notation below 0.001."""
+    return f"{p:.4f}" if p >= 0.001 else f"{p:.1e}"
+
+
 def decisions_summary(run: Any, experiments: list[Any]) -> str:
     """``"expected false keeps ≤ 0.40"`` (or "literal: no test") for the history title."""
     acc = accounting(run, experiments)
@@ -431,8 +436,8 @@ class ExperimentView(View):
         ))
         decision = Text.assemble(("decision: ", "bold"), status_text(exp.decision or exp.status))
         if exp.test:
-            decision.append(f"   sign-flip p = {exp.test['p_value']:.4f} at alpha {exp.test['alpha']:.3g}"
-                            f" · first-pass McNemar p = {exp.test['mcnemar_p']:.4f}")
+            decision.append(f"   sign-flip p = {fmt_p(exp.test['p_value'])} at alpha {exp.test['alpha']:.3g}"
+                            f" · first-pass McNemar p = {fmt_p(exp.test['mcnemar_p'])}")
         elif exp.p_value is not None:
             decision.append(f"   McNemar p = {exp.p_value:.4f}")
         if exp.early_stopped:
