@@ -21,12 +21,13 @@ from __future__ import annotations
 import random
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tests.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
+from tests.loop.helpers import request_texts
 
 UNSTABLE_SHARE = 0.3
 STABLE_RIGHT_SHARE = 0.8
@@ -111,7 +112,7 @@ class JudgeModel:
         body = request.body
         if not isinstance(body, dict):  # the client gave up mid-send (an early stop)
             return server_error(500)
-        system, user = _texts(body)
+        system, user = request_texts(body)
         goal = _GOAL_RE.search(user)
         tag = _TAG_RE.search(goal.group(1)) if goal else None
         if tag is None:
@@ -130,17 +131,3 @@ class JudgeModel:
             "mistake_type": None if success else (self.mistake_types[item] or "Critical Mistake"),
         }
         return verdict_reply(verdict)
-
-
-def _texts(body: Mapping[str, object]) -> tuple[str, str]:
-    """(system prompt, user text) of an OpenAI chat-completions body."""
-    system, user = "", []
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else []:
-        content = message.get("content")
-        parts = [content] if isinstance(content, str) else [p.get("text") or "" for p in content or []]
-        if message.get("role") == "system":
-            system += "".join(parts)
-        elif message.get("role") == "user":
-            user.extend(parts)
-    return system, "".join(user)

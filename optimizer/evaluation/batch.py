@@ -260,8 +260,16 @@ class _BatchPass:
             self.submitted.append(state.batch_id)
             self._state(state)
             sent.append((record_id, state.batch_id, chunk))
-        for record_id, batch_id, chunk in sent:  # submitted together, so the provider works on them at once
-            await self.collect(record_id, batch_id, chunk, estimates)
+        for i, (record_id, batch_id, chunk) in enumerate(sent):  # submitted together: worked on at once
+            try:
+                await self.collect(record_id, batch_id, chunk, estimates)
+            except _GiveUp:
+                for _, later_id, later in sent[i + 1:]:  # not waited for: released, and failed for now
+                    self._release(later, estimates)
+                    for key in later:
+                        self.failed.setdefault(key, f"batch {later_id} was not collected (polling failed); it stays "
+                                                    "recorded, so the same command later collects it")
+                raise
         return None
 
 
@@ -350,7 +358,9 @@ async def judge_batch_pass(
                 if stop is not None:
                     break
         except _GiveUp:
-            pass
+            # Polling failed too often: `collect` noted why and marked the unanswered calls as
+            # infrastructure errors; the batches stay recorded for the same command to collect later.
+            stop = None
     results: dict[str, ItemResult] = {}
     for item in prepared:
         outcomes: list[ReplicateResult] = []
