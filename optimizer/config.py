@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from optimizer.errors import UserError
+from optimizer.paths import PathRefused, prompt_file
 
 ProviderName = Literal["anthropic", "openai", "local"]
 
@@ -127,6 +128,22 @@ class OptimizerSection(_Section):
     max_diff_lines: int = Field(default=200, ge=1)
     max_agent_turns: int = Field(default=30, ge=1)
     seed: int = 0
+
+    @field_validator("allowed_files")
+    @classmethod
+    def _inside_prompts(cls, files: list[str]) -> list[str]:
+        # One spelling per file (`optimizer.paths.prompt_file`): the guards, runner and tools compare these.
+        out: list[str] = []
+        for name in files:
+            try:
+                canonical = prompt_file(name)
+            except PathRefused as exc:
+                raise ValueError(f"allowed_files: {exc}") from None
+            if canonical not in out:
+                out.append(canonical)
+        if not out:
+            raise ValueError("allowed_files is empty; name at least one file inside prompts/")
+        return out
 
 
 class LoopSection(_Section):

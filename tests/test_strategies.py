@@ -74,12 +74,28 @@ def test_library_never_repeats_a_tried_set_until_exhausted(dev: DevFixture) -> N
         order.append(enabled)
         # The set is recorded as data, not parsed back out of the prose.
         assert proposal.meta == {"library_enabled": sorted(enabled)} and "[library:" not in proposal.rationale
-        assert tried_sets([PastExperiment(0, "", "", proposal.rationale, None, None, "", proposal.meta)]) == {enabled}
-        assert tried_sets([PastExperiment(0, "", "", proposal.rationale, None, None, "")]) == set()
+        assert tried_sets([PastExperiment(0, "rolled_back", "", proposal.rationale, None, None, "", proposal.meta)]) \
+            == {enabled}
+        assert tried_sets([PastExperiment(0, "rolled_back", "", proposal.rationale, None, None, "")]) == set()
         history.append(PastExperiment(seq, "rolled_back", "kappa did not rise", proposal.rationale, 0.5, 0.1, "",
                                       proposal.meta))
     # From the empty set the first n proposals are the n single toggles; only then come pairs.
     assert [len(s) for s in order] == [1] * n + [2] * 3
+
+
+def test_library_counts_only_decided_candidates_as_tried(dev: DevFixture) -> None:
+    """A candidate killed between the guards and the commit (recorded `error` on resume) was never tried."""
+    dis = disagreements_for(dev.items, missed=3, rejected=0)
+    first = LibraryStrategy().propose_sync(make_context(dev, dis, seq=1))
+    interrupted = PastExperiment(1, "error", "interrupted before it was evaluated; rolled back on resume",
+                                 first.rationale, None, None, "", first.meta)
+    assert tried_sets([interrupted]) == set()
+    again = LibraryStrategy().propose_sync(make_context(dev, dis, history=[interrupted], seq=2))
+    assert again.meta == first.meta  # the best move is proposed again, not skipped as "tried"
+    for decided in ("kept", "rolled_back", "guard_rejected", "waiting"):
+        past = PastExperiment(1, decided, "", first.rationale, None, None, "", first.meta)
+        assert tried_sets([past]) == {frozenset(first.meta["library_enabled"])}
+        assert LibraryStrategy().propose_sync(make_context(dev, dis, history=[past], seq=2)).meta != first.meta
 
 
 def test_library_exhausted_raises_proposal_error(dev: DevFixture) -> None:

@@ -782,15 +782,24 @@ def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
         assert gitops.parse_trailers(gitops.commit_message(ws, rejected))["Judgeloop-Decision"] == "rolled_back"
 
 
-def test_stop_key_creates_the_stop_file(ws_copy: Path) -> None:
-    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False)
+def test_stop_key_creates_the_stop_file_only_while_a_run_is_going(ws_copy: Path) -> None:
+    from optimizer.workspace import Workspace, command_lock
+
+    notes: list[str] = []
 
     async def scenario(pilot: Any) -> None:
         await pilot.press("s")
         await pilot.pause()
+        notes.extend(str(n.message) for n in pilot.app._notifications)
 
-    drive(app, scenario)
-    assert (ws_copy / "experiments" / "STOP").is_file()
+    # No run going: a STOP left behind would end the next run after its baseline (the red team's case).
+    drive(JudgeloopApp(ws_copy, image_mode="halfcell", watch=False), scenario)
+    assert not (ws_copy / "experiments" / "STOP").exists()
+    assert any("no run is going" in n for n in notes)
+
+    with command_lock(Workspace.open(ws_copy), "run"):  # a run holds the workspace's loop lock
+        drive(JudgeloopApp(ws_copy, image_mode="halfcell", watch=False), scenario)
+        assert (ws_copy / "experiments" / "STOP").is_file()
 
 
 # ---------------------------------------------------------------------------------------------

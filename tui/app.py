@@ -287,6 +287,9 @@ class JudgeloopApp(App[None]):
         if self.fatal is not None:
             return
         path = runs.request_stop(self.ws_root)
+        if path is None:
+            self.notify("no run is going in this workspace: nothing to stop", severity="warning", timeout=5)
+            return
         self.notify(f"created {path.relative_to(self.ws_root)}: the run stops after its current step", timeout=5)
 
     def decide_waiting(self, experiment_id: int, decision: str) -> None:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from optimizer.errors import UserError
+from optimizer.workspace import Workspace, lock_holder
 
 STRATEGIES = ("library", "reflect", "agent", "manual")
 # How the start-run form names them ("manual" judges the prompts as you edited them in the working tree).
@@ -96,8 +97,17 @@ def start_run(ws_root: Path, options: RunOptions) -> StartedRun:
     return StartedRun(pid=proc.pid, log_path=log_path, argv=argv, process=proc)
 
 
-def request_stop(ws_root: Path) -> Path:
-    """Create ``experiments/STOP``: the running loop stops after its current step. Returns the path."""
+def running_command(ws_root: Path) -> str | None:
+    """The judgeloop command holding the workspace's loop lock (e.g. "judgeloop run, pid 12"), or None."""
+    return lock_holder(Workspace.open(ws_root))
+
+
+def request_stop(ws_root: Path) -> Path | None:
+    """Create ``experiments/STOP`` when a run is going (it stops after its current step) and return the
+    path; None, creating nothing, when no run is going: a STOP left behind would end the next run."""
+    holder = running_command(ws_root)
+    if holder is None or "judgeloop run" not in holder:
+        return None
     path = Path(ws_root) / "experiments" / "STOP"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("stop requested from the TUI\n", encoding="utf-8")

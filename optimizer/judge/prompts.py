@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from optimizer.errors import UserError
 from optimizer.judge.types import CacheTTL, Sampling
 from optimizer.models import MISTAKE_TYPES
+from optimizer.paths import check_unlinked
 
 if TYPE_CHECKING:
     from optimizer.workspace import Workspace
@@ -312,7 +313,9 @@ class PromptSet:
         files: dict[str, str] = {}
         for name in (*REQUIRED_FILES, LIBRARY_MD):
             file = folder / name.removeprefix("prompts/")
-            if file.is_file():
+            if file.is_symlink() or file.is_file():
+                # A link could make the judge read (and send) any file, held-out labels included.
+                check_unlinked(file, name if folder.name == "prompts" else str(file))
                 try:
                     files[name] = file.read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError) as exc:

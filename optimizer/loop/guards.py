@@ -37,6 +37,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from optimizer.paths import prompt_file_or_none
+
 PROTECTED_BEGIN = "<!-- judgeloop:protected:begin -->"
 PROTECTED_END = "<!-- judgeloop:protected:end -->"
 COPY_NGRAM = 8
@@ -197,8 +199,9 @@ def check_candidate(
     if not changes:
         return _fail("empty", "the candidate changes nothing")
 
-    allowed = {a.strip("/") for a in allowed_files}
-    outside = sorted(p for p in changes if p.strip("/") not in allowed)
+    # One path rule (`optimizer.paths`): a spelling that is not the canonical name of an allowed file is outside.
+    allowed = {name for a in allowed_files if (name := prompt_file_or_none(a)) is not None}
+    outside = sorted(p for p in changes if prompt_file_or_none(p) not in allowed or prompt_file_or_none(p) != p)
     if outside:
         return _fail(
             "allowed_files",

@@ -34,6 +34,7 @@ from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import BatchRecord, BatchStatus, JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.prompts import PromptSet
@@ -50,8 +51,10 @@ from optimizer.loop.strategies import (
     ProposalError,
     Strategy,
 )
+from optimizer.loop.validate import candidate_files, validate_prompts
 from optimizer.metrics import Answer, Metrics, bootstrap_intervals, flip_table, score
 from optimizer.models import Label
+from optimizer.paths import allowed_name, read_prompt_file, write_prompt_file
 from optimizer.workspace import Workspace
 
 
@@ -480,7 +483,7 @@ class LoopRunner:
 
     def context(self, incumbent: Experiment, seq: int) -> ProposalContext:
         allowed = list(self.ws.config.optimizer.allowed_files)
-        current = {p: (self.root / p).read_text(encoding="utf-8") for p in allowed if (self.root / p).is_file()}
+        current = {p: text for p in allowed if (text := read_prompt_file(self.root, p)) is not None}
         disagreements = []
         for row in self.ledger.item_verdicts(incumbent.id):
             label = self.labels.get(row.trajectory_id)
@@ -540,6 +543,12 @@ class LoopRunner:
             }
         return self._guard_inputs
 
+    def validate(self, changed: Mapping[str, str | None], provider: Provider, base_rev: str = "HEAD") -> str | None:
+        """Why the prompt set ``base_rev`` + ``changed`` cannot be judged with (`optimizer.loop.validate`), or None."""
+        files = candidate_files(self.root, base_rev, changed)
+        return validate_prompts(files, self.split, provider, batch=self.batch,
+                                image_cache_dir=self.ws.experiments_dir / IMAGE_CACHE_DIRNAME)
+
     async def candidate(self, incumbent: Experiment, provider: Provider, cache: JudgeCache) -> Experiment:
         seq = max(e.seq for e in self.ledger.experiments(self.run.id)) + 1
         self.stage("proposing", None, seq=seq, strategy=self.strategy.name)
@@ -563,16 +572,22 @@ class LoopRunner:
 
         allowed = set(self.ws.config.optimizer.allowed_files)
         changed: dict[str, tuple[str | None, str | None]] = {}
+        link_error: str | None = None
         for path, new in proposal.files.items():
-            if path not in allowed:
+            # One path rule: the guards judge, and the loop writes, the canonical name alone.
+            name = allowed_name(path, allowed)
+            if name is None or name != path and name in proposal.files:
                 # Never read a file outside the allowed set: its text would reach the ledger's diff and,
                 # through the history, the optimiser (think devset/*/labels.jsonl). The guard rejects it.
                 changed[path] = ("<not read: outside the allowed files>", new)
                 continue
-            target = self.root / path
-            old = target.read_text(encoding="utf-8") if target.is_file() else None
+            try:
+                old = read_prompt_file(self.root, name)
+            except UserError as exc:  # a link in prompts/: never read or written through
+                link_error = link_error or str(exc)
+                continue
             if old != new:
-                changed[path] = (old, new)
+                changed[name] = (old, new)
         diff_text, ins, dels = unified_diff({p: c for p, c in changed.items() if p in allowed})
         exp = self.ledger.start_experiment(
             self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq,
@@ -590,15 +605,24 @@ class LoopRunner:
                             **self.guard_inputs())
             if changed else None
         )
-        if guard is None or not guard.ok:
+        reason: str | None = None
+        if link_error is not None:
+            reason = link_error
+        elif guard is None or not guard.ok:
             reason = "the proposal changed nothing" if guard is None else (guard.reason or "rejected")
+        else:
+            # Complete before commit: a candidate the judge could not be run with is a rejection, not a crash.
+            invalid = self.validate({p: n for p, (_, n) in changed.items()}, provider)
+            if invalid is not None:
+                reason = f"the candidate cannot be used: {invalid}"
+        if reason is not None:
             self.say(f"  experiment {exp.id}: rejected by the guards: {reason}")
             return self.ledger.finish_experiment(exp.id, status="guard_rejected", decision="guard_rejected",
                                                  reason=reason, **usage)
 
-        # Only guarded, allowed files are written, and only they are committed.
+        # Only guarded, allowed files are written (never through a link), and only they are committed.
         for path, (_, new_text) in changed.items():
-            (self.root / path).write_text(new_text or "", encoding="utf-8")
+            write_prompt_file(self.root, path, new_text or "")
         sha = gitops.commit_candidate(
             self.root, sorted(changed), f"judgeloop candidate {exp.id}: {_one_line(proposal.rationale)}\n\n"
             f"{proposal.rationale}", exp.id,
@@ -611,7 +635,20 @@ class LoopRunner:
         self, exp_id: int, sha: str, incumbent: Experiment, provider: Provider, cache: JudgeCache,
         optimiser_cost: float = 0.0
     ) -> Experiment:
-        prompts = PromptSet.from_rev(self.ws, sha)
+        incumbent_sha = incumbent.commit_sha or gitops.rev_parse(self.root, "HEAD~1")
+        try:
+            prompts = PromptSet.from_rev(self.ws, sha)
+            invalid = self.validate({}, provider, base_rev=sha)
+        except UserError as exc:
+            invalid = str(exc)
+        if invalid is not None:
+            # A commit the judge cannot be run with (left by an older judgeloop, or a hand-made one on the
+            # branch): rolled back with the reason, so a resume goes on instead of failing forever.
+            reason = f"cannot be evaluated: {invalid}; rolled back"
+            rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, None, "error"))
+            self.say(f"  experiment {exp_id}: {reason}")
+            return self.ledger.finish_experiment(exp_id, status="error", decision="error", reason=reason,
+                                                 commit_sha=rejected, cost_usd=optimiser_cost)
         self.stage("evaluating", exp_id, started_at=time.time())  # wall clock, as the cache's `created`
         if self.batch:
             self.say(f"  experiment {exp_id}: evaluating every item as one batch (batch mode: early stopping "
@@ -622,7 +659,6 @@ class LoopRunner:
         else:
             self.say(f"  experiment {exp_id}: evaluating (negatives first, stopping as soon as the outcome is certain)")
         ev = await self.evaluate(exp_id, prompts, incumbent, provider, cache)
-        incumbent_sha = incumbent.commit_sha or gitops.rev_parse(self.root, "HEAD~1")
         usage_extra = {"extra_cost": optimiser_cost, "prompt_hash": prompts.prompt_hash()}
         if ev.decision is None:
             reason = f"not decided: {ev.error}; rolled back"

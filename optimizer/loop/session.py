@@ -28,8 +28,9 @@ from optimizer.judge.prompts import PromptSet
 from optimizer.ledger import Ledger, Run, RunStatus
 from optimizer.loop.runner import Limits, LoopRunner, decision_trailers, fmt3
 from optimizer.loop.strategies import Strategy, make_strategy
-from optimizer.loop.strategies.manual import ManualStrategy, capture_edits
+from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
 from optimizer.metrics import Metrics, score
+from optimizer.paths import check_prompts_tree
 from optimizer.report import export_experiments_tsv, write_markdown_report
 from optimizer.workspace import Workspace, command_lock
 
@@ -159,13 +160,22 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
     loop_cfg = cfg.loop.model_copy(update={"policy": options.policy} if options.policy else {})
     if gitops.clear_stale_index_lock(ws.root):
         say("removed a stale .git/index.lock (left by a process killed in the middle of a git command)")
+    if ws.stop_path.exists():
+        # Older than this run, so meant for none: it would end the run after its baseline.
+        ws.stop_path.unlink()
+        say(f"removed a leftover {ws.stop_path.relative_to(ws.root)} (it predates this run); create it again "
+            "to stop the run after its current step")
+    check_prompts_tree(ws.root)
     ledger = Ledger(ws.ledger_path)
+    manual_edit: str | None = None
     try:
         if resume:
             prepared = _prepare_resume(ws, ledger, options, judge, loop_cfg, say)
         else:
             prepared = _prepare_start(ws, ledger, options, judge, loop_cfg, say)
         run, split = prepared.run, prepared.split
+        if prepared.strategy_name == "manual":
+            manual_edit = str(run.budgets.get("manual_edit", ""))
         strategy: Strategy
         if prepared.strategy_name == "manual":
             strategy = ManualStrategy(ws.root / str(run.budgets.get("manual_edit", "")))
@@ -193,14 +203,17 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         if stop.kind is StopKind.STOP_FILE and ws.stop_path.exists():
             ws.stop_path.unlink()
         _summary(ledger, run.id, stop.message, say)
-        if prepared.strategy_name == "manual":
-            _manual_outcome(ledger, run.id, str(run.budgets.get("manual_edit", "")), say)
+        if manual_edit is not None:
+            _manual_outcome(ws, ledger, run.id, manual_edit, say)
+            manual_edit = None
         out = ws.experiments_dir / "runs" / run.id
         write_markdown_report(ledger, run.id, out / "report.md", ws)
         export_experiments_tsv(ledger, run.id, out / "experiments.tsv")
         say(f"  wrote {(out / 'report.md').relative_to(ws.root)} and experiments.tsv")
         return RunOutcome(run.id, status, stop)
     finally:
+        if manual_edit is not None:  # crashed or aborted: the edit must not vanish with the run
+            _manual_outcome(ws, ledger, run.id, manual_edit, say)
         ledger.close()
 
 
@@ -303,19 +316,31 @@ def _check_batch_judge(ws: Workspace, judge: JudgeSection, rev: str) -> None:
     check_batch_settings(judge.provider, PromptSet.from_rev(ws, rev).settings.mode)
 
 
-def _manual_outcome(ledger: Ledger, run_id: str, saved: str, say: Say) -> None:
-    """Tell the person where their hand edit went."""
+def _manual_outcome(ws: Workspace, ledger: Ledger, run_id: str, saved: str, say: Say) -> None:
+    """Tell the person where their hand edit went; an edit the run did not judge goes back into the
+    working tree (`restore_manual_edit`), so no way a manual run ends removes it unseen."""
     cand = next((e for e in ledger.experiments(run_id) if e.seq == 1), None)
-    if cand is None:
-        return
-    if cand.status == "kept":
+    if cand is not None and cand.status == "kept":
         say(f"  your edit was kept: it is the tip of the run branch (experiment {cand.id})")
-    elif cand.status == "waiting":
+    elif cand is not None and cand.status == "waiting":
         say(f"  your edit waits for you: `judgeloop decide {cand.id} keep|discard`")
+    elif cand is not None and cand.status == "rolled_back":
+        say(f"  your edit was not kept (rolled back); to work on it again: "
+            f"`git checkout refs/judgeloop/rejected/{cand.id} -- prompts/` or copy it from {saved}")
+    elif cand is not None and cand.status == "running":
+        say(f"  your edit is being judged (experiment {cand.id}); `judgeloop run --resume` finishes it "
+            f"(a copy is in {saved})")
     else:
-        back = (f"`git checkout refs/judgeloop/rejected/{cand.id} -- prompts/` or copy it from {saved}"
-                if cand.status == "rolled_back" else f"copy it from {saved}")
-        say(f"  your edit was not kept ({cand.status.replace('_', ' ')}); to work on it again: {back}")
+        why = ("the run ended before judging it" if cand is None
+               else f"it was not judged: {cand.status.replace('_', ' ')}, {cand.reason or 'no reason recorded'}")
+        restored, kept_back = restore_manual_edit(ws.root, ws.root / saved)
+        if restored:
+            say(f"  {why}; your edit is back in {', '.join(restored)} (a copy is in {saved})")
+        if kept_back:
+            say(f"  {why}; {', '.join(kept_back)} changed meanwhile, so your edit was not put back: "
+                f"it is in {saved}")
+        if not restored and not kept_back:
+            say(f"  {why}; your edit is in {saved}")
 
 
 def _resumed_judge(run: Run, judge: JudgeSection, asked: JudgeOverrides) -> JudgeSection:

@@ -245,6 +245,23 @@ def body_digest(body: Any) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+def stop_after_baseline() -> Any:
+    """A context manager: while it is active, a run creates ``experiments/STOP`` right after its baseline,
+    as a person would during the run (a STOP older than the run is removed, not obeyed)."""
+    from unittest import mock
+
+    from optimizer.loop.runner import LoopRunner
+
+    original = LoopRunner.baseline
+
+    async def baseline(self: LoopRunner, *args: Any, **kwargs: Any) -> Any:
+        exp = await original(self, *args, **kwargs)
+        self.ws.stop_path.write_text("", encoding="utf-8")
+        return exp
+
+    return mock.patch.object(LoopRunner, "baseline", baseline)
+
+
 def run_loop(root: Path, server_url: str, *extra: str) -> int:
     """``judgeloop run`` in-process against the fake server (OpenAI wire, fake-judge, concurrency 8)."""
     return main(["run", "-w", str(root), "--provider", "openai", "--base-url", server_url,

@@ -33,6 +33,7 @@ from tests.loop.helpers import (
     commit_all,
     request_texts,
     run_loop,
+    stop_after_baseline,
     wait_for,
 )
 from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
@@ -126,9 +127,8 @@ def _release(judge: FakeJudge, *, abandon: bool) -> None:
 
 def _stopped_run(root: Path, server: FakeLLMServer, *extra: str) -> None:
     """A run that evaluated its baseline and stopped (a STOP file): unfinished, so resumable."""
-    (root / "experiments").mkdir(exist_ok=True)
-    (root / "experiments" / "STOP").write_text("", encoding="utf-8")
-    assert run_loop(root, server.openai_base_url, *extra) == 0
+    with stop_after_baseline():
+        assert run_loop(root, server.openai_base_url, *extra) == 0
     run, exps = latest(root)
     assert run.status == "stopped" and [e.status for e in exps] == ["baseline"]
 

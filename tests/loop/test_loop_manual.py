@@ -7,13 +7,18 @@ pasting an entry's text into the rubric by hand is a hand edit with a known effe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from optimizer import gitops
 from optimizer.cli import main
+from optimizer.config import JudgeOverrides
+from optimizer.events import Event, Message, StopKind
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
+from optimizer.loop.session import RunOptions, start_run
+from optimizer.workspace import Workspace
 from tests.fakeserver import FakeLLMServer
 from tests.loop.helpers import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, run_loop
 from tests.loop.test_loop_run import assert_clean, latest
@@ -78,16 +83,63 @@ def test_manual_needs_an_edit_of_the_allowed_files_and_nothing_else(
     assert not (ws / "experiments" / "manual").exists()
 
 
-def test_a_stopped_manual_run_resumes_with_the_saved_edit(ws: Path) -> None:
+def _stop_after_baseline(root: Path) -> Callable[[Event], None]:
+    """An events listener that creates experiments/STOP once the baseline is reported (during the run)."""
+    def listen(event: Event) -> None:
+        if isinstance(event, Message) and "baseline kappa=" in event.text:
+            (root / "experiments" / "STOP").write_text("", encoding="utf-8")
+    return listen
+
+
+def test_a_manual_run_stopped_before_the_candidate_puts_the_edit_back_and_resume_judges_it(ws: Path) -> None:
     new = hand_edit(ws, GOOD_ENTRY)
-    (ws / "experiments").mkdir(exist_ok=True)
-    (ws / "experiments" / "STOP").write_text("", encoding="utf-8")  # stop right after the baseline
+    said: list[Event] = []
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        assert run_loop(ws, server.openai_base_url, "--strategy", "manual") == 0
+        judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8)
+        listen = _stop_after_baseline(ws)
+        outcome = start_run(Workspace.open(ws), RunOptions(strategy="manual", judge=judge),
+                            lambda e: (said.append(e), listen(e)))
+        assert outcome.stop.kind is StopKind.STOP_FILE
         run, exps = latest(ws)
         assert run.status == "stopped" and [e.status for e in exps] == ["baseline"]
-        assert (ws / RUBRIC_MD).read_text(encoding="utf-8") != new  # reset; the edit lives in the saved copy
+        # Not judged, so not gone: the edit is back in the working tree, and the run says so.
+        assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == new
+        lines = [e.text for e in said if isinstance(e, Message)]
+        assert any("the run ended before judging it; your edit is back in prompts/rubric.md" in t for t in lines)
         assert run_loop(ws, server.openai_base_url, "--resume") == 0
     run, exps = latest(ws)
     assert run.status == "finished" and [e.status for e in exps] == ["baseline", "kept"]
     assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == new
+
+
+def test_a_leftover_stop_file_is_removed_with_a_message_and_the_edit_is_judged(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The red team's case: `s` in the TUI with no run going left experiments/STOP behind.
+    new = hand_edit(ws, GOOD_ENTRY)
+    (ws / "experiments").mkdir(exist_ok=True)
+    (ws / "experiments" / "STOP").write_text("stop requested from the TUI\n", encoding="utf-8")
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "manual") == 0
+    out = capsys.readouterr().out
+    assert "removed a leftover experiments/STOP (it predates this run)" in out
+    run, exps = latest(ws)
+    assert [e.status for e in exps] == ["baseline", "kept"]
+    assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == new
+    assert not (ws / "experiments" / "STOP").exists()
+
+
+def test_a_manual_edit_the_guards_reject_goes_back_into_the_working_tree(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rubric = ws / RUBRIC_MD
+    new = rubric.read_text(encoding="utf-8") + "\n- Compare the typed text with {{expected_text}} exactly.\n"
+    rubric.write_text(new, encoding="utf-8")
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "manual") == 0
+    out = capsys.readouterr().out
+    run, exps = latest(ws)
+    assert [e.status for e in exps] == ["baseline", "guard_rejected"]
+    assert "unknown placeholder {{expected_text}}" in (exps[1].reason or "")
+    assert rubric.read_text(encoding="utf-8") == new
+    assert "your edit is back in prompts/rubric.md" in out

@@ -3,13 +3,13 @@ allowed-path checks and Markdown section splicing."""
 
 from __future__ import annotations
 
-import posixpath
 import random
 import re
 from collections import Counter
 from collections.abc import Sequence
 
 from optimizer.loop.strategies import Direction, Disagreement, PastExperiment
+from optimizer.paths import allowed_name
 
 REASONING_CHARS = 600
 DIFF_CHARS = 1500
@@ -131,19 +131,9 @@ def format_history(history: Sequence[PastExperiment], *, limit: int = 20, diff_c
     return head + "\n\n".join(blocks)
 
 
-def normalise_path(path: str) -> str:
-    """``./prompts/judge.md`` and ``prompts//judge.md`` → ``prompts/judge.md`` (no ``..`` resolution tricks)."""
-    cleaned = posixpath.normpath(path.strip().replace("\\", "/"))
-    return cleaned[2:] if cleaned.startswith("./") else cleaned
-
-
 def allowed_path(path: str, allowed: Sequence[str]) -> str | None:
-    """The allowed file ``path`` names, or None if it names none of them."""
-    norm = normalise_path(path)
-    for a in allowed:
-        if normalise_path(a) == norm:
-            return a
-    return None
+    """The allowed file ``path`` names (canonical, `optimizer.paths.prompt_file`), or None if it names none."""
+    return allowed_name(path, list(allowed))
 
 
 _MARKER_PREFIX = "<!-- judgeloop:"

@@ -10,8 +10,10 @@ experiment number and the history:
 - when the incumbent's disagreements are mostly missed failures (too lenient), moves that make the
   judge stricter rank first, and the reverse for rejected successes; an entry naming the mistake type
   the judge misses most often ranks higher still;
-- a move whose resulting set of enabled entries was already tried in this run (whatever its outcome)
-  or is the incumbent's is never proposed again. Each proposal records the set it enables as data,
+- a move whose resulting set of enabled entries was already decided in this run (kept, rolled back,
+  guard-rejected or waiting for a human) or is the incumbent's is never proposed again; one that was
+  interrupted or left undecided by errors (a kill between the guards and the commit, a provider
+  outage) was never tried and may come again. Each proposal records the set it enables as data,
   ``Proposal.meta["library_enabled"]`` (sorted ids); the ledger keeps it and hands it back in
   ``PastExperiment.meta``, so the history says which sets were tried. (Ledgers written before that
   carried the set in a tag at the end of the rationale; upgrading the ledger reads the tag once.)
@@ -96,10 +98,16 @@ class Move:
     effect: Lean  # what the move does to the judge
 
 
+# The outcomes that mean a candidate was really tried (`error` covers interrupted and undecided ones).
+DECIDED = frozenset({"kept", "rolled_back", "guard_rejected", "waiting"})
+
+
 def tried_sets(history: Sequence[PastExperiment]) -> set[frozenset[str]]:
-    """Enabled-entry sets proposed by earlier library experiments (their ``meta["library_enabled"]``)."""
+    """Enabled-entry sets of earlier library experiments that were decided (their ``meta["library_enabled"]``)."""
     out: set[frozenset[str]] = set()
     for experiment in history:
+        if experiment.decision not in DECIDED:
+            continue
         enabled = experiment.meta.get(META_KEY)
         if isinstance(enabled, list) and all(isinstance(x, str) for x in enabled):
             out.add(frozenset(enabled))

@@ -22,6 +22,7 @@ from pathlib import Path
 from optimizer import gitops
 from optimizer.errors import UserError
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
+from optimizer.paths import prompt_file_or_none, read_prompt_file, write_prompt_file
 
 MESSAGE_FILE = "_message.json"
 
@@ -49,13 +50,46 @@ def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], m
     while folder.exists():
         n += 1
         folder = folder.with_name(f"{folder.name.split('.')[0]}.{n}")
+    texts = {path: read_prompt_file(root, path) or "" for path in edited}  # never through a link
     for path in edited:
         target = folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes((root / path).read_bytes())
+        target.write_text(texts[path], encoding="utf-8")
     (folder / MESSAGE_FILE).write_text(json.dumps({"files": edited, "message": message or ""}), encoding="utf-8")
     gitops.restore_paths(root, edited)
     return folder
+
+
+def restore_manual_edit(root: Path, folder: Path) -> tuple[list[str], list[str]]:
+    """Put an edit saved by `capture_edits` back into the working tree, file by file, where the tree
+    still holds the committed text (HEAD). Returns (files restored, files left alone because they
+    changed since; the saved copy stays in ``folder`` either way)."""
+    try:
+        meta = json.loads((folder / MESSAGE_FILE).read_text(encoding="utf-8"))
+        files = [str(p) for p in meta["files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [], []
+    restored: list[str] = []
+    kept_back: list[str] = []
+    for path in files:
+        name = prompt_file_or_none(path)
+        saved = folder / path
+        if name is None or not saved.is_file():
+            continue
+        text = saved.read_bytes().decode("utf-8", errors="replace")
+        try:
+            current = read_prompt_file(root, name)
+        except UserError:
+            kept_back.append(name)
+            continue
+        if current == text:
+            restored.append(name)
+        elif current == gitops.read_file_at(root, "HEAD", name):
+            write_prompt_file(root, name, text)
+            restored.append(name)
+        else:
+            kept_back.append(name)
+    return restored, kept_back
 
 
 class ManualStrategy:

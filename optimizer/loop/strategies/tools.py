@@ -21,12 +21,13 @@ from optimizer.devset.markdown import action_string
 from optimizer.judge import types as judge_types
 from optimizer.loop.strategies import ProposalContext
 from optimizer.loop.strategies.common import allowed_path, disagreement_dict, format_history
+from optimizer.paths import MAX_PROMPT_FILE_CHARS
 
 MAX_STEPS_PER_READ = 150
 MAX_LISTED = 40
 SCREENSHOT_BOX = (1024, 768)  # an optimiser needs legible text, not the judge's 512×332
 SCREENSHOT_QUALITY = 80
-MAX_FILE_CHARS = 60_000
+MAX_FILE_CHARS = MAX_PROMPT_FILE_CHARS  # what the runner's validation accepts
 
 
 @dataclass(frozen=True)
@@ -199,11 +200,17 @@ def edit_file(state: ToolState, path: str, old: str, new: str) -> ToolOutput:
     text = state.files[name]
     if not old:
         return state.fail("old must be a non-empty text copied from the file")
+    if len(old) > MAX_FILE_CHARS or len(new) > MAX_FILE_CHARS:
+        return state.fail(f"old and new may be at most {MAX_FILE_CHARS} characters each (got {len(old)} and "
+                          f"{len(new)}); edit a passage, not the whole file")
     count = text.count(old)
     if count != 1:
         where = "does not occur" if count == 0 else f"occurs {count} times"
         return state.fail(f"old {where} in {name}; copy an exact, unique passage (read_file shows the text)")
-    state.files[name] = text.replace(old, new, 1)
+    edited = text.replace(old, new, 1)
+    if len(edited) > MAX_FILE_CHARS:
+        return state.fail(f"the edit would make {name} {len(edited)} characters; the limit is {MAX_FILE_CHARS}")
+    state.files[name] = edited
     return ToolOutput(text=f"edited {name}: replaced {len(old)} characters with {len(new)}")
 
 
