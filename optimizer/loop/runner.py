@@ -42,7 +42,7 @@ from optimizer.judge.providers import make_provider
 from optimizer.judge.types import BatchState, Provider
 from optimizer.ledger import Experiment, ItemVerdict, Ledger, ReplicateVerdict, Run
 from optimizer.loop.compare import judgements_of, rejudge
-from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values
+from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
 from optimizer.loop.strategies import (
     Disagreement,
     PastExperiment,
@@ -530,16 +530,19 @@ class LoopRunner:
         )
 
     def guard_inputs(self) -> dict[str, Any]:
-        """What the overfit lint checks against, built once per run (the instructions' 8-grams and values)."""
+        """What the overfit lint checks against, built once per run (the instructions' 8-grams and values,
+        the trajectories' typed texts and click targets)."""
         if self._guard_inputs is None:
             recordings = {lab.original_id for lab in self.labels.values()}
             recordings |= {lab.paired_id for lab in self.labels.values() if lab.paired_id}
-            instructions = [self.split.trajectory(t).task.instruction for t in self.split.ids]
+            trajectories = [self.split.trajectory(t) for t in self.split.ids]
+            instructions = [t.task.instruction for t in trajectories]
             self._guard_inputs = {
                 "dev_ids": set(self.split.ids),
                 "dev_recording_ids": recordings,
                 "dev_instructions": instruction_ngrams(instructions),
                 "dev_values": instruction_values(instructions),
+                "dev_trajectory_values": trajectory_values(trajectories),
             }
         return self._guard_inputs
 
