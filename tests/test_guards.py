@@ -403,6 +403,8 @@ def dev_trajectory() -> Trajectory:
         Action(type="type", parameters={"text": "Quarterly Widget Forecast"}),
         Action(type="type", parameters={"text": "Dentist"}),  # one plain word: not a value
         Action(type="type", parameters={"text": "Hi,"}),
+        Action(type="type", parameters={"text": "time zone"}),  # two plain words: how rules talk, not a value
+        Action(type="type", parameters={"text": "Thanks Kim"}),  # two words, one a name: a value
         Action(type="type", parameters={"text": "=SUM(B2:B6)"}),
         Action(type="click", parameters={"x": 5, "y": 7}),  # too few digits to be distinctive
         Action(type="click", parameters={"x": 10, "y": 30}),  # would read as the time 10:30
@@ -426,9 +428,9 @@ def test_trajectory_values_are_the_distinctive_typed_texts_and_click_targets() -
     from optimizer.loop.guards import trajectory_values
 
     values = trajectory_values([dev_trajectory()])
-    assert {"quarterly widget forecast", "=sum(b2:b6", "243 58", "100 220", "380 221"} <= values
+    assert {"quarterly widget forecast", "thanks kim", "=sum(b2:b6", "243 58", "100 220", "380 221"} <= values
     assert "https://intra.example.org/ticket/4471" in values
-    assert not {"dentist", "hi", "5 7", "10 30", "ctrl", "s", "left"} & values
+    assert not {"dentist", "hi", "time zone", "5 7", "10 30", "ctrl", "s", "left"} & values
 
 
 @pytest.mark.parametrize(
@@ -458,6 +460,7 @@ def test_a_typed_value_or_click_target_of_a_dev_trajectory_is_rejected(line: str
         "- Say hi, then check the quarterly report.\n",
         "- Steps 5 7 and 9 are examples; a score from 1 to 5; a meeting at 10:30.\n",
         "- Press Ctrl s to save, then left-click the button.\n",
+        "- Check the time zone of every event the agent created.\n",
     ],
 )
 def test_plain_typed_words_and_small_numbers_are_not_trajectory_values(line: str) -> None:

@@ -300,12 +300,16 @@ def instruction_values(instructions: Iterable[str]) -> set[str]:
 
 
 def _typed_values(text: str) -> set[str]:
-    """What an action typed: its distinctive tokens, and the whole text as words when it has 2+ words
-    (split at white space: ``=SUM(B2:B6)`` is one token, not the words ``sum b2 b6``)."""
+    """What an action typed: its distinctive tokens, and the whole text as words when it is a phrase of
+    3+ words, or of 2 words one of which is capitalised or has a digit (``Thanks Kim``; a plain pair
+    such as ``time zone`` is how a general rule talks, not an answer). Split at white space:
+    ``=SUM(B2:B6)`` is one token, not the words ``sum b2 b6``."""
     normalised = normalise_text(text)
     values = _token_values(normalised)
     words = normalise_words(normalised)
-    if len(normalised.split()) >= 2 and len(words) >= 2:
+    raw = normalised.split()
+    distinctive = any(w[:1].isupper() or any(c.isdigit() for c in w) for w in raw)
+    if len(raw) >= 2 and (len(words) >= 3 or len(words) == 2 and distinctive):
         values.add(" ".join(words))
     return values
 
@@ -323,7 +327,7 @@ def _coordinate(x: Any, y: Any) -> str | None:
 def trajectory_values(trajectories: Iterable[Trajectory]) -> set[str]:
     """The distinctive values of the dev trajectories' actions, normalised and lower-cased (see guard 7):
     what ``type`` actions typed and other string arguments (tokens with a digit or an inner separator,
-    whole texts of 2+ words), and click, move, scroll and drag targets of 5+ digits (``"243 58"``)."""
+    phrases of 3+ words, or 2 with a capital or digit), and click, move, scroll and drag targets of 5+ digits (``"243 58"``)."""
     values: set[str] = set()
     for trajectory in trajectories:
         for step in trajectory.steps:
