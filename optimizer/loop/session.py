@@ -284,7 +284,14 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
         limits = dataclasses.replace(limits, max_experiments=1)
         say(f"your edit is saved in {manual_dir.relative_to(ws.root)} and judged as one candidate")
     start_rev = gitops.rev_parse(ws.root, "HEAD")
-    start_settings = PromptSet.from_rev(ws, start_rev).settings
+    try:
+        start_settings = PromptSet.from_rev(ws, start_rev).settings
+    except UserError as exc:
+        pending = next((e for e in ledger.experiments_with_status("running") if e.commit_sha == start_rev), None)
+        if pending is None:
+            raise
+        raise UserError(f"{exc} — HEAD is candidate {pending.id} of run {pending.run_id}, never evaluated: "
+                        "`judgeloop run --resume` rolls it back and goes on") from None
     if start_settings.mode == "agentic" and judge.provider == "local":
         raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
                         'tools (anthropic or openai); the local judge supports mode = "direct" only')

@@ -99,6 +99,10 @@ def test_resume_rolls_back_a_committed_candidate_that_cannot_be_evaluated(
         assert run.status == "crashed" and exps[1].status == "running"
         assert gitops.rev_parse(ws, "HEAD") == exps[1].commit_sha  # the unusable commit is the branch tip
         capsys.readouterr()
+        # A new run cannot start from the unusable tip; the refusal says what does.
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 2
+        err = capsys.readouterr().err
+        assert "unknown placeholder {{value}}" in err and "`judgeloop run --resume` rolls it back" in err
         assert run_loop(ws, server.openai_base_url, "--resume") == 0
     out = capsys.readouterr().out
     run, exps = latest(ws)
