@@ -9,6 +9,8 @@ out of the folder is refused. Judge-input side: this module reads no labels.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from pathlib import Path, PurePosixPath
 
@@ -62,8 +64,19 @@ def inside(base: Path, relative: str | PurePosixPath, *, also: Path | None = Non
     (the release a ``devset import --link`` symlinked the screenshots to).
     """
     rel = relative_link(str(relative))
-    resolved = (base / rel).resolve()
-    roots = [base.resolve()] + ([also.resolve()] if also is not None else [])
-    if not any(resolved.is_relative_to(root) for root in roots):
-        raise OutsideError(f"{shown(str(relative))} resolves to {resolved}, outside {base}")
-    return resolved
+    # os.path on strings: this runs for every screenshot of every judged item.
+    resolved = os.path.realpath(os.path.join(base, rel))
+    for root in (base, also):
+        if root is not None and _within(resolved, _real_folder(str(root))):
+            return Path(resolved)
+    raise OutsideError(f"{shown(str(relative))} resolves to {resolved}, outside {base}")
+
+
+@functools.lru_cache(maxsize=64)
+def _real_folder(folder: str) -> str:
+    # Cached: a folder that later becomes a link elsewhere only makes more paths fall outside it.
+    return os.path.realpath(folder)
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
