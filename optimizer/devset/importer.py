@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from optimizer.devset.heldout import check_apart
 from optimizer.devset.ids import OutsideError, check_id, inside, is_remote, relative_link
 from optimizer.devset.labels import (
     LABEL_FILE_NAMES,
@@ -445,6 +446,10 @@ def import_split(
 
     for tid in ids:
         _check_row_ids(label_rows[tid])
+    side = ws.config.workspace
+    if name == side.dev_split or name in side.heldout_splits:
+        # Before anything is written: a dev and a held-out split share no item and no recording.
+        check_apart(ws, name, {tid: label_rows[tid].label for tid in ids})
 
     warnings = source.warnings
     planned: list[_Planned] = []
