@@ -94,7 +94,7 @@ def test_run_refuses_a_dev_split_sharing_trajectories_with_a_heldout_split(
     assert runs(ws) == 0
 
 
-def test_confirm_refuses_a_heldout_split_sharing_trajectories_with_the_runs_split(
+def test_confirm_and_resume_refuse_a_heldout_split_sharing_trajectories_with_the_runs_split(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dev, rest = dev_and_rest(ws)
@@ -108,8 +108,18 @@ def test_confirm_refuses_a_heldout_split_sharing_trajectories_with_the_runs_spli
         code = main(["confirm", "-w", str(ws), "--split", "held", "--provider", "openai",
                      "--base-url", server.openai_base_url, "--model", "fake-judge"])
         assert len(server.inference_requests()) == sent  # nothing judged
-    assert code == 2
-    err = one_line(capsys)
-    assert "held-out split 'held'" in err and f"share {len(dev)} trajectory id(s)" in err
+        assert code == 2
+        err = one_line(capsys)
+        assert "held-out split 'held'" in err and f"share {len(dev)} trajectory id(s)" in err
+        with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+            assert led.confirmations("held") == []
+            run = led.latest_run()
+            assert run is not None
+            led.set_run_status(run.id, "stopped", stop_reason="interrupted (as by Ctrl-C)")
+            experiments = len(led.experiments(run.id))
+        # Resuming that run meets the same refusal, before anything is judged.
+        assert run_loop(ws, server.openai_base_url, "--resume", "--max-experiments", "2") == 2
+        assert f"share {len(dev)} trajectory id(s)" in one_line(capsys)
+        assert len(server.inference_requests()) == sent
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
-        assert led.confirmations("held") == []
+        assert len(led.experiments(run.id)) == experiments
