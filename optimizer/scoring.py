@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
@@ -131,6 +132,7 @@ class FolderScore:
 def score_folder(ws: Workspace, results_dir: Path, split_name: str) -> FolderScore:
     """Score the verdict files in ``results_dir`` against split ``split_name`` by the published
     protocol (a missing or invalid verdict counts as wrong), with 95% bootstrap intervals."""
+    refuse_heldout(ws, split_name, "score")  # its figures only through confirm, counted and capped
     split = open_split(ws, split_name)
     labels = load_labels(split)
     skipped: list[str] = []

@@ -135,9 +135,9 @@ def test_import_with_link_symlinks_screenshots(ws: Workspace, tmp_path: Path) ->
     release = write_release(tmp_path / "src", items)
     split = import_split(ws, release.root, "linked", all_items=True, link=True)
     step = split.trajectory(items[0].trajectory_id).steps[0]
-    shot = split.screenshot_file(step)
-    assert shot is not None and shot.is_symlink()
-    assert shot.resolve() == release.screenshot(items[0], 0).resolve()
+    assert step.screenshot is not None and (split.sandbox_root / step.screenshot).is_symlink()
+    # Read through the link, resolved: the release file it points to.
+    assert split.screenshot_file(step) == release.screenshot(items[0], 0).resolve()
     assert verify_split(split).ok
 
 

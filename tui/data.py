@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from optimizer.devset.markdown import action_string
 from optimizer.ledger import (
@@ -22,6 +23,10 @@ from optimizer.ledger import (
     Run,
 )
 from optimizer.metrics import flip_table
+
+if TYPE_CHECKING:
+    from optimizer.devset.split import Split
+    from optimizer.models import Trajectory
 
 DISAGREEMENT_KINDS = ("FP", "FN")
 REVIEW_LABELS = {
@@ -465,7 +470,22 @@ def load_disagreements(ledger: Ledger, experiment_id: int) -> tuple[Experiment, 
 class StepLine:
     index: int
     action: str
-    screenshot: Path | None
+    screenshot: Path | None  # resolved and checked inside the split (`step_lines`); shown and opened as is
+    problem: str | None = None  # why the screenshot is refused (a link outside the split)
+
+
+def step_lines(split: Split, traj: Trajectory) -> list[StepLine]:
+    """The item's steps with their screenshot files. A screenshot outside the split is refused
+    (no path, the reason instead): the image view and the open action never reach such a file."""
+    from optimizer.errors import UserError
+
+    lines = []
+    for i, step in enumerate(traj.steps):
+        try:
+            lines.append(StepLine(i, action_string(step.action), split.screenshot_file(step)))
+        except UserError as exc:
+            lines.append(StepLine(i, action_string(step.action), None, str(exc)))
+    return lines
 
 
 @dataclass(frozen=True)
@@ -503,7 +523,7 @@ def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: 
         split = open_split(Workspace.open(ws_root), run.split)
         traj = split.trajectory(trajectory_id)
         instruction = traj.task.instruction.strip()
-        steps = [StepLine(i, action_string(s.action), split.screenshot_file(s)) for i, s in enumerate(traj.steps)]
+        steps = step_lines(split, traj)
     except (UserError, OSError, ValueError) as exc:
         problem = str(exc)
     return ItemDetail(

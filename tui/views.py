@@ -752,6 +752,9 @@ class ItemView(View):
         if self.detail is None or not self.detail.steps:
             return
         step = self.detail.steps[self.step_index]
+        if step.problem is not None:  # a screenshot outside the split: refused, never decoded or opened
+            self.query_one(StepImage).show(None, None, f"step {step.index}: {step.problem}")
+            return
         self.query_one(StepImage).show(None, step.screenshot, f"step {step.index}: loading screenshot…")
         self.decode_step(step.index, step.screenshot)
 

@@ -34,6 +34,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from optimizer.devset.heldout import check_apart
+from optimizer.devset.ids import OutsideError, check_id, inside, is_remote, relative_link
 from optimizer.devset.labels import (
     LABEL_FILE_NAMES,
     UNTYPED,
@@ -49,10 +51,8 @@ from optimizer.devset.split import (
     Split,
     canonical_screenshot_link,
     first_error,
-    local_relpath,
     open_split,
     read_manifest,
-    resolve_link,
 )
 from optimizer.errors import UserError
 from optimizer.models import Label, Trajectory
@@ -272,20 +272,29 @@ def _plan_item(source: _Source, row: LabelRow, warnings: list[str]) -> _Planned:
         link = step.get("screenshot")
         if not isinstance(link, str) or not link:
             continue
-        rel = local_relpath(link)
-        if rel is None:
+        if is_remote(link):
             warnings.append(f"{where}: step {stored.step_id} links {link}, which is not in {source.root}")
             continue
-        src_file = source.sandbox_root / rel
+        try:
+            rel = relative_link(link)  # the link is kept in the split: it must stay inside it
+            src_file = inside(source.sandbox_root, rel)
+        except OutsideError as exc:
+            raise _ItemError(f"{where}: step {stored.step_id}: the screenshot {exc}") from None
+        shown_file = source.sandbox_root / rel
         if not src_file.is_file() and stored.screenshot and link != stored.screenshot:
             # Relinked: the file may still be where the full form pointed (an absolute path, say).
-            old = resolve_link(source.sandbox_root, stored.screenshot)
+            old = _stored_file(source, stored.screenshot)
+            if old is None and not is_remote(stored.screenshot):
+                warnings.append(
+                    f"{where}: step {stored.step_id} stores the screenshot {stored.screenshot}, outside "
+                    f"{source.sandbox_root}; not read"
+                )
             if old is not None and old.is_file():
                 src_file = old
         if not src_file.is_file():
-            if src_file not in source.missing:  # warn once per file, not once per item sharing it
-                source.missing.add(src_file)
-                warnings.append(f"{src_file}: missing (screenshot of step {stored.step_id} of {tid})")
+            if shown_file not in source.missing:  # warn once per file, not once per item sharing it
+                source.missing.add(shown_file)
+                warnings.append(f"{shown_file}: missing (screenshot of step {stored.step_id} of {tid})")
             continue
         screenshots[str(rel)] = src_file
 
@@ -298,6 +307,28 @@ def _plan_item(source: _Source, row: LabelRow, warnings: list[str]) -> _Planned:
                 f"{md_path}: differs from the rendering of its JSON at line {line}; the rendering was imported"
             )
     return _Planned(tid, json_bytes, markdown, screenshots)
+
+
+def _stored_file(source: _Source, link: str) -> Path | None:
+    """Where a full form's own link points, resolved, when that lies inside the release's sandbox."""
+    if is_remote(link):
+        return None
+    path = Path(link)
+    try:
+        rel = path.resolve().relative_to(source.sandbox_root.resolve()).as_posix() if path.is_absolute() else link
+        return inside(source.sandbox_root, rel)
+    except (OutsideError, ValueError):
+        return None
+
+
+def _check_row_ids(row: LabelRow) -> None:
+    """The ids of an item to import: each names files or folders of the split, so each must be safe."""
+    where = f"{row.path}:{row.line}"
+    fix = "fix the label file (ids name the split's files and folders)"
+    check_id(row.label.trajectory_id, "trajectory_id", where, fix)
+    for field_name, value in (("original_id", row.label.original_id), ("paired_id", row.label.paired_id)):
+        if value:  # an empty recording id is allowed: the stored links are then kept as they are
+            check_id(value, field_name, where, fix)
 
 
 def select_ahd(labels: Iterable[Label]) -> list[str]:
@@ -412,6 +443,13 @@ def import_split(
     else:
         ids = _rebuild(label_rows)
         method = "rebuild-ahd"
+
+    for tid in ids:
+        _check_row_ids(label_rows[tid])
+    side = ws.config.workspace
+    if name == side.dev_split or name in side.heldout_splits:
+        # Before anything is written: a dev and a held-out split share no item and no recording.
+        check_apart(ws, name, {tid: label_rows[tid].label for tid in ids})
 
     warnings = source.warnings
     planned: list[_Planned] = []

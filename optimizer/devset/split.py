@@ -8,13 +8,13 @@ pyproject.toml; tests/test_firewall.py proves it at run time).
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from optimizer.devset.ids import OutsideError, check_id, inside, is_remote, relative_link
 from optimizer.devset.markdown import action_string, timestamp_ms_text
 from optimizer.errors import UserError
 from optimizer.models import Step, Trajectory
@@ -71,6 +71,8 @@ def read_manifest(path: Path) -> list[str]:
             raise UserError(
                 f"{path}:{lineno}: id {tid} is listed twice (first at line {first_line[tid]}); remove one of the lines"
             )
+        # An id names the item's files: one with '/' or '..' would be a path out of the split.
+        check_id(tid, "trajectory id", f"{path}:{lineno}", "fix that line of the manifest")
         first_line[tid] = lineno
         ids.append(tid)
     if not ids:
@@ -82,35 +84,9 @@ def read_manifest(path: Path) -> list[str]:
 # Screenshot links
 
 
-def is_remote(link: str) -> bool:
-    return "://" in link or link.startswith("data:")
-
-
-def local_relpath(link: str) -> PurePosixPath | None:
-    """The link as a clean path relative to the sandbox root, or None (URL, absolute, escaping)."""
-    if is_remote(link):
-        return None
-    path = PurePosixPath(link.replace("\\", "/"))
-    if path.is_absolute():
-        return None
-    parts = [part for part in path.parts if part != "."]
-    if not parts or ".." in parts or parts[0].endswith(":"):
-        return None
-    return PurePosixPath(*parts)
-
-
 def canonical_screenshot_link(recording_id: str, step_id: int) -> str:
     """The blind projection's link: ``./data/media/images/<recording_id>/step_<step_id+1>.png``."""
     return f"./data/media/images/{recording_id}/step_{step_id + 1}.png"
-
-
-def resolve_link(sandbox_root: Path, link: str) -> Path | None:
-    if is_remote(link):
-        return None
-    path = Path(link)
-    if path.is_absolute():
-        return path
-    return Path(os.path.normpath(sandbox_root / link))
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,11 +96,14 @@ def resolve_link(sandbox_root: Path, link: str) -> Path | None:
 class Split:
     """An imported split: manifest order, judge input files and screenshots. Never reads labels."""
 
-    def __init__(self, name: str, root: Path, ids: list[str], fingerprint: str) -> None:
+    def __init__(
+        self, name: str, root: Path, ids: list[str], fingerprint: str, linked_to: Path | None = None
+    ) -> None:
         self.name = name
         self.root = root
         self.ids = ids
         self.fingerprint = fingerprint
+        self.linked_to = linked_to  # the release `import --link` symlinked the screenshots to
         self._members = frozenset(ids)
 
     def __repr__(self) -> str:
@@ -147,37 +126,70 @@ class Split:
                 f"{tid} is not an item of split {self.name!r}; see its manifest {self.root / 'manifest.txt'}"
             )
 
-    def trajectory(self, tid: str) -> Trajectory:
-        """The item's trajectory, validated (UserError naming the file when missing or invalid)."""
-        self._member(tid)
-        path = self.json_path(tid)
-        if not path.is_file():
+    def _item_file(self, path: Path) -> Path:
+        """An item's JSON or Markdown file, resolved; UserError when missing or leading outside the split."""
+        try:
+            resolved = inside(self.sandbox_root, path.relative_to(self.sandbox_root).as_posix())
+        except OutsideError as exc:
+            raise UserError(f"{path} is not a file of split {self.name!r} ({exc}); re-import the split") from None
+        if not resolved.is_file():
             raise UserError(
                 f"{path} is missing; run `judgeloop devset verify {self.name}` and re-import the split"
             )
+        return resolved
+
+    def trajectory(self, tid: str) -> Trajectory:
+        """The item's trajectory, validated (UserError naming the file when missing or invalid, or
+        when a step links a screenshot outside the split)."""
+        self._member(tid)
+        path = self.json_path(tid)
+        data = self._item_file(path).read_bytes()
         try:
             # Python's json, as the official renderer reads it (pydantic's parser differs at the edges).
-            return Trajectory.model_validate(json.loads(path.read_bytes()))
+            traj = Trajectory.model_validate(json.loads(data))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise UserError(f"{path}: not valid JSON ({exc}); re-import the split from its source") from None
         except ValidationError as exc:
             raise UserError(f"{path}: {first_error(exc)}; re-import the split from its source") from None
+        for step in traj.steps:
+            problem = self.link_problem(step.screenshot)
+            if problem is not None:
+                raise UserError(f"{path}: step {step.step_id} {problem}; re-import the split from its source")
+        return traj
 
     def markdown_text(self, tid: str) -> str:
         """The item's Markdown as stored (the release text, or rendered from JSON at import)."""
         self._member(tid)
-        path = self.markdown_path(tid)
-        if not path.is_file():
-            raise UserError(
-                f"{path} is missing; run `judgeloop devset verify {self.name}` and re-import the split"
-            )
-        return path.read_text(encoding="utf-8")
+        return self._item_file(self.markdown_path(tid)).read_text(encoding="utf-8")
+
+    def link_problem(self, link: str | None) -> str | None:
+        """Why a stored screenshot link is refused (``"links the screenshot X, outside split S"``), or None.
+        Lexical (no file is touched): `screenshot_file` resolves."""
+        if not link or is_remote(link):
+            return None
+        try:
+            relative_link(link)
+        except OutsideError:
+            return f"links the screenshot {link!r}, outside split {self.name!r}"
+        return None
+
+    def link_file(self, link: str | None) -> Path | None:
+        """A stored screenshot link as a file of the split, resolved (symlinks followed); None when
+        null, empty or a URL; OutsideError when it leads outside the split's sandbox (or, for a split
+        imported with ``--link``, outside the release it links to)."""
+        if not link or is_remote(link):
+            return None
+        return inside(self.sandbox_root, link, also=self.linked_to)
 
     def screenshot_file(self, step: Step) -> Path | None:
-        """The step's screenshot resolved against the sandbox root; None when null or a URL."""
-        if step.screenshot is None:
-            return None
-        return resolve_link(self.sandbox_root, step.screenshot)
+        """The step's screenshot file, resolved and checked by `link_file` (UserError naming the step
+        when it leads outside the split); None when null or a URL."""
+        try:
+            return self.link_file(step.screenshot)
+        except OutsideError as exc:
+            raise UserError(
+                f"split {self.name!r}: the screenshot of step {step.step_id} {exc}; re-import the split from its source"
+            ) from None
 
 
 def list_splits(ws: Workspace) -> list[str]:
@@ -213,7 +225,9 @@ def open_split(ws: Workspace, name: str) -> Split:
         )
     meta = split_meta(root)
     ids = read_manifest(root / "manifest.txt")
-    return Split(name=name, root=root, ids=ids, fingerprint=meta["fingerprint"])
+    source = meta.get("source")
+    linked = Path(source) if meta.get("screenshots") == "linked" and isinstance(source, str) else None
+    return Split(name=name, root=root, ids=ids, fingerprint=meta["fingerprint"], linked_to=linked)
 
 
 
@@ -302,7 +316,7 @@ def format_trajectory(split: Split, tid: str) -> str:
         if step.action_description:
             lines.append(f"  description: {step.action_description.strip()}")
         shot = split.screenshot_file(step)
-        if step.screenshot is None:
+        if not step.screenshot:
             lines.append("  screenshot: none recorded")
         elif shot is None:
             lines.append(f"  screenshot: {step.screenshot} (remote)")

@@ -14,9 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from optimizer.devset.ids import OutsideError, inside, is_remote, relative_link
 from optimizer.devset.labels import count_labels, fingerprint, read_label_file
 from optimizer.devset.markdown import first_differing_line, render_markdown
-from optimizer.devset.split import MD_IMAGE, Split, first_error, resolve_link
+from optimizer.devset.split import MD_IMAGE, Split, first_error
 from optimizer.models import Label, Trajectory
 
 
@@ -68,6 +69,18 @@ def verify_split(split: Split) -> VerifyReport:
     else:
         problems.append(f"{show(labels_path)}: missing")
 
+    def readable(path: Path) -> bool:
+        """Is the item file there? One that is missing or resolves outside the split is a problem (never read)."""
+        try:
+            inside(split.sandbox_root, path.relative_to(split.sandbox_root).as_posix())
+        except OutsideError as exc:
+            problems.append(f"{show(path)}: {exc}; re-import the split")
+            return False
+        if not path.is_file():
+            problems.append(f"{show(path)}: missing")
+            return False
+        return True
+
     missing_files: dict[Path, list[str]] = {}
     for tid in split.ids:
         if labels_path.is_file() and tid not in by_id:
@@ -75,15 +88,11 @@ def verify_split(split: Split) -> VerifyReport:
         md_path = split.markdown_path(tid)
         links: list[str] = []
         markdown: str | None = None
-        if md_path.is_file():
+        if readable(md_path):
             markdown = md_path.read_bytes().decode("utf-8", errors="replace")
             links.extend(MD_IMAGE.findall(markdown))
-        else:
-            problems.append(f"{show(md_path)}: missing")
         json_path = split.json_path(tid)
-        if not json_path.is_file():
-            problems.append(f"{show(json_path)}: missing")
-        else:
+        if readable(json_path):
             try:
                 # Python's json, as the official renderer reads it (pydantic's parser differs at the edges).
                 traj = Trajectory.model_validate(json.loads(json_path.read_bytes()))
@@ -101,13 +110,19 @@ def verify_split(split: Split) -> VerifyReport:
                         f"{show(md_path)}: differs from the rendering of its JSON at line {line}; re-import the split"
                     )
         for link in dict.fromkeys(links):
-            target = resolve_link(split.sandbox_root, link)
-            if target is None:
+            if is_remote(link):
                 problems.append(
                     f"{show(json_path)}: links the remote screenshot {link}; judgeloop needs local files"
                 )
-            elif not target.is_file():
-                missing_files.setdefault(target, []).append(tid)
+                continue
+            try:
+                target = split.link_file(link)
+            except OutsideError as exc:
+                problems.append(f"{show(json_path)}: the screenshot {exc}; re-import the split from its source")
+                continue
+            if target is not None and not target.is_file():
+                # Named as the split's own path (a --link import's target may be elsewhere).
+                missing_files.setdefault(split.sandbox_root / relative_link(link), []).append(tid)
     for target, tids in missing_files.items():
         others = f" and {len(tids) - 1} more" if len(tids) > 1 else ""
         problems.append(f"{show(target)}: missing screenshot (linked by {tids[0]}{others})")

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from optimizer.config import JudgeOverrides
+from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -58,7 +59,9 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore) -> 
     """Judge ``options.split`` with the prompts at ``options.rev``, write one verdict file per item and
     ``_summary.json``, and score the answers against the labels. Progress and notes go to ``events``."""
     judge = options.judge.apply(ws.config.judge)
-    split = open_split(ws, options.split or ws.config.workspace.dev_split)
+    split_name = options.split or ws.config.workspace.dev_split
+    refuse_heldout(ws, split_name, "eval")  # its figures only through confirm, counted and capped
+    split = open_split(ws, split_name)
     prompts = PromptSet.from_rev(ws, options.rev) if options.rev else PromptSet.from_dir(ws.prompts_dir)
     if options.batch:
         check_batch_settings(judge.provider, prompts.settings.mode)

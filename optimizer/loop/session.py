@@ -17,6 +17,7 @@ from typing import Any, Literal
 from optimizer import gitops
 from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
 from optimizer.decision import Policy, detectable_gain_line
+from optimizer.devset.heldout import check_apart
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -227,6 +228,7 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, judge: J
     if split.fingerprint != run.split_fingerprint:
         raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
                         "start a new run")
+    check_apart(ws, split.name)  # a held-out split imported since the run started may share its items
     judge = _resumed_judge(run, judge, options.judge)
     dirty = [p for p in gitops.dirty_paths(ws.root) if p not in cfg.optimizer.allowed_files]
     if dirty:
@@ -275,6 +277,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
         raise UserError(f"split {split_name!r} is held out ([workspace] heldout_splits); the loop may only "
                         "use the dev split — evaluate held-out splits with `judgeloop confirm`")
     split = open_split(ws, split_name)
+    check_apart(ws, split.name)  # no item or recording of a held-out split in the loop's split
     limits = _limits(options, ws)
     manual_dir: Path | None = None
     if strategy_name == "manual":
@@ -501,6 +504,7 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
             raise UserError(f"run {run.id} has no incumbent yet; let it finish its baseline first")
         inc = ledger.get_experiment(run.incumbent_experiment)
         split = open_split(ws, split_name)
+        check_apart(ws, split.name, others=[run.split])  # the items the run's optimiser saw
         prompts = PromptSet.from_rev(ws, inc.commit_sha or run.start_rev)
         labels = load_labels(split)
         events(Message(f"confirming run {run.id}'s final prompts (experiment {inc.id}, {(inc.commit_sha or '')[:12]}) "

@@ -18,6 +18,7 @@ from typing import Any
 from PIL import Image
 
 from optimizer.devset.markdown import action_string
+from optimizer.errors import UserError
 from optimizer.judge import types as judge_types
 from optimizer.loop.strategies import ProposalContext
 from optimizer.loop.strategies.common import allowed_path, disagreement_dict, format_history
@@ -91,6 +92,7 @@ def _int_arg(args: dict[str, Any], name: str, *, required: bool = True) -> int |
 
 
 def _dev_trajectory(state: ToolState, tid: str) -> Any:
+    """The dev item's trajectory; None when not a dev item; UserError when the split refuses it."""
     if tid not in state._dev_ids:
         return None
     return state.ctx.split.trajectory(tid)
@@ -119,7 +121,10 @@ def list_disagreements(state: ToolState, direction: str | None = None, mistake_t
 
 def read_trajectory(state: ToolState, trajectory_id: str, start: int | None = None, end: int | None = None) -> ToolOutput:
     """The instruction and steps ``start``..``end`` (inclusive, step ids) as action lines."""
-    traj = _dev_trajectory(state, trajectory_id)
+    try:
+        traj = _dev_trajectory(state, trajectory_id)
+    except UserError as exc:  # a damaged split (a link outside it, a missing file): said, never raised
+        return state.fail(str(exc))
     if traj is None:
         return state.fail(f"trajectory {trajectory_id!r} is not in the dev split")
     steps = traj.steps
@@ -148,13 +153,17 @@ def read_trajectory(state: ToolState, trajectory_id: str, start: int | None = No
 
 def view_screenshot(state: ToolState, trajectory_id: str, step: int) -> ToolOutput:
     """The screenshot taken before step ``step`` (a step id), as a JPEG at most 1024×768."""
-    traj = _dev_trajectory(state, trajectory_id)
-    if traj is None:
-        return state.fail(f"trajectory {trajectory_id!r} is not in the dev split")
-    match = next((s for s in traj.steps if s.step_id == step), None)
-    if match is None:
-        return state.fail(f"trajectory {trajectory_id} has no step {step} (steps 0..{len(traj.steps) - 1})")
-    path = state.ctx.split.screenshot_file(match)
+    try:
+        traj = _dev_trajectory(state, trajectory_id)
+        if traj is None:
+            return state.fail(f"trajectory {trajectory_id!r} is not in the dev split")
+        match = next((s for s in traj.steps if s.step_id == step), None)
+        if match is None:
+            return state.fail(f"trajectory {trajectory_id} has no step {step} (steps 0..{len(traj.steps) - 1})")
+        # Resolved and checked inside the split: a file outside it is never opened.
+        path = state.ctx.split.screenshot_file(match)
+    except UserError as exc:
+        return state.fail(str(exc))
     if path is None or not path.is_file():
         return state.fail(f"step {step} of {trajectory_id} has no screenshot file")
     try:
