@@ -18,7 +18,10 @@ on 2% of items (a parse failure, scored wrong). The candidate is the incumbent e
   to make it a keep — near the end;
 - ``better``: fixes 12 wrong positives, breaks none: a keep, never stopped (every item checked, the
   worst case for the checks' cost). Under adaptive (rejudge 2, one judgement per item) neither
-  candidate is stopped in the first pass: every disagreement may still go its way on re-judging.
+  candidate is stopped in the first pass: every disagreement may still go its way on re-judging;
+- ``noisy`` (not in the default table): a no-op edit under this judge, every judgement drawn again.
+  With ``--replicates 3`` items both prompts judge alike by majority still differ in their shares
+  (d = ±1/3, ±2/3), the case where the adaptive bound's exact tail is not trivial.
 
 Both columns run on the same items; "same" says whether old and new returned the same answer (None or
 an equal `Decision`) after every item. Times are the checks alone (the loop's own bookkeeping of the
@@ -26,7 +29,7 @@ judged items included on both sides), not judging; they depend on the machine's 
 with them.
 
 Run:  .venv/bin/python benchmarks/early_stop.py [--sizes 162 1000 2000] [--scenarios near better]
-      [--policies paired adaptive]
+      [--policies paired adaptive] [--replicates 1]
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from optimizer import decision as decision_mod
 from optimizer.config import LoopSection
 from optimizer.decision import Decision, adaptive_stopped_decision, stopped_decision
 from optimizer.loop.runner import evaluation_order
-from optimizer.metrics import Answer, is_correct
+from optimizer.metrics import Answer, is_correct, majority_answer
 from optimizer.models import Label
 
 POSITIVE_SHARE = 62 / 162
@@ -61,11 +64,19 @@ INVALID = Answer(success=None, status="invalid")
 class Case:
     labels: dict[str, Label]
     order: list[str]
-    incumbent: dict[str, Answer]
-    candidate: dict[str, Answer]
+    incumbent: dict[str, list[Answer]]  # each item's judgements (``--replicates`` of them)
+    candidate: dict[str, list[Answer]]
 
 
-def make_case(n: int, scenario: str, seed: int = 0) -> Case:
+def _judgement(rng: random.Random, label: Label) -> Answer:
+    u = rng.random()
+    if u < UNUSABLE:
+        return INVALID
+    right = u < UNUSABLE + ACCURACY
+    return Answer(success=label.is_positive == right)
+
+
+def make_case(n: int, scenario: str, seed: int = 0, replicates: int = 1) -> Case:
     rng = random.Random(seed * 100_003 + n)
     n_pos = round(n * POSITIVE_SHARE)
     labels = {}
@@ -74,23 +85,19 @@ def make_case(n: int, scenario: str, seed: int = 0) -> Case:
         labels[tid] = Label(trajectory_id=tid, label="positive" if i < n_pos else "negative", original_id=tid)
     ids = list(labels)
     rng.shuffle(ids)  # manifest order: classes interleaved
-    incumbent = {}
-    for tid in ids:
-        lab = labels[tid]
-        u = rng.random()
-        if u < UNUSABLE:
-            incumbent[tid] = INVALID
-        else:
-            right = u < UNUSABLE + ACCURACY
-            incumbent[tid] = Answer(success=lab.is_positive == right)
-    candidate = dict(incumbent)
-    fixes, breaks = SCENARIOS[scenario]
-    wrong_pos = [t for t in ids if labels[t].is_positive and not is_correct(labels[t], incumbent[t])]
-    right_pos = [t for t in ids if labels[t].is_positive and is_correct(labels[t], incumbent[t])]
-    for tid in rng.sample(wrong_pos, fixes):
-        candidate[tid] = Answer(success=True)
-    for tid in rng.sample(right_pos, breaks):
-        candidate[tid] = Answer(success=False)
+    incumbent = {tid: [_judgement(rng, labels[tid]) for _ in range(replicates)] for tid in ids}
+    if scenario == "noisy":  # a no-op edit: every judgement drawn again with the same odds
+        candidate = {tid: [_judgement(rng, labels[tid]) for _ in range(replicates)] for tid in ids}
+    else:
+        candidate = dict(incumbent)
+        fixes, breaks = SCENARIOS[scenario]
+        inc_right = {t: is_correct(labels[t], majority_answer(incumbent[t])) for t in ids}
+        wrong_pos = [t for t in ids if labels[t].is_positive and not inc_right[t]]
+        right_pos = [t for t in ids if labels[t].is_positive and inc_right[t]]
+        for tid in rng.sample(wrong_pos, fixes):
+            candidate[tid] = [Answer(success=True)] * replicates
+        for tid in rng.sample(right_pos, breaks):
+            candidate[tid] = [Answer(success=False)] * replicates
     return Case(labels, evaluation_order(labels, ids), incumbent, candidate)
 
 
@@ -108,18 +115,19 @@ class Timing:
 
 def run_old(case: Case, loop: LoopSection) -> Timing:
     adaptive = loop.policy == "adaptive"
-    inc_judgements = {t: [a] for t, a in case.incumbent.items()}
+    inc_answers = {t: majority_answer(js) for t, js in case.incumbent.items()}
     so_far: dict[str, Answer] = {}
     so_far_judgements: dict[str, list[Answer]] = {}
     answers: list[Decision | None] = []
     t0 = time.perf_counter()
     for tid in case.order:
-        so_far[tid] = case.candidate[tid]
-        so_far_judgements[tid] = [case.candidate[tid]]
+        so_far[tid] = majority_answer(case.candidate[tid])
+        so_far_judgements[tid] = case.candidate[tid]
         if adaptive:
-            d = adaptive_stopped_decision(case.labels, so_far_judgements, inc_judgements, loop, alpha=loop.alpha)
+            d = adaptive_stopped_decision(case.labels, so_far_judgements, case.incumbent, loop,
+                                          alpha=loop.alpha)
         else:
-            d = stopped_decision(case.labels, so_far, case.incumbent, loop, alpha=loop.alpha)
+            d = stopped_decision(case.labels, so_far, inc_answers, loop, alpha=loop.alpha)
         answers.append(d)
         if d is not None:
             break
@@ -130,16 +138,14 @@ def run_new(case: Case, loop: LoopSection) -> Timing | None:
     stopper_cls = getattr(decision_mod, "EarlyStopper", None)
     if stopper_cls is None:
         return None  # a checkout from before the incremental bound
-    inc_judgements = {t: [a] for t, a in case.incumbent.items()}
+    inc_answers = {t: majority_answer(js) for t, js in case.incumbent.items()}
     so_far: dict[str, Answer] = {}
-    so_far_judgements: dict[str, list[Answer]] = {}
     answers: list[Decision | None] = []
     t0 = time.perf_counter()
-    stopper = stopper_cls(case.labels, case.incumbent, inc_judgements, loop, alpha=loop.alpha)
+    stopper = stopper_cls(case.labels, inc_answers, case.incumbent, loop, alpha=loop.alpha)
     for tid in case.order:
-        so_far[tid] = case.candidate[tid]
-        so_far_judgements[tid] = [case.candidate[tid]]
-        d = stopper.add(tid, case.candidate[tid], [case.candidate[tid]])
+        so_far[tid] = answer = majority_answer(case.candidate[tid])
+        d = stopper.add(tid, answer, case.candidate[tid])
         answers.append(d)
         if d is not None:
             break
@@ -159,7 +165,8 @@ def fmt_s(t: Timing | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--sizes", type=int, nargs="+", default=[162, 1000, 2000])
-    parser.add_argument("--scenarios", nargs="+", choices=sorted(SCENARIOS), default=["near", "better"])
+    parser.add_argument("--scenarios", nargs="+", choices=[*SCENARIOS, "noisy"], default=["near", "better"])
+    parser.add_argument("--replicates", type=int, default=1, help="judgements per item on each side")
     parser.add_argument("--policies", nargs="+", choices=["paired", "adaptive"], default=["paired", "adaptive"])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -167,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}")
     print(f"judge: incumbent right on {ACCURACY:.0%} of items, no usable verdict on {UNUSABLE:.0%}; "
           + "; ".join(f"{s}: fixes {f}, breaks {b}" for s, (f, b) in SCENARIOS.items())
-          + "; alpha 0.1, adaptive rejudge 2, one judgement per item")
+          + f"; noisy: every judgement drawn again; alpha 0.1, adaptive rejudge 2, "
+          f"{args.replicates} judgement(s) per item")
     header = (f"{'items':>6} {'policy':<9} {'candidate':<9} {'checks':>7} {'stopped at':>10} "
               f"{'old s':>9} {'new s':>8} {'old/new':>8} {'same':>5}")
     print()
@@ -179,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         for policy in args.policies:
             loop = LoopSection(policy="paired" if policy == "paired" else "adaptive")
             for scenario in args.scenarios:
-                case = make_case(n, scenario, args.seed)
+                case = make_case(n, scenario, args.seed, args.replicates)
                 old, new = (fn(case, loop) for _, fn in runners)
                 assert old is not None
                 same = "—" if new is None else ("yes" if new.answers == old.answers else "NO")
