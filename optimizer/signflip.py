@@ -129,8 +129,11 @@ def sign_flip_upper_bound(counts: Mapping[Fraction, int]) -> float:
             break
         lam = max(lam - slope / curve, 0.0)
     log_p = -lam * stat + sum(c * _log_cosh(lam * b) for b, c in groups)
-    # Every term carries a relative rounding error of a few units of 2^-53: 1e-9 of their size is ample.
-    slack = 1e-9 * (1.0 + lam * stat + sum(c * lam * b for b, c in groups))
+    if not math.isfinite(log_p):
+        return 1.0
+    # Each term is off by a few units of 2^-53 of its size, plus ~1e-16 per item where log cosh
+    # cancels near 0: 1e-9 of their size, and per item, is ample.
+    slack = 1e-9 * (1.0 + lam * stat + sum(c * (1.0 + lam * b) for b, c in groups))
     return min(1.0, math.exp(min(log_p + slack, 0.0)) * (1 + 1e-9))
 
 
