@@ -28,6 +28,11 @@ an equal `Decision`) after every item. Times are the checks alone (the loop's ow
 judged items included on both sides), not judging; they depend on the machine's other load, printed
 with them.
 
+Measured (default run, x86_64 Linux, 2 cores shared with other work, load average 3-5), old → new
+seconds of checks per candidate: paired 0.06 → 0.004 / 3.0 → 0.03 / 9.9 → 0.07 at 162 / 1,000 /
+2,000 items (near), adaptive 0.41 → 0.016 / 24 → 0.06 / 74 → 0.19; the same answer after every item
+in every row. With ``--replicates 3`` the noisy candidate's adaptive checks at 1,000 items: 85 s → 0.1 s.
+
 Run:  .venv/bin/python benchmarks/early_stop.py [--sizes 162 1000 2000] [--scenarios near better]
       [--policies paired adaptive] [--replicates 1]
 """
