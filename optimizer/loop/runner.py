@@ -22,11 +22,11 @@ from optimizer import gitops
 from optimizer.config import JudgeSection, LoopSection
 from optimizer.decision import (
     Decision,
+    EarlyStopper,
     adaptive_stopped_decision,
     decide_adaptive,
     disagreements,
     lord_level,
-    stopped_decision,
 )
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
@@ -319,22 +319,22 @@ class LoopRunner:
         inc_answers = self.ledger.item_answers(incumbent.id) if incumbent else None
         inc_judgements = self.ledger.item_judgements(incumbent.id) if incumbent else None
         so_far: dict[str, Answer] = {}
-        so_far_judgements: dict[str, list[Answer]] = {}
         early: list[Decision] = []
+        stopper: EarlyStopper | None = None
 
         def on_item(item: ItemResult) -> bool:
+            nonlocal stopper
             # --propose-only evaluates in full: a human decides, and a candidate they keep becomes the
             # incumbent, whose answers every later candidate is compared with item by item.
             # (A batch pass never calls this: every call of a batch is paid for once it is sent.)
             if item.infra_error or inc_answers is None or inc_judgements is None or self.limits.propose_only:
                 return False
             so_far[item.trajectory_id] = item.answer
-            so_far_judgements[item.trajectory_id] = judgements_of(item)
-            if adaptive:
-                decision = adaptive_stopped_decision(self.labels, so_far_judgements, inc_judgements,
-                                                     self.loop_cfg, alpha=level)
-            else:
-                decision = stopped_decision(self.labels, so_far, inc_answers, self.loop_cfg, alpha=level)
+            # Incremental (`stopped_decision` / `adaptive_stopped_decision` over everything judged so
+            # far would make the checks quadratic in the split).
+            if stopper is None:
+                stopper = EarlyStopper(self.labels, inc_answers, inc_judgements, self.loop_cfg, alpha=level)
+            decision = stopper.add(item.trajectory_id, item.answer, judgements_of(item))
             if decision is not None:
                 early.append(decision)
                 return True
