@@ -1,9 +1,9 @@
 """The judge-call cache: SQLite in ``experiments/cache.sqlite``.
 
 One row per judge call that returned a model output, keyed by everything that determines the call
-(provider, model, sampling, output schema, the request fingerprint and the replicate index — never
-the base URL and never an API key). Parse failures are model outputs and are cached; transport
-errors never reach this module.
+(provider, model, sampling, output schema, the request fingerprint, the replicate index, and the
+endpoint when it is not the provider's default — never an API key). Parse failures are model outputs
+and are cached; transport errors never reach this module.
 
 Concurrency: WAL mode, one connection per thread (``sqlite3`` connections must not be shared across
 threads). The evaluator uses it from the asyncio event-loop thread only; the TUI or a second process
@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from optimizer.errors import UserError
 from optimizer.judge.types import JudgeRequest, Sampling, stable_json
@@ -94,6 +95,42 @@ class BatchRecord:
 
 
 
+def _normal_url(url: str) -> str:
+    """``url`` as one spelling per server: scheme and host lower-case, a default port dropped, no
+    credentials, query, fragment or trailing slash."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:  # not a number: keep the text as given, still one key per spelling
+        port = None
+        host = parts.netloc.rpartition("@")[2].lower()
+    if port is not None and (scheme, port) not in (("http", 80), ("https", 443)):
+        host = f"{host}:{port}"
+    return f"{scheme}://{host}{parts.path.rstrip('/')}"
+
+
+def endpoint_of(base_url: str | None, default: str | None) -> str | None:
+    """The endpoint as the cache keys it: None for the provider's default endpoint (no base URL, or
+    one naming the default), else the normalised base URL."""
+    if not base_url:
+        return None
+    normal = _normal_url(base_url)
+    return None if default and normal == _normal_url(default) else normal
+
+
+def provider_endpoint(provider: object) -> str | None:
+    """The endpoint of ``provider`` as the cache keys it (see `endpoint_of`). A provider without a
+    default endpoint of its own (the local judge, whose server takes a new port each start, test
+    doubles) has none: its model name says everything."""
+    default = getattr(provider, "default_base_url", None)
+    if not isinstance(default, str):
+        return None
+    base_url = getattr(provider, "base_url", None)
+    return endpoint_of(base_url if isinstance(base_url, str) else None, default)
+
+
 def cache_key(
     *,
     provider: str,
@@ -102,14 +139,17 @@ def cache_key(
     schema: dict[str, Any],
     request: JudgeRequest | str,
     replicate: int,
+    endpoint: str | None = None,
 ) -> str:
     """sha256 (hex) over a stable JSON of everything that determines one judge call.
 
-    ``request`` is a `JudgeRequest` or its precomputed ``fingerprint()``. The base URL is left out on
-    purpose: the same model behind another endpoint gives the same answer distribution.
+    ``request`` is a `JudgeRequest` or its precomputed ``fingerprint()``. ``endpoint`` (from
+    `provider_endpoint`) is where the calls go when that is not the provider's default: two servers
+    may serve different weights under one model name. It is left out of the key material for the
+    default endpoint, so entries cached before endpoints were keyed still hit there.
     """
     fingerprint = request if isinstance(request, str) else request.fingerprint()
-    payload = {
+    payload: dict[str, Any] = {
         "v": SCHEMA_VERSION,
         "provider": provider,
         "model": model,
@@ -118,6 +158,8 @@ def cache_key(
         "request": fingerprint,
         "replicate": replicate,
     }
+    if endpoint is not None:
+        payload["endpoint"] = endpoint
     return hashlib.sha256(stable_json(payload).encode()).hexdigest()
 
 
