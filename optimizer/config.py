@@ -80,8 +80,8 @@ class JudgeOverrides:
             update["base_url"] = self.base_url
         if self.concurrency is not None:
             if not 1 <= self.concurrency <= MAX_CONCURRENCY:
-                raise UserError(f"--concurrency {self.concurrency} is out of range: use a whole number from 1 to "
-                                f"{MAX_CONCURRENCY}")
+                raise UserError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY} "
+                                f"(got {self.concurrency})")
             update["max_concurrency"] = self.concurrency
         try:
             return JudgeSection.model_validate({**judge.model_dump(), **update})
