@@ -2,7 +2,8 @@
 
 Handlers take the parsed arguments and return an exit code. A `UserError` anywhere becomes one line
 on stderr and exit code 2, and so does a command line argparse refuses (an unknown or abbreviated
-flag, a value out of its range); Ctrl-C becomes exit code 130. Bugs still raise with a traceback.
+flag, a value out of its range) and a full disk, a read-only folder or a refused permission met
+while writing a file; Ctrl-C becomes exit code 130. Bugs still raise with a traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 import math
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from optimizer.config import MAX_CONCURRENCY, MAX_REPLICATES
@@ -210,6 +212,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(handler(args) or 0)
     except UserError as exc:
         print(f"judgeloop: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        # The last line of defence for files written outside the ledger and cache seams (verdict
+        # files, reports, the lock): a full disk, a read-only folder, a refused permission only.
+        from optimizer.storage import os_fault
+
+        fault = os_fault(exc, Path(getattr(args, "workspace", ".")).resolve())
+        if fault is None:
+            raise
+        print(f"judgeloop: error: {fault}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("judgeloop: interrupted", file=sys.stderr)
