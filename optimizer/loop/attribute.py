@@ -233,7 +233,13 @@ def attribute(ws: Workspace, options: AttributeOptions, events: Listener = ignor
         scope = resolve_scope(ws, ledger, options.run)
         _refuse_unfinished(ws, ledger, scope.runs)
         with command_lock(ws, "attribute"):
-            return _attribute(ws, ledger, scope, options, events)
+            # What a killed attribute left in the repository (a scratch worktree and its folder) goes
+            # first, and whatever this one leaves (a crash in git) goes at the end.
+            gitops.prune_scratch_worktrees(ws)
+            try:
+                return _attribute(ws, ledger, scope, options, events)
+            finally:
+                gitops.prune_scratch_worktrees(ws)
 
 
 def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOptions,
