@@ -15,7 +15,15 @@ import pytest
 from optimizer import gitops
 from tests.fakeserver import FakeLLMServer
 from tests.loop.helpers import git, wait_for
-from tests.loop.test_attribute import MARKER_A, MARKER_B, REPO_ROOT, MarkerJudge, add_line, attribute, run_chain
+from tests.loop.test_attribute import (
+    MARKER_A,
+    MARKER_B,
+    REPO_ROOT,
+    MarkerJudge,
+    add_line,
+    attribute,
+    run_chain,
+)
 
 # `judgeloop attribute` as a user runs it, stopped inside the scratch worktree (at its first revert)
 # until it is killed; it writes the worktree's path to argv[1] when it gets there.
