@@ -18,6 +18,11 @@ from optimizer.paths import PathRefused, prompt_file
 
 ProviderName = Literal["anthropic", "openai", "local"]
 
+# Judge calls in flight at once ([judge] max_concurrency, --concurrency).
+MAX_CONCURRENCY = 256
+# Judgements per item (prompts/judge.toml's replicates, --replicates; see optimizer.judge.prompts).
+MAX_REPLICATES = 15
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -33,7 +38,7 @@ class JudgeSection(_Section):
     provider: ProviderName = "local"
     model: str = "smollm2-135m"  # for `local`: a name of a bundled model or a path to a GGUF file
     base_url: str | None = None
-    max_concurrency: int = Field(default=4, ge=1, le=256)
+    max_concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=4, ge=0, le=20)
     # The local judge's inference threads; None = the cores idle when it starts (at most 4).
@@ -75,10 +80,17 @@ class JudgeOverrides:
         if self.base_url:
             update["base_url"] = self.base_url
         if self.concurrency is not None:
-            if self.concurrency < 1:
-                raise UserError(f"--concurrency must be at least 1 (got {self.concurrency})")
+            if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+                raise UserError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY} "
+                                f"(got {self.concurrency})")
             update["max_concurrency"] = self.concurrency
-        return JudgeSection.model_validate({**judge.model_dump(), **update})
+        try:
+            return JudgeSection.model_validate({**judge.model_dump(), **update})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise UserError(f"the judge overrides make [judge] {where} invalid ({first['msg']}); "
+                            "fix --provider/--model/--base-url") from None
 
 
 class Price(_Section):
@@ -91,11 +103,11 @@ class Price(_Section):
     on Anthropic it stacks with the cache prices.
     """
 
-    input: float = 0.0
-    output: float = 0.0
-    cache_read: float | None = None
-    cache_write: float | None = None
-    cache_write_1h: float | None = None
+    input: float = Field(default=0.0, ge=0.0)
+    output: float = Field(default=0.0, ge=0.0)
+    cache_read: float | None = Field(default=None, ge=0.0)
+    cache_write: float | None = Field(default=None, ge=0.0)
+    cache_write_1h: float | None = Field(default=None, ge=0.0)
     batch: float | None = Field(default=None, gt=0.0, le=1.0)
 
     @property
@@ -184,6 +196,9 @@ def load_config(path: Path) -> Config:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UserError(f"{path}: cannot read the config ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                        "save it as UTF-8 and retry") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc}); fix the file and retry") from None
     try:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import git
 
@@ -433,33 +434,117 @@ def kept_commits(where: Root, rev: str = "HEAD", since: str | None = None) -> li
     return out
 
 
+# Scratch worktrees live in the repository's own git folder (``.git/judgeloop-scratch/<folder>/tree``),
+# so the leftovers of a killed process are found from the repository and never looked for elsewhere.
+SCRATCH_DIRNAME = "judgeloop-scratch"
+_IN_USE = "in-use"  # flock'ed by the process using the folder; the kernel drops it when that process dies
+_GUARD = ".lock"  # held while a scratch folder is made or the stale ones are pruned
+
+
+def _flock() -> Any:
+    """The ``fcntl`` module, or None where it does not exist (Windows: scratch folders are then not
+    locked, and none is ever pruned as stale)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on the platforms judgeloop is tested on
+        return None
+    return fcntl
+
+
+def _scratch_base(root: Path) -> Path:
+    with repo_at(root) as repo:
+        return Path(repo.common_dir).resolve() / SCRATCH_DIRNAME
+
+
+@contextmanager
+def _guarded(base: Path) -> Iterator[None]:
+    base.mkdir(parents=True, exist_ok=True)
+    with (base / _GUARD).open("a") as guard:
+        fcntl = _flock()
+        if fcntl is not None:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+        yield
+
+
+def _stale(folder: Path) -> bool:
+    """Whether no live process holds ``folder`` (its in-use lock is free, or it never got one)."""
+    fcntl = _flock()
+    if fcntl is None:  # pragma: no cover
+        return False
+    try:
+        handle = (folder / _IN_USE).open("r")
+    except FileNotFoundError:
+        return True  # made but never taken: its process died before (folders are made under the guard)
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
+def _prune(root: Path, base: Path) -> list[Path]:
+    import shutil
+
+    removed = []
+    for folder in sorted(base.iterdir()):
+        if folder.is_dir() and _stale(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    with repo_at(root) as repo:
+        repo.git.worktree("prune")  # drops the records of worktrees whose folders are gone
+    return removed
+
+
+def prune_scratch_worktrees(where: Root) -> list[Path]:
+    """Remove the scratch worktrees (see `scratch_worktree`) no live process is using — what a killed
+    one left — and git's records of them; the folders removed. One in use is never touched."""
+    root = _root(where)
+    base = _scratch_base(root)
+    if not base.is_dir():
+        with repo_at(root) as repo:
+            repo.git.worktree("prune")
+        return []
+    with _guarded(base):
+        return _prune(root, base)
+
+
 @contextmanager
 def scratch_worktree(where: Root, rev: str) -> Iterator[Path]:
-    """A detached git worktree at ``rev`` in a temporary folder, removed (and pruned) afterwards.
+    """A detached git worktree at ``rev`` in a scratch folder of the repository's git folder, removed
+    (and pruned) afterwards.
 
     The user's working tree, index and branch are never touched: everything happens in the scratch
-    folder, which shares only the object database. Worktrees left by a killed process are pruned
-    the next time one is made.
+    folder, which shares only the object database. The folder is locked (flock) while in use, so the
+    worktrees a killed process left are told apart and pruned (`prune_scratch_worktrees`) the next
+    time one is made.
     """
     import shutil
     import tempfile
 
     root = _root(where)
-    folder = Path(tempfile.mkdtemp(prefix="judgeloop-scratch-"))
+    base = _scratch_base(root)
+    fcntl = _flock()
+    with _guarded(base):
+        _prune(root, base)
+        folder = Path(tempfile.mkdtemp(prefix="tree-", dir=base))
+        in_use = (folder / _IN_USE).open("w")
+        if fcntl is not None:
+            fcntl.flock(in_use, fcntl.LOCK_EX)
     target = folder / "tree"
-    with repo_at(root) as repo:
-        repo.git.worktree("prune")
-        repo.git.worktree("add", "--detach", "--quiet", str(target), rev)
     try:
+        with repo_at(root) as repo:
+            repo.git.worktree("add", "--detach", "--quiet", str(target), rev)
         yield target
     finally:
         with repo_at(root) as repo:
             try:
                 repo.git.worktree("remove", "--force", str(target))
             except git.GitCommandError:
-                pass  # already gone: the prune below drops its record
+                pass  # already gone, or never added: the prune below drops any record
             shutil.rmtree(folder, ignore_errors=True)
             repo.git.worktree("prune")
+        in_use.close()
 
 
 def revert_in(worktree: Path, shas: Sequence[str], start: str) -> bool:

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from optimizer import storage
 from optimizer.errors import UserError
 from optimizer.judge.types import JudgeToolCall
 
@@ -714,24 +715,41 @@ class Ledger:
         self.path = Path(path)
         self.readonly = readonly
         self._lock = threading.RLock()
-        if readonly:
-            if not self.path.is_file():
-                raise UserError(f"no ledger yet at {self.path}; run `judgeloop run` first")
-            uri = f"file:{self.path.resolve().as_posix()}?mode=ro"
-            self._conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            if readonly:
+                if not self.path.is_file():
+                    raise UserError(f"no ledger yet at {self.path}; run `judgeloop run` first")
+                uri = f"file:{self.path.resolve().as_posix()}?mode=ro"
+                self._conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except OSError as exc:
+            raise storage.os_fault(exc, self.path.parent) or exc from None
+        except sqlite3.Error as exc:
+            raise self._fault(exc) or exc from None
         self._conn.row_factory = sqlite3.Row
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             self._prepare()
         except sqlite3.DatabaseError as exc:
             self._conn.close()
+            fault = self._fault(exc)
+            if fault is not None:
+                raise fault from None
             raise UserError(f"{self.path} is not a readable judgeloop ledger ({exc}); move it aside and retry") from None
         except BaseException:
             self._conn.close()
             raise
+
+    def _fault(self, exc: sqlite3.Error) -> UserError | None:
+        """The one-line error for a corrupt ledger, a full disk or a read-only folder (else None)."""
+        return storage.sqlite_fault(
+            exc, self.path, "the ledger",
+            "it is not a readable judgeloop ledger: restore it from a backup (or recover what SQLite still reads "
+            "with `sqlite3 FILE .recover`), or move it aside to start a new ledger (the runs' commits stay in "
+            "git); judgeloop never deletes it",
+        )
 
     @classmethod
     def open_readonly(cls, path: Path | str) -> Ledger:
@@ -817,17 +835,26 @@ class Ledger:
         if self.readonly:
             raise RuntimeError("this ledger was opened read-only")
         with self._lock:
-            cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
-                yield cur
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            else:
-                cur.execute("COMMIT")
-            finally:
-                cur.close()
+                cur = self._conn.cursor()
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    yield cur
+                except BaseException:
+                    if self._conn.in_transaction:  # SQLite may have rolled back itself (a full disk)
+                        cur.execute("ROLLBACK")
+                    raise
+                else:
+                    try:
+                        cur.execute("COMMIT")
+                    except sqlite3.Error:
+                        if self._conn.in_transaction:  # a failed COMMIT leaves it open: end it
+                            cur.execute("ROLLBACK")
+                        raise
+                finally:
+                    cur.close()
+            except sqlite3.Error as exc:
+                raise self._fault(exc) or exc from None
 
     def _experiment_columns(self) -> str:
         parts = [_EXPERIMENT_LIST_COLUMNS]
@@ -842,7 +869,10 @@ class Ledger:
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
-            return self._conn.execute(sql, tuple(params)).fetchall()
+            try:
+                return self._conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.Error as exc:
+                raise self._fault(exc) or exc from None
 
     # -- runs -------------------------------------------------------------------------------------
 

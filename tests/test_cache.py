@@ -118,3 +118,40 @@ def test_a_newer_schema_is_refused_in_one_line(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(UserError, match="newer judgeloop"):
         JudgeCache(path)
+
+
+# Today's key for `_key()`, before the endpoint entered the key material: entries cached against a
+# provider's default endpoint must keep hitting.
+DEFAULT_ENDPOINT_KEY = "c1358dafed0958c954162835c5d95a870fe7afbf57b6bce3ae3577a0994fc4ba"
+
+
+def test_the_endpoint_enters_the_key_only_when_it_is_not_the_default() -> None:
+    from optimizer.evaluation.cache import endpoint_of
+
+    assert _key() == _key(endpoint=None) == DEFAULT_ENDPOINT_KEY
+    one = _key(endpoint=endpoint_of("http://127.0.0.1:8000/v1", "https://api.openai.com/v1"))
+    other = _key(endpoint=endpoint_of("http://127.0.0.1:8001/v1", "https://api.openai.com/v1"))
+    assert len({DEFAULT_ENDPOINT_KEY, one, other}) == 3
+    # Normalised: case, a trailing slash, a default port, credentials, a query make no other endpoint.
+    for same in ("HTTP://127.0.0.1:8000/v1/", "http://user:pw@127.0.0.1:8000/v1?api-version=1"):
+        assert endpoint_of(same, "https://api.openai.com/v1") == endpoint_of("http://127.0.0.1:8000/v1", None)
+    assert endpoint_of("https://Example.com:443/v1", None) == endpoint_of("https://example.com/v1", None)
+    # The provider's default endpoint, given or not, is the endpoint of the old keys.
+    for default in (None, "https://api.openai.com/v1", "https://API.openai.com/v1/"):
+        assert endpoint_of(default, "https://api.openai.com/v1") is None
+
+
+def test_provider_endpoint_follows_the_configured_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    from optimizer.config import JudgeSection
+    from optimizer.evaluation.cache import provider_endpoint
+    from optimizer.judge.providers import make_provider
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    for provider, default in (("openai", "https://api.openai.com/v1"), ("anthropic", "https://api.anthropic.com")):
+        assert provider_endpoint(make_provider(JudgeSection(provider=provider, model="m"))) is None
+        assert provider_endpoint(make_provider(JudgeSection(provider=provider, model="m", base_url=default))) is None
+        elsewhere = make_provider(JudgeSection(provider=provider, model="m", base_url="http://127.0.0.1:9/v1"))
+        assert provider_endpoint(elsewhere) == "http://127.0.0.1:9/v1"
+    # The local judge's server listens on a new port each start: its port is no part of the key.
+    assert provider_endpoint(make_provider(JudgeSection(provider="local"))) is None

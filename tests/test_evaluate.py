@@ -632,3 +632,28 @@ def test_a_provider_that_runs_one_call_at_a_time_gets_one_call_slot(tmp_path: Pa
     assert serial.max_in_flight == 1
     # So nothing waits inside the provider when the rule is met: at most the call in flight runs on.
     assert len(serial.calls) <= 2 * 2 + 1 and run.calls_made == len(serial.calls)
+
+
+def test_a_second_server_with_the_same_model_name_is_asked_not_served_the_first_ones_verdicts(
+    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    write_config(data.ws, server)
+    server.default = by_label(data)
+    n = len(data.items)
+
+    def run_eval(url: str) -> str:
+        capsys.readouterr()
+        assert main(["eval", "-w", str(data.ws.root), "--base-url", url, "--out", str(tmp_path / "out")]) == 0
+        return capsys.readouterr().out
+
+    assert f"{n} new, 0 cached" in run_eval(server.openai_base_url)
+    with FakeLLMServer() as other:
+        other.default = by_label(data)
+        assert f"{n} new, 0 cached" in run_eval(other.openai_base_url)
+        assert len(other.inference_requests()) == n
+        # Each endpoint keeps its own entries: both are answered from the cache now.
+        assert f"0 new, {n} cached" in run_eval(other.openai_base_url)
+    assert f"0 new, {n} cached" in run_eval(server.openai_base_url.rstrip("/") + "/")
+    assert len(server.inference_requests()) == n

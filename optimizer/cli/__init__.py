@@ -1,24 +1,73 @@
 """The `judgeloop` command line. Each subcommand dispatches to a ``cmd_*`` function in its module.
 
 Handlers take the parsed arguments and return an exit code. A `UserError` anywhere becomes one line
-on stderr and exit code 2; Ctrl-C becomes exit code 130. Bugs still raise with a traceback.
+on stderr and exit code 2, and so does a command line argparse refuses (an unknown or abbreviated
+flag, a value out of its range) and a full disk, a read-only folder or a refused permission met
+while writing a file; Ctrl-C becomes exit code 130. Bugs still raise with a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
 
+from optimizer.config import MAX_CONCURRENCY, MAX_REPLICATES
 from optimizer.errors import UserError
 
 WORKSPACE_HELP = "the workspace folder (default: .)"
 
 
+class CommandLineError(Exception):
+    """A command line the parser refused; the message is the whole line to print."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse without prefix matching (``--max-experiment`` must not pass for ``--max-experiments``)
+    and with its refusals as one line, like every other judgeloop error."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandLineError(f"{self.prog}: error: {message} (see `{self.prog} -h`)")
+
+
+def whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high] (no upper bound when ``high`` is None)."""
+    allowed = f"a whole number from {low} to {high}" if high is not None else f"a whole number of at least {low}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {allowed}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} is out of range: use {allowed}")
+        return value
+
+    return parse
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number greater than 0 (a budget, a number of hours)."""
+    allowed = "a number greater than 0"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {allowed}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: use {allowed}")
+    return value
+
+
 def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     # -w works before the command (as `git -C`) and after it. SUPPRESS here: a subcommand's default
     # would otherwise overwrite the value given before the command.
     common.add_argument("-w", "--workspace", default=argparse.SUPPRESS, metavar="DIR", help=WORKSPACE_HELP)
@@ -29,7 +78,8 @@ def _judge_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--provider", choices=["local", "anthropic", "openai"], help="override [judge] provider")
     p.add_argument("--model", help="override [judge] model")
     p.add_argument("--base-url", help="override [judge] base_url (OpenAI-compatible servers)")
-    p.add_argument("--concurrency", type=int, metavar="N", help="override [judge] max_concurrency")
+    p.add_argument("--concurrency", type=whole(1, MAX_CONCURRENCY), metavar="N",
+                   help=f"override [judge] max_concurrency (1 to {MAX_CONCURRENCY})")
 
 
 BATCH_HELP = (
@@ -41,7 +91,7 @@ BATCH_HELP = (
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="judgeloop",
         description="Improve an LLM judge of computer-use trajectories, one audited git commit at a time.",
     )
@@ -89,8 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("eval", "optimizer.cli.eval:cmd_eval", "evaluate the judge prompts on a split")
     p.add_argument("--split", metavar="NAME", help="default: [workspace] dev_split")
     p.add_argument("--rev", metavar="REV", help="git revision of prompts/ (default: the working tree)")
-    p.add_argument("--replicates", type=int, metavar="K")
-    p.add_argument("--limit", type=int, metavar="N", help="only the first N manifest items")
+    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K")
+    p.add_argument("--limit", type=whole(1), metavar="N", help="only the first N manifest items")
     p.add_argument("--out", metavar="DIR", help="where to write verdict files")
     p.add_argument("--json", action="store_true")
     p.add_argument("--batch", action="store_true", help=BATCH_HELP)
@@ -103,11 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--message", metavar="TEXT", help="--strategy manual: the edit's rationale")
     p.add_argument("--policy", choices=["adaptive", "paired", "literal"],
                    help="how a candidate is decided (default: [loop] policy, adaptive); see README \"How the loop decides\"")
-    p.add_argument("--max-experiments", type=int, metavar="N")
-    p.add_argument("--budget-usd", type=float, metavar="X")
-    p.add_argument("--hours", type=float, metavar="H")
-    p.add_argument("--patience", type=int, metavar="K")
-    p.add_argument("--replicates", type=int, metavar="K")
+    p.add_argument("--max-experiments", type=whole(1), metavar="N", help="candidates to try after the baseline")
+    p.add_argument("--budget-usd", type=positive, metavar="X")
+    p.add_argument("--hours", type=positive, metavar="H")
+    p.add_argument("--patience", type=whole(1), metavar="K")
+    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K")
     p.add_argument("--propose-only", action="store_true", help="evaluate one candidate, wait for `judgeloop decide`")
     p.add_argument("--resume", action="store_true", help="continue the last unfinished run")
     p.add_argument("--batch", action="store_true",
@@ -126,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("attribute", "optimizer.cli.attribute:cmd_attribute",
             "measure what each kept edit still contributes at the end, and the final prompts vs the baseline")
     p.add_argument("--run", metavar="ID", help="one run's kept edits (default: every kept edit in HEAD's history)")
-    p.add_argument("--budget-usd", type=float, metavar="X", help="stop cleanly before spending more than X in all")
+    p.add_argument("--budget-usd", type=positive, metavar="X", help="stop cleanly before spending more than X in all")
     p.add_argument("--json", action="store_true")
     _judge_overrides(p)
 
@@ -151,13 +201,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except CommandLineError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     module_name, func_name = args.handler.split(":")
     try:
         handler = getattr(importlib.import_module(module_name), func_name)
         return int(handler(args) or 0)
     except UserError as exc:
         print(f"judgeloop: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        # The last line of defence for files written outside the ledger and cache seams (verdict
+        # files, reports, the lock): a full disk, a read-only folder, a refused permission only.
+        from optimizer.storage import os_fault
+
+        fault = os_fault(exc, Path(getattr(args, "workspace", ".")).resolve())
+        if fault is None:
+            raise
+        print(f"judgeloop: error: {fault}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("judgeloop: interrupted", file=sys.stderr)

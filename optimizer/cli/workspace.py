@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from optimizer.errors import UserError
 from optimizer.scaffold import init_workspace
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    ws = init_workspace(Path(args.dir), sample=args.sample)
+    target = Path(args.dir).absolute()
+    for path in (target, *target.parents):  # a file where the folder (or one above it) would go
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{path} exists and is not a folder; choose a new folder for the workspace")
+    ws = init_workspace(target, sample=args.sample)
     print(f"created workspace {ws.root}")
     if args.sample:
         print("imported the bundled sample set as split 'sample'")

@@ -1,9 +1,9 @@
 """The judge-call cache: SQLite in ``experiments/cache.sqlite``.
 
 One row per judge call that returned a model output, keyed by everything that determines the call
-(provider, model, sampling, output schema, the request fingerprint and the replicate index — never
-the base URL and never an API key). Parse failures are model outputs and are cached; transport
-errors never reach this module.
+(provider, model, sampling, output schema, the request fingerprint, the replicate index, and the
+endpoint when it is not the provider's default — never an API key). Parse failures are model outputs
+and are cached; transport errors never reach this module.
 
 Concurrency: WAL mode, one connection per thread (``sqlite3`` connections must not be shared across
 threads). The evaluator uses it from the asyncio event-loop thread only; the TUI or a second process
@@ -12,15 +12,19 @@ may read at the same time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
+from optimizer import storage
 from optimizer.errors import UserError
 from optimizer.judge.types import JudgeRequest, Sampling, stable_json
 
@@ -94,6 +98,42 @@ class BatchRecord:
 
 
 
+def _normal_url(url: str) -> str:
+    """``url`` as one spelling per server: scheme and host lower-case, a default port dropped, no
+    credentials, query, fragment or trailing slash."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:  # not a number: keep the text as given, still one key per spelling
+        port = None
+        host = parts.netloc.rpartition("@")[2].lower()
+    if port is not None and (scheme, port) not in (("http", 80), ("https", 443)):
+        host = f"{host}:{port}"
+    return f"{scheme}://{host}{parts.path.rstrip('/')}"
+
+
+def endpoint_of(base_url: str | None, default: str | None) -> str | None:
+    """The endpoint as the cache keys it: None for the provider's default endpoint (no base URL, or
+    one naming the default), else the normalised base URL."""
+    if not base_url:
+        return None
+    normal = _normal_url(base_url)
+    return None if default and normal == _normal_url(default) else normal
+
+
+def provider_endpoint(provider: object) -> str | None:
+    """The endpoint of ``provider`` as the cache keys it (see `endpoint_of`). A provider without a
+    default endpoint of its own (the local judge, whose server takes a new port each start, test
+    doubles) has none: its model name says everything."""
+    default = getattr(provider, "default_base_url", None)
+    if not isinstance(default, str):
+        return None
+    base_url = getattr(provider, "base_url", None)
+    return endpoint_of(base_url if isinstance(base_url, str) else None, default)
+
+
 def cache_key(
     *,
     provider: str,
@@ -102,14 +142,17 @@ def cache_key(
     schema: dict[str, Any],
     request: JudgeRequest | str,
     replicate: int,
+    endpoint: str | None = None,
 ) -> str:
     """sha256 (hex) over a stable JSON of everything that determines one judge call.
 
-    ``request`` is a `JudgeRequest` or its precomputed ``fingerprint()``. The base URL is left out on
-    purpose: the same model behind another endpoint gives the same answer distribution.
+    ``request`` is a `JudgeRequest` or its precomputed ``fingerprint()``. ``endpoint`` (from
+    `provider_endpoint`) is where the calls go when that is not the provider's default: two servers
+    may serve different weights under one model name. It is left out of the key material for the
+    default endpoint, so entries cached before endpoints were keyed still hit there.
     """
     fingerprint = request if isinstance(request, str) else request.fingerprint()
-    payload = {
+    payload: dict[str, Any] = {
         "v": SCHEMA_VERSION,
         "provider": provider,
         "model": model,
@@ -118,6 +161,8 @@ def cache_key(
         "request": fingerprint,
         "replicate": replicate,
     }
+    if endpoint is not None:
+        payload["endpoint"] = endpoint
     return hashlib.sha256(stable_json(payload).encode()).hexdigest()
 
 
@@ -149,12 +194,33 @@ class CacheStats:
     writes: int
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _faults_mapped(method: Callable[Concatenate[JudgeCache, _P], _R]) -> Callable[Concatenate[JudgeCache, _P], _R]:
+    """``method`` with a corrupt file, a full disk or a read-only folder as one-line UserErrors."""
+
+    @functools.wraps(method)
+    def mapped(self: JudgeCache, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise self._fault(exc) or exc from None
+
+    return mapped
+
+
 class JudgeCache:
     """SQLite judge-call cache; `get`, `put`, `stats`. Safe to use from several threads."""
 
+    @_faults_mapped
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise storage.os_fault(exc, self.path.parent) or exc from None
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -172,6 +238,13 @@ class JudgeCache:
                 "upgrade judgeloop or move the file away"
             )
 
+    def _fault(self, exc: sqlite3.Error) -> UserError | None:
+        return storage.sqlite_fault(
+            exc, self.path, "the judge-call cache",
+            "move it aside (judgeloop then starts an empty cache, and calls it held are paid for again); "
+            "judgeloop never deletes it",
+        )
+
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
@@ -181,12 +254,16 @@ class JudgeCache:
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.executescript(_SCHEMA)
             except sqlite3.DatabaseError as exc:
+                fault = self._fault(exc)
+                if fault is not None:
+                    raise fault from None
                 raise UserError(f"{self.path}: cannot open the judge-call cache ({exc}); move the file away") from None
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
         return conn
 
+    @_faults_mapped
     def get(self, key: str) -> CachedCall | None:
         """The stored call for ``key``, or None. Counts a hit or a miss."""
         row = self._conn().execute(
@@ -200,6 +277,7 @@ class JudgeCache:
         self.hits += 1
         return CachedCall(*row)
 
+    @_faults_mapped
     def get_many(self, keys: list[str]) -> dict[str, CachedCall]:
         """Every stored call among ``keys`` in one query (no hit/miss counting)."""
         found: dict[str, CachedCall] = {}
@@ -215,6 +293,7 @@ class JudgeCache:
                 found[row[0]] = CachedCall(*row)
         return found
 
+    @_faults_mapped
     def put(
         self,
         key: str,
@@ -274,6 +353,7 @@ class JudgeCache:
         self.writes += 1
         return call
 
+    @_faults_mapped
     def get_request(self, memo_key: str) -> tuple[str, tuple[str, ...]] | None:
         """The memoised (request fingerprint, notes) for ``memo_key``, or None."""
         row = self._conn().execute("SELECT fingerprint, notes FROM requests WHERE memo_key=?", (memo_key,)).fetchone()
@@ -281,6 +361,7 @@ class JudgeCache:
             return None
         return row[0], tuple(json.loads(row[1]))
 
+    @_faults_mapped
     def put_request(self, memo_key: str, fingerprint: str, notes: tuple[str, ...]) -> None:
         """Remember what the rendering inputs ``memo_key`` render to."""
         conn = self._conn()
@@ -292,6 +373,7 @@ class JudgeCache:
 
     # -- the batch store of `eval --batch` (see `optimizer.evaluation.batch.BatchStore`) --------------
 
+    @_faults_mapped
     def record_batch(self, *, provider: str, endpoint: str, model: str, custom_ids: list[str],
                      estimate_usd: float) -> int:
         """Record a batch about to be submitted (status ``submitting``); its record id."""
@@ -306,6 +388,7 @@ class JudgeCache:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
+    @_faults_mapped
     def update_batch(self, record_id: int, *, status: BatchStatus, batch_id: str | None = None) -> None:
         """Set a recorded batch's status (and its provider id, once known)."""
         conn = self._conn()
@@ -315,6 +398,7 @@ class JudgeCache:
                 (status, batch_id, time.time(), record_id),
             )
 
+    @_faults_mapped
     def open_batches(self, *, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
         """Batches recorded for this provider, endpoint and model and not yet collected, oldest first."""
         marks = ",".join("?" * len(OPEN_BATCH_STATUSES))
@@ -325,6 +409,7 @@ class JudgeCache:
         ).fetchall()
         return [BatchRecord(r[0], r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])), r[7], r[8]) for r in rows]
 
+    @_faults_mapped
     def batches(self) -> list[BatchRecord]:
         """Every recorded batch, oldest first."""
         rows = self._conn().execute(
@@ -333,11 +418,13 @@ class JudgeCache:
         ).fetchall()
         return [BatchRecord(r[0], r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])), r[7], r[8]) for r in rows]
 
+    @_faults_mapped
     def stats(self) -> CacheStats:
         """Rows stored, their original total cost, and this object's hit/miss/write counters."""
         entries, cost = self._conn().execute("SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()
         return CacheStats(entries=entries, cost_usd=float(cost), hits=self.hits, misses=self.misses, writes=self.writes)
 
+    @_faults_mapped
     def cost_since(self, created_after: float) -> float:
         """Summed original cost (US dollars) of the calls stored at or after ``created_after`` (seconds
         since the epoch, as ``time.time()``): what was paid since then, e.g. before a crash."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from optimizer.devset.split import Split
 from optimizer.evaluation.budget import Budget, call_cost_usd, estimate_cost_usd, estimate_turn_cost_usd
-from optimizer.evaluation.cache import JudgeCache, cache_key
+from optimizer.evaluation.cache import JudgeCache, cache_key, provider_endpoint
 from optimizer.evaluation.results import ItemResult, ReplicateResult
 from optimizer.judge.agentic import AgenticTask, ConversationState
 from optimizer.judge.prompts import PromptSet
@@ -125,6 +125,7 @@ class ItemJudge:
         self.prompts = prompts
         self.provider = provider
         self.cache = cache
+        self.endpoint = provider_endpoint(provider)  # a second server under the same model name: other keys
         self.sampling = sampling
         self.replicates = replicates
         # Replicate indices first_replicate … first_replicate + replicates − 1: a re-judging pass
@@ -159,6 +160,7 @@ class ItemJudge:
             schema=VERDICT_SCHEMA,
             request=fingerprint,
             replicate=index,
+            endpoint=self.endpoint,
         )
         hit = self.cache.get(key)
         if hit is None:
@@ -414,6 +416,7 @@ class ItemJudge:
                     schema={"agentic": AGENTIC_VERSION},
                     request=state.key_material(),
                     replicate=index,
+                    endpoint=self.endpoint,
                 )
                 hit = self.cache.get(key)
                 turn = _cached_turn(hit.reply_text) if hit is not None else None

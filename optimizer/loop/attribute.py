@@ -130,8 +130,8 @@ def _refuse_unfinished(ws: Workspace, ledger: Ledger, run_ids: Sequence[str]) ->
 
 def run_judge(run: Run, configured: JudgeSection, asked: JudgeOverrides) -> JudgeSection:
     """The judge the run decided with (another provider or model would measure another judge: refused);
-    ``--base-url`` and ``--concurrency`` may change (the same model elsewhere answers alike, and the
-    judge-call cache does not key on the URL)."""
+    ``--base-url`` and ``--concurrency`` may change (the same model served elsewhere; the judge-call
+    cache keys a non-default endpoint, so calls to another server are its own, not the run's)."""
     stored = run.config.get("judge")
     judge = JudgeSection.model_validate(stored) if stored else configured
     for flag, wanted in (("provider", asked.provider), ("model", asked.model)):
@@ -233,7 +233,13 @@ def attribute(ws: Workspace, options: AttributeOptions, events: Listener = ignor
         scope = resolve_scope(ws, ledger, options.run)
         _refuse_unfinished(ws, ledger, scope.runs)
         with command_lock(ws, "attribute"):
-            return _attribute(ws, ledger, scope, options, events)
+            # What a killed attribute left in the repository (a scratch worktree and its folder) goes
+            # first, and whatever this one leaves (a crash in git) goes at the end.
+            gitops.prune_scratch_worktrees(ws)
+            try:
+                return _attribute(ws, ledger, scope, options, events)
+            finally:
+                gitops.prune_scratch_worktrees(ws)
 
 
 def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOptions,

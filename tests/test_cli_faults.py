@@ -1,0 +1,166 @@
+"""Bad values, slips of the hand and storage faults through the real command line: each is refused
+in one line on stderr with a non-zero exit, no traceback, and nothing started or lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from optimizer.cli import main
+from tests.loop.helpers import make_workspace
+
+# Connection refused at once: a command that got as far as judging fails fast (after creating its run).
+DEAD_URL = "http://127.0.0.1:9/v1"
+JUDGE = ["--provider", "openai", "--base-url", DEAD_URL, "--model", "fake-judge"]
+
+
+@pytest.fixture(scope="module")
+def sample_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_workspace(tmp_path_factory.mktemp("faults"))
+
+
+def runs_in(root: Path) -> int:
+    from optimizer.ledger import Ledger
+
+    path = root / "experiments" / "ledger.sqlite"
+    if not path.is_file():
+        return 0
+    with Ledger.open_readonly(path) as led:
+        return len(led.runs())
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().count("\n") == 0, err
+    return err.strip()
+
+
+@pytest.mark.parametrize(
+    ("argv", "allowed"),
+    [
+        (["run", "--max-experiments", "0", *JUDGE], "at least 1"),
+        (["run", "--max-experiments", "-3", *JUDGE], "at least 1"),
+        (["run", "--max-experiments", "two", *JUDGE], "at least 1"),
+        (["run", "--budget-usd", "-5", *JUDGE], "greater than 0"),
+        (["run", "--budget-usd", "0", *JUDGE], "greater than 0"),
+        (["run", "--budget-usd", "nan", *JUDGE], "greater than 0"),
+        (["run", "--hours", "0", *JUDGE], "greater than 0"),
+        (["run", "--hours", "-1", *JUDGE], "greater than 0"),
+        (["run", "--patience", "0", *JUDGE], "at least 1"),
+        (["run", "--replicates", "0", *JUDGE], "from 1 to 15"),
+        (["run", "--replicates", "16", *JUDGE], "from 1 to 15"),
+        (["run", "--concurrency", "0", *JUDGE], "from 1 to 256"),
+        (["run", "--concurrency", "100000", *JUDGE], "from 1 to 256"),
+        (["eval", "--concurrency", "100000", *JUDGE], "from 1 to 256"),
+        (["eval", "--replicates", "0", *JUDGE], "from 1 to 15"),
+        (["eval", "--limit", "0", *JUDGE], "at least 1"),
+        (["attribute", "--budget-usd", "-1", *JUDGE], "greater than 0"),
+        (["confirm", "--split", "sample", "--concurrency", "100000", *JUDGE], "from 1 to 256"),
+    ],
+)
+def test_a_bad_value_is_refused_in_one_line_naming_the_allowed_range(
+    sample_ws: Path, capsys: pytest.CaptureFixture[str], argv: list[str], allowed: str
+) -> None:
+    before = runs_in(sample_ws)
+    capsys.readouterr()
+    assert main(["-w", str(sample_ws), *argv]) == 2
+    err = one_line_error(capsys)
+    flag = next(a for a in argv[1:] if a.startswith("--") and a != "--split")
+    assert f"argument {flag}:" in err and allowed in err
+    assert runs_in(sample_ws) == before  # nothing started
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--max-experiment", "1", *JUDGE],  # started a real run before
+        ["run", "--budget", "1", *JUDGE],
+        ["eval", "--rep", "2", *JUDGE],
+        ["devset", "list", "--work", "."],
+    ],
+)
+def test_an_abbreviated_flag_is_refused(sample_ws: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    before = runs_in(sample_ws)
+    capsys.readouterr()
+    assert main(["-w", str(sample_ws), *argv]) == 2
+    err = one_line_error(capsys)
+    abbreviated = next(a for a in argv if a.startswith("--"))
+    assert f"unrecognized arguments: {abbreviated}" in err
+    assert runs_in(sample_ws) == before
+
+
+def test_every_parser_refuses_abbreviations() -> None:
+    import argparse
+
+    from optimizer.cli import build_parser
+
+    seen: list[argparse.ArgumentParser] = []
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        seen.append(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    walk(child)
+
+    walk(build_parser())
+    assert len(seen) > 15
+    assert [p.prog for p in seen if p.allow_abbrev] == []
+
+
+def test_replicates_bound_is_judge_toml_s() -> None:
+    from optimizer.config import MAX_REPLICATES
+    from optimizer.judge.prompts import JudgeSettings
+
+    bounds = [getattr(m, "le", None) for m in JudgeSettings.model_fields["replicates"].metadata]
+    assert MAX_REPLICATES in bounds
+
+
+# -- judgeloop.toml ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "line", "expected"),
+    [
+        ("model", 'model = "caf\xe9"', "not UTF-8 text (byte 0xe9"),  # the file is written as Latin-1
+        ("max_concurrency", "max_concurrency = 100000", "[judge.max_concurrency]"),
+        ("patience", "patience = 0", "[loop.patience]"),
+        (None, '[prices."fake-judge"]\ninput = -3.0', "[prices.fake-judge.input]"),
+    ],
+)
+def test_a_bad_judgeloop_toml_is_one_line_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str | None, line: str, expected: str
+) -> None:
+    import re
+
+    from optimizer.scaffold import init_workspace
+
+    root = init_workspace(tmp_path / "ws", sample=False).root
+    cfg = root / "judgeloop.toml"
+    text = cfg.read_text(encoding="utf-8")
+    if key is None:
+        text += "\n" + line + "\n"
+    else:
+        text, n = re.subn(rf"(?m)^{key} = .*$", line, text, count=1)
+        assert n == 1
+    cfg.write_bytes(text.encode("latin-1"))
+    capsys.readouterr()
+    assert main(["-w", str(root), "devset", "list"]) == 2
+    err = one_line_error(capsys)
+    assert str(cfg) in err and expected in err
+
+
+# -- judgeloop init ------------------------------------------------------------------------------
+
+
+def test_init_onto_an_existing_file_is_refused_and_leaves_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n", encoding="utf-8")
+    for path in (target, target / "ws"):
+        capsys.readouterr()
+        assert main(["init", str(path)]) == 2
+        err = one_line_error(capsys)
+        assert str(target) in err and "not a folder" in err
+    assert target.read_text(encoding="utf-8") == "mine\n"
