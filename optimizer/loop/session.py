@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import os
 import signal
 from collections.abc import Callable, Mapping
@@ -57,6 +58,17 @@ class RunOptions:
     propose_only: bool = False
     judge: JudgeOverrides = field(default_factory=JudgeOverrides)
     batch: bool = False  # judge each pass as one batch (no early stopping); a resumed run keeps its mode
+
+    def __post_init__(self) -> None:
+        # The CLI refuses these first; an engine caller (the TUI, a script) gets the same one-line refusal.
+        for name, value in (("max_experiments", self.max_experiments), ("patience", self.patience)):
+            if value is not None and value < 1:
+                raise UserError(f"{name} must be at least 1 (got {value})")
+        for name, amount in (("budget_usd", self.budget_usd), ("hours", self.hours)):
+            if amount is not None and not (math.isfinite(amount) and amount > 0):
+                raise UserError(f"{name} must be a number above 0 (got {amount})")
+        if self.replicates is not None and not 1 <= self.replicates <= 15:
+            raise UserError(f"replicates must be 1 to 15 (got {self.replicates})")
 
 
 @dataclass(frozen=True)

@@ -66,3 +66,14 @@ def test_every_call_the_judge_answered_is_on_the_ledger_even_when_candidates_sto
         exps = ledger.experiments(outcome.run_id)
     assert any(e.early_stopped for e in exps), "no candidate stopped early: the test proves nothing"
     assert answered == requests == sum(e.calls for e in exps)
+
+
+@pytest.mark.parametrize(
+    "bad", [{"max_experiments": 0}, {"patience": 0}, {"budget_usd": -5.0}, {"budget_usd": float("nan")},
+            {"hours": 0.0}, {"replicates": 16}],
+)
+def test_run_options_refuse_values_the_cli_refuses(bad: dict[str, object]) -> None:
+    from optimizer.errors import UserError
+
+    with pytest.raises(UserError, match=next(iter(bad))):
+        RunOptions(strategy="library", **bad)  # type: ignore[arg-type]
