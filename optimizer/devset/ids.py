@@ -21,7 +21,7 @@ SAFE_ID = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{MAX_ID_LENGTH - 1}}}")
 ID_RULE = f"1-{MAX_ID_LENGTH} letters, digits, '.', '_' or '-', not starting with '.'"
 
 
-def shown(value: object, limit: int = 80) -> str:
+def shown(value: object, limit: int = 240) -> str:
     """``repr(value)`` cut to ``limit`` characters: one line, whatever a data file holds."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
