@@ -99,7 +99,6 @@ def test_rolled_back_experiment_does_not_move_the_incumbent(tmp_path: Path) -> N
 
 
 def test_verdicts_round_trip_and_answers(tmp_path: Path) -> None:
-    pytest.importorskip("optimizer.metrics")
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         run = _run(ledger)
         exp = ledger.start_experiment(run.id, parent_id=None)
@@ -433,7 +432,8 @@ def test_events_since_pages_in_order(tmp_path: Path) -> None:
 
 
 def test_metrics_model_is_stored_whole_and_rebuilt(tmp_path: Path) -> None:
-    metrics = pytest.importorskip("optimizer.metrics")
+    from optimizer import metrics
+
     m = metrics.Metrics.from_counts(5, 1, 8, 2)
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         run = _run(ledger)

@@ -147,7 +147,6 @@ def make_split(ws_root: Path, name: str) -> None:
 def test_cli_score_json_prints_exactly_the_protocol_object(
     tmp_path: Path, empty_workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("optimizer.devset")
     from optimizer.cli import main
 
     make_split(empty_workspace.root, "mini")
@@ -167,7 +166,6 @@ def test_cli_score_json_prints_exactly_the_protocol_object(
 def test_cli_score_table_and_errors(
     tmp_path: Path, empty_workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("optimizer.devset")
     from optimizer.cli import main
 
     make_split(empty_workspace.root, "mini")
