@@ -4,6 +4,7 @@ batch endpoints (Message Batches; Batch API with a JSONL input file)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -146,7 +147,11 @@ def test_a_pass_larger_than_the_providers_batch_limits_goes_out_as_several_batch
     data = make_data(tmp_path)
     configure(data, wire)
     provider = AnthropicProvider if wire == "anthropic" else OpenAIProvider
-    monkeypatch.setattr(provider, "batch_max_requests", 3)  # a tiny limit, so the sample's pass must split
+    limits = provider.traits.batch
+    assert limits is not None
+    # A tiny limit, so the sample's pass must split.
+    monkeypatch.setattr(provider, "traits", dataclasses.replace(provider.traits,
+                                                                batch=dataclasses.replace(limits, max_requests=3)))
     with FakeLLMServer(default=by_label(data)) as server:
         assert main(eval_args(data, server, wire, tmp_path / "direct")) == 0
         (data.ws.root / "experiments" / "cache.sqlite").unlink()

@@ -29,7 +29,14 @@ from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.files import write_results
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.judge.prompts import PromptSet
-from optimizer.judge.types import InfrastructureError, JudgeRequest, ProviderReply, Sampling, TextPart
+from optimizer.judge.types import (
+    InfrastructureError,
+    JudgeRequest,
+    ProviderReply,
+    ProviderTraits,
+    Sampling,
+    TextPart,
+)
 from optimizer.metrics import score
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
@@ -91,7 +98,7 @@ class InTestProvider:
     """A Provider (judge_types protocol) answering from ``decide(request) -> text | exception``."""
 
     name = "openai"
-    text_only = False
+    traits = ProviderTraits()
 
     def __init__(self, decide: Callable[[JudgeRequest], str | Exception], *, model: str = MODEL, delay: float = 0.0) -> None:
         self.decide = decide
@@ -117,6 +124,9 @@ class InTestProvider:
 
     async def aclose(self) -> None:
         self.closed = True
+
+    def run_notes(self) -> tuple[str, ...]:
+        return ()
 
 
 def judge(**update: Any) -> JudgeSection:
@@ -625,7 +635,7 @@ def test_a_provider_that_runs_one_call_at_a_time_gets_one_call_slot(tmp_path: Pa
     assert provider.max_in_flight > 1  # without the limit, calls overlap
 
     serial = InTestProvider(lambda r: verdict_text(True), delay=0.01)
-    serial.max_parallel_calls = 1  # as the local judge declares
+    serial.traits = ProviderTraits(max_parallel_calls=1)  # as the local judge declares
     stopped: list[str] = []
     run = run_eval(data, serial, judge=judge(max_concurrency=4), replicates=2,
                    on_item=lambda r: stopped.append(r.trajectory_id) or len(stopped) == 2)

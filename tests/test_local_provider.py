@@ -50,7 +50,7 @@ def test_local_smollm2_returns_schema_valid_verdicts_and_stops_its_server() -> N
 
     async def scenario() -> list[str]:
         provider = make_provider(JudgeSection(provider="local", timeout_s=600, max_retries=0))
-        assert isinstance(provider, LocalProvider) and provider.text_only
+        assert isinstance(provider, LocalProvider) and provider.traits.text_only
         texts = []
         try:
             for request in TINY_TRAJECTORIES:

@@ -259,6 +259,6 @@ def test_the_local_judge_keeps_the_shared_judge_prompt_first(tmp_path: Path) -> 
     setup = Setup(tmp_path)
     prompts = setup.prompts("trajectory-first")
     traj = setup.split.trajectory(setup.split.ids[0])
-    request = build_request(traj, setup.split, prompts, text_only=True, layout=LocalProvider.layout)
+    request = build_request(traj, setup.split, prompts, text_only=True, layout=LocalProvider.traits.layout)
     assert request.system == prompts.system_prompt() and request.cache_prefix is None
     assert request.fingerprint() == build_request(traj, setup.split, setup.prompts("rubric-first"), text_only=True).fingerprint()

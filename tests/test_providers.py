@@ -420,16 +420,26 @@ def test_local_provider_uses_a_user_gguf_path_and_is_text_only(tmp_path: Any) ->
     gguf.write_bytes(b"GGUF")
     provider = make_provider(JudgeSection(provider="local", model=str(gguf)))
     assert isinstance(provider, LocalProvider)
-    assert provider.gguf == gguf.resolve() and provider.text_only is True
+    assert provider.gguf == gguf.resolve() and provider.traits.text_only is True
     assert provider.base_url is None  # nothing started before the first call
     run(provider.aclose())
+
+
+@pytest.mark.parametrize("cls", [AnthropicProvider, OpenAIProvider, LocalProvider])
+def test_declared_traits_match_what_each_provider_implements(cls: type[Any]) -> None:
+    """Callers trust ``traits`` instead of probing: tool use and a batch API are declared exactly when
+    the methods behind them exist."""
+    traits = cls.traits
+    assert traits.tool_use == callable(getattr(cls, "converse", None))
+    batch_methods = [callable(getattr(cls, m, None)) for m in ("submit_batch", "batch_state", "batch_results")]
+    assert (traits.batch is not None) == all(batch_methods) and (traits.batch is not None) == any(batch_methods)
 
 
 def test_default_local_model_resolves_to_the_bundled_smollm2_gguf() -> None:
     provider = make_provider(JudgeSection())
     assert isinstance(provider, LocalProvider)
     assert provider.gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and provider.gguf.is_file()
-    assert "demonstration" in provider.label
+    assert "demonstration" in (provider.traits.demo_label or "")
 
 
 def test_local_threads_are_the_configured_count_or_the_idle_cores() -> None:

@@ -31,7 +31,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from optimizer.config import JudgeSection
 from optimizer.evaluation.budget import estimate_cost_usd
@@ -48,7 +48,9 @@ from optimizer.judge.types import (
     ImagePart,
     InfrastructureError,
     JudgeRequest,
+    Provider,
     TextPart,
+    batches,
 )
 
 # Consecutive failed status polls (each after the SDK's own retries) before a pass gives up waiting;
@@ -230,9 +232,10 @@ class _BatchPass:
                 f"budget of ${budget.max_usd:.2f}: a batch of {len(keys)} call(s) (estimated ${total:.4f} at the "
                 f"batch price) would cross it (${budget.spent_usd:.4f} spent); nothing was sent",
             )
+        limits = self.provider.traits.batch
         chunks = split_for_limits(keys, {k: request_bytes(self.calls[k].request) for k in keys},
-                                  max_requests=getattr(self.provider, "batch_max_requests", None),
-                                  max_bytes=getattr(self.provider, "batch_max_bytes", None))
+                                  max_requests=None if limits is None else limits.max_requests,
+                                  max_bytes=None if limits is None else limits.max_bytes)
         if len(chunks) > 1:
             self.notes.append(f"{len(keys)} call(s) sent as {len(chunks)} batches to stay within the provider's "
                               "batch size limits")
@@ -386,21 +389,35 @@ BATCH_PROVIDERS = ("anthropic", "openai")
 
 
 def check_batch_settings(provider: str, mode: str) -> None:
-    """A `UserError` when a batch evaluation cannot run with judge ``provider`` in judge ``mode``
-    (checked before any provider is built, so a refusal costs nothing)."""
+    """A `UserError` when a batch evaluation cannot run with judge ``provider`` (the configured name)
+    in judge ``mode`` (checked before any provider is built, so a refusal costs nothing)."""
+    if provider not in BATCH_PROVIDERS:
+        _refuse_batchless(provider)
+    _check_batch_mode(mode)
+
+
+def batching_provider(provider: Provider, mode: str) -> BatchingProvider:
+    """``provider`` as the `BatchingProvider` a batch evaluation in judge ``mode`` goes through; a
+    `UserError` when it declares no batch API (``traits.batch``) or ``mode`` is agentic."""
+    if not batches(provider):
+        _refuse_batchless(provider.name)
+    _check_batch_mode(mode)
+    return provider
+
+
+def _refuse_batchless(provider: str) -> NoReturn:
     from optimizer.errors import UserError
 
-    if provider not in BATCH_PROVIDERS:
-        raise UserError(f"--batch needs a provider with a batch API (anthropic or openai); the {provider} "
-                        "provider has none: drop --batch or use --provider anthropic|openai")
+    raise UserError(f"--batch needs a provider with a batch API (anthropic or openai); the {provider} "
+                    "provider has none: drop --batch or use --provider anthropic|openai")
+
+
+def _check_batch_mode(mode: str) -> None:
+    from optimizer.errors import UserError
+
     if mode == "agentic":
         raise UserError('--batch supports mode = "direct" only: an agentic judge needs each answer before its '
                         'next turn; drop --batch or set mode = "direct" in prompts/judge.toml')
-
-
-def supports_batches(provider: object) -> bool:
-    """Whether ``provider`` has a batch API (`BatchingProvider`)."""
-    return all(callable(getattr(provider, name, None)) for name in ("submit_batch", "batch_state", "batch_results"))
 
 
 def cache_store(cache: JudgeCache) -> BatchStore:

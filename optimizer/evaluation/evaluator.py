@@ -23,10 +23,9 @@ from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import (
     BatchOptions,
+    batching_provider,
     cache_store,
-    check_batch_settings,
     judge_batch_pass,
-    supports_batches,
 )
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
@@ -36,6 +35,7 @@ from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 from optimizer.events import ProgressSnapshot, StopKind, StopReason
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import (
+    BatchingProvider,
     Provider,
     Sampling,
 )
@@ -235,20 +235,22 @@ async def evaluate_items(
     started = time.monotonic()
     retried_notes: list[str] = []
     try:
-        if prompts.settings.mode == "agentic" and not callable(getattr(provider, "converse", None)):
+        traits = provider.traits
+        if prompts.settings.mode == "agentic" and not traits.tool_use:
             raise UserError(
                 f'judge.toml sets mode = "agentic", which needs a provider that can use tools (anthropic or '
                 f'openai); the {provider.name} provider supports mode = "direct" only: set mode = "direct"'
             )
+        batching: BatchingProvider | None = None
         if batch is not None:
-            check_batch_support(provider, prompts)
+            batching = batching_provider(provider, prompts.settings.mode)
         if cache is None:
             cache = JudgeCache(ws.cache_path)
         sampling = sampling_from(prompts)
         prices = dict(ws.config.prices)
         # A provider that runs one call at a time gets one call slot: calls queued inside it would
         # still run (and be paid for) after an early stop.
-        concurrency = min(judge.max_concurrency, getattr(provider, "max_parallel_calls", None) or judge.max_concurrency)
+        concurrency = min(judge.max_concurrency, traits.max_parallel_calls or judge.max_concurrency)
         judge_items = ItemJudge(
             split,
             prompts,
@@ -265,8 +267,8 @@ async def evaluate_items(
         evaluator = _Scheduler(
             judge_items, concurrency=concurrency, on_item=on_item, progress=progress, total=len(item_ids)
         )
-        if batch is not None:
-            outcome = await judge_batch_pass(judge_items, provider, item_ids, batch,  # type: ignore[arg-type]
+        if batch is not None and batching is not None:
+            outcome = await judge_batch_pass(judge_items, batching, item_ids, batch,
                                              batch.store if batch.store is not None else cache_store(cache))
             evaluator.results, evaluator.stop = outcome.results, outcome.stop
             evaluator.parse_errors = sum(1 for r in outcome.results.values() if r.answer.status == "invalid")
@@ -300,9 +302,7 @@ async def evaluate_items(
             used = ", ".join(f"{name} {n / len(reps):.1f}" for name, n in sorted(tools.items()))
             notes.append(f"agentic judge: {sum(r.turns for r in reps) / len(reps):.1f} model calls per verdict; "
                          f"tool calls per verdict: {used or 'none'}")
-    threads = getattr(provider, "threads", None)
-    if isinstance(threads, int):
-        notes.append(f"local judge ran with {threads} inference thread(s) (set [judge] local_threads to change)")
+    notes += provider.run_notes()
     if evaluator.stop is not None:
         notes.append(evaluator.stop.message)
     if batch is not None:
@@ -328,7 +328,7 @@ async def evaluate_items(
             "provider": provider.name,
             "model": provider.model,
             # The offline SmolLM2 judge says what it is wherever its results go.
-            "judge_label": getattr(provider, "label", None),
+            "judge_label": provider.traits.demo_label,
             "base_url": redacted_url(judge.base_url),
             "text_only": judge_items.text_only,
             "split": getattr(split, "name", None),
@@ -347,11 +347,6 @@ async def evaluate_items(
             "batch": batch is not None,
         },
     )
-
-
-def check_batch_support(provider: Provider, prompts: PromptSet) -> None:
-    """A `UserError` when a batch evaluation cannot run with ``provider`` and ``prompts``."""
-    check_batch_settings(provider.name if supports_batches(provider) else "local", prompts.settings.mode)
 
 
 def _settings_dict(prompts: PromptSet) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from optimizer.judge.types import (
     Provider,
     ProviderReply,
     Sampling,
+    converses,
     stable_json,
 )
 from optimizer.metrics import Answer
@@ -133,11 +134,11 @@ class ItemJudge:
         self.indices = range(first_replicate, first_replicate + replicates)
         self.prices = prices
         self.budget = budget
-        self.text_only = bool(getattr(provider, "text_only", False))
+        self.text_only = provider.traits.text_only
         self.agentic = prompts.settings.mode == "agentic"
         self.token_budget = prompts.settings.token_budget
-        # A provider may prefer a layout over judge.toml's (the local judge: see its `layout`).
-        self.layout: str | None = getattr(provider, "layout", None)
+        # A provider may prefer a layout over judge.toml's (the local judge: see its traits).
+        self.layout: str | None = provider.traits.layout
         self.image_cache_dir = image_cache_dir
         self.semaphore = asyncio.Semaphore(concurrency)
         self.stop_reason: str | None = None
@@ -471,7 +472,9 @@ class ItemJudge:
         t0 = time.monotonic()
         try:
             messages = await asyncio.to_thread(state.wire_messages)
-            turn, reply = await self.provider.converse(task.system, messages, state.offered, self.sampling)  # type: ignore[attr-defined]
+            provider = self.provider
+            assert converses(provider)  # evaluate_items refuses the agentic mode without tool use
+            turn, reply = await provider.converse(task.system, messages, state.offered, self.sampling)
         except BaseException as exc:
             if reserved and self.budget is not None:
                 self.budget.release(estimate)

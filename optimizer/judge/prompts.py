@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from optimizer.errors import UserError
-from optimizer.judge.types import CacheTTL, Sampling
+from optimizer.judge.types import CacheTTL, Layout, Sampling
 from optimizer.models import MISTAKE_TYPES
 from optimizer.paths import check_unlinked
 
@@ -104,7 +104,7 @@ class JudgeSettings(BaseModel):
     # default): a fixed system prompt no candidate can change, the trajectory, a cache breakpoint, then
     # the instructions, so every candidate after the first re-reads the trajectory from the provider's
     # prompt cache. See `optimizer.judge.render`.
-    layout: Literal["rubric-first", "trajectory-first"] = "rubric-first"
+    layout: Layout = "rubric-first"
     # Anthropic cache lifetime of the trajectory prefix (trajectory-first only): a loop revisits each item
     # once per candidate, usually more than 5 minutes apart.
     cache_ttl: CacheTTL = "1h"

@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeGuard
 
 
 @dataclass(frozen=True)
@@ -279,15 +279,56 @@ class InfrastructureError(Exception):
     """A transport failure that survived every retry (timeout, 429, 5xx, connection). Never cached."""
 
 
+Layout = Literal["rubric-first", "trajectory-first"]
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """What one batch of a provider's batch API may hold: a pass larger than either is sent as
+    several batches."""
+
+    max_requests: int
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class ProviderTraits:
+    """What a provider can do, declared by the provider (callers read these, never probe for methods).
+
+    ``text_only``: it cannot read images (callers drop screenshots up front). ``layout``: the request
+    layout it works best with, overriding judge.toml's; None to follow judge.toml. ``batch``: its batch
+    API's limits (it is then a `BatchingProvider`); None without one. ``tool_use``: it holds tool-using
+    conversations (it is then a `ConversingProvider`, so the agentic mode can run on it).
+    ``max_parallel_calls``: the calls it runs at once (callers give it no more call slots); None for no
+    limit of its own. ``demo_label``: for a demonstration-quality judge, what its results say it is,
+    wherever they go; None for a real judge."""
+
+    text_only: bool = False
+    layout: Layout | None = None
+    batch: BatchLimits | None = None
+    tool_use: bool = False
+    max_parallel_calls: int | None = None
+    demo_label: str | None = None
+
+
 class Provider(Protocol):
     name: str
     model: str
+
+    @property
+    def traits(self) -> ProviderTraits:
+        """What this provider can do (`ProviderTraits`)."""
+        ...
 
     async def complete(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> ProviderReply:
         """One judge call. Raises InfrastructureError after retries, UserError for fatal setup problems."""
         ...
 
     async def aclose(self) -> None: ...
+
+    def run_notes(self) -> tuple[str, ...]:
+        """What an evaluation's notes should say about how this provider ran (usually nothing)."""
+        ...
 
 
 class ConversingProvider(Provider, Protocol):
@@ -357,6 +398,16 @@ class BatchingProvider(Provider, Protocol):
     async def batch_results(self, batch_id: str) -> list[BatchEntry]:
         """Every entry of an ended batch (the order is the provider's, not the submission's)."""
         ...
+
+
+def converses(provider: Provider) -> TypeGuard[ConversingProvider]:
+    """Whether ``provider`` declares tool use (``traits.tool_use``): then it is a `ConversingProvider`."""
+    return provider.traits.tool_use
+
+
+def batches(provider: Provider) -> TypeGuard[BatchingProvider]:
+    """Whether ``provider`` declares a batch API (``traits.batch``): then it is a `BatchingProvider`."""
+    return provider.traits.batch is not None
 
 
 VERDICT_SCHEMA: dict[str, Any] = {

@@ -16,7 +16,7 @@ from pathlib import Path
 from optimizer import gitops
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
-from optimizer.evaluation.batch import check_batch_settings
+from optimizer.evaluation.batch import batching_provider
 from optimizer.judge.prompts import LIBRARY_MD, REQUIRED_FILES, PromptSet
 from optimizer.judge.render import build_request
 from optimizer.judge.types import Provider
@@ -49,11 +49,12 @@ def validate_prompts(
                     "keep prompt files short")
     try:
         prompts = PromptSet.from_files(files, source=source)
-        if prompts.settings.mode == "agentic" and not callable(getattr(provider, "converse", None)):
+        traits = provider.traits
+        if prompts.settings.mode == "agentic" and not traits.tool_use:
             return (f'{source}: judge.toml sets mode = "agentic", which the {provider.name} provider cannot run '
                     '(it has no tool use); keep mode = "direct"')
         if batch:
-            check_batch_settings(provider.name, prompts.settings.mode)
+            batching_provider(provider, prompts.settings.mode)
         # Render what the judge would be sent for one real item (its text and placements; the
         # screenshots come from the image cache the evaluation fills).
         if split.ids:
@@ -62,8 +63,8 @@ def validate_prompts(
                 prompts.instructions()
             else:
                 build_request(
-                    traj, split, prompts, text_only=bool(getattr(provider, "text_only", False)),
-                    image_cache_dir=image_cache_dir, layout=getattr(provider, "layout", None),
+                    traj, split, prompts, text_only=traits.text_only,
+                    image_cache_dir=image_cache_dir, layout=traits.layout,
                 )
     except UserError as exc:
         return str(exc)

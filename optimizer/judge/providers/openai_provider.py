@@ -66,12 +66,14 @@ from optimizer.judge.providers._common import (
 from optimizer.judge.types import (
     AssistantTurn,
     BatchEntry,
+    BatchLimits,
     BatchState,
     ConversationMessage,
     ImagePart,
     JudgeRequest,
     Part,
     ProviderReply,
+    ProviderTraits,
     Sampling,
     TextPart,
     ToolCall,
@@ -95,12 +97,10 @@ class OpenAIProvider(WireProvider):
     """`optimizer.judge_types.Provider` for OpenAI models and OpenAI-compatible servers."""
 
     name = "openai"
-    text_only = False
+    # Batch API limits (requests per batch, size of the JSONL input file): a larger pass is split.
+    traits = ProviderTraits(batch=BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024), tool_use=True)
     default_base_url = DEFAULT_BASE_URL
     key_env = KEY_ENV
-    # Batch API limits (requests per batch, size of the JSONL input file): a larger pass is split.
-    batch_max_requests = 50_000
-    batch_max_bytes = 200 * 1024 * 1024
 
     def __init__(
         self,
