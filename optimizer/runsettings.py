@@ -94,18 +94,22 @@ class RunSettings:
           costs, never a decision).
         - A snapshot written by an older judgeloop lacks the settings added since: each missing
           key takes ``current``'s value (what a resume did before they were recorded), and a key
-          this version no longer has is dropped. ``current`` is the workspace's configuration
-          now; None (a reader with no workspace at hand) takes the defaults.
+          this version no longer has is dropped; a record with no judge at all takes the
+          command's (its judge flags on ``current``'s ``[judge]``). ``current`` is the workspace's
+          configuration now; None (a reader with no workspace at hand) takes the defaults.
         """
         current = current if current is not None else Config()
         asked = asked if asked is not None else RunOverrides()
         snapshot = run.config or {}
-        judge = _recorded(run, snapshot, "judge", JudgeSection, current.judge)
-        for flag, wanted in (("provider", asked.judge.provider), ("model", asked.judge.model)):
-            if wanted is not None and wanted != getattr(judge, flag):
-                raise UserError(f"run {run.id} was judged by {flag} {getattr(judge, flag)!r}; --{flag} {wanted!r} "
-                                "would be another judge — drop it, or start a new run")
-        judge = JudgeOverrides(base_url=asked.judge.base_url, concurrency=asked.judge.concurrency).apply(judge)
+        if snapshot.get("judge"):
+            judge = _recorded(run, snapshot, "judge", JudgeSection, current.judge)
+            for flag, wanted in (("provider", asked.judge.provider), ("model", asked.judge.model)):
+                if wanted is not None and wanted != getattr(judge, flag):
+                    raise UserError(f"run {run.id} was judged by {flag} {getattr(judge, flag)!r}; --{flag} "
+                                    f"{wanted!r} would be another judge — drop it, or start a new run")
+            judge = JudgeOverrides(base_url=asked.judge.base_url, concurrency=asked.judge.concurrency).apply(judge)
+        else:  # a run recorded without its judge (none since the first release): the command's
+            judge = asked.judge.apply(current.judge)
         loop = _recorded(run, snapshot, "loop", LoopSection, current.loop)
         if run.policy in ("adaptive", "paired", "literal"):  # the column: the run's --policy, if given
             loop = loop.model_copy(update={"policy": run.policy})
