@@ -85,7 +85,10 @@ class RunSettings:
           patience, infra_retry_*) and ``[judge]`` are the run's own, whatever the file says now:
           an edit made mid-run is *ignored* — not refused, so an overnight run stopped and resumed
           after a config edit goes on as it started — and ``loop_note`` says which ``[loop]``
-          settings differ, for the command to show. New settings need a new run.
+          settings differ, for the command to show (none for ``[judge]``: the run's judge includes
+          the flags it started with, so it differs from the file by design). So is ``[optimizer]
+          seed``. New settings need a new run. The rest of the file (the optimiser's model, its
+          allowed files and diff limit, prices, held-out splits, ``[confirm]``) is read as it is now.
         - May change on any command: the judge's ``base_url`` (where the same model is served: the
           judge-call cache does not key on it) and ``max_concurrency`` (``--concurrency``); the
           limits ``--max-experiments``, ``--budget-usd``, ``--hours``, ``--patience`` (a limit not

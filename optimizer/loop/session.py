@@ -147,7 +147,7 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         events(Message(text))
 
     cfg = ws.config
-    judge = options.judge.apply(cfg.judge)
+    judge = options.judge.apply(cfg.judge)  # a new run's; a resumed one keeps its own (`RunSettings.from_run`)
     if not resume and options.batch and judge.provider not in BATCH_PROVIDERS:
         check_batch_settings(judge.provider, "direct")  # refused before anything else is checked or changed
     if gitops.clear_stale_index_lock(ws.root):
