@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from optimizer.config import Config
 from optimizer.decision import AdaptiveTest, ItemShares
 from optimizer.ledger import FLIP_KEYS, Attribution, EditContribution, Experiment, Ledger, Run
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS, Answer
+from optimizer.runsettings import RunSettings
 from optimizer.workspace import Workspace
 
 # ``calls`` are the judge's; ``cost_usd`` is the experiment's total (judge + optimiser); the optimiser's
@@ -74,8 +76,9 @@ def _parents(experiments: Sequence[Experiment]) -> dict[int, Experiment]:
     return {e.id: e for e in experiments}
 
 
-def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
-    """The ``report --json`` object: run, branch, policy and one entry per experiment, baseline first."""
+def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[str, Any]:
+    """The ``report --json`` object: run, branch, policy and one entry per experiment, baseline first.
+    ``ws``: the workspace, whose configuration fills what an old run's record lacks (`RunSettings`)."""
     experiments = []
     all_exps = ledger.experiments(run.id)
     fps_of = fp_by_type_all(ledger, run, all_exps)
@@ -116,7 +119,7 @@ def report_json(ledger: Ledger, run: Run) -> dict[str, Any]:
         })
     attribution = ledger.latest_attribution(run.id)
     return {"run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments,
-            "accounting": accounting(run, all_exps), **attribution_json(attribution)}
+            "accounting": accounting(run, all_exps, ws.config if ws else None), **attribution_json(attribution)}
 
 
 def rejudged_items(exp: Experiment) -> list[ItemShares]:
@@ -142,14 +145,15 @@ def test_line(exp: Experiment, limit: int = 6) -> str | None:
             f"gain {test.statistic:+.2f} items")
 
 
-def accounting(run: Run, experiments: Sequence[Experiment]) -> dict[str, Any]:
+def accounting(run: Run, experiments: Sequence[Experiment], current: Config | None = None) -> dict[str, Any]:
     """Run-level accounting of the decisions: how many candidates were tested, the expected number of
     false keeps if every one were a no-op (the sum of the levels they were tested at; None under the
     literal policy, which runs no test), the online-FDR target if one was set, and each kept edit's
-    p-value, extra judgements and cost."""
-    loop_cfg = (run.config or {}).get("loop") or {}
+    p-value, extra judgements and cost. The run's settings are its own (`RunSettings.from_run`;
+    ``current`` fills what an old record lacks)."""
+    loop_cfg = RunSettings.from_run(run, current).loop
     # Rows decided before the level was recorded (ledger schema < 4) were tested at the run's alpha.
-    default_alpha = loop_cfg.get("alpha", 0.1) if run.policy != "literal" else None
+    default_alpha = loop_cfg.alpha if loop_cfg.policy != "literal" else None
 
     def level(e: Experiment) -> float | None:
         return e.alpha if e.alpha is not None else default_alpha
@@ -158,8 +162,8 @@ def accounting(run: Run, experiments: Sequence[Experiment]) -> dict[str, Any]:
               and (e.alpha is not None or e.p_value is not None)]
     return {
         "tested": len(tested),
-        "expected_false_keeps": None if run.policy == "literal" else round(sum(level(e) or 0.0 for e in tested), 6),
-        "fdr": loop_cfg.get("fdr"),
+        "expected_false_keeps": None if loop_cfg.policy == "literal" else round(sum(level(e) or 0.0 for e in tested), 6),
+        "fdr": loop_cfg.fdr,
         "kept": [
             {"experiment": e.id, "p_value": e.p_value, "alpha": level(e), "rejudge_calls": e.rejudge_calls,
              "rejudged_items": len(rejudged_items(e)), "cost_usd": e.cost_usd}
@@ -168,9 +172,9 @@ def accounting(run: Run, experiments: Sequence[Experiment]) -> dict[str, Any]:
     }
 
 
-def accounting_line(run: Run, experiments: Sequence[Experiment]) -> str:
+def accounting_line(run: Run, experiments: Sequence[Experiment], current: Config | None = None) -> str:
     """One line for the report and the TUI: tested candidates and expected false keeps."""
-    acc = accounting(run, experiments)
+    acc = accounting(run, experiments, current)
     if acc["expected_false_keeps"] is None:
         return (f"{acc['tested']} candidate(s) decided under the literal policy, which runs no test: the number of "
                 "no-op edits it keeps is not bounded")
@@ -454,12 +458,13 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
     ]
     if run.budgets:
         out.append("budgets " + ", ".join(f"{k}={v}" for k, v in run.budgets.items() if v is not None))
-    judge = (run.config or {}).get("judge") or {}
-    if judge:
+    current = ws.config if ws else None
+    if (run.config or {}).get("judge"):  # a run recorded without one (a hand-made ledger) names none
+        judge = RunSettings.from_run(run, current).judge
         out.append(
-            f"judge {judge.get('provider')}:{judge.get('model')}"
+            f"judge {judge.provider}:{judge.model}"
             + ("  (demonstration-quality offline judge: its numbers show the mechanics only)"
-               if judge.get("provider") == "local" else "")
+               if judge.provider == "local" else "")
         )
     out.append("")
     out.append("experiments")
@@ -524,8 +529,8 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
         out.append("  (no baseline recorded yet)")
     out.append("")
     out.append("decisions")
-    out.append("  " + accounting_line(run, experiments))
-    for kept in accounting(run, experiments)["kept"]:
+    out.append("  " + accounting_line(run, experiments, current))
+    for kept in accounting(run, experiments, current)["kept"]:
         out.append(f"  kept #{kept['experiment']}: p={_num(kept['p_value'])} at alpha {_num(kept['alpha'])}, "
                    f"{kept['rejudged_items']} item(s) re-judged ({kept['rejudge_calls']} extra calls), "
                    f"${kept['cost_usd']:.4f}")

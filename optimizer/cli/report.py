@@ -23,7 +23,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     with ledger:
         run = ledger.resolve_run(args.run)
         if args.json:
-            print(json.dumps(report_json(ledger, run)))
+            print(json.dumps(report_json(ledger, run, ws)))
         else:
             print(report_text(ledger, run, ws), end="")
     return 0

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optimizer import gitops
-from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
+from optimizer.config import JudgeOverrides, LoopSection
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -38,6 +38,7 @@ from optimizer.judge.types import Provider
 from optimizer.ledger import Attribution, EditContribution, Experiment, ItemShare, Ledger, Run
 from optimizer.loop.compare import Comparison, compare_prompts
 from optimizer.report import export_attribution_tsv, export_experiments_tsv, write_markdown_report
+from optimizer.runsettings import RunOverrides, RunSettings
 from optimizer.workspace import Workspace, command_lock, lock_holder
 
 
@@ -45,7 +46,7 @@ from optimizer.workspace import Workspace, command_lock, lock_holder
 class AttributeOptions:
     """What `judgeloop attribute` was asked: one run (None: HEAD's history), a budget (US dollars,
     over the attribution's whole spend, resumed parts included), judge overrides (base URL,
-    concurrency; a different provider or model is refused: see `run_judge`)."""
+    concurrency; a different provider or model is refused: see `RunSettings.from_run`)."""
 
     run: str | None = None
     budget_usd: float | None = None
@@ -126,19 +127,6 @@ def _refuse_unfinished(ws: Workspace, ledger: Ledger, run_ids: Sequence[str]) ->
             which = f"experiment {waiting[0].id}" if waiting else "a candidate"
             raise UserError(f"run {run.id} has {which} waiting for a decision; "
                             f"`judgeloop decide {waiting[0].id if waiting else 'ID'} keep|discard` first")
-
-
-def run_judge(run: Run, configured: JudgeSection, asked: JudgeOverrides) -> JudgeSection:
-    """The judge the run decided with (another provider or model would measure another judge: refused);
-    ``--base-url`` and ``--concurrency`` may change (the same model served elsewhere; the judge-call
-    cache keys a non-default endpoint, so calls to another server are its own, not the run's)."""
-    stored = run.config.get("judge")
-    judge = JudgeSection.model_validate(stored) if stored else configured
-    for flag, wanted in (("provider", asked.provider), ("model", asked.model)):
-        if wanted is not None and wanted != getattr(judge, flag):
-            raise UserError(f"run {run.id} was judged by {flag} {getattr(judge, flag)!r}; attribution measures its "
-                            f"edits with the same judge — drop --{flag} {wanted}")
-    return JudgeOverrides(base_url=asked.base_url, concurrency=asked.concurrency).apply(judge)
 
 
 def build_variants(ws: Workspace, final: str, edits: Sequence[gitops.KeptCommit]) -> list[Variant]:
@@ -256,10 +244,8 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
         raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
                         "its edits cannot be measured on the same items")
     labels = load_labels(split)
-    judge = run_judge(run, cfg.judge, options.judge)
-    stored_loop = run.config.get("loop")
-    loop_cfg = LoopSection.model_validate(stored_loop) if stored_loop else cfg.loop
-    replicates = int(run.budgets.get("replicates") or 1)
+    settings = RunSettings.from_run(run, cfg, RunOverrides(judge=options.judge))
+    judge, loop_cfg, replicates = settings.judge, settings.loop, settings.replicates
     judge_name = f"{judge.provider}:{judge.model}"
     dirty = gitops.dirty_paths(ws.root) if scope.kind == "history" else []
     tell(f"attributing {len(scope.edits)} kept edit(s) "
@@ -268,6 +254,8 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
          + f" against baseline {_short(scope.baseline)}; split {split.name} ({len(split.ids)} items), judge "
          f"{judge_name}, {replicates} judgement(s) per item, disagreeing items re-judged {loop_cfg.rejudge} more "
          f"time(s); recorded under run {run.id}")
+    if settings.loop_note:
+        tell(f"  {settings.loop_note}")
     if dirty:
         tell(f"  note: uncommitted changes ({', '.join(dirty[:3])}) are not part of it: the committed HEAD is measured")
     variants = build_variants(ws, scope.final, scope.edits)
@@ -321,7 +309,7 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
                 comparison = await compare_prompts(
                     ws, split, labels, variant.prompts, final_prompts, judge, loop_cfg, replicates=replicates,
                     provider=provider, cache=cache, budget=budget, progress=progress,
-                    seed=(cfg.optimizer.seed * 1_000_003 + exp_id) % 2**32,
+                    seed=(settings.seed * 1_000_003 + exp_id) % 2**32,
                 )
                 if comparison.decision is None:
                     stopped = comparison.budget_stop or comparison.error or "incomplete"
@@ -352,7 +340,7 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
             comparison = await compare_prompts(
                 ws, split, labels, baseline_prompts, final_prompts, judge, loop_cfg, replicates=replicates,
                 provider=provider, cache=cache, budget=budget, progress=progress,
-                seed=cfg.optimizer.seed * 1_000_003 % 2**32,
+                seed=settings.seed * 1_000_003 % 2**32,
             )
             if comparison.decision is None:
                 why = comparison.budget_stop or comparison.error or "incomplete"

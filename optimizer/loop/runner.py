@@ -55,25 +55,8 @@ from optimizer.loop.validate import candidate_files, validate_prompts
 from optimizer.metrics import Answer, Metrics, bootstrap_intervals, flip_table, score
 from optimizer.models import Label
 from optimizer.paths import allowed_name, read_prompt_file, write_prompt_file
+from optimizer.runsettings import Limits
 from optimizer.workspace import Workspace
-
-
-@dataclass
-class Limits:
-    max_experiments: int | None = None  # candidates, not counting the baseline
-    budget_usd: float | None = None
-    hours: float | None = None
-    patience: int = 5
-    propose_only: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "max_experiments": self.max_experiments,
-            "budget_usd": self.budget_usd,
-            "hours": self.hours,
-            "patience": self.patience,
-            "propose_only": self.propose_only,
-        }
 
 
 def evaluation_order(labels: Mapping[str, Label], ids: list[str]) -> list[str]:
@@ -209,6 +192,7 @@ class LoopRunner:
     strategy: Strategy
     limits: Limits
     replicates: int
+    seed: int  # [optimizer] seed as the run recorded it (`RunSettings.seed`)
     spent_usd: float = 0.0
     started: float = field(default_factory=time.monotonic)
     interrupted: bool = False
@@ -421,7 +405,7 @@ class LoopRunner:
     def decision_seed(self, experiment_id: int) -> int:
         """The seed of a candidate's Monte Carlo p-value (used only when the exact one is out of
         reach), stored with the decision so it replays."""
-        return (self.ws.config.optimizer.seed * 1_000_003 + experiment_id) % 2**32
+        return (self.seed * 1_000_003 + experiment_id) % 2**32
 
     def _record_eval(self, exp_id: int, ev: Evaluated, **fields: Any) -> Experiment:
         self.ledger.record_verdicts(exp_id, item_verdicts(ev.run))
@@ -525,7 +509,7 @@ class LoopRunner:
         return ProposalContext(
             workspace_root=self.root, allowed_files=allowed, current_files=current,
             disagreements=disagreements, history=history, guidance=guidance.strip(), split=self.split,
-            rng_seed=self.ws.config.optimizer.seed, experiment_seq=seq,
+            rng_seed=self.seed, experiment_seq=seq,
             judge_mode=PromptSet.from_dir(self.ws.prompts_dir).settings.mode,
         )
 

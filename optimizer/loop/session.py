@@ -10,10 +10,10 @@ import dataclasses
 import math
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from optimizer import gitops
 from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
@@ -28,12 +28,13 @@ from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.events import Listener, Message, StopKind, StopReason, ignore
 from optimizer.judge.prompts import PromptSet
 from optimizer.ledger import Ledger, Run, RunStatus
-from optimizer.loop.runner import Limits, LoopRunner, decision_trailers, fmt3
+from optimizer.loop.runner import LoopRunner, decision_trailers, fmt3
 from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
 from optimizer.metrics import Metrics, score
 from optimizer.paths import check_prompts_tree
 from optimizer.report import export_experiments_tsv, write_markdown_report
+from optimizer.runsettings import Limits, RunOverrides, RunSettings
 from optimizer.workspace import Workspace, command_lock
 
 Say = Callable[[str], None]
@@ -43,8 +44,8 @@ PolicyName = Literal["adaptive", "paired", "literal"]
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What `judgeloop run` was asked; None means "the configuration's value" (or, when resuming,
-    the value the run started with)."""
+    """What `judgeloop run` was asked; None means "the configuration's value". When resuming, the
+    run's own settings apply, and what a resume may change is `RunSettings.from_run`'s to say."""
 
     split: str | None = None
     strategy: StrategyName | None = None
@@ -95,16 +96,11 @@ def _status_for(stop: StopReason) -> RunStatus:
     return "finished"
 
 
-def _limits(options: RunOptions, ws: Workspace, previous: Mapping[str, Any] | None = None) -> Limits:
-    prev = dict(previous or {})
-    return Limits(
-        max_experiments=options.max_experiments if options.max_experiments is not None
-        else prev.get("max_experiments"),
-        budget_usd=options.budget_usd if options.budget_usd is not None else prev.get("budget_usd"),
-        hours=options.hours if options.hours is not None else prev.get("hours"),
-        patience=options.patience if options.patience is not None
-        else prev.get("patience", ws.config.loop.patience),
-        propose_only=options.propose_only,
+def _overrides(options: RunOptions) -> RunOverrides:
+    return RunOverrides(
+        judge=options.judge, policy=options.policy, replicates=options.replicates, batch=options.batch,
+        max_experiments=options.max_experiments, budget_usd=options.budget_usd, hours=options.hours,
+        patience=options.patience, propose_only=options.propose_only,
     )
 
 
@@ -140,13 +136,9 @@ class _Prepared:
 
     run: Run
     split: Split
-    judge: JudgeSection
-    loop_cfg: LoopSection
-    limits: Limits
-    replicates: int
+    settings: RunSettings  # read back from the run's record, on its start as on a resume
     spent: float
     strategy_name: str
-    batch: bool = False
 
 
 def start_run(ws: Workspace, options: RunOptions, events: Listener = ignore) -> RunOutcome:
@@ -167,10 +159,9 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         events(Message(text))
 
     cfg = ws.config
-    judge = options.judge.apply(cfg.judge)
-    if options.batch and judge.provider not in BATCH_PROVIDERS:
+    judge = options.judge.apply(cfg.judge)  # a new run's; a resumed one keeps its own (`RunSettings.from_run`)
+    if not resume and options.batch and judge.provider not in BATCH_PROVIDERS:
         check_batch_settings(judge.provider, "direct")  # refused before anything else is checked or changed
-    loop_cfg = cfg.loop.model_copy(update={"policy": options.policy} if options.policy else {})
     if gitops.clear_stale_index_lock(ws.root):
         say("removed a stale .git/index.lock (left by a process killed in the middle of a git command)")
     if ws.stop_path.exists():
@@ -183,10 +174,10 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
     manual_edit: str | None = None
     try:
         if resume:
-            prepared = _prepare_resume(ws, ledger, options, judge, loop_cfg, say)
+            prepared = _prepare_resume(ws, ledger, options, say)
         else:
-            prepared = _prepare_start(ws, ledger, options, judge, loop_cfg, say)
-        run, split = prepared.run, prepared.split
+            prepared = _prepare_start(ws, ledger, options, judge, say)
+        run, split, settings = prepared.run, prepared.split, prepared.settings
         if prepared.strategy_name == "manual":
             manual_edit = str(run.budgets.get("manual_edit", ""))
         strategy: Strategy
@@ -195,9 +186,9 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         else:
             strategy = make_strategy(prepared.strategy_name, cfg.optimizer, cfg.prices)
         runner = LoopRunner(ws=ws, ledger=ledger, run=run, split=split, labels=load_labels(split),
-                            judge=prepared.judge, loop_cfg=prepared.loop_cfg, strategy=strategy,
-                            limits=prepared.limits, replicates=prepared.replicates, spent_usd=prepared.spent,
-                            events=events, batch=prepared.batch)
+                            judge=settings.judge, loop_cfg=settings.loop, strategy=strategy,
+                            limits=settings.limits, replicates=settings.replicates, seed=settings.seed,
+                            spent_usd=prepared.spent, events=events, batch=settings.batch)
         try:
             stop = asyncio.run(_drive(runner))
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -215,7 +206,7 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         ledger.set_run_status(run.id, status, stop_reason=stop.message)
         if stop.kind is StopKind.STOP_FILE and ws.stop_path.exists():
             ws.stop_path.unlink()
-        _summary(ledger, run.id, stop.message, say)
+        _summary(ledger, run.id, stop.message, say, settings.loop)
         if manual_edit is not None:
             _manual_outcome(ws, ledger, run.id, manual_edit, say)
             manual_edit = None
@@ -230,10 +221,12 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         ledger.close()
 
 
-def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, loop_cfg: LoopSection,
-                    say: Say) -> _Prepared:
+def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say) -> _Prepared:
     cfg = ws.config
     run = _resumable_run(ledger)
+    settings = RunSettings.from_run(run, cfg, _overrides(options))  # its refusals come before any change
+    if settings.batch:
+        _check_batch_judge(ws, settings.judge, run.start_rev)
     if run.split in cfg.workspace.heldout_splits:
         raise UserError(f"run {run.id} names held-out split {run.split!r}; the loop never sees it")
     split = open_split(ws, run.split)
@@ -241,7 +234,6 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, judge: J
         raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
                         "start a new run")
     check_apart(ws, split.name)  # a held-out split imported since the run started may share its items
-    judge = _resumed_judge(run, judge, options.judge)
     dirty = [p for p in gitops.dirty_paths(ws.root) if p not in cfg.optimizer.allowed_files]
     if dirty:
         raise UserError(f"the working tree has changes outside the loop's files ({', '.join(dirty[:5])}); "
@@ -254,9 +246,6 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, judge: J
     if not ledger.labels(run.id):
         ledger.set_labels(run.id, load_labels(split))  # for the TUI and the report, never for a judge
     gitops.checkout_branch(ws.root, run.branch)
-    loop_cfg = loop_cfg.model_copy(update={"policy": run.policy})
-    limits = _limits(options, ws, run.budgets)
-    replicates = int(run.budgets.get("replicates") or 1)
     # Calls paid before a crash come back from the cache on resume and are not re-counted by
     # the resumed evaluation: put them on the interrupted experiment's row first. The last
     # progress event's running total is a floor (it is throttled, so it may lag the cache).
@@ -264,19 +253,19 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, judge: J
     spent = max(sum(e.cost_usd for e in ledger.experiments(run.id)), _last_reported_spend(ledger, run.id))
     ledger.set_run_status(run.id, "running", pid=os.getpid())
     say(f"resuming run {run.id} on {run.branch} (spent so far ${spent:.4f})")
-    batch = options.batch or bool(run.budgets.get("batch"))
-    if batch:
-        _check_batch_judge(ws, judge, run.start_rev)
+    if settings.loop_note:
+        say(f"  {settings.loop_note}")
+    if settings.batch:
         pending = [b for b in ledger.batches(run.id, open_only=True) if b.batch_id]
         for b in pending:
             say(f"  pending batch {b.batch_id} ({len(b.custom_ids)} call(s), experiment {b.experiment_id}): "
                 "collecting it instead of submitting again")
-    return _Prepared(run, split, judge, loop_cfg, limits, replicates, spent, run.strategy, batch)
+    return _Prepared(run, split, settings, spent, run.strategy)
 
 
-def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, loop_cfg: LoopSection,
-                   say: Say) -> _Prepared:
+def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, say: Say) -> _Prepared:
     cfg = ws.config
+    loop_cfg = cfg.loop.model_copy(update={"policy": options.policy} if options.policy else {})
     strategy_name = options.strategy or cfg.optimizer.strategy
     if strategy_name != "manual":
         gitops.ensure_clean(ws.root, "judgeloop run")
@@ -290,7 +279,9 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
                         "use the dev split — evaluate held-out splits with `judgeloop confirm`")
     split = open_split(ws, split_name)
     check_apart(ws, split.name)  # no item or recording of a held-out split in the loop's split
-    limits = _limits(options, ws)
+    limits = Limits(max_experiments=options.max_experiments, budget_usd=options.budget_usd, hours=options.hours,
+                    patience=options.patience if options.patience is not None else cfg.loop.patience,
+                    propose_only=options.propose_only)
     manual_dir: Path | None = None
     if strategy_name == "manual":
         # Save the edit, reset the files: the run starts clean and proposes the saved copy once.
@@ -330,7 +321,9 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     if options.batch:
         say("  batch mode: each pass is one batch at half price (answers within 24 h); early stopping does not "
             "apply, so every candidate is judged on every item; `judgeloop run --resume` collects a pending batch")
-    return _Prepared(run, split, judge, loop_cfg, limits, replicates, 0.0, strategy_name, options.batch)
+    # Decided from its record from the first candidate on, as a resume will (`RunSettings.from_run`).
+    settings = RunSettings.from_run(run, cfg, RunOverrides(propose_only=options.propose_only))
+    return _Prepared(run, split, settings, 0.0, strategy_name)
 
 
 def _check_batch_judge(ws: Workspace, judge: JudgeSection, rev: str) -> None:
@@ -363,21 +356,6 @@ def _manual_outcome(ws: Workspace, ledger: Ledger, run_id: str, saved: str, say:
                 f"it is in {saved}")
         if not restored and not kept_back:
             say(f"  {why}; your edit is in {saved}")
-
-
-def _resumed_judge(run: Run, judge: JudgeSection, asked: JudgeOverrides) -> JudgeSection:
-    """The judge the run started with: a resumed run must not silently switch judges mid-comparison."""
-    stored = run.config.get("judge")
-    if not stored:
-        return judge
-    original = JudgeSection.model_validate(stored)
-    for flag, wanted in (("provider", asked.provider), ("model", asked.model), ("base_url", asked.base_url)):
-        if wanted is not None and wanted != getattr(original, flag):
-            raise UserError(f"run {run.id} judges with {flag} {getattr(original, flag)!r}; "
-                            f"--{flag.replace('_', '-')} {wanted!r} would compare different judges — start a new run")
-    if asked.concurrency:
-        original = original.model_copy(update={"max_concurrency": asked.concurrency})
-    return original
 
 
 def _record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> None:
@@ -427,7 +405,8 @@ def _resumable_run(ledger: Ledger) -> Run:
     raise UserError("no unfinished run to resume; start one with `judgeloop run`")
 
 
-def _summary(ledger: Ledger, run_id: str, reason: str, say: Say) -> None:
+def _summary(ledger: Ledger, run_id: str, reason: str, say: Say, loop: LoopSection) -> None:
+    """The end-of-run lines; ``loop``: the run's decision settings (`RunSettings.loop`)."""
     run = ledger.get_run(run_id)
     exps = ledger.experiments(run_id)
     kept = [e for e in exps if e.status == "kept"]
@@ -442,12 +421,11 @@ def _summary(ledger: Ledger, run_id: str, reason: str, say: Say) -> None:
     if base and inc:
         say(f"  kappa {fmt3(base.kappa)} → {fmt3(inc.kappa)}, FPR {fmt3(base.fpr)} → {fmt3(inc.fpr)} "
             f"(incumbent: experiment {inc.id}, {(inc.commit_sha or '')[:12]})")
-    if not kept and len(exps) > 1 and run.policy in ("paired", "adaptive"):
+    if not kept and len(exps) > 1 and loop.policy in ("paired", "adaptive"):
         n_items = len(ledger.labels(run_id))
-        alpha = float(run.config.get("loop", {}).get("alpha", 0.1))
         if n_items:
-            policy: Policy = "adaptive" if run.policy == "adaptive" else "paired"
-            say(f"  nothing kept: {detectable_gain_line(n_items, alpha, policy)}")
+            policy: Policy = "adaptive" if loop.policy == "adaptive" else "paired"
+            say(f"  nothing kept: {detectable_gain_line(n_items, loop.alpha, policy)}")
     say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
 
 
@@ -499,9 +477,10 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
     ``batch``: through the provider's batch API (recorded in the judge cache, so a killed `confirm`
     run again collects its batch)."""
     cfg = ws.config
-    judge = (judge_overrides or JudgeOverrides()).apply(cfg.judge)
     with command_lock(ws, "confirm"), Ledger(ws.ledger_path) as ledger:
         run = ledger.resolve_run(run_id)
+        settings = RunSettings.from_run(run, cfg, RunOverrides(judge=judge_overrides or JudgeOverrides()))
+        judge = settings.judge  # the run's: its final prompts are confirmed by the judge that chose them
         if split_name == run.split or split_name == cfg.workspace.dev_split:
             raise UserError(f"{split_name!r} is the dev split; confirm evaluates a held-out split "
                             "(list it under [workspace] heldout_splits)")
@@ -526,7 +505,7 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
             check_batch_settings(judge.provider, prompts.settings.mode)
             options = BatchOptions.from_judge(judge, on_state=lambda state: events(Message(state.line(), "note")))
         result = asyncio.run(evaluate_items(ws, split, prompts, judge, item_ids=split.ids,
-                                            replicates=prompts.settings.replicates, batch=options))
+                                            replicates=settings.replicates, batch=options))
         if result.infra_error_ids:
             raise UserError(f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
                             "the use is not counted — retry when the provider is healthy")
