@@ -13,12 +13,12 @@ from tui.views.experiment import FLIP_CELLS, FLIP_TITLES, ExperimentView
 from tui.views.help import HelpView
 from tui.views.helped import HelpedView, helped_cells
 from tui.views.history import HISTORY_COLUMNS, SORT_KEYS, HistoryView, decisions_summary, history_cells
-from tui.views.item import ItemView, StepDecoded, viewed_steps
+from tui.views.item import ItemView, viewed_steps
 from tui.views.reviews import ReviewsView
 
 __all__ = [
     "FLIP_CELLS", "FLIP_TITLES", "HISTORY_COLUMNS", "SORT_KEYS", "CompareView", "DisagreementsView",
-    "ExperimentView", "HelpView", "HelpedView", "HistoryView", "ItemView", "ReviewsView", "StepDecoded", "View",
+    "ExperimentView", "HelpView", "HelpedView", "HistoryView", "ItemView", "ReviewsView", "View",
     "decisions_summary", "fmt_p", "helped_cells", "history_cells", "metric_rows", "metric_table", "status_text",
     "viewed_steps",
 ]

@@ -3,29 +3,21 @@ several views draw (a status, the metric table)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
-from tui.data import STATUS_STYLES, STATUS_TEXT, fmt
+from tui.data import STATUS_STYLES, STATUS_TEXT, LedgerNotReady, fmt
 from tui.widgets import StatusStrip
 
 if TYPE_CHECKING:
+    from optimizer.ledger import Experiment
     from tui.app import JudgeloopApp
-
-
-class Loaded(Message):
-    """A worker finished loading a view's data (``data`` is None when there is nothing to show)."""
-
-    def __init__(self, data: Any) -> None:
-        super().__init__()
-        self.data = data
 
 
 def status_text(status: str) -> Text:
@@ -41,7 +33,7 @@ def metric_table(detail_rows: list[tuple[str, str, str, str, str]]) -> Table:
     return table
 
 
-def metric_rows(exp: Any, parent: Any) -> list[tuple[str, str, str, str, str]]:
+def metric_rows(exp: Experiment, parent: Experiment | None) -> list[tuple[str, str, str, str, str]]:
     """(name, value, interval, incumbent value, delta) for the headline metrics."""
     rows = []
     for name in ("kappa", "fpr", "balanced_accuracy", "tpr", "tnr"):
@@ -90,10 +82,22 @@ class View(Screen[None]):
     def reload(self) -> None:
         """Load the view's data again (in a worker)."""
 
+    def not_ready(self) -> None:
+        """What the view shows while there is nothing to show yet (no ledger, or no run): by default
+        whatever it shows already."""
+
+    def selection_changed(self) -> None:
+        """The app's selection moved while this view is shown (views that show it reload)."""
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """The one place worker failures go: an error modal, never a crash."""
-        if event.state == WorkerState.ERROR:
-            self.japp.show_error(f"{event.worker.name or 'background work'} failed", event.worker.error)
+        """The one place worker failures go: LedgerNotReady is the view's empty state (``not_ready``);
+        any other failure an error modal, never a crash."""
+        if event.state != WorkerState.ERROR:
+            return
+        if isinstance(event.worker.error, LedgerNotReady):
+            self.not_ready()
+            return
+        self.japp.show_error(f"{event.worker.name or 'background work'} failed", event.worker.error)
 
     def set_title(self, text: str | Text) -> None:
         self.query_one("#view-title", Static).update(text)

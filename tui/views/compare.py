@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Group
 from rich.syntax import Syntax
@@ -13,11 +13,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static
 
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
-from tui.data import Comparison, load_comparison, one_line
-from tui.views.base import Loaded, View, metric_rows, metric_table, status_text
-
-if TYPE_CHECKING:
-    pass
+from tui.data import load_comparison, one_line
+from tui.messages import ComparisonLoaded
+from tui.views.base import View, metric_rows, metric_table, status_text
 
 
 class CompareView(View):
@@ -47,18 +45,13 @@ class CompareView(View):
 
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False, name="loading the comparison")
     def load_pair(self, left: int | None, right: int) -> None:
-        ledger = self.japp.reader()
-        if ledger is None:
-            return
+        ledger = self.japp.ledger()
         if left is None:  # nothing marked: compare with the incumbent it faced
             left = ledger.get_experiment(right).parent_id
-        if left is None:
-            self.post_message(Loaded(None))
-            return
-        self.post_message(Loaded(load_comparison(ledger, left, right)))
+        self.post_message(ComparisonLoaded(load_comparison(ledger, left, right) if left is not None else None))
 
-    def on_loaded(self, message: Loaded) -> None:
-        comparison: Comparison | None = message.data
+    def on_comparison_loaded(self, message: ComparisonLoaded) -> None:
+        comparison = message.comparison
         if comparison is None:
             self.set_title("compare — the baseline has no parent: mark another experiment with m in the history")
             return

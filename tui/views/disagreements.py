@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -12,11 +10,9 @@ from textual.widgets import DataTable, Static
 
 from optimizer.models import MISTAKE_TYPES
 from tui.data import STATUS_TEXT, Disagreement, DisagreementFilter, load_disagreements, one_line
-from tui.views.base import Loaded, View
+from tui.messages import DisagreementsLoaded, ItemSelected
+from tui.views.base import View
 from tui.widgets import FixedColumnsTable
-
-if TYPE_CHECKING:
-    pass
 
 
 class DisagreementsView(View):
@@ -58,13 +54,10 @@ class DisagreementsView(View):
 
     @work(thread=True, exclusive=True, group="disagreements", exit_on_error=False, name="loading disagreements")
     def load_items(self, experiment_id: int) -> None:
-        ledger = self.japp.reader()
-        self.post_message(Loaded(load_disagreements(ledger, experiment_id) if ledger is not None else None))
+        self.post_message(DisagreementsLoaded(*load_disagreements(self.japp.ledger(), experiment_id)))
 
-    def on_loaded(self, message: Loaded) -> None:
-        if message.data is None:
-            return
-        exp, items = message.data
+    def on_disagreements_loaded(self, message: DisagreementsLoaded) -> None:
+        exp, items = message.experiment, message.items
         self.items = items
         n_fp = sum(d.kind == "FP" for d in items)
         self.set_title(f"disagreements — experiment {exp.id} ({STATUS_TEXT.get(exp.status, exp.status)}): "
@@ -97,8 +90,7 @@ class DisagreementsView(View):
             return
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         if key is not None:
-            self.japp.item_id = key
-            self.japp.switch_view("item")
+            self.post_message(ItemSelected(key))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_open_item()

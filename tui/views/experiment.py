@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Group
 from rich.syntax import Syntax
@@ -16,11 +16,8 @@ from textual.widgets import DataTable, Static
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report import fp_by_type_line, rejudged_items, test_line, token_split
 from tui.data import ExperimentDetail, load_experiment
-from tui.views.base import Loaded, View, fmt_p, metric_rows, metric_table, status_text
-
-if TYPE_CHECKING:
-    pass
-
+from tui.messages import ExperimentLoaded
+from tui.views.base import View, fmt_p, metric_rows, metric_table, status_text
 
 FLIP_TITLES = {
     "tp_to_fn": "newly wrong: TP → FN (positive, now judged failed)",
@@ -74,14 +71,13 @@ class ExperimentView(View):
 
     @work(thread=True, exclusive=True, group="experiment", exit_on_error=False, name="loading the experiment")
     def load_experiment(self, experiment_id: int) -> None:
-        ledger = self.japp.reader()
-        self.post_message(Loaded(load_experiment(ledger, experiment_id) if ledger is not None else None))
+        self.post_message(ExperimentLoaded(load_experiment(self.japp.ledger(), experiment_id)))
 
-    def on_loaded(self, message: Loaded) -> None:
-        detail: ExperimentDetail | None = message.data
-        self.detail = detail
-        if detail is None:
-            return
+    def not_ready(self) -> None:
+        self.detail = None
+
+    def on_experiment_loaded(self, message: ExperimentLoaded) -> None:
+        detail = self.detail = message.detail
         exp, parent = detail.experiment, detail.parent
         self.set_title(Text.assemble(
             f"experiment {exp.id} (run {exp.run_id}) · {exp.strategy or 'baseline'} · ",

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Markdown
 
 from tui.views.base import View
-
-if TYPE_CHECKING:
-    pass
 
 
 class HelpView(View):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
@@ -14,11 +12,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from tui.data import Helped, HelpedRow, bar, fmt, load_helped, one_line
-from tui.views.base import Loaded, View
+from tui.messages import ExperimentSelected, HelpedLoaded
+from tui.views.base import View
 from tui.widgets import FixedColumnsTable
-
-if TYPE_CHECKING:
-    pass
 
 
 def _signed_text(value: float | None, digits: int = 2) -> str:
@@ -88,23 +84,20 @@ class HelpedView(View):
 
     @work(thread=True, exclusive=True, group="helped", exit_on_error=False, name="loading what helped")
     def load_helped(self) -> None:
-        ledger = self.japp.reader()
-        helped = load_helped(ledger, self.japp.run_id) if ledger is not None else None
-        if ledger is None or helped is None:
-            self.post_message(Loaded(None))
-            return
+        ledger = self.japp.ledger()
+        helped = load_helped(ledger, self.japp.run_id)
         values = [abs(v) for r in helped.rows for v in (r.gain, r.contribution.items if r.contribution else None)
                   if v is not None]
         scale = max(values, default=1.0) or 1.0
         diffs = {r.experiment.id: ledger.get_experiment(r.experiment.id).diff_text or "" for r in helped.rows}
-        self.post_message(Loaded((helped, {r.experiment.id: helped_cells(r, scale) for r in helped.rows}, diffs)))
+        self.post_message(HelpedLoaded(helped, {r.experiment.id: helped_cells(r, scale) for r in helped.rows}, diffs))
 
-    def on_loaded(self, message: Loaded) -> None:
-        if message.data is None:
-            self.set_title("what helped — no runs yet")
-            return
-        self.helped, cells, self.diffs = message.data
-        helped = self.helped
+    def not_ready(self) -> None:
+        self.set_title("what helped — no runs yet")
+
+    def on_helped_loaded(self, message: HelpedLoaded) -> None:
+        helped = self.helped = message.helped
+        cells, self.diffs = message.cells, message.diffs
         a = helped.attribution
         self.set_title(f"what helped — run {helped.run.id}: {len(helped.rows)} kept edit(s), newest first")
         if a is None:
@@ -138,7 +131,7 @@ class HelpedView(View):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         row = self.selected()
         if row is not None:
-            self.japp.experiment_id = row.experiment.id
+            self.post_message(ExperimentSelected(row.experiment.id))
             self.show_detail(row)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -179,5 +172,4 @@ class HelpedView(View):
     def action_open_experiment(self) -> None:
         row = self.selected()
         if row is not None:
-            self.japp.experiment_id = row.experiment.id
-            self.japp.switch_view("experiment")
+            self.post_message(ExperimentSelected(row.experiment.id, switch_to="experiment"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -13,12 +13,9 @@ from textual.widgets import DataTable, Input, Static
 
 from optimizer.report import accounting
 from tui.data import History, HistoryRow, curve_points, fmt, load_history, matches_filter, one_line
-from tui.views.base import Loaded, View, status_text
+from tui.messages import CompareMarked, ExperimentSelected, HistoryLoaded
+from tui.views.base import View, status_text
 from tui.widgets import FixedColumnsTable, MetricChart
-
-if TYPE_CHECKING:
-    pass
-
 
 # (header, key, width): fixed widths so the table reads the same at 80 columns and at 200.
 HISTORY_COLUMNS = (
@@ -120,20 +117,18 @@ class HistoryView(View):
     @work(thread=True, exclusive=True, group="history", exit_on_error=False, name="loading the history")
     def load_history(self) -> None:
         """Read the run and build everything the UI thread will show: table cells and chart points."""
-        ledger = self.japp.reader()
-        history = load_history(ledger, self.japp.run_id) if ledger is not None else None
-        if history is None:
-            self.post_message(Loaded(None))
-            return
+        history = load_history(self.japp.ledger(), self.japp.run_id)
         cells = {row.id: history_cells(row, row.id in history.weak_ids) for row in history.rows}
-        self.post_message(Loaded((history, cells, curve_points(history))))
+        self.post_message(HistoryLoaded(history, cells, curve_points(history)))
 
-    def on_loaded(self, message: Loaded) -> None:
-        self.history, self.cells, points = message.data if message.data is not None else (None, {}, None)
-        self.set_class(self.history is None, "-empty")
-        if self.history is None:
-            self.set_title("history — no runs yet")
-            return
+    def not_ready(self) -> None:
+        self.history, self.cells = None, {}
+        self.add_class("-empty")
+        self.set_title("history — no runs yet")
+
+    def on_history_loaded(self, message: HistoryLoaded) -> None:
+        self.history, self.cells, points = message.history, message.cells, message.points
+        self.remove_class("-empty")
         run = self.history.run
         waiting = self.history.waiting()
         title = Text.assemble(
@@ -178,7 +173,7 @@ class HistoryView(View):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.row_key.value is not None:
-            self.japp.experiment_id = int(event.row_key.value)
+            self.post_message(ExperimentSelected(int(event.row_key.value)))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_open_experiment()
@@ -192,8 +187,7 @@ class HistoryView(View):
     def action_open_experiment(self) -> None:
         exp_id = self.selected_id()
         if exp_id is not None:
-            self.japp.experiment_id = exp_id
-            self.japp.switch_view("experiment")
+            self.post_message(ExperimentSelected(exp_id, switch_to="experiment"))
 
     def action_filter(self) -> None:
         box = self.query_one("#history-filter", Input)
@@ -232,5 +226,4 @@ class HistoryView(View):
     def action_mark(self) -> None:
         exp_id = self.selected_id()
         if exp_id is not None:
-            self.japp.compare_left = exp_id
-            self.notify(f"experiment {exp_id} marked: select another and press c to compare", timeout=3)
+            self.post_message(CompareMarked(exp_id))

@@ -9,16 +9,17 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from optimizer.judge.types import VIEW_SCREENSHOTS
 from tui.data import REVIEW_LABELS, STATUS_TEXT, ItemDetail, load_item
-from tui.views.base import Loaded, View
+from tui.messages import ExperimentSelected, ItemLoaded, StepDecoded
+from tui.views.base import View
 from tui.widgets import StepImage, load_screenshot
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from pathlib import Path
 
     from optimizer.ledger import ReplicateVerdict
 
@@ -78,14 +79,16 @@ class ItemView(View):
 
     @work(thread=True, exclusive=True, group="item", exit_on_error=False, name="loading the item")
     def load_item(self, experiment_id: int, trajectory_id: str) -> None:
-        ledger = self.japp.reader()
-        if ledger is None:
-            return
-        self.post_message(Loaded(load_item(ledger, self.japp.ws_root, experiment_id, trajectory_id)))
+        self.post_message(ItemLoaded(load_item(self.japp.ledger(), self.japp.ws_root, experiment_id, trajectory_id)))
 
-    def on_loaded(self, message: Loaded) -> None:
-        detail: ItemDetail = message.data
-        self.detail = detail
+    def selection_changed(self) -> None:
+        """Another experiment (or item) selected here: show the item under it."""
+        shown = (self.detail.experiment.id, self.detail.trajectory_id) if self.detail is not None else None
+        if shown != (self.japp.experiment_id, self.japp.item_id):
+            self.reload()
+
+    def on_item_loaded(self, message: ItemLoaded) -> None:
+        detail = self.detail = message.detail
         exp = detail.experiment
         self.set_title(f"item {detail.trajectory_id} under experiment {exp.id} "
                        f"({STATUS_TEXT.get(exp.status, exp.status)})")
@@ -166,7 +169,7 @@ class ItemView(View):
         self.decode_step(step.index, step.screenshot)
 
     @work(thread=True, exclusive=True, group="item-image", exit_on_error=False, name="decoding the screenshot")
-    def decode_step(self, index: int, path: Any) -> None:
+    def decode_step(self, index: int, path: Path | None) -> None:
         if path is None or not path.is_file():
             self.post_message(StepDecoded(index, None, path))
             return
@@ -201,21 +204,12 @@ class ItemView(View):
         if target == current:
             self.notify("no other experiment judged this item", timeout=2)
             return
-        self.japp.experiment_id = target
-        self.reload()
+        self.post_message(ExperimentSelected(target))
 
     def action_review(self, kind: str) -> None:
         if self.detail is None:
             return
         self.japp.review_item(self.detail.trajectory_id, kind, self.detail.experiment.id, on_saved=self.reload)
-
-
-class StepDecoded(Message):
-    def __init__(self, index: int, image: Any, path: Any) -> None:
-        super().__init__()
-        self.index = index
-        self.image = image
-        self.path = path
 
 
 def viewed_steps(replicates: Iterable[ReplicateVerdict]) -> set[int]:

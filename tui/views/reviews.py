@@ -10,10 +10,11 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from tui.data import REVIEW_LABELS, one_line
-from tui.views.base import Loaded, View
+from tui.messages import ItemSelected, ReviewsLoaded
+from tui.views.base import View
 
 if TYPE_CHECKING:
-    pass
+    from optimizer.ledger import Review
 
 
 class ReviewsView(View):
@@ -26,6 +27,10 @@ class ReviewsView(View):
         Binding("E", "export", "Export", id="reviews.export",
                 tooltip="Write every review to experiments/reviews.jsonl (like `judgeloop reviews --export`)"),
     ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reviews: list[Review] = []
 
     def body(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="review-table", cursor_type="row", zebra_stripes=True)
@@ -41,11 +46,15 @@ class ReviewsView(View):
 
     @work(thread=True, exclusive=True, group="reviews", exit_on_error=False, name="loading reviews")
     def load_reviews(self) -> None:
-        ledger = self.japp.reader()
-        self.post_message(Loaded(ledger.reviews() if ledger is not None else []))
+        self.post_message(ReviewsLoaded(self.japp.ledger().reviews()))
 
-    def on_loaded(self, message: Loaded) -> None:
-        reviews = message.data
+    def not_ready(self) -> None:
+        self.show_reviews([])
+
+    def on_reviews_loaded(self, message: ReviewsLoaded) -> None:
+        self.show_reviews(message.reviews)
+
+    def show_reviews(self, reviews: list[Review]) -> None:
         self.reviews = reviews
         self.set_title(f"reviews — {len(reviews)} in the ledger")
         table = self.query_one("#review-table", DataTable)
@@ -60,10 +69,7 @@ class ReviewsView(View):
         if table.row_count == 0:
             return
         review = self.reviews[table.cursor_row]
-        if review.experiment_id is not None:
-            self.japp.experiment_id = review.experiment_id
-        self.japp.item_id = review.trajectory_id
-        self.japp.switch_view("item")
+        self.post_message(ItemSelected(review.trajectory_id, experiment_id=review.experiment_id))
 
     def action_export(self) -> None:
         self.japp.export_reviews()
