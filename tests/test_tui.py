@@ -198,6 +198,63 @@ def test_newer_schema_ledger_gets_one_clear_error_screen(empty_workspace: Any) -
     drive(app, scenario)
 
 
+def test_a_ledger_that_appears_unreadable_is_shown_while_a_missing_or_empty_one_is_waited_for(
+    empty_workspace: Any, tmp_path: Path
+) -> None:
+    """No ledger, then the empty file a starting run creates: nothing is wrong yet (the history says no
+    runs yet). A ledger that then appears and this version cannot read is an error the user sees,
+    not "no runs yet" for ever."""
+    path = empty_workspace.root / "experiments" / "ledger.sqlite"
+    newer = tmp_path / "newer.sqlite"
+    Ledger(newer).close()
+    conn = sqlite3.connect(newer)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()  # the last connection checkpoints the WAL: the one file holds the whole ledger
+    app = JudgeloopApp(empty_workspace.root, image_mode="halfcell", watch=True, watch_interval_s=0.02)
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(app.screen, HistoryView) and app.screen.has_class("-empty")
+        path.write_bytes(b"")
+        await pilot.pause(0.2)  # several polls of an empty file
+        assert isinstance(app.screen, HistoryView) and app.screen.has_class("-empty")
+        os.replace(newer, path)  # whole, so no poll sees a half-made file
+        for _ in range(250):  # bounded wait for the watcher thread's message
+            if isinstance(app.screen, ErrorModal):
+                break
+            await pilot.pause(0.02)
+        assert isinstance(app.screen, ErrorModal)
+        assert "newer judgeloop" in app.screen.message and "upgrade judgeloop" in app.screen.message
+
+    drive(app, scenario, size=(80, 24))
+
+
+def test_not_ready_is_a_missing_empty_or_runless_ledger_and_nothing_else(tmp_path: Path) -> None:
+    from optimizer.errors import UserError
+    from tui.data import LedgerNotReady, load_helped, load_history, open_ledger
+
+    path = tmp_path / "ledger.sqlite"
+    with pytest.raises(LedgerNotReady):
+        open_ledger(path)
+    path.write_bytes(b"")  # created by a starting run, schema not written yet
+    with pytest.raises(LedgerNotReady):
+        open_ledger(path)
+    Ledger(path).close()
+    with open_ledger(path) as ledger:
+        for load in (load_history, load_helped):
+            with pytest.raises(LedgerNotReady, match="no runs yet"):
+                load(ledger)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()  # checkpoints the WAL into the file
+    with pytest.raises(UserError, match="newer judgeloop") as newer:
+        open_ledger(path)
+    assert not isinstance(newer.value, LedgerNotReady)
+    path.write_bytes(b"not a database, and long enough to have a header: " * 4)
+    with pytest.raises(UserError, match="not a readable judgeloop ledger") as garbage:
+        open_ledger(path)
+    assert not isinstance(garbage.value, LedgerNotReady)
+
+
 # ---------------------------------------------------------------------------------------------
 # Experiment, flips, compare
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
+
+import pytest
 
 from optimizer.devset.labels import load_labels
 from optimizer.devset.markdown import action_string
@@ -118,7 +122,7 @@ def _set_screenshot_policy(ws_root: Path, policy: str) -> None:
 
 def make_real_run(
     ws_root: Path, *, max_experiments: int = 3, replicates: int = 2, items: int | None = 32,
-    screenshots: str = "all", propose_only: bool = False,
+    screenshots: str = "all", propose_only: bool = False, concurrency: int = 16,
 ) -> int:
     """`judgeloop init --sample` at ``ws_root``, then a real `judgeloop run` against the fake server.
 
@@ -127,7 +131,9 @@ def make_real_run(
     ``screenshots`` other than "all" is committed to the workspace's ``prompts/judge.toml`` first
     (a text-only judge makes the run several times faster; the TUI still shows every screenshot).
     With ``propose_only`` the run is `--propose-only`: it stops with one candidate `waiting` at the
-    branch tip for `judgeloop decide`. Needs OPENAI_API_KEY set (any value). Returns the run's exit code.
+    branch tip for `judgeloop decide`. ``concurrency`` 1 judges one call at a time, in order: the fake
+    judge's unstable items depend on the order of calls, so only then are two runs' verdicts the same.
+    Needs OPENAI_API_KEY set (any value). Returns the run's exit code.
     """
     from optimizer.cli import main
 
@@ -147,9 +153,68 @@ def make_real_run(
         return main([
             "run", "-w", str(ws_root), "--split", split, "--provider", "openai",
             "--base-url", server.openai_base_url, "--model", "fake-judge", "--strategy", "library",
-            "--max-experiments", str(max_experiments), "--replicates", str(replicates), "--concurrency", "16",
+            "--max-experiments", str(max_experiments), "--replicates", str(replicates),
+            "--concurrency", str(concurrency),
             *(["--propose-only"] if propose_only else []),
         ])
+
+
+# ---------------------------------------------------------------------------------------------
+# A workspace whose screens are the same on every build (the SVG snapshot tests)
+
+SNAPSHOT_RUN_ID = "20250101-090000-5eed"
+SNAPSHOT_CLOCK = datetime(2025, 1, 1, 9, 0, tzinfo=UTC)
+
+
+def make_snapshot_workspace(ws_root: Path) -> None:
+    """A real run (baseline, kept and rolled-back candidates) and its attribution, built so that every
+    screen of it is the same on every machine and every build: judged one call at a time, a fixed run
+    id and git dates (so the commits, their ids and the diffs are the same), then the values that come
+    from the clock pinned in the ledger (`pin_clock`)."""
+    from optimizer import ledger as ledger_module
+    from optimizer.cli import main
+    from optimizer.devset import importer
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> Frozen:
+            return cls.fromtimestamp(SNAPSHOT_CLOCK.timestamp(), tz)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
+        for variable in ("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
+            mp.setenv(variable, f"{int(SNAPSHOT_CLOCK.timestamp())} +0000")  # git's own format
+        mp.setattr(ledger_module, "new_run_id", lambda now=None: SNAPSHOT_RUN_ID)
+        mp.setattr(importer, "datetime", Frozen)  # split.json records when it was imported (committed)
+        assert make_real_run(ws_root, max_experiments=5, replicates=2, items=32, screenshots="none",
+                             concurrency=1) == 0
+        with FakeLLMServer() as server:
+            server.default = prompt_sensitive_judge(ws_root, "mini")
+            assert main(["attribute", "-w", str(ws_root), "--provider", "openai", "--base-url",
+                         server.openai_base_url, "--model", "fake-judge", "--concurrency", "1"]) == 0
+    pin_clock(ws_root / "experiments" / "ledger.sqlite")
+
+
+def pin_clock(ledger_path: Path) -> None:
+    """Replace what the clock put in the ledger: every timestamp (experiment n at 09:0n), every
+    duration and the elapsed seconds of the progress events."""
+    conn = sqlite3.connect(ledger_path)
+    try:
+        with conn:
+            tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            for table in tables:
+                columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                for column in ("created", "finished", "updated"):
+                    if column in columns:
+                        minutes = "id" if table == "experiments" else "0"
+                        conn.execute(f"UPDATE {table} SET {column} = strftime('%Y-%m-%dT%H:%M:%S+00:00', ?, "
+                                     f"'+' || {minutes} || ' minutes') WHERE {column} IS NOT NULL",
+                                     (SNAPSHOT_CLOCK.strftime("%Y-%m-%d %H:%M:%S"),))
+            conn.execute("UPDATE experiments SET duration_s = 42 WHERE duration_s IS NOT NULL")
+            conn.execute("UPDATE events SET payload = json_set(payload, '$.elapsed_s', 42) "
+                         "WHERE json_extract(payload, '$.elapsed_s') IS NOT NULL")
+    finally:
+        conn.close()  # the last connection checkpoints the WAL: the copy a test makes is whole
 
 
 if __name__ == "__main__":  # build a demo workspace: python -m tests.tui_support DIR [N]

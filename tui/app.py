@@ -26,6 +26,8 @@ from textual.worker import Worker, WorkerState
 from optimizer.errors import UserError
 from optimizer.ledger import Ledger
 from tui import runs
+from tui.data import LedgerNotReady, open_ledger
+from tui.messages import CompareMarked, ExperimentSelected, ItemSelected, LiveUpdate, WatchFailed
 from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
 from tui.views import (
     CompareView,
@@ -39,7 +41,7 @@ from tui.views import (
     View,
 )
 from tui.watch import LedgerWatcher, LiveState, initial_state
-from tui.widgets import LiveUpdate, StatusStrip
+from tui.widgets import StatusStrip
 
 VIEWS: dict[str, type[View]] = {
     "history": HistoryView,
@@ -83,7 +85,12 @@ class JudgeloopCommands(Provider):
 
 class JudgeloopApp(App[None]):
     """The TUI over one workspace. ``image_mode="halfcell"`` forces half-block screenshots (tests, SVG);
-    ``watch=False`` turns off the live ledger watcher (screenshots)."""
+    ``watch=False`` turns off the live ledger watcher (screenshots).
+
+    The app alone holds the selection (``experiment_id``, ``item_id``, ``compare_left``: read-only
+    outside it); views ask for a change with a message (``ExperimentSelected``, ``ItemSelected``,
+    ``CompareMarked``) and the app tells the current view when the selection moved.
+    """
 
     TITLE = "judgeloop"
     COMMANDS: ClassVar = App.COMMANDS | {JudgeloopCommands}
@@ -123,10 +130,10 @@ class JudgeloopApp(App[None]):
         self.ledger_path = self.ws_root / "experiments" / "ledger.sqlite"
         self.image_mode = image_mode
         self.start_view = start_view
-        self.experiment_id = experiment_id
-        self.item_id = item_id
+        self._experiment_id = experiment_id
+        self._item_id = item_id
         self.run_id: str | None = None
-        self.compare_left: int | None = None
+        self._compare_left: int | None = None
         self.live = LiveState()
         self.fatal: str | None = None
         self._watch = watch
@@ -137,47 +144,84 @@ class JudgeloopApp(App[None]):
         self._seen_changes: int | None = None
         self.current_view = start_view
 
+    # -- the selection ----------------------------------------------------------------------------
+
+    @property
+    def experiment_id(self) -> int | None:
+        """The selected experiment (the history's cursor, the experiment an item is shown under)."""
+        return self._experiment_id
+
+    @property
+    def item_id(self) -> str | None:
+        """The selected item (trajectory id)."""
+        return self._item_id
+
+    @property
+    def compare_left(self) -> int | None:
+        """The experiment marked with m as the compare view's left side."""
+        return self._compare_left
+
+    def select(self, *, experiment_id: int | None = None, item_id: str | None = None,
+               switch_to: str | None = None) -> None:
+        """The one place the selection changes: then show ``switch_to``, or tell the current view."""
+        if experiment_id is not None:
+            self._experiment_id = experiment_id
+        if item_id is not None:
+            self._item_id = item_id
+        if switch_to is not None:
+            self.switch_view(switch_to)
+        elif isinstance(self.screen, View):
+            self.screen.selection_changed()
+
+    def on_experiment_selected(self, message: ExperimentSelected) -> None:
+        self.select(experiment_id=message.experiment_id, switch_to=message.switch_to)
+
+    def on_item_selected(self, message: ItemSelected) -> None:
+        self.select(experiment_id=message.experiment_id, item_id=message.trajectory_id, switch_to=message.switch_to)
+
+    def on_compare_marked(self, message: CompareMarked) -> None:
+        self._compare_left = message.experiment_id
+        self.notify(f"experiment {message.experiment_id} marked: select another and press c to compare", timeout=3)
+
     # -- the ledger -------------------------------------------------------------------------------
 
-    def reader(self) -> Ledger | None:
-        """The shared read-only ledger connection (thread-safe), or None while there is no ledger yet.
-
-        A ledger this version cannot read (newer schema, not SQLite) raises UserError.
-        """
+    def ledger(self) -> Ledger:
+        """The shared read-only ledger connection (thread-safe). LedgerNotReady while the workspace has
+        no ledger yet; a ledger this version cannot read (newer schema, not SQLite) raises UserError."""
         with self._reader_lock:
-            if self._reader is None and self.ledger_path.is_file():
-                try:
-                    self._reader = Ledger.open_readonly(self.ledger_path)
-                except UserError as exc:
-                    if "no ledger yet" in str(exc):  # created but still empty: a run is starting
-                        return None
-                    raise
+            if self._reader is None:
+                self._reader = open_ledger(self.ledger_path)
             return self._reader
 
     def on_mount(self) -> None:
         try:
-            ledger = self.reader()
+            self.ledger()
+            ready = True
+        except LedgerNotReady:
+            ready = False
+            self._seen_changes = 0  # nothing shown yet: the first snapshot (a run starting) reloads the view
         except UserError as exc:
             self.fatal = str(exc)
             self.push_screen(ErrorScreen(self.fatal))
             return
-        if ledger is None:
-            self._seen_changes = 0  # nothing shown yet: the first snapshot (a run starting) reloads the view
         self.push_screen(VIEWS[self.start_view]())
-        if ledger is not None and not self._watch:  # the watcher computes the same snapshot first thing
+        if ready and not self._watch:  # the watcher computes the same snapshot first thing
             self.load_live_state()
         if self._watch:
             self._watcher = LedgerWatcher(
-                self.ledger_path, lambda state: self.post_message(LiveUpdate(state)), interval_s=self._watch_interval_s
+                self.ledger_path, lambda state: self.post_message(LiveUpdate(state)),
+                on_error=lambda error: self.post_message(WatchFailed(error)), interval_s=self._watch_interval_s,
             )
             self._watcher.start()
 
     @work(thread=True, exclusive=True, group="live", exit_on_error=False, name="reading the run's status")
     def load_live_state(self) -> None:
         """The status strip's first snapshot, off the UI thread (it replays recent events)."""
-        ledger = self.reader()
-        if ledger is not None:
-            self.post_message(LiveUpdate(initial_state(ledger)))
+        try:
+            ledger = self.ledger()
+        except LedgerNotReady:
+            return
+        self.post_message(LiveUpdate(initial_state(ledger)))
 
     @property
     def live_pending(self) -> bool:
@@ -202,6 +246,10 @@ class JudgeloopApp(App[None]):
             self._seen_changes = message.state.changes
             if isinstance(self.screen, HistoryView | ExperimentView):
                 self.screen.reload()
+
+    def on_watch_failed(self, message: WatchFailed) -> None:
+        """The watcher met a ledger it cannot read and stopped: say so (the views would only say "no runs")."""
+        self.show_error("cannot follow the run", message.error)
 
     # -- views ------------------------------------------------------------------------------------
 
@@ -331,8 +379,9 @@ class JudgeloopApp(App[None]):
 
     @work(thread=True, exclusive=True, group="reviews-export", exit_on_error=False, name="exporting reviews")
     def export_reviews(self) -> None:
-        ledger = self.reader()
-        if ledger is None:
+        try:
+            ledger = self.ledger()
+        except LedgerNotReady:
             self.call_from_thread(self.notify, "no ledger yet: nothing to export", severity="warning")
             return
         target = self.ws_root / "experiments" / "reviews.jsonl"
@@ -347,9 +396,7 @@ class JudgeloopApp(App[None]):
 
         def chosen(tid: str | None) -> None:
             if tid:
-                self.experiment_id = experiment_id
-                self.item_id = tid
-                self.switch_view("item")
+                self.select(experiment_id=experiment_id, item_id=tid, switch_to="item")
 
         self.push_screen(ItemListModal(title, ids), chosen)
 
@@ -392,9 +439,11 @@ def screenshot_defaults(ledger_path: Path, experiment_id: int | None) -> tuple[i
     first item) a headless screenshot shows."""
     from tui.data import disagreements
 
-    if not ledger_path.is_file():
+    try:
+        reader = open_ledger(ledger_path)
+    except LedgerNotReady:
         return experiment_id, None
-    with Ledger.open_readonly(ledger_path) as ledger:
+    with reader as ledger:
         run = ledger.latest_run()
         if run is None:
             return experiment_id, None

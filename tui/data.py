@@ -6,12 +6,15 @@ for a trajectory itself, from the workspace's split files. Nothing here imports 
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from optimizer.devset.markdown import action_string
+from optimizer.errors import UserError
 from optimizer.ledger import (
     Attribution,
     EditContribution,
@@ -68,6 +71,48 @@ def fmt(value: float | None, digits: int = 3, *, signed: bool = False) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# The ledger, and nothing to show yet
+
+
+class LedgerNotReady(UserError):
+    """Nothing to show yet: the workspace has no ledger, or only the empty file a starting run has just
+    created, or a ledger without a run. The views show their empty state for it and the watcher waits;
+    any other UserError from the ledger (a newer schema, not SQLite) is a real problem, shown as one."""
+
+
+def _schema_version(path: Path) -> int | None:
+    """The file's ``PRAGMA user_version`` (0: created, schema not written yet); None if it is not SQLite."""
+    try:
+        with closing(sqlite3.connect(f"file:{path.resolve().as_posix()}?mode=ro", uri=True)) as conn:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error:
+        return None
+
+
+def open_ledger(path: Path) -> Ledger:
+    """The ledger at ``path``, read-only. LedgerNotReady while it does not exist or is still empty (a run
+    creates the file, then its schema); a ledger this version cannot read stays the ledger's UserError."""
+    if not path.is_file():
+        raise LedgerNotReady(f"no ledger yet at {path}; run `judgeloop run` first")
+    try:
+        return Ledger.open_readonly(path)
+    except UserError:
+        # Decided by the file, not the message: gone again, or a schema not written yet, is "not yet".
+        if not path.is_file() or _schema_version(path) == 0:
+            raise LedgerNotReady(f"no ledger yet at {path} (the file is empty); run `judgeloop run` first") from None
+        raise
+
+
+def run_to_show(ledger: Ledger, run_id: str | None = None) -> tuple[Run, list[Run]]:
+    """The run ``run_id`` (default, or when unknown: the latest) and every run, newest first;
+    LedgerNotReady when the ledger has no run yet."""
+    runs = ledger.runs()
+    if not runs:
+        raise LedgerNotReady("no runs yet; press r (or run `judgeloop run`) to start one")
+    return next((r for r in runs if r.id == run_id), runs[0]) if run_id else runs[0], runs
+
+
+# ---------------------------------------------------------------------------------------------
 # History
 
 
@@ -119,12 +164,10 @@ def chain_from(run: Run, by_id: Mapping[int, Experiment]) -> list[int]:
     return list(reversed(chain))
 
 
-def load_history(ledger: Ledger, run_id: str | None = None) -> History | None:
-    """The run's experiments (the latest run by default) with deltas and the kept chain; None if no runs."""
-    runs = ledger.runs()
-    if not runs:
-        return None
-    run = next((r for r in runs if r.id == run_id), runs[0]) if run_id else runs[0]
+def load_history(ledger: Ledger, run_id: str | None = None) -> History:
+    """The run's experiments (the latest run by default) with deltas and the kept chain; LedgerNotReady
+    if there is no run."""
+    run, runs = run_to_show(ledger, run_id)
     experiments = ledger.experiments(run.id)
     by_id = {e.id: e for e in experiments}
     chain_ids = chain_from(run, by_id)
@@ -179,15 +222,13 @@ class Helped:
         return self.attribution.final_vs_baseline if self.attribution is not None else None
 
 
-def load_helped(ledger: Ledger, run_id: str | None = None) -> Helped | None:
+def load_helped(ledger: Ledger, run_id: str | None = None) -> Helped:
     """The run's kept edits (newest first) with their gain when kept and their contribution at the end
-    from the run's latest attribution (the attribution's edits when there is one; else the kept chain)."""
+    from the run's latest attribution (the attribution's edits when there is one; else the kept chain);
+    LedgerNotReady if there is no run."""
     from optimizer.report import gain_when_kept, significant
 
-    runs = ledger.runs()
-    if not runs:
-        return None
-    run = next((r for r in runs if r.id == run_id), runs[0]) if run_id else runs[0]
+    run, _ = run_to_show(ledger, run_id)
     attribution = ledger.latest_attribution(run.id)
     rows: list[HelpedRow] = []
     if attribution is not None:
@@ -477,8 +518,6 @@ class StepLine:
 def step_lines(split: Split, traj: Trajectory) -> list[StepLine]:
     """The item's steps with their screenshot files. A screenshot outside the split is refused
     (no path, the reason instead): the image view and the open action never reach such a file."""
-    from optimizer.errors import UserError
-
     lines = []
     for i, step in enumerate(traj.steps):
         try:
@@ -510,7 +549,6 @@ def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: 
     item view shows the verdicts and says where the trajectory was expected.
     """
     from optimizer.devset.split import open_split
-    from optimizer.errors import UserError
     from optimizer.workspace import Workspace
 
     exp = ledger.get_experiment(experiment_id)

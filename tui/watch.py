@@ -15,6 +15,7 @@ from pathlib import Path
 
 from optimizer.errors import UserError
 from optimizer.ledger import Event, Ledger
+from tui.data import LedgerNotReady, open_ledger
 
 BACKLOG_EVENTS = 500  # on start, replay this many recent events to show a run already under way
 
@@ -108,12 +109,17 @@ def initial_state(ledger: Ledger) -> LiveState:
 
 class LedgerWatcher(threading.Thread):
     """Polls ``events_since`` every ``interval_s`` on its own read-only connection; calls
-    ``on_state(LiveState)`` whenever something new arrived. Waits for a ledger that does not exist yet."""
+    ``on_state(LiveState)`` whenever something new arrived. Waits for a ledger that does not exist yet
+    (LedgerNotReady); a ledger it cannot read (any other UserError) goes to ``on_error``, and it stops."""
 
-    def __init__(self, ledger_path: Path, on_state: Callable[[LiveState], None], *, interval_s: float = 0.5) -> None:
+    def __init__(
+        self, ledger_path: Path, on_state: Callable[[LiveState], object], *, on_error: Callable[[UserError], object],
+        interval_s: float = 0.5,
+    ) -> None:
         super().__init__(name="judgeloop-ledger-watcher", daemon=True)
         self.ledger_path = Path(ledger_path)
         self.on_state = on_state
+        self.on_error = on_error
         self.interval_s = interval_s
         self._stop_event = threading.Event()
         self.state = LiveState()
@@ -133,10 +139,13 @@ class LedgerWatcher(threading.Thread):
             while not self._stop_event.is_set():
                 if ledger is None:
                     try:
-                        ledger = Ledger.open_readonly(self.ledger_path)
-                    except UserError:
+                        ledger = open_ledger(self.ledger_path)
+                    except LedgerNotReady:
                         self._stop_event.wait(self.interval_s)  # no ledger yet: a run will create it
                         continue
+                    except UserError as exc:  # polling again would not make it readable
+                        self.on_error(exc)
+                        return
                     self.state = self._initial(ledger)
                     self.on_state(self.state)
                 else:

@@ -10,7 +10,6 @@ from PIL import Image as PILImage
 from rich.text import Text
 from textual.app import RenderResult
 from textual.geometry import Size
-from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual.widgets.data_table import ColumnKey, RowKey
@@ -18,18 +17,6 @@ from textual_plotext import PlotextPlot
 
 from tui.data import CurvePoints, x_ticks
 from tui.watch import LiveState
-
-
-class LiveUpdate(Message):
-    """A new cumulative snapshot of the live run. A newer one replaces an older one still queued,
-    so a burst of ledger events is one repaint (the toolong pattern)."""
-
-    def __init__(self, state: LiveState) -> None:
-        super().__init__()
-        self.state = state
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, LiveUpdate)
 
 
 class StatusStrip(Static):

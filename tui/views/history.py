@@ -1,0 +1,229 @@
+"""The start screen: the experiments table, the kappa and FPR curves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Input, Static
+
+from optimizer.report import accounting
+from tui.data import History, HistoryRow, curve_points, fmt, load_history, matches_filter, one_line
+from tui.messages import CompareMarked, ExperimentSelected, HistoryLoaded
+from tui.views.base import View, status_text
+from tui.widgets import FixedColumnsTable, MetricChart
+
+# (header, key, width): fixed widths so the table reads the same at 80 columns and at 200.
+HISTORY_COLUMNS = (
+    ("id", "id", 5), ("time", "time", 11), ("strategy", "strategy", 8), ("decision", "decision", 14),
+    ("κ", "kappa", 6), ("FPR", "fpr", 5), ("bal.acc", "bacc", 7), ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6),
+    ("p", "p", 5), ("+rej", "rejudge", 5), ("$", "cost", 7), ("rationale", "rationale", 60)
+)
+SORT_KEYS = ("id", "kappa", "fpr", "bacc", "dkappa", "p", "cost", "decision")
+
+
+def _sort_value(row: HistoryRow, key: str) -> tuple[int, Any]:
+    exp = row.experiment
+    value: Any = {
+        "id": exp.id, "kappa": exp.kappa, "fpr": exp.fpr, "bacc": exp.balanced_accuracy, "dkappa": row.d_kappa,
+        "dfpr": row.d_fpr, "p": exp.p_value, "rejudge": exp.rejudge_calls, "cost": exp.cost_usd,
+        "decision": exp.status, "time": exp.created,
+        "strategy": exp.strategy or "", "rationale": exp.rationale or "",
+    }.get(key, exp.id)
+    return (value is None, value if value is not None else 0)
+
+
+def decisions_summary(run: Any, experiments: list[Any]) -> str:
+    """``"expected false keeps ≤ 0.40"`` (or "literal: no test") for the history title."""
+    acc = accounting(run, experiments)
+    if acc["expected_false_keeps"] is None:
+        return "literal policy: false keeps not bounded"
+    return f"expected false keeps ≤ {acc['expected_false_keeps']:.2f}" + (f" (FDR {acc['fdr']:g})" if acc["fdr"] else "")
+
+
+def history_cells(row: HistoryRow, weak: bool = False) -> tuple[Text, ...]:
+    """One history row's cells as ready Text (no markup parsing on the UI thread; built in the worker).
+    ``weak``: a kept edit whose contribution at the end is not significant (marked ``?``)."""
+    exp = row.experiment
+    plain = (
+        exp.created.strftime("%m-%d %H:%M"), exp.strategy or "—",
+    )
+    metrics = (fmt(exp.kappa), fmt(exp.fpr), fmt(exp.balanced_accuracy))
+    return (
+        Text(f"{exp.id}{'◆' if row.in_chain else ''}{'?' if weak else ''}",
+             style="bold yellow" if weak else ("bold" if row.in_chain else "")),
+        *(Text(v) for v in plain),
+        status_text(exp.status),
+        *(Text(v) for v in metrics),
+        Text(fmt(row.d_kappa, signed=True), style="green" if (row.d_kappa or 0) > 0 else ""),
+        Text(fmt(row.d_fpr, signed=True), style="red" if (row.d_fpr or 0) > 0 else ""),
+        # The re-judging pass's extra judge calls (adaptive policy), blank when there was none.
+        Text(fmt(exp.p_value)), Text(str(exp.rejudge_calls) if exp.rejudge_calls else ""),
+        Text(f"{exp.cost_usd:.4f}"),
+        Text(one_line(exp.rationale, 120), no_wrap=True, overflow="ellipsis"),
+    )
+
+
+class HistoryView(View):
+    """The start screen: the experiments table, the kappa and FPR curves, the live strip."""
+
+    view_name = "history"
+    DEFAULT_CSS = """
+    HistoryView #history-table { height: auto; max-height: 50%; min-height: 4; overflow-x: hidden; }
+    HistoryView #charts { height: 1fr; min-height: 8; }
+    HistoryView #history-filter { display: none; height: 3; }
+    HistoryView #history-filter.-shown { display: block; }
+    HistoryView #history-empty { display: none; }
+    HistoryView.-empty #history-empty { display: block; }
+    HistoryView.-empty #history-table, HistoryView.-empty #charts { display: none; }
+    """
+    BINDINGS = [
+        Binding("enter", "open_experiment", "Open", id="history.open", tooltip="Open the selected experiment"),
+        Binding("slash", "filter", "Filter", id="history.filter",
+                tooltip="Filter rows by words (status:kept matches a status)"),
+        Binding("o", "cycle_sort", "Sort", id="history.sort", tooltip="Sort by the next column (again: reverse)"),
+        Binding("m", "mark", "Mark", id="history.mark", tooltip="Mark this experiment as the left side of compare"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="history.clear-filter"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: History | None = None
+        self.cells: dict[int, tuple[Text, ...]] = {}
+        self.filter_text = ""
+        self.sort_key = "id"
+        self.sort_reverse = False
+
+    def body(self) -> ComposeResult:
+        yield Input(placeholder="filter: words, or status:kept / status:rolled_back — enter applies, esc clears",
+                    id="history-filter", disabled=True)
+        table = FixedColumnsTable(id="history-table", cursor_type="row", zebra_stripes=True, fill_column="rationale")
+        for label, key, width in HISTORY_COLUMNS:
+            table.add_column(label, key=key, width=width)
+        yield table
+        yield Static("no runs yet — press r to start one", id="history-empty", classes="empty")
+        with Horizontal(id="charts"):
+            yield MetricChart("kappa", id="kappa-chart")
+            yield MetricChart("fpr", id="fpr-chart")
+
+    def reload(self) -> None:
+        self.query_one("#history-table", DataTable).focus()
+        self.load_history()
+
+    @work(thread=True, exclusive=True, group="history", exit_on_error=False, name="loading the history")
+    def load_history(self) -> None:
+        """Read the run and build everything the UI thread will show: table cells and chart points."""
+        history = load_history(self.japp.ledger(), self.japp.run_id)
+        cells = {row.id: history_cells(row, row.id in history.weak_ids) for row in history.rows}
+        self.post_message(HistoryLoaded(history, cells, curve_points(history)))
+
+    def not_ready(self) -> None:
+        self.history, self.cells = None, {}
+        self.add_class("-empty")
+        self.set_title("history — no runs yet")
+
+    def on_history_loaded(self, message: HistoryLoaded) -> None:
+        self.history, self.cells, points = message.history, message.cells, message.points
+        self.remove_class("-empty")
+        run = self.history.run
+        waiting = self.history.waiting()
+        title = Text.assemble(
+            f"history — run {run.id} ({run.status}) · {run.strategy} · {run.policy} · split {run.split} · "
+            f"{len(self.history.rows)} experiments · {decisions_summary(run, self.history.experiments)}",
+        )
+        if waiting is not None:
+            title.append(f" · experiment {waiting.id} waiting: e then k keep / x discard", style="bold yellow")
+        if self.history.weak_ids:
+            title.append(f" · ? = kept, but not significant at the end ({len(self.history.weak_ids)}; g shows)",
+                         style="yellow")
+        self.set_title(title)
+        self.fill_table()
+        self.query_one("#kappa-chart", MetricChart).show_points(points)
+        self.query_one("#fpr-chart", MetricChart).show_points(points)
+
+    def visible_rows(self) -> list[HistoryRow]:
+        if self.history is None:
+            return []
+        rows = [r for r in self.history.rows if matches_filter(r, self.filter_text)]
+        return sorted(rows, key=lambda r: _sort_value(r, self.sort_key), reverse=self.sort_reverse)
+
+    def fill_table(self) -> None:
+        table = self.query_one("#history-table", DataTable)
+        selected = self.selected_id()
+        table.clear()
+        for row in self.visible_rows():
+            table.add_row(*self.cells[row.id], key=str(row.id))
+        if selected is not None and str(selected) in table.rows:
+            table.move_cursor(row=table.get_row_index(str(selected)))
+        else:
+            wanted = self.japp.experiment_id or (self.history.run.incumbent_experiment if self.history else None)
+            if wanted is not None and str(wanted) in table.rows:
+                table.move_cursor(row=table.get_row_index(str(wanted)))
+
+    def selected_id(self) -> int | None:
+        table = self.query_one("#history-table", DataTable)
+        if table.row_count == 0:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return int(key) if key is not None else None
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None:
+            self.post_message(ExperimentSelected(int(event.row_key.value)))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open_experiment()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        self.sort_reverse = not self.sort_reverse if key == self.sort_key else False
+        self.sort_key = key
+        self.fill_table()
+
+    def action_open_experiment(self) -> None:
+        exp_id = self.selected_id()
+        if exp_id is not None:
+            self.post_message(ExperimentSelected(exp_id, switch_to="experiment"))
+
+    def action_filter(self) -> None:
+        box = self.query_one("#history-filter", Input)
+        box.disabled = False
+        box.add_class("-shown")
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value
+        self.fill_table()
+        self.query_one("#history-table", DataTable).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self.fill_table()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#history-filter", Input)
+        box.value = ""
+        box.remove_class("-shown")
+        box.disabled = True
+        self.filter_text = ""
+        self.fill_table()
+        self.query_one("#history-table", DataTable).focus()
+
+    def action_cycle_sort(self) -> None:
+        if self.sort_reverse:
+            self.sort_key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)] \
+                if self.sort_key in SORT_KEYS else "id"
+            self.sort_reverse = False
+        else:
+            self.sort_reverse = True
+        self.notify(f"sorted by {self.sort_key}{' (descending)' if self.sort_reverse else ''}", timeout=2)
+        self.fill_table()
+
+    def action_mark(self) -> None:
+        exp_id = self.selected_id()
+        if exp_id is not None:
+            self.post_message(CompareMarked(exp_id))

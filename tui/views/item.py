@@ -1,0 +1,224 @@
+"""One item under one experiment: instruction, label, every replicate, steps and screenshot."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Static
+
+from optimizer.judge.types import VIEW_SCREENSHOTS
+from tui.data import REVIEW_LABELS, STATUS_TEXT, ItemDetail, load_item
+from tui.messages import ExperimentSelected, ItemLoaded, StepDecoded
+from tui.views.base import View
+from tui.widgets import StepImage, load_screenshot
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from optimizer.ledger import ReplicateVerdict
+
+
+class ItemView(View):
+    """One item under one experiment: instruction, label, every replicate, steps and screenshot."""
+
+    view_name = "item"
+    DEFAULT_CSS = """
+    ItemView #item-main { height: 1fr; }
+    ItemView #item-left { width: 1fr; }
+    ItemView #item-right { width: 1fr; }
+    ItemView #step-table { height: 1fr; min-height: 4; }
+    ItemView #step-image { height: 2fr; }
+    """
+    BINDINGS = [
+        Binding("right,period", "step(1)", "Next step", id="item.next-step", tooltip="Select the next step",
+                key_display="→"),
+        Binding("left,comma", "step(-1)", "Prev step", id="item.prev-step", tooltip="Select the previous step",
+                key_display="←"),
+        Binding("o", "open_png", "Open PNG", id="item.open-png", tooltip="Open the full screenshot outside (xdg-open/$OPENER)"),
+        Binding("right_square_bracket", "other_experiment(1)", "Next exp", id="item.next-experiment",
+                tooltip="The same item under the next experiment"),
+        Binding("left_square_bracket", "other_experiment(-1)", "Prev exp", id="item.prev-experiment",
+                tooltip="The same item under the previous experiment"),
+        Binding("w", "review('judge_wrong')", "Judge wrong", id="item.review-judge-wrong",
+                tooltip="Review: the judge is wrong on this item"),
+        Binding("l", "review('label_suspect')", "Label suspect", id="item.review-label-suspect",
+                tooltip="Review: the label looks wrong"),
+        Binding("a", "review('rubric_ambiguous')", "Rubric ambiguous", id="item.review-rubric-ambiguous",
+                tooltip="Review: the rubric does not settle this item"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.detail: ItemDetail | None = None
+        self.step_index = 0
+
+    def body(self) -> ComposeResult:
+        with Horizontal(id="item-main"):
+            with VerticalScroll(id="item-left"):
+                yield Static("", id="item-info")
+                yield Static("", id="item-replicates")
+                yield Static("", id="item-reviews")
+            with Vertical(id="item-right"):
+                table: DataTable[Any] = DataTable(id="step-table", cursor_type="row")
+                table.add_column("step", key="step", width=5)
+                table.add_column("action", key="action", width=70)
+                yield table
+                yield StepImage(self.japp.image_mode, id="step-image")
+
+    def reload(self) -> None:
+        if self.japp.experiment_id is None or self.japp.item_id is None:
+            self.set_title("item — none selected (open one from the disagreements, d)")
+            return
+        self.load_item(self.japp.experiment_id, self.japp.item_id)
+
+    @work(thread=True, exclusive=True, group="item", exit_on_error=False, name="loading the item")
+    def load_item(self, experiment_id: int, trajectory_id: str) -> None:
+        self.post_message(ItemLoaded(load_item(self.japp.ledger(), self.japp.ws_root, experiment_id, trajectory_id)))
+
+    def selection_changed(self) -> None:
+        """Another experiment (or item) selected here: show the item under it."""
+        shown = (self.detail.experiment.id, self.detail.trajectory_id) if self.detail is not None else None
+        if shown != (self.japp.experiment_id, self.japp.item_id):
+            self.reload()
+
+    def on_item_loaded(self, message: ItemLoaded) -> None:
+        detail = self.detail = message.detail
+        exp = detail.experiment
+        self.set_title(f"item {detail.trajectory_id} under experiment {exp.id} "
+                       f"({STATUS_TEXT.get(exp.status, exp.status)})")
+        info = Text()
+        info.append("instruction\n", style="bold")
+        info.append((detail.instruction or detail.trajectory_error or "—") + "\n\n")
+        if detail.label is not None:
+            info.append("label: ", style="bold")
+            info.append(detail.label.label, style="green" if detail.label.positive else "red")
+            if detail.label.mistake_type:
+                info.append(f" · {detail.label.mistake_type}")
+        else:
+            info.append("label: not stored for this run", style="italic")
+        self.query_one("#item-info", Static).update(info)
+        reps = Text()
+        verdict = detail.verdict
+        if verdict is None:
+            reps.append("\nthis experiment has no verdict for this item (stopped early?)", style="italic")
+        else:
+            majority = {True: "success", False: "failure", None: verdict.status}[verdict.success]
+            agree = detail.label is not None and verdict.success == detail.label.positive
+            reps.append("\njudge (majority): ", style="bold")
+            reps.append(majority, style="green" if agree else "bold red")
+            if verdict.unstable:
+                reps.append("  unstable across replicates", style="yellow")
+            for rep in verdict.replicates:
+                answer = {True: "success", False: "failure", None: rep.status}[rep.success]
+                reps.append(f"\n\nreplicate {rep.replicate}: ", style="bold")
+                reps.append(f"{answer} · confidence {rep.confidence or '?'}")
+                if rep.mistake_type:
+                    reps.append(f" · {rep.mistake_type}")
+                if rep.cached:
+                    reps.append(" · cached", style="dim")
+                if rep.tools:
+                    reps.append(f"\ntools: {' · '.join(str(c) for c in rep.tools)}", style="dim")
+                reps.append(f"\n{rep.reasoning or rep.raw or '(no reasoning)'}")
+        self.query_one("#item-replicates", Static).update(reps)
+        self.show_reviews()
+        table = self.query_one("#step-table", DataTable)
+        table.clear()
+        viewed = viewed_steps(detail.verdict.replicates if detail.verdict else [])
+        for step in detail.steps:
+            # ● marks a step whose screenshot an agentic judge looked at (in any replicate).
+            index = Text(f"{step.index}●", style="bold cyan") if step.index in viewed else str(step.index)
+            table.add_row(index, step.action, key=str(step.index))
+        self.step_index = min(self.step_index, max(0, len(detail.steps) - 1))
+        if detail.steps:
+            table.move_cursor(row=self.step_index)
+            self.show_step()
+        else:
+            self.query_one(StepImage).show(None, None, detail.trajectory_error or "no steps")
+
+    def show_reviews(self) -> None:
+        if self.detail is None:
+            return
+        text = Text("\nreviews of this item", style="bold")
+        if not self.detail.reviews:
+            text.append("\nnone yet — w judge wrong · l label suspect · a rubric ambiguous", style="dim")
+        for r in self.detail.reviews:
+            text.append(f"\n{r.created:%Y-%m-%d %H:%M} {REVIEW_LABELS[r.kind]}"
+                        f"{f' (exp {r.experiment_id})' if r.experiment_id else ''}: {r.note or '—'}")
+        self.query_one("#item-reviews", Static).update(text)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "step-table" and event.row_key.value is not None:
+            if int(event.row_key.value) != self.step_index:
+                self.step_index = int(event.row_key.value)
+                self.show_step()
+
+    def show_step(self) -> None:
+        if self.detail is None or not self.detail.steps:
+            return
+        step = self.detail.steps[self.step_index]
+        if step.problem is not None:  # a screenshot outside the split: refused, never decoded or opened
+            self.query_one(StepImage).show(None, None, f"step {step.index}: {step.problem}")
+            return
+        self.query_one(StepImage).show(None, step.screenshot, f"step {step.index}: loading screenshot…")
+        self.decode_step(step.index, step.screenshot)
+
+    @work(thread=True, exclusive=True, group="item-image", exit_on_error=False, name="decoding the screenshot")
+    def decode_step(self, index: int, path: Path | None) -> None:
+        if path is None or not path.is_file():
+            self.post_message(StepDecoded(index, None, path))
+            return
+        self.post_message(StepDecoded(index, load_screenshot(path), path))
+
+    def on_step_decoded(self, message: StepDecoded) -> None:
+        if message.index != self.step_index:
+            return  # the user already moved on
+        note = f"step {message.index}: {message.path.name}" if message.path else f"step {message.index}: no screenshot"
+        if message.path is not None and message.image is None:
+            note = f"step {message.index}: screenshot missing ({message.path})"
+        self.query_one(StepImage).show(message.image, message.path, note)
+
+    def action_step(self, delta: int) -> None:
+        if self.detail is None or not self.detail.steps:
+            return
+        self.step_index = max(0, min(len(self.detail.steps) - 1, self.step_index + delta))
+        self.query_one("#step-table", DataTable).move_cursor(row=self.step_index)
+        self.show_step()
+
+    def action_open_png(self) -> None:
+        path = self.query_one(StepImage).path
+        self.japp.open_outside(path)
+
+    def action_other_experiment(self, delta: int) -> None:
+        if self.detail is None or not self.detail.other_experiments:
+            return
+        others = self.detail.other_experiments
+        current = self.detail.experiment.id
+        idx = others.index(current) if current in others else -1
+        target = others[(idx + delta) % len(others)]
+        if target == current:
+            self.notify("no other experiment judged this item", timeout=2)
+            return
+        self.post_message(ExperimentSelected(target))
+
+    def action_review(self, kind: str) -> None:
+        if self.detail is None:
+            return
+        self.japp.review_item(self.detail.trajectory_id, kind, self.detail.experiment.id, on_saved=self.reload)
+
+
+def viewed_steps(replicates: Iterable[ReplicateVerdict]) -> set[int]:
+    """Steps whose screenshot an agentic judge asked to view (calls it was not refused), in any replicate."""
+    steps: set[int] = set()
+    for rep in replicates:
+        for call in rep.tools:
+            if call.name == VIEW_SCREENSHOTS and call.outcome == "ok" and call.arguments:
+                requested = call.arguments.get("steps")
+                if isinstance(requested, list):
+                    steps.update(s for s in requested if isinstance(s, int) and not isinstance(s, bool))
+    return steps
