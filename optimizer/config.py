@@ -206,7 +206,7 @@ def load_config(path: Path) -> Config:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"{path}: [{where}] {first['msg']}; fix the file and retry") from None
+        raise UserError(f"{path}: [{where}] {str(first['msg']).removeprefix('Value error, ')}; fix the file and retry") from None
 
 
 DEFAULT_CONFIG_TOML = """\
