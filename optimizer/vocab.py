@@ -38,6 +38,8 @@ ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "
 EXPERIMENT_STATUSES: tuple[ExperimentStatus, ...] = get_args(ExperimentStatus)
 # Statuses that make an experiment the run's incumbent when they are recorded.
 INCUMBENT_STATUSES: tuple[ExperimentStatus, ...] = ("baseline", "kept")
+# Statuses of a candidate that was tested (at a level): what online FDR control and the report count.
+TESTED_STATUSES: tuple[ExperimentStatus, ...] = ("kept", "rolled_back", "waiting")
 
 # What the ledger's event feed carries (each kind is written by the ledger or the loop).
 EventKind = Literal["stage", "progress", "decision", "run_status"]

@@ -120,3 +120,13 @@ def test_a_stage_event_shows_its_text_on_the_live_strip_and_its_kind_without() -
     # A ledger written before stages had a text: the line was the stage itself.
     old = apply_events(LiveState(), [stage(1, {"stage": "batch b1: ended"})])
     assert "stage batch b1: ended (exp 3)" in old.line()
+
+
+def test_the_vocabulary_imports_nothing_of_the_project() -> None:
+    """Every layer may import it, so it may import none (a cycle would break the lowest floor)."""
+    import ast
+
+    tree = ast.parse(Path(vocab.__file__).read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported <= {"__future__", "enum", "typing"}

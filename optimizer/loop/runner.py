@@ -56,7 +56,7 @@ from optimizer.metrics import Answer, Metrics, bootstrap_intervals, flip_table, 
 from optimizer.models import Label
 from optimizer.paths import allowed_name, read_prompt_file, write_prompt_file
 from optimizer.runsettings import Limits
-from optimizer.vocab import StageKind
+from optimizer.vocab import TESTED_STATUSES, StageKind
 from optimizer.workspace import Workspace
 
 
@@ -284,7 +284,7 @@ class LoopRunner:
         if self.loop_cfg.fdr is None:
             return self.loop_cfg.alpha
         past = [e.status == "kept" for e in self.ledger.experiments(self.run.id)
-                if e.seq > 0 and e.alpha is not None and e.status in ("kept", "rolled_back", "waiting")]
+                if e.seq > 0 and e.alpha is not None and e.status in TESTED_STATUSES]
         return lord_level(self.loop_cfg.fdr, past)
 
     async def evaluate(
