@@ -35,7 +35,7 @@ def test_the_configs_validation_is_the_vocabulary() -> None:
 
 
 @pytest.mark.parametrize("name", vocab.STRATEGIES)
-def test_the_config_accepts_each_strategy_and_the_registry_builds_it(name: str) -> None:
+def test_the_config_accepts_each_strategy_and_the_registry_builds_it(name: vocab.StrategyName) -> None:
     assert OptimizerSection(strategy=name).strategy == name
     assert tuple(FACTORIES) == vocab.STRATEGIES
 
