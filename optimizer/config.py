@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from optimizer.errors import UserError
 from optimizer.paths import PathRefused, prompt_file
+from optimizer.vocab import PolicyName, StrategyName
 
 ProviderName = Literal["anthropic", "openai", "local"]
 
@@ -129,7 +130,7 @@ class Price(_Section):
 
 
 class OptimizerSection(_Section):
-    strategy: Literal["agent", "reflect", "library"] = "library"
+    strategy: StrategyName = "library"
     provider: Literal["anthropic", "openai"] = "anthropic"
     model: str = "claude-sonnet-5-5"
     base_url: str | None = None
@@ -159,7 +160,7 @@ class OptimizerSection(_Section):
 
 
 class LoopSection(_Section):
-    policy: Literal["adaptive", "paired", "literal"] = "adaptive"
+    policy: PolicyName = "adaptive"
     alpha: float = Field(default=0.1, gt=0, le=1)
     # adaptive: each item whose incumbent and candidate verdicts differ after the first pass is judged
     # this many more times under each prompt (see optimizer.decision).

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from fractions import Fraction
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -68,8 +68,10 @@ from optimizer.signflip import (
     sign_flip_test_grouped,
     sign_flip_upper_bound,
 )
+from optimizer.vocab import PolicyName
 
-Policy = Literal["adaptive", "paired", "literal"]
+# The decision rules by name (`optimizer.vocab`).
+Policy = PolicyName
 
 
 class Counts(NamedTuple):

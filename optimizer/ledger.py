@@ -59,6 +59,19 @@ from pydantic import BaseModel, Field
 from optimizer import storage
 from optimizer.errors import UserError
 from optimizer.judge.types import JudgeToolCall
+from optimizer.vocab import (
+    EVENT_KINDS,
+    EXPERIMENT_STATUSES,
+    INCUMBENT_STATUSES,
+    REVIEW_KINDS,
+    RUN_STATUSES,
+    TERMINAL_RUN_STATUSES,
+    AnswerStatus,
+    EventKind,
+    ExperimentStatus,
+    ReviewKind,
+    RunStatus,
+)
 
 if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
@@ -76,21 +89,9 @@ _V4_EXPERIMENT_COLUMNS = (
 # Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
 # Schema 6: the judge's prompt-cache reads and writes per experiment.
 
-RunStatus = Literal["running", "finished", "stopped", "crashed", "waiting"]
-ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error"]
-EventKind = Literal["stage", "progress", "item", "decision", "error", "run_status"]
-ReviewKind = Literal["judge_wrong", "label_suspect", "rubric_ambiguous"]
-AnswerStatus = Literal["ok", "missing", "invalid", "infra_error"]
-
-RUN_STATUSES: tuple[str, ...] = ("running", "finished", "stopped", "crashed", "waiting")
-EXPERIMENT_STATUSES: tuple[str, ...] = (
-    "running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error",
-)
-EVENT_KINDS: tuple[str, ...] = ("stage", "progress", "item", "decision", "error", "run_status")
-REVIEW_KINDS: tuple[str, ...] = ("judge_wrong", "label_suspect", "rubric_ambiguous")
-# Statuses that make an experiment the run's incumbent when they are recorded.
-INCUMBENT_STATUSES: tuple[str, ...] = ("baseline", "kept")
-_TERMINAL_RUN_STATUSES = ("finished", "stopped", "crashed")
+# The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
+# its tuples, so an unchanged set keeps the same schema text (no migration).
+_TERMINAL_RUN_STATUSES = TERMINAL_RUN_STATUSES
 FLIP_KEYS: tuple[str, ...] = ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")
 
 

@@ -25,14 +25,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from optimizer.models import MISTAKE_TYPES, Label, fold_mistake_type
+from optimizer.vocab import UNTYPED as UNTYPED
+from optimizer.vocab import AnswerStatus as AnswerStatus
 
-AnswerStatus = Literal["ok", "missing", "invalid", "infra_error"]
 PROTOCOL_KEYS: tuple[str, ...] = (
     "n",
     "balanced_accuracy",
@@ -247,9 +248,6 @@ def score(labels: Mapping[str, Label], answers: Mapping[str, Answer]) -> Metrics
     return Metrics.from_counts(
         tp, fn, tn, fp, invalid=invalid, missing=missing, infra_errors=infra, mistake_type_recall=recall
     )
-
-
-UNTYPED = "untyped"
 
 
 def false_positives_by_type(labels: Mapping[str, LabelLike], answers: Mapping[str, Answer]) -> dict[str, int]:

@@ -10,8 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
-MistakeType = Literal["Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"]
-MISTAKE_TYPES: tuple[str, ...] = ("Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction")
+from optimizer.vocab import MISTAKE_TYPES as MISTAKE_TYPES  # spelled in optimizer.vocab
+from optimizer.vocab import MistakeType as MistakeType
+
 Confidence = Literal["low", "medium", "high"]
 
 

@@ -18,6 +18,7 @@ from optimizer.decision import AdaptiveTest, ItemShares
 from optimizer.ledger import FLIP_KEYS, Attribution, EditContribution, Experiment, Ledger, Run
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS, Answer
 from optimizer.runsettings import RunSettings
+from optimizer.vocab import TESTED_STATUSES
 from optimizer.workspace import Workspace
 
 # ``calls`` are the judge's; ``cost_usd`` is the experiment's total (judge + optimiser); the optimiser's
@@ -158,7 +159,7 @@ def accounting(run: Run, experiments: Sequence[Experiment], current: Config | No
     def level(e: Experiment) -> float | None:
         return e.alpha if e.alpha is not None else default_alpha
 
-    tested = [e for e in experiments if e.seq > 0 and e.status in ("kept", "rolled_back", "waiting")
+    tested = [e for e in experiments if e.seq > 0 and e.status in TESTED_STATUSES
               and (e.alpha is not None or e.p_value is not None)]
     return {
         "tested": len(tested),

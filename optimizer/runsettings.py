@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from optimizer.config import Config, JudgeOverrides, JudgeSection, LoopSection
 from optimizer.errors import UserError
 from optimizer.ledger import Run
+from optimizer.vocab import POLICIES
 
 _Section = TypeVar("_Section", bound=BaseModel)
 
@@ -114,7 +115,7 @@ class RunSettings:
         else:  # a run recorded without its judge (none since the first release): the command's
             judge = asked.judge.apply(current.judge)
         loop = _recorded(run, snapshot, "loop", LoopSection, current.loop)
-        if run.policy in ("adaptive", "paired", "literal"):  # the column: the run's --policy, if given
+        if run.policy in POLICIES:  # the column: the run's --policy, if given
             loop = loop.model_copy(update={"policy": run.policy})
         if asked.policy is not None and asked.policy != loop.policy:
             raise UserError(f"run {run.id} decides with policy {loop.policy!r}; --policy {asked.policy!r} would "

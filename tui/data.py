@@ -26,6 +26,7 @@ from optimizer.ledger import (
     Run,
 )
 from optimizer.metrics import flip_table
+from optimizer.vocab import UNTYPED
 
 if TYPE_CHECKING:
     from optimizer.devset.split import Split
@@ -481,7 +482,7 @@ class DisagreementFilter:
         if self.kind and d.kind != self.kind:
             return False
         # A type filter shows negatives only: a positive has no mistake type ("untyped" is a negative's).
-        if self.mistake_type and (d.label.positive or (d.label.mistake_type or "untyped") != self.mistake_type):
+        if self.mistake_type and (d.label.positive or (d.label.mistake_type or UNTYPED) != self.mistake_type):
             return False
         if self.unstable is not None and d.verdict.unstable != self.unstable:
             return False

@@ -9,7 +9,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from optimizer.ledger import REVIEW_KINDS
+from optimizer.vocab import REVIEW_KINDS
 from tui.data import REVIEW_LABELS
 from tui.runs import STRATEGIES, STRATEGY_LABELS, RunOptions
 

@@ -15,11 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from optimizer.errors import UserError
+from optimizer.vocab import MANUAL, RunStrategyName
 from optimizer.workspace import Workspace, lock_holder
 
-STRATEGIES = ("library", "reflect", "agent", "manual")
+# `judgeloop run --strategy`'s names (optimizer.vocab) in the start-run form's order: the offline one first,
+# then by cost, "manual" last (a test holds this a permutation of RUN_STRATEGIES).
+STRATEGIES: tuple[RunStrategyName, ...] = ("library", "reflect", "agent", MANUAL)
 # How the start-run form names them ("manual" judges the prompts as you edited them in the working tree).
-STRATEGY_LABELS = {"manual": "manual (judge my edit of the prompts)"}
+STRATEGY_LABELS: dict[str, str] = {MANUAL: "manual (judge my edit of the prompts)"}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from optimizer.errors import UserError
 from optimizer.ledger import Event, Ledger
+from optimizer.vocab import StageKind
 from tui.data import LedgerNotReady, open_ledger
 
 BACKLOG_EVENTS = 500  # on start, replay this many recent events to show a run already under way
@@ -66,8 +67,10 @@ def apply_events(state: LiveState, events: list[Event]) -> LiveState:
             state = LiveState(run_id=ev.run_id, last_event_id=state.last_event_id, changes=state.changes + 1)
         p = ev.payload
         if ev.kind == "stage":
-            state = replace(state, stage=str(p.get("stage")), experiment_id=ev.experiment_id or state.experiment_id)
-            if p.get("stage") == "experiment_started":
+            # A stage's display text (a batch's state line) is its ``text``; events before it had none.
+            stage = str(p.get("text") or p.get("stage"))
+            state = replace(state, stage=stage, experiment_id=ev.experiment_id or state.experiment_id)
+            if p.get("stage") == StageKind.EXPERIMENT_STARTED:
                 state = replace(state, changes=state.changes + 1, done=0, total=0)
         elif ev.kind == "progress":
             state = replace(

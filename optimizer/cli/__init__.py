@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from optimizer.config import MAX_CONCURRENCY, MAX_REPLICATES
 from optimizer.errors import UserError
+from optimizer.vocab import POLICIES, RUN_STRATEGIES
 
 WORKSPACE_HELP = "the workspace folder (default: .)"
 
@@ -148,10 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", "optimizer.cli.loop:cmd_run", "run the optimisation loop on the dev split")
     p.add_argument("--split", metavar="NAME")
-    p.add_argument("--strategy", choices=["agent", "reflect", "library", "manual"],
+    p.add_argument("--strategy", choices=RUN_STRATEGIES,
                    help="manual: your working-tree edit of the allowed files, judged as one candidate")
     p.add_argument("-m", "--message", metavar="TEXT", help="--strategy manual: the edit's rationale")
-    p.add_argument("--policy", choices=["adaptive", "paired", "literal"],
+    p.add_argument("--policy", choices=POLICIES,
                    help="how a candidate is decided (default: [loop] policy, adaptive); see README \"How the loop decides\"")
     p.add_argument("--max-experiments", type=whole(1), metavar="N", help="candidates to try after the baseline")
     p.add_argument("--budget-usd", type=positive, metavar="X")

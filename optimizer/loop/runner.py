@@ -56,6 +56,7 @@ from optimizer.metrics import Answer, Metrics, bootstrap_intervals, flip_table, 
 from optimizer.models import Label
 from optimizer.paths import allowed_name, read_prompt_file, write_prompt_file
 from optimizer.runsettings import Limits
+from optimizer.vocab import TESTED_STATUSES, StageKind
 from optimizer.workspace import Workspace
 
 
@@ -253,7 +254,7 @@ class LoopRunner:
         """A line for the person following the run (the CLI prints it on stdout)."""
         self.events(Message(message))
 
-    def stage(self, name: str, experiment_id: int | None = None, **extra: Any) -> None:
+    def stage(self, name: StageKind, experiment_id: int | None = None, **extra: Any) -> None:
         self.ledger.add_event(self.run.id, "stage", {"stage": name, **extra}, experiment_id=experiment_id)
 
     def stop_reason(self, candidates_done: int, since_keep: int) -> StopReason | None:
@@ -283,7 +284,7 @@ class LoopRunner:
         if self.loop_cfg.fdr is None:
             return self.loop_cfg.alpha
         past = [e.status == "kept" for e in self.ledger.experiments(self.run.id)
-                if e.seq > 0 and e.alpha is not None and e.status in ("kept", "rolled_back", "waiting")]
+                if e.seq > 0 and e.alpha is not None and e.status in TESTED_STATUSES]
         return lord_level(self.loop_cfg.fdr, past)
 
     async def evaluate(
@@ -366,7 +367,7 @@ class LoopRunner:
             to_rejudge = [t for t in order if t in set(disagreements(inc_answers, answers))]
         passes: list[EvalRun] = []
         if to_rejudge:
-            self.stage("rejudging", experiment_id, items=len(to_rejudge))
+            self.stage(StageKind.REJUDGING, experiment_id, items=len(to_rejudge))
             self.say(f"  experiment {experiment_id}: re-judging the {len(to_rejudge)} item(s) the prompts disagree "
                      f"on, {self.loop_cfg.rejudge} more time(s) under each")
             incumbent_prompts = PromptSet.from_rev(self.ws, incumbent.commit_sha or "HEAD~1")
@@ -396,7 +397,7 @@ class LoopRunner:
         def on_state(state: BatchState) -> None:
             self.say(f"  {state.line()}")
             # A stage event: the TUI's live strip shows the batch's state ("batch msgbatch_…: in_progress").
-            self.stage(state.line(), experiment_id)
+            self.stage(StageKind.BATCH, experiment_id, text=state.line())
 
         return BatchOptions.from_judge(
             self.judge, store=LedgerBatches(self.ledger, self.run.id, experiment_id), on_state=on_state,
@@ -445,7 +446,7 @@ class LoopRunner:
             self.run.id, parent_id=None, strategy="baseline", seq=0, commit_sha=sha,
             prompt_hash=prompts.prompt_hash(), rationale="the prompts the run started from",
         )
-        self.stage("baseline", exp.id, started_at=time.time())
+        self.stage(StageKind.BASELINE, exp.id, started_at=time.time())
         self.say(f"experiment {exp.id} (baseline): evaluating {len(self.split.ids)} items × {self.replicates} replicate(s)")
         ev = await self.evaluate(exp.id, prompts, None, provider, cache)
         # A resumed baseline's row holds what it paid before the crash (calls now served by the cache).
@@ -538,7 +539,7 @@ class LoopRunner:
 
     async def candidate(self, incumbent: Experiment, provider: Provider, cache: JudgeCache) -> Experiment:
         seq = max(e.seq for e in self.ledger.experiments(self.run.id)) + 1
-        self.stage("proposing", None, seq=seq, strategy=self.strategy.name)
+        self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
         self.say(f"next candidate: asking the {self.strategy.name} optimiser for an edit")
         try:
             proposal: Proposal = await self.strategy.propose(self.context(incumbent, seq))
@@ -586,7 +587,7 @@ class LoopRunner:
         # The row's calls and tokens are the judge's (none yet); its cost is the experiment's total,
         # judge + optimiser, so budgets and spend sums count the optimiser too.
         usage: dict[str, Any] = dict(cost_usd=proposal.cost_usd)
-        self.stage("guards", exp.id)
+        self.stage(StageKind.GUARDS, exp.id)
         guard = (
             check_candidate(changed, self.ws.config.optimizer.allowed_files, self.ws.config.optimizer.max_diff_lines,
                             **self.guard_inputs())
@@ -636,7 +637,7 @@ class LoopRunner:
             self.say(f"  experiment {exp_id}: {reason}")
             return self.ledger.finish_experiment(exp_id, status="error", decision="error", reason=reason,
                                                  commit_sha=rejected, cost_usd=optimiser_cost)
-        self.stage("evaluating", exp_id, started_at=time.time())  # wall clock, as the cache's `created`
+        self.stage(StageKind.EVALUATING, exp_id, started_at=time.time())  # wall clock, as the cache's `created`
         if self.batch:
             self.say(f"  experiment {exp_id}: evaluating every item as one batch (batch mode: early stopping "
                      "does not apply)")

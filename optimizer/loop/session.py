@@ -13,7 +13,6 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from optimizer import gitops
 from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
@@ -35,11 +34,11 @@ from optimizer.metrics import Metrics, score
 from optimizer.paths import check_prompts_tree
 from optimizer.report import export_experiments_tsv, write_markdown_report
 from optimizer.runsettings import Limits, RunOverrides, RunSettings
+from optimizer.vocab import PolicyName, RunStrategyName, StageKind
 from optimizer.workspace import Workspace, command_lock
 
 Say = Callable[[str], None]
-StrategyName = Literal["agent", "reflect", "library", "manual"]
-PolicyName = Literal["adaptive", "paired", "literal"]
+StrategyName = RunStrategyName  # --strategy: a proposing strategy or "manual"
 
 
 @dataclass(frozen=True)
@@ -366,7 +365,7 @@ def _record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> No
     is counted too: the budget errs on the safe side).
     """
     stage = ledger.last_event(run_id, "stage")
-    if stage is None or stage.payload.get("stage") not in ("baseline", "evaluating"):
+    if stage is None or stage.payload.get("stage") not in (StageKind.BASELINE, StageKind.EVALUATING):
         return
     started_at = stage.payload.get("started_at")
     exp = next((e for e in ledger.experiments_with_status("running", run_id) if e.id == stage.experiment_id), None)
@@ -382,7 +381,7 @@ def _record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> No
             cost_usd=exp.cost_usd + paid,
         )
     # Counted once: a crash before the resumed evaluation starts must not count this window again.
-    ledger.add_event(run_id, "stage", {"stage": "resuming", "paid_before_crash_usd": round(paid, 6)},
+    ledger.add_event(run_id, "stage", {"stage": StageKind.RESUMING, "paid_before_crash_usd": round(paid, 6)},
                      experiment_id=exp.id)
 
 

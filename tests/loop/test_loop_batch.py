@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from optimizer.ledger import Ledger
+from optimizer.vocab import StageKind
 from tests.fakeserver import FakeLLMServer
 from tests.loop.helpers import FakeJudge, commit_all, run_loop, wait_for
+from tui.watch import LiveState, apply_events
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout the subprocess must import
 
@@ -104,5 +106,7 @@ def test_kill_9_with_a_run_batch_pending_then_resume_collects_it(ws: Path) -> No
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
         run = led.latest_run()
         assert run is not None
-        stages = [e.payload.get("stage", "") for e in led.events_since(0, run_id=run.id) if e.kind == "stage"]
-    assert any(str(s).startswith(f"batch {server.batch_creations[0]}: ") for s in stages)
+        stages = [e for e in led.events_since(0, run_id=run.id) if e.kind == "stage"]
+    assert {e.payload["stage"] for e in stages} <= set(StageKind)  # every stage is a kind, none a display line
+    strip = [apply_events(LiveState(), [e]).stage or "" for e in stages]
+    assert any(s.startswith(f"batch {server.batch_creations[0]}: ") for s in strip)

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from optimizer.models import MISTAKE_TYPES
+from optimizer.vocab import MISTAKE_TYPES, UNTYPED
 from tui.data import STATUS_TEXT, Disagreement, DisagreementFilter, load_disagreements, one_line
 from tui.messages import DisagreementsLoaded, ItemSelected
 from tui.views.base import View
@@ -101,7 +101,7 @@ class DisagreementsView(View):
         self.fill()
 
     def action_cycle_type(self) -> None:
-        order: list[str | None] = [None, *MISTAKE_TYPES, "untyped"]
+        order: list[str | None] = [None, *MISTAKE_TYPES, UNTYPED]
         current = self.filters.mistake_type
         self.filters.mistake_type = order[(order.index(current) + 1) % len(order)] if current in order else None
         self.fill()

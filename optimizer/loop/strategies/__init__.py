@@ -9,10 +9,12 @@ other than ``ctx.split`` (the dev split) and sees labels only through `Disagreem
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from optimizer.vocab import STRATEGIES
 
 if TYPE_CHECKING:
     from optimizer.config import OptimizerSection, Price
@@ -109,6 +111,32 @@ class Strategy(Protocol):
         ...
 
 
+def _library(optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:
+    from optimizer.loop.strategies.library import LibraryStrategy
+
+    return LibraryStrategy(optimizer_cfg.allowed_files)
+
+
+def _reflect(optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:
+    from optimizer.loop.strategies.reflect import ReflectStrategy
+
+    return ReflectStrategy(optimizer_cfg, prices)
+
+
+def _agent(optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:
+    from optimizer.loop.strategies.agent import AgentStrategy
+
+    return AgentStrategy(optimizer_cfg, prices)
+
+
+# Every name in `optimizer.vocab.STRATEGIES` (a test holds them equal); modules load on first use.
+FACTORIES: dict[str, Callable[[OptimizerSection, Mapping[str, Price]], Strategy]] = {
+    "agent": _agent,
+    "reflect": _reflect,
+    "library": _library,
+}
+
+
 def make_strategy(name: str, optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:
     """The strategy called ``name`` (``library`` | ``reflect`` | ``agent``).
 
@@ -117,16 +145,7 @@ def make_strategy(name: str, optimizer_cfg: OptimizerSection, prices: Mapping[st
     """
     from optimizer.errors import UserError
 
-    if name == "library":
-        from optimizer.loop.strategies.library import LibraryStrategy
-
-        return LibraryStrategy(optimizer_cfg.allowed_files)
-    if name == "reflect":
-        from optimizer.loop.strategies.reflect import ReflectStrategy
-
-        return ReflectStrategy(optimizer_cfg, prices)
-    if name == "agent":
-        from optimizer.loop.strategies.agent import AgentStrategy
-
-        return AgentStrategy(optimizer_cfg, prices)
-    raise UserError(f"unknown optimiser strategy {name!r}; use one of: agent, reflect, library")
+    factory = FACTORIES.get(name)
+    if factory is None:
+        raise UserError(f"unknown optimiser strategy {name!r}; use one of: {', '.join(STRATEGIES)}")
+    return factory(optimizer_cfg, prices)

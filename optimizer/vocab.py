@@ -1,0 +1,74 @@
+"""The project's names, spelled once: strategies, policies, statuses, event and stage kinds, review
+kinds, mistake types.
+
+Each set is a ``Literal`` type (what mypy and pydantic check) and the tuple of its values taken from
+it with ``get_args`` (what argparse's ``choices``, the ledger's SQL ``CHECK``s, the TUI's lists and the
+error messages use), so adding a name is one edit here. The order of a tuple is the order users see
+(``--help``, pydantic's "Input should be ..."). Pure: imports nothing of the project, so every layer
+may use it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal, get_args
+
+# -- the loop's settings ---------------------------------------------------------------------------
+
+# Strategies that propose a candidate (`optimizer.loop.strategies.make_strategy`; [optimizer] strategy).
+StrategyName = Literal["agent", "reflect", "library"]
+STRATEGIES: tuple[StrategyName, ...] = get_args(StrategyName)
+# `judgeloop run --strategy manual`: judge the prompts as edited in the working tree (no optimiser).
+MANUAL: Literal["manual"] = "manual"
+RunStrategyName = Literal[StrategyName, "manual"]
+RUN_STRATEGIES: tuple[RunStrategyName, ...] = (*STRATEGIES, MANUAL)
+
+# Decision policies (`optimizer.decision`; [loop] policy, --policy).
+PolicyName = Literal["adaptive", "paired", "literal"]
+POLICIES: tuple[PolicyName, ...] = get_args(PolicyName)
+
+# -- the ledger's states ---------------------------------------------------------------------------
+
+RunStatus = Literal["running", "finished", "stopped", "crashed", "waiting"]
+RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+# A run in one of these has ended (the ledger stamps ``finished``).
+TERMINAL_RUN_STATUSES: tuple[RunStatus, ...] = ("finished", "stopped", "crashed")
+
+ExperimentStatus = Literal["running", "kept", "rolled_back", "guard_rejected", "waiting", "baseline", "error"]
+EXPERIMENT_STATUSES: tuple[ExperimentStatus, ...] = get_args(ExperimentStatus)
+# Statuses that make an experiment the run's incumbent when they are recorded.
+INCUMBENT_STATUSES: tuple[ExperimentStatus, ...] = ("baseline", "kept")
+# Statuses of a candidate that was tested (at a level): what online FDR control and the report count.
+TESTED_STATUSES: tuple[ExperimentStatus, ...] = ("kept", "rolled_back", "waiting")
+
+# What the ledger's event feed carries (each kind is written by the ledger or the loop).
+EventKind = Literal["stage", "progress", "decision", "run_status"]
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
+
+ReviewKind = Literal["judge_wrong", "label_suspect", "rubric_ambiguous"]
+REVIEW_KINDS: tuple[ReviewKind, ...] = get_args(ReviewKind)
+
+# An item's majority answer as scored (`optimizer.metrics`, the ledger's ``items.status``).
+AnswerStatus = Literal["ok", "missing", "invalid", "infra_error"]
+ANSWER_STATUSES: tuple[AnswerStatus, ...] = get_args(AnswerStatus)
+
+# -- the data ----------------------------------------------------------------------------------------
+
+MistakeType = Literal["Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"]
+MISTAKE_TYPES: tuple[MistakeType, ...] = get_args(MistakeType)
+# How counts and filters name a negative label without a mistake type.
+UNTYPED = "untyped"
+
+
+class StageKind(StrEnum):
+    """What a ``stage`` event says the loop is doing (its payload's ``stage``). Display text, such as a
+    batch's state line, travels in the payload's ``text``, never in the kind."""
+
+    EXPERIMENT_STARTED = "experiment_started"  # the ledger recorded a new experiment row
+    BASELINE = "baseline"  # evaluating the baseline (payload: started_at)
+    PROPOSING = "proposing"  # the strategy is proposing (payload: seq, strategy)
+    GUARDS = "guards"  # the candidate's edit is checked
+    EVALUATING = "evaluating"  # evaluating a candidate (payload: started_at)
+    REJUDGING = "rejudging"  # adaptive: re-judging the disagreeing items (payload: items)
+    BATCH = "batch"  # a batch pass changed state (payload: text, the batch's state line)
+    RESUMING = "resuming"  # a resumed run counted what the crash left unrecorded (payload: paid_before_crash_usd)
