@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
 from optimizer.config import JudgeSection
-from optimizer.evaluation.budget import estimate_cost_usd
 from optimizer.evaluation.cache import BatchRecord, BatchStatus, JudgeCache
 from optimizer.evaluation.files import redacted_url
 from optimizer.evaluation.judging import ItemJudge, PreparedItem
 from optimizer.evaluation.results import ItemResult, ReplicateResult
 from optimizer.events import StopKind, StopReason
+from optimizer.judge.estimate import estimate_cost_usd
 from optimizer.judge.types import (
     VERDICT_SCHEMA,
     BatchEntry,
@@ -217,11 +217,8 @@ class _BatchPass:
         """Submit ``keys`` (budget reserved first, for all of them) as the fewest batches that fit the
         provider's limits — one, unless the pass is too large — and collect them; a budget stop or None."""
         judge = self.judge
-        from optimizer.judge.providers.pricing import batch_multiplier
-
-        discount = batch_multiplier(self.provider.model, judge.prices)
         estimates = {
-            k: estimate_cost_usd(self.calls[k].request, judge.sampling, self.provider.model, judge.prices) * discount
+            k: estimate_cost_usd(self.calls[k].request, judge.sampling, self.provider.model, judge.prices, batch=True)
             for k in keys
         }
         total = sum(estimates.values())
