@@ -39,8 +39,8 @@ OPENAI_REQUEST = {
     ],
 }
 OPENAI_ANSWER = "\n\nHello there, how may I assist you today?"
-OPENAI_USAGE = {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29,
-                "prompt_tokens_details": {"cached_tokens": 0}}
+OPENAI_USAGE = {"prompt_tokens": 19, "completion_tokens": 10, "total_tokens": 29, "cached_tokens": 0}
+# (the documented block nests cached_tokens under prompt_tokens_details)
 
 
 def _within_framing(billed: int, documented: int) -> bool:
@@ -71,5 +71,5 @@ def test_the_fake_bills_openais_documented_request_as_openai_documents() -> None
     assert usage is not None and usage.prompt_tokens_details is not None
     assert _within_framing(usage.prompt_tokens, OPENAI_USAGE["prompt_tokens"]), usage
     assert usage.completion_tokens == OPENAI_USAGE["completion_tokens"]
-    assert usage.prompt_tokens_details.cached_tokens == OPENAI_USAGE["prompt_tokens_details"]["cached_tokens"]
-    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.prompt_tokens_details.cached_tokens == OPENAI_USAGE["cached_tokens"]
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens  # as documented: 19 + 10 = 29
