@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -223,7 +223,7 @@ ESTIMATE_TOLERANCE = 0.05
 
 @pytest.mark.parametrize(("wire", "model"), [("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-5")])
 def test_the_estimator_agrees_with_the_fakes_independent_bill_and_its_reservation_covers_it(
-    keys: None, tmp_path: Path, wire: str, model: str
+    keys: None, tmp_path: Path, wire: Literal["anthropic", "openai"], model: str
 ) -> None:
     """The estimator (`optimizer.judge.estimate`) against the fake's own billing (tests/fakecache.py,
     anchored to the providers' documented usage in tests/test_fake_billing.py), uncached and cached."""
