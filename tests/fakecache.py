@@ -1,9 +1,12 @@
 """Prompt caching as the providers document it, for the fake LLM server (`tests.fakeserver`).
 
 `PromptCache` turns a request body into the usage a real provider would bill, remembering what
-earlier requests cached. Token counts are estimates (text: characters / 4; an image: width x height /
-750, read from the JPEG/PNG header of the base64 data; tool definitions and tool blocks: their JSON's
-characters / 4), the same everywhere, so figures compare across layouts and wires.
+earlier requests cached. Token counts are the fake's own (text: characters / 4; an image: width x
+height / 750, at least 85, read from the JPEG/PNG header of the base64 data; tool definitions and tool
+blocks: their JSON's characters / 4), the same everywhere, so figures compare across layouts and
+wires. They are written here, not imported from the engine's estimator (`optimizer.judge.estimate`):
+the fake stands for the provider, and tests/test_fake_billing.py checks it against the providers'
+documented usage, so a test that the engine's reservation covers the fake's bill compares two things.
 
 Anthropic (Messages API):
 - The prompt is a sequence of blocks in the API's cache order: tools, then system blocks, then each

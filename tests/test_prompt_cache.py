@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -16,6 +16,7 @@ from optimizer.evaluation.budget import estimate_cost_usd
 from optimizer.evaluation.cache import JudgeCache, cache_key
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.results import EvalRun
+from optimizer.judge.estimate import request_input_tokens
 from optimizer.judge.prompts import (
     JUDGE_TOML,
     RUBRIC_MD,
@@ -213,6 +214,33 @@ def test_a_budget_reservation_covers_a_first_call_that_writes_the_cache(keys: No
     reserved = estimate_cost_usd(request, sampling, "claude-sonnet-4-5", {})
     assert cost_usd("claude-sonnet-4-5", first) <= reserved
     assert cost_usd("claude-sonnet-4-5", second) < 0.5 * cost_usd("claude-sonnet-4-5", first)
+
+
+# How far the estimator's input count may be from the fake's bill of the same request: the fake also
+# counts role markers and the response schema on OpenAI's wire (about 2% of a 6k-token request).
+ESTIMATE_TOLERANCE = 0.05
+
+
+@pytest.mark.parametrize(("wire", "model"), [("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-5")])
+def test_the_estimator_agrees_with_the_fakes_independent_bill_and_its_reservation_covers_it(
+    keys: None, tmp_path: Path, wire: Literal["anthropic", "openai"], model: str
+) -> None:
+    """The estimator (`optimizer.judge.estimate`) against the fake's own billing (tests/fakecache.py,
+    anchored to the providers' documented usage in tests/test_fake_billing.py), uncached and cached."""
+    setup = Setup(tmp_path)
+    prompts = setup.prompts("trajectory-first")
+    request = build_request(setup.split.trajectory(setup.split.ids[0]), setup.split, prompts)
+    sampling = prompts.settings.sampling()
+    with FakeLLMServer(prompt_cache=PromptCache(clock=ManualClock())) as server:
+        url = server.anthropic_base_url if wire == "anthropic" else server.openai_base_url
+        judge = JudgeSection(provider=wire, model=model, base_url=url)
+        first = asyncio.run(_complete(judge, request, sampling))
+        second = asyncio.run(_complete(judge, request, sampling))
+    assert first.cache_read_tokens == 0 < second.cache_read_tokens
+    billed = first.input_tokens + first.cache_read_tokens + first.cache_write_tokens
+    assert abs(request_input_tokens(request) - billed) <= ESTIMATE_TOLERANCE * billed
+    reserved = estimate_cost_usd(request, sampling, model, {})
+    assert cost_usd(model, first) <= reserved and cost_usd(model, second) <= reserved
 
 
 async def _complete(judge: JudgeSection, request: Any, sampling: Sampling) -> ProviderReply:

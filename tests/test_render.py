@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from optimizer.judge.estimate import request_input_tokens
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.render import (
     build_request,
@@ -384,3 +385,17 @@ def test_renders_a_bundled_sample_item_through_the_real_split(tmp_path: Path) ->
     assert len(images(req)) == len(traj.steps)
     assert all(decode(p).size == (512, 332) for p in images(req))
     assert traj.task.instruction.strip() in text(req)
+
+
+def test_a_request_rendered_within_a_token_budget_is_within_it_for_the_spending_budget_too(tmp_path: Path) -> None:
+    """Rendering and the spending budget count with one estimator (`optimizer.judge.estimate`): a
+    small screenshot (100x60, under a billed image's 85-token floor) costs the plan what it costs the
+    reservation, so a request rendered to fit ``token_budget`` is estimated within it."""
+    sandbox = tmp_path / "sb"
+    traj = make_trajectory(sandbox, 12)
+    small = prompts_with(tmp_path, "image_width = 100\nimage_height = 60\n")
+    full = build_request(traj, FakeSplit(sandbox), small)
+    budget = estimate(full)
+    fitted = build_request(traj, FakeSplit(sandbox), small, token_budget=budget)
+    assert len(images(fitted)) >= 10  # about as rendered: the images are what the two counts disagreed on
+    assert request_input_tokens(fitted) <= budget

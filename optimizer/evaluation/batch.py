@@ -11,8 +11,9 @@ batch, the fewest batches that fit: `split_for_limits`):
    killed while it waited) are collected first instead of submitting anything again.
 2. The whole batch's estimated cost, at the batch price, is reserved against the budget *before*
    submission; a batch that would cross it is not sent (the evaluation stops with a budget reason).
-3. The batch is recorded in the ``BatchStore`` just before submission and its provider id right
-   after (the judge cache's table for ``eval``/``confirm``, the ledger for ``run``).
+3. The batch is recorded in the `BatchStore` (`optimizer.evaluation.batchstore`) just before
+   submission and its provider id right after (the judge cache's table for ``eval``/``confirm``, the
+   ledger for ``run``).
 4. The batch is polled with backoff (``poll_s`` growing ``backoff`` times per poll up to
    ``poll_max_s``); each poll's state goes to ``on_state``.
 5. Answers are priced at the batch rate and stored in the cache, counted and turned into replicate
@@ -31,15 +32,16 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from typing import NoReturn
 
 from optimizer.config import JudgeSection
-from optimizer.evaluation.budget import estimate_cost_usd
-from optimizer.evaluation.cache import BatchRecord, BatchStatus, JudgeCache
+from optimizer.evaluation.batchstore import BatchStore
+from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
 from optimizer.evaluation.judging import ItemJudge, PreparedItem
 from optimizer.evaluation.results import ItemResult, ReplicateResult
 from optimizer.events import StopKind, StopReason
+from optimizer.judge.estimate import estimate_cost_usd
 from optimizer.judge.types import (
     VERDICT_SCHEMA,
     BatchEntry,
@@ -58,24 +60,6 @@ from optimizer.judge.types import (
 MAX_POLL_FAILURES = 5
 
 EARLY_STOP_NOTE = "batch mode: early stopping does not apply (every call of a batch is paid for once it is sent)"
-
-
-class BatchStore(Protocol):
-    """Where submitted batches are recorded durably, so a killed process's batch is collected, never
-    submitted twice. `JudgeCache` is one (``eval``, ``confirm``); the loop keeps its own in the ledger."""
-
-    def record_batch(self, *, provider: str, endpoint: str, model: str, custom_ids: list[str],
-                     estimate_usd: float) -> int:
-        """Record a batch about to be submitted (status ``submitting``); its record id."""
-        ...
-
-    def update_batch(self, record_id: int, *, status: BatchStatus, batch_id: str | None = None) -> None:
-        """Set a recorded batch's status (and its provider id, once known)."""
-        ...
-
-    def open_batches(self, *, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
-        """Batches recorded for this provider, endpoint and model and not yet collected, oldest first."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -217,11 +201,8 @@ class _BatchPass:
         """Submit ``keys`` (budget reserved first, for all of them) as the fewest batches that fit the
         provider's limits — one, unless the pass is too large — and collect them; a budget stop or None."""
         judge = self.judge
-        from optimizer.judge.providers.pricing import batch_multiplier
-
-        discount = batch_multiplier(self.provider.model, judge.prices)
         estimates = {
-            k: estimate_cost_usd(self.calls[k].request, judge.sampling, self.provider.model, judge.prices) * discount
+            k: estimate_cost_usd(self.calls[k].request, judge.sampling, self.provider.model, judge.prices, batch=True)
             for k in keys
         }
         total = sum(estimates.values())

@@ -21,11 +21,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 from optimizer import storage
 from optimizer.errors import UserError
+from optimizer.evaluation.batchstore import (
+    OPEN_BATCH_STATUSES,
+    BatchRecord,
+    BatchStatus,
+    batch_status,
+)
 from optimizer.judge.types import JudgeRequest, Sampling, stable_json
 
 SCHEMA_VERSION = 1
@@ -73,28 +79,6 @@ CREATE TABLE IF NOT EXISTS batches (
 );
 """
 
-# A batch's life in a batch store: recorded just before submission, submitted (the provider gave
-# its id), collected (every answer is in the cache), or abandoned (never accepted, or unknown).
-BatchStatus = Literal["submitting", "submitted", "collected", "abandoned"]
-OPEN_BATCH_STATUSES: tuple[BatchStatus, ...] = ("submitting", "submitted")
-
-
-@dataclass(frozen=True)
-class BatchRecord:
-    """A batch of judge calls as a batch store keeps it (`optimizer.evaluation.batch.BatchStore`).
-
-    ``endpoint`` is where the batch lives (a batch id means something only there; never a key);
-    ``custom_ids`` are the cache keys of its calls; ``estimate_usd`` what was reserved for it."""
-
-    record_id: int
-    provider: str
-    endpoint: str
-    model: str
-    batch_id: str | None
-    status: BatchStatus
-    custom_ids: tuple[str, ...]
-    estimate_usd: float
-    created: float
 
 
 
@@ -209,6 +193,12 @@ def _faults_mapped(method: Callable[Concatenate[JudgeCache, _P], _R]) -> Callabl
             raise self._fault(exc) or exc from None
 
     return mapped
+
+
+def _batch_record(row: tuple[Any, ...]) -> BatchRecord:
+    """A ``batches`` row (id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd)."""
+    return BatchRecord(record_id=row[0], provider=row[1], endpoint=row[2], model=row[3], batch_id=row[4],
+                       status=batch_status(row[5]), custom_ids=tuple(json.loads(row[6])), estimate_usd=row[7])
 
 
 class JudgeCache:
@@ -403,20 +393,20 @@ class JudgeCache:
         """Batches recorded for this provider, endpoint and model and not yet collected, oldest first."""
         marks = ",".join("?" * len(OPEN_BATCH_STATUSES))
         rows = self._conn().execute(
-            "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd, created FROM batches"
+            "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd FROM batches"
             f" WHERE provider=? AND endpoint=? AND model=? AND status IN ({marks}) ORDER BY id",
             (provider, endpoint, model, *OPEN_BATCH_STATUSES),
         ).fetchall()
-        return [BatchRecord(r[0], r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])), r[7], r[8]) for r in rows]
+        return [_batch_record(r) for r in rows]
 
     @_faults_mapped
     def batches(self) -> list[BatchRecord]:
         """Every recorded batch, oldest first."""
         rows = self._conn().execute(
-            "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd, created FROM batches"
+            "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd FROM batches"
             " ORDER BY id"
         ).fetchall()
-        return [BatchRecord(r[0], r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])), r[7], r[8]) for r in rows]
+        return [_batch_record(r) for r in rows]
 
     @_faults_mapped
     def stats(self) -> CacheStats:

@@ -33,22 +33,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from optimizer.devset.markdown import action_string
+from optimizer.judge.estimate import chars_tokens, image_tokens
 from optimizer.judge.prompts import STATIC_AGENTIC_SYSTEM_PROMPT, PromptSet
 from optimizer.judge.render import (
     _DECODE_ERRORS,
-    CHARS_PER_TOKEN,
     FileKey,
     ScreenshotSource,
     _file_state,
     _frame_jpeg,
     _step_text,
-    image_tokens,
 )
 from optimizer.judge.types import (
     READ_STEPS,
@@ -322,7 +320,8 @@ class AgenticTask:
         return tuple(out)
 
     def estimate_input_tokens(self, state: ConversationState) -> int:
-        """Input tokens of the next turn as the budget estimates them (text chars/4, images pixels/750)."""
+        """Input tokens of the next turn as the budget estimates them (`optimizer.judge.estimate`: the
+        conversation's text as one text, plus each screenshot at the configured size)."""
         chars = len(self.system) + len(stable_json([[t.name, t.description, t.parameters] for t in state.offered]))
         images = 0
         for message in state.messages:
@@ -335,7 +334,7 @@ class AgenticTask:
                     chars += sum(len(p.text) for p in a.parts if isinstance(p, TextPart))
                     images += sum(1 for p in a.parts if isinstance(p, ScreenRef))
         s = self.settings
-        return math.ceil(chars / CHARS_PER_TOKEN) + images * image_tokens(s.image_width, s.image_height)
+        return chars_tokens(chars) + images * image_tokens(s.image_width, s.image_height)
 
 
 @dataclass

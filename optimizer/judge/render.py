@@ -11,9 +11,9 @@ end) and the closing reminder — so only that last part changes from one candid
 to exactly ``image_width`` x ``image_height`` pixels and sent as JPEG; with ``tiling`` four
 consecutive selected frames are pasted row-major into one image twice as wide and tall.
 
-Token estimates (used only for the budget): text = ceil(characters / 4); an image = ceil(width *
-height / 750) tokens (Anthropic's published rule of thumb; 227 tokens at 512x332, 907 for a 1024x664
-tile). Over budget, in order: drop middle-step screenshots (keeping an evenly spaced subset), drop
+Token estimates (used only for the budget) are `optimizer.judge.estimate`'s: text = ceil(characters
+/ 4) per piece; an image = ceil(width * height / 750) tokens, at least 85 (227 tokens at 512x332, 907
+for a 1024x664 tile). Over budget, in order: drop middle-step screenshots (keeping an evenly spaced subset), drop
 middle steps' thoughts / descriptions / timestamps, elide a centred run of middle steps behind a
 one-line summary, and finally drop the first and last steps' screenshots. The goal and the first and
 last steps' text are always sent. Every drop or compression is recorded in ``JudgeRequest.notes``.
@@ -38,12 +38,11 @@ from typing import Protocol
 from PIL import Image
 
 from optimizer.devset.markdown import action_string, timestamp_ms_text
+from optimizer.judge.estimate import image_tokens, text_tokens
 from optimizer.judge.prompts import STATIC_SYSTEM_PROMPT, JudgeSettings, PromptSet
 from optimizer.judge.types import ImagePart, JudgeRequest, Part, TextPart
 from optimizer.models import Step, Trajectory
 
-CHARS_PER_TOKEN = 4
-PIXELS_PER_IMAGE_TOKEN = 750
 # Bump when the resizing or encoding changes, so on-disk cached JPEGs are not reused.
 RENDER_VERSION = 1
 TILE_SLOTS = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -55,16 +54,6 @@ class ScreenshotSource(Protocol):
     """What rendering needs from a split (`optimizer.devset.Split` satisfies it)."""
 
     def screenshot_file(self, step: Step) -> Path | None: ...
-
-
-def text_tokens(text: str) -> int:
-    """Estimated tokens of a text: ceil(characters / 4)."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
-def image_tokens(width: int, height: int) -> int:
-    """Estimated tokens of one image of ``width`` x ``height`` pixels: ceil(w*h / 750)."""
-    return math.ceil(width * height / PIXELS_PER_IMAGE_TOKEN)
 
 
 def format_ranges(indices: Sequence[int]) -> str:

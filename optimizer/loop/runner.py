@@ -31,8 +31,9 @@ from optimizer.decision import (
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import BatchOptions
+from optimizer.evaluation.batchstore import BatchRecord, BatchStatus, batch_status
 from optimizer.evaluation.budget import Budget
-from optimizer.evaluation.cache import BatchRecord, BatchStatus, JudgeCache
+from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
@@ -174,8 +175,8 @@ class LedgerBatches:
     def open_batches(self, *, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
         return [
             BatchRecord(record_id=row.id, provider=row.provider, endpoint=row.endpoint, model=row.model,
-                        batch_id=row.batch_id, status="submitted" if row.batch_id else "submitting",
-                        custom_ids=tuple(row.custom_ids), estimate_usd=row.estimate_usd, created=0.0)
+                        batch_id=row.batch_id, status=batch_status(row.status), custom_ids=tuple(row.custom_ids),
+                        estimate_usd=row.estimate_usd)
             for row in self.ledger.batches(self.run_id, open_only=True)
             if (row.provider, row.endpoint, row.model) == (provider, endpoint, model)
         ]
