@@ -356,7 +356,7 @@ def overall_flips(ledger: Ledger, run: Run) -> dict[str, list[str]] | None:
         return None
     known = set(labels)
     table = flip_table(
-        labels,  # type: ignore[arg-type]  # LabelRow offers the is_positive that flip_table reads
+        labels,
         {k: v for k, v in baseline.items() if k in known},
         {k: v for k, v in final.items() if k in known},
     )

@@ -281,7 +281,7 @@ class JudgeloopApp(App[None]):
             return [f"| `{b.key}` | {b.description} | {b.tooltip} | `{b.id}` |" for b in bindings]
 
         lines = ["# judgeloop tui — keys", "", "Everywhere:", "", "| key | action | what | id |", "|---|---|---|---|",
-                 *rows(self.BINDINGS), "| `ctrl+p` | palette | every view and action by name | |", ""]
+                 *rows([b for b in self.BINDINGS if isinstance(b, Binding)]), "| `ctrl+p` | palette | every view and action by name | |", ""]
         for name, view in VIEWS.items():
             own = [b for b in view.BINDINGS if isinstance(b, Binding)]
             if own:
