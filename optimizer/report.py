@@ -655,7 +655,7 @@ def attribution_markdown(ledger: Ledger, attribution: Attribution | None) -> lis
     """The report's "What helped" section: one table row per kept edit, then final vs baseline."""
     lines = ["", "## What helped (attribution)", ""]
     if attribution is None:
-        return lines + ["Not measured yet: `judgeloop attribute` measures what each kept edit still contributes."]
+        return [*lines, "Not measured yet: `judgeloop attribute` measures what each kept edit still contributes."]
     a = attribution
     lines += [
         f"Final `{_short(a.final_commit)}` against the final prompts without each kept edit ({a.status}; "

@@ -295,10 +295,7 @@ class JudgeloopApp(App[None]):
 
     def show_error(self, title: str, error: BaseException | str | None) -> None:
         """One way to show a failure: a modal with the UserError sentence or the exception."""
-        if isinstance(error, UserError) or isinstance(error, str):
-            text = str(error)
-        else:
-            text = f"{type(error).__name__}: {error}"
+        text = str(error) if isinstance(error, (UserError, str)) else f"{type(error).__name__}: {error}"
         self.push_screen(ErrorModal(title, text))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

@@ -95,7 +95,7 @@ class MetricChart(PlotextPlot):
 
     DEFAULT_CSS = "MetricChart { height: 1fr; min-height: 6; }"
 
-    def __init__(self, metric: str, *, id: str | None = None) -> None:  # noqa: A002 - Textual's name
+    def __init__(self, metric: str, *, id: str | None = None) -> None:  # (id: Textual's name)
         super().__init__(id=id)
         self.metric = metric
         self.points: CurvePoints | None = None
@@ -178,7 +178,7 @@ class StepImage(Widget):
     StepImage > Static { color: $text-muted; }
     """
 
-    def __init__(self, mode: str = "auto", *, id: str | None = None) -> None:  # noqa: A002
+    def __init__(self, mode: str = "auto", *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.mode = mode
         self.path: Path | None = None
