@@ -159,10 +159,7 @@ def decide_counts(
         kappa_part = f"kappa {_fmt_rate(k_i, 3)} → {_fmt_rate(k_c, 3)}"
     else:
         kappa_part = f"kappa {float(k_i):.3f} → {float(k_c):.3f} ({float(k_c - k_i):+.3f})"
-    if N:
-        fpr_part = f"FPR {incumbent.fp / N:.3f} → {candidate.fp / N:.3f}"
-    else:
-        fpr_part = "FPR undefined (no negatives)"
+    fpr_part = f"FPR {incumbent.fp / N:.3f} → {candidate.fp / N:.3f}" if N else "FPR undefined (no negatives)"
     p_part = f"p={_fmt_p(p_value)} {'<' if significant else '≥'} {level:.3g}"
     why: list[str] = []
     if not kappa_ok:

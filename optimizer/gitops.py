@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -538,10 +538,9 @@ def scratch_worktree(where: Root, rev: str) -> Iterator[Path]:
         yield target
     finally:
         with repo_at(root) as repo:
-            try:
+            # Already gone, or never added: the prune below drops any record.
+            with suppress(git.GitCommandError):
                 repo.git.worktree("remove", "--force", str(target))
-            except git.GitCommandError:
-                pass  # already gone, or never added: the prune below drops any record
             shutil.rmtree(folder, ignore_errors=True)
             repo.git.worktree("prune")
         in_use.close()

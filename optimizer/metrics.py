@@ -208,7 +208,7 @@ class Metrics(BaseModel):
         )
 
 
-def _check_ids(labels: Mapping[str, Label], answers: Mapping[str, Answer], what: str) -> None:
+def _check_ids(labels: Mapping[str, LabelLike], answers: Mapping[str, Answer], what: str) -> None:
     extra = [tid for tid in answers if tid not in labels]
     if extra:
         raise ValueError(f"{what} has answers for {len(extra)} id(s) outside the labels, e.g. {extra[0]!r}")
@@ -342,7 +342,7 @@ FLIP_ROWS: tuple[tuple[str, tuple[str, str]], ...] = (
 
 
 def flip_table(
-    labels: Mapping[str, Label], incumbent: Mapping[str, Answer], candidate: Mapping[str, Answer]
+    labels: Mapping[str, LabelLike], incumbent: Mapping[str, Answer], candidate: Mapping[str, Answer]
 ) -> FlipTable:
     """The paired flip table over every labelled id (absent answers are wrong), in label order."""
     _check_ids(labels, incumbent, "flip_table() incumbent")

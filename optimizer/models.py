@@ -100,7 +100,7 @@ class Label(_Lenient):
     trajectory_scenario: str | None = None
     trajectory_type: str | None = None
 
-    _fold = field_validator("mistake_type", mode="before")(classmethod(lambda cls, v: fold_mistake_type(v)))
+    _fold = field_validator("mistake_type", mode="before")(classmethod(lambda _cls, v: fold_mistake_type(v)))
 
     @property
     def is_positive(self) -> bool:
@@ -115,4 +115,4 @@ class Verdict(_Lenient):
     confidence: Confidence = "medium"
     mistake_type: MistakeType | None = None
 
-    _fold = field_validator("mistake_type", mode="before")(classmethod(lambda cls, v: fold_mistake_type(v)))
+    _fold = field_validator("mistake_type", mode="before")(classmethod(lambda _cls, v: fold_mistake_type(v)))

@@ -357,7 +357,7 @@ def overall_flips(ledger: Ledger, run: Run) -> dict[str, list[str]] | None:
         return None
     known = set(labels)
     table = flip_table(
-        labels,  # type: ignore[arg-type]  # LabelRow offers the is_positive that flip_table reads
+        labels,
         {k: v for k, v in baseline.items() if k in known},
         {k: v for k, v in final.items() if k in known},
     )
@@ -656,7 +656,7 @@ def attribution_markdown(ledger: Ledger, attribution: Attribution | None) -> lis
     """The report's "What helped" section: one table row per kept edit, then final vs baseline."""
     lines = ["", "## What helped (attribution)", ""]
     if attribution is None:
-        return lines + ["Not measured yet: `judgeloop attribute` measures what each kept edit still contributes."]
+        return [*lines, "Not measured yet: `judgeloop attribute` measures what each kept edit still contributes."]
     a = attribution
     lines += [
         f"Final `{_short(a.final_commit)}` against the final prompts without each kept edit ({a.status}; "

@@ -315,7 +315,7 @@ class Painter:
         elif wd.kind == "list":
             self.list_rows(wd, (x0, y0, x1, y1), header=True)
         elif wd.kind == "grid":
-            self.grid(wd, x0, y0, x1)
+            self.grid(wd, x0, y0)
         elif wd.kind == "canvas":
             self.canvas(wd, (x0, y0, x1, y1))
         elif wd.kind == "calendar":
@@ -358,7 +358,7 @@ class Painter:
             self.rects[f"{wd.name}:{row[0]}"] = r
             y += 21
 
-    def grid(self, wd: W, x0: int, y0: int, x1: int) -> None:
+    def grid(self, wd: W, x0: int, y0: int) -> None:
         cells: dict[str, str] = wd.value
         bold: set[str] = wd.options[0] if wd.options else set()
         sel: set[str] = set(wd.selected or ())
@@ -641,7 +641,7 @@ def script_draw(rec: Recorder, shapes: list[tuple[str, str]]) -> None:
     s.sidebar.selected = "Slide 2"
     s.title = "pitch.odp - Slides - Slide 2"
     rects = paint(s).rects
-    sx0, sy0, sx1, sy1 = rects["slide"]
+    sx0, sy0, _sx1, _sy1 = rects["slide"]
     placements = [(sx0 + 40, sy0 + 30, sx0 + 170, sy0 + 150), (sx0 + 230, sy0 + 40, sx0 + 360, sy0 + 160)]
     canvas = s.w("slide")
     for (kind, color), box in zip(shapes, placements, strict=False):

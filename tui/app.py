@@ -281,7 +281,7 @@ class JudgeloopApp(App[None]):
             return [f"| `{b.key}` | {b.description} | {b.tooltip} | `{b.id}` |" for b in bindings]
 
         lines = ["# judgeloop tui — keys", "", "Everywhere:", "", "| key | action | what | id |", "|---|---|---|---|",
-                 *rows(self.BINDINGS), "| `ctrl+p` | palette | every view and action by name | |", ""]
+                 *rows([b for b in self.BINDINGS if isinstance(b, Binding)]), "| `ctrl+p` | palette | every view and action by name | |", ""]
         for name, view in VIEWS.items():
             own = [b for b in view.BINDINGS if isinstance(b, Binding)]
             if own:
@@ -295,10 +295,7 @@ class JudgeloopApp(App[None]):
 
     def show_error(self, title: str, error: BaseException | str | None) -> None:
         """One way to show a failure: a modal with the UserError sentence or the exception."""
-        if isinstance(error, UserError) or isinstance(error, str):
-            text = str(error)
-        else:
-            text = f"{type(error).__name__}: {error}"
+        text = str(error) if isinstance(error, (UserError, str)) else f"{type(error).__name__}: {error}"
         self.push_screen(ErrorModal(title, text))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

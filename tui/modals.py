@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, OptionList, Select, Static
@@ -28,7 +30,7 @@ class ErrorModal(ModalScreen[None]):
     """A failure shown instead of a crash (worker errors, failed commands). Any key in the list closes it."""
 
     DEFAULT_CSS = _MODAL_CSS.format(name="ErrorModal") + "ErrorModal > Vertical { border: thick $error; }"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,enter,q", "dismiss_modal", "Close", id="error.close", tooltip="Close this message"),
     ]
 
@@ -47,7 +49,7 @@ class ErrorModal(ModalScreen[None]):
     def action_dismiss_modal(self) -> None:
         self.dismiss(None)
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
+    def on_button_pressed(self, _event: Button.Pressed) -> None:
         self.dismiss(None)
 
 
@@ -55,7 +57,7 @@ class ConfirmModal(ModalScreen[bool]):
     """Yes/no before an action that changes something (keeping or discarding a candidate)."""
 
     DEFAULT_CSS = _MODAL_CSS.format(name="ConfirmModal")
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes", id="confirm.yes", tooltip="Confirm"),
         Binding("n,escape", "answer(False)", "No", id="confirm.no", tooltip="Cancel"),
     ]
@@ -82,7 +84,9 @@ class ReviewModal(ModalScreen["tuple[str, str] | None"]):
     """Mark an item: judge wrong / label suspect / rubric ambiguous, with a free note."""
 
     DEFAULT_CSS = _MODAL_CSS.format(name="ReviewModal")
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="review.cancel", tooltip="Close without saving")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="review.cancel", tooltip="Close without saving"),
+    ]
 
     def __init__(self, trajectory_id: str, kind: str) -> None:
         super().__init__()
@@ -106,7 +110,7 @@ class ReviewModal(ModalScreen["tuple[str, str] | None"]):
         kind = self.query_one("#review-kind", Select).value
         self.dismiss((str(kind), self.query_one("#review-note", Input).value.strip()))
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def on_input_submitted(self, _event: Input.Submitted) -> None:
         self._save()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -128,7 +132,9 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
     StartRunModal Horizontal.field Input, StartRunModal Horizontal.field Select { width: 1fr; }
     StartRunModal #run-error { color: $error; }
     """
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="start.cancel", tooltip="Close without starting")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="start.cancel", tooltip="Close without starting"),
+    ]
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -186,7 +192,9 @@ class ItemListModal(ModalScreen["str | None"]):
     """The items behind one flip-table cell; choosing one opens it."""
 
     DEFAULT_CSS = _MODAL_CSS.format(name="ItemListModal") + "ItemListModal OptionList { max-height: 16; }"
-    BINDINGS = [Binding("escape", "cancel", "Close", id="items.close", tooltip="Close the list")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Close", id="items.close", tooltip="Close the list"),
+    ]
 
     def __init__(self, title: str, ids: list[str]) -> None:
         super().__init__()
@@ -212,7 +220,9 @@ class ErrorScreen(Screen[None]):
     ErrorScreen { align: center middle; }
     ErrorScreen > Vertical { width: 80%; height: auto; border: thick $error; padding: 1 2; }
     """
-    BINDINGS = [Binding("q,escape", "app.quit", "Quit", id="error-screen.quit", tooltip="Quit judgeloop tui")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q,escape", "app.quit", "Quit", id="error-screen.quit", tooltip="Quit judgeloop tui"),
+    ]
 
     def __init__(self, message: str) -> None:
         super().__init__()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image as PILImage
 from rich.text import Text
-from textual.app import RenderResult
+from textual.app import ComposeResult, RenderResult
 from textual.geometry import Size
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
@@ -17,6 +17,10 @@ from textual_plotext import PlotextPlot
 
 from tui.data import CurvePoints, x_ticks
 from tui.watch import LiveState
+
+if TYPE_CHECKING:
+    # Only for the annotation: importing textual_image.widget queries the terminal (see StepImage).
+    from textual_image.widget._base import Image as BaseImage
 
 
 class StatusStrip(Static):
@@ -91,7 +95,7 @@ class MetricChart(PlotextPlot):
 
     DEFAULT_CSS = "MetricChart { height: 1fr; min-height: 6; }"
 
-    def __init__(self, metric: str, *, id: str | None = None) -> None:  # noqa: A002 - Textual's name
+    def __init__(self, metric: str, *, id: str | None = None) -> None:  # (id: Textual's name)
         super().__init__(id=id)
         self.metric = metric
         self.points: CurvePoints | None = None
@@ -152,13 +156,13 @@ class MetricChart(PlotextPlot):
         digits = len(str(max(self.points.experiment_ids)))
         # The y labels and axis take about 8 columns; a label needs its digits and a gap either side.
         ticks = x_ticks(self.points.experiment_ids, (self.size.width - 8) // (digits + 3))
-        self.plt.xticks(ticks, [str(t) for t in ticks])
+        self.plt.xticks(list[float](ticks), [str(t) for t in ticks])
 
 
 def load_screenshot(path: Path, max_width: int = 1024) -> PILImage.Image:
     """Decode a step screenshot for the terminal (in a worker: decoding is slow), shrunk to ``max_width``."""
-    with PILImage.open(path) as img:
-        img = img.convert("RGB")
+    with PILImage.open(path) as src:
+        img = src.convert("RGB")
         if img.width > max_width:
             img = img.resize((max_width, round(img.height * max_width / img.width)))
         return img
@@ -174,17 +178,17 @@ class StepImage(Widget):
     StepImage > Static { color: $text-muted; }
     """
 
-    def __init__(self, mode: str = "auto", *, id: str | None = None) -> None:  # noqa: A002
+    def __init__(self, mode: str = "auto", *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.mode = mode
         self.path: Path | None = None
 
-    def _image_class(self) -> type[Widget]:
+    def _image_class(self) -> type[BaseImage]:
         from textual_image.widget import HalfcellImage, Image
 
         return HalfcellImage if self.mode == "halfcell" else Image
 
-    def compose(self):  # noqa: ANN201 - Textual compose
+    def compose(self) -> ComposeResult:
         yield Static("no screenshot", id="image-note")
         image = self._image_class()(None, classes="-image")
         image.display = False

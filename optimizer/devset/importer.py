@@ -262,10 +262,8 @@ def _plan_item(source: _Source, row: LabelRow, warnings: list[str]) -> _Planned:
     # Arguably a bug, matched on purpose (byte-identical): with no original_id, links stay as stored.
     recording = row.label.original_id or None
     payload = release_json(raw, recording)
-    if data is not None and _same_json(payload, raw):
-        json_bytes = data  # the release's own file, kept as it is
-    else:
-        json_bytes = release_json_bytes(payload)
+    # The release's own file is kept as it is when it says the same.
+    json_bytes = data if data is not None and _same_json(payload, raw) else release_json_bytes(payload)
 
     screenshots: dict[str, Path] = {}
     for step, stored in zip(payload["steps"], traj.steps, strict=True):

@@ -323,7 +323,3 @@ def format_trajectory(split: Split, tid: str) -> str:
         else:
             lines.append(f"  screenshot: {shot}{'' if shot.is_file() else '  [missing]'}")
     return "\n".join(lines) + "\n"
-
-
-
-

@@ -12,6 +12,7 @@ may read at the same time.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -428,11 +429,9 @@ class JudgeCache:
         with self._lock:
             conns, self._connections = self._connections, []
         for conn in conns:
-            try:
+            # A connection made in another thread refuses close() from here; it closes with its thread.
+            with contextlib.suppress(sqlite3.ProgrammingError):
                 conn.close()
-            except sqlite3.ProgrammingError:
-                # A connection made in another thread refuses close() from here; it closes with its thread.
-                pass
         self._local = threading.local()
 
     def __enter__(self) -> JudgeCache:

@@ -208,7 +208,7 @@ def check_markers(text: str, source: str) -> None:
         regions = 0
         for lineno, line in enumerate(text.splitlines(), start=1):
             stripped = line.strip()
-            if begin in line and stripped != begin or end in line and stripped != end:
+            if (begin in line and stripped != begin) or (end in line and stripped != end):
                 raise UserError(f"{source}:{lineno}: a judgeloop {kind} marker must stand alone on its line")
             if stripped == begin:
                 if open_line is not None:
@@ -480,4 +480,3 @@ def with_entries(rubric_text: str, library: Sequence[LibraryEntry], enabled_ids:
     new_lines = [*lines[: begin + 1], *middle, *lines[end:]]
     trailing = "\n" if rubric_text.endswith("\n") else ""
     return "\n".join(new_lines) + trailing
-

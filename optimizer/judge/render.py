@@ -224,7 +224,7 @@ class _Costs:
     def images(self, n_frames: int) -> int:
         return math.ceil(n_frames / 4) * self.tile if self.tiling else n_frames * self.frame
 
-    def total(self, plan: _Plan, *, tile_notes: int = 0) -> int:
+    def total(self, plan: _Plan) -> int:
         n = len(self.full)
         cost = self.fixed + self.images(len(plan.frames))
         for i in range(n):

@@ -309,7 +309,7 @@ def _typed_values(text: str) -> set[str]:
     words = normalise_words(normalised)
     raw = normalised.split()
     distinctive = any(w[:1].isupper() or any(c.isdigit() for c in w) for w in raw)
-    if len(raw) >= 2 and (len(words) >= 3 or len(words) == 2 and distinctive):
+    if len(raw) >= 2 and (len(words) >= 3 or (len(words) == 2 and distinctive)):
         values.add(" ".join(words))
     return values
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
 from optimizer.vocab import MISTAKE_TYPES, UNTYPED
@@ -20,7 +22,7 @@ class DisagreementsView(View):
 
     view_name = "disagreements"
     DEFAULT_CSS = "DisagreementsView #disagreement-table { height: 1fr; }"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_item", "Open", id="disagreements.open", tooltip="Open the selected item"),
         Binding("f", "cycle_kind", "FP/FN", id="disagreements.kind", tooltip="Show all / false positives / false negatives"),
         Binding("t", "cycle_type", "Type", id="disagreements.type", tooltip="Filter by the label's mistake type"),
@@ -92,7 +94,7 @@ class DisagreementsView(View):
         if key is not None:
             self.post_message(ItemSelected(key))
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
         self.action_open_item()
 
     def action_cycle_kind(self) -> None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
@@ -38,7 +38,7 @@ class ExperimentView(View):
     ExperimentView #flip-table { height: auto; max-height: 6; margin: 1 0; }
     ExperimentView #experiment-body { height: 1fr; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k", "decide('keep')", "Keep", id="experiment.keep",
                 tooltip="Keep the waiting candidate (propose-only mode)"),
         Binding("x", "decide('discard')", "Discard", id="experiment.discard",

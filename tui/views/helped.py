@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
@@ -54,7 +56,7 @@ class HelpedView(View):
     HelpedView #helped-table { height: auto; max-height: 45%; min-height: 4; overflow-x: hidden; }
     HelpedView #helped-detail { height: 1fr; padding: 0 1; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_items", "Items", id="helped.items",
                 tooltip="List the items that depend on the selected edit (enter opens one)"),
         Binding("e", "open_experiment", "Experiment", id="helped.experiment",
@@ -128,13 +130,13 @@ class HelpedView(View):
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         return next((r for r in self.helped.rows if str(r.experiment.id) == key), None)
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         row = self.selected()
         if row is not None:
             self.post_message(ExperimentSelected(row.experiment.id))
             self.show_detail(row)
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
         self.action_open_items()
 
     def show_detail(self, row: HelpedRow) -> None:

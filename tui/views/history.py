@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Static
 
@@ -81,7 +81,7 @@ class HistoryView(View):
     HistoryView.-empty #history-empty { display: block; }
     HistoryView.-empty #history-table, HistoryView.-empty #charts { display: none; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_experiment", "Open", id="history.open", tooltip="Open the selected experiment"),
         Binding("slash", "filter", "Filter", id="history.filter",
                 tooltip="Filter rows by words (status:kept matches a status)"),
@@ -175,7 +175,7 @@ class HistoryView(View):
         if event.row_key.value is not None:
             self.post_message(ExperimentSelected(int(event.row_key.value)))
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
         self.action_open_experiment()
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
@@ -35,7 +35,7 @@ class ItemView(View):
     ItemView #step-table { height: 1fr; min-height: 4; }
     ItemView #step-image { height: 2fr; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("right,period", "step(1)", "Next step", id="item.next-step", tooltip="Select the next step",
                 key_display="→"),
         Binding("left,comma", "step(-1)", "Prev step", id="item.prev-step", tooltip="Select the previous step",
@@ -153,10 +153,13 @@ class ItemView(View):
         self.query_one("#item-reviews", Static).update(text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.data_table.id == "step-table" and event.row_key.value is not None:
-            if int(event.row_key.value) != self.step_index:
-                self.step_index = int(event.row_key.value)
-                self.show_step()
+        if (
+            event.data_table.id == "step-table"
+            and event.row_key.value is not None
+            and int(event.row_key.value) != self.step_index
+        ):
+            self.step_index = int(event.row_key.value)
+            self.show_step()
 
     def show_step(self) -> None:
         if self.detail is None or not self.detail.steps:

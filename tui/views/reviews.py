@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
 from tui.data import REVIEW_LABELS, one_line
@@ -22,7 +22,7 @@ class ReviewsView(View):
 
     view_name = "reviews"
     DEFAULT_CSS = "ReviewsView #review-table { height: 1fr; }"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_item", "Open", id="reviews.open", tooltip="Open the reviewed item"),
         Binding("E", "export", "Export", id="reviews.export",
                 tooltip="Write every review to experiments/reviews.jsonl (like `judgeloop reviews --export`)"),

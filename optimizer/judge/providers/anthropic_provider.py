@@ -106,7 +106,8 @@ class AnthropicProvider(WireProvider):
         )
 
     @classmethod
-    def read_key(cls, judge: JudgeSection, role: Role = JUDGE) -> Secret | None:
+    # judge: the signature every provider shares (OpenAI's reads it).
+    def read_key(cls, judge: JudgeSection, role: Role = JUDGE) -> Secret | None:  # noqa: ARG003
         """The key this provider sends; a missing one is a `UserError` worded for ``role``."""
         return key_from_env(KEY_ENV, required=True, role=role, provider=cls.name)
 

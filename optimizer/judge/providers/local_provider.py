@@ -181,7 +181,7 @@ class LocalProvider:
         params.verbosity = 0  # llama.cpp logs nothing but errors
         try:
             return self._xllamacpp.Server(params)
-        except Exception as exc:  # the native layer raises plain exceptions for unloadable files
+        except Exception as exc:  # noqa: BLE001 - the native layer raises plain exceptions for unloadable files
             raise UserError(
                 f"could not load {self.gguf} with xllamacpp ({exc}); check the file is a valid GGUF"
             ) from None

@@ -169,7 +169,7 @@ class OpenAIProvider(WireProvider):
         tools: list[ToolSpec],
         sampling: Sampling,
         image: ImageString,
-        cache_conversation: bool = True,  # OpenAI caches prompt prefixes by itself
+        cache_conversation: bool = True,  # noqa: ARG002 - OpenAI caches prompt prefixes by itself
     ) -> dict[str, Any]:
         wire: list[dict[str, Any]] = [{"role": "system", "content": system}]
         for message in messages:
@@ -234,7 +234,7 @@ class OpenAIProvider(WireProvider):
         tools: list[ToolSpec],
         sampling: Sampling,
         *,
-        cache_conversation: bool = True,
+        cache_conversation: bool = True,  # noqa: ARG002 - as in encode_conversation
     ) -> tuple[AssistantTurn, ProviderReply]:
         """One model turn of a conversation (the agentic judge's, or the optimiser's): its text and
         tool calls, and the usage. ``tools`` may be empty. Errors as in `complete`."""

@@ -111,7 +111,7 @@ class Strategy(Protocol):
         ...
 
 
-def _library(optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:
+def _library(optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:  # noqa: ARG001 - one factory signature
     from optimizer.loop.strategies.library import LibraryStrategy
 
     return LibraryStrategy(optimizer_cfg.allowed_files)

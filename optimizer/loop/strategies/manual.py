@@ -100,7 +100,7 @@ class ManualStrategy:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    async def propose(self, ctx: ProposalContext) -> Proposal:
+    async def propose(self, ctx: ProposalContext) -> Proposal:  # noqa: ARG002 - the edit is already written
         try:
             meta = json.loads((self.folder / MESSAGE_FILE).read_text(encoding="utf-8"))
             files = {p: (self.folder / p).read_text(encoding="utf-8") for p in meta["files"]}

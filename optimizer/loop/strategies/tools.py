@@ -291,13 +291,13 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         "Read the past experiments of this run: decision (kept / rolled back / rejected), reason, kappa, "
         "FPR, rationale and diff. Do not repeat what failed.",
         _obj({}, []),
-        lambda st, a: read_history(st),
+        lambda st, _a: read_history(st),
     ),
     ToolSpec(
         "read_guidance",
         "Read the human guidance notes and reviews for this run. Follow them.",
         _obj({}, []),
-        lambda st, a: read_guidance(st),
+        lambda st, _a: read_guidance(st),
     ),
     ToolSpec(
         "read_file",
