@@ -168,12 +168,44 @@ SNAPSHOT_CLOCK = datetime(2025, 1, 1, 9, 0, tzinfo=UTC)
 
 def make_snapshot_workspace(ws_root: Path) -> None:
     """A real run (baseline, kept and rolled-back candidates) and its attribution, built so that every
-    screen of it is the same on every machine and every build: judged one call at a time, a fixed run
-    id and git dates (so the commits, their ids and the diffs are the same), then the values that come
-    from the clock pinned in the ledger (`pin_clock`)."""
+    screen of it is the same on every machine and every build: judged one call at a time by a fake
+    judge whose verdicts depend on the request and not on the calls before it, a fixed run id and git
+    dates (so the commits, their ids and the diffs are the same), then the values that come from the
+    clock pinned in the ledger (`pin_clock`).
+
+    Why the judge is keyed by request: when an early stop ends an experiment, the next item's first
+    call is already in flight or not depending on whether its rendering (a thread) finished before
+    the last call returned (`optimizer/evaluation/evaluator.py`, `_Scheduler._worker`: calls in flight
+    are not cancelled). `prompt_sensitive_judge` numbers its calls across the whole server, so that
+    one call more or less shifted every later replicate's jitter: other verdicts, another rationale,
+    another commit id, another attribution, whenever the machine was loaded (as under -n 2)."""
+    import sys
+    import threading
+    from typing import Any
+
     from optimizer import ledger as ledger_module
     from optimizer.cli import main
     from optimizer.devset import importer
+    from tests.fakeserver import Behaviour
+
+    module = sys.modules[__name__]
+    sensitive = prompt_sensitive_judge  # the module's own, before it is replaced below
+
+    def request_keyed_judge(root: Path, split_name: str = "sample") -> Callable[[RecordedRequest], Behaviour]:
+        """`prompt_sensitive_judge` with one call counter per distinct request body: the n-th asking of
+        the same request (replicate n of an item under one prompt) gets the same verdict whatever
+        was asked before it, so an extra call to another request changes nothing."""
+        judges: dict[str, Callable[[RecordedRequest], Any]] = {}
+        lock = threading.Lock()  # the fake server answers on its own threads
+
+        def behave(request: RecordedRequest) -> Behaviour:
+            key = hashlib.sha256(json.dumps(request.body, sort_keys=True).encode()).hexdigest()
+            with lock:
+                if key not in judges:
+                    judges[key] = sensitive(root, split_name)
+                return judges[key](request)
+
+        return behave
 
     class Frozen(datetime):
         @classmethod
@@ -186,10 +218,11 @@ def make_snapshot_workspace(ws_root: Path) -> None:
             mp.setenv(variable, f"{int(SNAPSHOT_CLOCK.timestamp())} +0000")  # git's own format
         mp.setattr(ledger_module, "new_run_id", lambda now=None: SNAPSHOT_RUN_ID)
         mp.setattr(importer, "datetime", Frozen)  # split.json records when it was imported (committed)
+        mp.setattr(module, "prompt_sensitive_judge", request_keyed_judge)  # the judge make_real_run serves
         assert make_real_run(ws_root, max_experiments=5, replicates=2, items=32, screenshots="none",
                              concurrency=1) == 0
         with FakeLLMServer() as server:
-            server.default = prompt_sensitive_judge(ws_root, "mini")
+            server.default = request_keyed_judge(ws_root, "mini")
             assert main(["attribute", "-w", str(ws_root), "--provider", "openai", "--base-url",
                          server.openai_base_url, "--model", "fake-judge", "--concurrency", "1"]) == 0
     pin_clock(ws_root / "experiments" / "ledger.sqlite")
