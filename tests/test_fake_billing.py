@@ -23,7 +23,7 @@ FRAMING_TOKENS = 6
 # this request counts {"input_tokens": 14}; a request this short is below every model's minimum
 # cacheable length, so nothing is read from or written to the prompt cache.
 ANTHROPIC_REQUEST = {
-    "model": "claude-sonnet-4-5",
+    "model": "claude-sonnet-5-5",
     "system": "You are a scientist",
     "messages": [{"role": "user", "content": "Hello, Claude"}],
 }
