@@ -87,8 +87,9 @@ def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.Cap
     ws, run_id, ids = filled
     assert main(["report", "--json", "-w", str(ws.root)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["run", "branch", "policy", "experiments", "accounting", "attribution",
+    assert list(data) == ["format_version", "run", "branch", "policy", "experiments", "accounting", "attribution",
                           "final_vs_baseline", "attribution_meta"]
+    assert data["format_version"] == 1  # a script reading it can tell the shape it was written in
     # Nothing was decided by a recorded test level here; the paired run's candidates count at its alpha.
     assert data["accounting"] == {"tested": 1, "expected_false_keeps": 0.1, "fdr": None,
                                   "kept": [{"experiment": ids["kept"], "p_value": data["experiments"][1]["p_value"],
