@@ -161,10 +161,6 @@ class Evaluated:
     def calls(self) -> int:
         return self.usage.calls
 
-    @property
-    def rejudge_cost_usd(self) -> float:
-        return self.rejudge_usage.cost_usd
-
     def outcome(
         self, status: ExperimentStatus, reason: str, *, extra_cost_usd: float = 0.0, commit_sha: str | None = None,
         prompt_hash: str | None = None,
@@ -680,7 +676,7 @@ class LoopRunner:
                                         decision_trailers(exp_id, ev.metrics, "rolled_back"))
             exp = self._record_eval(exp_id, ev, outcome("rolled_back", d.reason, rejected))
         self.say(f"  experiment {exp_id}: {'KEPT' if d.keep else 'rolled back'} — {d.reason} "
-            f"(calls={ev.calls}, cached={ev.run.cache_hits}, ${ev.run.cost_usd + ev.rejudge_cost_usd:.4f})")
+            f"(calls={ev.calls}, cached={ev.run.cache_hits}, ${ev.usage.cost_usd:.4f})")
         return exp
 
     # -- the loop --------------------------------------------------------------------------------
