@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from optimizer.ledger import ItemVerdict, LabelRow, Ledger, ReplicateVerdict
+from optimizer.judge.providers.pricing import Usage
+from optimizer.ledger import ExperimentOutcome, ItemVerdict, LabelRow, Ledger, ReplicateVerdict
 from optimizer.scaffold import init_workspace
 
 DIFF = """--- a/prompts/rubric.md
@@ -86,13 +87,13 @@ def build_ledger(path: Path, n_experiments: int, n_items: int, replicates: int, 
             if status == "rolled_back" and not early and rng.random() < 0.1:
                 status = "guard_rejected"
             flips = {k: rng.sample(ids, rng.randint(0, 6)) for k in ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")}
-            ledger.finish_experiment(
-                exp.id, status=status, reason=f"synthetic decision {status}",
+            ledger.record_decision(exp.id, ExperimentOutcome(
+                status=status, reason=f"synthetic decision {status}",
                 metrics=None if early or status == "guard_rejected" else metrics, early_stopped=early,
                 intervals={"kappa": (kappa - 0.11, kappa + 0.11), "fpr": (metrics["fpr"] - 0.07, metrics["fpr"] + 0.07)},
-                flips=None if seq == 0 else flips, p_value=None if seq == 0 else rng.random(),
-                items_evaluated=n_items, calls=n_items * replicates, cost_usd=rng.uniform(0.5, 2.0),
-            )
+                flips=None if seq == 0 else flips, p_value=None if seq == 0 else rng.random(), items_evaluated=n_items,
+                usage=Usage(calls=n_items * replicates, cost_usd=rng.uniform(0.5, 2.0)),
+            ))
             if status in ("baseline", "kept"):
                 incumbent, skill = exp.id, max(skill, cand_skill)
         ledger.set_run_status(run.id, "finished", stop_reason="benchmark")

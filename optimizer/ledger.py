@@ -50,6 +50,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -74,6 +75,7 @@ from optimizer.vocab import (
 )
 
 if TYPE_CHECKING:
+    from optimizer.judge.providers.pricing import Usage
     from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
@@ -436,6 +438,53 @@ class Experiment(BaseModel):
         return {k: len((self.flips or {}).get(k, [])) for k in FLIP_KEYS}
 
 
+def _no_usage() -> Usage:
+    # Imported when first needed: the providers' package is not part of opening a ledger (the TUI).
+    from optimizer.judge.providers.pricing import Usage
+
+    return Usage()
+
+
+@dataclass(frozen=True)
+class ExperimentOutcome:
+    """What an experiment ended as, for `Ledger.record_decision` (one value per outcome column).
+
+    ``status`` is also the stored decision. ``metrics``: a ``metrics.Metrics`` (stored with its
+    confusion counts) or a mapping; ``intervals``: metric name → (low, high); ``flips``: a
+    ``metrics.FlipTable`` or a mapping of ``FLIP_KEYS``. ``p_value`` … ``test``: the decision's
+    record (`optimizer.decision.Decision`). ``usage``: the judge's calls, tokens and dollars, every
+    pass included; ``rejudge``: the re-judging passes' part of it; ``extra_cost_usd``: what else the
+    row's total cost counts (the optimiser's proposal; what a resumed evaluation paid before a crash).
+    ``commit_sha``/``prompt_hash`` replace the stored ones only when given.
+    """
+
+    status: ExperimentStatus
+    reason: str | None = None
+    metrics: Any = None
+    intervals: Mapping[str, Any] | None = None
+    flips: Any = None
+    p_value: float | None = None
+    literal_keep: bool | None = None
+    paired_keep: bool | None = None
+    adaptive_keep: bool | None = None
+    alpha: float | None = None
+    test: Mapping[str, Any] | None = None
+    early_stopped: bool = False
+    items_evaluated: int = 0
+    usage: Usage = field(default_factory=_no_usage)
+    cache_hits: int = 0
+    rejudge: Usage = field(default_factory=_no_usage)
+    extra_cost_usd: float = 0.0
+    duration_s: float | None = None
+    commit_sha: str | None = None
+    prompt_hash: str | None = None
+
+    @property
+    def cost_usd(self) -> float:
+        """The row's total: the judge's calls plus ``extra_cost_usd`` (US dollars)."""
+        return self.usage.cost_usd + self.extra_cost_usd
+
+
 class ReplicateVerdict(BaseModel):
     """One judge call's verdict (one replicate of one item). ``success`` is None when invalid."""
 
@@ -614,6 +663,10 @@ def _tool_calls(value: str | None) -> list[JudgeToolCall]:
 
 def _opt_bool(value: int | None) -> bool | None:
     return None if value is None else bool(value)
+
+
+def _opt_int(value: bool | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _metrics_dict(metrics: Metrics | Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -923,7 +976,7 @@ class Ledger:
             self._event(cur, run_id, None, "run_status", {"status": status, "stop_reason": stop_reason})
 
     def set_incumbent(self, run_id: str, experiment_id: int) -> None:
-        """Point the run at a new incumbent (normally done by ``finish_experiment``)."""
+        """Point the run at a new incumbent (normally done by ``record_decision``)."""
         with self.transaction() as cur:
             cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, run_id))
 
@@ -979,7 +1032,7 @@ class Ledger:
         """Insert an experiment; ``seq`` defaults to the run's next (0 for the first, the baseline).
 
         The ``optimizer_*`` figures (what proposing it cost; known before the row exists) and
-        ``proposal_meta`` are written here only; ``finish_experiment`` leaves them as they are.
+        ``proposal_meta`` are written here only; the later updates leave them as they are.
         """
         with self.transaction() as cur:
             if seq is None:
@@ -1002,48 +1055,47 @@ class Ledger:
             self._event(cur, run_id, experiment_id, "stage", {"stage": "experiment_started", "seq": seq})
         return self.get_experiment(experiment_id)
 
-    def finish_experiment(
-        self,
-        experiment_id: int,
-        *,
-        status: ExperimentStatus,
-        decision: str | None = None,
-        reason: str | None = None,
-        metrics: Any = None,
-        intervals: Mapping[str, Any] | None = None,
-        flips: Any = None,
-        p_value: float | None = None,
-        literal_keep: bool | None = None,
-        paired_keep: bool | None = None,
-        adaptive_keep: bool | None = None,
-        alpha: float | None = None,
-        test: Mapping[str, Any] | None = None,
-        rejudge_calls: int = 0,
-        rejudge_cost_usd: float = 0.0,
-        early_stopped: bool = False,
-        items_evaluated: int = 0,
-        calls: int = 0,
-        cache_hits: int = 0,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cost_usd: float = 0.0,
-        duration_s: float | None = None,
-        commit_sha: str | None = None,
-        cache_read_tokens: int = 0,
-        cache_write_tokens: int = 0,
-        prompt_hash: str | None = None,
-        rationale: str | None = None,
-        finished: bool = True,
-    ) -> Experiment:
-        """Record an experiment's outcome in one transaction.
+    def mark_evaluating(self, experiment_id: int, commit_sha: str, *, cost_usd: float) -> Experiment:
+        """The candidate is committed (``commit_sha``) and its evaluation starts: status ``running``,
+        decision ``pending``, reason "evaluating"; ``cost_usd``: what the row has cost so far (the
+        optimiser's proposal). Not a decision: no event (the loop's "evaluating" stage follows)."""
+        with self.transaction() as cur:
+            cur.execute(
+                "UPDATE experiments SET status = 'running', decision = 'pending', reason = 'evaluating', "
+                "finished = NULL, commit_sha = ?, cost_usd = ? WHERE id = ?",
+                (commit_sha, cost_usd, experiment_id),
+            )
+            if cur.rowcount == 0:
+                raise KeyError(f"no experiment {experiment_id}")
+        return self.get_experiment(experiment_id)
 
-        ``metrics`` may be a ``metrics.Metrics`` (stored with its confusion counts) or a mapping;
-        ``flips`` a ``metrics.FlipTable`` or a mapping. ``commit_sha``/``prompt_hash``/``rationale``
-        replace the stored values only when given (a kept commit's sha changes when its message
-        is finalised). A ``baseline`` or ``kept`` status also makes this experiment the run's
-        incumbent, in the same transaction. ``finished=False`` leaves the finish time empty (for
-        ``waiting``). ``decision`` defaults to the status.
+    def add_cost(self, experiment_id: int, usage: Usage) -> Experiment:
+        """Add ``usage`` (calls, tokens and dollars) to the experiment's judge figures and total cost,
+        leaving everything else as it is (e.g. what an interrupted evaluation paid before a crash).
+        Not a decision: no event."""
+        with self.transaction() as cur:
+            cur.execute(
+                "UPDATE experiments SET calls = calls + ?, input_tokens = input_tokens + ?, "
+                "output_tokens = output_tokens + ?, cache_read_tokens = cache_read_tokens + ?, "
+                "cache_write_tokens = cache_write_tokens + ?, cost_usd = cost_usd + ? WHERE id = ?",
+                (usage.calls, usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+                 usage.cache_write_tokens, usage.cost_usd, experiment_id),
+            )
+            if cur.rowcount == 0:
+                raise KeyError(f"no experiment {experiment_id}")
+        return self.get_experiment(experiment_id)
+
+    def record_decision(self, experiment_id: int, outcome: ExperimentOutcome) -> Experiment:
+        """Record what an experiment ended as (`ExperimentOutcome`) in one transaction, with one
+        ``decision`` event (the TUI's "decided: …").
+
+        Every outcome column is written from ``outcome`` (an unset field stores its default);
+        ``commit_sha``/``prompt_hash`` replace the stored values only when given (a kept commit's
+        sha changes when its message is finalised). A ``baseline`` or ``kept`` status also makes this
+        experiment the run's incumbent, in the same transaction; ``waiting`` leaves the finish time
+        empty (a human decides later, `set_experiment_decision`).
         """
+        o = outcome
         with self.transaction() as cur:
             row = cur.execute("SELECT run_id FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
             if row is None:
@@ -1054,28 +1106,42 @@ class Ledger:
                 "intervals = ?, flips = ?, p_value = ?, literal_keep = ?, paired_keep = ?, early_stopped = ?, "
                 "items_evaluated = ?, calls = ?, cache_hits = ?, input_tokens = ?, output_tokens = ?, "
                 "cost_usd = ?, duration_s = ?, commit_sha = COALESCE(?, commit_sha), "
-                "prompt_hash = COALESCE(?, prompt_hash), rationale = COALESCE(?, rationale), "
+                "prompt_hash = COALESCE(?, prompt_hash), "
                 "adaptive_keep = ?, alpha = ?, test = ?, rejudge_calls = ?, rejudge_cost_usd = ?, "
                 "cache_read_tokens = ?, cache_write_tokens = ? WHERE id = ?",
                 (
-                    status, _ts(utc_now()) if finished else None, decision or status, reason,
-                    _dumps(_metrics_dict(metrics)), _dumps(_intervals_dict(intervals)), _dumps(_flips_dict(flips)),
-                    p_value,
-                    None if literal_keep is None else int(literal_keep),
-                    None if paired_keep is None else int(paired_keep),
-                    int(early_stopped), items_evaluated, calls, cache_hits, input_tokens, output_tokens,
-                    cost_usd, duration_s, commit_sha, prompt_hash, rationale,
-                    None if adaptive_keep is None else int(adaptive_keep), alpha, _dumps(test),
-                    rejudge_calls, rejudge_cost_usd, cache_read_tokens, cache_write_tokens, experiment_id,
+                    o.status, None if o.status == "waiting" else _ts(utc_now()), o.status, o.reason,
+                    _dumps(_metrics_dict(o.metrics)), _dumps(_intervals_dict(o.intervals)), _dumps(_flips_dict(o.flips)),
+                    o.p_value, _opt_int(o.literal_keep), _opt_int(o.paired_keep),
+                    int(o.early_stopped), o.items_evaluated, o.usage.calls, o.cache_hits, o.usage.input_tokens,
+                    o.usage.output_tokens, o.cost_usd, o.duration_s, o.commit_sha, o.prompt_hash,
+                    _opt_int(o.adaptive_keep), o.alpha, _dumps(o.test), o.rejudge.calls, o.rejudge.cost_usd,
+                    o.usage.cache_read_tokens, o.usage.cache_write_tokens, experiment_id,
                 ),
             )
-            if status in INCUMBENT_STATUSES:
+            if o.status in INCUMBENT_STATUSES:
                 cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, run_id))
-            self._event(
-                cur, run_id, experiment_id, "decision",
-                {"status": status, "decision": decision or status, "reason": reason},
-            )
+            self._event(cur, run_id, experiment_id, "decision",
+                        {"status": o.status, "decision": o.status, "reason": o.reason})
         return self.get_experiment(experiment_id)
+
+    def reject(self, experiment_id: int, reason: str, *, cost_usd: float = 0.0) -> Experiment:
+        """The guards rejected the candidate before any judge call (``guard_rejected``); ``cost_usd``:
+        the optimiser's spend on it (the row's total)."""
+        return self.record_decision(
+            experiment_id, ExperimentOutcome(status="guard_rejected", reason=reason, extra_cost_usd=cost_usd))
+
+    def record_error(
+        self, experiment_id: int, reason: str, *, cost_usd: float = 0.0, commit_sha: str | None = None
+    ) -> Experiment:
+        """The experiment ended in an error before it was evaluated (the optimiser failed, its commit
+        cannot be judged with, it was interrupted before its evaluation): status ``error``; ``cost_usd``
+        the row's total, ``commit_sha`` where its commit is kept (when given). An evaluation that ended
+        undecided is recorded with `record_decision` and its usage."""
+        return self.record_decision(
+            experiment_id,
+            ExperimentOutcome(status="error", reason=reason, extra_cost_usd=cost_usd, commit_sha=commit_sha),
+        )
 
     def set_experiment_decision(
         self,

@@ -77,8 +77,14 @@ def _parents(experiments: Sequence[Experiment]) -> dict[int, Experiment]:
     return {e.id: e for e in experiments}
 
 
+# The version of the `report --json` object's shape: raised when a key changes meaning or goes away
+# (new keys may appear without a raise), so a script reading it can refuse a shape it does not know.
+REPORT_FORMAT_VERSION = 1
+
+
 def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[str, Any]:
-    """The ``report --json`` object: run, branch, policy and one entry per experiment, baseline first.
+    """The ``report --json`` object: ``format_version`` (`REPORT_FORMAT_VERSION`, an integer raised when
+    a key changes meaning or goes away), run, branch, policy and one entry per experiment, baseline first.
     ``ws``: the workspace, whose configuration fills what an old run's record lacks (`RunSettings`)."""
     experiments = []
     all_exps = ledger.experiments(run.id)
@@ -119,7 +125,7 @@ def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[s
             "test": exp.test,
         })
     attribution = ledger.latest_attribution(run.id)
-    return {"run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments,
+    return {"format_version": REPORT_FORMAT_VERSION, "run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments,
             "accounting": accounting(run, all_exps, ws.config if ws else None), **attribution_json(attribution)}
 
 

@@ -326,6 +326,7 @@ def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
     assert bad["_meta"]["parse_status"] == "parse_error"
 
     summary = json.loads((out / "_summary.json").read_text())
+    assert summary["format_version"] == 1  # a script reading it can tell the shape it was written in
     assert summary["infra_error_ids"] == [broken]
     assert summary["counts"]["parse_failures"] == 1 and summary["counts"]["calls_made"] == n - 1
     assert summary["prompt_hash"] == data.prompts.prompt_hash() and summary["model"] == MODEL

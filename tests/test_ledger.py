@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from optimizer.errors import UserError
+from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import (
     SCHEMA_VERSION,
+    ExperimentOutcome,
     ItemVerdict,
     LabelRow,
     Ledger,
@@ -52,20 +54,20 @@ def test_run_and_experiment_round_trip(tmp_path: Path) -> None:
         assert run.branch == f"judgeloop/{run.id}" and run.status == "running" and run.budgets["budget_usd"] == 1.5
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
         assert base.seq == 0 and base.status == "running"
-        ledger.finish_experiment(
-            base.id, status="baseline", metrics={"kappa": 0.5, "fpr": 0.2, "balanced_accuracy": 0.7},
-            intervals={"kappa": (0.4, 0.6)}, calls=10, cost_usd=0.25, items_evaluated=5,
-        )
+        ledger.record_decision(base.id, ExperimentOutcome(
+            status="baseline", metrics={"kappa": 0.5, "fpr": 0.2, "balanced_accuracy": 0.7},
+            intervals={"kappa": (0.4, 0.6)}, items_evaluated=5, usage=Usage(calls=10, cost_usd=0.25),
+        ))
         cand = ledger.start_experiment(
             run.id, parent_id=base.id, strategy="library", commit_sha="b" * 40, files_changed=["prompts/rubric.md"],
             insertions=3, deletions=1, diff_text="--- a\n+++ b\n", rationale="tighten the rubric",
         )
         assert cand.seq == 1
-        ledger.finish_experiment(
-            cand.id, status="kept", reason="kappa up", metrics={"kappa": 0.6, "fpr": 0.2},
-            flips={"tp_to_fn": [], "fn_to_tp": ["x", "y"], "tn_to_fp": [], "fp_to_tn": ["z"]},
-            p_value=0.125, literal_keep=True, paired_keep=False, commit_sha="c" * 40,
-        )
+        ledger.record_decision(cand.id, ExperimentOutcome(
+            status="kept", reason="kappa up", metrics={"kappa": 0.6, "fpr": 0.2},
+            flips={"tp_to_fn": [], "fn_to_tp": ["x", "y"], "tn_to_fp": [], "fp_to_tn": ["z"]}, p_value=0.125,
+            literal_keep=True, paired_keep=False, commit_sha="c" * 40,
+        ))
         run = ledger.get_run(run.id)
         assert run.incumbent_experiment == cand.id
 
@@ -86,11 +88,11 @@ def test_rolled_back_experiment_does_not_move_the_incumbent(tmp_path: Path) -> N
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         run = _run(ledger)
         base = ledger.start_experiment(run.id, parent_id=None)
-        ledger.finish_experiment(base.id, status="baseline")
+        ledger.record_decision(base.id, ExperimentOutcome(status="baseline"))
         bad = ledger.start_experiment(run.id, parent_id=base.id)
-        ledger.finish_experiment(bad.id, status="rolled_back", reason="FPR rose", early_stopped=True)
+        ledger.record_decision(bad.id, ExperimentOutcome(status="rolled_back", reason="FPR rose", early_stopped=True))
         waiting = ledger.start_experiment(run.id, parent_id=base.id)
-        ledger.finish_experiment(waiting.id, status="waiting", finished=False, metrics={"kappa": 0.9})
+        ledger.record_decision(waiting.id, ExperimentOutcome(status="waiting", metrics={"kappa": 0.9}))
         assert ledger.get_run(run.id).incumbent_experiment == base.id
         assert [e.id for e in ledger.experiments_with_status("waiting", run.id)] == [waiting.id]
         decided = ledger.set_experiment_decision(waiting.id, status="kept", reason="human kept it")
@@ -231,7 +233,9 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
     with Ledger(path) as ledger:
         run = _run(ledger)
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
-        ledger.finish_experiment(base.id, status="baseline", calls=10, input_tokens=5000, cost_usd=0.25)
+        ledger.record_decision(base.id, ExperimentOutcome(
+            status="baseline", usage=Usage(calls=10, input_tokens=5000, cost_usd=0.25),
+        ))
     conn = sqlite3.connect(path)  # what a schema-5 judgeloop wrote: no prompt-cache token columns
     for column in SCHEMA_6_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
@@ -245,8 +249,10 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
     assert (old.input_tokens, old.cache_read_tokens, old.cache_write_tokens) == (5000, 0, 0)
     with Ledger(path) as ledger:
         cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="library")
-        ledger.finish_experiment(cand.id, status="rolled_back", calls=10, input_tokens=900, cache_read_tokens=4200,
-                                 cache_write_tokens=300, cost_usd=0.05)
+        ledger.record_decision(cand.id, ExperimentOutcome(
+            status="rolled_back",
+            usage=Usage(calls=10, input_tokens=900, cache_read_tokens=4200, cache_write_tokens=300, cost_usd=0.05),
+        ))
         got = ledger.get_experiment(cand.id)
         assert ledger.get_experiment(base.id).cache_read_tokens == 0
     assert (got.input_tokens, got.cache_read_tokens, got.cache_write_tokens) == (900, 4200, 300)
@@ -261,11 +267,15 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     with Ledger(path) as ledger:
         run = _run(ledger)
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
-        ledger.finish_experiment(base.id, status="baseline", calls=10, input_tokens=900, cost_usd=0.25)
+        ledger.record_decision(base.id, ExperimentOutcome(
+            status="baseline", usage=Usage(calls=10, input_tokens=900, cost_usd=0.25),
+        ))
         library = ledger.start_experiment(run.id, parent_id=base.id, strategy="library", rationale=tag)
-        ledger.finish_experiment(library.id, status="rolled_back", calls=4, cost_usd=0.1)
+        ledger.record_decision(library.id, ExperimentOutcome(status="rolled_back", usage=Usage(calls=4, cost_usd=0.1)))
         reflect = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect", rationale="x [library: y]")
-        ledger.finish_experiment(reflect.id, status="guard_rejected", calls=1, input_tokens=50, cost_usd=0.02)
+        ledger.record_decision(reflect.id, ExperimentOutcome(
+            status="guard_rejected", usage=Usage(calls=1, input_tokens=50, cost_usd=0.02),
+        ))
     conn = sqlite3.connect(path)  # what judgeloop with schema 2 wrote: no optimiser columns, no proposal meta
     _drop_schema_3_columns(conn)
     conn.execute("PRAGMA user_version = 2")
@@ -293,7 +303,9 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
             optimizer_input_tokens=300, optimizer_output_tokens=40, optimizer_cost_usd=0.05,
             proposal_meta={"note": "data"},
         )
-        ledger.finish_experiment(new.id, status="rolled_back", calls=8, input_tokens=700, cost_usd=0.3)
+        ledger.record_decision(new.id, ExperimentOutcome(
+            status="rolled_back", usage=Usage(calls=8, input_tokens=700, cost_usd=0.3),
+        ))
         got = ledger.get_experiment(new.id)
     assert (got.optimizer_calls, got.optimizer_input_tokens, got.optimizer_output_tokens) == (2, 300, 40)
     assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
@@ -438,7 +450,7 @@ def test_metrics_model_is_stored_whole_and_rebuilt(tmp_path: Path) -> None:
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         run = _run(ledger)
         exp = ledger.start_experiment(run.id, parent_id=None)
-        got = ledger.finish_experiment(exp.id, status="baseline", metrics=m)
+        got = ledger.record_decision(exp.id, ExperimentOutcome(status="baseline", metrics=m))
     assert got.metrics_model() == m and got.kappa == m.kappa and got.metrics["fp"] == 2
 
 
@@ -467,14 +479,18 @@ def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as
     with Ledger(path) as ledger:
         run = _run(ledger, config={"loop": {"alpha": 0.1}})
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
-        ledger.finish_experiment(base.id, status="baseline", calls=10, cost_usd=0.25,
-                                 metrics={"kappa": 0.4, "fpr": 0.2, "tp": 5, "fn": 5, "tn": 8, "fp": 2})
+        ledger.record_decision(base.id, ExperimentOutcome(
+            status="baseline", metrics={"kappa": 0.4, "fpr": 0.2, "tp": 5, "fn": 5, "tn": 8, "fp": 2},
+            usage=Usage(calls=10, cost_usd=0.25),
+        ))
         cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="library", commit_sha="b" * 40)
-        ledger.finish_experiment(cand.id, status="kept", calls=10, cost_usd=0.2, p_value=0.03125,
-                                 literal_keep=True, paired_keep=True, reason="kappa 0.400 → 0.600: kept",
-                                 metrics={"kappa": 0.6, "fpr": 0.1, "tp": 7, "fn": 3, "tn": 9, "fp": 1},
-                                 flips=FlipTable(fn_to_tp=["x1", "x2"], fp_to_tn=["x3", "x4", "x5"], tp_to_fn=[],
-                                                tn_to_fp=[]))
+        ledger.record_decision(cand.id, ExperimentOutcome(
+            status="kept", p_value=0.03125, literal_keep=True, paired_keep=True, reason="kappa 0.400 → 0.600: kept",
+            metrics={"kappa": 0.6, "fpr": 0.1, "tp": 7, "fn": 3, "tn": 9, "fp": 1},
+            flips=FlipTable(fn_to_tp=["x1", "x2"], fp_to_tn=["x3", "x4", "x5"], tp_to_fn=[],
+                                                tn_to_fp=[]),
+            usage=Usage(calls=10, cost_usd=0.2),
+        ))
     conn = sqlite3.connect(path)  # what a schema-3 judgeloop wrote: no decision record, batches, cache tokens
     _drop_schema_4_columns(conn)
     conn.execute("DROP TABLE batches")
@@ -527,3 +543,45 @@ def test_attribution_rows_round_trip_and_resume_by_key(tmp_path: Path) -> None:
         assert ledger.open_attribution(run.id, **{**args, "key": "k2"}).id != att.id  # type: ignore[arg-type]
         latest = ledger.latest_attribution(run.id)
         assert latest is not None and latest.key == "k2" and latest.status == "running"
+
+
+def test_only_recorded_outcomes_emit_a_decision_event_and_narrow_updates_touch_only_their_columns(
+    tmp_path: Path,
+) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = _run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
+        ledger.record_decision(base.id, ExperimentOutcome(status="baseline", metrics={"kappa": 0.5}))
+        cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect", optimizer_cost_usd=0.05)
+        last = ledger.last_event_id()
+        got = ledger.mark_evaluating(cand.id, "c" * 40, cost_usd=0.05)
+        assert (got.status, got.decision, got.reason, got.commit_sha, got.cost_usd) == (
+            "running", "pending", "evaluating", "c" * 40, 0.05)
+        assert got.finished is None and got.optimizer_cost_usd == 0.05
+        got = ledger.add_cost(cand.id, Usage(calls=2, input_tokens=300, cache_read_tokens=7, cost_usd=0.5))
+        assert (got.calls, got.input_tokens, got.cache_read_tokens, got.cost_usd) == (2, 300, 7, pytest.approx(0.55))
+        assert (got.status, got.decision, got.commit_sha) == ("running", "pending", "c" * 40)
+        # Neither is a decision: no event (the TUI would read "decided: running").
+        assert ledger.events_since(last) == []
+        assert ledger.get_run(run.id).incumbent_experiment == base.id
+
+        rejected = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect")
+        failed = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect")
+        last = ledger.last_event_id()
+        got = ledger.reject(rejected.id, "the proposal changed nothing", cost_usd=0.02)
+        assert (got.status, got.decision, got.cost_usd, got.calls) == ("guard_rejected", "guard_rejected", 0.02, 0)
+        got = ledger.record_error(failed.id, "optimiser failed: down", cost_usd=0.01, commit_sha="d" * 40)
+        assert (got.status, got.decision, got.commit_sha, got.finished is not None) == ("error", "error", "d" * 40, True)
+        assert [(e.experiment_id, e.kind, e.payload) for e in ledger.events_since(last)] == [
+            (rejected.id, "decision",
+             {"status": "guard_rejected", "decision": "guard_rejected", "reason": "the proposal changed nothing"}),
+            (failed.id, "decision", {"status": "error", "decision": "error", "reason": "optimiser failed: down"}),
+        ]
+
+        # An evaluation's outcome: usage of every pass, the optimiser's part on top; waiting is not finished.
+        outcome = ExperimentOutcome(status="waiting", reason="a human decides", usage=Usage(calls=9, cost_usd=0.3),
+                                    rejudge=Usage(calls=4, cost_usd=0.1), extra_cost_usd=0.05, cache_hits=3)
+        got = ledger.record_decision(cand.id, outcome)
+        assert (got.status, got.decision, got.finished, got.calls, got.cache_hits) == ("waiting", "waiting", None, 9, 3)
+        assert got.cost_usd == pytest.approx(0.35) == outcome.cost_usd
+        assert (got.rejudge_calls, got.rejudge_cost_usd, got.commit_sha) == (4, 0.1, "c" * 40)

@@ -8,7 +8,8 @@ import pytest
 
 from optimizer import gitops
 from optimizer.cli import main
-from optimizer.ledger import ItemVerdict, LabelRow, Ledger
+from optimizer.judge.providers.pricing import Usage
+from optimizer.ledger import ExperimentOutcome, ItemVerdict, LabelRow, Ledger
 from optimizer.report import TSV_COLUMNS, export_experiments_tsv, report_json, write_markdown_report
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
@@ -43,10 +44,10 @@ def filled(tmp_path: Path) -> tuple[Workspace, str, dict[str, int]]:
 
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha=start)
         ledger.record_verdicts(base.id, _answers({"p1", "n1"}))
-        ledger.finish_experiment(
-            base.id, status="baseline", metrics={"kappa": 0.0, "fpr": 0.5, "balanced_accuracy": 0.5},
-            intervals={"kappa": (-0.5, 0.5)}, calls=4, cost_usd=0.01, items_evaluated=4,
-        )
+        ledger.record_decision(base.id, ExperimentOutcome(
+            status="baseline", metrics={"kappa": 0.0, "fpr": 0.5, "balanced_accuracy": 0.5},
+            intervals={"kappa": (-0.5, 0.5)}, items_evaluated=4, usage=Usage(calls=4, cost_usd=0.01),
+        ))
         ids["baseline"] = base.id
 
         _append(ws, "prompts/rubric.md", "\n- Rule that helps.\n")
@@ -55,28 +56,30 @@ def filled(tmp_path: Path) -> tuple[Workspace, str, dict[str, int]]:
         diff = gitops.diff_against(ws, start, sha)
         ledger.record_verdicts(kept.id, _answers({"p1", "p2", "n1", "n2"}))
         final_sha = gitops.finalize_kept(ws, sha, {"Judgeloop-Kappa": 1.0, "Judgeloop-FPR": 0.0, "Judgeloop-Decision": "kept"})
-        ledger.finish_experiment(
-            kept.id, status="kept", reason="kappa +1.000, FPR -0.500, p=0.250 < alpha", commit_sha=final_sha,
+        ledger.record_decision(kept.id, ExperimentOutcome(
+            status="kept", reason="kappa +1.000, FPR -0.500, p=0.250 < alpha", commit_sha=final_sha,
             metrics={"kappa": 1.0, "fpr": 0.0, "balanced_accuracy": 1.0}, p_value=0.25, literal_keep=True,
             paired_keep=True, flips={"tp_to_fn": [], "fn_to_tp": ["p2"], "tn_to_fp": [], "fp_to_tn": ["n2"]},
-            calls=4, cost_usd=0.02, items_evaluated=4,
-        )
+            items_evaluated=4, usage=Usage(calls=4, cost_usd=0.02),
+        ))
         ids["kept"] = kept.id
 
         _append(ws, "prompts/judge.md", "\nBe lenient.\n")
         bad = ledger.start_experiment(run.id, parent_id=kept.id, strategy="library", rationale="be lenient")
         bad_sha = gitops.commit_candidate(ws, ["prompts/judge.md"], "library: be lenient", bad.id)
         rejected_sha = gitops.roll_back(ws, bad_sha, bad.id, final_sha, {"Judgeloop-Decision": "rolled_back"})
-        ledger.finish_experiment(
-            bad.id, status="rolled_back", reason="FPR provably rose", commit_sha=rejected_sha, early_stopped=True,
+        ledger.record_decision(bad.id, ExperimentOutcome(
+            status="rolled_back", reason="FPR provably rose", commit_sha=rejected_sha, early_stopped=True,
             metrics={"kappa": None, "fpr": 0.5, "balanced_accuracy": None},
-            flips={"tp_to_fn": [], "fn_to_tp": [], "tn_to_fp": ["n1"], "fp_to_tn": []}, calls=1, cost_usd=0.005,
-            items_evaluated=1,
-        )
+            flips={"tp_to_fn": [], "fn_to_tp": [], "tn_to_fp": ["n1"], "fp_to_tn": []}, items_evaluated=1,
+            usage=Usage(calls=1, cost_usd=0.005),
+        ))
         ids["rolled_back"] = bad.id
 
         guarded = ledger.start_experiment(run.id, parent_id=kept.id, strategy="library", rationale="edit config")
-        ledger.finish_experiment(guarded.id, status="guard_rejected", reason="the candidate changes judgeloop.toml")
+        ledger.record_decision(guarded.id, ExperimentOutcome(
+            status="guard_rejected", reason="the candidate changes judgeloop.toml",
+        ))
         ids["guard_rejected"] = guarded.id
         ledger.set_run_status(run.id, "finished", stop_reason="max experiments reached")
         assert diff.files_changed == ["prompts/rubric.md"]
@@ -87,8 +90,9 @@ def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.Cap
     ws, run_id, ids = filled
     assert main(["report", "--json", "-w", str(ws.root)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["run", "branch", "policy", "experiments", "accounting", "attribution",
+    assert list(data) == ["format_version", "run", "branch", "policy", "experiments", "accounting", "attribution",
                           "final_vs_baseline", "attribution_meta"]
+    assert data["format_version"] == 1  # a script reading it can tell the shape it was written in
     # Nothing was decided by a recorded test level here; the paired run's candidates count at its alpha.
     assert data["accounting"] == {"tested": 1, "expected_false_keeps": 0.1, "fdr": None,
                                   "kept": [{"experiment": ids["kept"], "p_value": data["experiments"][1]["p_value"],
@@ -193,13 +197,17 @@ def test_report_shows_the_optimisers_spend_apart_from_the_judges(tmp_path: Path)
         run = ledger.create_run(strategy="reflect", policy="paired", split="sample", split_fingerprint="f" * 64,
                                 start_rev="a" * 40)
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
-        ledger.finish_experiment(base.id, status="baseline", calls=4, input_tokens=400, output_tokens=40,
-                                 cost_usd=0.01, items_evaluated=4)
+        ledger.record_decision(base.id, ExperimentOutcome(
+            status="baseline", items_evaluated=4,
+            usage=Usage(calls=4, input_tokens=400, output_tokens=40, cost_usd=0.01),
+        ))
         cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect", rationale="tighten",
                                        optimizer_calls=2, optimizer_input_tokens=300, optimizer_output_tokens=40,
                                        optimizer_cost_usd=0.05)
-        ledger.finish_experiment(cand.id, status="rolled_back", calls=3, input_tokens=300, output_tokens=30,
-                                 cache_read_tokens=9000, cache_write_tokens=120, cost_usd=0.08, items_evaluated=3)
+        ledger.record_decision(cand.id, ExperimentOutcome(
+            status="rolled_back", items_evaluated=3,
+            usage=Usage(calls=3, input_tokens=300, output_tokens=30, cache_read_tokens=9000, cache_write_tokens=120, cost_usd=0.08),
+        ))
         text = report_text(ledger, ledger.get_run(run.id))
         totals = spend(ledger.experiments(run.id))
         cand_json = report_json(ledger, ledger.get_run(run.id))["experiments"][1]

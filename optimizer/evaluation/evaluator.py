@@ -124,11 +124,11 @@ class _Scheduler:
             total=self.total,
             infra_errors=sum(1 for r in self.results.values() if r.infra_error),
             parse_errors=self.parse_errors,
-            calls_made=judge.calls_made,
+            calls_made=judge.usage.calls,
             cache_hits=judge.cache_hits,
-            input_tokens=judge.input_tokens,
-            output_tokens=judge.output_tokens,
-            cost_usd=judge.cost_usd,
+            input_tokens=judge.usage.input_tokens,
+            output_tokens=judge.usage.output_tokens,
+            cost_usd=judge.usage.cost_usd,
             elapsed_s=time.monotonic() - self.started,
         )
 
@@ -312,13 +312,8 @@ async def evaluate_items(
         notes.append("; ".join(retried_notes) + f"; {still} still failing")
     return EvalRun(
         items=items,
-        calls_made=judge_items.calls_made,
+        usage=judge_items.usage,
         cache_hits=judge_items.cache_hits,
-        input_tokens=judge_items.input_tokens,
-        output_tokens=judge_items.output_tokens,
-        cache_read_tokens=judge_items.cache_read_tokens,
-        cache_write_tokens=judge_items.cache_write_tokens,
-        cost_usd=judge_items.cost_usd,
         duration_s=time.monotonic() - started,
         stop=evaluator.stop,
         notes=notes,

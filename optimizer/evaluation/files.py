@@ -123,8 +123,16 @@ def previous_evaluation(out: Path) -> list[Path]:
     return ours
 
 
+# The version of `_summary.json`'s shape: raised when a key changes meaning or goes away (new keys may
+# appear without a raise), so a script reading it can refuse a shape it does not know.
+SUMMARY_FORMAT_VERSION = 1
+
+
 def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path] = ()) -> Path:
     """Write one AgentHorizon verdict file per evaluated item and ``_summary.json``; return the folder.
+
+    ``_summary.json`` starts with ``format_version`` (`SUMMARY_FORMAT_VERSION`, integer 1), then the
+    judge, split and parameters, counts, tokens and cost of the evaluation.
 
     Infrastructure errors and items not evaluated get no file; they are listed in the summary.
     The folder must be new or empty, or hold exactly a previous evaluation's files, passed as
@@ -148,6 +156,7 @@ def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path
         (out / f"{item.trajectory_id}.json").write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     notes = Counter(note for item in run.items for note in item.notes)
     summary = {
+        "format_version": SUMMARY_FORMAT_VERSION,
         **{
             k: run.meta.get(k)
             for k in ("prompt_hash", "provider", "model", "judge_label", "base_url", "split", "split_fingerprint",

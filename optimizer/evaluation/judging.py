@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.devset.split import Split
-from optimizer.evaluation.budget import Budget, call_cost_usd, estimate_cost_usd, estimate_turn_cost_usd
-from optimizer.evaluation.cache import JudgeCache, cache_key, provider_endpoint
+from optimizer.evaluation.budget import Budget, estimate_cost_usd, estimate_turn_cost_usd
+from optimizer.evaluation.cache import CachedCall, JudgeCache, cache_key, provider_endpoint
 from optimizer.evaluation.results import ItemResult, ReplicateResult
 from optimizer.judge.agentic import AgenticTask, ConversationState
 from optimizer.judge.prompts import PromptSet
+from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import (
     VERDICT_SCHEMA,
     AssistantTurn,
@@ -57,22 +58,23 @@ def _majority(replicates: Sequence[ReplicateResult]) -> tuple[Answer, Verdict | 
 
 
 def _parsed_result(
-    index: int, key: str, cached: bool, text: str, model: str,
-    tokens: tuple[int, int, int, int], cost_usd: float, duration_s: float,
+    index: int, key: str, cached: bool, text: str, model: str, usage: Usage, duration_s: float,
 ) -> ReplicateResult:
-    """A replicate's result from a reply text (fresh or cached): the verdict parsed strictly.
-
-    ``tokens``: input, output, cache-read and cache-write token counts.
-    """
+    """A replicate's result from a reply text (fresh or cached): the verdict parsed strictly."""
     from optimizer.judge.verdicts import parse_verdict
 
     parsed = parse_verdict(text)
-    input_tokens, output_tokens, cache_read, cache_write = tokens
     return ReplicateResult(
         index=index, cache_key=key, cached=cached, reply_text=text, verdict=parsed.verdict,
-        parse_error=parsed.error, model=model, input_tokens=input_tokens, output_tokens=output_tokens,
-        cache_read_tokens=cache_read, cache_write_tokens=cache_write, cost_usd=cost_usd, duration_s=duration_s,
+        parse_error=parsed.error, model=model, usage=usage, duration_s=duration_s,
     )
+
+
+def cached_usage(hit: CachedCall) -> Usage:
+    """A cached call's usage as it was when the call was made."""
+    return Usage(calls=1, input_tokens=hit.input_tokens, output_tokens=hit.output_tokens,
+                 cache_read_tokens=hit.cache_read_tokens, cache_write_tokens=hit.cache_write_tokens,
+                 cost_usd=hit.cost_usd)
 
 
 def _cached_turn(text: str) -> AssistantTurn | None:
@@ -142,13 +144,8 @@ class ItemJudge:
         self.image_cache_dir = image_cache_dir
         self.semaphore = asyncio.Semaphore(concurrency)
         self.stop_reason: str | None = None
-        self.calls_made = 0
+        self.usage = Usage()  # the paid calls made so far
         self.cache_hits = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.cache_read_tokens = 0
-        self.cache_write_tokens = 0
-        self.cost_usd = 0.0
 
     # -- one call --------------------------------------------------------------------------------
     def _lookup(self, fingerprint: str, index: int) -> tuple[str, ReplicateResult | None]:
@@ -166,11 +163,7 @@ class ItemJudge:
         hit = self.cache.get(key)
         if hit is None:
             return key, None
-        return key, _parsed_result(
-            index, key, True, hit.reply_text, hit.reply_model,
-            (hit.input_tokens, hit.output_tokens, hit.cache_read_tokens, hit.cache_write_tokens),
-            hit.cost_usd, hit.duration_s,
-        )
+        return key, _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
 
     def _reserve(self, estimate: float) -> float:
         """Reserve ``estimate`` dollars of the budget for the next call, or stop: it would cross it."""
@@ -215,44 +208,28 @@ class ItemJudge:
             duration = time.monotonic() - started
         finally:
             self.semaphore.release()
-        cost = self._account(reply, reply.text, estimate, key, index, fingerprint, duration)
-        return _parsed_result(
-            index, key, False, reply.text, reply.model,
-            (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens),
-            cost, duration,
-        )
+        usage = self._account(reply, reply.text, estimate, key, index, fingerprint, duration)
+        return _parsed_result(index, key, False, reply.text, reply.model, usage, duration)
 
     def account_batch_reply(
         self, reply: ProviderReply, estimate: float, key: str, index: int, fingerprint: str, duration: float
     ) -> ReplicateResult:
         """A call answered through a batch API: priced at the batch rate, settled against ``estimate``,
         counted and cached under ``key`` exactly as a direct call would be; its replicate result."""
-        from optimizer.judge.providers.pricing import batch_cost_usd
-
-        cost = self._account(reply, reply.text, estimate, key, index, fingerprint, duration,
-                             cost=batch_cost_usd(reply.model, reply, self.prices))
-        return _parsed_result(
-            index, key, False, reply.text, reply.model,
-            (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens),
-            cost, duration,
-        )
+        usage = self._account(reply, reply.text, estimate, key, index, fingerprint, duration, batch=True)
+        return _parsed_result(index, key, False, reply.text, reply.model, usage, duration)
 
     def _account(
         self, reply: ProviderReply, text: str, estimate: float, key: str, index: int, fingerprint: str,
-        duration: float, *, cost: float | None = None,
-    ) -> float:
-        """Settle the budget, count one paid call and store it in the cache; return its cost
-        (``cost``, or the direct price of ``reply``)."""
-        if cost is None:
-            cost = call_cost_usd(reply, self.prices)
+        duration: float, *, batch: bool = False,
+    ) -> Usage:
+        """Settle the budget, count one paid call and store it in the cache; return its usage
+        (priced at the batch rate when it went through a batch API, ``batch``)."""
+        usage = Usage.of(reply, self.prices, batch=batch)
+        cost = usage.cost_usd
         if self.budget is not None:
             self.budget.settle(estimate, cost)
-        self.calls_made += 1
-        self.input_tokens += reply.input_tokens
-        self.output_tokens += reply.output_tokens
-        self.cache_read_tokens += reply.cache_read_tokens
-        self.cache_write_tokens += reply.cache_write_tokens
-        self.cost_usd += cost
+        self.usage += usage
         self.cache.put(
             key, provider=self.provider.name, model=self.provider.model, replicate=index,
             request_fingerprint=fingerprint, reply_text=text, reply_model=reply.model,
@@ -260,7 +237,7 @@ class ItemJudge:
             cache_read_tokens=reply.cache_read_tokens, cache_write_tokens=reply.cache_write_tokens,
             cost_usd=cost, duration_s=duration,
         )
-        return cost
+        return usage
 
 
     async def prepare(self, tid: str) -> PreparedItem:
@@ -402,8 +379,7 @@ class ItemJudge:
 
         state = ConversationState(task)
         started = time.monotonic()
-        tokens = [0, 0, 0, 0]
-        cost = 0.0
+        usage = Usage()
         all_cached = True
         key = ""
         model = self.provider.model
@@ -422,22 +398,19 @@ class ItemJudge:
                 hit = self.cache.get(key)
                 turn = _cached_turn(hit.reply_text) if hit is not None else None
                 if hit is not None and turn is not None:
-                    usage = (hit.input_tokens, hit.output_tokens, hit.cache_read_tokens, hit.cache_write_tokens)
-                    turn_cost, model = hit.cost_usd, hit.reply_model
+                    turn_usage, model = cached_usage(hit), hit.reply_model
                 else:
                     all_cached = False
                     outcome = await self._paid_turn(task, state, key, index)
                     if isinstance(outcome, str):  # an infrastructure error after every retry
                         return ReplicateResult(
                             index=index, cache_key=key, cached=False, reply_text=None, verdict=None,
-                            parse_error=None, model=model, input_tokens=tokens[0], output_tokens=tokens[1],
-                            cache_read_tokens=tokens[2], cache_write_tokens=tokens[3], cost_usd=cost,
+                            parse_error=None, model=model, usage=usage,
                             duration_s=time.monotonic() - started, infra_error=outcome,
                             trace=tuple(state.trace), turns=state.turns,
                         )
-                    turn, usage, turn_cost, model = outcome
-                tokens = [a + b for a, b in zip(tokens, usage, strict=True)]
-                cost += turn_cost
+                    turn, turn_usage, model = outcome
+                usage += turn_usage
                 final = await asyncio.to_thread(state.step, turn)
         finally:
             self.semaphore.release()
@@ -447,17 +420,15 @@ class ItemJudge:
             return ReplicateResult(
                 index=index, cache_key=key, cached=all_cached, reply_text=last.text if last else "",
                 verdict=None, parse_error=f"no verdict after {task.max_turns} model calls (agent_max_turns)",
-                model=model, input_tokens=tokens[0], output_tokens=tokens[1], cache_read_tokens=tokens[2],
-                cache_write_tokens=tokens[3], cost_usd=cost, duration_s=duration,
+                model=model, usage=usage, duration_s=duration,
                 trace=tuple(state.trace), turns=state.turns,
             )
-        result = _parsed_result(index, key, all_cached, final, model, (tokens[0], tokens[1], tokens[2], tokens[3]),
-                                cost, duration)
+        result = _parsed_result(index, key, all_cached, final, model, usage, duration)
         return dataclasses.replace(result, trace=tuple(state.trace), turns=state.turns)
 
     async def _paid_turn(
         self, task: AgenticTask, state: ConversationState, key: str, index: int
-    ) -> tuple[AssistantTurn, tuple[int, int, int, int], float, str] | str:
+    ) -> tuple[AssistantTurn, Usage, str] | str:
         """One paid model turn of a conversation, cached as soon as it is answered; an
         infrastructure error's message instead when the transport failed after every retry."""
         if self.stop_reason is not None:
@@ -481,9 +452,8 @@ class ItemJudge:
             if not isinstance(exc, InfrastructureError):
                 raise
             return str(exc) or type(exc).__name__
-        turn_cost = self._account(reply, turn.to_json(), estimate, key, index, task.fingerprint, time.monotonic() - t0)
-        usage = (reply.input_tokens, reply.output_tokens, reply.cache_read_tokens, reply.cache_write_tokens)
-        return turn, usage, turn_cost, reply.model
+        usage = self._account(reply, turn.to_json(), estimate, key, index, task.fingerprint, time.monotonic() - t0)
+        return turn, usage, reply.model
 
 
 @functools.cache

@@ -1,4 +1,9 @@
-"""What an evaluation produces: one result per replicate call, per item, per evaluation."""
+"""What an evaluation produces: one result per replicate call, per item, per evaluation.
+
+Each level has a `Usage` (calls, tokens, US dollars; `optimizer.judge.providers.pricing`), and the
+levels add up with ``+``: a replicate's is its call(s), an item's the sum of its replicates', a
+pass's (`EvalRun.usage`) the calls made now.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from optimizer.events import StopReason
+from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import JudgeToolCall
 from optimizer.metrics import Answer
 from optimizer.models import Verdict
@@ -17,7 +23,8 @@ ParseStatus = Literal["ok", "parse_error", "infra_error"]
 class ReplicateResult:
     """One judge call for one item (replicate ``index``), fresh or from the cache.
 
-    ``cost_usd`` is what the call cost when it was made; a cached replicate cost nothing now.
+    ``usage``: the model calls behind it (one for a direct judge, one per answered turn for the
+    agentic judge) as they were when made; a cached replicate cost nothing now.
     """
 
     index: int
@@ -27,17 +34,27 @@ class ReplicateResult:
     verdict: Verdict | None
     parse_error: str | None
     model: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cost_usd: float = 0.0
+    usage: Usage = field(default_factory=Usage)
     duration_s: float = 0.0
     infra_error: str | None = None
     # Agentic judge: the tool calls of the conversation in order (str() gives "read_steps(0-24)"),
     # and the number of model calls it took (1 for a direct judge).
     trace: tuple[JudgeToolCall, ...] = ()
     turns: int = 1
+
+    # The usage's figures under the names the result files and the ledger's rows use.
+    @property
+    def input_tokens(self) -> int:
+        return self.usage.input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage.output_tokens
+
+    @property
+    def cost_usd(self) -> float:
+        """What the call cost when it was made (US dollars)."""
+        return self.usage.cost_usd
 
     @property
     def status(self) -> ParseStatus:
@@ -69,9 +86,14 @@ class ItemResult:
     duration_s: float = 0.0
 
     @property
+    def usage(self) -> Usage:
+        """Its replicates' calls as they were when made (cached or not)."""
+        return sum((r.usage for r in self.replicates), Usage())
+
+    @property
     def cost_usd(self) -> float:
         """What this item's calls cost when they were made (cached or not)."""
-        return sum(r.cost_usd for r in self.replicates)
+        return self.usage.cost_usd
 
     @property
     def new_cost_usd(self) -> float:
@@ -81,23 +103,44 @@ class ItemResult:
 
 @dataclass
 class EvalRun:
-    """Everything one evaluation produced. Tokens and ``cost_usd`` count only calls made now; input
-    tokens are the uncached ones, cache reads and writes are counted apart."""
+    """Everything one evaluation produced. ``usage`` counts only calls made now (its input tokens
+    are the uncached ones, cache reads and writes are counted apart); ``cache_hits`` the calls the
+    cache answered."""
 
     items: list[ItemResult]
-    calls_made: int = 0
+    usage: Usage = field(default_factory=Usage)
     cache_hits: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
     duration_s: float = 0.0
     stop: StopReason | None = None
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
     notes: list[str] = field(default_factory=list)
     not_evaluated: list[str] = field(default_factory=list)
     item_ids: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    # The usage's figures under the names `_summary.json`, the CLI and the benchmarks use.
+    @property
+    def calls_made(self) -> int:
+        return self.usage.calls
+
+    @property
+    def input_tokens(self) -> int:
+        return self.usage.input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage.output_tokens
+
+    @property
+    def cache_read_tokens(self) -> int:
+        return self.usage.cache_read_tokens
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return self.usage.cache_write_tokens
+
+    @property
+    def cost_usd(self) -> float:
+        return self.usage.cost_usd
 
     @property
     def stopped_early(self) -> bool:

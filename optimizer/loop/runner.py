@@ -39,9 +39,17 @@ from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.prompts import PromptSet
-from optimizer.judge.providers import make_provider
+from optimizer.judge.providers import Usage, make_provider
 from optimizer.judge.types import BatchState, Provider
-from optimizer.ledger import Experiment, ItemVerdict, Ledger, ReplicateVerdict, Run
+from optimizer.ledger import (
+    Experiment,
+    ExperimentOutcome,
+    ExperimentStatus,
+    ItemVerdict,
+    Ledger,
+    ReplicateVerdict,
+    Run,
+)
 from optimizer.loop.compare import judgements_of, rejudge
 from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
 from optimizer.loop.strategies import (
@@ -143,16 +151,43 @@ class Evaluated:
     rejudge: list[EvalRun] = field(default_factory=list)
 
     @property
+    def rejudge_usage(self) -> Usage:
+        return sum((p.usage for p in self.rejudge), Usage())
+
+    @property
+    def usage(self) -> Usage:
+        """The judge's calls of every pass (first pass and re-judging)."""
+        return self.run.usage + self.rejudge_usage
+
+    @property
     def calls(self) -> int:
-        return self.run.calls_made + self.rejudge_calls
+        return self.usage.calls
 
-    @property
-    def rejudge_calls(self) -> int:
-        return sum(p.calls_made for p in self.rejudge)
-
-    @property
-    def rejudge_cost_usd(self) -> float:
-        return sum(p.cost_usd for p in self.rejudge)
+    def outcome(
+        self, status: ExperimentStatus, reason: str, *, extra_cost_usd: float = 0.0, commit_sha: str | None = None,
+        prompt_hash: str | None = None,
+    ) -> ExperimentOutcome:
+        """The ledger's record of this evaluation ending as ``status``; ``extra_cost_usd``: what else
+        the row's total counts (the optimiser's proposal, or what was paid before a crash)."""
+        d = self.decision
+        return ExperimentOutcome(
+            status=status, reason=reason, metrics=self.metrics, intervals=self.intervals, flips=self.flips,
+            p_value=d.p_value if d else None,
+            literal_keep=d.literal_keep if d else None,
+            paired_keep=d.paired_keep if d else None,
+            adaptive_keep=d.adaptive_keep if d else None,
+            alpha=d.alpha if d else None,
+            test=d.test.model_dump(mode="json") if d and d.test else None,
+            early_stopped=bool(d and d.early_stopped),
+            items_evaluated=len(self.run.items),
+            usage=self.usage,
+            cache_hits=self.run.cache_hits + sum(p.cache_hits for p in self.rejudge),
+            rejudge=self.rejudge_usage,
+            extra_cost_usd=extra_cost_usd,
+            duration_s=self.run.duration_s + sum(p.duration_s for p in self.rejudge),
+            commit_sha=commit_sha,
+            prompt_hash=prompt_hash,
+        )
 
 
 class LedgerBatches:
@@ -409,34 +444,9 @@ class LoopRunner:
         reach), stored with the decision so it replays."""
         return (self.seed * 1_000_003 + experiment_id) % 2**32
 
-    def _record_eval(self, exp_id: int, ev: Evaluated, **fields: Any) -> Experiment:
+    def _record_eval(self, exp_id: int, ev: Evaluated, outcome: ExperimentOutcome) -> Experiment:
         self.ledger.record_verdicts(exp_id, item_verdicts(ev.run))
-        d = ev.decision
-        return self.ledger.finish_experiment(
-            exp_id,
-            metrics=ev.metrics,
-            intervals=ev.intervals,
-            flips=ev.flips,
-            p_value=d.p_value if d else None,
-            literal_keep=d.literal_keep if d else None,
-            paired_keep=d.paired_keep if d else None,
-            adaptive_keep=d.adaptive_keep if d else None,
-            alpha=d.alpha if d else None,
-            test=d.test.model_dump(mode="json") if d and d.test else None,
-            rejudge_calls=ev.rejudge_calls,
-            rejudge_cost_usd=ev.rejudge_cost_usd,
-            early_stopped=bool(d and d.early_stopped),
-            items_evaluated=len(ev.run.items),
-            calls=ev.calls,
-            cache_hits=ev.run.cache_hits + sum(p.cache_hits for p in ev.rejudge),
-            input_tokens=ev.run.input_tokens + sum(p.input_tokens for p in ev.rejudge),
-            output_tokens=ev.run.output_tokens + sum(p.output_tokens for p in ev.rejudge),
-            cache_read_tokens=ev.run.cache_read_tokens + sum(p.cache_read_tokens for p in ev.rejudge),
-            cache_write_tokens=ev.run.cache_write_tokens + sum(p.cache_write_tokens for p in ev.rejudge),
-            cost_usd=ev.run.cost_usd + ev.rejudge_cost_usd + fields.pop("extra_cost", 0.0),
-            duration_s=ev.run.duration_s + sum(p.duration_s for p in ev.rejudge),
-            **fields,
-        )
+        return self.ledger.record_decision(exp_id, outcome)
 
     # -- the baseline ----------------------------------------------------------------------------
 
@@ -453,14 +463,13 @@ class LoopRunner:
         # A resumed baseline's row holds what it paid before the crash (calls now served by the cache).
         paid_before = existing.cost_usd if existing else 0.0
         if ev.metrics is None:
-            self._record_eval(exp.id, ev, status="error", reason=f"baseline incomplete: {ev.error}",
-                              extra_cost=paid_before)
+            self._record_eval(exp.id, ev, ev.outcome("error", f"baseline incomplete: {ev.error}",
+                                                     extra_cost_usd=paid_before))
             raise UserError(f"the baseline evaluation is incomplete ({ev.error}); fix the judge setup and "
                             "run `judgeloop run --resume`")
         m = ev.metrics
-        exp = self._record_eval(exp.id, ev, status="baseline", decision="baseline", extra_cost=paid_before,
-                                reason=f"baseline: kappa {m.kappa:.3f}, FPR {m.fpr:.3f}" if m.kappa is not None
-                                else "baseline")
+        reason = f"baseline: kappa {m.kappa:.3f}, FPR {m.fpr:.3f}" if m.kappa is not None else "baseline"
+        exp = self._record_eval(exp.id, ev, ev.outcome("baseline", reason, extra_cost_usd=paid_before))
         self.say(f"  baseline kappa={fmt3(m.kappa)} FPR={fmt3(m.fpr)} bal.acc={fmt3(m.balanced_accuracy)} "
             f"calls={ev.run.calls_made} cached={ev.run.cache_hits} cost=${ev.run.cost_usd:.4f}")
         return exp
@@ -553,10 +562,7 @@ class LoopRunner:
             )
             self.say(f"  optimiser failed: {exc.reason}")
             # No judge call was made: the row's total cost is the optimiser's.
-            return self.ledger.finish_experiment(
-                exp.id, status="error", decision="error", reason=f"optimiser failed: {exc.reason}",
-                cost_usd=exc.cost_usd,
-            )
+            return self.ledger.record_error(exp.id, f"optimiser failed: {exc.reason}", cost_usd=exc.cost_usd)
         self.charge(proposal.cost_usd)
 
         allowed = set(self.ws.config.optimizer.allowed_files)
@@ -587,7 +593,6 @@ class LoopRunner:
         )
         # The row's calls and tokens are the judge's (none yet); its cost is the experiment's total,
         # judge + optimiser, so budgets and spend sums count the optimiser too.
-        usage: dict[str, Any] = dict(cost_usd=proposal.cost_usd)
         self.stage(StageKind.GUARDS, exp.id)
         guard = (
             check_candidate(changed, self.ws.config.optimizer.allowed_files, self.ws.config.optimizer.max_diff_lines,
@@ -606,8 +611,7 @@ class LoopRunner:
                 reason = f"the candidate cannot be used: {invalid}"
         if reason is not None:
             self.say(f"  experiment {exp.id}: rejected by the guards: {reason}")
-            return self.ledger.finish_experiment(exp.id, status="guard_rejected", decision="guard_rejected",
-                                                 reason=reason, **usage)
+            return self.ledger.reject(exp.id, reason, cost_usd=proposal.cost_usd)
 
         # Only guarded, allowed files are written (never through a link), and only they are committed.
         for path, (_, new_text) in changed.items():
@@ -616,8 +620,7 @@ class LoopRunner:
             self.root, sorted(changed), f"judgeloop candidate {exp.id}: {_one_line(proposal.rationale)}\n\n"
             f"{proposal.rationale}", exp.id,
         )
-        self.ledger.finish_experiment(exp.id, status="running", decision="pending", commit_sha=sha, finished=False,
-                                      reason="evaluating", **usage)
+        self.ledger.mark_evaluating(exp.id, sha, cost_usd=proposal.cost_usd)
         return await self.evaluate_candidate(exp.id, sha, incumbent, provider, cache, proposal.cost_usd)
 
     async def evaluate_candidate(
@@ -636,8 +639,7 @@ class LoopRunner:
             reason = f"cannot be evaluated: {invalid}; rolled back"
             rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, None, "error"))
             self.say(f"  experiment {exp_id}: {reason}")
-            return self.ledger.finish_experiment(exp_id, status="error", decision="error", reason=reason,
-                                                 commit_sha=rejected, cost_usd=optimiser_cost)
+            return self.ledger.record_error(exp_id, reason, cost_usd=optimiser_cost, commit_sha=rejected)
         self.stage(StageKind.EVALUATING, exp_id, started_at=time.time())  # wall clock, as the cache's `created`
         if self.batch:
             self.say(f"  experiment {exp_id}: evaluating every item as one batch (batch mode: early stopping "
@@ -648,34 +650,35 @@ class LoopRunner:
         else:
             self.say(f"  experiment {exp_id}: evaluating (negatives first, stopping as soon as the outcome is certain)")
         ev = await self.evaluate(exp_id, prompts, incumbent, provider, cache)
-        usage_extra = {"extra_cost": optimiser_cost, "prompt_hash": prompts.prompt_hash()}
+        prompt_hash = prompts.prompt_hash()
+
+        def outcome(status: ExperimentStatus, reason: str, commit_sha: str | None = None) -> ExperimentOutcome:
+            return ev.outcome(status, reason, extra_cost_usd=optimiser_cost, commit_sha=commit_sha,
+                              prompt_hash=prompt_hash)
+
         if ev.decision is None:
             reason = f"not decided: {ev.error}; rolled back"
             rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, None, "error"))
-            exp = self._record_eval(exp_id, ev, status="error", decision="error", reason=reason,
-                                    commit_sha=rejected, **usage_extra)
+            exp = self._record_eval(exp_id, ev, outcome("error", reason, rejected))
             self.say(f"  experiment {exp_id}: {reason}")
             return exp
         d = ev.decision
         if self.limits.propose_only:
-            exp = self._record_eval(exp_id, ev, status="waiting", decision="waiting", finished=False,
-                                    reason=f"waiting for a human decision; the {d.policy} policy says: {d.reason}",
-                                    **usage_extra)
+            waiting = f"waiting for a human decision; the {d.policy} policy says: {d.reason}"
+            exp = self._record_eval(exp_id, ev, outcome("waiting", waiting))
             self.say(f"  experiment {exp_id}: {d.reason}")
             self.say(f"  waiting: review it (`git show {sha[:12]}`, `judgeloop tui`), then "
                 f"`judgeloop decide {exp_id} keep|discard`")
             return exp
         if d.keep:
             new_sha = gitops.finalize_kept(self.root, sha, decision_trailers(exp_id, ev.metrics, "kept"))
-            exp = self._record_eval(exp_id, ev, status="kept", decision="kept", reason=d.reason,
-                                    commit_sha=new_sha, **usage_extra)
+            exp = self._record_eval(exp_id, ev, outcome("kept", d.reason, new_sha))
         else:
             rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha,
                                         decision_trailers(exp_id, ev.metrics, "rolled_back"))
-            exp = self._record_eval(exp_id, ev, status="rolled_back", decision="rolled_back", reason=d.reason,
-                                    commit_sha=rejected, **usage_extra)
+            exp = self._record_eval(exp_id, ev, outcome("rolled_back", d.reason, rejected))
         self.say(f"  experiment {exp_id}: {'KEPT' if d.keep else 'rolled back'} — {d.reason} "
-            f"(calls={ev.calls}, cached={ev.run.cache_hits}, ${ev.run.cost_usd + ev.rejudge_cost_usd:.4f})")
+            f"(calls={ev.calls}, cached={ev.run.cache_hits}, ${ev.usage.cost_usd:.4f})")
         return exp
 
     # -- the loop --------------------------------------------------------------------------------
@@ -700,8 +703,7 @@ class LoopRunner:
                 if exp.commit_sha:
                     gitops.store_rejected(self.root, exp.commit_sha, exp.id)
                 gitops.restore_tree(self.root, restore_to)
-                self.ledger.finish_experiment(exp.id, status="error", decision="error",
-                                              reason="interrupted before it was evaluated; rolled back on resume")
+                self.ledger.record_error(exp.id, "interrupted before it was evaluated; rolled back on resume")
         run = self.ledger.get_run(self.run.id)
         if run.incumbent_experiment is not None:
             inc = self.ledger.get_experiment(run.incumbent_experiment)

@@ -26,6 +26,7 @@ from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.events import Listener, Message, StopKind, StopReason, ignore
 from optimizer.judge.prompts import PromptSet
+from optimizer.judge.providers import Usage
 from optimizer.ledger import Ledger, Run, RunStatus
 from optimizer.loop.runner import LoopRunner, decision_trailers, fmt3
 from optimizer.loop.strategies import Strategy, make_strategy
@@ -374,12 +375,7 @@ def _record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> No
     with JudgeCache(ws.cache_path) as cache:
         paid = cache.cost_since(float(started_at))
     if paid > 0:
-        ledger.finish_experiment(
-            exp.id, status="running", decision=exp.decision, reason=exp.reason, finished=False,
-            calls=exp.calls, input_tokens=exp.input_tokens, output_tokens=exp.output_tokens,
-            cache_read_tokens=exp.cache_read_tokens, cache_write_tokens=exp.cache_write_tokens,
-            cost_usd=exp.cost_usd + paid,
-        )
+        ledger.add_cost(exp.id, Usage(cost_usd=paid))
     # Counted once: a crash before the resumed evaluation starts must not count this window again.
     ledger.add_event(run_id, "stage", {"stage": StageKind.RESUMING, "paid_before_crash_usd": round(paid, 6)},
                      experiment_id=exp.id)

@@ -256,6 +256,41 @@ def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
     assert_clean(ws)
 
 
+def test_each_experiment_records_exactly_the_events_of_what_happened_to_it(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One decision event per experiment, when its outcome is recorded; committing a candidate and
+    starting its evaluation is not a decision (the TUI's strip would read "decided: running")."""
+
+    def outside(ctx: ProposalContext) -> Proposal:
+        return Proposal(files={"prompts/judge.toml": "mode = \"direct\"\n"}, rationale="outside")
+
+    def fails(ctx: ProposalContext) -> Proposal:
+        raise ProposalError("the optimiser's model is down", calls=1, cost_usd=0.01)
+
+    strategy = ScriptedStrategy([outside, fails, toggle(GOOD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
+    run, exps = latest(ws)
+    assert [e.status for e in exps] == ["baseline", "guard_rejected", "error", "kept"]
+    with ledger_of(ws) as led:
+        events = [e for e in led.events_since(0, run_id=run.id) if e.kind != "progress"]
+    happened = {exp.id: [(e.kind, e.payload.get("stage") or e.payload.get("status")) for e in events
+                         if e.experiment_id == exp.id] for exp in exps}
+    base, rejected, failed, kept = (e.id for e in exps)
+    assert happened[base] == [("stage", "experiment_started"), ("stage", "baseline"), ("decision", "baseline")]
+    assert happened[rejected] == [("stage", "experiment_started"), ("stage", "guards"),
+                                  ("decision", "guard_rejected")]
+    assert happened[failed] == [("stage", "experiment_started"), ("decision", "error")]
+    # (The adaptive policy re-judges the items the two prompts disagree on.)
+    assert happened[kept] == [("stage", "experiment_started"), ("stage", "guards"), ("stage", "evaluating"),
+                              ("stage", "rejudging"), ("decision", "kept")]
+    # The rows are what they were: the rejection and the failure cost the optimiser's spend only.
+    assert exps[2].cost_usd == 0.01 and exps[2].calls == 0 and "optimiser failed" in (exps[2].reason or "")
+    assert exps[3].decision == "kept" and exps[3].finished is not None and exps[3].calls > 0
+
+
 def test_the_library_gets_its_tried_sets_back_from_the_ledger_as_data(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from optimizer.judge.prompts import enabled_entries
     from optimizer.loop.strategies.library import LibraryStrategy

@@ -120,15 +120,16 @@ class Usage:
     cache_write_1h_tokens: int = 0
 
     @classmethod
-    def of(cls, reply: ProviderReply, overrides: Mapping[str, Price] | None = None) -> Usage:
-        """One call: the reply's tokens, priced by `cost_usd` for the model that answered."""
+    def of(cls, reply: ProviderReply, overrides: Mapping[str, Price] | None = None, *, batch: bool = False) -> Usage:
+        """One call: the reply's tokens, priced by `cost_usd` for the model that answered (``batch``:
+        at the batch price)."""
         return cls(
             calls=1,
             input_tokens=reply.input_tokens,
             output_tokens=reply.output_tokens,
             cache_read_tokens=reply.cache_read_tokens,
             cache_write_tokens=reply.cache_write_tokens,
-            cost_usd=cost_usd(reply.model, reply, overrides),
+            cost_usd=cost_usd(reply.model, reply, overrides, batch=batch),
             cache_write_1h_tokens=reply.cache_write_1h_tokens,
         )
 
