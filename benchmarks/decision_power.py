@@ -80,8 +80,8 @@ from optimizer.metrics import Answer
 from optimizer.models import Label
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.data_helpers import pair_items, write_release
-from tests.fakeserver import FakeLLMServer
+from tests.support.data import pair_items, write_release
+from tests.support.fakeserver import FakeLLMServer
 
 RUBRIC = "prompts/rubric.md"
 N_PAIRS, N_DOUBLE = 50, 12  # 50 pairs: 100 negatives; 12 pairs keep both positives, 38 one: 62

@@ -53,8 +53,8 @@ from optimizer.judge import render  # noqa: E402
 from optimizer.judge.prompts import PromptSet
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.data_helpers import make_items, write_manifest, write_release  # noqa: E402
-from tests.fakeserver import DEFAULT_VERDICT, FakeLLMServer, ToolCall, Usage, reply, verdict_reply  # noqa: E402
+from tests.support.data import make_items, write_manifest, write_release  # noqa: E402
+from tests.support.fakeserver import DEFAULT_VERDICT, FakeLLMServer, ToolCall, Usage, reply, verdict_reply  # noqa: E402
 
 
 def screenshot(rng: random.Random, path: Path) -> None:

@@ -15,8 +15,8 @@ from optimizer.config import OptimizerSection, Price
 from optimizer.errors import UserError
 from optimizer.loop.strategies import ProposalError
 from optimizer.loop.strategies.agent import AgentStrategy
-from tests.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply
-from tests.strategy_helpers import DevFixture, disagreements_for, make_context, make_dev
+from tests.support.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply
+from tests.support.strategies import DevFixture, disagreements_for, make_context, make_dev
 
 OLD = "## Decision rules"
 NEW = "## Decision rules\n\n- A clean execution of a neighbouring request is a failure."

@@ -28,8 +28,8 @@ from optimizer.evaluation.results import EvalRun
 from optimizer.judge.prompts import PromptSet, parse_settings
 from optimizer.judge.types import JudgeToolCall
 from optimizer.metrics import score
-from tests.fakeserver import FakeLLMServer, RecordedRequest, ToolCall, Usage, reply, server_error
-from tests.test_evaluate import MODEL, SECRET, Data, InTestProvider, judge, make_data, write_config
+from tests.support.evaluation import MODEL, SECRET, Data, InTestProvider, judge, make_data, write_config
+from tests.support.fakeserver import FakeLLMServer, RecordedRequest, ToolCall, Usage, reply, server_error
 
 
 def set_agentic(data: Data, *, turns: int = 6, screens: int = 24) -> None:
@@ -371,7 +371,7 @@ def test_the_loop_runs_with_an_agentic_judge(
 ) -> None:
     from optimizer import gitops
     from optimizer.ledger import Ledger
-    from tests.loop.helpers import commit_all
+    from tests.support.loop import commit_all
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server.default = investigating_judge(data)
@@ -403,7 +403,7 @@ def test_more_screenshots_than_a_request_may_carry_is_refused_in_one_line() -> N
 def test_run_refuses_an_agentic_local_judge_before_starting(
     data: Data, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.loop.helpers import commit_all
+    from tests.support.loop import commit_all
 
     commit_all(data.ws.root, "agentic judge")
     code = main(["run", "-w", str(data.ws.root), "--provider", "local", "--split", "tiny", "--strategy", "library"])

@@ -6,11 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +22,12 @@ from optimizer.events import StopKind
 from optimizer.judge.providers.pricing import batch_cost_usd, cost_usd
 from optimizer.judge.types import ProviderReply
 from optimizer.workspace import Workspace
-from tests.config_helpers import write_config
-from tests.fakeserver import FakeLLMServer, RecordedRequest, server_error
-from tests.test_evaluate import SECRET, Data, by_label, make_data
+from tests.support.config import write_config
+from tests.support.evaluation import SECRET, Data, by_label, make_data
+from tests.support.fakeserver import FakeLLMServer, RecordedRequest, server_error
+from tests.support.loop import wait_for
+from tests.support.processes import killed_cli
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"anthropic": "claude-haiku-4-5", "openai": "gpt-4o-mini"}
 
 
@@ -192,7 +189,7 @@ def test_an_entry_that_errors_is_resubmitted_alone(wire: str, tmp_path: Path) ->
 
 
 def test_expired_entries_are_resubmitted_and_give_up_as_infrastructure_errors(tmp_path: Path) -> None:
-    from tests.fakeserver import expired
+    from tests.support.fakeserver import expired
 
     data = make_data(tmp_path)
     configure(data, "anthropic")
@@ -296,23 +293,14 @@ def test_kill_9_with_a_batch_pending_then_the_same_eval_collects_it(tmp_path: Pa
     configure(data, "openai")
     with FakeLLMServer(default=by_label(data), batch_polls=10**9) as server:
         args = eval_args(data, server, "openai", tmp_path / "out", "--batch")
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        proc = subprocess.Popen([sys.executable, "-m", "optimizer.cli", *args], cwd=REPO_ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            from tests.loop.helpers import wait_for
 
+        def submitted_and_polled() -> None:
             wait_for(lambda: len(server.batch_creations) == 1 and batch_rows(data.ws.root)
                      == [(server.batch_creations[0], "submitted")], "the batch to be submitted and recorded", 60)
             wait_for(lambda: sum(r.path.endswith(server.batch_creations[0]) for r in server.requests) >= 2,
                      "the child to poll the batch")
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-        assert proc.returncode == -signal.SIGKILL
+
+        killed_cli(args, submitted_and_polled)
         assert not (tmp_path / "out").exists()
 
         server.end_batches()

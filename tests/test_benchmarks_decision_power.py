@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks import decision_power as dp
 from benchmarks._judge_model import JudgeModel, item_q
-from tests.fakeserver import RecordedRequest
+from tests.support.fakeserver import RecordedRequest
 
 N_ITEMS = 162
 

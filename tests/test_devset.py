@@ -21,8 +21,7 @@ from optimizer.errors import UserError
 from optimizer.models import Label
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.conftest import SAMPLE_DIR
-from tests.data_helpers import (
+from tests.support.data import (
     TYPES,
     FakeItem,
     make_items,
@@ -30,6 +29,7 @@ from tests.data_helpers import (
     write_manifest,
     write_release,
 )
+from tests.support.paths import SAMPLE_DIR
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_import_of_full_form_json_writes_the_blind_projection(ws: Workspace, tmp
 def test_import_reads_trajectories_from_a_top_level_jsonl_when_json_files_are_absent(
     ws: Workspace, tmp_path: Path
 ) -> None:
-    from tests.data_helpers import trajectory_dict
+    from tests.support.data import trajectory_dict
 
     items = make_items(1)
     release = write_release(tmp_path / "src", items, markdown=False)

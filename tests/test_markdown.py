@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from optimizer.devset.markdown import action_string, render_markdown, timestamp_ms_text
 from optimizer.models import Action, Step, Trajectory
-from tests.conftest import SAMPLE_DIR
+from tests.support.paths import SAMPLE_DIR
 
 
 def act(kind: str, **params: Any) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from optimizer.judge.types import VERDICT_SCHEMA, JudgeRequest, ProviderReply, S
 from optimizer.loop.strategies import ProposalError
 from optimizer.loop.strategies.agent import AgentStrategy
 from optimizer.loop.strategies.reflect import ReflectStrategy
-from tests.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply, unauthorized, verdict_reply
-from tests.strategy_helpers import DevFixture, disagreements_for, make_context, make_dev
+from tests.support.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply, unauthorized, verdict_reply
+from tests.support.strategies import DevFixture, disagreements_for, make_context, make_dev
 
 ANTHROPIC_KEY = "sk-ant-test-SECRET-0123456789"
 OPENAI_KEY = "sk-proj-test-SECRET-9876543210"

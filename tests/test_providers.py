@@ -31,7 +31,7 @@ from optimizer.judge.types import (
     Sampling,
     TextPart,
 )
-from tests.fakeserver import (
+from tests.support.fakeserver import (
     DEFAULT_VERDICT,
     FakeLLMServer,
     ToolCall,
@@ -45,8 +45,8 @@ from tests.fakeserver import (
     unauthorized,
     verdict_reply,
 )
-from tests.fakeserver import fake_llm as _fake_llm_fixture
-from tests.fakeserver import fake_llm_factory as _fake_llm_factory_fixture
+from tests.support.fakeserver import fake_llm as _fake_llm_fixture
+from tests.support.fakeserver import fake_llm_factory as _fake_llm_factory_fixture
 
 # The fake-server fixtures, made visible to pytest under their own names.
 fake_llm = _fake_llm_fixture

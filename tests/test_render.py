@@ -19,7 +19,7 @@ from optimizer.judge.render import (
 )
 from optimizer.judge.types import ImagePart, JudgeRequest, TextPart
 from optimizer.models import Step, Trajectory
-from tests.config_helpers import bundled_prompts
+from tests.support.config import bundled_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "prompts"

@@ -25,7 +25,7 @@ from optimizer.cli import main
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import Ledger
 from optimizer.report import token_split
-from tests.tui_support import make_real_run
+from tests.support.tui_runs import make_real_run
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.data import disagreements
 from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
@@ -681,9 +681,9 @@ def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
     import threading
 
     from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
-    from tests.config_helpers import write_config
-    from tests.fakeserver import FakeLLMServer
-    from tests.tui_support import prompt_sensitive_judge
+    from tests.support.config import write_config
+    from tests.support.fakeserver import FakeLLMServer
+    from tests.support.tui_runs import prompt_sensitive_judge
 
     # Nothing cached, so the new run's first judge call reaches the server (and waits there).
     for cache_file in (ws_copy / "experiments").glob("cache.sqlite*"):
@@ -1181,8 +1181,8 @@ def test_live_strip_drops_the_item_count_once_the_candidate_is_decided() -> None
 
 def attribute_run(ws: Path) -> dict[str, Any]:
     """`judgeloop attribute --json` on the run in ``ws`` against the same prompt-sensitive fake judge."""
-    from tests.fakeserver import FakeLLMServer
-    from tests.tui_support import prompt_sensitive_judge
+    from tests.support.fakeserver import FakeLLMServer
+    from tests.support.tui_runs import prompt_sensitive_judge
 
     with FakeLLMServer() as server, pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")

@@ -16,21 +16,12 @@ from optimizer import gitops
 from optimizer.cli import main
 from optimizer.config import JudgeOverrides
 from optimizer.events import Event, Message, StopKind
-from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
+from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.loop.session import RunOptions, start_run
 from optimizer.workspace import Workspace
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, run_loop
-from tests.loop.test_loop_run import assert_clean, latest
-
-
-def hand_edit(root: Path, entry: str) -> str:
-    """Append a library entry's text to the rubric, as a person would; return the new rubric text."""
-    text = {e.id: e.text for e in parse_library((root / LIBRARY_MD).read_text(encoding="utf-8"))}[entry]
-    rubric = root / RUBRIC_MD
-    new = rubric.read_text(encoding="utf-8") + f"\n- {text}\n"
-    rubric.write_text(new, encoding="utf-8")
-    return new
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, run_loop
+from tests.support.scripted import assert_clean, hand_edit, latest
 
 
 def test_a_good_hand_edit_is_judged_and_kept_with_its_message(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,8 +12,8 @@ from optimizer.events import Event, Message, Progress, StopKind
 from optimizer.ledger import Ledger
 from optimizer.loop.session import RunOptions, decide, resume_run, start_run
 from optimizer.workspace import Workspace
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import FakeJudge
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import FakeJudge
 
 
 def options(server: FakeLLMServer, **update: object) -> RunOptions:

@@ -54,7 +54,7 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.fakecache import CacheRequestError, PromptCache
+from tests.support.fakecache import CacheRequestError, PromptCache
 
 Wire = Literal["anthropic", "openai"]
 

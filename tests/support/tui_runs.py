@@ -24,7 +24,7 @@ from optimizer.devset.labels import load_labels
 from optimizer.devset.markdown import action_string
 from optimizer.devset.split import open_split
 from optimizer.workspace import Workspace
-from tests.fakeserver import FakeLLMServer, RecordedRequest, Usage, reply
+from tests.support.fakeserver import FakeLLMServer, RecordedRequest, Usage, reply
 
 
 def _unit(*parts: object) -> float:
@@ -217,7 +217,7 @@ def pin_clock(ledger_path: Path) -> None:
         conn.close()  # the last connection checkpoints the WAL: the copy a test makes is whole
 
 
-if __name__ == "__main__":  # build a demo workspace: python -m tests.tui_support DIR [N]
+if __name__ == "__main__":  # build a demo workspace: python -m tests.support.tui_runs DIR [N]
     import sys
 
     os.environ.setdefault("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
