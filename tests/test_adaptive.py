@@ -221,6 +221,7 @@ def _completions(labels: dict[str, Label], inc_first: dict[str, list[Answer]], s
 
 
 @pytest.mark.parametrize("r", [1, 2])
+@pytest.mark.slow
 def test_the_adaptive_stopping_bound_never_stops_a_candidate_some_completion_would_keep(r: int) -> None:
     rng = random.Random(10 + r)
     stops = keeps_seen = 0

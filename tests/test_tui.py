@@ -671,6 +671,7 @@ def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> Non
 # Driving runs
 
 
+@pytest.mark.slow
 def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
     ws_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1196,6 +1197,7 @@ def attribute_run(ws: Path) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_what_helped_shows_gain_when_kept_beside_contribution_and_opens_the_items(ws_copy: Path) -> None:
     from tui.views import HelpedView
 

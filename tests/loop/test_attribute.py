@@ -43,6 +43,7 @@ def by_experiment(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {row["experiment"]: row for row in result["attribution"]}
 
 
+@pytest.mark.slow
 def test_a_and_b_contribute_ten_items_each_and_a_kept_noop_about_zero(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -132,6 +133,7 @@ def _drop_cache(ws: Path) -> None:
         (ws / "experiments" / f"cache.sqlite{suffix}").unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_budget_stops_cleanly_then_a_rerun_finishes_and_a_third_costs_nothing(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -177,6 +179,7 @@ def _cached_calls(root: Path) -> int:
         conn.close()
 
 
+@pytest.mark.slow
 def test_kill_9_mid_attribution_then_rerun_pays_for_nothing_twice(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
