@@ -391,7 +391,8 @@ def test_the_loop_runs_with_an_agentic_judge(
         JudgeToolCall("read_steps", {"first": 0, "last": 2}), JudgeToolCall("view_screenshots", {"steps": [0, 2]}),
         JudgeToolCall("submit_verdict"),
     )}
-    assert exps[1].status in ("kept", "rolled_back")
+    # The baseline is already perfect (kappa 1): the candidate the agentic judge evaluated cannot be kept.
+    assert exps[1].status == "rolled_back" and exps[1].items_evaluated > 0, exps[1].reason
     assert not gitops.is_dirty(data.ws.root)
 
 

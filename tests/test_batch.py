@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from optimizer.cli import build_parser, main
+from optimizer.cli import main
 from optimizer.config import JudgeSection
-from optimizer.evaluation.batch import BatchOptions
+from optimizer.evaluation.batch import EARLY_STOP_NOTE, BatchOptions
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.results import ItemResult
 from optimizer.events import StopKind
 from optimizer.judge.providers.pricing import batch_cost_usd, cost_usd
 from optimizer.judge.types import ProviderReply
@@ -277,12 +278,24 @@ def test_batch_with_the_local_provider_is_one_line_and_a_nonzero_exit(
     assert err.count("\n") == 0 and "--batch needs a provider with a batch API" in err and "drop --batch" in err
 
 
-def test_help_says_early_stopping_does_not_apply_in_batch_mode() -> None:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    for name in ("eval", "run", "confirm"):
-        text = sub.choices[name].format_help()  # type: ignore[attr-defined]
-        assert "--batch" in text and "early stopping does not apply" in " ".join(text.split())
+def test_early_stopping_does_not_apply_in_batch_mode_every_item_is_judged(tmp_path: Path) -> None:
+    """What ``--batch``'s help promises: a stop asked for after the first item ends a direct pass early,
+    and a batch pass judges every item anyway (its calls are paid for once it is sent)."""
+    def stop_at_once(_item: ItemResult) -> bool:
+        return True
+
+    with FakeLLMServer() as server:
+        runs = {}
+        for mode, batch in (("direct", None), ("batch", BatchOptions(poll_s=0.01))):
+            data = make_data(tmp_path / mode)  # its own cache: nothing is served from the other pass
+            server.default = by_label(data)
+            runs[mode] = asyncio.run(evaluate_items(
+                data.ws, data.split, data.prompts, judge_section("openai", server), item_ids=data.split.ids,
+                replicates=1, on_item=stop_at_once, batch=batch,
+            ))
+    assert runs["direct"].stopped_early and len(runs["direct"].items) < len(data.items)
+    assert not runs["batch"].stopped_early and len(runs["batch"].items) == len(data.items)
+    assert EARLY_STOP_NOTE in runs["batch"].notes
 
 
 # --------------------------------------------------------------------------- kill -9 and collect
