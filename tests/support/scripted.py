@@ -10,7 +10,7 @@ import pytest
 
 from optimizer.devset.split import open_split
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library, with_entries
-from optimizer.ledger import Ledger
+from optimizer.ledger import Experiment, Ledger, Run
 from optimizer.loop.strategies import Proposal, ProposalContext
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import commit_all, git, set_toml_key
@@ -20,7 +20,7 @@ def ledger_of(root: Path) -> Ledger:
     return Ledger(root / "experiments" / "ledger.sqlite")
 
 
-def latest(root: Path):
+def latest(root: Path) -> tuple[Run, list[Experiment]]:
     """(run, experiments) of the latest run."""
     with ledger_of(root) as led:
         run = led.latest_run()
@@ -35,6 +35,7 @@ def assert_no_kept_candidate_raised_fpr(root: Path) -> None:
             for exp in led.experiments(run.id):
                 if exp.status != "kept":
                     continue
+                assert exp.parent_id is not None
                 parent = led.get_experiment(exp.parent_id)
                 assert exp.fpr is not None and parent.fpr is not None
                 assert exp.fpr <= parent.fpr, f"kept experiment {exp.id} raised FPR"
