@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
-from tests.loop.helpers import request_texts
+from tests.support.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
+from tests.support.loop import request_texts
 
 UNSTABLE_SHARE = 0.3
 STABLE_RIGHT_SHARE = 0.8

@@ -5,7 +5,7 @@ Part 1, billing. Builds a 162-item split of long items (STEPS steps, a screensho
 tokens each, like AH-D's ~33k), then for each wire (Anthropic Messages with claude-sonnet-4-5, OpenAI
 Chat Completions with gpt-5), each layout and each mode runs a baseline and 10 candidates — each
 candidate adds one rubric rule — with `evaluate_items` through the real SDK against the fake server
-with its prompt cache on (`tests.fakecache.PromptCache`: breakpoints, longest cached prefix, minimum
+with its prompt cache on (`tests.support.fakecache.PromptCache`: breakpoints, longest cached prefix, minimum
 length and TTL for Anthropic; 128-token prefix matching and prompt_cache_key routing for OpenAI).
 ``direct``: one request per item. ``batch``: each pass is one batch (Anthropic Message Batches; OpenAI
 Batch with a JSONL input file), `evaluate_items(batch=...)`. The fake runs batch entries through the
@@ -26,7 +26,7 @@ it). Each cell's ratio is to today's: rubric-first, direct.
 Part 2, decisions. The real loop (`optimizer.loop.session.start_run`, strategy ``library``, the
 configured adaptive policy, patience = the candidates asked for) twice on copies of one sample
 workspace (a 32-item dev split), once direct and once with ``RunOptions(batch=True)`` (what
-``judgeloop run --batch`` passes), per wire, against the fake with a deterministic judge (`tests.loop.helpers.FakeJudge`: the verdict is a function of the item
+``judgeloop run --batch`` passes), per wire, against the fake with a deterministic judge (`tests.support.loop.FakeJudge`: the verdict is a function of the item
 and the library entries in the rubric). Prints every candidate's decision and the judge calls each
 made, whether every decision is identical, and whether every verdict both runs recorded is (a direct
 candidate can stop early, judging fewer items, though calls already in flight still finish and are paid;
@@ -72,11 +72,11 @@ from optimizer.ledger import Ledger
 from optimizer.loop.session import RunOptions, start_run
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.config_helpers import with_layout
-from tests.data_helpers import make_items, write_release
-from tests.fakecache import PromptCache
-from tests.fakeserver import Behaviour, FakeLLMServer, RecordedRequest
-from tests.loop.helpers import FakeJudge, add_small_dev_split, commit_all, make_workspace
+from tests.support.config import with_layout
+from tests.support.data import make_items, write_release
+from tests.support.fakecache import PromptCache
+from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest
+from tests.support.loop import FakeJudge, add_small_dev_split, commit_all, make_workspace
 
 MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5"}
 LAYOUTS = ("rubric-first", "trajectory-first")

@@ -80,8 +80,8 @@ from optimizer.metrics import Answer
 from optimizer.models import Label
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.data_helpers import pair_items, write_release
-from tests.fakeserver import FakeLLMServer
+from tests.support.data import pair_items, write_release
+from tests.support.fakeserver import FakeLLMServer
 
 RUBRIC = "prompts/rubric.md"
 N_PAIRS, N_DOUBLE = 50, 12  # 50 pairs: 100 negatives; 12 pairs keep both positives, 38 one: 62
@@ -445,7 +445,7 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
                     judgements[i] = 1 + rejudge
                 kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop.model_copy(update={"alpha": level}))
                 if result.engine_checked < check_engine and fdr is None:
-                    inc_j = {int(i): [bool(inc_first[i])] + inc_extra.get(int(i), [])[:rejudge] for i in disagree}
+                    inc_j = {int(i): [bool(inc_first[i]), *inc_extra.get(int(i), [])[:rejudge]] for i in disagree}
                     cand_j = {int(i): [bool(cand_first[i])] + cand_extra[int(i)] for i in disagree}
                     engine = engine_adaptive_keep(inc_first, cand_first, inc_j, cand_j, positive, rejudge, alpha)
                     assert engine == kept, "the simulation's adaptive rule and optimizer.decision disagree"

@@ -45,16 +45,16 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optimizer.config import JudgeSection  # noqa: E402
+from optimizer.config import JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.results import EvalRun
-from optimizer.judge import render  # noqa: E402
+from optimizer.judge import render
 from optimizer.judge.prompts import PromptSet
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.data_helpers import make_items, write_manifest, write_release  # noqa: E402
-from tests.fakeserver import DEFAULT_VERDICT, FakeLLMServer, ToolCall, Usage, reply, verdict_reply  # noqa: E402
+from tests.support.data import make_items, write_manifest, write_release
+from tests.support.fakeserver import DEFAULT_VERDICT, FakeLLMServer, ToolCall, Usage, reply, verdict_reply
 
 
 def screenshot(rng: random.Random, path: Path) -> None:
@@ -107,10 +107,10 @@ def timed(ws: Workspace, judge: JudgeSection, ids: list[str], *, fresh_process: 
     return time.perf_counter() - t0, run
 
 
-def agentic_judge(latency: float, usage: Usage, steps: int):  # noqa: ANN201 - a server behaviour
+def agentic_judge(latency: float, usage: Usage, steps: int):
     """Turn 1: read every step and view the first and last screenshots; turn 2: submit a verdict."""
 
-    def behave(request):  # noqa: ANN001, ANN202
+    def behave(request):
         turns = sum(1 for m in request.body["messages"] if m["role"] == "assistant")
         if turns == 0:
             calls = [ToolCall("read_steps", {"first": 0, "last": steps - 1}),

@@ -38,9 +38,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optimizer.config import LoopSection  # noqa: E402
-from optimizer.decision import Counts, decide_counts  # noqa: E402
-from optimizer.metrics import cohen_kappa  # noqa: E402
+from optimizer.config import LoopSection
+from optimizer.decision import Counts, decide_counts
+from optimizer.metrics import cohen_kappa
 
 POSITIVE_SHARE = 62 / 162
 

@@ -1,7 +1,7 @@
 """Chaos soak of `judgeloop run`: an overnight run compressed into minutes, with faults and kills.
 
 The loop (``library`` strategy) runs as its own process on the full 88-item sample dev split against
-the loop tests' deterministic fake judge (tests/loop/helpers.py, OpenAI wire, real SDK), with a
+the loop tests' deterministic fake judge (tests/support/loop.py, OpenAI wire, real SDK), with a
 fault mix injected into judge calls — 429 with ``retry-after``, 500, malformed JSON, hangs past the
 per-call timeout — and is killed with SIGKILL at random moments and resumed with ``--resume``,
 until ``--experiments`` candidates are decided. Then it checks what an overnight user relies on and
@@ -35,10 +35,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optimizer import gitops  # noqa: E402
-from optimizer.ledger import Ledger  # noqa: E402
-from tests.fakeserver import FakeLLMServer, RecordedRequest, hang, malformed, rate_limited, server_error  # noqa: E402
-from tests.loop.helpers import FakeJudge, body_digest, make_workspace, set_toml_key  # noqa: E402
+from optimizer import gitops
+from optimizer.ledger import Ledger
+from tests.support.fakeserver import (
+    FakeLLMServer,
+    RecordedRequest,
+    hang,
+    malformed,
+    rate_limited,
+    server_error,
+)
+from tests.support.loop import FakeJudge, body_digest, make_workspace, set_toml_key
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 2.0
@@ -56,7 +63,7 @@ class ChaosJudge:
         self.faults: collections.Counter[str] = collections.Counter()
         self.answered: collections.Counter[str] = collections.Counter()
 
-    def __call__(self, request: RecordedRequest):  # noqa: ANN204 - a server behaviour
+    def __call__(self, request: RecordedRequest):
         with self.lock:
             roll = self.rng.random()
             kind = self.rng.choice(["429", "500", "malformed", "hang"]) if roll < self.fault_rate else None

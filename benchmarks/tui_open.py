@@ -117,7 +117,7 @@ async def time_open(ws_root: Path, n_experiments: int) -> float:
         return time.perf_counter() - start
 
 
-async def time_scroll(ws_root: Path, n_experiments: int) -> tuple[list[float], list[float], list[float]]:
+async def time_scroll(ws_root: Path) -> tuple[list[float], list[float], list[float]]:
     """Per-keypress wall seconds (key + repaint) for cursor moves and page-downs through the history,
     and the process CPU seconds of every key. Pilot's idle detection sleeps in small steps, so the wall
     figure has a floor of its own; the CPU figure is the work the app did for the key."""
@@ -165,7 +165,7 @@ def main() -> None:
         opens = [asyncio.run(time_open(root, args.experiments)) for _ in range(args.starts)]
         print(f"open → history painted with {args.experiments} rows: median {statistics.median(opens):.2f}s, "
               f"max {max(opens):.2f}s over {len(opens)} starts")
-        moves, pages, cpu = asyncio.run(time_scroll(root, args.experiments))
+        moves, pages, cpu = asyncio.run(time_scroll(root))
         for name, xs in (("cursor down", moves), ("page down", pages), ("CPU per key (all keys)", cpu)):
             xs = sorted(xs)
             print(f"scroll {name}: median {statistics.median(xs) * 1000:.1f} ms, "

@@ -11,9 +11,6 @@ import pytest
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):
     os.environ.pop(_var, None)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_DIR = REPO_ROOT / "devset" / "sample"
-
 
 @pytest.fixture
 def empty_workspace(tmp_path: Path):

@@ -15,8 +15,8 @@ from optimizer.config import OptimizerSection, Price
 from optimizer.errors import UserError
 from optimizer.loop.strategies import ProposalError
 from optimizer.loop.strategies.agent import AgentStrategy
-from tests.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply
-from tests.strategy_helpers import DevFixture, disagreements_for, make_context, make_dev
+from tests.support.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply
+from tests.support.strategies import DevFixture, disagreements_for, make_context, make_dev
 
 OLD = "## Decision rules"
 NEW = "## Decision rules\n\n- A clean execution of a neighbouring request is a failure."
@@ -207,6 +207,5 @@ def test_agent_outage_is_a_proposal_error_and_unknown_model_a_user_error(
         with pytest.raises(ProposalError, match="HTTP 500") as info:
             asyncio.run(AgentStrategy(_anthropic_cfg(server, max_retries=0), {}).propose(make_context(dev, [])))
         assert info.value.calls == 1 and info.value.input_tokens == 100  # the spend before the outage is kept
-    with FakeLLMServer(models=["other-model"]) as server:
-        with pytest.raises(UserError, match="does not know model 'opt-model'"):
-            asyncio.run(AgentStrategy(_anthropic_cfg(server, max_retries=0), {}).propose(make_context(dev, [])))
+    with FakeLLMServer(models=["other-model"]) as server, pytest.raises(UserError, match="does not know model 'opt-model'"):
+        asyncio.run(AgentStrategy(_anthropic_cfg(server, max_retries=0), {}).propose(make_context(dev, [])))

@@ -6,31 +6,29 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from optimizer.cli import build_parser, main
+from optimizer.cli import main
 from optimizer.config import JudgeSection
-from optimizer.evaluation.batch import BatchOptions
+from optimizer.evaluation.batch import EARLY_STOP_NOTE, BatchOptions
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.results import ItemResult
 from optimizer.events import StopKind
 from optimizer.judge.providers.pricing import batch_cost_usd, cost_usd
 from optimizer.judge.types import ProviderReply
 from optimizer.workspace import Workspace
-from tests.config_helpers import write_config
-from tests.fakeserver import FakeLLMServer, RecordedRequest, server_error
-from tests.test_evaluate import SECRET, Data, by_label, make_data
+from tests.support.config import write_config
+from tests.support.evaluation import SECRET, Data, by_label, make_data
+from tests.support.fakeserver import FakeLLMServer, RecordedRequest, server_error
+from tests.support.loop import wait_for
+from tests.support.processes import killed_cli
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"anthropic": "claude-haiku-4-5", "openai": "gpt-4o-mini"}
 
 
@@ -192,7 +190,7 @@ def test_an_entry_that_errors_is_resubmitted_alone(wire: str, tmp_path: Path) ->
 
 
 def test_expired_entries_are_resubmitted_and_give_up_as_infrastructure_errors(tmp_path: Path) -> None:
-    from tests.fakeserver import expired
+    from tests.support.fakeserver import expired
 
     data = make_data(tmp_path)
     configure(data, "anthropic")
@@ -280,12 +278,24 @@ def test_batch_with_the_local_provider_is_one_line_and_a_nonzero_exit(
     assert err.count("\n") == 0 and "--batch needs a provider with a batch API" in err and "drop --batch" in err
 
 
-def test_help_says_early_stopping_does_not_apply_in_batch_mode() -> None:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    for name in ("eval", "run", "confirm"):
-        text = sub.choices[name].format_help()  # type: ignore[attr-defined]
-        assert "--batch" in text and "early stopping does not apply" in " ".join(text.split())
+def test_early_stopping_does_not_apply_in_batch_mode_every_item_is_judged(tmp_path: Path) -> None:
+    """What ``--batch``'s help promises: a stop asked for after the first item ends a direct pass early,
+    and a batch pass judges every item anyway (its calls are paid for once it is sent)."""
+    def stop_at_once(_item: ItemResult) -> bool:
+        return True
+
+    with FakeLLMServer() as server:
+        runs = {}
+        for mode, batch in (("direct", None), ("batch", BatchOptions(poll_s=0.01))):
+            data = make_data(tmp_path / mode)  # its own cache: nothing is served from the other pass
+            server.default = by_label(data)
+            runs[mode] = asyncio.run(evaluate_items(
+                data.ws, data.split, data.prompts, judge_section("openai", server), item_ids=data.split.ids,
+                replicates=1, on_item=stop_at_once, batch=batch,
+            ))
+    assert runs["direct"].stopped_early and len(runs["direct"].items) < len(data.items)
+    assert not runs["batch"].stopped_early and len(runs["batch"].items) == len(data.items)
+    assert EARLY_STOP_NOTE in runs["batch"].notes
 
 
 # --------------------------------------------------------------------------- kill -9 and collect
@@ -296,23 +306,14 @@ def test_kill_9_with_a_batch_pending_then_the_same_eval_collects_it(tmp_path: Pa
     configure(data, "openai")
     with FakeLLMServer(default=by_label(data), batch_polls=10**9) as server:
         args = eval_args(data, server, "openai", tmp_path / "out", "--batch")
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        proc = subprocess.Popen([sys.executable, "-m", "optimizer.cli", *args], cwd=REPO_ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            from tests.loop.helpers import wait_for
 
+        def submitted_and_polled() -> None:
             wait_for(lambda: len(server.batch_creations) == 1 and batch_rows(data.ws.root)
                      == [(server.batch_creations[0], "submitted")], "the batch to be submitted and recorded", 60)
             wait_for(lambda: sum(r.path.endswith(server.batch_creations[0]) for r in server.requests) >= 2,
                      "the child to poll the batch")
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-        assert proc.returncode == -signal.SIGKILL
+
+        killed_cli(args, submitted_and_polled)
         assert not (tmp_path / "out").exists()
 
         server.end_batches()

@@ -43,6 +43,7 @@ def test_batch_mode_bills_half_of_direct_on_every_layout_and_wire(tmp_path: Path
     assert "made 0 calls" in table
 
 
+@pytest.mark.slow
 def test_loop_decides_identically_direct_and_in_batches(tmp_path: Path, keys: None) -> None:
     loops = cc.compare_loops(tmp_path, candidates=3, wires=("openai",), say=lambda _m: None)
     direct, batch = loops["openai"]

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks import decision_power as dp
 from benchmarks._judge_model import JudgeModel, item_q
-from tests.fakeserver import RecordedRequest
+from tests.support.fakeserver import RecordedRequest
 
 N_ITEMS = 162
 
@@ -95,6 +95,7 @@ def test_simulated_noise_keeps_noops_under_literal_far_more_often_than_under_pai
 
 
 @pytest.mark.parametrize("policy", dp.policies_available())
+@pytest.mark.slow
 def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str) -> None:
     # A steady judge: the no-op ties the incumbent (rolled back), the fix of all 12 wrong items is a
     # clean gain every policy keeps; both go through start_run, the SDK and the fake server.

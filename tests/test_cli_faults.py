@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.cli import main
-from tests.loop.helpers import make_workspace
+from tests.support.loop import make_workspace
 
 # Connection refused at once: a command that got as far as judging fails fast (after creating its run).
 DEAD_URL = "http://127.0.0.1:9/v1"

@@ -11,4 +11,3 @@ def test_the_default_judgeloop_toml_parses_to_the_default_config(tmp_path: Path)
     path = tmp_path / "judgeloop.toml"
     path.write_text(DEFAULT_CONFIG_TOML, encoding="utf-8")
     assert load_config(path) == Config()
-

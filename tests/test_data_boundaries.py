@@ -23,8 +23,8 @@ from optimizer.cli import main
 from optimizer.devset.split import open_split
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.data_helpers import FakeItem, make_items, trajectory_dict, write_release
-from tests.fakeserver import FakeLLMServer, RecordedRequest, reply
+from tests.support.data import FakeItem, make_items, trajectory_dict, write_release
+from tests.support.fakeserver import FakeLLMServer, RecordedRequest, reply
 
 OUTSIDE_RGB = (255, 0, 255)  # no screenshot of the fake releases has this colour
 OUTSIDE_SIZE = (40, 30)
@@ -318,7 +318,7 @@ def test_the_optimisers_tools_refuse_a_screenshot_outside_the_split(
     imported: tuple[Workspace, list[FakeItem], Path], kind: str
 ) -> None:
     from optimizer.loop.strategies.tools import ToolState, run_tool
-    from tests.strategy_helpers import DevFixture, make_context
+    from tests.support.strategies import DevFixture, make_context
 
     ws, items, outside = imported
     tamper(kind, ws, items[TARGET], outside)

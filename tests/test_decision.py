@@ -225,7 +225,7 @@ def _evaluation_orders(rng: np.random.Generator, labels: dict[str, Label], n_ord
         orders.append(negs + poss)
     mixed = negatives + positives
     rng.shuffle(mixed)
-    return orders + [mixed]
+    return [*orders, mixed]
 
 
 def test_early_stopping_never_changes_a_decision_on_random_verdict_sets() -> None:

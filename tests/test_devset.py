@@ -21,8 +21,7 @@ from optimizer.errors import UserError
 from optimizer.models import Label
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.conftest import SAMPLE_DIR
-from tests.data_helpers import (
+from tests.support.data import (
     TYPES,
     FakeItem,
     make_items,
@@ -30,6 +29,7 @@ from tests.data_helpers import (
     write_manifest,
     write_release,
 )
+from tests.support.paths import SAMPLE_DIR
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_import_of_full_form_json_writes_the_blind_projection(ws: Workspace, tmp
 def test_import_reads_trajectories_from_a_top_level_jsonl_when_json_files_are_absent(
     ws: Workspace, tmp_path: Path
 ) -> None:
-    from tests.data_helpers import trajectory_dict
+    from tests.support.data import trajectory_dict
 
     items = make_items(1)
     release = write_release(tmp_path / "src", items, markdown=False)
@@ -655,7 +655,7 @@ def test_verify_names_a_corrupt_label_line_and_exits_non_zero(
 def test_verify_reports_a_bad_label_value_and_a_changed_fingerprint(
     imported: tuple[Workspace, list[FakeItem]],
 ) -> None:
-    ws, items = imported
+    ws, _items = imported
     labels = ws.root / "devset/dev/labels.jsonl"
     rows = [json.loads(line) for line in labels.read_text().splitlines()]
     rows[0]["label"] = "maybe"
@@ -724,7 +724,7 @@ def test_split_reads_judge_input_without_labels_and_load_labels_is_separate(
         assert split.trajectory(tid).trajectory_id == tid
         assert split.markdown_text(tid).startswith("# Trajectory Report\n")
     # ... while load_labels refuses clearly.
-    with pytest.raises(UserError, match="labels.jsonl is missing"):
+    with pytest.raises(UserError, match=r"labels\.jsonl is missing"):
         load_labels(split)
 
 

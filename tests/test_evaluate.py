@@ -2,7 +2,7 @@
 
 Two kinds of test. The evaluator's own logic (ordering, the concurrency limit, budgets, early
 stopping) is checked with a small in-test `Provider`. Everything a user would see end to end goes
-through the real ``openai``/``anthropic`` SDK clients against the fake server in tests/fakeserver.py.
+through the real ``openai``/``anthropic`` SDK clients against the fake server in tests/support/fakeserver.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,118 +18,36 @@ import pytest
 from optimizer.cli import main
 from optimizer.cli.progress import StderrProgress
 from optimizer.config import JudgeSection, Price
-from optimizer.devset.importer import import_split
 from optimizer.devset.labels import load_labels
-from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.files import write_results
 from optimizer.evaluation.results import EvalRun, ItemResult
-from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import (
     InfrastructureError,
     JudgeRequest,
-    ProviderReply,
     ProviderTraits,
-    Sampling,
-    TextPart,
 )
 from optimizer.metrics import score
-from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
-from tests.data_helpers import FakeItem, make_items, write_release
-from tests.fakeserver import FakeLLMServer, RecordedRequest, reply, server_error, verdict_reply
-
-SECRET = "sk-test-SECRET-key-0123456789abcdef"
-MODEL = "gpt-4o-mini"
-
-
-def verdict_text(success: bool, mistake: str | None = None) -> str:
-    return json.dumps(
-        {"success": success, "reasoning": "because", "confidence": "high", "mistake_type": mistake}
-    )
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-class Data:
-    """A fresh workspace with a small split whose every item has a distinct instruction."""
-
-    def __init__(self, ws: Workspace, split: Split, items: list[FakeItem]) -> None:
-        self.ws = ws
-        self.split = split
-        self.items = items
-        self.by_instruction = {item.instruction: item for item in items}
-        self.prompts = PromptSet.from_dir(ws.prompts_dir)
-
-    def item_of(self, text: str) -> FakeItem:
-        """The item whose (unique) instruction appears in ``text``."""
-        found = [item for instr, item in self.by_instruction.items() if instr in text]
-        assert len(found) == 1, "each request must name exactly one item's instruction"
-        return found[0]
-
-    def request_item(self, request: JudgeRequest) -> FakeItem:
-        return self.item_of("\n".join(p.text for p in request.parts if isinstance(p, TextPart)))
-
-    def recorded_item(self, recorded: RecordedRequest) -> FakeItem:
-        return self.item_of(json.dumps(recorded.body))
-
-
-def make_data(tmp_path: Path, n_pairs: int = 2, name: str = "tiny") -> Data:
-    ws = init_workspace(tmp_path / "ws")
-    items = make_items(n_pairs)
-    for i, item in enumerate(items):
-        item.instruction = f"{item.instruction} Task number {i:03d}."
-    release = write_release(tmp_path / "release", items)
-    split = import_split(ws, release.root, name, all_items=True, warn=lambda _msg: None)
-    return Data(ws, split, items)
+from tests.support.evaluation import (
+    MODEL,
+    SECRET,
+    Data,
+    InTestProvider,
+    by_label,
+    judge,
+    make_data,
+    verdict_text,
+    write_config,
+)
+from tests.support.fakeserver import FakeLLMServer, RecordedRequest, server_error, verdict_reply
 
 
 @pytest.fixture
 def data(tmp_path: Path) -> Data:
     return make_data(tmp_path)
-
-
-class InTestProvider:
-    """A Provider (judge_types protocol) answering from ``decide(request) -> text | exception``."""
-
-    name = "openai"
-    traits = ProviderTraits()
-
-    def __init__(self, decide: Callable[[JudgeRequest], str | Exception], *, model: str = MODEL, delay: float = 0.0) -> None:
-        self.decide = decide
-        self.model = model
-        self.delay = delay
-        self.calls: list[JudgeRequest] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.closed = False
-
-    async def complete(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> ProviderReply:
-        self.calls.append(request)
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            await asyncio.sleep(self.delay)
-            outcome = self.decide(request)
-        finally:
-            self.in_flight -= 1
-        if isinstance(outcome, Exception):
-            raise outcome
-        return ProviderReply(text=outcome, model=self.model, input_tokens=10_000, output_tokens=200)
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-    def run_notes(self) -> tuple[str, ...]:
-        return ()
-
-
-def judge(**update: Any) -> JudgeSection:
-    return JudgeSection.model_validate({"provider": "openai", "model": MODEL, "max_concurrency": 4, **update})
 
 
 def run_eval(data: Data, provider: Any, **kwargs: Any) -> EvalRun:
@@ -281,22 +198,6 @@ def openai_judge(server: FakeLLMServer, **update: Any) -> JudgeSection:
     return judge(base_url=server.openai_base_url, max_retries=0, timeout_s=10, **update)
 
 
-def by_label(data: Data, *, broken: str | None = None, garbled: str | None = None) -> Callable[[RecordedRequest], Any]:
-    """Server behaviour: right verdict by label; ``broken`` always 500s; ``garbled`` is not JSON."""
-    from tests.fakeserver import Usage
-
-    def behave(recorded: RecordedRequest) -> Any:
-        item = data.recorded_item(recorded)
-        if item.trajectory_id == broken:
-            return server_error(500)
-        usage = Usage(input_tokens=1000, output_tokens=50)
-        if item.trajectory_id == garbled:
-            return reply("I think it worked, probably.", usage=usage)
-        mistake = None if item.label == "positive" else item.mistake_type
-        return reply(verdict_text(item.label == "positive", mistake), usage=usage)
-
-    return behave
-
 
 def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
     data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -417,15 +318,6 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
 
 # --------------------------------------------------------------------------- `judgeloop eval`
 
-
-def write_config(ws: Workspace, server: FakeLLMServer) -> None:
-    text = (ws.root / "judgeloop.toml").read_text()
-    text = text.replace('dev_split = "sample"', 'dev_split = "tiny"')
-    text = text.replace('provider = "local"          #', 'provider = "openai"         #', 1)
-    text = text.replace('model = "smollm2-135m"      #', f'model = "{MODEL}"      #', 1)
-    text = text.replace("max_retries = 4", "max_retries = 0")
-    (ws.root / "judgeloop.toml").write_text(text)
-    assert Workspace.open(ws.root).config.judge.provider == "openai"
 
 
 def test_cmd_eval_json_prints_the_score_keys_and_writes_results(

@@ -14,8 +14,8 @@ from __future__ import annotations
 import anthropic
 import openai
 
-from tests.fakecache import ManualClock, PromptCache
-from tests.fakeserver import FakeLLMServer, reply
+from tests.support.fakecache import ManualClock, PromptCache
+from tests.support.fakeserver import FakeLLMServer, reply
 
 FRAMING_TOKENS = 6
 

@@ -1,4 +1,4 @@
-"""The fake server's prompt cache follows the providers' documented rules (tests/fakecache.py)."""
+"""The fake server's prompt cache follows the providers' documented rules (tests/support/fakecache.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakecache import CacheRequestError, ManualClock, PromptCache
+from tests.support.fakecache import CacheRequestError, ManualClock, PromptCache
 
 EPH_1H = {"type": "ephemeral", "ttl": "1h"}
 EPH = {"type": "ephemeral"}

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.fakeserver import FakeLLMServer
-from tests.test_evaluate import MODEL, make_data
+from tests.support.evaluation import MODEL, make_data
+from tests.support.fakeserver import FakeLLMServer
 
 REPO = Path(__file__).resolve().parents[1]
 

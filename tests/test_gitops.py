@@ -109,7 +109,7 @@ def test_commit_candidate_refuses_stray_staged_paths_and_empty_change(ws: Worksp
     _edit(ws, "judgeloop.toml", "# sneaky\n")
     with repo_at(ws.root) as repo:
         repo.git.add("judgeloop.toml")
-    with pytest.raises(RuntimeError, match="judgeloop.toml"):
+    with pytest.raises(RuntimeError, match=r"judgeloop\.toml"):
         gitops.commit_candidate(ws, ["prompts/judge.md"], "edit", 1)
 
 

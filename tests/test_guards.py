@@ -147,7 +147,7 @@ def test_a_phrase_already_in_the_old_text_does_not_block_edits() -> None:
 def test_prebuilt_ngram_set_is_accepted_with_its_values() -> None:
     from optimizer.loop.guards import instruction_values
 
-    grams, values = instruction_ngrams(VALUE_INSTRUCTIONS + [INSTRUCTION]), instruction_values(VALUE_INSTRUCTIONS)
+    grams, values = instruction_ngrams([*VALUE_INSTRUCTIONS, INSTRUCTION]), instruction_values(VALUE_INSTRUCTIONS)
     new = JUDGE + "open the spreadsheet in libreoffice calc sort the second\n"
     result = check_candidate({"prompts/judge.md": (JUDGE, new)}, ALLOWED, 200, set(), set(), grams, values)
     assert result.guard == "overfit_copy" and "copies 9 words" in result.reason

@@ -13,7 +13,7 @@ import pytest
 from optimizer.cli import main
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.data_helpers import FakeItem, make_items, write_manifest, write_release
+from tests.support.data import FakeItem, make_items, write_manifest, write_release
 
 
 @pytest.fixture

@@ -324,7 +324,7 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
 
 
 def test_missing_ledger_opened_readonly_says_run_first(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="no ledger yet .* run `judgeloop run` first"):
+    with pytest.raises(UserError, match=r"no ledger yet .* run `judgeloop run` first"):
         Ledger.open_readonly(tmp_path / "experiments" / "ledger.sqlite")
     assert not (tmp_path / "experiments").exists()
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from optimizer.devset.markdown import action_string, render_markdown, timestamp_ms_text
 from optimizer.models import Action, Step, Trajectory
-from tests.conftest import SAMPLE_DIR
+from tests.support.paths import SAMPLE_DIR
 
 
 def act(kind: str, **params: Any) -> dict[str, Any]:
@@ -313,9 +313,7 @@ def expected_ms(stored: Any) -> str | None:
     """The timestamp text by exact decimal arithmetic (the renderer uses float formatting)."""
     if stored is None:
         return None
-    if isinstance(stored, bool | int | float):
-        us = int(stored)
-    elif isinstance(stored, str) and re.fullmatch(r"\s*[+-]?\d+\s*", stored):
+    if isinstance(stored, bool | int | float) or (isinstance(stored, str) and re.fullmatch(r"\s*[+-]?\d+\s*", stored)):
         us = int(stored)
     else:
         return UNREADABLE

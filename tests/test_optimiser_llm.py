@@ -22,8 +22,8 @@ from optimizer.judge.types import VERDICT_SCHEMA, JudgeRequest, ProviderReply, S
 from optimizer.loop.strategies import ProposalError
 from optimizer.loop.strategies.agent import AgentStrategy
 from optimizer.loop.strategies.reflect import ReflectStrategy
-from tests.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply, unauthorized, verdict_reply
-from tests.strategy_helpers import DevFixture, disagreements_for, make_context, make_dev
+from tests.support.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply, unauthorized, verdict_reply
+from tests.support.strategies import DevFixture, disagreements_for, make_context, make_dev
 
 ANTHROPIC_KEY = "sk-ant-test-SECRET-0123456789"
 OPENAI_KEY = "sk-proj-test-SECRET-9876543210"
@@ -154,9 +154,9 @@ def test_rejected_key_and_unknown_model_stop_the_run_naming_the_optimiser(
         server.script(unauthorized())
         with pytest.raises(UserError, match=rf"the optimiser's {provider} key was rejected .*HTTP 401.*check {env}"):
             asyncio.run(ReflectStrategy(_optimiser(server, provider), {}).propose(make_context(dev, [])))
-    with FakeLLMServer(models=["other-model"]) as server:
-        with pytest.raises(UserError, match=r"the optimiser's .* does not know model .*fix \[optimizer\] model"):
-            asyncio.run(ReflectStrategy(_optimiser(server, provider), {}).propose(make_context(dev, [])))
+    with FakeLLMServer(models=["other-model"]) as server, \
+            pytest.raises(UserError, match=r"the optimiser's .* does not know model .*fix \[optimizer\] model"):
+        asyncio.run(ReflectStrategy(_optimiser(server, provider), {}).propose(make_context(dev, [])))
 
 
 def test_an_unreachable_optimiser_server_is_a_proposal_error_not_a_user_error(keys: None, dev: DevFixture) -> None:
@@ -166,7 +166,7 @@ def test_an_unreachable_optimiser_server_is_a_proposal_error_not_a_user_error(ke
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     cfg = OptimizerSection(provider="openai", model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
-    with pytest.raises(ProposalError, match="the optimiser's openai model 'm' .*connection failed") as info:
+    with pytest.raises(ProposalError, match=r"the optimiser's openai model 'm' .*connection failed") as info:
         asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, [])))
     assert info.value.calls == 0 and info.value.cost_usd == 0.0
 

@@ -1,5 +1,5 @@
 """Cache-friendly judge requests (``layout = "trajectory-first"``) and their accounting, through the
-real SDKs against the fake server with its prompt cache on (`tests.fakecache`)."""
+real SDKs against the fake server with its prompt cache on (`tests.support.fakecache`)."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ from optimizer.judge.types import VERDICT_SCHEMA, ProviderReply, Sampling, TextP
 from optimizer.loop.guards import check_candidate
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.config_helpers import with_layout
-from tests.data_helpers import make_items, write_release
-from tests.fakecache import ManualClock, PromptCache, _openai_boundaries, text_tokens
-from tests.fakeserver import FakeLLMServer, Usage, verdict_reply
-from tests.fakeserver import fake_llm as _fake_llm_fixture
+from tests.support.config import with_layout
+from tests.support.data import make_items, write_release
+from tests.support.fakecache import ManualClock, PromptCache, _openai_boundaries, text_tokens
+from tests.support.fakeserver import FakeLLMServer, Usage, verdict_reply
+from tests.support.fakeserver import fake_llm as _fake_llm_fixture
 
 fake_llm = _fake_llm_fixture
 

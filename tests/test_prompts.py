@@ -116,7 +116,7 @@ def test_unclosed_protected_region_is_an_error_with_its_line(prompts_dir: Path) 
 
 def test_missing_file_is_a_user_error(prompts_dir: Path) -> None:
     (prompts_dir / "judge.toml").unlink()
-    with pytest.raises(UserError, match="judge.toml is missing"):
+    with pytest.raises(UserError, match=r"judge\.toml is missing"):
         PromptSet.from_dir(prompts_dir)
 
 

@@ -24,8 +24,8 @@ from optimizer.judge.providers._common import _BLOB_NONCE, BodyBlobs, encode_jso
 from optimizer.judge.providers.anthropic_provider import AnthropicProvider
 from optimizer.judge.providers.openai_provider import OpenAIProvider
 from optimizer.judge.types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
-from tests.fakeserver import FakeLLMServer, rate_limited
-from tests.fakeserver import fake_llm as _fake_llm_fixture
+from tests.support.fakeserver import FakeLLMServer, rate_limited
+from tests.support.fakeserver import fake_llm as _fake_llm_fixture
 
 fake_llm = _fake_llm_fixture
 

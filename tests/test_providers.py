@@ -31,7 +31,7 @@ from optimizer.judge.types import (
     Sampling,
     TextPart,
 )
-from tests.fakeserver import (
+from tests.support.fakeserver import (
     DEFAULT_VERDICT,
     FakeLLMServer,
     ToolCall,
@@ -45,8 +45,8 @@ from tests.fakeserver import (
     unauthorized,
     verdict_reply,
 )
-from tests.fakeserver import fake_llm as _fake_llm_fixture
-from tests.fakeserver import fake_llm_factory as _fake_llm_factory_fixture
+from tests.support.fakeserver import fake_llm as _fake_llm_fixture
+from tests.support.fakeserver import fake_llm_factory as _fake_llm_factory_fixture
 
 # The fake-server fixtures, made visible to pytest under their own names.
 fake_llm = _fake_llm_fixture
@@ -280,7 +280,7 @@ def test_missing_openai_key_for_the_openai_api_is_a_user_error() -> None:
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_rejected_key_is_a_user_error(provider: str, keys: None, fake_llm: FakeLLMServer) -> None:
     fake_llm.script(unauthorized())
-    with pytest.raises(UserError, match="was rejected .*HTTP 401"):
+    with pytest.raises(UserError, match=r"was rejected .*HTTP 401"):
         run(one_call(section(provider, fake_llm)))
 
 
@@ -288,7 +288,7 @@ def test_keyless_compatible_server_that_wants_a_key_says_the_variable_is_unset(
     fake_llm: FakeLLMServer,
 ) -> None:
     fake_llm.script(unauthorized())
-    with pytest.raises(UserError, match="OPENAI_API_KEY is not set but .* requires a key"):
+    with pytest.raises(UserError, match=r"OPENAI_API_KEY is not set but .* requires a key"):
         run(one_call(section("openai", fake_llm)))
 
 
@@ -302,7 +302,7 @@ def _closed_port() -> int:
 def test_unreachable_base_url_on_the_first_call_is_a_user_error(provider: str, keys: None) -> None:
     url = f"http://127.0.0.1:{_closed_port()}" + ("/v1" if provider == "openai" else "")
     judge = JudgeSection(provider=provider, model="m", base_url=url, max_retries=0, timeout_s=2)
-    with pytest.raises(UserError, match="cannot connect to .*start the server or fix --base-url"):
+    with pytest.raises(UserError, match=r"cannot connect to .*start the server or fix --base-url"):
         run(one_call(judge))
 
 

@@ -20,7 +20,7 @@ from optimizer.judge.render import (
 )
 from optimizer.judge.types import ImagePart, JudgeRequest, TextPart
 from optimizer.models import Step, Trajectory
-from tests.config_helpers import bundled_prompts
+from tests.support.config import bundled_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "prompts"
@@ -324,7 +324,7 @@ def test_elision_summary_counts_the_actions(tmp_path: Path) -> None:
     assert line == (
         f"[steps {a}–{b} omitted: {b - a + 1} actions ({kinds.count('click')} click, {kinds.count('type')} type)]"
     )
-    assert 0 < a and b < 29
+    assert a > 0 and b < 29
 
 
 def test_impossible_budget_keeps_goal_and_ends_and_says_so(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -116,7 +117,7 @@ def test_every_json_is_a_blind_valid_trajectory_and_markdown_matches(sample: Pat
         assert traj.trajectory_id == tid
         assert [s.step_id for s in traj.steps] == list(range(len(traj.steps)))
         stamps = [s.timestamp_us for s in traj.steps]
-        assert all(a is not None and b is not None and a < b for a, b in zip(stamps, stamps[1:], strict=False))
+        assert all(a is not None and b is not None and a < b for a, b in itertools.pairwise(stamps))
         assert (md_dir / f"{tid}.md").read_text(encoding="utf-8") == render_markdown(traj)
 
 

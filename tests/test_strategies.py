@@ -19,8 +19,8 @@ from optimizer.loop.strategies.common import balanced_sample, rng_for, splice_se
 from optimizer.loop.strategies.library import LibraryStrategy, classify, tried_sets
 from optimizer.loop.strategies.reflect import ReflectStrategy, build_user_message
 from optimizer.loop.strategies.tools import ToolState, run_tool
-from tests.fakeserver import FakeLLMServer, Usage, error, reply
-from tests.strategy_helpers import DevFixture, disagreements_for, make_context, make_dev
+from tests.support.fakeserver import FakeLLMServer, Usage, error, reply
+from tests.support.strategies import DevFixture, disagreements_for, make_context, make_dev
 
 
 @pytest.fixture(scope="module")

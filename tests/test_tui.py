@@ -7,6 +7,7 @@ replicates) feeds every read-only test; tests that write (reviews, runs, STOP) w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from optimizer.cli import main
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import Ledger
 from optimizer.report import token_split
-from tests.tui_support import make_real_run
+from tests.support.tui_runs import make_real_run
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.data import disagreements
 from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
@@ -671,6 +672,7 @@ def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> Non
 # Driving runs
 
 
+@pytest.mark.slow
 def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
     ws_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -681,9 +683,9 @@ def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
     import threading
 
     from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
-    from tests.config_helpers import write_config
-    from tests.fakeserver import FakeLLMServer
-    from tests.tui_support import prompt_sensitive_judge
+    from tests.support.config import write_config
+    from tests.support.fakeserver import FakeLLMServer
+    from tests.support.tui_runs import prompt_sensitive_judge
 
     # Nothing cached, so the new run's first judge call reaches the server (and waits there).
     for cache_file in (ws_copy / "experiments").glob("cache.sqlite*"):
@@ -767,10 +769,8 @@ def app_strip(app: JudgeloopApp) -> str:
 
 
 def _alive(pid: int) -> bool:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reap it if it is our child and has ended
-    except ChildProcessError:
-        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -1181,8 +1181,8 @@ def test_live_strip_drops_the_item_count_once_the_candidate_is_decided() -> None
 
 def attribute_run(ws: Path) -> dict[str, Any]:
     """`judgeloop attribute --json` on the run in ``ws`` against the same prompt-sensitive fake judge."""
-    from tests.fakeserver import FakeLLMServer
-    from tests.tui_support import prompt_sensitive_judge
+    from tests.support.fakeserver import FakeLLMServer
+    from tests.support.tui_runs import prompt_sensitive_judge
 
     with FakeLLMServer() as server, pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
@@ -1196,6 +1196,7 @@ def attribute_run(ws: Path) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_what_helped_shows_gain_when_kept_beside_contribution_and_opens_the_items(ws_copy: Path) -> None:
     from tui.views import HelpedView
 

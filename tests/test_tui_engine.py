@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from optimizer.ledger import Ledger
-from tests.tui_support import make_real_run
+from tests.support.tui_runs import make_real_run
 from tui import runs
 
 

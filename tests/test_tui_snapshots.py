@@ -22,7 +22,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from optimizer.cli import main
 from optimizer.evaluation import judging
-from tests.tui_support import make_snapshot_workspace
+from tests.support.tui_runs import make_snapshot_workspace
 
 SIZE = "120x36"
 SCREENS = ("history", "experiment", "item", "helped")

@@ -48,6 +48,7 @@ def test_init_refuses_a_non_empty_folder(tmp_path: Path) -> None:
     assert (tmp_path / "x").read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_engine_does_not_import_textual() -> None:
     import subprocess
     import sys

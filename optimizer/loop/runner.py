@@ -571,7 +571,7 @@ class LoopRunner:
         for path, new in proposal.files.items():
             # One path rule: the guards judge, and the loop writes, the canonical name alone.
             name = allowed_name(path, allowed)
-            if name is None or name != path and name in proposal.files:
+            if name is None or (name != path and name in proposal.files):
                 # Never read a file outside the allowed set: its text would reach the ledger's diff and,
                 # through the history, the optimiser (think devset/*/labels.jsonl). The guard rejects it.
                 changed[path] = ("<not read: outside the allowed files>", new)
@@ -751,35 +751,3 @@ def fmt3(x: float | None) -> str:
 def _one_line(text: str, limit: int = 72) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

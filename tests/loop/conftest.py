@@ -1,5 +1,5 @@
 """Fixtures shared by the loop tests: fresh copies of one ``init --sample`` workspace per module,
-whose dev split is a 32-item subset of the sample (see `tests.loop.helpers.add_small_dev_split`)."""
+whose dev split is a 32-item subset of the sample (see `tests.support.loop.add_small_dev_split`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loop.helpers import add_small_dev_split, make_workspace
+from tests.support.loop import add_small_dev_split, make_workspace
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,8 @@ changes nothing real can still be kept by the literal policy — and must then c
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,96 +18,20 @@ import pytest
 
 from optimizer import gitops
 from optimizer.cli import main
-from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
 from optimizer.loop.strategies import Proposal, ProposalContext
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import FakeJudge, commit_all, git, report_json, run_loop, wait_for
-from tests.loop.test_loop_run import ScriptedStrategy, install, latest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MARKER_A = "Check that every value the instruction names appears in the result, exactly (alpha rule)."
-MARKER_B = "Check that nothing outside the request was changed or sent (bravo rule)."
-NOOP_NOTES = ("Read the whole trajectory before answering.", "Weigh the final screens most.",
-              "Answer only from what the steps show.", "Do not guess what happened off screen.",
-              "Prefer the last screenshot over earlier ones.", "Name the requirement that failed.")
-
-
-def _unit(*parts: object) -> float:
-    digest = hashlib.sha256("\0".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
-
-@dataclass
-class MarkerJudge(FakeJudge):
-    """``MARKER_A`` makes the A items right, ``MARKER_B`` the B items (with ``b_needs_a``, only when
-    ``MARKER_A`` is there too); the noisy positives are right on a coin flip per call; every other dev
-    item is always right."""
-
-    b_needs_a: bool = False
-    calls: dict[tuple[str, str], int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        neg = sorted(self.neg_rank, key=self.neg_rank.__getitem__)
-        pos = sorted(self.pos_rank, key=self.pos_rank.__getitem__)
-        self.a_items = set(neg[:5] + pos[:5])
-        self.b_items = set(neg[5:10] + pos[5:10])
-        self.noisy = set(pos[10:14])
-        self.count_lock = threading.Lock()
-
-    def enabled_in(self, system: str) -> set[str]:
-        marks = {"A"} if MARKER_A in system else set()
-        marks |= {"B"} if MARKER_B in system else set()
-        return marks | {"sys:" + hashlib.sha256(system.encode()).hexdigest()[:16]}
-
-    def correct(self, tid: str, enabled: set[str]) -> bool:
-        if tid in self.a_items:
-            return "A" in enabled
-        if tid in self.b_items:
-            return "B" in enabled and ("A" in enabled or not self.b_needs_a)
-        if tid in self.noisy:
-            prompt = next(e for e in enabled if e.startswith("sys:"))
-            with self.count_lock:
-                n = self.calls.get((tid, prompt), 0)
-                self.calls[(tid, prompt)] = n + 1
-            return _unit(tid, prompt, n) < 0.5
-        return tid in self.neg_rank or tid in self.pos_rank
-
-
-def add_line(line: str = "", *, at: int = 0, replace: tuple[str, str] | None = None
-             ) -> Callable[[ProposalContext], Proposal]:
-    """A proposal that adds the bullet ``line`` under the rubric's ``at``-th heading (edits under different
-    headings do not touch each other's lines), or replaces one line's text."""
-
-    def step(ctx: ProposalContext) -> Proposal:
-        text = ctx.current_files[RUBRIC_MD]
-        if replace is not None:
-            assert replace[0] in text
-            text = text.replace(replace[0], replace[1])
-        else:
-            lines = text.split("\n")
-            headings = [i for i, t in enumerate(lines) if t.startswith("#")]
-            lines.insert(headings[at] + 1, f"\n- {line}")
-            text = "\n".join(lines)
-        return Proposal(files={RUBRIC_MD: text}, rationale=f"rubric: {(line or (replace or ('', ''))[1])[:50]}")
-
-    return step
-
-
-def attribute(root: Path, server: FakeLLMServer, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
-    capsys.readouterr()
-    assert main(["attribute", "-w", str(root), "--provider", "openai", "--base-url", server.openai_base_url,
-                 "--model", "fake-judge", "--concurrency", "8", "--json", *extra]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
-def run_chain(ws: Path, monkeypatch: pytest.MonkeyPatch, judge: MarkerJudge, server: FakeLLMServer,
-              steps: list[Callable[[ProposalContext], Proposal]], *extra: str) -> list[Any]:
-    install(monkeypatch, ScriptedStrategy(steps))
-    assert run_loop(ws, server.openai_base_url, "--policy", "literal", "--max-experiments", str(len(steps)),
-                    "--patience", "50", *extra) == 0
-    return latest(ws)[1]
+from tests.support.attribution import (
+    MARKER_A,
+    MARKER_B,
+    NOOP_NOTES,
+    MarkerJudge,
+    add_line,
+    attribute,
+    run_chain,
+)
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import commit_all, git, report_json, wait_for
+from tests.support.processes import killed_cli
 
 
 def a_b_then_noops() -> list[Callable[[ProposalContext], Proposal]]:
@@ -127,6 +43,7 @@ def by_experiment(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {row["experiment"]: row for row in result["attribution"]}
 
 
+@pytest.mark.slow
 def test_a_and_b_contribute_ten_items_each_and_a_kept_noop_about_zero(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -216,6 +133,7 @@ def _drop_cache(ws: Path) -> None:
         (ws / "experiments" / f"cache.sqlite{suffix}").unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_budget_stops_cleanly_then_a_rerun_finishes_and_a_third_costs_nothing(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -261,6 +179,7 @@ def _cached_calls(root: Path) -> int:
         conn.close()
 
 
+@pytest.mark.slow
 def test_kill_9_mid_attribution_then_rerun_pays_for_nothing_twice(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -268,19 +187,14 @@ def test_kill_9_mid_attribution_then_rerun_pays_for_nothing_twice(
     with FakeLLMServer(default=judge) as server:
         run_chain(ws, monkeypatch, judge, server, [add_line(MARKER_A, at=0), add_line(MARKER_B, at=1)])
         judge.gate_after = len(judge.answered) + 40  # the attribution gets 40 answers, then the server stalls
-        cmd = [sys.executable, "-m", "optimizer.cli", "attribute", "-w", str(ws), "--provider", "openai",
-               "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8"]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
+        args = ["attribute", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+                "--model", "fake-judge", "--concurrency", "8"]
+
+        def cached_and_stalled() -> None:
             wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
             wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+
+        killed_cli(args, cached_and_stalled)
         judge.abandon_gated = True  # the dead process's calls stuck at the gate are dropped, never answered
         judge.gate_after = None
         judge.gate.set()

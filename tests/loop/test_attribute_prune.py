@@ -4,26 +4,22 @@ worktree that a live process is using."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from optimizer import gitops
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import git, wait_for
-from tests.loop.test_attribute import (
+from tests.support.attribution import (
     MARKER_A,
     MARKER_B,
-    REPO_ROOT,
     MarkerJudge,
     add_line,
     attribute,
     run_chain,
 )
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import git, wait_for
+from tests.support.processes import killed_cli
 
 # `judgeloop attribute` as a user runs it, stopped inside the scratch worktree (at its first revert)
 # until it is killed; it writes the worktree's path to argv[1] when it gets there.
@@ -53,19 +49,11 @@ def test_a_kill_9_inside_the_scratch_worktree_is_cleaned_up_by_the_next_attribut
     with FakeLLMServer(default=judge) as server:
         run_chain(ws, monkeypatch, judge, server, [add_line(MARKER_A, at=0), add_line(MARKER_B, at=1)])
         where = tmp_path / "tree.txt"
-        cmd = [sys.executable, "-c", STUCK_ATTRIBUTE, str(where), "attribute", "-w", str(ws), "--provider", "openai",
-               "--base-url", server.openai_base_url, "--model", "fake-judge"]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            wait_for(lambda: where.is_file() and where.read_text() != "", "attribute to reach its scratch worktree", 60)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+        args = [str(where), "attribute", "-w", str(ws), "--provider", "openai",
+                "--base-url", server.openai_base_url, "--model", "fake-judge"]
+        killed_cli(args, lambda: wait_for(lambda: where.is_file() and where.read_text() != "",
+                                          "attribute to reach its scratch worktree", 60),
+                   launcher=("-c", STUCK_ATTRIBUTE))
         tree = Path(where.read_text())
         # What the kill left: the worktree recorded in git, its folder on disk.
         assert tree.is_dir() and str(tree) in worktrees(ws)

@@ -3,21 +3,16 @@ SDK against the fake server); recorded in the ledger; ``--resume`` after ``kill 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from optimizer.ledger import Ledger
 from optimizer.vocab import StageKind
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import FakeJudge, commit_all, run_loop, wait_for
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import FakeJudge, commit_all, run_loop, wait_for
+from tests.support.processes import killed_cli
 from tui.watch import LiveState, apply_events
-
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout the subprocess must import
 
 
 def poll_fast(root: Path) -> None:
@@ -72,27 +67,20 @@ def test_kill_9_with_a_run_batch_pending_then_resume_collects_it(ws: Path) -> No
     poll_fast(ws)
     judge = FakeJudge(ws)
     with FakeLLMServer(default=judge, batch_polls=10**9) as server:
-        cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(ws), "--provider", "openai",
-               "--base-url", server.openai_base_url, "--model", "fake-judge", "--strategy", "library",
-               "--max-experiments", "1", "--batch"]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            def recorded() -> bool:
-                if not (ws / "experiments" / "ledger.sqlite").exists() or not server.batch_creations:
-                    return False
-                return [b[1] for b in outcome(ws)[1]] == server.batch_creations[:1]
+        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+                "--model", "fake-judge", "--strategy", "library", "--max-experiments", "1", "--batch"]
 
+        def recorded() -> bool:
+            if not (ws / "experiments" / "ledger.sqlite").exists() or not server.batch_creations:
+                return False
+            return [b[1] for b in outcome(ws)[1]] == server.batch_creations[:1]
+
+        def submitted_and_polled() -> None:
             wait_for(recorded, "the baseline's batch to be submitted and recorded", 60)
             wait_for(lambda: sum(r.path.endswith(server.batch_creations[0]) for r in server.requests) >= 2,
                      "the run to poll its batch")
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-        assert proc.returncode == -signal.SIGKILL
+
+        killed_cli(args, submitted_and_polled)
         pending = server.batch_creations[0]
         server.end_batches()
         server.batch_polls = 1

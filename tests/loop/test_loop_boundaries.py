@@ -20,9 +20,9 @@ from optimizer.judge.prompts import JUDGE_TOML, LIBRARY_END, RUBRIC_MD
 from optimizer.loop.runner import LoopRunner
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.paths import MAX_PROMPT_FILE_CHARS
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import GOOD_ENTRY, FakeJudge, commit_all, git, run_loop, set_toml_key
-from tests.loop.test_loop_run import ScriptedStrategy, Step, assert_clean, install, latest, toggle
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, git, run_loop, set_toml_key
+from tests.support.scripted import ScriptedStrategy, Step, assert_clean, install, latest, toggle
 
 
 def add_to_rubric(line: str) -> Step:

@@ -25,8 +25,8 @@ from optimizer import gitops
 from optimizer.cli import main
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
-from tests.fakeserver import FakeLLMServer, RecordedRequest
-from tests.loop.helpers import (
+from tests.support.fakeserver import FakeLLMServer, RecordedRequest
+from tests.support.loop import (
     GOOD_ENTRY,
     FakeJudge,
     body_digest,
@@ -36,9 +36,9 @@ from tests.loop.helpers import (
     stop_after_baseline,
     wait_for,
 )
-from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
+from tests.support.paths import REPO_ROOT
+from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout the subprocess must import
 PRICES = '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'  # US dollars per million tokens
 
 

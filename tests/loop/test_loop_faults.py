@@ -23,8 +23,8 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.ledger import Ledger
-from tests.fakeserver import FakeLLMServer, RecordedRequest
-from tests.loop.helpers import FakeJudge, run_loop
+from tests.support.fakeserver import FakeLLMServer, RecordedRequest
+from tests.support.loop import FakeJudge, run_loop
 
 URL_ARGS = ["--provider", "openai", "--model", "fake-judge"]
 

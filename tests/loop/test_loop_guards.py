@@ -11,9 +11,9 @@ from optimizer.devset.split import open_split
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.workspace import Workspace
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import GOOD_ENTRY, FakeJudge, run_loop
-from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import GOOD_ENTRY, FakeJudge, run_loop
+from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
 
 
 def test_an_obfuscated_dev_id_and_a_typed_dev_value_are_guard_rejected(

@@ -17,9 +17,9 @@ from optimizer.devset.split import open_split
 from optimizer.ledger import Ledger
 from optimizer.scaffold import bundled_dir
 from optimizer.workspace import Workspace
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import FakeJudge, commit_all, run_loop, set_toml_key
-from tests.loop.test_loop_run import GOOD_ENTRY, ScriptedStrategy, install, toggle
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, run_loop, set_toml_key
+from tests.support.scripted import ScriptedStrategy, install, toggle
 
 
 def import_held(root: Path, ids: list[str], *, hold_out: bool = True) -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from optimizer import gitops
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
-from tests.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, ToolCall, Usage, reply
-from tests.loop.helpers import GOOD_ENTRY, FakeJudge, commit_all, labels_of, run_loop
-from tests.loop.test_loop_run import assert_clean, latest
+from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, ToolCall, Usage, reply
+from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, labels_of, run_loop
+from tests.support.scripted import assert_clean, latest
 
 OLD = "## Decision rules"
 

@@ -16,21 +16,12 @@ from optimizer import gitops
 from optimizer.cli import main
 from optimizer.config import JudgeOverrides
 from optimizer.events import Event, Message, StopKind
-from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
+from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.loop.session import RunOptions, start_run
 from optimizer.workspace import Workspace
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, run_loop
-from tests.loop.test_loop_run import assert_clean, latest
-
-
-def hand_edit(root: Path, entry: str) -> str:
-    """Append a library entry's text to the rubric, as a person would; return the new rubric text."""
-    text = {e.id: e.text for e in parse_library((root / LIBRARY_MD).read_text(encoding="utf-8"))}[entry]
-    rubric = root / RUBRIC_MD
-    new = rubric.read_text(encoding="utf-8") + f"\n- {text}\n"
-    rubric.write_text(new, encoding="utf-8")
-    return new
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, run_loop
+from tests.support.scripted import assert_clean, hand_edit, latest
 
 
 def test_a_good_hand_edit_is_judged_and_kept_with_its_message(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,7 +50,7 @@ def test_a_hand_edit_that_raises_fpr_is_rolled_back_and_kept_under_the_rejected_
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--strategy", "manual") == 0
     out = capsys.readouterr().out
-    run, exps = latest(ws)
+    _run, exps = latest(ws)
     assert [(e.seq, e.status) for e in exps] == [(0, "baseline"), (1, "rolled_back")]
     assert exps[1].rationale == f"a hand edit of {RUBRIC_MD}"
     assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == before  # the tree is back on the incumbent
@@ -123,7 +114,7 @@ def test_a_leftover_stop_file_is_removed_with_a_message_and_the_edit_is_judged(
         assert run_loop(ws, server.openai_base_url, "--strategy", "manual") == 0
     out = capsys.readouterr().out
     assert "removed a leftover experiments/STOP (it predates this run)" in out
-    run, exps = latest(ws)
+    _run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "kept"]
     assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == new
     assert not (ws / "experiments" / "STOP").exists()
@@ -138,7 +129,7 @@ def test_a_manual_edit_the_guards_reject_goes_back_into_the_working_tree(
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--strategy", "manual") == 0
     out = capsys.readouterr().out
-    run, exps = latest(ws)
+    _run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "guard_rejected"]
     assert "unknown placeholder {{expected_text}}" in (exps[1].reason or "")
     assert rubric.read_text(encoding="utf-8") == new

@@ -6,11 +6,7 @@ split is a 32-item subset, a deterministic fake judge, the real openai SDK.
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +15,8 @@ from optimizer import gitops
 from optimizer.cli import main
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import (
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import (
     BAD_ENTRY,
     GOOD_ENTRY,
     FakeJudge,
@@ -29,9 +25,8 @@ from tests.loop.helpers import (
     run_loop,
     wait_for,
 )
-from tests.loop.test_loop_run import ScriptedStrategy, assert_clean, install, latest, toggle
-
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout the subprocess must import
+from tests.support.processes import killed_cli
+from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
 
 
 def _cached_calls(root: Path) -> int:
@@ -68,25 +63,18 @@ def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> No
     judge.gate_after = n_items + 10  # the baseline and 10 candidate calls are answered, then the server stalls
     judge.delay_s = 0.005
     with FakeLLMServer(default=judge) as server:
-        cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(ws), "--provider", "openai",
-               "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8",
-               "--strategy", "library", "--max-experiments", "2"]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
+        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+                "--model", "fake-judge", "--concurrency", "8", "--strategy", "library", "--max-experiments", "2"]
+
+        def mid_candidate() -> None:
             wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
             wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
             # Every answered call is in the cache before the kill (the rest are stuck at the gate).
             wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
-            answered_before = set(judge.answered)
-            assert len(answered_before) == judge.gate_after
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-        assert proc.returncode == -signal.SIGKILL
+
+        killed_cli(args, mid_candidate)
+        answered_before = set(judge.answered)
+        assert len(answered_before) == judge.gate_after
         judge.abandon_gated = True
         judge.gate.set()  # stalled handlers now answer a dead socket, unrecorded
         judge.gate_after = None
@@ -171,7 +159,7 @@ def test_propose_only_waits_and_decide_keeps_or_discards(
 def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.loop.test_loop_run import priced
+    from tests.support.scripted import priced
 
     strategy = ScriptedStrategy([priced(toggle(GOOD_ENTRY), 0.25)])
     install(monkeypatch, strategy)
@@ -213,7 +201,7 @@ def _rejudging_started(root: Path) -> bool:
 
 
 def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -> None:
-    from tests.loop.test_loop_manual import hand_edit
+    from tests.support.scripted import hand_edit
 
     judge = FakeJudge(ws)
     n_items = len(judge.neg_rank) + len(judge.pos_rank)
@@ -221,22 +209,15 @@ def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -
     judge.gate_after = 2 * n_items + 5
     hand_edit(ws, BAD_ENTRY)  # every positive right, some negatives broken: many items disagree
     with FakeLLMServer(default=judge) as server:
-        cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(ws), "--provider", "openai",
-               "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "4",
-               "--strategy", "manual", "-m", "a hand edit"]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
+        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+                "--model", "fake-judge", "--concurrency", "4", "--strategy", "manual", "-m", "a hand edit"]
+
+        def mid_rejudging() -> None:
             wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
             wait_for(lambda: _rejudging_started(ws), "the re-judging stage")
             wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-        assert proc.returncode == -signal.SIGKILL
+
+        killed_cli(args, mid_rejudging)
         judge.abandon_gated = True
         judge.gate.set()
         judge.gate_after = None

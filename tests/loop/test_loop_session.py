@@ -12,8 +12,8 @@ from optimizer.events import Event, Message, Progress, StopKind
 from optimizer.ledger import Ledger
 from optimizer.loop.session import RunOptions, decide, resume_run, start_run
 from optimizer.workspace import Workspace
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import FakeJudge
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import FakeJudge
 
 
 def options(server: FakeLLMServer, **update: object) -> RunOptions:
@@ -54,6 +54,7 @@ def test_propose_only_waits_then_decide_and_resume(ws: Path) -> None:
     assert again.run_id == first.run_id and again.stop.kind in (StopKind.WAITING, StopKind.PROPOSED)
 
 
+@pytest.mark.slow
 def test_every_call_the_judge_answered_is_on_the_ledger_even_when_candidates_stop_early(ws: Path) -> None:
     # Slow answers and 8 call slots: when a candidate's outcome becomes certain, calls are in flight.
     # The provider bills them, so they must reach the cache and the experiment's calls and cost.

@@ -20,8 +20,8 @@ from optimizer.config import Config, JudgeOverrides, JudgeSection, LoopSection
 from optimizer.errors import UserError
 from optimizer.ledger import Run
 from optimizer.runsettings import RunOverrides, RunSettings
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import (
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import (
     BAD_ENTRY,
     GOOD_ENTRY,
     FakeJudge,
@@ -31,7 +31,7 @@ from tests.loop.helpers import (
     set_toml_key,
     stop_after_baseline,
 )
-from tests.loop.test_loop_run import ScriptedStrategy, _add_heldout_split, install, latest, toggle
+from tests.support.scripted import ScriptedStrategy, add_heldout_split, install, latest, toggle
 
 
 def _stopped_run(root: Path, url: str, *extra: str) -> None:
@@ -79,7 +79,7 @@ def test_resume_after_editing_loop_decides_with_the_runs_own_settings(
         for change in ("alpha 0.1 → 0.5", "rejudge 2 → 0", "fpr_tolerance 0.0 → 0.5", "fdr unset → 0.2"):
             assert change in notes[0]
 
-        base, good, both = exps
+        _base, good, both = exps
         assert good.status == "kept" and both.status == "rolled_back"
         # alpha 0.1 (not 0.5, nor a LORD++ level of fdr 0.2); rejudge 2 (not 0); FPR tolerance 0 (not 0.5).
         assert good.alpha == 0.1 and both.alpha == 0.1
@@ -136,7 +136,7 @@ def _other_judge_in_toml(root: Path, server: FakeLLMServer) -> None:
 def test_attribute_and_confirm_without_judge_flags_use_the_runs_judge(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _add_heldout_split(ws)
+    add_heldout_split(ws)
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
     with FakeLLMServer(default=FakeJudge(ws)) as started, FakeLLMServer(default=FakeJudge(ws)) as configured:
         _other_judge_in_toml(ws, configured)
@@ -154,7 +154,7 @@ def test_attribute_and_confirm_without_judge_flags_use_the_runs_judge(
 def test_base_url_may_move_and_provider_or_model_may_not_for_resume_attribute_and_confirm(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _add_heldout_split(ws)
+    add_heldout_split(ws)
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
     with FakeLLMServer(default=FakeJudge(ws)) as first, FakeLLMServer(default=FakeJudge(ws)) as moved:
         _stopped_run(ws, first.openai_base_url)

@@ -17,6 +17,7 @@ from typing import Any
 
 from optimizer.config import Config, load_config
 from optimizer.workspace import CONFIG_NAME
+from tests.support.paths import REPO_ROOT
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -78,7 +79,7 @@ def bundled_prompts(layout: str = "rubric-first") -> Any:
     """The bundled prompts (``prompts/`` of this checkout) as a `PromptSet` with ``layout`` set."""
     from optimizer.judge.prompts import JUDGE_TOML, PromptSet
 
-    folder = Path(__file__).resolve().parents[1] / "prompts"
+    folder = REPO_ROOT / "prompts"
     files = {f"prompts/{p.name}": p.read_text(encoding="utf-8") for p in folder.iterdir() if p.is_file()}
     files[JUDGE_TOML] = with_layout(files[JUDGE_TOML], layout)
     return PromptSet.from_files(files, source=str(folder))

@@ -24,7 +24,7 @@ from optimizer.devset.labels import load_labels
 from optimizer.devset.markdown import action_string
 from optimizer.devset.split import open_split
 from optimizer.workspace import Workspace
-from tests.fakeserver import FakeLLMServer, RecordedRequest, Usage, reply
+from tests.support.fakeserver import FakeLLMServer, RecordedRequest, Usage, reply
 
 
 def _unit(*parts: object) -> float:
@@ -186,7 +186,7 @@ def make_snapshot_workspace(ws_root: Path) -> None:
     from optimizer import ledger as ledger_module
     from optimizer.cli import main
     from optimizer.devset import importer
-    from tests.fakeserver import Behaviour
+    from tests.support.fakeserver import Behaviour
 
     module = sys.modules[__name__]
     sensitive = prompt_sensitive_judge  # the module's own, before it is replaced below
@@ -250,7 +250,7 @@ def pin_clock(ledger_path: Path) -> None:
         conn.close()  # the last connection checkpoints the WAL: the copy a test makes is whole
 
 
-if __name__ == "__main__":  # build a demo workspace: python -m tests.tui_support DIR [N]
+if __name__ == "__main__":  # build a demo workspace: python -m tests.support.tui_runs DIR [N]
     import sys
 
     os.environ.setdefault("OPENAI_API_KEY", "dummy-key-for-the-fake-server")

@@ -26,7 +26,7 @@ from optimizer.devset.split import open_split
 from optimizer.judge.prompts import LIBRARY_MD, parse_library
 from optimizer.models import Label
 from optimizer.workspace import Workspace
-from tests.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
+from tests.support.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
 
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost"]
 

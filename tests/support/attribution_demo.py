@@ -1,7 +1,7 @@
 """The workspace behind docs/screenshots/helped.png: three hand edits judged one run each
 (`judgeloop run --strategy manual --policy literal`) against `MarkerJudge` — marker A, marker B, then
 harmless notes until the literal policy keeps one by chance — and `judgeloop attribute` over HEAD's
-history. Usage: ``python -m tests.loop.attribution_demo DIR`` (OPENAI_API_KEY set to any value)."""
+history. Usage: ``python -m tests.support.attribution_demo DIR`` (OPENAI_API_KEY set to any value)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 from optimizer.cli import main
 from optimizer.ledger import Ledger
-from tests.fakeserver import FakeLLMServer
-from tests.loop.helpers import add_small_dev_split, make_workspace
-from tests.loop.test_attribute import MARKER_A, MARKER_B, NOOP_NOTES, MarkerJudge
+from tests.support.attribution import MARKER_A, MARKER_B, NOOP_NOTES, MarkerJudge
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import add_small_dev_split, make_workspace
 
 
 def hand_edit(root: Path, line: str, at: int) -> None:

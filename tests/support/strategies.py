@@ -10,7 +10,7 @@ from optimizer.devset.split import Split
 from optimizer.loop.strategies import Disagreement, PastExperiment, ProposalContext
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import Workspace
-from tests.data_helpers import FakeItem, make_items, pair_items, write_release
+from tests.support.data import FakeItem, make_items, pair_items, write_release
 
 ALLOWED = ["prompts/judge.md", "prompts/rubric.md"]
 

@@ -1,4 +1,4 @@
-"""Prompt caching as the providers document it, for the fake LLM server (`tests.fakeserver`).
+"""Prompt caching as the providers document it, for the fake LLM server (`tests.support.fakeserver`).
 
 `PromptCache` turns a request body into the usage a real provider would bill, remembering what
 earlier requests cached. Token counts are the fake's own (text: characters / 4; an image: width x

@@ -34,7 +34,7 @@ Usage::
         server.script(rate_limited(retry_after=0.01), reply('{"success": true, ...}'))
         client = AsyncAnthropic(api_key="k", base_url=server.anthropic_base_url)
 
-or the pytest fixture ``fake_llm`` (import it: ``from tests.fakeserver import fake_llm``).
+or the pytest fixture ``fake_llm`` (import it: ``from tests.support.fakeserver import fake_llm``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.fakecache import CacheRequestError, PromptCache
+from tests.support.fakecache import CacheRequestError, PromptCache
 
 Wire = Literal["anthropic", "openai"]
 
@@ -233,7 +233,7 @@ class FakeLLMServer:
     handler thread outlives a test); benchmarks use it so they time the client, not reconnects.
     ``parse_bodies=False`` records bodies as None (and replies name the model "fake-model") to keep
     JSON decoding of large image requests out of a benchmark's CPU budget. ``prompt_cache``: a
-    `tests.fakecache.PromptCache` that bills replies as the provider's prompt cache would.
+    `tests.support.fakecache.PromptCache` that bills replies as the provider's prompt cache would.
     """
 
     def __init__(
@@ -259,7 +259,7 @@ class FakeLLMServer:
         self.keep_alive = keep_alive
         self.parse_bodies = parse_bodies
         # Off by default (usage is then the scripted one, or a size estimate with no caching): with a
-        # `tests.fakecache.PromptCache`, replies without scripted usage bill what the provider's prompt
+        # `tests.support.fakecache.PromptCache`, replies without scripted usage bill what the provider's prompt
         # cache would, and markers the provider rejects are answered with its 400.
         self.prompt_cache = prompt_cache
         self.requests: list[RecordedRequest] = []
@@ -453,7 +453,7 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body go out as two writes; with Nagle on, the body waits for the client's delayed ACK.
     disable_nagle_algorithm = True
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Silence the default stderr access log."""
 
     # -- request parsing -------------------------------------------------------------------------
@@ -470,7 +470,7 @@ class _Handler(BaseHTTPRequestHandler):
         key_present = False
         for name, value in self.headers.items():
             if name.lower() in SECRET_HEADERS:
-                key_present = key_present or bool(value.strip()) and value.strip().lower() != "bearer"
+                key_present = key_present or (bool(value.strip()) and value.strip().lower() != "bearer")
                 headers[name.lower()] = REDACTED
             else:
                 headers[name.lower()] = value
@@ -502,7 +502,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes ----------------------------------------------------------------------------------
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         request = self._record(None)
         self.fake._record_only(request)
@@ -583,7 +583,7 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         return False
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         if self._batch_post(path):
             return
