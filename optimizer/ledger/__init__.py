@@ -43,23 +43,60 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import secrets
 import socket
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Any
 
 from optimizer import storage
 from optimizer.errors import UserError
 from optimizer.judge.types import JudgeToolCall
+from optimizer.ledger.rows import (
+    _EXPERIMENT_LIST_COLUMNS,
+    _EXPERIMENT_V3_COLUMNS,
+    _EXPERIMENT_V3_DEFAULTS,
+    _EXPERIMENT_V4_COLUMNS,
+    _EXPERIMENT_V4_DEFAULTS,
+    _EXPERIMENT_V6_COLUMNS,
+    _EXPERIMENT_V6_DEFAULTS,
+    _RUN_COLUMNS,
+    Attribution,
+    BatchRow,
+    Confirmation,
+    EditContribution,
+    Event,
+    Experiment,
+    ExperimentOutcome,
+    ItemShare,
+    ItemVerdict,
+    LabelRow,
+    ReplicateVerdict,
+    Review,
+    Run,
+    _dumps,
+    _experiment_from_row,
+    _flips_dict,
+    _intervals_dict,
+    _loads,
+    _metrics_dict,
+    _opt_bool,
+    _opt_int,
+    _run_from_row,
+    _tool_calls,
+    _ts,
+    new_run_id,
+    utc_now,
+)
+from optimizer.ledger.schema import (
+    _TERMINAL_RUN_STATUSES,
+    FLIP_KEYS,
+    SCHEMA_VERSION,
+    create_schema,
+    upgrade_schema,
+)
 from optimizer.vocab import (
     EVENT_KINDS,
     EXPERIMENT_STATUSES,
@@ -79,680 +116,39 @@ if TYPE_CHECKING:
     from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
 
-SCHEMA_VERSION = 7
-# Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
-_V4_EXPERIMENT_COLUMNS = (
-    ("adaptive_keep", "INTEGER"),
-    ("alpha", "REAL"),
-    ("test", "TEXT"),
-    ("rejudge_calls", "INTEGER NOT NULL DEFAULT 0"),
-    ("rejudge_cost_usd", "REAL NOT NULL DEFAULT 0"),
-)
-# Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
-# Schema 6: the judge's prompt-cache reads and writes per experiment.
 
-# The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
-# its tuples, so an unchanged set keeps the same schema text (no migration).
-_TERMINAL_RUN_STATUSES = TERMINAL_RUN_STATUSES
-FLIP_KEYS: tuple[str, ...] = ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")
-
-
-def _in(values: tuple[str, ...]) -> str:
-    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
-
-
-# Batches a run sent through a provider's batch API (`judgeloop run --batch`), recorded before
-# submission (batch_id NULL until the provider answers) so `run --resume` collects them instead of
-# submitting again. custom_ids: JSON list of the judge-call cache keys the batch answers.
-_BATCHES = """
-CREATE TABLE IF NOT EXISTS batches (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL REFERENCES runs(id),
-    experiment_id INTEGER,
-    provider TEXT NOT NULL,
-    endpoint TEXT NOT NULL,
-    model TEXT NOT NULL,
-    batch_id TEXT,
-    status TEXT NOT NULL,
-    custom_ids TEXT NOT NULL,
-    estimate_usd REAL NOT NULL,
-    created TEXT NOT NULL,
-    updated TEXT NOT NULL
-);
-"""
-
-
-_SCHEMA = f"""
-CREATE TABLE runs (
-    id TEXT PRIMARY KEY,
-    created TEXT NOT NULL,
-    finished TEXT,
-    status TEXT NOT NULL CHECK (status IN {_in(RUN_STATUSES)}),
-    strategy TEXT NOT NULL,
-    policy TEXT NOT NULL,
-    split TEXT NOT NULL,
-    split_fingerprint TEXT NOT NULL,
-    start_rev TEXT NOT NULL,
-    branch TEXT NOT NULL,
-    incumbent_experiment INTEGER,
-    budgets TEXT NOT NULL DEFAULT '{{}}',
-    config TEXT NOT NULL DEFAULT '{{}}',
-    pid INTEGER,
-    host TEXT,
-    stop_reason TEXT
-);
-CREATE TABLE experiments (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL REFERENCES runs(id),
-    seq INTEGER NOT NULL,
-    parent_id INTEGER REFERENCES experiments(id),
-    strategy TEXT,
-    created TEXT NOT NULL,
-    finished TEXT,
-    status TEXT NOT NULL CHECK (status IN {_in(EXPERIMENT_STATUSES)}),
-    commit_sha TEXT,
-    files_changed TEXT NOT NULL DEFAULT '[]',
-    insertions INTEGER,
-    deletions INTEGER,
-    diff_text TEXT,
-    rationale TEXT,
-    metrics TEXT,
-    intervals TEXT,
-    flips TEXT,
-    p_value REAL,
-    literal_keep INTEGER,
-    paired_keep INTEGER,
-    decision TEXT,
-    reason TEXT,
-    early_stopped INTEGER NOT NULL DEFAULT 0,
-    items_evaluated INTEGER NOT NULL DEFAULT 0,
-    calls INTEGER NOT NULL DEFAULT 0,
-    cache_hits INTEGER NOT NULL DEFAULT 0,
-    input_tokens INTEGER NOT NULL DEFAULT 0,
-    output_tokens INTEGER NOT NULL DEFAULT 0,
-    cost_usd REAL NOT NULL DEFAULT 0,
-    duration_s REAL,
-    prompt_hash TEXT,
-    optimizer_calls INTEGER NOT NULL DEFAULT 0,
-    optimizer_input_tokens INTEGER NOT NULL DEFAULT 0,
-    optimizer_output_tokens INTEGER NOT NULL DEFAULT 0,
-    optimizer_cost_usd REAL NOT NULL DEFAULT 0,
-    proposal_meta TEXT,
-    adaptive_keep INTEGER,
-    alpha REAL,
-    test TEXT,
-    rejudge_calls INTEGER NOT NULL DEFAULT 0,
-    rejudge_cost_usd REAL NOT NULL DEFAULT 0,
-    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
-    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (run_id, seq)
-);
-CREATE INDEX experiments_by_run ON experiments (run_id, seq);
-CREATE TABLE items (
-    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
-    trajectory_id TEXT NOT NULL,
-    success INTEGER,
-    status TEXT NOT NULL,
-    mistake_type TEXT,
-    unstable INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (experiment_id, trajectory_id)
-) WITHOUT ROWID;
-CREATE TABLE verdicts (
-    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
-    trajectory_id TEXT NOT NULL,
-    replicate INTEGER NOT NULL,
-    success INTEGER,
-    status TEXT NOT NULL,
-    reasoning TEXT,
-    confidence TEXT,
-    mistake_type TEXT,
-    raw TEXT,
-    cached INTEGER NOT NULL DEFAULT 0,
-    cost_usd REAL NOT NULL DEFAULT 0,
-    tools TEXT,
-    PRIMARY KEY (experiment_id, trajectory_id, replicate)
-) WITHOUT ROWID;
-CREATE TABLE run_labels (
-    run_id TEXT NOT NULL REFERENCES runs(id),
-    trajectory_id TEXT NOT NULL,
-    positive INTEGER NOT NULL,
-    mistake_type TEXT,
-    PRIMARY KEY (run_id, trajectory_id)
-) WITHOUT ROWID;
-CREATE TABLE reviews (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    created TEXT NOT NULL,
-    experiment_id INTEGER REFERENCES experiments(id),
-    trajectory_id TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN {_in(REVIEW_KINDS)}),
-    note TEXT NOT NULL DEFAULT '',
-    author TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX reviews_by_item ON reviews (trajectory_id);
-CREATE TABLE events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT,
-    experiment_id INTEGER,
-    created TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN {_in(EVENT_KINDS)}),
-    payload TEXT NOT NULL DEFAULT '{{}}'
-);
-CREATE INDEX events_by_run ON events (run_id, id);
-CREATE TABLE confirmations (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT,
-    split TEXT NOT NULL,
-    created TEXT NOT NULL,
-    revision TEXT NOT NULL,
-    metrics TEXT NOT NULL DEFAULT '{{}}'
-);
-{_BATCHES}"""
-# Schema 7 (`judgeloop attribute`): created with a new ledger and by the 6 → 7 upgrade step.
-_ATTRIBUTION_SCHEMA = """
-CREATE TABLE IF NOT EXISTS attributions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL REFERENCES runs(id),
-    key TEXT NOT NULL,
-    scope TEXT NOT NULL,
-    final_commit TEXT NOT NULL,
-    baseline_commit TEXT NOT NULL,
-    split TEXT NOT NULL,
-    judge TEXT NOT NULL,
-    replicates INTEGER NOT NULL,
-    rejudge INTEGER NOT NULL,
-    alpha REAL NOT NULL,
-    created TEXT NOT NULL,
-    updated TEXT NOT NULL,
-    status TEXT NOT NULL,
-    note TEXT,
-    cost_usd REAL NOT NULL DEFAULT 0,
-    final_vs_baseline TEXT
-);
-CREATE INDEX IF NOT EXISTS attributions_by_run ON attributions (run_id, id);
-CREATE TABLE IF NOT EXISTS attribution_edits (
-    attribution_id INTEGER NOT NULL REFERENCES attributions(id),
-    experiment_id INTEGER NOT NULL,
-    position INTEGER NOT NULL,
-    result TEXT NOT NULL,
-    PRIMARY KEY (attribution_id, experiment_id)
-) WITHOUT ROWID;
-"""
-
-
-
-class BatchRow(BaseModel):
-    """A batch a run sent through a provider's batch API (the ``batches`` table)."""
-
-    id: int
-    run_id: str
-    experiment_id: int | None
-    provider: str
-    endpoint: str
-    model: str
-    batch_id: str | None
-    status: str  # submitting | submitted | collected | abandoned
-    custom_ids: list[str]
-    estimate_usd: float
-    created: str
-
-
-def utc_now() -> datetime:
-    """The current time in UTC, to the second (what every ledger timestamp uses)."""
-    return datetime.now(UTC).replace(microsecond=0)
-
-
-def _ts(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).isoformat(timespec="seconds")
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    """A sortable, unique-enough run id such as ``20261130-031502-ab12`` (UTC time + 4 hex digits)."""
-    now = now or utc_now()
-    return now.astimezone(UTC).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-# ---------------------------------------------------------------------------------------------
-# Row models
-
-
-class Run(BaseModel):
-    id: str
-    created: datetime
-    finished: datetime | None = None
-    status: RunStatus
-    strategy: str
-    policy: str
-    split: str
-    split_fingerprint: str
-    start_rev: str
-    branch: str
-    incumbent_experiment: int | None = None
-    budgets: dict[str, Any] = Field(default_factory=dict)
-    config: dict[str, Any] = Field(default_factory=dict)
-    pid: int | None = None
-    host: str | None = None
-    stop_reason: str | None = None
-
-
-class Experiment(BaseModel):
-    """One candidate (or the baseline, ``seq`` 0).
-
-    ``diff_text`` is None in listings (``Ledger.experiments``); ``get_experiment`` loads it.
-    ``metrics`` holds ``Metrics.model_dump()`` (the protocol metrics plus tp/fn/tn/fp) — None until
-    computed, and for an early-stopped candidate only what was computed. ``intervals`` maps a metric name to a
-    (low, high) pair; ``flips`` maps each of ``FLIP_KEYS`` to trajectory ids.
-    ``calls``/``input_tokens``/``output_tokens`` count the judge's calls, ``optimizer_*`` the optimiser's
-    (tokens in the providers' convention: input excludes cache reads/writes, which the judge's
-    ``cache_read_tokens``/``cache_write_tokens`` count); ``cost_usd`` (US dollars) is the total of both,
-    ``judge_cost_usd`` the judge's part.
-    """
-
-    id: int
-    run_id: str
-    seq: int
-    parent_id: int | None = None
-    strategy: str | None = None
-    created: datetime
-    finished: datetime | None = None
-    status: ExperimentStatus
-    commit_sha: str | None = None
-    files_changed: list[str] = Field(default_factory=list)
-    insertions: int | None = None
-    deletions: int | None = None
-    diff_text: str | None = None
-    rationale: str | None = None
-    metrics: dict[str, Any] | None = None
-    intervals: dict[str, tuple[float, float]] | None = None
-    flips: dict[str, list[str]] | None = None
-    p_value: float | None = None
-    literal_keep: bool | None = None
-    paired_keep: bool | None = None
-    decision: str | None = None
-    reason: str | None = None
-    early_stopped: bool = False
-    items_evaluated: int = 0
-    calls: int = 0
-    cache_hits: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    duration_s: float | None = None
-    prompt_hash: str | None = None
-    optimizer_calls: int = 0
-    optimizer_input_tokens: int = 0
-    optimizer_output_tokens: int = 0
-    optimizer_cost_usd: float = 0.0
-    proposal_meta: dict[str, Any] = Field(default_factory=dict)
-    # The adaptive rule's outcome, the level the deciding test ran at, and the test's record
-    # (`optimizer.decision.AdaptiveTest` as a dict); None on rows decided before schema 4.
-    adaptive_keep: bool | None = None
-    alpha: float | None = None
-    test: dict[str, Any] | None = None
-    # Judge calls (and their cost, US dollars) of the re-judging pass, both prompts; part of calls/cost_usd.
-    rejudge_calls: int = 0
-    rejudge_cost_usd: float = 0.0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    @property
-    def judge_cost_usd(self) -> float:
-        """What the judge's calls cost: the total less the optimiser's part (US dollars)."""
-        return max(0.0, self.cost_usd - self.optimizer_cost_usd)
-
-    def metric(self, name: str) -> float | None:
-        """One metric by its protocol name, or None when it was not computed."""
-        if not self.metrics:
-            return None
-        value = self.metrics.get(name)
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-    @property
-    def kappa(self) -> float | None:
-        return self.metric("kappa")
-
-    @property
-    def fpr(self) -> float | None:
-        return self.metric("fpr")
-
-    @property
-    def balanced_accuracy(self) -> float | None:
-        return self.metric("balanced_accuracy")
-
-    def metrics_model(self) -> Metrics | None:
-        """The stored metrics as a ``metrics.Metrics``, or None when absent or partial."""
-        from optimizer.metrics import Metrics
-
-        if not self.metrics:
-            return None
-        try:
-            return Metrics.model_validate(self.metrics)
-        except ValueError:
-            return None
-
-    @property
-    def diff_stat(self) -> dict[str, int | None]:
-        return {"insertions": self.insertions, "deletions": self.deletions}
-
-    def flip_counts(self) -> dict[str, int]:
-        """How many items moved in each direction against the incumbent (0s when not computed)."""
-        return {k: len((self.flips or {}).get(k, [])) for k in FLIP_KEYS}
-
-
-def _no_usage() -> Usage:
-    # Imported when first needed: the providers' package is not part of opening a ledger (the TUI).
-    from optimizer.judge.providers.pricing import Usage
-
-    return Usage()
-
-
-@dataclass(frozen=True)
-class ExperimentOutcome:
-    """What an experiment ended as, for `Ledger.record_decision` (one value per outcome column).
-
-    ``status`` is also the stored decision. ``metrics``: a ``metrics.Metrics`` (stored with its
-    confusion counts) or a mapping; ``intervals``: metric name → (low, high); ``flips``: a
-    ``metrics.FlipTable`` or a mapping of ``FLIP_KEYS``. ``p_value`` … ``test``: the decision's
-    record (`optimizer.decision.Decision`). ``usage``: the judge's calls, tokens and dollars, every
-    pass included; ``rejudge``: the re-judging passes' part of it; ``extra_cost_usd``: what else the
-    row's total cost counts (the optimiser's proposal; what a resumed evaluation paid before a crash).
-    ``commit_sha``/``prompt_hash`` replace the stored ones only when given.
-    """
-
-    status: ExperimentStatus
-    reason: str | None = None
-    metrics: Any = None
-    intervals: Mapping[str, Any] | None = None
-    flips: Any = None
-    p_value: float | None = None
-    literal_keep: bool | None = None
-    paired_keep: bool | None = None
-    adaptive_keep: bool | None = None
-    alpha: float | None = None
-    test: Mapping[str, Any] | None = None
-    early_stopped: bool = False
-    items_evaluated: int = 0
-    usage: Usage = field(default_factory=_no_usage)
-    cache_hits: int = 0
-    rejudge: Usage = field(default_factory=_no_usage)
-    extra_cost_usd: float = 0.0
-    duration_s: float | None = None
-    commit_sha: str | None = None
-    prompt_hash: str | None = None
-
-    @property
-    def cost_usd(self) -> float:
-        """The row's total: the judge's calls plus ``extra_cost_usd`` (US dollars)."""
-        return self.usage.cost_usd + self.extra_cost_usd
-
-
-class ReplicateVerdict(BaseModel):
-    """One judge call's verdict (one replicate of one item). ``success`` is None when invalid."""
-
-    replicate: int = Field(ge=0)
-    success: bool | None
-    status: AnswerStatus = "ok"
-    reasoning: str = ""
-    confidence: str | None = None
-    mistake_type: str | None = None
-    raw: str | None = None  # the model's text, kept only for parse failures
-    cached: bool = False
-    cost_usd: float = 0.0
-    tools: list[JudgeToolCall] = Field(default_factory=list)  # the agentic judge's tool calls, in order
-
-
-class ItemVerdict(BaseModel):
-    """An item's majority answer in an experiment plus every replicate behind it."""
-
-    trajectory_id: str
-    success: bool | None
-    status: AnswerStatus = "ok"
-    mistake_type: str | None = None
-    unstable: bool = False
-    replicates: list[ReplicateVerdict] = Field(default_factory=list)
-
-
-class LabelRow(BaseModel):
-    """A label as stored for a run; quacks like ``models.Label`` for ``metrics`` (``is_positive``)."""
-
-    trajectory_id: str
-    positive: bool
-    mistake_type: str | None = None
-
-    @property
-    def is_positive(self) -> bool:
-        return self.positive
-
-    @property
-    def label(self) -> str:
-        return "positive" if self.positive else "negative"
-
-
-class Review(BaseModel):
-    id: int
-    created: datetime
-    experiment_id: int | None = None
-    trajectory_id: str
-    kind: ReviewKind
-    note: str = ""
-    author: str = ""
-
-
-class Event(BaseModel):
-    id: int
-    run_id: str | None = None
-    experiment_id: int | None = None
-    created: datetime
-    kind: EventKind
-    payload: dict[str, Any] = Field(default_factory=dict)
-
-
-class Confirmation(BaseModel):
-    id: int
-    run_id: str | None = None
-    split: str
-    created: datetime
-    revision: str
-    metrics: dict[str, Any] = Field(default_factory=dict)
-
-
-class ItemShare(BaseModel):
-    """One item in an attribution: correct / total judgements without the edit and at the end."""
-
-    trajectory_id: str
-    without_correct: int
-    without_total: int
-    final_correct: int
-    final_total: int
-
-    @property
-    def difference(self) -> float:
-        """Share of correct judgements at the end minus without the edit (in items, −1 … 1)."""
-        return self.final_correct / self.final_total - self.without_correct / self.without_total
-
-    def draws(self) -> str:
-        """How it reads: "1/3 → 3/3" (without the edit → at the end)."""
-        return f"{self.without_correct}/{self.without_total} → {self.final_correct}/{self.final_total}"
-
-
-class EditContribution(BaseModel):
-    """What a kept edit still contributes at the end of a run: the final prompts against the final
-    prompts with the edit reverted (``experiment`` None: the whole chain, final against baseline).
-
-    ``items``: Σ over items of (share of correct judgements at the end − without the edit), the
-    disagreeing items re-judged; ``kappa_delta``/``fpr_delta``: final minus without (majority over
-    all judgements; a helpful edit raises kappa and lowers FPR); ``fixed``/``broken``: items right
-    only at the end / only without the edit; ``p_value``: one-sided sign-flip test that the edit
-    helps; ``cost_usd``: what measuring it cost now (US dollars; cached calls are free);
-    ``entangled_with``: kept edits whose lines it shares (its revert conflicts with theirs) and which
-    were reverted together with it — ``reverted`` lists every experiment reverted for the measurement.
-    ``items`` is None when it could not be measured (``note`` says why).
-    """
-
-    experiment: int | None
-    commit: str
-    items: float | None = None
-    kappa_delta: float | None = None
-    fpr_delta: float | None = None
-    fixed: list[str] = Field(default_factory=list)
-    broken: list[str] = Field(default_factory=list)
-    p_value: float | None = None
-    cost_usd: float = 0.0
-    entangled_with: list[int] = Field(default_factory=list)
-    reverted: list[int] = Field(default_factory=list)
-    rejudged: int = 0
-    calls: int = 0
-    cache_hits: int = 0
-    shares: list[ItemShare] = Field(default_factory=list)
-    note: str | None = None
-
-    def public(self) -> dict[str, Any]:
-        """The keys `report --json` and `attribute --json` show for it."""
-        return {
-            "experiment": self.experiment, "commit": self.commit, "items": self.items,
-            "kappa_delta": self.kappa_delta, "fpr_delta": self.fpr_delta, "fixed": self.fixed,
-            "broken": self.broken, "p_value": self.p_value, "cost_usd": self.cost_usd,
-            "entangled_with": self.entangled_with,
-        }
-
-
-class Attribution(BaseModel):
-    """One `judgeloop attribute` of a run; ``edits`` newest kept edit first (measured ones only)."""
-
-    id: int
-    run_id: str
-    key: str
-    scope: Literal["history", "run"]
-    final_commit: str
-    baseline_commit: str
-    split: str
-    judge: str
-    replicates: int
-    rejudge: int
-    alpha: float
-    created: datetime
-    updated: datetime
-    status: Literal["running", "complete", "partial"]
-    note: str | None = None
-    cost_usd: float = 0.0
-    final_vs_baseline: EditContribution | None = None
-    edits: list[EditContribution] = Field(default_factory=list)
-
-    def edit(self, experiment_id: int) -> EditContribution | None:
-        return next((e for e in self.edits if e.experiment == experiment_id), None)
-
-
-# ---------------------------------------------------------------------------------------------
-# Conversions
-
-
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
-def _loads(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
-
-
-def _tool_calls(value: str | None) -> list[JudgeToolCall]:
-    """The ``verdicts.tools`` column: JSON objects, or (rows written before tool calls were data) the
-    trace lines they display as, parsed here once."""
-    if not value:
-        return []
-    return [JudgeToolCall.from_text(c) if isinstance(c, str) else JudgeToolCall.from_json(c) for c in json.loads(value)]
-
-
-def _opt_bool(value: int | None) -> bool | None:
-    return None if value is None else bool(value)
-
-
-def _opt_int(value: bool | None) -> int | None:
-    return None if value is None else int(value)
-
-
-def _metrics_dict(metrics: Metrics | Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Accept a ``metrics.Metrics`` (stored whole: protocol keys plus the confusion counts, so it
-    can be rebuilt with ``Metrics.model_validate``), any pydantic model, or a mapping."""
-    if metrics is None:
-        return None
-    if isinstance(metrics, BaseModel):
-        return metrics.model_dump(mode="json")
-    return dict(metrics)
-
-
-def _flips_dict(flips: Any) -> dict[str, list[str]] | None:
-    """Accept a metrics.FlipTable (attributes) or a mapping with the four FLIP_KEYS."""
-    if flips is None:
-        return None
-    if isinstance(flips, Mapping):
-        return {k: sorted(flips.get(k, [])) for k in FLIP_KEYS}
-    return {k: sorted(getattr(flips, k)) for k in FLIP_KEYS}
-
-
-def _intervals_dict(intervals: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
-    if intervals is None:
-        return None
-    return {k: [float(v[0]), float(v[1])] for k, v in intervals.items()}
-
-
-_RUN_COLUMNS = (
-    "id, created, finished, status, strategy, policy, split, split_fingerprint, start_rev, branch, "
-    "incumbent_experiment, budgets, config, pid, host, stop_reason"
-)
-_EXPERIMENT_LIST_COLUMNS = (
-    "id, run_id, seq, parent_id, strategy, created, finished, status, commit_sha, files_changed, "
-    "insertions, deletions, rationale, metrics, intervals, flips, p_value, literal_keep, paired_keep, "
-    "decision, reason, early_stopped, items_evaluated, calls, cache_hits, input_tokens, output_tokens, "
-    "cost_usd, duration_s, prompt_hash"
-)
-# Added by schema 3; a read-only ledger of an older schema reads them as their defaults.
-_EXPERIMENT_V3_COLUMNS = (
-    "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "proposal_meta",
-)
-_EXPERIMENT_V3_DEFAULTS = ("0", "0", "0", "0.0", "NULL")
-_EXPERIMENT_V4_COLUMNS = tuple(column for column, _ in _V4_EXPERIMENT_COLUMNS)
-_EXPERIMENT_V4_DEFAULTS = ("NULL", "NULL", "NULL", "0", "0.0")
-# Added by schema 6: the judge's prompt-cache reads and writes (tokens, the providers' convention).
-_EXPERIMENT_V6_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
-_EXPERIMENT_V6_DEFAULTS = ("0", "0")
-
-
-def _run_from_row(r: sqlite3.Row) -> Run:
-    d = dict(r)
-    d["budgets"] = _loads(d["budgets"]) or {}
-    d["config"] = _loads(d["config"]) or {}
-    return Run.model_validate(d)
-
-
-def _experiment_from_row(r: sqlite3.Row) -> Experiment:
-    d = dict(r)
-    for key in ("files_changed", "metrics", "intervals", "flips", "proposal_meta", "test"):
-        d[key] = _loads(d[key])
-    d["files_changed"] = d["files_changed"] or []
-    d["proposal_meta"] = d["proposal_meta"] or {}
-    for key in ("literal_keep", "paired_keep", "adaptive_keep"):
-        d[key] = _opt_bool(d[key])
-    d["early_stopped"] = bool(d["early_stopped"])
-    return Experiment.model_validate(d)
-
-
-# The tag the library strategy appended to its rationale before schema 3 recorded its enabled set as
-# data: "[library: +a -b -> enabled {a,c}]". Read once, when a schema-2 ledger is upgraded.
-_OLD_LIBRARY_TAG = re.compile(r"\[library: [^\]]*?-> enabled \{([^}]*)\}\]")
-
-
-def _backfill_library_meta(cur: sqlite3.Cursor) -> None:
-    """Give library experiments of a pre-schema-3 ledger their ``proposal_meta`` from the old tag, so
-    a run resumed across the upgrade still never proposes a set it already tried."""
-    rows = cur.execute(
-        "SELECT id, rationale FROM experiments WHERE strategy = 'library' AND rationale LIKE '%[library: %'"
-    ).fetchall()
-    for experiment_id, rationale in rows:
-        tags = _OLD_LIBRARY_TAG.findall(rationale)
-        if tags:
-            enabled = sorted(x.strip() for x in tags[-1].split(",") if x.strip())
-            cur.execute("UPDATE experiments SET proposal_meta = ? WHERE id = ?",
-                        (_dumps({"library_enabled": enabled}), experiment_id))
-
+__all__ = [
+    "EXPERIMENT_STATUSES",
+    "FLIP_KEYS",
+    "RUN_STATUSES",
+    "SCHEMA_VERSION",
+    "TERMINAL_RUN_STATUSES",
+    "AnswerStatus",
+    "Attribution",
+    "BatchRow",
+    "Confirmation",
+    "EditContribution",
+    "Event",
+    "EventKind",
+    "Experiment",
+    "ExperimentOutcome",
+    "ExperimentStatus",
+    "ItemShare",
+    "ItemVerdict",
+    "JudgeToolCall",
+    "LabelRow",
+    "Ledger",
+    "Metrics",
+    "ReplicateVerdict",
+    "Review",
+    "ReviewKind",
+    "Run",
+    "RunStatus",
+    "create_schema",
+    "new_run_id",
+    "upgrade_schema",
+    "utc_now",
+]
 
 # ---------------------------------------------------------------------------------------------
 # The ledger
@@ -829,45 +225,11 @@ class Ledger:
             with self.transaction() as cur:
                 # Re-check under the write lock: another process may have created it meanwhile.
                 if cur.execute("PRAGMA user_version").fetchone()[0] == 0:
-                    for statement in (_SCHEMA + _ATTRIBUTION_SCHEMA).split(";"):
-                        if statement.strip():
-                            cur.execute(statement)
-                    cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    create_schema(cur)
         elif version < SCHEMA_VERSION:
             with self.transaction() as cur:
                 # Re-read under the write lock (another writer may have upgraded it), then step up.
-                current = cur.execute("PRAGMA user_version").fetchone()[0]
-                if current == 1:
-                    cur.execute("ALTER TABLE verdicts ADD COLUMN tools TEXT")
-                    current = 2
-                if current == 2:
-                    for column, decl in (
-                        ("optimizer_calls", "INTEGER NOT NULL DEFAULT 0"),
-                        ("optimizer_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
-                        ("optimizer_output_tokens", "INTEGER NOT NULL DEFAULT 0"),
-                        ("optimizer_cost_usd", "REAL NOT NULL DEFAULT 0"),
-                        ("proposal_meta", "TEXT"),
-                    ):
-                        cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} {decl}")
-                    _backfill_library_meta(cur)
-                    current = 3
-                if current == 3:
-                    for column, decl in _V4_EXPERIMENT_COLUMNS:
-                        cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} {decl}")
-                    current = 4
-                if current == 4:
-                    cur.execute(_BATCHES)
-                    current = 5
-                if current == 5:
-                    for column in ("cache_read_tokens", "cache_write_tokens"):
-                        cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
-                    current = 6
-                if current == 6:
-                    for statement in _ATTRIBUTION_SCHEMA.split(";"):
-                        if statement.strip():
-                            cur.execute(statement)
-                    current = 7
-                cur.execute(f"PRAGMA user_version = {current}")
+                upgrade_schema(cur)
         self.version = SCHEMA_VERSION
 
     # -- plumbing ---------------------------------------------------------------------------------
