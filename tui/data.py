@@ -189,7 +189,7 @@ def load_history(ledger: Ledger, run_id: str | None = None) -> History:
 def weak_edits(ledger: Ledger, run_id: str) -> frozenset[int]:
     """Kept experiments whose measured contribution at the end is not significant at the attribution's
     alpha (empty before `judgeloop attribute` ran)."""
-    from optimizer.report import significant
+    from optimizer.report.data import significant
 
     attribution = ledger.latest_attribution(run_id)
     if attribution is None:
@@ -227,7 +227,7 @@ def load_helped(ledger: Ledger, run_id: str | None = None) -> Helped:
     """The run's kept edits (newest first) with their gain when kept and their contribution at the end
     from the run's latest attribution (the attribution's edits when there is one; else the kept chain);
     LedgerNotReady if there is no run."""
-    from optimizer.report import gain_when_kept, significant
+    from optimizer.report.data import gain_when_kept, significant
 
     run, _ = run_to_show(ledger, run_id)
     attribution = ledger.latest_attribution(run.id)
@@ -420,7 +420,7 @@ def load_experiment(ledger: Ledger, experiment_id: int) -> ExperimentDetail:
     """One experiment with its diff text and its parent (the incumbent it was compared with)."""
     exp = ledger.get_experiment(experiment_id)
     parent = ledger.get_experiment(exp.parent_id) if exp.parent_id is not None else None
-    from optimizer.report import fp_by_type
+    from optimizer.report.data import fp_by_type
 
     fps = fp_by_type(ledger, ledger.get_run(exp.run_id), exp)
     return ExperimentDetail(experiment=exp, parent=parent, labels=ledger.labels(exp.run_id), fp_by_type=fps)

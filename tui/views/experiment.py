@@ -14,7 +14,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
-from optimizer.report import fp_by_type_line, rejudged_items, test_line, token_split
+from optimizer.report.data import rejudged_items
+from optimizer.report.lines import fp_by_type_line, test_line, token_split
 from tui.data import ExperimentDetail, load_experiment
 from tui.messages import ExperimentLoaded
 from tui.views.base import View, fmt_p, metric_rows, metric_table, status_text

@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Static
 
-from optimizer.report import accounting
+from optimizer.report.data import accounting
 from tui.data import History, HistoryRow, curve_points, fmt, load_history, matches_filter, one_line
 from tui.messages import CompareMarked, ExperimentSelected, HistoryLoaded
 from tui.views.base import View, status_text
