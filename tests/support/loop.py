@@ -119,7 +119,8 @@ _ACTION_RE = re.compile(r"\*\*Action:\*\* `(.*)`")
 
 def request_texts(body: Any) -> tuple[str, str]:
     """(system prompt, concatenated user text) of an OpenAI chat-completions request body."""
-    system, user = "", []
+    system = ""
+    user: list[str] = []
     for message in body.get("messages", []):
         content = message.get("content")
         parts = [content] if isinstance(content, str) else [p.get("text") or "" for p in content or []]
