@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from optimizer.workspace import Workspace
 
 # Never let a developer's real keys or git identity leak into a test.
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):
@@ -13,7 +17,7 @@ for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENA
 
 
 @pytest.fixture
-def empty_workspace(tmp_path: Path):
+def empty_workspace(tmp_path: Path) -> Workspace:
     from optimizer.scaffold import init_workspace
 
     return init_workspace(tmp_path / "ws", sample=False)

@@ -7,6 +7,7 @@ import itertools
 import random
 from collections.abc import Iterator
 from fractions import Fraction
+from typing import cast
 
 import pytest
 
@@ -22,6 +23,7 @@ from optimizer.judge.verdicts import majority
 from optimizer.metrics import Answer, majority_answer
 from optimizer.models import Label, Verdict
 from optimizer.signflip import sign_flip_test
+from optimizer.vocab import MistakeType
 
 ADAPTIVE = LoopSection()  # the default: adaptive, alpha 0.1, rejudge 2
 YES, NO, BAD = Answer(success=True), Answer(success=False), Answer(success=None, status="invalid")
@@ -105,7 +107,7 @@ def test_majority_answer_follows_the_replicate_majority_rule() -> None:
         if not a.usable:
             return None
         return Verdict(success=bool(a.success), reasoning="r", confidence="high",
-                       mistake_type=None if a.success else a.mistake_type or "Critical Mistake")
+                       mistake_type=None if a.success else cast(MistakeType, a.mistake_type or "Critical Mistake"))
 
     typed = Answer(success=False, mistake_type="Bad Side Effect")
     for combo in itertools.product((YES, NO, BAD, typed), repeat=4):
@@ -295,4 +297,4 @@ def test_the_adaptive_test_weights_each_difference_by_its_own_size() -> None:
         cand[t] = [right(labels[t])] * 2 + [wrong(labels[t])]
     d = decide_adaptive(labels, inc, cand, ADAPTIVE, first_pass=1, rejudged=list(labels))
     assert d.test is not None and d.test.statistic == pytest.approx(1 - 8 / 3)
-    assert d.test.p_value == pytest.approx(float(result.p_exact))  # type: ignore[arg-type]
+    assert d.test.p_value == pytest.approx(float(result.p_exact))

@@ -142,13 +142,15 @@ def test_the_endpoint_enters_the_key_only_when_it_is_not_the_default() -> None:
 
 
 def test_provider_endpoint_follows_the_configured_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optimizer.config import JudgeSection
+    from optimizer.config import JudgeSection, ProviderName
     from optimizer.evaluation.cache import provider_endpoint
     from optimizer.judge.providers import make_provider
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
-    for provider, default in (("openai", "https://api.openai.com/v1"), ("anthropic", "https://api.anthropic.com")):
+    defaults: tuple[tuple[ProviderName, str], ...] = (
+        ("openai", "https://api.openai.com/v1"), ("anthropic", "https://api.anthropic.com"))
+    for provider, default in defaults:
         assert provider_endpoint(make_provider(JudgeSection(provider=provider, model="m"))) is None
         assert provider_endpoint(make_provider(JudgeSection(provider=provider, model="m", base_url=default))) is None
         elsewhere = make_provider(JudgeSection(provider=provider, model="m", base_url="http://127.0.0.1:9/v1"))

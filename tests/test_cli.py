@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from optimizer.cli import build_parser, main
+from optimizer.workspace import Workspace
 
 
 def test_workspace_option_goes_before_or_after_the_command(
-    empty_workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    empty_workspace: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = str(empty_workspace.root)
     monkeypatch.chdir(tmp_path)  # not a workspace: only -w can make these work

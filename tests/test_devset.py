@@ -790,6 +790,7 @@ def test_show_prints_goal_steps_thoughts_and_screenshots_but_no_label(
     assert "  action: hotkey Ctrl+s\n" in out
     shot = ws.root / "devset/dev/sandbox/data/media/images" / neg.original_id / "step_3.png"
     assert f"  screenshot: {shot}\n" in out
+    assert neg.paired_id is not None
     for leak in ("negative", "positive", "Critical", "Bad Side Effect", "Misunderstanding", neg.paired_id):
         assert leak not in out
 

@@ -171,7 +171,7 @@ def test_a_near_incumbent_candidate_on_a_large_split_is_checked_the_whole_way() 
     order = [t for t in labels if not labels[t].is_positive] + [t for t in labels if labels[t].is_positive]
     inc_j = {t: [a] for t, a in inc.items()}
     for policy in ("paired", "adaptive"):
-        loop = LoopSection(policy=policy)  # type: ignore[arg-type]
+        loop = LoopSection(policy=policy)
         stopper = EarlyStopper(labels, inc, inc_j, loop)
         so_far: dict[str, Answer] = {}
         stopped_at = None

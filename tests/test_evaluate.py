@@ -530,8 +530,12 @@ def test_a_provider_that_runs_one_call_at_a_time_gets_one_call_slot(tmp_path: Pa
     serial = InTestProvider(lambda r: verdict_text(True), delay=0.01)
     serial.traits = ProviderTraits(max_parallel_calls=1)  # as the local judge declares
     stopped: list[str] = []
-    run = run_eval(data, serial, judge=judge(max_concurrency=4), replicates=2,
-                   on_item=lambda r: stopped.append(r.trajectory_id) or len(stopped) == 2)
+
+    def stop_at_two(r: ItemResult) -> bool:
+        stopped.append(r.trajectory_id)
+        return len(stopped) == 2
+
+    run = run_eval(data, serial, judge=judge(max_concurrency=4), replicates=2, on_item=stop_at_two)
     assert serial.max_in_flight == 1
     # So nothing waits inside the provider when the rule is met: at most the call in flight runs on.
     assert len(serial.calls) <= 2 * 2 + 1 and run.calls_made == len(serial.calls)

@@ -60,7 +60,8 @@ def test_kept_commit_has_final_trailers_and_same_diff(ws: Workspace) -> None:
     gitops.create_run_branch(ws, "r1", base)
     _edit(ws, "prompts/rubric.md", "\n- A new rule.\n")
     changes = gitops.worktree_changes(ws)
-    assert list(changes) == ["prompts/rubric.md"] and changes["prompts/rubric.md"][1].endswith("- A new rule.\n")
+    new_text = changes["prompts/rubric.md"][1]
+    assert list(changes) == ["prompts/rubric.md"] and new_text is not None and new_text.endswith("- A new rule.\n")
     sha = gitops.commit_candidate(ws, ["prompts/rubric.md"], "library: add a rule\n\nwhy it helps", 3)
     pending = gitops.parse_trailers(gitops.commit_message(ws, sha))
     assert pending == {"Judgeloop-Experiment": "3", "Judgeloop-Decision": "pending"}
@@ -96,7 +97,8 @@ def test_rolled_back_commit_is_kept_under_side_ref_and_branch_reset(ws: Workspac
     diff = gitops.diff_against(ws, base, "refs/judgeloop/rejected/7")
     assert "+Be lenient." in diff.text and diff.files_changed == ["prompts/judge.md"]
     assert gitops.parse_trailers(gitops.commit_message(ws, rejected))["Judgeloop-Decision"] == "rolled_back"
-    assert gitops.read_file_at(ws, rejected, "prompts/judge.md").endswith("Be lenient.\n")
+    rejected_text = gitops.read_file_at(ws, rejected, "prompts/judge.md")
+    assert rejected_text is not None and rejected_text.endswith("Be lenient.\n")
     # git log of the branch holds only kept commits: the candidate is not on it
     assert all(s not in (sha, rejected) for s, _ in gitops.branch_log(ws, "judgeloop/r2"))
 
@@ -130,7 +132,8 @@ def test_restore_tree_resets_and_cleans_only_prompts(ws: Workspace) -> None:
 
 def test_read_file_at_missing_path_is_none(ws: Workspace) -> None:
     assert gitops.read_file_at(ws, "HEAD", "prompts/nope.md") is None
-    assert gitops.read_file_at(ws, "HEAD", "judgeloop.toml").startswith("#")
+    config_text = gitops.read_file_at(ws, "HEAD", "judgeloop.toml")
+    assert config_text is not None and config_text.startswith("#")
 
 
 def test_replace_trailers_merges_and_keeps_body() -> None:

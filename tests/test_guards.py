@@ -37,7 +37,7 @@ Answer with JSON: {{"success": bool, "reasoning": str}}.
 """
 
 
-def check(changed: dict[str, tuple[str | None, str | None]], *, max_lines: int = 200):
+def check(changed: dict[str, tuple[str | None, str | None]], *, max_lines: int = 200) -> GuardResult:
     return check_candidate(changed, ALLOWED, max_lines, {TRAJ_ID}, {RECORDING_ID}, [INSTRUCTION])
 
 
@@ -181,7 +181,7 @@ VALUE_INSTRUCTIONS = [
 ]
 
 
-def value_check(old: str, new: str):
+def value_check(old: str, new: str) -> GuardResult:
     return check_candidate({"prompts/rubric.md": (old, new)}, ALLOWED, 200, set(), set(), VALUE_INSTRUCTIONS)
 
 
@@ -303,7 +303,7 @@ def test_an_id_prefix_needs_a_digit_so_ordinary_words_pass() -> None:
     ident = "decade1f-0b2c-4d3e-8f9a-0123456789ab"
     line = "- A decade of dates, a faded cafe: check every date the instruction gives.\n"
 
-    def run(text: str):
+    def run(text: str) -> GuardResult:
         return check_candidate({"prompts/judge.md": (JUDGE, JUDGE + text)}, ALLOWED, 200, {ident}, set(), [])
 
     assert run(line).ok  # "decade", "faded", "cafe" are hex-ish words, but no digit: not an id reference
@@ -390,8 +390,9 @@ def test_ordinary_long_words_and_hashes_are_not_decoded_into_values() -> None:
 def test_a_prebuilt_ngram_set_without_values_is_refused() -> None:
     grams = instruction_ngrams(VALUE_INSTRUCTIONS)
     with pytest.raises(ValueError, match="dev_values"):
+        # The misuse the overloads forbid, made on purpose: the runtime check must catch it too.
         check_candidate({"prompts/rubric.md": ("# Rubric\n", "# Rubric\n- report.pdf\n")}, ALLOWED, 200,
-                        set(), set(), grams)
+                        set(), set(), grams)  # type: ignore[arg-type]
 
 
 # -- trajectory values: what the dev agents typed and where they clicked -------------------------

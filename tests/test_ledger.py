@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,14 +20,16 @@ from optimizer.ledger import (
     LabelRow,
     Ledger,
     ReplicateVerdict,
+    Run,
     new_run_id,
 )
 
 
-def _run(ledger: Ledger, **kw: object):
-    args = dict(strategy="library", policy="paired", split="sample", split_fingerprint="fp", start_rev="abc123")
+def _run(ledger: Ledger, **kw: Any) -> Run:
+    args: dict[str, Any] = dict(
+        strategy="library", policy="paired", split="sample", split_fingerprint="fp", start_rev="abc123")
     args.update(kw)
-    return ledger.create_run(**args)  # type: ignore[arg-type]
+    return ledger.create_run(**args)
 
 
 def _item(tid: str, success: bool | None, reps: int = 3) -> ItemVerdict:
@@ -451,7 +454,7 @@ def test_metrics_model_is_stored_whole_and_rebuilt(tmp_path: Path) -> None:
         run = _run(ledger)
         exp = ledger.start_experiment(run.id, parent_id=None)
         got = ledger.record_decision(exp.id, ExperimentOutcome(status="baseline", metrics=m))
-    assert got.metrics_model() == m and got.kappa == m.kappa and got.metrics["fp"] == 2
+    assert got.metrics_model() == m and got.kappa == m.kappa and got.metrics is not None and got.metrics["fp"] == 2
 
 
 def test_a_file_that_is_not_a_ledger_is_a_user_error(tmp_path: Path) -> None:
@@ -467,7 +470,8 @@ def test_latest_run_is_the_last_created_even_within_one_second(tmp_path: Path) -
     # the same second must still come back newest first (insertion order), whatever their suffixes.
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         ids = [_run(ledger, run_id=f"20261130-050000-{suffix}").id for suffix in ("ffff", "0000", "8888")]
-        assert ledger.latest_run().id == ids[-1]
+        latest = ledger.latest_run()
+        assert latest is not None and latest.id == ids[-1]
         assert [r.id for r in ledger.runs()] == list(reversed(ids))
 
 
@@ -559,7 +563,8 @@ def test_only_recorded_outcomes_emit_a_decision_event_and_narrow_updates_touch_o
             "running", "pending", "evaluating", "c" * 40, 0.05)
         assert got.finished is None and got.optimizer_cost_usd == 0.05
         got = ledger.add_cost(cand.id, Usage(calls=2, input_tokens=300, cache_read_tokens=7, cost_usd=0.5))
-        assert (got.calls, got.input_tokens, got.cache_read_tokens, got.cost_usd) == (2, 300, 7, pytest.approx(0.55))
+        assert (got.calls, got.input_tokens, got.cache_read_tokens) == (2, 300, 7)
+        assert got.cost_usd == pytest.approx(0.55)
         assert (got.status, got.decision, got.commit_sha) == ("running", "pending", "c" * 40)
         # Neither is a decision: no event (the TUI would read "decided: running").
         assert ledger.events_since(last) == []

@@ -61,7 +61,7 @@ def test_local_smollm2_returns_schema_valid_verdicts_and_stops_its_server() -> N
                 assert reply.model == "smollm2-135m" and reply.input_tokens > 0 and reply.output_tokens > 0
                 texts.append(reply.text)
             assert provider.base_url is not None and provider.base_url.startswith("http://127.0.0.1:")
-            assert 1 <= provider.threads <= 4
+            assert provider.threads is not None and 1 <= provider.threads <= 4
         finally:
             await provider.aclose()
         assert provider.base_url is None
@@ -89,7 +89,14 @@ def test_a_real_llama_cpp_server_accepts_the_agentic_conversation_wire_format() 
     from optimizer.judge.agentic import _tool_specs
     from optimizer.judge.providers.local_provider import resolve_gguf
     from optimizer.judge.providers.openai_provider import OpenAIProvider
-    from optimizer.judge.types import AssistantTurn, ToolCall, ToolResult, ToolResults, UserMessage
+    from optimizer.judge.types import (
+        AssistantTurn,
+        ConversationMessage,
+        ToolCall,
+        ToolResult,
+        ToolResults,
+        UserMessage,
+    )
 
     params = xllamacpp.CommonParams()
     params.model.path = str(resolve_gguf("smollm2-135m"))
@@ -101,7 +108,7 @@ def test_a_real_llama_cpp_server_accepts_the_agentic_conversation_wire_format() 
     params.use_jinja = True  # llama.cpp needs it for `tools`
     server = xllamacpp.Server(params)
     base_url = str(server.listening_address).rstrip("/") + "/v1"
-    messages = [
+    messages: list[ConversationMessage] = [
         UserMessage((TextPart("## Goal\n\nRename a.txt to b.txt.\n\n- Step 0: `click(a.txt)`\n- Step 1: `type(b.txt)`"),)),
         AssistantTurn(text="", tool_calls=(ToolCall("call_1", "read_steps", json.dumps({"first": 0, "last": 1})),)),
         ToolResults((ToolResult("call_1", (TextPart("### Step 0\n\nclick(a.txt)\n\n### Step 1\n\ntype(b.txt)"),)),)),

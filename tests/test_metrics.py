@@ -19,15 +19,18 @@ from optimizer.metrics import (
     score,
 )
 from optimizer.models import Label
+from optimizer.vocab import MistakeType
 
-CM, BSE, MIS = "Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"
+CM: MistakeType = "Critical Mistake"
+BSE: MistakeType = "Bad Side Effect"
+MIS: MistakeType = "Misunderstanding of the Instruction"
 
 
 def pos(tid: str) -> Label:
     return Label(trajectory_id=tid, label="positive", original_id=tid)
 
 
-def neg(tid: str, mistake_type: str | None = None) -> Label:
+def neg(tid: str, mistake_type: MistakeType | None = None) -> Label:
     return Label(trajectory_id=tid, label="negative", original_id=tid, mistake_type=mistake_type)
 
 
@@ -225,7 +228,9 @@ def test_metrics_from_counts_round_trips_through_score() -> None:
 def test_false_positives_by_type_count_wrong_and_unusable_answers_on_negatives() -> None:
     from optimizer.metrics import false_positives_by_type
 
-    cm, bse, mis = "Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"
+    cm: MistakeType = "Critical Mistake"
+    bse: MistakeType = "Bad Side Effect"
+    mis: MistakeType = "Misunderstanding of the Instruction"
     labels = {
         "p": Label(trajectory_id="p", original_id="p", label="positive"),
         "c1": Label(trajectory_id="c1", original_id="c1", label="negative", mistake_type=cm),

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from optimizer.config import JudgeSection, OptimizerSection, Price
+from optimizer.config import JudgeSection, OptimizerSection, Price, ProviderName
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import call_cost_usd
 from optimizer.judge.providers import make_provider
@@ -73,7 +73,7 @@ def _section_reply(**usage: Any) -> Any:
     return reply(text, **usage)
 
 
-async def _judge_reply(server: FakeLLMServer, provider: str, prices: dict[str, Price]) -> tuple[ProviderReply, float]:
+async def _judge_reply(server: FakeLLMServer, provider: ProviderName, prices: dict[str, Price]) -> tuple[ProviderReply, float]:
     judge = make_provider(JudgeSection(provider=provider, model=MODEL[provider], base_url=_base_url(server, provider),
                                        max_retries=0, timeout_s=10.0))
     try:
@@ -85,7 +85,7 @@ async def _judge_reply(server: FakeLLMServer, provider: str, prices: dict[str, P
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_optimiser_counts_a_cached_reply_like_the_judge_and_prices_it_from_the_same_table(
-    provider: str, keys: None, dev: DevFixture
+    provider: ProviderName, keys: None, dev: DevFixture
 ) -> None:
     with FakeLLMServer() as server:
         server.script(verdict_reply(usage=CACHED[provider]), _section_reply(usage=CACHED[provider]))
@@ -104,7 +104,7 @@ def test_optimiser_counts_a_cached_reply_like_the_judge_and_prices_it_from_the_s
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
-def test_price_overrides_apply_to_the_optimiser_as_to_the_judge(provider: str, keys: None, dev: DevFixture) -> None:
+def test_price_overrides_apply_to_the_optimiser_as_to_the_judge(provider: ProviderName, keys: None, dev: DevFixture) -> None:
     prices = {MODEL[provider]: Price(input=1.0, output=2.0, cache_read=0.5, cache_write=1.5)}
     with FakeLLMServer() as server:
         server.script(verdict_reply(usage=CACHED[provider]), _section_reply(usage=CACHED[provider]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+from typing import Any, cast
 
 import pytest
 from anthropic._utils._json import openapi_dumps as anthropic_dumps
@@ -147,6 +148,6 @@ def test_sdk_clients_share_one_verifying_ssl_context_and_pool_at_least_the_concu
         OpenAIProvider(wide),
         AnthropicProvider(JudgeSection(provider="anthropic", model="claude-sonnet-4-6", max_concurrency=256)),
     ):
-        pool = provider._client._client._transport._pool  # the SDK's httpx client's connection pool
+        pool = cast(Any, provider._client._client._transport)._pool  # the SDK's httpx client's connection pool
         assert pool._max_connections >= 256 and pool._max_keepalive_connections >= 256
         assert pool._ssl_context is options["verify"]

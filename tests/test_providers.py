@@ -15,7 +15,7 @@ import openai
 import pytest
 from pydantic import ValidationError
 
-from optimizer.config import JudgeSection, Price
+from optimizer.config import JudgeSection, Price, ProviderName
 from optimizer.errors import UserError
 from optimizer.judge.providers import make_provider
 from optimizer.judge.providers.anthropic_provider import AnthropicProvider
@@ -299,7 +299,7 @@ def _closed_port() -> int:
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
-def test_unreachable_base_url_on_the_first_call_is_a_user_error(provider: str, keys: None) -> None:
+def test_unreachable_base_url_on_the_first_call_is_a_user_error(provider: ProviderName, keys: None) -> None:
     url = f"http://127.0.0.1:{_closed_port()}" + ("/v1" if provider == "openai" else "")
     judge = JudgeSection(provider=provider, model="m", base_url=url, max_retries=0, timeout_s=2)
     with pytest.raises(UserError, match=r"cannot connect to .*start the server or fix --base-url"):

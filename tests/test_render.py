@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def _colour(i: int) -> tuple[int, int, int]:
 
 
 def make_trajectory(
-    sandbox: Path, n: int, *, thoughts: bool = False, missing: frozenset[int] = frozenset(), size=(640, 400)
+    sandbox: Path, n: int, *, thoughts: bool = False, missing: frozenset[int] = frozenset(), size: tuple[int, int] = (640, 400)
 ) -> Trajectory:
     """n steps, each with a solid-colour PNG screenshot (colour identifies the step)."""
     folder = sandbox / "data" / "media" / "images" / "rec"
@@ -92,7 +93,8 @@ def decode(part: ImagePart) -> Image.Image:
     return img.convert("RGB")
 
 
-def close(a: tuple[int, ...], b: tuple[int, ...], tol: int = 12) -> bool:
+def close(a: float | tuple[int, ...] | None, b: tuple[int, ...], tol: int = 12) -> bool:
+    assert isinstance(a, tuple), a  # an RGB pixel
     return all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
 
 
@@ -105,7 +107,7 @@ def estimate(req: JudgeRequest) -> int:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache():
+def _fresh_cache() -> Iterator[None]:
     clear_image_cache()
     yield
     clear_image_cache()

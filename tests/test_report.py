@@ -86,7 +86,7 @@ def filled(tmp_path: Path) -> tuple[Workspace, str, dict[str, int]]:
     return ws, run.id, ids
 
 
-def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_json_has_exactly_the_documented_shape(filled: tuple[Workspace, str, dict[str, int]], capsys: pytest.CaptureFixture[str]) -> None:
     ws, run_id, ids = filled
     assert main(["report", "--json", "-w", str(ws.root)]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -122,7 +122,7 @@ def test_report_json_has_exactly_the_documented_shape(filled, capsys: pytest.Cap
     assert rows[1]["commit"] == gitops.rev_parse(ws, f"judgeloop/{run_id}")
 
 
-def test_report_text_shows_chain_flips_spend_rejections_and_agrees_with_git(filled) -> None:
+def test_report_text_shows_chain_flips_spend_rejections_and_agrees_with_git(filled: tuple[Workspace, str, dict[str, int]]) -> None:
     from optimizer.report import report_text
 
     ws, run_id, ids = filled
@@ -141,7 +141,7 @@ def test_report_text_shows_chain_flips_spend_rejections_and_agrees_with_git(fill
     assert "WARNING" not in text
 
 
-def test_history_prints_one_line_per_experiment(filled, capsys: pytest.CaptureFixture[str]) -> None:
+def test_history_prints_one_line_per_experiment(filled: tuple[Workspace, str, dict[str, int]], capsys: pytest.CaptureFixture[str]) -> None:
     ws, run_id, _ = filled
     assert main(["history", "--run", run_id, "-w", str(ws.root)]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -149,7 +149,7 @@ def test_history_prints_one_line_per_experiment(filled, capsys: pytest.CaptureFi
     assert "kept" in out[3] and "+1.000" in out[3] and "-0.500" in out[3] and "add a helpful rule" in out[3]
 
 
-def test_tsv_and_markdown_exports(filled, tmp_path: Path) -> None:
+def test_tsv_and_markdown_exports(filled: tuple[Workspace, str, dict[str, int]], tmp_path: Path) -> None:
     ws, run_id, ids = filled
     with Ledger.open_readonly(ws.ledger_path) as ledger:
         tsv = export_experiments_tsv(ledger, run_id, tmp_path / "out" / "experiments.tsv")
@@ -162,7 +162,7 @@ def test_tsv_and_markdown_exports(filled, tmp_path: Path) -> None:
     assert text.startswith(f"# judgeloop run {run_id}") and f"| {ids['kept']} | kept | 1.000 | +1.000 |" in text
 
 
-def test_reviews_list_and_export(filled, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_reviews_list_and_export(filled: tuple[Workspace, str, dict[str, int]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ws, _, ids = filled
     assert main(["reviews", "-w", str(ws.root)]) == 0
     assert "no reviews yet" in capsys.readouterr().out
@@ -182,7 +182,7 @@ def test_report_without_a_ledger_is_one_line(tmp_path: Path, capsys: pytest.Capt
     assert err.count("\n") == 1 and "no ledger yet" in err and "judgeloop run" in err
 
 
-def test_report_json_function_on_an_unknown_run_is_a_user_error(filled) -> None:
+def test_report_json_function_on_an_unknown_run_is_a_user_error(filled: tuple[Workspace, str, dict[str, int]]) -> None:
     from optimizer.errors import UserError
 
     ws, _, _ = filled

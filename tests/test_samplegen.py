@@ -7,6 +7,7 @@ import itertools
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -37,7 +38,7 @@ def labels(sample: Path) -> list[Label]:
     return [Label.model_validate_json(line) for line in lines]
 
 
-def _json_docs(sample: Path) -> dict[str, dict]:
+def _json_docs(sample: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text(encoding="utf-8"))
             for p in (sample / "sandbox" / "data" / "jsons").glob("*.json")}
 

@@ -11,6 +11,7 @@ from optimizer.errors import UserError
 from optimizer.metrics import score
 from optimizer.models import Label
 from optimizer.scoring import parse_result_file, read_results_dir
+from optimizer.workspace import Workspace
 
 CM, BSE, MIS = "Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"
 
@@ -145,7 +146,7 @@ def make_split(ws_root: Path, name: str) -> None:
 
 
 def test_cli_score_json_prints_exactly_the_protocol_object(
-    tmp_path: Path, empty_workspace, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, empty_workspace: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from optimizer.cli import main
 
@@ -164,7 +165,7 @@ def test_cli_score_json_prints_exactly_the_protocol_object(
 
 
 def test_cli_score_table_and_errors(
-    tmp_path: Path, empty_workspace, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, empty_workspace: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from optimizer.cli import main
 

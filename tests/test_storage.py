@@ -13,7 +13,7 @@ from optimizer import storage
 
 def _sqlite_error(code: int, text: str) -> sqlite3.Error:
     exc = sqlite3.OperationalError(text)
-    exc.sqlite_errorcode = code  # type: ignore[attr-defined]
+    exc.sqlite_errorcode = code
     return exc
 
 

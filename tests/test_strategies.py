@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -325,7 +326,7 @@ def test_the_optimiser_sees_what_an_agentic_judge_looked_at() -> None:
     from optimizer.loop.strategies import Disagreement
     from optimizer.loop.strategies.common import disagreement_dict
 
-    base = dict(trajectory_id="t", instruction="i", label_positive=False, mistake_type="Critical Mistake",
+    base: dict[str, Any] = dict(trajectory_id="t", instruction="i", label_positive=False, mistake_type="Critical Mistake",
                 judge_success=True, reasoning="r", confidence="high", unstable=False)
     assert "judge_tool_calls" not in disagreement_dict(Disagreement(**base))  # a direct judge: nothing to add
     tools = (JudgeToolCall("read_steps", {"first": 0, "last": 24}), JudgeToolCall("submit_verdict"))

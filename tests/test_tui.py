@@ -17,15 +17,18 @@ import subprocess
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from textual.command import CommandList
+from textual.widgets import DataTable, Input, Select
 
 from optimizer.cli import main
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import Ledger
 from optimizer.report import token_split
+from optimizer.vocab import EventKind, ExperimentStatus
+from tests.support.loop import present
 from tests.support.tui_runs import make_real_run
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.data import disagreements
@@ -102,7 +105,7 @@ def svg_text(app: JudgeloopApp) -> str:
 
 def test_history_shows_every_experiment_and_the_curves_then_filters_and_sorts(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         assert run is not None
         experiments = ledger.experiments(run.id)
         chain = [e.id for e in ledger.kept_chain(run.id)]
@@ -112,7 +115,7 @@ def test_history_shows_every_experiment_and_the_curves_then_filters_and_sorts(ru
     async def scenario(pilot: Any) -> None:
         screen = app.screen
         assert isinstance(screen, HistoryView)
-        table = screen.query_one("#history-table")
+        table = cast(DataTable[Any], screen.query_one("#history-table"))
         assert table.row_count == len(experiments)
         assert screen.history is not None and screen.history.chain_ids == chain
         text = svg_text(app)
@@ -124,7 +127,7 @@ def test_history_shows_every_experiment_and_the_curves_then_filters_and_sorts(ru
         assert app.experiment_id == run.incumbent_experiment
         # Filter: the box shows on /, its text applies on enter, esc clears it.
         await pilot.press("slash")
-        screen.query_one("#history-filter").value = "status:rolled_back"
+        cast(Input, screen.query_one("#history-filter")).value = "status:rolled_back"
         await pilot.press("enter")
         rolled = [r for r in screen.history.rows if r.experiment.status == "rolled_back"]
         assert table.row_count == len(rolled) < len(experiments)
@@ -149,14 +152,14 @@ def chart_x_axis(chart: Any) -> tuple[list[str], list[tuple[int, int]], list[int
 
 def test_chart_x_ticks_are_integers_equal_to_the_experiment_ids_of_the_table(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         experiments = ledger.experiments(run.id)
     baseline = next(e for e in experiments if e.status == "baseline")
     assert [e.id for e in experiments] != [e.seq for e in experiments]  # the two numberings differ here
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
 
     async def scenario(pilot: Any) -> None:
-        table = app.screen.query_one("#history-table")
+        table = cast(DataTable[Any], app.screen.query_one("#history-table"))
         shown = [table.get_row_at(r)[0].plain.rstrip("◆") for r in range(table.row_count)]
         assert shown == [str(e.id) for e in experiments]
         for chart_id in ("#kappa-chart", "#fpr-chart"):
@@ -262,18 +265,18 @@ def test_not_ready_is_a_missing_empty_or_runless_ledger_and_nothing_else(tmp_pat
 
 def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_items(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         kept = next(e for e in ledger.experiments(run.id) if e.status == "kept")
         kept = ledger.get_experiment(kept.id)
         labels = ledger.labels(run.id)
         let_through = {e: {v.trajectory_id for v in ledger.item_verdicts(e) if v.success is not False}
-                       for e in (kept.id, kept.parent_id)}
+                       for e in (kept.id, present(kept.parent_id))}
     # False positives per type, counted here from the labels and the majority answers.
     kinds = ("Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction")
     per_type = {e: {k: sum(1 for t in ids if not labels[t].positive and (labels[t].mistake_type or "untyped") == k)
                     for k in (*kinds, "untyped")} for e, ids in let_through.items()}
     fp_line = "FP by type (incumbent → this, same items): " + ", ".join(
-        f"{k} {per_type[kept.parent_id][k]} → {per_type[kept.id][k]}" for k in (*kinds, "untyped"))
+        f"{k} {per_type[present(kept.parent_id)][k]} → {per_type[kept.id][k]}" for k in (*kinds, "untyped"))
     cells = {(0, 1): "tp_to_fn", (0, 2): "tn_to_fp", (1, 1): "fn_to_tp", (1, 2): "fp_to_tn"}
     (row, col), key = next((rc, k) for rc, k in cells.items() if kept.flips and kept.flips[k])
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment")
@@ -291,13 +294,13 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
         # The judge's tokens as billed (uncached input, cache reads and writes when any, output) and dollars.
         split = token_split(kept.input_tokens, kept.cache_read_tokens, kept.cache_write_tokens, kept.output_tokens)
         assert f"{split} · ${kept.cost_usd:.4f}" in " ".join(text.split())
-        table = app.screen.query_one("#flip-table")
+        table = cast(DataTable[Any], app.screen.query_one("#flip-table"))
         table.focus()
         table.move_cursor(row=row, column=col)
         await pilot.press("enter")
         await settle(app, pilot)
         assert isinstance(app.screen, ItemListModal)
-        assert app.screen.ids == kept.flips[key]
+        assert app.screen.ids == present(kept.flips)[key]
         await pilot.press("enter")  # the first item opens in the item view
         await settle(app, pilot)
         assert isinstance(app.screen, ItemView)
@@ -308,14 +311,14 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
 
 def test_experiment_view_title_numbers_the_experiment_as_its_history_row(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         experiments = ledger.experiments(run.id)
     # One whose run position (seq) is neither its id nor its parent's, so a title showing it stands out.
     exp = next(e for e in experiments if e.parent_id is not None and e.seq not in (e.id, e.parent_id))
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
 
     async def scenario(pilot: Any) -> None:
-        table = app.screen.query_one("#history-table")
+        table = cast(DataTable[Any], app.screen.query_one("#history-table"))
         row = table.get_row_index(str(exp.id))
         table.move_cursor(row=row)
         shown = table.get_row_at(row)[0].plain.rstrip("◆")
@@ -358,13 +361,13 @@ def flip_label_claims(words: str) -> list[Callable[[str, str], bool]]:
 
 def test_flip_table_labels_are_true_of_every_cell_in_their_row_and_column(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         kept = ledger.get_experiment(next(e.id for e in ledger.experiments(run.id) if e.status == "kept"))
     arrows = {"TP→FN": "tp_to_fn", "FN→TP": "fn_to_tp", "TN→FP": "tn_to_fp", "FP→TN": "fp_to_tn"}
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment")
 
     async def scenario(pilot: Any) -> None:
-        table = app.screen.query_one("#flip-table")
+        table = cast(DataTable[Any], app.screen.query_one("#flip-table"))
         headers = [str(column.label) for column in table.columns.values()]
         seen = set()
         for row in range(table.row_count):
@@ -375,7 +378,7 @@ def test_flip_table_labels_are_true_of_every_cell_in_their_row_and_column(run_ws
                 before, after = arrow.split("→")
                 for claim in flip_label_claims(label) + flip_label_claims(headers[column]):
                     assert claim(before, after), (label, headers[column], cell)
-                assert int(count) == len(kept.flips[arrows[arrow]])
+                assert int(count) == len(present(kept.flips)[arrows[arrow]])
                 seen.add(arrow)
         assert seen == set(arrows)
 
@@ -386,7 +389,7 @@ def test_experiment_view_splits_the_cost_into_judge_and_optimiser(ws_copy: Path)
     import sqlite3
 
     with ledger_of(ws_copy) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         exp = next(e for e in ledger.experiments(run.id) if e.seq > 0)
     conn = sqlite3.connect(ws_copy / "experiments" / "ledger.sqlite")  # as a run with an LLM optimiser writes it
     conn.execute("UPDATE experiments SET optimizer_calls = 3, optimizer_input_tokens = 1000, "
@@ -406,7 +409,7 @@ def test_experiment_view_splits_the_cost_into_judge_and_optimiser(ws_copy: Path)
 
 def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
-        exps = ledger.experiments(ledger.latest_run().id)
+        exps = ledger.experiments(present(ledger.latest_run()).id)
     kept = next(e for e in exps if e.status == "kept")
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="compare")
 
@@ -433,7 +436,7 @@ def table_keys(table: Any) -> list[str]:
 
 def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Path) -> None:
     with Ledger(ws_copy / "experiments" / "ledger.sqlite") as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
         labels = ledger.labels(run.id)
         verdicts = {v.trajectory_id: v for v in ledger.item_verdicts(base.id)}
@@ -484,7 +487,7 @@ def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Pat
     async def scenario(pilot: Any) -> None:
         screen = app.screen
         assert isinstance(screen, DisagreementsView)
-        table = screen.query_one("#disagreement-table")
+        table = cast(DataTable[Any], screen.query_one("#disagreement-table"))
         for keys, rows, filter_text in steps:
             await pilot.press(*keys)
             line = str(screen.query_one("#disagreement-filters").render())
@@ -499,7 +502,7 @@ def test_item_view_shows_label_replicates_steps_and_moves_step_by_step(
     run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
         item = disagreements(ledger.labels(run.id), ledger.item_verdicts(base.id), set())[0]
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=base.id,
@@ -546,7 +549,7 @@ def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_vie
     ]
     path = ws_copy / "experiments" / "ledger.sqlite"
     with Ledger(path) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
         item = ledger.item_verdicts(base.id)[0]
         item.replicates[0].tools = tools
@@ -563,7 +566,7 @@ def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_vie
         text = svg_text(app)
         assert ("tools: read_steps(0-24) · view_screenshots(3, 7) · view_screenshots(5) (refused) · submit_verdict"
                 in text)
-        steps = app.screen.query_one("#step-table")
+        steps = cast(DataTable[Any], app.screen.query_one("#step-table"))
         marked = [row for row in range(steps.row_count) if str(steps.get_row_at(row)[0]).endswith("●")]
         assert marked == [3, 7]  # the steps whose screenshots it viewed
 
@@ -577,8 +580,8 @@ def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp
     script.chmod(0o755)
     monkeypatch.setenv("OPENER", str(script))
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
-        tid = ledger.item_verdicts(run.incumbent_experiment)[0].trajectory_id
+        run = present(ledger.latest_run())
+        tid = ledger.item_verdicts(present(run.incumbent_experiment))[0].trajectory_id
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=run.incumbent_experiment,
                        item_id=tid, start_view="item")
 
@@ -599,8 +602,8 @@ def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_review_is_stored_survives_a_restart_and_exports(ws_copy: Path, tmp_path: Path) -> None:
     with ledger_of(ws_copy) as ledger:
-        run = ledger.latest_run()
-        tid = ledger.item_verdicts(run.incumbent_experiment)[0].trajectory_id
+        run = present(ledger.latest_run())
+        tid = ledger.item_verdicts(present(run.incumbent_experiment))[0].trajectory_id
     app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=run.incumbent_experiment,
                        item_id=tid, start_view="item")
 
@@ -638,7 +641,7 @@ def test_review_is_stored_survives_a_restart_and_exports(ws_copy: Path, tmp_path
 
 def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> None:
     with ledger_of(ws_copy) as ledger:
-        run_id = ledger.latest_run().id
+        run_id = present(ledger.latest_run()).id
     app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=True, watch_interval_s=0.05)
     writer = (
         "import sys\n"
@@ -684,7 +687,7 @@ def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
 
     from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
     from tests.support.config import write_config
-    from tests.support.fakeserver import FakeLLMServer
+    from tests.support.fakeserver import Behaviour, FakeLLMServer
     from tests.support.tui_runs import prompt_sensitive_judge
 
     # Nothing cached, so the new run's first judge call reaches the server (and waits there).
@@ -693,7 +696,7 @@ def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
     answer = prompt_sensitive_judge(ws_copy, "mini")
     reached, release = threading.Event(), threading.Event()
 
-    def held(request: Any) -> object:
+    def held(request: Any) -> Behaviour:
         reached.set()
         release.wait(timeout=120)  # bounded: a failed test never leaves the run hanging for long
         return answer(request)
@@ -724,7 +727,7 @@ def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
             await pilot.press("r")
             await pilot.pause()
             assert isinstance(app.screen, StartRunModal)
-            app.screen.query_one("#run-max").value = "1"
+            cast(Input, app.screen.query_one("#run-max")).value = "1"
             await pilot.click("#start")
             await settle(app, pilot)
             announced = [m for s in seen if (m := re.match(r"run started \(pid (\d+)\)", s))]
@@ -797,7 +800,7 @@ def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
     ws = tmp_path / "ws"
     shutil.copytree(waiting_ws, ws, symlinks=True)
     with ledger_of(ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         assert run is not None and run.status == "waiting"
         waiting = [e for e in ledger.experiments(run.id) if e.status == "waiting"]
     assert len(waiting) == 1 and gitops.rev_parse(ws, run.branch) == waiting[0].commit_sha
@@ -807,7 +810,7 @@ def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
     async def scenario(pilot: Any) -> None:
         assert isinstance(app.screen, HistoryView)
         assert f"experiment {candidate.id} waiting" in svg_text(app)
-        table = app.screen.query_one("#history-table")
+        table = cast(DataTable[Any], app.screen.query_one("#history-table"))
         table.focus()
         table.move_cursor(row=table.get_row_index(str(candidate.id)))
         await pilot.press("e")
@@ -825,7 +828,7 @@ def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
     drive(app, scenario)
     with ledger_of(ws) as ledger:
         decided = ledger.get_experiment(candidate.id)
-        parent = ledger.get_experiment(candidate.parent_id)
+        parent = ledger.get_experiment(present(candidate.parent_id))
         assert ledger.get_run(run.id).status == "stopped"
     assert decided.status == status
     tip = gitops.rev_parse(ws, run.branch)
@@ -912,9 +915,9 @@ def test_worker_failure_becomes_an_error_modal_not_a_crash(run_ws: Path) -> None
 def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) -> None:
     """At 80×24 each view shows what it is for, unclipped, with the footer on the last line."""
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         experiments = ledger.experiments(run.id)
-        incumbent = ledger.get_experiment(run.incumbent_experiment)
+        incumbent = ledger.get_experiment(present(run.incumbent_experiment))
         labels = ledger.labels(run.id)
         wrong = sorted(v.trajectory_id for v in ledger.item_verdicts(incumbent.id)
                        if v.success != labels[v.trajectory_id].positive)
@@ -973,13 +976,13 @@ def test_disagreements_table_fits_its_width_without_a_horizontal_scrollbar(
     run_ws: Path, size: tuple[int, int], min_reasoning: int
 ) -> None:
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, start_view="disagreements",
                        experiment_id=run.incumbent_experiment)
 
     async def scenario(pilot: Any) -> None:
         assert isinstance(app.screen, DisagreementsView)
-        table = app.screen.query_one("#disagreement-table")
+        table = cast(DataTable[Any], app.screen.query_one("#disagreement-table"))
         assert table.row_count > 0
         assert not table.show_horizontal_scrollbar
         assert table.virtual_size.width <= table.scrollable_content_region.width
@@ -992,7 +995,7 @@ def test_disagreements_table_fits_its_width_without_a_horizontal_scrollbar(
 
 def test_screenshot_command_renders_screens_headlessly(run_ws: Path, tmp_path: Path) -> None:
     with ledger_of(run_ws) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
     expected = {
         "history": f"run {run.id}",
         "item": "replicate 0",
@@ -1018,7 +1021,7 @@ def test_screenshot_command_refuses_bad_arguments_in_one_line(run_ws: Path, caps
 FIRST_ID = 11  # a later run's experiments: ids differ from seqs (0 = baseline) by more than one
 
 
-def _exp(seq: int, status: str, kappa: float | None, fpr: float | None, parent: int | None,
+def _exp(seq: int, status: ExperimentStatus, kappa: float | None, fpr: float | None, parent: int | None,
          early: bool = False) -> Any:
     from datetime import UTC, datetime
 
@@ -1101,7 +1104,7 @@ def test_fixed_columns_table_measures_no_cell_where_a_datatable_measures_every_o
             yield DataTable(id="plain")
             yield FixedColumnsTable(id="auto")  # one auto-width column: the override must defer
 
-    async def fill(pilot: Any, table: DataTable, auto: bool = False) -> int:
+    async def fill(pilot: Any, table: DataTable[Any], auto: bool = False) -> int:
         for i, width in enumerate(widths):
             table.add_column(f"c{i}", key=f"c{i}", width=None if auto and i == 1 else width)
         await pilot.pause()
@@ -1148,7 +1151,7 @@ def test_a_run_refused_at_once_is_reported_not_announced_as_started(ws_copy: Pat
         await pilot.press("r")
         await pilot.pause()
         assert isinstance(app.screen, StartRunModal)
-        app.screen.query_one("#run-strategy").value = "manual"  # with no edit in the working tree
+        cast(Select[str], app.screen.query_one("#run-strategy")).value = "manual"  # with no edit in the working tree
         await pilot.click("#start")
         await settle(app, pilot)
         assert any(s.startswith("the run stopped at once (exit 2): judgeloop: error: no edit to judge") for s in seen), seen
@@ -1163,7 +1166,7 @@ def test_live_strip_drops_the_item_count_once_the_candidate_is_decided() -> None
     from optimizer.ledger import Event
     from tui.watch import LiveState, apply_events
 
-    def event(n: int, kind: str, payload: dict[str, Any]) -> Event:
+    def event(n: int, kind: EventKind, payload: dict[str, Any]) -> Event:
         return Event(id=n, run_id="r1", experiment_id=6, created=datetime.now(UTC), kind=kind, payload=payload)
 
     state = apply_events(LiveState(), [event(1, "stage", {"stage": "evaluating"}),
@@ -1217,7 +1220,7 @@ def test_what_helped_shows_gain_when_kept_beside_contribution_and_opens_the_item
     async def scenario(pilot: Any) -> None:
         screen = app.screen
         assert isinstance(screen, HelpedView) and screen.helped is not None
-        table = screen.query_one("#helped-table")
+        table = cast(DataTable[Any], screen.query_one("#helped-table"))
         assert [str(k.value) for k in table.rows] == [str(r["experiment"]) for r in rows]  # newest first
         text = svg_text(app)
         assert "gain when kept" in text and "at the end" in text and "final vs baseline" in text
@@ -1238,8 +1241,8 @@ def test_what_helped_shows_gain_when_kept_beside_contribution_and_opens_the_item
         screen = app.screen
         assert isinstance(screen, HistoryView) and screen.history is not None
         assert screen.history.weak_ids == weak
-        marked = {int(k.value) for k in screen.query_one("#history-table").rows
-                  if screen.cells[int(k.value)][0].plain.endswith("?")}
+        marked = {int(present(k.value)) for k in cast(DataTable[Any], screen.query_one("#history-table")).rows
+                  if screen.cells[int(present(k.value))][0].plain.endswith("?")}
         assert marked == weak
 
     drive(app, history)
@@ -1249,7 +1252,7 @@ def test_experiment_view_lists_the_rejudged_items_with_their_draws_and_the_test(
     from optimizer.report import rejudged_items
 
     with ledger_of(ws_copy) as ledger:
-        run = ledger.latest_run()
+        run = present(ledger.latest_run())
         decided = [ledger.get_experiment(e.id) for e in ledger.experiments(run.id) if e.test]
     exp = next(e for e in decided if rejudged_items(e))  # the fixture's run decides under the default, adaptive
     app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=exp.id, start_view="experiment")
@@ -1258,7 +1261,7 @@ def test_experiment_view_lists_the_rejudged_items_with_their_draws_and_the_test(
         text = " ".join(svg_text(app).split())
         from tui.views import fmt_p
 
-        assert f"sign-flip p = {fmt_p(exp.test['p_value'])} at alpha 0.1" in text
+        assert f"sign-flip p = {fmt_p(present(exp.test)['p_value'])} at alpha 0.1" in text
         assert f"re-judged {len(rejudged_items(exp))} item(s) ×2 under each prompt" in text
         first = rejudged_items(exp)[0]
         assert f"{first.trajectory_id[:8]} {first.draws()}" in text  # e.g. "1/3 → 3/3"

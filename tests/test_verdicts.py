@@ -6,6 +6,7 @@ import pytest
 
 from optimizer.judge.verdicts import majority, parse_verdict
 from optimizer.models import Verdict
+from optimizer.vocab import MistakeType
 
 GOOD = {"success": False, "reasoning": "wrong file", "confidence": "high", "mistake_type": "Critical Mistake"}
 
@@ -70,7 +71,7 @@ def test_extra_keys_are_kept() -> None:
     assert parsed.verdict.model_dump()["checklist"] == ["a"]
 
 
-def _v(success: bool, mistake: str | None = None, reasoning: str = "") -> Verdict:
+def _v(success: bool, mistake: MistakeType | None = None, reasoning: str = "") -> Verdict:
     return Verdict(success=success, reasoning=reasoning, confidence="medium", mistake_type=mistake)
 
 

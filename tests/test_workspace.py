@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
+from git.objects.base import IndexObject
 
 from optimizer.cli import main
 from optimizer.errors import UserError
@@ -16,8 +18,8 @@ def test_init_creates_git_workspace_with_initial_commit(empty_workspace: Workspa
     assert (root / "experiments" / "README.md").is_file()
     with repo_at(root) as repo:
         assert not repo.is_dirty(untracked_files=True)
-        assert repo.head.commit.message.startswith("judgeloop: new workspace")
-        tracked = {e.path for e in repo.head.commit.tree.traverse()}
+        assert cast(str, repo.head.commit.message).startswith("judgeloop: new workspace")
+        tracked = {cast(IndexObject, e).path for e in repo.head.commit.tree.traverse()}
     assert "experiments/README.md" in tracked
 
 

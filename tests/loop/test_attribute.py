@@ -30,7 +30,7 @@ from tests.support.attribution import (
     run_chain,
 )
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import commit_all, git, report_json, wait_for
+from tests.support.loop import commit_all, git, present, report_json, wait_for
 from tests.support.processes import killed_cli
 
 
@@ -191,7 +191,7 @@ def test_kill_9_mid_attribution_then_rerun_pays_for_nothing_twice(
                 "--model", "fake-judge", "--concurrency", "8"]
 
         def cached_and_stalled() -> None:
-            wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
+            wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
             wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
 
         killed_cli(args, cached_and_stalled)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.ledger import Ledger
-from optimizer.vocab import StageKind
+from optimizer.vocab import ExperimentStatus, StageKind
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge, commit_all, run_loop, wait_for
 from tests.support.processes import killed_cli
@@ -25,7 +25,7 @@ def poll_fast(root: Path) -> None:
     commit_all(root, "poll batches fast")
 
 
-def outcome(root: Path) -> tuple[list[tuple[int, str, int]], list[tuple[int | None, str | None, str, int]]]:
+def outcome(root: Path) -> tuple[list[tuple[int, ExperimentStatus, int]], list[tuple[int | None, str | None, str, int]]]:
     """(seq, status, items evaluated) per experiment; (experiment, batch id, status, calls) per batch."""
     with Ledger(root / "experiments" / "ledger.sqlite") as led:
         run = led.latest_run()

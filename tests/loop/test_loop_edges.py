@@ -31,6 +31,7 @@ from tests.support.loop import (
     FakeJudge,
     body_digest,
     commit_all,
+    present,
     request_texts,
     run_loop,
     stop_after_baseline,
@@ -176,7 +177,7 @@ def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> 
             wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
             # Every answered call is in the cache before the abort: a reply the server sent but the
             # client had not yet stored when it was killed is genuinely lost, and would be paid again.
-            wait_for(lambda: _cache_rows(ws)[0] >= judge.gate_after, "the answered calls to be cached")
+            wait_for(lambda: _cache_rows(ws)[0] >= present(judge.gate_after), "the answered calls to be cached")
             cli.proc.send_signal(signal.SIGINT)
             rc = cli.wait()
             _release(judge, abandon=True)  # held handlers now answer a dead socket, unrecorded
@@ -240,8 +241,8 @@ def test_resume_refuses_edits_outside_the_loops_files_and_resets_a_dirty_prompt(
         assert run_loop(ws, server.openai_base_url, "--resume", "--max-experiments", "1") == 0
     run, exps = latest(ws)
     assert run.status == "finished" and [e.status for e in exps] == ["baseline", "kept"]
-    assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == gitops.read_file_at(ws, exps[1].commit_sha, RUBRIC_MD)
-    assert "half-written candidate" not in gitops.read_file_at(ws, exps[1].commit_sha, RUBRIC_MD)
+    assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == gitops.read_file_at(ws, present(exps[1].commit_sha), RUBRIC_MD)
+    assert "half-written candidate" not in present(gitops.read_file_at(ws, present(exps[1].commit_sha), RUBRIC_MD))
     assert_clean(ws)
 
 
@@ -304,7 +305,7 @@ def test_resume_after_kill_9_counts_the_spend_before_it_against_the_budget(ws: P
     judge = _gated_judge(ws, candidate_calls=10)
     with FakeLLMServer(default=judge) as server:
         with CliRun(ws, server, "--strategy", "library", "--max-experiments", "2") as cli:
-            wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
+            wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
             wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
             wait_for(lambda: _cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
             cli.proc.send_signal(signal.SIGKILL)

@@ -18,12 +18,13 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from optimizer.cli import main
 from optimizer.ledger import Ledger
-from tests.support.fakeserver import FakeLLMServer, RecordedRequest
+from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest
 from tests.support.loop import FakeJudge, run_loop
 
 URL_ARGS = ["--provider", "openai", "--model", "fake-judge"]
@@ -112,7 +113,7 @@ def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes_once_there_is_room(
     with experiments_on_tmpfs(ws, "8m") as exp:
         filled: list[Path] = []
 
-        def answer(request: RecordedRequest) -> object:
+        def answer(request: RecordedRequest) -> Behaviour:
             if not filled:  # the disk fills up while the baseline's first call is out
                 filled.append(fill(exp))
             return judge(request)
@@ -173,10 +174,10 @@ def test_a_refused_permission_on_the_lock_is_one_line(
     lock = ws / "experiments" / "loop.lock"
     real_open = Path.open
 
-    def refusing(self: Path, *args: object, **kwargs: object) -> object:
+    def refusing(self: Path, *args: Any, **kwargs: Any) -> Any:
         if self == lock:
             raise PermissionError(errno.EACCES, "Permission denied", str(self))
-        return real_open(self, *args, **kwargs)  # type: ignore[arg-type]
+        return real_open(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "open", refusing)
     capsys.readouterr()

@@ -46,5 +46,6 @@ def test_an_obfuscated_dev_id_and_a_typed_dev_value_are_guard_rejected(
     assert exps[1].reason == f"{RUBRIC_MD} contains the dev id {dev_id!r}; write rules, not item references"
     assert exps[2].reason is not None and repr(typed[0]) in exps[2].reason and "dev trajectory" in exps[2].reason
     assert all(e.calls == 0 and e.commit_sha is None for e in exps[1:3])
-    assert hidden_id not in gitops.read_file_at(ws, latest(ws)[0].branch, RUBRIC_MD)
+    rubric = gitops.read_file_at(ws, latest(ws)[0].branch, RUBRIC_MD)
+    assert rubric is not None and hidden_id not in rubric
     assert_clean(ws)

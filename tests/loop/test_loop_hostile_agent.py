@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_a_hostile_agent_is_refused_rejected_and_recorded_and_the_run_goes_on(
         commit_all(ws, "the agent's model is the fake server")
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-real-key")
         assert run_loop(ws, server.openai_base_url, "--strategy", "agent", "--max-experiments", "3") == 0
-        agent = server.default
+        agent = cast(HostileAgent, server.default)
     run, exps = latest(ws)
     assert run.status == "finished"
     assert [e.status for e in exps] == ["baseline", "guard_rejected", "guard_rejected", "kept"]

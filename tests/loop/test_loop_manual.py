@@ -20,7 +20,7 @@ from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.loop.session import RunOptions, start_run
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, run_loop
+from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, present, run_loop
 from tests.support.scripted import assert_clean, hand_edit, latest
 
 
@@ -33,7 +33,7 @@ def test_a_good_hand_edit_is_judged_and_kept_with_its_message(ws: Path, capsys: 
     assert run.strategy == "manual" and run.status == "finished"
     assert [(e.seq, e.status) for e in exps] == [(0, "baseline"), (1, "kept")]
     assert exps[1].strategy == "manual" and exps[1].rationale == "check typed text exactly"
-    assert exps[1].fpr < exps[0].fpr
+    assert present(exps[1].fpr) < present(exps[0].fpr)
     assert "your edit was kept" in out
     assert gitops.rev_parse(ws, "HEAD") == gitops.rev_parse(ws, run.branch) == exps[1].commit_sha
     assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == new  # the edit is the committed incumbent now
@@ -88,8 +88,12 @@ def test_a_manual_run_stopped_before_the_candidate_puts_the_edit_back_and_resume
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8)
         listen = _stop_after_baseline(ws)
-        outcome = start_run(Workspace.open(ws), RunOptions(strategy="manual", judge=judge),
-                            lambda e: (said.append(e), listen(e)))
+
+        def on_event(e: Event) -> None:
+            said.append(e)
+            listen(e)
+
+        outcome = start_run(Workspace.open(ws), RunOptions(strategy="manual", judge=judge), on_event)
         assert outcome.stop.kind is StopKind.STOP_FILE
         run, exps = latest(ws)
         assert run.status == "stopped" and [e.status for e in exps] == ["baseline"]

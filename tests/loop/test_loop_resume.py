@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from tests.support.loop import (
     FakeJudge,
     body_digest,
     git,
+    present,
     run_loop,
     wait_for,
 )
@@ -67,7 +69,7 @@ def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> No
                 "--model", "fake-judge", "--concurrency", "8", "--strategy", "library", "--max-experiments", "2"]
 
         def mid_candidate() -> None:
-            wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
+            wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
             wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
             # Every answered call is in the cache before the kill (the rest are stuck at the gate).
             wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
@@ -141,7 +143,7 @@ def test_propose_only_waits_and_decide_keeps_or_discards(
         second = exps[2]
         assert second.parent_id == kept.id and gitops.rev_parse(ws, run.branch) == second.commit_sha
         # A human decides on complete evidence: no early stop in propose-only mode, even for an FPR rise.
-        assert not second.early_stopped and second.kappa is not None and second.fpr > kept.fpr
+        assert not second.early_stopped and second.kappa is not None and present(second.fpr) > present(kept.fpr)
         assert second.items_evaluated == 32 and "FPR" in (second.reason or "")
 
         assert main(["decide", "-w", str(ws), str(second.id), "discard"]) == 0
@@ -168,7 +170,7 @@ def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
     real_evaluate = loop_module.evaluate_items
     calls = {"n": 0}
 
-    async def crash_on_the_candidate(*args, **kwargs):
+    async def crash_on_the_candidate(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:  # the baseline ran; the candidate's evaluation dies (a crash, not an outage)
             raise RuntimeError("simulated crash mid-evaluation")
@@ -213,7 +215,7 @@ def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -
                 "--model", "fake-judge", "--concurrency", "4", "--strategy", "manual", "-m", "a hand edit"]
 
         def mid_rejudging() -> None:
-            wait_for(lambda: len(judge.answered) >= judge.gate_after, "the gated calls", 60)
+            wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
             wait_for(lambda: _rejudging_started(ws), "the re-judging stage")
             wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
 

@@ -16,6 +16,7 @@ import pytest
 from optimizer import gitops
 from optimizer.devset.split import open_split
 from optimizer.judge.prompts import RUBRIC_MD
+from optimizer.ledger import Run
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.metrics import Answer, score
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, Usage, reply
@@ -25,6 +26,7 @@ from tests.support.loop import (
     FakeJudge,
     commit_all,
     git,
+    present,
     report_json,
     run_loop,
     set_toml_key,
@@ -105,7 +107,7 @@ def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: p
         answers = {t: Answer(success=lab.is_positive if judge.correct(t, enabled) else not lab.is_positive)
                    for t, lab in labels.items()}
         m = score(labels, answers)
-        return m.kappa, m.fpr
+        return present(m.kappa), present(m.fpr)
 
     base_kappa, base_fpr = full_kappa(set())
     bad_kappa, bad_fpr = full_kappa({BAD_ENTRY})
@@ -123,13 +125,13 @@ def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: p
     else:  # re-judging could still have overturned any first-pass false positive: judged in full
         assert not bad.early_stopped and bad.rejudge_calls > 0 and bad.test is not None
         assert good.adaptive_keep and good.test is not None and good.test["p_value"] < 0.1
-    assert good.status == "kept" and good.kappa > base.kappa and good.fpr < base.fpr
+    assert good.status == "kept" and present(good.kappa) > present(base.kappa) and present(good.fpr) < present(base.fpr)
     assert good.parent_id == base.id
     assert both.status == "rolled_back" and both.parent_id == good.id and "FPR" in (both.reason or "")
     with ledger_of(ws) as led:
         assert led.get_run(run.id).incumbent_experiment == good.id
-    assert gitops.read_file_at(ws, run.branch, RUBRIC_MD).count(judge.entry_text[GOOD_ENTRY]) == 1
-    assert judge.entry_text[BAD_ENTRY] not in gitops.read_file_at(ws, run.branch, RUBRIC_MD)
+    assert present(gitops.read_file_at(ws, run.branch, RUBRIC_MD)).count(judge.entry_text[GOOD_ENTRY]) == 1
+    assert judge.entry_text[BAD_ENTRY] not in present(gitops.read_file_at(ws, run.branch, RUBRIC_MD))
     assert_no_kept_candidate_raised_fpr(ws)
     assert_clean(ws)
 
@@ -170,9 +172,9 @@ def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
         total = len(server.inference_requests())
     _run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "guard_rejected", "guard_rejected", "guard_rejected", "kept"]
-    assert "outside the allowed files" in exps[1].reason
-    assert "copies" in exps[2].reason and "dev instruction" in exps[2].reason
-    assert "protected region" in exps[3].reason
+    assert "outside the allowed files" in present(exps[1].reason)
+    assert "copies" in present(exps[2].reason) and "dev instruction" in present(exps[2].reason)
+    assert "protected region" in present(exps[3].reason)
     # The request count did not move between the baseline and the first real candidate.
     baseline_calls = exps[0].calls
     assert strategy.request_counts == [baseline_calls] * 4
@@ -259,7 +261,7 @@ def test_malformed_optimiser_reply_is_recorded_and_the_run_continues(
     run, exps = latest(ws)
     assert run.status == "finished"
     assert [e.status for e in exps] == ["baseline", "error", "kept"]
-    assert "not valid JSON" in exps[1].reason and exps[1].commit_sha is None
+    assert "not valid JSON" in present(exps[1].reason) and exps[1].commit_sha is None
     # What the failed proposal spent is the optimiser's, recorded apart from the judge's (none).
     assert (exps[1].optimizer_calls, exps[1].optimizer_input_tokens, exps[1].optimizer_output_tokens) == (1, 10, 3)
     assert exps[1].calls == 0 and exps[1].input_tokens == 0
@@ -341,7 +343,7 @@ def test_provider_outage_during_a_candidate_is_an_error_rolled_back(
     assert [e.status for e in exps] == ["baseline", "error", "error"]
     rejected = gitops.rejected_refs(ws)
     for exp in exps[1:]:
-        assert "infrastructure errors" in exp.reason and "rolled back" in exp.reason
+        assert "infrastructure errors" in present(exp.reason) and "rolled back" in present(exp.reason)
         assert rejected[exp.id] == exp.commit_sha
         assert exp.metrics is None
     assert gitops.rev_parse(ws, run.branch) == run.start_rev
@@ -410,7 +412,7 @@ def test_patience_stops_after_k_candidates_without_a_keep(ws: Path, monkeypatch:
     run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "rolled_back", "rolled_back"]
     assert "patience 2" in (run.stop_reason or "")
-    assert "not significant" in exps[1].reason  # a no-op candidate: no flips, p = 1
+    assert "not significant" in present(exps[1].reason)  # a no-op candidate: no flips, p = 1
 
 
 # -- refusals --------------------------------------------------------------------------------------
@@ -423,7 +425,7 @@ def test_run_refuses_a_dirty_tree(ws: Path, capsys: pytest.CaptureFixture[str]) 
     assert not (ws / "experiments" / "ledger.sqlite").exists() or latest_or_none(ws) is None
 
 
-def latest_or_none(root: Path):
+def latest_or_none(root: Path) -> Run | None:
     with ledger_of(root) as led:
         return led.latest_run()
 
@@ -501,7 +503,7 @@ def test_a_proposal_for_a_labels_file_is_rejected_without_reading_it_into_the_le
         install(monkeypatch, ScriptedStrategy([grab_labels], server))
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
     _, exps = latest(ws)
-    assert exps[1].status == "guard_rejected" and "outside the allowed files" in exps[1].reason
+    assert exps[1].status == "guard_rejected" and "outside the allowed files" in present(exps[1].reason)
     with ledger_of(ws) as ledger:
         stored = ledger.get_experiment(exps[1].id).diff_text or ""
     assert secret_line not in stored and '"label"' not in stored

@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pytest
 
@@ -311,7 +311,7 @@ class FakeLLMServer:
     @property
     def url(self) -> str:
         assert self._httpd is not None, "server not started"
-        host, port = self._httpd.server_address[:2]
+        host, port = cast(tuple[str, int], self._httpd.server_address[:2])
         return f"http://{host}:{port}"
 
     @property
@@ -533,8 +533,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, data, content_type="application/octet-stream")
         elif path.endswith("/models"):
             names = self.fake.models or ["fake-model"]
-            data = [{"id": n, "object": "model", "created": 0, "owned_by": "fake"} for n in names]
-            self._send(200, json.dumps({"object": "list", "data": data}).encode())
+            models = [{"id": n, "object": "model", "created": 0, "owned_by": "fake"} for n in names]
+            self._send(200, json.dumps({"object": "list", "data": models}).encode())
         else:
             self._send(
                 404, json.dumps({"error": {"message": f"no route {path}", "type": "not_found"}}).encode()

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from optimizer.cli import main
 from optimizer.devset.labels import load_labels
@@ -33,6 +33,15 @@ GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost"]
 # Library entries with a scripted effect on the fake judge (see FakeJudge).
 GOOD_ENTRY = "lib-typed-text-exact"  # fixes false positives, touches nothing else: must be kept
 BAD_ENTRY = "lib-save-and-confirm"  # fixes every false negative, adds false positives: FPR rises
+
+
+_T = TypeVar("_T")
+
+
+def present(value: _T | None) -> _T:
+    """``value``, which the test expects to be there (a ledger field, a file at a revision): fails if None."""
+    assert value is not None
+    return value
 
 
 def git(root: Path, *args: str) -> str:
@@ -119,7 +128,8 @@ _ACTION_RE = re.compile(r"\*\*Action:\*\* `(.*)`")
 
 def request_texts(body: Any) -> tuple[str, str]:
     """(system prompt, concatenated user text) of an OpenAI chat-completions request body."""
-    system, user = "", []
+    system = ""
+    user: list[str] = []
     for message in body.get("messages", []):
         content = message.get("content")
         parts = [content] if isinstance(content, str) else [p.get("text") or "" for p in content or []]

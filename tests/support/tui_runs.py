@@ -24,7 +24,7 @@ from optimizer.devset.labels import load_labels
 from optimizer.devset.markdown import action_string
 from optimizer.devset.split import open_split
 from optimizer.workspace import Workspace
-from tests.support.fakeserver import FakeLLMServer, RecordedRequest, Usage, reply
+from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, Usage, reply
 
 
 def _unit(*parts: object) -> float:
@@ -56,7 +56,7 @@ def _rules(system: str) -> list[str]:
     return rules
 
 
-def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callable[[RecordedRequest], object]:
+def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callable[[RecordedRequest], Behaviour]:
     """The fake server's behaviour: a verdict that depends on the item and on the enabled rules."""
     ws = Workspace.open(ws_root)
     split = open_split(ws, split_name)
@@ -81,7 +81,7 @@ def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callabl
             return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
         return ""
 
-    def behave(request: RecordedRequest) -> object:
+    def behave(request: RecordedRequest) -> Behaviour:
         messages = request.body.get("messages", []) if isinstance(request.body, dict) else []
         system = "\n".join(texts(m.get("content")) for m in messages if m.get("role") == "system")
         user = "\n".join(texts(m.get("content")) for m in messages if m.get("role") == "user")
@@ -186,7 +186,6 @@ def make_snapshot_workspace(ws_root: Path) -> None:
     from optimizer import ledger as ledger_module
     from optimizer.cli import main
     from optimizer.devset import importer
-    from tests.support.fakeserver import Behaviour
 
     module = sys.modules[__name__]
     sensitive = prompt_sensitive_judge  # the module's own, before it is replaced below
