@@ -16,7 +16,8 @@ import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from optimizer.config import JudgeSection
 from optimizer.devset.split import Split
@@ -27,6 +28,7 @@ from optimizer.evaluation.batch import (
     cache_store,
     judge_batch_pass,
 )
+from optimizer.evaluation.batchstore import BatchStore
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
@@ -180,6 +182,75 @@ class _Scheduler:
             await asyncio.gather(*self._workers, return_exceptions=True)
 
 
+@dataclass
+class PassOutcome:
+    """What one evaluation pass produced: each judged item's result, why it stopped (None: it ran to
+    the end), the parse failures among the results, and notes on the retries it made."""
+
+    results: dict[str, ItemResult]
+    stop: StopReason | None
+    parse_errors: int
+    retry_notes: list[str] = field(default_factory=list)
+
+
+class EvaluationPass(Protocol):
+    """One pass over a list of items: direct calls (`DirectPass`) or one batch (`BatchPass`).
+    `evaluate_items` builds one and turns its `PassOutcome` into an `EvalRun`."""
+
+    batch: bool
+
+    async def run(self, item_ids: Sequence[str]) -> PassOutcome: ...
+
+
+class DirectPass:
+    """Direct calls through the `_Scheduler`: early stopping by the caller's ``on_item``, then up to
+    ``retry_rounds`` more rounds for items whose calls still failed, round r after ``pause_s * r``."""
+
+    batch = False
+
+    def __init__(self, scheduler: _Scheduler, *, retry_rounds: int, pause_s: float) -> None:
+        self.scheduler = scheduler
+        self.retry_rounds = retry_rounds
+        self.pause_s = pause_s
+
+    async def run(self, item_ids: Sequence[str]) -> PassOutcome:
+        sched = self.scheduler
+        notes: list[str] = []
+        await sched.run(item_ids)
+        for round_no in range(1, self.retry_rounds + 1):
+            failed = [t for t in item_ids if t in sched.results and sched.results[t].infra_error]
+            if not failed or sched.stop is not None:
+                break
+            notes.append(f"round {round_no}: {len(failed)} item(s) with infrastructure errors judged again")
+            await asyncio.sleep(self.pause_s * round_no)
+            await sched.run(failed)
+        return PassOutcome(sched.results, sched.stop, sched.parse_errors, notes)
+
+
+class BatchPass:
+    """The calls the cache does not hold as one batch through the provider's batch API
+    (`optimizer.evaluation.batch.judge_batch_pass`): no early stopping, and the failed entries are
+    re-submitted by the batch pass itself. ``scheduler`` only carries the progress snapshot."""
+
+    batch = True
+
+    def __init__(self, scheduler: _Scheduler, batching: BatchingProvider, options: BatchOptions,
+                 store: BatchStore) -> None:
+        self.scheduler = scheduler
+        self.batching = batching
+        self.options = options
+        self.store = store
+
+    async def run(self, item_ids: Sequence[str]) -> PassOutcome:
+        sched = self.scheduler
+        outcome = await judge_batch_pass(sched.judge, self.batching, item_ids, self.options, self.store)
+        sched.results, sched.stop = outcome.results, outcome.stop
+        sched.parse_errors = sum(1 for r in outcome.results.values() if r.answer.status == "invalid")
+        if sched.progress is not None:
+            sched.progress(sched._snapshot())
+        return PassOutcome(sched.results, sched.stop, sched.parse_errors, list(outcome.notes))
+
+
 def sampling_from(prompts: PromptSet) -> Sampling:
     """The judge's `Sampling` from the prompt set's ``judge.toml`` settings."""
     return prompts.settings.sampling()
@@ -233,7 +304,6 @@ async def evaluate_items(
 
         provider = make_provider(judge)
     started = time.monotonic()
-    retried_notes: list[str] = []
     try:
         traits = provider.traits
         if prompts.settings.mode == "agentic" and not traits.tool_use:
@@ -264,34 +334,24 @@ async def evaluate_items(
             image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
             first_replicate=first_replicate,
         )
-        evaluator = _Scheduler(
+        scheduler = _Scheduler(
             judge_items, concurrency=concurrency, on_item=on_item, progress=progress, total=len(item_ids)
         )
+        evaluation_pass: EvaluationPass
         if batch is not None and batching is not None:
-            outcome = await judge_batch_pass(judge_items, batching, item_ids, batch,
-                                             batch.store if batch.store is not None else cache_store(cache))
-            evaluator.results, evaluator.stop = outcome.results, outcome.stop
-            evaluator.parse_errors = sum(1 for r in outcome.results.values() if r.answer.status == "invalid")
-            retried_notes += outcome.notes
-            if progress is not None:
-                progress(evaluator._snapshot())
-            infra_retry_rounds = 0  # the batch pass re-submitted its failed entries itself
+            evaluation_pass = BatchPass(scheduler, batching, batch,
+                                        batch.store if batch.store is not None else cache_store(cache))
         else:
-            await evaluator.run(item_ids)
-        for round_no in range(1, infra_retry_rounds + 1):
-            failed = [t for t in item_ids if t in evaluator.results and evaluator.results[t].infra_error]
-            if not failed or evaluator.stop is not None:
-                break
-            retried_notes.append(f"round {round_no}: {len(failed)} item(s) with infrastructure errors judged again")
-            await asyncio.sleep(infra_retry_pause_s * round_no)
-            await evaluator.run(failed)
+            evaluation_pass = DirectPass(scheduler, retry_rounds=infra_retry_rounds, pause_s=infra_retry_pause_s)
+        outcome = await evaluation_pass.run(item_ids)
+        retried_notes = outcome.retry_notes
     finally:
         if own_cache and cache is not None:
             cache.close()
         if own_provider:
             await provider.aclose()
-    items = [evaluator.results[tid] for tid in item_ids if tid in evaluator.results]
-    not_evaluated = [tid for tid in item_ids if tid not in evaluator.results]
+    items = [outcome.results[tid] for tid in item_ids if tid in outcome.results]
+    not_evaluated = [tid for tid in item_ids if tid not in outcome.results]
     notes: list[str] = []
     if judge_items.text_only:
         notes.append(f"provider {provider.name} is text-only: screenshots were dropped from every request")
@@ -303,9 +363,9 @@ async def evaluate_items(
             notes.append(f"agentic judge: {sum(r.turns for r in reps) / len(reps):.1f} model calls per verdict; "
                          f"tool calls per verdict: {used or 'none'}")
     notes += provider.run_notes()
-    if evaluator.stop is not None:
-        notes.append(evaluator.stop.message)
-    if batch is not None:
+    if outcome.stop is not None:
+        notes.append(outcome.stop.message)
+    if evaluation_pass.batch:
         notes += retried_notes
     elif retried_notes:
         still = sum(1 for item in items if item.infra_error)
@@ -315,7 +375,7 @@ async def evaluate_items(
         usage=judge_items.usage,
         cache_hits=judge_items.cache_hits,
         duration_s=time.monotonic() - started,
-        stop=evaluator.stop,
+        stop=outcome.stop,
         notes=notes,
         not_evaluated=not_evaluated,
         item_ids=item_ids,
