@@ -11,6 +11,8 @@ few cells too).
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,13 +37,34 @@ class SVGSnapshot(SingleFileSnapshotExtension):
     _write_mode = WriteMode.TEXT
 
 
+def stable_commits(svg: str, ws: Path) -> str:
+    """``svg`` with every commit id of ``ws`` replaced by a placeholder of the same width (its number in
+    order of appearance). Commit ids depend on where the checkout lies (the split links the bundled
+    sample by its absolute path), not on the layout; Rich names the frame after its text, so that
+    name is fixed too."""
+    shas = subprocess.run(["git", "rev-list", "--all"], cwd=ws, capture_output=True, text=True,
+                          check=True).stdout.split()
+    seen: dict[str, int] = {}
+
+    def placeholder(match: re.Match[str]) -> str:
+        token = match.group(0)
+        sha = next((s for s in shas if s.startswith(token)), None)
+        if sha is None:
+            return token
+        number = seen.setdefault(sha, len(seen) + 1)
+        return str(number).rjust(len(token), "0")
+
+    svg = re.sub(r"(?<![0-9a-z])[0-9a-f]{7,40}(?![0-9a-z])", placeholder, svg)
+    return re.sub(r"terminal-\d+", "terminal-0", svg)
+
+
 def screenshots(ws: Path, out: Path) -> dict[str, str]:
-    """Every screen of ``ws`` as `judgeloop tui --screenshot` writes it."""
+    """Every screen of ``ws`` as `judgeloop tui --screenshot` writes it (commit ids made stable)."""
     shots = {}
     for screen in SCREENS:
         path = out / f"{screen}.svg"
         assert main(["tui", "-w", str(ws), "--screenshot", str(path), "--screen", screen, "--size", SIZE]) == 0
-        shots[screen] = path.read_text(encoding="utf-8")
+        shots[screen] = stable_commits(path.read_text(encoding="utf-8"), ws)
     return shots
 
 
