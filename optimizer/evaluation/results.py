@@ -8,7 +8,7 @@ pass's (`EvalRun.usage`) the calls made now.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from optimizer.events import StopReason
 from optimizer.judge.providers.pricing import Usage
@@ -19,105 +19,14 @@ from optimizer.models import Verdict
 ParseStatus = Literal["ok", "parse_error", "infra_error"]
 
 
-@dataclass(frozen=True)
-class ReplicateResult:
-    """One judge call for one item (replicate ``index``), fresh or from the cache.
+class UsageFigures:
+    """The figures of a result's ``usage`` under the names the result files, the ledger's rows, the
+    CLI and the benchmarks use (one definition for replicates, items and evaluations)."""
 
-    ``usage``: the model calls behind it (one for a direct judge, one per answered turn for the
-    agentic judge) as they were when made; a cached replicate cost nothing now.
-    """
+    if TYPE_CHECKING:
+        @property
+        def usage(self) -> Usage: ...
 
-    index: int
-    cache_key: str
-    cached: bool
-    reply_text: str | None
-    verdict: Verdict | None
-    parse_error: str | None
-    model: str
-    usage: Usage = field(default_factory=Usage)
-    duration_s: float = 0.0
-    infra_error: str | None = None
-    # Agentic judge: the tool calls of the conversation in order (str() gives "read_steps(0-24)"),
-    # and the number of model calls it took (1 for a direct judge).
-    trace: tuple[JudgeToolCall, ...] = ()
-    turns: int = 1
-
-    # The usage's figures under the names the result files and the ledger's rows use.
-    @property
-    def input_tokens(self) -> int:
-        return self.usage.input_tokens
-
-    @property
-    def output_tokens(self) -> int:
-        return self.usage.output_tokens
-
-    @property
-    def cost_usd(self) -> float:
-        """What the call cost when it was made (US dollars)."""
-        return self.usage.cost_usd
-
-    @property
-    def status(self) -> ParseStatus:
-        if self.infra_error is not None:
-            return "infra_error"
-        return "ok" if self.verdict is not None else "parse_error"
-
-    @property
-    def success(self) -> bool | None:
-        return None if self.verdict is None else self.verdict.success
-
-
-@dataclass(frozen=True)
-class ItemResult:
-    """One evaluated item: its replicates, the majority `Answer` that is scored, and instability.
-
-    ``verdict`` is the replicate verdict that represents the majority (its reasoning is exported);
-    None when the majority is a parse failure or the item is an infrastructure error.
-    """
-
-    trajectory_id: str
-    replicates: list[ReplicateResult]
-    answer: Answer
-    unstable: bool
-    infra_error: bool
-    verdict: Verdict | None = None
-    error: str | None = None
-    notes: tuple[str, ...] = ()
-    duration_s: float = 0.0
-
-    @property
-    def usage(self) -> Usage:
-        """Its replicates' calls as they were when made (cached or not)."""
-        return sum((r.usage for r in self.replicates), Usage())
-
-    @property
-    def cost_usd(self) -> float:
-        """What this item's calls cost when they were made (cached or not)."""
-        return self.usage.cost_usd
-
-    @property
-    def new_cost_usd(self) -> float:
-        """What this item's calls cost in this evaluation (cached calls are free)."""
-        return sum(r.cost_usd for r in self.replicates if not r.cached and r.infra_error is None)
-
-
-@dataclass
-class EvalRun:
-    """Everything one evaluation produced. ``usage`` counts only calls made now (its input tokens
-    are the uncached ones, cache reads and writes are counted apart); ``cache_hits`` the calls the
-    cache answered."""
-
-    items: list[ItemResult]
-    usage: Usage = field(default_factory=Usage)
-    cache_hits: int = 0
-    duration_s: float = 0.0
-    stop: StopReason | None = None
-    notes: list[str] = field(default_factory=list)
-    not_evaluated: list[str] = field(default_factory=list)
-    item_ids: list[str] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    # The usage's figures under the names `_summary.json`, the CLI and the benchmarks use.
     @property
     def calls_made(self) -> int:
         return self.usage.calls
@@ -140,7 +49,88 @@ class EvalRun:
 
     @property
     def cost_usd(self) -> float:
+        """What the calls cost when they were made (US dollars; a cached call cost nothing now)."""
         return self.usage.cost_usd
+
+
+@dataclass(frozen=True)
+class ReplicateResult(UsageFigures):
+    """One judge call for one item (replicate ``index``), fresh or from the cache.
+
+    ``usage``: the model calls behind it (one for a direct judge, one per answered turn for the
+    agentic judge) as they were when made; a cached replicate cost nothing now.
+    """
+
+    index: int
+    cache_key: str
+    cached: bool
+    reply_text: str | None
+    verdict: Verdict | None
+    parse_error: str | None
+    model: str
+    usage: Usage = field(default_factory=Usage)
+    duration_s: float = 0.0
+    infra_error: str | None = None
+    # Agentic judge: the tool calls of the conversation in order (str() gives "read_steps(0-24)"),
+    # and the number of model calls it took (1 for a direct judge).
+    trace: tuple[JudgeToolCall, ...] = ()
+    turns: int = 1
+
+    @property
+    def status(self) -> ParseStatus:
+        if self.infra_error is not None:
+            return "infra_error"
+        return "ok" if self.verdict is not None else "parse_error"
+
+    @property
+    def success(self) -> bool | None:
+        return None if self.verdict is None else self.verdict.success
+
+
+@dataclass(frozen=True)
+class ItemResult(UsageFigures):
+    """One evaluated item: its replicates, the majority `Answer` that is scored, and instability.
+
+    ``verdict`` is the replicate verdict that represents the majority (its reasoning is exported);
+    None when the majority is a parse failure or the item is an infrastructure error.
+    """
+
+    trajectory_id: str
+    replicates: list[ReplicateResult]
+    answer: Answer
+    unstable: bool
+    infra_error: bool
+    verdict: Verdict | None = None
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+    duration_s: float = 0.0
+
+    @property
+    def usage(self) -> Usage:
+        """Its replicates' calls as they were when made (cached or not)."""
+        return sum((r.usage for r in self.replicates), Usage())
+
+    @property
+    def new_cost_usd(self) -> float:
+        """What this item's calls cost in this evaluation (cached calls are free)."""
+        return sum(r.cost_usd for r in self.replicates if not r.cached and r.infra_error is None)
+
+
+@dataclass
+class EvalRun(UsageFigures):
+    """Everything one evaluation produced. ``usage`` counts only calls made now (its input tokens
+    are the uncached ones, cache reads and writes are counted apart); ``cache_hits`` the calls the
+    cache answered."""
+
+    items: list[ItemResult]
+    usage: Usage = field(default_factory=Usage)
+    cache_hits: int = 0
+    duration_s: float = 0.0
+    stop: StopReason | None = None
+    notes: list[str] = field(default_factory=list)
+    not_evaluated: list[str] = field(default_factory=list)
+    item_ids: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stopped_early(self) -> bool:
