@@ -507,7 +507,7 @@ def check_candidate(
             return _fail("allowed_files", f"the candidate deletes {path}; allowed files may be edited, not deleted")
 
     for path, (old, new) in sorted(changes.items()):
-        result = _check_protected(path, old or "", new or "")
+        result = check_protected(path, old or "", new or "")
         if not result.ok:
             return result
 
@@ -542,7 +542,9 @@ def check_candidate(
     return _PASS
 
 
-def _check_protected(path: str, old: str, new: str) -> GuardResult:
+def check_protected(path: str, old: str, new: str) -> GuardResult:
+    """Guard 3 alone: ``new`` keeps every protected region and marker of ``old`` (also checked up front
+    for a manual edit, `optimizer.loop.strategies.manual.capture_edits`)."""
     for marker in (PROTECTED_BEGIN, PROTECTED_END):
         before, after = old.count(marker), new.count(marker)
         if after < before:

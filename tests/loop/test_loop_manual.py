@@ -138,3 +138,41 @@ def test_a_manual_edit_the_guards_reject_goes_back_into_the_working_tree(
     assert "unknown placeholder {{expected_text}}" in (exps[1].reason or "")
     assert rubric.read_text(encoding="utf-8") == new
     assert "your edit is back in prompts/rubric.md" in out
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda t: t.replace('exactly one of "low", "medium", "high"', 'any of "low", "medium", "high"'),
+         "prompts/judge.md edits protected region 1 (starting at line "),
+        (lambda t: t.replace("<!-- judgeloop:protected:end -->\n", ""),
+         "prompts/judge.md removes a protection marker <!-- judgeloop:protected:end -->"),
+        (lambda t: t.replace("{{rubric}}", "{{rubric}}\n<!-- judgeloop:protected:begin -->"),
+         "prompts/judge.md adds a protection marker <!-- judgeloop:protected:begin -->"),
+    ],
+    ids=["edit-inside", "drop-marker", "add-marker"],
+)
+def test_a_hand_edit_of_a_protected_region_is_refused_before_the_run_starts_and_kept(
+    ws: Path, capsys: pytest.CaptureFixture[str], edit: Callable[[str], str], expected: str
+) -> None:
+    judge_md = ws / "prompts" / "judge.md"
+    before_head = gitops.rev_parse(ws, "HEAD")
+    new_judge = edit(judge_md.read_text(encoding="utf-8"))
+    assert new_judge != judge_md.read_text(encoding="utf-8")
+    judge_md.write_text(new_judge, encoding="utf-8")
+    new_rubric = hand_edit(ws, GOOD_ENTRY)  # an allowed edit alongside does not carry the protected one through
+    capsys.readouterr()
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "manual", "-m", "tweak the contract") == 2
+        assert server.requests == []  # no baseline, no judge call: refused up front
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert expected in err
+    assert "git diff prompts/judge.md" in err and "run again" in err
+    assert "run " not in out  # no run was announced
+    # The edit is still in the working tree, untouched; nothing was saved, committed or branched.
+    assert judge_md.read_text(encoding="utf-8") == new_judge
+    assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == new_rubric
+    assert gitops.rev_parse(ws, "HEAD") == before_head
+    assert git(ws, "branch", "--list", "judgeloop/*").strip() == ""
+    assert not (ws / "experiments" / "manual").exists()

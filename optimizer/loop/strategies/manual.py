@@ -21,6 +21,7 @@ from pathlib import Path
 
 from optimizer import gitops
 from optimizer.errors import UserError
+from optimizer.loop.guards import check_protected
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.paths import prompt_file_or_none, read_prompt_file, write_prompt_file
 
@@ -30,7 +31,8 @@ MESSAGE_FILE = "_message.json"
 def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], message: str | None) -> Path:
     """Save the working tree's edits of ``allowed_files`` and reset those files to HEAD; return the folder.
 
-    Refuses (one line each) a tree with no edit of an allowed file, or with changes elsewhere.
+    Refuses (one line each, the edit left in place) a tree with no edit of an allowed file, with changes
+    elsewhere, or with an edit of a protected region: the guards would reject it only after the baseline.
     """
     dirty = gitops.dirty_paths(root)
     outside = [p for p in dirty if p not in allowed_files]
@@ -45,12 +47,18 @@ def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], m
     missing = [p for p in edited if not (root / p).is_file()]
     if missing:
         raise UserError(f"{missing[0]} was deleted; the loop edits allowed files, it never deletes them")
+    texts = {path: read_prompt_file(root, path) or "" for path in edited}  # never through a link
+    for path in edited:
+        protected = check_protected(path, gitops.read_file_at(root, "HEAD", path) or "", texts[path])
+        if not protected.ok:
+            raise UserError(f"{protected.reason}; a run never judges such an edit, so none was started: undo that "
+                            f"part (`git diff {path}` shows it) and run again, or commit a change to protected text "
+                            "with git yourself first")
     folder = experiments_dir / "manual" / time.strftime("%Y%m%d-%H%M%S")
     n = 1
     while folder.exists():
         n += 1
         folder = folder.with_name(f"{folder.name.split('.')[0]}.{n}")
-    texts = {path: read_prompt_file(root, path) or "" for path in edited}  # never through a link
     for path in edited:
         target = folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
