@@ -20,8 +20,17 @@ CONFIG_NAME = "judgeloop.toml"
 JUDGELOOP_ACTOR = git.Actor("judgeloop", "judgeloop@localhost")
 
 
-
-
+def find_root(start: Path) -> Path:
+    """The nearest folder at or above ``start`` holding ``judgeloop.toml``, as git finds its repository
+    (so a command run in ``ws/prompts/`` works on ``ws``); none is a `UserError` in one line."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / CONFIG_NAME).is_file():
+            return folder
+    raise UserError(
+        f"no judgeloop workspace here: neither {start} nor any folder above it holds {CONFIG_NAME}; "
+        "create one with `judgeloop init DIR`, or pass -w DIR"
+    )
 
 
 @dataclass(frozen=True)
@@ -30,14 +39,23 @@ class Workspace:
     config: Config
 
     @classmethod
-    def open(cls, path: Path | str = ".") -> Workspace:
-        """Open the workspace at ``path``; a folder without ``judgeloop.toml`` is refused in one line."""
-        root = Path(path).resolve()
+    def open(cls, path: Path | str | None = None) -> Workspace:
+        """Open the workspace at ``path``, exactly; with None, the one found from the current folder
+        (`find_root`). A folder without ``judgeloop.toml`` is refused in one line."""
+        if path is None:
+            try:
+                here = Path.cwd()
+            except FileNotFoundError:  # the shell's folder was deleted under it
+                raise UserError("the current folder no longer exists; cd into a workspace or pass -w DIR") from None
+            root = find_root(here)
+        else:
+            root = Path(path).resolve()
         if not (root / CONFIG_NAME).is_file():
-            raise UserError(
-                f"{root} is not a judgeloop workspace (no {CONFIG_NAME}); "
-                "run `judgeloop init DIR` or pass -w/--workspace DIR"
-            )
+            # -w means exactly that folder; the workspace above it is named, never used unasked.
+            above = next((f for f in root.parents if (f / CONFIG_NAME).is_file()), None)
+            hint = (f"it is inside the workspace {above}: pass -w {above}, or leave -w out to find it"
+                    if above else "run `judgeloop init DIR` or pass -w/--workspace DIR")
+            raise UserError(f"{root} is not a judgeloop workspace (no {CONFIG_NAME}); {hint}")
         if not (root / ".git").exists():
             raise UserError(f"{root} has {CONFIG_NAME} but is not a git repository; run `git init` there")
         return cls(root=root, config=load_config(root / CONFIG_NAME))

@@ -1011,7 +1011,7 @@ def test_screenshot_command_refuses_bad_arguments_in_one_line(run_ws: Path, caps
     assert main(["tui", "-w", str(run_ws), "--screenshot", "x.svg", "--screen", "nope"]) == 2
     assert main(["tui", "-w", str(run_ws), "--screenshot", "x.svg", "--size", "big"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("judgeloop: error:") for line in err)
+    assert len(err) == 3 and all(line.startswith(("judgeloop: error:", "judgeloop tui: error:")) for line in err)
 
 
 # ---------------------------------------------------------------------------------------------

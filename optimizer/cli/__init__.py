@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -20,7 +21,10 @@ from optimizer.config import MAX_CONCURRENCY, MAX_REPLICATES
 from optimizer.errors import UserError
 from optimizer.vocab import POLICIES, RUN_STRATEGIES
 
-WORKSPACE_HELP = "the workspace folder (default: .)"
+WORKSPACE_HELP = (
+    "the workspace folder, exactly; before or after any command (default: the nearest folder at or above "
+    "the current one that holds judgeloop.toml, as git finds its repository)"
+)
 
 
 class CommandLineError(Exception):
@@ -67,27 +71,58 @@ def positive(text: str) -> float:
     return value
 
 
-def _common() -> argparse.ArgumentParser:
+def _common() -> Parser:
     common = Parser(add_help=False)
-    # -w works before the command (as `git -C`) and after it. SUPPRESS here: a subcommand's default
-    # would otherwise overwrite the value given before the command.
+    # -w works before the command (as `git -C`) and after it, at every level (`devset -w DIR list`).
+    # SUPPRESS here: a subcommand's default would otherwise overwrite the value given before it.
     common.add_argument("-w", "--workspace", default=argparse.SUPPRESS, metavar="DIR", help=WORKSPACE_HELP)
     return common
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("judgeloop")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed; run `pip install -e .`)"
+
+
+class _ScreenNames:
+    """The TUI's view names for --screen, read from `tui.app` only when argparse checks or shows them:
+    building the parser must not import Textual for every command."""
+
+    @staticmethod
+    def _names() -> list[str]:
+        from tui.app import VIEWS
+
+        return list(VIEWS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+
 def _judge_overrides(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--provider", choices=["local", "anthropic", "openai"], help="override [judge] provider")
-    p.add_argument("--model", help="override [judge] model")
-    p.add_argument("--base-url", help="override [judge] base_url (OpenAI-compatible servers)")
+    p.add_argument("--provider", choices=["local", "anthropic", "openai"],
+                   help="the judge's provider (default: [judge] provider in judgeloop.toml)")
+    p.add_argument("--model", help="the judge's model (default: [judge] model)")
+    p.add_argument("--base-url", metavar="URL",
+                   help="the judge's API address, e.g. an OpenAI-compatible server (default: [judge] base_url)")
     p.add_argument("--concurrency", type=whole(1, MAX_CONCURRENCY), metavar="N",
-                   help=f"override [judge] max_concurrency (1 to {MAX_CONCURRENCY})")
+                   help=f"judge calls in flight at once, 1 to {MAX_CONCURRENCY} (default: [judge] max_concurrency)")
 
 
 BATCH_HELP = (
     "send the uncached judge calls as one batch through the provider's batch API (anthropic, openai): "
     "half price, answered within 24 h; early stopping does not apply (every item is judged); a killed "
-    "command run again collects its pending batch instead of sending a second one"
+    "command run again collects its pending batch instead of sending a second one (default: off)"
 )
+REPLICATES_HELP = (
+    f"judge each item K times per prompt set and score the majority verdict, 1 to {MAX_REPLICATES} "
+    "(default: replicates in prompts/judge.toml, 1)"
+)
+LATEST_RUN = "(default: the latest run)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,8 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="judgeloop",
         description="Improve an LLM judge of computer-use trajectories, one audited git commit at a time.",
     )
-    parser.add_argument("-w", "--workspace", default=".", metavar="DIR", help=WORKSPACE_HELP)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("-w", "--workspace", default=None, metavar="DIR", help=WORKSPACE_HELP)
+    parser.add_argument("--version", action="version", version=f"judgeloop {_version()}",
+                        help="print the installed judgeloop version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of the commands below; `judgeloop COMMAND -h` for its options")
 
     def command(group: Any, name: str, handler: str, help_: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = group.add_parser(name, parents=[common], help=help_, description=help_)
@@ -108,96 +146,115 @@ def build_parser() -> argparse.ArgumentParser:
         return command(sub, name, handler, help_)
 
     p = add("init", "optimizer.cli.workspace:cmd_init", "create a workspace (a git repository) in DIR")
-    p.add_argument("dir", metavar="DIR")
-    p.add_argument("--sample", action="store_true", help="import the bundled sample set as split 'sample'")
+    p.add_argument("dir", metavar="DIR", help="the folder to create, new or empty (relative to the current folder)")
+    p.add_argument("--sample", action="store_true",
+                   help="import the bundled sample set as split 'sample' (default: no split)")
 
-    devset = sub.add_parser("devset", help="import, verify and read data splits")
-    dsub = devset.add_subparsers(dest="devset_command", required=True, metavar="ACTION")
+    devset_help = "import, verify and read data splits"
+    devset = sub.add_parser("devset", parents=[common], help=devset_help, description=devset_help)
+    dsub = devset.add_subparsers(dest="devset_command", required=True, metavar="ACTION",
+                                 help="one of the actions below; `judgeloop devset ACTION -h` for its options")
 
     def dadd(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
         return command(dsub, name, handler, help_)
 
     p = dadd("import", "optimizer.cli.devset:cmd_import", "copy AgentHorizon items into devset/NAME with a manifest")
     p.add_argument("src", metavar="SRC", help="a folder in either release layout")
-    p.add_argument("--name", required=True)
+    p.add_argument("--name", required=True, metavar="NAME",
+                   help="the new split's name, also its folder devset/NAME (required)")
     how = p.add_mutually_exclusive_group(required=True)
-    how.add_argument("--manifest", metavar="FILE", help="one trajectory id per line, # comments")
+    how.add_argument("--manifest", metavar="FILE", help="import the items listed in FILE: one trajectory id per line, # comments")
     how.add_argument("--all", action="store_true", help="import every labelled item")
     how.add_argument("--rebuild-ahd", action="store_true", help="reconstruct AH-D (pair-aware, seeded)")
-    p.add_argument("--link", action="store_true", help="symlink screenshots instead of copying them")
+    p.add_argument("--link", action="store_true", help="symlink screenshots instead of copying them (default: copy)")
     p = dadd("verify", "optimizer.cli.devset:cmd_verify", "check a split is complete and print its counts")
-    p.add_argument("name", nargs="?", metavar="NAME", help="default: every split")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the split to check (default: every split)")
     p = dadd("show", "optimizer.cli.devset:cmd_show", "print one trajectory as a person would read it")
-    p.add_argument("name", metavar="NAME")
-    p.add_argument("id", metavar="ID")
+    p.add_argument("name", metavar="NAME", help="the split holding the item")
+    p.add_argument("id", metavar="ID", help="the trajectory id, or a prefix of it that names one item")
     dadd("list", "optimizer.cli.devset:cmd_list", "list the workspace's splits")
 
     p = add("score", "optimizer.cli.score:cmd_score", "score a folder of verdict files against a split")
-    p.add_argument("results_dir", metavar="RESULTS_DIR")
-    p.add_argument("--split", required=True, metavar="NAME")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("results_dir", metavar="RESULTS_DIR", help="a folder of <trajectory id>.json verdict files")
+    p.add_argument("--split", required=True, metavar="NAME", help="the split whose labels score them (required)")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object (default: a table)")
 
     p = add("eval", "optimizer.cli.eval:cmd_eval", "evaluate the judge prompts on a split")
-    p.add_argument("--split", metavar="NAME", help="default: [workspace] dev_split")
+    p.add_argument("--split", metavar="NAME", help="the split to judge (default: [workspace] dev_split)")
     p.add_argument("--rev", metavar="REV", help="git revision of prompts/ (default: the working tree)")
-    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K")
-    p.add_argument("--limit", type=whole(1), metavar="N", help="only the first N manifest items")
-    p.add_argument("--out", metavar="DIR", help="where to write verdict files")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help=REPLICATES_HELP)
+    p.add_argument("--limit", type=whole(1), metavar="N", help="only the first N manifest items (default: every item)")
+    p.add_argument("--out", metavar="DIR",
+                   help="where to write verdict files (default: a new folder under experiments/evals/)")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object (default: a table)")
     p.add_argument("--batch", action="store_true", help=BATCH_HELP)
     _judge_overrides(p)
 
     p = add("run", "optimizer.cli.loop:cmd_run", "run the optimisation loop on the dev split")
-    p.add_argument("--split", metavar="NAME")
+    p.add_argument("--split", metavar="NAME", help="the split the loop judges on (default: [workspace] dev_split)")
     p.add_argument("--strategy", choices=RUN_STRATEGIES,
-                   help="manual: your working-tree edit of the allowed files, judged as one candidate")
-    p.add_argument("-m", "--message", metavar="TEXT", help="--strategy manual: the edit's rationale")
+                   help="who proposes the candidates; manual: your working-tree edit of the allowed files, judged "
+                        "as one candidate (default: [optimizer] strategy)")
+    p.add_argument("-m", "--message", metavar="TEXT",
+                   help="--strategy manual: the edit's rationale (default: \"a hand edit of FILES\")")
     p.add_argument("--policy", choices=POLICIES,
                    help="how a candidate is decided (default: [loop] policy, adaptive); see README \"How the loop decides\"")
-    p.add_argument("--max-experiments", type=whole(1), metavar="N", help="candidates to try after the baseline")
-    p.add_argument("--budget-usd", type=positive, metavar="X")
-    p.add_argument("--hours", type=positive, metavar="H")
-    p.add_argument("--patience", type=whole(1), metavar="K")
-    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K")
-    p.add_argument("--propose-only", action="store_true", help="evaluate one candidate, wait for `judgeloop decide`")
-    p.add_argument("--resume", action="store_true", help="continue the last unfinished run")
+    p.add_argument("--max-experiments", type=whole(1), metavar="N",
+                   help="candidates to try after the baseline (default: no limit)")
+    p.add_argument("--budget-usd", type=positive, metavar="X",
+                   help="stop before the run's judge and optimiser calls cost more than X US dollars (default: no limit)")
+    p.add_argument("--hours", type=positive, metavar="H",
+                   help="start no new candidate after H hours of wall time (default: no limit)")
+    p.add_argument("--patience", type=whole(1), metavar="K",
+                   help="stop after K candidates in a row without a keep (default: [loop] patience, 5)")
+    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help=REPLICATES_HELP)
+    p.add_argument("--propose-only", action="store_true",
+                   help="evaluate one candidate, wait for `judgeloop decide` (default: decide by the policy)")
+    p.add_argument("--resume", action="store_true", help="continue the last unfinished run (default: start a new run)")
     p.add_argument("--batch", action="store_true",
                    help=BATCH_HELP.replace("a killed command run again", "`--resume`") +
                    "; a run started with --batch resumes in batch mode")
     _judge_overrides(p)
 
     p = add("decide", "optimizer.cli.loop:cmd_decide", "keep or discard a candidate waiting in propose-only mode")
-    p.add_argument("experiment", metavar="EXPERIMENT")
-    p.add_argument("decision", choices=["keep", "discard"])
+    p.add_argument("experiment", metavar="EXPERIMENT", help="the waiting experiment's id (see `judgeloop history`)")
+    p.add_argument("decision", choices=["keep", "discard"],
+                   help="keep: commit it as the incumbent; discard: roll it back")
 
     p = add("report", "optimizer.cli.report:cmd_report", "audit a run: decisions, kept chain, flips, spend")
-    p.add_argument("--run", metavar="ID")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--run", metavar="ID", help=f"the run to audit {LATEST_RUN}")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object (default: text)")
 
     p = add("attribute", "optimizer.cli.attribute:cmd_attribute",
             "measure what each kept edit still contributes at the end, and the final prompts vs the baseline")
     p.add_argument("--run", metavar="ID", help="one run's kept edits (default: every kept edit in HEAD's history)")
-    p.add_argument("--budget-usd", type=positive, metavar="X", help="stop cleanly before spending more than X in all")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--budget-usd", type=positive, metavar="X",
+                   help="stop cleanly before spending more than X US dollars in all (default: no limit)")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as one JSON object, status lines on stderr (default: text)")
     _judge_overrides(p)
 
     p = add("history", "optimizer.cli.report:cmd_history", "print the experiments table")
-    p.add_argument("--run", metavar="ID")
+    p.add_argument("--run", metavar="ID", help=f"the run whose experiments to list {LATEST_RUN}")
 
     p = add("confirm", "optimizer.cli.loop:cmd_confirm", "evaluate the final prompts once on a held-out split")
-    p.add_argument("--split", required=True, metavar="NAME")
-    p.add_argument("--run", metavar="ID")
+    p.add_argument("--split", required=True, metavar="NAME",
+                   help="the held-out split, listed under [workspace] heldout_splits (required)")
+    p.add_argument("--run", metavar="ID", help=f"the run whose final prompts to confirm {LATEST_RUN}")
     p.add_argument("--batch", action="store_true", help=BATCH_HELP)
     _judge_overrides(p)
 
     p = add("reviews", "optimizer.cli.report:cmd_reviews", "list human reviews or export them as JSONL")
-    p.add_argument("--export", metavar="FILE")
+    p.add_argument("--export", metavar="FILE", help="write every review to FILE as JSON lines (default: list them)")
 
     p = add("tui", "optimizer.cli.tui:cmd_tui", "open the terminal UI")
-    p.add_argument("--screenshot", metavar="FILE.svg", help="render one screen to SVG and exit")
-    p.add_argument("--screen", default="history", metavar="NAME")
-    p.add_argument("--experiment", metavar="ID")
-    p.add_argument("--size", default="120x40", metavar="WxH", help="terminal size for --screenshot")
+    p.add_argument("--screenshot", metavar="FILE.svg", help="render one screen to SVG and exit (default: open the app)")
+    p.add_argument("--screen", default="history", metavar="NAME", choices=_ScreenNames(),
+                   help="the view to open: %(choices)s (default: %(default)s)")
+    p.add_argument("--experiment", metavar="ID",
+                   help="the experiment its views open on (default: the latest run's incumbent)")
+    p.add_argument("--size", default="120x40", metavar="WxH",
+                   help="terminal size for --screenshot (default: %(default)s)")
     return parser
 
 
@@ -219,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # files, reports, the lock): a full disk, a read-only folder, a refused permission only.
         from optimizer.storage import os_fault
 
-        fault = os_fault(exc, Path(getattr(args, "workspace", ".")).resolve())
+        fault = os_fault(exc, Path(getattr(args, "workspace", None) or ".").resolve())
         if fault is None:
             raise
         print(f"judgeloop: error: {fault}", file=sys.stderr)

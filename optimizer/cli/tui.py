@@ -11,8 +11,8 @@ from optimizer.workspace import Workspace
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    """Open the app, or with --screenshot render one view to SVG and exit."""
-    from tui.app import VIEWS, JudgeloopApp, parse_size, render_screenshot
+    """Open the app, or with --screenshot render one view to SVG and exit (argparse has checked --screen)."""
+    from tui.app import JudgeloopApp, parse_size, render_screenshot
 
     ws = Workspace.open(args.workspace)
     experiment_id: int | None = None
@@ -21,8 +21,6 @@ def cmd_tui(args: argparse.Namespace) -> int:
             experiment_id = int(args.experiment)
         except ValueError:
             raise UserError(f"--experiment {args.experiment!r} is not an experiment id; see `judgeloop history`") from None
-    if args.screen not in VIEWS:
-        raise UserError(f"unknown --screen {args.screen!r}; use one of {', '.join(VIEWS)}")
     if args.screenshot:
         out = Path(args.screenshot)
         if out.suffix.lower() != ".svg":
