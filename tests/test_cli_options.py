@@ -209,3 +209,21 @@ def test_an_unknown_tui_screen_is_one_line_naming_the_valid_ones(
     assert "invalid choice: 'histroy'" in err
     assert all(f"'{name}'" in err for name in VIEWS)
     assert not shot.exists()
+
+
+def test_the_parser_reads_the_screen_names_only_for_tui() -> None:
+    # --screen's names come from tui.app, but building the parser (every command pays for it) must
+    # not import Textual; `tui --screen NAME` checks the name against the TUI's own list.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from optimizer.cli import build_parser\n"
+        "build_parser().parse_args(['devset', 'list'])\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'tui'))\n"
+        "assert not loaded, loaded\n"
+        "assert build_parser().parse_args(['tui', '--screen', 'item']).screen == 'item'\n"
+        "assert 'tui.app' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

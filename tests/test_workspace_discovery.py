@@ -119,3 +119,14 @@ def test_init_is_not_affected_by_discovery(tmp_path: Path, monkeypatch: pytest.M
     assert _run(["init", "nested"], capsys)[0] == 0
     assert (scratch / "nested" / CONFIG_NAME).is_file()
     assert not (ws / "nested").exists()
+
+
+def test_a_config_found_above_without_git_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # A stray judgeloop.toml above is found but never used as a workspace without its git repository.
+    (tmp_path / CONFIG_NAME).write_text("", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    code, out, err = _run(["devset", "list"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{tmp_path.resolve()} has {CONFIG_NAME} but is not a git repository" in err

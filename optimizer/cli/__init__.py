@@ -116,8 +116,9 @@ def _judge_overrides(p: argparse.ArgumentParser) -> None:
 BATCH_HELP = (
     "send the uncached judge calls as one batch through the provider's batch API (anthropic, openai): "
     "half price, answered within 24 h; early stopping does not apply (every item is judged); a killed "
-    "command run again collects its pending batch instead of sending a second one (default: off)"
+    "command run again collects its pending batch instead of sending a second one"
 )
+OFF = " (default: off)"
 REPLICATES_HELP = (
     f"judge each item K times per prompt set and score the majority verdict, 1 to {MAX_REPLICATES} "
     "(default: replicates in prompts/judge.toml, 1)"
@@ -187,14 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR",
                    help="where to write verdict files (default: a new folder under experiments/evals/)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object (default: a table)")
-    p.add_argument("--batch", action="store_true", help=BATCH_HELP)
+    p.add_argument("--batch", action="store_true", help=BATCH_HELP + OFF)
     _judge_overrides(p)
 
     p = add("run", "optimizer.cli.loop:cmd_run", "run the optimisation loop on the dev split")
     p.add_argument("--split", metavar="NAME", help="the split the loop judges on (default: [workspace] dev_split)")
     p.add_argument("--strategy", choices=RUN_STRATEGIES,
                    help="who proposes the candidates; manual: your working-tree edit of the allowed files, judged "
-                        "as one candidate (default: [optimizer] strategy)")
+                        "as one candidate (default: [optimizer] strategy, library)")
     p.add_argument("-m", "--message", metavar="TEXT",
                    help="--strategy manual: the edit's rationale (default: \"a hand edit of FILES\")")
     p.add_argument("--policy", choices=POLICIES,
@@ -213,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the last unfinished run (default: start a new run)")
     p.add_argument("--batch", action="store_true",
                    help=BATCH_HELP.replace("a killed command run again", "`--resume`") +
-                   "; a run started with --batch resumes in batch mode")
+                   "; a run started with --batch resumes in batch mode" + OFF)
     _judge_overrides(p)
 
     p = add("decide", "optimizer.cli.loop:cmd_decide", "keep or discard a candidate waiting in propose-only mode")
@@ -241,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", required=True, metavar="NAME",
                    help="the held-out split, listed under [workspace] heldout_splits (required)")
     p.add_argument("--run", metavar="ID", help=f"the run whose final prompts to confirm {LATEST_RUN}")
-    p.add_argument("--batch", action="store_true", help=BATCH_HELP)
+    p.add_argument("--batch", action="store_true", help=BATCH_HELP + OFF)
     _judge_overrides(p)
 
     p = add("reviews", "optimizer.cli.report:cmd_reviews", "list human reviews or export them as JSONL")

@@ -176,3 +176,17 @@ def test_a_hand_edit_of_a_protected_region_is_refused_before_the_run_starts_and_
     assert gitops.rev_parse(ws, "HEAD") == before_head
     assert git(ws, "branch", "--list", "judgeloop/*").strip() == ""
     assert not (ws / "experiments" / "manual").exists()
+
+
+def test_a_hand_edit_of_judge_md_around_its_protected_region_is_not_refused(ws: Path) -> None:
+    # The up-front check is the protected guard, not a ban on judge.md: text before and after the
+    # region may change (and the region may move down) — the edit is saved for the run as usual.
+    from optimizer.loop.strategies.manual import capture_edits
+
+    judge_md = ws / "prompts" / "judge.md"
+    text = judge_md.read_text(encoding="utf-8")
+    new = text.replace("{{rubric}}", "Read every step before you answer.\n\n{{rubric}}") + "\nBe brief.\n"
+    judge_md.write_text(new, encoding="utf-8")
+    folder = capture_edits(ws, ws / "experiments", ["prompts/judge.md", "prompts/rubric.md"], None)
+    assert (folder / "prompts" / "judge.md").read_text(encoding="utf-8") == new
+    assert judge_md.read_text(encoding="utf-8") == text  # reset to HEAD for the run, as before
