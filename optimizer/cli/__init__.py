@@ -198,6 +198,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screen", default="history", metavar="NAME")
     p.add_argument("--experiment", metavar="ID")
     p.add_argument("--size", default="120x40", metavar="WxH", help="terminal size for --screenshot")
+
+    p = add("bias", "optimizer.cli.bias:cmd_bias",
+            "bias battery: flip rates under a success claim, idle steps and a note to the judge, against a placebo")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="git revision of prompts/ (default: HEAD)")
+    p.add_argument("--split", metavar="NAME", help="default: [workspace] dev_split (a held-out split is refused)")
+    p.add_argument("--probes", metavar="NAME[,NAME]",
+                   help="comma-separated: final_claim, idle_steps, judge_note (default: all three)")
+    p.add_argument("--budget-usd", type=positive, metavar="X",
+                   help="cap the spend; the items become a label-stratified subset sized from estimated costs")
+    p.add_argument("--json", action="store_true", help="print one JSON object (status lines go to stderr)")
+    _judge_overrides(p)
     return parser
 
 
