@@ -15,14 +15,26 @@ from typing import Any
 
 import pytest
 
-from optimizer.bias import JUDGE_NOTE, PROBES, final_claim, idle_count, idle_steps, judge_note, run_battery
+from optimizer.bias import (
+    JUDGE_NOTE,
+    PROBES,
+    PerturbedSplit,
+    final_claim,
+    idle_count,
+    idle_steps,
+    judge_note,
+    run_battery,
+)
 from optimizer.cli import main
 from optimizer.config import JudgeOverrides
 from optimizer.devset.split import open_split
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.scored import EvalOptions, evaluate
+from optimizer.judge.render import build_request
+from optimizer.judge.types import ImagePart
 from optimizer.workspace import Workspace
 from tests.support.bias import BiasJudge, Reaction
+from tests.support.config import bundled_prompts
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import add_small_dev_split, commit_all, git, labels_of, make_workspace, set_toml_key
 
@@ -202,6 +214,15 @@ def test_probes_perturb_the_judge_input_as_documented(ws: Path) -> None:
     noted = judge_note(traj)
     assert noted.steps[-2].action.parameters["text"] == JUDGE_NOTE and noted.steps[-1].action == traj.steps[-1].action
     assert split.trajectory(split.ids[0]) == traj  # the original is untouched
+    # Rendered as the judge reads it (bundled prompts: every screenshot): the idle steps show the reused
+    # screen, and the perturbed split renders what the probe made.
+    prompts = bundled_prompts()
+    plain = build_request(traj, split, prompts)
+    longer = build_request(PerturbedSplit(split, PROBES["idle_steps"]).trajectory(split.ids[0]), split, prompts)
+    images = [p for p in longer.parts if isinstance(p, ImagePart)]
+    assert len(images) == len([p for p in plain.parts if isinstance(p, ImagePart)]) + idle_count(n)
+    assert len({im.data for im in images[n // 2 : n // 2 + idle_count(n) + 1]}) == 1
+    assert longer.fingerprint() != plain.fingerprint()
 
 
 def test_held_out_split_and_unknown_probe_are_refused_in_one_line(
@@ -218,6 +239,9 @@ def test_held_out_split_and_unknown_probe_are_refused_in_one_line(
                      *FLAGS]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "'nope'" in err
+        assert main(["bias", "no-such-rev", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "'no-such-rev' is not a revision" in err
         assert server.inference_requests() == []
 
 
@@ -230,6 +254,10 @@ def test_budget_picks_a_stratified_subset_and_is_never_crossed(
     commit_all(ws, "prices")
     judge = BiasJudge(ws, reacts_to="complete_text")
     with FakeLLMServer(default=judge) as server:
+        capsys.readouterr()
+        assert main(["bias", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS, "--budget-usd", "0.01"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "buys fewer than 2 items" in err and server.inference_requests() == []
         result = bias_json(ws, server, capsys, "--budget-usd", "1.5")
     assert 2 <= result["items"] < 32 and result["subset"].startswith("a subset stratified by label")
     assert result["cost_usd"] <= 1.5 and result["budget_usd"] == 1.5
