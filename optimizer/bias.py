@@ -442,6 +442,14 @@ def run_battery(
     complete = all(r.stop is None and not r.not_evaluated for r in all_runs) and len(all_runs) == 2 + len(asked)
     for r in all_runs:
         notes.extend(n for n in r.notes if n not in notes)
+    base_notes = {item.trajectory_id: set(item.notes) for item in base_run.items}
+    for probe, run in zip(asked, perturbed_runs, strict=False):
+        # A longer request can be cut to fit the token budget where the original was not: say so.
+        changed = [(item.trajectory_id, extra) for item in run.items
+                   if (extra := sorted(set(item.notes) - base_notes.get(item.trajectory_id, set())))]
+        if changed:
+            notes.append(f"{probe.name}: {len(changed)} perturbed request(s) were rendered with a reduction the "
+                         f"unperturbed ones did not need, e.g. {changed[0][0]}: {changed[0][1][0]}")
     excluded = max((p.excluded for p in results), default=0)
     if excluded:
         notes.append(f"up to {excluded} item(s) per probe left out: a call failed or its verdict was invalid")

@@ -30,6 +30,8 @@ from optimizer.config import JudgeOverrides
 from optimizer.devset.split import open_split
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.scored import EvalOptions, evaluate
+from optimizer.judge.estimate import request_input_tokens
+from optimizer.judge.prompts import PromptSet
 from optimizer.judge.render import build_request
 from optimizer.judge.types import ImagePart
 from optimizer.workspace import Workspace
@@ -263,3 +265,30 @@ def test_budget_picks_a_stratified_subset_and_is_never_crossed(
     assert result["cost_usd"] <= 1.5 and result["budget_usd"] == 1.5
     assert result["calls"] == result["items"] * 7
     assert all(p["items"] == result["items"] for p in result["probes"])
+
+
+def test_a_perturbed_request_cut_to_fit_the_token_budget_is_noted(ws: Path) -> None:
+    """The longest item just fits the token budget; with idle steps it does not, and the battery says so."""
+    workspace = Workspace.open(ws)
+    split = open_split(workspace, "small")
+    prompts = PromptSet.from_dir(workspace.prompts_dir)
+
+    def reduced(tid: str, budget: int, probe: str | None = None) -> bool:
+        traj = split.trajectory(tid)
+        return bool(build_request(PROBES[probe].perturb(traj) if probe else traj, split, prompts,
+                                  token_budget=budget).notes)
+
+    longest = max(split.ids, key=lambda t: request_input_tokens(build_request(split.trajectory(t), split, prompts)))
+    low, high = 256, 100_000
+    while low < high:  # the smallest budget the longest item fits unreduced
+        mid = (low + high) // 2
+        low, high = (low, mid) if not reduced(longest, mid) else (mid + 1, high)
+    assert reduced(longest, low, "idle_steps") and not any(reduced(t, low) for t in split.ids)
+    toml = ws / "prompts" / "judge.toml"
+    toml.write_text(toml.read_text(encoding="utf-8") + f"\ntoken_budget = {low}\n", encoding="utf-8")
+    commit_all(ws, "token budget")
+    with FakeLLMServer(default=BiasJudge(ws)) as server:
+        overrides = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url)
+        result = run_battery(Workspace.open(ws), "HEAD", judge=overrides, probes=["idle_steps"])
+    noted = [n for n in result.notes if n.startswith("idle_steps: ")]
+    assert len(noted) == 1 and "token budget" in noted[0], result.notes
