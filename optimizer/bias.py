@@ -48,7 +48,7 @@ from optimizer.evaluation.evaluator import evaluate_items, sampling_from
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
-from optimizer.judge.prompts import PromptSet
+from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.types import Provider
 from optimizer.metrics import mcnemar_exact_one_sided
 from optimizer.models import Action, Label, Step, Trajectory
@@ -77,6 +77,17 @@ def _added_step(like: Step | None, action: Action, *, text: str | None = None) -
     """A step showing the screen of ``like`` (None: no screenshot), at its time, with ``action``."""
     return Step(step_id=0, screenshot=like.screenshot if like else None, action=action, thought=text,
                 action_description=text, timestamp_us=like.timestamp_us if like else None)
+
+
+def idle_displaces(n_steps: int, settings: JudgeSettings) -> bool:
+    """Whether, for an ``n_steps``-step trajectory, the screenshot policy (``max_images``, ``every_k``,
+    ``spaced``) shows other original steps once `idle_steps` inserted its steps (before any token budget)."""
+    from optimizer.judge.render import select_frames
+
+    at, k = n_steps // 2, idle_count(n_steps)
+    shown = set(select_frames(n_steps, settings))
+    after = {i if i < at else i - k for i in select_frames(n_steps + k, settings) if not at <= i < at + k}
+    return after != shown
 
 
 def final_claim(traj: Trajectory) -> Trajectory:
@@ -450,6 +461,12 @@ def run_battery(
         if changed:
             notes.append(f"{probe.name}: {len(changed)} perturbed request(s) were rendered with a reduction the "
                          f"unperturbed ones did not need, e.g. {changed[0][0]}: {changed[0][1][0]}")
+    if PROBES["idle_steps"] in asked and prompts.settings.screenshots != "none":
+        displaced = [t for t in ids if idle_displaces(len(the_split.trajectory(t).steps), prompts.settings)]
+        if displaced:
+            notes.append(f"idle_steps: on {len(displaced)} item(s) the screenshot policy ({prompts.settings.screenshots}, "
+                         f"max_images {prompts.settings.max_images}) shows other real steps once the idle steps are "
+                         f"in, e.g. {displaced[0]}")
     excluded = max((p.excluded for p in results), default=0)
     if excluded:
         notes.append(f"up to {excluded} item(s) per probe left out: a call failed or its verdict was invalid")

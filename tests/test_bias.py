@@ -21,6 +21,7 @@ from optimizer.bias import (
     PerturbedSplit,
     final_claim,
     idle_count,
+    idle_displaces,
     idle_steps,
     judge_note,
     run_battery,
@@ -225,6 +226,9 @@ def test_probes_perturb_the_judge_input_as_documented(ws: Path) -> None:
     assert len(images) == len([p for p in plain.parts if isinstance(p, ImagePart)]) + idle_count(n)
     assert len({im.data for im in images[n // 2 : n // 2 + idle_count(n) + 1]}) == 1
     assert longer.fingerprint() != plain.fingerprint()
+    # Under a cap on screenshots the idle steps take the places of real ones (the battery notes it):
+    # 120 steps + 30 idle ones under max_images = 100 show other real steps; 20 + 5 do not.
+    assert idle_displaces(120, prompts.settings) and not idle_displaces(20, prompts.settings)
 
 
 def test_held_out_split_and_unknown_probe_are_refused_in_one_line(
