@@ -259,6 +259,7 @@ class BatteryResult:
     judge: str  # provider:model
     split_items: int
     items: int  # items judged (the whole split, or a stratified subset sized by the budget)
+    positives: int  # of them, labelled positive
     subset: str  # "all" or a sentence saying how the subset was drawn
     alpha: float
     probes: list[ProbeResult]
@@ -277,7 +278,7 @@ class BatteryResult:
         return {
             "rev": self.rev, "prompt_hash": self.prompt_hash, "split": self.split,
             "split_fingerprint": self.split_fingerprint, "judge": self.judge, "split_items": self.split_items,
-            "items": self.items, "subset": self.subset, "alpha": self.alpha, "test": TEST_TEXT,
+            "items": self.items, "positives": self.positives, "negatives": self.items - self.positives, "subset": self.subset, "alpha": self.alpha, "test": TEST_TEXT,
             "probes": [p.to_json() for p in self.probes], "flagged": self.flagged, "cost_usd": self.cost_usd,
             "calls": self.calls, "cache_hits": self.cache_hits, "budget_usd": self.budget_usd,
             "complete": self.complete, "notes": list(self.notes),
@@ -476,6 +477,7 @@ def run_battery(
     result = BatteryResult(
         rev=sha, prompt_hash=prompts.prompt_hash(), split=the_split.name, split_fingerprint=the_split.fingerprint,
         judge=f"{judge_cfg.provider}:{judge_cfg.model}", split_items=len(the_split.ids), items=len(ids),
+        positives=sum(1 for t in ids if labels[t].is_positive),
         subset=subset, alpha=alpha, probes=results, cost_usd=sum(r.cost_usd for r in all_runs),
         calls=sum(r.calls_made for r in all_runs), cache_hits=sum(r.cache_hits for r in all_runs),
         budget_usd=budget_usd, complete=complete, notes=notes,

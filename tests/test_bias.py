@@ -125,8 +125,8 @@ def test_a_judge_that_flips_on_task_complete_text_is_flagged_and_one_that_ignore
         again = bias_json(ws, server, capsys)
         calls_again = len(server.inference_requests()) - calls
     assert set(result) >= {"rev", "prompt_hash", "split", "split_fingerprint", "judge", "split_items", "items",
-                           "subset", "alpha", "test", "probes", "flagged", "cost_usd", "calls", "cache_hits",
-                           "budget_usd", "complete", "notes"}
+                           "positives", "negatives", "subset", "alpha", "test", "probes", "flagged", "cost_usd",
+                           "calls", "cache_hits", "budget_usd", "complete", "notes"}
     assert result["items"] == result["split_items"] == 32 and result["subset"] == "all" and result["complete"]
     assert result["rev"] == git(ws, "rev-parse", "HEAD").strip() and result["split"] == "small"
     probes = by_probe(result)
@@ -265,8 +265,18 @@ def test_budget_picks_a_stratified_subset_and_is_never_crossed(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "buys fewer than 2 items" in err and server.inference_requests() == []
         result = bias_json(ws, server, capsys, "--budget-usd", "1.5")
+        paid = len(server.inference_requests())
+        # The same battery as a table: every call is cached now, so the same items are chosen and nothing is paid.
+        assert main(["bias", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS, "--budget-usd", "1.5"]) == 0
+        table = capsys.readouterr().out.splitlines()
+        assert len(server.inference_requests()) == paid
+    assert [line.split(" | ")[0] for line in table if line.startswith("| ") and "---" not in line][1:] == [
+        f"| {name}" for name in PROBES]
+    assert f"({result['items']} of 32 items; a subset stratified by label" in table[1]
     assert 2 <= result["items"] < 32 and result["subset"].startswith("a subset stratified by label")
     assert result["cost_usd"] <= 1.5 and result["budget_usd"] == 1.5
+    assert result["positives"] == round(result["items"] / 2)  # the split is 16 / 16
+    assert result["negatives"] == result["items"] - result["positives"]
     assert result["calls"] == result["items"] * 7
     assert all(p["items"] == result["items"] for p in result["probes"])
 
