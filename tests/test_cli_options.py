@@ -119,6 +119,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("history",): [],
     ("confirm",): ["--split", "held"],
     ("reviews",): [],
+    ("bias",): ["--split", "held"],
     ("tui",): ["--screenshot", "{tmp}/shot.svg", "--size", "80x24"],
 }
 

@@ -256,6 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the experiment its views open on (default: the latest run's incumbent)")
     p.add_argument("--size", default="120x40", metavar="WxH",
                    help="terminal size for --screenshot (default: %(default)s)")
+
+    p = add("bias", "optimizer.cli.bias:cmd_bias",
+            "bias battery: flip rates under a success claim, idle steps and a note to the judge, against a placebo")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="git revision of prompts/ (default: HEAD)")
+    p.add_argument("--split", metavar="NAME", help="the split to probe (default: [workspace] dev_split; a held-out split is refused)")
+    p.add_argument("--probes", metavar="NAME[,NAME]",
+                   help="comma-separated: final_claim, idle_steps, judge_note (default: all three)")
+    p.add_argument("--budget-usd", type=positive, metavar="X",
+                   help="cap the spend; the items become a label-stratified subset sized from estimated costs (default: no cap, every item)")
+    p.add_argument("--json", action="store_true", help="print one JSON object; status lines go to stderr (default: a table)")
+    _judge_overrides(p)
     return parser
 
 
