@@ -32,6 +32,7 @@ from optimizer.cli import main
 from optimizer.devset.split import open_split
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
 from optimizer.ledger import Experiment, Ledger, Run
+from optimizer.paths import MAX_PROMPT_FILE_CHARS
 from optimizer.scaffold import bundled_dir
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
@@ -169,6 +170,7 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
                 assert again.is_error and f"experiment {waiting['experiment']} is waiting" in text(again)
                 seen["decided"] = data(await call(session, "decide", experiment=waiting["experiment"],
                                                   decision="discard"))
+                seen["attribution"] = data(await call(session, "attribute"))
                 seen["history"] = text(await call(session, "history"))
                 seen["report"] = text(await call(session, "report"))
 
@@ -202,6 +204,12 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
     assert good in (ws / RUBRIC_MD).read_text(encoding="utf-8") and bad not in (ws / RUBRIC_MD).read_text("utf-8")
     assert set(gitops.rejected_refs(ws)) == {cand2.id}
     assert f"Experiment {cand1.id}: kept" in seen["history"] and run.id in seen["report"]
+    # The kept edit's contribution, measured on the dev split and recorded under the session's run.
+    attribution = seen["attribution"]
+    assert attribution["status"] == "complete" and [e["experiment"] for e in attribution["attribution"]] == [cand1.id]
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        recorded = led.latest_attribution(run.id)
+    assert recorded is not None and recorded.id == attribution["attribution_meta"]["id"]
     assert (ws / "experiments" / "runs" / run.id / "report.md").is_file()
     assert_clean(ws)
 
@@ -267,6 +275,8 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
                 for path in ("judgeloop.toml", "prompts/../devset/small/labels.jsonl", "/" + RUBRIC_MD,
                              str(labels_file)):
                     seen[path] = await call(session, "propose", files={path: "x\n"}, rationale="mine now")
+                seen["huge"] = await call(session, "propose", files={RUBRIC_MD: "x" * (MAX_PROMPT_FILE_CHARS + 1)},
+                                          rationale="everything")
                 seen["mixed"] = await call(session, "propose", files={RUBRIC_MD: rubric + "\n- be strict\n",
                                                                       "devset/held/labels.jsonl": ""},
                                            rationale="two files")
@@ -283,6 +293,7 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
                     seen[("steps", tid)] = await call(session, "read_steps", trajectory_id=tid)
                     seen[("shot", tid)] = await call(session, "view_screenshot", trajectory_id=tid, step=0)
                 seen["unknown"] = await call(session, "read_split", split="held")
+                seen["attribute"] = await call(session, "attribute")
                 # A second session, a `run` and a `decide` while this one is open: refused in one line.
                 for name, argv in (("second", _args(ws, server.openai_base_url, "5")),
                                    ("run", ["-m", "optimizer.cli", "-w", str(ws), "run"])):
@@ -295,6 +306,8 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
     for path in ("judgeloop.toml", "prompts/../devset/small/labels.jsonl", "/" + RUBRIC_MD, str(labels_file), "mixed"):
         out = seen[path]
         assert out.is_error and "nothing was proposed or committed" in text(out) and "not an allowed file" in text(out)
+    huge = seen["huge"]
+    assert huge.is_error and f"the limit is {MAX_PROMPT_FILE_CHARS}" in text(huge) and "nothing was proposed" in text(huge)
     dirty = seen["dirty"]
     assert dirty.is_error and f"the working tree has changes not made through propose ({RUBRIC_MD})" in text(dirty)
     copy = seen["copy"]
@@ -305,6 +318,7 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
             assert held_instruction not in text(out)
             assert not any(isinstance(c, types.ImageContent) for c in out.content)
     assert seen["unknown"].is_error and "unknown tool 'read_split'" in text(seen["unknown"])
+    assert seen["attribute"].is_error and "kept no edit; nothing to attribute" in text(seen["attribute"])
     # No tool takes an argument that could name a split.
     assert all("split" not in json.dumps(schema.get("properties", {})) for schema in seen["schemas"])
     second = seen["second"]
@@ -320,7 +334,9 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
     assert_clean(ws)
 
 
-def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(ws: Path, tmp_path: Path) -> None:
+def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     good = library_text(ws, GOOD_ENTRY)
     n_items = len(labels_of(ws))
     start = gitops.rev_parse(ws, "HEAD")
@@ -358,6 +374,8 @@ def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
             except Exception as exc:  # noqa: BLE001 - the client reports its dead server in its own way
                 seen["client_error"] = exc
             seen["after_kill"] = ledger_state(ws)
+            capsys.readouterr()
+            seen["resume"] = main(["run", "-w", str(ws), "--resume"]), capsys.readouterr().err
             judge.gate.set()
             judge.gate_after = None
             async with client(ws, server.openai_base_url, errlog) as session:
@@ -369,6 +387,7 @@ def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
     (killed,) = runs
     assert killed.status == "running"  # as a killed run: every state change before the kill is on record
     assert [e.status for e in exps[killed.id]] == ["baseline", "running"]
+    assert seen["resume"][0] == 2 and f"run {killed.id} was a `judgeloop mcp` session that was killed" in seen["resume"][1]
     runs, exps = ledger_state(ws)
     new, old = runs
     assert old.id == killed.id and old.status == "stopped" and "killed" in (old.stop_reason or "")

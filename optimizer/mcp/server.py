@@ -84,6 +84,10 @@ TOOLS: tuple[_Tool, ...] = (
     _Tool("decide", "Keep or discard the candidate waiting after a propose with propose_only.",
           _obj({"experiment": {"type": "integer"}, "decision": {"type": "string", "enum": ["keep", "discard"]}},
                ["experiment", "decision"]), _sync(lambda s, a: s.decide(a))),
+    _Tool("attribute", "Measure what each kept edit of this session still contributes at the end (each reverted "
+          "from the final prompts and re-judged on the dev split) and the final prompts against the baseline. "
+          "Judge calls, counted in the budget; worth it once, near the end of a session with several keeps.",
+          _obj({}, []), lambda s, _a: s.attribute()),
     _Tool("report", "The audit report of this session's run: every decision, the kept chain, flips and spend.",
           _obj({}, []), _sync(lambda s, _a: s.report())),
 )

@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from optimizer import gitops
 from optimizer.config import JudgeOverrides
 from optimizer.devset.labels import load_labels
@@ -34,7 +36,8 @@ from optimizer.evaluation.cache import JudgeCache
 from optimizer.events import Listener, Message, ignore
 from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
-from optimizer.ledger import Experiment, Ledger, Run
+from optimizer.ledger import Attribution, Experiment, Ledger, Run
+from optimizer.loop.attribute import AttributeOptions, _attribute, resolve_scope
 from optimizer.loop.runner import LoopRunner, fmt3
 from optimizer.loop.session import (
     MCP_PROPOSER,
@@ -46,7 +49,7 @@ from optimizer.loop.session import (
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.loop.strategies.tools import ToolOutput, ToolState, read_item, run_tool
 from optimizer.paths import check_prompts_tree, read_prompt_file
-from optimizer.report import export_experiments_tsv, report_text, write_markdown_report
+from optimizer.report import attribution_json, export_experiments_tsv, report_text, write_markdown_report
 from optimizer.vocab import PolicyName, RunStatus
 from optimizer.workspace import Workspace, command_lock
 
@@ -388,6 +391,38 @@ class McpSession:
         lines: list[str] = []
         exp = decide_waiting(self.ws, self.ledger, experiment, decision == "keep", lines.append, by="the MCP client")
         return _json({"experiment": exp.id, "outcome": exp.status, "reason": exp.reason, "said": lines})
+
+    async def attribute(self) -> ToolOutput:
+        """What each kept edit of the session still contributes, and the final prompts against the baseline
+        (`optimizer.loop.attribute`), paid from the session's budget."""
+        waiting = self._waiting()
+        if waiting is not None:
+            return _error(f"experiment {waiting.id} is waiting for a decision; call decide first")
+        refused = self._budget_refusal("attribute")
+        if refused is not None:
+            return refused
+        budget = self.runner.budget()
+        assert budget is not None  # a session always has one
+        before = budget.spent_usd
+        ws, run_id, events = self.ws, self.run_id, self.events
+
+        def work() -> Attribution:
+            # A thread of its own: attribution runs its own event loop, and a SQLite connection of its own.
+            with Ledger(ws.ledger_path) as ledger:
+                scope = resolve_scope(ws, ledger, run_id)
+                gitops.prune_scratch_worktrees(ws)
+                try:
+                    return _attribute(ws, ledger, scope, AttributeOptions(run=run_id, budget=budget), events)
+                finally:
+                    gitops.prune_scratch_worktrees(ws)
+
+        try:
+            done = await anyio.to_thread.run_sync(work)
+        finally:
+            self.runner.spent_usd += budget.spent_usd - before  # the run's spend, as its evaluations count it
+        return _json({"attribution": done.id, "status": done.status, "note": done.note,
+                      "cost_usd": _money(budget.spent_usd - before), **attribution_json(done),
+                      "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)}})
 
     def report(self) -> ToolOutput:
         return ToolOutput(text=report_text(self.ledger, self._run(), self.ws))
