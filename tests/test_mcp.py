@@ -257,6 +257,36 @@ def test_the_budget_refuses_what_would_cross_it_and_names_what_is_left(
     assert_clean(ws)
 
 
+def test_a_budget_too_small_for_the_baseline_stops_it_uncrossed_and_refuses_what_follows(
+    ws: Path, tmp_path: Path
+) -> None:
+    cfg = ws / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+                   encoding="utf-8")
+    commit_all(ws, "prices")
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog, budget="0.3") as session:
+                seen["listing"] = await call(session, "disagreements")
+                seen["propose"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be exact.")},
+                                             rationale="exact")
+                seen["status"] = data(await call(session, "status"))
+
+    drive(body)
+    listing = seen["listing"]
+    assert listing.is_error and "the baseline could not be evaluated" in text(listing) and "budget" in text(listing)
+    assert seen["propose"].is_error and "budget: a new candidate is refused" in text(seen["propose"])
+    runs, exps = ledger_state(ws)
+    (baseline,) = exps[runs[0].id]
+    # Some calls were paid, none crossed the budget, and the session's figure is the ledger's.
+    assert 0 < baseline.cost_usd <= 0.3 + 1e-9 and baseline.status == "error"
+    assert seen["status"]["budget"]["spent_usd"] == pytest.approx(baseline.cost_usd)
+    assert gitops.rev_parse(ws, "HEAD") == runs[0].start_rev
+    assert_clean(ws)
+
+
 def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split(ws: Path, tmp_path: Path) -> None:
     labels = labels_of(ws)
     dev_id = sorted(labels)[0]
