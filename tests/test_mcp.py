@@ -133,6 +133,7 @@ def drive(body: Callable[[], Awaitable[None]]) -> None:
     anyio.run(body)
 
 
+@pytest.mark.slow
 def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_end(
     ws: Path, tmp_path: Path
 ) -> None:
@@ -287,6 +288,7 @@ def test_a_budget_too_small_for_the_baseline_stops_it_uncrossed_and_refuses_what
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split(ws: Path, tmp_path: Path) -> None:
     labels = labels_of(ws)
     dev_id = sorted(labels)[0]
