@@ -98,9 +98,19 @@ async def client(root: Path, url: str, errlog: TextIO, budget: str = "100") -> A
         yield session
 
 
-async def call(session: ClientSession, name: str, **arguments: Any) -> types.CallToolResult:
+Progress = list[tuple[float, float | None, str | None]]
+
+
+async def call(session: ClientSession, name: str, collect: Progress | None = None,
+               **arguments: Any) -> types.CallToolResult:
+    """Call tool ``name``; with ``collect``, gather the call's progress notifications in it."""
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        assert collect is not None
+        collect.append((progress, total, message))
+
     with anyio.fail_after(CALL_LIMIT_S):
-        return await session.call_tool(name, arguments)
+        return await session.call_tool(name, arguments, progress_callback=on_progress if collect is not None
+                                       else None)
 
 
 def text(result: types.CallToolResult) -> str:
@@ -150,7 +160,8 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
                 status = data(await call(session, "status"))
                 assert status["incumbent"] is None and status["budget"]["budget_usd"] == 100
                 assert status["split"] == "small" and status["items"] == len(labels)
-                listing = data(await call(session, "disagreements"))
+                seen["baseline_progress"] = []
+                listing = data(await call(session, "disagreements", collect=seen["baseline_progress"]))
                 seen["listing"] = listing
                 assert data(await call(session, "status"))["baseline"] is not None
                 first = listing["items"][0]["trajectory_id"]
@@ -176,6 +187,9 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
                 seen["report"] = text(await call(session, "report"))
 
     drive(body)
+    # The baseline's judging reached the client as MCP progress, ending with every item judged.
+    assert seen["baseline_progress"] and seen["baseline_progress"][-1][:2] == (len(labels), len(labels))
+    assert all(m is not None and m.startswith("judge ") for _, _, m in seen["baseline_progress"])
     assert {"status", "history", "disagreements", "read_item", "read_steps", "view_screenshot", "propose",
             "decide", "report"} <= set(seen["tools"])
     # The listing is the agent strategy's: every item the baseline got wrong, each with its direction.

@@ -8,7 +8,9 @@ sentence saying what is wrong (the SDK's advice: the model sees it and can corre
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,7 @@ from mcp.server.stdio import stdio_server
 
 from optimizer import __version__
 from optimizer.errors import UserError
+from optimizer.events import ProgressSnapshot
 from optimizer.loop.strategies.tools import ToolOutput, spec
 from optimizer.mcp.session import FLIPS_HELP, McpSession
 
@@ -101,6 +104,44 @@ def _result(out: ToolOutput) -> types.CallToolResult:
     return types.CallToolResult(content=content, is_error=out.is_error)
 
 
+class _Sent:
+    """Progress notifications in flight, awaited before the call's result goes out."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def drain(self) -> None:
+        await asyncio.sleep(0)  # what a worker thread scheduled runs first
+        if self.tasks:
+            # A client that left mid-call cannot be told; the result is what matters.
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession) -> _Sent:
+    """Send the call's judging progress (items judged of the pass) as MCP progress notifications when
+    the client asked for them with a progress token; from the event loop's thread or another."""
+    sent = _Sent()
+    token = ctx.meta.get("progress_token") if ctx.meta else None
+    if token is None:
+        return sent
+    loop = asyncio.get_running_loop()
+
+    owner = threading.get_ident()
+
+    def send(snap: ProgressSnapshot) -> None:
+        def schedule() -> None:
+            sent.tasks.append(loop.create_task(ctx.session.send_progress_notification(
+                token, float(snap.done), float(snap.total), snap.line())))
+
+        if threading.get_ident() == owner:
+            schedule()
+        else:  # attribute judges in a worker thread
+            loop.call_soon_threadsafe(schedule)
+
+    session.on_progress = send
+    return sent
+
+
 def build_server(session: McpSession) -> Server[Any]:
     """The MCP server of ``session``: its tools, served one call at a time."""
     lock = anyio.Lock()
@@ -110,17 +151,21 @@ def build_server(session: McpSession) -> Server[Any]:
         return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description, input_schema=t.schema)
                                             for t in TOOLS])
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any],  # noqa: ARG001 - the SDK's handler signature
+    async def call_tool(ctx: ServerRequestContext[Any, Any],
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         tool = _BY_NAME.get(params.name)
         if tool is None:
             return _result(ToolOutput(text=f"error: unknown tool {params.name!r}; tools: {', '.join(_BY_NAME)}",
                                       is_error=True))
         async with lock:
+            sent = _forward_progress(ctx, session)
             try:
                 out = await tool.run(session, params.arguments or {})
             except UserError as exc:
                 out = ToolOutput(text=f"error: {exc}", is_error=True)
+            finally:
+                session.on_progress = None
+                await sent.drain()
         return _result(out)
 
     return Server("judgeloop", version=__version__, instructions=INSTRUCTIONS,

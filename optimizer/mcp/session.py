@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +33,7 @@ from optimizer.config import JudgeOverrides
 from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.events import Listener, Message, ignore
+from optimizer.events import Event, Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
 from optimizer.ledger import Attribution, Experiment, Ledger, Run
@@ -156,6 +156,16 @@ class McpSession:
         self._provider: Provider | None = None
         self._cache: JudgeCache | None = None
         self._baseline_failed: str | None = None
+        # Where the current call's judging progress goes (the MCP client's progress token), if anywhere.
+        self.on_progress: Callable[[ProgressSnapshot], None] | None = None
+        runner.events = self._event
+
+    def _event(self, event: Event) -> None:
+        if isinstance(event, Progress):
+            if self.on_progress is not None:
+                self.on_progress(event.snapshot)
+            return  # the ledger has every progress event already; stderr needs no progress bar
+        self.events(event)
 
     @property
     def run_id(self) -> str:
@@ -404,7 +414,7 @@ class McpSession:
         budget = self.runner.budget()
         assert budget is not None  # a session always has one
         before = budget.spent_usd
-        ws, run_id, events = self.ws, self.run_id, self.events
+        ws, run_id, events = self.ws, self.run_id, self._event
 
         def work() -> Attribution:
             # A thread of its own: attribution runs its own event loop, and a SQLite connection of its own.
