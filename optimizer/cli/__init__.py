@@ -248,6 +248,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("reviews", "optimizer.cli.report:cmd_reviews", "list human reviews or export them as JSONL")
     p.add_argument("--export", metavar="FILE", help="write every review to FILE as JSON lines (default: list them)")
 
+    p = add("mcp", "optimizer.cli.mcp:cmd_mcp",
+            "serve one optimisation session to a coding agent (Claude Code, Codex) over MCP on stdio")
+    p.add_argument("--budget-usd", type=positive, metavar="X", required=True,
+                   help="the session's judge budget in US dollars (required): a call that would cross it is refused")
+    p.add_argument("--policy", choices=POLICIES, help="how a candidate is decided (default: [loop] policy)")
+    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help="judgements per item")
+    _judge_overrides(p)
+
     p = add("tui", "optimizer.cli.tui:cmd_tui", "open the terminal UI")
     p.add_argument("--screenshot", metavar="FILE.svg", help="render one screen to SVG and exit (default: open the app)")
     p.add_argument("--screen", default="history", metavar="NAME", choices=_ScreenNames(),

@@ -51,6 +51,8 @@ class AttributeOptions:
     run: str | None = None
     budget_usd: float | None = None
     judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+    # A caller's own budget to spend from instead of ``budget_usd`` (the MCP session's, shared with its run).
+    budget: Budget | None = None
 
 
 @dataclass
@@ -267,7 +269,7 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
         final_commit=scope.final, baseline_commit=scope.baseline, split=split.name, judge=judge_name,
         replicates=replicates, rejudge=loop_cfg.rejudge, alpha=loop_cfg.alpha,
     )
-    budget = Budget(options.budget_usd, spent_usd=att.cost_usd) if options.budget_usd is not None else None
+    budget = Budget(options.budget_usd, spent_usd=att.cost_usd) if options.budget_usd is not None else options.budget
     if att.edits or att.final_vs_baseline is not None:
         tell(f"  resuming attribution {att.id}: {sum(e.items is not None for e in att.edits)} edit(s) measured "
              f"before, ${att.cost_usd:.4f} spent")
@@ -313,8 +315,10 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
                 )
                 if comparison.decision is None:
                     stopped = comparison.budget_stop or comparison.error or "incomplete"
-                    if comparison.budget_stop:
-                        stopped = f"the --budget-usd {options.budget_usd:g} budget is spent ({comparison.budget_stop})"
+                    if comparison.budget_stop and budget is not None:
+                        which = f"--budget-usd {options.budget_usd:g}" if options.budget_usd is not None else \
+                            f"${budget.max_usd:g}"
+                        stopped = f"the {which} budget is spent ({comparison.budget_stop})"
                     row.note = f"not measured: {stopped}"
                     row.cost_usd += comparison.cost_usd
                     missing.append(f"#{exp_id}")

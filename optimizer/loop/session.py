@@ -27,7 +27,7 @@ from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.events import Listener, Message, StopKind, StopReason, ignore
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage
-from optimizer.ledger import Ledger, Run, RunStatus
+from optimizer.ledger import Experiment, Ledger, Run, RunStatus
 from optimizer.loop.runner import LoopRunner, decision_trailers, fmt3
 from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
@@ -40,6 +40,8 @@ from optimizer.workspace import Workspace, command_lock
 
 Say = Callable[[str], None]
 StrategyName = RunStrategyName  # --strategy: a proposing strategy or "manual"
+# The runs of a `judgeloop mcp` session: a coding agent proposes through the MCP server (`optimizer.mcp`).
+MCP_PROPOSER = "mcp"
 
 
 @dataclass(frozen=True)
@@ -263,10 +265,12 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
     return _Prepared(run, split, settings, spent, run.strategy)
 
 
-def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, say: Say) -> _Prepared:
+def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, say: Say,
+                   proposer: str | None = None) -> _Prepared:
+    """``proposer``: who proposes when it is not a strategy of `make_strategy` (``"mcp"``: `optimizer.mcp`)."""
     cfg = ws.config
     loop_cfg = cfg.loop.model_copy(update={"policy": options.policy} if options.policy else {})
-    strategy_name = options.strategy or cfg.optimizer.strategy
+    strategy_name = proposer or options.strategy or cfg.optimizer.strategy
     if strategy_name != "manual":
         gitops.ensure_clean(ws.root, "judgeloop run")
     waiting = ledger.experiments_with_status("waiting")
@@ -391,6 +395,9 @@ def _resumable_run(ledger: Ledger) -> Run:
     for run in ledger.runs():
         if run.status == "finished":
             continue
+        if run.strategy == MCP_PROPOSER:
+            raise UserError(f"run {run.id} was a `judgeloop mcp` session that was killed; start `judgeloop mcp` "
+                            "again (it closes that session first), or start a new `judgeloop run`")
         if run.status == "waiting":
             waiting = ledger.experiments_with_status("waiting", run.id)
             if waiting:
@@ -431,37 +438,46 @@ def decide(ws: Workspace, experiment: int | str, keep: bool, events: Listener = 
         events(Message(text))
 
     with command_lock(ws, "decide"), Ledger(ws.ledger_path) as ledger:
-        try:
-            exp = ledger.get_experiment(int(experiment))
-        except ValueError:
-            raise UserError(f"experiment ids are numbers (got {experiment!r}); see `judgeloop history`") from None
-        if exp.status != "waiting":
-            raise UserError(f"experiment {exp.id} is {exp.status}, not waiting for a decision")
-        run = ledger.get_run(exp.run_id)
-        gitops.checkout_branch(ws.root, run.branch)
-        tip = gitops.rev_parse(ws.root, "HEAD")
-        if exp.commit_sha != tip:
-            raise UserError(f"the tip of {run.branch} is not experiment {exp.id}'s commit; "
-                            "the branch was changed by hand — reset it and retry")
-        metrics = exp.metrics_model()
-        policy_said = exp.reason or ""
-        parent = ledger.get_experiment(exp.parent_id) if exp.parent_id else None
-        if keep:
-            if parent and exp.fpr is not None and parent.fpr is not None and exp.fpr > parent.fpr:
-                say(f"warning: keeping a candidate that raised FPR {parent.fpr:.3f} → {exp.fpr:.3f} (a human override)")
-            sha = gitops.finalize_kept(ws.root, tip, decision_trailers(exp.id, metrics, "kept"))
-            ledger.set_experiment_decision(exp.id, status="kept", commit_sha=sha,
-                                           reason=f"kept by a human ({policy_said})")
-            say(f"experiment {exp.id} kept as {sha[:12]} on {run.branch}")
-        else:
-            incumbent_sha = parent.commit_sha if parent and parent.commit_sha else gitops.rev_parse(ws.root, "HEAD~1")
-            rejected = gitops.roll_back(ws.root, tip, exp.id, incumbent_sha, decision_trailers(exp.id, metrics, "rolled_back"))
-            ledger.set_experiment_decision(exp.id, status="rolled_back", commit_sha=rejected,
-                                           reason=f"discarded by a human ({policy_said})")
-            say(f"experiment {exp.id} discarded; kept under refs/judgeloop/rejected/{exp.id}")
-        ledger.set_run_status(run.id, "stopped", stop_reason="propose-only candidate decided by a human")
+        exp = decide_waiting(ws, ledger, experiment, keep, say)
+        ledger.set_run_status(exp.run_id, "stopped", stop_reason="propose-only candidate decided by a human")
         say("next candidate: `judgeloop run --resume --propose-only`")
         return exp.id
+
+
+def decide_waiting(ws: Workspace, ledger: Ledger, experiment: int | str, keep: bool, say: Say, *,
+                   by: str = "a human") -> Experiment:
+    """Keep or discard a waiting candidate (git and ledger), as decided ``by`` (the reason says who); the
+    caller holds the loop lock and says what comes next (`decide`; the MCP server's ``decide``, whose
+    session goes on)."""
+    try:
+        exp = ledger.get_experiment(int(experiment))
+    except ValueError:
+        raise UserError(f"experiment ids are numbers (got {experiment!r}); see `judgeloop history`") from None
+    if exp.status != "waiting":
+        raise UserError(f"experiment {exp.id} is {exp.status}, not waiting for a decision")
+    run = ledger.get_run(exp.run_id)
+    gitops.checkout_branch(ws.root, run.branch)
+    tip = gitops.rev_parse(ws.root, "HEAD")
+    if exp.commit_sha != tip:
+        raise UserError(f"the tip of {run.branch} is not experiment {exp.id}'s commit; "
+                        "the branch was changed by hand — reset it and retry")
+    metrics = exp.metrics_model()
+    policy_said = exp.reason or ""
+    parent = ledger.get_experiment(exp.parent_id) if exp.parent_id else None
+    if keep:
+        if parent and exp.fpr is not None and parent.fpr is not None and exp.fpr > parent.fpr:
+            say(f"warning: keeping a candidate that raised FPR {parent.fpr:.3f} → {exp.fpr:.3f} (an override by {by})")
+        sha = gitops.finalize_kept(ws.root, tip, decision_trailers(exp.id, metrics, "kept"))
+        ledger.set_experiment_decision(exp.id, status="kept", commit_sha=sha,
+                                       reason=f"kept by {by} ({policy_said})")
+        say(f"experiment {exp.id} kept as {sha[:12]} on {run.branch}")
+    else:
+        incumbent_sha = parent.commit_sha if parent and parent.commit_sha else gitops.rev_parse(ws.root, "HEAD~1")
+        rejected = gitops.roll_back(ws.root, tip, exp.id, incumbent_sha, decision_trailers(exp.id, metrics, "rolled_back"))
+        ledger.set_experiment_decision(exp.id, status="rolled_back", commit_sha=rejected,
+                                       reason=f"discarded by {by} ({policy_said})")
+        say(f"experiment {exp.id} discarded; kept under refs/judgeloop/rejected/{exp.id}")
+    return ledger.get_experiment(exp.id)
 
 
 def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,

@@ -4,7 +4,9 @@ Every tool returns a `ToolOutput`. A refused call (a trajectory not in the dev s
 allowed, bad arguments, an ``old`` text that does not occur exactly once) returns an error output
 to the model and is counted in ``ToolState.errors``; it never raises. Edits live in
 ``ToolState.files`` and never touch the disk. The tool schemas (`TOOL_SPECS`) are plain JSON
-Schema, handed to the providers by `tool_specs`.
+Schema, handed to the providers by `tool_specs`. The MCP server (`optimizer.mcp`) runs the same
+tools through `run_tool` on the same state, so a coding agent and the ``agent`` strategy meet one
+code path; `read_item` is the server's alone (the agent's tool set is unchanged).
 """
 
 from __future__ import annotations
@@ -182,6 +184,26 @@ def view_screenshot(state: ToolState, trajectory_id: str, step: int) -> ToolOutp
     return ToolOutput(text=caption, image=buf.getvalue())
 
 
+def read_item(state: ToolState, trajectory_id: str) -> ToolOutput:
+    """A dev item at a glance: instruction, step and screenshot counts, and the incumbent's disagreement
+    with the label on it when it is one (the label is shown only there, as `list_disagreements` shows it)."""
+    try:
+        traj = _dev_trajectory(state, trajectory_id)
+    except UserError as exc:
+        return state.fail(str(exc))
+    if traj is None:
+        return state.fail(f"trajectory {trajectory_id!r} is not in the dev split")
+    found = next((d for d in state.ctx.disagreements if d.trajectory_id == trajectory_id), None)
+    item: dict[str, object] = {
+        "trajectory_id": traj.trajectory_id,
+        "instruction": traj.task.instruction.strip(),
+        "steps": len(traj.steps),
+        "screenshots": sum(1 for s in traj.steps if s.screenshot is not None),
+        "disagreement": disagreement_dict(found) if found is not None else None,
+    }
+    return ToolOutput(text=json.dumps(item, indent=1, ensure_ascii=False))
+
+
 def read_history(state: ToolState) -> ToolOutput:
     """Past experiments of this run: decision, reason, metrics, rationale, diff."""
     return ToolOutput(text=format_history(state.ctx.history))
@@ -326,6 +348,11 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
 )
 
 _BY_NAME = {spec.name: spec for spec in TOOL_SPECS}
+
+
+def spec(name: str) -> ToolSpec:
+    """The tool called ``name`` (its JSON Schema serves the MCP server's tools of the same shape)."""
+    return _BY_NAME[name]
 
 
 def run_tool(state: ToolState, name: str, args: Any) -> ToolOutput:

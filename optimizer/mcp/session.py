@@ -1,0 +1,495 @@
+"""One `judgeloop mcp` session: an optimisation run whose candidates come from an MCP client.
+
+The session is one run in the ledger (strategy ``mcp``), started as `judgeloop run` starts one (clean
+tree, the dev split only, held-out splits kept apart, its own branch) under the workspace's loop lock,
+held for the session's whole life: one session, `run`, `decide` or `confirm` per workspace at a time.
+
+Every tool is a method returning a `ToolOutput`. The reading tools and the edit checks are the
+``agent`` strategy's own, run through `optimizer.loop.strategies.tools.run_tool` on a `ToolState` of the
+incumbent's `ProposalContext` (only dev items, only allowed files). ``propose`` hands the checked files
+to `LoopRunner.candidate`, the loop's candidate path: guards (allowed files, diff size, overfit lint),
+commit, evaluation on the dev split, decision, keep or roll back, all in the ledger and git.
+
+The budget (US dollars) is the run's judge budget: the evaluator reserves every judge call the session
+causes (baseline, candidates, re-judging) against it before making it and refuses one that would cross
+it. A killed server leaves a run marked ``running``; the next session closes it first (its unfinished
+candidate rolled back and kept under ``refs/judgeloop/rejected/<id>``, what it paid recorded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from optimizer import gitops
+from optimizer.config import JudgeOverrides
+from optimizer.devset.labels import load_labels
+from optimizer.errors import UserError
+from optimizer.evaluation.cache import JudgeCache
+from optimizer.events import Event, Listener, Message, Progress, ProgressSnapshot, ignore
+from optimizer.judge.providers import make_provider
+from optimizer.judge.types import Provider
+from optimizer.ledger import Attribution, Experiment, Ledger, Run
+from optimizer.loop.attribute import AttributeOptions, _attribute, resolve_scope
+from optimizer.loop.runner import LoopRunner, fmt3
+from optimizer.loop.session import (
+    MCP_PROPOSER,
+    RunOptions,
+    _prepare_start,
+    _record_spend_before_crash,
+    decide_waiting,
+)
+from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
+from optimizer.loop.strategies.tools import ToolOutput, ToolState, read_item, run_tool
+from optimizer.paths import check_prompts_tree, read_prompt_file
+from optimizer.report import attribution_json, export_experiments_tsv, report_text, write_markdown_report
+from optimizer.vocab import PolicyName, RunStatus
+from optimizer.workspace import Workspace, command_lock
+
+# What each outcome of a proposal means for the client, in its words.
+MEANING: dict[str, str] = {
+    "kept": "the edit is the new incumbent (a commit on the run branch); the next proposal is judged against it",
+    "rolled_back": "the edit did not make the judge reliably better on the dev split; the prompts are back at the "
+                   "incumbent (the commit is kept under refs/judgeloop/rejected/<experiment>); do not retry the "
+                   "same idea with small variations",
+    "guard_rejected": "refused before any judge call (a file outside the allowed set, a diff too large, a copy of "
+                      "dev ids, instructions or values, a broken template); nothing was committed; fix the reason",
+    "error": "not decided (the budget, or infrastructure errors); rolled back, nothing kept",
+    "waiting": "evaluated in full and waiting: call decide with keep or discard",
+}
+FLIPS_HELP = ("fn_to_tp: successes newly judged right; fp_to_tn: failures newly caught; tp_to_fn: successes "
+              "newly rejected; tn_to_fp: failures newly let through (what the FPR guard forbids)")
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """What `judgeloop mcp` was asked: the session's budget (US dollars, every judge call it causes),
+    the decision policy and replicates (None: the configuration's), judge overrides."""
+
+    budget_usd: float
+    policy: PolicyName | None = None
+    replicates: int | None = None
+    judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+
+
+class _Submitted:
+    """The run's strategy: hands the loop the proposal a ``propose`` call checked (one at a time)."""
+
+    name = MCP_PROPOSER
+
+    def __init__(self) -> None:
+        self.next: Proposal | None = None
+
+    async def propose(self, ctx: ProposalContext) -> Proposal:  # noqa: ARG002 - the Strategy protocol
+        proposal, self.next = self.next, None
+        if proposal is None:
+            raise ProposalError("no proposal was submitted")
+        return proposal
+
+
+def _error(text: str) -> ToolOutput:
+    return ToolOutput(text=f"error: {text}", is_error=True)
+
+
+def _json(data: Any) -> ToolOutput:
+    return ToolOutput(text=json.dumps(data, indent=1, ensure_ascii=False))
+
+
+def _money(x: float) -> float:
+    return round(x, 6)
+
+
+def roll_back_unfinished(ws: Workspace, ledger: Ledger, run_id: str, reason: str) -> list[int]:
+    """Record every ``running`` experiment of the run as an error (``reason``), keep its commit under
+    ``refs/judgeloop/rejected/<id>`` and reset the run's branch to its incumbent; the ids rolled back."""
+    run = ledger.get_run(run_id)
+    incumbent = ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
+    done = []
+    for exp in ledger.experiments_with_status("running", run_id):
+        if exp.commit_sha and exp.seq > 0:
+            gitops.store_rejected(ws.root, exp.commit_sha, exp.id)
+        ledger.record_error(exp.id, reason, cost_usd=exp.cost_usd)
+        done.append(exp.id)
+    if gitops.current_branch(ws.root) == run.branch:
+        gitops.restore_tree(ws.root, incumbent.commit_sha if incumbent and incumbent.commit_sha else run.start_rev)
+    return done
+
+
+def close_killed_sessions(ws: Workspace, ledger: Ledger, say: Listener) -> None:
+    """Close the MCP sessions a kill left ``running`` (the caller holds the loop lock, so none is alive)."""
+    for run in ledger.runs():
+        if run.strategy != MCP_PROPOSER or run.status != "running":
+            continue
+        dirty = [p for p in gitops.dirty_paths(ws.root) if p not in ws.config.optimizer.allowed_files]
+        if dirty:
+            raise UserError(f"MCP session {run.id} was killed and must be closed first, but the working tree has "
+                            f"changes outside the loop's files ({', '.join(dirty[:5])}); commit or discard them")
+        _record_spend_before_crash(ledger, ws, run.id)
+        if gitops.branch_exists(ws.root, run.branch):
+            gitops.checkout_branch(ws.root, run.branch)
+        rolled = roll_back_unfinished(ws, ledger, run.id, "interrupted: the MCP session was killed before it was "
+                                      "decided; rolled back by the next session")
+        ledger.set_run_status(run.id, "stopped", stop_reason="the MCP session was killed; closed by the next one")
+        say(Message(f"closed MCP session {run.id}, which was killed"
+                    + (f" (experiment(s) {', '.join(map(str, rolled))} rolled back)" if rolled else ""), "note"))
+
+
+class McpSession:
+    """The engine side of `judgeloop mcp` (see the module docstring). Open it with `open_session`."""
+
+    def __init__(self, ws: Workspace, ledger: Ledger, runner: LoopRunner, budget_usd: float,
+                 events: Listener) -> None:
+        self.ws = ws
+        self.ledger = ledger
+        self.runner = runner
+        self.budget_usd = budget_usd
+        self.events = events
+        assert isinstance(runner.strategy, _Submitted)
+        self.strategy: _Submitted = runner.strategy
+        self._provider: Provider | None = None
+        self._cache: JudgeCache | None = None
+        self._baseline_failed: str | None = None
+        # Where the current call's judging progress goes (the MCP client's progress token), if anywhere.
+        self.on_progress: Callable[[ProgressSnapshot], None] | None = None
+        runner.events = self._event
+
+    def _event(self, event: Event) -> None:
+        if isinstance(event, Progress):
+            if self.on_progress is not None:
+                self.on_progress(event.snapshot)
+            return  # the ledger has every progress event already; stderr needs no progress bar
+        self.events(event)
+
+    @property
+    def run_id(self) -> str:
+        return self.runner.run.id
+
+    def say(self, text: str) -> None:
+        self.events(Message(text, "note"))
+
+    # -- judge and budget ----------------------------------------------------------------------
+
+    def _judge(self) -> tuple[Provider, JudgeCache]:
+        if self._provider is None or self._cache is None:
+            self._provider = make_provider(self.runner.judge)
+            self._cache = JudgeCache(self.ws.cache_path)
+        return self._provider, self._cache
+
+    async def aclose(self) -> None:
+        if self._provider is not None:
+            await self._provider.aclose()
+        if self._cache is not None:
+            self._cache.close()
+        self._provider = self._cache = None
+
+    @property
+    def spent_usd(self) -> float:
+        return self.runner.spent_usd
+
+    @property
+    def left_usd(self) -> float:
+        return max(0.0, self.budget_usd - self.runner.spent_usd)
+
+    def budget_line(self) -> str:
+        return f"spent ${self.spent_usd:.4f} of the session's ${self.budget_usd:g} budget, ${self.left_usd:.4f} left"
+
+    def _budget_refusal(self, what: str) -> ToolOutput | None:
+        """The refusal of a tool that would pay judge calls once the budget cannot pay another, or None."""
+        stopped = self.runner.budget_exhausted
+        if self.left_usd <= 0 or stopped is not None:
+            why = f" ({stopped})" if stopped else ""
+            return _error(f"budget: {what} is refused: {self.budget_line()}{why}; a judge call would cross it. "
+                          "End the session; a new one (`judgeloop mcp --budget-usd X`) starts with a new budget")
+        return None
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def _run(self) -> Run:
+        return self.ledger.get_run(self.run_id)
+
+    def _incumbent(self) -> Experiment | None:
+        run = self._run()
+        return self.ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
+
+    def _state(self) -> ToolState:
+        """The agent strategy's tool state over the incumbent's context (no disagreements before the baseline)."""
+        runner = self.runner
+        seq = max((e.seq for e in self.ledger.experiments(self.run_id)), default=0) + 1
+        incumbent = self._incumbent()
+        if incumbent is not None:
+            return ToolState(runner.context(incumbent, seq))
+        allowed = list(self.ws.config.optimizer.allowed_files)
+        current = {p: text for p in allowed if (text := read_prompt_file(self.ws.root, p)) is not None}
+        return ToolState(ProposalContext(
+            workspace_root=self.ws.root, allowed_files=allowed, current_files=current, disagreements=[],
+            history=[], guidance="", split=runner.split, rng_seed=runner.seed, experiment_seq=seq))
+
+    def _waiting(self) -> Experiment | None:
+        return next(iter(self.ledger.experiments_with_status("waiting", self.run_id)), None)
+
+    async def _ensure_baseline(self) -> ToolOutput | None:
+        """Evaluate the baseline if the session has none yet; an error output when it cannot be."""
+        if self._incumbent() is not None:
+            return None
+        if self._baseline_failed is not None:
+            return _error(self._baseline_failed)
+        refused = self._budget_refusal("the baseline evaluation")
+        if refused is not None:
+            return refused
+        provider, cache = self._judge()
+        try:
+            await self.runner.baseline(provider, cache)
+        except UserError as exc:
+            self._baseline_failed = (f"the baseline could not be evaluated: {exc} ({self.budget_line()}); end this "
+                                     "session and start a new one")
+            roll_back_unfinished(self.ws, self.ledger, self.run_id, "the baseline could not be evaluated")
+            return _error(self._baseline_failed)
+        return None
+
+    # -- the tools ------------------------------------------------------------------------------
+
+    def status(self) -> ToolOutput:
+        run = self._run()
+        exps = self.ledger.experiments(run.id)
+        base = next((e for e in exps if e.seq == 0 and e.status == "baseline"), None)
+        inc = self._incumbent()
+        waiting = self._waiting()
+        cfg = self.ws.config
+        loop = self.runner.loop_cfg
+
+        def figures(e: Experiment | None) -> dict[str, Any] | None:
+            if e is None:
+                return None
+            return {"experiment": e.id, "kappa": e.kappa, "fpr": e.fpr, "balanced_accuracy": e.balanced_accuracy,
+                    "commit": (e.commit_sha or "")[:12]}
+
+        if inc is None:
+            step = "call disagreements: it evaluates the baseline first (judge calls, counted in the budget)"
+        elif waiting is not None:
+            step = f"experiment {waiting.id} is waiting: call decide"
+        else:
+            step = "read disagreements, then propose one small, general edit"
+        return _json({
+            "run": run.id, "branch": run.branch, "split": run.split, "items": len(self.runner.split.ids),
+            "judge": f"{self.runner.judge.provider}:{self.runner.judge.model}", "replicates": self.runner.replicates,
+            "policy": loop.policy, "alpha": loop.alpha,
+            "budget": {"budget_usd": self.budget_usd, "spent_usd": _money(self.spent_usd),
+                       "left_usd": _money(self.left_usd), "stopped": self.runner.budget_exhausted},
+            "baseline": figures(base), "incumbent": figures(inc),
+            "candidates": dict(Counter(e.status for e in exps if e.seq > 0)),
+            "waiting": waiting.id if waiting else None,
+            "allowed_files": list(cfg.optimizer.allowed_files), "max_diff_lines": cfg.optimizer.max_diff_lines,
+            "next": step,
+        })
+
+    def history(self) -> ToolOutput:
+        return run_tool(self._state(), "read_history", {})
+
+    async def disagreements(self, args: Mapping[str, Any]) -> ToolOutput:
+        failed = await self._ensure_baseline()
+        if failed is not None:
+            return failed
+        return run_tool(self._state(), "list_disagreements", dict(args))
+
+    def read_item(self, args: Mapping[str, Any]) -> ToolOutput:
+        tid = args.get("trajectory_id")
+        if not isinstance(tid, str):
+            return _error("trajectory_id must be a string")
+        state = self._state()
+        out = read_item(state, tid)
+        if not out.is_error and self._incumbent() is None:
+            return ToolOutput(text=out.text + "\n(the baseline is not evaluated yet: no disagreement is known)")
+        return out
+
+    def read_steps(self, args: Mapping[str, Any]) -> ToolOutput:
+        return run_tool(self._state(), "read_trajectory", dict(args))
+
+    def view_screenshot(self, args: Mapping[str, Any]) -> ToolOutput:
+        return run_tool(self._state(), "view_screenshot", dict(args))
+
+    def read_file(self, args: Mapping[str, Any]) -> ToolOutput:
+        return run_tool(self._state(), "read_file", dict(args))
+
+    async def propose(self, args: Mapping[str, Any]) -> ToolOutput:
+        """Check the files as the agent's tools do, then the loop's candidate path; answers the decision."""
+        files, rationale, propose_only = args.get("files"), args.get("rationale"), args.get("propose_only", False)
+        if not isinstance(files, dict) or not files or not all(isinstance(v, str) for v in files.values()):
+            return _error("files must be an object mapping allowed prompt files to their new full text")
+        if not isinstance(rationale, str):
+            return _error("rationale must be a string")
+        if not isinstance(propose_only, bool):
+            return _error("propose_only must be true or false")
+        waiting = self._waiting()
+        if waiting is not None:
+            return _error(f"experiment {waiting.id} is waiting for a decision; call decide first")
+        refused = self._budget_refusal("a new candidate")
+        if refused is not None:
+            return refused
+        dirty = gitops.dirty_paths(self.ws.root)
+        if dirty:
+            # A rollback resets the tree: an edit made beside the session would be lost, or judged unseen.
+            shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+            return _error(f"the working tree has changes not made through propose ({shown}); the session judges "
+                          "only what propose sends: put them in a proposal, or discard them (`git checkout -- "
+                          "<file>`), then propose again")
+        failed = await self._ensure_baseline()
+        if failed is not None:
+            return failed
+        state = self._state()
+        for path, text in files.items():
+            out = run_tool(state, "write_file", {"path": path, "text": text})
+            if out.is_error:
+                return _error(f"nothing was proposed or committed: {out.text.removeprefix('error: ')}")
+        out = run_tool(state, "submit", {"rationale": rationale})
+        if out.is_error:
+            return _error(f"nothing was proposed or committed: {out.text.removeprefix('error: ')}")
+        assert state.submitted is not None
+        self.strategy.next = Proposal(state.changed_files(), state.submitted, tool_errors=state.errors)
+        incumbent = self._incumbent()
+        assert incumbent is not None
+        runner = self.runner
+        limits = runner.limits
+        runner.limits = dataclasses.replace(limits, propose_only=propose_only)
+        provider, cache = self._judge()
+        try:
+            exp = await runner.candidate(incumbent, provider, cache)
+        except BaseException:
+            # Never leave a half-made candidate as the branch tip: the next one would build on it.
+            roll_back_unfinished(self.ws, self.ledger, self.run_id, "the candidate failed before it was decided")
+            raise
+        finally:
+            runner.limits = limits
+            self.strategy.next = None
+        return self._outcome(exp)
+
+    def _outcome(self, exp: Experiment) -> ToolOutput:
+        exp = self.ledger.get_experiment(exp.id)
+        parent = self.ledger.get_experiment(exp.parent_id) if exp.parent_id else None
+        data: dict[str, Any] = {
+            "experiment": exp.id, "outcome": exp.status, "meaning": MEANING.get(exp.status, ""),
+            "reason": exp.reason,
+            "kappa": {"incumbent": parent.kappa if parent else None, "candidate": exp.kappa},
+            "fpr": {"incumbent": parent.fpr if parent else None, "candidate": exp.fpr},
+            "p_value": exp.p_value, "alpha": exp.alpha, "early_stopped": exp.early_stopped,
+            "items_evaluated": exp.items_evaluated,
+            "flips": exp.flip_counts() if exp.flips else None,
+            "commit": (exp.commit_sha or "")[:12] or None,
+            "cost_usd": _money(exp.cost_usd),
+            "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)},
+        }
+        if exp.flips:
+            data["flips_help"] = FLIPS_HELP
+        return _json(data)
+
+    def decide(self, args: Mapping[str, Any]) -> ToolOutput:
+        experiment, decision = args.get("experiment"), args.get("decision")
+        if isinstance(experiment, bool) or not isinstance(experiment, int):
+            return _error("experiment must be an experiment id (a whole number)")
+        if decision not in ("keep", "discard"):
+            return _error("decision must be 'keep' or 'discard'")
+        waiting = self._waiting()
+        if waiting is None or waiting.id != experiment:
+            which = f"experiment {waiting.id} is" if waiting else "no experiment of this session is"
+            return _error(f"experiment {experiment} is not waiting for a decision in this session ({which} waiting)")
+        lines: list[str] = []
+        exp = decide_waiting(self.ws, self.ledger, experiment, decision == "keep", lines.append, by="the MCP client")
+        return _json({"experiment": exp.id, "outcome": exp.status, "reason": exp.reason, "said": lines})
+
+    async def attribute(self) -> ToolOutput:
+        """What each kept edit of the session still contributes, and the final prompts against the baseline
+        (`optimizer.loop.attribute`), paid from the session's budget."""
+        waiting = self._waiting()
+        if waiting is not None:
+            return _error(f"experiment {waiting.id} is waiting for a decision; call decide first")
+        refused = self._budget_refusal("attribute")
+        if refused is not None:
+            return refused
+        budget = self.runner.budget()
+        assert budget is not None  # a session always has one
+        before = budget.spent_usd
+        ws, run_id, events = self.ws, self.run_id, self._event
+
+        def work() -> Attribution:
+            # A thread of its own: attribution runs its own event loop, and a SQLite connection of its own.
+            with Ledger(ws.ledger_path) as ledger:
+                scope = resolve_scope(ws, ledger, run_id)
+                gitops.prune_scratch_worktrees(ws)
+                try:
+                    return _attribute(ws, ledger, scope, AttributeOptions(run=run_id, budget=budget), events)
+                finally:
+                    gitops.prune_scratch_worktrees(ws)
+
+        try:
+            done = await anyio.to_thread.run_sync(work)
+        finally:
+            self.runner.spent_usd += budget.spent_usd - before  # the run's spend, as its evaluations count it
+        return _json({"attribution": done.id, "status": done.status, "note": done.note,
+                      "cost_usd": _money(budget.spent_usd - before), **attribution_json(done),
+                      "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)}})
+
+    def report(self) -> ToolOutput:
+        return ToolOutput(text=report_text(self.ledger, self._run(), self.ws))
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def finish(self, crashed: str | None = None) -> None:
+        """Record how the session ended and write its report files (as a run's end writes them)."""
+        if crashed is not None:
+            roll_back_unfinished(self.ws, self.ledger, self.run_id, f"the MCP session crashed: {crashed}")
+            self.ledger.set_run_status(self.run_id, "crashed", stop_reason=crashed)
+        else:
+            roll_back_unfinished(self.ws, self.ledger, self.run_id, "the MCP session ended before it was decided")
+            waiting = self._waiting()
+            status: RunStatus = "waiting" if waiting else "finished"
+            why = (f"the MCP session ended; experiment {waiting.id} waits for `judgeloop decide {waiting.id} "
+                   "keep|discard`" if waiting else f"the MCP session ended; {self.budget_line()}")
+            self.ledger.set_run_status(self.run_id, status, stop_reason=why)
+        inc = self._incumbent()
+        out = self.ws.experiments_dir / "runs" / self.run_id
+        write_markdown_report(self.ledger, self.run_id, out / "report.md", self.ws)
+        export_experiments_tsv(self.ledger, self.run_id, out / "experiments.tsv")
+        self.say(f"MCP session {self.run_id} ended: incumbent experiment {inc.id if inc else 'none'} "
+                 f"(kappa {fmt3(inc.kappa if inc else None)}); {self.budget_line()}; "
+                 f"`judgeloop report --run {self.run_id}`")
+
+
+@contextmanager
+def open_session(ws: Workspace, options: SessionOptions, events: Listener = ignore) -> Iterator[McpSession]:
+    """Take the loop lock, close killed sessions, record the session's run and yield it; on the way out
+    record how it ended. A `UserError` before the yield means no session (another command holds the
+    workspace, a dirty tree, a held-out split as the dev split, ...)."""
+    def say(text: str) -> None:
+        events(Message(text, "note"))
+
+    with command_lock(ws, "mcp"):
+        if gitops.clear_stale_index_lock(ws.root):
+            say("removed a stale .git/index.lock (left by a process killed in the middle of a git command)")
+        check_prompts_tree(ws.root)
+        with Ledger(ws.ledger_path) as ledger:
+            close_killed_sessions(ws, ledger, events)
+            run_options = RunOptions(policy=options.policy, budget_usd=options.budget_usd,
+                                     replicates=options.replicates, judge=options.judge)
+            judge = options.judge.apply(ws.config.judge)
+            prepared = _prepare_start(ws, ledger, run_options, judge, say, proposer=MCP_PROPOSER)
+            settings = prepared.settings
+            runner = LoopRunner(ws=ws, ledger=ledger, run=prepared.run, split=prepared.split,
+                                labels=load_labels(prepared.split), judge=settings.judge, loop_cfg=settings.loop,
+                                strategy=_Submitted(), limits=settings.limits, replicates=settings.replicates,
+                                seed=settings.seed, events=events)
+            session = McpSession(ws, ledger, runner, options.budget_usd, events)
+            try:
+                yield session
+            except Exception as exc:
+                session.finish(crashed=f"{type(exc).__name__}: {exc}")
+                raise
+            except BaseException:  # Ctrl-C, a cancelled server: the session ends as if its client left
+                session.finish()
+                raise
+            session.finish()

@@ -1,0 +1,446 @@
+"""`judgeloop mcp` through the MCP SDK's own client: `stdio_client` spawns the real command over stdio and
+a `ClientSession` drives it, as Claude Code or Codex would. The judge is the deterministic fake judge
+(OpenAI wire, through the real SDK); the MCP client plays the coding agent.
+
+Every server is a child of `stdio_client`, which closes its stdin and kills it at the end of the
+``async with``; every call is bounded by `anyio.fail_after`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import pytest
+from mcp import ClientSession, types
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from optimizer import gitops
+from optimizer.cli import main
+from optimizer.devset.split import open_split
+from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
+from optimizer.ledger import Experiment, Ledger, Run
+from optimizer.paths import MAX_PROMPT_FILE_CHARS
+from optimizer.scaffold import bundled_dir
+from optimizer.workspace import Workspace
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import (
+    BAD_ENTRY,
+    GOOD_ENTRY,
+    FakeJudge,
+    add_small_dev_split,
+    commit_all,
+    labels_of,
+    make_workspace,
+    set_toml_key,
+    wait_for,
+)
+from tests.support.paths import REPO_ROOT
+from tests.support.scripted import assert_clean
+
+KEY = "sk-test-not-a-real-key"
+OLD = "## Decision rules"
+CALL_LIMIT_S = 240  # one call (a baseline or a candidate on 32 items) on a loaded two-core machine
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sample workspace: the 32-item dev split ``small`` and a held-out split ``held`` of 4 other items."""
+    root = make_workspace(tmp_path_factory.mktemp("template"))
+    dev = add_small_dev_split(root)
+    rest = [t for t in open_split(Workspace.open(root), "sample").ids if t not in dev][:4]
+    manifest = root / "held.txt"
+    manifest.write_text("\n".join(rest) + "\n", encoding="utf-8")
+    assert main(["devset", "import", str(bundled_dir() / "devset" / "sample"), "-w", str(root),
+                 "--name", "held", "--manifest", str(manifest), "--link"]) == 0
+    manifest.unlink()
+    set_toml_key(root, "workspace", "heldout_splits", '["held"]')
+    commit_all(root, "held-out split")
+    return root
+
+
+@pytest.fixture
+def ws(template: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    return root
+
+
+def _args(root: Path, url: str, budget: str) -> list[str]:
+    return ["-m", "optimizer.cli", "-w", str(root), "mcp", "--budget-usd", budget, "--provider", "openai",
+            "--base-url", url, "--model", "fake-judge", "--concurrency", "8"]
+
+
+def _env() -> dict[str, str]:
+    return {"OPENAI_API_KEY": KEY, "PYTHONPATH": str(REPO_ROOT)}
+
+
+@asynccontextmanager
+async def client(root: Path, url: str, errlog: TextIO, budget: str = "100") -> AsyncIterator[ClientSession]:
+    """A `ClientSession` over a `judgeloop mcp` child, initialised; the child ends with the block."""
+    params = StdioServerParameters(command=sys.executable, args=_args(root, url, budget), env=_env(),
+                                   cwd=str(REPO_ROOT))
+    async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+        with anyio.fail_after(60):
+            await session.initialize()
+        yield session
+
+
+Progress = list[tuple[float, float | None, str | None]]
+
+
+async def call(session: ClientSession, name: str, collect: Progress | None = None,
+               **arguments: Any) -> types.CallToolResult:
+    """Call tool ``name``; with ``collect``, gather the call's progress notifications in it."""
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        assert collect is not None
+        collect.append((progress, total, message))
+
+    with anyio.fail_after(CALL_LIMIT_S):
+        return await session.call_tool(name, arguments, progress_callback=on_progress if collect is not None
+                                       else None)
+
+
+def text(result: types.CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def data(result: types.CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, text(result)
+    parsed: dict[str, Any] = json.loads(text(result))
+    return parsed
+
+
+def ledger_state(root: Path) -> tuple[list[Run], dict[str, list[Experiment]]]:
+    with Ledger(root / "experiments" / "ledger.sqlite") as led:
+        runs = led.runs()
+        return runs, {r.id: led.experiments(r.id) for r in runs}
+
+
+def rubric_with(root: Path, rule: str) -> str:
+    text_ = (root / RUBRIC_MD).read_text(encoding="utf-8")
+    assert OLD in text_
+    return text_.replace(OLD, f"{OLD}\n\n- {rule}", 1)
+
+
+def library_text(root: Path, entry: str) -> str:
+    return {e.id: e.text for e in parse_library((root / LIBRARY_MD).read_text(encoding="utf-8"))}[entry]
+
+
+def drive(body: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(body)
+
+
+@pytest.mark.slow
+def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_end(
+    ws: Path, tmp_path: Path
+) -> None:
+    labels = labels_of(ws)
+    good, bad = library_text(ws, GOOD_ENTRY), library_text(ws, BAD_ENTRY)
+    start = gitops.rev_parse(ws, "HEAD")
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                tools = {t.name: t for t in (await session.list_tools()).tools}
+                seen["tools"] = tools
+                status = data(await call(session, "status"))
+                assert status["incumbent"] is None and status["budget"]["budget_usd"] == 100
+                assert status["split"] == "small" and status["items"] == len(labels)
+                seen["baseline_progress"] = []
+                listing = data(await call(session, "disagreements", collect=seen["baseline_progress"]))
+                seen["listing"] = listing
+                assert data(await call(session, "status"))["baseline"] is not None
+                first = listing["items"][0]["trajectory_id"]
+                item = data(await call(session, "read_item", trajectory_id=first))
+                assert item["disagreement"]["trajectory_id"] == first and item["steps"] > 0
+                steps = await call(session, "read_steps", trajectory_id=first, start=0, end=2)
+                assert not steps.is_error and "step 0:" in text(steps)
+                rubric = text(await call(session, "read_file", path=RUBRIC_MD))
+                assert rubric == (ws / RUBRIC_MD).read_text(encoding="utf-8")
+                kept = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
+                                       rationale="Check that typed text matches the request exactly."))
+                seen["kept"] = kept
+                # A change that raises FPR, evaluated in full and left to the client: it discards it.
+                waiting = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, bad)},
+                                          rationale="Accept saved work when it was confirmed.", propose_only=True))
+                seen["waiting"] = waiting
+                again = await call(session, "propose", files={RUBRIC_MD: rubric}, rationale="anything")
+                assert again.is_error and f"experiment {waiting['experiment']} is waiting" in text(again)
+                seen["decided"] = data(await call(session, "decide", experiment=waiting["experiment"],
+                                                  decision="discard"))
+                seen["attribution"] = data(await call(session, "attribute"))
+                seen["history"] = text(await call(session, "history"))
+                seen["report"] = text(await call(session, "report"))
+
+    drive(body)
+    # The baseline's judging reached the client as MCP progress, ending with every item judged.
+    assert seen["baseline_progress"] and seen["baseline_progress"][-1][:2] == (len(labels), len(labels))
+    assert all(m is not None and m.startswith("judge ") for _, _, m in seen["baseline_progress"])
+    assert {"status", "history", "disagreements", "read_item", "read_steps", "view_screenshot", "propose",
+            "decide", "report"} <= set(seen["tools"])
+    # The listing is the agent strategy's: every item the baseline got wrong, each with its direction.
+    runs, exps = ledger_state(ws)
+    (run,) = runs
+    baseline, cand1, cand2 = exps[run.id]
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        wrong = {v.trajectory_id for v in led.item_verdicts(baseline.id)
+                 if v.success != labels[v.trajectory_id].is_positive}
+    listed = seen["listing"]["items"]
+    assert wrong and {i["trajectory_id"] for i in listed} == wrong
+    assert all((i["direction"] == "missed_failure") == (not labels[i["trajectory_id"]].is_positive) for i in listed)
+    assert run.strategy == "mcp" and run.status == "finished" and run.budgets["budget_usd"] == 100
+    assert baseline.status == "baseline"
+    # The kept candidate went through the loop's path: a commit on the run branch, recorded as a run's would be.
+    kept = seen["kept"]
+    assert kept["outcome"] == "kept" and kept["experiment"] == cand1.id and cand1.status == "kept"
+    assert kept["kappa"]["candidate"] > kept["kappa"]["incumbent"] == baseline.kappa
+    assert kept["p_value"] == cand1.p_value is not None and kept["flips"] == cand1.flip_counts()
+    assert cand1.strategy == "mcp" and cand1.rationale == "Check that typed text matches the request exactly."
+    assert kept["budget"]["left_usd"] == pytest.approx(100 - kept["budget"]["spent_usd"])
+    assert seen["waiting"]["outcome"] == "waiting" and seen["waiting"]["fpr"]["candidate"] > cand1.fpr
+    assert seen["decided"]["outcome"] == "rolled_back" and cand2.status == "rolled_back"
+    assert "discarded by the MCP client" in (cand2.reason or "")
+    assert gitops.rev_parse(ws, "HEAD") == cand1.commit_sha != start
+    assert gitops.current_branch(ws) == run.branch
+    assert good in (ws / RUBRIC_MD).read_text(encoding="utf-8") and bad not in (ws / RUBRIC_MD).read_text("utf-8")
+    assert set(gitops.rejected_refs(ws)) == {cand2.id}
+    assert f"Experiment {cand1.id}: kept" in seen["history"] and run.id in seen["report"]
+    # The kept edit's contribution, measured on the dev split and recorded under the session's run.
+    attribution = seen["attribution"]
+    assert attribution["status"] == "complete" and [e["experiment"] for e in attribution["attribution"]] == [cand1.id]
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        recorded = led.latest_attribution(run.id)
+    assert recorded is not None and recorded.id == attribution["attribution_meta"]["id"]
+    assert (ws / "experiments" / "runs" / run.id / "report.md").is_file()
+    assert_clean(ws)
+
+
+def test_the_budget_refuses_what_would_cross_it_and_names_what_is_left(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the in-process `eval`
+    cfg = ws / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+                   encoding="utf-8")
+    commit_all(ws, "prices")
+    good = library_text(ws, GOOD_ENTRY)
+    seen: dict[str, Any] = {}
+
+    async def body(server: FakeLLMServer) -> None:
+        with (tmp_path / "err.log").open("w") as errlog:
+            paid_before = len(server.inference_requests())
+            async with client(ws, server.openai_base_url, errlog, budget="0.0001") as session:
+                data(await call(session, "disagreements"))
+                seen["first"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
+                                                rationale="Check typed text exactly."))
+                seen["second"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good + " Always.")},
+                                            rationale="Again.")
+                seen["status"] = data(await call(session, "status"))
+            seen["paid"] = len(server.inference_requests()) - paid_before
+
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        # The baseline is judged (and cached) first, so the session's baseline costs nothing.
+        assert main(["eval", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+                     "--model", "fake-judge", "--concurrency", "8"]) == 0
+        anyio.run(body, server)
+    # No judge call could fit: none was made, the candidate is recorded as not decided and rolled back.
+    assert seen["paid"] == 0
+    first = seen["first"]
+    assert first["outcome"] == "error" and "budget" in first["reason"] and first["budget"]["spent_usd"] == 0
+    second = seen["second"]
+    assert second.is_error
+    assert re.search(r"budget: a new candidate is refused: spent \$0\.0000 of the session's \$0\.0001 budget, "
+                     r"\$0\.0001 left", text(second)), text(second)
+    assert seen["status"]["budget"]["stopped"] is not None
+    runs, exps = ledger_state(ws)
+    assert [e.status for e in exps[runs[0].id]] == ["baseline", "error"]  # the refused call recorded nothing
+    assert gitops.rev_parse(ws, "HEAD") == exps[runs[0].id][0].commit_sha
+    assert_clean(ws)
+
+
+def test_a_budget_too_small_for_the_baseline_stops_it_uncrossed_and_refuses_what_follows(
+    ws: Path, tmp_path: Path
+) -> None:
+    cfg = ws / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+                   encoding="utf-8")
+    commit_all(ws, "prices")
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog, budget="0.3") as session:
+                seen["listing"] = await call(session, "disagreements")
+                seen["propose"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be exact.")},
+                                             rationale="exact")
+                seen["status"] = data(await call(session, "status"))
+
+    drive(body)
+    listing = seen["listing"]
+    assert listing.is_error and "the baseline could not be evaluated" in text(listing) and "budget" in text(listing)
+    assert seen["propose"].is_error and "budget: a new candidate is refused" in text(seen["propose"])
+    runs, exps = ledger_state(ws)
+    (baseline,) = exps[runs[0].id]
+    # Some calls were paid, none crossed the budget, and the session's figure is the ledger's.
+    assert 0 < baseline.cost_usd <= 0.3 + 1e-9 and baseline.status == "error"
+    assert seen["status"]["budget"]["spent_usd"] == pytest.approx(baseline.cost_usd)
+    assert gitops.rev_parse(ws, "HEAD") == runs[0].start_rev
+    assert_clean(ws)
+
+
+@pytest.mark.slow
+def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split(ws: Path, tmp_path: Path) -> None:
+    labels = labels_of(ws)
+    dev_id = sorted(labels)[0]
+    held = open_split(Workspace.open(ws), "held")
+    held_id = held.ids[0]
+    held_instruction = held.trajectory(held_id).task.instruction.strip()
+    labels_file = (ws / "devset" / "small" / "labels.jsonl").resolve()
+    start = gitops.rev_parse(ws, "HEAD")
+    seen: dict[Any, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                seen["schemas"] = [t.input_schema for t in (await session.list_tools()).tools]
+                rubric = text(await call(session, "read_file", path=RUBRIC_MD))
+                for path in ("judgeloop.toml", "prompts/../devset/small/labels.jsonl", "/" + RUBRIC_MD,
+                             str(labels_file)):
+                    seen[path] = await call(session, "propose", files={path: "x\n"}, rationale="mine now")
+                seen["huge"] = await call(session, "propose", files={RUBRIC_MD: "x" * (MAX_PROMPT_FILE_CHARS + 1)},
+                                          rationale="everything")
+                seen["mixed"] = await call(session, "propose", files={RUBRIC_MD: rubric + "\n- be strict\n",
+                                                                      "devset/held/labels.jsonl": ""},
+                                           rationale="two files")
+                # An edit made on disk beside the session: never judged unseen, never lost to a rollback.
+                (ws / RUBRIC_MD).write_text(rubric + "\n- edited by hand\n", encoding="utf-8")
+                seen["dirty"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be strict.")},
+                                           rationale="strict")
+                (ws / RUBRIC_MD).write_text(rubric, encoding="utf-8")
+                seen["copy"] = data(await call(session, "propose",
+                                               files={RUBRIC_MD: rubric_with(ws, f"Item {dev_id} is a failure.")},
+                                               rationale="Remember a hard case."))
+                for tid in (held_id, f"../held/{held_id}", "../../judgeloop.toml", f"{dev_id}/../{held_id}"):
+                    seen[("item", tid)] = await call(session, "read_item", trajectory_id=tid)
+                    seen[("steps", tid)] = await call(session, "read_steps", trajectory_id=tid)
+                    seen[("shot", tid)] = await call(session, "view_screenshot", trajectory_id=tid, step=0)
+                seen["unknown"] = await call(session, "read_split", split="held")
+                seen["attribute"] = await call(session, "attribute")
+                # A second session, a `run` and a `decide` while this one is open: refused in one line.
+                for name, argv in (("second", _args(ws, server.openai_base_url, "5")),
+                                   ("run", ["-m", "optimizer.cli", "-w", str(ws), "run"])):
+                    seen[name] = await anyio.to_thread.run_sync(functools.partial(
+                        subprocess.run, [sys.executable, *argv], env={**os.environ, **_env()}, cwd=REPO_ROOT,
+                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120))
+                seen["status"] = data(await call(session, "status"))
+
+    drive(body)
+    for path in ("judgeloop.toml", "prompts/../devset/small/labels.jsonl", "/" + RUBRIC_MD, str(labels_file), "mixed"):
+        out = seen[path]
+        assert out.is_error and "nothing was proposed or committed" in text(out) and "not an allowed file" in text(out)
+    huge = seen["huge"]
+    assert huge.is_error and f"the limit is {MAX_PROMPT_FILE_CHARS}" in text(huge) and "nothing was proposed" in text(huge)
+    dirty = seen["dirty"]
+    assert dirty.is_error and f"the working tree has changes not made through propose ({RUBRIC_MD})" in text(dirty)
+    copy = seen["copy"]
+    assert copy["outcome"] == "guard_rejected" and f"the dev id {dev_id!r}" in copy["reason"]
+    for key, out in seen.items():
+        if isinstance(key, tuple) and key[0] in ("item", "steps", "shot"):
+            assert out.is_error and "is not in the dev split" in text(out), (key, text(out))
+            assert held_instruction not in text(out)
+            assert not any(isinstance(c, types.ImageContent) for c in out.content)
+    assert seen["unknown"].is_error and "unknown tool 'read_split'" in text(seen["unknown"])
+    assert seen["attribute"].is_error and "kept no edit; nothing to attribute" in text(seen["attribute"])
+    # No tool takes an argument that could name a split.
+    assert all("split" not in json.dumps(schema.get("properties", {})) for schema in seen["schemas"])
+    second = seen["second"]
+    assert second.returncode == 2 and "another judgeloop command is working in this workspace (judgeloop mcp, pid" \
+        in second.stderr and "Traceback" not in second.stderr
+    run_cmd = seen["run"]
+    assert run_cmd.returncode == 2 and "(judgeloop mcp, pid" in run_cmd.stderr
+    # Nothing was committed; the rejected candidate is on the record; one session, one run.
+    runs, exps = ledger_state(ws)
+    assert len(runs) == 1 and [e.status for e in exps[runs[0].id]] == ["baseline", "guard_rejected"]
+    assert seen["status"]["candidates"] == {"guard_rejected": 1}
+    assert gitops.rev_parse(ws, "HEAD") == start and gitops.rejected_refs(ws) == {}
+    assert_clean(ws)
+
+
+def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = library_text(ws, GOOD_ENTRY)
+    n_items = len(labels_of(ws))
+    start = gitops.rev_parse(ws, "HEAD")
+    seen: dict[str, Any] = {}
+    # The baseline's calls are answered; the candidate's first calls hang until the server is killed.
+    judge = FakeJudge(ws, gate_after=n_items + 2, abandon_gated=True)
+
+    def running_candidate() -> bool:
+        path = ws / "experiments" / "ledger.sqlite"
+        if not path.exists():
+            return False
+        with Ledger(path) as led:
+            return any(e.seq > 0 and e.commit_sha for e in led.experiments_with_status("running"))
+
+    async def body() -> None:
+        with FakeLLMServer(default=judge) as server, (tmp_path / "err.log").open("w") as errlog:
+            try:
+                async with client(ws, server.openai_base_url, errlog) as session:
+                    data(await call(session, "disagreements"))
+                    runs, _ = ledger_state(ws)
+                    pid = runs[0].pid
+                    assert pid is not None and pid != os.getpid()
+
+                    def kill_mid_evaluation() -> None:
+                        wait_for(running_candidate, "the candidate's evaluation", timeout_s=120)
+                        os.kill(pid, signal.SIGKILL)
+
+                    killer = threading.Thread(target=kill_mid_evaluation)
+                    killer.start()
+                    try:
+                        seen["killed_call"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
+                                                         rationale="Check typed text.")
+                    finally:
+                        await anyio.to_thread.run_sync(lambda: killer.join(timeout=130))
+            except Exception as exc:  # noqa: BLE001 - the client reports its dead server in its own way
+                seen["client_error"] = exc
+            seen["after_kill"] = ledger_state(ws)
+            capsys.readouterr()
+            seen["resume"] = main(["run", "-w", str(ws), "--resume"]), capsys.readouterr().err
+            judge.gate.set()
+            judge.gate_after = None
+            async with client(ws, server.openai_base_url, errlog) as session:
+                seen["status"] = data(await call(session, "status"))
+
+    drive(body)
+    assert "killed_call" not in seen or seen["killed_call"].is_error
+    runs, exps = seen["after_kill"]
+    (killed,) = runs
+    assert killed.status == "running"  # as a killed run: every state change before the kill is on record
+    assert [e.status for e in exps[killed.id]] == ["baseline", "running"]
+    assert seen["resume"][0] == 2 and f"run {killed.id} was a `judgeloop mcp` session that was killed" in seen["resume"][1]
+    runs, exps = ledger_state(ws)
+    new, old = runs
+    assert old.id == killed.id and old.status == "stopped" and "killed" in (old.stop_reason or "")
+    cand = exps[old.id][1]
+    assert cand.status == "error" and "killed" in (cand.reason or "")
+    assert gitops.rejected_refs(ws) == {cand.id: cand.commit_sha}
+    assert new.status == "finished" and new.start_rev == start == gitops.rev_parse(ws, "HEAD")
+    assert seen["status"]["run"] == new.id
+    assert good not in (ws / RUBRIC_MD).read_text(encoding="utf-8")
+    assert_clean(ws)
