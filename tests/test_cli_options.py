@@ -120,6 +120,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("confirm",): ["--split", "held"],
     ("reviews",): [],
     ("bias",): ["--split", "held"],
+    ("mcp",): ["--budget-usd", "1"],
     ("tui",): ["--screenshot", "{tmp}/shot.svg", "--size", "80x24"],
 }
 

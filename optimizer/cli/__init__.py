@@ -253,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-usd", type=positive, metavar="X", required=True,
                    help="the session's judge budget in US dollars (required): a call that would cross it is refused")
     p.add_argument("--policy", choices=POLICIES, help="how a candidate is decided (default: [loop] policy)")
-    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help="judgements per item")
+    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help=REPLICATES_HELP)
     _judge_overrides(p)
 
     p = add("tui", "optimizer.cli.tui:cmd_tui", "open the terminal UI")
