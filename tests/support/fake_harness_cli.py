@@ -14,7 +14,8 @@ Every invocation appends one JSON line to ``DIR/invocations.jsonl``: the id, cwd
 stdin, every file it can see below its cwd (path, size, sha256, and the text of the text files) and
 what it reported (cost). The verdict is a function of the sandbox's Markdown, or, when
 ``DIR/oracle.json`` exists (the loop test), of the id and of which oracle entries the instruction
-file (AGENTS.md) contains. ``DIR/no-late`` turns ``late`` items into ``file`` items. While
+file (AGENTS.md) contains. ``DIR/no-late`` turns ``late`` items into ``file`` items,
+``DIR/well-formed`` ``malformed`` ones. While
 ``DIR/gate`` exists, the item whose id it holds waits (bounded) before answering: a test kills
 judgeloop meanwhile.
 """
@@ -91,7 +92,7 @@ def main(argv: list[str]) -> int:
     record: dict[str, Any] = {"id": tid, "pid": os.getpid(), "cwd": str(cwd), "argv": argv, "env": dict(os.environ),
                               "stdin": stdin, "prompt": prompt, "files": _listing(cwd)}
     what = kind(tid)
-    if what == "late" and (state / "no-late").exists():
+    if (what == "late" and (state / "no-late").exists()) or (what == "malformed" and (state / "well-formed").exists()):
         what = "file"
     record["kind"] = what
     log = state / "invocations.jsonl"
