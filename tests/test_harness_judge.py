@@ -254,3 +254,94 @@ def test_a_loop_with_a_harness_judge_keeps_and_rolls_back(
     with_good = [r for r in runs if any(f["path"] == "AGENTS.md" and entries[GOOD_ENTRY] in f.get("text", "")
                                         for f in r["files"])]
     assert with_good, "no CLI run saw the kept edit"
+
+
+def test_the_cache_keys_the_command_and_the_instructions(sample_ws: tuple[Path, Path]) -> None:
+    root, state = sample_ws
+    (state / "no-late").write_text("", encoding="utf-8")
+    configure(root, state)
+
+    def new_runs(*extra: str) -> int:
+        before = len(invocations(state))
+        assert main(["eval", "-w", str(root), "--limit", "3", *extra]) == 0
+        return len(invocations(state)) - before
+
+    assert new_runs() == 3
+    assert new_runs() == 0, "an unchanged harness, prompt and item come from the cache"
+    judge_md = root / "prompts" / "judge.md"
+    judge_md.write_text(judge_md.read_text(encoding="utf-8") + "\nLook at the last screenshot first.\n",
+                        encoding="utf-8")
+    commit_all(root, "edit the instructions")
+    assert new_runs() == 3, "edited instructions are a new call"
+    config = load_config(root / "judgeloop.toml")
+    write_config(root, config.model_copy(update={"judge": config.judge.model_copy(
+        update={"command": [*config.judge.command[:-1], "--extra-flag", "{{PROMPT}}"]})}))
+    commit_all(root, "another command line")
+    assert new_runs() == 3, "another command line is another judge"
+
+
+def test_the_verdict_file_is_read_only_when_it_is_a_plain_file(tmp_path: Path) -> None:
+    from optimizer.judge.harness import verdict_file_text
+
+    secret = tmp_path / "outside.json"
+    secret.write_text('{"success": true}', encoding="utf-8")
+    (tmp_path / "box").mkdir()
+    (tmp_path / "box" / "tid.json").symlink_to(secret)
+    assert verdict_file_text(tmp_path / "box", "tid") is None, "a link out of the sandbox is not followed"
+    (tmp_path / "box" / "tid.json").unlink()
+    (tmp_path / "box" / "tid.json").write_bytes(b"x" * 2_000_000)
+    assert verdict_file_text(tmp_path / "box", "tid") is None, "an oversized file is not read"
+
+
+@pytest.mark.parametrize(("output", "stdout", "expected"), [
+    # Claude Code --output-format json: one object; input_tokens exclude the cache reads and writes.
+    ("claude-json", json.dumps({"result": "R", "total_cost_usd": 0.25, "usage": {
+        "input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20},
+        "modelUsage": {"claude-opus-4-7": {}}}),
+     {"text": "R", "input_tokens": 10, "output_tokens": 5, "cache_read_tokens": 100, "cache_write_tokens": 20,
+      "cost_usd": 0.25, "model": "claude-opus-4-7"}),
+    # codex exec --json: JSONL; turn.completed usage counts cached input inside input_tokens; no cost.
+    ("codex-jsonl", "\n".join(json.dumps(e) for e in [
+        {"type": "thread.started", "thread_id": "t"},
+        {"type": "item.completed", "item": {"type": "agent_message", "text": "first"}},
+        {"type": "item.completed", "item": {"type": "command_execution", "command": "cat x"}},
+        {"type": "item.completed", "item": {"type": "agent_message", "text": "R"}},
+        {"type": "turn.completed", "usage": {"input_tokens": 26549, "cached_input_tokens": 22272, "output_tokens": 1590}},
+    ]) + "\nnot json\n",
+     {"text": "R", "input_tokens": 26549 - 22272, "cache_read_tokens": 22272, "output_tokens": 1590, "cost_usd": None}),
+    # opencode run --format json: JSONL; the cost and tokens of every step_finish are summed.
+    ("opencode-jsonl", "\n".join(json.dumps(e) for e in [
+        {"type": "text", "part": {"text": "thinking aloud"}},
+        {"type": "step_finish", "part": {"cost": 0.01, "tokens": {"input": 100, "output": 10, "cache": {"read": 5, "write": 1}}}},
+        {"type": "text", "part": {"text": "R"}},
+        {"type": "step_finish", "part": {"cost": 0.02, "tokens": {"input": 50, "output": 4, "cache": {"read": 0, "write": 0}}}},
+    ]),
+     {"text": "R", "input_tokens": 150, "output_tokens": 14, "cache_read_tokens": 5, "cache_write_tokens": 1,
+      "cost_usd": pytest.approx(0.03)}),
+    # Gemini CLI --output-format json: `response`, tokens per model under stats.models; no cost.
+    ("gemini-json", json.dumps({"response": "R", "stats": {"models": {"gemini-3.1-pro": {
+        "tokens": {"prompt": 1000, "candidates": 50, "cached": 400}}}}}),
+     {"text": "R", "input_tokens": 600, "cache_read_tokens": 400, "output_tokens": 50, "cost_usd": None,
+      "model": "gemini-3.1-pro"}),
+    # Unreadable output: an empty final message (then a parse failure), never an exception.
+    ("claude-json", "Traceback (most recent call last):", {"text": "", "cost_usd": None}),
+    ("text", '{"success": true}', {"text": '{"success": true}', "cost_usd": None}),
+])
+def test_cli_output_is_read_in_each_harness_format(output: str, stdout: str, expected: dict[str, Any]) -> None:
+    from optimizer.judge.harness import parse_output
+
+    parsed = parse_output(output, stdout)
+    assert {k: getattr(parsed, k) for k in expected} == expected
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude", "gemini", "opencode"])
+def test_each_preset_is_non_interactive_json_and_sends_the_prompt_once(harness: str) -> None:
+    from optimizer.config import JudgeSection
+    from optimizer.judge.harness import command_line, harness_spec
+
+    spec = harness_spec(JudgeSection(provider="command", harness=harness, model="m-1"))
+    argv, stdin = command_line(spec, "PROMPT TEXT", "tid")
+    assert argv[0] == harness and "m-1" in argv and "json" in " ".join(argv)
+    assert (argv.count("PROMPT TEXT") + (stdin == b"PROMPT TEXT")) == 1
+    default = harness_spec(JudgeSection(provider="command", harness=harness))
+    assert "m-1" not in command_line(default, "P", "tid")[0], "no model set: the CLI's own default"
