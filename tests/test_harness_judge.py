@@ -31,6 +31,7 @@ from tests.support.loop import (
     FakeJudge,
     add_small_dev_split,
     commit_all,
+    git,
     make_workspace,
 )
 from tests.support.processes import killed_cli
@@ -200,6 +201,7 @@ def test_a_budget_without_a_per_call_price_is_refused_up_front(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "price_per_call_usd" in err[0] and "Traceback" not in err[0]
     assert invocations(state) == [], "no CLI ran"
+    assert git(root, "branch", "--list", "judgeloop/*").strip() == "", "refused before any run was created"
 
 
 @pytest.mark.parametrize(("judge", "message"), [

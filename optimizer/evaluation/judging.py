@@ -147,8 +147,9 @@ class ItemJudge:
         self.sandbox = provider.traits.sandbox
         traits = provider.traits
         if budget is not None and traits.priced_per_call and traits.call_price_usd is None:
-            raise UserError(f"a budget needs the most one {provider.name} judge call may cost, which the CLI "
-                            "cannot tell before the call: set [judge] price_per_call_usd (or drop --budget-usd)")
+            from optimizer.judge.harness import BUDGET_REFUSAL
+
+            raise UserError(BUDGET_REFUSAL.format(name=provider.name))
         self.semaphore = asyncio.Semaphore(concurrency)
         self.stop_reason: str | None = None
         self.usage = Usage()  # the paid calls made so far

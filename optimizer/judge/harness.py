@@ -33,6 +33,7 @@ from typing import Any
 from optimizer.config import JudgeSection
 from optimizer.devset.markdown import render_markdown
 from optimizer.devset.split import Split, canonical_screenshot_link
+from optimizer.errors import UserError
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import JudgeRequest, Sandbox, SandboxFile, TextPart, stable_json
 from optimizer.models import Trajectory
@@ -63,6 +64,17 @@ Answer with one JSON object and nothing else, as your instructions specify
 (`success`, `reasoning`, `confidence`, `mistake_type`). Write it to `./{{TRAJECTORY_ID}}.json` if you can
 write files, and give the same object as your final message.
 """
+
+BUDGET_REFUSAL = ("a budget needs the most one {name} judge call may cost, which the CLI cannot tell before "
+                  "the call: set [judge] price_per_call_usd (or drop --budget-usd)")
+
+
+def check_budget(judge: JudgeSection, budget_usd: float | None) -> None:
+    """Refuse a budgeted run of a harness judge without ``price_per_call_usd`` before anything starts
+    (the evaluator refuses it too, via the provider's traits; this is the same check without a provider)."""
+    if budget_usd is not None and judge.provider == "command" and judge.price_per_call_usd is None:
+        raise UserError(BUDGET_REFUSAL.format(name="command"))
+
 
 # Names of environment variables that hold credentials; the CLI gets none of them but its own.
 _SECRET_RE = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD|_KEY|SECRET|PASSWORD|CREDENTIALS?)$|^AWS_|^AZURE_", re.I)

@@ -78,9 +78,12 @@ class CommandProvider:
             priced_per_call=True,
             call_price_usd=judge.price_per_call_usd,
         )
-        if shutil.which(self.spec.argv[0]) is None:
+        # Resolved now: the CLI runs with the sandbox as its cwd, where a relative program path means nothing.
+        program = shutil.which(self.spec.argv[0])
+        if program is None:
             raise UserError(f"the harness command {self.spec.argv[0]!r} is not installed or not on PATH; "
                             "install it or fix [judge] command / harness")
+        self._program = os.path.abspath(program)
 
     def __repr__(self) -> str:
         return f"CommandProvider(harness={self.spec.name!r}, argv0={self.spec.argv[0]!r})"
@@ -113,6 +116,7 @@ class CommandProvider:
         try:
             await asyncio.to_thread(write_sandbox, sandbox, folder)
             argv, stdin = command_line(self.spec, prompt, sandbox.trajectory_id)
+            argv[0] = self._program
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *argv, cwd=folder, env=child_env(self.spec, self._judge.pass_env, folder),
