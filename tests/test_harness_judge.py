@@ -347,3 +347,26 @@ def test_each_preset_is_non_interactive_json_and_sends_the_prompt_once(harness: 
     assert (argv.count("PROMPT TEXT") + (stdin == b"PROMPT TEXT")) == 1
     default = harness_spec(JudgeSection(provider="command", harness=harness))
     assert "m-1" not in command_line(default, "P", "tid")[0], "no model set: the CLI's own default"
+
+
+def test_a_failed_run_is_retried_then_an_infrastructure_error(
+    sample_ws: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, state = sample_ws
+    (state / "no-late").write_text("", encoding="utf-8")
+    (state / "well-formed").write_text("", encoding="utf-8")
+    (state / "fail-first").write_text("", encoding="utf-8")
+    configure(root, state, max_retries=1)
+    ids = open_split(Workspace.open(root), "sample").ids[:2]
+    assert main(["eval", "-w", str(root), "--limit", "2", "--out", str(tmp_path / "a")]) == 0
+    runs = invocations(state)
+    assert sorted(r["id"] for r in runs) == sorted(ids * 2) and Counter(r["kind"] for r in runs)["failed"] == 2
+    assert json.loads((tmp_path / "a" / "_summary.json").read_text(encoding="utf-8"))["infra_error_ids"] == []
+    # Without retries, a failing run is an infrastructure error naming the exit status and stderr.
+    for tid in ids:
+        (state / f"failed-{tid}").unlink()
+    configure(root, state, max_retries=0)
+    capsys.readouterr()
+    assert main(["eval", "-w", str(root), "--limit", "2", "--out", str(tmp_path / "b"), "--replicates", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "claude exited with status 3: transient failure: upstream 503 (1 attempt)" in out

@@ -15,7 +15,7 @@ stdin, every file it can see below its cwd (path, size, sha256, and the text of 
 what it reported (cost). The verdict is a function of the sandbox's Markdown, or, when
 ``DIR/oracle.json`` exists (the loop test), of the id and of which oracle entries the instruction
 file (AGENTS.md) contains. ``DIR/no-late`` turns ``late`` items into ``file`` items,
-``DIR/well-formed`` ``malformed`` ones. While
+``DIR/well-formed`` ``malformed`` ones; with ``DIR/fail-first`` each item's first run exits 3. While
 ``DIR/gate`` exists, the item whose id it holds waits (bounded) before answering: a test kills
 judgeloop meanwhile.
 """
@@ -96,6 +96,14 @@ def main(argv: list[str]) -> int:
         what = "file"
     record["kind"] = what
     log = state / "invocations.jsonl"
+    failed = state / f"failed-{tid}"
+    if (state / "fail-first").exists() and not failed.exists():
+        failed.write_text("", encoding="utf-8")
+        record["kind"] = "failed"
+        with log.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        print("transient failure: upstream 503", file=sys.stderr)
+        return 3
     if what == "late":
         child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({LATE_S})"])
         record["child_pid"] = child.pid
