@@ -11,13 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from optimizer.errors import UserError
 from optimizer.paths import PathRefused, prompt_file
 from optimizer.vocab import PolicyName, StrategyName
 
-ProviderName = Literal["anthropic", "openai", "local"]
+ProviderName = Literal["anthropic", "openai", "local", "command"]
+# [judge] harness: the coding-agent CLIs `optimizer.judge.harness` has a non-interactive preset for.
+HARNESS_PRESETS = ("codex", "claude", "gemini", "opencode")
 
 # Judge calls in flight at once ([judge] max_concurrency, --concurrency).
 MAX_CONCURRENCY = 256
@@ -49,6 +51,43 @@ class JudgeSection(_Section):
     batch_poll_s: float = Field(default=30.0, gt=0, le=3600)
     batch_poll_max_s: float = Field(default=600.0, gt=0, le=3600)
     batch_retry_rounds: int = Field(default=2, ge=0, le=10)
+    # provider = "command" (a harness judge, see optimizer.judge.harness): the CLI to run per item,
+    # or a preset filling it; the most one call may cost (the budget reserves it, and it is the cost
+    # of a call whose CLI reports none); environment variables passed on besides the harness's own.
+    command: list[str] = Field(default_factory=list)
+    harness: str | None = None
+    price_per_call_usd: float | None = Field(default=None, ge=0.0)
+    pass_env: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _command_model(cls, data: object) -> object:
+        # A harness judge without a model runs the CLI's own default model (no --model flag).
+        if isinstance(data, dict) and data.get("provider") == "command" and "model" not in data:
+            return {**data, "model": ""}
+        return data
+
+    @field_validator("harness")
+    @classmethod
+    def _known_harness(cls, name: str | None) -> str | None:
+        if name is not None and name not in HARNESS_PRESETS:
+            raise ValueError(f"unknown harness {name!r}; use one of {', '.join(HARNESS_PRESETS)}, "
+                             "or set command = [...]")
+        return name
+
+    @model_validator(mode="after")
+    def _command_judge(self) -> JudgeSection:
+        if self.provider == "command":
+            if "command" in self.model_fields_set and not self.command and self.harness is None:
+                raise ValueError('command is empty; name the CLI to run, e.g. command = ["codex", "exec", "--json"]')
+            if not self.command and self.harness is None:
+                raise ValueError('provider = "command" needs command = [...] or harness = '
+                                 + " | ".join(f'"{h}"' for h in HARNESS_PRESETS))
+            if any(not part for part in self.command[:1]):
+                raise ValueError("command starts with an empty program name; name the CLI to run")
+        elif self.command or self.harness is not None:
+            raise ValueError(f'command/harness is set but provider = "{self.provider}"; set provider = "command"')
+        return self
 
 
 # The judge model used when an override switches providers without naming a model.
@@ -56,6 +95,7 @@ DEFAULT_JUDGE_MODELS: dict[str, str] = {
     "local": "smollm2-135m",
     "anthropic": "claude-sonnet-5-5",
     "openai": "gpt-5",
+    "command": "",  # the harness CLI's own default model
 }
 
 
@@ -76,6 +116,8 @@ class JudgeOverrides:
             update["provider"] = self.provider
             if self.provider != judge.provider and not self.model:
                 update["model"] = DEFAULT_JUDGE_MODELS[self.provider]
+            if self.provider != "command":  # the harness settings belong to the command provider
+                update.update(command=[], harness=None)
         if self.model:
             update["model"] = self.model
         if self.base_url:
@@ -218,13 +260,15 @@ dev_split = "sample"        # the only split the optimiser ever sees
 heldout_splits = []         # evaluated only by `judgeloop confirm`, a capped number of times
 
 [judge]
-provider = "local"          # local (offline demo, SmolLM2-135M) | anthropic | openai
+provider = "local"          # local (offline demo, SmolLM2-135M) | anthropic | openai | command
 model = "smollm2-135m"      # local: bundled name or a path to a .gguf; otherwise the provider's model id
 # base_url = "http://127.0.0.1:8000/v1"   # any OpenAI-compatible server (vLLM, llama.cpp, Ollama)
 max_concurrency = 4
 timeout_s = 120
 max_retries = 4
 # local_threads = 2         # local judge threads (default: the cores idle when it starts, at most 4)
+# harness = "codex"         # provider = "command": codex | claude | gemini | opencode, or command = [...]
+# price_per_call_usd = 0.5  # command: the most one call may cost (needed with --budget-usd)
 
 # Prices in US dollars per million tokens; these override the built-in table.
 # [prices."claude-sonnet-5-5"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.devset.split import Split
+from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget, estimate_cost_usd, estimate_turn_cost_usd
 from optimizer.evaluation.cache import CachedCall, JudgeCache, cache_key, provider_endpoint
 from optimizer.evaluation.results import ItemResult, ReplicateResult
@@ -142,6 +143,13 @@ class ItemJudge:
         # A provider may prefer a layout over judge.toml's (the local judge: see its traits).
         self.layout: str | None = provider.traits.layout
         self.image_cache_dir = image_cache_dir
+        # A harness judge reads the trajectory as files in its sandbox (`optimizer.judge.harness`).
+        self.sandbox = provider.traits.sandbox
+        traits = provider.traits
+        if budget is not None and traits.priced_per_call and traits.call_price_usd is None:
+            from optimizer.judge.harness import BUDGET_REFUSAL
+
+            raise UserError(BUDGET_REFUSAL.format(name=provider.name))
         self.semaphore = asyncio.Semaphore(concurrency)
         self.stop_reason: str | None = None
         self.usage = Usage()  # the paid calls made so far
@@ -184,7 +192,10 @@ class ItemJudge:
             if self.stop_reason is not None:
                 raise Stopped
             if self.budget is not None:
-                estimate = self._reserve(estimate_cost_usd(request, self.sampling, self.provider.model, self.prices))
+                traits = self.provider.traits
+                estimate = self._reserve(
+                    traits.call_price_usd or 0.0 if traits.priced_per_call
+                    else estimate_cost_usd(request, self.sampling, self.provider.model, self.prices))
                 reserved = True
             started = time.monotonic()
             try:
@@ -321,6 +332,7 @@ class ItemJudge:
             "text_only": self.text_only,
             "token_budget": self.token_budget,
             "layout": self.layout,
+            "sandbox": self.sandbox,
             "trajectory": hashlib.sha256(Path(json_path(tid)).read_bytes()).hexdigest(),
             "screens": screens,
         }
@@ -328,6 +340,11 @@ class ItemJudge:
 
     def _render(self, traj: Trajectory) -> JudgeRequest:
         from optimizer.judge.render import build_request
+
+        if self.sandbox is not None:
+            from optimizer.judge.harness import sandbox_request
+
+            return sandbox_request(traj, self.split, self.prompts, self.sandbox)
 
         return build_request(
             traj,
@@ -464,10 +481,10 @@ def render_code_version() -> str:
     and a source file that cannot be read is an error, never a silently constant hash."""
     from optimizer import models
     from optimizer.devset import markdown, split
-    from optimizer.judge import prompts, render, types
+    from optimizer.judge import harness, prompts, render, types
 
     h = hashlib.sha256()
-    for module in (render, prompts, markdown, types, models, split):
+    for module in (render, prompts, markdown, types, models, split, harness):
         source = inspect.getsourcefile(module)
         if source is None:
             raise RuntimeError(f"cannot hash the render code: {module.__name__} has no source file")

@@ -26,6 +26,29 @@ class ImagePart:
 
 
 Part = TextPart | ImagePart
+
+
+@dataclass(frozen=True)
+class SandboxFile:
+    """One file of a harness judge's sandbox: its path relative to the sandbox folder, its content
+    (``data``) or the file to copy it from (``source``), and the sha256 of that content."""
+
+    path: str
+    digest: str
+    data: bytes | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """What a harness judge's sandbox folder holds for one item (`optimizer.judge.harness`).
+    ``runner`` identifies the command that runs there (the cache keys it with the files)."""
+
+    trajectory_id: str
+    runner: str
+    files: tuple[SandboxFile, ...]
+
+
 CacheTTL = Literal["5m", "1h"]
 
 
@@ -50,6 +73,8 @@ class JudgeRequest:
     notes: tuple[str, ...] = ()
     cache_prefix: int | None = None
     cache_ttl: CacheTTL | None = None
+    # A harness judge's request: the folder its command runs in (None for API providers).
+    sandbox: Sandbox | None = None
 
     def prefix_key(self) -> str | None:
         """A stable id of the cached prefix (system prompt + the first ``cache_prefix`` parts): the same
@@ -74,6 +99,10 @@ class JudgeRequest:
                 h.update(b"\0text\0" + part.text.encode())
             else:
                 h.update(b"\0image\0" + part.media_type.encode() + b"\0" + hashlib.sha256(part.data).digest())
+        if self.sandbox is not None:
+            h.update(b"\0sandbox\0" + self.sandbox.trajectory_id.encode() + b"\0" + self.sandbox.runner.encode())
+            for f in self.sandbox.files:
+                h.update(b"\0file\0" + f.path.encode() + b"\0" + f.digest.encode())
         return h.hexdigest()
 
     def without_images(self, note: str) -> JudgeRequest:
@@ -84,6 +113,7 @@ class JudgeRequest:
             notes=(*self.notes, note),
             cache_prefix=prefix,
             cache_ttl=self.cache_ttl,
+            sandbox=self.sandbox,
         )
 
 
@@ -114,6 +144,9 @@ class ProviderReply:
     cache_write_tokens: int = 0
     raw: dict[str, Any] = field(default_factory=dict)
     cache_write_1h_tokens: int = 0
+    # What the call cost as the provider itself reported it (a harness CLI), in US dollars; None:
+    # priced from the tokens (`optimizer.judge.providers.pricing`).
+    cost_usd: float | None = None
 
 
 # -- tool-using conversations (the agentic judge) --------------------------------------------------
@@ -301,7 +334,11 @@ class ProviderTraits:
     conversations (it is then a `ConversingProvider`, so the agentic mode can run on it).
     ``max_parallel_calls``: the calls it runs at once (callers give it no more call slots); None for no
     limit of its own. ``demo_label``: for a demonstration-quality judge, what its results say it is,
-    wherever they go; None for a real judge."""
+    wherever they go; None for a real judge. ``sandbox``: for a harness judge (a CLI run in a folder
+    per item), the identity of its command: callers build requests with
+    `optimizer.judge.harness.sandbox_request` (the trajectory as files, not as parts); None otherwise.
+    ``priced_per_call``: its cost cannot be estimated from tokens before a call, so a budget reserves
+    ``call_price_usd`` per call and cannot run without one."""
 
     text_only: bool = False
     layout: Layout | None = None
@@ -309,6 +346,9 @@ class ProviderTraits:
     tool_use: bool = False
     max_parallel_calls: int | None = None
     demo_label: str | None = None
+    sandbox: str | None = None
+    priced_per_call: bool = False
+    call_price_usd: float | None = None
 
 
 class Provider(Protocol):

@@ -25,6 +25,7 @@ from optimizer.evaluation.batch import BATCH_PROVIDERS, BatchOptions, check_batc
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.events import Listener, Message, StopKind, StopReason, ignore
+from optimizer.judge.harness import check_budget
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage
 from optimizer.ledger import Experiment, Ledger, Run, RunStatus
@@ -305,6 +306,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     if start_settings.mode == "agentic" and judge.provider == "local":
         raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
                         'tools (anthropic or openai); the local judge supports mode = "direct" only')
+    check_budget(judge, limits.budget_usd)  # a harness judge's cost is unbounded without a per-call price
     replicates = options.replicates or start_settings.replicates
     if options.batch:
         _check_batch_judge(ws, judge, start_rev)

@@ -5,6 +5,8 @@ the optimiser alike.
 - ``openai`` — `OpenAIProvider` (the ``openai`` SDK, key from ``OPENAI_API_KEY``; ``base_url`` for any
   OpenAI-compatible server).
 - ``local`` — `LocalProvider`, the offline demonstration-quality judge (SmolLM2-135M via xllamacpp).
+- ``command`` — `CommandProvider`, a harness judge: a coding-agent CLI run per item in a sandbox
+  (`optimizer.judge.harness`).
 
 `make_provider` builds the judge's from ``[judge]``; `make_optimizer_provider` builds the optimiser's
 own model from ``[optimizer]`` with the same classes, so both share one key check, one error mapping,
@@ -45,6 +47,10 @@ def make_provider(judge: JudgeSection, *, role: Role = JUDGE) -> Provider:
         from optimizer.judge.providers.local_provider import LocalProvider
 
         return LocalProvider(judge)
+    if judge.provider == "command":
+        from optimizer.judge.providers.command_provider import CommandProvider
+
+        return CommandProvider(judge)
     raise ValueError(f"unknown provider {judge.provider!r}")  # config validation makes this unreachable
 
 

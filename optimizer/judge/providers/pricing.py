@@ -122,14 +122,15 @@ class Usage:
     @classmethod
     def of(cls, reply: ProviderReply, overrides: Mapping[str, Price] | None = None, *, batch: bool = False) -> Usage:
         """One call: the reply's tokens, priced by `cost_usd` for the model that answered (``batch``:
-        at the batch price)."""
+        at the batch price), or the cost the provider reported itself (``reply.cost_usd``, a harness CLI)."""
+        reported = reply.cost_usd
         return cls(
             calls=1,
             input_tokens=reply.input_tokens,
             output_tokens=reply.output_tokens,
             cache_read_tokens=reply.cache_read_tokens,
             cache_write_tokens=reply.cache_write_tokens,
-            cost_usd=cost_usd(reply.model, reply, overrides, batch=batch),
+            cost_usd=reported if reported is not None else cost_usd(reply.model, reply, overrides, batch=batch),
             cache_write_1h_tokens=reply.cache_write_1h_tokens,
         )
 

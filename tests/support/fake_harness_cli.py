@@ -1,0 +1,143 @@
+"""A fake coding-agent CLI for the harness-judge tests: reads its sandbox, writes a verdict.
+
+Run as ``python fake_harness_cli.py --state DIR [--format claude|text] [PROMPT]`` (the prompt from the
+last argument, else stdin), with the sandbox as its working directory. Standard library only (it
+starts once per item). Deterministic by trajectory id (`kind`):
+
+- ``late``: never answers; spawns a child in its process group (its pid logged) and sleeps until
+  killed (bounded: it gives up after `LATE_S`);
+- ``malformed``: writes ``<id>.json`` that is not a valid verdict (two variants);
+- ``message``: writes no file, answers with the verdict as its final message only;
+- ``file``: writes the verdict to ``<id>.json`` (and answers with a short text).
+
+Every invocation appends one JSON line to ``DIR/invocations.jsonl``: the id, cwd, argv, environment,
+stdin, every file it can see below its cwd (path, size, sha256, and the text of the text files) and
+what it reported (cost). The verdict is a function of the sandbox's Markdown, or, when
+``DIR/oracle.json`` exists (the loop test), of the id and of which oracle entries the instruction
+file (AGENTS.md) contains. ``DIR/no-late`` turns ``late`` items into ``file`` items,
+``DIR/well-formed`` ``malformed`` ones; with ``DIR/fail-first`` each item's first run exits 3. While
+``DIR/gate`` exists, the item whose id it holds waits (bounded) before answering: a test kills
+judgeloop meanwhile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LATE_S = 120.0
+GATE_S = 60.0
+TEXT_SUFFIXES = (".md", ".json", ".txt", ".jsonl", ".csv", ".toml")
+
+
+def kind(tid: str) -> str:
+    """What the fake does for ``tid`` (pure: the tests compute the same)."""
+    h = int(hashlib.sha256(tid.encode()).hexdigest(), 16)
+    if h % 43 == 3:
+        return "late"
+    if h % 9 == 2:
+        return "malformed"
+    if h % 4 == 1:
+        return "message"
+    return "file"
+
+
+def reported_cost(tid: str) -> float:
+    """The cost the fake reports for ``tid`` in claude format (US dollars)."""
+    return (int(hashlib.sha256(tid.encode()).hexdigest()[:4], 16) % 1000 + 1) / 100_000
+
+
+def _listing(root: Path) -> list[dict[str, Any]]:
+    files = []
+    for path in sorted(root.rglob("*")):
+        if path.is_dir():
+            continue
+        data = path.read_bytes()
+        entry: dict[str, Any] = {"path": path.relative_to(root).as_posix(), "size": len(data),
+                                 "sha256": hashlib.sha256(data).hexdigest(), "symlink": path.is_symlink()}
+        if path.suffix in TEXT_SUFFIXES:
+            entry["text"] = data.decode("utf-8", errors="replace")
+        files.append(entry)
+    return files
+
+
+def _verdict(tid: str, markdown: str, instructions: str, state: Path) -> dict[str, Any]:
+    oracle_path = state / "oracle.json"
+    if oracle_path.exists():
+        oracle = json.loads(oracle_path.read_text(encoding="utf-8"))
+        enabled = "+".join(sorted(e for e, text in oracle["entries"].items() if text in instructions))
+        success, mistake = oracle["answers"][tid][enabled]
+    else:
+        success = hashlib.sha256(markdown.encode()).digest()[0] % 2 == 0
+        mistake = None if success else "Critical Mistake"
+    return {"success": success, "reasoning": f"fake harness judge, {len(instructions)} chars of instructions",
+            "confidence": "medium", "mistake_type": mistake}
+
+
+def main(argv: list[str]) -> int:
+    state = Path(argv[argv.index("--state") + 1])
+    fmt = argv[argv.index("--format") + 1] if "--format" in argv else "text"
+    last = argv[-1]
+    stdin = "" if last.startswith("Judge one") else sys.stdin.read()
+    prompt = last if last.startswith("Judge one") else stdin
+    cwd = Path.cwd()
+    mds = sorted((cwd / "agenthorizon_md").glob("*.md"))
+    tid = mds[0].stem if mds else ""
+    record: dict[str, Any] = {"id": tid, "pid": os.getpid(), "cwd": str(cwd), "argv": argv, "env": dict(os.environ),
+                              "stdin": stdin, "prompt": prompt, "files": _listing(cwd)}
+    what = kind(tid)
+    if (what == "late" and (state / "no-late").exists()) or (what == "malformed" and (state / "well-formed").exists()):
+        what = "file"
+    record["kind"] = what
+    log = state / "invocations.jsonl"
+    failed = state / f"failed-{tid}"
+    if (state / "fail-first").exists() and not failed.exists():
+        failed.write_text("", encoding="utf-8")
+        record["kind"] = "failed"
+        with log.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        print("transient failure: upstream 503", file=sys.stderr)
+        return 3
+    if what == "late":
+        child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({LATE_S})"])
+        record["child_pid"] = child.pid
+    with log.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+    if what == "late":
+        time.sleep(LATE_S)
+        return 0
+    gate = state / "gate"
+    if gate.exists() and gate.read_text(encoding="utf-8").strip() == tid:
+        deadline = time.monotonic() + GATE_S
+        while gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    markdown = mds[0].read_text(encoding="utf-8") if mds else ""
+    instructions = (cwd / "AGENTS.md").read_text(encoding="utf-8") if (cwd / "AGENTS.md").exists() else ""
+    verdict = json.dumps(_verdict(tid, markdown, instructions, state))
+    final = "verdict written"
+    if what == "malformed":
+        bad = '{"success": "yes", "reasoning": 1}' if int(hashlib.sha256(tid.encode()).hexdigest(), 16) % 2 \
+            else verdict[: len(verdict) // 2]
+        (cwd / f"{tid}.json").write_text(bad, encoding="utf-8")
+    elif what == "message":
+        final = verdict
+    else:
+        (cwd / f"{tid}.json").write_text(verdict, encoding="utf-8")
+    if fmt == "claude":
+        print(json.dumps({"type": "result", "result": final, "total_cost_usd": reported_cost(tid),
+                          "usage": {"input_tokens": len(markdown) // 4, "output_tokens": len(final) // 4,
+                                    "cache_read_input_tokens": 7, "cache_creation_input_tokens": 0},
+                          "modelUsage": {"fake-opus": {}}}))
+    else:
+        print(final)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
