@@ -197,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screenshot", metavar="FILE.svg", help="render one screen to SVG and exit")
     p.add_argument("--screen", default="history", metavar="NAME")
     p.add_argument("--experiment", metavar="ID")
+    p.add_argument("--run", metavar="ID", help="open this run's history (default: the latest; R in the TUI picks another)")
     p.add_argument("--size", default="120x40", metavar="WxH", help="terminal size for --screenshot")
     return parser
 
