@@ -16,11 +16,12 @@ from tui.messages import AllRunsLoaded, ExperimentSelected, RunPicked
 from tui.views.base import View, status_text
 from tui.widgets import FixedColumnsTable
 
-# (header, key, width): the run first (its number in time, as the run picker R numbers it), then what the
-# history shows.
+# (header, key, width): the run first (its number in time, as the run picker R numbers it), then the
+# figures that tell one edit from the next, then the rest (a narrow terminal cuts those; the line under
+# the table gives the highlighted row's rationale in full).
 ALL_RUNS_COLUMNS = (
-    ("run", "run", 4), ("id", "id", 5), ("time", "time", 11), ("strategy", "strategy", 8),
-    ("decision", "decision", 14), ("κ", "kappa", 6), ("FPR", "fpr", 6), ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6),
+    ("run", "run", 3), ("id", "id", 5), ("decision", "decision", 11), ("κ", "kappa", 6), ("FPR", "fpr", 6),
+    ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6), ("time", "time", 11), ("strategy", "strategy", 8),
     ("$", "cost", 7), ("rationale", "rationale", 40),
 )
 
@@ -33,13 +34,22 @@ def all_runs_cells(entry: AllRunsRow) -> tuple[Text, ...]:
     return (
         Text(f"#{entry.number}", style="bold"),
         Text(f"{exp.id}{'◆' if row.in_chain else ''}", style="bold" if row.in_chain else dim),
-        Text(exp.created.strftime("%m-%d %H:%M"), style=dim), Text(exp.strategy or "—", style=dim),
         status_text(exp.status), Text(kappa), Text(fpr),
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
         Text(row.delta_text("fpr"), style="red" if (row.d_fpr or 0) > 0 else ""),
+        Text(exp.created.strftime("%m-%d %H:%M"), style=dim), Text(exp.strategy or "—", style=dim),
         Text(f"{exp.cost_usd:.4f}"),
         Text(one_line(exp.rationale, 120), no_wrap=True, overflow="ellipsis"),
     )
+
+
+def detail_line(entry: AllRunsRow) -> Text:
+    """The highlighted experiment under the table: its run, id, time, strategy and whole rationale."""
+    exp = entry.row.experiment
+    line = Text(f"run #{entry.number} {entry.run.id} · experiment {exp.id} · {exp.created:%m-%d %H:%M} · "
+                f"{exp.strategy or 'baseline'} · ", style="bold")
+    line.append(one_line(exp.rationale, 400) or "no rationale")
+    return line
 
 
 class AllRunsView(View):
@@ -48,9 +58,10 @@ class AllRunsView(View):
     view_name = "runs"
     DEFAULT_CSS = """
     AllRunsView #all-runs-table { height: 1fr; overflow-x: hidden; }
+    AllRunsView #all-runs-detail { height: auto; max-height: 3; padding: 0 1; background: $boost; }
     AllRunsView #all-runs-empty { display: none; }
     AllRunsView.-empty #all-runs-empty { display: block; }
-    AllRunsView.-empty #all-runs-table { display: none; }
+    AllRunsView.-empty #all-runs-table, AllRunsView.-empty #all-runs-detail { display: none; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_experiment", "Open", id="runs.open",
@@ -70,6 +81,7 @@ class AllRunsView(View):
         for label, key, width in ALL_RUNS_COLUMNS:
             table.add_column(label, key=key, width=width)
         yield table
+        yield Static("", id="all-runs-detail")
         yield Static("no runs yet — press r to start one", id="all-runs-empty", classes="empty")
 
     def reload(self) -> None:
@@ -99,9 +111,9 @@ class AllRunsView(View):
         partial = any(entry.row.partial is not None for entry in rows)
         self.set_title(
             f"all runs — {n_runs} run{'s' if n_runs != 1 else ''}, {len(rows)} experiments, oldest first"
-            + ("" if self.show_baselines else " · baselines hidden (b shows them)")
-            + (f" · {PARTIAL_MARK} = over the items judged before an early stop, Δ on the same items" if partial else "")
-            + " · R picks one run for the history"
+            + ("" if self.show_baselines else " · baselines hidden (b)")
+            + (f" · {PARTIAL_MARK} = judged items only (early stop), Δ on the same items" if partial else "")
+            + " · R: one run"
         )
 
     def visible_rows(self) -> list[AllRunsRow]:
@@ -134,6 +146,9 @@ class AllRunsView(View):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.row_key.value is not None:
+            entry = self.entry(int(event.row_key.value))
+            if entry is not None:
+                self.query_one("#all-runs-detail", Static).update(detail_line(entry))
             self.post_message(ExperimentSelected(int(event.row_key.value)))
 
     def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
