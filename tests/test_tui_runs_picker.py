@@ -149,6 +149,9 @@ def test_all_runs_view_lines_up_each_manual_edit_under_the_one_before_with_its_r
         assert positions == sorted(positions)  # the edits in the order they were made
         assert [e.rationale for e in manual] == [message for _, message in MANUAL_EDITS]
         table.move_cursor(row=table.get_row_index(str(manual[0].id)))
+        await settle(app, pilot)
+        detail = widget_text(app, "#all-runs-detail")  # the whole rationale, whatever the width
+        assert f"experiment {manual[0].id}" in detail and MANUAL_EDITS[0][1] in detail and manual[0].run_id in detail
         await pilot.press("enter")
         await settle(app, pilot)
         assert isinstance(app.screen, ExperimentView) and app.experiment_id == manual[0].id
