@@ -26,10 +26,20 @@ from textual.worker import Worker, WorkerState
 from optimizer.errors import UserError
 from optimizer.ledger import Ledger
 from tui import runs
-from tui.data import LedgerNotReady, open_ledger
-from tui.messages import CompareMarked, ExperimentSelected, ItemSelected, LiveUpdate, WatchFailed
-from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
+from tui.data import LedgerNotReady, open_ledger, run_summaries
+from tui.messages import CompareMarked, ExperimentSelected, ItemSelected, LiveUpdate, RunPicked, WatchFailed
+from tui.modals import (
+    ALL_RUNS,
+    ConfirmModal,
+    ErrorModal,
+    ErrorScreen,
+    ItemListModal,
+    ReviewModal,
+    RunPickerModal,
+    StartRunModal,
+)
 from tui.views import (
+    AllRunsView,
     CompareView,
     DisagreementsView,
     ExperimentView,
@@ -45,6 +55,7 @@ from tui.widgets import StatusStrip
 
 VIEWS: dict[str, type[View]] = {
     "history": HistoryView,
+    "runs": AllRunsView,
     "experiment": ExperimentView,
     "disagreements": DisagreementsView,
     "item": ItemView,
@@ -65,6 +76,7 @@ class JudgeloopCommands(Provider):
         ]
         entries += [
             ("Run: start a run", "start `judgeloop run` as a separate process", app.action_start_run),
+            ("Runs: pick a run, or every run side by side", "the run the history shows", app.action_pick_run),
             ("Run: stop the run", "create experiments/STOP; the loop stops after its current step", app.action_stop_run),
             ("Reviews: export as JSONL", "write experiments/reviews.jsonl", app.export_reviews),
             ("Compare: selected experiment vs its parent", "or the experiment marked with m", partial(app.switch_view, "compare")),
@@ -108,6 +120,8 @@ class JudgeloopApp(App[None]):
                 tooltip="What helped: each kept edit's gain when kept beside its contribution at the end"),
         Binding("question_mark,f1", "switch_view('help')", "Help", id="view.help", tooltip="Every key"),
         Binding("r", "start_run", "Run", id="run.start", tooltip="Start a run (a separate process)"),
+        Binding("R", "pick_run", "Runs", id="run.pick",
+                tooltip="Pick the run the history shows, or every run's experiments side by side"),
         Binding("s", "stop_run", "Stop", id="run.stop", tooltip="Ask the running loop to stop (experiments/STOP)"),
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Quit (a running run keeps going)"),
     ]
@@ -122,6 +136,7 @@ class JudgeloopApp(App[None]):
         item_id: str | None = None,
         watch: bool = True,
         watch_interval_s: float = 0.5,
+        run_id: str | None = None,
     ) -> None:
         super().__init__()
         if start_view not in VIEWS:
@@ -132,7 +147,7 @@ class JudgeloopApp(App[None]):
         self.start_view = start_view
         self._experiment_id = experiment_id
         self._item_id = item_id
-        self.run_id: str | None = None
+        self.run_id: str | None = run_id  # the run the history shows (None: the latest); R picks another
         self._compare_left: int | None = None
         self.live = LiveState()
         self.fatal: str | None = None
@@ -244,7 +259,7 @@ class JudgeloopApp(App[None]):
             self._seen_changes = message.state.changes
         elif message.state.changes != self._seen_changes:
             self._seen_changes = message.state.changes
-            if isinstance(self.screen, HistoryView | ExperimentView):
+            if isinstance(self.screen, HistoryView | ExperimentView | AllRunsView):
                 self.screen.reload()
 
     def on_watch_failed(self, message: WatchFailed) -> None:
@@ -310,9 +325,33 @@ class JudgeloopApp(App[None]):
 
         def started(options: runs.RunOptions | None) -> None:
             if options is not None:
+                self.run_id = None  # the history follows the new run (R picks another again)
                 self.start_run(options)
 
-        self.push_screen(StartRunModal(), started)
+        try:
+            choices = runs.run_choices(self.ws_root)
+        except UserError as exc:
+            self.show_error("cannot start a run", exc)
+            return
+        self.push_screen(StartRunModal(choices), started)
+
+    def action_pick_run(self) -> None:
+        """The run picker: a run for the history, or every run side by side."""
+        if self.fatal is not None or isinstance(self.screen, ModalScreen):
+            return
+
+        def picked(choice: str | None) -> None:
+            if choice == ALL_RUNS:
+                self.switch_view("runs")
+            elif choice is not None:
+                self.post_message(RunPicked(choice))
+
+        self.push_screen(RunPickerModal(lambda: run_summaries(self.ledger()), self.run_id), picked)
+
+    def on_run_picked(self, message: RunPicked) -> None:
+        self.run_id = message.run_id
+        if message.switch_to is not None:
+            self.switch_view(message.switch_to)
 
     @work(thread=True, exclusive=True, group="run-control", exit_on_error=False, name="starting the run")
     def start_run(self, options: runs.RunOptions) -> runs.StartedRun:
@@ -431,9 +470,10 @@ def parse_size(text: str) -> tuple[int, int]:
     return width, height
 
 
-def screenshot_defaults(ledger_path: Path, experiment_id: int | None) -> tuple[int | None, str | None]:
-    """The experiment (default: the latest run's incumbent) and item (its first disagreement, else its
-    first item) a headless screenshot shows."""
+def screenshot_defaults(ledger_path: Path, experiment_id: int | None,
+                        run_id: str | None = None) -> tuple[int | None, str | None]:
+    """The experiment (default: the incumbent of run ``run_id``, else of the latest run) and item (its
+    first disagreement, else its first item) a headless screenshot shows."""
     from tui.data import disagreements
 
     try:
@@ -441,7 +481,7 @@ def screenshot_defaults(ledger_path: Path, experiment_id: int | None) -> tuple[i
     except LedgerNotReady:
         return experiment_id, None
     with reader as ledger:
-        run = ledger.latest_run()
+        run = ledger.get_run(run_id) if run_id else ledger.latest_run()
         if run is None:
             return experiment_id, None
         if experiment_id is None:
@@ -465,12 +505,12 @@ async def settle(app: App[Any], pilot: Any, rounds: int = 4) -> None:
 
 async def render_screenshot(
     ws_root: Path, out: Path, *, screen: str = "history", experiment_id: int | None = None,
-    size: tuple[int, int] = (120, 40),
+    size: tuple[int, int] = (120, 40), run_id: str | None = None,
 ) -> Path:
     """Render one view headlessly at ``size`` (half-block images, no live watcher) and save it as SVG."""
-    experiment_id, item_id = screenshot_defaults(Path(ws_root) / "experiments" / "ledger.sqlite", experiment_id)
+    experiment_id, item_id = screenshot_defaults(Path(ws_root) / "experiments" / "ledger.sqlite", experiment_id, run_id)
     app = JudgeloopApp(ws_root, image_mode="halfcell", start_view=screen, experiment_id=experiment_id,
-                       item_id=item_id, watch=False)
+                       item_id=item_id, watch=False, run_id=run_id)
     async with app.run_test(size=size) as pilot:
         await settle(app, pilot)
         out.parent.mkdir(parents=True, exist_ok=True)

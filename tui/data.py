@@ -25,7 +25,7 @@ from optimizer.ledger import (
     Review,
     Run,
 )
-from optimizer.metrics import flip_table
+from optimizer.metrics import Answer, Metrics, flip_table, predicted_success
 from optimizer.vocab import UNTYPED
 
 if TYPE_CHECKING:
@@ -118,6 +118,75 @@ def run_to_show(ledger: Ledger, run_id: str | None = None) -> tuple[Run, list[Ru
 
 
 @dataclass(frozen=True)
+class PartialMetrics:
+    """An early-stopped candidate's metrics over the items it judged before it stopped (``judged`` of the
+    run's ``total`` labelled items), and its incumbent's over the same items when asked for. Shown
+    marked with ``*``: a kappa of 9 items is not the kappa of 24, and a candidate judges the negatives
+    first, so only the difference with the incumbent over the same items compares like with like."""
+
+    metrics: Metrics
+    judged: int
+    total: int
+    incumbent: Metrics | None = None
+
+    def cell(self, name: str) -> str:
+        """One metric for a table cell, marked partial, to two places (a handful of items): ``0.31*``."""
+        value = getattr(self.metrics, name)
+        return "—" if value is None else f"{value:.2f}{PARTIAL_MARK}"
+
+    def delta(self, name: str) -> float | None:
+        """This minus the incumbent over the same items (None without the incumbent's figures)."""
+        mine = getattr(self.metrics, name)
+        theirs = getattr(self.incumbent, name) if self.incumbent is not None else None
+        return None if mine is None or theirs is None else mine - theirs
+
+    def delta_cell(self, name: str) -> str:
+        """The difference for a table cell, marked partial: ``+0.05*``."""
+        delta = self.delta(name)
+        return "—" if delta is None else f"{delta:+.2f}{PARTIAL_MARK}"
+
+    @property
+    def judged_text(self) -> str:
+        return f"{self.judged}/{self.total} judged"
+
+
+PARTIAL_MARK = "*"
+
+
+def _counts_metrics(labels: Mapping[str, LabelRow], answers: Mapping[str, Answer], ids: Iterable[str]) -> Metrics:
+    """Metrics over ``ids`` only, scored as ``metrics.score`` scores an answer (an unusable one is wrong)."""
+    tp = fn = tn = fp = invalid = 0
+    for tid in ids:
+        label, answer = labels[tid], answers.get(tid)
+        if answer is not None and not answer.usable:
+            invalid += 1
+        said = predicted_success(label, answer)
+        if label.is_positive:
+            tp, fn = (tp + 1, fn) if said else (tp, fn + 1)
+        else:
+            tn, fp = (tn, fp + 1) if said else (tn + 1, fp)
+    return Metrics.from_counts(tp, fn, tn, fp, invalid=invalid)
+
+
+def partial_metrics(
+    ledger: Ledger, exp: Experiment, labels: Mapping[str, LabelRow] | None = None, *, with_incumbent: bool = False,
+) -> PartialMetrics | None:
+    """The partial metrics of an early-stopped candidate (None for any other experiment, or when it judged
+    nothing): over its judged items (an answer recorded, not missing or lost to an infrastructure error)."""
+    if not exp.early_stopped:
+        return None
+    labels = ledger.labels(exp.run_id) if labels is None else labels
+    answers = ledger.item_answers(exp.id)
+    judged = sorted(tid for tid, a in answers.items() if tid in labels and a.status in ("ok", "invalid"))
+    if not judged:
+        return None
+    incumbent = None
+    if with_incumbent and exp.parent_id is not None:
+        incumbent = _counts_metrics(labels, ledger.item_answers(exp.parent_id), judged)
+    return PartialMetrics(_counts_metrics(labels, answers, judged), len(judged), len(labels), incumbent)
+
+
+@dataclass(frozen=True)
 class HistoryRow:
     """One experiment in the history table, with deltas against its parent (the incumbent it faced)."""
 
@@ -126,10 +195,26 @@ class HistoryRow:
     d_fpr: float | None
     d_bacc: float | None
     in_chain: bool
+    partial: PartialMetrics | None = None  # an early-stopped candidate's metrics over its judged items
 
     @property
     def id(self) -> int:
         return self.experiment.id
+
+    def metric_texts(self) -> tuple[str, str, str]:
+        """κ, FPR and balanced accuracy for the table: the stored ones, or an early-stopped candidate's
+        partial ones marked ``*``."""
+        exp, part = self.experiment, self.partial
+        if part is not None:
+            return part.cell("kappa"), part.cell("fpr"), part.cell("balanced_accuracy")
+        return fmt(exp.kappa), fmt(exp.fpr), fmt(exp.balanced_accuracy)
+
+    def delta_text(self, name: str) -> str:
+        """Δκ or ΔFPR for the table: against the parent, or for an early-stopped candidate against the
+        incumbent over the same judged items, marked ``*``."""
+        if self.partial is not None:
+            return self.partial.delta_cell(name)
+        return fmt(self.d_kappa if name == "kappa" else self.d_fpr, signed=True)
 
 
 @dataclass(frozen=True)
@@ -144,6 +229,14 @@ class History:
     @property
     def experiments(self) -> list[Experiment]:
         return [r.experiment for r in self.rows]
+
+    @property
+    def partial_legend(self) -> str:
+        """What ``*`` means in the table, when a row has partial metrics (else "")."""
+        if not any(r.partial is not None for r in self.rows):
+            return ""
+        return (f" · {PARTIAL_MARK} = over the items judged before an early stop, Δ against the incumbent on "
+                "the same items (e: how many)")
 
     def waiting(self) -> Experiment | None:
         """The candidate waiting for a human decision (propose-only mode), if any."""
@@ -165,14 +258,14 @@ def chain_from(run: Run, by_id: Mapping[int, Experiment]) -> list[int]:
     return list(reversed(chain))
 
 
-def load_history(ledger: Ledger, run_id: str | None = None) -> History:
-    """The run's experiments (the latest run by default) with deltas and the kept chain; LedgerNotReady
-    if there is no run."""
-    run, runs = run_to_show(ledger, run_id)
+def history_rows(ledger: Ledger, run: Run) -> tuple[list[HistoryRow], list[int]]:
+    """One run's history rows (deltas against each parent, early-stopped candidates' partial metrics)
+    and its kept chain's ids."""
     experiments = ledger.experiments(run.id)
     by_id = {e.id: e for e in experiments}
     chain_ids = chain_from(run, by_id)
     chain = set(chain_ids)
+    labels = ledger.labels(run.id) if any(e.early_stopped for e in experiments) else {}
     rows = []
     for exp in experiments:
         parent = by_id.get(exp.parent_id) if exp.parent_id is not None else None
@@ -182,8 +275,78 @@ def load_history(ledger: Ledger, run_id: str | None = None) -> History:
             d_fpr=_delta(exp.fpr, parent.fpr) if parent else None,
             d_bacc=_delta(exp.balanced_accuracy, parent.balanced_accuracy) if parent else None,
             in_chain=exp.id in chain,
+            partial=partial_metrics(ledger, exp, labels, with_incumbent=True),
         ))
+    return rows, chain_ids
+
+
+def load_history(ledger: Ledger, run_id: str | None = None) -> History:
+    """The run's experiments (the latest run by default) with deltas and the kept chain; LedgerNotReady
+    if there is no run."""
+    run, runs = run_to_show(ledger, run_id)
+    rows, chain_ids = history_rows(ledger, run)
     return History(run=run, rows=rows, chain_ids=chain_ids, runs=runs, weak_ids=weak_edits(ledger, run.id))
+
+
+# ---------------------------------------------------------------------------------------------
+# Every run: the run picker and the runs side by side
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of the run picker. ``number``: the run's place in time, 1 for the oldest."""
+
+    run: Run
+    number: int
+    experiments: int
+    kept: int
+
+
+def run_summaries(ledger: Ledger) -> list[RunSummary]:
+    """Every run, newest first, with its experiment and kept counts; LedgerNotReady when there is none."""
+    _, runs = run_to_show(ledger)
+    out = []
+    for i, run in enumerate(runs):
+        experiments = ledger.experiments(run.id)
+        out.append(RunSummary(run, len(runs) - i, len(experiments), sum(e.status == "kept" for e in experiments)))
+    return out
+
+
+def check_run(ledger_path: Path, run_id: str) -> str:
+    """``run_id`` if the workspace's ledger has that run; else a UserError naming the newest runs
+    (``judgeloop tui --run``)."""
+    with open_ledger(ledger_path) as ledger:
+        return ledger.get_run(run_id).id
+
+
+@dataclass(frozen=True)
+class AllRunsRow:
+    """One experiment of the runs-side-by-side table: its run (and the run's number) and its history row."""
+
+    run: Run
+    number: int
+    row: HistoryRow
+
+    @property
+    def id(self) -> int:
+        return self.row.id
+
+
+@dataclass(frozen=True)
+class AllRuns:
+    runs: list[Run]  # oldest first
+    rows: list[AllRunsRow]  # run by run, oldest first; each run's experiments in order
+
+
+def load_all_runs(ledger: Ledger) -> AllRuns:
+    """Every run's experiments in one list, oldest run first: the one-run-per-edit manual workflow's
+    edits one after another. LedgerNotReady when there is no run."""
+    _, newest_first = run_to_show(ledger)
+    runs = list(reversed(newest_first))
+    rows: list[AllRunsRow] = []
+    for number, run in enumerate(runs, start=1):
+        rows.extend(AllRunsRow(run, number, row) for row in history_rows(ledger, run)[0])
+    return AllRuns(runs=runs, rows=rows)
 
 
 def weak_edits(ledger: Ledger, run_id: str) -> frozenset[int]:
@@ -414,16 +577,20 @@ class ExperimentDetail:
     labels: dict[str, LabelRow]
     # False positives per mistake type, this experiment's and its incumbent's on the same items.
     fp_by_type: tuple[dict[str, int], dict[str, int] | None] | None = None
+    partial: PartialMetrics | None = None  # early-stopped: the metrics over the items it judged
 
 
 def load_experiment(ledger: Ledger, experiment_id: int) -> ExperimentDetail:
-    """One experiment with its diff text and its parent (the incumbent it was compared with)."""
+    """One experiment with its diff text and its parent (the incumbent it was compared with); an
+    early-stopped candidate with its partial metrics and the incumbent's on the same items."""
     exp = ledger.get_experiment(experiment_id)
     parent = ledger.get_experiment(exp.parent_id) if exp.parent_id is not None else None
     from optimizer.report.data import fp_by_type
 
     fps = fp_by_type(ledger, ledger.get_run(exp.run_id), exp)
-    return ExperimentDetail(experiment=exp, parent=parent, labels=ledger.labels(exp.run_id), fp_by_type=fps)
+    labels = ledger.labels(exp.run_id)
+    return ExperimentDetail(experiment=exp, parent=parent, labels=labels, fp_by_type=fps,
+                            partial=partial_metrics(ledger, exp, labels, with_incumbent=True))
 
 
 # ---------------------------------------------------------------------------------------------

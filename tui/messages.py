@@ -21,7 +21,17 @@ if TYPE_CHECKING:
 
     from optimizer.errors import UserError
     from optimizer.ledger import Experiment, Review
-    from tui.data import Comparison, CurvePoints, Disagreement, ExperimentDetail, Helped, History, ItemDetail
+    from tui.data import (
+        AllRuns,
+        Comparison,
+        CurvePoints,
+        Disagreement,
+        ExperimentDetail,
+        Helped,
+        History,
+        ItemDetail,
+        RunSummary,
+    )
     from tui.watch import LiveState
 
 # ---------------------------------------------------------------------------------------------
@@ -85,6 +95,21 @@ class HelpedLoaded(Message, bubble=False):
     diffs: dict[int, str] = field(default_factory=dict)
 
 
+@dataclass
+class RunsListed(Message, bubble=False):
+    """Every run for the run picker, newest first."""
+
+    summaries: list[RunSummary]
+
+
+@dataclass
+class AllRunsLoaded(Message, bubble=False):
+    """Every run's experiments for the runs-side-by-side view, with their cells (built in the worker)."""
+
+    all_runs: AllRuns
+    cells: dict[int, tuple[Text, ...]]
+
+
 # ---------------------------------------------------------------------------------------------
 # Selection: a view → the app
 
@@ -105,6 +130,15 @@ class ItemSelected(Message):
     trajectory_id: str
     experiment_id: int | None = None
     switch_to: str | None = "item"
+
+
+@dataclass
+class RunPicked(Message):
+    """The user picked the run the history shows (None: the latest); with ``switch_to``, the app then
+    shows that view."""
+
+    run_id: str | None
+    switch_to: str | None = "history"
 
 
 @dataclass

@@ -1,19 +1,24 @@
-"""Modal dialogs: errors, confirmations, the review form, the start-run form, item lists."""
+"""Modal dialogs: errors, confirmations, the review form, the start-run form, the run picker, item lists."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
+from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
+from textual.worker import Worker, WorkerState
 
 from optimizer.vocab import REVIEW_KINDS
-from tui.data import REVIEW_LABELS
-from tui.runs import STRATEGIES, STRATEGY_LABELS, RunOptions
+from tui.data import REVIEW_LABELS, STATUS_TEXT, LedgerNotReady, RunSummary
+from tui.messages import RunsListed
+from tui.runs import STRATEGIES, STRATEGY_LABELS, RunChoices, RunOptions
 
 _MODAL_CSS = """
 {name} {{ align: center middle; }}
@@ -124,40 +129,60 @@ class ReviewModal(ModalScreen["tuple[str, str] | None"]):
 
 
 class StartRunModal(ModalScreen["RunOptions | None"]):
-    """The start-run form: strategy and limits (empty fields: the workspace config decides)."""
+    """The start-run form: strategy, split, policy, provider and limits. The split, policy and provider
+    start at the workspace config's values (``RunChoices``) and are passed to the run; the empty
+    limits leave them to the config. Held-out splits are never offered."""
 
     DEFAULT_CSS = _MODAL_CSS.format(name="StartRunModal") + """
+    StartRunModal > Vertical { overflow-y: auto; }
     StartRunModal Horizontal.field { height: auto; }
-    StartRunModal Horizontal.field Label { width: 24; padding-top: 1; }
+    StartRunModal Horizontal.field Label { width: 18; }
     StartRunModal Horizontal.field Input, StartRunModal Horizontal.field Select { width: 1fr; }
     StartRunModal #run-error { color: $error; }
+    StartRunModal .note { color: $text-muted; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel", id="start.cancel", tooltip="Close without starting"),
     ]
 
+    def __init__(self, choices: RunChoices) -> None:
+        super().__init__()
+        self.choices = choices
+
     def compose(self) -> ComposeResult:
+        c = self.choices
+
+        def field(label: str, widget: Input | Select[str]) -> Horizontal:
+            return Horizontal(Label(label), widget, classes="field")
+
+        def chosen(values: tuple[str, ...], default: str) -> list[tuple[str, str]]:
+            return [(f"{v} (judgeloop.toml)" if v == default else v, v) for v in values]
+
         with Vertical():
             yield Label("[b]Start a run[/b] (a separate process: closing the TUI does not stop it)")
-            with Horizontal(classes="field"):
-                yield Label("strategy")
-                yield Select([("config default", ""), *[(STRATEGY_LABELS.get(s, s), s) for s in STRATEGIES]],
-                             value="", allow_blank=False, id="run-strategy")
-            with Horizontal(classes="field"):
-                yield Label("max experiments")
-                yield Input(placeholder="config default", id="run-max", type="integer")
-            with Horizontal(classes="field"):
-                yield Label("budget (USD)")
-                yield Input(placeholder="config default", id="run-budget", type="number")
-            with Horizontal(classes="field"):
-                yield Label("hours")
-                yield Input(placeholder="config default", id="run-hours", type="number")
-            yield Checkbox("propose-only (stop at one candidate for me to keep or discard)", id="run-propose")
-            yield Checkbox("resume the last unfinished run instead", id="run-resume")
+            yield field("strategy", Select([("config default", ""), *[(STRATEGY_LABELS.get(s, s), s) for s in STRATEGIES]],
+                                           value="", allow_blank=False, id="run-strategy", compact=True))
+            yield field("split", Select(chosen(c.splits, c.split), value=c.split, allow_blank=False, id="run-split",
+                                        compact=True))
+            yield field("policy", Select(chosen(c.policies, c.policy), value=c.policy, allow_blank=False,
+                                         id="run-policy", compact=True))
+            yield field("provider", Select(chosen(c.providers, c.provider), value=c.provider, allow_blank=False,
+                                           id="run-provider", compact=True))
+            yield field("max experiments", Input(placeholder="config default", id="run-max", type="integer",
+                                                 compact=True))
+            yield field("budget (USD)", Input(placeholder="config default", id="run-budget", type="number",
+                                              compact=True))
+            yield field("hours", Input(placeholder="config default", id="run-hours", type="number", compact=True))
+            if c.heldout:
+                yield Static(f"held out, never offered for a run: {', '.join(c.heldout)} (`judgeloop confirm`)",
+                             classes="note")
+            yield Checkbox("propose-only (stop at one candidate for me to keep or discard)", id="run-propose",
+                           compact=True)
+            yield Checkbox("resume the last unfinished run instead", id="run-resume", compact=True)
             yield Static("", id="run-error")
             with Horizontal(classes="buttons"):
-                yield Button("Start", variant="primary", id="start")
-                yield Button("Cancel", id="cancel")
+                yield Button("Start", variant="primary", id="start", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
 
     def options(self) -> RunOptions:
         """The form as RunOptions (ValueError on a malformed number)."""
@@ -165,14 +190,20 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
             text = self.query_one(widget_id, Input).value.strip()
             return cast(text) if text else None
 
-        strategy = self.query_one("#run-strategy", Select).value
+        def choice(widget_id: str) -> str | None:
+            picked = self.query_one(widget_id, Select).value
+            return picked or None if isinstance(picked, str) else None
+
         return RunOptions(
-            strategy=str(strategy) or None if isinstance(strategy, str) else None,
+            strategy=choice("#run-strategy"),
             max_experiments=value("#run-max", int),  # type: ignore[arg-type]
             budget_usd=value("#run-budget", float),  # type: ignore[arg-type]
             hours=value("#run-hours", float),  # type: ignore[arg-type]
             propose_only=self.query_one("#run-propose", Checkbox).value,
             resume=self.query_one("#run-resume", Checkbox).value,
+            split=choice("#run-split"),
+            policy=choice("#run-policy"),
+            provider=choice("#run-provider"),
         )
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -183,6 +214,95 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
             self.dismiss(self.options())
         except ValueError as exc:
             self.query_one("#run-error", Static).update(f"not a number: {exc}")
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+ALL_RUNS = "__all__"  # the run picker's "every run side by side" entry
+
+
+def run_line(summary: RunSummary, current: bool, *, started: bool = True) -> Text:
+    """One run in the picker: number, id, start time, strategy, policy, split, experiments, kept, status
+    (``started=False``: no start time column, for a narrow terminal — the id begins with it)."""
+    run = summary.run
+    split = run.split if len(run.split) <= 8 else run.split[:7] + "…"
+    when = f"{run.created:%m-%d %H:%M} " if started else ""
+    line = Text(f"{'▸' if current else ' '}{summary.number:>2} {run.id:<20} {when}{run.strategy:<9}"
+                f"{run.policy:<9}{split:<9}{summary.experiments:>4}{summary.kept:>5}  ")
+    line.append(STATUS_TEXT.get(run.status, run.status), style="bold yellow" if run.status in ("running", "waiting") else "")
+    return line
+
+
+def run_header(*, started: bool = True) -> str:
+    return (f"  # {'run':<20} {'started     ' if started else ''}{'strategy':<9}{'policy':<9}{'split':<9}"
+            f"{'exps':>4}{'kept':>5}  status")
+
+
+# Below this width the picker leaves out the start time column (the run id starts with it).
+NARROW_PICKER = 100
+
+
+class RunPickerModal(ModalScreen["str | None"]):
+    """Pick the run the history (and what helped) shows, or every run side by side. Dismisses with a
+    run id, ``ALL_RUNS``, or None (closed). ``load`` reads the runs (in a worker: it queries the ledger)."""
+
+    DEFAULT_CSS = _MODAL_CSS.format(name="RunPickerModal") + """
+    RunPickerModal > Vertical { width: 100; padding: 0 1; }
+    RunPickerModal OptionList { max-height: 18; }
+    RunPickerModal #runs-header { color: $text-muted; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Close", id="runs.close", tooltip="Close the run picker"),
+    ]
+
+    def __init__(self, load: Callable[[], list[RunSummary]], current: str | None) -> None:
+        super().__init__()
+        self.load = load
+        self.current = current
+        self.summaries: list[RunSummary] = []
+
+    @property
+    def wide(self) -> bool:
+        """Room for the start time column."""
+        return self.app.size.width >= NARROW_PICKER
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("[b]Runs[/b] — enter shows one in the history (first line: all side by side)",
+                        id="runs-title")
+            yield Static(run_header(started=self.wide), id="runs-header")
+            yield OptionList(id="run-options")
+
+    def on_mount(self) -> None:
+        self.list_runs()
+
+    @work(thread=True, exclusive=True, group="run-picker", exit_on_error=False, name="listing the runs")
+    def list_runs(self) -> None:
+        self.post_message(RunsListed(self.load()))
+
+    def on_runs_listed(self, message: RunsListed) -> None:
+        self.summaries = message.summaries
+        options = self.query_one("#run-options", OptionList)
+        options.clear_options()
+        options.add_option(Option(Text(f"  all {len(self.summaries)} runs side by side: every experiment in one "
+                                       "table", style="bold"), id=ALL_RUNS))
+        current = self.current or (self.summaries[0].run.id if self.summaries else None)
+        for summary in self.summaries:
+            options.add_option(Option(run_line(summary, summary.run.id == current, started=self.wide),
+                                      id=summary.run.id))
+        ids = [ALL_RUNS, *(s.run.id for s in self.summaries)]
+        options.highlighted = ids.index(current) if current in ids else 0
+        options.focus()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            text = str(error) if isinstance(error, LedgerNotReady) else f"cannot list the runs: {error}"
+            self.query_one("#runs-title", Label).update(f"[b]Runs[/b] — {text}")
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -13,9 +13,11 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import get_args
 
+from optimizer.config import ProviderName
 from optimizer.errors import UserError
-from optimizer.vocab import MANUAL, RunStrategyName
+from optimizer.vocab import MANUAL, POLICIES, RunStrategyName
 from optimizer.workspace import Workspace, lock_holder
 
 # `judgeloop run --strategy`'s names (optimizer.vocab) in the start-run form's order: the offline one first,
@@ -23,6 +25,38 @@ from optimizer.workspace import Workspace, lock_holder
 STRATEGIES: tuple[RunStrategyName, ...] = ("library", "reflect", "agent", MANUAL)
 # How the start-run form names them ("manual" judges the prompts as you edited them in the working tree).
 STRATEGY_LABELS: dict[str, str] = {MANUAL: "manual (judge my edit of the prompts)"}
+# `judgeloop run --provider`'s names ([judge] provider).
+PROVIDERS: tuple[str, ...] = get_args(ProviderName)
+
+
+@dataclass(frozen=True)
+class RunChoices:
+    """What the start-run form offers: the workspace's splits a run may use (never a held-out one) and
+    the config's split, policy and provider (the form's defaults)."""
+
+    splits: tuple[str, ...]
+    split: str
+    policy: str
+    provider: str
+    heldout: tuple[str, ...] = ()
+    policies: tuple[str, ...] = POLICIES
+    providers: tuple[str, ...] = PROVIDERS
+
+
+def run_choices(ws_root: Path) -> RunChoices:
+    """The start-run form's choices from the workspace's ``judgeloop.toml`` and ``devset/`` (UserError
+    for a config it cannot read). The configured dev split is offered even before it is imported
+    (the run then says what to do); a held-out split never is."""
+    from optimizer.devset.split import list_splits
+
+    ws = Workspace.open(ws_root)
+    heldout = tuple(ws.config.workspace.heldout_splits)
+    dev = ws.config.workspace.dev_split
+    splits = [name for name in list_splits(ws) if name not in heldout]
+    if dev not in splits and dev not in heldout:
+        splits.insert(0, dev)
+    return RunChoices(splits=tuple(splits), split=dev, policy=ws.config.loop.policy,
+                      provider=ws.config.judge.provider, heldout=heldout)
 
 
 @dataclass(frozen=True)
@@ -35,6 +69,9 @@ class RunOptions:
     hours: float | None = None
     propose_only: bool = False
     resume: bool = False
+    split: str | None = None
+    policy: str | None = None
+    provider: str | None = None
 
     def argv(self, ws_root: Path) -> list[str]:
         """The `judgeloop run` command line for these options."""
@@ -45,6 +82,15 @@ class RunOptions:
             if self.strategy not in STRATEGIES:
                 raise UserError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
             cmd += ["--strategy", self.strategy]
+        for flag, value, names in (("--policy", self.policy, POLICIES), ("--provider", self.provider, PROVIDERS)):
+            if value:
+                if value not in names:
+                    raise UserError(f"unknown {flag[2:]} {value!r}; choose one of {', '.join(names)}")
+                cmd += [flag, value]
+        if self.split:
+            if self.split.startswith("-"):  # a name, never an option of its own
+                raise UserError(f"split {self.split!r} is not a split name; choose one of the workspace's splits")
+            cmd += ["--split", self.split]
         if self.max_experiments is not None:
             cmd += ["--max-experiments", str(self.max_experiments)]
         if self.budget_usd is not None:
@@ -92,6 +138,11 @@ def start_run(ws_root: Path, options: RunOptions) -> StartedRun:
         n += 1
         log_path = runs_dir / f"{stamp}-{n}.log"
     argv = options.argv(ws_root)
+    if options.split and not options.resume:
+        heldout = Workspace.open(ws_root).config.workspace.heldout_splits
+        if options.split in heldout:  # the optimiser must never see it; `judgeloop confirm` evaluates it
+            raise UserError(f"split {options.split!r} is held out ([workspace] heldout_splits): a run never uses it; "
+                            "pick a dev split")
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             argv, cwd=ws_root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -262,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the view to open: %(choices)s (default: %(default)s)")
     p.add_argument("--experiment", metavar="ID",
                    help="the experiment its views open on (default: the latest run's incumbent)")
+    p.add_argument("--run", metavar="ID", help="open this run's history (default: the latest; R in the TUI picks another)")
     p.add_argument("--size", default="120x40", metavar="WxH",
                    help="terminal size for --screenshot (default: %(default)s)")
 

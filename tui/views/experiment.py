@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report.data import rejudged_items
 from optimizer.report.lines import fp_by_type_line, test_line, token_split
-from tui.data import ExperimentDetail, load_experiment
+from tui.data import PARTIAL_MARK, STATUS_TEXT, ExperimentDetail, PartialMetrics, load_experiment
 from tui.messages import ExperimentLoaded
 from tui.views.base import View, fmt_p, metric_rows, metric_table, status_text
 
@@ -31,6 +31,23 @@ FLIP_TITLES = {
 FLIP_CELLS = {(row, col + 1): key for row, (_, keys) in enumerate(FLIP_ROWS) for col, key in enumerate(keys)}
 
 
+def partial_line(partial: PartialMetrics) -> str:
+    """What the partial metrics are: ``* partial: over the 9 of 24 items judged before the early stop``."""
+    return (f"{PARTIAL_MARK} partial metrics ({partial.judged_text}): over the {partial.judged} items judged before "
+            f"the early stop, beside the incumbent's over the same {partial.judged} items")
+
+
+def partial_rows(partial: PartialMetrics) -> list[tuple[str, str, str, str, str]]:
+    """The metric table of an early-stopped candidate: its partial metrics (marked), the incumbent's on
+    the same items, the difference; no interval (none was computed on part of the items)."""
+    rows = []
+    for name in ("kappa", "fpr", "balanced_accuracy", "tpr", "tnr"):
+        before = getattr(partial.incumbent, name) if partial.incumbent is not None else None
+        rows.append((name, partial.cell(name), "—", "—" if before is None else f"{before:.2f}{PARTIAL_MARK}",
+                     partial.delta_cell(name)))
+    return rows
+
+
 class ExperimentView(View):
     """One experiment: decision and reason, metrics with intervals, the flip table, rationale, diff."""
 
@@ -39,11 +56,17 @@ class ExperimentView(View):
     ExperimentView #flip-table { height: auto; max-height: 6; margin: 1 0; }
     ExperimentView #experiment-body { height: 1fr; }
     """
+    # k and x are offered (footer, help) only on a candidate waiting for a decision; elsewhere the same
+    # keys reach the hidden bindings after them, which say why nothing happened.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k", "decide('keep')", "Keep", id="experiment.keep",
                 tooltip="Keep the waiting candidate (propose-only mode)"),
         Binding("x", "decide('discard')", "Discard", id="experiment.discard",
                 tooltip="Discard the waiting candidate (propose-only mode)"),
+        Binding("k", "not_waiting('keep')", "Keep", show=False, id="experiment.keep-refused",
+                tooltip="On an experiment that is not waiting: says why nothing is kept"),
+        Binding("x", "not_waiting('discard')", "Discard", show=False, id="experiment.discard-refused",
+                tooltip="On an experiment that is not waiting: says why nothing is discarded"),
         Binding("f", "focus_flips", "Flips", id="experiment.flips", tooltip="Focus the flip table (enter lists items)"),
     ]
 
@@ -76,6 +99,19 @@ class ExperimentView(View):
 
     def not_ready(self) -> None:
         self.detail = None
+        self.refresh_bindings()
+
+    @property
+    def waiting(self) -> bool:
+        """True when the shown experiment is a candidate waiting for a keep/discard decision."""
+        return self.detail is not None and self.detail.experiment.status == "waiting"
+
+    def check_action(self, action: str, _parameters: tuple[object, ...]) -> bool | None:
+        if action == "decide":
+            return self.waiting
+        if action == "not_waiting":
+            return not self.waiting
+        return True
 
     def on_experiment_loaded(self, message: ExperimentLoaded) -> None:
         detail = self.detail = message.detail
@@ -93,6 +129,8 @@ class ExperimentView(View):
             decision.append(f"   McNemar p = {exp.p_value:.4f}")
         if exp.early_stopped:
             decision.append("   (stopped early)", style="italic")
+        if detail.partial is not None:
+            decision.append(f"\n{partial_line(detail.partial)}", style="yellow")
         decision.append(f"\n{exp.reason or 'no reason recorded'}")
         if exp.status == "waiting":
             decision.append("\nthis candidate is waiting: k keeps it, x discards it", style="bold yellow")
@@ -118,7 +156,9 @@ class ExperimentView(View):
             decision.append("\nre-judged (incumbent → candidate, judgements right): ", style="bold")
             decision.append(" · ".join(f"{i.trajectory_id[:8]} {i.draws()}" for i in rejudged))
         self.query_one("#experiment-decision", Static).update(decision)
-        self.query_one("#experiment-metrics", Static).update(metric_table(metric_rows(exp, parent)))
+        rows = partial_rows(detail.partial) if detail.partial is not None else metric_rows(exp, parent)
+        self.query_one("#experiment-metrics", Static).update(metric_table(rows))
+        self.refresh_bindings()  # k/x are offered only now that the status is known
         counts = exp.flip_counts()
         table = self.query_one("#flip-table", DataTable)
         table.clear()
@@ -146,8 +186,17 @@ class ExperimentView(View):
         self.query_one("#flip-table", DataTable).focus()
 
     def action_decide(self, decision: str) -> None:
-        if self.detail is None or self.detail.experiment.status != "waiting":
-            self.notify("only a waiting candidate (propose-only mode) can be kept or discarded here",
-                        severity="warning")
+        if self.detail is None or not self.waiting:
+            self.action_not_waiting(decision)
             return
         self.japp.decide_waiting(self.detail.experiment.id, decision)
+
+    def action_not_waiting(self, decision: str) -> None:
+        """k or x on an experiment that is not waiting: say why nothing happened."""
+        if self.detail is None:
+            why = "no experiment is shown"
+        else:
+            exp = self.detail.experiment
+            why = (f"experiment {exp.id} is {STATUS_TEXT.get(exp.status, exp.status)}, not waiting for a decision "
+                   "(only a waiting candidate, of a propose-only run, can be kept or discarded)")
+        self.notify(f"nothing to {decision}: {why}", severity="warning", timeout=6)

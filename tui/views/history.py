@@ -52,15 +52,15 @@ def history_cells(row: HistoryRow, weak: bool = False) -> tuple[Text, ...]:
     plain = (
         exp.created.strftime("%m-%d %H:%M"), exp.strategy or "—",
     )
-    metrics = (fmt(exp.kappa), fmt(exp.fpr), fmt(exp.balanced_accuracy))
+    metrics = row.metric_texts()  # an early-stopped candidate's partial ones, marked *
     return (
         Text(f"{exp.id}{'◆' if row.in_chain else ''}{'?' if weak else ''}",
              style="bold yellow" if weak else ("bold" if row.in_chain else "")),
         *(Text(v) for v in plain),
         status_text(exp.status),
         *(Text(v) for v in metrics),
-        Text(fmt(row.d_kappa, signed=True), style="green" if (row.d_kappa or 0) > 0 else ""),
-        Text(fmt(row.d_fpr, signed=True), style="red" if (row.d_fpr or 0) > 0 else ""),
+        Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
+        Text(row.delta_text("fpr"), style="red" if (row.d_fpr or 0) > 0 else ""),
         # The re-judging pass's extra judge calls (adaptive policy), blank when there was none.
         Text(fmt(exp.p_value)), Text(str(exp.rejudge_calls) if exp.rejudge_calls else ""),
         Text(f"{exp.cost_usd:.4f}"),
@@ -137,6 +137,7 @@ class HistoryView(View):
         )
         if waiting is not None:
             title.append(f" · experiment {waiting.id} waiting: e then k keep / x discard", style="bold yellow")
+        title.append(self.history.partial_legend)
         if self.history.weak_ids:
             title.append(f" · ? = kept, but not significant at the end ({len(self.history.weak_ids)}; g shows)",
                          style="yellow")
