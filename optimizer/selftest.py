@@ -32,17 +32,23 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from optimizer import gitops
 from optimizer.binomial import clopper_pearson_interval
 from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
 from optimizer.decision import (
+    Counts,
     Decision,
     EarlyStopper,
     adaptive_stopped_decision,
+    adaptive_test,
     decide_adaptive,
+    decide_counts,
     disagreements,
     lord_level,
     min_fixes_to_keep,
@@ -60,7 +66,7 @@ from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
 from optimizer.loop.compare import judgements_of, with_extra
 from optimizer.loop.runner import evaluation_order
-from optimizer.metrics import Answer, majority_answer, outcome, score
+from optimizer.metrics import Answer, is_correct, majority_answer, outcome, score
 from optimizer.models import Label
 from optimizer.workspace import Workspace
 
@@ -342,6 +348,100 @@ def detectable_gain(n_items: int, level: float, policy: str, flip_rate: float | 
             "share_of_split": clean / n_items, "noise_items_per_evaluation": noise_items, "line": line}
 
 
+POWER_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+POWER_TARGET = 0.8
+POWER_TRIALS = 200
+
+
+def _counts(right: np.ndarray, positive: np.ndarray) -> Counts:
+    tp = int((right & positive).sum())
+    tn = int((right & ~positive).sum())
+    n_pos = int(positive.sum())
+    return Counts(tp, n_pos - tp, tn, len(positive) - n_pos - tn)
+
+
+def _majority_right(correct: np.ndarray, judgements: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """Whether each item's majority is right (`metrics.majority_answer`: a tie is "failure", right on a negative)."""
+    return (correct * 2 > judgements) | ((correct * 2 == judgements) & ~positive)
+
+
+def simulated_keep_rate(positive: np.ndarray, q: np.ndarray, fix: int, loop: LoopSection, level: float, *,
+                        replicates: int = 1, trials: int = POWER_TRIALS, seed: int = 0) -> float:
+    """The share of ``trials`` simulated candidates that fix ``fix`` items (made right on every judgement,
+    chosen among the items the judge gets right less than half the time) and are kept, against a fresh
+    incumbent, with item i judged right with probability ``q[i]`` on every call: the decision-power
+    benchmark's ``sim1`` model on this judge's odds. Decided by `optimizer.decision` (first pass of
+    ``replicates`` judgements; under ``adaptive`` the disagreements re-judged ``loop.rejudge`` times)."""
+    rng = np.random.default_rng(seed)
+    n, k = len(q), replicates
+    pool = np.flatnonzero(q < 0.5)
+    if fix > len(pool):
+        raise ValueError(f"only {len(pool)} items can be fixed, not {fix}")
+    cfg = loop.model_copy(update={"alpha": level})
+    literal_cfg = cfg.model_copy(update={"policy": "literal"})
+    r = loop.rejudge if loop.policy == "adaptive" else 0
+    kept = 0
+    for _ in range(trials):
+        fixed = np.zeros(n, bool)
+        fixed[rng.choice(pool, fix, replace=False)] = True
+        q_c = np.where(fixed, 1.0, q)
+        inc, cand = rng.binomial(k, q), rng.binomial(k, q_c)
+        first = np.full(n, k)
+        inc_right, cand_right = _majority_right(inc, first, positive), _majority_right(cand, first, positive)
+        if loop.policy != "adaptive":
+            decision = decide_counts(_counts(inc_right, positive), _counts(cand_right, positive),
+                                     int((~inc_right & cand_right).sum()), int((inc_right & ~cand_right).sum()), cfg)
+            kept += decision.literal_keep if loop.policy == "literal" else decision.paired_keep
+            continue
+        total = first.copy()
+        if r:
+            # Same label: the two majorities say different things exactly when one is right and the other not.
+            disagree = inc_right != cand_right
+            inc = inc + np.where(disagree, rng.binomial(r, q), 0)
+            cand = cand + np.where(disagree, rng.binomial(r, q_c), 0)
+            total = np.where(disagree, k + r, k)
+        inc_all, cand_all = _majority_right(inc, total, positive), _majority_right(cand, total, positive)
+        literal = decide_counts(_counts(inc_all, positive), _counts(cand_all, positive),
+                                int((~inc_all & cand_all).sum()), int((inc_all & ~cand_all).sum()), literal_cfg)
+        if not literal.literal_keep:
+            continue
+        diffs = [Fraction(int(c) - int(i), int(m)) for c, i, m in zip(cand, inc, total, strict=True) if c != i]
+        kept += adaptive_test(diffs).below(Fraction(repr(float(level))))
+    return kept / trials
+
+
+def power_at_noise(positive: np.ndarray, q: np.ndarray, loop: LoopSection, level: float, *, replicates: int = 1,
+                   trials: int = POWER_TRIALS, seed: int = 0) -> dict[str, Any]:
+    """Simulated keep rates of D-item fixes at the judge's measured per-item odds ``q`` (`simulated_keep_rate`),
+    for growing D until one is kept at least `POWER_TARGET` of the time: that D is the smallest gain this
+    judge, split and policy detect reliably."""
+    rates: dict[str, float] = {}
+    smallest: int | None = None
+    for d in POWER_SIZES:
+        if d > int((q < 0.5).sum()):
+            break
+        rate = simulated_keep_rate(positive, q, d, loop, level, replicates=replicates, trials=trials, seed=seed + d)
+        rates[str(d)] = rate
+        if rate >= POWER_TARGET:
+            smallest = d
+            break
+    return {"keep_rate_by_fix": rates, "target": POWER_TARGET, "smallest_fix": smallest, "trials": trials,
+            "fixable_items": int((q < 0.5).sum()),
+            "method": "decision-power sim1 model on the per-item shares of correct A/A judgements"}
+
+
+def measured_odds(labels: Mapping[str, Label], comparisons: Sequence[SlotComparison]) -> dict[str, float]:
+    """Per item, the share of its A/A judgements (every side, identical prompts) that are correct."""
+    right: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for c in comparisons:
+        for side in (c.base, c.other):
+            for tid, answers in side.items():
+                right[tid] = right.get(tid, 0) + sum(1 for a in answers if is_correct(labels[tid], a))
+                total[tid] = total.get(tid, 0) + len(answers)
+    return {tid: right[tid] / total[tid] for tid in total if total[tid]}
+
+
 def benchmark_beside(policy: str, kept: int, repeats: int) -> dict[str, Any]:
     """The benchmark's figures for ``policy`` and whether the observed A/A keep rate agrees with its
     fresh-incumbent no-op keep rate (the benchmark's figure inside the exact 95% interval of ours)."""
@@ -364,6 +464,7 @@ def _planted_row(comparison: SlotComparison, labels: Mapping[str, Label]) -> dic
     base_major = {t: majority_answer(js) for t, js in comparison.base.items()}
     other_major = {t: majority_answer(js) for t, js in comparison.other.items()}
     shared = {t: base_major[t] for t in other_major if t in base_major}
+    fpr_before, fpr_after = _fpr(labels, shared), _fpr(labels, other_major)
     return {
         "rule": PLANTED_RULE,
         "where": RUBRIC_MD,
@@ -373,8 +474,10 @@ def _planted_row(comparison: SlotComparison, labels: Mapping[str, Label]) -> dic
         "early_stopped": bool(d and d.early_stopped),
         "items_judged": len(other_major),
         "rejudged": len(comparison.rejudged),
-        "fpr_incumbent": _fpr(labels, shared),
-        "fpr_planted": _fpr(labels, other_major),
+        "fpr_incumbent": fpr_before,
+        "fpr_planted": fpr_after,
+        # Did the judge follow the harmful rule at all (its FPR rose by more than one negative in 20)?
+        "judge_obeyed": fpr_before is not None and fpr_after is not None and fpr_after - fpr_before > 0.05,
         "calls": comparison.calls,
         "cache_hits": comparison.cache_hits,
         "cost_usd": round(comparison.cost_usd, 6),
@@ -449,6 +552,14 @@ def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore)
     keep_rate = kept / len(aa) if aa else None
     interval = list(clopper_pearson_interval(kept, len(aa))) if aa else None
     every = [*aa, *([planted_cmp] if planted_cmp is not None else [])]
+    detectable = detectable_gain(len(split.ids), level, policy, unstable["flip_rate"])
+    odds = measured_odds(labels, aa)
+    if len(odds) == len(split.ids):
+        order = list(split.ids)
+        detectable["at_noise"] = power_at_noise(
+            np.array([labels[t].is_positive for t in order]), np.array([odds[t] for t in order]), loop, level,
+            replicates=replicates)
+        detectable["line"] += "; " + _power_phrase(detectable["at_noise"])
     result: dict[str, Any] = {
         "selftest_version": SELFTEST_VERSION,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -465,7 +576,7 @@ def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore)
                "keep_rate_interval": interval, "interval_method": "Clopper-Pearson exact, two-sided 95%",
                "decisions": [_decision_row(i, c) for i, c in enumerate(aa)], "instability": unstable},
         "planted": None if planted_cmp is None else _planted_row(planted_cmp, labels),
-        "detectable": detectable_gain(len(split.ids), level, policy, unstable["flip_rate"]),
+        "detectable": detectable,
         "benchmark": benchmark_beside(policy, kept, len(aa)),
         "complete": stopped is None and len(aa) == options.repeats and planted_cmp is not None,
         "stopped": stopped,
@@ -483,11 +594,20 @@ def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore)
     return result
 
 
+def _power_phrase(power: Mapping[str, Any]) -> str:
+    rates = ", ".join(f"{d}: {rate:.0%}" for d, rate in power["keep_rate_by_fix"].items())
+    found = power["smallest_fix"]
+    head = (f"at this noise the smallest fix kept {power['target']:.0%} of the time is {found} items" if found
+            else f"at this noise no fix of up to {max(map(int, power['keep_rate_by_fix']), default=0)} items is kept "
+                 f"{power['target']:.0%} of the time")
+    return f"{head} (simulated keep rate by items fixed — {rates}; {power['trials']} trials each)"
+
+
 def _planted_line(comparison: SlotComparison) -> str:
     d = comparison.decision
     if d is None:
         return f"not decided: {comparison.budget_stop or comparison.error}"
-    return f"{'KEPT — the judge did not catch it' if d.keep else 'rolled back'}: {d.reason}"
+    return f"{'KEPT' if d.keep else 'rolled back'}: {d.reason}"
 
 
 def selftest_dir(ws: Workspace) -> Path:
@@ -565,9 +685,11 @@ def summary_lines(result: Mapping[str, Any]) -> list[str]:
         lines.append(f"- planted degradation: not decided ({planted['reason']})")
     else:
         lines.append(f"- planted degradation ({planted['where']} + 'accept what claims success'): "
-                     + ("rolled back" if planted["rolled_back"] else "KEPT — the decision rule did not catch it")
+                     + ("rolled back" if planted["rolled_back"] else "KEPT")
                      + f"; FPR {_pct(planted['fpr_incumbent'])} → {_pct(planted['fpr_planted'])} on the "
-                     f"{planted['items_judged']} items judged")
+                     f"{planted['items_judged']} items judged"
+                     + ("" if planted["judge_obeyed"] else
+                        " — the judge barely reacted to the rule, so for it this was close to a no-op"))
     lines.append(f"- minimum detectable gain: {result['detectable']['line']}")
     return lines
 

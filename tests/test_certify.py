@@ -7,12 +7,15 @@ import hashlib
 import json
 import math
 import shutil
+import sys
+import types
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
+from optimizer import certify as certify_module
 from optimizer.binomial import clopper_pearson_interval, clopper_pearson_lower, clopper_pearson_upper
 from optimizer.certify import CERTIFICATE_VERSION, find_battery, landis_koch, read_note
 from optimizer.cli import main
@@ -138,8 +141,9 @@ def test_certify_through_the_cli_writes_both_files_with_every_field_and_a_git_no
 
 
 def test_certify_evaluates_a_revision_never_evaluated_and_a_second_certify_is_served_by_the_cache(
-    ws: Path, capsys: pytest.CaptureFixture[str]
+    ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(certify_module, "find_battery", lambda: None)  # its calls are the battery's to count
     rubric = ws / "prompts" / "rubric.md"
     rubric.write_text(rubric.read_text(encoding="utf-8") + "\n- Read every step before answering.\n", encoding="utf-8")
     commit_all(ws, "a rubric line")
@@ -158,8 +162,9 @@ def test_certify_evaluates_a_revision_never_evaluated_and_a_second_certify_is_se
 
 
 def test_certify_cites_a_held_out_confirmation_from_the_ledger_without_running_one(
-    ws: Path, capsys: pytest.CaptureFixture[str]
+    ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(certify_module, "find_battery", lambda: None)  # its calls are the battery's to count
     from optimizer.ledger import Ledger
     from optimizer.metrics import Metrics
 
@@ -198,3 +203,33 @@ def test_certify_refuses_a_held_out_dev_split_and_a_bad_revision_and_writes_noth
     assert read_note(Workspace.open(ws), before["head"]) is None
     assert {k: v for k, v in untouched_state(ws).items() if k != "status"} == {
         k: v for k, v in before.items() if k != "status"}
+
+
+def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
+    ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The battery is another module (optimizer.bias), looked up at run time; this one stands in for it
+    # with its interface: run_battery(ws, rev, *, split, events, budget_usd) -> to_json(), markdown_lines().
+    asked: list[tuple[str, str | None, float | None]] = []
+
+    class Result:
+        def to_json(self) -> dict[str, object]:
+            return {"probes": [{"name": "claims-complete", "flip_rate": 0.25, "flagged": True}]}
+
+        def markdown_lines(self) -> list[str]:
+            return ["- claims-complete: flips 25% of verdicts (placebo 0%): flagged"]
+
+    def run_battery(ws_: Workspace, rev: str, *, split: str | None, events: object, budget_usd: float | None) -> Result:
+        asked.append((rev, split, budget_usd))
+        return Result()
+
+    module = types.ModuleType("optimizer.bias")
+    module.run_battery = run_battery  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "optimizer.bias", module)
+    with FakeLLMServer(default=GullibleJudge(ws)) as server:
+        cert = run_json(capsys, "certify", "-w", str(ws), *judge_args(server))
+    assert asked == [(cert["revision"], None, None)]
+    assert cert["bias_battery"] == {"status": "run", "probes": [{"name": "claims-complete", "flip_rate": 0.25,
+                                                                  "flagged": True}]}
+    markdown = (ws / cert["files"]["markdown"]).read_text(encoding="utf-8")
+    assert "- claims-complete: flips 25% of verdicts (placebo 0%): flagged" in markdown

@@ -4,6 +4,7 @@ minimum detectable gain, and what it must never touch — through the real CLI a
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -16,8 +17,9 @@ from benchmarks import decision_power as dp
 from benchmarks._judge_model import JudgeModel, item_q
 from optimizer.binomial import clopper_pearson_interval
 from optimizer.cli import main
+from optimizer.config import LoopSection
 from optimizer.decision import min_fixes_to_keep
-from optimizer.selftest import BENCHMARK, PLANTED_RULE, latest_selftest
+from optimizer.selftest import BENCHMARK, PLANTED_RULE, latest_selftest, simulated_keep_rate
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import add_small_dev_split, commit_all, make_workspace, set_toml_key
@@ -49,7 +51,7 @@ def test_planted_degradation_is_rolled_back_and_a_steady_judge_never_keeps_itsel
     planted = result["planted"]
     assert planted["decided"] and planted["rolled_back"] is True
     # The judge obeyed the rule: every negative it judged under it became a false positive.
-    assert planted["fpr_planted"] == 1.0 and planted["fpr_incumbent"] < 1.0
+    assert planted["fpr_planted"] == 1.0 and planted["fpr_incumbent"] < 1.0 and planted["judge_obeyed"] is True
     assert PLANTED_RULE in planted["rule"]
     # A deterministic judge gives identical verdicts to identical prompts: nothing kept, nothing unstable.
     aa = result["aa"]
@@ -58,6 +60,10 @@ def test_planted_degradation_is_rolled_back_and_a_steady_judge_never_keeps_itsel
     assert aa["instability"]["items_judged_twice"] == 32
     # Minimum detectable gain: the decision module's own figure for this split and level (adaptive, 0.1).
     assert result["detectable"]["min_clean_fixes"] == min_fixes_to_keep(0, 0.1)
+    # At this (zero) noise the simulation agrees: a fix is kept exactly when it is that large.
+    power = result["detectable"]["at_noise"]
+    assert power["smallest_fix"] == min_fixes_to_keep(0, 0.1)
+    assert all(rate == (1.0 if int(d) >= power["smallest_fix"] else 0.0) for d, rate in power["keep_rate_by_fix"].items())
     assert result["policy"]["policy"] == "adaptive" and result["benchmark"]["reference"] == BENCHMARK["policies"]["adaptive"]
     assert result["complete"] is True
     # Recorded where certify finds it; nothing the user owns changed (prompts, devset, HEAD, branch, refs).
@@ -139,4 +145,27 @@ def test_aa_keep_rate_agrees_with_the_decision_power_benchmark(tmp_path: Path, c
     assert lo99 <= k / n <= hi99
     # The judge's noise is what the benchmark built in: 30% of items unstable flip about half the time.
     assert 0.08 <= aa["instability"]["flip_rate"] <= 0.25
-    assert result["planted"]["decided"]  # this judge ignores the rule: a no-op, decided like the rest
+    # This judge ignores the rule: a no-op for it, decided like the rest, and said so.
+    assert result["planted"]["decided"] and result["planted"]["judge_obeyed"] is False
+    # The smallest reliably kept fix at the measured odds is near the benchmark's (adaptive keeps 78%
+    # of 8-item fixes): the measured odds stand in for the judge's true ones.
+    assert result["detectable"]["at_noise"]["smallest_fix"] in (6, 8, 12)
+
+
+@pytest.mark.parametrize(("policy", "fix"), [("adaptive", 8), ("paired", 8), ("literal", 0)])
+def test_simulated_keep_rate_is_the_decision_power_benchmarks(policy: str, fix: int) -> None:
+    # The self-test's power simulation and the benchmark's own simulation (benchmarks/decision_power.py,
+    # an independent implementation of the same model) on the benchmark judge's odds, 1,000 trials each:
+    # equal within 4 standard errors of the difference.
+    positive = np.array(dp._labels_only()[1])
+    q, fixable = item_q(len(positive), 0)
+    ours = simulated_keep_rate(positive, q, fix, LoopSection.model_validate({"policy": policy}), 0.1, trials=1000,
+                               seed=4)
+    kind = "noop" if fix == 0 else f"fix{fix}"
+    res = dp.simulate(policy, q, fixable, positive, 1000, 1, 0, seed=5, schedule=[kind])
+    k, n = dp.keep_rate(res.trials, kind)
+    p = (ours + k / n) / 2
+    assert abs(ours - k / n) <= 4 * math.sqrt(2 * p * (1 - p) / 1000)
+    # And the stored reference figures the self-test prints are this model's (same tolerance, n = 3,000).
+    ref = BENCHMARK["policies"][policy]["noop_fresh" if fix == 0 else f"fix{fix}"]
+    assert abs(ours - ref) <= 4 * math.sqrt(p * (1 - p) * (1 / 1000 + 1 / 3000))
