@@ -629,6 +629,22 @@ def write_selftest(ws: Workspace, result: Mapping[str, Any]) -> Path:
     return path
 
 
+def _usable(data: dict[str, Any]) -> bool:
+    """Whether a recorded self-test has what a certificate reads (a file edited by hand, or cut short by a
+    full disk, is skipped rather than cited)."""
+    try:
+        summary_lines(data)
+        strings = (data["judge"]["provider"], data["judge"]["model"], data["split"]["fingerprint"],
+                   data["prompt_hash"], data["revision"], data["created"])
+        inst = data["aa"]["instability"]
+        planted = data["planted"]
+        return (all(isinstance(x, str) for x in strings) and isinstance(data["aa"]["repeats"], int)
+                and (planted is None or isinstance(planted["rolled_back"], bool | None))
+                and all(k in inst for k in ("unstable_share", "flip_rate")))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return False
+
+
 def latest_selftest(ws: Workspace) -> dict[str, Any] | None:
     """The newest self-test recorded under ``experiments/selftest/`` (by its ``created`` time), or None.
     Files that do not parse as a self-test are skipped."""
@@ -641,7 +657,7 @@ def latest_selftest(ws: Workspace) -> dict[str, Any] | None:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        if not isinstance(data, dict) or data.get("selftest_version") != SELFTEST_VERSION:
+        if not isinstance(data, dict) or data.get("selftest_version") != SELFTEST_VERSION or not _usable(data):
             continue
         data["files"] = {"json": str(path.relative_to(ws.root)),
                          "markdown": str(path.with_suffix(".md").relative_to(ws.root))}

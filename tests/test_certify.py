@@ -22,7 +22,7 @@ from optimizer.cli import main
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import add_small_dev_split, commit_all, git, labels_of, make_workspace, set_toml_key
-from tests.support.trust import GullibleJudge, judge_args, run_json, untouched_state
+from tests.support.trust import GullibleJudge, judge_args, point_config_at, run_json, untouched_state
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +95,11 @@ def test_certify_through_the_cli_writes_both_files_with_every_field_and_a_git_no
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     judge = GullibleJudge(ws)
-    before = untouched_state(ws)
     with FakeLLMServer(default=judge) as server:
-        run_json(capsys, "selftest", "-w", str(ws), "--repeats", "1", *judge_args(server))
-        cert = run_json(capsys, "certify", "-w", str(ws), "--transfer-model", "fake-judge-2", *judge_args(server))
+        point_config_at(ws, server)  # the configured judge: what the bias battery (when present) uses too
+        before = untouched_state(ws)
+        run_json(capsys, "selftest", "-w", str(ws), "--repeats", "1")
+        cert = run_json(capsys, "certify", "-w", str(ws), "--transfer-model", "fake-judge-2")
     assert cert["certificate_version"] == CERTIFICATE_VERSION == 1
     head = git(ws, "rev-parse", "HEAD").strip()
     assert cert["revision"] == head
@@ -233,3 +234,19 @@ def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
                                                                   "flagged": True}]}
     markdown = (ws / cert["files"]["markdown"]).read_text(encoding="utf-8")
     assert "- claims-complete: flips 25% of verdicts (placebo 0%): flagged" in markdown
+
+
+def test_certify_skips_a_crafted_or_truncated_selftest_file_and_cites_the_last_good_one(
+    ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(certify_module, "find_battery", lambda: None)
+    with FakeLLMServer(default=GullibleJudge(ws)) as server:
+        good = run_json(capsys, "selftest", "-w", str(ws), "--repeats", "1", *judge_args(server))
+        folder = ws / "experiments" / "selftest"
+        newer = {**good, "created": "2999-01-01T00:00:00+00:00"}
+        (folder / "29990101-000000-aaaaaaaa.json").write_text(json.dumps({**newer, "aa": {"repeats": "many"}}))
+        (folder / "29990101-000001-bbbbbbbb.json").write_text(json.dumps(newer)[:200])  # cut short
+        (folder / "29990101-000002-cccccccc.json").write_text(json.dumps({**newer, "planted": {"rolled_back": "yes"}}))
+        (folder / "29990101-000003-dddddddd.json").write_text("[1, 2, 3]")
+        cert = run_json(capsys, "certify", "-w", str(ws), *judge_args(server))
+    assert cert["selftest"]["status"] == "current" and cert["selftest"]["file"] == good["files"]["json"]

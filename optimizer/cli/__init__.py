@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("selftest", "optimizer.cli.trust:cmd_selftest",
             "A/A repeats, a planted degradation and the minimum detectable gain of the judge on the dev split")
     p.add_argument("--budget-usd", type=positive, metavar="X", help="stop cleanly before spending more than X in all")
-    p.add_argument("--repeats", type=whole(1, 100), default=5, metavar="N",
+    p.add_argument("--repeats", type=whole(1, 100), metavar="N",
                    help="A/A repeats at most (default 5; each costs about two evaluations of the split, fewer "
                         "when cached)")
     p.add_argument("--json", action="store_true", help="print the recorded result as one JSON object")

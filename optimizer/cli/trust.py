@@ -11,7 +11,7 @@ from optimizer.certify import CertifyOptions, certify
 from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
 from optimizer.events import Event, Listener, Message
-from optimizer.selftest import SelftestOptions, selftest
+from optimizer.selftest import DEFAULT_REPEATS, SelftestOptions, selftest
 from optimizer.workspace import Workspace
 
 
@@ -29,7 +29,8 @@ def _events(as_json: bool, terminal: TerminalEvents) -> Listener:
 def cmd_selftest(args: argparse.Namespace) -> int:
     """A/A repeats, the planted degradation and the minimum detectable gain on the dev split; --json
     prints the recorded result as one object."""
-    options = SelftestOptions(budget_usd=args.budget_usd, repeats=args.repeats, judge=judge_overrides(args))
+    repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
+    options = SelftestOptions(budget_usd=args.budget_usd, repeats=repeats, judge=judge_overrides(args))
     with TerminalEvents() as terminal:
         result = selftest(Workspace.open(args.workspace), options, _events(args.json, terminal))
     if args.json:

@@ -14,7 +14,7 @@ import pytest
 from optimizer.cli import main
 from optimizer.selftest import PLANTED_RULE
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge, git
+from tests.support.loop import FakeJudge, commit_all, git
 
 PLANTED = "planted"
 
@@ -36,6 +36,18 @@ class GullibleJudge(FakeJudge):
 def judge_args(server: FakeLLMServer, concurrency: int = 8) -> list[str]:
     return ["--provider", "openai", "--base-url", server.openai_base_url, "--model", "fake-judge",
             "--concurrency", str(concurrency)]
+
+
+def point_config_at(root: Path, server: FakeLLMServer) -> None:
+    """Make the fake server the workspace's own judge in judgeloop.toml (committed), so every part of a
+    command — the bias battery too, which reads the configured judge — judges with it."""
+    path = root / "judgeloop.toml"
+    text = path.read_text(encoding="utf-8")
+    text = text.replace('provider = "local"', 'provider = "openai"', 1).replace(
+        'model = "smollm2-135m"', 'model = "fake-judge"', 1)
+    text = text.replace('# base_url = "http://127.0.0.1:8000/v1"', f'base_url = "{server.openai_base_url}"', 1)
+    path.write_text(text, encoding="utf-8")
+    commit_all(root, "the fake judge")
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
