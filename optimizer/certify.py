@@ -200,7 +200,7 @@ def selftest_status(found: Mapping[str, Any] | None, judge: JudgeSection, split:
                     prompt_hash: str) -> dict[str, Any]:
     """The latest self-test as the certificate cites it, and whether it tested this judge, split, prompts."""
     if found is None:
-        return {"status": "not run", "note": "run `judgeloop selftest` (it never changes prompts or branches)"}
+        return {"status": "not run", "note": "run `judgeloop selftest`; it never changes prompts or branches"}
     differs = []
     if (found["judge"]["provider"], found["judge"]["model"]) != (judge.provider, judge.model):
         differs.append(f"judge {found['judge']['provider']}:{found['judge']['model']}")
@@ -308,8 +308,11 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
         bias_md = ["bias battery: not run"]
     else:
         tell("  bias battery: running (optimizer.bias)")
+        if options.judge.provider or options.judge.model or options.judge.base_url:
+            events(Message("note: the bias battery judges with [judge] of judgeloop.toml: --provider, --model and "
+                           "--base-url do not reach it", "note"))
         outcome = battery(ws, sha, split=None, events=events, budget_usd=None)
-        bias = {"status": "run", **outcome.to_json()}
+        bias = {"status": "run", "result": outcome.to_json()}
         bias_md = list(outcome.markdown_lines())
     cert: dict[str, Any] = {
         "certificate_version": CERTIFICATE_VERSION,

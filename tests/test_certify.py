@@ -230,8 +230,8 @@ def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
     with FakeLLMServer(default=GullibleJudge(ws)) as server:
         cert = run_json(capsys, "certify", "-w", str(ws), *judge_args(server))
     assert asked == [(cert["revision"], None, None)]
-    assert cert["bias_battery"] == {"status": "run", "probes": [{"name": "claims-complete", "flip_rate": 0.25,
-                                                                  "flagged": True}]}
+    assert cert["bias_battery"] == {"status": "run", "result": {
+        "probes": [{"name": "claims-complete", "flip_rate": 0.25, "flagged": True}]}}
     markdown = (ws / cert["files"]["markdown"]).read_text(encoding="utf-8")
     assert "- claims-complete: flips 25% of verdicts (placebo 0%): flagged" in markdown
 
