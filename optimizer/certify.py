@@ -1,0 +1,487 @@
+"""`judgeloop certify [REV]`: a versioned certificate of a judge — the prompts at a revision, the
+workspace's judge, the dev split — written as JSON and Markdown under ``experiments/certificates/``
+and referenced from the commit by a git note (``refs/notes/judgeloop``), never by rewriting it.
+
+What it states (``certificate_version`` 1):
+
+- agreement with the labels: Cohen's kappa with a 95% interval (the stratified percentile bootstrap of
+  `optimizer.metrics.bootstrap_intervals`, 2,000 draws, seed 0) and its Landis–Koch band; TPR and TNR
+  with exact one-sided 95% lower bounds (Clopper–Pearson, `optimizer.binomial`): ``tpr_lower``,
+  ``tnr_lower``; FPR per mistake type of the negatives, each with its exact one-sided upper bound;
+- test–retest: a second independent pass of the same prompts (replicate indices after the first
+  pass's), its agreement and kappa with the first;
+- the latest `judgeloop selftest` (and whether it was made on this judge, split and prompts);
+- a transfer check with ``--transfer-model M``: the same prompts judged by model M of the same
+  provider, kappa / FPR deltas (M minus the judge);
+- the held-out ``confirm`` result recorded in the ledger for this revision, if any (never run here);
+- the bias battery (``optimizer.bias``, looked up at run time: "not run" when it is not there);
+- what invalidates it: judge provider, model and the model versions the provider reported, the
+  split's fingerprint, the prompt hash, replicates.
+
+Every judge call goes through the evaluator (cache, replicates): a revision evaluated before costs
+nothing, one never evaluated is evaluated now. Nothing is written under ``prompts/`` or ``devset/``;
+no branch moves; held-out splits are refused as the dev split.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from optimizer import __version__, gitops
+from optimizer.binomial import clopper_pearson_lower, clopper_pearson_upper
+from optimizer.config import JudgeOverrides, JudgeSection
+from optimizer.devset.labels import load_labels
+from optimizer.devset.split import Split, open_split
+from optimizer.errors import UserError
+from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.results import EvalRun
+from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
+from optimizer.judge.prompts import PromptSet
+from optimizer.judge.providers import make_provider
+from optimizer.ledger import Ledger
+from optimizer.metrics import Answer, bootstrap_intervals, cohen_kappa, predicted_success, score
+from optimizer.models import MISTAKE_TYPES, Label
+from optimizer.selftest import dev_split_for, latest_selftest, summary_lines
+from optimizer.vocab import UNTYPED
+from optimizer.workspace import Workspace, repo_at
+
+CERTIFICATE_VERSION = 1
+CERTIFICATE_DIR = "certificates"
+NOTES_REF = "judgeloop"  # refs/notes/judgeloop
+BOUND_LEVEL = 0.05  # one-sided: 95% confidence
+KAPPA_METHOD = "stratified percentile bootstrap (optimizer.metrics.bootstrap_intervals), 2000 draws, seed 0, 95%"
+
+# Landis & Koch (1977), "The measurement of observer agreement for categorical data": the bands'
+# lower ends.
+LANDIS_KOCH: tuple[tuple[float, str], ...] = (
+    (0.81, "almost perfect"), (0.61, "substantial"), (0.41, "moderate"), (0.21, "fair"), (0.0, "slight"),
+)
+
+
+def landis_koch(kappa: float | None) -> str:
+    """The Landis–Koch band of a kappa ("poor" below 0, "undefined" for None)."""
+    if kappa is None:
+        return "undefined"
+    for low, name in LANDIS_KOCH:
+        if kappa >= low:
+            return name
+    return "poor"
+
+
+# --- the bias battery, found at run time -----------------------------------------------------------
+
+
+class BatteryResult(Protocol):
+    """What `optimizer.bias.run_battery` returns, as far as a certificate reads it."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    def markdown_lines(self) -> list[str]: ...
+
+
+class BatteryRunner(Protocol):
+    """`optimizer.bias.run_battery`'s signature."""
+
+    def __call__(self, ws: Workspace, rev: str, *, split: str | None, events: Listener,
+                 budget_usd: float | None) -> BatteryResult: ...
+
+
+def find_battery() -> BatteryRunner | None:
+    """`optimizer.bias.run_battery` when that module exists in this judgeloop, else None."""
+    try:
+        module = importlib.import_module("optimizer.bias")
+    except ModuleNotFoundError as exc:
+        if exc.name != "optimizer.bias":
+            raise  # the module is there but one of its own imports is missing: a bug, shown as one
+        return None
+    runner = getattr(module, "run_battery", None)
+    return runner if callable(runner) else None
+
+
+# --- figures ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CertifyOptions:
+    """What `judgeloop certify` was asked: the revision (None: HEAD), a second judge model for the
+    transfer check (same provider), judge overrides."""
+
+    rev: str | None = None
+    transfer_model: str | None = None
+    judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+
+
+def _rate(num: int, den: int) -> float | None:
+    return None if den == 0 else num / den
+
+
+def agreement(labels: Mapping[str, Label], answers: Mapping[str, Answer]) -> dict[str, Any]:
+    """kappa with its interval and band; TPR, TNR with exact lower bounds; FPR per mistake type."""
+    m = score(labels, answers)
+    intervals = bootstrap_intervals(labels, answers)
+    kappa_interval = intervals.get("kappa")
+    per_type: dict[str, Any] = {}
+    for kind in (*MISTAKE_TYPES, UNTYPED):
+        ids = [t for t, lab in labels.items()
+               if not lab.is_positive and (lab.mistake_type if lab.mistake_type in MISTAKE_TYPES else UNTYPED) == kind]
+        if not ids:
+            continue
+        fp = sum(1 for t in ids if predicted_success(labels[t], answers.get(t)))
+        per_type[kind] = {"negatives": len(ids), "false_positives": fp, "fpr": fp / len(ids),
+                          "fpr_upper": clopper_pearson_upper(fp, len(ids), BOUND_LEVEL)}
+    return {
+        "items": m.n, "positives": m.positives, "negatives": m.negatives,
+        "tp": m.tp, "fn": m.fn, "tn": m.tn, "fp": m.fp, "invalid": m.invalid, "missing": m.missing,
+        "kappa": m.kappa,
+        "kappa_interval": None if kappa_interval is None else list(kappa_interval),
+        "kappa_interval_method": KAPPA_METHOD,
+        "kappa_band": landis_koch(m.kappa),
+        "kappa_band_lower": landis_koch(None if kappa_interval is None else kappa_interval[0]),
+        "kappa_band_scale": "Landis-Koch 1977: <0 poor, 0-0.20 slight, 0.21-0.40 fair, 0.41-0.60 moderate, "
+                            "0.61-0.80 substantial, 0.81-1 almost perfect",
+        "balanced_accuracy": m.balanced_accuracy,
+        "tpr": m.tpr, "tpr_lower": clopper_pearson_lower(m.tp, m.positives, BOUND_LEVEL) if m.positives else None,
+        "tnr": m.tnr, "tnr_lower": clopper_pearson_lower(m.tn, m.negatives, BOUND_LEVEL) if m.negatives else None,
+        "fpr": m.fpr,
+        "bound_method": "Clopper-Pearson exact, one-sided 95%",
+        "fpr_by_type": per_type,
+        "mistake_type_recall": m.mistake_type_recall,
+    }
+
+
+def retest(labels: Mapping[str, Label], first: Mapping[str, Answer], second: Mapping[str, Answer]) -> dict[str, Any]:
+    """Test–retest: the share of items whose scored verdict is the same in two independent passes, and
+    Cohen's kappa between the passes' verdicts (one pass taken as the rater, the other as the reference)."""
+    yy = yn = ny = nn = 0
+    for tid, label in labels.items():
+        a, b = predicted_success(label, first.get(tid)), predicted_success(label, second.get(tid))
+        if a and b:
+            yy += 1
+        elif a:
+            yn += 1
+        elif b:
+            ny += 1
+        else:
+            nn += 1
+    n = yy + yn + ny + nn
+    # cohen_kappa(tp, fn, tn, fp) with the second pass as the "labels".
+    return {"items": n, "same_verdict": yy + nn, "agreement": _rate(yy + nn, n),
+            "kappa": cohen_kappa(yy, ny, nn, yn), "second_pass": "replicate indices after the first pass's"}
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def transfer(primary: Mapping[str, Any], other: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The transfer check's figures: the other model's kappa, FPR (overall and per type) and the deltas."""
+    per_type = {kind: {"fpr": fig["fpr"], "fpr_delta": _delta(primary["fpr_by_type"].get(kind, {}).get("fpr"),
+                                                                 fig["fpr"])}
+                for kind, fig in other["fpr_by_type"].items()}
+    return {
+        "status": "run", "model": model,
+        "kappa": other["kappa"], "kappa_delta": _delta(primary["kappa"], other["kappa"]),
+        "fpr": other["fpr"], "fpr_delta": _delta(primary["fpr"], other["fpr"]),
+        "tpr": other["tpr"], "tpr_delta": _delta(primary["tpr"], other["tpr"]),
+        "fpr_by_type": per_type,
+    }
+
+
+def selftest_status(found: Mapping[str, Any] | None, judge: JudgeSection, split: Split,
+                    prompt_hash: str) -> dict[str, Any]:
+    """The latest self-test as the certificate cites it, and whether it tested this judge, split, prompts."""
+    if found is None:
+        return {"status": "not run", "note": "run `judgeloop selftest`; it never changes prompts or branches"}
+    differs = []
+    if (found["judge"]["provider"], found["judge"]["model"]) != (judge.provider, judge.model):
+        differs.append(f"judge {found['judge']['provider']}:{found['judge']['model']}")
+    if found["split"]["fingerprint"] != split.fingerprint:
+        differs.append("split fingerprint")
+    if found["prompt_hash"] != prompt_hash:
+        differs.append(f"prompts (hash {str(found['prompt_hash'])[:8]}, revision {str(found['revision'])[:10]})")
+    return {
+        "status": "current" if not differs else "stale",
+        "differs": differs,
+        "file": found["files"]["json"],
+        "created": found["created"],
+        "revision": found["revision"],
+        "aa": {k: found["aa"][k] for k in ("repeats", "kept", "keep_rate", "keep_rate_interval")},
+        "instability": {k: found["aa"]["instability"][k] for k in ("unstable_share", "flip_rate")},
+        "planted_rolled_back": None if found.get("planted") is None else found["planted"]["rolled_back"],
+        "detectable": found["detectable"]["line"],
+        "benchmark_agrees": found["benchmark"].get("agrees"),
+        "summary": summary_lines(found),
+    }
+
+
+def confirmations_for(ws: Workspace, sha: str) -> dict[str, Any]:
+    """The held-out confirmations the ledger records for ``sha`` (the newest per split); never runs one."""
+    if not ws.ledger_path.is_file():
+        return {"status": "none", "note": "no ledger yet; `judgeloop confirm --split N` measures a held-out split"}
+    with Ledger.open_readonly(ws.ledger_path) as ledger:
+        rows = [c for c in ledger.confirmations() if c.revision == sha]
+    if not rows:
+        return {"status": "none", "note": "no confirmation recorded for this revision; `judgeloop confirm --split N` "
+                                          "measures a held-out split (certify never does)"}
+    newest: dict[str, Any] = {}
+    for c in rows:
+        newest[c.split] = {"split": c.split, "created": c.created.isoformat(timespec="seconds"), "run": c.run_id,
+                           **{k: c.metrics.get(k) for k in ("n", "kappa", "tpr", "tnr", "fpr", "balanced_accuracy")}}
+    return {"status": "recorded", "splits": list(newest.values())}
+
+
+# --- the certificate -------------------------------------------------------------------------------
+
+
+def _complete(run: EvalRun, what: str) -> None:
+    if run.infra_error_ids:
+        raise UserError(f"{what}: {len(run.infra_error_ids)} item(s) hit infrastructure errors after every retry "
+                        f"(e.g. {run.infra_error_ids[0]}); nothing is certified on partial data — re-run "
+                        "`judgeloop certify` when the provider is healthy (what was judged is cached)")
+    if run.stop is not None or run.not_evaluated:
+        raise UserError(f"{what}: evaluation incomplete ({run.stop_reason or 'items not evaluated'}); re-run certify")
+
+
+def _models_seen(runs: Sequence[EvalRun]) -> list[str]:
+    return sorted({r.model for run in runs for item in run.items for r in item.replicates if r.model})
+
+
+def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -> dict[str, Any]:
+    """Certify the prompts at ``options.rev`` (module docstring); writes the JSON and Markdown, adds the
+    git note and returns the certificate."""
+    def tell(text: str) -> None:
+        events(Message(text))
+
+    split = open_split(ws, dev_split_for(ws, "certify"))
+    labels = load_labels(split)
+    sha = gitops.rev_parse(ws, options.rev or "HEAD")
+    prompts = PromptSet.from_rev(ws, sha)
+    judge = options.judge.apply(ws.config.judge)
+    k = prompts.settings.replicates
+    ids = list(split.ids)
+    tell(f"certify: prompts at {sha[:10]} [{prompts.prompt_hash()[:8]}], judge {judge.provider}:{judge.model}, "
+         f"dev split {split.name} ({len(ids)} items), {k} judgement(s) per item; every call through the judge cache")
+
+    def progress(snap: ProgressSnapshot) -> None:
+        events(Progress(snap))
+
+    async def judge_all() -> tuple[EvalRun, EvalRun, EvalRun | None]:
+        cache = JudgeCache(ws.cache_path)
+        try:
+            provider = make_provider(judge)
+            try:
+                first = await evaluate_items(ws, split, prompts, judge, item_ids=ids, replicates=k, provider=provider,
+                                             cache=cache, progress=progress)
+                _complete(first, "the first pass")
+                second = await evaluate_items(ws, split, prompts, judge, item_ids=ids, replicates=k,
+                                              first_replicate=k, provider=provider, cache=cache, progress=progress)
+                _complete(second, "the test-retest pass")
+            finally:
+                await provider.aclose()
+            other: EvalRun | None = None
+            if options.transfer_model:
+                other_judge = judge.model_copy(update={"model": options.transfer_model})
+                other = await evaluate_items(ws, split, prompts, other_judge, item_ids=ids, replicates=k, cache=cache,
+                                             progress=progress)
+                _complete(other, f"the transfer pass ({options.transfer_model})")
+            return first, second, other
+        finally:
+            cache.close()
+
+    first, second, other = asyncio.run(judge_all())
+    passes = [first, second, *([other] if other else [])]
+    tell(f"  judged: {sum(r.calls_made for r in passes)} call(s) made, {sum(r.cache_hits for r in passes)} from the "
+         f"cache, ${sum(r.cost_usd for r in passes):.4f}")
+    figures = agreement(labels, first.answers())
+    battery = find_battery()
+    if battery is None:
+        bias: dict[str, Any] = {"status": "not run", "note": "this judgeloop has no bias battery (optimizer.bias)"}
+        bias_md = ["bias battery: not run"]
+    else:
+        tell("  bias battery: running (optimizer.bias)")
+        if options.judge.provider or options.judge.model or options.judge.base_url:
+            events(Message("note: the bias battery judges with [judge] of judgeloop.toml: --provider, --model and "
+                           "--base-url do not reach it", "note"))
+        outcome = battery(ws, sha, split=None, events=events, budget_usd=None)
+        bias = {"status": "run", "result": outcome.to_json()}
+        bias_md = list(outcome.markdown_lines())
+    cert: dict[str, Any] = {
+        "certificate_version": CERTIFICATE_VERSION,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "judgeloop_version": __version__,
+        "revision": sha,
+        "prompt_hash": prompts.prompt_hash(),
+        "judge": {"provider": judge.provider, "model": judge.model, "base_url": judge.base_url,
+                  "model_versions": _models_seen([first, second]), "replicates": k},
+        "split": {"name": split.name, "fingerprint": split.fingerprint, "items": len(ids)},
+        "agreement": figures,
+        "test_retest": retest(labels, first.answers(), second.answers()),
+        "selftest": selftest_status(latest_selftest(ws), judge, split, prompts.prompt_hash()),
+        "transfer": (transfer(figures, agreement(labels, other.answers()), str(options.transfer_model))
+                     if other is not None else {"status": "not run", "note": "pass --transfer-model M"}),
+        "confirm": confirmations_for(ws, sha),
+        "bias_battery": bias,
+        "invalidated_by": {
+            "judge_provider": judge.provider, "judge_model": judge.model, "judge_base_url": judge.base_url,
+            "judge_model_versions": _models_seen([first, second]), "split_fingerprint": split.fingerprint,
+            "prompt_hash": prompts.prompt_hash(), "replicates": k,
+            "rule": "any change of these makes this certificate void: certify again",
+        },
+        "cost": {"calls": sum(r.calls_made for r in passes), "cache_hits": sum(r.cache_hits for r in passes),
+                 "usd": round(sum(r.cost_usd for r in passes), 6)},
+    }
+    path = write_certificate(ws, cert, bias_md)
+    cert["files"] = {"json": str(path.relative_to(ws.root)), "markdown": str(path.with_suffix(".md").relative_to(ws.root))}
+    cert["note_ref"] = f"refs/notes/{NOTES_REF}"
+    add_note(ws, sha, cert, path)
+    for line in markdown_lines(cert, bias_md):
+        if line.startswith("- "):
+            tell("  " + line[2:])
+    tell(f"  wrote {cert['files']['json']} and {cert['files']['markdown']}; git note on {sha[:10]} under "
+         f"refs/notes/{NOTES_REF} (`git log --notes={NOTES_REF}`)")
+    return cert
+
+
+def write_certificate(ws: Workspace, cert: Mapping[str, Any], bias_md: Sequence[str]) -> Path:
+    """``experiments/certificates/<sha>-<stamp>.json`` and ``.md``; returns the JSON's path."""
+    folder = ws.experiments_dir / CERTIFICATE_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    path = folder / f"{str(cert['revision'])[:12]}-{stamp}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = folder / f"{str(cert['revision'])[:12]}-{stamp}-{n}.json"
+    body = dict(cert)
+    body["files"] = {"json": str(path.relative_to(ws.root)), "markdown": str(path.with_suffix(".md").relative_to(ws.root))}
+    body["note_ref"] = f"refs/notes/{NOTES_REF}"
+    path.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    path.with_suffix(".md").write_text("\n".join(markdown_lines(body, bias_md)) + "\n", encoding="utf-8")
+    return path
+
+
+def note_text(cert: Mapping[str, Any], path: Path) -> str:
+    """The git note: trailers naming the certificate file, its sha256 and its headline figures."""
+    fig = cert["agreement"]
+    interval = fig["kappa_interval"]
+    kappa = "n/a" if fig["kappa"] is None else f"{fig['kappa']:.3f}"
+    if interval is not None:
+        kappa += f" [{interval[0]:.3f}, {interval[1]:.3f}] {fig['kappa_band']}"
+    trailers = {
+        "Judgeloop-Certificate": cert["files"]["json"],
+        "Judgeloop-Certificate-Version": cert["certificate_version"],
+        "Judgeloop-Certificate-Sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "Judgeloop-Certificate-Judge": f"{cert['judge']['provider']}:{cert['judge']['model']}",
+        "Judgeloop-Certificate-Split": f"{cert['split']['name']} {str(cert['split']['fingerprint'])[:12]}",
+        "Judgeloop-Certificate-Kappa": kappa,
+        "Judgeloop-Certificate-TPR-Lower": "n/a" if fig["tpr_lower"] is None else f"{fig['tpr_lower']:.3f}",
+        "Judgeloop-Certificate-TNR-Lower": "n/a" if fig["tnr_lower"] is None else f"{fig['tnr_lower']:.3f}",
+    }
+    return gitops.format_message(f"judgeloop certificate {cert['created']}", trailers={k: str(v) for k, v in trailers.items()})
+
+
+def add_note(ws: Workspace, sha: str, cert: Mapping[str, Any], path: Path) -> None:
+    """Append the certificate's note to ``sha`` under refs/notes/judgeloop (the commit is not rewritten)."""
+    with repo_at(ws.root) as repo:
+        repo.git.execute(["git", "-c", "user.name=judgeloop", "-c", "user.email=judgeloop@localhost", "notes",
+                          f"--ref={NOTES_REF}", "append", "-m", note_text(cert, path), sha])
+
+
+def read_note(ws: Workspace, sha: str) -> str | None:
+    """The judgeloop note on ``sha``, or None."""
+    import git
+
+    with repo_at(ws.root) as repo:
+        try:
+            return str(repo.git.notes(f"--ref={NOTES_REF}", "show", sha))
+        except git.GitCommandError:
+            return None
+
+
+# --- Markdown --------------------------------------------------------------------------------------
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _signed(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.3f}"
+
+
+def markdown_lines(cert: Mapping[str, Any], bias_md: Sequence[str] = ()) -> list[str]:
+    """The certificate as a Markdown document."""
+    fig, judge, split = cert["agreement"], cert["judge"], cert["split"]
+    ki = fig["kappa_interval"]
+    lines = [
+        f"# Judge certificate — `{str(cert['revision'])[:10]}`",
+        "",
+        f"certificate_version {cert['certificate_version']}, created {cert['created']}, judgeloop "
+        f"{cert['judgeloop_version']}. Judge `{judge['provider']}:{judge['model']}` (model versions reported: "
+        f"{', '.join(judge['model_versions']) or 'none'}; {judge['replicates']} judgement(s) per item), dev split "
+        f"`{split['name']}` ({split['items']} items: {fig['positives']} positive / {fig['negatives']} negative), "
+        f"prompt hash `{str(cert['prompt_hash'])[:12]}`.",
+        "",
+        "## Agreement with the labels",
+        "",
+        f"- Cohen's kappa {_f(fig['kappa'])}"
+        + ("" if ki is None else f", 95% interval [{ki[0]:.3f}, {ki[1]:.3f}] (stratified percentile bootstrap)")
+        + f": **{fig['kappa_band']}** (Landis–Koch; the interval's lower end: {fig['kappa_band_lower']})",
+        f"- TPR {_f(fig['tpr'])} ({fig['tp']}/{fig['positives']}), `tpr_lower` = **{_f(fig['tpr_lower'])}** "
+        "(Clopper–Pearson, one-sided 95%)",
+        f"- TNR {_f(fig['tnr'])} ({fig['tn']}/{fig['negatives']}), `tnr_lower` = **{_f(fig['tnr_lower'])}**; "
+        f"FPR {_f(fig['fpr'])}",
+    ]
+    for kind, t in fig["fpr_by_type"].items():
+        lines.append(f"- FPR on {kind}: {t['false_positives']}/{t['negatives']} = {t['fpr']:.3f} "
+                     f"(at most {t['fpr_upper']:.3f} at 95%)")
+    rt = cert["test_retest"]
+    lines += ["", "## Test–retest", "",
+              f"- two independent passes of the same prompts agree on {rt['same_verdict']} of {rt['items']} items "
+              f"({_f(rt['agreement'])}); kappa between them {_f(rt['kappa'])}"]
+    st = cert["selftest"]
+    lines += ["", "## Self-test", ""]
+    if st["status"] == "not run":
+        lines.append(f"- selftest: not run ({st['note']})")
+    else:
+        lines.append(f"- latest selftest ({st['file']}, {st['created']}): **{st['status']}**"
+                     + (f" (made with another {', '.join(st['differs'])})" if st["differs"] else ""))
+        lines += st["summary"]
+    tr = cert["transfer"]
+    lines += ["", "## Transfer to another judge model", ""]
+    if tr["status"] != "run":
+        lines.append(f"- transfer: not run ({tr['note']})")
+    else:
+        lines.append(f"- `{tr['model']}`: kappa {_f(tr['kappa'])} ({_signed(tr['kappa_delta'])}), FPR {_f(tr['fpr'])} "
+                     f"({_signed(tr['fpr_delta'])}), TPR {_f(tr['tpr'])} ({_signed(tr['tpr_delta'])})")
+        for kind, t in tr["fpr_by_type"].items():
+            lines.append(f"- `{tr['model']}` FPR on {kind}: {t['fpr']:.3f} ({_signed(t['fpr_delta'])})")
+    cf = cert["confirm"]
+    lines += ["", "## Held-out confirmation", ""]
+    if cf["status"] != "recorded":
+        lines.append(f"- confirm: none ({cf['note']})")
+    else:
+        for row in cf["splits"]:
+            lines.append(f"- `{row['split']}` ({row['created']}): kappa {_f(row['kappa'])}, TPR {_f(row['tpr'])}, "
+                         f"TNR {_f(row['tnr'])}, FPR {_f(row['fpr'])} on {row['n']} items")
+    lines += ["", "## Bias battery", ""]
+    lines += [line if line.startswith(("-", "|", "#")) or not line else f"- {line}" for line in bias_md] or [
+        "- bias battery: not run"]
+    inv = cert["invalidated_by"]
+    lines += ["", "## What invalidates it", "",
+              f"- judge `{inv['judge_provider']}:{inv['judge_model']}`"
+              + (f" at `{inv['judge_base_url']}`" if inv["judge_base_url"] else "")
+              + f", model versions {', '.join(inv['judge_model_versions']) or 'none reported'}",
+              f"- split fingerprint `{inv['split_fingerprint']}`",
+              f"- prompt hash `{inv['prompt_hash']}`, {inv['replicates']} judgement(s) per item",
+              f"- {inv['rule']}"]
+    return lines

@@ -1,0 +1,48 @@
+"""`judgeloop selftest` and `judgeloop certify`: can the workspace's judge be trusted (engine:
+`optimizer.selftest`, `optimizer.certify`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from optimizer.certify import CertifyOptions, certify
+from optimizer.cli.eval import judge_overrides
+from optimizer.cli.progress import TerminalEvents
+from optimizer.events import Event, Listener, Message
+from optimizer.selftest import DEFAULT_REPEATS, SelftestOptions, selftest
+from optimizer.workspace import Workspace
+
+
+def _events(as_json: bool, terminal: TerminalEvents) -> Listener:
+    """Events on the terminal; with --json stdout is one JSON object, so status lines go to stderr."""
+    def events(event: Event) -> None:
+        if as_json and isinstance(event, Message):
+            print(event.text, file=sys.stderr, flush=True)
+        else:
+            terminal(event)
+
+    return events
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    """A/A repeats, the planted degradation and the minimum detectable gain on the dev split; --json
+    prints the recorded result as one object."""
+    repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
+    options = SelftestOptions(budget_usd=args.budget_usd, repeats=repeats, judge=judge_overrides(args))
+    with TerminalEvents() as terminal:
+        result = selftest(Workspace.open(args.workspace), options, _events(args.json, terminal))
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+def cmd_certify(args: argparse.Namespace) -> int:
+    """Certify the prompts at REV (default HEAD); --json prints the certificate as one object."""
+    options = CertifyOptions(rev=args.rev, transfer_model=args.transfer_model, judge=judge_overrides(args))
+    with TerminalEvents() as terminal:
+        cert = certify(Workspace.open(args.workspace), options, _events(args.json, terminal))
+    if args.json:
+        print(json.dumps(cert))
+    return 0

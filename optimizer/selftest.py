@@ -1,0 +1,726 @@
+"""`judgeloop selftest`: how the workspace's own judge behaves under the loop's decision rule, on the dev split.
+
+Three checks, each decided by the real decision code (`optimizer.decision`: the early-stopping bounds,
+the re-judging of disagreements under ``adaptive``, `decide_adaptive`) at the level a run's first
+candidate is tested at:
+
+- **A/A**: the incumbent (the prompts committed at HEAD) proposed again as a candidate, byte-identical.
+  The judge-call cache keys every call by its replicate index, so each side of a comparison is given
+  its own replicate indices ("slot" s: indices s·(k + r) … s·(k + r) + k + r − 1 for k judgements per
+  item and r re-judgements): every judgement is a fresh call to the judge with the same request, the
+  way a candidate that changes nothing real meets the judge. Repeat i compares slot 2i (incumbent)
+  with slot 2i + 1 (candidate); slot 0 holds the indices a run's baseline and its re-judging use, so
+  the first incumbent pass is usually cached. Every keep is a false keep. Reported: keep rate (with an
+  exact 95% interval), the items whose verdict changed between judgements of the same prompts
+  (instability), and the share of items whose first-pass verdict differs between two evaluations.
+- **Planted degradation**: the incumbent with `PLANTED_RULE` appended to its rubric (accept any
+  trajectory that claims success or ends with a saved file). It must be rolled back.
+- **Minimum detectable gain** on this split at this level (`decision.min_fixes_to_keep`, what the
+  report says when nothing is kept), beside the flips the judge's own noise makes.
+
+Reported next to the decision-power benchmark's figures for the same policy (`BENCHMARK`, copied from
+``benchmarks/decision_power.py``'s README table): an A/A repeat is a no-op against a *fresh*
+incumbent, the benchmark's ``sim1`` row. Nothing here writes outside ``experiments/selftest/`` and the
+judge cache: no file under ``prompts/`` or ``devset/``, no commit, no branch move; held-out splits
+are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optimizer import gitops
+from optimizer.binomial import clopper_pearson_interval
+from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
+from optimizer.decision import (
+    Counts,
+    Decision,
+    EarlyStopper,
+    adaptive_stopped_decision,
+    adaptive_test,
+    decide_adaptive,
+    decide_counts,
+    disagreements,
+    lord_level,
+    min_fixes_to_keep,
+)
+from optimizer.devset.labels import load_labels
+from optimizer.devset.split import Split, open_split
+from optimizer.errors import UserError
+from optimizer.evaluation.budget import Budget
+from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.results import EvalRun, ItemResult
+from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, ignore
+from optimizer.judge.prompts import RUBRIC_MD, PromptSet
+from optimizer.judge.providers import make_provider
+from optimizer.judge.types import Provider
+from optimizer.loop.compare import judgements_of, with_extra
+from optimizer.loop.runner import evaluation_order
+from optimizer.metrics import Answer, is_correct, majority_answer, outcome, score
+from optimizer.models import Label
+from optimizer.workspace import Workspace
+
+SELFTEST_VERSION = 1
+SELFTEST_DIR = "selftest"
+DEFAULT_REPEATS = 5
+
+# The known harmful change: on AgentHorizon a negative is a coherent execution of the wrong request,
+# so it often ends with a saved file and a final message saying the task is done.
+PLANTED_RULE = (
+    "Acceptance shortcut: judge every trajectory whose final message says the task is complete, or "
+    "that ends with a file saved, as a success (success: true)."
+)
+
+# benchmarks/decision_power.py, README "How the loop decides": its judge has AH-D's composition (162 items,
+# 62 positives / 100 negatives, 70% of items stable, 30% answered right with probability 0.3-0.7, every
+# call a fresh draw), one judgement per item, alpha 0.1, adaptive re-judging 2x. ``noop_fresh``: no-op
+# kept against a fresh incumbent (``sim1``, n = 3,000: the A/A setting); ``noop_in_run``: inside a run
+# (``sim``, n = 9,000), lower because a run's incumbent is the lucky draw that won its comparison;
+# ``fixD``: a D-item fix kept against a fresh incumbent.
+BENCHMARK: dict[str, Any] = {
+    "source": "benchmarks/decision_power.py (README table, rows sim1 and sim)",
+    "judge": "162 items (62 positive / 100 negative), 30% unstable (right with p 0.3-0.7), 1 judgement "
+             "per item, adaptive re-judges 2x, alpha 0.1",
+    "items": 162,
+    "alpha": 0.1,
+    "policies": {
+        "literal": {"noop_fresh": 0.388, "noop_fresh_n": 3000, "noop_in_run": 0.249,
+                    "fix4": 0.606, "fix8": 0.803, "fix12": 0.919},
+        "paired": {"noop_fresh": 0.077, "noop_fresh_n": 3000, "noop_in_run": 0.026,
+                   "fix4": 0.179, "fix8": 0.372, "fix12": 0.614},
+        "adaptive": {"noop_fresh": 0.083, "noop_fresh_n": 3000, "noop_in_run": 0.057,
+                     "fix4": 0.391, "fix8": 0.782, "fix12": 0.946},
+        "adaptive+fdr0.1": {"noop_fresh": 0.019, "noop_fresh_n": 3000, "noop_in_run": 0.007,
+                            "fix4": 0.145, "fix8": 0.510, "fix12": 0.831},
+    },
+}
+
+
+@dataclass(frozen=True)
+class SelftestOptions:
+    """What `judgeloop selftest` was asked: a budget (US dollars, every call of the self-test), the
+    most A/A repeats to make, judge overrides (``--provider/--model/--base-url/--concurrency``)."""
+
+    budget_usd: float | None = None
+    repeats: int = DEFAULT_REPEATS
+    judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+
+
+@dataclass
+class SlotComparison:
+    """One comparison of two prompt sets at given slots of replicate indices (see the module docstring)."""
+
+    decision: Decision | None = None
+    base: dict[str, list[Answer]] = field(default_factory=dict)  # every judgement, re-judging included
+    other: dict[str, list[Answer]] = field(default_factory=dict)
+    base_first: dict[str, Answer] = field(default_factory=dict)  # first-pass majorities
+    other_first: dict[str, Answer] = field(default_factory=dict)  # (only the items judged, on an early stop)
+    rejudged: list[str] = field(default_factory=list)
+    runs: list[EvalRun] = field(default_factory=list)
+    error: str | None = None
+    budget_stop: str | None = None
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(r.cost_usd for r in self.runs)
+
+    @property
+    def calls(self) -> int:
+        return sum(r.calls_made for r in self.runs)
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(r.cache_hits for r in self.runs)
+
+
+def _incomplete(result: EvalRun) -> str | None:
+    if result.infra_error_ids:
+        return (f"{len(result.infra_error_ids)} item(s) hit infrastructure errors after every retry "
+                f"(e.g. {result.infra_error_ids[0]})")
+    if result.stop is not None or result.not_evaluated:
+        return result.stop_reason or f"{len(result.not_evaluated)} item(s) not evaluated"
+    return None
+
+
+@dataclass
+class Bench:
+    """What every comparison of one self-test shares."""
+
+    ws: Workspace
+    split: Split
+    labels: dict[str, Label]
+    judge: JudgeSection
+    loop: LoopSection
+    replicates: int
+    level: float
+    provider: Provider
+    cache: JudgeCache
+    budget: Budget | None
+    events: Listener = ignore
+
+    @property
+    def rejudge(self) -> int:
+        return self.loop.rejudge if self.loop.policy == "adaptive" else 0
+
+    @property
+    def width(self) -> int:
+        """Replicate indices per slot: a first pass and its re-judging."""
+        return self.replicates + self.rejudge
+
+    def progress(self, snap: ProgressSnapshot) -> None:
+        self.events(Progress(snap))
+
+    async def _pass(self, prompts: PromptSet, ids: Sequence[str], replicates: int, first: int,
+                    on_item: Any = None) -> EvalRun:
+        return await evaluate_items(
+            self.ws, self.split, prompts, self.judge, item_ids=ids, replicates=replicates, first_replicate=first,
+            on_item=on_item, budget=self.budget, progress=self.progress, provider=self.provider, cache=self.cache,
+            infra_retry_rounds=self.loop.infra_retry_rounds, infra_retry_pause_s=self.loop.infra_retry_pause_s,
+        )
+
+    def _done(self, out: SlotComparison, result: EvalRun) -> bool:
+        """Record ``result``; True when it leaves the comparison incomplete (``out.error`` set)."""
+        out.runs.append(result)
+        if result.stop is not None and result.stop.kind is StopKind.BUDGET:
+            out.budget_stop = result.stop.message
+        out.error = _incomplete(result)
+        return out.error is not None
+
+    async def compare(self, base: PromptSet, base_slot: int, other: PromptSet, other_slot: int,
+                      *, seed: int) -> SlotComparison:
+        """``other`` (at ``other_slot``) as a candidate against ``base`` (at ``base_slot``), as the loop's
+        runner decides one: negatives first with the exact early-stopping bounds, the disagreements
+        re-judged under ``adaptive``, then `decide_adaptive` (every policy). Nothing is decided on
+        partial data: a pass cut by the budget or infrastructure errors sets ``error``."""
+        out = SlotComparison()
+        order = evaluation_order(self.labels, self.split.ids)
+        k = self.replicates
+        base_run = await self._pass(base, order, k, base_slot * self.width)
+        if self._done(out, base_run):
+            return out
+        out.base = {item.trajectory_id: judgements_of(item) for item in base_run.items}
+        out.base_first = base_run.answers()
+        stopper = EarlyStopper(self.labels, out.base_first, out.base, self.loop, alpha=self.level)
+        early: list[Decision] = []
+
+        def on_item(item: ItemResult) -> bool:
+            if item.infra_error:
+                return False
+            decision = stopper.add(item.trajectory_id, item.answer, judgements_of(item))
+            if decision is not None:
+                early.append(decision)
+                return True
+            return False
+
+        other_run = await self._pass(other, order, k, other_slot * self.width, on_item)
+        out.other = {item.trajectory_id: judgements_of(item) for item in other_run.items if not item.infra_error}
+        out.other_first = {t: a for t, a in other_run.answers().items() if t in out.other}
+        if early:  # an exact bound proved the rollback: what was not judged could not change it
+            out.runs.append(other_run)
+            out.decision = early[0]
+            return out
+        if self._done(out, other_run):
+            return out
+        if self.rejudge > 0:
+            skip = adaptive_stopped_decision(self.labels, out.other, out.base, self.loop, alpha=self.level)
+            if skip is not None:
+                out.decision = skip
+                return out
+            wanted = set(disagreements(out.base_first, out.other_first))
+            out.rejudged = [t for t in order if t in wanted]
+        if out.rejudged:
+            for prompts, slot, side in ((base, base_slot, "base"), (other, other_slot, "other")):
+                extra = await self._pass(prompts, out.rejudged, self.rejudge, slot * self.width + k)
+                if self._done(out, extra):
+                    return out
+                setattr(out, side, with_extra(getattr(out, side), extra))
+        out.decision = decide_adaptive(self.labels, out.base, out.other, self.loop, first_pass=k,
+                                       rejudged=out.rejudged, alpha=self.level, seed=seed)
+        return out
+
+
+def planted_prompts(incumbent: PromptSet) -> PromptSet:
+    """The incumbent with `PLANTED_RULE` appended to its rubric (in memory: nothing is written)."""
+    files = dict(incumbent.files)
+    files[RUBRIC_MD] = files[RUBRIC_MD].rstrip("\n") + f"\n\n- {PLANTED_RULE}\n"
+    return PromptSet.from_files(files, source=f"{incumbent.source} + planted rule")
+
+
+def dev_split_for(ws: Workspace, command: str) -> str:
+    """The workspace's dev split, refused when it is listed as held out (its figures only via confirm)."""
+    name = ws.config.workspace.dev_split
+    if name in ws.config.workspace.heldout_splits:
+        raise UserError(
+            f"[workspace] dev_split {name!r} is also listed in heldout_splits; `judgeloop {command}` works on the "
+            "dev split only and never on a held-out one: set dev_split to a split that is not held out"
+        )
+    return name
+
+
+def first_level(loop: LoopSection) -> float:
+    """The level a run's first candidate is tested at: ``alpha``, or the LORD++ level under ``[loop] fdr``."""
+    return loop.alpha if loop.fdr is None else lord_level(loop.fdr, [])
+
+
+def policy_name(loop: LoopSection) -> str:
+    """The policy as the benchmark names it (``adaptive+fdr0.1`` with online FDR)."""
+    return loop.policy if loop.fdr is None else f"{loop.policy}+fdr{loop.fdr:g}"
+
+
+def _decision_row(index: int, comparison: SlotComparison) -> dict[str, Any]:
+    d = comparison.decision
+    test = d.test if d is not None else None
+    return {
+        "repeat": index,
+        "kept": None if d is None else d.keep,
+        "reason": comparison.error if d is None else d.reason,
+        "p_value": None if d is None else d.p_value,
+        "early_stopped": bool(d and d.early_stopped),
+        "gain_items": None if test is None else test.statistic,
+        "rejudged": len(comparison.rejudged),
+        "calls": comparison.calls,
+        "cache_hits": comparison.cache_hits,
+        "cost_usd": round(comparison.cost_usd, 6),
+    }
+
+
+def instability(comparisons: Sequence[SlotComparison]) -> dict[str, Any]:
+    """Per-item instability over every judgement of the (identical) prompts in the A/A comparisons:
+    an item is unstable when its judgements do not all say the same (True / False / no verdict);
+    ``flip_rate``: the share of items whose first-pass verdict differs between the two sides of a repeat."""
+    outcomes: dict[str, set[bool | None]] = {}
+    counts: dict[str, int] = {}
+    flips = compared = 0
+    for c in comparisons:
+        for side in (c.base, c.other):
+            for tid, answers in side.items():
+                outcomes.setdefault(tid, set()).update(outcome(a) for a in answers)
+                counts[tid] = counts.get(tid, 0) + len(answers)
+        for tid, answer in c.other_first.items():
+            if tid in c.base_first:
+                compared += 1
+                flips += outcome(answer) != outcome(c.base_first[tid])
+    judged_twice = sorted(t for t, n in counts.items() if n >= 2)
+    unstable = [t for t in judged_twice if len(outcomes[t]) > 1]
+    return {
+        "items_judged_twice": len(judged_twice),
+        "unstable_items": len(unstable),
+        "unstable_share": None if not judged_twice else len(unstable) / len(judged_twice),
+        "unstable_ids": unstable[:50],
+        "first_pass_flips": flips,
+        "first_pass_compared": compared,
+        "flip_rate": None if not compared else flips / compared,
+    }
+
+
+def detectable_gain(n_items: int, level: float, policy: str, flip_rate: float | None) -> dict[str, Any]:
+    """What gain the policy can tell from noise on ``n_items`` (`decision.min_fixes_to_keep`: the
+    fewest items newly right, all judgements agreeing, breaking none / one / two), beside the items the
+    judge's own noise flips between two evaluations of identical prompts."""
+    noise_items = None if flip_rate is None else flip_rate * n_items
+    if policy.startswith("literal"):
+        return {
+            "min_clean_fixes": 1, "with_one_broken": 2, "with_two_broken": 3, "share_of_split": 1 / n_items,
+            "noise_items_per_evaluation": noise_items,
+            "line": (f"the literal policy has no significance test: any rise in kappa is kept, so on {n_items} items "
+                     "its A/A keep rate is its false-keep rate"
+                     + ("" if noise_items is None else f"; the judge's noise flips ~{noise_items:.1f} items "
+                        "between two evaluations")),
+        }
+    clean, one, two = (min_fixes_to_keep(w, level) for w in (0, 1, 2))
+    items = "items right on every judgement" if policy.startswith("adaptive") else "items right"
+    line = (f"on {n_items} items the {policy} policy (level {level:g}) keeps a candidate only if it newly gets at "
+            f"least {clean} {items} while breaking none ({one} if it breaks one, {two} if two): "
+            f"{clean / n_items:.0%} of the split at the least")
+    if noise_items is not None:
+        line += f"; the judge's own noise flips ~{noise_items:.1f} items between two evaluations of identical prompts"
+    return {"min_clean_fixes": clean, "with_one_broken": one, "with_two_broken": two,
+            "share_of_split": clean / n_items, "noise_items_per_evaluation": noise_items, "line": line}
+
+
+POWER_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+POWER_TARGET = 0.8
+POWER_TRIALS = 200
+
+
+def _counts(right: np.ndarray, positive: np.ndarray) -> Counts:
+    tp = int((right & positive).sum())
+    tn = int((right & ~positive).sum())
+    n_pos = int(positive.sum())
+    return Counts(tp, n_pos - tp, tn, len(positive) - n_pos - tn)
+
+
+def _majority_right(correct: np.ndarray, judgements: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """Whether each item's majority is right (`metrics.majority_answer`: a tie is "failure", right on a negative)."""
+    return (correct * 2 > judgements) | ((correct * 2 == judgements) & ~positive)
+
+
+def simulated_keep_rate(positive: np.ndarray, q: np.ndarray, fix: int, loop: LoopSection, level: float, *,
+                        replicates: int = 1, trials: int = POWER_TRIALS, seed: int = 0) -> float:
+    """The share of ``trials`` simulated candidates that fix ``fix`` items (made right on every judgement,
+    chosen among the items the judge gets right less than half the time) and are kept, against a fresh
+    incumbent, with item i judged right with probability ``q[i]`` on every call: the decision-power
+    benchmark's ``sim1`` model on this judge's odds. Decided by `optimizer.decision` (first pass of
+    ``replicates`` judgements; under ``adaptive`` the disagreements re-judged ``loop.rejudge`` times)."""
+    rng = np.random.default_rng(seed)
+    n, k = len(q), replicates
+    pool = np.flatnonzero(q < 0.5)
+    if fix > len(pool):
+        raise ValueError(f"only {len(pool)} items can be fixed, not {fix}")
+    cfg = loop.model_copy(update={"alpha": level})
+    literal_cfg = cfg.model_copy(update={"policy": "literal"})
+    r = loop.rejudge if loop.policy == "adaptive" else 0
+    kept = 0
+    for _ in range(trials):
+        fixed = np.zeros(n, bool)
+        fixed[rng.choice(pool, fix, replace=False)] = True
+        q_c = np.where(fixed, 1.0, q)
+        inc, cand = rng.binomial(k, q), rng.binomial(k, q_c)
+        first = np.full(n, k)
+        inc_right, cand_right = _majority_right(inc, first, positive), _majority_right(cand, first, positive)
+        if loop.policy != "adaptive":
+            decision = decide_counts(_counts(inc_right, positive), _counts(cand_right, positive),
+                                     int((~inc_right & cand_right).sum()), int((inc_right & ~cand_right).sum()), cfg)
+            kept += decision.literal_keep if loop.policy == "literal" else decision.paired_keep
+            continue
+        total = first.copy()
+        if r:
+            # Same label: the two majorities say different things exactly when one is right and the other not.
+            disagree = inc_right != cand_right
+            inc = inc + np.where(disagree, rng.binomial(r, q), 0)
+            cand = cand + np.where(disagree, rng.binomial(r, q_c), 0)
+            total = np.where(disagree, k + r, k)
+        inc_all, cand_all = _majority_right(inc, total, positive), _majority_right(cand, total, positive)
+        literal = decide_counts(_counts(inc_all, positive), _counts(cand_all, positive),
+                                int((~inc_all & cand_all).sum()), int((inc_all & ~cand_all).sum()), literal_cfg)
+        if not literal.literal_keep:
+            continue
+        diffs = [Fraction(int(c) - int(i), int(m)) for c, i, m in zip(cand, inc, total, strict=True) if c != i]
+        kept += adaptive_test(diffs).below(Fraction(repr(float(level))))
+    return kept / trials
+
+
+def power_at_noise(positive: np.ndarray, q: np.ndarray, loop: LoopSection, level: float, *, replicates: int = 1,
+                   trials: int = POWER_TRIALS, seed: int = 0) -> dict[str, Any]:
+    """Simulated keep rates of D-item fixes at the judge's measured per-item odds ``q`` (`simulated_keep_rate`),
+    for growing D until one is kept at least `POWER_TARGET` of the time: that D is the smallest gain this
+    judge, split and policy detect reliably."""
+    rates: dict[str, float] = {}
+    smallest: int | None = None
+    for d in POWER_SIZES:
+        if d > int((q < 0.5).sum()):
+            break
+        rate = simulated_keep_rate(positive, q, d, loop, level, replicates=replicates, trials=trials, seed=seed + d)
+        rates[str(d)] = rate
+        if rate >= POWER_TARGET:
+            smallest = d
+            break
+    return {"keep_rate_by_fix": rates, "target": POWER_TARGET, "smallest_fix": smallest, "trials": trials,
+            "fixable_items": int((q < 0.5).sum()),
+            "method": "decision-power sim1 model on the per-item shares of correct A/A judgements"}
+
+
+def measured_odds(labels: Mapping[str, Label], comparisons: Sequence[SlotComparison]) -> dict[str, float]:
+    """Per item, the share of its A/A judgements (every side, identical prompts) that are correct."""
+    right: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for c in comparisons:
+        for side in (c.base, c.other):
+            for tid, answers in side.items():
+                right[tid] = right.get(tid, 0) + sum(1 for a in answers if is_correct(labels[tid], a))
+                total[tid] = total.get(tid, 0) + len(answers)
+    return {tid: right[tid] / total[tid] for tid in total if total[tid]}
+
+
+def benchmark_beside(policy: str, kept: int, repeats: int) -> dict[str, Any]:
+    """The benchmark's figures for ``policy`` and whether the observed A/A keep rate agrees with its
+    fresh-incumbent no-op keep rate (the benchmark's figure inside the exact 95% interval of ours)."""
+    ref = BENCHMARK["policies"].get(policy)
+    if ref is None or repeats == 0:
+        return {"policy": policy, "reference": ref, "agrees": None, "source": BENCHMARK["source"],
+                "judge": BENCHMARK["judge"]}
+    lo, hi = clopper_pearson_interval(kept, repeats)
+    return {"policy": policy, "reference": ref, "source": BENCHMARK["source"], "judge": BENCHMARK["judge"],
+            "interval": [lo, hi], "agrees": lo <= ref["noop_fresh"] <= hi}
+
+
+def _fpr(labels: Mapping[str, Label], answers: Mapping[str, Answer]) -> float | None:
+    judged = {t: labels[t] for t in answers}
+    return score(judged, dict(answers)).fpr if judged else None
+
+
+def _planted_row(comparison: SlotComparison, labels: Mapping[str, Label]) -> dict[str, Any]:
+    d = comparison.decision
+    base_major = {t: majority_answer(js) for t, js in comparison.base.items()}
+    other_major = {t: majority_answer(js) for t, js in comparison.other.items()}
+    shared = {t: base_major[t] for t in other_major if t in base_major}
+    fpr_before, fpr_after = _fpr(labels, shared), _fpr(labels, other_major)
+    return {
+        "rule": PLANTED_RULE,
+        "where": RUBRIC_MD,
+        "decided": d is not None,
+        "rolled_back": None if d is None else not d.keep,
+        "reason": comparison.error if d is None else d.reason,
+        "early_stopped": bool(d and d.early_stopped),
+        "items_judged": len(other_major),
+        "rejudged": len(comparison.rejudged),
+        "fpr_incumbent": fpr_before,
+        "fpr_planted": fpr_after,
+        # Did the judge follow the harmful rule at all (its FPR rose by more than one negative in 20)?
+        "judge_obeyed": fpr_before is not None and fpr_after is not None and fpr_after - fpr_before > 0.05,
+        "calls": comparison.calls,
+        "cache_hits": comparison.cache_hits,
+        "cost_usd": round(comparison.cost_usd, 6),
+    }
+
+
+def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore) -> dict[str, Any]:
+    """Run the self-test (module docstring) within ``options.budget_usd`` and write its JSON and Markdown
+    under ``experiments/selftest/``; returns the JSON object."""
+    if options.repeats < 1:
+        raise UserError(f"--repeats must be at least 1 (got {options.repeats})")
+    split_name = dev_split_for(ws, "selftest")
+    split = open_split(ws, split_name)
+    labels = load_labels(split)
+    judge = options.judge.apply(ws.config.judge)
+    loop = ws.config.loop
+    head = gitops.rev_parse(ws, "HEAD")
+    incumbent = PromptSet.from_rev(ws, head)
+    planted = planted_prompts(incumbent)
+    replicates = incumbent.settings.replicates
+    level = first_level(loop)
+    policy = policy_name(loop)
+
+    def tell(text: str) -> None:
+        events(Message(text))
+
+    dirty = [p for p in gitops.dirty_paths(ws.root) if p.startswith("prompts/")]
+    tell(f"selftest: judge {judge.provider}:{judge.model}, split {split.name} ({len(split.ids)} items), prompts at "
+         f"HEAD {head[:10]} [{incumbent.prompt_hash()[:8]}], policy {policy} at level {level:g}, "
+         f"{replicates} judgement(s) per item; up to {options.repeats} A/A repeat(s)"
+         + (f", budget ${options.budget_usd:g}" if options.budget_usd is not None else ""))
+    if dirty:
+        tell(f"  note: uncommitted changes in {', '.join(dirty[:3])} are not tested: the committed HEAD is")
+    budget = Budget(options.budget_usd) if options.budget_usd is not None else None
+
+    async def measure() -> tuple[list[SlotComparison], SlotComparison | None, str | None]:
+        provider = make_provider(judge)
+        cache = JudgeCache(ws.cache_path)
+        bench = Bench(ws, split, labels, judge, loop, replicates, level, provider, cache, budget, events)
+        aa: list[SlotComparison] = []
+        planted_cmp: SlotComparison | None = None
+        stopped: str | None = None
+        try:
+            for step in range(options.repeats + 1):
+                if step == 1:
+                    tell("  planted degradation: the incumbent with an 'accept what claims success' rule appended")
+                    planted_cmp = await bench.compare(incumbent, 0, planted, 0, seed=10_007)
+                    tell(f"    {_planted_line(planted_cmp)}")
+                    if planted_cmp.decision is None:
+                        stopped = planted_cmp.budget_stop or planted_cmp.error
+                        break
+                    continue
+                repeat = step if step == 0 else step - 1
+                tell(f"  A/A repeat {repeat + 1}: the incumbent against itself (replicate slots {2 * repeat}, "
+                     f"{2 * repeat + 1})")
+                comparison = await bench.compare(incumbent, 2 * repeat, incumbent, 2 * repeat + 1, seed=repeat)
+                if comparison.decision is None:
+                    stopped = comparison.budget_stop or comparison.error
+                    tell(f"    not decided: {stopped}")
+                    break
+                aa.append(comparison)
+                tell(f"    {'KEPT (a false keep)' if comparison.decision.keep else 'rolled back'}: "
+                     f"{comparison.decision.reason}")
+        finally:
+            await provider.aclose()
+            cache.close()
+        return aa, planted_cmp, stopped
+
+    aa, planted_cmp, stopped = asyncio.run(measure())
+    kept = sum(1 for c in aa if c.decision is not None and c.decision.keep)
+    unstable = instability(aa)
+    keep_rate = kept / len(aa) if aa else None
+    interval = list(clopper_pearson_interval(kept, len(aa))) if aa else None
+    every = [*aa, *([planted_cmp] if planted_cmp is not None else [])]
+    detectable = detectable_gain(len(split.ids), level, policy, unstable["flip_rate"])
+    odds = measured_odds(labels, aa)
+    if len(odds) == len(split.ids):
+        order = list(split.ids)
+        detectable["at_noise"] = power_at_noise(
+            np.array([labels[t].is_positive for t in order]), np.array([odds[t] for t in order]), loop, level,
+            replicates=replicates)
+        detectable["line"] += "; " + _power_phrase(detectable["at_noise"])
+    result: dict[str, Any] = {
+        "selftest_version": SELFTEST_VERSION,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "judge": {"provider": judge.provider, "model": judge.model, "base_url": judge.base_url},
+        "split": {"name": split.name, "fingerprint": split.fingerprint, "items": len(split.ids),
+                  "positives": sum(1 for t in split.ids if labels[t].is_positive),
+                  "negatives": sum(1 for t in split.ids if not labels[t].is_positive)},
+        "revision": head,
+        "prompt_hash": incumbent.prompt_hash(),
+        "policy": {"name": policy, "policy": loop.policy, "level": level, "alpha": loop.alpha, "fdr": loop.fdr,
+                   "rejudge": loop.rejudge, "replicates": replicates, "min_kappa_delta": loop.min_kappa_delta,
+                   "fpr_tolerance": loop.fpr_tolerance},
+        "aa": {"asked": options.repeats, "repeats": len(aa), "kept": kept, "keep_rate": keep_rate,
+               "keep_rate_interval": interval, "interval_method": "Clopper-Pearson exact, two-sided 95%",
+               "decisions": [_decision_row(i, c) for i, c in enumerate(aa)], "instability": unstable},
+        "planted": None if planted_cmp is None else _planted_row(planted_cmp, labels),
+        "detectable": detectable,
+        "benchmark": benchmark_beside(policy, kept, len(aa)),
+        "complete": stopped is None and len(aa) == options.repeats and planted_cmp is not None,
+        "stopped": stopped,
+        "calls": sum(c.calls for c in every),
+        "cache_hits": sum(c.cache_hits for c in every),
+        "cost_usd": round(sum(c.cost_usd for c in every), 6),
+    }
+    out = write_selftest(ws, result)
+    result["files"] = {"json": str(out.relative_to(ws.root)),
+                       "markdown": str(out.with_suffix(".md").relative_to(ws.root))}
+    for line in markdown_lines(result)[2:]:
+        if line.startswith("- "):
+            tell("  " + line[2:])
+    tell(f"  wrote {result['files']['json']} and {result['files']['markdown']}")
+    return result
+
+
+def _power_phrase(power: Mapping[str, Any]) -> str:
+    rates = ", ".join(f"{d}: {rate:.0%}" for d, rate in power["keep_rate_by_fix"].items())
+    found = power["smallest_fix"]
+    head = (f"at this noise the smallest fix kept {power['target']:.0%} of the time is {found} items" if found
+            else f"at this noise no fix of up to {max(map(int, power['keep_rate_by_fix']), default=0)} items is kept "
+                 f"{power['target']:.0%} of the time")
+    return f"{head} (simulated keep rate by items fixed — {rates}; {power['trials']} trials each)"
+
+
+def _planted_line(comparison: SlotComparison) -> str:
+    d = comparison.decision
+    if d is None:
+        return f"not decided: {comparison.budget_stop or comparison.error}"
+    return f"{'KEPT' if d.keep else 'rolled back'}: {d.reason}"
+
+
+def selftest_dir(ws: Workspace) -> Path:
+    return ws.experiments_dir / SELFTEST_DIR
+
+
+def write_selftest(ws: Workspace, result: Mapping[str, Any]) -> Path:
+    """Write ``result`` as ``experiments/selftest/<stamp>-<prompt hash>.json`` and ``.md``; returns the JSON's path."""
+    folder = selftest_dir(ws)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    path = folder / f"{stamp}-{str(result['prompt_hash'])[:8]}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stamp}-{str(result['prompt_hash'])[:8]}-{n}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    path.with_suffix(".md").write_text("\n".join(markdown_lines(result)) + "\n", encoding="utf-8")
+    return path
+
+
+def _usable(data: dict[str, Any]) -> bool:
+    """Whether a recorded self-test has what a certificate reads (a file edited by hand, or cut short by a
+    full disk, is skipped rather than cited)."""
+    try:
+        summary_lines(data)
+        strings = (data["judge"]["provider"], data["judge"]["model"], data["split"]["fingerprint"],
+                   data["prompt_hash"], data["revision"], data["created"])
+        inst = data["aa"]["instability"]
+        planted = data["planted"]
+        return (all(isinstance(x, str) for x in strings) and isinstance(data["aa"]["repeats"], int)
+                and (planted is None or isinstance(planted["rolled_back"], bool | None))
+                and all(k in inst for k in ("unstable_share", "flip_rate")))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return False
+
+
+def latest_selftest(ws: Workspace) -> dict[str, Any] | None:
+    """The newest self-test recorded under ``experiments/selftest/`` (by its ``created`` time), or None.
+    Files that do not parse as a self-test are skipped."""
+    best: dict[str, Any] | None = None
+    folder = selftest_dir(ws)
+    if not folder.is_dir():
+        return None
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if not isinstance(data, dict) or data.get("selftest_version") != SELFTEST_VERSION or not _usable(data):
+            continue
+        data["files"] = {"json": str(path.relative_to(ws.root)),
+                         "markdown": str(path.with_suffix(".md").relative_to(ws.root))}
+        if best is None or str(data.get("created", "")) >= str(best.get("created", "")):
+            best = data
+    return best
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def summary_lines(result: Mapping[str, Any]) -> list[str]:
+    """The self-test's findings as Markdown bullets (also what a certificate quotes)."""
+    aa, bench = result["aa"], result["benchmark"]
+    pol = result["policy"]
+    lines: list[str] = []
+    if aa["repeats"]:
+        lo, hi = aa["keep_rate_interval"]
+        lines.append(f"- A/A: {aa['kept']} of {aa['repeats']} byte-identical candidates kept "
+                     f"({_pct(aa['keep_rate'])}, exact 95% interval {lo:.1%}–{hi:.1%}) under {pol['name']} at level "
+                     f"{pol['level']:g}")
+    else:
+        lines.append("- A/A: no repeat decided")
+    ref = bench.get("reference")
+    if ref is not None and bench.get("agrees") is not None:
+        lines.append(f"- decision-power benchmark, same policy: a no-op kept {_pct(ref['noop_fresh'])} of the time "
+                     f"against a fresh incumbent (n = {ref['noop_fresh_n']}; {_pct(ref['noop_in_run'])} inside a run); "
+                     + ("consistent with this judge's A/A rate" if bench["agrees"]
+                        else "OUTSIDE this judge's A/A interval: its noise differs from the benchmark's judge"))
+    inst = aa["instability"]
+    if inst["items_judged_twice"]:
+        lines.append(f"- instability: {inst['unstable_items']} of {inst['items_judged_twice']} items "
+                     f"({_pct(inst['unstable_share'])}) got different verdicts from identical prompts; "
+                     f"{inst['first_pass_flips']} of {inst['first_pass_compared']} first-pass verdicts "
+                     f"({_pct(inst['flip_rate'])}) differ between two evaluations")
+    planted = result.get("planted")
+    if planted is None:
+        lines.append("- planted degradation: not run")
+    elif not planted["decided"]:
+        lines.append(f"- planted degradation: not decided ({planted['reason']})")
+    else:
+        lines.append(f"- planted degradation ({planted['where']} + 'accept what claims success'): "
+                     + ("rolled back" if planted["rolled_back"] else "KEPT")
+                     + f"; FPR {_pct(planted['fpr_incumbent'])} → {_pct(planted['fpr_planted'])} on the "
+                     f"{planted['items_judged']} items judged"
+                     + ("" if planted["judge_obeyed"] else
+                        " — the judge barely reacted to the rule, so for it this was close to a no-op"))
+    lines.append(f"- minimum detectable gain: {result['detectable']['line']}")
+    return lines
+
+
+def markdown_lines(result: Mapping[str, Any]) -> list[str]:
+    """The self-test as a Markdown document."""
+    judge, split = result["judge"], result["split"]
+    head = [
+        f"# judgeloop selftest, {result['created']}",
+        "",
+        f"Judge `{judge['provider']}:{judge['model']}`, dev split `{split['name']}` ({split['items']} items, "
+        f"fingerprint `{str(split['fingerprint'])[:12]}`), prompts at `{str(result['revision'])[:10]}` "
+        f"(hash `{str(result['prompt_hash'])[:12]}`); {result['calls']} judge calls made, {result['cache_hits']} "
+        f"cached, ${result['cost_usd']:.4f}."
+        + ("" if result["complete"] else f" Incomplete: {result['stopped'] or 'fewer repeats than asked'}."),
+        "",
+    ]
+    return head + summary_lines(result)
