@@ -14,7 +14,7 @@ What it states (``certificate_version`` 1):
 - a transfer check with ``--transfer-model M``: the same prompts judged by model M of the same
   provider, kappa / FPR deltas (M minus the judge);
 - the held-out ``confirm`` result recorded in the ledger for this revision, if any (never run here);
-- the bias battery (``optimizer.bias``, looked up at run time: "not run" when it is not there);
+- the bias battery (``optimizer.bias``, with the same judge; "not run" with ``--no-bias``);
 - what invalidates it: judge provider, model and the model versions the provider reported, the
   split's fingerprint, the prompt hash, replicates.
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +76,7 @@ def landis_koch(kappa: float | None) -> str:
     return "poor"
 
 
-# --- the bias battery, found at run time -----------------------------------------------------------
+# --- the bias battery ------------------------------------------------------------------------------
 
 
 class BatteryResult(Protocol):
@@ -89,22 +88,17 @@ class BatteryResult(Protocol):
 
 
 class BatteryRunner(Protocol):
-    """`optimizer.bias.run_battery`'s signature."""
+    """`optimizer.bias.run_battery`'s signature, as a certificate calls it."""
 
     def __call__(self, ws: Workspace, rev: str, *, split: str | None, events: Listener,
-                 budget_usd: float | None) -> BatteryResult: ...
+                 budget_usd: float | None, judge: JudgeOverrides | None) -> BatteryResult: ...
 
 
-def find_battery() -> BatteryRunner | None:
-    """`optimizer.bias.run_battery` when that module exists in this judgeloop, else None."""
-    try:
-        module = importlib.import_module("optimizer.bias")
-    except ModuleNotFoundError as exc:
-        if exc.name != "optimizer.bias":
-            raise  # the module is there but one of its own imports is missing: a bug, shown as one
-        return None
-    runner = getattr(module, "run_battery", None)
-    return runner if callable(runner) else None
+def find_battery() -> BatteryRunner:
+    """`optimizer.bias.run_battery`, looked up at call time (a test can stand another module in)."""
+    from optimizer.bias import run_battery
+
+    return run_battery
 
 
 # --- figures ---------------------------------------------------------------------------------------
@@ -113,11 +107,12 @@ def find_battery() -> BatteryRunner | None:
 @dataclass(frozen=True)
 class CertifyOptions:
     """What `judgeloop certify` was asked: the revision (None: HEAD), a second judge model for the
-    transfer check (same provider), judge overrides."""
+    transfer check (same provider), judge overrides, whether to run the bias battery."""
 
     rev: str | None = None
     transfer_model: str | None = None
     judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+    bias: bool = True  # False: --no-bias, the certificate says the battery was not run
 
 
 def _rate(num: int, den: int) -> float | None:
@@ -302,16 +297,12 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
     tell(f"  judged: {sum(r.calls_made for r in passes)} call(s) made, {sum(r.cache_hits for r in passes)} from the "
          f"cache, ${sum(r.cost_usd for r in passes):.4f}")
     figures = agreement(labels, first.answers())
-    battery = find_battery()
-    if battery is None:
-        bias: dict[str, Any] = {"status": "not run", "note": "this judgeloop has no bias battery (optimizer.bias)"}
-        bias_md = ["bias battery: not run"]
+    if not options.bias:
+        bias: dict[str, Any] = {"status": "not run", "note": "--no-bias"}
+        bias_md = ["bias battery: not run (--no-bias)"]
     else:
-        tell("  bias battery: running (optimizer.bias)")
-        if options.judge.provider or options.judge.model or options.judge.base_url:
-            events(Message("note: the bias battery judges with [judge] of judgeloop.toml: --provider, --model and "
-                           "--base-url do not reach it", "note"))
-        outcome = battery(ws, sha, split=None, events=events, budget_usd=None)
+        tell("  bias battery: running (judgeloop bias)")
+        outcome = find_battery()(ws, sha, split=None, events=events, budget_usd=None, judge=options.judge)
         bias = {"status": "run", "result": outcome.to_json()}
         bias_md = list(outcome.markdown_lines())
     cert: dict[str, Any] = {

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import certify as certify_module
 from optimizer.binomial import clopper_pearson_interval, clopper_pearson_lower, clopper_pearson_upper
-from optimizer.certify import CERTIFICATE_VERSION, find_battery, landis_koch, read_note
+from optimizer.certify import CERTIFICATE_VERSION, landis_koch, read_note
 from optimizer.cli import main
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
@@ -99,7 +98,7 @@ def test_certify_through_the_cli_writes_both_files_with_every_field_and_a_git_no
         point_config_at(ws, server)  # the configured judge: what the bias battery (when present) uses too
         before = untouched_state(ws)
         run_json(capsys, "selftest", "-w", str(ws), "--repeats", "1")
-        cert = run_json(capsys, "certify", "-w", str(ws), "--transfer-model", "fake-judge-2")
+        cert = run_json(capsys, "certify", "-w", str(ws), "--transfer-model", "fake-judge-2", "--no-bias")
     assert cert["certificate_version"] == CERTIFICATE_VERSION == 1
     head = git(ws, "rev-parse", "HEAD").strip()
     assert cert["revision"] == head
@@ -121,7 +120,7 @@ def test_certify_through_the_cli_writes_both_files_with_every_field_and_a_git_no
     st = cert["selftest"]
     assert st["status"] == "current" and st["planted_rolled_back"] is True and st["aa"]["kept"] == 0
     assert cert["confirm"]["status"] == "none"
-    assert cert["bias_battery"]["status"] == ("not run" if find_battery() is None else "run")
+    assert cert["bias_battery"] == {"status": "not run", "note": "--no-bias"}  # the battery: the test below
     inv = cert["invalidated_by"]
     assert inv["judge_model"] == "fake-judge" and inv["judge_model_versions"] == ["fake-judge"]
     assert inv["split_fingerprint"] == cert["split"]["fingerprint"] and inv["prompt_hash"] == cert["prompt_hash"]
@@ -144,7 +143,6 @@ def test_certify_through_the_cli_writes_both_files_with_every_field_and_a_git_no
 def test_certify_evaluates_a_revision_never_evaluated_and_a_second_certify_is_served_by_the_cache(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(certify_module, "find_battery", lambda: None)  # its calls are the battery's to count
     rubric = ws / "prompts" / "rubric.md"
     rubric.write_text(rubric.read_text(encoding="utf-8") + "\n- Read every step before answering.\n", encoding="utf-8")
     commit_all(ws, "a rubric line")
@@ -152,9 +150,9 @@ def test_certify_evaluates_a_revision_never_evaluated_and_a_second_certify_is_se
     git(ws, "checkout", "-q", "HEAD~1")  # the certified revision is not the checked-out one
     judge = GullibleJudge(ws)
     with FakeLLMServer(default=judge) as server:
-        first = run_json(capsys, "certify", rev[:12], "-w", str(ws), *judge_args(server))
+        first = run_json(capsys, "certify", rev[:12], "-w", str(ws), "--no-bias", *judge_args(server))
         n = len(judge.answered)
-        again = run_json(capsys, "certify", rev[:12], "-w", str(ws), *judge_args(server))
+        again = run_json(capsys, "certify", rev[:12], "-w", str(ws), "--no-bias", *judge_args(server))
     assert first["revision"] == rev and first["cost"]["calls"] == n == 2 * 32  # first pass and retest
     assert again["cost"]["calls"] == 0 and again["cost"]["cache_hits"] == 2 * 32 and len(judge.answered) == n
     assert again["agreement"] == first["agreement"]
@@ -165,7 +163,6 @@ def test_certify_evaluates_a_revision_never_evaluated_and_a_second_certify_is_se
 def test_certify_cites_a_held_out_confirmation_from_the_ledger_without_running_one(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(certify_module, "find_battery", lambda: None)  # its calls are the battery's to count
     from optimizer.ledger import Ledger
     from optimizer.metrics import Metrics
 
@@ -176,7 +173,7 @@ def test_certify_cites_a_held_out_confirmation_from_the_ledger_without_running_o
         ledger.add_confirmation("ah", head, Metrics.from_counts(40, 10, 80, 20))
     judge = GullibleJudge(ws)
     with FakeLLMServer(default=judge) as server:
-        cert = run_json(capsys, "certify", "-w", str(ws), *judge_args(server))
+        cert = run_json(capsys, "certify", "-w", str(ws), "--no-bias", *judge_args(server))
     assert cert["confirm"]["status"] == "recorded"
     (row,) = cert["confirm"]["splits"]
     assert row["split"] == "ah" and row["n"] == 150 and row["fpr"] == pytest.approx(0.2)
@@ -191,12 +188,12 @@ def test_certify_refuses_a_held_out_dev_split_and_a_bad_revision_and_writes_noth
     with FakeLLMServer(default=judge) as server:
         for rev in ("../../etc/passwd", "HEAD:prompts/rubric.md", "no-such-branch", "HEAD~99"):
             capsys.readouterr()
-            assert main(["certify", rev, "-w", str(ws), *judge_args(server)]) == 2, rev
+            assert main(["certify", rev, "-w", str(ws), "--no-bias", *judge_args(server)]) == 2, rev
             err = capsys.readouterr().err.strip()
             assert err.startswith("judgeloop") and "\n" not in err, rev
         set_toml_key(ws, "workspace", "heldout_splits", '["small"]')
         capsys.readouterr()
-        assert main(["certify", "-w", str(ws), *judge_args(server)]) == 2
+        assert main(["certify", "-w", str(ws), "--no-bias", *judge_args(server)]) == 2
         err = capsys.readouterr().err.strip()
         assert "held" in err and "'small'" in err and "\n" not in err
         assert server.requests == []
@@ -209,7 +206,7 @@ def test_certify_refuses_a_held_out_dev_split_and_a_bad_revision_and_writes_noth
 def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The battery is another module (optimizer.bias), looked up at run time; this one stands in for it
+    # The battery (optimizer.bias, tested in test_bias.py) is looked up at call time; this one stands in for it
     # with its interface: run_battery(ws, rev, *, split, events, budget_usd) -> to_json(), markdown_lines().
     asked: list[tuple[str, str | None, float | None]] = []
 
@@ -220,7 +217,8 @@ def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
         def markdown_lines(self) -> list[str]:
             return ["- claims-complete: flips 25% of verdicts (placebo 0%): flagged"]
 
-    def run_battery(ws_: Workspace, rev: str, *, split: str | None, events: object, budget_usd: float | None) -> Result:
+    def run_battery(ws_: Workspace, rev: str, *, split: str | None, events: object, budget_usd: float | None,
+                    judge: object) -> Result:
         asked.append((rev, split, budget_usd))
         return Result()
 
@@ -239,7 +237,6 @@ def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
 def test_certify_skips_a_crafted_or_truncated_selftest_file_and_cites_the_last_good_one(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(certify_module, "find_battery", lambda: None)
     with FakeLLMServer(default=GullibleJudge(ws)) as server:
         good = run_json(capsys, "selftest", "-w", str(ws), "--repeats", "1", *judge_args(server))
         folder = ws / "experiments" / "selftest"
@@ -248,5 +245,5 @@ def test_certify_skips_a_crafted_or_truncated_selftest_file_and_cites_the_last_g
         (folder / "29990101-000001-bbbbbbbb.json").write_text(json.dumps(newer)[:200])  # cut short
         (folder / "29990101-000002-cccccccc.json").write_text(json.dumps({**newer, "planted": {"rolled_back": "yes"}}))
         (folder / "29990101-000003-dddddddd.json").write_text("[1, 2, 3]")
-        cert = run_json(capsys, "certify", "-w", str(ws), *judge_args(server))
+        cert = run_json(capsys, "certify", "-w", str(ws), "--no-bias", *judge_args(server))
     assert cert["selftest"]["status"] == "current" and cert["selftest"]["file"] == good["files"]["json"]

@@ -121,6 +121,8 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("reviews",): [],
     ("bias",): ["--split", "held"],
     ("mcp",): ["--budget-usd", "1"],
+    ("selftest",): [],
+    ("certify",): ["--no-bias"],
     ("tui",): ["--screenshot", "{tmp}/shot.svg", "--size", "80x24"],
 }
 

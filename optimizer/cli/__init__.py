@@ -259,17 +259,21 @@ def build_parser() -> argparse.ArgumentParser:
     # Can I trust this judge? (optimizer.selftest, optimizer.certify)
     p = add("selftest", "optimizer.cli.trust:cmd_selftest",
             "A/A repeats, a planted degradation and the minimum detectable gain of the judge on the dev split")
-    p.add_argument("--budget-usd", type=positive, metavar="X", help="stop cleanly before spending more than X in all")
+    p.add_argument("--budget-usd", type=positive, metavar="X", help="stop cleanly before spending more than X in all (default: no cap)")
     p.add_argument("--repeats", type=whole(1, 100), metavar="N",
                    help="A/A repeats at most (default 5; each costs about two evaluations of the split, fewer "
                         "when cached)")
-    p.add_argument("--json", action="store_true", help="print the recorded result as one JSON object")
+    p.add_argument("--json", action="store_true", help="print the recorded result as one JSON object (default: text)")
     _judge_overrides(p)
+
     p = add("certify", "optimizer.cli.trust:cmd_certify",
             "write a versioned certificate of the judge at REV (experiments/certificates/, a git note on REV)")
     p.add_argument("rev", nargs="?", metavar="REV", help="the revision whose prompts are certified (default: HEAD)")
-    p.add_argument("--transfer-model", metavar="M", help="also judge with model M of the same provider: kappa and FPR deltas")
-    p.add_argument("--json", action="store_true", help="print the certificate as one JSON object")
+    p.add_argument("--transfer-model", metavar="M",
+                   help="also judge with model M of the same provider: kappa and FPR deltas (default: no transfer check)")
+    p.add_argument("--no-bias", action="store_true",
+                   help="leave out the bias battery, 7 calls an item (default: run it, as `judgeloop bias` would)")
+    p.add_argument("--json", action="store_true", help="print the certificate as one JSON object (default: text)")
     _judge_overrides(p)
 
     p = add("tui", "optimizer.cli.tui:cmd_tui", "open the terminal UI")

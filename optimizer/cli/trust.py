@@ -40,7 +40,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def cmd_certify(args: argparse.Namespace) -> int:
     """Certify the prompts at REV (default HEAD); --json prints the certificate as one object."""
-    options = CertifyOptions(rev=args.rev, transfer_model=args.transfer_model, judge=judge_overrides(args))
+    options = CertifyOptions(rev=args.rev, transfer_model=args.transfer_model, judge=judge_overrides(args),
+                             bias=not args.no_bias)
     with TerminalEvents() as terminal:
         cert = certify(Workspace.open(args.workspace), options, _events(args.json, terminal))
     if args.json:
