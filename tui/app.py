@@ -41,7 +41,7 @@ from tui.views import (
     View,
 )
 from tui.watch import LedgerWatcher, LiveState, initial_state
-from tui.widgets import StatusStrip
+from tui.widgets import StatusStrip, ask_terminal_before_start
 
 VIEWS: dict[str, type[View]] = {
     "history": HistoryView,
@@ -143,6 +143,13 @@ class JudgeloopApp(App[None]):
         self._reader_lock = threading.Lock()
         self._seen_changes: int | None = None
         self.current_view = start_view
+
+    def run(self, *, headless: bool = False, **kwargs: Any) -> None:
+        """Run in the terminal; first the image library's terminal queries, which must be answered
+        before Textual reads the input (or their replies arrive as keys: see ask_terminal_before_start)."""
+        if not headless:
+            ask_terminal_before_start()
+        super().run(headless=headless, **kwargs)
 
     # -- the selection ----------------------------------------------------------------------------
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
+import select
+import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +26,45 @@ from tui.watch import LiveState
 if TYPE_CHECKING:
     # Only for the annotation: importing textual_image.widget queries the terminal (see StepImage).
     from textual_image.widget._base import Image as BaseImage
+
+# The device status report's answer ("ESC [ 0 n", or 3 for a malfunction): the end of the replies.
+_STATUS_REPLY = re.compile(rb"\x1b\[[0-9]n")
+
+
+def ask_terminal_before_start(timeout_s: float = 1.0) -> None:
+    """Let textual-image ask the terminal what it can show while this process still reads the input.
+
+    textual-image asks at its first import (primary device attributes for sixel, a kitty graphics
+    query, the cell size) and reads the answers from stdin; once Textual runs, its input thread reads
+    them instead, as keys: "ESC [ ? 1 ; 2 c" is ``?`` (help) then ``c`` (compare). So import it here,
+    before the app starts, then ask for the device status, which every VT100-compatible terminal
+    answers after the earlier queries, and discard what arrives up to that answer (a late reply to
+    textual-image's 0.1 s queries). Not a terminal on both ends: nothing to ask, nothing done.
+    """
+    stdin, stdout = sys.__stdin__, sys.__stdout__
+    if stdin is None or stdout is None or not (stdin.isatty() and stdout.isatty()):
+        return
+    import termios
+    import tty
+
+    fd = stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd, termios.TCSANOW)  # no echo, no line buffering: the replies are read, not shown
+    try:
+        import textual_image.widget  # noqa: F401  (the queries run at the first import)
+
+        stdout.write("\x1b[5n")
+        stdout.flush()
+        seen = b""
+        deadline = time.monotonic() + timeout_s
+        while _STATUS_REPLY.search(seen) is None and (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([fd], [], [], left)
+            chunk = os.read(fd, 1024) if ready else b""
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 class StatusStrip(Static):
