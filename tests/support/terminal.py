@@ -33,15 +33,27 @@ CELL_PIXELS = (20, 10)  # height, width: an ordinary 10×20 font
 class _AnsweringScreen(pyte.Screen):
     """A pyte screen that writes the terminal's replies to the pty and records which it sent."""
 
-    def __init__(self, columns: int, lines: int, fd: int) -> None:
+    def __init__(self, columns: int, lines: int, fd: int, *, delay_s: float = 0.0, answers: bool = True) -> None:
         super().__init__(columns, lines)
         self.fd = fd
+        self.delay_s = delay_s
+        self.answers = answers
         self.answered: list[str] = []
+        self.pending: list[tuple[float, str]] = []  # (when, reply): a slow link delays them all, in order
 
     def write_process_input(self, data: str) -> None:
+        if not self.answers:
+            return
         self.answered.append(data)
-        with contextlib.suppress(OSError):
-            os.write(self.fd, data.encode())
+        self.pending.append((time.monotonic() + self.delay_s, data))
+        self.send_due()
+
+    def send_due(self) -> None:
+        """Write the replies whose time has come (all of them without a delay)."""
+        while self.pending and self.pending[0][0] <= time.monotonic():
+            _, data = self.pending.pop(0)
+            with contextlib.suppress(OSError):
+                os.write(self.fd, data.encode())
 
     def report_device_attributes(self, mode: int = 0, **kwargs: bool) -> None:
         if mode == 0 and not kwargs.get("private"):
@@ -66,16 +78,18 @@ class _Stream(pyte.ByteStream):
 
 
 class PtyTerminal:
-    """``argv`` running in a ``columns``×``lines`` pty; use as a context manager (it kills the program)."""
+    """``argv`` running in a ``columns``×``lines`` pty; use as a context manager (it kills the program).
+    ``reply_delay_s``: the terminal's replies arrive that much later (a slow ssh link); ``answers=False``:
+    a terminal that answers no query at all."""
 
     def __init__(self, argv: Sequence[str], *, size: tuple[int, int] = (120, 36), env: Mapping[str, str],
-                 cwd: Path) -> None:
+                 cwd: Path, reply_delay_s: float = 0.0, answers: bool = True) -> None:
         columns, lines = size
         master, slave = os.openpty()
         # Pixel sizes 0, as tmux reports them: a program must ask the terminal for the cell size.
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
         self.fd = master
-        self.screen = _AnsweringScreen(columns, lines, master)
+        self.screen = _AnsweringScreen(columns, lines, master, delay_s=reply_delay_s, answers=answers)
         self.stream = _Stream(self.screen)
         self.closed = False
         self.output = bytearray()
@@ -110,7 +124,8 @@ class PtyTerminal:
         """Read and draw what the program writes (answering its queries) for ``seconds``."""
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select([self.fd], [], [], left)
+            self.screen.send_due()
+            ready, _, _ = select.select([self.fd], [], [], min(left, 0.02) if self.screen.pending else left)
             if not ready:
                 continue
             try:
