@@ -17,6 +17,8 @@ from tests.support.paths import REPO_ROOT
 from tests.support.terminal import DA1_REPLY, PtyTerminal
 from tests.support.tui_runs import make_real_run
 
+pytestmark = pytest.mark.slow  # a real run to build, then the app's own process started per test
+
 
 @pytest.fixture(scope="module")
 def run_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
