@@ -34,7 +34,7 @@ from tui.app import VIEWS, JudgeloopApp, settle
 from tui.data import disagreements
 from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
 from tui.views import DisagreementsView, ExperimentView, HistoryView, ItemView, ReviewsView
-from tui.widgets import StatusStrip, StepImage
+from tui.widgets import FixedColumnsTable, StatusStrip, StepImage
 
 SIZE = (120, 40)
 
@@ -97,6 +97,12 @@ def screen_lines(svg: str) -> str:
 def svg_text(app: JudgeloopApp) -> str:
     """What the screen shows, as text lines, so assertions read like the screen."""
     return screen_lines(app.export_screenshot())
+
+
+def screen_rows(app: JudgeloopApp) -> list[str]:
+    """Every cell of the screen, one string per row, spaces included (the SVG's text drops the spaces
+    that are margins and padding)."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -866,7 +872,7 @@ def test_stop_key_creates_the_stop_file_only_while_a_run_is_going(ws_copy: Path)
 # Conventions: palette, help, bindings, worker errors, 80×24, headless screenshots
 
 
-def test_every_binding_has_an_id_and_help_lists_them(run_ws: Path) -> None:
+def test_every_binding_has_an_id_and_help_lists_every_key_by_its_readable_name(run_ws: Path) -> None:
     from tui import modals
 
     classes = [JudgeloopApp, *VIEWS.values(), modals.ErrorModal, modals.ConfirmModal, modals.ReviewModal,
@@ -875,8 +881,30 @@ def test_every_binding_has_an_id_and_help_lists_them(run_ws: Path) -> None:
     assert bindings and all(b.id for b in bindings)
     assert len({b.id for b in bindings}) == len(bindings)
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, start_view="help")
-    text = app.help_markdown()
-    assert "view.history" in text and "item.open-png" in text and "disagreements.unstable" in text
+
+    async def scenario(pilot: Any) -> None:
+        shown = svg_text(app)
+        assert shown.splitlines()[0].strip().startswith("help — every key")
+        # Scrolled to the end, the help has shown every row of its text.
+        seen = set(shown.splitlines())
+        for _ in range(40):
+            await pilot.press("pagedown")
+            await pilot.pause()
+            seen |= set(svg_text(app).splitlines())
+        words = " ".join(" ".join(line.split()) for line in seen)
+        for cls in (JudgeloopApp, *VIEWS.values()):
+            for b in cls.__dict__.get("BINDINGS", []):
+                what = b.tooltip or b.description
+                assert " ".join(what.split()[:4]) in words, (b.id, what)
+        rows = {what: keys for _, section in app.help_sections() for keys, what in section}
+        assert rows["This list of every key"] == "? / F1"
+        assert rows["Select the next step"] == "→ / ."
+        assert rows["Open the selected experiment"] == "Enter"
+        assert rows["The same item under the next experiment"] == "]"
+        for internal in ("question_mark", "f1,", "right_square_bracket", "None", "set_keymap", "view.history"):
+            assert internal not in words and internal not in app.help_text(), internal
+
+    drive(app, scenario, size=(80, 24))
 
 
 def test_command_palette_switches_views(run_ws: Path) -> None:
@@ -941,11 +969,15 @@ def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) 
         assert isinstance(app.screen, HistoryView)
         lines = screen()
         assert lines[0].startswith(f"history — run {run.id}")
-        # The metric columns fit: the header names them, and every experiment's row is on screen,
-        # the incumbent's with its kappa and FPR.
-        line_with(lines, "id", "decision", "κ", "FPR", "bal.acc")
+        # The decision columns fit (the least important are hidden): the header names them, and every
+        # experiment's row is on screen with its p and cost, the incumbent's with its kappa and FPR.
+        line_with(lines, "id", "decision", "κ", "FPR", "Δκ", "p", "$", "rationale")
+        rows = screen_rows(app)
         for exp in experiments:
-            assert any(line.split()[:1] in ([str(exp.id)], [f"{exp.id}◆"]) for line in lines), exp.id
+            row = [line for line in rows if line.split()[:1] in ([str(exp.id)], [f"{exp.id}◆"])][:1]  # not the x axis
+            assert row, exp.id
+            assert (f"{exp.p_value:.3f}" if exp.p_value is not None else "—") in row[0], (exp.id, row[0])
+            assert f"{exp.cost_usd:.4f}" in row[0], (exp.id, row[0])
         line_with(lines, f"{incumbent.id}◆", f"{incumbent.kappa:.3f}", f"{incumbent.fpr:.3f}")
 
         await pilot.press("d")
@@ -969,6 +1001,45 @@ def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) 
         line_with(lines, "replicate 0:")
 
     drive(app, scenario, size=(80, 24))
+
+
+HISTORY_HEADERS = ("id", "time", "strategy", "decision", "κ", "FPR", "bal.acc", "Δκ", "ΔFPR", "p", "+rej", "$",
+                   "rationale")
+
+
+@pytest.mark.parametrize(("size", "hidden"), [
+    ((160, 45), ()), ((120, 36), ("+rej", "time")), ((80, 24), ("+rej", "time", "strategy", "bal.acc", "ΔFPR")),
+])
+def test_history_hides_its_least_important_columns_first_and_the_footer_keeps_help_and_quit(
+    run_ws: Path, size: tuple[int, int], hidden: tuple[str, ...],
+) -> None:
+    """At each width the table fits without a horizontal scrollbar, shows the columns a decision is read
+    from (p, $ and the rationale included), and hides only the least important; the footer always shows
+    ? (help) and q, and at 80 columns every view key as a letter. Resizing the same app moves between them."""
+    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
+
+    def check(width: int, hidden: tuple[str, ...]) -> None:
+        assert isinstance(app.screen, HistoryView)
+        table = cast(FixedColumnsTable, app.screen.query_one("#history-table"))
+        assert [str(c.label) for c in table.columns.values()] == [h for h in HISTORY_HEADERS if h not in hidden]
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        rationale = next(c for c in table.columns.values() if c.key.value == "rationale")
+        assert rationale.width >= (20 if width >= 120 else 10)
+        footer = screen_rows(app)[-1]
+        assert footer.lstrip().startswith("? Help") and "q Quit" in footer and "palette" in footer, footer
+        if width == 80:
+            assert "h e d i v c g views" in footer, footer
+
+    async def scenario(pilot: Any) -> None:
+        check(size[0], hidden)
+        await pilot.resize_terminal(160, 45)
+        await settle(app, pilot)
+        check(160, ())
+        await pilot.resize_terminal(*size)
+        await settle(app, pilot)
+        check(size[0], hidden)
+
+    drive(app, scenario, size=size)
 
 
 @pytest.mark.parametrize(("size", "min_reasoning"), [((120, 36), 20), ((80, 24), 7)])

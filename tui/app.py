@@ -2,13 +2,14 @@
 
 The app reads only the ledger (``optimizer.ledger``, read-only connection) and the workspace's split
 files; it never imports the loop. Runs are separate processes (``tui.runs``), so closing the TUI
-never stops one. Views are single-key switchable; every binding has an id (remap with
-``App.set_keymap``); the command palette (ctrl+p) lists every view and action.
+never stops one. Views are single-key switchable; every binding has an id (for ``App.set_keymap``);
+the command palette (ctrl+p) lists every view and action; help (? or F1) lists every key.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 from collections.abc import Callable
@@ -51,7 +52,10 @@ from tui.views import (
     View,
 )
 from tui.watch import LedgerWatcher, LiveState, initial_state
-from tui.widgets import StatusStrip
+from tui.widgets import StatusStrip, ask_terminal_before_start
+
+# Key names as the help shows them (Textual's display names where they differ from a keyboard's).
+HELP_KEY_NAMES = {"⏎": "Enter", "esc": "Esc", "period": "."}
 
 VIEWS: dict[str, type[View]] = {
     "history": HistoryView,
@@ -107,22 +111,22 @@ class JudgeloopApp(App[None]):
     TITLE = "judgeloop"
     COMMANDS: ClassVar = App.COMMANDS | {JudgeloopCommands}
     BINDINGS: ClassVar = [
-        Binding("h", "switch_view('history')", "History", id="view.history", tooltip="Experiments table and curves"),
+        Binding("h", "switch_view('history')", "History", id="view.history", tooltip="The history: the experiments table and the kappa and FPR curves"),
         Binding("e", "switch_view('experiment')", "Experiment", id="view.experiment",
-                tooltip="Diff, rationale, metrics and flips of the selected experiment"),
+                tooltip="The selected experiment: its edit (diff), rationale, metrics and flips"),
         Binding("d", "switch_view('disagreements')", "Disagree", id="view.disagreements",
-                tooltip="Items where judge and label disagree"),
+                tooltip="The items where judge and label disagree"),
         Binding("i", "switch_view('item')", "Item", id="view.item", tooltip="The selected item: verdicts, steps, screenshot"),
-        Binding("v", "switch_view('reviews')", "Reviews", id="view.reviews", tooltip="Human reviews"),
+        Binding("v", "switch_view('reviews')", "Reviews", id="view.reviews", tooltip="The reviews you recorded"),
         Binding("c", "switch_view('compare')", "Compare", id="view.compare",
-                tooltip="Selected experiment vs its parent (or the one marked with m)"),
+                tooltip="Compare the selected experiment with its parent (or with the one marked with m)"),
         Binding("g", "switch_view('helped')", "Helped", id="view.helped",
                 tooltip="What helped: each kept edit's gain when kept beside its contribution at the end"),
-        Binding("question_mark,f1", "switch_view('help')", "Help", id="view.help", tooltip="Every key"),
+        Binding("question_mark,f1", "switch_view('help')", "Help", id="view.help", tooltip="This list of every key"),
         Binding("r", "start_run", "Run", id="run.start", tooltip="Start a run (a separate process)"),
         Binding("R", "pick_run", "Runs", id="run.pick",
                 tooltip="Pick the run the history shows, or every run's experiments side by side"),
-        Binding("s", "stop_run", "Stop", id="run.stop", tooltip="Ask the running loop to stop (experiments/STOP)"),
+        Binding("s", "stop_run", "Stop", id="run.stop", tooltip="Ask the running loop to stop after its current step (creates experiments/STOP)"),
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Quit (a running run keeps going)"),
     ]
 
@@ -158,6 +162,13 @@ class JudgeloopApp(App[None]):
         self._reader_lock = threading.Lock()
         self._seen_changes: int | None = None
         self.current_view = start_view
+
+    def run(self, *, headless: bool = False, **kwargs: Any) -> None:
+        """Run in the terminal; first the image library's terminal queries, which must be answered
+        before Textual reads the input (or their replies arrive as keys: see ask_terminal_before_start)."""
+        if not headless:
+            ask_terminal_before_start()
+        super().run(headless=headless, **kwargs)
 
     # -- the selection ----------------------------------------------------------------------------
 
@@ -290,21 +301,45 @@ class JudgeloopApp(App[None]):
         left = self.compare_left if self.compare_left != self.experiment_id else None
         return left, self.experiment_id
 
-    def help_markdown(self) -> str:
-        """Every binding of the app and the views, with its id (for remapping) and what it does."""
-        def rows(bindings: list[Binding]) -> list[str]:
-            return [f"| `{b.key}` | {b.description} | {b.tooltip} | `{b.id}` |" for b in bindings]
+    def key_names(self, binding: Binding) -> str:
+        """A binding's keys as a person reads them: ``? / F1``, ``→ / .``, ``Enter`` (not ``question_mark,f1``)."""
+        names = []
+        for key in binding.key.split(","):
+            name = self.get_key_display(Binding(key.strip(), ""))
+            names.append(HELP_KEY_NAMES.get(name, name.upper() if re.fullmatch(r"f\d+", name) else name))
+        return " / ".join(names)
 
-        lines = ["# judgeloop tui — keys", "", "Everywhere:", "", "| key | action | what | id |", "|---|---|---|---|",
-                 *rows([b for b in self.BINDINGS if isinstance(b, Binding)]), "| `ctrl+p` | palette | every view and action by name | |", ""]
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """(heading, [(keys, what they do)]) for the app's keys, then each view's: the help view's text."""
+        def rows(bindings: list[Binding]) -> list[tuple[str, str]]:
+            return [(self.key_names(b), b.tooltip or b.description) for b in bindings]
+
+        sections = [("Everywhere", [*rows([b for b in self.BINDINGS if isinstance(b, Binding)]),
+                                    ("ctrl+p", "The palette: every view and action by name")])]
         for name, view in VIEWS.items():
             own = [b for b in view.BINDINGS if isinstance(b, Binding)]
             if own:
-                lines += [f"In the {name} view:", "", "| key | action | what | id |", "|---|---|---|---|",
-                          *rows(own), ""]
-        lines += ["Remap any key by its id with `App.set_keymap({id: key})`. A run started with r is a separate "
-                  "process (its log is in experiments/runs/); quitting the TUI never stops it."]
-        return "\n".join(lines)
+                sections.append((f"In the {name} view", rows(own)))
+        return sections
+
+    HELP_INTRO = (
+        "Review a run: d lists the items where judge and label disagree, Enter opens one, w / l / a record "
+        "a review. e shows the selected experiment's edit and decision, c compares it with its parent; h "
+        "goes back to the history."
+    )
+    HELP_NOTES = (
+        "A run started with r is a separate process: its log is in experiments/runs/, and quitting the TUI "
+        "never stops it (s asks it to stop after its current step).",
+        "In a narrow terminal the footer shows the view keys as letters only (h e d i v c g) and the history "
+        "hides its least important columns (+rej, time, strategy, bal.acc, ΔFPR, in that order).",
+    )
+
+    def help_text(self) -> str:
+        """The help as plain text (what the help view shows, without its layout)."""
+        lines = [self.HELP_INTRO, ""]
+        for heading, rows in self.help_sections():
+            lines += [heading, *(f"  {keys:<10} {what}" for keys, what in rows), ""]
+        return "\n".join([*lines, *self.HELP_NOTES])
 
     # -- errors -----------------------------------------------------------------------------------
 

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import re
+import select
+import sys
+import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from PIL import Image as PILImage
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult, RenderResult
+from textual.binding import Binding
 from textual.geometry import Size
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Footer, Static
+from textual.widgets._footer import FooterKey, FooterLabel
 from textual.widgets.data_table import ColumnKey, RowKey
 from textual_plotext import PlotextPlot
 
@@ -21,6 +29,45 @@ from tui.watch import LiveState
 if TYPE_CHECKING:
     # Only for the annotation: importing textual_image.widget queries the terminal (see StepImage).
     from textual_image.widget._base import Image as BaseImage
+
+# The device status report's answer ("ESC [ 0 n", or 3 for a malfunction): the end of the replies.
+_STATUS_REPLY = re.compile(rb"\x1b\[[0-9]n")
+
+
+def ask_terminal_before_start(timeout_s: float = 1.0) -> None:
+    """Let textual-image ask the terminal what it can show while this process still reads the input.
+
+    textual-image asks at its first import (primary device attributes for sixel, a kitty graphics
+    query, the cell size) and reads the answers from stdin; once Textual runs, its input thread reads
+    them instead, as keys: "ESC [ ? 1 ; 2 c" is ``?`` (help) then ``c`` (compare). So import it here,
+    before the app starts, then ask for the device status, which every VT100-compatible terminal
+    answers after the earlier queries, and discard what arrives up to that answer (a late reply to
+    textual-image's 0.1 s queries). Not a terminal on both ends: nothing to ask, nothing done.
+    """
+    stdin, stdout = sys.__stdin__, sys.__stdout__
+    if stdin is None or stdout is None or not (stdin.isatty() and stdout.isatty()):
+        return
+    import termios
+    import tty
+
+    fd = stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd, termios.TCSANOW)  # no echo, no line buffering: the replies are read, not shown
+    try:
+        import textual_image.widget  # noqa: F401  (the queries run at the first import)
+
+        stdout.write("\x1b[5n")
+        stdout.flush()
+        seen = b""
+        deadline = time.monotonic() + timeout_s
+        while _STATUS_REPLY.search(seen) is None and (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([fd], [], [], left)
+            chunk = os.read(fd, 1024) if ready else b""
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 class StatusStrip(Static):
@@ -37,9 +84,111 @@ class StatusStrip(Static):
         self.update(Text(state.line(), no_wrap=True, overflow="ellipsis"))
 
 
+Entry = tuple[Binding, bool, str]  # a binding, whether it is enabled, its tooltip
+
+
+class KeyFooter(Footer):
+    """The footer of keys, fitted to its width so that ``?`` (help: every key) and ``q`` always show.
+
+    In order: ``?``, the view's own keys, the keys that switch views, the other app keys (runs), ``q``
+    and the palette. Where not all fit, spacing gets compact; then the view-switching keys show as
+    keys only ("h e d i v c g views", their names in help and as tooltips) and the view's own keys and
+    the run keys show as many as fit, in their order. Recomposed when the width changes.
+    """
+
+    DEFAULT_CSS = "KeyFooter.-compact FooterLabel.-views { margin: 0 1 0 0; }"
+    ALWAYS: ClassVar[tuple[str, ...]] = ("view.help", "app.quit")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fitted_to = 0
+
+    def _cost(self, entry: Entry, compact: bool, key_only: bool = False) -> int:
+        key = len(self.app.get_key_display(entry[0]))
+        if key_only:
+            return key + 1
+        return key + len(entry[0].description) + (2 if compact else 3)
+
+    def fitted(self, width: int) -> tuple[list[Entry], list[Entry], list[Entry], bool]:
+        """At ``width`` columns: the entries shown before the view keys (with their names), the view
+        keys shown as keys only (empty when they have room for names), the entries after them, and
+        whether spacing is compact."""
+        own: list[Entry] = []
+        views: list[Entry] = []
+        other: list[Entry] = []
+        actions: set[str] = set()
+        for node, binding, enabled, tooltip in self.screen.active_bindings.values():
+            if not binding.show or binding.action in actions:
+                continue
+            actions.add(binding.action)
+            entry = (binding, enabled, tooltip)
+            if binding.id in self.ALWAYS:
+                continue
+            if node is not self.app:
+                own.append(entry)
+            elif binding.action.startswith("switch_view"):
+                views.append(entry)
+            else:
+                other.append(entry)
+        first = [e for e in self._all_bindings() if e[0].id == self.ALWAYS[0]][:1]  # ? and F1: one entry
+        last = [e for e in self._all_bindings() if e[0].id == self.ALWAYS[1]][:1]
+        room = width - len(self.app.get_key_display(Binding(self.app.COMMAND_PALETTE_BINDING, ""))) - len("palette") - 4
+        for compact in (False, True):
+            if sum(self._cost(e, compact) for e in first + own + views + other + last) <= room:
+                return first + own + views, [], other + last, compact
+        room -= sum(self._cost(e, True) for e in first + last)
+        room -= sum(self._cost(e, True, key_only=True) for e in views) + len("views") + 1
+        shown: list[Entry] = []
+        for entry in own + other:
+            if self._cost(entry, True) <= room:
+                room -= self._cost(entry, True)
+                shown.append(entry)
+        return first + [e for e in own if e in shown], views, [e for e in other if e in shown] + last, True
+
+    def _all_bindings(self) -> list[Entry]:
+        return [(binding, enabled, tooltip) for _node, binding, enabled, tooltip in self.screen.active_bindings.values()]
+
+    def _key(self, entry: Entry, *, key_only: bool = False) -> FooterKey:
+        binding, enabled, tooltip = entry
+        return FooterKey(binding.key, self.app.get_key_display(binding), "" if key_only else binding.description,
+                         binding.action, disabled=not enabled,
+                         tooltip=(tooltip or binding.tooltip or binding.description) if not key_only
+                         else f"{binding.description}: {tooltip or binding.tooltip}")
+
+    def compose(self) -> ComposeResult:
+        if not self._bindings_ready:
+            return
+        self._fitted_to = self.size.width or self.app.size.width
+        before, key_only, after, compact = self.fitted(self._fitted_to)
+        self.compact = compact
+        for entry in before:
+            yield self._key(entry).data_bind(compact=Footer.compact)
+        for entry in key_only:
+            yield self._key(entry, key_only=True).data_bind(compact=Footer.compact)
+        if key_only:
+            yield FooterLabel("views", classes="-views")
+        for entry in after:
+            yield self._key(entry).data_bind(compact=Footer.compact)
+        try:
+            _node, binding, enabled, _tooltip = self.screen.active_bindings[self.app.COMMAND_PALETTE_BINDING]
+        except KeyError:
+            return
+        yield FooterKey(binding.key, self.app.get_key_display(binding), binding.description, binding.action,
+                        classes="-command-palette", disabled=not enabled, tooltip=binding.tooltip or binding.description)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._bindings_ready and event.size.width != self._fitted_to:
+            self.call_after_refresh(self.recompose)
+
+
 class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
     """A DataTable whose columns all have fixed widths, with one optional ``fill_column`` that takes
     the width left over (so the table never needs a horizontal scrollbar at its own width).
+
+    Given its columns with ``set_columns`` and its rows with ``set_rows``, the table also hides
+    columns when narrow: those in ``drop_order``, first to last, until the others and ``fill_min``
+    columns of the fill column fit (the fill column then takes what is left, even below
+    ``fill_min``, rather than overflow). ``hidden`` names what is hidden now.
 
     DataTable measures every cell of every new row to size auto-width columns; with fixed widths that
     is wasted work (6,000 measurements for a 500-experiment history: about 50 ms on the UI thread at
@@ -48,10 +197,15 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
     tests/test_tui.py pins the contract (a DataTable measures each new cell there; this, none).
     """
 
-    def __init__(self, *args: Any, fill_column: str | None = None, fill_min: int = 20, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, fill_column: str | None = None, fill_min: int = 20,
+                 drop_order: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fill_column = fill_column
         self.fill_min = fill_min
+        self.drop_order = tuple(drop_order)
+        self.hidden: tuple[str, ...] = ()
+        self._specs: list[tuple[str, str, int]] = []
+        self._rows: list[tuple[str, Sequence[Text]]] = []
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         new_rows = list(new_rows)
@@ -66,15 +220,65 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
         header = self.header_height if self.show_header else 0
         self.virtual_size = Size(width, self._total_row_height + header)
 
+    def set_columns(self, specs: Sequence[tuple[str, str, int]]) -> None:
+        """Every column as (header, key, width), in order; which show depends on the width."""
+        self._specs = list(specs)
+        self._show(self.columns_for(self.size.width or self.app.size.width))
+
+    def set_rows(self, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
+        """Replace the rows: (key, one cell per column of ``set_columns``)."""
+        self._rows = list(rows)
+        self.clear()
+        self._add_rows()
+
+    def columns_for(self, width: int) -> tuple[str, ...]:
+        """The keys of the columns to hide at ``width`` (a prefix of ``drop_order``)."""
+        usable = width - self.styles.scrollbar_size_vertical
+        needed = {key: w + 2 * self.cell_padding for _, key, w in self._specs if key != self.fill_column}
+        total = sum(needed.values()) + (self.fill_min + 2 * self.cell_padding if self.fill_column else 0)
+        hidden: list[str] = []
+        for key in self.drop_order:
+            if total <= usable:
+                break
+            if key in needed:
+                hidden.append(key)
+                total -= needed[key]
+        return tuple(hidden)
+
+    def _show(self, hidden: tuple[str, ...]) -> None:
+        self.hidden = hidden
+        selected = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value if self.row_count else None
+        self.clear(columns=True)
+        for label, key, width in self._specs:
+            if key not in hidden:
+                self.add_column(label, key=key, width=width)
+        self._add_rows()
+        if selected is not None and selected in self.rows:
+            self.move_cursor(row=self.get_row_index(selected))
+        self.fit_fill_column()
+
+    def _add_rows(self) -> None:
+        shown = [i for i, (_, key, _) in enumerate(self._specs) if key not in self.hidden]
+        for key, cells in self._rows:
+            self.add_row(*(cells[i] for i in shown), key=key)
+
     def on_resize(self) -> None:
+        if self._specs and (hidden := self.columns_for(self.size.width)) != self.hidden:
+            self._show(hidden)
+        else:
+            self.fit_fill_column()
+
+    def fit_fill_column(self) -> None:
         """Give the fill column whatever the other columns leave of the table's width."""
-        if self.fill_column is None or self.fill_column not in self.columns:
+        if self.fill_column is None or self.fill_column not in self.columns or not self.size.width:
             return
         column = self.columns[ColumnKey(self.fill_column)]
         others = sum(c.get_render_width(self) for k, c in self.columns.items() if k.value != self.fill_column)
         # Leave room for the vertical scrollbar even before the rows that need it have arrived.
         spare = self.size.width - self.styles.scrollbar_size_vertical - others - 2 * self.cell_padding
-        width = max(self.fill_min, spare)
+        # With set_columns, columns_for left fill_min unless nothing more could be hidden: then the fill
+        # column takes what is left rather than push the last column past the edge.
+        width = max(1 if self._specs else self.fill_min, spare)
         if width != column.width:
             column.width = width
             self._clear_caches()

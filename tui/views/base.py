@@ -9,11 +9,11 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from tui.data import STATUS_STYLES, STATUS_TEXT, LedgerNotReady, fmt
-from tui.widgets import StatusStrip
+from tui.widgets import KeyFooter, StatusStrip
 
 if TYPE_CHECKING:
     from optimizer.ledger import Experiment
@@ -66,7 +66,7 @@ class View(Screen[None]):
         yield Static(self.view_name, classes="title", id="view-title")
         yield from self.body()
         yield StatusStrip(id="status-strip")
-        yield Footer()
+        yield KeyFooter()
 
     def body(self) -> ComposeResult:  # pragma: no cover - overridden
         yield from ()

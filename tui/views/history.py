@@ -23,6 +23,9 @@ HISTORY_COLUMNS = (
     ("κ", "kappa", 6), ("FPR", "fpr", 5), ("bal.acc", "bacc", 7), ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6),
     ("p", "p", 5), ("+rej", "rejudge", 5), ("$", "cost", 7), ("rationale", "rationale", 60)
 )
+# Hidden in this order when the terminal is narrow (160 columns show all; 120 hide +rej and time; 80
+# also strategy, bal.acc and ΔFPR): id, decision, κ, FPR, Δκ, p, $ and the rationale always show.
+HISTORY_DROP_ORDER = ("rejudge", "time", "strategy", "bacc", "dfpr")
 SORT_KEYS = ("id", "kappa", "fpr", "bacc", "dkappa", "p", "cost", "decision")
 
 
@@ -101,9 +104,9 @@ class HistoryView(View):
     def body(self) -> ComposeResult:
         yield Input(placeholder="filter: words, or status:kept / status:rolled_back — enter applies, esc clears",
                     id="history-filter", disabled=True)
-        table = FixedColumnsTable(id="history-table", cursor_type="row", zebra_stripes=True, fill_column="rationale")
-        for label, key, width in HISTORY_COLUMNS:
-            table.add_column(label, key=key, width=width)
+        table = FixedColumnsTable(id="history-table", cursor_type="row", zebra_stripes=True, fill_column="rationale",
+                                  drop_order=HISTORY_DROP_ORDER)
+        table.set_columns(HISTORY_COLUMNS)
         yield table
         yield Static("no runs yet — press r to start one", id="history-empty", classes="empty")
         with Horizontal(id="charts"):
@@ -153,11 +156,9 @@ class HistoryView(View):
         return sorted(rows, key=lambda r: _sort_value(r, self.sort_key), reverse=self.sort_reverse)
 
     def fill_table(self) -> None:
-        table = self.query_one("#history-table", DataTable)
+        table = self.query_one("#history-table", FixedColumnsTable)
         selected = self.selected_id()
-        table.clear()
-        for row in self.visible_rows():
-            table.add_row(*self.cells[row.id], key=str(row.id))
+        table.set_rows([(str(row.id), self.cells[row.id]) for row in self.visible_rows()])
         if selected is not None and str(selected) in table.rows:
             table.move_cursor(row=table.get_row_index(str(selected)))
         else:
