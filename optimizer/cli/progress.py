@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -36,6 +37,15 @@ def progress_line(snap: ProgressSnapshot) -> str:
     return " · ".join(parts + errors)
 
 
+def _columns(stream: TextIO) -> int:
+    """The width of the terminal ``stream`` writes to (its own, not stdout's, which may be a pipe)."""
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        columns = 0
+    return columns if columns > 0 else shutil.get_terminal_size((100, 24)).columns
+
+
 class StderrProgress:
     """A single updating progress line on a terminal; plain lines (about every 10%) otherwise.
 
@@ -58,7 +68,7 @@ class StderrProgress:
             if now - self._drawn_at < self.MIN_REDRAW_S and snap.done < snap.total:
                 return
             self._drawn_at = now
-            width = shutil.get_terminal_size((100, 24)).columns - 1
+            width = _columns(self.stream) - 1
             line = progress_line(snap)
             if len(line) > width:
                 line = line[: max(0, width - 1)] + "…"

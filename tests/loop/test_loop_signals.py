@@ -16,7 +16,13 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.loop.test_loop_edges import CliRun, _cache_rows, _gated_judge, _release, _running_candidate_with_progress
+from tests.loop.test_loop_edges import (
+    CliRun,
+    _cache_rows,
+    _gated_judge,
+    _release,
+    _running_candidate_with_progress,
+)
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge, present, run_loop, wait_for
 from tests.support.paths import REPO_ROOT
