@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import IO
 
 from tests.loop.test_loop_edges import (
     CliRun,
@@ -169,9 +170,9 @@ class _Cli:
             t.start()
 
     @staticmethod
-    def _read(stream: object, lines: list[str]) -> None:
-        assert hasattr(stream, "__iter__")
-        for line in stream:  # type: ignore[attr-defined]
+    def _read(stream: IO[str] | None, lines: list[str]) -> None:
+        assert stream is not None
+        for line in stream:
             lines.append(line)
 
     def wait(self) -> int:
