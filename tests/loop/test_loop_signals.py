@@ -17,17 +17,11 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from tests.loop.test_loop_edges import (
-    CliRun,
-    _cache_rows,
-    _gated_judge,
-    _release,
-    _running_candidate_with_progress,
-)
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge, present, run_loop, wait_for
 from tests.support.paths import REPO_ROOT
 from tests.support.scripted import assert_clean, latest
+from tests.support.signals import CliRun, cache_rows, gated_judge, release, running_candidate_with_progress
 
 CONCURRENCY = 8  # CliRun's --concurrency
 
@@ -45,10 +39,10 @@ def _every_slot_held(judge: FakeJudge, server: FakeLLMServer) -> None:
 
 
 def test_ctrl_c_stops_new_calls_at_once_records_the_stop_and_resume_finishes_the_candidate(ws: Path) -> None:
-    judge = _gated_judge(ws, candidate_calls=4)
+    judge = gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
         with CliRun(ws, server, "--strategy", "library", "--max-experiments", "2") as cli:
-            wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            wait_for(lambda: running_candidate_with_progress(ws), "a running candidate with progress events")
             _every_slot_held(judge, server)
             cli.proc.send_signal(signal.SIGINT)
             # Said at once, while the calls in flight are still held: the run does not wait for its step.
@@ -56,11 +50,11 @@ def test_ctrl_c_stops_new_calls_at_once_records_the_stop_and_resume_finishes_the
                      "the stop to be announced")
             assert cli.proc.poll() is None
             requests_at_stop = len(server.inference_requests())
-            _release(judge, abandon=False)  # the calls in flight are answered
+            release(judge, abandon=False)  # the calls in flight are answered
             assert cli.wait() == 0, "".join(cli.lines)
         assert len(server.inference_requests()) == requests_at_stop, "a judge call started after the Ctrl-C"
         # Nothing lost: every answered call is in the cache, to be served again by --resume.
-        assert _cache_rows(ws)[0] == len(judge.answered)
+        assert cache_rows(ws)[0] == len(judge.answered)
         run, exps = latest(ws)
         assert run.status == "stopped"
         assert (run.stop_reason or "").startswith(f"interrupted (Ctrl-C) while evaluating experiment {exps[1].id}, "
@@ -80,22 +74,22 @@ def test_ctrl_c_stops_new_calls_at_once_records_the_stop_and_resume_finishes_the
     baseline_calls = len(judge.neg_rank) + len(judge.pos_rank)
     # The calls the candidate got answered before the stop came back from the cache.
     assert resumed.cache_hits >= answered_before - baseline_calls
-    assert len(judge.answered) == _cache_rows(ws)[0]  # no call was paid twice
+    assert len(judge.answered) == cache_rows(ws)[0]  # no call was paid twice
     assert_clean(ws)
 
 
 def test_ctrl_c_then_sigterm_aborts_with_130_named_as_sigterm(ws: Path) -> None:
-    judge = _gated_judge(ws, candidate_calls=4)
+    judge = gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
         with CliRun(ws, server, "--strategy", "library", "--max-experiments", "1") as cli:
-            wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            wait_for(lambda: running_candidate_with_progress(ws), "a running candidate with progress events")
             _every_slot_held(judge, server)
             cli.proc.send_signal(signal.SIGINT)
             wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops"), "the stop to be announced")
-            wait_for(lambda: _cache_rows(ws)[0] >= present(judge.gate_after), "the answered calls to be cached")
+            wait_for(lambda: cache_rows(ws)[0] >= present(judge.gate_after), "the answered calls to be cached")
             cli.proc.send_signal(signal.SIGTERM)  # the calls in flight are still held: abort now
             rc = cli.wait()
-            _release(judge, abandon=True)
+            release(judge, abandon=True)
             assert rc == 130, "".join(cli.lines)
         assert cli.said("judgeloop: second SIGTERM: aborting now")
         run, exps = latest(ws)
@@ -109,16 +103,16 @@ def test_ctrl_c_then_sigterm_aborts_with_130_named_as_sigterm(ws: Path) -> None:
 
 
 def test_sigterm_is_named_sigterm_and_stops_the_run_like_ctrl_c(ws: Path) -> None:
-    judge = _gated_judge(ws, candidate_calls=4)
+    judge = gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
         with CliRun(ws, server, "--strategy", "library", "--max-experiments", "2") as cli:
-            wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            wait_for(lambda: running_candidate_with_progress(ws), "a running candidate with progress events")
             _every_slot_held(judge, server)
             cli.proc.send_signal(signal.SIGTERM)
             wait_for(lambda: cli.said("judgeloop: SIGTERM: the run stops after the judge calls in flight"),
                      "the stop to be announced")
             requests_at_stop = len(server.inference_requests())
-            _release(judge, abandon=False)
+            release(judge, abandon=False)
             assert cli.wait() == 0, "".join(cli.lines)
         assert len(server.inference_requests()) == requests_at_stop
     assert not any("Ctrl-C" in line for line in cli.lines if "SIGTERM" not in line and "abort" not in line)
@@ -136,20 +130,20 @@ def test_ctrl_c_during_the_baseline_leaves_it_for_resume(ws: Path) -> None:
             cli.proc.send_signal(signal.SIGINT)
             wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops"), "the stop to be announced")
             requests_at_stop = len(server.inference_requests())
-            _release(judge, abandon=False)
+            release(judge, abandon=False)
             assert cli.wait() == 0, "".join(cli.lines)
         assert len(server.inference_requests()) == requests_at_stop
         run, exps = latest(ws)
         assert run.status == "stopped" and [e.status for e in exps] == ["running"]
         assert f"after {5 + CONCURRENCY}/" in (run.stop_reason or "")
         answered = len(judge.answered)
-        assert answered == 5 + CONCURRENCY and _cache_rows(ws)[0] == answered
+        assert answered == 5 + CONCURRENCY and cache_rows(ws)[0] == answered
 
         assert run_loop(ws, server.openai_base_url, "--resume") == 0
     run, exps = latest(ws)
     assert run.status == "finished" and exps[0].status == "baseline"
     assert exps[0].cache_hits >= answered  # the baseline's answered calls were not paid again
-    assert len(judge.answered) == _cache_rows(ws)[0]
+    assert len(judge.answered) == cache_rows(ws)[0]
 
 
 # -- eval ----------------------------------------------------------------------------------------------
@@ -204,19 +198,19 @@ def test_eval_stops_on_sigterm_within_the_calls_in_flight_writes_nothing_and_los
                                  for line in list(cli.err)), "the stop to be announced")
             assert cli.proc.poll() is None  # still waiting for the calls in flight, not killed
             requests_at_stop = len(server.inference_requests())
-            _release(judge, abandon=False)
+            release(judge, abandon=False)
             assert cli.wait() == 130, "".join(cli.err)
         assert len(server.inference_requests()) == requests_at_stop, "a judge call started after SIGTERM"
         judged = 6 + CONCURRENCY
         assert cli.err[-1].startswith(f"judgeloop eval: stopped by SIGTERM: {judged} of ")
         assert "nothing written" in cli.err[-1] and "Traceback" not in "".join(cli.err)
         assert not out.exists() and not "".join(cli.out).strip()
-        assert _cache_rows(ws)[0] == len(judge.answered) == judged
+        assert cache_rows(ws)[0] == len(judge.answered) == judged
 
         # The same evaluation again pays only for the other items.
         with _Cli(*args) as again:
             assert again.wait() == 0, "".join(again.err)
-    assert len(judge.answered) == len(set(judge.answered)) == _cache_rows(ws)[0]
+    assert len(judge.answered) == len(set(judge.answered)) == cache_rows(ws)[0]
     assert any(f"{judged} cached" in line for line in again.out)
     assert (out / "_summary.json").is_file()
 
