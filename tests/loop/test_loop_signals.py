@@ -10,6 +10,7 @@ so no call can be half-sent, and every request the server sees after the signal 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,10 +18,14 @@ import threading
 from pathlib import Path
 from typing import IO
 
+import pytest
+
+from optimizer.ledger import Ledger
+from tests.support.attribution import MARKER_A, MarkerJudge, add_line, run_chain
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge, present, run_loop, wait_for
+from tests.support.loop import FakeJudge, present, run_loop, stop_after_baseline, wait_for
 from tests.support.paths import REPO_ROOT
-from tests.support.scripted import assert_clean, latest
+from tests.support.scripted import add_heldout_split, assert_clean, latest
 from tests.support.signals import CliRun, cache_rows, gated_judge, release, running_candidate_with_progress
 
 CONCURRENCY = 8  # CliRun's --concurrency
@@ -237,3 +242,72 @@ def test_ctrl_c_before_any_call_on_a_cached_eval_still_ends_cleanly(ws: Path) ->
             raise AssertionError("an evaluation stopped before its first call returned a result")
         assert server.inference_requests() == []
     assert not (ws / "never").exists()
+
+
+# -- confirm and attribute ---------------------------------------------------------------------------
+
+
+def _judge_args(server: FakeLLMServer) -> tuple[str, ...]:
+    return ("--provider", "openai", "--base-url", server.openai_base_url, "--model", "fake-judge",
+            "--concurrency", str(CONCURRENCY))
+
+
+def test_confirm_stopped_by_ctrl_c_records_nothing_counts_no_use_and_loses_no_call(ws: Path) -> None:
+    with FakeLLMServer(default=FakeJudge(ws)) as server, stop_after_baseline():
+        assert run_loop(ws, server.openai_base_url) == 0  # a run with an incumbent to confirm
+    _, held = add_heldout_split(ws, n_held=12)
+    cached_before = cache_rows(ws)[0]  # the run's calls
+    judge = FakeJudge(ws)  # knows the held-out items now
+    judge.gate_after = 2
+    with FakeLLMServer(default=judge) as server:
+        args = ("confirm", "-w", str(ws), "--split", "held", *_judge_args(server))
+        with _Cli(*args) as cli:
+            _every_slot_held(judge, server)
+            cli.proc.send_signal(signal.SIGINT)
+            wait_for(lambda: any("judgeloop: Ctrl-C: the confirmation stops after the judge calls in flight" in line
+                                 for line in list(cli.err)), "the stop to be announced")
+            requests_at_stop = len(server.inference_requests())
+            release(judge, abandon=False)
+            assert cli.wait() == 130, "".join(cli.err)
+        assert len(server.inference_requests()) == requests_at_stop
+        assert cli.err[-1].startswith(f"judgeloop confirm: stopped by Ctrl-C: {2 + CONCURRENCY} of {len(held)} "
+                                      "items judged; nothing recorded and the use is not counted")
+        with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+            assert led.count_confirmations("held") == 0
+        assert cache_rows(ws)[0] - cached_before == len(judge.answered)
+
+        with _Cli(*args) as again:
+            assert again.wait() == 0, "".join(again.err)
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        assert led.count_confirmations("held") == 1
+    assert len(judge.answered) == len(set(judge.answered)) == cache_rows(ws)[0] - cached_before == len(held)
+
+
+def test_attribute_stopped_by_ctrl_c_keeps_what_it_measured_and_says_what_is_left(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judge = MarkerJudge(ws)
+    with FakeLLMServer(default=judge) as server:
+        exps = run_chain(ws, monkeypatch, judge, server, [add_line(MARKER_A, at=0)])
+        assert [e.status for e in exps] == ["baseline", "kept"]
+        judge.gate_after = len(judge.answered) + 10
+        args = ("attribute", "-w", str(ws), *_judge_args(server))
+        with _Cli(*args) as cli:
+            _every_slot_held(judge, server)
+            cli.proc.send_signal(signal.SIGINT)
+            wait_for(lambda: any("judgeloop: Ctrl-C: the attribution stops after the judge calls in flight" in line
+                                 for line in list(cli.err)), "the stop to be announced")
+            requests_at_stop = len(server.inference_requests())
+            release(judge, abandon=False)
+            assert cli.wait() == 0, "".join(cli.err)
+        assert len(server.inference_requests()) == requests_at_stop
+        out = "".join(cli.out)
+        assert re.search(r"#\d+: not measured: .*interrupted \(Ctrl-C\)", out) and ": partial" in out, out
+        assert cache_rows(ws)[0] == len(judge.answered)
+
+        with _Cli(*args) as again:
+            assert again.wait() == 0, "".join(again.err)
+    assert ": complete" in "".join(again.out)
+    # Re-judging repeats a request body on purpose (another replicate): the measure is the cache, one
+    # entry per answered call, none answered twice.
+    assert len(judge.answered) == cache_rows(ws)[0]
