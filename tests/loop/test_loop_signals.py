@@ -23,7 +23,7 @@ import pytest
 from optimizer.ledger import Ledger
 from tests.support.attribution import MARKER_A, MarkerJudge, add_line, run_chain
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge, present, run_loop, stop_after_baseline, wait_for
+from tests.support.loop import FakeJudge, commit_all, present, run_loop, stop_after_baseline, wait_for
 from tests.support.paths import REPO_ROOT
 from tests.support.scripted import add_heldout_split, assert_clean, latest
 from tests.support.signals import CliRun, cache_rows, gated_judge, release, running_candidate_with_progress
@@ -311,3 +311,31 @@ def test_attribute_stopped_by_ctrl_c_keeps_what_it_measured_and_says_what_is_lef
     # Re-judging repeats a request body on purpose (another replicate): the measure is the cache, one
     # entry per answered call, none answered twice.
     assert len(judge.answered) == cache_rows(ws)[0]
+
+
+def test_the_spend_of_a_cut_evaluation_is_on_the_ledger_once_before_and_after_resume(ws: Path) -> None:
+    cfg = ws / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+                   encoding="utf-8")
+    commit_all(ws, "prices")
+    judge = gated_judge(ws, candidate_calls=4)
+    with FakeLLMServer(default=judge) as server:
+        with CliRun(ws, server, "--strategy", "library", "--max-experiments", "1") as cli:
+            wait_for(lambda: running_candidate_with_progress(ws), "a running candidate with progress events")
+            _every_slot_held(judge, server)
+            cli.proc.send_signal(signal.SIGINT)
+            wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops"), "the stop to be announced")
+            release(judge, abandon=False)
+            assert cli.wait() == 0, "".join(cli.lines)
+        _, exps = latest(ws)
+        calls, paid = cache_rows(ws)
+        assert calls == len(judge.answered) and paid > 0
+        # Every dollar paid is on a row (the cut candidate's included), and the summary said so.
+        assert sum(e.cost_usd for e in exps) == pytest.approx(paid)
+        assert exps[1].status == "running" and exps[1].cost_usd > 0
+        assert cli.said(f"; spent ${paid:.4f}")
+
+        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+    _, exps = latest(ws)
+    assert exps[1].status in ("kept", "rolled_back")
+    assert sum(e.cost_usd for e in exps) == pytest.approx(cache_rows(ws)[1])  # counted once, not twice
