@@ -335,21 +335,42 @@ def stopped_decision(
             if tid in candidate_so_far and not is_correct(labels[tid], candidate_so_far[tid])
         )
         fp_inc = sum(1 for tid in negatives if not is_correct(labels[tid], incumbent.get(tid)))
-        return _fpr_stop(fp_so_far, fp_inc, len(negatives), negatives_left, loop, level)
+        return _fpr_stop(fp_so_far, fp_inc, len(negatives), negatives_left, len(candidate_so_far), len(labels),
+                         loop, level)
     best = _best_case_decision(labels, candidate_so_far, incumbent, loop, alpha)
     if best is None or (best.paired_keep if loop.policy == "paired" else best.literal_keep):
         return None
-    return _best_case_stop(best, len(unjudged), len(labels), loop, level)
+    best_metrics, best_flips = best_completion(labels, candidate_so_far, incumbent)
+    inc_right = {tid: is_correct(labels[tid], incumbent.get(tid)) for tid in labels}
+    cand_right = {tid: is_correct(labels[tid], answer) for tid, answer in candidate_so_far.items()}
+    observed = Observed(judged=len(candidate_so_far), total=len(labels),
+                        fixed=sum(1 for t, right in cand_right.items() if right and not inc_right[t]),
+                        broken=sum(1 for t, right in cand_right.items() if inc_right[t] and not right))
+    return _best_case_stop(best, Counts.of(score(labels, incumbent)), Counts.of(best_metrics), best_flips.improved,
+                           best_flips.worsened, observed, loop, level)
 
 
-def _fpr_stop(fp_so_far: int, fp_inc: int, n_neg: int, negatives_left: int, loop: LoopSection,
-              level: float) -> Decision:
+class Observed(NamedTuple):
+    """What an early-stopped evaluation saw before the bound fired: items judged of the split's, and
+    among them the items the candidate newly got right (``fixed``) and newly got wrong (``broken``)."""
+
+    judged: int
+    total: int
+    fixed: int
+    broken: int
+
+    def text(self) -> str:
+        return f"stopped early after {self.judged}/{self.total} items: {self.fixed} fixed, {self.broken} broken"
+
+
+def _fpr_stop(fp_so_far: int, fp_inc: int, n_neg: int, negatives_left: int, judged: int, n_items: int,
+              loop: LoopSection, level: float) -> Decision:
     """The rollback when the FPR bound fired (`stopped_decision`, `EarlyStopper`)."""
     reason = (
-        f"stopped early with {negatives_left} of {n_neg} negatives unjudged: {fp_so_far} false positives "
-        f"already give FPR ≥ {fp_so_far / n_neg:.3f} > {fp_inc / n_neg:.3f}"
+        f"stopped early after {judged}/{n_items} items: {fp_so_far} false positive(s) already, so "
+        f"FPR ≥ {fp_so_far / n_neg:.3f} > {fp_inc / n_neg:.3f}"
         + (f" + {loop.fpr_tolerance:g}" if loop.fpr_tolerance else "")
-        + ": rolled back (FPR rose)"
+        + f" whatever the {negatives_left} of {n_neg} negatives still unjudged get: rolled back (FPR rose)"
     )
     return Decision(
         keep=False,
@@ -363,17 +384,30 @@ def _fpr_stop(fp_so_far: int, fp_inc: int, n_neg: int, negatives_left: int, loop
     )
 
 
-def _best_case_stop(best: Decision, unjudged: int, n_items: int, loop: LoopSection, level: float) -> Decision:
-    """The rollback when even the best completion (``best``) is rolled back (`stopped_decision`,
-    `EarlyStopper`)."""
-    best_reason, open_note = best.reason, ""
-    if loop.policy == "paired" and best.literal_keep:
-        # Said once: in the best case the literal policy keeps it, so its outcome was still open.
-        best_reason = best_reason.replace("; the literal policy would have kept it", "")
-        open_note = "; the literal policy's outcome was still open when evaluation stopped"
+def _best_case_stop(best: Decision, incumbent: Counts, completed: Counts, improved: int, worsened: int,
+                    observed: Observed, loop: LoopSection, level: float) -> Decision:
+    """The rollback when even the best completion (``best``: its counts ``completed``, its flips) is
+    rolled back (`stopped_decision`, `EarlyStopper`). What was observed comes first; the best case's
+    figures are labelled as the bound they are."""
+    k_i, k_c = kappa_fraction(*incumbent), kappa_fraction(*completed)
+    n_neg = incumbent.tn + incumbent.fp
+    bound = [f"kappa ≤ {_fmt_rate(k_c, 3)} vs {_fmt_rate(k_i, 3)}"]
+    if n_neg:
+        bound.append(f"FPR ≥ {completed.fp / n_neg:.3f} vs {incumbent.fp / n_neg:.3f}")
+    bound += [f"flips +{improved}/−{worsened}", f"p ≥ {_fmt_p(best.p_value)}"]
+    why: list[str] = []
+    if not _kappa_clears(completed, incumbent, loop.min_kappa_delta):
+        why.append("kappa could not rise" + (f" by more than {loop.min_kappa_delta:g}" if loop.min_kappa_delta else ""))
+    if n_neg and not _fpr_within(completed.fp, incumbent.fp, n_neg, loop.fpr_tolerance):
+        why.append("FPR would rise")
+    if not why:
+        why.append(f"the gain could not be significant at {level:.3g}")
+    # In the best case the literal policy keeps it: under paired its outcome was still open.
+    open_note = ("; the literal policy's outcome was still open when evaluation stopped"
+                 if loop.policy == "paired" and best.literal_keep else "")
     reason = (
-        f"stopped early with {unjudged} of {n_items} items unjudged; even if all were answered "
-        f"correctly: {best_reason}{open_note}"
+        f"{observed.text()}; even if every remaining item went its way (bound: {', '.join(bound)}) "
+        f"it could not be kept ({'; '.join(why)}){open_note}"
     )
     return Decision(
         keep=False,
@@ -627,12 +661,16 @@ def adaptive_stopped_decision(
     diffs: list[Fraction] = []
     best_c: dict[str, bool] = {}
     best_i: dict[str, bool] = {}
-    unjudged = disagreeing = 0
+    unjudged = disagreeing = fixed = broken = 0
     for tid in sorted(labels):
         label, inc = labels[tid], incumbent[tid]
         i_k, n_i = sum(1 for a in inc if is_correct(label, a)), len(inc)
         inc_right = is_correct(label, majority_answer(inc))
         cand = candidate_so_far.get(tid)
+        if cand is not None:
+            cand_right = is_correct(label, majority_answer(cand))
+            fixed += cand_right and not inc_right
+            broken += inc_right and not cand_right
         if cand is None:
             unjudged += 1
             k = n_i
@@ -657,21 +695,28 @@ def adaptive_stopped_decision(
     best = adaptive_test(diffs)
     if kappa_ok and fpr_ok and best.below(_exact(level)):
         return None
-    return _adaptive_stop(kappa_ok, fpr_ok, best.p_value, unjudged, disagreeing, len(labels), loop, level)
+    observed = Observed(judged=len(labels) - unjudged, total=len(labels), fixed=fixed, broken=broken)
+    return _adaptive_stop(kappa_ok, fpr_ok, best.p_value, observed, disagreeing, loop, level)
 
 
-def _adaptive_stop(kappa_ok: bool, fpr_ok: bool, p_value: float, unjudged: int, disagreeing: int,
-                   n_items: int, loop: LoopSection, level: float) -> Decision:
-    """The rollback when the adaptive bound fired (`adaptive_stopped_decision`, `EarlyStopper`)."""
+def _adaptive_stop(kappa_ok: bool, fpr_ok: bool, p_value: float, observed: Observed, disagreeing: int,
+                   loop: LoopSection, level: float) -> Decision:
+    """The rollback when the adaptive bound fired (`adaptive_stopped_decision`, `EarlyStopper`).
+    ``observed``: fixed and broken on first-pass majorities."""
     why = [] if kappa_ok else ["kappa could not rise"]
     if not fpr_ok:
         why.append("FPR would rise")
     if kappa_ok and fpr_ok:
-        why.append(f"the gain would still be not significant (sign-flip p ≥ {_fmt_p(p_value)} ≥ {level:.3g})")
-    where = (f"stopped early with {unjudged} of {n_items} items unjudged" if unjudged
-             else f"not re-judged ({disagreeing} item(s) disagree)")
-    reason = (f"{where}: even if every judgement still to come went the candidate's way, "
-              + "; ".join(why) + ": rolled back")
+        why.append(f"the gain could not be significant at {level:.3g}")
+    unjudged = observed.total - observed.judged
+    if unjudged:
+        reason = (f"{observed.text()}; even if every judgement still to come went the candidate's way "
+                  f"(bound: sign-flip p ≥ {_fmt_p(p_value)}) it could not be kept ({'; '.join(why)})")
+    else:
+        reason = (f"not re-judged ({disagreeing} item(s) disagree): judged all {observed.total} items, "
+                  f"{observed.fixed} fixed, {observed.broken} broken; even if every re-judgement went the "
+                  f"candidate's way (bound: sign-flip p ≥ {_fmt_p(p_value)}) it could not be kept "
+                  f"({'; '.join(why)})")
     return Decision(
         keep=False, reason=reason, literal_keep=False, paired_keep=False, p_value=p_value,
         policy=loop.policy, early_stopped=bool(unjudged), adaptive_keep=False, alpha=level,
@@ -712,7 +757,7 @@ class _PairedBound:
         self.inc_error = (f"score() has answers for {len(extra)} id(s) outside the labels, "
                           f"e.g. {extra[0]!r}" if extra else None)
         self.judged: dict[str, bool] = {}
-        self.wrong_pos = self.wrong_neg = self.judged_neg = 0
+        self.wrong_pos = self.wrong_neg = self.judged_neg = self.fixed = 0
         # Flips of the best completion (every unjudged item right): every item the incumbent got wrong
         # is improved until it is judged wrong.
         self.improved, self.worsened = len(labels) - tp_i - tn_i, 0
@@ -721,6 +766,8 @@ class _PairedBound:
         positive = self.labels[tid].is_positive
         if not positive:
             self.judged_neg += sign
+        if right and not self.inc_right[tid]:
+            self.fixed += sign
         if not right:
             if positive:
                 self.wrong_pos += sign
@@ -742,7 +789,8 @@ class _PairedBound:
         fp_inc = self.inc_counts.fp
         n_neg = self.n_neg
         if n_neg and not _fpr_within(self.wrong_neg, fp_inc, n_neg, loop.fpr_tolerance):
-            return _fpr_stop(self.wrong_neg, fp_inc, n_neg, n_neg - self.judged_neg, loop, self.level)
+            return _fpr_stop(self.wrong_neg, fp_inc, n_neg, n_neg - self.judged_neg, len(self.judged),
+                             len(self.labels), loop, self.level)
         if self.n_pos in (0, len(self.labels)):
             return None
         if self.inc_error is not None:
@@ -753,8 +801,9 @@ class _PairedBound:
                              alpha=self.alpha)
         if best.paired_keep if loop.policy == "paired" else best.literal_keep:
             return None
-        n = len(self.labels)
-        return _best_case_stop(best, n - len(self.judged), n, loop, self.level)
+        observed = Observed(judged=len(self.judged), total=len(self.labels), fixed=self.fixed, broken=self.worsened)
+        return _best_case_stop(best, self.inc_counts, best_counts, self.improved, self.worsened, observed, loop,
+                               self.level)
 
 
 class _ItemBound(NamedTuple):
@@ -783,6 +832,9 @@ class _AdaptiveBound:
         self.evidence: Counter[Fraction] = Counter()  # d·|d| → items, non-zero ones only
         self.right = {True: [0, 0], False: [0, 0]}  # candidate?, then [positives, negatives] right
         self.disagreeing = 0
+        # Judged items' first-pass majorities: (candidate right, incumbent right), and the fixed/broken counts.
+        self.observed: dict[str, tuple[bool, bool]] = {}
+        self.fixed = self.broken = 0
         if self.one_class:
             return  # never stops (module docstring); the incumbent is not read, as in the reference
         r = loop.rejudge
@@ -809,6 +861,15 @@ class _AdaptiveBound:
             if not self.evidence[e]:
                 del self.evidence[e]
 
+    def _observe(self, tid: str, cand_right: bool, inc_right: bool) -> None:
+        old = self.observed.get(tid)
+        if old is not None:
+            self.fixed -= old[0] and not old[1]
+            self.broken -= old[1] and not old[0]
+        self.fixed += cand_right and not inc_right
+        self.broken += inc_right and not cand_right
+        self.observed[tid] = (cand_right, inc_right)
+
     def _counts(self, candidate: bool) -> Counts:
         tp, tn = self.right[candidate]
         n_neg = len(self.labels) - self.n_pos
@@ -830,6 +891,7 @@ class _AdaptiveBound:
         self._count(tid, self.items[tid], -1)
         self._count(tid, item, +1)
         self.judged.add(tid)
+        self._observe(tid, is_correct(label, cand_major), inc_right)
         if exact_bits_grouped(self.evidence) > MAX_EXACT_BITS:
             return None  # the bound's proof needs the exact p-value
         counts_c, counts_i = self._counts(True), self._counts(False)
@@ -841,9 +903,8 @@ class _AdaptiveBound:
         best = sign_flip_test_grouped(self.evidence)
         if kappa_ok and fpr_ok and best.below(level):
             return None
-        n = len(self.labels)
-        return _adaptive_stop(kappa_ok, fpr_ok, best.p_value, n - len(self.judged), self.disagreeing, n, loop,
-                              self.level)
+        observed = Observed(judged=len(self.judged), total=len(self.labels), fixed=self.fixed, broken=self.broken)
+        return _adaptive_stop(kappa_ok, fpr_ok, best.p_value, observed, self.disagreeing, loop, self.level)
 
 
 class EarlyStopper:

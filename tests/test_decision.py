@@ -166,8 +166,8 @@ def test_fpr_bound_fires_once_false_positives_exceed_the_incumbents() -> None:
     d = stopped_decision(labels, so_far, incumbent, PAIRED)
     assert d is not None and d.early_stopped and not d.keep and not d.literal_keep
     assert d.reason == (
-        "stopped early with 6 of 10 negatives unjudged: 3 false positives already give "
-        "FPR ≥ 0.300 > 0.200: rolled back (FPR rose)"
+        "stopped early after 4/12 items: 3 false positive(s) already, so FPR ≥ 0.300 > 0.200 whatever the "
+        "6 of 10 negatives still unjudged get: rolled back (FPR rose)"
     )
 
 
@@ -186,11 +186,15 @@ def test_kappa_bound_uses_the_all_correct_completion() -> None:
     assert kappa_provably_cannot_beat(labels, so_far, incumbent, PAIRED)
     d = stopped_decision(labels, so_far, incumbent, PAIRED)
     assert d is not None and d.p_value == 0.5
-    assert d.reason.startswith(
-        "stopped early with 4 of 8 items unjudged; even if all were answered correctly: kappa"
+    # What was observed first (4 negatives judged as the incumbent did: nothing fixed or broken), then
+    # the best completion as the bound it is: p0..p3 right gives tp 4, fp 1 (kappa (7/8 − 1/2)/(1/2) =
+    # 0.75 vs the incumbent's (6/8 − 1/2)/(1/2) = 0.5), one flip (p3), McNemar p = 1/2.
+    assert d.reason == (
+        "stopped early after 4/8 items: 0 fixed, 0 broken; even if every remaining item went its way "
+        "(bound: kappa ≤ 0.750 vs 0.500, FPR ≥ 0.250 vs 0.250, flips +1/−0, p ≥ 0.500) it could not be kept "
+        "(the gain could not be significant at 0.1); the literal policy's outcome was still open when "
+        "evaluation stopped"
     )
-    assert d.reason.endswith("(the gain is not significant); the literal policy's outcome was still open when "
-                             "evaluation stopped")
 
 
 def test_kappa_bound_never_stops_on_a_one_class_split() -> None:

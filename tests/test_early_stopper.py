@@ -45,7 +45,7 @@ def _judgement(rng: random.Random, label: Label, p_right: float) -> Answer:
 
 
 def _kind(d: Decision) -> str:
-    if "negatives unjudged:" in d.reason:
+    if "false positive(s) already" in d.reason:
         return "fpr"
     return "not re-judged" if d.reason.startswith("not re-judged") else "best case"
 

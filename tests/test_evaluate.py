@@ -419,7 +419,7 @@ def test_progress_is_plain_lines_when_not_a_terminal(data: Data) -> None:
     progress.close()
     lines = stream.getvalue().splitlines()
     assert lines and "\r" not in stream.getvalue()
-    assert lines[-1].startswith(f"judge {len(data.items)}/{len(data.items)} items")
+    assert lines[-1].startswith(f"judged {len(data.items)}/{len(data.items)} items")
 
 
 def test_fully_cached_items_are_not_rendered_again_until_an_input_changes(

@@ -9,6 +9,7 @@ import sys
 
 from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
+from optimizer.cli.signals import stop_on_signals
 from optimizer.events import Event, Message
 from optimizer.loop.attribute import AttributeOptions, attribute
 from optimizer.report import attribution_json
@@ -17,16 +18,17 @@ from optimizer.workspace import Workspace
 
 def cmd_attribute(args: argparse.Namespace) -> int:
     """Measure the kept edits newest first within --budget-usd; --json prints the result as one object
-    (status lines then go to stderr)."""
+    (status lines then go to stderr). A Ctrl-C or SIGTERM stops it after the calls in flight; what was
+    measured is kept (exit 0, the attribution partial)."""
     options = AttributeOptions(run=args.run, budget_usd=args.budget_usd, judge=judge_overrides(args))
-    with TerminalEvents() as terminal:
+    with TerminalEvents() as terminal, stop_on_signals("the attribution") as stop:
         def events(event: Event) -> None:
             if args.json and isinstance(event, Message):
                 print(event.text, file=sys.stderr, flush=True)
             else:
                 terminal(event)
 
-        result = attribute(Workspace.open(args.workspace), options, events)
+        result = attribute(Workspace.open(args.workspace), options, events, stop)
     if args.json:
         print(json.dumps({"run": result.run_id, **attribution_json(result)}))
     return 0

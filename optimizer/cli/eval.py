@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 from optimizer.cli.progress import TerminalEvents
+from optimizer.cli.signals import stop_on_signals
 from optimizer.config import JudgeOverrides
 from optimizer.evaluation.scored import EvalOptions, evaluate
+from optimizer.evaluation.stopping import Interrupted
 from optimizer.metrics import Metrics
 from optimizer.report import token_split
 from optimizer.workspace import Workspace
@@ -45,13 +47,19 @@ def format_metrics(metrics: Metrics) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Judge a split with the prompts at a revision, write verdict files, print metrics."""
+    """Judge a split with the prompts at a revision, write verdict files, print metrics; 130 when a
+    Ctrl-C or SIGTERM stopped it (after the calls in flight; nothing written)."""
     options = EvalOptions(
         split=args.split, rev=args.rev, replicates=args.replicates, limit=args.limit,
         out=Path(args.out) if args.out else None, judge=judge_overrides(args), batch=bool(args.batch),
     )
-    with TerminalEvents(prefix="judgeloop eval: ") as events:
-        outcome = evaluate(Workspace.open(args.workspace), options, events)
+    with TerminalEvents(prefix="judgeloop eval: ") as events, stop_on_signals("the evaluation") as stop:
+        try:
+            outcome = evaluate(Workspace.open(args.workspace), options, events, stop)
+        except Interrupted as exc:
+            events.clear()
+            print(f"judgeloop eval: stopped by {stop.reason}: {exc}", file=sys.stderr)
+            return 130
     run, metrics = outcome.run, outcome.metrics
     if args.json:
         print(json.dumps(metrics.protocol_dict()))

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from optimizer.cli.eval import format_metrics, judge_overrides
 from optimizer.cli.progress import TerminalEvents
+from optimizer.cli.signals import stop_on_signals
+from optimizer.evaluation.stopping import Interrupted
 from optimizer.loop.session import RunOptions, confirm, decide, resume_run, start_run
 from optimizer.workspace import Workspace
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Start (or with --resume continue) the optimisation loop; 130 when a second Ctrl-C aborted it."""
+    """Start (or with --resume continue) the optimisation loop; 130 when a second Ctrl-C or SIGTERM
+    aborted it (the first stops it cleanly after the judge calls in flight: exit 0)."""
     options = RunOptions(
         split=args.split, strategy=args.strategy, message=args.message, policy=args.policy,
         max_experiments=args.max_experiments, budget_usd=args.budget_usd, hours=args.hours,
@@ -19,9 +23,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         judge=judge_overrides(args), batch=bool(args.batch),
     )
     ws = Workspace.open(args.workspace)
-    # The loop's progress goes to the ledger (the TUI follows it); the terminal gets its status lines.
-    with TerminalEvents(progress=False) as events:
-        outcome = (resume_run if args.resume else start_run)(ws, options, events)
+    # Status lines on stdout; each evaluation's progress line on stderr (a terminal only; the ledger
+    # has it too, for the TUI).
+    with TerminalEvents() as events, stop_on_signals("the run") as stop:
+        outcome = (resume_run if args.resume else start_run)(ws, options, events, stop)
     return 130 if outcome.aborted else 0
 
 
@@ -32,9 +37,16 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped."""
-    with TerminalEvents(progress=False) as events:
-        outcome = confirm(Workspace.open(args.workspace), args.split, run_id=args.run,
-                          judge_overrides=judge_overrides(args), events=events, batch=bool(args.batch))
+    """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped.
+    130 when a signal stopped it (nothing recorded, the use not counted)."""
+    with TerminalEvents(prefix="judgeloop confirm: ") as events, stop_on_signals("the confirmation") as stop:
+        try:
+            outcome = confirm(Workspace.open(args.workspace), args.split, run_id=args.run,
+                              judge_overrides=judge_overrides(args), events=events, batch=bool(args.batch),
+                              stop=stop)
+        except Interrupted as exc:
+            events.clear()
+            print(f"judgeloop confirm: stopped by {stop.reason}: {exc}", file=sys.stderr)
+            return 130
     print(format_metrics(outcome.metrics))
     return 0

@@ -12,6 +12,7 @@ not made. Cached calls cost nothing and need no budget.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections import Counter, deque
@@ -34,6 +35,7 @@ from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME, BudgetStop, ItemJudge, Stopped
 from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
+from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import ProgressSnapshot, StopKind, StopReason
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import (
@@ -75,11 +77,23 @@ class _Scheduler:
         self._turn = 0
         self._turns_done: set[int] = set()
         self._turn_cond = asyncio.Condition()
+        self._halted = asyncio.Event()  # wakes a retry round's pause
 
     def _halt(self, stop: StopReason) -> None:
         if self.stop is None:
             self.stop = stop
             self.judge.stop_reason = stop.message
+            self._halted.set()
+
+    def interrupt(self, who: str) -> None:
+        """Someone outside asked to stop (`StopRequest`): no new paid call starts from here on; the
+        calls in flight finish and their items count."""
+        self._halt(StopReason(StopKind.INTERRUPTED, f"interrupted ({who}): no new judge call was started"))
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep ``seconds`` unless the evaluation is halted meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._halted.wait(), timeout=seconds)
 
     async def _wait_turn(self, position: int) -> None:
         async with self._turn_cond:
@@ -222,7 +236,9 @@ class DirectPass:
             if not failed or sched.stop is not None:
                 break
             notes.append(f"round {round_no}: {len(failed)} item(s) with infrastructure errors judged again")
-            await asyncio.sleep(self.pause_s * round_no)
+            await sched.pause(self.pause_s * round_no)
+            if sched.stop is not None:
+                break
             await sched.run(failed)
         return PassOutcome(sched.results, sched.stop, sched.parse_errors, notes)
 
@@ -273,6 +289,7 @@ async def evaluate_items(
     infra_retry_pause_s: float = 0.0,
     first_replicate: int = 0,
     batch: BatchOptions | None = None,
+    stop: StopRequest | None = None,
 ) -> EvalRun:
     """Judge ``item_ids`` of ``split`` with ``prompts``; ``replicates`` calls per item, replicate
     indices ``first_replicate`` onwards (a re-judging pass asks for the judgements after a first
@@ -291,6 +308,9 @@ async def evaluate_items(
     one pass, so a re-judging pass is its own call with its own ``item_ids``/``replicates``. Then
     ``on_item`` is never consulted (no early stopping inside a batch) and ``infra_retry_rounds`` is
     replaced by ``batch.retry_rounds`` follow-up batches of the failed entries alone.
+
+    ``stop``: once requested, no new paid call starts (direct passes); the calls in flight finish, their
+    items count, and the result's ``stop`` is `StopKind.INTERRUPTED` with the rest ``not_evaluated``.
     """
     if replicates < 1:
         raise UserError(f"replicates must be at least 1 (got {replicates}); pass --replicates 1 or more")
@@ -337,13 +357,26 @@ async def evaluate_items(
         scheduler = _Scheduler(
             judge_items, concurrency=concurrency, on_item=on_item, progress=progress, total=len(item_ids)
         )
+        if stop is not None:
+            loop = asyncio.get_running_loop()
+
+            def on_stop(who: str) -> None:
+                # Thread-safe: the request may come from a signal handler or another thread.
+                with contextlib.suppress(RuntimeError):  # the loop closed: this evaluation is over anyway
+                    loop.call_soon_threadsafe(scheduler.interrupt, who)
+
+            unsubscribe = stop.subscribe(on_stop)
         evaluation_pass: EvaluationPass
         if batch is not None and batching is not None:
             evaluation_pass = BatchPass(scheduler, batching, batch,
                                         batch.store if batch.store is not None else cache_store(cache))
         else:
             evaluation_pass = DirectPass(scheduler, retry_rounds=infra_retry_rounds, pause_s=infra_retry_pause_s)
-        outcome = await evaluation_pass.run(item_ids)
+        try:
+            outcome = await evaluation_pass.run(item_ids)
+        finally:
+            if stop is not None:
+                unsubscribe()
         retried_notes = outcome.retry_notes
     finally:
         if own_cache and cache is not None:

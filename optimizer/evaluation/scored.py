@@ -17,6 +17,7 @@ from optimizer.evaluation.batch import BatchOptions, check_batch_settings
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.files import previous_evaluation, write_results
 from optimizer.evaluation.results import EvalRun
+from optimizer.evaluation.stopping import Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import PromptSet
 from optimizer.metrics import Metrics, score
@@ -55,9 +56,12 @@ def _out_dir(ws: Workspace, wanted: Path | None, prompt_hash: str) -> Path:
     return out
 
 
-def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore) -> EvalOutcome:
+def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore,
+             stop: StopRequest | None = None) -> EvalOutcome:
     """Judge ``options.split`` with the prompts at ``options.rev``, write one verdict file per item and
-    ``_summary.json``, and score the answers against the labels. Progress and notes go to ``events``."""
+    ``_summary.json``, and score the answers against the labels. Progress and notes go to ``events``.
+    ``stop`` requested: no new call starts and `Interrupted` is raised, nothing written (what was
+    judged is cached: the same evaluation again pays only for the rest)."""
     judge = options.judge.apply(ws.config.judge)
     split_name = options.split or ws.config.workspace.dev_split
     refuse_heldout(ws, split_name, "eval")  # its figures only through confirm, counted and capped
@@ -99,8 +103,12 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore) -> 
                        "24 h; a killed `eval` run again with the same options collects it", "note"))
     run = asyncio.run(
         evaluate_items(ws, split, prompts, judge, item_ids=item_ids, replicates=replicates, progress=progress,
-                       batch=batch)
+                       batch=batch, stop=stop)
     )
+    if stop is not None and stop.is_set() and run.not_evaluated:
+        raise Interrupted(f"{len(run.items)} of {len(item_ids)} items judged, nothing written; their calls are "
+                          f"cached, so the same `judgeloop eval` again pays only for the other "
+                          f"{len(run.not_evaluated)}")
     if replacing:
         events(Message(f"replacing the previous evaluation in {out} ({len(replacing)} files)", "note"))
     write_results(out, run, replacing=replacing)

@@ -31,6 +31,7 @@ from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
@@ -214,9 +215,12 @@ def fmt_contribution(c: EditContribution) -> str:
             f"({c.calls} calls, {c.cache_hits} cached)")
 
 
-def attribute(ws: Workspace, options: AttributeOptions, events: Listener = ignore) -> Attribution:
+def attribute(ws: Workspace, options: AttributeOptions, events: Listener = ignore,
+              stop: StopRequest | None = None) -> Attribution:
     """Measure what each kept edit in scope still contributes at the end, and the final prompts against
-    the baseline (see the module docstring); returns the attribution as recorded in the ledger."""
+    the baseline (see the module docstring); returns the attribution as recorded in the ledger.
+    ``stop`` requested: no new call starts; what is measured is kept and the rest is noted, as when
+    the budget stops it."""
     if not ws.ledger_path.is_file():
         raise UserError(f"no ledger yet at {ws.ledger_path}; run `judgeloop run` first")
     with Ledger(ws.ledger_path) as ledger:
@@ -227,13 +231,13 @@ def attribute(ws: Workspace, options: AttributeOptions, events: Listener = ignor
             # first, and whatever this one leaves (a crash in git) goes at the end.
             gitops.prune_scratch_worktrees(ws)
             try:
-                return _attribute(ws, ledger, scope, options, events)
+                return _attribute(ws, ledger, scope, options, events, stop)
             finally:
                 gitops.prune_scratch_worktrees(ws)
 
 
 def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOptions,
-               events: Listener) -> Attribution:
+               events: Listener, stop: StopRequest | None = None) -> Attribution:
     def tell(text: str) -> None:
         events(Message(text))
 
@@ -311,7 +315,7 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
                 comparison = await compare_prompts(
                     ws, split, labels, variant.prompts, final_prompts, judge, loop_cfg, replicates=replicates,
                     provider=provider, cache=cache, budget=budget, progress=progress,
-                    seed=(settings.seed * 1_000_003 + exp_id) % 2**32,
+                    seed=(settings.seed * 1_000_003 + exp_id) % 2**32, stop=stop,
                 )
                 if comparison.decision is None:
                     stopped = comparison.budget_stop or comparison.error or "incomplete"
@@ -344,7 +348,7 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
             comparison = await compare_prompts(
                 ws, split, labels, baseline_prompts, final_prompts, judge, loop_cfg, replicates=replicates,
                 provider=provider, cache=cache, budget=budget, progress=progress,
-                seed=settings.seed * 1_000_003 % 2**32,
+                seed=settings.seed * 1_000_003 % 2**32, stop=stop,
             )
             if comparison.decision is None:
                 why = comparison.budget_stop or comparison.error or "incomplete"

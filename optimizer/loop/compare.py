@@ -21,6 +21,7 @@ from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.results import EvalRun, ItemResult
+from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import ProgressSnapshot, StopKind
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import Provider
@@ -72,7 +73,7 @@ async def rejudge(
     ws: Workspace, split: Split, judge: JudgeSection, loop_cfg: LoopSection, *,
     items: Sequence[str], prompts: tuple[PromptSet, PromptSet], judgements: tuple[Judgements, Judgements],
     first_replicate: int, provider: Provider, cache: JudgeCache, budget: Budget | None = None,
-    progress: ProgressFn | None = None, batch: BatchOptions | None = None,
+    progress: ProgressFn | None = None, batch: BatchOptions | None = None, stop: StopRequest | None = None,
 ) -> Rejudging:
     """Judge ``items`` ``loop_cfg.rejudge`` more times under each of ``prompts`` (replicate indices
     ``first_replicate`` onwards, so a judgement asked for twice is paid once) and append them to
@@ -84,7 +85,7 @@ async def rejudge(
             ws, split, side, judge, item_ids=items, replicates=loop_cfg.rejudge, first_replicate=first_replicate,
             budget=budget, progress=progress, provider=provider, cache=cache,
             infra_retry_rounds=loop_cfg.infra_retry_rounds, infra_retry_pause_s=loop_cfg.infra_retry_pause_s,
-            batch=batch,
+            batch=batch, stop=stop,
         )
         passes.append(extra)
         if extra.stop is not None and extra.stop.kind is StopKind.BUDGET:
@@ -148,6 +149,7 @@ async def compare_prompts(
     ws: Workspace, split: Split, labels: Mapping[str, Label], base_prompts: PromptSet, other_prompts: PromptSet,
     judge: JudgeSection, loop_cfg: LoopSection, *, replicates: int, provider: Provider, cache: JudgeCache,
     budget: Budget | None = None, progress: ProgressFn | None = None, seed: int = 0,
+    stop: StopRequest | None = None,
 ) -> Comparison:
     """Evaluate both prompt sets on every item of ``split`` (``replicates`` judgements each), re-judge
     the items they disagree on, and test ``other`` against ``base`` with the adaptive policy's test at
@@ -159,7 +161,7 @@ async def compare_prompts(
         result = await evaluate_items(
             ws, split, prompts, judge, item_ids=split.ids, replicates=replicates, budget=budget, progress=progress,
             provider=provider, cache=cache, infra_retry_rounds=loop_cfg.infra_retry_rounds,
-            infra_retry_pause_s=loop_cfg.infra_retry_pause_s,
+            infra_retry_pause_s=loop_cfg.infra_retry_pause_s, stop=stop,
         )
         out.runs.append(result)
         results.append(result)
@@ -177,7 +179,7 @@ async def compare_prompts(
     if out.rejudged:
         rj = await rejudge(ws, split, judge, loop_cfg, items=out.rejudged, prompts=(base_prompts, other_prompts),
                            judgements=(base_j, other_j), first_replicate=replicates, provider=provider, cache=cache,
-                           budget=budget, progress=progress)
+                           budget=budget, progress=progress, stop=stop)
         out.runs.extend(rj.passes)
         if rj.error is not None:
             out.error, out.budget_stop = rj.error, rj.budget_stop

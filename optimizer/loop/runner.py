@@ -37,6 +37,7 @@ from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
+from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
@@ -217,6 +218,15 @@ class LedgerBatches:
         ]
 
 
+class EvaluationInterrupted(Exception):
+    """The run's `StopRequest` stopped an evaluation before it could be decided; the experiment stays
+    ``running`` (what was judged is cached), so `judgeloop run --resume` finishes it."""
+
+    def __init__(self, experiment_id: int, judged: int, total: int, cost_usd: float) -> None:
+        super().__init__(f"experiment {experiment_id} interrupted after {judged}/{total} items")
+        self.experiment_id, self.judged, self.total, self.cost_usd = experiment_id, judged, total, cost_usd
+
+
 @dataclass
 class LoopRunner:
     ws: Workspace
@@ -232,7 +242,8 @@ class LoopRunner:
     seed: int  # [optimizer] seed as the run recorded it (`RunSettings.seed`)
     spent_usd: float = 0.0
     started: float = field(default_factory=time.monotonic)
-    interrupted: bool = False
+    # Set by a Ctrl-C or SIGTERM (`optimizer.cli.signals`), or by any caller: no new judge call starts.
+    stop: StopRequest = field(default_factory=StopRequest)
     budget_exhausted: str | None = None  # why the judge budget cannot pay for another call
     events: Listener = ignore
     batch: bool = False  # each pass is one batch through the provider's batch API (no early stopping)
@@ -244,6 +255,10 @@ class LoopRunner:
     @property
     def root(self) -> Path:
         return self.ws.root
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop.is_set()
 
     def budget(self) -> Budget | None:
         if self.limits.budget_usd is None:
@@ -296,7 +311,7 @@ class LoopRunner:
     def stop_reason(self, candidates_done: int, since_keep: int) -> StopReason | None:
         """Why the loop must stop before the next candidate, or None to go on."""
         if self.interrupted:
-            return StopReason(StopKind.INTERRUPTED, "interrupted (Ctrl-C)")
+            return StopReason(StopKind.INTERRUPTED, f"interrupted ({self.stop.reason})")
         if self.ws.stop_path.exists():
             return StopReason(StopKind.STOP_FILE, f"stop file {self.ws.stop_path.relative_to(self.root)} present")
         if self.limits.max_experiments is not None and candidates_done >= self.limits.max_experiments:
@@ -367,7 +382,7 @@ class LoopRunner:
             item_ids=order, replicates=self.replicates, on_item=on_item, budget=self.budget(),
             progress=self._progress(experiment_id), provider=provider, cache=cache,
             infra_retry_rounds=self.loop_cfg.infra_retry_rounds, infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s,
-            batch=batch,
+            batch=batch, stop=self.stop,
         )
         for note in result.notes if self.batch else ():
             self.say(f"  {note}")
@@ -380,6 +395,8 @@ class LoopRunner:
             judged = {t: self.labels[t] for t in so_far}
             flips = flip_table(judged, {t: inc_answers[t] for t in judged}, so_far) if inc_answers else None
             return Evaluated(result, early[0], None, None, flips)
+        if result.stop is not None and result.stop.kind is StopKind.INTERRUPTED:
+            raise EvaluationInterrupted(experiment_id, len(result.items), len(order), result.cost_usd)
         if result.infra_error_ids:
             n = len(result.infra_error_ids)
             return Evaluated(result, None, None, None, None,
@@ -411,12 +428,15 @@ class LoopRunner:
                 self.ws, self.split, self.judge, self.loop_cfg, items=to_rejudge,
                 prompts=(incumbent_prompts, prompts), judgements=(inc_judgements, cand_judgements),
                 first_replicate=self.replicates, budget=self.budget(), progress=self._progress(experiment_id),
-                provider=provider, cache=cache, batch=self.batch_options(experiment_id),
+                provider=provider, cache=cache, batch=self.batch_options(experiment_id), stop=self.stop,
             )
             self.spent_usd += rj.cost_usd
             passes = rj.passes
             if rj.budget_stop is not None:
                 self.budget_exhausted = rj.budget_stop
+            if rj.error is not None and self.interrupted:
+                raise EvaluationInterrupted(experiment_id, len(result.items), len(order),
+                                            result.cost_usd + rj.cost_usd)
             if rj.error is not None:
                 return Evaluated(result, None, None, None, None, error=rj.error, rejudge=passes)
             inc_judgements, cand_judgements = rj.first, rj.second
@@ -666,9 +686,9 @@ class LoopRunner:
         if self.limits.propose_only:
             waiting = f"waiting for a human decision; the {d.policy} policy says: {d.reason}"
             exp = self._record_eval(exp_id, ev, outcome("waiting", waiting))
-            self.say(f"  experiment {exp_id}: {d.reason}")
-            self.say(f"  waiting: review it (`git show {sha[:12]}`, `judgeloop tui`), then "
-                f"`judgeloop decide {exp_id} keep|discard`")
+            # Advice, not an outcome: the run's summary says once that it waits for `judgeloop decide`.
+            self.say(f"  experiment {exp_id}: evaluated; the {d.policy} policy {as_advice(d.reason)} "
+                     f"(review it: `git show {sha[:12]}`, `judgeloop tui`)")
             return exp
         if d.keep:
             new_sha = gitops.finalize_kept(self.root, sha, decision_trailers(exp_id, ev.metrics, "kept"))
@@ -714,34 +734,59 @@ class LoopRunner:
         provider = make_provider(self.judge)
         cache = JudgeCache(self.ws.cache_path)
         try:
-            await self.resume_interrupted(provider, cache)
-            run = self.ledger.get_run(self.run.id)
-            if run.incumbent_experiment is None:
-                await self.baseline(provider, cache)
-            experiments = self.ledger.experiments(self.run.id)
-            done = sum(1 for e in experiments if e.seq > 0)
-            since_keep = 0
-            for e in reversed(experiments):
-                if e.seq == 0 or e.status == "kept":
-                    break
-                since_keep += 1
-            while True:
-                reason = self.stop_reason(done, since_keep)
-                if reason:
-                    return reason
-                run = self.ledger.get_run(self.run.id)
-                assert run.incumbent_experiment is not None  # the baseline ran above
-                incumbent = self.ledger.get_experiment(run.incumbent_experiment)
-                exp = await self.candidate(incumbent, provider, cache)
-                done += 1
-                since_keep = 0 if exp.status == "kept" else since_keep + 1
-                if self.limits.propose_only and exp.status == "waiting":
-                    return StopReason(StopKind.WAITING, "propose-only: candidate waiting for `judgeloop decide`")
-                if self.limits.propose_only:
-                    return StopReason(StopKind.PROPOSED, f"propose-only: candidate ended as {exp.status}")
+            return await self._loop(provider, cache)
+        except EvaluationInterrupted as exc:
+            # What the cut evaluation paid goes on the experiment's row now, marked as counted (the
+            # `resuming` stage) so that `--resume`, which re-evaluates it from the cache, counts it once.
+            if exc.cost_usd > 0:
+                self.ledger.add_cost(exc.experiment_id, Usage(cost_usd=exc.cost_usd))
+            self.stage(StageKind.RESUMING, exc.experiment_id, paid_before_crash_usd=round(exc.cost_usd, 6))
+            return StopReason(
+                StopKind.INTERRUPTED,
+                f"interrupted ({self.stop.reason}) while evaluating experiment {exc.experiment_id}, after "
+                f"{exc.judged}/{exc.total} items; `judgeloop run --resume` finishes it (what was judged is "
+                "cached, not paid again)",
+            )
         finally:
             await provider.aclose()
             cache.close()
+
+    async def _loop(self, provider: Provider, cache: JudgeCache) -> StopReason:
+        await self.resume_interrupted(provider, cache)
+        run = self.ledger.get_run(self.run.id)
+        if run.incumbent_experiment is None:
+            await self.baseline(provider, cache)
+        experiments = self.ledger.experiments(self.run.id)
+        done = sum(1 for e in experiments if e.seq > 0)
+        since_keep = 0
+        for e in reversed(experiments):
+            if e.seq == 0 or e.status == "kept":
+                break
+            since_keep += 1
+        while True:
+            reason = self.stop_reason(done, since_keep)
+            if reason:
+                return reason
+            run = self.ledger.get_run(self.run.id)
+            assert run.incumbent_experiment is not None  # the baseline ran above
+            incumbent = self.ledger.get_experiment(run.incumbent_experiment)
+            exp = await self.candidate(incumbent, provider, cache)
+            done += 1
+            since_keep = 0 if exp.status == "kept" else since_keep + 1
+            if self.limits.propose_only and exp.status == "waiting":
+                return StopReason(StopKind.WAITING, "propose-only: candidate waiting for `judgeloop decide`")
+            if self.limits.propose_only:
+                return StopReason(StopKind.PROPOSED, f"propose-only: candidate ended as {exp.status}")
+
+
+def as_advice(reason: str) -> str:
+    """A policy's reason worded as advice to the person who decides (--propose-only): its outcome
+    ("…: rolled back (why)", "…: kept") becomes "would roll it back (why)" / "would keep it", first."""
+    for done, would in ((": rolled back", "would roll it back"), (": kept", "would keep it")):
+        evidence, found, rest = reason.rpartition(done)
+        if found and (not rest or rest[0] in " ;"):
+            return f"{would}{rest}: {evidence}"
+    return f"says: {reason}"
 
 
 def fmt3(x: float | None) -> str:

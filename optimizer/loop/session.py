@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 import math
 import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,8 @@ from optimizer.errors import UserError
 from optimizer.evaluation.batch import BATCH_PROVIDERS, BatchOptions, check_batch_settings
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
-from optimizer.events import Listener, Message, StopKind, StopReason, ignore
+from optimizer.evaluation.stopping import Aborted, Interrupted, StopRequest
+from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.harness import check_budget
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage
@@ -80,7 +80,7 @@ class RunOutcome:
     run_id: str
     status: RunStatus
     stop: StopReason
-    aborted: bool = False  # a second Ctrl-C: the run stopped mid-step (`--resume` continues it)
+    aborted: bool = False  # a second Ctrl-C or SIGTERM: the run stopped mid-step (`--resume` continues it)
 
 
 @dataclass(frozen=True)
@@ -107,32 +107,6 @@ def _overrides(options: RunOptions) -> RunOverrides:
     )
 
 
-def _install_interrupt(runner: LoopRunner) -> None:
-    """First Ctrl-C: finish the current step, then stop cleanly. Second: abort (resume later)."""
-    loop = asyncio.get_running_loop()
-    main_task = asyncio.current_task()
-
-    def on_sigint() -> None:
-        if runner.interrupted:
-            runner.say("second Ctrl-C: aborting now; `judgeloop run --resume` continues from the ledger")
-            if main_task is not None:
-                main_task.cancel()
-            return
-        runner.interrupted = True
-        runner.say("Ctrl-C: finishing the current step, then stopping (press again to abort)")
-
-    try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-        loop.add_signal_handler(signal.SIGTERM, on_sigint)
-    except (NotImplementedError, RuntimeError):  # not the main thread (e.g. tests, the TUI)
-        pass
-
-
-async def _drive(runner: LoopRunner) -> StopReason:
-    _install_interrupt(runner)
-    return await runner.loop()
-
-
 @dataclass
 class _Prepared:
     """A run ready to drive: recorded in the ledger, its branch checked out."""
@@ -144,20 +118,26 @@ class _Prepared:
     strategy_name: str
 
 
-def start_run(ws: Workspace, options: RunOptions, events: Listener = ignore) -> RunOutcome:
-    """Start a new optimisation run on the dev split and drive it until a limit stops it."""
+def start_run(ws: Workspace, options: RunOptions, events: Listener = ignore,
+              stop: StopRequest | None = None) -> RunOutcome:
+    """Start a new optimisation run on the dev split and drive it until a limit stops it. ``stop``
+    (a Ctrl-C, SIGTERM, or any caller): no new judge call starts; the run records where it stopped
+    (an evaluation it cut stays ``running``, for `resume_run`) and ends as ``stopped``. A KeyboardInterrupt
+    (a second signal) aborts it mid-step, as ``stopped`` too."""
     with command_lock(ws, "run"):
-        return _run(ws, options, events, resume=False)
+        return _run(ws, options, events, resume=False, stop=stop or StopRequest())
 
 
-def resume_run(ws: Workspace, options: RunOptions, events: Listener = ignore) -> RunOutcome:
+def resume_run(ws: Workspace, options: RunOptions, events: Listener = ignore,
+               stop: StopRequest | None = None) -> RunOutcome:
     """Continue the last unfinished run: restore the tree, re-evaluate an interrupted candidate from
-    the cache (nothing paid for is paid again) and go on. Limits not given keep the run's own."""
+    the cache (nothing paid for is paid again) and go on. Limits not given keep the run's own.
+    ``stop``: as for `start_run`."""
     with command_lock(ws, "run"):
-        return _run(ws, options, events, resume=True)
+        return _run(ws, options, events, resume=True, stop=stop or StopRequest())
 
 
-def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) -> RunOutcome:
+def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, stop: StopRequest) -> RunOutcome:
     def say(text: str) -> None:
         events(Message(text))
 
@@ -191,11 +171,12 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         runner = LoopRunner(ws=ws, ledger=ledger, run=run, split=split, labels=load_labels(split),
                             judge=settings.judge, loop_cfg=settings.loop, strategy=strategy,
                             limits=settings.limits, replicates=settings.replicates, seed=settings.seed,
-                            spent_usd=prepared.spent, events=events, batch=settings.batch)
+                            spent_usd=prepared.spent, events=events, batch=settings.batch, stop=stop)
         try:
-            stop = asyncio.run(_drive(runner))
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            aborted = StopReason(StopKind.INTERRUPTED, "aborted by a second Ctrl-C")
+            ended = asyncio.run(runner.loop())
+        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+            who = exc.who if isinstance(exc, Aborted) else "Ctrl-C"
+            aborted = StopReason(StopKind.INTERRUPTED, f"aborted by a second {who}")
             ledger.set_run_status(run.id, "stopped", stop_reason=aborted.message)
             say(f"run {run.id} aborted; `judgeloop run --resume` continues it")
             return RunOutcome(run.id, "stopped", aborted, aborted=True)
@@ -205,11 +186,11 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         except BaseException as exc:
             ledger.set_run_status(run.id, "crashed", stop_reason=f"{type(exc).__name__}: {exc}")
             raise
-        status = _status_for(stop)
-        ledger.set_run_status(run.id, status, stop_reason=stop.message)
-        if stop.kind is StopKind.STOP_FILE and ws.stop_path.exists():
+        status = _status_for(ended)
+        ledger.set_run_status(run.id, status, stop_reason=ended.message)
+        if ended.kind is StopKind.STOP_FILE and ws.stop_path.exists():
             ws.stop_path.unlink()
-        _summary(ledger, run.id, stop.message, say, settings.loop)
+        _summary(ledger, run.id, ended, say, settings.loop)
         if manual_edit is not None:
             _manual_outcome(ws, ledger, run.id, manual_edit, say)
             manual_edit = None
@@ -217,7 +198,7 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool) 
         write_markdown_report(ledger, run.id, out / "report.md", ws)
         export_experiments_tsv(ledger, run.id, out / "experiments.tsv")
         say(f"  wrote {(out / 'report.md').relative_to(ws.root)} and experiments.tsv")
-        return RunOutcome(run.id, status, stop)
+        return RunOutcome(run.id, status, ended)
     finally:
         if manual_edit is not None:  # crashed or aborted: the edit must not vanish with the run
             _manual_outcome(ws, ledger, run.id, manual_edit, say)
@@ -344,7 +325,7 @@ def _manual_outcome(ws: Workspace, ledger: Ledger, run_id: str, saved: str, say:
     if cand is not None and cand.status == "kept":
         say(f"  your edit was kept: it is the tip of the run branch (experiment {cand.id})")
     elif cand is not None and cand.status == "waiting":
-        say(f"  your edit waits for you: `judgeloop decide {cand.id} keep|discard`")
+        say(f"  your edit is experiment {cand.id}'s commit, the tip of the run branch")
     elif cand is not None and cand.status == "rolled_back":
         say(f"  your edit was not kept (rolled back); to work on it again: "
             f"`git checkout refs/judgeloop/rejected/{cand.id} -- prompts/` or copy it from {saved}")
@@ -409,7 +390,7 @@ def _resumable_run(ledger: Ledger) -> Run:
     raise UserError("no unfinished run to resume; start one with `judgeloop run`")
 
 
-def _summary(ledger: Ledger, run_id: str, reason: str, say: Say, loop: LoopSection) -> None:
+def _summary(ledger: Ledger, run_id: str, ended: StopReason, say: Say, loop: LoopSection) -> None:
     """The end-of-run lines; ``loop``: the run's decision settings (`RunSettings.loop`)."""
     run = ledger.get_run(run_id)
     exps = ledger.experiments(run_id)
@@ -417,15 +398,25 @@ def _summary(ledger: Ledger, run_id: str, reason: str, say: Say, loop: LoopSecti
     base = next((e for e in exps if e.seq == 0), None)
     inc = ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
     cost = sum(e.cost_usd for e in exps)
-    say(f"run {run_id} {run.status}: {reason}")
+    waiting = next((e for e in exps if e.status == "waiting"), None)
+    if ended.kind is StopKind.WAITING and waiting is not None:
+        # One outcome: the candidate is neither kept nor rolled back until a person decides.
+        say(f"run {run_id} waiting: experiment {waiting.id} waits for your decision: "
+            f"`judgeloop decide {waiting.id} keep|discard`; spent ${cost:.4f}")
+        say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
+        return
+    say(f"run {run_id} {run.status}: {ended.message}")
+    cut = sum(e.status == "running" for e in exps if e.seq > 0)
     say(f"  {len(exps) - 1} candidate(s): {len(kept)} kept, "
         f"{sum(e.status == 'rolled_back' for e in exps)} rolled back, "
         f"{sum(e.status == 'guard_rejected' for e in exps)} guard-rejected, "
-        f"{sum(e.status == 'error' for e in exps)} error(s); spent ${cost:.4f}")
+        f"{sum(e.status == 'error' for e in exps)} error(s)" + (f", {cut} interrupted" if cut else "")
+        + f"; spent ${cost:.4f}")
     if base and inc:
         say(f"  kappa {fmt3(base.kappa)} → {fmt3(inc.kappa)}, FPR {fmt3(base.fpr)} → {fmt3(inc.fpr)} "
             f"(incumbent: experiment {inc.id}, {(inc.commit_sha or '')[:12]})")
-    if not kept and len(exps) > 1 and loop.policy in ("paired", "adaptive"):
+    decided = [e for e in exps if e.seq > 0 and e.status != "running"]
+    if not kept and decided and loop.policy in ("paired", "adaptive"):
         n_items = len(ledger.labels(run_id))
         if n_items:
             policy: Policy = "adaptive" if loop.policy == "adaptive" else "paired"
@@ -484,11 +475,12 @@ def decide_waiting(ws: Workspace, ledger: Ledger, experiment: int | str, keep: b
 
 def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
             judge_overrides: JudgeOverrides | None = None, events: Listener = ignore,
-            batch: bool = False) -> ConfirmOutcome:
+            batch: bool = False, stop: StopRequest | None = None) -> ConfirmOutcome:
     """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped by
     ``[confirm] max_uses``. A use that hit infrastructure errors records nothing and is not counted.
     ``batch``: through the provider's batch API (recorded in the judge cache, so a killed `confirm`
-    run again collects its batch)."""
+    run again collects its batch). ``stop`` requested: no new call starts and `Interrupted` is raised;
+    nothing is recorded and the use is not counted."""
     cfg = ws.config
     with command_lock(ws, "confirm"), Ledger(ws.ledger_path) as ledger:
         run = ledger.resolve_run(run_id)
@@ -517,8 +509,16 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
         if batch:
             check_batch_settings(judge.provider, prompts.settings.mode)
             options = BatchOptions.from_judge(judge, on_state=lambda state: events(Message(state.line(), "note")))
+        def progress(snapshot: ProgressSnapshot) -> None:
+            events(Progress(snapshot))
+
         result = asyncio.run(evaluate_items(ws, split, prompts, judge, item_ids=split.ids,
-                                            replicates=settings.replicates, batch=options))
+                                            replicates=settings.replicates, batch=options, progress=progress,
+                                            stop=stop))
+        if stop is not None and stop.is_set() and result.not_evaluated:
+            raise Interrupted(f"{len(result.items)} of {len(split.ids)} items judged; nothing recorded and the use "
+                              "is not counted (the calls made are cached: `judgeloop confirm` again pays only "
+                              "for the rest)")
         if result.infra_error_ids:
             raise UserError(f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
                             "the use is not counted — retry when the provider is healthy")

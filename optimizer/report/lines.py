@@ -99,6 +99,12 @@ def token_split(uncached: int, cache_read: int, cache_write: int, output: int) -
     return f"{uncached:,} in{cache} / {output:,} out tokens"
 
 
+def _p_cell(exp: Experiment) -> str:
+    """The p-value cell; "≥" marks an early-stopped candidate's, the best case's bound."""
+    text = _num(exp.p_value)
+    return f"≥{text}" if exp.early_stopped and exp.p_value is not None else text
+
+
 def _flip_summary(exp: Experiment) -> str:
     if exp.flips is None:
         return "-"
@@ -120,7 +126,7 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
             f"{e.id:>5} {e.created.strftime('%Y-%m-%d %H:%M:%S'):<19} {(e.strategy or '-')[:9]:<9} "
             f"{e.status:<14} {_num(e.kappa):>6} {_signed(_delta(e.kappa, parent.kappa if parent else None)):>7} "
             f"{_num(e.fpr):>6} {_signed(_delta(e.fpr, parent.fpr if parent else None)):>7} "
-            f"{_num(e.balanced_accuracy):>6} {_num(e.p_value):>6} {_flip_summary(e):>7} {e.calls:>6} "
+            f"{_num(e.balanced_accuracy):>6} {_p_cell(e):>6} {_flip_summary(e):>7} {e.calls:>6} "
             f"{e.rejudge_calls or '':>5} {e.cost_usd:>8.4f}  "
             f"{one_line(e.rationale, 60)}"
         )

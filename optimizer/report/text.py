@@ -24,6 +24,7 @@ from optimizer.report.lines import (
     _flip_summary,
     _interval,
     _num,
+    _p_cell,
     _signed,
     accounting_line,
     fp_by_type_line,
@@ -155,7 +156,9 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
             if e.adaptive_keep is not None:
                 policies += f", adaptive {'keep' if e.adaptive_keep else 'roll back'}"
             first_p = (e.test or {}).get("mcnemar_p", e.p_value) if e.test else e.p_value
-            out.append(f"    flips {cells}   McNemar p {_num(first_p)}{policies}")
+            # Stopped early, the p-value is the best case's: a bound, said as one.
+            p_text = f"≥ {_num(first_p)} (a bound: stopped early)" if e.early_stopped else _num(first_p)
+            out.append(f"    flips {cells}   McNemar p {p_text}{policies}")
         line = test_line(e)
         if line:
             out.append(f"    test: {line}")
@@ -300,7 +303,7 @@ def write_markdown_report(ledger: Ledger, run_id: str, path: Path, ws: Workspace
         rationale = one_line(e.rationale, 80).replace("|", "\\|")
         lines.append(
             f"| {e.id} | {e.status} | {_num(e.kappa)} | {_signed(_delta(e.kappa, parent.kappa if parent else None))} "
-            f"| {_num(e.fpr)} | {_signed(_delta(e.fpr, parent.fpr if parent else None))} | {_num(e.p_value)} "
+            f"| {_num(e.fpr)} | {_signed(_delta(e.fpr, parent.fpr if parent else None))} | {_p_cell(e)} "
             f"| {_flip_summary(e)} | {e.cost_usd:.4f} | {rationale} |"
         )
     lines += attribution_markdown(ledger, ledger.latest_attribution(run_id))

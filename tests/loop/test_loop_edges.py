@@ -1,4 +1,4 @@
-"""The loop's edges: Ctrl-C once and twice, ``--hours``, ``--resume`` refusals and what it keeps
+"""The loop's edges: Ctrl-C twice, ``--hours``, ``--resume`` refusals and what it keeps
 (the judge, the replicates, the spend across a ``kill -9``).
 
 Same fixtures as tests/loop/test_loop_run.py: fresh copies of an ``init --sample`` workspace whose dev
@@ -12,10 +12,6 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import sqlite3
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -37,93 +33,27 @@ from tests.support.loop import (
     stop_after_baseline,
     wait_for,
 )
-from tests.support.paths import REPO_ROOT
 from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
+from tests.support.signals import (
+    CliRun,
+)
+from tests.support.signals import (
+    cache_rows as _cache_rows,
+)
+from tests.support.signals import (
+    gated_judge as _gated_judge,
+)
+from tests.support.signals import (
+    release as _release,
+)
+from tests.support.signals import (
+    running_candidate_with_progress as _running_candidate_with_progress,
+)
 
 PRICES = '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'  # US dollars per million tokens
 
 
 # -- helpers -----------------------------------------------------------------------------------------
-
-
-def _running_candidate_with_progress(root: Path) -> bool:
-    path = root / "experiments" / "ledger.sqlite"
-    if not path.exists():
-        return False
-    with Ledger(path) as led:
-        run = led.latest_run()
-        if run is None:
-            return False
-        running = [e for e in led.experiments(run.id) if e.seq > 0 and e.status == "running"]
-        if not running:
-            return False
-        return any(e.kind == "progress" and e.experiment_id == running[0].id
-                   for e in led.events_since(0, run_id=run.id))
-
-
-def _cache_rows(root: Path) -> tuple[int, float]:
-    """(calls, summed cost in US dollars) in the workspace's judge cache: every call ever paid here."""
-    path = root / "experiments" / "cache.sqlite"
-    if not path.exists():
-        return 0, 0.0
-    conn = sqlite3.connect(path, timeout=5)
-    try:
-        n, cost = conn.execute("SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()
-        return int(n), float(cost)
-    except sqlite3.OperationalError:  # not created yet
-        return 0, 0.0
-    finally:
-        conn.close()
-
-
-class CliRun:
-    """``python -m optimizer.cli run ...`` in a subprocess; its stdout lines are collected by a thread."""
-
-    def __init__(self, root: Path, server: FakeLLMServer, *extra: str) -> None:
-        cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(root), "--provider", "openai",
-               "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8", *extra]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def said(self, text: str) -> bool:
-        return any(text in line for line in list(self.lines))
-
-    def wait(self) -> int:
-        rc = self.proc.wait(timeout=60)
-        self._reader.join(timeout=10)
-        return rc
-
-    def __enter__(self) -> CliRun:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
-def _gated_judge(root: Path, candidate_calls: int) -> FakeJudge:
-    """A judge that answers the baseline and ``candidate_calls`` candidate calls, then holds every
-    call at its gate (the candidate is mid-evaluation for as long as the test wants)."""
-    judge = FakeJudge(root)
-    judge.gate_after = len(judge.neg_rank) + len(judge.pos_rank) + candidate_calls
-    judge.delay_s = 0.005
-    return judge
-
-
-def _release(judge: FakeJudge, *, abandon: bool) -> None:
-    judge.abandon_gated = abandon
-    judge.gate_after = None
-    judge.gate.set()
 
 
 def _stopped_run(root: Path, server: FakeLLMServer, *extra: str) -> None:
@@ -142,30 +72,7 @@ def _trajectories_requested(judge: FakeJudge, requests: list[RecordedRequest]) -
 # -- Ctrl-C --------------------------------------------------------------------------------------------
 
 
-def test_ctrl_c_once_finishes_and_decides_the_candidate_then_resume_continues(ws: Path) -> None:
-    judge = _gated_judge(ws, candidate_calls=4)
-    with FakeLLMServer(default=judge) as server:
-        with CliRun(ws, server, "--strategy", "library", "--max-experiments", "2") as cli:
-            wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
-            cli.proc.send_signal(signal.SIGINT)
-            wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
-            _release(judge, abandon=False)  # the held calls are answered: the candidate completes
-            assert cli.wait() == 0, "".join(cli.lines)
-        run, exps = latest(ws)
-        assert run.status == "stopped" and run.stop_reason == "interrupted (Ctrl-C)"
-        assert [e.seq for e in exps] == [0, 1]
-        assert exps[1].status in ("kept", "rolled_back")  # decided, not left running
-        inc = next(e for e in reversed(exps) if e.status in ("baseline", "kept"))
-        assert gitops.rev_parse(ws, "HEAD") == gitops.rev_parse(ws, run.branch) == inc.commit_sha
-        assert_clean(ws)
-
-        # A stopped run is resumable: --resume continues it to its limit (2 candidates in all).
-        assert run_loop(ws, server.openai_base_url, "--resume") == 0
-    run, exps = latest(ws)
-    assert run.status == "finished" and "max-experiments 2" in (run.stop_reason or "")
-    assert [e.seq for e in exps] == [0, 1, 2]
-    assert not [e for e in exps if e.status == "running"]
-    assert_clean(ws)
+# The first Ctrl-C (a clean stop within the calls in flight) and SIGTERM: tests/loop/test_loop_signals.py.
 
 
 def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> None:
@@ -174,7 +81,7 @@ def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> 
         with CliRun(ws, server, "--strategy", "library", "--max-experiments", "1") as cli:
             wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
             cli.proc.send_signal(signal.SIGINT)
-            wait_for(lambda: cli.said("Ctrl-C: finishing the current step"), "the loop to see the Ctrl-C")
+            wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops"), "the loop to see the Ctrl-C")
             # Every answered call is in the cache before the abort: a reply the server sent but the
             # client had not yet stored when it was killed is genuinely lost, and would be paid again.
             wait_for(lambda: _cache_rows(ws)[0] >= present(judge.gate_after), "the answered calls to be cached")
