@@ -84,10 +84,14 @@ def test_the_aa_slots_are_fresh_calls_and_a_second_selftest_is_served_by_the_cac
         n_first = len(judge.answered)
         again = run_json(capsys, "selftest", "-w", str(ws), "--repeats", "2", *judge_args(server))
     # 2 repeats x 2 sides x 32 items, all distinct replicate indices of identical prompts (nothing
-    # disagrees, nothing re-judged), plus the planted pass of 32 (its incumbent side is repeat 1's,
-    # cached) and its disagreements re-judged twice under each prompt.
-    assert first["planted"]["rejudged"] > 0
-    assert first["calls"] == n_first == 2 * 2 * 32 + 32 + 2 * 2 * first["planted"]["rejudged"]
+    # disagrees, nothing re-judged), plus the planted pass (its incumbent side is repeat 1's, cached) and
+    # its disagreements re-judged twice under each prompt. The planted pass judges negatives first and
+    # stops once its outcome is certain; how many of its 32 calls were already in flight then depends on
+    # timing (the engine renders ahead), so that part is a range.
+    rejudged = first["planted"]["rejudged"]
+    assert rejudged > 0
+    assert first["calls"] == n_first
+    assert 2 * 2 * 32 + 2 * 2 * rejudged < n_first <= 2 * 2 * 32 + 32 + 2 * 2 * rejudged
     assert again["calls"] == 0 and len(judge.answered) == n_first and again["cache_hits"] > 0
 
 
