@@ -9,7 +9,8 @@ with its prompt cache on (`tests.support.fakecache.PromptCache`: breakpoints, lo
 length and TTL for Anthropic; 128-token prefix matching and prompt_cache_key routing for OpenAI).
 ``direct``: one request per item. ``batch``: each pass is one batch (Anthropic Message Batches; OpenAI
 Batch with a JSONL input file), `evaluate_items(batch=...)`. The fake runs batch entries through the
-same caching rules as direct calls, in submission order. Anthropic applies prompt caching to Message
+same caching rules as direct calls, all priced before any of their writes becomes readable (an entry
+is readable only once the writing response has begun; a batch's entries run together). Anthropic applies prompt caching to Message
 Batches requests on a best-effort basis (a batch's requests run concurrently and in any order, so a hit
 is not guaranteed; its docs advise the 1-hour TTL for batches, and most batches end within the hour), so
 the batch figures are what a batch reaches when the cache serves it as it serves direct calls, not a

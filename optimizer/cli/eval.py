@@ -18,7 +18,7 @@ from optimizer.workspace import Workspace
 def judge_overrides(args: argparse.Namespace) -> JudgeOverrides:
     """``--provider/--model/--base-url/--concurrency`` as typed overrides of ``[judge]``."""
     return JudgeOverrides(provider=args.provider, model=args.model, base_url=args.base_url,
-                          concurrency=args.concurrency)
+                          concurrency=args.concurrency, batch_cold=bool(getattr(args, "batch_cold", False)))
 
 
 def _fmt(value: float | None) -> str:

@@ -18,6 +18,7 @@ from optimizer.devset.split import Split
 from optimizer.evaluation.budget import Budget, estimate_cost_usd, estimate_turn_cost_usd
 from optimizer.evaluation.cache import CachedCall, JudgeCache, cache_key, provider_endpoint
 from optimizer.evaluation.results import ItemResult, ReplicateResult
+from optimizer.evaluation.warmup import WARM_PREFIXES, PrefixWarmth
 from optimizer.judge.agentic import AgenticTask, ConversationState
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import Usage
@@ -123,6 +124,7 @@ class ItemJudge:
         budget: Budget | None,
         image_cache_dir: Path | None,
         first_replicate: int = 0,
+        warmth: PrefixWarmth | None = None,
     ) -> None:
         self.split = split
         self.prompts = prompts
@@ -146,6 +148,9 @@ class ItemJudge:
         self.stop_reason: str | None = None
         self.usage = Usage()  # the paid calls made so far
         self.cache_hits = 0
+        self.warmth = warmth if warmth is not None else WARM_PREFIXES
+        # Cache-read tokens the paid calls on cached prefixes planned to be billed (warmup.CacheReads).
+        self.planned_cache_reads = 0
 
     # -- one call --------------------------------------------------------------------------------
     def _lookup(self, fingerprint: str, index: int) -> tuple[str, ReplicateResult | None]:
@@ -175,20 +180,45 @@ class ItemJudge:
             )
         return estimate
 
+    def prefix_key(self, request: JudgeRequest) -> str | None:
+        """The key of ``request``'s cached trajectory prefix (provider, endpoint, model and the
+        prefix's content), or None when the provider caches no prefix or the layout has none."""
+        if not self.provider.traits.prompt_cache or not request.cache_prefix:
+            return None
+        head = JudgeRequest(system=request.system, parts=request.parts[: request.cache_prefix])
+        material = stable_json([self.provider.name, self.endpoint, self.provider.model, head.fingerprint()])
+        return hashlib.sha256(material.encode()).hexdigest()
+
     async def _call(self, request: JudgeRequest, fingerprint: str, key: str, index: int) -> ReplicateResult:
-        """One paid call. The caller holds a semaphore slot; it is released here, whatever happens."""
+        """One paid call. The caller holds a semaphore slot; it is released here, whatever happens.
+        On a cold cached prefix the first call goes alone; the others give their slot back until
+        its response has returned (`optimizer.evaluation.warmup`)."""
 
         estimate = 0.0
         reserved = False
+        holding = True
+        prefix = self.prefix_key(request)
+        lead = answered = False
         try:
             if self.stop_reason is not None:
                 raise Stopped
+            if prefix is not None and not self.warmth.is_warm(prefix) and not self.warmth.try_lead(prefix):
+                self.semaphore.release()
+                holding = False
+                lead = await self.warmth.wait_turn(prefix)
+                await self.semaphore.acquire()
+                holding = True
+                if self.stop_reason is not None:
+                    raise Stopped
+            elif prefix is not None:
+                lead = not self.warmth.is_warm(prefix)
             if self.budget is not None:
                 estimate = self._reserve(estimate_cost_usd(request, self.sampling, self.provider.model, self.prices))
                 reserved = True
             started = time.monotonic()
             try:
                 reply = await self.provider.complete(request, self.sampling, VERDICT_SCHEMA)
+                answered = True
             except BaseException as exc:
                 if reserved and self.budget is not None:
                     self.budget.release(estimate)
@@ -207,7 +237,14 @@ class ItemJudge:
                 )
             duration = time.monotonic() - started
         finally:
-            self.semaphore.release()
+            if lead and prefix is not None:
+                self.warmth.done(prefix, answered=answered, ttl=request.cache_ttl)
+            if holding:
+                self.semaphore.release()
+        if prefix is not None and not lead:  # the plan: this call reads the prefix another one wrote
+            from optimizer.judge.estimate import request_token_split
+
+            self.planned_cache_reads += request_token_split(request)[0]
         usage = self._account(reply, reply.text, estimate, key, index, fingerprint, duration)
         return _parsed_result(index, key, False, reply.text, reply.model, usage, duration)
 

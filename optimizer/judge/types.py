@@ -301,7 +301,9 @@ class ProviderTraits:
     conversations (it is then a `ConversingProvider`, so the agentic mode can run on it).
     ``max_parallel_calls``: the calls it runs at once (callers give it no more call slots); None for no
     limit of its own. ``demo_label``: for a demonstration-quality judge, what its results say it is,
-    wherever they go; None for a real judge."""
+    wherever they go; None for a real judge. ``prompt_cache``: it caches request prefixes (a cached
+    trajectory is billed at the read price once written; calls for one cold prefix go one first,
+    `optimizer.evaluation.warmup`)."""
 
     text_only: bool = False
     layout: Layout | None = None
@@ -309,6 +311,7 @@ class ProviderTraits:
     tool_use: bool = False
     max_parallel_calls: int | None = None
     demo_label: str | None = None
+    prompt_cache: bool = False
 
 
 class Provider(Protocol):
