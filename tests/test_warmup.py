@@ -234,3 +234,60 @@ def test_batch_cold_is_refused_nowhere_but_documented_with_its_default(capsys: p
             main([command, "--help"])
         out = capsys.readouterr().out
         assert "--batch-cold" in out and "default: warm first" in " ".join(out.split())
+
+
+# --------------------------------------------------------------------------- the loop: ledger, report, stderr
+
+
+def loop_workspace(tmp_path: Path, server: FakeLLMServer) -> Setup:
+    setup = Setup(tmp_path)
+    cfg = Workspace.open(setup.ws.root).config
+    judge = cfg.judge.model_copy(update={"provider": "anthropic", "model": MODELS["anthropic"], "max_retries": 0,
+                                         "base_url": server.anthropic_base_url})
+    write_config(setup.ws.root, cfg.model_copy(update={"judge": judge,
+                                                       "workspace": cfg.workspace.model_copy(update={"dev_split": "long"})}))
+    toml = setup.ws.prompts_dir / "judge.toml"
+    toml.write_text(with_layout(toml.read_text(), "trajectory-first"))
+    from tests.support.loop import commit_all
+
+    commit_all(setup.ws.root, "judge trajectory-first against the fake")
+    return setup
+
+
+@pytest.mark.parametrize("cleared", [False, True])
+def test_a_run_records_planned_reads_and_warns_on_stderr_when_the_cache_was_lost(
+    cleared: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = PromptCache(clock=ManualClock())
+    seen: list[RecordedRequest] = []
+
+    def judge(request: RecordedRequest) -> Behaviour:
+        seen.append(request)
+        if cleared and len(seen) == n + 1:  # the candidate's first call: the provider lost every entry
+            cache.clear()
+        return verdict_reply()
+
+    with FakeLLMServer(judge, prompt_cache=cache) as server:
+        setup = loop_workspace(tmp_path, server)
+        n = len(setup.split.ids)
+        code = main(["run", "-w", str(setup.ws.root), "--strategy", "library", "--max-experiments", "1",
+                     "--policy", "paired"])
+        assert code == 0, capsys.readouterr().err
+        run_err = capsys.readouterr().err
+        assert main(["report", "-w", str(setup.ws.root)]) == 0
+        report = capsys.readouterr().out
+    from optimizer.ledger import Ledger
+
+    with Ledger.open_readonly(setup.ws.ledger_path) as ledger:
+        [run] = ledger.runs()
+        baseline, candidate = ledger.experiments(run.id)
+    assert baseline.planned_cache_read_tokens == 0  # every item's first call writes its prefix
+    assert candidate.planned_cache_read_tokens > 0
+    assert f"cache reads: {candidate.cache_read_tokens:,} billed of {candidate.planned_cache_read_tokens:,}" in report
+    if cleared:
+        assert candidate.cache_read_tokens < LOW_READS_SHARE * candidate.planned_cache_read_tokens
+        assert f"experiment {candidate.id}: warning: the provider billed" in run_err
+        assert "WARNING below plan" in report
+    else:
+        assert candidate.cache_read_tokens >= candidate.planned_cache_read_tokens
+        assert "warning: the provider billed" not in run_err and "WARNING below plan" not in report
