@@ -74,3 +74,15 @@ def test_loop_decides_identically_direct_and_in_batches(tmp_path: Path, keys: No
     other = dataclasses.replace(batch, decisions=[batch.decisions[0], flipped, *batch.decisions[2:]])
     assert not cc.same_decisions(direct, other)
     assert "DIFFERENT" in cc.decision_table({"openai": (direct, other)}, 3)
+
+
+def test_the_warmup_rows_show_one_write_per_item_after_and_several_before(tmp_path: Path, keys: None) -> None:
+    results = cc.measure_writes(tmp_path, n=4, steps=12, replicates=3, wires=("anthropic",), say=lambda _m: None)
+    for mode in cc.MODES:
+        old, new = results[("anthropic", mode, "old")], results[("anthropic", mode, "new")]
+        assert new.writes == [1] * 4 and sum(old.writes) > 4
+        assert new.write_tokens < old.write_tokens and new.equivalents < old.equivalents
+        assert not new.warned
+    assert results[("anthropic", "batch", "old")].warned  # --batch-cold: planned reads, none billed
+    table = cc.writes_table(results, 4, 3)
+    assert "anthropic direct" in table and "anthropic batch" in table
