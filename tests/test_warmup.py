@@ -284,6 +284,9 @@ def test_a_run_records_planned_reads_and_warns_on_stderr_when_the_cache_was_lost
     assert baseline.planned_cache_read_tokens == 0  # every item's first call writes its prefix
     assert candidate.planned_cache_read_tokens > 0
     assert f"cache reads: {candidate.cache_read_tokens:,} billed of {candidate.planned_cache_read_tokens:,}" in report
+    screen = experiment_screen(setup.ws.root, candidate.id)
+    assert f"cache reads: {candidate.cache_read_tokens:,} billed of {candidate.planned_cache_read_tokens:,}" in screen
+    assert ("WARNING below plan" in screen) is cleared
     if cleared:
         assert candidate.cache_read_tokens < LOW_READS_SHARE * candidate.planned_cache_read_tokens
         assert f"experiment {candidate.id}: warning: the provider billed" in run_err
@@ -291,3 +294,24 @@ def test_a_run_records_planned_reads_and_warns_on_stderr_when_the_cache_was_lost
     else:
         assert candidate.cache_read_tokens >= candidate.planned_cache_read_tokens
         assert "warning: the provider billed" not in run_err and "WARNING below plan" not in report
+
+
+def experiment_screen(ws_root: Path, experiment_id: int) -> str:
+    """The text the TUI's experiment view shows for ``experiment_id`` (headless, one screenshot)."""
+    import html
+    import re
+
+    from tui.app import JudgeloopApp, settle
+
+    app = JudgeloopApp(ws_root, image_mode="halfcell", watch=False, experiment_id=experiment_id,
+                       start_view="experiment")
+    shot: list[str] = []
+
+    async def go() -> None:
+        async with app.run_test(size=(200, 60)) as pilot:
+            await settle(app, pilot)
+            shot.append(app.export_screenshot())
+
+    asyncio.run(go())
+    runs = re.findall(r'<text[^>]*>([^<]*)</text>', shot[0])
+    return " ".join(html.unescape("".join(runs)).replace("\xa0", " ").split())
