@@ -228,7 +228,7 @@ def test_a_batch_pass_warms_its_cold_items_first_unless_batch_cold(
         assert "warning: the provider billed 0 cache-read tokens" in captured.err
 
 
-def test_batch_cold_is_refused_nowhere_but_documented_with_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+def test_batch_cold_is_on_eval_run_and_confirm_with_its_default_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
     for command in ("eval", "run", "confirm"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
@@ -315,3 +315,61 @@ def experiment_screen(ws_root: Path, experiment_id: int) -> str:
     asyncio.run(go())
     runs = re.findall(r'<text[^>]*>([^<]*)</text>', shot[0])
     return " ".join(html.unescape("".join(runs)).replace("\xa0", " ").split())
+
+
+def test_ctrl_c_while_followers_wait_leaves_nothing_behind_and_the_next_pass_runs(tmp_path: Path) -> None:
+    setup = Setup(tmp_path, n_pairs=1)
+    n = len(setup.split.ids)
+
+    import threading
+
+    arrived: list[RecordedRequest] = []
+    leaders_in = threading.Event()
+
+    def slow_leaders(request: RecordedRequest) -> Behaviour:
+        arrived.append(request)
+        if len(arrived) == n:
+            leaders_in.set()
+        return verdict_reply(delay_s=5.0)  # cut short when the server stops
+
+    with FakeLLMServer(slow_leaders, prompt_cache=PromptCache(clock=ManualClock())) as server:
+        async def interrupted() -> None:
+            judge = setup.judge(server, "anthropic")
+            task = asyncio.create_task(evaluate_items(setup.ws, setup.split, setup.prompts(), judge,
+                                                      item_ids=setup.split.ids, replicates=3))
+            assert await asyncio.to_thread(leaders_in.wait, 60)
+            task.cancel()  # what Ctrl-C does to the evaluation: each item's followers wait for its leader
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(interrupted())
+        assert len(server.inference_requests()) == n  # only the leaders went out
+        server.default = slow_verdicts
+        run = setup.evaluate(server, "anthropic", setup.prompts())  # a new event loop: nobody waits on the old one
+    assert all(not item.infra_error for item in run.items) and len(run.items) == n
+
+
+def test_a_batch_warm_up_is_reserved_and_charged_like_any_call(tmp_path: Path) -> None:
+    from optimizer.evaluation.budget import Budget
+
+    setup = Setup(tmp_path, n_pairs=1)
+    n = len(setup.split.ids)
+    budget = Budget(10.0)
+    with FakeLLMServer(prompt_cache=PromptCache(clock=ManualClock()), batch_polls=1) as server:
+        judge = setup.judge(server, "anthropic")
+        charged = asyncio.run(evaluate_items(setup.ws, setup.split, setup.prompts(), judge,
+                                             item_ids=setup.split.ids, replicates=3, budget=budget,
+                                             batch=BatchOptions(poll_s=0.01)))
+        direct = [r for r in server.inference_requests() if r.batch_id is None]
+    assert len(direct) == n and charged.calls_made == 3 * n
+    assert budget.spent_usd == pytest.approx(charged.cost_usd)  # warm-ups and batch entries alike
+    # A budget below one warm-up: nothing is sent, the pass stops on the budget.
+    tiny = Budget(1e-6)
+    setup3 = Setup(tmp_path / "tiny", n_pairs=1)  # fresh: nothing cached, every prefix cold
+    with FakeLLMServer(prompt_cache=PromptCache(clock=ManualClock()), batch_polls=1) as server:
+        judge = setup3.judge(server, "anthropic")
+        stopped = asyncio.run(evaluate_items(setup3.ws, setup3.split, setup3.prompts(), judge,
+                                             item_ids=setup3.split.ids, replicates=3, budget=tiny,
+                                             batch=BatchOptions(poll_s=0.01)))
+        assert server.inference_requests() == [] and server.batch_creations == []
+    assert stopped.stop is not None and stopped.stop.kind.value == "budget"

@@ -107,7 +107,9 @@ class ItemJudge:
     and counts what they cost. Scheduling items belongs to `optimizer.evaluation.evaluator`.
 
     ``slots`` bounds the calls in flight (``concurrency``); a call releases its slot when it ends.
-    Setting ``stop_reason`` makes every later paid call refuse to start.
+    Setting ``stop_reason`` makes every later paid call refuse to start. Direct calls on a cold
+    cached prefix go one first (`optimizer.evaluation.warmup`): the others hand their slot back
+    while they wait, so they re-claim one after later items' calls may have started.
     """
 
     def __init__(
