@@ -233,7 +233,10 @@ class FakeLLMServer:
     handler thread outlives a test); benchmarks use it so they time the client, not reconnects.
     ``parse_bodies=False`` records bodies as None (and replies name the model "fake-model") to keep
     JSON decoding of large image requests out of a benchmark's CPU budget. ``prompt_cache``: a
-    `tests.support.fakecache.PromptCache` that bills replies as the provider's prompt cache would.
+    `tests.support.fakecache.PromptCache` that bills replies as the provider's prompt cache would:
+    a request is priced when it arrives (before its reply's ``delay_s``) and what it writes becomes
+    readable just before its response is sent; a batch's entries are all priced before any of their
+    writes becomes readable (they run together).
     """
 
     def __init__(
