@@ -373,3 +373,29 @@ def test_a_batch_warm_up_is_reserved_and_charged_like_any_call(tmp_path: Path) -
                                              batch=BatchOptions(poll_s=0.01)))
         assert server.inference_requests() == [] and server.batch_creations == []
     assert stopped.stop is not None and stopped.stop.kind.value == "budget"
+
+
+def test_agentic_conversations_of_one_item_pay_one_write_for_its_opening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.fakeserver import ToolCall, reply
+
+    def submits(_request: RecordedRequest) -> Behaviour:
+        return reply(None, delay_s=DELAY_S, tool_calls=[ToolCall("submit_verdict", {
+            "success": True, "reasoning": "checked", "confidence": "high", "mistake_type": None})])
+
+    setup = Setup(tmp_path, n_pairs=1)
+    n = len(setup.split.ids)
+    files = dict(setup.prompts().files)
+    files[JUDGE_TOML] = files[JUDGE_TOML].replace('mode = "direct"', 'mode = "agentic"')
+    agentic = PromptSet.from_files(files)
+    assert agentic.settings.mode == "agentic" and agentic.trajectory_first
+    with FakeLLMServer(submits, prompt_cache=PromptCache(clock=ManualClock())) as server:
+        run = setup.evaluate(server, "anthropic", agentic)
+        assert len(server.replies) == 3 * n and all(not item.infra_error for item in run.items)
+        assert writes_per_item(server) == [1] * n
+    monkeypatch.setattr(ItemJudge, "_opening_prefix_key", lambda _self, _task: None)  # before: all at once
+    old = Setup(tmp_path / "old", n_pairs=1)
+    with FakeLLMServer(submits, prompt_cache=PromptCache(clock=ManualClock())) as server:
+        old.evaluate(server, "anthropic", agentic)
+        assert max(writes_per_item(server)) == 3

@@ -30,6 +30,7 @@ from optimizer.judge.types import (
     Provider,
     ProviderReply,
     Sampling,
+    TextPart,
     converses,
     stable_json,
 )
@@ -423,6 +424,7 @@ class ItemJudge:
         key = ""
         model = self.provider.model
         final: str | None = None
+        holding = True
         try:
             while final is None and state.turns < task.max_turns:
                 key = cache_key(
@@ -440,7 +442,25 @@ class ItemJudge:
                     turn_usage, model = cached_usage(hit), hit.reply_model
                 else:
                     all_cached = False
-                    outcome = await self._paid_turn(task, state, key, index)
+                    # The opening turn writes the item's cached prefix: on a cold one, one
+                    # conversation goes first and the others wait without holding a slot.
+                    prefix = self._opening_prefix_key(task) if state.turns == 0 else None
+                    lead = False
+                    if prefix is not None and not self.warmth.is_warm(prefix) and not self.warmth.try_lead(prefix):
+                        self.semaphore.release()
+                        holding = False
+                        lead = await self.warmth.wait_turn(prefix)
+                        await self.semaphore.acquire()
+                        holding = True
+                    elif prefix is not None:
+                        lead = not self.warmth.is_warm(prefix)
+                    answered = False
+                    try:
+                        outcome = await self._paid_turn(task, state, key, index)
+                        answered = not isinstance(outcome, str)
+                    finally:
+                        if lead and prefix is not None:
+                            self.warmth.done(prefix, answered=answered, ttl=task.cache_ttl)
                     if isinstance(outcome, str):  # an infrastructure error after every retry
                         return ReplicateResult(
                             index=index, cache_key=key, cached=False, reply_text=None, verdict=None,
@@ -452,7 +472,8 @@ class ItemJudge:
                 usage += turn_usage
                 final = await asyncio.to_thread(state.step, turn)
         finally:
-            self.semaphore.release()
+            if holding:
+                self.semaphore.release()
         duration = time.monotonic() - started
         if final is None:
             last = next((m for m in reversed(state.messages) if isinstance(m, AssistantTurn)), None)
@@ -464,6 +485,17 @@ class ItemJudge:
             )
         result = _parsed_result(index, key, all_cached, final, model, usage, duration)
         return dataclasses.replace(result, trace=tuple(state.trace), turns=state.turns)
+
+    def _opening_prefix_key(self, task: AgenticTask) -> str | None:
+        """The key of a trajectory-first conversation's cached opening (tools, system, the
+        trajectory index), or None when the provider caches no prefix or the layout has none."""
+        if not self.provider.traits.prompt_cache or not task.trajectory_first:
+            return None
+        opening = task.opening_message.parts[0]
+        material = stable_json([self.provider.name, self.endpoint, self.provider.model, task.system,
+                                [[t.name, t.description, t.parameters] for t in task.tools],
+                                opening.text if isinstance(opening, TextPart) else ""])
+        return hashlib.sha256(material.encode()).hexdigest()
 
     async def _paid_turn(
         self, task: AgenticTask, state: ConversationState, key: str, index: int
