@@ -517,6 +517,9 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
             options = BatchOptions.from_judge(judge, on_state=lambda state: events(Message(state.line(), "note")))
         result = asyncio.run(evaluate_items(ws, split, prompts, judge, item_ids=split.ids,
                                             replicates=settings.replicates, batch=options))
+        warning = result.cache_reads.warning()  # billed cache reads fell below plan
+        if warning is not None:
+            events(Message(warning, "note"))
         if result.infra_error_ids:
             raise UserError(f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
                             "the use is not counted — retry when the provider is healthy")
