@@ -399,3 +399,11 @@ def test_agentic_conversations_of_one_item_pay_one_write_for_its_opening(
     with FakeLLMServer(submits, prompt_cache=PromptCache(clock=ManualClock())) as server:
         old.evaluate(server, "anthropic", agentic)
         assert max(writes_per_item(server)) == 3
+
+
+def test_batch_cold_without_batch_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    setup = Setup(tmp_path, n_pairs=1)
+    assert main(["eval", "-w", str(setup.ws.root), "--split", "long", "--batch-cold"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["judgeloop: error: --batch-cold applies to a batch pass only: add --batch, "
+                                        "or drop --batch-cold"]
