@@ -201,11 +201,13 @@ class ItemJudge:
         reserved = False
         holding = True
         prefix = self.prefix_key(request)
-        lead = answered = False
+        lead = answered = False  # lead: this call goes first on a cold cached prefix
         try:
             if self.stop_reason is not None:
                 raise Stopped
-            if prefix is not None and not self.warmth.is_warm(prefix) and not self.warmth.try_lead(prefix):
+            lead = prefix is not None and self.warmth.try_lead(prefix)
+            if prefix is not None and not lead and not self.warmth.is_warm(prefix):
+                # Another call is writing this prefix: wait for its answer without holding a slot.
                 self.semaphore.release()
                 holding = False
                 lead = await self.warmth.wait_turn(prefix)
@@ -213,8 +215,6 @@ class ItemJudge:
                 holding = True
                 if self.stop_reason is not None:
                     raise Stopped
-            elif prefix is not None:
-                lead = not self.warmth.is_warm(prefix)
             if self.budget is not None:
                 estimate = self._reserve(estimate_cost_usd(request, self.sampling, self.provider.model, self.prices))
                 reserved = True
@@ -445,15 +445,13 @@ class ItemJudge:
                     # The opening turn writes the item's cached prefix: on a cold one, one
                     # conversation goes first and the others wait without holding a slot.
                     prefix = self._opening_prefix_key(task) if state.turns == 0 else None
-                    lead = False
-                    if prefix is not None and not self.warmth.is_warm(prefix) and not self.warmth.try_lead(prefix):
+                    lead = prefix is not None and self.warmth.try_lead(prefix)
+                    if prefix is not None and not lead and not self.warmth.is_warm(prefix):
                         self.semaphore.release()
                         holding = False
                         lead = await self.warmth.wait_turn(prefix)
                         await self.semaphore.acquire()
                         holding = True
-                    elif prefix is not None:
-                        lead = not self.warmth.is_warm(prefix)
                     answered = False
                     try:
                         outcome = await self._paid_turn(task, state, key, index)
