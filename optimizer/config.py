@@ -51,6 +51,8 @@ class JudgeSection(_Section):
     batch_poll_s: float = Field(default=30.0, gt=0, le=3600)
     batch_poll_max_s: float = Field(default=600.0, gt=0, le=3600)
     batch_retry_rounds: int = Field(default=2, ge=0, le=10)
+    # --batch-cold: a batch pass submits without warming its cold items first (optimizer.evaluation.warmup).
+    batch_cold: bool = False
     # provider = "command" (a harness judge, see optimizer.judge.harness): the CLI to run per item,
     # or a preset filling it; the most one call may cost (the budget reserves it, and it is the cost
     # of a call whose CLI reports none); environment variables passed on besides the harness's own.
@@ -107,6 +109,7 @@ class JudgeOverrides:
     model: str | None = None
     base_url: str | None = None
     concurrency: int | None = None
+    batch_cold: bool = False
 
     def apply(self, judge: JudgeSection) -> JudgeSection:
         """``judge`` with these overrides. Switching providers without a model takes that provider's
@@ -127,6 +130,8 @@ class JudgeOverrides:
                 raise UserError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY} "
                                 f"(got {self.concurrency})")
             update["max_concurrency"] = self.concurrency
+        if self.batch_cold:
+            update["batch_cold"] = True
         try:
             return JudgeSection.model_validate({**judge.model_dump(), **update})
         except ValidationError as exc:

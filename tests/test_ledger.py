@@ -206,7 +206,7 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
     assert tools == {"t1": [], "t2": AGENTIC_TOOLS}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
     assert conn.execute("SELECT COUNT(*) FROM attributions").fetchone()[0] == 0  # schema 7's tables exist
     conn.close()
 
@@ -217,11 +217,12 @@ SCHEMA_3_COLUMNS = ("optimizer_calls", "optimizer_input_tokens", "optimizer_outp
 
 SCHEMA_4_COLUMNS = ("adaptive_keep", "alpha", "test", "rejudge_calls", "rejudge_cost_usd")
 SCHEMA_6_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
+SCHEMA_8_COLUMNS = ("planned_cache_read_tokens",)
 
 
 def _drop_schema_4_columns(conn: sqlite3.Connection) -> None:
-    """Drop what schema 4 added, and what schema 6 added (every older ledger lacks those too)."""
-    for column in SCHEMA_4_COLUMNS + SCHEMA_6_COLUMNS:
+    """Drop what schema 4 added, and what schemas 6 and 8 added (every older ledger lacks those too)."""
+    for column in SCHEMA_4_COLUMNS + SCHEMA_6_COLUMNS + SCHEMA_8_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
 
 
@@ -240,7 +241,7 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
             status="baseline", usage=Usage(calls=10, input_tokens=5000, cost_usd=0.25),
         ))
     conn = sqlite3.connect(path)  # what a schema-5 judgeloop wrote: no prompt-cache token columns
-    for column in SCHEMA_6_COLUMNS:
+    for column in SCHEMA_6_COLUMNS + SCHEMA_8_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
     conn.execute("DROP TABLE attribution_edits")
     conn.execute("DROP TABLE attributions")
@@ -260,7 +261,7 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
         assert ledger.get_experiment(base.id).cache_read_tokens == 0
     assert (got.input_tokens, got.cache_read_tokens, got.cache_write_tokens) == (900, 4200, 300)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
     conn.close()
 
 
@@ -314,7 +315,7 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
     assert got.cost_usd == 0.3 and got.judge_cost_usd == pytest.approx(0.25) and got.proposal_meta == {"note": "data"}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
     assert conn.execute("SELECT COUNT(*) FROM attributions").fetchone()[0] == 0  # schema 7's tables exist
     conn.close()
     with Ledger(path) as ledger:  # the batches table (step 4 -> 5) works on the upgraded ledger
@@ -590,3 +591,27 @@ def test_only_recorded_outcomes_emit_a_decision_event_and_narrow_updates_touch_o
         assert (got.status, got.decision, got.finished, got.calls, got.cache_hits) == ("waiting", "waiting", None, 9, 3)
         assert got.cost_usd == pytest.approx(0.35) == outcome.cost_usd
         assert (got.rejudge_calls, got.rejudge_cost_usd, got.commit_sha) == (4, 0.1, "c" * 40)
+
+
+def test_a_version_7_ledger_gains_the_planned_cache_reads_and_reads_them_as_0_until_then(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = _run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
+    conn = sqlite3.connect(path)  # what a schema-7 judgeloop wrote: no planned cache reads
+    for column in SCHEMA_8_COLUMNS:
+        conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+    conn.execute("PRAGMA user_version = 7")
+    conn.close()
+    with Ledger.open_readonly(path) as ro:
+        assert ro.get_experiment(base.id).planned_cache_read_tokens == 0
+    with Ledger(path) as ledger:  # two passes of one experiment add up; billed reads stay apart
+        ledger.add_planned_cache_reads(base.id, 30_000)
+        ledger.add_planned_cache_reads(base.id, 1_500)
+        ledger.record_decision(base.id, ExperimentOutcome(
+            status="baseline", usage=Usage(calls=4, input_tokens=900, cache_read_tokens=20_000, cost_usd=0.05)))
+        got = ledger.get_experiment(base.id)
+    assert (got.planned_cache_read_tokens, got.cache_read_tokens) == (31_500, 20_000)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    conn.close()

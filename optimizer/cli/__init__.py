@@ -119,6 +119,8 @@ BATCH_HELP = (
     "command run again collects its pending batch instead of sending a second one"
 )
 OFF = " (default: off)"
+BATCH_COLD_HELP = ("with --batch: submit at once, without first warming each cold item with one direct call "
+                   "(the batch's calls for one item then each pay its cache write; default: warm first)")
 REPLICATES_HELP = (
     f"judge each item K times per prompt set and score the majority verdict, 1 to {MAX_REPLICATES} "
     "(default: replicates in prompts/judge.toml, 1)"
@@ -189,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write verdict files (default: a new folder under experiments/evals/)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object (default: a table)")
     p.add_argument("--batch", action="store_true", help=BATCH_HELP + OFF)
+    p.add_argument("--batch-cold", action="store_true", help=BATCH_COLD_HELP)
     _judge_overrides(p)
 
     p = add("run", "optimizer.cli.loop:cmd_run", "run the optimisation loop on the dev split")
@@ -215,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", action="store_true",
                    help=BATCH_HELP.replace("a killed command run again", "`--resume`") +
                    "; a run started with --batch resumes in batch mode" + OFF)
+    p.add_argument("--batch-cold", action="store_true", help=BATCH_COLD_HELP)
     _judge_overrides(p)
 
     p = add("decide", "optimizer.cli.loop:cmd_decide", "keep or discard a candidate waiting in propose-only mode")
@@ -243,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the held-out split, listed under [workspace] heldout_splits (required)")
     p.add_argument("--run", metavar="ID", help=f"the run whose final prompts to confirm {LATEST_RUN}")
     p.add_argument("--batch", action="store_true", help=BATCH_HELP + OFF)
+    p.add_argument("--batch-cold", action="store_true", help=BATCH_COLD_HELP)
     _judge_overrides(p)
 
     p = add("reviews", "optimizer.cli.report:cmd_reviews", "list human reviews or export them as JSONL")

@@ -10,6 +10,7 @@ from pathlib import Path
 from optimizer.cli.progress import TerminalEvents
 from optimizer.cli.signals import stop_on_signals
 from optimizer.config import JudgeOverrides
+from optimizer.errors import UserError
 from optimizer.evaluation.scored import EvalOptions, evaluate
 from optimizer.evaluation.stopping import Interrupted
 from optimizer.metrics import Metrics
@@ -18,9 +19,11 @@ from optimizer.workspace import Workspace
 
 
 def judge_overrides(args: argparse.Namespace) -> JudgeOverrides:
-    """``--provider/--model/--base-url/--concurrency`` as typed overrides of ``[judge]``."""
+    """``--provider/--model/--base-url/--concurrency`` (and ``--batch-cold``) as typed overrides of ``[judge]``."""
+    if getattr(args, "batch_cold", False) and not getattr(args, "batch", False):
+        raise UserError("--batch-cold applies to a batch pass only: add --batch, or drop --batch-cold")
     return JudgeOverrides(provider=args.provider, model=args.model, base_url=args.base_url,
-                          concurrency=args.concurrency)
+                          concurrency=args.concurrency, batch_cold=bool(getattr(args, "batch_cold", False)))
 
 
 def _fmt(value: float | None) -> str:

@@ -38,7 +38,7 @@ from optimizer.config import JudgeSection
 from optimizer.evaluation.batchstore import BatchStore
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
-from optimizer.evaluation.judging import ItemJudge, PreparedItem
+from optimizer.evaluation.judging import BudgetStop, ItemJudge, PreparedItem, Stopped
 from optimizer.evaluation.results import ItemResult, ReplicateResult
 from optimizer.events import StopKind, StopReason
 from optimizer.judge.estimate import estimate_cost_usd
@@ -73,13 +73,15 @@ class BatchOptions:
     retry_rounds: int = 2
     store: BatchStore | None = None
     on_state: Callable[[BatchState], None] | None = None
+    # --batch-cold: submit without warming the cold items first (see `_warm_up`).
+    cold: bool = False
 
     @classmethod
     def from_judge(cls, judge: JudgeSection, *, store: BatchStore | None = None,
                    on_state: Callable[[BatchState], None] | None = None) -> BatchOptions:
         """The options ``[judge] batch_poll_s, batch_poll_max_s, batch_retry_rounds`` set."""
         return cls(poll_s=judge.batch_poll_s, poll_max_s=max(judge.batch_poll_s, judge.batch_poll_max_s),
-                   retry_rounds=judge.batch_retry_rounds, store=store, on_state=on_state)
+                   retry_rounds=judge.batch_retry_rounds, store=store, on_state=on_state, cold=judge.batch_cold)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class _BatchPass:
         self.failed: dict[str, str] = {}
         self.notes: list[str] = []
         self.submitted: list[str] = []
+        # Per call on a cached prefix: the cache-read tokens the plan expects it to be billed.
+        self.planned: dict[str, int] = {}
 
     def _state(self, state: BatchState) -> None:
         if self.options.on_state is not None:
@@ -168,6 +172,10 @@ class _BatchPass:
             self.answered[key] = self.judge.account_batch_reply(
                 entry.reply, estimate, key, call.index, call.fingerprint, duration
             )
+            self.judge.planned_cache_reads += self.planned.get(key, 0)
+            prefix = self.judge.prefix_key(call.request)
+            if prefix is not None:  # the batch wrote it (or read it): later passes find it warm
+                self.judge.warmth.mark_warm(prefix, call.request.cache_ttl)
         self.store.update_batch(record_id, status="collected")
 
     def _release(self, custom_ids: Sequence[str], estimates: dict[str, float]) -> None:
@@ -308,6 +316,75 @@ async def _prepare_all(judge: ItemJudge, item_ids: Sequence[str]) -> list[Prepar
     return list(await asyncio.gather(*(one(t) for t in item_ids)))
 
 
+# A cold item gets a warm-up before its batch when the batch holds at least this many of its calls
+# (a batch runs its entries together, so each would write the item's prefix; one entry writes it once anyway).
+WARMUP_MIN_CALLS = 2
+
+
+async def _warm_up(judge: ItemJudge, prepared: Sequence[PreparedItem], work: _BatchPass) -> StopReason | None:
+    """Make the first missing call of every cold item with `WARMUP_MIN_CALLS` or more calls in the
+    batch as a direct call (a real replicate, at the direct price: it writes the prefix the batch's
+    entries then read), under the call slots and the budget like any call. A warm-up that fails
+    leaves its call in the batch."""
+    tasks: list[tuple[str, asyncio.Task[ReplicateResult]]] = []
+    firsts: dict[str, str] = {}  # prefix -> the key of the call that warms it
+    for item in prepared:
+        missing = [key for key, hit in item.looked_up if hit is None]
+        if item.request is None or len(missing) < WARMUP_MIN_CALLS or not item.calls:
+            continue
+        prefix = judge.prefix_key(item.request)
+        if prefix is None or judge.warmth.is_warm(prefix) or prefix in firsts:
+            continue
+        firsts[prefix] = missing[0]
+    stop: StopReason | None = None
+    try:
+        for item in prepared:
+            if item.request is None or not item.calls:
+                continue
+            key = firsts.get(judge.prefix_key(item.request) or "")
+            if key is None or key != next(k for k, hit in item.looked_up if hit is None):
+                continue
+            await judge.semaphore.acquire()
+            tasks.append((key, asyncio.create_task(item.calls[0]())))
+        outcomes = await asyncio.gather(*(t for _, t in tasks), return_exceptions=True)
+    except BaseException:
+        for _, task in tasks:
+            task.cancel()
+        await asyncio.gather(*(t for _, t in tasks), return_exceptions=True)
+        raise
+    for (key, _), outcome in zip(tasks, outcomes, strict=True):
+        if isinstance(outcome, BudgetStop):
+            stop = stop or StopReason(StopKind.BUDGET, str(outcome))
+        elif isinstance(outcome, Stopped):
+            stop = stop or StopReason(StopKind.INTERRUPTED, judge.stop_reason or "stopped")
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        elif outcome.infra_error is None:
+            work.answered[key] = outcome
+    if tasks:
+        work.notes.append(f"warmed {sum(1 for k, _ in tasks if k in work.answered)} cold item(s) with one direct "
+                          "call each before the batch (--batch-cold skips this)")
+    return stop
+
+
+def _plan_reads(judge: ItemJudge, work: _BatchPass) -> None:
+    """The plan's cache reads for the calls about to be batched: every call on a cached prefix reads
+    it, except the first call of a prefix nobody warmed (it writes)."""
+    from optimizer.judge.estimate import request_token_split
+
+    writers: set[str] = set()
+    for key, call in work.calls.items():
+        if key in work.answered:
+            continue
+        prefix = judge.prefix_key(call.request)
+        if prefix is None:
+            continue
+        if not judge.warmth.is_warm(prefix) and prefix not in writers:
+            writers.add(prefix)
+            continue
+        work.planned[key] = request_token_split(call.request)[0]
+
+
 async def judge_batch_pass(
     judge: ItemJudge,
     provider: BatchingProvider,
@@ -327,7 +404,10 @@ async def judge_batch_pass(
                 assert item.request is not None  # a missing replicate always has its rendering
                 work.calls[key] = _Call(item.trajectory_id, index, item.fingerprint, item.request)
     stop: StopReason | None = None
-    if work.calls:
+    if work.calls and not options.cold:
+        stop = await _warm_up(judge, prepared, work)
+    _plan_reads(judge, work)
+    if work.calls and stop is None:
         work.notes.append(EARLY_STOP_NOTE)
         try:
             await work.resume_open()

@@ -36,6 +36,7 @@ from optimizer.evaluation.files import redacted_url
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME, BudgetStop, ItemJudge, Stopped
 from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 from optimizer.evaluation.stopping import StopRequest
+from optimizer.evaluation.warmup import CacheReads
 from optimizer.events import ProgressSnapshot, StopKind, StopReason
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import (
@@ -396,6 +397,9 @@ async def evaluate_items(
             notes.append(f"agentic judge: {sum(r.turns for r in reps) / len(reps):.1f} model calls per verdict; "
                          f"tool calls per verdict: {used or 'none'}")
     notes += provider.run_notes()
+    reads = CacheReads(planned=judge_items.planned_cache_reads, billed=judge_items.usage.cache_read_tokens)
+    if reads.warning() is not None:
+        notes.append(str(reads.warning()))
     if outcome.stop is not None:
         notes.append(outcome.stop.message)
     if evaluation_pass.batch:
@@ -412,6 +416,7 @@ async def evaluate_items(
         notes=notes,
         not_evaluated=not_evaluated,
         item_ids=item_ids,
+        cache_reads=reads,
         meta={
             "provider": provider.name,
             "model": provider.model,

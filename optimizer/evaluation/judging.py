@@ -19,6 +19,7 @@ from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget, estimate_cost_usd, estimate_turn_cost_usd
 from optimizer.evaluation.cache import CachedCall, JudgeCache, cache_key, provider_endpoint
 from optimizer.evaluation.results import ItemResult, ReplicateResult
+from optimizer.evaluation.warmup import WARM_PREFIXES, PrefixWarmth
 from optimizer.judge.agentic import AgenticTask, ConversationState
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import Usage
@@ -30,6 +31,7 @@ from optimizer.judge.types import (
     Provider,
     ProviderReply,
     Sampling,
+    TextPart,
     converses,
     stable_json,
 )
@@ -107,7 +109,9 @@ class ItemJudge:
     and counts what they cost. Scheduling items belongs to `optimizer.evaluation.evaluator`.
 
     ``slots`` bounds the calls in flight (``concurrency``); a call releases its slot when it ends.
-    Setting ``stop_reason`` makes every later paid call refuse to start.
+    Setting ``stop_reason`` makes every later paid call refuse to start. Direct calls on a cold
+    cached prefix go one first (`optimizer.evaluation.warmup`): the others hand their slot back
+    while they wait, so they re-claim one after later items' calls may have started.
     """
 
     def __init__(
@@ -124,6 +128,7 @@ class ItemJudge:
         budget: Budget | None,
         image_cache_dir: Path | None,
         first_replicate: int = 0,
+        warmth: PrefixWarmth | None = None,
     ) -> None:
         self.split = split
         self.prompts = prompts
@@ -154,6 +159,9 @@ class ItemJudge:
         self.stop_reason: str | None = None
         self.usage = Usage()  # the paid calls made so far
         self.cache_hits = 0
+        self.warmth = warmth if warmth is not None else WARM_PREFIXES
+        # Cache-read tokens the paid calls on cached prefixes planned to be billed (warmup.CacheReads).
+        self.planned_cache_reads = 0
 
     # -- one call --------------------------------------------------------------------------------
     def _lookup(self, fingerprint: str, index: int) -> tuple[str, ReplicateResult | None]:
@@ -183,14 +191,38 @@ class ItemJudge:
             )
         return estimate
 
+    def prefix_key(self, request: JudgeRequest) -> str | None:
+        """The key of ``request``'s cached trajectory prefix (provider, endpoint, model and the
+        prefix's content), or None when the provider caches no prefix or the layout has none."""
+        if not self.provider.traits.prompt_cache or not request.cache_prefix:
+            return None
+        head = JudgeRequest(system=request.system, parts=request.parts[: request.cache_prefix])
+        material = stable_json([self.provider.name, self.endpoint, self.provider.model, head.fingerprint()])
+        return hashlib.sha256(material.encode()).hexdigest()
+
     async def _call(self, request: JudgeRequest, fingerprint: str, key: str, index: int) -> ReplicateResult:
-        """One paid call. The caller holds a semaphore slot; it is released here, whatever happens."""
+        """One paid call. The caller holds a semaphore slot; it is released here, whatever happens.
+        On a cold cached prefix the first call goes alone; the others give their slot back until
+        its response has returned (`optimizer.evaluation.warmup`)."""
 
         estimate = 0.0
         reserved = False
+        holding = True
+        prefix = self.prefix_key(request)
+        lead = answered = False  # lead: this call goes first on a cold cached prefix
         try:
             if self.stop_reason is not None:
                 raise Stopped
+            lead = prefix is not None and self.warmth.try_lead(prefix)
+            if prefix is not None and not lead and not self.warmth.is_warm(prefix):
+                # Another call is writing this prefix: wait for its answer without holding a slot.
+                self.semaphore.release()
+                holding = False
+                lead = await self.warmth.wait_turn(prefix)
+                await self.semaphore.acquire()
+                holding = True
+                if self.stop_reason is not None:
+                    raise Stopped
             if self.budget is not None:
                 traits = self.provider.traits
                 estimate = self._reserve(
@@ -200,6 +232,7 @@ class ItemJudge:
             started = time.monotonic()
             try:
                 reply = await self.provider.complete(request, self.sampling, VERDICT_SCHEMA)
+                answered = True
             except BaseException as exc:
                 if reserved and self.budget is not None:
                     self.budget.release(estimate)
@@ -218,7 +251,14 @@ class ItemJudge:
                 )
             duration = time.monotonic() - started
         finally:
-            self.semaphore.release()
+            if lead and prefix is not None:
+                self.warmth.done(prefix, answered=answered, ttl=request.cache_ttl)
+            if holding:
+                self.semaphore.release()
+        if prefix is not None and not lead:  # the plan: this call reads the prefix another one wrote
+            from optimizer.judge.estimate import request_token_split
+
+            self.planned_cache_reads += request_token_split(request)[0]
         usage = self._account(reply, reply.text, estimate, key, index, fingerprint, duration)
         return _parsed_result(index, key, False, reply.text, reply.model, usage, duration)
 
@@ -401,6 +441,7 @@ class ItemJudge:
         key = ""
         model = self.provider.model
         final: str | None = None
+        holding = True
         try:
             while final is None and state.turns < task.max_turns:
                 key = cache_key(
@@ -418,7 +459,23 @@ class ItemJudge:
                     turn_usage, model = cached_usage(hit), hit.reply_model
                 else:
                     all_cached = False
-                    outcome = await self._paid_turn(task, state, key, index)
+                    # The opening turn writes the item's cached prefix: on a cold one, one
+                    # conversation goes first and the others wait without holding a slot.
+                    prefix = self._opening_prefix_key(task) if state.turns == 0 else None
+                    lead = prefix is not None and self.warmth.try_lead(prefix)
+                    if prefix is not None and not lead and not self.warmth.is_warm(prefix):
+                        self.semaphore.release()
+                        holding = False
+                        lead = await self.warmth.wait_turn(prefix)
+                        await self.semaphore.acquire()
+                        holding = True
+                    answered = False
+                    try:
+                        outcome = await self._paid_turn(task, state, key, index)
+                        answered = not isinstance(outcome, str)
+                    finally:
+                        if lead and prefix is not None:
+                            self.warmth.done(prefix, answered=answered, ttl=task.cache_ttl)
                     if isinstance(outcome, str):  # an infrastructure error after every retry
                         return ReplicateResult(
                             index=index, cache_key=key, cached=False, reply_text=None, verdict=None,
@@ -430,7 +487,8 @@ class ItemJudge:
                 usage += turn_usage
                 final = await asyncio.to_thread(state.step, turn)
         finally:
-            self.semaphore.release()
+            if holding:
+                self.semaphore.release()
         duration = time.monotonic() - started
         if final is None:
             last = next((m for m in reversed(state.messages) if isinstance(m, AssistantTurn)), None)
@@ -442,6 +500,17 @@ class ItemJudge:
             )
         result = _parsed_result(index, key, all_cached, final, model, usage, duration)
         return dataclasses.replace(result, trace=tuple(state.trace), turns=state.turns)
+
+    def _opening_prefix_key(self, task: AgenticTask) -> str | None:
+        """The key of a trajectory-first conversation's cached opening (tools, system, the
+        trajectory index), or None when the provider caches no prefix or the layout has none."""
+        if not self.provider.traits.prompt_cache or not task.trajectory_first:
+            return None
+        opening = task.opening_message.parts[0]
+        material = stable_json([self.provider.name, self.endpoint, self.provider.model, task.system,
+                                [[t.name, t.description, t.parameters] for t in task.tools],
+                                opening.text if isinstance(opening, TextPart) else ""])
+        return hashlib.sha256(material.encode()).hexdigest()
 
     async def _paid_turn(
         self, task: AgenticTask, state: ConversationState, key: str, index: int

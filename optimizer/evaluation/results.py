@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from optimizer.evaluation.warmup import CacheReads
 from optimizer.events import StopReason
 from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import JudgeToolCall
@@ -130,6 +131,8 @@ class EvalRun(UsageFigures):
     notes: list[str] = field(default_factory=list)
     not_evaluated: list[str] = field(default_factory=list)
     item_ids: list[str] = field(default_factory=list)
+    # Planned vs billed cache-read tokens of this pass's paid calls (`optimizer.evaluation.warmup`).
+    cache_reads: CacheReads = field(default_factory=CacheReads)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -338,7 +338,9 @@ class ProviderTraits:
     per item), the identity of its command: callers build requests with
     `optimizer.judge.harness.sandbox_request` (the trajectory as files, not as parts); None otherwise.
     ``priced_per_call``: its cost cannot be estimated from tokens before a call, so a budget reserves
-    ``call_price_usd`` per call and cannot run without one."""
+    ``call_price_usd`` per call and cannot run without one.
+    ``prompt_cache``: it caches request prefixes (a cached trajectory is billed at the read price once
+    written; calls for one cold prefix go one first, `optimizer.evaluation.warmup`)."""
 
     text_only: bool = False
     layout: Layout | None = None
@@ -349,6 +351,7 @@ class ProviderTraits:
     sandbox: str | None = None
     priced_per_call: bool = False
     call_price_usd: float | None = None
+    prompt_cache: bool = False
 
 
 class Provider(Protocol):

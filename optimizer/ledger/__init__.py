@@ -32,7 +32,8 @@ the adaptive policy's ``adaptive_keep``, ``alpha``, ``test`` (JSON), ``rejudge_c
 ``rejudge_cost_usd``, empty on old rows; 4 → 5 the ``batches`` table; 5 → 6
 ``experiments.cache_read_tokens`` and ``cache_write_tokens``, 0 on old rows) and read as it is
 when opened read-only (missing columns read as 0 / empty; no attribution before schema 7); 6 → 7
-adds the ``attributions`` and ``attribution_edits`` tables.
+adds the ``attributions`` and ``attribution_edits`` tables; 7 → 8 ``experiments.planned_cache_read_tokens``
+(the cache reads the passes planned, `optimizer.evaluation.warmup`; 0 on old rows).
 - ``attributions``: each `judgeloop attribute` of a run (what a kept edit still contributes at the end,
   see `optimizer.loop.attribute`): its scope, the final and baseline commits, the judge, the split,
   status, spend and the final-vs-baseline comparison (JSON); ``attribution_edits``: one row per
@@ -62,6 +63,8 @@ from optimizer.ledger.rows import (
     _EXPERIMENT_V4_DEFAULTS,
     _EXPERIMENT_V6_COLUMNS,
     _EXPERIMENT_V6_DEFAULTS,
+    _EXPERIMENT_V8_COLUMNS,
+    _EXPERIMENT_V8_DEFAULTS,
     _RUN_COLUMNS,
     Attribution,
     BatchRow,
@@ -276,7 +279,8 @@ class Ledger:
         parts = [_EXPERIMENT_LIST_COLUMNS]
         for since, columns, defaults in ((3, _EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS),
                                          (4, _EXPERIMENT_V4_COLUMNS, _EXPERIMENT_V4_DEFAULTS),
-                                         (6, _EXPERIMENT_V6_COLUMNS, _EXPERIMENT_V6_DEFAULTS)):
+                                         (6, _EXPERIMENT_V6_COLUMNS, _EXPERIMENT_V6_DEFAULTS),
+                                         (8, _EXPERIMENT_V8_COLUMNS, _EXPERIMENT_V8_DEFAULTS)):
             if self.version >= since:
                 parts.extend(columns)
             else:
@@ -446,6 +450,14 @@ class Ledger:
             if cur.rowcount == 0:
                 raise KeyError(f"no experiment {experiment_id}")
         return self.get_experiment(experiment_id)
+
+    def add_planned_cache_reads(self, experiment_id: int, tokens: int) -> None:
+        """Add a pass's planned cache-read tokens to the experiment (billed ones: ``cache_read_tokens``).
+        Not a decision: no event."""
+        if tokens:
+            with self.transaction() as cur:
+                cur.execute("UPDATE experiments SET planned_cache_read_tokens = planned_cache_read_tokens + ? "
+                            "WHERE id = ?", (tokens, experiment_id))
 
     def record_decision(self, experiment_id: int, outcome: ExperimentOutcome) -> Experiment:
         """Record what an experiment ended as (`ExperimentOutcome`) in one transaction, with one

@@ -141,6 +141,8 @@ class Experiment(BaseModel):
     rejudge_cost_usd: float = 0.0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # What the passes' plan expected to be read from the prompt cache (tokens; billed: cache_read_tokens).
+    planned_cache_read_tokens: int = 0
 
     @property
     def judge_cost_usd(self) -> float:
@@ -462,6 +464,9 @@ _EXPERIMENT_V4_DEFAULTS = ("NULL", "NULL", "NULL", "0", "0.0")
 # Added by schema 6: the judge's prompt-cache reads and writes (tokens, the providers' convention).
 _EXPERIMENT_V6_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
 _EXPERIMENT_V6_DEFAULTS = ("0", "0")
+# Added by schema 8: the cache-read tokens the passes planned (`optimizer.evaluation.warmup.CacheReads`).
+_EXPERIMENT_V8_COLUMNS = ("planned_cache_read_tokens",)
+_EXPERIMENT_V8_DEFAULTS = ("0",)
 
 
 def _run_from_row(r: sqlite3.Row) -> Run:

@@ -17,7 +17,7 @@ from optimizer.vocab import (
     TERMINAL_RUN_STATUSES,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -28,6 +28,7 @@ _V4_EXPERIMENT_COLUMNS = (
 )
 # Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
 # Schema 6: the judge's prompt-cache reads and writes per experiment.
+# Schema 8: the cache reads the experiment's passes planned (vs billed: cache_read_tokens).
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
 # its tuples, so an unchanged set keeps the same schema text (no migration).
@@ -123,6 +124,7 @@ CREATE TABLE experiments (
     rejudge_cost_usd REAL NOT NULL DEFAULT 0,
     cache_read_tokens INTEGER NOT NULL DEFAULT 0,
     cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);
@@ -262,6 +264,9 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
             if statement.strip():
                 cur.execute(statement)
         current = 7
+    if current == 7:
+        cur.execute("ALTER TABLE experiments ADD COLUMN planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0")
+        current = 8
     cur.execute(f"PRAGMA user_version = {current}")
 
 

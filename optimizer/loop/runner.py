@@ -301,6 +301,13 @@ class LoopRunner:
 
         return report
 
+    def cache_telemetry(self, experiment_id: int, run: EvalRun) -> None:
+        """Record a pass's planned cache reads; its warning when the billed ones fell below plan (stderr)."""
+        self.ledger.add_planned_cache_reads(experiment_id, run.cache_reads.planned)
+        warning = run.cache_reads.warning()
+        if warning is not None:
+            self.events(Message(f"  experiment {experiment_id}: {warning}", "note"))
+
     def say(self, message: str) -> None:
         """A line for the person following the run (the CLI prints it on stdout)."""
         self.events(Message(message))
@@ -385,7 +392,9 @@ class LoopRunner:
             batch=batch, stop=self.stop,
         )
         for note in result.notes if self.batch else ():
-            self.say(f"  {note}")
+            if note != result.cache_reads.warning():  # said on stderr by cache_telemetry
+                self.say(f"  {note}")
+        self.cache_telemetry(experiment_id, result)
         self.spent_usd += result.cost_usd
         # The evaluator refused a call that would cross the budget: no later candidate can be paid for.
         if result.stop is not None and result.stop.kind is StopKind.BUDGET:
@@ -432,6 +441,8 @@ class LoopRunner:
             )
             self.spent_usd += rj.cost_usd
             passes = rj.passes
+            for rejudged in passes:
+                self.cache_telemetry(experiment_id, rejudged)
             if rj.budget_stop is not None:
                 self.budget_exhausted = rj.budget_stop
             if rj.error is not None and self.interrupted:

@@ -519,6 +519,9 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
             raise Interrupted(f"{len(result.items)} of {len(split.ids)} items judged; nothing recorded and the use "
                               "is not counted (the calls made are cached: `judgeloop confirm` again pays only "
                               "for the rest)")
+        warning = result.cache_reads.warning()  # billed cache reads fell below plan
+        if warning is not None:
+            events(Message(warning, "note"))
         if result.infra_error_ids:
             raise UserError(f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
                             "the use is not counted — retry when the provider is healthy")

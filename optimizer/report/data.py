@@ -20,9 +20,9 @@ from optimizer.workspace import Workspace
 JSON_EXPERIMENT_KEYS: tuple[str, ...] = (
     "id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr", "balanced_accuracy",
     "p_value", "calls", "cost_usd", "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens",
-    "optimizer_cost_usd", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
-    "judge_cost_usd", "fp_by_type", "incumbent_fp_by_type", "alpha", "adaptive_keep", "rejudge_calls",
-    "rejudge_cost_usd", "rejudged", "test",
+    "optimizer_cost_usd", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+    "planned_cache_read_tokens", "output_tokens", "judge_cost_usd", "fp_by_type", "incumbent_fp_by_type", "alpha",
+    "adaptive_keep", "rejudge_calls", "rejudge_cost_usd", "rejudged", "test",
 )
 
 
@@ -72,6 +72,8 @@ def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[s
             "input_tokens": exp.input_tokens,
             "cache_read_tokens": exp.cache_read_tokens,
             "cache_write_tokens": exp.cache_write_tokens,
+            # What the passes planned to read from the prompt cache (billed: cache_read_tokens).
+            "planned_cache_read_tokens": exp.planned_cache_read_tokens,
             "output_tokens": exp.output_tokens,
             "judge_cost_usd": exp.judge_cost_usd,
             # On the items this experiment was judged on; the incumbent's is null for the baseline.

@@ -131,3 +131,15 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
             f"{one_line(e.rationale, 60)}"
         )
     return lines
+
+
+def cache_reads_line(planned: int, billed: int) -> str | None:
+    """``"cache reads: 28,000 billed of 30,000 planned tokens (93%)"``, with a warning below the
+    threshold (`optimizer.evaluation.warmup.LOW_READS_SHARE`); None when nothing was planned."""
+    from optimizer.evaluation.warmup import CacheReads
+
+    reads = CacheReads(planned=planned, billed=billed)
+    if not planned:
+        return None
+    return (f"cache reads: {billed:,} billed of {planned:,} planned tokens ({billed / planned:.0%})"
+            + (" — WARNING below plan: calls paid cache writes instead" if reads.low else ""))

@@ -27,6 +27,7 @@ from optimizer.report.lines import (
     _p_cell,
     _signed,
     accounting_line,
+    cache_reads_line,
     fp_by_type_line,
     git_audit,
     one_line,
@@ -173,6 +174,9 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
             f"${e.judge_cost_usd:.4f}"
             + (f", {e.duration_s:.1f}s" if e.duration_s is not None else "")
         )
+        reads = cache_reads_line(e.planned_cache_read_tokens, e.cache_read_tokens)
+        if reads is not None:
+            out.append(f"    {reads}")
         if e.optimizer_calls or e.optimizer_cost_usd:
             out.append(
                 f"    optimiser: {e.optimizer_calls} calls, {e.optimizer_input_tokens}+{e.optimizer_output_tokens} "

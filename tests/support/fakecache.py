@@ -22,6 +22,13 @@ Anthropic (Messages API):
 - ``input_tokens`` = the rest (after the last breakpoint, or below the minimum).
 - Entries are per model; an entry lives until ``now > expiry`` on the injectable ``clock``.
 
+Both wires: an entry is readable only once the writing response has begun. A request is priced when
+it arrives (`begin_anthropic` / `begin_openai`: what it reads is what was visible then); the entries
+it writes stay pending until its response begins (`CacheTicket.commit`, which the fake server calls
+just before it sends the response), so requests for one prefix that overlap each pay the write. The
+fake records each paid write per prefix (`writes`), the count tests assert on. `anthropic` /
+`openai` price and commit at once (a request answered before the next one arrives).
+
 OpenAI (Chat Completions):
 - The prompt is the token stream tools, response schema, then the messages in order (each prefixed
   by its role). Prompts of 1024 tokens or more are cached, in 128-token increments: every
@@ -132,6 +139,24 @@ class _Entry:
 
 
 @dataclass
+class CacheTicket:
+    """One priced request whose cache writes become readable when its response begins (`commit`)."""
+
+    usage: CachedUsage
+    _cache: PromptCache
+    _anthropic: list[tuple[tuple[str, bytes], _Entry]] = field(default_factory=list)
+    _openai: list[tuple[int, bytes, float]] = field(default_factory=list)
+    committed: bool = False
+
+    def commit(self) -> CachedUsage:
+        """The response begins: the entries this request wrote become readable (idempotent)."""
+        if not self.committed:
+            self.committed = True
+            self._cache._commit(self)
+        return self.usage
+
+
+@dataclass
 class PromptCache:
     """The caches of both wires, shared by every request the fake server answers."""
 
@@ -143,6 +168,8 @@ class PromptCache:
     _openai: list[dict[bytes, float]] = field(default_factory=list)
     _routes: dict[bytes, deque[float]] = field(default_factory=lambda: defaultdict(deque))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Paid cache writes per written prefix (the digest of its longest written breakpoint / boundary).
+    writes: dict[bytes, int] = field(default_factory=lambda: defaultdict(int))
 
     def __post_init__(self) -> None:
         self._openai = [{} for _ in range(self.openai_machines)]
@@ -153,11 +180,28 @@ class PromptCache:
             for machine in self._openai:
                 machine.clear()
             self._routes.clear()
+            self.writes.clear()
+
+    def _commit(self, ticket: CacheTicket) -> None:
+        with self._lock:
+            for key, entry in ticket._anthropic:
+                self._anthropic[key] = entry
+            for machine, digest, expiry in ticket._openai:
+                self._openai[machine][digest] = expiry
+
+    def write_counts(self) -> list[int]:
+        """The paid writes of each prefix written so far (one per prefix when no two requests for it overlapped)."""
+        with self._lock:
+            return sorted(self.writes.values())
 
     # -- Anthropic --------------------------------------------------------------------------------
 
     def anthropic(self, body: dict[str, Any]) -> CachedUsage:
-        """The usage of one Messages request; raises `CacheRequestError` for invalid markers."""
+        """The usage of one Messages request answered at once; raises `CacheRequestError` for invalid markers."""
+        return self.begin_anthropic(body).commit()
+
+    def begin_anthropic(self, body: dict[str, Any]) -> CacheTicket:
+        """Price one Messages request as it arrives; its writes are readable after ``commit()``."""
         model = str(body.get("model", ""))
         blocks = list(_anthropic_blocks(body))
         breakpoints = [i for i, (_, _, ttl) in enumerate(blocks) if ttl is not None]
@@ -199,24 +243,32 @@ class PromptCache:
             read = cumulative[hit] if hit >= 0 else 0
             written = {"5m": 0, "1h": 0}
             position = read
+            pending: list[tuple[tuple[str, bytes], _Entry]] = []
             for b in breakpoints:
                 if b <= hit or cumulative[b] < minimum:
                     continue
                 ttl = blocks[b][2] or "5m"
                 written[ttl] += cumulative[b] - position
                 position = cumulative[b]
-                self._anthropic[(model, digests[b])] = _Entry(now + TTL_SECONDS[ttl], TTL_SECONDS[ttl])
-        return CachedUsage(
+                pending.append(((model, digests[b]), _Entry(now + TTL_SECONDS[ttl], TTL_SECONDS[ttl])))
+            if pending:
+                self.writes[pending[-1][0][1]] += 1
+        usage = CachedUsage(
             input_tokens=total - position,
             cache_read_tokens=read,
             cache_write_5m_tokens=written["5m"],
             cache_write_1h_tokens=written["1h"],
         )
+        return CacheTicket(usage, self, _anthropic=pending)
 
     # -- OpenAI -----------------------------------------------------------------------------------
 
     def openai(self, body: dict[str, Any]) -> CachedUsage:
-        """The usage of one Chat Completions request (``cache_read_tokens`` = ``cached_tokens``)."""
+        """The usage of one Chat Completions request answered at once (``cache_read_tokens`` = ``cached_tokens``)."""
+        return self.begin_openai(body).commit()
+
+    def begin_openai(self, body: dict[str, Any]) -> CacheTicket:
+        """Price one Chat Completions request as it arrives; its writes are readable after ``commit()``."""
         model = str(body.get("model", ""))
         boundaries, total, route_digest = _openai_boundaries(body)
         route = hashlib.sha256(route_digest + str(body.get("prompt_cache_key") or "").encode()).digest()
@@ -228,8 +280,10 @@ class PromptCache:
             recent.append(now)
             home = int.from_bytes(route[:4], "big") % self.openai_machines
             over = len(recent) - self.openai_overflow_per_minute
-            machine = self._openai[home if over <= 0 else (home + over) % self.openai_machines]
+            index = home if over <= 0 else (home + over) % self.openai_machines
+            machine = self._openai[index]
             cached = 0
+            pending: list[tuple[int, bytes, float]] = []
             if total >= OPENAI_MIN_TOKENS:
                 for tokens, digest in reversed(boundaries):
                     key = model.encode() + digest
@@ -238,9 +292,13 @@ class PromptCache:
                         cached = tokens
                         break
                 for tokens, digest in boundaries:
-                    if tokens >= OPENAI_MIN_TOKENS:
-                        machine[model.encode() + digest] = now + self.openai_retention_s
-        return CachedUsage(input_tokens=total - cached, cache_read_tokens=cached)
+                    if tokens > cached and tokens >= OPENAI_MIN_TOKENS:
+                        pending.append((index, model.encode() + digest, now + self.openai_retention_s))
+                    elif tokens >= OPENAI_MIN_TOKENS:
+                        machine[model.encode() + digest] = now + self.openai_retention_s  # a read refreshes
+            if pending:
+                self.writes[pending[-1][1]] += 1
+        return CacheTicket(CachedUsage(input_tokens=total - cached, cache_read_tokens=cached), self, _openai=pending)
 
 
 # -- prompt decomposition ----------------------------------------------------------------------------

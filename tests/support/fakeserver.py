@@ -54,7 +54,7 @@ from typing import Any, Literal, cast
 
 import pytest
 
-from tests.support.fakecache import CacheRequestError, PromptCache
+from tests.support.fakecache import CacheRequestError, CacheTicket, PromptCache
 
 Wire = Literal["anthropic", "openai"]
 
@@ -233,7 +233,10 @@ class FakeLLMServer:
     handler thread outlives a test); benchmarks use it so they time the client, not reconnects.
     ``parse_bodies=False`` records bodies as None (and replies name the model "fake-model") to keep
     JSON decoding of large image requests out of a benchmark's CPU budget. ``prompt_cache``: a
-    `tests.support.fakecache.PromptCache` that bills replies as the provider's prompt cache would.
+    `tests.support.fakecache.PromptCache` that bills replies as the provider's prompt cache would:
+    a request is priced when it arrives (before its reply's ``delay_s``) and what it writes becomes
+    readable just before its response is sent; a batch's entries are all priced before any of their
+    writes becomes readable (they run together).
     """
 
     def __init__(
@@ -604,6 +607,16 @@ class _Handler(BaseHTTPRequestHandler):
         models = self.fake.models
         if models is not None and request.model not in models and behaviour.kind == "reply":
             behaviour = not_found(str(request.model))
+        ticket: CacheTicket | None = None
+        usage: Usage | None = None
+        if behaviour.kind == "reply":
+            # Priced as it arrives; what it writes is readable once its response begins (below).
+            try:
+                usage, ticket = _price(self.fake, wire, request, behaviour)
+            except CacheRequestError as exc:
+                bad = error(400, error_type="invalid_request_error", message=str(exc))
+                self._send(400, _error_body(wire, bad))
+                return
         if behaviour.delay_s and behaviour.kind != "hang":
             self.fake._sleep(behaviour.delay_s)
         if behaviour.kind == "hang":
@@ -619,12 +632,9 @@ class _Handler(BaseHTTPRequestHandler):
         if behaviour.kind in ("expired", "canceled"):  # batch-only behaviours: a direct call gets a 500
             self._send(500, _error_body(wire, server_error()))
             return
-        try:
-            usage = _usage(self.fake, wire, request, behaviour)
-        except CacheRequestError as exc:
-            bad = error(400, error_type="invalid_request_error", message=str(exc))
-            self._send(400, _error_body(wire, bad))
-            return
+        assert usage is not None
+        if ticket is not None:
+            ticket.commit()
         with self.fake._lock:
             self.fake.replies.append((request, usage))
         payload = (
@@ -638,19 +648,40 @@ class _Handler(BaseHTTPRequestHandler):
 # -- wire formats ----------------------------------------------------------------------------------
 
 
-def _usage(fake: FakeLLMServer, wire: Wire, request: RecordedRequest, behaviour: Behaviour) -> Usage:
-    """The scripted usage, else the prompt cache's bill (when enabled), else a size estimate."""
+def _price(
+    fake: FakeLLMServer, wire: Wire, request: RecordedRequest, behaviour: Behaviour
+) -> tuple[Usage, CacheTicket | None]:
+    """The scripted usage, else the prompt cache's bill (when enabled; with the ticket whose
+    ``commit()`` makes its writes readable), else a size estimate."""
     if behaviour.usage is not None:
-        return behaviour.usage
+        return behaviour.usage, None
     out = (behaviour.text or "") + "".join(json.dumps(t.arguments) for t in behaviour.tool_calls)
     output_tokens = max(1, len(out) // 4)
     if fake.prompt_cache is not None and isinstance(request.body, dict):
-        bill = fake.prompt_cache.anthropic(request.body) if wire == "anthropic" else fake.prompt_cache.openai(request.body)
+        cache = fake.prompt_cache
+        ticket = cache.begin_anthropic(request.body) if wire == "anthropic" else cache.begin_openai(request.body)
+        bill = ticket.usage
         return Usage(input_tokens=bill.input_tokens, output_tokens=output_tokens,
                      cache_read_tokens=bill.cache_read_tokens, cache_write_tokens=bill.cache_write_tokens,
-                     cache_write_1h_tokens=bill.cache_write_1h_tokens)
+                     cache_write_1h_tokens=bill.cache_write_1h_tokens), ticket
     prompt = json.dumps(request.body) if request.body is not None else ""
-    return Usage(input_tokens=max(1, len(prompt) // 4), output_tokens=output_tokens)
+    return Usage(input_tokens=max(1, len(prompt) // 4), output_tokens=output_tokens), None
+
+
+def _batch_usages(fake: FakeLLMServer, batch: _FakeBatch) -> dict[str, Usage]:
+    """The usage of every succeeded entry of a batch: the entries run together, so each is priced
+    before any of their writes becomes readable (a cold batch reads nothing of its own items)."""
+    priced: dict[str, Usage] = {}
+    tickets: list[CacheTicket] = []
+    for custom_id, request, behaviour in batch.entries:
+        if batch.outcome(behaviour) == "succeeded":
+            usage, ticket = _price(fake, batch.wire, request, behaviour)
+            priced[custom_id] = usage
+            if ticket is not None:
+                tickets.append(ticket)
+    for ticket in tickets:
+        ticket.commit()
+    return priced
 
 
 def _error_body(wire: Wire, behaviour: Behaviour) -> bytes:
@@ -777,11 +808,12 @@ def _anthropic_batch(fake: FakeLLMServer, batch: _FakeBatch) -> dict[str, Any]:
 
 def _anthropic_results(fake: FakeLLMServer, batch: _FakeBatch) -> bytes:
     lines = []
+    usages = _batch_usages(fake, batch)
     for custom_id, request, behaviour in batch.entries:
         outcome = batch.outcome(behaviour)
         result: dict[str, Any]
         if outcome == "succeeded":
-            result = {"type": "succeeded", "message": _anthropic_message(fake, request, behaviour, _usage(fake, "anthropic", request, behaviour))}
+            result = {"type": "succeeded", "message": _anthropic_message(fake, request, behaviour, usages[custom_id])}
         elif outcome == "errored":
             result = {"type": "errored", "error": json.loads(_error_body("anthropic", behaviour))}
         else:
@@ -824,12 +856,13 @@ def _openai_batch(fake: FakeLLMServer, batch: _FakeBatch, input_file_id: str = "
 
 def _openai_files(fake: FakeLLMServer, batch: _FakeBatch) -> None:
     output, errors = [], []
+    usages = _batch_usages(fake, batch)
     for custom_id, request, behaviour in batch.entries:
         n = fake.next_id()
         outcome = batch.outcome(behaviour)
         line: dict[str, Any] = {"id": f"batch_req_fake_{n}", "custom_id": custom_id}
         if outcome == "succeeded":
-            body = _openai_completion(fake, request, behaviour, _usage(fake, "openai", request, behaviour))
+            body = _openai_completion(fake, request, behaviour, usages[custom_id])
             output.append({**line, "response": {"status_code": 200, "request_id": f"req_{n}", "body": body},
                            "error": None})
         elif outcome == "expired":

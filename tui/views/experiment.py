@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Static
 
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report.data import rejudged_items
-from optimizer.report.lines import fp_by_type_line, test_line, token_split
+from optimizer.report.lines import cache_reads_line, fp_by_type_line, test_line, token_split
 from tui.data import PARTIAL_MARK, STATUS_TEXT, ExperimentDetail, PartialMetrics, load_experiment
 from tui.messages import ExperimentLoaded
 from tui.views.base import View, fmt_p, metric_rows, metric_table, status_text
@@ -140,6 +140,9 @@ class ExperimentView(View):
             f"${exp.cost_usd:.4f}"
             + (f" · {exp.duration_s:.0f}s" if exp.duration_s else "")
         )
+        reads = cache_reads_line(exp.planned_cache_read_tokens, exp.cache_read_tokens)
+        if reads is not None:
+            decision.append("\n" + reads, style="bold yellow" if "WARNING" in reads else "")
         if exp.optimizer_calls or exp.optimizer_cost_usd:  # the total above splits into judge + optimiser
             decision.append(
                 f"\njudge ${exp.judge_cost_usd:.4f} · optimiser ${exp.optimizer_cost_usd:.4f} "

@@ -85,7 +85,8 @@ class AnthropicProvider(WireProvider):
 
     name = "anthropic"
     # Message Batches limits: a pass larger than this is sent as several batches.
-    traits = ProviderTraits(batch=BatchLimits(max_requests=100_000, max_bytes=256 * 1024 * 1024), tool_use=True)
+    traits = ProviderTraits(batch=BatchLimits(max_requests=100_000, max_bytes=256 * 1024 * 1024), tool_use=True,
+                            prompt_cache=True)
     default_base_url = DEFAULT_BASE_URL
     key_env = KEY_ENV
 

@@ -98,7 +98,8 @@ class OpenAIProvider(WireProvider):
 
     name = "openai"
     # Batch API limits (requests per batch, size of the JSONL input file): a larger pass is split.
-    traits = ProviderTraits(batch=BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024), tool_use=True)
+    traits = ProviderTraits(batch=BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024), tool_use=True,
+                            prompt_cache=True)
     default_base_url = DEFAULT_BASE_URL
     key_env = KEY_ENV
 
