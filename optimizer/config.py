@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from optimizer.errors import UserError
 from optimizer.paths import PathRefused, prompt_file
@@ -39,6 +39,9 @@ class JudgeSection(_Section):
     provider: ProviderName = "local"
     model: str = "smollm2-135m"  # for `local`: a name of a bundled model or a path to a GGUF file
     base_url: str | None = None
+    # Several OpenAI-compatible replicas of one model: each item goes to one of them by consistent
+    # hashing on its trajectory id (optimizer.judge.endpoints); exclusive with base_url.
+    base_urls: list[str] | None = None
     max_concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=4, ge=0, le=20)
@@ -49,6 +52,30 @@ class JudgeSection(_Section):
     batch_poll_s: float = Field(default=30.0, gt=0, le=3600)
     batch_poll_max_s: float = Field(default=600.0, gt=0, le=3600)
     batch_retry_rounds: int = Field(default=2, ge=0, le=10)
+
+    @field_validator("base_urls")
+    @classmethod
+    def _urls(cls, urls: list[str] | None) -> list[str] | None:
+        if urls is None:
+            return None
+        if not urls:
+            raise ValueError("base_urls is empty; name at least one http(s) URL or remove the key")
+        out: list[str] = []
+        for url in urls:
+            if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:
+                raise ValueError(f"base_urls: {url!r} is not an http(s) URL")
+            if url.rstrip("/") in out:
+                raise ValueError(f"base_urls: {url!r} is listed twice")
+            out.append(url.rstrip("/"))
+        return out
+
+    @model_validator(mode="after")
+    def _one_kind_of_url(self) -> JudgeSection:
+        if self.base_urls is not None and self.base_url is not None:
+            raise ValueError("base_url and base_urls are exclusive; keep one")
+        if self.base_urls is not None and self.provider != "openai":
+            raise ValueError(f"base_urls needs provider = \"openai\" (OpenAI-compatible servers), not {self.provider!r}")
+        return self
 
 
 # The judge model used when an override switches providers without naming a model.
@@ -80,6 +107,9 @@ class JudgeOverrides:
             update["model"] = self.model
         if self.base_url:
             update["base_url"] = self.base_url
+            update["base_urls"] = None  # one server named on the command line replaces the replicas
+        if self.provider and self.provider != "openai":
+            update["base_urls"] = None
         if self.concurrency is not None:
             if not 1 <= self.concurrency <= MAX_CONCURRENCY:
                 raise UserError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY} "
@@ -221,6 +251,7 @@ heldout_splits = []         # evaluated only by `judgeloop confirm`, a capped nu
 provider = "local"          # local (offline demo, SmolLM2-135M) | anthropic | openai
 model = "smollm2-135m"      # local: bundled name or a path to a .gguf; otherwise the provider's model id
 # base_url = "http://127.0.0.1:8000/v1"   # any OpenAI-compatible server (vLLM, llama.cpp, Ollama)
+# base_urls = ["http://a:8000/v1", "http://b:8000/v1"]  # replicas: each item sticks to one (openai only)
 max_concurrency = 4
 timeout_s = 120
 max_retries = 4

@@ -50,6 +50,9 @@ class JudgeRequest:
     notes: tuple[str, ...] = ()
     cache_prefix: int | None = None
     cache_ttl: CacheTTL | None = None
+    # The trajectory judged: routes the call among several endpoints (optimizer.judge.endpoints);
+    # not content, so not part of `fingerprint`.
+    item_id: str | None = None
 
     def prefix_key(self) -> str | None:
         """A stable id of the cached prefix (system prompt + the first ``cache_prefix`` parts): the same
@@ -84,6 +87,7 @@ class JudgeRequest:
             notes=(*self.notes, note),
             cache_prefix=prefix,
             cache_ttl=self.cache_ttl,
+            item_id=self.item_id,
         )
 
 
