@@ -121,6 +121,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("reviews",): [],
     ("bias",): ["--split", "held"],
     ("mcp",): ["--budget-usd", "1"],
+    ("plan",): ["--budget-usd", "1"],
     ("tui",): ["--screenshot", "{tmp}/shot.svg", "--size", "80x24"],
 }
 
