@@ -5,6 +5,7 @@ each with its own prefix cache (one replica each: `PromptCache(openai_machines=1
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import threading
 from pathlib import Path
@@ -201,3 +202,47 @@ def test_reports_never_show_credentials_in_an_endpoint_url() -> None:
     assert shown_url("http://user:s3cret@host:8000/v1") == "http://host:8000/v1"
     assert shown_url("https://host/v1") == "https://host/v1"
     assert "s3cret" not in shown_url("http://a:b@c@host/v1")
+
+
+def test_eval_through_the_cli_reports_each_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from optimizer.cli import main
+    from tests.support.evaluation import by_label, make_data, write_config
+
+    data = make_data(tmp_path, n_pairs=3)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a keyless self-hosted pool needs none
+    with FakeLLMServer() as a, FakeLLMServer() as b:
+        a.default = b.default = by_label(data)
+        write_config(data.ws, a)
+        path = data.ws.root / "judgeloop.toml"
+        text = path.read_text()
+        line = "# base_urls = [\"http://a:8000/v1\", \"http://b:8000/v1\"]"
+        assert line in text
+        urls = [a.openai_base_url, b.openai_base_url]
+        path.write_text(text.replace(line, f"base_urls = {json.dumps(urls)}"))
+        capsys.readouterr()
+        assert main(["eval", "-w", str(data.ws.root)]) == 0
+        err = capsys.readouterr().err
+        for server in (a, b):
+            assert f"note: endpoint {server.openai_base_url}: {len(server.replies)} calls" in err
+        assert len(a.replies) + len(b.replies) == len(data.items)
+
+
+def test_when_every_endpoint_has_failed_the_next_call_tries_them_all_again() -> None:
+    from optimizer.judge.endpoints import EndpointPool
+
+    pool = EndpointPool({"http://a/v1": "A", "http://b/v1": "B"})
+    home = pool.route("traj-1")
+    assert home is not None
+    assert pool.drain(home[0], "HTTP 503") and not pool.drain(home[0], "again")
+    other = pool.route("traj-1")
+    assert other is not None and other[0] != home[0]  # rehashed to the survivor
+    pool.drain(other[0], "connection failed")
+    assert pool.route("traj-1") is None
+    pool.revive_all()
+    assert pool.route("traj-1") == home  # back on its own replica, where its prefix is
+    _, drains = pool.take_report()
+    assert [name for name, _ in drains] == [home[0], other[0]]  # both drains still reported, once
+    assert pool.take_report()[1] == []
+    assert pool.ever_drained(home[0]) and pool.ever_drained(other[0])

@@ -7,7 +7,7 @@ per endpoint: every candidate's calls for an item reach the replica that already
 and taking one endpoint out (`EndpointPool.drain`) moves only the items it owned, spread over the
 rest, while every other item stays where its prefix is cached.
 
-An endpoint is drained for the pool's lifetime (one provider: a whole run) when a call to it fails
+An endpoint is drained (until every endpoint has been: then all are tried again) when a call to it fails
 in a way that says the server is gone or broken (connection refused or timed out, HTTP 5xx after
 the SDK's retries); the caller re-sends that call to the item's next endpoint on the ring.
 """
@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+# How every line of `report_lines` begins (the loop shows these lines after each evaluation).
+ENDPOINT_NOTE = "endpoint "
 # Virtual nodes per endpoint: enough that items spread within a few percent of evenly.
 VNODES = 160
 
@@ -76,6 +78,7 @@ class EndpointPool(Generic[C]):
         self.totals = {name: EndpointStats() for name in self.clients}
         self._since = {name: EndpointStats() for name in self.clients}
         self._reported_drains = 0
+        self._revived: dict[str, str] = {}  # drained, then put back when every endpoint had failed
         self._lock = threading.Lock()
 
     def route(self, key: str) -> tuple[str, C] | None:
@@ -92,6 +95,17 @@ class EndpointPool(Generic[C]):
             self.drained[name] = reason
             return True
 
+    def revive_all(self) -> None:
+        """Put every drained endpoint back in the ring (they have all failed: the next call tries
+        again rather than failing at once for the rest of the run); the drains stay reported."""
+        with self._lock:
+            self._revived.update(self.drained)
+            self.drained = {}
+
+    def ever_drained(self, name: str) -> bool:
+        with self._lock:
+            return name in self.drained or name in self._revived
+
     def record(self, name: str, prompt_tokens: int, cached_tokens: int) -> None:
         """Count one answered call of ``name``."""
         with self._lock:
@@ -105,8 +119,9 @@ class EndpointPool(Generic[C]):
         both start again from zero."""
         with self._lock:
             since, self._since = self._since, {name: EndpointStats() for name in self.clients}
-            drains = list(self.drained.items())[self._reported_drains:]
-            self._reported_drains = len(self.drained)
+            every = list({**self._revived, **self.drained}.items())
+            drains = every[self._reported_drains:]
+            self._reported_drains = len(every)
         return since, drains
 
 
@@ -116,10 +131,10 @@ def report_lines(since: Mapping[str, EndpointStats], drains: Sequence[tuple[str,
     for name, stats in since.items():
         rate = stats.hit_rate
         share = "" if rate is None else f" ({rate:.0%})"
-        lines.append(f"endpoint {name}: {stats.calls} calls, {stats.cached_tokens:,} of "
+        lines.append(f"{ENDPOINT_NOTE}{name}: {stats.calls} calls, {stats.cached_tokens:,} of "
                      f"{stats.prompt_tokens:,} prompt tokens cached{share}")
     for name, why in drains:
-        lines.append(f"endpoint {name} drained ({why}); its items were rehashed to the other endpoints")
+        lines.append(f"{ENDPOINT_NOTE}{name} drained ({why}); its items were rehashed to the other endpoints")
     return lines
 
 

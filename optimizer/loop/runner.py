@@ -38,6 +38,7 @@ from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
+from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
 from optimizer.judge.types import BatchState, Provider
@@ -369,7 +370,7 @@ class LoopRunner:
             infra_retry_rounds=self.loop_cfg.infra_retry_rounds, infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s,
             batch=batch,
         )
-        for note in result.notes if self.batch else ():
+        for note in result.notes if self.batch else [n for n in result.notes if n.startswith(ENDPOINT_NOTE)]:
             self.say(f"  {note}")
         self.spent_usd += result.cost_usd
         # The evaluator refused a call that would cross the budget: no later candidate can be paid for.

@@ -37,9 +37,9 @@ OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and 
   conversation: on its ``prompt_cache_key``, else its opening), so every replica keeps its own
   items' prefixes (`optimizer.judge.endpoints`). A call whose endpoint fails after the SDK's retries
   (connection failed or timed out, HTTP 5xx) drains that endpoint and goes to the item's next one;
-  only when every endpoint is drained does the call fail. `run_notes` reports per endpoint the
-  calls and cached prompt tokens since the last report, and each drained endpoint. Batches go to the
-  first endpoint. The cache keys (`optimizer.evaluation.cache.provider_endpoint`) name the first one.
+  only when every endpoint is drained does the call fail (and the next call tries them all again).
+  `run_notes` reports per endpoint the calls and cached prompt tokens since the last report, and each
+  drained endpoint. Batches go to the first endpoint. The cache keys (`optimizer.evaluation.cache.provider_endpoint`) name the first one.
 - Batches (`submit_batch`, `batch_state`, `batch_results`): the Batch API through the SDK — a JSONL
   input file (one ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`` line per
   call, ``body`` exactly what `complete` would post) uploaded with ``files.create(purpose="batch")``,
@@ -249,10 +249,11 @@ class OpenAIProvider(WireProvider):
                 cached = usage.prompt_tokens_details.cached_tokens or 0
             self._pool.record(url, usage.prompt_tokens if usage else 0, cached)
             return completion
+        self._pool.revive_all()  # a later call (the evaluator's retry rounds) tries them all again
         if failure is not None and not self._ever_succeeded:
             raise self._mapped(failure) from None
-        raise InfrastructureError(f"every endpoint of [judge] base_urls has failed and was drained "
-                                  f"({len(self._pool.drained)} of them); restart them and re-run")
+        raise InfrastructureError("every endpoint of [judge] base_urls has failed and was drained "
+                                  "after the SDK's retries; restart them and re-run")
 
     async def _post_to(self, client: openai.AsyncOpenAI, body: bytes) -> ChatCompletion:
         try:
@@ -282,7 +283,7 @@ class OpenAIProvider(WireProvider):
         if self._pool is None:
             return {}
         return {shown_url(u): {"calls": s.calls, "prompt_tokens": s.prompt_tokens,
-                               "cached_tokens": s.cached_tokens, "drained": int(u in self._pool.drained)}
+                               "cached_tokens": s.cached_tokens, "drained": int(self._pool.ever_drained(u))}
                 for u, s in self._pool.totals.items()}
 
     async def complete(
