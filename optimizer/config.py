@@ -21,6 +21,8 @@ ProviderName = Literal["anthropic", "openai", "local"]
 
 # Judge calls in flight at once ([judge] max_concurrency, --concurrency).
 MAX_CONCURRENCY = 256
+# Endpoints in [judge] base_urls: each holds its own client and connection pool.
+MAX_ENDPOINTS = 64
 # Judgements per item (prompts/judge.toml's replicates, --replicates; see optimizer.judge.prompts).
 MAX_REPLICATES = 15
 
@@ -60,6 +62,8 @@ class JudgeSection(_Section):
             return None
         if not urls:
             raise ValueError("base_urls is empty; name at least one http(s) URL or remove the key")
+        if len(urls) > MAX_ENDPOINTS:
+            raise ValueError(f"base_urls names {len(urls)} endpoints; at most {MAX_ENDPOINTS} are allowed")
         out: list[str] = []
         for url in urls:
             if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:

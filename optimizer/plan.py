@@ -24,6 +24,7 @@ from typing import Any
 from optimizer.config import JudgeSection
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.judge.estimate import request_token_split
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import price_for
@@ -97,8 +98,10 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
                         "to judgeloop.toml (US dollars per million tokens)")
     sampling = prompts.settings.sampling()
     cold = warm = 0.0
+    images = ws.experiments_dir / IMAGE_CACHE_DIRNAME
     for tid in split.ids:
-        request = build_request(split.trajectory(tid), split, prompts, layout=None)
+        # The evaluation's on-disk JPEG cache: a run's plan encodes what its baseline would anyway.
+        request = build_request(split.trajectory(tid), split, prompts, image_cache_dir=images)
         prefix, rest = request_token_split(request)
         tail = rest * price.input + sampling.max_tokens * price.output
         write = price.cache_write_1h_price if request.cache_ttl == "1h" else price.cache_write_price

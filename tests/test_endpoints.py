@@ -179,6 +179,9 @@ def test_removing_an_endpoint_moves_only_its_items() -> None:
         ({"provider": "openai", "base_urls": ["http://a/v1", "http://a/v1/"]}, "listed twice"),
         ({"provider": "openai", "base_urls": ["http://a/v1"], "base_url": "http://b/v1"}, "exclusive"),
         ({"provider": "anthropic", "base_urls": ["http://a/v1"]}, 'needs provider = "openai"'),
+        ({"provider": "openai", "base_urls": [f"http://h{i}/v1" for i in range(65)]}, "at most 64"),
+        ({"provider": "openai", "base_urls": ["http://"]}, "is not an http(s) URL"),
+        ({"provider": "openai", "base_urls": ["file:///etc/passwd"]}, "is not an http(s) URL"),
     ],
 )
 def test_base_urls_refusals_are_one_line(tmp_path: Path, section: dict[str, Any], message: str) -> None:
