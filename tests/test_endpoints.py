@@ -249,3 +249,51 @@ def test_when_every_endpoint_has_failed_the_next_call_tries_them_all_again() -> 
     assert [name for name, _ in drains] == [home[0], other[0]]  # both drains still reported, once
     assert pool.take_report()[1] == []
     assert pool.ever_drained(home[0]) and pool.ever_drained(other[0])
+
+
+def test_a_run_records_a_drained_endpoint_in_the_ledger_and_still_judges_every_item(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from optimizer.cli import main
+    from optimizer.ledger import Ledger
+    from optimizer.workspace import Workspace
+    from tests.support.loop import FakeJudge, add_small_dev_split, commit_all, make_workspace
+
+    root = make_workspace(tmp_path)
+    ids = add_small_dev_split(root, per_class=8)
+    judge = FakeJudge(root)
+    servers: list[FakeLLMServer] = []
+    answered = {"n": 0}
+    lock = threading.Lock()
+
+    def behave(recorded: RecordedRequest) -> FakeBehaviour:
+        with lock:
+            answered["n"] += 1
+            if answered["n"] == 4:  # mid-baseline: the second replica goes away for good
+                threading.Thread(target=servers[1].stop, daemon=True).start()
+        return judge(recorded)
+
+    with FakeLLMServer(behave) as a, FakeLLMServer(behave) as b:
+        servers += [a, b]
+        urls = [a.openai_base_url, b.openai_base_url]
+        ring = HashRing(urls)
+        assert any(ring.owner(t) == b.openai_base_url for t in ids)
+        config = root / "judgeloop.toml"
+        text = config.read_text().replace('provider = "local"          #', 'provider = "openai"         #', 1)
+        config.write_text(text.replace(
+            '# base_urls = ["http://a:8000/v1", "http://b:8000/v1"]', f"base_urls = {json.dumps(urls)}"))
+        commit_all(root, "two replicas")
+        capsys.readouterr()
+        code = main(["run", "-w", str(root), "--provider", "openai", "--model", "fake-judge",
+                     "--max-experiments", "1", "--strategy", "library"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+    with Ledger.open_readonly(Workspace.open(root).ledger_path) as ledger:
+        run = ledger.runs()[-1]
+        baseline = ledger.experiments(run.id)[0]
+        drains = [e for e in ledger.events_since(0, run_id=run.id)
+                  if e.kind == "stage" and e.payload.get("stage") == "endpoint_drained"]
+    assert baseline.items_evaluated == len(ids) and baseline.status == "baseline"
+    assert len(drains) == 1 and drains[0].experiment_id == baseline.id
+    assert str(drains[0].payload["text"]).startswith(f"endpoint {urls[1]} drained (")
+    assert f"endpoint {urls[1]} drained (" in out

@@ -372,6 +372,8 @@ class LoopRunner:
         )
         for note in result.notes if self.batch else [n for n in result.notes if n.startswith(ENDPOINT_NOTE)]:
             self.say(f"  {note}")
+            if note.startswith(ENDPOINT_NOTE) and " drained (" in note:  # kept in the ledger, not only said
+                self.stage(StageKind.ENDPOINT_DRAINED, experiment_id, text=note)
         self.spent_usd += result.cost_usd
         # The evaluator refused a call that would cross the budget: no later candidate can be paid for.
         if result.stop is not None and result.stop.kind is StopKind.BUDGET:
