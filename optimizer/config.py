@@ -23,6 +23,8 @@ HARNESS_PRESETS = ("codex", "claude", "gemini", "opencode")
 
 # Judge calls in flight at once ([judge] max_concurrency, --concurrency).
 MAX_CONCURRENCY = 256
+# Endpoints in [judge] base_urls: each holds its own client and connection pool.
+MAX_ENDPOINTS = 64
 # Judgements per item (prompts/judge.toml's replicates, --replicates; see optimizer.judge.prompts).
 MAX_REPLICATES = 15
 
@@ -41,6 +43,9 @@ class JudgeSection(_Section):
     provider: ProviderName = "local"
     model: str = "smollm2-135m"  # for `local`: a name of a bundled model or a path to a GGUF file
     base_url: str | None = None
+    # Several OpenAI-compatible replicas of one model: each item goes to one of them by consistent
+    # hashing on its trajectory id (optimizer.judge.endpoints); exclusive with base_url.
+    base_urls: list[str] | None = None
     max_concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=4, ge=0, le=20)
@@ -91,6 +96,32 @@ class JudgeSection(_Section):
             raise ValueError(f'command/harness is set but provider = "{self.provider}"; set provider = "command"')
         return self
 
+    @field_validator("base_urls")
+    @classmethod
+    def _urls(cls, urls: list[str] | None) -> list[str] | None:
+        if urls is None:
+            return None
+        if not urls:
+            raise ValueError("base_urls is empty; name at least one http(s) URL or remove the key")
+        if len(urls) > MAX_ENDPOINTS:
+            raise ValueError(f"base_urls names {len(urls)} endpoints; at most {MAX_ENDPOINTS} are allowed")
+        out: list[str] = []
+        for url in urls:
+            if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:
+                raise ValueError(f"base_urls: {url!r} is not an http(s) URL")
+            if url.rstrip("/") in out:
+                raise ValueError(f"base_urls: {url!r} is listed twice")
+            out.append(url.rstrip("/"))
+        return out
+
+    @model_validator(mode="after")
+    def _one_kind_of_url(self) -> JudgeSection:
+        if self.base_urls is not None and self.base_url is not None:
+            raise ValueError("base_url and base_urls are exclusive; keep one")
+        if self.base_urls is not None and self.provider != "openai":
+            raise ValueError(f"base_urls needs provider = \"openai\" (OpenAI-compatible servers), not {self.provider!r}")
+        return self
+
 
 # The judge model used when an override switches providers without naming a model.
 DEFAULT_JUDGE_MODELS: dict[str, str] = {
@@ -125,6 +156,9 @@ class JudgeOverrides:
             update["model"] = self.model
         if self.base_url:
             update["base_url"] = self.base_url
+            update["base_urls"] = None  # one server named on the command line replaces the replicas
+        if self.provider and self.provider != "openai":
+            update["base_urls"] = None
         if self.concurrency is not None:
             if not 1 <= self.concurrency <= MAX_CONCURRENCY:
                 raise UserError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY} "
@@ -268,6 +302,7 @@ heldout_splits = []         # evaluated only by `judgeloop confirm`, a capped nu
 provider = "local"          # local (offline demo, SmolLM2-135M) | anthropic | openai | command
 model = "smollm2-135m"      # local: bundled name or a path to a .gguf; otherwise the provider's model id
 # base_url = "http://127.0.0.1:8000/v1"   # any OpenAI-compatible server (vLLM, llama.cpp, Ollama)
+# base_urls = ["http://a:8000/v1", "http://b:8000/v1"]  # replicas: each item sticks to one (openai only)
 max_concurrency = 4
 timeout_s = 120
 max_retries = 4

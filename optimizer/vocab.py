@@ -72,3 +72,4 @@ class StageKind(StrEnum):
     REJUDGING = "rejudging"  # adaptive: re-judging the disagreeing items (payload: items)
     BATCH = "batch"  # a batch pass changed state (payload: text, the batch's state line)
     RESUMING = "resuming"  # a resumed run counted what the crash left unrecorded (payload: paid_before_crash_usd)
+    ENDPOINT_DRAINED = "endpoint_drained"  # a [judge] base_urls endpoint failed; its items went to the others (payload: text)

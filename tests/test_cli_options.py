@@ -123,6 +123,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("mcp",): ["--budget-usd", "1"],
     ("selftest",): [],
     ("certify",): ["--no-bias"],
+    ("plan",): ["--budget-usd", "1"],
     ("tui",): ["--screenshot", "{tmp}/shot.svg", "--size", "80x24"],
 }
 

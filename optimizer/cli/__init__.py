@@ -301,6 +301,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cap the spend; the items become a label-stratified subset sized from estimated costs (default: no cap, every item)")
     p.add_argument("--json", action="store_true", help="print one JSON object; status lines go to stderr (default: a table)")
     _judge_overrides(p)
+
+    p = add("plan", "optimizer.cli.plan:cmd_plan",
+            "before a run: the candidates, judge calls and cost per candidate a budget buys")
+    p.add_argument("--budget-usd", type=positive, metavar="X", required=True,
+                   help="the run's budget in US dollars (required)")
+    p.add_argument("--hours", type=positive, metavar="H",
+                   help="also the candidates H hours buy at the measured time per candidate (default: no time figure)")
+    p.add_argument("--split", metavar="NAME", help="the split the run would judge (default: [workspace] dev_split)")
+    p.add_argument("--policy", choices=POLICIES, help="how candidates would be decided (default: [loop] policy, adaptive)")
+    p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help=REPLICATES_HELP)
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object (default: text)")
+    _judge_overrides(p)
     return parser
 
 

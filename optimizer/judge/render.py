@@ -413,12 +413,13 @@ def build_request(
     if not trajectory_first:
         buffer.append(closing)
         flush()
-        return JudgeRequest(system=system, parts=tuple(parts), notes=tuple(notes))
+        return JudgeRequest(system=system, parts=tuple(parts), notes=tuple(notes), item_id=traj.trajectory_id)
     flush()
     prefix = len(parts)  # goal, steps and screenshots: the same for every candidate
     parts.append(TextPart(instructions + closing))
     return JudgeRequest(
-        system=system, parts=tuple(parts), notes=tuple(notes), cache_prefix=prefix, cache_ttl=settings.cache_ttl
+        system=system, parts=tuple(parts), notes=tuple(notes), cache_prefix=prefix, cache_ttl=settings.cache_ttl,
+        item_id=traj.trajectory_id,
     )
 
 

@@ -75,6 +75,9 @@ class JudgeRequest:
     cache_ttl: CacheTTL | None = None
     # A harness judge's request: the folder its command runs in (None for API providers).
     sandbox: Sandbox | None = None
+    # The trajectory judged: routes the call among several endpoints (optimizer.judge.endpoints);
+    # not content, so not part of `fingerprint`.
+    item_id: str | None = None
 
     def prefix_key(self) -> str | None:
         """A stable id of the cached prefix (system prompt + the first ``cache_prefix`` parts): the same
@@ -114,6 +117,7 @@ class JudgeRequest:
             cache_prefix=prefix,
             cache_ttl=self.cache_ttl,
             sandbox=self.sandbox,
+            item_id=self.item_id,
         )
 
 

@@ -39,6 +39,7 @@ from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
+from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
 from optimizer.judge.types import BatchState, Provider
@@ -391,9 +392,12 @@ class LoopRunner:
             infra_retry_rounds=self.loop_cfg.infra_retry_rounds, infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s,
             batch=batch, stop=self.stop,
         )
-        for note in result.notes if self.batch else ():
-            if note != result.cache_reads.warning():  # said on stderr by cache_telemetry
-                self.say(f"  {note}")
+        for note in result.notes if self.batch else [n for n in result.notes if n.startswith(ENDPOINT_NOTE)]:
+            if note == result.cache_reads.warning():  # said on stderr by cache_telemetry
+                continue
+            self.say(f"  {note}")
+            if note.startswith(ENDPOINT_NOTE) and " drained (" in note:  # kept in the ledger, not only said
+                self.stage(StageKind.ENDPOINT_DRAINED, experiment_id, text=note)
         self.cache_telemetry(experiment_id, result)
         self.spent_usd += result.cost_usd
         # The evaluator refused a call that would cross the budget: no later candidate can be paid for.

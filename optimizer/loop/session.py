@@ -152,6 +152,10 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
         ws.stop_path.unlink()
         say(f"removed a leftover {ws.stop_path.relative_to(ws.root)} (it predates this run); create it again "
             "to stop the run after its current step")
+    if not resume and options.budget_usd is not None:  # before anything starts; `judgeloop plan` says more
+        from optimizer.plan import budget_warning
+        if warning := budget_warning(ws, judge, options.split, options.policy, options.replicates, options.budget_usd):
+            events(Message(warning, stream="note"))
     check_prompts_tree(ws.root)
     ledger = Ledger(ws.ledger_path)
     manual_edit: str | None = None

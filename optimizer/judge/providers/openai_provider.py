@@ -32,6 +32,14 @@ OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and 
   the largest cost of the harness at concurrency 16). The body built here is already wire-shaped —
   plain dicts, no aliased keys, no files — so that transform is the identity on it, and it is sent
   as pre-encoded bytes with the base64 images spliced in (`encode_json_body`); tests check both.
+- ``[judge] base_urls`` (several OpenAI-compatible replicas): one client per endpoint, and each
+  call goes to its item's endpoint by consistent hashing on ``JudgeRequest.item_id`` (a
+  conversation: on its ``prompt_cache_key``, else its opening), so every replica keeps its own
+  items' prefixes (`optimizer.judge.endpoints`). A call whose endpoint fails after the SDK's retries
+  (connection failed or timed out, HTTP 5xx) drains that endpoint and goes to the item's next one;
+  only when every endpoint is drained does the call fail (and the next call tries them all again).
+  `run_notes` reports per endpoint the calls and cached prompt tokens since the last report, and each
+  drained endpoint. Batches go to the first endpoint. The cache keys (`optimizer.evaluation.cache.provider_endpoint`) name the first one.
 - Batches (`submit_batch`, `batch_state`, `batch_results`): the Batch API through the SDK — a JSONL
   input file (one ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`` line per
   call, ``body`` exactly what `complete` would post) uploaded with ``files.create(purpose="batch")``,
@@ -41,6 +49,7 @@ OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -52,6 +61,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolC
 
 from optimizer.config import JudgeSection
 from optimizer.errors import UserError
+from optimizer.judge.endpoints import EndpointPool, report_lines, shown_url
 from optimizer.judge.providers._common import (
     JUDGE,
     ImageString,
@@ -70,6 +80,7 @@ from optimizer.judge.types import (
     BatchState,
     ConversationMessage,
     ImagePart,
+    InfrastructureError,
     JudgeRequest,
     Part,
     ProviderReply,
@@ -115,25 +126,33 @@ class OpenAIProvider(WireProvider):
         if display_name:
             self.name = display_name
         self.model = judge.model
-        self.base_url = judge.base_url
+        # With base_urls the first one stands for the pool wherever one address is shown or keyed.
+        self.base_url = judge.base_urls[0] if judge.base_urls else judge.base_url
         self.role = role
         self._max_retries = judge.max_retries
         self._ever_succeeded = False
         self._secret: Secret | None = self.read_key(judge, role) if use_env_key else None
         self._key_missing = use_env_key and self._secret is None
-        self._client = openai.AsyncOpenAI(
-            api_key=self._secret.reveal() if self._secret else PLACEHOLDER_KEY,
-            base_url=judge.base_url or DEFAULT_BASE_URL,
-            timeout=judge.timeout_s,
-            max_retries=judge.max_retries,
-            http_client=openai.DefaultAsyncHttpxClient(**http_client_options(judge.max_concurrency)),
-        )
+        urls = judge.base_urls or [judge.base_url or DEFAULT_BASE_URL]
+        clients = {
+            url: openai.AsyncOpenAI(
+                api_key=self._secret.reveal() if self._secret else PLACEHOLDER_KEY,
+                base_url=url,
+                timeout=judge.timeout_s,
+                max_retries=judge.max_retries,
+                http_client=openai.DefaultAsyncHttpxClient(**http_client_options(judge.max_concurrency)),
+            )
+            for url in urls
+        }
+        self._client = clients[urls[0]]
+        self._pool: EndpointPool[openai.AsyncOpenAI] | None = EndpointPool(clients) if judge.base_urls else None
 
     @classmethod
     def read_key(cls, judge: JudgeSection, role: Role = JUDGE) -> Secret | None:
         """The key this provider sends: required for the OpenAI API, optional for a ``base_url``
         server (None: a placeholder is sent); a missing required one is a `UserError` worded for ``role``."""
-        return key_from_env(KEY_ENV, required=judge.base_url is None, role=role, provider=cls.name,
+        keyless = judge.base_url is not None or judge.base_urls is not None
+        return key_from_env(KEY_ENV, required=not keyless, role=role, provider=cls.name,
                             base_url_would_do=True)
 
     def _body(
@@ -208,21 +227,72 @@ class OpenAIProvider(WireProvider):
             ]
         return self._with_sampling(params, sampling)
 
-    async def _post(self, body: bytes) -> ChatCompletion:
+    async def _post(self, body: bytes, route_key: str) -> ChatCompletion:
+        if self._pool is None:
+            return await self._post_to(self._client, body)
+        failure: Exception | None = None
+        while (picked := self._pool.route(route_key)) is not None:
+            url, client = picked
+            try:
+                completion = await client.post(
+                    "/chat/completions", cast_to=ChatCompletion, content=body, options=_CHAT_OPTIONS
+                )
+            except (openai.APIConnectionError, openai.InternalServerError) as exc:
+                # The server is gone or broken (after the SDK's retries): its items go to the others.
+                failure = exc
+                self._pool.drain(url, _why(exc))
+                continue
+            except (openai.APIError, ValueError) as exc:
+                raise self._mapped(exc) from None
+            usage = completion.usage
+            cached = 0
+            if usage is not None and usage.prompt_tokens_details is not None:
+                cached = usage.prompt_tokens_details.cached_tokens or 0
+            self._pool.record(url, usage.prompt_tokens if usage else 0, cached)
+            return completion
+        self._pool.revive_all()  # a later call (the evaluator's retry rounds) tries them all again
+        if failure is not None and not self._ever_succeeded:
+            raise self._mapped(failure) from None
+        raise InfrastructureError("every endpoint of [judge] base_urls has failed and was drained "
+                                  "after the SDK's retries; restart them and re-run")
+
+    async def _post_to(self, client: openai.AsyncOpenAI, body: bytes) -> ChatCompletion:
         try:
-            return await self._client.post(
+            return await client.post(
                 "/chat/completions", cast_to=ChatCompletion, content=body, options=_CHAT_OPTIONS
             )
         except (openai.APIError, ValueError) as exc:
-            if self._key_missing and isinstance(exc, openai.AuthenticationError):
-                raise UserError(self.role.key_needed.format(env=KEY_ENV, where=self.where)) from None
-            raise self._sdk_error(exc, openai) from None
+            raise self._mapped(exc) from None
+
+    def _mapped(self, exc: Exception) -> Exception:
+        if self._key_missing and isinstance(exc, openai.AuthenticationError):
+            return UserError(self.role.key_needed.format(env=KEY_ENV, where=self.where))
+        return self._sdk_error(exc, openai)
+
+    def run_notes(self) -> tuple[str, ...]:
+        """With base_urls: per endpoint, the calls and cached prompt tokens since the last call of
+        this method, and every endpoint drained since."""
+        if self._pool is None:
+            return ()
+        since, drains = self._pool.take_report()
+        return tuple(report_lines({shown_url(u): s for u, s in since.items()},
+                                  [(shown_url(u), why) for u, why in drains]))
+
+    def endpoint_totals(self) -> dict[str, dict[str, int]]:
+        """With base_urls: per endpoint (address without credentials), calls, prompt and cached
+        tokens over the provider's life, and whether it was drained (1) or not (0); else empty."""
+        if self._pool is None:
+            return {}
+        return {shown_url(u): {"calls": s.calls, "prompt_tokens": s.prompt_tokens,
+                               "cached_tokens": s.cached_tokens, "drained": int(self._pool.ever_drained(u))}
+                for u, s in self._pool.totals.items()}
 
     async def complete(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
     ) -> ProviderReply:
         """One judge call. Raises `InfrastructureError` after the SDK's retries, `UserError` for setup problems."""
-        completion = await self._post(self.encode_body(request, sampling, schema))
+        route = request.item_id or request.prefix_key() or request.fingerprint()
+        completion = await self._post(self.encode_body(request, sampling, schema), route)
         self._ever_succeeded = True
         choice = completion.choices[0] if completion.choices else None
         text = (choice.message.content or "") if choice is not None else ""
@@ -239,7 +309,8 @@ class OpenAIProvider(WireProvider):
     ) -> tuple[AssistantTurn, ProviderReply]:
         """One model turn of a conversation (the agentic judge's, or the optimiser's): its text and
         tool calls, and the usage. ``tools`` may be empty. Errors as in `complete`."""
-        completion = await self._post(self.encode_conversation(system, messages, tools, sampling))
+        completion = await self._post(self.encode_conversation(system, messages, tools, sampling),
+                                      _conversation_route(system, messages))
         self._ever_succeeded = True
         choice = completion.choices[0] if completion.choices else None
         text = (choice.message.content or "") if choice is not None else ""
@@ -341,8 +412,29 @@ class OpenAIProvider(WireProvider):
         return BatchEntry(custom_id, "errored", error=where + quote_server_message(str(said), self._secret))
 
     async def aclose(self) -> None:
-        """Close the SDK's HTTP connection pool."""
-        await self._client.close()
+        """Close the SDK's HTTP connection pools."""
+        if self._pool is None:
+            await self._client.close()
+            return
+        for client in self._pool.clients.values():
+            await client.close()
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, openai.APITimeoutError):
+        return "timed out after the SDK's retries"
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code} after the SDK's retries"
+    return "connection failed after the SDK's retries"
+
+
+def _conversation_route(system: str, messages: list[ConversationMessage]) -> str:
+    """What a conversation is routed by: its opening's prefix key, else a hash of its opening."""
+    opening = next((m for m in messages if isinstance(m, UserMessage)), None)
+    if opening is None:
+        return hashlib.sha256(system.encode()).hexdigest()
+    request = JudgeRequest(system=system, parts=opening.parts, cache_prefix=opening.cache_prefix)
+    return request.prefix_key() or request.fingerprint()
 
 
 def _batch_state(batch: Batch) -> BatchState:

@@ -22,7 +22,8 @@ from optimizer.judge.types import ProviderReply
 # harmless only if the user overrides them; keep this table short.
 # Anthropic: a cache write costs 1.25x input with the 5-minute TTL, 2x with the 1-hour TTL; a cache
 # read 0.1x input (0.05x on 5.5); the Message Batches API halves every price, cache prices included.
-# OpenAI: automatic prompt caching with no write surcharge (no writes are reported); the Batch API
+# OpenAI: automatic prompt caching, no write surcharge before GPT-5.6 (this wire reports no writes,
+# so a GPT-5.6 write is billed here as input; `judgeloop plan` prices it at 1.25x); the Batch API
 # halves the prices.
 _A, _O = 0.5, 0.5  # batch multipliers
 BUILTIN_PRICES: dict[str, Price] = {
@@ -37,6 +38,12 @@ BUILTIN_PRICES: dict[str, Price] = {
     "claude-sonnet-4-6": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75, cache_write_1h=6.0, batch=_A),
     "claude-sonnet-4-5": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75, cache_write_1h=6.0, batch=_A),
     "claude-haiku-4-5": Price(input=1.0, output=5.0, cache_read=0.10, cache_write=1.25, cache_write_1h=2.0, batch=_A),
+    # GPT-5.6 (Sol, Terra, Luna): cached input 0.1x, cache writes 1.25x input. From third-party
+    # copies of OpenAI's list (laxima.tech; coder/mux#3705 for the 1.25x writes), not verified
+    # against OpenAI's page here; one other copy gives Sol $4/$20. Override with [prices."gpt-5.6-sol"].
+    "gpt-5.6-sol": Price(input=5.0, output=30.0, cache_read=0.50, cache_write=6.25, cache_write_1h=6.25, batch=_O),
+    "gpt-5.6-terra": Price(input=2.5, output=15.0, cache_read=0.25, cache_write=3.125, cache_write_1h=3.125, batch=_O),
+    "gpt-5.6-luna": Price(input=1.0, output=6.0, cache_read=0.10, cache_write=1.25, cache_write_1h=1.25, batch=_O),
     "gpt-5": Price(input=1.25, output=10.0, cache_read=0.125, cache_write=1.25, cache_write_1h=1.25, batch=_O),
     "gpt-5-mini": Price(input=0.25, output=2.0, cache_read=0.025, cache_write=0.25, cache_write_1h=0.25, batch=_O),
     "gpt-4.1": Price(input=2.0, output=8.0, cache_read=0.50, cache_write=2.0, cache_write_1h=2.0, batch=_O),

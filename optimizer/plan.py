@@ -1,0 +1,178 @@
+"""What a budget buys before a run (`judgeloop plan`): candidates, judge calls, cost per candidate.
+
+Two sources, the first that applies:
+- ``ledger``: the candidates (seq ≥ 1) of past runs of this workspace with the same judge (provider
+  and model) that made paid judge calls — their mean judge cost, calls and wall time per candidate,
+  their re-judging share (re-judging calls over first-pass calls).
+- ``estimate``: every item of the split rendered with the current prompts (the estimator of
+  `optimizer.judge.estimate`, the price table of `optimizer.judge.providers.pricing`): a call's
+  cacheable prefix at the cache-write price when cold (the baseline: its replicates go out together
+  and each writes the prefix), at the cache-read price when warm (a candidate after the baseline),
+  the rest at the input price, and ``max_tokens`` of output — an upper bound, as the budget reserves.
+  Under adaptive, re-judging adds `ADAPTIVE_REJUDGE_SHARE` of a pass (the share measured on the
+  bundled benchmark: a candidate costs about 1.48 passes); paired and literal add none.
+
+The baseline is priced as a cold first pass (the judge cache may make it free; not counted).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from optimizer.config import JudgeSection
+from optimizer.devset.split import Split
+from optimizer.errors import UserError
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
+from optimizer.judge.estimate import request_token_split
+from optimizer.judge.prompts import PromptSet
+from optimizer.judge.providers.pricing import price_for
+from optimizer.judge.render import build_request
+from optimizer.ledger import Ledger
+from optimizer.workspace import Workspace
+
+# Adaptive re-judging, in passes of the split per candidate, when the ledger has no figure.
+ADAPTIVE_REJUDGE_SHARE = 0.48
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``budget_usd`` buys; US dollars, seconds. ``candidates`` excludes the baseline."""
+
+    budget_usd: float
+    source: str  # "ledger" or "estimate"
+    judge: str
+    policy: str
+    layout: str
+    replicates: int
+    items: int
+    baseline_usd: float
+    first_pass_cold_usd: float
+    first_pass_warm_usd: float
+    rejudge_share: float
+    cost_per_candidate_usd: float
+    calls_per_candidate: float
+    candidates: int | None  # None: the judge costs nothing, the budget does not bound the run
+    calls: int | None
+    hours: float | None = None
+    seconds_per_candidate: float | None = None
+    candidates_in_hours: int | None = None
+    measured_candidates: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        """The plan as a few lines of text."""
+        out = [
+            f"judge {self.judge}, policy {self.policy}, layout {self.layout}, {self.replicates} replicate(s), "
+            f"{self.items} items; figures from the {'ledger (' + str(self.measured_candidates) + ' past candidates)' if self.source == 'ledger' else 'estimator (upper bounds)'}",
+            f"first pass: ${self.first_pass_cold_usd:.4f} cold, ${self.first_pass_warm_usd:.4f} warm from the cache; "
+            f"re-judging adds {self.rejudge_share:.0%} of a pass",
+            f"cost per candidate: ${self.cost_per_candidate_usd:.4f} ({self.calls_per_candidate:.0f} calls); "
+            f"baseline ${self.baseline_usd:.4f}",
+        ]
+        if self.candidates is None:
+            out.append(f"${self.budget_usd:.2f} buys: no limit (this judge costs nothing)")
+        else:
+            out.append(f"${self.budget_usd:.2f} buys: {self.candidates} candidate(s), {self.calls} judge calls")
+        if self.hours is not None:
+            if self.candidates_in_hours is None:
+                out.append(f"{self.hours:g} h: no measured call latency yet (run once to measure it)")
+            else:
+                out.append(f"{self.hours:g} h buys: {self.candidates_in_hours} candidate(s) "
+                           f"at {self.seconds_per_candidate:.0f} s each (measured)")
+        return out + [f"note: {n}" for n in self.notes]
+
+
+def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, replicates: int,
+              budget_usd: float, hours: float | None = None) -> Plan:
+    """The plan for a run of ``split`` judged by ``judge``; raises `UserError` for an unknown price."""
+    cfg = ws.config
+    prompts = PromptSet.from_dir(ws.prompts_dir)
+    price = price_for(judge.model, cfg.prices)
+    if price is None:
+        raise UserError(f"no price is known for model {judge.model!r}; add [prices.\"{judge.model}\"] "
+                        "to judgeloop.toml (US dollars per million tokens)")
+    sampling = prompts.settings.sampling()
+    cold = warm = 0.0
+    images = ws.experiments_dir / IMAGE_CACHE_DIRNAME
+    for tid in split.ids:
+        # The evaluation's on-disk JPEG cache: a run's plan encodes what its baseline would anyway.
+        request = build_request(split.trajectory(tid), split, prompts, image_cache_dir=images)
+        prefix, rest = request_token_split(request)
+        tail = rest * price.input + sampling.max_tokens * price.output
+        write = price.cache_write_1h_price if request.cache_ttl == "1h" else price.cache_write_price
+        cold += (prefix * write + tail) / 1e6
+        warm += (prefix * price.cache_read_price + tail) / 1e6
+    cold, warm = cold * replicates, warm * replicates
+    n = len(split.ids)
+    rejudge = ADAPTIVE_REJUDGE_SHARE if policy == "adaptive" else 0.0
+    per_candidate, calls = warm * (1 + rejudge), n * replicates * (1 + rejudge)
+    source, seconds, measured, notes = "estimate", None, 0, []
+    past = _past_candidates(ws, judge)
+    if past:
+        measured, source = len(past), "ledger"
+        per_candidate = sum(e["cost"] for e in past) / measured
+        calls = sum(e["calls"] for e in past) / measured
+        first = [e["calls"] - e["rejudge"] for e in past]
+        rejudge = sum(e["rejudge"] for e in past) / max(1, sum(first))
+        durations = [e["duration"] for e in past if e["duration"]]
+        seconds = sum(durations) / len(durations) if durations else None
+    if per_candidate <= 0:
+        candidates = total_calls = None
+        notes.append(f"model {judge.model!r} costs nothing at the price table's figures")
+    else:
+        candidates = max(0, math.floor((budget_usd - cold) / per_candidate))
+        total_calls = math.floor(candidates * calls + (n * replicates if budget_usd >= cold else 0))
+        if budget_usd < cold:
+            notes.append(f"the budget does not cover the baseline's cold first pass (${cold:.4f})")
+    in_hours = None if hours is None or seconds is None else math.floor(hours * 3600 / seconds)
+    return Plan(
+        budget_usd=budget_usd, source=source, judge=f"{judge.provider}:{judge.model}", policy=policy,
+        layout=prompts.settings.layout, replicates=replicates, items=n, baseline_usd=cold,
+        first_pass_cold_usd=cold, first_pass_warm_usd=warm, rejudge_share=rejudge,
+        cost_per_candidate_usd=per_candidate, calls_per_candidate=calls, candidates=candidates,
+        calls=total_calls, hours=hours, seconds_per_candidate=seconds, candidates_in_hours=in_hours,
+        measured_candidates=measured, notes=notes,
+    )
+
+
+def _past_candidates(ws: Workspace, judge: JudgeSection) -> list[dict[str, float]]:
+    """Judge cost, calls, re-judging calls and seconds of every past candidate with paid judge calls
+    in runs of this workspace judged by the same provider and model."""
+    if not ws.ledger_path.exists():
+        return []
+    out: list[dict[str, float]] = []
+    with Ledger.open_readonly(ws.ledger_path) as ledger:
+        for run in ledger.runs():
+            used = run.config.get("judge") or {}
+            if used.get("provider") != judge.provider or used.get("model") != judge.model:
+                continue
+            for e in ledger.experiments(run.id):
+                if e.seq >= 1 and e.calls > 0 and e.decision is not None:
+                    out.append({"cost": e.judge_cost_usd, "calls": e.calls, "rejudge": e.rejudge_calls,
+                                "duration": e.duration_s or 0.0})
+    return out
+
+
+def budget_warning(ws: Workspace, judge: JudgeSection, split_name: str | None, policy: str | None,
+                   replicates: int | None, budget_usd: float) -> str | None:
+    """One line when ``budget_usd`` cannot cover the baseline and one candidate of a run with these
+    settings (``None``: the configured ones); None when it can, or when no plan can be made (the run's
+    own checks then say what is wrong)."""
+    from optimizer.devset.split import open_split
+
+    try:
+        split = open_split(ws, split_name or ws.config.workspace.dev_split)
+        plan = make_plan(ws, split, judge, policy=policy or ws.config.loop.policy,
+                         replicates=replicates or PromptSet.from_dir(ws.prompts_dir).settings.replicates,
+                         budget_usd=budget_usd)
+    except UserError:
+        return None
+    if plan.candidates is None or plan.candidates >= 1:
+        return None
+    return (f"the budget of ${budget_usd:.2f} cannot cover one candidate (baseline ${plan.baseline_usd:.4f} "
+            f"+ ${plan.cost_per_candidate_usd:.4f} per candidate, from the {plan.source}); see `judgeloop plan`")

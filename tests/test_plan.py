@@ -1,0 +1,135 @@
+"""`judgeloop plan`: what a budget buys, from the estimator before any run and from the ledger after
+one; and `run`'s one-line warning when a budget cannot cover one candidate. Through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optimizer.cli import main
+from optimizer.devset.split import open_split
+from optimizer.judge.estimate import request_input_tokens, request_token_split
+from optimizer.judge.prompts import PromptSet
+from optimizer.judge.render import build_request
+from optimizer.ledger import Ledger
+from optimizer.workspace import Workspace
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import FakeJudge, add_small_dev_split, make_workspace, run_loop
+
+PRICES = """
+[prices."fake-judge"]
+input = 2.0
+output = 8.0
+
+[prices."other-judge"]
+input = 1.0
+output = 1.0
+"""
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = make_workspace(tmp_path_factory.mktemp("plan"), toml_extra=PRICES)
+    add_small_dev_split(root)
+    return root
+
+
+@pytest.fixture
+def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    return root
+
+
+def _plan(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["plan", "-w", str(root), "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_before_any_run_the_plan_is_the_estimators(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = _plan(ws, capsys, "--budget-usd", "20", "--provider", "openai", "--model", "gpt-5", "--hours", "2")
+    # Independently: gpt-5 at $1.25 in, $0.125 cached, $10 out per M; no write surcharge on OpenAI.
+    workspace = Workspace.open(ws)
+    split = open_split(workspace, "small")
+    prompts = PromptSet.from_dir(workspace.prompts_dir)
+    out = prompts.settings.max_tokens * 10.0
+    cold = warm = 0.0
+    for tid in split.ids:
+        request = build_request(split.trajectory(tid), split, prompts)
+        prefix, rest = request_token_split(request)
+        assert prefix + rest == request_input_tokens(request)
+        cold += (request_input_tokens(request) * 1.25 + out) / 1e6
+        warm += (prefix * 0.125 + rest * 1.25 + out) / 1e6
+    assert plan["source"] == "estimate" and plan["items"] == len(split.ids) == 32
+    assert plan["first_pass_cold_usd"] == pytest.approx(cold) and plan["first_pass_warm_usd"] == pytest.approx(warm)
+    assert warm < cold
+    assert plan["policy"] == "adaptive" and plan["rejudge_share"] == pytest.approx(0.48)
+    assert plan["cost_per_candidate_usd"] == pytest.approx(warm * 1.48)
+    assert plan["candidates"] == math.floor((20 - cold) / (warm * 1.48))
+    # No run yet: no measured latency, so the hours buy no stated number.
+    assert plan["candidates_in_hours"] is None
+    paired = _plan(ws, capsys, "--budget-usd", "20", "--provider", "openai", "--model", "gpt-5",
+                   "--policy", "paired", "--replicates", "3")
+    assert paired["rejudge_share"] == 0 and paired["first_pass_cold_usd"] == pytest.approx(3 * cold)
+
+
+def test_after_a_run_the_plan_uses_the_ledgers_figures_for_the_same_judge(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    judge = FakeJudge(ws)
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "2") == 0
+        with Ledger.open_readonly(Workspace.open(ws).ledger_path) as ledger:
+            run = ledger.runs()[-1]
+            decided = [e for e in ledger.experiments(run.id) if e.seq >= 1 and e.decision is not None]
+        # A candidate answered wholly from the judge-call cache (a repeated prompt) paid nothing: not a figure.
+        decided = [e for e in decided if e.calls > 0]
+        assert decided
+        plan = _plan(ws, capsys, "--budget-usd", "5", "--hours", "1", "--provider", "openai",
+                     "--model", "fake-judge", "--base-url", server.openai_base_url)
+        other = _plan(ws, capsys, "--budget-usd", "5", "--provider", "openai", "--model", "other-judge",
+                      "--base-url", server.openai_base_url)
+    mean_cost = sum(e.judge_cost_usd for e in decided) / len(decided)
+    mean_seconds = sum(e.duration_s or 0.0 for e in decided) / len(decided)
+    assert plan["source"] == "ledger" and plan["measured_candidates"] == len(decided)
+    assert plan["cost_per_candidate_usd"] == pytest.approx(mean_cost)
+    assert plan["calls_per_candidate"] == pytest.approx(sum(e.calls for e in decided) / len(decided))
+    assert plan["candidates"] == max(0, math.floor((5 - plan["baseline_usd"]) / mean_cost))
+    assert plan["seconds_per_candidate"] == pytest.approx(mean_seconds)
+    assert plan["candidates_in_hours"] == math.floor(3600 / mean_seconds)
+    # Another model's plan does not borrow this judge's figures.
+    assert other["source"] == "estimate" and other["measured_candidates"] == 0
+
+
+def test_run_warns_in_one_line_before_starting_when_the_budget_cannot_buy_a_candidate(
+    ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY")  # the run then stops at its key check, after the warning
+    capsys.readouterr()
+    main(["run", "-w", str(ws), "--provider", "openai", "--model", "gpt-5", "--budget-usd", "0.01"])
+    err = capsys.readouterr().err.splitlines()
+    warnings = [line for line in err if "cannot cover one candidate" in line]
+    assert len(warnings) == 1 and "$0.01" in warnings[0] and "judgeloop plan" in warnings[0]
+    main(["run", "-w", str(ws), "--provider", "openai", "--model", "gpt-5", "--budget-usd", "500"])
+    assert "cannot cover" not in capsys.readouterr().err
+
+
+def test_plan_refusals_are_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["plan", "-w", str(ws), "--budget-usd", "5", "--provider", "openai", "--model", "unpriced-x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no price is known for model 'unpriced-x'" in err
+    assert main(["plan", "-w", str(ws), "--budget-usd", "0"]) == 2
+    assert main(["plan", "-w", str(ws)]) == 2  # --budget-usd is required
+    assert main(["plan", "-w", str(ws), "--budget-usd", "5", "--split", "nope"]) == 2
+    # A free judge (the local demo): the budget does not bound the run, and the text says so.
+    capsys.readouterr()
+    assert main(["plan", "-w", str(ws), "--budget-usd", "5"]) == 0
+    assert "no limit (this judge costs nothing)" in capsys.readouterr().out
