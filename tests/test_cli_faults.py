@@ -164,3 +164,18 @@ def test_init_onto_an_existing_file_is_refused_and_leaves_it(tmp_path: Path, cap
         err = one_line_error(capsys)
         assert str(target) in err and "not a folder" in err
     assert target.read_text(encoding="utf-8") == "mine\n"
+
+
+@pytest.mark.parametrize(("provider", "env"), [("openai", "OPENAI_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY")])
+def test_a_run_without_the_judges_key_is_refused_before_it_creates_a_run_or_a_branch(
+    sample_ws: Path, provider: str, env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import git
+
+    monkeypatch.delenv(env, raising=False)
+    repo = git.Repo(sample_ws)
+    branches, head, runs = {b.name for b in repo.branches}, repo.head.commit.hexsha, runs_in(sample_ws)
+    assert main(["-w", str(sample_ws), "run", "--provider", provider, "--max-experiments", "1"]) == 2
+    assert env in one_line_error(capsys)
+    assert {b.name for b in repo.branches} == branches and repo.head.commit.hexsha == head
+    assert runs_in(sample_ws) == runs  # no empty run left in the ledger

@@ -27,7 +27,7 @@ from optimizer.evaluation.stopping import Aborted, Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.harness import check_budget
 from optimizer.judge.prompts import PromptSet
-from optimizer.judge.providers import Usage
+from optimizer.judge.providers import Usage, check_judge_key
 from optimizer.ledger import Experiment, Ledger, Run, RunStatus
 from optimizer.loop.runner import LoopRunner, decision_trailers, fmt3
 from optimizer.loop.strategies import Strategy, make_strategy
@@ -292,6 +292,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
         raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
                         'tools (anthropic or openai); the local judge supports mode = "direct" only')
     check_budget(judge, limits.budget_usd)  # a harness judge's cost is unbounded without a per-call price
+    check_judge_key(judge)  # before the run and its branch exist: a missing key leaves nothing behind
     replicates = options.replicates or start_settings.replicates
     if options.batch:
         _check_batch_judge(ws, judge, start_rev)

@@ -27,7 +27,7 @@ from optimizer.judge.types import ConversingProvider, Provider
 
 __all__ = [
     "BUILTIN_PRICES", "JUDGE", "OPTIMISER", "ConversingProvider", "Provider", "Role", "Usage",
-    "check_optimizer_key", "cost_usd", "make_optimizer_provider", "make_provider", "price_for",
+    "check_judge_key", "check_optimizer_key", "cost_usd", "make_optimizer_provider", "make_provider", "price_for",
 ]
 
 
@@ -59,6 +59,19 @@ def make_optimizer_provider(optimizer: OptimizerSection) -> ConversingProvider:
     base_url, timeout_s, max_retries) through `make_provider`; its errors name the optimiser. Raises
     `UserError` at once for a missing key. Close it with ``aclose``."""
     return make_provider(_optimizer_settings(optimizer), role=OPTIMISER)  # type: ignore[return-value]
+
+
+def check_judge_key(judge: JudgeSection) -> None:
+    """The key check `make_provider` makes for the judge, without building a client: a `UserError` when
+    the key its provider needs is not set, so a run or a session refuses before it creates anything."""
+    if judge.provider == "anthropic":
+        from optimizer.judge.providers.anthropic_provider import AnthropicProvider
+
+        AnthropicProvider.read_key(judge, JUDGE)
+    elif judge.provider == "openai":
+        from optimizer.judge.providers.openai_provider import OpenAIProvider
+
+        OpenAIProvider.read_key(judge, JUDGE)
 
 
 def check_optimizer_key(optimizer: OptimizerSection) -> None:
