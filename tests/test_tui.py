@@ -15,7 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,14 +29,13 @@ from optimizer.ledger import Ledger
 from optimizer.report import token_split
 from optimizer.vocab import EventKind, ExperimentStatus
 from tests.support.loop import present
+from tests.support.tui_driving import capture_notifications, drive, screen_lines, screen_rows, svg_text
 from tests.support.tui_runs import make_real_run
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.data import disagreements
 from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
 from tui.views import DisagreementsView, ExperimentView, HistoryView, ItemView, ReviewsView
 from tui.widgets import FixedColumnsTable, StatusStrip, StepImage
-
-SIZE = (120, 40)
 
 
 @pytest.fixture(scope="session")
@@ -59,50 +58,6 @@ def ws_copy(run_ws: Path, tmp_path: Path) -> Path:
 
 def ledger_of(ws: Path) -> Ledger:
     return Ledger.open_readonly(ws / "experiments" / "ledger.sqlite")
-
-
-def drive(app: JudgeloopApp, scenario: Callable[[Any], Coroutine[Any, Any, None]], size: tuple[int, int] = SIZE) -> None:
-    """Run ``scenario(pilot)`` against ``app`` headlessly, after its first loads settle."""
-    async def go() -> None:
-        async with app.run_test(size=size) as pilot:
-            await settle(app, pilot)
-            await scenario(pilot)
-
-    asyncio.run(go())
-
-
-def capture_notifications(app: JudgeloopApp) -> list[str]:
-    seen: list[str] = []
-    original = app.notify
-
-    def notify(message: str, **kwargs: Any) -> None:
-        seen.append(str(message))
-        original(message, **kwargs)
-
-    app.notify = notify  # type: ignore[method-assign]
-    return seen
-
-
-def screen_lines(svg: str) -> str:
-    """The text of an SVG screenshot, one screen line per line (Rich writes a <text> per styled run)."""
-    import html
-    import re
-
-    lines: dict[float, list[tuple[float, str]]] = {}
-    for x, y, content in re.findall(r'<text[^>]*?x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>', svg):
-        lines.setdefault(float(y), []).append((float(x), html.unescape(content).replace("\xa0", " ")))
-    return "\n".join("".join(t for _, t in sorted(parts)) for _, parts in sorted(lines.items()))
-
-
-def svg_text(app: JudgeloopApp) -> str:
-    """What the screen shows, as text lines, so assertions read like the screen."""
-    return screen_lines(app.export_screenshot())
-
-
-def screen_rows(app: JudgeloopApp) -> list[str]:
-    """Every cell of the screen, one string per row, spaces included (the SVG's text drops the spaces
-    that are margins and padding)."""
-    return [strip.text for strip in app.screen._compositor.render_strips()]
 
 
 # ---------------------------------------------------------------------------------------------

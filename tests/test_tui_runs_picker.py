@@ -21,9 +21,9 @@ from optimizer.errors import UserError
 from optimizer.ledger import Experiment, LabelRow, Ledger, Run
 from optimizer.metrics import Metrics, score
 from optimizer.vocab import POLICIES, TERMINAL_RUN_STATUSES
+from tests.support.tui_driving import capture_notifications, drive, screen_lines, svg_text
 from tests.support.tui_manual import HELDOUT, MANUAL_EDITS, SMALL, commit_all, make_manual_runs
 from tests.support.tui_runs import make_real_run
-from tests.test_tui import capture_notifications, drive, screen_lines, svg_text
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.modals import ALL_RUNS, ConfirmModal, RunPickerModal, StartRunModal
 from tui.runs import PROVIDERS, RunOptions, start_run

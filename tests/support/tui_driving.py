@@ -1,0 +1,56 @@
+"""Driving the real TUI headlessly in tests: a scenario under Textual's Pilot, the notifications it
+raised, and what its screen shows as text."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from tui.app import JudgeloopApp, settle
+
+SIZE = (120, 40)
+
+
+def drive(app: JudgeloopApp, scenario: Callable[[Any], Coroutine[Any, Any, None]], size: tuple[int, int] = SIZE) -> None:
+    """Run ``scenario(pilot)`` against ``app`` headlessly, after its first loads settle."""
+    async def go() -> None:
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            await scenario(pilot)
+
+    asyncio.run(go())
+
+
+def capture_notifications(app: JudgeloopApp) -> list[str]:
+    seen: list[str] = []
+    original = app.notify
+
+    def notify(message: str, **kwargs: Any) -> None:
+        seen.append(str(message))
+        original(message, **kwargs)
+
+    app.notify = notify  # type: ignore[method-assign]
+    return seen
+
+
+def screen_lines(svg: str) -> str:
+    """The text of an SVG screenshot, one screen line per line (Rich writes a <text> per styled run)."""
+    import html
+    import re
+
+    lines: dict[float, list[tuple[float, str]]] = {}
+    for x, y, content in re.findall(r'<text[^>]*?x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>', svg):
+        lines.setdefault(float(y), []).append((float(x), html.unescape(content).replace("\xa0", " ")))
+    return "\n".join("".join(t for _, t in sorted(parts)) for _, parts in sorted(lines.items()))
+
+
+def svg_text(app: JudgeloopApp) -> str:
+    """What the screen shows, as text lines, so assertions read like the screen."""
+    return screen_lines(app.export_screenshot())
+
+
+def screen_rows(app: JudgeloopApp) -> list[str]:
+    """Every cell of the screen, one string per row, spaces included (the SVG's text drops the spaces
+    that are margins and padding)."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
