@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,3 +22,23 @@ def empty_workspace(tmp_path: Path) -> Workspace:
     from optimizer.scaffold import init_workspace
 
     return init_workspace(tmp_path / "ws", sample=False)
+
+
+# A module's `ws`: a fresh copy of one ``init --sample`` workspace made once per module (its `template`),
+# whose dev split is a 32-item subset of the sample (`tests.support.loop.add_small_dev_split`). A module
+# that needs another template (other prices, say) defines its own `template`.
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.support.loop import add_small_dev_split, make_workspace
+
+    root = make_workspace(tmp_path_factory.mktemp("template"))
+    add_small_dev_split(root)
+    return root
+
+
+@pytest.fixture
+def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    return root

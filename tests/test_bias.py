@@ -8,7 +8,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -39,24 +38,9 @@ from optimizer.workspace import Workspace
 from tests.support.bias import BiasJudge, Reaction
 from tests.support.config import bundled_prompts
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import add_small_dev_split, commit_all, git, labels_of, make_workspace, set_toml_key
+from tests.support.loop import commit_all, git, labels_of, set_toml_key
 
 FLAGS = ["--provider", "openai", "--model", "fake-judge", "--concurrency", "8"]
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_workspace(tmp_path_factory.mktemp("bias"))
-    add_small_dev_split(root)
-    return root
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    return root
 
 
 def tree_digest(folder: Path) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import shutil
 import sys
 import types
 from collections.abc import Callable
@@ -20,24 +19,8 @@ from optimizer.certify import CERTIFICATE_VERSION, landis_koch, read_note
 from optimizer.cli import main
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import add_small_dev_split, commit_all, git, labels_of, make_workspace, set_toml_key
+from tests.support.loop import commit_all, git, labels_of, set_toml_key
 from tests.support.trust import GullibleJudge, judge_args, point_config_at, run_json, untouched_state
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_workspace(tmp_path_factory.mktemp("template"))
-    add_small_dev_split(root)
-    return root
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    return root
-
 
 # --- exact bounds ---------------------------------------------------------------------------------
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +35,6 @@ output = 1.0
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = make_workspace(tmp_path_factory.mktemp("plan"), toml_extra=PRICES)
     add_small_dev_split(root)
-    return root
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     return root
 
 

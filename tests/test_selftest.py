@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 from unittest import mock
 
@@ -22,23 +21,8 @@ from optimizer.decision import min_fixes_to_keep
 from optimizer.selftest import BENCHMARK, PLANTED_RULE, latest_selftest, simulated_keep_rate
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import add_small_dev_split, commit_all, make_workspace, set_toml_key
+from tests.support.loop import commit_all, set_toml_key
 from tests.support.trust import GullibleJudge, judge_args, run_json, untouched_state
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_workspace(tmp_path_factory.mktemp("template"))
-    add_small_dev_split(root)
-    return root
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-    return root
 
 
 def test_planted_degradation_is_rolled_back_and_a_steady_judge_never_keeps_itself(
