@@ -64,7 +64,7 @@ from optimizer.events import Listener, Message, Progress, ProgressSnapshot, Stop
 from optimizer.judge.prompts import RUBRIC_MD, PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
-from optimizer.loop.compare import judgements_of, with_extra
+from optimizer.loop.compare import RunTotals, judgements_of, with_extra
 from optimizer.loop.runner import evaluation_order
 from optimizer.metrics import Answer, is_correct, majority_answer, outcome, score
 from optimizer.models import Label
@@ -117,7 +117,7 @@ class SelftestOptions:
 
 
 @dataclass
-class SlotComparison:
+class SlotComparison(RunTotals):
     """One comparison of two prompt sets at given slots of replicate indices (see the module docstring)."""
 
     decision: Decision | None = None
@@ -129,18 +129,6 @@ class SlotComparison:
     runs: list[EvalRun] = field(default_factory=list)
     error: str | None = None
     budget_stop: str | None = None
-
-    @property
-    def cost_usd(self) -> float:
-        return sum(r.cost_usd for r in self.runs)
-
-    @property
-    def calls(self) -> int:
-        return sum(r.calls_made for r in self.runs)
-
-    @property
-    def cache_hits(self) -> int:
-        return sum(r.cache_hits for r in self.runs)
 
 
 def _incomplete(result: EvalRun) -> str | None:

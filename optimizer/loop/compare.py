@@ -98,8 +98,26 @@ async def rejudge(
     return Rejudging(passes, with_extra(judgements[0], passes[0]), with_extra(judgements[1], passes[1]))
 
 
+class RunTotals:
+    """Cost, paid calls and cache hits summed over a comparison's evaluations (``runs``)."""
+
+    runs: list[EvalRun]
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(r.cost_usd for r in self.runs)
+
+    @property
+    def calls(self) -> int:
+        return sum(r.calls_made for r in self.runs)
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(r.cache_hits for r in self.runs)
+
+
 @dataclass
-class Comparison:
+class Comparison(RunTotals):
     """``other`` against ``base`` on every item of the split (``decision`` None when incomplete).
 
     ``base_metrics``/``other_metrics`` score each item's majority over all its judgements (re-judged
@@ -117,18 +135,6 @@ class Comparison:
     rejudged: list[str] = field(default_factory=list)
     error: str | None = None
     budget_stop: str | None = None
-
-    @property
-    def cost_usd(self) -> float:
-        return sum(r.cost_usd for r in self.runs)
-
-    @property
-    def calls(self) -> int:
-        return sum(r.calls_made for r in self.runs)
-
-    @property
-    def cache_hits(self) -> int:
-        return sum(r.cache_hits for r in self.runs)
 
     @property
     def items(self) -> float | None:
