@@ -79,6 +79,9 @@ def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> 
     judge = _gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
         with CliRun(ws, server, "--strategy", "library", "--max-experiments", "1") as cli:
+            # Every call the gate lets through answered first: on a loaded machine the candidate's calls
+            # go out one by one, and a Ctrl-C before the fourth would leave fewer cached than the gate's.
+            wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
             wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
             cli.proc.send_signal(signal.SIGINT)
             wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops"), "the loop to see the Ctrl-C")
