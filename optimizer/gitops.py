@@ -158,6 +158,16 @@ def current_branch(where: Root) -> str | None:
         return None if repo.head.is_detached else repo.active_branch.name
 
 
+def prompts_tree(where: Root, sha: str) -> str | None:
+    """The git tree id of ``prompts/`` at commit ``sha`` (equal ids: byte-identical prompts), None when
+    the commit or the folder is not there."""
+    with repo_at(_root(where)) as repo:
+        try:
+            return str((repo.commit(sha).tree / "prompts").hexsha)
+        except (KeyError, ValueError, git.BadName, git.GitCommandError):
+            return None
+
+
 def rev_parse(where: Root, rev: str = "HEAD") -> str:
     """The full sha of a revision; an unknown one is a UserError."""
     with repo_at(_root(where)) as repo:

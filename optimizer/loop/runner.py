@@ -546,6 +546,7 @@ class LoopRunner:
                     kappa=exp.kappa, fpr=exp.fpr, diff=full.diff_text or "", meta=exp.proposal_meta,
                 )
             )
+        earlier = self._earlier_from_same_prompts(incumbent)
         guidance = self.ws.guidance_path.read_text(encoding="utf-8") if self.ws.guidance_path.is_file() else ""
         reviews = self.ledger.reviews()
         if reviews:
@@ -556,8 +557,32 @@ class LoopRunner:
             workspace_root=self.root, allowed_files=allowed, current_files=current,
             disagreements=disagreements, history=history, guidance=guidance.strip(), split=self.split,
             rng_seed=self.seed, experiment_seq=seq,
-            judge_mode=PromptSet.from_dir(self.ws.prompts_dir).settings.mode,
+            judge_mode=PromptSet.from_dir(self.ws.prompts_dir).settings.mode, earlier=earlier,
         )
+
+    def _earlier_from_same_prompts(self, incumbent: Experiment) -> list[PastExperiment]:
+        """Decided candidates of earlier runs on this split whose parent had the incumbent's prompts (the
+        same git tree): a new run from the same prompts would only repeat them (their calls are cached)."""
+        tree = gitops.prompts_tree(self.root, incumbent.commit_sha) if incumbent.commit_sha else None
+        if tree is None:
+            return []
+        trees: dict[str, str | None] = {}
+        out: list[PastExperiment] = []
+        for run in self.ledger.runs():
+            if run.id == self.run.id or run.split != self.split.name:
+                continue
+            by_id = {e.id: e for e in self.ledger.experiments(run.id)}
+            for exp in by_id.values():
+                parent = by_id.get(exp.parent_id) if exp.parent_id else None
+                if exp.seq == 0 or parent is None or not parent.commit_sha:
+                    continue
+                if parent.commit_sha not in trees:
+                    trees[parent.commit_sha] = gitops.prompts_tree(self.root, parent.commit_sha)
+                if trees[parent.commit_sha] == tree:
+                    out.append(PastExperiment(id=exp.id, decision=exp.status, reason=exp.reason or "",
+                                              rationale=exp.rationale or "", kappa=exp.kappa, fpr=exp.fpr,
+                                              diff="", meta=exp.proposal_meta))
+        return out
 
     def guard_inputs(self) -> dict[str, Any]:
         """What the overfit lint checks against, built once per run (the instructions' 8-grams and values,

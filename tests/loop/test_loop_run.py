@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,6 +245,27 @@ def test_the_library_gets_its_tried_sets_back_from_the_ledger_as_data(ws: Path, 
     # The second proposal's history holds the first one's record, read back from the ledger.
     (past,) = contexts[1].history
     assert past.id == first.id and past.meta == first.proposal_meta
+
+
+def test_a_new_library_run_from_the_same_prompts_does_not_repeat_what_an_earlier_run_decided(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A new user's second `judgeloop run` (the demo's "three more candidates") used to re-propose the
+    # very sets the first run had rolled back from the same prompts, answered from the cache.
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "3") == 0
+        first_run, first = latest(ws)
+        git(ws, "checkout", "-q", first_run.branch)
+        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "3") == 0
+        second_run, second = latest(ws)
+    assert second_run.id != first_run.id
+
+    def tried(exps: list[Any]) -> set[tuple[str | None, tuple[str, ...]]]:
+        by_id = {e.id: e for e in exps}
+        return {(gitops.prompts_tree(ws, by_id[e.parent_id].commit_sha), tuple(e.proposal_meta["library_enabled"]))
+                for e in exps if e.seq > 0 and e.parent_id in by_id and e.decision in {"kept", "rolled_back"}}
+
+    assert tried(second) and not tried(first) & tried(second)
 
 
 # -- failures that must not stop the run ----------------------------------------------------------

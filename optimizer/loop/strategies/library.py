@@ -11,7 +11,8 @@ experiment number and the history:
   judge stricter rank first, and the reverse for rejected successes; an entry naming the mistake type
   the judge misses most often ranks higher still;
 - a move whose resulting set of enabled entries was already decided in this run (kept, rolled back,
-  guard-rejected or waiting for a human) or is the incumbent's is never proposed again; one that was
+  guard-rejected or waiting for a human), or decided in an earlier run on this split from the same
+  incumbent prompts (``ProposalContext.earlier``), or is the incumbent's is never proposed again; one that was
   interrupted or left undecided by errors (a kill between the guards and the commit, a provider
   outage) was never tried and may come again. Each proposal records the set it enables as data,
   ``Proposal.meta["library_enabled"]`` (sorted ids); the ledger keeps it and hands it back in
@@ -164,7 +165,7 @@ class LibraryStrategy:
                 "restore those entries or remove their lines from the rubric's library region"
             )
         current = frozenset(enabled)
-        avoid = tried_sets(ctx.history) | {current}
+        avoid = tried_sets(ctx.history) | tried_sets(ctx.earlier) | {current}
         classified = {e.id: classify(e) for e in library}
         direction = dominant_direction(ctx.disagreements)
         leans: dict[str | None, Lean] = {"missed_failure": "stricter", "rejected_success": "lenient", None: "neutral"}
@@ -204,7 +205,7 @@ class LibraryStrategy:
                     chosen = pair
                     break
         if chosen is None:
-            raise ProposalError("every one- and two-entry toggle of the library has been tried in this run")
+            raise ProposalError("every one- and two-entry toggle of the library has been tried from these prompts (this run and earlier runs on this split)")
 
         new_set = _apply(current, chosen)
         new_rubric = with_entries(rubric, library, new_set)
@@ -258,5 +259,5 @@ def _rationale(
     else:
         why += ", with no dominant direction"
     if len(moves) > 1:
-        why += "; every single toggle has already been tried in this run"
+        why += "; every single toggle has already been tried from these prompts"
     return f"{'; '.join(parts)}: {why}."
