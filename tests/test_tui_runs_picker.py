@@ -280,14 +280,20 @@ def test_early_stopped_candidates_show_their_partial_metrics_marked_in_history_a
     async def scenario(pilot: Any) -> None:
         table = app.screen.query_one("#history-table", DataTable)
         for exp_id, (mine, theirs, _) in expected.items():
-            assert str(table.get_cell(str(exp_id), "kappa")) == f"{mine.kappa:.2f}*"
+            # kappa over items of one class only is undefined, as balanced accuracy is: "—", not 0.00*
+            one_class = mine.tpr is None or mine.tnr is None
+            assert str(table.get_cell(str(exp_id), "kappa")) == ("—" if one_class else f"{mine.kappa:.2f}*")
+            p_value = next(e.p_value for e in stopped if e.id == exp_id)
+            if p_value is not None:  # an early stop's p is a bound, as in the report
+                assert str(table.get_cell(str(exp_id), "p")) == f"≥{p_value:.3f}"
             assert str(table.get_cell(str(exp_id), "fpr")) == f"{mine.fpr:.2f}*"
             # Δ against the incumbent over the same items (the candidate judged the negatives first)
             assert str(table.get_cell(str(exp_id), "dfpr")) == f"{cast(float, mine.fpr) - cast(float, theirs.fpr):+.2f}*"
         baseline = next(e for e in exps if e.status == "baseline")
         assert str(table.get_cell(str(baseline.id), "kappa")) == f"{baseline.kappa:.3f}"  # complete: unmarked
         assert "* = over the items judged before an early stop" in widget_text(app, "#view-title")
-        exp_id = next(e for e, (mine, theirs, _) in expected.items() if mine.kappa != theirs.kappa)
+        exp_id = next(e for e, (mine, theirs, _) in expected.items()
+                      if mine.kappa != theirs.kappa and None not in (mine.tpr, mine.tnr, theirs.tpr, theirs.tnr))
         mine, incumbent, n = expected[exp_id]
         table.move_cursor(row=table.get_row_index(str(exp_id)))
         await pilot.press("e")

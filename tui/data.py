@@ -129,15 +129,23 @@ class PartialMetrics:
     total: int
     incumbent: Metrics | None = None
 
+    def _value(self, metrics: Metrics | None, name: str) -> float | None:
+        # Kappa over items of one class only (a candidate stopped on its negatives) is as undefined as
+        # balanced accuracy there: shown "—", never a 0.00 that reads like a measurement.
+        if metrics is None or (name == "kappa" and (metrics.tpr is None or metrics.tnr is None)):
+            return None
+        value = getattr(metrics, name)
+        return None if value is None else float(value)
+
     def cell(self, name: str) -> str:
         """One metric for a table cell, marked partial, to two places (a handful of items): ``0.31*``."""
-        value = getattr(self.metrics, name)
+        value = self._value(self.metrics, name)
         return "—" if value is None else f"{value:.2f}{PARTIAL_MARK}"
 
     def delta(self, name: str) -> float | None:
         """This minus the incumbent over the same items (None without the incumbent's figures)."""
-        mine = getattr(self.metrics, name)
-        theirs = getattr(self.incumbent, name) if self.incumbent is not None else None
+        mine = self._value(self.metrics, name)
+        theirs = self._value(self.incumbent, name)
         return None if mine is None or theirs is None else mine - theirs
 
     def delta_cell(self, name: str) -> str:

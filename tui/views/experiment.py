@@ -125,9 +125,11 @@ class ExperimentView(View):
         if exp.test:
             decision.append(f"   sign-flip p = {fmt_p(exp.test['p_value'])} at alpha {exp.test['alpha']:.3g}"
                             f" · first-pass McNemar p = {fmt_p(exp.test['mcnemar_p'])}")
+        elif exp.p_value is not None and exp.early_stopped:
+            decision.append(f"   McNemar p ≥ {exp.p_value:.4f} (a bound: stopped early)")
         elif exp.p_value is not None:
             decision.append(f"   McNemar p = {exp.p_value:.4f}")
-        if exp.early_stopped:
+        if exp.early_stopped and (exp.test or exp.p_value is None):
             decision.append("   (stopped early)", style="italic")
         if detail.partial is not None:
             decision.append(f"\n{partial_line(detail.partial)}", style="yellow")

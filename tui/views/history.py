@@ -21,7 +21,7 @@ from tui.widgets import FixedColumnsTable, MetricChart
 HISTORY_COLUMNS = (
     ("id", "id", 5), ("time", "time", 11), ("strategy", "strategy", 8), ("decision", "decision", 14),
     ("κ", "kappa", 6), ("FPR", "fpr", 5), ("bal.acc", "bacc", 7), ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6),
-    ("p", "p", 5), ("+rej", "rejudge", 5), ("$", "cost", 7), ("rationale", "rationale", 60)
+    ("p", "p", 6), ("+rej", "rejudge", 5), ("$", "cost", 7), ("rationale", "rationale", 60)
 )
 # Hidden in this order when the terminal is narrow (160 columns show all; 120 hide +rej and time; 80
 # also strategy, bal.acc and ΔFPR): id, decision, κ, FPR, Δκ, p, $ and the rationale always show.
@@ -65,7 +65,9 @@ def history_cells(row: HistoryRow, weak: bool = False) -> tuple[Text, ...]:
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
         Text(row.delta_text("fpr"), style="red" if (row.d_fpr or 0) > 0 else ""),
         # The re-judging pass's extra judge calls (adaptive policy), blank when there was none.
-        Text(fmt(exp.p_value)), Text(str(exp.rejudge_calls) if exp.rejudge_calls else ""),
+        # An early stop's p is a bound (what the report prints as "≥0.188").
+        Text(("≥" if exp.early_stopped and exp.p_value is not None else "") + fmt(exp.p_value)),
+        Text(str(exp.rejudge_calls) if exp.rejudge_calls else ""),
         Text(f"{exp.cost_usd:.4f}"),
         Text(one_line(exp.rationale, 120), no_wrap=True, overflow="ellipsis"),
     )
