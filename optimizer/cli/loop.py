@@ -9,13 +9,16 @@ from optimizer.cli.eval import format_metrics, judge_overrides
 from optimizer.cli.progress import TerminalEvents
 from optimizer.cli.signals import stop_on_signals
 from optimizer.evaluation.stopping import Interrupted
+from optimizer.events import StopKind
 from optimizer.loop.session import RunOptions, confirm, decide, resume_run, start_run
 from optimizer.workspace import Workspace
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Start (or with --resume continue) the optimisation loop; 130 when a second Ctrl-C or SIGTERM
-    aborted it (the first stops it cleanly after the judge calls in flight: exit 0)."""
+    """Start (or with --resume continue) the optimisation loop. 130 when Ctrl-C or SIGTERM stopped it
+    (the first stops it cleanly after the judge calls in flight, a second at once), so a script's
+    `judgeloop run && ...` does not go on as if the run had ended; 0 for any other end (experiments/STOP,
+    the limits, propose-only waiting)."""
     options = RunOptions(
         split=args.split, strategy=args.strategy, message=args.message, policy=args.policy,
         max_experiments=args.max_experiments, budget_usd=args.budget_usd, hours=args.hours,
@@ -27,7 +30,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # has it too, for the TUI).
     with TerminalEvents() as events, stop_on_signals("the run") as stop:
         outcome = (resume_run if args.resume else start_run)(ws, options, events, stop)
-    return 130 if outcome.aborted else 0
+    return 130 if outcome.aborted or outcome.stop.kind is StopKind.INTERRUPTED else 0
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
