@@ -610,7 +610,8 @@ class LoopRunner:
     async def candidate(self, incumbent: Experiment, provider: Provider, cache: JudgeCache) -> Experiment:
         seq = max(e.seq for e in self.ledger.experiments(self.run.id)) + 1
         self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
-        self.say(f"next candidate: asking the {self.strategy.name} optimiser for an edit")
+        self.say("next candidate: your edit" if self.strategy.name == "manual"
+                 else f"next candidate: asking the {self.strategy.name} optimiser for an edit")
         try:
             proposal: Proposal = await self.strategy.propose(self.context(incumbent, seq))
         except ProposalError as exc:

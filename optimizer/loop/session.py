@@ -335,8 +335,8 @@ def _manual_outcome(ws: Workspace, ledger: Ledger, run_id: str, saved: str, say:
         say(f"  your edit was not kept (rolled back); to work on it again: "
             f"`git checkout refs/judgeloop/rejected/{cand.id} -- prompts/` or copy it from {saved}")
     elif cand is not None and cand.status == "running":
-        say(f"  your edit is being judged (experiment {cand.id}); `judgeloop run --resume` finishes it "
-            f"(a copy is in {saved})")
+        say(f"  your edit's evaluation was cut short (experiment {cand.id}); `judgeloop run --resume` "
+            f"finishes it (a copy is in {saved})")
     else:
         why = ("the run ended before judging it" if cand is None
                else f"it was not judged: {cand.status.replace('_', ' ')}, {cand.reason or 'no reason recorded'}")
