@@ -179,3 +179,14 @@ def test_a_run_without_the_judges_key_is_refused_before_it_creates_a_run_or_a_br
     assert env in one_line_error(capsys)
     assert {b.name for b in repo.branches} == branches and repo.head.commit.hexsha == head
     assert runs_in(sample_ws) == runs  # no empty run left in the ledger
+
+
+def test_a_message_with_a_strategy_that_writes_its_own_is_refused_before_anything_starts(
+    sample_ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # -m was silently dropped: the user's rationale went nowhere and a library run started.
+    runs = runs_in(sample_ws)
+    assert main(["-w", str(sample_ws), "run", "--strategy", "library", "-m", "my reason", *JUDGE]) == 2
+    err = one_line_error(capsys)
+    assert "-m/--message" in err and "--strategy manual" in err
+    assert runs_in(sample_ws) == runs

@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--message", metavar="TEXT",
                    help="--strategy manual: the edit's rationale (default: \"a hand edit of FILES\")")
     p.add_argument("--policy", choices=POLICIES,
-                   help="how a candidate is decided (default: [loop] policy, adaptive); see README \"How the loop decides\"")
+                   help="how a candidate is decided (default: [loop] policy of judgeloop.toml; adaptive in a new workspace); see README \"How the loop decides\"")
     p.add_argument("--max-experiments", type=whole(1), metavar="N",
                    help="candidates to try after the baseline (default: no limit)")
     p.add_argument("--budget-usd", type=positive, metavar="X",
@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hours", type=positive, metavar="H",
                    help="also the candidates H hours buy at the measured time per candidate (default: no time figure)")
     p.add_argument("--split", metavar="NAME", help="the split the run would judge (default: [workspace] dev_split)")
-    p.add_argument("--policy", choices=POLICIES, help="how candidates would be decided (default: [loop] policy, adaptive)")
+    p.add_argument("--policy", choices=POLICIES, help="how candidates would be decided (default: [loop] policy of judgeloop.toml; adaptive in a new workspace)")
     p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help=REPLICATES_HELP)
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object (default: text)")
     _judge_overrides(p)

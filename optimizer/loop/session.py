@@ -257,6 +257,9 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     cfg = ws.config
     loop_cfg = cfg.loop.model_copy(update={"policy": options.policy} if options.policy else {})
     strategy_name = proposer or options.strategy or cfg.optimizer.strategy
+    if options.message is not None and strategy_name != "manual":
+        raise UserError(f"-m/--message is the rationale of a hand edit (--strategy manual); the {strategy_name} "
+                        "strategy writes its own: drop -m, or add --strategy manual to judge your edit")
     if strategy_name != "manual":
         gitops.ensure_clean(ws.root, "judgeloop run")
     waiting = ledger.experiments_with_status("waiting")
