@@ -49,6 +49,7 @@ from optimizer.judge.providers import make_provider
 from optimizer.ledger import Ledger
 from optimizer.metrics import Answer, bootstrap_intervals, cohen_kappa, predicted_success, score
 from optimizer.models import MISTAKE_TYPES, Label
+from optimizer.paths import unused_path
 from optimizer.selftest import dev_split_for, latest_selftest, summary_lines
 from optimizer.vocab import UNTYPED
 from optimizer.workspace import Workspace, repo_at
@@ -344,14 +345,8 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
 
 def write_certificate(ws: Workspace, cert: Mapping[str, Any], bias_md: Sequence[str]) -> Path:
     """``experiments/certificates/<sha>-<stamp>.json`` and ``.md``; returns the JSON's path."""
-    folder = ws.experiments_dir / CERTIFICATE_DIR
-    folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    path = folder / f"{str(cert['revision'])[:12]}-{stamp}.json"
-    n = 1
-    while path.exists():
-        n += 1
-        path = folder / f"{str(cert['revision'])[:12]}-{stamp}-{n}.json"
+    path = unused_path(ws.experiments_dir / CERTIFICATE_DIR, f"{str(cert['revision'])[:12]}-{stamp}")
     body = dict(cert)
     body["files"] = {"json": str(path.relative_to(ws.root)), "markdown": str(path.with_suffix(".md").relative_to(ws.root))}
     body["note_ref"] = f"refs/notes/{NOTES_REF}"

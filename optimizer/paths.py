@@ -175,3 +175,14 @@ def write_prompt_file(root: Path, name: str, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def unused_path(folder: Path, stem: str, suffix: str = ".json") -> Path:
+    """``folder/<stem><suffix>``, or ``<stem>-2``, ``-3``… when that name is taken (two records
+    written within the same second never overwrite each other); creates ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path, n = folder / f"{stem}{suffix}", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stem}-{n}{suffix}"
+    return path

@@ -64,10 +64,11 @@ from optimizer.events import Listener, Message, Progress, ProgressSnapshot, Stop
 from optimizer.judge.prompts import RUBRIC_MD, PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
-from optimizer.loop.compare import RunTotals, judgements_of, with_extra
+from optimizer.loop.compare import RunTotals, incomplete, judgements_of, with_extra
 from optimizer.loop.runner import evaluation_order
 from optimizer.metrics import Answer, is_correct, majority_answer, outcome, score
 from optimizer.models import Label
+from optimizer.paths import unused_path
 from optimizer.workspace import Workspace
 
 SELFTEST_VERSION = 1
@@ -131,15 +132,6 @@ class SlotComparison(RunTotals):
     budget_stop: str | None = None
 
 
-def _incomplete(result: EvalRun) -> str | None:
-    if result.infra_error_ids:
-        return (f"{len(result.infra_error_ids)} item(s) hit infrastructure errors after every retry "
-                f"(e.g. {result.infra_error_ids[0]})")
-    if result.stop is not None or result.not_evaluated:
-        return result.stop_reason or f"{len(result.not_evaluated)} item(s) not evaluated"
-    return None
-
-
 @dataclass
 class Bench:
     """What every comparison of one self-test shares."""
@@ -181,7 +173,7 @@ class Bench:
         out.runs.append(result)
         if result.stop is not None and result.stop.kind is StopKind.BUDGET:
             out.budget_stop = result.stop.message
-        out.error = _incomplete(result)
+        out.error = incomplete(result)
         return out.error is not None
 
     async def compare(self, base: PromptSet, base_slot: int, other: PromptSet, other_slot: int,
@@ -604,14 +596,8 @@ def selftest_dir(ws: Workspace) -> Path:
 
 def write_selftest(ws: Workspace, result: Mapping[str, Any]) -> Path:
     """Write ``result`` as ``experiments/selftest/<stamp>-<prompt hash>.json`` and ``.md``; returns the JSON's path."""
-    folder = selftest_dir(ws)
-    folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    path = folder / f"{stamp}-{str(result['prompt_hash'])[:8]}.json"
-    n = 1
-    while path.exists():
-        n += 1
-        path = folder / f"{stamp}-{str(result['prompt_hash'])[:8]}-{n}.json"
+    path = unused_path(selftest_dir(ws), f"{stamp}-{str(result['prompt_hash'])[:8]}")
     path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     path.with_suffix(".md").write_text("\n".join(markdown_lines(result)) + "\n", encoding="utf-8")
     return path

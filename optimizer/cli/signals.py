@@ -27,7 +27,7 @@ def _write(text: str) -> None:
         tty = os.isatty(2)
         os.write(2, ((CLEAR_LINE if tty else "") + text + "\n").encode("utf-8", "replace"))
     except OSError:
-        pass
+        return  # stderr closed or gone: the stop itself still happens, only its message is lost
 
 
 def stopping_message(who: str, what: str) -> str:

@@ -142,7 +142,8 @@ class Comparison(RunTotals):
         return None if self.decision is None or self.decision.test is None else self.decision.test.statistic
 
 
-def _incomplete(result: EvalRun) -> str | None:
+def incomplete(result: EvalRun) -> str | None:
+    """Why an evaluation cannot be decided on (infrastructure errors, a stop, items left), or None."""
     if result.infra_error_ids:
         return (f"{len(result.infra_error_ids)} item(s) hit infrastructure errors after every retry "
                 f"(e.g. {result.infra_error_ids[0]})")
@@ -173,7 +174,7 @@ async def compare_prompts(
         results.append(result)
         if result.stop is not None and result.stop.kind is StopKind.BUDGET:
             out.budget_stop = result.stop.message
-        problem = _incomplete(result)
+        problem = incomplete(result)
         if problem is not None:
             out.error = problem
             return out

@@ -70,7 +70,7 @@ class _AnsweringScreen(pyte.Screen):
             case (18,):
                 self.write_process_input(f"\x1b[8;{self.lines};{self.columns}t")
             case _:
-                pass
+                return  # other window reports: a real terminal ignores what it does not support
 
 
 class _Stream(pyte.ByteStream):
