@@ -6,7 +6,6 @@ split is a 32-item subset, a deterministic fake judge, the real openai SDK.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -29,34 +28,7 @@ from tests.support.loop import (
 )
 from tests.support.processes import killed_cli
 from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
-
-
-def _cached_calls(root: Path) -> int:
-    path = root / "experiments" / "cache.sqlite"
-    if not path.exists():
-        return 0
-    conn = sqlite3.connect(path, timeout=5)
-    try:
-        return conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-    except sqlite3.OperationalError:  # not created yet
-        return 0
-    finally:
-        conn.close()
-
-
-def _running_candidate_with_progress(root: Path) -> bool:
-    path = root / "experiments" / "ledger.sqlite"
-    if not path.exists():
-        return False
-    with Ledger(path) as led:
-        run = led.latest_run()
-        if run is None:
-            return False
-        running = [e for e in led.experiments(run.id) if e.seq > 0 and e.status == "running"]
-        if not running:
-            return False
-        events = led.events_since(0, run_id=run.id)
-        return any(e.kind == "progress" and e.experiment_id == running[0].id for e in events)
+from tests.support.signals import cache_rows, running_candidate_with_progress
 
 
 def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> None:
@@ -70,9 +42,9 @@ def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> No
 
         def mid_candidate() -> None:
             wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
-            wait_for(lambda: _running_candidate_with_progress(ws), "a running candidate with progress events")
+            wait_for(lambda: running_candidate_with_progress(ws), "a running candidate with progress events")
             # Every answered call is in the cache before the kill (the rest are stuck at the gate).
-            wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
+            wait_for(lambda: cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
 
         killed_cli(args, mid_candidate)
         answered_before = set(judge.answered)
@@ -92,7 +64,7 @@ def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> No
     # re-judging call repeats a request body on purpose (replicate 1 of the same prompt), so the
     # measure is the cache: every answered call is its own cache entry, none answered twice.
     assert set(resumed_digests) - answered_before
-    assert len(judge.answered) == _cached_calls(ws)
+    assert len(judge.answered) == cache_rows(ws)[0]
 
     run, exps = latest(ws)
     assert run.status == "finished" and "max-experiments 2" in (run.stop_reason or "")
@@ -217,7 +189,7 @@ def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -
         def mid_rejudging() -> None:
             wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
             wait_for(lambda: _rejudging_started(ws), "the re-judging stage")
-            wait_for(lambda: _cached_calls(ws) == len(judge.answered), "the answered calls to be cached")
+            wait_for(lambda: cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
 
         killed_cli(args, mid_rejudging)
         judge.abandon_gated = True
@@ -227,7 +199,7 @@ def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -
         assert run_loop(ws, server.openai_base_url, "--resume") == 0
     # Every answered call is its own cache entry: none of the 5 re-judging calls (nor any other) was
     # asked again after the resume, and the re-judging went on from where it stopped.
-    assert len(judge.answered) == _cached_calls(ws) > answered_before
+    assert len(judge.answered) == cache_rows(ws)[0] > answered_before
     run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "rolled_back"] and run.status == "finished"
     cand = exps[1]
