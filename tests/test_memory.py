@@ -16,9 +16,13 @@ from optimizer.judge.memory import (
     MAX_SOURCE_ITEMS,
     PRINCIPLES_MD,
     Case,
+    Folds,
     Memory,
+    Retriever,
+    assign_folds,
     memory_files,
     memory_from_files,
+    pair_groups,
     parse_cases,
     parse_principles,
     serialise_cases,
@@ -104,3 +108,67 @@ def test_memory_from_files_reads_either_file_and_writes_both_back() -> None:
     assert memory_from_files(memory_files(memory)) == memory
     with pytest.raises(UserError, match=r"^ws/prompts/memory/cases.jsonl:1: "):
         memory_from_files({CASES_JSONL: "nope\n"}, source="ws/prompts")
+
+
+# --------------------------------------------------------------------------- folds and retrieval
+
+
+def _pairs(n: int) -> list[tuple[str, str, str | None]]:
+    """``n`` AgentHorizon pairs: positives (IA on A), (IB on B); negatives (IB on A), (IA on B)."""
+    items: list[tuple[str, str, str | None]] = []
+    for p in range(n):
+        a, b = f"Open file {p} in the editor", f"Delete file {p} from the disk"
+        items += [(f"p{p}-pa", a, f"rec{p}A"), (f"p{p}-pb", b, f"rec{p}B"),
+                  (f"p{p}-na", b, f"rec{p}A"), (f"p{p}-nb", a, f"rec{p}B")]
+    return items
+
+
+def test_pair_groups_join_an_instruction_pair_by_shared_instructions_and_recordings() -> None:
+    groups = pair_groups(_pairs(3))
+    assert groups == [sorted(f"p{p}-{s}" for s in ("pa", "pb", "na", "nb")) for p in range(3)]
+    # Instructions compare case- and space-insensitively; an item without screenshots joins by instruction.
+    assert pair_groups([("x", "Open  THE file", None), ("y", "open the file", "r1"), ("z", "other", "r1")]) == [
+        ["x", "y", "z"]]
+
+
+def test_folds_are_balanced_pair_aware_and_fixed_by_the_fingerprint() -> None:
+    groups = pair_groups(_pairs(10))
+    folds = assign_folds(groups, "fp-1", 5)
+    assert sorted(folds.of) == sorted(t for g in groups for t in g)
+    assert all(len({folds.of[t] for t in g}) == 1 for g in groups)
+    assert [len(folds.members(f)) for f in range(5)] == [8] * 5
+    assert assign_folds(list(reversed(groups)), "fp-1", 5) == folds  # order of discovery does not matter
+    other = assign_folds(groups, "fp-2", 5)
+    assert other.digest != folds.digest and other.of != folds.of  # another split: another deal
+    assert assign_folds(groups, "fp-1", 4).digest != folds.digest
+
+
+def _memory(*cases: tuple[str, str, list[str]]) -> Memory:
+    return Memory("be strict", tuple(Case(i, t, tuple(s)) for i, t, s in cases))
+
+
+def test_retrieval_ranks_by_similarity_breaks_ties_by_file_order_and_skips_unrelated_cases() -> None:
+    memory = _memory(("c-a", "spreadsheet cell formula", ["s1"]), ("c-b", "email attachment sent", ["s2"]),
+                     ("c-c", "email attachment sent", ["s3"]), ("c-d", "spreadsheet chart", ["s4"]))
+    retriever = Retriever(memory, 2, None)
+    chosen = retriever.select("q", "Send the email with the attachment")
+    assert [c.id for c in chosen.cases] == ["c-b", "c-c"]  # equal scores: file order
+    assert [c.id for c in retriever.select("q", "Fix the spreadsheet formula").cases] == ["c-a", "c-d"]
+    assert retriever.select("q", "Reboot the router").cases == ()  # no shared term: nothing sent
+    assert retriever.select("q", "Reboot the router").block().startswith("## Memory")  # the principles still go
+
+
+def test_an_item_never_gets_a_case_sourced_in_its_own_fold() -> None:
+    folds = Folds(k=2, fingerprint="f", of={"s1": 0, "s2": 1, "s3": 0, "x": 0, "y": 1}, digest="d")
+    memory = _memory(("c1", "email attachment", ["s1"]), ("c2", "email attachment", ["s2"]),
+                     ("c3", "email attachment", ["s2", "s3"]), ("c4", "email attachment", ["elsewhere"]))
+    retriever = Retriever(memory, 4, folds)
+    x = retriever.select("x", "email attachment")
+    assert [c.id for c in x.cases] == ["c2", "c4"] and x.held_back == 2 and x.fold == 0
+    assert [c.id for c in retriever.select("y", "email attachment").cases] == ["c1", "c4"]
+    assert "fold 0; 2 case(s) of this fold kept out" in x.note()
+
+
+def test_cases_of_stop_words_only_retrieve_nothing() -> None:
+    retriever = Retriever(_memory(("c1", "...", ["s1"])), 4, None)
+    assert retriever.select("q", "anything at all").cases == ()
