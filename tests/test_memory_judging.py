@@ -300,3 +300,26 @@ def test_a_candidate_whose_case_names_an_id_outside_the_split_is_rejected_and_pr
         last = max(ledger.runs(), key=lambda r: r.id)
         candidate = next(e for e in ledger.experiments(last.id) if e.seq == 1)
     assert candidate.status == "guard_rejected" and "contains the dev id" in (candidate.reason or "")
+
+
+def test_a_batch_eval_carries_the_same_cross_fitted_memory(tmp_path: Path) -> None:
+    with FakeLLMServer(default=_answer, batch_polls=1) as server:
+        s = Setup(tmp_path, server)
+        cfg = Workspace.open(s.root).config
+        write_config(s.root, cfg.model_copy(update={"judge": cfg.judge.model_copy(
+            update={"batch_poll_s": 0.01, "batch_poll_max_s": 0.04})}))
+        out = s.root / "experiments" / "evals" / "batch"
+        assert main(["eval", "-w", str(s.root), "--out", str(out), "--batch", "--batch-cold"]) == 0
+        entries = [r for r in server.inference_requests() if r.batch_id is not None]
+        assert len(entries) == len(s.items)
+        assert _check_requests(s, entries, _folds(out)) == {item.trajectory_id for item in s.items}
+
+
+def test_memory_is_refused_in_one_line_where_the_request_is_not_built_in_common_code(
+    setup: tuple[Setup, FakeLLMServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    s, server = setup
+    toml = s.root / "prompts" / "judge.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('mode = "direct"', 'mode = "agentic"'), encoding="utf-8")
+    assert 'memory = "retrieve" with mode = "agentic"' in _eval_err(s, capsys)
+    assert server.inference_requests() == []
