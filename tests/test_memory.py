@@ -195,3 +195,24 @@ def test_the_memory_block_follows_the_cached_trajectory_in_both_layouts(tmp_path
     rubric_first = build_request(traj, data.split, data.prompts, layout="rubric-first", memory=block)
     last = rubric_first.parts[-1]
     assert isinstance(last, TextPart) and block + "## Your verdict" in last.text
+
+
+def test_a_linked_memory_folder_or_file_is_refused(tmp_path: Path) -> None:
+    from optimizer.judge.prompts import PromptSet
+    from optimizer.scaffold import init_workspace
+
+    ws = init_workspace(tmp_path / "ws")
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "cases.jsonl").write_text(GOOD + "\n", encoding="utf-8")
+    (ws.prompts_dir / "memory").symlink_to(secret)
+    with pytest.raises(UserError, match=r"memory is a symbolic link"):
+        PromptSet.from_dir(ws.prompts_dir)
+    (ws.prompts_dir / "memory").unlink()
+    (ws.prompts_dir / "memory").mkdir()
+    (ws.prompts_dir / "memory" / "cases.jsonl").symlink_to(secret / "cases.jsonl")
+    with pytest.raises(UserError, match=r"cases.jsonl is a symbolic link"):
+        PromptSet.from_dir(ws.prompts_dir)
+    (ws.prompts_dir / "memory" / "cases.jsonl").unlink()
+    (ws.prompts_dir / "memory" / "cases.jsonl").write_text(GOOD + "\n", encoding="utf-8")
+    assert PromptSet.from_dir(ws.prompts_dir).memory.cases[0].id == "c1"
