@@ -175,6 +175,11 @@ def test_a_run_with_memory_cross_fits_the_baseline_and_a_candidate_that_edits_ca
     assert main(["eval", "-w", str(s.root), "--out", str(out)]) == 0
     folds = _folds(out)
     assert len(server.inference_requests()) == len(requests)  # the run judged this very prompt set
+    from optimizer.ledger import Ledger
+
+    with Ledger(Workspace.open(s.root).ledger_path) as ledger:
+        (run,) = ledger.runs()
+    assert run.config is not None and run.config["memory_folds"]["of"] == folds  # recorded in the ledger too
     assert len(requests) > len(s.items)  # the baseline's, then the candidate's (maybe stopped early)
     for n, request in enumerate(requests):
         item, carried, user = s.judged(request)
