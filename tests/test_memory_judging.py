@@ -208,6 +208,17 @@ def test_memory_off_sends_the_same_requests_as_a_workspace_without_memory(tmp_pa
         a = build_request(traj, data.split, plain, text_only=True)
         b = build_request(traj, data.split, with_files, text_only=True)
         assert a == b and a.fingerprint() == b.fingerprint()
+    # A judge.toml from before the memory keys existed renders the same requests, hence the same cache keys.
+    from optimizer.judge.prompts import JUDGE_TOML
+
+    old_toml = "\n".join(line for line in plain.files[JUDGE_TOML].splitlines() if not line.startswith("memory"))
+    assert "memory =" not in old_toml
+    before = PromptSet.from_files({**plain.files, JUDGE_TOML: old_toml})
+    for layout in ("trajectory-first", "rubric-first"):
+        traj = data.split.trajectory(data.split.ids[0])
+        assert build_request(traj, data.split, before, layout=layout).fingerprint() == build_request(
+            traj, data.split, with_files, layout=layout).fingerprint()
+    assert before.settings.dump() == plain.settings.dump()
     # The settings as results record them carry no memory key while memory is off.
     assert "memory" not in plain.settings.dump() and plain.prompt_hash() != with_files.prompt_hash()
     assert PromptSet.from_files(dict(plain.files)).prompt_hash() == plain.prompt_hash()
