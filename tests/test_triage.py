@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,96 +22,10 @@ from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.models import Label
 from optimizer.triage import label_suspects
 from optimizer.workspace import Workspace
-from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, server_error, verdict_reply
-from tests.support.loop import (
-    BAD_ENTRY,
-    GOOD_ENTRY,
-    FakeJudge,
-    commit_all,
-    git,
-    request_texts,
-    run_loop,
-    set_toml_key,
-)
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, commit_all, git, run_loop, set_toml_key
 from tests.support.scripted import ScriptedStrategy, install, latest, ledger_of, toggle
-
-SPLIT = "small"
-
-
-def _labels_file(ws: Path) -> Path:
-    return ws / "devset" / SPLIT / "labels.jsonl"
-
-
-def _corrections(ws: Path) -> Path:
-    return ws / "devset" / SPLIT / "corrections.jsonl"
-
-
-def _flip(line: dict[str, Any]) -> dict[str, Any]:
-    if line["label"] == "positive":
-        return {**line, "label": "negative", "mistake_type": "Critical Mistake",
-                "negative_source": "parent_instruction_child_trajectory"}
-    return {**line, "label": "positive", "mistake_type": None, "negative_source": None}
-
-
-class TriageJudge:
-    """Knows the true labels (the split's before errors were planted). Right, with high confidence, on
-    the planted items (so against their planted label); always wrong with medium confidence on the
-    ``medium`` items, always wrong with low confidence on the ``low`` ones; wrong with high confidence
-    on the first asking of each ``split`` item's request only (half its judgements); right elsewhere."""
-
-    def __init__(self, ws: Path, planted: set[str], medium: set[str], low: set[str], split: set[str]) -> None:
-        self.finder = FakeJudge(ws)  # its labels are read now: the truth
-        self.truth = dict(self.finder.labels)
-        self.planted, self.medium, self.low, self.split = planted, medium, low, split
-        self.asked: dict[str, int] = {}
-        self.on_first_call: Any = None
-        self.lock = threading.Lock()  # the fake server answers on its own threads
-
-    def __call__(self, request: RecordedRequest) -> Behaviour:
-        if not isinstance(request.body, dict):
-            return server_error(500)
-        with self.lock:
-            hook, self.on_first_call = self.on_first_call, None
-            if hook is not None:
-                hook()
-            _system, user = request_texts(request.body)
-            tid = self.finder.trajectory_of(user)
-            truth = self.truth[tid].is_positive
-            key = json.dumps(request.body, sort_keys=True)
-            self.asked[key] = self.asked.get(key, 0) + 1
-            first = self.asked[key] == 1
-        confidence, success = "high", truth
-        if tid in self.medium:
-            confidence, success = "medium", not truth
-        elif tid in self.low:
-            confidence, success = "low", not truth
-        elif tid in self.split and first:
-            success = not truth
-        return verdict_reply({"success": success, "reasoning": "triage fake", "confidence": confidence,
-                              "mistake_type": None if success else "Critical Mistake"})
-
-
-def _plant(ws: Path, judge_ids: list[str], n: int = 3) -> list[str]:
-    """Flip the labels of ``n`` items (two positives and a negative) in labels.jsonl, committed."""
-    lines = [json.loads(x) for x in _labels_file(ws).read_text(encoding="utf-8").splitlines() if x.strip()]
-    positives = [x["trajectory_id"] for x in lines if x["label"] == "positive" and x["trajectory_id"] in judge_ids]
-    negatives = [x["trajectory_id"] for x in lines if x["label"] == "negative" and x["trajectory_id"] in judge_ids]
-    planted = [*positives[:n - 1], negatives[0]]
-    _labels_file(ws).write_text("".join(json.dumps(_flip(x) if x["trajectory_id"] in planted else x) + "\n"
-                                        for x in lines), encoding="utf-8")
-    commit_all(ws, "labels with three planted errors")
-    return planted
-
-
-def _setup(ws: Path) -> tuple[TriageJudge, list[str], list[str], list[str], list[str]]:
-    ids = sorted(open_split(Workspace.open(ws), SPLIT).ids)
-    medium, low, split = ids[-3:], ids[-5:-3], ids[-7:-5]
-    judge_ids = ids[:-7]
-    finder_ws = ws
-    judge = TriageJudge(finder_ws, set(), set(medium), set(low), set(split))
-    planted = _plant(ws, judge_ids)
-    judge.planted = set(planted)
-    return judge, planted, medium, low, split
+from tests.support.triage import SPLIT, corrections_file, setup_triage, triage_runs
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -126,13 +39,6 @@ def _report(ws: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[s
     code, out, err = _cli(capsys, "report", "-w", str(ws), "--json", *extra)
     assert code == 0, err
     return dict(json.loads(out))
-
-
-def _runs(ws: Path, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, steps: int = 3) -> None:
-    """A run of ``steps`` candidates, each another prompt version (toggles of the library)."""
-    install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY), toggle(BAD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)]))
-    assert run_loop(ws, server.openai_base_url, "--max-experiments", str(steps), "--replicates", "2",
-                    "--policy", "literal") == 0
 
 
 def _kappa_fpr(labels: dict[str, Label], answers: dict[str, bool]) -> tuple[float, float]:
@@ -150,10 +56,10 @@ def _kappa_fpr(labels: dict[str, Label], answers: dict[str, bool]) -> tuple[floa
 def test_the_suspects_queue_ranks_the_planted_label_errors_first(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    judge, planted, medium, _low, _split = _setup(ws)
+    judge, planted, medium, _low, _split = setup_triage(ws)
     with FakeLLMServer(default=judge) as server:
-        _runs(ws, server, monkeypatch)
-        _runs(ws, server, monkeypatch, steps=1)  # a second run on the split: the queue counts both
+        triage_runs(ws, server, monkeypatch)
+        triage_runs(ws, server, monkeypatch, steps=1)  # a second run on the split: the queue counts both
     report = _report(ws, capsys)
     suspects = report["label_suspects"]
     ranked = [s["id"] for s in suspects]
@@ -174,28 +80,28 @@ def test_the_suspects_queue_ranks_the_planted_label_errors_first(
 def test_label_fix_records_a_correction_and_report_shows_both_label_sets(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    judge, planted, _medium, _low, _split = _setup(ws)
+    judge, planted, _medium, _low, _split = setup_triage(ws)
     with FakeLLMServer(default=judge) as server:
-        _runs(ws, server, monkeypatch, steps=1)
+        triage_runs(ws, server, monkeypatch, steps=1)
     given = load_labels(open_split(Workspace.open(ws), SPLIT))
     for tid in planted:
         right = "success" if judge.truth[tid].is_positive else "failure"
         code, out, err = _cli(capsys, "label-fix", "-w", str(ws), tid, "--label", right, "--reason",
                               "the final screen shows the opposite", "--by", "ana")
         assert code == 0 and err == "" and f"corrected {tid} to {right}" in out
-    lines = [json.loads(x) for x in _corrections(ws).read_text(encoding="utf-8").splitlines()]
+    lines = [json.loads(x) for x in corrections_file(ws).read_text(encoding="utf-8").splitlines()]
     assert [x["id"] for x in lines] == planted
     assert all(set(x) == {"id", "label", "reason", "by", "at"} and x["by"] == "ana" for x in lines)
     # Again with another reason: replaced, never a second line; the given label again: removed.
     tid = planted[0]
     right = lines[0]["label"]
     assert _cli(capsys, "label-fix", "-w", str(ws), tid, "--label", right, "--reason", "second look")[0] == 0
-    lines = [json.loads(x) for x in _corrections(ws).read_text(encoding="utf-8").splitlines()]
+    lines = [json.loads(x) for x in corrections_file(ws).read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 3 and next(x for x in lines if x["id"] == tid)["reason"] == "second look"
     wrong = "failure" if right == "success" else "success"
     code, out, _ = _cli(capsys, "label-fix", "-w", str(ws), tid, "--label", wrong, "--reason", "undo")
     assert code == 0 and "removed the correction" in out
-    assert tid not in _corrections(ws).read_text(encoding="utf-8")
+    assert tid not in corrections_file(ws).read_text(encoding="utf-8")
     assert _cli(capsys, "label-fix", "-w", str(ws), tid, "--label", right, "--reason", "again")[0] == 0
 
     report = _report(ws, capsys)
@@ -225,7 +131,7 @@ def test_label_fix_records_a_correction_and_report_shows_both_label_sets(
 def test_a_run_decides_with_the_labels_of_its_start_through_a_mid_run_edit_and_a_resume(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    judge, planted, _medium, _low, _split = _setup(ws)
+    judge, planted, _medium, _low, _split = setup_triage(ws)
     first, second = planted[0], planted[1]
 
     def right(tid: str) -> str:
@@ -258,7 +164,7 @@ def test_a_run_decides_with_the_labels_of_its_start_through_a_mid_run_edit_and_a
     assert [e.seq for e in exps] == [0, 1, 2]
     # The file is tracked (committed above) and was edited mid-run: no reset of the run took the edit away.
     assert git(ws, "ls-files", f"devset/{SPLIT}/corrections.jsonl").strip()
-    assert any(e.status == "rolled_back" for e in exps) and second in _corrections(ws).read_text(encoding="utf-8")
+    assert any(e.status == "rolled_back" for e in exps) and second in corrections_file(ws).read_text(encoding="utf-8")
     stored = ledger_of(ws).labels(run.id)
     assert {t: r.positive for t, r in stored.items()} == {t: lab.is_positive for t, lab in at_start.labels.items()}
     for exp in (e for e in exps if not e.early_stopped):  # scored with the start's labels, not the file's
@@ -307,12 +213,12 @@ def test_a_crafted_corrections_file_is_one_clear_line_and_nothing_is_written(
     }[case]
     if case == "huge_line":
         crafted = json.dumps({"id": a, "label": "success", "reason": "x" * 10_000_000, "at": "2026"}) + "\n"
-    _corrections(ws).write_text(crafted, encoding="utf-8")
-    before = _corrections(ws).read_bytes()
+    corrections_file(ws).write_text(crafted, encoding="utf-8")
+    before = corrections_file(ws).read_bytes()
     code, out, err = _cli(capsys, "label-fix", "-w", str(ws), b, "--label",
                           "failure" if labels[b].is_positive else "success", "--reason", "r")
     assert code == 2 and out == "" and expected in err and len(err.strip().splitlines()) == 1
-    assert len(err) < 500 and _corrections(ws).read_bytes() == before
+    assert len(err) < 500 and corrections_file(ws).read_bytes() == before
     # A run deciding with the corrected labels refuses to start, in the same line; no run is recorded.
     set_toml_key(ws, "loop", "labels", '"corrected"')
     commit_all(ws, "corrected labels")
@@ -335,7 +241,7 @@ def test_the_cli_refuses_an_unknown_id_an_empty_reason_and_a_label_already_given
     ):
         code, out, err = _cli(capsys, "label-fix", "-w", str(ws), *argv)
         assert code == 2 and out == "" and expected in err and len(err.strip().splitlines()) == 1
-    assert not _corrections(ws).exists()
+    assert not corrections_file(ws).exists()
     code, _out, err = _cli(capsys, "label-fix", "-w", str(ws), tid, "--label", "maybe", "--reason", "r")
     assert code == 2 and "invalid choice: 'maybe'" in err
 
@@ -350,7 +256,7 @@ def test_no_candidate_can_write_or_read_the_corrections_file(
     tid = split.ids[0]
     flipped = "failure" if load_labels(split)[tid].is_positive else "success"
     assert main(["label-fix", "-w", str(ws), tid, "--label", flipped, "--reason", "a person's"]) == 0
-    before = _corrections(ws).read_bytes()
+    before = corrections_file(ws).read_bytes()
     forged = json.dumps({"id": split.ids[1], "label": "success", "reason": "mine", "at": "2026-12-01"}) + "\n"
 
     def forge(ctx: ProposalContext) -> Proposal:
@@ -376,7 +282,7 @@ def test_no_candidate_can_write_or_read_the_corrections_file(
     _run, exps = latest(ws)
     assert exps[1].status == "guard_rejected" and "outside the allowed files" in (exps[1].reason or "")
     assert target in (exps[1].reason or "") and "mine" not in (exps[1].diff_text or "")
-    assert _corrections(ws).read_bytes() == before and seen
+    assert corrections_file(ws).read_bytes() == before and seen
     # The guard alone, as every candidate meets it; and a configuration naming the file is refused.
     guard = check_candidate({target: (before.decode(), forged)}, ["prompts/judge.md", "prompts/rubric.md"], 100,
                             [], [], [])
@@ -428,3 +334,51 @@ def test_the_queue_needs_a_majority_and_a_minimum_count(ws: Path) -> None:
     assert c not in by_id  # 2 judgements: under the minimum of 3
     assert d not in by_id  # always against, with low confidence: score 0
     assert [s.trajectory_id for s in suspects] == [a]
+
+
+# -- the TUI's suspects view -------------------------------------------------------------------------
+
+
+def test_the_tui_suspects_view_ranks_opens_and_corrects(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.tui_driving import drive, screen_rows, svg_text
+    from tui.app import JudgeloopApp, settle
+    from tui.views import ItemView, SuspectsView
+
+    judge, planted, medium, _low, _split = setup_triage(ws)
+    with FakeLLMServer(default=judge) as server:
+        triage_runs(ws, server, monkeypatch, steps=1)
+    app = JudgeloopApp(ws, image_mode="halfcell", watch=False)
+    first = sorted(planted)[0]
+    right = "success" if judge.truth[first].is_positive else "failure"
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("L")
+        await settle(app, pilot)
+        assert isinstance(app.screen, SuspectsView)
+        text = svg_text(app)
+        assert "label suspects — split small: 6 items, 0 corrected" in text
+        rows = [r for r in screen_rows(app) if r.strip()[:2].strip().isdigit()]
+        assert [r.split()[1] for r in rows[:3]] == [t[:8] for t in sorted(planted)]
+        assert {r.split()[1] for r in rows[3:6]} == {t[:8] for t in medium}
+        assert "L Suspects" in screen_rows(app)[-1] or " L " in screen_rows(app)[-1]
+        await pilot.press("x")
+        await settle(app, pilot)
+        await pilot.press(*"seen on the last screen")
+        await pilot.press("enter")
+        await settle(app, pilot)
+        for _ in range(50):  # the write is a worker; the view reloads after it (bounded)
+            if corrections_file(ws).is_file():
+                break
+            await pilot.pause(0.05)
+        await settle(app, pilot)
+        assert f"→ {right}: seen on the last screen" in svg_text(app)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ItemView) and app.item_id == first
+
+    drive(app, scenario, size=(120, 36))
+    [line] = corrections_file(ws).read_text(encoding="utf-8").splitlines()
+    assert json.loads(line)["id"] == first and json.loads(line)["label"] == right
+    assert json.loads(line)["reason"] == "seen on the last screen"
