@@ -42,7 +42,7 @@ class SuspectsView(View):
                      "½, low 0); every version and replicate of every run on the split", classes="hint")
         table = FixedColumnsTable(id="suspect-table", cursor_type="row", zebra_stripes=True,
                                   fill_column="correction", fill_min=8)
-        for label, key, width in (("#", "rank", 3), ("item", "id", 9), ("label", "label", 7), ("score", "score", 5),
+        for label, key, width in (("#", "rank", 3), ("item", "id", 9), ("given", "label", 7), ("score", "score", 5),
                                   ("against", "against", 7), ("high", "high", 4), ("versions", "versions", 8),
                                   ("correction", "correction", 8)):
             table.add_column(label, key=key, width=width)
