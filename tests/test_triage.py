@@ -219,6 +219,8 @@ def test_a_crafted_corrections_file_is_one_clear_line_and_nothing_is_written(
                           "failure" if labels[b].is_positive else "success", "--reason", "r")
     assert code == 2 and out == "" and expected in err and len(err.strip().splitlines()) == 1
     assert len(err) < 500 and corrections_file(ws).read_bytes() == before
+    code, _out, err = _cli(capsys, "devset", "verify", SPLIT, "-w", str(ws))  # listed with the split's problems
+    assert code != 0 and f"problem: {ws}/devset/{SPLIT}/" in err and expected in err
     # A run deciding with the corrected labels refuses to start, in the same line; no run is recorded.
     set_toml_key(ws, "loop", "labels", '"corrected"')
     commit_all(ws, "corrected labels")

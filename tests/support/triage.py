@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from optimizer.devset.labels import fingerprint, load_labels
 from optimizer.devset.split import open_split
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, server_error, verdict_reply
@@ -80,6 +81,11 @@ def plant(ws: Path, judge_ids: list[str], n: int = 3) -> list[str]:
     planted = [*positives[:n - 1], negatives[0]]
     labels_file(ws).write_text("".join(json.dumps(flip(x) if x["trajectory_id"] in planted else x) + "\n"
                                         for x in lines), encoding="utf-8")
+    # As if imported so: split.json's fingerprint is over the labels (`judgeloop devset verify` checks it).
+    meta_path = ws / "devset" / SPLIT / "split.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta["fingerprint"] = fingerprint(load_labels(open_split(Workspace.open(ws), SPLIT)).values())
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     commit_all(ws, "labels with three planted errors")
     return planted
 
