@@ -257,6 +257,9 @@ class LoopSection(_Section):
     # given up as incomplete (an unattended run should outlast a provider's bad minute).
     infra_retry_rounds: int = Field(default=2, ge=0, le=10)
     infra_retry_pause_s: float = Field(default=10.0, ge=0.0, le=600.0)
+    # The labels a run decides with: the split's labels.jsonl as given, or with the person's corrections
+    # (devset/<split>/corrections.jsonl) applied; read and fingerprinted once, at the run's start.
+    labels: Literal["given", "corrected"] = "given"
 
 
 class ConfirmSection(_Section):
@@ -339,6 +342,8 @@ fpr_tolerance = 0.0
 patience = 5               # (replicates per item: prompts/judge.toml, or --replicates)
 infra_retry_rounds = 2     # judge items that hit infrastructure errors again, up to this many rounds,
 infra_retry_pause_s = 10   # after pausing this long x the round, before a candidate counts as incomplete
+labels = "given"           # given | corrected: labels.jsonl, or with devset/<split>/corrections.jsonl applied
+                           #   (a person's `judgeloop label-fix`); fixed and fingerprinted at a run's start
 
 [confirm]
 max_uses = 3

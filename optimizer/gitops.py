@@ -42,6 +42,26 @@ IGNORED_DIRTY_PREFIXES: tuple[str, ...] = ("experiments/",)
 # be gigabytes of screenshots, it is pinned by its fingerprint, and the loop never writes there.
 # Edits to *tracked* devset files still do.
 UNTRACKED_DATA_PREFIXES: tuple[str, ...] = ("devset/",)
+# A person's label corrections (`optimizer.devset.corrections`, written by `judgeloop label-fix` and the
+# TUI, mid-run too): they never make the tree dirty, and a rollback's hard reset keeps them as on disk.
+PERSON_FILE = "corrections.jsonl"
+
+
+def _is_person_file(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) == 3 and parts[0] == "devset" and parts[2] == PERSON_FILE
+
+
+@contextmanager
+def _keeping_person_files(root: Path) -> Iterator[None]:
+    """Put every ``devset/<split>/corrections.jsonl`` back as it was on disk after the block (a reset)."""
+    kept = {p: p.read_bytes() for p in (root / "devset").glob(f"*/{PERSON_FILE}") if p.is_file()}
+    try:
+        yield
+    finally:
+        for path, data in kept.items():
+            if not path.is_file() or path.read_bytes() != data:
+                path.write_bytes(data)
 TRAILER_KEYS: tuple[str, ...] = ("Judgeloop-Experiment", "Judgeloop-Kappa", "Judgeloop-FPR", "Judgeloop-Decision")
 _TRAILER_RE = re.compile(r"^(Judgeloop-[A-Za-z-]+):\s*(.*)$")
 
@@ -134,6 +154,7 @@ def dirty_paths(where: Root) -> list[str]:
         for code, path in entries
         if not path.startswith(IGNORED_DIRTY_PREFIXES)
         and not (code == "??" and path.startswith(UNTRACKED_DATA_PREFIXES))
+        and not _is_person_file(path)
     ]
 
 
@@ -368,7 +389,8 @@ def roll_back(
             head=False, author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR,
         )
         repo.git.update_ref(f"{REJECTED_PREFIX}{experiment_id}", rejected.hexsha)
-        repo.head.reset(incumbent_sha, index=True, working_tree=True)
+        with _keeping_person_files(_root(where)):
+            repo.head.reset(incumbent_sha, index=True, working_tree=True)
         return rejected.hexsha
 
 
@@ -395,7 +417,7 @@ def restore_tree(where: Root, incumbent_sha: str, clean_under: Sequence[str] = (
     """Hard-reset the current branch to ``incumbent_sha`` and remove untracked files under
     ``clean_under`` only (the loop's writable area); nothing else untracked is deleted. For resume
     and for discarding a guard-rejected candidate that was never committed."""
-    with repo_at(_root(where)) as repo:
+    with repo_at(_root(where)) as repo, _keeping_person_files(_root(where)):
         repo.head.reset(incumbent_sha, index=True, working_tree=True)
         if clean_under:
             repo.git.clean("-fd", "--", *clean_under)

@@ -119,6 +119,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("history",): [],
     ("confirm",): ["--split", "held"],
     ("reviews",): [],
+    ("label-fix",): ["abc", "--label", "success", "--reason", "seen on the last screen"],
     ("bias",): ["--split", "held"],
     ("mcp",): ["--budget-usd", "1"],
     ("selftest",): [],

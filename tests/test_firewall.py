@@ -60,7 +60,8 @@ def test_judging_a_split_never_imports_or_opens_the_labels(tmp_path: Path) -> No
     assert seen["files_opened"] > len(data.split.ids)  # the hook saw the judge input being read
     assert seen["labels_files_opened"] == []
     assert "optimizer.devset.split" in seen["modules"] and "optimizer.judge.render" in seen["modules"]
-    for forbidden in ("optimizer.devset.labels", "optimizer.ledger", "optimizer.scoring", "optimizer.cli"):
+    for forbidden in ("optimizer.devset.labels", "optimizer.devset.corrections", "optimizer.triage", "optimizer.ledger",
+                      "optimizer.scoring", "optimizer.cli"):
         assert forbidden not in seen["modules"]
 
 

@@ -52,6 +52,7 @@ from tests.support.scripted import assert_clean
 
 KEY = "sk-test-not-a-real-key"
 OLD = "## Decision rules"
+CORRECTIONS = "devset/small/corrections.jsonl"
 CALL_LIMIT_S = 240  # one call (a baseline or a candidate on 32 items) on a loaded two-core machine
 
 
@@ -310,6 +311,9 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
     held_id = held.ids[0]
     held_instruction = held.trajectory(held_id).task.instruction.strip()
     labels_file = (ws / "devset" / "small" / "labels.jsonl").resolve()
+    fix = "failure" if labels[dev_id].is_positive else "success"
+    assert main(["label-fix", "-w", str(ws), dev_id, "--label", fix, "--reason", "a person's"]) == 0
+    corrections = (ws / CORRECTIONS).read_bytes()
     start = gitops.rev_parse(ws, "HEAD")
     seen: dict[Any, Any] = {}
 
@@ -318,8 +322,9 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
             async with client(ws, server.openai_base_url, errlog) as session:
                 seen["schemas"] = [t.input_schema for t in (await session.list_tools()).tools]
                 rubric = text(await call(session, "read_file", path=RUBRIC_MD))
+                seen["read_corrections"] = await call(session, "read_file", path=CORRECTIONS)
                 for path in ("judgeloop.toml", "prompts/../devset/small/labels.jsonl", "/" + RUBRIC_MD,
-                             str(labels_file)):
+                             str(labels_file), CORRECTIONS):
                     seen[path] = await call(session, "propose", files={path: "x\n"}, rationale="mine now")
                 seen["huge"] = await call(session, "propose", files={RUBRIC_MD: "x" * (MAX_PROMPT_FILE_CHARS + 1)},
                                           rationale="everything")
@@ -349,7 +354,13 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
                 seen["status"] = data(await call(session, "status"))
 
     drive(body)
-    for path in ("judgeloop.toml", "prompts/../devset/small/labels.jsonl", "/" + RUBRIC_MD, str(labels_file), "mixed"):
+    read_corrections = seen["read_corrections"]
+    assert read_corrections.is_error and "not an allowed file" in text(read_corrections)
+    assert "a person's" not in text(read_corrections)
+    assert (ws / CORRECTIONS).read_bytes() == corrections  # a person's file: never read nor written
+    (ws / CORRECTIONS).unlink()  # (untracked: assert_clean below counts every untracked file)
+    for path in ("judgeloop.toml", "prompts/../devset/small/labels.jsonl", "/" + RUBRIC_MD, str(labels_file), "mixed",
+                 CORRECTIONS):
         out = seen[path]
         assert out.is_error and "nothing was proposed or committed" in text(out) and "not an allowed file" in text(out)
     huge = seen["huge"]

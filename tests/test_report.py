@@ -91,7 +91,7 @@ def test_report_json_has_exactly_the_documented_shape(filled: tuple[Workspace, s
     assert main(["report", "--json", "-w", str(ws.root)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert list(data) == ["format_version", "run", "branch", "policy", "experiments", "accounting", "attribution",
-                          "final_vs_baseline", "attribution_meta"]
+                          "final_vs_baseline", "attribution_meta", "label_suspects", "labels"]
     assert data["format_version"] == 1  # a script reading it can tell the shape it was written in
     # Nothing was decided by a recorded test level here; the paired run's candidates count at its alpha.
     assert data["accounting"] == {"tested": 1, "expected_false_keeps": 0.1, "fdr": None,

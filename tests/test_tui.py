@@ -831,7 +831,7 @@ def test_every_binding_has_an_id_and_help_lists_every_key_by_its_readable_name(r
     from tui import modals
 
     classes = [JudgeloopApp, *VIEWS.values(), modals.ErrorModal, modals.ConfirmModal, modals.ReviewModal,
-               modals.StartRunModal, modals.ItemListModal, modals.ErrorScreen]
+               modals.StartRunModal, modals.ItemListModal, modals.ErrorScreen, modals.CorrectionModal]
     bindings = [b for cls in classes for b in cls.__dict__.get("BINDINGS", [])]
     assert bindings and all(b.id for b in bindings)
     assert len({b.id for b in bindings}) == len(bindings)
@@ -983,7 +983,7 @@ def test_history_hides_its_least_important_columns_first_and_the_footer_keeps_he
         footer = screen_rows(app)[-1]
         assert footer.lstrip().startswith("? Help") and "q Quit" in footer and "palette" in footer, footer
         if width == 80:
-            assert "h e d i v c g views" in footer, footer
+            assert "h e d i v c g L views" in footer, footer
 
     async def scenario(pilot: Any) -> None:
         check(size[0], hidden)

@@ -49,6 +49,7 @@ from tui.views import (
     HistoryView,
     ItemView,
     ReviewsView,
+    SuspectsView,
     View,
 )
 from tui.watch import LedgerWatcher, LiveState, initial_state
@@ -66,6 +67,7 @@ VIEWS: dict[str, type[View]] = {
     "reviews": ReviewsView,
     "compare": CompareView,
     "helped": HelpedView,
+    "suspects": SuspectsView,
     "help": HelpView,
 }
 
@@ -122,6 +124,8 @@ class JudgeloopApp(App[None]):
                 tooltip="Compare the selected experiment with its parent (or with the one marked with m)"),
         Binding("g", "switch_view('helped')", "Helped", id="view.helped",
                 tooltip="What helped: each kept edit's gain when kept beside its contribution at the end"),
+        Binding("L", "switch_view('suspects')", "Suspects", id="view.suspects",
+                tooltip="Label suspects: items most prompt versions and replicates judge against their label"),
         Binding("question_mark,f1", "switch_view('help')", "Help", id="view.help", tooltip="This list of every key"),
         Binding("r", "start_run", "Run", id="run.start", tooltip="Start a run (a separate process)"),
         Binding("R", "pick_run", "Runs", id="run.pick",
@@ -325,12 +329,13 @@ class JudgeloopApp(App[None]):
     HELP_INTRO = (
         "Review a run: d lists the items where judge and label disagree, Enter opens one, w / l / a record "
         "a review. e shows the selected experiment's edit and decision, c compares it with its parent; h "
-        "goes back to the history."
+        "goes back to the history. L lists the label suspects (items most prompt versions judge against "
+        "their label); x there records a correction."
     )
     HELP_NOTES = (
         "A run started with r is a separate process: its log is in experiments/runs/, and quitting the TUI "
         "never stops it (s asks it to stop after its current step).",
-        "In a narrow terminal the footer shows the view keys as letters only (h e d i v c g) and the history "
+        "In a narrow terminal the footer shows the view keys as letters only (h e d i v c g L) and the history "
         "hides its least important columns (+rej, time, strategy, bal.acc, ΔFPR, in that order).",
     )
 

@@ -26,6 +26,7 @@ from optimizer.ledger import (
     Run,
 )
 from optimizer.metrics import Answer, Metrics, flip_table, predicted_success
+from optimizer.triage import Suspect
 from optimizer.vocab import UNTYPED
 
 if TYPE_CHECKING:
@@ -766,3 +767,44 @@ def load_comparison(ledger: Ledger, left_id: int, right_id: int) -> Comparison:
     common = {tid: lab for tid, lab in labels.items() if tid in a and tid in b}
     table = flip_table(common, {t: a[t] for t in common}, {t: b[t] for t in common})
     return Comparison(left, right, {k: list(getattr(table, k)) for k in ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")})
+
+
+# ---------------------------------------------------------------------------------------------
+# Label suspects (`optimizer.triage`)
+
+
+@dataclass(frozen=True)
+class SuspectQueue:
+    """The label-suspects queue of the split the shown run judged (every run on it counts); ``problem``:
+    why it could not be computed (a broken corrections file, a split no longer there)."""
+
+    split: str
+    suspects: list[Suspect]
+    corrections: int
+    problem: str | None = None
+
+
+def load_suspects(ledger: Ledger, ws_root: Path, run_id: str | None) -> SuspectQueue:
+    """The queue for the run ``run_id`` shows (default: the latest); LedgerNotReady without a run."""
+    from optimizer.devset.corrections import read_corrections
+    from optimizer.devset.split import open_split
+    from optimizer.triage import label_suspects
+    from optimizer.workspace import Workspace
+
+    run, _ = run_to_show(ledger, run_id)
+    try:
+        split = open_split(Workspace.open(ws_root), run.split)
+        fixes = read_corrections(split)
+        return SuspectQueue(run.split, label_suspects(ledger, split, corrections=fixes), len(fixes))
+    except UserError as exc:
+        return SuspectQueue(run.split, [], 0, problem=str(exc))
+
+
+def save_correction(ws_root: Path, split_name: str, trajectory_id: str, label: str, reason: str,
+                    by: str | None) -> str:
+    """Record a person's correction (`optimizer.devset.corrections.record_correction`); its one-line outcome."""
+    from optimizer.devset.corrections import record_correction
+    from optimizer.devset.split import open_split
+    from optimizer.workspace import Workspace
+
+    return record_correction(open_split(Workspace.open(ws_root), split_name), trajectory_id, label, reason, by)

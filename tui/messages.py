@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         History,
         ItemDetail,
         RunSummary,
+        SuspectQueue,
     )
     from tui.watch import LiveState
 
@@ -76,6 +77,11 @@ class StepDecoded(Message, bubble=False):
 @dataclass
 class ReviewsLoaded(Message, bubble=False):
     reviews: list[Review]
+
+
+@dataclass
+class SuspectsLoaded(Message, bubble=False):
+    queue: SuspectQueue
 
 
 @dataclass

@@ -128,6 +128,55 @@ class ReviewModal(ModalScreen["tuple[str, str] | None"]):
         self.dismiss(None)
 
 
+class CorrectionModal(ModalScreen["tuple[str, str] | None"]):
+    """Correct an item's label: the right label and why (devset/<split>/corrections.jsonl, like
+    `judgeloop label-fix`). The item's given label again removes its correction."""
+
+    DEFAULT_CSS = _MODAL_CSS.format(name="CorrectionModal")
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="correction.cancel", tooltip="Close without saving"),
+    ]
+
+    def __init__(self, trajectory_id: str, given: str, split: str) -> None:
+        super().__init__()
+        self.trajectory_id = trajectory_id
+        self.given = given
+        self.split = split
+
+    def compose(self) -> ComposeResult:
+        other = "failure" if self.given == "success" else "success"
+        with Vertical():
+            yield Label(f"Correct the label of [b]{self.trajectory_id}[/b] (given: {self.given}; split {self.split})")
+            yield Select([(f"{other} (the correction)", other), (f"{self.given} (remove a correction)", self.given)],
+                         value=other, allow_blank=False, id="correction-label")
+            yield Input(placeholder="reason (why is the given label wrong?) — enter saves", id="correction-reason")
+            with Horizontal(classes="buttons"):
+                yield Button("Save", variant="primary", id="save")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#correction-reason", Input).focus()
+
+    def _save(self) -> None:
+        reason = self.query_one("#correction-reason", Input).value.strip()
+        if not reason:
+            self.notify("say why the label is wrong: the reason is kept with the correction", severity="warning")
+            return
+        self.dismiss((str(self.query_one("#correction-label", Select).value), reason))
+
+    def on_input_submitted(self, _event: Input.Submitted) -> None:
+        self._save()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "save":
+            self._save()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class StartRunModal(ModalScreen["RunOptions | None"]):
     """The start-run form: strategy, split, policy, provider and limits. The split, policy and provider
     start at the workspace config's values (``RunChoices``) and are passed to the run; the empty

@@ -253,6 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("reviews", "optimizer.cli.report:cmd_reviews", "list human reviews or export them as JSONL")
     p.add_argument("--export", metavar="FILE", help="write every review to FILE as JSON lines (default: list them)")
 
+    p = add("label-fix", "optimizer.cli.triage:cmd_label_fix",
+            "record a person's correction of one label in devset/<split>/corrections.jsonl (see the label suspects "
+            "in `judgeloop report`)")
+    p.add_argument("id", metavar="ID", help="the trajectory id whose label is wrong")
+    p.add_argument("--label", required=True, choices=("success", "failure"),
+                   help="the right label (required); the item's given label again removes its correction")
+    p.add_argument("--reason", required=True, metavar="TEXT", help="why the given label is wrong (required)")
+    p.add_argument("--split", metavar="NAME", help="the split (default: [workspace] dev_split)")
+    p.add_argument("--by", metavar="WHO", help="who corrects it (default: $USER)")
+
     p = add("mcp", "optimizer.cli.mcp:cmd_mcp",
             "serve one optimisation session to a coding agent (Claude Code, Codex) over MCP on stdio")
     p.add_argument("--budget-usd", type=positive, metavar="X", required=True,

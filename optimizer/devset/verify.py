@@ -14,10 +14,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from optimizer.devset.corrections import read_corrections
 from optimizer.devset.ids import OutsideError, inside, is_remote, relative_link
 from optimizer.devset.labels import count_labels, fingerprint, read_label_file
 from optimizer.devset.markdown import first_differing_line, render_markdown
 from optimizer.devset.split import MD_IMAGE, Split, first_error
+from optimizer.errors import UserError
 from optimizer.models import Label, Trajectory
 
 
@@ -133,4 +135,9 @@ def verify_split(split: Split) -> VerifyReport:
             f"{show(split.root / 'split.json')}: fingerprint {split.fingerprint[:12]} does not match the labels "
             f"({fingerprint(present)[:12]}); labels.jsonl changed since import — re-import the split"
         )
+    if len(present) == len(split.ids):  # a person's corrections, checked as a run deciding with them would
+        try:
+            read_corrections(split, {lab.trajectory_id: lab for lab in present})
+        except UserError as exc:
+            problems.append(str(exc))
     return VerifyReport(split.name, split.fingerprint, count_labels(present), problems)

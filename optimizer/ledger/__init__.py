@@ -33,7 +33,8 @@ the adaptive policy's ``adaptive_keep``, ``alpha``, ``test`` (JSON), ``rejudge_c
 ``experiments.cache_read_tokens`` and ``cache_write_tokens``, 0 on old rows) and read as it is
 when opened read-only (missing columns read as 0 / empty; no attribution before schema 7); 6 → 7
 adds the ``attributions`` and ``attribution_edits`` tables; 7 → 8 ``experiments.planned_cache_read_tokens``
-(the cache reads the passes planned, `optimizer.evaluation.warmup`; 0 on old rows).
+(the cache reads the passes planned, `optimizer.evaluation.warmup`; 0 on old rows); 8 → 9
+``runs.labels_fingerprint`` (the label set a run decides with, `optimizer.devset.corrections`; NULL on old rows).
 - ``attributions``: each `judgeloop attribute` of a run (what a kept edit still contributes at the end,
   see `optimizer.loop.attribute`): its scope, the final and baseline commits, the judge, the split,
   status, spend and the final-vs-baseline comparison (JSON); ``attribution_edits``: one row per
@@ -275,6 +276,10 @@ class Ledger:
             except sqlite3.Error as exc:
                 raise self._fault(exc) or exc from None
 
+    def _run_columns(self) -> str:
+        # Schema 9: the fingerprint of the label set a run decides with (NULL before it).
+        return _RUN_COLUMNS + (", labels_fingerprint" if self.version >= 9 else ", NULL AS labels_fingerprint")
+
     def _experiment_columns(self) -> str:
         parts = [_EXPERIMENT_LIST_COLUMNS]
         for since, columns, defaults in ((3, _EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS),
@@ -311,8 +316,10 @@ class Ledger:
         status: RunStatus = "running",
         pid: int | None = None,
         host: str | None = None,
+        labels_fingerprint: str | None = None,
     ) -> Run:
-        """Insert a run (default id from ``new_run_id``, branch ``judgeloop/<id>``, this pid and host)."""
+        """Insert a run (default id from ``new_run_id``, branch ``judgeloop/<id>``, this pid and host);
+        ``labels_fingerprint``: of the label set it decides with (`optimizer.devset.corrections.LabelSet`)."""
         run_id = run_id or new_run_id()
         with self.transaction() as cur:
             cur.execute(
@@ -323,6 +330,8 @@ class Ledger:
                     os.getpid() if pid is None else pid, host or socket.gethostname(),
                 ),
             )
+            if labels_fingerprint is not None:
+                cur.execute("UPDATE runs SET labels_fingerprint = ? WHERE id = ?", (labels_fingerprint, run_id))
             self._event(cur, run_id, None, "run_status", {"status": status})
         return self.get_run(run_id)
 
@@ -348,16 +357,16 @@ class Ledger:
 
     def runs(self) -> list[Run]:
         """Every run, newest first."""
-        return [_run_from_row(r) for r in self._query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created DESC, rowid DESC")]
+        return [_run_from_row(r) for r in self._query(f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC, rowid DESC")]
 
     def latest_run(self) -> Run | None:
         """The newest run, or None on an empty ledger."""
-        rows = self._query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created DESC, rowid DESC LIMIT 1")
+        rows = self._query(f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC, rowid DESC LIMIT 1")
         return _run_from_row(rows[0]) if rows else None
 
     def get_run(self, run_id: str) -> Run:
         """One run; an unknown id is a UserError listing the newest few."""
-        rows = self._query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        rows = self._query(f"SELECT {self._run_columns()} FROM runs WHERE id = ?", (run_id,))
         if not rows:
             known = ", ".join(r.id for r in self.runs()[:5]) or "none"
             raise UserError(f"no run {run_id!r} in the ledger (newest: {known}); pass one of those to --run")
@@ -663,6 +672,22 @@ class Ledger:
                 (experiment_id,),
             )
         }
+
+    def split_judgements(self, split: str) -> list[tuple[int, str, str, int, bool | None, str | None]]:
+        """Every replicate verdict of every experiment of every run on ``split``, oldest first, as
+        ``(experiment_id, version, trajectory_id, replicate, success, confidence)``; ``version`` names
+        the prompts judged (the prompt hash, else the commit, else the experiment) — what the label
+        suspects queue (`optimizer.triage`) counts."""
+        return [
+            (int(r[0]), str(r[1]), str(r[2]), int(r[3]), _opt_bool(r[4]), r[5])
+            for r in self._query(
+                "SELECT v.experiment_id, COALESCE(e.prompt_hash, e.commit_sha, 'experiment-' || e.id), "
+                "v.trajectory_id, v.replicate, v.success, v.confidence FROM verdicts v "
+                "JOIN experiments e ON e.id = v.experiment_id JOIN runs r ON r.id = e.run_id "
+                "WHERE r.split = ? ORDER BY v.experiment_id, v.trajectory_id, v.replicate",
+                (split,),
+            )
+        ]
 
     # -- labels (stored apart from verdicts; never judge input) -----------------------------------
 

@@ -80,6 +80,8 @@ class Run(BaseModel):
     pid: int | None = None
     host: str | None = None
     stop_reason: str | None = None
+    # The fingerprint of the label set the run decides with (schema 9; None on older runs: the given labels).
+    labels_fingerprint: str | None = None
 
 
 class Experiment(BaseModel):

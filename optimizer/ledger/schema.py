@@ -17,7 +17,7 @@ from optimizer.vocab import (
     TERMINAL_RUN_STATUSES,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -29,6 +29,7 @@ _V4_EXPERIMENT_COLUMNS = (
 # Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
 # Schema 6: the judge's prompt-cache reads and writes per experiment.
 # Schema 8: the cache reads the experiment's passes planned (vs billed: cache_read_tokens).
+# Schema 9: runs.labels_fingerprint, the label set (given or corrected) a run decides with.
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
 # its tuples, so an unchanged set keeps the same schema text (no migration).
@@ -78,7 +79,8 @@ CREATE TABLE runs (
     config TEXT NOT NULL DEFAULT '{{}}',
     pid INTEGER,
     host TEXT,
-    stop_reason TEXT
+    stop_reason TEXT,
+    labels_fingerprint TEXT
 );
 CREATE TABLE experiments (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -267,6 +269,11 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
     if current == 7:
         cur.execute("ALTER TABLE experiments ADD COLUMN planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0")
         current = 8
+    if current == 8:
+        # Checked first: a ledger stepped down by hand (the tests' old ledgers) may keep the column.
+        if "labels_fingerprint" not in {row[1] for row in cur.execute("PRAGMA table_info(runs)")}:
+            cur.execute("ALTER TABLE runs ADD COLUMN labels_fingerprint TEXT")
+        current = 9
     cur.execute(f"PRAGMA user_version = {current}")
 
 

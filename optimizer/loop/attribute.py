@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from optimizer import gitops
 from optimizer.config import JudgeOverrides, LoopSection
+from optimizer.devset.corrections import labels_as_stored
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -249,7 +250,9 @@ def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOp
     if split.fingerprint != run.split_fingerprint:
         raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
                         "its edits cannot be measured on the same items")
-    labels = load_labels(split)
+    # The label set the run decided with (its stored labels), not what corrections.jsonl says now.
+    stored = ledger.labels(run.id) if run.labels_fingerprint else {}
+    labels = labels_as_stored(split, stored) if stored else load_labels(split)
     settings = RunSettings.from_run(run, cfg, RunOverrides(judge=options.judge))
     judge, loop_cfg, replicates = settings.judge, settings.loop, settings.replicates
     judge_name = f"{judge.provider}:{judge.model}"

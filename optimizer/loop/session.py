@@ -17,8 +17,9 @@ from typing import Any
 from optimizer import gitops
 from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
 from optimizer.decision import Policy, detectable_gain_line
+from optimizer.devset.corrections import LabelSetName, label_set, labels_as_stored
 from optimizer.devset.heldout import check_apart
-from optimizer.devset.labels import load_labels
+from optimizer.devset.labels import fingerprint, load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import BATCH_PROVIDERS, BatchOptions, check_batch_settings
@@ -34,6 +35,7 @@ from optimizer.loop.runner import LoopRunner, decision_trailers, fmt3
 from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
 from optimizer.metrics import Metrics, score
+from optimizer.models import Label
 from optimizer.paths import check_prompts_tree
 from optimizer.report import export_experiments_tsv, write_markdown_report
 from optimizer.runsettings import Limits, RunOverrides, RunSettings
@@ -117,6 +119,7 @@ class _Prepared:
     settings: RunSettings  # read back from the run's record, on its start as on a resume
     spent: float
     strategy_name: str
+    labels: dict[str, Label]  # the label set the run decides with, fixed at its start
 
 
 def start_run(ws: Workspace, options: RunOptions, events: Listener = ignore,
@@ -173,7 +176,7 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
             strategy = ManualStrategy(ws.root / str(run.budgets.get("manual_edit", "")))
         else:
             strategy = make_strategy(prepared.strategy_name, cfg.optimizer, cfg.prices)
-        runner = LoopRunner(ws=ws, ledger=ledger, run=run, split=split, labels=load_labels(split),
+        runner = LoopRunner(ws=ws, ledger=ledger, run=run, split=split, labels=prepared.labels,
                             judge=settings.judge, loop_cfg=settings.loop, strategy=strategy,
                             limits=settings.limits, replicates=settings.replicates, seed=settings.seed,
                             spent_usd=prepared.spent, events=events, batch=settings.batch, stop=stop)
@@ -232,8 +235,7 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
         gitops.ensure_clean(ws.root, "judgeloop run --resume")
         gitops.create_run_branch(ws.root, run.id, run.start_rev)
         say(f"run {run.id} was interrupted before its branch existed; created {run.branch} at its start")
-    if not ledger.labels(run.id):
-        ledger.set_labels(run.id, load_labels(split))  # for the TUI and the report, never for a judge
+    labels = _resumed_labels(ledger, run, split, settings.loop.labels, say)
     gitops.checkout_branch(ws.root, run.branch)
     # Calls paid before a crash come back from the cache on resume and are not re-counted by
     # the resumed evaluation: put them on the interrupted experiment's row first. The last
@@ -249,7 +251,7 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
         for b in pending:
             say(f"  pending batch {b.batch_id} ({len(b.custom_ids)} call(s), experiment {b.experiment_id}): "
                 "collecting it instead of submitting again")
-    return _Prepared(run, split, settings, spent, run.strategy)
+    return _Prepared(run, split, settings, spent, run.strategy, labels)
 
 
 def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, say: Say,
@@ -300,18 +302,22 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     replicates = options.replicates or start_settings.replicates
     if options.batch:
         _check_batch_judge(ws, judge, start_rev)
+    labels = label_set(split, loop_cfg.labels)  # read once: a later edit of corrections.jsonl changes nothing
     run = ledger.create_run(
         strategy=strategy_name, policy=loop_cfg.policy, split=split.name,
-        split_fingerprint=split.fingerprint, start_rev=start_rev,
+        split_fingerprint=split.fingerprint, start_rev=start_rev, labels_fingerprint=labels.fingerprint,
         budgets=limits.as_dict() | {"replicates": replicates} | ({"batch": True} if options.batch else {})
         | ({"manual_edit": str(manual_dir.relative_to(ws.root))} if manual_dir else {}),
         config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")}
         | _memory_folds_record(split, start_settings),
     )
     gitops.create_run_branch(ws.root, run.id, start_rev)
-    ledger.set_labels(run.id, load_labels(split))  # for the TUI and the report, never for a judge
+    ledger.set_labels(run.id, labels.labels)  # for the TUI and the report, never for a judge
     say(f"run {run.id}: branch {run.branch}, split {split.name} ({len(split.ids)} items), "
         f"strategy {strategy_name}, policy {loop_cfg.policy}, judge {judge.provider}:{judge.model}")
+    if labels.name == "corrected":
+        say(f"  labels: as corrected ({len(labels.corrections)} correction(s) in devset/{split.name}/"
+            f"corrections.jsonl), fingerprint {labels.fingerprint[:12]}, fixed for this run")
     if judge.provider == "local":
         say("  note: the local SmolLM2-135M judge is a demonstration-quality judge (text only, 8k context); "
             "its verdicts show the mechanics, not a useful judge")
@@ -320,7 +326,33 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
             "apply, so every candidate is judged on every item; `judgeloop run --resume` collects a pending batch")
     # Decided from its record from the first candidate on, as a resume will (`RunSettings.from_run`).
     settings = RunSettings.from_run(run, cfg, RunOverrides(propose_only=options.propose_only))
-    return _Prepared(run, split, settings, 0.0, strategy_name)
+    return _Prepared(run, split, settings, 0.0, strategy_name, labels.labels)
+
+
+def _resumed_labels(ledger: Ledger, run: Run, split: Split, which: LabelSetName, say: Say) -> dict[str, Label]:
+    """The label set ``run`` started with, rebuilt from the labels it stored and checked against its
+    fingerprint; what ``corrections.jsonl`` says now is only compared (a run never changes labels)."""
+    stored = ledger.labels(run.id)
+    if run.labels_fingerprint is None:  # recorded before label sets existed: the given labels
+        labels = load_labels(split)
+        if not stored:
+            ledger.set_labels(run.id, labels)  # for the TUI and the report, never for a judge
+        return labels
+    labels = labels_as_stored(split, stored)
+    if fingerprint(labels.values()) != run.labels_fingerprint:
+        raise UserError(f"the labels run {run.id} stored do not match the fingerprint it started with "
+                        f"({run.labels_fingerprint[:12]}); its decisions cannot go on with the same labels: start "
+                        "a new run")
+    try:
+        now: str | None = label_set(split, which).fingerprint
+        problem = ""
+    except UserError as exc:
+        now, problem = None, f" ({exc})"
+    if now != run.labels_fingerprint:
+        say(f"  labels: devset/{split.name}/corrections.jsonl changed since run {run.id} started{problem}; the run "
+            f"goes on deciding with the labels {which} as they were at its start (fingerprint "
+            f"{run.labels_fingerprint[:12]}); a new run reads the file as it is now")
+    return labels
 
 
 def _memory_folds_record(split: Split, settings: JudgeSettings) -> dict[str, Any]:

@@ -30,7 +30,6 @@ import anyio
 
 from optimizer import gitops
 from optimizer.config import JudgeOverrides
-from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.events import Event, Listener, Message, Progress, ProgressSnapshot, ignore
@@ -480,7 +479,7 @@ def open_session(ws: Workspace, options: SessionOptions, events: Listener = igno
             prepared = _prepare_start(ws, ledger, run_options, judge, say, proposer=MCP_PROPOSER)
             settings = prepared.settings
             runner = LoopRunner(ws=ws, ledger=ledger, run=prepared.run, split=prepared.split,
-                                labels=load_labels(prepared.split), judge=settings.judge, loop_cfg=settings.loop,
+                                labels=prepared.labels, judge=settings.judge, loop_cfg=settings.loop,
                                 strategy=_Submitted(), limits=settings.limits, replicates=settings.replicates,
                                 seed=settings.seed, events=events)
             session = McpSession(ws, ledger, runner, options.budget_usd, events)

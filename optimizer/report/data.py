@@ -4,13 +4,17 @@ run's record, accounting, attribution, false positives by type, spend). No text 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from optimizer.config import Config
 from optimizer.decision import AdaptiveTest, ItemShares
+from optimizer.devset.split import open_split
+from optimizer.errors import UserError
 from optimizer.ledger import FLIP_KEYS, Attribution, EditContribution, Experiment, Ledger, Run
 from optimizer.metrics import Answer
 from optimizer.runsettings import RunSettings
+from optimizer.triage import GivenCorrected, Suspect, label_suspects, metrics_given_corrected
 from optimizer.vocab import TESTED_STATUSES
 from optimizer.workspace import Workspace
 
@@ -89,7 +93,8 @@ def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[s
         })
     attribution = ledger.latest_attribution(run.id)
     return {"format_version": REPORT_FORMAT_VERSION, "run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments,
-            "accounting": accounting(run, all_exps, ws.config if ws else None), **attribution_json(attribution)}
+            "accounting": accounting(run, all_exps, ws.config if ws else None), **attribution_json(attribution),
+            **triage_json(ledger, run, ws)}
 
 
 def rejudged_items(exp: Experiment) -> list[ItemShares]:
@@ -247,4 +252,55 @@ def spend(experiments: Sequence[Experiment]) -> dict[str, float | int]:
         "optimizer_input_tokens": sum(e.optimizer_input_tokens for e in experiments),
         "optimizer_output_tokens": sum(e.optimizer_output_tokens for e in experiments),
         "optimizer_cost_usd": sum(e.optimizer_cost_usd for e in experiments),
+    }
+
+
+# The suspects the report lists (the TUI's queue shows them all).
+REPORT_SUSPECTS = 10
+
+
+@dataclass(frozen=True)
+class Triage:
+    """The report's label-triage figures for a run's split: the ranked suspects (`optimizer.triage`),
+    the corrections, each experiment under both label sets, the label set the run decided with and
+    its fingerprint; ``problem``: why none could be computed (a broken corrections file, a missing split)."""
+
+    suspects: list[Suspect]
+    corrections: int
+    given_corrected: list[GivenCorrected]
+    label_set: str
+    labels_fingerprint: str | None
+    problem: str | None = None
+
+
+def triage(ledger: Ledger, run: Run, ws: Workspace | None) -> Triage | None:
+    """The run's triage figures (None without a workspace: the split is read from it)."""
+    if ws is None:
+        return None
+    label_set = str(((run.config or {}).get("loop") or {}).get("labels", "given"))
+    fingerprint = run.labels_fingerprint
+    try:
+        split = open_split(ws, run.split)
+        suspects = label_suspects(ledger, split)
+        fixes, rows = metrics_given_corrected(ledger, run, split)
+    except UserError as exc:
+        return Triage([], 0, [], label_set, fingerprint, problem=str(exc))
+    return Triage(suspects, len(fixes), rows, label_set, fingerprint)
+
+
+def triage_json(ledger: Ledger, run: Run, ws: Workspace | None) -> dict[str, Any]:
+    """``label_suspects`` (every suspect of the run's split, ranked), ``labels`` (the set the run decided
+    with, its fingerprint, the corrections count, and per experiment kappa/FPR given and corrected)."""
+    t = triage(ledger, run, ws)
+    if t is None:
+        return {}
+    return {
+        "label_suspects": [s.as_json() for s in t.suspects],
+        "labels": {
+            "decided_with": t.label_set, "fingerprint": t.labels_fingerprint, "corrections": t.corrections,
+            "problem": t.problem,
+            "experiments": [{
+                "id": r.experiment_id, "given": {"kappa": r.given.kappa, "fpr": r.given.fpr},
+                "corrected": {"kappa": r.corrected.kappa, "fpr": r.corrected.fpr}} for r in t.given_corrected],
+        },
     }

@@ -10,6 +10,7 @@ from typing import Any
 from optimizer.ledger import FLIP_KEYS, Attribution, Ledger, Run
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report.data import (
+    REPORT_SUSPECTS,
     _delta,
     _gain_of,
     _parents,
@@ -19,6 +20,7 @@ from optimizer.report.data import (
     overall_flips,
     significant,
     spend,
+    triage,
 )
 from optimizer.report.lines import (
     _flip_summary,
@@ -219,6 +221,8 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
     out.append("")
     out.extend(attribution_lines(ledger, ledger.latest_attribution(run.id)))
 
+    out.extend(triage_lines(ledger, run, ws))
+
     rejected = [e for e in experiments if e.status == "guard_rejected"]
     out.append("")
     out.append(f"guard rejections ({len(rejected)})")
@@ -244,6 +248,36 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
     if ws is not None:
         out.extend(git_audit(ws, run, experiments))
     return "\n".join(out) + "\n"
+
+
+def triage_lines(ledger: Ledger, run: Run, ws: Workspace | None) -> list[str]:
+    """The label-triage sections: the labels the run decided with, both label sets' kappa/FPR per
+    experiment when there are corrections, and the top of the label-suspects queue."""
+    t = triage(ledger, run, ws)
+    if t is None:
+        return []
+    fp = f" (fingerprint {t.labels_fingerprint[:12]})" if t.labels_fingerprint else ""
+    out = ["", f"labels: the run decided with the labels {t.label_set}{fp}"]
+    if t.problem:
+        return [*out, f"  label triage unavailable: {t.problem}"]
+    if t.given_corrected:
+        out.append(f"  {t.corrections} correction(s) in devset/{run.split}/corrections.jsonl; "
+                   "each experiment under the labels as given | as corrected:")
+        for r in t.given_corrected:
+            out.append(f"  #{r.experiment_id}  given kappa {_num(r.given.kappa)} FPR {_num(r.given.fpr)}"
+                       f"  |  corrected kappa {_num(r.corrected.kappa)} FPR {_num(r.corrected.fpr)}")
+    out.append("")
+    out.append(f"label suspects ({len(t.suspects)}; every run on split {run.split}, ranked by the confidence-"
+               "weighted share of judgements against the label)")
+    if not t.suspects:
+        out.append("  none")
+    for s in t.suspects[:REPORT_SUSPECTS]:
+        out.append("  " + s.line())
+    if len(t.suspects) > REPORT_SUSPECTS:
+        out.append(f"  ... and {len(t.suspects) - REPORT_SUSPECTS} more (the TUI's suspects view, key L, lists all)")
+    if t.suspects:
+        out.append("  correct one: judgeloop label-fix ID --label success|failure --reason \"...\"")
+    return out
 
 
 def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:

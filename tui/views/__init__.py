@@ -1,4 +1,4 @@
-"""The views: history, every run side by side, experiment, disagreements, item, reviews, compare, what helped, help — one module each.
+"""The views: history, every run side by side, experiment, disagreements, item, reviews, compare, what helped, label suspects, help — one module each.
 
 Each view loads its data in a thread worker (``exclusive=True`` in a named group, so a newer load
 cancels an older one) that posts a message back; the handler fills the widgets. Nothing slow runs
@@ -16,10 +16,11 @@ from tui.views.helped import HelpedView, helped_cells
 from tui.views.history import HISTORY_COLUMNS, SORT_KEYS, HistoryView, decisions_summary, history_cells
 from tui.views.item import ItemView, viewed_steps
 from tui.views.reviews import ReviewsView
+from tui.views.suspects import SuspectsView
 
 __all__ = [
     "FLIP_CELLS", "FLIP_TITLES", "HISTORY_COLUMNS", "SORT_KEYS", "AllRunsView", "CompareView", "DisagreementsView",
-    "ExperimentView", "HelpView", "HelpedView", "HistoryView", "ItemView", "ReviewsView", "View",
+    "ExperimentView", "HelpView", "HelpedView", "HistoryView", "ItemView", "ReviewsView", "SuspectsView", "View",
     "decisions_summary", "fmt_p", "helped_cells", "history_cells", "metric_rows", "metric_table", "status_text",
     "viewed_steps",
 ]
