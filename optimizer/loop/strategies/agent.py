@@ -112,7 +112,7 @@ class AgentStrategy:
         state = ToolState(ctx)
         system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
         messages: list[ConversationMessage] = [UserMessage((TextPart(_opening(ctx)),))]
-        tools = tool_specs()
+        tools = tool_specs(ctx.allowed_files)
         async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
             for _turn in range(self.cfg.max_agent_turns):
                 turn = await model.turn(system, messages, tools)
