@@ -380,6 +380,45 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
     assert_clean(ws)
 
 
+@pytest.mark.slow
+def test_memory_edits_through_propose_are_the_agents_memory_tools_and_refuse_alike(ws: Path, tmp_path: Path) -> None:
+    """``propose``'s memory edits run the agent strategy's memory tools: a case naming a held-out item, a case
+    without sources and principles naming a dev item are refused, nothing committed, the files untouched."""
+    set_toml_key(ws, "optimizer", "allowed_files",
+                 '["prompts/judge.md", "prompts/rubric.md", "prompts/memory/principles.md", "prompts/memory/cases.jsonl"]')
+    commit_all(ws, "the memory is allowed")
+    held_id = open_split(Workspace.open(ws), "held").ids[0]
+    dev_id = sorted(labels_of(ws))[0]
+    start = gitops.rev_parse(ws, "HEAD")
+    seen: dict[str, types.CallToolResult] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                edits = {
+                    "heldout": [{"tool": "add_case", "arguments": {"text": "t", "source_items": [held_id]}}],
+                    "nosource": [{"tool": "add_case", "arguments": {"text": "t", "source_items": []}}],
+                    "second_bad": [{"tool": "add_case", "arguments": {"text": "fine", "source_items": [dev_id]}},
+                                   {"tool": "edit_principles", "arguments": {"text": f"- {dev_id} is a failure."}}],
+                }
+                for name, memory in edits.items():
+                    seen[name] = await call(session, "propose", memory=memory, rationale="remember")
+                seen["empty"] = await call(session, "propose", rationale="nothing")
+
+    drive(body)
+    heldout = text(seen["heldout"])
+    assert seen["heldout"].is_error and "nothing was proposed or committed: memory edit 1 (add_case)" in heldout
+    assert f"names {held_id!r}, which is not an item of the dev split" in heldout
+    assert seen["nosource"].is_error and "names no source_items" in text(seen["nosource"])
+    assert seen["second_bad"].is_error and "memory edit 2 (edit_principles)" in text(seen["second_bad"])
+    assert seen["empty"].is_error and "nothing to propose" in text(seen["empty"])
+    assert not (ws / "prompts" / "memory").exists()
+    runs, exps = ledger_state(ws)
+    assert [e.status for e in exps[runs[0].id]] == ["baseline"]
+    assert gitops.rev_parse(ws, "HEAD") == start
+    assert_clean(ws)
+
+
 def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
