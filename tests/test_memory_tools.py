@@ -10,7 +10,9 @@ import pytest
 
 from optimizer.config import OptimizerSection, Price
 from optimizer.judge.memory import CASES_JSONL, MAX_CASE_TEXT_CHARS, PRINCIPLES_MD, parse_cases
+from optimizer.loop.strategies import ProposalError
 from optimizer.loop.strategies.agent import AgentStrategy
+from optimizer.loop.strategies.reflect import ReflectStrategy
 from optimizer.loop.strategies.tools import ToolState, run_tool, tool_specs
 from tests.support.fakeserver import FakeLLMServer, ToolCall, Usage, reply
 from tests.support.strategies import ALLOWED, DevFixture, disagreements_for, make_context, make_dev
@@ -161,3 +163,41 @@ def test_agent_adds_a_case_through_the_sdk(dev: DevFixture, monkeypatch: pytest.
     assert set(proposal.files) == {CASES_JSONL} and proposal.tool_errors == 1
     (case,) = parse_cases(proposal.files[CASES_JSONL])
     assert case.source_items == (neg,)
+
+
+def _reflect(dev: DevFixture, reply_text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str]:
+    """One reflect call answered with ``reply_text``: (the proposal or the ProposalError, the request's text)."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    ctx = make_context(dev, disagreements_for(dev.items, missed=2, rejected=1))
+    ctx.allowed_files = list(MEMORY_ALLOWED)
+    with FakeLLMServer() as server:
+        server.script(reply(reply_text))
+        cfg = OptimizerSection(provider="anthropic", model="m", base_url=server.anthropic_base_url)
+        try:
+            outcome: Any = asyncio.run(ReflectStrategy(cfg, {}).propose(ctx))
+        except ProposalError as exc:
+            outcome = exc
+        (request,) = server.inference_requests()
+    return outcome, request.body["system"][0]["text"] + request.body["messages"][0]["content"][0]["text"]
+
+
+def test_reflect_writes_a_case_through_the_memory_tools(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    neg = dev.items[2].trajectory_id
+    answer = json.dumps({"memory": [{"tool": "add_case", "arguments": {
+        "text": "PDF was required; a DOCX export is a failure.", "source_items": [neg]}}],
+        "rationale": "Remember format mix-ups."})
+    proposal, request = _reflect(dev, answer, monkeypatch)
+    assert '"memory"' in request and f"trajectory id (for source_items): {neg}" in request
+    assert set(proposal.files) == {CASES_JSONL}
+    assert parse_cases(proposal.files[CASES_JSONL])[0].source_items == (neg,)
+
+
+def test_reflect_memory_edit_naming_a_heldout_item_is_refused(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    answer = json.dumps({"memory": [{"tool": "add_case", "arguments": {
+        "text": "t", "source_items": [dev.heldout[0].trajectory_id]}}], "rationale": "r"})
+    error, _ = _reflect(dev, answer, monkeypatch)
+    assert isinstance(error, ProposalError)
+    assert "memory edit 1 (add_case) was refused" in error.reason and "not an item of the dev split" in error.reason
+    other, _ = _reflect(dev, json.dumps({"memory": [{"tool": "write_file", "arguments": {}}], "rationale": "r"}),
+                        monkeypatch)
+    assert isinstance(other, ProposalError) and "names tool 'write_file'" in other.reason
