@@ -1,0 +1,106 @@
+"""The review -> memory -> keep workflow in the real loop: ``judgeloop run --strategy memory`` against a fake
+judge whose answers a case changes for items of the case's *kind*, never for the item it remembers.
+
+The fake judge (OpenAI wire, through the real SDK) knows each dev item's kind: a marker shared by a group
+of pairs spread over the folds. It answers an item of kind ALPHA correctly exactly when the request holds
+the ALPHA marker (which only a memory case can carry) and every other item correctly always. A person's
+review of one ALPHA item names the marker; the memory strategy distils it into a case. Cross-fitting
+keeps that case out of its own items' fold, so the candidate's gain must come from ALPHA items of the
+other folds alone: the test checks that flip by flip, and that the candidate is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimizer import gitops
+from optimizer.devset.split import open_split
+from optimizer.judge.memory import CASES_JSONL, PRINCIPLES_MD, pair_groups, parse_cases, recording_of, split_folds
+from optimizer.ledger import Ledger
+from optimizer.models import Label
+from optimizer.workspace import Workspace
+from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest
+from tests.support.loop import FakeJudge, commit_all, git, present, request_texts, run_loop, set_toml_key
+from tests.support.scripted import assert_clean, latest
+
+FOLDS = 4
+MARKER = "mirrored-layout rule"  # what the ALPHA kind's reviews teach; no item's own text holds it
+NOTE = f"The judge missed the {MARKER}: the requested layout must be mirrored, not copied."
+
+
+@dataclass
+class KindJudge(FakeJudge):
+    """Right on every item but ALPHA ones; right on those only when the request carries the ALPHA marker."""
+
+    alpha: frozenset[str] = frozenset()
+    seen: list[tuple[str, bool]] = field(default_factory=list)  # (item, marker in the request) per call
+
+    def correct(self, tid: str, enabled: set[str]) -> bool:
+        return tid not in self.alpha or MARKER in enabled
+
+    def enabled_in(self, system: str) -> set[str]:
+        return {MARKER} if MARKER in system else set()
+
+    def __call__(self, request: RecordedRequest) -> Behaviour:
+        if isinstance(request.body, dict):
+            system, user = request_texts(request.body)
+            self.seen.append((self.trajectory_of(user), MARKER in system + user))
+        return super().__call__(request)
+
+
+def _memory_workspace(ws: Path) -> None:
+    """Judging with memory (k 4, 4 folds) and the memory files allowed to the optimiser, committed."""
+    toml = ws / "prompts" / "judge.toml"
+    toml.write_text(toml.read_text(encoding="utf-8") + f'\nmemory = "retrieve"\nmemory_k = 4\nmemory_folds = {FOLDS}\n',
+                    encoding="utf-8")
+    set_toml_key(ws, "optimizer", "allowed_files",
+                 f'["prompts/judge.md", "prompts/rubric.md", "{PRINCIPLES_MD}", "{CASES_JSONL}"]')
+    commit_all(ws, "judge with memory")
+
+
+def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(ws: Path) -> None:
+    _memory_workspace(ws)
+    split = open_split(Workspace.open(ws), "small")
+    folds = split_folds(split, FOLDS)
+    groups = pair_groups([(t, split.trajectory(t).task.instruction, recording_of(split.trajectory(t)))
+                          for t in split.ids])
+    alpha = frozenset(t for g in groups[::2] for t in g)  # every other pair group is of kind ALPHA
+    assert len({folds.of[t] for t in alpha}) == FOLDS  # the kind spans every fold
+    reviewed = sorted(alpha)[0]
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        led.add_review(reviewed, "judge_wrong", NOTE)
+
+    judge = KindJudge(ws, alpha=alpha)
+    labels: dict[str, Label] = judge.labels
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "memory", "--max-experiments", "1") == 0
+    run, exps = latest(ws)
+    base, cand = exps
+    assert cand.strategy == "memory" and cand.status == "kept", (cand.status, cand.reason)
+    assert present(cand.kappa) > present(base.kappa)
+
+    # The kept commit holds one case, distilled from the review, naming the reviewed item's group only.
+    (case,) = parse_cases(present(gitops.read_file_at(ws, run.branch, CASES_JSONL)))
+    assert reviewed in case.source_items and NOTE in case.text
+    source_folds = {folds.of[s] for s in case.source_items}
+    assert source_folds == {folds.of[reviewed]}
+    assert "memory" in git(ws, "log", "-1", "--format=%B", run.branch)
+
+    # Per-item flips, baseline -> candidate: every one an ALPHA item of another fold, wrong -> right.
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        before = {v.trajectory_id: v.success for v in led.item_verdicts(base.id)}
+        after = {v.trajectory_id: v.success for v in led.item_verdicts(cand.id)}
+
+    def right(answer: bool | None, tid: str) -> bool:
+        return answer is not None and answer == labels[tid].is_positive
+
+    flips = {t for t in after if right(after[t], t) != right(before[t], t)}
+    assert flips, "the case changed no verdict"
+    assert all(t in alpha and folds.of[t] not in source_folds and right(after[t], t) for t in flips), flips
+    # Its own fold never got it: the reviewed item and its fold's ALPHA items are judged as without memory.
+    own = [t for t in alpha if folds.of[t] in source_folds and t in after]
+    assert own and not any(right(after[t], t) for t in own)
+    assert not any(marker for tid, marker in judge.seen if folds.of[tid] in source_folds)
+    assert any(marker for tid, marker in judge.seen if folds.of[tid] not in source_folds)
+    assert_clean(ws)
