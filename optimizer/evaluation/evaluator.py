@@ -38,6 +38,7 @@ from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.evaluation.warmup import CacheReads
 from optimizer.events import ProgressSnapshot, StopKind, StopReason
+from optimizer.judge.memory import Retriever, check_sources, split_folds
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import (
     BatchingProvider,
@@ -342,6 +343,7 @@ async def evaluate_items(
         # A provider that runs one call at a time gets one call slot: calls queued inside it would
         # still run (and be paid for) after an early stop.
         concurrency = min(judge.max_concurrency, traits.max_parallel_calls or judge.max_concurrency)
+        retriever = memory_retriever(ws, split, prompts, provider)
         judge_items = ItemJudge(
             split,
             prompts,
@@ -354,6 +356,7 @@ async def evaluate_items(
             budget=budget,
             image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
             first_replicate=first_replicate,
+            memory=retriever,
         )
         scheduler = _Scheduler(
             judge_items, concurrency=concurrency, on_item=on_item, progress=progress, total=len(item_ids)
@@ -438,12 +441,59 @@ async def evaluate_items(
             "settings": _settings_dict(prompts),
             "budget_usd": None if budget is None else budget.max_usd,
             "batch": batch is not None,
+            # Only when memory is on: the cases sent and the folds that kept each item's own cases out.
+            **({} if retriever is None else {"memory": memory_record(retriever)}),
         },
     )
 
 
+def memory_retriever(ws: Workspace, split: Split, prompts: PromptSet, provider: Provider) -> Retriever | None:
+    """The cross-fitted case retriever for judging ``split`` with ``prompts`` (None: ``memory = "off"``).
+
+    Every case's ``source_items`` must be items of the dev split (``[workspace] dev_split``) and none an item of
+    a held-out split being judged. Judging the dev split (or any split holding some source items), the split's
+    items are dealt to pair-aware folds and no item gets a case whose sources share its fold; a held-out split
+    (`confirm`), which no case names, gets every case. Reads ids, instructions and screenshot folders only.
+    """
+    settings = prompts.settings
+    if settings.memory == "off":
+        return None
+    if settings.mode == "agentic":
+        raise UserError('judge.toml sets memory = "retrieve" with mode = "agentic"; memory is sent with the direct '
+                        'judge only (and batches of it): set mode = "direct" or memory = "off"')
+    if provider.traits.sandbox is not None:
+        raise UserError(f'judge.toml sets memory = "retrieve", which the {provider.name} provider (a harness judge '
+                        "reading its own files) cannot carry; set memory = \"off\" or judge with anthropic, openai or local")
+    cfg = ws.config.workspace
+    dev_name = cfg.dev_split
+    dev_ids = split.ids if split.name == dev_name else _dev_ids(ws, dev_name)
+    held = split.name in cfg.heldout_splits
+    check_sources(prompts.memory, dev_ids, dev_name, heldout_ids=split.ids if held else (),
+                  heldout_split=split.name if held else None, source=f"{prompts.source}/memory/cases.jsonl")
+    named = prompts.memory.source_items()
+    folds = split_folds(split, settings.memory_folds) if named & set(split.ids) else None
+    return Retriever(prompts.memory, settings.memory_k, folds)
+
+
+def _dev_ids(ws: Workspace, name: str) -> list[str]:
+    from optimizer.devset.split import open_split
+
+    try:
+        return open_split(ws, name).ids
+    except UserError:
+        raise UserError(f"the memory's cases name items of the dev split {name!r} ([workspace] dev_split), which "
+                        "is not imported; import it or set memory = \"off\"") from None
+
+
+def memory_record(retriever: Retriever) -> dict[str, Any]:
+    """What eval results record of the memory: k, the case ids, and the folds (k, digest, every item's fold)."""
+    return {"k": retriever.k, "cases": [c.id for c in retriever.memory.cases],
+            "principles": bool(retriever.memory.principles),
+            "folds": None if retriever.folds is None else retriever.folds.as_record()}
+
+
 def _settings_dict(prompts: PromptSet) -> dict[str, Any]:
-    return prompts.settings.model_dump(mode="json")
+    return prompts.settings.dump()
 
 
 

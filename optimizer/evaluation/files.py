@@ -193,6 +193,8 @@ def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path
         "infra_error_ids": run.infra_error_ids,
         "infra_errors": {item.trajectory_id: item.error for item in run.items if item.infra_error},
         "not_evaluated_ids": run.not_evaluated,
+        # Judging with memory only: k, the cases, and the pair-aware folds (k, digest, every item's fold).
+        **({"memory": run.meta["memory"]} if run.meta.get("memory") else {}),
     }
     (out / "_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return out

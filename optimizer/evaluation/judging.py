@@ -21,6 +21,7 @@ from optimizer.evaluation.cache import CachedCall, JudgeCache, cache_key, provid
 from optimizer.evaluation.results import ItemResult, ReplicateResult
 from optimizer.evaluation.warmup import WARM_PREFIXES, PrefixWarmth
 from optimizer.judge.agentic import AgenticTask, ConversationState
+from optimizer.judge.memory import Retriever, Selection
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import (
@@ -129,8 +130,11 @@ class ItemJudge:
         image_cache_dir: Path | None,
         first_replicate: int = 0,
         warmth: PrefixWarmth | None = None,
+        memory: Retriever | None = None,
     ) -> None:
         self.split = split
+        # Judging with memory: each item's principles and cross-fitted cases (None: memory off).
+        self.memory = memory
         self.prompts = prompts
         self.provider = provider
         self.cache = cache
@@ -376,7 +380,15 @@ class ItemJudge:
             "trajectory": hashlib.sha256(Path(json_path(tid)).read_bytes()).hexdigest(),
             "screens": screens,
         }
+        if self.memory is not None:
+            # The cases an item gets depend on its split's folds, not only on its own files.
+            chosen = self._memory_for(traj)
+            payload["memory"] = [chosen.principles, [c.id for c in chosen.cases], chosen.fold]
         return traj, hashlib.sha256(stable_json(payload).encode()).hexdigest()
+
+    def _memory_for(self, traj: Trajectory) -> Selection:
+        assert self.memory is not None
+        return self.memory.select(traj.trajectory_id, traj.task.instruction)
 
     def _render(self, traj: Trajectory) -> JudgeRequest:
         from optimizer.judge.render import build_request
@@ -386,7 +398,8 @@ class ItemJudge:
 
             return sandbox_request(traj, self.split, self.prompts, self.sandbox)
 
-        return build_request(
+        chosen = self._memory_for(traj) if self.memory is not None else None
+        request = build_request(
             traj,
             self.split,
             self.prompts,
@@ -394,7 +407,11 @@ class ItemJudge:
             token_budget=self.token_budget,
             image_cache_dir=self.image_cache_dir,
             layout=self.layout,
+            memory="" if chosen is None else chosen.block(),
         )
+        if chosen is None:
+            return request
+        return dataclasses.replace(request, notes=(*request.notes, chosen.note()))
 
     async def _direct_lookups(
         self, tid: str
@@ -550,10 +567,10 @@ def render_code_version() -> str:
     and a source file that cannot be read is an error, never a silently constant hash."""
     from optimizer import models
     from optimizer.devset import markdown, split
-    from optimizer.judge import harness, prompts, render, types
+    from optimizer.judge import harness, memory, prompts, render, types
 
     h = hashlib.sha256()
-    for module in (render, prompts, markdown, types, models, split, harness):
+    for module in (render, prompts, markdown, types, models, split, harness, memory):
         source = inspect.getsourcefile(module)
         if source is None:
             raise RuntimeError(f"cannot hash the render code: {module.__name__} has no source file")

@@ -15,13 +15,16 @@ folds build on `Memory`. Judge-input side: nothing here reads labels.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from optimizer.devset.ids import ID_RULE, is_safe_id, shown
 from optimizer.errors import UserError
+from optimizer.models import Trajectory
 
 MEMORY_DIR = "prompts/memory"
 PRINCIPLES_MD = "prompts/memory/principles.md"
@@ -214,3 +217,237 @@ def memory_from_files(files: Mapping[str, str], source: str = "prompts") -> Memo
 def memory_files(memory: Memory) -> dict[str, str]:
     """The two files' text for ``memory`` (what a strategy writes to ``prompts/memory/``)."""
     return {PRINCIPLES_MD: serialise_principles(memory.principles), CASES_JSONL: serialise_cases(memory.cases)}
+
+
+# --------------------------------------------------------------------------- pair-aware folds
+
+# Bump when the fold rule changes: it is part of the recorded fold hash.
+FOLD_VERSION = 1
+_RECORDING_RE = re.compile(r"(?:^|/)images/([^/]+)/[^/]+$")
+
+
+def recording_of(traj: Trajectory) -> str | None:
+    """The recording a trajectory shows: the folder of its screenshots (``.../images/<recording>/step_N.png``
+    in the release layout), or None when no screenshot link names one. Judge input only, never a label."""
+    for step in traj.steps:
+        m = _RECORDING_RE.search((step.screenshot or "").replace("\\", "/"))
+        if m is not None:
+            return m.group(1)
+    return None
+
+
+def instruction_key(instruction: str) -> str:
+    """An instruction as pairing compares it: lower-cased, white space collapsed."""
+    return " ".join(instruction.lower().split())
+
+
+def pair_groups(items: Iterable[tuple[str, str, str | None]]) -> list[list[str]]:
+    """Items ``(trajectory id, instruction, recording or None)`` joined into pair groups: two items are in one
+    group when they share an instruction or a recording, transitively. An AgentHorizon pair (two
+    recordings, two instructions, each negative borrowing the other's instruction) is one group of four.
+    Groups come sorted by their smallest id, each sorted."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    ids: list[str] = []
+    for tid, instruction, recording in items:
+        ids.append(tid)
+        node = "t:" + tid
+        find(node)
+        union(node, "i:" + instruction_key(instruction))
+        if recording:
+            union(node, "r:" + recording)
+    groups: dict[str, list[str]] = {}
+    for tid in ids:
+        groups.setdefault(find("t:" + tid), []).append(tid)
+    return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
+
+
+@dataclass(frozen=True)
+class Folds:
+    """The pair-aware fold of every item of a split: ``of[trajectory id]`` in ``0 .. k-1``.
+
+    Fixed by the split fingerprint and ``k``: groups are ordered by a hash of (fingerprint, group) and
+    dealt to the currently smallest fold (ties to the lowest index), so folds are balanced in items and
+    no group is split. ``digest`` (sha256 of the rule version, k, fingerprint and assignment) is what
+    results record.
+    """
+
+    k: int
+    fingerprint: str
+    of: Mapping[str, int]
+    digest: str
+
+    def members(self, fold: int) -> list[str]:
+        return sorted(t for t, f in self.of.items() if f == fold)
+
+    def as_record(self) -> dict[str, object]:
+        """What eval results record (``meta.memory.folds``)."""
+        return {"k": self.k, "version": FOLD_VERSION, "split_fingerprint": self.fingerprint,
+                "digest": self.digest, "of": dict(sorted(self.of.items()))}
+
+
+def assign_folds(groups: Iterable[Iterable[str]], fingerprint: str, k: int) -> Folds:
+    """Deal pair ``groups`` to ``k`` folds, deterministically from ``fingerprint`` (see `Folds`)."""
+    if k < 2:
+        raise ValueError("folds need k >= 2")
+    keyed = []
+    for group in groups:
+        members = sorted(group)
+        digest = hashlib.sha256(f"{FOLD_VERSION}\0{fingerprint}\0{chr(0).join(members)}".encode()).hexdigest()
+        keyed.append((digest, members))
+    keyed.sort()
+    sizes = [0] * k
+    of: dict[str, int] = {}
+    for _, members in keyed:
+        fold = min(range(k), key=lambda f: (sizes[f], f))
+        sizes[fold] += len(members)
+        for tid in members:
+            of[tid] = fold
+    material = json.dumps([FOLD_VERSION, k, fingerprint, sorted(of.items())])
+    return Folds(k=k, fingerprint=fingerprint, of=of, digest=hashlib.sha256(material.encode()).hexdigest())
+
+
+def split_folds(split: FoldSource, k: int) -> Folds:
+    """The pair-aware folds of every item of ``split`` (reads each trajectory's instruction and screenshots'
+    folder: ids and pairs only)."""
+    items = []
+    for tid in split.ids:
+        traj = split.trajectory(tid)
+        items.append((tid, traj.task.instruction, recording_of(traj)))
+    return assign_folds(pair_groups(items), split.fingerprint, k)
+
+
+class FoldSource(Protocol):
+    """What folds need from a split (`optimizer.devset.split.Split` satisfies it)."""
+
+    @property
+    def ids(self) -> list[str]: ...
+    @property
+    def fingerprint(self) -> str: ...
+    def trajectory(self, tid: str) -> Trajectory: ...
+
+
+# --------------------------------------------------------------------------- checking sources
+
+
+def check_sources(memory: Memory, source_ids: Iterable[str], source_split: str, *,
+                  heldout_ids: Iterable[str] = (), heldout_split: str | None = None,
+                  source: str = CASES_JSONL) -> None:
+    """Every case's ``source_items`` are items of the split the memory is built from (``source_ids``, the dev
+    split); a case naming an item of the held-out split being confirmed, or any id outside the dev split, is a
+    `UserError` naming the case. Case text may name anything: folds keep a case away from its own items."""
+    known = set(source_ids)
+    held = set(heldout_ids)
+    for case in memory.cases:
+        for item in case.source_items:
+            if item in held:
+                raise UserError(
+                    f"{source}: case {case.id} names {item}, an item of held-out split {heldout_split!r}; a held-out "
+                    "item must never feed the memory: remove it from the case's source_items"
+                )
+            if item not in known:
+                raise UserError(
+                    f"{source}: case {case.id} names source item {item}, not an item of split {source_split!r}; "
+                    "cases are distilled from that split's items: fix or remove the id"
+                )
+
+
+# --------------------------------------------------------------------------- retrieval
+
+
+MEMORY_HEADING = "## Memory"
+MEMORY_INTRO = (
+    "Principles and adjudicated cases from earlier reviews of other trajectories. No case is about this "
+    "trajectory: apply a case only where its situation matches, and judge this trajectory on its own steps."
+)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The memory one request carries: the principles, the chosen cases (best first), and for notes the
+    item's fold and how many cases its fold kept out."""
+
+    principles: str
+    cases: tuple[Case, ...]
+    fold: int | None
+    held_back: int
+
+    def block(self) -> str:
+        """The request text: a heading, the principles, then the cases ("" when there is nothing to send)."""
+        if not self.principles and not self.cases:
+            return ""
+        out = [MEMORY_HEADING, "", MEMORY_INTRO, ""]
+        if self.principles:
+            out += ["### Principles", "", self.principles, ""]
+        if self.cases:
+            out += ["### Similar adjudicated cases", ""]
+            for case in self.cases:
+                out += [f"Case {case.id}:", "", case.text.strip(), ""]
+        return "\n".join(out).rstrip("\n") + "\n\n"
+
+    def note(self) -> str:
+        ids = ", ".join(c.id for c in self.cases) or "none"
+        where = "" if self.fold is None else f" (fold {self.fold}; {self.held_back} case(s) of this fold kept out)"
+        return f"memory: principles {'sent' if self.principles else 'none'}, cases {ids}{where}"
+
+
+class Retriever:
+    """Top-``k`` cases for an instruction by TF-IDF cosine similarity (scikit-learn, fitted on the case texts),
+    cross-fitted by ``folds``: an item never gets a case whose ``source_items`` fall in its own fold. Without
+    folds (a held-out split at `confirm`, whose items no case names) every case is eligible. Ties go to the
+    case earlier in the file; a case sharing no term with the instruction is not sent."""
+
+    def __init__(self, memory: Memory, k: int, folds: Folds | None) -> None:
+        self.memory = memory
+        self.k = k
+        self.folds = folds
+        # A case's folds: those of its source items in the judged split (items outside it are in no fold).
+        self._case_folds: list[frozenset[int]] = [
+            frozenset(folds.of[s] for s in c.source_items if s in folds.of) if folds is not None else frozenset()
+            for c in memory.cases
+        ]
+        self._vectorizer: Any = None
+        self._matrix: Any = None
+        if memory.cases:
+            from sklearn.feature_extraction.text import TfidfVectorizer
+
+            vectorizer = TfidfVectorizer(lowercase=True, sublinear_tf=True)
+            try:
+                self._matrix = vectorizer.fit_transform([c.text for c in memory.cases])
+                self._vectorizer = vectorizer
+            except ValueError:  # no case has a single term (all stop words or punctuation)
+                self._vectorizer = None
+
+    def scores(self, instruction: str) -> list[float]:
+        """The cosine similarity of ``instruction`` to each case, in file order."""
+        if self._vectorizer is None:
+            return [0.0] * len(self.memory.cases)
+        query = self._vectorizer.transform([instruction])
+        return [float(v) for v in (self._matrix @ query.T).toarray().ravel()]
+
+    def select(self, trajectory_id: str, instruction: str) -> Selection:
+        fold = self.folds.of.get(trajectory_id) if self.folds is not None else None
+        scores = self.scores(instruction)
+        eligible = []
+        held_back = 0
+        for index, case in enumerate(self.memory.cases):
+            if fold is not None and fold in self._case_folds[index]:
+                held_back += 1
+                continue
+            if scores[index] > 0.0:
+                eligible.append((-round(scores[index], 12), index, case))
+        eligible.sort(key=lambda e: (e[0], e[1]))
+        chosen = tuple(case for _, _, case in eligible[: self.k])
+        return Selection(principles=self.memory.principles, cases=chosen, fold=fold, held_back=held_back)

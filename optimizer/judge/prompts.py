@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from optimizer.errors import UserError
+from optimizer.judge.memory import EMPTY_MEMORY, MEMORY_FILES, Memory, memory_from_files
 from optimizer.judge.types import CacheTTL, Layout, Sampling
 from optimizer.models import MISTAKE_TYPES
 from optimizer.paths import check_unlinked
@@ -39,8 +40,11 @@ RUBRIC_MD = "prompts/rubric.md"
 JUDGE_TOML = "prompts/judge.toml"
 LIBRARY_MD = "prompts/library.md"
 REQUIRED_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
-# The files whose content determines the judge's requests (library.md only feeds the optimiser).
+# The files whose content determines the judge's requests (library.md only feeds the optimiser); the
+# memory files (prompts/memory/, optional) count too, in the prompt hash when present.
 JUDGE_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
+# Every file a prompt set is read from besides the required ones.
+OPTIONAL_FILES: tuple[str, ...] = (LIBRARY_MD, *MEMORY_FILES)
 
 PROTECTED_BEGIN = "<!-- judgeloop:protected:begin -->"
 PROTECTED_END = "<!-- judgeloop:protected:end -->"
@@ -123,12 +127,28 @@ class JudgeSettings(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     replicates: int = Field(default=1, ge=1, le=15)
+    # Judging with memory (prompts/memory/, `optimizer.judge.memory`): "off" sends no memory (requests
+    # exactly as without the key); "retrieve" adds principles.md and the memory_k cases most similar to the
+    # instruction after the trajectory, never a case from the item's own fold of the memory_folds
+    # pair-aware folds (cross-fitting).
+    memory: Literal["off", "retrieve"] = "off"
+    memory_k: int = Field(default=4, ge=1, le=16)
+    memory_folds: int = Field(default=5, ge=2, le=20)
 
     @model_validator(mode="after")
     def _spaced_needs_a_count(self) -> JudgeSettings:
         if self.screenshots == "spaced" and self.max_images is None:
             raise ValueError('screenshots = "spaced" needs max_images (how many screenshots in total)')
         return self
+
+    def dump(self) -> dict[str, object]:
+        """The settings as results record them; the memory keys only when memory is on (so results of a
+        judge without memory read exactly as before the keys existed)."""
+        data = self.model_dump(mode="json")
+        if self.memory == "off":
+            for key in ("memory", "memory_k", "memory_folds"):
+                data.pop(key)
+        return data
 
     def sampling(self) -> Sampling:
         """The sampling parameters the user set (None values are not sent to the provider)."""
@@ -278,6 +298,7 @@ class PromptSet:
     settings: JudgeSettings
     files: dict[str, str]
     source: str = "prompts"
+    memory: Memory = EMPTY_MEMORY
 
     @classmethod
     def from_files(cls, files: Mapping[str, str], *, source: str = "prompts") -> PromptSet:
@@ -302,6 +323,7 @@ class PromptSet:
             settings=settings,
             files=dict(files),
             source=source,
+            memory=memory_from_files(files, source),
         )
 
     @classmethod
@@ -311,7 +333,10 @@ class PromptSet:
         if not folder.is_dir():
             raise UserError(f"{folder} is not a folder of judge prompts; pass the workspace's prompts/ folder")
         files: dict[str, str] = {}
-        for name in (*REQUIRED_FILES, LIBRARY_MD):
+        memory_dir = folder / "memory"
+        if memory_dir.is_symlink():  # a linked folder would let the judge send any file as memory
+            raise UserError(f"{memory_dir} is a symbolic link (to {memory_dir.readlink()}); make it a real folder")
+        for name in (*REQUIRED_FILES, *OPTIONAL_FILES):
             file = folder / name.removeprefix("prompts/")
             if file.is_symlink() or file.is_file():
                 # A link could make the judge read (and send) any file, held-out labels included.
@@ -335,7 +360,7 @@ class PromptSet:
                 commit = repo.commit(rev)
             except (git.BadName, ValueError):
                 raise UserError(f"{rev!r} is not a revision of the workspace; pass a commit, branch or tag") from None
-            for name in (*REQUIRED_FILES, LIBRARY_MD):
+            for name in (*REQUIRED_FILES, *OPTIONAL_FILES):
                 try:
                     blob = commit.tree / name
                 except KeyError:
@@ -347,9 +372,10 @@ class PromptSet:
         return cls.from_files(files, source=f"prompts@{rev}")
 
     def prompt_hash(self) -> str:
-        """sha256 over judge.md, rubric.md and judge.toml (the files that determine requests)."""
+        """sha256 over judge.md, rubric.md and judge.toml, and the memory files when present (the files
+        that determine requests; without memory files the hash is what it was before they existed)."""
         h = hashlib.sha256()
-        for name in JUDGE_FILES:
+        for name in (*JUDGE_FILES, *(m for m in MEMORY_FILES if m in self.files)):
             h.update(name.encode() + b"\0" + self.files[name].encode() + b"\0")
         return h.hexdigest()
 

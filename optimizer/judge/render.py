@@ -326,6 +326,7 @@ def build_request(
     token_budget: int | None = None,
     image_cache_dir: Path | None = None,
     layout: str | None = None,
+    memory: str = "",
 ) -> JudgeRequest:
     """Render ``traj`` for the judge described by ``prompts`` (screenshots read through ``split``).
 
@@ -334,7 +335,10 @@ def build_request(
     ``layout`` overrides ``judge.toml``'s (a provider whose cache works better with the other one);
     ``image_cache_dir`` keeps encoded JPEGs on disk across processes (decoding and resizing a
     full-size PNG costs tens of milliseconds; a cached re-evaluation should not pay it again).
-    Encoded images are also cached in memory per process.
+    Encoded images are also cached in memory per process. ``memory``: the item's memory block
+    (`optimizer.judge.memory.Selection.block`), placed after the trajectory and before the instructions
+    (trajectory-first: its own part after the cache breakpoint, so the cached prefix is unchanged) or
+    before the closing reminder (rubric-first); "" sends none, the request byte for byte as without it.
     """
     cache_dir = None if image_cache_dir is None else str(image_cache_dir)
     settings = prompts.settings
@@ -374,7 +378,7 @@ def build_request(
     texts = [_step_text(i, s) for i, s in enumerate(steps)]
     # The intro's length barely depends on the frame count; estimate with the longest variant.
     intro_guess = _screenshot_intro(settings, max(len(frames), 1), n, text_only)
-    costs = _Costs(system + instructions + header_core + intro_guess + closing, texts, steps, settings)
+    costs = _Costs(system + instructions + header_core + intro_guess + memory + closing, texts, steps, settings)
     plan = _fit_budget(costs, frames, n, budget, notes) if budget is not None else _Plan(frames=frames)
 
     parts: list[Part] = []
@@ -411,11 +415,13 @@ def build_request(
                 flush()
                 parts.append(part)
     if not trajectory_first:
-        buffer.append(closing)
+        buffer.append(memory + closing)
         flush()
         return JudgeRequest(system=system, parts=tuple(parts), notes=tuple(notes), item_id=traj.trajectory_id)
     flush()
     prefix = len(parts)  # goal, steps and screenshots: the same for every candidate
+    if memory:
+        parts.append(TextPart(memory))
     parts.append(TextPart(instructions + closing))
     return JudgeRequest(
         system=system, parts=tuple(parts), notes=tuple(notes), cache_prefix=prefix, cache_ttl=settings.cache_ttl,

@@ -37,6 +37,11 @@
    Plain words are never values (an agent that typed ``Dentist`` blocks no rule about dentists), so
    general rules ("check every file name") always pass.
 
+Guards 5-7 skip ``prompts/memory/cases.jsonl`` (``LINT_EXEMPT``): a case names its dev items and
+describes them by design, and cross-fitting keeps it out of its own items' fold; whether its
+``source_items`` are dev items is checked when the candidate is validated (`optimizer.loop.validate`).
+``prompts/memory/principles.md`` is linted like any prompt.
+
 Guards 5-7 compare *normalised* text, old and new alike: NFKC; format characters (zero-width
 spaces and joiners, soft hyphens, BOMs, tags), combining marks, private-use, unassigned and control
 characters (but white space) dropped; Cyrillic, Greek and Armenian look-alikes of Latin letters
@@ -67,6 +72,8 @@ if TYPE_CHECKING:
 
 from optimizer.paths import prompt_file_or_none
 
+# Files guards 5-7 do not lint (see check_candidate).
+LINT_EXEMPT = frozenset({"prompts/memory/cases.jsonl"})
 PROTECTED_BEGIN = "<!-- judgeloop:protected:begin -->"
 PROTECTED_END = "<!-- judgeloop:protected:end -->"
 COPY_NGRAM = 8
@@ -516,8 +523,11 @@ def check_candidate(
         per_file = ", ".join(f"{p} {changed_line_count(o, n)}" for p, (o, n) in sorted(changes.items()))
         return _fail("diff_size", f"the candidate changes {total} lines ({per_file}), over the cap of {max_diff_lines}")
 
-    # Every text is normalised and decoded once; guards 5-7 all read these.
-    texts_of = {path: (LintText(old), LintText(new)) for path, (old, new) in sorted(changes.items())}
+    # Every text is normalised and decoded once; guards 5-7 all read these. Not the memory's cases: a case
+    # names its dev items and quotes their instructions by design, and cross-fitting keeps each case away
+    # from its own items' fold (`optimizer.judge.memory`); principles.md is linted like any prompt.
+    texts_of = {path: (LintText(old), LintText(new)) for path, (old, new) in sorted(changes.items())
+                if path not in LINT_EXEMPT}
     index = _IdIndex([*dev_ids, *dev_recording_ids])
     for path, (old_t, new_t) in texts_of.items():
         failed = _new_id(path, old_t, new_t, index)

@@ -17,7 +17,8 @@ from optimizer import gitops
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import batching_provider
-from optimizer.judge.prompts import LIBRARY_MD, REQUIRED_FILES, PromptSet
+from optimizer.judge.memory import check_sources
+from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet
 from optimizer.judge.render import build_request
 from optimizer.judge.types import Provider
 from optimizer.paths import MAX_PROMPT_FILE_CHARS
@@ -26,7 +27,7 @@ from optimizer.paths import MAX_PROMPT_FILE_CHARS
 def candidate_files(root: Path, base_rev: str, changed: Mapping[str, str | None]) -> dict[str, str]:
     """The prompt files at ``base_rev`` with the candidate's ``changed`` texts (canonical names) laid over."""
     files: dict[str, str] = {}
-    for name in (*REQUIRED_FILES, LIBRARY_MD):
+    for name in (*REQUIRED_FILES, *OPTIONAL_FILES):
         text = gitops.read_file_at(root, base_rev, name)
         if text is not None:
             files[name] = text
@@ -49,6 +50,8 @@ def validate_prompts(
                     "keep prompt files short")
     try:
         prompts = PromptSet.from_files(files, source=source)
+        # A case names the dev items it was distilled from, or folds could not keep it from them.
+        check_sources(prompts.memory, split.ids, split.name, source=f"{source}/memory/cases.jsonl")
         traits = provider.traits
         if prompts.settings.mode == "agentic" and not traits.tool_use:
             return (f'{source}: judge.toml sets mode = "agentic", which the {provider.name} provider cannot run '
