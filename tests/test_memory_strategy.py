@@ -26,6 +26,7 @@ def _ctx(dev: DevFixture, *, reviews: Sequence[ReviewNote] = (), missed: int = 0
          history: list[PastExperiment] | None = None, cases: str | None = None) -> ProposalContext:
     ctx = make_context(dev, disagreements_for(dev.items, missed=missed, rejected=rejected), history=history)
     ctx.allowed_files = list(MEMORY_ALLOWED)
+    ctx.judge_memory = "retrieve"
     if cases is not None:
         ctx.current_files[CASES_JSONL] = cases
     ctx.reviews = list(reviews)
@@ -37,11 +38,15 @@ def _review(dev: DevFixture, i: int, note: str, kind: str = "judge_wrong") -> Re
     return ReviewNote(item.trajectory_id, kind, note, item.instruction)
 
 
-def test_memory_strategy_needs_the_memory_files_allowed(dev: DevFixture) -> None:
+def test_memory_strategy_needs_the_memory_files_allowed_and_judging_with_memory(dev: DevFixture) -> None:
     with pytest.raises(UserError, match=r"allowed_files does not include it"):
         MemoryStrategy(ALLOWED)
     ctx = make_context(dev, [])
     with pytest.raises(UserError, match=r"prompts/memory/cases.jsonl"):
+        MemoryStrategy().propose_sync(ctx)
+    ctx = _ctx(dev, reviews=[_review(dev, 0, "Wrong format.")])
+    ctx.judge_memory = "off"  # the cases would never reach the judge: every candidate a paid no-op
+    with pytest.raises(UserError, match=r'memory = "retrieve" in prompts/judge.toml'):
         MemoryStrategy().propose_sync(ctx)
 
 

@@ -11,12 +11,20 @@ other folds alone: the test checks that flip by flip, and that the candidate is 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from optimizer import gitops
 from optimizer.devset.split import open_split
-from optimizer.judge.memory import CASES_JSONL, PRINCIPLES_MD, pair_groups, parse_cases, recording_of, split_folds
+from optimizer.judge.memory import (
+    CASES_JSONL,
+    PRINCIPLES_MD,
+    pair_groups,
+    parse_cases,
+    recording_of,
+    split_folds,
+)
 from optimizer.ledger import Ledger
 from optimizer.models import Label
 from optimizer.workspace import Workspace
@@ -52,8 +60,11 @@ class KindJudge(FakeJudge):
 def _memory_workspace(ws: Path) -> None:
     """Judging with memory (k 4, 4 folds) and the memory files allowed to the optimiser, committed."""
     toml = ws / "prompts" / "judge.toml"
-    toml.write_text(toml.read_text(encoding="utf-8") + f'\nmemory = "retrieve"\nmemory_k = 4\nmemory_folds = {FOLDS}\n',
-                    encoding="utf-8")
+    text = toml.read_text(encoding="utf-8")
+    for key, value in (("memory", '"retrieve"'), ("memory_k", "4"), ("memory_folds", str(FOLDS))):
+        text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+        assert n == 1, key
+    toml.write_text(text, encoding="utf-8")
     set_toml_key(ws, "optimizer", "allowed_files",
                  f'["prompts/judge.md", "prompts/rubric.md", "{PRINCIPLES_MD}", "{CASES_JSONL}"]')
     commit_all(ws, "judge with memory")
@@ -65,7 +76,8 @@ def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(ws: Path) -> No
     folds = split_folds(split, FOLDS)
     groups = pair_groups([(t, split.trajectory(t).task.instruction, recording_of(split.trajectory(t)))
                           for t in split.ids])
-    alpha = frozenset(t for g in groups[::2] for t in g)  # every other pair group is of kind ALPHA
+    # Kind ALPHA: every other pair group of each fold, so the kind spans every fold.
+    alpha = frozenset(t for f in range(FOLDS) for g in [g for g in groups if folds.of[g[0]] == f][::2] for t in g)
     assert len({folds.of[t] for t in alpha}) == FOLDS  # the kind spans every fold
     reviewed = sorted(alpha)[0]
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:

@@ -79,6 +79,7 @@ class ProposalContext:
     rng_seed: int
     experiment_seq: int
     judge_mode: str = "direct"  # prompts/judge.toml mode of the incumbent: "direct" or "agentic"
+    judge_memory: str = "off"  # prompts/judge.toml memory of the incumbent: "off" or "retrieve"
     # Decided experiments of earlier runs on this split whose incumbent had these same prompts: their
     # outcome against this incumbent is known (`library` never proposes them again).
     earlier: list[PastExperiment] = field(default_factory=list)

@@ -192,6 +192,9 @@ class MemoryStrategy:
     def propose_sync(self, ctx: ProposalContext) -> Proposal:
         """The same as `propose`, without an event loop."""
         _check_allowed(ctx.allowed_files)
+        if ctx.judge_memory == "off":
+            raise UserError('the memory strategy writes prompts/memory/, which the judge reads only with memory = '
+                            '"retrieve" in prompts/judge.toml; set it there and commit, or choose another strategy')
         try:
             memory = read_memory(ctx.current_files)
         except MemoryEditError as exc:
