@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from optimizer import gitops
 from optimizer.devset.split import open_split
 from optimizer.judge.memory import (
@@ -29,8 +31,17 @@ from optimizer.ledger import Ledger
 from optimizer.models import Label
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest
-from tests.support.loop import FakeJudge, commit_all, git, present, request_texts, run_loop, set_toml_key
-from tests.support.scripted import assert_clean, latest
+from tests.support.loop import (
+    GOOD_ENTRY,
+    FakeJudge,
+    commit_all,
+    git,
+    present,
+    request_texts,
+    run_loop,
+    set_toml_key,
+)
+from tests.support.scripted import ScriptedStrategy, add_heldout_split, assert_clean, install, latest, toggle
 
 FOLDS = 4
 MARKER = "mirrored-layout rule"  # what the ALPHA kind's reviews teach; no item's own text holds it
@@ -116,3 +127,29 @@ def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(ws: Path) -> No
     assert not any(marker for tid, marker in judge.seen if folds.of[tid] in source_folds)
     assert any(marker for tid, marker in judge.seen if folds.of[tid] not in source_folds)
     assert_clean(ws)
+
+
+def test_a_review_of_a_heldout_item_never_reaches_the_strategy(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The structured reviews a strategy gets are of dev items only (a held-out item's note could carry its answer)."""
+    dev, held = add_heldout_split(ws)
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        led.add_review(held[0], "judge_wrong", "held-out note")
+        led.add_review(dev[0], "judge_wrong", "dev note")
+        led.add_review(dev[1], "label_suspect", "looks mislabelled")
+    strategy = ScriptedStrategy([toggle(GOOD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+    (ctx,) = strategy.contexts
+    assert [(r.trajectory_id, r.kind, r.note) for r in ctx.reviews] == [
+        (dev[0], "judge_wrong", "dev note"), (dev[1], "label_suspect", "looks mislabelled")]
+    assert ctx.reviews[0].instruction == open_split(Workspace.open(ws), "small").trajectory(dev[0]).task.instruction
+
+
+def test_run_strategy_memory_without_the_memory_allowed_is_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "memory") == 2
+        assert server.inference_requests() == []  # refused before the baseline
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "the memory strategy edits prompts/memory/cases.jsonl" in err and "allowed_files" in err
