@@ -30,6 +30,7 @@ from optimizer.judge.memory import (
 from optimizer.ledger import Ledger
 from optimizer.models import Label
 from optimizer.workspace import Workspace
+from tests.support.attribution import attribute
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest
 from tests.support.loop import (
     GOOD_ENTRY,
@@ -81,7 +82,7 @@ def _memory_workspace(ws: Path) -> None:
     commit_all(ws, "judge with memory")
 
 
-def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(ws: Path) -> None:
+def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _memory_workspace(ws)
     split = open_split(Workspace.open(ws), "small")
     folds = split_folds(split, FOLDS)
@@ -98,6 +99,8 @@ def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(ws: Path) -> No
     labels: dict[str, Label] = judge.labels
     with FakeLLMServer(default=judge) as server:
         assert run_loop(ws, server.openai_base_url, "--strategy", "memory", "--max-experiments", "1") == 0
+        judged = len(judge.seen)
+        attributed = attribute(ws, server, capsys)
     run, exps = latest(ws)
     base, cand = exps
     assert cand.strategy == "memory" and cand.status == "kept", (cand.status, cand.reason)
@@ -124,8 +127,12 @@ def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(ws: Path) -> No
     # Its own fold never got it: the reviewed item and its fold's ALPHA items are judged as without memory.
     own = [t for t in alpha if folds.of[t] in source_folds and t in after]
     assert own and not any(right(after[t], t) for t in own)
-    assert not any(marker for tid, marker in judge.seen if folds.of[tid] in source_folds)
-    assert any(marker for tid, marker in judge.seen if folds.of[tid] not in source_folds)
+    assert not any(marker for tid, marker in judge.seen[:judged] if folds.of[tid] in source_folds)
+    assert any(marker for tid, marker in judge.seen[:judged] if folds.of[tid] not in source_folds)
+    # Attribution measures the kept case like any kept edit: what it still fixes at the end is of the same kind.
+    (edit,) = attributed["attribution"]
+    assert edit["experiment"] == cand.id and present(edit["items"]) > 0 and edit["broken"] == []
+    assert edit["fixed"] and all(t in alpha and folds.of[t] not in source_folds for t in edit["fixed"])
     assert_clean(ws)
 
 
