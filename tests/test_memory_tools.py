@@ -126,6 +126,23 @@ def test_a_case_copied_into_the_principles_is_refused(dev: DevFixture) -> None:
     assert state.files == before
 
 
+def test_a_retired_case_pasted_into_the_principles_or_the_rubric_is_refused(dev: DevFixture) -> None:
+    """Retiring a case does not free its words: the principles and the rubric, sent with every item, may not
+    copy a case of the incumbent's memory either."""
+    verdict = "The recording that saved a DOCX file instead of the requested format was labelled a failure."
+    state = _state(dev, cases=json.dumps({"id": "k1", "text": verdict,
+                                          "source_items": [dev.items[2].trajectory_id]}) + "\n")
+    err, text = _call(state, "retire_case", id="k1")
+    assert not err, text
+    before = dict(state.files)
+    err, text = _call(state, "edit_principles", text=f"- {verdict}")
+    assert err and "prompts/memory/principles.md would copy" in text and "case k1" in text, text
+    rubric = state.files["prompts/rubric.md"]
+    err, text = _call(state, "write_file", path="prompts/rubric.md", text=rubric + f"\n- {verdict}\n")
+    assert err and "prompts/rubric.md would copy" in text, text
+    assert state.files == before
+
+
 def test_edit_file_cannot_swap_a_source_for_a_heldout_item(dev: DevFixture) -> None:
     tid = dev.items[0].trajectory_id
     state = _state(dev, cases=json.dumps({"id": "k1", "text": "t", "source_items": [tid]}) + "\n")

@@ -140,19 +140,28 @@ def check_memory(old: Memory, new: Memory, dev_ids: frozenset[str], dev_instruct
         _checked_case(case.id, case.text, list(case.source_items), dev_ids, f"{CASES_JSONL} (case {case.id})")
     if new.principles == old.principles:
         return
-    grams = instruction_ngrams([c.text for c in new.cases], COPY_NGRAM)
-    copied = longest_new_copy(old.principles, new.principles, grams)
-    if copied:
-        owner = next((c.id for c in new.cases
-                      if longest_new_copy(None, " ".join(copied), instruction_ngrams([c.text], COPY_NGRAM))), "?")
-        raise MemoryEditError(
-            f"{PRINCIPLES_MD} would copy {len(copied)} words of case {owner} ('{_quote(copied)}'); principles reach "
-            "every item, so a case's verdict there would reach its own items' fold: write a general rule instead"
-        )
+    # Against the incumbent's cases too: retiring a case and pasting it into the principles is still a copy.
+    check_no_case_copy(PRINCIPLES_MD, old.principles, new.principles, (*old.cases, *new.cases))
     guard = check_candidate({PRINCIPLES_MD: (old.principles, new.principles)}, [PRINCIPLES_MD], 10**9,
                             dev_ids=dev_ids, dev_recording_ids=(), dev_instructions=list(dev_instructions))
     if not guard.ok:
         raise MemoryEditError(f"{guard.reason}; principles are general rules, not notes about dev items")
+
+
+def check_no_case_copy(path: str, old_text: str | None, new_text: str, cases: Iterable[Case]) -> None:
+    """Refuse (`MemoryEditError`) a text of prompt file ``path`` (anything but cases.jsonl: the principles, the
+    rubric, judge.md, all sent with every item) that newly copies 8+ words of one of ``cases``."""
+    cases = list(cases)
+    grams = instruction_ngrams([c.text for c in cases], COPY_NGRAM)
+    copied = longest_new_copy(old_text, new_text, grams)
+    if not copied:
+        return
+    owner = next((c.id for c in cases
+                  if longest_new_copy(None, " ".join(copied), instruction_ngrams([c.text], COPY_NGRAM))), "?")
+    raise MemoryEditError(
+        f"{path} would copy {len(copied)} words of case {owner} ('{_quote(copied)}'); {path} reaches every item, so "
+        "a case's verdict there would reach its own items' fold: write a general rule instead"
+    )
 
 
 def _quote(words: list[str], limit: int = 80) -> str:
@@ -163,8 +172,16 @@ def _quote(words: list[str], limit: int = 80) -> str:
 def check_files(before: Mapping[str, str], after: Mapping[str, str], dev_ids: frozenset[str],
                 dev_instructions: Sequence[str]) -> None:
     """Refuse (`MemoryEditError`) the prompt files ``after`` when their memory, edited from the memory of
-    ``before`` (the incumbent's), does not parse or breaks a rule; files other than the memory's are ignored."""
-    check_memory(read_memory(before), read_memory(after), dev_ids, dev_instructions)
+    ``before`` (the incumbent's), does not parse or breaks a rule, or when another changed prompt file
+    (the rubric, judge.md) copies a case of either memory."""
+    old, new = read_memory(before), read_memory(after)
+    check_memory(old, new, dev_ids, dev_instructions)
+    cases = (*old.cases, *new.cases)
+    if not cases:
+        return
+    for path, text in sorted(after.items()):
+        if path not in MEMORY_FILES and text != before.get(path):
+            check_no_case_copy(path, before.get(path), text, cases)
 
 
 def cases_text(memory: Memory) -> str:

@@ -276,8 +276,9 @@ def write_file(state: ToolState, path: str, text: str) -> ToolOutput:
 
 
 def _memory_refusal(state: ToolState, texts: dict[str, str]) -> ToolOutput | None:
-    """An error output when writing ``texts`` would leave a memory that `memoryedit` refuses, else None."""
-    if not any(name in MEMORY_FILES for name in texts):
+    """An error output when writing ``texts`` would leave a memory that `memoryedit` refuses, or a prompt file
+    that copies a case, else None."""
+    if not any(name in MEMORY_FILES for name in texts) and not any(f in MEMORY_FILES for f in state.files):
         return None
     for name, text in texts.items():
         if len(text) > MAX_FILE_CHARS:
