@@ -324,7 +324,8 @@ strategy = "library"        # library (offline) | memory (offline: prompts/memor
 provider = "anthropic"      # the optimiser's own model, for reflect and agent
 model = "claude-sonnet-5-5"
 # base_url, timeout_s = 300, max_retries = 4 as in [judge]
-allowed_files = ["prompts/judge.md", "prompts/rubric.md"]
+allowed_files = ["prompts/judge.md", "prompts/rubric.md"]  # add "prompts/memory/principles.md" and
+                            #   "prompts/memory/cases.jsonl" to let the loop edit the judge's memory
 max_diff_lines = 200
 
 [loop]

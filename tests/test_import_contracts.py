@@ -60,3 +60,17 @@ def test_the_label_firewall_holds_the_judge_and_evaluation_packages_whole() -> N
     sources = {s for c in firewall for s in c["source_modules"]}
     # Whole packages, so a new module in them is inside the firewall without being named.
     assert {"optimizer.judge", "optimizer.evaluation"} <= sources
+
+
+def test_the_judge_package_may_import_no_devset_module_that_reads_labels() -> None:
+    """The memory's pair-aware folds live in the judge package: every devset module that reads a label file
+    (where the release records pairs) is forbidden to it, so folds can only come from judge input."""
+    (judge,) = [c for c in _contracts() if c.get("source_modules") == ["optimizer.judge"]]
+    readers = {
+        ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for path in (REPO / "optimizer" / "devset").glob("*.py")
+        if path.name != "__init__.py"
+        and re.search(r"(?m)^\s*from optimizer\.devset\.labels import|^\s*def load_labels", path.read_text())
+    }
+    assert "optimizer.devset.heldout" in readers
+    assert readers <= set(judge["forbidden_modules"])

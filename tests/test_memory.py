@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,9 +17,13 @@ from optimizer.judge.memory import (
     MAX_SOURCE_ITEMS,
     PRINCIPLES_MD,
     Case,
+    Folds,
     Memory,
+    Retriever,
+    assign_folds,
     memory_files,
     memory_from_files,
+    pair_groups,
     parse_cases,
     parse_principles,
     serialise_cases,
@@ -104,3 +109,110 @@ def test_memory_from_files_reads_either_file_and_writes_both_back() -> None:
     assert memory_from_files(memory_files(memory)) == memory
     with pytest.raises(UserError, match=r"^ws/prompts/memory/cases.jsonl:1: "):
         memory_from_files({CASES_JSONL: "nope\n"}, source="ws/prompts")
+
+
+# --------------------------------------------------------------------------- folds and retrieval
+
+
+def _pairs(n: int) -> list[tuple[str, str, str | None]]:
+    """``n`` AgentHorizon pairs: positives (IA on A), (IB on B); negatives (IB on A), (IA on B)."""
+    items: list[tuple[str, str, str | None]] = []
+    for p in range(n):
+        a, b = f"Open file {p} in the editor", f"Delete file {p} from the disk"
+        items += [(f"p{p}-pa", a, f"rec{p}A"), (f"p{p}-pb", b, f"rec{p}B"),
+                  (f"p{p}-na", b, f"rec{p}A"), (f"p{p}-nb", a, f"rec{p}B")]
+    return items
+
+
+def test_pair_groups_join_an_instruction_pair_by_shared_instructions_and_recordings() -> None:
+    groups = pair_groups(_pairs(3))
+    assert groups == [sorted(f"p{p}-{s}" for s in ("pa", "pb", "na", "nb")) for p in range(3)]
+    # Instructions compare case- and space-insensitively; an item without screenshots joins by instruction.
+    assert pair_groups([("x", "Open  THE file", None), ("y", "open the file", "r1"), ("z", "other", "r1")]) == [
+        ["x", "y", "z"]]
+
+
+def test_folds_are_balanced_pair_aware_and_fixed_by_the_fingerprint() -> None:
+    groups = pair_groups(_pairs(10))
+    folds = assign_folds(groups, "fp-1", 5)
+    assert sorted(folds.of) == sorted(t for g in groups for t in g)
+    assert all(len({folds.of[t] for t in g}) == 1 for g in groups)
+    assert [len(folds.members(f)) for f in range(5)] == [8] * 5
+    assert assign_folds(list(reversed(groups)), "fp-1", 5) == folds  # order of discovery does not matter
+    other = assign_folds(groups, "fp-2", 5)
+    assert other.digest != folds.digest and other.of != folds.of  # another split: another deal
+    assert assign_folds(groups, "fp-1", 4).digest != folds.digest
+
+
+def _memory(*cases: tuple[str, str, list[str]]) -> Memory:
+    return Memory("be strict", tuple(Case(i, t, tuple(s)) for i, t, s in cases))
+
+
+def test_retrieval_ranks_by_similarity_breaks_ties_by_file_order_and_skips_unrelated_cases() -> None:
+    memory = _memory(("c-a", "spreadsheet cell formula", ["s1"]), ("c-b", "email attachment sent", ["s2"]),
+                     ("c-c", "email attachment sent", ["s3"]), ("c-d", "spreadsheet chart", ["s4"]))
+    retriever = Retriever(memory, 2, None)
+    chosen = retriever.select("q", "Send the email with the attachment")
+    assert [c.id for c in chosen.cases] == ["c-b", "c-c"]  # equal scores: file order
+    assert [c.id for c in retriever.select("q", "Fix the spreadsheet formula").cases] == ["c-a", "c-d"]
+    assert retriever.select("q", "Reboot the router").cases == ()  # no shared term: nothing sent
+    assert retriever.select("q", "Reboot the router").block().startswith("## Memory")  # the principles still go
+
+
+def test_an_item_never_gets_a_case_sourced_in_its_own_fold() -> None:
+    folds = Folds(k=2, fingerprint="f", of={"s1": 0, "s2": 1, "s3": 0, "x": 0, "y": 1}, digest="d")
+    memory = _memory(("c1", "email attachment", ["s1"]), ("c2", "email attachment", ["s2"]),
+                     ("c3", "email attachment", ["s2", "s3"]), ("c4", "email attachment", ["elsewhere"]))
+    retriever = Retriever(memory, 4, folds)
+    x = retriever.select("x", "email attachment")
+    assert [c.id for c in x.cases] == ["c2", "c4"] and x.held_back == 2 and x.fold == 0
+    assert [c.id for c in retriever.select("y", "email attachment").cases] == ["c1", "c4"]
+    assert "fold 0; 2 case(s) of this fold kept out" in x.note()
+
+
+def test_cases_of_stop_words_only_retrieve_nothing() -> None:
+    retriever = Retriever(_memory(("c1", "...", ["s1"])), 4, None)
+    assert retriever.select("q", "anything at all").cases == ()
+
+
+def test_the_memory_block_follows_the_cached_trajectory_in_both_layouts(tmp_path: Path) -> None:
+    from optimizer.judge.render import build_request
+    from optimizer.judge.types import TextPart
+    from tests.support.evaluation import make_data
+
+    data = make_data(tmp_path)
+    traj = data.split.trajectory(data.split.ids[0])
+    block = Retriever(_memory(("c1", "save the report", ["s1"])), 4, None).select("q", "Save the report").block()
+    plain = build_request(traj, data.split, data.prompts, layout="trajectory-first")
+    with_memory = build_request(traj, data.split, data.prompts, layout="trajectory-first", memory=block)
+    # The cached prefix is byte for byte the same; the memory is its own part right after the breakpoint.
+    prefix = plain.cache_prefix
+    assert prefix is not None and with_memory.cache_prefix == prefix
+    assert with_memory.parts[:prefix] == plain.parts[:prefix]
+    assert with_memory.parts[prefix] == TextPart(block)
+    assert with_memory.parts[prefix + 1:] == plain.parts[prefix:]
+    # Rubric-first (the local judge's layout): before the closing reminder, after the steps.
+    rubric_first = build_request(traj, data.split, data.prompts, layout="rubric-first", memory=block)
+    last = rubric_first.parts[-1]
+    assert isinstance(last, TextPart) and block + "## Your verdict" in last.text
+
+
+def test_a_linked_memory_folder_or_file_is_refused(tmp_path: Path) -> None:
+    from optimizer.judge.prompts import PromptSet
+    from optimizer.scaffold import init_workspace
+
+    ws = init_workspace(tmp_path / "ws")
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "cases.jsonl").write_text(GOOD + "\n", encoding="utf-8")
+    (ws.prompts_dir / "memory").symlink_to(secret)
+    with pytest.raises(UserError, match=r"memory is a symbolic link"):
+        PromptSet.from_dir(ws.prompts_dir)
+    (ws.prompts_dir / "memory").unlink()
+    (ws.prompts_dir / "memory").mkdir()
+    (ws.prompts_dir / "memory" / "cases.jsonl").symlink_to(secret / "cases.jsonl")
+    with pytest.raises(UserError, match=r"cases.jsonl is a symbolic link"):
+        PromptSet.from_dir(ws.prompts_dir)
+    (ws.prompts_dir / "memory" / "cases.jsonl").unlink()
+    (ws.prompts_dir / "memory" / "cases.jsonl").write_text(GOOD + "\n", encoding="utf-8")
+    assert PromptSet.from_dir(ws.prompts_dir).memory.cases[0].id == "c1"

@@ -63,8 +63,13 @@ class Setup:
                 "prompts/judge.md", "prompts/rubric.md", PRINCIPLES_MD, CASES_JSONL]}),
         }))
         toml = self.root / "prompts" / "judge.toml"
-        toml.write_text(toml.read_text(encoding="utf-8").replace('screenshots = "all"', 'screenshots = "none"')
-                        + '\nmemory = "retrieve"\nmemory_k = 16\nmemory_folds = 3\n', encoding="utf-8")
+        settings = {'screenshots = "all"': 'screenshots = "none"', 'memory = "off"': 'memory = "retrieve"',
+                    "memory_k = 4": "memory_k = 16", "memory_folds = 5": "memory_folds = 3"}
+        text = toml.read_text(encoding="utf-8")
+        for old, new in settings.items():
+            assert old in text
+            text = text.replace(old, new)
+        toml.write_text(text, encoding="utf-8")
         memory = self.root / "prompts" / "memory"
         memory.mkdir()
         (memory / "principles.md").write_text(f"# Principles\n\n- {PRINCIPLE}\n", encoding="utf-8")
@@ -170,16 +175,21 @@ def test_a_run_with_memory_cross_fits_the_baseline_and_a_candidate_that_edits_ca
     assert main(["eval", "-w", str(s.root), "--out", str(out)]) == 0
     folds = _folds(out)
     assert len(server.inference_requests()) == len(requests)  # the run judged this very prompt set
-    with_new = 0
-    for request in requests:
+    from optimizer.ledger import Ledger
+
+    with Ledger(Workspace.open(s.root).ledger_path) as ledger:
+        (run,) = ledger.runs()
+    assert run.config is not None and run.config["memory_folds"]["of"] == folds  # recorded in the ledger too
+    assert len(requests) > len(s.items)  # the baseline's, then the candidate's (maybe stopped early)
+    for n, request in enumerate(requests):
         item, carried, user = s.judged(request)
         tid = item.trajectory_id
         assert not carried & {s.case_of[t] for t in s.pair_of[tid]}
-        if "Case case-new:" in user:
-            with_new += 1
-            assert folds[tid] != folds[first] and tid not in s.pair_of[first]
-    # The candidate's new case reached every item outside its source's fold (8 of 12).
-    assert with_new == sum(1 for item in s.items if folds[item.trajectory_id] != folds[first])
+        if n < len(s.items):
+            assert "Case case-new:" not in user
+        else:  # the candidate's new case reaches exactly the items outside its source's fold
+            assert ("Case case-new:" in user) == (folds[tid] != folds[first])
+            assert ("Case case-new:" in user) <= (tid not in s.pair_of[first])
 
 
 def test_memory_off_sends_the_same_requests_as_a_workspace_without_memory(tmp_path: Path) -> None:
@@ -198,6 +208,17 @@ def test_memory_off_sends_the_same_requests_as_a_workspace_without_memory(tmp_pa
         a = build_request(traj, data.split, plain, text_only=True)
         b = build_request(traj, data.split, with_files, text_only=True)
         assert a == b and a.fingerprint() == b.fingerprint()
+    # A judge.toml from before the memory keys existed renders the same requests, hence the same cache keys.
+    from optimizer.judge.prompts import JUDGE_TOML
+
+    old_toml = "\n".join(line for line in plain.files[JUDGE_TOML].splitlines() if not line.startswith("memory"))
+    assert "memory =" not in old_toml
+    before = PromptSet.from_files({**plain.files, JUDGE_TOML: old_toml})
+    for layout in ("trajectory-first", "rubric-first"):
+        traj = data.split.trajectory(data.split.ids[0])
+        assert build_request(traj, data.split, before, layout=layout).fingerprint() == build_request(
+            traj, data.split, with_files, layout=layout).fingerprint()
+    assert before.settings.dump() == plain.settings.dump()
     # The settings as results record them carry no memory key while memory is off.
     assert "memory" not in plain.settings.dump() and plain.prompt_hash() != with_files.prompt_hash()
     assert PromptSet.from_files(dict(plain.files)).prompt_hash() == plain.prompt_hash()
@@ -295,3 +316,26 @@ def test_a_candidate_whose_case_names_an_id_outside_the_split_is_rejected_and_pr
         last = max(ledger.runs(), key=lambda r: r.id)
         candidate = next(e for e in ledger.experiments(last.id) if e.seq == 1)
     assert candidate.status == "guard_rejected" and "contains the dev id" in (candidate.reason or "")
+
+
+def test_a_batch_eval_carries_the_same_cross_fitted_memory(tmp_path: Path) -> None:
+    with FakeLLMServer(default=_answer, batch_polls=1) as server:
+        s = Setup(tmp_path, server)
+        cfg = Workspace.open(s.root).config
+        write_config(s.root, cfg.model_copy(update={"judge": cfg.judge.model_copy(
+            update={"batch_poll_s": 0.01, "batch_poll_max_s": 0.04})}))
+        out = s.root / "experiments" / "evals" / "batch"
+        assert main(["eval", "-w", str(s.root), "--out", str(out), "--batch", "--batch-cold"]) == 0
+        entries = [r for r in server.inference_requests() if r.batch_id is not None]
+        assert len(entries) == len(s.items)
+        assert _check_requests(s, entries, _folds(out)) == {item.trajectory_id for item in s.items}
+
+
+def test_memory_is_refused_in_one_line_where_the_request_is_not_built_in_common_code(
+    setup: tuple[Setup, FakeLLMServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    s, server = setup
+    toml = s.root / "prompts" / "judge.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('mode = "direct"', 'mode = "agentic"'), encoding="utf-8")
+    assert 'memory = "retrieve" with mode = "agentic"' in _eval_err(s, capsys)
+    assert server.inference_requests() == []

@@ -458,12 +458,9 @@ def memory_retriever(ws: Workspace, split: Split, prompts: PromptSet, provider: 
     settings = prompts.settings
     if settings.memory == "off":
         return None
-    if settings.mode == "agentic":
-        raise UserError('judge.toml sets memory = "retrieve" with mode = "agentic"; memory is sent with the direct '
-                        'judge only (and batches of it): set mode = "direct" or memory = "off"')
-    if provider.traits.sandbox is not None:
-        raise UserError(f'judge.toml sets memory = "retrieve", which the {provider.name} provider (a harness judge '
-                        "reading its own files) cannot carry; set memory = \"off\" or judge with anthropic, openai or local")
+    refusal = memory_refusal(prompts, provider)
+    if refusal is not None:
+        raise UserError(refusal)
     cfg = ws.config.workspace
     dev_name = cfg.dev_split
     dev_ids = split.ids if split.name == dev_name else _dev_ids(ws, dev_name)
@@ -473,6 +470,20 @@ def memory_retriever(ws: Workspace, split: Split, prompts: PromptSet, provider: 
     named = prompts.memory.source_items()
     folds = split_folds(split, settings.memory_folds) if named & set(split.ids) else None
     return Retriever(prompts.memory, settings.memory_k, folds)
+
+
+def memory_refusal(prompts: PromptSet, provider: Provider) -> str | None:
+    """Why ``memory = "retrieve"`` cannot be judged with (one line), or None: the request that carries the
+    memory is built in common code for the direct judge (every provider but a harness, batches too)."""
+    if prompts.settings.memory == "off":
+        return None
+    if prompts.settings.mode == "agentic":
+        return ('judge.toml sets memory = "retrieve" with mode = "agentic"; memory is sent with the direct judge '
+                'only (and batches of it): set mode = "direct" or memory = "off"')
+    if provider.traits.sandbox is not None:
+        return (f'judge.toml sets memory = "retrieve", which the {provider.name} provider (a harness judge reading '
+                'its own files) cannot carry; set memory = "off" or judge with anthropic, openai or local')
+    return None
 
 
 def _dev_ids(ws: Workspace, name: str) -> list[str]:

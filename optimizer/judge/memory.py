@@ -9,8 +9,11 @@ sources cannot be kept out of its own items' fold, so it is refused). Sizes are 
 ``MAX_*`` constants) so a crafted file cannot blow up a request or the parser; every problem is one
 `UserError` naming the file and, for a case, its line.
 
-Pure: parsing, validation and serialisation of text. Reading the files is `PromptSet`'s; retrieval and
-folds build on `Memory`. Judge-input side: nothing here reads labels.
+Also here: pair-aware folds (`pair_groups`, `assign_folds`, `split_folds`: items sharing an instruction or a
+recording are one group, dealt to folds fixed by the split fingerprint) and cross-fitted retrieval
+(`Retriever`: top-k cases by TF-IDF similarity to the instruction, never one sourced in the item's own
+fold; `Selection.block` is the request text). Reading the files is `PromptSet`'s. Judge-input side:
+nothing here reads labels (pairs come from ids, instructions and screenshot folders).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from optimizer import gitops
 from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
@@ -26,7 +27,7 @@ from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.stopping import Aborted, Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.harness import check_budget
-from optimizer.judge.prompts import PromptSet
+from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.providers import Usage, check_judge_key
 from optimizer.ledger import Experiment, Ledger, Run, RunStatus
 from optimizer.loop.runner import LoopRunner, decision_trailers, fmt3
@@ -304,7 +305,8 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
         split_fingerprint=split.fingerprint, start_rev=start_rev,
         budgets=limits.as_dict() | {"replicates": replicates} | ({"batch": True} if options.batch else {})
         | ({"manual_edit": str(manual_dir.relative_to(ws.root))} if manual_dir else {}),
-        config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")},
+        config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")}
+        | _memory_folds_record(split, start_settings),
     )
     gitops.create_run_branch(ws.root, run.id, start_rev)
     ledger.set_labels(run.id, load_labels(split))  # for the TUI and the report, never for a judge
@@ -319,6 +321,16 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     # Decided from its record from the first candidate on, as a resume will (`RunSettings.from_run`).
     settings = RunSettings.from_run(run, cfg, RunOverrides(propose_only=options.propose_only))
     return _Prepared(run, split, settings, 0.0, strategy_name)
+
+
+def _memory_folds_record(split: Split, settings: JudgeSettings) -> dict[str, Any]:
+    """The pair-aware folds judging with memory uses on this split (fixed by its fingerprint and the start's
+    memory_folds), recorded in the run's config as ``memory_folds``; nothing when memory is off."""
+    if settings.memory == "off":
+        return {}
+    from optimizer.judge.memory import split_folds
+
+    return {"memory_folds": split_folds(split, settings.memory_folds).as_record()}
 
 
 def _check_batch_judge(ws: Workspace, judge: JudgeSection, rev: str) -> None:

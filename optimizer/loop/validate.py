@@ -17,6 +17,7 @@ from optimizer import gitops
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import batching_provider
+from optimizer.evaluation.evaluator import memory_refusal
 from optimizer.judge.memory import check_sources
 from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet
 from optimizer.judge.render import build_request
@@ -56,6 +57,9 @@ def validate_prompts(
         if prompts.settings.mode == "agentic" and not traits.tool_use:
             return (f'{source}: judge.toml sets mode = "agentic", which the {provider.name} provider cannot run '
                     '(it has no tool use); keep mode = "direct"')
+        refusal = memory_refusal(prompts, provider)
+        if refusal is not None:
+            return refusal
         if batch:
             batching_provider(provider, prompts.settings.mode)
         # Render what the judge would be sent for one real item (its text and placements; the
