@@ -120,3 +120,14 @@ def test_principles_are_fixed_general_rules_never_an_item(dev: DevFixture) -> No
 def test_nothing_left_is_a_proposal_error(dev: DevFixture) -> None:
     with pytest.raises(ProposalError, match="nothing new to distil"):
         MemoryStrategy().propose_sync(_ctx(dev))
+
+
+def test_a_newer_review_note_is_added_to_its_case(dev: DevFixture) -> None:
+    tid = dev.items[2].trajectory_id
+    cases = json.dumps({"id": "k1", "text": "Instruction: save as PDF.", "source_items": [tid]}) + "\n"
+    proposal = MemoryStrategy().propose_sync(_ctx(dev, reviews=[_review(dev, 2, "The name was wrong too.")],
+                                                  cases=cases))
+    (case,) = parse_cases(proposal.files[CASES_JSONL])
+    assert case.id == "k1" and case.source_items == (tid,)
+    assert case.text == "Instruction: save as PDF.\n- A reviewer noted: The name was wrong too."
+    assert proposal.meta["memory_move"].startswith("edit:k1:")
