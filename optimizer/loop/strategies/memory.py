@@ -14,7 +14,7 @@ earlier run on this split from the same prompts, as `library` does):
    candidate, then, if that was rolled back, each group alone;
 3. **edit** a case whose source items got a review note since it was written (the note is added);
 4. **add** cases for up to `DISAGREEMENT_BATCH` groups of stable disagreements no case covers (in an
-   order fixed by the run's seed and the experiment number);
+   order fixed by the run's seed);
 5. **principles**: a fixed, general rule for a mistake type the judge keeps missing (at least
    `PRINCIPLE_MIN` stable missed failures of that type) or for rejected successes; never a case's
    words, an item's id or its label.
@@ -126,12 +126,16 @@ class _Group:
     def case_text(self) -> str:
         lines = [f"Instruction: {_clip(self.instruction, _INSTRUCTION_CHARS)}"]
         for d in sorted(self.disagreements, key=lambda d: d.trajectory_id):
+            if d.judge_success is None:
+                seen = "A recording the judge gave no valid answer on"
+            else:
+                seen = "A recording the judge failed" if d.label_positive else "A recording the judge passed"
             if d.label_positive:
-                lines.append(f"- A recording the judge failed was a success: {SUCCESS_CHECK}.")
+                lines.append(f"- {seen} was a success: {SUCCESS_CHECK}.")
             else:
                 check = CHECKS.get(d.mistake_type or "", UNTYPED_CHECK)
                 kind = f" ({d.mistake_type})" if d.mistake_type else ""
-                lines.append(f"- A recording the judge passed was a failure{kind}: {check}.")
+                lines.append(f"- {seen} was a failure{kind}: {check}.")
         for r in self.reviews:
             what = "found the judge's verdict wrong" if r.kind == "judge_wrong" else "found the rubric ambiguous"
             lines.append(f"- A reviewer {what}: {_clip(r.note, _NOTE_CHARS) or '(no note)'}")
@@ -262,7 +266,8 @@ class MemoryStrategy:
                               "note(s) of its source items."))
         stable = [d for d in ctx.disagreements if not d.unstable and d.trajectory_id not in suspect]
         groups = _groups([], stable, covered | {r.trajectory_id for r in reviewed})
-        rng = rng_for(ctx.rng_seed, ctx.experiment_seq)
+        # One order per run (not per experiment), so the batches stay the same until one is kept.
+        rng = rng_for(ctx.rng_seed, 0)
         rng.shuffle(groups)
         for start in range(0, len(groups), DISAGREEMENT_BATCH):
             moves.append(_add(memory, groups[start:start + DISAGREEMENT_BATCH], "the incumbent's stable disagreements"))
