@@ -153,9 +153,11 @@ def test_a_review_of_a_heldout_item_never_reaches_the_strategy(ws: Path, monkeyp
     assert ctx.reviews[0].instruction == open_split(Workspace.open(ws), "small").trajectory(dev[0]).task.instruction
 
 
-def test_run_strategy_memory_without_the_memory_allowed_is_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_strategy_memory_without_the_memory_allowed_is_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    set_toml_key(ws, "optimizer", "strategy", '"memory"')  # judgeloop.toml's key, as `--strategy memory`
+    commit_all(ws, "the memory strategy")
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        assert run_loop(ws, server.openai_base_url, "--strategy", "memory") == 2
+        assert run_loop(ws, server.openai_base_url) == 2
         assert server.inference_requests() == []  # refused before the baseline
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
