@@ -175,7 +175,9 @@ def test_agent_adds_a_case_through_the_sdk(dev: DevFixture, monkeypatch: pytest.
         )
         cfg = OptimizerSection(strategy="agent", provider="anthropic", model="m", base_url=server.anthropic_base_url)
         proposal = asyncio.run(AgentStrategy(cfg, {"m": Price(input=1.0, output=1.0)}).propose(ctx))
-        offered = {t["name"] for t in server.inference_requests()[0].body["tools"]}
+        first = server.inference_requests()[0].body
+        offered = {t["name"] for t in first["tools"]}
+    assert "source_items are the one place dev trajectory ids belong" in json.dumps(first["messages"][0])
     assert offered >= MEMORY_TOOLS
     assert set(proposal.files) == {CASES_JSONL} and proposal.tool_errors == 1
     (case,) = parse_cases(proposal.files[CASES_JSONL])
