@@ -339,3 +339,19 @@ def test_memory_is_refused_in_one_line_where_the_request_is_not_built_in_common_
     toml.write_text(toml.read_text(encoding="utf-8").replace('mode = "direct"', 'mode = "agentic"'), encoding="utf-8")
     assert 'memory = "retrieve" with mode = "agentic"' in _eval_err(s, capsys)
     assert server.inference_requests() == []
+
+
+def test_a_harness_judge_with_memory_is_refused_in_one_line(tmp_path: Path) -> None:
+    from optimizer.evaluation.evaluator import memory_refusal
+    from optimizer.judge.types import ProviderTraits
+    from tests.support.evaluation import InTestProvider, make_data
+
+    data = make_data(tmp_path)
+    files = dict(data.prompts.files)
+    files["prompts/judge.toml"] = files["prompts/judge.toml"].replace('memory = "off"', 'memory = "retrieve"')
+    prompts = PromptSet.from_files(files)
+    provider = InTestProvider(lambda _r: "")
+    assert memory_refusal(prompts, provider) is None and memory_refusal(data.prompts, provider) is None
+    provider.traits = ProviderTraits(sandbox="codex")
+    refusal = memory_refusal(prompts, provider)
+    assert refusal is not None and "harness judge" in refusal and 'set memory = "off"' in refusal
