@@ -42,10 +42,6 @@ class MemoryEditError(Exception):
     """An edit of the memory that is refused; ``str()`` is the reason, one sentence."""
 
 
-def is_memory_file(name: str) -> bool:
-    return name in MEMORY_FILES
-
-
 def read_memory(files: Mapping[str, str]) -> Memory:
     """The memory held in ``files`` (prompt path -> text); a file that does not parse is a `MemoryEditError`."""
     try:
