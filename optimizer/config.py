@@ -323,7 +323,7 @@ max_retries = 4
 # batch = 0.5               # the batch API's multiplier on every price; default: 1 (no discount)
 
 [optimizer]
-strategy = "library"        # library (offline) | reflect | agent
+strategy = "library"        # library (offline) | memory (offline: prompts/memory/) | reflect | agent
 provider = "anthropic"      # the optimiser's own model, for reflect and agent
 model = "claude-sonnet-5-5"
 # base_url, timeout_s = 300, max_retries = 4 as in [judge]

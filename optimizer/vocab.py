@@ -16,7 +16,7 @@ from typing import Literal, get_args
 # -- the loop's settings ---------------------------------------------------------------------------
 
 # Strategies that propose a candidate (`optimizer.loop.strategies.make_strategy`; [optimizer] strategy).
-StrategyName = Literal["agent", "reflect", "library"]
+StrategyName = Literal["agent", "reflect", "library", "memory"]
 STRATEGIES: tuple[StrategyName, ...] = get_args(StrategyName)
 # `judgeloop run --strategy manual`: judge the prompts as edited in the working tree (no optimiser).
 MANUAL: Literal["manual"] = "manual"

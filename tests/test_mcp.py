@@ -30,6 +30,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from optimizer import gitops
 from optimizer.cli import main
 from optimizer.devset.split import open_split
+from optimizer.judge.memory import parse_cases
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
 from optimizer.ledger import Experiment, Ledger, Run
 from optimizer.paths import MAX_PROMPT_FILE_CHARS
@@ -44,6 +45,7 @@ from tests.support.loop import (
     commit_all,
     labels_of,
     make_workspace,
+    present,
     set_toml_key,
     wait_for,
 )
@@ -388,6 +390,59 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
     assert len(runs) == 1 and [e.status for e in exps[runs[0].id]] == ["baseline", "guard_rejected"]
     assert seen["status"]["candidates"] == {"guard_rejected": 1}
     assert gitops.rev_parse(ws, "HEAD") == start and gitops.rejected_refs(ws) == {}
+    assert_clean(ws)
+
+
+@pytest.mark.slow
+def test_memory_edits_through_propose_are_the_agents_memory_tools_and_refuse_alike(ws: Path, tmp_path: Path) -> None:
+    """``propose``'s memory edits run the agent strategy's memory tools: a case naming a held-out item, a case
+    without sources and principles naming a dev item are refused, nothing committed, the files untouched; a
+    valid case is a candidate like any other (guards, commit, evaluation, decision)."""
+    set_toml_key(ws, "optimizer", "allowed_files",
+                 '["prompts/judge.md", "prompts/rubric.md", "prompts/memory/principles.md", "prompts/memory/cases.jsonl"]')
+    toml = ws / "prompts" / "judge.toml"
+    toml.write_text(re.sub(r"(?m)^memory = .*$", 'memory = "retrieve"', toml.read_text(encoding="utf-8")),
+                    encoding="utf-8")
+    commit_all(ws, "the memory is allowed")
+    held_id = open_split(Workspace.open(ws), "held").ids[0]
+    dev_id = sorted(labels_of(ws))[0]
+    start = gitops.rev_parse(ws, "HEAD")
+    seen: dict[str, types.CallToolResult] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                edits = {
+                    "heldout": [{"tool": "add_case", "arguments": {"text": "t", "source_items": [held_id]}}],
+                    "nosource": [{"tool": "add_case", "arguments": {"text": "t", "source_items": []}}],
+                    "second_bad": [{"tool": "add_case", "arguments": {"text": "fine", "source_items": [dev_id]}},
+                                   {"tool": "edit_principles", "arguments": {"text": f"- {dev_id} is a failure."}}],
+                }
+                for name, memory in edits.items():
+                    seen[name] = await call(session, "propose", memory=memory, rationale="remember")
+                seen["empty"] = await call(session, "propose", rationale="nothing")
+                seen["valid"] = await call(session, "propose", rationale="a format case", memory=[
+                    {"tool": "add_case", "arguments": {"text": "PDF was required; a DOCX is a failure.",
+                                                       "source_items": [dev_id]}}])
+
+    drive(body)
+    heldout = text(seen["heldout"])
+    assert seen["heldout"].is_error and "nothing was proposed or committed: memory edit 1 (add_case)" in heldout
+    assert f"names {held_id!r}, which is not an item of the dev split" in heldout
+    assert seen["nosource"].is_error and "names no source_items" in text(seen["nosource"])
+    assert seen["second_bad"].is_error and "memory edit 2 (edit_principles)" in text(seen["second_bad"])
+    assert seen["empty"].is_error and "nothing to propose" in text(seen["empty"])
+    # The fake judge ignores memory: the valid case changes no verdict and is rolled back, its commit kept aside.
+    valid = data(seen["valid"])
+    assert valid["outcome"] == "rolled_back", valid
+    runs, exps = ledger_state(ws)
+    base, cand = exps[runs[0].id]
+    assert base.status == "baseline" and cand.files_changed == ["prompts/memory/cases.jsonl"]
+    (case,) = parse_cases(present(gitops.read_file_at(ws, gitops.rejected_refs(ws)[cand.id],
+                                                      "prompts/memory/cases.jsonl")))
+    assert case.source_items == (dev_id,)
+    assert not (ws / "prompts" / "memory").exists()
+    assert gitops.rev_parse(ws, "HEAD") == start
     assert_clean(ws)
 
 

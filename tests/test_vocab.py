@@ -43,7 +43,7 @@ def test_the_config_accepts_each_strategy_and_the_registry_builds_it(name: vocab
 def test_the_config_refuses_a_name_outside_the_vocabulary() -> None:
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="'agent', 'reflect' or 'library'"):
+    with pytest.raises(ValidationError, match="'agent', 'reflect', 'library' or 'memory'"):
         OptimizerSection(strategy="manual")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="'adaptive', 'paired' or 'literal'"):
         LoopSection(policy="bogus")  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from optimizer.workspace import Workspace, lock_holder
 
 # `judgeloop run --strategy`'s names (optimizer.vocab) in the start-run form's order: the offline one first,
 # then by cost, "manual" last (a test holds this a permutation of RUN_STRATEGIES).
-STRATEGIES: tuple[RunStrategyName, ...] = ("library", "reflect", "agent", MANUAL)
+STRATEGIES: tuple[RunStrategyName, ...] = ("library", "memory", "reflect", "agent", MANUAL)
 # How the start-run form names them ("manual" judges the prompts as you edited them in the working tree).
 STRATEGY_LABELS: dict[str, str] = {MANUAL: "manual (judge my edit of the prompts)"}
 # `judgeloop run --provider`'s names ([judge] provider).

@@ -197,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("run", "optimizer.cli.loop:cmd_run", "run the optimisation loop on the dev split")
     p.add_argument("--split", metavar="NAME", help="the split the loop judges on (default: [workspace] dev_split)")
     p.add_argument("--strategy", choices=RUN_STRATEGIES,
-                   help="who proposes the candidates; manual: your working-tree edit of the allowed files, judged "
+                   help="who proposes the candidates; memory: distil human reviews and disagreements into "
+                        "prompts/memory/ (offline); manual: your working-tree edit of the allowed files, judged "
                         "as one candidate (default: [optimizer] strategy, library)")
     p.add_argument("-m", "--message", metavar="TEXT",
                    help="--strategy manual: the edit's rationale (default: \"a hand edit of FILES\")")

@@ -60,6 +60,7 @@ from optimizer.loop.strategies import (
     Proposal,
     ProposalContext,
     ProposalError,
+    ReviewNote,
     Strategy,
 )
 from optimizer.loop.validate import candidate_files, validate_prompts
@@ -553,11 +554,15 @@ class LoopRunner:
             guidance += "\n\n## Human reviews of judge verdicts\n" + "\n".join(
                 f"- {r.kind.replace('_', ' ')} on {r.trajectory_id}: {r.note}" for r in reviews
             )
+        settings = PromptSet.from_dir(self.ws.prompts_dir).settings
+        dev_ids = set(self.split.ids)  # a review of another split's item never reaches the memory strategy
+        notes = [ReviewNote(r.trajectory_id, r.kind, r.note, self.split.trajectory(r.trajectory_id).task.instruction)
+                 for r in reviews if r.trajectory_id in dev_ids]
         return ProposalContext(
             workspace_root=self.root, allowed_files=allowed, current_files=current,
             disagreements=disagreements, history=history, guidance=guidance.strip(), split=self.split,
             rng_seed=self.seed, experiment_seq=seq,
-            judge_mode=PromptSet.from_dir(self.ws.prompts_dir).settings.mode, earlier=earlier,
+            judge_mode=settings.mode, judge_memory=settings.memory, earlier=earlier, reviews=notes,
         )
 
     def _earlier_from_same_prompts(self, incumbent: Experiment) -> list[PastExperiment]:

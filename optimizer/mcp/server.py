@@ -24,7 +24,7 @@ from mcp.server.stdio import stdio_server
 from optimizer import __version__
 from optimizer.errors import UserError
 from optimizer.events import ProgressSnapshot
-from optimizer.loop.strategies.tools import ToolOutput, spec
+from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, spec
 from optimizer.mcp.session import FLIPS_HELP, McpSession
 
 INSTRUCTIONS = """\
@@ -56,6 +56,15 @@ def _sync(method: Callable[[McpSession, Mapping[str, Any]], ToolOutput]) -> Call
     return run
 
 
+# `propose`'s memory edits: the agent strategy's memory tools (their own schemas), applied in order.
+_MEMORY_EDITS: dict[str, Any] = {
+    "type": "array",
+    "description": "edits of the judge's memory (prompts/memory/), applied in order after files, with the agent "
+                   "strategy's memory tools: " + " ".join(f"{t.name}: {t.description}" for t in MEMORY_TOOL_SPECS),
+    "items": {"oneOf": [_obj({"tool": {"const": t.name}, "arguments": t.parameters}, ["tool", "arguments"])
+                        for t in MEMORY_TOOL_SPECS]},
+}
+
 TOOLS: tuple[_Tool, ...] = (
     _Tool("status", "The session at a glance: run, dev split, judge, decision policy, the budget (spent and left), "
           "the baseline's and the incumbent's kappa and FPR, candidates so far, the allowed files, what to do next.",
@@ -74,15 +83,17 @@ TOOLS: tuple[_Tool, ...] = (
           spec("view_screenshot").parameters, _sync(lambda s, a: s.view_screenshot(a))),
     _Tool("read_file", "Read an allowed prompt file as the incumbent has it.", spec("read_file").parameters,
           _sync(lambda s, a: s.read_file(a))),
-    _Tool("propose", "Propose a candidate: the new full text of one or more allowed prompt files and a one-paragraph "
-          "rationale. It is checked by the guards (allowed files, diff size, no dev ids, instructions or values), "
-          "committed, evaluated on the dev split and decided: the answer is the outcome (kept, rolled_back, "
-          "guard_rejected, error, or waiting with propose_only), kappa and FPR before and after, the p-value and "
+    _Tool("propose", "Propose a candidate: the new full text of one or more allowed prompt files and/or memory edits "
+          "(when prompts/memory/ is allowed), and a one-paragraph rationale. It is checked by the guards (allowed "
+          "files, diff size, no dev ids, instructions or values), committed, evaluated on the dev split and "
+          "decided: the answer is the outcome (kept, rolled_back, guard_rejected, error, or waiting with "
+          "propose_only), kappa and FPR before and after, the p-value and "
           f"the flips ({FLIPS_HELP}). Takes minutes: every item may be judged. propose_only: evaluate in full and "
           "wait for decide instead of deciding by the policy.",
           _obj({"files": {"type": "object", "additionalProperties": {"type": "string"},
                           "description": "allowed prompt file path -> its new full text"},
-                "rationale": {"type": "string"}, "propose_only": {"type": "boolean"}}, ["files", "rationale"]),
+                "memory": _MEMORY_EDITS,
+                "rationale": {"type": "string"}, "propose_only": {"type": "boolean"}}, ["rationale"]),
           lambda s, a: s.propose(a)),
     _Tool("decide", "Keep or discard the candidate waiting after a propose with propose_only.",
           _obj({"experiment": {"type": "integer"}, "decision": {"type": "string", "enum": ["keep", "discard"]}},

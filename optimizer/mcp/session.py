@@ -46,7 +46,7 @@ from optimizer.loop.session import (
     decide_waiting,
 )
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
-from optimizer.loop.strategies.tools import ToolOutput, ToolState, read_item, run_tool
+from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, ToolState, read_item, run_tool
 from optimizer.paths import check_prompts_tree, read_prompt_file
 from optimizer.report import attribution_json, export_experiments_tsv, report_text, write_markdown_report
 from optimizer.vocab import PolicyName, RunStatus
@@ -63,6 +63,7 @@ MEANING: dict[str, str] = {
     "error": "not decided (the budget, or infrastructure errors); rolled back, nothing kept",
     "waiting": "evaluated in full and waiting: call decide with keep or discard",
 }
+MEMORY_TOOLS: tuple[str, ...] = tuple(t.name for t in MEMORY_TOOL_SPECS)
 FLIPS_HELP = ("fn_to_tp: successes newly judged right; fp_to_tn: failures newly caught; tp_to_fn: successes "
               "newly rejected; tn_to_fp: failures newly let through (what the FPR guard forbids)")
 
@@ -318,9 +319,15 @@ class McpSession:
 
     async def propose(self, args: Mapping[str, Any]) -> ToolOutput:
         """Check the files as the agent's tools do, then the loop's candidate path; answers the decision."""
-        files, rationale, propose_only = args.get("files"), args.get("rationale"), args.get("propose_only", False)
-        if not isinstance(files, dict) or not files or not all(isinstance(v, str) for v in files.values()):
+        files, rationale, propose_only = args.get("files", {}), args.get("rationale"), args.get("propose_only", False)
+        memory = args.get("memory", [])
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             return _error("files must be an object mapping allowed prompt files to their new full text")
+        if not isinstance(memory, list) or not all(isinstance(op, dict) for op in memory):
+            return _error("memory must be a list of edits, each {\"tool\": add_case | edit_case | retire_case | "
+                          "edit_principles, \"arguments\": {...}}")
+        if not files and not memory:
+            return _error("nothing to propose: give files (allowed prompt file -> new full text), memory edits, or both")
         if not isinstance(rationale, str):
             return _error("rationale must be a string")
         if not isinstance(propose_only, bool):
@@ -346,6 +353,16 @@ class McpSession:
             out = run_tool(state, "write_file", {"path": path, "text": text})
             if out.is_error:
                 return _error(f"nothing was proposed or committed: {out.text.removeprefix('error: ')}")
+        for n, op in enumerate(memory, start=1):
+            # The agent strategy's own memory tools on the same state: the same checks, the same refusals.
+            tool = op.get("tool")
+            if tool not in MEMORY_TOOLS:
+                return _error(f"nothing was proposed or committed: memory edit {n} names tool {tool!r}; use one of "
+                              f"{', '.join(MEMORY_TOOLS)}")
+            out = run_tool(state, str(tool), op.get("arguments", {}))
+            if out.is_error:
+                return _error(f"nothing was proposed or committed: memory edit {n} ({tool}): "
+                              f"{out.text.removeprefix('error: ')}")
         out = run_tool(state, "submit", {"rationale": rationale})
         if out.is_error:
             return _error(f"nothing was proposed or committed: {out.text.removeprefix('error: ')}")

@@ -38,7 +38,8 @@ class ReviewsView(View):
                                   ("kind", "kind", 16), ("note", "note", 50), ("by", "author", 10)):
             table.add_column(label, key=key, width=width)
         yield table
-        yield Static("reviews guide the agent strategy; `judgeloop reviews --export FILE` writes them as JSONL",
+        yield Static("reviews guide the agent strategy and feed the memory strategy; `judgeloop reviews --export FILE` "
+                     "writes them as JSONL",
                      classes="hint")
 
     def reload(self) -> None:

@@ -3,8 +3,9 @@ new texts for some allowed prompt files.
 
 A strategy never writes files (the loop applies the texts after the guards), never opens a split
 other than ``ctx.split`` (the dev split) and sees labels only through `Disagreement`.
-``make_strategy`` picks one of ``library`` (offline, no LLM), ``reflect`` (one LLM call) and
-``agent`` (an LLM with tools over the dev split).
+``make_strategy`` picks one of ``library`` (offline, no LLM), ``memory`` (offline: distils human reviews
+and disagreements into ``prompts/memory/``), ``reflect`` (one LLM call) and ``agent`` (an LLM with
+tools over the dev split).
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ class Disagreement:
 
 
 @dataclass(frozen=True)
+class ReviewNote:
+    """A person's review of a dev item (the ledger's ``reviews``; only dev items ever reach a strategy)."""
+
+    trajectory_id: str
+    kind: str  # optimizer.vocab.REVIEW_KINDS
+    note: str
+    instruction: str
+
+
+@dataclass(frozen=True)
 class PastExperiment:
     id: int
     decision: str
@@ -68,9 +79,12 @@ class ProposalContext:
     rng_seed: int
     experiment_seq: int
     judge_mode: str = "direct"  # prompts/judge.toml mode of the incumbent: "direct" or "agentic"
+    judge_memory: str = "off"  # prompts/judge.toml memory of the incumbent: "off" or "retrieve"
     # Decided experiments of earlier runs on this split whose incumbent had these same prompts: their
     # outcome against this incumbent is known (`library` never proposes them again).
     earlier: list[PastExperiment] = field(default_factory=list)
+    # The human reviews of dev items, oldest first (their text is in ``guidance`` too).
+    reviews: list[ReviewNote] = field(default_factory=list)
 
 
 @dataclass
@@ -126,6 +140,12 @@ def _reflect(optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> St
     return ReflectStrategy(optimizer_cfg, prices)
 
 
+def _memory(optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:  # noqa: ARG001 - one factory signature
+    from optimizer.loop.strategies.memory import MemoryStrategy
+
+    return MemoryStrategy(optimizer_cfg.allowed_files)
+
+
 def _agent(optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:
     from optimizer.loop.strategies.agent import AgentStrategy
 
@@ -137,11 +157,12 @@ FACTORIES: dict[str, Callable[[OptimizerSection, Mapping[str, Price]], Strategy]
     "agent": _agent,
     "reflect": _reflect,
     "library": _library,
+    "memory": _memory,
 }
 
 
 def make_strategy(name: str, optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:
-    """The strategy called ``name`` (``library`` | ``reflect`` | ``agent``).
+    """The strategy called ``name`` (``library`` | ``memory`` | ``reflect`` | ``agent``).
 
     ``prices`` maps model ids to `Price` (US dollars per million tokens) for the optimiser's cost.
     LLM strategies check the API key here, so a missing key fails the run before any experiment.

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from optimizer.judge.memory import MEMORY_FILES
 from optimizer.judge.providers import check_optimizer_key
 from optimizer.judge.types import (
     AssistantTurn,
@@ -63,6 +64,13 @@ AGENTIC_JUDGE_NOTE = (
 )
 
 
+MEMORY_NOTE = (
+    "The judge's memory (prompts/memory/) is yours to edit with add_case, edit_case, retire_case and "
+    "edit_principles: a case's source_items are the one place dev trajectory ids belong (a case is never shown "
+    "for its own items' fold, so it helps only similar items elsewhere); the principles are general rules.\n"
+)
+
+
 def _opening(ctx: ProposalContext) -> str:
     counts = counts_by_direction(ctx.disagreements)
     return (
@@ -71,6 +79,7 @@ def _opening(ctx: ProposalContext) -> str:
         f"{counts['missed_failure']} missed failures (too lenient) and {counts['rejected_success']} "
         f"rejected successes (too strict). {len(ctx.history)} past experiments in this run.\n"
         + (AGENTIC_JUDGE_NOTE if ctx.judge_mode == "agentic" else "")
+        + (MEMORY_NOTE if any(f in MEMORY_FILES for f in ctx.allowed_files) else "")
         + "Investigate with the tools, edit the files, then call submit."
     )
 
@@ -112,7 +121,7 @@ class AgentStrategy:
         state = ToolState(ctx)
         system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
         messages: list[ConversationMessage] = [UserMessage((TextPart(_opening(ctx)),))]
-        tools = tool_specs()
+        tools = tool_specs(ctx.allowed_files)
         async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
             for _turn in range(self.cfg.max_agent_turns):
                 turn = await model.turn(system, messages, tools)

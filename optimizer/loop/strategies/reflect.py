@@ -4,7 +4,10 @@ The request holds the incumbent's allowed files, a direction-aware sample of its
 disagreements (missed failures and rejected successes balanced, capped), the human guidance and a
 short history. The reply must be one JSON object
 ``{"file", "section_heading", "new_section", "rationale"}``; the section under that Markdown heading
-is replaced (`optimizer.strategies.common.splice_section`). Anything else is a `ProposalError`.
+is replaced (`optimizer.strategies.common.splice_section`). When the memory files are allowed the
+reply may instead be ``{"memory": [{"tool": "add_case", "arguments": {...}}, ...], "rationale"}``: the
+edits run through the agent's memory tools (`optimizer.loop.strategies.tools`), with their checks.
+Anything else is a `ProposalError`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from optimizer.judge.memory import MEMORY_FILES
 from optimizer.judge.providers import check_optimizer_key
 from optimizer.judge.types import TextPart, UserMessage
 from optimizer.loop.strategies import Proposal, ProposalContext
@@ -28,10 +32,12 @@ from optimizer.loop.strategies.common import (
     splice_section,
 )
 from optimizer.loop.strategies.llm import DEFAULT_MAX_OUTPUT_TOKENS, OptimiserModel
+from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolState, run_tool
 
 if TYPE_CHECKING:
     from optimizer.config import OptimizerSection, Price
 
+MEMORY_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in MEMORY_TOOL_SPECS)
 SAMPLE_CAP = 12
 HISTORY_LIMIT = 8
 
@@ -55,6 +61,23 @@ what you changed and which disagreements it should fix>"}}
 """
 
 
+MEMORY_NOTE = """
+The judge also has a memory (prompts/memory/principles.md: general rules sent with every item; \
+prompts/memory/cases.jsonl: adjudicated cases, each naming the dev items it comes from, retrieved by \
+similarity and never shown for their own items' fold). Instead of a section you may answer \
+{{"memory": [{{"tool": "add_case", "arguments": {{"text": "<what the instruction required, what to check, the \
+verdict and why>", "source_items": ["<dev trajectory id>", ...]}}}}, ...], "rationale": "<one paragraph>"}} \
+with tools add_case (text, source_items, optional id), edit_case (id, text and/or source_items), retire_case \
+(id) and edit_principles (text: the whole new principles). Never copy a case or a dev item into the principles.
+"""
+
+
+def system_prompt(ctx: ProposalContext, max_diff_lines: int) -> str:
+    """The system prompt; it offers the memory edits when a memory file is allowed."""
+    memory = any(f in MEMORY_FILES for f in ctx.allowed_files)
+    return SYSTEM_PROMPT.format(max_diff_lines=max_diff_lines) + (MEMORY_NOTE.format() if memory else "")
+
+
 def build_user_message(ctx: ProposalContext, sample_cap: int = SAMPLE_CAP) -> str:
     """The request text: files, disagreement sample, guidance and history (pure, deterministic)."""
     counts = counts_by_direction(ctx.disagreements)
@@ -69,7 +92,10 @@ def build_user_message(ctx: ProposalContext, sample_cap: int = SAMPLE_CAP) -> st
         f"items: {counts['missed_failure']} missed failures (judge too lenient) and "
         f"{counts['rejected_success']} rejected successes (judge too strict). A sample of {len(sample)}:\n"
     )
-    parts.extend(format_disagreement(d) for d in sample)
+    # Ids only when the memory is allowed: a case names its source items (the guards keep ids out of prompts).
+    memory = any(f in MEMORY_FILES for f in ctx.allowed_files)
+    parts.extend(format_disagreement(d) + (f"\n  trajectory id (for source_items): {d.trajectory_id}" if memory else "")
+                 for d in sample)
     guidance = ctx.guidance.strip()
     parts.append("\n# Human guidance\n\n" + (guidance if guidance else "(none)"))
     parts.append("\n# Past experiments in this run (do not repeat what was rolled back)\n\n"
@@ -99,7 +125,7 @@ class ReflectStrategy:
 
     async def propose(self, ctx: ProposalContext) -> Proposal:
         """Ask once, splice the returned section; `ProposalError` on a reply that cannot be applied."""
-        system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
+        system = system_prompt(ctx, self.cfg.max_diff_lines)
         user = UserMessage((TextPart(build_user_message(ctx, self.sample_cap)),))
         async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
             turn = await model.turn(system, [user], last=True)
@@ -112,6 +138,8 @@ def apply_reply(ctx: ProposalContext, text: str, model: OptimiserModel) -> tuple
     data = extract_json_object(text)
     if data is None:
         raise model.error("the optimiser's reply is not a JSON object")
+    if "memory" in data and "section_heading" not in data:
+        return _apply_memory(ctx, data, model)
     fields = {k: data.get(k) for k in ("file", "section_heading", "new_section", "rationale")}
     missing = [k for k, v in fields.items() if not isinstance(v, str) or not v.strip()]
     if missing:
@@ -127,6 +155,27 @@ def apply_reply(ctx: ProposalContext, text: str, model: OptimiserModel) -> tuple
         raise model.error("the optimiser's new section is identical to the incumbent's")
     rationale = " ".join(fields["rationale"].split())  # type: ignore[union-attr]
     return {path: spliced}, rationale
+
+
+def _apply_memory(ctx: ProposalContext, data: dict[str, Any], model: OptimiserModel) -> tuple[dict[str, str], str]:
+    """Run a reply's memory edits through the memory tools; the first refusal is a `ProposalError` naming it."""
+    edits, rationale = data.get("memory"), data.get("rationale")
+    if not isinstance(edits, list) or not edits or not all(isinstance(e, dict) for e in edits):
+        raise model.error("the optimiser's memory reply is not a non-empty list of {tool, arguments} edits")
+    if not isinstance(rationale, str) or not rationale.strip():
+        raise model.error("the optimiser's reply lacks a non-empty string for: rationale")
+    state = ToolState(ctx)
+    for n, edit in enumerate(edits, start=1):
+        tool = edit.get("tool")
+        if tool not in MEMORY_TOOL_NAMES:
+            raise model.error(f"memory edit {n} names tool {tool!r}; use one of {', '.join(MEMORY_TOOL_NAMES)}")
+        out = run_tool(state, str(tool), edit.get("arguments", {}))
+        if out.is_error:
+            raise model.error(f"memory edit {n} ({tool}) was refused: {out.text.removeprefix('error: ')}")
+    files = state.changed_files()
+    if not files:
+        raise model.error("the optimiser's memory edits change nothing")
+    return files, " ".join(rationale.split())
 
 
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n```", re.DOTALL)

@@ -7,13 +7,18 @@ to the model and is counted in ``ToolState.errors``; it never raises. Edits live
 Schema, handed to the providers by `tool_specs`. The MCP server (`optimizer.mcp`) runs the same
 tools through `run_tool` on the same state, so a coding agent and the ``agent`` strategy meet one
 code path; `read_item` is the server's alone (the agent's tool set is unchanged).
+
+The memory tools (`add_case`, `edit_case`, `retire_case`, `edit_principles`) edit ``prompts/memory/``
+through `optimizer.loop.strategies.memoryedit` and are offered only when those files are allowed;
+`edit_file` and `write_file` on a memory file pass the same checks, so no tool writes a case naming a
+held-out item or principles that copy a case.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +27,8 @@ from PIL import Image
 from optimizer.devset.markdown import action_string
 from optimizer.errors import UserError
 from optimizer.judge import types as judge_types
-from optimizer.loop.strategies import ProposalContext
+from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Memory
+from optimizer.loop.strategies import ProposalContext, memoryedit
 from optimizer.loop.strategies.common import allowed_path, disagreement_dict, format_history
 from optimizer.paths import MAX_PROMPT_FILE_CHARS
 
@@ -56,6 +62,13 @@ class ToolState:
         if not self.files:
             self.files = {p: self.ctx.current_files.get(p, "") for p in self.ctx.allowed_files}
         self._dev_ids = frozenset(self.ctx.split.ids)
+        self._instructions: list[str] | None = None
+
+    def dev_instructions(self) -> list[str]:
+        """The dev split's instructions (read once, for the principles' copy check)."""
+        if self._instructions is None:
+            self._instructions = [self.ctx.split.trajectory(t).task.instruction for t in self.ctx.split.ids]
+        return self._instructions
 
     def changed_files(self) -> dict[str, str]:
         """The files whose text differs from the incumbent."""
@@ -241,6 +254,9 @@ def edit_file(state: ToolState, path: str, old: str, new: str) -> ToolOutput:
     edited = text.replace(old, new, 1)
     if len(edited) > MAX_FILE_CHARS:
         return state.fail(f"the edit would make {name} {len(edited)} characters; the limit is {MAX_FILE_CHARS}")
+    refused = _memory_refusal(state, {name: edited})
+    if refused is not None:
+        return refused
     state.files[name] = edited
     return ToolOutput(text=f"edited {name}: replaced {len(old)} characters with {len(new)}")
 
@@ -252,8 +268,84 @@ def write_file(state: ToolState, path: str, text: str) -> ToolOutput:
         return state.fail(f"{path!r} is not an allowed file; allowed: {', '.join(state.ctx.allowed_files)}")
     if len(text) > MAX_FILE_CHARS:
         return state.fail(f"text is {len(text)} characters; the limit is {MAX_FILE_CHARS}")
+    refused = _memory_refusal(state, {name: text})
+    if refused is not None:
+        return refused
     state.files[name] = text
     return ToolOutput(text=f"wrote {name} ({len(text)} characters)")
+
+
+def _memory_refusal(state: ToolState, texts: dict[str, str]) -> ToolOutput | None:
+    """An error output when writing ``texts`` would leave a memory that `memoryedit` refuses, or a prompt file
+    that copies a case, else None."""
+    if not any(name in MEMORY_FILES for name in texts) and not any(f in MEMORY_FILES for f in state.files):
+        return None
+    for name, text in texts.items():
+        if len(text) > MAX_FILE_CHARS:
+            return state.fail(f"{name} would be {len(text)} characters; the limit is {MAX_FILE_CHARS}")
+    try:
+        memoryedit.check_files(state.ctx.current_files, {**state.files, **texts}, state._dev_ids,
+                               state.dev_instructions())
+    except memoryedit.MemoryEditError as exc:
+        return state.fail(f"{exc} (nothing was changed)")
+    return None
+
+
+def _memory_file(state: ToolState, name: str) -> ToolOutput | None:
+    """An error output when memory file ``name`` is not an allowed file, else None."""
+    if name in state.ctx.allowed_files:
+        return None
+    return state.fail(f"{name} is not an allowed file, so the memory cannot be edited; allowed: "
+                      f"{', '.join(state.ctx.allowed_files)} (a person adds it to [optimizer] allowed_files)")
+
+
+def _edit_memory(state: ToolState, name: str, edit: Callable[[Memory], Memory], done: Callable[[Memory], str],
+                 render: Callable[[Memory], str] | None = None) -> ToolOutput:
+    """Apply ``edit`` to the memory as edited so far and write file ``name`` (``render``'s text of the edited
+    memory; by default its cases) when every check passes; an error output, nothing changed, otherwise."""
+    refused = _memory_file(state, name)
+    if refused is not None:
+        return refused
+    try:
+        memory = memoryedit.read_memory(state.files)
+        edited = edit(memory)
+        text = (render or memoryedit.cases_text)(edited)
+    except memoryedit.MemoryEditError as exc:
+        return state.fail(f"{exc} (nothing was changed)")
+    refused = _memory_refusal(state, {name: text})
+    if refused is not None:
+        return refused
+    state.files[name] = text
+    return ToolOutput(text=done(edited))
+
+
+def add_case(state: ToolState, text: str, source_items: Any, case_id: str | None = None) -> ToolOutput:
+    """Add an adjudicated case to prompts/memory/cases.jsonl (in memory)."""
+    def done(m: Memory) -> str:
+        return f"added case {m.cases[-1].id} ({len(m.cases)} cases)"
+
+    return _edit_memory(state, CASES_JSONL,
+                        lambda m: memoryedit.add_case(m, text, source_items, state._dev_ids, case_id), done)
+
+
+def edit_case(state: ToolState, case_id: str, text: str | None, source_items: Any) -> ToolOutput:
+    """Replace a case's text and/or source items."""
+    return _edit_memory(state, CASES_JSONL,
+                        lambda m: memoryedit.edit_case(m, case_id, state._dev_ids, text, source_items),
+                        lambda _m: f"edited case {case_id}")
+
+
+def retire_case(state: ToolState, case_id: str) -> ToolOutput:
+    """Remove a case from the memory."""
+    return _edit_memory(state, CASES_JSONL, lambda m: memoryedit.retire_case(m, case_id),
+                        lambda m: f"retired case {case_id} ({len(m.cases)} cases left)")
+
+
+def edit_principles(state: ToolState, text: str) -> ToolOutput:
+    """Replace the whole text of prompts/memory/principles.md."""
+    return _edit_memory(state, PRINCIPLES_MD, lambda m: memoryedit.set_principles(m, text),
+                        lambda _m: f"wrote {PRINCIPLES_MD} ({len(text)} characters)",
+                        lambda _m: memoryedit.principles_text(text))
 
 
 def submit(state: ToolState, rationale: str) -> ToolOutput:
@@ -347,7 +439,43 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
     ),
 )
 
-_BY_NAME = {spec.name: spec for spec in TOOL_SPECS}
+_SOURCES = {"type": "array", "items": {"type": "string"},
+            "description": "the dev trajectory ids the case was distilled from (at least one)"}
+
+# Offered when a memory file is allowed (`tool_specs`); names and shapes documented in the README.
+MEMORY_TOOL_SPECS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "add_case",
+        "Add an adjudicated case to the judge's memory (prompts/memory/cases.jsonl): text says what the instruction "
+        "required, what to check, the verdict and why; source_items names the dev trajectories it comes from. "
+        "A case is never shown when judging its own items' fold, so write it to help other, similar items. "
+        "id is optional (made from the sources when left out).",
+        _obj({"text": _S, "source_items": _SOURCES, "id": _S}, ["text", "source_items"]),
+        lambda st, a: add_case(st, _str_arg(a, "text") or "", a.get("source_items"), _str_arg(a, "id", required=False)),
+    ),
+    ToolSpec(
+        "edit_case",
+        "Replace the text and/or the source_items of a case of the memory (by id).",
+        _obj({"id": _S, "text": _S, "source_items": _SOURCES}, ["id"]),
+        lambda st, a: edit_case(st, _str_arg(a, "id") or "", _str_arg(a, "text", required=False),
+                                a.get("source_items")),
+    ),
+    ToolSpec(
+        "retire_case",
+        "Remove a case from the memory (by id): one that misleads the judge or that a better case replaces.",
+        _obj({"id": _S}, ["id"]),
+        lambda st, a: retire_case(st, _str_arg(a, "id") or ""),
+    ),
+    ToolSpec(
+        "edit_principles",
+        "Replace the whole text of prompts/memory/principles.md: general judging rules sent with every item. "
+        "Never copy a case or a dev item into them (refused): principles reach every fold.",
+        _obj({"text": _S}, ["text"]),
+        lambda st, a: edit_principles(st, _str_arg(a, "text") or ""),
+    ),
+)
+
+_BY_NAME = {spec.name: spec for spec in (*TOOL_SPECS, *MEMORY_TOOL_SPECS)}
 
 
 def spec(name: str) -> ToolSpec:
@@ -369,7 +497,9 @@ def run_tool(state: ToolState, name: str, args: Any) -> ToolOutput:
         return state.fail(f"{name}: {exc}")
 
 
-def tool_specs() -> list[judge_types.ToolSpec]:
+def tool_specs(allowed_files: Sequence[str] = ()) -> list[judge_types.ToolSpec]:
     """The tools as the providers offer them to the model (name, description, JSON Schema of the
-    arguments); each SDK's shape is the provider's business."""
-    return [judge_types.ToolSpec(s.name, s.description, s.parameters) for s in TOOL_SPECS]
+    arguments); each SDK's shape is the provider's business. The memory tools come too when
+    ``allowed_files`` names a memory file."""
+    specs = TOOL_SPECS + (MEMORY_TOOL_SPECS if any(f in MEMORY_FILES for f in allowed_files) else ())
+    return [judge_types.ToolSpec(s.name, s.description, s.parameters) for s in specs]
