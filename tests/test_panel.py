@@ -1,0 +1,256 @@
+"""Panels (issue 19, point 1): judge.toml [panel], member calls sharing the item's cached trajectory,
+the vote, the ledger's member verdicts, and the refusals a crafted judge.toml or member file meets."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from optimizer.cli import main
+from optimizer.config import JudgeSection
+from optimizer.devset.importer import import_split
+from optimizer.errors import UserError
+from optimizer.evaluation.cache import SCHEMA_VERSION as CACHE_SCHEMA
+from optimizer.evaluation.cache import cache_key
+from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.judge.prompts import JUDGE_FILES, JUDGE_MD, JUDGE_TOML, PromptSet, parse_settings
+from optimizer.judge.render import build_request
+from optimizer.judge.types import VERDICT_SCHEMA, Sampling, stable_json
+from optimizer.models import Verdict
+from optimizer.scaffold import init_workspace
+from tests.support.config import with_layout
+from tests.support.data import make_items, write_release
+from tests.support.fakecache import ManualClock, PromptCache
+from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, verdict_reply
+from tests.support.loop import commit_all, labels_of, present, run_loop, set_toml_key
+from tests.support.panel import MEMBERS, PANEL_TOML, PanelJudge, member_of, member_text, write_members
+from tests.support.scripted import latest, ledger_of
+
+
+def _files(root: Path) -> dict[str, str]:
+    return dict(PromptSet.from_dir(root / "prompts").files)
+
+
+def _with_panel(files: dict[str, str], panel: str, members: dict[str, str] | None = None) -> dict[str, str]:
+    out = {**files, JUDGE_TOML: files[JUDGE_TOML] + panel}
+    for name, text in (members or {}).items():
+        out[f"prompts/members/{name}.md"] = text
+    return out
+
+
+# --------------------------------------------------------------------------- settings, hostile
+
+
+@pytest.mark.parametrize(("panel", "expected"), [
+    ('members = ["../labels"]\nvote = "majority"', "'../labels' is not a member name"),
+    ('members = ["/etc/passwd"]\nvote = "majority"', "'/etc/passwd' is not a member name"),
+    ('members = ["a/../../x"]\nvote = "majority"', "is not a member name"),
+    ('members = [".hidden"]\nvote = "majority"', "is not a member name"),
+    ('members = 3\nvote = "at_least:9"', "K must be between 1 and the 3 members"),
+    ('members = 3\nvote = "at_least:0"', "K must be between 1 and the 3 members"),
+    ('members = 3\nvote = "at_least:x"', 'use "unanimous", "majority" or "at_least:K"'),
+    ('members = 3\nvote = "most"', 'use "unanimous", "majority" or "at_least:K"'),
+    ('members = 0\nvote = "majority"', "2 to 9 members"),
+    ('members = 100\nvote = "majority"', "2 to 9 members"),
+    ('members = true\nvote = "majority"', "[panel.members"),
+    ('members = ["a", "a"]\nvote = "majority"', "names a member twice"),
+    (f'members = [{", ".join(repr(f"m{i}") for i in range(10))}]\nvote = "majority"', "a panel has 1 to 9"),
+    ('members = 3', "[panel.vote] Field required"),
+    ('members = 3\nvote = "majority"\nweights = [1, 2, 3]', "[panel.weights] Extra inputs are not permitted"),
+])
+def test_a_bad_panel_is_one_user_error_naming_the_file(panel: str, expected: str) -> None:
+    with pytest.raises(UserError) as err:
+        parse_settings(f"[panel]\n{panel}\n", "prompts/judge.toml")
+    assert str(err.value).startswith("prompts/judge.toml: [panel")
+    assert expected in str(err.value)
+
+
+def test_a_missing_member_file_and_a_misused_marker_in_one_are_refused(tmp_path: Path) -> None:
+    files = _files(init_workspace(tmp_path / "ws").root)
+    with pytest.raises(UserError, match=r"prompts/members/strict.md is missing: judge.toml's \[panel\] names "
+                                        r"member 'strict'"):
+        PromptSet.from_files(_with_panel(files, '\n[panel]\nmembers = ["strict"]\nvote = "unanimous"\n'))
+    bad = "Judge strictly.\n<!-- judgeloop:protected:begin -->\nThe output contract.\n"
+    with pytest.raises(UserError, match=r"prompts/members/strict.md:2: protected region is never closed"):
+        PromptSet.from_files(_with_panel(files, '\n[panel]\nmembers = ["strict"]\nvote = "unanimous"\n',
+                                         {"strict": bad}))
+    inline = "Judge strictly. <!-- judgeloop:protected:end -->\n"
+    with pytest.raises(UserError, match="must stand alone on its line"):
+        PromptSet.from_files(_with_panel(files, '\n[panel]\nmembers = ["strict"]\nvote = "unanimous"\n',
+                                         {"strict": inline}))
+    with pytest.raises(UserError, match=r"prompts/members/strict.md:1: unknown placeholder \{\{labels\}\}"):
+        PromptSet.from_files(_with_panel(files, '\n[panel]\nmembers = ["strict"]\nvote = "unanimous"\n',
+                                         {"strict": "{{labels}}\n"}))
+
+
+def test_a_linked_member_file_or_folder_is_refused_on_disk(tmp_path: Path) -> None:
+    ws = init_workspace(tmp_path / "ws")
+    secret = tmp_path / "secret.md"
+    secret.write_text("held-out labels\n", encoding="utf-8")
+    toml = ws.prompts_dir / "judge.toml"
+    toml.write_text(toml.read_text(encoding="utf-8") + '\n[panel]\nmembers = ["strict"]\nvote = "unanimous"\n')
+    (ws.prompts_dir / "members").mkdir()
+    os.symlink(secret, ws.prompts_dir / "members" / "strict.md")
+    with pytest.raises(UserError, match=r"prompts/members/strict\.md is a symbolic link"):
+        PromptSet.from_dir(ws.prompts_dir)
+    (ws.prompts_dir / "members" / "strict.md").unlink()
+    (ws.prompts_dir / "members").rmdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "strict.md").write_text("Judge.\n", encoding="utf-8")
+    os.symlink(elsewhere, ws.prompts_dir / "members")
+    with pytest.raises(UserError, match="prompts/members is a symbolic link"):
+        PromptSet.from_dir(ws.prompts_dir)
+
+
+def test_member_files_count_in_the_prompt_hash_only_when_the_panel_names_them(tmp_path: Path) -> None:
+    ws = init_workspace(tmp_path / "ws")
+    files = _files(ws.root)
+    single = PromptSet.from_files(files)
+    # Without [panel]: the hash over exactly judge.md, rubric.md and judge.toml, as before panels.
+    h = hashlib.sha256()
+    for name in JUDGE_FILES:
+        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    assert single.prompt_hash() == h.hexdigest()
+    stray = PromptSet.from_files({**files, "prompts/members/a.md": "unused\n"})
+    assert stray.prompt_hash() == single.prompt_hash()
+    panel = _with_panel(files, '\n[panel]\nmembers = ["a"]\nvote = "unanimous"\n', {"a": "one\n"})
+    edited = {**panel, "prompts/members/a.md": "two\n"}
+    assert PromptSet.from_files(panel).prompt_hash() != PromptSet.from_files(edited).prompt_hash()
+
+
+def test_without_a_panel_requests_and_cache_keys_are_what_they_were(tmp_path: Path) -> None:
+    """The single judge's request and cache key, computed independently of the panel code."""
+    ws = init_workspace(tmp_path / "ws")
+    items = make_items(1, n_steps=3)
+    release = write_release(tmp_path / "release", items)
+    split = import_split(ws, release.root, "one", all_items=True, warn=lambda _m: None)
+    prompts = PromptSet.from_dir(ws.prompts_dir)
+    traj = split.trajectory(split.ids[0])
+    request = build_request(traj, split, prompts)
+    assert request.parts[-1].text.startswith(prompts.system_prompt())  # type: ignore[union-attr]
+    sampling = Sampling()
+    payload = {"v": CACHE_SCHEMA, "provider": "openai", "model": "m", "sampling": sampling.as_dict(),
+               "schema": VERDICT_SCHEMA, "request": request.fingerprint(), "replicate": 0}
+    expected = hashlib.sha256(stable_json(payload).encode()).hexdigest()
+    assert cache_key(provider="openai", model="m", sampling=sampling, schema=VERDICT_SCHEMA,
+                     request=request, replicate=0) == expected
+    # A member key differs from the single judge's, and between members with the same instructions.
+    keys = {cache_key(provider="openai", model="m", sampling=sampling, schema=VERDICT_SCHEMA,
+                      request=request, replicate=0, member=m) for m in (None, "0:m1", "1:m2")}
+    assert len(keys) == 3
+
+
+def test_the_vote_counts_an_unparsed_member_as_a_vote_against() -> None:
+    from optimizer.judge.verdicts import panel_vote
+
+    yes = Verdict(success=True, reasoning="done")
+    no = Verdict(success=False, reasoning="typed the wrong name", mistake_type="Critical Mistake")
+    labels = ["a", "b", "c"]
+    assert present(panel_vote(labels, [yes, yes, yes], 3, "unanimous")).success
+    vote = present(panel_vote(labels, [yes, None, yes], 3, "unanimous"))
+    assert not vote.success and "b: invalid" in vote.reasoning
+    assert present(panel_vote(labels, [yes, no, yes], 2, "majority")).success
+    failed = present(panel_vote(labels, [no, no, yes], 2, "majority"))
+    assert not failed.success and failed.mistake_type == "Critical Mistake" and "typed the wrong name" in failed.reasoning
+    assert panel_vote(labels, [None, None, None], 1, "at_least:1") is None
+
+
+def test_a_panel_in_agentic_mode_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws = init_workspace(tmp_path / "ws", sample=True)
+    toml = ws.prompts_dir / "judge.toml"
+    text = toml.read_text(encoding="utf-8").replace('mode = "direct"', 'mode = "agentic"')
+    toml.write_text(text + '\n[panel]\nmembers = 3\nvote = "majority"\n', encoding="utf-8")
+    with FakeLLMServer() as server:
+        code = main(["eval", "-w", str(ws.root), "--split", "sample", "--provider", "openai",
+                     "--base-url", server.openai_base_url, "--model", "m", "--limit", "1"])
+        assert server.inference_requests() == []
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert 'judge.toml has a [panel] and mode = "agentic"; panels run direct judges only' in err
+
+
+# --------------------------------------------------------------------------- through the prompt-cache fake
+
+MODEL = "claude-sonnet-4-5"
+
+
+def _marked_verdicts(request: RecordedRequest) -> Behaviour:
+    body = request.body if isinstance(request.body, dict) else {}
+    last = str(body.get("messages", [{}])[-1])
+    return verdict_reply({"success": member_of(last) != "b", "reasoning": "r", "confidence": "medium",
+                          "mistake_type": None}, delay_s=0.2)
+
+
+def test_every_member_after_the_first_reads_the_trajectory_from_the_cache(tmp_path: Path) -> None:
+    ws = init_workspace(tmp_path / "ws")
+    items = make_items(2, n_steps=14)
+    for i, item in enumerate(items):
+        item.instruction = f"{item.instruction} Task number {i:03d}."
+    release = write_release(tmp_path / "release", items)
+    split = import_split(ws, release.root, "long", all_items=True, warn=lambda _m: None)
+    files = _files(ws.root)
+    files[JUDGE_TOML] = with_layout(files[JUDGE_TOML], "trajectory-first")
+    prompts = PromptSet.from_files(_with_panel(files, PANEL_TOML, {m: member_text(files[JUDGE_MD], m) for m in MEMBERS}))
+    n = len(split.ids)
+    os.environ["ANTHROPIC_API_KEY"] = "sk-test-panel"
+    try:
+        with FakeLLMServer(_marked_verdicts, prompt_cache=PromptCache(clock=ManualClock())) as server:
+            judge = JudgeSection.model_validate({"provider": "anthropic", "model": MODEL, "max_retries": 0,
+                                                 "base_url": server.anthropic_base_url, "max_concurrency": 8})
+            run = asyncio.run(evaluate_items(ws, split, prompts, judge, item_ids=split.ids, replicates=1))
+            assert server.prompt_cache is not None
+            assert server.prompt_cache.write_counts() == [1] * n  # one cache write per item, not three
+            replies = [usage for _req, usage in server.replies]
+            assert len(replies) == 3 * n
+            # Every member call but each item's first read the trajectory prefix the first one wrote.
+            assert sum(1 for u in replies if u.cache_read_tokens > 0) == 2 * n
+            again = asyncio.run(evaluate_items(ws, split, prompts, judge, item_ids=split.ids, replicates=1))
+            assert len(server.replies) == 3 * n  # the panel's calls are cached, member by member
+    finally:
+        del os.environ["ANTHROPIC_API_KEY"]
+    assert run.calls_made == 3 * n and again.calls_made == 0 and again.cache_hits == 3 * n
+    for result in run.items:
+        (rep,) = result.replicates
+        assert [m.member for m in rep.members] == list(MEMBERS)
+        assert [present(m.verdict).success for m in rep.members] == [True, False, True]
+        assert result.answer.success is False  # unanimous: b's failure decides
+        assert rep.cost_usd == pytest.approx(sum(m.cost_usd for m in rep.members))
+    assert [i.answer for i in again.items] == [i.answer for i in run.items]
+
+
+# --------------------------------------------------------------------------- the loop keeps a panel
+
+
+def test_a_unanimous_panel_lowers_fpr_and_the_loop_keeps_it(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_members(ws)  # committed with the baseline, unused until judge.toml names them
+    set_toml_key(ws, "optimizer", "allowed_files", '["prompts/judge.md", "prompts/rubric.md", "prompts/judge.toml"]')
+    commit_all(ws, "panel members")
+    toml = ws / JUDGE_TOML
+    toml.write_text(toml.read_text(encoding="utf-8") + PANEL_TOML, encoding="utf-8")
+    fake = PanelJudge(ws)
+    with FakeLLMServer(default=fake) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "manual", "-m", "a unanimous panel") == 0
+    run, exps = latest(ws)
+    assert [(e.seq, e.status) for e in exps] == [(0, "baseline"), (1, "kept")], capsys.readouterr().out
+    base, panel = exps
+    labels = labels_of(ws)
+    negatives = [t for t, lab in labels.items() if not lab.is_positive]
+    assert present(base.fpr) == pytest.approx(sum(fake.errs(t, None) for t in negatives) / len(negatives))
+    assert present(panel.fpr) == 0.0 < present(base.fpr)
+    assert set(fake.calls) == {None, *MEMBERS}
+    rows = ledger_of(ws).item_verdicts(panel.id)
+    assert rows and all([m.member for m in r.replicates[0].members] == list(MEMBERS) for r in rows)
+    for row in rows:  # each member's verdict is kept, and the item's answer is their unanimous vote
+        negative = not labels[row.trajectory_id].is_positive
+        for rep in row.replicates:  # a re-judged item re-ran the whole panel
+            assert [m.success for m in rep.members] == [
+                fake.errs(row.trajectory_id, m) if negative else True for m in MEMBERS]
+            assert rep.success == all(m.success for m in rep.members)
+    # Re-judging ran the whole panel again: every member as often as the incumbent's single judge.
+    assert fake.calls["a"] == fake.calls["b"] == fake.calls["c"] == fake.calls[None] > len(rows)
+    assert run.status == "finished"
