@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,9 @@ from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, 
 from tests.support.loop import commit_all, labels_of, present, run_loop, set_toml_key
 from tests.support.panel import MEMBERS, PANEL_TOML, PanelJudge, member_of, member_text, write_members
 from tests.support.scripted import latest, ledger_of
+from tests.support.tui_driving import drive, svg_text
+from tui.app import JudgeloopApp
+from tui.views import ItemView
 
 
 def _files(root: Path) -> dict[str, str]:
@@ -254,3 +258,17 @@ def test_a_unanimous_panel_lowers_fpr_and_the_loop_keeps_it(ws: Path, capsys: py
     # Re-judging ran the whole panel again: every member as often as the incumbent's single judge.
     assert fake.calls["a"] == fake.calls["b"] == fake.calls["c"] == fake.calls[None] > len(rows)
     assert run.status == "finished"
+    # The TUI's item view shows each member's verdict and reason under the replicate.
+    item = next(r for r in rows if not labels[r.trajectory_id].is_positive and fake.errs(r.trajectory_id, "b"))
+    app = JudgeloopApp(ws, image_mode="halfcell", watch=False, experiment_id=panel.id,
+                       item_id=item.trajectory_id, start_view="item")
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(app.screen, ItemView) and app.screen.detail is not None
+        text = svg_text(app)
+        assert "judge (majority): failure" in text
+        for name, said in (("a", "failure"), ("b", "success"), ("c", "failure")):
+            assert f"member {name}: {said}" in text
+            assert f"member {name} on {item.trajectory_id}" in text  # the member's own reason
+
+    drive(app, scenario, size=(200, 60))
