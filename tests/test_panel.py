@@ -27,7 +27,7 @@ from tests.support.config import with_layout
 from tests.support.data import make_items, write_release
 from tests.support.fakecache import ManualClock, PromptCache
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, verdict_reply
-from tests.support.loop import commit_all, labels_of, present, run_loop, set_toml_key
+from tests.support.loop import commit_all, labels_of, present, report_json, run_loop, set_toml_key
 from tests.support.panel import MEMBERS, PANEL_TOML, PanelJudge, member_of, member_text, write_members
 from tests.support.scripted import latest, ledger_of
 from tests.support.tui_driving import drive, svg_text
@@ -233,6 +233,9 @@ def test_every_member_after_the_first_reads_the_trajectory_from_the_cache(tmp_pa
 def test_a_unanimous_panel_lowers_fpr_and_the_loop_keeps_it(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_members(ws)  # committed with the baseline, unused until judge.toml names them
     set_toml_key(ws, "optimizer", "allowed_files", '["prompts/judge.md", "prompts/rubric.md", "prompts/judge.toml"]')
+    cfg = ws / "judgeloop.toml"  # priced, so the report's cost per verdict is not all zeros
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+                   encoding="utf-8")
     commit_all(ws, "panel members")
     toml = ws / JUDGE_TOML
     toml.write_text(toml.read_text(encoding="utf-8") + PANEL_TOML, encoding="utf-8")
@@ -258,6 +261,20 @@ def test_a_unanimous_panel_lowers_fpr_and_the_loop_keeps_it(ws: Path, capsys: py
     # Re-judging ran the whole panel again: every member as often as the incumbent's single judge.
     assert fake.calls["a"] == fake.calls["b"] == fake.calls["c"] == fake.calls[None] > len(rows)
     assert run.status == "finished"
+    # The report: cost per verdict split by member, equal to the members' recorded costs per verdict.
+    report = report_json(ws, capsys)
+    entries = {e["id"]: e for e in report["experiments"]}
+    assert entries[base.id]["panel_cost"] is None
+    cost = entries[panel.id]["panel_cost"]
+    reps = [rep for r in rows for rep in r.replicates]
+    assert cost["verdicts"] == len(reps)
+    for name in MEMBERS:
+        spent = sum(m.cost_usd for rep in reps for m in rep.members if m.member == name)
+        assert cost["members"][name] == pytest.approx(spent / len(reps)) and spent > 0
+    assert cost["cost_per_verdict_usd"] == pytest.approx(sum(cost["members"].values()))
+    capsys.readouterr()
+    assert main(["report", "-w", str(ws)]) == 0
+    assert f"panel: ${cost['cost_per_verdict_usd']:.4f} per verdict over {len(reps)} verdicts (a $" in capsys.readouterr().out
     # The TUI's item view shows each member's verdict and reason under the replicate.
     item = next(r for r in rows if not labels[r.trajectory_id].is_positive and fake.errs(r.trajectory_id, "b"))
     app = JudgeloopApp(ws, image_mode="halfcell", watch=False, experiment_id=panel.id,
