@@ -289,3 +289,76 @@ def test_a_unanimous_panel_lowers_fpr_and_the_loop_keeps_it(ws: Path, capsys: py
             assert f"member {name} on {item.trajectory_id}" in text  # the member's own reason
 
     drive(app, scenario, size=(200, 60))
+
+
+# --------------------------------------------------------------------------- through `judgeloop eval`
+
+
+def _majority_panel_workspace(tmp_path: Path) -> Path:
+    ws = init_workspace(tmp_path / "ws", sample=True)
+    write_members(ws.root)
+    toml = ws.prompts_dir / "judge.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('screenshots = "all"', 'screenshots = "none"')
+                    + '\n[panel]\nmembers = ["a", "b", "c"]\nvote = "majority"\n', encoding="utf-8")
+    return ws.root
+
+
+def _b_dissents(request: RecordedRequest) -> Behaviour:
+    body = request.body if isinstance(request.body, dict) else {}
+    member = member_of(str(body.get("messages", "")) + str(body.get("system", "")))
+    return verdict_reply({"success": member != "b", "reasoning": f"member {member} says so", "confidence": "high",
+                          "mistake_type": None if member != "b" else "Critical Mistake"})
+
+
+def test_eval_writes_each_members_verdict_and_batch_refuses_a_panel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    root = _majority_panel_workspace(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-panel")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-panel")
+    with FakeLLMServer(_b_dissents) as server:
+        assert main(["eval", "-w", str(root), "--split", "sample", "--provider", "openai", "--model", "m",
+                     "--base-url", server.openai_base_url, "--limit", "2", "--out", str(out)]) == 0
+        assert len(server.inference_requests()) == 2 * 3
+        files = [json.loads(p.read_text()) for p in sorted(out.glob("*.json")) if p.name != "_summary.json"]
+        assert len(files) == 2
+        for body in files:
+            assert body["success"] is True  # majority: a and c outvote b
+            (rep,) = body["_meta"]["replicates"]
+            assert [(m["member"], m["success"], m["reasoning"]) for m in rep["members"]] == [
+                ("a", True, "member a says so"), ("b", False, "member b says so"), ("c", True, "member c says so")]
+        capsys.readouterr()
+        code = main(["eval", "-w", str(root), "--split", "sample", "--provider", "anthropic", "--model",
+                     "claude-haiku-4-5", "--base-url", server.anthropic_base_url, "--limit", "2", "--batch"])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err
+        assert "judge.toml has a [panel], which --batch does not send yet; drop --batch or remove [panel]" in err
+        assert server.batch_creations == [] and len(server.inference_requests()) == 2 * 3
+
+
+# --------------------------------------------------------------------------- the optimiser's guards
+
+
+def test_the_guards_hold_a_member_file_like_judge_md() -> None:
+    from optimizer.loop.guards import check_candidate
+
+    member = "prompts/members/strict.md"
+    old = ("Judge strictly.\n<!-- judgeloop:protected:begin -->\nAnswer with the JSON object only.\n"
+           "<!-- judgeloop:protected:end -->\n")
+    edited = old.replace("Judge strictly.", "Judge strictly; a missing save is a failure.")
+    broken = old.replace("Answer with the JSON object only.", "Answer as you like.")
+
+    def check(new: str, allowed: list[str]) -> tuple[bool, str]:
+        result = check_candidate({member: (old, new)}, allowed, 50, [], [], [])
+        return result.ok, result.reason or ""
+
+    assert check(edited, ["prompts/judge.md", member]) == (True, "")
+    ok, reason = check(edited, ["prompts/judge.md"])  # not an allowed file: never edited
+    assert not ok and f"the candidate changes {member}, outside the allowed files" in reason
+    ok, reason = check(broken, ["prompts/judge.md", member])
+    assert not ok and f"{member} edits protected region 1" in reason
+    ok, reason = check(edited.replace("<!-- judgeloop:protected:end -->\n", ""), [member])
+    assert not ok and "removes a protection marker" in reason
