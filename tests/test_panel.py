@@ -362,3 +362,29 @@ def test_the_guards_hold_a_member_file_like_judge_md() -> None:
     assert not ok and f"{member} edits protected region 1" in reason
     ok, reason = check(edited.replace("<!-- judgeloop:protected:end -->\n", ""), [member])
     assert not ok and "removes a protection marker" in reason
+
+
+def test_a_harness_judge_refuses_a_panel_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from optimizer.config import load_config
+    from tests.support.config import write_config
+    from tests.support.loop import make_workspace
+
+    root = make_workspace(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    fake_cli = Path(__file__).parent / "support" / "fake_harness_cli.py"
+    config = load_config(root / "judgeloop.toml")
+    judge = config.judge.model_copy(update={
+        "provider": "command", "model": "", "harness": "claude", "max_retries": 0,
+        "command": [sys.executable, str(fake_cli), "--state", str(state), "--format", "claude", "{{PROMPT}}"]})
+    write_config(root, config.model_copy(update={"judge": judge}))
+    toml = root / JUDGE_TOML
+    toml.write_text(toml.read_text(encoding="utf-8") + '\n[panel]\nmembers = 2\nvote = "majority"\n', encoding="utf-8")
+    capsys.readouterr()
+    assert main(["eval", "-w", str(root), "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "judge.toml has a [panel], which the command provider (a harness judge that reads its own files) " \
+           "cannot run" in err and "Traceback" not in err
+    assert not (state / "invocations.jsonl").exists()  # the harness was never started
