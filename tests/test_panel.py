@@ -388,3 +388,20 @@ def test_a_harness_judge_refuses_a_panel_before_any_run(tmp_path: Path, capsys: 
     assert "judge.toml has a [panel], which the command provider (a harness judge that reads its own files) " \
            "cannot run" in err and "Traceback" not in err
     assert not (state / "invocations.jsonl").exists()  # the harness was never started
+
+
+def test_plan_prices_every_members_call(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    def plan() -> dict[str, Any]:
+        capsys.readouterr()
+        assert main(["plan", "-w", str(ws), "--json", "--budget-usd", "20", "--provider", "openai", "--model",
+                     "gpt-5", "--policy", "paired"]) == 0
+        return dict(json.loads(capsys.readouterr().out))
+
+    single = plan()
+    toml = ws / JUDGE_TOML
+    toml.write_text(toml.read_text(encoding="utf-8") + '\n[panel]\nmembers = 3\nvote = "unanimous"\n', encoding="utf-8")
+    panel = plan()
+    assert panel["first_pass_warm_usd"] == pytest.approx(3 * single["first_pass_warm_usd"])
+    assert panel["calls_per_candidate"] == 3 * single["calls_per_candidate"] == 3 * 32
