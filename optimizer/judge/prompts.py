@@ -11,6 +11,9 @@ comments structure the files:
   instruction-library entries currently enabled; see `parse_library`, `enabled_entries`,
   `with_entries`.
 
+``judge.toml``'s optional ``[panel]`` (`PanelSettings`) names panel members; a named member's
+instructions are ``prompts/members/<name>.md``, validated like judge.md and read only when named.
+
 Everything here is pure except `PromptSet.from_dir` / `PromptSet.from_rev`, which read the files.
 """
 
