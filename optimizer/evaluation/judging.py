@@ -473,10 +473,14 @@ class ItemJudge:
             payload["member"] = self.member_tag(member)
         return traj, hashlib.sha256(stable_json(payload).encode()).hexdigest()
 
-    def _render(self, traj: Trajectory, member: int | None = None) -> JudgeRequest:
+    def _render_for(self, traj: Trajectory, member: int | None) -> JudgeRequest:
+        """`_render`, or panel member ``member``'s rendering (its instructions after the trajectory)."""
+        return self._render(traj) if member is None else self._render(traj, self.member_prompts[member])
+
+    def _render(self, traj: Trajectory, member_prompts: PromptSet | None = None) -> JudgeRequest:
         from optimizer.judge.render import build_request
 
-        prompts = self.prompts if member is None else self.member_prompts[member]
+        prompts = self.prompts if member_prompts is None else member_prompts
         if self.sandbox is not None:
             from optimizer.judge.harness import sandbox_request
 
@@ -503,7 +507,7 @@ class ItemJudge:
         memo = self.cache.get_request(memo_key) if memo_key is not None else None
         request: JudgeRequest | None = None
         if memo is None:
-            request = await asyncio.to_thread(self._render, traj, member)
+            request = await asyncio.to_thread(self._render_for, traj, member)
             fingerprint, notes = request.fingerprint(), request.notes
             if memo_key is not None:
                 self.cache.put_request(memo_key, fingerprint, notes)
@@ -511,7 +515,7 @@ class ItemJudge:
             fingerprint, notes = memo
         looked_up = [self._lookup(fingerprint, i, member) for i in self.indices]
         if request is None and any(hit is None for _, hit in looked_up):
-            request = await asyncio.to_thread(self._render, traj, member)
+            request = await asyncio.to_thread(self._render_for, traj, member)
             if request.fingerprint() != fingerprint:  # a stale memo: trust the rendering
                 fingerprint, notes = request.fingerprint(), request.notes
                 if memo_key is not None:
