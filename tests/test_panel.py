@@ -330,13 +330,26 @@ def test_eval_writes_each_members_verdict_and_batch_refuses_a_panel(
             (rep,) = body["_meta"]["replicates"]
             assert [(m["member"], m["success"], m["reasoning"]) for m in rep["members"]] == [
                 ("a", True, "member a says so"), ("b", False, "member b says so"), ("c", True, "member c says so")]
+        # Two replicates: each runs the whole panel, and each replicate's members are its own calls.
+        again = tmp_path / "again"
+        assert main(["eval", "-w", str(root), "--split", "sample", "--provider", "openai", "--model", "m",
+                     "--base-url", server.openai_base_url, "--limit", "2", "--replicates", "2",
+                     "--out", str(again)]) == 0
+        assert len(server.inference_requests()) == 2 * 3 + 2 * 3  # replicate 0 was cached, 1 is new
+        for path in sorted(again.glob("*.json")):
+            if path.name == "_summary.json":
+                continue
+            reps = json.loads(path.read_text())["_meta"]["replicates"]
+            assert [r["index"] for r in reps] == [0, 1]
+            assert [[m["member"] for m in r["members"]] for r in reps] == [["a", "b", "c"]] * 2
+            assert [[m["cached"] for m in r["members"]] for r in reps] == [[True] * 3, [False] * 3]
         capsys.readouterr()
         code = main(["eval", "-w", str(root), "--split", "sample", "--provider", "anthropic", "--model",
                      "claude-haiku-4-5", "--base-url", server.anthropic_base_url, "--limit", "2", "--batch"])
         err = capsys.readouterr().err
         assert code == 2 and "Traceback" not in err
         assert "judge.toml has a [panel], which --batch does not send yet; drop --batch or remove [panel]" in err
-        assert server.batch_creations == [] and len(server.inference_requests()) == 2 * 3
+        assert server.batch_creations == [] and len(server.inference_requests()) == 4 * 3
 
 
 # --------------------------------------------------------------------------- the optimiser's guards
