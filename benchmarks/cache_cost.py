@@ -42,8 +42,16 @@ fake, per wire and mode, old (an item's calls sent together; a batch as ``--batc
 writes per item, the write and read tokens billed, the pass's input-token equivalents, and whether
 the telemetry warning (billed reads below 80% of planned) fired.
 
+Part 4, cost per verdict per structure. The judge as a single call, and as a panel of 2 and of 3
+(judge.toml ``[panel] members = N``, issue 19), trajectory-first, direct calls, per wire: a first pass
+on a cold fake and ``--candidates`` candidates (one rubric rule each), each as in part 1. Per
+structure: judge calls per verdict, the fake's paid cache writes per item on the first pass (a
+panel's members share the item's prefix: one write), and dollars per verdict (`EvalRun.cost_usd`
+over the items, output included) on the first pass and per candidate, with the ratio to the single
+judge. The structures priced are `structures()`'s: the hook where criteria / review rows go.
+
 Run:  .venv/bin/python benchmarks/cache_cost.py [--quick] [--n 162] [--steps 100] [--candidates 10]
-      [--loop-candidates 10] [--replicates 3] [--warmup-only]
+      [--loop-candidates 10] [--replicates 3] [--warmup-only] [--structures-only]
 """
 
 from __future__ import annotations
@@ -461,6 +469,101 @@ def writes_table(results: dict[tuple[str, str, str], WriteFigures], n: int, repl
     return "\n".join(lines)
 
 
+# --- part 4: cost per verdict per structure -------------------------------------------------------
+
+
+def with_panel(files: dict[str, str], members: int, vote: str = "unanimous") -> dict[str, str]:
+    """``files`` with judge.toml's ``[panel]`` of ``members`` identical members (appended last: TOML
+    puts every key after a table header inside the table)."""
+    return {**files, JUDGE_TOML: files[JUDGE_TOML] + f'\n[panel]\nmembers = {members}\nvote = "{vote}"\n'}
+
+
+def structures(files: dict[str, str]) -> dict[str, dict[str, str]]:
+    """The judge structures part 4 prices: a name -> the prompt files (trajectory-first already set).
+
+    The hook for issue 19's other structures: once ``structure = "criteria"`` and ``review =
+    "success"`` are on main, add their rows here, e.g. ``out["criteria"] = {**files, JUDGE_TOML:
+    'structure = "criteria"\n' + files[JUDGE_TOML]}`` (a top-level key goes before any table)."""
+    return {"single": dict(files), "panel of 2": with_panel(files, 2), "panel of 3": with_panel(files, 3)}
+
+
+@dataclass
+class StructureFigures:
+    calls_per_verdict: float
+    writes_per_item: list[int]  # the fake's paid cache writes per item prefix, first pass
+    first_usd: float  # dollars per verdict, first pass (cold trajectories)
+    candidate_usd: list[float]  # dollars per verdict of each candidate pass (trajectories cached)
+
+    @property
+    def candidate_mean(self) -> float:
+        return sum(self.candidate_usd) / len(self.candidate_usd)
+
+
+async def price_structure(ws: Workspace, split: Split, wire: str, files: dict[str, str], candidates: int) -> StructureFigures:
+    """A first pass and ``candidates`` rubric edits of one structure on a fresh fake with its prompt cache on."""
+    from optimizer.evaluation.warmup import WARM_PREFIXES
+
+    n = len(split.ids)
+    WARM_PREFIXES.forget()  # each structure starts cold
+    store = PromptCache(clock=PacedClock(MINUTES_PER_CANDIDATE * 60.0 / n))
+    usd: list[float] = []
+    calls = 0
+    with FakeLLMServer(prompt_cache=store, keep_alive=True) as server:
+        base_url = server.anthropic_base_url if wire == "anthropic" else server.openai_base_url
+        judge = JudgeSection(provider=wire, model=MODELS[wire], base_url=base_url, max_concurrency=16)  # type: ignore[arg-type]
+        provider = make_provider(judge)
+        cache = JudgeCache(ws.cache_path)
+        try:
+            for k in range(candidates + 1):
+                edited = dict(files)
+                if k:
+                    edited[RUBRIC_MD] = files[RUBRIC_MD] + f"\n- Candidate rule {k}: re-check requirement {k}.\n"
+                run = await evaluate_items(ws, split, PromptSet.from_files(edited), judge, item_ids=split.ids,
+                                           replicates=1, provider=provider, cache=cache)
+                if k == 0:
+                    writes = store.write_counts()
+                    calls = run.calls_made
+                usd.append(run.cost_usd / n)
+        finally:
+            cache.close()
+            await provider.aclose()
+    return StructureFigures(calls / n, writes, usd[0], usd[1:])
+
+
+def measure_structures(root: Path, n: int, steps: int, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
+                       say: Any = print) -> dict[tuple[str, str], StructureFigures]:
+    """(wire, structure) -> its calls, cache writes and dollars per verdict (see part 4)."""
+    ws, split = build(root, n, steps)
+    files = dict(PromptSet.from_dir(ws.prompts_dir).files)
+    files[JUDGE_TOML] = with_layout(files[JUDGE_TOML], "trajectory-first")
+    out: dict[tuple[str, str], StructureFigures] = {}
+    for wire in wires:
+        for name, structure_files in structures(files).items():
+            ws.cache_path.unlink(missing_ok=True)
+            out[(wire, name)] = asyncio.run(price_structure(ws, split, wire, structure_files, candidates))
+            say(f"  structure {wire:9} {name:12}: ${out[(wire, name)].candidate_mean:.5f} per verdict per candidate")
+    return out
+
+
+def structures_table(results: dict[tuple[str, str], StructureFigures], n: int, steps: int, candidates: int) -> str:
+    lines = [f"cost per verdict per structure: trajectory-first, direct, {n} items x {steps} steps (a screenshot "
+             f"each), first pass cold, then {candidates} candidates (one rubric rule each; trajectories cached)",
+             f"  {'wire':9} {'structure':12} {'calls/verdict':>13} {'writes/item':>11} {'first pass $/verdict':>21} "
+             f"{'/ single':>8} {'candidate $/verdict':>20} {'/ single':>8}"]
+    for wire in dict.fromkeys(w for w, _ in results):
+        single = results[(wire, "single")]
+        for (w, name), f in results.items():
+            if w != wire:
+                continue
+            writes = sum(f.writes_per_item) / len(f.writes_per_item) if f.writes_per_item else 0.0
+            lines.append(f"  {wire:9} {name:12} {f.calls_per_verdict:>13.1f} {writes:>11.2f} {f.first_usd:>21.5f} "
+                         f"{f.first_usd / single.first_usd:>8.2f} {f.candidate_mean:>20.5f} "
+                         f"{f.candidate_mean / single.candidate_mean:>8.2f}")
+    lines.append("  (a panel's members share each item's cached trajectory: one write per item, the other members "
+                 "read it; after the first pass every call reads it, so a panel of k costs about k single verdicts)")
+    return "\n".join(lines)
+
+
 # --- the script -----------------------------------------------------------------------------------
 
 
@@ -480,6 +583,8 @@ def main() -> None:
     parser.add_argument("--warmup-only", action="store_true",
                         help="only part 3: cache writes per item before/after single-flight (default: every part)")
     parser.add_argument("--replicates", type=int, default=3, help="part 3: calls per item (default 3)")
+    parser.add_argument("--structures-only", action="store_true",
+                        help="only part 4: cost per verdict per structure (single judge, panels of 2 and 3)")
     args = parser.parse_args()
     quick = {"n": 24, "steps": 20, "candidates": 3, "loop_candidates": 3}
     full = {"n": 162, "steps": 100, "candidates": 10, "loop_candidates": 10}
@@ -490,6 +595,13 @@ def main() -> None:
     os.environ.setdefault("OPENAI_API_KEY", "benchmark-key")
     print(f"machine: {machine()}", flush=True)
     t0 = time.perf_counter()
+    if args.structures_only:
+        with tempfile.TemporaryDirectory(prefix="judgeloop-cache-cost-") as tmp:
+            priced = measure_structures(Path(tmp) / "structures", args.n, args.steps, args.candidates,
+                                        say=lambda m: print(m, flush=True))
+        print(f"total {time.perf_counter() - t0:.0f} s\n")
+        print(structures_table(priced, args.n, args.steps, args.candidates))
+        return
     if args.warmup_only:
         with tempfile.TemporaryDirectory(prefix="judgeloop-cache-cost-") as tmp:
             writes = measure_writes(Path(tmp) / "writes", args.n, args.steps, args.replicates,
@@ -503,12 +615,16 @@ def main() -> None:
         results = measure_costs(Path(tmp) / "costs", args.n, args.steps, args.candidates,
                                 say=lambda m: print(m, flush=True))
         loops = compare_loops(Path(tmp) / "loops", args.loop_candidates, say=lambda m: print(m, flush=True))
+        priced = measure_structures(Path(tmp) / "structures", args.n, args.steps, args.candidates,
+                                    say=lambda m: print(m, flush=True))
     print(f"total {time.perf_counter() - t0:.0f} s\n")
     print(cost_table(results, args.n, args.candidates))
     print()
     print(writes_table(writes, args.n, args.replicates))
     print()
     print(decision_table(loops, args.loop_candidates))
+    print()
+    print(structures_table(priced, args.n, args.steps, args.candidates))
 
 
 if __name__ == "__main__":

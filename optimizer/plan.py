@@ -107,10 +107,13 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         write = price.cache_write_1h_price if request.cache_ttl == "1h" else price.cache_write_price
         cold += (prefix * write + tail) / 1e6
         warm += (prefix * price.cache_read_price + tail) / 1e6
-    cold, warm = cold * replicates, warm * replicates
+    panel = prompts.settings.panel
+    # A panel: every member makes each replicate's call (members' instructions differ little in length).
+    per_item = replicates * (panel.size if panel is not None else 1)
+    cold, warm = cold * per_item, warm * per_item
     n = len(split.ids)
     rejudge = ADAPTIVE_REJUDGE_SHARE if policy == "adaptive" else 0.0
-    per_candidate, calls = warm * (1 + rejudge), n * replicates * (1 + rejudge)
+    per_candidate, calls = warm * (1 + rejudge), n * per_item * (1 + rejudge)
     source, seconds, measured, notes = "estimate", None, 0, []
     past = _past_candidates(ws, judge)
     if past:
@@ -126,7 +129,7 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         notes.append(f"model {judge.model!r} costs nothing at the price table's figures")
     else:
         candidates = max(0, math.floor((budget_usd - cold) / per_candidate))
-        total_calls = math.floor(candidates * calls + (n * replicates if budget_usd >= cold else 0))
+        total_calls = math.floor(candidates * calls + (n * per_item if budget_usd >= cold else 0))
         if budget_usd < cold:
             notes.append(f"the budget does not cover the baseline's cold first pass (${cold:.4f})")
     in_hours = None if hours is None or seconds is None else math.floor(hours * 3600 / seconds)

@@ -86,3 +86,22 @@ def test_the_warmup_rows_show_one_write_per_item_after_and_several_before(tmp_pa
     assert results[("anthropic", "batch", "old")].warned  # --batch-cold: planned reads, none billed
     table = cc.writes_table(results, 4, 3)
     assert "anthropic direct" in table and "anthropic batch" in table
+
+
+def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls(tmp_path: Path, keys: None) -> None:
+    n = 4
+    results = cc.measure_structures(tmp_path, n=n, steps=12, candidates=1, wires=("anthropic",), say=lambda _m: None)
+    assert [name for _, name in results] == ["single", "panel of 2", "panel of 3"]
+    single = results[("anthropic", "single")]
+    for k, name in ((1, "single"), (2, "panel of 2"), (3, "panel of 3")):
+        f = results[("anthropic", name)]
+        assert f.calls_per_verdict == k
+        assert f.writes_per_item == [1] * n  # the members share the item's cached trajectory
+        # Trajectories cached, each member's call is the single judge's call again (count members:
+        # the same instructions), so k members cost k single verdicts.
+        assert f.candidate_mean == pytest.approx(k * single.candidate_mean, rel=1e-6)
+        # Cold, the first member writes the trajectory and the others read it: each of them costs a
+        # warm call (a candidate's call, whose rubric is one rule longer), not another write.
+        assert f.first_usd == pytest.approx(single.first_usd + (k - 1) * single.candidate_mean, rel=0.02)
+    table = cc.structures_table(results, n, 12, 1)
+    assert "panel of 3" in table and "calls/verdict" in table

@@ -192,6 +192,7 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     conn = sqlite3.connect(path)  # what judgeloop with schema 1 wrote: no verdicts.tools column
     conn.execute("ALTER TABLE verdicts DROP COLUMN tools")
     _drop_schema_3_columns(conn)  # (nor what schema 3 added)
+    conn.execute("ALTER TABLE verdicts DROP COLUMN members")  # (nor what schema 9 added)
     conn.execute("PRAGMA user_version = 1")
     conn.close()
 
@@ -245,6 +246,7 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
     conn.execute("DROP TABLE attribution_edits")
     conn.execute("DROP TABLE attributions")
+    conn.execute("ALTER TABLE verdicts DROP COLUMN members")  # (nor what schema 9 added)
     conn.execute("PRAGMA user_version = 5")
     conn.close()
 
@@ -282,6 +284,7 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         ))
     conn = sqlite3.connect(path)  # what judgeloop with schema 2 wrote: no optimiser columns, no proposal meta
     _drop_schema_3_columns(conn)
+    conn.execute("ALTER TABLE verdicts DROP COLUMN members")  # (nor what schema 9 added)
     conn.execute("PRAGMA user_version = 2")
     conn.close()
 
@@ -501,6 +504,7 @@ def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as
     conn.execute("DROP TABLE batches")
     conn.execute("DROP TABLE attribution_edits")
     conn.execute("DROP TABLE attributions")
+    conn.execute("ALTER TABLE verdicts DROP COLUMN members")  # (nor what schema 9 added)
     conn.execute("PRAGMA user_version = 3")
     conn.close()
 
@@ -601,6 +605,7 @@ def test_a_version_7_ledger_gains_the_planned_cache_reads_and_reads_them_as_0_un
     conn = sqlite3.connect(path)  # what a schema-7 judgeloop wrote: no planned cache reads
     for column in SCHEMA_8_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+    conn.execute("ALTER TABLE verdicts DROP COLUMN members")  # (nor what schema 9 added)
     conn.execute("PRAGMA user_version = 7")
     conn.close()
     with Ledger.open_readonly(path) as ro:
@@ -612,6 +617,34 @@ def test_a_version_7_ledger_gains_the_planned_cache_reads_and_reads_them_as_0_un
             status="baseline", usage=Usage(calls=4, input_tokens=900, cache_read_tokens=20_000, cost_usd=0.05)))
         got = ledger.get_experiment(base.id)
     assert (got.planned_cache_read_tokens, got.cache_read_tokens) == (31_500, 20_000)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    conn.close()
+
+
+def test_a_version_8_ledger_gains_panel_members_and_keeps_each_members_verdict(tmp_path: Path) -> None:
+    from optimizer.ledger import MemberVerdict
+
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = _run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
+        ledger.record_verdicts(base.id, [_item("t1", True, reps=1)])
+    conn = sqlite3.connect(path)  # what a schema-8 judgeloop wrote: no panel members
+    conn.execute("ALTER TABLE verdicts DROP COLUMN members")
+    conn.execute("PRAGMA user_version = 8")
+    conn.close()
+    with Ledger.open_readonly(path) as ro:
+        [old] = ro.item_verdicts(base.id)
+        assert old.replicates[0].members == [] and old.replicates[0].reasoning == "why t1 0"
+    members = [MemberVerdict(member="strict", success=False, status="ok", reasoning="no save", cost_usd=0.01),
+               MemberVerdict(member="evidence", success=None, status="invalid", reasoning="not JSON", cached=True)]
+    item = _item("t2", False, reps=1)
+    item.replicates[0].members = members
+    with Ledger(path) as ledger:
+        ledger.record_verdicts(base.id, [item])
+        got = {v.trajectory_id: v for v in ledger.item_verdicts(base.id)}
+    assert got["t2"].replicates[0].members == members and got["t1"].replicates[0].members == []
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     conn.close()

@@ -128,13 +128,16 @@ def cache_key(
     request: JudgeRequest | str,
     replicate: int,
     endpoint: str | None = None,
+    member: str | None = None,
 ) -> str:
     """sha256 (hex) over a stable JSON of everything that determines one judge call.
 
     ``request`` is a `JudgeRequest` or its precomputed ``fingerprint()``. ``endpoint`` (from
     `provider_endpoint`) is where the calls go when that is not the provider's default: two servers
     may serve different weights under one model name. It is left out of the key material for the
-    default endpoint, so entries cached before endpoints were keyed still hit there.
+    default endpoint, so entries cached before endpoints were keyed still hit there. ``member``: the
+    panel member making the call (judge.toml [panel]); left out for the single judge, whose keys are
+    as they were before panels existed.
     """
     fingerprint = request if isinstance(request, str) else request.fingerprint()
     payload: dict[str, Any] = {
@@ -148,6 +151,8 @@ def cache_key(
     }
     if endpoint is not None:
         payload["endpoint"] = endpoint
+    if member is not None:
+        payload["member"] = member
     return hashlib.sha256(stable_json(payload).encode()).hexdigest()
 
 

@@ -33,7 +33,7 @@ from optimizer.evaluation.batchstore import BatchStore
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
-from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME, BudgetStop, ItemJudge, Stopped
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME, BudgetStop, ItemJudge, Stopped, panel_refusal
 from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.evaluation.warmup import CacheReads
@@ -336,6 +336,9 @@ async def evaluate_items(
         batching: BatchingProvider | None = None
         if batch is not None:
             batching = batching_provider(provider, prompts.settings.mode)
+        refusal = panel_refusal(prompts, provider, batch=batch is not None)
+        if refusal is not None:
+            raise UserError(refusal)
         if cache is None:
             cache = JudgeCache(ws.cache_path)
         sampling = sampling_from(prompts)

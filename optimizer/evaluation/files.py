@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from optimizer.errors import UserError
-from optimizer.evaluation.results import EvalRun, ItemResult
+from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 
 
 def redacted_url(url: str | None) -> str | None:
@@ -23,6 +23,24 @@ def redacted_url(url: str | None) -> str | None:
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _member_entry(m: ReplicateResult) -> dict[str, Any]:
+    """One panel member's call in a verdict file."""
+    return {
+        "member": m.member,
+        "success": m.success,
+        "parse_status": m.status,
+        "reasoning": m.verdict.reasoning if m.verdict is not None else None,
+        "mistake_type": m.verdict.mistake_type if m.verdict is not None else None,
+        "cached": m.cached,
+        "input_tokens": m.input_tokens,
+        "output_tokens": m.output_tokens,
+        "cache_read_tokens": m.cache_read_tokens,
+        "cache_write_tokens": m.cache_write_tokens,
+        "cost_usd": round(m.cost_usd, 8),
+        **({"parse_error": m.parse_error, "raw_response": m.reply_text} if m.status == "parse_error" else {}),
+    }
 
 
 def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
@@ -50,6 +68,8 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
                 "duration_s": round(r.duration_s, 3),
                 **({"parse_error": r.parse_error, "raw_response": r.reply_text} if r.status == "parse_error" else {}),
                 **({"turns": r.turns, "tool_calls": [str(t) for t in r.trace]} if r.trace else {}),
+                # A panel: each member's verdict behind this replicate's vote.
+                **({"members": [_member_entry(m) for m in r.members]} if r.members else {}),
             }
             for r in reps
         ],

@@ -43,6 +43,21 @@ from optimizer.models import Trajectory, Verdict
 IMAGE_CACHE_DIRNAME = "images"
 
 
+def panel_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False) -> str | None:
+    """Why ``prompts``' [panel] cannot run on ``provider`` (one sentence), or None: it can (or there is none)."""
+    if prompts.settings.panel is None:
+        return None
+    if prompts.settings.mode == "agentic":
+        return ('judge.toml has a [panel] and mode = "agentic"; panels run direct judges only: set '
+                'mode = "direct" or remove [panel]')
+    if provider.traits.sandbox is not None:
+        return (f"judge.toml has a [panel], which the {provider.name} provider (a harness judge that reads "
+                "its own files) cannot run; remove [panel] or use an API or local provider")
+    if batch:
+        return "judge.toml has a [panel], which --batch does not send yet; drop --batch or remove [panel]"
+    return None
+
+
 class BudgetStop(Exception):
     """A paid call would cross the budget; the item is not evaluated and evaluation stops."""
 
@@ -102,6 +117,9 @@ class PreparedItem:
     # for a batch that sends the missing replicates instead of `calls`.
     request: JudgeRequest | None = None
     fingerprint: str = ""
+    # A panel: each member's label; ``looked_up`` is then member-major (every replicate of the
+    # first member, then of the second...), and ``request`` None (a batch cannot send a panel).
+    members: tuple[str, ...] = ()
 
 
 class ItemJudge:
@@ -159,6 +177,12 @@ class ItemJudge:
             from optimizer.judge.harness import BUDGET_REFUSAL
 
             raise UserError(BUDGET_REFUSAL.format(name=provider.name))
+        refusal = panel_refusal(prompts, provider)
+        if refusal is not None:
+            raise UserError(refusal)
+        self.panel = prompts.settings.panel
+        self.member_labels: tuple[str, ...] = tuple(self.panel.labels()) if self.panel is not None else ()
+        self.member_prompts = [prompts.for_member(m) for m in range(len(self.member_labels))]
         self.semaphore = asyncio.Semaphore(concurrency)
         self.stop_reason: str | None = None
         self.usage = Usage()  # the paid calls made so far
@@ -168,8 +192,13 @@ class ItemJudge:
         self.planned_cache_reads = 0
 
     # -- one call --------------------------------------------------------------------------------
-    def _lookup(self, fingerprint: str, index: int) -> tuple[str, ReplicateResult | None]:
-        """The cache key of replicate ``index`` and its cached result, if any (cached calls are free)."""
+    def member_tag(self, member: int | None) -> str | None:
+        """What the cache key of panel member ``member``'s calls holds (None: the single judge)."""
+        return None if member is None else f"{member}:{self.member_labels[member]}"
+
+    def _lookup(self, fingerprint: str, index: int, member: int | None = None) -> tuple[str, ReplicateResult | None]:
+        """The cache key of replicate ``index`` (of panel member ``member``) and its cached result,
+        if any (cached calls are free)."""
 
         key = cache_key(
             provider=self.provider.name,
@@ -179,11 +208,13 @@ class ItemJudge:
             request=fingerprint,
             replicate=index,
             endpoint=self.endpoint,
+            member=self.member_tag(member),
         )
         hit = self.cache.get(key)
         if hit is None:
             return key, None
-        return key, _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
+        result = _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
+        return key, result if member is None else dataclasses.replace(result, member=self.member_labels[member])
 
     def _reserve(self, estimate: float) -> float:
         """Reserve ``estimate`` dollars of the budget for the next call, or stop: it would cross it."""
@@ -203,6 +234,13 @@ class ItemJudge:
         head = JudgeRequest(system=request.system, parts=request.parts[: request.cache_prefix])
         material = stable_json([self.provider.name, self.endpoint, self.provider.model, head.fingerprint()])
         return hashlib.sha256(material.encode()).hexdigest()
+
+    async def _member_call(
+        self, request: JudgeRequest, fingerprint: str, key: str, index: int, member: int
+    ) -> ReplicateResult:
+        """One paid call of panel member ``member`` (see `_call`), labelled with the member."""
+        result = await self._call(request, fingerprint, key, index)
+        return dataclasses.replace(result, member=self.member_labels[member])
 
     async def _call(self, request: JudgeRequest, fingerprint: str, key: str, index: int) -> ReplicateResult:
         """One paid call. The caller holds a semaphore slot; it is released here, whatever happens.
@@ -305,6 +343,8 @@ class ItemJudge:
             ]
             calls = [functools.partial(self._converse, agentic, i) for i in self.indices]
             return PreparedItem(tid, agentic.notes, looked_up, calls)
+        if self.panel is not None:
+            return await self._prepare_panel(tid)
         request, fingerprint, notes, looked_up = await self._direct_lookups(tid)
         calls = [
             functools.partial(self._call, request, fingerprint, key, i)
@@ -312,6 +352,56 @@ class ItemJudge:
             if hit is None
         ]
         return PreparedItem(tid, notes, looked_up, calls, request, fingerprint)
+
+    async def _prepare_panel(self, tid: str) -> PreparedItem:
+        """A panel's item: every member's replicates looked up (member-major) and the missing calls.
+        Under trajectory-first the members' requests differ only after the cache breakpoint, so they
+        share one cached prefix and its single-flight (the first call writes it, the rest read it)."""
+        looked_up: list[tuple[str, ReplicateResult | None]] = []
+        calls: list[Callable[[], Coroutine[Any, Any, ReplicateResult]]] = []
+        notes: tuple[str, ...] = ()
+        for member in range(len(self.member_labels)):
+            request, fingerprint, member_notes, lookups = await self._direct_lookups(tid, member)
+            notes = notes or member_notes
+            looked_up += lookups
+            calls += [
+                functools.partial(self._member_call, request, fingerprint, key, i, member)
+                for i, (key, hit) in zip(self.indices, lookups, strict=True)
+                if hit is None
+            ]
+        return PreparedItem(tid, notes, looked_up, calls, members=self.member_labels)
+
+    def _panel_replicates(self, item: PreparedItem, calls: list[ReplicateResult]) -> list[ReplicateResult]:
+        """One replicate per index from the members' calls (member-major in ``calls``): the vote."""
+        from optimizer.judge.verdicts import panel_vote
+
+        assert self.panel is not None
+        n = len(self.indices)
+        out: list[ReplicateResult] = []
+        for j, index in enumerate(self.indices):
+            members = tuple(calls[m * n + j] for m in range(len(item.members)))
+            failed = next((r for r in members if r.infra_error is not None), None)
+            verdict = None if failed is not None else panel_vote(
+                item.members, [r.verdict for r in members], self.panel.required(), self.panel.vote)
+            parse_error = None
+            if failed is None and verdict is None:
+                parse_error = "no panel member's reply parsed: " + "; ".join(
+                    f"{r.member}: {r.parse_error}" for r in members)
+            out.append(ReplicateResult(
+                index=index,
+                cache_key=hashlib.sha256("\0".join(r.cache_key for r in members).encode()).hexdigest(),
+                cached=all(r.cached for r in members),
+                reply_text=None if verdict is not None else "\n\n".join(
+                    f"[{r.member}] {r.reply_text or ''}" for r in members),
+                verdict=verdict,
+                parse_error=parse_error,
+                model=members[0].model,
+                usage=sum((r.usage for r in members), Usage()),
+                duration_s=max(r.duration_s for r in members),
+                infra_error=None if failed is None else f"member {failed.member}: {failed.infra_error}",
+                members=members,
+            ))
+        return out
 
     def assemble(
         self, item: PreparedItem, outcomes: Sequence[ReplicateResult | BaseException], started: float
@@ -330,6 +420,8 @@ class ItemJudge:
         fresh = iter(o for o in outcomes if isinstance(o, ReplicateResult))
         reps = [hit if hit is not None else next(fresh) for _, hit in item.looked_up]
         self.cache_hits += sum(1 for r in reps if r.cached)
+        if item.members:
+            reps = self._panel_replicates(item, reps)
         tid, notes = item.trajectory_id, item.notes
         failed = [r for r in reps if r.infra_error is not None]
         if failed:
@@ -356,8 +448,9 @@ class ItemJudge:
         )
 
     # -- one item --------------------------------------------------------------------------------
-    def _load(self, tid: str) -> tuple[Trajectory, str | None]:
-        """Load the trajectory and compute its render-memo key (None when the split cannot say)."""
+    def _load(self, tid: str, member: int | None = None) -> tuple[Trajectory, str | None]:
+        """Load the trajectory and compute its render-memo key (None when the split cannot say); a
+        panel member's rendering has its own key."""
         traj = self.split.trajectory(tid)
         json_path = getattr(self.split, "json_path", None)
         if json_path is None:
@@ -384,15 +477,22 @@ class ItemJudge:
             # The cases an item gets depend on its split's folds, not only on its own files.
             chosen = self._memory_for(traj)
             payload["memory"] = [chosen.principles, [c.id for c in chosen.cases], chosen.fold]
+        if member is not None:
+            payload["member"] = self.member_tag(member)
         return traj, hashlib.sha256(stable_json(payload).encode()).hexdigest()
 
     def _memory_for(self, traj: Trajectory) -> Selection:
         assert self.memory is not None
         return self.memory.select(traj.trajectory_id, traj.task.instruction)
 
-    def _render(self, traj: Trajectory) -> JudgeRequest:
+    def _render_for(self, traj: Trajectory, member: int | None) -> JudgeRequest:
+        """`_render`, or panel member ``member``'s rendering (its instructions after the trajectory)."""
+        return self._render(traj) if member is None else self._render(traj, self.member_prompts[member])
+
+    def _render(self, traj: Trajectory, member_prompts: PromptSet | None = None) -> JudgeRequest:
         from optimizer.judge.render import build_request
 
+        prompts = self.prompts if member_prompts is None else member_prompts
         if self.sandbox is not None:
             from optimizer.judge.harness import sandbox_request
 
@@ -402,7 +502,7 @@ class ItemJudge:
         request = build_request(
             traj,
             self.split,
-            self.prompts,
+            prompts,
             text_only=self.text_only,
             token_budget=self.token_budget,
             image_cache_dir=self.image_cache_dir,
@@ -414,30 +514,30 @@ class ItemJudge:
         return dataclasses.replace(request, notes=(*request.notes, chosen.note()))
 
     async def _direct_lookups(
-        self, tid: str
+        self, tid: str, member: int | None = None
     ) -> tuple[Any, str, tuple[str, ...], list[tuple[str, ReplicateResult | None]]]:
         """Render ``tid`` (or recall its rendering) and look its replicates up in the cache:
         (request — None when every replicate is cached and the memo was enough —, fingerprint,
         notes, [(cache key, cached result or None)] per replicate)."""
-        traj, memo_key = await asyncio.to_thread(self._load, tid)
+        traj, memo_key = await asyncio.to_thread(self._load, tid, member)
         # A fully cached item whose rendering inputs are unchanged needs no rendering at all.
         memo = self.cache.get_request(memo_key) if memo_key is not None else None
         request: JudgeRequest | None = None
         if memo is None:
-            request = await asyncio.to_thread(self._render, traj)
+            request = await asyncio.to_thread(self._render_for, traj, member)
             fingerprint, notes = request.fingerprint(), request.notes
             if memo_key is not None:
                 self.cache.put_request(memo_key, fingerprint, notes)
         else:
             fingerprint, notes = memo
-        looked_up = [self._lookup(fingerprint, i) for i in self.indices]
+        looked_up = [self._lookup(fingerprint, i, member) for i in self.indices]
         if request is None and any(hit is None for _, hit in looked_up):
-            request = await asyncio.to_thread(self._render, traj)
+            request = await asyncio.to_thread(self._render_for, traj, member)
             if request.fingerprint() != fingerprint:  # a stale memo: trust the rendering
                 fingerprint, notes = request.fingerprint(), request.notes
                 if memo_key is not None:
                     self.cache.put_request(memo_key, fingerprint, notes)
-                looked_up = [self._lookup(fingerprint, i) for i in self.indices]
+                looked_up = [self._lookup(fingerprint, i, member) for i in self.indices]
         return request, fingerprint, notes, looked_up
 
     def _agentic_task(self, tid: str) -> AgenticTask:

@@ -76,6 +76,10 @@ class ReplicateResult(UsageFigures):
     # and the number of model calls it took (1 for a direct judge).
     trace: tuple[JudgeToolCall, ...] = ()
     turns: int = 1
+    # A panel (judge.toml [panel]): this replicate's verdict is the vote of ``members``, one call
+    # each, whose ``member`` is the member's label; usage, cost and ``cached`` are theirs together.
+    member: str | None = None
+    members: tuple[ReplicateResult, ...] = ()
 
     @property
     def status(self) -> ParseStatus:

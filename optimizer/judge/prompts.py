@@ -11,11 +11,15 @@ comments structure the files:
   instruction-library entries currently enabled; see `parse_library`, `enabled_entries`,
   `with_entries`.
 
+``judge.toml``'s optional ``[panel]`` (`PanelSettings`) names panel members; a named member's
+instructions are ``prompts/members/<name>.md``, validated like judge.md and read only when named.
+
 Everything here is pure except `PromptSet.from_dir` / `PromptSet.from_rev`, which read the files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import tomllib
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
 from optimizer.errors import UserError
 from optimizer.judge.memory import EMPTY_MEMORY, MEMORY_FILES, Memory, memory_from_files
@@ -45,6 +49,11 @@ REQUIRED_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
 JUDGE_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
 # Every file a prompt set is read from besides the required ones.
 OPTIONAL_FILES: tuple[str, ...] = (LIBRARY_MD, *MEMORY_FILES)
+# A panel member's own instructions: prompts/members/<name>.md (see `PanelSettings`); they count as
+# judge files (prompt hash, guards) once judge.toml's [panel] names them.
+MEMBERS_DIR = "prompts/members"
+MAX_PANEL_MEMBERS = 9
+_MEMBER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 
 PROTECTED_BEGIN = "<!-- judgeloop:protected:begin -->"
 PROTECTED_END = "<!-- judgeloop:protected:end -->"
@@ -94,6 +103,76 @@ _LIBRARY_ID_RE = re.compile(r"^lib-[a-z0-9]+(?:-[a-z0-9]+)*$")
 # --------------------------------------------------------------------------- settings
 
 
+def member_file(name: str) -> str:
+    """The workspace path of panel member ``name``'s instructions (a name `PanelSettings` accepted)."""
+    return f"{MEMBERS_DIR}/{name}.md"
+
+
+class PanelSettings(BaseModel):
+    """``[panel]`` of judge.toml: several judge calls per verdict, combined by a vote.
+
+    ``members``: names of ``prompts/members/<name>.md`` files (each a member's own instructions,
+    written like judge.md) or a count of independent calls with judge.md's instructions. ``vote``:
+    "unanimous" (success only if every member says so), "majority", or "at_least:K" successes.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    members: list[StrictStr] | StrictInt
+    vote: str
+
+    @model_validator(mode="after")
+    def _valid(self) -> PanelSettings:
+        if isinstance(self.members, int):
+            if not 2 <= self.members <= MAX_PANEL_MEMBERS:
+                raise ValueError(
+                    f"members = {self.members}: a panel of identical members has 2 to {MAX_PANEL_MEMBERS} members "
+                    "(remove [panel] for a single judge)"
+                )
+        else:
+            if not 1 <= len(self.members) <= MAX_PANEL_MEMBERS:
+                raise ValueError(f"members names {len(self.members)} members; a panel has 1 to {MAX_PANEL_MEMBERS}")
+            for name in self.members:
+                if not _MEMBER_NAME_RE.match(name):
+                    raise ValueError(
+                        f"member {name[:60]!r} is not a member name; use lower-case letters, digits, '-' and '_' "
+                        f"(the file is {MEMBERS_DIR}/<name>.md)"
+                    )
+            if len(set(self.members)) != len(self.members):
+                raise ValueError("members names a member twice; each name once")
+        self.required()  # the vote must be valid for this many members
+        return self
+
+    @property
+    def size(self) -> int:
+        return self.members if isinstance(self.members, int) else len(self.members)
+
+    def labels(self) -> list[str]:
+        """Each member's label (the ledger, the TUI and the report show it): its name, or m1, m2..."""
+        if isinstance(self.members, int):
+            return [f"m{i + 1}" for i in range(self.members)]
+        return list(self.members)
+
+    def named(self) -> list[str]:
+        """The member names that are files (none for ``members = N``)."""
+        return [] if isinstance(self.members, int) else list(self.members)
+
+    def required(self) -> int:
+        """Success votes a success verdict needs."""
+        n = self.size
+        if self.vote == "unanimous":
+            return n
+        if self.vote == "majority":
+            return n // 2 + 1
+        head, _, count = self.vote.partition(":")
+        if head != "at_least" or not count.isdigit():
+            raise ValueError(f'vote = {self.vote[:40]!r}: use "unanimous", "majority" or "at_least:K"')
+        k = int(count)
+        if not 1 <= k <= n:
+            raise ValueError(f"vote = {self.vote!r}: K must be between 1 and the {n} members")
+        return k
+
+
 class JudgeSettings(BaseModel):
     """``prompts/judge.toml``: judge mode, screenshot policy, image size, tiling, budget, sampling.
 
@@ -134,6 +213,8 @@ class JudgeSettings(BaseModel):
     memory: Literal["off", "retrieve"] = "off"
     memory_k: int = Field(default=4, ge=1, le=16)
     memory_folds: int = Field(default=5, ge=2, le=20)
+    # A panel of judge calls per verdict (None: the single judge), see `PanelSettings`.
+    panel: PanelSettings | None = None
 
     @model_validator(mode="after")
     def _spaced_needs_a_count(self) -> JudgeSettings:
@@ -317,6 +398,15 @@ class PromptSet:
         if LIBRARY_MD in files:
             parse_library(files[LIBRARY_MD], where(LIBRARY_MD))
         settings = parse_settings(files[JUDGE_TOML], where(JUDGE_TOML))
+        for name in settings.panel.named() if settings.panel is not None else []:
+            path = member_file(name)
+            if path not in files:
+                raise UserError(
+                    f"{where(path)} is missing: judge.toml's [panel] names member {name!r}; write that file "
+                    "(a member's instructions, like judge.md) or remove the name"
+                )
+            check_placeholders(files[path], where(path), _ALLOWED[JUDGE_MD])
+            check_markers(files[path], where(path))
         return cls(
             judge_md=files[JUDGE_MD],
             rubric_md=files[RUBRIC_MD],
@@ -345,6 +435,17 @@ class PromptSet:
                     files[name] = file.read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError) as exc:
                     raise UserError(f"{file}: cannot read it as UTF-8 text ({exc}); fix the file") from None
+        members = folder / MEMBERS_DIR.removeprefix("prompts/")
+        for name in panel_member_files(files):
+            file = folder / name.removeprefix("prompts/")
+            if members.is_symlink():
+                check_unlinked(members, MEMBERS_DIR)
+            if file.is_symlink() or file.is_file():
+                check_unlinked(file, name if folder.name == "prompts" else str(file))
+                try:
+                    files[name] = file.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise UserError(f"{file}: cannot read it as UTF-8 text ({exc}); fix the file") from None
         return cls.from_files(files, source=str(folder))
 
     @classmethod
@@ -360,24 +461,44 @@ class PromptSet:
                 commit = repo.commit(rev)
             except (git.BadName, ValueError):
                 raise UserError(f"{rev!r} is not a revision of the workspace; pass a commit, branch or tag") from None
-            for name in (*REQUIRED_FILES, *OPTIONAL_FILES):
-                try:
-                    blob = commit.tree / name
-                except KeyError:
-                    continue
-                try:
-                    files[name] = blob.data_stream.read().decode("utf-8")
-                except UnicodeDecodeError:
-                    raise UserError(f"{name}@{rev}: not UTF-8 text; fix the file and commit it") from None
+            for names in ((*REQUIRED_FILES, *OPTIONAL_FILES), None):
+                for name in names if names is not None else panel_member_files(files):
+                    try:
+                        blob = commit.tree / name
+                    except KeyError:
+                        continue
+                    try:
+                        files[name] = blob.data_stream.read().decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise UserError(f"{name}@{rev}: not UTF-8 text; fix the file and commit it") from None
         return cls.from_files(files, source=f"prompts@{rev}")
 
     def prompt_hash(self) -> str:
-        """sha256 over judge.md, rubric.md and judge.toml, and the memory files when present (the files
-        that determine requests; without memory files the hash is what it was before they existed)."""
+        """sha256 over judge.md, rubric.md, judge.toml, the panel's member files and the memory files
+        when present (the files that determine requests; without a [panel] or memory files, exactly the
+        first three as before either existed)."""
         h = hashlib.sha256()
-        for name in (*JUDGE_FILES, *(m for m in MEMORY_FILES if m in self.files)):
+        for name in self.judge_files():
             h.update(name.encode() + b"\0" + self.files[name].encode() + b"\0")
         return h.hexdigest()
+
+    def judge_files(self) -> tuple[str, ...]:
+        """The files that determine this judge's requests: `JUDGE_FILES`, the panel's member files and
+        the memory files present."""
+        panel = self.settings.panel
+        return (*JUDGE_FILES, *(member_file(n) for n in (panel.named() if panel is not None else [])),
+                *(m for m in MEMORY_FILES if m in self.files))
+
+    def for_member(self, index: int) -> PromptSet:
+        """The prompt set panel member ``index`` judges with: its member file in judge.md's place
+        (``members = [...]``), or this one (``members = N``). Its settings have no panel."""
+        panel = self.settings.panel
+        if panel is None:
+            raise ValueError("for_member: this prompt set has no [panel]")
+        settings = self.settings.model_copy(update={"panel": None})
+        named = panel.named()
+        judge_md = self.files[member_file(named[index])] if named else self.judge_md
+        return dataclasses.replace(self, judge_md=judge_md, settings=settings)
 
     def placeholder_values(self) -> dict[str, str]:
         """Values of the placeholders shared by every template."""
@@ -403,6 +524,19 @@ class PromptSet:
         """The instruction library's entries ([] when the prompt set has no library.md)."""
         text = self.files.get(LIBRARY_MD)
         return [] if text is None else parse_library(text, f"{self.source}/library.md")
+
+
+def panel_member_files(files: Mapping[str, str]) -> list[str]:
+    """The member files judge.toml's [panel] names ([] when it has none or does not parse: then
+    `PromptSet.from_files` reports the problem). Names are validated before any path is built."""
+    text = files.get(JUDGE_TOML)
+    if text is None:
+        return []
+    try:
+        panel = parse_settings(text, JUDGE_TOML).panel
+    except UserError:
+        return []
+    return [member_file(n) for n in panel.named()] if panel is not None else []
 
 
 # --------------------------------------------------------------------------- the instruction library

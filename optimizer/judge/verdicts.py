@@ -150,3 +150,37 @@ def majority(verdicts: Sequence[Verdict | None]) -> tuple[Verdict | None, bool]:
         if chosen.mistake_type != mistake:
             chosen = chosen.model_copy(update={"mistake_type": mistake})
     return chosen, unstable
+
+
+def panel_vote(
+    labels: Sequence[str], verdicts: Sequence[Verdict | None], required: int, vote: str
+) -> Verdict | None:
+    """The verdict of a panel (judge.toml [panel]): success iff at least ``required`` members say
+    success. A member whose reply did not parse counts as a vote against; None only when no member's
+    reply parsed. The reasoning names every member's answer; a failure's mistake type is the most
+    common among the members that named one (the first of them on a tie)."""
+    if all(v is None for v in verdicts):
+        return None
+    yes = sum(1 for v in verdicts if v is not None and v.success)
+    success = yes >= required
+    answers = "; ".join(
+        f"{label}: {'invalid' if v is None else ('success' if v.success else 'failure')}"
+        for label, v in zip(labels, verdicts, strict=True)
+    )
+    reasoning = f"panel vote ({vote}, {required} of {len(verdicts)} needed): {yes} say success — {answers}"
+    against = [(label, v) for label, v in zip(labels, verdicts, strict=True) if v is not None and not v.success]
+    if not success and against:
+        reasoning += f". {against[0][0]}: {against[0][1].reasoning}"
+    mistake: str | None = None
+    if not success:
+        named = [v.mistake_type for _, v in against if v.mistake_type is not None]
+        if named:
+            counts = Counter(named)
+            top = max(counts.values())
+            mistake = next(m for m in named if counts[m] == top)
+    parsed = [v for v in verdicts if v is not None]
+    agree = len(parsed) == len(verdicts) and len({v.success for v in parsed}) == 1
+    return Verdict.model_validate({
+        "success": success, "reasoning": reasoning, "confidence": "high" if agree else "low",
+        "mistake_type": mistake,
+    })

@@ -77,6 +77,7 @@ from optimizer.ledger.rows import (
     ItemShare,
     ItemVerdict,
     LabelRow,
+    MemberVerdict,
     ReplicateVerdict,
     Review,
     Run,
@@ -142,6 +143,7 @@ __all__ = [
     "JudgeToolCall",
     "LabelRow",
     "Ledger",
+    "MemberVerdict",
     "Metrics",
     "ReplicateVerdict",
     "Review",
@@ -609,12 +611,14 @@ class Ledger:
                     None if rep.success is None else int(rep.success), rep.status, rep.reasoning,
                     rep.confidence, rep.mistake_type, rep.raw, int(rep.cached), rep.cost_usd,
                     json.dumps([c.to_json() for c in rep.tools]) if rep.tools else None,
+                    json.dumps([m.model_dump(mode="json") for m in rep.members]) if rep.members else None,
                 ))
         with self.transaction() as cur:
             cur.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?)", item_rows)
             cur.executemany(
                 "INSERT OR REPLACE INTO verdicts (experiment_id, trajectory_id, replicate, success, status, reasoning,"
-                " confidence, mistake_type, raw, cached, cost_usd, tools) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " confidence, mistake_type, raw, cached, cost_usd, tools, members)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 verdict_rows,
             )
         return len(item_rows)
@@ -626,7 +630,8 @@ class Ledger:
         reps: dict[str, list[ReplicateVerdict]] = {}
         for r in self._query(
             "SELECT trajectory_id, replicate, success, status, reasoning, confidence, mistake_type, raw, cached, "
-            f"cost_usd, {'tools' if self.version >= 2 else 'NULL'} FROM verdicts WHERE {where} "
+            f"cost_usd, {'tools' if self.version >= 2 else 'NULL'}, {'members' if self.version >= 9 else 'NULL'} "
+            f"FROM verdicts WHERE {where} "
             "ORDER BY trajectory_id, replicate",
             params,
         ):
@@ -635,6 +640,7 @@ class Ledger:
                 replicate=r[1], success=_opt_bool(r[2]), status=r[3], reasoning=r[4] or "", confidence=r[5],
                 mistake_type=r[6], raw=r[7], cached=bool(r[8]), cost_usd=r[9],
                 tools=_tool_calls(r[10]),
+                members=[MemberVerdict.model_validate(m) for m in json.loads(r[11])] if r[11] else [],
             ))
         return [
             ItemVerdict.model_construct(

@@ -237,8 +237,22 @@ class ExperimentOutcome:
         return self.usage.cost_usd + self.extra_cost_usd
 
 
+class MemberVerdict(BaseModel):
+    """One panel member's verdict behind a replicate (judge.toml [panel]); ``member`` is its label."""
+
+    member: str
+    success: bool | None
+    status: AnswerStatus = "ok"
+    reasoning: str = ""
+    confidence: str | None = None
+    mistake_type: str | None = None
+    cached: bool = False
+    cost_usd: float = 0.0
+
+
 class ReplicateVerdict(BaseModel):
-    """One judge call's verdict (one replicate of one item). ``success`` is None when invalid."""
+    """One judge call's verdict (one replicate of one item). ``success`` is None when invalid. A
+    panel's replicate is the vote of ``members`` (empty for a single judge)."""
 
     replicate: int = Field(ge=0)
     success: bool | None
@@ -250,6 +264,7 @@ class ReplicateVerdict(BaseModel):
     cached: bool = False
     cost_usd: float = 0.0
     tools: list[JudgeToolCall] = Field(default_factory=list)  # the agentic judge's tool calls, in order
+    members: list[MemberVerdict] = Field(default_factory=list)
 
 
 class ItemVerdict(BaseModel):

@@ -29,7 +29,14 @@ _V4_EXPERIMENT_COLUMNS = (
 # Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
 # Schema 6: the judge's prompt-cache reads and writes per experiment.
 # Schema 8: the cache reads the experiment's passes planned (vs billed: cache_read_tokens).
-# Schema 9: runs.labels_fingerprint, the label set (given or corrected) a run decides with.
+# Schema 9 (one step for the additions of one release): runs.labels_fingerprint, the label set (given or
+# corrected) a run decides with; verdicts.members, a panel's member verdicts behind each replicate (JSON;
+# NULL: single judge).
+
+_V9_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("runs", "labels_fingerprint", "TEXT"),
+    ("verdicts", "members", "TEXT"),
+)
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
 # its tuples, so an unchanged set keeps the same schema text (no migration).
@@ -152,6 +159,7 @@ CREATE TABLE verdicts (
     cached INTEGER NOT NULL DEFAULT 0,
     cost_usd REAL NOT NULL DEFAULT 0,
     tools TEXT,
+    members TEXT,
     PRIMARY KEY (experiment_id, trajectory_id, replicate)
 ) WITHOUT ROWID;
 CREATE TABLE run_labels (
@@ -270,9 +278,10 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
         cur.execute("ALTER TABLE experiments ADD COLUMN planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0")
         current = 8
     if current == 8:
-        # Checked first: a ledger stepped down by hand (the tests' old ledgers) may keep the column.
-        if "labels_fingerprint" not in {row[1] for row in cur.execute("PRAGMA table_info(runs)")}:
-            cur.execute("ALTER TABLE runs ADD COLUMN labels_fingerprint TEXT")
+        # Each column checked first: a ledger stepped down by hand (the tests' old ledgers) may keep some.
+        for table, column, sql_type in _V9_COLUMNS:
+            if column not in {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}:
+                cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
         current = 9
     cur.execute(f"PRAGMA user_version = {current}")
 

@@ -44,11 +44,13 @@ from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
 from optimizer.judge.types import BatchState, Provider
 from optimizer.ledger import (
+    AnswerStatus,
     Experiment,
     ExperimentOutcome,
     ExperimentStatus,
     ItemVerdict,
     Ledger,
+    MemberVerdict,
     ReplicateVerdict,
     Run,
 )
@@ -77,6 +79,10 @@ def evaluation_order(labels: Mapping[str, Label], ids: list[str]) -> list[str]:
     return [t for t in ids if not labels[t].is_positive] + [t for t in ids if labels[t].is_positive]
 
 
+def _answer_status(status: str) -> AnswerStatus:
+    return "ok" if status == "ok" else ("infra_error" if status == "infra_error" else "invalid")
+
+
 def item_verdicts(run: EvalRun) -> list[ItemVerdict]:
     """Ledger rows for every evaluated item (majority answer and each replicate)."""
     rows = []
@@ -85,7 +91,7 @@ def item_verdicts(run: EvalRun) -> list[ItemVerdict]:
             ReplicateVerdict(
                 replicate=r.index,
                 success=r.success,
-                status="ok" if r.status == "ok" else ("infra_error" if r.status == "infra_error" else "invalid"),
+                status=_answer_status(r.status),
                 reasoning=r.verdict.reasoning if r.verdict else (r.parse_error or r.infra_error or ""),
                 confidence=r.verdict.confidence if r.verdict else None,
                 mistake_type=r.verdict.mistake_type if r.verdict else None,
@@ -93,6 +99,16 @@ def item_verdicts(run: EvalRun) -> list[ItemVerdict]:
                 cached=r.cached,
                 cost_usd=r.cost_usd,
                 tools=list(r.trace),
+                members=[
+                    MemberVerdict(
+                        member=m.member or str(k), success=m.success, status=_answer_status(m.status),
+                        reasoning=m.verdict.reasoning if m.verdict else (m.parse_error or m.infra_error or ""),
+                        confidence=m.verdict.confidence if m.verdict else None,
+                        mistake_type=m.verdict.mistake_type if m.verdict else None,
+                        cached=m.cached, cost_usd=m.cost_usd,
+                    )
+                    for k, m in enumerate(r.members)
+                ],
             )
             for r in item.replicates
         ]

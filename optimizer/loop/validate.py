@@ -19,7 +19,8 @@ from optimizer.errors import UserError
 from optimizer.evaluation.batch import batching_provider
 from optimizer.evaluation.evaluator import memory_refusal
 from optimizer.judge.memory import check_sources
-from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet
+from optimizer.evaluation.judging import panel_refusal
+from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet, panel_member_files
 from optimizer.judge.render import build_request
 from optimizer.judge.types import Provider
 from optimizer.paths import MAX_PROMPT_FILE_CHARS
@@ -37,6 +38,12 @@ def candidate_files(root: Path, base_rev: str, changed: Mapping[str, str | None]
             files.pop(name, None)
         else:
             files[name] = text
+    # The panel's member files the (edited) judge.toml names, as committed, unless the candidate changed them.
+    for name in panel_member_files(files):
+        if name not in changed:
+            text = gitops.read_file_at(root, base_rev, name)
+            if text is not None:
+                files[name] = text
     return files
 
 
@@ -62,6 +69,9 @@ def validate_prompts(
             return refusal
         if batch:
             batching_provider(provider, prompts.settings.mode)
+        refusal = panel_refusal(prompts, provider, batch=batch)
+        if refusal is not None:
+            return f"{source}: {refusal}"
         # Render what the judge would be sent for one real item (its text and placements; the
         # screenshots come from the image cache the evaluation fills).
         if split.ids:

@@ -90,11 +90,35 @@ def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[s
             "rejudge_cost_usd": exp.rejudge_cost_usd,
             "rejudged": [{"trajectory_id": i.trajectory_id, "draws": i.draws()} for i in rejudged_items(exp)],
             "test": exp.test,
+            # A panel's cost per verdict, split by member (null: a single judge).
+            "panel_cost": panel_cost(ledger, exp.id),
         })
     attribution = ledger.latest_attribution(run.id)
     return {"format_version": REPORT_FORMAT_VERSION, "run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments,
             "accounting": accounting(run, all_exps, ws.config if ws else None), **attribution_json(attribution),
             **triage_json(ledger, run, ws)}
+
+
+def panel_cost(ledger: Ledger, experiment_id: int) -> dict[str, Any] | None:
+    """A panel experiment's cost per verdict, split by member: over the replicate verdicts it recorded
+    (re-judging passes are counted in ``rejudge_cost_usd`` instead), what each member's call cost when
+    it was made (a cached call at its original price) per verdict. None when no verdict is a panel's."""
+    verdicts = 0
+    per_member: dict[str, float] = {}
+    for item in ledger.item_verdicts(experiment_id):
+        for rep in item.replicates:
+            if not rep.members:
+                continue
+            verdicts += 1
+            for member in rep.members:
+                per_member[member.member] = per_member.get(member.member, 0.0) + member.cost_usd
+    if not verdicts:
+        return None
+    return {
+        "verdicts": verdicts,
+        "cost_per_verdict_usd": sum(per_member.values()) / verdicts,
+        "members": {name: cost / verdicts for name, cost in per_member.items()},
+    }
 
 
 def rejudged_items(exp: Experiment) -> list[ItemShares]:

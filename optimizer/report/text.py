@@ -18,6 +18,7 @@ from optimizer.report.data import (
     accounting,
     fp_by_type_all,
     overall_flips,
+    panel_cost,
     significant,
     spend,
     triage,
@@ -176,6 +177,11 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
             f"${e.judge_cost_usd:.4f}"
             + (f", {e.duration_s:.1f}s" if e.duration_s is not None else "")
         )
+        panel = panel_cost(ledger, e.id)
+        if panel is not None:
+            split = ", ".join(f"{name} ${cost:.4f}" for name, cost in panel["members"].items())
+            out.append(f"    panel: ${panel['cost_per_verdict_usd']:.4f} per verdict over {panel['verdicts']} "
+                       f"verdicts ({split})")
         reads = cache_reads_line(e.planned_cache_read_tokens, e.cache_read_tokens)
         if reads is not None:
             out.append(f"    {reads}")

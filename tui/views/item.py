@@ -124,6 +124,17 @@ class ItemView(View):
                     reps.append(" · cached", style="dim")
                 if rep.tools:
                     reps.append(f"\ntools: {' · '.join(str(c) for c in rep.tools)}", style="dim")
+                if rep.members:  # a panel: the vote's line, then each member's verdict and reason
+                    reps.append(f"\n{rep.reasoning or '(no reasoning)'}", style="dim")
+                    for member in rep.members:
+                        said = {True: "success", False: "failure", None: member.status}[member.success]
+                        reps.append(f"\n  member {member.member}: ", style="bold")
+                        reps.append(said, style="green" if member.success else "red")
+                        if member.mistake_type:
+                            reps.append(f" · {member.mistake_type}")
+                        reps.append(f" · ${member.cost_usd:.4f}" + (" · cached" if member.cached else ""), style="dim")
+                        reps.append(f"\n  {member.reasoning or '(no reasoning)'}")
+                    continue
                 reps.append(f"\n{rep.reasoning or rep.raw or '(no reasoning)'}")
         self.query_one("#item-replicates", Static).update(reps)
         self.show_reviews()
