@@ -18,8 +18,8 @@ from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import batching_provider
 from optimizer.evaluation.evaluator import memory_refusal
-from optimizer.judge.memory import check_sources
 from optimizer.evaluation.judging import panel_refusal
+from optimizer.judge.memory import check_sources
 from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet, panel_member_files
 from optimizer.judge.render import build_request
 from optimizer.judge.types import Provider
