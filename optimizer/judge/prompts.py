@@ -38,9 +38,14 @@ JUDGE_MD = "prompts/judge.md"
 RUBRIC_MD = "prompts/rubric.md"
 JUDGE_TOML = "prompts/judge.toml"
 LIBRARY_MD = "prompts/library.md"
+# Optional instructions of the criteria and review calls (`optimizer.judge.criteria`); built-in
+# defaults when absent.
+CRITERIA_MD = "prompts/criteria.md"
+REVIEW_MD = "prompts/review.md"
 REQUIRED_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
+OPTIONAL_FILES: tuple[str, ...] = (LIBRARY_MD, CRITERIA_MD, REVIEW_MD)
 # The files whose content determines the judge's requests (library.md only feeds the optimiser).
-JUDGE_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
+JUDGE_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML, CRITERIA_MD, REVIEW_MD)
 
 PROTECTED_BEGIN = "<!-- judgeloop:protected:begin -->"
 PROTECTED_END = "<!-- judgeloop:protected:end -->"
@@ -58,6 +63,8 @@ _ALLOWED: dict[str, frozenset[str]] = {
     JUDGE_MD: frozenset({"rubric", "mistake_types", "screenshots"}),
     RUBRIC_MD: frozenset({"mistake_types", "screenshots"}),
     LIBRARY_MD: frozenset({"mistake_types", "screenshots"}),
+    CRITERIA_MD: frozenset({"mistake_types"}),
+    REVIEW_MD: frozenset({"mistake_types", "screenshots"}),
 }
 
 # The system prompt of the trajectory-first layout. Deliberately code, not a file under prompts/: no
@@ -123,6 +130,11 @@ class JudgeSettings(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     replicates: int = Field(default=1, ge=1, le=15)
+    # How a verdict is reached: "single" (one call) or "criteria" (one call derives the instruction's
+    # requirements from the instruction alone, a second checks each against the trajectory).
+    structure: Literal["single", "criteria"] = "single"
+    # "success": every success verdict gets a review call that may turn it into a failure with cited steps.
+    review: Literal["off", "success"] = "off"
 
     @model_validator(mode="after")
     def _spaced_needs_a_count(self) -> JudgeSettings:
@@ -311,7 +323,7 @@ class PromptSet:
         if not folder.is_dir():
             raise UserError(f"{folder} is not a folder of judge prompts; pass the workspace's prompts/ folder")
         files: dict[str, str] = {}
-        for name in (*REQUIRED_FILES, LIBRARY_MD):
+        for name in (*REQUIRED_FILES, *OPTIONAL_FILES):
             file = folder / name.removeprefix("prompts/")
             if file.is_symlink() or file.is_file():
                 # A link could make the judge read (and send) any file, held-out labels included.
@@ -335,7 +347,7 @@ class PromptSet:
                 commit = repo.commit(rev)
             except (git.BadName, ValueError):
                 raise UserError(f"{rev!r} is not a revision of the workspace; pass a commit, branch or tag") from None
-            for name in (*REQUIRED_FILES, LIBRARY_MD):
+            for name in (*REQUIRED_FILES, *OPTIONAL_FILES):
                 try:
                     blob = commit.tree / name
                 except KeyError:
@@ -347,9 +359,12 @@ class PromptSet:
         return cls.from_files(files, source=f"prompts@{rev}")
 
     def prompt_hash(self) -> str:
-        """sha256 over judge.md, rubric.md and judge.toml (the files that determine requests)."""
+        """sha256 over judge.md, rubric.md, judge.toml and criteria.md / review.md when present (the
+        files that determine requests; an absent optional file leaves the hash as it was without it)."""
         h = hashlib.sha256()
         for name in JUDGE_FILES:
+            if name not in self.files and name not in REQUIRED_FILES:
+                continue
             h.update(name.encode() + b"\0" + self.files[name].encode() + b"\0")
         return h.hexdigest()
 

@@ -33,7 +33,8 @@ the adaptive policy's ``adaptive_keep``, ``alpha``, ``test`` (JSON), ``rejudge_c
 ``experiments.cache_read_tokens`` and ``cache_write_tokens``, 0 on old rows) and read as it is
 when opened read-only (missing columns read as 0 / empty; no attribution before schema 7); 6 → 7
 adds the ``attributions`` and ``attribution_edits`` tables; 7 → 8 ``experiments.planned_cache_read_tokens``
-(the cache reads the passes planned, `optimizer.evaluation.warmup`; 0 on old rows).
+(the cache reads the passes planned, `optimizer.evaluation.warmup`; 0 on old rows); 8 → 9 ``verdicts.detail``
+(criteria, evidence steps and review of a structured verdict as JSON; NULL on old rows).
 - ``attributions``: each `judgeloop attribute` of a run (what a kept edit still contributes at the end,
   see `optimizer.loop.attribute`): its scope, the final and baseline commits, the judge, the split,
   status, spend and the final-vs-baseline comparison (JSON); ``attribution_edits``: one row per
@@ -69,6 +70,7 @@ from optimizer.ledger.rows import (
     Attribution,
     BatchRow,
     Confirmation,
+    CriterionCheck,
     EditContribution,
     Event,
     Experiment,
@@ -78,7 +80,9 @@ from optimizer.ledger.rows import (
     LabelRow,
     ReplicateVerdict,
     Review,
+    ReviewRecord,
     Run,
+    _detail,
     _dumps,
     _experiment_from_row,
     _flips_dict,
@@ -92,6 +96,7 @@ from optimizer.ledger.rows import (
     _ts,
     new_run_id,
     utc_now,
+    verdict_detail,
 )
 from optimizer.ledger.schema import (
     _TERMINAL_RUN_STATUSES,
@@ -130,6 +135,7 @@ __all__ = [
     "Attribution",
     "BatchRow",
     "Confirmation",
+    "CriterionCheck",
     "EditContribution",
     "Event",
     "EventKind",
@@ -145,12 +151,14 @@ __all__ = [
     "ReplicateVerdict",
     "Review",
     "ReviewKind",
+    "ReviewRecord",
     "Run",
     "RunStatus",
     "create_schema",
     "new_run_id",
     "upgrade_schema",
     "utc_now",
+    "verdict_detail",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -600,12 +608,14 @@ class Ledger:
                     None if rep.success is None else int(rep.success), rep.status, rep.reasoning,
                     rep.confidence, rep.mistake_type, rep.raw, int(rep.cached), rep.cost_usd,
                     json.dumps([c.to_json() for c in rep.tools]) if rep.tools else None,
+                    rep.detail_json(),
                 ))
         with self.transaction() as cur:
             cur.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?)", item_rows)
             cur.executemany(
                 "INSERT OR REPLACE INTO verdicts (experiment_id, trajectory_id, replicate, success, status, reasoning,"
-                " confidence, mistake_type, raw, cached, cost_usd, tools) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " confidence, mistake_type, raw, cached, cost_usd, tools, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 verdict_rows,
             )
         return len(item_rows)
@@ -617,7 +627,8 @@ class Ledger:
         reps: dict[str, list[ReplicateVerdict]] = {}
         for r in self._query(
             "SELECT trajectory_id, replicate, success, status, reasoning, confidence, mistake_type, raw, cached, "
-            f"cost_usd, {'tools' if self.version >= 2 else 'NULL'} FROM verdicts WHERE {where} "
+            f"cost_usd, {'tools' if self.version >= 2 else 'NULL'}, {'detail' if self.version >= 9 else 'NULL'} "
+            f"FROM verdicts WHERE {where} "
             "ORDER BY trajectory_id, replicate",
             params,
         ):
@@ -625,7 +636,7 @@ class Ledger:
             reps.setdefault(r[0], []).append(ReplicateVerdict.model_construct(
                 replicate=r[1], success=_opt_bool(r[2]), status=r[3], reasoning=r[4] or "", confidence=r[5],
                 mistake_type=r[6], raw=r[7], cached=bool(r[8]), cost_usd=r[9],
-                tools=_tool_calls(r[10]),
+                tools=_tool_calls(r[10]), **_detail(r[11]),
             ))
         return [
             ItemVerdict.model_construct(

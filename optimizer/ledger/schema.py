@@ -17,7 +17,7 @@ from optimizer.vocab import (
     TERMINAL_RUN_STATUSES,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -29,6 +29,7 @@ _V4_EXPERIMENT_COLUMNS = (
 # Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
 # Schema 6: the judge's prompt-cache reads and writes per experiment.
 # Schema 8: the cache reads the experiment's passes planned (vs billed: cache_read_tokens).
+# Schema 9: verdicts.detail, a criteria verdict's criteria, evidence steps and review (JSON).
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
 # its tuples, so an unchanged set keeps the same schema text (no migration).
@@ -150,6 +151,7 @@ CREATE TABLE verdicts (
     cached INTEGER NOT NULL DEFAULT 0,
     cost_usd REAL NOT NULL DEFAULT 0,
     tools TEXT,
+    detail TEXT,
     PRIMARY KEY (experiment_id, trajectory_id, replicate)
 ) WITHOUT ROWID;
 CREATE TABLE run_labels (
@@ -267,6 +269,9 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
     if current == 7:
         cur.execute("ALTER TABLE experiments ADD COLUMN planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0")
         current = 8
+    if current == 8:
+        cur.execute("ALTER TABLE verdicts ADD COLUMN detail TEXT")
+        current = 9
     cur.execute(f"PRAGMA user_version = {current}")
 
 

@@ -51,6 +51,7 @@ from optimizer.ledger import (
     Ledger,
     ReplicateVerdict,
     Run,
+    verdict_detail,
 )
 from optimizer.loop.compare import judgements_of, rejudge
 from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
@@ -92,6 +93,7 @@ def item_verdicts(run: EvalRun) -> list[ItemVerdict]:
                 cached=r.cached,
                 cost_usd=r.cost_usd,
                 tools=list(r.trace),
+                **verdict_detail(r.verdict),
             )
             for r in item.replicates
         ]

@@ -17,7 +17,7 @@ from optimizer import gitops
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import batching_provider
-from optimizer.judge.prompts import LIBRARY_MD, REQUIRED_FILES, PromptSet
+from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet
 from optimizer.judge.render import build_request
 from optimizer.judge.types import Provider
 from optimizer.paths import MAX_PROMPT_FILE_CHARS
@@ -26,7 +26,7 @@ from optimizer.paths import MAX_PROMPT_FILE_CHARS
 def candidate_files(root: Path, base_rev: str, changed: Mapping[str, str | None]) -> dict[str, str]:
     """The prompt files at ``base_rev`` with the candidate's ``changed`` texts (canonical names) laid over."""
     files: dict[str, str] = {}
-    for name in (*REQUIRED_FILES, LIBRARY_MD):
+    for name in (*REQUIRED_FILES, *OPTIONAL_FILES):
         text = gitops.read_file_at(root, base_rev, name)
         if text is not None:
             files[name] = text
@@ -55,6 +55,10 @@ def validate_prompts(
                     '(it has no tool use); keep mode = "direct"')
         if batch:
             batching_provider(provider, prompts.settings.mode)
+        from optimizer.judge.criteria import structure_refusal
+
+        if (refusal := structure_refusal(prompts.settings, provider.name, traits, batch=batch)) is not None:
+            return refusal
         # Render what the judge would be sent for one real item (its text and placements; the
         # screenshots come from the image cache the evaluation fills).
         if split.ids:
