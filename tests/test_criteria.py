@@ -73,7 +73,7 @@ def verdict(success: bool, **extra: Any) -> str:
                        "mistake_type": None if success else "Critical Mistake", **extra})
 
 
-DERIVED = [{"text": "The report is saved as a PDF", "required": True},
+DERIVED: list[dict[str, Any]] = [{"text": "The report is saved as a PDF", "required": True},
            {"text": "No other file is changed", "required": True},
            {"text": "The file is named neatly", "required": False}]
 
@@ -409,8 +409,8 @@ def test_a_review_turns_a_success_into_a_failure_only_with_cited_steps(data: Dat
         v = results[neg.trajectory_id].verdict
         assert v is not None and v.success is False and "review" not in (v.model_extra or {})
     rows = {r.trajectory_id: r for r in item_verdicts(run)}
-    rec = rows[flip.trajectory_id].replicates[0].review
-    assert rec is not None and rec.applied and rec.steps == [1] and rec.first_verdict is not None
+    stored = rows[flip.trajectory_id].replicates[0].review
+    assert stored is not None and stored.applied and stored.steps == [1] and stored.first_verdict is not None
     body = json.loads((write_results(tmp_path / "out", run) / f"{flip.trajectory_id}.json").read_text())
     assert body["success"] is False and body["review"]["steps"] == [1] and body["first_verdict"]["success"] is True
 
@@ -470,3 +470,37 @@ def test_criteria_md_is_guarded_like_judge_md(data: Data) -> None:
     assert refused.guard == "allowed_files"
     linted = check_candidate(copied, ["prompts/judge.md", "prompts/criteria.md"], 40, *args)
     assert linted.guard == "overfit_copy" and "prompts/criteria.md" in linted.reason
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+def test_the_ledger_keeps_criteria_evidence_and_review_and_a_schema_8_ledger_reads_without_them(tmp_path: Path) -> None:
+    import sqlite3
+
+    from optimizer.ledger import CriterionCheck, ItemVerdict, Ledger, ReplicateVerdict, ReviewRecord
+
+    path = tmp_path / "ledger.sqlite"
+    rep = ReplicateVerdict(replicate=0, success=False, reasoning="r",
+                           criteria=[CriterionCheck(text="saved", met=False, steps=[3], required=True)],
+                           evidence_steps=[3, 4],
+                           review=ReviewRecord(violation=True, applied=True, steps=[4], first_verdict={"success": True}))
+    plain = ReplicateVerdict(replicate=1, success=True, reasoning="r")
+    with Ledger(path) as ledger:
+        run = ledger.create_run(strategy="library", policy="paired", split="s", split_fingerprint="fp", start_rev="a")
+        exp = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
+        ledger.record_verdicts(exp.id, [ItemVerdict(trajectory_id="t1", success=False, replicates=[rep, plain])])
+        got = ledger.item_verdicts(exp.id)[0].replicates
+    assert got[0].criteria == rep.criteria and got[0].evidence_steps == [3, 4] and got[0].review == rep.review
+    assert got[1].criteria == [] and got[1].evidence_steps == [] and got[1].review is None
+    conn = sqlite3.connect(path)  # what a schema-8 judgeloop wrote: no detail column
+    conn.execute("ALTER TABLE verdicts DROP COLUMN detail")
+    conn.execute("PRAGMA user_version = 8")
+    conn.commit()
+    conn.close()
+    with Ledger.open_readonly(path) as ro:
+        old = ro.item_verdicts(exp.id)[0].replicates[0]
+        assert old.criteria == [] and old.review is None and old.success is False
+    with Ledger(path) as ledger:  # upgraded when opened for writing
+        ledger.record_verdicts(exp.id, [ItemVerdict(trajectory_id="t2", success=False, replicates=[rep])])
+        assert ledger.item_verdicts(exp.id, "t2")[0].replicates[0].criteria == rep.criteria

@@ -270,7 +270,9 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
         cur.execute("ALTER TABLE experiments ADD COLUMN planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0")
         current = 8
     if current == 8:
-        cur.execute("ALTER TABLE verdicts ADD COLUMN detail TEXT")
+        # A ledger made by hand from the current DDL (tests, tools) may hold the column already.
+        if "detail" not in {row[1] for row in cur.execute("PRAGMA table_info(verdicts)")}:
+            cur.execute("ALTER TABLE verdicts ADD COLUMN detail TEXT")
         current = 9
     cur.execute(f"PRAGMA user_version = {current}")
 
