@@ -197,6 +197,9 @@ def test_criteria_are_derived_from_the_instruction_alone_then_checked_with_cited
     n = len(data.items)
     # One derivation per item (shared by its replicates), one check per replicate, nothing else.
     assert len(calls["derive"]) == n and len(calls["check"]) == 2 * n and set(calls) == {"derive", "check"}
+    # Each call is counted once: the items' usage (the shared derivation included once) is the pass's.
+    assert sum(item.usage.calls for item in run.items) == run.calls_made == 3 * n
+    assert sum(item.cost_usd for item in run.items) == pytest.approx(run.cost_usd)
 
     for rec in calls["derive"]:
         text = body_text(rec)
@@ -504,3 +507,30 @@ def test_the_ledger_keeps_criteria_evidence_and_review_and_a_schema_8_ledger_rea
     with Ledger(path) as ledger:  # upgraded when opened for writing
         ledger.record_verdicts(exp.id, [ItemVerdict(trajectory_id="t2", success=False, replicates=[rep])])
         assert ledger.item_verdicts(exp.id, "t2")[0].replicates[0].criteria == rep.criteria
+
+
+# --------------------------------------------------------------------------- the local judge
+
+
+@pytest.mark.local_model
+def test_the_local_judge_runs_criteria_and_review_under_constrained_decoding(tmp_path: Path) -> None:
+    from optimizer.config import JudgeSection
+
+    data = make_data(tmp_path, n_pairs=1)
+    toml = data.ws.prompts_dir / "judge.toml"
+    toml.write_text(toml.read_text().replace("max_tokens = 1024", "max_tokens = 256"))
+    set_structure(data, 'structure = "criteria"\nreview = "success"')
+    first = data.split.ids[:1]
+    j = JudgeSection(provider="local", timeout_s=600, max_retries=0, max_concurrency=1)
+    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=first, replicates=1))
+    (item,) = run.items
+    assert not item.infra_error and run.calls_made >= 2  # a derivation and a check at least
+    rep = item.replicates[0]
+    # Whatever the tiny model says is either a verdict or a parse failure with its reason — never a crash.
+    assert rep.status in ("ok", "parse_error")
+    if rep.verdict is not None:
+        crits = (rep.verdict.model_extra or {})["criteria"]
+        assert crits and all(isinstance(c["met"], bool) for c in crits)
+        assert rep.verdict.success is all(c["met"] for c in crits if c["required"]) or "review" in (rep.verdict.model_extra or {})
+    else:
+        assert rep.parse_error

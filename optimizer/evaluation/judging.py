@@ -109,6 +109,7 @@ class _Derivation:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.result: ReplicateResult | None = None
+        self.owner: int | None = None  # the replicate that made (or looked up) the derivation
 
 
 class ItemJudge:
@@ -427,22 +428,26 @@ class ItemJudge:
                 async with shared.lock:
                     if shared.result is None:
                         ask = crit.derive_request(self.prompts, traj.task.instruction, traj.trajectory_id)
+                        # The slot passes to the call, which releases it whatever happens.
+                        slot, holding = holding, False
                         # Cached per item: the id is in the key, never in what the model reads.
                         shared.result = await self._sub_call(
-                            ask, crit.DERIVE_SCHEMA, f"derive {traj.trajectory_id}", 0, holding)
-                        holding = False
+                            ask, crit.DERIVE_SCHEMA, f"derive {traj.trajectory_id}", 0, slot)
+                        shared.owner = index
                 derivation = shared.result
-                done.append(derivation)
+                if shared.owner == index:  # the item's usage counts the shared derivation once
+                    done.append(derivation)
                 if derivation.infra_error is not None:
                     return result(derivation, index=index, verdict=None, parse_error=None)
                 derived, error = crit.parse_derived(derivation.reply_text or "")
                 if error is not None:
                     return result(derivation, index=index, verdict=None, parse_error=f"criteria derivation: {error}")
                 check = await asyncio.to_thread(self._render, traj, crit.check_instructions(derived))
-                first = await self._sub_call(check, crit.CHECK_SCHEMA, "check", index, holding)
+                slot, holding = holding, False
+                first = await self._sub_call(check, crit.CHECK_SCHEMA, "check", index, slot)
             else:
-                first = await self._sub_call(request, VERDICT_SCHEMA, None, index, holding)
-            holding = False
+                slot, holding = holding, False
+                first = await self._sub_call(request, VERDICT_SCHEMA, None, index, slot)
             done.append(first)
             if first.infra_error is not None:
                 return result(first)
