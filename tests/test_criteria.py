@@ -534,3 +534,61 @@ def test_the_local_judge_runs_criteria_and_review_under_constrained_decoding(tmp
         assert rep.verdict.success is all(c["met"] for c in crits if c["required"]) or "review" in (rep.verdict.model_extra or {})
     else:
         assert rep.parse_error
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+
+def test_eval_with_criteria_and_review_through_the_cli_writes_the_citations(
+    data: Data, server: FakeLLMServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_structure(data, 'structure = "criteria"\nreview = "success"')
+    server.default = Judge(data)
+    write_config(data.ws, server)
+    out = tmp_path / "evals"
+    code = main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["kappa"] == 1.0
+    kinds = [kind_of(r) for r in server.inference_requests()]
+    positives = sum(1 for i in data.items if i.label == "positive")
+    assert (kinds.count("derive"), kinds.count("check"), kinds.count("review")) == (len(data.items),) * 2 + (positives,)
+    for item in data.items:
+        body = json.loads((out / f"{item.trajectory_id}.json").read_text())
+        assert [c["met"] for c in body["criteria"]][:2] == [True, item.label == "positive"]
+        assert body["evidence_steps"] == [0, 1, 2]
+        assert ("review" in body) is (item.label == "positive")
+    # `judgeloop score` reads the files as any other verdict files.
+    assert main(["score", str(out), "--split", "tiny", "-w", str(data.ws.root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kappa"] == 1.0
+
+
+def test_the_real_loop_derives_once_per_item_and_records_the_criteria_in_the_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from optimizer.ledger import Ledger
+    from tests.support.loop import add_small_dev_split, make_workspace, run_loop
+
+    root = make_workspace(tmp_path, judge_toml={"structure": '"criteria"'})
+    ids = add_small_dev_split(root, per_class=4)
+
+    def behave(rec: RecordedRequest) -> Behaviour:
+        kind = kind_of(rec)
+        if kind == "derive":
+            return reply(json.dumps({"criteria": DERIVED[:2]}))
+        crits = [{"text": c["text"], "met": True, "steps": [0]} for c in DERIVED[:2]]
+        return reply(verdict(True, criteria=crits, evidence_steps=[0]))
+
+    with FakeLLMServer(behave) as server:
+        assert run_loop(root, server.openai_base_url, "--strategy", "library", "--max-experiments", "1") == 0, \
+            capsys.readouterr().err
+        kinds = [kind_of(r) for r in server.inference_requests()]
+    # The candidate edits rubric.md: its checks are new calls, the derivations come from the cache.
+    assert kinds.count("derive") == len(ids) and kinds.count("check") > len(ids)
+    with Ledger(root / "experiments" / "ledger.sqlite") as ledger:
+        run = ledger.latest_run()
+        assert run is not None
+        base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
+        reps = [r for v in ledger.item_verdicts(base.id) for r in v.replicates]
+    assert len(reps) == len(ids) and all([c.steps for c in r.criteria] == [[0], [0]] for r in reps)
+    assert all(r.evidence_steps == [0] for r in reps)
