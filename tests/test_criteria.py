@@ -524,10 +524,12 @@ def test_the_local_judge_runs_criteria_and_review_under_constrained_decoding(tmp
     j = JudgeSection(provider="local", timeout_s=600, max_retries=0, max_concurrency=1)
     run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=first, replicates=1))
     (item,) = run.items
-    assert not item.infra_error and run.calls_made >= 2  # a derivation and a check at least
     rep = item.replicates[0]
-    # Whatever the tiny model says is either a verdict or a parse failure with its reason — never a crash.
-    assert rep.status in ("ok", "parse_error")
+    assert not item.infra_error and rep.status in ("ok", "parse_error")
+    # Whatever the tiny model says is either a verdict or a parse failure with its reason — never a
+    # crash; a derivation it botched (an empty list, say) costs no check.
+    derived_ok = not (rep.parse_error or "").startswith("criteria derivation: ")
+    assert run.calls_made >= (2 if derived_ok else 1)
     if rep.verdict is not None:
         crits = (rep.verdict.model_extra or {})["criteria"]
         assert crits and all(isinstance(c["met"], bool) for c in crits)
