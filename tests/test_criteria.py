@@ -594,3 +594,21 @@ def test_the_real_loop_derives_once_per_item_and_records_the_criteria_in_the_led
         reps = [r for v in ledger.item_verdicts(base.id) for r in v.replicates]
     assert len(reps) == len(ids) and all([c.steps for c in r.criteria] == [[0], [0]] for r in reps)
     assert all(r.evidence_steps == [0] for r in reps)
+
+
+def test_a_review_that_fails_in_transport_is_an_infra_error_and_only_the_review_is_asked_again(
+    data: Data, server: FakeLLMServer
+) -> None:
+    from tests.support.fakeserver import server_error
+
+    set_structure(data, 'structure = "criteria"\nreview = "success"')
+    healthy = Judge(data)
+    server.default = lambda rec: server_error(500) if kind_of(rec) == "review" else healthy(rec)
+    run = run_eval(data, server)
+    positives = {i.trajectory_id for i in data.items if i.label == "positive"}
+    assert set(run.infra_error_ids) == positives  # never scored as the unreviewed success
+    before = len(server.inference_requests())
+    server.default = healthy
+    again = run_eval(data, server)
+    fresh = [kind_of(r) for r in server.inference_requests()[before:]]
+    assert fresh == ["review"] * len(positives) and again.infra_error_ids == []
