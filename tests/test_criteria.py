@@ -243,6 +243,7 @@ def test_criteria_are_derived_from_the_instruction_alone_then_checked_with_cited
     body = json.loads((out / f"{neg.trajectory_id}.json").read_text())
     assert body["success"] is False and body["criteria"][1] == {
         "text": DERIVED[1]["text"], "required": True, "met": False, "steps": [1]}
+    assert body["stated_success"] is True  # what the model wrote, overruled by its own criteria
     rows = {r.trajectory_id: r for r in item_verdicts(run)}
     rep = rows[neg.trajectory_id].replicates[0]
     assert [c.met for c in rep.criteria] == [True, False, False] and rep.criteria[1].steps == [1]

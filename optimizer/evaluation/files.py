@@ -80,7 +80,8 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
         "confidence": v.confidence,
         "mistake_type": v.mistake_type,
         # A criteria / reviewed verdict's record (`optimizer.judge.criteria`): what was checked, where.
-        **{k: extra[k] for k in ("criteria", "evidence_steps", "review", "first_verdict") if k in extra},
+        **{k: extra[k] for k in ("criteria", "stated_success", "evidence_steps", "review", "first_verdict")
+           if k in extra},
         "_meta": meta,
     }
 
