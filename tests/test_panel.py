@@ -18,7 +18,7 @@ from optimizer.errors import UserError
 from optimizer.evaluation.cache import SCHEMA_VERSION as CACHE_SCHEMA
 from optimizer.evaluation.cache import cache_key
 from optimizer.evaluation.evaluator import evaluate_items
-from optimizer.judge.prompts import JUDGE_FILES, JUDGE_MD, JUDGE_TOML, PromptSet, parse_settings
+from optimizer.judge.prompts import JUDGE_MD, JUDGE_TOML, REQUIRED_FILES, PromptSet, parse_settings
 from optimizer.judge.render import build_request
 from optimizer.judge.types import VERDICT_SCHEMA, Sampling, stable_json
 from optimizer.models import Verdict
@@ -117,7 +117,7 @@ def test_member_files_count_in_the_prompt_hash_only_when_the_panel_names_them(tm
     single = PromptSet.from_files(files)
     # Without [panel]: the hash over exactly judge.md, rubric.md and judge.toml, as before panels.
     h = hashlib.sha256()
-    for name in JUDGE_FILES:
+    for name in REQUIRED_FILES:
         h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
     assert single.prompt_hash() == h.hexdigest()
     stray = PromptSet.from_files({**files, "prompts/members/a.md": "unused\n"})

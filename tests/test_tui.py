@@ -534,6 +534,49 @@ def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_vie
     drive(app, scenario, size=(200, 50))  # the tools line fits the left half unwrapped
 
 
+def test_item_view_lists_criteria_and_evidence_and_jumps_to_each_cited_step(ws_copy: Path) -> None:
+    from optimizer.ledger import CriterionCheck, ReviewRecord
+
+    path = ws_copy / "experiments" / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = present(ledger.latest_run())
+        base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
+        item = ledger.item_verdicts(base.id)[0]
+        rep = item.replicates[0]
+        rep.criteria = [CriterionCheck(text="The report is saved as a PDF", met=True, steps=[2, 0]),
+                        CriterionCheck(text="No other file is changed", met=False, steps=[1])]
+        rep.evidence_steps = [2]
+        rep.review = ReviewRecord(violation=True, applied=True, steps=[1], reasoning="step 1 deletes a file",
+                                  first_verdict={"success": True})
+        ledger.record_verdicts(base.id, [item])
+    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id,
+                       item_id=item.trajectory_id, start_view="item")
+
+    async def scenario(pilot: Any) -> None:
+        view = app.screen
+        assert isinstance(view, ItemView) and view.detail is not None and len(view.detail.steps) >= 3
+        text = svg_text(app)
+        assert "criteria (1/2 met" in text
+        assert "✓ The report is saved as a PDF — steps 2, 0" in text and "✗ No other file is changed — step 1" in text
+        assert "evidence: step 2" in text and "review: turned success into failure — step 1" in text
+        steps = cast(DataTable[Any], view.query_one("#step-table"))
+        marked = [row for row in range(steps.row_count) if str(steps.get_row_at(row)[0]).endswith("◆")]
+        assert marked == [0, 1, 2]
+        view.step_index = 0
+        seen = []
+        for _ in range(4):  # n: the next cited step, wrapping round
+            await pilot.press("n")
+            await settle(app, pilot)
+            seen.append(view.step_index)
+            assert steps.cursor_row == view.step_index
+        assert seen == [1, 2, 0, 1]
+        await pilot.press("p")
+        await settle(app, pilot)
+        assert view.step_index == 0
+
+    drive(app, scenario, size=(200, 50))
+
+
 def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     marker = tmp_path / "opened.txt"
     script = tmp_path / "opener.sh"

@@ -336,6 +336,10 @@ async def evaluate_items(
         batching: BatchingProvider | None = None
         if batch is not None:
             batching = batching_provider(provider, prompts.settings.mode)
+            from optimizer.judge.criteria import structure_refusal
+
+            if (refusal := structure_refusal(prompts.settings, provider.name, traits, batch=True)) is not None:
+                raise UserError(refusal)
         refusal = panel_refusal(prompts, provider, batch=batch is not None)
         if refusal is not None:
             raise UserError(refusal)

@@ -93,11 +93,15 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
             "_meta": meta,
         }
     v = item.verdict
+    extra = v.model_extra or {}
     return {
         "success": v.success,
         "reasoning": v.reasoning,
         "confidence": v.confidence,
         "mistake_type": v.mistake_type,
+        # A criteria / reviewed verdict's record (`optimizer.judge.criteria`): what was checked, where.
+        **{k: extra[k] for k in ("criteria", "stated_success", "evidence_steps", "review", "first_verdict")
+           if k in extra},
         "_meta": meta,
     }
 

@@ -55,6 +55,9 @@ def panel_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False
                 "its own files) cannot run; remove [panel] or use an API or local provider")
     if batch:
         return "judge.toml has a [panel], which --batch does not send yet; drop --batch or remove [panel]"
+    if prompts.settings.structure != "single" or prompts.settings.review != "off":
+        return ('judge.toml has a [panel] and structure = "criteria" or review = "success"; a panel of '
+                'structured judges is not built yet: remove [panel] or set structure = "single", review = "off"')
     return None
 
 
@@ -122,6 +125,15 @@ class PreparedItem:
     members: tuple[str, ...] = ()
 
 
+class _Derivation:
+    """One item's derived criteria, shared by its replicates: derived once, under the lock."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.result: ReplicateResult | None = None
+        self.owner: int | None = None  # the replicate that made (or looked up) the derivation
+
+
 class ItemJudge:
     """Judges one item at a time: renders it (or recalls its rendering), looks every replicate up in
     the cache, makes the missing calls (direct or agentic) under the budget, stores them in the cache
@@ -183,6 +195,13 @@ class ItemJudge:
         self.panel = prompts.settings.panel
         self.member_labels: tuple[str, ...] = tuple(self.panel.labels()) if self.panel is not None else ()
         self.member_prompts = [prompts.for_member(m) for m in range(len(self.member_labels))]
+        from optimizer.judge.criteria import structure_refusal
+
+        refusal = structure_refusal(prompts.settings, provider.name, traits)
+        if refusal is not None:
+            raise UserError(refusal)
+        # criteria / review: several calls per verdict, each cached on its own (`_structured_call`).
+        self.structured = prompts.settings.structure != "single" or prompts.settings.review != "off"
         self.semaphore = asyncio.Semaphore(concurrency)
         self.stop_reason: str | None = None
         self.usage = Usage()  # the paid calls made so far
@@ -242,7 +261,9 @@ class ItemJudge:
         result = await self._call(request, fingerprint, key, index)
         return dataclasses.replace(result, member=self.member_labels[member])
 
-    async def _call(self, request: JudgeRequest, fingerprint: str, key: str, index: int) -> ReplicateResult:
+    async def _call(
+        self, request: JudgeRequest, fingerprint: str, key: str, index: int, schema: dict[str, Any] = VERDICT_SCHEMA,
+    ) -> ReplicateResult:
         """One paid call. The caller holds a semaphore slot; it is released here, whatever happens.
         On a cold cached prefix the first call goes alone; the others give their slot back until
         its response has returned (`optimizer.evaluation.warmup`)."""
@@ -273,7 +294,7 @@ class ItemJudge:
                 reserved = True
             started = time.monotonic()
             try:
-                reply = await self.provider.complete(request, self.sampling, VERDICT_SCHEMA)
+                reply = await self.provider.complete(request, self.sampling, schema)
                 answered = True
             except BaseException as exc:
                 if reserved and self.budget is not None:
@@ -345,6 +366,14 @@ class ItemJudge:
             return PreparedItem(tid, agentic.notes, looked_up, calls)
         if self.panel is not None:
             return await self._prepare_panel(tid)
+        if self.structured:
+            traj, _ = await asyncio.to_thread(self._load, tid)
+            request = await asyncio.to_thread(self._render, traj)
+            shared = _Derivation()
+            # Each replicate looks its calls up in the cache itself (`_structured_call`).
+            return PreparedItem(tid, request.notes, [(request.fingerprint(), None) for _ in self.indices], [
+                functools.partial(self._structured_call, traj, request, i, shared) for i in self.indices
+            ])
         request, fingerprint, notes, looked_up = await self._direct_lookups(tid)
         calls = [
             functools.partial(self._call, request, fingerprint, key, i)
@@ -447,6 +476,103 @@ class ItemJudge:
             duration_s=time.monotonic() - started,
         )
 
+    # -- criteria and review (several calls per verdict) ----------------------------------------------
+    async def _sub_call(
+        self, request: JudgeRequest, schema: dict[str, Any], tag: str | None, index: int, holding: bool
+    ) -> ReplicateResult:
+        """One call of a structured verdict, from the cache when it holds it. ``tag`` None: keyed
+        exactly as a single-call verdict (so review = "success" reuses the verdicts cached without it).
+        ``holding``: whether the caller holds a slot; it is released here either way."""
+        from optimizer.judge.criteria import STRUCTURE_VERSION
+
+        fingerprint = request.fingerprint()
+        key = cache_key(
+            provider=self.provider.name, model=self.provider.model, sampling=self.sampling,
+            schema=schema if tag is None else {"structure": tag, "v": STRUCTURE_VERSION, "schema": schema},
+            request=fingerprint, replicate=index, endpoint=self.endpoint,
+        )
+        hit = self.cache.get(key)
+        if hit is not None:
+            if holding:
+                self.semaphore.release()
+            return _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
+        if not holding:
+            await self.semaphore.acquire()
+        return await self._call(request, fingerprint, key, index, schema)
+
+    async def _structured_call(
+        self, traj: Trajectory, request: JudgeRequest, index: int, shared: _Derivation
+    ) -> ReplicateResult:
+        """Replicate ``index`` of a criteria and/or reviewed verdict (see `optimizer.judge.criteria`):
+        derive the criteria (once per item, from the instruction alone), check them (or make the
+        single call), then review a success. The caller holds a slot; it is released here."""
+        from optimizer.judge import criteria as crit
+        from optimizer.judge.verdicts import parse_verdict
+
+        settings = self.prompts.settings
+        n_steps = len(traj.steps)
+        holding = True
+        done: list[ReplicateResult] = []
+
+        def result(last: ReplicateResult, **update: Any) -> ReplicateResult:
+            usage = sum((r.usage for r in done), Usage())
+            return dataclasses.replace(
+                last, cached=all(r.cached for r in done), usage=usage,
+                duration_s=sum(r.duration_s for r in done), **update,
+            )
+
+        try:
+            derived: tuple[crit.Criterion, ...] | None = None
+            if settings.structure == "criteria":
+                async with shared.lock:
+                    if shared.result is None:
+                        ask = crit.derive_request(self.prompts, traj.task.instruction, traj.trajectory_id)
+                        # The slot passes to the call, which releases it whatever happens.
+                        slot, holding = holding, False
+                        # Cached per item: the id is in the key, never in what the model reads.
+                        shared.result = await self._sub_call(
+                            ask, crit.DERIVE_SCHEMA, f"derive {traj.trajectory_id}", 0, slot)
+                        shared.owner = index
+                derivation = shared.result
+                if shared.owner == index:  # the item's usage counts the shared derivation once
+                    done.append(derivation)
+                if derivation.infra_error is not None:
+                    return result(derivation, index=index, verdict=None, parse_error=None)
+                derived, error = crit.parse_derived(derivation.reply_text or "")
+                if error is not None:
+                    return result(derivation, index=index, verdict=None, parse_error=f"criteria derivation: {error}")
+                check = await asyncio.to_thread(
+                    functools.partial(self._render, traj, extra=crit.check_instructions(derived)))
+                slot, holding = holding, False
+                first = await self._sub_call(check, crit.CHECK_SCHEMA, "check", index, slot)
+            else:
+                slot, holding = holding, False
+                first = await self._sub_call(request, VERDICT_SCHEMA, None, index, slot)
+            done.append(first)
+            if first.infra_error is not None:
+                return result(first)
+            parsed = parse_verdict(first.reply_text or "", n_steps=n_steps, criteria=derived)
+            verdict = parsed.verdict
+            if verdict is None or settings.review != "success" or not verdict.success:
+                return result(first, verdict=verdict, parse_error=parsed.error)
+            shown = {k: v for k, v in verdict.model_dump().items() if k in ("success", "reasoning", "criteria")}
+            ask_review = await asyncio.to_thread(
+                functools.partial(self._render, traj, replace=crit.review_instructions(self.prompts, shown)))
+            reviewed = await self._sub_call(ask_review, crit.REVIEW_SCHEMA, "review", index, False)
+            done.append(reviewed)
+            if reviewed.infra_error is not None:
+                return result(reviewed)
+            review = crit.parse_review(reviewed.reply_text or "", n_steps)
+            data = verdict.model_dump()
+            data["review"] = review.as_json()
+            if review.applied:
+                data["first_verdict"] = {k: data[k] for k in ("success", "reasoning", "confidence", "mistake_type")}
+                data.update(success=False, mistake_type=review.mistake_type)
+            return result(first, verdict=Verdict.model_validate(data), parse_error=None)
+        finally:
+            if holding:
+                self.semaphore.release()
+
     # -- one item --------------------------------------------------------------------------------
     def _load(self, tid: str, member: int | None = None) -> tuple[Trajectory, str | None]:
         """Load the trajectory and compute its render-memo key (None when the split cannot say); a
@@ -489,7 +615,9 @@ class ItemJudge:
         """`_render`, or panel member ``member``'s rendering (its instructions after the trajectory)."""
         return self._render(traj) if member is None else self._render(traj, self.member_prompts[member])
 
-    def _render(self, traj: Trajectory, member_prompts: PromptSet | None = None) -> JudgeRequest:
+    def _render(
+        self, traj: Trajectory, member_prompts: PromptSet | None = None, *, extra: str = "", replace: str | None = None
+    ) -> JudgeRequest:
         from optimizer.judge.render import build_request
 
         prompts = self.prompts if member_prompts is None else member_prompts
@@ -508,6 +636,8 @@ class ItemJudge:
             image_cache_dir=self.image_cache_dir,
             layout=self.layout,
             memory="" if chosen is None else chosen.block(),
+            extra_instructions=extra,
+            replace_instructions=replace,
         )
         if chosen is None:
             return request

@@ -43,12 +43,17 @@ JUDGE_MD = "prompts/judge.md"
 RUBRIC_MD = "prompts/rubric.md"
 JUDGE_TOML = "prompts/judge.toml"
 LIBRARY_MD = "prompts/library.md"
+# Optional instructions of the criteria and review calls (`optimizer.judge.criteria`); built-in
+# defaults when absent.
+CRITERIA_MD = "prompts/criteria.md"
+REVIEW_MD = "prompts/review.md"
 REQUIRED_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
 # The files whose content determines the judge's requests (library.md only feeds the optimiser); the
-# memory files (prompts/memory/, optional) count too, in the prompt hash when present.
-JUDGE_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML)
+# optional ones (criteria.md, review.md, and the memory files under prompts/memory/) count in the prompt
+# hash only when present.
+JUDGE_FILES: tuple[str, ...] = (JUDGE_MD, RUBRIC_MD, JUDGE_TOML, CRITERIA_MD, REVIEW_MD)
 # Every file a prompt set is read from besides the required ones.
-OPTIONAL_FILES: tuple[str, ...] = (LIBRARY_MD, *MEMORY_FILES)
+OPTIONAL_FILES: tuple[str, ...] = (LIBRARY_MD, CRITERIA_MD, REVIEW_MD, *MEMORY_FILES)
 # A panel member's own instructions: prompts/members/<name>.md (see `PanelSettings`); they count as
 # judge files (prompt hash, guards) once judge.toml's [panel] names them.
 MEMBERS_DIR = "prompts/members"
@@ -71,6 +76,8 @@ _ALLOWED: dict[str, frozenset[str]] = {
     JUDGE_MD: frozenset({"rubric", "mistake_types", "screenshots"}),
     RUBRIC_MD: frozenset({"mistake_types", "screenshots"}),
     LIBRARY_MD: frozenset({"mistake_types", "screenshots"}),
+    CRITERIA_MD: frozenset({"mistake_types"}),
+    REVIEW_MD: frozenset({"mistake_types", "screenshots"}),
 }
 
 # The system prompt of the trajectory-first layout. Deliberately code, not a file under prompts/: no
@@ -215,6 +222,11 @@ class JudgeSettings(BaseModel):
     memory_folds: int = Field(default=5, ge=2, le=20)
     # A panel of judge calls per verdict (None: the single judge), see `PanelSettings`.
     panel: PanelSettings | None = None
+    # How a verdict is reached: "single" (one call) or "criteria" (one call derives the instruction's
+    # requirements from the instruction alone, a second checks each against the trajectory).
+    structure: Literal["single", "criteria"] = "single"
+    # "success": every success verdict gets a review call that may turn it into a failure with cited steps.
+    review: Literal["off", "success"] = "off"
 
     @model_validator(mode="after")
     def _spaced_needs_a_count(self) -> JudgeSettings:
@@ -474,20 +486,20 @@ class PromptSet:
         return cls.from_files(files, source=f"prompts@{rev}")
 
     def prompt_hash(self) -> str:
-        """sha256 over judge.md, rubric.md, judge.toml, the panel's member files and the memory files
-        when present (the files that determine requests; without a [panel] or memory files, exactly the
-        first three as before either existed)."""
+        """sha256 over judge.md, rubric.md, judge.toml, the panel's member files, and criteria.md,
+        review.md and the memory files when present (the files that determine requests; without a
+        [panel] or any optional file, exactly the first three as before they existed)."""
         h = hashlib.sha256()
         for name in self.judge_files():
             h.update(name.encode() + b"\0" + self.files[name].encode() + b"\0")
         return h.hexdigest()
 
     def judge_files(self) -> tuple[str, ...]:
-        """The files that determine this judge's requests: `JUDGE_FILES`, the panel's member files and
-        the memory files present."""
+        """The files that determine this judge's requests, those present: `JUDGE_FILES`, the panel's
+        member files and the memory files."""
         panel = self.settings.panel
-        return (*JUDGE_FILES, *(member_file(n) for n in (panel.named() if panel is not None else [])),
-                *(m for m in MEMORY_FILES if m in self.files))
+        named = (member_file(n) for n in (panel.named() if panel is not None else []))
+        return tuple(n for n in (*JUDGE_FILES, *named, *MEMORY_FILES) if n in self.files)
 
     def for_member(self, index: int) -> PromptSet:
         """The prompt set panel member ``index`` judges with: its member file in judge.md's place

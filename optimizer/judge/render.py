@@ -327,6 +327,8 @@ def build_request(
     image_cache_dir: Path | None = None,
     layout: str | None = None,
     memory: str = "",
+    extra_instructions: str = "",
+    replace_instructions: str | None = None,
 ) -> JudgeRequest:
     """Render ``traj`` for the judge described by ``prompts`` (screenshots read through ``split``).
 
@@ -339,10 +341,14 @@ def build_request(
     (`optimizer.judge.memory.Selection.block`), placed after the trajectory and before the instructions
     (trajectory-first: its own part after the cache breakpoint, so the cached prefix is unchanged) or
     before the closing reminder (rubric-first); "" sends none, the request byte for byte as without it.
+    Encoded images are also cached in memory per process.
+    ``extra_instructions`` go after the judge's instructions, before the closing reminder (a criteria
+    check's derived criteria, `optimizer.judge.criteria`); ``replace_instructions`` replaces the
+    instructions and the closing reminder altogether and implies trajectory-first (a review call).
     """
     cache_dir = None if image_cache_dir is None else str(image_cache_dir)
     settings = prompts.settings
-    trajectory_first = (layout or settings.layout) == "trajectory-first"
+    trajectory_first = replace_instructions is not None or (layout or settings.layout) == "trajectory-first"
     # rubric-first: the instructions are the system prompt. trajectory-first: a fixed system prompt,
     # and the instructions follow the trajectory (after the cache breakpoint).
     system = STATIC_SYSTEM_PROMPT if trajectory_first else prompts.system_prompt()
@@ -375,6 +381,10 @@ def build_request(
         "## Your verdict\n\nJudge whether the steps above accomplish exactly this instruction:\n\n"
         f"{goal}\n\nAnswer with the JSON object only."
     )
+    if extra_instructions:
+        closing = extra_instructions.rstrip("\n") + "\n\n" + closing
+    if replace_instructions is not None:
+        instructions, closing = "", replace_instructions
     texts = [_step_text(i, s) for i, s in enumerate(steps)]
     # The intro's length barely depends on the frame count; estimate with the longest variant.
     intro_guess = _screenshot_intro(settings, max(len(frames), 1), n, text_only)

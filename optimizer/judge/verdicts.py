@@ -15,9 +15,12 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optimizer.models import MISTAKE_TYPES, Verdict, fold_mistake_type
+
+if TYPE_CHECKING:
+    from optimizer.judge.criteria import Criterion
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
 _CONFIDENCES = ("low", "medium", "high")
@@ -93,31 +96,83 @@ def _validate(obj: Any) -> tuple[Verdict | None, str | None]:
     return Verdict.model_validate({**obj, "mistake_type": mistake}), None
 
 
-def parse_verdict(text: str) -> ParsedVerdict:
-    """Parse one judge reply strictly (see the module docstring). Never raises on bad input."""
+def decode_object(text: str) -> tuple[Any, str | None]:
+    """The one JSON value of a reply under the acceptance rule of the module docstring (a bare JSON
+    value, or exactly one ``json``/untagged fenced block), or (None, why not). Never raises."""
     stripped = text.strip()
     if stripped.startswith("{"):
-        obj, error = _single_object(stripped)
-    else:
-        fences = list(_FENCE_RE.finditer(text))
-        if not fences:
-            error = (
-                "no JSON object: the reply must be a bare JSON object or one ```json block"
-                if not _contains_object(text)
-                else "JSON object mixed with text outside a ```json block"
-            )
-            return ParsedVerdict(None, error, text)
-        if len(fences) > 1:
-            return ParsedVerdict(None, f"{len(fences)} fenced code blocks; expected exactly one", text)
-        fence = fences[0]
-        if fence.group(1).lower() not in ("", "json"):
-            return ParsedVerdict(None, f"the fenced block is tagged {fence.group(1)!r}, not json", text)
-        if _contains_object(text[: fence.start()] + "\n" + text[fence.end() :]):
-            return ParsedVerdict(None, "two candidate JSON objects (one outside the fenced block)", text)
-        obj, error = _single_object(fence.group(2))
+        return _single_object(stripped)
+    fences = list(_FENCE_RE.finditer(text))
+    if not fences:
+        return None, (
+            "no JSON object: the reply must be a bare JSON object or one ```json block"
+            if not _contains_object(text)
+            else "JSON object mixed with text outside a ```json block"
+        )
+    if len(fences) > 1:
+        return None, f"{len(fences)} fenced code blocks; expected exactly one"
+    fence = fences[0]
+    if fence.group(1).lower() not in ("", "json"):
+        return None, f"the fenced block is tagged {fence.group(1)!r}, not json"
+    if _contains_object(text[: fence.start()] + "\n" + text[fence.end() :]):
+        return None, "two candidate JSON objects (one outside the fenced block)"
+    return _single_object(fence.group(2))
+
+
+def _structured(obj: dict[str, Any], n_steps: int | None, criteria: Sequence[Criterion] | None) -> str | None:
+    """Check ``evidence_steps`` (any verdict) and ``criteria`` (a criteria check) in place: steps become
+    tuples of valid step numbers, criteria the derived ones with ``met`` and ``steps``, ``success``
+    whether every required one is met (the model's own answer kept as ``stated_success``)."""
+    from optimizer.judge.criteria import valid_steps
+
+    if "evidence_steps" in obj:
+        steps = valid_steps(obj["evidence_steps"], n_steps)
+        if isinstance(steps, str):
+            return f"'evidence_steps': {steps}"
+        obj["evidence_steps"] = list(steps)
+    if criteria is None:
+        return None
+    answered = obj.get("criteria")
+    if not isinstance(answered, list):
+        return f"'criteria' is {_json_type(answered) if 'criteria' in obj else 'missing'}, not a list"
+    if not answered:
+        return "'criteria' is empty"
+    if len(answered) != len(criteria):
+        return f"{len(answered)} criteria answered for the {len(criteria)} derived"
+    checked: list[dict[str, Any]] = []
+    for i, (entry, derived) in enumerate(zip(answered, criteria, strict=True)):
+        if not isinstance(entry, dict):
+            return f"criterion {i} is {_json_type(entry)}, not an object"
+        if not isinstance(entry.get("met"), bool):
+            return f"criterion {i}: 'met' is not a JSON boolean"
+        steps = valid_steps(entry.get("steps"), n_steps)
+        if isinstance(steps, str):
+            return f"criterion {i}: {steps}"
+        checked.append({"text": derived.text, "required": derived.required, "met": entry["met"], "steps": list(steps)})
+    obj["criteria"] = checked
+    obj["stated_success"] = obj["success"]
+    obj["success"] = all(c["met"] for c in checked if c["required"])
+    if obj["success"]:
+        obj["mistake_type"] = None
+    return None
+
+
+def parse_verdict(
+    text: str, *, n_steps: int | None = None, criteria: Sequence[Criterion] | None = None
+) -> ParsedVerdict:
+    """Parse one judge reply strictly (see the module docstring). Never raises on bad input.
+
+    ``evidence_steps``, when present, must be distinct step numbers (below ``n_steps`` when given);
+    with ``criteria`` (the derived ones) the reply must check each of them (see `_structured`).
+    """
+    obj, error = decode_object(text)
     if error is not None:
         return ParsedVerdict(None, error, text)
     verdict, error = _validate(obj)
+    if verdict is not None and isinstance(obj, dict) and ("evidence_steps" in obj or criteria is not None):
+        data = {**obj, "mistake_type": verdict.mistake_type}
+        error = _structured(data, n_steps, criteria)
+        verdict = None if error is not None else Verdict.model_validate(data)
     return ParsedVerdict(verdict, error, text)
 
 

@@ -34,7 +34,9 @@ the adaptive policy's ``adaptive_keep``, ``alpha``, ``test`` (JSON), ``rejudge_c
 when opened read-only (missing columns read as 0 / empty; no attribution before schema 7); 6 → 7
 adds the ``attributions`` and ``attribution_edits`` tables; 7 → 8 ``experiments.planned_cache_read_tokens``
 (the cache reads the passes planned, `optimizer.evaluation.warmup`; 0 on old rows); 8 → 9
-``runs.labels_fingerprint`` (the label set a run decides with, `optimizer.devset.corrections`; NULL on old rows).
+``runs.labels_fingerprint`` (the label set a run decides with, `optimizer.devset.corrections`; NULL on old rows);
+``verdicts.members`` (a panel's member verdicts, JSON) and ``verdicts.detail`` (criteria, evidence steps and
+review of a structured verdict as JSON; both NULL on old rows and for a single judge).
 - ``attributions``: each `judgeloop attribute` of a run (what a kept edit still contributes at the end,
   see `optimizer.loop.attribute`): its scope, the final and baseline commits, the judge, the split,
   status, spend and the final-vs-baseline comparison (JSON); ``attribution_edits``: one row per
@@ -70,6 +72,7 @@ from optimizer.ledger.rows import (
     Attribution,
     BatchRow,
     Confirmation,
+    CriterionCheck,
     EditContribution,
     Event,
     Experiment,
@@ -80,7 +83,9 @@ from optimizer.ledger.rows import (
     MemberVerdict,
     ReplicateVerdict,
     Review,
+    ReviewRecord,
     Run,
+    _detail,
     _dumps,
     _experiment_from_row,
     _flips_dict,
@@ -94,6 +99,7 @@ from optimizer.ledger.rows import (
     _ts,
     new_run_id,
     utc_now,
+    verdict_detail,
 )
 from optimizer.ledger.schema import (
     _TERMINAL_RUN_STATUSES,
@@ -132,6 +138,7 @@ __all__ = [
     "Attribution",
     "BatchRow",
     "Confirmation",
+    "CriterionCheck",
     "EditContribution",
     "Event",
     "EventKind",
@@ -148,12 +155,14 @@ __all__ = [
     "ReplicateVerdict",
     "Review",
     "ReviewKind",
+    "ReviewRecord",
     "Run",
     "RunStatus",
     "create_schema",
     "new_run_id",
     "upgrade_schema",
     "utc_now",
+    "verdict_detail",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -612,13 +621,14 @@ class Ledger:
                     rep.confidence, rep.mistake_type, rep.raw, int(rep.cached), rep.cost_usd,
                     json.dumps([c.to_json() for c in rep.tools]) if rep.tools else None,
                     json.dumps([m.model_dump(mode="json") for m in rep.members]) if rep.members else None,
+                    rep.detail_json(),
                 ))
         with self.transaction() as cur:
             cur.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?)", item_rows)
             cur.executemany(
                 "INSERT OR REPLACE INTO verdicts (experiment_id, trajectory_id, replicate, success, status, reasoning,"
-                " confidence, mistake_type, raw, cached, cost_usd, tools, members)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " confidence, mistake_type, raw, cached, cost_usd, tools, members, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 verdict_rows,
             )
         return len(item_rows)
@@ -630,7 +640,7 @@ class Ledger:
         reps: dict[str, list[ReplicateVerdict]] = {}
         for r in self._query(
             "SELECT trajectory_id, replicate, success, status, reasoning, confidence, mistake_type, raw, cached, "
-            f"cost_usd, {'tools' if self.version >= 2 else 'NULL'}, {'members' if self.version >= 9 else 'NULL'} "
+            f"cost_usd, {'tools' if self.version >= 2 else 'NULL'}, {'members' if self.version >= 9 else 'NULL'}, {'detail' if self.version >= 9 else 'NULL'} "
             f"FROM verdicts WHERE {where} "
             "ORDER BY trajectory_id, replicate",
             params,
@@ -641,6 +651,7 @@ class Ledger:
                 mistake_type=r[6], raw=r[7], cached=bool(r[8]), cost_usd=r[9],
                 tools=_tool_calls(r[10]),
                 members=[MemberVerdict.model_validate(m) for m in json.loads(r[11])] if r[11] else [],
+                **_detail(r[12]),
             ))
         return [
             ItemVerdict.model_construct(

@@ -248,6 +248,26 @@ class MemberVerdict(BaseModel):
     mistake_type: str | None = None
     cached: bool = False
     cost_usd: float = 0.0
+class CriterionCheck(BaseModel):
+    """One criterion of a ``structure = "criteria"`` verdict: met or not, and the steps cited."""
+
+    text: str
+    met: bool
+    steps: list[int] = Field(default_factory=list)
+    required: bool = True
+
+
+class ReviewRecord(BaseModel):
+    """A ``review = "success"`` call on a success verdict: ``applied`` when it turned it into a failure
+    (``first_verdict`` then holds the verdict before the review); ``error`` why a reply was not usable."""
+
+    violation: bool | None = None
+    applied: bool = False
+    steps: list[int] = Field(default_factory=list)
+    reasoning: str = ""
+    mistake_type: str | None = None
+    error: str | None = None
+    first_verdict: dict[str, Any] | None = None
 
 
 class ReplicateVerdict(BaseModel):
@@ -265,6 +285,21 @@ class ReplicateVerdict(BaseModel):
     cost_usd: float = 0.0
     tools: list[JudgeToolCall] = Field(default_factory=list)  # the agentic judge's tool calls, in order
     members: list[MemberVerdict] = Field(default_factory=list)
+    # A criteria verdict's checked criteria, any verdict's evidence steps, a review pass's record.
+    criteria: list[CriterionCheck] = Field(default_factory=list)
+    evidence_steps: list[int] = Field(default_factory=list)
+    review: ReviewRecord | None = None
+
+    def detail_json(self) -> str | None:
+        """The ``verdicts.detail`` column: criteria, evidence steps and review as JSON (None: none)."""
+        detail: dict[str, Any] = {}
+        if self.criteria:
+            detail["criteria"] = [c.model_dump() for c in self.criteria]
+        if self.evidence_steps:
+            detail["evidence_steps"] = self.evidence_steps
+        if self.review is not None:
+            detail["review"] = self.review.model_dump()
+        return json.dumps(detail, separators=(",", ":")) if detail else None
 
 
 class ItemVerdict(BaseModel):
@@ -426,6 +461,32 @@ def _tool_calls(value: str | None) -> list[JudgeToolCall]:
     if not value:
         return []
     return [JudgeToolCall.from_text(c) if isinstance(c, str) else JudgeToolCall.from_json(c) for c in json.loads(value)]
+
+
+def verdict_detail(verdict: Any) -> dict[str, Any]:
+    """A parsed verdict's criteria, evidence steps and review (`optimizer.judge.criteria`) as
+    `ReplicateVerdict` fields; {} for a verdict without them (or None)."""
+    extra = getattr(verdict, "model_extra", None) or {}
+    out: dict[str, Any] = {}
+    if isinstance(extra.get("criteria"), list):
+        out["criteria"] = [CriterionCheck.model_validate(c) for c in extra["criteria"]]
+    if isinstance(extra.get("evidence_steps"), list):
+        out["evidence_steps"] = list(extra["evidence_steps"])
+    if isinstance(extra.get("review"), dict):
+        out["review"] = ReviewRecord.model_validate({**extra["review"], "first_verdict": extra.get("first_verdict")})
+    return out
+
+
+def _detail(value: str | None) -> dict[str, Any]:
+    """The ``verdicts.detail`` column as `ReplicateVerdict` fields (criteria, evidence_steps, review)."""
+    if not value:
+        return {}
+    data = json.loads(value)
+    return {
+        "criteria": [CriterionCheck.model_validate(c) for c in data.get("criteria", [])],
+        "evidence_steps": list(data.get("evidence_steps", [])),
+        "review": None if data.get("review") is None else ReviewRecord.model_validate(data["review"]),
+    }
 
 
 def _opt_bool(value: int | None) -> bool | None:

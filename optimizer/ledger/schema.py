@@ -31,11 +31,12 @@ _V4_EXPERIMENT_COLUMNS = (
 # Schema 8: the cache reads the experiment's passes planned (vs billed: cache_read_tokens).
 # Schema 9 (one step for the additions of one release): runs.labels_fingerprint, the label set (given or
 # corrected) a run decides with; verdicts.members, a panel's member verdicts behind each replicate (JSON;
-# NULL: single judge).
+# NULL: single judge); verdicts.detail, a criteria verdict's criteria, evidence steps and review (JSON).
 
 _V9_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("runs", "labels_fingerprint", "TEXT"),
     ("verdicts", "members", "TEXT"),
+    ("verdicts", "detail", "TEXT"),
 )
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
@@ -160,6 +161,7 @@ CREATE TABLE verdicts (
     cost_usd REAL NOT NULL DEFAULT 0,
     tools TEXT,
     members TEXT,
+    detail TEXT,
     PRIMARY KEY (experiment_id, trajectory_id, replicate)
 ) WITHOUT ROWID;
 CREATE TABLE run_labels (

@@ -53,6 +53,7 @@ from optimizer.ledger import (
     MemberVerdict,
     ReplicateVerdict,
     Run,
+    verdict_detail,
 )
 from optimizer.loop.compare import judgements_of, rejudge
 from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
@@ -109,6 +110,7 @@ def item_verdicts(run: EvalRun) -> list[ItemVerdict]:
                     )
                     for k, m in enumerate(r.members)
                 ],
+                **verdict_detail(r.verdict),
             )
             for r in item.replicates
         ]

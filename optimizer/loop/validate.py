@@ -72,6 +72,10 @@ def validate_prompts(
         refusal = panel_refusal(prompts, provider, batch=batch)
         if refusal is not None:
             return f"{source}: {refusal}"
+        from optimizer.judge.criteria import structure_refusal
+
+        if (refusal := structure_refusal(prompts.settings, provider.name, traits, batch=batch)) is not None:
+            return refusal
         # Render what the judge would be sent for one real item (its text and placements; the
         # screenshots come from the image cache the evaluation fills).
         if split.ids:

@@ -40,6 +40,10 @@ class ItemView(View):
                 key_display="→"),
         Binding("left,comma", "step(-1)", "Prev step", id="item.prev-step", tooltip="Select the previous step",
                 key_display="←"),
+        Binding("n", "cited(1)", "Next cited", id="item.next-cited",
+                tooltip="Jump to the next step a criterion, the evidence or the review cites"),
+        Binding("p", "cited(-1)", "Prev cited", id="item.prev-cited",
+                tooltip="Jump to the previous step a criterion, the evidence or the review cites", show=False),
         Binding("o", "open_png", "Open PNG", id="item.open-png", tooltip="Open the full screenshot outside (xdg-open/$OPENER)"),
         Binding("right_square_bracket", "other_experiment(1)", "Next exp", id="item.next-experiment",
                 tooltip="The same item under the next experiment"),
@@ -57,6 +61,7 @@ class ItemView(View):
         super().__init__()
         self.detail: ItemDetail | None = None
         self.step_index = 0
+        self.cited: list[int] = []  # the steps the verdicts cite (criteria, evidence, review), in order
 
     def body(self) -> ComposeResult:
         with Horizontal(id="item-main"):
@@ -136,14 +141,17 @@ class ItemView(View):
                         reps.append(f"\n  {member.reasoning or '(no reasoning)'}")
                     continue
                 reps.append(f"\n{rep.reasoning or rep.raw or '(no reasoning)'}")
+                show_structure(reps, rep)
         self.query_one("#item-replicates", Static).update(reps)
         self.show_reviews()
         table = self.query_one("#step-table", DataTable)
         table.clear()
         viewed = viewed_steps(detail.verdict.replicates if detail.verdict else [])
+        self.cited = sorted(cited_steps(detail.verdict.replicates if detail.verdict else []))
         for step in detail.steps:
-            # ● marks a step whose screenshot an agentic judge looked at (in any replicate).
-            index = Text(f"{step.index}●", style="bold cyan") if step.index in viewed else str(step.index)
+            # ● marks a step whose screenshot an agentic judge looked at (in any replicate); ◆ a cited step.
+            mark = ("●" if step.index in viewed else "") + ("◆" if step.index in self.cited else "")
+            index = Text(f"{step.index}{mark}", style="bold cyan") if mark else str(step.index)
             table.add_row(index, step.action, key=str(step.index))
         self.step_index = min(self.step_index, max(0, len(detail.steps) - 1))
         if detail.steps:
@@ -204,6 +212,18 @@ class ItemView(View):
         self.query_one("#step-table", DataTable).move_cursor(row=self.step_index)
         self.show_step()
 
+    def action_cited(self, delta: int) -> None:
+        """Select the next (or previous) cited step after (before) the selected one, wrapping round."""
+        if self.detail is None or not self.detail.steps:
+            return
+        cited = [s for s in self.cited if s < len(self.detail.steps)]
+        if not cited:
+            self.notify("no verdict of this item cites a step", timeout=2)
+            return
+        after = [s for s in cited if (s > self.step_index if delta > 0 else s < self.step_index)]
+        target = (after[0] if delta > 0 else after[-1]) if after else (cited[0] if delta > 0 else cited[-1])
+        self.action_step(target - self.step_index)
+
     def action_open_png(self) -> None:
         path = self.query_one(StepImage).path
         self.japp.open_outside(path)
@@ -224,6 +244,52 @@ class ItemView(View):
         if self.detail is None:
             return
         self.japp.review_item(self.detail.trajectory_id, kind, self.detail.experiment.id, on_saved=self.reload)
+
+
+def _step_list(steps: Iterable[int]) -> str:
+    values = list(steps)
+    if not values:
+        return "no step cited"
+    return ("step " if len(values) == 1 else "steps ") + ", ".join(str(s) for s in values)
+
+
+def show_structure(out: Text, rep: ReplicateVerdict) -> None:
+    """A replicate's criteria (met / unmet, with their cited steps), evidence steps and review."""
+    if rep.criteria:
+        met = sum(1 for c in rep.criteria if c.met)
+        out.append(f"\ncriteria ({met}/{len(rep.criteria)} met; n jumps to the next cited step)", style="bold")
+        for c in rep.criteria:
+            out.append("\n  ✓ " if c.met else "\n  ✗ ", style="green" if c.met else "red")
+            out.append(c.text + ("" if c.required else " (optional)"))
+            out.append(f" — {_step_list(c.steps)}", style="cyan")
+    if rep.evidence_steps:
+        out.append("\nevidence: ", style="bold")
+        out.append(_step_list(rep.evidence_steps), style="cyan")
+    review = rep.review
+    if review is not None:
+        out.append("\nreview: ", style="bold")
+        if review.applied:
+            first = "success" if (review.first_verdict or {}).get("success") else "the first verdict"
+            out.append(f"turned {first} into failure", style="bold red")
+            out.append(f" — {_step_list(review.steps)}", style="cyan")
+        elif review.violation is False:
+            out.append("found no violation")
+        else:
+            out.append(f"left the verdict ({review.error or 'no cited steps'})", style="yellow")
+        if review.reasoning:
+            out.append(f"\n  {review.reasoning}")
+
+
+def cited_steps(replicates: Iterable[ReplicateVerdict]) -> set[int]:
+    """Steps a verdict cites — a criterion's steps, its evidence steps, an applied review's steps."""
+    steps: set[int] = set()
+    for rep in replicates:
+        for c in rep.criteria:
+            steps.update(c.steps)
+        steps.update(rep.evidence_steps)
+        if rep.review is not None:
+            steps.update(rep.review.steps)
+    return steps
 
 
 def viewed_steps(replicates: Iterable[ReplicateVerdict]) -> set[int]:
