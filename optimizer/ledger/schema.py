@@ -17,7 +17,7 @@ from optimizer.vocab import (
     TERMINAL_RUN_STATUSES,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -29,6 +29,7 @@ _V4_EXPERIMENT_COLUMNS = (
 # Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
 # Schema 6: the judge's prompt-cache reads and writes per experiment.
 # Schema 8: the cache reads the experiment's passes planned (vs billed: cache_read_tokens).
+# Schema 9: the kind of a keep ("improved" | "cheaper") and the experiment's cost per verdict.
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
 # its tuples, so an unchanged set keeps the same schema text (no migration).
@@ -125,6 +126,8 @@ CREATE TABLE experiments (
     cache_read_tokens INTEGER NOT NULL DEFAULT 0,
     cache_write_tokens INTEGER NOT NULL DEFAULT 0,
     planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    keep_kind TEXT,
+    verdict_cost_usd REAL,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);
@@ -267,6 +270,10 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
     if current == 7:
         cur.execute("ALTER TABLE experiments ADD COLUMN planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0")
         current = 8
+    if current == 8:
+        cur.execute("ALTER TABLE experiments ADD COLUMN keep_kind TEXT")
+        cur.execute("ALTER TABLE experiments ADD COLUMN verdict_cost_usd REAL")
+        current = 9
     cur.execute(f"PRAGMA user_version = {current}")
 
 

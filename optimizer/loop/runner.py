@@ -513,7 +513,9 @@ class LoopRunner:
 
     def context(self, incumbent: Experiment, seq: int) -> ProposalContext:
         allowed = list(self.ws.config.optimizer.allowed_files)
-        current = {p: text for p in allowed if (text := read_prompt_file(self.root, p)) is not None}
+        # With structure moves on, strategies see judge.toml too (they change it through set_structure).
+        current = {p: text for p in self.ws.config.optimizer.editable_files
+                   if (text := read_prompt_file(self.root, p)) is not None}
         disagreements = []
         for row in self.ledger.item_verdicts(incumbent.id):
             label = self.labels.get(row.trajectory_id)
@@ -558,6 +560,8 @@ class LoopRunner:
             disagreements=disagreements, history=history, guidance=guidance.strip(), split=self.split,
             rng_seed=self.seed, experiment_seq=seq,
             judge_mode=PromptSet.from_dir(self.ws.prompts_dir).settings.mode, earlier=earlier,
+            structure_moves=list(self.ws.config.optimizer.structure_moves),
+            max_members=self.ws.config.optimizer.max_members,
         )
 
     def _earlier_from_same_prompts(self, incumbent: Experiment) -> list[PastExperiment]:
@@ -626,7 +630,7 @@ class LoopRunner:
             return self.ledger.record_error(exp.id, f"optimiser failed: {exc.reason}", cost_usd=exc.cost_usd)
         self.charge(proposal.cost_usd)
 
-        allowed = set(self.ws.config.optimizer.allowed_files)
+        allowed = set(self.ws.config.optimizer.editable_files)
         changed: dict[str, tuple[str | None, str | None]] = {}
         link_error: str | None = None
         for path, new in proposal.files.items():
@@ -657,7 +661,8 @@ class LoopRunner:
         self.stage(StageKind.GUARDS, exp.id)
         guard = (
             check_candidate(changed, self.ws.config.optimizer.allowed_files, self.ws.config.optimizer.max_diff_lines,
-                            **self.guard_inputs())
+                            **self.guard_inputs(), structure_moves=self.ws.config.optimizer.structure_moves,
+                            max_members=self.ws.config.optimizer.max_members)
             if changed else None
         )
         reason: str | None = None

@@ -71,6 +71,10 @@ class ProposalContext:
     # Decided experiments of earlier runs on this split whose incumbent had these same prompts: their
     # outcome against this incumbent is known (`library` never proposes them again).
     earlier: list[PastExperiment] = field(default_factory=list)
+    # [optimizer] structure_moves / max_members: the judge.toml keys a strategy may move (then
+    # prompts/judge.toml is in current_files), `optimizer.structure`.
+    structure_moves: list[str] = field(default_factory=list)
+    max_members: int = 1
 
 
 @dataclass

@@ -71,6 +71,8 @@ def _opening(ctx: ProposalContext) -> str:
         f"{counts['missed_failure']} missed failures (too lenient) and {counts['rejected_success']} "
         f"rejected successes (too strict). {len(ctx.history)} past experiments in this run.\n"
         + (AGENTIC_JUDGE_NOTE if ctx.judge_mode == "agentic" else "")
+        + (f"You may also move these judge.toml keys with set_structure (read_structure lists them): "
+           f"{', '.join(ctx.structure_moves)}.\n" if ctx.structure_moves else "")
         + "Investigate with the tools, edit the files, then call submit."
     )
 
@@ -112,7 +114,7 @@ class AgentStrategy:
         state = ToolState(ctx)
         system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
         messages: list[ConversationMessage] = [UserMessage((TextPart(_opening(ctx)),))]
-        tools = tool_specs()
+        tools = tool_specs(structure=bool(ctx.structure_moves))
         async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
             for _turn in range(self.cfg.max_agent_turns):
                 turn = await model.turn(system, messages, tools)
