@@ -980,6 +980,10 @@ def lord_level(target_fdr: float, past_keeps: Sequence[bool]) -> float:
 # candidate's level like any other, so it counts in the run's expected false keeps.
 
 
+# In a decision's reason when the non-inferiority test ran (the report counts such tests, `accounting`).
+CHEAPER_TEST_MARK = "non-inferiority (margin"
+
+
 class CheaperTest(BaseModel):
     """The outcome of the non-inferiority test of one cheaper candidate."""
 
@@ -1038,7 +1042,7 @@ def decide_cheaper(
         why.append("FPR rose")
     if not within:
         why.append(f"not shown within {margin} item(s) of the incumbent")
-    text = (f"cheaper: {saving:.0%} less per verdict, gain {gain:+.2f} items, non-inferiority (margin {margin} "
+    text = (f"cheaper: {saving:.0%} less per verdict, gain {gain:+.2f} items, {CHEAPER_TEST_MARK} {margin} "
             f"item(s)) p={_fmt_p(p)} {'<' if within else '≥'} {level:.3g}: "
             + ("kept as cheaper, not worse" if keep else "not kept (" + "; ".join(why) + ")"))
     return CheaperTest(keep=keep, reason=text, p_value=p, gain=gain, margin_items=margin, saving=saving)
