@@ -90,7 +90,7 @@ def test_the_overfit_guards_still_read_judge_toml() -> None:
 def test_structure_moves_must_name_movable_keys(tmp_path: Path) -> None:
     cfg = tmp_path / "judgeloop.toml"
     cfg.write_text('[optimizer]\nstructure_moves = ["tiling", "replicates"]\n', encoding="utf-8")
-    with pytest.raises(UserError, match="'replicates' is not a movable judge.toml key"):
+    with pytest.raises(UserError, match=r"'replicates' is not a movable judge\.toml key"):
         load_config(cfg)
     cfg.write_text('[optimizer]\nstructure_moves = ["tiling"]\nmax_members = 0\n', encoding="utf-8")
     with pytest.raises(UserError, match="max_members"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def drop_filler(*enable: str):  # noqa: ANN201 - a scripted step
+def drop_filler(*enable: str) -> Callable[[ProposalContext], Proposal]:
     def step(ctx: ProposalContext) -> Proposal:
         proposal = toggle(*enable)(ctx)
         return Proposal(files={RUBRIC_MD: proposal.files[RUBRIC_MD].replace(FILLER, "\n")},
