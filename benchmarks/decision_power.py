@@ -69,9 +69,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._judge_model import STABLE_Q as STABLE_RIGHT_Q
 from benchmarks._judge_model import JudgeModel, item_instruction, item_q
+from optimizer.binomial import clopper_pearson_interval
 from optimizer.config import JudgeOverrides, LoopSection
-from optimizer.decision import Counts, adaptive_test, decide_adaptive, decide_counts, lord_level
+from optimizer.decision import (
+    Counts,
+    adaptive_test,
+    decide_adaptive,
+    decide_cheaper,
+    decide_counts,
+    lord_level,
+)
 from optimizer.devset.importer import import_split
 from optimizer.ledger import Ledger
 from optimizer.loop import session
@@ -467,6 +476,68 @@ def simulate_fresh(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np
     return result
 
 
+# --- cheaper, not worse ([loop] cheaper_margin_items) ------------------------------------------
+#
+# The non-inferiority rule on the same judge: a cheaper candidate that is *worse* by ``worse_by`` items
+# (that many positives the judge always got right, q = 0.99, now always wrong: FPR unchanged, so only
+# the test can refuse it) or *equal* (worse_by = 0: the same odds, fresh draws). Each trial: a fresh
+# incumbent first pass and the candidate's, the items they disagree on re-judged ``rejudge`` more
+# times under each (as the loop does for a candidate estimated cheaper), then the engine's own rule,
+# `optimizer.decision.decide_cheaper`, with a saving of 50%. A keep of a worse-by-2 candidate at
+# margin 1 is a false keep: their share should stay below alpha.
+
+
+def simulate_cheaper(q: np.ndarray, positive: np.ndarray, worse_by: int, trials: int, seed: int, *,
+                     margin: int = 1, rejudge: int = 2, alpha: float = 0.1) -> tuple[int, int, float]:
+    """(keeps, trials, judge calls per candidate / items) of cheaper candidates worse by ``worse_by`` items."""
+    rng = np.random.default_rng(seed)
+    n = len(q)
+    labels = {f"i{i}": Label(trajectory_id=f"i{i}", label="positive" if positive[i] else "negative",
+                             original_id=f"i{i}") for i in range(n)}
+    loop = LoopSection(alpha=alpha, rejudge=rejudge, cheaper_margin_items=margin)
+    steady_right = np.flatnonzero(positive & (q >= STABLE_RIGHT_Q))
+    kept = calls = 0
+
+    def answers(correct: Sequence[bool], pos: bool) -> list[Answer]:
+        return [Answer(success=pos == c, mistake_type=None) for c in correct]
+
+    for _ in range(trials):
+        q_c = q.copy()
+        q_c[rng.choice(steady_right, worse_by, replace=False)] = 0.0
+        inc = [[bool(x)] for x in rng.random(n) < q]
+        cand = [[bool(x)] for x in rng.random(n) < q_c]
+        calls += n
+        for i in range(n):
+            if inc[i][0] != cand[i][0]:
+                inc[i] += [bool(x) for x in rng.random(rejudge) < q[i]]
+                cand[i] += [bool(x) for x in rng.random(rejudge) < q_c[i]]
+                calls += 2 * rejudge
+        test = decide_cheaper(labels, {f"i{i}": answers(inc[i], bool(positive[i])) for i in range(n)},
+                              {f"i{i}": answers(cand[i], bool(positive[i])) for i in range(n)}, loop, saving=0.5)
+        kept += test.keep
+    return kept, trials, calls / max(1, trials) / n
+
+
+def cheaper_rows(q: np.ndarray, positive: np.ndarray, trials: int, seed: int, *, rejudge: int = 2,
+                 margins: Sequence[int] = (1, 2)) -> list[str]:
+    """The non-inferiority table: keep shares of worse-by-2 and equal cheaper candidates, on the
+    benchmark's noisy judge and on a steady one (its unstable items made stable, q = 0.99 / 0.01)."""
+    steady = np.where(q >= 0.5, STABLE_RIGHT_Q, 1 - STABLE_RIGHT_Q)
+    head = f"{'judge':<7} {'margin':>6} {'worse by 2 kept':>26} {'equal kept':>26} {'calls/162':>9}"
+    lines = [head, "-" * len(head)]
+    for name, odds in (("noisy", q), ("steady", steady)):
+        for margin in margins:
+            cells = []
+            per = 0.0
+            for k, worse in enumerate((2, 0)):
+                keeps, total, per = simulate_cheaper(odds, positive, worse, trials, seed * 100 + margin * 10 + k,
+                                                     margin=margin, rejudge=rejudge)
+                lo, hi = clopper_pearson_interval(keeps, total)
+                cells.append(f"{keeps / total:>6.1%} [{lo:>5.1%},{hi:>5.1%}] n={total:<5}")
+            lines.append(f"{name:<7} {margin:>6} {cells[0]:>26} {cells[1]:>26} {per:>9.2f}")
+    return lines
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 
@@ -520,9 +591,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix-pool", choices=["wrong", "wrong-or-unstable"], default="wrong")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-loop", action="store_true", help="the simulation only")
+    parser.add_argument("--cheaper-trials", type=int, default=1000,
+                        help="simulated cheaper candidates per row of the non-inferiority table (0: none)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.candidates, args.sim_runs = 2, 4, 200
+        args.runs, args.candidates, args.sim_runs, args.cheaper_trials = 2, 4, 200, 100
     policies = args.policies or policies_available()
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
     started = time.monotonic()
@@ -564,6 +637,14 @@ def main(argv: list[str] | None = None) -> int:
     for p, res in loop_results.items():
         print(f"{p}: loop worker time {res.wall_s:.0f} s; judge calls at the fake server {res.server_calls}, "
               f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}")
+    if args.cheaper_trials:
+        t_cheap = time.monotonic()
+        print()
+        print("cheaper, not worse: keeps of cheaper candidates (50% saving) decided by optimizer.decision."
+              "decide_cheaper, re-judging disagreements")
+        for line in cheaper_rows(q, positive, args.cheaper_trials, args.seed + 3, rejudge=rejudge):
+            print(line)
+        print(f"  ({time.monotonic() - t_cheap:.0f} s)")
     print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: "
           f"{sim_results['adaptive'].engine_checked}, all agree")
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
