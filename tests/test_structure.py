@@ -142,3 +142,36 @@ def test_structure_tools_are_offered_and_work_only_when_moves_are_on(tmp_path: P
     state = _state(tmp_path, [])
     assert run_tool(state, "set_structure", {"key": "tiling", "value": True}).is_error
     assert JUDGE_TOML not in state.files
+
+
+def test_the_library_strategy_toggles_a_structural_entry_only_when_its_keys_may_move(tmp_path: Path) -> None:
+    from optimizer.loop.strategies import ProposalError
+    from optimizer.loop.strategies.library import LibraryStrategy
+
+    dev = make_dev(tmp_path)
+    ctx = make_context(dev, [])
+    ctx.current_files[JUDGE_TOML] = BUNDLED
+    ctx.current_files["prompts/library.md"] = ("# doc\n\n## lib-tiling\n\njudge.toml: tiling = true\n\n"
+                                               "## lib-few\n\njudge.toml: screenshots = \"spaced\", max_images = 8\n")
+    with pytest.raises(ProposalError, match="no entries to toggle"):
+        LibraryStrategy().propose_sync(ctx)  # structure moves off: neither entry takes part
+    ctx.structure_moves = ["tiling", "screenshots"]  # lib-few also needs max_images: still out
+    on = LibraryStrategy().propose_sync(ctx)
+    assert set(on.files) == {JUDGE_TOML} and on.meta == {"library_enabled": ["lib-tiling"]}
+    assert structure_changes(BUNDLED, on.files[JUDGE_TOML]) == {"tiling": (False, True)}
+    # From a judge.toml that has it, the toggle is to disable it: the key goes back to its default.
+    ctx.current_files[JUDGE_TOML] = on.files[JUDGE_TOML]
+    off = LibraryStrategy().propose_sync(ctx)
+    assert off.meta == {"library_enabled": []} and "tiling" not in tomllib.loads(off.files[JUDGE_TOML])
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ("judge.toml: tiling = yes", "is not TOML assignments"),
+    ("judge.toml: temperature = 0.0", "temperature is not a movable judge.toml key"),
+    ("judge.toml: max_images = 1", "max_images must be an integer 2..100"),
+])
+def test_a_malformed_structural_entry_is_one_line_naming_it(body: str, expected: str) -> None:
+    from optimizer.judge.prompts import parse_library
+
+    with pytest.raises(UserError, match=expected):
+        parse_library(f"## lib-bad\n\n{body}\n")
