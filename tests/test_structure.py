@@ -14,6 +14,7 @@ from optimizer.loop.guards import check_candidate
 from optimizer.loop.strategies.tools import ToolState, run_tool, tool_specs
 from optimizer.scaffold import bundled_dir
 from optimizer.structure import MOVABLE_KEYS, check_structure, set_key, structure_changes
+from optimizer.workspace import Workspace
 from tests.support.strategies import make_context, make_dev
 
 JUDGE_TOML = "prompts/judge.toml"
@@ -175,3 +176,56 @@ def test_a_malformed_structural_entry_is_one_line_naming_it(body: str, expected:
 
     with pytest.raises(UserError, match=expected):
         parse_library(f"## lib-bad\n\n{body}\n")
+
+
+def test_reflect_moves_structure_within_bounds_and_an_out_of_bounds_move_is_a_proposal_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from optimizer.config import OptimizerSection
+    from optimizer.loop.strategies import ProposalError
+    from optimizer.loop.strategies.reflect import ReflectStrategy, build_user_message
+    from tests.support.fakeserver import FakeLLMServer, reply
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    dev = make_dev(tmp_path)
+    ctx = make_context(dev, [])
+    ctx.current_files[JUDGE_TOML] = BUNDLED
+    ctx.structure_moves = ["tiling", "max_images"]
+    assert '- tiling = false (allowed: true | false' in build_user_message(ctx)
+    alone = json.dumps({"structure": {"tiling": True}, "rationale": "tile the screenshots"})
+    hostile = json.dumps({"structure": {"replicates": 5}, "rationale": "more votes"})
+    with FakeLLMServer() as server:
+        server.script(reply(alone), reply(hostile))
+        cfg = OptimizerSection(provider="openai", model="gpt-4o-mini", base_url=server.openai_base_url,
+                               max_retries=0, timeout_s=10.0)
+        proposal = asyncio.run(ReflectStrategy(cfg, {}).propose(ctx))
+        with pytest.raises(ProposalError, match="moved 'replicates', which is not in"):
+            asyncio.run(ReflectStrategy(cfg, {}).propose(ctx))
+    assert set(proposal.files) == {JUDGE_TOML} and proposal.rationale == "tile the screenshots"
+    assert structure_changes(BUNDLED, proposal.files[JUDGE_TOML]) == {"tiling": (False, True)}
+
+
+def test_attribution_reverts_a_structure_move_like_any_hunk(empty_workspace: Workspace) -> None:
+    from optimizer import gitops
+    from optimizer.loop.attribute import build_variants
+    from tests.support.loop import commit_all
+
+    root = empty_workspace.root
+    toml = root / JUDGE_TOML
+    shas = []
+    for key, value in (("tiling", True), ("max_images", 40), ("image_width", 256), ("image_height", 200)):
+        toml.write_text(set_key(toml.read_text(encoding="utf-8"), key, value), encoding="utf-8")
+        commit_all(root, f"move {key}")
+        shas.append(gitops.rev_parse(root, "HEAD"))
+    edits = [gitops.KeptCommit(sha, n) for n, sha in reversed(list(enumerate(shas, start=1)))]  # newest first
+    by_experiment = {v.edit.experiment: v for v in build_variants(empty_workspace, shas[-1], edits)}
+    tiling_off = by_experiment[1].prompts
+    assert tiling_off is not None and not tiling_off.settings.tiling and tiling_off.settings.max_images == 40
+    assert by_experiment[1].entangled_with == []  # a move on its own lines reverts cleanly
+    # Adjacent lines (image_width, image_height) conflict: measured together, as entangled text edits are.
+    width = by_experiment[3]
+    assert [c.experiment for c in width.entangled_with] == [4]
+    assert width.prompts is not None
+    assert (width.prompts.settings.image_width, width.prompts.settings.image_height) == (512, 332)
