@@ -88,11 +88,14 @@ from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.metrics import Answer
 from optimizer.models import Label
 from optimizer.scaffold import init_workspace
+from optimizer.structure import current_value, set_key
 from optimizer.workspace import Workspace
 from tests.support.data import pair_items, write_release
 from tests.support.fakeserver import FakeLLMServer
 
 RUBRIC = "prompts/rubric.md"
+JUDGE_TOML = "prompts/judge.toml"
+STRUCTURAL_KINDS = ("s-noop", "s-fix8", "s-fix12")
 N_PAIRS, N_DOUBLE = 50, 12  # 50 pairs: 100 negatives; 12 pairs keep both positives, 38 one: 62
 FIX_SIZES = (4, 8, 12)
 KINDS = ("noop", *(f"fix{d}" for d in FIX_SIZES))
@@ -180,6 +183,7 @@ class BenchStrategy:
     schedule: list[str] = field(default_factory=list)
     name: str = "bench"
     counter: int = 0
+    structure_value: int = 0
 
     def nonce(self) -> str:
         self.counter += 1
@@ -187,6 +191,8 @@ class BenchStrategy:
 
     async def propose(self, ctx: ProposalContext) -> Proposal:
         kind = self.schedule.pop(0)
+        if kind.startswith("s-"):
+            return self.structural(ctx, kind)
         text = ctx.current_files[RUBRIC]
         nonce = self.nonce()
         if kind == "noop":
@@ -197,6 +203,21 @@ class BenchStrategy:
             line = f"Reviewer rule {self.model.register_fix(nonce, chosen)}: check the final state."
             meta = {"kind": kind, "fixed": chosen}
         return Proposal(files={RUBRIC: text.rstrip("\n") + f"\n\n{line}\n"}, rationale=f"benchmark {kind}", meta=meta)
+
+    def structural(self, ctx: ProposalContext, kind: str) -> Proposal:
+        """A structure move (``[optimizer] structure_moves``): ``screenshots = "spaced"`` with a fresh
+        ``max_images`` M, which puts "Up to M evenly spaced steps" in the instructions. ``s-noop``: M
+        carries the incumbent's fixes, nothing else; ``s-fixD``: they and D new items are right."""
+        toml = ctx.current_files[JUDGE_TOML]
+        sentence = spaced_sentence(current_value(toml, "max_images"))
+        carried = self.model.fixed_by(sentence) if current_value(toml, "screenshots") == "spaced" else set()
+        already = carried | self.model.fixed_by(ctx.current_files[RUBRIC])
+        chosen = [] if kind == "s-noop" else self.model.choose_fix(int(kind[5:]), already, self.rng)
+        self.structure_value = self.structure_value % 97 + 1
+        m = self.structure_value + 2  # 3..99: every candidate of a run renders new requests
+        self.model.sentence_fixes[spaced_sentence(m)] = frozenset(carried | set(chosen))
+        new = set_key(set_key(toml, "screenshots", "spaced"), "max_images", m)
+        return Proposal(files={JUDGE_TOML: new}, rationale=f"benchmark {kind}", meta={"kind": kind, "fixed": chosen})
 
 
 def schedule_for(rng: random.Random, candidates: int, fixes_per_run: int) -> list[str]:
@@ -271,6 +292,11 @@ def calls_per_pass(trials: Sequence[Trial], n_items: int, kind: str | None = Non
     return sum(t.calls for t in chosen) / len(chosen) / n_items if chosen else float("nan")
 
 
+def spaced_sentence(max_images: object) -> str:
+    """The words of the {{screenshots}} sentence that name ``max_images`` under ``screenshots = "spaced"``."""
+    return f"Up to {max_images} evenly spaced steps"
+
+
 # --- the real loop ------------------------------------------------------------------------------
 
 
@@ -302,6 +328,10 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
         if fdr is not None:
             set_loop_key(root, "fdr", str(fdr))
         set_loop_key(root, "patience", "1000000")
+        if any(k.startswith("s-") for k in schedule or ()):
+            cfg = root / "judgeloop.toml"
+            cfg.write_text(cfg.read_text(encoding="utf-8").replace(
+                "[optimizer]\n", '[optimizer]\nstructure_moves = ["screenshots", "max_images"]\n', 1), encoding="utf-8")
         if rejudge is not None and "rejudge" in LoopSection.model_fields:
             set_loop_key(root, "rejudge", str(rejudge))
         base_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD").strip()
@@ -337,6 +367,23 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
         result.server_calls = model.calls
     result.wall_s = time.monotonic() - started
     return result
+
+
+def structural_rows(runs: int, seed: int, *, rejudge: int | None = None, concurrency: int = 16) -> list[str]:
+    """The structural rows: the real loop (adaptive) where candidates are judge.toml moves, a planted
+    structural effect (`BenchStrategy.structural`): no-op moves and moves that fix 8 or 12 items."""
+    schedule = ["s-noop", "s-fix8", "s-noop", "s-fix12"]
+    res = loop_trials("adaptive", runs, len(schedule), 0, seed, concurrency=concurrency, rejudge=rejudge,
+                      schedule=schedule)
+    head = f"{'source':<16} " + " ".join(f"{k + ' kept':>24}" for k in STRUCTURAL_KINDS) + f" {'calls/162':>9}"
+    cells = []
+    for kind in STRUCTURAL_KINDS:
+        k, total = keep_rate(res.trials, kind)
+        lo, hi = run_bootstrap(res.trials, kind)
+        cells.append(f"{k / total:>6.1%} [{lo:>4.0%},{hi:>4.0%}] n={total:<4}" if total else f"{'—':>24}")
+    row = f"{'loop, moves':<16} " + " ".join(f"{c:>24}" for c in cells)
+    row += f" {calls_per_pass(res.trials, len(_labels_only()[1])):>9.2f}"
+    return [head, "-" * len(head), row, f"  undecided {res.undecided}; {res.wall_s:.0f} s"]
 
 
 def _loop_task(args: tuple[Any, ...]) -> PolicyResult:
@@ -591,11 +638,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix-pool", choices=["wrong", "wrong-or-unstable"], default="wrong")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-loop", action="store_true", help="the simulation only")
+    parser.add_argument("--structural-runs", type=int, default=10,
+                        help="loop runs of the structural rows (judge.toml moves; 0: none)")
     parser.add_argument("--cheaper-trials", type=int, default=1000,
                         help="simulated cheaper candidates per row of the non-inferiority table (0: none)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.candidates, args.sim_runs, args.cheaper_trials = 2, 4, 200, 100
+        args.runs, args.candidates, args.sim_runs, args.cheaper_trials, args.structural_runs = 2, 4, 200, 100, 1
     policies = args.policies or policies_available()
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
     started = time.monotonic()
@@ -637,6 +686,12 @@ def main(argv: list[str] | None = None) -> int:
     for p, res in loop_results.items():
         print(f"{p}: loop worker time {res.wall_s:.0f} s; judge calls at the fake server {res.server_calls}, "
               f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}")
+    if args.structural_runs and not args.no_loop:
+        print()
+        print("structure moves: adaptive loop runs whose candidates are judge.toml moves (screenshots = \"spaced\", "
+              "a fresh max_images), no-ops or planted fixes of 8 / 12 items")
+        for line in structural_rows(args.structural_runs, args.seed + 4, rejudge=rejudge, concurrency=args.concurrency):
+            print(line)
     if args.cheaper_trials:
         t_cheap = time.monotonic()
         print()
