@@ -109,6 +109,17 @@ def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str)
     assert lines[2].startswith(f"{policy:<9} loop") and "100.0%" in lines[2]
 
 
+@pytest.mark.slow
+def test_loop_judges_structure_moves_with_a_planted_effect() -> None:
+    # Candidates that are judge.toml moves ([optimizer] structure_moves on): a no-op move ties the
+    # incumbent, a move carrying a planted fix of all 12 wrong items is kept, a later no-op move keeps
+    # the fix it carries (so it ties again); every call is counted once, at the server and in the ledger.
+    res = dp.loop_trials("adaptive", runs=1, candidates=3, fixes_per_run=0, seed=0, concurrency=8,
+                         odds=_deterministic_odds(12), schedule=["s-noop", "s-fix12", "s-noop"])
+    assert [(t.kind, t.kept) for t in res.trials] == [("s-noop", False), ("s-fix12", True), ("s-noop", False)]
+    assert res.undecided == 0 and res.server_calls == res.ledger_calls
+
+
 def test_cheaper_simulation_refuses_a_steadily_worse_candidate_and_keeps_an_equal_one() -> None:
     positive = np.array(dp._labels_only()[1])
     steady = np.ones(len(positive))  # a judge that is always right: only the planted items differ
