@@ -66,3 +66,18 @@ def test_the_fpr_stopper_stops_exactly_when_fpr_has_provably_risen() -> None:
     stopper.add("n1", Answer(success=True, mistake_type=None))
     stopped = stopper.add("n2", Answer(success=True, mistake_type=None))
     assert stopped is not None and not stopped.keep and "(FPR rose)" in stopped.reason
+
+
+def test_the_tui_history_marks_a_cheaper_keep() -> None:
+    from datetime import UTC, datetime
+
+    from optimizer.ledger import Experiment
+    from tui.data import HistoryRow
+    from tui.views.history import history_cells
+
+    def row(kind: str | None) -> str:
+        exp = Experiment(id=3, run_id="r", seq=2, created=datetime.now(UTC), status="kept", keep_kind=kind)
+        return history_cells(HistoryRow(exp, None, None, None, in_chain=True))[3].plain
+
+    assert row("cheaper") == "kept cheaper"
+    assert "cheaper" not in row("improved")
