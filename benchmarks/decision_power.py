@@ -41,8 +41,22 @@ incumbent's first pass happened to get them right (not re-judged, d = 0), and ~2
 re-judged beside ~6 visible fixes; most misses are p >= alpha, few are the literal rule.
 ``--rejudge 4`` reaches 77% on 8-item fixes at 1.95 calls per pass.
 
+Two further sections (issue 19). *Structure moves*: ``--structural-runs`` adaptive loop runs whose
+candidates are judge.toml moves (``[optimizer] structure_moves = ["screenshots", "max_images"]``):
+``screenshots = "spaced"`` with a fresh ``max_images`` M, which changes the ``{{screenshots}}``
+sentence of the instructions; the judge plants the effect on that sentence (``s-fix8``/``s-fix12``:
+8 / 12 wrong items made right; ``s-noop``: only the incumbent's own fixes carried). *Cheaper, not
+worse*: ``--cheaper-trials`` simulated cheaper candidates per cell, decided by
+`optimizer.decision.decide_cheaper` (worse by 2 positives, or equal; noisy and steady judge; margins
+1 and 2). Measured (seed 0, 2 loaded cores; 10 structural runs of 4 moves, 236 s): structure
+moves: no-op moves kept 5.0% [0%, 15%] (n = 20), 8-item fixes 70% [40%, 90%], 12-item fixes 90%
+[70%, 100%] (n = 10 each), 1.54 judge calls per candidate per full pass; cheaper: worse by 2 kept 2.2% / 5.7%
+(margin 1 / 2) on the noisy judge, 0.1% / 0.6% on the steady one; equal kept 19% / 30% noisy, 65% /
+94% steady (README, "Structure moves and cheaper judges").
+
 Run:  python benchmarks/decision_power.py [--quick] [--runs 45] [--candidates 6] [--sim-runs 3000]
       [--workers 2] [--policies literal paired adaptive] [--rejudge 2] [--fix-pool wrong|wrong-or-unstable]
+      [--structural-runs 10] [--cheaper-trials 1000]
 """
 
 from __future__ import annotations
