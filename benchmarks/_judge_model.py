@@ -77,6 +77,9 @@ class JudgeModel:
     fixable: np.ndarray
     seed: int = 0
     fixes: dict[str, frozenset[int]] = field(default_factory=dict)  # nonce -> items made right
+    # A planted structural effect: a text the request carries (e.g. the screenshot sentence a judge.toml
+    # move writes into the instructions) -> items made right.
+    sentence_fixes: dict[str, frozenset[int]] = field(default_factory=dict)
     calls: int = 0  # verdicts answered
 
     def __post_init__(self) -> None:
@@ -90,6 +93,9 @@ class JudgeModel:
         out: set[int] = set()
         for nonce in _FIX_RE.findall(text):
             out |= self.fixes.get(nonce, frozenset())
+        for sentence, items in list(self.sentence_fixes.items()):
+            if sentence in text:
+                out |= items
         return out
 
     def register_fix(self, nonce: str, items: Iterable[int]) -> str:

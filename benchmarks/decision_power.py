@@ -41,8 +41,22 @@ incumbent's first pass happened to get them right (not re-judged, d = 0), and ~2
 re-judged beside ~6 visible fixes; most misses are p >= alpha, few are the literal rule.
 ``--rejudge 4`` reaches 77% on 8-item fixes at 1.95 calls per pass.
 
+Two further sections (issue 19). *Structure moves*: ``--structural-runs`` adaptive loop runs whose
+candidates are judge.toml moves (``[optimizer] structure_moves = ["screenshots", "max_images"]``):
+``screenshots = "spaced"`` with a fresh ``max_images`` M, which changes the ``{{screenshots}}``
+sentence of the instructions; the judge plants the effect on that sentence (``s-fix8``/``s-fix12``:
+8 / 12 wrong items made right; ``s-noop``: only the incumbent's own fixes carried). *Cheaper, not
+worse*: ``--cheaper-trials`` simulated cheaper candidates per cell, decided by
+`optimizer.decision.decide_cheaper` (worse by 2 positives, or equal; noisy and steady judge; margins
+1 and 2). Measured (seed 0, 2 loaded cores; 10 structural runs of 4 moves, 236 s): structure
+moves: no-op moves kept 5.0% [0%, 15%] (n = 20), 8-item fixes 70% [40%, 90%], 12-item fixes 90%
+[70%, 100%] (n = 10 each), 1.54 judge calls per candidate per full pass; cheaper: worse by 2 kept 2.2% / 5.7%
+(margin 1 / 2) on the noisy judge, 0.1% / 0.6% on the steady one; equal kept 19% / 30% noisy, 65% /
+94% steady (README, "Structure moves and cheaper judges").
+
 Run:  python benchmarks/decision_power.py [--quick] [--runs 45] [--candidates 6] [--sim-runs 3000]
       [--workers 2] [--policies literal paired adaptive] [--rejudge 2] [--fix-pool wrong|wrong-or-unstable]
+      [--structural-runs 10] [--cheaper-trials 1000]
 """
 
 from __future__ import annotations
@@ -69,9 +83,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._judge_model import STABLE_Q as STABLE_RIGHT_Q
 from benchmarks._judge_model import JudgeModel, item_instruction, item_q
+from optimizer.binomial import clopper_pearson_interval
 from optimizer.config import JudgeOverrides, LoopSection
-from optimizer.decision import Counts, adaptive_test, decide_adaptive, decide_counts, lord_level
+from optimizer.decision import (
+    Counts,
+    adaptive_test,
+    decide_adaptive,
+    decide_cheaper,
+    decide_counts,
+    lord_level,
+)
 from optimizer.devset.importer import import_split
 from optimizer.ledger import Ledger
 from optimizer.loop import session
@@ -79,11 +102,14 @@ from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.metrics import Answer
 from optimizer.models import Label
 from optimizer.scaffold import init_workspace
+from optimizer.structure import current_value, set_key
 from optimizer.workspace import Workspace
 from tests.support.data import pair_items, write_release
 from tests.support.fakeserver import FakeLLMServer
 
 RUBRIC = "prompts/rubric.md"
+JUDGE_TOML = "prompts/judge.toml"
+STRUCTURAL_KINDS = ("s-noop", "s-fix8", "s-fix12")
 N_PAIRS, N_DOUBLE = 50, 12  # 50 pairs: 100 negatives; 12 pairs keep both positives, 38 one: 62
 FIX_SIZES = (4, 8, 12)
 KINDS = ("noop", *(f"fix{d}" for d in FIX_SIZES))
@@ -171,6 +197,7 @@ class BenchStrategy:
     schedule: list[str] = field(default_factory=list)
     name: str = "bench"
     counter: int = 0
+    structure_value: int = 0
 
     def nonce(self) -> str:
         self.counter += 1
@@ -178,6 +205,8 @@ class BenchStrategy:
 
     async def propose(self, ctx: ProposalContext) -> Proposal:
         kind = self.schedule.pop(0)
+        if kind.startswith("s-"):
+            return self.structural(ctx, kind)
         text = ctx.current_files[RUBRIC]
         nonce = self.nonce()
         if kind == "noop":
@@ -188,6 +217,21 @@ class BenchStrategy:
             line = f"Reviewer rule {self.model.register_fix(nonce, chosen)}: check the final state."
             meta = {"kind": kind, "fixed": chosen}
         return Proposal(files={RUBRIC: text.rstrip("\n") + f"\n\n{line}\n"}, rationale=f"benchmark {kind}", meta=meta)
+
+    def structural(self, ctx: ProposalContext, kind: str) -> Proposal:
+        """A structure move (``[optimizer] structure_moves``): ``screenshots = "spaced"`` with a fresh
+        ``max_images`` M, which puts "Up to M evenly spaced steps" in the instructions. ``s-noop``: M
+        carries the incumbent's fixes, nothing else; ``s-fixD``: they and D new items are right."""
+        toml = ctx.current_files[JUDGE_TOML]
+        sentence = spaced_sentence(current_value(toml, "max_images"))
+        carried = self.model.fixed_by(sentence) if current_value(toml, "screenshots") == "spaced" else set()
+        already = carried | self.model.fixed_by(ctx.current_files[RUBRIC])
+        chosen = [] if kind == "s-noop" else self.model.choose_fix(int(kind[5:]), already, self.rng)
+        self.structure_value = self.structure_value % 97 + 1
+        m = self.structure_value + 2  # 3..99: every candidate of a run renders new requests
+        self.model.sentence_fixes[spaced_sentence(m)] = frozenset(carried | set(chosen))
+        new = set_key(set_key(toml, "screenshots", "spaced"), "max_images", m)
+        return Proposal(files={JUDGE_TOML: new}, rationale=f"benchmark {kind}", meta={"kind": kind, "fixed": chosen})
 
 
 def schedule_for(rng: random.Random, candidates: int, fixes_per_run: int) -> list[str]:
@@ -262,6 +306,11 @@ def calls_per_pass(trials: Sequence[Trial], n_items: int, kind: str | None = Non
     return sum(t.calls for t in chosen) / len(chosen) / n_items if chosen else float("nan")
 
 
+def spaced_sentence(max_images: object) -> str:
+    """The words of the {{screenshots}} sentence that name ``max_images`` under ``screenshots = "spaced"``."""
+    return f"Up to {max_images} evenly spaced steps"
+
+
 # --- the real loop ------------------------------------------------------------------------------
 
 
@@ -293,6 +342,10 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
         if fdr is not None:
             set_loop_key(root, "fdr", str(fdr))
         set_loop_key(root, "patience", "1000000")
+        if any(k.startswith("s-") for k in schedule or ()):
+            cfg = root / "judgeloop.toml"
+            cfg.write_text(cfg.read_text(encoding="utf-8").replace(
+                "[optimizer]\n", '[optimizer]\nstructure_moves = ["screenshots", "max_images"]\n', 1), encoding="utf-8")
         if rejudge is not None and "rejudge" in LoopSection.model_fields:
             set_loop_key(root, "rejudge", str(rejudge))
         base_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD").strip()
@@ -328,6 +381,23 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
         result.server_calls = model.calls
     result.wall_s = time.monotonic() - started
     return result
+
+
+def structural_rows(runs: int, seed: int, *, rejudge: int | None = None, concurrency: int = 16) -> list[str]:
+    """The structural rows: the real loop (adaptive) where candidates are judge.toml moves, a planted
+    structural effect (`BenchStrategy.structural`): no-op moves and moves that fix 8 or 12 items."""
+    schedule = ["s-noop", "s-fix8", "s-noop", "s-fix12"]
+    res = loop_trials("adaptive", runs, len(schedule), 0, seed, concurrency=concurrency, rejudge=rejudge,
+                      schedule=schedule)
+    head = f"{'source':<16} " + " ".join(f"{k + ' kept':>24}" for k in STRUCTURAL_KINDS) + f" {'calls/162':>9}"
+    cells = []
+    for kind in STRUCTURAL_KINDS:
+        k, total = keep_rate(res.trials, kind)
+        lo, hi = run_bootstrap(res.trials, kind)
+        cells.append(f"{k / total:>6.1%} [{lo:>4.0%},{hi:>4.0%}] n={total:<4}" if total else f"{'—':>24}")
+    row = f"{'loop, moves':<16} " + " ".join(f"{c:>24}" for c in cells)
+    row += f" {calls_per_pass(res.trials, len(_labels_only()[1])):>9.2f}"
+    return [head, "-" * len(head), row, f"  undecided {res.undecided}; {res.wall_s:.0f} s"]
 
 
 def _loop_task(args: tuple[Any, ...]) -> PolicyResult:
@@ -467,6 +537,68 @@ def simulate_fresh(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np
     return result
 
 
+# --- cheaper, not worse ([loop] cheaper_margin_items) ------------------------------------------
+#
+# The non-inferiority rule on the same judge: a cheaper candidate that is *worse* by ``worse_by`` items
+# (that many positives the judge always got right, q = 0.99, now always wrong: FPR unchanged, so only
+# the test can refuse it) or *equal* (worse_by = 0: the same odds, fresh draws). Each trial: a fresh
+# incumbent first pass and the candidate's, the items they disagree on re-judged ``rejudge`` more
+# times under each (as the loop does for a candidate estimated cheaper), then the engine's own rule,
+# `optimizer.decision.decide_cheaper`, with a saving of 50%. A keep of a worse-by-2 candidate at
+# margin 1 is a false keep: their share should stay below alpha.
+
+
+def simulate_cheaper(q: np.ndarray, positive: np.ndarray, worse_by: int, trials: int, seed: int, *,
+                     margin: int = 1, rejudge: int = 2, alpha: float = 0.1) -> tuple[int, int, float]:
+    """(keeps, trials, judge calls per candidate / items) of cheaper candidates worse by ``worse_by`` items."""
+    rng = np.random.default_rng(seed)
+    n = len(q)
+    labels = {f"i{i}": Label(trajectory_id=f"i{i}", label="positive" if positive[i] else "negative",
+                             original_id=f"i{i}") for i in range(n)}
+    loop = LoopSection(alpha=alpha, rejudge=rejudge, cheaper_margin_items=margin)
+    steady_right = np.flatnonzero(positive & (q >= STABLE_RIGHT_Q))
+    kept = calls = 0
+
+    def answers(correct: Sequence[bool], pos: bool) -> list[Answer]:
+        return [Answer(success=pos == c, mistake_type=None) for c in correct]
+
+    for _ in range(trials):
+        q_c = q.copy()
+        q_c[rng.choice(steady_right, worse_by, replace=False)] = 0.0
+        inc = [[bool(x)] for x in rng.random(n) < q]
+        cand = [[bool(x)] for x in rng.random(n) < q_c]
+        calls += n
+        for i in range(n):
+            if inc[i][0] != cand[i][0]:
+                inc[i] += [bool(x) for x in rng.random(rejudge) < q[i]]
+                cand[i] += [bool(x) for x in rng.random(rejudge) < q_c[i]]
+                calls += 2 * rejudge
+        test = decide_cheaper(labels, {f"i{i}": answers(inc[i], bool(positive[i])) for i in range(n)},
+                              {f"i{i}": answers(cand[i], bool(positive[i])) for i in range(n)}, loop, saving=0.5)
+        kept += test.keep
+    return kept, trials, calls / max(1, trials) / n
+
+
+def cheaper_rows(q: np.ndarray, positive: np.ndarray, trials: int, seed: int, *, rejudge: int = 2,
+                 margins: Sequence[int] = (1, 2)) -> list[str]:
+    """The non-inferiority table: keep shares of worse-by-2 and equal cheaper candidates, on the
+    benchmark's noisy judge and on a steady one (its unstable items made stable, q = 0.99 / 0.01)."""
+    steady = np.where(q >= 0.5, STABLE_RIGHT_Q, 1 - STABLE_RIGHT_Q)
+    head = f"{'judge':<7} {'margin':>6} {'worse by 2 kept':>26} {'equal kept':>26} {'calls/162':>9}"
+    lines = [head, "-" * len(head)]
+    for name, odds in (("noisy", q), ("steady", steady)):
+        for margin in margins:
+            cells = []
+            per = 0.0
+            for k, worse in enumerate((2, 0)):
+                keeps, total, per = simulate_cheaper(odds, positive, worse, trials, seed * 100 + margin * 10 + k,
+                                                     margin=margin, rejudge=rejudge)
+                lo, hi = clopper_pearson_interval(keeps, total)
+                cells.append(f"{keeps / total:>6.1%} [{lo:>5.1%},{hi:>5.1%}] n={total:<5}")
+            lines.append(f"{name:<7} {margin:>6} {cells[0]:>26} {cells[1]:>26} {per:>9.2f}")
+    return lines
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 
@@ -520,9 +652,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix-pool", choices=["wrong", "wrong-or-unstable"], default="wrong")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-loop", action="store_true", help="the simulation only")
+    parser.add_argument("--structural-runs", type=int, default=10,
+                        help="loop runs of the structural rows (judge.toml moves; 0: none)")
+    parser.add_argument("--cheaper-trials", type=int, default=1000,
+                        help="simulated cheaper candidates per row of the non-inferiority table (0: none)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.candidates, args.sim_runs = 2, 4, 200
+        args.runs, args.candidates, args.sim_runs, args.cheaper_trials, args.structural_runs = 2, 4, 200, 100, 1
     policies = args.policies or policies_available()
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
     started = time.monotonic()
@@ -564,6 +700,20 @@ def main(argv: list[str] | None = None) -> int:
     for p, res in loop_results.items():
         print(f"{p}: loop worker time {res.wall_s:.0f} s; judge calls at the fake server {res.server_calls}, "
               f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}")
+    if args.structural_runs and not args.no_loop:
+        print()
+        print("structure moves: adaptive loop runs whose candidates are judge.toml moves (screenshots = \"spaced\", "
+              "a fresh max_images), no-ops or planted fixes of 8 / 12 items")
+        for line in structural_rows(args.structural_runs, args.seed + 4, rejudge=rejudge, concurrency=args.concurrency):
+            print(line)
+    if args.cheaper_trials:
+        t_cheap = time.monotonic()
+        print()
+        print("cheaper, not worse: keeps of cheaper candidates (50% saving) decided by optimizer.decision."
+              "decide_cheaper, re-judging disagreements")
+        for line in cheaper_rows(q, positive, args.cheaper_trials, args.seed + 3, rejudge=rejudge):
+            print(line)
+        print(f"  ({time.monotonic() - t_cheap:.0f} s)")
     print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: "
           f"{sim_results['adaptive'].engine_checked}, all agree")
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -15,9 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from optimizer.errors import UserError
 from optimizer.paths import PathRefused, prompt_file
+from optimizer.structure import check_moves
 from optimizer.vocab import PolicyName, StrategyName
 
 ProviderName = Literal["anthropic", "openai", "local", "command"]
+JUDGE_TOML = "prompts/judge.toml"
 # [judge] harness: the coding-agent CLIs `optimizer.judge.harness` has a non-interactive preset for.
 HARNESS_PRESETS = ("codex", "claude", "gemini", "opencode")
 
@@ -222,6 +224,26 @@ class OptimizerSection(_Section):
     max_diff_lines: int = Field(default=200, ge=1)
     max_agent_turns: int = Field(default=30, ge=1)
     seed: int = 0
+    # Structure moves (`optimizer.structure`): the prompts/judge.toml keys the optimiser may change, within
+    # their bounds; [] = none (a candidate that edits judge.toml is refused). A panel has at most
+    # max_members members; max_cost_ratio: a candidate's cost per verdict may be at most this multiple of
+    # the incumbent's (estimated before evaluation, checked on the billed cost after; None = no cap).
+    structure_moves: list[str] = Field(default_factory=list)
+    max_members: int = Field(default=3, ge=1, le=15)
+    max_cost_ratio: float | None = Field(default=None, gt=0)
+
+    @field_validator("structure_moves")
+    @classmethod
+    def _movable(cls, names: list[str]) -> list[str]:
+        return check_moves(names)
+
+    @property
+    def editable_files(self) -> list[str]:
+        """The files a candidate may change: allowed_files, and prompts/judge.toml when structure moves are
+        on (only its movable keys, the guards check)."""
+        if self.structure_moves and JUDGE_TOML not in self.allowed_files:
+            return [*self.allowed_files, JUDGE_TOML]
+        return list(self.allowed_files)
 
     @field_validator("allowed_files")
     @classmethod
@@ -260,6 +282,11 @@ class LoopSection(_Section):
     # The labels a run decides with: the split's labels.jsonl as given, or with the person's corrections
     # (devset/<split>/corrections.jsonl) applied; read and fingerprinted once, at the run's start.
     labels: Literal["given", "corrected"] = "given"
+    # Cheaper, not worse: a candidate that does not improve kappa but costs at least cheaper_min_saving
+    # less per verdict is kept when an exact one-sided test shows it is not worse than the incumbent by
+    # more than cheaper_margin_items items (the FPR veto unchanged). 0 = off.
+    cheaper_margin_items: int = Field(default=0, ge=0)
+    cheaper_min_saving: float = Field(default=0.2, gt=0, lt=1)
 
 
 class ConfirmSection(_Section):
@@ -330,6 +357,9 @@ model = "claude-sonnet-5-5"
 allowed_files = ["prompts/judge.md", "prompts/rubric.md"]  # add "prompts/memory/principles.md" and
                             #   "prompts/memory/cases.jsonl" to let the loop edit the judge's memory
 max_diff_lines = 200
+# structure_moves = ["screenshots", "tiling", "max_images"]  # judge.toml keys the optimiser may move ([] = none)
+# max_members = 3           # a panel's largest size a move may set
+# max_cost_ratio = 1.5      # a candidate may cost at most 1.5x the incumbent per verdict (default: no cap)
 
 [loop]
 policy = "adaptive"         # adaptive (default): re-judge the items the two prompts disagree on, then a
@@ -344,6 +374,8 @@ infra_retry_rounds = 2     # judge items that hit infrastructure errors again, u
 infra_retry_pause_s = 10   # after pausing this long x the round, before a candidate counts as incomplete
 labels = "given"           # given | corrected: labels.jsonl, or with devset/<split>/corrections.jsonl applied
                            #   (a person's `judgeloop label-fix`); fixed and fingerprinted at a run's start
+# cheaper_margin_items = 1  # keep a cheaper candidate not worse by more than this many items (0 = off)
+# cheaper_min_saving = 0.2  # ... if it costs at least 20% less per verdict
 
 [confirm]
 max_uses = 3

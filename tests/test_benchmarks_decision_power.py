@@ -107,3 +107,35 @@ def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str)
     assert res.trials[0].calls <= N_ITEMS  # nothing disagrees, nothing is re-judged (an early stop may cut it)
     lines = dp.table({policy: res}, {}, N_ITEMS)
     assert lines[2].startswith(f"{policy:<9} loop") and "100.0%" in lines[2]
+
+
+@pytest.mark.slow
+def test_loop_judges_structure_moves_with_a_planted_effect() -> None:
+    # Candidates that are judge.toml moves ([optimizer] structure_moves on): a no-op move ties the
+    # incumbent, a move carrying a planted fix of all 12 wrong items is kept, a later no-op move keeps
+    # the fix it carries (so it ties again); every call is counted once, at the server and in the ledger.
+    res = dp.loop_trials("adaptive", runs=1, candidates=3, fixes_per_run=0, seed=0, concurrency=8,
+                         odds=_deterministic_odds(12), schedule=["s-noop", "s-fix12", "s-noop"])
+    assert [(t.kind, t.kept) for t in res.trials] == [("s-noop", False), ("s-fix12", True), ("s-noop", False)]
+    assert res.undecided == 0 and res.server_calls == res.ledger_calls
+
+
+def test_cheaper_simulation_refuses_a_steadily_worse_candidate_and_keeps_an_equal_one() -> None:
+    positive = np.array(dp._labels_only()[1])
+    steady = np.ones(len(positive))  # a judge that is always right: only the planted items differ
+    worse = dp.simulate_cheaper(steady, positive, 2, 5, seed=0, margin=1)
+    equal = dp.simulate_cheaper(steady, positive, 0, 5, seed=0, margin=1)
+    assert worse[:2] == (0, 5) and equal[:2] == (5, 5)
+    # Worse by 2 is within a margin of 10: kept; within 3 too, but two flips are no evidence of it (p ≈ 1/4).
+    assert dp.simulate_cheaper(steady, positive, 2, 3, seed=0, margin=10)[:2] == (3, 3)
+    assert dp.simulate_cheaper(steady, positive, 2, 3, seed=0, margin=3)[:2] == (0, 3)
+    # The 2 disagreeing items are re-judged twice under each prompt: (162 + 2·2·2) / 162 calls per item.
+    assert worse[2] == pytest.approx((N_ITEMS + 8) / N_ITEMS)
+
+
+def test_cheaper_rows_cover_both_judges_and_margins() -> None:
+    q, _ = item_q(N_ITEMS, 0)
+    positive = np.array(dp._labels_only()[1])
+    lines = dp.cheaper_rows(q, positive, 4, seed=1, margins=(1,))
+    assert len(lines) == 4 and lines[2].split()[:2] == ["noisy", "1"] and lines[3].split()[:2] == ["steady", "1"]
+    assert all("n=4" in line for line in lines[2:])

@@ -219,11 +219,12 @@ SCHEMA_3_COLUMNS = ("optimizer_calls", "optimizer_input_tokens", "optimizer_outp
 SCHEMA_4_COLUMNS = ("adaptive_keep", "alpha", "test", "rejudge_calls", "rejudge_cost_usd")
 SCHEMA_6_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
 SCHEMA_8_COLUMNS = ("planned_cache_read_tokens",)
+SCHEMA_9_COLUMNS = ("keep_kind", "verdict_cost_usd")
 
 
 def _drop_schema_4_columns(conn: sqlite3.Connection) -> None:
     """Drop what schema 4 added, and what schemas 6 and 8 added (every older ledger lacks those too)."""
-    for column in SCHEMA_4_COLUMNS + SCHEMA_6_COLUMNS + SCHEMA_8_COLUMNS:
+    for column in SCHEMA_4_COLUMNS + SCHEMA_6_COLUMNS + SCHEMA_8_COLUMNS + SCHEMA_9_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
 
 
@@ -242,7 +243,7 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
             status="baseline", usage=Usage(calls=10, input_tokens=5000, cost_usd=0.25),
         ))
     conn = sqlite3.connect(path)  # what a schema-5 judgeloop wrote: no prompt-cache token columns
-    for column in SCHEMA_6_COLUMNS + SCHEMA_8_COLUMNS:
+    for column in SCHEMA_6_COLUMNS + SCHEMA_8_COLUMNS + SCHEMA_9_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
     conn.execute("DROP TABLE attribution_edits")
     conn.execute("DROP TABLE attributions")
@@ -603,7 +604,7 @@ def test_a_version_7_ledger_gains_the_planned_cache_reads_and_reads_them_as_0_un
         run = _run(ledger)
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
     conn = sqlite3.connect(path)  # what a schema-7 judgeloop wrote: no planned cache reads
-    for column in SCHEMA_8_COLUMNS:
+    for column in SCHEMA_8_COLUMNS + SCHEMA_9_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
     conn.execute("ALTER TABLE verdicts DROP COLUMN members")  # (nor what schema 9 added)
     conn.execute("PRAGMA user_version = 7")
@@ -645,6 +646,28 @@ def test_a_version_8_ledger_gains_panel_members_and_keeps_each_members_verdict(t
         ledger.record_verdicts(base.id, [item])
         got = {v.trajectory_id: v for v in ledger.item_verdicts(base.id)}
     assert got["t2"].replicates[0].members == members and got["t1"].replicates[0].members == []
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    conn.close()
+
+
+def test_a_version_8_ledger_gains_the_keep_kind_and_cost_per_verdict(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = _run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
+    conn = sqlite3.connect(path)  # what a schema-8 judgeloop wrote
+    for column in SCHEMA_9_COLUMNS:
+        conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
+    conn.execute("PRAGMA user_version = 8")
+    conn.close()
+    with Ledger.open_readonly(path) as ro:
+        old = ro.get_experiment(base.id)
+        assert (old.keep_kind, old.verdict_cost_usd) == (None, None)
+    with Ledger(path) as ledger:
+        ledger.record_decision(base.id, ExperimentOutcome(status="kept", keep_kind="cheaper", verdict_cost_usd=0.004))
+        got = ledger.get_experiment(base.id)
+    assert (got.keep_kind, got.verdict_cost_usd) == ("cheaper", 0.004)
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     conn.close()

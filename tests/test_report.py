@@ -94,8 +94,8 @@ def test_report_json_has_exactly_the_documented_shape(filled: tuple[Workspace, s
                           "final_vs_baseline", "attribution_meta", "label_suspects", "labels"]
     assert data["format_version"] == 1  # a script reading it can tell the shape it was written in
     # Nothing was decided by a recorded test level here; the paired run's candidates count at its alpha.
-    assert data["accounting"] == {"tested": 1, "expected_false_keeps": 0.1, "fdr": None,
-                                  "kept": [{"experiment": ids["kept"], "p_value": data["experiments"][1]["p_value"],
+    assert data["accounting"] == {"tested": 1, "cheaper_tested": 0, "expected_false_keeps": 0.1, "fdr": None,
+                                  "kept": [{"experiment": ids["kept"], "kind": None, "p_value": data["experiments"][1]["p_value"],
                                             "alpha": 0.1, "rejudge_calls": 0, "rejudged_items": 0,
                                             "cost_usd": data["experiments"][1]["cost_usd"]}]}
     # Null until `judgeloop attribute` has measured the run (tests/loop/test_attribute.py fills them).

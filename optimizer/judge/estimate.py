@@ -130,3 +130,12 @@ def estimate_turn_cost_usd(input_tokens: int, sampling: Sampling, model: str, pr
         return 0.0
     per_token = max(_worst_prefix_price(price, ttl), _worst_prefix_price(price, None))
     return (input_tokens * per_token + sampling.max_tokens * price.output) / 1_000_000
+
+
+def steady_cost_usd(request: JudgeRequest, output_tokens: int, price: Any) -> float:
+    """One call's expected cost once its cacheable prefix is in the provider's cache (US dollars): the
+    prefix (`request_token_split`) at the cache-read price, the rest at the input price, and
+    ``output_tokens`` of output. Compares two prompt sets' cost per verdict before evaluation
+    (``[optimizer] max_cost_ratio``, ``[loop] cheaper_min_saving``); never a reservation."""
+    prefix, rest = request_token_split(request)
+    return (prefix * price.cache_read_price + rest * price.input + output_tokens * price.output) / 1_000_000

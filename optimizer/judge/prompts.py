@@ -35,6 +35,10 @@ from optimizer.judge.memory import EMPTY_MEMORY, MEMORY_FILES, Memory, memory_fr
 from optimizer.judge.types import CacheTTL, Layout, Sampling
 from optimizer.models import MISTAKE_TYPES
 from optimizer.paths import check_unlinked
+from optimizer.structure import MOVABLE_KEYS
+
+# The largest panel a library entry may name (the run's [optimizer] max_members caps it further).
+MAX_PANEL = 15
 
 if TYPE_CHECKING:
     from optimizer.workspace import Workspace
@@ -554,12 +558,43 @@ def panel_member_files(files: Mapping[str, str]) -> list[str]:
 # --------------------------------------------------------------------------- the instruction library
 
 
+STRUCTURE_PREFIX = "judge.toml:"
+
+
 @dataclass(frozen=True)
 class LibraryEntry:
-    """One rubric rule of the instruction library: a stable id and one paragraph of text."""
+    """One entry of the instruction library: a stable id and one paragraph of text. A *structural*
+    entry's paragraph is ``judge.toml: key = value, key = value`` (keys of `optimizer.structure`'s
+    table): enabling it sets those judge.toml keys instead of adding a rubric rule."""
 
     id: str
     text: str
+
+    @property
+    def structure(self) -> dict[str, object] | None:
+        """A structural entry's judge.toml settings (dotted key → value); None for a rubric rule."""
+        if not self.text.startswith(STRUCTURE_PREFIX):
+            return None
+        return _structure_settings(self.text.removeprefix(STRUCTURE_PREFIX))
+
+
+def _structure_settings(assignments: str) -> dict[str, object]:
+    """``key = value, key = value`` as an inline TOML table, flattened to dotted keys (ValueError if not)."""
+    try:
+        table = tomllib.loads("v = {" + assignments.strip() + "}")["v"]
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"not TOML assignments ({exc})") from None
+    out: dict[str, object] = {}
+
+    def walk(node: Mapping[str, object], prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, Mapping):
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = value
+
+    walk(table, "")
+    return out
 
 
 def parse_library(text: str, source: str = LIBRARY_MD) -> list[LibraryEntry]:
@@ -576,7 +611,17 @@ def parse_library(text: str, source: str = LIBRARY_MD) -> list[LibraryEntry]:
         words = " ".join(" ".join(body).split())
         if not words:
             raise UserError(f"{source}:{line}: library entry {entry_id} has no text; write its rule below the heading")
-        entries.append(LibraryEntry(entry_id, words))
+        entry = LibraryEntry(entry_id, words)
+        try:
+            settings = entry.structure
+        except ValueError as exc:
+            raise UserError(f"{source}:{line}: structural entry {entry_id} is {exc}; write "
+                            "'judge.toml: key = value, key = value'") from None
+        if settings is not None:
+            bad = _bad_structure(settings)
+            if bad:
+                raise UserError(f"{source}:{line}: structural entry {entry_id}: {bad}")
+        entries.append(entry)
 
     for lineno, line in enumerate(text.splitlines(), start=1):
         if line.startswith("## "):
@@ -597,6 +642,21 @@ def parse_library(text: str, source: str = LIBRARY_MD) -> list[LibraryEntry]:
             body.append(line)
     close()
     return entries
+
+
+def _bad_structure(settings: Mapping[str, object]) -> str | None:
+    """Why a structural entry's settings are not moves of `optimizer.structure`'s table (None: they are)."""
+    if not settings:
+        return "it sets no key"
+    for key, value in settings.items():
+        spec = MOVABLE_KEYS.get(key)
+        if spec is None:
+            return f"{key} is not a movable judge.toml key ({', '.join(MOVABLE_KEYS)})"
+        # The panel cap is the run's ([optimizer] max_members): the guards check it; here only the form.
+        bad = spec.check(value, MAX_PANEL)
+        if bad is not None:
+            return f"{key} {bad}"
+    return None
 
 
 def _library_region(rubric_text: str) -> tuple[list[str], int, int]:

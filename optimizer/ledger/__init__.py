@@ -36,7 +36,9 @@ adds the ``attributions`` and ``attribution_edits`` tables; 7 → 8 ``experiment
 (the cache reads the passes planned, `optimizer.evaluation.warmup`; 0 on old rows); 8 → 9
 ``runs.labels_fingerprint`` (the label set a run decides with, `optimizer.devset.corrections`; NULL on old rows);
 ``verdicts.members`` (a panel's member verdicts, JSON) and ``verdicts.detail`` (criteria, evidence steps and
-review of a structured verdict as JSON; both NULL on old rows and for a single judge).
+review of a structured verdict as JSON; both NULL on old rows and for a single judge);
+
+``experiments.keep_kind`` and ``verdict_cost_usd`` (cheaper-not-worse keeps; empty on old rows).
 - ``attributions``: each `judgeloop attribute` of a run (what a kept edit still contributes at the end,
   see `optimizer.loop.attribute`): its scope, the final and baseline commits, the judge, the split,
   status, spend and the final-vs-baseline comparison (JSON); ``attribution_edits``: one row per
@@ -68,6 +70,8 @@ from optimizer.ledger.rows import (
     _EXPERIMENT_V6_DEFAULTS,
     _EXPERIMENT_V8_COLUMNS,
     _EXPERIMENT_V8_DEFAULTS,
+    _EXPERIMENT_V9_COLUMNS,
+    _EXPERIMENT_V9_DEFAULTS,
     _RUN_COLUMNS,
     Attribution,
     BatchRow,
@@ -296,7 +300,8 @@ class Ledger:
         for since, columns, defaults in ((3, _EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS),
                                          (4, _EXPERIMENT_V4_COLUMNS, _EXPERIMENT_V4_DEFAULTS),
                                          (6, _EXPERIMENT_V6_COLUMNS, _EXPERIMENT_V6_DEFAULTS),
-                                         (8, _EXPERIMENT_V8_COLUMNS, _EXPERIMENT_V8_DEFAULTS)):
+                                         (8, _EXPERIMENT_V8_COLUMNS, _EXPERIMENT_V8_DEFAULTS),
+                                         (9, _EXPERIMENT_V9_COLUMNS, _EXPERIMENT_V9_DEFAULTS)):
             if self.version >= since:
                 parts.extend(columns)
             else:
@@ -502,7 +507,7 @@ class Ledger:
                 "cost_usd = ?, duration_s = ?, commit_sha = COALESCE(?, commit_sha), "
                 "prompt_hash = COALESCE(?, prompt_hash), "
                 "adaptive_keep = ?, alpha = ?, test = ?, rejudge_calls = ?, rejudge_cost_usd = ?, "
-                "cache_read_tokens = ?, cache_write_tokens = ? WHERE id = ?",
+                "cache_read_tokens = ?, cache_write_tokens = ?, keep_kind = ?, verdict_cost_usd = ? WHERE id = ?",
                 (
                     o.status, None if o.status == "waiting" else _ts(utc_now()), o.status, o.reason,
                     _dumps(_metrics_dict(o.metrics)), _dumps(_intervals_dict(o.intervals)), _dumps(_flips_dict(o.flips)),
@@ -510,7 +515,8 @@ class Ledger:
                     int(o.early_stopped), o.items_evaluated, o.usage.calls, o.cache_hits, o.usage.input_tokens,
                     o.usage.output_tokens, o.cost_usd, o.duration_s, o.commit_sha, o.prompt_hash,
                     _opt_int(o.adaptive_keep), o.alpha, _dumps(o.test), o.rejudge.calls, o.rejudge.cost_usd,
-                    o.usage.cache_read_tokens, o.usage.cache_write_tokens, experiment_id,
+                    o.usage.cache_read_tokens, o.usage.cache_write_tokens, o.keep_kind, o.verdict_cost_usd,
+                    experiment_id,
                 ),
             )
             if o.status in INCUMBENT_STATUSES:

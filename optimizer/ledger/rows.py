@@ -145,6 +145,12 @@ class Experiment(BaseModel):
     cache_write_tokens: int = 0
     # What the passes' plan expected to be read from the prompt cache (tokens; billed: cache_read_tokens).
     planned_cache_read_tokens: int = 0
+    # How a kept candidate earned it: "improved" (kappa, significantly) or "cheaper" (not worse by more
+    # than [loop] cheaper_margin_items, cheaper per verdict); None for other outcomes and older rows.
+    keep_kind: str | None = None
+    # The judge's cost per verdict under this experiment's prompts, US dollars (billed tokens with cache
+    # writes priced as reads, `optimizer.judge.providers.pricing.warm_cost_usd`); None: not known.
+    verdict_cost_usd: float | None = None
 
     @property
     def judge_cost_usd(self) -> float:
@@ -230,6 +236,8 @@ class ExperimentOutcome:
     duration_s: float | None = None
     commit_sha: str | None = None
     prompt_hash: str | None = None
+    keep_kind: str | None = None
+    verdict_cost_usd: float | None = None
 
     @property
     def cost_usd(self) -> float:
@@ -545,6 +553,9 @@ _EXPERIMENT_V6_DEFAULTS = ("0", "0")
 # Added by schema 8: the cache-read tokens the passes planned (`optimizer.evaluation.warmup.CacheReads`).
 _EXPERIMENT_V8_COLUMNS = ("planned_cache_read_tokens",)
 _EXPERIMENT_V8_DEFAULTS = ("0",)
+# Added by schema 9: how a keep was earned, and the cost per verdict ([loop] cheaper_margin_items).
+_EXPERIMENT_V9_COLUMNS = ("keep_kind", "verdict_cost_usd")
+_EXPERIMENT_V9_DEFAULTS = ("NULL", "NULL")
 
 
 def _run_from_row(r: sqlite3.Row) -> Run:

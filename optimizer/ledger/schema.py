@@ -31,12 +31,15 @@ _V4_EXPERIMENT_COLUMNS = (
 # Schema 8: the cache reads the experiment's passes planned (vs billed: cache_read_tokens).
 # Schema 9 (one step for the additions of one release): runs.labels_fingerprint, the label set (given or
 # corrected) a run decides with; verdicts.members, a panel's member verdicts behind each replicate (JSON;
-# NULL: single judge); verdicts.detail, a criteria verdict's criteria, evidence steps and review (JSON).
+# NULL: single judge); verdicts.detail, a criteria verdict's criteria, evidence steps and review (JSON);
+# experiments.keep_kind ("improved" | "cheaper") and experiments.verdict_cost_usd, the cost per verdict.
 
 _V9_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("runs", "labels_fingerprint", "TEXT"),
     ("verdicts", "members", "TEXT"),
     ("verdicts", "detail", "TEXT"),
+    ("experiments", "keep_kind", "TEXT"),
+    ("experiments", "verdict_cost_usd", "REAL"),
 )
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
@@ -135,6 +138,8 @@ CREATE TABLE experiments (
     cache_read_tokens INTEGER NOT NULL DEFAULT 0,
     cache_write_tokens INTEGER NOT NULL DEFAULT 0,
     planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    keep_kind TEXT,
+    verdict_cost_usd REAL,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);

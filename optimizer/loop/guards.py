@@ -5,7 +5,10 @@
 
 1. ``empty`` — the candidate must change something.
 2. ``allowed_files`` — only the files ``[optimizer] allowed_files`` names may change, and none may
-   be deleted.
+   be deleted. ``prompts/judge.toml`` is the exception: its edits are *structure moves*
+   (`optimizer.structure`), allowed whatever allowed_files says when every key they change is named in
+   ``[optimizer] structure_moves`` and takes a value within its bounds (a panel of at most
+   ``max_members``); with structure_moves empty any edit of it is refused (guard ``structure``).
 3. ``protected`` — every region between ``<!-- judgeloop:protected:begin -->`` and
    ``<!-- judgeloop:protected:end -->`` is byte-identical and in the same order, and no marker
    is added or removed.
@@ -63,7 +66,7 @@ import difflib
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
@@ -71,6 +74,9 @@ if TYPE_CHECKING:
     from optimizer.models import Trajectory
 
 from optimizer.paths import prompt_file_or_none
+from optimizer.structure import check_structure
+
+JUDGE_TOML = "prompts/judge.toml"
 
 # Files guards 5-7 do not lint (see check_candidate).
 LINT_EXEMPT = frozenset({"prompts/memory/cases.jsonl"})
@@ -83,7 +89,8 @@ MIN_ID_LENGTH = 6
 MIN_ID_PREFIX = 5
 
 GuardName = Literal[
-    "ok", "empty", "allowed_files", "protected", "diff_size", "overfit_id", "overfit_copy", "overfit_value"
+    "ok", "empty", "allowed_files", "structure", "protected", "diff_size", "overfit_id", "overfit_copy",
+    "overfit_value",
 ]
 Changes = Mapping[str, tuple[str | None, str | None]]
 
@@ -458,7 +465,7 @@ def _is_ngram_set(value: object) -> bool:
 def check_candidate(
     changed: Changes, allowed_files: Iterable[str], max_diff_lines: int, dev_ids: Iterable[str],
     dev_recording_ids: Iterable[str], dev_instructions: set[tuple[str, ...]], dev_values: Iterable[str],
-    dev_trajectory_values: Iterable[str] = ...,
+    dev_trajectory_values: Iterable[str] = ..., *, structure_moves: Sequence[str] = ..., max_members: int = ...,
 ) -> GuardResult: ...
 
 
@@ -466,7 +473,7 @@ def check_candidate(
 def check_candidate(
     changed: Changes, allowed_files: Iterable[str], max_diff_lines: int, dev_ids: Iterable[str],
     dev_recording_ids: Iterable[str], dev_instructions: Iterable[str], dev_values: Iterable[str] | None = None,
-    dev_trajectory_values: Iterable[str] = ...,
+    dev_trajectory_values: Iterable[str] = ..., *, structure_moves: Sequence[str] = ..., max_members: int = ...,
 ) -> GuardResult: ...
 
 
@@ -479,13 +486,17 @@ def check_candidate(
     dev_instructions: Iterable[str] | set[tuple[str, ...]],
     dev_values: Iterable[str] | None = None,
     dev_trajectory_values: Iterable[str] = (),
+    *,
+    structure_moves: Sequence[str] = (),
+    max_members: int = 1,
 ) -> GuardResult:
     """Run every guard on a candidate; the first failure wins (see the module docstring).
 
     ``dev_instructions`` is either the instruction texts or a prebuilt ``instruction_ngrams`` set;
     ``dev_values`` a prebuilt ``instruction_values`` set, computed from the texts when None. With a
     prebuilt n-gram set it is required (a ValueError otherwise): the value guard is never skipped.
-    ``dev_trajectory_values`` is a prebuilt ``trajectory_values`` set.
+    ``dev_trajectory_values`` is a prebuilt ``trajectory_values`` set. ``structure_moves`` and
+    ``max_members``: ``[optimizer]``'s, for an edit of prompts/judge.toml (guard 2).
     """
     grams: set[tuple[str, ...]]
     if _is_ngram_set(dev_instructions):
@@ -502,7 +513,15 @@ def check_candidate(
         return _fail("empty", "the candidate changes nothing")
 
     # One path rule (`optimizer.paths`): a spelling that is not the canonical name of an allowed file is outside.
-    allowed = {name for a in allowed_files if (name := prompt_file_or_none(a)) is not None}
+    allowed = {name for a in allowed_files if (name := prompt_file_or_none(a)) is not None} - {JUDGE_TOML}
+    if JUDGE_TOML in changes:
+        old_toml, new_toml = changes[JUDGE_TOML]
+        if new_toml is None:
+            return _fail("structure", f"the candidate deletes {JUDGE_TOML}; structure moves edit keys, never the file")
+        refused = check_structure(JUDGE_TOML, old_toml, new_toml, structure_moves, max_members)
+        if refused is not None:
+            return _fail("structure", refused)
+        allowed.add(JUDGE_TOML)
     outside = sorted(p for p in changes if prompt_file_or_none(p) not in allowed or prompt_file_or_none(p) != p)
     if outside:
         return _fail(

@@ -23,8 +23,10 @@ from optimizer.config import JudgeSection, LoopSection
 from optimizer.decision import (
     Decision,
     EarlyStopper,
+    FprStopper,
     adaptive_stopped_decision,
     decide_adaptive,
+    decide_cheaper,
     disagreements,
     lord_level,
 )
@@ -40,8 +42,11 @@ from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.endpoints import ENDPOINT_NOTE
+from optimizer.judge.estimate import steady_cost_usd
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
+from optimizer.judge.providers.pricing import Price, price_for, warm_cost_usd
+from optimizer.judge.render import build_request
 from optimizer.judge.types import BatchState, Provider
 from optimizer.ledger import (
     AnswerStatus,
@@ -170,6 +175,8 @@ class Evaluated:
     error: str | None = None
     # The re-judging passes (incumbent's, then candidate's) under the adaptive policy.
     rejudge: list[EvalRun] = field(default_factory=list)
+    # The first pass's cost per paid verdict (`LoopRunner.verdict_cost`); None when unknown.
+    verdict_cost: float | None = None
 
     @property
     def rejudge_usage(self) -> Usage:
@@ -208,7 +215,13 @@ class Evaluated:
             duration_s=self.run.duration_s + sum(p.duration_s for p in self.rejudge),
             commit_sha=commit_sha,
             prompt_hash=prompt_hash,
+            keep_kind=(d.keep_kind or "improved") if d and status == "kept" else None,
+            verdict_cost_usd=self.verdict_cost,
         )
+
+
+# Items rendered to estimate a prompt set's cost per verdict before it is evaluated.
+ESTIMATE_ITEMS = 3
 
 
 class LedgerBatches:
@@ -367,14 +380,16 @@ class LoopRunner:
 
     async def evaluate(
         self, experiment_id: int, prompts: PromptSet, incumbent: Experiment | None,
-        provider: Provider, cache: JudgeCache,
+        provider: Provider, cache: JudgeCache, *, cheaper: bool = False,
     ) -> Evaluated:
         """Evaluate ``prompts`` on the whole split (negatives first) and decide against ``incumbent``.
 
         With an incumbent, stop as soon as an exact bound proves a rollback; under the adaptive
         policy, then re-judge the items the two prompts disagree on (`rejudge`). Items that hit
         infrastructure errors are left out of the bounds (unjudged) and make the evaluation
-        incomplete: such a candidate is never decided on partial data.
+        incomplete: such a candidate is never decided on partial data. ``cheaper``: the candidate is
+        estimated cheaper by ``cheaper_min_saving`` (`cheaper_eligible`), so it may be kept without a
+        kappa gain: only the FPR bound may stop it early, and it is re-judged in full.
         """
         order = evaluation_order(self.labels, self.split.ids)
         adaptive = self.loop_cfg.policy == "adaptive"
@@ -383,7 +398,7 @@ class LoopRunner:
         inc_judgements = self.ledger.item_judgements(incumbent.id) if incumbent else None
         so_far: dict[str, Answer] = {}
         early: list[Decision] = []
-        stopper: EarlyStopper | None = None
+        stopper: EarlyStopper | FprStopper | None = None
 
         def on_item(item: ItemResult) -> bool:
             nonlocal stopper
@@ -396,8 +411,10 @@ class LoopRunner:
             # Incremental (`stopped_decision` / `adaptive_stopped_decision` over everything judged so
             # far would make the checks quadratic in the split).
             if stopper is None:
-                stopper = EarlyStopper(self.labels, inc_answers, inc_judgements, self.loop_cfg, alpha=level)
-            decision = stopper.add(item.trajectory_id, item.answer, judgements_of(item))
+                stopper = (FprStopper(self.labels, inc_answers, self.loop_cfg, alpha=level) if cheaper else
+                           EarlyStopper(self.labels, inc_answers, inc_judgements, self.loop_cfg, alpha=level))
+            decision = (stopper.add(item.trajectory_id, item.answer) if isinstance(stopper, FprStopper)
+                        else stopper.add(item.trajectory_id, item.answer, judgements_of(item)))
             if decision is not None:
                 early.append(decision)
                 return True
@@ -439,16 +456,18 @@ class LoopRunner:
                              error=result.stop_reason or f"{len(result.not_evaluated)} item(s) not evaluated")
         metrics = score(self.labels, answers)
         intervals = bootstrap_intervals(self.labels, answers)
+        verdict_cost = self.verdict_cost(result)
         if incumbent is None or inc_answers is None or inc_judgements is None:
-            return Evaluated(result, None, metrics, intervals, None)
+            return Evaluated(result, None, metrics, intervals, None, verdict_cost=verdict_cost)
         flips = flip_table(self.labels, inc_answers, answers)
         cand_judgements = {item.trajectory_id: judgements_of(item) for item in result.items}
         to_rejudge: list[str] = []
         if adaptive and self.loop_cfg.rejudge > 0:
             # Nothing re-judging could bring would make it a keep: the re-judging calls are not made.
-            skip = adaptive_stopped_decision(self.labels, cand_judgements, inc_judgements, self.loop_cfg, alpha=level)
+            skip = (None if cheaper else
+                    adaptive_stopped_decision(self.labels, cand_judgements, inc_judgements, self.loop_cfg, alpha=level))
             if skip is not None:
-                return Evaluated(result, skip, metrics, intervals, flips)
+                return Evaluated(result, skip, metrics, intervals, flips, verdict_cost=verdict_cost)
             to_rejudge = [t for t in order if t in set(disagreements(inc_answers, answers))]
         passes: list[EvalRun] = []
         if to_rejudge:
@@ -478,7 +497,88 @@ class LoopRunner:
             self.labels, inc_judgements, cand_judgements, self.loop_cfg, first_pass=self.replicates,
             rejudged=to_rejudge, alpha=level, seed=self.decision_seed(experiment_id),
         )
-        return Evaluated(result, decision, metrics, intervals, flips, rejudge=passes)
+        decision = self.cost_rules(decision, incumbent, verdict_cost, inc_judgements, cand_judgements, level,
+                                   experiment_id, cheaper=cheaper)
+        return Evaluated(result, decision, metrics, intervals, flips, rejudge=passes, verdict_cost=verdict_cost)
+
+    # -- cost per verdict ([loop] cheaper_*, [optimizer] max_cost_ratio) --------------------------
+
+    def judge_price(self) -> Price | None:
+        """The judge model's price; None when unknown or free (then no cost rule applies)."""
+        price = price_for(self.judge.model, self.ws.config.prices)
+        if price is None or (price.input == 0 and price.output == 0):
+            return None
+        return price
+
+    def verdict_cost(self, run: EvalRun) -> float | None:
+        """A pass's cost per paid verdict (US dollars): its billed tokens priced warm (`warm_cost_usd`:
+        a cache write at the read price) over the judgements that were not served by judgeloop's cache."""
+        price = self.judge_price()
+        paid = sum(1 for item in run.items for r in item.replicates if not r.cached)
+        if price is None or paid == 0 or run.usage.calls == 0:
+            return None
+        return warm_cost_usd(run.usage, price) / paid
+
+    def estimated_verdict_cost(self, prompts: PromptSet, provider: Provider, output_tokens: int) -> float | None:
+        """A prompt set's expected cost per verdict before any call (`steady_cost_usd` over the split's
+        first `ESTIMATE_ITEMS` items); None for an agentic judge or an unknown price."""
+        price = self.judge_price()
+        ids = self.split.ids[:ESTIMATE_ITEMS]
+        if price is None or not ids or prompts.settings.mode != "direct":
+            return None
+        traits = provider.traits
+        total = 0.0
+        for tid in ids:
+            request = build_request(self.split.trajectory(tid), self.split, prompts, text_only=traits.text_only,
+                                    image_cache_dir=self.ws.experiments_dir / IMAGE_CACHE_DIRNAME, layout=traits.layout)
+            total += steady_cost_usd(request, output_tokens, price)
+        return total / len(ids)
+
+    def estimated_ratio(self, incumbent: Experiment, prompts: PromptSet, provider: Provider) -> float | None:
+        """Candidate / incumbent estimated cost per verdict (None when either cannot be estimated)."""
+        if not incumbent.commit_sha:
+            return None
+        inc_prompts = PromptSet.from_rev(self.ws, incumbent.commit_sha)
+        # Output: the incumbent's billed mean per call, else the cap (the same for both sides).
+        out = (incumbent.output_tokens // incumbent.calls if incumbent.calls else inc_prompts.settings.max_tokens)
+        try:
+            inc = self.estimated_verdict_cost(inc_prompts, provider, out)
+            cand = self.estimated_verdict_cost(prompts, provider, out)
+        except UserError:
+            return None
+        return None if inc is None or cand is None or inc <= 0 else cand / inc
+
+    def cheaper_eligible(self, incumbent: Experiment, prompts: PromptSet, provider: Provider) -> bool:
+        """``[loop] cheaper_margin_items`` is on and the candidate is estimated cheaper by ``cheaper_min_saving``."""
+        if self.loop_cfg.cheaper_margin_items <= 0 or self.limits.propose_only:
+            return False
+        ratio = self.estimated_ratio(incumbent, prompts, provider)
+        return ratio is not None and 1 - ratio >= self.loop_cfg.cheaper_min_saving
+
+    def cost_rules(
+        self, decision: Decision, incumbent: Experiment, verdict_cost: float | None, inc_judgements: Any,
+        cand_judgements: Any, level: float, experiment_id: int, *, cheaper: bool,
+    ) -> Decision:
+        """The decision after the cost rules: a candidate not kept may be kept as cheaper-not-worse
+        (`decide_cheaper`, on the billed cost per verdict); a keep over ``max_cost_ratio`` (billed) is
+        rolled back."""
+        inc_cost = incumbent.verdict_cost_usd
+        ratio = verdict_cost / inc_cost if verdict_cost is not None and inc_cost else None
+        if cheaper and not decision.keep and not decision.early_stopped:
+            if ratio is None:
+                return decision.model_copy(update={"reason": decision.reason + "; cheaper: not tested (no billed "
+                                                   "cost per verdict to compare: served from the cache or unpriced)"})
+            test = decide_cheaper(self.labels, inc_judgements, cand_judgements, self.loop_cfg, saving=1 - ratio,
+                                  alpha=level, seed=self.decision_seed(experiment_id))
+            decision = decision.model_copy(update={"keep": test.keep, "keep_kind": "cheaper" if test.keep else None,
+                                                   "reason": decision.reason + "; " + test.reason})
+        cap = self.ws.config.optimizer.max_cost_ratio
+        if decision.keep and cap is not None and ratio is not None and ratio > cap:
+            decision = decision.model_copy(update={
+                "keep": False, "keep_kind": None,
+                "reason": decision.reason + f"; but it costs {ratio:.2f}x the incumbent per verdict (billed), over "
+                          f"[optimizer] max_cost_ratio {cap:g}: rolled back"})
+        return decision
 
     def batch_options(self, experiment_id: int) -> BatchOptions | None:
         """Under ``--batch``, each pass (first pass, each side's re-judging) is one batch."""
@@ -532,7 +632,9 @@ class LoopRunner:
 
     def context(self, incumbent: Experiment, seq: int) -> ProposalContext:
         allowed = list(self.ws.config.optimizer.allowed_files)
-        current = {p: text for p in allowed if (text := read_prompt_file(self.root, p)) is not None}
+        # With structure moves on, strategies see judge.toml too (they change it through set_structure).
+        current = {p: text for p in self.ws.config.optimizer.editable_files
+                   if (text := read_prompt_file(self.root, p)) is not None}
         disagreements = []
         for row in self.ledger.item_verdicts(incumbent.id):
             label = self.labels.get(row.trajectory_id)
@@ -581,6 +683,8 @@ class LoopRunner:
             disagreements=disagreements, history=history, guidance=guidance.strip(), split=self.split,
             rng_seed=self.seed, experiment_seq=seq,
             judge_mode=settings.mode, judge_memory=settings.memory, earlier=earlier, reviews=notes,
+            structure_moves=list(self.ws.config.optimizer.structure_moves),
+            max_members=self.ws.config.optimizer.max_members,
         )
 
     def _earlier_from_same_prompts(self, incumbent: Experiment) -> list[PastExperiment]:
@@ -630,6 +734,19 @@ class LoopRunner:
         return validate_prompts(files, self.split, provider, batch=self.batch,
                                 image_cache_dir=self.ws.experiments_dir / IMAGE_CACHE_DIRNAME)
 
+    def cost_guard(self, incumbent: Experiment, changed: Mapping[str, str | None], provider: Provider) -> str | None:
+        """Why the candidate is refused before any judge call under ``[optimizer] max_cost_ratio``
+        (its estimated cost per verdict over that multiple of the incumbent's), or None."""
+        cap = self.ws.config.optimizer.max_cost_ratio
+        if cap is None:
+            return None
+        prompts = PromptSet.from_files(candidate_files(self.root, "HEAD", changed))
+        ratio = self.estimated_ratio(incumbent, prompts, provider)
+        if ratio is None or ratio <= cap:
+            return None
+        return (f"estimated at {ratio:.2f}x the incumbent's cost per verdict, over [optimizer] max_cost_ratio "
+                f"{cap:g}")
+
     async def candidate(self, incumbent: Experiment, provider: Provider, cache: JudgeCache) -> Experiment:
         seq = max(e.seq for e in self.ledger.experiments(self.run.id)) + 1
         self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
@@ -649,7 +766,7 @@ class LoopRunner:
             return self.ledger.record_error(exp.id, f"optimiser failed: {exc.reason}", cost_usd=exc.cost_usd)
         self.charge(proposal.cost_usd)
 
-        allowed = set(self.ws.config.optimizer.allowed_files)
+        allowed = set(self.ws.config.optimizer.editable_files)
         changed: dict[str, tuple[str | None, str | None]] = {}
         link_error: str | None = None
         for path, new in proposal.files.items():
@@ -680,7 +797,8 @@ class LoopRunner:
         self.stage(StageKind.GUARDS, exp.id)
         guard = (
             check_candidate(changed, self.ws.config.optimizer.allowed_files, self.ws.config.optimizer.max_diff_lines,
-                            **self.guard_inputs())
+                            **self.guard_inputs(), structure_moves=self.ws.config.optimizer.structure_moves,
+                            max_members=self.ws.config.optimizer.max_members)
             if changed else None
         )
         reason: str | None = None
@@ -693,6 +811,8 @@ class LoopRunner:
             invalid = self.validate({p: n for p, (_, n) in changed.items()}, provider)
             if invalid is not None:
                 reason = f"the candidate cannot be used: {invalid}"
+            else:
+                reason = self.cost_guard(incumbent, {p: n for p, (_, n) in changed.items()}, provider)
         if reason is not None:
             self.say(f"  experiment {exp.id}: rejected by the guards: {reason}")
             return self.ledger.reject(exp.id, reason, cost_usd=proposal.cost_usd)
@@ -733,7 +853,11 @@ class LoopRunner:
                      "disagree on; stopping as soon as the outcome is certain")
         else:
             self.say(f"  experiment {exp_id}: evaluating (negatives first, stopping as soon as the outcome is certain)")
-        ev = await self.evaluate(exp_id, prompts, incumbent, provider, cache)
+        cheaper = self.cheaper_eligible(incumbent, prompts, provider)
+        if cheaper:
+            self.say(f"  experiment {exp_id}: estimated at least {self.loop_cfg.cheaper_min_saving:.0%} cheaper per "
+                     "verdict: evaluated in full, and kept if it is not worse ([loop] cheaper_margin_items)")
+        ev = await self.evaluate(exp_id, prompts, incumbent, provider, cache, cheaper=cheaper)
         prompt_hash = prompts.prompt_hash()
 
         def outcome(status: ExperimentStatus, reason: str, commit_sha: str | None = None) -> ExperimentOutcome:
@@ -761,7 +885,8 @@ class LoopRunner:
             rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha,
                                         decision_trailers(exp_id, ev.metrics, "rolled_back"))
             exp = self._record_eval(exp_id, ev, outcome("rolled_back", d.reason, rejected))
-        self.say(f"  experiment {exp_id}: {'KEPT' if d.keep else 'rolled back'} — {d.reason} "
+        kept = "KEPT (cheaper, not worse)" if d.keep_kind == "cheaper" else "KEPT"
+        self.say(f"  experiment {exp_id}: {kept if d.keep else 'rolled back'} — {d.reason} "
             f"(calls={ev.calls}, cached={ev.run.cache_hits}, ${ev.usage.cost_usd:.4f})")
         return exp
 

@@ -226,7 +226,7 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
         raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
                         "start a new run")
     check_apart(ws, split.name)  # a held-out split imported since the run started may share its items
-    dirty = [p for p in gitops.dirty_paths(ws.root) if p not in cfg.optimizer.allowed_files]
+    dirty = [p for p in gitops.dirty_paths(ws.root) if p not in cfg.optimizer.editable_files]
     if dirty:
         raise UserError(f"the working tree has changes outside the loop's files ({', '.join(dirty[:5])}); "
                         "commit or discard them before `judgeloop run --resume` (it resets the tree)")
@@ -281,7 +281,8 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     manual_dir: Path | None = None
     if strategy_name == "manual":
         # Save the edit, reset the files: the run starts clean and proposes the saved copy once.
-        manual_dir = capture_edits(ws.root, ws.experiments_dir, list(cfg.optimizer.allowed_files), options.message)
+        manual_dir = capture_edits(ws.root, ws.experiments_dir, cfg.optimizer.editable_files, options.message,
+                                   structure=(cfg.optimizer.structure_moves, cfg.optimizer.max_members))
         gitops.ensure_clean(ws.root, "judgeloop run")
         limits = dataclasses.replace(limits, max_experiments=1)
         say(f"your edit is saved in {manual_dir.relative_to(ws.root)} and judged as one candidate")

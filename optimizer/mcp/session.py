@@ -127,7 +127,7 @@ def close_killed_sessions(ws: Workspace, ledger: Ledger, say: Listener) -> None:
     for run in ledger.runs():
         if run.strategy != MCP_PROPOSER or run.status != "running":
             continue
-        dirty = [p for p in gitops.dirty_paths(ws.root) if p not in ws.config.optimizer.allowed_files]
+        dirty = [p for p in gitops.dirty_paths(ws.root) if p not in ws.config.optimizer.editable_files]
         if dirty:
             raise UserError(f"MCP session {run.id} was killed and must be closed first, but the working tree has "
                             f"changes outside the loop's files ({', '.join(dirty[:5])}); commit or discard them")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optimizer.config import Config
-from optimizer.decision import AdaptiveTest, ItemShares
+from optimizer.decision import CHEAPER_TEST_MARK, AdaptiveTest, ItemShares
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
 from optimizer.ledger import FLIP_KEYS, Attribution, EditContribution, Experiment, Ledger, Run
@@ -143,12 +143,17 @@ def accounting(run: Run, experiments: Sequence[Experiment], current: Config | No
 
     tested = [e for e in experiments if e.seq > 0 and e.status in TESTED_STATUSES
               and (e.alpha is not None or e.p_value is not None)]
+    # A cheaper-not-worse test is a second test at the candidate's level: it adds its level to the bound.
+    cheaper = [e for e in tested if CHEAPER_TEST_MARK in (e.reason or "")]
     return {
         "tested": len(tested),
-        "expected_false_keeps": None if loop_cfg.policy == "literal" else round(sum(level(e) or 0.0 for e in tested), 6),
+        "cheaper_tested": len(cheaper),
+        "expected_false_keeps": None if loop_cfg.policy == "literal" else round(
+            sum(level(e) or 0.0 for e in [*tested, *cheaper]), 6),
         "fdr": loop_cfg.fdr,
         "kept": [
-            {"experiment": e.id, "p_value": e.p_value, "alpha": level(e), "rejudge_calls": e.rejudge_calls,
+            {"experiment": e.id, "kind": e.keep_kind, "p_value": e.p_value, "alpha": level(e),
+             "rejudge_calls": e.rejudge_calls,
              "rejudged_items": len(rejudged_items(e)), "cost_usd": e.cost_usd}
             for e in experiments if e.status == "kept"
         ],

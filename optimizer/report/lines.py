@@ -56,7 +56,8 @@ def accounting_line(run: Run, experiments: Sequence[Experiment], current: Config
                 "no-op edits it keeps is not bounded")
     control = (f"online FDR control (LORD++) at {acc['fdr']:g}" if acc["fdr"]
                else "each at alpha")
-    return (f"{acc['tested']} candidate(s) tested ({control}): expected false keeps if every one were a no-op "
+    also = (f", {acc['cheaper_tested']} of them also for cheaper-not-worse" if acc.get("cheaper_tested") else "")
+    return (f"{acc['tested']} candidate(s) tested ({control}{also}): expected false keeps if every one were a no-op "
             f"≤ {acc['expected_false_keeps']:.2f}")
 
 

@@ -7,7 +7,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from optimizer.ledger import FLIP_KEYS, Attribution, Ledger, Run
+from optimizer.ledger import FLIP_KEYS, Attribution, Experiment, Ledger, Run
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report.data import (
     REPORT_SUSPECTS,
@@ -46,7 +46,8 @@ TSV_COLUMNS: tuple[str, ...] = (
     "items_evaluated", "calls", "cache_hits", "input_tokens", "output_tokens", "cost_usd", "duration_s",
     "commit", "files_changed", "insertions", "deletions", "reason", "rationale", "optimizer_calls",
     "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "cache_read_tokens",
-    "cache_write_tokens", "alpha", "adaptive_keep", "rejudge_calls", "rejudge_cost_usd",
+    "cache_write_tokens", "alpha", "adaptive_keep", "rejudge_calls", "rejudge_cost_usd", "keep_kind",
+    "verdict_cost_usd",
 )
 
 
@@ -139,7 +140,7 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
     fps_of = fp_by_type_all(ledger, run, experiments)
     for e in experiments:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
-        out.append(f"  #{e.id} ({e.strategy or '-'}) {e.status.upper()}  commit {_short(e.commit_sha)}"
+        out.append(f"  #{e.id} ({e.strategy or '-'}) {status_label(e).upper()}  commit {_short(e.commit_sha)}"
                    + (f"  parent #{e.parent_id}" if e.parent_id is not None else ""))
         if e.reason:
             out.append(f"    reason: {e.reason}")
@@ -209,7 +210,8 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
     out.append("decisions")
     out.append("  " + accounting_line(run, experiments, current))
     for kept in accounting(run, experiments, current)["kept"]:
-        out.append(f"  kept #{kept['experiment']}: p={_num(kept['p_value'])} at alpha {_num(kept['alpha'])}, "
+        cheap = " as cheaper, not worse" if kept["kind"] == "cheaper" else ""
+        out.append(f"  kept #{kept['experiment']}{cheap}: p={_num(kept['p_value'])} at alpha {_num(kept['alpha'])}, "
                    f"{kept['rejudged_items']} item(s) re-judged ({kept['rejudge_calls']} extra calls), "
                    f"${kept['cost_usd']:.4f}")
 
@@ -286,6 +288,11 @@ def triage_lines(ledger: Ledger, run: Run, ws: Workspace | None) -> list[str]:
     return out
 
 
+def status_label(e: Experiment) -> str:
+    """An experiment's outcome as the report shows it: ``kept (cheaper)`` for a cheaper-not-worse keep."""
+    return "kept (cheaper)" if e.status == "kept" and e.keep_kind == "cheaper" else e.status
+
+
 def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
     """Write the run's experiments as TSV (``TSV_COLUMNS``; empty cells where not computed)."""
     experiments = ledger.experiments(run_id)
@@ -313,6 +320,7 @@ def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
                 "cache_read_tokens": e.cache_read_tokens, "cache_write_tokens": e.cache_write_tokens,
                 "alpha": e.alpha, "adaptive_keep": None if e.adaptive_keep is None else int(e.adaptive_keep),
                 "rejudge_calls": e.rejudge_calls, "rejudge_cost_usd": e.rejudge_cost_usd,
+                "keep_kind": e.keep_kind, "verdict_cost_usd": e.verdict_cost_usd,
             }
             writer.writerow(["" if row[c] is None else row[c] for c in TSV_COLUMNS])
     return path
@@ -346,7 +354,7 @@ def write_markdown_report(ledger: Ledger, run_id: str, path: Path, ws: Workspace
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
         rationale = one_line(e.rationale, 80).replace("|", "\\|")
         lines.append(
-            f"| {e.id} | {e.status} | {_num(e.kappa)} | {_signed(_delta(e.kappa, parent.kappa if parent else None))} "
+            f"| {e.id} | {status_label(e)} | {_num(e.kappa)} | {_signed(_delta(e.kappa, parent.kappa if parent else None))} "
             f"| {_num(e.fpr)} | {_signed(_delta(e.fpr, parent.fpr if parent else None))} | {_p_cell(e)} "
             f"| {_flip_summary(e)} | {e.cost_usd:.4f} | {rationale} |"
         )

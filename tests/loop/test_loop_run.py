@@ -174,7 +174,8 @@ def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
         total = len(server.inference_requests())
     _run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "guard_rejected", "guard_rejected", "guard_rejected", "kept"]
-    assert "outside the allowed files" in present(exps[1].reason)
+    # judge.toml is a structure move's file: with [optimizer] structure_moves empty, its edit is refused.
+    assert "structure_moves is empty (structure moves are off)" in present(exps[1].reason)
     assert "copies" in present(exps[2].reason) and "dev instruction" in present(exps[2].reason)
     assert "protected region" in present(exps[3].reason)
     # The request count did not move between the baseline and the first real candidate.

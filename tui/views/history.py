@@ -60,7 +60,8 @@ def history_cells(row: HistoryRow, weak: bool = False) -> tuple[Text, ...]:
         Text(f"{exp.id}{'◆' if row.in_chain else ''}{'?' if weak else ''}",
              style="bold yellow" if weak else ("bold" if row.in_chain else "")),
         *(Text(v) for v in plain),
-        status_text(exp.status),
+        status_text(exp.status) if exp.keep_kind != "cheaper" else
+        Text.assemble(status_text(exp.status), Text(" cheaper", style="cyan")),
         *(Text(v) for v in metrics),
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
         Text(row.delta_text("fpr"), style="red" if (row.d_fpr or 0) > 0 else ""),

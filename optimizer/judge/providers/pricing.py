@@ -151,3 +151,12 @@ class Usage:
             cost_usd=self.cost_usd + other.cost_usd,
             cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
         )
+
+
+def warm_cost_usd(usage: Usage, price: Price) -> float:
+    """What ``usage``'s billed tokens cost with every cache write priced as a cache read, US dollars: the
+    steady state of a loop, where a trajectory is written to the prompt cache once and read by every
+    later candidate (so a baseline that paid the writes compares fairly with candidates that read them)."""
+    cached = usage.cache_read_tokens + usage.cache_write_tokens
+    return (usage.input_tokens * price.input + usage.output_tokens * price.output
+            + cached * price.cache_read_price) / 1_000_000

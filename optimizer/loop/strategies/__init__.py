@@ -85,6 +85,10 @@ class ProposalContext:
     earlier: list[PastExperiment] = field(default_factory=list)
     # The human reviews of dev items, oldest first (their text is in ``guidance`` too).
     reviews: list[ReviewNote] = field(default_factory=list)
+    # [optimizer] structure_moves / max_members: the judge.toml keys a strategy may move (then
+    # prompts/judge.toml is in current_files), `optimizer.structure`.
+    structure_moves: list[str] = field(default_factory=list)
+    max_members: int = 1
 
 
 @dataclass

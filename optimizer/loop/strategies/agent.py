@@ -80,6 +80,8 @@ def _opening(ctx: ProposalContext) -> str:
         f"rejected successes (too strict). {len(ctx.history)} past experiments in this run.\n"
         + (AGENTIC_JUDGE_NOTE if ctx.judge_mode == "agentic" else "")
         + (MEMORY_NOTE if any(f in MEMORY_FILES for f in ctx.allowed_files) else "")
+        + (f"You may also move these judge.toml keys with set_structure (read_structure lists them): "
+           f"{', '.join(ctx.structure_moves)}.\n" if ctx.structure_moves else "")
         + "Investigate with the tools, edit the files, then call submit."
     )
 
@@ -121,7 +123,7 @@ class AgentStrategy:
         state = ToolState(ctx)
         system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
         messages: list[ConversationMessage] = [UserMessage((TextPart(_opening(ctx)),))]
-        tools = tool_specs(ctx.allowed_files)
+        tools = tool_specs(ctx.allowed_files, structure=bool(ctx.structure_moves))
         async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
             for _turn in range(self.cfg.max_agent_turns):
                 turn = await model.turn(system, messages, tools)

@@ -41,6 +41,9 @@ from optimizer.judge.prompts import (
 from optimizer.loop.strategies import Disagreement, PastExperiment, Proposal, ProposalContext, ProposalError
 from optimizer.loop.strategies.common import counts_by_direction, dominant_direction, rng_for
 from optimizer.models import MISTAKE_TYPES
+from optimizer.structure import current_value, set_key
+
+JUDGE_TOML = "prompts/judge.toml"
 
 Lean = Literal["stricter", "lenient", "neutral"]
 
@@ -74,6 +77,8 @@ class Classified:
 
 def classify(entry: LibraryEntry) -> Classified:
     """Infer from the entry's wording whether it makes the judge stricter or more lenient, and which types it targets."""
+    if entry.structure is not None:  # a structural move: how strict it makes the judge is not in its words
+        return Classified(entry, "neutral", frozenset())
     text = entry.text.casefold()
     lenient_hits = 0
     for pattern in _LENIENT:
@@ -153,10 +158,16 @@ class LibraryStrategy:
         if rubric is None:
             rubric_path = ctx.workspace_root / RUBRIC_MD
             rubric = rubric_path.read_text(encoding="utf-8") if rubric_path.is_file() else ""
-        library = _read_library(ctx)
+        everything = _read_library(ctx)
+        # Structural entries take part only when [optimizer] structure_moves allows every key they set.
+        judge_toml = ctx.current_files.get(JUDGE_TOML)
+        structural = [e for e in everything if e.structure is not None and judge_toml is not None
+                      and set(e.structure) <= set(ctx.structure_moves)]
+        rules = [e for e in everything if e.structure is None]
+        library = [*rules, *structural]
         if not library:
             raise ProposalError(f"{LIBRARY_MD} has no entries to toggle; add entries or choose another strategy")
-        known = {e.id for e in library}
+        known = {e.id for e in rules}
         enabled = enabled_entries(rubric)
         unknown = [e for e in enabled if e not in known]
         if unknown:
@@ -164,7 +175,8 @@ class LibraryStrategy:
                 f"{RUBRIC_MD} enables library ids missing from {LIBRARY_MD} ({', '.join(unknown)}); "
                 "restore those entries or remove their lines from the rubric's library region"
             )
-        current = frozenset(enabled)
+        current = frozenset(enabled) | {e.id for e in structural
+                                         if judge_toml is not None and _structure_enabled(judge_toml, e)}
         avoid = tried_sets(ctx.history) | tried_sets(ctx.earlier) | {current}
         classified = {e.id: classify(e) for e in library}
         direction = dominant_direction(ctx.disagreements)
@@ -208,12 +220,29 @@ class LibraryStrategy:
             raise ProposalError("every one- and two-entry toggle of the library has been tried from these prompts (this run and earlier runs on this split)")
 
         new_set = _apply(current, chosen)
-        new_rubric = with_entries(rubric, library, new_set)
+        files: dict[str, str] = {}
+        new_rubric = with_entries(rubric, rules, new_set & known)
+        if new_rubric != rubric:
+            files[RUBRIC_MD] = new_rubric
+        if judge_toml is not None:
+            new_toml = judge_toml
+            for move in chosen:
+                entry = next((e for e in structural if e.id == move.entry_id), None)
+                for key, value in (entry.structure or {}).items() if entry is not None else ():
+                    # Enabling sets the entry's values; disabling puts its keys back to their defaults.
+                    new_toml = set_key(new_toml, key, value if move.enable else None)
+            if new_toml != judge_toml:
+                files[JUDGE_TOML] = new_toml
         return Proposal(
-            files={RUBRIC_MD: new_rubric},
+            files=files,
             rationale=_rationale(chosen, ctx.disagreements, direction, target_type),
             meta={META_KEY: sorted(new_set)},
         )
+
+
+def _structure_enabled(judge_toml: str, entry: LibraryEntry) -> bool:
+    """Whether judge.toml already holds every value a structural entry sets."""
+    return all(current_value(judge_toml, key) == value for key, value in (entry.structure or {}).items())
 
 
 def _apply(current: frozenset[str], moves: Sequence[Move]) -> frozenset[str]:

@@ -17,25 +17,33 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from optimizer import gitops
 from optimizer.errors import UserError
-from optimizer.loop.guards import check_protected
+from optimizer.loop.guards import JUDGE_TOML, check_protected
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.paths import prompt_file_or_none, read_prompt_file, write_prompt_file
+from optimizer.structure import check_structure
 
 MESSAGE_FILE = "_message.json"
 
 
-def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], message: str | None) -> Path:
+def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], message: str | None,
+                  *, structure: tuple[Sequence[str], int] = ((), 1)) -> Path:
     """Save the working tree's edits of ``allowed_files`` and reset those files to HEAD; return the folder.
 
     Refuses (one line each, the edit left in place) a tree with no edit of an allowed file, with changes
-    elsewhere, or with an edit of a protected region: the guards would reject it only after the baseline.
+    elsewhere, with an edit of a protected region, or with an edit of prompts/judge.toml outside the
+    structure moves (``structure``: ``[optimizer] structure_moves`` and ``max_members``): the guards
+    would reject it only after the baseline.
     """
     dirty = gitops.dirty_paths(root)
     outside = [p for p in dirty if p not in allowed_files]
+    if JUDGE_TOML in outside and not structure[0]:
+        raise UserError(f"{JUDGE_TOML} is edited but [optimizer] structure_moves is empty (structure moves are "
+                        "off); undo that edit, or list the judge.toml keys you move in structure_moves")
     if outside:
         raise UserError(f"the working tree has changes outside the loop's files ({', '.join(outside[:5])}); "
                         "commit or discard them — --strategy manual takes edits of "
@@ -48,6 +56,11 @@ def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], m
     if missing:
         raise UserError(f"{missing[0]} was deleted; the loop edits allowed files, it never deletes them")
     texts = {path: read_prompt_file(root, path) or "" for path in edited}  # never through a link
+    if JUDGE_TOML in texts:
+        refused = check_structure(JUDGE_TOML, gitops.read_file_at(root, "HEAD", JUDGE_TOML), texts[JUDGE_TOML],
+                                  *structure)
+        if refused is not None:
+            raise UserError(f"{refused}; a run never judges such an edit, so none was started")
     for path in edited:
         protected = check_protected(path, gitops.read_file_at(root, "HEAD", path) or "", texts[path])
         if not protected.ok:

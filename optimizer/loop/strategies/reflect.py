@@ -33,6 +33,9 @@ from optimizer.loop.strategies.common import (
 )
 from optimizer.loop.strategies.llm import DEFAULT_MAX_OUTPUT_TOKENS, OptimiserModel
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolState, run_tool
+from optimizer.structure import MOVABLE_KEYS, current_value, set_key
+
+JUDGE_TOML = "prompts/judge.toml"
 
 if TYPE_CHECKING:
     from optimizer.config import OptimizerSection, Price
@@ -100,6 +103,15 @@ def build_user_message(ctx: ProposalContext, sample_cap: int = SAMPLE_CAP) -> st
     parts.append("\n# Human guidance\n\n" + (guidance if guidance else "(none)"))
     parts.append("\n# Past experiments in this run (do not repeat what was rolled back)\n\n"
                  + format_history(ctx.history, limit=HISTORY_LIMIT, diff_chars=800))
+    if ctx.structure_moves:
+        toml = ctx.current_files.get(JUDGE_TOML, "")
+        moves = "\n".join(f"- {key} = {json.dumps(current_value(toml, key))} (allowed: "
+                          f"{MOVABLE_KEYS[key].allowed(ctx.max_members)}; {MOVABLE_KEYS[key].help})"
+                          for key in ctx.structure_moves)
+        parts.append("\n# Structure moves\n\nYou may also (or instead) move these keys of prompts/judge.toml, which "
+                     "set how the judge is run (null = the default); add \"structure\": {\"<key>\": <value>} to "
+                     "your JSON object, and leave out file/section_heading/new_section for a structure move "
+                     "alone:\n" + moves)
     parts.append(f"\nThis is experiment {ctx.experiment_seq}. Answer with the JSON object only.")
     return "\n".join(parts)
 
@@ -140,6 +152,15 @@ def apply_reply(ctx: ProposalContext, text: str, model: OptimiserModel) -> tuple
         raise model.error("the optimiser's reply is not a JSON object")
     if "memory" in data and "section_heading" not in data:
         return _apply_memory(ctx, data, model)
+    files: dict[str, str] = {}
+    structure = data.get("structure")
+    if structure is not None and ctx.structure_moves:
+        files[JUDGE_TOML] = _apply_structure(ctx, structure, model)
+        if not any(data.get(k) for k in ("file", "section_heading", "new_section")):
+            rationale = data.get("rationale")
+            if not isinstance(rationale, str) or not rationale.strip():
+                raise model.error("the optimiser's reply lacks a non-empty string for: rationale")
+            return files, " ".join(rationale.split())
     fields = {k: data.get(k) for k in ("file", "section_heading", "new_section", "rationale")}
     missing = [k for k, v in fields.items() if not isinstance(v, str) or not v.strip()]
     if missing:
@@ -154,7 +175,28 @@ def apply_reply(ctx: ProposalContext, text: str, model: OptimiserModel) -> tuple
     if spliced == current:
         raise model.error("the optimiser's new section is identical to the incumbent's")
     rationale = " ".join(fields["rationale"].split())  # type: ignore[union-attr]
-    return {path: spliced}, rationale
+    return {**files, path: spliced}, rationale
+
+
+def _apply_structure(ctx: ProposalContext, structure: object, model: OptimiserModel) -> str:
+    """judge.toml with the reply's ``structure`` moves applied; a key or value out of bounds is a `ProposalError`."""
+    if not isinstance(structure, dict) or not structure:
+        raise model.error('the optimiser\'s "structure" is not a non-empty object of judge.toml keys')
+    text = ctx.current_files.get(JUDGE_TOML, "")
+    for key, value in structure.items():
+        spec = MOVABLE_KEYS.get(key)
+        if spec is None or key not in ctx.structure_moves:
+            raise model.error(f"the optimiser moved {key!r}, which is not in [optimizer] structure_moves")
+        bad = spec.check(value, ctx.max_members)
+        if bad is not None:
+            raise model.error(f"the optimiser set {key} out of bounds: {bad}")
+        try:
+            text = set_key(text, key, value)
+        except ValueError as exc:
+            raise model.error(f"the optimiser's move of {key} cannot be written: {exc}") from None
+    if text == ctx.current_files.get(JUDGE_TOML, ""):
+        raise model.error("the optimiser's structure moves change nothing")
+    return text
 
 
 def _apply_memory(ctx: ProposalContext, data: dict[str, Any], model: OptimiserModel) -> tuple[dict[str, str], str]:

@@ -31,6 +31,9 @@ from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Mem
 from optimizer.loop.strategies import ProposalContext, memoryedit
 from optimizer.loop.strategies.common import allowed_path, disagreement_dict, format_history
 from optimizer.paths import MAX_PROMPT_FILE_CHARS
+from optimizer.structure import MOVABLE_KEYS, current_value, set_key
+
+JUDGE_TOML = "prompts/judge.toml"
 
 MAX_STEPS_PER_READ = 150
 MAX_LISTED = 40
@@ -61,6 +64,8 @@ class ToolState:
     def __post_init__(self) -> None:
         if not self.files:
             self.files = {p: self.ctx.current_files.get(p, "") for p in self.ctx.allowed_files}
+            if self.ctx.structure_moves:  # judge.toml, changed only through set_structure
+                self.files[JUDGE_TOML] = self.ctx.current_files.get(JUDGE_TOML, "")
         self._dev_ids = frozenset(self.ctx.split.ids)
         self._instructions: list[str] | None = None
 
@@ -347,6 +352,34 @@ def edit_principles(state: ToolState, text: str) -> ToolOutput:
                         lambda _m: f"wrote {PRINCIPLES_MD} ({len(text)} characters)",
                         lambda _m: memoryedit.principles_text(text))
 
+def set_structure(state: ToolState, key: str, value: Any) -> ToolOutput:
+    """Move one judge.toml key (``[optimizer] structure_moves``) to ``value`` within its bounds (in
+    memory; JSON null puts the key back to its default). The guards check the result again."""
+    moves = state.ctx.structure_moves
+    if not moves:
+        return state.fail("structure moves are off ([optimizer] structure_moves is empty); edit the prompt files")
+    spec = MOVABLE_KEYS.get(key)
+    if spec is None or key not in moves:
+        return state.fail(f"{key!r} is not a key you may move; movable: {', '.join(moves)}")
+    bad = spec.check(value, state.ctx.max_members)
+    if bad is not None:
+        return state.fail(f"{key} {bad}")
+    try:
+        state.files[JUDGE_TOML] = set_key(state.files[JUDGE_TOML], key, value)
+    except ValueError as exc:
+        return state.fail(f"cannot set {key}: {exc}")
+    return ToolOutput(text=f"set {key} = {json.dumps(value)} in {JUDGE_TOML}")
+
+
+def read_structure(state: ToolState) -> ToolOutput:
+    """The movable judge.toml keys: current value (null = default), allowed values, what each does."""
+    if not state.ctx.structure_moves:
+        return state.fail("structure moves are off ([optimizer] structure_moves is empty)")
+    text = state.files.get(JUDGE_TOML, "")
+    rows = {key: {"value": current_value(text, key), "allowed": MOVABLE_KEYS[key].allowed(state.ctx.max_members),
+                  "what": MOVABLE_KEYS[key].help} for key in state.ctx.structure_moves}
+    return ToolOutput(text=json.dumps(rows, indent=1))
+
 
 def submit(state: ToolState, rationale: str) -> ToolOutput:
     """End the conversation and submit the edited files with a one-paragraph rationale."""
@@ -432,6 +465,20 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         lambda st, a: write_file(st, _str_arg(a, "path") or "", _str_arg(a, "text") or ""),
     ),
     ToolSpec(
+        "read_structure",
+        "List the judge.toml keys you may move (how the judge is run: screenshots, tiling, panel...), their "
+        "current values and allowed values. Only when structure moves are on.",
+        _obj({}, []),
+        lambda st, _a: read_structure(st),
+    ),
+    ToolSpec(
+        "set_structure",
+        "Set one movable judge.toml key (see read_structure) to a value within its bounds; null restores "
+        "its default. A structural move changes what each verdict costs as well as how it is reached.",
+        _obj({"key": _S, "value": {}}, ["key", "value"]),
+        lambda st, a: set_structure(st, _str_arg(a, "key") or "", a.get("value")),
+    ),
+    ToolSpec(
         "submit",
         "Submit the edited prompt files as the candidate, with a one-paragraph rationale. Ends the session.",
         _obj({"rationale": _S}, ["rationale"]),
@@ -497,9 +544,14 @@ def run_tool(state: ToolState, name: str, args: Any) -> ToolOutput:
         return state.fail(f"{name}: {exc}")
 
 
-def tool_specs(allowed_files: Sequence[str] = ()) -> list[judge_types.ToolSpec]:
+STRUCTURE_TOOLS = frozenset({"read_structure", "set_structure"})
+
+
+def tool_specs(allowed_files: Sequence[str] = (), structure: bool = False) -> list[judge_types.ToolSpec]:
     """The tools as the providers offer them to the model (name, description, JSON Schema of the
     arguments); each SDK's shape is the provider's business. The memory tools come too when
-    ``allowed_files`` names a memory file."""
+    ``allowed_files`` names a memory file; ``structure``: with the structure-move tools
+    (``[optimizer] structure_moves`` set)."""
     specs = TOOL_SPECS + (MEMORY_TOOL_SPECS if any(f in MEMORY_FILES for f in allowed_files) else ())
-    return [judge_types.ToolSpec(s.name, s.description, s.parameters) for s in specs]
+    return [judge_types.ToolSpec(s.name, s.description, s.parameters) for s in specs
+            if structure or s.name not in STRUCTURE_TOOLS]

@@ -1,0 +1,94 @@
+"""Cheaper, not worse, and max_cost_ratio through the real loop (fake judge over HTTP, billed by size)."""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from optimizer.cli import main
+from optimizer.judge.prompts import RUBRIC_MD
+from optimizer.loop.strategies import Proposal, ProposalContext
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import BAD_ENTRY, FakeJudge, add_small_dev_split, commit_all, make_workspace, run_loop
+from tests.support.scripted import ScriptedStrategy, install, latest, toggle
+
+# Generic text that makes every request several times dearer; dropping it changes no verdict of the fake judge.
+FILLER = "\n## Reading\n\n" + "Read the whole trajectory with care before you decide on a verdict. " * 500 + "\n"
+
+
+def add_keys(root: Path, section: str, text: str) -> None:
+    """Put ``text`` (TOML lines) at the top of ``[section]`` of judgeloop.toml."""
+    path = root / "judgeloop.toml"
+    path.write_text(re.sub(rf"(?m)^\[{section}\]\n", f"[{section}]\n{text}\n", path.read_text(encoding="utf-8"),
+                           count=1), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = make_workspace(tmp_path_factory.mktemp("template"),
+                          toml_extra='[prices."fake-judge"]\ninput = 1.0\noutput = 1.0\n')
+    add_small_dev_split(root)
+    rubric = root / RUBRIC_MD
+    rubric.write_text(rubric.read_text(encoding="utf-8") + FILLER, encoding="utf-8")
+    commit_all(root, "a costly rubric")
+    return root
+
+
+def drop_filler(*enable: str) -> Callable[[ProposalContext], Proposal]:
+    def step(ctx: ProposalContext) -> Proposal:
+        proposal = toggle(*enable)(ctx)
+        return Proposal(files={RUBRIC_MD: proposal.files[RUBRIC_MD].replace(FILLER, "\n")},
+                        rationale=f"drop the reading filler{', enable ' + ', '.join(enable) if enable else ''}")
+    return step
+
+
+def test_a_cheaper_equal_candidate_is_kept_as_cheaper_and_fpr_still_vetoes(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add_keys(ws, "loop", "cheaper_margin_items = 1\ncheaper_min_saving = 0.2")
+    commit_all(ws, "cheaper on")
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        install(monkeypatch, ScriptedStrategy([drop_filler(BAD_ENTRY), drop_filler()], server))
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
+    run, exps = latest(ws)
+    base, fpr_up, cheaper = exps
+    assert (fpr_up.status, fpr_up.keep_kind) == ("rolled_back", None)
+    assert fpr_up.reason is not None and "FPR rose" in fpr_up.reason
+    assert (cheaper.status, cheaper.keep_kind) == ("kept", "cheaper")
+    assert cheaper.reason is not None and "kept as cheaper, not worse" in cheaper.reason
+    assert cheaper.kappa == base.kappa and cheaper.fpr == base.fpr
+    assert base.verdict_cost_usd is not None and cheaper.verdict_cost_usd is not None
+    assert cheaper.verdict_cost_usd < 0.8 * base.verdict_cost_usd
+    # The cheaper candidate was judged in full (no kappa early stop) and shows as cheaper everywhere.
+    assert cheaper.items_evaluated == 32 and not cheaper.early_stopped
+    capsys.readouterr()
+    assert main(["report", "-w", str(ws)]) == 0
+    text = capsys.readouterr().out
+    assert f"#{cheaper.id} (scripted) KEPT (CHEAPER)" in text
+    assert "also for cheaper-not-worse" in text
+    tsv = Path(ws / "experiments" / "runs" / run.id / "experiments.tsv")
+    rows = {r["id"]: r for r in csv.DictReader(tsv.open(encoding="utf-8"), delimiter="\t")}
+    assert rows[str(cheaper.id)]["keep_kind"] == "cheaper" and rows[str(base.id)]["keep_kind"] == ""
+
+
+def test_max_cost_ratio_refuses_a_dearer_candidate_before_any_judge_call(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_keys(ws, "optimizer", "max_cost_ratio = 1.2")
+    commit_all(ws, "cost cap")
+
+    def double(ctx: ProposalContext) -> Proposal:
+        return Proposal(files={RUBRIC_MD: ctx.current_files[RUBRIC_MD] + "\n" + "Check each step against the goal. " * 600},
+                        rationale="read twice as much")
+
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        install(monkeypatch, ScriptedStrategy([double], server))
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+    _, exps = latest(ws)
+    assert exps[1].status == "guard_rejected" and exps[1].calls == 0
+    assert exps[1].reason is not None and re.search(
+        r"estimated at \d\.\d\dx the incumbent's cost per verdict, over \[optimizer\] max_cost_ratio 1\.2", exps[1].reason)
