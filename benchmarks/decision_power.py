@@ -288,8 +288,11 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
         root, positive, types = build_workspace(Path(tmp))
         q, fixable = odds if odds is not None else item_q(len(positive), item_seed, fix_pool=fix_pool)
         model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
-        base_policy, fdr = parse_policy(policy)
+        no_futility = policy.endswith(NO_FUTILITY)
+        base_policy, fdr = parse_policy(policy.removesuffix(NO_FUTILITY))
         set_loop_key(root, "policy", f'"{base_policy}"')
+        if "futility" in LoopSection.model_fields:
+            set_loop_key(root, "futility", "false" if no_futility else "true")
         if fdr is not None:
             set_loop_key(root, "fdr", str(fdr))
         set_loop_key(root, "patience", "1000000")
@@ -467,6 +470,97 @@ def simulate_fresh(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np
     return result
 
 
+# --- futility screening (optimizer.futility) ----------------------------------------------------
+
+NO_FUTILITY = "+nofutility"  # a loop policy variant: adaptive with ``[loop] futility = false``
+FUTILITY_THRESHOLDS = (0.005, 0.01, 0.02, 0.05)
+
+
+def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, runs: int, candidates: int,
+                      fixes_per_run: int, seed: int, *, rejudge: int = 2, alpha: float = 0.1,
+                      thresholds: Sequence[float] = FUTILITY_THRESHOLDS,
+                      share: float | None = None) -> tuple[PolicyResult, dict[float, PolicyResult]]:
+    """The adaptive runs of `simulate`, each candidate also screened by the real
+    `optimizer.futility.p_clear` on the screen the loop would judge first (the incumbent's wrong
+    items, a stratified random part of the rest). Coupled: one set of draws per candidate; "with
+    futility at T" keeps a candidate iff the full decision keeps it and P(clear) ≥ T, and pays the
+    screen's first-pass calls alone when P(clear) < T. The incumbent follows the decisions without
+    futility (so the rows differ only by the screen; a blocked keep changes no later incumbent)."""
+    from optimizer.futility import SCREEN_SHARE, make_screen, p_clear
+
+    ids = [f"i{k:03d}" for k in range(len(positive))]
+    labels = {t: Label(trajectory_id=t, label="positive" if pos else "negative", original_id="r")
+              for t, pos in zip(ids, positive, strict=True)}
+    loop = LoopSection.model_validate({"policy": "adaptive", "alpha": alpha, "rejudge": rejudge})
+    right_answer = {t: Answer(success=bool(pos)) for t, pos in zip(ids, positive, strict=True)}
+    wrong_answer = {t: Answer(success=not pos) for t, pos in zip(ids, positive, strict=True)}
+    rng = np.random.default_rng(seed)
+    sched_rng = random.Random(seed)
+    n = len(q)
+    base = PolicyResult("adaptive")
+    screened = {t: PolicyResult(f"adaptive+futility{t:g}") for t in thresholds}
+    fixable_idx = np.flatnonzero(fixable)
+    n_cand = 0
+    for run_no in range(runs):
+        inc_fixed = np.zeros(n, bool)
+        inc_first = rng.random(n) < q
+        inc_extra: dict[int, list[bool]] = {}
+        for kind in schedule_for(sched_rng, candidates, fixes_per_run):
+            n_cand += 1
+            cand_fixed = inc_fixed.copy()
+            if kind != "noop":
+                pool = [i for i in fixable_idx if not inc_fixed[i]]
+                cand_fixed[rng.choice(pool, min(int(kind[3:]), len(pool)), replace=False)] = True
+            q_c, q_i = np.where(cand_fixed, 1.0, q), np.where(inc_fixed, 1.0, q)
+            cand_first = rng.random(n) < q_c
+            calls = n
+            judgements = np.ones(n, int)
+            inc_total, cand_total = inc_first.astype(int), cand_first.astype(int)
+            cand_extra: dict[int, list[bool]] = {}
+            for i in np.flatnonzero(inc_first != cand_first):
+                have = inc_extra.setdefault(int(i), [])
+                while len(have) < rejudge:
+                    have.append(bool(rng.random() < q_i[i]))
+                    calls += 1
+                mine = [bool(x) for x in rng.random(rejudge) < q_c[i]]
+                calls += rejudge
+                cand_extra[int(i)] = mine
+                inc_total[i] += sum(have[:rejudge])
+                cand_total[i] += sum(mine)
+                judgements[i] = 1 + rejudge
+            kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop)
+            run = f"fut{seed}-{run_no}"
+            base.trials.append(Trial(kind, kept, calls, run=run))
+            inc_j = {t: [right_answer[t] if inc_first[k] else wrong_answer[t]] for k, t in enumerate(ids)}
+            screen = make_screen(labels, {t: js[0] for t, js in inc_j.items()}, seed * 100_003 + n_cand,
+                                 SCREEN_SHARE if share is None else share)
+            cand_j = {t: [right_answer[t] if cand_first[k] else wrong_answer[t]]
+                      for k, t in enumerate(ids) if t in screen.ids}
+            est = p_clear(labels, screen, inc_j, cand_j, loop, level=alpha, seed=seed * 7 + n_cand)
+            for t, res in screened.items():
+                stopped = est is not None and est.p_clear < t
+                res.trials.append(Trial(kind, kept and not stopped, len(cand_j) if stopped else calls, run=run))
+            if kept:
+                inc_fixed, inc_first, inc_extra = cand_fixed, cand_first, cand_extra
+    return base, screened
+
+
+def futility_table(base: PolicyResult, screened: dict[float, PolicyResult], n_items: int) -> list[str]:
+    """Calls per no-op candidate (in full passes) and kept shares, without and with futility."""
+    head = (f"{'futility':<16} {'no-op calls/162':>15} {'no-op kept':>10} "
+            + " ".join(f"{f'fix {d} kept':>11}" for d in FIX_SIZES) + f" {'fix calls/162':>13}")
+    lines = [head, "-" * len(head)]
+    for name, res in [("off", base), *((f"on, T = {t:g}", r) for t, r in screened.items())]:
+        cells = []
+        for kind in KINDS:
+            k, total = keep_rate(res.trials, kind)
+            cells.append(f"{k / total:>10.1%}" if total else f"{'—':>10}")
+        fixes = [t for t in res.trials if t.kind != "noop"]
+        lines.append(f"{name:<16} {calls_per_pass(res.trials, n_items, 'noop'):>15.2f} {cells[0]} "
+                     + " ".join(f"{c:>11}" for c in cells[1:]) + f" {calls_per_pass(fixes, n_items):>13.2f}")
+    return lines
+
+
 # --- the table ----------------------------------------------------------------------------------
 
 
@@ -520,9 +614,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix-pool", choices=["wrong", "wrong-or-unstable"], default="wrong")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-loop", action="store_true", help="the simulation only")
+    parser.add_argument("--futility-runs", type=int, default=300,
+                        help="simulated adaptive runs screened by optimizer.futility (0: no futility rows)")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.candidates, args.sim_runs = 2, 4, 200
+        args.futility_runs = min(args.futility_runs, 20)
     policies = args.policies or policies_available()
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
     started = time.monotonic()
@@ -564,6 +661,19 @@ def main(argv: list[str] | None = None) -> int:
     for p, res in loop_results.items():
         print(f"{p}: loop worker time {res.wall_s:.0f} s; judge calls at the fake server {res.server_calls}, "
               f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}")
+    if args.futility_runs:
+        t_fut = time.monotonic()
+        base, screened = simulate_futility(q, fixable, positive, args.futility_runs, args.candidates,
+                                           args.fixes_per_run, args.seed + 3, rejudge=rejudge)
+        print()
+        print(f"futility screening (simulated, {args.futility_runs} runs, coupled: the same draws with and "
+              f"without; screen = the incumbent's wrong items + a stratified share of the rest), "
+              f"{time.monotonic() - t_fut:.0f} s:")
+        for line in futility_table(base, screened, len(positive)):
+            print(line)
+    for p, res in loop_results.items():
+        if p.endswith(NO_FUTILITY) or f"{p}{NO_FUTILITY}" in loop_results:
+            print(f"{p}: no-op calls/162 {calls_per_pass(res.trials, len(positive), 'noop'):.2f} (loop)")
     print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: "
           f"{sim_results['adaptive'].engine_checked}, all agree")
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -257,6 +257,10 @@ class LoopSection(_Section):
     # given up as incomplete (an unattended run should outlast a provider's bad minute).
     infra_retry_rounds: int = Field(default=2, ge=0, le=10)
     infra_retry_pause_s: float = Field(default=10.0, ge=0.0, le=600.0)
+    # adaptive: after a screen (the incumbent's wrong items and a stratified random part of the rest), roll
+    # back a candidate whose chance of clearing the full test is below futility_threshold (optimizer.futility).
+    futility: bool = False
+    futility_threshold: float = Field(default=0.01, gt=0, lt=1)
 
 
 class ConfirmSection(_Section):
@@ -338,6 +342,8 @@ fpr_tolerance = 0.0
 patience = 5               # (replicates per item: prompts/judge.toml, or --replicates)
 infra_retry_rounds = 2     # judge items that hit infrastructure errors again, up to this many rounds,
 infra_retry_pause_s = 10   # after pausing this long x the round, before a candidate counts as incomplete
+futility = false           # adaptive: after the incumbent's wrong items and a random part of the rest, roll
+futility_threshold = 0.01  #   back a candidate whose chance of clearing the test is below this
 
 [confirm]
 max_uses = 3

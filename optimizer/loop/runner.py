@@ -39,6 +39,7 @@ from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
+from optimizer.futility import Screen, make_screen, screen_decision
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
@@ -365,9 +366,17 @@ class LoopRunner:
         so_far: dict[str, Answer] = {}
         early: list[Decision] = []
         stopper: EarlyStopper | None = None
+        # Futility screening (adaptive, direct passes): the screen's items go first (`optimizer.futility`).
+        screen: Screen | None = None
+        if (adaptive and self.loop_cfg.futility and inc_answers is not None and not self.batch
+                and not self.limits.propose_only):
+            screen = make_screen(self.labels, inc_answers, self.decision_seed(experiment_id))
+            order = screen.order(self.labels, self.split.ids)
+        so_far_judgements: dict[str, list[Answer]] = {}
+        screened = False
 
         def on_item(item: ItemResult) -> bool:
-            nonlocal stopper
+            nonlocal stopper, screened
             # --propose-only evaluates in full: a human decides, and a candidate they keep becomes the
             # incumbent, whose answers every later candidate is compared with item by item.
             # (A batch pass never calls this: every call of a batch is paid for once it is sent.)
@@ -378,7 +387,13 @@ class LoopRunner:
             # far would make the checks quadratic in the split).
             if stopper is None:
                 stopper = EarlyStopper(self.labels, inc_answers, inc_judgements, self.loop_cfg, alpha=level)
-            decision = stopper.add(item.trajectory_id, item.answer, judgements_of(item))
+            judgements = judgements_of(item)
+            decision = stopper.add(item.trajectory_id, item.answer, judgements)
+            so_far_judgements[item.trajectory_id] = judgements
+            if decision is None and screen is not None and not screened and screen.ids <= so_far_judgements.keys():
+                screened = True  # once, when the last screen item is in
+                decision = screen_decision(self.labels, screen, inc_judgements, so_far_judgements, self.loop_cfg,
+                                           level=level, seed=self.decision_seed(experiment_id))
             if decision is not None:
                 early.append(decision)
                 return True
