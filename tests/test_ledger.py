@@ -206,7 +206,7 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
     assert tools == {"t1": [], "t2": AGENTIC_TOOLS}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     assert conn.execute("SELECT COUNT(*) FROM attributions").fetchone()[0] == 0  # schema 7's tables exist
     conn.close()
 
@@ -261,7 +261,7 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
         assert ledger.get_experiment(base.id).cache_read_tokens == 0
     assert (got.input_tokens, got.cache_read_tokens, got.cache_write_tokens) == (900, 4200, 300)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     conn.close()
 
 
@@ -315,7 +315,7 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
     assert got.cost_usd == 0.3 and got.judge_cost_usd == pytest.approx(0.25) and got.proposal_meta == {"note": "data"}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     assert conn.execute("SELECT COUNT(*) FROM attributions").fetchone()[0] == 0  # schema 7's tables exist
     conn.close()
     with Ledger(path) as ledger:  # the batches table (step 4 -> 5) works on the upgraded ledger
@@ -613,5 +613,5 @@ def test_a_version_7_ledger_gains_the_planned_cache_reads_and_reads_them_as_0_un
         got = ledger.get_experiment(base.id)
     assert (got.planned_cache_read_tokens, got.cache_read_tokens) == (31_500, 20_000)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     conn.close()

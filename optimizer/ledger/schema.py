@@ -17,7 +17,7 @@ from optimizer.vocab import (
     TERMINAL_RUN_STATUSES,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -29,6 +29,7 @@ _V4_EXPERIMENT_COLUMNS = (
 # Schema 5: the batches table (batch evaluation, see optimizer.evaluation.batch).
 # Schema 6: the judge's prompt-cache reads and writes per experiment.
 # Schema 8: the cache reads the experiment's passes planned (vs billed: cache_read_tokens).
+# Schema 9: the endpoint_passes table (per pass, per [judge] base_urls endpoint: what it served).
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
 # its tuples, so an unchanged set keeps the same schema text (no migration).
@@ -221,10 +222,27 @@ CREATE TABLE IF NOT EXISTS attribution_edits (
 
 
 
+# Schema 9: one row per evaluation pass (first pass, each side's re-judging) and endpoint of
+# [judge] base_urls: calls answered, prompt tokens, of them cached, failed calls, drained (1/0).
+_ENDPOINT_PASSES = """
+CREATE TABLE IF NOT EXISTS endpoint_passes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    pass INTEGER NOT NULL,
+    endpoint TEXT NOT NULL,
+    calls INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_tokens INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
+    drained INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS endpoint_passes_by_experiment ON endpoint_passes (experiment_id, pass);
+"""
+
 
 def create_schema(cur: sqlite3.Cursor) -> None:
     """Create every table of a new ledger and stamp it with `SCHEMA_VERSION` (inside the caller's transaction)."""
-    for statement in (_SCHEMA + _ATTRIBUTION_SCHEMA).split(";"):
+    for statement in (_SCHEMA + _ATTRIBUTION_SCHEMA + _ENDPOINT_PASSES).split(";"):
         if statement.strip():
             cur.execute(statement)
     cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -267,6 +285,11 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
     if current == 7:
         cur.execute("ALTER TABLE experiments ADD COLUMN planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0")
         current = 8
+    if current == 8:
+        for statement in _ENDPOINT_PASSES.split(";"):
+            if statement.strip():
+                cur.execute(statement)
+        current = 9
     cur.execute(f"PRAGMA user_version = {current}")
 
 

@@ -306,6 +306,7 @@ class LoopRunner:
     def cache_telemetry(self, experiment_id: int, run: EvalRun) -> None:
         """Record a pass's planned cache reads; its warning when the billed ones fell below plan (stderr)."""
         self.ledger.add_planned_cache_reads(experiment_id, run.cache_reads.planned)
+        self.ledger.add_endpoint_pass(experiment_id, run.endpoints)  # [judge] base_urls: per endpoint
         warning = run.cache_reads.warning()
         if warning is not None:
             self.events(Message(f"  experiment {experiment_id}: {warning}", "note"))
