@@ -41,8 +41,15 @@ incumbent's first pass happened to get them right (not re-judged, d = 0), and ~2
 re-judged beside ~6 visible fixes; most misses are p >= alpha, few are the literal rule.
 ``--rejudge 4`` reaches 77% on 8-item fixes at 1.95 calls per pass.
 
+Futility rows (`simulate_futility`, ``--futility-runs`` simulated runs, 300 by default): the adaptive
+runs again, each candidate also screened by the real `optimizer.futility.p_clear` on the screen the
+loop judges first; coupled (the same draws with and without), so the rows differ by the screen alone:
+calls per no-op candidate and kept shares of no-ops and fixes, off and at several thresholds. The
+loop variant ``adaptive+futility`` runs the real loop with ``[loop] futility = true``.
+
 Run:  python benchmarks/decision_power.py [--quick] [--runs 45] [--candidates 6] [--sim-runs 3000]
-      [--workers 2] [--policies literal paired adaptive] [--rejudge 2] [--fix-pool wrong|wrong-or-unstable]
+      [--workers 2] [--policies literal paired adaptive adaptive+futility] [--rejudge 2]
+      [--fix-pool wrong|wrong-or-unstable] [--futility-runs 300]
 """
 
 from __future__ import annotations
@@ -288,11 +295,11 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
         root, positive, types = build_workspace(Path(tmp))
         q, fixable = odds if odds is not None else item_q(len(positive), item_seed, fix_pool=fix_pool)
         model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
-        no_futility = policy.endswith(NO_FUTILITY)
-        base_policy, fdr = parse_policy(policy.removesuffix(NO_FUTILITY))
+        futility = policy.endswith(FUTILITY)
+        base_policy, fdr = parse_policy(policy.removesuffix(FUTILITY))
         set_loop_key(root, "policy", f'"{base_policy}"')
-        if "futility" in LoopSection.model_fields:
-            set_loop_key(root, "futility", "false" if no_futility else "true")
+        if futility:
+            set_loop_key(root, "futility", "true")
         if fdr is not None:
             set_loop_key(root, "fdr", str(fdr))
         set_loop_key(root, "patience", "1000000")
@@ -472,8 +479,8 @@ def simulate_fresh(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np
 
 # --- futility screening (optimizer.futility) ----------------------------------------------------
 
-NO_FUTILITY = "+nofutility"  # a loop policy variant: adaptive with ``[loop] futility = false``
-FUTILITY_THRESHOLDS = (0.005, 0.01, 0.02, 0.05)
+FUTILITY = "+futility"  # a loop policy variant: adaptive with ``[loop] futility = true`` (off by default)
+FUTILITY_THRESHOLDS = (0.01, 0.02, 0.05, 0.1)
 
 
 def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, runs: int, candidates: int,
@@ -635,7 +642,8 @@ def main(argv: list[str] | None = None) -> int:
     q, fixable = item_q(len(positive), 0, fix_pool=args.fix_pool)
     t_sim = time.monotonic()
     # The simulation also shows online FDR (LORD++ at 0.1) beside the plain adaptive policy.
-    sim_policies = sorted(set(policies) | {"literal", "paired", "adaptive", "adaptive+fdr0.1"})
+    sim_policies = sorted({p for p in policies if not p.endswith(FUTILITY)}
+                          | {"literal", "paired", "adaptive", "adaptive+fdr0.1"})
     sim_results = {p: simulate(p, q, fixable, positive, args.sim_runs, args.candidates, args.fixes_per_run,
                                args.seed + 1, rejudge=rejudge, check_engine=200) for p in sim_policies}
     fresh_results = {p: simulate_fresh(p, q, fixable, positive, args.sim_runs, args.seed + 2, rejudge=rejudge)
@@ -671,9 +679,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.monotonic() - t_fut:.0f} s:")
         for line in futility_table(base, screened, len(positive)):
             print(line)
-    for p, res in loop_results.items():
-        if p.endswith(NO_FUTILITY) or f"{p}{NO_FUTILITY}" in loop_results:
-            print(f"{p}: no-op calls/162 {calls_per_pass(res.trials, len(positive), 'noop'):.2f} (loop)")
+    for p, res in sorted(loop_results.items()):
+        if p.endswith(FUTILITY) or f"{p}{FUTILITY}" in loop_results:
+            print(f"{p} (loop): no-op calls/162 {calls_per_pass(res.trials, len(positive), 'noop'):.2f}, kept "
+                  + ", ".join(f"{kind} {keep_rate(res.trials, kind)[0]}/{keep_rate(res.trials, kind)[1]}"
+                              for kind in KINDS))
     print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: "
           f"{sim_results['adaptive'].engine_checked}, all agree")
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -107,3 +107,19 @@ def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str)
     assert res.trials[0].calls <= N_ITEMS  # nothing disagrees, nothing is re-judged (an early stop may cut it)
     lines = dp.table({policy: res}, {}, N_ITEMS)
     assert lines[2].startswith(f"{policy:<9} loop") and "100.0%" in lines[2]
+
+
+def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
+    """The coupled futility rows: the same candidates with and without the screen; with it, a keep is
+    a keep without it, and a candidate costs at most what it cost without."""
+    positive = np.array(dp._labels_only()[1])
+    q, fixable = item_q(len(positive), 0)
+    base, screened = dp.simulate_futility(q, fixable, positive, 4, 6, 1, seed=5, thresholds=(0.05, 0.5))
+    for res in screened.values():
+        assert [t.kind for t in res.trials] == [t.kind for t in base.trials]
+        for with_it, without in zip(res.trials, base.trials, strict=True):
+            assert (not with_it.kept or without.kept) and with_it.calls <= without.calls
+    stopped = [w for w, b in zip(screened[0.5].trials, base.trials, strict=True) if w.calls < b.calls]
+    assert stopped, "the screen never stopped a candidate: the test proves nothing"
+    lines = dp.futility_table(base, screened, len(positive))
+    assert lines[2].startswith("off") and lines[3].startswith("on, T = 0.05")
