@@ -260,7 +260,7 @@ class LoopSection(_Section):
     # adaptive: after a screen (the incumbent's wrong items and a stratified random part of the rest), roll
     # back a candidate whose chance of clearing the full test is below futility_threshold (optimizer.futility).
     futility: bool = False
-    futility_threshold: float = Field(default=0.05, gt=0, lt=1)
+    futility_threshold: float = Field(default=0.02, gt=0, lt=1)
 
 
 class ConfirmSection(_Section):
@@ -343,7 +343,7 @@ patience = 5               # (replicates per item: prompts/judge.toml, or --repl
 infra_retry_rounds = 2     # judge items that hit infrastructure errors again, up to this many rounds,
 infra_retry_pause_s = 10   # after pausing this long x the round, before a candidate counts as incomplete
 futility = false           # adaptive: after the incumbent's wrong items and a random part of the rest, roll
-futility_threshold = 0.05  #   back a candidate whose chance of clearing the test is below this
+futility_threshold = 0.02  #   back a candidate whose chance of clearing the test is below this
 
 [confirm]
 max_uses = 3
