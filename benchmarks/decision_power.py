@@ -54,9 +54,15 @@ moves: no-op moves kept 5.0% [0%, 15%] (n = 20), 8-item fixes 70% [40%, 90%], 12
 (margin 1 / 2) on the noisy judge, 0.1% / 0.6% on the steady one; equal kept 19% / 30% noisy, 65% /
 94% steady (README, "Structure moves and cheaper judges").
 
+Futility rows (`simulate_futility`, ``--futility-runs`` simulated runs, 300 by default): the adaptive
+runs again, each candidate also screened by the real `optimizer.futility.p_clear` on the screen the
+loop judges first; coupled (the same draws with and without), so the rows differ by the screen alone:
+calls per no-op candidate and kept shares of no-ops and fixes, off and at several thresholds. The
+loop variant ``adaptive+futility`` runs the real loop with ``[loop] futility = true``.
+
 Run:  python benchmarks/decision_power.py [--quick] [--runs 45] [--candidates 6] [--sim-runs 3000]
-      [--workers 2] [--policies literal paired adaptive] [--rejudge 2] [--fix-pool wrong|wrong-or-unstable]
-      [--structural-runs 10] [--cheaper-trials 1000]
+      [--workers 2] [--policies literal paired adaptive adaptive+futility] [--rejudge 2]
+      [--fix-pool wrong|wrong-or-unstable] [--structural-runs 10] [--cheaper-trials 1000] [--futility-runs 300]
 """
 
 from __future__ import annotations
@@ -337,8 +343,11 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
         root, positive, types = build_workspace(Path(tmp))
         q, fixable = odds if odds is not None else item_q(len(positive), item_seed, fix_pool=fix_pool)
         model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
-        base_policy, fdr = parse_policy(policy)
+        futility = policy.endswith(FUTILITY)
+        base_policy, fdr = parse_policy(policy.removesuffix(FUTILITY))
         set_loop_key(root, "policy", f'"{base_policy}"')
+        if futility:
+            set_loop_key(root, "futility", "true")
         if fdr is not None:
             set_loop_key(root, "fdr", str(fdr))
         set_loop_key(root, "patience", "1000000")
@@ -596,6 +605,95 @@ def cheaper_rows(q: np.ndarray, positive: np.ndarray, trials: int, seed: int, *,
                 lo, hi = clopper_pearson_interval(keeps, total)
                 cells.append(f"{keeps / total:>6.1%} [{lo:>5.1%},{hi:>5.1%}] n={total:<5}")
             lines.append(f"{name:<7} {margin:>6} {cells[0]:>26} {cells[1]:>26} {per:>9.2f}")
+
+# --- futility screening (optimizer.futility) ----------------------------------------------------
+
+FUTILITY = "+futility"  # a loop policy variant: adaptive with ``[loop] futility = true`` (off by default)
+FUTILITY_THRESHOLDS = (0.01, 0.02, 0.05, 0.1)
+
+
+def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, runs: int, candidates: int,
+                      fixes_per_run: int, seed: int, *, rejudge: int = 2, alpha: float = 0.1,
+                      thresholds: Sequence[float] = FUTILITY_THRESHOLDS,
+                      share: float | None = None) -> tuple[PolicyResult, dict[float, PolicyResult]]:
+    """The adaptive runs of `simulate`, each candidate also screened by the real
+    `optimizer.futility.p_clear` on the screen the loop would judge first (the incumbent's wrong
+    items, a stratified random part of the rest). Coupled: one set of draws per candidate; "with
+    futility at T" keeps a candidate iff the full decision keeps it and P(clear) ≥ T, and pays the
+    screen's first-pass calls alone when P(clear) < T. The incumbent follows the decisions without
+    futility (so the rows differ only by the screen; a blocked keep changes no later incumbent)."""
+    from optimizer.futility import SCREEN_SHARE, make_screen, p_clear
+
+    ids = [f"i{k:03d}" for k in range(len(positive))]
+    labels = {t: Label(trajectory_id=t, label="positive" if pos else "negative", original_id="r")
+              for t, pos in zip(ids, positive, strict=True)}
+    loop = LoopSection.model_validate({"policy": "adaptive", "alpha": alpha, "rejudge": rejudge})
+    right_answer = {t: Answer(success=bool(pos)) for t, pos in zip(ids, positive, strict=True)}
+    wrong_answer = {t: Answer(success=not pos) for t, pos in zip(ids, positive, strict=True)}
+    rng = np.random.default_rng(seed)
+    sched_rng = random.Random(seed)
+    n = len(q)
+    base = PolicyResult("adaptive")
+    screened = {t: PolicyResult(f"adaptive+futility{t:g}") for t in thresholds}
+    fixable_idx = np.flatnonzero(fixable)
+    n_cand = 0
+    for run_no in range(runs):
+        inc_fixed = np.zeros(n, bool)
+        inc_first = rng.random(n) < q
+        inc_extra: dict[int, list[bool]] = {}
+        for kind in schedule_for(sched_rng, candidates, fixes_per_run):
+            n_cand += 1
+            cand_fixed = inc_fixed.copy()
+            if kind != "noop":
+                pool = [i for i in fixable_idx if not inc_fixed[i]]
+                cand_fixed[rng.choice(pool, min(int(kind[3:]), len(pool)), replace=False)] = True
+            q_c, q_i = np.where(cand_fixed, 1.0, q), np.where(inc_fixed, 1.0, q)
+            cand_first = rng.random(n) < q_c
+            calls = n
+            judgements = np.ones(n, int)
+            inc_total, cand_total = inc_first.astype(int), cand_first.astype(int)
+            cand_extra: dict[int, list[bool]] = {}
+            for i in np.flatnonzero(inc_first != cand_first):
+                have = inc_extra.setdefault(int(i), [])
+                while len(have) < rejudge:
+                    have.append(bool(rng.random() < q_i[i]))
+                    calls += 1
+                mine = [bool(x) for x in rng.random(rejudge) < q_c[i]]
+                calls += rejudge
+                cand_extra[int(i)] = mine
+                inc_total[i] += sum(have[:rejudge])
+                cand_total[i] += sum(mine)
+                judgements[i] = 1 + rejudge
+            kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop)
+            run = f"fut{seed}-{run_no}"
+            base.trials.append(Trial(kind, kept, calls, run=run))
+            inc_j = {t: [right_answer[t] if inc_first[k] else wrong_answer[t]] for k, t in enumerate(ids)}
+            screen = make_screen(labels, {t: js[0] for t, js in inc_j.items()}, seed * 100_003 + n_cand,
+                                 SCREEN_SHARE if share is None else share)
+            cand_j = {t: [right_answer[t] if cand_first[k] else wrong_answer[t]]
+                      for k, t in enumerate(ids) if t in screen.ids}
+            est = p_clear(labels, screen, inc_j, cand_j, loop, level=alpha, seed=seed * 7 + n_cand)
+            for t, res in screened.items():
+                stopped = est is not None and est.p_clear < t
+                res.trials.append(Trial(kind, kept and not stopped, len(cand_j) if stopped else calls, run=run))
+            if kept:
+                inc_fixed, inc_first, inc_extra = cand_fixed, cand_first, cand_extra
+    return base, screened
+
+
+def futility_table(base: PolicyResult, screened: dict[float, PolicyResult], n_items: int) -> list[str]:
+    """Calls per no-op candidate (in full passes) and kept shares, without and with futility."""
+    head = (f"{'futility':<16} {'no-op calls/162':>15} {'no-op kept':>10} "
+            + " ".join(f"{f'fix {d} kept':>11}" for d in FIX_SIZES) + f" {'fix calls/162':>13}")
+    lines = [head, "-" * len(head)]
+    for name, res in [("off", base), *((f"on, T = {t:g}", r) for t, r in screened.items())]:
+        cells = []
+        for kind in KINDS:
+            k, total = keep_rate(res.trials, kind)
+            cells.append(f"{k / total:>10.1%}" if total else f"{'—':>10}")
+        fixes = [t for t in res.trials if t.kind != "noop"]
+        lines.append(f"{name:<16} {calls_per_pass(res.trials, n_items, 'noop'):>15.2f} {cells[0]} "
+                     + " ".join(f"{c:>11}" for c in cells[1:]) + f" {calls_per_pass(fixes, n_items):>13.2f}")
     return lines
 
 
@@ -656,9 +754,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="loop runs of the structural rows (judge.toml moves; 0: none)")
     parser.add_argument("--cheaper-trials", type=int, default=1000,
                         help="simulated cheaper candidates per row of the non-inferiority table (0: none)")
+    parser.add_argument("--futility-runs", type=int, default=300,
+                        help="simulated adaptive runs screened by optimizer.futility (0: no futility rows)")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.candidates, args.sim_runs, args.cheaper_trials, args.structural_runs = 2, 4, 200, 100, 1
+        args.futility_runs = min(args.futility_runs, 20)
     policies = args.policies or policies_available()
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
     started = time.monotonic()
@@ -674,7 +775,8 @@ def main(argv: list[str] | None = None) -> int:
     q, fixable = item_q(len(positive), 0, fix_pool=args.fix_pool)
     t_sim = time.monotonic()
     # The simulation also shows online FDR (LORD++ at 0.1) beside the plain adaptive policy.
-    sim_policies = sorted(set(policies) | {"literal", "paired", "adaptive", "adaptive+fdr0.1"})
+    sim_policies = sorted({p for p in policies if not p.endswith(FUTILITY)}
+                          | {"literal", "paired", "adaptive", "adaptive+fdr0.1"})
     sim_results = {p: simulate(p, q, fixable, positive, args.sim_runs, args.candidates, args.fixes_per_run,
                                args.seed + 1, rejudge=rejudge, check_engine=200) for p in sim_policies}
     fresh_results = {p: simulate_fresh(p, q, fixable, positive, args.sim_runs, args.seed + 2, rejudge=rejudge)
@@ -714,6 +816,21 @@ def main(argv: list[str] | None = None) -> int:
         for line in cheaper_rows(q, positive, args.cheaper_trials, args.seed + 3, rejudge=rejudge):
             print(line)
         print(f"  ({time.monotonic() - t_cheap:.0f} s)")
+    if args.futility_runs:
+        t_fut = time.monotonic()
+        base, screened = simulate_futility(q, fixable, positive, args.futility_runs, args.candidates,
+                                           args.fixes_per_run, args.seed + 3, rejudge=rejudge)
+        print()
+        print(f"futility screening (simulated, {args.futility_runs} runs, coupled: the same draws with and "
+              f"without; screen = the incumbent's wrong items + a stratified share of the rest), "
+              f"{time.monotonic() - t_fut:.0f} s:")
+        for line in futility_table(base, screened, len(positive)):
+            print(line)
+    for p, res in sorted(loop_results.items()):
+        if p.endswith(FUTILITY) or f"{p}{FUTILITY}" in loop_results:
+            print(f"{p} (loop): no-op calls/162 {calls_per_pass(res.trials, len(positive), 'noop'):.2f}, kept "
+                  + ", ".join(f"{kind} {keep_rate(res.trials, kind)[0]}/{keep_rate(res.trials, kind)[1]}"
+                              for kind in KINDS))
     print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: "
           f"{sim_results['adaptive'].engine_checked}, all agree")
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())

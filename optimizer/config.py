@@ -287,6 +287,10 @@ class LoopSection(_Section):
     # more than cheaper_margin_items items (the FPR veto unchanged). 0 = off.
     cheaper_margin_items: int = Field(default=0, ge=0)
     cheaper_min_saving: float = Field(default=0.2, gt=0, lt=1)
+    # adaptive: after a screen (the incumbent's wrong items and a stratified random part of the rest), roll
+    # back a candidate whose chance of clearing the full test is below futility_threshold (optimizer.futility).
+    futility: bool = False
+    futility_threshold: float = Field(default=0.02, gt=0, lt=1)
 
 
 class ConfirmSection(_Section):
@@ -376,6 +380,8 @@ labels = "given"           # given | corrected: labels.jsonl, or with devset/<sp
                            #   (a person's `judgeloop label-fix`); fixed and fingerprinted at a run's start
 # cheaper_margin_items = 1  # keep a cheaper candidate not worse by more than this many items (0 = off)
 # cheaper_min_saving = 0.2  # ... if it costs at least 20% less per verdict
+futility = false           # adaptive: after the incumbent's wrong items and a random part of the rest, roll
+futility_threshold = 0.02  #   back a candidate whose chance of clearing the test is below this
 
 [confirm]
 max_uses = 3

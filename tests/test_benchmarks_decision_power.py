@@ -139,3 +139,18 @@ def test_cheaper_rows_cover_both_judges_and_margins() -> None:
     lines = dp.cheaper_rows(q, positive, 4, seed=1, margins=(1,))
     assert len(lines) == 4 and lines[2].split()[:2] == ["noisy", "1"] and lines[3].split()[:2] == ["steady", "1"]
     assert all("n=4" in line for line in lines[2:])
+
+def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
+    """The coupled futility rows: the same candidates with and without the screen; with it, a keep is
+    a keep without it, and a candidate costs at most what it cost without."""
+    positive = np.array(dp._labels_only()[1])
+    q, fixable = item_q(len(positive), 0)
+    base, screened = dp.simulate_futility(q, fixable, positive, 4, 6, 1, seed=5, thresholds=(0.05, 0.5))
+    for res in screened.values():
+        assert [t.kind for t in res.trials] == [t.kind for t in base.trials]
+        for with_it, without in zip(res.trials, base.trials, strict=True):
+            assert (not with_it.kept or without.kept) and with_it.calls <= without.calls
+    stopped = [w for w, b in zip(screened[0.5].trials, base.trials, strict=True) if w.calls < b.calls]
+    assert stopped, "the screen never stopped a candidate: the test proves nothing"
+    lines = dp.futility_table(base, screened, len(positive))
+    assert lines[2].startswith("off") and lines[3].startswith("on, T = 0.05")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -297,3 +298,98 @@ def test_a_run_records_a_drained_endpoint_in_the_ledger_and_still_judges_every_i
     assert len(drains) == 1 and drains[0].experiment_id == baseline.id
     assert str(drains[0].payload["text"]).startswith(f"endpoint {urls[1]} drained (")
     assert f"endpoint {urls[1]} drained (" in out
+
+
+# -- per-endpoint figures: each pass's, `eval --json`'s, and the ledger's ------------------------------
+
+
+def _served(server: FakeLLMServer, since: int = 0, until: int | None = None) -> dict[str, int]:
+    """What ``server`` answered (its own record of replies), as the endpoint figures count it."""
+    usages = [u for _, u in server.replies[since:until]]
+    return {"calls": len(usages), "prompt_tokens": sum(u.input_tokens + u.cache_read_tokens for u in usages),
+            "cached_tokens": sum(u.cache_read_tokens for u in usages)}
+
+
+def test_each_pass_s_endpoint_figures_equal_what_each_server_answered(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    caches = [PromptCache(clock=ManualClock(), openai_machines=1) for _ in range(2)]
+    with FakeLLMServer(prompt_cache=caches[0]) as a, FakeLLMServer(prompt_cache=caches[1]) as b:
+        urls = [a.openai_base_url, b.openai_base_url]
+        first, _ = setup.evaluate(urls, setup.prompts())
+        before = {id(a): len(a.replies), id(b): len(b.replies)}
+        second, _ = setup.evaluate(urls, setup.prompts(CANDIDATE_NOTE))
+        for run, bounds in ((first, lambda s: (0, before[id(s)])), (second, lambda s: (before[id(s)], None))):
+            assert list(run.endpoints) == urls
+            for server in (a, b):
+                figures = run.endpoints[server.openai_base_url]
+                assert {k: figures[k] for k in ("calls", "prompt_tokens", "cached_tokens")} == _served(
+                    server, *bounds(server))
+                assert figures["failures"] == figures["drained"] == 0
+        assert sum(f["cached_tokens"] for f in second.endpoints.values()) > 0  # the second pass read the caches
+
+
+def test_a_killed_endpoint_s_failures_and_drain_are_in_the_pass_figures(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    servers: dict[str, FakeLLMServer] = {}
+    victim: list[str] = []
+    answered = {"n": 0}
+    lock = threading.Lock()
+
+    def behave(recorded: RecordedRequest) -> FakeBehaviour:
+        with lock:
+            answered["n"] += 1
+            if answered["n"] == 3:
+                threading.Thread(target=servers[victim[0]].stop, daemon=True).start()
+        return default_verdict(recorded)
+
+    with FakeLLMServer(behave) as a, FakeLLMServer(behave) as b:
+        urls = [a.openai_base_url, b.openai_base_url]
+        servers.update({a.openai_base_url: a, b.openai_base_url: b})
+        owners = [HashRing(urls).owner(tid) for tid in setup.split.ids]
+        victim.append(max(urls, key=owners.count))
+        run, totals = setup.evaluate(urls, setup.prompts())
+        survivor = next(u for u in urls if u != victim[0])
+        dead, alive = run.endpoints[victim[0]], run.endpoints[survivor]
+        assert dead["drained"] == 1 and dead["failures"] >= 1 and alive["drained"] == alive["failures"] == 0
+        for url in urls:
+            assert run.endpoints[url]["calls"] == len(servers[url].replies) == totals[url]["calls"]
+        assert dead["calls"] + alive["calls"] == len(setup.split.ids)
+
+
+def _point_config_at(setup: Setup, urls: list[str]) -> None:
+    cfg = setup.ws.root / "judgeloop.toml"
+    text = cfg.read_text(encoding="utf-8").replace('provider = "local"', 'provider = "openai"')
+    text = re.sub(r"(?m)^base_urls = .*\n", "", text)
+    text = re.sub(r'(?m)^model = "(smollm2-135m|gpt-5)"', f'model = "{MODEL}"\nbase_urls = {json.dumps(urls)}', text,
+                  count=1)
+    cfg.write_text(text, encoding="utf-8")
+
+
+def test_eval_json_adds_endpoints_to_the_score_keys_only_with_several_endpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from optimizer.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    setup = Setup(tmp_path)
+    with FakeLLMServer() as a, FakeLLMServer() as b:
+        urls = [a.openai_base_url, b.openai_base_url]
+        _point_config_at(setup, urls)
+        out = tmp_path / "evals" / "two"
+        capsys.readouterr()
+        assert main(["eval", "-w", str(setup.ws.root), "--split", "long", "--out", str(out), "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        for server in (a, b):
+            figures = result["endpoints"][server.openai_base_url]
+            assert {k: figures[k] for k in ("calls", "prompt_tokens", "cached_tokens")} == _served(server)
+            assert figures["failures"] == figures["drained"] == 0
+    # `score --json` has the same keys but "endpoints", which only the judging pass can know.
+    assert list(result)[-1] == "endpoints"
+    assert main(["score", str(out), "--split", "long", "-w", str(setup.ws.root), "--json"]) == 0
+    score = json.loads(capsys.readouterr().out)
+    assert score == {k: v for k, v in result.items() if k != "endpoints"}
+    with FakeLLMServer() as only:  # one endpoint (base_urls of one): exactly score --json's keys
+        _point_config_at(setup, [only.openai_base_url])
+        assert main(["eval", "-w", str(setup.ws.root), "--split", "long", "--out", str(tmp_path / "one"),
+                     "--json"]) == 0
+        assert list(json.loads(capsys.readouterr().out)) == list(score)

@@ -331,6 +331,9 @@ def test_cmd_eval_json_prints_the_score_keys_and_writes_results(
     captured = capsys.readouterr()
     assert code == 0, captured.err
     result = json.loads(captured.out)
+    # Pinned to `score --json`'s keys. Deliberately not all of eval's: with [judge] base_urls of two or more
+    # endpoints one key follows these, "endpoints" (the pass's figures per replica, which `score` reading
+    # verdict files cannot know; tests/test_endpoints.py); one endpoint, as here, adds nothing.
     assert list(result) == [
         "n", "balanced_accuracy", "tpr", "tnr", "fpr", "fnr", "kappa", "invalid", "missing", "mistake_type_recall",
     ]

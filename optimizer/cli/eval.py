@@ -65,7 +65,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return 130
     run, metrics = outcome.run, outcome.metrics
     if args.json:
-        print(json.dumps(metrics.protocol_dict()))
+        figures: dict[str, object] = dict(metrics.protocol_dict())
+        if len(run.endpoints) > 1:  # [judge] base_urls: `score --json`'s keys, then one more
+            figures["endpoints"] = run.endpoints
+        print(json.dumps(figures))
     else:
         print(format_metrics(metrics))
         print(

@@ -38,6 +38,7 @@ from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.evaluation.warmup import CacheReads
 from optimizer.events import ProgressSnapshot, StopKind, StopReason
+from optimizer.judge.endpoints import EndpointReporting
 from optimizer.judge.memory import Retriever, check_sources, split_folds
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import (
@@ -407,6 +408,7 @@ async def evaluate_items(
             notes.append(f"agentic judge: {sum(r.turns for r in reps) / len(reps):.1f} model calls per verdict; "
                          f"tool calls per verdict: {used or 'none'}")
     notes += provider.run_notes()
+    endpoints = provider.take_endpoint_pass() if isinstance(provider, EndpointReporting) else {}
     reads = CacheReads(planned=judge_items.planned_cache_reads, billed=judge_items.usage.cache_read_tokens)
     if reads.warning() is not None:
         notes.append(str(reads.warning()))
@@ -427,6 +429,7 @@ async def evaluate_items(
         not_evaluated=not_evaluated,
         item_ids=item_ids,
         cache_reads=reads,
+        endpoints=endpoints,
         meta={
             "provider": provider.name,
             "model": provider.model,

@@ -138,6 +138,8 @@ class EvalRun(UsageFigures):
     # Planned vs billed cache-read tokens of this pass's paid calls (`optimizer.evaluation.warmup`).
     cache_reads: CacheReads = field(default_factory=CacheReads)
     meta: dict[str, Any] = field(default_factory=dict)
+    # With [judge] base_urls: this pass's figures per endpoint (`optimizer.judge.endpoints.EndpointFigures`).
+    endpoints: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def stopped_early(self) -> bool:

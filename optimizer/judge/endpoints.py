@@ -19,7 +19,7 @@ import threading
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 # How every line of `report_lines` begins (the loop shows these lines after each evaluation).
 ENDPOINT_NOTE = "endpoint "
@@ -56,15 +56,32 @@ class HashRing:
 
 @dataclass
 class EndpointStats:
-    """What one endpoint served since the last report: calls, prompt tokens, of them cached."""
+    """What one endpoint served since the last report: calls answered, their prompt tokens, of them
+    cached, and the calls that failed there (after the SDK's retries; each one drained it)."""
 
     calls: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    failures: int = 0
 
     @property
     def hit_rate(self) -> float | None:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+
+# One pass's figures per endpoint (its address without credentials): calls, prompt_tokens,
+# cached_tokens, failures, and drained (1 when the endpoint was drained during the pass, else 0).
+EndpointFigures = dict[str, dict[str, int]]
+FIGURE_KEYS = ("calls", "prompt_tokens", "cached_tokens", "failures", "drained")
+
+
+@runtime_checkable
+class EndpointReporting(Protocol):
+    """A provider that spreads calls over several endpoints and counts what each served."""
+
+    def take_endpoint_pass(self) -> EndpointFigures:
+        """The figures since the last call of this method (one evaluation pass), then from zero."""
+        ...
 
 
 class EndpointPool(Generic[C]):
@@ -77,6 +94,8 @@ class EndpointPool(Generic[C]):
         self.drained: dict[str, str] = {}  # name -> why, in draining order
         self.totals = {name: EndpointStats() for name in self.clients}
         self._since = {name: EndpointStats() for name in self.clients}
+        self._pass = {name: EndpointStats() for name in self.clients}  # `take_pass`'s own counters
+        self._pass_drained: set[str] = set()
         self._reported_drains = 0
         self._revived: dict[str, str] = {}  # drained, then put back when every endpoint had failed
         self._lock = threading.Lock()
@@ -95,6 +114,14 @@ class EndpointPool(Generic[C]):
             self.drained[name] = reason
             return True
 
+    def fail(self, name: str, reason: str) -> bool:
+        """Count one failed call of ``name`` and drain it (`drain`)."""
+        with self._lock:
+            for stats in (self.totals[name], self._since[name], self._pass[name]):
+                stats.failures += 1
+            self._pass_drained.add(name)
+        return self.drain(name, reason)
+
     def revive_all(self) -> None:
         """Put every drained endpoint back in the ring (they have all failed: the next call tries
         again rather than failing at once for the rest of the run); the drains stay reported."""
@@ -109,7 +136,7 @@ class EndpointPool(Generic[C]):
     def record(self, name: str, prompt_tokens: int, cached_tokens: int) -> None:
         """Count one answered call of ``name``."""
         with self._lock:
-            for stats in (self.totals[name], self._since[name]):
+            for stats in (self.totals[name], self._since[name], self._pass[name]):
                 stats.calls += 1
                 stats.prompt_tokens += prompt_tokens
                 stats.cached_tokens += cached_tokens
@@ -123,6 +150,15 @@ class EndpointPool(Generic[C]):
             drains = every[self._reported_drains:]
             self._reported_drains = len(every)
         return since, drains
+
+
+    def take_pass(self) -> dict[str, tuple[EndpointStats, bool]]:
+        """Per endpoint, what it served since the last call of this method and whether it was
+        drained meanwhile; both start again from zero (independent of `take_report`)."""
+        with self._lock:
+            taken, self._pass = self._pass, {name: EndpointStats() for name in self.clients}
+            drained, self._pass_drained = self._pass_drained, set()
+        return {name: (stats, name in drained) for name, stats in taken.items()}
 
 
 def report_lines(since: Mapping[str, EndpointStats], drains: Sequence[tuple[str, str]]) -> list[str]:

@@ -37,8 +37,11 @@ adds the ``attributions`` and ``attribution_edits`` tables; 7 → 8 ``experiment
 ``runs.labels_fingerprint`` (the label set a run decides with, `optimizer.devset.corrections`; NULL on old rows);
 ``verdicts.members`` (a panel's member verdicts, JSON) and ``verdicts.detail`` (criteria, evidence steps and
 review of a structured verdict as JSON; both NULL on old rows and for a single judge);
+``experiments.keep_kind`` and ``verdict_cost_usd`` (cheaper-not-worse keeps; empty on old rows); the
+``endpoint_passes`` table (none on old runs).
 
-``experiments.keep_kind`` and ``verdict_cost_usd`` (cheaper-not-worse keeps; empty on old rows).
+- ``endpoint_passes``: with ``[judge] base_urls``, one row per evaluation pass and endpoint: calls,
+  prompt and cached tokens, failed calls, drained (`optimizer.judge.endpoints`).
 - ``attributions``: each `judgeloop attribute` of a run (what a kept edit still contributes at the end,
   see `optimizer.loop.attribute`): its scope, the final and baseline commits, the judge, the split,
   status, spend and the final-vs-baseline comparison (JSON); ``attribution_edits``: one row per
@@ -475,6 +478,37 @@ class Ledger:
             if cur.rowcount == 0:
                 raise KeyError(f"no experiment {experiment_id}")
         return self.get_experiment(experiment_id)
+
+    def add_endpoint_pass(self, experiment_id: int, figures: Mapping[str, Mapping[str, int]]) -> None:
+        """Record one pass's figures per endpoint (`EvalRun.endpoints`) as the experiment's next pass.
+        Not a decision: no event."""
+        if not figures:
+            return
+        with self.transaction() as cur:
+            row = cur.execute("SELECT COALESCE(MAX(pass), -1) + 1 FROM endpoint_passes WHERE experiment_id = ?",
+                              (experiment_id,)).fetchone()
+            cur.executemany(
+                "INSERT INTO endpoint_passes (experiment_id, pass, endpoint, calls, prompt_tokens, cached_tokens,"
+                " failures, drained) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(experiment_id, row[0], name, int(f.get("calls", 0)), int(f.get("prompt_tokens", 0)),
+                  int(f.get("cached_tokens", 0)), int(f.get("failures", 0)), int(f.get("drained", 0)))
+                 for name, f in figures.items()])
+
+    def endpoint_figures(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Per endpoint, over the run's passes: calls, prompt and cached tokens, failed calls, and
+        ``drained``: the passes it was drained in; ``passes``: the passes it was counted in. Empty
+        without base_urls (or on a ledger from before schema 9)."""
+        try:
+            rows = self._conn.execute(
+                "SELECT p.endpoint, COUNT(*), SUM(p.calls), SUM(p.prompt_tokens), SUM(p.cached_tokens),"
+                " SUM(p.failures), SUM(p.drained) FROM endpoint_passes p JOIN experiments e ON e.id = p.experiment_id"
+                " WHERE e.run_id = ? GROUP BY p.endpoint ORDER BY MIN(p.id)", (run_id,)).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            return {}  # a ledger from before schema 9, opened read-only
+        return {r[0]: {"passes": r[1], "calls": r[2], "prompt_tokens": r[3], "cached_tokens": r[4],
+                       "failures": r[5], "drained": r[6]} for r in rows}
 
     def add_planned_cache_reads(self, experiment_id: int, tokens: int) -> None:
         """Add a pass's planned cache-read tokens to the experiment (billed ones: ``cache_read_tokens``).

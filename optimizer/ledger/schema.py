@@ -32,7 +32,8 @@ _V4_EXPERIMENT_COLUMNS = (
 # Schema 9 (one step for the additions of one release): runs.labels_fingerprint, the label set (given or
 # corrected) a run decides with; verdicts.members, a panel's member verdicts behind each replicate (JSON;
 # NULL: single judge); verdicts.detail, a criteria verdict's criteria, evidence steps and review (JSON);
-# experiments.keep_kind ("improved" | "cheaper") and experiments.verdict_cost_usd, the cost per verdict.
+# experiments.keep_kind ("improved" | "cheaper") and experiments.verdict_cost_usd, the cost per verdict;
+# the endpoint_passes table (per pass, per [judge] base_urls endpoint: what it served).
 
 _V9_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("runs", "labels_fingerprint", "TEXT"),
@@ -238,10 +239,27 @@ CREATE TABLE IF NOT EXISTS attribution_edits (
 
 
 
+# Schema 9: one row per evaluation pass (first pass, each side's re-judging) and endpoint of
+# [judge] base_urls: calls answered, prompt tokens, of them cached, failed calls, drained (1/0).
+_ENDPOINT_PASSES = """
+CREATE TABLE IF NOT EXISTS endpoint_passes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    pass INTEGER NOT NULL,
+    endpoint TEXT NOT NULL,
+    calls INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_tokens INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
+    drained INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS endpoint_passes_by_experiment ON endpoint_passes (experiment_id, pass);
+"""
+
 
 def create_schema(cur: sqlite3.Cursor) -> None:
     """Create every table of a new ledger and stamp it with `SCHEMA_VERSION` (inside the caller's transaction)."""
-    for statement in (_SCHEMA + _ATTRIBUTION_SCHEMA).split(";"):
+    for statement in (_SCHEMA + _ATTRIBUTION_SCHEMA + _ENDPOINT_PASSES).split(";"):
         if statement.strip():
             cur.execute(statement)
     cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -289,6 +307,9 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
         for table, column, sql_type in _V9_COLUMNS:
             if column not in {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}:
                 cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+        for statement in _ENDPOINT_PASSES.split(";"):
+            if statement.strip():
+                cur.execute(statement)
         current = 9
     cur.execute(f"PRAGMA user_version = {current}")
 

@@ -41,6 +41,7 @@ from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
+from optimizer.futility import Screen, make_screen, screen_decision
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.estimate import steady_cost_usd
 from optimizer.judge.prompts import PromptSet
@@ -337,6 +338,7 @@ class LoopRunner:
     def cache_telemetry(self, experiment_id: int, run: EvalRun) -> None:
         """Record a pass's planned cache reads; its warning when the billed ones fell below plan (stderr)."""
         self.ledger.add_planned_cache_reads(experiment_id, run.cache_reads.planned)
+        self.ledger.add_endpoint_pass(experiment_id, run.endpoints)  # [judge] base_urls: per endpoint
         warning = run.cache_reads.warning()
         if warning is not None:
             self.events(Message(f"  experiment {experiment_id}: {warning}", "note"))
@@ -399,9 +401,17 @@ class LoopRunner:
         so_far: dict[str, Answer] = {}
         early: list[Decision] = []
         stopper: EarlyStopper | FprStopper | None = None
+        # Futility screening (adaptive, direct passes): the screen's items go first (`optimizer.futility`).
+        screen: Screen | None = None
+        if (adaptive and self.loop_cfg.futility and inc_answers is not None and not self.batch
+                and not self.limits.propose_only):
+            screen = make_screen(self.labels, inc_answers, self.decision_seed(experiment_id))
+            order = screen.order(self.labels, self.split.ids)
+        so_far_judgements: dict[str, list[Answer]] = {}
+        screened = False
 
         def on_item(item: ItemResult) -> bool:
-            nonlocal stopper
+            nonlocal stopper, screened
             # --propose-only evaluates in full: a human decides, and a candidate they keep becomes the
             # incumbent, whose answers every later candidate is compared with item by item.
             # (A batch pass never calls this: every call of a batch is paid for once it is sent.)
@@ -413,8 +423,16 @@ class LoopRunner:
             if stopper is None:
                 stopper = (FprStopper(self.labels, inc_answers, self.loop_cfg, alpha=level) if cheaper else
                            EarlyStopper(self.labels, inc_answers, inc_judgements, self.loop_cfg, alpha=level))
+            judgements = judgements_of(item)
             decision = (stopper.add(item.trajectory_id, item.answer) if isinstance(stopper, FprStopper)
-                        else stopper.add(item.trajectory_id, item.answer, judgements_of(item)))
+                        else stopper.add(item.trajectory_id, item.answer, judgements))
+            so_far_judgements[item.trajectory_id] = judgements
+            # (A candidate estimated cheaper is judged in full: futility, like the kappa bound, does not stop it.)
+            if (decision is None and screen is not None and not cheaper and not screened
+                    and screen.ids <= so_far_judgements.keys()):
+                screened = True  # once, when the last screen item is in
+                decision = screen_decision(self.labels, screen, inc_judgements, so_far_judgements, self.loop_cfg,
+                                           level=level, seed=self.decision_seed(experiment_id))
             if decision is not None:
                 early.append(decision)
                 return True

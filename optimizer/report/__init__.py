@@ -28,6 +28,7 @@ from optimizer.report.data import (
 )
 from optimizer.report.lines import (
     accounting_line,
+    endpoint_lines,
     fp_by_type_line,
     git_audit,
     history_lines,
@@ -57,6 +58,7 @@ __all__ = [
     "attribution_json",
     "attribution_lines",
     "attribution_markdown",
+    "endpoint_lines",
     "export_attribution_tsv",
     "export_experiments_tsv",
     "fp_by_type",

@@ -3,7 +3,7 @@ the adaptive test's line, accounting, false positives by type, token splits, the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from optimizer.config import Config
 from optimizer.decision import AdaptiveTest
@@ -131,6 +131,20 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
             f"{e.rejudge_calls or '':>5} {e.cost_usd:>8.4f}  "
             f"{one_line(e.rationale, 60)}"
         )
+    return lines
+
+
+def endpoint_lines(figures: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """One line per ``[judge] base_urls`` endpoint: ``"http://a:8000/v1: 40 calls, 30,000 of 41,000
+    prompt tokens cached (73%), 1 failed call, drained in 1 pass"`` (nothing without base_urls)."""
+    lines = []
+    for name, f in figures.items():
+        prompt, cached = f.get("prompt_tokens", 0), f.get("cached_tokens", 0)
+        share = f" ({cached / prompt:.0%})" if prompt else ""
+        failures, drained = f.get("failures", 0), f.get("drained", 0)
+        lines.append(f"{name}: {f.get('calls', 0)} calls, {cached:,} of {prompt:,} prompt tokens cached{share}, "
+                     f"{failures} failed call{'' if failures == 1 else 's'}"
+                     + (f", drained in {drained} pass{'' if drained == 1 else 'es'}" if drained else ""))
     return lines
 
 

@@ -31,6 +31,7 @@ from optimizer.report.lines import (
     _signed,
     accounting_line,
     cache_reads_line,
+    endpoint_lines,
     fp_by_type_line,
     git_audit,
     one_line,
@@ -249,6 +250,10 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
         f"${totals['optimizer_cost_usd']:.4f} ({totals['optimizer_calls']} calls, "
         f"{totals['optimizer_input_tokens']}+{totals['optimizer_output_tokens']} tokens)"
     )
+    endpoints = ledger.endpoint_figures(run.id)
+    if endpoints:  # [judge] base_urls: what each replica served over the run's passes
+        out.append(f"endpoints ({len(endpoints)}):")
+        out.extend(f"  {line}" for line in endpoint_lines(endpoints))
     by_status: dict[str, int] = {}
     for e in experiments:
         by_status[e.status] = by_status.get(e.status, 0) + 1

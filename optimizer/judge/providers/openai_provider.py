@@ -61,7 +61,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolC
 
 from optimizer.config import JudgeSection
 from optimizer.errors import UserError
-from optimizer.judge.endpoints import EndpointPool, report_lines, shown_url
+from optimizer.judge.endpoints import EndpointFigures, EndpointPool, report_lines, shown_url
 from optimizer.judge.providers._common import (
     JUDGE,
     ImageString,
@@ -240,7 +240,7 @@ class OpenAIProvider(WireProvider):
             except (openai.APIConnectionError, openai.InternalServerError) as exc:
                 # The server is gone or broken (after the SDK's retries): its items go to the others.
                 failure = exc
-                self._pool.drain(url, _why(exc))
+                self._pool.fail(url, _why(exc))
                 continue
             except (openai.APIError, ValueError) as exc:
                 raise self._mapped(exc) from None
@@ -277,6 +277,15 @@ class OpenAIProvider(WireProvider):
         since, drains = self._pool.take_report()
         return tuple(report_lines({shown_url(u): s for u, s in since.items()},
                                   [(shown_url(u), why) for u, why in drains]))
+
+    def take_endpoint_pass(self) -> EndpointFigures:
+        """With base_urls: per endpoint, calls, prompt and cached tokens, failed calls and whether it
+        was drained (1/0), since the last call of this method (`EndpointReporting`); else empty."""
+        if self._pool is None:
+            return {}
+        return {shown_url(u): {"calls": s.calls, "prompt_tokens": s.prompt_tokens, "cached_tokens": s.cached_tokens,
+                               "failures": s.failures, "drained": int(drained)}
+                for u, (s, drained) in self._pool.take_pass().items()}
 
     def endpoint_totals(self) -> dict[str, dict[str, int]]:
         """With base_urls: per endpoint (address without credentials), calls, prompt and cached

@@ -1,0 +1,224 @@
+"""Futility screening under the adaptive policy: roll a candidate back after part of the split when its
+chance of clearing the full test is small. Pure (numpy for the draws).
+
+The screen. Before a candidate's first pass the split is ordered so that a *screen* comes first:
+every item the incumbent gets wrong (its first-pass majority disagrees with the label — the only
+items a candidate can fix), then a stratified random part of the rest (by label: ``ceil(share · n)``
+of each class's incumbent-right items, drawn with `random.Random(seed)`; the seed is the
+candidate's decision seed, so the screen replays). Once every screen item is judged, `screen_decision`
+estimates P(clear): the chance that the adaptive decision on the full split (`decide_adaptive`: the
+literal rule on majorities over all judgements and the sign-flip test at the candidate's level)
+keeps the candidate. Below ``[loop] futility_threshold`` the candidate is rolled back there, with
+the reason "futile: P(clear) = x < threshold after n of N items"; otherwise the pass goes on
+exactly as without screening.
+
+The model (a posterior predictive, Monte Carlo over ``draws`` draws from ``seed``):
+
+- the items judged so far keep their judgements;
+- an unjudged item is incumbent-right (every incumbent-wrong item is in the screen). The candidate's
+  first pass on it is drawn from the sampled items of its class (the random part of the screen:
+  incumbent-right items of the same label, exchangeable with the unjudged ones) by the Bayesian
+  bootstrap — Dirichlet(1, …, 1) weights over the sampled items per draw, then one of them per
+  unjudged item — so the break rate carries its uncertainty, not only its point estimate;
+- an item whose verdicts differ (judged or drawn) is re-judged ``rejudge`` more times under each
+  prompt, each side right with its own probability drawn from Beta(½ + right, ½ + wrong) of that
+  side's first-pass judgements of the item (Jeffreys' prior; an unusable judgement counts as wrong,
+  and a majority over all judgements is "right" when more than half are right, a tie being right
+  on a negative — `metrics.majority_answer`'s tie rule).
+
+Each draw is decided by the adaptive rule itself (kappa and FPR by `decision`'s exact comparisons, the
+exact sign-flip p-value; where the exact test is out of reach the draw counts as a clear, which can
+only raise P(clear)). P(clear) is the share of draws that clear.
+
+Why false keeps cannot rise: the screen only ever returns a rollback (`Decision.keep` is False);
+a candidate it does not stop is evaluated and decided exactly as without it, on the full split.
+For a fixed candidate and fixed judge answers, "kept with futility" implies "kept without"; the
+false-keep bound of the adaptive test (alpha per candidate) holds unchanged. What screening can
+cost is power: a real fix stopped because the screen looked worse than it was
+(benchmarks/decision_power.py measures how often).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from optimizer.config import LoopSection
+from optimizer.decision import Counts, Decision, Judgements, _exact, _fpr_within, _kappa_clears, evidence
+from optimizer.metrics import Answer, is_correct, majority_answer, outcome
+from optimizer.models import Label
+from optimizer.signflip import (
+    MAX_EXACT_BITS,
+    exact_bits_grouped,
+    sign_flip_test_grouped,
+    sign_flip_upper_bound,
+)
+
+# The share of each class's incumbent-right items judged in the screen (chosen on the benchmark).
+SCREEN_SHARE = 0.3
+DRAWS = 200
+JEFFREYS = 0.5
+
+
+@dataclass(frozen=True)
+class Screen:
+    """The items judged before the futility check: ``wrong`` (the incumbent's disagreements with
+    the labels) and ``sampled`` (the stratified random part), and the seed that drew them."""
+
+    wrong: tuple[str, ...]
+    sampled: tuple[str, ...]
+    seed: int
+    share: float
+
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset(self.wrong) | frozenset(self.sampled)
+
+    def order(self, labels: Mapping[str, Label], ids: Sequence[str]) -> list[str]:
+        """``ids`` with the screen first; negatives first within the screen and within the rest,
+        manifest order within each (the FPR bound sees negatives early either way)."""
+        screen = self.ids
+        first = [t for t in ids if t in screen]
+        rest = [t for t in ids if t not in screen]
+        return ([t for t in first if not labels[t].is_positive] + [t for t in first if labels[t].is_positive]
+                + [t for t in rest if not labels[t].is_positive] + [t for t in rest if labels[t].is_positive])
+
+
+def make_screen(labels: Mapping[str, Label], incumbent: Mapping[str, Answer], seed: int,
+                share: float = SCREEN_SHARE) -> Screen:
+    """The screen for a candidate against ``incumbent`` (its answer per item; see the module docstring)."""
+    if not 0 < share <= 1:
+        raise ValueError(f"screen share must be in (0, 1], got {share}")
+    wrong = tuple(t for t in labels if not is_correct(labels[t], incumbent.get(t)))
+    rng = random.Random(seed)
+    sampled: list[str] = []
+    for positive in (False, True):
+        right = sorted(t for t, lab in labels.items() if lab.is_positive is positive and t not in set(wrong))
+        sampled += sorted(rng.sample(right, math.ceil(share * len(right))))
+    return Screen(wrong=wrong, sampled=tuple(sampled), seed=seed, share=share)
+
+
+@dataclass(frozen=True)
+class FutilityEstimate:
+    """P(clear) and what it was computed from."""
+
+    p_clear: float
+    judged: int
+    total: int
+    draws: int
+
+
+def _right(correct: np.ndarray, total: np.ndarray, negative: np.ndarray) -> np.ndarray:
+    return (correct * 2 > total) | ((correct * 2 == total) & negative)
+
+
+def _counts(right: np.ndarray, positive: np.ndarray) -> Counts:
+    tp, tn = int((right & positive).sum()), int((right & ~positive).sum())
+    n_pos = int(positive.sum())
+    return Counts(tp, n_pos - tp, tn, len(positive) - n_pos - tn)
+
+
+def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
+            loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> FutilityEstimate | None:
+    """The chance the full adaptive decision keeps the candidate (module docstring), or None when it
+    cannot be estimated: a one-class split, a screen item not judged yet, or a class with unjudged
+    items and no sampled item to draw from.
+
+    ``incumbent``: the incumbent's first-pass judgements of every item; ``candidate_so_far``: the
+    candidate's first-pass judgements of the items judged so far (screen items and any others)."""
+    ids = sorted(labels)
+    positive = np.array([labels[t].is_positive for t in ids])
+    if positive.all() or not positive.any() or not screen.ids <= set(candidate_so_far):
+        return None
+    r = loop.rejudge
+    n = len(ids)
+    inc_c = np.array([sum(is_correct(labels[t], a) for a in incumbent[t]) for t in ids])
+    inc_n = np.array([len(incumbent[t]) for t in ids])
+    inc_right = np.array([is_correct(labels[t], majority_answer(incumbent[t])) for t in ids])
+    inc_out = [outcome(majority_answer(incumbent[t])) for t in ids]
+    judged = np.array([t in candidate_so_far for t in ids])
+    cand_c = np.zeros(n, int)
+    cand_n = np.ones(n, int)
+    cand_right = np.zeros(n, bool)
+    differ = np.zeros(n, bool)
+    for i, t in enumerate(ids):
+        if t in candidate_so_far:
+            js = candidate_so_far[t]
+            cand_c[i], cand_n[i] = sum(is_correct(labels[t], a) for a in js), len(js)
+            major = majority_answer(js)
+            cand_right[i], differ[i] = is_correct(labels[t], major), outcome(major) != inc_out[i]
+    sampled = set(screen.sampled)
+    pools = {pos: np.array([i for i, t in enumerate(ids) if t in sampled and positive[i] == pos]) for pos in (False, True)}
+    holes = {pos: np.flatnonzero(~judged & (positive == pos)) for pos in (False, True)}
+    if any(len(holes[pos]) and not len(pools[pos]) for pos in (False, True)):
+        return None
+    rng = np.random.default_rng(seed)
+    alpha = _exact(level)
+    negative = ~positive
+    clears = 0
+    for _ in range(draws):
+        cc, cn, cr, dd = cand_c.copy(), cand_n.copy(), cand_right.copy(), differ.copy()
+        for pos in (False, True):
+            hole, pool = holes[pos], pools[pos]
+            if not len(hole):
+                continue
+            pick = pool[rng.choice(len(pool), size=len(hole), p=rng.dirichlet(np.ones(len(pool))))]
+            # Every unjudged item is incumbent-right, as every sampled one: "differs" transplants as is.
+            cc[hole], cn[hole], cr[hole], dd[hole] = cand_c[pick], cand_n[pick], cand_right[pick], differ[pick]
+        ic, in_, ir = inc_c.copy(), inc_n.copy(), inc_right.copy()
+        if r > 0 and dd.any():
+            idx = np.flatnonzero(dd)
+            # Apparent fixes beyond the apparent breaks are taken as real (and the reverse); the rest
+            # as noise, both prompts then sharing one chance of a right judgement.
+            fix, brk = cr[idx] & ~ir[idx], ir[idx] & ~cr[idx]
+            n_fix, n_brk = int(fix.sum()), int(brk.sum())
+            share_real = np.where(fix, max(0.0, 1 - n_brk / n_fix) if n_fix else 0.0,
+                                  np.where(brk, max(0.0, 1 - n_fix / n_brk) if n_brk else 0.0, 0.0))
+            real = rng.random(len(idx)) < share_real
+            pooled = rng.beta(JEFFREYS + cc[idx] + ic[idx], JEFFREYS + cn[idx] - cc[idx] + in_[idx] - ic[idx])
+            pc = np.where(real, rng.beta(JEFFREYS + cc[idx], JEFFREYS + cn[idx] - cc[idx]), pooled)
+            pi = np.where(real, rng.beta(JEFFREYS + ic[idx], JEFFREYS + in_[idx] - ic[idx]), pooled)
+            cc[idx] += rng.binomial(r, pc)
+            ic[idx] += rng.binomial(r, pi)
+            cn[idx] += r
+            in_[idx] += r
+            cr[idx] = _right(cc[idx], cn[idx], negative[idx])
+            ir[idx] = _right(ic[idx], in_[idx], negative[idx])
+        counts_c, counts_i = _counts(cr, positive), _counts(ir, positive)
+        if not _kappa_clears(counts_c, counts_i, loop.min_kappa_delta):
+            continue
+        if not _fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance):
+            continue
+        shares = Counter(zip(cc.tolist(), cn.tolist(), ic.tolist(), in_.tolist(), strict=True))
+        ev: Counter[Fraction] = Counter()
+        for (a, b, c, d), k in shares.items():
+            diff = Fraction(a, b) - Fraction(c, d)
+            if diff:
+                ev[evidence(diff)] += k
+        if Fraction(sign_flip_upper_bound(ev)) < alpha:
+            clears += 1
+        elif exact_bits_grouped(ev) > MAX_EXACT_BITS:
+            clears += 1  # out of exact reach: counted as a clear, which only raises P(clear)
+        elif sign_flip_test_grouped(ev).below(alpha):
+            clears += 1
+    return FutilityEstimate(p_clear=clears / draws, judged=int(judged.sum()), total=n, draws=draws)
+
+
+def screen_decision(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
+                    loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> Decision | None:
+    """The futility rollback when P(clear) < ``loop.futility_threshold``, else None (also when P(clear)
+    cannot be estimated). Never a keep. ``p_value`` is 1.0: no test was run on the candidate."""
+    est = p_clear(labels, screen, incumbent, candidate_so_far, loop, level=level, seed=seed, draws=draws)
+    if est is None or est.p_clear >= loop.futility_threshold:
+        return None
+    reason = (f"futile: P(clear) = {est.p_clear:.3f} < {loop.futility_threshold:g} after {est.judged} of "
+              f"{est.total} items (screen: the incumbent's {len(screen.wrong)} wrong item(s) and "
+              f"{len(screen.sampled)} drawn by label, seed {screen.seed}; {est.draws} draws): rolled back")
+    return Decision(keep=False, reason=reason, literal_keep=False, paired_keep=False, p_value=1.0,
+                    policy=loop.policy, early_stopped=True, adaptive_keep=False, alpha=level)

@@ -1,0 +1,48 @@
+"""Futility screening through `judgeloop run` (real openai SDK, fake server, deterministic judge): a no-op
+is rolled back after the screen with its reason in the ledger; a real fix is judged in full and kept."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, run_loop, set_toml_key
+from tests.support.scripted import ScriptedStrategy, install, latest, toggle
+
+NO_OP = "lib-final-state"  # the fake judge ignores it: every answer stays the incumbent's
+FUTILE = re.compile(r"^futile: P\(clear\) = (\d\.\d{3}) < 0\.5 after (\d+) of 32 items ")
+
+
+def test_a_no_op_stops_after_the_screen_and_a_real_fix_is_kept_on_the_full_split(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_toml_key(ws, "loop", "futility", "true")
+    set_toml_key(ws, "loop", "futility_threshold", "0.5")  # aggressive: still never a keep on partial data
+    commit_all(ws, "futility on")
+    judge = FakeJudge(ws)
+    install(monkeypatch, ScriptedStrategy([toggle(NO_OP), toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, NO_OP)]))
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
+    _run, exps = latest(ws)
+    _base, noop, good, noop2 = exps
+    for futile in (noop, noop2):
+        m = FUTILE.match(futile.reason or "")
+        assert futile.status == "rolled_back" and futile.early_stopped and m, futile.reason
+        assert int(m.group(2)) == futile.items_evaluated < 32 and futile.rejudge_calls == 0
+    # The fix: every item judged, decided by the full adaptive test, kept.
+    assert good.status == "kept" and good.items_evaluated == 32 and not good.early_stopped, good.reason
+    assert good.test is not None and good.test["p_value"] < 0.1 and "futile" not in (good.reason or "")
+    assert noop2.parent_id == good.id
+    kept = [e for e in exps[1:] if e.status == "kept"]
+    assert all(e.items_evaluated == 32 and not e.early_stopped for e in kept)
+
+
+def test_futility_off_by_default_judges_a_no_op_past_the_screen(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, ScriptedStrategy([toggle(NO_OP)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+    _run, (_base, noop) = latest(ws)
+    assert noop.status == "rolled_back" and "futile" not in (noop.reason or "")
