@@ -605,6 +605,7 @@ def cheaper_rows(q: np.ndarray, positive: np.ndarray, trials: int, seed: int, *,
                 lo, hi = clopper_pearson_interval(keeps, total)
                 cells.append(f"{keeps / total:>6.1%} [{lo:>5.1%},{hi:>5.1%}] n={total:<5}")
             lines.append(f"{name:<7} {margin:>6} {cells[0]:>26} {cells[1]:>26} {per:>9.2f}")
+    return lines
 
 # --- futility screening (optimizer.futility) ----------------------------------------------------
 
