@@ -231,9 +231,10 @@ def test_rate_limit_that_outlives_the_retries_is_an_infrastructure_error(
 def test_timeout_after_retries_is_an_infrastructure_error(
     provider: str, keys: None, fake_llm: FakeLLMServer
 ) -> None:
-    fake_llm.script(hang(3.0), hang(3.0))
+    fake_llm.script(hang(4.0), hang(4.0))
+    # A 1 s timeout, not less: on a loaded machine a shorter one can expire before the retry reaches the server.
     with pytest.raises(InfrastructureError, match="timed out after 1 retry"):
-        run(one_call(section(provider, fake_llm, timeout_s=0.3, max_retries=1)))
+        run(one_call(section(provider, fake_llm, timeout_s=1.0, max_retries=1)))
     assert len(fake_llm.inference_requests()) == 2
 
 
