@@ -240,6 +240,10 @@ class OptimizerSection(_Section):
         return out
 
 
+# The most candidates one wave may hold (`[loop] wave`, `run --wave`).
+MAX_WAVE = 16
+
+
 class LoopSection(_Section):
     policy: PolicyName = "adaptive"
     alpha: float = Field(default=0.1, gt=0, le=1)
@@ -257,6 +261,9 @@ class LoopSection(_Section):
     # given up as incomplete (an unattended run should outlast a provider's bad minute).
     infra_retry_rounds: int = Field(default=2, ge=0, le=10)
     infra_retry_pause_s: float = Field(default=10.0, ge=0.0, le=600.0)
+    # Candidates proposed per round against one incumbent, evaluated item by item together and decided
+    # together (Holm over their p-values, at most one keep per wave); 1: one candidate at a time.
+    wave: int = Field(default=1, ge=1, le=MAX_WAVE)
 
 
 class ConfirmSection(_Section):
@@ -338,6 +345,7 @@ fpr_tolerance = 0.0
 patience = 5               # (replicates per item: prompts/judge.toml, or --replicates)
 infra_retry_rounds = 2     # judge items that hit infrastructure errors again, up to this many rounds,
 infra_retry_pause_s = 10   # after pausing this long x the round, before a candidate counts as incomplete
+wave = 1                   # candidates per round, judged together and decided with Holm (at most one keep)
 
 [confirm]
 max_uses = 3

@@ -44,6 +44,11 @@ class Disagreement:
         return "rejected_success" if self.label_positive else "missed_failure"
 
 
+# `PastExperiment.decision` of another candidate of the same wave (`[loop] wave`): proposed against the
+# same incumbent and judged together with the one being proposed, not decided yet.
+IN_WAVE = "in_wave"
+
+
 @dataclass(frozen=True)
 class PastExperiment:
     id: int
