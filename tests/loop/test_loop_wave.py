@@ -5,16 +5,29 @@ their p-value and Holm level; refusals; a duplicate or a short wave; a stopped w
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 import pytest
 
 from optimizer import gitops
 from optimizer.cli import main
+from optimizer.judge.prompts import LIBRARY_MD, parse_library
 from optimizer.loop.strategies import IN_WAVE, Proposal, ProposalContext, ProposalError
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, commit_all, git, report_json, run_loop
-from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
+from tests.support.loop import (
+    BAD_ENTRY,
+    GOOD_ENTRY,
+    FakeJudge,
+    commit_all,
+    git,
+    report_json,
+    run_loop,
+    set_toml_key,
+    wait_for,
+)
+from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, ledger_of, toggle
+from tests.support.signals import CliRun, cache_rows, gated_judge, release
 
 NEUTRAL = "lib-harmless-exploration"  # changes nothing the fake judge answers: a no-op candidate
 HOLM = re.compile(r"wave of (\d+) \(Holm\): rank (\d+), level ([0-9.e-]+), (p=\S+|stopped early)")
@@ -64,3 +77,139 @@ def present_alpha(e: object) -> float:
     alpha = getattr(e, "alpha", None)
     assert isinstance(alpha, float)
     return alpha
+
+
+# -- refusals and hostile proposals -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--wave", "0"], "argument --wave: 0 is out of range: use a whole number from 1 to 16"),
+    (["--wave", "-3"], "argument --wave: -3 is out of range"),
+    (["--wave", "17"], "argument --wave: 17 is out of range"),
+    (["--wave", "2", "--policy", "literal"], "the literal policy runs no test"),
+    (["--wave", "2", "--propose-only"], "drop --propose-only or use --wave 1"),
+    (["--wave", "2", "--batch"], "not supported with --batch yet"),
+])
+def test_a_wave_it_cannot_run_is_refused_in_one_line_before_any_run(
+        ws: Path, capsys: pytest.CaptureFixture[str], extra: list[str], says: str) -> None:
+    assert main(["run", "-w", str(ws), "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1",
+                 "--model", "fake-judge", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
+    assert not (ws / "experiments" / "ledger.sqlite").exists() or latest_or_none(ws) is None
+    assert_clean(ws)
+
+
+def test_fdr_or_a_hand_edit_with_a_wave_is_refused_in_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    set_toml_key(ws, "loop", "patience", "5\nfdr = 0.1")
+    commit_all(ws, "fdr on")
+    assert main(["run", "-w", str(ws), "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1",
+                 "--model", "fake-judge", "--wave", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "[loop] fdr (LORD++) levels are per candidate" in err and len(err.splitlines()) == 1
+    git(ws, "reset", "-q", "--hard", "HEAD~1")
+    (ws / "prompts" / "rubric.md").write_text((ws / "prompts" / "rubric.md").read_text() + "\nA hand rule.\n")
+    assert main(["run", "-w", str(ws), "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1",
+                 "--model", "fake-judge", "--wave", "3", "--strategy", "manual"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--strategy manual judges one hand edit: drop --wave" in err and len(err.splitlines()) == 1
+    assert latest_or_none(ws) is None
+
+
+def latest_or_none(ws: Path) -> object:
+    with ledger_of(ws) as led:
+        return led.latest_run()
+
+
+def fails(ctx: ProposalContext) -> Proposal:
+    raise ProposalError("no idea left")
+
+
+def test_a_duplicate_and_a_missing_proposal_still_count_in_the_wave_family(
+        ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The strategy repeats its first candidate and then fails: the wave tests one candidate, yet Holm's
+    # family stays the wave's 3 (the candidate is compared at alpha/3, not alpha).
+    strategy = ScriptedStrategy([toggle(GOOD_ENTRY), toggle(GOOD_ENTRY), fails])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=FakeJudge(ws, good_fixes_neg=0.45)) as server:
+        assert run_loop(ws, server.openai_base_url, "--wave", "3", "--max-experiments", "3") == 0
+    run, exps = latest(ws)
+    first, dup, failed = exps[1:]
+    assert dup.status == "guard_rejected" and dup.reason == f"the same edit as experiment {first.id} of this wave"
+    assert failed.status == "error" and "no idea left" in (failed.reason or "")
+    assert first.status == "kept" and first.alpha == pytest.approx(0.1 / 3)
+    m = HOLM.search(first.reason or "")
+    assert m is not None and m.groups()[:2] == ("3", "1")
+    assert gitops.rev_parse(ws, run.branch) == first.commit_sha
+    assert gitops.rejected_refs(ws) == {} and gitops.parked_candidates(ws) == {}
+    assert_clean(ws)
+
+
+def test_a_wave_larger_than_the_library_proposes_each_set_once(ws: Path) -> None:
+    # Two library entries: three distinct sets (each alone, both) for a wave of 5; the other two fail.
+    library = parse_library((ws / LIBRARY_MD).read_text(encoding="utf-8"))
+    keep = {GOOD_ENTRY, NEUTRAL}
+    text = (ws / LIBRARY_MD).read_text(encoding="utf-8")
+    for entry in library:
+        if entry.id not in keep:
+            text = re.sub(rf"(?ms)^## {re.escape(entry.id)}\n.*?(?=^## |\Z)", "", text)
+    (ws / LIBRARY_MD).write_text(text, encoding="utf-8")
+    assert {e.id for e in parse_library(text)} == keep
+    commit_all(ws, "a two-entry library")
+    with FakeLLMServer(default=FakeJudge(ws, good_fixes_neg=0.45)) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--wave", "5",
+                        "--max-experiments", "5") == 0
+    run, exps = latest(ws)
+    cands = exps[1:]
+    assert len(cands) == 5
+    sets = [frozenset(e.proposal_meta["library_enabled"]) for e in cands if "library_enabled" in e.proposal_meta]
+    assert len(sets) == 3 == len(set(sets))
+    assert sum(e.status == "error" for e in cands) == 2
+    assert sum(e.status == "kept" for e in cands) <= 1
+    assert all(e.proposal_meta.get("wave", {}).get("size") == 5 for e in cands if e.status != "error")
+    kept = [e for e in cands if e.status == "kept"]
+    assert gitops.rev_parse(ws, run.branch) == (kept[0].commit_sha if kept else run.start_rev)
+    assert gitops.parked_candidates(ws) == {}
+    assert_clean(ws)
+
+
+# -- a stopped wave, resumed -----------------------------------------------------------------------------
+
+
+def test_ctrl_c_mid_wave_then_resume_decides_every_candidate_once_and_pays_nothing_twice(ws: Path) -> None:
+    judge = gated_judge(ws, candidate_calls=9)
+    with FakeLLMServer(default=judge) as server:
+        with CliRun(ws, server, "--strategy", "library", "--wave", "3", "--max-experiments", "3") as cli:
+            wait_for(lambda: len(judge.answered) >= judge.gate_after if judge.gate_after else False,
+                     "the gated calls", 60)
+            wait_for(lambda: cli.said("wave: evaluating experiments"), "the wave's evaluation")
+            cli.proc.send_signal(signal.SIGINT)
+            wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops after the judge calls in flight"),
+                     "the stop to be announced")
+            release(judge, abandon=False)
+            assert cli.wait() == 130, "".join(cli.lines)
+        run, exps = latest(ws)
+        assert run.status == "stopped"
+        # Left for --resume: three parked commits on the baseline, the tree at the baseline.
+        assert [e.status for e in exps] == ["baseline", "running", "running", "running"]
+        parked = gitops.parked_candidates(ws)
+        assert set(parked) == {e.id for e in exps[1:]}
+        assert all(git(ws, "rev-parse", f"{sha}^").strip() == run.start_rev for sha in parked.values())
+        assert gitops.rev_parse(ws, "HEAD") == run.start_rev
+        assert_clean(ws)
+        assert cache_rows(ws)[0] == len(judge.answered)
+
+        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+    run, exps = latest(ws)
+    assert run.status == "finished" and "max-experiments 3" in (run.stop_reason or "")
+    # Each of the three decided once, as one wave of 3; no new candidate, no call paid twice.
+    assert [e.seq for e in exps] == [0, 1, 2, 3]
+    assert all(e.status in ("kept", "rolled_back") for e in exps[1:])
+    assert sum(e.status == "kept" for e in exps[1:]) <= 1
+    assert all((m := HOLM.search(e.reason or "")) is not None and m.group(1) == "3" for e in exps[1:])
+    assert len(judge.answered) == cache_rows(ws)[0]
+    assert gitops.parked_candidates(ws) == {}
+    kept = [e for e in exps[1:] if e.status == "kept"]
+    assert gitops.rev_parse(ws, run.branch) == (kept[0].commit_sha if kept else run.start_rev)
+    assert set(gitops.rejected_refs(ws)) == {e.id for e in exps[1:] if e.status != "kept"}
+    assert_clean(ws)
