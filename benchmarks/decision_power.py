@@ -41,8 +41,13 @@ incumbent's first pass happened to get them right (not re-judged, d = 0), and ~2
 re-judged beside ~6 visible fixes; most misses are p >= alpha, few are the literal rule.
 ``--rejudge 4`` reaches 77% on 8-item fixes at 1.95 calls per pass.
 
+Waves (``run --wave K``, `wave_trials`): runs of one wave each through the real loop, adaptive: K
+no-ops (the share of waves that keep one must stay <= alpha: Holm per wave) and one 8-item fix
+among K-1 no-ops (the share that keeps the fix, and that keeps a no-op instead).
+
 Run:  python benchmarks/decision_power.py [--quick] [--runs 45] [--candidates 6] [--sim-runs 3000]
       [--workers 2] [--policies literal paired adaptive] [--rejudge 2] [--fix-pool wrong|wrong-or-unstable]
+      [--waves 1 4 8] [--wave-runs 30] [--waves-only]
 """
 
 from __future__ import annotations
@@ -275,10 +280,11 @@ def _strategy_installed(strategy: BenchStrategy) -> Iterator[None]:
 def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, seed: int, *,
                 concurrency: int = 16, rejudge: int | None = None, fix_pool: str = "wrong",
                 item_seed: int = 0, odds: tuple[np.ndarray, np.ndarray] | None = None,
-                schedule: Sequence[str] | None = None) -> PolicyResult:
+                schedule: Sequence[str] | None = None, wave: int | None = None) -> PolicyResult:
     """``runs`` loop runs of ``candidates`` candidates each under ``policy``; one workspace, one fake
     server. ``item_seed`` fixes the judge's item odds (the same for every policy); ``odds`` (q,
-    fixable) replaces them and ``schedule`` the shuffled schedule of every run (tests)."""
+    fixable) replaces them and ``schedule`` the shuffled schedule of every run (tests); ``wave``:
+    ``run --wave`` (candidates per round, decided together)."""
     started = time.monotonic()
     result = PolicyResult(policy)
     rng = random.Random(f"{seed}/{policy}")
@@ -311,7 +317,7 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
                 strategy.schedule = list(schedule) if schedule else schedule_for(rng, candidates, fixes_per_run)
                 kinds = list(strategy.schedule)
                 ws = Workspace.open(root)
-                outcome = session.start_run(ws, session.RunOptions(max_experiments=len(kinds), judge=judge))
+                outcome = session.start_run(ws, session.RunOptions(max_experiments=len(kinds), judge=judge, wave=wave))
                 with Ledger(ws.ledger_path) as ledger:
                     exps = ledger.experiments(outcome.run_id)
                 for exp in exps:
@@ -334,6 +340,68 @@ def _loop_task(args: tuple[Any, ...]) -> PolicyResult:
     policy, runs, candidates, fixes_per_run, seed, concurrency, rejudge, fix_pool = args
     return loop_trials(policy, runs, candidates, fixes_per_run, seed, concurrency=concurrency, rejudge=rejudge,
                        fix_pool=fix_pool)
+
+
+# --- waves ----------------------------------------------------------------------------------------
+
+WAVE_FIX = "fix8"
+
+
+@dataclass(frozen=True)
+class WaveRow:
+    """One wave size through the real loop: runs of one wave each (baseline, then K candidates)."""
+
+    wave: int
+    null_waves: int  # waves of K no-ops
+    null_false_keeps: int  # of them, waves that kept a no-op
+    planted_waves: int  # waves of one 8-item fix and K-1 no-ops
+    planted_fix_kept: int
+    planted_noop_kept: int
+    calls_per_candidate: float  # judge calls per decided candidate / 162
+
+
+def wave_trials(k: int, runs: int, seed: int, *, concurrency: int = 8, rejudge: int | None = None,
+                odds: tuple[np.ndarray, np.ndarray] | None = None) -> WaveRow:
+    """``runs`` runs of one wave of ``k`` no-ops and ``runs`` of one wave of an 8-item fix among
+    ``k - 1`` no-ops (the fix proposed last: Holm breaks a tie by the earlier candidate), each run a
+    fresh baseline, through `session.start_run` with ``wave = k`` under the adaptive policy."""
+    null = loop_trials("adaptive", runs, k, 0, seed, concurrency=concurrency, rejudge=rejudge, odds=odds,
+                       schedule=["noop"] * k, wave=k)
+    planted = loop_trials("adaptive", runs, k, 0, seed + 1, concurrency=concurrency, rejudge=rejudge, odds=odds,
+                          schedule=["noop"] * (k - 1) + [WAVE_FIX], wave=k)
+    kept_runs = {t.run for t in null.trials if t.kept}
+    fix_kept = sum(t.kept for t in planted.trials if t.kind == WAVE_FIX)
+    noop_kept = sum(t.kept for t in planted.trials if t.kind == "noop")
+    trials = null.trials + planted.trials
+    n_items = null.baseline_calls // max(1, runs)
+    calls = sum(t.calls for t in trials) / len(trials) / n_items if trials and n_items else float("nan")
+    return WaveRow(k, len({t.run for t in null.trials}), len(kept_runs), len({t.run for t in planted.trials}),
+                   fix_kept, noop_kept, calls)
+
+
+def wave_table(rows: Sequence[WaveRow], alpha: float = 0.1) -> list[str]:
+    """Per wave size: the share of no-op waves with a (false) keep, with its 95% Clopper-Pearson interval
+    (runs are independent: each has its own baseline), beside alpha; the planted fix's kept share."""
+    from optimizer.binomial import clopper_pearson_interval
+
+    head = (f"{'wave':>4} {'no-op waves with a keep':>30} {'<= alpha':>8} {'planted fix8 kept':>26} "
+            f"{'a no-op kept instead':>20} {'calls/cand/162':>14}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lo, hi = clopper_pearson_interval(r.null_false_keeps, r.null_waves) if r.null_waves else (0.0, 1.0)
+        rate = r.null_false_keeps / r.null_waves if r.null_waves else float("nan")
+        fix = r.planted_fix_kept / r.planted_waves if r.planted_waves else float("nan")
+        flo, fhi = clopper_pearson_interval(r.planted_fix_kept, r.planted_waves) if r.planted_waves else (0.0, 1.0)
+        other = r.planted_noop_kept / r.planted_waves if r.planted_waves else float("nan")
+        lines.append(f"{r.wave:>4} {rate:>7.1%} [{lo:>4.0%},{hi:>4.0%}] n={r.null_waves:<8} "
+                     f"{'yes' if rate <= alpha else 'NO':>8} {fix:>7.1%} [{flo:>4.0%},{fhi:>4.0%}] n={r.planted_waves:<4} "
+                     f"{other:>20.1%} {r.calls_per_candidate:>14.2f}")
+    return lines
+
+
+def _wave_task(args: tuple[Any, ...]) -> WaveRow:
+    k, runs, seed, concurrency, rejudge = args
+    return wave_trials(k, runs, seed, concurrency=concurrency, rejudge=rejudge)
 
 
 # --- the pure simulation ------------------------------------------------------------------------
@@ -520,9 +588,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix-pool", choices=["wrong", "wrong-or-unstable"], default="wrong")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-loop", action="store_true", help="the simulation only")
+    parser.add_argument("--waves", type=int, nargs="*", default=[1, 4, 8],
+                        help="wave sizes of the wave rows (`run --wave K`; none: skip them)")
+    parser.add_argument("--wave-runs", type=int, default=30, help="loop runs of one wave per wave size and case")
+    parser.add_argument("--waves-only", action="store_true", help="the wave rows only")
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.candidates, args.sim_runs = 2, 4, 200
+        args.runs, args.candidates, args.sim_runs, args.wave_runs = 2, 4, 200, 2
+    if args.waves_only:
+        return waves_main(args)
     policies = args.policies or policies_available()
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
     started = time.monotonic()
@@ -569,6 +643,24 @@ def main(argv: list[str] | None = None) -> int:
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s; load average at the end "
           f"{load} (1 / 5 / 15 min) on {os.cpu_count()} cores")
+    if args.waves and not args.no_loop:
+        print()
+        waves_main(args)
+    return 0
+
+
+def waves_main(args: argparse.Namespace) -> int:
+    """The wave rows: per wave size, no-op waves' false keeps (<= alpha per wave, Holm) and a planted fix's share."""
+    started = time.monotonic()
+    rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
+    print(f"waves (adaptive, alpha 0.1, Holm per wave): {args.wave_runs} runs of one wave per size and case; "
+          f"no-op waves: K no-ops; planted: one {WAVE_FIX[3:]}-item fix among K-1 no-ops")
+    tasks = [(k, args.wave_runs, args.seed * 1000 + 17 * k, args.concurrency, rejudge) for k in args.waves]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        rows = list(pool.map(_wave_task, tasks))
+    for line in wave_table(rows):
+        print(line)
+    print(f"wave rows wall time {time.monotonic() - started:.0f} s")
     return 0
 
 

@@ -107,3 +107,15 @@ def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str)
     assert res.trials[0].calls <= N_ITEMS  # nothing disagrees, nothing is re-judged (an early stop may cut it)
     lines = dp.table({policy: res}, {}, N_ITEMS)
     assert lines[2].startswith(f"{policy:<9} loop") and "100.0%" in lines[2]
+
+
+@pytest.mark.slow
+def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> None:
+    # A steady judge: the no-ops tie the incumbent, the 8-item fix is a clean gain Holm keeps at alpha/3
+    # (8 items fixed every time: p = 1/256); through start_run with --wave 3.
+    row = dp.wave_trials(3, runs=1, seed=0, concurrency=8, odds=_deterministic_odds(12))
+    assert (row.wave, row.null_waves, row.null_false_keeps) == (3, 1, 0)
+    assert (row.planted_waves, row.planted_fix_kept, row.planted_noop_kept) == (1, 1, 0)
+    assert 0 < row.calls_per_candidate <= 2
+    lines = dp.wave_table([row])
+    assert lines[2].split()[:2] == ["3", "0.0%"] and "100.0%" in lines[2] and " yes " in lines[2]
