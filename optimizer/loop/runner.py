@@ -33,7 +33,7 @@ from optimizer.decision import (
 )
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
-from optimizer.evaluation.batch import BatchOptions
+from optimizer.evaluation.batch import BatchOptions, WaveBatches
 from optimizer.evaluation.batchstore import BatchRecord, BatchStatus, batch_status
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
@@ -45,7 +45,7 @@ from optimizer.events import Listener, Message, Progress, ProgressSnapshot, Stop
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
-from optimizer.judge.types import BatchState, Provider, stable_json
+from optimizer.judge.types import BatchState, Provider, batches, stable_json
 from optimizer.ledger import (
     Experiment,
     ExperimentOutcome,
@@ -898,14 +898,24 @@ class LoopRunner:
         for exp_id, *_ in ready:
             self.stage(StageKind.EVALUATING, exp_id, started_at=time.time())
         ids = ", ".join(str(r[0]) for r in ready)
-        self.say(f"  wave: evaluating experiments {ids} item by item together (negatives first), each stopping as "
-                 "soon as its outcome at the wave's level is certain")
+        self.say(f"  wave: evaluating experiments {ids} item by item together (negatives first), "
+                 + ("one batch per wave pass (batch mode: early stopping does not apply)" if self.batch
+                    else "each stopping as soon as its outcome at the wave's level is certain"))
         judge = self.judge.model_copy(update={"max_concurrency": max(1, self.judge.max_concurrency // len(ready))})
-        results = await asyncio.gather(
-            *(self.evaluate(exp_id, prompts, incumbent, provider, cache, judge=judge)
-              for exp_id, _, _, prompts in ready),
-            return_exceptions=True,
-        )
+        # --batch: the candidates' passes go out as one batch per wave pass (`WaveBatches`).
+        shared = WaveBatches(provider, len(ready)) if self.batch and batches(provider) else None
+
+        async def member(exp_id: int, prompts: PromptSet) -> Evaluated:
+            try:
+                return await self.evaluate(exp_id, prompts, incumbent, shared or provider, cache, judge=judge)
+            finally:
+                if shared is not None:
+                    shared.leave()
+
+        results = await asyncio.gather(*(member(exp_id, prompts) for exp_id, _, _, prompts in ready),
+                                       return_exceptions=True)
+        if shared is not None:
+            self.say(f"  wave: {shared.submitted} batch(es) for its {len(ready)} candidates")
         failed = [r for r in results if isinstance(r, BaseException) and not isinstance(r, EvaluationInterrupted)]
         if failed:
             raise failed[0]
@@ -1016,7 +1026,7 @@ class LoopRunner:
                 return StopReason(StopKind.PROPOSED, f"propose-only: candidate ended as {exp.status}")
 
 
-def check_wave(loop: LoopSection, *, strategy: str, batch: bool, propose_only: bool) -> None:
+def check_wave(loop: LoopSection, *, strategy: str, propose_only: bool) -> None:
     """Refuse, in one line, what a wave of several candidates (``[loop] wave`` > 1) cannot be run with."""
     if loop.wave == 1:
         return
@@ -1032,9 +1042,6 @@ def check_wave(loop: LoopSection, *, strategy: str, batch: bool, propose_only: b
     if loop.fdr is not None:
         raise UserError(f"{what} keeps its false-keep bound with Holm at [loop] alpha; [loop] fdr (LORD++) levels "
                         "are per candidate: remove fdr from judgeloop.toml or use --wave 1")
-    if batch:
-        raise UserError(f"{what} is not supported with --batch yet (one batch per wave pass is not built): drop "
-                        "--batch or use --wave 1")
 
 
 def as_advice(reason: str) -> str:

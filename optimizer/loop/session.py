@@ -216,7 +216,7 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
     cfg = ws.config
     run = _resumable_run(ledger)
     settings = RunSettings.from_run(run, cfg, _overrides(options))  # its refusals come before any change
-    check_wave(settings.loop, strategy=run.strategy, batch=settings.batch, propose_only=options.propose_only)
+    check_wave(settings.loop, strategy=run.strategy, propose_only=options.propose_only)
     if settings.batch:
         _check_batch_judge(ws, settings.judge, run.start_rev)
     if run.split in cfg.workspace.heldout_splits:
@@ -300,7 +300,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     if start_settings.mode == "agentic" and judge.provider == "local":
         raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
                         'tools (anthropic or openai); the local judge supports mode = "direct" only')
-    check_wave(loop_cfg, strategy=strategy_name, batch=options.batch, propose_only=options.propose_only)
+    check_wave(loop_cfg, strategy=strategy_name, propose_only=options.propose_only)
     check_budget(judge, limits.budget_usd)  # a harness judge's cost is unbounded without a per-call price
     check_judge_key(judge)  # before the run and its branch exist: a missing key leaves nothing behind
     replicates = options.replicates or start_settings.replicates

@@ -88,7 +88,6 @@ def present_alpha(e: object) -> float:
     (["--wave", "17"], "argument --wave: 17 is out of range"),
     (["--wave", "2", "--policy", "literal"], "the literal policy runs no test"),
     (["--wave", "2", "--propose-only"], "drop --propose-only or use --wave 1"),
-    (["--wave", "2", "--batch"], "not supported with --batch yet"),
 ])
 def test_a_wave_it_cannot_run_is_refused_in_one_line_before_any_run(
         ws: Path, capsys: pytest.CaptureFixture[str], extra: list[str], says: str) -> None:
@@ -212,4 +211,46 @@ def test_ctrl_c_mid_wave_then_resume_decides_every_candidate_once_and_pays_nothi
     kept = [e for e in exps[1:] if e.status == "kept"]
     assert gitops.rev_parse(ws, run.branch) == (kept[0].commit_sha if kept else run.start_rev)
     assert set(gitops.rejected_refs(ws)) == {e.id for e in exps[1:] if e.status != "kept"}
+    assert_clean(ws)
+
+
+# -- --batch: one batch per wave pass --------------------------------------------------------------------
+
+
+def test_a_batch_wave_sends_one_batch_per_wave_pass_and_decides_as_direct_calls(
+        ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    path = ws / "judgeloop.toml"
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        "\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1), encoding="utf-8")
+    commit_all(ws, "poll batches fast")
+    direct_ws = tmp_path / "direct"
+    shutil.copytree(ws, direct_ws, symlinks=True)
+    steps = [toggle(NEUTRAL), toggle(GOOD_ENTRY), toggle(BAD_ENTRY)]
+    outcomes = {}
+    for root, extra in ((direct_ws, []), (ws, ["--batch"])):
+        install(monkeypatch, ScriptedStrategy(list(steps)))
+        with FakeLLMServer(default=FakeJudge(root, good_fixes_neg=0.45), batch_polls=2) as server:
+            assert run_loop(root, server.openai_base_url, "--wave", "3", "--max-experiments", "3", *extra) == 0
+            creations = list(server.batch_creations)
+        run, exps = latest(root)
+        outcomes[root] = [e.status for e in exps]
+        if extra:
+            with ledger_of(root) as led:
+                records = led.batches(run.id)
+            # The baseline's batch, then the wave's first pass as ONE batch for its three candidates, then
+            # each re-judging pass (the incumbent's and the candidates', per side) merged across the wave.
+            first_pass = [r for r in records if r.experiment_id in {e.id for e in exps[1:]}]
+            assert len({r.batch_id for r in first_pass}) < len(first_pass)  # candidates share batches
+            by_batch: dict[str | None, set[int | None]] = {}
+            for r in records:
+                by_batch.setdefault(r.batch_id, set()).add(r.experiment_id)
+            assert any(len(members) == 3 for members in by_batch.values())
+            assert set(by_batch) == set(creations) and all(r.status == "collected" for r in records)
+            assert len(creations) <= 1 + 3  # baseline + at most three wave passes (first, re-judging sides)
+        else:
+            assert creations == []
+    assert outcomes[ws] == outcomes[direct_ws] and outcomes[ws][1:].count("kept") == 1
+    assert gitops.parked_candidates(ws) == {}
     assert_clean(ws)
