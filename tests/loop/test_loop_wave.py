@@ -254,3 +254,49 @@ def test_a_batch_wave_sends_one_batch_per_wave_pass_and_decides_as_direct_calls(
     assert outcomes[ws] == outcomes[direct_ws] and outcomes[ws][1:].count("kept") == 1
     assert gitops.parked_candidates(ws) == {}
     assert_clean(ws)
+
+
+# -- an LLM optimiser told about the wave --------------------------------------------------------------
+
+
+def test_reflect_in_a_wave_sees_the_waves_earlier_candidates_and_a_repeat_is_rejected(ws: Path) -> None:
+    import json
+
+    from tests.support.fakeserver import Behaviour, RecordedRequest, reply
+
+    def edit(text: str) -> str:
+        return json.dumps({"file": "prompts/rubric.md", "section_heading": "## Telling the types apart",
+                           "new_section": f"## Telling the types apart\n\n{text}", "rationale": f"rule: {text}"})
+
+    # The model repeats its first edit, then proposes another one.
+    edits = [edit("Name the type of the first wrong step."), edit("Name the type of the first wrong step."),
+             edit("Name the type that explains the final state.")]
+    judge = FakeJudge(ws)
+    prompts: list[str] = []
+
+    def answer(request: RecordedRequest) -> Behaviour:
+        if request.model != "opt-model":
+            return judge(request)
+        prompts.append(json.dumps(request.body))
+        return reply(edits[len(prompts) - 1])
+
+    with FakeLLMServer(default=answer) as server:
+        set_toml_key(ws, "optimizer", "provider", '"openai"')
+        set_toml_key(ws, "optimizer", "model", '"opt-model"')
+        cfg = ws / "judgeloop.toml"
+        cfg.write_text(cfg.read_text(encoding="utf-8").replace(
+            "[optimizer]\n", f'[optimizer]\nbase_url = "{server.openai_base_url}"\n', 1), encoding="utf-8")
+        commit_all(ws, "reflect through the fake server")
+        assert run_loop(ws, server.openai_base_url, "--strategy", "reflect", "--wave", "3",
+                        "--max-experiments", "3") == 0
+    _, exps = latest(ws)
+    first, repeat, other = exps[1:]
+    assert len(prompts) == 3
+    # Each proposal's conversation shows the wave's earlier candidates (their rationale and diff).
+    assert f"Experiment {first.id}: {IN_WAVE}" not in prompts[0]
+    assert f"Experiment {first.id}: {IN_WAVE}" in prompts[1] and "rule: Name the type of the first" in prompts[1]
+    assert f"Experiment {first.id}: {IN_WAVE}" in prompts[2]
+    assert repeat.status == "guard_rejected" and repeat.reason == f"the same edit as experiment {first.id} of this wave"
+    assert first.status == other.status == "rolled_back"  # the fake judge ignores both rules
+    assert all((m := HOLM.search(e.reason or "")) is not None and m.group(1) == "3" for e in (first, other))
+    assert_clean(ws)
