@@ -1033,6 +1033,8 @@ def check_wave(loop: LoopSection, *, strategy: str, propose_only: bool) -> None:
     what = f"a wave of {loop.wave} candidates ([loop] wave / --wave)"
     if strategy == "manual":
         raise UserError(f"{what} needs a strategy that proposes; --strategy manual judges one hand edit: drop --wave")
+    if strategy == "mcp":
+        raise UserError(f"{what}: an MCP client submits one candidate at a time; set [loop] wave = 1 in judgeloop.toml")
     if propose_only:
         raise UserError(f"{what} is decided by Holm over its candidates, not by a person: drop --propose-only or "
                         "use --wave 1")
