@@ -300,3 +300,25 @@ def test_reflect_in_a_wave_sees_the_waves_earlier_candidates_and_a_repeat_is_rej
     assert first.status == other.status == "rolled_back"  # the fake judge ignores both rules
     assert all((m := HOLM.search(e.reason or "")) is not None and m.group(1) == "3" for e in (first, other))
     assert_clean(ws)
+
+
+def test_a_resumed_run_keeps_its_wave_size_and_refuses_another_in_one_line(
+        ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support.loop import stop_after_baseline
+
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        with stop_after_baseline():
+            assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--wave", "2") == 0
+        run, _ = latest(ws)
+        assert run.status == "stopped" and run.budgets["wave"] == 2
+        capsys.readouterr()
+        assert run_loop(ws, server.openai_base_url, "--resume", "--wave", "3") == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(f"run {run.id} proposes 2 candidate(s) per wave; --wave 3 would change how its "
+                            "candidates are decided mid-run — drop it, or start a new run")
+        assert len(err.splitlines()) == 1
+        # Without --wave (or with its own) it goes on in waves of 2.
+        assert run_loop(ws, server.openai_base_url, "--resume", "--max-experiments", "2") == 0
+    _, exps = latest(ws)
+    assert [e.proposal_meta["wave"]["size"] for e in exps[1:]] == [2, 2]
+    assert_clean(ws)
