@@ -65,6 +65,7 @@ from optimizer.loop.strategies import (
     ProposalContext,
     ProposalError,
     Strategy,
+    proposes_waves,
 )
 from optimizer.loop.validate import candidate_files, validate_prompts
 from optimizer.metrics import Answer, Metrics, bootstrap_intervals, flip_table, score
@@ -623,21 +624,28 @@ class LoopRunner:
     async def prepare(
         self, incumbent: Experiment, provider: Provider, *, siblings: list[PastExperiment] | None = None,
         wave_meta: dict[str, Any] | None = None, seen: dict[str, int] | None = None,
+        given: Proposal | ProposalError | None = None,
     ) -> Experiment | tuple[int, str, float]:
         """Propose, guard and commit one candidate on the incumbent: the decided experiment when it ends
         before evaluation (optimiser failure, guards), else its (id, commit, optimiser cost). In a wave,
         ``siblings`` are the wave's earlier candidates (shown to the strategy), ``wave_meta`` goes into
         the row's proposal meta and ``seen`` maps an earlier candidate's files to its id (a duplicate is
-        rejected)."""
+        rejected; ``given``: the proposal a strategy made for the whole wave at once)."""
         seq = max(e.seq for e in self.ledger.experiments(self.run.id)) + 1
-        self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
-        self.say("next candidate: your edit" if self.strategy.name == "manual"
-                 else f"next candidate: asking the {self.strategy.name} optimiser for an edit")
-        ctx = self.context(incumbent, seq)
-        if siblings:
-            ctx.history = [*ctx.history, *siblings]
+        if given is None:
+            self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
+            self.say("next candidate: your edit" if self.strategy.name == "manual"
+                     else f"next candidate: asking the {self.strategy.name} optimiser for an edit")
         try:
-            proposal: Proposal = await self.strategy.propose(ctx)
+            if isinstance(given, ProposalError):
+                raise given
+            if given is not None:
+                proposal: Proposal = given
+            else:
+                ctx = self.context(incumbent, seq)
+                if siblings:
+                    ctx.history = [*ctx.history, *siblings]
+                proposal = await self.strategy.propose(ctx)
         except ProposalError as exc:
             self.charge(exc.cost_usd)
             exp = self.ledger.start_experiment(
@@ -857,10 +865,19 @@ class LoopRunner:
         parked: list[tuple[int, str, float]] = []
         n = k if room is None else max(1, min(k, room))
         self.say(f"wave of {k}: proposing {n} candidate(s) against experiment {incumbent.id}")
-        for _ in range(n):
-            if self.interrupted or self.budget_exhausted is not None:
+        given: list[Proposal | ProposalError] | None = None
+        if proposes_waves(self.strategy):  # the whole wave in one conversation
+            seq = max(e.seq for e in self.ledger.experiments(self.run.id)) + 1
+            self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
+            self.say(f"  asking the {self.strategy.name} optimiser for {n} edits in one conversation")
+            given = await self.strategy.propose_wave(self.context(incumbent, seq), n)
+            given = (given + [ProposalError("the optimiser proposed fewer candidates than the wave holds")] * n)[:n]
+        for i in range(n):
+            # (Proposals already made and paid for are committed; the stop comes before their judging.)
+            if given is None and (self.interrupted or self.budget_exhausted is not None):
                 break
-            prepared = await self.prepare(incumbent, provider, siblings=siblings, wave_meta=meta, seen=seen)
+            prepared = await self.prepare(incumbent, provider, siblings=siblings, wave_meta=meta, seen=seen,
+                                          given=None if given is None else given[i])
             if isinstance(prepared, Experiment):
                 ended.append(prepared)
                 continue

@@ -14,7 +14,7 @@ from optimizer import gitops
 from optimizer.cli import main
 from optimizer.judge.prompts import LIBRARY_MD, parse_library
 from optimizer.loop.strategies import IN_WAVE, Proposal, ProposalContext, ProposalError
-from tests.support.fakeserver import FakeLLMServer
+from tests.support.fakeserver import FakeLLMServer, Usage
 from tests.support.loop import (
     BAD_ENTRY,
     GOOD_ENTRY,
@@ -259,7 +259,7 @@ def test_a_batch_wave_sends_one_batch_per_wave_pass_and_decides_as_direct_calls(
 # -- an LLM optimiser told about the wave --------------------------------------------------------------
 
 
-def test_reflect_in_a_wave_sees_the_waves_earlier_candidates_and_a_repeat_is_rejected(ws: Path) -> None:
+def test_reflect_proposes_a_wave_in_one_conversation_and_a_repeat_is_rejected(ws: Path) -> None:
     import json
 
     from tests.support.fakeserver import Behaviour, RecordedRequest, reply
@@ -272,18 +272,21 @@ def test_reflect_in_a_wave_sees_the_waves_earlier_candidates_and_a_repeat_is_rej
     edits = [edit("Name the type of the first wrong step."), edit("Name the type of the first wrong step."),
              edit("Name the type that explains the final state.")]
     judge = FakeJudge(ws)
-    prompts: list[str] = []
+    bodies: list[dict[str, object]] = []
 
     def answer(request: RecordedRequest) -> Behaviour:
         if request.model != "opt-model":
             return judge(request)
-        prompts.append(json.dumps(request.body))
-        return reply(edits[len(prompts) - 1])
+        assert isinstance(request.body, dict)
+        bodies.append(request.body)
+        return reply(edits[len(bodies) - 1], usage=Usage(input_tokens=100 * len(bodies), output_tokens=50))
 
+    cfg = ws / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."opt-model"]\ninput = 3.0\noutput = 15.0\n',
+                   encoding="utf-8")
     with FakeLLMServer(default=answer) as server:
         set_toml_key(ws, "optimizer", "provider", '"openai"')
         set_toml_key(ws, "optimizer", "model", '"opt-model"')
-        cfg = ws / "judgeloop.toml"
         cfg.write_text(cfg.read_text(encoding="utf-8").replace(
             "[optimizer]\n", f'[optimizer]\nbase_url = "{server.openai_base_url}"\n', 1), encoding="utf-8")
         commit_all(ws, "reflect through the fake server")
@@ -291,14 +294,19 @@ def test_reflect_in_a_wave_sees_the_waves_earlier_candidates_and_a_repeat_is_rej
                         "--max-experiments", "3") == 0
     _, exps = latest(ws)
     first, repeat, other = exps[1:]
-    assert len(prompts) == 3
-    # Each proposal's conversation shows the wave's earlier candidates (their rationale and diff).
-    assert f"Experiment {first.id}: {IN_WAVE}" not in prompts[0]
-    assert f"Experiment {first.id}: {IN_WAVE}" in prompts[1] and "rule: Name the type of the first" in prompts[1]
-    assert f"Experiment {first.id}: {IN_WAVE}" in prompts[2]
+    # One conversation: each later turn holds the model's earlier answers and asks for a different edit.
+    assert len(bodies) == 3
+    turns = [json.dumps(b["messages"]) for b in bodies]
+    assert "Candidate 1 of 3" in turns[0] and "Candidate 2 of 3" not in turns[0]
+    assert "Candidate 2 of 3: propose a different edit" in turns[1] and "first wrong step" in turns[1]
+    assert "Candidate 3 of 3" in turns[2] and turns[2].count("first wrong step") >= 2
     assert repeat.status == "guard_rejected" and repeat.reason == f"the same edit as experiment {first.id} of this wave"
     assert first.status == other.status == "rolled_back"  # the fake judge ignores both rules
     assert all((m := HOLM.search(e.reason or "")) is not None and m.group(1) == "3" for e in (first, other))
+    # Each candidate carries its own turn's spend.
+    assert [e.optimizer_calls for e in (first, repeat, other)] == [1, 1, 1]
+    assert [e.optimizer_input_tokens for e in (first, repeat, other)] == [100, 200, 300]
+    assert other.optimizer_cost_usd == pytest.approx((300 * 3.0 + 50 * 15.0) / 1e6)
     assert_clean(ws)
 
 
