@@ -21,8 +21,10 @@ shared with other work, load average ~12; 89 s wall):
        8       8    1       3           1.70       0.50           15.85      7.9x
 
 One at a time every candidate waits for three batches in a row (first pass, the incumbent's and its
-own re-judging); a wave's candidates wait for the same three together. Calls per candidate rise a
-little with the wave (the candidates of a wave share no incumbent re-judging with later candidates).
+own re-judging); a wave's candidates wait for the same three together. Calls per candidate rise with
+the wave: candidates judged at once cannot take each other's re-judging of the incumbent from the
+cache as later candidates do (in a wave's batch such a shared call is sent once, but each candidate's
+row counts it: the ledger's figure is an upper bound there).
 
 Run:  python benchmarks/throughput.py [--waves 1 4 8] [--candidates 8] [--batch-minutes 10] [--latency-s 0.5]
 """
