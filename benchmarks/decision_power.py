@@ -358,25 +358,38 @@ class WaveRow:
     planted_fix_kept: int
     planted_noop_kept: int
     calls_per_candidate: float  # judge calls per decided candidate / 162
+    trials: int = 0  # decided candidates
 
 
 def wave_trials(k: int, runs: int, seed: int, *, concurrency: int = 8, rejudge: int | None = None,
-                odds: tuple[np.ndarray, np.ndarray] | None = None) -> WaveRow:
-    """``runs`` runs of one wave of ``k`` no-ops and ``runs`` of one wave of an 8-item fix among
-    ``k - 1`` no-ops (the fix proposed last: Holm breaks a tie by the earlier candidate), each run a
-    fresh baseline, through `session.start_run` with ``wave = k`` under the adaptive policy."""
+                odds: tuple[np.ndarray, np.ndarray] | None = None,
+                cases: Sequence[str] = ("null", "planted")) -> WaveRow:
+    """``runs`` runs of one wave of ``k`` no-ops (case ``null``) and ``runs`` of one wave of an 8-item
+    fix among ``k - 1`` no-ops (``planted``; the fix proposed last: Holm breaks a tie by the earlier
+    candidate), each run a fresh baseline, through `session.start_run` with ``wave = k`` under the
+    adaptive policy."""
+    empty = PolicyResult("adaptive")
     null = loop_trials("adaptive", runs, k, 0, seed, concurrency=concurrency, rejudge=rejudge, odds=odds,
-                       schedule=["noop"] * k, wave=k)
+                       schedule=["noop"] * k, wave=k) if "null" in cases else empty
     planted = loop_trials("adaptive", runs, k, 0, seed + 1, concurrency=concurrency, rejudge=rejudge, odds=odds,
-                          schedule=["noop"] * (k - 1) + [WAVE_FIX], wave=k)
+                          schedule=["noop"] * (k - 1) + [WAVE_FIX], wave=k) if "planted" in cases else empty
     kept_runs = {t.run for t in null.trials if t.kept}
     fix_kept = sum(t.kept for t in planted.trials if t.kind == WAVE_FIX)
     noop_kept = sum(t.kept for t in planted.trials if t.kind == "noop")
     trials = null.trials + planted.trials
-    n_items = null.baseline_calls // max(1, runs)
+    n_items = (null.baseline_calls + planted.baseline_calls) // max(1, runs * len(cases))
     calls = sum(t.calls for t in trials) / len(trials) / n_items if trials and n_items else float("nan")
     return WaveRow(k, len({t.run for t in null.trials}), len(kept_runs), len({t.run for t in planted.trials}),
-                   fix_kept, noop_kept, calls)
+                   fix_kept, noop_kept, calls, len(trials))
+
+
+def merge_wave_rows(rows: Sequence[WaveRow]) -> WaveRow:
+    """One wave size's rows (tasks of a few runs each) as one."""
+    trials = sum(r.trials for r in rows)
+    calls = sum(r.calls_per_candidate * r.trials for r in rows) / trials if trials else float("nan")
+    return WaveRow(rows[0].wave, sum(r.null_waves for r in rows), sum(r.null_false_keeps for r in rows),
+                   sum(r.planted_waves for r in rows), sum(r.planted_fix_kept for r in rows),
+                   sum(r.planted_noop_kept for r in rows), calls, trials)
 
 
 def wave_table(rows: Sequence[WaveRow], alpha: float = 0.1) -> list[str]:
@@ -400,8 +413,8 @@ def wave_table(rows: Sequence[WaveRow], alpha: float = 0.1) -> list[str]:
 
 
 def _wave_task(args: tuple[Any, ...]) -> WaveRow:
-    k, runs, seed, concurrency, rejudge = args
-    return wave_trials(k, runs, seed, concurrency=concurrency, rejudge=rejudge)
+    k, runs, seed, concurrency, rejudge, case = args
+    return wave_trials(k, runs, seed, concurrency=concurrency, rejudge=rejudge, cases=(case,))
 
 
 # --- the pure simulation ------------------------------------------------------------------------
@@ -655,9 +668,14 @@ def waves_main(args: argparse.Namespace) -> int:
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
     print(f"waves (adaptive, alpha 0.1, Holm per wave): {args.wave_runs} runs of one wave per size and case; "
           f"no-op waves: K no-ops; planted: one {WAVE_FIX[3:]}-item fix among K-1 no-ops")
-    tasks = [(k, args.wave_runs, args.seed * 1000 + 17 * k, args.concurrency, rejudge) for k in args.waves]
+    # Tasks of a few runs each, the largest waves first, keep every worker busy to the end.
+    chunks = max(1, math.ceil(args.wave_runs / args.runs_per_task))
+    per = [args.wave_runs // chunks + (1 if i < args.wave_runs % chunks else 0) for i in range(chunks)]
+    tasks = [(k, r, args.seed * 1000 + 17 * k + 101 * i, args.concurrency, rejudge, case)
+             for k in sorted(args.waves, reverse=True) for case in ("null", "planted") for i, r in enumerate(per) if r]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        rows = list(pool.map(_wave_task, tasks))
+        done = list(pool.map(_wave_task, tasks))
+    rows = [merge_wave_rows([r for r in done if r.wave == k]) for k in args.waves]
     for line in wave_table(rows):
         print(line)
     print(f"wave rows wall time {time.monotonic() - started:.0f} s")

@@ -1003,9 +1003,10 @@ def decide_wave(decisions: Sequence[Decision | None], alpha: float, family: int,
     """The wave's decisions: each candidate's own decision at ``alpha`` (None: undecided), corrected by
     Holm over the wave's ``family`` tests; among the Holm-rejected whose decision keeps (kappa and
     the FPR veto as for one candidate), the one with the largest observed gain is kept, every other
-    rolled back. ``labels`` names each candidate in the reasons ("experiment 7"). An early-stopped
-    decision has no full p-value and counts as p = 1."""
-    ps = [None if d is None or d.early_stopped else d.p_value for d in decisions]
+    rolled back. ``labels`` names each candidate in the reasons ("experiment 7"). A decision without a
+    full test (an early stop, or re-judging skipped by the bound: their p-value is a bound, not a
+    p-value) counts as p = 1: it cannot be kept at alpha, so at no Holm level."""
+    ps = [None if d is None or d.early_stopped or d.test is None else d.p_value for d in decisions]
     ranks = holm(ps, alpha, family)
     eligible = [i for i, (d, r) in enumerate(zip(decisions, ranks, strict=True))
                 if d is not None and r.rejected and d.keep]
@@ -1016,7 +1017,7 @@ def decide_wave(decisions: Sequence[Decision | None], alpha: float, family: int,
             out.append(None)
             continue
         level = float(r.level)
-        shown = f"p={_fmt_p(d.p_value)}" if ps[i] is not None else "stopped early (counted as p=1)"
+        shown = f"p={_fmt_p(d.p_value)}" if ps[i] is not None else "no full test (counted as p=1)"
         where = f"wave of {family} (Holm): rank {r.rank}, level {level:.3g}, {shown}"
         if i == best:
             others = len(eligible) - 1

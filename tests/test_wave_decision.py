@@ -66,8 +66,19 @@ def test_the_wave_keeps_the_largest_gain_among_the_holm_rejected_that_pass_the_f
 def test_early_stopped_candidates_count_as_p_one_and_at_most_one_keep_in_any_wave() -> None:
     early = decision(0.0, False, 0.0, early=True)
     out = decide_wave([early, decision(0.01, True, 1.0)], 0.1, 2, ["a", "b"])
-    assert out[0] is not None and not out[0].keep and "stopped early (counted as p=1)" in out[0].reason
+    assert out[0] is not None and not out[0].keep and "no full test (counted as p=1)" in out[0].reason
     assert out[1] is not None and out[1].keep and out[1].alpha == pytest.approx(0.05)
     for ps in itertools.product([0.001, 0.01, 0.3], repeat=3):
         got = decide_wave([decision(p, True, i) for i, p in enumerate(ps)], 0.1, 3, ["x", "y", "z"])
         assert sum(bool(d and d.keep) for d in got) <= 1
+
+
+def test_a_skipped_re_judging_bound_is_not_read_as_a_p_value() -> None:
+    # The adaptive bound that skips re-judging reports "p ≥ 0.001" (a bound) without a test: read as a
+    # p-value it would take rank 1 and leave the real candidate a looser level (alpha/1 instead of alpha/2).
+    skipped = decision(0.001, False, 0.0).model_copy(update={"test": None})
+    real = decision(0.07, True, 3.0)
+    out = decide_wave([skipped, real], 0.1, 2, ["a", "b"])
+    assert out[1] is not None and not out[1].keep  # 0.07 ≥ 0.1/2: rank 1 of 2
+    assert "rank 1, level 0.05" in out[1].reason
+    assert out[0] is not None and "rank 2" in out[0].reason and "no full test" in out[0].reason

@@ -30,7 +30,7 @@ from tests.support.scripted import ScriptedStrategy, assert_clean, install, late
 from tests.support.signals import CliRun, cache_rows, gated_judge, release
 
 NEUTRAL = "lib-harmless-exploration"  # changes nothing the fake judge answers: a no-op candidate
-HOLM = re.compile(r"wave of (\d+) \(Holm\): rank (\d+), level ([0-9.e-]+), (p=\S+|stopped early)")
+HOLM = re.compile(r"wave of (\d+) \(Holm\): rank (\d+), level ([0-9.e-]+), (p=\S+|no full test)")
 
 
 def test_wave_of_three_keeps_the_fix_and_rolls_back_the_rest(ws: Path, monkeypatch: pytest.MonkeyPatch,
