@@ -76,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._judge_model import JudgeModel, item_instruction, item_q
 from optimizer.config import JudgeOverrides, LoopSection
-from optimizer.decision import Counts, adaptive_test, decide_adaptive, decide_counts, lord_level
+from optimizer.decision import Counts, adaptive_test, decide_adaptive, decide_counts, holm, lord_level
 from optimizer.devset.importer import import_split
 from optimizer.ledger import Ledger
 from optimizer.loop import session
@@ -412,6 +412,44 @@ def wave_table(rows: Sequence[WaveRow], alpha: float = 0.1) -> list[str]:
     return lines
 
 
+def simulate_wave_null(q: np.ndarray, positive: np.ndarray, k: int, waves: int, seed: int, *, rejudge: int = 2,
+                       alpha: float = 0.1) -> tuple[int, int]:
+    """(waves that keep a no-op, waves) for ``waves`` simulated waves of ``k`` no-ops against one fresh
+    incumbent each (its re-judgings shared, as the cache shares them), decided as the loop does: each
+    candidate's literal rule and sign-flip p-value (`optimizer.decision.adaptive_test`), then Holm
+    (`optimizer.decision.holm`)."""
+    rng = np.random.default_rng(seed)
+    n = len(q)
+    loop = LoopSection(policy="literal", alpha=alpha)
+    kept = 0
+    for _ in range(waves):
+        inc_first = rng.random(n) < q
+        inc_extra: dict[int, list[bool]] = {}
+        ps: list[float | None] = []
+        ok: list[bool] = []
+        for _c in range(k):
+            cand_first = rng.random(n) < q
+            judgements = np.ones(n, int)
+            inc_total, cand_total = inc_first.astype(int), cand_first.astype(int)
+            for i in np.flatnonzero(inc_first != cand_first):
+                have = inc_extra.setdefault(int(i), [])
+                while len(have) < rejudge:
+                    have.append(bool(rng.random() < q[i]))
+                inc_total[i] += sum(have[:rejudge])
+                cand_total[i] += int((rng.random(rejudge) < q[i]).sum())
+                judgements[i] = 1 + rejudge
+            tie_ok = ~positive
+            maj_i = (inc_total * 2 > judgements) | ((inc_total * 2 == judgements) & tie_ok)
+            maj_c = (cand_total * 2 > judgements) | ((cand_total * 2 == judgements) & tie_ok)
+            ok.append(decide_counts(_counts(maj_i, positive), _counts(maj_c, positive), int((~maj_i & maj_c).sum()),
+                                    int((maj_i & ~maj_c).sum()), loop).literal_keep)
+            rejudged = judgements > 1
+            diffs = [Fraction(int(d), 1 + rejudge) for d in (cand_total - inc_total)[rejudged] if d]
+            ps.append(adaptive_test(diffs).p_value if rejudged.any() else None)
+        kept += any(r.rejected and good for r, good in zip(holm(ps, alpha, k), ok, strict=True))
+    return kept, waves
+
+
 def _wave_task(args: tuple[Any, ...]) -> WaveRow:
     k, runs, seed, concurrency, rejudge, case = args
     return wave_trials(k, runs, seed, concurrency=concurrency, rejudge=rejudge, cases=(case,))
@@ -605,9 +643,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="wave sizes of the wave rows (`run --wave K`; none: skip them)")
     parser.add_argument("--wave-runs", type=int, default=30, help="loop runs of one wave per wave size and case")
     parser.add_argument("--waves-only", action="store_true", help="the wave rows only")
+    parser.add_argument("--wave-sim-runs", type=int, default=2000, help="simulated no-op waves per wave size")
+    parser.add_argument("--wave-cases", nargs="+", choices=["null", "planted"], default=["null", "planted"],
+                        help="which wave rows to run (null: K no-ops; planted: a fix among K-1 no-ops)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.candidates, args.sim_runs, args.wave_runs = 2, 4, 200, 2
+        args.runs, args.candidates, args.sim_runs, args.wave_runs, args.wave_sim_runs = 2, 4, 200, 2, 100
     if args.waves_only:
         return waves_main(args)
     policies = args.policies or policies_available()
@@ -672,12 +713,18 @@ def waves_main(args: argparse.Namespace) -> int:
     chunks = max(1, math.ceil(args.wave_runs / args.runs_per_task))
     per = [args.wave_runs // chunks + (1 if i < args.wave_runs % chunks else 0) for i in range(chunks)]
     tasks = [(k, r, args.seed * 1000 + 17 * k + 101 * i, args.concurrency, rejudge, case)
-             for k in sorted(args.waves, reverse=True) for case in ("null", "planted") for i, r in enumerate(per) if r]
+             for k in sorted(args.waves, reverse=True) for case in args.wave_cases for i, r in enumerate(per) if r]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         done = list(pool.map(_wave_task, tasks))
     rows = [merge_wave_rows([r for r in done if r.wave == k]) for k in args.waves]
     for line in wave_table(rows):
         print(line)
+    positive = np.array(_labels_only()[1])
+    q, _ = item_q(len(positive), 0, fix_pool=args.fix_pool)
+    sims = [(k, *simulate_wave_null(q, positive, k, args.wave_sim_runs, args.seed + k, rejudge=rejudge))
+            for k in args.waves]
+    print("simulated no-op waves with a keep (same judge, Holm by optimizer.decision): "
+          + ", ".join(f"wave {k}: {kept / n:.1%} of {n}" for k, kept, n in sims))
     print(f"wave rows wall time {time.monotonic() - started:.0f} s")
     return 0
 

@@ -119,3 +119,12 @@ def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> 
     assert 0 < row.calls_per_candidate <= 2
     lines = dp.wave_table([row])
     assert lines[2].split()[:2] == ["3", "0.0%"] and "100.0%" in lines[2] and " yes " in lines[2]
+
+
+def test_simulated_noop_waves_keep_nothing_of_a_steady_judge_and_holm_bounds_a_noisy_one() -> None:
+    positive = np.array(dp._labels_only()[1])
+    q, _ = _deterministic_odds(12)
+    assert dp.simulate_wave_null(q, positive, 4, 20, seed=0) == (0, 20)  # no disagreement, nothing kept
+    q, _ = item_q(N_ITEMS, 0)
+    kept, waves = dp.simulate_wave_null(q, positive, 4, 150, seed=3)
+    assert waves == 150 and kept / waves < 0.2  # Holm's per-wave bound is 0.1; generous for 150 waves
