@@ -60,9 +60,19 @@ loop judges first; coupled (the same draws with and without), so the rows differ
 calls per no-op candidate and kept shares of no-ops and fixes, off and at several thresholds. The
 loop variant ``adaptive+futility`` runs the real loop with ``[loop] futility = true``.
 
+Waves (``run --wave K``, `wave_trials`): runs of one wave each through the real loop, adaptive: K
+no-ops (the share of waves that keep one must stay <= alpha: Holm per wave) and one 8-item fix
+among K-1 no-ops (the share that keeps the fix, and that keeps a no-op instead); beside them
+`simulate_wave_null`, the same no-op waves simulated and decided by `optimizer.decision.holm`.
+Measured (alpha 0.1; loop no-op waves pooled over seeds 0 and 1, 16 + 40 runs; planted 16 runs;
+sim 2,000 waves): no-op waves with a keep 6.2% (n=16) / 8.9% / 8.9% (n=56) for waves of 1 / 4 / 8,
+simulated 7.1% / 7.2% / 6.2%; the planted 8-item fix kept 81% / 44% / 19% (Holm's levels alpha/K..alpha
+cost power); 1.66 / 1.59 / 1.57 judge calls per candidate per pass; ~400 s each on 2 cores.
+
 Run:  python benchmarks/decision_power.py [--quick] [--runs 45] [--candidates 6] [--sim-runs 3000]
       [--workers 2] [--policies literal paired adaptive adaptive+futility] [--rejudge 2]
       [--fix-pool wrong|wrong-or-unstable] [--structural-runs 10] [--cheaper-trials 1000] [--futility-runs 300]
+      [--waves 1 4 8] [--wave-runs 30] [--waves-only]
 """
 
 from __future__ import annotations
@@ -99,6 +109,7 @@ from optimizer.decision import (
     decide_adaptive,
     decide_cheaper,
     decide_counts,
+    holm,
     lord_level,
 )
 from optimizer.devset.importer import import_split
@@ -330,10 +341,11 @@ def _strategy_installed(strategy: BenchStrategy) -> Iterator[None]:
 def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, seed: int, *,
                 concurrency: int = 16, rejudge: int | None = None, fix_pool: str = "wrong",
                 item_seed: int = 0, odds: tuple[np.ndarray, np.ndarray] | None = None,
-                schedule: Sequence[str] | None = None) -> PolicyResult:
+                schedule: Sequence[str] | None = None, wave: int | None = None) -> PolicyResult:
     """``runs`` loop runs of ``candidates`` candidates each under ``policy``; one workspace, one fake
     server. ``item_seed`` fixes the judge's item odds (the same for every policy); ``odds`` (q,
-    fixable) replaces them and ``schedule`` the shuffled schedule of every run (tests)."""
+    fixable) replaces them and ``schedule`` the shuffled schedule of every run (tests); ``wave``:
+    ``run --wave`` (candidates per round, decided together)."""
     started = time.monotonic()
     result = PolicyResult(policy)
     rng = random.Random(f"{seed}/{policy}")
@@ -373,7 +385,7 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
                 strategy.schedule = list(schedule) if schedule else schedule_for(rng, candidates, fixes_per_run)
                 kinds = list(strategy.schedule)
                 ws = Workspace.open(root)
-                outcome = session.start_run(ws, session.RunOptions(max_experiments=len(kinds), judge=judge))
+                outcome = session.start_run(ws, session.RunOptions(max_experiments=len(kinds), judge=judge, wave=wave))
                 with Ledger(ws.ledger_path) as ledger:
                     exps = ledger.experiments(outcome.run_id)
                 for exp in exps:
@@ -413,6 +425,119 @@ def _loop_task(args: tuple[Any, ...]) -> PolicyResult:
     policy, runs, candidates, fixes_per_run, seed, concurrency, rejudge, fix_pool = args
     return loop_trials(policy, runs, candidates, fixes_per_run, seed, concurrency=concurrency, rejudge=rejudge,
                        fix_pool=fix_pool)
+
+
+# --- waves ----------------------------------------------------------------------------------------
+
+WAVE_FIX = "fix8"
+
+
+@dataclass(frozen=True)
+class WaveRow:
+    """One wave size through the real loop: runs of one wave each (baseline, then K candidates)."""
+
+    wave: int
+    null_waves: int  # waves of K no-ops
+    null_false_keeps: int  # of them, waves that kept a no-op
+    planted_waves: int  # waves of one 8-item fix and K-1 no-ops
+    planted_fix_kept: int
+    planted_noop_kept: int
+    calls_per_candidate: float  # judge calls per decided candidate / 162
+    trials: int = 0  # decided candidates
+
+
+def wave_trials(k: int, runs: int, seed: int, *, concurrency: int = 8, rejudge: int | None = None,
+                odds: tuple[np.ndarray, np.ndarray] | None = None,
+                cases: Sequence[str] = ("null", "planted")) -> WaveRow:
+    """``runs`` runs of one wave of ``k`` no-ops (case ``null``) and ``runs`` of one wave of an 8-item
+    fix among ``k - 1`` no-ops (``planted``; the fix proposed last: Holm breaks a tie by the earlier
+    candidate), each run a fresh baseline, through `session.start_run` with ``wave = k`` under the
+    adaptive policy."""
+    empty = PolicyResult("adaptive")
+    null = loop_trials("adaptive", runs, k, 0, seed, concurrency=concurrency, rejudge=rejudge, odds=odds,
+                       schedule=["noop"] * k, wave=k) if "null" in cases else empty
+    planted = loop_trials("adaptive", runs, k, 0, seed + 1, concurrency=concurrency, rejudge=rejudge, odds=odds,
+                          schedule=["noop"] * (k - 1) + [WAVE_FIX], wave=k) if "planted" in cases else empty
+    kept_runs = {t.run for t in null.trials if t.kept}
+    fix_kept = sum(t.kept for t in planted.trials if t.kind == WAVE_FIX)
+    noop_kept = sum(t.kept for t in planted.trials if t.kind == "noop")
+    trials = null.trials + planted.trials
+    n_items = (null.baseline_calls + planted.baseline_calls) // max(1, runs * len(cases))
+    calls = sum(t.calls for t in trials) / len(trials) / n_items if trials and n_items else float("nan")
+    return WaveRow(k, len({t.run for t in null.trials}), len(kept_runs), len({t.run for t in planted.trials}),
+                   fix_kept, noop_kept, calls, len(trials))
+
+
+def merge_wave_rows(rows: Sequence[WaveRow]) -> WaveRow:
+    """One wave size's rows (tasks of a few runs each) as one."""
+    trials = sum(r.trials for r in rows)
+    calls = sum(r.calls_per_candidate * r.trials for r in rows) / trials if trials else float("nan")
+    return WaveRow(rows[0].wave, sum(r.null_waves for r in rows), sum(r.null_false_keeps for r in rows),
+                   sum(r.planted_waves for r in rows), sum(r.planted_fix_kept for r in rows),
+                   sum(r.planted_noop_kept for r in rows), calls, trials)
+
+
+def wave_table(rows: Sequence[WaveRow], alpha: float = 0.1) -> list[str]:
+    """Per wave size: the share of no-op waves with a (false) keep, with its 95% Clopper-Pearson interval
+    (runs are independent: each has its own baseline), beside alpha; the planted fix's kept share."""
+    from optimizer.binomial import clopper_pearson_interval
+
+    head = (f"{'wave':>4} {'no-op waves with a keep':>30} {'<= alpha':>8} {'planted fix8 kept':>26} "
+            f"{'a no-op kept instead':>20} {'calls/cand/162':>14}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lo, hi = clopper_pearson_interval(r.null_false_keeps, r.null_waves) if r.null_waves else (0.0, 1.0)
+        rate = r.null_false_keeps / r.null_waves if r.null_waves else float("nan")
+        fix = r.planted_fix_kept / r.planted_waves if r.planted_waves else float("nan")
+        flo, fhi = clopper_pearson_interval(r.planted_fix_kept, r.planted_waves) if r.planted_waves else (0.0, 1.0)
+        other = r.planted_noop_kept / r.planted_waves if r.planted_waves else float("nan")
+        lines.append(f"{r.wave:>4} {rate:>7.1%} [{lo:>4.0%},{hi:>4.0%}] n={r.null_waves:<8} "
+                     f"{'yes' if rate <= alpha else 'NO':>8} {fix:>7.1%} [{flo:>4.0%},{fhi:>4.0%}] n={r.planted_waves:<4} "
+                     f"{other:>20.1%} {r.calls_per_candidate:>14.2f}")
+    return lines
+
+
+def simulate_wave_null(q: np.ndarray, positive: np.ndarray, k: int, waves: int, seed: int, *, rejudge: int = 2,
+                       alpha: float = 0.1) -> tuple[int, int]:
+    """(waves that keep a no-op, waves) for ``waves`` simulated waves of ``k`` no-ops against one fresh
+    incumbent each (its re-judgings shared, as the cache shares them), decided as the loop does: each
+    candidate's literal rule and sign-flip p-value (`optimizer.decision.adaptive_test`), then Holm
+    (`optimizer.decision.holm`)."""
+    rng = np.random.default_rng(seed)
+    n = len(q)
+    loop = LoopSection(policy="literal", alpha=alpha)
+    kept = 0
+    for _ in range(waves):
+        inc_first = rng.random(n) < q
+        inc_extra: dict[int, list[bool]] = {}
+        ps: list[float | None] = []
+        ok: list[bool] = []
+        for _c in range(k):
+            cand_first = rng.random(n) < q
+            judgements = np.ones(n, int)
+            inc_total, cand_total = inc_first.astype(int), cand_first.astype(int)
+            for i in np.flatnonzero(inc_first != cand_first):
+                have = inc_extra.setdefault(int(i), [])
+                while len(have) < rejudge:
+                    have.append(bool(rng.random() < q[i]))
+                inc_total[i] += sum(have[:rejudge])
+                cand_total[i] += int((rng.random(rejudge) < q[i]).sum())
+                judgements[i] = 1 + rejudge
+            tie_ok = ~positive
+            maj_i = (inc_total * 2 > judgements) | ((inc_total * 2 == judgements) & tie_ok)
+            maj_c = (cand_total * 2 > judgements) | ((cand_total * 2 == judgements) & tie_ok)
+            ok.append(decide_counts(_counts(maj_i, positive), _counts(maj_c, positive), int((~maj_i & maj_c).sum()),
+                                    int((maj_i & ~maj_c).sum()), loop).literal_keep)
+            rejudged = judgements > 1
+            diffs = [Fraction(int(d), 1 + rejudge) for d in (cand_total - inc_total)[rejudged] if d]
+            ps.append(adaptive_test(diffs).p_value if rejudged.any() else None)
+        kept += any(r.rejected and good for r, good in zip(holm(ps, alpha, k), ok, strict=True))
+    return kept, waves
+
+
+def _wave_task(args: tuple[Any, ...]) -> WaveRow:
+    k, runs, seed, concurrency, rejudge, case = args
+    return wave_trials(k, runs, seed, concurrency=concurrency, rejudge=rejudge, cases=(case,))
 
 
 # --- the pure simulation ------------------------------------------------------------------------
@@ -757,10 +882,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="simulated cheaper candidates per row of the non-inferiority table (0: none)")
     parser.add_argument("--futility-runs", type=int, default=300,
                         help="simulated adaptive runs screened by optimizer.futility (0: no futility rows)")
+    parser.add_argument("--waves", type=int, nargs="*", default=[1, 4, 8],
+                        help="wave sizes of the wave rows (`run --wave K`; none: skip them)")
+    parser.add_argument("--wave-runs", type=int, default=30, help="loop runs of one wave per wave size and case")
+    parser.add_argument("--waves-only", action="store_true", help="the wave rows only")
+    parser.add_argument("--wave-sim-runs", type=int, default=2000, help="simulated no-op waves per wave size")
+    parser.add_argument("--wave-cases", nargs="+", choices=["null", "planted"], default=["null", "planted"],
+                        help="which wave rows to run (null: K no-ops; planted: a fix among K-1 no-ops)")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.candidates, args.sim_runs, args.cheaper_trials, args.structural_runs = 2, 4, 200, 100, 1
         args.futility_runs = min(args.futility_runs, 20)
+        args.wave_runs, args.wave_sim_runs = 2, 100
+    if args.waves_only:
+        return waves_main(args)
     policies = args.policies or policies_available()
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
     started = time.monotonic()
@@ -837,6 +972,35 @@ def main(argv: list[str] | None = None) -> int:
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s; load average at the end "
           f"{load} (1 / 5 / 15 min) on {os.cpu_count()} cores")
+    if args.waves and not args.no_loop:
+        print()
+        waves_main(args)
+    return 0
+
+
+def waves_main(args: argparse.Namespace) -> int:
+    """The wave rows: per wave size, no-op waves' false keeps (<= alpha per wave, Holm) and a planted fix's share."""
+    started = time.monotonic()
+    rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
+    print(f"waves (adaptive, alpha 0.1, Holm per wave): {args.wave_runs} runs of one wave per size and case; "
+          f"no-op waves: K no-ops; planted: one {WAVE_FIX[3:]}-item fix among K-1 no-ops")
+    # Tasks of a few runs each, the largest waves first, keep every worker busy to the end.
+    chunks = max(1, math.ceil(args.wave_runs / args.runs_per_task))
+    per = [args.wave_runs // chunks + (1 if i < args.wave_runs % chunks else 0) for i in range(chunks)]
+    tasks = [(k, r, args.seed * 1000 + 17 * k + 101 * i, args.concurrency, rejudge, case)
+             for k in sorted(args.waves, reverse=True) for case in args.wave_cases for i, r in enumerate(per) if r]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        done = list(pool.map(_wave_task, tasks))
+    rows = [merge_wave_rows([r for r in done if r.wave == k]) for k in args.waves]
+    for line in wave_table(rows):
+        print(line)
+    positive = np.array(_labels_only()[1])
+    q, _ = item_q(len(positive), 0, fix_pool=args.fix_pool)
+    sims = [(k, *simulate_wave_null(q, positive, k, args.wave_sim_runs, args.seed + k, rejudge=rejudge))
+            for k in args.waves]
+    print("simulated no-op waves with a keep (same judge, Holm by optimizer.decision): "
+          + ", ".join(f"wave {k}: {kept / n:.1%} of {n}" for k, kept, n in sims))
+    print(f"wave rows wall time {time.monotonic() - started:.0f} s")
     return 0
 
 

@@ -262,6 +262,10 @@ class OptimizerSection(_Section):
         return out
 
 
+# The most candidates one wave may hold (`[loop] wave`, `run --wave`).
+MAX_WAVE = 16
+
+
 class LoopSection(_Section):
     policy: PolicyName = "adaptive"
     alpha: float = Field(default=0.1, gt=0, le=1)
@@ -291,6 +295,9 @@ class LoopSection(_Section):
     # back a candidate whose chance of clearing the full test is below futility_threshold (optimizer.futility).
     futility: bool = False
     futility_threshold: float = Field(default=0.02, gt=0, lt=1)
+    # Candidates proposed per round against one incumbent, evaluated item by item together and decided
+    # together (Holm over their p-values, at most one keep per wave); 1: one candidate at a time.
+    wave: int = Field(default=1, ge=1, le=MAX_WAVE)
 
 
 class ConfirmSection(_Section):
@@ -382,6 +389,7 @@ labels = "given"           # given | corrected: labels.jsonl, or with devset/<sp
 # cheaper_min_saving = 0.2  # ... if it costs at least 20% less per verdict
 futility = false           # adaptive: after the incumbent's wrong items and a random part of the rest, roll
 futility_threshold = 0.02  #   back a candidate whose chance of clearing the test is below this
+wave = 1                   # candidates per round, judged together and decided with Holm (at most one keep)
 
 [confirm]
 max_uses = 3

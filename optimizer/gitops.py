@@ -35,6 +35,8 @@ from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
 
 BRANCH_PREFIX = "judgeloop/"
 REJECTED_PREFIX = "refs/judgeloop/rejected/"
+# A wave's candidates wait here (one commit each on the incumbent) while the wave is evaluated.
+WAVE_PREFIX = "refs/judgeloop/wave/"
 PENDING = "pending"
 # Paths the dirty-tree check ignores: run output lives there (and is git-ignored anyway).
 IGNORED_DIRTY_PREFIXES: tuple[str, ...] = ("experiments/",)
@@ -392,6 +394,40 @@ def roll_back(
         with _keeping_person_files(_root(where)):
             repo.head.reset(incumbent_sha, index=True, working_tree=True)
         return rejected.hexsha
+
+
+def park_candidate(where: Root, sha: str, experiment_id: int, incumbent_sha: str) -> None:
+    """Keep the tip candidate ``sha`` under ``refs/judgeloop/wave/<experiment_id>`` and hard-reset the
+    branch to ``incumbent_sha``, so the wave's next candidate is proposed on the incumbent too."""
+    with repo_at(_root(where)) as repo:
+        _tip_must_be(repo, sha)
+        repo.git.update_ref(f"{WAVE_PREFIX}{experiment_id}", sha)
+        repo.head.reset(incumbent_sha, index=True, working_tree=True)
+
+
+def parked_candidates(where: Root) -> dict[int, str]:
+    """Experiment id -> sha of every wave candidate still waiting for its wave's decision."""
+    with repo_at(_root(where)) as repo:
+        out = repo.git.for_each_ref("--format=%(refname) %(objectname)", WAVE_PREFIX)
+    parked: dict[int, str] = {}
+    for line in out.splitlines():
+        ref, _, sha = line.partition(" ")
+        tail = ref.removeprefix(WAVE_PREFIX)
+        if tail.isdigit():
+            parked[int(tail)] = sha
+    return parked
+
+
+def unpark(where: Root, experiment_id: int) -> None:
+    """Drop a decided wave candidate's waiting ref (its final commit is the branch's or a rejected ref)."""
+    with repo_at(_root(where)) as repo:
+        repo.git.update_ref("-d", f"{WAVE_PREFIX}{experiment_id}")
+
+
+def check_out_parked(where: Root, sha: str) -> None:
+    """Move the branch (index and tree) to a parked wave candidate, to finalise it as kept or roll it back."""
+    with repo_at(_root(where)) as repo:
+        repo.head.reset(sha, index=True, working_tree=True)
 
 
 def store_rejected(where: Root, sha: str, experiment_id: int) -> None:

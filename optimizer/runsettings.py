@@ -56,6 +56,7 @@ class RunOverrides:
     hours: float | None = None
     patience: int | None = None
     propose_only: bool = False
+    wave: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ class RunSettings:
 
         - Kept from the run; asking for another value is a `UserError` (one line, "drop it, or start
           a new run"), as it would compare different judges or change the decision rule mid-run:
-          the judge's ``provider`` and ``model``, the ``policy``, the ``replicates`` per item.
+          the judge's ``provider`` and ``model``, the ``policy``, the ``replicates`` per item, the
+          ``wave`` size (``--wave``, kept in ``runs.budgets`` when given).
           Asking for the run's own value is no change and is accepted.
         - ``judgeloop.toml`` ``[loop]`` (alpha, fdr, rejudge, min_kappa_delta, fpr_tolerance,
           patience, infra_retry_*) and ``[judge]`` are the run's own, whatever the file says now:
@@ -117,6 +119,11 @@ class RunSettings:
         loop = _recorded(run, snapshot, "loop", LoopSection, current.loop)
         if run.policy in POLICIES:  # the column: the run's --policy, if given
             loop = loop.model_copy(update={"policy": run.policy})
+        if isinstance(budgets_wave := (run.budgets or {}).get("wave"), int):  # `run --wave K` at its start
+            loop = loop.model_copy(update={"wave": budgets_wave})
+        if asked.wave is not None and asked.wave != loop.wave:
+            raise UserError(f"run {run.id} proposes {loop.wave} candidate(s) per wave; --wave {asked.wave} would "
+                            "change how its candidates are decided mid-run — drop it, or start a new run")
         if asked.policy is not None and asked.policy != loop.policy:
             raise UserError(f"run {run.id} decides with policy {loop.policy!r}; --policy {asked.policy!r} would "
                             "change its decision rule mid-run — drop it, or start a new run")

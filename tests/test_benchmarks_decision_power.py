@@ -140,6 +140,7 @@ def test_cheaper_rows_cover_both_judges_and_margins() -> None:
     assert len(lines) == 4 and lines[2].split()[:2] == ["noisy", "1"] and lines[3].split()[:2] == ["steady", "1"]
     assert all("n=4" in line for line in lines[2:])
 
+
 def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
     """The coupled futility rows: the same candidates with and without the screen; with it, a keep is
     a keep without it, and a candidate costs at most what it cost without."""
@@ -154,3 +155,23 @@ def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
     assert stopped, "the screen never stopped a candidate: the test proves nothing"
     lines = dp.futility_table(base, screened, len(positive))
     assert lines[2].startswith("off") and lines[3].startswith("on, T = 0.05")
+
+
+def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> None:
+    # A steady judge: the no-ops tie the incumbent, the 8-item fix is a clean gain Holm keeps at alpha/3
+    # (8 items fixed every time: p = 1/256); through start_run with --wave 3.
+    row = dp.wave_trials(3, runs=1, seed=0, concurrency=8, odds=_deterministic_odds(12))
+    assert (row.wave, row.null_waves, row.null_false_keeps) == (3, 1, 0)
+    assert (row.planted_waves, row.planted_fix_kept, row.planted_noop_kept) == (1, 1, 0)
+    assert 0 < row.calls_per_candidate <= 2
+    lines = dp.wave_table([row])
+    assert lines[2].split()[:2] == ["3", "0.0%"] and "100.0%" in lines[2] and " yes " in lines[2]
+
+
+def test_simulated_noop_waves_keep_nothing_of_a_steady_judge_and_holm_bounds_a_noisy_one() -> None:
+    positive = np.array(dp._labels_only()[1])
+    q, _ = _deterministic_odds(12)
+    assert dp.simulate_wave_null(q, positive, 4, 20, seed=0) == (0, 20)  # no disagreement, nothing kept
+    q, _ = item_q(N_ITEMS, 0)
+    kept, waves = dp.simulate_wave_null(q, positive, 4, 150, seed=3)
+    assert waves == 150 and kept / waves < 0.2  # Holm's per-wave bound is 0.1; generous for 150 waves

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from optimizer.config import MAX_CONCURRENCY, MAX_REPLICATES
+from optimizer.config import MAX_CONCURRENCY, MAX_REPLICATES, MAX_WAVE
 from optimizer.errors import UserError
 from optimizer.vocab import POLICIES, RUN_STRATEGIES
 
@@ -41,6 +41,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise CommandLineError(f"{self.prog}: error: {message} (see `{self.prog} -h`)")
+
+
+def wave_size(text: str) -> int:
+    """An argparse type for ``--wave``: 1 to `MAX_WAVE` candidates."""
+    return whole(1, MAX_WAVE)(text)
 
 
 def whole(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -215,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help=REPLICATES_HELP)
     p.add_argument("--propose-only", action="store_true",
                    help="evaluate one candidate, wait for `judgeloop decide` (default: decide by the policy)")
+    p.add_argument("--wave", type=wave_size, metavar="K",
+                   help="propose K candidates per round against one incumbent, judge them item by item together and "
+                        "keep at most one (Holm over their p-values); see README \"Waves\" (default: [loop] wave, 1)")
     p.add_argument("--resume", action="store_true", help="continue the last unfinished run (default: start a new run)")
     p.add_argument("--batch", action="store_true",
                    help=BATCH_HELP.replace("a killed command run again", "`--resume`") +

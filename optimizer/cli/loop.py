@@ -23,7 +23,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         split=args.split, strategy=args.strategy, message=args.message, policy=args.policy,
         max_experiments=args.max_experiments, budget_usd=args.budget_usd, hours=args.hours,
         patience=args.patience, replicates=args.replicates, propose_only=bool(args.propose_only),
-        judge=judge_overrides(args), batch=bool(args.batch),
+        judge=judge_overrides(args), batch=bool(args.batch), wave=args.wave,
     )
     ws = Workspace.open(args.workspace)
     # Status lines on stdout; each evaluation's progress line on stderr (a terminal only; the ledger

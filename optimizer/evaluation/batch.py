@@ -32,7 +32,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from optimizer.config import JudgeSection
 from optimizer.evaluation.batchstore import BatchStore
@@ -51,8 +51,12 @@ from optimizer.judge.types import (
     InfrastructureError,
     JudgeRequest,
     Provider,
+    ProviderReply,
+    ProviderTraits,
+    Sampling,
     TextPart,
     batches,
+    stable_json,
 )
 
 # Consecutive failed status polls (each after the SDK's own retries) before a pass gives up waiting;
@@ -484,3 +488,107 @@ def _check_batch_mode(mode: str) -> None:
 def cache_store(cache: JudgeCache) -> BatchStore:
     """The judge cache as the batch store of ``eval`` and ``confirm``."""
     return cache
+
+
+# -- one batch per wave pass -----------------------------------------------------------------------------
+
+# How long a wave's first batch submission waits for the wave's other candidates to submit theirs (a
+# candidate may still be warming its items, or have nothing to send); against a batch's minutes to
+# hours, a short wait. Only merging depends on it, never a result.
+WAVE_BATCH_WINDOW_S = 10.0
+
+
+class WaveBatches:
+    """A wave's batching provider: the batch passes of its candidates, evaluated at once, submitted as
+    one batch per wave pass. A submission waits until every candidate still evaluating has submitted
+    (or ``window_s`` has passed); the waiting submissions with the same sampling go out as one batch
+    (a call two candidates share, such as the incumbent's re-judging, once: its ``custom_id`` is its
+    cache key). Each pass polls that batch and takes its own calls' answers from it; each records
+    the batch under its own experiment, so a resume collects it. ``leave`` when a candidate is done."""
+
+    def __init__(self, inner: BatchingProvider, members: int, window_s: float = WAVE_BATCH_WINDOW_S) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.model = inner.model
+        self.where = inner.where
+        self.live = members
+        self.window_s = window_s
+        self.submitted = 0  # batches sent to the provider
+        self._pending: list[tuple[Sequence[tuple[str, JudgeRequest]], Sampling, dict[str, object],
+                                  asyncio.Future[BatchState]]] = []
+        self._timer: asyncio.Task[None] | None = None
+
+    @property
+    def traits(self) -> ProviderTraits:
+        return self.inner.traits
+
+    async def complete(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> ProviderReply:
+        return await self.inner.complete(request, sampling, schema)
+
+    async def aclose(self) -> None:  # the run closes the provider it owns
+        return None
+
+    def run_notes(self) -> tuple[str, ...]:
+        return self.inner.run_notes()
+
+    async def batch_state(self, batch_id: str) -> BatchState:
+        return await self.inner.batch_state(batch_id)
+
+    async def batch_results(self, batch_id: str) -> list[BatchEntry]:
+        return await self.inner.batch_results(batch_id)
+
+    async def submit_batch(self, requests: Sequence[tuple[str, JudgeRequest]], sampling: Sampling,
+                           schema: dict[str, Any]) -> BatchState:
+        future: asyncio.Future[BatchState] = asyncio.get_running_loop().create_future()
+        self._pending.append((requests, sampling, schema, future))
+        if len(self._pending) >= self.live:
+            await self._flush()
+        elif self._timer is None:
+            self._timer = asyncio.create_task(self._flush_later())
+        return await future
+
+    def leave(self) -> None:
+        """A candidate's evaluation ended: the wave's next submission no longer waits for it."""
+        self.live -= 1
+        if self._pending and len(self._pending) >= self.live:
+            self._timer = self._timer or asyncio.create_task(self._flush_later(0.0))
+
+    async def _flush_later(self, delay: float | None = None) -> None:
+        await asyncio.sleep(self.window_s if delay is None else delay)
+        self._timer = None
+        await self._flush()
+
+    async def _flush(self) -> None:
+        if self._timer is not None and self._timer is not asyncio.current_task():
+            self._timer.cancel()
+        self._timer = None
+        pending, self._pending = self._pending, []
+        groups: dict[str, list[tuple[Sequence[tuple[str, JudgeRequest]], Sampling, dict[str, object],
+                                     asyncio.Future[BatchState]]]] = {}
+        for entry in pending:
+            groups.setdefault(stable_json([entry[1].as_dict(), entry[2]]), []).append(entry)
+        for group in groups.values():
+            merged: dict[str, JudgeRequest] = {}
+            for requests, _, _, _ in group:
+                for key, request in requests:
+                    merged.setdefault(key, request)
+            try:
+                state = await self.inner.submit_batch(list(merged.items()), group[0][1], dict(group[0][2]))
+            except InfrastructureError as exc:  # each pass handles the failure as its own
+                for *_, future in group:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            except BaseException as exc:
+                # Every waiting pass fails as it would alone (a fatal setup error, a cancel).
+                for *_, future in group:
+                    if not future.done():
+                        if isinstance(exc, asyncio.CancelledError):
+                            future.cancel()
+                        else:
+                            future.set_exception(exc)
+                raise
+            self.submitted += 1
+            for *_, future in group:
+                if not future.done():
+                    future.set_result(state)

@@ -11,6 +11,8 @@ candidates. The runner tells the person following it what happens through its ``
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import difflib
 import time
 from collections.abc import Callable, Mapping
@@ -27,12 +29,13 @@ from optimizer.decision import (
     adaptive_stopped_decision,
     decide_adaptive,
     decide_cheaper,
+    decide_wave,
     disagreements,
     lord_level,
 )
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
-from optimizer.evaluation.batch import BatchOptions
+from optimizer.evaluation.batch import BatchOptions, WaveBatches
 from optimizer.evaluation.batchstore import BatchRecord, BatchStatus, batch_status
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
@@ -48,7 +51,7 @@ from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
 from optimizer.judge.providers.pricing import Price, price_for, warm_cost_usd
 from optimizer.judge.render import build_request
-from optimizer.judge.types import BatchState, Provider
+from optimizer.judge.types import BatchState, Provider, batches, stable_json
 from optimizer.ledger import (
     AnswerStatus,
     Experiment,
@@ -64,6 +67,7 @@ from optimizer.ledger import (
 from optimizer.loop.compare import judgements_of, rejudge
 from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
 from optimizer.loop.strategies import (
+    IN_WAVE,
     Disagreement,
     PastExperiment,
     Proposal,
@@ -71,6 +75,7 @@ from optimizer.loop.strategies import (
     ProposalError,
     ReviewNote,
     Strategy,
+    proposes_waves,
 )
 from optimizer.loop.validate import candidate_files, validate_prompts
 from optimizer.metrics import Answer, Metrics, bootstrap_intervals, flip_table, score
@@ -382,7 +387,7 @@ class LoopRunner:
 
     async def evaluate(
         self, experiment_id: int, prompts: PromptSet, incumbent: Experiment | None,
-        provider: Provider, cache: JudgeCache, *, cheaper: bool = False,
+        provider: Provider, cache: JudgeCache, judge: JudgeSection | None = None, *, cheaper: bool = False,
     ) -> Evaluated:
         """Evaluate ``prompts`` on the whole split (negatives first) and decide against ``incumbent``.
 
@@ -391,8 +396,10 @@ class LoopRunner:
         infrastructure errors are left out of the bounds (unjudged) and make the evaluation
         incomplete: such a candidate is never decided on partial data. ``cheaper``: the candidate is
         estimated cheaper by ``cheaper_min_saving`` (`cheaper_eligible`), so it may be kept without a
-        kappa gain: only the FPR bound may stop it early, and it is re-judged in full.
+        kappa gain: only the FPR bound may stop it early, and it is re-judged in full. ``judge``: the
+        run's judge with another ``max_concurrency`` (a wave shares the run's among its candidates).
         """
+        judge = judge or self.judge
         order = evaluation_order(self.labels, self.split.ids)
         adaptive = self.loop_cfg.policy == "adaptive"
         level = self.test_level()
@@ -440,7 +447,7 @@ class LoopRunner:
 
         batch = self.batch_options(experiment_id)
         result = await evaluate_items(
-            self.ws, self.split, prompts, self.judge,
+            self.ws, self.split, prompts, judge,
             item_ids=order, replicates=self.replicates, on_item=on_item, budget=self.budget(),
             progress=self._progress(experiment_id), provider=provider, cache=cache,
             infra_retry_rounds=self.loop_cfg.infra_retry_rounds, infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s,
@@ -494,7 +501,7 @@ class LoopRunner:
                      f"on, {self.loop_cfg.rejudge} more time(s) under each")
             incumbent_prompts = PromptSet.from_rev(self.ws, incumbent.commit_sha or "HEAD~1")
             rj = await rejudge(
-                self.ws, self.split, self.judge, self.loop_cfg, items=to_rejudge,
+                self.ws, self.split, judge, self.loop_cfg, items=to_rejudge,
                 prompts=(incumbent_prompts, prompts), judgements=(inc_judgements, cand_judgements),
                 first_replicate=self.replicates, budget=self.budget(), progress=self._progress(experiment_id),
                 provider=provider, cache=cache, batch=self.batch_options(experiment_id), stop=self.stop,
@@ -766,12 +773,37 @@ class LoopRunner:
                 f"{cap:g}")
 
     async def candidate(self, incumbent: Experiment, provider: Provider, cache: JudgeCache) -> Experiment:
+        prepared = await self.prepare(incumbent, provider)
+        if isinstance(prepared, Experiment):
+            return prepared
+        exp_id, sha, cost = prepared
+        return await self.evaluate_candidate(exp_id, sha, incumbent, provider, cache, cost)
+
+    async def prepare(
+        self, incumbent: Experiment, provider: Provider, *, siblings: list[PastExperiment] | None = None,
+        wave_meta: dict[str, Any] | None = None, seen: dict[str, int] | None = None,
+        given: Proposal | ProposalError | None = None,
+    ) -> Experiment | tuple[int, str, float]:
+        """Propose, guard and commit one candidate on the incumbent: the decided experiment when it ends
+        before evaluation (optimiser failure, guards), else its (id, commit, optimiser cost). In a wave,
+        ``siblings`` are the wave's earlier candidates (shown to the strategy), ``wave_meta`` goes into
+        the row's proposal meta and ``seen`` maps an earlier candidate's files to its id (a duplicate is
+        rejected; ``given``: the proposal a strategy made for the whole wave at once)."""
         seq = max(e.seq for e in self.ledger.experiments(self.run.id)) + 1
-        self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
-        self.say("next candidate: your edit" if self.strategy.name == "manual"
-                 else f"next candidate: asking the {self.strategy.name} optimiser for an edit")
+        if given is None:
+            self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
+            self.say("next candidate: your edit" if self.strategy.name == "manual"
+                     else f"next candidate: asking the {self.strategy.name} optimiser for an edit")
         try:
-            proposal: Proposal = await self.strategy.propose(self.context(incumbent, seq))
+            if isinstance(given, ProposalError):
+                raise given
+            if given is not None:
+                proposal: Proposal = given
+            else:
+                ctx = self.context(incumbent, seq)
+                if siblings:
+                    ctx.history = [*ctx.history, *siblings]
+                proposal = await self.strategy.propose(ctx)
         except ProposalError as exc:
             self.charge(exc.cost_usd)
             exp = self.ledger.start_experiment(
@@ -806,7 +838,7 @@ class LoopRunner:
         exp = self.ledger.start_experiment(
             self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq,
             files_changed=sorted(changed), insertions=ins, deletions=dels, diff_text=diff_text,
-            rationale=proposal.rationale, proposal_meta=proposal.meta,
+            rationale=proposal.rationale, proposal_meta=proposal.meta | ({"wave": wave_meta} if wave_meta else {}),
             optimizer_calls=proposal.calls, optimizer_input_tokens=proposal.input_tokens,
             optimizer_output_tokens=proposal.output_tokens, optimizer_cost_usd=proposal.cost_usd,
         )
@@ -820,8 +852,11 @@ class LoopRunner:
             if changed else None
         )
         reason: str | None = None
+        files_key = stable_json({p: n for p, (_, n) in sorted(changed.items())})
         if link_error is not None:
             reason = link_error
+        elif seen is not None and changed and files_key in seen:
+            reason = f"the same edit as experiment {seen[files_key]} of this wave"
         elif guard is None or not guard.ok:
             reason = "the proposal changed nothing" if guard is None else (guard.reason or "rejected")
         else:
@@ -843,7 +878,15 @@ class LoopRunner:
             f"{proposal.rationale}", exp.id,
         )
         self.ledger.mark_evaluating(exp.id, sha, cost_usd=proposal.cost_usd)
-        return await self.evaluate_candidate(exp.id, sha, incumbent, provider, cache, proposal.cost_usd)
+        if seen is not None:
+            seen[files_key] = exp.id
+        if siblings is not None:
+            siblings.append(PastExperiment(
+                id=exp.id, decision=IN_WAVE, reason="another candidate of this wave, judged together with yours "
+                "against the same incumbent: propose a different edit", rationale=proposal.rationale,
+                kappa=None, fpr=None, diff=diff_text, meta=proposal.meta,
+            ))
+        return exp.id, sha, proposal.cost_usd
 
     async def evaluate_candidate(
         self, exp_id: int, sha: str, incumbent: Experiment, provider: Provider, cache: JudgeCache,
@@ -914,8 +957,11 @@ class LoopRunner:
         """Bring the tree and the ledger back to a consistent state after a crash."""
         run = self.ledger.get_run(self.run.id)
         incumbent = self.ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
+        wave = self.interrupted_wave(incumbent)
         for exp in self.ledger.experiments_with_status("running", self.run.id):
             tip = gitops.rev_parse(self.root, "HEAD")
+            if any(exp.id == member_id for member_id, _, _ in wave):
+                continue
             if exp.seq == 0:
                 gitops.restore_tree(self.root, exp.commit_sha or tip)
                 self.say(f"resuming: re-evaluating the interrupted baseline (experiment {exp.id}) from the cache")
@@ -931,11 +977,182 @@ class LoopRunner:
                     gitops.store_rejected(self.root, exp.commit_sha, exp.id)
                 gitops.restore_tree(self.root, restore_to)
                 self.ledger.record_error(exp.id, "interrupted before it was evaluated; rolled back on resume")
+        if wave and incumbent is not None:
+            size = max(int(e.proposal_meta.get("wave", {}).get("size", 1)) for e in self.ledger.experiments(self.run.id)
+                       if any(e.id == member_id for member_id, _, _ in wave))
+            self.say(f"resuming: re-evaluating the interrupted wave (experiments {', '.join(str(m[0]) for m in wave)}) "
+                     "from the cache")
+            await self.decide_wave(wave, incumbent, provider, cache, family=size)
         run = self.ledger.get_run(self.run.id)
         if run.incumbent_experiment is not None:
             inc = self.ledger.get_experiment(run.incumbent_experiment)
             if inc.commit_sha:
                 gitops.restore_tree(self.root, inc.commit_sha)
+
+    def interrupted_wave(self, incumbent: Experiment | None) -> list[tuple[int, str, float]]:
+        """The candidates of a wave a crash or a stop cut short: running rows of a wave on the incumbent
+        with a commit, each parked (one left at the tip, committed but not parked yet, is parked now).
+        A parked candidate of another incumbent cannot be decided any more: rolled back."""
+        parked = gitops.parked_candidates(self.root)
+        members: list[tuple[int, str, float]] = []
+        tip = gitops.rev_parse(self.root, "HEAD")
+        for exp in self.ledger.experiments_with_status("running", self.run.id):
+            if exp.seq == 0 or not exp.commit_sha or "wave" not in exp.proposal_meta:
+                continue
+            if incumbent is None or exp.parent_id != incumbent.id or not incumbent.commit_sha:
+                gitops.store_rejected(self.root, exp.commit_sha, exp.id)
+                if exp.id in parked:
+                    gitops.unpark(self.root, exp.id)
+                self.ledger.record_error(exp.id, "a wave candidate of an earlier incumbent; rolled back on resume")
+                continue
+            if exp.id not in parked:
+                if exp.commit_sha != tip:
+                    continue  # never parked nor at the tip: the one-candidate path rolls it back
+                gitops.park_candidate(self.root, exp.commit_sha, exp.id, incumbent.commit_sha)
+                tip = incumbent.commit_sha
+            members.append((exp.id, exp.commit_sha, exp.cost_usd))
+        return members
+
+    # -- a wave ----------------------------------------------------------------------------------
+
+    async def wave(self, incumbent: Experiment, provider: Provider, cache: JudgeCache,
+                   room: int | None) -> list[Experiment]:
+        """One round of ``[loop] wave`` candidates against ``incumbent`` (fewer when ``room``, the
+        candidates ``--max-experiments`` leaves, is smaller, or the strategy runs out): each proposed
+        on the incumbent with the wave's earlier ones in its history, guarded and committed on the
+        incumbent (parked under ``refs/judgeloop/wave/``), then judged together and decided together
+        (`decide_wave`). Holm's family is the wave's size, whatever number got to be tested."""
+        k = self.loop_cfg.wave
+        incumbent_sha = incumbent.commit_sha or gitops.rev_parse(self.root, "HEAD")
+        meta: dict[str, Any] = {"size": k, "alpha": self.test_level(), "incumbent": incumbent.id}
+        siblings: list[PastExperiment] = []
+        seen: dict[str, int] = {}
+        ended: list[Experiment] = []
+        parked: list[tuple[int, str, float]] = []
+        n = k if room is None else max(1, min(k, room))
+        self.say(f"wave of {k}: proposing {n} candidate(s) against experiment {incumbent.id}")
+        given: list[Proposal | ProposalError] | None = None
+        if proposes_waves(self.strategy):  # the whole wave in one conversation
+            seq = max(e.seq for e in self.ledger.experiments(self.run.id)) + 1
+            self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
+            self.say(f"  asking the {self.strategy.name} optimiser for {n} edits in one conversation")
+            given = await self.strategy.propose_wave(self.context(incumbent, seq), n)
+            given = (given + [ProposalError("the optimiser proposed fewer candidates than the wave holds")] * n)[:n]
+        for i in range(n):
+            # (Proposals already made and paid for are committed; the stop comes before their judging.)
+            if given is None and (self.interrupted or self.budget_exhausted is not None):
+                break
+            prepared = await self.prepare(incumbent, provider, siblings=siblings, wave_meta=meta, seen=seen,
+                                          given=None if given is None else given[i])
+            if isinstance(prepared, Experiment):
+                ended.append(prepared)
+                continue
+            gitops.park_candidate(self.root, prepared[1], prepared[0], incumbent_sha)
+            parked.append(prepared)
+        return ended + await self.decide_wave(parked, incumbent, provider, cache, family=k)
+
+    async def decide_wave(self, members: list[tuple[int, str, float]], incumbent: Experiment, provider: Provider,
+                          cache: JudgeCache, *, family: int) -> list[Experiment]:
+        """Judge a wave's parked candidates (id, commit, optimiser cost) item by item together — each
+        candidate's evaluation runs at once, in the same order, on a share of the run's concurrency,
+        so an item's calls for every candidate go out together and one cached prefix serves them —
+        then decide them with `optimizer.decision.decide_wave` and settle git: every candidate not
+        kept is rolled back (``refs/judgeloop/rejected/<id>``), the kept one (at most one) finalised
+        as the branch's tip."""
+        incumbent_sha = incumbent.commit_sha or gitops.rev_parse(self.root, "HEAD")
+        out: list[Experiment] = []
+        ready: list[tuple[int, str, float, PromptSet]] = []
+        for exp_id, sha, cost in members:
+            try:
+                prompts = PromptSet.from_rev(self.ws, sha)
+                invalid = self.validate({}, provider, base_rev=sha)
+            except UserError as exc:
+                invalid = str(exc)
+            if invalid is not None:
+                reason = f"cannot be evaluated: {invalid}; rolled back"
+                gitops.store_rejected(self.root, sha, exp_id)
+                gitops.unpark(self.root, exp_id)
+                self.say(f"  experiment {exp_id}: {reason}")
+                out.append(self.ledger.record_error(exp_id, reason, cost_usd=cost, commit_sha=sha))
+                continue
+            ready.append((exp_id, sha, cost, prompts))
+        if not ready:
+            return out
+        for exp_id, *_ in ready:
+            self.stage(StageKind.EVALUATING, exp_id, started_at=time.time())
+        ids = ", ".join(str(r[0]) for r in ready)
+        self.say(f"  wave: evaluating experiments {ids} item by item together (negatives first), "
+                 + ("one batch per wave pass (batch mode: early stopping does not apply)" if self.batch
+                    else "each stopping as soon as its outcome at the wave's level is certain"))
+        judge = self.judge.model_copy(update={"max_concurrency": max(1, self.judge.max_concurrency // len(ready))})
+        # --batch: the candidates' passes go out as one batch per wave pass (`WaveBatches`).
+        shared = WaveBatches(provider, len(ready)) if self.batch and batches(provider) else None
+
+        async def member(exp_id: int, prompts: PromptSet) -> Evaluated:
+            try:
+                return await self.evaluate(exp_id, prompts, incumbent, shared or provider, cache, judge=judge)
+            finally:
+                if shared is not None:
+                    shared.leave()
+
+        results = await asyncio.gather(*(member(exp_id, prompts) for exp_id, _, _, prompts in ready),
+                                       return_exceptions=True)
+        if shared is not None:
+            self.say(f"  wave: {shared.submitted} batch(es) for its {len(ready)} candidates")
+        failed = [r for r in results if isinstance(r, BaseException) and not isinstance(r, EvaluationInterrupted)]
+        if failed:
+            raise failed[0]
+        if any(isinstance(r, EvaluationInterrupted) for r in results):
+            # Each member's calls so far go on its row now, counted once (`resuming`), as for one
+            # candidate; the wave stays running and parked, and `--resume` decides it from the cache.
+            first: EvaluationInterrupted | None = None
+            for (exp_id, *_), r in zip(ready, results, strict=True):
+                paid = r.cost_usd if isinstance(r, EvaluationInterrupted) else (
+                    r.usage.cost_usd if isinstance(r, Evaluated) else 0.0)
+                if first is None and isinstance(r, EvaluationInterrupted):
+                    first = r
+                    continue
+                if paid > 0:
+                    self.ledger.add_cost(exp_id, Usage(cost_usd=paid))
+                self.stage(StageKind.RESUMING, exp_id, paid_before_crash_usd=round(paid, 6))
+            assert first is not None
+            raise first
+        evaluated = [r for r in results if isinstance(r, Evaluated)]
+        decisions = decide_wave([ev.decision for ev in evaluated], self.test_level(), family,
+                                [f"experiment {r[0]}" for r in ready])
+        # Roll back first, keep last: the branch ends at the kept candidate, or at the incumbent.
+        order = sorted(range(len(ready)), key=lambda i: bool(decisions[i] and decisions[i].keep))  # type: ignore[union-attr]
+        for i in order:
+            exp_id, sha, cost, prompts = ready[i]
+            ev = dataclasses.replace(evaluated[i], decision=decisions[i])
+            out.append(self._settle(exp_id, sha, cost, prompts, ev, incumbent_sha))
+            gitops.unpark(self.root, exp_id)
+        return out
+
+    def _settle(self, exp_id: int, sha: str, cost: float, prompts: PromptSet, ev: Evaluated,
+                incumbent_sha: str) -> Experiment:
+        """Record one wave candidate's decision and finalise or roll back its parked commit."""
+        def outcome(status: ExperimentStatus, reason: str, commit_sha: str | None = None) -> ExperimentOutcome:
+            return ev.outcome(status, reason, extra_cost_usd=cost, commit_sha=commit_sha,
+                              prompt_hash=prompts.prompt_hash())
+
+        gitops.check_out_parked(self.root, sha)
+        d = ev.decision
+        if d is None:
+            reason = f"not decided: {ev.error}; rolled back"
+            rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, None, "error"))
+            self.say(f"  experiment {exp_id}: {reason}")
+            return self._record_eval(exp_id, ev, outcome("error", reason, rejected))
+        if d.keep:
+            new_sha = gitops.finalize_kept(self.root, sha, decision_trailers(exp_id, ev.metrics, "kept"))
+            exp = self._record_eval(exp_id, ev, outcome("kept", d.reason, new_sha))
+        else:
+            rejected = gitops.roll_back(self.root, sha, exp_id, incumbent_sha,
+                                        decision_trailers(exp_id, ev.metrics, "rolled_back"))
+            exp = self._record_eval(exp_id, ev, outcome("rolled_back", d.reason, rejected))
+        self.say(f"  experiment {exp_id}: {'KEPT' if d.keep else 'rolled back'} — {d.reason} "
+                 f"(calls={ev.calls}, cached={ev.run.cache_hits}, ${ev.usage.cost_usd:.4f})")
+        return exp
 
     async def loop(self) -> StopReason:
         provider = make_provider(self.judge)
@@ -977,6 +1194,12 @@ class LoopRunner:
             run = self.ledger.get_run(self.run.id)
             assert run.incumbent_experiment is not None  # the baseline ran above
             incumbent = self.ledger.get_experiment(run.incumbent_experiment)
+            if self.loop_cfg.wave > 1:
+                room = None if self.limits.max_experiments is None else self.limits.max_experiments - done
+                wave = await self.wave(incumbent, provider, cache, room)
+                done += len(wave)
+                since_keep = 0 if any(e.status == "kept" for e in wave) else since_keep + len(wave)
+                continue
             exp = await self.candidate(incumbent, provider, cache)
             done += 1
             since_keep = 0 if exp.status == "kept" else since_keep + 1
@@ -984,6 +1207,29 @@ class LoopRunner:
                 return StopReason(StopKind.WAITING, "propose-only: candidate waiting for `judgeloop decide`")
             if self.limits.propose_only:
                 return StopReason(StopKind.PROPOSED, f"propose-only: candidate ended as {exp.status}")
+
+
+def check_wave(loop: LoopSection, *, strategy: str, propose_only: bool) -> None:
+    """Refuse, in one line, what a wave of several candidates (``[loop] wave`` > 1) cannot be run with."""
+    if loop.wave == 1:
+        return
+    what = f"a wave of {loop.wave} candidates ([loop] wave / --wave)"
+    if strategy == "manual":
+        raise UserError(f"{what} needs a strategy that proposes; --strategy manual judges one hand edit: drop --wave")
+    if strategy == "mcp":
+        raise UserError(f"{what}: an MCP client submits one candidate at a time; set [loop] wave = 1 in judgeloop.toml")
+    if propose_only:
+        raise UserError(f"{what} is decided by Holm over its candidates, not by a person: drop --propose-only or "
+                        "use --wave 1")
+    if loop.policy == "literal":
+        raise UserError(f"{what} is decided by Holm over the candidates' p-values; the literal policy runs no "
+                        "test: use --policy adaptive or paired, or --wave 1")
+    if loop.fdr is not None:
+        raise UserError(f"{what} keeps its false-keep bound with Holm at [loop] alpha; [loop] fdr (LORD++) levels "
+                        "are per candidate: remove fdr from judgeloop.toml or use --wave 1")
+    if loop.cheaper_margin_items > 0:
+        raise UserError(f"{what} decides improvements only; cheaper-not-worse keeps ([loop] cheaper_margin_items) "
+                        "are decided one candidate at a time: set cheaper_margin_items = 0 or use --wave 1")
 
 
 def as_advice(reason: str) -> str:

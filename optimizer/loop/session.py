@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer import gitops
-from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
+from optimizer.config import MAX_WAVE, JudgeOverrides, JudgeSection, LoopSection
 from optimizer.decision import Policy, detectable_gain_line
 from optimizer.devset.corrections import LabelSetName, label_set, labels_as_stored
 from optimizer.devset.heldout import check_apart
@@ -31,7 +31,7 @@ from optimizer.judge.harness import check_budget
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.providers import Usage, check_judge_key
 from optimizer.ledger import Experiment, Ledger, Run, RunStatus
-from optimizer.loop.runner import LoopRunner, decision_trailers, fmt3
+from optimizer.loop.runner import LoopRunner, check_wave, decision_trailers, fmt3
 from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
 from optimizer.metrics import Metrics, score
@@ -65,6 +65,7 @@ class RunOptions:
     propose_only: bool = False
     judge: JudgeOverrides = field(default_factory=JudgeOverrides)
     batch: bool = False  # judge each pass as one batch (no early stopping); a resumed run keeps its mode
+    wave: int | None = None  # candidates per round (None: [loop] wave); a resumed run keeps its own
 
     def __post_init__(self) -> None:
         # The CLI refuses these first; an engine caller (the TUI, a script) gets the same one-line refusal.
@@ -76,6 +77,8 @@ class RunOptions:
                 raise UserError(f"{name} must be a number above 0 (got {amount})")
         if self.replicates is not None and not 1 <= self.replicates <= 15:
             raise UserError(f"replicates must be 1 to 15 (got {self.replicates})")
+        if self.wave is not None and not 1 <= self.wave <= MAX_WAVE:
+            raise UserError(f"wave must be 1 to {MAX_WAVE} candidates (got {self.wave})")
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ def _overrides(options: RunOptions) -> RunOverrides:
     return RunOverrides(
         judge=options.judge, policy=options.policy, replicates=options.replicates, batch=options.batch,
         max_experiments=options.max_experiments, budget_usd=options.budget_usd, hours=options.hours,
-        patience=options.patience, propose_only=options.propose_only,
+        patience=options.patience, propose_only=options.propose_only, wave=options.wave,
     )
 
 
@@ -217,6 +220,7 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
     cfg = ws.config
     run = _resumable_run(ledger)
     settings = RunSettings.from_run(run, cfg, _overrides(options))  # its refusals come before any change
+    check_wave(settings.loop, strategy=run.strategy, propose_only=options.propose_only)
     if settings.batch:
         _check_batch_judge(ws, settings.judge, run.start_rev)
     if run.split in cfg.workspace.heldout_splits:
@@ -259,6 +263,8 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     """``proposer``: who proposes when it is not a strategy of `make_strategy` (``"mcp"``: `optimizer.mcp`)."""
     cfg = ws.config
     loop_cfg = cfg.loop.model_copy(update={"policy": options.policy} if options.policy else {})
+    if options.wave is not None:
+        loop_cfg = loop_cfg.model_copy(update={"wave": options.wave})
     strategy_name = proposer or options.strategy or cfg.optimizer.strategy
     if options.message is not None and strategy_name != "manual":
         raise UserError(f"-m/--message is the rationale of a hand edit (--strategy manual); the {strategy_name} "
@@ -298,6 +304,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
     if start_settings.mode == "agentic" and judge.provider == "local":
         raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
                         'tools (anthropic or openai); the local judge supports mode = "direct" only')
+    check_wave(loop_cfg, strategy=strategy_name, propose_only=options.propose_only)
     check_budget(judge, limits.budget_usd)  # a harness judge's cost is unbounded without a per-call price
     check_judge_key(judge)  # before the run and its branch exist: a missing key leaves nothing behind
     replicates = options.replicates or start_settings.replicates
@@ -308,6 +315,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
         strategy=strategy_name, policy=loop_cfg.policy, split=split.name,
         split_fingerprint=split.fingerprint, start_rev=start_rev, labels_fingerprint=labels.fingerprint,
         budgets=limits.as_dict() | {"replicates": replicates} | ({"batch": True} if options.batch else {})
+        | ({"wave": options.wave} if options.wave is not None else {})
         | ({"manual_edit": str(manual_dir.relative_to(ws.root))} if manual_dir else {}),
         config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")}
         | _memory_folds_record(split, start_settings),

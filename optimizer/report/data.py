@@ -130,8 +130,8 @@ def rejudged_items(exp: Experiment) -> list[ItemShares]:
 
 def accounting(run: Run, experiments: Sequence[Experiment], current: Config | None = None) -> dict[str, Any]:
     """Run-level accounting of the decisions: how many candidates were tested, the expected number of
-    false keeps if every one were a no-op (the sum of the levels they were tested at; None under the
-    literal policy, which runs no test), the online-FDR target if one was set, and each kept edit's
+    false keeps if every one were a no-op (the sum of the levels they were tested at, a wave's K candidates
+    alpha / K each; None under the literal policy, which runs no test), the online-FDR target if one was set, and each kept edit's
     p-value, extra judgements and cost. The run's settings are its own (`RunSettings.from_run`;
     ``current`` fills what an old record lacks)."""
     loop_cfg = RunSettings.from_run(run, current).loop
@@ -139,6 +139,11 @@ def accounting(run: Run, experiments: Sequence[Experiment], current: Config | No
     default_alpha = loop_cfg.alpha if loop_cfg.policy != "literal" else None
 
     def level(e: Experiment) -> float | None:
+        wave = e.proposal_meta.get("wave")
+        if isinstance(wave, dict) and isinstance(wave.get("size"), int) and isinstance(wave.get("alpha"), int | float):
+            # A wave of K tested at alpha with Holm makes at most one false keep with chance alpha:
+            # each of its K tests counts alpha / K.
+            return float(wave["alpha"]) / int(wave["size"])
         return e.alpha if e.alpha is not None else default_alpha
 
     tested = [e for e in experiments if e.seq > 0 and e.status in TESTED_STATUSES
@@ -152,7 +157,7 @@ def accounting(run: Run, experiments: Sequence[Experiment], current: Config | No
             sum(level(e) or 0.0 for e in [*tested, *cheaper]), 6),
         "fdr": loop_cfg.fdr,
         "kept": [
-            {"experiment": e.id, "kind": e.keep_kind, "p_value": e.p_value, "alpha": level(e),
+            {"experiment": e.id, "kind": e.keep_kind, "p_value": e.p_value, "alpha": e.alpha if e.alpha is not None else level(e),
              "rejudge_calls": e.rejudge_calls,
              "rejudged_items": len(rejudged_items(e)), "cost_usd": e.cost_usd}
             for e in experiments if e.status == "kept"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard
 
 from optimizer.vocab import STRATEGIES
 
@@ -43,6 +43,11 @@ class Disagreement:
     def direction(self) -> Direction:
         """``missed_failure``: a negative the judge let through; ``rejected_success``: a positive it failed."""
         return "rejected_success" if self.label_positive else "missed_failure"
+
+
+# `PastExperiment.decision` of another candidate of the same wave (`[loop] wave`): proposed against the
+# same incumbent and judged together with the one being proposed, not decided yet.
+IN_WAVE = "in_wave"
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,19 @@ class Strategy(Protocol):
     async def propose(self, ctx: ProposalContext) -> Proposal:
         """Return new texts for some allowed files; raise `ProposalError` when there is none."""
         ...
+
+
+class WaveStrategy(Strategy, Protocol):
+    """A strategy that proposes a wave's candidates in one conversation (`[loop] wave`)."""
+
+    async def propose_wave(self, ctx: ProposalContext, k: int) -> list[Proposal | ProposalError]:
+        """``k`` proposals (or each one's `ProposalError`), each told about the ones before it."""
+        ...
+
+
+def proposes_waves(strategy: Strategy) -> TypeGuard[WaveStrategy]:
+    """Whether ``strategy`` proposes a whole wave at once (`WaveStrategy`)."""
+    return callable(getattr(strategy, "propose_wave", None))
 
 
 def _library(optimizer_cfg: OptimizerSection, prices: Mapping[str, Price]) -> Strategy:  # noqa: ARG001 - one factory signature

@@ -26,7 +26,7 @@ from optimizer.judge.types import (
     ToolResults,
     UserMessage,
 )
-from optimizer.loop.strategies import Proposal, ProposalContext
+from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.loop.strategies.common import counts_by_direction
 from optimizer.loop.strategies.llm import DEFAULT_MAX_OUTPUT_TOKENS, OptimiserModel
 from optimizer.loop.strategies.tools import ToolOutput, ToolState, run_tool, tool_specs
@@ -123,29 +123,80 @@ class AgentStrategy:
         state = ToolState(ctx)
         system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
         messages: list[ConversationMessage] = [UserMessage((TextPart(_opening(ctx)),))]
-        tools = tool_specs(ctx.allowed_files, structure=bool(ctx.structure_moves))
         async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
-            for _turn in range(self.cfg.max_agent_turns):
-                turn = await model.turn(system, messages, tools)
-                # An empty assistant turn is refused by both APIs when sent back.
-                messages.append(turn if turn.text or turn.tool_calls else AssistantTurn(text="(no output)"))
-                if not turn.tool_calls:
-                    messages.append(UserMessage((TextPart(NUDGE),)))
-                    continue
-                results = []
-                for call in turn.tool_calls:
-                    args = _arguments(call)
-                    if args is None:
-                        state.calls += 1
-                        out = state.fail(f"{call.name}: arguments are not valid JSON")
-                    else:
-                        out = run_tool(state, call.name, args)
-                    results.append(_result(call, out))
-                    if state.submitted is not None:
-                        break  # submit ends the session: later calls in the same turn are not run
-                if state.submitted is not None:
-                    break
-                messages.append(ToolResults(tuple(results)))
+            await self._until_submit(model, system, messages, state)
         if state.submitted is None:
             raise model.error(f"the agent did not submit within {self.cfg.max_agent_turns} turns")
         return model.proposal(state.changed_files(), state.submitted, tool_errors=state.errors)
+
+    async def _until_submit(self, model: OptimiserModel, system: str, messages: list[ConversationMessage],
+                            state: ToolState) -> list[ToolResult]:
+        """Turns until ``submit`` (or ``max_agent_turns``); the submitting turn's tool results are returned,
+        not appended (a conversation that goes on must answer them)."""
+        tools = tool_specs(state.ctx.allowed_files, structure=bool(state.ctx.structure_moves))
+        for _turn in range(self.cfg.max_agent_turns):
+            turn = await model.turn(system, messages, tools)
+            # An empty assistant turn is refused by both APIs when sent back.
+            messages.append(turn if turn.text or turn.tool_calls else AssistantTurn(text="(no output)"))
+            if not turn.tool_calls:
+                messages.append(UserMessage((TextPart(NUDGE),)))
+                continue
+            results = []
+            for call in turn.tool_calls:
+                args = _arguments(call)
+                if args is None:
+                    state.calls += 1
+                    out = state.fail(f"{call.name}: arguments are not valid JSON")
+                else:
+                    out = run_tool(state, call.name, args)
+                results.append(_result(call, out))
+                if state.submitted is not None:
+                    break  # submit ends the session: later calls in the same turn are not run
+            if state.submitted is not None:
+                # Every call of the turn is answered (the ones after submit were not run).
+                done = {r.call_id for r in results}
+                return results + [ToolResult(call_id=c.id, parts=(TextPart("not run: submitted before it"),),
+                                             is_error=True) for c in turn.tool_calls if c.id not in done]
+            messages.append(ToolResults(tuple(results)))
+        return []
+
+    async def propose_wave(self, ctx: ProposalContext, k: int) -> list[Proposal | ProposalError]:
+        """``k`` candidates in one conversation (`[loop] wave`): after each submit the files go back to the
+        incumbent's and the agent is asked for a different edit; each candidate carries its own turns'
+        spend. A candidate not submitted within ``max_agent_turns`` turns is its `ProposalError`."""
+        system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
+        messages: list[ConversationMessage] = [UserMessage((TextPart(
+            _opening(ctx) + f"\nThis round judges a wave of {k} candidates together against the same incumbent; "
+            f"you will be asked for each in this conversation. Candidate 1 of {k}."),))]
+        out: list[Proposal | ProposalError] = []
+        async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
+            for i in range(1, k + 1):
+                state = ToolState(ctx)
+                before = model.usage
+                try:
+                    results = await self._until_submit(model, system, messages, state)
+                except ProposalError as exc:  # the transport failed: no later candidate either
+                    out += [exc] + [ProposalError(f"not proposed: {exc.reason}") for _ in range(k - i)]
+                    break
+                now = model.usage
+                spent = {"calls": now.calls - before.calls, "input_tokens": now.input_tokens - before.input_tokens,
+                         "output_tokens": now.output_tokens - before.output_tokens}
+                cost = now.cost_usd - before.cost_usd
+                if state.submitted is None:
+                    out += [ProposalError(f"the agent did not submit candidate {i} within {self.cfg.max_agent_turns} "
+                                          "turns", calls=spent["calls"], input_tokens=spent["input_tokens"],
+                                          output_tokens=spent["output_tokens"], cost_usd=cost)]
+                    out += [ProposalError("not proposed: the agent stopped submitting") for _ in range(k - i)]
+                    break
+                out.append(Proposal(files=state.changed_files(), rationale=state.submitted, calls=spent["calls"],
+                                    input_tokens=spent["input_tokens"], output_tokens=spent["output_tokens"],
+                                    cost_usd=cost, tool_errors=state.errors))
+                if i < k:
+                    messages.append(ToolResults(tuple(results)))
+                    messages.append(UserMessage((TextPart(WAVE_NEXT.format(i=i + 1, k=k)),)))
+        return out
+
+
+WAVE_NEXT = ("Candidate {i} of {k}: the files are back to the incumbent's. Propose a different edit from every one "
+             "you submitted above (another section, or another rule for the same disagreements); it is judged "
+             "beside them. Edit the files, then call submit.")

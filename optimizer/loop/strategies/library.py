@@ -38,7 +38,14 @@ from optimizer.judge.prompts import (
     parse_library,
     with_entries,
 )
-from optimizer.loop.strategies import Disagreement, PastExperiment, Proposal, ProposalContext, ProposalError
+from optimizer.loop.strategies import (
+    IN_WAVE,
+    Disagreement,
+    PastExperiment,
+    Proposal,
+    ProposalContext,
+    ProposalError,
+)
 from optimizer.loop.strategies.common import counts_by_direction, dominant_direction, rng_for
 from optimizer.models import MISTAKE_TYPES
 from optimizer.structure import current_value, set_key
@@ -104,8 +111,9 @@ class Move:
     effect: Lean  # what the move does to the judge
 
 
-# The outcomes that mean a candidate was really tried (`error` covers interrupted and undecided ones).
-DECIDED = frozenset({"kept", "rolled_back", "guard_rejected", "waiting"})
+# The outcomes that mean a candidate was really tried (`error` covers interrupted and undecided ones), and
+# another candidate of the same wave (never proposed twice in one wave).
+DECIDED = frozenset({"kept", "rolled_back", "guard_rejected", "waiting", IN_WAVE})
 
 
 def tried_sets(history: Sequence[PastExperiment]) -> set[frozenset[str]]:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from optimizer.judge.memory import MEMORY_FILES
 from optimizer.judge.providers import check_optimizer_key
-from optimizer.judge.types import TextPart, UserMessage
-from optimizer.loop.strategies import Proposal, ProposalContext
+from optimizer.judge.types import ConversationMessage, TextPart, UserMessage
+from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.loop.strategies.common import (
     allowed_path,
     balanced_sample,
@@ -143,6 +143,45 @@ class ReflectStrategy:
             turn = await model.turn(system, [user], last=True)
         files, rationale = apply_reply(ctx, turn.text, model)
         return model.proposal(files, rationale)
+
+
+    async def propose_wave(self, ctx: ProposalContext, k: int) -> list[Proposal | ProposalError]:
+        """``k`` proposals in one conversation (`[loop] wave`): the first as `propose`'s, each next one
+        asked after the model's earlier answers, to differ from them; each carries its own turn's usage.
+        A reply that cannot be applied is that candidate's `ProposalError`; the conversation goes on."""
+        system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
+        opening = (build_user_message(ctx, self.sample_cap)
+                   + f"\n\nThis round judges a wave of {k} candidates together against the same incumbent; "
+                   f"you will be asked for each in this conversation. Candidate 1 of {k}:")
+        messages: list[ConversationMessage] = [UserMessage((TextPart(opening),))]
+        out: list[Proposal | ProposalError] = []
+        async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
+            for i in range(1, k + 1):
+                if i > 1:
+                    messages.append(UserMessage((TextPart(WAVE_NEXT.format(i=i, k=k)),)))
+                before = model.usage
+                try:
+                    turn = await model.turn(system, messages, last=i == k)
+                except ProposalError as exc:  # the transport failed: no later candidate either
+                    out += [exc] + [ProposalError(f"not proposed: {exc.reason}") for _ in range(k - i)]
+                    break
+                messages.append(turn)
+                now = model.usage
+                calls, cost = now.calls - before.calls, now.cost_usd - before.cost_usd
+                tokens_in, tokens_out = now.input_tokens - before.input_tokens, now.output_tokens - before.output_tokens
+                try:
+                    files, rationale = apply_reply(ctx, turn.text, model)
+                except ProposalError as exc:
+                    out.append(ProposalError(exc.reason, calls=calls, input_tokens=tokens_in, output_tokens=tokens_out,
+                                             cost_usd=cost))
+                    continue
+                out.append(Proposal(files=files, rationale=rationale, calls=calls, input_tokens=tokens_in,
+                                    output_tokens=tokens_out, cost_usd=cost))
+        return out
+
+
+WAVE_NEXT = ("Candidate {i} of {k}: propose a different edit from every one above (another section, or another "
+             "rule for the same disagreements); it is judged beside them. Answer with the JSON object only.")
 
 
 def apply_reply(ctx: ProposalContext, text: str, model: OptimiserModel) -> tuple[dict[str, str], str]:

@@ -1,0 +1,172 @@
+"""Throughput of waves under a batch API: candidates decided per hour with ``run --wave 1`` vs 4 vs 8.
+
+Each batch pass of a batch API waits minutes to hours; a candidate under the adaptive policy needs up
+to three passes in sequence (its first pass, then the incumbent's and its own re-judging), so one at a
+time a batch night buys few candidates. A wave of K sends each pass of its K candidates as one batch.
+
+The real loop (`optimizer.loop.session.start_run` with ``--batch``, adaptive, the decision-power
+benchmark's 162-item workspace, judge and optimiser: benchmarks/decision_power.py) runs against the
+test suite's fake OpenAI server, whose batches end a fixed ``--latency-s`` after submission (time
+scaled: 10 minutes of batch latency become 0.5 s by default). Simulated time = the run's wall time after its
+baseline, with every second some batch was pending scaled back up to the simulated latency (the
+loop's own work counts as it is). Figures per wave size: candidates decided, batches sent, judge calls
+per candidate / 162, simulated hours, candidates decided per simulated hour.
+
+Measured (default run: 8 candidates, one 8-item fix among seven no-ops, seed 0; x86_64 Linux, 2 cores
+shared with other work, load average ~12; 89 s wall):
+
+    wave decided kept batches calls/cand/162 sim. hours candidates/hour vs wave 1
+       1       8    2      24           1.46       4.00            2.00      1.0x
+       4       8    1       6           1.52       1.00            7.97      4.0x
+       8       8    1       3           1.70       0.50           15.85      7.9x
+
+One at a time every candidate waits for three batches in a row (first pass, the incumbent's and its
+own re-judging); a wave's candidates wait for the same three together. Calls per candidate rise with
+the wave: candidates judged at once cannot take each other's re-judging of the incumbent from the
+cache as later candidates do (in a wave's batch such a shared call is sent once, but each candidate's
+row counts it: the ledger's figure is an upper bound there).
+
+Run:  python benchmarks/throughput.py [--waves 1 4 8] [--candidates 8] [--batch-minutes 10] [--latency-s 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import decision_power as dp
+from benchmarks._judge_model import JudgeModel, item_q
+from optimizer.config import JudgeOverrides
+from optimizer.ledger import Ledger
+from optimizer.loop import session
+from optimizer.workspace import Workspace
+from tests.support import fakeserver
+from tests.support.fakeserver import FakeLLMServer
+
+
+@dataclass(frozen=True)
+class WaveThroughput:
+    wave: int
+    decided: int  # candidates kept or rolled back
+    kept: int
+    batches: int  # batches the candidates' passes sent (the baseline's not counted)
+    calls_per_candidate: float  # judge calls per decided candidate / items
+    simulated_h: float  # after the baseline
+
+    @property
+    def per_hour(self) -> float:
+        return self.decided / self.simulated_h if self.simulated_h > 0 else float("nan")
+
+
+@contextmanager
+def batch_latency(latency_s: float) -> Iterator[None]:
+    """The fake server's batches end ``latency_s`` after they were created (not after some polls)."""
+    ended = property(lambda batch: time.time() - batch.created >= latency_s)
+    with mock.patch.object(fakeserver._FakeBatch, "ended", ended):  # the fake's clock, for this benchmark
+        yield
+
+
+def pending_union(intervals: Sequence[tuple[float, float]]) -> float:
+    """Seconds during which at least one of ``intervals`` (start, end) was open."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
+
+
+def measure(k: int, kinds: Sequence[str], *, seed: int = 0, latency_s: float = 0.5, batch_minutes: float = 10.0,
+            concurrency: int = 16, odds: tuple[np.ndarray, np.ndarray] | None = None) -> WaveThroughput:
+    """One run of ``len(kinds)`` candidates (``kinds``: "noop" / "fixD", the benchmark strategy's) in
+    waves of ``k``, each pass one batch of the fake server (ending ``latency_s`` after submission)."""
+    scale = batch_minutes * 60 / latency_s
+    rng = random.Random(f"throughput/{seed}")
+    key = {"OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "throughput-bench")}
+    with mock.patch.dict(os.environ, key), tempfile.TemporaryDirectory(prefix="throughput-") as tmp, \
+            batch_latency(latency_s):
+        root, positive, types = dp.build_workspace(Path(tmp))
+        q, fixable = odds if odds is not None else item_q(len(positive), 0)
+        model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
+        dp.set_loop_key(root, "policy", '"adaptive"')
+        dp.set_loop_key(root, "patience", "1000000")
+        cfg = root / "judgeloop.toml"
+        poll = max(0.005, latency_s / 20)
+        cfg.write_text(cfg.read_text(encoding="utf-8").replace(
+            "\n[judge]\n", f"\n[judge]\nbatch_poll_s = {poll}\nbatch_poll_max_s = {poll * 2}\n", 1), encoding="utf-8")
+        dp._git(root, "commit", "-qam", "throughput: batch polling")
+        strategy = dp.BenchStrategy(model, rng, schedule=list(kinds))
+        with FakeLLMServer(default=model, keep_alive=True) as server, dp._strategy_installed(strategy):
+            judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
+                                   concurrency=concurrency)
+            ws = Workspace.open(root)
+            options = session.RunOptions(max_experiments=len(kinds), judge=judge, batch=True, wave=k)
+            outcome = session.start_run(ws, options)
+            ended_at = time.time()
+            created = sorted(b.created for b in server._batches.values())  # the fake's record of its batches
+        with Ledger(ws.ledger_path) as ledger:
+            exps = ledger.experiments(outcome.run_id)
+    # From the baseline's batch ending on: real work as it is, batch waits scaled back to the latency.
+    t0 = created[0] + latency_s
+    waits = pending_union([(c, c + latency_s) for c in created[1:]])
+    simulated_s = max(0.0, ended_at - t0 - waits) + waits * scale
+    decided = [e for e in exps if e.seq > 0 and e.status in ("kept", "rolled_back")]
+    n_items = len(positive)
+    calls = sum(e.calls for e in decided) / len(decided) / n_items if decided else float("nan")
+    return WaveThroughput(k, len(decided), sum(e.status == "kept" for e in decided), len(created) - 1, calls,
+                          simulated_s / 3600)
+
+
+def table(rows: Sequence[WaveThroughput]) -> list[str]:
+    head = (f"{'wave':>4} {'decided':>7} {'kept':>4} {'batches':>7} {'calls/cand/162':>14} {'sim. hours':>10} "
+            f"{'candidates/hour':>15} {'vs wave 1':>9}")
+    lines = [head, "-" * len(head)]
+    base = next((r.per_hour for r in rows if r.wave == 1), None)
+    for r in rows:
+        ratio = f"{r.per_hour / base:.1f}x" if base else "—"
+        lines.append(f"{r.wave:>4} {r.decided:>7} {r.kept:>4} {r.batches:>7} {r.calls_per_candidate:>14.2f} "
+                     f"{r.simulated_h:>10.2f} {r.per_hour:>15.2f} {ratio:>9}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--waves", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--candidates", type=int, default=8, help="candidates per run (one 8-item fix, the rest no-ops)")
+    parser.add_argument("--batch-minutes", type=float, default=10.0, help="simulated latency of one batch")
+    parser.add_argument("--latency-s", type=float, default=0.5, help="the real seconds it is scaled to")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    kinds = ["noop"] * (args.candidates - 1) + ["fix8"]
+    random.Random(args.seed).shuffle(kinds)
+    print(f"throughput: candidates decided per hour under a batch API ({args.batch_minutes:g} min per batch, "
+          f"scaled to {args.latency_s:g} s), adaptive policy, {args.candidates} candidates ({' '.join(kinds)})")
+    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    rows = [measure(k, kinds, seed=args.seed, latency_s=args.latency_s, batch_minutes=args.batch_minutes)
+            for k in args.waves]
+    print()
+    for line in table(rows):
+        print(line)
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nwall time {time.monotonic() - started:.0f} s; load average {load} (1 / 5 / 15 min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
