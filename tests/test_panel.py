@@ -232,7 +232,8 @@ def test_every_member_after_the_first_reads_the_trajectory_from_the_cache(tmp_pa
 
 def test_a_unanimous_panel_lowers_fpr_and_the_loop_keeps_it(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_members(ws)  # committed with the baseline, unused until judge.toml names them
-    set_toml_key(ws, "optimizer", "allowed_files", '["prompts/judge.md", "prompts/rubric.md", "prompts/judge.toml"]')
+    set_toml_key(ws, "optimizer", "allowed_files", '["prompts/judge.md", "prompts/rubric.md", "prompts/judge.toml"]'
+                 '\nstructure_moves = ["panel.members", "panel.vote"]')  # judge.toml edits reach the structure guard
     cfg = ws / "judgeloop.toml"  # priced, so the report's cost per verdict is not all zeros
     cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
                    encoding="utf-8")

@@ -192,12 +192,13 @@ def test_the_static_system_prompt_is_beyond_every_candidates_reach(tmp_path: Pat
             text = path.read_text(encoding="utf-8", errors="replace")
             assert STATIC_SYSTEM_PROMPT.splitlines()[0][:60] not in text
             assert STATIC_AGENTIC_SYSTEM_PROMPT.splitlines()[0][:60] not in text
-    # And the one file that picks the layout is outside the optimiser's default allowed files.
+    # And the one file that picks the layout is outside the optimiser's default reach: with structure
+    # moves off (the default) the structure guard refuses any judge.toml edit.
     ws = Workspace.open(setup.ws.root)
     toml = base.files[JUDGE_TOML]
     verdict = check_candidate({JUDGE_TOML: (toml, with_layout(toml, "rubric-first"))},
                               ws.config.optimizer.allowed_files, 200, [], [], [])
-    assert not verdict.ok and verdict.guard == "allowed_files"
+    assert not verdict.ok and verdict.guard == "structure"
 
 
 def test_a_budget_reservation_covers_a_first_call_that_writes_the_cache(keys: None, tmp_path: Path) -> None:

@@ -54,7 +54,8 @@ def test_an_unknown_placeholder_is_a_guard_rejection_and_the_run_goes_on(
 def test_a_broken_library_marker_and_an_invalid_judge_toml_are_guard_rejections(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    set_toml_key(ws, "optimizer", "allowed_files", '["prompts/judge.md", "prompts/rubric.md", "prompts/judge.toml"]')
+    set_toml_key(ws, "optimizer", "allowed_files", '["prompts/judge.md", "prompts/rubric.md", "prompts/judge.toml"]'
+                 '\nstructure_moves = ["tiling"]')  # judge.toml edits reach the structure guard
     commit_all(ws, "allow judge.toml")
 
     def drop_library_end(ctx: ProposalContext) -> Proposal:
