@@ -596,7 +596,7 @@ def measure_structures(root: Path, n: int, steps: int, candidates: int, *, wires
         for name, structure_files in structures(files).items():
             ws.cache_path.unlink(missing_ok=True)
             out[(wire, name)] = asyncio.run(price_structure(ws, split, wire, structure_files, candidates))
-            say(f"  structure {wire:9} {name:12}: ${out[(wire, name)].candidate_mean:.5f} per verdict per candidate")
+            say(f"  structure {wire:9} {name:15}: ${out[(wire, name)].candidate_mean:.5f} per verdict per candidate")
     return out
 
 
