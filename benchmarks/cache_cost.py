@@ -54,7 +54,7 @@ item, cached per item, then a check), ``review = "success"`` (a review call on e
 candidate pass (the criteria derivation is then served by judgeloop's cache).
 
 Run:  .venv/bin/python benchmarks/cache_cost.py [--quick] [--n 162] [--steps 100] [--candidates 10]
-      [--loop-candidates 10] [--replicates 3] [--warmup-only] [--structures-only]
+      [--loop-candidates 10] [--replicates 3] [--warmup-only] [--structures-only] [--structures NAME ...]
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -586,14 +587,17 @@ async def price_structure(ws: Workspace, split: Split, wire: str, files: dict[st
 
 
 def measure_structures(root: Path, n: int, steps: int, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
-                       say: Any = print) -> dict[tuple[str, str], StructureFigures]:
-    """(wire, structure) -> its calls, cache writes and dollars per verdict (see part 4)."""
+                       say: Any = print, names: Sequence[str] | None = None) -> dict[tuple[str, str], StructureFigures]:
+    """(wire, structure) -> its calls, cache writes and dollars per verdict (see part 4); ``names``: only
+    these of `structures()` (the single judge always, the ratios' reference)."""
     ws, split = build(root, n, steps)
     files = dict(PromptSet.from_dir(ws.prompts_dir).files)
     files[JUDGE_TOML] = with_layout(files[JUDGE_TOML], "trajectory-first")
     out: dict[tuple[str, str], StructureFigures] = {}
     for wire in wires:
         for name, structure_files in structures(files).items():
+            if names is not None and name != "single" and name not in names:
+                continue
             ws.cache_path.unlink(missing_ok=True)
             out[(wire, name)] = asyncio.run(price_structure(ws, split, wire, structure_files, candidates))
             say(f"  structure {wire:9} {name:15}: ${out[(wire, name)].candidate_mean:.5f} per verdict per candidate")
@@ -644,7 +648,11 @@ def main() -> None:
                         help="only part 3: cache writes per item before/after single-flight (default: every part)")
     parser.add_argument("--replicates", type=int, default=3, help="part 3: calls per item (default 3)")
     parser.add_argument("--structures-only", action="store_true",
-                        help="only part 4: cost per verdict per structure (single judge, panels of 2 and 3)")
+                        help="only part 4: cost per verdict per structure (single judge, panels of 2 and 3, criteria, "
+                             "review)")
+    parser.add_argument("--structures", nargs="+", default=None, metavar="NAME",
+                        help="part 4: only these structures besides the single judge (e.g. criteria review "
+                             "criteria+review)")
     args = parser.parse_args()
     quick = {"n": 24, "steps": 20, "candidates": 3, "loop_candidates": 3}
     full = {"n": 162, "steps": 100, "candidates": 10, "loop_candidates": 10}
@@ -658,7 +666,7 @@ def main() -> None:
     if args.structures_only:
         with tempfile.TemporaryDirectory(prefix="judgeloop-cache-cost-") as tmp:
             priced = measure_structures(Path(tmp) / "structures", args.n, args.steps, args.candidates,
-                                        say=lambda m: print(m, flush=True))
+                                        say=lambda m: print(m, flush=True), names=args.structures)
         print(f"total {time.perf_counter() - t0:.0f} s\n")
         print(structures_table(priced, args.n, args.steps, args.candidates))
         return

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.cli import main
-from optimizer.judge.prompts import RUBRIC_MD
+from optimizer.judge.prompts import JUDGE_MD, RUBRIC_MD
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.loop.strategies.tools import ToolState, run_tool
 from tests.support.fakeserver import FakeLLMServer
@@ -23,6 +23,7 @@ from tests.support.loop import (
     make_workspace,
     run_loop,
 )
+from tests.support.panel import member_text, write_members
 from tests.support.scripted import ScriptedStrategy, install, latest, toggle
 
 # Generic text that makes every request several times dearer; dropping it changes no verdict of the fake judge.
@@ -148,3 +149,24 @@ def test_max_cost_ratio_counts_every_call_of_a_structure_before_any_judge_call(
     labels = list(labels_of(ws).values())
     share = sum(1 for lab in labels if lab.is_positive) / len(labels)
     assert 1.0 < review < 1 + share
+
+
+def test_the_estimate_reads_each_named_members_own_instructions(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hostile: a member file padded far beyond judge.md cannot hide behind the others' size.
+    write_members(ws, ("a", "b"))
+    (ws / "prompts" / "members" / "big.md").write_text(member_text((ws / JUDGE_MD).read_text(encoding="utf-8"), "big")
+                                                       + FILLER, encoding="utf-8")
+    add_keys(ws, "optimizer", 'max_cost_ratio = 1.0\nstructure_moves = ["panel.members", "panel.vote"]\nmax_members = 3')
+    commit_all(ws, "members, moves on")
+    steps = [set_move(("panel.members", ["a", "b"]), ("panel.vote", "unanimous")),
+             set_move(("panel.members", ["a", "big"]), ("panel.vote", "unanimous"))]
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        install(monkeypatch, ScriptedStrategy(steps, server))
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2", "--patience", "9") == 0
+    _, exps = latest(ws)
+    assert [(e.status, e.calls) for e in exps[1:]] == [("guard_rejected", 0)] * 2
+    plain, padded = (estimated_ratio(e.reason) for e in exps[1:])
+    # Two members of judge.md's length (one line longer): two single calls' worth.
+    assert plain == pytest.approx(2.0, abs=0.05)
+    # The padded member carries the rubric's filler and its own copy of it: the pair is well over 2x.
+    assert padded > plain + 0.5
