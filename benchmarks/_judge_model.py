@@ -12,12 +12,22 @@ makes its chosen items reliably right (q = 1) in every request that carries it. 
 among the items the judge tends to get wrong (q < 0.5: the stably wrong ones and the unstable ones
 leaning wrong), as in the issue's simulation.
 
+Panel mode (``steady``, issue 19's panel rows): a request whose instructions start "You are panel
+member NAME." is that member's call (tests/support/panel.py's member files). Every draw is then a
+hash of (seed, item, the request text without the member line, whether it is a member's call): a
+prompt judges an item the same way on every call, and the members of one panel err identically (a
+no-op panel: its unanimous vote is one member's verdict, a fresh draw beside the single judge's).
+Except on `panel_planted` (negatives): there the members named in `independent_members` err
+independently (member k of them only on the planted items of rank ≡ k mod their number), so their
+unanimous vote never calls a planted negative a success — a planted FPR effect.
+
 The behaviour finds the item from the goal line of the request (the benchmark's instructions are
 unique, see ``item_instruction``) and knows its label; the loop under test never sees this table.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import threading
@@ -38,6 +48,7 @@ FIXABLE_BELOW = 0.5
 _GOAL_RE = re.compile(r"## Goal\n\n(.*?)\n\n## Steps", re.S)
 _FIX_RE = re.compile(r"FIX-([a-z0-9]+)")
 _TAG_RE = re.compile(r"\(benchmark item (\d+)\)")
+_MEMBER_RE = re.compile(r"You are panel member ([a-z]+)\.\n*")
 
 
 def item_instruction(base: str, index: int) -> str:
@@ -81,6 +92,11 @@ class JudgeModel:
     # move writes into the instructions) -> items made right.
     sentence_fixes: dict[str, frozenset[int]] = field(default_factory=dict)
     calls: int = 0  # verdicts answered
+    # Panel mode (see the module docstring): hashed draws, members, the planted negatives.
+    steady: bool = False
+    independent_members: tuple[str, ...] = ()
+    panel_planted: tuple[int, ...] = ()
+    member_calls: dict[str | None, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -111,6 +127,11 @@ class JudgeModel:
 
     # -- the server's behaviour ------------------------------------------------------------------
 
+    def steady_draw(self, item: int, text: str, member: bool) -> float:
+        """A uniform draw in [0, 1) fixed by the seed, the item, the request text and whether a member asks."""
+        digest = hashlib.sha256(f"{self.seed}|{item}|{int(member)}|{text}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
     def correct_probability(self, item: int, fixed: set[int]) -> float:
         return 1.0 if item in fixed else float(self.q[item])
 
@@ -125,10 +146,20 @@ class JudgeModel:
             raise AssertionError("a judge request without a benchmark item in its goal")
         item = int(tag.group(1))
         # The rubric is in the system prompt (rubric-first) or after the trajectory (trajectory-first).
-        p = self.correct_probability(item, self.fixed_by(system + "\n" + user))
+        text = system + "\n" + user
+        p = self.correct_probability(item, self.fixed_by(text))
+        marker = _MEMBER_RE.search(text)
+        member = marker.group(1) if marker else None
+        if self.steady:
+            right = self.steady_draw(item, _MEMBER_RE.sub("", text), member is not None) < p
+            if member in self.independent_members and item in self.panel_planted:
+                right = self.panel_planted.index(item) % len(self.independent_members) != \
+                    self.independent_members.index(member)
         with self._lock:
-            right = self._rng.random() < p
+            if not self.steady:
+                right = self._rng.random() < p
             self.calls += 1
+            self.member_calls[member] = self.member_calls.get(member, 0) + 1
         success = self.positive[item] if right else not self.positive[item]
         verdict = {
             "success": success,

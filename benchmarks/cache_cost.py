@@ -48,10 +48,13 @@ on a cold fake and ``--candidates`` candidates (one rubric rule each), each as i
 structure: judge calls per verdict, the fake's paid cache writes per item on the first pass (a
 panel's members share the item's prefix: one write), and dollars per verdict (`EvalRun.cost_usd`
 over the items, output included) on the first pass and per candidate, with the ratio to the single
-judge. The structures priced are `structures()`'s: the hook where criteria / review rows go.
+judge. The structures priced are `structures()`'s: also ``structure = "criteria"`` (a derivation per
+item, cached per item, then a check), ``review = "success"`` (a review call on each success verdict;
+`structure_judge` finds half the items successes) and both; "cand calls" is calls per verdict of a
+candidate pass (the criteria derivation is then served by judgeloop's cache).
 
 Run:  .venv/bin/python benchmarks/cache_cost.py [--quick] [--n 162] [--steps 100] [--candidates 10]
-      [--loop-candidates 10] [--replicates 3] [--warmup-only] [--structures-only]
+      [--loop-candidates 10] [--replicates 3] [--warmup-only] [--structures-only] [--structures NAME ...]
 """
 
 from __future__ import annotations
@@ -60,7 +63,9 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import io
+import json
 import math
 import os
 import platform
@@ -68,6 +73,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,11 +92,12 @@ from optimizer.judge.providers.pricing import price_for
 from optimizer.ledger import Ledger
 from optimizer.loop.session import RunOptions, start_run
 from optimizer.scaffold import init_workspace
+from optimizer.structure import set_key
 from optimizer.workspace import Workspace
 from tests.support.config import with_layout
 from tests.support.data import make_items, write_release
 from tests.support.fakecache import PromptCache
-from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest
+from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, reply, verdict_reply
 from tests.support.loop import FakeJudge, add_small_dev_split, commit_all, make_workspace
 
 MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5"}
@@ -479,12 +486,57 @@ def with_panel(files: dict[str, str], members: int, vote: str = "unanimous") -> 
 
 
 def structures(files: dict[str, str]) -> dict[str, dict[str, str]]:
-    """The judge structures part 4 prices: a name -> the prompt files (trajectory-first already set).
+    """The judge structures part 4 prices: a name -> the prompt files (trajectory-first already set):
+    the single call, panels of 2 and 3, ``structure = "criteria"``, ``review = "success"`` and both."""
+    def keyed(**keys: str) -> dict[str, str]:
+        text = files[JUDGE_TOML]
+        for key, value in keys.items():
+            text = set_key(text, key, value)
+        return {**files, JUDGE_TOML: text}
 
-    The hook for issue 19's other structures: once ``structure = "criteria"`` and ``review =
-    "success"`` are on main, add their rows here, e.g. ``out["criteria"] = {**files, JUDGE_TOML:
-    'structure = "criteria"\n' + files[JUDGE_TOML]}`` (a top-level key goes before any table)."""
-    return {"single": dict(files), "panel of 2": with_panel(files, 2), "panel of 3": with_panel(files, 3)}
+    return {"single": dict(files), "panel of 2": with_panel(files, 2), "panel of 3": with_panel(files, 3),
+            "criteria": keyed(structure="criteria"), "review": keyed(review="success"),
+            "criteria+review": keyed(structure="criteria", review="success")}
+
+
+def _schema_properties(body: dict[str, Any]) -> dict[str, Any]:
+    fmt = body["response_format"]["json_schema"] if "response_format" in body else body["output_config"]["format"]
+    return dict(fmt["schema"]["properties"])
+
+
+def _first_user_block(body: dict[str, Any]) -> str:
+    """The user message's first block: under trajectory-first, the item's trajectory (the cached prefix)."""
+    content = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    return json.dumps(content if isinstance(content, str) else content[0], sort_keys=True)
+
+
+REVIEW_SHARE_MOD = 2  # the structure judge finds every other item (by hash) a success
+
+
+def structure_judge(request: RecordedRequest) -> Behaviour:
+    """Answers a derivation, a criteria check, a review or a single call (told apart by the JSON schema
+    the request sends) with a reply of the shape each expects. An item is a success on half the items
+    (by a hash of its trajectory block), so a review runs on about half the verdicts; a review never
+    finds a violation (the verdicts, hence the calls, stay those of the first judgement). The
+    reasoning names the request it answers, so each candidate's review re-examines a new verdict."""
+    body = request.body
+    if not isinstance(body, dict):
+        return verdict_reply()
+    props = _schema_properties(body)
+    if "violation" in props:
+        return reply(json.dumps({"violation": False, "reasoning": "no violation", "steps": [], "mistake_type": None}))
+    if "criteria" in props and "success" not in props:
+        return reply(json.dumps({"criteria": [{"text": f"Requirement {i} of the instruction holds", "required": True}
+                                              for i in range(3)]}))
+    success = hashlib.sha256(_first_user_block(body).encode()).digest()[0] % REVIEW_SHARE_MOD == 0
+    # The reasoning differs per request (as a model's does), so a candidate's review call is a new request.
+    said = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
+    answer: dict[str, Any] = {"success": success, "reasoning": f"checked {said}", "confidence": "high",
+                              "mistake_type": None if success else "Critical Mistake"}
+    if "criteria" in props:
+        answer.update(criteria=[{"text": f"Requirement {i} of the instruction holds", "met": success or i > 0,
+                                 "steps": [0]} for i in range(3)], evidence_steps=[0])
+    return reply(json.dumps(answer))
 
 
 @dataclass
@@ -493,6 +545,7 @@ class StructureFigures:
     writes_per_item: list[int]  # the fake's paid cache writes per item prefix, first pass
     first_usd: float  # dollars per verdict, first pass (cold trajectories)
     candidate_usd: list[float]  # dollars per verdict of each candidate pass (trajectories cached)
+    candidate_calls: list[float] = dataclasses.field(default_factory=list)  # calls per verdict, each candidate
 
     @property
     def candidate_mean(self) -> float:
@@ -508,7 +561,8 @@ async def price_structure(ws: Workspace, split: Split, wire: str, files: dict[st
     store = PromptCache(clock=PacedClock(MINUTES_PER_CANDIDATE * 60.0 / n))
     usd: list[float] = []
     calls = 0
-    with FakeLLMServer(prompt_cache=store, keep_alive=True) as server:
+    per_candidate_calls: list[float] = []
+    with FakeLLMServer(default=structure_judge, prompt_cache=store, keep_alive=True) as server:
         base_url = server.anthropic_base_url if wire == "anthropic" else server.openai_base_url
         judge = JudgeSection(provider=wire, model=MODELS[wire], base_url=base_url, max_concurrency=16)  # type: ignore[arg-type]
         provider = make_provider(judge)
@@ -523,44 +577,54 @@ async def price_structure(ws: Workspace, split: Split, wire: str, files: dict[st
                 if k == 0:
                     writes = store.write_counts()
                     calls = run.calls_made
+                else:
+                    per_candidate_calls.append(run.calls_made / n)
                 usd.append(run.cost_usd / n)
         finally:
             cache.close()
             await provider.aclose()
-    return StructureFigures(calls / n, writes, usd[0], usd[1:])
+    return StructureFigures(calls / n, writes, usd[0], usd[1:], per_candidate_calls)
 
 
 def measure_structures(root: Path, n: int, steps: int, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
-                       say: Any = print) -> dict[tuple[str, str], StructureFigures]:
-    """(wire, structure) -> its calls, cache writes and dollars per verdict (see part 4)."""
+                       say: Any = print, names: Sequence[str] | None = None) -> dict[tuple[str, str], StructureFigures]:
+    """(wire, structure) -> its calls, cache writes and dollars per verdict (see part 4); ``names``: only
+    these of `structures()` (the single judge always, the ratios' reference)."""
     ws, split = build(root, n, steps)
     files = dict(PromptSet.from_dir(ws.prompts_dir).files)
     files[JUDGE_TOML] = with_layout(files[JUDGE_TOML], "trajectory-first")
     out: dict[tuple[str, str], StructureFigures] = {}
     for wire in wires:
         for name, structure_files in structures(files).items():
+            if names is not None and name != "single" and name not in names:
+                continue
             ws.cache_path.unlink(missing_ok=True)
             out[(wire, name)] = asyncio.run(price_structure(ws, split, wire, structure_files, candidates))
-            say(f"  structure {wire:9} {name:12}: ${out[(wire, name)].candidate_mean:.5f} per verdict per candidate")
+            say(f"  structure {wire:9} {name:15}: ${out[(wire, name)].candidate_mean:.5f} per verdict per candidate")
     return out
 
 
 def structures_table(results: dict[tuple[str, str], StructureFigures], n: int, steps: int, candidates: int) -> str:
     lines = [f"cost per verdict per structure: trajectory-first, direct, {n} items x {steps} steps (a screenshot "
              f"each), first pass cold, then {candidates} candidates (one rubric rule each; trajectories cached)",
-             f"  {'wire':9} {'structure':12} {'calls/verdict':>13} {'writes/item':>11} {'first pass $/verdict':>21} "
-             f"{'/ single':>8} {'candidate $/verdict':>20} {'/ single':>8}"]
+             f"  {'wire':9} {'structure':15} {'calls/verdict':>13} {'cand calls':>10} {'writes/item':>11} "
+             f"{'first pass $/verdict':>21} {'/ single':>8} {'candidate $/verdict':>20} {'/ single':>8}"]
     for wire in dict.fromkeys(w for w, _ in results):
         single = results[(wire, "single")]
         for (w, name), f in results.items():
             if w != wire:
                 continue
             writes = sum(f.writes_per_item) / len(f.writes_per_item) if f.writes_per_item else 0.0
-            lines.append(f"  {wire:9} {name:12} {f.calls_per_verdict:>13.1f} {writes:>11.2f} {f.first_usd:>21.5f} "
+            cand_calls = sum(f.candidate_calls) / len(f.candidate_calls) if f.candidate_calls else 0.0
+            lines.append(f"  {wire:9} {name:15} {f.calls_per_verdict:>13.2f} {cand_calls:>10.2f} {writes:>11.2f} "
+                         f"{f.first_usd:>21.5f} "
                          f"{f.first_usd / single.first_usd:>8.2f} {f.candidate_mean:>20.5f} "
                          f"{f.candidate_mean / single.candidate_mean:>8.2f}")
     lines.append("  (a panel's members share each item's cached trajectory: one write per item, the other members "
-                 "read it; after the first pass every call reads it, so a panel of k costs about k single verdicts)")
+                 "read it; after the first pass every call reads it, so a panel of k costs about k single verdicts;")
+    lines.append("   criteria: one derivation per item from the instruction alone, cached per item, so a candidate that "
+                 "leaves criteria.md alone pays only the check; review: one more call on each success verdict, "
+                 f"here 1/{REVIEW_SHARE_MOD} of the items by hash)")
     return "\n".join(lines)
 
 
@@ -584,7 +648,11 @@ def main() -> None:
                         help="only part 3: cache writes per item before/after single-flight (default: every part)")
     parser.add_argument("--replicates", type=int, default=3, help="part 3: calls per item (default 3)")
     parser.add_argument("--structures-only", action="store_true",
-                        help="only part 4: cost per verdict per structure (single judge, panels of 2 and 3)")
+                        help="only part 4: cost per verdict per structure (single judge, panels of 2 and 3, criteria, "
+                             "review)")
+    parser.add_argument("--structures", nargs="+", default=None, metavar="NAME",
+                        help="part 4: only these structures besides the single judge (e.g. criteria review "
+                             "criteria+review)")
     args = parser.parse_args()
     quick = {"n": 24, "steps": 20, "candidates": 3, "loop_candidates": 3}
     full = {"n": 162, "steps": 100, "candidates": 10, "loop_candidates": 10}
@@ -598,7 +666,7 @@ def main() -> None:
     if args.structures_only:
         with tempfile.TemporaryDirectory(prefix="judgeloop-cache-cost-") as tmp:
             priced = measure_structures(Path(tmp) / "structures", args.n, args.steps, args.candidates,
-                                        say=lambda m: print(m, flush=True))
+                                        say=lambda m: print(m, flush=True), names=args.structures)
         print(f"total {time.perf_counter() - t0:.0f} s\n")
         print(structures_table(priced, args.n, args.steps, args.candidates))
         return

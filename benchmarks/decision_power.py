@@ -54,6 +54,18 @@ moves: no-op moves kept 5.0% [0%, 15%] (n = 20), 8-item fixes 70% [40%, 90%], 12
 (margin 1 / 2) on the noisy judge, 0.1% / 0.6% on the steady one; equal kept 19% / 30% noisy, 65% /
 94% steady (README, "Structure moves and cheaper judges").
 
+Panel rows (issue 19, ``--panel-runs`` adaptive loop runs): each run's candidates are two judge.toml
+moves to a unanimous ``[panel]`` of three named members (``structure_moves = ["panel.members",
+"panel.vote"]``), against the judge in panel mode (`benchmarks._judge_model`: a prompt answers an
+item the same way on every call): ``p-noop``, members x, y, z that err identically (their vote is a
+fresh draw beside the single judge, no gain), then ``p-fix12``, members a, b, c that err
+independently on 12 planted negatives the single judge tends to get wrong (their unanimous vote gets
+them right: a lower FPR). Figures: kept share per kind (no-op keeps are false keeps) and judge calls
+per candidate per full pass (every member's call counted).
+Measured (``--runs 0 --sim-runs 20 --structural-runs 0 --cheaper-trials 0 --futility-runs 0
+--panel-runs 40 --workers 1``, seed 0, 2 loaded cores, 358 s): no-op panels kept 5.0% [0%, 12%],
+planted panels 65% [50%, 80%] (n = 40 each), 4.27 / 4.20 judge calls per candidate per full pass.
+
 Futility rows (`simulate_futility`, ``--futility-runs`` simulated runs, 300 by default): the adaptive
 runs again, each candidate also screened by the real `optimizer.futility.p_clear` on the screen the
 loop judges first; coupled (the same draws with and without), so the rows differ by the screen alone:
@@ -71,8 +83,8 @@ cost power); 1.66 / 1.59 / 1.57 judge calls per candidate per pass; ~400 s each 
 
 Run:  python benchmarks/decision_power.py [--quick] [--runs 45] [--candidates 6] [--sim-runs 3000]
       [--workers 2] [--policies literal paired adaptive adaptive+futility] [--rejudge 2]
-      [--fix-pool wrong|wrong-or-unstable] [--structural-runs 10] [--cheaper-trials 1000] [--futility-runs 300]
-      [--waves 1 4 8] [--wave-runs 30] [--waves-only]
+      [--fix-pool wrong|wrong-or-unstable] [--structural-runs 10] [--panel-runs 10] [--cheaper-trials 1000]
+      [--futility-runs 300] [--waves 1 4 8] [--wave-runs 30] [--waves-only]
 """
 
 from __future__ import annotations
@@ -123,10 +135,16 @@ from optimizer.structure import current_value, set_key
 from optimizer.workspace import Workspace
 from tests.support.data import pair_items, write_release
 from tests.support.fakeserver import FakeLLMServer
+from tests.support.panel import write_members
 
 RUBRIC = "prompts/rubric.md"
 JUDGE_TOML = "prompts/judge.toml"
 STRUCTURAL_KINDS = ("s-noop", "s-fix8", "s-fix12")
+# The panel rows: a judge.toml move to a unanimous [panel] of three named members, whose members err
+# independently on PANEL_PLANTED planted negatives (p-fix) or identically everywhere (p-noop).
+PANEL_PLANTED = 12
+PANEL_KINDS = ("p-noop", f"p-fix{PANEL_PLANTED}")
+EFFECT_MEMBERS, NOOP_MEMBERS = ("a", "b", "c"), ("x", "y", "z")
 N_PAIRS, N_DOUBLE = 50, 12  # 50 pairs: 100 negatives; 12 pairs keep both positives, 38 one: 62
 FIX_SIZES = (4, 8, 12)
 KINDS = ("noop", *(f"fix{d}" for d in FIX_SIZES))
@@ -224,6 +242,8 @@ class BenchStrategy:
         kind = self.schedule.pop(0)
         if kind.startswith("s-"):
             return self.structural(ctx, kind)
+        if kind.startswith("p-"):
+            return self.panel(ctx, kind)
         text = ctx.current_files[RUBRIC]
         nonce = self.nonce()
         if kind == "noop":
@@ -249,6 +269,16 @@ class BenchStrategy:
         self.model.sentence_fixes[spaced_sentence(m)] = frozenset(carried | set(chosen))
         new = set_key(set_key(toml, "screenshots", "spaced"), "max_images", m)
         return Proposal(files={JUDGE_TOML: new}, rationale=f"benchmark {kind}", meta={"kind": kind, "fixed": chosen})
+
+
+    def panel(self, ctx: ProposalContext, kind: str) -> Proposal:
+        """A structure move to a unanimous ``[panel]`` (``[optimizer] structure_moves = ["panel.members",
+        "panel.vote"]``): members a, b, c (``p-fix``: they err independently on the planted negatives,
+        so their unanimous vote gets those right) or x, y, z (``p-noop``: they err identically)."""
+        names = list(NOOP_MEMBERS if kind == "p-noop" else EFFECT_MEMBERS)
+        toml = set_key(set_key(ctx.current_files[JUDGE_TOML], "panel.members", names), "panel.vote", "unanimous")
+        fixed = [] if kind == "p-noop" else list(self.model.panel_planted)
+        return Proposal(files={JUDGE_TOML: toml}, rationale=f"benchmark {kind}", meta={"kind": kind, "fixed": fixed})
 
 
 def schedule_for(rng: random.Random, candidates: int, fixes_per_run: int) -> list[str]:
@@ -367,6 +397,8 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
             cfg = root / "judgeloop.toml"
             cfg.write_text(cfg.read_text(encoding="utf-8").replace(
                 "[optimizer]\n", '[optimizer]\nstructure_moves = ["screenshots", "max_images"]\n', 1), encoding="utf-8")
+        if any(k.startswith("p-") for k in schedule or ()):
+            setup_panel(root, model, rng)
         if rejudge is not None and "rejudge" in LoopSection.model_fields:
             set_loop_key(root, "rejudge", str(rejudge))
         base_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD").strip()
@@ -402,6 +434,44 @@ def loop_trials(policy: str, runs: int, candidates: int, fixes_per_run: int, see
         result.server_calls = model.calls
     result.wall_s = time.monotonic() - started
     return result
+
+
+def setup_panel(root: Path, model: JudgeModel, rng: random.Random) -> None:
+    """The panel rows' workspace and judge: member files for both panels (committed with the baseline,
+    unused until judge.toml names them), panel moves on, the judge in panel mode (`JudgeModel.steady`)
+    with `PANEL_PLANTED` negatives the single judge tends to get wrong planted."""
+    write_members(root, EFFECT_MEMBERS + NOOP_MEMBERS)
+    cfg = root / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace(
+        "[optimizer]\n", '[optimizer]\nstructure_moves = ["panel.members", "panel.vote"]\nmax_members = 3\n', 1),
+        encoding="utf-8")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "panel members")
+    negatives = {i for i, p in enumerate(model.positive) if not p}
+    pool = sorted(int(i) for i in np.flatnonzero(model.fixable) if int(i) in negatives)
+    model.steady, model.independent_members = True, EFFECT_MEMBERS
+    model.panel_planted = tuple(sorted(rng.sample(pool, min(PANEL_PLANTED, len(pool)))))
+
+
+def panel_rows(runs: int, seed: int, *, rejudge: int | None = None, concurrency: int = 16) -> list[str]:
+    """The panel rows: adaptive loop runs of two judge.toml moves each, a no-op panel then a panel
+    with a planted FPR effect (`BenchStrategy.panel`): kept share per kind, judge calls per
+    candidate per full pass (every member's call counted)."""
+    res = loop_trials("adaptive", runs, len(PANEL_KINDS), 0, seed, concurrency=concurrency, rejudge=rejudge,
+                      schedule=PANEL_KINDS)
+    n = len(_labels_only()[1])
+    head = (f"{'source':<16} " + " ".join(f"{k + ' kept':>24}" for k in PANEL_KINDS)
+            + " " + " ".join(f"{k + ' calls/162':>17}" for k in PANEL_KINDS))
+    cells = []
+    for kind in PANEL_KINDS:
+        k, total = keep_rate(res.trials, kind)
+        lo, hi = run_bootstrap(res.trials, kind)
+        cells.append(f"{k / total:>6.1%} [{lo:>4.0%},{hi:>4.0%}] n={total:<4}" if total else f"{'—':>24}")
+    row = (f"{'loop, panels':<16} " + " ".join(f"{c:>24}" for c in cells) + " "
+           + " ".join(f"{calls_per_pass(res.trials, n, kind):>17.2f}" for kind in PANEL_KINDS))
+    return [head, "-" * len(head), row,
+            f"  undecided {res.undecided}; judge calls at the server {res.server_calls}, in the ledger "
+            f"{res.ledger_calls}; {res.wall_s:.0f} s"]
 
 
 def structural_rows(runs: int, seed: int, *, rejudge: int | None = None, concurrency: int = 16) -> list[str]:
@@ -878,6 +948,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-loop", action="store_true", help="the simulation only")
     parser.add_argument("--structural-runs", type=int, default=10,
                         help="loop runs of the structural rows (judge.toml moves; 0: none)")
+    parser.add_argument("--panel-runs", type=int, default=10,
+                        help="loop runs of the panel rows (a no-op panel, a panel with a planted effect; 0: none)")
     parser.add_argument("--cheaper-trials", type=int, default=1000,
                         help="simulated cheaper candidates per row of the non-inferiority table (0: none)")
     parser.add_argument("--futility-runs", type=int, default=300,
@@ -892,6 +964,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.candidates, args.sim_runs, args.cheaper_trials, args.structural_runs = 2, 4, 200, 100, 1
+        args.panel_runs = min(args.panel_runs, 1)
         args.futility_runs = min(args.futility_runs, 20)
         args.wave_runs, args.wave_sim_runs = 2, 100
     if args.waves_only:
@@ -943,6 +1016,12 @@ def main(argv: list[str] | None = None) -> int:
         print("structure moves: adaptive loop runs whose candidates are judge.toml moves (screenshots = \"spaced\", "
               "a fresh max_images), no-ops or planted fixes of 8 / 12 items")
         for line in structural_rows(args.structural_runs, args.seed + 4, rejudge=rejudge, concurrency=args.concurrency):
+            print(line)
+    if args.panel_runs and not args.no_loop:
+        print()
+        print(f"panels: adaptive loop runs of two judge.toml moves to a unanimous panel of 3 (no-op: members err "
+              f"identically; p-fix: they err independently on {PANEL_PLANTED} planted negatives)")
+        for line in panel_rows(args.panel_runs, args.seed + 5, rejudge=rejudge, concurrency=args.concurrency):
             print(line)
     if args.cheaper_trials:
         t_cheap = time.monotonic()

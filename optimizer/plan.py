@@ -25,10 +25,10 @@ from optimizer.config import JudgeSection
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
+from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.estimate import request_token_split
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import price_for
-from optimizer.judge.render import build_request
 from optimizer.ledger import Ledger
 from optimizer.workspace import Workspace
 
@@ -97,24 +97,37 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         raise UserError(f"no price is known for model {judge.model!r}; add [prices.\"{judge.model}\"] "
                         "to judgeloop.toml (US dollars per million tokens)")
     sampling = prompts.settings.sampling()
-    cold = warm = 0.0
+    settings = prompts.settings
+    share, share_note = (_success_share(ws, judge, split) if settings.review == "success" else (0.0, None))
+    cold = warm = per_item = 0.0
     images = ws.experiments_dir / IMAGE_CACHE_DIRNAME
     for tid in split.ids:
         # The evaluation's on-disk JPEG cache: a run's plan encodes what its baseline would anyway.
-        request = build_request(split.trajectory(tid), split, prompts, image_cache_dir=images)
-        prefix, rest = request_token_split(request)
-        tail = rest * price.input + sampling.max_tokens * price.output
-        write = price.cache_write_1h_price if request.cache_ttl == "1h" else price.cache_write_price
-        cold += (prefix * write + tail) / 1e6
-        warm += (prefix * price.cache_read_price + tail) / 1e6
-    panel = prompts.settings.panel
-    # A panel: every member makes each replicate's call (members' instructions differ little in length).
-    per_item = replicates * (panel.size if panel is not None else 1)
-    cold, warm = cold * per_item, warm * per_item
+        # Every call of one verdict (`verdict_calls`): a panel's members, the criteria derivation (once
+        # per item) and check, a review on the success share; each weighted per verdict.
+        verdict = verdict_calls(split.trajectory(tid), split, prompts, success_share=share, replicates=replicates,
+                                image_cache_dir=images)
+        for request, weight in verdict:
+            prefix, rest = request_token_split(request)
+            tail = rest * price.input + sampling.max_tokens * price.output
+            write = price.cache_write_1h_price if request.cache_ttl == "1h" else price.cache_write_price
+            cold += weight * replicates * (prefix * write + tail) / 1e6
+            warm += weight * replicates * (prefix * price.cache_read_price + tail) / 1e6
+            per_item += weight * replicates
+    # Calls per item: replicates × (members, or the check + a review share) + one derivation under criteria.
+    per_item = per_item / max(1, len(split.ids))
     n = len(split.ids)
+    notes: list[str] = []
+    if settings.panel is not None:
+        notes.append(f"[panel]: {settings.panel.size} member calls per replicate")
+    if settings.structure == "criteria":
+        notes.append('structure = "criteria": 1 derivation per item (from the instruction alone) + 1 check per '
+                     "replicate; the check is priced with a typical 5-criterion list")
+    if share_note is not None:
+        notes.append(share_note)
     rejudge = ADAPTIVE_REJUDGE_SHARE if policy == "adaptive" else 0.0
     per_candidate, calls = warm * (1 + rejudge), n * per_item * (1 + rejudge)
-    source, seconds, measured, notes = "estimate", None, 0, []
+    source, seconds, measured = "estimate", None, 0
     past = _past_candidates(ws, judge)
     if past:
         measured, source = len(past), "ledger"
@@ -141,6 +154,35 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         calls=total_calls, hours=hours, seconds_per_candidate=seconds, candidates_in_hours=in_hours,
         measured_candidates=measured, notes=notes,
     )
+
+
+def _success_share(ws: Workspace, judge: JudgeSection, split: Split) -> tuple[float, str]:
+    """The share of first judgements that are successes (what ``review = "success"`` re-examines), and
+    where it comes from: the ledger's verdicts of past runs with this judge (a reviewed verdict counts
+    as a first success), else the split's positive share."""
+    ok = successes = 0
+    if ws.ledger_path.exists():
+        with Ledger.open_readonly(ws.ledger_path) as ledger:
+            for run in ledger.runs():
+                used = run.config.get("judge") or {}
+                if used.get("provider") != judge.provider or used.get("model") != judge.model:
+                    continue
+                for e in ledger.experiments(run.id):
+                    for item in ledger.item_verdicts(e.id):
+                        for rep in item.replicates:
+                            if rep.status == "ok" and rep.success is not None:
+                                ok += 1
+                                successes += bool(rep.success or rep.review is not None)
+    if ok:
+        share = successes / ok
+        return share, (f'review = "success": a review call on {share:.0%} of verdicts (the share of first '
+                       f"judgements that were successes in the ledger, {ok} verdicts)")
+    from optimizer.devset.labels import load_labels
+
+    labels = load_labels(split)
+    share = sum(1 for t in split.ids if labels[t].is_positive) / max(1, len(split.ids))
+    return share, (f'review = "success": a review call on {share:.0%} of verdicts (assumed: the split\'s positive '
+                   "share; no verdicts of this judge in the ledger yet)")
 
 
 def _past_candidates(ws: Workspace, judge: JudgeSection) -> list[dict[str, float]]:

@@ -91,7 +91,8 @@ def test_the_warmup_rows_show_one_write_per_item_after_and_several_before(tmp_pa
 def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls(tmp_path: Path, keys: None) -> None:
     n = 4
     results = cc.measure_structures(tmp_path, n=n, steps=12, candidates=1, wires=("anthropic",), say=lambda _m: None)
-    assert [name for _, name in results] == ["single", "panel of 2", "panel of 3"]
+    assert [name for _, name in results] == ["single", "panel of 2", "panel of 3", "criteria", "review",
+                                             "criteria+review"]
     single = results[("anthropic", "single")]
     for k, name in ((1, "single"), (2, "panel of 2"), (3, "panel of 3")):
         f = results[("anthropic", name)]
@@ -104,4 +105,24 @@ def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls
         # warm call (a candidate's call, whose rubric is one rule longer), not another write.
         assert f.first_usd == pytest.approx(single.first_usd + (k - 1) * single.candidate_mean, rel=0.02)
     table = cc.structures_table(results, n, 12, 1)
-    assert "panel of 3" in table and "calls/verdict" in table
+    assert "panel of 3" in table and "calls/verdict" in table and "criteria+review" in table
+
+
+def test_the_structure_rows_price_criteria_and_review_by_their_calls(tmp_path: Path, keys: None) -> None:
+    n = 6
+    # The Anthropic wire: cache breakpoints only where judgeloop puts them (OpenAI's automatic caching
+    # would also write the derivations' shared instructions).
+    results = cc.measure_structures(tmp_path, n=n, steps=12, candidates=2, wires=("anthropic",), say=lambda _m: None)
+    single, criteria, review, both = (results[("anthropic", name)] for name in
+                                      ("single", "criteria", "review", "criteria+review"))
+    for f in (criteria, review, both):
+        assert f.writes_per_item == [1] * n  # every call of a verdict reads the item's one cached trajectory
+    # criteria: a derivation and a check per item on the first pass; a rubric edit re-checks but is
+    # served the derivation by judgeloop's cache (it reads the instruction only).
+    assert criteria.calls_per_verdict == 2 and criteria.candidate_calls == [1.0, 1.0]
+    assert single.candidate_mean < criteria.candidate_mean < 2 * single.candidate_mean
+    # review: one more call on each success verdict, on every pass (each candidate's verdicts are new).
+    share = review.calls_per_verdict - 1
+    assert 0 < share < 1 and review.candidate_calls == [1 + share] * 2
+    assert both.calls_per_verdict == pytest.approx(2 + share) and both.candidate_calls == [pytest.approx(1 + share)] * 2
+    assert single.candidate_mean < review.candidate_mean < (1 + share) * single.candidate_mean

@@ -175,3 +175,45 @@ def test_simulated_noop_waves_keep_nothing_of_a_steady_judge_and_holm_bounds_a_n
     q, _ = item_q(N_ITEMS, 0)
     kept, waves = dp.simulate_wave_null(q, positive, 4, 150, seed=3)
     assert waves == 150 and kept / waves < 0.2  # Holm's per-wave bound is 0.1; generous for 150 waves
+
+
+@pytest.mark.slow
+def test_loop_keeps_a_unanimous_panel_with_a_planted_fpr_effect_and_not_a_noop_panel() -> None:
+    # A steady judge wrong on 12 negatives: the no-op panel (members err identically) ties the
+    # incumbent and is rolled back; the panel whose members err independently on those 12 negatives
+    # gets them right by its unanimous vote and is kept. Every member's call is one call, counted
+    # alike at the server and in the ledger.
+    res = dp.loop_trials("adaptive", runs=1, candidates=2, fixes_per_run=0, seed=0, concurrency=8,
+                         odds=_deterministic_odds(12), schedule=dp.PANEL_KINDS)
+    assert [(t.kind, t.kept) for t in res.trials] == [("p-noop", False), ("p-fix12", True)]
+    assert res.undecided == 0 and res.server_calls == res.ledger_calls
+    assert res.baseline_calls == N_ITEMS
+    noop, fix = res.trials
+    assert noop.calls <= 3 * N_ITEMS  # three member calls per verdict (an early stop may cut the pass)
+    # A keep judges the whole pass, three members per item, then re-judges the 12 disagreeing items
+    # twice under each prompt (the single incumbent 2 calls, the panel 3 × 2).
+    assert fix.calls == 3 * N_ITEMS + 12 * 2 * (1 + 3)
+
+
+def test_the_panel_judge_errs_identically_across_a_noop_panel_and_independently_on_planted_negatives() -> None:
+    positive = [False] * 6
+    model = JudgeModel(positive, ["Critical Mistake"] * 6, np.full(6, 0.5), np.ones(6, dtype=bool), seed=3,
+                       steady=True, independent_members=dp.EFFECT_MEMBERS, panel_planted=(0, 1, 2))
+
+    def says(item: int, member: str | None) -> bool:
+        system = "rubric" if member is None else f"You are panel member {member}.\n\nrubric"
+        return bool(json.loads(model(_request(system, item)).text or "")["success"])
+
+    for item in range(6):
+        # A prompt answers an item the same way every time; the no-op members all alike.
+        assert says(item, None) == says(item, None)
+        assert len({says(item, m) for m in dp.NOOP_MEMBERS}) == 1
+    for item in (0, 1, 2):  # planted: exactly one effect member errs, so the unanimous vote is right
+        assert [says(item, m) for m in dp.EFFECT_MEMBERS] == [k == item for k in range(3)]
+    for item in (3, 4, 5):  # not planted: the effect members err as the no-op ones do
+        assert {says(item, m) for m in dp.EFFECT_MEMBERS} == {says(item, "x")}
+    # Over many items, the single judge and a member draw apart (a no-op panel is a fresh draw, not a copy).
+    wide = JudgeModel([False] * 200, [None] * 200, np.full(200, 0.5), np.zeros(200, dtype=bool), seed=1, steady=True)
+    single = [json.loads(wide(_request("rubric", i)).text or "")["success"] for i in range(200)]
+    member = [json.loads(wide(_request("You are panel member x.\n\nrubric", i)).text or "")["success"] for i in range(200)]
+    assert single != member and 60 < sum(single) < 140

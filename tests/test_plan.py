@@ -12,13 +12,21 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.devset.split import open_split
+from optimizer.judge.criteria import (
+    ESTIMATE_CRITERIA,
+    check_instructions,
+    derive_request,
+    review_instructions,
+)
 from optimizer.judge.estimate import request_input_tokens, request_token_split
-from optimizer.judge.prompts import PromptSet
+from optimizer.judge.prompts import JUDGE_TOML, PromptSet
+from optimizer.judge.providers.pricing import price_for
 from optimizer.judge.render import build_request
 from optimizer.ledger import Ledger
+from optimizer.structure import set_key
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge, add_small_dev_split, make_workspace, run_loop
+from tests.support.loop import FakeJudge, add_small_dev_split, labels_of, make_workspace, run_loop
 
 PRICES = """
 [prices."fake-judge"]
@@ -124,3 +132,77 @@ def test_plan_refusals_are_one_line(ws: Path, capsys: pytest.CaptureFixture[str]
     capsys.readouterr()
     assert main(["plan", "-w", str(ws), "--budget-usd", "5"]) == 0
     assert "no limit (this judge costs nothing)" in capsys.readouterr().out
+
+
+def _structured(root: Path, **keys: object) -> None:
+    toml = root / JUDGE_TOML
+    text = toml.read_text(encoding="utf-8")
+    for key, value in keys.items():
+        text = set_key(text, key, value)
+    toml.write_text(text, encoding="utf-8")
+
+
+def test_plan_counts_the_calls_of_criteria_and_review(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("--budget-usd", "20", "--provider", "openai", "--model", "gpt-5", "--policy", "paired", "--replicates", "2")
+    workspace = Workspace.open(ws)
+    split = open_split(workspace, "small")
+    n = len(split.ids)
+    single = _plan(ws, capsys, *args)
+    assert single["calls_per_candidate"] == 2 * n
+    _structured(ws, structure="criteria")
+    criteria = _plan(ws, capsys, *args)
+    # One derivation per item (from the instruction alone) and one check per replicate.
+    assert criteria["calls_per_candidate"] == n * (2 + 1)
+    prompts = PromptSet.from_dir(workspace.prompts_dir)
+    out = prompts.settings.max_tokens * 10.0
+
+    def warm(request: Any) -> float:
+        prefix, rest = request_token_split(request)
+        return (prefix * 0.125 + rest * 1.25 + out) / 1e6
+
+    expected = 0.0
+    for tid in split.ids:
+        traj = split.trajectory(tid)
+        expected += warm(derive_request(prompts, traj.task.instruction))
+        expected += 2 * warm(build_request(traj, split, prompts, extra_instructions=check_instructions(ESTIMATE_CRITERIA)))
+    assert criteria["first_pass_warm_usd"] == pytest.approx(expected)
+    assert any('structure = "criteria": 1 derivation per item' in note for note in criteria["notes"])
+
+    # review = "success" with no ledger: the split's positive share, said as an assumption.
+    _structured(ws, structure="single", review="success")
+    reviewed = _plan(ws, capsys, *args)
+    labels = labels_of(ws)
+    share = sum(1 for t in split.ids if labels[t].is_positive) / n
+    assert reviewed["calls_per_candidate"] == pytest.approx(2 * n * (1 + share))
+    assert any(f"a review call on {share:.0%} of verdicts (assumed: the split's positive share" in note
+               for note in reviewed["notes"])
+    assert reviewed["first_pass_warm_usd"] > single["first_pass_warm_usd"]
+
+
+def test_after_a_run_the_review_share_is_the_ledgers(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    judge = FakeJudge(ws)
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "1") == 0
+    with Ledger.open_readonly(Workspace.open(ws).ledger_path) as ledger:
+        reps = [rep for e in ledger.experiments(ledger.runs()[-1].id) for item in ledger.item_verdicts(e.id)
+                for rep in item.replicates if rep.status == "ok"]
+    share = sum(1 for rep in reps if rep.success) / len(reps)
+    args = ("--budget-usd", "20", "--provider", "openai", "--model", "fake-judge", "--replicates", "1")
+    single = _plan(ws, capsys, *args)
+    _structured(ws, review="success")
+    plan = _plan(ws, capsys, *args)
+    assert any(f"a review call on {share:.0%} of verdicts (the share of first judgements that were successes in "
+               f"the ledger, {len(reps)} verdicts)" in note for note in plan["notes"])
+    # The ledger's share prices the first pass: each item's review call on that share of its verdicts.
+    workspace = Workspace.open(ws)
+    price = price_for("fake-judge", workspace.config.prices)
+    assert price is not None
+    split = open_split(workspace, "small")
+    prompts = PromptSet.from_dir(workspace.prompts_dir)
+    review_text = review_instructions(prompts, {"success": True, "reasoning": ""})
+    extra = 0.0
+    for tid in split.ids:
+        prefix, rest = request_token_split(build_request(split.trajectory(tid), split, prompts,
+                                                         replace_instructions=review_text))
+        extra += (prefix * price.cache_read_price + rest * price.input + prompts.settings.max_tokens * price.output) / 1e6
+    assert plan["first_pass_warm_usd"] == pytest.approx(single["first_pass_warm_usd"] + share * extra)

@@ -275,3 +275,36 @@ def structure_refusal(settings: Any, provider: str, traits: Any, *, batch: bool 
         return (f"--batch cannot run judge.toml's {what}: each call needs the previous one's answer; drop "
                 f"--batch or set {undo} in prompts/judge.toml")
     return None
+
+
+# What a cost estimate assumes the derivation returns (the check call's criteria block): a typical
+# checklist, not a measured one.
+ESTIMATE_CRITERIA = tuple(Criterion("The final state of the computer shows the requested change, saved where the "
+                                    f"instruction says (requirement {i + 1}).") for i in range(5))
+
+
+def verdict_calls(
+    traj: Any, split: Any, prompts: PromptSet, *, success_share: float, replicates: int = 1, **render: Any,
+) -> list[tuple[JudgeRequest, float]]:
+    """The calls one verdict makes, each with its expected count per verdict, for cost estimates
+    before any call: a [panel]'s members (one call each); under ``structure = "criteria"`` the
+    derivation (shared by the item's ``replicates``: 1/replicates per verdict) and the check (with
+    `ESTIMATE_CRITERIA`); under ``review = "success"`` a review call on ``success_share`` of the
+    verdicts. ``render``: `build_request`'s keyword arguments."""
+    from optimizer.judge.render import build_request
+
+    settings = prompts.settings
+    if settings.panel is not None:
+        return [(build_request(traj, split, prompts.for_member(m), **render), 1.0) for m in range(settings.panel.size)]
+    calls: list[tuple[JudgeRequest, float]] = []
+    if settings.structure == "criteria":
+        calls.append((derive_request(prompts, traj.task.instruction), 1.0 / max(1, replicates)))
+        calls.append((build_request(traj, split, prompts, extra_instructions=check_instructions(ESTIMATE_CRITERIA),
+                                    **render), 1.0))
+    else:
+        calls.append((build_request(traj, split, prompts, **render), 1.0))
+    if settings.review == "success":
+        shown = {"success": True, "reasoning": ""}
+        calls.append((build_request(traj, split, prompts, replace_instructions=review_instructions(prompts, shown),
+                                    **render), success_share))
+    return calls

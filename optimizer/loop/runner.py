@@ -45,12 +45,12 @@ from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.futility import Screen, make_screen, screen_decision
+from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.estimate import steady_cost_usd
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
 from optimizer.judge.providers.pricing import Price, price_for, warm_cost_usd
-from optimizer.judge.render import build_request
 from optimizer.judge.types import BatchState, Provider, batches, stable_json
 from optimizer.ledger import (
     AnswerStatus,
@@ -546,17 +546,21 @@ class LoopRunner:
 
     def estimated_verdict_cost(self, prompts: PromptSet, provider: Provider, output_tokens: int) -> float | None:
         """A prompt set's expected cost per verdict before any call (`steady_cost_usd` over the split's
-        first `ESTIMATE_ITEMS` items); None for an agentic judge or an unknown price."""
+        first `ESTIMATE_ITEMS` items, every call of the verdict: `verdict_calls` — a panel's members, the
+        criteria derivation and check, a review on the split's positive share); None for an agentic
+        judge or an unknown price."""
         price = self.judge_price()
         ids = self.split.ids[:ESTIMATE_ITEMS]
         if price is None or not ids or prompts.settings.mode != "direct":
             return None
         traits = provider.traits
+        share = sum(1 for t in self.split.ids if self.labels[t].is_positive) / len(self.split.ids)
         total = 0.0
         for tid in ids:
-            request = build_request(self.split.trajectory(tid), self.split, prompts, text_only=traits.text_only,
-                                    image_cache_dir=self.ws.experiments_dir / IMAGE_CACHE_DIRNAME, layout=traits.layout)
-            total += steady_cost_usd(request, output_tokens, price)
+            calls = verdict_calls(self.split.trajectory(tid), self.split, prompts, success_share=share,
+                                  replicates=self.replicates, text_only=traits.text_only,
+                                  image_cache_dir=self.ws.experiments_dir / IMAGE_CACHE_DIRNAME, layout=traits.layout)
+            total += sum(weight * steady_cost_usd(request, output_tokens, price) for request, weight in calls)
         return total / len(ids)
 
     def estimated_ratio(self, incumbent: Experiment, prompts: PromptSet, provider: Provider) -> float | None:

@@ -10,10 +10,20 @@ from pathlib import Path
 import pytest
 
 from optimizer.cli import main
-from optimizer.judge.prompts import RUBRIC_MD
+from optimizer.judge.prompts import JUDGE_MD, RUBRIC_MD
 from optimizer.loop.strategies import Proposal, ProposalContext
+from optimizer.loop.strategies.tools import ToolState, run_tool
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import BAD_ENTRY, FakeJudge, add_small_dev_split, commit_all, make_workspace, run_loop
+from tests.support.loop import (
+    BAD_ENTRY,
+    FakeJudge,
+    add_small_dev_split,
+    commit_all,
+    labels_of,
+    make_workspace,
+    run_loop,
+)
+from tests.support.panel import member_text, write_members
 from tests.support.scripted import ScriptedStrategy, install, latest, toggle
 
 # Generic text that makes every request several times dearer; dropping it changes no verdict of the fake judge.
@@ -92,3 +102,71 @@ def test_max_cost_ratio_refuses_a_dearer_candidate_before_any_judge_call(
     assert exps[1].status == "guard_rejected" and exps[1].calls == 0
     assert exps[1].reason is not None and re.search(
         r"estimated at \d\.\d\dx the incumbent's cost per verdict, over \[optimizer\] max_cost_ratio 1\.2", exps[1].reason)
+
+
+def set_move(*moves: tuple[str, object]) -> Callable[[ProposalContext], Proposal]:
+    """Structure moves as the agent's tool makes them (set_structure on the tool state)."""
+    def step(ctx: ProposalContext) -> Proposal:
+        state = ToolState(ctx)
+        for key, value in moves:
+            out = run_tool(state, "set_structure", {"key": key, "value": value})
+            assert not out.is_error, out
+        return Proposal(files=state.changed_files(), rationale=f"moves {moves}")
+    return step
+
+
+def estimated_ratio(reason: str | None) -> float:
+    assert reason is not None
+    m = re.search(r"estimated at (\d+\.\d\d)x the incumbent's cost per verdict, over \[optimizer\] max_cost_ratio",
+                  reason)
+    assert m is not None, reason
+    return float(m.group(1))
+
+
+def test_max_cost_ratio_counts_every_call_of_a_structure_before_any_judge_call(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Any estimated rise is over the cap: each structure's estimate shows in its refusal.
+    add_keys(ws, "optimizer", 'max_cost_ratio = 1.0\nstructure_moves = ["panel.members", "panel.vote", "structure", '
+                              '"review"]\nmax_members = 3')
+    commit_all(ws, "cost cap, structure moves on")
+    steps = [set_move(("panel.members", 3), ("panel.vote", "unanimous")), set_move(("structure", "criteria")),
+             set_move(("review", "success"))]
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        install(monkeypatch, ScriptedStrategy(steps, server))
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "3", "--patience", "9") == 0
+        judge_requests = len(server.requests)
+    _, exps = latest(ws)
+    assert [(e.status, e.calls) for e in exps[1:]] == [("guard_rejected", 0)] * 3
+    assert judge_requests == exps[0].calls  # only the baseline reached the judge
+    panel, criteria, review = (estimated_ratio(e.reason) for e in exps[1:])
+    # Three members with the incumbent's instructions, each reading the cached trajectory: 3 calls' worth.
+    assert panel == pytest.approx(3.0, abs=0.01)
+    # The check call (the incumbent's call plus the criteria block) and a derivation from the instruction alone.
+    assert criteria > 1.0
+    # A review call (the trajectory with the review's own, shorter instructions) on half the verdicts (the
+    # split's positive share): more than the incumbent, less than a second full call on each positive.
+    labels = list(labels_of(ws).values())
+    share = sum(1 for lab in labels if lab.is_positive) / len(labels)
+    assert 1.0 < review < 1 + share
+
+
+def test_the_estimate_reads_each_named_members_own_instructions(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hostile: a member file padded far beyond judge.md cannot hide behind the others' size.
+    write_members(ws, ("a", "b"))
+    (ws / "prompts" / "members" / "big.md").write_text(member_text((ws / JUDGE_MD).read_text(encoding="utf-8"), "big")
+                                                       + FILLER, encoding="utf-8")
+    add_keys(ws, "optimizer", 'max_cost_ratio = 1.0\nstructure_moves = ["panel.members", "panel.vote"]\nmax_members = 3')
+    commit_all(ws, "members, moves on")
+    steps = [set_move(("panel.members", ["a", "b"]), ("panel.vote", "unanimous")),
+             set_move(("panel.members", ["a", "big"]), ("panel.vote", "unanimous"))]
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        install(monkeypatch, ScriptedStrategy(steps, server))
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2", "--patience", "9") == 0
+    _, exps = latest(ws)
+    assert [(e.status, e.calls) for e in exps[1:]] == [("guard_rejected", 0)] * 2
+    plain, padded = (estimated_ratio(e.reason) for e in exps[1:])
+    # Two members of judge.md's length (one line longer): two single calls' worth.
+    assert plain == pytest.approx(2.0, abs=0.05)
+    # The padded member carries the rubric's filler and its own copy of it: the pair is well over 2x.
+    assert padded > plain + 0.5
