@@ -33,7 +33,14 @@ from optimizer.evaluation.batchstore import BatchStore
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
-from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME, BudgetStop, ItemJudge, Stopped, panel_refusal
+from optimizer.evaluation.judging import (
+    IMAGE_CACHE_DIRNAME,
+    BudgetStop,
+    ItemJudge,
+    Stopped,
+    judge_refusal,
+    memory_refusal,
+)
 from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.evaluation.warmup import CacheReads
@@ -337,11 +344,7 @@ async def evaluate_items(
         batching: BatchingProvider | None = None
         if batch is not None:
             batching = batching_provider(provider, prompts.settings.mode)
-            from optimizer.judge.criteria import structure_refusal
-
-            if (refusal := structure_refusal(prompts.settings, provider.name, traits, batch=True)) is not None:
-                raise UserError(refusal)
-        refusal = panel_refusal(prompts, provider, batch=batch is not None)
+        refusal = judge_refusal(prompts, provider, batch=batch is not None)
         if refusal is not None:
             raise UserError(refusal)
         if cache is None:
@@ -480,20 +483,6 @@ def memory_retriever(ws: Workspace, split: Split, prompts: PromptSet, provider: 
     named = prompts.memory.source_items()
     folds = split_folds(split, settings.memory_folds) if named & set(split.ids) else None
     return Retriever(prompts.memory, settings.memory_k, folds)
-
-
-def memory_refusal(prompts: PromptSet, provider: Provider) -> str | None:
-    """Why ``memory = "retrieve"`` cannot be judged with (one line), or None: the request that carries the
-    memory is built in common code for the direct judge (every provider but a harness, batches too)."""
-    if prompts.settings.memory == "off":
-        return None
-    if prompts.settings.mode == "agentic":
-        return ('judge.toml sets memory = "retrieve" with mode = "agentic"; memory is sent with the direct judge '
-                'only (and batches of it): set mode = "direct" or memory = "off"')
-    if provider.traits.sandbox is not None:
-        return (f'judge.toml sets memory = "retrieve", which the {provider.name} provider (a harness judge reading '
-                'its own files) cannot carry; set memory = "off" or judge with anthropic, openai or local')
-    return None
 
 
 def _dev_ids(ws: Workspace, name: str) -> list[str]:

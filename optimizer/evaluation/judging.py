@@ -43,6 +43,20 @@ from optimizer.models import Trajectory, Verdict
 IMAGE_CACHE_DIRNAME = "images"
 
 
+def memory_refusal(prompts: PromptSet, provider: Provider) -> str | None:
+    """Why ``memory = "retrieve"`` cannot be judged with (one line), or None: the request that carries the
+    memory is built in common code for the direct judge (every provider but a harness, batches too)."""
+    if prompts.settings.memory == "off":
+        return None
+    if prompts.settings.mode == "agentic":
+        return ('judge.toml sets memory = "retrieve" with mode = "agentic"; memory is sent with the direct judge '
+                'only (and batches of it): set mode = "direct" or memory = "off"')
+    if provider.traits.sandbox is not None:
+        return (f'judge.toml sets memory = "retrieve", which the {provider.name} provider (a harness judge reading '
+                'its own files) cannot carry; set memory = "off" or judge with anthropic, openai or local')
+    return None
+
+
 def panel_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False) -> str | None:
     """Why ``prompts``' [panel] cannot run on ``provider`` (one sentence), or None: it can (or there is none)."""
     if prompts.settings.panel is None:
@@ -59,6 +73,16 @@ def panel_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False
         return ('judge.toml has a [panel] and structure = "criteria" or review = "success"; a panel of '
                 'structured judges is not built yet: remove [panel] or set structure = "single", review = "off"')
     return None
+
+
+def judge_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False) -> str | None:
+    """Why judge.toml's structure (memory, a [panel], criteria or review) cannot be judged with on
+    ``provider`` (with ``batch``: through its batch API), in one line; None: it can. The one check every
+    entry point makes (evaluation, a judge, a candidate's validation)."""
+    from optimizer.judge.criteria import structure_refusal
+
+    return (memory_refusal(prompts, provider) or panel_refusal(prompts, provider, batch=batch)
+            or structure_refusal(prompts.settings, provider.name, provider.traits, batch=batch))
 
 
 class BudgetStop(Exception):
@@ -189,17 +213,12 @@ class ItemJudge:
             from optimizer.judge.harness import BUDGET_REFUSAL
 
             raise UserError(BUDGET_REFUSAL.format(name=provider.name))
-        refusal = panel_refusal(prompts, provider)
+        refusal = judge_refusal(prompts, provider)
         if refusal is not None:
             raise UserError(refusal)
         self.panel = prompts.settings.panel
         self.member_labels: tuple[str, ...] = tuple(self.panel.labels()) if self.panel is not None else ()
         self.member_prompts = [prompts.for_member(m) for m in range(len(self.member_labels))]
-        from optimizer.judge.criteria import structure_refusal
-
-        refusal = structure_refusal(prompts.settings, provider.name, traits)
-        if refusal is not None:
-            raise UserError(refusal)
         # criteria / review: several calls per verdict, each cached on its own (`_structured_call`).
         self.structured = prompts.settings.structure != "single" or prompts.settings.review != "off"
         self.semaphore = asyncio.Semaphore(concurrency)

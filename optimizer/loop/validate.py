@@ -17,8 +17,7 @@ from optimizer import gitops
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import batching_provider
-from optimizer.evaluation.evaluator import memory_refusal
-from optimizer.evaluation.judging import panel_refusal
+from optimizer.evaluation.judging import judge_refusal
 from optimizer.judge.memory import check_sources
 from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet, panel_member_files
 from optimizer.judge.render import build_request
@@ -64,18 +63,11 @@ def validate_prompts(
         if prompts.settings.mode == "agentic" and not traits.tool_use:
             return (f'{source}: judge.toml sets mode = "agentic", which the {provider.name} provider cannot run '
                     '(it has no tool use); keep mode = "direct"')
-        refusal = memory_refusal(prompts, provider)
-        if refusal is not None:
-            return refusal
         if batch:
             batching_provider(provider, prompts.settings.mode)
-        refusal = panel_refusal(prompts, provider, batch=batch)
+        refusal = judge_refusal(prompts, provider, batch=batch)
         if refusal is not None:
             return f"{source}: {refusal}"
-        from optimizer.judge.criteria import structure_refusal
-
-        if (refusal := structure_refusal(prompts.settings, provider.name, traits, batch=batch)) is not None:
-            return refusal
         # Render what the judge would be sent for one real item (its text and placements; the
         # screenshots come from the image cache the evaluation fills).
         if split.ids:
