@@ -13,6 +13,10 @@ Two sources, the first that applies:
   bundled benchmark: a candidate costs about 1.48 passes); paired and literal add none.
 
 The baseline is priced as a cold first pass (the judge cache may make it free; not counted).
+
+With ``wave`` K > 1 (`run --wave K`) the run proposes and decides K candidates a round, so a budget
+buys whole waves: the candidates are rounded down to a multiple of K. A candidate's cost is the same
+figure (each is judged on the whole split); the time figure is for candidates one after another.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ class Plan:
     seconds_per_candidate: float | None = None
     candidates_in_hours: int | None = None
     measured_candidates: int = 0
+    wave: int = 1
+    waves: int | None = None  # whole waves of ``wave`` candidates the budget buys (None: no limit)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -77,7 +83,8 @@ class Plan:
         if self.candidates is None:
             out.append(f"${self.budget_usd:.2f} buys: no limit (this judge costs nothing)")
         else:
-            out.append(f"${self.budget_usd:.2f} buys: {self.candidates} candidate(s), {self.calls} judge calls")
+            out.append(f"${self.budget_usd:.2f} buys: {self.candidates} candidate(s), {self.calls} judge calls"
+                       + (f", in {self.waves} wave(s) of {self.wave}" if self.wave > 1 else ""))
         if self.hours is not None:
             if self.candidates_in_hours is None:
                 out.append(f"{self.hours:g} h: no measured call latency yet (run once to measure it)")
@@ -88,8 +95,9 @@ class Plan:
 
 
 def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, replicates: int,
-              budget_usd: float, hours: float | None = None) -> Plan:
-    """The plan for a run of ``split`` judged by ``judge``; raises `UserError` for an unknown price."""
+              budget_usd: float, hours: float | None = None, wave: int = 1) -> Plan:
+    """The plan for a run of ``split`` judged by ``judge`` (``wave``: candidates per round, `run --wave`);
+    raises `UserError` for an unknown price."""
     cfg = ws.config
     prompts = PromptSet.from_dir(ws.prompts_dir)
     price = price_for(judge.model, cfg.prices)
@@ -137,11 +145,21 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         rejudge = sum(e["rejudge"] for e in past) / max(1, sum(first))
         durations = [e["duration"] for e in past if e["duration"]]
         seconds = sum(durations) / len(durations) if durations else None
+    waves: int | None = None
     if per_candidate <= 0:
         candidates = total_calls = None
         notes.append(f"model {judge.model!r} costs nothing at the price table's figures")
     else:
         candidates = max(0, math.floor((budget_usd - cold) / per_candidate))
+        waves = candidates // wave
+        if wave > 1:
+            if candidates % wave:
+                notes.append(f"a wave is {wave} candidates: the {candidates % wave} candidate(s) the budget "
+                             "buys beyond whole waves are not counted")
+            candidates = waves * wave
+            notes.append("waves judge their candidates together; through --batch (one batch per wave pass) an "
+                         f"hour decides about {wave}x the candidates of --wave 1 (benchmarks/throughput.py), and "
+                         "the time figure above is for candidates one after another")
         total_calls = math.floor(candidates * calls + (n * per_item if budget_usd >= cold else 0))
         if budget_usd < cold:
             notes.append(f"the budget does not cover the baseline's cold first pass (${cold:.4f})")
@@ -152,7 +170,7 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         first_pass_cold_usd=cold, first_pass_warm_usd=warm, rejudge_share=rejudge,
         cost_per_candidate_usd=per_candidate, calls_per_candidate=calls, candidates=candidates,
         calls=total_calls, hours=hours, seconds_per_candidate=seconds, candidates_in_hours=in_hours,
-        measured_candidates=measured, notes=notes,
+        measured_candidates=measured, wave=wave, waves=waves, notes=notes,
     )
 
 

@@ -206,3 +206,23 @@ def test_after_a_run_the_review_share_is_the_ledgers(ws: Path, capsys: pytest.Ca
                                                          replace_instructions=review_text))
         extra += (prefix * price.cache_read_price + rest * price.input + prompts.settings.max_tokens * price.output) / 1e6
     assert plan["first_pass_warm_usd"] == pytest.approx(single["first_pass_warm_usd"] + share * extra)
+
+
+def test_a_wave_buys_whole_waves_of_the_same_candidates(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("--budget-usd", "20", "--provider", "openai", "--model", "gpt-5")
+    one = _plan(ws, capsys, *args)
+    assert (one["wave"], one["waves"]) == (1, one["candidates"]) and one["candidates"] >= 5
+    four = _plan(ws, capsys, *args, "--wave", "4")
+    # The same candidate, priced alike; the budget buys whole waves of four of them.
+    assert four["cost_per_candidate_usd"] == pytest.approx(one["cost_per_candidate_usd"])
+    assert four["waves"] == one["candidates"] // 4 and four["candidates"] == 4 * four["waves"]
+    n = len(open_split(Workspace.open(ws), "small").ids)
+    assert four["calls"] == math.floor(four["candidates"] * four["calls_per_candidate"] + n * 1)
+    # judgeloop.toml's [loop] wave is the default; --wave 0 is refused by the parser.
+    toml = ws / "judgeloop.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace("\nwave = 1", "\nwave = 4"), encoding="utf-8")
+    assert _plan(ws, capsys, *args)["waves"] == four["waves"]
+    capsys.readouterr()
+    assert main(["plan", "-w", str(ws), "--wave", "0", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--wave: 0 is out of range" in err and len(err.splitlines()) == 1

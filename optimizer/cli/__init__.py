@@ -330,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", metavar="NAME", help="the split the run would judge (default: [workspace] dev_split)")
     p.add_argument("--policy", choices=POLICIES, help="how candidates would be decided (default: [loop] policy of judgeloop.toml; adaptive in a new workspace)")
     p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help=REPLICATES_HELP)
+    p.add_argument("--wave", type=wave_size, metavar="K",
+                   help="candidates per round, as `run --wave` (default: [loop] wave of judgeloop.toml)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object (default: text)")
     _judge_overrides(p)
     return parser
