@@ -17,6 +17,7 @@ from optimizer.devset.corrections import apply_corrections, label_set
 from optimizer.devset.labels import fingerprint, load_labels
 from optimizer.devset.split import open_split
 from optimizer.judge.prompts import RUBRIC_MD
+from optimizer.ledger import Ledger
 from optimizer.loop.guards import check_candidate
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.models import Label
@@ -384,3 +385,103 @@ def test_the_tui_suspects_view_ranks_opens_and_corrects(
     [line] = corrections_file(ws).read_text(encoding="utf-8").splitlines()
     assert json.loads(line)["id"] == first and json.loads(line)["label"] == right
     assert json.loads(line)["reason"] == "seen on the last screen"
+
+
+# -- the structural judges' evidence: panel members, reviews and criteria ---------------------------
+
+
+def _record_structural(ws: Path) -> tuple[list[str], dict[str, Label]]:
+    """A ledger written directly (one run on the small split, three prompt versions): ``a`` a planted
+    error only a panel's unanimous members expose, ``b`` a panel split 2-1 against its label, ``c`` a
+    review that cited steps against a success, ``d`` criteria citing steps against a failure label,
+    ``e`` a review with no steps. The single judge (version s) agrees with every label but b's and e's."""
+    from optimizer.ledger import (
+        CriterionCheck,
+        ItemVerdict,
+        Ledger,
+        MemberVerdict,
+        ReplicateVerdict,
+        ReviewRecord,
+    )
+
+    split = open_split(Workspace.open(ws), SPLIT)
+    labels = load_labels(split)
+    positives = [t for t in split.ids if labels[t].is_positive]
+    negatives = [t for t in split.ids if not labels[t].is_positive]
+    a, b, c, e = positives[:4]
+    d = negatives[0]
+    with Ledger(ws / "experiments" / "ledger.sqlite") as ledger:
+        run = ledger.create_run(strategy="manual", policy="literal", split=SPLIT, split_fingerprint="f",
+                                start_rev="0" * 40)
+
+        def record(prompt: str, reps: dict[str, list[ReplicateVerdict]]) -> None:
+            exp = ledger.start_experiment(run.id, parent_id=None, strategy="x")
+            ledger._conn.execute("UPDATE experiments SET prompt_hash = ? WHERE id = ?", (prompt, exp.id))
+            ledger._conn.commit()
+            ledger.record_verdicts(exp.id, [ItemVerdict(trajectory_id=t, success=r[0].success, replicates=r)
+                                            for t, r in reps.items()])
+
+        def single(i: int, success: bool, confidence: str = "high", **extra: Any) -> ReplicateVerdict:
+            return ReplicateVerdict(replicate=i, success=success, confidence=confidence, **extra)
+
+        def panel(i: int, votes: list[tuple[bool, str]]) -> ReplicateVerdict:
+            members = [MemberVerdict(member=f"m{k}", success=s, confidence=conf) for k, (s, conf) in enumerate(votes)]
+            agree = len({s for s, _ in votes}) == 1
+            return ReplicateVerdict(replicate=i, success=sum(s for s, _ in votes) * 2 > len(votes),
+                                    confidence="high" if agree else "low", members=members)
+
+        # Version s: a single judge, with high confidence, on the labels' side for a, c, d; against b and e.
+        record("s", {a: [single(0, True), single(1, True)], b: [single(0, False), single(1, False)],
+                     c: [single(0, True), single(1, True)], d: [single(0, False), single(1, False)],
+                     e: [single(0, False, "medium"), single(1, False, "medium")]})
+        # Version p: a panel of three. a: every member says failure (medium confidence each); b: two of three.
+        record("p", {a: [panel(i, [(False, "medium")] * 3) for i in range(2)],
+                     b: [panel(i, [(False, "medium"), (False, "medium"), (True, "high")]) for i in range(2)]})
+        # Version r: review and criteria. c: the review turned the success into a failure, citing steps
+        # (the first verdict medium); e: a review that found nothing citable leaves e's medium failure.
+        review = ReviewRecord(violation=True, applied=True, steps=[3, 4], reasoning="the file was deleted")
+        met = [CriterionCheck(text="the file is saved", met=True, steps=[5]),
+               CriterionCheck(text="nothing else changed", met=True, steps=[2, 6])]
+        record("r", {c: [single(i, False, "medium", review=review) for i in range(3)],
+                     d: [single(i, True, "medium", criteria=met) for i in range(3)],
+                     e: [single(i, False, "medium", review=ReviewRecord(violation=False)) for i in range(3)]})
+    return [a, b, c, d, e], labels
+
+
+def test_a_panels_unanimous_members_rank_a_planted_error_above_a_split_panel(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each valid member a judgement; a unanimous replicate's members weigh 1 (optimizer.triage's
+    docstring). Through `judgeloop report --json`, and the figures by hand."""
+    (a, b, *_rest), _labels = _record_structural(ws)
+    suspects = {s["id"]: s for s in _report(ws, capsys)["label_suspects"]}
+    # a: 2 single judgements for the label, 6 members against, unanimous → 6 × 1 / 8. Counting the
+    # panel's vote alone (one judgement a replicate) it would be 2 of 4: no majority, no suspect.
+    assert (suspects[a]["against"], suspects[a]["judged"]) == (6, 8)
+    assert suspects[a]["score"] == pytest.approx(6 / 8) and suspects[a]["structural_against"] == 6
+    assert (suspects[a]["versions"], suspects[a]["versions_against"]) == (2, 1)
+    # b: 2 single judgements against (high), 4 of 6 members against (medium, split) → (2 + 4 × 0.5) / 8.
+    assert (suspects[b]["against"], suspects[b]["judged"]) == (6, 8)
+    assert suspects[b]["score"] == pytest.approx(4 / 8) and suspects[b]["structural_against"] == 0
+    ranked = [s["id"] for s in _report(ws, capsys)["label_suspects"]]
+    assert ranked.index(a) < ranked.index(b)
+    text = _cli(capsys, "report", "-w", str(ws))[1]
+    assert f"{a}  label success  score 0.75  against 6/8 judgements (0 high confidence, 6 structural)" in text
+
+
+def test_reviews_and_criteria_that_cite_steps_against_the_label_weigh_as_high_confidence(ws: Path) -> None:
+    (a, b, c, d, e), labels = _record_structural(ws)
+    with Ledger(ws / "experiments" / "ledger.sqlite") as ledger:
+        by_id = {s.trajectory_id: s for s in label_suspects(ledger, open_split(Workspace.open(ws), SPLIT))}
+    # c (a success): 2 for, 3 reviewed failures against citing steps — each weighs 1, not its medium.
+    assert (by_id[c].against, by_id[c].judged, by_id[c].structural_against) == (3, 5, 3)
+    assert by_id[c].score == pytest.approx(3 / 5)
+    # d (a failure): 3 criteria successes, every required criterion met with steps cited → 3 × 1 / 5.
+    assert not labels[d].is_positive and by_id[d].score == pytest.approx(3 / 5)
+    assert by_id[d].structural_against == 3
+    # e: five medium failures against a success, the review cited nothing → 5 × 0.5 / 5, none structural.
+    assert by_id[e].score == pytest.approx(0.5) and by_id[e].structural_against == 0
+    with Ledger(ws / "experiments" / "ledger.sqlite") as ledger:
+        ranked = [s.trajectory_id for s in label_suspects(ledger, open_split(Workspace.open(ws), SPLIT))]
+    # The cited evidence lifts c and d above the uncited medium disagreements of b and e.
+    assert ranked[0] == a and set(ranked[1:3]) == {c, d} and set(ranked[3:]) == {b, e}
