@@ -485,3 +485,48 @@ def test_reviews_and_criteria_that_cite_steps_against_the_label_weigh_as_high_co
         ranked = [s.trajectory_id for s in label_suspects(ledger, open_split(Workspace.open(ws), SPLIT))]
     # The cited evidence lifts c and d above the uncited medium disagreements of b and e.
     assert ranked[0] == a and set(ranked[1:3]) == {c, d} and set(ranked[3:]) == {b, e}
+
+
+def test_the_tui_item_view_shows_a_correction_and_the_suspects_view_marks_it(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.support.tui_driving import drive, screen_rows, svg_text
+    from tui.app import JudgeloopApp, settle
+    from tui.views import ItemView, SuspectsView
+
+    judge, planted, _medium, _low, _split = setup_triage(ws)
+    with FakeLLMServer(default=judge) as server:
+        triage_runs(ws, server, monkeypatch, steps=1)
+    first, second = sorted(planted)[:2]
+    given = "success" if load_labels(open_split(Workspace.open(ws), SPLIT))[first].is_positive else "failure"
+    right = "failure" if given == "success" else "success"
+    code, _out, err = _cli(capsys, "label-fix", "-w", str(ws), first, "--label", right, "--reason",
+                           "step 7 shows the dialog cancelled", "--by", "ana")
+    assert code == 0, err
+    at = json.loads(corrections_file(ws).read_text(encoding="utf-8"))["at"]
+    app = JudgeloopApp(ws, image_mode="halfcell", watch=False)
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("L")
+        await settle(app, pilot)
+        assert isinstance(app.screen, SuspectsView)
+        rows = {r.split()[1]: r for r in screen_rows(app) if r.strip()[:2].strip().isdigit()}
+        assert f"→ {right}: step 7 shows the dialog" in rows[first[:8]]
+        assert "→" not in rows[second[:8]]  # an uncorrected suspect carries no mark
+        assert "1 corrected" in svg_text(app)
+        await pilot.press("enter")  # the first row: the corrected item
+        await settle(app, pilot)
+        assert isinstance(app.screen, ItemView) and app.item_id == first
+        text = svg_text(app)
+        assert f"corrected: {given} as given → {right}" in text
+        assert "reason: step 7 shows the dialog cancelled" in text and f"by ana at {at}" in text
+        assert "this run decided with the label as given" in text
+        await pilot.press("L")
+        await settle(app, pilot)
+        assert isinstance(app.screen, SuspectsView)
+        await pilot.press("down", "enter")  # the second suspect: no correction shown
+        await settle(app, pilot)
+        assert isinstance(app.screen, ItemView) and app.item_id == second
+        assert "corrected:" not in svg_text(app)
+
+    drive(app, scenario, size=(140, 40))
