@@ -4,6 +4,7 @@ fixed and fingerprinted at its start (a corrections file changed mid-run, then a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from pathlib import Path
@@ -530,3 +531,63 @@ def test_the_tui_item_view_shows_a_correction_and_the_suspects_view_marks_it(
         assert "corrected:" not in svg_text(app)
 
     drive(app, scenario, size=(140, 40))
+
+
+def test_no_optimiser_surface_shows_a_correction_or_the_suspects_queue(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Corrections are answers. In a real run, on a split with suspects and a correction: every field
+    of the strategies' ProposalContext, reflect's prompts, and every agent tool (read_file on the file
+    in any spelling, the list/read tools on the corrected item, add_case/edit_case naming it) say
+    nothing of the correction or the queue."""
+    from optimizer.loop.strategies.reflect import build_user_message, system_prompt
+    from optimizer.loop.strategies.tools import ToolState, run_tool
+
+    judge, planted, _medium, _low, _split = setup_triage(ws)
+    with FakeLLMServer(default=judge) as server:
+        triage_runs(ws, server, monkeypatch, steps=1)
+    tid = sorted(planted)[0]
+    reason = "SECRET-the-ninth-screenshot-shows-it-saved"
+    right = "success" if judge.truth[tid].is_positive else "failure"
+    assert _cli(capsys, "label-fix", "-w", str(ws), tid, "--label", right, "--reason", reason, "--by", "ana")[0] == 0
+    split = open_split(Workspace.open(ws), SPLIT)
+    assert tid in {s.trajectory_id for s in label_suspects(ledger_of(ws), split)}  # the queue holds it
+    set_toml_key(ws, "optimizer", "allowed_files", '["prompts/judge.md", "prompts/rubric.md", '
+                 '"prompts/memory/principles.md", "prompts/memory/cases.jsonl"]')
+    commit_all(ws, "the memory is allowed")
+    target = f"devset/{SPLIT}/corrections.jsonl"
+    said: dict[str, str] = {}
+
+    def probe(ctx: ProposalContext) -> Proposal:
+        for f in dataclasses.fields(ctx):
+            if f.name not in ("split", "workspace_root"):  # the split object: manifests and files, no text
+                said[f"ctx.{f.name}"] = repr(getattr(ctx, f.name))
+        said["reflect.system"] = system_prompt(ctx, 40)
+        said["reflect.user"] = build_user_message(ctx)
+        state = ToolState(ctx)
+        for path in (target, f"./{target}", str(ws / target), f"prompts/../{target}",
+                     f"prompts/memory/../../{target}", f"devset/{SPLIT}/../{SPLIT}/corrections.jsonl"):
+            out = run_tool(state, "read_file", {"path": path})
+            assert out.is_error and "not an allowed file" in out.text, path
+            said[f"read_file {path}"] = out.text.replace(path, "<the path asked>")  # the refusal names it
+        for name, args in (("list_disagreements", {}), ("read_trajectory", {"trajectory_id": tid}),
+                           ("read_history", {}), ("read_guidance", {}), ("read_structure", {}),
+                           ("add_case", {"text": "A saved file counts only when the last screen shows it.",
+                                         "source_items": [tid], "id": "saved"}),
+                           ("edit_case", {"id": "saved", "text": "The last screen decides.",
+                                          "source_items": [tid]})):
+            out = run_tool(state, name, args)
+            said[name] = out.text
+        assert not run_tool(state, "add_case", {"text": "x", "source_items": [tid], "id": "two"}).is_error
+        return toggle(GOOD_ENTRY)(ctx)
+
+    install(monkeypatch, ScriptedStrategy([probe]))
+    with FakeLLMServer(default=judge) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1", "--replicates", "1",
+                        "--policy", "literal") == 0
+    assert said["list_disagreements"] and "added case saved" in said["add_case"] and "saved" in said["edit_case"]
+    assert tid in said["ctx.disagreements"] or tid in said["list_disagreements"]  # the item itself is visible
+    for name, text in said.items():
+        assert reason not in text, name
+        assert "corrected" not in text.lower() and "corrections.jsonl" not in text, name
+        assert "label suspects" not in text.lower() and "suspects" not in text.lower(), name
