@@ -510,3 +510,37 @@ def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
     assert seen["status"]["run"] == new.id
     assert good not in (ws / RUBRIC_MD).read_text(encoding="utf-8")
     assert_clean(ws)
+
+
+def test_no_tool_of_the_session_shows_a_correction_or_the_suspects_queue(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A person's corrections are answers: status, disagreements, read_item on the corrected item, history
+    and report (whose human version lists them) say nothing of them or of the label-suspects queue."""
+    dev_id = sorted(labels_of(ws))[0]
+    fix = "failure" if labels_of(ws)[dev_id].is_positive else "success"
+    reason = "SECRET-step-9-shows-the-file-saved"
+    assert main(["label-fix", "-w", str(ws), dev_id, "--label", fix, "--reason", reason, "--by", "ana"]) == 0
+    seen: dict[str, str] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                seen["status"] = text(await call(session, "status"))
+                seen["disagreements"] = text(await call(session, "disagreements"))
+                seen["read_item"] = text(await call(session, "read_item", trajectory_id=dev_id))
+                seen["history"] = text(await call(session, "history"))
+                seen["report"] = text(await call(session, "report"))
+                seen["tools"] = json.dumps([t.model_dump(mode="json") for t in (await session.list_tools()).tools])
+
+    drive(body)
+    assert "run " in seen["report"] and "guard rejections" in seen["report"]  # the audit itself is there
+    for name, said in seen.items():
+        assert reason not in said, name
+        assert "correction" not in said.lower() and "suspect" not in said.lower(), name
+    # The same run's report for a person does list the correction: the omission is the MCP server's.
+    capsys.readouterr()
+    assert main(["report", "-w", str(ws)]) == 0
+    human = capsys.readouterr().out
+    assert "1 correction(s) in devset/small/corrections.jsonl" in human
+    (ws / CORRECTIONS).unlink()

@@ -30,6 +30,7 @@ from optimizer.triage import Suspect
 from optimizer.vocab import UNTYPED
 
 if TYPE_CHECKING:
+    from optimizer.devset.corrections import Correction
     from optimizer.devset.split import Split
     from optimizer.models import Trajectory
 
@@ -717,6 +718,10 @@ class ItemDetail:
     reviews: list[Review]
     other_experiments: list[int] = field(default_factory=list)  # experiments that judged this item
     trajectory_error: str | None = None
+    # A person's correction of the item's label (devset/<split>/corrections.jsonl) and the label as given.
+    correction: Correction | None = None
+    given_positive: bool | None = None
+    correction_problem: str | None = None  # why the corrections file could not be read
 
 
 def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: str) -> ItemDetail:
@@ -741,11 +746,32 @@ def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: 
         steps = step_lines(split, traj)
     except (UserError, OSError, ValueError) as exc:
         problem = str(exc)
+    correction, given, fix_problem = _item_correction(ws_root, run.split, trajectory_id)
     return ItemDetail(
         experiment=exp, trajectory_id=trajectory_id, instruction=instruction, label=label,
         verdict=verdicts[0] if verdicts else None, steps=steps,
         reviews=ledger.reviews(trajectory_id=trajectory_id), other_experiments=others, trajectory_error=problem,
+        correction=correction, given_positive=given, correction_problem=fix_problem,
     )
+
+
+def _item_correction(ws_root: Path, split_name: str, trajectory_id: str) -> tuple[Correction | None, bool | None,
+                                                                                     str | None]:
+    """The item's correction, its label as given (labels.jsonl) and why the corrections file is unreadable;
+    a broken file must not hide the item, so its problem is returned, not raised."""
+    from optimizer.devset.corrections import read_corrections
+    from optimizer.devset.labels import load_labels
+    from optimizer.devset.split import open_split
+    from optimizer.workspace import Workspace
+
+    try:
+        split = open_split(Workspace.open(ws_root), split_name)
+        given = load_labels(split)
+        correction = read_corrections(split, given).get(trajectory_id)
+    except (UserError, OSError, ValueError) as exc:
+        return None, None, str(exc)
+    label = given.get(trajectory_id)
+    return correction, None if label is None else label.is_positive, None
 
 
 # ---------------------------------------------------------------------------------------------

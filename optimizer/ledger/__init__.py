@@ -746,6 +746,26 @@ class Ledger:
             )
         ]
 
+    def split_evidence(self, split: str) -> list[tuple[int, str, str, ReplicateVerdict]]:
+        """`split_judgements` with what the structural judges said: ``(experiment_id, version,
+        trajectory_id, verdict)``, the verdict holding success, confidence, a panel's members and a
+        criteria/review verdict's detail (no reasoning or raw text) — what `optimizer.triage` counts."""
+        rows = self._query(
+            "SELECT v.experiment_id, COALESCE(e.prompt_hash, e.commit_sha, 'experiment-' || e.id), "
+            "v.trajectory_id, v.replicate, v.success, v.confidence, "
+            f"{'v.members' if self.version >= 9 else 'NULL'}, {'v.detail' if self.version >= 9 else 'NULL'} "
+            "FROM verdicts v JOIN experiments e ON e.id = v.experiment_id JOIN runs r ON r.id = e.run_id "
+            "WHERE r.split = ? ORDER BY v.experiment_id, v.trajectory_id, v.replicate",
+            (split,),
+        )
+        return [
+            (int(r[0]), str(r[1]), str(r[2]), ReplicateVerdict.model_construct(
+                replicate=int(r[3]), success=_opt_bool(r[4]), confidence=r[5],
+                members=[MemberVerdict.model_validate(m) for m in json.loads(r[6])] if r[6] else [],
+                **_detail(r[7])))
+            for r in rows
+        ]
+
     # -- labels (stored apart from verdicts; never judge input) -----------------------------------
 
     def set_labels(self, run_id: str, labels: Mapping[str, Label] | Iterable[LabelRow]) -> None:

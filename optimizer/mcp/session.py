@@ -451,7 +451,8 @@ class McpSession:
                       "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)}})
 
     def report(self) -> ToolOutput:
-        return ToolOutput(text=report_text(self.ledger, self._run(), self.ws))
+        # The agent proposing candidates must not see the corrections or the label-suspects queue.
+        return ToolOutput(text=report_text(self.ledger, self._run(), self.ws, with_triage=False))
 
     # -- the end -----------------------------------------------------------------------------
 

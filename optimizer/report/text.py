@@ -116,8 +116,9 @@ def export_attribution_tsv(attribution: Attribution, path: Path, ledger: Ledger 
     return path
 
 
-def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
-    """The full human-readable audit of one run."""
+def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_triage: bool = True) -> str:
+    """The full human-readable audit of one run; ``with_triage=False`` leaves out the label-triage sections
+    (corrections and suspects are answers: what the MCP server hands an optimising agent)."""
     experiments = ledger.experiments(run.id)
     parents = _parents(experiments)
     out: list[str] = [
@@ -230,7 +231,8 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None) -> str:
     out.append("")
     out.extend(attribution_lines(ledger, ledger.latest_attribution(run.id)))
 
-    out.extend(triage_lines(ledger, run, ws))
+    if with_triage:
+        out.extend(triage_lines(ledger, run, ws))
 
     rejected = [e for e in experiments if e.status == "guard_rejected"]
     out.append("")

@@ -107,6 +107,7 @@ class ItemView(View):
                 info.append(f" · {detail.label.mistake_type}")
         else:
             info.append("label: not stored for this run", style="italic")
+        show_correction(info, detail)
         self.query_one("#item-info", Static).update(info)
         reps = Text()
         verdict = detail.verdict
@@ -244,6 +245,25 @@ class ItemView(View):
         if self.detail is None:
             return
         self.japp.review_item(self.detail.trajectory_id, kind, self.detail.experiment.id, on_saved=self.reload)
+
+
+def show_correction(out: Text, detail: ItemDetail) -> None:
+    """A person's correction of the item's label: as given → corrected, the reason, who and when, and
+    which of the two the shown run decided with."""
+    if detail.correction_problem:
+        out.append(f"\ncorrections: {detail.correction_problem}", style="red")
+    fix = detail.correction
+    if fix is None:
+        return
+    given = {True: "success", False: "failure", None: "?"}[detail.given_positive]
+    out.append("\ncorrected: ", style="bold")
+    out.append(f"{given} as given → ")
+    out.append(fix.label, style="bold green" if fix.positive else "bold red")
+    out.append(f"\n  reason: {fix.reason}")
+    out.append(f"\n  by {fix.by or 'someone unnamed'} at {fix.at}", style="dim")
+    if detail.label is not None:
+        used = "the corrected label" if detail.label.positive == fix.positive else "the label as given"
+        out.append(f"\n  this run decided with {used}", style="dim")
 
 
 def _step_list(steps: Iterable[int]) -> str:

@@ -39,7 +39,8 @@ class SuspectsView(View):
 
     def body(self) -> ComposeResult:
         yield Static("score: the share of judgements against the label, weighted by confidence (high 1, medium "
-                     "½, low 0); every version and replicate of every run on the split", classes="hint")
+                     "½, low 0; 1 when a unanimous panel, a review or criteria citing steps back it); every "
+                     "version, replicate and panel member of every run on the split", classes="hint")
         table = FixedColumnsTable(id="suspect-table", cursor_type="row", zebra_stripes=True,
                                   fill_column="correction", fill_min=8)
         for label, key, width in (("#", "rank", 3), ("item", "id", 9), ("given", "label", 7), ("score", "score", 5),
