@@ -313,7 +313,8 @@ def test_a_candidate_whose_case_names_an_id_outside_the_split_is_rejected_and_pr
     principles.write_text(principles.read_text(encoding="utf-8") + f"- {s.items[0].trajectory_id} is a failure\n")
     assert main(["run", "-w", str(s.root), "--strategy", "manual", "-m", "a label in the principles"]) == 0
     with Ledger(ws.ledger_path) as ledger:
-        last = max(ledger.runs(), key=lambda r: r.id)
+        last = ledger.latest_run()  # not max(id): two runs started in one second differ by a random suffix
+        assert last is not None
         candidate = next(e for e in ledger.experiments(last.id) if e.seq == 1)
     assert candidate.status == "guard_rejected" and "contains the dev id" in (candidate.reason or "")
 
