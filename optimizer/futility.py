@@ -1,25 +1,32 @@
 """Futility screening under the adaptive policy: roll a candidate back after part of the split when its
 chance of clearing the full test is small. Pure (numpy for the draws).
 
-The screen. Before a candidate's first pass the split is ordered so that a *screen* comes first:
-every item the incumbent gets wrong (its first-pass majority disagrees with the label — the only
-items a candidate can fix), then a stratified random part of the rest (by label: ``ceil(share · n)``
-of each class's incumbent-right items, drawn with `random.Random(seed)`; the seed is the
-candidate's decision seed, so the screen replays). Once every screen item is judged, `screen_decision`
-estimates P(clear): the chance that the adaptive decision on the full split (`decide_adaptive`: the
-literal rule on majorities over all judgements and the sign-flip test at the candidate's level)
-keeps the candidate. Below ``[loop] futility_threshold`` the candidate is rolled back there, with
-the reason "futile: P(clear) = x < threshold after n of N items"; otherwise the pass goes on
-exactly as without screening.
+The looks (what the loop does, `make_looks` and `p_clear_rejudged`). The candidate's first pass goes
+in nested *looks*: every item the incumbent gets wrong (its first-pass majority disagrees with the
+label — the only items a candidate can fix) and the first ``ceil(share · n)`` of each class's
+incumbent-right items in one shuffle by `random.Random(seed)` (the candidate's decision seed, so the
+looks replay), for each share in `LOOKS`. After each look, the items it added whose verdicts differ
+are re-judged (the re-judging the adaptive decision makes anyway, made earlier and paid once), then
+`p_clear_rejudged` estimates P(clear): the chance that the adaptive decision on the full split
+(`decide_adaptive`) keeps the candidate. Below ``[loop] futility_threshold`` the candidate is rolled
+back there, with the reason "futile: P(clear) = x < threshold after n of N items"; otherwise the
+next look (in the end the rest of the split and its re-judging) goes on exactly as without
+screening. The model: judged items keep all their judgements (re-judgings included); each unjudged
+item (incumbent-right, as every sampled item) takes the whole judgements under both prompts of one
+sampled item of its class, drawn by the Bayesian bootstrap — Dirichlet(1, …, 1) weights over the
+sampled items per draw — so the break rate carries its uncertainty and no model of re-judging is
+needed. Re-judging first matters: at the first pass, a no-op's noise "fixes" on the incumbent's
+wrong items look like a real fix's; their re-judging tells them apart.
 
-The model (a posterior predictive, Monte Carlo over ``draws`` draws from ``seed``):
+The first-pass screen (`make_screen`, `p_clear`; the benchmark's comparison row): one look at
+``SCREEN_SHARE``, no re-judging, P(clear) computed from first-pass judgements with a model of the
+re-judging to come:
 
 - the items judged so far keep their judgements;
 - an unjudged item is incumbent-right (every incumbent-wrong item is in the screen). The candidate's
   first pass on it is drawn from the sampled items of its class (the random part of the screen:
   incumbent-right items of the same label, exchangeable with the unjudged ones) by the Bayesian
-  bootstrap — Dirichlet(1, …, 1) weights over the sampled items per draw, then one of them per
-  unjudged item — so the break rate carries its uncertainty, not only its point estimate;
+  bootstrap, so the break rate carries its uncertainty, not only its point estimate;
 - an item whose verdicts differ (judged or drawn) is re-judged ``rejudge`` more times under each
   prompt, each side right with its own probability drawn from Beta(½ + right, ½ + wrong) of that
   side's first-pass judgements of the item (Jeffreys' prior; an unusable judgement counts as wrong,
@@ -31,7 +38,8 @@ exact sign-flip p-value; where the exact test is out of reach the draw counts as
 only raise P(clear)). P(clear) is the share of draws that clear.
 
 Why false keeps cannot rise: the screen only ever returns a rollback (`Decision.keep` is False);
-a candidate it does not stop is evaluated and decided exactly as without it, on the full split.
+a candidate it does not stop is evaluated and decided exactly as without it, on the full split
+(the same judgements: a look only moves re-judging earlier).
 For a fixed candidate and fixed judge answers, "kept with futility" implies "kept without"; the
 false-keep bound of the adaptive test (alpha per candidate) holds unchanged. What screening can
 cost is power: a real fix stopped because the screen looked worse than it was

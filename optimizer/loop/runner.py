@@ -454,8 +454,8 @@ class LoopRunner:
         inc_now = dict(inc_judgements) if inc_judgements is not None else None
         cand_now: dict[str, list[Answer]] = {}
         for index, phase in enumerate(phases):
-            if not phase and index < len(phases) - 1:
-                continue
+            if not phase and (result is not None or index < len(phases) - 1):
+                continue  # a look that adds nothing (a tiny class), or nothing left after the last look
             part = await evaluate_items(
                 self.ws, self.split, prompts, judge,
                 item_ids=phase, replicates=self.replicates, on_item=on_item, budget=self.budget(),
