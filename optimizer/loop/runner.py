@@ -471,6 +471,7 @@ class LoopRunner:
             look = looks[index]
             fresh = [t for t in disagreements(inc_answers, part.answers()) if t not in set(rejudged)]
             if fresh and self.loop_cfg.rejudge > 0:
+                evaluating = self.ledger.last_event(self.run.id, "stage")
                 self.stage(StageKind.REJUDGING, experiment_id, items=len(fresh))
                 self.say(f"  experiment {experiment_id}: re-judging the screen's {len(fresh)} disagreement(s), "
                          f"{self.loop_cfg.rejudge} more time(s) under each")
@@ -494,6 +495,10 @@ class LoopRunner:
                     return Evaluated(result, None, None, None, None, error=rj.error, rejudge=passes)
                 inc_now, cand_now = rj.first, rj.second
                 rejudged += fresh
+                # Back to the first pass, from the same start (what a crash paid is counted from it).
+                if (evaluating is not None and evaluating.experiment_id == experiment_id
+                        and evaluating.payload.get("stage") == StageKind.EVALUATING):
+                    self.stage(StageKind.EVALUATING, experiment_id, started_at=evaluating.payload.get("started_at"))
             if cheaper:
                 continue  # a candidate estimated cheaper is judged in full: futility does not stop it
             futile = screen_decision(self.labels, look, inc_now, cand_now, self.loop_cfg, level=level,

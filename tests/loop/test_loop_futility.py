@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from optimizer.ledger import Ledger
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, run_loop, set_toml_key
 from tests.support.scripted import ScriptedStrategy, install, latest, toggle
@@ -66,3 +67,11 @@ def test_the_looks_re_judge_the_screens_disagreements_once_and_the_ledger_counts
     assert rejudged and all(item["incumbent_total"] == item["candidate_total"] == 3 for item in rejudged)
     assert good.rejudge_calls == 4 * len(rejudged)  # 2 more under each prompt, once per item
     assert base.calls + good.calls == paid  # every call paid once and counted once
+    # After the look's re-judging the first pass goes on from the same start (a crash's spend is counted from it).
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        stages = [e.payload for e in led.events_since(0, run_id=good.run_id)
+                  if e.kind == "stage" and e.experiment_id == good.id]
+    kinds = [p["stage"] for p in stages]
+    assert kinds.index("rejudging") < len(kinds) - 1 and kinds[kinds.index("rejudging") + 1] == "evaluating", kinds
+    starts = {p["started_at"] for p in stages if p["stage"] == "evaluating"}
+    assert len(starts) == 1, stages
