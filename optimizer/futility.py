@@ -1,25 +1,32 @@
 """Futility screening under the adaptive policy: roll a candidate back after part of the split when its
 chance of clearing the full test is small. Pure (numpy for the draws).
 
-The screen. Before a candidate's first pass the split is ordered so that a *screen* comes first:
-every item the incumbent gets wrong (its first-pass majority disagrees with the label — the only
-items a candidate can fix), then a stratified random part of the rest (by label: ``ceil(share · n)``
-of each class's incumbent-right items, drawn with `random.Random(seed)`; the seed is the
-candidate's decision seed, so the screen replays). Once every screen item is judged, `screen_decision`
-estimates P(clear): the chance that the adaptive decision on the full split (`decide_adaptive`: the
-literal rule on majorities over all judgements and the sign-flip test at the candidate's level)
-keeps the candidate. Below ``[loop] futility_threshold`` the candidate is rolled back there, with
-the reason "futile: P(clear) = x < threshold after n of N items"; otherwise the pass goes on
-exactly as without screening.
+The looks (what the loop does, `make_looks` and `p_clear_rejudged`). The candidate's first pass goes
+in nested *looks*: every item the incumbent gets wrong (its first-pass majority disagrees with the
+label — the only items a candidate can fix) and the first ``ceil(share · n)`` of each class's
+incumbent-right items in one shuffle by `random.Random(seed)` (the candidate's decision seed, so the
+looks replay), for each share in `LOOKS`. After each look, the items it added whose verdicts differ
+are re-judged (the re-judging the adaptive decision makes anyway, made earlier and paid once), then
+`p_clear_rejudged` estimates P(clear): the chance that the adaptive decision on the full split
+(`decide_adaptive`) keeps the candidate. Below ``[loop] futility_threshold`` the candidate is rolled
+back there, with the reason "futile: P(clear) = x < threshold after n of N items"; otherwise the
+next look (in the end the rest of the split and its re-judging) goes on exactly as without
+screening. The model: judged items keep all their judgements (re-judgings included); each unjudged
+item (incumbent-right, as every sampled item) takes the whole judgements under both prompts of one
+sampled item of its class, drawn by the Bayesian bootstrap — Dirichlet(1, …, 1) weights over the
+sampled items per draw — so the break rate carries its uncertainty and no model of re-judging is
+needed. Re-judging first matters: at the first pass, a no-op's noise "fixes" on the incumbent's
+wrong items look like a real fix's; their re-judging tells them apart.
 
-The model (a posterior predictive, Monte Carlo over ``draws`` draws from ``seed``):
+The first-pass screen (`make_screen`, `p_clear`; the benchmark's comparison row): one look at
+``SCREEN_SHARE``, no re-judging, P(clear) computed from first-pass judgements with a model of the
+re-judging to come:
 
 - the items judged so far keep their judgements;
 - an unjudged item is incumbent-right (every incumbent-wrong item is in the screen). The candidate's
   first pass on it is drawn from the sampled items of its class (the random part of the screen:
   incumbent-right items of the same label, exchangeable with the unjudged ones) by the Bayesian
-  bootstrap — Dirichlet(1, …, 1) weights over the sampled items per draw, then one of them per
-  unjudged item — so the break rate carries its uncertainty, not only its point estimate;
+  bootstrap, so the break rate carries its uncertainty, not only its point estimate;
 - an item whose verdicts differ (judged or drawn) is re-judged ``rejudge`` more times under each
   prompt, each side right with its own probability drawn from Beta(½ + right, ½ + wrong) of that
   side's first-pass judgements of the item (Jeffreys' prior; an unusable judgement counts as wrong,
@@ -31,7 +38,8 @@ exact sign-flip p-value; where the exact test is out of reach the draw counts as
 only raise P(clear)). P(clear) is the share of draws that clear.
 
 Why false keeps cannot rise: the screen only ever returns a rollback (`Decision.keep` is False);
-a candidate it does not stop is evaluated and decided exactly as without it, on the full split.
+a candidate it does not stop is evaluated and decided exactly as without it, on the full split
+(the same judgements: a look only moves re-judging earlier).
 For a fixed candidate and fixed judge answers, "kept with futility" implies "kept without"; the
 false-keep bound of the adaptive test (alpha per candidate) holds unchanged. What screening can
 cost is power: a real fix stopped because the screen looked worse than it was
@@ -62,6 +70,9 @@ from optimizer.signflip import (
 
 # The share of each class's incumbent-right items judged in the screen (chosen on the benchmark).
 SCREEN_SHARE = 0.3
+# The looks of the re-judged screen (`make_looks`, `p_clear_rejudged`): cumulative shares of each
+# class's incumbent-right items, one futility check after each (chosen on the benchmark).
+LOOKS = (0.1, 0.2, 0.3, 0.5, 0.7)
 DRAWS = 200
 JEFFREYS = 0.5
 
@@ -104,6 +115,25 @@ def make_screen(labels: Mapping[str, Label], incumbent: Mapping[str, Answer], se
     return Screen(wrong=wrong, sampled=tuple(sampled), seed=seed, share=share)
 
 
+def make_looks(labels: Mapping[str, Label], incumbent: Mapping[str, Answer], seed: int,
+               shares: Sequence[float] = LOOKS) -> list[Screen]:
+    """Nested screens, one per cumulative share in ``shares`` (increasing, in (0, 1)): each holds every
+    incumbent-wrong item and the first ``ceil(share · n)`` of each class's incumbent-right items in one
+    seeded shuffle, so a later look adds items to an earlier one."""
+    if not shares or any(not a < b for a, b in zip((0.0, *shares), (*shares, 1.0), strict=True)):
+        raise ValueError(f"looks must be increasing shares in (0, 1), got {list(shares)}")
+    wrong = tuple(t for t in labels if not is_correct(labels[t], incumbent.get(t)))
+    rng = random.Random(seed)
+    shuffled: dict[bool, list[str]] = {}
+    for positive in (False, True):
+        shuffled[positive] = sorted(t for t, lab in labels.items() if lab.is_positive is positive and t not in set(wrong))
+        rng.shuffle(shuffled[positive])
+    return [Screen(wrong=wrong, seed=seed, share=share,
+                   sampled=tuple(sorted(t for pos in (False, True)
+                                        for t in shuffled[pos][:math.ceil(share * len(shuffled[pos]))])))
+            for share in shares]
+
+
 @dataclass(frozen=True)
 class FutilityEstimate:
     """P(clear) and what it was computed from."""
@@ -122,6 +152,26 @@ def _counts(right: np.ndarray, positive: np.ndarray) -> Counts:
     tp, tn = int((right & positive).sum()), int((right & ~positive).sum())
     n_pos = int(positive.sum())
     return Counts(tp, n_pos - tp, tn, len(positive) - n_pos - tn)
+
+
+def _clears(cc: np.ndarray, cn: np.ndarray, ic: np.ndarray, in_: np.ndarray, cr: np.ndarray, ir: np.ndarray,
+            positive: np.ndarray, loop: LoopSection, alpha: Fraction) -> bool:
+    """The adaptive rule on one draw's per-item right judgements out of totals (``cr``/``ir``: majorities)."""
+    counts_c, counts_i = _counts(cr, positive), _counts(ir, positive)
+    if not _kappa_clears(counts_c, counts_i, loop.min_kappa_delta):
+        return False
+    if not _fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance):
+        return False
+    shares = Counter(zip(cc.tolist(), cn.tolist(), ic.tolist(), in_.tolist(), strict=True))
+    ev: Counter[Fraction] = Counter()
+    for (a, b, c, d), k in shares.items():
+        diff = Fraction(a, b) - Fraction(c, d)
+        if diff:
+            ev[evidence(diff)] += k
+    if Fraction(sign_flip_upper_bound(ev)) < alpha:
+        return True
+    # Out of exact reach: counted as a clear, which only raises P(clear).
+    return exact_bits_grouped(ev) > MAX_EXACT_BITS or sign_flip_test_grouped(ev).below(alpha)
 
 
 def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
@@ -190,31 +240,54 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
             in_[idx] += r
             cr[idx] = _right(cc[idx], cn[idx], negative[idx])
             ir[idx] = _right(ic[idx], in_[idx], negative[idx])
-        counts_c, counts_i = _counts(cr, positive), _counts(ir, positive)
-        if not _kappa_clears(counts_c, counts_i, loop.min_kappa_delta):
-            continue
-        if not _fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance):
-            continue
-        shares = Counter(zip(cc.tolist(), cn.tolist(), ic.tolist(), in_.tolist(), strict=True))
-        ev: Counter[Fraction] = Counter()
-        for (a, b, c, d), k in shares.items():
-            diff = Fraction(a, b) - Fraction(c, d)
-            if diff:
-                ev[evidence(diff)] += k
-        if Fraction(sign_flip_upper_bound(ev)) < alpha:
-            clears += 1
-        elif exact_bits_grouped(ev) > MAX_EXACT_BITS:
-            clears += 1  # out of exact reach: counted as a clear, which only raises P(clear)
-        elif sign_flip_test_grouped(ev).below(alpha):
-            clears += 1
+        clears += _clears(cc, cn, ic, in_, cr, ir, positive, loop, alpha)
     return FutilityEstimate(p_clear=clears / draws, judged=int(judged.sum()), total=n, draws=draws)
 
 
+def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
+                     loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> FutilityEstimate | None:
+    """P(clear) once the screen's disagreements are re-judged (``incumbent``/``candidate_so_far``: every
+    judgement so far, re-judgings included): the screen's items count as judged, and each unjudged
+    item takes the whole judgements of both prompts (first pass and re-judging) of one sampled item
+    of its class, drawn by the Bayesian bootstrap as in `p_clear` — no model of re-judging is needed.
+    None when it cannot be estimated (as `p_clear`)."""
+    ids = sorted(labels)
+    positive = np.array([labels[t].is_positive for t in ids])
+    if positive.all() or not positive.any() or not screen.ids <= set(candidate_so_far):
+        return None
+    judged = np.array([t in candidate_so_far for t in ids])
+    cc0 = np.array([sum(is_correct(labels[t], a) for a in candidate_so_far.get(t, ())) for t in ids])
+    cn0 = np.array([max(1, len(candidate_so_far.get(t, ()))) for t in ids])
+    ic0 = np.array([sum(is_correct(labels[t], a) for a in incumbent[t]) for t in ids])
+    in0 = np.array([len(incumbent[t]) for t in ids])
+    sampled = set(screen.sampled)
+    pools = {pos: np.array([i for i, t in enumerate(ids) if t in sampled and positive[i] == pos]) for pos in (False, True)}
+    holes = {pos: np.flatnonzero(~judged & (positive == pos)) for pos in (False, True)}
+    if any(len(holes[pos]) and not len(pools[pos]) for pos in (False, True)):
+        return None
+    rng = np.random.default_rng(seed)
+    alpha = _exact(level)
+    negative = ~positive
+    clears = 0
+    for _ in range(draws):
+        cc, cn, ic, in_ = cc0.copy(), cn0.copy(), ic0.copy(), in0.copy()
+        for pos in (False, True):
+            hole, pool = holes[pos], pools[pos]
+            if len(hole):
+                pick = pool[rng.choice(len(pool), size=len(hole), p=rng.dirichlet(np.ones(len(pool))))]
+                cc[hole], cn[hole], ic[hole], in_[hole] = cc0[pick], cn0[pick], ic0[pick], in0[pick]
+        clears += _clears(cc, cn, ic, in_, _right(cc, cn, negative), _right(ic, in_, negative), positive, loop, alpha)
+    return FutilityEstimate(p_clear=clears / draws, judged=int(judged.sum()), total=len(ids), draws=draws)
+
+
 def screen_decision(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
-                    loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> Decision | None:
+                    loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS,
+                    rejudged: bool = False) -> Decision | None:
     """The futility rollback when P(clear) < ``loop.futility_threshold``, else None (also when P(clear)
-    cannot be estimated). Never a keep. ``p_value`` is 1.0: no test was run on the candidate."""
-    est = p_clear(labels, screen, incumbent, candidate_so_far, loop, level=level, seed=seed, draws=draws)
+    cannot be estimated). Never a keep. ``p_value`` is 1.0: no test was run on the candidate.
+    ``rejudged``: the screen's disagreements are re-judged (`p_clear_rejudged`), else first pass only."""
+    estimate = p_clear_rejudged if rejudged else p_clear
+    est = estimate(labels, screen, incumbent, candidate_so_far, loop, level=level, seed=seed, draws=draws)
     if est is None or est.p_clear >= loop.futility_threshold:
         return None
     reason = (f"futile: P(clear) = {est.p_clear:.3f} < {loop.futility_threshold:g} after {est.judged} of "

@@ -151,10 +151,11 @@ def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
         assert [t.kind for t in res.trials] == [t.kind for t in base.trials]
         for with_it, without in zip(res.trials, base.trials, strict=True):
             assert (not with_it.kept or without.kept) and with_it.calls <= without.calls
-    stopped = [w for w, b in zip(screened[0.5].trials, base.trials, strict=True) if w.calls < b.calls]
+    stopped = [w for w, b in zip(screened["on, T = 0.5"].trials, base.trials, strict=True) if w.calls < b.calls]
     assert stopped, "the screen never stopped a candidate: the test proves nothing"
     lines = dp.futility_table(base, screened, len(positive))
-    assert lines[2].startswith("off") and lines[3].startswith("on, T = 0.05")
+    assert lines[2].startswith("off") and lines[3].startswith("first pass only, T = 0.02")
+    assert lines[4].startswith("on, T = 0.05")
 
 
 def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> None:

@@ -44,7 +44,7 @@ from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
-from optimizer.futility import Screen, make_screen, screen_decision
+from optimizer.futility import Screen, make_looks, screen_decision
 from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.estimate import steady_cost_usd
@@ -408,17 +408,18 @@ class LoopRunner:
         so_far: dict[str, Answer] = {}
         early: list[Decision] = []
         stopper: EarlyStopper | FprStopper | None = None
-        # Futility screening (adaptive, direct passes): the screen's items go first (`optimizer.futility`).
-        screen: Screen | None = None
+        # Futility screening (adaptive, direct passes): the first pass goes look by look (`optimizer.futility.
+        # make_looks`); after each, the look's disagreements are re-judged — the calls the decision makes
+        # anyway, paid once — and P(clear) checked on everything judged so far.
+        looks: list[Screen] = []
         if (adaptive and self.loop_cfg.futility and inc_answers is not None and not self.batch
                 and not self.limits.propose_only):
-            screen = make_screen(self.labels, inc_answers, self.decision_seed(experiment_id))
-            order = screen.order(self.labels, self.split.ids)
+            looks = make_looks(self.labels, inc_answers, self.decision_seed(experiment_id))
+            order = looks[-1].order(self.labels, self.split.ids)
         so_far_judgements: dict[str, list[Answer]] = {}
-        screened = False
 
         def on_item(item: ItemResult) -> bool:
-            nonlocal stopper, screened
+            nonlocal stopper
             # --propose-only evaluates in full: a human decides, and a candidate they keep becomes the
             # incumbent, whose answers every later candidate is compared with item by item.
             # (A batch pass never calls this: every call of a batch is paid for once it is sent.)
@@ -434,25 +435,78 @@ class LoopRunner:
             decision = (stopper.add(item.trajectory_id, item.answer) if isinstance(stopper, FprStopper)
                         else stopper.add(item.trajectory_id, item.answer, judgements))
             so_far_judgements[item.trajectory_id] = judgements
-            # (A candidate estimated cheaper is judged in full: futility, like the kappa bound, does not stop it.)
-            if (decision is None and screen is not None and not cheaper and not screened
-                    and screen.ids <= so_far_judgements.keys()):
-                screened = True  # once, when the last screen item is in
-                decision = screen_decision(self.labels, screen, inc_judgements, so_far_judgements, self.loop_cfg,
-                                           level=level, seed=self.decision_seed(experiment_id))
             if decision is not None:
                 early.append(decision)
                 return True
             return False
 
         batch = self.batch_options(experiment_id)
-        result = await evaluate_items(
-            self.ws, self.split, prompts, judge,
-            item_ids=order, replicates=self.replicates, on_item=on_item, budget=self.budget(),
-            progress=self._progress(experiment_id), provider=provider, cache=cache,
-            infra_retry_rounds=self.loop_cfg.infra_retry_rounds, infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s,
-            batch=batch, stop=self.stop,
-        )
+        # The phases of the first pass: each look's new items, then the rest (one phase without futility).
+        phases: list[list[str]] = []
+        seen: set[str] = set()
+        for look in looks:
+            phases.append([t for t in order if t in look.ids and t not in seen])
+            seen |= look.ids
+        phases.append([t for t in order if t not in seen])
+        result: EvalRun | None = None
+        passes: list[EvalRun] = []
+        rejudged: list[str] = []  # re-judged at a look (their judgements below include the re-judging)
+        inc_now = dict(inc_judgements) if inc_judgements is not None else None
+        cand_now: dict[str, list[Answer]] = {}
+        for index, phase in enumerate(phases):
+            if not phase and (result is not None or index < len(phases) - 1):
+                continue  # a look that adds nothing (a tiny class), or nothing left after the last look
+            part = await evaluate_items(
+                self.ws, self.split, prompts, judge,
+                item_ids=phase, replicates=self.replicates, on_item=on_item, budget=self.budget(),
+                progress=self._progress(experiment_id), provider=provider, cache=cache,
+                infra_retry_rounds=self.loop_cfg.infra_retry_rounds,
+                infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s, batch=batch, stop=self.stop,
+            )
+            result = part if result is None else _joined(result, part)
+            cand_now |= {item.trajectory_id: judgements_of(item) for item in part.items}
+            if (index == len(phases) - 1 or early or part.stop is not None or part.infra_error_ids
+                    or part.not_evaluated or inc_answers is None or inc_now is None or incumbent is None):
+                break
+            look = looks[index]
+            fresh = [t for t in disagreements(inc_answers, part.answers()) if t not in set(rejudged)]
+            if fresh and self.loop_cfg.rejudge > 0:
+                evaluating = self.ledger.last_event(self.run.id, "stage")
+                self.stage(StageKind.REJUDGING, experiment_id, items=len(fresh))
+                self.say(f"  experiment {experiment_id}: re-judging the screen's {len(fresh)} disagreement(s), "
+                         f"{self.loop_cfg.rejudge} more time(s) under each")
+                rj = await rejudge(
+                    self.ws, self.split, judge, self.loop_cfg, items=fresh,
+                    prompts=(PromptSet.from_rev(self.ws, incumbent.commit_sha or "HEAD~1"), prompts),
+                    judgements=(inc_now, cand_now), first_replicate=self.replicates, budget=self.budget(),
+                    progress=self._progress(experiment_id), provider=provider, cache=cache,
+                    batch=batch, stop=self.stop,
+                )
+                self.spent_usd += rj.cost_usd
+                passes += rj.passes
+                for again in rj.passes:
+                    self.cache_telemetry(experiment_id, again)
+                if rj.budget_stop is not None:
+                    self.budget_exhausted = rj.budget_stop
+                if rj.error is not None and self.interrupted:
+                    raise EvaluationInterrupted(experiment_id, len(result.items), len(order),
+                                                result.cost_usd + rj.cost_usd)
+                if rj.error is not None:
+                    return Evaluated(result, None, None, None, None, error=rj.error, rejudge=passes)
+                inc_now, cand_now = rj.first, rj.second
+                rejudged += fresh
+                # Back to the first pass, from the same start (what a crash paid is counted from it).
+                if (evaluating is not None and evaluating.experiment_id == experiment_id
+                        and evaluating.payload.get("stage") == StageKind.EVALUATING):
+                    self.stage(StageKind.EVALUATING, experiment_id, started_at=evaluating.payload.get("started_at"))
+            if cheaper:
+                continue  # a candidate estimated cheaper is judged in full: futility does not stop it
+            futile = screen_decision(self.labels, look, inc_now, cand_now, self.loop_cfg, level=level,
+                                     seed=self.decision_seed(experiment_id), rejudged=True)
+            if futile is not None:
+                early.append(futile)
+                break
+        assert result is not None
         for note in result.notes if self.batch else [n for n in result.notes if n.startswith(ENDPOINT_NOTE)]:
             if note == result.cache_reads.warning():  # said on stderr by cache_telemetry
                 continue
@@ -468,7 +522,7 @@ class LoopRunner:
         if early:
             judged = {t: self.labels[t] for t in so_far}
             flips = flip_table(judged, {t: inc_answers[t] for t in judged}, so_far) if inc_answers else None
-            return Evaluated(result, early[0], None, None, flips)
+            return Evaluated(result, early[0], None, None, flips, rejudge=passes)
         if result.stop is not None and result.stop.kind is StopKind.INTERRUPTED:
             raise EvaluationInterrupted(experiment_id, len(result.items), len(order), result.cost_usd)
         if result.infra_error_ids:
@@ -489,12 +543,13 @@ class LoopRunner:
         to_rejudge: list[str] = []
         if adaptive and self.loop_cfg.rejudge > 0:
             # Nothing re-judging could bring would make it a keep: the re-judging calls are not made.
-            skip = (None if cheaper else
+            skip = (None if cheaper or rejudged else
                     adaptive_stopped_decision(self.labels, cand_judgements, inc_judgements, self.loop_cfg, alpha=level))
             if skip is not None:
                 return Evaluated(result, skip, metrics, intervals, flips, verdict_cost=verdict_cost)
-            to_rejudge = [t for t in order if t in set(disagreements(inc_answers, answers))]
-        passes: list[EvalRun] = []
+            to_rejudge = [t for t in order if t in set(disagreements(inc_answers, answers)) and t not in set(rejudged)]
+        if rejudged and inc_now is not None:  # the looks' re-judging, paid already
+            inc_judgements, cand_judgements = inc_now, cand_now
         if to_rejudge:
             self.stage(StageKind.REJUDGING, experiment_id, items=len(to_rejudge))
             self.say(f"  experiment {experiment_id}: re-judging the {len(to_rejudge)} item(s) the prompts disagree "
@@ -507,9 +562,9 @@ class LoopRunner:
                 provider=provider, cache=cache, batch=self.batch_options(experiment_id), stop=self.stop,
             )
             self.spent_usd += rj.cost_usd
-            passes = rj.passes
-            for rejudged in passes:
-                self.cache_telemetry(experiment_id, rejudged)
+            passes += rj.passes
+            for again in rj.passes:
+                self.cache_telemetry(experiment_id, again)
             if rj.budget_stop is not None:
                 self.budget_exhausted = rj.budget_stop
             if rj.error is not None and self.interrupted:
@@ -518,6 +573,7 @@ class LoopRunner:
             if rj.error is not None:
                 return Evaluated(result, None, None, None, None, error=rj.error, rejudge=passes)
             inc_judgements, cand_judgements = rj.first, rj.second
+        to_rejudge = rejudged + to_rejudge
         decision = decide_adaptive(
             self.labels, inc_judgements, cand_judgements, self.loop_cfg, first_pass=self.replicates,
             rejudged=to_rejudge, alpha=level, seed=self.decision_seed(experiment_id),
@@ -1253,3 +1309,20 @@ def fmt3(x: float | None) -> str:
 def _one_line(text: str, limit: int = 72) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _joined(first: EvalRun, then: EvalRun) -> EvalRun:
+    """One first pass out of two consecutive parts (futility's looks): items, usage and figures summed."""
+    endpoints = {name: dict(figures) for name, figures in first.endpoints.items()}
+    for name, figures in then.endpoints.items():
+        mine = endpoints.setdefault(name, {})
+        for key, value in figures.items():
+            mine[key] = mine.get(key, 0) + value
+    return EvalRun(
+        items=first.items + then.items, usage=first.usage + then.usage, cache_hits=first.cache_hits + then.cache_hits,
+        duration_s=first.duration_s + then.duration_s, stop=then.stop, notes=first.notes + then.notes,
+        not_evaluated=first.not_evaluated + then.not_evaluated, item_ids=first.item_ids + then.item_ids,
+        cache_reads=dataclasses.replace(first.cache_reads, planned=first.cache_reads.planned + then.cache_reads.planned,
+                                        billed=first.cache_reads.billed + then.cache_reads.billed),
+        meta=first.meta | then.meta, endpoints=endpoints,
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from optimizer.ledger import Ledger
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, run_loop, set_toml_key
 from tests.support.scripted import ScriptedStrategy, install, latest, toggle
@@ -46,3 +47,31 @@ def test_futility_off_by_default_judges_a_no_op_past_the_screen(ws: Path, monkey
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
     _run, (_base, noop) = latest(ws)
     assert noop.status == "rolled_back" and "futile" not in (noop.reason or "")
+
+
+def test_the_looks_re_judge_the_screens_disagreements_once_and_the_ledger_counts_every_call(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fix's disagreements are all incumbent errors, so the first look holds them: they are re-judged
+    there (before the futility check), never again at the end, and the ledger's calls are the server's."""
+    set_toml_key(ws, "loop", "futility", "true")
+    commit_all(ws, "futility on")
+    install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+        paid = len(server.inference_requests())
+    _run, (base, good) = latest(ws)
+    assert good.status == "kept" and good.items_evaluated == 32 and not good.early_stopped, good.reason
+    assert good.test is not None
+    rejudged = [item for item in good.test["items"] if item["rejudged"]]
+    assert rejudged and all(item["incumbent_total"] == item["candidate_total"] == 3 for item in rejudged)
+    assert good.rejudge_calls == 4 * len(rejudged)  # 2 more under each prompt, once per item
+    assert base.calls + good.calls == paid  # every call paid once and counted once
+    # After the look's re-judging the first pass goes on from the same start (a crash's spend is counted from it).
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        stages = [e.payload for e in led.events_since(0, run_id=good.run_id)
+                  if e.kind == "stage" and e.experiment_id == good.id]
+    kinds = [p["stage"] for p in stages]
+    assert kinds.index("rejudging") < len(kinds) - 1 and kinds[kinds.index("rejudging") + 1] == "evaluating", kinds
+    starts = {p["started_at"] for p in stages if p["stage"] == "evaluating"}
+    assert len(starts) == 1, stages
