@@ -48,6 +48,7 @@ from optimizer.futility import Screen, make_looks, screen_decision
 from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.estimate import steady_cost_usd
+from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Case, parse_cases
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
 from optimizer.judge.providers.pricing import Price, price_for, warm_cost_usd
@@ -633,6 +634,30 @@ class LoopRunner:
             return None
         return None if inc is None or cand is None or inc <= 0 else cand / inc
 
+    def case_copy(self, changed: Mapping[str, tuple[str | None, str | None]]) -> str | None:
+        """Why the candidate is refused for copying a memory case into a file sent with every item (the
+        rubric, judge.md, principles.md: a case states a dev item's verdict, and there it would reach the
+        case's own fold), whoever made it; None when it copies none. The memory tools refuse the same."""
+        from optimizer.loop.strategies.memoryedit import MemoryEditError, check_no_case_copy
+
+        cases: list[Case] = []
+        for text in (read_prompt_file(self.root, CASES_JSONL), changed.get(CASES_JSONL, (None, None))[1]):
+            if text:
+                try:
+                    cases += parse_cases(text)
+                except UserError:  # a malformed cases.jsonl is the validation's to refuse, in its own words
+                    continue
+        if not cases:
+            return None
+        for path, (old, new) in sorted(changed.items()):
+            if (path in MEMORY_FILES and path != PRINCIPLES_MD) or new is None:
+                continue
+            try:
+                check_no_case_copy(path, old, new, cases)
+            except MemoryEditError as exc:
+                return str(exc)
+        return None
+
     def cheaper_eligible(self, incumbent: Experiment, prompts: PromptSet, provider: Provider) -> bool:
         """``[loop] cheaper_margin_items`` is on and the candidate is estimated cheaper by ``cheaper_min_saving``."""
         if self.loop_cfg.cheaper_margin_items <= 0 or self.limits.propose_only:
@@ -919,6 +944,8 @@ class LoopRunner:
             reason = f"the same edit as experiment {seen[files_key]} of this wave"
         elif guard is None or not guard.ok:
             reason = "the proposal changed nothing" if guard is None else (guard.reason or "rejected")
+        elif (copied := self.case_copy(changed)) is not None:
+            reason = copied
         else:
             # Complete before commit: a candidate the judge could not be run with is a rejection, not a crash.
             invalid = self.validate({p: n for p, (_, n) in changed.items()}, provider)

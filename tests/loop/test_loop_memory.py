@@ -11,6 +11,7 @@ other folds alone: the test checks that flip by flip, and that the candidate is 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from optimizer.judge.memory import (
     split_folds,
 )
 from optimizer.ledger import Ledger
+from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.models import Label
 from optimizer.workspace import Workspace
 from tests.support.attribution import attribute
@@ -162,3 +164,39 @@ def test_strategy_memory_without_the_memory_allowed_is_one_line(ws: Path, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "the memory strategy edits prompts/memory/cases.jsonl" in err and "allowed_files" in err
+
+
+def test_a_candidate_pasting_a_case_into_the_rubric_is_refused_whoever_made_it(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory tools refuse a prompt file that copies a case; the loop refuses it too, for any strategy
+    (here a scripted one writing files directly): a case states a dev item's verdict, and the rubric, judge.md
+    and principles.md reach that item's own fold."""
+    _memory_workspace(ws)
+    dev = open_split(Workspace.open(ws), "small").ids
+    verdict = "the run saved the wrong spreadsheet so the verdict for this task is a clear failure"
+    case = {"id": "c1", "text": f"When asked to save a report: {verdict}.", "source_items": [dev[0]]}
+    (ws / CASES_JSONL).parent.mkdir(parents=True, exist_ok=True)
+    (ws / CASES_JSONL).write_text(json.dumps(case) + "\n", encoding="utf-8")
+    commit_all(ws, "one case")
+    rubric = (ws / "prompts" / "rubric.md").read_text(encoding="utf-8")
+    def into_rubric(ctx: ProposalContext) -> Proposal:
+        return Proposal(files={"prompts/rubric.md": rubric + f"\n- {verdict}.\n"}, rationale="paste")
+
+    def into_principles(ctx: ProposalContext) -> Proposal:
+        return Proposal(files={PRINCIPLES_MD: f"- {verdict}\n"}, rationale="paste into the principles")
+
+    def general_rule(ctx: ProposalContext) -> Proposal:
+        return Proposal(files={"prompts/rubric.md": rubric + "\n- Check the saved file's name.\n"},
+                        rationale="a general rule")
+
+    install(monkeypatch, ScriptedStrategy([into_rubric, into_principles, general_rule]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
+    _, exps = latest(ws)
+    assert [e.status for e in exps][:3] == ["baseline", "guard_rejected", "guard_rejected"]
+    assert "copy" in (exps[1].reason or "") and "case c1" in (exps[1].reason or "")
+    assert "case c1" in (exps[2].reason or "")
+    assert exps[3].status != "guard_rejected"  # a general rule is not a copy
+    assert verdict not in (ws / "prompts" / "rubric.md").read_text(encoding="utf-8")
+    assert_clean(ws)
