@@ -65,7 +65,7 @@ from optimizer.ledger import (
     Run,
     verdict_detail,
 )
-from optimizer.loop.compare import judgements_of, rejudge
+from optimizer.loop.compare import Judgements, Rejudging, judgements_of, rejudge
 from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
 from optimizer.loop.strategies import (
     IN_WAVE,
@@ -476,22 +476,8 @@ class LoopRunner:
                 self.stage(StageKind.REJUDGING, experiment_id, items=len(fresh))
                 self.say(f"  experiment {experiment_id}: re-judging the screen's {len(fresh)} disagreement(s), "
                          f"{self.loop_cfg.rejudge} more time(s) under each")
-                rj = await rejudge(
-                    self.ws, self.split, judge, self.loop_cfg, items=fresh,
-                    prompts=(PromptSet.from_rev(self.ws, incumbent.commit_sha or "HEAD~1"), prompts),
-                    judgements=(inc_now, cand_now), first_replicate=self.replicates, budget=self.budget(),
-                    progress=self._progress(experiment_id), provider=provider, cache=cache,
-                    batch=batch, stop=self.stop,
-                )
-                self.spent_usd += rj.cost_usd
-                passes += rj.passes
-                for again in rj.passes:
-                    self.cache_telemetry(experiment_id, again)
-                if rj.budget_stop is not None:
-                    self.budget_exhausted = rj.budget_stop
-                if rj.error is not None and self.interrupted:
-                    raise EvaluationInterrupted(experiment_id, len(result.items), len(order),
-                                                result.cost_usd + rj.cost_usd)
+                rj = await self._rejudge(experiment_id, judge, incumbent, prompts, fresh, (inc_now, cand_now),
+                                         provider, cache, batch, passes, result, len(order))
                 if rj.error is not None:
                     return Evaluated(result, None, None, None, None, error=rj.error, rejudge=passes)
                 inc_now, cand_now = rj.first, rj.second
@@ -555,22 +541,9 @@ class LoopRunner:
             self.stage(StageKind.REJUDGING, experiment_id, items=len(to_rejudge))
             self.say(f"  experiment {experiment_id}: re-judging the {len(to_rejudge)} item(s) the prompts disagree "
                      f"on, {self.loop_cfg.rejudge} more time(s) under each")
-            incumbent_prompts = PromptSet.from_rev(self.ws, incumbent.commit_sha or "HEAD~1")
-            rj = await rejudge(
-                self.ws, self.split, judge, self.loop_cfg, items=to_rejudge,
-                prompts=(incumbent_prompts, prompts), judgements=(inc_judgements, cand_judgements),
-                first_replicate=self.replicates, budget=self.budget(), progress=self._progress(experiment_id),
-                provider=provider, cache=cache, batch=self.batch_options(experiment_id), stop=self.stop,
-            )
-            self.spent_usd += rj.cost_usd
-            passes += rj.passes
-            for again in rj.passes:
-                self.cache_telemetry(experiment_id, again)
-            if rj.budget_stop is not None:
-                self.budget_exhausted = rj.budget_stop
-            if rj.error is not None and self.interrupted:
-                raise EvaluationInterrupted(experiment_id, len(result.items), len(order),
-                                            result.cost_usd + rj.cost_usd)
+            rj = await self._rejudge(experiment_id, judge, incumbent, prompts, to_rejudge,
+                                     (inc_judgements, cand_judgements), provider, cache,
+                                     self.batch_options(experiment_id), passes, result, len(order))
             if rj.error is not None:
                 return Evaluated(result, None, None, None, None, error=rj.error, rejudge=passes)
             inc_judgements, cand_judgements = rj.first, rj.second
@@ -633,6 +606,30 @@ class LoopRunner:
         except UserError:
             return None
         return None if inc is None or cand is None or inc <= 0 else cand / inc
+
+    async def _rejudge(
+        self, experiment_id: int, judge: JudgeSection, incumbent: Experiment, prompts: PromptSet, items: list[str],
+        judgements: tuple[Judgements, Judgements], provider: Provider, cache: JudgeCache, batch: BatchOptions | None,
+        passes: list[EvalRun], result: EvalRun, n_order: int,
+    ) -> Rejudging:
+        """Re-judge ``items`` under the incumbent's prompts and ``prompts`` (`rejudge`), and account for it:
+        the spend, the passes (appended to ``passes``) and their cache telemetry, a budget stop; a cut by the
+        user raises `EvaluationInterrupted`. The caller handles ``error``."""
+        rj = await rejudge(
+            self.ws, self.split, judge, self.loop_cfg, items=items,
+            prompts=(PromptSet.from_rev(self.ws, incumbent.commit_sha or "HEAD~1"), prompts),
+            judgements=judgements, first_replicate=self.replicates, budget=self.budget(),
+            progress=self._progress(experiment_id), provider=provider, cache=cache, batch=batch, stop=self.stop,
+        )
+        self.spent_usd += rj.cost_usd
+        passes += rj.passes
+        for again in rj.passes:
+            self.cache_telemetry(experiment_id, again)
+        if rj.budget_stop is not None:
+            self.budget_exhausted = rj.budget_stop
+        if rj.error is not None and self.interrupted:
+            raise EvaluationInterrupted(experiment_id, len(result.items), n_order, result.cost_usd + rj.cost_usd)
+        return rj
 
     def case_copy(self, changed: Mapping[str, tuple[str | None, str | None]]) -> str | None:
         """Why the candidate is refused for copying a memory case into a file sent with every item (the
