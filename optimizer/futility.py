@@ -174,6 +174,19 @@ def _clears(cc: np.ndarray, cn: np.ndarray, ic: np.ndarray, in_: np.ndarray, cr:
     return exact_bits_grouped(ev) > MAX_EXACT_BITS or sign_flip_test_grouped(ev).below(alpha)
 
 
+def _pools_and_holes(
+    ids: Sequence[str], positive: np.ndarray, judged: np.ndarray, screen: Screen
+) -> tuple[dict[bool, np.ndarray], dict[bool, np.ndarray]] | None:
+    """Per class (positive or not): the indices of the screen's random sample (what an unjudged item is
+    drawn from) and of the unjudged items; None when a class has unjudged items but no sample."""
+    sampled = set(screen.sampled)
+    pools = {pos: np.array([i for i, t in enumerate(ids) if t in sampled and positive[i] == pos]) for pos in (False, True)}
+    holes = {pos: np.flatnonzero(~judged & (positive == pos)) for pos in (False, True)}
+    if any(len(holes[pos]) and not len(pools[pos]) for pos in (False, True)):
+        return None
+    return pools, holes
+
+
 def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
             loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> FutilityEstimate | None:
     """The chance the full adaptive decision keeps the candidate (module docstring), or None when it
@@ -203,11 +216,10 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
             cand_c[i], cand_n[i] = sum(is_correct(labels[t], a) for a in js), len(js)
             major = majority_answer(js)
             cand_right[i], differ[i] = is_correct(labels[t], major), outcome(major) != inc_out[i]
-    sampled = set(screen.sampled)
-    pools = {pos: np.array([i for i, t in enumerate(ids) if t in sampled and positive[i] == pos]) for pos in (False, True)}
-    holes = {pos: np.flatnonzero(~judged & (positive == pos)) for pos in (False, True)}
-    if any(len(holes[pos]) and not len(pools[pos]) for pos in (False, True)):
+    filling = _pools_and_holes(ids, positive, judged, screen)
+    if filling is None:
         return None
+    pools, holes = filling
     rng = np.random.default_rng(seed)
     alpha = _exact(level)
     negative = ~positive
@@ -260,11 +272,10 @@ def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Jud
     cn0 = np.array([max(1, len(candidate_so_far.get(t, ()))) for t in ids])
     ic0 = np.array([sum(is_correct(labels[t], a) for a in incumbent[t]) for t in ids])
     in0 = np.array([len(incumbent[t]) for t in ids])
-    sampled = set(screen.sampled)
-    pools = {pos: np.array([i for i, t in enumerate(ids) if t in sampled and positive[i] == pos]) for pos in (False, True)}
-    holes = {pos: np.flatnonzero(~judged & (positive == pos)) for pos in (False, True)}
-    if any(len(holes[pos]) and not len(pools[pos]) for pos in (False, True)):
+    filling = _pools_and_holes(ids, positive, judged, screen)
+    if filling is None:
         return None
+    pools, holes = filling
     rng = np.random.default_rng(seed)
     alpha = _exact(level)
     negative = ~positive
