@@ -75,6 +75,9 @@ SCREEN_SHARE = 0.3
 LOOKS = (0.1, 0.2, 0.3, 0.5, 0.7)
 DRAWS = 200
 JEFFREYS = 0.5
+# The adaptive rule's conditions in the order `_clears` checks them, worded as `decide_adaptive` words them.
+KAPPA_FAIL, FPR_FAIL, TEST_FAIL = "kappa did not rise", "FPR rose", "the gain is not significant"
+FAILS = (KAPPA_FAIL, FPR_FAIL, TEST_FAIL)
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,13 @@ class FutilityEstimate:
     judged: int
     total: int
     draws: int
+    # Why the draws that do not clear fail: the adaptive rule's first unmet condition (`FAILS`) -> draws.
+    fails: tuple[tuple[str, int], ...] = ()
+
+    def why(self) -> str:
+        """The draws that fail, by reason, most first: ``FPR rose in 180 of 200 draws, …``."""
+        ranked = sorted(self.fails, key=lambda kv: (-kv[1], FAILS.index(kv[0])))
+        return ", ".join(f"{what} in {k} of {self.draws} draws" for what, k in ranked if k)
 
 
 def _right(correct: np.ndarray, total: np.ndarray, negative: np.ndarray) -> np.ndarray:
@@ -155,13 +165,14 @@ def _counts(right: np.ndarray, positive: np.ndarray) -> Counts:
 
 
 def _clears(cc: np.ndarray, cn: np.ndarray, ic: np.ndarray, in_: np.ndarray, cr: np.ndarray, ir: np.ndarray,
-            positive: np.ndarray, loop: LoopSection, alpha: Fraction) -> bool:
-    """The adaptive rule on one draw's per-item right judgements out of totals (``cr``/``ir``: majorities)."""
+            positive: np.ndarray, loop: LoopSection, alpha: Fraction) -> str | None:
+    """The adaptive rule on one draw's per-item right judgements out of totals (``cr``/``ir``: majorities):
+    None when the draw clears, else the first condition it fails (one of `FAILS`)."""
     counts_c, counts_i = _counts(cr, positive), _counts(ir, positive)
     if not _kappa_clears(counts_c, counts_i, loop.min_kappa_delta):
-        return False
+        return KAPPA_FAIL
     if not _fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance):
-        return False
+        return FPR_FAIL
     shares = Counter(zip(cc.tolist(), cn.tolist(), ic.tolist(), in_.tolist(), strict=True))
     ev: Counter[Fraction] = Counter()
     for (a, b, c, d), k in shares.items():
@@ -169,9 +180,17 @@ def _clears(cc: np.ndarray, cn: np.ndarray, ic: np.ndarray, in_: np.ndarray, cr:
         if diff:
             ev[evidence(diff)] += k
     if Fraction(sign_flip_upper_bound(ev)) < alpha:
-        return True
+        return None
     # Out of exact reach: counted as a clear, which only raises P(clear).
-    return exact_bits_grouped(ev) > MAX_EXACT_BITS or sign_flip_test_grouped(ev).below(alpha)
+    if exact_bits_grouped(ev) > MAX_EXACT_BITS or sign_flip_test_grouped(ev).below(alpha):
+        return None
+    return TEST_FAIL
+
+
+def _estimate(fails: Counter[str], judged: int, total: int, draws: int) -> FutilityEstimate:
+    """The estimate from the draws' outcomes (``""``: a draw that clears)."""
+    return FutilityEstimate(p_clear=fails[""] / draws, judged=judged, total=total, draws=draws,
+                            fails=tuple((what, fails[what]) for what in FAILS if fails[what]))
 
 
 def _pools_and_holes(
@@ -223,7 +242,7 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
     rng = np.random.default_rng(seed)
     alpha = _exact(level)
     negative = ~positive
-    clears = 0
+    fails: Counter[str] = Counter()
     for _ in range(draws):
         cc, cn, cr, dd = cand_c.copy(), cand_n.copy(), cand_right.copy(), differ.copy()
         for pos in (False, True):
@@ -252,8 +271,8 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
             in_[idx] += r
             cr[idx] = _right(cc[idx], cn[idx], negative[idx])
             ir[idx] = _right(ic[idx], in_[idx], negative[idx])
-        clears += _clears(cc, cn, ic, in_, cr, ir, positive, loop, alpha)
-    return FutilityEstimate(p_clear=clears / draws, judged=int(judged.sum()), total=n, draws=draws)
+        fails[_clears(cc, cn, ic, in_, cr, ir, positive, loop, alpha) or ""] += 1
+    return _estimate(fails, int(judged.sum()), n, draws)
 
 
 def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
@@ -279,7 +298,7 @@ def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Jud
     rng = np.random.default_rng(seed)
     alpha = _exact(level)
     negative = ~positive
-    clears = 0
+    fails: Counter[str] = Counter()
     for _ in range(draws):
         cc, cn, ic, in_ = cc0.copy(), cn0.copy(), ic0.copy(), in0.copy()
         for pos in (False, True):
@@ -287,8 +306,9 @@ def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Jud
             if len(hole):
                 pick = pool[rng.choice(len(pool), size=len(hole), p=rng.dirichlet(np.ones(len(pool))))]
                 cc[hole], cn[hole], ic[hole], in_[hole] = cc0[pick], cn0[pick], ic0[pick], in0[pick]
-        clears += _clears(cc, cn, ic, in_, _right(cc, cn, negative), _right(ic, in_, negative), positive, loop, alpha)
-    return FutilityEstimate(p_clear=clears / draws, judged=int(judged.sum()), total=len(ids), draws=draws)
+        fails[_clears(cc, cn, ic, in_, _right(cc, cn, negative), _right(ic, in_, negative), positive, loop, alpha)
+              or ""] += 1
+    return _estimate(fails, int(judged.sum()), len(ids), draws)
 
 
 def screen_decision(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
@@ -302,7 +322,7 @@ def screen_decision(labels: Mapping[str, Label], screen: Screen, incumbent: Judg
     if est is None or est.p_clear >= loop.futility_threshold:
         return None
     reason = (f"futile: P(clear) = {est.p_clear:.3f} < {loop.futility_threshold:g} after {est.judged} of "
-              f"{est.total} items (screen: the incumbent's {len(screen.wrong)} wrong item(s) and "
-              f"{len(screen.sampled)} drawn by label, seed {screen.seed}; {est.draws} draws): rolled back")
+              f"{est.total} items — {est.why()} (screen: the incumbent's {len(screen.wrong)} wrong item(s) and "
+              f"{len(screen.sampled)} drawn by label, seed {screen.seed}): rolled back")
     return Decision(keep=False, reason=reason, literal_keep=False, paired_keep=False, p_value=1.0,
                     policy=loop.policy, early_stopped=True, adaptive_keep=False, alpha=level)
