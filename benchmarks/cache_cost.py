@@ -285,16 +285,19 @@ class LoopRun:
 
 
 def loop_template(root: Path) -> Path:
-    """``judgeloop init --sample`` with the 32-item dev split and batches polled every 10-40 ms."""
+    """``judgeloop init --sample`` with the 32-item dev split, batches polled every 10-40 ms, futility off."""
     with contextlib.redirect_stdout(io.StringIO()):
         ws = make_workspace(root)
         add_small_dev_split(ws)
     config = ws / "judgeloop.toml"
     text = config.read_text(encoding="utf-8")
     assert "\n[judge]\n" in text
-    config.write_text(text.replace("\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1),
-                      encoding="utf-8")
-    commit_all(ws, "poll batches fast")
+    text = text.replace("\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1)
+    # Futility screening runs on direct passes only (a batch pays every call once sent): off, so both
+    # runs judge every candidate in full and their decisions can be compared one for one.
+    assert "\nfutility = true" in text
+    config.write_text(text.replace("\nfutility = true", "\nfutility = false", 1), encoding="utf-8")
+    commit_all(ws, "poll batches fast; futility off")
     return ws
 
 
@@ -552,13 +555,15 @@ class StructureFigures:
         return sum(self.candidate_usd) / len(self.candidate_usd)
 
 
-async def price_structure(ws: Workspace, split: Split, wire: str, files: dict[str, str], candidates: int) -> StructureFigures:
-    """A first pass and ``candidates`` rubric edits of one structure on a fresh fake with its prompt cache on."""
+async def price_structure(ws: Workspace, split: Split, wire: str, files: dict[str, str], candidates: int, *,
+                          minutes_per_candidate: float = MINUTES_PER_CANDIDATE) -> StructureFigures:
+    """A first pass and ``candidates`` rubric edits of one structure on a fresh fake with its prompt cache on
+    (its clock: ``minutes_per_candidate`` simulated minutes per pass, spread over the pass's requests)."""
     from optimizer.evaluation.warmup import WARM_PREFIXES
 
     n = len(split.ids)
     WARM_PREFIXES.forget()  # each structure starts cold
-    store = PromptCache(clock=PacedClock(MINUTES_PER_CANDIDATE * 60.0 / n))
+    store = PromptCache(clock=PacedClock(minutes_per_candidate * 60.0 / n))
     usd: list[float] = []
     calls = 0
     per_candidate_calls: list[float] = []
@@ -587,9 +592,12 @@ async def price_structure(ws: Workspace, split: Split, wire: str, files: dict[st
 
 
 def measure_structures(root: Path, n: int, steps: int, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
-                       say: Any = print, names: Sequence[str] | None = None) -> dict[tuple[str, str], StructureFigures]:
+                       say: Any = print, names: Sequence[str] | None = None,
+                       minutes_per_candidate: float = MINUTES_PER_CANDIDATE) -> dict[tuple[str, str], StructureFigures]:
     """(wire, structure) -> its calls, cache writes and dollars per verdict (see part 4); ``names``: only
-    these of `structures()` (the single judge always, the ratios' reference)."""
+    these of `structures()` (the single judge always, the ratios' reference). With few items, a small
+    ``minutes_per_candidate`` keeps each simulated step well inside the cache's 5-minute TTL (else an
+    entry's age at a member's read depends on how the items' calls interleaved)."""
     ws, split = build(root, n, steps)
     files = dict(PromptSet.from_dir(ws.prompts_dir).files)
     files[JUDGE_TOML] = with_layout(files[JUDGE_TOML], "trajectory-first")
@@ -599,7 +607,8 @@ def measure_structures(root: Path, n: int, steps: int, candidates: int, *, wires
             if names is not None and name != "single" and name not in names:
                 continue
             ws.cache_path.unlink(missing_ok=True)
-            out[(wire, name)] = asyncio.run(price_structure(ws, split, wire, structure_files, candidates))
+            out[(wire, name)] = asyncio.run(price_structure(ws, split, wire, structure_files, candidates,
+                                                            minutes_per_candidate=minutes_per_candidate))
             say(f"  structure {wire:9} {name:15}: ${out[(wire, name)].candidate_mean:.5f} per verdict per candidate")
     return out
 

@@ -90,7 +90,9 @@ def test_the_warmup_rows_show_one_write_per_item_after_and_several_before(tmp_pa
 
 def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls(tmp_path: Path, keys: None) -> None:
     n = 4
-    results = cc.measure_structures(tmp_path, n=n, steps=12, candidates=1, wires=("anthropic",), say=lambda _m: None)
+    # 1 simulated minute a pass: 15 s a request on 4 items, so no entry nears its TTL whatever the order of calls.
+    results = cc.measure_structures(tmp_path, n=n, steps=12, candidates=1, wires=("anthropic",), say=lambda _m: None,
+                                    minutes_per_candidate=1.0)
     assert [name for _, name in results] == ["single", "panel of 2", "panel of 3", "criteria", "review",
                                              "criteria+review"]
     single = results[("anthropic", "single")]
@@ -112,7 +114,8 @@ def test_the_structure_rows_price_criteria_and_review_by_their_calls(tmp_path: P
     n = 6
     # The Anthropic wire: cache breakpoints only where judgeloop puts them (OpenAI's automatic caching
     # would also write the derivations' shared instructions).
-    results = cc.measure_structures(tmp_path, n=n, steps=12, candidates=2, wires=("anthropic",), say=lambda _m: None)
+    results = cc.measure_structures(tmp_path, n=n, steps=12, candidates=2, wires=("anthropic",), say=lambda _m: None,
+                                    minutes_per_candidate=1.0)  # (as above: no entry nears its TTL)
     single, criteria, review, both = (results[("anthropic", name)] for name in
                                       ("single", "criteria", "review", "criteria+review"))
     for f in (criteria, review, both):
