@@ -294,7 +294,7 @@ class LoopSection(_Section):
     # adaptive: after each look (the incumbent's wrong items and growing stratified parts of the rest, their
     # disagreements re-judged), roll back a candidate whose chance of clearing the full test is below
     # futility_threshold (optimizer.futility).
-    futility: bool = False
+    futility: bool = True
     futility_threshold: float = Field(default=0.01, gt=0, lt=1)
     # Candidates proposed per round against one incumbent, evaluated item by item together and decided
     # together (Holm over their p-values, at most one keep per wave); 1: one candidate at a time.
@@ -388,7 +388,7 @@ labels = "given"           # given | corrected: labels.jsonl, or with devset/<sp
                            #   (a person's `judgeloop label-fix`); fixed and fingerprinted at a run's start
 # cheaper_margin_items = 1  # keep a cheaper candidate not worse by more than this many items (0 = off)
 # cheaper_min_saving = 0.2  # ... if it costs at least 20% less per verdict
-futility = false           # adaptive: after the incumbent's wrong items and a random part of the rest, roll
+futility = true            # adaptive: after the incumbent's wrong items and a random part of the rest, roll
 futility_threshold = 0.01  #   back a candidate whose chance of clearing the test is below this
 wave = 1                   # candidates per round, judged together and decided with Holm (at most one keep)
 

@@ -3,6 +3,7 @@ is rolled back after the screen with its reason in the ledger; a real fix is jud
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -10,8 +11,19 @@ import pytest
 
 from optimizer.ledger import Ledger
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, run_loop, set_toml_key
-from tests.support.scripted import ScriptedStrategy, install, latest, toggle
+from tests.support.loop import (
+    BAD_ENTRY,
+    GOOD_ENTRY,
+    FakeJudge,
+    commit_all,
+    present,
+    run_loop,
+    set_toml_key,
+    wait_for,
+)
+from tests.support.processes import killed_cli
+from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
+from tests.support.signals import cache_rows
 
 NO_OP = "lib-final-state"  # the fake judge ignores it: every answer stays the incumbent's
 FUTILE = re.compile(r"^futile: P\(clear\) = (\d\.\d{3}) < 0\.5 after (\d+) of 32 items ")
@@ -41,7 +53,20 @@ def test_a_no_op_stops_after_the_screen_and_a_real_fix_is_kept_on_the_full_split
     assert all(e.items_evaluated == 32 and not e.early_stopped for e in kept)
 
 
-def test_futility_off_by_default_judges_a_no_op_past_the_screen(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_futility_is_on_by_default_says_why_and_futility_false_judges_a_no_op_past_the_screen(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(monkeypatch, ScriptedStrategy([toggle(NO_OP)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+    _run, (_base, noop) = latest(ws)
+    # A no-op's answers are the incumbent's: every draw fails on kappa, and the reason says so.
+    assert noop.status == "rolled_back" and noop.early_stopped and noop.items_evaluated < 32, noop.reason
+    assert (noop.reason or "").startswith("futile: P(clear) = 0.000 < 0.01 after "), noop.reason
+    assert "kappa did not rise in 200 of 200 draws" in (noop.reason or ""), noop.reason
+
+    set_toml_key(ws, "loop", "futility", "false")
+    commit_all(ws, "futility off")
     install(monkeypatch, ScriptedStrategy([toggle(NO_OP)]))
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
@@ -75,3 +100,74 @@ def test_the_looks_re_judge_the_screens_disagreements_once_and_the_ledger_counts
     assert kinds.index("rejudging") < len(kinds) - 1 and kinds[kinds.index("rejudging") + 1] == "evaluating", kinds
     starts = {p["started_at"] for p in stages if p["stage"] == "evaluating"}
     assert len(starts) == 1, stages
+
+
+def test_an_edit_that_raises_the_fpr_is_stopped_by_the_screen_and_its_reason_says_fpr_rose(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BAD_ENTRY gets every positive right and breaks negatives: kappa rises, FPR rises. The screen
+    stops it (on by default) and the reason names the FPR, not only a probability."""
+    install(monkeypatch, ScriptedStrategy([toggle(BAD_ENTRY)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+        paid = len(server.inference_requests())
+    _run, (base, bad) = latest(ws)
+    reason = present(bad.reason)
+    assert bad.status == "rolled_back" and bad.early_stopped and bad.items_evaluated < 32, reason
+    m = re.search(r"^futile: P\(clear\) = 0\.000 < 0\.01 after \d+ of 32 items — FPR rose in (\d+) of 200 draws", reason)
+    assert m and int(m.group(1)) > 100, reason  # most draws fail on the FPR
+    assert base.calls + bad.calls == paid  # every call counted once
+
+
+def _first_look_size(judge: FakeJudge) -> int:
+    """The first look of a candidate against the baseline: every item the baseline gets wrong and 10%
+    (rounded up) of each class's right items (`optimizer.futility.LOOKS`)."""
+    from optimizer.futility import LOOKS
+
+    split = {*judge.neg_rank, *judge.pos_rank}  # the run's 32-item split (the labels hold the whole sample)
+    wrong = [t for t in split if not judge.correct(t, set())]
+    right = {pos: sum(1 for t in split if judge.labels[t].is_positive is pos and judge.correct(t, set()))
+             for pos in (False, True)}
+    return len(wrong) + sum(math.ceil(LOOKS[0] * n) for n in right.values())
+
+
+def test_kill_9_while_re_judging_a_look_then_resume_repeats_no_answered_call(ws: Path) -> None:
+    from tests.support.scripted import hand_edit
+
+    judge = FakeJudge(ws)
+    n_items = len(judge.neg_rank) + len(judge.pos_rank)
+    # The baseline, the candidate's first look and 3 of the look's re-judging calls are answered; then stall.
+    judge.gate_after = n_items + _first_look_size(judge) + 3
+    hand_edit(ws, BAD_ENTRY)
+    with FakeLLMServer(default=judge) as server:
+        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+                "--model", "fake-judge", "--concurrency", "4", "--strategy", "manual", "-m", "a hand edit"]
+
+        def mid_look() -> None:
+            wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
+            wait_for(lambda: _stages(ws).count("rejudging") == 1, "the look's re-judging stage")
+            wait_for(lambda: cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
+
+        killed_cli(args, mid_look)
+        judge.abandon_gated = True
+        judge.gate.set()
+        judge.gate_after = None
+        answered_before = len(judge.answered)
+        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+    # Every answered call is its own cache entry: none was asked again after the resume.
+    assert len(judge.answered) == cache_rows(ws)[0] > answered_before
+    run, exps = latest(ws)
+    assert [e.status for e in exps] == ["baseline", "rolled_back"] and run.status == "finished"
+    assert "FPR rose" in present(exps[1].reason), exps[1].reason
+    assert_clean(ws)
+
+
+def _stages(ws: Path) -> list[str]:
+    path = ws / "experiments" / "ledger.sqlite"
+    if not path.exists():
+        return []
+    with Ledger(path) as led:
+        run = led.latest_run()
+        if run is None:
+            return []
+        return [str(e.payload.get("stage")) for e in led.events_since(0, run_id=run.id) if e.kind == "stage"]

@@ -21,6 +21,7 @@ from tests.support.loop import (
     GOOD_ENTRY,
     FakeJudge,
     body_digest,
+    futility_off,
     git,
     present,
     run_loop,
@@ -177,6 +178,7 @@ def _rejudging_started(root: Path) -> bool:
 def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -> None:
     from tests.support.scripted import hand_edit
 
+    futility_off(ws)  # the final re-judging after a whole first pass (test_loop_futility.py: a look's)
     judge = FakeJudge(ws)
     n_items = len(judge.neg_rank) + len(judge.pos_rank)
     # The baseline, the candidate's first pass and 5 re-judging calls are answered; then the server stalls.

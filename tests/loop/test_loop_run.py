@@ -27,6 +27,7 @@ from tests.support.loop import (
     GOOD_ENTRY,
     FakeJudge,
     commit_all,
+    futility_off,
     git,
     present,
     report_json,
@@ -114,6 +115,7 @@ def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: p
     base_kappa, base_fpr = full_kappa(set())
     bad_kappa, bad_fpr = full_kappa({BAD_ENTRY})
     assert bad_kappa > base_kappa and bad_fpr > base_fpr
+    futility_off(ws)  # adaptive judged in full (tests/loop/test_loop_futility.py: the same edit screened)
 
     strategy = ScriptedStrategy([toggle(BAD_ENTRY), toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)])
     install(monkeypatch, strategy)
@@ -203,6 +205,7 @@ def test_each_experiment_records_exactly_the_events_of_what_happened_to_it(
 
     strategy = ScriptedStrategy([outside, fails, toggle(GOOD_ENTRY)])
     install(monkeypatch, strategy)
+    futility_off(ws)  # one evaluating stage, then one re-judging (the looks add theirs: test_loop_futility.py)
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
     run, exps = latest(ws)
@@ -436,8 +439,10 @@ def test_patience_stops_after_k_candidates_without_a_keep(ws: Path, monkeypatch:
     run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "rolled_back", "rolled_back"]
     assert "patience 2" in (run.stop_reason or "")
-    # A no-op candidate: no flips; decided in full ("not significant") or stopped early by the bound.
-    assert re.search(r"is not significant|could not be significant", present(exps[1].reason))
+    # A no-op candidate: no flips; decided in full ("not significant"), stopped early by the bound, or
+    # by futility screening (on by default: every draw fails on kappa).
+    assert re.search(r"is not significant|could not be significant|^futile: .*kappa did not rise",
+                     present(exps[1].reason))
 
 
 # -- refusals --------------------------------------------------------------------------------------
@@ -543,6 +548,7 @@ def test_the_incumbents_extra_judgements_are_paid_once_across_candidates(
     noop = next(e for e in ("lib-final-state", "lib-scope-words") if e not in (GOOD_ENTRY, BAD_ENTRY))
     # Two candidates that disagree with the baseline on the same items (the no-op entry changes nothing).
     install(monkeypatch, ScriptedStrategy([toggle(BAD_ENTRY), toggle(BAD_ENTRY, noop)]))
+    futility_off(ws)  # both judged in full, so both re-judge the same items
     judge = FakeJudge(ws)
     with FakeLLMServer(default=judge) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0

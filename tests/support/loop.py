@@ -55,6 +55,12 @@ def commit_all(root: Path, message: str) -> None:
     git(root, "commit", "-q", "-m", message)
 
 
+def futility_off(root: Path) -> None:
+    """``[loop] futility = false``, committed: for tests of the adaptive policy judging a candidate in full."""
+    set_toml_key(root, "loop", "futility", "false")
+    commit_all(root, "futility off")
+
+
 def make_workspace(tmp_path: Path, *, toml_extra: str = "", judge_toml: Mapping[str, str] | None = None) -> Path:
     """``judgeloop init --sample`` in a fresh dir; text-only judge requests (fast); extra TOML appended;
     everything committed so the tree is clean."""

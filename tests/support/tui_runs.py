@@ -120,9 +120,24 @@ def _set_screenshot_policy(ws_root: Path, policy: str) -> None:
         repo.index.commit(f"judge: screenshots = {policy}", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
 
 
+def _set_loop_futility(ws_root: Path, on: bool) -> None:
+    import re
+
+    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+
+    path = ws_root / "judgeloop.toml"
+    text, n = re.subn(r"(?m)^futility = (true|false)", f"futility = {'true' if on else 'false'}", path.read_text())
+    assert n == 1, "judgeloop.toml's [loop] has no futility line"
+    path.write_text(text, encoding="utf-8")
+    with repo_at(ws_root) as repo:
+        if repo.is_dirty(path=str(path)) or str(path.relative_to(ws_root)) in repo.untracked_files:
+            repo.index.add([str(path.relative_to(ws_root))])
+            repo.index.commit(f"loop: futility = {on}", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
+
+
 def make_real_run(
     ws_root: Path, *, max_experiments: int = 3, replicates: int = 2, items: int | None = 32,
-    screenshots: str = "all", propose_only: bool = False, concurrency: int = 16,
+    screenshots: str = "all", propose_only: bool = False, concurrency: int = 16, futility: bool = False,
 ) -> int:
     """`judgeloop init --sample` at ``ws_root``, then a real `judgeloop run` against the fake server.
 
@@ -133,11 +148,14 @@ def make_real_run(
     With ``propose_only`` the run is `--propose-only`: it stops with one candidate `waiting` at the
     branch tip for `judgeloop decide`. ``concurrency`` 1 judges one call at a time, in order: the fake
     judge's unstable items depend on the order of calls, so only then are two runs' verdicts the same.
+    ``futility``: `[loop] futility` (on by default in a new workspace; off here, so the TUI's fixtures
+    show candidates judged in full: tests/loop/test_loop_futility.py covers the screen).
     Needs OPENAI_API_KEY set (any value). Returns the run's exit code.
     """
     from optimizer.cli import main
 
     assert main(["init", str(ws_root), "--sample"]) == 0
+    _set_loop_futility(ws_root, futility)
     if screenshots != "all":
         _set_screenshot_policy(ws_root, screenshots)
     split = "sample"
