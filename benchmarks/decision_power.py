@@ -813,10 +813,39 @@ FUTILITY = "+futility"  # a loop policy variant: adaptive with ``[loop] futility
 FUTILITY_THRESHOLDS = (0.01, 0.02, 0.05, 0.1)
 
 
+def oracle_p_clear(inside: np.ndarray, cand_total: np.ndarray, inc_total: np.ndarray, judgements: np.ndarray,
+                   inc_first: np.ndarray, q_c: np.ndarray, q_i: np.ndarray, positive: np.ndarray, loop: LoopSection,
+                   rng: np.random.Generator, draws: int = 200) -> float:
+    """P(clear) as an oracle knows it: the items ``inside`` the look as judged (first pass and re-judging),
+    every other item's judgements drawn from the true odds of both prompts (``q_c``, ``q_i``) — the
+    candidate's first pass, and where it differs from the incumbent's the re-judging of both. No screen
+    that learns the odds from the judged items can do better with the same looks: its row is the floor."""
+    from optimizer.decision import _exact
+    from optimizer.futility import _clears, _right
+
+    out = np.flatnonzero(~inside)
+    negative = ~positive
+    alpha = _exact(loop.alpha)
+    clears = 0
+    for _ in range(draws):
+        cc, cn, ic, in_ = cand_total.copy(), judgements.copy(), inc_total.copy(), judgements.copy()
+        first = rng.random(len(out)) < q_c[out]
+        cc[out], cn[out], ic[out], in_[out] = first, 1, inc_first[out], 1
+        d = out[first != inc_first[out]]
+        cc[d] += rng.binomial(loop.rejudge, q_c[d])
+        ic[d] += rng.binomial(loop.rejudge, q_i[d])
+        cn[d] += loop.rejudge
+        in_[d] += loop.rejudge
+        clears += _clears(cc, cn, ic, in_, _right(cc, cn, negative), _right(ic, in_, negative), positive, loop,
+                          alpha) is None
+    return clears / draws
+
+
 def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, runs: int, candidates: int,
                       fixes_per_run: int, seed: int, *, rejudge: int = 2, alpha: float = 0.1,
                       thresholds: Sequence[float] = FUTILITY_THRESHOLDS,
-                      first_pass_threshold: float = 0.02) -> tuple[PolicyResult, dict[str, PolicyResult]]:
+                      first_pass_threshold: float = 0.02,
+                      oracle: bool = True) -> tuple[PolicyResult, dict[str, PolicyResult]]:
     """The adaptive runs of `simulate`, each candidate also screened as the loop screens it: the
     looks of `optimizer.futility.make_looks` (the incumbent's wrong items and growing stratified
     shares of the rest), each look's disagreements re-judged, `optimizer.futility.p_clear_rejudged`
@@ -825,7 +854,9 @@ def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, 
     stops it, that look's first-pass and re-judging calls (the incumbent's counted where this
     candidate is the first to need them). The incumbent follows the decisions without futility (so
     the rows differ only by the screen; a blocked keep changes no later incumbent). One more row,
-    "first pass only", is the earlier screen: one look at 30%, no re-judging (`p_clear`)."""
+    "first pass only", is the earlier screen: one look at 30%, no re-judging (`p_clear`); ``oracle``
+    adds the floor (`oracle_p_clear`: the same looks, the unjudged items drawn from the true odds) at
+    the first threshold."""
     from optimizer.futility import SCREEN_SHARE, make_looks, make_screen, p_clear, p_clear_rejudged
 
     ids = [f"i{k:03d}" for k in range(len(positive))]
@@ -845,6 +876,10 @@ def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, 
     first_name = f"first pass only, T = {first_pass_threshold:g}"
     screened = {first_name: PolicyResult("adaptive+futility-first-pass")}
     screened |= {f"on, T = {t:g}": PolicyResult(f"adaptive+futility{t:g}") for t in thresholds}
+    oracle_name = f"oracle (true odds), T = {thresholds[0]:g}"
+    if oracle:
+        screened[oracle_name] = PolicyResult("adaptive+futility-oracle")
+    oracle_rng = np.random.default_rng(seed + 17)
     fixable_idx = np.flatnonzero(fixable)
     n_cand = 0
     for run_no in range(runs):
@@ -892,6 +927,7 @@ def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, 
             inc_now = {t: answers(t, [bool(inc_first[k]), *(inc_extra[k][:rejudge] if judgements[k] > 1 else [])])
                        for k, t in enumerate(ids)}
             stop_at: list[tuple[float, int]] = []  # per look: P(clear), the calls paid by then
+            oracle_stop: int | None = None
             for look in make_looks(labels, {t: js[0] for t, js in inc_j.items()}, decision_seed):
                 inside = [k for k, t in enumerate(ids) if t in look.ids]
                 cand_j = {ids[k]: answers(ids[k], [bool(cand_first[k]), *cand_extra.get(k, [])]) for k in inside}
@@ -899,6 +935,15 @@ def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, 
                 est = p_clear_rejudged(labels, look, inc_look, cand_j, loop, level=alpha, seed=seed * 7 + n_cand)
                 paid = len(inside) + sum(rejudge + int(new_inc_calls[k]) for k in inside if judgements[k] > 1)
                 stop_at.append((1.0 if est is None else est.p_clear, paid))
+                if oracle and oracle_stop is None:
+                    mask = np.zeros(n, bool)
+                    mask[inside] = True
+                    if oracle_p_clear(mask, cand_total, inc_total, judgements, inc_first, q_c, q_i, positive, loop,
+                                      oracle_rng) < thresholds[0]:
+                        oracle_stop = paid
+            if oracle:
+                screened[oracle_name].trials.append(
+                    Trial(kind, kept and oracle_stop is None, calls if oracle_stop is None else oracle_stop, run=run))
             for t in thresholds:
                 first_stop = next((paid for p, paid in stop_at if p < t), None)
                 screened[f"on, T = {t:g}"].trials.append(

@@ -32,6 +32,7 @@ Run:  python benchmarks/throughput.py [--waves 1 4 8] [--candidates 8] [--batch-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import random
@@ -132,6 +133,66 @@ def measure(k: int, kinds: Sequence[str], *, seed: int = 0, latency_s: float = 0
                           simulated_s / 3600)
 
 
+@dataclass(frozen=True)
+class DirectWall:
+    """Direct passes (no batch): futility off or on, per decided candidate."""
+
+    futility: bool
+    decided: int
+    kept: int
+    calls_per_candidate: float  # judge calls / items
+    wall_s: float  # mean duration of a decided candidate (its ledger row's duration_s)
+
+
+class _Delayed:
+    """The benchmark judge with every reply sent ``delay_s`` after its request arrived."""
+
+    def __init__(self, model: JudgeModel, delay_s: float) -> None:
+        self.model, self.delay_s = model, delay_s
+
+    def __call__(self, request: fakeserver.RecordedRequest) -> fakeserver.Behaviour:
+        return dataclasses.replace(self.model(request), delay_s=self.delay_s)
+
+
+def measure_direct(futility: bool, kinds: Sequence[str], *, seed: int = 0, call_s: float = 0.25,
+                   concurrency: int = 16) -> DirectWall:
+    """One run of ``kinds`` candidates, one at a time, direct calls that each take ``call_s``: what
+    futility's looks (each a pass that drains before its re-judging) cost in wall time per candidate."""
+    rng = random.Random(f"throughput-direct/{seed}")
+    key = {"OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "throughput-bench")}
+    with mock.patch.dict(os.environ, key), tempfile.TemporaryDirectory(prefix="throughput-direct-") as tmp:
+        root, positive, types = dp.build_workspace(Path(tmp))
+        q, fixable = item_q(len(positive), 0)
+        model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
+        dp.set_loop_key(root, "policy", '"adaptive"')
+        dp.set_loop_key(root, "patience", "1000000")
+        dp.set_loop_key(root, "futility", "true" if futility else "false")
+        dp._git(root, "commit", "-qam", "throughput: futility")
+        strategy = dp.BenchStrategy(model, rng, schedule=list(kinds))
+        with FakeLLMServer(default=_Delayed(model, call_s), keep_alive=True) as server, \
+                dp._strategy_installed(strategy):
+            judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
+                                   concurrency=concurrency)
+            ws = Workspace.open(root)
+            outcome = session.start_run(ws, session.RunOptions(max_experiments=len(kinds), judge=judge))
+        with Ledger(ws.ledger_path) as ledger:
+            exps = ledger.experiments(outcome.run_id)
+    decided = [e for e in exps if e.seq > 0 and e.status in ("kept", "rolled_back")]
+    n = len(positive)
+    return DirectWall(futility, len(decided), sum(e.status == "kept" for e in decided),
+                      sum(e.calls for e in decided) / max(1, len(decided)) / n,
+                      sum(e.duration_s or 0.0 for e in decided) / max(1, len(decided)))
+
+
+def direct_table(rows: Sequence[DirectWall], call_s: float) -> list[str]:
+    head = f"{'futility':>8} {'decided':>7} {'kept':>4} {'calls/cand/162':>14} {'wall s/cand':>11} {'calls of a call_s':>17}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{'on' if r.futility else 'off':>8} {r.decided:>7} {r.kept:>4} {r.calls_per_candidate:>14.2f} "
+                     f"{r.wall_s:>11.1f} {r.wall_s / call_s:>17.1f}")
+    return lines
+
+
 def table(rows: Sequence[WaveThroughput]) -> list[str]:
     head = (f"{'wave':>4} {'decided':>7} {'kept':>4} {'batches':>7} {'calls/cand/162':>14} {'sim. hours':>10} "
             f"{'candidates/hour':>15} {'vs wave 1':>9}")
@@ -151,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-minutes", type=float, default=10.0, help="simulated latency of one batch")
     parser.add_argument("--latency-s", type=float, default=0.5, help="the real seconds it is scaled to")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--direct", action="store_true",
+                        help="direct calls instead: futility off vs on, wall time per candidate (one at a time)")
+    parser.add_argument("--call-s", type=float, default=0.25, help="--direct: seconds every judge call takes")
     args = parser.parse_args(argv)
     started = time.monotonic()
     kinds = ["noop"] * (args.candidates - 1) + ["fix8"]
@@ -158,6 +222,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"throughput: candidates decided per hour under a batch API ({args.batch_minutes:g} min per batch, "
           f"scaled to {args.latency_s:g} s), adaptive policy, {args.candidates} candidates ({' '.join(kinds)})")
     print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if args.direct:
+        print(f"direct passes: every judge call takes {args.call_s:g} s, concurrency 16, adaptive, "
+              f"{args.candidates} candidates one at a time ({' '.join(kinds)})")
+        print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+        direct = [measure_direct(f, kinds, seed=args.seed, call_s=args.call_s) for f in (False, True)]
+        print()
+        for line in direct_table(direct, args.call_s):
+            print(line)
+        load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"\nwall time {time.monotonic() - started:.0f} s; load average {load} (1 / 5 / 15 min)")
+        return 0
     rows = [measure(k, kinds, seed=args.seed, latency_s=args.latency_s, batch_minutes=args.batch_minutes)
             for k in args.waves]
     print()
