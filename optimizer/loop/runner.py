@@ -891,7 +891,8 @@ class LoopRunner:
             self.charge(exc.cost_usd)
             exp = self.ledger.start_experiment(
                 self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq, rationale=None,
-                proposal_meta={"wave": wave_meta} if wave_meta else None, optimizer_calls=exc.calls, optimizer_input_tokens=exc.input_tokens,
+                proposal_meta={"wave": wave_meta} if wave_meta else None,  # a wave's failure is its member
+                optimizer_calls=exc.calls, optimizer_input_tokens=exc.input_tokens,
                 optimizer_output_tokens=exc.output_tokens, optimizer_cost_usd=exc.cost_usd,
             )
             self.say(f"  optimiser failed: {exc.reason}")
