@@ -23,6 +23,7 @@ from tests.support.tui_driving import drive, svg_text
 from tui.app import JudgeloopApp, settle
 from tui.data import load_experiment, load_history, matches_filter
 from tui.views import ExperimentView, HistoryView
+from tui.views.history import history_cells
 from tui.watch import LiveState, apply_events
 
 ALPHA = 0.1
@@ -183,6 +184,11 @@ def test_history_shows_the_wave_column_keeps_waves_together_and_filters_by_the_t
     assert [tags[i] for i in w1] == ["w1 1/3", "w1 2/3", "w1 3/3"] and [tags[i] for i in w2] == ["w2 1/3", "w2 2/3", "w2 3/3"]
     assert tags[base] == tags[single] == tags[crafted] == ""
     assert [r.id for r in history.rows if matches_filter(r, "w2")] == w2
+    # The wave's kept member stands out from its rolled-back siblings in the wave column too.
+    by_id = {r.id: r for r in history.rows}
+    styles = {i: str(history_cells(by_id[i], waves=True)[4].style) for i in w1}
+    assert styles == {w1[0]: "dim", w1[1]: "bold green", w1[2]: "dim"}
+    assert len(history_cells(by_id[single])) == len(history_cells(by_id[single], waves=True)) - 1
     app = JudgeloopApp(wave_ws, image_mode="halfcell", watch=False)
 
     async def scenario(pilot: Any) -> None:
