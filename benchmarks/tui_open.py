@@ -8,6 +8,7 @@ then, headlessly at 120×40:
 - times scrolling: 300 cursor moves and 30 page-downs through the table, each followed by a repaint.
 
 Usage: .venv/bin/python benchmarks/tui_open.py [--experiments 500] [--items 162] [--replicates 3] [--starts 5]
+[--wave K] (``--wave``: the candidates' rows carry waves of K, so the history groups them and shows its wave column)
 Prints figures; asserts nothing about time.
 """
 
@@ -37,8 +38,8 @@ DIFF = """--- a/prompts/rubric.md
 """
 
 
-def build_ledger(path: Path, n_experiments: int, n_items: int, replicates: int, seed: int = 0) -> str:
-    """Write the synthetic run; returns its id."""
+def build_ledger(path: Path, n_experiments: int, n_items: int, replicates: int, seed: int = 0, wave: int = 1) -> str:
+    """Write the synthetic run (``wave`` > 1: its candidates' rows in waves of that size); returns its id."""
     rng = random.Random(seed)
     ids = [f"{i:08x}-0000-4000-8000-{i:012x}" for i in range(n_items)]
     positives = set(rng.sample(ids, n_items * 62 // 162))
@@ -53,7 +54,10 @@ def build_ledger(path: Path, n_experiments: int, n_items: int, replicates: int, 
             exp = ledger.start_experiment(run.id, parent_id=incumbent, strategy="library" if seq else None,
                                           diff_text=DIFF if seq else None,
                                           rationale=f"candidate {seq}: enable one library rule", insertions=2,
-                                          deletions=0, files_changed=["prompts/rubric.md"] if seq else [])
+                                          deletions=0, files_changed=["prompts/rubric.md"] if seq else [],
+                                          proposal_meta={"wave": {"size": wave, "alpha": 0.1, "incumbent": incumbent,
+                                                                  "number": (seq - 1) // wave + 1}}
+                                          if seq and wave > 1 else None)
             cand_skill = skill + rng.uniform(-0.03, 0.02)
             items = []
             tp = fn = tn = fp = 0
@@ -146,6 +150,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=162)
     parser.add_argument("--replicates", type=int, default=3)
     parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--wave", type=int, default=1, help="candidates' rows in waves of this size")
     parser.add_argument("--workspace", type=Path, default=None,
                         help="keep the synthetic workspace here and reuse it on the next call (for profiling)")
     args = parser.parse_args()
@@ -157,7 +162,7 @@ def main() -> None:
         ledger_path = root / "experiments" / "ledger.sqlite"
         if not ledger_path.is_file():
             init_workspace(root)
-            build_ledger(ledger_path, args.experiments, args.items, args.replicates)
+            build_ledger(ledger_path, args.experiments, args.items, args.replicates, wave=args.wave)
         size_mb = ledger_path.stat().st_size / 1e6
         print(f"ledger: {args.experiments} experiments × {args.items} items × {args.replicates} replicates "
               f"({args.experiments * args.items * args.replicates:,} verdict rows, {size_mb:.1f} MB) "

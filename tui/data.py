@@ -25,6 +25,7 @@ from optimizer.ledger import (
     Review,
     Run,
 )
+from optimizer.ledger.waves import Wave, holm_rank, waves_by_member
 from optimizer.metrics import Answer, Metrics, flip_table, predicted_success
 from optimizer.triage import Suspect
 from optimizer.vocab import UNTYPED
@@ -206,10 +207,21 @@ class HistoryRow:
     d_bacc: float | None
     in_chain: bool
     partial: PartialMetrics | None = None  # an early-stopped candidate's metrics over its judged items
+    wave: Wave | None = None  # the wave it was a candidate of (`optimizer.ledger.waves`)
 
     @property
     def id(self) -> int:
         return self.experiment.id
+
+    @property
+    def wave_tag(self) -> str:
+        """``w3 2/4`` (wave 3, member 2 of 4), or "" for a single candidate."""
+        return self.wave.tag(self.id) if self.wave is not None else ""
+
+    @property
+    def wave_order(self) -> tuple[int, int]:
+        """Sorts a wave's rows together, at its first member: (first member's id, own id)."""
+        return (self.wave.members[0] if self.wave is not None else self.id, self.id)
 
     def metric_texts(self) -> tuple[str, str, str]:
         """κ, FPR and balanced accuracy for the table: the stored ones, or an early-stopped candidate's
@@ -239,6 +251,11 @@ class History:
     @property
     def experiments(self) -> list[Experiment]:
         return [r.experiment for r in self.rows]
+
+    @property
+    def has_waves(self) -> bool:
+        """True when a row is a wave candidate (the table then shows its wave column)."""
+        return any(r.wave is not None for r in self.rows)
 
     @property
     def partial_legend(self) -> str:
@@ -276,6 +293,7 @@ def history_rows(ledger: Ledger, run: Run) -> tuple[list[HistoryRow], list[int]]
     chain_ids = chain_from(run, by_id)
     chain = set(chain_ids)
     labels = ledger.labels(run.id) if any(e.early_stopped for e in experiments) else {}
+    grouped = waves_by_member(experiments)  # once per load, not per paint
     rows = []
     for exp in experiments:
         parent = by_id.get(exp.parent_id) if exp.parent_id is not None else None
@@ -286,6 +304,7 @@ def history_rows(ledger: Ledger, run: Run) -> tuple[list[HistoryRow], list[int]]
             d_bacc=_delta(exp.balanced_accuracy, parent.balanced_accuracy) if parent else None,
             in_chain=exp.id in chain,
             partial=partial_metrics(ledger, exp, labels, with_incumbent=True),
+            wave=grouped.get(exp.id),
         ))
     return rows, chain_ids
 
@@ -429,12 +448,12 @@ def bar(value: float | None, scale: float, width: int = 10) -> str:
 
 
 def matches_filter(row: HistoryRow, text: str) -> bool:
-    """A history filter: every word must appear in the row's id, strategy, status or rationale
-    (``status:kept`` style words match the status exactly)."""
+    """A history filter: every word must appear in the row's id, wave tag (``w3``), strategy, status or
+    rationale (``status:kept`` style words match the status exactly)."""
     exp = row.experiment
     hay = " ".join([
-        str(exp.id), exp.strategy or "", STATUS_TEXT.get(exp.status, exp.status), exp.status, exp.rationale or "",
-        exp.reason or "",
+        str(exp.id), row.wave_tag, exp.strategy or "", STATUS_TEXT.get(exp.status, exp.status), exp.status,
+        exp.rationale or "", exp.reason or "",
     ]).lower()
     for word in text.lower().split():
         if word.startswith("status:"):
@@ -588,6 +607,31 @@ class ExperimentDetail:
     # False positives per mistake type, this experiment's and its incumbent's on the same items.
     fp_by_type: tuple[dict[str, int], dict[str, int] | None] | None = None
     partial: PartialMetrics | None = None  # early-stopped: the metrics over the items it judged
+    wave: WaveDetail | None = None  # a wave candidate's wave
+
+
+@dataclass(frozen=True)
+class WaveDetail:
+    """A wave candidate's wave: the wave, its other members (id order) and its own Holm rank
+    (`optimizer.ledger.waves.holm_rank`; None without a full test)."""
+
+    wave: Wave
+    siblings: list[Experiment]
+    rank: int | None
+
+
+def wave_detail(ledger: Ledger, exp: Experiment) -> WaveDetail | None:
+    """``exp``'s wave, or None for a single candidate. Only a row with a wave record, or an error (an
+    old wave's optimiser failure has none), costs the listing of the run's rows."""
+    if "wave" not in exp.proposal_meta and exp.status != "error":
+        return None
+    rows = ledger.experiments(exp.run_id)
+    wave = waves_by_member(rows).get(exp.id)
+    if wave is None:
+        return None
+    members = [e for e in rows if e.id in wave.members]
+    mine = next((e for e in members if e.id == exp.id), exp)
+    return WaveDetail(wave, [e for e in members if e.id != exp.id], holm_rank(mine, members))
 
 
 def load_experiment(ledger: Ledger, experiment_id: int) -> ExperimentDetail:
@@ -600,7 +644,8 @@ def load_experiment(ledger: Ledger, experiment_id: int) -> ExperimentDetail:
     fps = fp_by_type(ledger, ledger.get_run(exp.run_id), exp)
     labels = ledger.labels(exp.run_id)
     return ExperimentDetail(experiment=exp, parent=parent, labels=labels, fp_by_type=fps,
-                            partial=partial_metrics(ledger, exp, labels, with_incumbent=True))
+                            partial=partial_metrics(ledger, exp, labels, with_incumbent=True),
+                            wave=wave_detail(ledger, exp))
 
 
 # ---------------------------------------------------------------------------------------------

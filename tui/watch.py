@@ -22,9 +22,31 @@ BACKLOG_EVENTS = 500  # on start, replay this many recent events to show a run a
 
 
 @dataclass(frozen=True)
+class MemberProgress:
+    """One evaluating experiment's latest ``progress`` event: its own figures."""
+
+    experiment_id: int
+    done: int = 0
+    total: int = 0
+    errors: int = 0
+    calls: int = 0
+    cache_hits: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+def id_span(ids: list[int]) -> str:
+    """``5–8`` for consecutive ids, else ``5, 7, 8``."""
+    ids = sorted(ids)
+    return f"{ids[0]}–{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else ", ".join(map(str, ids))
+
+
+@dataclass(frozen=True)
 class LiveState:
     """What the status strip shows. ``changes`` counts decisions/new experiments/status changes seen,
-    so a view can reload only when it moved."""
+    so a view can reload only when it moved. ``members``: the experiments evaluating since the last one
+    started, each with its latest progress; a wave's K interleave their events, and ``done``/``total``
+    and the call and token counts are their sums (one candidate: its own)."""
 
     run_id: str | None = None
     run_status: str | None = None
@@ -41,15 +63,21 @@ class LiveState:
     elapsed_s: float = 0.0
     last_event_id: int = 0
     changes: int = 0
+    members: tuple[MemberProgress, ...] = ()
 
     def line(self) -> str:
-        """One line for the strip."""
+        """One line for the strip; a wave's members as one figure (``wave exps 5–8: judged 210/648``)."""
         if self.run_id is None:
             return "no runs yet — press r to start one"
         parts = [f"run {self.run_id}", self.run_status or "?"]
+        wave = len(self.members) > 1
         if self.stage:
-            parts.append(f"stage {self.stage}" + (f" (exp {self.experiment_id})" if self.experiment_id else ""))
-        if self.total:
+            parts.append(f"stage {self.stage}"
+                         + (f" (exp {self.experiment_id})" if self.experiment_id and not wave else ""))
+        if wave:
+            parts.append(f"wave exps {id_span([m.experiment_id for m in self.members])}: "
+                         f"judged {self.done}/{self.total}")
+        elif self.total:
             parts.append(f"judged {self.done}/{self.total}")
         parts += [
             f"{self.errors} errors",
@@ -60,8 +88,19 @@ class LiveState:
         return " · ".join(parts)
 
 
+def _summed(state: LiveState, members: tuple[MemberProgress, ...]) -> LiveState:
+    """``state`` with ``members`` and their summed figures."""
+    return replace(
+        state, members=members, done=sum(m.done for m in members), total=sum(m.total for m in members),
+        errors=sum(m.errors for m in members), calls=sum(m.calls for m in members),
+        cache_hits=sum(m.cache_hits for m in members), input_tokens=sum(m.input_tokens for m in members),
+        output_tokens=sum(m.output_tokens for m in members),
+    )
+
+
 def apply_events(state: LiveState, events: list[Event]) -> LiveState:
-    """Fold events into the snapshot (pure). A new run's events reset the per-run counters."""
+    """Fold events into the snapshot (pure). A new run's events reset the per-run counters; a new
+    experiment's start empties the evaluating members, a decision takes its experiment out of them."""
     for ev in events:
         if ev.run_id and ev.run_id != state.run_id:
             state = LiveState(run_id=ev.run_id, last_event_id=state.last_event_id, changes=state.changes + 1)
@@ -71,19 +110,30 @@ def apply_events(state: LiveState, events: list[Event]) -> LiveState:
             stage = str(p.get("text") or p.get("stage"))
             state = replace(state, stage=stage, experiment_id=ev.experiment_id or state.experiment_id)
             if p.get("stage") == StageKind.EXPERIMENT_STARTED:
-                state = replace(state, changes=state.changes + 1, done=0, total=0)
+                state = replace(state, changes=state.changes + 1, done=0, total=0, members=())
         elif ev.kind == "progress":
-            state = replace(
-                state, experiment_id=ev.experiment_id or state.experiment_id,
-                done=int(p.get("done", 0)), total=int(p.get("total", 0)), errors=int(p.get("errors", 0)),
+            exp_id = ev.experiment_id or state.experiment_id or 0
+            member = MemberProgress(
+                exp_id, done=int(p.get("done", 0)), total=int(p.get("total", 0)), errors=int(p.get("errors", 0)),
                 calls=int(p.get("calls", 0)), cache_hits=int(p.get("cache_hits", 0)),
                 input_tokens=int(p.get("input_tokens", 0)), output_tokens=int(p.get("output_tokens", 0)),
-                cost_usd=float(p.get("cost_usd", 0.0)), elapsed_s=float(p.get("elapsed_s", 0.0)),
             )
+            members = tuple(sorted((*(m for m in state.members if m.experiment_id != exp_id), member),
+                                   key=lambda m: m.experiment_id))
+            cost, elapsed = float(p.get("cost_usd", 0.0)), float(p.get("elapsed_s", 0.0))
+            if len(members) > 1:
+                # Each member's cost is the run's spend before the wave plus its own: the largest is the
+                # closest to the run's (a lower bound), and the figure never jumps back between members.
+                cost, elapsed = max(cost, state.cost_usd), max(elapsed, state.elapsed_s)
+            state = replace(_summed(state, members), experiment_id=exp_id or None, cost_usd=cost, elapsed_s=elapsed)
         elif ev.kind == "decision":
             # The evaluation is over: its item count would read as the run's (often a candidate
-            # stopped early after a few items), so the strip shows none until the next one starts.
-            state = replace(state, changes=state.changes + 1, stage=f"decided: {p.get('status')}", done=0, total=0)
+            # stopped early after a few items), so the strip shows none until the next one starts;
+            # a wave's other members, still evaluating, go on being counted.
+            left = tuple(m for m in state.members if m.experiment_id != ev.experiment_id)
+            state = replace(_summed(state, left) if left else replace(state, done=0, total=0, members=()),
+                            changes=state.changes + 1, stage=f"decided: {p.get('status')}",
+                            experiment_id=ev.experiment_id or state.experiment_id)
         elif ev.kind == "run_status":
             state = replace(state, run_status=str(p.get("status")), changes=state.changes + 1)
         state = replace(state, last_event_id=max(state.last_event_id, ev.id))

@@ -65,6 +65,7 @@ from optimizer.ledger import (
     Run,
     verdict_detail,
 )
+from optimizer.ledger.waves import next_wave_number
 from optimizer.loop.compare import Judgements, Rejudging, judgements_of, rejudge
 from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
 from optimizer.loop.strategies import (
@@ -890,6 +891,7 @@ class LoopRunner:
             self.charge(exc.cost_usd)
             exp = self.ledger.start_experiment(
                 self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq, rationale=None,
+                proposal_meta={"wave": wave_meta} if wave_meta else None,  # a wave's failure is its member
                 optimizer_calls=exc.calls, optimizer_input_tokens=exc.input_tokens,
                 optimizer_output_tokens=exc.output_tokens, optimizer_cost_usd=exc.cost_usd,
             )
@@ -1105,10 +1107,12 @@ class LoopRunner:
         candidates ``--max-experiments`` leaves, is smaller, or the strategy runs out): each proposed
         on the incumbent with the wave's earlier ones in its history, guarded and committed on the
         incumbent (parked under ``refs/judgeloop/wave/``), then judged together and decided together
-        (`decide_wave`). Holm's family is the wave's size, whatever number got to be tested."""
+        (`decide_wave`). Holm's family is the wave's size, whatever number got to be tested; the
+        meta's ``number`` counts the run's waves (`optimizer.ledger.waves`, so a resume goes on)."""
         k = self.loop_cfg.wave
         incumbent_sha = incumbent.commit_sha or gitops.rev_parse(self.root, "HEAD")
-        meta: dict[str, Any] = {"size": k, "alpha": self.test_level(), "incumbent": incumbent.id}
+        meta: dict[str, Any] = {"size": k, "alpha": self.test_level(), "incumbent": incumbent.id,
+                                "number": next_wave_number(self.ledger.experiments(self.run.id))}
         siblings: list[PastExperiment] = []
         seen: dict[str, int] = {}
         ended: list[Experiment] = []

@@ -13,10 +13,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from optimizer.ledger import Experiment
 from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report.data import rejudged_items
 from optimizer.report.lines import cache_reads_line, fp_by_type_line, test_line, token_split
-from tui.data import PARTIAL_MARK, STATUS_TEXT, ExperimentDetail, PartialMetrics, load_experiment
+from tui.data import PARTIAL_MARK, STATUS_TEXT, ExperimentDetail, PartialMetrics, WaveDetail, load_experiment
 from tui.messages import ExperimentLoaded
 from tui.views.base import View, fmt_p, metric_rows, metric_table, status_text
 
@@ -46,6 +47,32 @@ def partial_rows(partial: PartialMetrics) -> list[tuple[str, str, str, str, str]
         rows.append((name, partial.cell(name), "—", "—" if before is None else f"{before:.2f}{PARTIAL_MARK}",
                      partial.delta_cell(name)))
     return rows
+
+
+def wave_text(exp: Experiment, detail: WaveDetail) -> Text:
+    """A wave candidate's wave: which, its Holm rank, level and p (the stored level and p, the rank
+    recomputed from the wave's p-values), then every sibling with its outcome."""
+    wave = detail.wave
+    line = Text.assemble(("wave: ", "bold"), f"w{wave.number}, member {wave.position(exp.id)} of "
+                         f"{len(wave.members)} against experiment {wave.incumbent} · Holm over {wave.size}"
+                         + (f" at {wave.alpha:g}" if wave.alpha is not None else ""))
+    full = exp.status in ("kept", "rolled_back") and not exp.early_stopped and exp.test is not None
+    if full and exp.p_value is not None:
+        line.append(f": rank {detail.rank if detail.rank is not None else '— (p = 1)'}"
+                    + (f", level {exp.alpha:.3g}" if exp.alpha is not None else "") + f", p = {fmt_p(exp.p_value)}")
+    elif exp.status in ("kept", "rolled_back"):
+        line.append(": no full test (counted as p = 1, below no level)"
+                    + (f", level {exp.alpha:.3g}" if exp.alpha is not None else ""))
+    line.append("\nits wave: ", style="bold")
+    if not detail.siblings:
+        line.append("no other candidate")
+    for i, sib in enumerate(detail.siblings):
+        line.append(" · " if i else "")
+        line.append(f"{sib.id} ")
+        line.append_text(status_text(sib.status))
+        if sib.p_value is not None:
+            line.append(f" (p {'≥ ' if sib.early_stopped else ''}{fmt_p(sib.p_value)})")
+    return line
 
 
 class ExperimentView(View):
@@ -133,6 +160,9 @@ class ExperimentView(View):
             decision.append("   (stopped early)", style="italic")
         if detail.partial is not None:
             decision.append(f"\n{partial_line(detail.partial)}", style="yellow")
+        if detail.wave is not None:
+            decision.append("\n")
+            decision.append_text(wave_text(exp, detail.wave))
         decision.append(f"\n{exp.reason or 'no reason recorded'}")
         if exp.status == "waiting":
             decision.append("\nthis candidate is waiting: k keeps it, x discards it", style="bold yellow")

@@ -26,13 +26,18 @@ HISTORY_COLUMNS = (
 # Hidden in this order when the terminal is narrow (160 columns show all; 120 hide +rej and time; 80
 # also strategy, bal.acc and ΔFPR): id, decision, κ, FPR, Δκ, p, $ and the rationale always show.
 HISTORY_DROP_ORDER = ("rejudge", "time", "strategy", "bacc", "dfpr")
+# A run with waves (`run --wave K`) adds its wave column after the decision (``w3 2/4``), hidden last.
+WAVE_COLUMN = ("wave", "wave", 9)
+WAVE_COLUMNS = (*HISTORY_COLUMNS[:4], WAVE_COLUMN, *HISTORY_COLUMNS[4:])
+WAVE_DROP_ORDER = (*HISTORY_DROP_ORDER, "wave")
 SORT_KEYS = ("id", "kappa", "fpr", "bacc", "dkappa", "p", "cost", "decision")
 
 
 def _sort_value(row: HistoryRow, key: str) -> tuple[int, Any]:
     exp = row.experiment
     value: Any = {
-        "id": exp.id, "kappa": exp.kappa, "fpr": exp.fpr, "bacc": exp.balanced_accuracy, "dkappa": row.d_kappa,
+        "id": row.wave_order,  # a wave's rows together, at its first member
+        "kappa": exp.kappa, "fpr": exp.fpr, "bacc": exp.balanced_accuracy, "dkappa": row.d_kappa,
         "dfpr": row.d_fpr, "p": exp.p_value, "rejudge": exp.rejudge_calls, "cost": exp.cost_usd,
         "decision": exp.status, "time": exp.created,
         "strategy": exp.strategy or "", "rationale": exp.rationale or "",
@@ -48,9 +53,16 @@ def decisions_summary(run: Any, experiments: list[Any]) -> str:
     return f"expected false keeps ≤ {acc['expected_false_keeps']:.2f}" + (f" (FDR {acc['fdr']:g})" if acc["fdr"] else "")
 
 
-def history_cells(row: HistoryRow, weak: bool = False) -> tuple[Text, ...]:
+def wave_cell(row: HistoryRow) -> Text:
+    """The wave column: ``w3 2/4``, the wave's kept member in bold green; blank for a single candidate."""
+    style = "bold green" if row.experiment.status == "kept" else "dim" if row.wave is not None else ""
+    return Text(row.wave_tag, style=style, no_wrap=True, overflow="ellipsis")
+
+
+def history_cells(row: HistoryRow, weak: bool = False, waves: bool = False) -> tuple[Text, ...]:
     """One history row's cells as ready Text (no markup parsing on the UI thread; built in the worker).
-    ``weak``: a kept edit whose contribution at the end is not significant (marked ``?``)."""
+    ``weak``: a kept edit whose contribution at the end is not significant (marked ``?``); ``waves``:
+    with the wave column (`WAVE_COLUMNS`)."""
     exp = row.experiment
     plain = (
         exp.created.strftime("%m-%d %H:%M"), exp.strategy or "—",
@@ -62,6 +74,7 @@ def history_cells(row: HistoryRow, weak: bool = False) -> tuple[Text, ...]:
         *(Text(v) for v in plain),
         status_text(exp.status) if exp.keep_kind != "cheaper" else
         Text.assemble(status_text(exp.status), Text(" cheaper", style="cyan")),
+        *((wave_cell(row),) if waves else ()),
         *(Text(v) for v in metrics),
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
         Text(row.delta_text("fpr"), style="red" if (row.d_fpr or 0) > 0 else ""),
@@ -103,6 +116,7 @@ class HistoryView(View):
         self.filter_text = ""
         self.sort_key = "id"
         self.sort_reverse = False
+        self.wave_column = False  # the table shows WAVE_COLUMNS
 
     def body(self) -> ComposeResult:
         yield Input(placeholder="filter: words, or status:kept / status:rolled_back — enter applies, esc clears",
@@ -124,7 +138,8 @@ class HistoryView(View):
     def load_history(self) -> None:
         """Read the run and build everything the UI thread will show: table cells and chart points."""
         history = load_history(self.japp.ledger(), self.japp.run_id)
-        cells = {row.id: history_cells(row, row.id in history.weak_ids) for row in history.rows}
+        waves = history.has_waves
+        cells = {row.id: history_cells(row, row.id in history.weak_ids, waves) for row in history.rows}
         self.post_message(HistoryLoaded(history, cells, curve_points(history)))
 
     def not_ready(self) -> None:
@@ -148,6 +163,12 @@ class HistoryView(View):
             title.append(f" · ? = kept, but not significant at the end ({len(self.history.weak_ids)}; g shows)",
                          style="yellow")
         self.set_title(title)
+        table = self.query_one("#history-table", FixedColumnsTable)
+        if self.history.has_waves != self.wave_column:  # the wave column comes and goes with the run shown
+            self.wave_column = self.history.has_waves
+            table.drop_order = WAVE_DROP_ORDER if self.wave_column else HISTORY_DROP_ORDER
+            table.set_rows([])
+            table.set_columns(WAVE_COLUMNS if self.wave_column else HISTORY_COLUMNS)
         self.fill_table()
         self.query_one("#kappa-chart", MetricChart).show_points(points)
         self.query_one("#fpr-chart", MetricChart).show_points(points)
