@@ -352,6 +352,13 @@ class ItemJudge:
         usage = self._account(reply, reply.text, estimate, key, index, fingerprint, duration, batch=True)
         return _parsed_result(index, key, False, reply.text, reply.model, usage, duration)
 
+    def recall(self, key: str, index: int) -> ReplicateResult | None:
+        """Replicate ``index`` under ``key`` as a cache hit (free), if the cache holds it now."""
+        hit = self.cache.get(key)
+        if hit is None:
+            return None
+        return _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
+
     def _account(
         self, reply: ProviderReply, text: str, estimate: float, key: str, index: int, fingerprint: str,
         duration: float, *, batch: bool = False,
