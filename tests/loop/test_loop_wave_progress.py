@@ -64,7 +64,8 @@ def test_a_later_phase_is_offset_by_the_earlier_ones_so_the_first_pass_reads_as_
     base = pass_figures(before)
     phase = _snap(5, 20, 7, 1, 0.07)
     snap = base.plus(phase)
-    assert (snap.calls_made, snap.cache_hits, snap.cost_usd, snap.elapsed_s) == (16, 4, pytest.approx(0.16), 9.0)
+    assert (snap.calls_made, snap.cache_hits, snap.elapsed_s) == (16, 4, 9.0)
+    assert snap.cost_usd == pytest.approx(0.16)
     calls_only = pass_figures(before, items=False)
     assert (calls_only.done, calls_only.total, calls_only.elapsed_s, calls_only.calls_made) == (0, 0, 0.0, 9)
     assert ProgressSnapshot.summed([]).plus(phase) == phase
