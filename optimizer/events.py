@@ -7,8 +7,8 @@ collect them. `StopReason` is typed: code branches on its `kind`, people read it
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Literal
 
@@ -27,11 +27,32 @@ class ProgressSnapshot:
     output_tokens: int
     cost_usd: float
     elapsed_s: float
+    # What the figures are of when not one evaluation (a wave's candidates judged together), said first.
+    label: str = ""
+
+    def plus(self, other: ProgressSnapshot) -> ProgressSnapshot:
+        """Both snapshots' counts and seconds summed (this one's label)."""
+        return replace(
+            self, done=self.done + other.done, total=self.total + other.total,
+            infra_errors=self.infra_errors + other.infra_errors, parse_errors=self.parse_errors + other.parse_errors,
+            calls_made=self.calls_made + other.calls_made, cache_hits=self.cache_hits + other.cache_hits,
+            input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=self.cost_usd + other.cost_usd, elapsed_s=self.elapsed_s + other.elapsed_s,
+        )
+
+    @classmethod
+    def summed(cls, snaps: Iterable[ProgressSnapshot]) -> ProgressSnapshot:
+        """``snaps``' counts and seconds summed (all zero for none)."""
+        total = cls(0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0)
+        for snap in snaps:
+            total = total.plus(snap)
+        return total
 
     def line(self) -> str:
         tokens = self.input_tokens + self.output_tokens
         return (
-            f"judge {self.done}/{self.total} items · {self.infra_errors} infra errors · "
+            f"{self.label + ': ' if self.label else ''}judge {self.done}/{self.total} items · "
+            f"{self.infra_errors} infra errors · "
             f"{self.parse_errors} parse failures · {self.calls_made} calls + {self.cache_hits} cached · "
             f"{tokens:,} tokens · ${self.cost_usd:.4f} · {self.elapsed_s:.0f}s"
         )

@@ -24,9 +24,9 @@ def duration(seconds: float) -> str:
 
 
 def progress_line(snap: ProgressSnapshot) -> str:
-    """One evaluation's progress: items judged / total, calls, cost, elapsed and the time left at the
-    pace so far (an upper bound when the loop may stop early)."""
-    parts = [f"judged {snap.done}/{snap.total} items",
+    """One evaluation's progress (or, after its label, a wave's): items judged / total, calls, cost,
+    elapsed and the time left at the pace so far (an upper bound when the loop may stop early)."""
+    parts = [f"{snap.label + ': ' if snap.label else ''}judged {snap.done}/{snap.total} items",
              f"{snap.calls_made} calls + {snap.cache_hits} cached",
              f"${snap.cost_usd:.4f}",
              f"{duration(snap.elapsed_s)} elapsed"]

@@ -173,6 +173,13 @@ class _BatchPass:
                 self.failed[key] = why
                 continue
             self.failed.pop(key, None)
+            # A wave sibling sharing this batch (`WaveBatches`) took this answer first: it paid for it, and
+            # here it is a cache hit, so the call and its cost land on one experiment's row.
+            shared = self.judge.recall(key, call.index)
+            if shared is not None:
+                self._release_one(estimate)
+                self.answered[key] = shared
+                continue
             self.answered[key] = self.judge.account_batch_reply(
                 entry.reply, estimate, key, call.index, call.fingerprint, duration
             )

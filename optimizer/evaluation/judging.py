@@ -41,6 +41,9 @@ from optimizer.models import Trajectory, Verdict
 
 # Encoded screenshots shared across processes (see render.build_request's image_cache_dir).
 IMAGE_CACHE_DIRNAME = "images"
+# (event loop id, cache key) -> set when the call paying for that key ends (`ItemJudge._call`); per
+# loop, as `PrefixWarmth`'s leaders.
+_IN_FLIGHT: dict[tuple[int, str], asyncio.Event] = {}
 
 
 def memory_refusal(prompts: PromptSet, provider: Provider) -> str | None:
@@ -283,6 +286,32 @@ class ItemJudge:
     async def _call(
         self, request: JudgeRequest, fingerprint: str, key: str, index: int, schema: dict[str, Any] = VERDICT_SCHEMA,
     ) -> ReplicateResult:
+        """One paid call (`_paid_call`), or none: while another evaluation in this process pays for the
+        same key (a wave sibling's identical call, such as the incumbent's re-judging of an item both
+        candidates disagree on), this one waits without its slot and then takes the answer from the
+        cache, a hit. The caller holds a semaphore slot; it is released here, whatever happens."""
+        slot = (id(asyncio.get_running_loop()), key)
+        while True:
+            # (Also answered since this item was looked up, by a call that has ended.)
+            answered = self.recall(key, index)
+            if answered is not None:
+                self.semaphore.release()
+                return answered
+            flight = _IN_FLIGHT.get(slot)
+            if flight is None:
+                break
+            self.semaphore.release()  # (cancelled while it waits, it holds no slot: nothing to give back)
+            await flight.wait()
+            await self.semaphore.acquire()
+        _IN_FLIGHT[slot] = asyncio.Event()
+        try:
+            return await self._paid_call(request, fingerprint, key, index, schema)
+        finally:
+            _IN_FLIGHT.pop(slot).set()
+
+    async def _paid_call(
+        self, request: JudgeRequest, fingerprint: str, key: str, index: int, schema: dict[str, Any],
+    ) -> ReplicateResult:
         """One paid call. The caller holds a semaphore slot; it is released here, whatever happens.
         On a cold cached prefix the first call goes alone; the others give their slot back until
         its response has returned (`optimizer.evaluation.warmup`)."""
@@ -351,6 +380,13 @@ class ItemJudge:
         counted and cached under ``key`` exactly as a direct call would be; its replicate result."""
         usage = self._account(reply, reply.text, estimate, key, index, fingerprint, duration, batch=True)
         return _parsed_result(index, key, False, reply.text, reply.model, usage, duration)
+
+    def recall(self, key: str, index: int) -> ReplicateResult | None:
+        """Replicate ``index`` under ``key`` as a cache hit (free), if the cache holds it now."""
+        hit = self.cache.get(key)
+        if hit is None:
+            return None
+        return _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
 
     def _account(
         self, reply: ProviderReply, text: str, estimate: float, key: str, index: int, fingerprint: str,

@@ -871,12 +871,13 @@ class Ledger:
             for r in rows
         ]
 
-    def last_event(self, run_id: str, kind: EventKind) -> Event | None:
-        """The newest event of one kind for a run, or None."""
+    def last_event(self, run_id: str, kind: EventKind, *, experiment_id: int | None = None) -> Event | None:
+        """The newest event of one kind for a run (for one of its experiments, if given), or None."""
+        mine = "" if experiment_id is None else " AND experiment_id = ?"
         rows = self._query(
             "SELECT id, run_id, experiment_id, created, kind, payload FROM events "
-            "WHERE run_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
-            (run_id, kind),
+            f"WHERE run_id = ? AND kind = ?{mine} ORDER BY id DESC LIMIT 1",
+            (run_id, kind) if experiment_id is None else (run_id, kind, experiment_id),
         )
         if not rows:
             return None

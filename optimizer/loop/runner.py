@@ -290,6 +290,7 @@ class LoopRunner:
     batch: bool = False  # each pass is one batch through the provider's batch API (no early stopping)
     _budget: Budget | None = None
     _guard_inputs: dict[str, Any] | None = None
+    _wave_line: WaveProgress | None = None  # while a wave is judged: its one progress line
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -314,15 +315,29 @@ class LoopRunner:
         if self._budget is not None:
             self._budget.spent_usd += cost_usd
 
-    def _progress(self, experiment_id: int) -> Callable[[ProgressSnapshot], None]:
+    def _progress(self, experiment_id: int, *, before: EvalRun | None = None, total: int | None = None,
+                  rejudging: bool = False) -> Callable[[ProgressSnapshot], None]:
+        """The progress reporter of one pass of ``experiment_id``: the terminal line (a wave's own while a
+        wave is judged) and the ledger's progress events. ``before``: the first pass's earlier phases
+        (futility's looks), counted in, and ``total`` its items, so the first pass reads as one."""
         last = [0.0]
+        base = None if before is None else pass_figures(before)
 
         def report(snap: ProgressSnapshot) -> None:
+            ended = snap.done >= snap.total  # this pass (or look) is judged: always reported
+            if base is not None:
+                snap = base.plus(snap)
+            if total is not None:
+                snap = dataclasses.replace(snap, total=total)
+            wave = self._wave_line
+            if wave is not None and not rejudging:
+                wave.update(experiment_id, snap)
             now = time.monotonic()
-            if now - last[0] < 0.5 and snap.done < snap.total:
+            if now - last[0] < 0.5 and not ended:
                 return
             last[0] = now
-            self.events(Progress(snap))
+            if wave is None:
+                self.events(Progress(snap))
             self.ledger.add_event(
                 self.run.id,
                 "progress",
@@ -461,8 +476,8 @@ class LoopRunner:
             part = await evaluate_items(
                 self.ws, self.split, prompts, judge,
                 item_ids=phase, replicates=self.replicates, on_item=on_item, budget=self.budget(),
-                progress=self._progress(experiment_id), provider=provider, cache=cache,
-                infra_retry_rounds=self.loop_cfg.infra_retry_rounds,
+                progress=self._progress(experiment_id, before=result, total=len(order)), provider=provider,
+                cache=cache, infra_retry_rounds=self.loop_cfg.infra_retry_rounds,
                 infra_retry_pause_s=self.loop_cfg.infra_retry_pause_s, batch=batch, stop=self.stop,
             )
             result = part if result is None else _joined(result, part)
@@ -473,7 +488,8 @@ class LoopRunner:
             look = looks[index]
             fresh = [t for t in disagreements(inc_answers, part.answers()) if t not in set(rejudged)]
             if fresh and self.loop_cfg.rejudge > 0:
-                evaluating = self.ledger.last_event(self.run.id, "stage")
+                # (Its own: in a wave, the run's last stage may be another candidate's.)
+                evaluating = self.ledger.last_event(self.run.id, "stage", experiment_id=experiment_id)
                 self.stage(StageKind.REJUDGING, experiment_id, items=len(fresh))
                 self.say(f"  experiment {experiment_id}: re-judging the screen's {len(fresh)} disagreement(s), "
                          f"{self.loop_cfg.rejudge} more time(s) under each")
@@ -620,10 +636,13 @@ class LoopRunner:
             self.ws, self.split, judge, self.loop_cfg, items=items,
             prompts=(PromptSet.from_rev(self.ws, incumbent.commit_sha or "HEAD~1"), prompts),
             judgements=judgements, first_replicate=self.replicates, budget=self.budget(),
-            progress=self._progress(experiment_id), provider=provider, cache=cache, batch=batch, stop=self.stop,
+            progress=self._progress(experiment_id, rejudging=True), provider=provider, cache=cache, batch=batch,
+            stop=self.stop,
         )
         self.spent_usd += rj.cost_usd
         passes += rj.passes
+        if self._wave_line is not None:
+            self._wave_line.rejudged(experiment_id, passes)
         for again in rj.passes:
             self.cache_telemetry(experiment_id, again)
         if rj.budget_stop is not None:
@@ -1183,8 +1202,12 @@ class LoopRunner:
                 if shared is not None:
                     shared.leave()
 
-        results = await asyncio.gather(*(member(exp_id, prompts) for exp_id, _, _, prompts in ready),
-                                       return_exceptions=True)
+        self._wave_line = WaveProgress([r[0] for r in ready], len(self.split.ids), self.events)
+        try:
+            results = await asyncio.gather(*(member(exp_id, prompts) for exp_id, _, _, prompts in ready),
+                                           return_exceptions=True)
+        finally:
+            self._wave_line = None
         if shared is not None:
             self.say(f"  wave: {shared.submitted} batch(es) for its {len(ready)} candidates")
         failed = [r for r in results if isinstance(r, BaseException) and not isinstance(r, EvaluationInterrupted)]
@@ -1337,6 +1360,58 @@ def fmt3(x: float | None) -> str:
 def _one_line(text: str, limit: int = 72) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def pass_figures(run: EvalRun, *, items: bool = True) -> ProgressSnapshot:
+    """A finished pass's figures as a progress snapshot (``items`` False: its calls only, no items)."""
+    judged = run.items if items else []
+    return ProgressSnapshot(
+        done=len(judged), total=len(judged), infra_errors=sum(1 for i in judged if i.infra_error),
+        parse_errors=sum(1 for i in judged if i.answer.status == "invalid"), calls_made=run.usage.calls,
+        cache_hits=run.cache_hits, input_tokens=run.usage.input_tokens, output_tokens=run.usage.output_tokens,
+        cost_usd=run.cost_usd, elapsed_s=run.duration_s if items else 0.0,
+    )
+
+
+class WaveProgress:
+    """One progress line for a wave's candidates judged together: every member's latest first-pass
+    snapshot summed (a member that stopped early keeps its figures: its items were judged), plus the
+    calls of its re-judging passes once each ends; the wave's elapsed time. ``items``: a first pass's."""
+
+    MIN_INTERVAL_S = 0.25
+
+    def __init__(self, ids: list[int], items: int, events: Listener) -> None:
+        contiguous = ids == list(range(ids[0], ids[0] + len(ids)))
+        which = (f"experiment {ids[0]}" if len(ids) == 1 else
+                 f"experiments {ids[0]}–{ids[-1]}" if contiguous else f"experiments {', '.join(map(str, ids))}")
+        self.label = f"wave of {len(ids)} ({which})"
+        zero = ProgressSnapshot.summed([])
+        self.first = {i: dataclasses.replace(zero, total=items) for i in ids}
+        self.extra = {i: zero for i in ids}
+        self.events = events
+        self.started = time.monotonic()
+        self._shown = 0.0
+
+    def snapshot(self) -> ProgressSnapshot:
+        snap = ProgressSnapshot.summed([*self.first.values(), *self.extra.values()])
+        return dataclasses.replace(snap, elapsed_s=time.monotonic() - self.started, label=self.label)
+
+    def update(self, experiment_id: int, snap: ProgressSnapshot) -> None:
+        """Member ``experiment_id``'s first pass so far (its phases counted in)."""
+        self.first[experiment_id] = snap
+        self._show()
+
+    def rejudged(self, experiment_id: int, passes: list[EvalRun]) -> None:
+        """Member ``experiment_id``'s re-judging passes so far (every one that ended)."""
+        self.extra[experiment_id] = ProgressSnapshot.summed(pass_figures(p, items=False) for p in passes)
+        self._show(force=True)
+
+    def _show(self, *, force: bool = False) -> None:
+        snap = self.snapshot()
+        now = time.monotonic()
+        if force or snap.done >= snap.total or now - self._shown >= self.MIN_INTERVAL_S:
+            self._shown = now
+            self.events(Progress(snap))
 
 
 def _joined(first: EvalRun, then: EvalRun) -> EvalRun:
