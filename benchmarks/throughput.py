@@ -219,9 +219,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     kinds = ["noop"] * (args.candidates - 1) + ["fix8"]
     random.Random(args.seed).shuffle(kinds)
-    print(f"throughput: candidates decided per hour under a batch API ({args.batch_minutes:g} min per batch, "
-          f"scaled to {args.latency_s:g} s), adaptive policy, {args.candidates} candidates ({' '.join(kinds)})")
-    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     if args.direct:
         print(f"direct passes: every judge call takes {args.call_s:g} s, concurrency 16, adaptive, "
               f"{args.candidates} candidates one at a time ({' '.join(kinds)})")
@@ -233,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"\nwall time {time.monotonic() - started:.0f} s; load average {load} (1 / 5 / 15 min)")
         return 0
+    print(f"throughput: candidates decided per hour under a batch API ({args.batch_minutes:g} min per batch, "
+          f"scaled to {args.latency_s:g} s), adaptive policy, {args.candidates} candidates ({' '.join(kinds)})")
+    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     rows = [measure(k, kinds, seed=args.seed, latency_s=args.latency_s, batch_minutes=args.batch_minutes)
             for k in args.waves]
     print()

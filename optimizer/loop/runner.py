@@ -1298,6 +1298,10 @@ class LoopRunner:
             if e.seq == 0 or e.status == "kept":
                 break
             since_keep += 1
+        k, patience = self.loop_cfg.wave, self.limits.patience
+        if k > patience:  # patience counts candidates: one wave without a keep already exceeds it
+            self.events(Message(f"note: patience {patience} is fewer candidates than a wave of {k}: the run stops "
+                                f"after the first wave without a keep (--patience {2 * k} allows two)", "note"))
         while True:
             reason = self.stop_reason(done, since_keep)
             if reason:

@@ -337,3 +337,17 @@ def test_a_resumed_run_keeps_its_wave_size_and_refuses_another_in_one_line(
     _, exps = latest(ws)
     assert [e.proposal_meta["wave"]["size"] for e in exps[1:]] == [2, 2]
     assert_clean(ws)
+
+
+def test_a_patience_below_the_wave_size_is_said_and_stops_after_one_wave_without_a_keep(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install(monkeypatch, ScriptedStrategy([toggle(NEUTRAL), toggle(NEUTRAL, BAD_ENTRY), toggle(BAD_ENTRY)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--wave", "2", "--patience", "1", "--max-experiments", "6") == 0
+    err = capsys.readouterr().err
+    assert "note: patience 1 is fewer candidates than a wave of 2: the run stops after the first wave without a " \
+           "keep (--patience 4 allows two)" in err
+    run, exps = latest(ws)
+    assert [e.status for e in exps[1:]] == ["rolled_back", "rolled_back"]  # one wave, then patience
+    assert "patience 1" in (run.stop_reason or "")
