@@ -155,7 +155,31 @@ def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
     assert stopped, "the screen never stopped a candidate: the test proves nothing"
     lines = dp.futility_table(base, screened, len(positive))
     assert lines[2].startswith("off") and lines[3].startswith("first pass only, T = 0.02")
-    assert lines[4].startswith("on, T = 0.05")
+    assert lines[4].startswith("on, T = 0.05") and lines[-1].startswith("oracle (true odds), T = 0.05")
+
+
+def test_the_oracle_floor_is_the_adaptive_rule_on_a_fully_judged_split_and_zero_for_a_steady_no_op() -> None:
+    from optimizer.config import LoopSection
+
+    positive = np.array(dp._labels_only()[1])
+    n = len(positive)
+    loop = LoopSection.model_validate({"policy": "adaptive", "alpha": 0.1, "rejudge": 2})
+    rng = np.random.default_rng(0)
+    q, _ = _deterministic_odds(20)  # 20 negatives always wrong
+    inc_first = q > 0.5
+    # A fix of those 20, every item judged: no draw to make, P(clear) is the adaptive rule's own answer.
+    cand_first = np.ones(n, bool)
+    judgements = np.where(cand_first != inc_first, 3, 1)
+    cand_total = np.where(judgements == 3, 3, cand_first.astype(int))
+    inc_total = inc_first.astype(int)  # its re-judging wrong again (q = 0)
+    kept = dp.adaptive_keep(inc_total, cand_total, judgements, positive, loop)
+    p = dp.oracle_p_clear(np.ones(n, bool), cand_total, inc_total, judgements, inc_first, np.ones(n), q,
+                          positive, loop, rng, draws=20)
+    assert kept and p == 1.0
+    # A steady no-op (the same odds, all 0 or 1) with half the split judged: no draw can clear.
+    inside = np.arange(n) < n // 2
+    same = inc_first.astype(int)
+    assert dp.oracle_p_clear(inside, same, same, np.ones(n, int), inc_first, q, q, positive, loop, rng, draws=20) == 0.0
 
 
 def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> None:
