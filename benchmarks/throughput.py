@@ -12,21 +12,26 @@ baseline, with every second some batch was pending scaled back up to the simulat
 loop's own work counts as it is). Figures per wave size: candidates decided, batches sent, judge calls
 per candidate / 162, simulated hours, candidates decided per simulated hour.
 
-Measured (default run: 8 candidates, one 8-item fix among seven no-ops, seed 0; x86_64 Linux, 2 cores
-shared with other work, load average ~12; 89 s wall):
+Measured (default run: 8 candidates, one 8-item fix among seven no-ops, seed 0; x86_64 Linux, 2 cores,
+load average ~0.7; 36 s wall):
 
     wave decided kept batches calls/cand/162 sim. hours candidates/hour vs wave 1
        1       8    2      24           1.46       4.00            2.00      1.0x
-       4       8    1       6           1.52       1.00            7.97      4.0x
-       8       8    1       3           1.70       0.50           15.85      7.9x
+       4       8    1       6           1.43       1.00            7.99      4.0x
+       8       8    1       3           1.44       0.50           15.96      8.0x
 
 One at a time every candidate waits for three batches in a row (first pass, the incumbent's and its
-own re-judging); a wave's candidates wait for the same three together. Calls per candidate rise with
-the wave: candidates judged at once cannot take each other's re-judging of the incumbent from the
-cache as later candidates do (in a wave's batch such a shared call is sent once, but each candidate's
-row counts it: the ledger's figure is an upper bound there).
+own re-judging); a wave's candidates wait for the same three together. A re-judging call two
+candidates of a wave share is sent once and counted on one row (it read 1.52 / 1.70 for waves of 4 / 8
+while every row that needed it counted it).
+
+``--direct``: direct calls instead, every judge call ``--call-s`` long, futility screening off vs on,
+candidates one at a time: judge calls and wall time per decided candidate (their ledger rows'
+``duration_s``). Measured (``--direct --candidates 8 --call-s 0.5``): off 1.51 calls/162 and 8.6 s a
+candidate, on 0.92 and 7.0 s (the looks' waits for a pass to drain cost less than the calls saved).
 
 Run:  python benchmarks/throughput.py [--waves 1 4 8] [--candidates 8] [--batch-minutes 10] [--latency-s 0.5]
+      python benchmarks/throughput.py --direct [--candidates 8] [--call-s 0.5]
 """
 
 from __future__ import annotations
