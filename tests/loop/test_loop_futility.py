@@ -19,11 +19,9 @@ from tests.support.loop import (
     present,
     run_loop,
     set_toml_key,
-    wait_for,
 )
-from tests.support.processes import killed_cli
 from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
-from tests.support.signals import cache_rows
+from tests.support.signals import kill_hand_edit_then_resume
 
 NO_OP = "lib-final-state"  # the fake judge ignores it: every answer stays the incumbent's
 FUTILE = re.compile(r"^futile: P\(clear\) = (\d\.\d{3}) < 0\.5 after (\d+) of 32 items ")
@@ -140,34 +138,8 @@ def test_kill_9_while_re_judging_a_look_then_resume_repeats_no_answered_call(ws:
     judge.gate_after = n_items + _first_look_size(judge) + 3
     hand_edit(ws, BAD_ENTRY)
     with FakeLLMServer(default=judge) as server:
-        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                "--model", "fake-judge", "--concurrency", "4", "--strategy", "manual", "-m", "a hand edit"]
-
-        def mid_look() -> None:
-            wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
-            wait_for(lambda: _stages(ws).count("rejudging") == 1, "the look's re-judging stage")
-            wait_for(lambda: cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
-
-        killed_cli(args, mid_look)
-        judge.abandon_gated = True
-        judge.gate.set()
-        judge.gate_after = None
-        answered_before = len(judge.answered)
-        assert run_loop(ws, server.openai_base_url, "--resume") == 0
-    # Every answered call is its own cache entry: none was asked again after the resume.
-    assert len(judge.answered) == cache_rows(ws)[0] > answered_before
+        kill_hand_edit_then_resume(ws, judge, server, "rejudging")  # no answered call asked again
     run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "rolled_back"] and run.status == "finished"
     assert "FPR rose" in present(exps[1].reason), exps[1].reason
     assert_clean(ws)
-
-
-def _stages(ws: Path) -> list[str]:
-    path = ws / "experiments" / "ledger.sqlite"
-    if not path.exists():
-        return []
-    with Ledger(path) as led:
-        run = led.latest_run()
-        if run is None:
-            return []
-        return [str(e.payload.get("stage")) for e in led.events_since(0, run_id=run.id) if e.kind == "stage"]

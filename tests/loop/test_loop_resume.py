@@ -29,7 +29,7 @@ from tests.support.loop import (
 )
 from tests.support.processes import killed_cli
 from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
-from tests.support.signals import cache_rows, running_candidate_with_progress
+from tests.support.signals import cache_rows, kill_hand_edit_then_resume, running_candidate_with_progress
 
 
 def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> None:
@@ -163,18 +163,6 @@ def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
     assert_clean(ws)
 
 
-def _rejudging_started(root: Path) -> bool:
-    path = root / "experiments" / "ledger.sqlite"
-    if not path.exists():
-        return False
-    with Ledger(path) as led:
-        run = led.latest_run()
-        if run is None:
-            return False
-        return any(e.kind == "stage" and e.payload.get("stage") == "rejudging"
-                   for e in led.events_since(0, run_id=run.id))
-
-
 def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -> None:
     from tests.support.scripted import hand_edit
 
@@ -185,23 +173,9 @@ def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -
     judge.gate_after = 2 * n_items + 5
     hand_edit(ws, BAD_ENTRY)  # every positive right, some negatives broken: many items disagree
     with FakeLLMServer(default=judge) as server:
-        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                "--model", "fake-judge", "--concurrency", "4", "--strategy", "manual", "-m", "a hand edit"]
-
-        def mid_rejudging() -> None:
-            wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
-            wait_for(lambda: _rejudging_started(ws), "the re-judging stage")
-            wait_for(lambda: cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
-
-        killed_cli(args, mid_rejudging)
-        judge.abandon_gated = True
-        judge.gate.set()
-        judge.gate_after = None
-        answered_before = len(judge.answered)
-        assert run_loop(ws, server.openai_base_url, "--resume") == 0
-    # Every answered call is its own cache entry: none of the 5 re-judging calls (nor any other) was
-    # asked again after the resume, and the re-judging went on from where it stopped.
-    assert len(judge.answered) == cache_rows(ws)[0] > answered_before
+        # Every answered call is its own cache entry: none of the 5 re-judging calls (nor any other) is
+        # asked again after the resume, and the re-judging goes on from where it stopped.
+        kill_hand_edit_then_resume(ws, judge, server, "rejudging")
     run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "rolled_back"] and run.status == "finished"
     cand = exps[1]

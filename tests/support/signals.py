@@ -95,3 +95,39 @@ def release(judge: FakeJudge, *, abandon: bool) -> None:
     judge.abandon_gated = abandon
     judge.gate_after = None
     judge.gate.set()
+
+
+def kill_hand_edit_then_resume(ws: Path, judge: FakeJudge, server: FakeLLMServer, stage: str) -> int:
+    """`judgeloop run --strategy manual` on the workspace's hand edit, in a subprocess, killed with
+    SIGKILL once ``judge``'s gate holds its calls, the ``stage`` (e.g. "rejudging") has begun and every
+    answered call is in the judge cache; then the gate let go (held calls abandoned) and `run --resume`
+    in this process. Returns how many calls had been answered before the resume; asserts that the
+    resume finished and asked no answered call again (each answered call is its own cache entry)."""
+    from tests.support.loop import present, run_loop, wait_for
+    from tests.support.processes import killed_cli
+
+    args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+            "--model", "fake-judge", "--concurrency", "4", "--strategy", "manual", "-m", "a hand edit"]
+
+    def stage_begun() -> bool:
+        path = ws / "experiments" / "ledger.sqlite"
+        if not path.exists():
+            return False
+        with Ledger(path) as led:
+            run = led.latest_run()
+            return run is not None and any(e.kind == "stage" and e.payload.get("stage") == stage
+                                           for e in led.events_since(0, run_id=run.id))
+
+    def moment() -> None:
+        wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
+        wait_for(stage_begun, f"the {stage} stage")
+        wait_for(lambda: cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
+
+    killed_cli(args, moment)
+    judge.abandon_gated = True
+    judge.gate.set()
+    judge.gate_after = None
+    answered_before = len(judge.answered)
+    assert run_loop(ws, server.openai_base_url, "--resume") == 0
+    assert len(judge.answered) == cache_rows(ws)[0] > answered_before
+    return answered_before
