@@ -405,6 +405,7 @@ class LoopRunner:
     async def evaluate(
         self, experiment_id: int, prompts: PromptSet, incumbent: Experiment | None,
         provider: Provider, cache: JudgeCache, judge: JudgeSection | None = None, *, cheaper: bool = False,
+        look_seed: int | None = None,
     ) -> Evaluated:
         """Evaluate ``prompts`` on the whole split (negatives first) and decide against ``incumbent``.
 
@@ -415,6 +416,8 @@ class LoopRunner:
         estimated cheaper by ``cheaper_min_saving`` (`cheaper_eligible`), so it may be kept without a
         kappa gain: only the FPR bound may stop it early, and it is re-judged in full. ``judge``: the
         run's judge with another ``max_concurrency`` (a wave shares the run's among its candidates).
+        ``look_seed``: the seed of futility's looks (default the candidate's decision seed); a wave's
+        candidates share one, so they judge their first passes in one order, item by item together.
         """
         judge = judge or self.judge
         order = evaluation_order(self.labels, self.split.ids)
@@ -431,7 +434,8 @@ class LoopRunner:
         looks: list[Screen] = []
         if (adaptive and self.loop_cfg.futility and inc_answers is not None and not self.batch
                 and not self.limits.propose_only):
-            looks = make_looks(self.labels, inc_answers, self.decision_seed(experiment_id))
+            looks = make_looks(self.labels, inc_answers,
+                               self.decision_seed(experiment_id) if look_seed is None else look_seed)
             order = looks[-1].order(self.labels, self.split.ids)
         so_far_judgements: dict[str, list[Answer]] = {}
 
@@ -1192,12 +1196,16 @@ class LoopRunner:
                  + ("one batch per wave pass (batch mode: early stopping does not apply)" if self.batch
                     else "each stopping as soon as its outcome at the wave's level is certain"))
         judge = self.judge.model_copy(update={"max_concurrency": max(1, self.judge.max_concurrency // len(ready))})
+        # Futility's looks in one order for every member (the same incumbent, one seed: the wave's first
+        # id, the same on resume), so an item's calls still go out together and share its cached prefix.
+        look_seed = self.decision_seed(min(exp_id for exp_id, _, _ in members))
         # --batch: the candidates' passes go out as one batch per wave pass (`WaveBatches`).
         shared = WaveBatches(provider, len(ready)) if self.batch and batches(provider) else None
 
         async def member(exp_id: int, prompts: PromptSet) -> Evaluated:
             try:
-                return await self.evaluate(exp_id, prompts, incumbent, shared or provider, cache, judge=judge)
+                return await self.evaluate(exp_id, prompts, incumbent, shared or provider, cache, judge=judge,
+                                           look_seed=look_seed)
             finally:
                 if shared is not None:
                     shared.leave()

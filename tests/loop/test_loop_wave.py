@@ -351,3 +351,24 @@ def test_a_patience_below_the_wave_size_is_said_and_stops_after_one_wave_without
     run, exps = latest(ws)
     assert [e.status for e in exps[1:]] == ["rolled_back", "rolled_back"]  # one wave, then patience
     assert "patience 1" in (run.stop_reason or "")
+
+
+def test_a_waves_candidates_share_one_futility_look_order_so_their_calls_go_out_item_by_item_together(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Futility is on by default: two no-ops of one wave are screened on the same looks (one seed, the
+    wave's first id), so their first passes judge the same items (in one order: negatives first within
+    each look); with a seed each, the looks' random parts would differ."""
+    other = "lib-final-state"  # another entry the fake judge ignores
+    install(monkeypatch, ScriptedStrategy([toggle(NEUTRAL), toggle(other)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--wave", "2", "--max-experiments", "2") == 0
+    _run, exps = latest(ws)
+    a, b = exps[1:]
+    seeds = [re.search(r"seed (\d+)\)", e.reason or "") for e in (a, b)]
+    assert seeds[0] is not None and seeds[1] is not None and seeds[0].group(1) == seeds[1].group(1), (a.reason,
+                                                                                                      b.reason)
+    assert a.status == b.status == "rolled_back" and a.items_evaluated == b.items_evaluated < 32
+    with ledger_of(ws) as led:
+        judged = [set(led.item_answers(e.id)) for e in (a, b)]
+    assert judged[0] == judged[1] and len(judged[0]) == a.items_evaluated
