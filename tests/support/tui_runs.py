@@ -138,6 +138,7 @@ def _set_loop_futility(ws_root: Path, on: bool) -> None:
 def make_real_run(
     ws_root: Path, *, max_experiments: int = 3, replicates: int = 2, items: int | None = 32,
     screenshots: str = "all", propose_only: bool = False, concurrency: int = 16, futility: bool = False,
+    wave: int = 1,
 ) -> int:
     """`judgeloop init --sample` at ``ws_root``, then a real `judgeloop run` against the fake server.
 
@@ -148,6 +149,7 @@ def make_real_run(
     With ``propose_only`` the run is `--propose-only`: it stops with one candidate `waiting` at the
     branch tip for `judgeloop decide`. ``concurrency`` 1 judges one call at a time, in order: the fake
     judge's unstable items depend on the order of calls, so only then are two runs' verdicts the same.
+    ``wave`` > 1: `run --wave K`, with patience for every candidate (docs/screenshots/waves.png).
     ``futility``: `[loop] futility` (on by default in a new workspace; off here, so the TUI's fixtures
     show candidates judged in full: tests/loop/test_loop_futility.py covers the screen).
     Needs OPENAI_API_KEY set (any value). Returns the run's exit code.
@@ -174,6 +176,7 @@ def make_real_run(
             "--max-experiments", str(max_experiments), "--replicates", str(replicates),
             "--concurrency", str(concurrency),
             *(["--propose-only"] if propose_only else []),
+            *(["--wave", str(wave), "--patience", str(max_experiments)] if wave > 1 else []),
         ])
 
 
