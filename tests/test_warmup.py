@@ -407,3 +407,43 @@ def test_batch_cold_without_batch_is_refused_in_one_line(tmp_path: Path, capsys:
     err = capsys.readouterr().err
     assert err.strip().splitlines() == ["judgeloop: error: --batch-cold applies to a batch pass only: add --batch, "
                                         "or drop --batch-cold"]
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_a_server_that_never_reads_the_cache_is_warned_about_twice_a_run_then_silenced(
+    caching: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No prompt cache at the fake (a self-hosted server without prefix caching): every candidate pass
+    plans reads and is billed none. The first two such passes are said, the second saying why no more
+    will be; the ledger keeps every pass's figures. A server that cached, then keeps nothing, is still
+    warned about every pass that lost it."""
+    cache = PromptCache(clock=ManualClock()) if caching else None
+    seen: list[RecordedRequest] = []
+
+    def judge(request: RecordedRequest) -> Behaviour:
+        seen.append(request)
+        if cache is not None and len(seen) > 2 * n:  # from then on the server keeps no entry
+            cache.clear()
+        return verdict_reply()
+
+    with FakeLLMServer(judge, prompt_cache=cache) as server:
+        setup = loop_workspace(tmp_path, server)
+        n = len(setup.split.ids)
+        code = main(["run", "-w", str(setup.ws.root), "--strategy", "library", "--max-experiments", "4",
+                     "--policy", "paired"])
+        assert code == 0, capsys.readouterr().err
+        run_err = capsys.readouterr().err
+    from optimizer.ledger import Ledger
+
+    with Ledger.open_readonly(setup.ws.ledger_path) as ledger:
+        [run] = ledger.runs()
+        candidates = [e for e in ledger.experiments(run.id) if e.seq > 0]
+    said = [line for line in run_err.splitlines() if "warning: the provider billed" in line]
+    low = [e for e in candidates
+           if e.planned_cache_read_tokens > 0 and e.cache_read_tokens < LOW_READS_SHARE * e.planned_cache_read_tokens]
+    if caching:  # reads were billed before the cache went: every pass after is said
+        assert candidates[0].cache_read_tokens > 0 and low and len(said) == len(low), (said, low)
+        assert not any("says it no more" in line for line in said)
+        return
+    assert len(low) == 4 and not any(e.cache_read_tokens for e in low)  # every pass, all in the ledger
+    assert len(said) == 2 and "says it no more" not in said[0] and "this run says it no more" in said[1], said

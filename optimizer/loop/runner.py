@@ -291,6 +291,8 @@ class LoopRunner:
     _budget: Budget | None = None
     _guard_inputs: dict[str, Any] | None = None
     _wave_line: WaveProgress | None = None  # while a wave is judged: its one progress line
+    _reads_seen: bool = False  # some pass of this run was billed cache reads
+    _silent_passes: int = 0  # passes below plan before any read was billed (`cache_telemetry`)
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -362,8 +364,19 @@ class LoopRunner:
         self.ledger.add_planned_cache_reads(experiment_id, run.cache_reads.planned)
         self.ledger.add_endpoint_pass(experiment_id, run.endpoints)  # [judge] base_urls: per endpoint
         warning = run.cache_reads.warning()
-        if warning is not None:
-            self.events(Message(f"  experiment {experiment_id}: {warning}", "note"))
+        self._reads_seen = self._reads_seen or run.cache_reads.billed > 0
+        if warning is None:
+            return
+        if not self._reads_seen:
+            # A server that never caches (or never reports it) would repeat the warning on every pass.
+            self._silent_passes += 1
+            if self._silent_passes > SILENT_PASSES_SAID:
+                return
+            if self._silent_passes == SILENT_PASSES_SAID:
+                warning += ("; no pass of this run has read the cache: a server without prompt caching, or one "
+                            "that does not report cached tokens, would repeat this on every pass, so this run says "
+                            "it no more (planned and billed reads stay in the ledger and `judgeloop report`)")
+        self.events(Message(f"  experiment {experiment_id}: {warning}", "note"))
 
     def say(self, message: str) -> None:
         """A line for the person following the run (the CLI prints it on stdout)."""
@@ -1330,6 +1343,10 @@ class LoopRunner:
                 return StopReason(StopKind.WAITING, "propose-only: candidate waiting for `judgeloop decide`")
             if self.limits.propose_only:
                 return StopReason(StopKind.PROPOSED, f"propose-only: candidate ended as {exp.status}")
+
+
+# Passes below plan said on stderr before any pass of the run was billed a cache read (then silent).
+SILENT_PASSES_SAID = 2
 
 
 def check_wave(loop: LoopSection, *, strategy: str, propose_only: bool) -> None:
