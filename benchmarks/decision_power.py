@@ -527,15 +527,16 @@ class WaveRow:
 
 def wave_trials(k: int, runs: int, seed: int, *, concurrency: int = 8, rejudge: int | None = None,
                 odds: tuple[np.ndarray, np.ndarray] | None = None,
-                cases: Sequence[str] = ("null", "planted")) -> WaveRow:
+                cases: Sequence[str] = ("null", "planted"), futility: bool = False) -> WaveRow:
     """``runs`` runs of one wave of ``k`` no-ops (case ``null``) and ``runs`` of one wave of an 8-item
     fix among ``k - 1`` no-ops (``planted``; the fix proposed last: Holm breaks a tie by the earlier
     candidate), each run a fresh baseline, through `session.start_run` with ``wave = k`` under the
-    adaptive policy."""
-    empty = PolicyResult("adaptive")
-    null = loop_trials("adaptive", runs, k, 0, seed, concurrency=concurrency, rejudge=rejudge, odds=odds,
+    adaptive policy (``futility``: with ``[loop] futility = true``, the default)."""
+    policy = "adaptive" + (FUTILITY if futility else "")
+    empty = PolicyResult(policy)
+    null = loop_trials(policy, runs, k, 0, seed, concurrency=concurrency, rejudge=rejudge, odds=odds,
                        schedule=["noop"] * k, wave=k) if "null" in cases else empty
-    planted = loop_trials("adaptive", runs, k, 0, seed + 1, concurrency=concurrency, rejudge=rejudge, odds=odds,
+    planted = loop_trials(policy, runs, k, 0, seed + 1, concurrency=concurrency, rejudge=rejudge, odds=odds,
                           schedule=["noop"] * (k - 1) + [WAVE_FIX], wave=k) if "planted" in cases else empty
     kept_runs = {t.run for t in null.trials if t.kept}
     fix_kept = sum(t.kept for t in planted.trials if t.kind == WAVE_FIX)
@@ -615,8 +616,8 @@ def simulate_wave_null(q: np.ndarray, positive: np.ndarray, k: int, waves: int, 
 
 
 def _wave_task(args: tuple[Any, ...]) -> WaveRow:
-    k, runs, seed, concurrency, rejudge, case = args
-    return wave_trials(k, runs, seed, concurrency=concurrency, rejudge=rejudge, cases=(case,))
+    k, runs, seed, concurrency, rejudge, case, futility = args
+    return wave_trials(k, runs, seed, concurrency=concurrency, rejudge=rejudge, cases=(case,), futility=futility)
 
 
 # --- the pure simulation ------------------------------------------------------------------------
@@ -1041,6 +1042,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wave-sim-runs", type=int, default=2000, help="simulated no-op waves per wave size")
     parser.add_argument("--wave-cases", nargs="+", choices=["null", "planted"], default=["null", "planted"],
                         help="which wave rows to run (null: K no-ops; planted: a fix among K-1 no-ops)")
+    parser.add_argument("--wave-futility", action="store_true",
+                        help="the wave rows with [loop] futility = true (the default since; off: judged in full)")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.candidates, args.sim_runs, args.cheaper_trials, args.structural_runs = 2, 4, 200, 100, 1
@@ -1141,12 +1144,13 @@ def waves_main(args: argparse.Namespace) -> int:
     """The wave rows: per wave size, no-op waves' false keeps (<= alpha per wave, Holm) and a planted fix's share."""
     started = time.monotonic()
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
-    print(f"waves (adaptive, alpha 0.1, Holm per wave): {args.wave_runs} runs of one wave per size and case; "
+    print(f"waves (adaptive{', futility on' if args.wave_futility else ''}, alpha 0.1, Holm per wave): "
+          f"{args.wave_runs} runs of one wave per size and case; "
           f"no-op waves: K no-ops; planted: one {WAVE_FIX[3:]}-item fix among K-1 no-ops")
     # Tasks of a few runs each, the largest waves first, keep every worker busy to the end.
     chunks = max(1, math.ceil(args.wave_runs / args.runs_per_task))
     per = [args.wave_runs // chunks + (1 if i < args.wave_runs % chunks else 0) for i in range(chunks)]
-    tasks = [(k, r, args.seed * 1000 + 17 * k + 101 * i, args.concurrency, rejudge, case)
+    tasks = [(k, r, args.seed * 1000 + 17 * k + 101 * i, args.concurrency, rejudge, case, args.wave_futility)
              for k in sorted(args.waves, reverse=True) for case in args.wave_cases for i, r in enumerate(per) if r]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         done = list(pool.map(_wave_task, tasks))
