@@ -82,3 +82,16 @@ def test_a_skipped_re_judging_bound_is_not_read_as_a_p_value() -> None:
     assert out[1] is not None and not out[1].keep  # 0.07 ≥ 0.1/2: rank 1 of 2
     assert "rank 1, level 0.05" in out[1].reason
     assert out[0] is not None and "rank 2" in out[0].reason and "no full test" in out[0].reason
+
+
+def test_a_futility_stop_in_a_wave_never_makes_holm_reject_more() -> None:
+    """Futility turns a candidate's p-value into None (p = 1). Holm is monotone: raising p-values never
+    adds a rejection, so a wave keeps a candidate with futility only if it would keep one without."""
+    rng = random.Random(11)
+    for _ in range(2000):
+        k = rng.randint(2, 8)
+        ps: list[float | None] = [rng.choice([0.001, 0.005, 0.01, 0.02, 0.03, rng.random() / 4]) for _ in range(k)]
+        stopped = [None if rng.random() < 0.4 else p for p in ps]
+        without = {i for i, r in enumerate(holm(ps, 0.1, k)) if r.rejected}
+        with_it = {i for i, r in enumerate(holm(stopped, 0.1, k)) if r.rejected}
+        assert with_it <= without, (ps, stopped)
