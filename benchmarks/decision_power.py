@@ -675,6 +675,27 @@ def engine_adaptive_keep(inc_first: np.ndarray, cand_first: np.ndarray, inc_j: d
     return bool(decision.keep)
 
 
+def sim_rejudge(rng: np.random.Generator, disagree: np.ndarray, rejudge: int, q_i: np.ndarray, q_c: np.ndarray,
+                inc_extra: dict[int, list[bool]], cand_extra: dict[int, list[bool]], inc_total: np.ndarray,
+                cand_total: np.ndarray, judgements: np.ndarray) -> np.ndarray:
+    """The adaptive re-judging of the items in ``disagree``, simulated: the incumbent's extra judgements
+    drawn once per incumbent (``inc_extra``, reused by its later candidates), ``rejudge`` new ones for
+    the candidate (into ``cand_extra``); the totals and judgement counts updated in place. Returns the
+    incumbent's new calls per item (the candidate's are ``rejudge`` per item)."""
+    new_inc = np.zeros(len(q_i), int)
+    for i in disagree:
+        have = inc_extra.setdefault(int(i), [])
+        while len(have) < rejudge:
+            have.append(bool(rng.random() < q_i[i]))
+            new_inc[i] += 1
+        mine = [bool(x) for x in rng.random(rejudge) < q_c[i]]
+        cand_extra[int(i)] = mine
+        inc_total[i] += sum(have[:rejudge])
+        cand_total[i] += sum(mine)
+        judgements[i] = 1 + rejudge
+    return new_inc
+
+
 def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, runs: int, candidates: int,
              fixes_per_run: int, seed: int, *, rejudge: int = 2, alpha: float = 0.1,
              schedule: Sequence[str] | None = None, check_engine: int = 0) -> PolicyResult:
@@ -716,17 +737,8 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
                 judgements = np.ones(n, int)
                 inc_total = inc_first.astype(int)
                 cand_total = cand_first.astype(int)
-                for i in disagree:
-                    have = inc_extra.setdefault(int(i), [])
-                    while len(have) < rejudge:
-                        have.append(bool(rng.random() < q_i[i]))
-                        calls += 1
-                    mine = [bool(x) for x in rng.random(rejudge) < q_c[i]]
-                    calls += rejudge
-                    cand_extra[int(i)] = mine
-                    inc_total[i] += sum(have[:rejudge])
-                    cand_total[i] += sum(mine)
-                    judgements[i] = 1 + rejudge
+                calls += int(sim_rejudge(rng, disagree, rejudge, q_i, q_c, inc_extra, cand_extra, inc_total,
+                                         cand_total, judgements).sum()) + rejudge * len(disagree)
                 kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop.model_copy(update={"alpha": level}))
                 if result.engine_checked < check_engine and fdr is None:
                     inc_j = {int(i): [bool(inc_first[i]), *inc_extra.get(int(i), [])[:rejudge]] for i in disagree}
@@ -903,19 +915,10 @@ def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, 
             judgements = np.ones(n, int)
             inc_total, cand_total = inc_first.astype(int), cand_first.astype(int)
             cand_extra: dict[int, list[bool]] = {}
-            new_inc_calls = np.zeros(n, int)
-            for i in np.flatnonzero(inc_first != cand_first):
-                have = inc_extra.setdefault(int(i), [])
-                while len(have) < rejudge:
-                    have.append(bool(rng.random() < q_i[i]))
-                    calls += 1
-                    new_inc_calls[i] += 1
-                mine = [bool(x) for x in rng.random(rejudge) < q_c[i]]
-                calls += rejudge
-                cand_extra[int(i)] = mine
-                inc_total[i] += sum(have[:rejudge])
-                cand_total[i] += sum(mine)
-                judgements[i] = 1 + rejudge
+            disagree = np.flatnonzero(inc_first != cand_first)
+            new_inc_calls = sim_rejudge(rng, disagree, rejudge, q_i, q_c, inc_extra, cand_extra, inc_total,
+                                        cand_total, judgements)
+            calls += int(new_inc_calls.sum()) + rejudge * len(disagree)
             kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop)
             run = f"fut{seed}-{run_no}"
             base.trials.append(Trial(kind, kept, calls, run=run))

@@ -206,6 +206,18 @@ def _pools_and_holes(
     return pools, holes
 
 
+def _bootstrap(rng: np.random.Generator, pools: dict[bool, np.ndarray],
+               holes: dict[bool, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One draw's filling, per class with unjudged items: (those items, the sampled item each takes),
+    drawn with Dirichlet(1, …, 1) weights over the class's sample (the Bayesian bootstrap)."""
+    out = []
+    for pos in (False, True):
+        hole, pool = holes[pos], pools[pos]
+        if len(hole):
+            out.append((hole, pool[rng.choice(len(pool), size=len(hole), p=rng.dirichlet(np.ones(len(pool))))]))
+    return out
+
+
 def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
             loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> FutilityEstimate | None:
     """The chance the full adaptive decision keeps the candidate (module docstring), or None when it
@@ -245,11 +257,7 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
     fails: Counter[str] = Counter()
     for _ in range(draws):
         cc, cn, cr, dd = cand_c.copy(), cand_n.copy(), cand_right.copy(), differ.copy()
-        for pos in (False, True):
-            hole, pool = holes[pos], pools[pos]
-            if not len(hole):
-                continue
-            pick = pool[rng.choice(len(pool), size=len(hole), p=rng.dirichlet(np.ones(len(pool))))]
+        for hole, pick in _bootstrap(rng, pools, holes):
             # Every unjudged item is incumbent-right, as every sampled one: "differs" transplants as is.
             cc[hole], cn[hole], cr[hole], dd[hole] = cand_c[pick], cand_n[pick], cand_right[pick], differ[pick]
         ic, in_, ir = inc_c.copy(), inc_n.copy(), inc_right.copy()
@@ -301,11 +309,8 @@ def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Jud
     fails: Counter[str] = Counter()
     for _ in range(draws):
         cc, cn, ic, in_ = cc0.copy(), cn0.copy(), ic0.copy(), in0.copy()
-        for pos in (False, True):
-            hole, pool = holes[pos], pools[pos]
-            if len(hole):
-                pick = pool[rng.choice(len(pool), size=len(hole), p=rng.dirichlet(np.ones(len(pool))))]
-                cc[hole], cn[hole], ic[hole], in_[hole] = cc0[pick], cn0[pick], ic0[pick], in0[pick]
+        for hole, pick in _bootstrap(rng, pools, holes):
+            cc[hole], cn[hole], ic[hole], in_[hole] = cc0[pick], cn0[pick], ic0[pick], in0[pick]
         fails[_clears(cc, cn, ic, in_, _right(cc, cn, negative), _right(ic, in_, negative), positive, loop, alpha)
               or ""] += 1
     return _estimate(fails, int(judged.sum()), len(ids), draws)

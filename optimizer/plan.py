@@ -22,6 +22,7 @@ figure (each is judged on the whole split); the time figure is for candidates on
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.estimate import request_token_split
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import price_for
-from optimizer.ledger import Ledger
+from optimizer.ledger import Experiment, Ledger
 from optimizer.workspace import Workspace
 
 # Adaptive re-judging, in passes of the split per candidate, when the ledger has no figure.
@@ -185,16 +186,12 @@ def _success_share(ws: Workspace, judge: JudgeSection, split: Split) -> tuple[fl
     ok = successes = 0
     if ws.ledger_path.exists():
         with Ledger.open_readonly(ws.ledger_path) as ledger:
-            for run in ledger.runs():
-                used = run.config.get("judge") or {}
-                if used.get("provider") != judge.provider or used.get("model") != judge.model:
-                    continue
-                for e in ledger.experiments(run.id):
-                    for item in ledger.item_verdicts(e.id):
-                        for rep in item.replicates:
-                            if rep.status == "ok" and rep.success is not None:
-                                ok += 1
-                                successes += bool(rep.success or rep.review is not None)
+            for e in _experiments_judged_by(ledger, judge):
+                for item in ledger.item_verdicts(e.id):
+                    for rep in item.replicates:
+                        if rep.status == "ok" and rep.success is not None:
+                            ok += 1
+                            successes += bool(rep.success or rep.review is not None)
     if ok:
         share = successes / ok
         return share, (f'review = "success": a review call on {share:.0%} of verdicts (the share of first '
@@ -212,17 +209,17 @@ def _past_candidates(ws: Workspace, judge: JudgeSection) -> list[dict[str, float
     in runs of this workspace judged by the same provider and model."""
     if not ws.ledger_path.exists():
         return []
-    out: list[dict[str, float]] = []
     with Ledger.open_readonly(ws.ledger_path) as ledger:
-        for run in ledger.runs():
-            used = run.config.get("judge") or {}
-            if used.get("provider") != judge.provider or used.get("model") != judge.model:
-                continue
-            for e in ledger.experiments(run.id):
-                if e.seq >= 1 and e.calls > 0 and e.decision is not None:
-                    out.append({"cost": e.judge_cost_usd, "calls": e.calls, "rejudge": e.rejudge_calls,
-                                "duration": e.duration_s or 0.0})
-    return out
+        return [{"cost": e.judge_cost_usd, "calls": e.calls, "rejudge": e.rejudge_calls, "duration": e.duration_s or 0.0}
+                for e in _experiments_judged_by(ledger, judge) if e.seq >= 1 and e.calls > 0 and e.decision is not None]
+
+
+def _experiments_judged_by(ledger: Ledger, judge: JudgeSection) -> Iterator[Experiment]:
+    """Every experiment of the ledger's runs judged by the same provider and model as ``judge``."""
+    for run in ledger.runs():
+        used = run.config.get("judge") or {}
+        if used.get("provider") == judge.provider and used.get("model") == judge.model:
+            yield from ledger.experiments(run.id)
 
 
 def budget_warning(ws: Workspace, judge: JudgeSection, split_name: str | None, policy: str | None,
