@@ -211,13 +211,12 @@ class Experiment(BaseModel):
 
 
 def overrule_line(kept: bool, policy_keep: bool, policy_reason: str | None) -> str | None:
-    """What a person's decision against the policy is recorded as (ledger, report, commit trailer), or None
-    when the person decided as the policy did."""
-    if kept == policy_keep:
+    """What a person's keep against the policy is recorded as (ledger, report, commit trailer), or None.
+    Only a keep overrules: discarding what the policy would keep loses nothing (its commit stays under
+    ``refs/judgeloop/rejected/<id>``) and changes no figure the run reports."""
+    if not kept or policy_keep:
         return None
-    said = policy_reason or "no reason recorded"
-    return (f"kept by a person over the policy's roll back: {said}" if kept
-            else f"discarded by a person over the policy's keep: {said}")
+    return f"kept by a person over the policy's roll back: {policy_reason or 'no reason recorded'}"
 
 
 def _no_usage() -> Usage:
