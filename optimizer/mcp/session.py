@@ -260,6 +260,9 @@ class McpSession:
         refused = self._budget_refusal("the baseline evaluation")
         if refused is not None:
             return refused
+        touched = self.touched()  # the baseline is the branch's tip: it must be the run's start
+        if touched is not None:
+            return _error(touched)
         provider, cache = self._judge()
         try:
             await self.runner.baseline(provider, cache)
