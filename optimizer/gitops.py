@@ -17,6 +17,12 @@ How a candidate's life maps onto git
      message, stores it under ``refs/judgeloop/rejected/<experiment-id>`` and hard-resets the
      branch to the incumbent. ``git log <branch>`` is then exactly the kept chain, and every
      rejected diff stays readable (``git show refs/judgeloop/rejected/7``).
+   - waiting (``--propose-only``, the MCP ``propose_only``): ``park_waiting`` keeps the commit under
+     ``refs/judgeloop/waiting/<experiment-id>`` until a decision (``drop_waiting``), so a session that
+     ends and resets the branch leaves no orphan.
+
+The loop trusts only the commits it made (`optimizer.loop.trust`): ``commits_between`` names what lies
+between the incumbent and the tip, ``tree_changes`` is the whole diff between two commits.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ BRANCH_PREFIX = "judgeloop/"
 REJECTED_PREFIX = "refs/judgeloop/rejected/"
 # A wave's candidates wait here (one commit each on the incumbent) while the wave is evaluated.
 WAVE_PREFIX = "refs/judgeloop/wave/"
+# A propose-only candidate waits here for `judgeloop decide` (never an orphan, whatever moves the branch).
+WAITING_PREFIX = "refs/judgeloop/waiting/"
 PENDING = "pending"
 # Paths the dirty-tree check ignores: run output lives there (and is git-ignored anyway).
 IGNORED_DIRTY_PREFIXES: tuple[str, ...] = ("experiments/",)
@@ -277,6 +285,29 @@ def rejected_refs(where: Root) -> dict[int, str]:
     return refs
 
 
+def commits_between(where: Root, base: str, tip: str) -> list[tuple[str, str]]:
+    """(sha, subject) of every commit reachable from ``tip`` and not from ``base``, newest first."""
+    with repo_at(_root(where)) as repo:
+        out = repo.git.log("--format=%H%x00%s", f"{base}..{tip}", "--")
+    return [(sha, subject) for line in out.splitlines() if line for sha, _, subject in [line.partition("\0")]]
+
+
+def parents(where: Root, sha: str) -> list[str]:
+    """The parent shas of commit ``sha``."""
+    with repo_at(_root(where)) as repo:
+        return [p.hexsha for p in repo.commit(sha).parents]
+
+
+def tree_changes(where: Root, base: str, rev: str) -> dict[str, tuple[str | None, str | None]]:
+    """Every path whose content differs between commits ``base`` and ``rev``: (text at base, text at rev),
+    None for absent; read from git's objects (never the working tree), renames as a deletion and an addition.
+    The shape `guards.check_candidate` takes."""
+    with repo_at(_root(where)) as repo:
+        names = repo.git.diff("--no-renames", "--name-only", "-z", base, rev, "--")
+        old, new = repo.commit(base), repo.commit(rev)
+        return {path: (_blob_text(old, path), _blob_text(new, path)) for path in names.split("\0") if path}
+
+
 def branch_log(where: Root, branch: str, since: str | None = None) -> list[tuple[str, str]]:
     """(sha, message) of the commits on ``branch`` newest first, stopping before ``since`` if given."""
     with repo_at(_root(where)) as repo:
@@ -428,6 +459,25 @@ def check_out_parked(where: Root, sha: str) -> None:
     """Move the branch (index and tree) to a parked wave candidate, to finalise it as kept or roll it back."""
     with repo_at(_root(where)) as repo:
         repo.head.reset(sha, index=True, working_tree=True)
+
+
+def park_waiting(where: Root, sha: str, experiment_id: int) -> None:
+    """Keep a candidate waiting for a decision under ``refs/judgeloop/waiting/<experiment_id>``."""
+    with repo_at(_root(where)) as repo:
+        repo.git.update_ref(f"{WAITING_PREFIX}{experiment_id}", sha)
+
+
+def drop_waiting(where: Root, experiment_id: int) -> None:
+    """Drop a decided candidate's waiting ref (its final commit is the branch's or a rejected ref)."""
+    with repo_at(_root(where)) as repo, suppress(git.GitCommandError):
+        repo.git.update_ref("-d", f"{WAITING_PREFIX}{experiment_id}")
+
+
+def set_branch(where: Root, branch: str, sha: str) -> None:
+    """Point the local branch ``branch`` at ``sha`` without touching the working tree (it must not be
+    the checked-out branch: `restore_tree` moves that one)."""
+    with repo_at(_root(where)) as repo:
+        repo.git.update_ref(f"refs/heads/{branch}", sha)
 
 
 def store_rejected(where: Root, sha: str, experiment_id: int) -> None:

@@ -41,6 +41,11 @@ INCUMBENT_STATUSES: tuple[ExperimentStatus, ...] = ("baseline", "kept")
 # Statuses of a candidate that was tested (at a level): what online FDR control and the report count.
 TESTED_STATUSES: tuple[ExperimentStatus, ...] = ("kept", "rolled_back", "waiting")
 
+# Who made an experiment's keep or roll back: its decision policy, a person (`judgeloop decide`, the TUI),
+# or an MCP client (`judgeloop mcp`'s decide, which may never keep what the policy rolls back).
+DecidedBy = Literal["policy", "person", "mcp"]
+DECIDED_BY: tuple[DecidedBy, ...] = get_args(DecidedBy)
+
 # What the ledger's event feed carries (each kind is written by the ledger or the loop).
 EventKind = Literal["stage", "progress", "decision", "run_status"]
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)

@@ -43,6 +43,7 @@ from tests.support.loop import (
     FakeJudge,
     add_small_dev_split,
     commit_all,
+    git,
     labels_of,
     make_workspace,
     present,
@@ -544,3 +545,136 @@ def test_no_tool_of_the_session_shows_a_correction_or_the_suspects_queue(
     human = capsys.readouterr().out
     assert "1 correction(s) in devset/small/corrections.jsonl" in human
     (ws / CORRECTIONS).unlink()
+
+
+def test_a_commit_the_agent_made_on_the_session_branch_is_refused_by_name_and_nothing_is_judged(
+    ws: Path, tmp_path: Path
+) -> None:
+    """The red team's hole: a coding agent with a shell commits on the session's branch (a dev id in rubric.md
+    and an edit of judge.toml, not an allowed file), then proposes a one-line edit. The loop trusts only the
+    commits it made: the proposal is refused in one line naming the commit, no judge call is made, nothing is
+    kept, `status` says the branch was touched, and the agent's commit is not destroyed by the session's end."""
+    dev_id = sorted(labels_of(ws))[0]
+    good = library_text(ws, GOOD_ENTRY)
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                data(await call(session, "disagreements"))
+                (ws / RUBRIC_MD).write_text(rubric_with(ws, f"Item {dev_id} is a failure."), encoding="utf-8")
+                toml = ws / "prompts" / "judge.toml"
+                toml.write_text(toml.read_text(encoding="utf-8") + "\n# tuned\n", encoding="utf-8")
+                git(ws, "commit", "-q", "-a", "-m", "tune the rubric and the judge")
+                seen["hostile"] = gitops.rev_parse(ws, "HEAD")
+                before = len(server.inference_requests())
+                seen["propose"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
+                                             rationale="Check that typed text matches the request exactly.")
+                seen["paid"] = len(server.inference_requests()) - before
+                seen["status"] = data(await call(session, "status"))
+
+    drive(body)
+    hostile = seen["hostile"]
+    refused = text(seen["propose"])
+    assert seen["propose"].is_error, refused
+    assert f'{hostile[:12]} "tune the rubric and the judge"' in refused and "\n" not in refused.strip()
+    assert seen["paid"] == 0  # refused before any judge call
+    assert hostile[:12] in seen["status"]["touched"]
+    runs, exps = ledger_state(ws)
+    (run,) = runs
+    assert [e.status for e in exps[run.id]] == ["baseline"]
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        assert led.get_run(run.id).incumbent_experiment == exps[run.id][0].id
+    # Nothing is lost: the session's end does not reset the branch over a commit it did not make.
+    assert gitops.rev_parse(ws, run.branch) == hostile
+
+
+@pytest.mark.slow
+def test_decide_keep_from_the_client_against_the_policy_is_refused_and_a_person_overrules_it(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A keep is the policy's: the client's `decide keep` on a propose_only candidate the policy rolls back
+    (FPR rose) is refused with the policy's reason. When the client leaves, the waiting candidate is kept under
+    refs/judgeloop/waiting/<id> (the branch back at the incumbent) and `judgeloop decide` — a person — keeps it;
+    the ledger, the report and the commit's trailer say a person overruled the policy."""
+    bad = library_text(ws, BAD_ENTRY)
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                data(await call(session, "disagreements"))
+                seen["waiting"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, bad)},
+                                                  rationale="Accept saved work when it was confirmed.",
+                                                  propose_only=True))
+                seen["keep"] = await call(session, "decide", experiment=seen["waiting"]["experiment"],
+                                          decision="keep")
+                seen["status"] = data(await call(session, "status"))
+
+    drive(body)
+    waiting = seen["waiting"]
+    assert waiting["outcome"] == "waiting" and waiting["fpr"]["candidate"] > waiting["fpr"]["incumbent"]
+    refused = text(seen["keep"])
+    assert seen["keep"].is_error and "policy rolls it back" in refused and "FPR" in refused, refused
+    assert seen["status"]["waiting"] == waiting["experiment"]
+    runs, exps = ledger_state(ws)
+    (run,) = runs
+    base, cand = exps[run.id]
+    assert run.status == "waiting" and cand.status == "waiting"
+    # The client left: the candidate's commit is under a ref, the branch at the incumbent.
+    waiting_ref = git(ws, "rev-parse", f"refs/judgeloop/waiting/{cand.id}").strip()
+    assert waiting_ref == cand.commit_sha and gitops.rev_parse(ws, run.branch) == base.commit_sha
+    capsys.readouterr()
+    assert main(["decide", "-w", str(ws), str(cand.id), "keep"]) == 0
+    said = capsys.readouterr()
+    assert "over the policy's roll back" in said.out + said.err
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        kept = led.get_experiment(cand.id)
+        assert led.get_run(run.id).incumbent_experiment == cand.id
+    assert kept.status == "kept" and kept.decided_by == "person" and kept.policy_keep is False
+    assert kept.overrule is not None and kept.overrule.startswith("kept by a person over the policy's roll back: ")
+    assert "FPR" in kept.overrule
+    assert gitops.rev_parse(ws, run.branch) == kept.commit_sha
+    trailers = gitops.parse_trailers(gitops.commit_message(ws, present(kept.commit_sha)))
+    assert trailers["Judgeloop-Decision"] == "kept"
+    assert trailers["Judgeloop-Overrule"].startswith("kept by a person over the policy's roll back: ")
+    assert git(ws, "for-each-ref", "refs/judgeloop/waiting/").strip() == ""
+    capsys.readouterr()
+    assert main(["report", "-w", str(ws), "--run", run.id]) == 0
+    assert "kept by a person over the policy's roll back: " in capsys.readouterr().out
+    assert_clean(ws)
+
+
+def test_a_client_that_leaves_while_a_candidate_waits_leaves_it_decidable_by_judgeloop_decide(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No orphans: the session's end resets the branch to the incumbent, but the waiting candidate's commit
+    stays under refs/judgeloop/waiting/<id>, and `judgeloop decide N keep` keeps it (a person agreeing with
+    the policy: no overrule)."""
+    good = library_text(ws, GOOD_ENTRY)
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                data(await call(session, "disagreements"))
+                seen["waiting"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
+                                                  rationale="Check typed text exactly.", propose_only=True))
+
+    drive(body)
+    runs, exps = ledger_state(ws)
+    (run,) = runs
+    base, cand = exps[run.id]
+    assert seen["waiting"]["outcome"] == "waiting" and cand.status == "waiting" and run.status == "waiting"
+    assert git(ws, "rev-parse", f"refs/judgeloop/waiting/{cand.id}").strip() == cand.commit_sha
+    assert gitops.rev_parse(ws, "HEAD") == base.commit_sha
+    capsys.readouterr()
+    assert main(["decide", "-w", str(ws), str(cand.id), "keep"]) == 0, capsys.readouterr().err
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        kept = led.get_experiment(cand.id)
+    assert kept.status == "kept" and kept.decided_by == "person" and kept.overrule is None
+    assert gitops.rev_parse(ws, run.branch) == kept.commit_sha
+    assert gitops.read_file_at(ws, present(kept.commit_sha), RUBRIC_MD) == (ws / RUBRIC_MD).read_text(encoding="utf-8")
+    assert good in (ws / RUBRIC_MD).read_text(encoding="utf-8")
+    assert git(ws, "for-each-ref", "refs/judgeloop/waiting/").strip() == ""
+    assert_clean(ws)

@@ -107,7 +107,8 @@ def test_report_json_has_exactly_the_documented_shape(filled: tuple[Workspace, s
                            "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd",
                            "input_tokens", "cache_read_tokens", "cache_write_tokens", "planned_cache_read_tokens",
                            "output_tokens", "judge_cost_usd", "fp_by_type", "incumbent_fp_by_type", "alpha", "adaptive_keep",
-                           "rejudge_calls", "rejudge_cost_usd", "rejudged", "test", "panel_cost"] for r in rows)
+                           "rejudge_calls", "rejudge_cost_usd", "rejudged", "test", "decided_by", "overrule",
+                           "panel_cost"] for r in rows)
     assert all(r["panel_cost"] is None for r in rows)  # a single judge: no cost split by member
     # Per-type false positives on the items each experiment was judged on (these labels are untyped):
     # the baseline let n2 through, the kept candidate let nothing through; no verdicts, no counts.

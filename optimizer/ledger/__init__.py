@@ -38,7 +38,9 @@ adds the ``attributions`` and ``attribution_edits`` tables; 7 → 8 ``experiment
 ``verdicts.members`` (a panel's member verdicts, JSON) and ``verdicts.detail`` (criteria, evidence steps and
 review of a structured verdict as JSON; both NULL on old rows and for a single judge);
 ``experiments.keep_kind`` and ``verdict_cost_usd`` (cheaper-not-worse keeps; empty on old rows); the
-``endpoint_passes`` table (none on old runs).
+``endpoint_passes`` table (none on old runs); 9 → 10 ``experiments.policy_keep``, ``policy_reason`` and
+``decided_by`` (what the policy said and who decided: the policy, a person or an MCP client; a person's
+decision against the policy is `Experiment.overrule`; NULL on old rows).
 
 - ``endpoint_passes``: with ``[judge] base_urls``, one row per evaluation pass and endpoint: calls,
   prompt and cached tokens, failed calls, drained (`optimizer.judge.endpoints`).
@@ -75,6 +77,8 @@ from optimizer.ledger.rows import (
     _EXPERIMENT_V8_DEFAULTS,
     _EXPERIMENT_V9_COLUMNS,
     _EXPERIMENT_V9_DEFAULTS,
+    _EXPERIMENT_V10_COLUMNS,
+    _EXPERIMENT_V10_DEFAULTS,
     _RUN_COLUMNS,
     Attribution,
     BatchRow,
@@ -123,6 +127,7 @@ from optimizer.vocab import (
     RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
     AnswerStatus,
+    DecidedBy,
     EventKind,
     ExperimentStatus,
     ReviewKind,
@@ -304,7 +309,8 @@ class Ledger:
                                          (4, _EXPERIMENT_V4_COLUMNS, _EXPERIMENT_V4_DEFAULTS),
                                          (6, _EXPERIMENT_V6_COLUMNS, _EXPERIMENT_V6_DEFAULTS),
                                          (8, _EXPERIMENT_V8_COLUMNS, _EXPERIMENT_V8_DEFAULTS),
-                                         (9, _EXPERIMENT_V9_COLUMNS, _EXPERIMENT_V9_DEFAULTS)):
+                                         (9, _EXPERIMENT_V9_COLUMNS, _EXPERIMENT_V9_DEFAULTS),
+                                         (10, _EXPERIMENT_V10_COLUMNS, _EXPERIMENT_V10_DEFAULTS)):
             if self.version >= since:
                 parts.extend(columns)
             else:
@@ -541,7 +547,8 @@ class Ledger:
                 "cost_usd = ?, duration_s = ?, commit_sha = COALESCE(?, commit_sha), "
                 "prompt_hash = COALESCE(?, prompt_hash), "
                 "adaptive_keep = ?, alpha = ?, test = ?, rejudge_calls = ?, rejudge_cost_usd = ?, "
-                "cache_read_tokens = ?, cache_write_tokens = ?, keep_kind = ?, verdict_cost_usd = ? WHERE id = ?",
+                "cache_read_tokens = ?, cache_write_tokens = ?, keep_kind = ?, verdict_cost_usd = ?, "
+                "policy_keep = ?, policy_reason = ?, decided_by = ? WHERE id = ?",
                 (
                     o.status, None if o.status == "waiting" else _ts(utc_now()), o.status, o.reason,
                     _dumps(_metrics_dict(o.metrics)), _dumps(_intervals_dict(o.intervals)), _dumps(_flips_dict(o.flips)),
@@ -550,7 +557,7 @@ class Ledger:
                     o.usage.output_tokens, o.cost_usd, o.duration_s, o.commit_sha, o.prompt_hash,
                     _opt_int(o.adaptive_keep), o.alpha, _dumps(o.test), o.rejudge.calls, o.rejudge.cost_usd,
                     o.usage.cache_read_tokens, o.usage.cache_write_tokens, o.keep_kind, o.verdict_cost_usd,
-                    experiment_id,
+                    _opt_int(o.policy_keep), o.policy_reason, o.decided_by, experiment_id,
                 ),
             )
             if o.status in INCUMBENT_STATUSES:
@@ -584,8 +591,10 @@ class Ledger:
         status: ExperimentStatus,
         reason: str | None = None,
         commit_sha: str | None = None,
+        decided_by: DecidedBy | None = None,
     ) -> Experiment:
-        """Change only the decision of an experiment (e.g. a ``waiting`` one decided by a human).
+        """Change only the decision of an experiment (e.g. a ``waiting`` one decided by a person);
+        ``decided_by``: who decided (kept as stored when None).
 
         Keeps its metrics and counters; ``kept`` makes it the run's incumbent in the same transaction.
         """
@@ -595,8 +604,8 @@ class Ledger:
                 raise KeyError(f"no experiment {experiment_id}")
             cur.execute(
                 "UPDATE experiments SET status = ?, decision = ?, reason = COALESCE(?, reason), finished = ?, "
-                "commit_sha = COALESCE(?, commit_sha) WHERE id = ?",
-                (status, status, reason, _ts(utc_now()), commit_sha, experiment_id),
+                "commit_sha = COALESCE(?, commit_sha), decided_by = COALESCE(?, decided_by) WHERE id = ?",
+                (status, status, reason, _ts(utc_now()), commit_sha, decided_by, experiment_id),
             )
             if status in INCUMBENT_STATUSES:
                 cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, row[0]))

@@ -18,6 +18,7 @@ from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger.schema import _V4_EXPERIMENT_COLUMNS, FLIP_KEYS
 from optimizer.vocab import (
     AnswerStatus,
+    DecidedBy,
     EventKind,
     ExperimentStatus,
     ReviewKind,
@@ -151,6 +152,19 @@ class Experiment(BaseModel):
     # The judge's cost per verdict under this experiment's prompts, US dollars (billed tokens with cache
     # writes priced as reads, `optimizer.judge.providers.pricing.warm_cost_usd`); None: not known.
     verdict_cost_usd: float | None = None
+    # What the decision policy said (keep: True, roll back: False) and why; None when no policy decided
+    # (guards, errors) and on rows before schema 10. ``decided_by``: who made the keep or roll back.
+    policy_keep: bool | None = None
+    policy_reason: str | None = None
+    decided_by: DecidedBy | None = None
+
+    @property
+    def overrule(self) -> str | None:
+        """The line saying a person decided against the policy ("kept by a person over the policy's roll
+        back: <reason>"), or None when nobody overruled it."""
+        if self.decided_by != "person" or self.policy_keep is None or self.status not in ("kept", "rolled_back"):
+            return None
+        return overrule_line(self.status == "kept", self.policy_keep, self.policy_reason)
 
     @property
     def judge_cost_usd(self) -> float:
@@ -196,6 +210,15 @@ class Experiment(BaseModel):
         return {k: len((self.flips or {}).get(k, [])) for k in FLIP_KEYS}
 
 
+def overrule_line(kept: bool, policy_keep: bool, policy_reason: str | None) -> str | None:
+    """What a person's keep against the policy is recorded as (ledger, report, commit trailer), or None.
+    Only a keep overrules: discarding what the policy would keep loses nothing (its commit stays under
+    ``refs/judgeloop/rejected/<id>``) and changes no figure the run reports."""
+    if not kept or policy_keep:
+        return None
+    return f"kept by a person over the policy's roll back: {policy_reason or 'no reason recorded'}"
+
+
 def _no_usage() -> Usage:
     # Imported when first needed: the providers' package is not part of opening a ledger (the TUI).
     from optimizer.judge.providers.pricing import Usage
@@ -238,6 +261,9 @@ class ExperimentOutcome:
     prompt_hash: str | None = None
     keep_kind: str | None = None
     verdict_cost_usd: float | None = None
+    policy_keep: bool | None = None  # what the policy said (None: no policy decided)
+    policy_reason: str | None = None
+    decided_by: DecidedBy | None = None
 
     @property
     def cost_usd(self) -> float:
@@ -556,6 +582,9 @@ _EXPERIMENT_V8_DEFAULTS = ("0",)
 # Added by schema 9: how a keep was earned, and the cost per verdict ([loop] cheaper_margin_items).
 _EXPERIMENT_V9_COLUMNS = ("keep_kind", "verdict_cost_usd")
 _EXPERIMENT_V9_DEFAULTS = ("NULL", "NULL")
+# Added by schema 10: what the policy said, and who decided (`optimizer.vocab.DecidedBy`).
+_EXPERIMENT_V10_COLUMNS = ("policy_keep", "policy_reason", "decided_by")
+_EXPERIMENT_V10_DEFAULTS = ("NULL", "NULL", "NULL")
 
 
 def _run_from_row(r: sqlite3.Row) -> Run:
@@ -571,7 +600,7 @@ def _experiment_from_row(r: sqlite3.Row) -> Experiment:
         d[key] = _loads(d[key])
     d["files_changed"] = d["files_changed"] or []
     d["proposal_meta"] = d["proposal_meta"] or {}
-    for key in ("literal_keep", "paired_keep", "adaptive_keep"):
+    for key in ("literal_keep", "paired_keep", "adaptive_keep", "policy_keep"):
         d[key] = _opt_bool(d[key])
     d["early_stopped"] = bool(d["early_stopped"])
     return Experiment.model_validate(d)

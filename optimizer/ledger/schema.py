@@ -17,7 +17,7 @@ from optimizer.vocab import (
     TERMINAL_RUN_STATUSES,
 )
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -41,6 +41,13 @@ _V9_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("verdicts", "detail", "TEXT"),
     ("experiments", "keep_kind", "TEXT"),
     ("experiments", "verdict_cost_usd", "REAL"),
+)
+# Schema 10: who decided each experiment, and what its policy said (`optimizer.loop.trust`): policy_keep
+# (1 keep, 0 roll back, NULL: no policy decision), policy_reason, decided_by (`optimizer.vocab.DecidedBy`).
+_V10_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("experiments", "policy_keep", "INTEGER"),
+    ("experiments", "policy_reason", "TEXT"),
+    ("experiments", "decided_by", "TEXT"),
 )
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
@@ -141,6 +148,9 @@ CREATE TABLE experiments (
     planned_cache_read_tokens INTEGER NOT NULL DEFAULT 0,
     keep_kind TEXT,
     verdict_cost_usd REAL,
+    policy_keep INTEGER,
+    policy_reason TEXT,
+    decided_by TEXT,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);
@@ -311,6 +321,11 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
             if statement.strip():
                 cur.execute(statement)
         current = 9
+    if current == 9:
+        for table, column, sql_type in _V10_COLUMNS:
+            if column not in {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}:
+                cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+        current = 10
     cur.execute(f"PRAGMA user_version = {current}")
 
 

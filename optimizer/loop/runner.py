@@ -66,6 +66,7 @@ from optimizer.ledger import (
     verdict_detail,
 )
 from optimizer.ledger.waves import next_wave_number
+from optimizer.loop import trust
 from optimizer.loop.compare import Judgements, Rejudging, judgements_of, rejudge
 from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
 from optimizer.loop.strategies import (
@@ -225,6 +226,10 @@ class Evaluated:
             prompt_hash=prompt_hash,
             keep_kind=(d.keep_kind or "improved") if d and status == "kept" else None,
             verdict_cost_usd=self.verdict_cost,
+            policy_keep=d.keep if d else None,
+            policy_reason=d.reason if d else None,
+            # The policy decided when the status is its keep or roll back; a waiting one is a person's to decide.
+            decided_by="policy" if d and status in ("kept", "rolled_back") else None,
         )
 
 
@@ -891,6 +896,31 @@ class LoopRunner:
         return (f"estimated at {ratio:.2f}x the incumbent's cost per verdict, over [optimizer] max_cost_ratio "
                 f"{cap:g}")
 
+    def check_tip(self, incumbent: Experiment) -> None:
+        """Refuse (`UserError`, one line naming the unexpected commits) unless the run's branch is checked out
+        at the incumbent's commit: the loop builds a candidate only on a commit it made (`optimizer.loop.trust`)."""
+        expected = incumbent.commit_sha or self.run.start_rev
+        problem = trust.tip_problem(self.root, self.run.branch, expected)
+        if problem is not None:
+            raise UserError(trust.refusal(problem, self.run.branch, expected))
+
+    def whole_diff_guard(self, incumbent_sha: str, sha: str,
+                         proposed: Mapping[str, tuple[str | None, str | None]]) -> str | None:
+        """Why the committed candidate ``sha`` is refused on its whole diff from the incumbent (read from
+        git, not from the proposal), or None: the guards again over every file it changes, and no commit
+        the loop did not make between the two (one slipped in while the strategy proposed)."""
+        full = trust.full_diff(self.root, incumbent_sha, sha)
+        opt = self.ws.config.optimizer
+        guard = check_candidate(full, opt.allowed_files, opt.max_diff_lines, **self.guard_inputs(),
+                                structure_moves=opt.structure_moves, max_members=opt.max_members)
+        if not guard.ok:
+            return f"its whole diff from the incumbent {incumbent_sha[:12]}: {guard.reason or 'rejected'}"
+        slipped = trust.slipped_commits(self.root, incumbent_sha, sha)
+        if slipped or set(full) != set(proposed):
+            named = trust.commits_line(slipped) if slipped else "changes beside the proposal"
+            return f"commits the loop did not make lie under the candidate: {named}"
+        return None
+
     async def candidate(self, incumbent: Experiment, provider: Provider, cache: JudgeCache) -> Experiment:
         prepared = await self.prepare(incumbent, provider)
         if isinstance(prepared, Experiment):
@@ -908,6 +938,7 @@ class LoopRunner:
         ``siblings`` are the wave's earlier candidates (shown to the strategy), ``wave_meta`` goes into
         the row's proposal meta and ``seen`` maps an earlier candidate's files to its id (a duplicate is
         rejected; ``given``: the proposal a strategy made for the whole wave at once)."""
+        self.check_tip(incumbent)
         seq = max(e.seq for e in self.ledger.experiments(self.run.id)) + 1
         if given is None:
             self.stage(StageKind.PROPOSING, None, seq=seq, strategy=self.strategy.name)
@@ -999,6 +1030,14 @@ class LoopRunner:
             self.root, sorted(changed), f"judgeloop candidate {exp.id}: {_one_line(proposal.rationale)}\n\n"
             f"{proposal.rationale}", exp.id,
         )
+        incumbent_sha = incumbent.commit_sha or self.run.start_rev
+        slipped = self.whole_diff_guard(incumbent_sha, sha, changed)
+        if slipped is not None:
+            rejected = gitops.roll_back(self.root, sha, exp.id, incumbent_sha,
+                                        decision_trailers(exp.id, None, "guard_rejected"))
+            self.say(f"  experiment {exp.id}: rejected by the guards: {slipped}")
+            return self.ledger.record_decision(exp.id, ExperimentOutcome(
+                status="guard_rejected", reason=slipped, extra_cost_usd=proposal.cost_usd, commit_sha=rejected))
         self.ledger.mark_evaluating(exp.id, sha, cost_usd=proposal.cost_usd)
         if seen is not None:
             seen[files_key] = exp.id
@@ -1056,6 +1095,7 @@ class LoopRunner:
         d = ev.decision
         if self.limits.propose_only:
             waiting = f"waiting for a human decision; the {d.policy} policy says: {d.reason}"
+            gitops.park_waiting(self.root, sha, exp_id)  # decidable whatever later moves the branch
             exp = self._record_eval(exp_id, ev, outcome("waiting", waiting))
             # Advice, not an outcome: the run's summary says once that it waits for `judgeloop decide`.
             self.say(f"  experiment {exp_id}: evaluated; the {d.policy} policy {as_advice(d.reason)} "

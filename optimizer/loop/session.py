@@ -31,6 +31,8 @@ from optimizer.judge.harness import check_budget
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.providers import Usage, check_judge_key
 from optimizer.ledger import Experiment, Ledger, Run, RunStatus
+from optimizer.ledger.rows import overrule_line
+from optimizer.loop import trust
 from optimizer.loop.runner import LoopRunner, check_wave, decision_trailers, fmt3
 from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
@@ -39,7 +41,7 @@ from optimizer.models import Label
 from optimizer.paths import check_prompts_tree
 from optimizer.report import export_experiments_tsv, write_markdown_report
 from optimizer.runsettings import Limits, RunOverrides, RunSettings
-from optimizer.vocab import PolicyName, RunStrategyName, StageKind
+from optimizer.vocab import DecidedBy, PolicyName, RunStrategyName, StageKind
 from optimizer.workspace import Workspace, command_lock
 
 Say = Callable[[str], None]
@@ -241,6 +243,7 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
         say(f"run {run.id} was interrupted before its branch existed; created {run.branch} at its start")
     labels = _resumed_labels(ledger, run, split, settings.loop.labels, say)
     gitops.checkout_branch(ws.root, run.branch)
+    _check_resumed_tip(ws, ledger, run)
     # Calls paid before a crash come back from the cache on resume and are not re-counted by
     # the resumed evaluation: put them on the interrupted experiment's row first. The last
     # progress event's running total is a floor (it is throttled, so it may lag the cache).
@@ -258,6 +261,91 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
     return _Prepared(run, split, settings, spent, run.strategy, labels)
 
 
+def _last_kept_sha(ledger: Ledger, run: Run) -> str:
+    """The commit of the run's incumbent (its last kept candidate or its baseline), else its start."""
+    inc = ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
+    return inc.commit_sha if inc is not None and inc.commit_sha else run.start_rev
+
+
+def _loop_made(ws: Workspace, ledger: Ledger, run: Run, base: str) -> set[str]:
+    """The commits on top of ``base`` the loop made for ``run`` and recorded (or is about to): its running and
+    waiting candidates' commits, its parked wave candidates, and a pending commit at the branch's tip whose
+    trailers name a running candidate of the run not yet recorded (killed between the commit and the record)."""
+    open_exps = [*ledger.experiments_with_status("running", run.id), *ledger.experiments_with_status("waiting", run.id)]
+    made = {e.commit_sha for e in open_exps if e.commit_sha and e.seq > 0}
+    parked = gitops.parked_candidates(ws.root)
+    made |= {parked[e.id] for e in open_exps if e.id in parked}
+    if gitops.branch_exists(ws.root, run.branch):
+        tip = gitops.rev_parse(ws.root, run.branch)
+        trailers = gitops.parse_trailers(gitops.commit_message(ws.root, tip))
+        pending = {str(e.id) for e in open_exps if e.status == "running" and not e.commit_sha and e.seq > 0}
+        if (trailers.get("Judgeloop-Experiment") in pending and trailers.get("Judgeloop-Decision") == gitops.PENDING
+                and gitops.parents(ws.root, tip) == [base]):
+            made.add(tip)  # rolled back, never evaluated: a commit of the loop's, never trusted to be judged
+    return made
+
+
+def _check_resumed_tip(ws: Workspace, ledger: Ledger, run: Run) -> None:
+    """Refuse a resume whose branch tip is neither the incumbent's commit nor one the loop made for it."""
+    base = _last_kept_sha(ledger, run)
+    problem = trust.branch_problem(ws.root, run.branch, base, _loop_made(ws, ledger, run, base))
+    if problem is not None:
+        raise UserError(trust.refusal(problem, run.branch, base))
+
+
+def close_unfinished_runs(ws: Workspace, ledger: Ledger, say: Say) -> None:
+    """Close every run a kill, a crash or a stop left unfinished, before a new run or MCP session starts (the
+    caller holds the loop lock and has checked the tree is clean, so no run is alive and nothing is lost):
+    each undecided candidate is recorded as an error and kept under ``refs/judgeloop/rejected/<id>``, a waiting
+    one under ``refs/judgeloop/waiting/<id>`` (still decidable), the run's branch goes back to its last kept
+    commit and a killed run is marked ``stopped``. A branch with commits the loop did not make is refused
+    (one line naming them), not reset. `run --resume` does not call this: it continues the run instead."""
+    for run in ledger.runs():
+        if run.status == "running" or ledger.experiments_with_status("running", run.id):
+            _close_run(ws, ledger, run, say)
+
+
+def _close_run(ws: Workspace, ledger: Ledger, run: Run, say: Say) -> None:
+    base = _last_kept_sha(ledger, run)
+    has_branch = gitops.branch_exists(ws.root, run.branch)
+    if has_branch:
+        problem = trust.branch_problem(ws.root, run.branch, base, _loop_made(ws, ledger, run, base))
+        if problem is not None:
+            raise UserError(f"run {run.id} did not finish and is closed before a new one starts, but "
+                            + trust.refusal(problem, run.branch, base))
+    killed = run.status == "running"
+    who = "the MCP session was killed" if run.strategy == MCP_PROPOSER else (
+        f"run {run.id} was killed" if killed else f"run {run.id} ended ({run.status})")
+    _record_spend_before_crash(ledger, ws, run.id)
+    parked = gitops.parked_candidates(ws.root)
+    rolled: list[int] = []
+    for exp in ledger.experiments_with_status("running", run.id):
+        if exp.commit_sha and exp.seq > 0:
+            gitops.store_rejected(ws.root, exp.commit_sha, exp.id)
+        if exp.id in parked:
+            gitops.unpark(ws.root, exp.id)
+        ledger.record_error(exp.id, f"interrupted: {who} before it was decided; rolled back when the next "
+                            "command started", cost_usd=exp.cost_usd)
+        rolled.append(exp.id)
+    waiting = ledger.experiments_with_status("waiting", run.id)
+    for exp in waiting:
+        if exp.commit_sha:
+            gitops.park_waiting(ws.root, exp.commit_sha, exp.id)
+    if has_branch and gitops.rev_parse(ws.root, run.branch) != base:
+        if gitops.current_branch(ws.root) == run.branch:
+            gitops.restore_tree(ws.root, base)
+        else:
+            gitops.set_branch(ws.root, run.branch, base)
+    if waiting:
+        ledger.set_run_status(run.id, "waiting", stop_reason=f"{who}; experiment {waiting[0].id} waits for "
+                              f"`judgeloop decide {waiting[0].id} keep|discard`")
+    elif killed:
+        ledger.set_run_status(run.id, "stopped", stop_reason=f"{who}; closed by the next command")
+    say(f"closed run {run.id} ({who})" + (f": experiment(s) {', '.join(map(str, rolled))} rolled back under "
+                                         "refs/judgeloop/rejected/" if rolled else "")
+        + f"; {run.branch} is at its last kept commit {base[:12]}")
+
+
 def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, say: Say,
                    proposer: str | None = None) -> _Prepared:
     """``proposer``: who proposes when it is not a strategy of `make_strategy` (``"mcp"``: `optimizer.mcp`)."""
@@ -271,6 +359,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
                         "strategy writes its own: drop -m, or add --strategy manual to judge your edit")
     if strategy_name != "manual":
         gitops.ensure_clean(ws.root, "judgeloop run")
+        close_unfinished_runs(ws, ledger, say)
     waiting = ledger.experiments_with_status("waiting")
     if waiting:
         raise UserError(f"experiment {waiting[0].id} is waiting for a decision; run "
@@ -290,6 +379,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
         manual_dir = capture_edits(ws.root, ws.experiments_dir, cfg.optimizer.editable_files, options.message,
                                    structure=(cfg.optimizer.structure_moves, cfg.optimizer.max_members))
         gitops.ensure_clean(ws.root, "judgeloop run")
+        close_unfinished_runs(ws, ledger, say)  # after the capture: its reset must not take the edit
         limits = dataclasses.replace(limits, max_experiments=1)
         say(f"your edit is saved in {manual_dir.relative_to(ws.root)} and judged as one candidate")
     start_rev = gitops.rev_parse(ws.root, "HEAD")
@@ -486,23 +576,32 @@ def _summary(ledger: Ledger, run_id: str, ended: StopReason, say: Say, loop: Loo
 
 
 def decide(ws: Workspace, experiment: int | str, keep: bool, events: Listener = ignore) -> int:
-    """Keep or discard the candidate waiting in --propose-only mode (a human decision); returns the
-    experiment's id. Keeping a candidate that raised FPR is allowed, with a warning."""
+    """Keep or discard the candidate waiting in --propose-only mode: a person's decision (the CLI and the
+    TUI call this), which may overrule the policy (the ledger, the report and the commit say so); returns
+    the experiment's id."""
     def say(text: str) -> None:
         events(Message(text))
 
     with command_lock(ws, "decide"), Ledger(ws.ledger_path) as ledger:
-        exp = decide_waiting(ws, ledger, experiment, keep, say)
-        ledger.set_run_status(exp.run_id, "stopped", stop_reason="propose-only candidate decided by a human")
+        exp = decide_waiting(ws, ledger, experiment, keep, say, by="person")
+        ledger.set_run_status(exp.run_id, "stopped", stop_reason="propose-only candidate decided by a person")
         say("next candidate: `judgeloop run --resume --propose-only`")
         return exp.id
 
 
+DECIDERS: dict[DecidedBy, str] = {"person": "a person", "mcp": "the MCP client", "policy": "the policy"}
+
+
 def decide_waiting(ws: Workspace, ledger: Ledger, experiment: int | str, keep: bool, say: Say, *,
-                   by: str = "a human") -> Experiment:
-    """Keep or discard a waiting candidate (git and ledger), as decided ``by`` (the reason says who); the
-    caller holds the loop lock and says what comes next (`decide`; the MCP server's ``decide``, whose
-    session goes on)."""
+                   by: DecidedBy = "person") -> Experiment:
+    """Keep or discard a waiting candidate (git and ledger), as decided ``by``; the caller holds the loop
+    lock and says what comes next (`decide`; the MCP server's ``decide``, whose session goes on).
+
+    A keep is the policy's: an MCP client's keep of a candidate the policy rolls back is refused (a
+    `UserError` naming the policy's reason); only a person overrules the policy. The candidate is decided
+    only on the loop's own commits: the branch tip must be the candidate's commit or (a session that
+    ended, the candidate under ``refs/judgeloop/waiting/<id>``) the incumbent's, and the candidate's
+    parent the incumbent's commit."""
     try:
         exp = ledger.get_experiment(int(experiment))
     except ValueError:
@@ -510,27 +609,47 @@ def decide_waiting(ws: Workspace, ledger: Ledger, experiment: int | str, keep: b
     if exp.status != "waiting":
         raise UserError(f"experiment {exp.id} is {exp.status}, not waiting for a decision")
     run = ledger.get_run(exp.run_id)
+    parent = ledger.get_experiment(exp.parent_id) if exp.parent_id else None
+    if parent is None or not parent.commit_sha or not exp.commit_sha or run.incumbent_experiment != parent.id:
+        raise UserError(f"experiment {exp.id} is not a candidate on run {run.id}'s incumbent; it cannot be decided "
+                        "any more (start a new run)")
+    if keep and by != "person" and exp.policy_keep is False:
+        raise UserError(f"experiment {exp.id} is not kept: the {run.policy} policy rolls it back "
+                        f"({exp.policy_reason or 'no reason recorded'}); a keep is the policy's and only a person "
+                        f"overrules it (`judgeloop decide {exp.id} keep`, or the TUI): decide discard")
     gitops.checkout_branch(ws.root, run.branch)
-    tip = gitops.rev_parse(ws.root, "HEAD")
-    if exp.commit_sha != tip:
-        raise UserError(f"the tip of {run.branch} is not experiment {exp.id}'s commit; "
-                        "the branch was changed by hand — reset it and retry")
+    problem = trust.tip_problem(ws.root, run.branch, parent.commit_sha, also=[exp.commit_sha])
+    if problem is not None:
+        raise UserError(trust.refusal(problem, run.branch, parent.commit_sha))
+    if gitops.parents(ws.root, exp.commit_sha) != [parent.commit_sha]:
+        raise UserError(f"experiment {exp.id}'s commit {exp.commit_sha[:12]} is not a child of the incumbent's "
+                        f"{parent.commit_sha[:12]}; it cannot be decided (start a new run)")
+    if gitops.rev_parse(ws.root, "HEAD") != exp.commit_sha:
+        # The candidate waits under its ref, the branch at the incumbent: bring it back to decide it.
+        gitops.ensure_clean(ws.root, f"judgeloop decide {exp.id}")
+        gitops.restore_tree(ws.root, exp.commit_sha)
+    tip = exp.commit_sha
     metrics = exp.metrics_model()
     policy_said = exp.reason or ""
-    parent = ledger.get_experiment(exp.parent_id) if exp.parent_id else None
+    who = DECIDERS[by]
+    overrule = overrule_line(keep, exp.policy_keep, exp.policy_reason) if exp.policy_keep is not None else None
     if keep:
-        if parent and exp.fpr is not None and parent.fpr is not None and exp.fpr > parent.fpr:
-            say(f"warning: keeping a candidate that raised FPR {parent.fpr:.3f} → {exp.fpr:.3f} (an override by {by})")
-        sha = gitops.finalize_kept(ws.root, tip, decision_trailers(exp.id, metrics, "kept"))
-        ledger.set_experiment_decision(exp.id, status="kept", commit_sha=sha,
-                                       reason=f"kept by {by} ({policy_said})")
-        say(f"experiment {exp.id} kept as {sha[:12]} on {run.branch}")
+        if parent.fpr is not None and exp.fpr is not None and exp.fpr > parent.fpr:
+            say(f"warning: keeping a candidate that raised FPR {parent.fpr:.3f} → {exp.fpr:.3f} (decided by {who})")
+        trailers = decision_trailers(exp.id, metrics, "kept") | ({"Judgeloop-Overrule": overrule} if overrule else {})
+        sha = gitops.finalize_kept(ws.root, tip, trailers)
+        ledger.set_experiment_decision(exp.id, status="kept", commit_sha=sha, decided_by=by,
+                                       reason=overrule or f"kept by {who} ({policy_said})")
+        say(f"experiment {exp.id} kept as {sha[:12]} on {run.branch}" + (f" — {overrule}" if overrule else ""))
     else:
-        incumbent_sha = parent.commit_sha if parent and parent.commit_sha else gitops.rev_parse(ws.root, "HEAD~1")
-        rejected = gitops.roll_back(ws.root, tip, exp.id, incumbent_sha, decision_trailers(exp.id, metrics, "rolled_back"))
-        ledger.set_experiment_decision(exp.id, status="rolled_back", commit_sha=rejected,
-                                       reason=f"discarded by {by} ({policy_said})")
-        say(f"experiment {exp.id} discarded; kept under refs/judgeloop/rejected/{exp.id}")
+        trailers = decision_trailers(exp.id, metrics, "rolled_back") | (
+            {"Judgeloop-Overrule": overrule} if overrule else {})
+        rejected = gitops.roll_back(ws.root, tip, exp.id, parent.commit_sha, trailers)
+        ledger.set_experiment_decision(exp.id, status="rolled_back", commit_sha=rejected, decided_by=by,
+                                       reason=overrule or f"discarded by {who} ({policy_said})")
+        say(f"experiment {exp.id} discarded; kept under refs/judgeloop/rejected/{exp.id}"
+            + (f" — {overrule}" if overrule else ""))
+    gitops.drop_waiting(ws.root, exp.id)
     return ledger.get_experiment(exp.id)
 
 

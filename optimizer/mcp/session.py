@@ -12,8 +12,15 @@ commit, evaluation on the dev split, decision, keep or roll back, all in the led
 
 The budget (US dollars) is the run's judge budget: the evaluator reserves every judge call the session
 causes (baseline, candidates, re-judging) against it before making it and refuses one that would cross
-it. A killed server leaves a run marked ``running``; the next session closes it first (its unfinished
-candidate rolled back and kept under ``refs/judgeloop/rejected/<id>``, what it paid recorded).
+it. A killed server leaves a run marked ``running``; the next session (or `judgeloop run`) closes it first
+(`optimizer.loop.session.close_unfinished_runs`: its unfinished candidate rolled back and kept under
+``refs/judgeloop/rejected/<id>``, what it paid recorded). A ``propose_only`` candidate still waiting when the
+client leaves is kept under ``refs/judgeloop/waiting/<id>`` and stays decidable by `judgeloop decide`.
+
+Trust: ``propose`` is refused (one line naming them, no judge call) when the session's branch holds commits
+the loop did not make or is not checked out (`optimizer.loop.trust`); ``status`` says so under ``touched``.
+``decide keep`` is refused when the policy rolls the candidate back: a keep is the policy's, and only a
+person (`judgeloop decide`, the TUI) overrules it.
 """
 
 from __future__ import annotations
@@ -36,13 +43,13 @@ from optimizer.events import Event, Listener, Message, Progress, ProgressSnapsho
 from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
 from optimizer.ledger import Attribution, Experiment, Ledger, Run
+from optimizer.loop import trust
 from optimizer.loop.attribute import AttributeOptions, _attribute, resolve_scope
 from optimizer.loop.runner import LoopRunner, fmt3
 from optimizer.loop.session import (
     MCP_PROPOSER,
     RunOptions,
     _prepare_start,
-    _record_spend_before_crash,
     decide_waiting,
 )
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
@@ -94,6 +101,15 @@ class _Submitted:
         return proposal
 
 
+def _dirty_line(ws: Workspace) -> str | None:
+    """The working tree's changes not made through propose, in one line, or None."""
+    dirty = gitops.dirty_paths(ws.root)
+    if not dirty:
+        return None
+    return f"the working tree has changes not made through propose: {', '.join(dirty[:5])}" + (
+        f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+
+
 def _error(text: str) -> ToolOutput:
     return ToolOutput(text=f"error: {text}", is_error=True)
 
@@ -108,37 +124,27 @@ def _money(x: float) -> float:
 
 def roll_back_unfinished(ws: Workspace, ledger: Ledger, run_id: str, reason: str) -> list[int]:
     """Record every ``running`` experiment of the run as an error (``reason``), keep its commit under
-    ``refs/judgeloop/rejected/<id>`` and reset the run's branch to its incumbent; the ids rolled back."""
+    ``refs/judgeloop/rejected/<id>`` and reset the run's branch to its incumbent; the ids rolled back.
+    A waiting candidate stays under ``refs/judgeloop/waiting/<id>`` (still decidable). A branch whose tip
+    is not a commit the loop made is never reset (that would destroy someone's commits); it is left as it is."""
     run = ledger.get_run(run_id)
     incumbent = ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
+    base = incumbent.commit_sha if incumbent and incumbent.commit_sha else run.start_rev
+    loop_made = {e.commit_sha for status in ("running", "waiting")
+                 for e in ledger.experiments_with_status(status, run_id) if e.commit_sha}
+    trusted = trust.tip_problem(ws.root, run.branch, base, also=loop_made) is None
     done = []
     for exp in ledger.experiments_with_status("running", run_id):
         if exp.commit_sha and exp.seq > 0:
             gitops.store_rejected(ws.root, exp.commit_sha, exp.id)
         ledger.record_error(exp.id, reason, cost_usd=exp.cost_usd)
         done.append(exp.id)
-    if gitops.current_branch(ws.root) == run.branch:
-        gitops.restore_tree(ws.root, incumbent.commit_sha if incumbent and incumbent.commit_sha else run.start_rev)
+    for exp in ledger.experiments_with_status("waiting", run_id):
+        if exp.commit_sha:
+            gitops.park_waiting(ws.root, exp.commit_sha, exp.id)
+    if trusted:
+        gitops.restore_tree(ws.root, base)
     return done
-
-
-def close_killed_sessions(ws: Workspace, ledger: Ledger, say: Listener) -> None:
-    """Close the MCP sessions a kill left ``running`` (the caller holds the loop lock, so none is alive)."""
-    for run in ledger.runs():
-        if run.strategy != MCP_PROPOSER or run.status != "running":
-            continue
-        dirty = [p for p in gitops.dirty_paths(ws.root) if p not in ws.config.optimizer.editable_files]
-        if dirty:
-            raise UserError(f"MCP session {run.id} was killed and must be closed first, but the working tree has "
-                            f"changes outside the loop's files ({', '.join(dirty[:5])}); commit or discard them")
-        _record_spend_before_crash(ledger, ws, run.id)
-        if gitops.branch_exists(ws.root, run.branch):
-            gitops.checkout_branch(ws.root, run.branch)
-        rolled = roll_back_unfinished(ws, ledger, run.id, "interrupted: the MCP session was killed before it was "
-                                      "decided; rolled back by the next session")
-        ledger.set_run_status(run.id, "stopped", stop_reason="the MCP session was killed; closed by the next one")
-        say(Message(f"closed MCP session {run.id}, which was killed"
-                    + (f" (experiment(s) {', '.join(map(str, rolled))} rolled back)" if rolled else ""), "note"))
 
 
 class McpSession:
@@ -231,6 +237,17 @@ class McpSession:
             workspace_root=self.ws.root, allowed_files=allowed, current_files=current, disagreements=[],
             history=[], guidance="", split=runner.split, rng_seed=runner.seed, experiment_seq=seq))
 
+    def touched(self) -> str | None:
+        """One line when the session's branch is not as the loop left it (not checked out, or commits the
+        loop did not make on it, named), else None; the working tree's changes are ``propose``'s own check."""
+        run = self._run()
+        inc = self._incumbent()
+        base = inc.commit_sha if inc is not None and inc.commit_sha else run.start_rev
+        waiting = self._waiting()
+        problem = trust.tip_problem(self.ws.root, run.branch, base,
+                                    also=[waiting.commit_sha] if waiting and waiting.commit_sha else [])
+        return None if problem is None else trust.refusal(problem, run.branch, base)
+
     def _waiting(self) -> Experiment | None:
         return next(iter(self.ledger.experiments_with_status("waiting", self.run_id)), None)
 
@@ -243,6 +260,9 @@ class McpSession:
         refused = self._budget_refusal("the baseline evaluation")
         if refused is not None:
             return refused
+        touched = self.touched()  # the baseline is the branch's tip: it must be the run's start
+        if touched is not None:
+            return _error(touched)
         provider, cache = self._judge()
         try:
             await self.runner.baseline(provider, cache)
@@ -286,6 +306,7 @@ class McpSession:
             "candidates": dict(Counter(e.status for e in exps if e.seq > 0)),
             "waiting": waiting.id if waiting else None,
             "allowed_files": list(cfg.optimizer.allowed_files), "max_diff_lines": cfg.optimizer.max_diff_lines,
+            "touched": self.touched() or _dirty_line(self.ws),
             "next": step,
         })
 
@@ -348,6 +369,9 @@ class McpSession:
         failed = await self._ensure_baseline()
         if failed is not None:
             return failed
+        touched = self.touched()
+        if touched is not None:
+            return _error(touched)
         state = self._state()
         for path, text in files.items():
             out = run_tool(state, "write_file", {"path": path, "text": text})
@@ -415,7 +439,7 @@ class McpSession:
             which = f"experiment {waiting.id} is" if waiting else "no experiment of this session is"
             return _error(f"experiment {experiment} is not waiting for a decision in this session ({which} waiting)")
         lines: list[str] = []
-        exp = decide_waiting(self.ws, self.ledger, experiment, decision == "keep", lines.append, by="the MCP client")
+        exp = decide_waiting(self.ws, self.ledger, experiment, decision == "keep", lines.append, by="mcp")
         return _json({"experiment": exp.id, "outcome": exp.status, "reason": exp.reason, "said": lines})
 
     async def attribute(self) -> ToolOutput:
@@ -490,7 +514,6 @@ def open_session(ws: Workspace, options: SessionOptions, events: Listener = igno
             say("removed a stale .git/index.lock (left by a process killed in the middle of a git command)")
         check_prompts_tree(ws.root)
         with Ledger(ws.ledger_path) as ledger:
-            close_killed_sessions(ws, ledger, events)
             run_options = RunOptions(policy=options.policy, budget_usd=options.budget_usd,
                                      replicates=options.replicates, judge=options.judge)
             judge = options.judge.apply(ws.config.judge)

@@ -26,7 +26,7 @@ JSON_EXPERIMENT_KEYS: tuple[str, ...] = (
     "p_value", "calls", "cost_usd", "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens",
     "optimizer_cost_usd", "input_tokens", "cache_read_tokens", "cache_write_tokens",
     "planned_cache_read_tokens", "output_tokens", "judge_cost_usd", "fp_by_type", "incumbent_fp_by_type", "alpha",
-    "adaptive_keep", "rejudge_calls", "rejudge_cost_usd", "rejudged", "test",
+    "adaptive_keep", "rejudge_calls", "rejudge_cost_usd", "rejudged", "test", "decided_by", "overrule",
 )
 
 
@@ -90,6 +90,9 @@ def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[s
             "rejudge_cost_usd": exp.rejudge_cost_usd,
             "rejudged": [{"trajectory_id": i.trajectory_id, "draws": i.draws()} for i in rejudged_items(exp)],
             "test": exp.test,
+            # Who decided (the policy, a person, an MCP client) and a person's decision against the policy.
+            "decided_by": exp.decided_by,
+            "overrule": exp.overrule,
             # A panel's cost per verdict, split by member (null: a single judge).
             "panel_cost": panel_cost(ledger, exp.id),
         })

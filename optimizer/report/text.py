@@ -48,7 +48,7 @@ TSV_COLUMNS: tuple[str, ...] = (
     "commit", "files_changed", "insertions", "deletions", "reason", "rationale", "optimizer_calls",
     "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "cache_read_tokens",
     "cache_write_tokens", "alpha", "adaptive_keep", "rejudge_calls", "rejudge_cost_usd", "keep_kind",
-    "verdict_cost_usd",
+    "verdict_cost_usd", "decided_by", "overrule",
 )
 
 
@@ -146,6 +146,10 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
                    + (f"  parent #{e.parent_id}" if e.parent_id is not None else ""))
         if e.reason:
             out.append(f"    reason: {e.reason}")
+        if e.decided_by in ("person", "mcp"):  # the policy's own decisions need no line
+            out.append(f"    decided by {'a person' if e.decided_by == 'person' else 'the MCP client'}"
+                       + (f"; {e.overrule}" if e.overrule and e.overrule != e.reason else "")
+                       + (" (over the policy)" if e.overrule else ""))
         if e.metrics:
             out.append(
                 f"    kappa {_num(e.kappa)}{_interval(e, 'kappa')} (Δ {_signed(_delta(e.kappa, parent.kappa if parent else None))})"
@@ -328,6 +332,7 @@ def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
                 "alpha": e.alpha, "adaptive_keep": None if e.adaptive_keep is None else int(e.adaptive_keep),
                 "rejudge_calls": e.rejudge_calls, "rejudge_cost_usd": e.rejudge_cost_usd,
                 "keep_kind": e.keep_kind, "verdict_cost_usd": e.verdict_cost_usd,
+                "decided_by": e.decided_by, "overrule": e.overrule,
             }
             writer.writerow(["" if row[c] is None else row[c] for c in TSV_COLUMNS])
     return path

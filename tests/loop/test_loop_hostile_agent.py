@@ -17,9 +17,10 @@ import pytest
 
 from optimizer import gitops
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
+from optimizer.loop.strategies import Proposal, ProposalContext
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, ToolCall, Usage, reply
-from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, labels_of, run_loop
-from tests.support.scripted import assert_clean, latest
+from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, git, labels_of, run_loop
+from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest
 
 OLD = "## Decision rules"
 
@@ -101,3 +102,37 @@ def test_a_hostile_agent_is_refused_rejected_and_recorded_and_the_run_goes_on(
     assert good_text in (ws / RUBRIC_MD).read_text(encoding="utf-8")
     assert_clean(ws)
     assert "sk-ant-test-not-a-real-key" not in capsys.readouterr().out
+
+
+def test_a_commit_slipped_under_the_candidate_is_judged_by_the_guards_on_the_full_diff(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An optimiser with a shell commits on the run branch while it proposes (after the loop checked the tip):
+    a dev id in rubric.md. Its proposal, made on top of that commit, adds only a good rule, so the proposed
+    files alone pass the guards. The guards read the whole incumbent → candidate diff: the candidate is
+    guard-rejected before any judge call, nothing is kept, the branch is back at the incumbent and the
+    slipped commit stays reachable (the rejected candidate's parent)."""
+    dev_id = sorted(labels_of(ws))[0]
+    good_text = {e.id: e.text for e in parse_library((ws / LIBRARY_MD).read_text(encoding="utf-8"))}[GOOD_ENTRY]
+
+    def slip_a_commit_then_propose(ctx: ProposalContext) -> Proposal:
+        rubric = ws / RUBRIC_MD
+        rubric.write_text(rubric.read_text(encoding="utf-8") + f"\n- Item {dev_id} is a failure.\n", encoding="utf-8")
+        git(ws, "commit", "-q", "-a", "-m", "remember a hard case")
+        return Proposal(files={RUBRIC_MD: rubric.read_text(encoding="utf-8") + f"\n- {good_text}\n"},
+                        rationale="Check typed text exactly.")
+
+    install(monkeypatch, ScriptedStrategy([slip_a_commit_then_propose]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+        run, exps = latest(ws)
+        judged = {e.id: e.calls for e in exps}
+    base, cand = exps
+    assert cand.status == "guard_rejected", (cand.status, cand.reason)
+    assert f"the dev id {dev_id!r}" in (cand.reason or "") and judged[cand.id] == 0
+    assert gitops.rev_parse(ws, run.branch) == base.commit_sha == gitops.rev_parse(ws, "HEAD")
+    rejected = gitops.rejected_refs(ws)[cand.id]
+    slipped = git(ws, "rev-parse", f"{rejected}~1").strip()
+    assert gitops.commit_message(ws, slipped).startswith("remember a hard case")
+    assert dev_id not in (ws / RUBRIC_MD).read_text(encoding="utf-8")
+    assert_clean(ws)

@@ -184,3 +184,48 @@ def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -
     # Both prompts re-judged twice per disagreeing item; 5 of those calls were paid before the kill.
     assert cand.rejudge_calls == 4 * n_rejudged - 5
     assert_clean(ws)
+
+
+def test_kill_9_mid_candidate_then_a_plain_run_closes_the_old_run_and_starts_from_its_last_kept_commit(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No orphans: a plain `run` after a `kill -9` mid-candidate never starts from the undecided candidate's
+    commit. It closes the old run first — the candidate rolled back under refs/judgeloop/rejected/<id> with
+    its reason, the run marked stopped — and the new run's baseline is the last kept commit (here the old
+    run's baseline), judged with the same kappa."""
+    judge = FakeJudge(ws)
+    n_items = len(judge.neg_rank) + len(judge.pos_rank)
+    judge.gate_after = n_items + 10
+    judge.delay_s = 0.005
+    with FakeLLMServer(default=judge) as server:
+        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+                "--model", "fake-judge", "--concurrency", "8", "--strategy", "library", "--max-experiments", "2"]
+
+        def mid_candidate() -> None:
+            wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
+            wait_for(lambda: running_candidate_with_progress(ws), "a running candidate with progress events")
+
+        killed_cli(args, mid_candidate)
+        judge.abandon_gated = True
+        judge.gate.set()
+        judge.gate_after = None
+        old, before = latest(ws)
+        old_base, cut = before
+        assert old.status == "running" and cut.status == "running"
+        assert cut.commit_sha == gitops.rev_parse(ws, "HEAD") != old_base.commit_sha
+        capsys.readouterr()
+        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "1") == 0
+        said = capsys.readouterr().out
+    assert f"closed run {old.id}" in said
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        closed = led.get_run(old.id)
+        cut_after = led.get_experiment(cut.id)
+        new = next(r for r in led.runs() if r.id != old.id)
+        new_base = led.experiments(new.id)[0]
+    assert closed.status == "stopped" and "closed" in (closed.stop_reason or "")
+    assert cut_after.status == "error" and "rolled back" in (cut_after.reason or "")
+    assert gitops.rejected_refs(ws)[cut.id] == cut.commit_sha
+    assert new.start_rev == old_base.commit_sha != cut.commit_sha
+    assert new_base.seq == 0 and new_base.commit_sha == old_base.commit_sha
+    assert new_base.kappa == old_base.kappa
+    assert_clean(ws)
