@@ -33,7 +33,7 @@ _VALUE_STRIP = " \t\"'`()[]{}<>,;:!?.\u201c\u201d\u2018\u2019"
 _INNER_SEPARATOR_RE = re.compile(r"[^\W_][.@_/\\:][^\W_]", re.UNICODE)
 _QUOTED_RE = re.compile(r'"([^"\n]{3,80})"|\u201c([^\u201d\n]{3,80})\u201d|(?:(?<=\s)|^)\'([^\'\n]{3,80})\'(?=[\s.,;:!?)]|$)')
 # A click target: two numbers of 5+ digits in all (smaller pairs are prose: "steps 5 7", the time 10:30).
-_COORDINATE_RE = re.compile(r"\d+ \d+")
+COORDINATE_RE = re.compile(r"\d+ \d+")
 MIN_COORDINATE_DIGITS = 5
 # Action arguments that name a choice from a small vocabulary, never a value.
 _NOT_VALUES = frozenset({"button", "direction", "keys", "key"})
@@ -159,7 +159,7 @@ class LintText:
         if " " in value:
             if value.split(" ", 1)[0] not in self.word_set:
                 return 0
-            line = self.coordinate_line if _COORDINATE_RE.fullmatch(value) else self.word_line
+            line = self.coordinate_line if COORDINATE_RE.fullmatch(value) else self.word_line
             return line.count(f" {value} ")
         if value not in self.lower:
             return 0
