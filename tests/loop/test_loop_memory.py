@@ -225,9 +225,9 @@ def test_a_case_about_another_folds_item_is_guard_rejected_naming_the_case_and_t
     same_instruction = {t for t in split.ids if split.trajectory(t).task.instruction == instruction}
     a = next(t for t in split.ids if folds.of[t] != folds.of[b])
     typed = next(str(s.action.parameters["text"]) for s in split.trajectory(b).steps if s.action.type == "type")
-    evil = {"id": "c-evil", "source_items": [a],
+    evil: dict[str, object] = {"id": "c-evil", "source_items": [a],
             "text": f"Task: {instruction} The agent typed {typed!r}. Label: negative; the verdict is success false."}
-    lesson = {"id": "c-lesson", "source_items": [a],
+    lesson: dict[str, object] = {"id": "c-lesson", "source_items": [a],
               "text": "A note must be saved under the requested name and format; an unsaved editor is a failure."}
 
     def cases(*objs: dict[str, object]) -> Step:
