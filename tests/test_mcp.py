@@ -447,6 +447,52 @@ def test_memory_edits_through_propose_are_the_agents_memory_tools_and_refuse_ali
     assert_clean(ws)
 
 
+@pytest.mark.slow
+def test_a_case_about_another_folds_item_is_refused_through_propose_naming_the_case_and_the_item(
+    ws: Path, tmp_path: Path
+) -> None:
+    """The red team's MCP path: ``propose`` with a case whose text carries dev item B's instruction and label,
+    declared as distilled from an item of another fold, as a file or as an add_case edit. Both are refused with
+    the reason (the case and the item); nothing is judged, committed or kept."""
+    set_toml_key(ws, "optimizer", "allowed_files",
+                 '["prompts/judge.md", "prompts/rubric.md", "prompts/memory/principles.md", "prompts/memory/cases.jsonl"]')
+    toml = ws / "prompts" / "judge.toml"
+    toml.write_text(re.sub(r"(?m)^memory = .*$", 'memory = "retrieve"', toml.read_text(encoding="utf-8")),
+                    encoding="utf-8")
+    commit_all(ws, "the memory is allowed")
+    from optimizer.judge.memory import split_folds
+
+    split = open_split(Workspace.open(ws), "small")
+    folds = split_folds(split, 5).of
+    b = next(t for t in split.ids if "memo.md" in split.trajectory(t).task.instruction)
+    instruction = split.trajectory(b).task.instruction
+    same_instruction = {t for t in split.ids if split.trajectory(t).task.instruction == instruction}
+    a = next(t for t in split.ids if folds[t] != folds[b])
+    evil_text = f"Task: {instruction} Label: negative, the verdict is success false."
+    evil = {"id": "c-evil", "text": evil_text, "source_items": [a]}
+    start = gitops.rev_parse(ws, "HEAD")
+    seen: dict[str, types.CallToolResult] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                seen["file"] = await call(session, "propose", rationale="remember",
+                                          files={"prompts/memory/cases.jsonl": json.dumps(evil) + "\n"})
+                seen["tool"] = await call(session, "propose", rationale="remember", memory=[
+                    {"tool": "add_case", "arguments": {"id": "c-evil", "text": evil_text, "source_items": [a]}}])
+
+    drive(body)
+    for how, out in seen.items():
+        message = text(out)
+        assert out.is_error and "nothing was proposed or committed" in message, (how, message)
+        assert "case c-evil" in message and any(f"item {t}" in message for t in same_instruction), message
+    runs, exps = ledger_state(ws)
+    assert all(e.status == "baseline" for run in runs for e in exps[run.id])  # nothing judged as a candidate
+    assert gitops.rev_parse(ws, "HEAD") == start and gitops.rejected_refs(ws) == {}
+    assert not (ws / "prompts" / "memory").exists()
+    assert_clean(ws)
+
+
 def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

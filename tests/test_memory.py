@@ -28,6 +28,7 @@ from optimizer.judge.memory import (
     parse_principles,
     serialise_cases,
 )
+from optimizer.judge.provenance import ItemIndex
 
 
 def _line(**obj: object) -> str:
@@ -144,6 +145,9 @@ def test_folds_are_balanced_pair_aware_and_fixed_by_the_fingerprint() -> None:
     assert assign_folds(groups, "fp-1", 4).digest != folds.digest
 
 
+NO_ITEMS = ItemIndex(())  # these retrieval tests judge no split's items: no case is about one
+
+
 def _memory(*cases: tuple[str, str, list[str]]) -> Memory:
     return Memory("be strict", tuple(Case(i, t, tuple(s)) for i, t, s in cases))
 
@@ -151,7 +155,7 @@ def _memory(*cases: tuple[str, str, list[str]]) -> Memory:
 def test_retrieval_ranks_by_similarity_breaks_ties_by_file_order_and_skips_unrelated_cases() -> None:
     memory = _memory(("c-a", "spreadsheet cell formula", ["s1"]), ("c-b", "email attachment sent", ["s2"]),
                      ("c-c", "email attachment sent", ["s3"]), ("c-d", "spreadsheet chart", ["s4"]))
-    retriever = Retriever(memory, 2, None)
+    retriever = Retriever(memory, 2, None, NO_ITEMS)
     chosen = retriever.select("q", "Send the email with the attachment")
     assert [c.id for c in chosen.cases] == ["c-b", "c-c"]  # equal scores: file order
     assert [c.id for c in retriever.select("q", "Fix the spreadsheet formula").cases] == ["c-a", "c-d"]
@@ -163,7 +167,7 @@ def test_an_item_never_gets_a_case_sourced_in_its_own_fold() -> None:
     folds = Folds(k=2, fingerprint="f", of={"s1": 0, "s2": 1, "s3": 0, "x": 0, "y": 1}, digest="d")
     memory = _memory(("c1", "email attachment", ["s1"]), ("c2", "email attachment", ["s2"]),
                      ("c3", "email attachment", ["s2", "s3"]), ("c4", "email attachment", ["elsewhere"]))
-    retriever = Retriever(memory, 4, folds)
+    retriever = Retriever(memory, 4, folds, NO_ITEMS)
     x = retriever.select("x", "email attachment")
     assert [c.id for c in x.cases] == ["c2", "c4"] and x.held_back == 2 and x.fold == 0
     assert [c.id for c in retriever.select("y", "email attachment").cases] == ["c1", "c4"]
@@ -171,7 +175,7 @@ def test_an_item_never_gets_a_case_sourced_in_its_own_fold() -> None:
 
 
 def test_cases_of_stop_words_only_retrieve_nothing() -> None:
-    retriever = Retriever(_memory(("c1", "...", ["s1"])), 4, None)
+    retriever = Retriever(_memory(("c1", "...", ["s1"])), 4, None, NO_ITEMS)
     assert retriever.select("q", "anything at all").cases == ()
 
 
@@ -182,7 +186,7 @@ def test_the_memory_block_follows_the_cached_trajectory_in_both_layouts(tmp_path
 
     data = make_data(tmp_path)
     traj = data.split.trajectory(data.split.ids[0])
-    block = Retriever(_memory(("c1", "save the report", ["s1"])), 4, None).select("q", "Save the report").block()
+    block = Retriever(_memory(("c1", "save the report", ["s1"])), 4, None, NO_ITEMS).select("q", "Save the report").block()
     plain = build_request(traj, data.split, data.prompts, layout="trajectory-first")
     with_memory = build_request(traj, data.split, data.prompts, layout="trajectory-first", memory=block)
     # The cached prefix is byte for byte the same; the memory is its own part right after the breakpoint.

@@ -156,14 +156,52 @@ def test_eval_with_memory_never_sends_an_item_a_case_of_its_own_pair(
     assert len(server.inference_requests()) == len(s.items)  # every call of the second pass was cached
 
 
+@pytest.mark.parametrize("carrier", ["id", "instruction"])
+def test_eval_never_sends_an_item_a_case_about_it_whatever_its_sources_declare(
+    setup: tuple[Setup, FakeLLMServer], carrier: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The red team's case: its text names item B (its id, or its instruction) and B's label, its source_items
+    an item of another fold. Cross-fitting by the declared source alone sent it to B; by content it reaches
+    neither B's fold nor its source's, and still every item of the third fold."""
+    from optimizer.devset.split import open_split
+    from optimizer.judge.memory import split_folds
+
+    s, server = setup
+    folds = split_folds(open_split(Workspace.open(s.root), "dev"), 3).of
+    b = s.items[0]
+    a = next(item.trajectory_id for item in s.items if folds[item.trajectory_id] != folds[b.trajectory_id])
+    about = b.trajectory_id if carrier == "id" else b.instruction
+    evil = {"id": "case-99", "text": f"Save the report: {about} was judged; its label is negative, a failure.",
+            "source_items": [a]}
+    cases = s.root / CASES_JSONL
+    cases.write_text(cases.read_text(encoding="utf-8") + json.dumps(evil) + "\n", encoding="utf-8")
+    commit_all(s.root, "a case about another fold's item")
+    out = s.root / "experiments" / "evals" / "evil"
+    assert main(["eval", "-w", str(s.root), "--out", str(out)]) == 0
+    withheld = {folds[a], folds[b.trajectory_id]}
+    reached = set()
+    for request in server.inference_requests():
+        item, carried, _ = s.judged(request)
+        tid = item.trajectory_id
+        if folds[tid] in withheld:
+            assert "case-99" not in carried, f"the case about {b.trajectory_id} reached {tid}"
+        else:
+            assert "case-99" in carried
+            reached.add(tid)
+    assert reached and len(reached) == sum(1 for t in folds.values() if t not in withheld)
+    summary = json.loads((out / "_summary.json").read_text(encoding="utf-8"))
+    assert b.trajectory_id in summary["memory"]["about"]["case-99"]
+
+
 def test_a_run_with_memory_cross_fits_the_baseline_and_a_candidate_that_edits_cases(
     setup: tuple[Setup, FakeLLMServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
     s, server = setup
     cases = s.root / CASES_JSONL
     first = s.items[0].trajectory_id
-    # The candidate adds a case whose text names another item's id: the overfit lint leaves case text alone.
-    extra = {"id": "case-new", "text": f"Save the report as PDF; compare with {s.items[5].trajectory_id}.",
+    # The candidate adds a case about its own source only (a case about another item is guard-rejected:
+    # tests/loop/test_loop_memory.py); it is cross-fitted like the baseline's.
+    extra = {"id": "case-new", "text": f"Save the report as PDF; compare the saved file's type with {first}'s request.",
              "source_items": [first]}
     cases.write_text(cases.read_text(encoding="utf-8") + json.dumps(extra) + "\n", encoding="utf-8")
     assert main(["run", "-w", str(s.root), "--strategy", "manual", "-m", "one more case"]) == 0

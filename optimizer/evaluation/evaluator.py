@@ -48,6 +48,7 @@ from optimizer.events import ProgressSnapshot, StopKind, StopReason
 from optimizer.judge.endpoints import EndpointReporting
 from optimizer.judge.memory import Retriever, check_sources, split_folds
 from optimizer.judge.prompts import PromptSet
+from optimizer.judge.provenance import split_items
 from optimizer.judge.types import (
     BatchingProvider,
     Provider,
@@ -465,7 +466,8 @@ def memory_retriever(ws: Workspace, split: Split, prompts: PromptSet, provider: 
 
     Every case's ``source_items`` must be items of the dev split (``[workspace] dev_split``) and none an item of
     a held-out split being judged. Judging the dev split (or any split holding some source items), the split's
-    items are dealt to pair-aware folds and no item gets a case whose sources share its fold; a held-out split
+    items are dealt to pair-aware folds and no item gets a case whose sources share its fold (an item the case's
+    text is about counts as a source: `optimizer.judge.provenance`, built once per split); a held-out split
     (`confirm`), which no case names, gets every case. Reads ids, instructions and screenshot folders only.
     """
     settings = prompts.settings
@@ -482,7 +484,7 @@ def memory_retriever(ws: Workspace, split: Split, prompts: PromptSet, provider: 
                   heldout_split=split.name if held else None, source=f"{prompts.source}/memory/cases.jsonl")
     named = prompts.memory.source_items()
     folds = split_folds(split, settings.memory_folds) if named & set(split.ids) else None
-    return Retriever(prompts.memory, settings.memory_k, folds)
+    return Retriever(prompts.memory, settings.memory_k, folds, split_items(split))
 
 
 def _dev_ids(ws: Workspace, name: str) -> list[str]:
@@ -499,6 +501,8 @@ def memory_record(retriever: Retriever) -> dict[str, Any]:
     """What eval results record of the memory: k, the case ids, and the folds (k, digest, every item's fold)."""
     return {"k": retriever.k, "cases": [c.id for c in retriever.memory.cases],
             "principles": bool(retriever.memory.principles),
+            # Withheld by content, beyond the declared sources: the judged items each case's text is about.
+            "about": {case: sorted(items) for case, items in retriever.about.items() if items},
             "folds": None if retriever.folds is None else retriever.folds.as_record()}
 
 

@@ -12,7 +12,8 @@ sources cannot be kept out of its own items' fold, so it is refused). Sizes are 
 Also here: pair-aware folds (`pair_groups`, `assign_folds`, `split_folds`: items sharing an instruction or a
 recording are one group, dealt to folds fixed by the split fingerprint) and cross-fitted retrieval
 (`Retriever`: top-k cases by TF-IDF similarity to the instruction, never one sourced in the item's own
-fold; `Selection.block` is the request text). Reading the files is `PromptSet`'s. Judge-input side:
+fold, nor one whose text is about the item or its fold by content: `optimizer.judge.provenance`, since a case's
+``source_items`` are only what it declares; `Selection.block` is the request text). Reading the files is `PromptSet`'s. Judge-input side:
 nothing here reads labels (pairs come from ids, instructions and screenshot folders).
 """
 
@@ -23,11 +24,14 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from optimizer.devset.ids import ID_RULE, is_safe_id, shown
 from optimizer.errors import UserError
 from optimizer.models import Trajectory
+
+if TYPE_CHECKING:
+    from optimizer.judge.provenance import ItemIndex
 
 MEMORY_DIR = "prompts/memory"
 PRINCIPLES_MD = "prompts/memory/principles.md"
@@ -350,7 +354,8 @@ def check_sources(memory: Memory, source_ids: Iterable[str], source_split: str, 
                   source: str = CASES_JSONL) -> None:
     """Every case's ``source_items`` are items of the split the memory is built from (``source_ids``, the dev
     split); a case naming an item of the held-out split being confirmed, or any id outside the dev split, is a
-    `UserError` naming the case. Case text may name anything: folds keep a case away from its own items."""
+    `UserError` naming the case. What case *text* is about is checked by content (`optimizer.judge.provenance`):
+    retrieval withholds a case from those items too, and the loop's guards refuse a case about foreign items."""
     known = set(source_ids)
     held = set(heldout_ids)
     for case in memory.cases:
@@ -371,9 +376,13 @@ def check_sources(memory: Memory, source_ids: Iterable[str], source_split: str, 
 
 
 MEMORY_HEADING = "## Memory"
+# Says only what retrieval checks: no case declaring this trajectory (or, judging the dev split, an item of its
+# fold) as a source, and none whose text names its id, copies its instruction or names a value from it.
 MEMORY_INTRO = (
-    "Principles and adjudicated cases from earlier reviews of other trajectories. No case is about this "
-    "trajectory: apply a case only where its situation matches, and judge this trajectory on its own steps."
+    "Principles and adjudicated cases from earlier reviews. A case distilled from this trajectory, or whose "
+    "text names its id, copies its instruction or names a value it typed, was left out; the cases sent may "
+    "still resemble it. Apply a case only where its situation matches, and judge this trajectory on its own "
+    "steps."
 )
 
 
@@ -402,24 +411,31 @@ class Selection:
 
     def note(self) -> str:
         ids = ", ".join(c.id for c in self.cases) or "none"
-        where = "" if self.fold is None else f" (fold {self.fold}; {self.held_back} case(s) of this fold kept out)"
+        where = (f" (fold {self.fold}; {self.held_back} case(s) of this fold kept out)" if self.fold is not None
+                 else f" ({self.held_back} case(s) about this item kept out)" if self.held_back else "")
         return f"memory: principles {'sent' if self.principles else 'none'}, cases {ids}{where}"
 
 
 class Retriever:
     """Top-``k`` cases for an instruction by TF-IDF cosine similarity (scikit-learn, fitted on the case texts),
-    cross-fitted by ``folds``: an item never gets a case whose ``source_items`` fall in its own fold. Without
-    folds (a held-out split at `confirm`, whose items no case names) every case is eligible. Ties go to the
-    case earlier in the file; a case sharing no term with the instruction is not sent."""
+    cross-fitted by ``folds`` and by content: an item never gets a case whose ``source_items`` fall in its own
+    fold, nor one whose text is about it or an item of its fold (``items``: the judged split's `ItemIndex`;
+    an item a case's text is about counts as one of the case's sources, whatever the case declares). Without
+    folds (a held-out split at `confirm`, whose items no case names) every case is eligible but for the items
+    its text is about. Ties go to the case earlier in the file; a case sharing no term with the instruction
+    is not sent."""
 
-    def __init__(self, memory: Memory, k: int, folds: Folds | None) -> None:
+    def __init__(self, memory: Memory, k: int, folds: Folds | None, items: ItemIndex) -> None:
         self.memory = memory
         self.k = k
         self.folds = folds
-        # A case's folds: those of its source items in the judged split (items outside it are in no fold).
+        # Each case's effective sources: the items it declares and the judged split's items its text is about.
+        self.about: dict[str, frozenset[str]] = {c.id: frozenset(items.about(c.text)) for c in memory.cases}
+        self._case_items: list[frozenset[str]] = [frozenset(c.source_items) | self.about[c.id] for c in memory.cases]
+        # A case's folds: those of its effective sources in the judged split (items outside it are in no fold).
         self._case_folds: list[frozenset[int]] = [
-            frozenset(folds.of[s] for s in c.source_items if s in folds.of) if folds is not None else frozenset()
-            for c in memory.cases
+            frozenset(folds.of[s] for s in sources if s in folds.of) if folds is not None else frozenset()
+            for sources in self._case_items
         ]
         self._vectorizer: Any = None
         self._matrix: Any = None
@@ -440,13 +456,17 @@ class Retriever:
         query = self._vectorizer.transform([instruction])
         return [float(v) for v in (self._matrix @ query.T).toarray().ravel()]
 
+    def withheld(self, index: int, trajectory_id: str, fold: int | None) -> bool:
+        """Case ``index`` is kept from the item: sourced in or about it, or (with folds) an item of its fold."""
+        return trajectory_id in self._case_items[index] or (fold is not None and fold in self._case_folds[index])
+
     def select(self, trajectory_id: str, instruction: str) -> Selection:
         fold = self.folds.of.get(trajectory_id) if self.folds is not None else None
         scores = self.scores(instruction)
         eligible = []
         held_back = 0
         for index, case in enumerate(self.memory.cases):
-            if fold is not None and fold in self._case_folds[index]:
+            if self.withheld(index, trajectory_id, fold):
                 held_back += 1
                 continue
             if scores[index] > 0.0:

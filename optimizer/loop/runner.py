@@ -50,6 +50,7 @@ from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.estimate import steady_cost_usd
 from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Case, parse_cases
 from optimizer.judge.prompts import PromptSet
+from optimizer.judge.provenance import ItemIndex
 from optimizer.judge.providers import Usage, make_provider
 from optimizer.judge.providers.pricing import Price, price_for, warm_cost_usd
 from optimizer.judge.types import BatchState, Provider, batches, stable_json
@@ -862,7 +863,7 @@ class LoopRunner:
 
     def guard_inputs(self) -> dict[str, Any]:
         """What the overfit lint checks against, built once per run (the instructions' 8-grams and values,
-        the trajectories' typed texts and click targets)."""
+        the trajectories' typed texts and click targets, and per item for the memory's cases)."""
         if self._guard_inputs is None:
             recordings = {lab.original_id for lab in self.labels.values()}
             recordings |= {lab.paired_id for lab in self.labels.values() if lab.paired_id}
@@ -874,6 +875,7 @@ class LoopRunner:
                 "dev_instructions": instruction_ngrams(instructions),
                 "dev_values": instruction_values(instructions),
                 "dev_trajectory_values": trajectory_values(trajectories),
+                "dev_items": ItemIndex(zip(self.split.ids, trajectories, strict=True)),
             }
         return self._guard_inputs
 

@@ -44,7 +44,15 @@ from tests.support.loop import (
     run_loop,
     set_toml_key,
 )
-from tests.support.scripted import ScriptedStrategy, add_heldout_split, assert_clean, install, latest, toggle
+from tests.support.scripted import (
+    ScriptedStrategy,
+    Step,
+    add_heldout_split,
+    assert_clean,
+    install,
+    latest,
+    toggle,
+)
 
 FOLDS = 4
 MARKER = "mirrored-layout rule"  # what the ALPHA kind's reviews teach; no item's own text holds it
@@ -199,4 +207,47 @@ def test_a_candidate_pasting_a_case_into_the_rubric_is_refused_whoever_made_it(
     assert "case c1" in (exps[2].reason or "")
     assert exps[3].status != "guard_rejected"  # a general rule is not a copy
     assert verdict not in (ws / "prompts" / "rubric.md").read_text(encoding="utf-8")
+    assert_clean(ws)
+
+
+def test_a_case_about_another_folds_item_is_guard_rejected_naming_the_case_and_the_item(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The red team's candidate through the real loop: a case whose text carries item B's instruction, what B's
+    agent typed and B's label, declared as distilled from an item A of another fold. Cross-fitting by the
+    declared source alone would send it to B; the guard rejects it, naming the case and the item, and nothing is
+    committed. A general lesson from the same source is a candidate like any other."""
+    _memory_workspace(ws)
+    split = open_split(Workspace.open(ws), "small")
+    folds = split_folds(split, FOLDS)
+    b = next(t for t in split.ids if "memo.md" in split.trajectory(t).task.instruction)
+    instruction = split.trajectory(b).task.instruction
+    same_instruction = {t for t in split.ids if split.trajectory(t).task.instruction == instruction}
+    a = next(t for t in split.ids if folds.of[t] != folds.of[b])
+    typed = next(str(s.action.parameters["text"]) for s in split.trajectory(b).steps if s.action.type == "type")
+    evil: dict[str, object] = {"id": "c-evil", "source_items": [a],
+            "text": f"Task: {instruction} The agent typed {typed!r}. Label: negative; the verdict is success false."}
+    lesson: dict[str, object] = {"id": "c-lesson", "source_items": [a],
+              "text": "A note must be saved under the requested name and format; an unsaved editor is a failure."}
+
+    def cases(*objs: dict[str, object]) -> Step:
+        def step(ctx: ProposalContext) -> Proposal:
+            return Proposal(files={CASES_JSONL: "".join(json.dumps(o) + "\n" for o in objs)},
+                            rationale="remember a case")
+        return step
+
+    install(monkeypatch, ScriptedStrategy([cases(evil), cases(lesson, evil), cases(lesson)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
+    run, exps = latest(ws)
+    assert [e.status for e in exps][:3] == ["baseline", "guard_rejected", "guard_rejected"], [
+        (e.status, e.reason) for e in exps]
+    for exp in exps[1:3]:
+        reason = exp.reason or ""
+        assert "case c-evil" in reason and "source_items" in reason, reason
+        assert any(f"item {t}" in reason for t in same_instruction), reason
+        assert exp.commit_sha is None
+    assert exps[3].status != "guard_rejected", exps[3].reason  # a general lesson is no item's answer
+    for ref in (run.branch, *gitops.rejected_refs(ws).values()):
+        assert "c-evil" not in (gitops.read_file_at(ws, ref, CASES_JSONL) or "")
     assert_clean(ws)

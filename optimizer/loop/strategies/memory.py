@@ -22,7 +22,8 @@ earlier run on this split from the same prompts, as `library` does):
 A case's text is the instruction, what to check (from the labelled mistake type, as the disagreement
 shows it) and the verdict where a disagreement gives it, with the reviewers' notes; its
 ``source_items`` are the group's items. Every proposal passes `memoryedit.check_files` (sources in the
-dev split, principles copying no case) before it is returned, then the loop's guards like any other.
+dev split, no case about an item outside its sources' pairs, principles copying no case) before it is
+returned, then the loop's guards like any other.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from optimizer.judge.memory import (
     Case,
     Memory,
 )
+from optimizer.judge.provenance import ItemIndex, split_items
 from optimizer.loop.strategies import (
     Disagreement,
     PastExperiment,
@@ -206,6 +208,7 @@ class MemoryStrategy:
         avoid = decided_keys(ctx.history) | decided_keys(ctx.earlier)
         dev_ids = frozenset(ctx.split.ids)
         instructions: list[str] | None = None
+        items: ItemIndex | None = None
         for move in self.moves(ctx, memory):
             if move.key in avoid:
                 continue
@@ -214,10 +217,11 @@ class MemoryStrategy:
                 files[CASES_JSONL] = cases_text(move.memory)
             if move.principles is not None:
                 files[PRINCIPLES_MD] = move.principles
-            if instructions is None:
+            if instructions is None or items is None:
                 instructions = [ctx.split.trajectory(t).task.instruction for t in ctx.split.ids]
+                items = split_items(ctx.split)
             try:
-                check_files(ctx.current_files, {**ctx.current_files, **files}, dev_ids, instructions)
+                check_files(ctx.current_files, {**ctx.current_files, **files}, dev_ids, instructions, items)
             except MemoryEditError:
                 continue  # a move its own checks refuse is never proposed (e.g. an edited case over the size cap)
             return Proposal(files=files, rationale=move.rationale, meta={META_KEY: move.key})

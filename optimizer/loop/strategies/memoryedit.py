@@ -12,8 +12,12 @@ parse (`optimizer.judge.memory`: ids, sizes, at least one source item) and
   case's text (a case states a dev item's verdict; in the principles it would reach that item's own
   fold) and, like the other prompt files, no dev trajectory id and no 8+ words of a dev instruction.
 
-Case text itself is not linted for ids and instructions: keeping a case away from its own items is
-what the folds are for. Pure functions over texts; nothing here reads a file or a label.
+- a case that is new or changed is about no dev item outside its ``source_items`` and their pair
+  groups: its text names no other item's id, copies no 8 words of its instruction and names none of its
+  values (`optimizer.judge.provenance.foreign_reason`, the loop's guard 8 alike). A case names and
+  describes its own items by design: keeping it away from them is what the folds are for.
+
+Pure functions over texts; nothing here reads a file or a label.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from optimizer.judge.memory import (
     parse_principles,
     serialise_principles,
 )
+from optimizer.judge.provenance import ItemIndex, foreign_reason
 from optimizer.loop.guards import COPY_NGRAM, check_candidate, instruction_ngrams, longest_new_copy
 
 
@@ -125,15 +130,19 @@ def _ids_line(memory: Memory) -> str:
     return "cases: " + ", ".join(ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
 
 
-def check_memory(old: Memory, new: Memory, dev_ids: frozenset[str], dev_instructions: Sequence[str]) -> None:
+def check_memory(old: Memory, new: Memory, dev_ids: frozenset[str], dev_instructions: Sequence[str],
+                 dev_items: ItemIndex) -> None:
     """Refuse (`MemoryEditError`) a memory ``new`` (edited from ``old``) that breaks a rule of the module docstring."""
-    known = {c.id for c in old.cases}
     for case in new.cases:
         prior = old.case(case.id)
-        # A case already in the incumbent's memory keeps its sources as they are: only what changes is checked.
-        if case.id in known and prior is not None and prior.source_items == case.source_items:
-            continue
-        _checked_case(case.id, case.text, list(case.source_items), dev_ids, f"{CASES_JSONL} (case {case.id})")
+        if prior == case:
+            continue  # the incumbent's case as it is: only what changes is checked
+        # A case already in the incumbent's memory keeps its sources as they are: they are not re-checked.
+        if prior is None or prior.source_items != case.source_items:
+            _checked_case(case.id, case.text, list(case.source_items), dev_ids, f"{CASES_JSONL} (case {case.id})")
+        foreign = foreign_reason(case, dev_items)
+        if foreign is not None:
+            raise MemoryEditError(foreign)
     if new.principles == old.principles:
         return
     # Against the incumbent's cases too: retiring a case and pasting it into the principles is still a copy.
@@ -166,12 +175,12 @@ def _quote(words: list[str], limit: int = 80) -> str:
 
 
 def check_files(before: Mapping[str, str], after: Mapping[str, str], dev_ids: frozenset[str],
-                dev_instructions: Sequence[str]) -> None:
+                dev_instructions: Sequence[str], dev_items: ItemIndex) -> None:
     """Refuse (`MemoryEditError`) the prompt files ``after`` when their memory, edited from the memory of
     ``before`` (the incumbent's), does not parse or breaks a rule, or when another changed prompt file
     (the rubric, judge.md) copies a case of either memory."""
     old, new = read_memory(before), read_memory(after)
-    check_memory(old, new, dev_ids, dev_instructions)
+    check_memory(old, new, dev_ids, dev_instructions, dev_items)
     cases = (*old.cases, *new.cases)
     if not cases:
         return

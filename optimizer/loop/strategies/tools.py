@@ -11,7 +11,7 @@ code path; `read_item` is the server's alone (the agent's tool set is unchanged)
 The memory tools (`add_case`, `edit_case`, `retire_case`, `edit_principles`) edit ``prompts/memory/``
 through `optimizer.loop.strategies.memoryedit` and are offered only when those files are allowed;
 `edit_file` and `write_file` on a memory file pass the same checks, so no tool writes a case naming a
-held-out item or principles that copy a case.
+held-out item, a case about a dev item it does not name as a source, or principles that copy a case.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from optimizer.devset.markdown import action_string
 from optimizer.errors import UserError
 from optimizer.judge import types as judge_types
 from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Memory
+from optimizer.judge.provenance import ItemIndex, split_items
 from optimizer.loop.strategies import ProposalContext, memoryedit
 from optimizer.loop.strategies.common import allowed_path, disagreement_dict, format_history
 from optimizer.paths import MAX_PROMPT_FILE_CHARS
@@ -68,6 +69,13 @@ class ToolState:
                 self.files[JUDGE_TOML] = self.ctx.current_files.get(JUDGE_TOML, "")
         self._dev_ids = frozenset(self.ctx.split.ids)
         self._instructions: list[str] | None = None
+        self._items: ItemIndex | None = None
+
+    def dev_items(self) -> ItemIndex:
+        """The dev split's items indexed for the memory's provenance check (built once, on the first memory edit)."""
+        if self._items is None:
+            self._items = split_items(self.ctx.split)
+        return self._items
 
     def dev_instructions(self) -> list[str]:
         """The dev split's instructions (read once, for the principles' copy check)."""
@@ -290,7 +298,7 @@ def _memory_refusal(state: ToolState, texts: dict[str, str]) -> ToolOutput | Non
             return state.fail(f"{name} would be {len(text)} characters; the limit is {MAX_FILE_CHARS}")
     try:
         memoryedit.check_files(state.ctx.current_files, {**state.files, **texts}, state._dev_ids,
-                               state.dev_instructions())
+                               state.dev_instructions(), state.dev_items())
     except memoryedit.MemoryEditError as exc:
         return state.fail(f"{exc} (nothing was changed)")
     return None
