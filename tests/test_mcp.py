@@ -544,3 +544,33 @@ def test_no_tool_of_the_session_shows_a_correction_or_the_suspects_queue(
     human = capsys.readouterr().out
     assert "1 correction(s) in devset/small/corrections.jsonl" in human
     (ws / CORRECTIONS).unlink()
+
+
+def test_a_proposal_whose_rationale_is_over_the_cap_is_rejected_by_the_guards_in_one_line(
+    ws: Path, tmp_path: Path
+) -> None:
+    """MCP propose goes through the loop's guards: a rationale of 50,000 characters is refused with one
+    line, nothing is committed, and the ledger keeps it clipped."""
+    from optimizer.loop.guards import MAX_RATIONALE_CHARS
+
+    good = library_text(ws, GOOD_ENTRY)
+    start = gitops.rev_parse(ws, "HEAD")
+    rationale = "Check typed text exactly. " + "y" * 50_000
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                seen["long"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
+                                               rationale=rationale))
+
+    drive(body)
+    long = seen["long"]
+    assert long["outcome"] == "guard_rejected", long
+    assert long["reason"] == (f"the rationale is {len(rationale):,} characters, over the cap of "
+                              f"{MAX_RATIONALE_CHARS:,}; say why in one paragraph"), long
+    runs, exps = ledger_state(ws)
+    _base, cand = exps[runs[0].id]
+    assert cand.commit_sha is None and len(cand.rationale or "") < MAX_RATIONALE_CHARS + 100
+    assert gitops.rev_parse(ws, "HEAD") == start
+    assert_clean(ws)

@@ -40,6 +40,11 @@
    Plain words are never values (an agent that typed ``Dentist`` blocks no rule about dentists), so
    general rules ("check every file name") always pass.
 
+Before all of them, ``rationale`` (`check_rationale`): the proposal's rationale is at most
+`MAX_RATIONALE_CHARS` characters. It is stored with the experiment, written into the candidate's commit
+message and shown in every later history, so one oversized rationale would grow the ledger, git and every
+optimiser prompt after it; a rejected one is kept clipped (`clipped_rationale`).
+
 Guards 5-7 skip ``prompts/memory/cases.jsonl`` (``LINT_EXEMPT``): a case names its dev items and
 describes them by design, and cross-fitting keeps it out of its own items' fold; whether its
 ``source_items`` are dev items is checked when the candidate is validated (`optimizer.loop.validate`).
@@ -88,8 +93,11 @@ MIN_ID_LENGTH = 6
 # A prefix of an id counts from this length, and only with a digit in it (see guard 5).
 MIN_ID_PREFIX = 5
 
+# A rationale is one paragraph; this is several pages (see check_rationale).
+MAX_RATIONALE_CHARS = 4_000
+
 GuardName = Literal[
-    "ok", "empty", "allowed_files", "structure", "protected", "diff_size", "overfit_id", "overfit_copy",
+    "ok", "rationale", "empty", "allowed_files", "structure", "protected", "diff_size", "overfit_id", "overfit_copy",
     "overfit_value",
 ]
 Changes = Mapping[str, tuple[str | None, str | None]]
@@ -120,6 +128,23 @@ _PASS = GuardResult(ok=True)
 
 def _fail(guard: GuardName, reason: str) -> GuardResult:
     return GuardResult(ok=False, reason=reason, guard=guard)
+
+
+def check_rationale(rationale: str) -> GuardResult:
+    """The ``rationale`` guard: ``rationale`` is at most `MAX_RATIONALE_CHARS` characters."""
+    if len(rationale) <= MAX_RATIONALE_CHARS:
+        return _PASS
+    return _fail("rationale", f"the rationale is {len(rationale):,} characters, over the cap of "
+                              f"{MAX_RATIONALE_CHARS:,}; say why in one paragraph")
+
+
+def clipped_rationale(rationale: str) -> str:
+    """``rationale`` as the ledger keeps it: whole within `MAX_RATIONALE_CHARS`, else its first
+    `MAX_RATIONALE_CHARS` characters and a note of how many were dropped (the guard rejects it)."""
+    if len(rationale) <= MAX_RATIONALE_CHARS:
+        return rationale
+    dropped = len(rationale) - MAX_RATIONALE_CHARS
+    return rationale[:MAX_RATIONALE_CHARS] + f" [... {dropped:,} more characters not kept]"
 
 
 def protected_regions(text: str) -> list[str]:

@@ -67,7 +67,14 @@ from optimizer.ledger import (
 )
 from optimizer.ledger.waves import next_wave_number
 from optimizer.loop.compare import Judgements, Rejudging, judgements_of, rejudge
-from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
+from optimizer.loop.guards import (
+    check_candidate,
+    check_rationale,
+    clipped_rationale,
+    instruction_ngrams,
+    instruction_values,
+    trajectory_values,
+)
 from optimizer.loop.strategies import (
     IN_WAVE,
     Disagreement,
@@ -958,7 +965,8 @@ class LoopRunner:
         exp = self.ledger.start_experiment(
             self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq,
             files_changed=sorted(changed), insertions=ins, deletions=dels, diff_text=diff_text,
-            rationale=proposal.rationale, proposal_meta=proposal.meta | ({"wave": wave_meta} if wave_meta else {}),
+            rationale=clipped_rationale(proposal.rationale),
+            proposal_meta=proposal.meta | ({"wave": wave_meta} if wave_meta else {}),
             optimizer_calls=proposal.calls, optimizer_input_tokens=proposal.input_tokens,
             optimizer_output_tokens=proposal.output_tokens, optimizer_cost_usd=proposal.cost_usd,
         )
@@ -973,7 +981,9 @@ class LoopRunner:
         )
         reason: str | None = None
         files_key = stable_json({p: n for p, (_, n) in sorted(changed.items())})
-        if link_error is not None:
+        if not (told := check_rationale(proposal.rationale)).ok:
+            reason = told.reason
+        elif link_error is not None:
             reason = link_error
         elif seen is not None and changed and files_key in seen:
             reason = f"the same edit as experiment {seen[files_key]} of this wave"
