@@ -953,7 +953,7 @@ def test_an_item_whose_request_is_megabytes_is_warned_about_at_import_and_before
 
     from optimizer.evaluation.oversize import OVERSIZED_REQUEST_BYTES
     from tests.support.fakeserver import FakeLLMServer
-    from tests.support.loop import set_toml_key
+    from tests.support.loop import commit_all, set_toml_key
 
     set_toml_key(ws.root, "judge", "provider", '"openai"')
     set_toml_key(ws.root, "judge", "model", '"fake-judge"')
@@ -965,7 +965,7 @@ def test_an_item_whose_request_is_megabytes_is_warned_about_at_import_and_before
     big.instruction = "Save the report as a PDF. " + "Then check every cell again. " * 90_000
     assert len(big.instruction) > OVERSIZED_REQUEST_BYTES
     release = write_release(tmp_path / "src", items)
-    warned = re.compile(rf"judgeloop(?: eval)?: warning: item {big.trajectory_id} of split 'big' renders to a (\d+\.\d) MB "
+    warned = re.compile(rf"(?:judgeloop(?: eval)?: )?warning: item {big.trajectory_id} of split 'big' renders to a (\d+\.\d) MB "
                         r"request \(over 2 MB of text and images\): about \$([\d,]+\.\d\d) per pass \(1 call\(s\) "
                         r"of fake-judge\); check the trajectory, or leave it out of the manifest")
     capsys.readouterr()
@@ -987,3 +987,12 @@ def test_an_item_whose_request_is_megabytes_is_warned_about_at_import_and_before
     err = capsys.readouterr().err
     assert len(warned.findall(err)) == 1, err
     assert err.index("renders to a") < err.index("judged "), err  # said before the first call was judged
+
+    # A run says it before its baseline: every candidate would pay for the item again.
+    commit_all(ws.root, "the fake judge and its price")
+    with FakeLLMServer() as server:
+        capsys.readouterr()
+        assert run("run", "-w", str(ws.root), "--split", "big", "--strategy", "library", "--max-experiments", "1",
+                   "--base-url", server.openai_base_url) == 0
+    captured = capsys.readouterr()
+    assert len(warned.findall(captured.err)) == 1, captured.err

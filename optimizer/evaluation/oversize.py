@@ -5,8 +5,8 @@ it. `oversized_items` renders each item as the judge would be sent it (the promp
 encoded as the evaluation encodes them, through the on-disk image cache) and names every item whose
 request holds more than `OVERSIZED_REQUEST_BYTES` (characters of text, system prompt included, plus
 bytes of encoded images) with its size and its estimated cost per pass: the estimator's upper bound for
-one call (`optimizer.judge.estimate.estimate_cost_usd`) times the replicates. `judgeloop devset import`
-and `judgeloop eval` print one warning line per such item; nothing is refused (a long task may be real).
+one call (`optimizer.judge.estimate.estimate_cost_usd`) times the replicates. `judgeloop devset import`,
+`judgeloop eval` and a new `judgeloop run` (before its baseline) print one warning line per such item; nothing is refused (a long task may be real).
 """
 
 from __future__ import annotations
