@@ -37,6 +37,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from optimizer import gitops
 from optimizer.config import JudgeOverrides, JudgeSection
 from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
@@ -52,7 +53,7 @@ from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.types import Provider
 from optimizer.metrics import mcnemar_exact_one_sided
 from optimizer.models import Action, Label, Step, Trajectory
-from optimizer.workspace import Workspace, repo_at
+from optimizer.workspace import Workspace
 
 ALPHA = 0.05
 COMPLETION_CLAIM = "Task completed successfully."
@@ -390,14 +391,6 @@ def _estimate_call_usd(ws: Workspace, split: Split, prompts: PromptSet, provider
     return worst
 
 
-def _resolve(ws: Workspace, rev: str) -> str:
-    import git
-
-    with repo_at(ws.root) as repo:
-        try:
-            return str(repo.commit(rev).hexsha)
-        except (git.BadName, ValueError):
-            raise UserError(f"{rev!r} is not a revision of the workspace; pass a commit, branch or tag") from None
 
 
 def parse_probes(names: Sequence[str] | None) -> list[Probe]:
@@ -436,7 +429,7 @@ def run_battery(
     split_name = split or ws.config.workspace.dev_split
     refuse_heldout(ws, split_name, "bias")
     the_split = open_split(ws, split_name)
-    sha = _resolve(ws, rev)
+    sha = gitops.rev_parse(ws, rev)
     prompts = PromptSet.from_rev(ws, sha)
     labels = load_labels(the_split)
     notes: list[str] = []

@@ -42,6 +42,7 @@ from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.files import redacted_url
 from optimizer.evaluation.results import EvalRun
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import PromptSet
@@ -247,6 +248,12 @@ def _complete(run: EvalRun, what: str) -> None:
         raise UserError(f"{what}: evaluation incomplete ({run.stop_reason or 'items not evaluated'}); re-run certify")
 
 
+def _replicas(judge: JudgeSection) -> dict[str, list[str | None]]:
+    """``{"base_urls": [...]}`` (without credentials) when ``[judge] base_urls`` names the replicas that
+    judged, else nothing: a certificate is void once any of them changes, not only the first."""
+    return {"base_urls": [redacted_url(url) for url in judge.base_urls]} if judge.base_urls else {}
+
+
 def _models_seen(runs: Sequence[EvalRun]) -> list[str]:
     return sorted({r.model for run in runs for item in run.items for r in item.replicates if r.model})
 
@@ -313,7 +320,7 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
         "revision": sha,
         "prompt_hash": prompts.prompt_hash(),
         "judge": {"provider": judge.provider, "model": judge.model, "base_url": judge.base_url,
-                  "model_versions": _models_seen([first, second]), "replicates": k},
+                  **_replicas(judge), "model_versions": _models_seen([first, second]), "replicates": k},
         "split": {"name": split.name, "fingerprint": split.fingerprint, "items": len(ids)},
         "agreement": figures,
         "test_retest": retest(labels, first.answers(), second.answers()),
@@ -324,6 +331,7 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
         "bias_battery": bias,
         "invalidated_by": {
             "judge_provider": judge.provider, "judge_model": judge.model, "judge_base_url": judge.base_url,
+            **{f"judge_{key}": value for key, value in _replicas(judge).items()},
             "judge_model_versions": _models_seen([first, second]), "split_fingerprint": split.fingerprint,
             "prompt_hash": prompts.prompt_hash(), "replicates": k,
             "rule": "any change of these makes this certificate void: certify again",

@@ -194,18 +194,34 @@ def prompts_tree(where: Root, sha: str) -> str | None:
     the commit or the folder is not there."""
     with repo_at(_root(where)) as repo:
         try:
-            return str((repo.commit(sha).tree / "prompts").hexsha)
-        except (KeyError, ValueError, git.BadName, git.GitCommandError):
+            return str((resolve_commit(repo, sha).tree / "prompts").hexsha)
+        except (KeyError, UserError):
             return None
 
 
+def resolve_commit(repo: git.Repo, rev: str) -> git.Commit:
+    """The commit ``rev`` names, as git itself resolves it (``git rev-parse --verify``: every spelling
+    git knows, ``main@{yesterday}`` included). A revision git cannot resolve, or resolves only
+    approximately (a reflog that does not reach back to the date asked for), is a `UserError` naming it;
+    nothing else is raised for a bad revision."""
+    why = "git cannot resolve it"
+    if rev and "\0" not in rev and "\n" not in rev:
+        # --end-of-options: a revision spelled like an option (``--output=x``) stays a revision.
+        status, out, err = repo.git.rev_parse("--verify", "--end-of-options", f"{rev}^{{commit}}",
+                                              with_extended_output=True, with_exceptions=False)
+        lines = [line.split(": ", 1)[-1] for line in str(err).splitlines() if line.strip()]
+        told = [line for line in lines if line != "Needed a single revision"]
+        if status == 0 and not told:
+            return repo.commit(str(out).strip())
+        # git answers "log for 'main' only goes back to <date>" with its oldest entry: not main at the date asked.
+        why = told[0] if told else why
+    raise UserError(f"unknown git revision {rev!r} ({why}); pass a branch, tag or commit of this workspace")
+
+
 def rev_parse(where: Root, rev: str = "HEAD") -> str:
-    """The full sha of a revision; an unknown one is a UserError."""
+    """The full sha of a revision; one git cannot resolve is a UserError (`resolve_commit`)."""
     with repo_at(_root(where)) as repo:
-        try:
-            return repo.commit(rev).hexsha
-        except (git.BadName, ValueError, git.GitCommandError):
-            raise UserError(f"unknown git revision {rev!r}; pass a branch, tag or commit of this workspace") from None
+        return resolve_commit(repo, rev).hexsha
 
 
 def changed_files(where: Root) -> list[str]:
@@ -243,17 +259,13 @@ def _blob_text(commit: git.Commit, path: str) -> str | None:
 def read_file_at(where: Root, rev: str, path: str) -> str | None:
     """The text of ``path`` at ``rev`` (None when the file does not exist there)."""
     with repo_at(_root(where)) as repo:
-        try:
-            commit = repo.commit(rev)
-        except (git.BadName, ValueError):
-            raise UserError(f"unknown git revision {rev!r}; pass a branch, tag or commit of this workspace") from None
-        return _blob_text(commit, path)
+        return _blob_text(resolve_commit(repo, rev), path)
 
 
 def commit_message(where: Root, rev: str) -> str:
     """The full message of a commit."""
     with repo_at(_root(where)) as repo:
-        message = repo.commit(rev).message
+        message = resolve_commit(repo, rev).message
     return message if isinstance(message, str) else message.decode("utf-8", errors="replace")
 
 

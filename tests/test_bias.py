@@ -231,7 +231,7 @@ def test_held_out_split_and_unknown_probe_are_refused_in_one_line(
         assert err.count("\n") == 1 and "'nope'" in err
         assert main(["bias", "no-such-rev", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "'no-such-rev' is not a revision" in err
+        assert err.count("\n") == 1 and "unknown git revision 'no-such-rev'" in err
         assert server.inference_requests() == []
 
 

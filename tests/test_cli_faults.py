@@ -190,3 +190,25 @@ def test_a_message_with_a_strategy_that_writes_its_own_is_refused_before_anythin
     err = one_line_error(capsys)
     assert "-m/--message" in err and "--strategy manual" in err
     assert runs_in(sample_ws) == runs
+
+
+# -- revisions git cannot resolve ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rev", ["HEAD@{1000}", "main@{yesterday}", "--all", "no-such-branch"])
+@pytest.mark.parametrize("command", ["eval", "bias", "certify"])
+def test_a_revision_git_cannot_resolve_is_one_line_naming_it(
+    sample_ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, rev: str
+) -> None:
+    """The workspace's reflog holds one entry made today, so git resolves neither the 1000th entry nor
+    main as it was yesterday (it would only say how far the log goes back); each is refused in one line
+    naming the revision, before anything is judged."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    # (`--` and `--rev=`: a revision spelled like an option stays the revision.)
+    argv = ["eval", *JUDGE, f"--rev={rev}"] if command == "eval" else [command, *JUDGE, "--", rev]
+    runs = runs_in(sample_ws)
+    capsys.readouterr()
+    assert main(["-w", str(sample_ws), *argv]) == 2
+    err = one_line_error(capsys)
+    assert f"unknown git revision {rev!r}" in err, err
+    assert runs_in(sample_ws) == runs

@@ -937,3 +937,62 @@ def test_init_sample_then_verify_sample_exits_zero(
     assert run("devset", "verify", "sample", "-w", str(tmp_path / "ws")) == 0
     out = capsys.readouterr().out
     assert "items=" in out and "\nok\n" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Oversized items: named at import and before an evaluation
+
+
+def test_an_item_whose_request_is_megabytes_is_warned_about_at_import_and_before_eval(
+    ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2.5-million-character instruction imports and verifies (it may be a real task), but `devset import`
+    and `eval` each name it in a warning line with its size and estimated cost per pass; the other items
+    are not named."""
+    import re
+
+    from optimizer.evaluation.oversize import OVERSIZED_REQUEST_BYTES
+    from tests.support.fakeserver import FakeLLMServer
+    from tests.support.loop import commit_all, set_toml_key
+
+    set_toml_key(ws.root, "judge", "provider", '"openai"')
+    set_toml_key(ws.root, "judge", "model", '"fake-judge"')
+    cfg = ws.root / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+                   encoding="utf-8")
+    items = make_items(1)
+    big = items[0]
+    big.instruction = "Save the report as a PDF. " + "Then check every cell again. " * 90_000
+    assert len(big.instruction) > OVERSIZED_REQUEST_BYTES
+    release = write_release(tmp_path / "src", items)
+    warned = re.compile(rf"(?:judgeloop(?: eval)?: )?warning: item {big.trajectory_id} of split 'big' renders to a (\d+\.\d) MB "
+                        r"request \(over 2 MB of text and images\): about \$([\d,]+\.\d\d) per pass \(1 call\(s\) "
+                        r"of fake-judge\); check the trajectory, or leave it out of the manifest")
+    capsys.readouterr()
+    assert run("devset", "import", str(release.root), "-w", str(ws.root), "--name", "big", "--all") == 0
+    err = capsys.readouterr().err
+    found = warned.findall(err)
+    assert len(found) == 1 and err.count("renders to a") == 1, err
+    size_mb, cost = found[0]
+    # At 4 characters a token and $10 a million input tokens, at least size/4 * $1e-5; the upper bound
+    # prices the cacheable prefix at the dearest rate, so not twice that.
+    at_input = float(size_mb) * 1e6 / 4 * 1e-5
+    assert float(size_mb) >= 2.5 and at_input <= float(cost.replace(",", "")) < 2 * at_input, found
+    assert run("devset", "verify", "big", "-w", str(ws.root)) == 0
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    with FakeLLMServer() as server:
+        capsys.readouterr()
+        assert run("eval", "-w", str(ws.root), "--split", "big", "--base-url", server.openai_base_url) == 0
+    err = capsys.readouterr().err
+    assert len(warned.findall(err)) == 1, err
+    assert err.index("renders to a") < err.index("judged "), err  # said before the first call was judged
+
+    # A run says it before its baseline: every candidate would pay for the item again.
+    commit_all(ws.root, "the fake judge and its price")
+    with FakeLLMServer() as server:
+        capsys.readouterr()
+        assert run("run", "-w", str(ws.root), "--split", "big", "--strategy", "library", "--max-experiments", "1",
+                   "--base-url", server.openai_base_url) == 0
+    captured = capsys.readouterr()
+    assert len(warned.findall(captured.err)) == 1, captured.err

@@ -393,3 +393,37 @@ def test_eval_json_adds_endpoints_to_the_score_keys_only_with_several_endpoints(
         assert main(["eval", "-w", str(setup.ws.root), "--split", "long", "--out", str(tmp_path / "one"),
                      "--json"]) == 0
         assert list(json.loads(capsys.readouterr().out)) == list(score)
+
+
+def test_replacing_the_second_endpoint_asks_again_instead_of_reusing_its_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The judge-call cache keys the whole endpoint set: after base_urls [A, B] is judged, [A, C] (another
+    server in B's place, possibly other weights under the same model name) is asked again — C answers the
+    items the ring gives it — and the result files name every replica. Keyed by A alone, C got 0 calls."""
+    from optimizer.cli import main
+    from tests.support.evaluation import by_label, make_data, write_config
+
+    data = make_data(tmp_path, n_pairs=3)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a keyless self-hosted pool needs none
+    path = data.ws.root / "judgeloop.toml"
+    line = "# base_urls = [\"http://a:8000/v1\", \"http://b:8000/v1\"]"
+    with FakeLLMServer() as a, FakeLLMServer() as b, FakeLLMServer() as c:
+        a.default = b.default = c.default = by_label(data)
+        write_config(data.ws, a)
+        template = path.read_text()
+        assert line in template
+        for second in (b, c):
+            urls = [a.openai_base_url, second.openai_base_url]
+            path.write_text(template.replace(line, f"base_urls = {json.dumps(urls)}"))
+            assert main(["eval", "-w", str(data.ws.root), "--json"]) == 0
+            capsys.readouterr()
+        ring = HashRing([a.openai_base_url, c.openai_base_url])
+        owned_by_c = sum(1 for item in data.items if ring.owner(item.trajectory_id) == c.openai_base_url)
+        assert owned_by_c > 0
+        assert len(c.replies) == owned_by_c
+        assert len(a.replies) + len(b.replies) + len(c.replies) == 2 * len(data.items)
+        pool = [a.openai_base_url, c.openai_base_url]
+    summaries = sorted((data.ws.root / "experiments" / "evals").glob("*/_summary.json"))
+    recorded = [json.loads(p.read_text(encoding="utf-8")).get("base_urls") for p in summaries]
+    assert pool in recorded, recorded

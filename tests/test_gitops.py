@@ -152,3 +152,18 @@ def test_untracked_imported_split_is_not_dirty_but_edited_tracked_data_is(ws: Wo
         repo.index.commit("add split")
     (split / "manifest.txt").write_text("b\n")
     assert gitops.dirty_paths(ws.root) == ["devset/big/manifest.txt"]
+
+
+def test_a_revision_is_resolved_as_git_resolves_it_or_refused_naming_why(ws: Workspace) -> None:
+    """git's own spellings resolve (``HEAD@{0}``, ``main~0``); the reflog's 1000th entry and main as it was
+    yesterday (the log goes back to today only: git would answer with its oldest entry) are UserErrors that
+    name the revision and git's reason, not GitPython's IndexError or NotImplementedError."""
+    head = gitops.rev_parse(ws)
+    assert gitops.rev_parse(ws, "HEAD@{0}") == gitops.rev_parse(ws, "main~0") == head
+    for rev, why in (("HEAD@{1000}", "log for 'HEAD' only has"), ("main@{yesterday}", "only goes back to"),
+                     ("--output=/tmp/x", "git cannot resolve it"), ("a\0b", "git cannot resolve it")):
+        with pytest.raises(UserError) as err:
+            gitops.rev_parse(ws, rev)
+        message = str(err.value)
+        assert message.startswith(f"unknown git revision {rev!r} (") and why in message and "\n" not in message
+    assert gitops.prompts_tree(ws, "HEAD@{1000}") is None

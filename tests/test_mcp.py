@@ -724,3 +724,77 @@ def test_a_client_that_leaves_while_a_candidate_waits_leaves_it_decidable_by_jud
     assert good in (ws / RUBRIC_MD).read_text(encoding="utf-8")
     assert git(ws, "for-each-ref", "refs/judgeloop/waiting/").strip() == ""
     assert_clean(ws)
+
+
+def test_a_proposal_whose_rationale_is_over_the_cap_is_rejected_by_the_guards_in_one_line(
+    ws: Path, tmp_path: Path
+) -> None:
+    """MCP propose goes through the loop's guards: a rationale of 50,000 characters is refused with one
+    line, nothing is committed, and the ledger keeps it clipped."""
+    from optimizer.loop.guards import MAX_RATIONALE_CHARS
+
+    good = library_text(ws, GOOD_ENTRY)
+    start = gitops.rev_parse(ws, "HEAD")
+    rationale = "Check typed text exactly. " + "y" * 50_000
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                seen["long"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
+                                               rationale=rationale))
+
+    drive(body)
+    long = seen["long"]
+    assert long["outcome"] == "guard_rejected", long
+    assert long["reason"] == (f"the rationale is {len(rationale):,} characters, over the cap of "
+                              f"{MAX_RATIONALE_CHARS:,}; say why in one paragraph"), long
+    runs, exps = ledger_state(ws)
+    _base, cand = exps[runs[0].id]
+    assert cand.commit_sha is None and len(cand.rationale or "") < MAX_RATIONALE_CHARS + 100
+    assert gitops.rev_parse(ws, "HEAD") == start
+    assert_clean(ws)
+
+
+def test_when_re_judging_at_a_look_hits_the_budget_the_session_spend_is_every_billed_call(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Futility's first look is judged and paid, then re-judging its disagreements (20 more judgements
+    under each prompt) runs into the session's budget. The session's spend (status) is what the fake
+    server billed for every call of the session, first look included; it used to leave out the look."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the in-process `eval`
+    cfg = ws / "judgeloop.toml"
+    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+                   encoding="utf-8")
+    set_toml_key(ws, "loop", "rejudge", "20")
+    commit_all(ws, "prices; re-judging 20 times")
+    good = library_text(ws, GOOD_ENTRY)
+    seen: dict[str, Any] = {}
+
+    def billed(replies: list[Any]) -> float:
+        return sum(10.0 * (usage.input_tokens + usage.output_tokens) for _request, usage in replies) / 1e6
+
+    async def body(server: FakeLLMServer, budget: float) -> None:
+        with (tmp_path / "err.log").open("w") as errlog:
+            before = len(server.replies)
+            async with client(ws, server.openai_base_url, errlog, budget=f"{budget:.6f}") as session:
+                seen["propose"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
+                                                  rationale="Check typed text exactly."))
+                seen["status"] = data(await call(session, "status"))
+            seen["billed"] = billed(server.replies[before:])
+
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        # The baseline is judged (and cached) first, so the session pays only for the candidate.
+        assert main(["eval", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+                     "--model", "fake-judge", "--concurrency", "8"]) == 0
+        per_item = billed(server.replies) / len(server.replies)
+        # The first look is about 15 of the 32 items; re-judging its 4 disagreements would be 160 calls.
+        anyio.run(body, server, per_item * 26)
+    outcome = seen["propose"]
+    assert outcome["outcome"] == "error" and "re-judging incomplete" in outcome["reason"], outcome
+    assert 0 < outcome["items_evaluated"] < 32, outcome
+    assert seen["billed"] > 0
+    assert seen["status"]["budget"]["spent_usd"] == pytest.approx(seen["billed"], abs=1e-5), seen
+    runs, exps = ledger_state(ws)
+    assert exps[runs[0].id][1].cost_usd == pytest.approx(seen["billed"], abs=1e-5)
+    assert_clean(ws)

@@ -173,7 +173,7 @@ def test_from_rev_reads_the_committed_files_not_the_working_tree(empty_workspace
     assert old.rubric_md == original
     assert old.prompt_hash() == PromptSet.from_files(old.files).prompt_hash()
     assert "uncommitted" in PromptSet.from_dir(ws.prompts_dir).rubric_md
-    with pytest.raises(UserError, match="not a revision"):
+    with pytest.raises(UserError, match="unknown git revision 'no-such-branch'"):
         PromptSet.from_rev(ws, "no-such-branch")
 
 

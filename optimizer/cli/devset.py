@@ -11,6 +11,9 @@ from optimizer.devset.labels import describe_counts
 from optimizer.devset.split import Split, format_trajectory, list_splits, open_split, split_meta
 from optimizer.devset.verify import VerifyReport, verify_split
 from optimizer.errors import UserError
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
+from optimizer.evaluation.oversize import oversized_items
+from optimizer.judge.prompts import PromptSet
 from optimizer.workspace import Workspace
 
 
@@ -33,6 +36,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     meta = split_meta(split.root)
     print(f"imported {len(split.ids)} items into {split.root.relative_to(ws.root)}")
+    # Priced with the workspace's judge and prompts, as `judgeloop eval` would send them.
+    prompts = PromptSet.from_dir(ws.prompts_dir)
+    for line in oversized_items(split, prompts, ws.config.judge, prices=ws.config.prices,
+                                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+                                replicates=prompts.settings.replicates):
+        warn(line)
     print(describe_counts(meta["counts"]))
     print(f"fingerprint {split.fingerprint}")
     print(

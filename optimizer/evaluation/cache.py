@@ -111,10 +111,15 @@ def endpoint_of(base_url: str | None, default: str | None) -> str | None:
 def provider_endpoint(provider: object) -> str | None:
     """The endpoint of ``provider`` as the cache keys it (see `endpoint_of`). A provider without a
     default endpoint of its own (the local judge, whose server takes a new port each start, test
-    doubles) has none: its model name says everything."""
+    doubles) has none: its model name says everything. Several replicas (``[judge] base_urls``) are
+    keyed as the whole set, each normalised, sorted and space-separated: any of them may answer an item
+    (its ring owner, or another once that one is drained), so replacing one is a new endpoint."""
     default = getattr(provider, "default_base_url", None)
     if not isinstance(default, str):
         return None
+    urls = getattr(provider, "base_urls", None)
+    if isinstance(urls, tuple) and len(urls) > 1:
+        return " ".join(sorted({_normal_url(str(url)) for url in urls}))
     base_url = getattr(provider, "base_url", None)
     return endpoint_of(base_url if isinstance(base_url, str) else None, default)
 

@@ -440,6 +440,8 @@ async def evaluate_items(
             # The offline SmolLM2 judge says what it is wherever its results go.
             "judge_label": provider.traits.demo_label,
             "base_url": redacted_url(judge.base_url),
+            # [judge] base_urls: every replica that may have answered (base_url is then None).
+            "base_urls": [redacted_url(url) for url in judge.base_urls] if judge.base_urls else None,
             "text_only": judge_items.text_only,
             "split": getattr(split, "name", None),
             "split_fingerprint": getattr(split, "fingerprint", None),

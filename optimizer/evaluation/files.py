@@ -186,6 +186,7 @@ def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path
             for k in ("prompt_hash", "provider", "model", "judge_label", "base_url", "split", "split_fingerprint",
                       "md_dir")
         },
+        **({"base_urls": run.meta["base_urls"]} if run.meta.get("base_urls") else {}),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "parameters": {
             k: run.meta.get(k)

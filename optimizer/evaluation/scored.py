@@ -16,6 +16,8 @@ from optimizer.errors import UserError
 from optimizer.evaluation.batch import BatchOptions, check_batch_settings
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.files import previous_evaluation, write_results
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
+from optimizer.evaluation.oversize import oversized_items
 from optimizer.evaluation.results import EvalRun
 from optimizer.evaluation.stopping import Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
@@ -89,6 +91,10 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore,
         if holder is not None:
             events(Message(f"note: {holder} is working in this workspace, so the working tree may be one of "
                            "its candidates; pass --rev to evaluate a fixed revision", "note"))
+    # Before any call: an item whose request is megabytes costs dollars a pass (`optimizer.evaluation.oversize`).
+    for line in oversized_items(split, prompts, judge, prices=ws.config.prices, item_ids=item_ids,
+                                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME, replicates=replicates):
+        events(Message(f"warning: {line}", "note"))
     if judge.provider == "local":
         events(Message("the local judge (SmolLM2-135M, text only) is demonstration-quality: "
                        "its numbers show the mechanics, not a useful judge", "note"))

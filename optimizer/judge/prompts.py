@@ -467,16 +467,12 @@ class PromptSet:
     @classmethod
     def from_rev(cls, ws: Workspace, rev: str) -> PromptSet:
         """Read the prompt files as committed at git revision ``rev`` of the workspace (not the tree)."""
-        import git
-
+        from optimizer.gitops import resolve_commit
         from optimizer.workspace import repo_at
 
         files: dict[str, str] = {}
         with repo_at(ws.root) as repo:
-            try:
-                commit = repo.commit(rev)
-            except (git.BadName, ValueError):
-                raise UserError(f"{rev!r} is not a revision of the workspace; pass a commit, branch or tag") from None
+            commit = resolve_commit(repo, rev)
             for names in ((*REQUIRED_FILES, *OPTIONAL_FILES), None):
                 for name in names if names is not None else panel_member_files(files):
                     try:

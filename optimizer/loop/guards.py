@@ -49,6 +49,11 @@
    and the item. Cases the incumbent already holds, unchanged, are not re-checked: retrieval withholds
    every case from the items its text is about, whatever it declares.
 
+Before all of them, ``rationale`` (`check_rationale`): the proposal's rationale is at most
+`MAX_RATIONALE_CHARS` characters. It is stored with the experiment, written into the candidate's commit
+message and shown in every later history, so one oversized rationale would grow the ledger, git and every
+optimiser prompt after it; a rejected one is kept clipped (`clipped_rationale`).
+
 Guards 5-7 skip ``prompts/memory/cases.jsonl`` (``LINT_EXEMPT``): a case names its own dev items and
 describes them by design, and cross-fitting keeps it out of its own items' fold; guard 8 lints it
 against every other item. Whether its ``source_items`` are dev items is checked when the candidate is
@@ -101,6 +106,7 @@ from optimizer.structure import check_structure
 # memory's provenance check).
 __all__ = [
     "COPY_NGRAM",
+    "MAX_RATIONALE_CHARS",
     "MIN_ID_LENGTH",
     "MIN_ID_PREFIX",
     "GuardResult",
@@ -109,6 +115,8 @@ __all__ = [
     "check_candidate",
     "check_cases",
     "check_protected",
+    "check_rationale",
+    "clipped_rationale",
     "decoded_texts",
     "instruction_ngrams",
     "instruction_values",
@@ -126,9 +134,12 @@ JUDGE_TOML = "prompts/judge.toml"
 LINT_EXEMPT = frozenset({CASES_JSONL})
 PROTECTED_BEGIN = "<!-- judgeloop:protected:begin -->"
 PROTECTED_END = "<!-- judgeloop:protected:end -->"
+# A rationale is one paragraph; this is several pages (see check_rationale).
+MAX_RATIONALE_CHARS = 4_000
+
 GuardName = Literal[
-    "ok", "empty", "allowed_files", "structure", "protected", "diff_size", "overfit_id", "overfit_copy",
-    "overfit_value", "overfit_case",
+    "ok", "rationale", "empty", "allowed_files", "structure", "protected", "diff_size", "overfit_id",
+    "overfit_copy", "overfit_value", "overfit_case",
 ]
 Changes = Mapping[str, tuple[str | None, str | None]]
 
@@ -147,6 +158,23 @@ _PASS = GuardResult(ok=True)
 
 def _fail(guard: GuardName, reason: str) -> GuardResult:
     return GuardResult(ok=False, reason=reason, guard=guard)
+
+
+def check_rationale(rationale: str) -> GuardResult:
+    """The ``rationale`` guard: ``rationale`` is at most `MAX_RATIONALE_CHARS` characters."""
+    if len(rationale) <= MAX_RATIONALE_CHARS:
+        return _PASS
+    return _fail("rationale", f"the rationale is {len(rationale):,} characters, over the cap of "
+                              f"{MAX_RATIONALE_CHARS:,}; say why in one paragraph")
+
+
+def clipped_rationale(rationale: str) -> str:
+    """``rationale`` as the ledger keeps it: whole within `MAX_RATIONALE_CHARS`, else its first
+    `MAX_RATIONALE_CHARS` characters and a note of how many were dropped (the guard rejects it)."""
+    if len(rationale) <= MAX_RATIONALE_CHARS:
+        return rationale
+    dropped = len(rationale) - MAX_RATIONALE_CHARS
+    return rationale[:MAX_RATIONALE_CHARS] + f" [... {dropped:,} more characters not kept]"
 
 
 def protected_regions(text: str) -> list[str]:

@@ -69,7 +69,14 @@ from optimizer.ledger import (
 from optimizer.ledger.waves import next_wave_number
 from optimizer.loop import trust
 from optimizer.loop.compare import Judgements, Rejudging, judgements_of, rejudge
-from optimizer.loop.guards import check_candidate, instruction_ngrams, instruction_values, trajectory_values
+from optimizer.loop.guards import (
+    check_candidate,
+    check_rationale,
+    clipped_rationale,
+    instruction_ngrams,
+    instruction_values,
+    trajectory_values,
+)
 from optimizer.loop.strategies import (
     IN_WAVE,
     Disagreement,
@@ -519,6 +526,7 @@ class LoopRunner:
                 rj = await self._rejudge(experiment_id, judge, incumbent, prompts, fresh, (inc_now, cand_now),
                                          provider, cache, batch, passes, result, len(order))
                 if rj.error is not None:
+                    self._account_first_pass(experiment_id, result)  # the looks judged so far were paid
                     return Evaluated(result, None, None, None, None, error=rj.error, rejudge=passes)
                 inc_now, cand_now = rj.first, rj.second
                 rejudged += fresh
@@ -534,17 +542,7 @@ class LoopRunner:
                 early.append(futile)
                 break
         assert result is not None
-        for note in result.notes if self.batch else [n for n in result.notes if n.startswith(ENDPOINT_NOTE)]:
-            if note == result.cache_reads.warning():  # said on stderr by cache_telemetry
-                continue
-            self.say(f"  {note}")
-            if note.startswith(ENDPOINT_NOTE) and " drained (" in note:  # kept in the ledger, not only said
-                self.stage(StageKind.ENDPOINT_DRAINED, experiment_id, text=note)
-        self.cache_telemetry(experiment_id, result)
-        self.spent_usd += result.cost_usd
-        # The evaluator refused a call that would cross the budget: no later candidate can be paid for.
-        if result.stop is not None and result.stop.kind is StopKind.BUDGET:
-            self.budget_exhausted = result.stop.message
+        self._account_first_pass(experiment_id, result)
         answers = result.answers()
         if early:
             judged = {t: self.labels[t] for t in so_far}
@@ -595,6 +593,21 @@ class LoopRunner:
         decision = self.cost_rules(decision, incumbent, verdict_cost, inc_judgements, cand_judgements, level,
                                    experiment_id, cheaper=cheaper)
         return Evaluated(result, decision, metrics, intervals, flips, rejudge=passes, verdict_cost=verdict_cost)
+
+    def _account_first_pass(self, experiment_id: int, result: EvalRun) -> None:
+        """Count a candidate's first pass (every look judged so far) once, however the evaluation ends:
+        its notes, its cache telemetry, its spend (US dollars) in the run's, and a budget stop."""
+        for note in result.notes if self.batch else [n for n in result.notes if n.startswith(ENDPOINT_NOTE)]:
+            if note == result.cache_reads.warning():  # said on stderr by cache_telemetry
+                continue
+            self.say(f"  {note}")
+            if note.startswith(ENDPOINT_NOTE) and " drained (" in note:  # kept in the ledger, not only said
+                self.stage(StageKind.ENDPOINT_DRAINED, experiment_id, text=note)
+        self.cache_telemetry(experiment_id, result)
+        self.spent_usd += result.cost_usd
+        # The evaluator refused a call that would cross the budget: no later candidate can be paid for.
+        if result.stop is not None and result.stop.kind is StopKind.BUDGET:
+            self.budget_exhausted = result.stop.message
 
     # -- cost per verdict ([loop] cheaper_*, [optimizer] max_cost_ratio) --------------------------
 
@@ -991,7 +1004,8 @@ class LoopRunner:
         exp = self.ledger.start_experiment(
             self.run.id, parent_id=incumbent.id, strategy=self.strategy.name, seq=seq,
             files_changed=sorted(changed), insertions=ins, deletions=dels, diff_text=diff_text,
-            rationale=proposal.rationale, proposal_meta=proposal.meta | ({"wave": wave_meta} if wave_meta else {}),
+            rationale=clipped_rationale(proposal.rationale),
+            proposal_meta=proposal.meta | ({"wave": wave_meta} if wave_meta else {}),
             optimizer_calls=proposal.calls, optimizer_input_tokens=proposal.input_tokens,
             optimizer_output_tokens=proposal.output_tokens, optimizer_cost_usd=proposal.cost_usd,
         )
@@ -1006,7 +1020,9 @@ class LoopRunner:
         )
         reason: str | None = None
         files_key = stable_json({p: n for p, (_, n) in sorted(changed.items())})
-        if link_error is not None:
+        if not (told := check_rationale(proposal.rationale)).ok:
+            reason = told.reason
+        elif link_error is not None:
             reason = link_error
         elif seen is not None and changed and files_key in seen:
             reason = f"the same edit as experiment {seen[files_key]} of this wave"

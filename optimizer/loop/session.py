@@ -25,6 +25,8 @@ from optimizer.errors import UserError
 from optimizer.evaluation.batch import BATCH_PROVIDERS, BatchOptions, check_batch_settings
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
+from optimizer.evaluation.oversize import oversized_items
 from optimizer.evaluation.stopping import Aborted, Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
 from optimizer.judge.harness import check_budget
@@ -185,6 +187,11 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
                             judge=settings.judge, loop_cfg=settings.loop, strategy=strategy,
                             limits=settings.limits, replicates=settings.replicates, seed=settings.seed,
                             spent_usd=prepared.spent, events=events, batch=settings.batch, stop=stop)
+        if not resume:  # before the baseline: every candidate pays for an item of megabytes again
+            for line in oversized_items(split, PromptSet.from_dir(ws.prompts_dir), settings.judge, prices=cfg.prices,
+                                        image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+                                        replicates=settings.replicates):
+                events(Message(f"warning: {line}", stream="note"))
         try:
             ended = asyncio.run(runner.loop())
         except (KeyboardInterrupt, asyncio.CancelledError) as exc:

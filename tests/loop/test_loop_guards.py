@@ -49,3 +49,38 @@ def test_an_obfuscated_dev_id_and_a_typed_dev_value_are_guard_rejected(
     rubric = gitops.read_file_at(ws, latest(ws)[0].branch, RUBRIC_MD)
     assert rubric is not None and hidden_id not in rubric
     assert_clean(ws)
+
+
+def test_a_rationale_over_the_cap_is_guard_rejected_and_kept_clipped_out_of_git_and_history(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 400,000-character rationale (the red team's was 40 MB) is refused by the guards in one line; the
+    ledger keeps only its first MAX_RATIONALE_CHARS characters, nothing is committed, and the next
+    proposal's history carries the clipped text, not the whole."""
+    from optimizer.loop.guards import MAX_RATIONALE_CHARS
+
+    huge = "Check typed text exactly. " + "x" * 400_000
+
+    def long_winded(ctx: ProposalContext) -> Proposal:
+        proposal = toggle(GOOD_ENTRY)(ctx)
+        proposal.rationale = huge
+        return proposal
+
+    strategy = ScriptedStrategy([long_winded, toggle(GOOD_ENTRY)])
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        install(monkeypatch, strategy)
+        tip = gitops.rev_parse(ws, "HEAD")
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
+    _, exps = latest(ws)
+    assert [e.status for e in exps] == ["baseline", "guard_rejected", "kept"]
+    reason = exps[1].reason or ""
+    assert reason == (f"the rationale is {len(huge):,} characters, over the cap of {MAX_RATIONALE_CHARS:,}; "
+                      "say why in one paragraph"), reason
+    assert exps[1].calls == 0 and exps[1].commit_sha is None
+    stored = exps[1].rationale or ""
+    assert stored.startswith("Check typed text exactly. ") and len(stored) < MAX_RATIONALE_CHARS + 100
+    # Nothing of it reached git: the rejected candidate was never committed.
+    assert all(len(message) < MAX_RATIONALE_CHARS for _sha, message in gitops.branch_log(ws, "HEAD", tip))
+    shown = "\n".join(p.rationale for p in strategy.contexts[1].history)
+    assert "Check typed text exactly." in shown and len(shown) < 2 * MAX_RATIONALE_CHARS
+    assert_clean(ws)

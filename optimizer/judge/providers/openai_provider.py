@@ -126,8 +126,10 @@ class OpenAIProvider(WireProvider):
         if display_name:
             self.name = display_name
         self.model = judge.model
-        # With base_urls the first one stands for the pool wherever one address is shown or keyed.
+        # With base_urls the first one stands for the pool where one address is shown (errors); the
+        # judge-call cache keys the whole set (`optimizer.evaluation.cache.provider_endpoint`).
         self.base_url = judge.base_urls[0] if judge.base_urls else judge.base_url
+        self.base_urls: tuple[str, ...] = tuple(judge.base_urls or ())
         self.role = role
         self._max_retries = judge.max_retries
         self._ever_succeeded = False
