@@ -225,6 +225,12 @@ def test_held_out_split_and_unknown_probe_are_refused_in_one_line(
         assert main(["bias", "-w", str(ws), "--split", "sample", "--base-url", server.openai_base_url, *FLAGS]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "held out" in err
+        # The dev split holds items of the held-out sample: held out too (by item, not by name).
+        assert main(["bias", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "split 'small' holds held-out items" in err
+        set_toml_key(ws, "workspace", "heldout_splits", "[]")
+        commit_all(ws, "nothing held out")
         assert main(["bias", "-w", str(ws), "--probes", "final_claim,nope", "--base-url", server.openai_base_url,
                      *FLAGS]) == 2
         err = capsys.readouterr().err

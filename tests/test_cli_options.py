@@ -120,6 +120,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("confirm",): ["--split", "held"],
     ("reviews",): [],
     ("label-fix",): ["abc", "--label", "success", "--reason", "seen on the last screen"],
+    ("label-adopt",): [],
     ("bias",): ["--split", "held"],
     ("mcp",): ["--budget-usd", "1"],
     ("selftest",): [],

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from optimizer.cli import main
 from optimizer.devset.corrections import apply_corrections, label_set
 from optimizer.devset.labels import fingerprint, load_labels
 from optimizer.devset.split import open_split
+from optimizer.errors import UserError
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
 from optimizer.loop.guards import check_candidate
@@ -591,3 +594,131 @@ def test_no_optimiser_surface_shows_a_correction_or_the_suspects_queue(
         assert reason not in text, name
         assert "corrected" not in text.lower() and "corrections.jsonl" not in text, name
         assert "label suspects" not in text.lower() and "suspects" not in text.lower(), name
+
+
+# -- side doors into the corrections (issue s24, item 7) ---------------------------------------------
+
+
+def _flipped(labels: dict[str, Label], tid: str) -> str:
+    return "failure" if labels[tid].is_positive else "success"
+
+
+def test_a_corrections_file_edited_outside_label_fix_is_refused_at_the_next_run_and_eval(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    split = open_split(Workspace.open(ws), SPLIT)
+    labels = load_labels(split)
+    a, b = split.ids[0], split.ids[1]
+    assert main(["label-fix", "-w", str(ws), a, "--label", _flipped(labels, a), "--reason", "a person's"]) == 0
+    set_toml_key(ws, "loop", "labels", '"corrected"')
+    commit_all(ws, "decide with the corrected labels")
+    recorded = corrections_file(ws).read_bytes()
+    # An agent with file access appends a line in the file's own format: valid, but no person wrote it.
+    forged = json.dumps({"id": b, "label": _flipped(labels, b), "reason": "obviously", "by": "ana",
+                         "at": "2026-12-01T10:00:00+00:00"}) + "\n"
+    corrections_file(ws).write_bytes(recorded + forged.encode())
+    code, out, err = _cli(capsys, "run", "-w", str(ws), "--provider", "openai", "--base-url",
+                          "http://127.0.0.1:9/v1", "--model", "fake-judge")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"devset/{SPLIT}/corrections.jsonl" in err and "label-fix" in err and "label-adopt" in err
+    assert not (ws / "experiments" / "ledger.sqlite").exists() or not ledger_of(ws).runs()
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        code, out, err = _cli(capsys, "eval", "-w", str(ws), "--provider", "openai", "--base-url",
+                              server.openai_base_url, "--model", "fake-judge")
+        assert server.inference_requests() == []
+    assert code == 2 and "kappa" not in out.lower() and len(err.strip().splitlines()) == 1
+    assert f"devset/{SPLIT}/corrections.jsonl" in err
+    # A person's later label-fix refuses too: it must not bless the forged line by rewriting the file.
+    c = split.ids[2]
+    code, _out, err = _cli(capsys, "label-fix", "-w", str(ws), c, "--label", _flipped(labels, c), "--reason", "r")
+    assert code == 2 and "corrections.jsonl" in err and b"obviously" in corrections_file(ws).read_bytes()
+    # A file created by hand where none was recorded is refused the same way.
+    corrections_file(ws).write_text(forged, encoding="utf-8")
+    with pytest.raises(UserError, match=r"corrections\.jsonl holds corrections no"):
+        label_set(split, "corrected")
+    # Back as recorded, it is read; a person who wants the hand edit adopts it, seeing what it changes.
+    corrections_file(ws).write_bytes(recorded)
+    assert list(label_set(split, "corrected").corrections) == [a]
+    corrections_file(ws).write_bytes(recorded + forged.encode())
+    code, out, err = _cli(capsys, "label-adopt", "-w", str(ws))
+    assert code == 0 and b in out and "1 added" in out, err
+    assert list(label_set(split, "corrected").corrections) == [a, b]
+
+
+def test_concurrent_label_fix_processes_and_the_tui_writer_lose_no_correction(ws: Path) -> None:
+    from tui.data import save_correction
+
+    split = open_split(Workspace.open(ws), "sample")
+    labels = load_labels(split)
+    ids = split.ids
+    assert len(ids) >= 88
+    script = ("import sys\nfrom optimizer.cli import main\n"
+              "for arg in sys.argv[3:]:\n"
+              "    tid, label = arg.split('=')\n"
+              "    code = main(['label-fix', '-w', sys.argv[1], '--split', sys.argv[2], tid, '--label', label,\n"
+              "                 '--reason', 'seen ' + tid, '--by', 'proc'])\n"
+              "    assert code == 0, code\n")
+    batches = [ids[0:40], ids[40:80]]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(ws), "sample",
+                               *(f"{t}={_flipped(labels, t)}" for t in batch)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for batch in batches]
+    for tid in ids[80:88]:  # the TUI's writer, meanwhile, in this process
+        save_correction(ws, "sample", tid, _flipped(labels, tid), "from the tui", "tui")
+    for proc in procs:
+        _out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err.decode()[-2000:]
+    fixes = label_set(split, "corrected").corrections  # readable, and what label-fix recorded
+    assert sorted(fixes) == sorted(ids[:88])
+    assert all(fixes[t].label == _flipped(labels, t) for t in ids[:88])
+
+
+def test_a_reason_over_what_the_reader_takes_is_refused_in_one_line_and_the_file_stays_readable(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from optimizer.devset.corrections import MAX_LINE_BYTES
+
+    split = open_split(Workspace.open(ws), SPLIT)
+    labels = load_labels(split)
+    a, b = split.ids[0], split.ids[1]
+    assert main(["label-fix", "-w", str(ws), a, "--label", _flipped(labels, a), "--reason", "first"]) == 0
+    before = corrections_file(ws).read_bytes()
+    code, out, err = _cli(capsys, "label-fix", "-w", str(ws), b, "--label", _flipped(labels, b),
+                          "--reason", "x" * 20_000)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and len(err) < 500, err
+    assert "--reason" in err and f"{MAX_LINE_BYTES:,}" in err
+    assert corrections_file(ws).read_bytes() == before
+    # Just under the limit still writes, and whatever was written reads back.
+    code, out, err = _cli(capsys, "label-fix", "-w", str(ws), b, "--label", _flipped(labels, b),
+                          "--reason", "y" * (MAX_LINE_BYTES - 400))
+    assert code == 0, err
+    assert list(label_set(split, "corrected").corrections) == [a, b]
+    c = split.ids[2]
+    assert main(["label-fix", "-w", str(ws), c, "--label", _flipped(labels, c), "--reason", "later"]) == 0
+
+
+def test_label_fix_on_a_heldout_item_gives_the_same_refusal_whatever_its_label(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.loop.test_loop_heldout import import_held
+
+    wsobj = Workspace.open(ws)
+    dev = set(open_split(wsobj, SPLIT).ids)
+    sample = load_labels(open_split(wsobj, "sample"))
+    rest = [t for t in sample if t not in dev]
+    pos = next(t for t in rest if sample[t].is_positive)
+    neg = next(t for t in rest if not sample[t].is_positive)
+    import_held(ws, [pos, neg])
+    errors = []
+    for split_name in ("held", "sample"):  # the held-out split, and the superset that holds its items
+        for tid in (pos, neg):
+            for label in ("success", "failure"):
+                code, out, err = _cli(capsys, "label-fix", "-w", str(ws), "--split", split_name, tid, "--label",
+                                      label, "--reason", "r")
+                assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+                assert "already labelled" not in err and "held out" in err
+                errors.append((split_name, err))
+    for split_name in ("held", "sample"):
+        assert len({err for name, err in errors if name == split_name}) == 1  # one message, whatever the label
+    assert not (ws / "devset" / "held" / "corrections.jsonl").exists()
+    assert not (ws / "devset" / "sample" / "corrections.jsonl").exists()

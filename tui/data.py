@@ -878,4 +878,5 @@ def save_correction(ws_root: Path, split_name: str, trajectory_id: str, label: s
     from optimizer.devset.split import open_split
     from optimizer.workspace import Workspace
 
-    return record_correction(open_split(Workspace.open(ws_root), split_name), trajectory_id, label, reason, by)
+    ws = Workspace.open(ws_root)
+    return record_correction(ws, open_split(ws, split_name), trajectory_id, label, reason, by)

@@ -272,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", metavar="NAME", help="the split (default: [workspace] dev_split)")
     p.add_argument("--by", metavar="WHO", help="who corrects it (default: $USER)")
 
+    p = add("label-adopt", "optimizer.cli.triage:cmd_label_adopt",
+            "accept devset/<split>/corrections.jsonl as it is now (a hand edit, or a file from before label-fix "
+            "recorded its writes): every line checked, what changed since the last record printed")
+    p.add_argument("--split", metavar="NAME", help="the split (default: [workspace] dev_split)")
+    p.add_argument("--by", metavar="WHO", help="who accepts it (default: $USER)")
+
     p = add("mcp", "optimizer.cli.mcp:cmd_mcp",
             "serve one optimisation session to a coding agent (Claude Code, Codex) over MCP on stdio")
     p.add_argument("--budget-usd", type=positive, metavar="X", required=True,

@@ -1,5 +1,10 @@
 """`evaluate`: judge a split with the prompts at a revision, write the result files and score them
-against the labels — what `judgeloop eval` does. Label side: this module reads labels after judging."""
+against the labels — what `judgeloop eval` does. Label side: this module reads labels after judging.
+
+A held-out split, by name or by item (`optimizer.devset.heldout.refuse_heldout`), is refused before
+anything is judged; with ``[loop] labels = "corrected"`` the split's ``corrections.jsonl`` is checked
+against its record first (`optimizer.devset.corrections.read_corrections`), so a file changed outside
+`label-fix` and the TUI is named before a baseline is paid for (eval itself scores the labels as given)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from optimizer.config import JudgeOverrides
+from optimizer.devset.corrections import read_corrections
 from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
@@ -68,6 +74,8 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore,
     split_name = options.split or ws.config.workspace.dev_split
     refuse_heldout(ws, split_name, "eval")  # its figures only through confirm, counted and capped
     split = open_split(ws, split_name)
+    if ws.config.loop.labels == "corrected":
+        read_corrections(split)  # the runs here decide with them: a forged file is refused now, not at `run`
     prompts = PromptSet.from_rev(ws, options.rev) if options.rev else PromptSet.from_dir(ws.prompts_dir)
     if options.batch:
         check_batch_settings(judge.provider, prompts.settings.mode)

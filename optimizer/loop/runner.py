@@ -832,15 +832,17 @@ class LoopRunner:
             )
         earlier = self._earlier_from_same_prompts(incumbent)
         guidance = self.ws.guidance_path.read_text(encoding="utf-8") if self.ws.guidance_path.is_file() else ""
-        reviews = self.ledger.reviews()
+        # Only the dev split's reviews reach a strategy, in the guidance as in the notes: the ledger holds
+        # every review, a held-out item's too (the run's split shares no item with a held-out one: check_apart).
+        dev_ids = set(self.split.ids)
+        reviews = [r for r in self.ledger.reviews() if r.trajectory_id in dev_ids]
         if reviews:
             guidance += "\n\n## Human reviews of judge verdicts\n" + "\n".join(
                 f"- {r.kind.replace('_', ' ')} on {r.trajectory_id}: {r.note}" for r in reviews
             )
         settings = PromptSet.from_dir(self.ws.prompts_dir).settings
-        dev_ids = set(self.split.ids)  # a review of another split's item never reaches the memory strategy
         notes = [ReviewNote(r.trajectory_id, r.kind, r.note, self.split.trajectory(r.trajectory_id).task.instruction)
-                 for r in reviews if r.trajectory_id in dev_ids]
+                 for r in reviews]
         return ProposalContext(
             workspace_root=self.root, allowed_files=allowed, current_files=current,
             disagreements=disagreements, history=history, guidance=guidance.strip(), split=self.split,

@@ -123,3 +123,52 @@ def test_confirm_and_resume_refuse_a_heldout_split_sharing_trajectories_with_the
         assert len(server.inference_requests()) == sent
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
         assert len(led.experiments(run.id)) == experiments
+
+
+def test_eval_and_score_treat_a_split_holding_heldout_items_as_held_out(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `init --sample` leaves split `sample`, a superset of every split imported from the bundled set:
+    # held out by its items, whatever its name.
+    _, rest = dev_and_rest(ws)
+    import_held(ws, rest[:6])
+    capsys.readouterr()
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        code = main(["eval", "-w", str(ws), "--split", "sample", "--provider", "openai", "--base-url",
+                     server.openai_base_url, "--model", "fake-judge", "--out", str(tmp_path / "out")])
+        assert server.inference_requests() == []
+    captured = capsys.readouterr()
+    assert code == 2 and "kappa" not in captured.out.lower() and not (tmp_path / "out").exists()
+    assert captured.err.count("\n") == 1 and "judgeloop confirm --split held" in captured.err
+    assert "'sample'" in captured.err and "held out" in captured.err
+    results = tmp_path / "verdicts"
+    results.mkdir()
+    for tid in open_split(Workspace.open(ws), "sample").ids:
+        (results / f"{tid}.json").write_text(json.dumps({"success": True, "reasoning": "", "confidence": "high"}))
+    assert main(["score", str(results), "--split", "sample", "-w", str(ws)]) == 2
+    captured = capsys.readouterr()
+    assert "kappa" not in captured.out.lower()
+    assert captured.err.count("\n") == 1 and "judgeloop confirm --split held" in captured.err
+    # The dev split, apart from the held-out one, is evaluated as before.
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert main(["eval", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
+                     "--model", "fake-judge", "--out", str(tmp_path / "dev"), "--limit", "4"]) == 0
+    assert "kappa" in capsys.readouterr().out.lower()
+
+
+def test_a_review_note_on_a_heldout_item_never_reaches_the_strategies_guidance(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dev, rest = dev_and_rest(ws)
+    import_held(ws, rest[:4])
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        led.add_review(rest[0], "judge_wrong", "HELDOUT-NOTE the held-out answer is success")
+        led.add_review(dev[0], "judge_wrong", "DEV-NOTE check the saved file")
+    strategy = ScriptedStrategy([toggle(GOOD_ENTRY)])
+    install(monkeypatch, strategy)
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
+    [ctx] = strategy.contexts
+    assert "DEV-NOTE" in ctx.guidance  # dev items' reviews reach it
+    assert "HELDOUT-NOTE" not in ctx.guidance and rest[0] not in ctx.guidance
+    assert all("HELDOUT-NOTE" not in r.note for r in ctx.reviews)
