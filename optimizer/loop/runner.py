@@ -1363,7 +1363,7 @@ def check_wave(loop: LoopSection, *, strategy: str, propose_only: bool) -> None:
         raise UserError(f"{what} is decided by Holm over its candidates, not by a person: drop --propose-only or "
                         "use --wave 1")
     if not policy_for(loop).tests_at_alpha:
-        raise UserError(f"{what} is decided by Holm over the candidates' p-values; the literal policy runs no "
+        raise UserError(f"{what} is decided by Holm over the candidates' p-values; the {loop.policy} policy runs no "
                         "test: use --policy adaptive or paired, or --wave 1")
     if loop.fdr is not None:
         raise UserError(f"{what} keeps its false-keep bound with Holm at [loop] alpha; [loop] fdr (LORD++) levels "
