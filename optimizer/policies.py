@@ -35,6 +35,16 @@ class KeepFlags(Protocol):
     def paired_keep(self) -> bool: ...
 
 
+# The words a first-pass reason adds when the other rule's outcome differs (`decide_counts`).
+_LITERAL_WOULD_KEEP = "; the literal policy would have kept it"
+_PAIRED_WOULD_ROLL_BACK = "; the paired policy would have rolled it back"
+
+
+def _rules_differ(flags: KeepFlags) -> bool:
+    # The paired rule is the literal one and a test: it can only roll back what the literal one keeps.
+    return flags.literal_keep and not flags.paired_keep
+
+
 @dataclass(frozen=True)
 class FirstPass:
     """The two first-pass keep flags before a `Decision` holds them (`decide_counts`)."""
@@ -119,8 +129,7 @@ class Literal:
         return best.literal_keep
 
     def other_policy_note(self, flags: KeepFlags) -> str:
-        # The paired rule is stricter: it can only roll back what the literal one keeps.
-        return "; the paired policy would have rolled it back" if flags.literal_keep and not flags.paired_keep else ""
+        return _PAIRED_WOULD_ROLL_BACK if _rules_differ(flags) else ""
 
     def open_note(self, best: KeepFlags) -> str:  # noqa: ARG002 - no other rule's outcome is left open by its bound
         return ""
@@ -148,11 +157,15 @@ class Paired:
         return best.paired_keep
 
     def other_policy_note(self, flags: KeepFlags) -> str:
-        return "; the literal policy would have kept it" if flags.literal_keep and not flags.paired_keep else ""
+        return _LITERAL_WOULD_KEEP if _rules_differ(flags) else ""
 
     def open_note(self, best: KeepFlags) -> str:
         # In the best case the literal policy keeps it: its outcome was still open when the paired bound fired.
-        return "; the literal policy's outcome was still open when evaluation stopped" if best.literal_keep else ""
+        return (
+            "; the literal policy's outcome was still open when evaluation stopped"
+            if best.literal_keep
+            else ""
+        )
 
 
 class Adaptive:
@@ -181,7 +194,7 @@ class Adaptive:
         return best.literal_keep
 
     def other_policy_note(self, flags: KeepFlags) -> str:
-        return "; the literal policy would have kept it" if flags.literal_keep and not flags.paired_keep else ""
+        return _LITERAL_WOULD_KEEP if _rules_differ(flags) else ""
 
     def open_note(self, best: KeepFlags) -> str:  # noqa: ARG002 - no other rule's outcome is left open by its bound
         return ""
