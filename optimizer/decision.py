@@ -1,6 +1,7 @@
 """Keep or roll back a candidate: the three policies and the exact early-stopping bounds. Pure.
 
-Policies (all computed; ``[loop] policy`` picks the one that decides):
+Policies (all computed; ``[loop] policy`` picks the one that decides, and its object in
+`optimizer.policies` says which flag, bound and words are its own — nothing here tests its name):
 
 - ``literal``: keep iff kappa_c > kappa_i + min_kappa_delta and FPR_c ≤ FPR_i + fpr_tolerance.
 - ``paired``: literal, and the exact one-sided McNemar p-value on the discordant items < alpha.
@@ -58,6 +59,7 @@ from optimizer.metrics import (
     score,
 )
 from optimizer.models import Label
+from optimizer.policies import FirstPass, policy_for
 from optimizer.signflip import (
     DEFAULT_DRAWS,
     MAX_EXACT_BITS,
@@ -154,7 +156,9 @@ def decide_counts(
     significant = p_value < level
     literal_keep = kappa_ok and fpr_ok
     paired_keep = literal_keep and significant
-    keep = literal_keep if loop.policy == "literal" else paired_keep
+    policy = policy_for(loop)
+    flags = FirstPass(literal_keep, paired_keep)
+    keep = policy.keeps(flags)
 
     k_i, k_c = kappa_fraction(*incumbent), kappa_fraction(*candidate)
     if k_i is None or k_c is None:
@@ -173,13 +177,10 @@ def decide_counts(
             why.append("kappa did not rise")
     if not fpr_ok:
         why.append("FPR rose" if not loop.fpr_tolerance else f"FPR rose by more than {loop.fpr_tolerance:g}")
-    if loop.policy != "literal" and literal_keep and not significant:
+    if policy.tests_at_alpha and literal_keep and not significant:
         why.append("the gain is not significant")
     outcome = "kept" if keep else "rolled back (" + "; ".join(why) + ")"
-    if loop.policy != "literal" and literal_keep and not paired_keep:
-        outcome += "; the literal policy would have kept it"
-    if loop.policy == "literal" and literal_keep and not paired_keep:
-        outcome += "; the paired policy would have rolled it back"
+    outcome += policy.other_policy_note(flags)
     reason = f"{kappa_part}, {fpr_part}, flips +{improved}/−{worsened}, {p_part}: {outcome}"
     return Decision(
         keep=keep,
@@ -208,7 +209,7 @@ def detectable_gain_line(n_items: int, alpha: float, policy: Policy = "paired") 
     nothing is kept). Under ``adaptive`` an item counts in full only when every one of its judgements
     went the candidate's way (d = 1); the sign-flip tail of such items is the McNemar tail."""
     clean, one, two = (min_fixes_to_keep(w, alpha) for w in (0, 1, 2))
-    items = "items right" if policy != "adaptive" else "items right on every judgement"
+    items = policy_for(policy).items_right
     return (f"on {n_items} items the {policy} policy (alpha {alpha:g}) keeps a candidate only if it newly gets "
             f"at least {clean} {items} while breaking none ({one} if it breaks one, {two} if two): "
             f"{clean / n_items:.0%} of the split at the least; a smaller real gain cannot be told from the "
@@ -306,8 +307,7 @@ def kappa_provably_cannot_beat(
     best = _best_case_decision(labels, candidate_so_far, incumbent, loop)
     if best is None:
         return False
-    chosen = policy or loop.policy
-    return not (best.paired_keep if chosen == "paired" else best.literal_keep)
+    return not policy_for(policy or loop).bound_keeps(best)
 
 
 def stopped_decision(
@@ -340,7 +340,7 @@ def stopped_decision(
         return _fpr_stop(fp_so_far, fp_inc, len(negatives), negatives_left, len(candidate_so_far), len(labels),
                          loop, level)
     best = _best_case_decision(labels, candidate_so_far, incumbent, loop, alpha)
-    if best is None or (best.paired_keep if loop.policy == "paired" else best.literal_keep):
+    if best is None or policy_for(loop).bound_keeps(best):
         return None
     best_metrics, best_flips = best_completion(labels, candidate_so_far, incumbent)
     inc_right = {tid: is_correct(labels[tid], incumbent.get(tid)) for tid in labels}
@@ -404,9 +404,7 @@ def _best_case_stop(best: Decision, incumbent: Counts, completed: Counts, improv
         why.append("FPR would rise")
     if not why:
         why.append(f"the gain could not be significant at {level:.3g}")
-    # In the best case the literal policy keeps it: under paired its outcome was still open.
-    open_note = ("; the literal policy's outcome was still open when evaluation stopped"
-                 if loop.policy == "paired" and best.literal_keep else "")
+    open_note = policy_for(loop).open_note(best)
     reason = (
         f"{observed.text()}; even if every remaining item went its way (bound: {', '.join(bound)}) "
         f"it could not be kept ({'; '.join(why)}){open_note}"
@@ -613,7 +611,7 @@ def decide_adaptive(
         first_pass=first_pass, rejudge=loop.rejudge, alpha=level, statistic=gain,
         p_value=result.p_value, seed=seed, draws=result.draws, mcnemar_p=base.p_value, items=items,
     )
-    if loop.policy != "adaptive":
+    if not policy_for(loop).rejudges:  # decided on the first pass: the adaptive rule's outcome is shown only
         return base.model_copy(update={"adaptive_keep": adaptive_keep, "test": test})
 
     kappa_part, fpr_part = _rates(counts_i, counts_c)
@@ -635,7 +633,7 @@ def decide_adaptive(
               f"{'<' if significant else '≥'} {level:.3g}: {outcome_text}")
     return Decision(
         keep=adaptive_keep, reason=reason, literal_keep=base.literal_keep, paired_keep=base.paired_keep,
-        p_value=result.p_value, policy="adaptive", adaptive_keep=adaptive_keep, alpha=level, test=test,
+        p_value=result.p_value, policy=loop.policy, adaptive_keep=adaptive_keep, alpha=level, test=test,
     )
 
 
@@ -801,7 +799,7 @@ class _PairedBound:
         best_counts = Counts(self.n_pos - wrong_pos, wrong_pos, n_neg - wrong_neg, wrong_neg)
         best = decide_counts(self.inc_counts, best_counts, self.improved, self.worsened, loop,
                              alpha=self.alpha)
-        if best.paired_keep if loop.policy == "paired" else best.literal_keep:
+        if policy_for(loop).bound_keeps(best):
             return None
         observed = Observed(judged=len(self.judged), total=len(self.labels), fixed=self.fixed, broken=self.worsened)
         return _best_case_stop(best, self.inc_counts, best_counts, self.improved, self.worsened, observed, loop,
@@ -923,8 +921,9 @@ class EarlyStopper:
     def __init__(self, labels: Mapping[str, Label], incumbent: Mapping[str, Answer],
                  incumbent_judgements: Judgements, loop: LoopSection, *, alpha: float | None = None) -> None:
         self.labels = labels
-        adaptive = loop.policy == "adaptive"
-        self._adaptive = _AdaptiveBound(labels, incumbent_judgements, loop, alpha) if adaptive else None
+        # A policy that decides on every judgement has the adaptive bound; the others, the first pass's.
+        rejudges = policy_for(loop).rejudges
+        self._adaptive = _AdaptiveBound(labels, incumbent_judgements, loop, alpha) if rejudges else None
         self._paired = _PairedBound(labels, incumbent, loop, alpha) if self._adaptive is None else None
 
     def add(self, trajectory_id: str, answer: Answer, judgements: Sequence[Answer]) -> Decision | None:

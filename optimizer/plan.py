@@ -35,6 +35,7 @@ from optimizer.judge.estimate import request_token_split
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import price_for
 from optimizer.ledger import Experiment, Ledger
+from optimizer.policies import policy_for
 from optimizer.workspace import Workspace
 
 # Adaptive re-judging, in passes of the split per candidate, when the ledger has no figure.
@@ -134,7 +135,8 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
                      "replicate; the check is priced with a typical 5-criterion list")
     if share_note is not None:
         notes.append(share_note)
-    rejudge = ADAPTIVE_REJUDGE_SHARE if policy == "adaptive" else 0.0
+    rule = policy_for(policy)
+    rejudge = ADAPTIVE_REJUDGE_SHARE if rule.rejudges else 0.0
     per_candidate, calls = warm * (1 + rejudge), n * per_item * (1 + rejudge)
     source, seconds, measured = "estimate", None, 0
     past = _past_candidates(ws, judge)
@@ -146,7 +148,7 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         rejudge = sum(e["rejudge"] for e in past) / max(1, sum(first))
         durations = [e["duration"] for e in past if e["duration"]]
         seconds = sum(durations) / len(durations) if durations else None
-    if source == "estimate" and policy == "adaptive" and cfg.loop.futility:
+    if source == "estimate" and rule.screens_futility(cfg.loop):
         notes.append("futility screening is on ([loop] futility): a candidate it stops early costs less (a no-op "
                      "about 0.84 of a pass in benchmarks/decision_power.py); the figures above are for a candidate "
                      "judged in full")

@@ -69,6 +69,7 @@ from optimizer.loop.runner import evaluation_order
 from optimizer.metrics import Answer, is_correct, majority_answer, outcome, score
 from optimizer.models import Label
 from optimizer.paths import unused_path
+from optimizer.policies import policy_for
 from optimizer.workspace import Workspace
 
 SELFTEST_VERSION = 1
@@ -150,7 +151,7 @@ class Bench:
 
     @property
     def rejudge(self) -> int:
-        return self.loop.rejudge if self.loop.policy == "adaptive" else 0
+        return policy_for(self.loop).rejudge(self.loop)
 
     @property
     def width(self) -> int:
@@ -308,7 +309,8 @@ def detectable_gain(n_items: int, level: float, policy: str, flip_rate: float | 
     fewest items newly right, all judgements agreeing, breaking none / one / two), beside the items the
     judge's own noise flips between two evaluations of identical prompts."""
     noise_items = None if flip_rate is None else flip_rate * n_items
-    if policy.startswith("literal"):
+    rule = policy_for(policy.partition("+")[0])  # `policy_name`: "adaptive+fdr0.1" is the adaptive policy
+    if not rule.tests_at_alpha:
         return {
             "min_clean_fixes": 1, "with_one_broken": 2, "with_two_broken": 3, "share_of_split": 1 / n_items,
             "noise_items_per_evaluation": noise_items,
@@ -318,7 +320,7 @@ def detectable_gain(n_items: int, level: float, policy: str, flip_rate: float | 
                         "between two evaluations")),
         }
     clean, one, two = (min_fixes_to_keep(w, level) for w in (0, 1, 2))
-    items = "items right on every judgement" if policy.startswith("adaptive") else "items right"
+    items = rule.items_right
     line = (f"on {n_items} items the {policy} policy (level {level:g}) keeps a candidate only if it newly gets at "
             f"least {clean} {items} while breaking none ({one} if it breaks one, {two} if two): "
             f"{clean / n_items:.0%} of the split at the least")
@@ -359,7 +361,8 @@ def simulated_keep_rate(positive: np.ndarray, q: np.ndarray, fix: int, loop: Loo
         raise ValueError(f"only {len(pool)} items can be fixed, not {fix}")
     cfg = loop.model_copy(update={"alpha": level})
     literal_cfg = cfg.model_copy(update={"policy": "literal"})
-    r = loop.rejudge if loop.policy == "adaptive" else 0
+    policy = policy_for(loop)
+    r = policy.rejudge(loop)
     kept = 0
     for _ in range(trials):
         fixed = np.zeros(n, bool)
@@ -368,10 +371,10 @@ def simulated_keep_rate(positive: np.ndarray, q: np.ndarray, fix: int, loop: Loo
         inc, cand = rng.binomial(k, q), rng.binomial(k, q_c)
         first = np.full(n, k)
         inc_right, cand_right = _majority_right(inc, first, positive), _majority_right(cand, first, positive)
-        if loop.policy != "adaptive":
+        if not policy.rejudges:
             decision = decide_counts(_counts(inc_right, positive), _counts(cand_right, positive),
                                      int((~inc_right & cand_right).sum()), int((inc_right & ~cand_right).sum()), cfg)
-            kept += decision.literal_keep if loop.policy == "literal" else decision.paired_keep
+            kept += policy.keeps(decision)
             continue
         total = first.copy()
         if r:

@@ -92,6 +92,7 @@ from optimizer.loop.validate import candidate_files, validate_prompts
 from optimizer.metrics import Answer, Metrics, bootstrap_intervals, flip_table, score
 from optimizer.models import Label
 from optimizer.paths import allowed_name, read_prompt_file, write_prompt_file
+from optimizer.policies import policy_for
 from optimizer.runsettings import Limits
 from optimizer.vocab import TESTED_STATUSES, StageKind
 from optimizer.workspace import Workspace
@@ -447,7 +448,7 @@ class LoopRunner:
         """
         judge = judge or self.judge
         order = evaluation_order(self.labels, self.split.ids)
-        adaptive = self.loop_cfg.policy == "adaptive"
+        policy = policy_for(self.loop_cfg)
         level = self.test_level()
         inc_answers = self.ledger.item_answers(incumbent.id) if incumbent else None
         inc_judgements = self.ledger.item_judgements(incumbent.id) if incumbent else None
@@ -458,7 +459,7 @@ class LoopRunner:
         # make_looks`); after each, the look's disagreements are re-judged — the calls the decision makes
         # anyway, paid once — and P(clear) checked on everything judged so far.
         looks: list[Screen] = []
-        if (adaptive and self.loop_cfg.futility and inc_answers is not None and not self.batch
+        if (policy.screens_futility(self.loop_cfg) and inc_answers is not None and not self.batch
                 and not self.limits.propose_only):
             looks = make_looks(self.labels, inc_answers,
                                self.decision_seed(experiment_id) if look_seed is None else look_seed)
@@ -566,7 +567,7 @@ class LoopRunner:
         flips = flip_table(self.labels, inc_answers, answers)
         cand_judgements = {item.trajectory_id: judgements_of(item) for item in result.items}
         to_rejudge: list[str] = []
-        if adaptive and self.loop_cfg.rejudge > 0:
+        if policy.rejudge(self.loop_cfg) > 0:
             # Nothing re-judging could bring would make it a keep: the re-judging calls are not made.
             skip = (None if cheaper or rejudged else
                     adaptive_stopped_decision(self.labels, cand_judgements, inc_judgements, self.loop_cfg, alpha=level))
@@ -1090,7 +1091,7 @@ class LoopRunner:
         if self.batch:
             self.say(f"  experiment {exp_id}: evaluating every item as one batch (batch mode: early stopping "
                      "does not apply)")
-        elif self.loop_cfg.policy == "adaptive":
+        elif policy_for(self.loop_cfg).rejudges:
             self.say(f"  experiment {exp_id}: evaluating (negatives first), then re-judging the items the prompts "
                      "disagree on; stopping as soon as the outcome is certain")
         else:
@@ -1421,8 +1422,8 @@ def check_wave(loop: LoopSection, *, strategy: str, propose_only: bool) -> None:
     if propose_only:
         raise UserError(f"{what} is decided by Holm over its candidates, not by a person: drop --propose-only or "
                         "use --wave 1")
-    if loop.policy == "literal":
-        raise UserError(f"{what} is decided by Holm over the candidates' p-values; the literal policy runs no "
+    if not policy_for(loop).tests_at_alpha:
+        raise UserError(f"{what} is decided by Holm over the candidates' p-values; the {loop.policy} policy runs no "
                         "test: use --policy adaptive or paired, or --wave 1")
     if loop.fdr is not None:
         raise UserError(f"{what} keeps its false-keep bound with Holm at [loop] alpha; [loop] fdr (LORD++) levels "

@@ -16,7 +16,7 @@ from typing import Any
 
 from optimizer import gitops
 from optimizer.config import MAX_WAVE, JudgeOverrides, JudgeSection, LoopSection
-from optimizer.decision import Policy, detectable_gain_line
+from optimizer.decision import detectable_gain_line
 from optimizer.devset.corrections import LabelSetName, label_set, labels_as_stored
 from optimizer.devset.heldout import check_apart
 from optimizer.devset.labels import fingerprint, load_labels
@@ -41,6 +41,7 @@ from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, rest
 from optimizer.metrics import Metrics, score
 from optimizer.models import Label
 from optimizer.paths import check_prompts_tree
+from optimizer.policies import policy_for
 from optimizer.report import export_experiments_tsv, write_markdown_report
 from optimizer.runsettings import Limits, RunOverrides, RunSettings
 from optimizer.vocab import DecidedBy, PolicyName, RunStrategyName, StageKind
@@ -574,11 +575,10 @@ def _summary(ledger: Ledger, run_id: str, ended: StopReason, say: Say, loop: Loo
         say(f"  kappa {fmt3(base.kappa)} → {fmt3(inc.kappa)}, FPR {fmt3(base.fpr)} → {fmt3(inc.fpr)} "
             f"(incumbent: experiment {inc.id}, {(inc.commit_sha or '')[:12]})")
     decided = [e for e in exps if e.seq > 0 and e.status != "running"]
-    if not kept and decided and loop.policy in ("paired", "adaptive"):
+    if not kept and decided and policy_for(loop).tests_at_alpha:
         n_items = len(ledger.labels(run_id))
         if n_items:
-            policy: Policy = "adaptive" if loop.policy == "adaptive" else "paired"
-            say(f"  nothing kept: {detectable_gain_line(n_items, loop.alpha, policy)}")
+            say(f"  nothing kept: {detectable_gain_line(n_items, loop.alpha, loop.policy)}")
     say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
 
 

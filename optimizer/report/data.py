@@ -13,6 +13,7 @@ from optimizer.devset.split import open_split
 from optimizer.errors import UserError
 from optimizer.ledger import FLIP_KEYS, Attribution, EditContribution, Experiment, Ledger, Run
 from optimizer.metrics import Answer
+from optimizer.policies import policy_for
 from optimizer.runsettings import RunSettings
 from optimizer.triage import GivenCorrected, Suspect, label_suspects, metrics_given_corrected
 from optimizer.vocab import TESTED_STATUSES
@@ -138,8 +139,9 @@ def accounting(run: Run, experiments: Sequence[Experiment], current: Config | No
     p-value, extra judgements and cost. The run's settings are its own (`RunSettings.from_run`;
     ``current`` fills what an old record lacks)."""
     loop_cfg = RunSettings.from_run(run, current).loop
+    tests_at_alpha = policy_for(loop_cfg).tests_at_alpha  # False: no level, so no expected false keeps
     # Rows decided before the level was recorded (ledger schema < 4) were tested at the run's alpha.
-    default_alpha = loop_cfg.alpha if loop_cfg.policy != "literal" else None
+    default_alpha = loop_cfg.alpha if tests_at_alpha else None
 
     def level(e: Experiment) -> float | None:
         wave = e.proposal_meta.get("wave")
@@ -156,8 +158,7 @@ def accounting(run: Run, experiments: Sequence[Experiment], current: Config | No
     return {
         "tested": len(tested),
         "cheaper_tested": len(cheaper),
-        "expected_false_keeps": None if loop_cfg.policy == "literal" else round(
-            sum(level(e) or 0.0 for e in [*tested, *cheaper]), 6),
+        "expected_false_keeps": round(sum(level(e) or 0.0 for e in [*tested, *cheaper]), 6) if tests_at_alpha else None,
         "fdr": loop_cfg.fdr,
         "kept": [
             {"experiment": e.id, "kind": e.keep_kind, "p_value": e.p_value, "alpha": e.alpha if e.alpha is not None else level(e),
