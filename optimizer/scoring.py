@@ -18,7 +18,7 @@ from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
-from optimizer.metrics import MISSING, Answer, Metrics, bootstrap_intervals, score
+from optimizer.stats.metrics import MISSING, Answer, Metrics, bootstrap_intervals, score
 from optimizer.models import MISTAKE_TYPES, fold_mistake_type
 from optimizer.workspace import Workspace
 

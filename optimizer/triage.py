@@ -46,7 +46,7 @@ from optimizer.devset.corrections import Correction, apply_corrections, read_cor
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split
 from optimizer.ledger import Ledger, ReplicateVerdict, Run
-from optimizer.metrics import Metrics, score
+from optimizer.stats.metrics import Metrics, score
 from optimizer.models import Label
 
 MIN_JUDGEMENTS = 3

@@ -1,4 +1,4 @@
-"""The bias battery (`judgeloop bias`, `optimizer.bias.run_battery`) through the real openai SDK against
+"""The bias battery (`judgeloop bias`, `optimizer.trust.bias.run_battery`) through the real openai SDK against
 the fake server: `BiasJudge` answers from a fixed table, four noisy items are coin flips per call, and
 opt-in it falls for "task complete" text or for idle steps."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from optimizer.bias import (
+from optimizer.trust.bias import (
     JUDGE_NOTE,
     PROBES,
     PerturbedSplit,

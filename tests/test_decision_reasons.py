@@ -8,8 +8,8 @@ import random
 import re
 
 from optimizer.config import LoopSection
-from optimizer.decision import adaptive_stopped_decision, stopped_decision
-from optimizer.metrics import Answer, is_correct, majority_answer, score
+from optimizer.stats.decision import adaptive_stopped_decision, stopped_decision
+from optimizer.stats.metrics import Answer, is_correct, majority_answer, score
 from optimizer.models import Label
 
 YES, NO = Answer(success=True), Answer(success=False)

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from optimizer.devset.split import Split, first_error
 from optimizer.errors import UserError
-from optimizer.metrics import UNTYPED as UNTYPED  # the importer and verify take it from here
+from optimizer.stats.metrics import UNTYPED as UNTYPED  # the importer and verify take it from here
 from optimizer.models import MISTAKE_TYPES, Label
 
 LABEL_FILE_NAMES = ("AgentHorizon.jsonl", "AgentHorizon-Simple.jsonl", "labels.jsonl")

@@ -36,7 +36,7 @@ from optimizer.judge.types import (
     converses,
     stable_json,
 )
-from optimizer.metrics import Answer
+from optimizer.stats.metrics import Answer
 from optimizer.models import Trajectory, Verdict
 
 # Encoded screenshots shared across processes (see render.build_request's image_cache_dir).

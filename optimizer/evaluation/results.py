@@ -14,7 +14,7 @@ from optimizer.evaluation.warmup import CacheReads
 from optimizer.events import StopReason
 from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import JudgeToolCall
-from optimizer.metrics import Answer
+from optimizer.stats.metrics import Answer
 from optimizer.models import Verdict
 
 ParseStatus = Literal["ok", "parse_error", "infra_error"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optimizer.decision import lord_level
+from optimizer.stats.decision import lord_level
 from optimizer.devset.split import Split
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.stopping import StopRequest
@@ -93,7 +93,7 @@ class RunContext:
 
     def test_level(self) -> float:
         """The level the next candidate is tested at: ``[loop] alpha``, or with ``[loop] fdr`` the
-        LORD++ level given this run's earlier tested candidates (`optimizer.decision.lord_level`)."""
+        LORD++ level given this run's earlier tested candidates (`optimizer.stats.decision.lord_level`)."""
         loop = self.settings.loop
         if loop.fdr is None:
             return loop.alpha

@@ -1,8 +1,8 @@
 """The second room of a candidate's life: its evaluation on the dev split, and the decision on it.
 
 `evaluate` judges the candidate's first pass (negatives first) by phases — futility's looks, each
-followed by re-judging its disagreements and a futility check (`optimizer.futility`) — stopping as soon
-as an exact bound proves a rollback (`optimizer.decision.EarlyStopper`); then, under a policy that
+followed by re-judging its disagreements and a futility check (`optimizer.stats.futility`) — stopping as soon
+as an exact bound proves a rollback (`optimizer.stats.decision.EarlyStopper`); then, under a policy that
 re-judges, it re-judges the items the two prompts disagree on (`optimizer.loop.compare.rejudge`) and
 asks the policy, then the cost rules (`optimizer.loop.costs.cost_rules`). It hands on an `Evaluated`
 record; an evaluation the run's stop request cut raises `EvaluationInterrupted`. Every pass is counted
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from optimizer.config import JudgeSection
-from optimizer.decision import (
+from optimizer.stats.decision import (
     Decision,
     EarlyStopper,
     FprStopper,
@@ -31,7 +31,7 @@ from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Message, Progress, ProgressSnapshot, StopKind
-from optimizer.futility import Screen, make_looks, screen_decision
+from optimizer.stats.futility import Screen, make_looks, screen_decision
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import BatchState, Provider
@@ -41,8 +41,8 @@ from optimizer.loop.context import RunContext
 from optimizer.loop.costs import cost_rules, verdict_cost
 from optimizer.loop.progress import pass_figures
 from optimizer.loop.records import Evaluated, EvaluationInterrupted, evaluation_order
-from optimizer.metrics import Answer, bootstrap_intervals, flip_table, score
-from optimizer.policies import policy_for
+from optimizer.stats.metrics import Answer, bootstrap_intervals, flip_table, score
+from optimizer.stats.policies import policy_for
 from optimizer.vocab import StageKind
 
 # Passes below plan said on stderr before any pass of the run was billed a cache read (then silent).
@@ -270,7 +270,7 @@ class _Evaluation:
 
     async def run(self) -> Evaluated:
         ctx, loop, exp_id = self.ctx, self.loop, self.experiment_id
-        # Futility screening (adaptive, direct passes): the first pass goes look by look (`optimizer.futility.
+        # Futility screening (adaptive, direct passes): the first pass goes look by look (`optimizer.stats.futility.
         # make_looks`); after each, the look's disagreements are re-judged — the calls the decision makes
         # anyway, paid once — and P(clear) checked on everything judged so far.
         looks: list[Screen] = []

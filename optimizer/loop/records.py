@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from optimizer.decision import Decision
+from optimizer.stats.decision import Decision
 from optimizer.evaluation.results import EvalRun
 from optimizer.judge.providers import Usage
 from optimizer.ledger import (
@@ -28,7 +28,7 @@ from optimizer.ledger import (
     ReplicateVerdict,
     verdict_detail,
 )
-from optimizer.metrics import FlipTable, Metrics
+from optimizer.stats.metrics import FlipTable, Metrics
 from optimizer.models import Label
 
 

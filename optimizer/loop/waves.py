@@ -1,5 +1,5 @@
 """A wave of candidates (``[loop] wave`` > 1): proposed on one incumbent, judged together item by item,
-decided together (`optimizer.decision.decide_wave`, Holm over the wave's size) and settled one by one
+decided together (`optimizer.stats.decision.decide_wave`, Holm over the wave's size) and settled one by one
 (`optimizer.loop.settle.settle`, rolled back first, kept last). `check_wave` refuses, in one line, what a
 wave cannot be run with; `interrupted_wave` finds the members a crash or a stop cut short."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from optimizer import gitops
 from optimizer.config import LoopSection
-from optimizer.decision import decide_wave
+from optimizer.stats.decision import decide_wave
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import WaveBatches
 from optimizer.evaluation.cache import JudgeCache
@@ -28,7 +28,7 @@ from optimizer.loop.propose import WaveSlot, committed_prompts, prepare, proposa
 from optimizer.loop.records import Evaluated, EvaluationInterrupted, Prepared, Rejected
 from optimizer.loop.settle import settle
 from optimizer.loop.strategies import Proposal, ProposalError, Strategy, proposes_waves
-from optimizer.policies import policy_for
+from optimizer.stats.policies import policy_for
 from optimizer.vocab import StageKind
 
 
@@ -130,7 +130,7 @@ async def decide_wave_members(
     """Judge a wave's parked candidates item by item together — each candidate's evaluation runs at
     once, in the same order, on a share of the run's concurrency, so an item's calls for every
     candidate go out together and one cached prefix serves them — then decide them with
-    `optimizer.decision.decide_wave` and settle git: every candidate not kept is rolled back
+    `optimizer.stats.decision.decide_wave` and settle git: every candidate not kept is rolled back
     (``refs/judgeloop/rejected/<id>``), the kept one (at most one) finalised as the branch's tip."""
     incumbent_sha = incumbent.commit_sha or gitops.rev_parse(ctx.root, "HEAD")
     out: list[Experiment] = []

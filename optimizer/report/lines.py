@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from optimizer.config import Config
-from optimizer.decision import AdaptiveTest
+from optimizer.stats.decision import AdaptiveTest
 from optimizer.ledger import Experiment, Run
 from optimizer.report.data import accounting, delta, parents_by_id
 from optimizer.workspace import Workspace

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.ledger import FLIP_KEYS, Attribution, Experiment, Ledger, Run
-from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
+from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report.data import (
     REPORT_SUSPECTS,
     accounting,

@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from optimizer.ledger import Experiment
-from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
+from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report.data import rejudged_items
 from optimizer.report.lines import cache_reads_line, fp_by_type_line, test_line, token_split
 from tui.data import PARTIAL_MARK, STATUS_TEXT, ExperimentDetail, PartialMetrics, WaveDetail, load_experiment

@@ -58,7 +58,7 @@ from fractions import Fraction
 import numpy as np
 
 from optimizer.config import LoopSection
-from optimizer.decision import (
+from optimizer.stats.decision import (
     Counts,
     Decision,
     Judgements,
@@ -67,9 +67,9 @@ from optimizer.decision import (
     fpr_within,
     kappa_clears,
 )
-from optimizer.metrics import Answer, is_correct, majority_answer, outcome
+from optimizer.stats.metrics import Answer, is_correct, majority_answer, outcome
 from optimizer.models import Label
-from optimizer.signflip import (
+from optimizer.stats.signflip import (
     MAX_EXACT_BITS,
     exact_bits_grouped,
     sign_flip_test_grouped,
