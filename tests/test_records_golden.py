@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 import pytest
@@ -34,8 +34,8 @@ class FrozenClock(datetime):
     """`datetime` whose ``now`` is always `NOW` (in the zone asked)."""
 
     @classmethod
-    def now(cls, tz: object = None) -> FrozenClock:  # type: ignore[override]
-        return cls.fromtimestamp(NOW.timestamp(), tz=tz)  # type: ignore[arg-type]
+    def now(cls, tz: tzinfo | None = None) -> FrozenClock:
+        return cls.fromtimestamp(NOW.timestamp(), tz=tz)
 
 
 def _normalised(text: str, sha: str, base_url: str) -> str:
