@@ -21,6 +21,9 @@ What it states (``certificate_version`` 1):
 Every judge call goes through the evaluator (cache, replicates): a revision evaluated before costs
 nothing, one never evaluated is evaluated now. Nothing is written under ``prompts/`` or ``devset/``;
 no branch moves; held-out splits are refused as the dev split.
+
+The certificate is a `Certificate` (frozen pydantic records, fields in the file's key order; a part not
+run is a `NotRun`); `to_json` is the file's object.
 """
 
 from __future__ import annotations

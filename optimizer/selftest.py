@@ -23,6 +23,9 @@ Reported next to the decision-power benchmark's figures for the same policy (`BE
 incumbent, the benchmark's ``sim1`` row. Nothing here writes outside ``experiments/selftest/`` and the
 judge cache: no file under ``prompts/`` or ``devset/``, no commit, no branch move; held-out splits
 are refused.
+
+The result is a `SelftestResult` (frozen pydantic records, fields in the file's key order; `to_json` is
+the file's object); `read_selftest` validates a recorded file strictly back into one.
 """
 
 from __future__ import annotations
