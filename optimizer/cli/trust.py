@@ -34,7 +34,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     with TerminalEvents() as terminal:
         result = selftest(Workspace.open(args.workspace), options, _events(args.json, terminal))
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result.to_json()))
     return 0
 
 
@@ -45,5 +45,5 @@ def cmd_certify(args: argparse.Namespace) -> int:
     with TerminalEvents() as terminal:
         cert = certify(Workspace.open(args.workspace), options, _events(args.json, terminal))
     if args.json:
-        print(json.dumps(cert))
+        print(json.dumps(cert.to_json()))
     return 0
