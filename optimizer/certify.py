@@ -313,7 +313,9 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
         "revision": sha,
         "prompt_hash": prompts.prompt_hash(),
         "judge": {"provider": judge.provider, "model": judge.model, "base_url": judge.base_url,
-                  "model_versions": _models_seen([first, second]), "replicates": k},
+                  "model_versions": _models_seen([first, second]), "replicates": k,
+                  # A harness judge: "bwrap", or "none" (it ran unconfined: it could have read the labels).
+                  **({"confinement": first.meta["judge_confinement"]} if first.meta.get("judge_confinement") else {})},
         "split": {"name": split.name, "fingerprint": split.fingerprint, "items": len(ids)},
         "agreement": figures,
         "test_retest": retest(labels, first.answers(), second.answers()),
@@ -404,6 +406,16 @@ def _signed(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.3f}"
 
 
+def _confinement_lines(judge: Mapping[str, Any]) -> list[str]:
+    """What the certificate says of a harness judge's confinement (nothing for other judges)."""
+    if judge.get("confinement") == "none":
+        return ["", "**The harness judge ran unconfined** (`[judge] sandbox = \"none\"`): its CLI could read the "
+                "workspace and the labels, so these figures do not show what the judge can do blind."]
+    if judge.get("confinement"):
+        return ["", f"The harness judge ran confined ({judge['confinement']}: no workspace, labels or other keys in view)."]
+    return []
+
+
 def markdown_lines(cert: Mapping[str, Any], bias_md: Sequence[str] = ()) -> list[str]:
     """The certificate as a Markdown document."""
     fig, judge, split = cert["agreement"], cert["judge"], cert["split"]
@@ -416,6 +428,7 @@ def markdown_lines(cert: Mapping[str, Any], bias_md: Sequence[str] = ()) -> list
         f"{', '.join(judge['model_versions']) or 'none'}; {judge['replicates']} judgement(s) per item), dev split "
         f"`{split['name']}` ({split['items']} items: {fig['positives']} positive / {fig['negatives']} negative), "
         f"prompt hash `{str(cert['prompt_hash'])[:12]}`.",
+        *_confinement_lines(judge),
         "",
         "## Agreement with the labels",
         "",

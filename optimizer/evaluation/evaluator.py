@@ -438,6 +438,8 @@ async def evaluate_items(
             "model": provider.model,
             # The offline SmolLM2 judge says what it is wherever its results go.
             "judge_label": provider.traits.demo_label,
+            # A harness judge says how its CLI was confined ("none": unconfined) wherever its results go.
+            "judge_confinement": provider.traits.confinement,
             "base_url": redacted_url(judge.base_url),
             "text_only": judge_items.text_only,
             "split": getattr(split, "name", None),
