@@ -34,7 +34,7 @@ from optimizer.devset.markdown import render_markdown
 from optimizer.devset.split import Split, canonical_screenshot_link
 from optimizer.errors import UserError
 from optimizer.judge.prompts import PromptSet
-from optimizer.judge.sandbox import allowed_env
+from optimizer.judge.sandbox import allowed_env, require_bwrap
 from optimizer.judge.types import JudgeRequest, Sandbox, SandboxFile, TextPart, stable_json
 from optimizer.models import Trajectory
 
@@ -175,6 +175,13 @@ def command_line(spec: HarnessSpec, prompt: str, trajectory_id: str) -> tuple[li
     """The argv to run and the stdin to send (None: no stdin)."""
     argv = [prompt if a == PROMPT_ARG else a.replace(TRAJECTORY_ID, trajectory_id) for a in spec.argv]
     return argv, (prompt.encode() if spec.prompt_on_stdin else None)
+
+
+def check_confinement(judge: JudgeSection) -> None:
+    """Refuse a harness judge that should run confined where bubblewrap cannot (`UserError`, one line
+    naming what to install), before anything starts; the provider checks the same when it is made."""
+    if judge.provider == "command" and judge.sandbox == "bwrap":
+        require_bwrap()
 
 
 # -- the sandbox ---------------------------------------------------------------------------------

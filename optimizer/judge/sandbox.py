@@ -8,10 +8,11 @@ namespaces with (`bwrap_arguments`):
 - the CLI read-only: the resolved program, every link on the way to it, its install tree (the folder
   above its ``bin/``, e.g. a venv or ``/opt/node``, else its own folder) and, for a script, its
   interpreter's (`program_views`);
-- ``HOME`` an empty private folder holding only the harness's own config dirs, read-only
+- ``HOME`` an empty private tmpfs holding only the harness's own config dirs, read-only
   (`optimizer.judge.harness.HarnessSpec.config_paths`: ``~/.codex``, ``~/.claude``, ...);
-- the item's sandbox folder as its only writable place, mounted at `SANDBOX_MOUNT` and its cwd;
-- a private ``/tmp``, a fresh ``/proc`` of its own PID namespace, a minimal ``/dev``;
+- the item's sandbox folder as its only writable place on the host, mounted at `SANDBOX_MOUNT` and
+  its cwd (``/tmp`` and ``HOME`` are private tmpfs, gone with the item; the rest is read-only);
+- a fresh ``/proc`` of its own PID namespace, a minimal ``/dev``;
 - an environment built from an allow-list (`allowed_env`), no capabilities, and death with judgeloop.
 
 Everything else (the workspace, its devset and labels, other home folders, the parent's ``/proc``) does
@@ -156,13 +157,23 @@ def _in_system(path: Path) -> bool:
     return any(path == Path(d) or Path(d) in path.parents for d in SYSTEM_DIRS)
 
 
+def judgeloop_folders() -> list[Path]:
+    """Where judgeloop's own package is installed: its source and any installed copy of its data (the
+    bundled sample set holds labels), which a shown venv must not show."""
+    import optimizer
+
+    return [Path(p).resolve() for p in optimizer.__path__]
+
+
 @dataclass
 class ProgramView:
-    """What of the host a CLI needs read-only: folders (or files) bound at their own path, and links
-    recreated at their own path (``(target as written, link path)``)."""
+    """What of the host a CLI needs read-only: folders (or files) bound at their own path, links
+    recreated at their own path (``(target as written, link path)``), and folders inside those hidden
+    again under an empty tmpfs (``masks``: judgeloop's own package and data, e.g. in a shared venv)."""
 
     binds: list[Path] = field(default_factory=list)
     links: list[tuple[str, Path]] = field(default_factory=list)
+    masks: list[Path] = field(default_factory=list)
 
     def covers(self, path: Path) -> bool:
         return _in_system(path) or any(path == b or b in path.parents for b in self.binds)
@@ -235,6 +246,9 @@ def program_views(program: Path, path_env: str, home: Path) -> ProgramView:
         interpreter = _interpreter(real, path_env)
         if interpreter is not None:
             todo.append(interpreter)
+    # judgeloop installed in a venv the CLI needs (its bundled sample's labels in site-packages): hidden.
+    installed = [p for tree in view.binds if tree.is_dir() for p in tree.glob("lib/python*/site-packages/optimizer")]
+    view.masks = sorted({p for p in [*installed, *judgeloop_folders()] if p != Path("/") and view.covers(p)})
     return view
 
 
@@ -275,7 +289,11 @@ def bwrap_arguments(
         args += ["--ro-bind", str(bind), str(bind)]
     for target, link in view.links:
         args += ["--symlink", target, str(link)]
+    for mask in view.masks:
+        args += ["--tmpfs", str(mask)]
     args += ["--bind", str(folder), SANDBOX_MOUNT, "--chdir", SANDBOX_MOUNT]
+    # The root the binds were made on (a tmpfs) read-only too: only the folder, /tmp and HOME take writes.
+    args += ["--remount-ro", "/"]
     for key, value in sorted(env.items()):
         args += ["--setenv", key, value]
     return args
