@@ -30,7 +30,7 @@ from tests.support.harness_judge import (
     sandbox_folders,
     survivors,
 )
-from tests.support.loop import git, make_workspace
+from tests.support.loop import add_small_dev_split, git, make_workspace
 
 OPENAI_KEY = "sk-openai-test-not-real"
 ANTHROPIC_KEY = "sk-ant-test-not-real"
@@ -243,3 +243,18 @@ def test_sandboxes_of_a_dead_judgeloop_are_pruned_at_the_next_start(
     assert main(["eval", "-w", str(ws), "--limit", "1"]) == 0
     assert not dead.exists(), "the dead owner's sandbox was not pruned"
     assert live.exists() and other.exists(), "a live owner's or an unknown folder was removed"
+
+
+def test_a_certificate_says_the_harness_judge_ran_unconfined(
+    ws: Path, harness_state: HarnessState, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = harness_state
+    (state.folder / "no-late").write_text("", encoding="utf-8")
+    add_small_dev_split(ws, per_class=4)  # certify judges the whole dev split, twice
+    configure(ws, state, sandbox="none", max_concurrency=8)
+    capsys.readouterr()
+    assert main(["certify", "-w", str(ws), "--no-bias", "--json"]) == 0
+    cert = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert cert["judge"]["confinement"] == "none"
+    markdown = (ws / cert["files"]["markdown"]).read_text(encoding="utf-8")
+    assert "**The harness judge ran unconfined**" in markdown
