@@ -85,29 +85,28 @@ def test_a_hostile_judge_finds_no_label_no_workspace_no_other_key_and_writes_not
         assert len(report["pids_in_view"]) <= 8 and report["/proc/1/cwd"] in ("/", "/sandbox", "<PermissionError>")
         assert report["cwd"] == "/sandbox"
         # Nothing but its folder takes writes (its HOME is a private tmpfs, gone with it).
-        home_file = str(Path.home() / "judgeloop-hostile")
-        assert not any(v == "written" for k, v in report["writes"].items() if k != home_file), report["writes"]
-    for host_file in ("/usr/judgeloop-hostile", "/etc/judgeloop-hostile", "/work/judgeloop-hostile",
-                      str(Path.home() / "judgeloop-hostile")):
-        assert not Path(host_file).exists(), f"the judge wrote {host_file} on the host"
+        home = str(Path.home()) + "/"
+        assert not any(v == "written" for k, v in report["writes"].items() if not k.startswith(home)), report["writes"]
     assert rubric.read_bytes() == before, "prompts/rubric.md was changed by the judge"
     assert not (ws / "devset" / "x").exists()
     assert survivors(state.url) == [], "the hostile CLI's double-forked daemon outlived its item"
     assert sandbox_folders(state) == []
 
 
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
 def test_a_daemon_holding_stdout_does_not_turn_items_into_timeouts(
-    ws: Path, harness_state: HarnessState, tmp_path: Path
+    ws: Path, harness_state: HarnessState, tmp_path: Path, sandbox: str
 ) -> None:
     state = harness_state
     for flag in ("daemon", "no-late", "well-formed"):
         (state.folder / flag).write_text("", encoding="utf-8")
-    configure(ws, state, timeout_s=15.0)
+    configure(ws, state, timeout_s=15.0, sandbox=sandbox)
     out = tmp_path / "out"
     assert main(["eval", "-w", str(ws), "--limit", "3", "--out", str(out)]) == 0
     assert len(records(state)) == 3
     assert summary(out)["infra_error_ids"] == [], "an item waited on a pipe its daemon still held"
-    assert survivors(state.url) == [], "a daemon outlived its item"
+    if sandbox == "bwrap":  # (unconfined, a daemon in a session of its own escapes: one reason to confine)
+        assert survivors(state.url) == [], "a daemon outlived its item"
 
 
 def test_a_flood_of_stdout_is_capped_never_stored_whole(
@@ -203,6 +202,15 @@ def test_without_bubblewrap_a_harness_judge_is_refused_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "apt-get install bubblewrap" in err[0], err
     assert git(ws, "branch", "--list", "judgeloop/*").strip() == ""
+    # A bwrap that cannot create namespaces here (user namespaces not permitted): refused the same way.
+    (bin_dir / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+                                   encoding="utf-8")
+    (bin_dir / "bwrap").chmod(0o755)
+    (bin_dir / "sh").symlink_to("/bin/sh")
+    assert main(["run", "-w", str(ws), "--strategy", "library", "--max-experiments", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No permissions to create new namespace" in err[0] and "user namespaces" in err[0], err
+    assert records(state) == []
 
 
 def test_sandbox_none_runs_unconfined_and_says_so_in_every_result(

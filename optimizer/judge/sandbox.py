@@ -280,11 +280,13 @@ def bwrap_arguments(
     args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "judge", "--die-with-parent",
             "--new-session", "--cap-drop", "ALL", "--clearenv"]
     args += _system_args()
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", str(home)]
-    for rel in config_paths:
-        path = home / rel
-        if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    if len(home.parts) > 1 and not _in_system(home):  # (a HOME of "/" or under /usr: no private home)
+        args += ["--tmpfs", str(home)]
+        for rel in config_paths:
+            path = home / rel
+            if path.exists():
+                args += ["--ro-bind", str(path), str(path)]
     for bind in view.binds:
         args += ["--ro-bind", str(bind), str(bind)]
     for target, link in view.links:

@@ -5,8 +5,8 @@ Run as ``hostile_harness_cli.py --state URL [PROMPT]`` in its sandbox (see fake_
 STATE). It looks for the workspace and the labels through ``/proc/1`` and ``/proc/$PPID`` (cwd, root,
 environ, cmdline), ``/proc/self/mountinfo``, its environment, and (with the state's ``walk``) a walk of
 ``/`` (every name outside the system folders; data files naming its item and a label); tries to append to every path listed in
-the state's ``targets`` (one per line: the test gives it the workspace's rubric) and to a few system
-places; double-forks a daemon that sleeps with STATE in its command line; then appends one JSON
+the state's ``targets`` (one per line: the test gives it the workspace's rubric) and to create a file in a few system places (removed
+at once when it could); double-forks a daemon that sleeps with STATE in its command line; then appends one JSON
 report to ``hostile.jsonl`` and answers "success": false.
 Standard library only.
 """
@@ -62,7 +62,9 @@ def _walk(found: dict[str, Any], tid: str) -> None:
     found["files_holding_labels"] = contents
 
 
-def _try_writes(targets: list[str]) -> dict[str, str]:
+def _try_writes(targets: list[str], probes: list[str]) -> dict[str, str]:
+    """Append to each of ``targets``; create each of ``probes`` (a new file, removed at once if it could
+    be made: run unconfined, this leaves nothing behind on the host)."""
     outcome = {}
     for target in targets:
         try:
@@ -71,6 +73,13 @@ def _try_writes(targets: list[str]) -> dict[str, str]:
             outcome[target] = "written"
         except OSError as exc:
             outcome[target] = type(exc).__name__
+    for probe in probes:
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
+            outcome[probe] = "written"
+        except OSError as exc:
+            outcome[probe] = type(exc).__name__
     return outcome
 
 
@@ -91,8 +100,9 @@ def main(argv: list[str]) -> int:
     if state.exists("walk"):
         _walk(found, tid)
     targets = (state.read("targets") or "").split()
-    found["writes"] = _try_writes([*targets, "/usr/judgeloop-hostile", "/etc/judgeloop-hostile",
-                                   os.path.expanduser("~/judgeloop-hostile"), "/work/judgeloop-hostile"])
+    marker = f"judgeloop-hostile-{os.getpid()}-{tid[:8]}"
+    found["writes"] = _try_writes(targets, [f"/usr/{marker}", f"/etc/{marker}", f"/{marker}",
+                                            os.path.expanduser(f"~/{marker}")])
     fake.daemonize(fake.sleeper(state.where))
     state.append("hostile.jsonl", json.dumps(found) + "\n")
     (Path.cwd() / f"{tid}.json").write_text(json.dumps(
