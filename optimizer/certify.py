@@ -247,7 +247,7 @@ class BatteryRun(Record):
 
 
 class CertifiedJudge(Record):
-    OMITTED_WHEN_NONE = ("base_urls",)
+    OMITTED_WHEN_NONE = ("base_urls", "confinement")
 
     provider: str
     model: str
@@ -255,6 +255,7 @@ class CertifiedJudge(Record):
     base_urls: list[str | None] | None = None  # every replica of [judge] base_urls (credentials removed)
     model_versions: list[str]
     replicates: int
+    confinement: str | None = None  # a harness judge's sandbox: "bwrap", or "none" (it ran unconfined)
 
 
 class CertifiedSplit(Record):
@@ -534,7 +535,9 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
         revision=sha,
         prompt_hash=prompts.prompt_hash(),
         judge=CertifiedJudge(provider=judge.provider, model=judge.model, base_url=judge.base_url,
-                             base_urls=_replicas(judge), model_versions=_models_seen([first, second]), replicates=k),
+                             base_urls=_replicas(judge), model_versions=_models_seen([first, second]), replicates=k,
+                             # A harness judge: "bwrap", or "none" (it ran unconfined: it could have read the labels).
+                             confinement=first.meta.get("judge_confinement") or None),
         split=CertifiedSplit(name=split.name, fingerprint=split.fingerprint, items=len(ids)),
         agreement=figures,
         test_retest=retest(labels, first.answers(), second.answers()),
@@ -635,6 +638,16 @@ def _signed(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.3f}"
 
 
+def _confinement_lines(judge: CertifiedJudge) -> list[str]:
+    """What the certificate says of a harness judge's confinement (nothing for other judges)."""
+    if judge.confinement == "none":
+        return ["", "**The harness judge ran unconfined** (`[judge] sandbox = \"none\"`): its CLI could read the "
+                "workspace and the labels, so these figures do not show what the judge can do blind."]
+    if judge.confinement:
+        return ["", f"The harness judge ran confined ({judge.confinement}: no workspace, labels or other keys in view)."]
+    return []
+
+
 def markdown_lines(cert: Certificate, bias_md: Sequence[str] = ()) -> list[str]:
     """The certificate as a Markdown document."""
     fig, judge, split = cert.agreement, cert.judge, cert.split
@@ -647,6 +660,7 @@ def markdown_lines(cert: Certificate, bias_md: Sequence[str] = ()) -> list[str]:
         f"{', '.join(judge.model_versions) or 'none'}; {judge.replicates} judgement(s) per item), dev split "
         f"`{split.name}` ({split.items} items: {fig.positives} positive / {fig.negatives} negative), "
         f"prompt hash `{cert.prompt_hash[:12]}`.",
+        *_confinement_lines(judge),
         "",
         "## Agreement with the labels",
         "",

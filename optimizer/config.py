@@ -67,6 +67,11 @@ class JudgeSection(_Section):
     harness: str | None = None
     price_per_call_usd: float | None = Field(default=None, ge=0.0)
     pass_env: list[str] = Field(default_factory=list)
+    # How the CLI is confined (optimizer.judge.sandbox): "bwrap" (bubblewrap namespaces, the default) or
+    # "none" (unconfined, said in every result and certificate). The most one call may cost when set
+    # (US dollars): a budget reserves it per call instead of the declared price or the highest reported.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    max_cost_per_call_usd: float | None = Field(default=None, gt=0.0)
 
     @model_validator(mode="before")
     @classmethod

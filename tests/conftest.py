@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support.harness_judge import harness_state  # noqa: F401 - the harness-judge tests' fixture
+
 if TYPE_CHECKING:
     from optimizer.workspace import Workspace
 

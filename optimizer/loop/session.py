@@ -29,7 +29,7 @@ from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.oversize import oversized_items
 from optimizer.evaluation.stopping import Aborted, Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
-from optimizer.judge.harness import check_budget
+from optimizer.judge.harness import check_budget, check_confinement
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.providers import Usage, check_judge_key
 from optimizer.ledger import Experiment, Ledger, Run, RunStatus
@@ -404,6 +404,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
                         'tools (anthropic or openai); the local judge supports mode = "direct" only')
     check_wave(loop_cfg, strategy=strategy_name, propose_only=options.propose_only)
     check_budget(judge, limits.budget_usd)  # a harness judge's cost is unbounded without a per-call price
+    check_confinement(judge)  # bubblewrap missing: refused before the run and its branch exist
     check_judge_key(judge)  # before the run and its branch exist: a missing key leaves nothing behind
     replicates = options.replicates or start_settings.replicates
     if options.batch:
