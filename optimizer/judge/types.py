@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeGuard
 
+from optimizer.vocab import MISTAKE_TYPES
+
 
 @dataclass(frozen=True)
 class TextPart:
@@ -466,7 +468,7 @@ VERDICT_SCHEMA: dict[str, Any] = {
         "mistake_type": {
             "anyOf": [
                 {"type": "null"},
-                {"type": "string", "enum": ["Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"]},
+                {"type": "string", "enum": list(MISTAKE_TYPES)},
             ]
         },
     },
