@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import sqlite3
+import sys
 from pathlib import Path
 from typing import get_args
 
