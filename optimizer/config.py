@@ -14,12 +14,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from optimizer.errors import UserError, first_error
-from optimizer.paths import PathRefused, prompt_file
+from optimizer.paths import JUDGE_TOML, PathRefused, prompt_file
 from optimizer.structure import check_moves
 from optimizer.vocab import COMMAND, OptimizerProviderName, PolicyName, StrategyName
 from optimizer.vocab import ProviderName as ProviderName  # spelled in optimizer.vocab
 
-JUDGE_TOML = "prompts/judge.toml"
 # [judge] harness: the coding-agent CLIs `optimizer.judge.harness` has a non-interactive preset for.
 HARNESS_PRESETS = ("codex", "claude", "gemini", "opencode")
 

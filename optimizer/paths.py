@@ -26,6 +26,8 @@ from pathlib import Path
 from optimizer.errors import UserError
 
 PROMPTS_DIR = "prompts"
+# The judge's settings (replicates, mode, panel, ...), one of the prompt files (`optimizer.judge.prompts`).
+JUDGE_TOML = "prompts/judge.toml"
 MAX_PATH_CHARS = 200
 # An edited prompt file larger than this is refused (the bundled judge.md + rubric.md are ~9k
 # characters): a candidate of tens of megabytes would be sent whole to the judge on every item.
