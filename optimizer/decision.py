@@ -45,6 +45,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from optimizer import fmt
 from optimizer.config import LoopSection
 from optimizer.metrics import (
     Answer,
@@ -130,11 +131,11 @@ def _fpr_within(candidate_fp: int, incumbent_fp: int, negatives: int, fpr_tolera
 
 
 def _fmt_p(p: float) -> str:
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+    return fmt.p_value(p, 3)
 
 
 def _fmt_rate(x: Fraction | None, digits: int) -> str:
-    return "undefined" if x is None else f"{float(x):.{digits}f}"
+    return fmt.num(None if x is None else float(x), digits, missing="undefined")
 
 
 def decide_counts(

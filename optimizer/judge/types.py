@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard
 if TYPE_CHECKING:
     from optimizer.judge.call_ceiling import CallCeiling
 
+from optimizer.vocab import MISTAKE_TYPES
+
 
 @dataclass(frozen=True)
 class TextPart:
@@ -475,7 +477,7 @@ VERDICT_SCHEMA: dict[str, Any] = {
         "mistake_type": {
             "anyOf": [
                 {"type": "null"},
-                {"type": "string", "enum": ["Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"]},
+                {"type": "string", "enum": list(MISTAKE_TYPES)},
             ]
         },
     },

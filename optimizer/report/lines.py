@@ -4,25 +4,19 @@ the adaptive test's line, accounting, false positives by type, token splits, the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 from optimizer.config import Config
 from optimizer.decision import AdaptiveTest
+from optimizer.fmt import num, signed
+from optimizer.fmt import one_line as one_line  # the report's free text (rationales, notes) on one line
 from optimizer.ledger import Experiment, Run
 from optimizer.report.data import _delta, _parents, accounting
 from optimizer.workspace import Workspace
 
-
-def _num(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _signed(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:+.{digits}f}"
-
-
-def one_line(text: str | None, limit: int = 70) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+# The text report shows a missing figure as "-" (the TUI's cells as "—").
+_num = partial(num, missing="-")
+_signed = partial(signed, missing="-")
 
 
 def _interval(exp: Experiment, name: str) -> str:
