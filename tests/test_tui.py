@@ -608,6 +608,7 @@ def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp
 # Reviews
 
 
+@pytest.mark.slow  # three app sessions over one ledger
 def test_review_is_stored_survives_a_restart_and_exports(ws_copy: Path, tmp_path: Path) -> None:
     with ledger_of(ws_copy) as ledger:
         run = present(ledger.latest_run())
@@ -797,6 +798,7 @@ def waiting_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ws
 
 
+@pytest.mark.slow  # a propose-only run built, then `judgeloop decide` in a worker
 @pytest.mark.parametrize(("key", "status"), [("k", "kept"), ("x", "rolled_back")])
 def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
     waiting_ws: Path, tmp_path: Path, key: str, status: str
@@ -1214,6 +1216,7 @@ def test_run_options_build_the_command_line_including_a_manual_run(tmp_path: Pat
         RunOptions(strategy="genetic").argv(tmp_path)
 
 
+@pytest.mark.slow  # a `judgeloop run` process started and waited for
 def test_a_run_refused_at_once_is_reported_not_announced_as_started(ws_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The app gives a run a few seconds to refuse (tui.runs.early_outcome); a loaded machine may take longer
     # to start Python, so here it waits for the refusing process's exit, up to a generous bound.
