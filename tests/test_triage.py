@@ -349,7 +349,7 @@ def test_the_queue_needs_a_majority_and_a_minimum_count(ws: Path) -> None:
 def test_the_tui_suspects_view_ranks_opens_and_corrects(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.support.tui_driving import drive, screen_rows, svg_text
+    from tests.support.tui_driving import drive, screen_rows, svg_text, wait_until
     from tui.app import JudgeloopApp, settle
     from tui.views import ItemView, SuspectsView
 
@@ -375,10 +375,7 @@ def test_the_tui_suspects_view_ranks_opens_and_corrects(
         await pilot.press(*"seen on the last screen")
         await pilot.press("enter")
         await settle(app, pilot)
-        for _ in range(50):  # the write is a worker; the view reloads after it (bounded)
-            if corrections_file(ws).is_file():
-                break
-            await pilot.pause(0.05)
+        await wait_until(pilot, corrections_file(ws).is_file, "the correction's write (a worker)")
         await settle(app, pilot)
         assert f"→ {right}: seen on the last screen" in svg_text(app)
         await pilot.press("enter")
