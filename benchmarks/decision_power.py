@@ -24,7 +24,7 @@ decided candidate / 162 (from the ledger's experiment rows; the fake server's co
 against the ledger's total). Loop rates carry 95% intervals from a bootstrap over runs (candidates
 of one run share incumbents, so they are not independent trials). The simulation replays the same
 runs (same item odds, same schedule, same incumbent handling, first pass without early stopping) with
-numpy and the real decision functions of `optimizer.decision`; its calls figure has no early stop,
+numpy and the real decision functions of `optimizer.stats.decision`; its calls figure has no early stop,
 so it is an upper bound for literal and paired. A second simulated row, ``sim1``, gives every
 candidate a fresh incumbent, as the issue's table did. The two differ for a reason that matters: in a
 run, a kept no-op becomes the incumbent with the lucky first pass that won its comparison, and the
@@ -47,7 +47,7 @@ candidates are judge.toml moves (``[optimizer] structure_moves = ["screenshots",
 sentence of the instructions; the judge plants the effect on that sentence (``s-fix8``/``s-fix12``:
 8 / 12 wrong items made right; ``s-noop``: only the incumbent's own fixes carried). *Cheaper, not
 worse*: ``--cheaper-trials`` simulated cheaper candidates per cell, decided by
-`optimizer.decision.decide_cheaper` (worse by 2 positives, or equal; noisy and steady judge; margins
+`optimizer.stats.decision.decide_cheaper` (worse by 2 positives, or equal; noisy and steady judge; margins
 1 and 2). Measured (seed 0, 2 loaded cores; 10 structural runs of 4 moves, 236 s): structure
 moves: no-op moves kept 5.0% [0%, 15%] (n = 20), 8-item fixes 70% [40%, 90%], 12-item fixes 90%
 [70%, 100%] (n = 10 each), 1.54 judge calls per candidate per full pass; cheaper: worse by 2 kept 2.2% / 5.7%
@@ -67,7 +67,7 @@ Measured (``--runs 0 --sim-runs 20 --structural-runs 0 --cheaper-trials 0 --futi
 planted panels 65% [50%, 80%] (n = 40 each), 4.27 / 4.20 judge calls per candidate per full pass.
 
 Futility rows (`simulate_futility`, ``--futility-runs`` simulated runs, 300 by default): the adaptive
-runs again, each candidate also screened as the loop screens it (`optimizer.futility.make_looks`,
+runs again, each candidate also screened as the loop screens it (`optimizer.stats.futility.make_looks`,
 each look's disagreements re-judged, `p_clear_rejudged` after each look), and by the earlier
 first-pass screen (`p_clear`, one look at 30%, no re-judging) for comparison; coupled (the same draws
 with and without), so the rows differ by the screen alone: calls per no-op candidate and kept shares
@@ -83,7 +83,7 @@ true`` (on by default since; the other loop variants pin it off).
 Waves (``run --wave K``, `wave_trials`): runs of one wave each through the real loop, adaptive: K
 no-ops (the share of waves that keep one must stay <= alpha: Holm per wave) and one 8-item fix
 among K-1 no-ops (the share that keeps the fix, and that keeps a no-op instead); beside them
-`simulate_wave_null`, the same no-op waves simulated and decided by `optimizer.decision.holm`.
+`simulate_wave_null`, the same no-op waves simulated and decided by `optimizer.stats.decision.holm`.
 Measured (alpha 0.1; loop no-op waves pooled over seeds 0 and 1, 16 + 40 runs; planted 16 runs;
 sim 2,000 waves): no-op waves with a keep 6.2% (n=16) / 8.9% / 8.9% (n=56) for waves of 1 / 4 / 8,
 simulated 7.1% / 7.2% / 6.2%; the planted 8-item fix kept 81% / 44% / 19% (Holm's levels alpha/K..alpha
@@ -121,9 +121,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._judge_model import STABLE_Q as STABLE_RIGHT_Q
 from benchmarks._judge_model import JudgeModel, item_instruction, item_q
-from optimizer.binomial import clopper_pearson_interval
 from optimizer.config import JudgeOverrides, LoopSection
-from optimizer.decision import (
+from optimizer.devset.importer import import_split
+from optimizer.ledger import Ledger
+from optimizer.loop import session
+from optimizer.loop.strategies import Proposal, ProposalContext
+from optimizer.models import Label
+from optimizer.scaffold import init_workspace
+from optimizer.stats.binomial import clopper_pearson_interval
+from optimizer.stats.decision import (
     Counts,
     adaptive_test,
     decide_adaptive,
@@ -132,13 +138,7 @@ from optimizer.decision import (
     holm,
     lord_level,
 )
-from optimizer.devset.importer import import_split
-from optimizer.ledger import Ledger
-from optimizer.loop import session
-from optimizer.loop.strategies import Proposal, ProposalContext
-from optimizer.metrics import Answer
-from optimizer.models import Label
-from optimizer.scaffold import init_workspace
+from optimizer.stats.metrics import Answer
 from optimizer.structure import current_value, set_key
 from optimizer.workspace import Workspace
 from tests.support.data import pair_items, write_release
@@ -320,7 +320,7 @@ class PolicyResult:
     server_calls: int = 0
     ledger_calls: int = 0
     undecided: int = 0  # candidates that ended in error (never expected here)
-    engine_checked: int = 0  # simulated adaptive decisions replayed with optimizer.decision.decide_adaptive
+    engine_checked: int = 0  # simulated adaptive decisions replayed with optimizer.stats.decision.decide_adaptive
     wall_s: float = 0.0  # summed over the worker tasks
 
     def merge(self, other: PolicyResult) -> None:
@@ -560,7 +560,7 @@ def merge_wave_rows(rows: Sequence[WaveRow]) -> WaveRow:
 def wave_table(rows: Sequence[WaveRow], alpha: float = 0.1) -> list[str]:
     """Per wave size: the share of no-op waves with a (false) keep, with its 95% Clopper-Pearson interval
     (runs are independent: each has its own baseline), beside alpha; the planted fix's kept share."""
-    from optimizer.binomial import clopper_pearson_interval
+    from optimizer.stats.binomial import clopper_pearson_interval
 
     head = (f"{'wave':>4} {'no-op waves with a keep':>30} {'<= alpha':>8} {'planted fix8 kept':>26} "
             f"{'a no-op kept instead':>20} {'calls/cand/162':>14}")
@@ -581,8 +581,8 @@ def simulate_wave_null(q: np.ndarray, positive: np.ndarray, k: int, waves: int, 
                        alpha: float = 0.1) -> tuple[int, int]:
     """(waves that keep a no-op, waves) for ``waves`` simulated waves of ``k`` no-ops against one fresh
     incumbent each (its re-judgings shared, as the cache shares them), decided as the loop does: each
-    candidate's literal rule and sign-flip p-value (`optimizer.decision.adaptive_test`), then Holm
-    (`optimizer.decision.holm`)."""
+    candidate's literal rule and sign-flip p-value (`optimizer.stats.decision.adaptive_test`), then Holm
+    (`optimizer.stats.decision.holm`)."""
     rng = np.random.default_rng(seed)
     n = len(q)
     loop = LoopSection(policy="literal", alpha=alpha)
@@ -625,7 +625,7 @@ def _wave_task(args: tuple[Any, ...]) -> WaveRow:
 
 def sign_flip_below(diffs: Sequence[int], judgements: int, alpha: float) -> bool:
     """p < alpha for per-item differences ``diffs`` in correct judgements out of ``judgements`` each,
-    by `optimizer.signflip` on the exact shares (as the loop decides)."""
+    by `optimizer.stats.signflip` on the exact shares (as the loop decides)."""
     return adaptive_test([Fraction(int(d), judgements) for d in diffs if d]).below(Fraction(repr(float(alpha))))
 
 
@@ -660,7 +660,7 @@ def adaptive_keep(inc_total: np.ndarray, cand_total: np.ndarray, judgements: np.
 
 def engine_adaptive_keep(inc_first: np.ndarray, cand_first: np.ndarray, inc_j: dict[int, list[bool]],
                          cand_j: dict[int, list[bool]], positive: np.ndarray, rejudge: int, alpha: float) -> bool:
-    """The same decision by `optimizer.decision.decide_adaptive` on labels and answers, as the loop
+    """The same decision by `optimizer.stats.decision.decide_adaptive` on labels and answers, as the loop
     makes it. ``inc_j``/``cand_j``: the re-judged items' judgements (correct or not)."""
     labels = {f"i{k:03d}": Label(trajectory_id=f"i{k:03d}", label="positive" if pos else "negative", original_id="r")
               for k, pos in enumerate(positive)}
@@ -700,7 +700,7 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
              fixes_per_run: int, seed: int, *, rejudge: int = 2, alpha: float = 0.1,
              schedule: Sequence[str] | None = None, check_engine: int = 0) -> PolicyResult:
     """The loop's runs replayed in numpy: same odds, schedule and incumbent handling; the first pass
-    is judged in full (no early stopping); decisions by `optimizer.decision`."""
+    is judged in full (no early stopping); decisions by `optimizer.stats.decision`."""
     base_policy, fdr = parse_policy(policy)
     rng = np.random.default_rng(seed)
     sched_rng = random.Random(seed)
@@ -744,7 +744,7 @@ def simulate(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np.ndarr
                     inc_j = {int(i): [bool(inc_first[i]), *inc_extra.get(int(i), [])[:rejudge]] for i in disagree}
                     cand_j = {int(i): [bool(cand_first[i])] + cand_extra[int(i)] for i in disagree}
                     engine = engine_adaptive_keep(inc_first, cand_first, inc_j, cand_j, positive, rejudge, alpha)
-                    assert engine == kept, "the simulation's adaptive rule and optimizer.decision disagree"
+                    assert engine == kept, "the simulation's adaptive rule and optimizer.stats.decision disagree"
                     result.engine_checked += 1
             result.trials.append(Trial(kind, kept, calls, run=f"sim{seed}-{run_no}"))
             past_keeps.append(kept)
@@ -770,7 +770,7 @@ def simulate_fresh(policy: str, q: np.ndarray, fixable: np.ndarray, positive: np
 # the test can refuse it) or *equal* (worse_by = 0: the same odds, fresh draws). Each trial: a fresh
 # incumbent first pass and the candidate's, the items they disagree on re-judged ``rejudge`` more
 # times under each (as the loop does for a candidate estimated cheaper), then the engine's own rule,
-# `optimizer.decision.decide_cheaper`, with a saving of 50%. A keep of a worse-by-2 candidate at
+# `optimizer.stats.decision.decide_cheaper`, with a saving of 50%. A keep of a worse-by-2 candidate at
 # margin 1 is a false keep: their share should stay below alpha.
 
 
@@ -824,7 +824,7 @@ def cheaper_rows(q: np.ndarray, positive: np.ndarray, trials: int, seed: int, *,
             lines.append(f"{name:<7} {margin:>6} {cells[0]:>26} {cells[1]:>26} {per:>9.2f}")
     return lines
 
-# --- futility screening (optimizer.futility) ----------------------------------------------------
+# --- futility screening (optimizer.stats.futility) ----------------------------------------------------
 
 FUTILITY = "+futility"  # a loop policy variant: adaptive with ``[loop] futility = true`` (off by default)
 FUTILITY_THRESHOLDS = (0.01, 0.02, 0.05, 0.1)
@@ -837,8 +837,8 @@ def oracle_p_clear(inside: np.ndarray, cand_total: np.ndarray, inc_total: np.nda
     every other item's judgements drawn from the true odds of both prompts (``q_c``, ``q_i``) — the
     candidate's first pass, and where it differs from the incumbent's the re-judging of both. No screen
     that learns the odds from the judged items can do better with the same looks: its row is the floor."""
-    from optimizer.decision import _exact
-    from optimizer.futility import _clears, _right
+    from optimizer.stats.decision import _exact
+    from optimizer.stats.futility import _clears, _right
 
     out = np.flatnonzero(~inside)
     negative = ~positive
@@ -864,8 +864,8 @@ def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, 
                       first_pass_threshold: float = 0.02,
                       oracle: bool = True) -> tuple[PolicyResult, dict[str, PolicyResult]]:
     """The adaptive runs of `simulate`, each candidate also screened as the loop screens it: the
-    looks of `optimizer.futility.make_looks` (the incumbent's wrong items and growing stratified
-    shares of the rest), each look's disagreements re-judged, `optimizer.futility.p_clear_rejudged`
+    looks of `optimizer.stats.futility.make_looks` (the incumbent's wrong items and growing stratified
+    shares of the rest), each look's disagreements re-judged, `optimizer.stats.futility.p_clear_rejudged`
     checked after each look. Coupled: one set of draws per candidate; "with futility at T" keeps a
     candidate iff the full decision keeps it and no look's P(clear) is below T, and pays, when a look
     stops it, that look's first-pass and re-judging calls (the incumbent's counted where this
@@ -874,7 +874,7 @@ def simulate_futility(q: np.ndarray, fixable: np.ndarray, positive: np.ndarray, 
     "first pass only", is the earlier screen: one look at 30%, no re-judging (`p_clear`); ``oracle``
     adds the floor (`oracle_p_clear`: the same looks, the unjudged items drawn from the true odds) at
     the first threshold."""
-    from optimizer.futility import SCREEN_SHARE, make_looks, make_screen, p_clear, p_clear_rejudged
+    from optimizer.stats.futility import SCREEN_SHARE, make_looks, make_screen, p_clear, p_clear_rejudged
 
     ids = [f"i{k:03d}" for k in range(len(positive))]
     labels = {t: Label(trajectory_id=t, label="positive" if pos else "negative", original_id="r")
@@ -1037,7 +1037,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cheaper-trials", type=int, default=1000,
                         help="simulated cheaper candidates per row of the non-inferiority table (0: none)")
     parser.add_argument("--futility-runs", type=int, default=300,
-                        help="simulated adaptive runs screened by optimizer.futility (0: no futility rows)")
+                        help="simulated adaptive runs screened by optimizer.stats.futility (0: no futility rows)")
     parser.add_argument("--waves", type=int, nargs="*", default=[1, 4, 8],
                         help="wave sizes of the wave rows (`run --wave K`; none: skip them)")
     parser.add_argument("--wave-runs", type=int, default=30, help="loop runs of one wave per wave size and case")
@@ -1112,7 +1112,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cheaper_trials:
         t_cheap = time.monotonic()
         print()
-        print("cheaper, not worse: keeps of cheaper candidates (50% saving) decided by optimizer.decision."
+        print("cheaper, not worse: keeps of cheaper candidates (50% saving) decided by optimizer.stats.decision."
               "decide_cheaper, re-judging disagreements")
         for line in cheaper_rows(q, positive, args.cheaper_trials, args.seed + 3, rejudge=rejudge):
             print(line)
@@ -1132,7 +1132,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p} (loop): no-op calls/162 {calls_per_pass(res.trials, len(positive), 'noop'):.2f}, kept "
                   + ", ".join(f"{kind} {keep_rate(res.trials, kind)[0]}/{keep_rate(res.trials, kind)[1]}"
                               for kind in KINDS))
-    print(f"simulated adaptive decisions replayed by optimizer.decision.decide_adaptive: "
+    print(f"simulated adaptive decisions replayed by optimizer.stats.decision.decide_adaptive: "
           f"{sim_results['adaptive'].engine_checked}, all agree")
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s; load average at the end "
@@ -1164,7 +1164,7 @@ def waves_main(args: argparse.Namespace) -> int:
     q, _ = item_q(len(positive), 0, fix_pool=args.fix_pool)
     sims = [(k, *simulate_wave_null(q, positive, k, args.wave_sim_runs, args.seed + k, rejudge=rejudge))
             for k in args.waves]
-    print("simulated no-op waves with a keep (same judge, Holm by optimizer.decision): "
+    print("simulated no-op waves with a keep (same judge, Holm by optimizer.stats.decision): "
           + ", ".join(f"wave {k}: {kept / n:.1%} of {n}" for k, kept, n in sims))
     print(f"wave rows wall time {time.monotonic() - started:.0f} s")
     return 0

@@ -3,7 +3,7 @@
 A no-op candidate changes nothing real: it has exactly the incumbent's per-item accuracies, and the
 only difference between the two evaluations is the judge's run-to-run instability. Every keep is
 therefore a false discovery. For each split size the script simulates many incumbent/candidate
-pairs and applies both policies with the real `optimizer.decision.decide_counts`.
+pairs and applies both policies with the real `optimizer.stats.decision.decide_counts`.
 
 Per-item accuracy model (a Beta mixture, drawn afresh for every simulated pair):
 
@@ -39,8 +39,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from optimizer.config import LoopSection
-from optimizer.decision import Counts, decide_counts
-from optimizer.metrics import cohen_kappa
+from optimizer.stats.decision import Counts, decide_counts
+from optimizer.stats.metrics import cohen_kappa
 
 POSITIVE_SHARE = 62 / 162
 

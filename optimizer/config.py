@@ -287,7 +287,7 @@ class LoopSection(_Section):
     policy: PolicyName = "adaptive"
     alpha: float = Field(default=0.1, gt=0, le=1)
     # adaptive: each item whose incumbent and candidate verdicts differ after the first pass is judged
-    # this many more times under each prompt (see optimizer.decision).
+    # this many more times under each prompt (see optimizer.stats.decision).
     rejudge: int = Field(default=2, ge=0, le=20)
     # Online false-discovery control (LORD++): each candidate is tested at a level that spends this
     # target FDR over the run instead of at alpha. None: off, every candidate tested at alpha.
@@ -310,7 +310,7 @@ class LoopSection(_Section):
     cheaper_min_saving: float = Field(default=0.2, gt=0, lt=1)
     # adaptive: after each look (the incumbent's wrong items and growing stratified parts of the rest, their
     # disagreements re-judged), roll back a candidate whose chance of clearing the full test is below
-    # futility_threshold (optimizer.futility).
+    # futility_threshold (optimizer.stats.futility).
     futility: bool = True
     futility_threshold: float = Field(default=0.01, gt=0, lt=1)
     # Candidates proposed per round against one incumbent, evaluated item by item together and decided

@@ -35,7 +35,7 @@ from optimizer.judge.estimate import request_token_split
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import price_for
 from optimizer.ledger import Experiment, Ledger
-from optimizer.policies import policy_for
+from optimizer.stats.policies import policy_for
 from optimizer.workspace import Workspace
 
 # Adaptive re-judging, in passes of the split per candidate, when the ledger has no figure.

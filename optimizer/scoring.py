@@ -20,8 +20,8 @@ from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
-from optimizer.metrics import MISSING, Answer, Metrics, bootstrap_intervals, score
 from optimizer.models import MISTAKE_TYPES, fold_mistake_type
+from optimizer.stats.metrics import MISSING, Answer, Metrics, bootstrap_intervals, score
 from optimizer.workspace import Workspace
 
 INVALID = Answer(success=None, status="invalid")

@@ -23,7 +23,7 @@ MANUAL: Literal["manual"] = "manual"
 RunStrategyName = Literal[StrategyName, "manual"]
 RUN_STRATEGIES: tuple[RunStrategyName, ...] = (*STRATEGIES, MANUAL)
 
-# Decision policies (`optimizer.decision`; [loop] policy, --policy).
+# Decision policies (`optimizer.stats.decision`; [loop] policy, --policy).
 PolicyName = Literal["adaptive", "paired", "literal"]
 POLICIES: tuple[PolicyName, ...] = get_args(PolicyName)
 
@@ -68,7 +68,7 @@ EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 ReviewKind = Literal["judge_wrong", "label_suspect", "rubric_ambiguous"]
 REVIEW_KINDS: tuple[ReviewKind, ...] = get_args(ReviewKind)
 
-# An item's majority answer as scored (`optimizer.metrics`, the ledger's ``items.status``).
+# An item's majority answer as scored (`optimizer.stats.metrics`, the ledger's ``items.status``).
 AnswerStatus = Literal["ok", "missing", "invalid", "infra_error"]
 ANSWER_STATUSES: tuple[AnswerStatus, ...] = get_args(AnswerStatus)
 

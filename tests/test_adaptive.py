@@ -12,17 +12,17 @@ from typing import cast
 import pytest
 
 from optimizer.config import LoopSection
-from optimizer.decision import (
+from optimizer.judge.verdicts import majority
+from optimizer.models import Label, Verdict
+from optimizer.stats.decision import (
     AdaptiveTest,
     adaptive_stopped_decision,
     decide_adaptive,
     disagreements,
     lord_level,
 )
-from optimizer.judge.verdicts import majority
-from optimizer.metrics import Answer, majority_answer
-from optimizer.models import Label, Verdict
-from optimizer.signflip import sign_flip_test
+from optimizer.stats.metrics import Answer, majority_answer
+from optimizer.stats.signflip import sign_flip_test
 from optimizer.vocab import MistakeType
 
 ADAPTIVE = LoopSection()  # the default: adaptive, alpha 0.1, rejudge 2
@@ -278,7 +278,7 @@ def test_lord_levels_spend_the_wealth_and_earn_it_back_on_keeps() -> None:
 
 
 def test_the_adaptive_test_weights_each_difference_by_its_own_size() -> None:
-    from optimizer.decision import adaptive_test, evidence
+    from optimizer.stats.decision import adaptive_test, evidence
 
     # One item right on all 3 judgements under the candidate and wrong on all under the incumbent
     # (d = 1) against eight that moved by one judgement the other way (d = −1/3 each): the plain

@@ -27,7 +27,7 @@ from optimizer.evaluation.files import write_results
 from optimizer.evaluation.results import EvalRun
 from optimizer.judge.prompts import PromptSet, parse_settings
 from optimizer.judge.types import JudgeToolCall
-from optimizer.metrics import score
+from optimizer.stats.metrics import score
 from tests.support.evaluation import MODEL, SECRET, Data, InTestProvider, judge, make_data, write_config
 from tests.support.fakeserver import FakeLLMServer, RecordedRequest, ToolCall, Usage, reply, server_error
 

@@ -60,7 +60,7 @@ def test_simulated_adaptive_decisions_are_the_engines() -> None:
     q, fixable = item_q(N_ITEMS, 0)
     positive = np.array(dp._labels_only()[1])
     res = dp.simulate("adaptive", q, fixable, positive, runs=10, candidates=6, fixes_per_run=1, seed=4, check_engine=40)
-    assert res.engine_checked == 40  # each replayed by optimizer.decision.decide_adaptive, which agreed
+    assert res.engine_checked == 40  # each replayed by optimizer.stats.decision.decide_adaptive, which agreed
     assert any(t.calls > N_ITEMS for t in res.trials)  # noise disagreements are re-judged
 
 

@@ -1,4 +1,4 @@
-"""The bias battery (`judgeloop bias`, `optimizer.bias.run_battery`) through the real openai SDK against
+"""The bias battery (`judgeloop bias`, `optimizer.trust.bias.run_battery`) through the real openai SDK against
 the fake server: `BiasJudge` answers from a fixed table, four noisy items are coin flips per call, and
 opt-in it falls for "task complete" text or for idle steps."""
 
@@ -14,7 +14,16 @@ from typing import Any
 
 import pytest
 
-from optimizer.bias import (
+from optimizer.cli import main
+from optimizer.config import JudgeOverrides
+from optimizer.devset.split import open_split
+from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.scored import EvalOptions, evaluate
+from optimizer.judge.estimate import request_input_tokens
+from optimizer.judge.prompts import PromptSet
+from optimizer.judge.render import build_request
+from optimizer.judge.types import ImagePart
+from optimizer.trust.bias import (
     JUDGE_NOTE,
     PROBES,
     PerturbedSplit,
@@ -25,15 +34,6 @@ from optimizer.bias import (
     judge_note,
     run_battery,
 )
-from optimizer.cli import main
-from optimizer.config import JudgeOverrides
-from optimizer.devset.split import open_split
-from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.scored import EvalOptions, evaluate
-from optimizer.judge.estimate import request_input_tokens
-from optimizer.judge.prompts import PromptSet
-from optimizer.judge.render import build_request
-from optimizer.judge.types import ImagePart
 from optimizer.workspace import Workspace
 from tests.support.bias import BiasJudge, Reaction
 from tests.support.config import bundled_prompts

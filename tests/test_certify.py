@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.binomial import clopper_pearson_interval, clopper_pearson_lower, clopper_pearson_upper
-from optimizer.certify import CERTIFICATE_VERSION, landis_koch, read_note
 from optimizer.cli import main
+from optimizer.stats.binomial import clopper_pearson_interval, clopper_pearson_lower, clopper_pearson_upper
+from optimizer.trust.certify import CERTIFICATE_VERSION, landis_koch, read_note
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import commit_all, git, labels_of, set_toml_key
@@ -147,7 +147,7 @@ def test_certify_cites_a_held_out_confirmation_from_the_ledger_without_running_o
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from optimizer.ledger import Ledger
-    from optimizer.metrics import Metrics
+    from optimizer.stats.metrics import Metrics
 
     head = git(ws, "rev-parse", "HEAD").strip()
     w = Workspace.open(ws)
@@ -189,7 +189,7 @@ def test_certify_refuses_a_held_out_dev_split_and_a_bad_revision_and_writes_noth
 def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The battery (optimizer.bias, tested in test_bias.py) is looked up at call time; this one stands in for it
+    # The battery (optimizer.trust.bias, tested in test_bias.py) is looked up at call time; this one stands in for it
     # with its interface: run_battery(ws, rev, *, split, events, budget_usd) -> to_json(), markdown_lines().
     asked: list[tuple[str, str | None, float | None]] = []
 
@@ -205,9 +205,9 @@ def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
         asked.append((rev, split, budget_usd))
         return Result()
 
-    module = types.ModuleType("optimizer.bias")
+    module = types.ModuleType("optimizer.trust.bias")
     module.run_battery = run_battery  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "optimizer.bias", module)
+    monkeypatch.setitem(sys.modules, "optimizer.trust.bias", module)
     with FakeLLMServer(default=GullibleJudge(ws)) as server:
         cert = run_json(capsys, "certify", "-w", str(ws), *judge_args(server))
     assert asked == [(cert["revision"], None, None)]

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from optimizer.config import LoopSection
-from optimizer.decision import (
+from optimizer.models import Label
+from optimizer.stats.decision import (
     Counts,
     decide,
     decide_counts,
@@ -18,8 +19,7 @@ from optimizer.decision import (
     kappa_provably_cannot_beat,
     stopped_decision,
 )
-from optimizer.metrics import Answer, flip_table, score
-from optimizer.models import Label
+from optimizer.stats.metrics import Answer, flip_table, score
 
 PAIRED = LoopSection(policy="paired")  # alpha 0.1, no deltas
 LITERAL = LoopSection(policy="literal")
@@ -347,7 +347,7 @@ def test_kappa_bound_is_exact_against_every_completion_on_small_splits() -> None
 
 
 def test_min_fixes_to_keep_matches_the_binomial_tail_by_hand() -> None:
-    from optimizer.decision import detectable_gain_line, min_fixes_to_keep
+    from optimizer.stats.decision import detectable_gain_line, min_fixes_to_keep
 
     # P(X >= k | n, 1/2): 4 of 4 = 1/16 < 0.1 <= 3 of 3 = 1/8; 6 of 7 = 8/128 < 0.1 <= 5 of 6 = 7/64;
     # 7 of 9 = 46/512 < 0.1 <= 6 of 8 = 37/256.

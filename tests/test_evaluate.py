@@ -30,7 +30,7 @@ from optimizer.judge.types import (
     JudgeRequest,
     ProviderTraits,
 )
-from optimizer.metrics import score
+from optimizer.stats.metrics import score
 from tests.support.evaluation import (
     MODEL,
     SECRET,

@@ -1,4 +1,4 @@
-"""Futility screening (`optimizer.futility`): the screen, P(clear), a rollback and never a keep, and its
+"""Futility screening (`optimizer.stats.futility`): the screen, P(clear), a rollback and never a keep, and its
 two keys in judgeloop.toml."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.config import LoopSection
-from optimizer.decision import decide_adaptive
-from optimizer.futility import make_looks, make_screen, p_clear, p_clear_rejudged, screen_decision
-from optimizer.metrics import Answer, is_correct
 from optimizer.models import Label
+from optimizer.stats.decision import decide_adaptive
+from optimizer.stats.futility import make_looks, make_screen, p_clear, p_clear_rejudged, screen_decision
+from optimizer.stats.metrics import Answer, is_correct
 
 FUTILE = re.compile(r"^futile: P\(clear\) = (\d\.\d{3}) < (\S+) after (\d+) of (\d+) items ")
 LOOP = LoopSection(futility=True, futility_threshold=0.05)

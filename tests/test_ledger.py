@@ -452,7 +452,7 @@ def test_events_since_pages_in_order(tmp_path: Path) -> None:
 
 
 def test_metrics_model_is_stored_whole_and_rebuilt(tmp_path: Path) -> None:
-    from optimizer import metrics
+    from optimizer.stats import metrics
 
     m = metrics.Metrics.from_counts(5, 1, 8, 2)
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
@@ -481,8 +481,8 @@ def test_latest_run_is_the_last_created_even_within_one_second(tmp_path: Path) -
 
 
 def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as_before(tmp_path: Path) -> None:
-    from optimizer.metrics import FlipTable
     from optimizer.report import accounting, history_lines, report_json, report_text
+    from optimizer.stats.metrics import FlipTable
 
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from optimizer.metrics import (
+from optimizer.models import Label
+from optimizer.stats.metrics import (
     PROTOCOL_KEYS,
     Answer,
     Metrics,
@@ -18,7 +19,6 @@ from optimizer.metrics import (
     predicted_success,
     score,
 )
-from optimizer.models import Label
 from optimizer.vocab import MistakeType
 
 CM: MistakeType = "Critical Mistake"
@@ -226,7 +226,7 @@ def test_metrics_from_counts_round_trips_through_score() -> None:
 
 
 def test_false_positives_by_type_count_wrong_and_unusable_answers_on_negatives() -> None:
-    from optimizer.metrics import false_positives_by_type
+    from optimizer.stats.metrics import false_positives_by_type
 
     cm: MistakeType = "Critical Mistake"
     bse: MistakeType = "Bad Side Effect"

@@ -1,4 +1,4 @@
-"""The decision policies as objects (`optimizer.policies`): each one's answers, and the gate that keeps
+"""The decision policies as objects (`optimizer.stats.policies`): each one's answers, and the gate that keeps
 the engine asking them instead of branching on a policy's name."""
 
 from __future__ import annotations
@@ -11,8 +11,17 @@ import pytest
 
 from benchmarks.structure import POLICY_BRANCH, POLICY_MODULES
 from optimizer.config import LoopSection
-from optimizer.decision import Counts, Decision, decide_counts, detectable_gain_line
-from optimizer.policies import ADAPTIVE, LITERAL, PAIRED, Adaptive, FirstPass, Literal, Paired, policy_for
+from optimizer.stats.decision import Counts, Decision, decide_counts, detectable_gain_line
+from optimizer.stats.policies import (
+    ADAPTIVE,
+    LITERAL,
+    PAIRED,
+    Adaptive,
+    FirstPass,
+    Literal,
+    Paired,
+    policy_for,
+)
 from optimizer.vocab import POLICIES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +43,7 @@ def _engine_sources() -> list[Path]:
 
 def test_no_module_outside_the_policies_module_branches_on_a_policy_name() -> None:
     """benchmarks/structure.py's branches (less runsettings' check that a stored name is a policy), and any
-    test of a name spelled out: none outside optimizer/policies.py. A new rule is a class there, asked."""
+    test of a name spelled out: none outside optimizer/stats/policies.py. A new rule is a class there, asked."""
     found = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
              for path in _engine_sources()
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)

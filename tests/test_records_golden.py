@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import certify as certify_module
-from optimizer import selftest as selftest_module
-from optimizer.certify import read_note
 from optimizer.cli import main
+from optimizer.trust import certify as certify_module
+from optimizer.trust import selftest as selftest_module
+from optimizer.trust.certify import read_note
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import git

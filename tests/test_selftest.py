@@ -14,11 +14,11 @@ import pytest
 
 from benchmarks import decision_power as dp
 from benchmarks._judge_model import JudgeModel, item_q
-from optimizer.binomial import clopper_pearson_interval
 from optimizer.cli import main
 from optimizer.config import LoopSection
-from optimizer.decision import min_fixes_to_keep
-from optimizer.selftest import BENCHMARK, PLANTED_RULE, latest_selftest, simulated_keep_rate
+from optimizer.stats.binomial import clopper_pearson_interval
+from optimizer.stats.decision import min_fixes_to_keep
+from optimizer.trust.selftest import BENCHMARK, PLANTED_RULE, latest_selftest, simulated_keep_rate
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import commit_all, set_toml_key

@@ -697,7 +697,7 @@ def test_a_reason_over_what_the_reader_takes_is_refused_in_one_line_and_the_file
 def test_label_fix_on_a_heldout_item_gives_the_same_refusal_whatever_its_label(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.loop.test_loop_heldout import import_held
+    from tests.support.heldout import import_held
 
     wsobj = Workspace.open(ws)
     dev = set(open_split(wsobj, SPLIT).ids)

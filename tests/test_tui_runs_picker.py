@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Footer, Input, OptionList, Select, Static
 from optimizer.cli import main
 from optimizer.errors import UserError
 from optimizer.ledger import Experiment, LabelRow, Ledger, Run
-from optimizer.metrics import Metrics, score
+from optimizer.stats.metrics import Metrics, score
 from optimizer.vocab import POLICIES, TERMINAL_RUN_STATUSES
 from tests.support.tui_driving import capture_notifications, drive, screen_lines, svg_text
 from tests.support.tui_manual import HELDOUT, MANUAL_EDITS, SMALL, commit_all, make_manual_runs

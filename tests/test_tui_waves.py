@@ -2,7 +2,7 @@
 single candidates beside waves, malformed records), the history's wave column and filter, the
 experiment view's wave line, and the live strip summing a wave's interleaved members.
 
-The ledgers are written with the ledger's own API, decided by the real `optimizer.decision.decide_wave`;
+The ledgers are written with the ledger's own API, decided by the real `optimizer.stats.decision.decide_wave`;
 the real loop's `run --wave 2` is in tests/loop/test_loop_wave_number.py."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, cast
 import pytest
 from textual.widgets import DataTable, Input
 
-from optimizer.decision import AdaptiveTest, Decision, decide_wave
 from optimizer.ledger import Event, Experiment, ExperimentOutcome, Ledger
 from optimizer.ledger.waves import holm_rank, next_wave_number, wave_meta, waves, waves_by_member
+from optimizer.stats.decision import AdaptiveTest, Decision, decide_wave
 from optimizer.vocab import EventKind, ExperimentStatus
 from tests.support.tui_driving import drive, svg_text
 from tui.app import JudgeloopApp, settle

@@ -1,4 +1,4 @@
-"""Holm's step-down over a wave's p-values and the wave's decision (`optimizer.decision.holm`,
+"""Holm's step-down over a wave's p-values and the wave's decision (`optimizer.stats.decision.holm`,
 `decide_wave`), against an independent statement of the procedure."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from optimizer.decision import AdaptiveTest, Decision, decide_wave, holm
+from optimizer.stats.decision import AdaptiveTest, Decision, decide_wave, holm
 
 
 def holm_by_definition(ps: list[float], alpha: float, m: int) -> list[bool]:

@@ -28,7 +28,7 @@ from optimizer.ledger import (
     Run,
 )
 from optimizer.ledger.waves import Wave, holm_rank, waves_by_member
-from optimizer.metrics import Answer, Metrics, flip_table, predicted_success
+from optimizer.stats.metrics import Answer, Metrics, flip_table, predicted_success
 from optimizer.triage import Suspect
 from optimizer.vocab import UNTYPED
 

@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicates", type=whole(1, MAX_REPLICATES), metavar="K", help=REPLICATES_HELP)
     _judge_overrides(p)
 
-    # Can I trust this judge? (optimizer.selftest, optimizer.certify)
+    # Can I trust this judge? (optimizer.trust.selftest, optimizer.trust.certify)
     p = add("selftest", "optimizer.cli.trust:cmd_selftest",
             "A/A repeats, a planted degradation and the minimum detectable gain of the judge on the dev split")
     p.add_argument("--budget-usd", type=positive, metavar="X", help="stop cleanly before spending more than X in all (default: no cap)")

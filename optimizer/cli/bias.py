@@ -1,4 +1,4 @@
-"""`judgeloop bias`: the bias battery for computer-use trajectories (engine: `optimizer.bias`)."""
+"""`judgeloop bias`: the bias battery for computer-use trajectories (engine: `optimizer.trust.bias`)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import argparse
 import json
 import sys
 
-from optimizer.bias import run_battery
 from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
 from optimizer.events import Event, Message
+from optimizer.trust.bias import run_battery
 from optimizer.workspace import Workspace
 
 

@@ -15,8 +15,8 @@ from optimizer.config import JudgeOverrides
 from optimizer.errors import UserError
 from optimizer.evaluation.scored import EvalOptions, evaluate
 from optimizer.evaluation.stopping import Interrupted
-from optimizer.metrics import Metrics
 from optimizer.report import token_split
+from optimizer.stats.metrics import Metrics
 from optimizer.workspace import Workspace
 
 

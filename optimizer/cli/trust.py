@@ -1,5 +1,5 @@
 """`judgeloop selftest` and `judgeloop certify`: can the workspace's judge be trusted (engine:
-`optimizer.selftest`, `optimizer.certify`)."""
+`optimizer.trust.selftest`, `optimizer.trust.certify`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import argparse
 import json
 import sys
 
-from optimizer.certify import CertifyOptions, certify
 from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
 from optimizer.events import Event, Listener, Message
-from optimizer.selftest import DEFAULT_REPEATS, SelftestOptions, selftest
+from optimizer.trust.certify import CertifyOptions, certify
+from optimizer.trust.selftest import DEFAULT_REPEATS, SelftestOptions, selftest
 from optimizer.workspace import Workspace
 
 

@@ -36,8 +36,8 @@ from optimizer.judge.types import (
     converses,
     stable_json,
 )
-from optimizer.metrics import Answer
 from optimizer.models import Trajectory, Verdict
+from optimizer.stats.metrics import Answer
 
 # Encoded screenshots shared across processes (see render.build_request's image_cache_dir).
 IMAGE_CACHE_DIRNAME = "images"

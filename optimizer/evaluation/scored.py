@@ -28,7 +28,7 @@ from optimizer.evaluation.results import EvalRun
 from optimizer.evaluation.stopping import Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import PromptSet
-from optimizer.metrics import Metrics, score
+from optimizer.stats.metrics import Metrics, score
 from optimizer.workspace import Workspace, lock_holder
 
 

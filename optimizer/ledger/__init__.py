@@ -136,8 +136,8 @@ from optimizer.vocab import (
 
 if TYPE_CHECKING:
     from optimizer.judge.providers.pricing import Usage
-    from optimizer.metrics import Answer, Metrics
     from optimizer.models import Label
+    from optimizer.stats.metrics import Answer, Metrics
 
 
 __all__ = [
@@ -716,7 +716,7 @@ class Ledger:
 
     def item_judgements(self, experiment_id: int) -> dict[str, list[Answer]]:
         """An experiment's replicate verdicts as ``metrics.Answer`` per item, in replicate order."""
-        from optimizer.metrics import Answer
+        from optimizer.stats.metrics import Answer
 
         out: dict[str, list[Answer]] = {}
         for r in self._query(
@@ -729,7 +729,7 @@ class Ledger:
 
     def item_answers(self, experiment_id: int) -> dict[str, Answer]:
         """An experiment's majority answers as ``metrics.Answer`` (what ``metrics.score`` takes)."""
-        from optimizer.metrics import Answer
+        from optimizer.stats.metrics import Answer
 
         return {
             r[0]: Answer(success=_opt_bool(r[1]), mistake_type=r[3], status=r[2])

@@ -27,7 +27,7 @@ from optimizer.vocab import (
 
 if TYPE_CHECKING:
     from optimizer.judge.providers.pricing import Usage
-    from optimizer.metrics import Metrics
+    from optimizer.stats.metrics import Metrics
 
 class BatchRow(BaseModel):
     """A batch a run sent through a provider's batch API (the ``batches`` table)."""
@@ -135,7 +135,7 @@ class Experiment(BaseModel):
     optimizer_cost_usd: float = 0.0
     proposal_meta: dict[str, Any] = Field(default_factory=dict)
     # The adaptive rule's outcome, the level the deciding test ran at, and the test's record
-    # (`optimizer.decision.AdaptiveTest` as a dict); None on rows decided before schema 4.
+    # (`optimizer.stats.decision.AdaptiveTest` as a dict); None on rows decided before schema 4.
     adaptive_keep: bool | None = None
     alpha: float | None = None
     test: dict[str, Any] | None = None
@@ -192,7 +192,7 @@ class Experiment(BaseModel):
 
     def metrics_model(self) -> Metrics | None:
         """The stored metrics as a ``metrics.Metrics``, or None when absent or partial."""
-        from optimizer.metrics import Metrics
+        from optimizer.stats.metrics import Metrics
 
         if not self.metrics:
             return None
@@ -233,7 +233,7 @@ class ExperimentOutcome:
     ``status`` is also the stored decision. ``metrics``: a ``metrics.Metrics`` (stored with its
     confusion counts) or a mapping; ``intervals``: metric name → (low, high); ``flips``: a
     ``metrics.FlipTable`` or a mapping of ``FLIP_KEYS``. ``p_value`` … ``test``: the decision's
-    record (`optimizer.decision.Decision`). ``usage``: the judge's calls, tokens and dollars, every
+    record (`optimizer.stats.decision.Decision`). ``usage``: the judge's calls, tokens and dollars, every
     pass included; ``rejudge``: the re-judging passes' part of it; ``extra_cost_usd``: what else the
     row's total cost counts (the optimiser's proposal; what a resumed evaluation paid before a crash).
     ``commit_sha``/``prompt_hash`` replace the stored ones only when given.

@@ -18,7 +18,7 @@ from optimizer.vocab import (
 )
 
 SCHEMA_VERSION = 10
-# Schema 4: the adaptive policy's record of each decision (see optimizer.decision.AdaptiveTest).
+# Schema 4: the adaptive policy's record of each decision (see optimizer.stats.decision.AdaptiveTest).
 _V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
     ("alpha", "REAL"),

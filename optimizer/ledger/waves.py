@@ -145,7 +145,7 @@ def next_wave_number(experiments: Sequence[Experiment]) -> int:
 
 
 def _fully_tested(exp: Experiment) -> bool:
-    """Decided on a full test: what `optimizer.decision.decide_wave` ranks by its p-value (an early
+    """Decided on a full test: what `optimizer.stats.decision.decide_wave` ranks by its p-value (an early
     stop's p is a bound, and a decision without a test counts as p = 1)."""
     return (exp.status in ("kept", "rolled_back") and not exp.early_stopped and exp.test is not None
             and exp.p_value is not None)
@@ -153,7 +153,7 @@ def _fully_tested(exp: Experiment) -> bool:
 
 def holm_rank(exp: Experiment, members: Sequence[Experiment]) -> int | None:
     """``exp``'s Holm rank in its wave (``members``: the wave's rows, itself included), recomputed as
-    `optimizer.decision.holm` orders the p-values (smaller first, ties by id); None when it had no
+    `optimizer.stats.decision.holm` orders the p-values (smaller first, ties by id); None when it had no
     full test or p = 1 (counted as p = 1, its rank among the other p = 1 ones says nothing)."""
     if not _fully_tested(exp) or exp.p_value is None or exp.p_value >= 1:
         return None

@@ -1,6 +1,6 @@
 """Compare two prompt sets on the dev split as the adaptive policy does: a first pass under each, then
 the items whose verdicts differ re-judged ``[loop] rejudge`` more times under both, then the sign-flip
-test on the per-item shares of correct judgements (`optimizer.decision.decide_adaptive`).
+test on the per-item shares of correct judgements (`optimizer.stats.decision.decide_adaptive`).
 
 `rejudge` is the re-judging step the loop's runner shares (its incumbent's first pass comes from the
 ledger); `compare_prompts` is the whole comparison for two prompt sets that are both evaluated through
@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from optimizer.config import JudgeSection, LoopSection
-from optimizer.decision import Decision, decide_adaptive, disagreements
 from optimizer.devset.split import Split
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.budget import Budget
@@ -25,8 +24,9 @@ from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import ProgressSnapshot, StopKind
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import Provider
-from optimizer.metrics import Answer, Metrics, is_correct, majority_answer, score
 from optimizer.models import Label
+from optimizer.stats.decision import Decision, decide_adaptive, disagreements
+from optimizer.stats.metrics import Answer, Metrics, is_correct, majority_answer, score
 from optimizer.workspace import Workspace
 
 Judgements = dict[str, list[Answer]]

@@ -22,17 +22,6 @@ from typing import Any
 
 from optimizer import gitops
 from optimizer.config import JudgeSection, LoopSection
-from optimizer.decision import (
-    Decision,
-    EarlyStopper,
-    FprStopper,
-    adaptive_stopped_decision,
-    decide_adaptive,
-    decide_cheaper,
-    decide_wave,
-    disagreements,
-    lord_level,
-)
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import BatchOptions, WaveBatches
@@ -44,7 +33,6 @@ from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
-from optimizer.futility import Screen, make_looks, screen_decision
 from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.estimate import steady_cost_usd
@@ -89,11 +77,23 @@ from optimizer.loop.strategies import (
     proposes_waves,
 )
 from optimizer.loop.validate import candidate_files, validate_prompts
-from optimizer.metrics import Answer, Metrics, bootstrap_intervals, flip_table, score
 from optimizer.models import Label
 from optimizer.paths import allowed_name, read_prompt_file, write_prompt_file
-from optimizer.policies import policy_for
 from optimizer.runsettings import Limits
+from optimizer.stats.decision import (
+    Decision,
+    EarlyStopper,
+    FprStopper,
+    adaptive_stopped_decision,
+    decide_adaptive,
+    decide_cheaper,
+    decide_wave,
+    disagreements,
+    lord_level,
+)
+from optimizer.stats.futility import Screen, make_looks, screen_decision
+from optimizer.stats.metrics import Answer, Metrics, bootstrap_intervals, flip_table, score
+from optimizer.stats.policies import policy_for
 from optimizer.vocab import TESTED_STATUSES, StageKind
 from optimizer.workspace import Workspace
 
@@ -422,7 +422,7 @@ class LoopRunner:
 
     def test_level(self) -> float:
         """The level the next candidate is tested at: ``[loop] alpha``, or with ``[loop] fdr`` the
-        LORD++ level given this run's earlier tested candidates (`optimizer.decision.lord_level`)."""
+        LORD++ level given this run's earlier tested candidates (`optimizer.stats.decision.lord_level`)."""
         if self.loop_cfg.fdr is None:
             return self.loop_cfg.alpha
         past = [e.status == "kept" for e in self.ledger.experiments(self.run.id)
@@ -455,7 +455,7 @@ class LoopRunner:
         so_far: dict[str, Answer] = {}
         early: list[Decision] = []
         stopper: EarlyStopper | FprStopper | None = None
-        # Futility screening (adaptive, direct passes): the first pass goes look by look (`optimizer.futility.
+        # Futility screening (adaptive, direct passes): the first pass goes look by look (`optimizer.stats.futility.
         # make_looks`); after each, the look's disagreements are re-judged — the calls the decision makes
         # anyway, paid once — and P(clear) checked on everything judged so far.
         looks: list[Screen] = []
@@ -1241,7 +1241,7 @@ class LoopRunner:
         """Judge a wave's parked candidates (id, commit, optimiser cost) item by item together — each
         candidate's evaluation runs at once, in the same order, on a share of the run's concurrency,
         so an item's calls for every candidate go out together and one cached prefix serves them —
-        then decide them with `optimizer.decision.decide_wave` and settle git: every candidate not
+        then decide them with `optimizer.stats.decision.decide_wave` and settle git: every candidate not
         kept is rolled back (``refs/judgeloop/rejected/<id>``), the kept one (at most one) finalised
         as the branch's tip."""
         incumbent_sha = incumbent.commit_sha or gitops.rev_parse(self.root, "HEAD")

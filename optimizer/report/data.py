@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from optimizer.config import Config
-from optimizer.decision import CHEAPER_TEST_MARK, AdaptiveTest, ItemShares
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
 from optimizer.ledger import FLIP_KEYS, Attribution, EditContribution, Experiment, Ledger, Run
-from optimizer.metrics import Answer
-from optimizer.policies import policy_for
 from optimizer.runsettings import RunSettings
+from optimizer.stats.decision import CHEAPER_TEST_MARK, AdaptiveTest, ItemShares
+from optimizer.stats.metrics import Answer
+from optimizer.stats.policies import policy_for
 from optimizer.triage import GivenCorrected, Suspect, label_suspects, metrics_given_corrected
 from optimizer.vocab import TESTED_STATUSES
 from optimizer.workspace import Workspace
@@ -220,7 +220,7 @@ FpByType = tuple[dict[str, int], dict[str, int] | None]
 def fp_by_type_all(ledger: Ledger, run: Run, experiments: Sequence[Experiment]) -> dict[int, FpByType | None]:
     """`fp_by_type` for each of ``experiments``, reading the run's labels once and each experiment's
     answers once (an incumbent's answers serve all the candidates compared with it)."""
-    from optimizer.metrics import false_positives_by_type
+    from optimizer.stats.metrics import false_positives_by_type
 
     labels = ledger.labels(run.id)
     answers: dict[int, dict[str, Answer]] = {}
@@ -254,7 +254,7 @@ def overall_flips(ledger: Ledger, run: Run) -> dict[str, list[str]] | None:
 
     None when the run has no stored labels, no baseline verdicts, or no incumbent yet.
     """
-    from optimizer.metrics import flip_table
+    from optimizer.stats.metrics import flip_table
 
     chain = ledger.kept_chain(run.id)
     labels = ledger.labels(run.id)

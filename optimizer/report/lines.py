@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 
 from optimizer.config import Config
-from optimizer.decision import AdaptiveTest
 from optimizer.fmt import num, signed
 from optimizer.fmt import one_line as one_line  # the report's free text (rationales, notes) on one line
 from optimizer.ledger import Experiment, Run
 from optimizer.report.data import _delta, _parents, accounting
+from optimizer.stats.decision import AdaptiveTest
 from optimizer.workspace import Workspace
 
 # The text report shows a missing figure as "-" (the TUI's cells as "—").

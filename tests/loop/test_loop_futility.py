@@ -119,8 +119,8 @@ def test_an_edit_that_raises_the_fpr_is_stopped_by_the_screen_and_its_reason_say
 
 def _first_look_size(judge: FakeJudge) -> int:
     """The first look of a candidate against the baseline: every item the baseline gets wrong and 10%
-    (rounded up) of each class's right items (`optimizer.futility.LOOKS`)."""
-    from optimizer.futility import LOOKS
+    (rounded up) of each class's right items (`optimizer.stats.futility.LOOKS`)."""
+    from optimizer.stats.futility import LOOKS
 
     split = {*judge.neg_rank, *judge.pos_rank}  # the run's 32-item split (the labels hold the whole sample)
     wrong = [t for t in split if not judge.correct(t, set())]

@@ -20,7 +20,7 @@ from optimizer.devset.split import open_split
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Run
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
-from optimizer.metrics import Answer, score
+from optimizer.stats.metrics import Answer, score
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, Usage, reply
 from tests.support.loop import (
     BAD_ENTRY,
@@ -569,7 +569,7 @@ def test_the_incumbents_extra_judgements_are_paid_once_across_candidates(
             counts[d] = counts.get(d, 0) + 1
     assert sorted(counts.values()) == sorted([3] * len(rejudged) + [1] * (len(baseline_digests) - len(rejudged)))
     # A stored decision replays from the ledger to the same p-value.
-    from optimizer.decision import AdaptiveTest
+    from optimizer.stats.decision import AdaptiveTest
 
     for exp in (first, second):
         assert AdaptiveTest.model_validate(exp.test).replay().p_value == exp.p_value == (exp.test or {})["p_value"]
@@ -584,7 +584,7 @@ def test_the_incumbents_extra_judgements_are_paid_once_across_candidates(
 def test_online_fdr_tests_each_candidate_at_its_lord_level_and_reports_the_sum(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from optimizer.decision import lord_level
+    from optimizer.stats.decision import lord_level
 
     set_toml_key(ws, "loop", "rejudge", "2\nfdr = 0.1")
     commit_all(ws, "loop: online FDR")

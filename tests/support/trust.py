@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from optimizer.cli import main
-from optimizer.selftest import PLANTED_RULE
+from optimizer.trust.selftest import PLANTED_RULE
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge, commit_all, git
 

@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static
 
-from optimizer.metrics import FLIP_ARROWS, FLIP_ROWS
+from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from tui.data import load_comparison, one_line
 from tui.messages import ComparisonLoaded
 from tui.views.base import View, metric_rows, metric_table, status_text

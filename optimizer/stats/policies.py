@@ -1,14 +1,14 @@
 """The decision policies as objects: what each ``[loop] policy`` is, asked instead of branched on. Pure.
 
 A policy is a `DecisionPolicy` — `Literal`, `Paired` or `Adaptive` (`policy_for` gives the one a name or
-a ``[loop]`` section names). The engine (`optimizer.decision`, the loop, the plan, the report, the
+a ``[loop]`` section names). The engine (`optimizer.stats.decision`, the loop, the plan, the report, the
 self-test) asks it what it does — how many extra judgements it makes per disagreeing item, which keep
 flag decides, which best-case flag its early-stopping bound reads, whether its keeps are a test at
 alpha, and the few words of a reason that differ between policies — and never compares a policy's
 name itself (tests/test_policies.py gates that over the source tree). So a new policy is a new class
 here, not a new branch in six modules.
 
-The rules themselves stay in `optimizer.decision` (see its docstring), which computes every policy's
+The rules themselves stay in `optimizer.stats.decision` (see its docstring), which computes every policy's
 outcome on every candidate; a policy only says which of them is its own. ``Decision.policy`` stays the
 name: it is what the ledger stores and the reasons show.
 
@@ -25,7 +25,7 @@ from optimizer.vocab import POLICIES, PolicyName
 
 
 class KeepFlags(Protocol):
-    """The first-pass outcomes every decision carries (a `optimizer.decision.Decision`, or `FirstPass`
+    """The first-pass outcomes every decision carries (a `optimizer.stats.decision.Decision`, or `FirstPass`
     while one is being built): the literal rule's and the paired rule's."""
 
     @property
@@ -85,7 +85,7 @@ class DecisionPolicy(Protocol):
         ...
 
     def screens_futility(self, loop: LoopSection) -> bool:
-        """Whether futility screening (``[loop] futility``, `optimizer.futility`) applies to its first pass."""
+        """Whether futility screening (``[loop] futility``, `optimizer.stats.futility`) applies to its first pass."""
         ...
 
     def keeps(self, flags: KeepFlags) -> bool:

@@ -58,10 +58,18 @@ from fractions import Fraction
 import numpy as np
 
 from optimizer.config import LoopSection
-from optimizer.decision import Counts, Decision, Judgements, _exact, _fpr_within, _kappa_clears, evidence
-from optimizer.metrics import Answer, is_correct, majority_answer, outcome
 from optimizer.models import Label
-from optimizer.signflip import (
+from optimizer.stats.decision import (
+    Counts,
+    Decision,
+    Judgements,
+    _exact,
+    _fpr_within,
+    _kappa_clears,
+    evidence,
+)
+from optimizer.stats.metrics import Answer, is_correct, majority_answer, outcome
+from optimizer.stats.signflip import (
     MAX_EXACT_BITS,
     exact_bits_grouped,
     sign_flip_test_grouped,

@@ -18,7 +18,7 @@ excess over them is tested per probe and per direction with an exact one-sided M
 among the items the baseline judged fail (for the fail→success direction; success for the other),
 under "the probe changes nothing" the perturbed and the placebo call are exchangeable draws, so of
 the n items where exactly one of them turned success, the number where it was the perturbed one is
-Binomial(n, 1/2) (`optimizer.metrics.mcnemar_exact_one_sided`). A probe's p-value is the smaller
+Binomial(n, 1/2) (`optimizer.stats.metrics.mcnemar_exact_one_sided`). A probe's p-value is the smaller
 direction's, doubled (Bonferroni over the two directions: a claim of success pushes one way, a judge
 may punish a long trajectory the other); it is flagged when that is below ``alpha`` (0.05; each probe
 on its own, no correction across the probes). Fail→success flips on negatives (false positives the
@@ -51,8 +51,8 @@ from optimizer.evaluation.results import EvalRun
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.types import Provider
-from optimizer.metrics import mcnemar_exact_one_sided
 from optimizer.models import Action, Label, Step, Trajectory
+from optimizer.stats.metrics import mcnemar_exact_one_sided
 from optimizer.workspace import Workspace
 
 ALPHA = 0.05

@@ -5,8 +5,8 @@ and referenced from the commit by a git note (``refs/notes/judgeloop``), never b
 What it states (``certificate_version`` 1):
 
 - agreement with the labels: Cohen's kappa with a 95% interval (the stratified percentile bootstrap of
-  `optimizer.metrics.bootstrap_intervals`, 2,000 draws, seed 0) and its Landis–Koch band; TPR and TNR
-  with exact one-sided 95% lower bounds (Clopper–Pearson, `optimizer.binomial`): ``tpr_lower``,
+  `optimizer.stats.metrics.bootstrap_intervals`, 2,000 draws, seed 0) and its Landis–Koch band; TPR and TNR
+  with exact one-sided 95% lower bounds (Clopper–Pearson, `optimizer.stats.binomial`): ``tpr_lower``,
   ``tnr_lower``; FPR per mistake type of the negatives, each with its exact one-sided upper bound;
 - test–retest: a second independent pass of the same prompts (replicate indices after the first
   pass's), its agreement and kappa with the first;
@@ -14,7 +14,7 @@ What it states (``certificate_version`` 1):
 - a transfer check with ``--transfer-model M``: the same prompts judged by model M of the same
   provider, kappa / FPR deltas (M minus the judge);
 - the held-out ``confirm`` result recorded in the ledger for this revision, if any (never run here);
-- the bias battery (``optimizer.bias``, with the same judge; "not run" with ``--no-bias``);
+- the bias battery (``optimizer.trust.bias``, with the same judge; "not run" with ``--no-bias``);
 - what invalidates it: judge provider, model and the model versions the provider reported, the
   split's fingerprint, the prompt hash, replicates.
 
@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from optimizer import __version__, gitops
-from optimizer.binomial import clopper_pearson_lower, clopper_pearson_upper
 from optimizer.config import JudgeOverrides, JudgeSection
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
@@ -51,10 +50,11 @@ from optimizer.events import Listener, Message, Progress, ProgressSnapshot, igno
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.ledger import Ledger
-from optimizer.metrics import Answer, bootstrap_intervals, cohen_kappa, predicted_success, score
 from optimizer.models import MISTAKE_TYPES, Label
 from optimizer.paths import unused_path
-from optimizer.selftest import (
+from optimizer.stats.binomial import clopper_pearson_lower, clopper_pearson_upper
+from optimizer.stats.metrics import Answer, bootstrap_intervals, cohen_kappa, predicted_success, score
+from optimizer.trust.selftest import (
     Record,
     ResultFiles,
     SelftestResult,
@@ -70,7 +70,7 @@ CERTIFICATE_VERSION = 1
 CERTIFICATE_DIR = "certificates"
 NOTES_REF = "judgeloop"  # refs/notes/judgeloop
 BOUND_LEVEL = 0.05  # one-sided: 95% confidence
-KAPPA_METHOD = "stratified percentile bootstrap (optimizer.metrics.bootstrap_intervals), 2000 draws, seed 0, 95%"
+KAPPA_METHOD = "stratified percentile bootstrap (optimizer.stats.metrics.bootstrap_intervals), 2000 draws, seed 0, 95%"
 
 # Landis & Koch (1977), "The measurement of observer agreement for categorical data": the bands'
 # lower ends.
@@ -93,7 +93,7 @@ def landis_koch(kappa: float | None) -> str:
 
 
 class BatteryResult(Protocol):
-    """What `optimizer.bias.run_battery` returns, as far as a certificate reads it."""
+    """What `optimizer.trust.bias.run_battery` returns, as far as a certificate reads it."""
 
     def to_json(self) -> Mapping[str, object]: ...
 
@@ -101,15 +101,15 @@ class BatteryResult(Protocol):
 
 
 class BatteryRunner(Protocol):
-    """`optimizer.bias.run_battery`'s signature, as a certificate calls it."""
+    """`optimizer.trust.bias.run_battery`'s signature, as a certificate calls it."""
 
     def __call__(self, ws: Workspace, rev: str, *, split: str | None, events: Listener,
                  budget_usd: float | None, judge: JudgeOverrides | None) -> BatteryResult: ...
 
 
 def find_battery() -> BatteryRunner:
-    """`optimizer.bias.run_battery`, looked up at call time (a test can stand another module in)."""
-    from optimizer.bias import run_battery
+    """`optimizer.trust.bias.run_battery`, looked up at call time (a test can stand another module in)."""
+    from optimizer.trust.bias import run_battery
 
     return run_battery
 
@@ -240,7 +240,7 @@ class Confirmations(Record):
 
 
 class BatteryRun(Record):
-    """The bias battery's result, as its own JSON object (`optimizer.bias.BatteryResult.to_json`)."""
+    """The bias battery's result, as its own JSON object (`optimizer.trust.bias.BatteryResult.to_json`)."""
 
     status: Literal["run"] = "run"
     result: dict[str, Any]

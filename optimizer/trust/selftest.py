@@ -1,6 +1,6 @@
 """`judgeloop selftest`: how the workspace's own judge behaves under the loop's decision rule, on the dev split.
 
-Three checks, each decided by the real decision code (`optimizer.decision`: the early-stopping bounds,
+Three checks, each decided by the real decision code (`optimizer.stats.decision`: the early-stopping bounds,
 the re-judging of disagreements under ``adaptive``, `decide_adaptive`) at the level a run's first
 candidate is tested at:
 
@@ -50,20 +50,7 @@ from pydantic import (
 )
 
 from optimizer import gitops
-from optimizer.binomial import clopper_pearson_interval
 from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
-from optimizer.decision import (
-    Counts,
-    Decision,
-    EarlyStopper,
-    adaptive_stopped_decision,
-    adaptive_test,
-    decide_adaptive,
-    decide_counts,
-    disagreements,
-    lord_level,
-    min_fixes_to_keep,
-)
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -77,10 +64,23 @@ from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
 from optimizer.loop.compare import RunTotals, incomplete, judgements_of, with_extra
 from optimizer.loop.runner import evaluation_order
-from optimizer.metrics import Answer, is_correct, majority_answer, outcome, score
 from optimizer.models import Label
 from optimizer.paths import unused_path
-from optimizer.policies import policy_for
+from optimizer.stats.binomial import clopper_pearson_interval
+from optimizer.stats.decision import (
+    Counts,
+    Decision,
+    EarlyStopper,
+    adaptive_stopped_decision,
+    adaptive_test,
+    decide_adaptive,
+    decide_counts,
+    disagreements,
+    lord_level,
+    min_fixes_to_keep,
+)
+from optimizer.stats.metrics import Answer, is_correct, majority_answer, outcome, score
+from optimizer.stats.policies import policy_for
 from optimizer.workspace import Workspace
 
 SELFTEST_VERSION = 1
@@ -565,7 +565,7 @@ def simulated_keep_rate(positive: np.ndarray, q: np.ndarray, fix: int, loop: Loo
     """The share of ``trials`` simulated candidates that fix ``fix`` items (made right on every judgement,
     chosen among the items the judge gets right less than half the time) and are kept, against a fresh
     incumbent, with item i judged right with probability ``q[i]`` on every call: the decision-power
-    benchmark's ``sim1`` model on this judge's odds. Decided by `optimizer.decision` (first pass of
+    benchmark's ``sim1`` model on this judge's odds. Decided by `optimizer.stats.decision` (first pass of
     ``replicates`` judgements; under ``adaptive`` the disagreements re-judged ``loop.rejudge`` times)."""
     rng = np.random.default_rng(seed)
     n, k = len(q), replicates

@@ -14,7 +14,7 @@ integer truncated above the threshold. Shares of k + r judgements give L ≤ lcm
 the test fall back to Monte Carlo: ``draws`` sign vectors from ``seed`` (numpy's PCG64), p =
 (1 + #{T* ≥ T}) / (1 + draws), so a stored (seed, draws) replays the same p.
 
-Monotonicity (used by the early-stopping bound in `optimizer.decision`): the exact p-value never
+Monotonicity (used by the early-stopping bound in `optimizer.stats.decision`): the exact p-value never
 rises when one d_i rises, whatever the others are. Write R = Σ_{j≠i} s_j|d_j| and T' = Σ_{j≠i} d_j;
 p = ½·P(R ≥ T' + d_i − |d_i|) + ½·P(R ≥ T' + d_i + |d_i|), and both thresholds are non-decreasing
 in d_i (d − |d| is 0 for d ≥ 0 and 2d below; d + |d| is 2d for d ≥ 0 and 0 below).

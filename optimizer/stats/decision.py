@@ -1,7 +1,7 @@
 """Keep or roll back a candidate: the three policies and the exact early-stopping bounds. Pure.
 
 Policies (all computed; ``[loop] policy`` picks the one that decides, and its object in
-`optimizer.policies` says which flag, bound and words are its own — nothing here tests its name):
+`optimizer.stats.policies` says which flag, bound and words are its own — nothing here tests its name):
 
 - ``literal``: keep iff kappa_c > kappa_i + min_kappa_delta and FPR_c ≤ FPR_i + fpr_tolerance.
 - ``paired``: literal, and the exact one-sided McNemar p-value on the discordant items < alpha.
@@ -47,7 +47,8 @@ from pydantic import BaseModel, ConfigDict
 
 from optimizer import fmt
 from optimizer.config import LoopSection
-from optimizer.metrics import (
+from optimizer.models import Label
+from optimizer.stats.metrics import (
     Answer,
     FlipTable,
     Metrics,
@@ -59,9 +60,8 @@ from optimizer.metrics import (
     outcome,
     score,
 )
-from optimizer.models import Label
-from optimizer.policies import FirstPass, policy_for
-from optimizer.signflip import (
+from optimizer.stats.policies import FirstPass, policy_for
+from optimizer.stats.signflip import (
     DEFAULT_DRAWS,
     MAX_EXACT_BITS,
     SignFlipResult,
@@ -431,7 +431,7 @@ def _best_case_stop(best: Decision, incumbent: Counts, completed: Counts, improv
 # share of its judgements that are correct (an unusable judgement is wrong); d_i = candidate share −
 # incumbent share (0 for an item both prompts judged alike with k = 1). Keep iff
 #   · the literal rule holds on per-item majorities over all judgements, and
-#   · the one-sided sign-flip test (`optimizer.signflip`) on the d_i gives p < alpha.
+#   · the one-sided sign-flip test (`optimizer.stats.signflip`) on the d_i gives p < alpha.
 # The test's statistic is Σ d_i·|d_i| (`evidence`): each item's difference weighted by its own size,
 # so an item judged right every time under the candidate and wrong every time under the incumbent
 # (d = 1) counts 9 times one judged 2/3 against 1/3 (d = 1/3). Re-judging noise lives mostly in the
@@ -448,7 +448,7 @@ def _best_case_stop(best: Decision, incumbent: Counts, completed: Counts, improv
 # could still change (an item not judged yet, or judged and disagreeing when r > 0). Items judged
 # alike are fixed. Kappa rises with every item the candidate gets right or the incumbent gets wrong
 # (the monotonicity argument above, applied to each side), FP falls likewise, and the exact sign-flip
-# p-value never rises when a score rises (`optimizer.signflip`), nor so when a d_i rises, the score
+# p-value never rises when a score rises (`optimizer.stats.signflip`), nor so when a d_i rises, the score
 # d·|d| being increasing in d. So if this vector, which is at least
 # every real outcome in each coordinate, is rolled back, every real outcome is. Applied after each
 # first-pass item and once more before re-judging (when nothing re-judging could bring would make
@@ -1000,7 +1000,7 @@ class CheaperTest(BaseModel):
 def noninferiority_test(differences: Sequence[Fraction], n_items: int, margin_items: int, *,
                         seed: int = 0) -> SignFlipResult:
     """One-sided p-value for "the candidate is worse than the incumbent by less than ``margin_items``":
-    the sign-flip test (`optimizer.signflip`) on each of the ``n_items`` differences (``differences``
+    the sign-flip test (`optimizer.stats.signflip`) on each of the ``n_items`` differences (``differences``
     lists the non-zero ones and may omit zeros) plus ``margin_items / n_items``."""
     if n_items < len(differences) or n_items < 1:
         raise ValueError(f"n_items ({n_items}) must cover the {len(differences)} differences given")
