@@ -1,8 +1,9 @@
 """What `judgeloop selftest`, `certify` and `bias` write stays byte for byte what it was: the result files
 (JSON and Markdown), the git note and the ``--json`` output, compared with files recorded from the code
 before their results became typed records (issue 30). Through the real CLI and the fake server, one
-call at a time (a deterministic judge, so every figure is the same on every run), the clock frozen; the
-commit sha and the fake server's address, which differ between runs, are replaced by placeholders.
+call at a time (a deterministic judge, so every verdict is the same on every run), the clock frozen; the
+commit sha, the fake server's address and the call counts of an A/A repeat that stops early, which differ
+between runs, are replaced by placeholders.
 
 ``JUDGELOOP_UPDATE_GOLDEN=1`` rewrites the recorded files (only for a change of output made on purpose).
 """
@@ -42,6 +43,10 @@ def _normalised(text: str, sha: str, base_url: str) -> str:
     text = text.replace(base_url, "<BASE_URL>")
     for prefix in (sha, sha[:12], sha[:10], sha[:8]):
         text = text.replace(prefix, "<REV>")
+    # An A/A repeat that stops early judges its two prompts side by side, one call at a time each: how
+    # many calls were already out when the stop came depends on which of the two got there first.
+    text = re.sub(r'("early_stopped": true,[^{}]*?"calls": )\d+', r"\1<N>", text)
+    text = re.sub(r'("stopped": null,\s*"calls": )\d+', r"\1<N>", text)
     # The note names the certificate file's sha256, which covers the two values replaced above.
     return re.sub(r"(Judgeloop-Certificate-Sha256: )[0-9a-f]{64}", r"\1<SHA256>", text)
 

@@ -629,10 +629,16 @@ def test_a_corrections_file_edited_outside_label_fix_is_refused_at_the_next_run_
     c = split.ids[2]
     code, _out, err = _cli(capsys, "label-fix", "-w", str(ws), c, "--label", _flipped(labels, c), "--reason", "r")
     assert code == 2 and "corrections.jsonl" in err and b"obviously" in corrections_file(ws).read_bytes()
-    # A file created by hand where none was recorded is refused the same way.
+    # A file replaced by hand is refused, and so is one where no correction was ever recorded.
     corrections_file(ws).write_text(forged, encoding="utf-8")
+    with pytest.raises(UserError, match=r"corrections\.jsonl was changed outside"):
+        label_set(split, "corrected")
+    ref = f"refs/judgeloop/corrections/{SPLIT}"
+    record = git(ws, "rev-parse", ref).strip()
+    git(ws, "update-ref", "-d", ref)
     with pytest.raises(UserError, match=r"corrections\.jsonl holds corrections no"):
         label_set(split, "corrected")
+    git(ws, "update-ref", ref, record)
     # Back as recorded, it is read; a person who wants the hand edit adopts it, seeing what it changes.
     corrections_file(ws).write_bytes(recorded)
     assert list(label_set(split, "corrected").corrections) == [a]
