@@ -121,8 +121,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._judge_model import STABLE_Q as STABLE_RIGHT_Q
 from benchmarks._judge_model import JudgeModel, item_instruction, item_q
-from optimizer.stats.binomial import clopper_pearson_interval
 from optimizer.config import JudgeOverrides, LoopSection
+from optimizer.devset.importer import import_split
+from optimizer.ledger import Ledger
+from optimizer.loop import session
+from optimizer.loop.strategies import Proposal, ProposalContext
+from optimizer.models import Label
+from optimizer.scaffold import init_workspace
+from optimizer.stats.binomial import clopper_pearson_interval
 from optimizer.stats.decision import (
     Counts,
     adaptive_test,
@@ -132,13 +138,7 @@ from optimizer.stats.decision import (
     holm,
     lord_level,
 )
-from optimizer.devset.importer import import_split
-from optimizer.ledger import Ledger
-from optimizer.loop import session
-from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.stats.metrics import Answer
-from optimizer.models import Label
-from optimizer.scaffold import init_workspace
 from optimizer.structure import current_value, set_key
 from optimizer.workspace import Workspace
 from tests.support.data import pair_items, write_release

@@ -113,7 +113,12 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
-def measure(root: Path) -> Figures:
+def import_cycles(root: Path) -> list[list[str]]:
+    """The import cycles between project modules under ``root`` (the structure gate's own test asks for none)."""
+    return measure(root, ruff=False).import_cycles
+
+
+def measure(root: Path, *, ruff: bool = True) -> Figures:
     figs = Figures()
     modules: dict[str, tuple[Path, ast.Module]] = {}
     for path in _py_files(root):
@@ -156,7 +161,7 @@ def measure(root: Path) -> Figures:
     # Import cycles among modules (a package's __init__ is left out: importing a submodule runs it).
     figs.import_cycles = _cycles({m: {d for d in e if not _is_package(modules, d)}
                                   for m, e in graph.items() if not _is_package(modules, m)})
-    figs.files_ruff_format_would_change = _ruff_format_changes(root)
+    figs.files_ruff_format_would_change = _ruff_format_changes(root) if ruff else None
     return figs
 
 

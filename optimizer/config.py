@@ -13,13 +13,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from optimizer.errors import UserError
-from optimizer.paths import PathRefused, prompt_file
+from optimizer.errors import UserError, first_error
+from optimizer.paths import JUDGE_TOML, PathRefused, prompt_file
 from optimizer.structure import check_moves
-from optimizer.vocab import PolicyName, StrategyName
+from optimizer.vocab import COMMAND, OptimizerProviderName, PolicyName, StrategyName
+from optimizer.vocab import ProviderName as ProviderName  # spelled in optimizer.vocab
 
-ProviderName = Literal["anthropic", "openai", "local", "command"]
-JUDGE_TOML = "prompts/judge.toml"
 # [judge] harness: the coding-agent CLIs `optimizer.judge.harness` has a non-interactive preset for.
 HARNESS_PRESETS = ("codex", "claude", "gemini", "opencode")
 
@@ -67,12 +66,17 @@ class JudgeSection(_Section):
     harness: str | None = None
     price_per_call_usd: float | None = Field(default=None, ge=0.0)
     pass_env: list[str] = Field(default_factory=list)
+    # How the CLI is confined (optimizer.judge.sandbox): "bwrap" (bubblewrap namespaces, the default) or
+    # "none" (unconfined, said in every result and certificate). The most one call may cost when set
+    # (US dollars): a budget reserves it per call instead of the declared price or the highest reported.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    max_cost_per_call_usd: float | None = Field(default=None, gt=0.0)
 
     @model_validator(mode="before")
     @classmethod
     def _command_model(cls, data: object) -> object:
         # A harness judge without a model runs the CLI's own default model (no --model flag).
-        if isinstance(data, dict) and data.get("provider") == "command" and "model" not in data:
+        if isinstance(data, dict) and data.get("provider") == COMMAND and "model" not in data:
             return {**data, "model": ""}
         return data
 
@@ -86,7 +90,7 @@ class JudgeSection(_Section):
 
     @model_validator(mode="after")
     def _command_judge(self) -> JudgeSection:
-        if self.provider == "command":
+        if self.provider == COMMAND:
             if "command" in self.model_fields_set and not self.command and self.harness is None:
                 raise ValueError('command is empty; name the CLI to run, e.g. command = ["codex", "exec", "--json"]')
             if not self.command and self.harness is None:
@@ -152,7 +156,7 @@ class JudgeOverrides:
             update["provider"] = self.provider
             if self.provider != judge.provider and not self.model:
                 update["model"] = DEFAULT_JUDGE_MODELS[self.provider]
-            if self.provider != "command":  # the harness settings belong to the command provider
+            if self.provider != COMMAND:  # the harness settings belong to the command provider
                 update.update(command=[], harness=None)
         if self.model:
             update["model"] = self.model
@@ -171,9 +175,8 @@ class JudgeOverrides:
         try:
             return JudgeSection.model_validate({**judge.model_dump(), **update})
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise UserError(f"the judge overrides make [judge] {where} invalid ({first['msg']}); "
+            first = first_error(exc)
+            raise UserError(f"the judge overrides make [judge] {first.loc} invalid ({first.msg}); "
                             "fix --provider/--model/--base-url") from None
 
 
@@ -212,9 +215,23 @@ class Price(_Section):
         return 1.0 if self.batch is None else self.batch
 
 
+# [optimizer] seed is mixed with an experiment's number so each experiment draws from its own seed.
+SEED_STRIDE = 1_000_003
+
+
+def experiment_seed(run_seed: int, experiment: int, *, wrap: bool = True) -> int:
+    """The seed of a run's experiment ``experiment`` (its ledger id, or its sequence number for a
+    strategy; 0 for the run's own final-vs-baseline draw): ``run_seed * 1_000_003 + experiment``, reduced
+    modulo 2**32 as a decision stores and replays it. ``wrap=False`` leaves it unreduced, as the
+    strategies' ``random.Random`` has always taken it (reducing it would change a run's proposals once
+    the seed is above 4294)."""
+    mixed = run_seed * SEED_STRIDE + experiment
+    return mixed % 2**32 if wrap else mixed
+
+
 class OptimizerSection(_Section):
     strategy: StrategyName = "library"
-    provider: Literal["anthropic", "openai"] = "anthropic"
+    provider: OptimizerProviderName = "anthropic"
     model: str = "claude-sonnet-5-5"
     base_url: str | None = None
     # The SDK's own timeout and retries for the optimiser's calls (a proposal can be a long reply).
@@ -328,9 +345,8 @@ def load_config(path: Path) -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"{path}: [{where}] {str(first['msg']).removeprefix('Value error, ')}; fix the file and retry") from None
+        first = first_error(exc)
+        raise UserError(f"{path}: [{first.loc}] {first.reason}; fix the file and retry") from None
 
 
 DEFAULT_CONFIG_TOML = """\

@@ -15,7 +15,7 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import InlineTable, Item, Table
 
 from optimizer.config import Config
-from optimizer.errors import UserError
+from optimizer.errors import UserError, first_error
 from optimizer.workspace import CONFIG_NAME, JUDGELOOP_ACTOR, repo_at
 
 Scalar = str | int | float | bool
@@ -55,9 +55,8 @@ def edited_config(text: str, values: Mapping[tuple[str, str], Scalar]) -> str:
     except tomllib.TOMLDecodeError as exc:  # tomlkit accepted what the reader refuses
         raise UserError(f"{CONFIG_NAME} would not be valid TOML after the edit ({exc}); fix the file and retry") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"{CONFIG_NAME}: [{where}] {str(first['msg']).removeprefix('Value error, ')}; "
+        first = first_error(exc)
+        raise UserError(f"{CONFIG_NAME}: [{first.loc}] {first.reason}; "
                         "the file was not changed") from None
     return result
 

@@ -37,6 +37,7 @@ from typing import Any
 import git
 
 from optimizer.errors import UserError
+from optimizer.paths import CORRECTIONS_FILE, DEVSET_DIR, WorkspacePaths
 from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
 
 BRANCH_PREFIX = "judgeloop/"
@@ -54,18 +55,18 @@ IGNORED_DIRTY_PREFIXES: tuple[str, ...] = ("experiments/",)
 UNTRACKED_DATA_PREFIXES: tuple[str, ...] = ("devset/",)
 # A person's label corrections (`optimizer.devset.corrections`, written by `judgeloop label-fix` and the
 # TUI, mid-run too): they never make the tree dirty, and a rollback's hard reset keeps them as on disk.
-PERSON_FILE = "corrections.jsonl"
+PERSON_FILE = CORRECTIONS_FILE
 
 
 def _is_person_file(path: str) -> bool:
     parts = path.split("/")
-    return len(parts) == 3 and parts[0] == "devset" and parts[2] == PERSON_FILE
+    return len(parts) == 3 and parts[0] == DEVSET_DIR and parts[2] == PERSON_FILE
 
 
 @contextmanager
 def _keeping_person_files(root: Path) -> Iterator[None]:
     """Put every ``devset/<split>/corrections.jsonl`` back as it was on disk after the block (a reset)."""
-    kept = {p: p.read_bytes() for p in (root / "devset").glob(f"*/{PERSON_FILE}") if p.is_file()}
+    kept = {p: p.read_bytes() for p in WorkspacePaths(root).devset.glob(f"*/{PERSON_FILE}") if p.is_file()}
     try:
         yield
     finally:

@@ -20,11 +20,14 @@ import os
 import posixpath
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer.errors import UserError
 
 PROMPTS_DIR = "prompts"
+# The judge's settings (replicates, mode, panel, ...), one of the prompt files (`optimizer.judge.prompts`).
+JUDGE_TOML = "prompts/judge.toml"
 MAX_PATH_CHARS = 200
 # An edited prompt file larger than this is refused (the bundled judge.md + rubric.md are ~9k
 # characters): a candidate of tens of megabytes would be sent whole to the judge on every item.
@@ -186,3 +189,76 @@ def unused_path(folder: Path, stem: str, suffix: str = ".json") -> Path:
         n += 1
         path = folder / f"{stem}-{n}{suffix}"
     return path
+
+
+# -- where a workspace keeps its files ---------------------------------------------------------------
+
+DEVSET_DIR = "devset"
+EXPERIMENTS_DIR = "experiments"
+# A split's labels, devset/<split>/labels.jsonl (only optimizer.devset.labels reads it).
+LABELS_FILE = "labels.jsonl"
+# A person's label corrections beside them, devset/<split>/corrections.jsonl (optimizer.devset.corrections).
+CORRECTIONS_FILE = "corrections.jsonl"
+# The loop's lock (optimizer.workspace.command_lock), experiments/loop.lock.
+LOCK_FILE = "loop.lock"
+
+
+@dataclass(frozen=True)
+class WorkspacePaths:
+    """Where the workspace at ``root`` keeps its files, spelled once for the engine, the CLI and the TUI
+    (which holds a root, not a loaded `Workspace`: `Workspace.paths` is the same object). Paths only:
+    nothing here reads or checks the disk."""
+
+    root: Path
+
+    @property
+    def prompts(self) -> Path:
+        return self.root / PROMPTS_DIR
+
+    @property
+    def devset(self) -> Path:
+        return self.root / DEVSET_DIR
+
+    @property
+    def experiments(self) -> Path:
+        return self.root / EXPERIMENTS_DIR
+
+    @property
+    def ledger(self) -> Path:
+        return self.experiments / "ledger.sqlite"
+
+    @property
+    def cache(self) -> Path:
+        return self.experiments / "cache.sqlite"
+
+    @property
+    def guidance(self) -> Path:
+        return self.experiments / "guidance.md"
+
+    @property
+    def stop(self) -> Path:
+        """Created to ask a running loop to stop after its current step."""
+        return self.experiments / "STOP"
+
+    @property
+    def lock(self) -> Path:
+        return self.experiments / LOCK_FILE
+
+    @property
+    def runs(self) -> Path:
+        """experiments/runs/: a TUI-started run's log, a run's exported report folder."""
+        return self.experiments / "runs"
+
+    @property
+    def reviews_export(self) -> Path:
+        """experiments/reviews.jsonl, where the reviews are exported."""
+        return self.experiments / "reviews.jsonl"
+
+    def split(self, name: str) -> Path:
+        return self.devset / name
+
+    def labels(self, split: str) -> Path:
+        return self.split(split) / LABELS_FILE
+
+    def corrections(self, split: str) -> Path:
+        return self.split(split) / CORRECTIONS_FILE

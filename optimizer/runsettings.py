@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from optimizer.config import Config, JudgeOverrides, JudgeSection, LoopSection
-from optimizer.errors import UserError
+from optimizer.errors import UserError, first_error
 from optimizer.ledger import Run
 from optimizer.vocab import POLICIES
 
@@ -147,9 +147,9 @@ def _recorded(run: Run, snapshot: Mapping[str, Any], name: str, section: type[_S
     try:
         return section.model_validate({**current.model_dump(), **known})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise UserError(f"run {run.id}'s recorded [{name}] {'.'.join(map(str, first['loc']))} is not valid any "
-                        f"more ({first['msg']}); start a new run") from None
+        first = first_error(exc)
+        raise UserError(f"run {run.id}'s recorded [{name}] {first.loc} is not valid any "
+                        f"more ({first.msg}); start a new run") from None
 
 
 def _limits(budgets: Mapping[str, Any], asked: RunOverrides, current: Config) -> Limits:

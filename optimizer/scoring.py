@@ -11,15 +11,17 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from optimizer import fmt
 from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
-from optimizer.stats.metrics import MISSING, Answer, Metrics, bootstrap_intervals, score
 from optimizer.models import MISTAKE_TYPES, fold_mistake_type
+from optimizer.stats.metrics import MISSING, Answer, Metrics, bootstrap_intervals, score
 from optimizer.workspace import Workspace
 
 INVALID = Answer(success=None, status="invalid")
@@ -89,8 +91,8 @@ def read_results_dir(path: Path, ids: Sequence[str], skipped: list[str] | None =
     return {tid: found.get(tid, MISSING) for tid in ids}
 
 
-def _num(x: float | None, digits: int = 3) -> str:
-    return "n/a" if x is None else f"{x:.{digits}f}"
+# The score table shows a missing rate as "n/a".
+_num = partial(fmt.num, missing=fmt.NA)
 
 
 def format_table(split_name: str, metrics: Metrics, intervals: dict[str, tuple[float, float]]) -> str:

@@ -46,8 +46,8 @@ from optimizer.devset.corrections import Correction, apply_corrections, read_cor
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split
 from optimizer.ledger import Ledger, ReplicateVerdict, Run
-from optimizer.stats.metrics import Metrics, score
 from optimizer.models import Label
+from optimizer.stats.metrics import Metrics, score
 
 MIN_JUDGEMENTS = 3
 CONFIDENCE_WEIGHT: Mapping[str | None, float] = {"high": 1.0, "medium": 0.5, "low": 0.0, None: 0.5}

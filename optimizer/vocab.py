@@ -1,5 +1,5 @@
-"""The project's names, spelled once: strategies, policies, statuses, event and stage kinds, review
-kinds, mistake types.
+"""The project's names, spelled once: strategies, policies, providers, statuses, event and stage kinds,
+review kinds, mistake types.
 
 Each set is a ``Literal`` type (what mypy and pydantic check) and the tuple of its values taken from
 it with ``get_args`` (what argparse's ``choices``, the ledger's SQL ``CHECK``s, the TUI's lists and the
@@ -26,6 +26,21 @@ RUN_STRATEGIES: tuple[RunStrategyName, ...] = (*STRATEGIES, MANUAL)
 # Decision policies (`optimizer.stats.decision`; [loop] policy, --policy).
 PolicyName = Literal["adaptive", "paired", "literal"]
 POLICIES: tuple[PolicyName, ...] = get_args(PolicyName)
+
+# Judge providers (`optimizer.judge.providers.make_provider`; [judge] provider).
+ProviderName = Literal["anthropic", "openai", "local", "command"]
+PROVIDERS: tuple[ProviderName, ...] = get_args(ProviderName)
+# The offline judge, which needs no key.
+LOCAL: Literal["local"] = "local"
+# A harness judge: a coding-agent CLI named by [judge] command or harness, which no flag sets, so it is
+# chosen in judgeloop.toml only.
+COMMAND: Literal["command"] = "command"
+# `--provider`'s names (run, eval, attribute, ...; the TUI's start-run form offers the same): every provider
+# but the harness one, the offline one first as --help shows them.
+FLAG_PROVIDERS: tuple[ProviderName, ...] = (LOCAL, *(p for p in PROVIDERS if p not in (LOCAL, COMMAND)))
+# The optimiser's own model ([optimizer] provider): a conversing API provider.
+OptimizerProviderName = Literal["anthropic", "openai"]
+OPTIMIZER_PROVIDERS: tuple[OptimizerProviderName, ...] = get_args(OptimizerProviderName)
 
 # -- the ledger's states ---------------------------------------------------------------------------
 

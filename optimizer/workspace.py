@@ -15,6 +15,8 @@ import git
 
 from optimizer.config import Config, load_config
 from optimizer.errors import UserError
+from optimizer.paths import LOCK_FILE as LOCK_FILE  # spelled in optimizer.paths
+from optimizer.paths import WorkspacePaths
 
 CONFIG_NAME = "judgeloop.toml"
 JUDGELOOP_ACTOR = git.Actor("judgeloop", "judgeloop@localhost")
@@ -61,35 +63,40 @@ class Workspace:
         return cls(root=root, config=load_config(root / CONFIG_NAME))
 
     @property
+    def paths(self) -> WorkspacePaths:
+        """Where this workspace keeps its files (`optimizer.paths.WorkspacePaths`)."""
+        return WorkspacePaths(self.root)
+
+    @property
     def prompts_dir(self) -> Path:
-        return self.root / "prompts"
+        return self.paths.prompts
 
     @property
     def devset_dir(self) -> Path:
-        return self.root / "devset"
+        return self.paths.devset
 
     @property
     def experiments_dir(self) -> Path:
-        return self.root / "experiments"
+        return self.paths.experiments
 
     @property
     def ledger_path(self) -> Path:
-        return self.experiments_dir / "ledger.sqlite"
+        return self.paths.ledger
 
     @property
     def cache_path(self) -> Path:
-        return self.experiments_dir / "cache.sqlite"
+        return self.paths.cache
 
     @property
     def guidance_path(self) -> Path:
-        return self.experiments_dir / "guidance.md"
+        return self.paths.guidance
 
     @property
     def stop_path(self) -> Path:
-        return self.experiments_dir / "STOP"
+        return self.paths.stop
 
     def split_dir(self, name: str) -> Path:
-        return self.devset_dir / name
+        return self.paths.split(name)
 
 
 @contextmanager
@@ -104,16 +111,13 @@ def repo_at(root: Path) -> Iterator[git.Repo]:
 
 
 
-LOCK_FILE = "loop.lock"
-
-
 def lock_holder(ws: Workspace) -> str | None:
     """Who holds the workspace's loop lock right now (e.g. "judgeloop run, pid 123"), or None."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover
         return None
-    path = ws.experiments_dir / LOCK_FILE
+    path = ws.paths.lock
     if not path.is_file():
         return None
     with path.open("r", encoding="utf-8") as handle:
@@ -141,7 +145,7 @@ def command_lock(ws: Workspace, what: str) -> Iterator[None]:
         return
     import os
 
-    path = ws.experiments_dir / LOCK_FILE
+    path = ws.paths.lock
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = path.open("a+", encoding="utf-8")
     try:

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support.harness_judge import harness_state  # noqa: F401 - the harness-judge tests' fixture
+
 if TYPE_CHECKING:
     from optimizer.workspace import Workspace
+
+# The Python the TUI's SVG baselines (tests/__snapshots__/) are made on: another version's Rich and Textual
+# wheels may render a few cells differently, and baselines from two versions would fight each other.
+SNAPSHOT_PYTHON = (3, 11)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse `--snapshot-update` on another Python than SNAPSHOT_PYTHON (harlequin's guard)."""
+    updating = config.getoption("update_snapshots", default=False) or config.getoption(
+        "update_new_snapshots_only", default=False)
+    if updating and sys.version_info[:2] != SNAPSHOT_PYTHON:
+        raise pytest.UsageError(
+            f"the SVG baselines are made on Python {'.'.join(map(str, SNAPSHOT_PYTHON))}, this is "
+            f"{sys.version_info.major}.{sys.version_info.minor}: run --snapshot-update with that version's venv")
+
 
 # Never let a developer's real keys or git identity leak into a test.
 for _var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"):

@@ -12,6 +12,8 @@ from typing import cast
 import pytest
 
 from optimizer.config import LoopSection
+from optimizer.judge.verdicts import majority
+from optimizer.models import Label, Verdict
 from optimizer.stats.decision import (
     AdaptiveTest,
     adaptive_stopped_decision,
@@ -19,9 +21,7 @@ from optimizer.stats.decision import (
     disagreements,
     lord_level,
 )
-from optimizer.judge.verdicts import majority
 from optimizer.stats.metrics import Answer, majority_answer
-from optimizer.models import Label, Verdict
 from optimizer.stats.signflip import sign_flip_test
 from optimizer.vocab import MistakeType
 

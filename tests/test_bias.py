@@ -14,6 +14,15 @@ from typing import Any
 
 import pytest
 
+from optimizer.cli import main
+from optimizer.config import JudgeOverrides
+from optimizer.devset.split import open_split
+from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.scored import EvalOptions, evaluate
+from optimizer.judge.estimate import request_input_tokens
+from optimizer.judge.prompts import PromptSet
+from optimizer.judge.render import build_request
+from optimizer.judge.types import ImagePart
 from optimizer.trust.bias import (
     JUDGE_NOTE,
     PROBES,
@@ -25,15 +34,6 @@ from optimizer.trust.bias import (
     judge_note,
     run_battery,
 )
-from optimizer.cli import main
-from optimizer.config import JudgeOverrides
-from optimizer.devset.split import open_split
-from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.scored import EvalOptions, evaluate
-from optimizer.judge.estimate import request_input_tokens
-from optimizer.judge.prompts import PromptSet
-from optimizer.judge.render import build_request
-from optimizer.judge.types import ImagePart
 from optimizer.workspace import Workspace
 from tests.support.bias import BiasJudge, Reaction
 from tests.support.config import bundled_prompts

@@ -6,9 +6,9 @@ import itertools
 from fractions import Fraction
 
 from optimizer.config import LoopSection
+from optimizer.models import Label
 from optimizer.stats.decision import FprStopper, decide_cheaper, noninferiority_test
 from optimizer.stats.metrics import Answer
-from optimizer.models import Label
 
 
 def brute_p(values: list[Fraction]) -> Fraction:

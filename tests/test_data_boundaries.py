@@ -308,8 +308,9 @@ def test_the_judge_refuses_a_tampered_split_and_never_sends_the_outside_file(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "outside" in err and "step 0" in err and "Traceback" not in err
     images = [img for r in requests for img in request_images(r)]
-    assert images  # the items before it went out with their screenshots ...
-    assert not any(looks_outside(img) for img in images)  # ... and the outside file never did
+    # The items before it may have gone out with their screenshots (or the size scan before the first call
+    # met the tampered item first and nothing went out); the outside file never did.
+    assert not any(looks_outside(img) for img in images)
     assert not any(items[TARGET].instruction in json.dumps(r.body) for r in requests)
 
 

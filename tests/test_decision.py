@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from optimizer.config import LoopSection
+from optimizer.models import Label
 from optimizer.stats.decision import (
     Counts,
     decide,
@@ -19,7 +20,6 @@ from optimizer.stats.decision import (
     stopped_decision,
 )
 from optimizer.stats.metrics import Answer, flip_table, score
-from optimizer.models import Label
 
 PAIRED = LoopSection(policy="paired")  # alpha 0.1, no deltas
 LITERAL = LoopSection(policy="literal")

@@ -8,9 +8,9 @@ import random
 import re
 
 from optimizer.config import LoopSection
+from optimizer.models import Label
 from optimizer.stats.decision import adaptive_stopped_decision, stopped_decision
 from optimizer.stats.metrics import Answer, is_correct, majority_answer, score
-from optimizer.models import Label
 
 YES, NO = Answer(success=True), Answer(success=False)
 OBSERVED = re.compile(r"^stopped early after (\d+)/(\d+) items: (\d+) fixed, (\d+) broken; even if ")

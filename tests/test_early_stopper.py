@@ -10,11 +10,17 @@ from fractions import Fraction
 
 import pytest
 
-from optimizer.stats import decision
 from optimizer.config import LoopSection
-from optimizer.stats.decision import Decision, EarlyStopper, adaptive_stopped_decision, evidence, stopped_decision
-from optimizer.stats.metrics import Answer, majority_answer
 from optimizer.models import Label
+from optimizer.stats import decision
+from optimizer.stats.decision import (
+    Decision,
+    EarlyStopper,
+    adaptive_stopped_decision,
+    evidence,
+    stopped_decision,
+)
+from optimizer.stats.metrics import Answer, majority_answer
 from optimizer.stats.signflip import sign_flip_test, sign_flip_test_grouped, sign_flip_upper_bound
 
 YES, NO = Answer(success=True), Answer(success=False)

@@ -1,16 +1,15 @@
 """Harness judges (``[judge] provider = "command"``) through the real CLI and a fake coding-agent CLI
-(tests/support/fake_harness_cli.py): the sample split judged item by item in sandboxes that are
-inspected from inside, timeouts killed with their process group, malformed verdicts recorded as
-parse failures, kill -9 and resume from the cache, budgets refused without a per-call price, and a
-loop that keeps and rolls back like any judge's.
+(tests/support/fake_harness_cli.py), confined by bubblewrap: the sample split judged item by item in
+sandboxes that are inspected from inside, timeouts killed with their whole namespace, malformed
+verdicts recorded as parse failures, kill -9 and resume from the cache (the sandbox left behind pruned),
+budgets refused without a per-call price, and a loop that keeps and rolls back like any judge's.
+The hostile CLI, bounded output and cost, and the unconfined mode: tests/test_harness_sandbox.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,6 +24,7 @@ from optimizer.devset.split import open_split
 from optimizer.workspace import Workspace
 from tests.support.config import write_config
 from tests.support.fake_harness_cli import kind, reported_cost
+from tests.support.harness_judge import HarnessState, configure, records, sandbox_folders, survivors
 from tests.support.loop import (
     BAD_ENTRY,
     GOOD_ENTRY,
@@ -37,45 +37,21 @@ from tests.support.loop import (
 from tests.support.processes import killed_cli
 from tests.support.scripted import ScriptedStrategy, install, latest, toggle
 
-FAKE_CLI = Path(__file__).parent / "support" / "fake_harness_cli.py"
 INSTRUCTION_FILES = {"AGENTS.md", "CLAUDE.md", "GEMINI.md"}
+# What a confined CLI's environment may hold (`optimizer.judge.sandbox.allowed_env`; LC_* too).
+ALLOWED_ENV = {"PATH", "HOME", "LANG", "TERM", "PWD", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
+               "CLAUDE_CODE_OAUTH_TOKEN", "FAKE_HARNESS_PASS"}
 
 
-def configure(root: Path, state: Path, **judge: Any) -> None:
-    """The workspace's judge: the fake CLI as a claude-format harness (prompt as its last argument)."""
-    config = load_config(root / "judgeloop.toml")
-    settings: dict[str, Any] = {
-        "provider": "command", "model": "", "harness": "claude",
-        "command": [sys.executable, str(FAKE_CLI), "--state", str(state), "--format", "claude", "{{PROMPT}}"],
-        "timeout_s": 20.0, "max_retries": 0, "max_concurrency": 4, "pass_env": ["FAKE_HARNESS_PASS"],
-        **judge,
-    }
-    loop = config.loop.model_copy(update={"infra_retry_rounds": 0})
-    write_config(root, config.model_copy(update={"judge": config.judge.model_copy(update=settings), "loop": loop}))
-    commit_all(root, "harness judge")
-
-
-def invocations(state: Path) -> list[dict[str, Any]]:
-    log = state / "invocations.jsonl"
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting for its parent to reap it is dead)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return "\nState:\tZ" not in status
+def invocations(state: HarnessState) -> list[dict[str, Any]]:
+    return records(state)
 
 
 @pytest.fixture
-def sample_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+def sample_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+              harness_state: HarnessState) -> tuple[Path, HarnessState]:
     root = make_workspace(tmp_path)
-    state = tmp_path / "state"
-    state.mkdir()
+    state = harness_state
     # Keys of several providers in judgeloop's environment: the claude harness may see only its own.
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-real")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
@@ -85,7 +61,7 @@ def sample_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pa
     return root, state
 
 
-def test_the_sample_split_through_a_fake_cli(sample_ws: tuple[Path, Path], tmp_path: Path,
+def test_the_sample_split_through_a_fake_cli(sample_ws: tuple[Path, HarnessState], tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     root, state = sample_ws
     configure(root, state)
@@ -103,10 +79,8 @@ def test_the_sample_split_through_a_fake_cli(sample_ws: tuple[Path, Path], tmp_p
     late = {t for t in ids if kind(t) == "late"}
     assert set(summary["infra_error_ids"]) == late
     assert "did not finish within 20 s (timeout_s); killed" in captured.out
-    # The late CLI and the child it started in its process group were both killed.
-    for run in runs:
-        if run["kind"] == "late":
-            assert not alive(run["pid"]) and not alive(run["child_pid"])
+    # The late CLIs and the children they started were killed with their namespaces.
+    assert survivors(state.url) == [], "a late CLI or its child outlived its timeout"
     # Cost: what the CLI reported (claude's total_cost_usd) for every call that answered.
     assert summary["cost_usd"] == pytest.approx(sum(reported_cost(t) for t in ids if t not in late), abs=1e-6)
 
@@ -145,26 +119,26 @@ def test_the_sample_split_through_a_fake_cli(sample_ws: tuple[Path, Path], tmp_p
             if step.screenshot:
                 release_md = release_md.replace(f"({step.screenshot})", f"(./data/media/images/{tid}/step_{step.step_id + 1}.png)")
         assert next(f["text"] for f in run["files"] if f["path"].endswith(".md") and "/" in f["path"]) == release_md
-        # The prompt names the item; cwd is a fresh temp folder outside the workspace, gone afterwards.
+        # The prompt names the item; cwd is the sandbox's fixed mount (a fresh folder per run: it holds
+        # exactly the item's files, above), nothing of the host's paths.
         assert f"`{tid}`" in run["prompt"] and "{{TRAJECTORY_ID}}" not in run["prompt"]
-        assert not any(str(cwd).startswith(p) for p in ws_paths) and not cwd.exists()
-        assert run["env"]["PWD"] == str(cwd)
+        assert cwd == Path("/sandbox") and run["env"]["PWD"] == "/sandbox"
         for value in [*run["argv"], *run["env"].values()]:
             assert not any(p in value for p in ws_paths), f"a workspace path reaches the CLI: {value!r}"
         env = run["env"]
         assert env.get("ANTHROPIC_API_KEY") == "sk-ant-test-not-real", "the claude harness keeps its own key"
         assert env.get("FAKE_HARNESS_PASS") == "passed", "pass_env is passed on"
-        assert not {"OPENAI_API_KEY", "GEMINI_API_KEY", "SOME_SERVICE_TOKEN"} & set(env), "other providers' keys"
-    assert len({r["cwd"] for r in runs}) == len(runs), "a fresh sandbox per run"
+        assert set(env) - {k for k in env if k.startswith("LC_")} <= ALLOWED_ENV, "an allow-listed environment"
+    assert sandbox_folders(state) == [], "every sandbox folder is removed"
 
 
-def test_kill_9_mid_evaluation_then_resume_from_the_cache(sample_ws: tuple[Path, Path]) -> None:
+def test_kill_9_mid_evaluation_then_resume_from_the_cache(sample_ws: tuple[Path, HarnessState]) -> None:
     root, state = sample_ws
     configure(root, state, max_concurrency=1)
-    (state / "no-late").write_text("", encoding="utf-8")
+    (state.folder / "no-late").write_text("", encoding="utf-8")
     ids = open_split(Workspace.open(root), "sample").ids[:24]
     gate_id = ids[9]
-    (state / "gate").write_text(gate_id, encoding="utf-8")
+    (state.folder / "gate").write_text(gate_id, encoding="utf-8")
 
     def gate_reached() -> None:
         for _ in range(2400):  # bounded: 120 s
@@ -175,25 +149,25 @@ def test_kill_9_mid_evaluation_then_resume_from_the_cache(sample_ws: tuple[Path,
 
     killed_cli(["eval", "-w", str(root), "--limit", "24"], gate_reached)
     first = invocations(state)
-    gated = next(r for r in first if r["id"] == gate_id)
-    for _ in range(200):  # the CLI dies with judgeloop (PR_SET_PDEATHSIG), not 60 s later
-        if not alive(gated["pid"]):
+    for _ in range(600):  # bounded (30 s): the CLI dies with judgeloop (PR_SET_PDEATHSIG, bwrap --die-with-parent)
+        if not survivors(state.url):
             break
         time.sleep(0.05)
-    assert not alive(gated["pid"]), "a killed judgeloop left its harness CLI running"
-    shutil.rmtree(gated["cwd"], ignore_errors=True)  # the one sandbox a kill -9 cannot remove
+    assert survivors(state.url) == [], "a killed judgeloop left its harness CLI running"
+    assert len(sandbox_folders(state)) == 1, "the one sandbox a kill -9 cannot remove"
     finished = [r["id"] for r in first if r["id"] != gate_id]
     assert len(finished) == 9, "one item at a time: nine finished before the gate"
-    (state / "gate").unlink()
-    (state / "invocations.jsonl").unlink()
+    (state.folder / "gate").unlink()
+    (state.folder / "invocations.jsonl").unlink()
 
     assert main(["eval", "-w", str(root), "--limit", "24"]) == 0
     second = [r["id"] for r in invocations(state)]
     assert sorted(second) == sorted(set(ids) - set(finished)), "finished items come from the cache, never re-run"
+    assert sandbox_folders(state) == [], "the dead run's sandbox was pruned at the next start"
 
 
 def test_a_budget_without_a_per_call_price_is_refused_up_front(
-    sample_ws: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+    sample_ws: tuple[Path, HarnessState], capsys: pytest.CaptureFixture[str]
 ) -> None:
     root, state = sample_ws
     configure(root, state)
@@ -225,12 +199,11 @@ def test_an_unknown_preset_or_an_empty_command_is_one_line(
 
 
 def test_a_loop_with_a_harness_judge_keeps_and_rolls_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, harness_state: HarnessState
 ) -> None:
     root = make_workspace(tmp_path)
     add_small_dev_split(root)
-    state = tmp_path / "state"
-    state.mkdir()
+    state = harness_state
     # The oracle: FakeJudge's table (a real improvement, GOOD_ENTRY; one that raises FPR, BAD_ENTRY),
     # answered by the fake CLI from which entries its AGENTS.md holds.
     judge = FakeJudge(root)
@@ -242,9 +215,9 @@ def test_a_loop_with_a_harness_judge_keeps_and_rolls_back(
             success = label.is_positive if judge.correct(tid, set(enabled)) else not label.is_positive
             answers[tid]["+".join(enabled)] = [success, None if success else (label.mistake_type or "Critical Mistake")]
     entries = {e: judge.entry_text[e] for e in (GOOD_ENTRY, BAD_ENTRY)}
-    (state / "oracle.json").write_text(json.dumps({"entries": entries, "answers": answers}), encoding="utf-8")
-    (state / "no-late").write_text("", encoding="utf-8")
-    (state / "well-formed").write_text("", encoding="utf-8")
+    (state.folder / "oracle.json").write_text(json.dumps({"entries": entries, "answers": answers}), encoding="utf-8")
+    (state.folder / "no-late").write_text("", encoding="utf-8")
+    (state.folder / "well-formed").write_text("", encoding="utf-8")
     configure(root, state, max_concurrency=8)
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)]))
     assert main(["run", "-w", str(root), "--max-experiments", "2"]) == 0
@@ -258,9 +231,9 @@ def test_a_loop_with_a_harness_judge_keeps_and_rolls_back(
     assert with_good, "no CLI run saw the kept edit"
 
 
-def test_the_cache_keys_the_command_and_the_instructions(sample_ws: tuple[Path, Path]) -> None:
+def test_the_cache_keys_the_command_and_the_instructions(sample_ws: tuple[Path, HarnessState]) -> None:
     root, state = sample_ws
-    (state / "no-late").write_text("", encoding="utf-8")
+    (state.folder / "no-late").write_text("", encoding="utf-8")
     configure(root, state)
 
     def new_runs(*extra: str) -> int:
@@ -292,7 +265,8 @@ def test_the_verdict_file_is_read_only_when_it_is_a_plain_file(tmp_path: Path) -
     assert verdict_file_text(tmp_path / "box", "tid") is None, "a link out of the sandbox is not followed"
     (tmp_path / "box" / "tid.json").unlink()
     (tmp_path / "box" / "tid.json").write_bytes(b"x" * 2_000_000)
-    assert verdict_file_text(tmp_path / "box", "tid") is None, "an oversized file is not read"
+    note = verdict_file_text(tmp_path / "box", "tid")
+    assert note is not None and "over the 1000000-byte cap: not read" in note, "an oversized file is not read"
 
 
 @pytest.mark.parametrize(("output", "stdout", "expected"), [
@@ -350,12 +324,12 @@ def test_each_preset_is_non_interactive_json_and_sends_the_prompt_once(harness: 
 
 
 def test_a_failed_run_is_retried_then_an_infrastructure_error(
-    sample_ws: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    sample_ws: tuple[Path, HarnessState], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root, state = sample_ws
-    (state / "no-late").write_text("", encoding="utf-8")
-    (state / "well-formed").write_text("", encoding="utf-8")
-    (state / "fail-first").write_text("", encoding="utf-8")
+    (state.folder / "no-late").write_text("", encoding="utf-8")
+    (state.folder / "well-formed").write_text("", encoding="utf-8")
+    (state.folder / "fail-first").write_text("", encoding="utf-8")
     configure(root, state, max_retries=1)
     ids = open_split(Workspace.open(root), "sample").ids[:2]
     assert main(["eval", "-w", str(root), "--limit", "2", "--out", str(tmp_path / "a")]) == 0
@@ -364,7 +338,7 @@ def test_a_failed_run_is_retried_then_an_infrastructure_error(
     assert json.loads((tmp_path / "a" / "_summary.json").read_text(encoding="utf-8"))["infra_error_ids"] == []
     # Without retries, a failing run is an infrastructure error naming the exit status and stderr.
     for tid in ids:
-        (state / f"failed-{tid}").unlink()
+        (state.folder / f"failed-{tid}").unlink()
     configure(root, state, max_retries=0)
     capsys.readouterr()
     assert main(["eval", "-w", str(root), "--limit", "2", "--out", str(tmp_path / "b"), "--replicates", "2"]) == 0

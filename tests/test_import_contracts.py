@@ -74,3 +74,12 @@ def test_the_judge_package_may_import_no_devset_module_that_reads_labels() -> No
     }
     assert "optimizer.devset.heldout" in readers
     assert readers <= set(judge["forbidden_modules"])
+
+
+def test_no_two_project_modules_import_each_other() -> None:
+    """No import cycle between modules of optimizer/ and tui/, function-level and type-only imports
+    included (criteria <-> verdicts was one, held by a function-level import; the reply-decoding rule now
+    lives in optimizer.judge.replies, which both import)."""
+    from benchmarks.structure import import_cycles
+
+    assert import_cycles(REPO) == []

@@ -481,8 +481,8 @@ def test_latest_run_is_the_last_created_even_within_one_second(tmp_path: Path) -
 
 
 def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as_before(tmp_path: Path) -> None:
-    from optimizer.stats.metrics import FlipTable
     from optimizer.report import accounting, history_lines, report_json, report_text
+    from optimizer.stats.metrics import FlipTable
 
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:

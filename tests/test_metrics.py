@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
+from optimizer.models import Label
 from optimizer.stats.metrics import (
     PROTOCOL_KEYS,
     Answer,
@@ -18,7 +19,6 @@ from optimizer.stats.metrics import (
     predicted_success,
     score,
 )
-from optimizer.models import Label
 from optimizer.vocab import MistakeType
 
 CM: MistakeType = "Critical Mistake"

@@ -12,7 +12,16 @@ import pytest
 from benchmarks.structure import POLICY_BRANCH, POLICY_MODULES
 from optimizer.config import LoopSection
 from optimizer.stats.decision import Counts, Decision, decide_counts, detectable_gain_line
-from optimizer.stats.policies import ADAPTIVE, LITERAL, PAIRED, Adaptive, FirstPass, Literal, Paired, policy_for
+from optimizer.stats.policies import (
+    ADAPTIVE,
+    LITERAL,
+    PAIRED,
+    Adaptive,
+    FirstPass,
+    Literal,
+    Paired,
+    policy_for,
+)
 from optimizer.vocab import POLICIES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from optimizer.errors import UserError
-from optimizer.stats.metrics import score
 from optimizer.models import Label
 from optimizer.scoring import parse_result_file, read_results_dir
+from optimizer.stats.metrics import score
 from optimizer.workspace import Workspace
 
 CM, BSE, MIS = "Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"

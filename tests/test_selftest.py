@@ -14,9 +14,9 @@ import pytest
 
 from benchmarks import decision_power as dp
 from benchmarks._judge_model import JudgeModel, item_q
-from optimizer.stats.binomial import clopper_pearson_interval
 from optimizer.cli import main
 from optimizer.config import LoopSection
+from optimizer.stats.binomial import clopper_pearson_interval
 from optimizer.stats.decision import min_fixes_to_keep
 from optimizer.trust.selftest import BENCHMARK, PLANTED_RULE, latest_selftest, simulated_keep_rate
 from optimizer.workspace import Workspace
@@ -55,7 +55,7 @@ def test_planted_degradation_is_rolled_back_and_a_steady_judge_never_keeps_itsel
     assert saved.parent == ws / "experiments" / "selftest" and saved.with_suffix(".md").is_file()
     assert json.loads(saved.read_text())["aa"] == aa
     found = latest_selftest(Workspace.open(ws))
-    assert found is not None and found["files"]["json"] == result["files"]["json"]
+    assert found is not None and found.files is not None and found.files.json_path == result["files"]["json"]
     assert untouched_state(ws) == before
 
 

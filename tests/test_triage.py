@@ -349,7 +349,7 @@ def test_the_queue_needs_a_majority_and_a_minimum_count(ws: Path) -> None:
 def test_the_tui_suspects_view_ranks_opens_and_corrects(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.support.tui_driving import drive, screen_rows, svg_text
+    from tests.support.tui_driving import drive, screen_rows, svg_text, wait_until
     from tui.app import JudgeloopApp, settle
     from tui.views import ItemView, SuspectsView
 
@@ -375,10 +375,7 @@ def test_the_tui_suspects_view_ranks_opens_and_corrects(
         await pilot.press(*"seen on the last screen")
         await pilot.press("enter")
         await settle(app, pilot)
-        for _ in range(50):  # the write is a worker; the view reloads after it (bounded)
-            if corrections_file(ws).is_file():
-                break
-            await pilot.pause(0.05)
+        await wait_until(pilot, corrections_file(ws).is_file, "the correction's write (a worker)")
         await settle(app, pilot)
         assert f"→ {right}: seen on the last screen" in svg_text(app)
         await pilot.press("enter")
@@ -632,10 +629,16 @@ def test_a_corrections_file_edited_outside_label_fix_is_refused_at_the_next_run_
     c = split.ids[2]
     code, _out, err = _cli(capsys, "label-fix", "-w", str(ws), c, "--label", _flipped(labels, c), "--reason", "r")
     assert code == 2 and "corrections.jsonl" in err and b"obviously" in corrections_file(ws).read_bytes()
-    # A file created by hand where none was recorded is refused the same way.
+    # A file replaced by hand is refused, and so is one where no correction was ever recorded.
     corrections_file(ws).write_text(forged, encoding="utf-8")
+    with pytest.raises(UserError, match=r"corrections\.jsonl was changed outside"):
+        label_set(split, "corrected")
+    ref = f"refs/judgeloop/corrections/{SPLIT}"
+    record = git(ws, "rev-parse", ref).strip()
+    git(ws, "update-ref", "-d", ref)
     with pytest.raises(UserError, match=r"corrections\.jsonl holds corrections no"):
         label_set(split, "corrected")
+    git(ws, "update-ref", ref, record)
     # Back as recorded, it is read; a person who wants the hand edit adopts it, seeing what it changes.
     corrections_file(ws).write_bytes(recorded)
     assert list(label_set(split, "corrected").corrections) == [a]
@@ -700,7 +703,7 @@ def test_a_reason_over_what_the_reader_takes_is_refused_in_one_line_and_the_file
 def test_label_fix_on_a_heldout_item_gives_the_same_refusal_whatever_its_label(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.loop.test_loop_heldout import import_held
+    from tests.support.heldout import import_held
 
     wsobj = Workspace.open(ws)
     dev = set(open_split(wsobj, SPLIT).ids)

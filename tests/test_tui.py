@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
@@ -29,8 +30,17 @@ from optimizer.ledger import Ledger
 from optimizer.report import token_split
 from optimizer.vocab import EventKind, ExperimentStatus
 from tests.support.loop import present
-from tests.support.tui_driving import capture_notifications, drive, screen_lines, screen_rows, svg_text
+from tests.support.tui_driving import (
+    EVENT_WAIT_S,
+    capture_notifications,
+    drive,
+    screen_lines,
+    screen_rows,
+    svg_text,
+    wait_until,
+)
 from tests.support.tui_runs import make_real_run
+from tui import runs
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.data import disagreements
 from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
@@ -183,10 +193,7 @@ def test_a_ledger_that_appears_unreadable_is_shown_while_a_missing_or_empty_one_
         await pilot.pause(0.2)  # several polls of an empty file
         assert isinstance(app.screen, HistoryView) and app.screen.has_class("-empty")
         os.replace(newer, path)  # whole, so no poll sees a half-made file
-        for _ in range(250):  # bounded wait for the watcher thread's message
-            if isinstance(app.screen, ErrorModal):
-                break
-            await pilot.pause(0.02)
+        await wait_until(pilot, lambda: isinstance(app.screen, ErrorModal), "the watcher thread's message")
         assert isinstance(app.screen, ErrorModal)
         assert "newer judgeloop" in app.screen.message and "upgrade judgeloop" in app.screen.message
 
@@ -591,10 +598,7 @@ def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp
 
     async def scenario(pilot: Any) -> None:
         await pilot.press("o")
-        for _ in range(100):  # bounded: the opener is a separate process
-            if marker.exists() and marker.read_text().strip():
-                break
-            await pilot.pause(0.05)
+        await wait_until(pilot, lambda: marker.exists() and marker.read_text().strip(), "the opener (a process)")
         assert marker.read_text().strip() == str(app.screen.query_one(StepImage).path)
 
     drive(app, scenario)
@@ -604,6 +608,7 @@ def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp
 # Reviews
 
 
+@pytest.mark.slow  # three app sessions over one ledger
 def test_review_is_stored_survives_a_restart_and_exports(ws_copy: Path, tmp_path: Path) -> None:
     with ledger_of(ws_copy) as ledger:
         run = present(ledger.latest_run())
@@ -661,10 +666,8 @@ def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> Non
         assert "judged 7/99" not in str(strip.render())
         subprocess.run([sys.executable, "-c", writer, str(ws_copy / "experiments" / "ledger.sqlite"), run_id],
                        check=True, cwd=Path(__file__).resolve().parents[1])
-        for _ in range(200):  # bounded wait for the watcher thread's message
-            if "judged 7/99" in str(app.screen.query_one(StatusStrip).render()):
-                break
-            await pilot.pause(0.05)
+        await wait_until(pilot, lambda: "judged 7/99" in str(app.screen.query_one(StatusStrip).render()),
+                         "the watcher thread's message")
         line = str(app.screen.query_one(StatusStrip).render())
         assert "stage evaluating" in line and "judged 7/99" in line and "2 errors" in line
         assert "1,234 tokens" in line and "$0.5000" in line
@@ -795,6 +798,7 @@ def waiting_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ws
 
 
+@pytest.mark.slow  # a propose-only run built, then `judgeloop decide` in a worker
 @pytest.mark.parametrize(("key", "status"), [("k", "kept"), ("x", "rolled_back")])
 def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
     waiting_ws: Path, tmp_path: Path, key: str, status: str
@@ -1212,7 +1216,11 @@ def test_run_options_build_the_command_line_including_a_manual_run(tmp_path: Pat
         RunOptions(strategy="genetic").argv(tmp_path)
 
 
-def test_a_run_refused_at_once_is_reported_not_announced_as_started(ws_copy: Path) -> None:
+@pytest.mark.slow  # a `judgeloop run` process started and waited for
+def test_a_run_refused_at_once_is_reported_not_announced_as_started(ws_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The app gives a run a few seconds to refuse (tui.runs.early_outcome); a loaded machine may take longer
+    # to start Python, so here it waits for the refusing process's exit, up to a generous bound.
+    monkeypatch.setattr(runs, "early_outcome", functools.partial(runs.early_outcome, wait_s=EVENT_WAIT_S))
     app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False)
     seen = capture_notifications(app)
 

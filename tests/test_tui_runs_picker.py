@@ -342,6 +342,7 @@ def test_start_run_form_offers_the_workspace_splits_and_config_defaults_never_a_
     drive(app, scenario, (80, 24))
 
 
+@pytest.mark.slow  # a whole detached `judgeloop run` on the chosen settings
 def test_a_run_started_from_the_form_runs_on_the_chosen_split_policy_and_provider(
     manual_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,9 +15,9 @@ from typing import Any, cast
 import pytest
 from textual.widgets import DataTable, Input
 
-from optimizer.stats.decision import AdaptiveTest, Decision, decide_wave
 from optimizer.ledger import Event, Experiment, ExperimentOutcome, Ledger
 from optimizer.ledger.waves import holm_rank, next_wave_number, wave_meta, waves, waves_by_member
+from optimizer.stats.decision import AdaptiveTest, Decision, decide_wave
 from optimizer.vocab import EventKind, ExperimentStatus
 from tests.support.tui_driving import drive, svg_text
 from tui.app import JudgeloopApp, settle

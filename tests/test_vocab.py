@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sqlite3
+import sys
 from pathlib import Path
 from typing import get_args
 
@@ -130,3 +131,79 @@ def test_the_vocabulary_imports_nothing_of_the_project() -> None:
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported <= {"__future__", "enum", "typing"}
+
+
+def test_the_provider_names_are_the_vocabulary() -> None:
+    """[judge] provider takes every provider; every --provider flag and the TUI's start-run form take the
+    same names, all but the harness judge, which only judgeloop.toml names (it needs [judge] command)."""
+    from optimizer.config import DEFAULT_JUDGE_MODELS, JudgeSection
+    from tui.runs import PROVIDERS, RunChoices
+
+    assert get_args(JudgeSection.model_fields["provider"].annotation) == vocab.PROVIDERS
+    assert set(DEFAULT_JUDGE_MODELS) == set(vocab.PROVIDERS)
+    assert get_args(OptimizerSection.model_fields["provider"].annotation) == vocab.OPTIMIZER_PROVIDERS
+    assert set(vocab.FLAG_PROVIDERS) == set(vocab.PROVIDERS) - {vocab.COMMAND}
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = [(name, a.choices) for name, command in sub.choices.items() for a in command._actions
+             if "--provider" in a.option_strings]
+    assert {name for name, _ in flags} >= {"run", "eval", "attribute"}
+    assert all(tuple(choices or ()) == vocab.FLAG_PROVIDERS for _, choices in flags), flags
+    # The form offers what `run --provider` takes, nothing it refuses.
+    assert PROVIDERS == RunChoices(splits=(), split="", policy="", provider="").providers == vocab.FLAG_PROVIDERS
+
+
+def test_every_list_of_the_mistake_types_is_the_vocabulary() -> None:
+    """The verdict's JSON schema, the optimiser's tool schema and the strategies' per-type tables list
+    the three mistake types of `optimizer.vocab`, in its order where a schema lists them."""
+    from optimizer.devset.importer import AHD_COUNTS
+    from optimizer.judge.types import VERDICT_SCHEMA
+    from optimizer.loop.strategies import library, memory
+    from optimizer.loop.strategies.tools import TOOL_SPECS
+
+    verdict_enum = next(s["enum"] for s in VERDICT_SCHEMA["properties"]["mistake_type"]["anyOf"] if "enum" in s)
+    assert verdict_enum == list(vocab.MISTAKE_TYPES)
+    tool = next(t for t in TOOL_SPECS if t.name == "list_disagreements")
+    assert tool.parameters["properties"]["mistake_type"]["enum"] == list(vocab.MISTAKE_TYPES)
+    assert set(library._TYPE_WORDS) == set(memory.CHECKS) == set(vocab.MISTAKE_TYPES)
+    assert set(memory.PRINCIPLES) >= set(vocab.MISTAKE_TYPES)  # and the principles of a too strict judge
+    assert set(AHD_COUNTS["mistake_types"]) == {*vocab.MISTAKE_TYPES, vocab.UNTYPED}
+
+
+def test_the_start_run_form_never_hands_run_a_provider_it_refuses(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A workspace whose judge is a harness CLI ([judge] provider = "command", which `run --provider`
+    refuses): the form offers only the names the flag takes, starts at "the config's", and the command
+    line it builds goes through the real `judgeloop run` past its options (to the missing split)."""
+    from typing import Any, cast
+
+    from textual.widgets import Select
+
+    from optimizer.cli import main
+    from optimizer.configedit import set_config
+    from tests.support.tui_driving import drive
+    from tui.app import JudgeloopApp, settle
+    from tui.modals import StartRunModal
+
+    ws = tmp_path / "ws"
+    assert main(["init", str(ws)]) == 0
+    set_config(ws, {("judge", "provider"): "command", ("judge", "harness"): "codex"}, message="test: a harness judge")
+    app = JudgeloopApp(ws, image_mode="halfcell", watch=False)
+    seen: dict[str, Any] = {}
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert isinstance(app.screen, StartRunModal)
+        provider = cast(Select[str], app.screen.query_one("#run-provider"))
+        seen["offered"] = [str(v) for _, v in provider._options if isinstance(v, str)]  # Textual keeps them there
+        seen["argv"] = app.screen.options().argv(ws)
+
+    drive(app, scenario, (80, 24))
+    assert vocab.COMMAND not in seen["offered"]
+    argv = seen["argv"]
+    assert argv[:4] == [sys.executable, "-m", "optimizer.cli", "run"] and "--provider" not in argv
+    capsys.readouterr()
+    assert main(argv[3:]) == 2  # the workspace has no split yet: refused after its options were taken
+    err = capsys.readouterr().err
+    assert "invalid choice" not in err and "no split named 'sample'" in err, err

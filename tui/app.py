@@ -26,6 +26,7 @@ from textual.worker import Worker, WorkerState
 
 from optimizer.errors import UserError
 from optimizer.ledger import Ledger
+from optimizer.paths import WorkspacePaths
 from tui import runs
 from tui.data import LedgerNotReady, open_ledger, run_summaries
 from tui.messages import CompareMarked, ExperimentSelected, ItemSelected, LiveUpdate, RunPicked, WatchFailed
@@ -150,7 +151,7 @@ class JudgeloopApp(App[None]):
         if start_view not in VIEWS:
             raise UserError(f"unknown screen {start_view!r}; use one of {', '.join(VIEWS)}")
         self.ws_root = Path(ws_root).resolve()
-        self.ledger_path = self.ws_root / "experiments" / "ledger.sqlite"
+        self.ledger_path = WorkspacePaths(self.ws_root).ledger
         self.image_mode = image_mode
         self.start_view = start_view
         self._experiment_id = experiment_id
@@ -460,7 +461,7 @@ class JudgeloopApp(App[None]):
         except LedgerNotReady:
             self.call_from_thread(self.notify, "no ledger yet: nothing to export", severity="warning")
             return
-        target = self.ws_root / "experiments" / "reviews.jsonl"
+        target = WorkspacePaths(self.ws_root).reviews_export
         n = ledger.export_reviews(target)
         self.call_from_thread(self.notify, f"exported {n} review(s) to {target.relative_to(self.ws_root)}", timeout=5)
 
@@ -548,7 +549,7 @@ async def render_screenshot(
     size: tuple[int, int] = (120, 40), run_id: str | None = None,
 ) -> Path:
     """Render one view headlessly at ``size`` (half-block images, no live watcher) and save it as SVG."""
-    experiment_id, item_id = screenshot_defaults(Path(ws_root) / "experiments" / "ledger.sqlite", experiment_id, run_id)
+    experiment_id, item_id = screenshot_defaults(WorkspacePaths(Path(ws_root)).ledger, experiment_id, run_id)
     app = JudgeloopApp(ws_root, image_mode="halfcell", start_view=screen, experiment_id=experiment_id,
                        item_id=item_id, watch=False, run_id=run_id)
     async with app.run_test(size=size) as pilot:

@@ -10,9 +10,11 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from optimizer import fmt
 from optimizer.devset.markdown import action_string
 from optimizer.errors import UserError
 from optimizer.ledger import (
@@ -61,17 +63,8 @@ STATUS_TEXT = {
 }
 
 
-def one_line(text: str | None, limit: int = 80) -> str:
-    """The first line of ``text``, cut to ``limit`` characters with an ellipsis."""
-    first = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return first if len(first) <= limit else first[: limit - 1] + "…"
-
-
-def fmt(value: float | None, digits: int = 3, *, signed: bool = False) -> str:
-    """A metric for a table cell: ``—`` when missing."""
-    if value is None:
-        return "—"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+# A note in a cell: its first line as written, cut to the limit with an ellipsis.
+one_line = partial(fmt.one_line, first_line=True, trim=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,14 +222,14 @@ class HistoryRow:
         exp, part = self.experiment, self.partial
         if part is not None:
             return part.cell("kappa"), part.cell("fpr"), part.cell("balanced_accuracy")
-        return fmt(exp.kappa), fmt(exp.fpr), fmt(exp.balanced_accuracy)
+        return fmt.num(exp.kappa), fmt.num(exp.fpr), fmt.num(exp.balanced_accuracy)
 
     def delta_text(self, name: str) -> str:
         """Δκ or ΔFPR for the table: against the parent, or for an early-stopped candidate against the
         incumbent over the same judged items, marked ``*``."""
         if self.partial is not None:
             return self.partial.delta_cell(name)
-        return fmt(self.d_kappa if name == "kappa" else self.d_fpr, signed=True)
+        return fmt.num(self.d_kappa if name == "kappa" else self.d_fpr, signed=True)
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,12 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
             return Horizontal(Label(label), widget, classes="field")
 
         def chosen(values: tuple[str, ...], default: str) -> list[tuple[str, str]]:
-            return [(f"{v} (judgeloop.toml)" if v == default else v, v) for v in values]
+            # A configured value the run's flag refuses (provider = "command") is kept by passing no flag.
+            kept = [] if default in values else [(f"{default} (judgeloop.toml)", "")]
+            return [*kept, *[(f"{v} (judgeloop.toml)" if v == default else v, v) for v in values]]
+
+        def start(values: tuple[str, ...], default: str) -> str:
+            return default if default in values else ""
 
         with Vertical():
             yield Label("[b]Start a run[/b] (a separate process: closing the TUI does not stop it)")
@@ -215,8 +220,8 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
                                         compact=True))
             yield field("policy", Select(chosen(c.policies, c.policy), value=c.policy, allow_blank=False,
                                          id="run-policy", compact=True))
-            yield field("provider", Select(chosen(c.providers, c.provider), value=c.provider, allow_blank=False,
-                                           id="run-provider", compact=True))
+            yield field("provider", Select(chosen(c.providers, c.provider), value=start(c.providers, c.provider),
+                                           allow_blank=False, id="run-provider", compact=True))
             yield field("max experiments", Input(placeholder="config default", id="run-max", type="integer",
                                                  compact=True))
             yield field("budget (USD)", Input(placeholder="config default", id="run-budget", type="number",

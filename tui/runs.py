@@ -13,11 +13,10 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import get_args
 
-from optimizer.config import ProviderName
 from optimizer.errors import UserError
-from optimizer.vocab import MANUAL, POLICIES, RunStrategyName
+from optimizer.paths import WorkspacePaths
+from optimizer.vocab import FLAG_PROVIDERS, MANUAL, POLICIES, RunStrategyName
 from optimizer.workspace import Workspace, lock_holder
 
 # `judgeloop run --strategy`'s names (optimizer.vocab) in the start-run form's order: the offline one first,
@@ -25,8 +24,9 @@ from optimizer.workspace import Workspace, lock_holder
 STRATEGIES: tuple[RunStrategyName, ...] = ("library", "memory", "reflect", "agent", MANUAL)
 # How the start-run form names them ("manual" judges the prompts as you edited them in the working tree).
 STRATEGY_LABELS: dict[str, str] = {MANUAL: "manual (judge my edit of the prompts)"}
-# `judgeloop run --provider`'s names ([judge] provider).
-PROVIDERS: tuple[str, ...] = get_args(ProviderName)
+# `judgeloop run --provider`'s names: never the harness judge ("command"), which the flag refuses (a
+# workspace configured for it keeps it by passing no --provider).
+PROVIDERS: tuple[str, ...] = FLAG_PROVIDERS
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def early_outcome(started: StartedRun, wait_s: float = 3.0) -> tuple[int, str] |
 def start_run(ws_root: Path, options: RunOptions) -> StartedRun:
     """Start `judgeloop run` detached from the TUI; returns its pid and log file. Never waits for it."""
     ws_root = Path(ws_root).resolve()
-    runs_dir = ws_root / "experiments" / "runs"
+    runs_dir = WorkspacePaths(ws_root).runs
     runs_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     log_path = runs_dir / f"{stamp}.log"
@@ -162,7 +162,7 @@ def request_stop(ws_root: Path) -> Path | None:
     holder = running_command(ws_root)
     if holder is None or "judgeloop run" not in holder:
         return None
-    path = Path(ws_root) / "experiments" / "STOP"
+    path = WorkspacePaths(Path(ws_root)).stop
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("stop requested from the TUI\n", encoding="utf-8")
     return path

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from optimizer.config import MAX_CONCURRENCY, MAX_REPLICATES, MAX_WAVE
 from optimizer.errors import UserError
-from optimizer.vocab import POLICIES, RUN_STRATEGIES
+from optimizer.vocab import FLAG_PROVIDERS, POLICIES, RUN_STRATEGIES
 
 WORKSPACE_HELP = (
     "the workspace folder, exactly; before or after any command (default: the nearest folder at or above "
@@ -109,7 +109,7 @@ class _ScreenNames:
 
 
 def _judge_overrides(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--provider", choices=["local", "anthropic", "openai"],
+    p.add_argument("--provider", choices=FLAG_PROVIDERS,
                    help="the judge's provider (default: [judge] provider in judgeloop.toml)")
     p.add_argument("--model", help="the judge's model (default: [judge] model)")
     p.add_argument("--base-url", metavar="URL",

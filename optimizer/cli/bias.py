@@ -6,10 +6,10 @@ import argparse
 import json
 import sys
 
-from optimizer.trust.bias import run_battery
 from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
 from optimizer.events import Event, Message
+from optimizer.trust.bias import run_battery
 from optimizer.workspace import Workspace
 
 

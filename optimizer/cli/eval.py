@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
+from optimizer import fmt
 from optimizer.cli.progress import TerminalEvents
 from optimizer.cli.signals import stop_on_signals
 from optimizer.config import JudgeOverrides
 from optimizer.errors import UserError
 from optimizer.evaluation.scored import EvalOptions, evaluate
 from optimizer.evaluation.stopping import Interrupted
-from optimizer.stats.metrics import Metrics
 from optimizer.report import token_split
+from optimizer.stats.metrics import Metrics
 from optimizer.workspace import Workspace
 
 
@@ -26,8 +28,8 @@ def judge_overrides(args: argparse.Namespace) -> JudgeOverrides:
                           concurrency=args.concurrency, batch_cold=bool(getattr(args, "batch_cold", False)))
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+# The score table shows a missing rate as "n/a".
+_fmt = partial(fmt.num, missing=fmt.NA)
 
 
 def format_metrics(metrics: Metrics) -> str:

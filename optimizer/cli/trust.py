@@ -7,10 +7,10 @@ import argparse
 import json
 import sys
 
-from optimizer.trust.certify import CertifyOptions, certify
 from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
 from optimizer.events import Event, Listener, Message
+from optimizer.trust.certify import CertifyOptions, certify
 from optimizer.trust.selftest import DEFAULT_REPEATS, SelftestOptions, selftest
 from optimizer.workspace import Workspace
 
@@ -34,7 +34,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     with TerminalEvents() as terminal:
         result = selftest(Workspace.open(args.workspace), options, _events(args.json, terminal))
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result.to_json()))
     return 0
 
 
@@ -45,5 +45,5 @@ def cmd_certify(args: argparse.Namespace) -> int:
     with TerminalEvents() as terminal:
         cert = certify(Workspace.open(args.workspace), options, _events(args.json, terminal))
     if args.json:
-        print(json.dumps(cert))
+        print(json.dumps(cert.to_json()))
     return 0

@@ -25,7 +25,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     if getattr(args, "run", None):  # an unknown id: one line naming the newest runs
         from tui.data import check_run
 
-        run_id = check_run(ws.root / "experiments" / "ledger.sqlite", args.run)
+        run_id = check_run(ws.ledger_path, args.run)
     if args.screenshot:
         out = Path(args.screenshot)
         if out.suffix.lower() != ".svg":

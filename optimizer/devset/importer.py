@@ -50,12 +50,12 @@ from optimizer.devset.split import (
     SPLIT_NAME,
     Split,
     canonical_screenshot_link,
-    first_error,
     open_split,
     read_manifest,
 )
-from optimizer.errors import UserError
+from optimizer.errors import UserError, first_error
 from optimizer.models import Label, Trajectory
+from optimizer.paths import LABELS_FILE
 from optimizer.workspace import Workspace
 
 MAX_WARNINGS_SHOWN = 20  # an import of a damaged release must not flood the terminal
@@ -255,7 +255,7 @@ def _plan_item(source: _Source, row: LabelRow, warnings: list[str]) -> _Planned:
     try:
         traj = Trajectory.model_validate(plain)  # only what is written is checked: no version, milestones
     except ValidationError as exc:
-        raise _ItemError(f"{where}: {first_error(exc)}") from None
+        raise _ItemError(f"{where}: {first_error(exc).line()}") from None
     if traj.trajectory_id != tid:
         raise _ItemError(f"{where}: holds trajectory_id {traj.trajectory_id}, not {tid}")
 
@@ -510,7 +510,7 @@ def _write_split(
     (data / "jsons").mkdir()
     (data / "media" / "images").mkdir(parents=True)
     (root / "manifest.txt").write_text("".join(f"{tid}\n" for tid in ids), encoding="utf-8")
-    (root / "labels.jsonl").write_text("".join(f"{label_rows[tid].raw}\n" for tid in ids), encoding="utf-8")
+    (root / LABELS_FILE).write_text("".join(f"{label_rows[tid].raw}\n" for tid in ids), encoding="utf-8")
     written: set[str] = set()
     for item in planned:
         (data / "jsons" / f"{item.tid}.json").write_bytes(item.json_bytes)

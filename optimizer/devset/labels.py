@@ -12,12 +12,13 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from optimizer.devset.split import Split, first_error
-from optimizer.errors import UserError
-from optimizer.stats.metrics import UNTYPED as UNTYPED  # the importer and verify take it from here
+from optimizer.devset.split import Split
+from optimizer.errors import UserError, first_error
 from optimizer.models import MISTAKE_TYPES, Label
+from optimizer.paths import LABELS_FILE
+from optimizer.stats.metrics import UNTYPED as UNTYPED  # the importer and verify take it from here
 
-LABEL_FILE_NAMES = ("AgentHorizon.jsonl", "AgentHorizon-Simple.jsonl", "labels.jsonl")
+LABEL_FILE_NAMES = ("AgentHorizon.jsonl", "AgentHorizon-Simple.jsonl", LABELS_FILE)
 
 
 class LabelRow(NamedTuple):
@@ -57,7 +58,7 @@ def read_label_file(path: Path, display: str | None = None) -> tuple[list[LabelR
         try:
             label = Label.model_validate(obj)
         except ValidationError as exc:
-            problems.append(f"{shown}:{lineno}: {first_error(exc)}")
+            problems.append(f"{shown}:{lineno}: {first_error(exc).line()}")
             continue
         rows.append(LabelRow(path, lineno, label, raw))
     return rows, problems
@@ -98,7 +99,7 @@ def load_labels(split: Split) -> dict[str, Label]:
     Scoring needs every label, so any broken line, duplicate or unlabelled item is a UserError
     (run `judgeloop devset verify NAME` to see them all).
     """
-    path = split.root / "labels.jsonl"
+    path = split.root / LABELS_FILE
     if not path.is_file():
         raise UserError(f"{path} is missing; re-import split {split.name!r}")
     rows, problems = read_label_file(path)

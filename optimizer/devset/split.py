@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from optimizer.devset.ids import OutsideError, check_id, inside, is_remote, relative_link
 from optimizer.devset.markdown import action_string, timestamp_ms_text
-from optimizer.errors import UserError
+from optimizer.errors import UserError, first_error
 from optimizer.models import Step, Trajectory
 from optimizer.workspace import Workspace
 
@@ -33,12 +33,6 @@ MD_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 
 
 
-def first_error(exc: ValidationError) -> str:
-    errors = exc.errors()
-    first = errors[0]
-    loc = ".".join(str(part) for part in first["loc"]) or "row"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{loc}: {first['msg']}{more}"
 
 
 
@@ -150,7 +144,7 @@ class Split:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise UserError(f"{path}: not valid JSON ({exc}); re-import the split from its source") from None
         except ValidationError as exc:
-            raise UserError(f"{path}: {first_error(exc)}; re-import the split from its source") from None
+            raise UserError(f"{path}: {first_error(exc).line()}; re-import the split from its source") from None
         for step in traj.steps:
             problem = self.link_problem(step.screenshot)
             if problem is not None:

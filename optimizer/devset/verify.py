@@ -18,9 +18,10 @@ from optimizer.devset.corrections import read_corrections
 from optimizer.devset.ids import OutsideError, inside, is_remote, relative_link
 from optimizer.devset.labels import count_labels, fingerprint, read_label_file
 from optimizer.devset.markdown import first_differing_line, render_markdown
-from optimizer.devset.split import MD_IMAGE, Split, first_error
-from optimizer.errors import UserError
+from optimizer.devset.split import MD_IMAGE, Split
+from optimizer.errors import UserError, first_error
 from optimizer.models import Label, Trajectory
+from optimizer.paths import LABELS_FILE
 
 
 @dataclass
@@ -53,7 +54,7 @@ def verify_split(split: Split) -> VerifyReport:
             return str(path)
 
     problems: list[str] = []
-    labels_path = split.root / "labels.jsonl"
+    labels_path = split.root / LABELS_FILE
     by_id: dict[str, Label] = {}
     if labels_path.is_file():
         rows, label_problems = read_label_file(labels_path, display=show(labels_path))
@@ -101,7 +102,7 @@ def verify_split(split: Split) -> VerifyReport:
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 problems.append(f"{show(json_path)}: not valid JSON ({exc})")
             except ValidationError as exc:
-                problems.append(f"{show(json_path)}: {first_error(exc)}")
+                problems.append(f"{show(json_path)}: {first_error(exc).line()}")
             else:
                 if traj.trajectory_id != tid:
                     problems.append(f"{show(json_path)}: holds trajectory_id {traj.trajectory_id}, not {tid}")

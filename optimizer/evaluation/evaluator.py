@@ -439,6 +439,8 @@ async def evaluate_items(
             "model": provider.model,
             # The offline SmolLM2 judge says what it is wherever its results go.
             "judge_label": provider.traits.demo_label,
+            # A harness judge says how its CLI was confined ("none": unconfined) wherever its results go.
+            "judge_confinement": provider.traits.confinement,
             "base_url": redacted_url(judge.base_url),
             # [judge] base_urls: every replica that may have answered (base_url is then None).
             "base_urls": [redacted_url(url) for url in judge.base_urls] if judge.base_urls else None,

@@ -49,6 +49,8 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
         "model": reps[0].model if reps else run.meta.get("model"),
         "provider": run.meta.get("provider"),
         "prompt_hash": run.meta.get("prompt_hash"),
+        # A harness judge: how its CLI ran ("bwrap", or "none": unconfined, it could read the labels).
+        **({"judge_confinement": run.meta["judge_confinement"]} if run.meta.get("judge_confinement") else {}),
         "input_tokens": sum(r.input_tokens for r in reps),
         "output_tokens": sum(r.output_tokens for r in reps),
         "cost_usd": round(item.cost_usd, 8),
@@ -183,8 +185,8 @@ def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path
         "format_version": SUMMARY_FORMAT_VERSION,
         **{
             k: run.meta.get(k)
-            for k in ("prompt_hash", "provider", "model", "judge_label", "base_url", "split", "split_fingerprint",
-                      "md_dir")
+            for k in ("prompt_hash", "provider", "model", "judge_label", "judge_confinement", "base_url", "split",
+                      "split_fingerprint", "md_dir")
         },
         **({"base_urls": run.meta["base_urls"]} if run.meta.get("base_urls") else {}),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -36,8 +36,8 @@ from optimizer.judge.types import (
     converses,
     stable_json,
 )
-from optimizer.stats.metrics import Answer
 from optimizer.models import Trajectory, Verdict
+from optimizer.stats.metrics import Answer
 
 # Encoded screenshots shared across processes (see render.build_request's image_cache_dir).
 IMAGE_CACHE_DIRNAME = "images"
@@ -257,15 +257,36 @@ class ItemJudge:
         result = _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
         return key, result if member is None else dataclasses.replace(result, member=self.member_labels[member])
 
-    def _reserve(self, estimate: float) -> float:
-        """Reserve ``estimate`` dollars of the budget for the next call, or stop: it would cross it."""
+    def _reserve(self, estimate: float, basis: str = "") -> float:
+        """Reserve ``estimate`` dollars of the budget for the next call, or stop: it would cross it.
+        ``basis`` says where the figure comes from, in the stop's message (default: an estimate)."""
         assert self.budget is not None
         if not self.budget.reserve(estimate):
+            figure = f"up to ${estimate:.4f}, {basis}" if basis else f"estimated ${estimate:.4f}"
             raise BudgetStop(
-                f"budget of ${self.budget.max_usd:.2f} reached: the next call (estimated "
-                f"${estimate:.4f}) would cross it (${self.budget.spent_usd:.4f} spent)"
+                f"budget of ${self.budget.max_usd:.2f} reached: the next call ({figure}) would cross it "
+                f"(${self.budget.spent_usd:.4f} spent)"
             )
         return estimate
+
+    async def _reserve_call(self, request: JudgeRequest) -> tuple[float, bool]:
+        """Reserve the next call's dollars: a harness's call ceiling (waiting, while its first cost
+        report is due, for it), a per-call price, or the token estimate. Also whether this call goes
+        alone to prove the ceiling (then `CallCeiling.done` is due when it ends)."""
+        traits = self.provider.traits
+        ceiling = traits.call_ceiling
+        if ceiling is None:
+            return self._reserve(traits.call_price_usd or 0.0 if traits.priced_per_call
+                                 else estimate_cost_usd(request, self.sampling, self.provider.model, self.prices)), False
+        lead = await ceiling.turn()
+        try:
+            if self.stop_reason is not None:
+                raise Stopped
+            return self._reserve(ceiling.usd, ceiling.describe()), lead
+        except BaseException:
+            if lead:
+                ceiling.done()
+            raise
 
     def prefix_key(self, request: JudgeRequest) -> str | None:
         """The key of ``request``'s cached trajectory prefix (provider, endpoint, model and the
@@ -317,7 +338,7 @@ class ItemJudge:
         its response has returned (`optimizer.evaluation.warmup`)."""
 
         estimate = 0.0
-        reserved = False
+        reserved = proving = False  # proving: this call goes alone to prove a harness's cost ceiling
         holding = True
         prefix = self.prefix_key(request)
         lead = answered = False  # lead: this call goes first on a cold cached prefix
@@ -335,10 +356,7 @@ class ItemJudge:
                 if self.stop_reason is not None:
                     raise Stopped
             if self.budget is not None:
-                traits = self.provider.traits
-                estimate = self._reserve(
-                    traits.call_price_usd or 0.0 if traits.priced_per_call
-                    else estimate_cost_usd(request, self.sampling, self.provider.model, self.prices))
+                estimate, proving = await self._reserve_call(request)
                 reserved = True
             started = time.monotonic()
             try:
@@ -362,6 +380,8 @@ class ItemJudge:
                 )
             duration = time.monotonic() - started
         finally:
+            if proving and self.provider.traits.call_ceiling is not None:
+                self.provider.traits.call_ceiling.done()
             if lead and prefix is not None:
                 self.warmth.done(prefix, answered=answered, ttl=request.cache_ttl)
             if holding:

@@ -14,8 +14,8 @@ from optimizer.evaluation.warmup import CacheReads
 from optimizer.events import StopReason
 from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import JudgeToolCall
-from optimizer.stats.metrics import Answer
 from optimizer.models import Verdict
+from optimizer.stats.metrics import Answer
 
 ParseStatus = Literal["ok", "parse_error", "infra_error"]
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optimizer.judge.prompts import CRITERIA_MD, REVIEW_MD, PromptSet, fill
+from optimizer.judge.replies import decode_object
 from optimizer.judge.types import VERDICT_SCHEMA, JudgeRequest, TextPart
 
 # Bump when a request below changes shape, so cached replies of the old shape are not reused.
@@ -205,8 +206,6 @@ def valid_steps(value: Any, n_steps: int | None) -> tuple[int, ...] | str:
 
 def parse_derived(text: str) -> tuple[tuple[Criterion, ...], str | None]:
     """The criteria of a derivation reply, or ((), why not). Never raises."""
-    from optimizer.judge.verdicts import decode_object
-
     obj, error = decode_object(text)
     if error is not None:
         return (), error
@@ -232,7 +231,6 @@ def parse_derived(text: str) -> tuple[tuple[Criterion, ...], str | None]:
 
 def parse_review(text: str, n_steps: int) -> Review:
     """A review reply; unusable replies and violations without valid steps leave the verdict as it is."""
-    from optimizer.judge.verdicts import decode_object
     from optimizer.models import MISTAKE_TYPES, fold_mistake_type
 
     def unusable(error: str, violation: bool | None = None) -> Review:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from optimizer.devset.markdown import render_markdown
 from optimizer.devset.split import Split, canonical_screenshot_link
 from optimizer.errors import UserError
 from optimizer.judge.prompts import PromptSet
+from optimizer.judge.sandbox import allowed_env, require_bwrap
 from optimizer.judge.types import JudgeRequest, Sandbox, SandboxFile, TextPart, stable_json
 from optimizer.models import Trajectory
 
@@ -76,15 +76,12 @@ def check_budget(judge: JudgeSection, budget_usd: float | None) -> None:
         raise UserError(BUDGET_REFUSAL.format(name="command"))
 
 
-# Names of environment variables that hold credentials; the CLI gets none of them but its own.
-_SECRET_RE = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD|_KEY|SECRET|PASSWORD|CREDENTIALS?)$|^AWS_|^AZURE_", re.I)
-
-
 @dataclass(frozen=True)
 class HarnessSpec:
     """How one CLI is run: its argv (``{{PROMPT}}`` marks the prompt; absent: the prompt goes to
     stdin), how its stdout is read (``output``), the variables it needs passed on (``keys``, besides
-    ``[judge] pass_env``) and those set or removed for it."""
+    ``[judge] pass_env``), those set or removed for it, and its own config files and folders (relative
+    to the home folder) that a confined run shows it read-only (``config_paths``)."""
 
     name: str
     argv: tuple[str, ...]
@@ -92,15 +89,22 @@ class HarnessSpec:
     keys: tuple[str, ...] = ()
     set_env: tuple[tuple[str, str], ...] = ()
     unset_env: tuple[str, ...] = ()
+    config_paths: tuple[str, ...] = ()
 
     @property
     def prompt_on_stdin(self) -> bool:
         return PROMPT_ARG not in self.argv
 
-    def identity(self) -> str:
-        """What the cache keys a harness by: the whole command line and its environment rules."""
+    @property
+    def reports_cost(self) -> bool:
+        """Whether the CLI's output says what a call cost (`parse_output`)."""
+        return self.output in ("claude-json", "opencode-jsonl")
+
+    def identity(self, confinement: str = "bwrap") -> str:
+        """What the cache keys a harness by: the whole command line, its environment rules and how it
+        was confined (a confined and an unconfined verdict are not the same judge's)."""
         return stable_json({"name": self.name, "argv": list(self.argv), "output": self.output,
-                            "set_env": [list(p) for p in self.set_env]})
+                            "set_env": [list(p) for p in self.set_env], "confinement": confinement})
 
 
 def _model_flag(flag: str, model: str) -> tuple[str, ...]:
@@ -112,23 +116,25 @@ def preset(name: str, model: str) -> HarnessSpec:
     if name == "codex":
         # `exec --json` prints JSONL events; the sandbox is not a git repository.
         return HarnessSpec(name, ("codex", "exec", "--json", "--skip-git-repo-check", *_model_flag("-m", model),
-                                  PROMPT_ARG), "codex-jsonl", keys=("OPENAI_API_KEY", "CODEX_API_KEY"))
+                                  PROMPT_ARG), "codex-jsonl", keys=("OPENAI_API_KEY", "CODEX_API_KEY"),
+                           config_paths=(".codex",))
     if name == "claude":
         # Permissions skipped as the official runner does: a fresh project folder has no trusted paths,
         # and Claude Code then refuses to Read the screenshots. The folder is a throwaway sandbox.
         return HarnessSpec(name, ("claude", "-p", "--dangerously-skip-permissions", PROMPT_ARG,
                                   *_model_flag("--model", model), "--output-format", "json"), "claude-json",
                            keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
-                           unset_env=("CLAUDECODE",))
+                           unset_env=("CLAUDECODE",), config_paths=(".claude", ".claude.json"))
     if name == "gemini":
         # Gemini CLI appends -p after stdin: the prompt goes to stdin, -p only makes it non-interactive.
         return HarnessSpec(name, ("gemini", "-p", "Follow the instructions given on standard input.",
                                   *_model_flag("--model", model), "--output-format", "json", "--approval-mode", "yolo"),
                            "gemini-json", keys=("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS"),
-                           set_env=(("GEMINI_CLI_TRUST_WORKSPACE", "true"),), unset_env=("GEMINI_CLI",))
+                           set_env=(("GEMINI_CLI_TRUST_WORKSPACE", "true"),), unset_env=("GEMINI_CLI",),
+                           config_paths=(".gemini",))
     if name == "opencode":
         return HarnessSpec(name, ("opencode", "run", "--format", "json", *_model_flag("-m", model), PROMPT_ARG),
-                           "opencode-jsonl")
+                           "opencode-jsonl", config_paths=(".config/opencode", ".local/share/opencode"))
     raise ValueError(f"unknown harness {name!r}")  # config validation makes this unreachable
 
 
@@ -148,20 +154,20 @@ def harness_spec(judge: JudgeSection) -> HarnessSpec:
         keys=base.keys if base else (),
         set_env=base.set_env if base else (),
         unset_env=base.unset_env if base else (),
+        config_paths=base.config_paths if base else (),
     )
 
 
-def child_env(spec: HarnessSpec, pass_env: list[str], sandbox: Path,
+def child_env(spec: HarnessSpec, pass_env: list[str], cwd: str,
               environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The CLI's environment: this process's, without any credential variable except the harness's
-    own and ``pass_env``, without the variables that mark a parent agent session, and with ``PWD`` the
-    sandbox (no path of the workspace reaches the CLI through its environment)."""
+    """The CLI's environment, from an allow-list (`optimizer.judge.sandbox.allowed_env`): PATH, HOME,
+    LANG, LC_*, TERM, the harness's own keys and ``pass_env``, then its ``set_env``, and ``PWD`` its
+    working directory ``cwd``. No other variable: no other provider's key, no path of the workspace."""
     source = dict(os.environ if environ is None else environ)
-    keep = set(spec.keys) | set(pass_env)
-    env = {k: v for k, v in source.items()
-           if (k in keep or not _SECRET_RE.search(k)) and k not in spec.unset_env and k != "OLDPWD"}
-    env.update(spec.set_env)
-    env["PWD"] = str(sandbox)
+    env = allowed_env(source, [*spec.keys, *pass_env], spec.set_env)
+    for name in spec.unset_env:
+        env.pop(name, None)
+    env["PWD"] = cwd
     return env
 
 
@@ -169,6 +175,13 @@ def command_line(spec: HarnessSpec, prompt: str, trajectory_id: str) -> tuple[li
     """The argv to run and the stdin to send (None: no stdin)."""
     argv = [prompt if a == PROMPT_ARG else a.replace(TRAJECTORY_ID, trajectory_id) for a in spec.argv]
     return argv, (prompt.encode() if spec.prompt_on_stdin else None)
+
+
+def check_confinement(judge: JudgeSection) -> None:
+    """Refuse a harness judge that should run confined where bubblewrap cannot (`UserError`, one line
+    naming what to install), before anything starts; the provider checks the same when it is made."""
+    if judge.provider == "command" and judge.sandbox == "bwrap":
+        require_bwrap()
 
 
 # -- the sandbox ---------------------------------------------------------------------------------
@@ -244,12 +257,18 @@ def write_sandbox(sandbox: Sandbox, folder: Path) -> None:
 
 
 def verdict_file_text(folder: Path, trajectory_id: str) -> str | None:
-    """The text of ``<id>.json`` the CLI wrote in its sandbox, or None (absent, not a file, too large)."""
+    """The text of ``<id>.json`` the CLI wrote in its sandbox, or None (absent, not a plain file). A file
+    over `MAX_VERDICT_BYTES` is not read: its text is a note saying so, which fails to parse as a verdict
+    (an oversized verdict is a wrong answer, never silently replaced by the CLI's final message)."""
     path = folder / f"{trajectory_id}.json"
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_VERDICT_BYTES:
+        if path.is_symlink() or not path.is_file():
             return None
-        return path.read_text(encoding="utf-8", errors="replace")
+        size = path.stat().st_size
+        if size > MAX_VERDICT_BYTES:
+            return f"(verdict file {trajectory_id}.json of {size} bytes, over the {MAX_VERDICT_BYTES}-byte cap: not read)"
+        with path.open("rb") as f:  # (read no more than the cap, should it grow meanwhile)
+            return f.read(MAX_VERDICT_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return None
 

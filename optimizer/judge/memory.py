@@ -24,14 +24,11 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from optimizer.devset.ids import ID_RULE, is_safe_id, shown
 from optimizer.errors import UserError
 from optimizer.models import Trajectory
-
-if TYPE_CHECKING:
-    from optimizer.judge.provenance import ItemIndex
 
 MEMORY_DIR = "prompts/memory"
 PRINCIPLES_MD = "prompts/memory/principles.md"
@@ -416,6 +413,13 @@ class Selection:
         return f"memory: principles {'sent' if self.principles else 'none'}, cases {ids}{where}"
 
 
+class AboutIndex(Protocol):
+    """What retrieval asks of the judged split's items (`optimizer.judge.provenance.ItemIndex`): which
+    items a text is about (ids as keys). A protocol here, so the index may import this module."""
+
+    def about(self, text: str) -> Mapping[str, object]: ...
+
+
 class Retriever:
     """Top-``k`` cases for an instruction by TF-IDF cosine similarity (scikit-learn, fitted on the case texts),
     cross-fitted by ``folds`` and by content: an item never gets a case whose ``source_items`` fall in its own
@@ -425,7 +429,7 @@ class Retriever:
     its text is about. Ties go to the case earlier in the file; a case sharing no term with the instruction
     is not sent."""
 
-    def __init__(self, memory: Memory, k: int, folds: Folds | None, items: ItemIndex) -> None:
+    def __init__(self, memory: Memory, k: int, folds: Folds | None, items: AboutIndex) -> None:
         self.memory = memory
         self.k = k
         self.folds = folds

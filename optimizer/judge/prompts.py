@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
-from optimizer.errors import UserError
+from optimizer.errors import UserError, first_error
 from optimizer.judge.memory import EMPTY_MEMORY, MEMORY_FILES, Memory, memory_from_files
 from optimizer.judge.types import CacheTTL, Layout, Sampling
 from optimizer.models import MISTAKE_TYPES
-from optimizer.paths import check_unlinked
+from optimizer.paths import JUDGE_TOML, check_unlinked
 from optimizer.structure import MOVABLE_KEYS
 
 # The largest panel a library entry may name (the run's [optimizer] max_members caps it further).
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 JUDGE_MD = "prompts/judge.md"
 RUBRIC_MD = "prompts/rubric.md"
-JUDGE_TOML = "prompts/judge.toml"
 LIBRARY_MD = "prompts/library.md"
 # Optional instructions of the criteria and review calls (`optimizer.judge.criteria`); built-in
 # defaults when absent.
@@ -288,10 +287,8 @@ def parse_settings(text: str, source: str) -> JudgeSettings:
     try:
         return JudgeSettings.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "file"
-        msg = str(first["msg"]).removeprefix("Value error, ")
-        raise UserError(f"{source}: [{where}] {msg}; fix the file and retry") from None
+        first = first_error(exc)
+        raise UserError(f"{source}: [{first.where('file')}] {first.reason}; fix the file and retry") from None
 
 
 # --------------------------------------------------------------------------- templates

@@ -8,7 +8,12 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard
+
+if TYPE_CHECKING:
+    from optimizer.judge.call_ceiling import CallCeiling
+
+from optimizer.vocab import MISTAKE_TYPES
 
 
 @dataclass(frozen=True)
@@ -344,7 +349,11 @@ class ProviderTraits:
     ``priced_per_call``: its cost cannot be estimated from tokens before a call, so a budget reserves
     ``call_price_usd`` per call and cannot run without one.
     ``prompt_cache``: it caches request prefixes (a cached trajectory is billed at the read price once
-    written; calls for one cold prefix go one first, `optimizer.evaluation.warmup`)."""
+    written; calls for one cold prefix go one first, `optimizer.evaluation.warmup`).
+    ``call_ceiling``: for a harness judge, the most one call may cost as a budget reserves it (it rises
+    with what calls report; `optimizer.judge.call_ceiling`); None: ``call_price_usd`` or the estimate.
+    ``confinement``: for a harness judge, how its CLI runs ("bwrap", or "none": unconfined, said in
+    every result); None for other providers."""
 
     text_only: bool = False
     layout: Layout | None = None
@@ -356,6 +365,8 @@ class ProviderTraits:
     priced_per_call: bool = False
     call_price_usd: float | None = None
     prompt_cache: bool = False
+    call_ceiling: CallCeiling | None = None
+    confinement: str | None = None
 
 
 class Provider(Protocol):
@@ -466,7 +477,7 @@ VERDICT_SCHEMA: dict[str, Any] = {
         "mistake_type": {
             "anyOf": [
                 {"type": "null"},
-                {"type": "string", "enum": ["Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"]},
+                {"type": "string", "enum": list(MISTAKE_TYPES)},
             ]
         },
     },

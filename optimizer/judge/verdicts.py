@@ -10,22 +10,17 @@ parse failure: ``verdict`` None, a short ``error``, and the raw text kept — sc
 
 from __future__ import annotations
 
-import json
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from optimizer.judge.criteria import Criterion, valid_steps
+from optimizer.judge.replies import decode_object, json_type
 from optimizer.models import MISTAKE_TYPES, Verdict, fold_mistake_type
 
-if TYPE_CHECKING:
-    from optimizer.judge.criteria import Criterion
-
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n(.*?)\n?[ \t]*```", re.DOTALL)
 _CONFIDENCES = ("low", "medium", "high")
 _REQUIRED = ("success", "reasoning", "confidence", "mistake_type")
-_decoder = json.JSONDecoder()
 
 
 @dataclass(frozen=True)
@@ -41,53 +36,16 @@ class ParsedVerdict:
         return self.verdict is not None
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _single_object(text: str) -> tuple[Any, str | None]:
-    """Decode ``text`` as exactly one JSON value; (value, None) or (None, error)."""
-    body = text.strip()
-    if not body:
-        return None, "empty JSON block"
-    try:
-        value, end = _decoder.raw_decode(body)
-    except json.JSONDecodeError as exc:
-        return None, f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-    rest = body[end:].strip()
-    if rest:
-        if rest.startswith("{"):
-            return None, "two candidate JSON objects; expected exactly one"
-        return None, "text after the JSON object; send the object alone or in one ```json block"
-    return value, None
-
-
-def _contains_object(text: str) -> bool:
-    """Whether some ``{`` in ``text`` starts a decodable JSON object (a competing candidate)."""
-    for m in re.finditer(r"\{", text):
-        try:
-            value, _ = _decoder.raw_decode(text, m.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return True
-    return False
-
-
 def _validate(obj: Any) -> tuple[Verdict | None, str | None]:
     if not isinstance(obj, dict):
-        return None, f"the JSON is {_json_type(obj)}, not an object"
+        return None, f"the JSON is {json_type(obj)}, not an object"
     missing = [k for k in _REQUIRED if k not in obj]
     if missing:
         return None, "missing key" + ("s " if len(missing) > 1 else " ") + ", ".join(repr(k) for k in missing)
     if not isinstance(obj["success"], bool):
-        return None, f"'success' is not a JSON boolean (got {_json_type(obj['success'])})"
+        return None, f"'success' is not a JSON boolean (got {json_type(obj['success'])})"
     if not isinstance(obj["reasoning"], str):
-        return None, f"'reasoning' is not a string (got {_json_type(obj['reasoning'])})"
+        return None, f"'reasoning' is not a string (got {json_type(obj['reasoning'])})"
     if obj["confidence"] not in _CONFIDENCES:
         return None, f"unknown confidence {obj['confidence']!r}; expected low, medium or high"
     mistake = fold_mistake_type(obj["mistake_type"])
@@ -96,34 +54,10 @@ def _validate(obj: Any) -> tuple[Verdict | None, str | None]:
     return Verdict.model_validate({**obj, "mistake_type": mistake}), None
 
 
-def decode_object(text: str) -> tuple[Any, str | None]:
-    """The one JSON value of a reply under the acceptance rule of the module docstring (a bare JSON
-    value, or exactly one ``json``/untagged fenced block), or (None, why not). Never raises."""
-    stripped = text.strip()
-    if stripped.startswith("{"):
-        return _single_object(stripped)
-    fences = list(_FENCE_RE.finditer(text))
-    if not fences:
-        return None, (
-            "no JSON object: the reply must be a bare JSON object or one ```json block"
-            if not _contains_object(text)
-            else "JSON object mixed with text outside a ```json block"
-        )
-    if len(fences) > 1:
-        return None, f"{len(fences)} fenced code blocks; expected exactly one"
-    fence = fences[0]
-    if fence.group(1).lower() not in ("", "json"):
-        return None, f"the fenced block is tagged {fence.group(1)!r}, not json"
-    if _contains_object(text[: fence.start()] + "\n" + text[fence.end() :]):
-        return None, "two candidate JSON objects (one outside the fenced block)"
-    return _single_object(fence.group(2))
-
-
 def _structured(obj: dict[str, Any], n_steps: int | None, criteria: Sequence[Criterion] | None) -> str | None:
     """Check ``evidence_steps`` (any verdict) and ``criteria`` (a criteria check) in place: steps become
     tuples of valid step numbers, criteria the derived ones with ``met`` and ``steps``, ``success``
     whether every required one is met (the model's own answer kept as ``stated_success``)."""
-    from optimizer.judge.criteria import valid_steps
 
     if "evidence_steps" in obj:
         steps = valid_steps(obj["evidence_steps"], n_steps)
@@ -134,7 +68,7 @@ def _structured(obj: dict[str, Any], n_steps: int | None, criteria: Sequence[Cri
         return None
     answered = obj.get("criteria")
     if not isinstance(answered, list):
-        return f"'criteria' is {_json_type(answered) if 'criteria' in obj else 'missing'}, not a list"
+        return f"'criteria' is {json_type(answered) if 'criteria' in obj else 'missing'}, not a list"
     if not answered:
         return "'criteria' is empty"
     if len(answered) != len(criteria):
@@ -142,7 +76,7 @@ def _structured(obj: dict[str, Any], n_steps: int | None, criteria: Sequence[Cri
     checked: list[dict[str, Any]] = []
     for i, (entry, derived) in enumerate(zip(answered, criteria, strict=True)):
         if not isinstance(entry, dict):
-            return f"criterion {i} is {_json_type(entry)}, not an object"
+            return f"criterion {i} is {json_type(entry)}, not an object"
         if not isinstance(entry.get("met"), bool):
             return f"criterion {i}: 'met' is not a JSON boolean"
         steps = valid_steps(entry.get("steps"), n_steps)

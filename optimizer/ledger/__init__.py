@@ -135,8 +135,8 @@ from optimizer.vocab import (
 
 if TYPE_CHECKING:
     from optimizer.judge.providers.pricing import Usage
-    from optimizer.stats.metrics import Answer, Metrics
     from optimizer.models import Label
+    from optimizer.stats.metrics import Answer, Metrics
 
 
 __all__ = [

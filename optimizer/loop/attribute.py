@@ -24,8 +24,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from optimizer import gitops
-from optimizer.config import JudgeOverrides, LoopSection
+from optimizer import fmt, gitops
+from optimizer.config import JudgeOverrides, LoopSection, experiment_seed
 from optimizer.devset.corrections import labels_as_stored
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
@@ -207,11 +207,9 @@ def fmt_contribution(c: EditContribution) -> str:
     if c.items is None:
         return f"not measured — {c.note or 'no result'}"
 
-    def signed(x: float | None) -> str:
-        return "n/a" if x is None else f"{x:+.3f}"
-
-    p = "n/a" if c.p_value is None else f"{c.p_value:.3f}"
-    return (f"{c.items:+.2f} items (p={p}), Δkappa {signed(c.kappa_delta)}, ΔFPR {signed(c.fpr_delta)}, "
+    p = fmt.num(c.p_value, missing=fmt.NA)
+    kappa, fpr = fmt.signed(c.kappa_delta, missing=fmt.NA), fmt.signed(c.fpr_delta, missing=fmt.NA)
+    return (f"{c.items:+.2f} items (p={p}), Δkappa {kappa}, ΔFPR {fpr}, "
             f"fixed {len(c.fixed)}, broken {len(c.broken)}, re-judged {c.rejudged}, ${c.cost_usd:.4f} "
             f"({c.calls} calls, {c.cache_hits} cached)")
 
@@ -320,7 +318,7 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
                 comparison = await compare_prompts(
                     ws, split, labels, variant.prompts, final_prompts, judge, loop_cfg, replicates=replicates,
                     provider=provider, cache=cache, budget=budget, progress=progress,
-                    seed=(settings.seed * 1_000_003 + exp_id) % 2**32, stop=stop,
+                    seed=experiment_seed(settings.seed, exp_id), stop=stop,
                 )
                 if comparison.decision is None:
                     stopped = comparison.budget_stop or comparison.error or "incomplete"
@@ -353,7 +351,7 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
             comparison = await compare_prompts(
                 ws, split, labels, baseline_prompts, final_prompts, judge, loop_cfg, replicates=replicates,
                 provider=provider, cache=cache, budget=budget, progress=progress,
-                seed=settings.seed * 1_000_003 % 2**32, stop=stop,
+                seed=experiment_seed(settings.seed, 0), stop=stop,
             )
             if comparison.decision is None:
                 why = comparison.budget_stop or comparison.error or "incomplete"
@@ -376,7 +374,7 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
         done = ledger.finish_attribution(att.id, status="partial", note=note, extra_cost_usd=loose_cost)
     else:
         done = ledger.finish_attribution(att.id, status="complete", note=None, extra_cost_usd=loose_cost)
-    out = ws.experiments_dir / "runs" / run.id
+    out = ws.paths.runs / run.id
     write_markdown_report(ledger, run.id, out / "report.md", ws)
     export_experiments_tsv(ledger, run.id, out / "experiments.tsv")
     export_attribution_tsv(done, out / "attribution.tsv", ledger)

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from optimizer.config import JudgeSection, LoopSection
-from optimizer.stats.decision import Decision, decide_adaptive, disagreements
 from optimizer.devset.split import Split
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.budget import Budget
@@ -25,8 +24,9 @@ from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import ProgressSnapshot, StopKind
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import Provider
-from optimizer.stats.metrics import Answer, Metrics, is_correct, majority_answer, score
 from optimizer.models import Label
+from optimizer.stats.decision import Decision, decide_adaptive, disagreements
+from optimizer.stats.metrics import Answer, Metrics, is_correct, majority_answer, score
 from optimizer.workspace import Workspace
 
 Judgements = dict[str, list[Answer]]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optimizer.stats.decision import lord_level
+from optimizer.config import experiment_seed
 from optimizer.devset.split import Split
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.stopping import StopRequest
@@ -20,6 +20,7 @@ from optimizer.ledger import Ledger, Run
 from optimizer.loop.progress import WaveProgress
 from optimizer.models import Label
 from optimizer.runsettings import Limits, RunSettings
+from optimizer.stats.decision import lord_level
 from optimizer.vocab import TESTED_STATUSES, StageKind
 from optimizer.workspace import Workspace
 
@@ -89,7 +90,7 @@ class RunContext:
     def decision_seed(self, experiment_id: int) -> int:
         """The seed of a candidate's Monte Carlo p-value (used only when the exact one is out of
         reach), stored with the decision so it replays."""
-        return (self.settings.seed * 1_000_003 + experiment_id) % 2**32
+        return experiment_seed(self.settings.seed, experiment_id)
 
     def test_level(self) -> float:
         """The level the next candidate is tested at: ``[loop] alpha``, or with ``[loop] fdr`` the

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from optimizer.stats.decision import Decision, decide_cheaper
 from optimizer.errors import UserError
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun
@@ -21,6 +20,7 @@ from optimizer.ledger import Experiment
 from optimizer.loop.compare import Judgements
 from optimizer.loop.context import RunContext
 from optimizer.loop.validate import candidate_files
+from optimizer.stats.decision import Decision, decide_cheaper
 
 # Items rendered to estimate a prompt set's cost per verdict before it is evaluated.
 ESTIMATE_ITEMS = 3

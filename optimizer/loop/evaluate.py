@@ -17,21 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from optimizer.config import JudgeSection
-from optimizer.stats.decision import (
-    Decision,
-    EarlyStopper,
-    FprStopper,
-    adaptive_stopped_decision,
-    decide_adaptive,
-    disagreements,
-)
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.batchstore import BatchRecord, BatchStatus, batch_status
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Message, Progress, ProgressSnapshot, StopKind
-from optimizer.stats.futility import Screen, make_looks, screen_decision
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import BatchState, Provider
@@ -41,6 +32,15 @@ from optimizer.loop.context import RunContext
 from optimizer.loop.costs import cost_rules, verdict_cost
 from optimizer.loop.progress import pass_figures
 from optimizer.loop.records import Evaluated, EvaluationInterrupted, evaluation_order
+from optimizer.stats.decision import (
+    Decision,
+    EarlyStopper,
+    FprStopper,
+    adaptive_stopped_decision,
+    decide_adaptive,
+    disagreements,
+)
+from optimizer.stats.futility import Screen, make_looks, screen_decision
 from optimizer.stats.metrics import Answer, bootstrap_intervals, flip_table, score
 from optimizer.stats.policies import policy_for
 from optimizer.vocab import StageKind

@@ -99,7 +99,7 @@ from optimizer.judge.overfit import (
     trajectory_values,
 )
 from optimizer.judge.provenance import ItemIndex, foreign_reason
-from optimizer.paths import prompt_file_or_none
+from optimizer.paths import JUDGE_TOML, prompt_file_or_none
 from optimizer.structure import check_structure
 
 # The lint's matching, importable from here as before (it lives in `optimizer.judge.overfit`, shared with the
@@ -128,7 +128,6 @@ __all__ = [
     "trajectory_values",
 ]
 
-JUDGE_TOML = "prompts/judge.toml"
 
 # Files guards 5-7 do not lint (see check_candidate): guard 8 checks cases.jsonl case by case.
 LINT_EXEMPT = frozenset({CASES_JSONL})

@@ -15,7 +15,6 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from optimizer.stats.decision import Decision
 from optimizer.evaluation.results import EvalRun
 from optimizer.judge.providers import Usage
 from optimizer.ledger import (
@@ -28,8 +27,9 @@ from optimizer.ledger import (
     ReplicateVerdict,
     verdict_detail,
 )
-from optimizer.stats.metrics import FlipTable, Metrics
 from optimizer.models import Label
+from optimizer.stats.decision import Decision
+from optimizer.stats.metrics import FlipTable, Metrics
 
 
 @dataclass(frozen=True)

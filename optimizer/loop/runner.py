@@ -35,8 +35,8 @@ from optimizer.loop.records import EvaluationInterrupted, Prepared, Rejected, fm
 from optimizer.loop.settle import record_evaluation, roll_back_unevaluable, settle
 from optimizer.loop.strategies import Strategy
 from optimizer.loop.waves import decide_wave_members, interrupted_wave, run_wave
-from optimizer.stats.policies import policy_for
 from optimizer.runsettings import Limits
+from optimizer.stats.policies import policy_for
 from optimizer.vocab import StageKind
 from optimizer.workspace import Workspace
 

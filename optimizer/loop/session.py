@@ -16,7 +16,6 @@ from typing import Any
 
 from optimizer import gitops
 from optimizer.config import MAX_WAVE, JudgeOverrides, JudgeSection, LoopSection
-from optimizer.stats.decision import detectable_gain_line
 from optimizer.devset.corrections import LabelSetName, label_set, labels_as_stored
 from optimizer.devset.heldout import check_apart
 from optimizer.devset.labels import fingerprint, load_labels
@@ -29,7 +28,7 @@ from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.oversize import oversized_items
 from optimizer.evaluation.stopping import Aborted, Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
-from optimizer.judge.harness import check_budget
+from optimizer.judge.harness import check_budget, check_confinement
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.providers import Usage, check_judge_key
 from optimizer.ledger import Experiment, Ledger, Run, RunStatus
@@ -41,12 +40,13 @@ from optimizer.loop.runner import LoopRunner
 from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
 from optimizer.loop.waves import check_wave
-from optimizer.stats.metrics import Metrics, score
 from optimizer.models import Label
 from optimizer.paths import check_prompts_tree
-from optimizer.stats.policies import policy_for
 from optimizer.report import export_experiments_tsv, write_markdown_report
 from optimizer.runsettings import Limits, RunOverrides, RunSettings
+from optimizer.stats.decision import detectable_gain_line
+from optimizer.stats.metrics import Metrics, score
+from optimizer.stats.policies import policy_for
 from optimizer.vocab import DecidedBy, PolicyName, RunStrategyName, StageKind
 from optimizer.workspace import Workspace, command_lock
 
@@ -412,6 +412,7 @@ def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSec
                         'tools (anthropic or openai); the local judge supports mode = "direct" only')
     check_wave(loop_cfg, strategy=strategy_name, propose_only=options.propose_only)
     check_budget(judge, limits.budget_usd)  # a harness judge's cost is unbounded without a per-call price
+    check_confinement(judge)  # bubblewrap missing: refused before the run and its branch exist
     check_judge_key(judge)  # before the run and its branch exist: a missing key leaves nothing behind
     replicates = options.replicates or start_settings.replicates
     if options.batch:

@@ -12,7 +12,6 @@ from typing import Any
 
 from optimizer import gitops
 from optimizer.config import LoopSection
-from optimizer.stats.decision import decide_wave
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import WaveBatches
 from optimizer.evaluation.cache import JudgeCache
@@ -28,6 +27,7 @@ from optimizer.loop.propose import WaveSlot, committed_prompts, prepare, proposa
 from optimizer.loop.records import Evaluated, EvaluationInterrupted, Prepared, Rejected
 from optimizer.loop.settle import settle
 from optimizer.loop.strategies import Proposal, ProposalError, Strategy, proposes_waves
+from optimizer.stats.decision import decide_wave
 from optimizer.stats.policies import policy_for
 from optimizer.vocab import StageKind
 

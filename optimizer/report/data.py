@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from optimizer.config import Config
-from optimizer.stats.decision import CHEAPER_TEST_MARK, AdaptiveTest, ItemShares
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
 from optimizer.ledger import FLIP_KEYS, Attribution, EditContribution, Experiment, Ledger, Run
+from optimizer.runsettings import RunSettings
+from optimizer.stats.decision import CHEAPER_TEST_MARK, AdaptiveTest, ItemShares
 from optimizer.stats.metrics import Answer
 from optimizer.stats.policies import policy_for
-from optimizer.runsettings import RunSettings
 from optimizer.triage import GivenCorrected, Suspect, label_suspects, metrics_given_corrected
 from optimizer.vocab import TESTED_STATUSES
 from optimizer.workspace import Workspace

@@ -4,25 +4,19 @@ the adaptive test's line, accounting, false positives by type, token splits, the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 from optimizer.config import Config
-from optimizer.stats.decision import AdaptiveTest
+from optimizer.fmt import num, signed
+from optimizer.fmt import one_line as one_line  # the report's free text (rationales, notes) on one line
 from optimizer.ledger import Experiment, Run
 from optimizer.report.data import accounting, delta, parents_by_id
+from optimizer.stats.decision import AdaptiveTest
 from optimizer.workspace import Workspace
 
-
-def num(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def signed(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:+.{digits}f}"
-
-
-def one_line(text: str | None, limit: int = 70) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+# The text report shows a missing figure as "-" (the TUI's cells as "—").
+_num = partial(num, missing="-")
+_signed = partial(signed, missing="-")
 
 
 def interval(exp: Experiment, name: str) -> str:
@@ -102,7 +96,7 @@ def token_split(uncached: int, cache_read: int, cache_write: int, output: int) -
 
 def p_cell(exp: Experiment) -> str:
     """The p-value cell; "≥" marks an early-stopped candidate's, the best case's bound."""
-    text = num(exp.p_value)
+    text = _num(exp.p_value)
     return f"≥{text}" if exp.early_stopped and exp.p_value is not None else text
 
 
@@ -125,9 +119,9 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
         lines.append(
             f"{e.id:>5} {e.created.strftime('%Y-%m-%d %H:%M:%S'):<19} {(e.strategy or '-')[:9]:<9} "
-            f"{e.status:<14} {num(e.kappa):>6} {signed(delta(e.kappa, parent.kappa if parent else None)):>7} "
-            f"{num(e.fpr):>6} {signed(delta(e.fpr, parent.fpr if parent else None)):>7} "
-            f"{num(e.balanced_accuracy):>6} {p_cell(e):>6} {flip_summary(e):>7} {e.calls:>6} "
+            f"{e.status:<14} {_num(e.kappa):>6} {_signed(delta(e.kappa, parent.kappa if parent else None)):>7} "
+            f"{_num(e.fpr):>6} {_signed(delta(e.fpr, parent.fpr if parent else None)):>7} "
+            f"{_num(e.balanced_accuracy):>6} {p_cell(e):>6} {flip_summary(e):>7} {e.calls:>6} "
             f"{e.rejudge_calls or '':>5} {e.cost_usd:>8.4f}  "
             f"{one_line(e.rationale, 60)}"
         )

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.ledger import FLIP_KEYS, Attribution, Experiment, Ledger, Run
-from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report.data import (
     REPORT_SUSPECTS,
     accounting,
@@ -39,6 +38,7 @@ from optimizer.report.lines import (
     token_split,
 )
 from optimizer.runsettings import RunSettings
+from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.workspace import Workspace
 
 TSV_COLUMNS: tuple[str, ...] = (

@@ -45,7 +45,9 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from optimizer import fmt
 from optimizer.config import LoopSection
+from optimizer.models import Label
 from optimizer.stats.metrics import (
     Answer,
     FlipTable,
@@ -58,7 +60,6 @@ from optimizer.stats.metrics import (
     outcome,
     score,
 )
-from optimizer.models import Label
 from optimizer.stats.policies import FirstPass, policy_for
 from optimizer.stats.signflip import (
     DEFAULT_DRAWS,
@@ -130,11 +131,11 @@ def fpr_within(candidate_fp: int, incumbent_fp: int, negatives: int, fpr_toleran
 
 
 def _fmt_p(p: float) -> str:
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+    return fmt.p_value(p, 3)
 
 
 def _fmt_rate(x: Fraction | None, digits: int) -> str:
-    return "undefined" if x is None else f"{float(x):.{digits}f}"
+    return fmt.num(None if x is None else float(x), digits, missing="undefined")
 
 
 def decide_counts(

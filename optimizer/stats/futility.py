@@ -58,6 +58,7 @@ from fractions import Fraction
 import numpy as np
 
 from optimizer.config import LoopSection
+from optimizer.models import Label
 from optimizer.stats.decision import (
     Counts,
     Decision,
@@ -68,7 +69,6 @@ from optimizer.stats.decision import (
     kappa_clears,
 )
 from optimizer.stats.metrics import Answer, is_correct, majority_answer, outcome
-from optimizer.models import Label
 from optimizer.stats.signflip import (
     MAX_EXACT_BITS,
     exact_bits_grouped,

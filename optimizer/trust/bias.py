@@ -51,8 +51,8 @@ from optimizer.evaluation.results import EvalRun
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.types import Provider
-from optimizer.stats.metrics import mcnemar_exact_one_sided
 from optimizer.models import Action, Label, Step, Trajectory
+from optimizer.stats.metrics import mcnemar_exact_one_sided
 from optimizer.workspace import Workspace
 
 ALPHA = 0.05

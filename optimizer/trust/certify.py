@@ -21,6 +21,9 @@ What it states (``certificate_version`` 1):
 Every judge call goes through the evaluator (cache, replicates): a revision evaluated before costs
 nothing, one never evaluated is evaluated now. Nothing is written under ``prompts/`` or ``devset/``;
 no branch moves; held-out splits are refused as the dev split.
+
+The certificate is a `Certificate` (frozen pydantic records, fields in the file's key order; a part not
+run is a `NotRun`); `to_json` is the file's object.
 """
 
 from __future__ import annotations
@@ -32,10 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from optimizer import __version__, gitops
-from optimizer.stats.binomial import clopper_pearson_lower, clopper_pearson_upper
 from optimizer.config import JudgeOverrides, JudgeSection
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
@@ -48,10 +50,19 @@ from optimizer.events import Listener, Message, Progress, ProgressSnapshot, igno
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.ledger import Ledger
-from optimizer.stats.metrics import Answer, bootstrap_intervals, cohen_kappa, predicted_success, score
 from optimizer.models import MISTAKE_TYPES, Label
 from optimizer.paths import unused_path
-from optimizer.trust.selftest import dev_split_for, latest_selftest, summary_lines
+from optimizer.stats.binomial import clopper_pearson_lower, clopper_pearson_upper
+from optimizer.stats.metrics import Answer, bootstrap_intervals, cohen_kappa, predicted_success, score
+from optimizer.trust.selftest import (
+    Record,
+    ResultFiles,
+    SelftestResult,
+    dev_split_for,
+    latest_selftest,
+    result_files,
+    summary_lines,
+)
 from optimizer.vocab import UNTYPED
 from optimizer.workspace import Workspace, repo_at
 
@@ -84,7 +95,7 @@ def landis_koch(kappa: float | None) -> str:
 class BatteryResult(Protocol):
     """What `optimizer.trust.bias.run_battery` returns, as far as a certificate reads it."""
 
-    def to_json(self) -> dict[str, Any]: ...
+    def to_json(self) -> Mapping[str, object]: ...
 
     def markdown_lines(self) -> list[str]: ...
 
@@ -101,6 +112,205 @@ def find_battery() -> BatteryRunner:
     from optimizer.trust.bias import run_battery
 
     return run_battery
+
+
+# --- the certificate's records: fields in the order the certificate file writes them ----------------
+
+
+class TypeFpr(Record):
+    """FPR on the negatives of one mistake type, with its exact one-sided 95% upper bound."""
+
+    negatives: int
+    false_positives: int
+    fpr: float
+    fpr_upper: float
+
+
+class Agreement(Record):
+    """`agreement`: the judge's verdicts against the labels (rates in [0, 1], None when undefined)."""
+
+    items: int
+    positives: int
+    negatives: int
+    tp: int
+    fn: int
+    tn: int
+    fp: int
+    invalid: int
+    missing: int
+    kappa: float | None
+    kappa_interval: tuple[float, float] | None
+    kappa_interval_method: str
+    kappa_band: str
+    kappa_band_lower: str
+    kappa_band_scale: str
+    balanced_accuracy: float | None
+    tpr: float | None
+    tpr_lower: float | None
+    tnr: float | None
+    tnr_lower: float | None
+    fpr: float | None
+    bound_method: str
+    fpr_by_type: dict[str, TypeFpr]
+    mistake_type_recall: dict[str, float | None]
+
+
+class Retest(Record):
+    """`retest`: how often two independent passes give the same scored verdict, and their kappa."""
+
+    items: int
+    same_verdict: int
+    agreement: float | None
+    kappa: float | None
+    second_pass: str
+
+
+class NotRun(Record):
+    """A part of the certificate not run, or with nothing recorded (status "not run" or "none"), and why."""
+
+    status: Literal["not run", "none"]
+    note: str
+
+
+class TypeTransfer(Record):
+    fpr: float
+    fpr_delta: float | None
+
+
+class Transfer(Record):
+    """`transfer`: the other model's figures and their deltas (the other model minus the judge)."""
+
+    status: Literal["run"] = "run"
+    model: str
+    kappa: float | None
+    kappa_delta: float | None
+    fpr: float | None
+    fpr_delta: float | None
+    tpr: float | None
+    tpr_delta: float | None
+    fpr_by_type: dict[str, TypeTransfer]
+
+
+class CitedAA(Record):
+    repeats: int
+    kept: int
+    keep_rate: float | None
+    keep_rate_interval: tuple[float, float] | None
+
+
+class CitedInstability(Record):
+    unstable_share: float | None
+    flip_rate: float | None
+
+
+class CitedSelftest(Record):
+    """`selftest_status`: the latest self-test as cited, "current" when it tested this judge, split and
+    prompts (``differs`` lists what it tested instead)."""
+
+    status: Literal["current", "stale"]
+    differs: list[str]
+    file: str
+    created: str
+    revision: str
+    aa: CitedAA
+    instability: CitedInstability
+    planted_rolled_back: bool | None
+    detectable: str
+    benchmark_agrees: bool | None
+    summary: list[str]
+
+
+class Confirmed(Record):
+    """The newest held-out confirmation of one split recorded in the ledger (figures as recorded)."""
+
+    split: str
+    created: str
+    run: str | None
+    n: int | None
+    kappa: float | None
+    tpr: float | None
+    tnr: float | None
+    fpr: float | None
+    balanced_accuracy: float | None
+
+
+class Confirmations(Record):
+    status: Literal["recorded"] = "recorded"
+    splits: list[Confirmed]
+
+
+class BatteryRun(Record):
+    """The bias battery's result, as its own JSON object (`optimizer.trust.bias.BatteryResult.to_json`)."""
+
+    status: Literal["run"] = "run"
+    result: dict[str, Any]
+
+
+class CertifiedJudge(Record):
+    OMITTED_WHEN_NONE = ("base_urls", "confinement")
+
+    provider: str
+    model: str
+    base_url: str | None
+    base_urls: list[str | None] | None = None  # every replica of [judge] base_urls (credentials removed)
+    model_versions: list[str]
+    replicates: int
+    confinement: str | None = None  # a harness judge's sandbox: "bwrap", or "none" (it ran unconfined)
+
+
+class CertifiedSplit(Record):
+    name: str
+    fingerprint: str
+    items: int
+
+
+class InvalidatedBy(Record):
+    """What makes the certificate void when it changes."""
+
+    OMITTED_WHEN_NONE = ("judge_base_urls",)
+
+    judge_provider: str
+    judge_model: str
+    judge_base_url: str | None
+    judge_base_urls: list[str | None] | None = None
+    judge_model_versions: list[str]
+    split_fingerprint: str
+    prompt_hash: str
+    replicates: int
+    rule: str
+
+
+class CertifyCost(Record):
+    """The judge calls certify made and took from the cache, and what they cost (US dollars)."""
+
+    calls: int
+    cache_hits: int
+    usd: float
+
+
+class Certificate(Record):
+    """The certificate (``certificate_version`` `CERTIFICATE_VERSION`) as `certify` returns and writes it;
+    ``files`` and ``note_ref`` say where it was written."""
+
+    OMITTED_WHEN_NONE = ("files", "note_ref")
+
+    certificate_version: int = CERTIFICATE_VERSION
+    created: str
+    judgeloop_version: str
+    revision: str
+    prompt_hash: str
+    judge: CertifiedJudge
+    split: CertifiedSplit
+    agreement: Agreement
+    test_retest: Retest
+    selftest: CitedSelftest | NotRun
+    transfer: Transfer | NotRun
+    confirm: Confirmations | NotRun
+    bias_battery: BatteryRun | NotRun
+    invalidated_by: InvalidatedBy
+    cost: CertifyCost
+    files: ResultFiles | None = None
+    note_ref: str | None = None
 
 
 # --- figures ---------------------------------------------------------------------------------------
@@ -121,41 +331,41 @@ def _rate(num: int, den: int) -> float | None:
     return None if den == 0 else num / den
 
 
-def agreement(labels: Mapping[str, Label], answers: Mapping[str, Answer]) -> dict[str, Any]:
+def agreement(labels: Mapping[str, Label], answers: Mapping[str, Answer]) -> Agreement:
     """kappa with its interval and band; TPR, TNR with exact lower bounds; FPR per mistake type."""
     m = score(labels, answers)
     intervals = bootstrap_intervals(labels, answers)
     kappa_interval = intervals.get("kappa")
-    per_type: dict[str, Any] = {}
+    per_type: dict[str, TypeFpr] = {}
     for kind in (*MISTAKE_TYPES, UNTYPED):
         ids = [t for t, lab in labels.items()
                if not lab.is_positive and (lab.mistake_type if lab.mistake_type in MISTAKE_TYPES else UNTYPED) == kind]
         if not ids:
             continue
         fp = sum(1 for t in ids if predicted_success(labels[t], answers.get(t)))
-        per_type[kind] = {"negatives": len(ids), "false_positives": fp, "fpr": fp / len(ids),
-                          "fpr_upper": clopper_pearson_upper(fp, len(ids), BOUND_LEVEL)}
-    return {
-        "items": m.n, "positives": m.positives, "negatives": m.negatives,
-        "tp": m.tp, "fn": m.fn, "tn": m.tn, "fp": m.fp, "invalid": m.invalid, "missing": m.missing,
-        "kappa": m.kappa,
-        "kappa_interval": None if kappa_interval is None else list(kappa_interval),
-        "kappa_interval_method": KAPPA_METHOD,
-        "kappa_band": landis_koch(m.kappa),
-        "kappa_band_lower": landis_koch(None if kappa_interval is None else kappa_interval[0]),
-        "kappa_band_scale": "Landis-Koch 1977: <0 poor, 0-0.20 slight, 0.21-0.40 fair, 0.41-0.60 moderate, "
-                            "0.61-0.80 substantial, 0.81-1 almost perfect",
-        "balanced_accuracy": m.balanced_accuracy,
-        "tpr": m.tpr, "tpr_lower": clopper_pearson_lower(m.tp, m.positives, BOUND_LEVEL) if m.positives else None,
-        "tnr": m.tnr, "tnr_lower": clopper_pearson_lower(m.tn, m.negatives, BOUND_LEVEL) if m.negatives else None,
-        "fpr": m.fpr,
-        "bound_method": "Clopper-Pearson exact, one-sided 95%",
-        "fpr_by_type": per_type,
-        "mistake_type_recall": m.mistake_type_recall,
-    }
+        per_type[kind] = TypeFpr(negatives=len(ids), false_positives=fp, fpr=fp / len(ids),
+                                 fpr_upper=clopper_pearson_upper(fp, len(ids), BOUND_LEVEL))
+    return Agreement(
+        items=m.n, positives=m.positives, negatives=m.negatives,
+        tp=m.tp, fn=m.fn, tn=m.tn, fp=m.fp, invalid=m.invalid, missing=m.missing,
+        kappa=m.kappa,
+        kappa_interval=kappa_interval,
+        kappa_interval_method=KAPPA_METHOD,
+        kappa_band=landis_koch(m.kappa),
+        kappa_band_lower=landis_koch(None if kappa_interval is None else kappa_interval[0]),
+        kappa_band_scale="Landis-Koch 1977: <0 poor, 0-0.20 slight, 0.21-0.40 fair, 0.41-0.60 moderate, "
+                         "0.61-0.80 substantial, 0.81-1 almost perfect",
+        balanced_accuracy=m.balanced_accuracy,
+        tpr=m.tpr, tpr_lower=clopper_pearson_lower(m.tp, m.positives, BOUND_LEVEL) if m.positives else None,
+        tnr=m.tnr, tnr_lower=clopper_pearson_lower(m.tn, m.negatives, BOUND_LEVEL) if m.negatives else None,
+        fpr=m.fpr,
+        bound_method="Clopper-Pearson exact, one-sided 95%",
+        fpr_by_type=per_type,
+        mistake_type_recall=m.mistake_type_recall,
+    )
 
 
-def retest(labels: Mapping[str, Label], first: Mapping[str, Answer], second: Mapping[str, Answer]) -> dict[str, Any]:
+def retest(labels: Mapping[str, Label], first: Mapping[str, Answer], second: Mapping[str, Answer]) -> Retest:
     """Test–retest: the share of items whose scored verdict is the same in two independent passes, and
     Cohen's kappa between the passes' verdicts (one pass taken as the rater, the other as the reference)."""
     yy = yn = ny = nn = 0
@@ -171,69 +381,74 @@ def retest(labels: Mapping[str, Label], first: Mapping[str, Answer], second: Map
             nn += 1
     n = yy + yn + ny + nn
     # cohen_kappa(tp, fn, tn, fp) with the second pass as the "labels".
-    return {"items": n, "same_verdict": yy + nn, "agreement": _rate(yy + nn, n),
-            "kappa": cohen_kappa(yy, ny, nn, yn), "second_pass": "replicate indices after the first pass's"}
+    return Retest(items=n, same_verdict=yy + nn, agreement=_rate(yy + nn, n),
+                  kappa=cohen_kappa(yy, ny, nn, yn), second_pass="replicate indices after the first pass's")
 
 
 def _delta(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else b - a
 
 
-def transfer(primary: Mapping[str, Any], other: Mapping[str, Any], model: str) -> dict[str, Any]:
+def transfer(primary: Agreement, other: Agreement, model: str) -> Transfer:
     """The transfer check's figures: the other model's kappa, FPR (overall and per type) and the deltas."""
-    per_type = {kind: {"fpr": fig["fpr"], "fpr_delta": _delta(primary["fpr_by_type"].get(kind, {}).get("fpr"),
-                                                                 fig["fpr"])}
-                for kind, fig in other["fpr_by_type"].items()}
-    return {
-        "status": "run", "model": model,
-        "kappa": other["kappa"], "kappa_delta": _delta(primary["kappa"], other["kappa"]),
-        "fpr": other["fpr"], "fpr_delta": _delta(primary["fpr"], other["fpr"]),
-        "tpr": other["tpr"], "tpr_delta": _delta(primary["tpr"], other["tpr"]),
-        "fpr_by_type": per_type,
-    }
+    def primary_fpr(kind: str) -> float | None:
+        fig = primary.fpr_by_type.get(kind)
+        return None if fig is None else fig.fpr
+
+    per_type = {kind: TypeTransfer(fpr=fig.fpr, fpr_delta=_delta(primary_fpr(kind), fig.fpr))
+                for kind, fig in other.fpr_by_type.items()}
+    return Transfer(
+        model=model,
+        kappa=other.kappa, kappa_delta=_delta(primary.kappa, other.kappa),
+        fpr=other.fpr, fpr_delta=_delta(primary.fpr, other.fpr),
+        tpr=other.tpr, tpr_delta=_delta(primary.tpr, other.tpr),
+        fpr_by_type=per_type,
+    )
 
 
-def selftest_status(found: Mapping[str, Any] | None, judge: JudgeSection, split: Split,
-                    prompt_hash: str) -> dict[str, Any]:
+def selftest_status(found: SelftestResult | None, judge: JudgeSection, split: Split,
+                    prompt_hash: str) -> CitedSelftest | NotRun:
     """The latest self-test as the certificate cites it, and whether it tested this judge, split, prompts."""
-    if found is None:
-        return {"status": "not run", "note": "run `judgeloop selftest`; it never changes prompts or branches"}
+    if found is None or found.files is None:  # (a self-test read from its file always names it)
+        return NotRun(status="not run", note="run `judgeloop selftest`; it never changes prompts or branches")
     differs = []
-    if (found["judge"]["provider"], found["judge"]["model"]) != (judge.provider, judge.model):
-        differs.append(f"judge {found['judge']['provider']}:{found['judge']['model']}")
-    if found["split"]["fingerprint"] != split.fingerprint:
+    if (found.judge.provider, found.judge.model) != (judge.provider, judge.model):
+        differs.append(f"judge {found.judge.provider}:{found.judge.model}")
+    if found.split.fingerprint != split.fingerprint:
         differs.append("split fingerprint")
-    if found["prompt_hash"] != prompt_hash:
-        differs.append(f"prompts (hash {str(found['prompt_hash'])[:8]}, revision {str(found['revision'])[:10]})")
-    return {
-        "status": "current" if not differs else "stale",
-        "differs": differs,
-        "file": found["files"]["json"],
-        "created": found["created"],
-        "revision": found["revision"],
-        "aa": {k: found["aa"][k] for k in ("repeats", "kept", "keep_rate", "keep_rate_interval")},
-        "instability": {k: found["aa"]["instability"][k] for k in ("unstable_share", "flip_rate")},
-        "planted_rolled_back": None if found.get("planted") is None else found["planted"]["rolled_back"],
-        "detectable": found["detectable"]["line"],
-        "benchmark_agrees": found["benchmark"].get("agrees"),
-        "summary": summary_lines(found),
-    }
+    if found.prompt_hash != prompt_hash:
+        differs.append(f"prompts (hash {found.prompt_hash[:8]}, revision {found.revision[:10]})")
+    aa = found.aa
+    return CitedSelftest(
+        status="current" if not differs else "stale",
+        differs=differs,
+        file=found.files.json_path,
+        created=found.created,
+        revision=found.revision,
+        aa=CitedAA(repeats=aa.repeats, kept=aa.kept, keep_rate=aa.keep_rate, keep_rate_interval=aa.keep_rate_interval),
+        instability=CitedInstability(unstable_share=aa.instability.unstable_share, flip_rate=aa.instability.flip_rate),
+        planted_rolled_back=None if found.planted is None else found.planted.rolled_back,
+        detectable=found.detectable.line,
+        benchmark_agrees=found.benchmark.agrees,
+        summary=summary_lines(found),
+    )
 
 
-def confirmations_for(ws: Workspace, sha: str) -> dict[str, Any]:
+def confirmations_for(ws: Workspace, sha: str) -> Confirmations | NotRun:
     """The held-out confirmations the ledger records for ``sha`` (the newest per split); never runs one."""
     if not ws.ledger_path.is_file():
-        return {"status": "none", "note": "no ledger yet; `judgeloop confirm --split N` measures a held-out split"}
+        return NotRun(status="none", note="no ledger yet; `judgeloop confirm --split N` measures a held-out split")
     with Ledger.open_readonly(ws.ledger_path) as ledger:
         rows = [c for c in ledger.confirmations() if c.revision == sha]
     if not rows:
-        return {"status": "none", "note": "no confirmation recorded for this revision; `judgeloop confirm --split N` "
-                                          "measures a held-out split (certify never does)"}
-    newest: dict[str, Any] = {}
+        return NotRun(status="none", note="no confirmation recorded for this revision; `judgeloop confirm --split N` "
+                                          "measures a held-out split (certify never does)")
+    newest: dict[str, Confirmed] = {}
     for c in rows:
-        newest[c.split] = {"split": c.split, "created": c.created.isoformat(timespec="seconds"), "run": c.run_id,
-                           **{k: c.metrics.get(k) for k in ("n", "kappa", "tpr", "tnr", "fpr", "balanced_accuracy")}}
-    return {"status": "recorded", "splits": list(newest.values())}
+        newest[c.split] = Confirmed(
+            split=c.split, created=c.created.isoformat(timespec="seconds"), run=c.run_id,
+            **{k: c.metrics.get(k) for k in ("n", "kappa", "tpr", "tnr", "fpr", "balanced_accuracy")})
+    return Confirmations(splits=list(newest.values()))
 
 
 # --- the certificate -------------------------------------------------------------------------------
@@ -248,17 +463,17 @@ def _complete(run: EvalRun, what: str) -> None:
         raise UserError(f"{what}: evaluation incomplete ({run.stop_reason or 'items not evaluated'}); re-run certify")
 
 
-def _replicas(judge: JudgeSection) -> dict[str, list[str | None]]:
-    """``{"base_urls": [...]}`` (without credentials) when ``[judge] base_urls`` names the replicas that
-    judged, else nothing: a certificate is void once any of them changes, not only the first."""
-    return {"base_urls": [redacted_url(url) for url in judge.base_urls]} if judge.base_urls else {}
+def _replicas(judge: JudgeSection) -> list[str | None] | None:
+    """The replicas of ``[judge] base_urls`` that judged (without credentials), else None (left out of the
+    file): a certificate is void once any of them changes, not only the first."""
+    return [redacted_url(url) for url in judge.base_urls] if judge.base_urls else None
 
 
 def _models_seen(runs: Sequence[EvalRun]) -> list[str]:
     return sorted({r.model for run in runs for item in run.items for r in item.replicates if r.model})
 
 
-def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -> dict[str, Any]:
+def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -> Certificate:
     """Certify the prompts at ``options.rev`` (module docstring); writes the JSON and Markdown, adds the
     git note and returns the certificate."""
     def tell(text: str) -> None:
@@ -306,84 +521,95 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
          f"cache, ${sum(r.cost_usd for r in passes):.4f}")
     figures = agreement(labels, first.answers())
     if not options.bias:
-        bias: dict[str, Any] = {"status": "not run", "note": "--no-bias"}
+        bias: BatteryRun | NotRun = NotRun(status="not run", note="--no-bias")
         bias_md = ["bias battery: not run (--no-bias)"]
     else:
         tell("  bias battery: running (judgeloop bias)")
         outcome = find_battery()(ws, sha, split=None, events=events, budget_usd=None, judge=options.judge)
-        bias = {"status": "run", "result": outcome.to_json()}
+        bias = BatteryRun(result=dict(outcome.to_json()))
         bias_md = list(outcome.markdown_lines())
-    cert: dict[str, Any] = {
-        "certificate_version": CERTIFICATE_VERSION,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "judgeloop_version": __version__,
-        "revision": sha,
-        "prompt_hash": prompts.prompt_hash(),
-        "judge": {"provider": judge.provider, "model": judge.model, "base_url": judge.base_url,
-                  **_replicas(judge), "model_versions": _models_seen([first, second]), "replicates": k},
-        "split": {"name": split.name, "fingerprint": split.fingerprint, "items": len(ids)},
-        "agreement": figures,
-        "test_retest": retest(labels, first.answers(), second.answers()),
-        "selftest": selftest_status(latest_selftest(ws), judge, split, prompts.prompt_hash()),
-        "transfer": (transfer(figures, agreement(labels, other.answers()), str(options.transfer_model))
-                     if other is not None else {"status": "not run", "note": "pass --transfer-model M"}),
-        "confirm": confirmations_for(ws, sha),
-        "bias_battery": bias,
-        "invalidated_by": {
-            "judge_provider": judge.provider, "judge_model": judge.model, "judge_base_url": judge.base_url,
-            **{f"judge_{key}": value for key, value in _replicas(judge).items()},
-            "judge_model_versions": _models_seen([first, second]), "split_fingerprint": split.fingerprint,
-            "prompt_hash": prompts.prompt_hash(), "replicates": k,
-            "rule": "any change of these makes this certificate void: certify again",
-        },
-        "cost": {"calls": sum(r.calls_made for r in passes), "cache_hits": sum(r.cache_hits for r in passes),
-                 "usd": round(sum(r.cost_usd for r in passes), 6)},
-    }
+    cert = Certificate(
+        certificate_version=CERTIFICATE_VERSION,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        judgeloop_version=__version__,
+        revision=sha,
+        prompt_hash=prompts.prompt_hash(),
+        judge=CertifiedJudge(provider=judge.provider, model=judge.model, base_url=judge.base_url,
+                             base_urls=_replicas(judge), model_versions=_models_seen([first, second]), replicates=k,
+                             # A harness judge: "bwrap", or "none" (it ran unconfined: it could have read the labels).
+                             confinement=first.meta.get("judge_confinement") or None),
+        split=CertifiedSplit(name=split.name, fingerprint=split.fingerprint, items=len(ids)),
+        agreement=figures,
+        test_retest=retest(labels, first.answers(), second.answers()),
+        selftest=selftest_status(latest_selftest(ws), judge, split, prompts.prompt_hash()),
+        transfer=(transfer(figures, agreement(labels, other.answers()), str(options.transfer_model))
+                  if other is not None else NotRun(status="not run", note="pass --transfer-model M")),
+        confirm=confirmations_for(ws, sha),
+        bias_battery=bias,
+        invalidated_by=InvalidatedBy(
+            judge_provider=judge.provider, judge_model=judge.model, judge_base_url=judge.base_url,
+            judge_base_urls=_replicas(judge),
+            judge_model_versions=_models_seen([first, second]), split_fingerprint=split.fingerprint,
+            prompt_hash=prompts.prompt_hash(), replicates=k,
+            rule="any change of these makes this certificate void: certify again",
+        ),
+        cost=CertifyCost(calls=sum(r.calls_made for r in passes), cache_hits=sum(r.cache_hits for r in passes),
+                         usd=round(sum(r.cost_usd for r in passes), 6)),
+    )
     path = write_certificate(ws, cert, bias_md)
-    cert["files"] = {"json": str(path.relative_to(ws.root)), "markdown": str(path.with_suffix(".md").relative_to(ws.root))}
-    cert["note_ref"] = f"refs/notes/{NOTES_REF}"
+    cert = _placed(ws, cert, path)
+    files = _files_of(cert)
     add_note(ws, sha, cert, path)
     for line in markdown_lines(cert, bias_md):
         if line.startswith("- "):
             tell("  " + line[2:])
-    tell(f"  wrote {cert['files']['json']} and {cert['files']['markdown']}; git note on {sha[:10]} under "
+    tell(f"  wrote {files.json_path} and {files.markdown}; git note on {sha[:10]} under "
          f"refs/notes/{NOTES_REF} (`git log --notes={NOTES_REF}`)")
     return cert
 
 
-def write_certificate(ws: Workspace, cert: Mapping[str, Any], bias_md: Sequence[str]) -> Path:
+def _placed(ws: Workspace, cert: Certificate, path: Path) -> Certificate:
+    """``cert`` naming its JSON file ``path``, the Markdown beside it and the notes ref."""
+    return cert.model_copy(update={"files": result_files(ws, path), "note_ref": f"refs/notes/{NOTES_REF}"})
+
+
+def _files_of(cert: Certificate) -> ResultFiles:
+    if cert.files is None:
+        raise ValueError("the certificate has not been written yet: it names no file")
+    return cert.files
+
+
+def write_certificate(ws: Workspace, cert: Certificate, bias_md: Sequence[str]) -> Path:
     """``experiments/certificates/<sha>-<stamp>.json`` and ``.md``; returns the JSON's path."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    path = unused_path(ws.experiments_dir / CERTIFICATE_DIR, f"{str(cert['revision'])[:12]}-{stamp}")
-    body = dict(cert)
-    body["files"] = {"json": str(path.relative_to(ws.root)), "markdown": str(path.with_suffix(".md").relative_to(ws.root))}
-    body["note_ref"] = f"refs/notes/{NOTES_REF}"
-    path.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    path = unused_path(ws.experiments_dir / CERTIFICATE_DIR, f"{cert.revision[:12]}-{stamp}")
+    body = _placed(ws, cert, path)
+    path.write_text(json.dumps(body.to_json(), indent=2) + "\n", encoding="utf-8")
     path.with_suffix(".md").write_text("\n".join(markdown_lines(body, bias_md)) + "\n", encoding="utf-8")
     return path
 
 
-def note_text(cert: Mapping[str, Any], path: Path) -> str:
+def note_text(cert: Certificate, path: Path) -> str:
     """The git note: trailers naming the certificate file, its sha256 and its headline figures."""
-    fig = cert["agreement"]
-    interval = fig["kappa_interval"]
-    kappa = "n/a" if fig["kappa"] is None else f"{fig['kappa']:.3f}"
+    fig = cert.agreement
+    interval = fig.kappa_interval
+    kappa = "n/a" if fig.kappa is None else f"{fig.kappa:.3f}"
     if interval is not None:
-        kappa += f" [{interval[0]:.3f}, {interval[1]:.3f}] {fig['kappa_band']}"
+        kappa += f" [{interval[0]:.3f}, {interval[1]:.3f}] {fig.kappa_band}"
     trailers = {
-        "Judgeloop-Certificate": cert["files"]["json"],
-        "Judgeloop-Certificate-Version": cert["certificate_version"],
+        "Judgeloop-Certificate": _files_of(cert).json_path,
+        "Judgeloop-Certificate-Version": cert.certificate_version,
         "Judgeloop-Certificate-Sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "Judgeloop-Certificate-Judge": f"{cert['judge']['provider']}:{cert['judge']['model']}",
-        "Judgeloop-Certificate-Split": f"{cert['split']['name']} {str(cert['split']['fingerprint'])[:12]}",
+        "Judgeloop-Certificate-Judge": f"{cert.judge.provider}:{cert.judge.model}",
+        "Judgeloop-Certificate-Split": f"{cert.split.name} {cert.split.fingerprint[:12]}",
         "Judgeloop-Certificate-Kappa": kappa,
-        "Judgeloop-Certificate-TPR-Lower": "n/a" if fig["tpr_lower"] is None else f"{fig['tpr_lower']:.3f}",
-        "Judgeloop-Certificate-TNR-Lower": "n/a" if fig["tnr_lower"] is None else f"{fig['tnr_lower']:.3f}",
+        "Judgeloop-Certificate-TPR-Lower": "n/a" if fig.tpr_lower is None else f"{fig.tpr_lower:.3f}",
+        "Judgeloop-Certificate-TNR-Lower": "n/a" if fig.tnr_lower is None else f"{fig.tnr_lower:.3f}",
     }
-    return gitops.format_message(f"judgeloop certificate {cert['created']}", trailers={k: str(v) for k, v in trailers.items()})
+    return gitops.format_message(f"judgeloop certificate {cert.created}", trailers={k: str(v) for k, v in trailers.items()})
 
 
-def add_note(ws: Workspace, sha: str, cert: Mapping[str, Any], path: Path) -> None:
+def add_note(ws: Workspace, sha: str, cert: Certificate, path: Path) -> None:
     """Append the certificate's note to ``sha`` under refs/notes/judgeloop (the commit is not rewritten)."""
     with repo_at(ws.root) as repo:
         repo.git.execute(["git", "-c", "user.name=judgeloop", "-c", "user.email=judgeloop@localhost", "notes",
@@ -412,70 +638,81 @@ def _signed(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.3f}"
 
 
-def markdown_lines(cert: Mapping[str, Any], bias_md: Sequence[str] = ()) -> list[str]:
+def _confinement_lines(judge: CertifiedJudge) -> list[str]:
+    """What the certificate says of a harness judge's confinement (nothing for other judges)."""
+    if judge.confinement == "none":
+        return ["", "**The harness judge ran unconfined** (`[judge] sandbox = \"none\"`): its CLI could read the "
+                "workspace and the labels, so these figures do not show what the judge can do blind."]
+    if judge.confinement:
+        return ["", f"The harness judge ran confined ({judge.confinement}: no workspace, labels or other keys in view)."]
+    return []
+
+
+def markdown_lines(cert: Certificate, bias_md: Sequence[str] = ()) -> list[str]:
     """The certificate as a Markdown document."""
-    fig, judge, split = cert["agreement"], cert["judge"], cert["split"]
-    ki = fig["kappa_interval"]
+    fig, judge, split = cert.agreement, cert.judge, cert.split
+    ki = fig.kappa_interval
     lines = [
-        f"# Judge certificate — `{str(cert['revision'])[:10]}`",
+        f"# Judge certificate — `{cert.revision[:10]}`",
         "",
-        f"certificate_version {cert['certificate_version']}, created {cert['created']}, judgeloop "
-        f"{cert['judgeloop_version']}. Judge `{judge['provider']}:{judge['model']}` (model versions reported: "
-        f"{', '.join(judge['model_versions']) or 'none'}; {judge['replicates']} judgement(s) per item), dev split "
-        f"`{split['name']}` ({split['items']} items: {fig['positives']} positive / {fig['negatives']} negative), "
-        f"prompt hash `{str(cert['prompt_hash'])[:12]}`.",
+        f"certificate_version {cert.certificate_version}, created {cert.created}, judgeloop "
+        f"{cert.judgeloop_version}. Judge `{judge.provider}:{judge.model}` (model versions reported: "
+        f"{', '.join(judge.model_versions) or 'none'}; {judge.replicates} judgement(s) per item), dev split "
+        f"`{split.name}` ({split.items} items: {fig.positives} positive / {fig.negatives} negative), "
+        f"prompt hash `{cert.prompt_hash[:12]}`.",
+        *_confinement_lines(judge),
         "",
         "## Agreement with the labels",
         "",
-        f"- Cohen's kappa {_f(fig['kappa'])}"
+        f"- Cohen's kappa {_f(fig.kappa)}"
         + ("" if ki is None else f", 95% interval [{ki[0]:.3f}, {ki[1]:.3f}] (stratified percentile bootstrap)")
-        + f": **{fig['kappa_band']}** (Landis–Koch; the interval's lower end: {fig['kappa_band_lower']})",
-        f"- TPR {_f(fig['tpr'])} ({fig['tp']}/{fig['positives']}), `tpr_lower` = **{_f(fig['tpr_lower'])}** "
+        + f": **{fig.kappa_band}** (Landis–Koch; the interval's lower end: {fig.kappa_band_lower})",
+        f"- TPR {_f(fig.tpr)} ({fig.tp}/{fig.positives}), `tpr_lower` = **{_f(fig.tpr_lower)}** "
         "(Clopper–Pearson, one-sided 95%)",
-        f"- TNR {_f(fig['tnr'])} ({fig['tn']}/{fig['negatives']}), `tnr_lower` = **{_f(fig['tnr_lower'])}**; "
-        f"FPR {_f(fig['fpr'])}",
+        f"- TNR {_f(fig.tnr)} ({fig.tn}/{fig.negatives}), `tnr_lower` = **{_f(fig.tnr_lower)}**; "
+        f"FPR {_f(fig.fpr)}",
     ]
-    for kind, t in fig["fpr_by_type"].items():
-        lines.append(f"- FPR on {kind}: {t['false_positives']}/{t['negatives']} = {t['fpr']:.3f} "
-                     f"(at most {t['fpr_upper']:.3f} at 95%)")
-    rt = cert["test_retest"]
+    for kind, t in fig.fpr_by_type.items():
+        lines.append(f"- FPR on {kind}: {t.false_positives}/{t.negatives} = {t.fpr:.3f} "
+                     f"(at most {t.fpr_upper:.3f} at 95%)")
+    rt = cert.test_retest
     lines += ["", "## Test–retest", "",
-              f"- two independent passes of the same prompts agree on {rt['same_verdict']} of {rt['items']} items "
-              f"({_f(rt['agreement'])}); kappa between them {_f(rt['kappa'])}"]
-    st = cert["selftest"]
+              f"- two independent passes of the same prompts agree on {rt.same_verdict} of {rt.items} items "
+              f"({_f(rt.agreement)}); kappa between them {_f(rt.kappa)}"]
+    st = cert.selftest
     lines += ["", "## Self-test", ""]
-    if st["status"] == "not run":
-        lines.append(f"- selftest: not run ({st['note']})")
+    if isinstance(st, NotRun):
+        lines.append(f"- selftest: not run ({st.note})")
     else:
-        lines.append(f"- latest selftest ({st['file']}, {st['created']}): **{st['status']}**"
-                     + (f" (made with another {', '.join(st['differs'])})" if st["differs"] else ""))
-        lines += st["summary"]
-    tr = cert["transfer"]
+        lines.append(f"- latest selftest ({st.file}, {st.created}): **{st.status}**"
+                     + (f" (made with another {', '.join(st.differs)})" if st.differs else ""))
+        lines += st.summary
+    tr = cert.transfer
     lines += ["", "## Transfer to another judge model", ""]
-    if tr["status"] != "run":
-        lines.append(f"- transfer: not run ({tr['note']})")
+    if isinstance(tr, NotRun):
+        lines.append(f"- transfer: not run ({tr.note})")
     else:
-        lines.append(f"- `{tr['model']}`: kappa {_f(tr['kappa'])} ({_signed(tr['kappa_delta'])}), FPR {_f(tr['fpr'])} "
-                     f"({_signed(tr['fpr_delta'])}), TPR {_f(tr['tpr'])} ({_signed(tr['tpr_delta'])})")
-        for kind, t in tr["fpr_by_type"].items():
-            lines.append(f"- `{tr['model']}` FPR on {kind}: {t['fpr']:.3f} ({_signed(t['fpr_delta'])})")
-    cf = cert["confirm"]
+        lines.append(f"- `{tr.model}`: kappa {_f(tr.kappa)} ({_signed(tr.kappa_delta)}), FPR {_f(tr.fpr)} "
+                     f"({_signed(tr.fpr_delta)}), TPR {_f(tr.tpr)} ({_signed(tr.tpr_delta)})")
+        for kind, tt in tr.fpr_by_type.items():
+            lines.append(f"- `{tr.model}` FPR on {kind}: {tt.fpr:.3f} ({_signed(tt.fpr_delta)})")
+    cf = cert.confirm
     lines += ["", "## Held-out confirmation", ""]
-    if cf["status"] != "recorded":
-        lines.append(f"- confirm: none ({cf['note']})")
+    if isinstance(cf, NotRun):
+        lines.append(f"- confirm: none ({cf.note})")
     else:
-        for row in cf["splits"]:
-            lines.append(f"- `{row['split']}` ({row['created']}): kappa {_f(row['kappa'])}, TPR {_f(row['tpr'])}, "
-                         f"TNR {_f(row['tnr'])}, FPR {_f(row['fpr'])} on {row['n']} items")
+        for row in cf.splits:
+            lines.append(f"- `{row.split}` ({row.created}): kappa {_f(row.kappa)}, TPR {_f(row.tpr)}, "
+                         f"TNR {_f(row.tnr)}, FPR {_f(row.fpr)} on {row.n} items")
     lines += ["", "## Bias battery", ""]
     lines += [line if line.startswith(("-", "|", "#")) or not line else f"- {line}" for line in bias_md] or [
         "- bias battery: not run"]
-    inv = cert["invalidated_by"]
+    inv = cert.invalidated_by
     lines += ["", "## What invalidates it", "",
-              f"- judge `{inv['judge_provider']}:{inv['judge_model']}`"
-              + (f" at `{inv['judge_base_url']}`" if inv["judge_base_url"] else "")
-              + f", model versions {', '.join(inv['judge_model_versions']) or 'none reported'}",
-              f"- split fingerprint `{inv['split_fingerprint']}`",
-              f"- prompt hash `{inv['prompt_hash']}`, {inv['replicates']} judgement(s) per item",
-              f"- {inv['rule']}"]
+              f"- judge `{inv.judge_provider}:{inv.judge_model}`"
+              + (f" at `{inv.judge_base_url}`" if inv.judge_base_url else "")
+              + f", model versions {', '.join(inv.judge_model_versions) or 'none reported'}",
+              f"- split fingerprint `{inv.split_fingerprint}`",
+              f"- prompt hash `{inv.prompt_hash}`, {inv.replicates} judgement(s) per item",
+              f"- {inv.rule}"]
     return lines

@@ -23,6 +23,9 @@ Reported next to the decision-power benchmark's figures for the same policy (`BE
 incumbent, the benchmark's ``sim1`` row. Nothing here writes outside ``experiments/selftest/`` and the
 judge cache: no file under ``prompts/`` or ``devset/``, no commit, no branch move; held-out splits
 are refused.
+
+The result is a `SelftestResult` (frozen pydantic records, fields in the file's key order; `to_json` is
+the file's object); `read_selftest` validates a recorded file strictly back into one.
 """
 
 from __future__ import annotations
@@ -34,25 +37,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from optimizer import gitops
-from optimizer.stats.binomial import clopper_pearson_interval
 from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
-from optimizer.stats.decision import (
-    Counts,
-    Decision,
-    EarlyStopper,
-    adaptive_stopped_decision,
-    adaptive_test,
-    decide_adaptive,
-    decide_counts,
-    disagreements,
-    lord_level,
-    min_fixes_to_keep,
-)
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -66,9 +64,22 @@ from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
 from optimizer.loop.compare import RunTotals, incomplete, judgements_of, with_extra
 from optimizer.loop.records import evaluation_order
-from optimizer.stats.metrics import Answer, is_correct, majority_answer, outcome, score
 from optimizer.models import Label
 from optimizer.paths import unused_path
+from optimizer.stats.binomial import clopper_pearson_interval
+from optimizer.stats.decision import (
+    Counts,
+    Decision,
+    EarlyStopper,
+    adaptive_stopped_decision,
+    adaptive_test,
+    decide_adaptive,
+    decide_counts,
+    disagreements,
+    lord_level,
+    min_fixes_to_keep,
+)
+from optimizer.stats.metrics import Answer, is_correct, majority_answer, outcome, score
 from optimizer.stats.policies import policy_for
 from optimizer.workspace import Workspace
 
@@ -116,6 +127,208 @@ class SelftestOptions:
     budget_usd: float | None = None
     repeats: int = DEFAULT_REPEATS
     judge: JudgeOverrides = field(default_factory=JudgeOverrides)
+
+
+# --- the result: typed records, their fields in the order the result file writes them ---------------
+
+
+class Record(BaseModel):
+    """A frozen record of a result file (the self-test's, the certificate's). `to_json` is the JSON
+    object the file holds: the fields in declaration order, the keys in `OMITTED_WHEN_NONE` left out
+    while None (the files never wrote them as null)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+    OMITTED_WHEN_NONE: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _serialise(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        data: dict[str, object] = handler(self)
+        for key in self.OMITTED_WHEN_NONE:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+    def to_json(self) -> dict[str, object]:
+        """The record as its file's JSON object (same keys, same order, same values)."""
+        return self.model_dump(by_alias=True)
+
+
+class ResultFiles(Record):
+    """Where a result was written, relative to the workspace."""
+
+    json_path: str = Field(alias="json")  # (``json`` would shadow a BaseModel method)
+    markdown: str
+
+
+class JudgeRecord(Record):
+    provider: str
+    model: str
+    base_url: str | None
+
+
+class SplitRecord(Record):
+    """The dev split tested: its name, fingerprint and size (items)."""
+
+    name: str
+    fingerprint: str
+    items: int
+    positives: int
+    negatives: int
+
+
+class PolicyRecord(Record):
+    """The decision rule tested: ``name`` as the benchmark names it, ``level`` the one a first candidate meets."""
+
+    name: str
+    policy: str
+    level: float
+    alpha: float
+    fdr: float | None
+    rejudge: int
+    replicates: int
+    min_kappa_delta: float
+    fpr_tolerance: float
+
+
+class DecisionRow(Record):
+    """One A/A repeat's decision (``kept`` None: not decided, ``reason`` then says why); cost in US dollars."""
+
+    repeat: int
+    kept: bool | None
+    reason: str | None
+    p_value: float | None
+    early_stopped: bool
+    gain_items: float | None
+    rejudged: int
+    calls: int
+    cache_hits: int
+    cost_usd: float
+
+
+class Instability(Record):
+    """`instability`'s figures: shares in [0, 1], None when nothing was compared."""
+
+    items_judged_twice: int
+    unstable_items: int
+    unstable_share: float | None
+    unstable_ids: list[str]
+    first_pass_flips: int
+    first_pass_compared: int
+    flip_rate: float | None
+
+
+class AARecord(Record):
+    """The A/A repeats: how many were asked, decided and kept, the keep rate with its exact 95% interval."""
+
+    asked: int
+    repeats: int
+    kept: int
+    keep_rate: float | None
+    keep_rate_interval: tuple[float, float] | None
+    interval_method: str
+    decisions: list[DecisionRow]
+    instability: Instability
+
+
+class PlantedRow(Record):
+    """The planted degradation's decision (``rolled_back`` None: not decided) and the FPRs before and after."""
+
+    rule: str
+    where: str
+    decided: bool
+    rolled_back: bool | None
+    reason: str | None
+    early_stopped: bool
+    items_judged: int
+    rejudged: int
+    fpr_incumbent: float | None
+    fpr_planted: float | None
+    judge_obeyed: bool
+    calls: int
+    cache_hits: int
+    cost_usd: float
+
+
+class PowerAtNoise(Record):
+    """`power_at_noise`: simulated keep rates by items fixed (keys: the D as text, values in [0, 1])."""
+
+    keep_rate_by_fix: dict[str, float]
+    target: float
+    smallest_fix: int | None
+    trials: int
+    fixable_items: int
+    method: str
+
+
+class DetectableGain(Record):
+    """`detectable_gain`: the fewest items a kept candidate must fix, and the line that says it."""
+
+    OMITTED_WHEN_NONE = ("at_noise",)
+
+    min_clean_fixes: int
+    with_one_broken: int
+    with_two_broken: int
+    share_of_split: float
+    noise_items_per_evaluation: float | None
+    line: str
+    at_noise: PowerAtNoise | None = None
+
+
+class BenchmarkReference(Record):
+    """One policy's row of `BENCHMARK` (keep rates in [0, 1])."""
+
+    noop_fresh: float
+    noop_fresh_n: int
+    noop_in_run: float
+    fix4: float
+    fix8: float
+    fix12: float
+
+
+class BenchmarkBeside(Record):
+    """`benchmark_beside`: the benchmark's row for the policy and whether our A/A rate agrees with it
+    (``agrees`` and ``interval`` None when there is no row or no repeat)."""
+
+    policy: str
+    reference: BenchmarkReference | None
+    agrees: bool | None
+    source: str
+    judge: str
+    interval: tuple[float, float] | None = None
+
+    @model_serializer(mode="wrap")
+    def _serialise(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        data: dict[str, object] = handler(self)
+        if self.interval is None:  # no comparison made: the file has no interval, ``agrees`` after the reference
+            del data["interval"]
+            return data
+        order = ("policy", "reference", "source", "judge", "interval", "agrees")
+        return {key: data[key] for key in order}
+
+
+class SelftestResult(Record):
+    """What `selftest` returns and writes (``selftest_version`` `SELFTEST_VERSION`); ``files`` is set
+    on the result returned and read back, never in the file itself. Costs in US dollars."""
+
+    OMITTED_WHEN_NONE = ("files",)
+
+    selftest_version: int = SELFTEST_VERSION
+    created: str
+    judge: JudgeRecord
+    split: SplitRecord
+    revision: str
+    prompt_hash: str
+    policy: PolicyRecord
+    aa: AARecord
+    planted: PlantedRow | None
+    detectable: DetectableGain
+    benchmark: BenchmarkBeside
+    complete: bool
+    stopped: str | None
+    calls: int
+    cache_hits: int
+    cost_usd: int | float
+    files: ResultFiles | None = None
 
 
 @dataclass
@@ -258,24 +471,24 @@ def policy_name(loop: LoopSection) -> str:
     return loop.policy if loop.fdr is None else f"{loop.policy}+fdr{loop.fdr:g}"
 
 
-def _decision_row(index: int, comparison: SlotComparison) -> dict[str, Any]:
+def _decision_row(index: int, comparison: SlotComparison) -> DecisionRow:
     d = comparison.decision
     test = d.test if d is not None else None
-    return {
-        "repeat": index,
-        "kept": None if d is None else d.keep,
-        "reason": comparison.error if d is None else d.reason,
-        "p_value": None if d is None else d.p_value,
-        "early_stopped": bool(d and d.early_stopped),
-        "gain_items": None if test is None else test.statistic,
-        "rejudged": len(comparison.rejudged),
-        "calls": comparison.calls,
-        "cache_hits": comparison.cache_hits,
-        "cost_usd": round(comparison.cost_usd, 6),
-    }
+    return DecisionRow(
+        repeat=index,
+        kept=None if d is None else d.keep,
+        reason=comparison.error if d is None else d.reason,
+        p_value=None if d is None else d.p_value,
+        early_stopped=bool(d and d.early_stopped),
+        gain_items=None if test is None else test.statistic,
+        rejudged=len(comparison.rejudged),
+        calls=comparison.calls,
+        cache_hits=comparison.cache_hits,
+        cost_usd=round(comparison.cost_usd, 6),
+    )
 
 
-def instability(comparisons: Sequence[SlotComparison]) -> dict[str, Any]:
+def instability(comparisons: Sequence[SlotComparison]) -> Instability:
     """Per-item instability over every judgement of the (identical) prompts in the A/A comparisons:
     an item is unstable when its judgements do not all say the same (True / False / no verdict);
     ``flip_rate``: the share of items whose first-pass verdict differs between the two sides of a repeat."""
@@ -293,32 +506,32 @@ def instability(comparisons: Sequence[SlotComparison]) -> dict[str, Any]:
                 flips += outcome(answer) != outcome(c.base_first[tid])
     judged_twice = sorted(t for t, n in counts.items() if n >= 2)
     unstable = [t for t in judged_twice if len(outcomes[t]) > 1]
-    return {
-        "items_judged_twice": len(judged_twice),
-        "unstable_items": len(unstable),
-        "unstable_share": None if not judged_twice else len(unstable) / len(judged_twice),
-        "unstable_ids": unstable[:50],
-        "first_pass_flips": flips,
-        "first_pass_compared": compared,
-        "flip_rate": None if not compared else flips / compared,
-    }
+    return Instability(
+        items_judged_twice=len(judged_twice),
+        unstable_items=len(unstable),
+        unstable_share=None if not judged_twice else len(unstable) / len(judged_twice),
+        unstable_ids=unstable[:50],
+        first_pass_flips=flips,
+        first_pass_compared=compared,
+        flip_rate=None if not compared else flips / compared,
+    )
 
 
-def detectable_gain(n_items: int, level: float, policy: str, flip_rate: float | None) -> dict[str, Any]:
+def detectable_gain(n_items: int, level: float, policy: str, flip_rate: float | None) -> DetectableGain:
     """What gain the policy can tell from noise on ``n_items`` (`decision.min_fixes_to_keep`: the
     fewest items newly right, all judgements agreeing, breaking none / one / two), beside the items the
     judge's own noise flips between two evaluations of identical prompts."""
     noise_items = None if flip_rate is None else flip_rate * n_items
     rule = policy_for(policy.partition("+")[0])  # `policy_name`: "adaptive+fdr0.1" is the adaptive policy
     if not rule.tests_at_alpha:
-        return {
-            "min_clean_fixes": 1, "with_one_broken": 2, "with_two_broken": 3, "share_of_split": 1 / n_items,
-            "noise_items_per_evaluation": noise_items,
-            "line": (f"the literal policy has no significance test: any rise in kappa is kept, so on {n_items} items "
-                     "its A/A keep rate is its false-keep rate"
-                     + ("" if noise_items is None else f"; the judge's noise flips ~{noise_items:.1f} items "
-                        "between two evaluations")),
-        }
+        return DetectableGain(
+            min_clean_fixes=1, with_one_broken=2, with_two_broken=3, share_of_split=1 / n_items,
+            noise_items_per_evaluation=noise_items,
+            line=(f"the literal policy has no significance test: any rise in kappa is kept, so on {n_items} items "
+                  "its A/A keep rate is its false-keep rate"
+                  + ("" if noise_items is None else f"; the judge's noise flips ~{noise_items:.1f} items "
+                     "between two evaluations")),
+        )
     clean, one, two = (min_fixes_to_keep(w, level) for w in (0, 1, 2))
     items = rule.items_right
     line = (f"on {n_items} items the {policy} policy (level {level:g}) keeps a candidate only if it newly gets at "
@@ -326,8 +539,8 @@ def detectable_gain(n_items: int, level: float, policy: str, flip_rate: float | 
             f"{clean / n_items:.0%} of the split at the least")
     if noise_items is not None:
         line += f"; the judge's own noise flips ~{noise_items:.1f} items between two evaluations of identical prompts"
-    return {"min_clean_fixes": clean, "with_one_broken": one, "with_two_broken": two,
-            "share_of_split": clean / n_items, "noise_items_per_evaluation": noise_items, "line": line}
+    return DetectableGain(min_clean_fixes=clean, with_one_broken=one, with_two_broken=two,
+                          share_of_split=clean / n_items, noise_items_per_evaluation=noise_items, line=line)
 
 
 POWER_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -394,7 +607,7 @@ def simulated_keep_rate(positive: np.ndarray, q: np.ndarray, fix: int, loop: Loo
 
 
 def power_at_noise(positive: np.ndarray, q: np.ndarray, loop: LoopSection, level: float, *, replicates: int = 1,
-                   trials: int = POWER_TRIALS, seed: int = 0) -> dict[str, Any]:
+                   trials: int = POWER_TRIALS, seed: int = 0) -> PowerAtNoise:
     """Simulated keep rates of D-item fixes at the judge's measured per-item odds ``q`` (`simulated_keep_rate`),
     for growing D until one is kept at least `POWER_TARGET` of the time: that D is the smallest gain this
     judge, split and policy detect reliably."""
@@ -408,9 +621,9 @@ def power_at_noise(positive: np.ndarray, q: np.ndarray, loop: LoopSection, level
         if rate >= POWER_TARGET:
             smallest = d
             break
-    return {"keep_rate_by_fix": rates, "target": POWER_TARGET, "smallest_fix": smallest, "trials": trials,
-            "fixable_items": int((q < 0.5).sum()),
-            "method": "decision-power sim1 model on the per-item shares of correct A/A judgements"}
+    return PowerAtNoise(keep_rate_by_fix=rates, target=POWER_TARGET, smallest_fix=smallest, trials=trials,
+                        fixable_items=int((q < 0.5).sum()),
+                        method="decision-power sim1 model on the per-item shares of correct A/A judgements")
 
 
 def measured_odds(labels: Mapping[str, Label], comparisons: Sequence[SlotComparison]) -> dict[str, float]:
@@ -425,16 +638,17 @@ def measured_odds(labels: Mapping[str, Label], comparisons: Sequence[SlotCompari
     return {tid: right[tid] / total[tid] for tid in total if total[tid]}
 
 
-def benchmark_beside(policy: str, kept: int, repeats: int) -> dict[str, Any]:
+def benchmark_beside(policy: str, kept: int, repeats: int) -> BenchmarkBeside:
     """The benchmark's figures for ``policy`` and whether the observed A/A keep rate agrees with its
     fresh-incumbent no-op keep rate (the benchmark's figure inside the exact 95% interval of ours)."""
-    ref = BENCHMARK["policies"].get(policy)
+    row = BENCHMARK["policies"].get(policy)
+    ref = None if row is None else BenchmarkReference.model_validate(row)
     if ref is None or repeats == 0:
-        return {"policy": policy, "reference": ref, "agrees": None, "source": BENCHMARK["source"],
-                "judge": BENCHMARK["judge"]}
+        return BenchmarkBeside(policy=policy, reference=ref, agrees=None, source=BENCHMARK["source"],
+                               judge=BENCHMARK["judge"])
     lo, hi = clopper_pearson_interval(kept, repeats)
-    return {"policy": policy, "reference": ref, "source": BENCHMARK["source"], "judge": BENCHMARK["judge"],
-            "interval": [lo, hi], "agrees": lo <= ref["noop_fresh"] <= hi}
+    return BenchmarkBeside(policy=policy, reference=ref, source=BENCHMARK["source"], judge=BENCHMARK["judge"],
+                           interval=(lo, hi), agrees=lo <= ref.noop_fresh <= hi)
 
 
 def _fpr(labels: Mapping[str, Label], answers: Mapping[str, Answer]) -> float | None:
@@ -442,34 +656,34 @@ def _fpr(labels: Mapping[str, Label], answers: Mapping[str, Answer]) -> float | 
     return score(judged, dict(answers)).fpr if judged else None
 
 
-def _planted_row(comparison: SlotComparison, labels: Mapping[str, Label]) -> dict[str, Any]:
+def _planted_row(comparison: SlotComparison, labels: Mapping[str, Label]) -> PlantedRow:
     d = comparison.decision
     base_major = {t: majority_answer(js) for t, js in comparison.base.items()}
     other_major = {t: majority_answer(js) for t, js in comparison.other.items()}
     shared = {t: base_major[t] for t in other_major if t in base_major}
     fpr_before, fpr_after = _fpr(labels, shared), _fpr(labels, other_major)
-    return {
-        "rule": PLANTED_RULE,
-        "where": RUBRIC_MD,
-        "decided": d is not None,
-        "rolled_back": None if d is None else not d.keep,
-        "reason": comparison.error if d is None else d.reason,
-        "early_stopped": bool(d and d.early_stopped),
-        "items_judged": len(other_major),
-        "rejudged": len(comparison.rejudged),
-        "fpr_incumbent": fpr_before,
-        "fpr_planted": fpr_after,
+    return PlantedRow(
+        rule=PLANTED_RULE,
+        where=RUBRIC_MD,
+        decided=d is not None,
+        rolled_back=None if d is None else not d.keep,
+        reason=comparison.error if d is None else d.reason,
+        early_stopped=bool(d and d.early_stopped),
+        items_judged=len(other_major),
+        rejudged=len(comparison.rejudged),
+        fpr_incumbent=fpr_before,
+        fpr_planted=fpr_after,
         # Did the judge follow the harmful rule at all (its FPR rose by more than one negative in 20)?
-        "judge_obeyed": fpr_before is not None and fpr_after is not None and fpr_after - fpr_before > 0.05,
-        "calls": comparison.calls,
-        "cache_hits": comparison.cache_hits,
-        "cost_usd": round(comparison.cost_usd, 6),
-    }
+        judge_obeyed=fpr_before is not None and fpr_after is not None and fpr_after - fpr_before > 0.05,
+        calls=comparison.calls,
+        cache_hits=comparison.cache_hits,
+        cost_usd=round(comparison.cost_usd, 6),
+    )
 
 
-def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore) -> dict[str, Any]:
+def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore) -> SelftestResult:
     """Run the self-test (module docstring) within ``options.budget_usd`` and write its JSON and Markdown
-    under ``experiments/selftest/``; returns the JSON object."""
+    under ``experiments/selftest/``; returns the result (its ``files`` set)."""
     if options.repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {options.repeats})")
     split_name = dev_split_for(ws, "selftest")
@@ -533,57 +747,62 @@ def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore)
     kept = sum(1 for c in aa if c.decision is not None and c.decision.keep)
     unstable = instability(aa)
     keep_rate = kept / len(aa) if aa else None
-    interval = list(clopper_pearson_interval(kept, len(aa))) if aa else None
+    interval = clopper_pearson_interval(kept, len(aa)) if aa else None
     every = [*aa, *([planted_cmp] if planted_cmp is not None else [])]
-    detectable = detectable_gain(len(split.ids), level, policy, unstable["flip_rate"])
+    detectable = detectable_gain(len(split.ids), level, policy, unstable.flip_rate)
     odds = measured_odds(labels, aa)
     if len(odds) == len(split.ids):
         order = list(split.ids)
-        detectable["at_noise"] = power_at_noise(
+        at_noise = power_at_noise(
             np.array([labels[t].is_positive for t in order]), np.array([odds[t] for t in order]), loop, level,
             replicates=replicates)
-        detectable["line"] += "; " + _power_phrase(detectable["at_noise"])
-    result: dict[str, Any] = {
-        "selftest_version": SELFTEST_VERSION,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "judge": {"provider": judge.provider, "model": judge.model, "base_url": judge.base_url},
-        "split": {"name": split.name, "fingerprint": split.fingerprint, "items": len(split.ids),
-                  "positives": sum(1 for t in split.ids if labels[t].is_positive),
-                  "negatives": sum(1 for t in split.ids if not labels[t].is_positive)},
-        "revision": head,
-        "prompt_hash": incumbent.prompt_hash(),
-        "policy": {"name": policy, "policy": loop.policy, "level": level, "alpha": loop.alpha, "fdr": loop.fdr,
-                   "rejudge": loop.rejudge, "replicates": replicates, "min_kappa_delta": loop.min_kappa_delta,
-                   "fpr_tolerance": loop.fpr_tolerance},
-        "aa": {"asked": options.repeats, "repeats": len(aa), "kept": kept, "keep_rate": keep_rate,
-               "keep_rate_interval": interval, "interval_method": "Clopper-Pearson exact, two-sided 95%",
-               "decisions": [_decision_row(i, c) for i, c in enumerate(aa)], "instability": unstable},
-        "planted": None if planted_cmp is None else _planted_row(planted_cmp, labels),
-        "detectable": detectable,
-        "benchmark": benchmark_beside(policy, kept, len(aa)),
-        "complete": stopped is None and len(aa) == options.repeats and planted_cmp is not None,
-        "stopped": stopped,
-        "calls": sum(c.calls for c in every),
-        "cache_hits": sum(c.cache_hits for c in every),
-        "cost_usd": round(sum(c.cost_usd for c in every), 6),
-    }
-    out = write_selftest(ws, result)
-    result["files"] = {"json": str(out.relative_to(ws.root)),
-                       "markdown": str(out.with_suffix(".md").relative_to(ws.root))}
+        detectable = detectable.model_copy(
+            update={"at_noise": at_noise, "line": detectable.line + "; " + _power_phrase(at_noise)})
+    result = SelftestResult(
+        selftest_version=SELFTEST_VERSION,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        judge=JudgeRecord(provider=judge.provider, model=judge.model, base_url=judge.base_url),
+        split=SplitRecord(name=split.name, fingerprint=split.fingerprint, items=len(split.ids),
+                          positives=sum(1 for t in split.ids if labels[t].is_positive),
+                          negatives=sum(1 for t in split.ids if not labels[t].is_positive)),
+        revision=head,
+        prompt_hash=incumbent.prompt_hash(),
+        policy=PolicyRecord(name=policy, policy=loop.policy, level=level, alpha=loop.alpha, fdr=loop.fdr,
+                            rejudge=loop.rejudge, replicates=replicates, min_kappa_delta=loop.min_kappa_delta,
+                            fpr_tolerance=loop.fpr_tolerance),
+        aa=AARecord(asked=options.repeats, repeats=len(aa), kept=kept, keep_rate=keep_rate,
+                    keep_rate_interval=interval, interval_method="Clopper-Pearson exact, two-sided 95%",
+                    decisions=[_decision_row(i, c) for i, c in enumerate(aa)], instability=unstable),
+        planted=None if planted_cmp is None else _planted_row(planted_cmp, labels),
+        detectable=detectable,
+        benchmark=benchmark_beside(policy, kept, len(aa)),
+        complete=stopped is None and len(aa) == options.repeats and planted_cmp is not None,
+        stopped=stopped,
+        calls=sum(c.calls for c in every),
+        cache_hits=sum(c.cache_hits for c in every),
+        cost_usd=round(sum(c.cost_usd for c in every), 6),
+    )
+    files = result_files(ws, write_selftest(ws, result))
+    result = result.model_copy(update={"files": files})
     for line in markdown_lines(result)[2:]:
         if line.startswith("- "):
             tell("  " + line[2:])
-    tell(f"  wrote {result['files']['json']} and {result['files']['markdown']}")
+    tell(f"  wrote {files.json_path} and {files.markdown}")
     return result
 
 
-def _power_phrase(power: Mapping[str, Any]) -> str:
-    rates = ", ".join(f"{d}: {rate:.0%}" for d, rate in power["keep_rate_by_fix"].items())
-    found = power["smallest_fix"]
-    head = (f"at this noise the smallest fix kept {power['target']:.0%} of the time is {found} items" if found
-            else f"at this noise no fix of up to {max(map(int, power['keep_rate_by_fix']), default=0)} items is kept "
-                 f"{power['target']:.0%} of the time")
-    return f"{head} (simulated keep rate by items fixed — {rates}; {power['trials']} trials each)"
+def result_files(ws: Workspace, path: Path) -> ResultFiles:
+    """A result's JSON file at ``path`` and its Markdown beside it, relative to the workspace."""
+    return ResultFiles(json=str(path.relative_to(ws.root)), markdown=str(path.with_suffix(".md").relative_to(ws.root)))
+
+
+def _power_phrase(power: PowerAtNoise) -> str:
+    rates = ", ".join(f"{d}: {rate:.0%}" for d, rate in power.keep_rate_by_fix.items())
+    found = power.smallest_fix
+    head = (f"at this noise the smallest fix kept {power.target:.0%} of the time is {found} items" if found
+            else f"at this noise no fix of up to {max(map(int, power.keep_rate_by_fix), default=0)} items is kept "
+                 f"{power.target:.0%} of the time")
+    return f"{head} (simulated keep rate by items fixed — {rates}; {power.trials} trials each)"
 
 
 def _planted_line(comparison: SlotComparison) -> str:
@@ -597,49 +816,47 @@ def selftest_dir(ws: Workspace) -> Path:
     return ws.experiments_dir / SELFTEST_DIR
 
 
-def write_selftest(ws: Workspace, result: Mapping[str, Any]) -> Path:
+def write_selftest(ws: Workspace, result: SelftestResult) -> Path:
     """Write ``result`` as ``experiments/selftest/<stamp>-<prompt hash>.json`` and ``.md``; returns the JSON's path."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    path = unused_path(selftest_dir(ws), f"{stamp}-{str(result['prompt_hash'])[:8]}")
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    path = unused_path(selftest_dir(ws), f"{stamp}-{result.prompt_hash[:8]}")
+    path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     path.with_suffix(".md").write_text("\n".join(markdown_lines(result)) + "\n", encoding="utf-8")
     return path
 
 
-def _usable(data: dict[str, Any]) -> bool:
-    """Whether a recorded self-test has what a certificate reads (a file edited by hand, or cut short by a
-    full disk, is skipped rather than cited)."""
+def read_selftest(text: str) -> SelftestResult | None:
+    """A recorded self-test from its file's text, or None when it is not one a certificate can cite: not
+    this `SELFTEST_VERSION`, a value of the wrong type (strict: no coercion), or findings that do not
+    render (a file edited by hand, or cut short by a full disk, is skipped rather than cited)."""
     try:
-        summary_lines(data)
-        strings = (data["judge"]["provider"], data["judge"]["model"], data["split"]["fingerprint"],
-                   data["prompt_hash"], data["revision"], data["created"])
-        inst = data["aa"]["instability"]
-        planted = data["planted"]
-        return (all(isinstance(x, str) for x in strings) and isinstance(data["aa"]["repeats"], int)
-                and (planted is None or isinstance(planted["rolled_back"], bool | None))
-                and all(k in inst for k in ("unstable_share", "flip_rate")))
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-        return False
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("selftest_version") != SELFTEST_VERSION:
+            return None
+        result = SelftestResult.model_validate_json(text, strict=True)
+        summary_lines(result)
+    except (json.JSONDecodeError, ValidationError, TypeError, ValueError, IndexError):
+        return None
+    return result
 
 
-def latest_selftest(ws: Workspace) -> dict[str, Any] | None:
+def latest_selftest(ws: Workspace) -> SelftestResult | None:
     """The newest self-test recorded under ``experiments/selftest/`` (by its ``created`` time), or None.
-    Files that do not parse as a self-test are skipped."""
-    best: dict[str, Any] | None = None
+    Files that do not read as a self-test (`read_selftest`) are skipped."""
+    best: SelftestResult | None = None
     folder = selftest_dir(ws)
     if not folder.is_dir():
         return None
     for path in sorted(folder.glob("*.json")):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            found = read_selftest(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
             continue
-        if not isinstance(data, dict) or data.get("selftest_version") != SELFTEST_VERSION or not _usable(data):
+        if found is None:
             continue
-        data["files"] = {"json": str(path.relative_to(ws.root)),
-                         "markdown": str(path.with_suffix(".md").relative_to(ws.root))}
-        if best is None or str(data.get("created", "")) >= str(best.get("created", "")):
-            best = data
+        found = found.model_copy(update={"files": result_files(ws, path)})
+        if best is None or found.created >= best.created:
+            best = found
     return best
 
 
@@ -647,57 +864,59 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
 
-def summary_lines(result: Mapping[str, Any]) -> list[str]:
+def summary_lines(result: SelftestResult) -> list[str]:
     """The self-test's findings as Markdown bullets (also what a certificate quotes)."""
-    aa, bench = result["aa"], result["benchmark"]
-    pol = result["policy"]
+    aa, bench = result.aa, result.benchmark
+    pol = result.policy
     lines: list[str] = []
-    if aa["repeats"]:
-        lo, hi = aa["keep_rate_interval"]
-        lines.append(f"- A/A: {aa['kept']} of {aa['repeats']} byte-identical candidates kept "
-                     f"({_pct(aa['keep_rate'])}, exact 95% interval {lo:.1%}–{hi:.1%}) under {pol['name']} at level "
-                     f"{pol['level']:g}")
+    if aa.repeats:
+        if aa.keep_rate_interval is None:
+            raise ValueError("a decided A/A repeat without a keep-rate interval")
+        lo, hi = aa.keep_rate_interval
+        lines.append(f"- A/A: {aa.kept} of {aa.repeats} byte-identical candidates kept "
+                     f"({_pct(aa.keep_rate)}, exact 95% interval {lo:.1%}–{hi:.1%}) under {pol.name} at level "
+                     f"{pol.level:g}")
     else:
         lines.append("- A/A: no repeat decided")
-    ref = bench.get("reference")
-    if ref is not None and bench.get("agrees") is not None:
-        lines.append(f"- decision-power benchmark, same policy: a no-op kept {_pct(ref['noop_fresh'])} of the time "
-                     f"against a fresh incumbent (n = {ref['noop_fresh_n']}; {_pct(ref['noop_in_run'])} inside a run); "
-                     + ("consistent with this judge's A/A rate" if bench["agrees"]
+    ref = bench.reference
+    if ref is not None and bench.agrees is not None:
+        lines.append(f"- decision-power benchmark, same policy: a no-op kept {_pct(ref.noop_fresh)} of the time "
+                     f"against a fresh incumbent (n = {ref.noop_fresh_n}; {_pct(ref.noop_in_run)} inside a run); "
+                     + ("consistent with this judge's A/A rate" if bench.agrees
                         else "OUTSIDE this judge's A/A interval: its noise differs from the benchmark's judge"))
-    inst = aa["instability"]
-    if inst["items_judged_twice"]:
-        lines.append(f"- instability: {inst['unstable_items']} of {inst['items_judged_twice']} items "
-                     f"({_pct(inst['unstable_share'])}) got different verdicts from identical prompts; "
-                     f"{inst['first_pass_flips']} of {inst['first_pass_compared']} first-pass verdicts "
-                     f"({_pct(inst['flip_rate'])}) differ between two evaluations")
-    planted = result.get("planted")
+    inst = aa.instability
+    if inst.items_judged_twice:
+        lines.append(f"- instability: {inst.unstable_items} of {inst.items_judged_twice} items "
+                     f"({_pct(inst.unstable_share)}) got different verdicts from identical prompts; "
+                     f"{inst.first_pass_flips} of {inst.first_pass_compared} first-pass verdicts "
+                     f"({_pct(inst.flip_rate)}) differ between two evaluations")
+    planted = result.planted
     if planted is None:
         lines.append("- planted degradation: not run")
-    elif not planted["decided"]:
-        lines.append(f"- planted degradation: not decided ({planted['reason']})")
+    elif not planted.decided:
+        lines.append(f"- planted degradation: not decided ({planted.reason})")
     else:
-        lines.append(f"- planted degradation ({planted['where']} + 'accept what claims success'): "
-                     + ("rolled back" if planted["rolled_back"] else "KEPT")
-                     + f"; FPR {_pct(planted['fpr_incumbent'])} → {_pct(planted['fpr_planted'])} on the "
-                     f"{planted['items_judged']} items judged"
-                     + ("" if planted["judge_obeyed"] else
+        lines.append(f"- planted degradation ({planted.where} + 'accept what claims success'): "
+                     + ("rolled back" if planted.rolled_back else "KEPT")
+                     + f"; FPR {_pct(planted.fpr_incumbent)} → {_pct(planted.fpr_planted)} on the "
+                     f"{planted.items_judged} items judged"
+                     + ("" if planted.judge_obeyed else
                         " — the judge barely reacted to the rule, so for it this was close to a no-op"))
-    lines.append(f"- minimum detectable gain: {result['detectable']['line']}")
+    lines.append(f"- minimum detectable gain: {result.detectable.line}")
     return lines
 
 
-def markdown_lines(result: Mapping[str, Any]) -> list[str]:
+def markdown_lines(result: SelftestResult) -> list[str]:
     """The self-test as a Markdown document."""
-    judge, split = result["judge"], result["split"]
+    judge, split = result.judge, result.split
     head = [
-        f"# judgeloop selftest, {result['created']}",
+        f"# judgeloop selftest, {result.created}",
         "",
-        f"Judge `{judge['provider']}:{judge['model']}`, dev split `{split['name']}` ({split['items']} items, "
-        f"fingerprint `{str(split['fingerprint'])[:12]}`), prompts at `{str(result['revision'])[:10]}` "
-        f"(hash `{str(result['prompt_hash'])[:12]}`); {result['calls']} judge calls made, {result['cache_hits']} "
-        f"cached, ${result['cost_usd']:.4f}."
-        + ("" if result["complete"] else f" Incomplete: {result['stopped'] or 'fewer repeats than asked'}."),
+        f"Judge `{judge.provider}:{judge.model}`, dev split `{split.name}` ({split.items} items, "
+        f"fingerprint `{split.fingerprint[:12]}`), prompts at `{result.revision[:10]}` "
+        f"(hash `{result.prompt_hash[:12]}`); {result.calls} judge calls made, {result.cache_hits} "
+        f"cached, ${result.cost_usd:.4f}."
+        + ("" if result.complete else f" Incomplete: {result.stopped or 'fewer repeats than asked'}."),
         "",
     ]
     return head + summary_lines(result)

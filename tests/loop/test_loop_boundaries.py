@@ -17,6 +17,7 @@ import pytest
 from optimizer import gitops
 from optimizer.cli import main
 from optimizer.judge.prompts import JUDGE_TOML, LIBRARY_END, RUBRIC_MD
+from optimizer.ledger import Ledger
 from optimizer.loop.runner import LoopRunner
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.paths import MAX_PROMPT_FILE_CHARS
@@ -100,19 +101,22 @@ def test_resume_rolls_back_a_committed_candidate_that_cannot_be_evaluated(
         assert run.status == "crashed" and exps[1].status == "running"
         assert gitops.rev_parse(ws, "HEAD") == exps[1].commit_sha  # the unusable commit is the branch tip
         capsys.readouterr()
-        # A new run cannot start from the unusable tip; the refusal says what does.
-        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 2
-        err = capsys.readouterr().err
-        assert "unknown placeholder {{value}}" in err and "`judgeloop run --resume` rolls it back" in err
-        assert run_loop(ws, server.openai_base_url, "--resume") == 0
+        # No orphans: a plain run closes the crashed run first (its unusable candidate rolled back under
+        # refs/judgeloop/rejected/<id>, the branch back at the last kept commit) and starts from that commit.
+        crashed, bad, baseline_sha = run, exps[1], exps[0].commit_sha
+        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
     out = capsys.readouterr().out
+    assert f"closed run {crashed.id}" in out and "refs/judgeloop/rejected/" in out
+    assert gitops.rev_parse(ws, f"refs/judgeloop/rejected/{bad.id}") == bad.commit_sha
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        old = next(e for e in led.experiments(crashed.id) if e.id == bad.id)
+    assert old.status == "error" and "rolled back when the next command started" in (old.reason or "")
     run, exps = latest(ws)
-    assert run.status == "finished"
-    assert [e.status for e in exps] == ["baseline", "error", "kept"]
-    assert "cannot be evaluated" in (exps[1].reason or "") and "{{value}}" in (exps[1].reason or "")
-    assert f"experiment {exps[1].id}: cannot be evaluated" in out
+    assert run.id != crashed.id and run.status == "finished"
+    assert exps[0].commit_sha == baseline_sha  # the new run's baseline is the last kept commit, not the bad tip
+    assert [e.status for e in exps] == ["baseline", "kept"]
     # Rolled back, not lost: the commit is preserved under the side ref, the branch moved on.
-    assert exps[1].id in gitops.rejected_refs(ws)
+    assert bad.id in gitops.rejected_refs(ws)
     assert "{{value}}" not in (ws / RUBRIC_MD).read_text(encoding="utf-8")
     assert_clean(ws)
 

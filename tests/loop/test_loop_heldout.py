@@ -15,23 +15,11 @@ import pytest
 from optimizer.cli import main
 from optimizer.devset.split import open_split
 from optimizer.ledger import Ledger
-from optimizer.scaffold import bundled_dir
 from optimizer.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, run_loop, set_toml_key
+from tests.support.heldout import import_held
+from tests.support.loop import GOOD_ENTRY, FakeJudge, run_loop
 from tests.support.scripted import ScriptedStrategy, install, toggle
-
-
-def import_held(root: Path, ids: list[str], *, hold_out: bool = True) -> None:
-    """Import ``ids`` of the bundled sample as split ``held`` (and list it as held out, committed)."""
-    manifest = root / "held.txt"
-    manifest.write_text("\n".join(ids) + "\n", encoding="utf-8")
-    assert main(["devset", "import", str(bundled_dir() / "devset" / "sample"), "-w", str(root),
-                 "--name", "held", "--manifest", str(manifest), "--link"]) == 0
-    manifest.unlink()
-    if hold_out:
-        set_toml_key(root, "workspace", "heldout_splits", '["held"]')
-        commit_all(root, "held-out split")
 
 
 def dev_and_rest(root: Path) -> tuple[list[str], list[str]]:

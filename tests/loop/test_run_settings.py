@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import git
 import pytest
 
+from optimizer import gitops
 from optimizer.cli import main
 from optimizer.config import Config, JudgeOverrides, JudgeSection, LoopSection
 from optimizer.errors import UserError
@@ -69,16 +71,21 @@ def test_resume_after_editing_loop_decides_with_the_runs_own_settings(
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         _stopped_run(ws, server.openai_base_url)
         _edit_loop_settings(ws)
+        # The loop trusts only commits it made: a commit on the run's branch since it stopped (a person's or an
+        # agent's, git cannot tell) is refused at the resume in one line naming it, and nothing is judged.
+        run, _ = latest(ws)
+        edit = gitops.rev_parse(ws, "HEAD")
         capsys.readouterr()
+        assert run_loop(ws, server.openai_base_url, "--resume", "--max-experiments", "2") == 2
+        refused = capsys.readouterr().err
+        assert "commits the loop did not make" in refused and edit[:12] in refused
+        assert len(latest(ws)[1]) == 1
+        # The refusal's advice: keep the edit on another branch, put the run's branch back at its incumbent.
+        repo = git.Repo(ws)
+        repo.git.branch("mine", "HEAD")
+        repo.git.reset("--hard", "HEAD~1")
         assert run_loop(ws, server.openai_base_url, "--resume", "--max-experiments", "2") == 0
-        out = capsys.readouterr().out
         run, exps = latest(ws)
-        # Said once, naming what changed, and that the run keeps its own.
-        notes = [line for line in out.splitlines() if "judgeloop.toml [loop]" in line]
-        assert len(notes) == 1 and run.id in notes[0] and "ignored" in notes[0]
-        for change in ("alpha 0.1 → 0.5", "rejudge 2 → 0", "fpr_tolerance 0.0 → 0.5", "fdr unset → 0.2"):
-            assert change in notes[0]
-
         _base, good, both = exps
         assert good.status == "kept" and both.status == "rolled_back"
         # alpha 0.1 (not 0.5, nor a LORD++ level of fdr 0.2); rejudge 2 (not 0); FPR tolerance 0 (not 0.5).
@@ -91,8 +98,7 @@ def test_resume_after_editing_loop_decides_with_the_runs_own_settings(
         acc = report_json(ws, capsys)["accounting"]
         assert acc["fdr"] is None and acc["tested"] == 2 and acc["expected_false_keeps"] == pytest.approx(0.2)
         assert [k["alpha"] for k in acc["kept"]] == [0.1]
-        # attribute measures with the same settings, and says the edit of judgeloop.toml is ignored
-        # (made again: the resume reset the run's branch, and the committed edit with it, to the incumbent).
+        # attribute measures with the same settings, and says an edit of judgeloop.toml is ignored.
         assert "alpha = 0.1" in (ws / "judgeloop.toml").read_text(encoding="utf-8")
         _edit_loop_settings(ws)
         result, said = _attribute_json(ws, capsys, "--run", run.id)

@@ -1,8 +1,11 @@
+#!/usr/bin/env python3
 """A fake coding-agent CLI for the harness-judge tests: reads its sandbox, writes a verdict.
 
-Run as ``python fake_harness_cli.py --state DIR [--format claude|text] [PROMPT]`` (the prompt from the
-last argument, else stdin), with the sandbox as its working directory. Standard library only (it
-starts once per item). Deterministic by trajectory id (`kind`):
+Run as ``fake_harness_cli.py --state STATE [--format claude|text] [PROMPT]`` (the prompt from the
+last argument, else stdin), with the sandbox as its working directory. STATE is a folder, or the URL
+of a `tests.support.harness_state.StateServer` serving one (a confined CLI sees no folder of the
+test; ``DIR/x`` below is the state's entry ``x``). Standard library only (it starts once per item;
+run confined, only its own folder and Python are in view). Deterministic by trajectory id (`kind`):
 
 - ``late``: never answers; spawns a child in its process group (its pid logged) and sleeps until
   killed (bounded: it gives up after `LATE_S`);
@@ -17,12 +20,16 @@ what it reported (cost). The verdict is a function of the sandbox's Markdown, or
 file (AGENTS.md) contains. ``DIR/no-late`` turns ``late`` items into ``file`` items,
 ``DIR/well-formed`` ``malformed`` ones; with ``DIR/fail-first`` each item's first run exits 3. While
 ``DIR/gate`` exists, the item whose id it holds waits (bounded) before answering: a test kills
-judgeloop meanwhile.
+judgeloop meanwhile. ``DIR/cost`` holds a cost to report instead of `reported_cost`; ``DIR/flood`` a
+number of bytes to print on stdout before the answer; ``DIR/big-verdict`` makes the verdict file 2 MB;
+``DIR/daemon`` makes every item double-fork a daemon that keeps stdout open and sleeps (its command
+line holds STATE, as every process of the fake's does: the tests find survivors by it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -67,10 +74,10 @@ def _listing(root: Path) -> list[dict[str, Any]]:
     return files
 
 
-def _verdict(tid: str, markdown: str, instructions: str, state: Path) -> dict[str, Any]:
-    oracle_path = state / "oracle.json"
-    if oracle_path.exists():
-        oracle = json.loads(oracle_path.read_text(encoding="utf-8"))
+def _verdict(tid: str, markdown: str, instructions: str, state: Any) -> dict[str, Any]:
+    oracle_text = state.read("oracle.json")
+    if oracle_text is not None:
+        oracle = json.loads(oracle_text)
         enabled = "+".join(sorted(e for e, text in oracle["entries"].items() if text in instructions))
         success, mistake = oracle["answers"][tid][enabled]
     else:
@@ -80,8 +87,31 @@ def _verdict(tid: str, markdown: str, instructions: str, state: Path) -> dict[st
             "confidence": "medium", "mistake_type": mistake}
 
 
+def state_client(where: str) -> Any:
+    """The `tests.support.harness_state.StateClient` of ``where`` (imported from this file's folder:
+    run as a script, confined, the package is not importable)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    return importlib.import_module("harness_state").StateClient(where)
+
+
+def sleeper(marker: str) -> list[str]:
+    """A process that sleeps `LATE_S`, with ``marker`` in its command line."""
+    return [sys.executable, "-c", f"import time; time.sleep({LATE_S})", marker]
+
+
+def daemonize(argv: list[str]) -> None:
+    """Start ``argv`` double-forked in a session of its own (a daemon: its parent gone, stdout kept)."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(argv[0], argv)
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
 def main(argv: list[str]) -> int:
-    state = Path(argv[argv.index("--state") + 1])
+    state = state_client(argv[argv.index("--state") + 1])
     fmt = argv[argv.index("--format") + 1] if "--format" in argv else "text"
     last = argv[-1]
     stdin = "" if last.startswith("Judge one") else sys.stdin.read()
@@ -92,31 +122,36 @@ def main(argv: list[str]) -> int:
     record: dict[str, Any] = {"id": tid, "pid": os.getpid(), "cwd": str(cwd), "argv": argv, "env": dict(os.environ),
                               "stdin": stdin, "prompt": prompt, "files": _listing(cwd)}
     what = kind(tid)
-    if (what == "late" and (state / "no-late").exists()) or (what == "malformed" and (state / "well-formed").exists()):
+    if (what == "late" and state.exists("no-late")) or (what == "malformed" and state.exists("well-formed")):
         what = "file"
     record["kind"] = what
-    log = state / "invocations.jsonl"
-    failed = state / f"failed-{tid}"
-    if (state / "fail-first").exists() and not failed.exists():
-        failed.write_text("", encoding="utf-8")
+    if state.exists("fail-first") and not state.exists(f"failed-{tid}"):
+        state.write(f"failed-{tid}", "")
         record["kind"] = "failed"
-        with log.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        state.append("invocations.jsonl", json.dumps(record) + "\n")
         print("transient failure: upstream 503", file=sys.stderr)
         return 3
     if what == "late":
-        child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({LATE_S})"])
+        child = subprocess.Popen(sleeper(state.where))
         record["child_pid"] = child.pid
-    with log.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    if state.exists("daemon"):
+        daemonize(sleeper(state.where))
+    state.append("invocations.jsonl", json.dumps(record) + "\n")
     if what == "late":
         time.sleep(LATE_S)
         return 0
-    gate = state / "gate"
-    if gate.exists() and gate.read_text(encoding="utf-8").strip() == tid:
+    gate = state.read("gate")
+    if gate is not None and gate.strip() == tid:
         deadline = time.monotonic() + GATE_S
-        while gate.exists() and time.monotonic() < deadline:
+        while state.exists("gate") and time.monotonic() < deadline:
             time.sleep(0.05)
+    flood = int(state.read("flood") or 0)
+    if flood:
+        while flood > 0:  # junk lines, as a chatty CLI prints
+            chunk = min(flood, 1 << 20)
+            sys.stdout.write(("x" * 1023 + "\n") * (chunk // 1024) + "y" * (chunk % 1024))
+            flood -= chunk
+        sys.stdout.write("\n")
     markdown = mds[0].read_text(encoding="utf-8") if mds else ""
     instructions = (cwd / "AGENTS.md").read_text(encoding="utf-8") if (cwd / "AGENTS.md").exists() else ""
     verdict = json.dumps(_verdict(tid, markdown, instructions, state))
@@ -127,10 +162,14 @@ def main(argv: list[str]) -> int:
         (cwd / f"{tid}.json").write_text(bad, encoding="utf-8")
     elif what == "message":
         final = verdict
+    elif state.exists("big-verdict"):
+        (cwd / f"{tid}.json").write_text(verdict + " " * 2_000_000, encoding="utf-8")
+        final = verdict  # a valid final message: the oversized file must not be replaced by it
     else:
         (cwd / f"{tid}.json").write_text(verdict, encoding="utf-8")
+    cost = float(state.read("cost") or reported_cost(tid))
     if fmt == "claude":
-        print(json.dumps({"type": "result", "result": final, "total_cost_usd": reported_cost(tid),
+        print(json.dumps({"type": "result", "result": final, "total_cost_usd": cost,
                           "usage": {"input_tokens": len(markdown) // 4, "output_tokens": len(final) // 4,
                                     "cache_read_input_tokens": 7, "cache_creation_input_tokens": 0},
                           "modelUsage": {"fake-opus": {}}}))

@@ -4,6 +4,7 @@ raised, and what its screen shows as text."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -20,6 +21,20 @@ def drive(app: JudgeloopApp, scenario: Callable[[Any], Coroutine[Any, Any, None]
             await scenario(pilot)
 
     asyncio.run(go())
+
+
+# The upper bound of a wait for an event (a thread's message, a file, a process's exit): generous, since
+# a loaded two-core machine can take many seconds; a test never asserts on how long the wait took.
+EVENT_WAIT_S = 120.0
+
+
+async def wait_until(pilot: Any, happened: Callable[[], object], what: str, timeout_s: float = EVENT_WAIT_S) -> None:
+    """Let the app run until ``happened()`` is true (checked between short pauses); fail naming ``what``
+    if it is still false after ``timeout_s`` seconds (an upper bound, not an expectation)."""
+    deadline = time.monotonic() + timeout_s
+    while not happened():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}"
+        await pilot.pause(0.05)
 
 
 def capture_notifications(app: JudgeloopApp) -> list[str]:

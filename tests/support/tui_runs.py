@@ -187,7 +187,7 @@ SNAPSHOT_RUN_ID = "20250101-090000-5eed"
 SNAPSHOT_CLOCK = datetime(2025, 1, 1, 9, 0, tzinfo=UTC)
 
 
-def make_snapshot_workspace(ws_root: Path) -> None:
+def make_snapshot_workspace(ws_root: Path, *, wave: int = 1) -> None:
     """A real run (baseline, kept and rolled-back candidates) and its attribution, built so that every
     screen of it is the same on every machine and every build: judged one call at a time by a fake
     judge whose verdicts depend on the request and not on the calls before it, a fixed run id and git
@@ -199,7 +199,9 @@ def make_snapshot_workspace(ws_root: Path) -> None:
     the last call returned (`optimizer/evaluation/evaluator.py`, `_Scheduler._worker`: calls in flight
     are not cancelled). `prompt_sensitive_judge` numbers its calls across the whole server, so that
     one call more or less shifted every later replicate's jitter: other verdicts, another rationale,
-    another commit id, another attribution, whenever the machine was loaded (as under -n 2)."""
+    another commit id, another attribution, whenever the machine was loaded (as under -n 2).
+
+    ``wave`` > 1: the run judges its candidates in waves of ``wave`` (`run --wave`; the waves' screens)."""
     import sys
     import threading
     from typing import Any
@@ -240,7 +242,7 @@ def make_snapshot_workspace(ws_root: Path) -> None:
         mp.setattr(importer, "datetime", Frozen)  # split.json records when it was imported (committed)
         mp.setattr(module, "prompt_sensitive_judge", request_keyed_judge)  # the judge make_real_run serves
         assert make_real_run(ws_root, max_experiments=5, replicates=2, items=32, screenshots="none",
-                             concurrency=1) == 0
+                             concurrency=1, wave=wave) == 0
         with FakeLLMServer() as server:
             server.default = request_keyed_judge(ws_root, "mini")
             assert main(["attribute", "-w", str(ws_root), "--provider", "openai", "--base-url",

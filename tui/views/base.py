@@ -12,7 +12,8 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from tui.data import STATUS_STYLES, STATUS_TEXT, LedgerNotReady, fmt
+from optimizer.fmt import num, p_value
+from tui.data import STATUS_STYLES, STATUS_TEXT, LedgerNotReady
 from tui.widgets import KeyFooter, StatusStrip
 
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ def metric_rows(exp: Experiment, parent: Experiment | None) -> list[tuple[str, s
         interval = (exp.intervals or {}).get(name)
         before = parent.metric(name) if parent is not None else None
         rows.append((
-            name, fmt(value), f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "—", fmt(before),
-            fmt(None if value is None or before is None else value - before, signed=True),
+            name, num(value), f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "—", num(before),
+            num(None if value is None or before is None else value - before, signed=True),
         ))
     return rows
 
@@ -105,4 +106,4 @@ class View(Screen[None]):
 
 def fmt_p(p: float) -> str:
     """A p-value with four decimals, or in scientific notation below 0.001."""
-    return f"{p:.4f}" if p >= 0.001 else f"{p:.1e}"
+    return p_value(p, 4)

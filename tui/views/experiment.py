@@ -14,9 +14,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from optimizer.ledger import Experiment
-from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.report.data import rejudged_items
 from optimizer.report.lines import cache_reads_line, fp_by_type_line, test_line, token_split
+from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from tui.data import PARTIAL_MARK, STATUS_TEXT, ExperimentDetail, PartialMetrics, WaveDetail, load_experiment
 from tui.messages import ExperimentLoaded
 from tui.views.base import View, fmt_p, metric_rows, metric_table, status_text

@@ -13,14 +13,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from tui.data import Helped, HelpedRow, bar, fmt, load_helped, one_line
+from optimizer.fmt import num, signed
+from tui.data import Helped, HelpedRow, bar, load_helped, one_line
 from tui.messages import ExperimentSelected, HelpedLoaded
 from tui.views.base import View
 from tui.widgets import FixedColumnsTable
-
-
-def _signed_text(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None else f"{value:+.{digits}f}"
 
 
 def helped_cells(row: HelpedRow, scale: float) -> tuple[Text, ...]:
@@ -39,8 +36,8 @@ def helped_cells(row: HelpedRow, scale: float) -> tuple[Text, ...]:
     return (
         Text(f"#{exp.id}", style="bold"), Text((exp.commit_sha or "")[:8]),
         bar_cell(row.gain, "cyan"), bar_cell(at_end, "green" if row.significant else "yellow"),
-        Text(fmt(c.p_value if c else None)), Text(_signed_text(c.kappa_delta if c else None, 3)),
-        Text(_signed_text(c.fpr_delta if c else None, 3)),
+        Text(num(c.p_value if c else None)), Text(signed(c.kappa_delta if c else None)),
+        Text(signed(c.fpr_delta if c else None)),
         Text(f"+{len(c.fixed)}/-{len(c.broken)}" if c is not None and c.items is not None else "—"),
         Text(note or one_line(exp.rationale, 120), no_wrap=True, overflow="ellipsis",
              style="yellow" if row.significant is False else ""),
@@ -111,8 +108,8 @@ class HelpedView(View):
                            f"{a.judge} · items = Σ change in the share of correct judgements · ${a.cost_usd:.4f}")
             if fvb is not None and fvb.items is not None:
                 summary.append(f"\nfinal vs baseline {a.baseline_commit[:8]}: {fvb.items:+.2f} items, "
-                               f"Δκ {_signed_text(fvb.kappa_delta, 3)}, ΔFPR {_signed_text(fvb.fpr_delta, 3)}, "
-                               f"p {fmt(fvb.p_value)}", style="bold")
+                               f"Δκ {signed(fvb.kappa_delta)}, ΔFPR {signed(fvb.fpr_delta)}, "
+                               f"p {num(fvb.p_value)}", style="bold")
             if a.note:
                 summary.append(f"\n{a.note}", style="yellow")
         self.query_one("#helped-summary", Static).update(summary)

@@ -11,8 +11,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Static
 
+from optimizer.fmt import num
 from optimizer.report.data import accounting
-from tui.data import History, HistoryRow, curve_points, fmt, load_history, matches_filter, one_line
+from tui.data import History, HistoryRow, curve_points, load_history, matches_filter, one_line
 from tui.messages import CompareMarked, ExperimentSelected, HistoryLoaded
 from tui.views.base import View, status_text
 from tui.widgets import FixedColumnsTable, MetricChart
@@ -80,7 +81,7 @@ def history_cells(row: HistoryRow, weak: bool = False, waves: bool = False) -> t
         Text(row.delta_text("fpr"), style="red" if (row.d_fpr or 0) > 0 else ""),
         # The re-judging pass's extra judge calls (adaptive policy), blank when there was none.
         # An early stop's p is a bound (what the report prints as "≥0.188").
-        Text(("≥" if exp.early_stopped and exp.p_value is not None else "") + fmt(exp.p_value)),
+        Text(("≥" if exp.early_stopped and exp.p_value is not None else "") + num(exp.p_value)),
         Text(str(exp.rejudge_calls) if exp.rejudge_calls else ""),
         Text(f"{exp.cost_usd:.4f}"),
         Text(one_line(exp.rationale, 120), no_wrap=True, overflow="ellipsis"),

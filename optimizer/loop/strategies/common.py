@@ -8,6 +8,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from optimizer import fmt
+from optimizer.config import experiment_seed
 from optimizer.loop.strategies import Direction, Disagreement, PastExperiment
 from optimizer.paths import allowed_name
 
@@ -23,7 +25,7 @@ DIRECTION_TEXT: dict[str, str] = {
 
 def rng_for(seed: int, experiment_seq: int) -> random.Random:
     """A generator fixed by the run's seed and the experiment number (same inputs → same proposal)."""
-    return random.Random(seed * 1_000_003 + experiment_seq)
+    return random.Random(experiment_seed(seed, experiment_seq, wrap=False))
 
 
 def counts_by_direction(disagreements: Sequence[Disagreement]) -> Counter[str]:
@@ -118,8 +120,7 @@ def format_history(history: Sequence[PastExperiment], *, limit: int = 20, diff_c
         return "No experiments yet."
     blocks = []
     for e in list(history)[-limit:]:
-        kappa = "n/a" if e.kappa is None else f"{e.kappa:.3f}"
-        fpr = "n/a" if e.fpr is None else f"{e.fpr:.3f}"
+        kappa, fpr = fmt.num(e.kappa, missing=fmt.NA), fmt.num(e.fpr, missing=fmt.NA)
         blocks.append(
             f"## Experiment {e.id}: {e.decision} ({e.reason})\n"
             f"kappa {kappa}, FPR {fpr}\n"

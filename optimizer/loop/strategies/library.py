@@ -48,9 +48,8 @@ from optimizer.loop.strategies import (
 )
 from optimizer.loop.strategies.common import counts_by_direction, dominant_direction, rng_for
 from optimizer.models import MISTAKE_TYPES
+from optimizer.paths import JUDGE_TOML
 from optimizer.structure import current_value, set_key
-
-JUDGE_TOML = "prompts/judge.toml"
 
 Lean = Literal["stricter", "lenient", "neutral"]
 

@@ -33,9 +33,8 @@ from optimizer.loop.strategies.common import (
 )
 from optimizer.loop.strategies.llm import DEFAULT_MAX_OUTPUT_TOKENS, OptimiserModel
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolState, run_tool
+from optimizer.paths import JUDGE_TOML
 from optimizer.structure import MOVABLE_KEYS, current_value, set_key
-
-JUDGE_TOML = "prompts/judge.toml"
 
 if TYPE_CHECKING:
     from optimizer.config import OptimizerSection, Price

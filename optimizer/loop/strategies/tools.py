@@ -31,10 +31,9 @@ from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Mem
 from optimizer.judge.provenance import ItemIndex, split_items
 from optimizer.loop.strategies import ProposalContext, memoryedit
 from optimizer.loop.strategies.common import allowed_path, disagreement_dict, format_history
-from optimizer.paths import MAX_PROMPT_FILE_CHARS
+from optimizer.paths import JUDGE_TOML, MAX_PROMPT_FILE_CHARS
 from optimizer.structure import MOVABLE_KEYS, current_value, set_key
-
-JUDGE_TOML = "prompts/judge.toml"
+from optimizer.vocab import MISTAKE_TYPES
 
 MAX_STEPS_PER_READ = 150
 MAX_LISTED = 40
@@ -422,8 +421,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         "label negative but judge said success (too lenient); 'rejected_success' = label positive but judge "
         "said failure (too strict).",
         _obj({"direction": {"type": "string", "enum": ["missed_failure", "rejected_success"]},
-              "mistake_type": {"type": "string", "enum": ["Critical Mistake", "Bad Side Effect",
-                                                          "Misunderstanding of the Instruction"]}}, []),
+              "mistake_type": {"type": "string", "enum": list(MISTAKE_TYPES)}}, []),
         lambda st, a: list_disagreements(st, _str_arg(a, "direction", required=False),
                                          _str_arg(a, "mistake_type", required=False)),
     ),
