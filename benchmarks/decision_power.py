@@ -837,12 +837,12 @@ def oracle_p_clear(inside: np.ndarray, cand_total: np.ndarray, inc_total: np.nda
     every other item's judgements drawn from the true odds of both prompts (``q_c``, ``q_i``) — the
     candidate's first pass, and where it differs from the incumbent's the re-judging of both. No screen
     that learns the odds from the judged items can do better with the same looks: its row is the floor."""
-    from optimizer.stats.decision import _exact
+    from optimizer.stats.decision import exact_fraction
     from optimizer.stats.futility import _clears, _right
 
     out = np.flatnonzero(~inside)
     negative = ~positive
-    alpha = _exact(loop.alpha)
+    alpha = exact_fraction(loop.alpha)
     clears = 0
     for _ in range(draws):
         cc, cn, ic, in_ = cand_total.copy(), judgements.copy(), inc_total.copy(), judgements.copy()

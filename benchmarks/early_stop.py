@@ -5,7 +5,7 @@ For each split size (162, 1,000, 2,000 items by default; 38% positives, AH-D's s
 policy path, replays one candidate's first pass item by item in the loop's order (negatives first,
 then positives) and times the stopping checks the loop makes after every judged item:
 
-- ``old``: what `LoopRunner.evaluate`'s ``on_item`` did before the bound became incremental — the
+- ``old``: what `optimizer.loop.evaluate`'s ``on_item`` did before the bound became incremental — the
   pure reference functions (`stopped_decision` for paired, `adaptive_stopped_decision` for adaptive)
   over everything judged so far, after every item;
 - ``new``: the incremental `EarlyStopper` fed one item at a time (when the checkout has it).
@@ -52,7 +52,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from optimizer.config import LoopSection
-from optimizer.loop.runner import evaluation_order
+from optimizer.loop.records import evaluation_order
 from optimizer.models import Label
 from optimizer.stats import decision as decision_mod
 from optimizer.stats.decision import Decision, adaptive_stopped_decision, stopped_decision

@@ -14,7 +14,7 @@ import pytest
 from optimizer.evaluation.batchstore import BatchRecord, BatchStore
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.ledger import Ledger
-from optimizer.loop.runner import LedgerBatches
+from optimizer.loop.evaluate import LedgerBatches
 
 WHERE = {"provider": "openai", "endpoint": "https://api.openai.com/v1", "model": "gpt-5"}
 

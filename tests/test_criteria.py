@@ -25,7 +25,7 @@ from optimizer.judge.prompts import PromptSet
 from optimizer.judge.render import build_request
 from optimizer.judge.types import VERDICT_SCHEMA
 from optimizer.loop.guards import check_candidate
-from optimizer.loop.runner import item_verdicts
+from optimizer.loop.records import item_verdicts
 from tests.support.data import FakeItem
 from tests.support.evaluation import SECRET, Data, judge, make_data, write_config
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, Usage, reply

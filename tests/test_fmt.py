@@ -72,14 +72,17 @@ def test_first_error_is_the_first_problem_with_its_location_and_the_count_of_the
 
 @pytest.mark.parametrize("run_seed", [0, 7, 4295, 2**40])
 def test_the_seed_rule_is_the_runners_and_the_strategies(run_seed: int) -> None:
-    from optimizer.loop.runner import LoopRunner
+    from optimizer.loop.context import RunContext
     from optimizer.loop.strategies.common import rng_for
 
-    class _Seeded:  # the runner's rule reads only its seed (loop/runner.py keeps its copy until it is split)
+    class _Settings:  # the run context's rule reads only the settings' seed
         seed = run_seed
 
+    class _Context:
+        settings = _Settings()
+
     for exp in (0, 1, 12):
-        assert experiment_seed(run_seed, exp) == LoopRunner.decision_seed(_Seeded(), exp)  # type: ignore[arg-type]
+        assert experiment_seed(run_seed, exp) == RunContext.decision_seed(_Context(), exp)  # type: ignore[arg-type]
         assert experiment_seed(run_seed, exp) < 2**32
         same = random.Random(run_seed * 1_000_003 + exp)  # the strategies' stream, never reduced
         assert rng_for(run_seed, exp).random() == same.random()

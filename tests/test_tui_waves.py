@@ -114,7 +114,7 @@ def decision(p: float, *, early: bool = False, gain: float = 1.0) -> Decision:
 def write_wave(led: Ledger, run_id: str, incumbent: int, number: int | None, decisions: list[Decision | None],
                *, invalid: int | None = None) -> list[int]:
     """One wave of ``len(decisions)`` (+1 when ``invalid``: a member recorded as an error before it was
-    judged, at that place) decided by decide_wave and recorded as `LoopRunner._settle` records it."""
+    judged, at that place) decided by decide_wave and recorded as `optimizer.loop.settle.settle` records it."""
     size = len(decisions) + (invalid is not None)
     meta = {"size": size, "alpha": ALPHA, "incumbent": incumbent} | ({"number": number} if number else {})
     ids = [led.start_experiment(run_id, parent_id=incumbent, strategy="library", rationale=f"edit {i}",

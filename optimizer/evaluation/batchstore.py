@@ -4,7 +4,7 @@ batches it submits, durably, so a killed process's batch is collected, never sub
 Two stores implement it, because two kinds of command send batches:
 - `JudgeCache` (its ``batches`` table) for ``eval --batch`` and ``confirm --batch``, which have no
   run: the workspace's judge-call cache is the only durable place they write;
-- `optimizer.loop.runner.LedgerBatches` (the ledger's ``batches`` table) for ``run --batch``: the
+- `optimizer.loop.evaluate.LedgerBatches` (the ledger's ``batches`` table) for ``run --batch``: the
   run's record, each batch under its run and experiment, which ``run --resume`` reports and collects.
 
 Both return the same `BatchRecord`, holding only what both tables store.

@@ -41,12 +41,12 @@ from optimizer.devset.markdown import action_string
 from optimizer.judge.estimate import chars_tokens, image_tokens
 from optimizer.judge.prompts import STATIC_AGENTIC_SYSTEM_PROMPT, PromptSet
 from optimizer.judge.render import (
-    _DECODE_ERRORS,
+    DECODE_ERRORS,
     FileKey,
     ScreenshotSource,
-    _file_state,
-    _frame_jpeg,
-    _step_text,
+    file_state,
+    frame_jpeg,
+    step_text,
 )
 from optimizer.judge.types import (
     READ_STEPS,
@@ -195,7 +195,7 @@ class AgenticTask:
         self._screens: dict[int, FileKey | None] = {}
         for i, step in enumerate(traj.steps):
             path = split.screenshot_file(step)
-            self._screens[i] = None if path is None else _file_state(path)
+            self._screens[i] = None if path is None else file_state(path)
         self.opening = self._opening()
         self.opening_message = self._opening_message()
         self.fingerprint = self._fingerprint()
@@ -236,7 +236,7 @@ class AgenticTask:
     def _fingerprint(self) -> str:
         s = self.settings
         # Screenshots enter the keys only when viewed (`ScreenRef.key_material`: a content digest).
-        steps = [_step_text(i, st).full for i, st in enumerate(self.traj.steps)]
+        steps = [step_text(i, st).full for i, st in enumerate(self.traj.steps)]
         payload = {
             "v": AGENTIC_VERSION,
             "system": self.system,
@@ -273,7 +273,7 @@ class AgenticTask:
         if not 0 <= first < n or last < first:
             return _Answer(call_id, (TextPart(f"error: steps are numbered 0..{n - 1} and last >= first"),), True)
         last = min(last, n - 1, first + MAX_STEPS_PER_READ - 1)
-        text = "".join(_step_text(i, self.traj.steps[i]).full for i in range(first, last + 1))
+        text = "".join(step_text(i, self.traj.steps[i]).full for i in range(first, last + 1))
         if last < args["last"]:
             text += f"(stopped at step {last}: at most {MAX_STEPS_PER_READ} steps per call, {n} in all)\n"
         return _Answer(call_id, (TextPart(text),))
@@ -312,8 +312,8 @@ class AgenticTask:
                 out.append(part)
                 continue
             try:
-                data = _frame_jpeg(part.file, s.image_width, s.image_height, s.jpeg_quality, self.image_cache_dir)
-            except _DECODE_ERRORS as exc:
+                data = frame_jpeg(part.file, s.image_width, s.image_height, s.jpeg_quality, self.image_cache_dir)
+            except DECODE_ERRORS as exc:
                 out.append(TextPart(f"(the screenshot of step {part.step} could not be decoded: {type(exc).__name__})"))
                 continue
             out.append(ImagePart(data=data, step_ids=(part.step,)))

@@ -140,7 +140,7 @@ def _disk_cached(cache_dir: str | None, key: tuple[object, ...], make: Callable[
 
 
 @lru_cache(maxsize=2048)
-def _frame_jpeg(key: FileKey, width: int, height: int, quality: int, cache_dir: str | None) -> bytes:
+def frame_jpeg(key: FileKey, width: int, height: int, quality: int, cache_dir: str | None) -> bytes:
     return _disk_cached(
         cache_dir, ("frame", key, width, height, quality), lambda: _encode(_load_resized(key[0], width, height), quality)
     )
@@ -157,7 +157,7 @@ def _tile_jpeg(keys: tuple[FileKey, ...], width: int, height: int, quality: int,
     return _disk_cached(cache_dir, ("tile", keys, width, height, quality), make)
 
 
-def _file_state(path: Path) -> FileKey | None:
+def file_state(path: Path) -> FileKey | None:
     """The file's cache key (path, mtime, size), or None when it is not a readable file."""
     try:
         return _file_key(path) if path.is_file() else None
@@ -165,7 +165,7 @@ def _file_state(path: Path) -> FileKey | None:
         return None
 
 
-_DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
 
 # --------------------------------------------------------------------------- step text
@@ -177,7 +177,7 @@ class _StepText:
     brief: str
 
 
-def _step_text(index: int, step: Step) -> _StepText:
+def step_text(index: int, step: Step) -> _StepText:
     head = f"### Step {index}\n\n**Action:** `{action_string(step.action)}`"
     extra = []
     if step.thought:
@@ -368,7 +368,7 @@ def build_request(
         if path is None:
             notes.append(f"step {i}: no local screenshot ({steps[i].screenshot or 'null'}); sent without it")
             continue
-        found = _file_state(path)
+        found = file_state(path)
         if found is None:
             notes.append(f"step {i}: screenshot file missing ({path}); sent without it")
             continue
@@ -385,7 +385,7 @@ def build_request(
         closing = extra_instructions.rstrip("\n") + "\n\n" + closing
     if replace_instructions is not None:
         instructions, closing = "", replace_instructions
-    texts = [_step_text(i, s) for i, s in enumerate(steps)]
+    texts = [step_text(i, s) for i, s in enumerate(steps)]
     # The intro's length barely depends on the frame count; estimate with the longest variant.
     intro_guess = _screenshot_intro(settings, max(len(frames), 1), n, text_only)
     costs = _Costs(system + instructions + header_core + intro_guess + memory + closing, texts, steps, settings)
@@ -448,22 +448,22 @@ def _image_part(
     if settings.tiling:
         try:
             return ImagePart(data=_tile_jpeg(tuple(keys[i] for i in usable), w, h, q, cache_dir), step_ids=tuple(usable))
-        except _DECODE_ERRORS:
+        except DECODE_ERRORS:
             pass  # find the frame(s) at fault below, then tile the rest
     for i in group:
         try:
-            _frame_jpeg(keys[i], w, h, q, cache_dir)
-        except _DECODE_ERRORS as exc:
+            frame_jpeg(keys[i], w, h, q, cache_dir)
+        except DECODE_ERRORS as exc:
             notes.append(f"step {i}: screenshot could not be decoded ({type(exc).__name__}); sent without it")
             usable.remove(i)
     if not usable:
         return None
     if not settings.tiling:
-        return ImagePart(data=_frame_jpeg(keys[usable[0]], w, h, q, cache_dir), step_ids=(usable[0],))
+        return ImagePart(data=frame_jpeg(keys[usable[0]], w, h, q, cache_dir), step_ids=(usable[0],))
     return ImagePart(data=_tile_jpeg(tuple(keys[i] for i in usable), w, h, q, cache_dir), step_ids=tuple(usable))
 
 
 def clear_image_cache() -> None:
     """Forget cached encoded screenshots (tests; long-lived processes after data changes)."""
-    _frame_jpeg.cache_clear()
+    frame_jpeg.cache_clear()
     _tile_jpeg.cache_clear()

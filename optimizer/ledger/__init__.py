@@ -66,20 +66,20 @@ from optimizer import storage
 from optimizer.errors import UserError
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger.rows import (
-    _EXPERIMENT_LIST_COLUMNS,
-    _EXPERIMENT_V3_COLUMNS,
-    _EXPERIMENT_V3_DEFAULTS,
-    _EXPERIMENT_V4_COLUMNS,
-    _EXPERIMENT_V4_DEFAULTS,
-    _EXPERIMENT_V6_COLUMNS,
-    _EXPERIMENT_V6_DEFAULTS,
-    _EXPERIMENT_V8_COLUMNS,
-    _EXPERIMENT_V8_DEFAULTS,
-    _EXPERIMENT_V9_COLUMNS,
-    _EXPERIMENT_V9_DEFAULTS,
-    _EXPERIMENT_V10_COLUMNS,
-    _EXPERIMENT_V10_DEFAULTS,
-    _RUN_COLUMNS,
+    EXPERIMENT_LIST_COLUMNS,
+    EXPERIMENT_V3_COLUMNS,
+    EXPERIMENT_V3_DEFAULTS,
+    EXPERIMENT_V4_COLUMNS,
+    EXPERIMENT_V4_DEFAULTS,
+    EXPERIMENT_V6_COLUMNS,
+    EXPERIMENT_V6_DEFAULTS,
+    EXPERIMENT_V8_COLUMNS,
+    EXPERIMENT_V8_DEFAULTS,
+    EXPERIMENT_V9_COLUMNS,
+    EXPERIMENT_V9_DEFAULTS,
+    EXPERIMENT_V10_COLUMNS,
+    EXPERIMENT_V10_DEFAULTS,
+    RUN_COLUMNS,
     Attribution,
     BatchRow,
     Confirmation,
@@ -96,24 +96,23 @@ from optimizer.ledger.rows import (
     Review,
     ReviewRecord,
     Run,
-    _detail,
-    _dumps,
-    _experiment_from_row,
-    _flips_dict,
-    _intervals_dict,
-    _loads,
-    _metrics_dict,
-    _opt_bool,
-    _opt_int,
-    _run_from_row,
-    _tool_calls,
-    _ts,
+    detail_dict,
+    experiment_from_row,
+    flips_dict,
+    intervals_dict,
+    json_or_none,
+    json_value,
+    metrics_dict,
     new_run_id,
+    opt_bool,
+    opt_int,
+    run_from_row,
+    tool_calls,
+    ts,
     utc_now,
     verdict_detail,
 )
 from optimizer.ledger.schema import (
-    _TERMINAL_RUN_STATUSES,
     FLIP_KEYS,
     SCHEMA_VERSION,
     create_schema,
@@ -301,16 +300,16 @@ class Ledger:
 
     def _run_columns(self) -> str:
         # Schema 9: the fingerprint of the label set a run decides with (NULL before it).
-        return _RUN_COLUMNS + (", labels_fingerprint" if self.version >= 9 else ", NULL AS labels_fingerprint")
+        return RUN_COLUMNS + (", labels_fingerprint" if self.version >= 9 else ", NULL AS labels_fingerprint")
 
     def _experiment_columns(self) -> str:
-        parts = [_EXPERIMENT_LIST_COLUMNS]
-        for since, columns, defaults in ((3, _EXPERIMENT_V3_COLUMNS, _EXPERIMENT_V3_DEFAULTS),
-                                         (4, _EXPERIMENT_V4_COLUMNS, _EXPERIMENT_V4_DEFAULTS),
-                                         (6, _EXPERIMENT_V6_COLUMNS, _EXPERIMENT_V6_DEFAULTS),
-                                         (8, _EXPERIMENT_V8_COLUMNS, _EXPERIMENT_V8_DEFAULTS),
-                                         (9, _EXPERIMENT_V9_COLUMNS, _EXPERIMENT_V9_DEFAULTS),
-                                         (10, _EXPERIMENT_V10_COLUMNS, _EXPERIMENT_V10_DEFAULTS)):
+        parts = [EXPERIMENT_LIST_COLUMNS]
+        for since, columns, defaults in ((3, EXPERIMENT_V3_COLUMNS, EXPERIMENT_V3_DEFAULTS),
+                                         (4, EXPERIMENT_V4_COLUMNS, EXPERIMENT_V4_DEFAULTS),
+                                         (6, EXPERIMENT_V6_COLUMNS, EXPERIMENT_V6_DEFAULTS),
+                                         (8, EXPERIMENT_V8_COLUMNS, EXPERIMENT_V8_DEFAULTS),
+                                         (9, EXPERIMENT_V9_COLUMNS, EXPERIMENT_V9_DEFAULTS),
+                                         (10, EXPERIMENT_V10_COLUMNS, EXPERIMENT_V10_DEFAULTS)):
             if self.version >= since:
                 parts.extend(columns)
             else:
@@ -348,10 +347,10 @@ class Ledger:
         run_id = run_id or new_run_id()
         with self.transaction() as cur:
             cur.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, NULL)",
+                f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, NULL)",
                 (
-                    run_id, _ts(utc_now()), status, strategy, policy, split, split_fingerprint, start_rev,
-                    branch or f"judgeloop/{run_id}", _dumps(dict(budgets or {})), _dumps(dict(config or {})),
+                    run_id, ts(utc_now()), status, strategy, policy, split, split_fingerprint, start_rev,
+                    branch or f"judgeloop/{run_id}", json_or_none(dict(budgets or {})), json_or_none(dict(config or {})),
                     os.getpid() if pid is None else pid, host or socket.gethostname(),
                 ),
             )
@@ -364,7 +363,7 @@ class Ledger:
         self, run_id: str, status: RunStatus, *, stop_reason: str | None = None, pid: int | None = None
     ) -> None:
         """Change a run's status (sets ``finished`` for finished/stopped/crashed) and log an event."""
-        finished = _ts(utc_now()) if status in _TERMINAL_RUN_STATUSES else None
+        finished = ts(utc_now()) if status in TERMINAL_RUN_STATUSES else None
         with self.transaction() as cur:
             cur.execute(
                 "UPDATE runs SET status = ?, finished = ?, stop_reason = COALESCE(?, stop_reason), "
@@ -382,12 +381,12 @@ class Ledger:
 
     def runs(self) -> list[Run]:
         """Every run, newest first."""
-        return [_run_from_row(r) for r in self._query(f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC, rowid DESC")]
+        return [run_from_row(r) for r in self._query(f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC, rowid DESC")]
 
     def latest_run(self) -> Run | None:
         """The newest run, or None on an empty ledger."""
         rows = self._query(f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC, rowid DESC LIMIT 1")
-        return _run_from_row(rows[0]) if rows else None
+        return run_from_row(rows[0]) if rows else None
 
     def get_run(self, run_id: str) -> Run:
         """One run; an unknown id is a UserError listing the newest few."""
@@ -395,7 +394,7 @@ class Ledger:
         if not rows:
             known = ", ".join(r.id for r in self.runs()[:5]) or "none"
             raise UserError(f"no run {run_id!r} in the ledger (newest: {known}); pass one of those to --run")
-        return _run_from_row(rows[0])
+        return run_from_row(rows[0])
 
     def resolve_run(self, run_id: str | None) -> Run:
         """``run_id`` if given, else the latest run; an empty ledger is a UserError."""
@@ -445,10 +444,10 @@ class Ledger:
                 "optimizer_input_tokens, optimizer_output_tokens, optimizer_cost_usd, proposal_meta) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    run_id, seq, parent_id, strategy, _ts(utc_now()), status, commit_sha,
-                    _dumps(list(files_changed)), insertions, deletions, diff_text, rationale, prompt_hash,
+                    run_id, seq, parent_id, strategy, ts(utc_now()), status, commit_sha,
+                    json_or_none(list(files_changed)), insertions, deletions, diff_text, rationale, prompt_hash,
                     optimizer_calls, optimizer_input_tokens, optimizer_output_tokens, optimizer_cost_usd,
-                    _dumps(dict(proposal_meta)) if proposal_meta else None,
+                    json_or_none(dict(proposal_meta)) if proposal_meta else None,
                 ),
             )
             experiment_id = int(cur.lastrowid or 0)
@@ -550,14 +549,14 @@ class Ledger:
                 "cache_read_tokens = ?, cache_write_tokens = ?, keep_kind = ?, verdict_cost_usd = ?, "
                 "policy_keep = ?, policy_reason = ?, decided_by = ? WHERE id = ?",
                 (
-                    o.status, None if o.status == "waiting" else _ts(utc_now()), o.status, o.reason,
-                    _dumps(_metrics_dict(o.metrics)), _dumps(_intervals_dict(o.intervals)), _dumps(_flips_dict(o.flips)),
-                    o.p_value, _opt_int(o.literal_keep), _opt_int(o.paired_keep),
+                    o.status, None if o.status == "waiting" else ts(utc_now()), o.status, o.reason,
+                    json_or_none(metrics_dict(o.metrics)), json_or_none(intervals_dict(o.intervals)), json_or_none(flips_dict(o.flips)),
+                    o.p_value, opt_int(o.literal_keep), opt_int(o.paired_keep),
                     int(o.early_stopped), o.items_evaluated, o.usage.calls, o.cache_hits, o.usage.input_tokens,
                     o.usage.output_tokens, o.cost_usd, o.duration_s, o.commit_sha, o.prompt_hash,
-                    _opt_int(o.adaptive_keep), o.alpha, _dumps(o.test), o.rejudge.calls, o.rejudge.cost_usd,
+                    opt_int(o.adaptive_keep), o.alpha, json_or_none(o.test), o.rejudge.calls, o.rejudge.cost_usd,
                     o.usage.cache_read_tokens, o.usage.cache_write_tokens, o.keep_kind, o.verdict_cost_usd,
-                    _opt_int(o.policy_keep), o.policy_reason, o.decided_by, experiment_id,
+                    opt_int(o.policy_keep), o.policy_reason, o.decided_by, experiment_id,
                 ),
             )
             if o.status in INCUMBENT_STATUSES:
@@ -605,7 +604,7 @@ class Ledger:
             cur.execute(
                 "UPDATE experiments SET status = ?, decision = ?, reason = COALESCE(?, reason), finished = ?, "
                 "commit_sha = COALESCE(?, commit_sha), decided_by = COALESCE(?, decided_by) WHERE id = ?",
-                (status, status, reason, _ts(utc_now()), commit_sha, decided_by, experiment_id),
+                (status, status, reason, ts(utc_now()), commit_sha, decided_by, experiment_id),
             )
             if status in INCUMBENT_STATUSES:
                 cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, row[0]))
@@ -618,7 +617,7 @@ class Ledger:
             f"SELECT {self._experiment_columns()}, NULL AS diff_text FROM experiments WHERE run_id = ? ORDER BY seq",
             (run_id,),
         )
-        return [_experiment_from_row(r) for r in rows]
+        return [experiment_from_row(r) for r in rows]
 
     def get_experiment(self, experiment_id: int) -> Experiment:
         """One experiment with its diff text; an unknown id is a UserError."""
@@ -627,7 +626,7 @@ class Ledger:
         )
         if not rows:
             raise UserError(f"no experiment {experiment_id} in the ledger; see `judgeloop history` for ids")
-        return _experiment_from_row(rows[0])
+        return experiment_from_row(rows[0])
 
     def experiments_with_status(self, status: ExperimentStatus, run_id: str | None = None) -> list[Experiment]:
         """Experiments in one status (e.g. ``waiting`` or ``running``), oldest first."""
@@ -636,7 +635,7 @@ class Ledger:
         if run_id is not None:
             sql += " AND run_id = ?"
             params.append(run_id)
-        return [_experiment_from_row(r) for r in self._query(sql + " ORDER BY id", params)]
+        return [experiment_from_row(r) for r in self._query(sql + " ORDER BY id", params)]
 
     def kept_chain(self, run_id: str) -> list[Experiment]:
         """Baseline → … → incumbent, following parent links back from the run's incumbent."""
@@ -696,15 +695,15 @@ class Ledger:
         ):
             # model_construct: rows were validated on the way in; this keeps a 162×3 load fast.
             reps.setdefault(r[0], []).append(ReplicateVerdict.model_construct(
-                replicate=r[1], success=_opt_bool(r[2]), status=r[3], reasoning=r[4] or "", confidence=r[5],
+                replicate=r[1], success=opt_bool(r[2]), status=r[3], reasoning=r[4] or "", confidence=r[5],
                 mistake_type=r[6], raw=r[7], cached=bool(r[8]), cost_usd=r[9],
-                tools=_tool_calls(r[10]),
+                tools=tool_calls(r[10]),
                 members=[MemberVerdict.model_validate(m) for m in json.loads(r[11])] if r[11] else [],
-                **_detail(r[12]),
+                **detail_dict(r[12]),
             ))
         return [
             ItemVerdict.model_construct(
-                trajectory_id=r[0], success=_opt_bool(r[1]), status=r[2], mistake_type=r[3], unstable=bool(r[4]),
+                trajectory_id=r[0], success=opt_bool(r[1]), status=r[2], mistake_type=r[3], unstable=bool(r[4]),
                 replicates=reps.get(r[0], []),
             )
             for r in self._query(
@@ -724,7 +723,7 @@ class Ledger:
             "ORDER BY trajectory_id, replicate",
             (experiment_id,),
         ):
-            out.setdefault(r[0], []).append(Answer(success=_opt_bool(r[1]), mistake_type=r[3], status=r[2]))
+            out.setdefault(r[0], []).append(Answer(success=opt_bool(r[1]), mistake_type=r[3], status=r[2]))
         return out
 
     def item_answers(self, experiment_id: int) -> dict[str, Answer]:
@@ -732,7 +731,7 @@ class Ledger:
         from optimizer.stats.metrics import Answer
 
         return {
-            r[0]: Answer(success=_opt_bool(r[1]), mistake_type=r[3], status=r[2])
+            r[0]: Answer(success=opt_bool(r[1]), mistake_type=r[3], status=r[2])
             for r in self._query(
                 "SELECT trajectory_id, success, status, mistake_type FROM items WHERE experiment_id = ?",
                 (experiment_id,),
@@ -745,7 +744,7 @@ class Ledger:
         the prompts judged (the prompt hash, else the commit, else the experiment) — what the label
         suspects queue (`optimizer.triage`) counts."""
         return [
-            (int(r[0]), str(r[1]), str(r[2]), int(r[3]), _opt_bool(r[4]), r[5])
+            (int(r[0]), str(r[1]), str(r[2]), int(r[3]), opt_bool(r[4]), r[5])
             for r in self._query(
                 "SELECT v.experiment_id, COALESCE(e.prompt_hash, e.commit_sha, 'experiment-' || e.id), "
                 "v.trajectory_id, v.replicate, v.success, v.confidence FROM verdicts v "
@@ -769,9 +768,9 @@ class Ledger:
         )
         return [
             (int(r[0]), str(r[1]), str(r[2]), ReplicateVerdict.model_construct(
-                replicate=int(r[3]), success=_opt_bool(r[4]), confidence=r[5],
+                replicate=int(r[3]), success=opt_bool(r[4]), confidence=r[5],
                 members=[MemberVerdict.model_validate(m) for m in json.loads(r[6])] if r[6] else [],
-                **_detail(r[7])))
+                **detail_dict(r[7])))
             for r in rows
         ]
 
@@ -814,7 +813,7 @@ class Ledger:
         with self.transaction() as cur:
             cur.execute(
                 "INSERT INTO reviews (created, experiment_id, trajectory_id, kind, note, author) VALUES (?, ?, ?, ?, ?, ?)",
-                (_ts(utc_now()), experiment_id, trajectory_id, kind, note, author),
+                (ts(utc_now()), experiment_id, trajectory_id, kind, note, author),
             )
             review_id = int(cur.lastrowid or 0)
         return self.reviews(review_id=review_id)[0]
@@ -853,7 +852,7 @@ class Ledger:
     ) -> int:
         cur.execute(
             "INSERT INTO events (run_id, experiment_id, created, kind, payload) VALUES (?, ?, ?, ?, ?)",
-            (run_id, experiment_id, _ts(utc_now()), kind, _dumps(dict(payload))),
+            (run_id, experiment_id, ts(utc_now()), kind, json_or_none(dict(payload))),
         )
         return int(cur.lastrowid or 0)
 
@@ -876,7 +875,7 @@ class Ledger:
             params.append(run_id)
         rows = self._query(sql + " ORDER BY id LIMIT ?", [*params, limit])
         return [
-            Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4], payload=_loads(r[5]) or {})
+            Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4], payload=json_value(r[5]) or {})
             for r in rows
         ]
 
@@ -891,7 +890,7 @@ class Ledger:
         if not rows:
             return None
         r = rows[0]
-        return Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4], payload=_loads(r[5]) or {})
+        return Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4], payload=json_value(r[5]) or {})
 
     def last_event_id(self) -> int:
         """The newest event id (0 when there are none): where a new follower starts."""
@@ -906,7 +905,7 @@ class Ledger:
         with self.transaction() as cur:
             cur.execute(
                 "INSERT INTO confirmations (run_id, split, created, revision, metrics) VALUES (?, ?, ?, ?, ?)",
-                (run_id, split, _ts(utc_now()), revision, _dumps(_metrics_dict(metrics) or {})),
+                (run_id, split, ts(utc_now()), revision, json_or_none(metrics_dict(metrics) or {})),
             )
             confirmation_id = int(cur.lastrowid or 0)
         return next(c for c in self.confirmations() if c.id == confirmation_id)
@@ -920,7 +919,7 @@ class Ledger:
             params.append(split)
         rows = self._query(sql + " ORDER BY id", params)
         return [
-            Confirmation(id=r[0], run_id=r[1], split=r[2], created=r[3], revision=r[4], metrics=_loads(r[5]) or {})
+            Confirmation(id=r[0], run_id=r[1], split=r[2], created=r[3], revision=r[4], metrics=json_value(r[5]) or {})
             for r in rows
         ]
 
@@ -929,12 +928,12 @@ class Ledger:
     def record_batch(self, run_id: str, experiment_id: int | None, *, provider: str, endpoint: str, model: str,
                      custom_ids: list[str], estimate_usd: float) -> int:
         """Record a batch about to be submitted for ``experiment_id`` (status ``submitting``); its row id."""
-        now = _ts(utc_now())
+        now = ts(utc_now())
         with self.transaction() as cur:
             cur.execute(
                 "INSERT INTO batches (run_id, experiment_id, provider, endpoint, model, batch_id, status, custom_ids,"
                 " estimate_usd, created, updated) VALUES (?, ?, ?, ?, ?, NULL, 'submitting', ?, ?, ?, ?)",
-                (run_id, experiment_id, provider, endpoint, model, _dumps(custom_ids), estimate_usd, now, now),
+                (run_id, experiment_id, provider, endpoint, model, json_or_none(custom_ids), estimate_usd, now, now),
             )
             return int(cur.lastrowid or 0)
 
@@ -942,7 +941,7 @@ class Ledger:
         """Set a recorded batch's status (and its provider id, once known)."""
         with self.transaction() as cur:
             cur.execute("UPDATE batches SET status = ?, batch_id = COALESCE(?, batch_id), updated = ? WHERE id = ?",
-                        (status, batch_id, _ts(utc_now()), row_id))
+                        (status, batch_id, ts(utc_now()), row_id))
 
     def batches(self, run_id: str, *, open_only: bool = False) -> list[BatchRow]:
         """The run's recorded batches, oldest first (``open_only``: those not yet collected or abandoned)."""
@@ -953,7 +952,7 @@ class Ledger:
         rows = self._query(sql + " ORDER BY id", (run_id,))
         return [
             BatchRow(id=r[0], run_id=r[1], experiment_id=r[2], provider=r[3], endpoint=r[4], model=r[5],
-                     batch_id=r[6], status=r[7], custom_ids=_loads(r[8]) or [], estimate_usd=r[9], created=r[10])
+                     batch_id=r[6], status=r[7], custom_ids=json_value(r[8]) or [], estimate_usd=r[9], created=r[10])
             for r in rows
         ]
 
@@ -970,7 +969,7 @@ class Ledger:
 
     def _attribution(self, row: sqlite3.Row) -> Attribution:
         d = dict(row)
-        d["final_vs_baseline"] = _loads(d["final_vs_baseline"])
+        d["final_vs_baseline"] = json_value(d["final_vs_baseline"])
         d["edits"] = [
             EditContribution.model_validate_json(r[0]) for r in self._query(
                 "SELECT result FROM attribution_edits WHERE attribution_id = ? ORDER BY position", (d["id"],))
@@ -989,9 +988,9 @@ class Ledger:
             if row is not None:
                 attribution_id = int(row[0])
                 cur.execute("UPDATE attributions SET status = 'running', updated = ? WHERE id = ?",
-                            (_ts(utc_now()), attribution_id))
+                            (ts(utc_now()), attribution_id))
             else:
-                now = _ts(utc_now())
+                now = ts(utc_now())
                 cur.execute(
                     "INSERT INTO attributions (run_id, key, scope, final_commit, baseline_commit, split, judge, "
                     "replicates, rejudge, alpha, created, updated, status) "
@@ -1013,7 +1012,7 @@ class Ledger:
             cur.execute("INSERT OR REPLACE INTO attribution_edits VALUES (?, ?, ?, ?)",
                         (attribution_id, edit.experiment, position, edit.model_dump_json()))
             cur.execute("UPDATE attributions SET cost_usd = cost_usd + ?, updated = ? WHERE id = ?",
-                        (new_cost_usd, _ts(utc_now()), attribution_id))
+                        (new_cost_usd, ts(utc_now()), attribution_id))
 
     def finish_attribution(
         self, attribution_id: int, *, status: str, note: str | None,
@@ -1025,7 +1024,7 @@ class Ledger:
             cur.execute(
                 "UPDATE attributions SET status = ?, note = ?, updated = ?, cost_usd = cost_usd + ?, "
                 "final_vs_baseline = COALESCE(?, final_vs_baseline) WHERE id = ?",
-                (status, note, _ts(utc_now()), extra_cost_usd,
+                (status, note, ts(utc_now()), extra_cost_usd,
                  final_vs_baseline.model_dump_json() if final_vs_baseline is not None else None, attribution_id),
             )
         return self.get_attribution(attribution_id)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from optimizer.judge.types import JudgeToolCall
-from optimizer.ledger.schema import _V4_EXPERIMENT_COLUMNS, FLIP_KEYS
+from optimizer.ledger.schema import FLIP_KEYS, V4_EXPERIMENT_COLUMNS
 from optimizer.vocab import (
     AnswerStatus,
     DecidedBy,
@@ -50,7 +50,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
-def _ts(value: datetime | None) -> str | None:
+def ts(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat(timespec="seconds")
 
 
@@ -481,15 +481,15 @@ class Attribution(BaseModel):
 # Conversions
 
 
-def _dumps(value: Any) -> str | None:
+def json_or_none(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def _loads(value: str | None) -> Any:
+def json_value(value: str | None) -> Any:
     return None if value is None else json.loads(value)
 
 
-def _tool_calls(value: str | None) -> list[JudgeToolCall]:
+def tool_calls(value: str | None) -> list[JudgeToolCall]:
     """The ``verdicts.tools`` column: JSON objects, or (rows written before tool calls were data) the
     trace lines they display as, parsed here once."""
     if not value:
@@ -511,7 +511,7 @@ def verdict_detail(verdict: Any) -> dict[str, Any]:
     return out
 
 
-def _detail(value: str | None) -> dict[str, Any]:
+def detail_dict(value: str | None) -> dict[str, Any]:
     """The ``verdicts.detail`` column as `ReplicateVerdict` fields (criteria, evidence_steps, review)."""
     if not value:
         return {}
@@ -523,15 +523,15 @@ def _detail(value: str | None) -> dict[str, Any]:
     }
 
 
-def _opt_bool(value: int | None) -> bool | None:
+def opt_bool(value: int | None) -> bool | None:
     return None if value is None else bool(value)
 
 
-def _opt_int(value: bool | None) -> int | None:
+def opt_int(value: bool | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _metrics_dict(metrics: Metrics | Mapping[str, Any] | None) -> dict[str, Any] | None:
+def metrics_dict(metrics: Metrics | Mapping[str, Any] | None) -> dict[str, Any] | None:
     """Accept a ``metrics.Metrics`` (stored whole: protocol keys plus the confusion counts, so it
     can be rebuilt with ``Metrics.model_validate``), any pydantic model, or a mapping."""
     if metrics is None:
@@ -541,7 +541,7 @@ def _metrics_dict(metrics: Metrics | Mapping[str, Any] | None) -> dict[str, Any]
     return dict(metrics)
 
 
-def _flips_dict(flips: Any) -> dict[str, list[str]] | None:
+def flips_dict(flips: Any) -> dict[str, list[str]] | None:
     """Accept a metrics.FlipTable (attributes) or a mapping with the four FLIP_KEYS."""
     if flips is None:
         return None
@@ -550,58 +550,58 @@ def _flips_dict(flips: Any) -> dict[str, list[str]] | None:
     return {k: sorted(getattr(flips, k)) for k in FLIP_KEYS}
 
 
-def _intervals_dict(intervals: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
+def intervals_dict(intervals: Mapping[str, Any] | None) -> dict[str, list[float]] | None:
     if intervals is None:
         return None
     return {k: [float(v[0]), float(v[1])] for k, v in intervals.items()}
 
 
-_RUN_COLUMNS = (
+RUN_COLUMNS = (
     "id, created, finished, status, strategy, policy, split, split_fingerprint, start_rev, branch, "
     "incumbent_experiment, budgets, config, pid, host, stop_reason"
 )
-_EXPERIMENT_LIST_COLUMNS = (
+EXPERIMENT_LIST_COLUMNS = (
     "id, run_id, seq, parent_id, strategy, created, finished, status, commit_sha, files_changed, "
     "insertions, deletions, rationale, metrics, intervals, flips, p_value, literal_keep, paired_keep, "
     "decision, reason, early_stopped, items_evaluated, calls, cache_hits, input_tokens, output_tokens, "
     "cost_usd, duration_s, prompt_hash"
 )
 # Added by schema 3; a read-only ledger of an older schema reads them as their defaults.
-_EXPERIMENT_V3_COLUMNS = (
+EXPERIMENT_V3_COLUMNS = (
     "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "proposal_meta",
 )
-_EXPERIMENT_V3_DEFAULTS = ("0", "0", "0", "0.0", "NULL")
-_EXPERIMENT_V4_COLUMNS = tuple(column for column, _ in _V4_EXPERIMENT_COLUMNS)
-_EXPERIMENT_V4_DEFAULTS = ("NULL", "NULL", "NULL", "0", "0.0")
+EXPERIMENT_V3_DEFAULTS = ("0", "0", "0", "0.0", "NULL")
+EXPERIMENT_V4_COLUMNS = tuple(column for column, _ in V4_EXPERIMENT_COLUMNS)
+EXPERIMENT_V4_DEFAULTS = ("NULL", "NULL", "NULL", "0", "0.0")
 # Added by schema 6: the judge's prompt-cache reads and writes (tokens, the providers' convention).
-_EXPERIMENT_V6_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
-_EXPERIMENT_V6_DEFAULTS = ("0", "0")
+EXPERIMENT_V6_COLUMNS = ("cache_read_tokens", "cache_write_tokens")
+EXPERIMENT_V6_DEFAULTS = ("0", "0")
 # Added by schema 8: the cache-read tokens the passes planned (`optimizer.evaluation.warmup.CacheReads`).
-_EXPERIMENT_V8_COLUMNS = ("planned_cache_read_tokens",)
-_EXPERIMENT_V8_DEFAULTS = ("0",)
+EXPERIMENT_V8_COLUMNS = ("planned_cache_read_tokens",)
+EXPERIMENT_V8_DEFAULTS = ("0",)
 # Added by schema 9: how a keep was earned, and the cost per verdict ([loop] cheaper_margin_items).
-_EXPERIMENT_V9_COLUMNS = ("keep_kind", "verdict_cost_usd")
-_EXPERIMENT_V9_DEFAULTS = ("NULL", "NULL")
+EXPERIMENT_V9_COLUMNS = ("keep_kind", "verdict_cost_usd")
+EXPERIMENT_V9_DEFAULTS = ("NULL", "NULL")
 # Added by schema 10: what the policy said, and who decided (`optimizer.vocab.DecidedBy`).
-_EXPERIMENT_V10_COLUMNS = ("policy_keep", "policy_reason", "decided_by")
-_EXPERIMENT_V10_DEFAULTS = ("NULL", "NULL", "NULL")
+EXPERIMENT_V10_COLUMNS = ("policy_keep", "policy_reason", "decided_by")
+EXPERIMENT_V10_DEFAULTS = ("NULL", "NULL", "NULL")
 
 
-def _run_from_row(r: sqlite3.Row) -> Run:
+def run_from_row(r: sqlite3.Row) -> Run:
     d = dict(r)
-    d["budgets"] = _loads(d["budgets"]) or {}
-    d["config"] = _loads(d["config"]) or {}
+    d["budgets"] = json_value(d["budgets"]) or {}
+    d["config"] = json_value(d["config"]) or {}
     return Run.model_validate(d)
 
 
-def _experiment_from_row(r: sqlite3.Row) -> Experiment:
+def experiment_from_row(r: sqlite3.Row) -> Experiment:
     d = dict(r)
     for key in ("files_changed", "metrics", "intervals", "flips", "proposal_meta", "test"):
-        d[key] = _loads(d[key])
+        d[key] = json_value(d[key])
     d["files_changed"] = d["files_changed"] or []
     d["proposal_meta"] = d["proposal_meta"] or {}
     for key in ("literal_keep", "paired_keep", "adaptive_keep", "policy_keep"):
-        d[key] = _opt_bool(d[key])
+        d[key] = opt_bool(d[key])
     d["early_stopped"] = bool(d["early_stopped"])
     return Experiment.model_validate(d)
 

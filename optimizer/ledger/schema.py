@@ -19,7 +19,7 @@ from optimizer.vocab import (
 
 SCHEMA_VERSION = 10
 # Schema 4: the adaptive policy's record of each decision (see optimizer.stats.decision.AdaptiveTest).
-_V4_EXPERIMENT_COLUMNS = (
+V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
     ("alpha", "REAL"),
     ("test", "TEXT"),
@@ -294,7 +294,7 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
         _backfill_library_meta(cur)
         current = 3
     if current == 3:
-        for column, decl in _V4_EXPERIMENT_COLUMNS:
+        for column, decl in V4_EXPERIMENT_COLUMNS:
             cur.execute(f"ALTER TABLE experiments ADD COLUMN {column} {decl}")
         current = 4
     if current == 4:

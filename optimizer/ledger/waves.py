@@ -1,4 +1,4 @@
-"""A run's waves of candidates read back from its rows (`[loop] wave`, `LoopRunner.wave`).
+"""A run's waves of candidates read back from its rows (`[loop] wave`, `optimizer.loop.waves.run_wave`).
 
 Each wave candidate's row holds ``proposal_meta["wave"] = {"size", "alpha", "incumbent", "number"}``:
 the wave's size (Holm's family), its level, the incumbent it was proposed against and its number in

@@ -230,13 +230,15 @@ def attribute(ws: Workspace, options: AttributeOptions, events: Listener = ignor
             # first, and whatever this one leaves (a crash in git) goes at the end.
             gitops.prune_scratch_worktrees(ws)
             try:
-                return _attribute(ws, ledger, scope, options, events, stop)
+                return attribute_scope(ws, ledger, scope, options, events, stop)
             finally:
                 gitops.prune_scratch_worktrees(ws)
 
 
-def _attribute(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOptions,
-               events: Listener, stop: StopRequest | None = None) -> Attribution:
+def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOptions,
+                    events: Listener, stop: StopRequest | None = None) -> Attribution:
+    """`attribute` over a resolved ``scope``, the caller holding what it must (the loop lock; `judgeloop
+    mcp` its session's, paying from its budget): measured, recorded and returned."""
     def tell(text: str) -> None:
         events(Message(text))
 

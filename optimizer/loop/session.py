@@ -34,9 +34,12 @@ from optimizer.judge.providers import Usage, check_judge_key
 from optimizer.ledger import Experiment, Ledger, Run, RunStatus
 from optimizer.ledger.rows import overrule_line
 from optimizer.loop import trust
-from optimizer.loop.runner import LoopRunner, check_wave, decision_trailers, fmt3
+from optimizer.loop.context import RunContext
+from optimizer.loop.records import decision_trailers, fmt3
+from optimizer.loop.runner import LoopRunner
 from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
+from optimizer.loop.waves import check_wave
 from optimizer.models import Label
 from optimizer.paths import check_prompts_tree
 from optimizer.report import export_experiments_tsv, write_markdown_report
@@ -119,8 +122,8 @@ def _overrides(options: RunOptions) -> RunOverrides:
 
 
 @dataclass
-class _Prepared:
-    """A run ready to drive: recorded in the ledger, its branch checked out."""
+class StartedRun:
+    """A run ready to drive: recorded in the ledger, its branch checked out (`open_run`, a resume)."""
 
     run: Run
     split: Split
@@ -128,6 +131,12 @@ class _Prepared:
     spent: float
     strategy_name: str
     labels: dict[str, Label]  # the label set the run decides with, fixed at its start
+
+    def context(self, ws: Workspace, ledger: Ledger, events: Listener = ignore,
+                stop: StopRequest | None = None) -> RunContext:
+        """The run as the loop's rooms see it (`optimizer.loop.context.RunContext`), its spend so far counted."""
+        return RunContext(ws=ws, ledger=ledger, run=self.run, split=self.split, labels=self.labels,
+                          settings=self.settings, events=events, stop=stop or StopRequest(), spent_usd=self.spent)
 
 
 def start_run(ws: Workspace, options: RunOptions, events: Listener = ignore,
@@ -175,7 +184,7 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
         if resume:
             prepared = _prepare_resume(ws, ledger, options, say)
         else:
-            prepared = _prepare_start(ws, ledger, options, judge, say)
+            prepared = open_run(ws, ledger, options, judge, say)
         run, split, settings = prepared.run, prepared.split, prepared.settings
         if prepared.strategy_name == "manual":
             manual_edit = str(run.budgets.get("manual_edit", ""))
@@ -184,10 +193,7 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
             strategy = ManualStrategy(ws.root / str(run.budgets.get("manual_edit", "")))
         else:
             strategy = make_strategy(prepared.strategy_name, cfg.optimizer, cfg.prices)
-        runner = LoopRunner(ws=ws, ledger=ledger, run=run, split=split, labels=prepared.labels,
-                            judge=settings.judge, loop_cfg=settings.loop, strategy=strategy,
-                            limits=settings.limits, replicates=settings.replicates, seed=settings.seed,
-                            spent_usd=prepared.spent, events=events, batch=settings.batch, stop=stop)
+        runner = LoopRunner(prepared.context(ws, ledger, events, stop), strategy)
         if not resume:  # before the baseline: every candidate pays for an item of megabytes again
             for line in oversized_items(split, PromptSet.from_dir(ws.prompts_dir), settings.judge, prices=cfg.prices,
                                         image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
@@ -226,7 +232,7 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
         ledger.close()
 
 
-def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say) -> _Prepared:
+def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say) -> StartedRun:
     cfg = ws.config
     run = _resumable_run(ledger)
     settings = RunSettings.from_run(run, cfg, _overrides(options))  # its refusals come before any change
@@ -255,7 +261,7 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
     # Calls paid before a crash come back from the cache on resume and are not re-counted by
     # the resumed evaluation: put them on the interrupted experiment's row first. The last
     # progress event's running total is a floor (it is throttled, so it may lag the cache).
-    _record_spend_before_crash(ledger, ws, run.id)
+    record_spend_before_crash(ledger, ws, run.id)
     spent = max(sum(e.cost_usd for e in ledger.experiments(run.id)), _last_reported_spend(ledger, run.id))
     ledger.set_run_status(run.id, "running", pid=os.getpid())
     say(f"resuming run {run.id} on {run.branch} (spent so far ${spent:.4f})")
@@ -266,7 +272,7 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
         for b in pending:
             say(f"  pending batch {b.batch_id} ({len(b.custom_ids)} call(s), experiment {b.experiment_id}): "
                 "collecting it instead of submitting again")
-    return _Prepared(run, split, settings, spent, run.strategy, labels)
+    return StartedRun(run, split, settings, spent, run.strategy, labels)
 
 
 def _last_kept_sha(ledger: Ledger, run: Run) -> str:
@@ -324,7 +330,7 @@ def _close_run(ws: Workspace, ledger: Ledger, run: Run, say: Say) -> None:
     killed = run.status == "running"
     who = "the MCP session was killed" if run.strategy == MCP_PROPOSER else (
         f"run {run.id} was killed" if killed else f"run {run.id} ended ({run.status})")
-    _record_spend_before_crash(ledger, ws, run.id)
+    record_spend_before_crash(ledger, ws, run.id)
     parked = gitops.parked_candidates(ws.root)
     rolled: list[int] = []
     for exp in ledger.experiments_with_status("running", run.id):
@@ -354,9 +360,11 @@ def _close_run(ws: Workspace, ledger: Ledger, run: Run, say: Say) -> None:
         + f"; {run.branch} is at its last kept commit {base[:12]}")
 
 
-def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, say: Say,
-                   proposer: str | None = None) -> _Prepared:
-    """``proposer``: who proposes when it is not a strategy of `make_strategy` (``"mcp"``: `optimizer.mcp`)."""
+def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, say: Say,
+             proposer: str | None = None) -> StartedRun:
+    """Start a new run's record and branch (the caller holds the loop lock): unfinished runs closed first,
+    the tree clean, the dev split only, the label set fixed. ``proposer``: who proposes when it is not a
+    strategy of `make_strategy` (``"mcp"``: `optimizer.mcp`)."""
     cfg = ws.config
     loop_cfg = cfg.loop.model_copy(update={"policy": options.policy} if options.policy else {})
     if options.wave is not None:
@@ -434,7 +442,7 @@ def _prepare_start(ws: Workspace, ledger: Ledger, options: RunOptions, judge: Ju
             "apply, so every candidate is judged on every item; `judgeloop run --resume` collects a pending batch")
     # Decided from its record from the first candidate on, as a resume will (`RunSettings.from_run`).
     settings = RunSettings.from_run(run, cfg, RunOverrides(propose_only=options.propose_only))
-    return _Prepared(run, split, settings, 0.0, strategy_name, labels.labels)
+    return StartedRun(run, split, settings, 0.0, strategy_name, labels.labels)
 
 
 def _resumed_labels(ledger: Ledger, run: Run, split: Split, which: LabelSetName, say: Say) -> dict[str, Label]:
@@ -505,7 +513,7 @@ def _manual_outcome(ws: Workspace, ledger: Ledger, run_id: str, saved: str, say:
             say(f"  {why}; your edit is in {saved}")
 
 
-def _record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> None:
+def record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> None:
     """Add to the interrupted experiment's row what its judge calls cost before a crash.
 
     The experiment is the one the run's last stage event started evaluating; every call stored in

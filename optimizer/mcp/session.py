@@ -7,7 +7,7 @@ held for the session's whole life: one session, `run`, `decide` or `confirm` per
 Every tool is a method returning a `ToolOutput`. The reading tools and the edit checks are the
 ``agent`` strategy's own, run through `optimizer.loop.strategies.tools.run_tool` on a `ToolState` of the
 incumbent's `ProposalContext` (only dev items, only allowed files). ``propose`` hands the checked files
-to `LoopRunner.candidate`, the loop's candidate path: guards (allowed files, diff size, overfit lint),
+to `LoopRunner.candidate` (with this call's `Limits`: the run's are never changed), the loop's candidate path: guards (allowed files, diff size, overfit lint),
 commit, evaluation on the dev split, decision, keep or roll back, all in the ledger and git.
 
 The budget (US dollars) is the run's judge budget: the evaluator reserves every judge call the session
@@ -44,13 +44,16 @@ from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
 from optimizer.ledger import Attribution, Experiment, Ledger, Run
 from optimizer.loop import trust
-from optimizer.loop.attribute import AttributeOptions, _attribute, resolve_scope
-from optimizer.loop.runner import LoopRunner, fmt3
+from optimizer.loop.attribute import AttributeOptions, attribute_scope, resolve_scope
+from optimizer.loop.propose import proposal_context
+from optimizer.loop.records import fmt3
+from optimizer.loop.runner import LoopRunner
 from optimizer.loop.session import (
     MCP_PROPOSER,
     RunOptions,
-    _prepare_start,
+    StartedRun,
     decide_waiting,
+    open_run,
 )
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, ToolState, read_item, run_tool
@@ -86,7 +89,7 @@ class SessionOptions:
     judge: JudgeOverrides = field(default_factory=JudgeOverrides)
 
 
-class _Submitted:
+class Submitted:
     """The run's strategy: hands the loop the proposal a ``propose`` call checked (one at a time)."""
 
     name = MCP_PROPOSER
@@ -150,21 +153,20 @@ def roll_back_unfinished(ws: Workspace, ledger: Ledger, run_id: str, reason: str
 class McpSession:
     """The engine side of `judgeloop mcp` (see the module docstring). Open it with `open_session`."""
 
-    def __init__(self, ws: Workspace, ledger: Ledger, runner: LoopRunner, budget_usd: float,
+    def __init__(self, ws: Workspace, ledger: Ledger, started: StartedRun, budget_usd: float,
                  events: Listener) -> None:
         self.ws = ws
         self.ledger = ledger
-        self.runner = runner
         self.budget_usd = budget_usd
         self.events = events
-        assert isinstance(runner.strategy, _Submitted)
-        self.strategy: _Submitted = runner.strategy
+        self.strategy = Submitted()
+        self.ctx = started.context(ws, ledger, self._event)
+        self.runner = LoopRunner(self.ctx, self.strategy)
         self._provider: Provider | None = None
         self._cache: JudgeCache | None = None
         self._baseline_failed: str | None = None
         # Where the current call's judging progress goes (the MCP client's progress token), if anywhere.
         self.on_progress: Callable[[ProgressSnapshot], None] | None = None
-        runner.events = self._event
 
     def _event(self, event: Event) -> None:
         if isinstance(event, Progress):
@@ -175,7 +177,7 @@ class McpSession:
 
     @property
     def run_id(self) -> str:
-        return self.runner.run.id
+        return self.ctx.run.id
 
     def say(self, text: str) -> None:
         self.events(Message(text, "note"))
@@ -184,7 +186,7 @@ class McpSession:
 
     def _judge(self) -> tuple[Provider, JudgeCache]:
         if self._provider is None or self._cache is None:
-            self._provider = make_provider(self.runner.judge)
+            self._provider = make_provider(self.ctx.settings.judge)
             self._cache = JudgeCache(self.ws.cache_path)
         return self._provider, self._cache
 
@@ -197,18 +199,18 @@ class McpSession:
 
     @property
     def spent_usd(self) -> float:
-        return self.runner.spent_usd
+        return self.ctx.spent_usd
 
     @property
     def left_usd(self) -> float:
-        return max(0.0, self.budget_usd - self.runner.spent_usd)
+        return max(0.0, self.budget_usd - self.ctx.spent_usd)
 
     def budget_line(self) -> str:
         return f"spent ${self.spent_usd:.4f} of the session's ${self.budget_usd:g} budget, ${self.left_usd:.4f} left"
 
     def _budget_refusal(self, what: str) -> ToolOutput | None:
         """The refusal of a tool that would pay judge calls once the budget cannot pay another, or None."""
-        stopped = self.runner.budget_exhausted
+        stopped = self.ctx.budget_exhausted
         if self.left_usd <= 0 or stopped is not None:
             why = f" ({stopped})" if stopped else ""
             return _error(f"budget: {what} is refused: {self.budget_line()}{why}; a judge call would cross it. "
@@ -226,16 +228,16 @@ class McpSession:
 
     def _state(self) -> ToolState:
         """The agent strategy's tool state over the incumbent's context (no disagreements before the baseline)."""
-        runner = self.runner
+        ctx = self.ctx
         seq = max((e.seq for e in self.ledger.experiments(self.run_id)), default=0) + 1
         incumbent = self._incumbent()
         if incumbent is not None:
-            return ToolState(runner.context(incumbent, seq))
+            return ToolState(proposal_context(ctx, incumbent, seq))
         allowed = list(self.ws.config.optimizer.allowed_files)
         current = {p: text for p in allowed if (text := read_prompt_file(self.ws.root, p)) is not None}
         return ToolState(ProposalContext(
             workspace_root=self.ws.root, allowed_files=allowed, current_files=current, disagreements=[],
-            history=[], guidance="", split=runner.split, rng_seed=runner.seed, experiment_seq=seq))
+            history=[], guidance="", split=ctx.split, rng_seed=ctx.settings.seed, experiment_seq=seq))
 
     def touched(self) -> str | None:
         """One line when the session's branch is not as the loop left it (not checked out, or commits the
@@ -282,7 +284,7 @@ class McpSession:
         inc = self._incumbent()
         waiting = self._waiting()
         cfg = self.ws.config
-        loop = self.runner.loop_cfg
+        loop = self.ctx.settings.loop
 
         def figures(e: Experiment | None) -> dict[str, Any] | None:
             if e is None:
@@ -297,11 +299,12 @@ class McpSession:
         else:
             step = "read disagreements, then propose one small, general edit"
         return _json({
-            "run": run.id, "branch": run.branch, "split": run.split, "items": len(self.runner.split.ids),
-            "judge": f"{self.runner.judge.provider}:{self.runner.judge.model}", "replicates": self.runner.replicates,
+            "run": run.id, "branch": run.branch, "split": run.split, "items": len(self.ctx.split.ids),
+            "judge": f"{self.ctx.settings.judge.provider}:{self.ctx.settings.judge.model}",
+            "replicates": self.ctx.settings.replicates,
             "policy": loop.policy, "alpha": loop.alpha,
             "budget": {"budget_usd": self.budget_usd, "spent_usd": _money(self.spent_usd),
-                       "left_usd": _money(self.left_usd), "stopped": self.runner.budget_exhausted},
+                       "left_usd": _money(self.left_usd), "stopped": self.ctx.budget_exhausted},
             "baseline": figures(base), "incumbent": figures(inc),
             "candidates": dict(Counter(e.status for e in exps if e.seq > 0)),
             "waiting": waiting.id if waiting else None,
@@ -394,18 +397,16 @@ class McpSession:
         self.strategy.next = Proposal(state.changed_files(), state.submitted, tool_errors=state.errors)
         incumbent = self._incumbent()
         assert incumbent is not None
-        runner = self.runner
-        limits = runner.limits
-        runner.limits = dataclasses.replace(limits, propose_only=propose_only)
+        # This call's limits: the run's, with the client's propose_only (the run's own are never changed).
+        limits = dataclasses.replace(self.ctx.limits, propose_only=propose_only)
         provider, cache = self._judge()
         try:
-            exp = await runner.candidate(incumbent, provider, cache)
+            exp = await self.runner.candidate(incumbent, provider, cache, limits=limits)
         except BaseException:
             # Never leave a half-made candidate as the branch tip: the next one would build on it.
             roll_back_unfinished(self.ws, self.ledger, self.run_id, "the candidate failed before it was decided")
             raise
         finally:
-            runner.limits = limits
             self.strategy.next = None
         return self._outcome(exp)
 
@@ -451,7 +452,7 @@ class McpSession:
         refused = self._budget_refusal("attribute")
         if refused is not None:
             return refused
-        budget = self.runner.budget()
+        budget = self.ctx.budget()
         assert budget is not None  # a session always has one
         before = budget.spent_usd
         ws, run_id, events = self.ws, self.run_id, self._event
@@ -462,14 +463,14 @@ class McpSession:
                 scope = resolve_scope(ws, ledger, run_id)
                 gitops.prune_scratch_worktrees(ws)
                 try:
-                    return _attribute(ws, ledger, scope, AttributeOptions(run=run_id, budget=budget), events)
+                    return attribute_scope(ws, ledger, scope, AttributeOptions(run=run_id, budget=budget), events)
                 finally:
                     gitops.prune_scratch_worktrees(ws)
 
         try:
             done = await anyio.to_thread.run_sync(work)
         finally:
-            self.runner.spent_usd += budget.spent_usd - before  # the run's spend, as its evaluations count it
+            self.runner.record_spend(budget.spent_usd - before)  # the run's spend, as its evaluations count it
         return _json({"attribution": done.id, "status": done.status, "note": done.note,
                       "cost_usd": _money(budget.spent_usd - before), **attribution_json(done),
                       "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)}})
@@ -517,13 +518,8 @@ def open_session(ws: Workspace, options: SessionOptions, events: Listener = igno
             run_options = RunOptions(policy=options.policy, budget_usd=options.budget_usd,
                                      replicates=options.replicates, judge=options.judge)
             judge = options.judge.apply(ws.config.judge)
-            prepared = _prepare_start(ws, ledger, run_options, judge, say, proposer=MCP_PROPOSER)
-            settings = prepared.settings
-            runner = LoopRunner(ws=ws, ledger=ledger, run=prepared.run, split=prepared.split,
-                                labels=prepared.labels, judge=settings.judge, loop_cfg=settings.loop,
-                                strategy=_Submitted(), limits=settings.limits, replicates=settings.replicates,
-                                seed=settings.seed, events=events)
-            session = McpSession(ws, ledger, runner, options.budget_usd, events)
+            started = open_run(ws, ledger, run_options, judge, say, proposer=MCP_PROPOSER)
+            session = McpSession(ws, ledger, started, options.budget_usd, events)
             try:
                 yield session
             except Exception as exc:

@@ -31,15 +31,15 @@ JSON_EXPERIMENT_KEYS: tuple[str, ...] = (
 )
 
 
-def _delta(value: float | None, parent: float | None) -> float | None:
+def delta(value: float | None, parent: float | None) -> float | None:
     return None if value is None or parent is None else value - parent
 
 
-def _short(sha: str | None) -> str:
+def short(sha: str | None) -> str:
     return sha[:10] if sha else "-"
 
 
-def _parents(experiments: Sequence[Experiment]) -> dict[int, Experiment]:
+def parents_by_id(experiments: Sequence[Experiment]) -> dict[int, Experiment]:
     return {e.id: e for e in experiments}
 
 
@@ -205,7 +205,7 @@ def gain_when_kept(exp: Experiment) -> float | None:
     return None
 
 
-def _gain_of(ledger: Ledger, experiment_id: int | None) -> float | None:
+def gain_of(ledger: Ledger, experiment_id: int | None) -> float | None:
     if experiment_id is None:
         return None
     try:

@@ -10,7 +10,7 @@ from optimizer.config import Config
 from optimizer.fmt import num, signed
 from optimizer.fmt import one_line as one_line  # the report's free text (rationales, notes) on one line
 from optimizer.ledger import Experiment, Run
-from optimizer.report.data import _delta, _parents, accounting
+from optimizer.report.data import accounting, delta, parents_by_id
 from optimizer.stats.decision import AdaptiveTest
 from optimizer.workspace import Workspace
 
@@ -19,7 +19,7 @@ _num = partial(num, missing="-")
 _signed = partial(signed, missing="-")
 
 
-def _interval(exp: Experiment, name: str) -> str:
+def interval(exp: Experiment, name: str) -> str:
     if not exp.intervals or name not in exp.intervals:
         return ""
     lo, hi = exp.intervals[name]
@@ -94,13 +94,13 @@ def token_split(uncached: int, cache_read: int, cache_write: int, output: int) -
     return f"{uncached:,} in{cache} / {output:,} out tokens"
 
 
-def _p_cell(exp: Experiment) -> str:
+def p_cell(exp: Experiment) -> str:
     """The p-value cell; "≥" marks an early-stopped candidate's, the best case's bound."""
     text = _num(exp.p_value)
     return f"≥{text}" if exp.early_stopped and exp.p_value is not None else text
 
 
-def _flip_summary(exp: Experiment) -> str:
+def flip_summary(exp: Experiment) -> str:
     if exp.flips is None:
         return "-"
     c = exp.flip_counts()
@@ -109,7 +109,7 @@ def _flip_summary(exp: Experiment) -> str:
 
 def history_lines(experiments: Sequence[Experiment]) -> list[str]:
     """The experiments table, one line per experiment (deltas against each one's parent)."""
-    parents = _parents(experiments)
+    parents = parents_by_id(experiments)
     header = (
         f"{'id':>5} {'created':<19} {'strategy':<9} {'decision':<14} {'kappa':>6} {'Δκ':>7} "
         f"{'FPR':>6} {'ΔFPR':>7} {'BA':>6} {'p':>6} {'flips':>7} {'calls':>6} {'+rej':>5} {'cost$':>8}  rationale"
@@ -119,9 +119,9 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
         lines.append(
             f"{e.id:>5} {e.created.strftime('%Y-%m-%d %H:%M:%S'):<19} {(e.strategy or '-')[:9]:<9} "
-            f"{e.status:<14} {_num(e.kappa):>6} {_signed(_delta(e.kappa, parent.kappa if parent else None)):>7} "
-            f"{_num(e.fpr):>6} {_signed(_delta(e.fpr, parent.fpr if parent else None)):>7} "
-            f"{_num(e.balanced_accuracy):>6} {_p_cell(e):>6} {_flip_summary(e):>7} {e.calls:>6} "
+            f"{e.status:<14} {_num(e.kappa):>6} {_signed(delta(e.kappa, parent.kappa if parent else None)):>7} "
+            f"{_num(e.fpr):>6} {_signed(delta(e.fpr, parent.fpr if parent else None)):>7} "
+            f"{_num(e.balanced_accuracy):>6} {p_cell(e):>6} {flip_summary(e):>7} {e.calls:>6} "
             f"{e.rejudge_calls or '':>5} {e.cost_usd:>8.4f}  "
             f"{one_line(e.rationale, 60)}"
         )

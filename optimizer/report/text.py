@@ -10,30 +10,30 @@ from typing import Any
 from optimizer.ledger import FLIP_KEYS, Attribution, Experiment, Ledger, Run
 from optimizer.report.data import (
     REPORT_SUSPECTS,
-    _delta,
-    _gain_of,
-    _parents,
-    _short,
     accounting,
+    delta,
     fp_by_type_all,
+    gain_of,
     overall_flips,
     panel_cost,
+    parents_by_id,
+    short,
     significant,
     spend,
     triage,
 )
 from optimizer.report.lines import (
-    _flip_summary,
-    _interval,
-    _num,
-    _p_cell,
-    _signed,
     accounting_line,
     cache_reads_line,
     endpoint_lines,
+    flip_summary,
     fp_by_type_line,
     git_audit,
+    interval,
+    num,
     one_line,
+    p_cell,
+    signed,
     test_line,
     token_split,
 )
@@ -66,25 +66,25 @@ def attribution_lines(ledger: Ledger, attribution: Attribution | None) -> list[s
     where = "the history of HEAD" if a.scope == "history" else "this run"
     lines = [
         f"what the kept edits contribute at the end (attribution {a.id}, {a.status}; kept edits in {where}; final "
-        f"{_short(a.final_commit)} vs it without each edit; {a.judge}, {a.replicates} judgement(s) per item, "
+        f"{short(a.final_commit)} vs it without each edit; {a.judge}, {a.replicates} judgement(s) per item, "
         f"disagreeing items re-judged {a.rejudge} more time(s); ${a.cost_usd:.4f})",
         f"  {'edit':>6} {'commit':<10} {'kept':>7} {'items':>7} {'Δκ':>7} {'ΔFPR':>7} {'fixed':>5} {'broken':>6} "
         f"{'p':>6} {'cost$':>8}  note",
     ]
     for e in a.edits:
-        gain = _gain_of(ledger, e.experiment)
+        gain = gain_of(ledger, e.experiment)
         flag = "" if significant(e, a.alpha) is not False else "  (not significant at the end)"
         lines.append(
-            f"  {'#' + str(e.experiment):>6} {_short(e.commit):<10} {_signed(gain, 2):>7} {_signed(e.items, 2):>7} "
-            f"{_signed(e.kappa_delta):>7} {_signed(e.fpr_delta):>7} {len(e.fixed):>5} {len(e.broken):>6} "
-            f"{_num(e.p_value):>6} {e.cost_usd:>8.4f}  {(e.note or '') + flag}".rstrip()
+            f"  {'#' + str(e.experiment):>6} {short(e.commit):<10} {signed(gain, 2):>7} {signed(e.items, 2):>7} "
+            f"{signed(e.kappa_delta):>7} {signed(e.fpr_delta):>7} {len(e.fixed):>5} {len(e.broken):>6} "
+            f"{num(e.p_value):>6} {e.cost_usd:>8.4f}  {(e.note or '') + flag}".rstrip()
         )
     fvb = a.final_vs_baseline
     if fvb is not None and fvb.items is not None:
         lines.append(
-            f"  final vs baseline ({_short(a.baseline_commit)}): {_signed(fvb.items, 2)} items, Δκ "
-            f"{_signed(fvb.kappa_delta)}, ΔFPR {_signed(fvb.fpr_delta)}, fixed {len(fvb.fixed)}, broken "
-            f"{len(fvb.broken)}, p {_num(fvb.p_value)}, ${fvb.cost_usd:.4f}"
+            f"  final vs baseline ({short(a.baseline_commit)}): {signed(fvb.items, 2)} items, Δκ "
+            f"{signed(fvb.kappa_delta)}, ΔFPR {signed(fvb.fpr_delta)}, fixed {len(fvb.fixed)}, broken "
+            f"{len(fvb.broken)}, p {num(fvb.p_value)}, ${fvb.cost_usd:.4f}"
         )
     else:
         lines.append("  final vs baseline: not measured")
@@ -103,7 +103,7 @@ def export_attribution_tsv(attribution: Attribution, path: Path, ledger: Ledger 
         if attribution.final_vs_baseline is not None:
             rows.append(attribution.final_vs_baseline)
         for e in rows:
-            gain = _gain_of(ledger, e.experiment) if ledger is not None else None
+            gain = gain_of(ledger, e.experiment) if ledger is not None else None
             sig = significant(e, attribution.alpha)
             row: dict[str, Any] = {
                 "experiment": "final_vs_baseline" if e.experiment is None else e.experiment, "commit": e.commit,
@@ -120,10 +120,10 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
     """The full human-readable audit of one run; ``with_triage=False`` leaves out the label-triage sections
     (corrections and suspects are answers: what the MCP server hands an optimising agent)."""
     experiments = ledger.experiments(run.id)
-    parents = _parents(experiments)
+    parents = parents_by_id(experiments)
     out: list[str] = [
         f"run {run.id}  ({run.status}{'; ' + run.stop_reason if run.stop_reason else ''})",
-        f"branch {run.branch}  start {_short(run.start_rev)}  strategy {run.strategy}  policy {run.policy}",
+        f"branch {run.branch}  start {short(run.start_rev)}  strategy {run.strategy}  policy {run.policy}",
         f"split {run.split} (fingerprint {run.split_fingerprint[:12]})  created {run.created:%Y-%m-%d %H:%M:%S}Z"
         + (f"  finished {run.finished:%Y-%m-%d %H:%M:%S}Z" if run.finished else ""),
     ]
@@ -142,7 +142,7 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
     fps_of = fp_by_type_all(ledger, run, experiments)
     for e in experiments:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
-        out.append(f"  #{e.id} ({e.strategy or '-'}) {status_label(e).upper()}  commit {_short(e.commit_sha)}"
+        out.append(f"  #{e.id} ({e.strategy or '-'}) {status_label(e).upper()}  commit {short(e.commit_sha)}"
                    + (f"  parent #{e.parent_id}" if e.parent_id is not None else ""))
         if e.reason:
             out.append(f"    reason: {e.reason}")
@@ -152,9 +152,9 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
                        + (" (over the policy)" if e.overrule else ""))
         if e.metrics:
             out.append(
-                f"    kappa {_num(e.kappa)}{_interval(e, 'kappa')} (Δ {_signed(_delta(e.kappa, parent.kappa if parent else None))})"
-                f"   FPR {_num(e.fpr)}{_interval(e, 'fpr')} (Δ {_signed(_delta(e.fpr, parent.fpr if parent else None))})"
-                f"   BA {_num(e.balanced_accuracy)}{_interval(e, 'balanced_accuracy')}"
+                f"    kappa {num(e.kappa)}{interval(e, 'kappa')} (Δ {signed(delta(e.kappa, parent.kappa if parent else None))})"
+                f"   FPR {num(e.fpr)}{interval(e, 'fpr')} (Δ {signed(delta(e.fpr, parent.fpr if parent else None))})"
+                f"   BA {num(e.balanced_accuracy)}{interval(e, 'balanced_accuracy')}"
             )
         if e.flips is not None or e.p_value is not None:
             counts = e.flip_counts()
@@ -168,7 +168,7 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
                 policies += f", adaptive {'keep' if e.adaptive_keep else 'roll back'}"
             first_p = (e.test or {}).get("mcnemar_p", e.p_value) if e.test else e.p_value
             # Stopped early, the p-value is the best case's: a bound, said as one.
-            p_text = f"≥ {_num(first_p)} (a bound: stopped early)" if e.early_stopped else _num(first_p)
+            p_text = f"≥ {num(first_p)} (a bound: stopped early)" if e.early_stopped else num(first_p)
             out.append(f"    flips {cells}   McNemar p {p_text}{policies}")
         line = test_line(e)
         if line:
@@ -206,10 +206,10 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
     chain = ledger.kept_chain(run.id)
     out.append("kept chain")
     if chain:
-        out.append("  " + " → ".join(f"#{e.id} (κ {_num(e.kappa)}, FPR {_num(e.fpr)})" for e in chain))
+        out.append("  " + " → ".join(f"#{e.id} (κ {num(e.kappa)}, FPR {num(e.fpr)})" for e in chain))
         if len(chain) > 1:
             first, last = chain[0], chain[-1]
-            out.append(f"  baseline → final: kappa {_signed(_delta(last.kappa, first.kappa))}, FPR {_signed(_delta(last.fpr, first.fpr))}")
+            out.append(f"  baseline → final: kappa {signed(delta(last.kappa, first.kappa))}, FPR {signed(delta(last.fpr, first.fpr))}")
     else:
         out.append("  (no baseline recorded yet)")
     out.append("")
@@ -217,7 +217,7 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
     out.append("  " + accounting_line(run, experiments, current))
     for kept in accounting(run, experiments, current)["kept"]:
         cheap = " as cheaper, not worse" if kept["kind"] == "cheaper" else ""
-        out.append(f"  kept #{kept['experiment']}{cheap}: p={_num(kept['p_value'])} at alpha {_num(kept['alpha'])}, "
+        out.append(f"  kept #{kept['experiment']}{cheap}: p={num(kept['p_value'])} at alpha {num(kept['alpha'])}, "
                    f"{kept['rejudged_items']} item(s) re-judged ({kept['rejudge_calls']} extra calls), "
                    f"${kept['cost_usd']:.4f}")
 
@@ -283,8 +283,8 @@ def triage_lines(ledger: Ledger, run: Run, ws: Workspace | None) -> list[str]:
         out.append(f"  {t.corrections} correction(s) in devset/{run.split}/corrections.jsonl; "
                    "each experiment under the labels as given | as corrected:")
         for r in t.given_corrected:
-            out.append(f"  #{r.experiment_id}  given kappa {_num(r.given.kappa)} FPR {_num(r.given.fpr)}"
-                       f"  |  corrected kappa {_num(r.corrected.kappa)} FPR {_num(r.corrected.fpr)}")
+            out.append(f"  #{r.experiment_id}  given kappa {num(r.given.kappa)} FPR {num(r.given.fpr)}"
+                       f"  |  corrected kappa {num(r.corrected.kappa)} FPR {num(r.corrected.fpr)}")
     out.append("")
     out.append(f"label suspects ({len(t.suspects)}; every run on split {run.split}, ranked by the confidence-"
                "weighted share of judgements against the label)")
@@ -307,7 +307,7 @@ def status_label(e: Experiment) -> str:
 def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
     """Write the run's experiments as TSV (``TSV_COLUMNS``; empty cells where not computed)."""
     experiments = ledger.experiments(run_id)
-    parents = _parents(experiments)
+    parents = parents_by_id(experiments)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
@@ -318,8 +318,8 @@ def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
             row: dict[str, Any] = {
                 "id": e.id, "seq": e.seq, "parent": e.parent_id, "created": e.created.isoformat(),
                 "strategy": e.strategy, "decision": e.status, "kappa": e.kappa,
-                "kappa_delta": _delta(e.kappa, parent.kappa if parent else None), "fpr": e.fpr,
-                "fpr_delta": _delta(e.fpr, parent.fpr if parent else None),
+                "kappa_delta": delta(e.kappa, parent.kappa if parent else None), "fpr": e.fpr,
+                "fpr_delta": delta(e.fpr, parent.fpr if parent else None),
                 "balanced_accuracy": e.balanced_accuracy, "p_value": e.p_value, **counts,
                 "early_stopped": int(e.early_stopped), "items_evaluated": e.items_evaluated, "calls": e.calls,
                 "cache_hits": e.cache_hits, "input_tokens": e.input_tokens, "output_tokens": e.output_tokens,
@@ -342,20 +342,20 @@ def write_markdown_report(ledger: Ledger, run_id: str, path: Path, ws: Workspace
     """Write ``experiments/runs/<run>/report.md``: a summary table, the kept chain and the full audit."""
     run = ledger.get_run(run_id)
     experiments = ledger.experiments(run_id)
-    parents = _parents(experiments)
+    parents = parents_by_id(experiments)
     chain = ledger.kept_chain(run_id)
     lines = [
         f"# judgeloop run {run.id}",
         "",
-        f"- branch `{run.branch}` from `{_short(run.start_rev)}`; strategy `{run.strategy}`; policy `{run.policy}`",
+        f"- branch `{run.branch}` from `{short(run.start_rev)}`; strategy `{run.strategy}`; policy `{run.policy}`",
         f"- split `{run.split}` (fingerprint `{run.split_fingerprint[:12]}`); status **{run.status}**"
         + (f" ({run.stop_reason})" if run.stop_reason else ""),
     ]
     if len(chain) >= 1:
         first, last = chain[0], chain[-1]
         lines.append(
-            f"- baseline kappa {_num(first.kappa)}, FPR {_num(first.fpr)} → final (#{last.id}) kappa "
-            f"{_num(last.kappa)}, FPR {_num(last.fpr)}"
+            f"- baseline kappa {num(first.kappa)}, FPR {num(first.fpr)} → final (#{last.id}) kappa "
+            f"{num(last.kappa)}, FPR {num(last.fpr)}"
         )
     lines += [
         "",
@@ -366,9 +366,9 @@ def write_markdown_report(ledger: Ledger, run_id: str, path: Path, ws: Workspace
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
         rationale = one_line(e.rationale, 80).replace("|", "\\|")
         lines.append(
-            f"| {e.id} | {status_label(e)} | {_num(e.kappa)} | {_signed(_delta(e.kappa, parent.kappa if parent else None))} "
-            f"| {_num(e.fpr)} | {_signed(_delta(e.fpr, parent.fpr if parent else None))} | {_p_cell(e)} "
-            f"| {_flip_summary(e)} | {e.cost_usd:.4f} | {rationale} |"
+            f"| {e.id} | {status_label(e)} | {num(e.kappa)} | {signed(delta(e.kappa, parent.kappa if parent else None))} "
+            f"| {num(e.fpr)} | {signed(delta(e.fpr, parent.fpr if parent else None))} | {p_cell(e)} "
+            f"| {flip_summary(e)} | {e.cost_usd:.4f} | {rationale} |"
         )
     lines += attribution_markdown(ledger, ledger.latest_attribution(run_id))
     lines += ["", "## Full audit", "", "```text", report_text(ledger, run, ws).rstrip("\n"), "```", ""]
@@ -384,7 +384,7 @@ def attribution_markdown(ledger: Ledger, attribution: Attribution | None) -> lis
         return [*lines, "Not measured yet: `judgeloop attribute` measures what each kept edit still contributes."]
     a = attribution
     lines += [
-        f"Final `{_short(a.final_commit)}` against the final prompts without each kept edit ({a.status}; "
+        f"Final `{short(a.final_commit)}` against the final prompts without each kept edit ({a.status}; "
         f"{a.judge}, disagreeing items re-judged {a.rejudge} more time(s); ${a.cost_usd:.4f}). Items = Σ over items "
         "of the change in the share of judgements that are correct; deltas are final minus without the edit.",
         "",
@@ -394,11 +394,11 @@ def attribution_markdown(ledger: Ledger, attribution: Attribution | None) -> lis
     rows = list(a.edits) + ([a.final_vs_baseline] if a.final_vs_baseline is not None else [])
     for e in rows:
         name = "final vs baseline" if e.experiment is None else f"#{e.experiment}"
-        gain = _gain_of(ledger, e.experiment)
+        gain = gain_of(ledger, e.experiment)
         note = (e.note or "") + (" (not significant)" if significant(e, a.alpha) is False else "")
         lines.append(
-            f"| {name} | `{_short(e.commit)}` | {_signed(gain, 2)} | {_signed(e.items, 2)} | {_signed(e.kappa_delta)} "
-            f"| {_signed(e.fpr_delta)} | {len(e.fixed)} | {len(e.broken)} | {_num(e.p_value)} | {e.cost_usd:.4f} "
+            f"| {name} | `{short(e.commit)}` | {signed(gain, 2)} | {signed(e.items, 2)} | {signed(e.kappa_delta)} "
+            f"| {signed(e.fpr_delta)} | {len(e.fixed)} | {len(e.broken)} | {num(e.p_value)} | {e.cost_usd:.4f} "
             f"| {note.replace('|', '/')} |"
         )
     if a.note:

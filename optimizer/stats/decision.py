@@ -112,22 +112,22 @@ class Decision(BaseModel):
     keep_kind: str | None = None
 
 
-def _exact(value: float) -> Fraction:
+def exact_fraction(value: float) -> Fraction:
     """A config threshold as the decimal the user wrote (0.1 means 1/10, not its binary neighbour)."""
     return Fraction(repr(float(value)))
 
 
-def _kappa_clears(candidate: Counts, incumbent: Counts, min_kappa_delta: float) -> bool:
+def kappa_clears(candidate: Counts, incumbent: Counts, min_kappa_delta: float) -> bool:
     k_c, k_i = kappa_fraction(*candidate), kappa_fraction(*incumbent)
     if k_c is None or k_i is None:
         return False
-    return k_c > k_i + _exact(min_kappa_delta)
+    return k_c > k_i + exact_fraction(min_kappa_delta)
 
 
-def _fpr_within(candidate_fp: int, incumbent_fp: int, negatives: int, fpr_tolerance: float) -> bool:
+def fpr_within(candidate_fp: int, incumbent_fp: int, negatives: int, fpr_tolerance: float) -> bool:
     if negatives == 0:
         return True
-    return Fraction(candidate_fp, negatives) <= Fraction(incumbent_fp, negatives) + _exact(fpr_tolerance)
+    return Fraction(candidate_fp, negatives) <= Fraction(incumbent_fp, negatives) + exact_fraction(fpr_tolerance)
 
 
 def _fmt_p(p: float) -> str:
@@ -151,8 +151,8 @@ def decide_counts(
         raise ValueError(
             f"incumbent and candidate were scored on different items: {incumbent} vs {candidate}"
         )
-    kappa_ok = _kappa_clears(candidate, incumbent, loop.min_kappa_delta)
-    fpr_ok = _fpr_within(candidate.fp, incumbent.fp, N, loop.fpr_tolerance)
+    kappa_ok = kappa_clears(candidate, incumbent, loop.min_kappa_delta)
+    fpr_ok = fpr_within(candidate.fp, incumbent.fp, N, loop.fpr_tolerance)
     p_value = mcnemar_exact_one_sided(improved, worsened)
     significant = p_value < level
     literal_keep = kappa_ok and fpr_ok
@@ -260,7 +260,7 @@ def fpr_provably_rose(
         if tid in candidate_so_far and not is_correct(labels[tid], candidate_so_far[tid])
     )
     fp_incumbent = sum(1 for tid in negatives if not is_correct(labels[tid], incumbent.get(tid)))
-    return not _fpr_within(fp_so_far, fp_incumbent, len(negatives), loop.fpr_tolerance)
+    return not fpr_within(fp_so_far, fp_incumbent, len(negatives), loop.fpr_tolerance)
 
 
 def best_completion(
@@ -399,9 +399,9 @@ def _best_case_stop(best: Decision, incumbent: Counts, completed: Counts, improv
         bound.append(f"FPR ≥ {completed.fp / n_neg:.3f} vs {incumbent.fp / n_neg:.3f}")
     bound += [f"flips +{improved}/−{worsened}", f"p ≥ {_fmt_p(best.p_value)}"]
     why: list[str] = []
-    if not _kappa_clears(completed, incumbent, loop.min_kappa_delta):
+    if not kappa_clears(completed, incumbent, loop.min_kappa_delta):
         why.append("kappa could not rise" + (f" by more than {loop.min_kappa_delta:g}" if loop.min_kappa_delta else ""))
-    if n_neg and not _fpr_within(completed.fp, incumbent.fp, n_neg, loop.fpr_tolerance):
+    if n_neg and not fpr_within(completed.fp, incumbent.fp, n_neg, loop.fpr_tolerance):
         why.append("FPR would rise")
     if not why:
         why.append(f"the gain could not be significant at {level:.3g}")
@@ -588,9 +588,9 @@ def decide_adaptive(
     all_i = {t: is_correct(labels[t], majority_answer(incumbent[t])) for t in labels}
     all_c = {t: is_correct(labels[t], majority_answer(candidate[t])) for t in labels}
     counts_i, counts_c = _counts_from_correct(labels, all_i), _counts_from_correct(labels, all_c)
-    kappa_ok = _kappa_clears(counts_c, counts_i, loop.min_kappa_delta)
+    kappa_ok = kappa_clears(counts_c, counts_i, loop.min_kappa_delta)
     n_neg = counts_i.tn + counts_i.fp
-    fpr_ok = _fpr_within(counts_c.fp, counts_i.fp, n_neg, loop.fpr_tolerance)
+    fpr_ok = fpr_within(counts_c.fp, counts_i.fp, n_neg, loop.fpr_tolerance)
 
     items: list[ItemShares] = []
     for tid in sorted(labels):
@@ -606,7 +606,7 @@ def decide_adaptive(
             items.append(share)
     result = adaptive_test([item.difference for item in items], seed=seed)
     gain = float(sum((item.difference for item in items), Fraction(0)))
-    significant = result.below(_exact(level))
+    significant = result.below(exact_fraction(level))
     adaptive_keep = kappa_ok and fpr_ok and significant
     test = AdaptiveTest(
         first_pass=first_pass, rejudge=loop.rejudge, alpha=level, statistic=gain,
@@ -691,10 +691,10 @@ def adaptive_stopped_decision(
     if exact_bits([evidence(d) for d in diffs]) > MAX_EXACT_BITS:
         return None  # the bound's proof needs the exact p-value
     counts_c, counts_i = _counts_from_correct(labels, best_c), _counts_from_correct(labels, best_i)
-    kappa_ok = _kappa_clears(counts_c, counts_i, loop.min_kappa_delta)
-    fpr_ok = _fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance)
+    kappa_ok = kappa_clears(counts_c, counts_i, loop.min_kappa_delta)
+    fpr_ok = fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance)
     best = adaptive_test(diffs)
-    if kappa_ok and fpr_ok and best.below(_exact(level)):
+    if kappa_ok and fpr_ok and best.below(exact_fraction(level)):
         return None
     observed = Observed(judged=len(labels) - unjudged, total=len(labels), fixed=fixed, broken=broken)
     return _adaptive_stop(kappa_ok, fpr_ok, best.p_value, observed, disagreeing, loop, level)
@@ -789,7 +789,7 @@ class _PairedBound:
         loop = self.loop
         fp_inc = self.inc_counts.fp
         n_neg = self.n_neg
-        if n_neg and not _fpr_within(self.wrong_neg, fp_inc, n_neg, loop.fpr_tolerance):
+        if n_neg and not fpr_within(self.wrong_neg, fp_inc, n_neg, loop.fpr_tolerance):
             return _fpr_stop(self.wrong_neg, fp_inc, n_neg, n_neg - self.judged_neg, len(self.judged),
                              len(self.labels), loop, self.level)
         if self.n_pos in (0, len(self.labels)):
@@ -896,9 +896,9 @@ class _AdaptiveBound:
         if exact_bits_grouped(self.evidence) > MAX_EXACT_BITS:
             return None  # the bound's proof needs the exact p-value
         counts_c, counts_i = self._counts(True), self._counts(False)
-        kappa_ok = _kappa_clears(counts_c, counts_i, loop.min_kappa_delta)
-        fpr_ok = _fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance)
-        level = _exact(self.level)
+        kappa_ok = kappa_clears(counts_c, counts_i, loop.min_kappa_delta)
+        fpr_ok = fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance)
+        level = exact_fraction(self.level)
         if kappa_ok and fpr_ok and Fraction(sign_flip_upper_bound(self.evidence)) < level:
             return None  # p < alpha for certain; the exact test only where the bound is not sharp enough
         best = sign_flip_test_grouped(self.evidence)
@@ -1025,15 +1025,15 @@ def decide_cheaper(
     all_c = {t: is_correct(labels[t], majority_answer(candidate[t])) for t in labels}
     counts_i, counts_c = _counts_from_correct(labels, all_i), _counts_from_correct(labels, all_c)
     n_neg = counts_i.tn + counts_i.fp
-    fpr_ok = _fpr_within(counts_c.fp, counts_i.fp, n_neg, loop.fpr_tolerance)
+    fpr_ok = fpr_within(counts_c.fp, counts_i.fp, n_neg, loop.fpr_tolerance)
     diffs = [d for t in sorted(labels)
              if (d := Fraction(sum(1 for a in candidate[t] if is_correct(labels[t], a)), len(candidate[t]))
                  - Fraction(sum(1 for a in incumbent[t] if is_correct(labels[t], a)), len(incumbent[t])))]
     gain = float(sum(diffs, Fraction(0)))
-    enough = Fraction(repr(saving)) >= _exact(loop.cheaper_min_saving)
+    enough = Fraction(repr(saving)) >= exact_fraction(loop.cheaper_min_saving)
     result = noninferiority_test(diffs, len(labels), margin, seed=seed) if margin > 0 else None
     p = 1.0 if result is None else result.p_value
-    within = result is not None and result.below(_exact(level))
+    within = result is not None and result.below(exact_fraction(level))
     keep = margin > 0 and enough and fpr_ok and within
     why: list[str] = []
     if not enough:
@@ -1070,7 +1070,7 @@ class FprStopper:
         self.fp += wrong - self.wrong.get(trajectory_id, False)
         self.wrong[trajectory_id] = wrong
         fp = self.fp
-        if _fpr_within(fp, self.fp_inc, self.n_neg, self.loop.fpr_tolerance):
+        if fpr_within(fp, self.fp_inc, self.n_neg, self.loop.fpr_tolerance):
             return None
         judged_neg = len(self.wrong)
         return _fpr_stop(fp, self.fp_inc, self.n_neg, self.n_neg - judged_neg, judged_neg, len(self.labels),
@@ -1098,7 +1098,7 @@ def holm(p_values: Sequence[float | None], alpha: float, family: int | None = No
     out: list[WaveRank | None] = [None] * len(ps)
     going = True
     for rank, i in enumerate(order, start=1):
-        level = _exact(alpha) / (m - rank + 1)
+        level = exact_fraction(alpha) / (m - rank + 1)
         going = going and ps[i] < level
         out[i] = WaveRank(rank, level, going)
     return [r for r in out if r is not None]

@@ -63,10 +63,10 @@ from optimizer.stats.decision import (
     Counts,
     Decision,
     Judgements,
-    _exact,
-    _fpr_within,
-    _kappa_clears,
     evidence,
+    exact_fraction,
+    fpr_within,
+    kappa_clears,
 )
 from optimizer.stats.metrics import Answer, is_correct, majority_answer, outcome
 from optimizer.stats.signflip import (
@@ -177,9 +177,9 @@ def _clears(cc: np.ndarray, cn: np.ndarray, ic: np.ndarray, in_: np.ndarray, cr:
     """The adaptive rule on one draw's per-item right judgements out of totals (``cr``/``ir``: majorities):
     None when the draw clears, else the first condition it fails (one of `FAILS`)."""
     counts_c, counts_i = _counts(cr, positive), _counts(ir, positive)
-    if not _kappa_clears(counts_c, counts_i, loop.min_kappa_delta):
+    if not kappa_clears(counts_c, counts_i, loop.min_kappa_delta):
         return KAPPA_FAIL
-    if not _fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance):
+    if not fpr_within(counts_c.fp, counts_i.fp, counts_i.tn + counts_i.fp, loop.fpr_tolerance):
         return FPR_FAIL
     shares = Counter(zip(cc.tolist(), cn.tolist(), ic.tolist(), in_.tolist(), strict=True))
     ev: Counter[Fraction] = Counter()
@@ -260,7 +260,7 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
         return None
     pools, holes = filling
     rng = np.random.default_rng(seed)
-    alpha = _exact(level)
+    alpha = exact_fraction(level)
     negative = ~positive
     fails: Counter[str] = Counter()
     for _ in range(draws):
@@ -312,7 +312,7 @@ def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Jud
         return None
     pools, holes = filling
     rng = np.random.default_rng(seed)
-    alpha = _exact(level)
+    alpha = exact_fraction(level)
     negative = ~positive
     fails: Counter[str] = Counter()
     for _ in range(draws):

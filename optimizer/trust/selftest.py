@@ -63,7 +63,7 @@ from optimizer.judge.prompts import RUBRIC_MD, PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
 from optimizer.loop.compare import RunTotals, incomplete, judgements_of, with_extra
-from optimizer.loop.runner import evaluation_order
+from optimizer.loop.records import evaluation_order
 from optimizer.models import Label
 from optimizer.paths import unused_path
 from optimizer.stats.binomial import clopper_pearson_interval

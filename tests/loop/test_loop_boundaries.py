@@ -89,7 +89,7 @@ def test_resume_rolls_back_a_committed_candidate_that_cannot_be_evaluated(
     install(monkeypatch, strategy)
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         with monkeypatch.context() as m:
-            m.setattr(LoopRunner, "validate", lambda *a, **k: None)
+            m.setattr("optimizer.loop.propose.validate", lambda *a, **k: None)
 
             async def killed(*args: object, **kwargs: object) -> None:
                 raise RuntimeError("killed before the evaluation")
@@ -185,7 +185,7 @@ def test_an_oversized_candidate_is_refused(ws: Path, monkeypatch: pytest.MonkeyP
         return Proposal(files={RUBRIC_MD: ctx.current_files[RUBRIC_MD] + "\n" + "- check it.\n" * 6000},
                         rationale="a very long rubric")
 
-    monkeypatch.setattr("optimizer.loop.runner.check_candidate", lambda *a, **k: _ok())
+    monkeypatch.setattr("optimizer.loop.propose.check_candidate", lambda *a, **k: _ok())
     install(monkeypatch, ScriptedStrategy([huge]))
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0

@@ -138,7 +138,7 @@ def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
 
     strategy = ScriptedStrategy([priced(toggle(GOOD_ENTRY), 0.25)])
     install(monkeypatch, strategy)
-    import optimizer.loop.runner as loop_module
+    import optimizer.loop.evaluate as loop_module
 
     real_evaluate = loop_module.evaluate_items
     calls = {"n": 0}

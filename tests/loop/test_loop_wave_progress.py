@@ -15,7 +15,7 @@ from optimizer.evaluation.results import EvalRun
 from optimizer.events import Event, Progress, ProgressSnapshot
 from optimizer.judge.providers import Usage
 from optimizer.ledger import Ledger
-from optimizer.loop.runner import WaveProgress, pass_figures
+from optimizer.loop.progress import WaveProgress, pass_figures
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, run_loop, set_toml_key
 from tests.support.scripted import ScriptedStrategy, install, latest, toggle

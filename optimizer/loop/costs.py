@@ -1,0 +1,175 @@
+"""What a candidate costs per verdict, and the cost rules (``[loop] cheaper_*``, ``[optimizer]
+max_cost_ratio``): the judge's price, a pass's billed cost per paid verdict, a prompt set's estimated
+cost per verdict before any call, the candidate / incumbent ratio, whether a candidate may be kept as
+cheaper-not-worse, the decision after the cost rules, and the cost guard before any judge call.
+Every figure is in US dollars (per verdict) or a ratio of two such figures."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from optimizer.errors import UserError
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
+from optimizer.evaluation.results import EvalRun
+from optimizer.judge.criteria import verdict_calls
+from optimizer.judge.estimate import steady_cost_usd
+from optimizer.judge.prompts import PromptSet
+from optimizer.judge.providers.pricing import Price, price_for, warm_cost_usd
+from optimizer.judge.types import Provider
+from optimizer.ledger import Experiment
+from optimizer.loop.compare import Judgements
+from optimizer.loop.context import RunContext
+from optimizer.loop.validate import candidate_files
+from optimizer.stats.decision import Decision, decide_cheaper
+
+# Items rendered to estimate a prompt set's cost per verdict before it is evaluated.
+ESTIMATE_ITEMS = 3
+
+
+def judge_price(ctx: RunContext) -> Price | None:
+    """The judge model's price; None when unknown or free (then no cost rule applies)."""
+    price = price_for(ctx.settings.judge.model, ctx.ws.config.prices)
+    if price is None or (price.input == 0 and price.output == 0):
+        return None
+    return price
+
+
+def verdict_cost(ctx: RunContext, run: EvalRun) -> float | None:
+    """A pass's cost per paid verdict (US dollars): its billed tokens priced warm (`warm_cost_usd`:
+    a cache write at the read price) over the judgements that were not served by judgeloop's cache."""
+    price = judge_price(ctx)
+    paid = sum(1 for item in run.items for r in item.replicates if not r.cached)
+    if price is None or paid == 0 or run.usage.calls == 0:
+        return None
+    return warm_cost_usd(run.usage, price) / paid
+
+
+def estimated_verdict_cost(
+    ctx: RunContext, prompts: PromptSet, provider: Provider, output_tokens: int
+) -> float | None:
+    """A prompt set's expected cost per verdict before any call (`steady_cost_usd` over the split's
+    first `ESTIMATE_ITEMS` items, every call of the verdict: `verdict_calls` — a panel's members, the
+    criteria derivation and check, a review on the split's positive share); None for an agentic
+    judge or an unknown price."""
+    price = judge_price(ctx)
+    split = ctx.split
+    ids = split.ids[:ESTIMATE_ITEMS]
+    if price is None or not ids or prompts.settings.mode != "direct":
+        return None
+    traits = provider.traits
+    share = sum(1 for t in split.ids if ctx.labels[t].is_positive) / len(split.ids)
+    total = 0.0
+    for tid in ids:
+        calls = verdict_calls(
+            split.trajectory(tid),
+            split,
+            prompts,
+            success_share=share,
+            replicates=ctx.settings.replicates,
+            text_only=traits.text_only,
+            image_cache_dir=ctx.ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+            layout=traits.layout,
+        )
+        total += sum(weight * steady_cost_usd(request, output_tokens, price) for request, weight in calls)
+    return total / len(ids)
+
+
+def estimated_ratio(
+    ctx: RunContext, incumbent: Experiment, prompts: PromptSet, provider: Provider
+) -> float | None:
+    """Candidate / incumbent estimated cost per verdict (None when either cannot be estimated)."""
+    if not incumbent.commit_sha:
+        return None
+    inc_prompts = PromptSet.from_rev(ctx.ws, incumbent.commit_sha)
+    # Output: the incumbent's billed mean per call, else the cap (the same for both sides).
+    out = incumbent.output_tokens // incumbent.calls if incumbent.calls else inc_prompts.settings.max_tokens
+    try:
+        inc = estimated_verdict_cost(ctx, inc_prompts, provider, out)
+        cand = estimated_verdict_cost(ctx, prompts, provider, out)
+    except UserError:
+        return None
+    return None if inc is None or cand is None or inc <= 0 else cand / inc
+
+
+def cheaper_eligible(
+    ctx: RunContext, incumbent: Experiment, prompts: PromptSet, provider: Provider, *, propose_only: bool
+) -> bool:
+    """``[loop] cheaper_margin_items`` is on and the candidate is estimated cheaper by ``cheaper_min_saving``
+    (never under ``propose_only``: a person decides, on the whole evaluation)."""
+    loop = ctx.settings.loop
+    if loop.cheaper_margin_items <= 0 or propose_only:
+        return False
+    ratio = estimated_ratio(ctx, incumbent, prompts, provider)
+    return ratio is not None and 1 - ratio >= loop.cheaper_min_saving
+
+
+def cost_rules(
+    ctx: RunContext,
+    decision: Decision,
+    incumbent: Experiment,
+    cost: float | None,
+    judgements: tuple[Judgements, Judgements],
+    *,
+    level: float,
+    experiment_id: int,
+    cheaper: bool,
+) -> Decision:
+    """The decision after the cost rules: a candidate not kept may be kept as cheaper-not-worse
+    (`decide_cheaper`, on the billed cost per verdict ``cost``); a keep over ``max_cost_ratio`` (billed)
+    is rolled back. ``judgements``: the incumbent's and the candidate's, per item."""
+    inc_cost = incumbent.verdict_cost_usd
+    ratio = cost / inc_cost if cost is not None and inc_cost else None
+    if cheaper and not decision.keep and not decision.early_stopped:
+        if ratio is None:
+            return decision.model_copy(
+                update={
+                    "reason": decision.reason + "; cheaper: not tested (no billed "
+                    "cost per verdict to compare: served from the cache or unpriced)"
+                }
+            )
+        inc_judgements, cand_judgements = judgements
+        test = decide_cheaper(
+            ctx.labels,
+            inc_judgements,
+            cand_judgements,
+            ctx.settings.loop,
+            saving=1 - ratio,
+            alpha=level,
+            seed=ctx.decision_seed(experiment_id),
+        )
+        decision = decision.model_copy(
+            update={
+                "keep": test.keep,
+                "keep_kind": "cheaper" if test.keep else None,
+                "reason": decision.reason + "; " + test.reason,
+            }
+        )
+    cap = ctx.ws.config.optimizer.max_cost_ratio
+    if decision.keep and cap is not None and ratio is not None and ratio > cap:
+        decision = decision.model_copy(
+            update={
+                "keep": False,
+                "keep_kind": None,
+                "reason": decision.reason
+                + f"; but it costs {ratio:.2f}x the incumbent per verdict (billed), over "
+                f"[optimizer] max_cost_ratio {cap:g}: rolled back",
+            }
+        )
+    return decision
+
+
+def cost_guard(
+    ctx: RunContext, incumbent: Experiment, changed: Mapping[str, str | None], provider: Provider
+) -> str | None:
+    """Why the candidate is refused before any judge call under ``[optimizer] max_cost_ratio``
+    (its estimated cost per verdict over that multiple of the incumbent's), or None."""
+    cap = ctx.ws.config.optimizer.max_cost_ratio
+    if cap is None:
+        return None
+    prompts = PromptSet.from_files(candidate_files(ctx.root, "HEAD", changed))
+    ratio = estimated_ratio(ctx, incumbent, prompts, provider)
+    if ratio is None or ratio <= cap:
+        return None
+    return (
+        f"estimated at {ratio:.2f}x the incumbent's cost per verdict, over [optimizer] max_cost_ratio {cap:g}"
+    )
