@@ -23,6 +23,7 @@ from optimizer.report.data import (
     triage,
 )
 from optimizer.report.lines import (
+    status_label,
     accounting_line,
     cache_reads_line,
     endpoint_lines,
@@ -297,11 +298,6 @@ def triage_lines(ledger: Ledger, run: Run, ws: Workspace | None) -> list[str]:
     if t.suspects:
         out.append("  correct one: judgeloop label-fix ID --label success|failure --reason \"...\"")
     return out
-
-
-def status_label(e: Experiment) -> str:
-    """An experiment's outcome as the report shows it: ``kept (cheaper)`` for a cheaper-not-worse keep."""
-    return "kept (cheaper)" if e.status == "kept" and e.keep_kind == "cheaper" else e.status
 
 
 def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
