@@ -34,7 +34,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "runs": ("judgeloop runs prune", "judgeloop runs prune --keep 3 --yes"),
     "runs prune": ("judgeloop runs prune                 # what would go, nothing removed",
                    "judgeloop runs prune --keep 3 --yes  # remove all but the 3 newest runs' branches and folders"),
-    "completion": ('eval "$(judgeloop completion bash)"   # in ~/.bashrc',),
+    "completion": ("judgeloop completion bash > ~/.judgeloop-completion.bash",
+                   'eval "$(judgeloop completion bash)"   # in ~/.bashrc'),
 }
 
 
