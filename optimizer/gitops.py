@@ -498,7 +498,7 @@ def set_branch(where: Root, branch: str, sha: str) -> None:
 def is_ancestor(where: Root, ancestor: str, rev: str) -> bool:
     """Whether ``ancestor`` is ``rev`` or reachable from it (git merge-base --is-ancestor)."""
     with repo_at(_root(where)) as repo:
-        return repo.is_ancestor(ancestor, rev)
+        return repo.is_ancestor(repo.commit(ancestor), repo.commit(rev))
 
 
 def archive_branch(where: Root, branch: str, ref: str) -> str:

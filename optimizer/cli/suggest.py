@@ -34,8 +34,8 @@ def did_you_mean(parser: argparse.ArgumentParser, argv: Sequence[str], message: 
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:  # noqa: SLF001 - argparse keeps its subparsers nowhere public
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
     return {}
 
@@ -50,4 +50,4 @@ def _command_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> arg
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
-    return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]  # noqa: SLF001
+    return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]

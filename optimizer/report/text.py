@@ -7,7 +7,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from optimizer.ledger import FLIP_KEYS, Attribution, Experiment, Ledger, Run
+from optimizer.ledger import FLIP_KEYS, Attribution, Ledger, Run
 from optimizer.report.data import (
     REPORT_SUSPECTS,
     accounting,
@@ -23,7 +23,6 @@ from optimizer.report.data import (
     triage,
 )
 from optimizer.report.lines import (
-    status_label,
     accounting_line,
     cache_reads_line,
     endpoint_lines,
@@ -35,6 +34,7 @@ from optimizer.report.lines import (
     one_line,
     p_cell,
     signed,
+    status_label,
     test_line,
     token_split,
 )

@@ -62,7 +62,12 @@ def test_decide_keep_against_the_policy_asks_on_a_terminal(
     asked: list[str] = []
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
     monkeypatch.setattr("sys.stdout.isatty", lambda: True)
-    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or answer)
+
+    def ask(prompt: str) -> str:
+        asked.append(prompt)
+        return answer
+
+    monkeypatch.setattr("builtins.input", ask)
     assert main(["decide", "-w", str(ws), str(exp_id), "keep"]) == (0 if kept else 2)
     assert len(asked) == 1 and "overrules the policy" in asked[0]
     _, exps = latest(ws)
