@@ -7,6 +7,8 @@ error (a typo in a budget or a policy name must not be silently ignored).
 from __future__ import annotations
 
 import tomllib
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -30,8 +32,34 @@ MAX_ENDPOINTS = 64
 MAX_REPLICATES = 15
 
 
+def _scalar_kinds(annotation: object) -> set[type]:
+    """The plain scalar types (bool, int, float) a field's annotation admits: ``float | None`` → {float}."""
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    return {t for t in (args or (annotation,)) if t in (bool, int, float)}
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_scalars(cls, data: object) -> object:
+        """Refuse a number or a truth value written as text or as the other kind (``alpha = "0.1"``,
+        ``max_concurrency = true``): pydantic's lax mode would convert it silently, and a quoted number in
+        judgeloop.toml is a slip worth one line, not a guess."""
+        if not isinstance(data, dict):
+            return data
+        for name, field in cls.model_fields.items():
+            kinds = _scalar_kinds(field.annotation)
+            value = data.get(name)
+            if not kinds or value is None:
+                continue
+            ok = isinstance(value, bool) if kinds == {bool} else (
+                isinstance(value, int | float) and not isinstance(value, bool) and (float in kinds or isinstance(value, int)))
+            if not ok:
+                want = "true or false" if kinds == {bool} else ("a number" if float in kinds else "a whole number")
+                raise ValueError(f"{name} must be {want}, without quotes (got {value!r})")
+        return data
 
 
 class WorkspaceSection(_Section):

@@ -46,6 +46,8 @@ REJECTED_PREFIX = "refs/judgeloop/rejected/"
 WAVE_PREFIX = "refs/judgeloop/wave/"
 # A propose-only candidate waits here for `judgeloop decide` (never an orphan, whatever moves the branch).
 WAITING_PREFIX = "refs/judgeloop/waiting/"
+# A pruned run's branch tip (`judgeloop runs prune`): out of `git branch`, never out of git.
+PRUNED_PREFIX = "refs/judgeloop/pruned/"
 PENDING = "pending"
 # Paths the dirty-tree check ignores: run output lives there (and is git-ignored anyway).
 IGNORED_DIRTY_PREFIXES: tuple[str, ...] = ("experiments/",)
@@ -491,6 +493,26 @@ def set_branch(where: Root, branch: str, sha: str) -> None:
     the checked-out branch: `restore_tree` moves that one)."""
     with repo_at(_root(where)) as repo:
         repo.git.update_ref(f"refs/heads/{branch}", sha)
+
+
+def is_ancestor(where: Root, ancestor: str, rev: str) -> bool:
+    """Whether ``ancestor`` is ``rev`` or reachable from it (git merge-base --is-ancestor)."""
+    with repo_at(_root(where)) as repo:
+        return repo.is_ancestor(repo.commit(ancestor), repo.commit(rev))
+
+
+def archive_branch(where: Root, branch: str, ref: str) -> str:
+    """Point ``ref`` (e.g. ``refs/judgeloop/pruned/<run>``) at ``branch``'s tip, then delete the branch: its
+    commits stay reachable (never garbage-collected) while it leaves `git branch`. Refuses the checked-out
+    branch. Returns the tip's sha."""
+    root = _root(where)
+    if current_branch(root) == branch:
+        raise UserError(f"branch {branch} is checked out; switch to another branch before removing it")
+    with repo_at(root) as repo:
+        sha = repo.heads[branch].commit.hexsha
+        repo.git.update_ref(ref, sha)
+        repo.git.branch("-D", branch)
+    return sha
 
 
 def store_rejected(where: Root, sha: str, experiment_id: int) -> None:

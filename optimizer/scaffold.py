@@ -37,6 +37,18 @@ def bundled_dir() -> Path:
     raise UserError("the bundled prompts and sample set are missing from this install; reinstall judgeloop")
 
 
+# What `init` without --sample writes for [workspace] dev_split: no split named until one is imported.
+NO_SPLIT_LINE = ('# dev_split = "dev"        # the only split the optimiser ever sees: import it first with\n'
+                 '                            #   `judgeloop devset import SRC --name dev --all`, then uncomment')
+
+
+def config_without_sample() -> str:
+    """The default judgeloop.toml with its ``dev_split`` line commented out (`init` without --sample): the
+    config names no split that does not exist."""
+    line = next(x for x in DEFAULT_CONFIG_TOML.splitlines() if x.startswith("dev_split = "))
+    return DEFAULT_CONFIG_TOML.replace(line, NO_SPLIT_LINE, 1)
+
+
 def init_workspace(target: Path, *, sample: bool = False) -> Workspace:
     """Create a workspace at ``target`` (a new or empty folder) and make its initial commit."""
     target = target.resolve()
@@ -44,7 +56,7 @@ def init_workspace(target: Path, *, sample: bool = False) -> Workspace:
         raise UserError(f"{target} exists and is not empty; choose a new folder for the workspace")
     bundle = bundled_dir()
     target.mkdir(parents=True, exist_ok=True)
-    (target / CONFIG_NAME).write_text(DEFAULT_CONFIG_TOML, encoding="utf-8")
+    (target / CONFIG_NAME).write_text(DEFAULT_CONFIG_TOML if sample else config_without_sample(), encoding="utf-8")
     shutil.copytree(bundle / "prompts", target / "prompts")
     (target / "devset").mkdir()
     (target / "devset" / ".gitkeep").write_text("", encoding="utf-8")

@@ -212,3 +212,27 @@ def test_a_revision_git_cannot_resolve_is_one_line_naming_it(
     err = one_line_error(capsys)
     assert f"unknown git revision {rev!r}" in err, err
     assert runs_in(sample_ws) == runs
+
+
+def _git_state(root: Path) -> tuple[set[str], str, str]:
+    import git
+
+    repo = git.Repo(root)
+    return {b.name for b in repo.branches}, repo.head.commit.hexsha, repo.active_branch.name
+
+
+@pytest.mark.parametrize("strategy", ["agent", "reflect"])
+def test_a_run_without_the_optimisers_key_leaves_no_ghost_run(
+    sample_ws: Path, strategy: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36 point 2: the optimiser's key was checked after the run's row, branch and checkout existed,
+    so the refusal left a `running` run as the latest. Now nothing is made: branches, HEAD and the ledger's
+    runs are as they were."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")  # the judge's key is there
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # the optimiser's (anthropic) is not
+    before, runs = _git_state(sample_ws), runs_in(sample_ws)
+    capsys.readouterr()
+    assert main(["-w", str(sample_ws), "run", "--strategy", strategy, "--max-experiments", "1", *JUDGE]) == 2
+    assert "ANTHROPIC_API_KEY" in one_line_error(capsys)
+    assert _git_state(sample_ws) == before
+    assert runs_in(sample_ws) == runs  # no run row, `running` or otherwise

@@ -127,6 +127,8 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("certify",): ["--no-bias"],
     ("plan",): ["--budget-usd", "1"],
     ("tui",): ["--screenshot", "{tmp}/shot.svg", "--size", "80x24"],
+    ("runs", "prune"): [],
+    ("completion",): [],
 }
 
 

@@ -671,7 +671,9 @@ def test_decide_keep_from_the_client_against_the_policy_is_refused_and_a_person_
     waiting_ref = git(ws, "rev-parse", f"refs/judgeloop/waiting/{cand.id}").strip()
     assert waiting_ref == cand.commit_sha and gitops.rev_parse(ws, run.branch) == base.commit_sha
     capsys.readouterr()
-    assert main(["decide", "-w", str(ws), str(cand.id), "keep"]) == 0
+    assert main(["decide", "-w", str(ws), str(cand.id), "keep"]) == 2  # against the policy: no terminal, no --force
+    assert "--force" in capsys.readouterr().err
+    assert main(["decide", "-w", str(ws), str(cand.id), "keep", "--force"]) == 0
     said = capsys.readouterr()
     assert "over the policy's roll back" in said.out + said.err
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from optimizer.cli.examples import epilog
 from optimizer.config import MAX_CONCURRENCY, MAX_REPLICATES, MAX_WAVE
 from optimizer.errors import UserError
 from optimizer.vocab import FLAG_PROVIDERS, POLICIES, RUN_STRATEGIES
@@ -145,8 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help="one of the commands below; `judgeloop COMMAND -h` for its options")
 
-    def command(group: Any, name: str, handler: str, help_: str) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = group.add_parser(name, parents=[common], help=help_, description=help_)
+    def command(group: Any, name: str, handler: str, help_: str, typed: str = "") -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = group.add_parser(
+            name, parents=[common], help=help_, description=help_, epilog=epilog(typed or name),
+            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(handler=handler)
         return p
 
@@ -159,12 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="import the bundled sample set as split 'sample' (default: no split)")
 
     devset_help = "import, verify and read data splits"
-    devset = sub.add_parser("devset", parents=[common], help=devset_help, description=devset_help)
+    devset = sub.add_parser("devset", parents=[common], help=devset_help, description=devset_help,
+                            epilog=epilog("devset"), formatter_class=argparse.RawDescriptionHelpFormatter)
     dsub = devset.add_subparsers(dest="devset_command", required=True, metavar="ACTION",
                                  help="one of the actions below; `judgeloop devset ACTION -h` for its options")
 
     def dadd(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
-        return command(dsub, name, handler, help_)
+        return command(dsub, name, handler, help_, f"devset {name}")
 
     p = dadd("import", "optimizer.cli.devset:cmd_import", "copy AgentHorizon items into devset/NAME with a manifest")
     p.add_argument("src", metavar="SRC", help="a folder in either release layout")
@@ -234,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment", metavar="EXPERIMENT", help="the waiting experiment's id (see `judgeloop history`)")
     p.add_argument("decision", choices=["keep", "discard"],
                    help="keep: commit it as the incumbent; discard: roll it back")
+    p.add_argument("--force", action="store_true",
+                   help="keep a candidate the policy rolls back without asking (default: ask on a terminal, "
+                        "refuse elsewhere)")
 
     p = add("report", "optimizer.cli.report:cmd_report", "audit a run: decisions, kept chain, flips, spend")
     p.add_argument("--run", metavar="ID", help=f"the run to audit {LATEST_RUN}")
@@ -340,14 +347,50 @@ def build_parser() -> argparse.ArgumentParser:
                    help="candidates per round, as `run --wave` (default: [loop] wave of judgeloop.toml)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object (default: text)")
     _judge_overrides(p)
+
+    runs_help = "housekeeping of old runs"
+    runs = sub.add_parser("runs", parents=[common], help=runs_help, description=runs_help,
+                          epilog=epilog("runs"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION",
+                               help="one of the actions below; `judgeloop runs ACTION -h` for its options")
+    p = command(rsub, "prune", "optimizer.cli.runs:cmd_runs_prune",
+                "remove old finished runs' branches and experiments/runs/ folders (never a run that is unfinished, "
+                "checked out or under HEAD; the ledger keeps their rows, git their commits)", "runs prune")
+    p.add_argument("--keep", type=whole(0), metavar="N",
+                   help="never prune the N newest runs (default: 5, optimizer.prune.DEFAULT_KEEP)")
+    p.add_argument("--yes", action="store_true", help="remove them (default: a dry run listing what would go)")
+
+    p = add("completion", "optimizer.cli.runs:cmd_completion",
+            "print the shell code that completes judgeloop's commands and options (argcomplete)")
+    p.add_argument("shell", nargs="?", default="bash", choices=("bash", "zsh", "fish", "tcsh"),
+                   help="the shell (default: %(default)s)")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _autocomplete(parser: argparse.ArgumentParser) -> None:
+    """Answer a shell's completion request (argcomplete sets _ARGCOMPLETE, then this exits); a no-op on
+    every ordinary call, and when argcomplete is not installed."""
+    import os
+
+    if "_ARGCOMPLETE" not in os.environ:
+        return
     try:
-        args = build_parser().parse_args(argv)
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    _autocomplete(parser)
+    try:
+        args = parser.parse_args(argv)
     except CommandLineError as exc:
-        print(exc, file=sys.stderr)
+        from optimizer.cli.suggest import did_you_mean
+
+        hint = did_you_mean(parser, sys.argv[1:] if argv is None else argv, str(exc))
+        print(f"{exc}{hint or ''}", file=sys.stderr)
         return 2
     module_name, func_name = args.handler.split(":")
     try:

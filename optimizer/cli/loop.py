@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from optimizer.cli.eval import format_metrics, judge_overrides
 from optimizer.cli.progress import TerminalEvents
 from optimizer.cli.signals import stop_on_signals
+from optimizer.errors import UserError
 from optimizer.evaluation.stopping import Interrupted
 from optimizer.events import StopKind
 from optimizer.loop.session import RunOptions, confirm, decide, resume_run, start_run
@@ -34,9 +36,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
+    """Keep or discard a waiting candidate. A keep the policy would roll back is asked about on a terminal
+    (y to keep) and needs --force elsewhere: a person's overrule is never silent."""
     with TerminalEvents(progress=False) as events:
-        decide(Workspace.open(args.workspace), args.experiment, args.decision == "keep", events)
+        decide(Workspace.open(args.workspace), args.experiment, args.decision == "keep", events,
+               confirm_overrule=_ask_overrule(bool(args.force)))
     return 0
+
+
+def _ask_overrule(force: bool) -> Callable[[str], bool]:
+    """The `ConfirmOverrule` of `judgeloop decide`: yes with --force; a y/N question on a terminal; without
+    one (a script, a pipe) a `UserError` saying to add --force."""
+    def ask(question: str) -> bool:
+        if force:
+            return True
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            raise UserError(f"{question}; add --force to keep it anyway (no terminal to ask on)")
+        try:
+            answer = input(f"{question}.\nKeep it anyway? [y/N] ")
+        except EOFError:
+            answer = ""
+        return answer.strip().lower() in ("y", "yes")
+
+    return ask
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:

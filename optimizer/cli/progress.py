@@ -23,15 +23,27 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def progress_line(snap: ProgressSnapshot) -> str:
+# Items finished after the pace's starting point before an ETA is shown ("ETA estimating" until then).
+TIMED_ITEMS = 2
+
+
+def progress_line(snap: ProgressSnapshot, timed_from: tuple[int, float] | None = None) -> str:
     """One evaluation's progress (or, after its label, a wave's): items judged / total, calls, cost,
-    elapsed and the time left at the pace so far (an upper bound when the loop may stop early)."""
+    elapsed and the time left (an upper bound when the loop may stop early). ``timed_from``: (items done,
+    elapsed seconds) when the pace starts, the first snapshot with an item done, so the time a model takes
+    to load (the offline judge: a minute or more) is not spread over the items; the ETA reads
+    "estimating" until `TIMED_ITEMS` items finished after it."""
     parts = [f"{snap.label + ': ' if snap.label else ''}judged {snap.done}/{snap.total} items",
              f"{snap.calls_made} calls + {snap.cache_hits} cached",
              f"${snap.cost_usd:.4f}",
              f"{duration(snap.elapsed_s)} elapsed"]
-    if 0 < snap.done < snap.total:
-        parts.append(f"ETA {duration(snap.elapsed_s / snap.done * (snap.total - snap.done))}")
+    if snap.done < snap.total:
+        timed = snap.done - timed_from[0] if timed_from is not None else 0
+        if timed_from is not None and timed >= TIMED_ITEMS:
+            pace_s = (snap.elapsed_s - timed_from[1]) / timed
+            parts.append(f"ETA {duration(pace_s * (snap.total - snap.done))}")
+        else:
+            parts.append("ETA estimating")
     errors = [f"{n} {what}" for n, what in ((snap.infra_errors, "infra errors"),
                                            (snap.parse_errors, "parse failures")) if n]
     return " · ".join(parts + errors)
@@ -61,15 +73,26 @@ class StderrProgress:
         self._last_plain = -1
         self._open = False
         self._drawn_at = 0.0
+        self._pace: tuple[tuple[str, int], int, float] | None = None  # (label, total), done, elapsed at its start
+
+    def _timed_from(self, snap: ProgressSnapshot) -> tuple[int, float] | None:
+        """Where this evaluation's pace starts: the first snapshot with an item done (model loaded)."""
+        key = (snap.label, snap.total)
+        if self._pace is not None and (self._pace[0] != key or snap.done < self._pace[1]):
+            self._pace = None  # another evaluation
+        if self._pace is None and snap.done > 0:
+            self._pace = (key, snap.done, snap.elapsed_s)
+        return None if self._pace is None else self._pace[1:]
 
     def __call__(self, snap: ProgressSnapshot) -> None:
+        timed_from = self._timed_from(snap)
         if self.tty:
             now = time.monotonic()
             if now - self._drawn_at < self.MIN_REDRAW_S and snap.done < snap.total:
                 return
             self._drawn_at = now
             width = _columns(self.stream) - 1
-            line = progress_line(snap)
+            line = progress_line(snap, timed_from)
             if len(line) > width:
                 line = line[: max(0, width - 1)] + "…"
             self.stream.write(CLEAR_LINE + line)
@@ -79,7 +102,7 @@ class StderrProgress:
         step = max(1, snap.total // 10)
         if snap.done == snap.total or snap.done // step != self._last_plain // step or self._last_plain < 0:
             self._last_plain = snap.done
-            print(progress_line(snap), file=self.stream, flush=True)
+            print(progress_line(snap, timed_from), file=self.stream, flush=True)
 
     def clear(self) -> None:
         """Erase the updating line (the next snapshot draws it again)."""

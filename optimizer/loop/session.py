@@ -181,6 +181,10 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
     ledger = Ledger(ws.ledger_path)
     manual_edit: str | None = None
     try:
+        # The proposer first: an LLM strategy checks its key here, before a run row, a branch or a checkout
+        # exists (a missing ANTHROPIC_API_KEY used to leave a `running` ghost run behind).
+        name = _resumable_run(ledger).strategy if resume else (options.strategy or cfg.optimizer.strategy)
+        proposer = None if name == "manual" else make_strategy(name, cfg.optimizer, cfg.prices)
         if resume:
             prepared = _prepare_resume(ws, ledger, options, say)
         else:
@@ -189,10 +193,10 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
         if prepared.strategy_name == "manual":
             manual_edit = str(run.budgets.get("manual_edit", ""))
         strategy: Strategy
-        if prepared.strategy_name == "manual":
+        if proposer is None:
             strategy = ManualStrategy(ws.root / str(run.budgets.get("manual_edit", "")))
         else:
-            strategy = make_strategy(prepared.strategy_name, cfg.optimizer, cfg.prices)
+            strategy = proposer
         runner = LoopRunner(prepared.context(ws, ledger, events, stop), strategy)
         if not resume:  # before the baseline: every candidate pays for an item of megabytes again
             for line in oversized_items(split, PromptSet.from_dir(ws.prompts_dir), settings.judge, prices=cfg.prices,
@@ -373,6 +377,12 @@ def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSec
     if options.message is not None and strategy_name != "manual":
         raise UserError(f"-m/--message is the rationale of a hand edit (--strategy manual); the {strategy_name} "
                         "strategy writes its own: drop -m, or add --strategy manual to judge your edit")
+    # Every key, provider and setting check before anything changes (no closed run, captured edit, row or
+    # branch for a refused run); checks that need the start's prompts come after HEAD is settled, below.
+    check_wave(loop_cfg, strategy=strategy_name, propose_only=options.propose_only)
+    check_budget(judge, options.budget_usd)  # a harness judge's cost is unbounded without a per-call price
+    check_confinement(judge)  # bubblewrap missing
+    check_judge_key(judge)
     if strategy_name != "manual":
         gitops.ensure_clean(ws.root, "judgeloop run")
         close_unfinished_runs(ws, ledger, say)
@@ -410,10 +420,6 @@ def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSec
     if start_settings.mode == "agentic" and judge.provider == "local":
         raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
                         'tools (anthropic or openai); the local judge supports mode = "direct" only')
-    check_wave(loop_cfg, strategy=strategy_name, propose_only=options.propose_only)
-    check_budget(judge, limits.budget_usd)  # a harness judge's cost is unbounded without a per-call price
-    check_confinement(judge)  # bubblewrap missing: refused before the run and its branch exist
-    check_judge_key(judge)  # before the run and its branch exist: a missing key leaves nothing behind
     replicates = options.replicates or start_settings.replicates
     if options.batch:
         _check_batch_judge(ws, judge, start_rev)
@@ -591,15 +597,22 @@ def _summary(ledger: Ledger, run_id: str, ended: StopReason, say: Say, loop: Loo
     say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
 
 
-def decide(ws: Workspace, experiment: int | str, keep: bool, events: Listener = ignore) -> int:
+# Asked before a person's keep overrules the policy's roll back: gets the question (one line), answers
+# whether to go on (`judgeloop decide` asks on a terminal or needs --force; the TUI has its own dialog).
+ConfirmOverrule = Callable[[str], bool]
+
+
+def decide(ws: Workspace, experiment: int | str, keep: bool, events: Listener = ignore, *,
+           confirm_overrule: ConfirmOverrule | None = None) -> int:
     """Keep or discard the candidate waiting in --propose-only mode: a person's decision (the CLI and the
     TUI call this), which may overrule the policy (the ledger, the report and the commit say so); returns
-    the experiment's id."""
+    the experiment's id. ``confirm_overrule``: asked before a keep against the policy (None: no question);
+    a no leaves the candidate waiting (a `UserError` saying so)."""
     def say(text: str) -> None:
         events(Message(text))
 
     with command_lock(ws, "decide"), Ledger(ws.ledger_path) as ledger:
-        exp = decide_waiting(ws, ledger, experiment, keep, say, by="person")
+        exp = decide_waiting(ws, ledger, experiment, keep, say, by="person", confirm_overrule=confirm_overrule)
         ledger.set_run_status(exp.run_id, "stopped", stop_reason="propose-only candidate decided by a person")
         say("next candidate: `judgeloop run --resume --propose-only`")
         return exp.id
@@ -609,7 +622,7 @@ DECIDERS: dict[DecidedBy, str] = {"person": "a person", "mcp": "the MCP client",
 
 
 def decide_waiting(ws: Workspace, ledger: Ledger, experiment: int | str, keep: bool, say: Say, *,
-                   by: DecidedBy = "person") -> Experiment:
+                   by: DecidedBy = "person", confirm_overrule: ConfirmOverrule | None = None) -> Experiment:
     """Keep or discard a waiting candidate (git and ledger), as decided ``by``; the caller holds the loop
     lock and says what comes next (`decide`; the MCP server's ``decide``, whose session goes on).
 
@@ -633,6 +646,12 @@ def decide_waiting(ws: Workspace, ledger: Ledger, experiment: int | str, keep: b
         raise UserError(f"experiment {exp.id} is not kept: the {run.policy} policy rolls it back "
                         f"({exp.policy_reason or 'no reason recorded'}); a keep is the policy's and only a person "
                         f"overrules it (`judgeloop decide {exp.id} keep`, or the TUI): decide discard")
+    if keep and exp.policy_keep is False and confirm_overrule is not None:
+        question = (f"the {run.policy} policy rolls experiment {exp.id} back "
+                    f"({exp.policy_reason or 'no reason recorded'}); keeping it overrules the policy")
+        if not confirm_overrule(question):
+            raise UserError(f"experiment {exp.id} not kept: it still waits (`judgeloop decide {exp.id} discard`, "
+                            f"or `judgeloop decide {exp.id} keep --force` to overrule the policy)")
     gitops.checkout_branch(ws.root, run.branch)
     problem = trust.tip_problem(ws.root, run.branch, parent.commit_sha, also=[exp.commit_sha])
     if problem is not None:

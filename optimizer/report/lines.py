@@ -107,11 +107,19 @@ def flip_summary(exp: Experiment) -> str:
     return f"+{c['fn_to_tp'] + c['fp_to_tn']}/-{c['tp_to_fn'] + c['tn_to_fp']}"
 
 
+def status_label(e: Experiment) -> str:
+    """An experiment's outcome as history and the report show it: ``kept (overruled)`` for a person's keep
+    against the policy's roll back (`Experiment.overrule`), ``kept (cheaper)`` for a cheaper-not-worse keep."""
+    if e.status == "kept" and e.overrule:
+        return "kept (overruled)"
+    return "kept (cheaper)" if e.status == "kept" and e.keep_kind == "cheaper" else e.status
+
+
 def history_lines(experiments: Sequence[Experiment]) -> list[str]:
     """The experiments table, one line per experiment (deltas against each one's parent)."""
     parents = parents_by_id(experiments)
     header = (
-        f"{'id':>5} {'created':<19} {'strategy':<9} {'decision':<14} {'kappa':>6} {'Δκ':>7} "
+        f"{'id':>5} {'created':<19} {'strategy':<9} {'decision':<16} {'kappa':>6} {'Δκ':>7} "
         f"{'FPR':>6} {'ΔFPR':>7} {'BA':>6} {'p':>6} {'flips':>7} {'calls':>6} {'+rej':>5} {'cost$':>8}  rationale"
     )
     lines = [header]
@@ -119,7 +127,7 @@ def history_lines(experiments: Sequence[Experiment]) -> list[str]:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
         lines.append(
             f"{e.id:>5} {e.created.strftime('%Y-%m-%d %H:%M:%S'):<19} {(e.strategy or '-')[:9]:<9} "
-            f"{e.status:<14} {_num(e.kappa):>6} {_signed(delta(e.kappa, parent.kappa if parent else None)):>7} "
+            f"{status_label(e):<16} {_num(e.kappa):>6} {_signed(delta(e.kappa, parent.kappa if parent else None)):>7} "
             f"{_num(e.fpr):>6} {_signed(delta(e.fpr, parent.fpr if parent else None)):>7} "
             f"{_num(e.balanced_accuracy):>6} {p_cell(e):>6} {flip_summary(e):>7} {e.calls:>6} "
             f"{e.rejudge_calls or '':>5} {e.cost_usd:>8.4f}  "

@@ -7,7 +7,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from optimizer.ledger import FLIP_KEYS, Attribution, Experiment, Ledger, Run
+from optimizer.ledger import FLIP_KEYS, Attribution, Ledger, Run
 from optimizer.report.data import (
     REPORT_SUSPECTS,
     accounting,
@@ -34,6 +34,7 @@ from optimizer.report.lines import (
     one_line,
     p_cell,
     signed,
+    status_label,
     test_line,
     token_split,
 )
@@ -297,11 +298,6 @@ def triage_lines(ledger: Ledger, run: Run, ws: Workspace | None) -> list[str]:
     if t.suspects:
         out.append("  correct one: judgeloop label-fix ID --label success|failure --reason \"...\"")
     return out
-
-
-def status_label(e: Experiment) -> str:
-    """An experiment's outcome as the report shows it: ``kept (cheaper)`` for a cheaper-not-worse keep."""
-    return "kept (cheaper)" if e.status == "kept" and e.keep_kind == "cheaper" else e.status
 
 
 def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
