@@ -138,3 +138,23 @@ def test_readme_stays_short() -> None:
     assert len(text.splitlines()) <= 300 and len(text.split()) <= 3000
     # CI and the checks call these two exactly as the README shows them.
     assert "bash scripts/demo" in text and "bash scripts/test" in text
+
+
+def test_a_benchmark_writes_its_printed_figures_as_the_include_file(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import _figures
+
+    monkeypatch.setattr(_figures, "FIGURES", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["benchmarks/demo.py"])
+
+    def main(argv: list[str]) -> int:
+        print(f"a table for {argv}")
+        return 0
+
+    assert _figures.with_docs_figure(main, ["--runs", "3", "--write-docs", "demo-table"]) == 0
+    text = (tmp_path / "demo-table.md").read_text(encoding="utf-8")
+    assert "`python benchmarks/demo.py --runs 3 --write-docs demo-table`" in text
+    assert "```text\na table for ['--runs', '3']\n```" in text
+    # A failed run leaves the include file as it was.
+    assert _figures.with_docs_figure(lambda argv: 1, ["--write-docs", "failed"]) == 1
+    assert not (tmp_path / "failed.md").exists()
