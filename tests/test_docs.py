@@ -129,7 +129,7 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_is_a_page() -> None:
 
 def test_every_figure_is_included_and_every_include_exists() -> None:
     figures = {p.name for p in (DOCS / "figures").glob("*.md")}
-    included = {m for path in DOCS.rglob("*.md") for m in re.findall(r'--8<-- "figures/([\w.-]+)"', path.read_text())}
+    included = {m for path in DOCS.rglob("*.md") for m in re.findall(r'^--8<-- "figures/([\w.-]+)"', path.read_text(), flags=re.MULTILINE)}
     assert included == figures, f"not included: {sorted(figures - included)}; missing: {sorted(included - figures)}"
 
 
