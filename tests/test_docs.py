@@ -158,3 +158,11 @@ def test_a_benchmark_writes_its_printed_figures_as_the_include_file(tmp_path: Pa
     # A failed run leaves the include file as it was.
     assert _figures.with_docs_figure(lambda argv: 1, ["--write-docs", "failed"]) == 1
     assert not (tmp_path / "failed.md").exists()
+
+
+def test_readme_links_into_the_site_resolve() -> None:
+    # The strict build checks links between pages; the README lies outside docs/, so it is checked here.
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\((docs/[^)#\s]+)", text)
+    assert len(targets) > 20
+    assert not [t for t in targets if not (ROOT / t).is_file()]
