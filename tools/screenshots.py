@@ -83,9 +83,8 @@ def main(argv: list[str]) -> int:
             ws.parent.mkdir()
             build(ws)
             for name, screen, extra in screens:
-                svg = render(ws, out, name, screen, extra)
+                svg = render(ws, out, name, screen, extra)  # `judgeloop tui` says "wrote FILE"
                 pngs = to_png(svg) and pngs
-                print(f"wrote {svg}")
     if not pngs:
         print("cairosvg is not installed: SVGs only (pip install cairosvg, then run this again for the PNGs)",
               file=sys.stderr)
