@@ -80,6 +80,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._figures import with_docs_figure
 from optimizer.config import JudgeOverrides, JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.devset.split import Split
@@ -645,7 +646,7 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load average {load}"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="a small configuration (24 items x 20 steps, 3 candidates; loop 3 candidates)")
@@ -662,7 +663,7 @@ def main() -> None:
     parser.add_argument("--structures", nargs="+", default=None, metavar="NAME",
                         help="part 4: only these structures besides the single judge (e.g. criteria review "
                              "criteria+review)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     quick = {"n": 24, "steps": 20, "candidates": 3, "loop_candidates": 3}
     full = {"n": 162, "steps": 100, "candidates": 10, "loop_candidates": 10}
     for key, value in (quick if args.quick else full).items():
@@ -705,4 +706,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(with_docs_figure(main))

@@ -119,6 +119,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._figures import with_docs_figure
 from benchmarks._judge_model import STABLE_Q as STABLE_RIGHT_Q
 from benchmarks._judge_model import JudgeModel, item_instruction, item_q
 from optimizer.config import JudgeOverrides, LoopSection
@@ -1179,4 +1180,4 @@ def _labels_only() -> tuple[list[str | None], list[bool]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(with_docs_figure(main))

@@ -38,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._figures import with_docs_figure
 from optimizer.config import LoopSection
 from optimizer.stats.decision import Counts, decide_counts
 from optimizer.stats.metrics import cohen_kappa
@@ -138,4 +139,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(with_docs_figure(main))

@@ -55,6 +55,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import decision_power as dp
+from benchmarks._figures import with_docs_figure
 from benchmarks._judge_model import JudgeModel, item_q
 from optimizer.config import JudgeOverrides
 from optimizer.ledger import Ledger
@@ -249,4 +250,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(with_docs_figure(main))

@@ -63,42 +63,97 @@ class _Section(BaseModel):
 
 
 class WorkspaceSection(_Section):
-    dev_split: str = "sample"
+    dev_split: str = Field(default="sample", description="the split the loop judges on and the only one the optimiser sees")
     # Splits the optimiser must never see; only `judgeloop confirm` may evaluate them.
-    heldout_splits: list[str] = Field(default_factory=list)
+    heldout_splits: list[str] = Field(
+        default_factory=list,
+        description="splits the optimiser never sees; only `judgeloop confirm` evaluates them, a capped number of times",
+    )
 
 
 class JudgeSection(_Section):
-    provider: ProviderName = "local"
-    model: str = "smollm2-135m"  # for `local`: a name of a bundled model or a path to a GGUF file
-    base_url: str | None = None
+    provider: ProviderName = Field(
+        default="local",
+        description="who answers the judge calls: local (the offline demonstration judge), anthropic, openai "
+        "(also any OpenAI-compatible server) or command (a harness CLI per item)",
+    )
+    model: str = Field(  # for `local`: a name of a bundled model or a path to a GGUF file
+        default="smollm2-135m",
+        description="the judge model: the provider's model id; for local a bundled model's name or a path to a "
+        "GGUF file; for command the CLI's --model (absent: the CLI's own default)",
+    )
+    base_url: str | None = Field(
+        default=None, description="the judge's API address when not the provider's own, e.g. a vLLM server's /v1"
+    )
     # Several OpenAI-compatible replicas of one model: each item goes to one of them by consistent
     # hashing on its trajectory id (optimizer.judge.endpoints); exclusive with base_url.
-    base_urls: list[str] | None = None
-    max_concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)
-    timeout_s: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=4, ge=0, le=20)
+    base_urls: list[str] | None = Field(
+        default=None,
+        description=f"several OpenAI-compatible replicas of one model instead of base_url (openai only, at most "
+        f"{MAX_ENDPOINTS}): each item sticks to one endpoint by consistent hashing, a failing one is drained",
+    )
+    max_concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY, description="judge calls in flight at once")
+    timeout_s: float = Field(default=120.0, gt=0, description="seconds one judge call may take (a harness judge: one item's CLI run)")
+    max_retries: int = Field(
+        default=4, ge=0, le=20,
+        description="the SDK's retries of a failed call (a harness judge: runs again after a timeout or non-zero exit)",
+    )
     # The local judge's inference threads; None = the cores idle when it starts (at most 4).
-    local_threads: int | None = Field(default=None, ge=1, le=64)
+    local_threads: int | None = Field(
+        default=None, ge=1, le=64,
+        description="the local judge's inference threads (unset: the cores idle when it starts, at most 4)",
+    )
     # Batch evaluation (--batch): the first wait between status polls, growing 1.5x per poll up to
     # batch_poll_max_s; entries that errored or expired are re-submitted alone up to batch_retry_rounds times.
-    batch_poll_s: float = Field(default=30.0, gt=0, le=3600)
-    batch_poll_max_s: float = Field(default=600.0, gt=0, le=3600)
-    batch_retry_rounds: int = Field(default=2, ge=0, le=10)
+    batch_poll_s: float = Field(
+        default=30.0, gt=0, le=3600, description="--batch: seconds before the first status poll, growing 1.5x per poll"
+    )
+    batch_poll_max_s: float = Field(default=600.0, gt=0, le=3600, description="--batch: the longest wait between polls, seconds")
+    batch_retry_rounds: int = Field(
+        default=2, ge=0, le=10,
+        description="--batch: times the entries that errored or expired are re-submitted alone before they count "
+        "as infrastructure errors",
+    )
     # --batch-cold: a batch pass submits without warming its cold items first (optimizer.evaluation.warmup).
-    batch_cold: bool = False
+    batch_cold: bool = Field(
+        default=False,
+        description="--batch: submit without first warming each cold item with one direct call (as --batch-cold)",
+    )
     # provider = "command" (a harness judge, see optimizer.judge.harness): the CLI to run per item,
     # or a preset filling it; the most one call may cost (the budget reserves it, and it is the cost
     # of a call whose CLI reports none); environment variables passed on besides the harness's own.
-    command: list[str] = Field(default_factory=list)
-    harness: str | None = None
-    price_per_call_usd: float | None = Field(default=None, ge=0.0)
-    pass_env: list[str] = Field(default_factory=list)
+    command: list[str] = Field(
+        default_factory=list,
+        description="provider = command: the CLI to run per item, {{PROMPT}} standing for the per-item prompt "
+        "(instead of a harness preset)",
+    )
+    harness: str | None = Field(
+        default=None,
+        description="provider = command: a preset for that coding-agent CLI's non-interactive JSON invocation: "
+        + ", ".join(HARNESS_PRESETS),
+    )
+    price_per_call_usd: float | None = Field(
+        default=None, ge=0.0,
+        description="provider = command: the most one item's CLI run may cost, US dollars (required with "
+        "--budget-usd; the cost of a call whose CLI reports none)",
+    )
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="provider = command: environment variables passed to the CLI besides the harness's own keys",
+    )
     # How the CLI is confined (optimizer.judge.sandbox): "bwrap" (bubblewrap namespaces, the default) or
     # "none" (unconfined, said in every result and certificate). The most one call may cost when set
     # (US dollars): a budget reserves it per call instead of the declared price or the highest reported.
-    sandbox: Literal["bwrap", "none"] = "bwrap"
-    max_cost_per_call_usd: float | None = Field(default=None, gt=0.0)
+    sandbox: Literal["bwrap", "none"] = Field(
+        default="bwrap",
+        description="provider = command: confine each CLI run with bubblewrap, or none (unconfined: every result "
+        "and certificate says so)",
+    )
+    max_cost_per_call_usd: float | None = Field(
+        default=None, gt=0.0,
+        description="provider = command: a hard per-call ceiling in US dollars the budget reserves instead of the "
+        "declared or highest reported price",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -218,12 +273,24 @@ class Price(_Section):
     on Anthropic it stacks with the cache prices.
     """
 
-    input: float = Field(default=0.0, ge=0.0)
-    output: float = Field(default=0.0, ge=0.0)
-    cache_read: float | None = Field(default=None, ge=0.0)
-    cache_write: float | None = Field(default=None, ge=0.0)
-    cache_write_1h: float | None = Field(default=None, ge=0.0)
-    batch: float | None = Field(default=None, gt=0.0, le=1.0)
+    input: float = Field(default=0.0, ge=0.0, description="uncached input, US dollars per million tokens")
+    output: float = Field(default=0.0, ge=0.0, description="output, US dollars per million tokens")
+    cache_read: float | None = Field(
+        default=None, ge=0.0, description="a prompt-cache read, US dollars per million tokens (unset: the input price)"
+    )
+    cache_write: float | None = Field(
+        default=None, ge=0.0,
+        description="a 5-minute prompt-cache write, US dollars per million tokens (unset: the input price)",
+    )
+    cache_write_1h: float | None = Field(
+        default=None, ge=0.0,
+        description="a 1-hour prompt-cache write, US dollars per million tokens (unset: 2x the input price)",
+    )
+    batch: float | None = Field(
+        default=None, gt=0.0, le=1.0,
+        description="the batch APIs' multiplier on every price of a batched call (0.5 on Anthropic and OpenAI; "
+        "unset: 1, no discount)",
+    )
 
     @property
     def cache_read_price(self) -> float:
@@ -258,24 +325,40 @@ def experiment_seed(run_seed: int, experiment: int, *, wrap: bool = True) -> int
 
 
 class OptimizerSection(_Section):
-    strategy: StrategyName = "library"
-    provider: OptimizerProviderName = "anthropic"
-    model: str = "claude-sonnet-5-5"
-    base_url: str | None = None
+    strategy: StrategyName = Field(
+        default="library",
+        description="who proposes candidates: library (offline), memory (offline, prompts/memory/), reflect (one "
+        "LLM call), agent (an LLM with tools over the dev split), manual (your own edit)",
+    )
+    provider: OptimizerProviderName = Field(default="anthropic", description="the optimiser model's provider (reflect, agent)")
+    model: str = Field(default="claude-sonnet-5-5", description="the optimiser's model (reflect, agent)")
+    base_url: str | None = Field(default=None, description="the optimiser's API address when not the provider's own")
     # The SDK's own timeout and retries for the optimiser's calls (a proposal can be a long reply).
-    timeout_s: float = Field(default=300.0, gt=0)
-    max_retries: int = Field(default=4, ge=0, le=20)
-    allowed_files: list[str] = Field(default_factory=lambda: ["prompts/judge.md", "prompts/rubric.md"])
-    max_diff_lines: int = Field(default=200, ge=1)
-    max_agent_turns: int = Field(default=30, ge=1)
-    seed: int = 0
+    timeout_s: float = Field(default=300.0, gt=0, description="seconds one optimiser call may take")
+    max_retries: int = Field(default=4, ge=0, le=20, description="the SDK's retries of a failed optimiser call")
+    allowed_files: list[str] = Field(
+        default_factory=lambda: ["prompts/judge.md", "prompts/rubric.md"],
+        description="the files a candidate may change, inside prompts/ only (add prompts/memory/principles.md and "
+        "cases.jsonl to let the loop edit the judge's memory)",
+    )
+    max_diff_lines: int = Field(default=200, ge=1, description="the largest diff a candidate may make, in lines")
+    max_agent_turns: int = Field(default=30, ge=1, description="the agent strategy's model calls per proposal")
+    seed: int = Field(default=0, description="the run's seed: proposals, shuffles and sign draws replay from it")
     # Structure moves (`optimizer.structure`): the prompts/judge.toml keys the optimiser may change, within
     # their bounds; [] = none (a candidate that edits judge.toml is refused). A panel has at most
     # max_members members; max_cost_ratio: a candidate's cost per verdict may be at most this multiple of
     # the incumbent's (estimated before evaluation, checked on the billed cost after; None = no cap).
-    structure_moves: list[str] = Field(default_factory=list)
-    max_members: int = Field(default=3, ge=1, le=15)
-    max_cost_ratio: float | None = Field(default=None, gt=0)
+    structure_moves: list[str] = Field(
+        default_factory=list,
+        description="the prompts/judge.toml keys the optimiser may change, within their bounds "
+        "(optimizer.structure; [] = none: a candidate editing judge.toml is refused)",
+    )
+    max_members: int = Field(default=3, ge=1, le=15, description="the largest panel a structure move may set")
+    max_cost_ratio: float | None = Field(
+        default=None, gt=0,
+        description="a candidate may cost at most this multiple of the incumbent per verdict, estimated before "
+        "and billed after evaluation (unset: no cap)",
+    )
 
     @field_validator("structure_moves")
     @classmethod
@@ -312,51 +395,97 @@ MAX_WAVE = 16
 
 
 class LoopSection(_Section):
-    policy: PolicyName = "adaptive"
-    alpha: float = Field(default=0.1, gt=0, le=1)
+    policy: PolicyName = Field(
+        default="adaptive",
+        description="how a candidate is decided: adaptive (re-judge disagreements, sign-flip test), paired "
+        "(McNemar) or literal (kappa up, FPR not up)",
+    )
+    alpha: float = Field(default=0.1, gt=0, le=1, description="the level a candidate's test must clear (paired, adaptive)")
     # adaptive: each item whose incumbent and candidate verdicts differ after the first pass is judged
     # this many more times under each prompt (see optimizer.stats.decision).
-    rejudge: int = Field(default=2, ge=0, le=20)
+    rejudge: int = Field(
+        default=2, ge=0, le=20, description="adaptive: extra judgements under each prompt per item the two disagree on"
+    )
     # Online false-discovery control (LORD++): each candidate is tested at a level that spends this
     # target FDR over the run instead of at alpha. None: off, every candidate tested at alpha.
-    fdr: float | None = Field(default=None, gt=0, lt=1)
-    min_kappa_delta: float = 0.0
-    fpr_tolerance: float = 0.0
-    patience: int = Field(default=5, ge=1)
+    fdr: float | None = Field(
+        default=None, gt=0, lt=1,
+        description="online false-discovery control (LORD++) at this target over the run (unset: off, every "
+        "candidate at alpha)",
+    )
+    min_kappa_delta: float = Field(default=0.0, description="the gain in kappa a keep needs above the incumbent's")
+    fpr_tolerance: float = Field(default=0.0, description="how far FPR may rise above the incumbent's and still keep")
+    patience: int = Field(default=5, ge=1, description="stop after this many candidates in a row without a keep")
     # Items that still hit infrastructure errors after the SDK's retries are judged again this many
     # more times, after a pause of infra_retry_pause_s x the round number, before an evaluation is
     # given up as incomplete (an unattended run should outlast a provider's bad minute).
-    infra_retry_rounds: int = Field(default=2, ge=0, le=10)
-    infra_retry_pause_s: float = Field(default=10.0, ge=0.0, le=600.0)
+    infra_retry_rounds: int = Field(
+        default=2, ge=0, le=10,
+        description="rounds of judging again the items still failing after the SDK's retries, before a candidate "
+        "counts as incomplete",
+    )
+    infra_retry_pause_s: float = Field(
+        default=10.0, ge=0.0, le=600.0, description="seconds of pause before such a round, times the round's number"
+    )
     # The labels a run decides with: the split's labels.jsonl as given, or with the person's corrections
     # (devset/<split>/corrections.jsonl) applied; read and fingerprinted once, at the run's start.
-    labels: Literal["given", "corrected"] = "given"
+    labels: Literal["given", "corrected"] = Field(
+        default="given",
+        description="the labels a run decides with: labels.jsonl as given, or with devset/<split>/corrections.jsonl "
+        "applied; fixed and fingerprinted at the run's start",
+    )
     # Cheaper, not worse: a candidate that does not improve kappa but costs at least cheaper_min_saving
     # less per verdict is kept when an exact one-sided test shows it is not worse than the incumbent by
     # more than cheaper_margin_items items (the FPR veto unchanged). 0 = off.
-    cheaper_margin_items: int = Field(default=0, ge=0)
-    cheaper_min_saving: float = Field(default=0.2, gt=0, lt=1)
+    cheaper_margin_items: int = Field(
+        default=0, ge=0,
+        description="keep a cheaper candidate shown not worse than the incumbent by this many items (0 = off)",
+    )
+    cheaper_min_saving: float = Field(
+        default=0.2, gt=0, lt=1, description="... when it costs at least this share less per verdict"
+    )
     # adaptive: after each look (the incumbent's wrong items and growing stratified parts of the rest, their
     # disagreements re-judged), roll back a candidate whose chance of clearing the full test is below
     # futility_threshold (optimizer.stats.futility).
-    futility: bool = True
-    futility_threshold: float = Field(default=0.01, gt=0, lt=1)
+    futility: bool = Field(
+        default=True,
+        description="adaptive: screen a candidate at nested looks and roll it back when it is unlikely to clear",
+    )
+    futility_threshold: float = Field(
+        default=0.01, gt=0, lt=1, description="the chance of clearing the full test below which futility rolls back"
+    )
     # Candidates proposed per round against one incumbent, evaluated item by item together and decided
     # together (Holm over their p-values, at most one keep per wave); 1: one candidate at a time.
-    wave: int = Field(default=1, ge=1, le=MAX_WAVE)
+    wave: int = Field(
+        default=1, ge=1, le=MAX_WAVE,
+        description="candidates per round against one incumbent, judged together and decided with Holm (at most "
+        "one keep); 1: one at a time",
+    )
 
 
 class ConfirmSection(_Section):
-    max_uses: int = Field(default=3, ge=0)
+    max_uses: int = Field(default=3, ge=0, description="how many times `judgeloop confirm` may evaluate a held-out split")
 
 
 class Config(_Section):
-    workspace: WorkspaceSection = Field(default_factory=WorkspaceSection)
-    judge: JudgeSection = Field(default_factory=JudgeSection)
-    prices: dict[str, Price] = Field(default_factory=dict)
-    optimizer: OptimizerSection = Field(default_factory=OptimizerSection)
-    loop: LoopSection = Field(default_factory=LoopSection)
-    confirm: ConfirmSection = Field(default_factory=ConfirmSection)
+    workspace: WorkspaceSection = Field(default_factory=WorkspaceSection, description="Which splits are which.")
+    judge: JudgeSection = Field(
+        default_factory=JudgeSection,
+        description="The judge: who answers, the model, concurrency, retries, batch polling and harness settings. "
+        "eval, run and confirm override some with --provider, --model, --base-url and --concurrency.",
+    )
+    prices: dict[str, Price] = Field(
+        default_factory=dict, description="Prices per model, overriding the built-in table (see Price)."
+    )
+    optimizer: OptimizerSection = Field(
+        default_factory=OptimizerSection,
+        description="Who proposes candidates, with which model, and what a candidate may change.",
+    )
+    loop: LoopSection = Field(
+        default_factory=LoopSection,
+        description="How candidates are decided and when a run stops (see How the loop decides).",
+    )
+    confirm: ConfirmSection = Field(default_factory=ConfirmSection, description="The held-out check.")
 
 
 def load_config(path: Path) -> Config:
@@ -378,7 +507,7 @@ def load_config(path: Path) -> Config:
 
 
 DEFAULT_CONFIG_TOML = """\
-# judgeloop workspace configuration. Every key has a default; see README "Configuration".
+# judgeloop workspace configuration. Every key has a default; see docs/reference/config.md.
 
 [workspace]
 dev_split = "sample"        # the only split the optimiser ever sees

@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--message", metavar="TEXT",
                    help="--strategy manual: the edit's rationale (default: \"a hand edit of FILES\")")
     p.add_argument("--policy", choices=POLICIES,
-                   help="how a candidate is decided (default: [loop] policy of judgeloop.toml; adaptive in a new workspace); see README \"How the loop decides\"")
+                   help="how a candidate is decided (default: [loop] policy of judgeloop.toml; adaptive in a new workspace); see docs/concepts/deciding.md")
     p.add_argument("--max-experiments", type=whole(1), metavar="N",
                    help="candidates to try after the baseline (default: no limit)")
     p.add_argument("--budget-usd", type=positive, metavar="X",
@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate one candidate, wait for `judgeloop decide` (default: decide by the policy)")
     p.add_argument("--wave", type=wave_size, metavar="K",
                    help="propose K candidates per round against one incumbent, judge them item by item together and "
-                        "keep at most one (Holm over their p-values); see README \"Waves\" (default: [loop] wave, 1)")
+                        "keep at most one (Holm over their p-values); see docs/concepts/waves.md (default: [loop] wave, 1)")
     p.add_argument("--resume", action="store_true", help="continue the last unfinished run (default: start a new run)")
     p.add_argument("--batch", action="store_true",
                    help=BATCH_HELP.replace("a killed command run again", "`--resume`") +

@@ -128,8 +128,14 @@ class PanelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    members: list[StrictStr] | StrictInt
-    vote: str
+    members: list[StrictStr] | StrictInt = Field(
+        description=f"names of {MEMBERS_DIR}/<name>.md files, each a member's own instructions written like judge.md, "
+        f"or a number 2-{MAX_PANEL_MEMBERS} of independent calls with judge.md's instructions"
+    )
+    vote: str = Field(
+        description='"unanimous" (success only if every member says so), "majority" or "at_least:K" (K members, '
+        "1 <= K <= members); a member whose reply does not parse votes against"
+    )
 
     @model_validator(mode="after")
     def _valid(self) -> PanelSettings:
@@ -191,45 +197,93 @@ class JudgeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["direct", "agentic"] = "direct"
+    mode: Literal["direct", "agentic"] = Field(
+        default="direct",
+        description="direct: one request holding the whole trajectory, one verdict; agentic: a tool-using "
+        "conversation per verdict (anthropic, openai)",
+    )
     # Where the editable instructions go. "rubric-first" (what a judge.toml without the key means):
     # judge.md + rubric as the system prompt, then the trajectory. "trajectory-first" (the bundled
     # default): a fixed system prompt no candidate can change, the trajectory, a cache breakpoint, then
     # the instructions, so every candidate after the first re-reads the trajectory from the provider's
     # prompt cache. See `optimizer.judge.render`.
-    layout: Layout = "rubric-first"
+    layout: Layout = Field(
+        default="rubric-first",
+        description="where the editable instructions go: trajectory-first (the bundled default: after the cached "
+        "trajectory) or rubric-first (in the system prompt; what a judge.toml without the key means)",
+    )
     # Anthropic cache lifetime of the trajectory prefix (trajectory-first only): a loop revisits each item
     # once per candidate, usually more than 5 minutes apart.
-    cache_ttl: CacheTTL = "1h"
-    agent_max_turns: int = Field(default=12, ge=2, le=100)
+    cache_ttl: CacheTTL = Field(
+        default="1h",
+        description="Anthropic: how long the cached trajectory lives (1h: writes cost 2x input; 5m: 1.25x)",
+    )
+    agent_max_turns: int = Field(default=12, ge=2, le=100, description="agentic: model calls per verdict")
     # A conversation re-sends every screenshot it has shown; the Anthropic API takes at most 100 per request.
-    agent_max_screenshots: int = Field(default=24, ge=0, le=100)
-    screenshots: Literal["all", "every_k", "spaced", "none"] = "all"
-    every_k: int = Field(default=5, ge=1)
-    max_images: int | None = Field(default=100, ge=2)  # the Anthropic API caps images per request at 100
-    image_width: int = Field(default=512, ge=16, le=4096)
-    image_height: int = Field(default=332, ge=16, le=4096)
-    jpeg_quality: int = Field(default=80, ge=1, le=95)
-    tiling: bool = False
-    token_budget: int | None = Field(default=None, ge=256)
-    max_tokens: int = Field(default=1024, ge=16)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    replicates: int = Field(default=1, ge=1, le=15)
+    agent_max_screenshots: int = Field(
+        default=24, ge=0, le=100, description="agentic: screenshots the judge may view per verdict"
+    )
+    screenshots: Literal["all", "every_k", "spaced", "none"] = Field(
+        default="all",
+        description="which steps get their screenshot: every step, every k-th (and the last), max_images evenly "
+        "spaced, or none",
+    )
+    every_k: int = Field(default=5, ge=1, description='the step stride of screenshots = "every_k"')
+    max_images: int | None = Field(  # the Anthropic API caps images per request at 100
+        default=100, ge=2,
+        description="the most screenshots per request, for every policy (required by spaced; unset: no limit)",
+    )
+    image_width: int = Field(default=512, ge=16, le=4096, description="every screenshot is resized to this width, pixels")
+    image_height: int = Field(default=332, ge=16, le=4096, description="... and this height, pixels")
+    jpeg_quality: int = Field(default=80, ge=1, le=95, description="the JPEG quality screenshots are sent at")
+    tiling: bool = Field(
+        default=False, description="four consecutive screenshots in one 2x2 image, read row by row"
+    )
+    token_budget: int | None = Field(
+        default=None, ge=256,
+        description="estimated input tokens per request; over it the renderer drops middle screenshots, then "
+        "shortens and elides middle steps (unset: no budget)",
+    )
+    max_tokens: int = Field(default=1024, ge=16, description="the longest verdict, output tokens")
+    temperature: float | None = Field(
+        default=None, ge=0.0, le=2.0, description="sampling temperature (unset: the provider's default)"
+    )
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="nucleus sampling (unset: the provider's default)")
+    replicates: int = Field(
+        default=1, ge=1, le=15,
+        description="independent judge calls per item; the majority verdict is scored (--replicates overrides)",
+    )
     # Judging with memory (prompts/memory/, `optimizer.judge.memory`): "off" sends no memory (requests
     # exactly as without the key); "retrieve" adds principles.md and the memory_k cases most similar to the
     # instruction after the trajectory, never a case from the item's own fold of the memory_folds
     # pair-aware folds (cross-fitting).
-    memory: Literal["off", "retrieve"] = "off"
-    memory_k: int = Field(default=4, ge=1, le=16)
-    memory_folds: int = Field(default=5, ge=2, le=20)
+    memory: Literal["off", "retrieve"] = Field(
+        default="off",
+        description="retrieve: send prompts/memory/principles.md and the memory_k most similar cases after the "
+        "trajectory; off: no memory",
+    )
+    memory_k: int = Field(default=4, ge=1, le=16, description="cases sent per item under memory = retrieve")
+    memory_folds: int = Field(
+        default=5, ge=2, le=20,
+        description="pair-aware folds the judged split is dealt into: an item never gets a case from, or about, "
+        "an item of its own fold (cross-fitting)",
+    )
     # A panel of judge calls per verdict (None: the single judge), see `PanelSettings`.
-    panel: PanelSettings | None = None
+    panel: PanelSettings | None = Field(
+        default=None, description="several judge calls per verdict, combined by a vote (see [panel])"
+    )
     # How a verdict is reached: "single" (one call) or "criteria" (one call derives the instruction's
     # requirements from the instruction alone, a second checks each against the trajectory).
-    structure: Literal["single", "criteria"] = "single"
+    structure: Literal["single", "criteria"] = Field(
+        default="single",
+        description="single: one call per verdict; criteria: one call derives the instruction's requirements, a "
+        "second checks each against the trajectory",
+    )
     # "success": every success verdict gets a review call that may turn it into a failure with cited steps.
-    review: Literal["off", "success"] = "off"
+    review: Literal["off", "success"] = Field(
+        default="off",
+        description="success: every success verdict gets a review call that may turn it into a failure citing steps",
+    )
 
     @model_validator(mode="after")
     def _spaced_needs_a_count(self) -> JudgeSettings:
