@@ -13,7 +13,7 @@ import pytest
 from tests.support.harness_judge import harness_state  # noqa: F401 - the harness-judge tests' fixture
 
 if TYPE_CHECKING:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
 # The Python the TUI's SVG baselines (tests/__snapshots__/) are made on: another version's Rich and Textual
 # wheels may render a few cells differently, and baselines from two versions would fight each other.

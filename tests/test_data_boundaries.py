@@ -22,7 +22,7 @@ from PIL import Image
 from optimizer.cli import main
 from optimizer.devset.split import open_split
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.data import FakeItem, make_items, trajectory_dict, write_release
 from tests.support.fakeserver import FakeLLMServer, RecordedRequest, reply
 

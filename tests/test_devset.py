@@ -20,7 +20,7 @@ from optimizer.devset.verify import verify_split
 from optimizer.errors import UserError
 from optimizer.models import Label
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.data import (
     TYPES,
     FakeItem,

@@ -692,7 +692,7 @@ def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
     import signal
     import threading
 
-    from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
+    from optimizer.workspace.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
     from tests.support.config import write_config
     from tests.support.fakeserver import Behaviour, FakeLLMServer
     from tests.support.tui_runs import prompt_sensitive_judge
@@ -803,7 +803,7 @@ def waiting_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
     waiting_ws: Path, tmp_path: Path, key: str, status: str
 ) -> None:
-    from optimizer import gitops
+    from optimizer.workspace import gitops
 
     ws = tmp_path / "ws"
     shutil.copytree(waiting_ws, ws, symlinks=True)
@@ -851,7 +851,7 @@ def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
 
 
 def test_stop_key_creates_the_stop_file_only_while_a_run_is_going(ws_copy: Path) -> None:
-    from optimizer.workspace import Workspace, command_lock
+    from optimizer.workspace.workspace import Workspace, command_lock
 
     notes: list[str] = []
 

@@ -317,7 +317,7 @@ def select_values(select: Select[str]) -> list[str]:
 
 
 def test_start_run_form_offers_the_workspace_splits_and_config_defaults_never_a_heldout_split(manual_ws: Path) -> None:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     config = Workspace.open(manual_ws).config
     assert HELDOUT in config.workspace.heldout_splits and (manual_ws / "devset" / HELDOUT / "split.json").is_file()
@@ -346,7 +346,7 @@ def test_start_run_form_offers_the_workspace_splits_and_config_defaults_never_a_
 def test_a_run_started_from_the_form_runs_on_the_chosen_split_policy_and_provider(
     manual_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
     from tests.support.config import write_config
     from tests.support.fakeserver import FakeLLMServer
     from tests.support.tui_runs import prompt_sensitive_judge

@@ -26,7 +26,7 @@ from textual.worker import Worker, WorkerState
 
 from optimizer.errors import UserError
 from optimizer.ledger import Ledger
-from optimizer.paths import WorkspacePaths
+from optimizer.workspace.paths import WorkspacePaths
 from tui import runs
 from tui.data import LedgerNotReady, open_ledger, run_summaries
 from tui.messages import CompareMarked, ExperimentSelected, ItemSelected, LiveUpdate, RunPicked, WatchFailed

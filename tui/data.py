@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from optimizer import fmt
+from optimizer.answers.triage import Suspect
 from optimizer.devset.markdown import action_string
 from optimizer.errors import UserError
 from optimizer.ledger import (
@@ -29,7 +30,6 @@ from optimizer.ledger import (
 )
 from optimizer.ledger.waves import Wave, holm_rank, waves_by_member
 from optimizer.stats.metrics import Answer, Metrics, flip_table, predicted_success
-from optimizer.triage import Suspect
 from optimizer.vocab import UNTYPED
 
 if TYPE_CHECKING:
@@ -769,7 +769,7 @@ def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: 
     item view shows the verdicts and says where the trajectory was expected.
     """
     from optimizer.devset.split import open_split
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     exp = ledger.get_experiment(experiment_id)
     run = ledger.get_run(exp.run_id)
@@ -800,7 +800,7 @@ def _item_correction(ws_root: Path, split_name: str, trajectory_id: str) -> tupl
     from optimizer.devset.corrections import read_corrections
     from optimizer.devset.labels import load_labels
     from optimizer.devset.split import open_split
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     try:
         split = open_split(Workspace.open(ws_root), split_name)
@@ -834,7 +834,7 @@ def load_comparison(ledger: Ledger, left_id: int, right_id: int) -> Comparison:
 
 
 # ---------------------------------------------------------------------------------------------
-# Label suspects (`optimizer.triage`)
+# Label suspects (`optimizer.answers.triage`)
 
 
 @dataclass(frozen=True)
@@ -850,10 +850,10 @@ class SuspectQueue:
 
 def load_suspects(ledger: Ledger, ws_root: Path, run_id: str | None) -> SuspectQueue:
     """The queue for the run ``run_id`` shows (default: the latest); LedgerNotReady without a run."""
+    from optimizer.answers.triage import label_suspects
     from optimizer.devset.corrections import read_corrections
     from optimizer.devset.split import open_split
-    from optimizer.triage import label_suspects
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     run, _ = run_to_show(ledger, run_id)
     try:
@@ -869,7 +869,7 @@ def save_correction(ws_root: Path, split_name: str, trajectory_id: str, label: s
     """Record a person's correction (`optimizer.devset.corrections.record_correction`); its one-line outcome."""
     from optimizer.devset.corrections import record_correction
     from optimizer.devset.split import open_split
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     ws = Workspace.open(ws_root)
     return record_correction(ws, open_split(ws, split_name), trajectory_id, label, reason, by)

@@ -11,7 +11,7 @@ from optimizer.cli.signals import stop_on_signals
 from optimizer.evaluation.stopping import Interrupted
 from optimizer.events import StopKind
 from optimizer.loop.session import RunOptions, confirm, decide, resume_run, start_run
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def cmd_run(args: argparse.Namespace) -> int:

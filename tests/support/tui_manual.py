@@ -26,7 +26,7 @@ SMALL = "mini8"  # a second dev split (the first 8 items of mini) for a run star
 
 
 def commit_all(ws_root: Path, message: str) -> None:
-    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+    from optimizer.workspace.workspace import JUDGELOOP_ACTOR, repo_at
 
     with repo_at(ws_root) as repo:
         repo.git.add("-A", "--", "judgeloop.toml")

@@ -23,7 +23,7 @@ import pytest
 from optimizer.devset.labels import load_labels
 from optimizer.devset.markdown import action_string
 from optimizer.devset.split import open_split
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, Usage, reply
 
 
@@ -111,7 +111,7 @@ def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callabl
 def _set_screenshot_policy(ws_root: Path, policy: str) -> None:
     import re
 
-    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+    from optimizer.workspace.workspace import JUDGELOOP_ACTOR, repo_at
 
     path = ws_root / "prompts" / "judge.toml"
     path.write_text(re.sub(r'(?m)^screenshots = "all"$', f'screenshots = "{policy}"', path.read_text()), encoding="utf-8")
@@ -123,7 +123,7 @@ def _set_screenshot_policy(ws_root: Path, policy: str) -> None:
 def _set_loop_futility(ws_root: Path, on: bool) -> None:
     import re
 
-    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+    from optimizer.workspace.workspace import JUDGELOOP_ACTOR, repo_at
 
     path = ws_root / "judgeloop.toml"
     text, n = re.subn(r"(?m)^futility = (true|false)", f"futility = {'true' if on else 'false'}", path.read_text())
