@@ -39,7 +39,7 @@ from tests.support.tui_driving import (
     svg_text,
     wait_until,
 )
-from tests.support.tui_runs import make_real_run
+from tests.support.tui_runs import RealRun, make_real_run
 from tui import runs
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.data import disagreements
@@ -54,7 +54,7 @@ def run_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ws = tmp_path_factory.mktemp("tui") / "ws"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-        assert make_real_run(ws, max_experiments=5, replicates=2, items=32, screenshots="none") == 0
+        assert make_real_run(ws, RealRun(max_experiments=5, replicates=2, items=32, screenshots="none")) == 0
     return ws
 
 
@@ -794,7 +794,7 @@ def waiting_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ws = tmp_path_factory.mktemp("tui-waiting") / "ws"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-        assert make_real_run(ws, max_experiments=1, replicates=1, items=16, screenshots="none", propose_only=True) == 0
+        assert make_real_run(ws, RealRun(max_experiments=1, replicates=1, items=16, screenshots="none", propose_only=True)) == 0
     return ws
 
 
