@@ -338,7 +338,7 @@ def test_the_tui_image_helper_refuses_a_screenshot_outside_the_split(
     imported: tuple[Workspace, list[FakeItem], Path], kind: str
 ) -> None:
     from optimizer.errors import UserError
-    from tui.data import step_lines
+    from tui.items import step_lines
 
     ws, items, outside = imported
     tamper(kind, ws, items[TARGET], outside)

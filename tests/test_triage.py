@@ -649,7 +649,7 @@ def test_a_corrections_file_edited_outside_label_fix_is_refused_at_the_next_run_
 
 
 def test_concurrent_label_fix_processes_and_the_tui_writer_lose_no_correction(ws: Path) -> None:
-    from tui.data import save_correction
+    from tui.items import save_correction
 
     split = open_split(Workspace.open(ws), "sample")
     labels = load_labels(split)

@@ -42,7 +42,7 @@ from tests.support.tui_driving import (
 from tests.support.tui_runs import RealRun, make_real_run
 from tui import runs
 from tui.app import VIEWS, JudgeloopApp, settle
-from tui.data import disagreements
+from tui.items import disagreements
 from tui.modals import ConfirmModal, ErrorModal, ErrorScreen, ItemListModal, ReviewModal, StartRunModal
 from tui.views import DisagreementsView, ExperimentView, HistoryView, ItemView, ReviewsView
 from tui.widgets import FixedColumnsTable, StatusStrip, StepImage

@@ -14,7 +14,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
 from optimizer.answers.triage import Suspect
-from tui.data import SuspectQueue, load_suspects, one_line, save_correction
+from tui.data import one_line
+from tui.items import SuspectQueue, load_suspects, save_correction
 from tui.messages import ItemSelected, SuspectsLoaded
 from tui.modals import CorrectionModal
 from tui.views.base import View
