@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.harness_judge import harness_state  # noqa: F401 - the harness-judge tests' fixture
+from tests.support.tui_runs import run_ws, ws_copy  # noqa: F401 - the TUI tests' session run and its copies
 
 if TYPE_CHECKING:
     from optimizer.workspace.workspace import Workspace

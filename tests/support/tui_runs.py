@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import pytest
 from optimizer.devset.labels import load_labels
 from optimizer.devset.markdown import action_string
 from optimizer.devset.split import open_split
+from optimizer.ledger import Ledger
 from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, Usage, reply
 
@@ -191,6 +193,35 @@ def make_real_run(ws_root: Path, shape: RealRun | None = None) -> int:
             *(["--propose-only"] if s.propose_only else []),
             *(["--wave", str(s.wave), "--patience", str(s.max_experiments)] if s.wave > 1 else []),
         ])
+
+
+# ---------------------------------------------------------------------------------------------
+# The TUI tests' session run (registered in tests/conftest.py): one real short run (init --sample, a 32-item
+# split, the library strategy, 5 candidates, 2 replicates) feeds every read-only test; tests that write
+# (reviews, runs, STOP) work on a copy.
+
+
+@pytest.fixture(scope="session")
+def run_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace whose ledger holds one real finished run (baseline, rolled-back and kept candidates)."""
+    ws = tmp_path_factory.mktemp("tui") / "ws"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
+        assert make_real_run(ws, RealRun(max_experiments=5, replicates=2, items=32, screenshots="none")) == 0
+    return ws
+
+
+@pytest.fixture
+def ws_copy(run_ws: Path, tmp_path: Path) -> Path:
+    """A private copy of the run workspace for tests that write (reviews, STOP, runs)."""
+    target = tmp_path / "ws"
+    shutil.copytree(run_ws, target, symlinks=True)
+    return target
+
+
+def ledger_of(ws: Path) -> Ledger:
+    """The workspace's ledger, read-only."""
+    return Ledger.open_readonly(ws / "experiments" / "ledger.sqlite")
 
 
 # ---------------------------------------------------------------------------------------------
