@@ -81,7 +81,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._figures import with_docs_figure
-from optimizer.config import JudgeOverrides, JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.devset.split import Split
 from optimizer.evaluation.batch import BatchOptions
@@ -94,7 +93,8 @@ from optimizer.ledger import Ledger
 from optimizer.loop.session import RunOptions, start_run
 from optimizer.scaffold import init_workspace
 from optimizer.structure import set_key
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeOverrides, JudgeSection
+from optimizer.workspace.workspace import Workspace
 from tests.support.config import with_layout
 from tests.support.data import make_items, write_release
 from tests.support.fakecache import PromptCache

@@ -122,7 +122,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._figures import with_docs_figure
 from benchmarks._judge_model import STABLE_Q as STABLE_RIGHT_Q
 from benchmarks._judge_model import JudgeModel, item_instruction, item_q
-from optimizer.config import JudgeOverrides, LoopSection
 from optimizer.devset.importer import import_split
 from optimizer.ledger import Ledger
 from optimizer.loop import session
@@ -141,7 +140,8 @@ from optimizer.stats.decision import (
 )
 from optimizer.stats.metrics import Answer
 from optimizer.structure import current_value, set_key
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeOverrides, LoopSection
+from optimizer.workspace.workspace import Workspace
 from tests.support.data import pair_items, write_release
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.panel import write_members

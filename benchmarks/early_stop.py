@@ -51,12 +51,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optimizer.config import LoopSection
 from optimizer.loop.records import evaluation_order
 from optimizer.models import Label
 from optimizer.stats import decision as decision_mod
 from optimizer.stats.decision import Decision, adaptive_stopped_decision, stopped_decision
 from optimizer.stats.metrics import Answer, is_correct, majority_answer
+from optimizer.workspace.config import LoopSection
 
 POSITIVE_SHARE = 62 / 162
 ACCURACY = 0.8

@@ -45,14 +45,14 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optimizer.config import JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.evaluation.results import EvalRun
 from optimizer.judge import render
 from optimizer.judge.prompts import PromptSet
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.workspace import Workspace
 from tests.support.data import make_items, write_manifest, write_release
 from tests.support.fakeserver import DEFAULT_VERDICT, FakeLLMServer, ToolCall, Usage, reply, verdict_reply
 

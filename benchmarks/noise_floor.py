@@ -39,9 +39,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._figures import with_docs_figure
-from optimizer.config import LoopSection
 from optimizer.stats.decision import Counts, decide_counts
 from optimizer.stats.metrics import cohen_kappa
+from optimizer.workspace.config import LoopSection
 
 POSITIVE_SHARE = 62 / 162
 

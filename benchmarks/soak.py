@@ -35,8 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from optimizer import gitops
 from optimizer.ledger import Ledger
+from optimizer.workspace import gitops
 from tests.support.fakeserver import (
     FakeLLMServer,
     RecordedRequest,

@@ -57,10 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import decision_power as dp
 from benchmarks._figures import with_docs_figure
 from benchmarks._judge_model import JudgeModel, item_q
-from optimizer.config import JudgeOverrides
 from optimizer.ledger import Ledger
 from optimizer.loop import session
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeOverrides
+from optimizer.workspace.workspace import Workspace
 from tests.support import fakeserver
 from tests.support.fakeserver import FakeLLMServer
 

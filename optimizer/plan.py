@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from optimizer.config import JudgeSection
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
@@ -36,7 +35,8 @@ from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import price_for
 from optimizer.ledger import Experiment, Ledger
 from optimizer.stats.policies import policy_for
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.workspace import Workspace
 
 # Adaptive re-judging, in passes of the split per candidate, when the ledger has no figure.
 ADAPTIVE_REJUDGE_SHARE = 0.48

@@ -15,9 +15,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optimizer import gitops
 from optimizer.ledger import Ledger, Run
-from optimizer.workspace import Workspace, command_lock
+from optimizer.workspace import gitops
+from optimizer.workspace.workspace import Workspace, command_lock
 
 DEFAULT_KEEP = 5  # the newest runs never pruned
 

@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from optimizer.config import Config, JudgeOverrides, JudgeSection, LoopSection
 from optimizer.errors import UserError, first_error
 from optimizer.ledger import Run
 from optimizer.vocab import POLICIES
+from optimizer.workspace.config import Config, JudgeOverrides, JudgeSection, LoopSection
 
 _Section = TypeVar("_Section", bound=BaseModel)
 

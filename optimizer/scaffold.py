@@ -7,9 +7,9 @@ from pathlib import Path
 
 import git
 
-from optimizer.config import DEFAULT_CONFIG_TOML
 from optimizer.errors import UserError
-from optimizer.workspace import CONFIG_NAME, JUDGELOOP_ACTOR, Workspace, repo_at
+from optimizer.workspace.config import DEFAULT_CONFIG_TOML
+from optimizer.workspace.workspace import CONFIG_NAME, JUDGELOOP_ACTOR, Workspace, repo_at
 
 _GITIGNORE = """\
 /experiments/*

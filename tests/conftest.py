@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.harness_judge import harness_state  # noqa: F401 - the harness-judge tests' fixture
+from tests.support.tui_runs import run_ws, ws_copy  # noqa: F401 - the TUI tests' session run and its copies
 
 if TYPE_CHECKING:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
 # The Python the TUI's SVG baselines (tests/__snapshots__/) are made on: another version's Rich and Textual
 # wheels may render a few cells differently, and baselines from two versions would fight each other.

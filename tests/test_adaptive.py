@@ -11,7 +11,6 @@ from typing import cast
 
 import pytest
 
-from optimizer.config import LoopSection
 from optimizer.judge.verdicts import majority
 from optimizer.models import Label, Verdict
 from optimizer.stats.decision import (
@@ -24,6 +23,7 @@ from optimizer.stats.decision import (
 from optimizer.stats.metrics import Answer, majority_answer
 from optimizer.stats.signflip import sign_flip_test
 from optimizer.vocab import MistakeType
+from optimizer.workspace.config import LoopSection
 
 ADAPTIVE = LoopSection()  # the default: adaptive, alpha 0.1, rejudge 2
 YES, NO, BAD = Answer(success=True), Answer(success=False), Answer(success=None, status="invalid")

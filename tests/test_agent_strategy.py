@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from optimizer.config import OptimizerSection, Price
 from optimizer.errors import UserError
 from optimizer.loop.strategies import ProposalError
 from optimizer.loop.strategies.agent import AgentStrategy
+from optimizer.workspace.config import OptimizerSection, Price
 from tests.support.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply
 from tests.support.strategies import DevFixture, disagreements_for, make_context, make_dev
 

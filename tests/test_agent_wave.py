@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from optimizer.config import OptimizerSection
 from optimizer.loop.strategies import Proposal, ProposalError, proposes_waves
 from optimizer.loop.strategies.agent import AgentStrategy
+from optimizer.workspace.config import OptimizerSection
 from tests.support.fakeserver import FakeLLMServer, ToolCall, Usage, reply
 from tests.support.strategies import DevFixture, disagreements_for, make_context, make_dev
 

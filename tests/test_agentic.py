@@ -369,8 +369,8 @@ def test_settings_know_both_modes_and_say_how_screenshots_arrive() -> None:
 def test_the_loop_runs_with_an_agentic_judge(
     data: Data, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from optimizer import gitops
     from optimizer.ledger import Ledger
+    from optimizer.workspace import gitops
     from tests.support.loop import commit_all
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)

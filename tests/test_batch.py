@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from optimizer.cli import main
-from optimizer.config import JudgeSection
 from optimizer.evaluation.batch import EARLY_STOP_NOTE, BatchOptions
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
@@ -22,7 +21,8 @@ from optimizer.evaluation.results import ItemResult
 from optimizer.events import StopKind
 from optimizer.judge.providers.pricing import batch_cost_usd, cost_usd
 from optimizer.judge.types import ProviderReply
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.workspace import Workspace
 from tests.support.config import write_config
 from tests.support.evaluation import SECRET, Data, by_label, make_data
 from tests.support.fakeserver import FakeLLMServer, RecordedRequest, server_error

@@ -159,7 +159,7 @@ def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
 
 
 def test_the_oracle_floor_is_the_adaptive_rule_on_a_fully_judged_split_and_zero_for_a_steady_no_op() -> None:
-    from optimizer.config import LoopSection
+    from optimizer.workspace.config import LoopSection
 
     positive = np.array(dp._labels_only()[1])
     n = len(positive)

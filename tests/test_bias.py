@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from optimizer.cli import main
-from optimizer.config import JudgeOverrides
 from optimizer.devset.split import open_split
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.scored import EvalOptions, evaluate
@@ -34,7 +33,8 @@ from optimizer.trust.bias import (
     judge_note,
     run_battery,
 )
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeOverrides
+from optimizer.workspace.workspace import Workspace
 from tests.support.bias import BiasJudge, Reaction
 from tests.support.config import bundled_prompts
 from tests.support.fakeserver import FakeLLMServer

@@ -142,9 +142,9 @@ def test_the_endpoint_enters_the_key_only_when_it_is_not_the_default() -> None:
 
 
 def test_provider_endpoint_follows_the_configured_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optimizer.config import JudgeSection, ProviderName
     from optimizer.evaluation.cache import provider_endpoint
     from optimizer.judge.providers import make_provider
+    from optimizer.workspace.config import JudgeSection, ProviderName
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.config import JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.devset.split import Split
 from optimizer.evaluation.cache import JudgeCache
@@ -21,7 +20,8 @@ from optimizer.evaluation.results import EvalRun
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.workspace import Workspace
 from tests.support.data import make_items, write_release
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, error, verdict_reply
 

@@ -17,7 +17,7 @@ import pytest
 from optimizer.cli import main
 from optimizer.stats.binomial import clopper_pearson_interval, clopper_pearson_lower, clopper_pearson_upper
 from optimizer.trust.certify import CERTIFICATE_VERSION, landis_koch, read_note
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import commit_all, git, labels_of, set_toml_key
 from tests.support.trust import GullibleJudge, judge_args, point_config_at, run_json, untouched_state

@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
-from optimizer.config import LoopSection
 from optimizer.models import Label
 from optimizer.stats.decision import FprStopper, decide_cheaper, noninferiority_test
 from optimizer.stats.metrics import Answer
+from optimizer.workspace.config import LoopSection
 
 
 def brute_p(values: list[Fraction]) -> Fraction:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.cli import main
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def test_workspace_option_goes_before_or_after_the_command(

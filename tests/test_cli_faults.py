@@ -111,8 +111,8 @@ def test_every_parser_refuses_abbreviations() -> None:
 
 
 def test_replicates_bound_is_judge_toml_s() -> None:
-    from optimizer.config import MAX_REPLICATES
     from optimizer.judge.prompts import JudgeSettings
+    from optimizer.workspace.config import MAX_REPLICATES
 
     bounds = [getattr(m, "le", None) for m in JudgeSettings.model_fields["replicates"].metadata]
     assert MAX_REPLICATES in bounds

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.cli import build_parser, main
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 # The actions argparse adds itself; their help is argparse's.
 _OWN = (argparse._HelpAction,)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optimizer.config import DEFAULT_CONFIG_TOML, Config, load_config
+from optimizer.workspace.config import DEFAULT_CONFIG_TOML, Config, load_config
 
 
 def test_the_default_judgeloop_toml_parses_to_the_default_config(tmp_path: Path) -> None:

@@ -515,7 +515,7 @@ def test_the_ledger_keeps_criteria_evidence_and_review_and_a_schema_8_ledger_rea
 
 @pytest.mark.local_model
 def test_the_local_judge_runs_criteria_and_review_under_constrained_decoding(tmp_path: Path) -> None:
-    from optimizer.config import JudgeSection
+    from optimizer.workspace.config import JudgeSection
 
     data = make_data(tmp_path, n_pairs=1)
     toml = data.ws.prompts_dir / "judge.toml"

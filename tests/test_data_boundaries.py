@@ -22,7 +22,7 @@ from PIL import Image
 from optimizer.cli import main
 from optimizer.devset.split import open_split
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.data import FakeItem, make_items, trajectory_dict, write_release
 from tests.support.fakeserver import FakeLLMServer, RecordedRequest, reply
 
@@ -338,7 +338,7 @@ def test_the_tui_image_helper_refuses_a_screenshot_outside_the_split(
     imported: tuple[Workspace, list[FakeItem], Path], kind: str
 ) -> None:
     from optimizer.errors import UserError
-    from tui.data import step_lines
+    from tui.items import step_lines
 
     ws, items, outside = imported
     tamper(kind, ws, items[TARGET], outside)

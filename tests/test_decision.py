@@ -9,7 +9,6 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from optimizer.config import LoopSection
 from optimizer.models import Label
 from optimizer.stats.decision import (
     Counts,
@@ -20,6 +19,7 @@ from optimizer.stats.decision import (
     stopped_decision,
 )
 from optimizer.stats.metrics import Answer, flip_table, score
+from optimizer.workspace.config import LoopSection
 
 PAIRED = LoopSection(policy="paired")  # alpha 0.1, no deltas
 LITERAL = LoopSection(policy="literal")

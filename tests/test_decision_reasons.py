@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 import re
 
-from optimizer.config import LoopSection
 from optimizer.models import Label
 from optimizer.stats.decision import adaptive_stopped_decision, stopped_decision
 from optimizer.stats.metrics import Answer, is_correct, majority_answer, score
+from optimizer.workspace.config import LoopSection
 
 YES, NO = Answer(success=True), Answer(success=False)
 OBSERVED = re.compile(r"^stopped early after (\d+)/(\d+) items: (\d+) fixed, (\d+) broken; even if ")

@@ -1,5 +1,5 @@
-"""The pieces of scripts/demo: the judgeloop.toml edit it commits (optimizer.configedit), the in-use
-check before it deletes a previous demo folder (optimizer.inuse), and the script's refusals. The whole
+"""The pieces of scripts/demo: the judgeloop.toml edit it commits (tools.configedit), the in-use
+check before it deletes a previous demo folder (tools.inuse), and the script's refusals. The whole
 demo is not run here (minutes of CPU judging); these refusals end before any judging starts."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from pathlib import Path
 import git
 import pytest
 
-from optimizer import gitops
-from optimizer.config import DEFAULT_CONFIG_TOML, load_config
-from optimizer.configedit import edited_config, set_config
 from optimizer.errors import UserError
-from optimizer.inuse import ensure_unused, holders
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import CONFIG_NAME
+from optimizer.workspace import gitops
+from optimizer.workspace.config import DEFAULT_CONFIG_TOML, load_config
+from optimizer.workspace.workspace import CONFIG_NAME
 from tests.support.paths import REPO_ROOT
+from tools.configedit import edited_config, set_config
+from tools.inuse import ensure_unused, holders
 
 DEMO_VALUES: dict[tuple[str, str], str | int | float | bool] = {
     ("workspace", "dev_split"): "demo",
@@ -218,7 +218,7 @@ def test_a_folder_reached_through_a_link_is_checked_where_it_really_is(tmp_path:
 @needs_proc
 def test_a_live_run_lock_is_named(tmp_path: Path) -> None:
     ws = init_workspace(tmp_path / "ws")
-    code = ("from optimizer.workspace import Workspace, command_lock\n"
+    code = ("from optimizer.workspace.workspace import Workspace, command_lock\n"
             f"with command_lock(Workspace.open({str(ws.root)!r}), 'run'):\n"
             "    import time; print('ready', flush=True); time.sleep(60)\n")
     with _process(tmp_path, code) as pid, pytest.raises(UserError, match=rf"judgeloop run, pid {pid} is working"):

@@ -108,8 +108,8 @@ def test_every_dotted_optimizer_name_in_the_docs_resolves() -> None:
 
 def test_a_name_that_does_not_resolve_is_caught() -> None:
     assert resolves("optimizer.stats.decision") and resolves("optimizer.trust.certify.Certificate")
-    assert not resolves("optimizer.stats.no_such_module") and not resolves("optimizer.config.NoSuchName")
-    assert DOTTED.findall("see `optimizer.paths.prompt_file`, not optimizer/paths.py") == ["optimizer.paths.prompt_file"]
+    assert not resolves("optimizer.stats.no_such_module") and not resolves("optimizer.workspace.config.NoSuchName")
+    assert DOTTED.findall("see `optimizer.workspace.paths.prompt_file`, not optimizer/workspace/paths.py") == ["optimizer.workspace.paths.prompt_file"]
 
 
 def nav_pages() -> list[str]:

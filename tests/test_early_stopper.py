@@ -10,7 +10,6 @@ from fractions import Fraction
 
 import pytest
 
-from optimizer.config import LoopSection
 from optimizer.models import Label
 from optimizer.stats import decision
 from optimizer.stats.decision import (
@@ -22,6 +21,7 @@ from optimizer.stats.decision import (
 )
 from optimizer.stats.metrics import Answer, majority_answer
 from optimizer.stats.signflip import sign_flip_test, sign_flip_test_grouped, sign_flip_upper_bound
+from optimizer.workspace.config import LoopSection
 
 YES, NO = Answer(success=True), Answer(success=False)
 BAD = Answer(success=None, status="invalid")

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from optimizer.config import JudgeOverrides, JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.errors import UserError
 from optimizer.evaluation.evaluator import evaluate_items
@@ -23,6 +22,7 @@ from optimizer.judge.endpoints import HashRing, shown_url
 from optimizer.judge.prompts import JUDGE_TOML, RUBRIC_MD, PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.scaffold import init_workspace
+from optimizer.workspace.config import JudgeOverrides, JudgeSection
 from tests.support.config import with_layout
 from tests.support.data import make_items, write_release
 from tests.support.fakecache import ManualClock, PromptCache
@@ -186,7 +186,7 @@ def test_removing_an_endpoint_moves_only_its_items() -> None:
     ],
 )
 def test_base_urls_refusals_are_one_line(tmp_path: Path, section: dict[str, Any], message: str) -> None:
-    from optimizer.config import load_config
+    from optimizer.workspace.config import load_config
     from tests.support.config import dumps_toml
 
     path = tmp_path / "judgeloop.toml"
@@ -257,7 +257,7 @@ def test_a_run_records_a_drained_endpoint_in_the_ledger_and_still_judges_every_i
 ) -> None:
     from optimizer.cli import main
     from optimizer.ledger import Ledger
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
     from tests.support.loop import FakeJudge, add_small_dev_split, commit_all, make_workspace
 
     root = make_workspace(tmp_path)

@@ -17,7 +17,6 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.cli.progress import StderrProgress
-from optimizer.config import JudgeSection, Price
 from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget
@@ -31,6 +30,7 @@ from optimizer.judge.types import (
     ProviderTraits,
 )
 from optimizer.stats.metrics import score
+from optimizer.workspace.config import JudgeSection, Price
 from tests.support.evaluation import (
     MODEL,
     SECRET,
@@ -460,7 +460,7 @@ def test_fully_cached_items_are_not_rendered_again_until_an_input_changes(
 
 
 def test_switching_provider_without_model_takes_that_providers_default_model() -> None:
-    from optimizer.config import DEFAULT_JUDGE_MODELS, JudgeOverrides, JudgeSection
+    from optimizer.workspace.config import DEFAULT_JUDGE_MODELS, JudgeOverrides, JudgeSection
 
     local = JudgeSection()  # provider local, model smollm2-135m
     assert JudgeOverrides(provider="anthropic").apply(local).model == DEFAULT_JUDGE_MODELS["anthropic"]
@@ -507,7 +507,7 @@ def test_eval_of_the_working_tree_warns_while_a_loop_command_holds_the_workspace
 ) -> None:
     import os
 
-    from optimizer.workspace import command_lock, lock_holder
+    from optimizer.workspace.workspace import command_lock, lock_holder
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server.default = by_label(data)

@@ -22,11 +22,11 @@ import asyncio, json, sys
 opened = []
 sys.addaudithook(lambda event, args: opened.append(str(args[0])) if event == "open" and args and isinstance(args[0], (str, bytes, __import__("os").PathLike)) else None)
 
-from optimizer.config import JudgeSection
+from optimizer.workspace.config import JudgeSection
 from optimizer.devset.split import open_split
 from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.judge.prompts import PromptSet
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 root, base_url, model = sys.argv[1:4]
 ws = Workspace.open(root)
@@ -60,8 +60,8 @@ def test_judging_a_split_never_imports_or_opens_the_labels(tmp_path: Path) -> No
     assert seen["files_opened"] > len(data.split.ids)  # the hook saw the judge input being read
     assert seen["labels_files_opened"] == []
     assert "optimizer.devset.split" in seen["modules"] and "optimizer.judge.render" in seen["modules"]
-    for forbidden in ("optimizer.devset.labels", "optimizer.devset.corrections", "optimizer.triage", "optimizer.ledger",
-                      "optimizer.scoring", "optimizer.cli"):
+    for forbidden in ("optimizer.devset.labels", "optimizer.devset.corrections", "optimizer.answers.triage", "optimizer.ledger",
+                      "optimizer.answers.scoring", "optimizer.cli"):
         assert forbidden not in seen["modules"]
 
 
@@ -93,5 +93,5 @@ def test_judging_with_memory_and_folds_never_imports_or_opens_the_labels(tmp_pat
     assert sum("Case c" in body for body in bodies) == len(bodies)  # memory was sent
     assert [p for p in seen["labels_files_opened"] if not p.endswith("cases.jsonl")] == []
     assert "optimizer.judge.memory" in seen["modules"]
-    for forbidden in ("optimizer.devset.labels", "optimizer.ledger", "optimizer.scoring", "optimizer.cli"):
+    for forbidden in ("optimizer.devset.labels", "optimizer.ledger", "optimizer.answers.scoring", "optimizer.cli"):
         assert forbidden not in seen["modules"]

@@ -1,4 +1,4 @@
-"""`optimizer.fmt`, `optimizer.errors.first_error` and `optimizer.config.experiment_seed`: the one copy of
+"""`optimizer.fmt`, `optimizer.errors.first_error` and `optimizer.workspace.config.experiment_seed`: the one copy of
 each helper prints what every copy it replaced printed (pinned here on the edge cases)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel, ValidationError, field_validator
 
 from optimizer import fmt
-from optimizer.config import experiment_seed
 from optimizer.errors import first_error
+from optimizer.workspace.config import experiment_seed
 
 
 @pytest.mark.parametrize(("value", "digits", "missing", "signed", "shown"), [

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from optimizer.cli import main
-from optimizer.config import LoopSection
 from optimizer.models import Label
 from optimizer.stats.decision import decide_adaptive
 from optimizer.stats.futility import make_looks, make_screen, p_clear, p_clear_rejudged, screen_decision
 from optimizer.stats.metrics import Answer, is_correct
+from optimizer.workspace.config import LoopSection
 
 FUTILE = re.compile(r"^futile: P\(clear\) = (\d\.\d{3}) < (\S+) after (\d+) of (\d+) items ")
 LOOP = LoopSection(futility=True, futility_threshold=0.05)

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.errors import UserError
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace, repo_at
+from optimizer.workspace import gitops
+from optimizer.workspace.workspace import Workspace, repo_at
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from optimizer.cli import main
-from optimizer.config import load_config
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import open_split
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import load_config
+from optimizer.workspace.workspace import Workspace
 from tests.support.config import write_config
 from tests.support.fake_harness_cli import kind, reported_cost
 from tests.support.harness_judge import HarnessState, configure, records, sandbox_folders, survivors
@@ -312,8 +312,8 @@ def test_cli_output_is_read_in_each_harness_format(output: str, stdout: str, exp
 
 @pytest.mark.parametrize("harness", ["codex", "claude", "gemini", "opencode"])
 def test_each_preset_is_non_interactive_json_and_sends_the_prompt_once(harness: str) -> None:
-    from optimizer.config import JudgeSection
     from optimizer.judge.harness import command_line, harness_spec
+    from optimizer.workspace.config import JudgeSection
 
     spec = harness_spec(JudgeSection(provider="command", harness=harness, model="m-1"))
     argv, stdin = command_line(spec, "PROMPT TEXT", "tid")

@@ -19,7 +19,7 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.devset.split import open_split
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fake_harness_cli import kind
 from tests.support.harness_judge import (
     FAKE_CLI,

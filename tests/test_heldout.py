@@ -12,7 +12,7 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.data import FakeItem, make_items, write_manifest, write_release
 
 

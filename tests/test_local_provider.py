@@ -9,12 +9,12 @@ import threading
 
 import pytest
 
-from optimizer.config import JudgeSection
 from optimizer.judge.providers import make_provider
 from optimizer.judge.providers.local_provider import LocalProvider
 from optimizer.judge.types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
 from optimizer.judge.verdicts import parse_verdict
 from optimizer.models import Verdict
+from optimizer.workspace.config import JudgeSection
 
 pytest.importorskip("xllamacpp", reason="the local judge needs xllamacpp")
 

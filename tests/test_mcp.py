@@ -27,15 +27,15 @@ import pytest
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from optimizer import gitops
 from optimizer.cli import main
 from optimizer.devset.split import open_split
 from optimizer.judge.memory import parse_cases
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
 from optimizer.ledger import Experiment, Ledger, Run
-from optimizer.paths import MAX_PROMPT_FILE_CHARS
 from optimizer.scaffold import bundled_dir
-from optimizer.workspace import Workspace
+from optimizer.workspace import gitops
+from optimizer.workspace.paths import MAX_PROMPT_FILE_CHARS
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import (
     BAD_ENTRY,

@@ -21,7 +21,7 @@ from optimizer.devset.importer import import_split
 from optimizer.judge.memory import CASES_JSONL, PRINCIPLES_MD
 from optimizer.judge.prompts import PromptSet
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.config import write_config
 from tests.support.data import FakeItem, fake_id, pair_items, write_release
 from tests.support.fakeserver import FakeLLMServer, RecordedRequest, verdict_reply

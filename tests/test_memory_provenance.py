@@ -15,7 +15,7 @@ from optimizer.judge.overfit import LintText, instruction_values, trajectory_val
 from optimizer.judge.provenance import ItemIndex, foreign_reason, split_items
 from optimizer.loop.guards import check_cases
 from optimizer.models import Action, Step, Task, Trajectory
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.loop import add_small_dev_split, make_workspace
 
 FOLDS = 4

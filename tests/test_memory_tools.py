@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from optimizer.config import OptimizerSection, Price
 from optimizer.judge.memory import CASES_JSONL, MAX_CASE_TEXT_CHARS, PRINCIPLES_MD, parse_cases
 from optimizer.loop.strategies import ProposalError
 from optimizer.loop.strategies.agent import AgentStrategy
 from optimizer.loop.strategies.reflect import ReflectStrategy
 from optimizer.loop.strategies.tools import ToolState, run_tool, tool_specs
+from optimizer.workspace.config import OptimizerSection, Price
 from tests.support.fakeserver import FakeLLMServer, ToolCall, Usage, reply
 from tests.support.strategies import ALLOWED, DevFixture, disagreements_for, make_context, make_dev
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from optimizer.config import JudgeSection, OptimizerSection, Price, ProviderName
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import call_cost_usd
 from optimizer.judge.providers import make_provider
@@ -22,6 +21,7 @@ from optimizer.judge.types import VERDICT_SCHEMA, JudgeRequest, ProviderReply, S
 from optimizer.loop.strategies import ProposalError
 from optimizer.loop.strategies.agent import AgentStrategy
 from optimizer.loop.strategies.reflect import ReflectStrategy
+from optimizer.workspace.config import JudgeSection, OptimizerSection, Price, ProviderName
 from tests.support.fakeserver import FakeLLMServer, ToolCall, Usage, error, reply, unauthorized, verdict_reply
 from tests.support.strategies import DevFixture, disagreements_for, make_context, make_dev
 

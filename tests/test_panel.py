@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from optimizer.cli import main
-from optimizer.config import JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.errors import UserError
 from optimizer.evaluation.cache import SCHEMA_VERSION as CACHE_SCHEMA
@@ -23,6 +22,7 @@ from optimizer.judge.render import build_request
 from optimizer.judge.types import VERDICT_SCHEMA, Sampling, stable_json
 from optimizer.models import Verdict
 from optimizer.scaffold import init_workspace
+from optimizer.workspace.config import JudgeSection
 from tests.support.config import with_layout
 from tests.support.data import make_items, write_release
 from tests.support.fakecache import ManualClock, PromptCache
@@ -381,7 +381,7 @@ def test_the_guards_hold_a_member_file_like_judge_md() -> None:
 def test_a_harness_judge_refuses_a_panel_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import sys
 
-    from optimizer.config import load_config
+    from optimizer.workspace.config import load_config
     from tests.support.config import write_config
     from tests.support.loop import make_workspace
 

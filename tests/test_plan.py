@@ -24,7 +24,7 @@ from optimizer.judge.providers.pricing import price_for
 from optimizer.judge.render import build_request
 from optimizer.ledger import Ledger
 from optimizer.structure import set_key
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge, add_small_dev_split, labels_of, make_workspace, run_loop
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from benchmarks.structure import POLICY_BRANCH, POLICY_MODULES
-from optimizer.config import LoopSection
 from optimizer.stats.decision import Counts, Decision, decide_counts, detectable_gain_line
 from optimizer.stats.policies import (
     ADAPTIVE,
@@ -23,6 +22,7 @@ from optimizer.stats.policies import (
     policy_for,
 )
 from optimizer.vocab import POLICIES
+from optimizer.workspace.config import LoopSection
 
 REPO = Path(__file__).resolve().parents[1]
 # A comparison with, or a prefix test of, a policy's name spelled out: `x == "literal"`, `.startswith("adaptive")`.

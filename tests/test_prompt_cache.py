@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 import pytest
 
-from optimizer.config import JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.evaluation.budget import estimate_cost_usd
 from optimizer.evaluation.cache import JudgeCache, cache_key
@@ -30,7 +29,8 @@ from optimizer.judge.render import build_request
 from optimizer.judge.types import VERDICT_SCHEMA, ProviderReply, Sampling, TextPart
 from optimizer.loop.guards import check_candidate
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.workspace import Workspace
 from tests.support.config import with_layout
 from tests.support.data import make_items, write_release
 from tests.support.fakecache import ManualClock, PromptCache, _openai_boundaries, text_tokens

@@ -22,7 +22,7 @@ from optimizer.judge.prompts import (
 )
 from optimizer.judge.types import Sampling
 from optimizer.models import MISTAKE_TYPES
-from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
+from optimizer.workspace.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
 
 BUNDLED = Path(__file__).resolve().parents[1] / "prompts"
 

@@ -20,11 +20,11 @@ from openai._utils import async_maybe_transform
 from openai._utils._json import openapi_dumps as openai_dumps
 from openai.types.chat import completion_create_params
 
-from optimizer.config import JudgeSection
 from optimizer.judge.providers._common import _BLOB_NONCE, BodyBlobs, encode_json_body, http_client_options
 from optimizer.judge.providers.anthropic_provider import AnthropicProvider
 from optimizer.judge.providers.openai_provider import OpenAIProvider
 from optimizer.judge.types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
+from optimizer.workspace.config import JudgeSection
 from tests.support.fakeserver import FakeLLMServer, rate_limited
 from tests.support.fakeserver import fake_llm as _fake_llm_fixture
 

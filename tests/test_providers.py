@@ -15,7 +15,6 @@ import openai
 import pytest
 from pydantic import ValidationError
 
-from optimizer.config import JudgeSection, Price, ProviderName
 from optimizer.errors import UserError
 from optimizer.judge.providers import make_provider
 from optimizer.judge.providers.anthropic_provider import AnthropicProvider
@@ -31,6 +30,7 @@ from optimizer.judge.types import (
     Sampling,
     TextPart,
 )
+from optimizer.workspace.config import JudgeSection, Price, ProviderName
 from tests.support.fakeserver import (
     DEFAULT_VERDICT,
     FakeLLMServer,

@@ -22,7 +22,7 @@ from optimizer.cli import main
 from optimizer.trust import certify as certify_module
 from optimizer.trust import selftest as selftest_module
 from optimizer.trust.certify import read_note
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import git
 from tests.support.trust import GullibleJudge, point_config_at

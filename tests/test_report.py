@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.cli import main
 from optimizer.judge.providers.pricing import Usage
 from optimizer.ledger import ExperimentOutcome, ItemVerdict, LabelRow, Ledger
 from optimizer.report import TSV_COLUMNS, export_experiments_tsv, report_json, write_markdown_report
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace import gitops
+from optimizer.workspace.workspace import Workspace
 
 LABELS = {"p1": True, "p2": True, "n1": False, "n2": False}
 

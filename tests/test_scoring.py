@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from optimizer.answers.scoring import parse_result_file, read_results_dir
 from optimizer.errors import UserError
 from optimizer.models import Label
-from optimizer.scoring import parse_result_file, read_results_dir
 from optimizer.stats.metrics import score
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 CM, BSE, MIS = "Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction"
 

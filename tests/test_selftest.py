@@ -15,11 +15,11 @@ import pytest
 from benchmarks import decision_power as dp
 from benchmarks._judge_model import JudgeModel, item_q
 from optimizer.cli import main
-from optimizer.config import LoopSection
 from optimizer.stats.binomial import clopper_pearson_interval
 from optimizer.stats.decision import min_fixes_to_keep
 from optimizer.trust.selftest import BENCHMARK, PLANTED_RULE, latest_selftest, simulated_keep_rate
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import LoopSection
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import commit_all, set_toml_key
 from tests.support.trust import GullibleJudge, judge_args, run_json, untouched_state

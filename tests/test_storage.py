@@ -1,4 +1,4 @@
-"""`optimizer.storage`: which storage faults become one line, and that everything else stays a bug."""
+"""`optimizer.workspace.storage`: which storage faults become one line, and that everything else stays a bug."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import storage
+from optimizer.workspace import storage
 
 
 def _sqlite_error(code: int, text: str) -> sqlite3.Error:

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from optimizer.config import OptimizerSection, Price
 from optimizer.errors import UserError
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, enabled_entries, parse_library
 from optimizer.judge.types import JudgeToolCall
@@ -20,6 +19,7 @@ from optimizer.loop.strategies.common import balanced_sample, rng_for, splice_se
 from optimizer.loop.strategies.library import LibraryStrategy, classify, tried_sets
 from optimizer.loop.strategies.reflect import ReflectStrategy, build_user_message
 from optimizer.loop.strategies.tools import ToolState, run_tool
+from optimizer.workspace.config import OptimizerSection, Price
 from tests.support.fakeserver import FakeLLMServer, Usage, error, reply
 from tests.support.strategies import DevFixture, disagreements_for, make_context, make_dev
 

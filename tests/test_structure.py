@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.config import load_config
 from optimizer.errors import UserError
 from optimizer.loop.guards import check_candidate
 from optimizer.loop.strategies.tools import ToolState, run_tool, tool_specs
 from optimizer.scaffold import bundled_dir
 from optimizer.structure import MOVABLE_KEYS, check_structure, set_key, structure_changes
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import load_config
+from optimizer.workspace.workspace import Workspace
 from tests.support.strategies import make_context, make_dev
 
 JUDGE_TOML = "prompts/judge.toml"
@@ -183,9 +183,9 @@ def test_reflect_moves_structure_within_bounds_and_an_out_of_bounds_move_is_a_pr
 ) -> None:
     import asyncio
 
-    from optimizer.config import OptimizerSection
     from optimizer.loop.strategies import ProposalError
     from optimizer.loop.strategies.reflect import ReflectStrategy, build_user_message
+    from optimizer.workspace.config import OptimizerSection
     from tests.support.fakeserver import FakeLLMServer, reply
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
@@ -208,8 +208,8 @@ def test_reflect_moves_structure_within_bounds_and_an_out_of_bounds_move_is_a_pr
 
 
 def test_attribution_reverts_a_structure_move_like_any_hunk(empty_workspace: Workspace) -> None:
-    from optimizer import gitops
     from optimizer.loop.attribute import build_variants
+    from optimizer.workspace import gitops
     from tests.support.loop import commit_all
 
     root = empty_workspace.root

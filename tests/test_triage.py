@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
+from optimizer.answers.triage import label_suspects
 from optimizer.cli import main
 from optimizer.devset.corrections import apply_corrections, label_set
 from optimizer.devset.labels import fingerprint, load_labels
@@ -25,8 +26,7 @@ from optimizer.ledger import Ledger
 from optimizer.loop.guards import check_candidate
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.models import Label
-from optimizer.triage import label_suspects
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, commit_all, git, run_loop, set_toml_key
 from tests.support.scripted import ScriptedStrategy, install, latest, ledger_of, toggle
@@ -301,7 +301,7 @@ def test_no_candidate_can_write_or_read_the_corrections_file(
 
 
 def test_the_queue_needs_a_majority_and_a_minimum_count(ws: Path) -> None:
-    """The score by hand, on a ledger written directly: the rules of optimizer.triage's docstring."""
+    """The score by hand, on a ledger written directly: the rules of optimizer.answers.triage's docstring."""
     from optimizer.ledger import ItemVerdict, Ledger, ReplicateVerdict
 
     split = open_split(Workspace.open(ws), SPLIT)
@@ -452,7 +452,7 @@ def _record_structural(ws: Path) -> tuple[list[str], dict[str, Label]]:
 def test_a_panels_unanimous_members_rank_a_planted_error_above_a_split_panel(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Each valid member a judgement; a unanimous replicate's members weigh 1 (optimizer.triage's
+    """Each valid member a judgement; a unanimous replicate's members weigh 1 (optimizer.answers.triage's
     docstring). Through `judgeloop report --json`, and the figures by hand."""
     (a, b, *_rest), _labels = _record_structural(ws)
     suspects = {s["id"]: s for s in _report(ws, capsys)["label_suspects"]}
@@ -649,7 +649,7 @@ def test_a_corrections_file_edited_outside_label_fix_is_refused_at_the_next_run_
 
 
 def test_concurrent_label_fix_processes_and_the_tui_writer_lose_no_correction(ws: Path) -> None:
-    from tui.data import save_correction
+    from tui.items import save_correction
 
     split = open_split(Workspace.open(ws), "sample")
     labels = load_labels(split)

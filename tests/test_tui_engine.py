@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from optimizer.ledger import Ledger
-from tests.support.tui_runs import make_real_run
+from tests.support.tui_runs import RealRun, make_real_run
 from tui import runs
 
 
@@ -18,7 +18,7 @@ from tui import runs
 def waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, int]:
     ws = tmp_path / "ws"
     monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-    assert make_real_run(ws, max_experiments=1, replicates=1, items=8, screenshots="none", propose_only=True) == 0
+    assert make_real_run(ws, RealRun(max_experiments=1, replicates=1, items=8, screenshots="none", propose_only=True)) == 0
     with Ledger.open_readonly(ws / "experiments" / "ledger.sqlite") as ledger:
         (candidate,) = ledger.experiments_with_status("waiting")
     return ws, candidate.id

@@ -23,7 +23,7 @@ from optimizer.stats.metrics import Metrics, score
 from optimizer.vocab import POLICIES, TERMINAL_RUN_STATUSES
 from tests.support.tui_driving import capture_notifications, drive, screen_lines, svg_text
 from tests.support.tui_manual import HELDOUT, MANUAL_EDITS, SMALL, commit_all, make_manual_runs
-from tests.support.tui_runs import make_real_run
+from tests.support.tui_runs import RealRun, make_real_run
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.modals import ALL_RUNS, ConfirmModal, RunPickerModal, StartRunModal
 from tui.runs import PROVIDERS, RunOptions, start_run
@@ -52,7 +52,7 @@ def waiting_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ws = tmp_path_factory.mktemp("tui-waiting-picker") / "ws"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-        assert make_real_run(ws, max_experiments=1, replicates=1, items=16, screenshots="none", propose_only=True) == 0
+        assert make_real_run(ws, RealRun(max_experiments=1, replicates=1, items=16, screenshots="none", propose_only=True)) == 0
     return ws
 
 
@@ -317,7 +317,7 @@ def select_values(select: Select[str]) -> list[str]:
 
 
 def test_start_run_form_offers_the_workspace_splits_and_config_defaults_never_a_heldout_split(manual_ws: Path) -> None:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     config = Workspace.open(manual_ws).config
     assert HELDOUT in config.workspace.heldout_splits and (manual_ws / "devset" / HELDOUT / "split.json").is_file()
@@ -346,7 +346,7 @@ def test_start_run_form_offers_the_workspace_splits_and_config_defaults_never_a_
 def test_a_run_started_from_the_form_runs_on_the_chosen_split_policy_and_provider(
     manual_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
     from tests.support.config import write_config
     from tests.support.fakeserver import FakeLLMServer
     from tests.support.tui_runs import prompt_sensitive_judge

@@ -31,7 +31,7 @@ from textual.widgets import Input
 from optimizer.cli import main
 from optimizer.errors import UserError
 from optimizer.evaluation import judging
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.loop import present
 from tests.support.tui_runs import make_snapshot_workspace
 from tui.app import JudgeloopApp, screenshot_defaults, settle

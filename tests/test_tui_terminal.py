@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.paths import REPO_ROOT
 from tests.support.terminal import DA1_REPLY, PtyTerminal
-from tests.support.tui_runs import make_real_run
+from tests.support.tui_runs import RealRun, make_real_run
 
 pytestmark = pytest.mark.slow  # a real run to build, then the app's own process started per test
 
@@ -26,7 +26,7 @@ def run_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ws = tmp_path_factory.mktemp("tui-terminal") / "ws"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-        assert make_real_run(ws, max_experiments=2, replicates=1, items=16, screenshots="none") == 0
+        assert make_real_run(ws, RealRun(max_experiments=2, replicates=1, items=16, screenshots="none")) == 0
     return ws
 
 

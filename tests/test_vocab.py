@@ -14,9 +14,9 @@ import pytest
 
 from optimizer import vocab
 from optimizer.cli import build_parser
-from optimizer.config import LoopSection, OptimizerSection
 from optimizer.ledger import Ledger
 from optimizer.loop.strategies import FACTORIES
+from optimizer.workspace.config import LoopSection, OptimizerSection
 
 
 def _option(parser: argparse.ArgumentParser, command: str, flag: str) -> argparse.Action:
@@ -136,7 +136,7 @@ def test_the_vocabulary_imports_nothing_of_the_project() -> None:
 def test_the_provider_names_are_the_vocabulary() -> None:
     """[judge] provider takes every provider; every --provider flag and the TUI's start-run form take the
     same names, all but the harness judge, which only judgeloop.toml names (it needs [judge] command)."""
-    from optimizer.config import DEFAULT_JUDGE_MODELS, JudgeSection
+    from optimizer.workspace.config import DEFAULT_JUDGE_MODELS, JudgeSection
     from tui.runs import PROVIDERS, RunChoices
 
     assert get_args(JudgeSection.model_fields["provider"].annotation) == vocab.PROVIDERS
@@ -180,8 +180,8 @@ def test_the_start_run_form_never_hands_run_a_provider_it_refuses(tmp_path: Path
     from textual.widgets import Select
 
     from optimizer.cli import main
-    from optimizer.configedit import set_config
     from tests.support.tui_driving import drive
+    from tools.configedit import set_config
     from tui.app import JudgeloopApp, settle
     from tui.modals import StartRunModal
 

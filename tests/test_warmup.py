@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from optimizer.cli import main
-from optimizer.config import JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.evaluator import evaluate_items
@@ -21,7 +20,8 @@ from optimizer.evaluation.results import EvalRun
 from optimizer.evaluation.warmup import LOW_READS_SHARE, PrefixWarmth
 from optimizer.judge.prompts import JUDGE_TOML, RUBRIC_MD, PromptSet
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.workspace import Workspace
 from tests.support.config import with_layout, write_config
 from tests.support.data import make_items, write_release
 from tests.support.fakecache import ManualClock, PromptCache

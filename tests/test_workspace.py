@@ -8,7 +8,7 @@ from git.objects.base import IndexObject
 
 from optimizer.cli import main
 from optimizer.errors import UserError
-from optimizer.workspace import Workspace, repo_at
+from optimizer.workspace.workspace import Workspace, repo_at
 
 
 def test_init_creates_git_workspace_with_initial_commit(empty_workspace: Workspace) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import CONFIG_NAME, Workspace, find_root
+from optimizer.workspace.workspace import CONFIG_NAME, Workspace, find_root
 
 
 @pytest.fixture(scope="module")

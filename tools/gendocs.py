@@ -4,7 +4,7 @@
 
 - ``cli.md``: every command and option of ``judgeloop`` from the argparse parser
   (`optimizer.cli.build_parser`): usage, option, value, choices, argparse default and help text;
-- ``config.md``: every key of ``judgeloop.toml`` (`optimizer.config.Config`) and ``prompts/judge.toml``
+- ``config.md``: every key of ``judgeloop.toml`` (`optimizer.workspace.config.Config`) and ``prompts/judge.toml``
   (`optimizer.judge.prompts.JudgeSettings`) from the pydantic models: type, default, allowed values and
   the field's description (a field without one is refused: add ``Field(description=...)``);
 - ``errors.md``: every one-line error (`UserError`) raised in ``optimizer/`` and ``tui/``, read from the
@@ -257,8 +257,8 @@ def model_rows(model: type[BaseModel], prefix: str) -> Iterator[str]:
 
 def config_keys() -> list[str]:
     """Every documented key: ``[judge] model``, ``[prices."MODEL"] input``, ``judge.toml [panel] vote`` ..."""
-    from optimizer.config import Config, Price
     from optimizer.judge.prompts import JudgeSettings, PanelSettings
+    from optimizer.workspace.config import Config, Price
 
     keys: list[str] = []
     for section, field in Config.model_fields.items():
@@ -273,8 +273,8 @@ def config_keys() -> list[str]:
 
 def config_reference() -> str:
     """docs/reference/config.md."""
-    from optimizer.config import Config, Price
     from optimizer.judge.prompts import JudgeSettings, PanelSettings
+    from optimizer.workspace.config import Config, Price
 
     keys = config_keys()
     toml_keys = sum(k.startswith("judgeloop.toml") for k in keys)
@@ -282,7 +282,7 @@ def config_reference() -> str:
         GENERATED, "", "# Configuration reference", "",
         f"Every key of the workspace's `judgeloop.toml` ({toml_keys} keys) and of the judge's "
         f"`prompts/judge.toml` ({len(keys) - toml_keys} keys), from the pydantic models that read them "
-        "(`optimizer.config.Config`, `optimizer.judge.prompts.JudgeSettings`). Every key has a default, so a "
+        "(`optimizer.workspace.config.Config`, `optimizer.judge.prompts.JudgeSettings`). Every key has a default, so a "
         "file names only what it changes; an unknown key, a value of the wrong type or out of its bounds is "
         "one line naming the file and the key ([Troubleshooting](../troubleshooting.md)). `unset` means the "
         "key is absent (TOML has no null).", "",

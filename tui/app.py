@@ -26,7 +26,7 @@ from textual.worker import Worker, WorkerState
 
 from optimizer.errors import UserError
 from optimizer.ledger import Ledger
-from optimizer.paths import WorkspacePaths
+from optimizer.workspace.paths import WorkspacePaths
 from tui import runs
 from tui.data import LedgerNotReady, open_ledger, run_summaries
 from tui.messages import CompareMarked, ExperimentSelected, ItemSelected, LiveUpdate, RunPicked, WatchFailed
@@ -515,7 +515,7 @@ def screenshot_defaults(ledger_path: Path, experiment_id: int | None,
                         run_id: str | None = None) -> tuple[int | None, str | None]:
     """The experiment (default: the incumbent of run ``run_id``, else of the latest run) and item (its
     first disagreement, else its first item) a headless screenshot shows."""
-    from tui.data import disagreements
+    from tui.items import disagreements
 
     try:
         reader = open_ledger(ledger_path)

@@ -21,18 +21,8 @@ if TYPE_CHECKING:
 
     from optimizer.errors import UserError
     from optimizer.ledger import Experiment, Review
-    from tui.data import (
-        AllRuns,
-        Comparison,
-        CurvePoints,
-        Disagreement,
-        ExperimentDetail,
-        Helped,
-        History,
-        ItemDetail,
-        RunSummary,
-        SuspectQueue,
-    )
+    from tui.data import AllRuns, Comparison, CurvePoints, ExperimentDetail, Helped, History, RunSummary
+    from tui.items import Disagreement, ItemDetail, SuspectQueue
     from tui.watch import LiveState
 
 # ---------------------------------------------------------------------------------------------

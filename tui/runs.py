@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from optimizer.errors import UserError
-from optimizer.paths import WorkspacePaths
 from optimizer.vocab import FLAG_PROVIDERS, MANUAL, POLICIES, RunStrategyName
-from optimizer.workspace import Workspace, lock_holder
+from optimizer.workspace.paths import WorkspacePaths
+from optimizer.workspace.workspace import Workspace, lock_holder
 
 # `judgeloop run --strategy`'s names (optimizer.vocab) in the start-run form's order: the offline one first,
 # then by cost, "manual" last (a test holds this a permutation of RUN_STRATEGIES).
@@ -180,7 +180,7 @@ def decide(ws_root: Path, experiment_id: int, decision: str) -> CommandResult:
     would (0, or 2 with the one-line error). Takes the workspace's loop lock like the command."""
     from optimizer.events import Event, Message
     from optimizer.loop.session import decide as decide_candidate
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     if decision not in ("keep", "discard"):
         raise UserError(f"unknown decision {decision!r}; use keep or discard")

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from optimizer.cli.examples import epilog
-from optimizer.config import MAX_CONCURRENCY, MAX_REPLICATES, MAX_WAVE
 from optimizer.errors import UserError
 from optimizer.vocab import FLAG_PROVIDERS, POLICIES, RUN_STRATEGIES
+from optimizer.workspace.config import MAX_CONCURRENCY, MAX_REPLICATES, MAX_WAVE
 
 WORKSPACE_HELP = (
     "the workspace folder, exactly; before or after any command (default: the nearest folder at or above "
@@ -402,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         # The last line of defence for files written outside the ledger and cache seams (verdict
         # files, reports, the lock): a full disk, a read-only folder, a refused permission only.
-        from optimizer.storage import os_fault
+        from optimizer.workspace.storage import os_fault
 
         fault = os_fault(exc, Path(getattr(args, "workspace", None) or ".").resolve())
         if fault is None:

@@ -13,7 +13,7 @@ from optimizer.cli.signals import stop_on_signals
 from optimizer.events import Event, Message
 from optimizer.loop.attribute import AttributeOptions, attribute
 from optimizer.report import attribution_json
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
 from optimizer.events import Event, Message
 from optimizer.trust.bias import run_battery
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def cmd_bias(args: argparse.Namespace) -> int:

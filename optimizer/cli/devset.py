@@ -14,7 +14,7 @@ from optimizer.errors import UserError
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.oversize import oversized_items
 from optimizer.judge.prompts import PromptSet
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def warn(message: str) -> None:

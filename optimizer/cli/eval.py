@@ -11,13 +11,13 @@ from pathlib import Path
 from optimizer import fmt
 from optimizer.cli.progress import TerminalEvents
 from optimizer.cli.signals import stop_on_signals
-from optimizer.config import JudgeOverrides
 from optimizer.errors import UserError
 from optimizer.evaluation.scored import EvalOptions, evaluate
 from optimizer.evaluation.stopping import Interrupted
 from optimizer.report import token_split
 from optimizer.stats.metrics import Metrics
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeOverrides
+from optimizer.workspace.workspace import Workspace
 
 
 def judge_overrides(args: argparse.Namespace) -> JudgeOverrides:

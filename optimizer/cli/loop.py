@@ -13,7 +13,7 @@ from optimizer.errors import UserError
 from optimizer.evaluation.stopping import Interrupted
 from optimizer.events import StopKind
 from optimizer.loop.session import RunOptions, confirm, decide, resume_run, start_run
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def cmd_run(args: argparse.Namespace) -> int:

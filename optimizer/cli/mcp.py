@@ -12,7 +12,7 @@ from optimizer.cli.eval import judge_overrides
 from optimizer.events import Event, Message
 from optimizer.mcp.server import serve
 from optimizer.mcp.session import SessionOptions, open_session
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def _to_stderr(event: Event) -> None:

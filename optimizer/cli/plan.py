@@ -9,7 +9,7 @@ from optimizer.cli.eval import judge_overrides
 from optimizer.devset.split import open_split
 from optimizer.judge.prompts import PromptSet
 from optimizer.plan import make_plan
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

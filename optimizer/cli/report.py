@@ -9,7 +9,7 @@ from pathlib import Path
 from optimizer.errors import UserError
 from optimizer.ledger import Ledger
 from optimizer.report import history_lines, one_line, report_json, report_text
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def _open(args: argparse.Namespace) -> tuple[Workspace, Ledger]:

@@ -7,7 +7,7 @@ import argparse
 from optimizer.errors import UserError
 from optimizer.ledger import Ledger
 from optimizer.prune import DEFAULT_KEEP, plan_prune, prune_runs
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def cmd_runs_prune(args: argparse.Namespace) -> int:

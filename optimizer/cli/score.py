@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from optimizer.scoring import format_table, score_folder
-from optimizer.workspace import Workspace
+from optimizer.answers.scoring import format_table, score_folder
+from optimizer.workspace.workspace import Workspace
 
 
 def cmd_score(args: argparse.Namespace) -> int:

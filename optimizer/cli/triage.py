@@ -9,7 +9,7 @@ import os
 
 from optimizer.devset.corrections import adopt_corrections, record_correction
 from optimizer.devset.split import open_split
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def _by(args: argparse.Namespace) -> str | None:

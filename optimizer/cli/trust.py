@@ -12,7 +12,7 @@ from optimizer.cli.progress import TerminalEvents
 from optimizer.events import Event, Listener, Message
 from optimizer.trust.certify import CertifyOptions, certify
 from optimizer.trust.selftest import DEFAULT_REPEATS, SelftestOptions, selftest
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def _events(as_json: bool, terminal: TerminalEvents) -> Listener:

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from optimizer.errors import UserError
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def cmd_tui(args: argparse.Namespace) -> int:

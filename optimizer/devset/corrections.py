@@ -40,8 +40,10 @@ from optimizer.devset.record import exclusive_lock, record_file, record_ref, rec
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.models import Label
-from optimizer.paths import CORRECTIONS_FILE as CORRECTIONS_FILE  # spelled in optimizer.paths
-from optimizer.workspace import Workspace
+from optimizer.workspace.paths import (
+    CORRECTIONS_FILE as CORRECTIONS_FILE,  # spelled in optimizer.workspace.paths
+)
+from optimizer.workspace.workspace import Workspace
 
 LOCK_SUFFIX = ".lock"  # corrections.jsonl.lock, beside the file, while a writer holds it
 # A correction is one short line; anything longer is not one (and is not read into memory whole). The

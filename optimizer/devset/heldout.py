@@ -20,7 +20,7 @@ from optimizer.devset.labels import load_labels
 from optimizer.devset.split import list_splits, open_split
 from optimizer.errors import UserError
 from optimizer.models import Label
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 
 def heldout_reason(ws: Workspace, split_name: str) -> tuple[str, str] | None:

@@ -55,8 +55,8 @@ from optimizer.devset.split import (
 )
 from optimizer.errors import UserError, first_error
 from optimizer.models import Label, Trajectory
-from optimizer.paths import LABELS_FILE
-from optimizer.workspace import Workspace
+from optimizer.workspace.paths import LABELS_FILE
+from optimizer.workspace.workspace import Workspace
 
 MAX_WARNINGS_SHOWN = 20  # an import of a damaged release must not flood the terminal
 

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from optimizer.devset.split import Split
 from optimizer.errors import UserError, first_error
 from optimizer.models import MISTAKE_TYPES, Label
-from optimizer.paths import LABELS_FILE
 from optimizer.stats.metrics import UNTYPED as UNTYPED  # the importer and verify take it from here
+from optimizer.workspace.paths import LABELS_FILE
 
 LABEL_FILE_NAMES = ("AgentHorizon.jsonl", "AgentHorizon-Simple.jsonl", LABELS_FILE)
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from optimizer.errors import UserError
-from optimizer.workspace import JUDGELOOP_ACTOR
+from optimizer.workspace.workspace import JUDGELOOP_ACTOR
 
 RECORD_PREFIX = "refs/judgeloop/corrections/"
 # A lock file replaced between open and flock (its holder removes it) is opened again; this many times

@@ -18,7 +18,7 @@ from optimizer.devset.ids import OutsideError, check_id, inside, is_remote, rela
 from optimizer.devset.markdown import action_string, timestamp_ms_text
 from optimizer.errors import UserError, first_error
 from optimizer.models import Step, Trajectory
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MD_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")

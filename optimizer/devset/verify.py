@@ -21,7 +21,7 @@ from optimizer.devset.markdown import first_differing_line, render_markdown
 from optimizer.devset.split import MD_IMAGE, Split
 from optimizer.errors import UserError, first_error
 from optimizer.models import Label, Trajectory
-from optimizer.paths import LABELS_FILE
+from optimizer.workspace.paths import LABELS_FILE
 
 
 @dataclass

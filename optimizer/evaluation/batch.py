@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from optimizer.config import JudgeSection
 from optimizer.evaluation.batchstore import BatchStore
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
@@ -58,6 +57,7 @@ from optimizer.judge.types import (
     batches,
     stable_json,
 )
+from optimizer.workspace.config import JudgeSection
 
 # Consecutive failed status polls (each after the SDK's own retries) before a pass gives up waiting;
 # the batch stays recorded as submitted, so the same command later collects it.

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
-from optimizer import storage
 from optimizer.errors import UserError
 from optimizer.evaluation.batchstore import (
     OPEN_BATCH_STATUSES,
@@ -34,6 +33,7 @@ from optimizer.evaluation.batchstore import (
     batch_status,
 )
 from optimizer.judge.types import JudgeRequest, Sampling, stable_json
+from optimizer.workspace import storage
 
 SCHEMA_VERSION = 1
 

@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from optimizer.config import JudgeSection
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import (
@@ -54,7 +53,8 @@ from optimizer.judge.types import (
     Provider,
     Sampling,
 )
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.workspace import Workspace
 
 
 class _Scheduler:

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from optimizer.config import JudgeSection
 from optimizer.devset.split import Split
 from optimizer.judge.estimate import estimate_cost_usd
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import Price, price_for
 from optimizer.judge.render import build_request
 from optimizer.judge.types import ImagePart, JudgeRequest
+from optimizer.workspace.config import JudgeSection
 
 # Rendered text + images of one request above which an item is named (a typical item is 50-300 KB).
 OVERSIZED_REQUEST_BYTES = 2_000_000

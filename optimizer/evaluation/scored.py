@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from optimizer.config import JudgeOverrides
 from optimizer.devset.corrections import read_corrections
 from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
@@ -29,7 +28,8 @@ from optimizer.evaluation.stopping import Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import PromptSet
 from optimizer.stats.metrics import Metrics, score
-from optimizer.workspace import Workspace, lock_holder
+from optimizer.workspace.config import JudgeOverrides
+from optimizer.workspace.workspace import Workspace, lock_holder
 
 
 @dataclass(frozen=True)

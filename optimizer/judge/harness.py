@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optimizer.config import JudgeSection
 from optimizer.devset.markdown import render_markdown
 from optimizer.devset.split import Split, canonical_screenshot_link
 from optimizer.errors import UserError
@@ -37,6 +36,7 @@ from optimizer.judge.prompts import PromptSet
 from optimizer.judge.sandbox import allowed_env, require_bwrap
 from optimizer.judge.types import JudgeRequest, Sandbox, SandboxFile, TextPart, stable_json
 from optimizer.models import Trajectory
+from optimizer.workspace.config import JudgeSection
 
 TRAJECTORY_ID = "{{TRAJECTORY_ID}}"
 # In a `command`, this element is replaced by the prompt; without it the prompt goes to stdin.

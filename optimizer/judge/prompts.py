@@ -34,14 +34,14 @@ from optimizer.errors import UserError, first_error
 from optimizer.judge.memory import EMPTY_MEMORY, MEMORY_FILES, Memory, memory_from_files
 from optimizer.judge.types import CacheTTL, Layout, Sampling
 from optimizer.models import MISTAKE_TYPES
-from optimizer.paths import JUDGE_TOML, check_unlinked
 from optimizer.structure import MOVABLE_KEYS
+from optimizer.workspace.paths import JUDGE_TOML, check_unlinked
 
 # The largest panel a library entry may name (the run's [optimizer] max_members caps it further).
 MAX_PANEL = 15
 
 if TYPE_CHECKING:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
 JUDGE_MD = "prompts/judge.md"
 RUBRIC_MD = "prompts/rubric.md"
@@ -518,8 +518,8 @@ class PromptSet:
     @classmethod
     def from_rev(cls, ws: Workspace, rev: str) -> PromptSet:
         """Read the prompt files as committed at git revision ``rev`` of the workspace (not the tree)."""
-        from optimizer.gitops import resolve_commit
-        from optimizer.workspace import repo_at
+        from optimizer.workspace.gitops import resolve_commit
+        from optimizer.workspace.workspace import repo_at
 
         files: dict[str, str] = {}
         with repo_at(ws.root) as repo:

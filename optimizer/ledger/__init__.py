@@ -62,7 +62,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from optimizer import storage
 from optimizer.errors import UserError
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger.rows import (
@@ -132,6 +131,7 @@ from optimizer.vocab import (
     ReviewKind,
     RunStatus,
 )
+from optimizer.workspace import storage
 
 if TYPE_CHECKING:
     from optimizer.judge.providers.pricing import Usage
@@ -742,7 +742,7 @@ class Ledger:
         """Every replicate verdict of every experiment of every run on ``split``, oldest first, as
         ``(experiment_id, version, trajectory_id, replicate, success, confidence)``; ``version`` names
         the prompts judged (the prompt hash, else the commit, else the experiment) — what the label
-        suspects queue (`optimizer.triage`) counts."""
+        suspects queue (`optimizer.answers.triage`) counts."""
         return [
             (int(r[0]), str(r[1]), str(r[2]), int(r[3]), opt_bool(r[4]), r[5])
             for r in self._query(
@@ -757,7 +757,7 @@ class Ledger:
     def split_evidence(self, split: str) -> list[tuple[int, str, str, ReplicateVerdict]]:
         """`split_judgements` with what the structural judges said: ``(experiment_id, version,
         trajectory_id, verdict)``, the verdict holding success, confidence, a panel's members and a
-        criteria/review verdict's detail (no reasoning or raw text) — what `optimizer.triage` counts."""
+        criteria/review verdict's detail (no reasoning or raw text) — what `optimizer.answers.triage` counts."""
         rows = self._query(
             "SELECT v.experiment_id, COALESCE(e.prompt_hash, e.commit_sha, 'experiment-' || e.id), "
             "v.trajectory_id, v.replicate, v.success, v.confidence, "

@@ -14,8 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from optimizer.config import MAX_WAVE
 from optimizer.ledger.rows import Experiment
+from optimizer.workspace.config import MAX_WAVE
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from optimizer import fmt, gitops
-from optimizer.config import JudgeOverrides, LoopSection, experiment_seed
+from optimizer import fmt
 from optimizer.devset.corrections import labels_as_stored
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
@@ -41,7 +40,9 @@ from optimizer.ledger import Attribution, EditContribution, Experiment, ItemShar
 from optimizer.loop.compare import Comparison, compare_prompts
 from optimizer.report import export_attribution_tsv, export_experiments_tsv, write_markdown_report
 from optimizer.runsettings import RunOverrides, RunSettings
-from optimizer.workspace import Workspace, command_lock, lock_holder
+from optimizer.workspace import gitops
+from optimizer.workspace.config import JudgeOverrides, LoopSection, experiment_seed
+from optimizer.workspace.workspace import Workspace, command_lock, lock_holder
 
 
 @dataclass(frozen=True)

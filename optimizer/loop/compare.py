@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from optimizer.config import JudgeSection, LoopSection
 from optimizer.devset.split import Split
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.budget import Budget
@@ -27,7 +26,8 @@ from optimizer.judge.types import Provider
 from optimizer.models import Label
 from optimizer.stats.decision import Decision, decide_adaptive, disagreements
 from optimizer.stats.metrics import Answer, Metrics, is_correct, majority_answer, score
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeSection, LoopSection
+from optimizer.workspace.workspace import Workspace
 
 Judgements = dict[str, list[Answer]]
 ProgressFn = Callable[[ProgressSnapshot], None]

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optimizer.config import experiment_seed
 from optimizer.devset.split import Split
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.stopping import StopRequest
@@ -22,7 +21,8 @@ from optimizer.models import Label
 from optimizer.runsettings import Limits, RunSettings
 from optimizer.stats.decision import lord_level
 from optimizer.vocab import TESTED_STATUSES, StageKind
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import experiment_seed
+from optimizer.workspace.workspace import Workspace
 
 
 @dataclass

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from optimizer.config import JudgeSection
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.batchstore import BatchRecord, BatchStatus, batch_status
 from optimizer.evaluation.cache import JudgeCache
@@ -44,6 +43,7 @@ from optimizer.stats.futility import Screen, make_looks, screen_decision
 from optimizer.stats.metrics import Answer, bootstrap_intervals, flip_table, score
 from optimizer.stats.policies import policy_for
 from optimizer.vocab import StageKind
+from optimizer.workspace.config import JudgeSection
 
 # Passes below plan said on stderr before any pass of the run was billed a cache read (then silent).
 SILENT_PASSES_SAID = 2

@@ -99,8 +99,8 @@ from optimizer.judge.overfit import (
     trajectory_values,
 )
 from optimizer.judge.provenance import ItemIndex, foreign_reason
-from optimizer.paths import JUDGE_TOML, prompt_file_or_none
 from optimizer.structure import check_structure
+from optimizer.workspace.paths import JUDGE_TOML, prompt_file_or_none
 
 # The lint's matching, importable from here as before (it lives in `optimizer.judge.overfit`, shared with the
 # memory's provenance check).
@@ -274,7 +274,7 @@ def check_candidate(
     if CASES_JSONL in changes and dev_items is None:
         raise ValueError("check_candidate needs dev_items (an ItemIndex) for a candidate that changes cases.jsonl")
 
-    # One path rule (`optimizer.paths`): a spelling that is not the canonical name of an allowed file is outside.
+    # One path rule (`optimizer.workspace.paths`): a spelling that is not the canonical name of an allowed file is outside.
     allowed = {name for a in allowed_files if (name := prompt_file_or_none(a)) is not None} - {JUDGE_TOML}
     if JUDGE_TOML in changes:
         old_toml, new_toml = changes[JUDGE_TOML]

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from optimizer import gitops
 from optimizer.errors import UserError
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Case, parse_cases
@@ -45,8 +44,9 @@ from optimizer.loop.strategies import (
     Strategy,
 )
 from optimizer.loop.validate import candidate_files, validate_prompts
-from optimizer.paths import allowed_name, read_prompt_file, write_prompt_file
 from optimizer.vocab import StageKind
+from optimizer.workspace import gitops
+from optimizer.workspace.paths import allowed_name, read_prompt_file, write_prompt_file
 
 Changed = dict[str, tuple[str | None, str | None]]  # path → (old text, new text); None: no such file
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 
-from optimizer import gitops
 from optimizer.errors import UserError
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.events import Message, StopKind, StopReason
@@ -38,7 +37,8 @@ from optimizer.loop.waves import decide_wave_members, interrupted_wave, run_wave
 from optimizer.runsettings import Limits
 from optimizer.stats.policies import policy_for
 from optimizer.vocab import StageKind
-from optimizer.workspace import Workspace
+from optimizer.workspace import gitops
+from optimizer.workspace.workspace import Workspace
 
 
 class LoopRunner:

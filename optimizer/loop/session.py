@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optimizer import gitops
-from optimizer.config import MAX_WAVE, JudgeOverrides, JudgeSection, LoopSection
 from optimizer.devset.corrections import LabelSetName, label_set, labels_as_stored
 from optimizer.devset.heldout import check_apart
 from optimizer.devset.labels import fingerprint, load_labels
@@ -41,14 +39,16 @@ from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
 from optimizer.loop.waves import check_wave
 from optimizer.models import Label
-from optimizer.paths import check_prompts_tree
 from optimizer.report import export_experiments_tsv, write_markdown_report
 from optimizer.runsettings import Limits, RunOverrides, RunSettings
 from optimizer.stats.decision import detectable_gain_line
 from optimizer.stats.metrics import Metrics, score
 from optimizer.stats.policies import policy_for
 from optimizer.vocab import DecidedBy, PolicyName, RunStrategyName, StageKind
-from optimizer.workspace import Workspace, command_lock
+from optimizer.workspace import gitops
+from optimizer.workspace.config import MAX_WAVE, JudgeOverrides, JudgeSection, LoopSection
+from optimizer.workspace.paths import check_prompts_tree
+from optimizer.workspace.workspace import Workspace, command_lock
 
 Say = Callable[[str], None]
 StrategyName = RunStrategyName  # --strategy: a proposing strategy or "manual"

@@ -8,11 +8,11 @@ Every outcome's row holds the item verdicts and the decision (`record_evaluation
 
 from __future__ import annotations
 
-from optimizer import gitops
 from optimizer.judge.prompts import PromptSet
 from optimizer.ledger import Experiment, ExperimentOutcome, ExperimentStatus
 from optimizer.loop.context import RunContext
 from optimizer.loop.records import Evaluated, Prepared, as_advice, decision_trailers, item_verdicts
+from optimizer.workspace import gitops
 
 
 def record_evaluation(ctx: RunContext, exp_id: int, ev: Evaluated, outcome: ExperimentOutcome) -> Experiment:

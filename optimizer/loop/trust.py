@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from optimizer import gitops
+from optimizer.workspace import gitops
 
 SHORT = 12  # characters of a sha shown to a person
 NAMED = 5  # unexpected commits named in one line (the rest counted)

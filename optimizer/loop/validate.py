@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from optimizer import gitops
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import batching_provider
@@ -22,7 +21,8 @@ from optimizer.judge.memory import check_sources
 from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet, panel_member_files
 from optimizer.judge.render import build_request
 from optimizer.judge.types import Provider
-from optimizer.paths import MAX_PROMPT_FILE_CHARS
+from optimizer.workspace import gitops
+from optimizer.workspace.paths import MAX_PROMPT_FILE_CHARS
 
 
 def candidate_files(root: Path, base_rev: str, changed: Mapping[str, str | None]) -> dict[str, str]:

@@ -10,8 +10,6 @@ import dataclasses
 import time
 from typing import Any
 
-from optimizer import gitops
-from optimizer.config import LoopSection
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import WaveBatches
 from optimizer.evaluation.cache import JudgeCache
@@ -30,6 +28,8 @@ from optimizer.loop.strategies import Proposal, ProposalError, Strategy, propose
 from optimizer.stats.decision import decide_wave
 from optimizer.stats.policies import policy_for
 from optimizer.vocab import StageKind
+from optimizer.workspace import gitops
+from optimizer.workspace.config import LoopSection
 
 
 def check_wave(loop: LoopSection, *, strategy: str, propose_only: bool) -> None:

@@ -35,8 +35,6 @@ from typing import Any
 
 import anyio
 
-from optimizer import gitops
-from optimizer.config import JudgeOverrides
 from optimizer.errors import UserError
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.events import Event, Listener, Message, Progress, ProgressSnapshot, ignore
@@ -57,10 +55,12 @@ from optimizer.loop.session import (
 )
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, ToolState, read_item, run_tool
-from optimizer.paths import check_prompts_tree, read_prompt_file
 from optimizer.report import attribution_json, export_experiments_tsv, report_text, write_markdown_report
 from optimizer.vocab import PolicyName, RunStatus
-from optimizer.workspace import Workspace, command_lock
+from optimizer.workspace import gitops
+from optimizer.workspace.config import JudgeOverrides
+from optimizer.workspace.paths import check_prompts_tree, read_prompt_file
+from optimizer.workspace.workspace import Workspace, command_lock
 
 # What each outcome of a proposal means for the client, in its words.
 MEANING: dict[str, str] = {

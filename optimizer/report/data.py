@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from optimizer.config import Config
+from optimizer.answers.triage import GivenCorrected, Suspect, label_suspects, metrics_given_corrected
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
 from optimizer.ledger import FLIP_KEYS, Attribution, EditContribution, Experiment, Ledger, Run
@@ -15,9 +15,9 @@ from optimizer.runsettings import RunSettings
 from optimizer.stats.decision import CHEAPER_TEST_MARK, AdaptiveTest, ItemShares
 from optimizer.stats.metrics import Answer
 from optimizer.stats.policies import policy_for
-from optimizer.triage import GivenCorrected, Suspect, label_suspects, metrics_given_corrected
 from optimizer.vocab import TESTED_STATUSES
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import Config
+from optimizer.workspace.workspace import Workspace
 
 # ``calls`` are the judge's; ``cost_usd`` is the experiment's total (judge + optimiser); the optimiser's
 # part follows in its own keys. The judge's tokens are split as billed: uncached input, cache reads,
@@ -299,7 +299,7 @@ REPORT_SUSPECTS = 10
 
 @dataclass(frozen=True)
 class Triage:
-    """The report's label-triage figures for a run's split: the ranked suspects (`optimizer.triage`),
+    """The report's label-triage figures for a run's split: the ranked suspects (`optimizer.answers.triage`),
     the corrections, each experiment under both label sets, the label set the run decided with and
     its fingerprint; ``problem``: why none could be computed (a broken corrections file, a missing split)."""
 

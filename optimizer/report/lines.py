@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import partial
 
-from optimizer.config import Config
 from optimizer.fmt import num, signed
 from optimizer.fmt import one_line as one_line  # the report's free text (rationales, notes) on one line
 from optimizer.ledger import Experiment, Run
 from optimizer.report.data import accounting, delta, parents_by_id
 from optimizer.stats.decision import AdaptiveTest
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import Config
+from optimizer.workspace.workspace import Workspace
 
 # The text report shows a missing figure as "-" (the TUI's cells as "—").
 _num = partial(num, missing="-")
@@ -66,7 +66,7 @@ def fp_by_type_line(mine: dict[str, int], incumbent: dict[str, int] | None) -> s
 
 def git_audit(ws: Workspace, run: Run, experiments: Sequence[Experiment]) -> list[str]:
     """Lines comparing the ledger with git: kept commits on the branch, rejected refs present."""
-    from optimizer import gitops
+    from optimizer.workspace import gitops
 
     try:
         branch_commits = {sha for sha, _ in gitops.branch_log(ws, run.branch, since=run.start_rev)}

@@ -40,7 +40,7 @@ from optimizer.report.lines import (
 )
 from optimizer.runsettings import RunSettings
 from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 TSV_COLUMNS: tuple[str, ...] = (
     "id", "seq", "parent", "created", "strategy", "decision", "kappa", "kappa_delta", "fpr", "fpr_delta",

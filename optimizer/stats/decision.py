@@ -46,7 +46,6 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from optimizer import fmt
-from optimizer.config import LoopSection
 from optimizer.models import Label
 from optimizer.stats.metrics import (
     Answer,
@@ -72,6 +71,7 @@ from optimizer.stats.signflip import (
     sign_flip_upper_bound,
 )
 from optimizer.vocab import PolicyName
+from optimizer.workspace.config import LoopSection
 
 # The decision rules by name (`optimizer.vocab`).
 Policy = PolicyName

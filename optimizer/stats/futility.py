@@ -57,7 +57,6 @@ from fractions import Fraction
 
 import numpy as np
 
-from optimizer.config import LoopSection
 from optimizer.models import Label
 from optimizer.stats.decision import (
     Counts,
@@ -75,6 +74,7 @@ from optimizer.stats.signflip import (
     sign_flip_test_grouped,
     sign_flip_upper_bound,
 )
+from optimizer.workspace.config import LoopSection
 
 # The share of each class's incumbent-right items judged in the screen (chosen on the benchmark).
 SCREEN_SHARE = 0.3

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from optimizer.config import LoopSection
 from optimizer.vocab import POLICIES, PolicyName
+from optimizer.workspace.config import LoopSection
 
 
 class KeepFlags(Protocol):

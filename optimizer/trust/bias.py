@@ -37,8 +37,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from optimizer import gitops
-from optimizer.config import JudgeOverrides, JudgeSection
 from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
@@ -53,7 +51,9 @@ from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.types import Provider
 from optimizer.models import Action, Label, Step, Trajectory
 from optimizer.stats.metrics import mcnemar_exact_one_sided
-from optimizer.workspace import Workspace
+from optimizer.workspace import gitops
+from optimizer.workspace.config import JudgeOverrides, JudgeSection
+from optimizer.workspace.workspace import Workspace
 
 ALPHA = 0.05
 COMPLETION_CLAIM = "Task completed successfully."

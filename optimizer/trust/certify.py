@@ -37,8 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from optimizer import __version__, gitops
-from optimizer.config import JudgeOverrides, JudgeSection
+from optimizer import __version__
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -51,7 +50,6 @@ from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.ledger import Ledger
 from optimizer.models import MISTAKE_TYPES, Label
-from optimizer.paths import unused_path
 from optimizer.stats.binomial import clopper_pearson_lower, clopper_pearson_upper
 from optimizer.stats.metrics import Answer, bootstrap_intervals, cohen_kappa, predicted_success, score
 from optimizer.trust.selftest import (
@@ -64,7 +62,10 @@ from optimizer.trust.selftest import (
     summary_lines,
 )
 from optimizer.vocab import UNTYPED
-from optimizer.workspace import Workspace, repo_at
+from optimizer.workspace import gitops
+from optimizer.workspace.config import JudgeOverrides, JudgeSection
+from optimizer.workspace.paths import unused_path
+from optimizer.workspace.workspace import Workspace, repo_at
 
 CERTIFICATE_VERSION = 1
 CERTIFICATE_DIR = "certificates"

@@ -49,8 +49,6 @@ from pydantic import (
     model_serializer,
 )
 
-from optimizer import gitops
-from optimizer.config import JudgeOverrides, JudgeSection, LoopSection
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
@@ -65,7 +63,6 @@ from optimizer.judge.types import Provider
 from optimizer.loop.compare import RunTotals, incomplete, judgements_of, with_extra
 from optimizer.loop.records import evaluation_order
 from optimizer.models import Label
-from optimizer.paths import unused_path
 from optimizer.stats.binomial import clopper_pearson_interval
 from optimizer.stats.decision import (
     Counts,
@@ -81,7 +78,10 @@ from optimizer.stats.decision import (
 )
 from optimizer.stats.metrics import Answer, is_correct, majority_answer, outcome, score
 from optimizer.stats.policies import policy_for
-from optimizer.workspace import Workspace
+from optimizer.workspace import gitops
+from optimizer.workspace.config import JudgeOverrides, JudgeSection, LoopSection
+from optimizer.workspace.paths import unused_path
+from optimizer.workspace.workspace import Workspace
 
 SELFTEST_VERSION = 1
 SELFTEST_DIR = "selftest"

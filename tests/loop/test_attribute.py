@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from optimizer import gitops
 from optimizer.cli import main
 from optimizer.ledger import Ledger
 from optimizer.loop.strategies import Proposal, ProposalContext
+from optimizer.workspace import gitops
 from tests.support.attribution import (
     MARKER_A,
     MARKER_B,
@@ -213,7 +213,7 @@ def test_attribute_is_refused_in_one_line_while_the_run_is_running(
         exps = run_chain(ws, monkeypatch, judge, server, [add_line(MARKER_A, at=0)])
         with Ledger(ws / "experiments" / "ledger.sqlite") as led:
             led.set_run_status(exps[0].run_id, "running")
-        from optimizer.workspace import Workspace, command_lock
+        from optimizer.workspace.workspace import Workspace, command_lock
 
         capsys.readouterr()
         with command_lock(Workspace.open(ws), "run"):  # as a live `judgeloop run` holds it

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
+from optimizer.workspace import gitops
 from tests.support.attribution import (
     MARKER_A,
     MARKER_B,
@@ -25,7 +25,7 @@ from tests.support.processes import killed_cli
 # until it is killed; it writes the worktree's path to argv[1] when it gets there.
 STUCK_ATTRIBUTE = """
 import pathlib, sys, time
-from optimizer import gitops
+from optimizer.workspace import gitops
 from optimizer.cli import main
 
 def stuck(tree, shas, start):

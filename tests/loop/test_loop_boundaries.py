@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.cli import main
 from optimizer.judge.prompts import JUDGE_TOML, LIBRARY_END, RUBRIC_MD
 from optimizer.ledger import Ledger
 from optimizer.loop.runner import LoopRunner
 from optimizer.loop.strategies import Proposal, ProposalContext
-from optimizer.paths import MAX_PROMPT_FILE_CHARS
+from optimizer.workspace import gitops
+from optimizer.workspace.paths import MAX_PROMPT_FILE_CHARS
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, git, run_loop, set_toml_key
 from tests.support.scripted import ScriptedStrategy, Step, assert_clean, install, latest, toggle

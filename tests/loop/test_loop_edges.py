@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.cli import main
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
+from optimizer.workspace import gitops
 from tests.support.fakeserver import FakeLLMServer, RecordedRequest
 from tests.support.loop import (
     GOOD_ENTRY,
@@ -251,7 +251,7 @@ def test_resume_after_kill_9_counts_the_spend_before_it_against_the_budget(ws: P
 def test_a_second_loop_command_in_the_same_workspace_is_refused_in_one_line(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from optimizer.workspace import Workspace, command_lock
+    from optimizer.workspace.workspace import Workspace, command_lock
 
     with command_lock(Workspace.open(ws), "run"):  # as if an overnight run were going on
         for argv in (["run", "--strategy", "library"], ["run", "--resume"], ["decide", "1", "keep"],
@@ -285,7 +285,7 @@ def test_a_stale_git_index_lock_left_by_a_kill_is_removed_and_a_fresh_one_respec
 
 def test_a_run_killed_before_its_branch_existed_resumes_from_its_start(ws: Path) -> None:
     from optimizer.devset.split import open_split
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     workspace = Workspace.open(ws)
     split = open_split(workspace, workspace.config.workspace.dev_split)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.devset.split import open_split
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.loop.strategies import Proposal, ProposalContext
-from optimizer.workspace import Workspace
+from optimizer.workspace import gitops
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import GOOD_ENTRY, FakeJudge, run_loop
 from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle

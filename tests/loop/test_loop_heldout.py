@@ -15,7 +15,7 @@ import pytest
 from optimizer.cli import main
 from optimizer.devset.split import open_split
 from optimizer.ledger import Ledger
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.heldout import import_held
 from tests.support.loop import GOOD_ENTRY, FakeJudge, run_loop

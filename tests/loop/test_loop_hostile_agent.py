@@ -15,9 +15,9 @@ from typing import cast
 
 import pytest
 
-from optimizer import gitops
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
 from optimizer.loop.strategies import Proposal, ProposalContext
+from optimizer.workspace import gitops
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, ToolCall, Usage, reply
 from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all, git, labels_of, run_loop
 from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.cli import main
-from optimizer.config import JudgeOverrides
 from optimizer.events import Event, Message, StopKind
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.loop.session import RunOptions, start_run
-from optimizer.workspace import Workspace
+from optimizer.workspace import gitops
+from optimizer.workspace.config import JudgeOverrides
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, present, run_loop
 from tests.support.scripted import assert_clean, hand_edit, latest

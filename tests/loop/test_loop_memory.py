@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.devset.split import open_split
 from optimizer.judge.memory import (
     CASES_JSONL,
@@ -31,7 +30,8 @@ from optimizer.judge.memory import (
 from optimizer.ledger import Ledger
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.models import Label
-from optimizer.workspace import Workspace
+from optimizer.workspace import gitops
+from optimizer.workspace.workspace import Workspace
 from tests.support.attribution import attribute
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest
 from tests.support.loop import (

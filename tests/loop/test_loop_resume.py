@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from optimizer import gitops
 from optimizer.cli import main
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
+from optimizer.workspace import gitops
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import (
     BAD_ENTRY,

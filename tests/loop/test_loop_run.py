@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from optimizer import gitops
 from optimizer.devset.split import open_split
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Run
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.stats.metrics import Answer, score
+from optimizer.workspace import gitops
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, Usage, reply
 from tests.support.loop import (
     BAD_ENTRY,
@@ -146,7 +146,7 @@ def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: p
 def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     judge = FakeJudge(ws)
     split = open_split(Workspace.open(ws), Workspace.open(ws).config.workspace.dev_split)
@@ -518,7 +518,7 @@ def _confirm(root: Path, server: FakeLLMServer, split: str, *extra: str) -> int:
 def test_a_proposal_for_a_labels_file_is_rejected_without_reading_it_into_the_ledger(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     split_name = Workspace.open(ws).config.workspace.dev_split
     labels_path = f"devset/{split_name}/labels.jsonl"
@@ -609,7 +609,7 @@ def test_online_fdr_tests_each_candidate_at_its_lord_level_and_reports_the_sum(
 def test_confirm_in_batch_mode_gives_the_direct_figures_and_fills_the_cache(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
     from tests.support.config import write_config
 
     add_heldout_split(ws)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.config import JudgeOverrides
 from optimizer.events import Event, Message, Progress, StopKind
 from optimizer.ledger import Ledger
 from optimizer.loop.session import RunOptions, decide, resume_run, start_run
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeOverrides
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge
 

@@ -223,10 +223,10 @@ def test_eval_stops_on_sigterm_within_the_calls_in_flight_writes_nothing_and_los
 def test_ctrl_c_before_any_call_on_a_cached_eval_still_ends_cleanly(ws: Path) -> None:
     """A stop requested when nothing is in flight ends at once; the in-process engine sees the same
     request (the `StopRequest` the CLI hands it) and starts no call."""
-    from optimizer.config import JudgeOverrides
     from optimizer.evaluation.scored import EvalOptions, evaluate
     from optimizer.evaluation.stopping import Interrupted, StopRequest
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.config import JudgeOverrides
+    from optimizer.workspace.workspace import Workspace
 
     judge = FakeJudge(ws)
     with FakeLLMServer(default=judge) as server:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.judge.prompts import JUDGE_TOML
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.loop.strategies.tools import ToolState, run_tool
 from optimizer.structure import set_key, structure_changes
+from optimizer.workspace import gitops
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge, commit_all, run_loop
 from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, ledger_of

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.cli import main
 from optimizer.judge.prompts import LIBRARY_MD, parse_library
 from optimizer.loop.strategies import IN_WAVE, Proposal, ProposalContext, ProposalError
+from optimizer.workspace import gitops
 from tests.support.fakeserver import FakeLLMServer, Usage
 from tests.support.loop import (
     BAD_ENTRY,

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from optimizer.cli import main
-from optimizer.config import Config
 from optimizer.devset.importer import import_split
 from optimizer.evaluation import warmup
 from optimizer.evaluation.judging import ItemJudge
 from optimizer.judge.prompts import JUDGE_TOML, RUBRIC_MD
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import Config
+from optimizer.workspace.workspace import Workspace
 from tests.support.config import with_layout, write_config
 from tests.support.data import make_items, write_release
 from tests.support.fakecache import ManualClock, PromptCache

@@ -16,12 +16,12 @@ from typing import Any
 import git
 import pytest
 
-from optimizer import gitops
 from optimizer.cli import main
-from optimizer.config import Config, JudgeOverrides, JudgeSection, LoopSection
 from optimizer.errors import UserError
 from optimizer.ledger import Run
 from optimizer.runsettings import RunOverrides, RunSettings
+from optimizer.workspace import gitops
+from optimizer.workspace.config import Config, JudgeOverrides, JudgeSection, LoopSection
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import (
     BAD_ENTRY,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import gitops
 from optimizer.cli import main
+from optimizer.workspace import gitops
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, run_loop
 from tests.support.scripted import ScriptedStrategy, install, latest

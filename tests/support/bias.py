@@ -23,7 +23,7 @@ from typing import Literal
 
 from optimizer.devset.markdown import action_string
 from optimizer.devset.split import open_split
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
 from tests.support.loop import FakeJudge, request_texts
 

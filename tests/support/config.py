@@ -1,6 +1,6 @@
 """Writing a workspace's ``judgeloop.toml`` from the project's config model, for tests.
 
-Tests change the config through `optimizer.config.Config` (``model_copy``) and write it whole with
+Tests change the config through `optimizer.workspace.config.Config` (``model_copy``) and write it whole with
 `write_config`, instead of editing the TOML text: a renamed key or section then fails loudly here.
 There is no TOML writer among the dependencies; `dumps_toml` covers what a `Config` holds (tables of
 strings, numbers, booleans and lists of those, nested tables such as ``[prices."<model>"]``).
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from optimizer.config import Config, load_config
-from optimizer.workspace import CONFIG_NAME
+from optimizer.workspace.config import Config, load_config
+from optimizer.workspace.workspace import CONFIG_NAME
 from tests.support.paths import REPO_ROOT
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from optimizer.config import JudgeSection
 from optimizer.devset.importer import import_split
 from optimizer.devset.split import Split
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import JudgeRequest, ProviderReply, ProviderTraits, Sampling, TextPart
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.workspace import Workspace
 from tests.support.data import FakeItem, make_items, write_release
 from tests.support.fakeserver import FakeLLMServer, RecordedRequest, Usage, reply, server_error
 

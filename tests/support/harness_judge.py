@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from optimizer.config import load_config
+from optimizer.workspace.config import load_config
 from tests.support.config import write_config
 from tests.support.harness_state import StateServer
 from tests.support.loop import commit_all

@@ -25,7 +25,7 @@ from optimizer.devset.markdown import action_string
 from optimizer.devset.split import open_split
 from optimizer.judge.prompts import LIBRARY_MD, parse_library
 from optimizer.models import Label
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
 
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost"]

@@ -102,7 +102,7 @@ def add_heldout_split(root: Path, n_held: int = 12) -> tuple[list[str], list[str
     [workspace] heldout_splits; returns (dev ids, held-out ids)."""
     from optimizer.cli import main
     from optimizer.scaffold import bundled_dir
-    from optimizer.workspace import Workspace
+    from optimizer.workspace.workspace import Workspace
 
     dev = open_split(Workspace.open(root), "small").ids
     held = [t for t in open_split(Workspace.open(root), "sample").ids if t not in dev][:n_held]

@@ -9,7 +9,7 @@ from optimizer.devset.importer import import_split
 from optimizer.devset.split import Split
 from optimizer.loop.strategies import Disagreement, PastExperiment, ProposalContext
 from optimizer.scaffold import init_workspace
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.data import FakeItem, make_items, pair_items, write_release
 
 ALLOWED = ["prompts/judge.md", "prompts/rubric.md"]

@@ -12,7 +12,7 @@ import pytest
 
 from optimizer.devset.labels import fingerprint, load_labels
 from optimizer.devset.split import open_split
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, server_error, verdict_reply
 from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, commit_all, request_texts, run_loop
 from tests.support.scripted import ScriptedStrategy, install, toggle

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.tui_runs import make_real_run, prompt_sensitive_judge
+from tests.support.tui_runs import RealRun, make_real_run, prompt_sensitive_judge
 
 # The hand edits, in order: (rubric line appended, the run's -m message).
 MANUAL_EDITS = (
@@ -26,7 +26,7 @@ SMALL = "mini8"  # a second dev split (the first 8 items of mini) for a run star
 
 
 def commit_all(ws_root: Path, message: str) -> None:
-    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+    from optimizer.workspace.workspace import JUDGELOOP_ACTOR, repo_at
 
     with repo_at(ws_root) as repo:
         repo.git.add("-A", "--", "judgeloop.toml")
@@ -41,8 +41,8 @@ def make_manual_runs(ws_root: Path) -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-        assert make_real_run(ws_root, max_experiments=3, replicates=2, items=32, screenshots="none",
-                             concurrency=1) == 0
+        assert make_real_run(ws_root, RealRun(max_experiments=3, replicates=2, items=32, screenshots="none",
+                             concurrency=1)) == 0
         toml = ws_root / "judgeloop.toml"
         text = re.sub(r"(?m)^heldout_splits = \[\]", f'heldout_splits = ["{HELDOUT}"]', toml.read_text())
         toml.write_text(re.sub(r'(?m)^dev_split = "sample"', 'dev_split = "mini"', text), encoding="utf-8")

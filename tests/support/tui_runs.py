@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ import pytest
 from optimizer.devset.labels import load_labels
 from optimizer.devset.markdown import action_string
 from optimizer.devset.split import open_split
-from optimizer.workspace import Workspace
+from optimizer.ledger import Ledger
+from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, Usage, reply
 
 
@@ -111,7 +113,7 @@ def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callabl
 def _set_screenshot_policy(ws_root: Path, policy: str) -> None:
     import re
 
-    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+    from optimizer.workspace.workspace import JUDGELOOP_ACTOR, repo_at
 
     path = ws_root / "prompts" / "judge.toml"
     path.write_text(re.sub(r'(?m)^screenshots = "all"$', f'screenshots = "{policy}"', path.read_text()), encoding="utf-8")
@@ -123,7 +125,7 @@ def _set_screenshot_policy(ws_root: Path, policy: str) -> None:
 def _set_loop_futility(ws_root: Path, on: bool) -> None:
     import re
 
-    from optimizer.workspace import JUDGELOOP_ACTOR, repo_at
+    from optimizer.workspace.workspace import JUDGELOOP_ACTOR, repo_at
 
     path = ws_root / "judgeloop.toml"
     text, n = re.subn(r"(?m)^futility = (true|false)", f"futility = {'true' if on else 'false'}", path.read_text())
@@ -135,12 +137,9 @@ def _set_loop_futility(ws_root: Path, on: bool) -> None:
             repo.index.commit(f"loop: futility = {on}", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
 
 
-def make_real_run(
-    ws_root: Path, *, max_experiments: int = 3, replicates: int = 2, items: int | None = 32,
-    screenshots: str = "all", propose_only: bool = False, concurrency: int = 16, futility: bool = False,
-    wave: int = 1,
-) -> int:
-    """`judgeloop init --sample` at ``ws_root``, then a real `judgeloop run` against the fake server.
+@dataclass(frozen=True)
+class RealRun:
+    """How `make_real_run` shapes the workspace and the run (defaults: 3 candidates, 2 replicates, 32 items).
 
     With ``items``, the run uses split ``mini``: the first ``items`` ids of the sample, imported with
     `judgeloop devset import --manifest` (keeps tests quick; rendering screenshots dominates a run).
@@ -152,18 +151,34 @@ def make_real_run(
     ``wave`` > 1: `run --wave K`, with patience for every candidate (docs/screenshots/waves.png).
     ``futility``: `[loop] futility` (on by default in a new workspace; off here, so the TUI's fixtures
     show candidates judged in full: tests/loop/test_loop_futility.py covers the screen).
-    Needs OPENAI_API_KEY set (any value). Returns the run's exit code.
+    """
+
+    max_experiments: int = 3
+    replicates: int = 2
+    items: int | None = 32
+    screenshots: str = "all"
+    propose_only: bool = False
+    concurrency: int = 16
+    futility: bool = False
+    wave: int = 1
+
+
+def make_real_run(ws_root: Path, shape: RealRun | None = None) -> int:
+    """`judgeloop init --sample` at ``ws_root``, then a real `judgeloop run` against the fake server, shaped
+    by ``shape`` (`RealRun`'s defaults when None). Needs OPENAI_API_KEY set (any value). Returns the run's
+    exit code.
     """
     from optimizer.cli import main
 
+    s = shape or RealRun()
     assert main(["init", str(ws_root), "--sample"]) == 0
-    _set_loop_futility(ws_root, futility)
-    if screenshots != "all":
-        _set_screenshot_policy(ws_root, screenshots)
+    _set_loop_futility(ws_root, s.futility)
+    if s.screenshots != "all":
+        _set_screenshot_policy(ws_root, s.screenshots)
     split = "sample"
-    if items is not None:
+    if s.items is not None:
         split = "mini"
-        ids = (ws_root / "devset" / "sample" / "manifest.txt").read_text().split()[:items]
+        ids = (ws_root / "devset" / "sample" / "manifest.txt").read_text().split()[:s.items]
         manifest = ws_root / "experiments" / "mini-manifest.txt"
         manifest.write_text("\n".join(ids) + "\n", encoding="utf-8")
         assert main(["devset", "import", str(ws_root / "devset" / "sample"), "-w", str(ws_root), "--name", split,
@@ -173,11 +188,40 @@ def make_real_run(
         return main([
             "run", "-w", str(ws_root), "--split", split, "--provider", "openai",
             "--base-url", server.openai_base_url, "--model", "fake-judge", "--strategy", "library",
-            "--max-experiments", str(max_experiments), "--replicates", str(replicates),
-            "--concurrency", str(concurrency),
-            *(["--propose-only"] if propose_only else []),
-            *(["--wave", str(wave), "--patience", str(max_experiments)] if wave > 1 else []),
+            "--max-experiments", str(s.max_experiments), "--replicates", str(s.replicates),
+            "--concurrency", str(s.concurrency),
+            *(["--propose-only"] if s.propose_only else []),
+            *(["--wave", str(s.wave), "--patience", str(s.max_experiments)] if s.wave > 1 else []),
         ])
+
+
+# ---------------------------------------------------------------------------------------------
+# The TUI tests' session run (registered in tests/conftest.py): one real short run (init --sample, a 32-item
+# split, the library strategy, 5 candidates, 2 replicates) feeds every read-only test; tests that write
+# (reviews, runs, STOP) work on a copy.
+
+
+@pytest.fixture(scope="session")
+def run_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace whose ledger holds one real finished run (baseline, rolled-back and kept candidates)."""
+    ws = tmp_path_factory.mktemp("tui") / "ws"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
+        assert make_real_run(ws, RealRun(max_experiments=5, replicates=2, items=32, screenshots="none")) == 0
+    return ws
+
+
+@pytest.fixture
+def ws_copy(run_ws: Path, tmp_path: Path) -> Path:
+    """A private copy of the run workspace for tests that write (reviews, STOP, runs)."""
+    target = tmp_path / "ws"
+    shutil.copytree(run_ws, target, symlinks=True)
+    return target
+
+
+def ledger_of(ws: Path) -> Ledger:
+    """The workspace's ledger, read-only."""
+    return Ledger.open_readonly(ws / "experiments" / "ledger.sqlite")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,8 +285,8 @@ def make_snapshot_workspace(ws_root: Path, *, wave: int = 1) -> None:
         mp.setattr(ledger_module, "new_run_id", lambda now=None: SNAPSHOT_RUN_ID)
         mp.setattr(importer, "datetime", Frozen)  # split.json records when it was imported (committed)
         mp.setattr(module, "prompt_sensitive_judge", request_keyed_judge)  # the judge make_real_run serves
-        assert make_real_run(ws_root, max_experiments=5, replicates=2, items=32, screenshots="none",
-                             concurrency=1, wave=wave) == 0
+        assert make_real_run(ws_root, RealRun(max_experiments=5, replicates=2, items=32, screenshots="none",
+                             concurrency=1, wave=wave)) == 0
         with FakeLLMServer() as server:
             server.default = request_keyed_judge(ws_root, "mini")
             assert main(["attribute", "-w", str(ws_root), "--provider", "openai", "--base-url",
@@ -276,4 +320,4 @@ if __name__ == "__main__":  # build a demo workspace: python -m tests.support.tu
     import sys
 
     os.environ.setdefault("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-    sys.exit(make_real_run(Path(sys.argv[1]), max_experiments=int(sys.argv[2]) if len(sys.argv) > 2 else 3))
+    sys.exit(make_real_run(Path(sys.argv[1]), RealRun(max_experiments=int(sys.argv[2]) if len(sys.argv) > 2 else 3)))

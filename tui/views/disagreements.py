@@ -11,7 +11,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
 from optimizer.vocab import MISTAKE_TYPES, UNTYPED
-from tui.data import STATUS_TEXT, Disagreement, DisagreementFilter, load_disagreements, one_line
+from tui.data import STATUS_TEXT, one_line
+from tui.items import Disagreement, DisagreementFilter, load_disagreements
 from tui.messages import DisagreementsLoaded, ItemSelected
 from tui.views.base import View
 from tui.widgets import FixedColumnsTable

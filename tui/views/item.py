@@ -12,7 +12,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
 from optimizer.judge.types import VIEW_SCREENSHOTS
-from tui.data import REVIEW_LABELS, STATUS_TEXT, ItemDetail, load_item
+from tui.data import REVIEW_LABELS, STATUS_TEXT
+from tui.items import ItemDetail, load_item
 from tui.messages import ExperimentSelected, ItemLoaded, StepDecoded
 from tui.views.base import View
 from tui.widgets import StepImage, load_screenshot

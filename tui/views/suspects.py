@@ -1,5 +1,5 @@
 """The label-suspects queue: items judged against their label by most prompt versions and replicates,
-with high confidence, over every run on the shown run's split (`optimizer.triage`); enter opens one,
+with high confidence, over every run on the shown run's split (`optimizer.answers.triage`); enter opens one,
 x records a correction."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
-from optimizer.triage import Suspect
-from tui.data import SuspectQueue, load_suspects, one_line, save_correction
+from optimizer.answers.triage import Suspect
+from tui.data import one_line
+from tui.items import SuspectQueue, load_suspects, save_correction
 from tui.messages import ItemSelected, SuspectsLoaded
 from tui.modals import CorrectionModal
 from tui.views.base import View

@@ -20,10 +20,10 @@ succeeded, or missing local runtime/weights raise `UserError`. Keys never appear
 
 from __future__ import annotations
 
-from optimizer.config import JudgeSection, OptimizerSection
 from optimizer.judge.providers._common import JUDGE, OPTIMISER, Role
 from optimizer.judge.providers.pricing import BUILTIN_PRICES, Usage, cost_usd, price_for
 from optimizer.judge.types import ConversingProvider, Provider
+from optimizer.workspace.config import JudgeSection, OptimizerSection
 
 __all__ = [
     "BUILTIN_PRICES", "JUDGE", "OPTIMISER", "ConversingProvider", "Provider", "Role", "Usage",

@@ -44,7 +44,6 @@ import anthropic
 from anthropic.types import Message
 from anthropic.types.messages import MessageBatch
 
-from optimizer.config import JudgeSection
 from optimizer.judge.providers._common import (
     JUDGE,
     ImageString,
@@ -75,6 +74,7 @@ from optimizer.judge.types import (
     UserMessage,
     stable_json,
 )
+from optimizer.workspace.config import JudgeSection
 
 KEY_ENV = "ANTHROPIC_API_KEY"
 DEFAULT_BASE_URL = "https://api.anthropic.com"

@@ -30,7 +30,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from optimizer.config import JudgeSection
 from optimizer.errors import UserError
 from optimizer.judge.call_ceiling import CallCeiling
 from optimizer.judge.harness import (
@@ -53,6 +52,7 @@ from optimizer.judge.sandbox import (
     require_bwrap,
 )
 from optimizer.judge.types import InfrastructureError, JudgeRequest, ProviderReply, ProviderTraits, Sampling
+from optimizer.workspace.config import JudgeSection
 
 # Bytes of the CLI's stderr kept in a failure's message.
 STDERR_TAIL = 300

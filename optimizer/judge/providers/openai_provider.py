@@ -59,7 +59,6 @@ from openai._types import RequestOptions
 from openai.types import Batch
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
-from optimizer.config import JudgeSection
 from optimizer.errors import UserError
 from optimizer.judge.endpoints import EndpointFigures, EndpointPool, report_lines, shown_url
 from optimizer.judge.providers._common import (
@@ -92,6 +91,7 @@ from optimizer.judge.types import (
     ToolSpec,
     UserMessage,
 )
+from optimizer.workspace.config import JudgeSection
 
 KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

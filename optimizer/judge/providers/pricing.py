@@ -1,11 +1,11 @@
 """Token prices and the cost of one judge call, in US dollars.
 
-Prices are US dollars per million tokens (`optimizer.config.Price`). The built-in table covers a
+Prices are US dollars per million tokens (`optimizer.workspace.config.Price`). The built-in table covers a
 few current models and can be stale: ``[prices."<model>"]`` in ``judgeloop.toml`` always wins.
 
 Token convention (the one `ProviderReply` uses): ``input_tokens`` are the uncached input tokens;
 ``cache_read_tokens`` and ``cache_write_tokens`` are billed apart at their own prices (see
-`optimizer.config.Price` for the fall-backs when a price entry leaves them unset), the
+`optimizer.workspace.config.Price` for the fall-backs when a price entry leaves them unset), the
 ``cache_write_1h_tokens`` part of the writes at the 1-hour price. A call made through a batch API is
 priced with ``batch=True``: every price times ``Price.batch``, cache prices included.
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from optimizer.config import Price
 from optimizer.judge.types import ProviderReply
+from optimizer.workspace.config import Price
 
 # USD per million tokens, list prices from the providers' pricing pages (2026). Stale entries are
 # harmless only if the user overrides them; keep this table short.

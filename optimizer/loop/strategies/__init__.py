@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard
 from optimizer.vocab import STRATEGIES
 
 if TYPE_CHECKING:
-    from optimizer.config import OptimizerSection, Price
     from optimizer.devset.split import Split
     from optimizer.judge.types import JudgeToolCall
+    from optimizer.workspace.config import OptimizerSection, Price
 
 Direction = Literal["missed_failure", "rejected_success"]
 

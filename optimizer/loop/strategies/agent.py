@@ -32,7 +32,7 @@ from optimizer.loop.strategies.llm import DEFAULT_MAX_OUTPUT_TOKENS, OptimiserMo
 from optimizer.loop.strategies.tools import ToolOutput, ToolState, run_tool, tool_specs
 
 if TYPE_CHECKING:
-    from optimizer.config import OptimizerSection, Price
+    from optimizer.workspace.config import OptimizerSection, Price
 
 NUDGE = "Use the tools; call submit when your edit is ready."
 

@@ -9,9 +9,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 from optimizer import fmt
-from optimizer.config import experiment_seed
 from optimizer.loop.strategies import Direction, Disagreement, PastExperiment
-from optimizer.paths import allowed_name
+from optimizer.workspace.config import experiment_seed
+from optimizer.workspace.paths import allowed_name
 
 REASONING_CHARS = 600
 DIFF_CHARS = 1500
@@ -133,7 +133,7 @@ def format_history(history: Sequence[PastExperiment], *, limit: int = 20, diff_c
 
 
 def allowed_path(path: str, allowed: Sequence[str]) -> str | None:
-    """The allowed file ``path`` names (canonical, `optimizer.paths.prompt_file`), or None if it names none."""
+    """The allowed file ``path`` names (canonical, `optimizer.workspace.paths.prompt_file`), or None if it names none."""
     return allowed_name(path, list(allowed))
 
 

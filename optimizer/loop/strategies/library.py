@@ -48,8 +48,8 @@ from optimizer.loop.strategies import (
 )
 from optimizer.loop.strategies.common import counts_by_direction, dominant_direction, rng_for
 from optimizer.models import MISTAKE_TYPES
-from optimizer.paths import JUDGE_TOML
 from optimizer.structure import current_value, set_key
+from optimizer.workspace.paths import JUDGE_TOML
 
 Lean = Literal["stricter", "lenient", "neutral"]
 

@@ -26,7 +26,7 @@ from optimizer.judge.types import (
 from optimizer.loop.strategies import Proposal, ProposalError
 
 if TYPE_CHECKING:
-    from optimizer.config import OptimizerSection, Price
+    from optimizer.workspace.config import OptimizerSection, Price
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 

@@ -20,12 +20,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from optimizer import gitops
 from optimizer.errors import UserError
 from optimizer.loop.guards import JUDGE_TOML, check_protected
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
-from optimizer.paths import prompt_file_or_none, read_prompt_file, write_prompt_file
 from optimizer.structure import check_structure
+from optimizer.workspace import gitops
+from optimizer.workspace.paths import prompt_file_or_none, read_prompt_file, write_prompt_file
 
 MESSAGE_FILE = "_message.json"
 

@@ -33,11 +33,11 @@ from optimizer.loop.strategies.common import (
 )
 from optimizer.loop.strategies.llm import DEFAULT_MAX_OUTPUT_TOKENS, OptimiserModel
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolState, run_tool
-from optimizer.paths import JUDGE_TOML
 from optimizer.structure import MOVABLE_KEYS, current_value, set_key
+from optimizer.workspace.paths import JUDGE_TOML
 
 if TYPE_CHECKING:
-    from optimizer.config import OptimizerSection, Price
+    from optimizer.workspace.config import OptimizerSection, Price
 
 MEMORY_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in MEMORY_TOOL_SPECS)
 SAMPLE_CAP = 12

@@ -31,9 +31,9 @@ from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Mem
 from optimizer.judge.provenance import ItemIndex, split_items
 from optimizer.loop.strategies import ProposalContext, memoryedit
 from optimizer.loop.strategies.common import allowed_path, disagreement_dict, format_history
-from optimizer.paths import JUDGE_TOML, MAX_PROMPT_FILE_CHARS
 from optimizer.structure import MOVABLE_KEYS, current_value, set_key
 from optimizer.vocab import MISTAKE_TYPES
+from optimizer.workspace.paths import JUDGE_TOML, MAX_PROMPT_FILE_CHARS
 
 MAX_STEPS_PER_READ = 150
 MAX_LISTED = 40

@@ -199,7 +199,7 @@ EXPERIMENTS_DIR = "experiments"
 LABELS_FILE = "labels.jsonl"
 # A person's label corrections beside them, devset/<split>/corrections.jsonl (optimizer.devset.corrections).
 CORRECTIONS_FILE = "corrections.jsonl"
-# The loop's lock (optimizer.workspace.command_lock), experiments/loop.lock.
+# The loop's lock (optimizer.workspace.workspace.command_lock), experiments/loop.lock.
 LOCK_FILE = "loop.lock"
 
 

@@ -16,10 +16,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from optimizer.errors import UserError, first_error
-from optimizer.paths import JUDGE_TOML, PathRefused, prompt_file
 from optimizer.structure import check_moves
 from optimizer.vocab import COMMAND, OptimizerProviderName, PolicyName, StrategyName
 from optimizer.vocab import ProviderName as ProviderName  # spelled in optimizer.vocab
+from optimizer.workspace.paths import JUDGE_TOML, PathRefused, prompt_file
 
 # [judge] harness: the coding-agent CLIs `optimizer.judge.harness` has a non-interactive preset for.
 HARNESS_PRESETS = ("codex", "claude", "gemini", "opencode")
@@ -376,7 +376,7 @@ class OptimizerSection(_Section):
     @field_validator("allowed_files")
     @classmethod
     def _inside_prompts(cls, files: list[str]) -> list[str]:
-        # One spelling per file (`optimizer.paths.prompt_file`): the guards, runner and tools compare these.
+        # One spelling per file (`optimizer.workspace.paths.prompt_file`): the guards, runner and tools compare these.
         out: list[str] = []
         for name in files:
             try:

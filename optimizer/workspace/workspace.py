@@ -13,10 +13,10 @@ from pathlib import Path
 
 import git
 
-from optimizer.config import Config, load_config
 from optimizer.errors import UserError
-from optimizer.paths import LOCK_FILE as LOCK_FILE  # spelled in optimizer.paths
-from optimizer.paths import WorkspacePaths
+from optimizer.workspace.config import Config, load_config
+from optimizer.workspace.paths import LOCK_FILE as LOCK_FILE  # spelled in optimizer.workspace.paths
+from optimizer.workspace.paths import WorkspacePaths
 
 CONFIG_NAME = "judgeloop.toml"
 JUDGELOOP_ACTOR = git.Actor("judgeloop", "judgeloop@localhost")
@@ -64,7 +64,7 @@ class Workspace:
 
     @property
     def paths(self) -> WorkspacePaths:
-        """Where this workspace keeps its files (`optimizer.paths.WorkspacePaths`)."""
+        """Where this workspace keeps its files (`optimizer.workspace.paths.WorkspacePaths`)."""
         return WorkspacePaths(self.root)
 
     @property

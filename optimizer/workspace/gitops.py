@@ -37,8 +37,8 @@ from typing import Any
 import git
 
 from optimizer.errors import UserError
-from optimizer.paths import CORRECTIONS_FILE, DEVSET_DIR, WorkspacePaths
-from optimizer.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
+from optimizer.workspace.paths import CORRECTIONS_FILE, DEVSET_DIR, WorkspacePaths
+from optimizer.workspace.workspace import JUDGELOOP_ACTOR, Workspace, repo_at
 
 BRANCH_PREFIX = "judgeloop/"
 REJECTED_PREFIX = "refs/judgeloop/rejected/"

@@ -1,4 +1,4 @@
-"""Whether a folder is in use: a live loop lock (`optimizer.workspace.lock_holder`) or a process whose
+"""Whether a folder is in use: a live loop lock (`optimizer.workspace.workspace.lock_holder`) or a process whose
 working folder or open files lie inside it (Linux ``/proc``). Deleting a folder a TUI still has open
 leaves that TUI showing a ledger that no longer exists, and still offering to act on it."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer.errors import UserError
-from optimizer.workspace import CONFIG_NAME, Workspace, lock_holder
+from optimizer.workspace.workspace import CONFIG_NAME, Workspace, lock_holder
 
 
 @dataclass(frozen=True)

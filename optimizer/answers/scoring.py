@@ -22,7 +22,7 @@ from optimizer.devset.split import open_split
 from optimizer.errors import UserError
 from optimizer.models import MISTAKE_TYPES, fold_mistake_type
 from optimizer.stats.metrics import MISSING, Answer, Metrics, bootstrap_intervals, score
-from optimizer.workspace import Workspace
+from optimizer.workspace.workspace import Workspace
 
 INVALID = Answer(success=None, status="invalid")
 

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import InlineTable, Item, Table
 
-from optimizer.config import Config
 from optimizer.errors import UserError, first_error
-from optimizer.workspace import CONFIG_NAME, JUDGELOOP_ACTOR, repo_at
+from optimizer.workspace.config import Config
+from optimizer.workspace.workspace import CONFIG_NAME, JUDGELOOP_ACTOR, repo_at
 
 Scalar = str | int | float | bool
 
