@@ -22,7 +22,7 @@ from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.files import write_results
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.judge.types import (
@@ -51,10 +51,11 @@ def data(tmp_path: Path) -> Data:
 
 
 def run_eval(data: Data, provider: Any, **kwargs: Any) -> EvalRun:
-    kwargs.setdefault("item_ids", data.split.ids)
-    kwargs.setdefault("replicates", 1)
+    item_ids = kwargs.pop("item_ids", data.split.ids)
+    replicates = kwargs.pop("replicates", 1)
     j = kwargs.pop("judge", judge())
-    return asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, provider=provider, **kwargs))
+    return asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=item_ids, replicates=replicates,
+                                      options=PassOptions(provider=provider, **kwargs)))
 
 
 # --------------------------------------------------------------------------- the evaluator's own logic
@@ -169,8 +170,15 @@ def test_budget_stops_before_a_call_that_would_cross_it(data: Data) -> None:
     provider = InTestProvider(lambda r: verdict_text(True))
     budget = Budget(max_usd=1500e-6)
     run = asyncio.run(
-        evaluate_items(priced, data.split, data.prompts, judge(max_concurrency=1), item_ids=data.split.ids,
-                       replicates=1, provider=provider, budget=budget)
+        evaluate_items(
+            priced,
+            data.split,
+            data.prompts,
+            judge(max_concurrency=1),
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(provider=provider, budget=budget),
+        )
     )
     # Call k is made iff (k-1)·200 + 1024 ≤ 1500 (µ$): 1024, 1224, 1424 fit; the 4th (1624) would not.
     assert run.calls_made == len(provider.calls) == 3
@@ -296,8 +304,15 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
     stop_after = 3
     run = asyncio.run(
         evaluate_items(
-            data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1,
-            on_item=lambda result: result.trajectory_id == data.split.ids[stop_after - 1],
+            data.ws,
+            data.split,
+            data.prompts,
+            j,
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(
+                on_item=lambda result: result.trajectory_id == data.split.ids[stop_after - 1],
+            ),
         )
     )
     assert [item.trajectory_id for item in run.items] == data.split.ids[:stop_after]
@@ -309,7 +324,15 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
 
     budget = Budget(max_usd=0.0)
     blocked = asyncio.run(
-        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1, budget=budget)
+        evaluate_items(
+            data.ws,
+            data.split,
+            data.prompts,
+            j,
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(budget=budget),
+        )
     )
     assert len(server.inference_requests()) == answered  # not one more paid call
     assert blocked.cache_hits == answered and budget.spent_usd == 0.0
@@ -488,8 +511,15 @@ def test_infrastructure_errors_are_judged_again_in_later_rounds(
 
     server.default = behave
     j = openai_judge(server)
-    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1,
-                                     infra_retry_rounds=2, infra_retry_pause_s=0.01))
+    run = asyncio.run(evaluate_items(
+        data.ws,
+        data.split,
+        data.prompts,
+        j,
+        item_ids=data.split.ids,
+        replicates=1,
+        options=PassOptions(infra_retry_rounds=2, infra_retry_pause_s=0.01),
+    ))
     assert run.infra_error_ids == [] and seen.count(flaky) == 3
     assert len(seen) == len(data.items) + 2  # only the failing item was judged again
     assert any("round 2: 1 item(s) with infrastructure errors judged again; 0 still failing" in n for n in run.notes)

@@ -289,7 +289,7 @@ def verdict_calls(
     derivation (shared by the item's ``replicates``: 1/replicates per verdict) and the check (with
     `ESTIMATE_CRITERIA`); under ``review = "success"`` a review call on ``success_share`` of the
     verdicts. ``render``: `build_request`'s keyword arguments."""
-    from optimizer.judge.render import build_request
+    from optimizer.judge.render import RenderOptions, build_request
 
     settings = prompts.settings
     if settings.panel is not None:
@@ -297,12 +297,22 @@ def verdict_calls(
     calls: list[tuple[JudgeRequest, float]] = []
     if settings.structure == "criteria":
         calls.append((derive_request(prompts, traj.task.instruction), 1.0 / max(1, replicates)))
-        calls.append((build_request(traj, split, prompts, extra_instructions=check_instructions(ESTIMATE_CRITERIA),
-                                    **render), 1.0))
+        calls.append((build_request(
+            traj,
+            split,
+            prompts,
+            **render,
+            options=RenderOptions(extra_instructions=check_instructions(ESTIMATE_CRITERIA)),
+        ), 1.0))
     else:
         calls.append((build_request(traj, split, prompts, **render), 1.0))
     if settings.review == "success":
         shown = {"success": True, "reasoning": ""}
-        calls.append((build_request(traj, split, prompts, replace_instructions=review_instructions(prompts, shown),
-                                    **render), success_share))
+        calls.append((build_request(
+            traj,
+            split,
+            prompts,
+            **render,
+            options=RenderOptions(replace_instructions=review_instructions(prompts, shown)),
+        ), success_share))
     return calls
