@@ -343,6 +343,41 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
 
 
 
+def test_cmd_eval_writes_the_summary_and_verdict_meta_in_their_documented_shape(
+    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`_summary.json` and each verdict file's ``_meta`` keep their keys, order and figures whether the
+    evaluation's record is a dict or the typed `EvalMeta` (the official tools and scripts read them)."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    server.default = by_label(data)
+    write_config(data.ws, server)
+    out = tmp_path / "evals" / "shape"
+    code = main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((out / "_summary.json").read_text())
+    assert list(summary) == [
+        "format_version", "prompt_hash", "provider", "model", "judge_label", "judge_confinement", "base_url",
+        "split", "split_fingerprint", "md_dir", "created", "parameters", "preprocessing", "counts",
+        "input_tokens", "output_tokens", "cost_usd", "cached_cost_usd", "duration_s", "stopped_early",
+        "stop_reason", "infra_error_ids", "infra_errors", "not_evaluated_ids",
+    ]
+    assert (summary["provider"], summary["model"], summary["split"]) == ("openai", MODEL, "tiny")
+    assert summary["judge_label"] is None and summary["judge_confinement"] is None
+    assert summary["base_url"] == server.openai_base_url and summary["split_fingerprint"] == data.split.fingerprint
+    assert summary["md_dir"] == str((data.split.sandbox_root / "data" / "markdowns").resolve())
+    assert list(summary["parameters"]) == [
+        "sampling", "replicates", "max_concurrency", "timeout_s", "max_retries", "budget_usd", "settings",
+    ]
+    assert summary["parameters"]["replicates"] == data.prompts.settings.replicates
+    assert summary["parameters"]["budget_usd"] is None
+    assert summary["parameters"]["sampling"] == data.prompts.settings.sampling().as_dict()
+    assert summary["preprocessing"]["text_only"] is False
+    verdict = json.loads((out / f"{data.split.ids[0]}.json").read_text())
+    assert list(verdict["_meta"])[:3] == ["model", "provider", "prompt_hash"]
+    assert verdict["_meta"]["provider"] == "openai" and verdict["_meta"]["prompt_hash"] == summary["prompt_hash"]
+    assert "judge_confinement" not in verdict["_meta"] and "memory" not in summary
+
+
 def test_cmd_eval_json_prints_the_score_keys_and_writes_results(
     data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
