@@ -1,5 +1,6 @@
-"""Judging one item: rendering (memoised), the judge-call cache, paid calls under the budget, the
-agentic conversation, and the item's majority answer. Judge-input side: never reads labels."""
+"""Judging one item: rendering (memoised), the judge-call cache, paid calls under the budget, and the
+item's majority answer; the agentic conversation is `optimizer.evaluation.conversation`'s. `JudgeSetup`
+says how an `ItemJudge` judges. Judge-input side: never reads labels."""
 
 from __future__ import annotations
 
