@@ -85,7 +85,7 @@ from optimizer.devset.importer import import_split
 from optimizer.devset.split import Split
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.judge.prompts import JUDGE_TOML, RUBRIC_MD, PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.judge.providers.pricing import price_for
@@ -181,16 +181,31 @@ async def evaluate_layout(ws: Workspace, split: Split, wire: str, layout: str, c
         try:
             passes = prompt_sets(ws, layout, candidates)
             for prompts in passes:
-                run = await evaluate_items(ws, split, prompts, judge, item_ids=split.ids, replicates=1,
-                                           provider=provider, cache=cache,
-                                           batch=FAST_POLLS if mode == "batch" else None)
+                run = await evaluate_items(
+                    ws,
+                    split,
+                    prompts,
+                    judge,
+                    item_ids=split.ids,
+                    replicates=1,
+                    options=PassOptions(
+                        provider=provider, cache=cache, batch=FAST_POLLS if mode == "batch" else None,
+                    ),
+                )
                 assert run.calls_made == n, f"{run.calls_made} calls for {n} items"
                 input_usd = run.cost_usd - run.output_tokens * price.output * multiplier / 1e6
                 equivalents.append(input_usd * 1e6 / price.input)
             calls_after = 0
             if mode == "batch":
-                after = await evaluate_items(ws, split, passes[-1], judge, item_ids=split.ids, replicates=1,
-                                             provider=provider, cache=cache)
+                after = await evaluate_items(
+                    ws,
+                    split,
+                    passes[-1],
+                    judge,
+                    item_ids=split.ids,
+                    replicates=1,
+                    options=PassOptions(provider=provider, cache=cache),
+                )
                 calls_after = after.calls_made
         finally:
             cache.close()
@@ -434,8 +449,15 @@ async def first_pass_writes(ws: Workspace, split: Split, wire: str, mode: str, r
         try:
             [prompts] = prompt_sets(ws, "trajectory-first", 0)
             batch = dataclasses.replace(FAST_POLLS, cold=not new) if mode == "batch" else None
-            run = await evaluate_items(ws, split, prompts, judge, item_ids=split.ids, replicates=replicates,
-                                       provider=provider, cache=cache, batch=batch)
+            run = await evaluate_items(
+                ws,
+                split,
+                prompts,
+                judge,
+                item_ids=split.ids,
+                replicates=replicates,
+                options=PassOptions(provider=provider, cache=cache, batch=batch),
+            )
         finally:
             cache.close()
             await provider.aclose()
@@ -578,8 +600,15 @@ async def price_structure(ws: Workspace, split: Split, wire: str, files: dict[st
                 edited = dict(files)
                 if k:
                     edited[RUBRIC_MD] = files[RUBRIC_MD] + f"\n- Candidate rule {k}: re-check requirement {k}.\n"
-                run = await evaluate_items(ws, split, PromptSet.from_files(edited), judge, item_ids=split.ids,
-                                           replicates=1, provider=provider, cache=cache)
+                run = await evaluate_items(
+                    ws,
+                    split,
+                    PromptSet.from_files(edited),
+                    judge,
+                    item_ids=split.ids,
+                    replicates=1,
+                    options=PassOptions(provider=provider, cache=cache),
+                )
                 if k == 0:
                     writes = store.write_counts()
                     calls = run.calls_made

@@ -33,6 +33,7 @@ from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.estimate import request_token_split
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import price_for
+from optimizer.judge.render import RenderOptions
 from optimizer.ledger import Experiment, Ledger
 from optimizer.stats.policies import policy_for
 from optimizer.workspace.config import JudgeSection
@@ -116,7 +117,7 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         # Every call of one verdict (`verdict_calls`): a panel's members, the criteria derivation (once
         # per item) and check, a review on the success share; each weighted per verdict.
         verdict = verdict_calls(split.trajectory(tid), split, prompts, success_share=share, replicates=replicates,
-                                image_cache_dir=images)
+                                render=RenderOptions(image_cache_dir=images))
         for request, weight in verdict:
             prefix, rest = request_token_split(request)
             tail = rest * price.input + sampling.max_tokens * price.output

@@ -22,7 +22,7 @@ from optimizer.cli import main
 from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.files import write_results
 from optimizer.evaluation.results import EvalRun
 from optimizer.judge.prompts import PromptSet, parse_settings
@@ -127,7 +127,7 @@ def evaluate(data: Data, server: FakeLLMServer, wire: str = "openai", **kwargs: 
     j = judge(base_url=server.openai_base_url if wire == "openai" else server.anthropic_base_url,
               provider=wire, max_retries=0, timeout_s=10)
     return asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids,
-                                      replicates=kwargs.pop("replicates", 1), **kwargs))
+                                      replicates=kwargs.pop("replicates", 1), options=PassOptions(**kwargs)))
 
 
 # --------------------------------------------------------------------------- end to end
@@ -340,8 +340,15 @@ def test_the_budget_is_checked_before_every_turn(
 def test_a_provider_without_tools_is_refused_in_one_line(data: Data) -> None:
     provider = InTestProvider(lambda request: "{}")
     with pytest.raises(UserError, match='supports mode = "direct" only'):
-        asyncio.run(evaluate_items(data.ws, data.split, data.prompts, judge(), item_ids=data.split.ids,
-                                   replicates=1, provider=provider))
+        asyncio.run(evaluate_items(
+            data.ws,
+            data.split,
+            data.prompts,
+            judge(),
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(provider=provider),
+        ))
     assert provider.calls == []
 
 

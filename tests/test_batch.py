@@ -16,7 +16,7 @@ from optimizer.cli import main
 from optimizer.evaluation.batch import EARLY_STOP_NOTE, BatchOptions
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.results import ItemResult
 from optimizer.events import StopKind
 from optimizer.judge.providers.pricing import batch_cost_usd, cost_usd
@@ -202,8 +202,13 @@ def test_expired_entries_are_resubmitted_and_give_up_as_infrastructure_errors(tm
 
     with FakeLLMServer(default=behave) as server:
         run = asyncio.run(evaluate_items(
-            data.ws, data.split, data.prompts, judge_section("anthropic", server), item_ids=data.split.ids,
-            replicates=1, batch=BatchOptions(poll_s=0.01, retry_rounds=2),
+            data.ws,
+            data.split,
+            data.prompts,
+            judge_section("anthropic", server),
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(batch=BatchOptions(poll_s=0.01, retry_rounds=2)),
         ))
         assert [len(server.batch_entries(b)) for b in server.batch_creations] == [len(data.items), 1, 1]
     assert run.infra_error_ids == [doomed] and "expired" in (run.items[0].error or "")
@@ -240,8 +245,13 @@ def test_the_whole_batch_is_reserved_against_the_budget_before_it_is_sent(tmp_pa
 
     with FakeLLMServer(default=behave) as server:
         run = asyncio.run(evaluate_items(
-            data.ws, data.split, data.prompts, judge_section("openai", server), item_ids=data.split.ids,
-            replicates=1, budget=budget, batch=BatchOptions(poll_s=0.01),
+            data.ws,
+            data.split,
+            data.prompts,
+            judge_section("openai", server),
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(budget=budget, batch=BatchOptions(poll_s=0.01)),
         ))
     assert len(seen_reserved) == len(data.items)
     assert seen_reserved[0] > 0 and seen_reserved[0] == seen_reserved[-1]  # all of it, before the first entry
@@ -253,8 +263,13 @@ def test_a_batch_that_would_cross_the_budget_is_not_sent(tmp_path: Path) -> None
     data = make_data(tmp_path)
     with FakeLLMServer(default=by_label(data)) as server:
         run = asyncio.run(evaluate_items(
-            data.ws, data.split, data.prompts, judge_section("anthropic", server), item_ids=data.split.ids,
-            replicates=1, budget=Budget(0.0001), batch=BatchOptions(poll_s=0.01),
+            data.ws,
+            data.split,
+            data.prompts,
+            judge_section("anthropic", server),
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(budget=Budget(0.0001), batch=BatchOptions(poll_s=0.01)),
         ))
         assert server.batch_creations == [] and server.requests == []
     assert run.stop is not None and run.stop.kind is StopKind.BUDGET
@@ -290,8 +305,13 @@ def test_early_stopping_does_not_apply_in_batch_mode_every_item_is_judged(tmp_pa
             data = make_data(tmp_path / mode)  # its own cache: nothing is served from the other pass
             server.default = by_label(data)
             runs[mode] = asyncio.run(evaluate_items(
-                data.ws, data.split, data.prompts, judge_section("openai", server), item_ids=data.split.ids,
-                replicates=1, on_item=stop_at_once, batch=batch,
+                data.ws,
+                data.split,
+                data.prompts,
+                judge_section("openai", server),
+                item_ids=data.split.ids,
+                replicates=1,
+                options=PassOptions(on_item=stop_at_once, batch=batch),
             ))
     assert runs["direct"].stopped_early and len(runs["direct"].items) < len(data.items)
     assert not runs["batch"].stopped_early and len(runs["batch"].items) == len(data.items)

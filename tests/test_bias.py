@@ -20,7 +20,7 @@ from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.scored import EvalOptions, evaluate
 from optimizer.judge.estimate import request_input_tokens
 from optimizer.judge.prompts import PromptSet
-from optimizer.judge.render import build_request
+from optimizer.judge.render import RenderOptions, build_request
 from optimizer.judge.types import ImagePart
 from optimizer.trust.bias import (
     JUDGE_NOTE,
@@ -279,8 +279,12 @@ def test_a_perturbed_request_cut_to_fit_the_token_budget_is_noted(ws: Path) -> N
 
     def reduced(tid: str, budget: int, probe: str | None = None) -> bool:
         traj = split.trajectory(tid)
-        return bool(build_request(PROBES[probe].perturb(traj) if probe else traj, split, prompts,
-                                  token_budget=budget).notes)
+        return bool(build_request(
+            PROBES[probe].perturb(traj) if probe else traj,
+            split,
+            prompts,
+            options=RenderOptions(token_budget=budget),
+        ).notes)
 
     longest = max(split.ids, key=lambda t: request_input_tokens(build_request(split.trajectory(t), split, prompts)))
     low, high = 256, 100_000

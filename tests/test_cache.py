@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.errors import UserError
-from optimizer.evaluation.cache import JudgeCache, cache_key
+from optimizer.evaluation.cache import JudgeCache, NewCall, cache_key
 from optimizer.judge.types import VERDICT_SCHEMA, ImagePart, JudgeRequest, Sampling, TextPart
 
 
@@ -51,8 +51,7 @@ def test_key_changes_with_everything_that_determines_the_call() -> None:
 def test_put_then_get_round_trips_and_counts(tmp_path: Path) -> None:
     with JudgeCache(tmp_path / "c.sqlite") as cache:
         assert cache.get("k") is None
-        cache.put(
-            "k",
+        cache.put("k", NewCall(
             provider="openai",
             model="m",
             replicate=2,
@@ -63,7 +62,7 @@ def test_put_then_get_round_trips_and_counts(tmp_path: Path) -> None:
             output_tokens=20,
             cost_usd=0.25,
             duration_s=1.5,
-        )
+        ))
         got = cache.get("k")
         assert got is not None
         assert (got.reply_text, got.reply_model, got.input_tokens, got.output_tokens, got.replicate) == (
@@ -87,8 +86,7 @@ def test_writes_from_several_threads_all_land(tmp_path: Path) -> None:
 
     def writer(n: int) -> None:
         for i in range(20):
-            cache.put(
-                f"{n}-{i}",
+            cache.put(f"{n}-{i}", NewCall(
                 provider="p",
                 model="m",
                 replicate=0,
@@ -97,7 +95,7 @@ def test_writes_from_several_threads_all_land(tmp_path: Path) -> None:
                 reply_model="m",
                 input_tokens=1,
                 output_tokens=1,
-            )
+            ))
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
     for t in threads:

@@ -15,7 +15,7 @@ import pytest
 from optimizer.devset.importer import import_split
 from optimizer.devset.split import Split
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.results import EvalRun
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
@@ -56,8 +56,15 @@ async def _together(ws: Workspace, split: Split, prompts: PromptSet, server: Fak
     with JudgeCache(ws.cache_path) as cache:
         try:
             return list(await asyncio.gather(*(
-                evaluate_items(ws, split, prompts, judge, item_ids=split.ids, replicates=2, provider=provider,
-                               cache=cache) for _ in range(n))))
+                evaluate_items(
+                    ws,
+                    split,
+                    prompts,
+                    judge,
+                    item_ids=split.ids,
+                    replicates=2,
+                    options=PassOptions(provider=provider, cache=cache),
+                ) for _ in range(n))))
         finally:
             await provider.aclose()
 
@@ -103,8 +110,15 @@ def test_a_cancelled_first_evaluation_lets_the_waiting_one_finish(tmp_path: Path
             with JudgeCache(ws.cache_path) as cache:
                 try:
                     def one() -> asyncio.Task[EvalRun]:
-                        return asyncio.create_task(evaluate_items(ws, split, prompts, judge, item_ids=split.ids,
-                                                                  replicates=2, provider=provider, cache=cache))
+                        return asyncio.create_task(evaluate_items(
+                            ws,
+                            split,
+                            prompts,
+                            judge,
+                            item_ids=split.ids,
+                            replicates=2,
+                            options=PassOptions(provider=provider, cache=cache),
+                        ))
                     leader = one()
                     assert await asyncio.to_thread(first_in.wait, 60)
                     follower = one()

@@ -165,9 +165,10 @@ def test_the_default_structure_sends_todays_bytes_under_todays_cache_keys(
         h.update(json.dumps(rec.body, sort_keys=True).encode())
     # The cache keys without the endpoint (the fake server's port changes from run to run).
     j = run.meta
+    assert j.provider is not None and j.model is not None
     for tid in sorted(data.split.ids):
         req = build_request(data.split.trajectory(tid), data.split, data.prompts)
-        h.update(cache_key(provider=j["provider"], model=j["model"], sampling=sampling_from(data.prompts),
+        h.update(cache_key(provider=j.provider, model=j.model, sampling=sampling_from(data.prompts),
                            schema=VERDICT_SCHEMA, request=req, replicate=0).encode())
     assert h.hexdigest() == GOLDEN_SINGLE[wire]
     # Naming the defaults explicitly changes neither the requests nor the keys (only the prompt hash).

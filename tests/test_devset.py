@@ -523,7 +523,7 @@ def test_rebuild_ahd_on_a_synthetic_release_gives_the_paper_counts(ws: Workspace
     assert report.ok, report.problems
     assert report.counts == AHD_COUNTS
     meta = json.loads((split.root / "split.json").read_text())
-    assert meta["counts"] == AHD_COUNTS and meta["method"] == "rebuild-ahd"
+    assert meta["counts"] == AHD_COUNTS.as_json() and meta["method"] == "rebuild-ahd"
 
 
 def test_rebuild_ahd_refuses_with_the_counts_it_got(
@@ -567,8 +567,8 @@ def test_count_labels_counts_untyped_negatives() -> None:
         Label(trajectory_id="3", label="negative", original_id="r", mistake_type="Critical Mistake"),
     ]
     counts = count_labels(labels)
-    assert (counts["items"], counts["positives"], counts["negatives"]) == (3, 1, 2)
-    assert counts["mistake_types"]["untyped"] == 1 and counts["mistake_types"]["Critical Mistake"] == 1
+    assert (counts.items, counts.positives, counts.negatives) == (3, 1, 2)
+    assert counts.mistake_types["untyped"] == 1 and counts.mistake_types["Critical Mistake"] == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 
 from optimizer.devset.importer import import_split
 from optimizer.errors import UserError
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.results import EvalRun
 from optimizer.judge.endpoints import HashRing, shown_url
 from optimizer.judge.prompts import JUDGE_TOML, RUBRIC_MD, PromptSet
@@ -55,8 +55,15 @@ class Setup:
         async def go() -> tuple[EvalRun, Any]:
             provider = make_provider(judge)
             try:
-                run = await evaluate_items(self.ws, self.split, prompts, judge, item_ids=self.split.ids,
-                                           replicates=1, provider=provider)
+                run = await evaluate_items(
+                    self.ws,
+                    self.split,
+                    prompts,
+                    judge,
+                    item_ids=self.split.ids,
+                    replicates=1,
+                    options=PassOptions(provider=provider),
+                )
                 return run, provider.endpoint_totals()  # type: ignore[attr-defined]
             finally:
                 await provider.aclose()

@@ -21,7 +21,7 @@ from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.files import write_results
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.judge.types import (
@@ -51,10 +51,11 @@ def data(tmp_path: Path) -> Data:
 
 
 def run_eval(data: Data, provider: Any, **kwargs: Any) -> EvalRun:
-    kwargs.setdefault("item_ids", data.split.ids)
-    kwargs.setdefault("replicates", 1)
+    item_ids = kwargs.pop("item_ids", data.split.ids)
+    replicates = kwargs.pop("replicates", 1)
     j = kwargs.pop("judge", judge())
-    return asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, provider=provider, **kwargs))
+    return asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=item_ids, replicates=replicates,
+                                      options=PassOptions(provider=provider, **kwargs)))
 
 
 # --------------------------------------------------------------------------- the evaluator's own logic
@@ -169,8 +170,15 @@ def test_budget_stops_before_a_call_that_would_cross_it(data: Data) -> None:
     provider = InTestProvider(lambda r: verdict_text(True))
     budget = Budget(max_usd=1500e-6)
     run = asyncio.run(
-        evaluate_items(priced, data.split, data.prompts, judge(max_concurrency=1), item_ids=data.split.ids,
-                       replicates=1, provider=provider, budget=budget)
+        evaluate_items(
+            priced,
+            data.split,
+            data.prompts,
+            judge(max_concurrency=1),
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(provider=provider, budget=budget),
+        )
     )
     # Call k is made iff (k-1)·200 + 1024 ≤ 1500 (µ$): 1024, 1224, 1424 fit; the 4th (1624) would not.
     assert run.calls_made == len(provider.calls) == 3
@@ -296,8 +304,15 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
     stop_after = 3
     run = asyncio.run(
         evaluate_items(
-            data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1,
-            on_item=lambda result: result.trajectory_id == data.split.ids[stop_after - 1],
+            data.ws,
+            data.split,
+            data.prompts,
+            j,
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(
+                on_item=lambda result: result.trajectory_id == data.split.ids[stop_after - 1],
+            ),
         )
     )
     assert [item.trajectory_id for item in run.items] == data.split.ids[:stop_after]
@@ -309,7 +324,15 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
 
     budget = Budget(max_usd=0.0)
     blocked = asyncio.run(
-        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1, budget=budget)
+        evaluate_items(
+            data.ws,
+            data.split,
+            data.prompts,
+            j,
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(budget=budget),
+        )
     )
     assert len(server.inference_requests()) == answered  # not one more paid call
     assert blocked.cache_hits == answered and budget.spent_usd == 0.0
@@ -318,6 +341,41 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
 
 # --------------------------------------------------------------------------- `judgeloop eval`
 
+
+
+def test_cmd_eval_writes_the_summary_and_verdict_meta_in_their_documented_shape(
+    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`_summary.json` and each verdict file's ``_meta`` keep their keys, order and figures whether the
+    evaluation's record is a dict or the typed `EvalMeta` (the official tools and scripts read them)."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    server.default = by_label(data)
+    write_config(data.ws, server)
+    out = tmp_path / "evals" / "shape"
+    code = main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((out / "_summary.json").read_text())
+    assert list(summary) == [
+        "format_version", "prompt_hash", "provider", "model", "judge_label", "judge_confinement", "base_url",
+        "split", "split_fingerprint", "md_dir", "created", "parameters", "preprocessing", "counts",
+        "input_tokens", "output_tokens", "cost_usd", "cached_cost_usd", "duration_s", "stopped_early",
+        "stop_reason", "infra_error_ids", "infra_errors", "not_evaluated_ids",
+    ]
+    assert (summary["provider"], summary["model"], summary["split"]) == ("openai", MODEL, "tiny")
+    assert summary["judge_label"] is None and summary["judge_confinement"] is None
+    assert summary["base_url"] == server.openai_base_url and summary["split_fingerprint"] == data.split.fingerprint
+    assert summary["md_dir"] == str((data.split.sandbox_root / "data" / "markdowns").resolve())
+    assert list(summary["parameters"]) == [
+        "sampling", "replicates", "max_concurrency", "timeout_s", "max_retries", "budget_usd", "settings",
+    ]
+    assert summary["parameters"]["replicates"] == data.prompts.settings.replicates
+    assert summary["parameters"]["budget_usd"] is None
+    assert summary["parameters"]["sampling"] == data.prompts.settings.sampling().as_dict()
+    assert summary["preprocessing"]["text_only"] is False
+    verdict = json.loads((out / f"{data.split.ids[0]}.json").read_text())
+    assert list(verdict["_meta"])[:3] == ["model", "provider", "prompt_hash"]
+    assert verdict["_meta"]["provider"] == "openai" and verdict["_meta"]["prompt_hash"] == summary["prompt_hash"]
+    assert "judge_confinement" not in verdict["_meta"] and "memory" not in summary
 
 
 def test_cmd_eval_json_prints_the_score_keys_and_writes_results(
@@ -488,8 +546,15 @@ def test_infrastructure_errors_are_judged_again_in_later_rounds(
 
     server.default = behave
     j = openai_judge(server)
-    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1,
-                                     infra_retry_rounds=2, infra_retry_pause_s=0.01))
+    run = asyncio.run(evaluate_items(
+        data.ws,
+        data.split,
+        data.prompts,
+        j,
+        item_ids=data.split.ids,
+        replicates=1,
+        options=PassOptions(infra_retry_rounds=2, infra_retry_pause_s=0.01),
+    ))
     assert run.infra_error_ids == [] and seen.count(flaky) == 3
     assert len(seen) == len(data.items) + 2  # only the failing item was judged again
     assert any("round 2: 1 item(s) with infrastructure errors judged again; 0 still failing" in n for n in run.notes)

@@ -180,15 +180,20 @@ def test_cases_of_stop_words_only_retrieve_nothing() -> None:
 
 
 def test_the_memory_block_follows_the_cached_trajectory_in_both_layouts(tmp_path: Path) -> None:
-    from optimizer.judge.render import build_request
+    from optimizer.judge.render import RenderOptions, build_request
     from optimizer.judge.types import TextPart
     from tests.support.evaluation import make_data
 
     data = make_data(tmp_path)
     traj = data.split.trajectory(data.split.ids[0])
     block = Retriever(_memory(("c1", "save the report", ["s1"])), 4, None, NO_ITEMS).select("q", "Save the report").block()
-    plain = build_request(traj, data.split, data.prompts, layout="trajectory-first")
-    with_memory = build_request(traj, data.split, data.prompts, layout="trajectory-first", memory=block)
+    plain = build_request(traj, data.split, data.prompts, options=RenderOptions(layout="trajectory-first"))
+    with_memory = build_request(
+        traj,
+        data.split,
+        data.prompts,
+        options=RenderOptions(layout="trajectory-first", memory=block),
+    )
     # The cached prefix is byte for byte the same; the memory is its own part right after the breakpoint.
     prefix = plain.cache_prefix
     assert prefix is not None and with_memory.cache_prefix == prefix
@@ -196,7 +201,12 @@ def test_the_memory_block_follows_the_cached_trajectory_in_both_layouts(tmp_path
     assert with_memory.parts[prefix] == TextPart(block)
     assert with_memory.parts[prefix + 1:] == plain.parts[prefix:]
     # Rubric-first (the local judge's layout): before the closing reminder, after the steps.
-    rubric_first = build_request(traj, data.split, data.prompts, layout="rubric-first", memory=block)
+    rubric_first = build_request(
+        traj,
+        data.split,
+        data.prompts,
+        options=RenderOptions(layout="rubric-first", memory=block),
+    )
     last = rubric_first.parts[-1]
     assert isinstance(last, TextPart) and block + "## Your verdict" in last.text
 

@@ -239,12 +239,12 @@ def test_memory_off_sends_the_same_requests_as_a_workspace_without_memory(tmp_pa
     files[PRINCIPLES_MD] = f"- {PRINCIPLE}\n"
     files[CASES_JSONL] = json.dumps({"id": "c1", "text": "Save the report", "source_items": [data.split.ids[0]]}) + "\n"
     with_files = PromptSet.from_files(files)
-    from optimizer.judge.render import build_request
+    from optimizer.judge.render import RenderOptions, build_request
 
     for tid in data.split.ids:
         traj = data.split.trajectory(tid)
-        a = build_request(traj, data.split, plain, text_only=True)
-        b = build_request(traj, data.split, with_files, text_only=True)
+        a = build_request(traj, data.split, plain, options=RenderOptions(text_only=True))
+        b = build_request(traj, data.split, with_files, options=RenderOptions(text_only=True))
         assert a == b and a.fingerprint() == b.fingerprint()
     # A judge.toml from before the memory keys existed renders the same requests, hence the same cache keys.
     from optimizer.judge.prompts import JUDGE_TOML
@@ -254,8 +254,12 @@ def test_memory_off_sends_the_same_requests_as_a_workspace_without_memory(tmp_pa
     before = PromptSet.from_files({**plain.files, JUDGE_TOML: old_toml})
     for layout in ("trajectory-first", "rubric-first"):
         traj = data.split.trajectory(data.split.ids[0])
-        assert build_request(traj, data.split, before, layout=layout).fingerprint() == build_request(
-            traj, data.split, with_files, layout=layout).fingerprint()
+        assert build_request(traj, data.split, before, options=RenderOptions(layout=layout)).fingerprint() == build_request(
+            traj,
+            data.split,
+            with_files,
+            options=RenderOptions(layout=layout),
+        ).fingerprint()
     assert before.settings.dump() == plain.settings.dump()
     # The settings as results record them carry no memory key while memory is off.
     assert "memory" not in plain.settings.dump() and plain.prompt_hash() != with_files.prompt_hash()

@@ -21,7 +21,7 @@ from optimizer.judge.criteria import (
 from optimizer.judge.estimate import request_input_tokens, request_token_split
 from optimizer.judge.prompts import JUDGE_TOML, PromptSet
 from optimizer.judge.providers.pricing import price_for
-from optimizer.judge.render import build_request
+from optimizer.judge.render import RenderOptions, build_request
 from optimizer.ledger import Ledger
 from optimizer.structure import set_key
 from optimizer.workspace.workspace import Workspace
@@ -164,7 +164,12 @@ def test_plan_counts_the_calls_of_criteria_and_review(ws: Path, capsys: pytest.C
     for tid in split.ids:
         traj = split.trajectory(tid)
         expected += warm(derive_request(prompts, traj.task.instruction))
-        expected += 2 * warm(build_request(traj, split, prompts, extra_instructions=check_instructions(ESTIMATE_CRITERIA)))
+        expected += 2 * warm(build_request(
+            traj,
+            split,
+            prompts,
+            options=RenderOptions(extra_instructions=check_instructions(ESTIMATE_CRITERIA)),
+        ))
     assert criteria["first_pass_warm_usd"] == pytest.approx(expected)
     assert any('structure = "criteria": 1 derivation per item' in note for note in criteria["notes"])
 
@@ -202,8 +207,12 @@ def test_after_a_run_the_review_share_is_the_ledgers(ws: Path, capsys: pytest.Ca
     review_text = review_instructions(prompts, {"success": True, "reasoning": ""})
     extra = 0.0
     for tid in split.ids:
-        prefix, rest = request_token_split(build_request(split.trajectory(tid), split, prompts,
-                                                         replace_instructions=review_text))
+        prefix, rest = request_token_split(build_request(
+            split.trajectory(tid),
+            split,
+            prompts,
+            options=RenderOptions(replace_instructions=review_text),
+        ))
         extra += (prefix * price.cache_read_price + rest * price.input + prompts.settings.max_tokens * price.output) / 1e6
     assert plan["first_pass_warm_usd"] == pytest.approx(single["first_pass_warm_usd"] + share * extra)
 

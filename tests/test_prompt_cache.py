@@ -25,7 +25,7 @@ from optimizer.judge.prompts import (
 )
 from optimizer.judge.providers import make_provider
 from optimizer.judge.providers.pricing import cost_usd, price_for
-from optimizer.judge.render import build_request
+from optimizer.judge.render import RenderOptions, build_request
 from optimizer.judge.types import VERDICT_SCHEMA, ProviderReply, Sampling, TextPart
 from optimizer.loop.guards import check_candidate
 from optimizer.scaffold import init_workspace
@@ -288,6 +288,16 @@ def test_the_local_judge_keeps_the_shared_judge_prompt_first(tmp_path: Path) -> 
     setup = Setup(tmp_path)
     prompts = setup.prompts("trajectory-first")
     traj = setup.split.trajectory(setup.split.ids[0])
-    request = build_request(traj, setup.split, prompts, text_only=True, layout=LocalProvider.traits.layout)
+    request = build_request(
+        traj,
+        setup.split,
+        prompts,
+        options=RenderOptions(text_only=True, layout=LocalProvider.traits.layout),
+    )
     assert request.system == prompts.system_prompt() and request.cache_prefix is None
-    assert request.fingerprint() == build_request(traj, setup.split, setup.prompts("rubric-first"), text_only=True).fingerprint()
+    assert request.fingerprint() == build_request(
+        traj,
+        setup.split,
+        setup.prompts("rubric-first"),
+        options=RenderOptions(text_only=True),
+    ).fingerprint()

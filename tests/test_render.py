@@ -11,6 +11,7 @@ from PIL import Image
 from optimizer.judge.estimate import request_input_tokens
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.render import (
+    RenderOptions,
     build_request,
     clear_image_cache,
     evenly_spaced,
@@ -202,7 +203,12 @@ def test_none_policy_says_so(tmp_path: Path) -> None:
 def test_text_only_drops_every_image_up_front_with_a_note(tmp_path: Path) -> None:
     sandbox = tmp_path / "sb"
     traj = make_trajectory(sandbox, 6)
-    req = build_request(traj, FakeSplit(sandbox), PromptSet.from_dir(BUNDLED), text_only=True)
+    req = build_request(
+        traj,
+        FakeSplit(sandbox),
+        PromptSet.from_dir(BUNDLED),
+        options=RenderOptions(text_only=True),
+    )
     assert images(req) == []
     assert "Screenshots are not included in this request" in text(req)
     assert req.notes == ("text only: dropped all 6 selected screenshots (the provider reads text only)",)
@@ -276,7 +282,7 @@ def test_budget_drops_middle_images_first_keeping_first_and_last(tmp_path: Path)
     prompts = PromptSet.from_dir(BUNDLED)
     unlimited = build_request(traj, FakeSplit(sandbox), prompts)
     budget = estimate(unlimited) - 10 * image_tokens(512, 332)
-    req = build_request(traj, FakeSplit(sandbox), prompts, token_budget=budget)
+    req = build_request(traj, FakeSplit(sandbox), prompts, options=RenderOptions(token_budget=budget))
     sent = [p.step_ids[0] for p in images(req)]
     assert sent[0] == 0 and sent[-1] == 39
     assert 25 <= len(sent) < 40
@@ -294,7 +300,12 @@ def test_budget_then_compresses_middle_text_then_elides(tmp_path: Path) -> None:
     system = text_tokens(prompts.system_prompt())
 
     # Room for brief middle text but not for thoughts: images go, thoughts go, every step stays.
-    brief = build_request(traj, FakeSplit(sandbox), prompts, text_only=True, token_budget=system + 2600)
+    brief = build_request(
+        traj,
+        FakeSplit(sandbox),
+        prompts,
+        options=RenderOptions(text_only=True, token_budget=system + 2600),
+    )
     assert brief.notes[-1].endswith("dropped thoughts, descriptions and timestamps of middle steps")
     body = text(brief)
     assert body.count("### Step ") == 60
@@ -302,7 +313,7 @@ def test_budget_then_compresses_middle_text_then_elides(tmp_path: Path) -> None:
     assert estimate(brief) <= system + 2600
 
     tight = system + 900
-    req = build_request(traj, FakeSplit(sandbox), prompts, token_budget=tight)
+    req = build_request(traj, FakeSplit(sandbox), prompts, options=RenderOptions(token_budget=tight))
     assert estimate(req) <= tight
     body = text(req)
     assert GOAL in body and "### Step 0\n" in body and "### Step 59\n" in body
@@ -319,7 +330,12 @@ def test_elision_summary_counts_the_actions(tmp_path: Path) -> None:
     sandbox = tmp_path / "sb"
     traj = make_trajectory(sandbox, 30)
     prompts = PromptSet.from_dir(BUNDLED)
-    req = build_request(traj, FakeSplit(sandbox), prompts, text_only=True, token_budget=text_tokens(prompts.system_prompt()) + 400)
+    req = build_request(
+        traj,
+        FakeSplit(sandbox),
+        prompts,
+        options=RenderOptions(text_only=True, token_budget=text_tokens(prompts.system_prompt()) + 400),
+    )
     (line,) = [x for x in text(req).splitlines() if x.startswith("[steps ")]
     a, b = (int(v) for v in line.removeprefix("[steps ").split(" omitted")[0].split("–"))
     kinds = [traj.steps[i].action.type for i in range(a, b + 1)]
@@ -332,7 +348,12 @@ def test_elision_summary_counts_the_actions(tmp_path: Path) -> None:
 def test_impossible_budget_keeps_goal_and_ends_and_says_so(tmp_path: Path) -> None:
     sandbox = tmp_path / "sb"
     traj = make_trajectory(sandbox, 12)
-    req = build_request(traj, FakeSplit(sandbox), PromptSet.from_dir(BUNDLED), token_budget=300)
+    req = build_request(
+        traj,
+        FakeSplit(sandbox),
+        PromptSet.from_dir(BUNDLED),
+        options=RenderOptions(token_budget=300),
+    )
     body = text(req)
     assert GOAL in body and "### Step 0\n" in body and "### Step 11\n" in body
     assert images(req) == []
@@ -347,7 +368,7 @@ def test_budget_with_tiling_counts_tiles(tmp_path: Path) -> None:
     full = build_request(traj, FakeSplit(sandbox), prompts)
     assert len(images(full)) == 6 and full.notes == ()
     budget = estimate(full) - 3 * image_tokens(1024, 664)
-    req = build_request(traj, FakeSplit(sandbox), prompts, token_budget=budget)
+    req = build_request(traj, FakeSplit(sandbox), prompts, options=RenderOptions(token_budget=budget))
     tiles = images(req)
     assert estimate(req) <= budget and 1 <= len(tiles) <= 3
     assert tiles[0].step_ids[0] == 0 and tiles[-1].step_ids[-1] == 23
@@ -358,7 +379,7 @@ def test_disk_image_cache_reuses_encoded_jpegs_across_processes(tmp_path: Path) 
     cache = tmp_path / "images"
     traj = make_trajectory(sandbox, 5)
     prompts = prompts_with(tmp_path, "tiling = true\n")
-    first = build_request(traj, FakeSplit(sandbox), prompts, image_cache_dir=cache)
+    first = build_request(traj, FakeSplit(sandbox), prompts, options=RenderOptions(image_cache_dir=cache))
     stored = sorted(cache.rglob("*.jpg"))
     assert len(stored) == 2  # two tiles
     assert {p.read_bytes() for p in stored} == {part.data for part in images(first)}
@@ -369,7 +390,7 @@ def test_disk_image_cache_reuses_encoded_jpegs_across_processes(tmp_path: Path) 
             marked = img.convert("RGB")
         marked.putpixel((0, 0), (255, 0, 255))
         marked.save(p, "JPEG")
-    again = build_request(traj, FakeSplit(sandbox), prompts, image_cache_dir=cache)
+    again = build_request(traj, FakeSplit(sandbox), prompts, options=RenderOptions(image_cache_dir=cache))
     assert sorted(part.data for part in images(again)) == sorted(p.read_bytes() for p in stored)
     assert {part.data for part in images(again)}.isdisjoint(part.data for part in images(first))
     assert not list(cache.rglob("*.tmp"))
@@ -398,6 +419,6 @@ def test_a_request_rendered_within_a_token_budget_is_within_it_for_the_spending_
     small = prompts_with(tmp_path, "image_width = 100\nimage_height = 60\n")
     full = build_request(traj, FakeSplit(sandbox), small)
     budget = estimate(full)
-    fitted = build_request(traj, FakeSplit(sandbox), small, token_budget=budget)
+    fitted = build_request(traj, FakeSplit(sandbox), small, options=RenderOptions(token_budget=budget))
     assert len(images(fitted)) >= 10  # about as rendered: the images are what the two counts disagreed on
     assert request_input_tokens(fitted) <= budget

@@ -167,7 +167,7 @@ def test_every_list_of_the_mistake_types_is_the_vocabulary() -> None:
     assert tool.parameters["properties"]["mistake_type"]["enum"] == list(vocab.MISTAKE_TYPES)
     assert set(library._TYPE_WORDS) == set(memory.CHECKS) == set(vocab.MISTAKE_TYPES)
     assert set(memory.PRINCIPLES) >= set(vocab.MISTAKE_TYPES)  # and the principles of a too strict judge
-    assert set(AHD_COUNTS["mistake_types"]) == {*vocab.MISTAKE_TYPES, vocab.UNTYPED}
+    assert set(AHD_COUNTS.mistake_types) == {*vocab.MISTAKE_TYPES, vocab.UNTYPED}
 
 
 def test_the_start_run_form_never_hands_run_a_provider_it_refuses(tmp_path: Path,

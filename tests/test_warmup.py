@@ -14,7 +14,8 @@ import pytest
 from optimizer.cli import main
 from optimizer.devset.importer import import_split
 from optimizer.evaluation.batch import BatchOptions
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.conversation import Conversations
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.judging import ItemJudge
 from optimizer.evaluation.results import EvalRun
 from optimizer.evaluation.warmup import LOW_READS_SHARE, PrefixWarmth
@@ -68,8 +69,15 @@ class Setup:
 
     def evaluate(self, server: FakeLLMServer, wire: str, prompts: PromptSet, *, replicates: int = 3,
                  batch: BatchOptions | None = None) -> EvalRun:
-        return asyncio.run(evaluate_items(self.ws, self.split, prompts, self.judge(server, wire),
-                                          item_ids=self.split.ids, replicates=replicates, batch=batch))
+        return asyncio.run(evaluate_items(
+            self.ws,
+            self.split,
+            prompts,
+            self.judge(server, wire),
+            item_ids=self.split.ids,
+            replicates=replicates,
+            options=PassOptions(batch=batch),
+        ))
 
 
 def writes_per_item(server: FakeLLMServer) -> list[int]:
@@ -357,9 +365,15 @@ def test_a_batch_warm_up_is_reserved_and_charged_like_any_call(tmp_path: Path) -
     budget = Budget(10.0)
     with FakeLLMServer(prompt_cache=PromptCache(clock=ManualClock()), batch_polls=1) as server:
         judge = setup.judge(server, "anthropic")
-        charged = asyncio.run(evaluate_items(setup.ws, setup.split, setup.prompts(), judge,
-                                             item_ids=setup.split.ids, replicates=3, budget=budget,
-                                             batch=BatchOptions(poll_s=0.01)))
+        charged = asyncio.run(evaluate_items(
+            setup.ws,
+            setup.split,
+            setup.prompts(),
+            judge,
+            item_ids=setup.split.ids,
+            replicates=3,
+            options=PassOptions(budget=budget, batch=BatchOptions(poll_s=0.01)),
+        ))
         direct = [r for r in server.inference_requests() if r.batch_id is None]
     assert len(direct) == n and charged.calls_made == 3 * n
     assert budget.spent_usd == pytest.approx(charged.cost_usd)  # warm-ups and batch entries alike
@@ -368,9 +382,15 @@ def test_a_batch_warm_up_is_reserved_and_charged_like_any_call(tmp_path: Path) -
     setup3 = Setup(tmp_path / "tiny", n_pairs=1)  # fresh: nothing cached, every prefix cold
     with FakeLLMServer(prompt_cache=PromptCache(clock=ManualClock()), batch_polls=1) as server:
         judge = setup3.judge(server, "anthropic")
-        stopped = asyncio.run(evaluate_items(setup3.ws, setup3.split, setup3.prompts(), judge,
-                                             item_ids=setup3.split.ids, replicates=3, budget=tiny,
-                                             batch=BatchOptions(poll_s=0.01)))
+        stopped = asyncio.run(evaluate_items(
+            setup3.ws,
+            setup3.split,
+            setup3.prompts(),
+            judge,
+            item_ids=setup3.split.ids,
+            replicates=3,
+            options=PassOptions(budget=tiny, batch=BatchOptions(poll_s=0.01)),
+        ))
         assert server.inference_requests() == [] and server.batch_creations == []
     assert stopped.stop is not None and stopped.stop.kind.value == "budget"
 
@@ -394,7 +414,7 @@ def test_agentic_conversations_of_one_item_pay_one_write_for_its_opening(
         run = setup.evaluate(server, "anthropic", agentic)
         assert len(server.replies) == 3 * n and all(not item.infra_error for item in run.items)
         assert writes_per_item(server) == [1] * n
-    monkeypatch.setattr(ItemJudge, "_opening_prefix_key", lambda _self, _task: None)  # before: all at once
+    monkeypatch.setattr(Conversations, "opening_prefix_key", lambda _self, _task: None)  # before: all at once
     old = Setup(tmp_path / "old", n_pairs=1)
     with FakeLLMServer(submits, prompt_cache=PromptCache(clock=ManualClock())) as server:
         old.evaluate(server, "anthropic", agentic)

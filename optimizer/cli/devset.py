@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from optimizer.devset.importer import import_split
-from optimizer.devset.labels import describe_counts
+from optimizer.devset.labels import LabelCounts, describe_counts
 from optimizer.devset.split import Split, format_trajectory, list_splits, open_split, split_meta
 from optimizer.devset.verify import VerifyReport, verify_split
 from optimizer.errors import UserError
@@ -42,7 +42,9 @@ def cmd_import(args: argparse.Namespace) -> int:
                                 image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
                                 replicates=prompts.settings.replicates):
         warn(line)
-    print(describe_counts(meta["counts"]))
+    counts = LabelCounts.from_json(meta.counts)
+    if counts is not None:  # (always: the import has just written them)
+        print(describe_counts(counts))
     print(f"fingerprint {split.fingerprint}")
     print(
         f"next: judgeloop devset verify {split.name}  (committing devset/{split.name} is optional: "
@@ -54,8 +56,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 def _print_report(report: VerifyReport) -> None:
     print(f"split {report.name}  fingerprint {report.fingerprint[:12]}")
     counts = report.counts
-    print(f"items={counts['items']} positives={counts['positives']} negatives={counts['negatives']}")
-    for type_name, n in counts["mistake_types"].items():
+    print(f"items={counts.items} positives={counts.positives} negatives={counts.negatives}")
+    for type_name, n in counts.mistake_types.items():
         print(f"  {type_name}: {n}")
     if report.ok:
         print("ok")
@@ -112,15 +114,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = [("NAME", "ITEMS", "POS", "NEG", "FINGERPRINT", "SOURCE")]
     for name in names:
         meta = split_meta(ws.split_dir(name))
-        counts = meta.get("counts") or {}
+        counts = meta.counts or {}
         rows.append(
             (
                 name,
                 str(counts.get("items", "?")),
                 str(counts.get("positives", "?")),
                 str(counts.get("negatives", "?")),
-                meta["fingerprint"][:12],
-                str(meta.get("source", "")),
+                meta.fingerprint[:12],
+                str(meta.source or ""),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]

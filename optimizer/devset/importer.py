@@ -39,6 +39,7 @@ from optimizer.devset.ids import OutsideError, check_id, inside, is_remote, rela
 from optimizer.devset.labels import (
     LABEL_FILE_NAMES,
     UNTYPED,
+    LabelCounts,
     LabelRow,
     count_labels,
     describe_counts,
@@ -470,7 +471,7 @@ def import_split(
         "fingerprint": fingerprint(labels),
         "source": str(source.root),
         "created": datetime.now(UTC).replace(microsecond=0).isoformat(),
-        "counts": count_labels(labels),
+        "counts": count_labels(labels).as_json(),
         "method": method,
         "screenshots": "linked" if link else "copied",
     }
@@ -528,14 +529,14 @@ def _write_split(
     (root / "split.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
-AHD_COUNTS: dict[str, Any] = {
-    "items": 162,
-    "positives": 62,
-    "negatives": 100,
-    "mistake_types": {
+AHD_COUNTS = LabelCounts(
+    items=162,
+    positives=62,
+    negatives=100,
+    mistake_types={
         "Critical Mistake": 32,
         "Bad Side Effect": 26,
         "Misunderstanding of the Instruction": 41,
         UNTYPED: 1,
     },
-}
+)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -70,27 +71,55 @@ def fingerprint(labels: Iterable[Label]) -> str:
     return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
 
 
-def count_labels(labels: Iterable[Label]) -> dict[str, Any]:
-    """``{"items", "positives", "negatives", "mistake_types": {<type>: n, ..., "untyped": n}}``."""
-    counts: dict[str, Any] = {"items": 0, "positives": 0, "negatives": 0}
+@dataclass(frozen=True)
+class LabelCounts:
+    """Items, positives and negatives, and the negatives per mistake type (every type of
+    `optimizer.vocab.MISTAKE_TYPES`, then ``untyped``: a negative with none given)."""
+
+    items: int
+    positives: int
+    negatives: int
+    mistake_types: dict[str, int]
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"items", "positives", "negatives", "mistake_types": {<type>: n, ..., "untyped": n}}``: the
+        ``counts`` of a split's ``split.json``."""
+        return {"items": self.items, "positives": self.positives, "negatives": self.negatives,
+                "mistake_types": dict(self.mistake_types)}
+
+    @classmethod
+    def from_json(cls, data: object) -> LabelCounts | None:
+        """The counts an `as_json` wrote, or None when ``data`` is not such a record (a split imported
+        before the counts were recorded, or a hand-edited file)."""
+        if not isinstance(data, dict):
+            return None
+        items, positives, negatives = data.get("items"), data.get("positives"), data.get("negatives")
+        types = data.get("mistake_types")
+        if not (isinstance(items, int) and isinstance(positives, int) and isinstance(negatives, int)):
+            return None
+        if not isinstance(types, dict):
+            return None
+        return cls(items, positives, negatives, {str(k): v for k, v in types.items() if isinstance(v, int)})
+
+
+def count_labels(labels: Iterable[Label]) -> LabelCounts:
+    """The `LabelCounts` of ``labels``."""
+    items = positives = negatives = 0
     types = dict.fromkeys((*MISTAKE_TYPES, UNTYPED), 0)
     for lab in labels:
-        counts["items"] += 1
+        items += 1
         if lab.is_positive:
-            counts["positives"] += 1
+            positives += 1
         else:
-            counts["negatives"] += 1
+            negatives += 1
             types[lab.mistake_type or UNTYPED] += 1
-    counts["mistake_types"] = types
-    return counts
+    return LabelCounts(items, positives, negatives, types)
 
 
-def describe_counts(counts: dict[str, Any]) -> str:
+def describe_counts(counts: LabelCounts) -> str:
     """``items=N positives=P negatives=M (Critical Mistake 32, ..., untyped 1)``."""
-    types = ", ".join(f"{name} {n}" for name, n in counts["mistake_types"].items())
-    return (
-        f"items={counts['items']} positives={counts['positives']} negatives={counts['negatives']} ({types})"
-    )
+    types = ", ".join(f"{name} {n}" for name, n in counts.mistake_types.items())
+    return f"items={counts.items} positives={counts.positives} negatives={counts.negatives} ({types})"
 
 
 def load_labels(split: Split) -> dict[str, Label]:

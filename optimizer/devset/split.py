@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +198,25 @@ def list_splits(ws: Workspace) -> list[str]:
     )
 
 
-def split_meta(root: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SplitMeta:
+    """A split's ``split.json``: its fingerprint, and what the import recorded (None where a file
+    written by an older import, or edited by hand, does not say). ``counts`` is the label counts'
+    JSON as written: `optimizer.devset.labels.LabelCounts.from_json` reads it (this module stays on
+    the judge-input side of the label firewall)."""
+
+    fingerprint: str
+    name: str | None = None
+    source: str | None = None
+    created: str | None = None
+    counts: dict[str, Any] | None = None
+    method: str | None = None
+    screenshots: str | None = None  # "linked" or "copied"
+
+
+def split_meta(root: Path) -> SplitMeta:
+    """The `SplitMeta` of the split at ``root``; UserError when its ``split.json`` is unreadable or
+    has no fingerprint."""
     path = root / "split.json"
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
@@ -205,7 +224,15 @@ def split_meta(root: Path) -> dict[str, Any]:
         raise UserError(f"{path} is unreadable ({exc}); re-import the split") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("fingerprint"), str):
         raise UserError(f"{path} has no fingerprint; re-import the split")
-    return meta
+
+    def text(key: str) -> str | None:
+        value = meta.get(key)
+        return value if isinstance(value, str) else None
+
+    counts = meta.get("counts")
+    return SplitMeta(fingerprint=meta["fingerprint"], name=text("name"), source=text("source"),
+                     created=text("created"), counts=counts if isinstance(counts, dict) else None,
+                     method=text("method"), screenshots=text("screenshots"))
 
 
 def open_split(ws: Workspace, name: str) -> Split:
@@ -219,9 +246,8 @@ def open_split(ws: Workspace, name: str) -> Split:
         )
     meta = split_meta(root)
     ids = read_manifest(root / "manifest.txt")
-    source = meta.get("source")
-    linked = Path(source) if meta.get("screenshots") == "linked" and isinstance(source, str) else None
-    return Split(name=name, root=root, ids=ids, fingerprint=meta["fingerprint"], linked_to=linked)
+    linked = Path(meta.source) if meta.screenshots == "linked" and meta.source is not None else None
+    return Split(name=name, root=root, ids=ids, fingerprint=meta.fingerprint, linked_to=linked)
 
 
 

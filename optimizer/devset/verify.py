@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from optimizer.devset.corrections import read_corrections
 from optimizer.devset.ids import OutsideError, inside, is_remote, relative_link
-from optimizer.devset.labels import count_labels, fingerprint, read_label_file
+from optimizer.devset.labels import LabelCounts, count_labels, fingerprint, read_label_file
 from optimizer.devset.markdown import first_differing_line, render_markdown
 from optimizer.devset.split import MD_IMAGE, Split
 from optimizer.errors import UserError, first_error
@@ -30,7 +29,7 @@ class VerifyReport:
 
     name: str
     fingerprint: str
-    counts: dict[str, Any]
+    counts: LabelCounts
     problems: list[str]
 
     @property

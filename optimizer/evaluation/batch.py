@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from optimizer.evaluation.batchstore import BatchStore
+from optimizer.evaluation.budget import BudgetStop
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
-from optimizer.evaluation.judging import BudgetStop, ItemJudge, PreparedItem, Stopped
+from optimizer.evaluation.judging import ItemJudge, PreparedItem
 from optimizer.evaluation.results import ItemResult, ReplicateResult
+from optimizer.evaluation.stopping import Stopped
 from optimizer.events import StopKind, StopReason
 from optimizer.judge.estimate import estimate_cost_usd
 from optimizer.judge.types import (

@@ -9,7 +9,11 @@ from typing import Any
 from optimizer.judge.estimate import estimate_cost_usd, estimate_turn_cost_usd
 from optimizer.judge.types import ProviderReply
 
-__all__ = ["Budget", "call_cost_usd", "estimate_cost_usd", "estimate_turn_cost_usd"]
+__all__ = ["Budget", "BudgetStop", "call_cost_usd", "estimate_cost_usd", "estimate_turn_cost_usd"]
+
+
+class BudgetStop(Exception):
+    """A paid call would cross the budget; the item is not evaluated and evaluation stops."""
 
 
 class Budget:

@@ -32,6 +32,7 @@ from optimizer.evaluation.batchstore import (
     BatchStatus,
     batch_status,
 )
+from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import JudgeRequest, Sampling, stable_json
 from optimizer.workspace import storage
 
@@ -180,6 +181,32 @@ class CachedCall:
     created: float
 
 
+def cached_usage(hit: CachedCall) -> Usage:
+    """A cached call's usage as it was when the call was made."""
+    return Usage(calls=1, input_tokens=hit.input_tokens, output_tokens=hit.output_tokens,
+                 cache_read_tokens=hit.cache_read_tokens, cache_write_tokens=hit.cache_write_tokens,
+                 cost_usd=hit.cost_usd)
+
+
+@dataclass(frozen=True)
+class NewCall:
+    """One answered judge call to store (`JudgeCache.put`): who answered which replicate of which
+    request, the reply, and what it cost when made (tokens; US dollars; seconds)."""
+
+    provider: str
+    model: str
+    replicate: int
+    request_fingerprint: str
+    reply_text: str
+    reply_model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    duration_s: float = 0.0
+
+
 @dataclass(frozen=True)
 class CacheStats:
     entries: int
@@ -295,37 +322,21 @@ class JudgeCache:
         return found
 
     @_faults_mapped
-    def put(
-        self,
-        key: str,
-        *,
-        provider: str,
-        model: str,
-        replicate: int,
-        request_fingerprint: str,
-        reply_text: str,
-        reply_model: str,
-        input_tokens: int,
-        output_tokens: int,
-        cache_read_tokens: int = 0,
-        cache_write_tokens: int = 0,
-        cost_usd: float = 0.0,
-        duration_s: float = 0.0,
-    ) -> CachedCall:
+    def put(self, key: str, new: NewCall) -> CachedCall:
         """Store one model output (one transaction). An existing row for ``key`` is replaced."""
         call = CachedCall(
             key=key,
-            provider=provider,
-            model=model,
-            replicate=replicate,
-            reply_text=reply_text,
-            reply_model=reply_model,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cache_read_tokens=cache_read_tokens,
-            cache_write_tokens=cache_write_tokens,
-            cost_usd=cost_usd,
-            duration_s=duration_s,
+            provider=new.provider,
+            model=new.model,
+            replicate=new.replicate,
+            reply_text=new.reply_text,
+            reply_model=new.reply_model,
+            input_tokens=new.input_tokens,
+            output_tokens=new.output_tokens,
+            cache_read_tokens=new.cache_read_tokens,
+            cache_write_tokens=new.cache_write_tokens,
+            cost_usd=new.cost_usd,
+            duration_s=new.duration_s,
             created=time.time(),
         )
         conn = self._conn()
@@ -336,18 +347,18 @@ class JudgeCache:
                 " duration_s, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     key,
-                    provider,
-                    model,
-                    replicate,
-                    request_fingerprint,
-                    reply_text,
-                    reply_model,
-                    input_tokens,
-                    output_tokens,
-                    cache_read_tokens,
-                    cache_write_tokens,
-                    cost_usd,
-                    duration_s,
+                    call.provider,
+                    call.model,
+                    call.replicate,
+                    new.request_fingerprint,
+                    call.reply_text,
+                    call.reply_model,
+                    call.input_tokens,
+                    call.output_tokens,
+                    call.cache_read_tokens,
+                    call.cache_write_tokens,
+                    call.cost_usd,
+                    call.duration_s,
                     call.created,
                 ),
             )

@@ -29,19 +29,18 @@ from optimizer.evaluation.batch import (
     judge_batch_pass,
 )
 from optimizer.evaluation.batchstore import BatchStore
-from optimizer.evaluation.budget import Budget
+from optimizer.evaluation.budget import Budget, BudgetStop
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
 from optimizer.evaluation.judging import (
     IMAGE_CACHE_DIRNAME,
-    BudgetStop,
     ItemJudge,
-    Stopped,
+    JudgeSetup,
     judge_refusal,
     memory_refusal,
 )
-from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
-from optimizer.evaluation.stopping import StopRequest
+from optimizer.evaluation.results import EvalMeta, EvalRun, ItemResult, ReplicateResult
+from optimizer.evaluation.stopping import Stopped, StopRequest
 from optimizer.evaluation.warmup import CacheReads
 from optimizer.events import ProgressSnapshot, StopKind, StopReason
 from optimizer.judge.endpoints import EndpointReporting
@@ -278,6 +277,24 @@ class BatchPass:
         return PassOutcome(sched.results, sched.stop, sched.parse_errors, list(outcome.notes))
 
 
+@dataclass(frozen=True)
+class PassOptions:
+    """How `evaluate_items` runs a pass, beyond what it judges (all optional; see its docstring):
+    the caller's hooks (``on_item``, ``progress``, ``stop``), the ``budget``, a ``provider`` and
+    ``cache`` shared across evaluations, the rounds of re-judging infrastructure errors (the pause
+    in seconds), and ``batch`` to send the calls through the provider's batch API."""
+
+    on_item: Callable[[ItemResult], bool] | None = None
+    budget: Budget | None = None
+    progress: Callable[[ProgressSnapshot], None] | None = None
+    provider: Provider | None = None
+    cache: JudgeCache | None = None
+    infra_retry_rounds: int = 0
+    infra_retry_pause_s: float = 0.0
+    batch: BatchOptions | None = None
+    stop: StopRequest | None = None
+
+
 def sampling_from(prompts: PromptSet) -> Sampling:
     """The judge's `Sampling` from the prompt set's ``judge.toml`` settings."""
     return prompts.settings.sampling()
@@ -291,28 +308,20 @@ async def evaluate_items(
     *,
     item_ids: Sequence[str],
     replicates: int,
-    on_item: Callable[[ItemResult], bool] | None = None,
-    budget: Budget | None = None,
-    progress: Callable[[ProgressSnapshot], None] | None = None,
-    provider: Provider | None = None,
-    cache: JudgeCache | None = None,
-    infra_retry_rounds: int = 0,
-    infra_retry_pause_s: float = 0.0,
     first_replicate: int = 0,
-    batch: BatchOptions | None = None,
-    stop: StopRequest | None = None,
+    options: PassOptions | None = None,
 ) -> EvalRun:
     """Judge ``item_ids`` of ``split`` with ``prompts``; ``replicates`` calls per item, replicate
     indices ``first_replicate`` onwards (a re-judging pass asks for the judgements after a first
     pass's: each index is its own cache entry, so a judgement is paid once whoever asks for it).
 
-    ``provider``/``cache`` default to `make_provider(judge)` and the workspace cache, both closed at
-    the end; pass your own to share them across evaluations (then you close them). ``on_item`` is
-    called as each item completes; returning True starts no more paid calls (calls already in flight
-    finish into the cache and the spend, their items left out of the result) and no more items.
-    A `UserError` from rendering or the provider stops everything and is raised as is.
-    Items whose calls still failed after the SDK's retries are judged again in up to
-    ``infra_retry_rounds`` more rounds, round r after a pause of ``infra_retry_pause_s * r``.
+    ``options`` (`PassOptions`): ``provider``/``cache`` default to `make_provider(judge)` and the
+    workspace cache, both closed at the end; pass your own to share them across evaluations (then
+    you close them). ``on_item`` is called as each item completes; returning True starts no more
+    paid calls (calls already in flight finish into the cache and the spend, their items left out of
+    the result) and no more items. A `UserError` from rendering or the provider stops everything and
+    is raised as is. Items whose calls still failed after the SDK's retries are judged again in up
+    to ``infra_retry_rounds`` more rounds, round r after a pause of ``infra_retry_pause_s * r``.
 
     ``batch``: send the calls the cache does not hold as one batch through the provider's batch API
     (`optimizer.evaluation.batch`; anthropic and openai, direct mode only) instead of direct calls —
@@ -323,6 +332,9 @@ async def evaluate_items(
     ``stop``: once requested, no new paid call starts (direct passes); the calls in flight finish, their
     items count, and the result's ``stop`` is `StopKind.INTERRUPTED` with the rest ``not_evaluated``.
     """
+    options = options if options is not None else PassOptions()
+    budget, batch, stop = options.budget, options.batch, options.stop
+    provider, cache = options.provider, options.cache
     if replicates < 1:
         raise UserError(f"replicates must be at least 1 (got {replicates}); pass --replicates 1 or more")
     item_ids = list(item_ids)
@@ -356,11 +368,7 @@ async def evaluate_items(
         # still run (and be paid for) after an early stop.
         concurrency = min(judge.max_concurrency, traits.max_parallel_calls or judge.max_concurrency)
         retriever = memory_retriever(ws, split, prompts, provider)
-        judge_items = ItemJudge(
-            split,
-            prompts,
-            provider,
-            cache,
+        judge_items = ItemJudge(split, prompts, provider, cache, JudgeSetup(
             sampling=sampling,
             replicates=replicates,
             concurrency=concurrency,
@@ -369,9 +377,10 @@ async def evaluate_items(
             image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
             first_replicate=first_replicate,
             memory=retriever,
-        )
+        ))
         scheduler = _Scheduler(
-            judge_items, concurrency=concurrency, on_item=on_item, progress=progress, total=len(item_ids)
+            judge_items, concurrency=concurrency, on_item=options.on_item, progress=options.progress,
+            total=len(item_ids),
         )
         if stop is not None:
             loop = asyncio.get_running_loop()
@@ -387,7 +396,8 @@ async def evaluate_items(
             evaluation_pass = BatchPass(scheduler, batching, batch,
                                         batch.store if batch.store is not None else cache_store(cache))
         else:
-            evaluation_pass = DirectPass(scheduler, retry_rounds=infra_retry_rounds, pause_s=infra_retry_pause_s)
+            evaluation_pass = DirectPass(scheduler, retry_rounds=options.infra_retry_rounds,
+                                         pause_s=options.infra_retry_pause_s)
         try:
             outcome = await evaluation_pass.run(item_ids)
         finally:
@@ -434,34 +444,28 @@ async def evaluate_items(
         item_ids=item_ids,
         cache_reads=reads,
         endpoints=endpoints,
-        meta={
-            "provider": provider.name,
-            "model": provider.model,
-            # The offline SmolLM2 judge says what it is wherever its results go.
-            "judge_label": provider.traits.demo_label,
-            # A harness judge says how its CLI was confined ("none": unconfined) wherever its results go.
-            "judge_confinement": provider.traits.confinement,
-            "base_url": redacted_url(judge.base_url),
-            # [judge] base_urls: every replica that may have answered (base_url is then None).
-            "base_urls": [redacted_url(url) for url in judge.base_urls] if judge.base_urls else None,
-            "text_only": judge_items.text_only,
-            "split": getattr(split, "name", None),
-            "split_fingerprint": getattr(split, "fingerprint", None),
-            # The Markdown the items were rendered from: the official analysis step reads it from
-            # _summary.json to remap trajectory ids (`analyze_eval_results.py --trajectories`).
-            "md_dir": str((split.sandbox_root / "data" / "markdowns").resolve()),
-            "prompt_hash": prompts.prompt_hash(),
-            "sampling": sampling.as_dict(),
-            "replicates": replicates,
-            "max_concurrency": judge.max_concurrency,
-            "timeout_s": judge.timeout_s,
-            "max_retries": judge.max_retries,
-            "settings": _settings_dict(prompts),
-            "budget_usd": None if budget is None else budget.max_usd,
-            "batch": batch is not None,
-            # Only when memory is on: the cases sent and the folds that kept each item's own cases out.
-            **({} if retriever is None else {"memory": memory_record(retriever)}),
-        },
+        meta=EvalMeta(
+            provider=provider.name,
+            model=provider.model,
+            judge_label=provider.traits.demo_label,
+            judge_confinement=provider.traits.confinement,
+            base_url=redacted_url(judge.base_url),
+            base_urls=[redacted_url(url) for url in judge.base_urls] if judge.base_urls else None,
+            text_only=judge_items.text_only,
+            split=getattr(split, "name", None),
+            split_fingerprint=getattr(split, "fingerprint", None),
+            md_dir=str((split.sandbox_root / "data" / "markdowns").resolve()),
+            prompt_hash=prompts.prompt_hash(),
+            sampling=sampling.as_dict(),
+            replicates=replicates,
+            max_concurrency=judge.max_concurrency,
+            timeout_s=judge.timeout_s,
+            max_retries=judge.max_retries,
+            settings=_settings_dict(prompts),
+            budget_usd=None if budget is None else budget.max_usd,
+            batch=batch is not None,
+            memory=None if retriever is None else memory_record(retriever),
+        ),
     )
 
 

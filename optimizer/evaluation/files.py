@@ -46,11 +46,11 @@ def _member_entry(m: ReplicateResult) -> dict[str, Any]:
 def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
     reps = item.replicates
     meta: dict[str, Any] = {
-        "model": reps[0].model if reps else run.meta.get("model"),
-        "provider": run.meta.get("provider"),
-        "prompt_hash": run.meta.get("prompt_hash"),
+        "model": reps[0].model if reps else run.meta.model,
+        "provider": run.meta.provider,
+        "prompt_hash": run.meta.prompt_hash,
         # A harness judge: how its CLI ran ("bwrap", or "none": unconfined, it could read the labels).
-        **({"judge_confinement": run.meta["judge_confinement"]} if run.meta.get("judge_confinement") else {}),
+        **({"judge_confinement": run.meta.judge_confinement} if run.meta.judge_confinement else {}),
         "input_tokens": sum(r.input_tokens for r in reps),
         "output_tokens": sum(r.output_tokens for r in reps),
         "cost_usd": round(item.cost_usd, 8),
@@ -184,18 +184,18 @@ def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path
     summary = {
         "format_version": SUMMARY_FORMAT_VERSION,
         **{
-            k: run.meta.get(k)
+            k: getattr(run.meta, k)
             for k in ("prompt_hash", "provider", "model", "judge_label", "judge_confinement", "base_url", "split",
                       "split_fingerprint", "md_dir")
         },
-        **({"base_urls": run.meta["base_urls"]} if run.meta.get("base_urls") else {}),
+        **({"base_urls": run.meta.base_urls} if run.meta.base_urls else {}),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "parameters": {
-            k: run.meta.get(k)
+            k: getattr(run.meta, k)
             for k in ("sampling", "replicates", "max_concurrency", "timeout_s", "max_retries", "budget_usd", "settings")
         },
         "preprocessing": {
-            "text_only": run.meta.get("text_only"),
+            "text_only": run.meta.text_only,
             "run_notes": run.notes,
             "item_notes": [{"note": note, "items": count} for note, count in notes.most_common(50)],
         },
@@ -221,7 +221,7 @@ def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path
         "infra_errors": {item.trajectory_id: item.error for item in run.items if item.infra_error},
         "not_evaluated_ids": run.not_evaluated,
         # Judging with memory only: k, the cases, and the pair-aware folds (k, digest, every item's fold).
-        **({"memory": run.meta["memory"]} if run.meta.get("memory") else {}),
+        **({"memory": run.meta.memory} if run.meta.memory else {}),
     }
     (out / "_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return out

@@ -1,5 +1,6 @@
-"""Judging one item: rendering (memoised), the judge-call cache, paid calls under the budget, the
-agentic conversation, and the item's majority answer. Judge-input side: never reads labels."""
+"""Judging one item: rendering (memoised), the judge-call cache, paid calls under the budget, and the
+item's majority answer; the agentic conversation is `optimizer.evaluation.conversation`'s. `JudgeSetup`
+says how an `ItemJudge` judges. Judge-input side: never reads labels."""
 
 from __future__ import annotations
 
@@ -16,24 +17,22 @@ from typing import Any
 
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
-from optimizer.evaluation.budget import Budget, estimate_cost_usd, estimate_turn_cost_usd
-from optimizer.evaluation.cache import CachedCall, JudgeCache, cache_key, provider_endpoint
-from optimizer.evaluation.results import ItemResult, ReplicateResult
+from optimizer.evaluation.budget import Budget, BudgetStop, estimate_cost_usd
+from optimizer.evaluation.cache import JudgeCache, NewCall, cache_key, cached_usage, provider_endpoint
+from optimizer.evaluation.conversation import Conversations
+from optimizer.evaluation.results import ItemResult, ReplicateResult, parsed_result
+from optimizer.evaluation.stopping import Stopped
 from optimizer.evaluation.warmup import WARM_PREFIXES, PrefixWarmth
-from optimizer.judge.agentic import AgenticTask, ConversationState
 from optimizer.judge.memory import Retriever, Selection
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import (
     VERDICT_SCHEMA,
-    AssistantTurn,
     InfrastructureError,
     JudgeRequest,
     Provider,
     ProviderReply,
     Sampling,
-    TextPart,
-    converses,
     stable_json,
 )
 from optimizer.models import Trajectory, Verdict
@@ -88,14 +87,6 @@ def judge_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False
             or structure_refusal(prompts.settings, provider.name, provider.traits, batch=batch))
 
 
-class BudgetStop(Exception):
-    """A paid call would cross the budget; the item is not evaluated and evaluation stops."""
-
-
-class Stopped(Exception):
-    """Evaluation is stopping; this item makes no new paid call."""
-
-
 def _majority(replicates: Sequence[ReplicateResult]) -> tuple[Answer, Verdict | None, bool]:
     """The scored answer, its representative verdict, and whether the replicates disagree."""
     from optimizer.judge.verdicts import majority
@@ -104,34 +95,6 @@ def _majority(replicates: Sequence[ReplicateResult]) -> tuple[Answer, Verdict | 
     if chosen is None:
         return Answer(success=None, status="invalid"), None, unstable
     return Answer(success=chosen.success, mistake_type=chosen.mistake_type), chosen, unstable
-
-
-def _parsed_result(
-    index: int, key: str, cached: bool, text: str, model: str, usage: Usage, duration_s: float,
-) -> ReplicateResult:
-    """A replicate's result from a reply text (fresh or cached): the verdict parsed strictly."""
-    from optimizer.judge.verdicts import parse_verdict
-
-    parsed = parse_verdict(text)
-    return ReplicateResult(
-        index=index, cache_key=key, cached=cached, reply_text=text, verdict=parsed.verdict,
-        parse_error=parsed.error, model=model, usage=usage, duration_s=duration_s,
-    )
-
-
-def cached_usage(hit: CachedCall) -> Usage:
-    """A cached call's usage as it was when the call was made."""
-    return Usage(calls=1, input_tokens=hit.input_tokens, output_tokens=hit.output_tokens,
-                 cache_read_tokens=hit.cache_read_tokens, cache_write_tokens=hit.cache_write_tokens,
-                 cost_usd=hit.cost_usd)
-
-
-def _cached_turn(text: str) -> AssistantTurn | None:
-    """A cached agentic turn, or None when the stored text is not one (then it is asked again)."""
-    try:
-        return AssistantTurn.from_json(text)
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -161,6 +124,26 @@ class _Derivation:
         self.owner: int | None = None  # the replicate that made (or looked up) the derivation
 
 
+@dataclass(frozen=True)
+class JudgeSetup:
+    """How an `ItemJudge` judges: the ``sampling``, ``replicates`` calls per item (replicate indices
+    from ``first_replicate``), ``concurrency`` calls in flight at most, the ``prices`` table
+    (US dollars per million tokens, `optimizer.judge.providers.pricing`), the ``budget`` (None: no
+    limit), where encoded screenshots are shared (``image_cache_dir``), the cached-prefix warmth
+    (None: the process's own, `optimizer.evaluation.warmup.WARM_PREFIXES`) and the memory retriever
+    (None: memory off)."""
+
+    sampling: Sampling
+    replicates: int
+    concurrency: int
+    prices: dict[str, Any]
+    budget: Budget | None
+    image_cache_dir: Path | None
+    first_replicate: int = 0
+    warmth: PrefixWarmth | None = None
+    memory: Retriever | None = None
+
+
 class ItemJudge:
     """Judges one item at a time: renders it (or recalls its rendering), looks every replicate up in
     the cache, makes the missing calls (direct or agentic) under the budget, stores them in the cache
@@ -172,26 +155,12 @@ class ItemJudge:
     while they wait, so they re-claim one after later items' calls may have started.
     """
 
-    def __init__(
-        self,
-        split: Split,
-        prompts: PromptSet,
-        provider: Provider,
-        cache: JudgeCache,
-        *,
-        sampling: Sampling,
-        replicates: int,
-        concurrency: int,
-        prices: dict[str, Any],
-        budget: Budget | None,
-        image_cache_dir: Path | None,
-        first_replicate: int = 0,
-        warmth: PrefixWarmth | None = None,
-        memory: Retriever | None = None,
-    ) -> None:
+    def __init__(self, split: Split, prompts: PromptSet, provider: Provider, cache: JudgeCache,
+                 setup: JudgeSetup) -> None:
+        sampling, replicates, budget = setup.sampling, setup.replicates, setup.budget
         self.split = split
         # Judging with memory: each item's principles and cross-fitted cases (None: memory off).
-        self.memory = memory
+        self.memory = setup.memory
         self.prompts = prompts
         self.provider = provider
         self.cache = cache
@@ -200,15 +169,15 @@ class ItemJudge:
         self.replicates = replicates
         # Replicate indices first_replicate … first_replicate + replicates − 1: a re-judging pass
         # asks for the judgements after the first pass's, each its own cache entry.
-        self.indices = range(first_replicate, first_replicate + replicates)
-        self.prices = prices
+        self.indices = range(setup.first_replicate, setup.first_replicate + replicates)
+        self.prices = setup.prices
         self.budget = budget
         self.text_only = provider.traits.text_only
         self.agentic = prompts.settings.mode == "agentic"
         self.token_budget = prompts.settings.token_budget
         # A provider may prefer a layout over judge.toml's (the local judge: see its traits).
         self.layout: str | None = provider.traits.layout
-        self.image_cache_dir = image_cache_dir
+        self.image_cache_dir = setup.image_cache_dir
         # A harness judge reads the trajectory as files in its sandbox (`optimizer.judge.harness`).
         self.sandbox = provider.traits.sandbox
         traits = provider.traits
@@ -224,13 +193,15 @@ class ItemJudge:
         self.member_prompts = [prompts.for_member(m) for m in range(len(self.member_labels))]
         # criteria / review: several calls per verdict, each cached on its own (`_structured_call`).
         self.structured = prompts.settings.structure != "single" or prompts.settings.review != "off"
-        self.semaphore = asyncio.Semaphore(concurrency)
+        self.semaphore = asyncio.Semaphore(setup.concurrency)
         self.stop_reason: str | None = None
         self.usage = Usage()  # the paid calls made so far
         self.cache_hits = 0
-        self.warmth = warmth if warmth is not None else WARM_PREFIXES
+        self.warmth = setup.warmth if setup.warmth is not None else WARM_PREFIXES
         # Cache-read tokens the paid calls on cached prefixes planned to be billed (warmup.CacheReads).
         self.planned_cache_reads = 0
+        # The agentic judge's conversations (`optimizer.evaluation.conversation`).
+        self.conversations = Conversations(self)
 
     # -- one call --------------------------------------------------------------------------------
     def member_tag(self, member: int | None) -> str | None:
@@ -254,10 +225,10 @@ class ItemJudge:
         hit = self.cache.get(key)
         if hit is None:
             return key, None
-        result = _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
+        result = parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
         return key, result if member is None else dataclasses.replace(result, member=self.member_labels[member])
 
-    def _reserve(self, estimate: float, basis: str = "") -> float:
+    def reserve(self, estimate: float, basis: str = "") -> float:
         """Reserve ``estimate`` dollars of the budget for the next call, or stop: it would cross it.
         ``basis`` says where the figure comes from, in the stop's message (default: an estimate)."""
         assert self.budget is not None
@@ -276,13 +247,13 @@ class ItemJudge:
         traits = self.provider.traits
         ceiling = traits.call_ceiling
         if ceiling is None:
-            return self._reserve(traits.call_price_usd or 0.0 if traits.priced_per_call
+            return self.reserve(traits.call_price_usd or 0.0 if traits.priced_per_call
                                  else estimate_cost_usd(request, self.sampling, self.provider.model, self.prices)), False
         lead = await ceiling.turn()
         try:
             if self.stop_reason is not None:
                 raise Stopped
-            return self._reserve(ceiling.usd, ceiling.describe()), lead
+            return self.reserve(ceiling.usd, ceiling.describe()), lead
         except BaseException:
             if lead:
                 ceiling.done()
@@ -390,25 +361,25 @@ class ItemJudge:
             from optimizer.judge.estimate import request_token_split
 
             self.planned_cache_reads += request_token_split(request)[0]
-        usage = self._account(reply, reply.text, estimate, key, index, fingerprint, duration)
-        return _parsed_result(index, key, False, reply.text, reply.model, usage, duration)
+        usage = self.account(reply, reply.text, estimate, key, index, fingerprint, duration)
+        return parsed_result(index, key, False, reply.text, reply.model, usage, duration)
 
     def account_batch_reply(
         self, reply: ProviderReply, estimate: float, key: str, index: int, fingerprint: str, duration: float
     ) -> ReplicateResult:
         """A call answered through a batch API: priced at the batch rate, settled against ``estimate``,
         counted and cached under ``key`` exactly as a direct call would be; its replicate result."""
-        usage = self._account(reply, reply.text, estimate, key, index, fingerprint, duration, batch=True)
-        return _parsed_result(index, key, False, reply.text, reply.model, usage, duration)
+        usage = self.account(reply, reply.text, estimate, key, index, fingerprint, duration, batch=True)
+        return parsed_result(index, key, False, reply.text, reply.model, usage, duration)
 
     def recall(self, key: str, index: int) -> ReplicateResult | None:
         """Replicate ``index`` under ``key`` as a cache hit (free), if the cache holds it now."""
         hit = self.cache.get(key)
         if hit is None:
             return None
-        return _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
+        return parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
 
-    def _account(
+    def account(
         self, reply: ProviderReply, text: str, estimate: float, key: str, index: int, fingerprint: str,
         duration: float, *, batch: bool = False,
     ) -> Usage:
@@ -419,25 +390,25 @@ class ItemJudge:
         if self.budget is not None:
             self.budget.settle(estimate, cost)
         self.usage += usage
-        self.cache.put(
-            key, provider=self.provider.name, model=self.provider.model, replicate=index,
+        self.cache.put(key, NewCall(
+            provider=self.provider.name, model=self.provider.model, replicate=index,
             request_fingerprint=fingerprint, reply_text=text, reply_model=reply.model,
             input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
             cache_read_tokens=reply.cache_read_tokens, cache_write_tokens=reply.cache_write_tokens,
             cost_usd=cost, duration_s=duration,
-        )
+        ))
         return usage
 
 
     async def prepare(self, tid: str) -> PreparedItem:
         """Load and render ``tid`` (or recall its rendering) and look its replicates up in the cache."""
         if self.agentic:
-            agentic = await asyncio.to_thread(self._agentic_task, tid)
-            # A conversation looks up each of its turns in the cache itself (`_converse`).
+            agentic = await asyncio.to_thread(self.conversations.task, tid)
+            # A conversation looks up each of its turns in the cache itself (`Conversations.converse`).
             looked_up: list[tuple[str, ReplicateResult | None]] = [
                 (agentic.fingerprint, None) for _ in self.indices
             ]
-            calls = [functools.partial(self._converse, agentic, i) for i in self.indices]
+            calls = [functools.partial(self.conversations.converse, agentic, i) for i in self.indices]
             return PreparedItem(tid, agentic.notes, looked_up, calls)
         if self.panel is not None:
             return await self._prepare_panel(tid)
@@ -570,7 +541,7 @@ class ItemJudge:
         if hit is not None:
             if holding:
                 self.semaphore.release()
-            return _parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
+            return parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
         if not holding:
             await self.semaphore.acquire()
         return await self._call(request, fingerprint, key, index, schema)
@@ -693,7 +664,7 @@ class ItemJudge:
     def _render(
         self, traj: Trajectory, member_prompts: PromptSet | None = None, *, extra: str = "", replace: str | None = None
     ) -> JudgeRequest:
-        from optimizer.judge.render import build_request
+        from optimizer.judge.render import RenderOptions, build_request
 
         prompts = self.prompts if member_prompts is None else member_prompts
         if self.sandbox is not None:
@@ -706,13 +677,12 @@ class ItemJudge:
             traj,
             self.split,
             prompts,
-            text_only=self.text_only,
-            token_budget=self.token_budget,
-            image_cache_dir=self.image_cache_dir,
-            layout=self.layout,
-            memory="" if chosen is None else chosen.block(),
-            extra_instructions=extra,
-            replace_instructions=replace,
+            options=RenderOptions(
+                text_only=self.text_only, token_budget=self.token_budget,
+                image_cache_dir=self.image_cache_dir, layout=self.layout,
+                memory="" if chosen is None else chosen.block(), extra_instructions=extra,
+                replace_instructions=replace,
+            ),
         )
         if chosen is None:
             return request
@@ -744,124 +714,6 @@ class ItemJudge:
                     self.cache.put_request(memo_key, fingerprint, notes)
                 looked_up = [self._lookup(fingerprint, i, member) for i in self.indices]
         return request, fingerprint, notes, looked_up
-
-    def _agentic_task(self, tid: str) -> AgenticTask:
-        from optimizer.judge.agentic import AgenticTask
-
-        return AgenticTask(self.split.trajectory(tid), self.split, self.prompts, image_cache_dir=self.image_cache_dir)
-
-    async def _converse(self, task: AgenticTask, index: int) -> ReplicateResult:
-        """One agentic verdict (replicate ``index``): turns replayed from the cache while they can be,
-        then paid turns, each checked against the budget first. The caller holds a semaphore slot
-        for the whole conversation; it is released here, whatever happens."""
-        from optimizer.judge.agentic import AGENTIC_VERSION, ConversationState
-
-        state = ConversationState(task)
-        started = time.monotonic()
-        usage = Usage()
-        all_cached = True
-        key = ""
-        model = self.provider.model
-        final: str | None = None
-        holding = True
-        try:
-            while final is None and state.turns < task.max_turns:
-                key = cache_key(
-                    provider=self.provider.name,
-                    model=self.provider.model,
-                    sampling=self.sampling,
-                    schema={"agentic": AGENTIC_VERSION},
-                    request=state.key_material(),
-                    replicate=index,
-                    endpoint=self.endpoint,
-                )
-                hit = self.cache.get(key)
-                turn = _cached_turn(hit.reply_text) if hit is not None else None
-                if hit is not None and turn is not None:
-                    turn_usage, model = cached_usage(hit), hit.reply_model
-                else:
-                    all_cached = False
-                    # The opening turn writes the item's cached prefix: on a cold one, one
-                    # conversation goes first and the others wait without holding a slot.
-                    prefix = self._opening_prefix_key(task) if state.turns == 0 else None
-                    lead = prefix is not None and self.warmth.try_lead(prefix)
-                    if prefix is not None and not lead and not self.warmth.is_warm(prefix):
-                        self.semaphore.release()
-                        holding = False
-                        lead = await self.warmth.wait_turn(prefix)
-                        await self.semaphore.acquire()
-                        holding = True
-                    answered = False
-                    try:
-                        outcome = await self._paid_turn(task, state, key, index)
-                        answered = not isinstance(outcome, str)
-                    finally:
-                        if lead and prefix is not None:
-                            self.warmth.done(prefix, answered=answered, ttl=task.cache_ttl)
-                    if isinstance(outcome, str):  # an infrastructure error after every retry
-                        return ReplicateResult(
-                            index=index, cache_key=key, cached=False, reply_text=None, verdict=None,
-                            parse_error=None, model=model, usage=usage,
-                            duration_s=time.monotonic() - started, infra_error=outcome,
-                            trace=tuple(state.trace), turns=state.turns,
-                        )
-                    turn, turn_usage, model = outcome
-                usage += turn_usage
-                final = await asyncio.to_thread(state.step, turn)
-        finally:
-            if holding:
-                self.semaphore.release()
-        duration = time.monotonic() - started
-        if final is None:
-            last = next((m for m in reversed(state.messages) if isinstance(m, AssistantTurn)), None)
-            return ReplicateResult(
-                index=index, cache_key=key, cached=all_cached, reply_text=last.text if last else "",
-                verdict=None, parse_error=f"no verdict after {task.max_turns} model calls (agent_max_turns)",
-                model=model, usage=usage, duration_s=duration,
-                trace=tuple(state.trace), turns=state.turns,
-            )
-        result = _parsed_result(index, key, all_cached, final, model, usage, duration)
-        return dataclasses.replace(result, trace=tuple(state.trace), turns=state.turns)
-
-    def _opening_prefix_key(self, task: AgenticTask) -> str | None:
-        """The key of a trajectory-first conversation's cached opening (tools, system, the
-        trajectory index), or None when the provider caches no prefix or the layout has none."""
-        if not self.provider.traits.prompt_cache or not task.trajectory_first:
-            return None
-        opening = task.opening_message.parts[0]
-        material = stable_json([self.provider.name, self.endpoint, self.provider.model, task.system,
-                                [[t.name, t.description, t.parameters] for t in task.tools],
-                                opening.text if isinstance(opening, TextPart) else ""])
-        return hashlib.sha256(material.encode()).hexdigest()
-
-    async def _paid_turn(
-        self, task: AgenticTask, state: ConversationState, key: str, index: int
-    ) -> tuple[AssistantTurn, Usage, str] | str:
-        """One paid model turn of a conversation, cached as soon as it is answered; an
-        infrastructure error's message instead when the transport failed after every retry."""
-        if self.stop_reason is not None:
-            raise Stopped
-        estimate = 0.0
-        reserved = False
-        if self.budget is not None:
-            ttl = task.cache_ttl if task.trajectory_first else None
-            estimate = self._reserve(estimate_turn_cost_usd(
-                task.estimate_input_tokens(state), self.sampling, self.provider.model, self.prices, ttl))
-            reserved = True
-        t0 = time.monotonic()
-        try:
-            messages = await asyncio.to_thread(state.wire_messages)
-            provider = self.provider
-            assert converses(provider)  # evaluate_items refuses the agentic mode without tool use
-            turn, reply = await provider.converse(task.system, messages, state.offered, self.sampling)
-        except BaseException as exc:
-            if reserved and self.budget is not None:
-                self.budget.release(estimate)
-            if not isinstance(exc, InfrastructureError):
-                raise
-            return str(exc) or type(exc).__name__
-        usage = self._account(reply, turn.to_json(), estimate, key, index, task.fingerprint, time.monotonic() - t0)
-        return turn, usage, reply.model
 
 
 @functools.cache

@@ -18,7 +18,7 @@ from optimizer.devset.split import Split
 from optimizer.judge.estimate import estimate_cost_usd
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import Price, price_for
-from optimizer.judge.render import build_request
+from optimizer.judge.render import RenderOptions, build_request
 from optimizer.judge.types import ImagePart, JudgeRequest
 from optimizer.workspace.config import JudgeSection
 
@@ -49,7 +49,12 @@ def oversized_items(
     known = price_for(judge.model, prices) is not None
     lines: list[str] = []
     for tid in item_ids if item_ids is not None else split.ids:
-        request = build_request(split.trajectory(tid), split, prompts, image_cache_dir=image_cache_dir)
+        request = build_request(
+            split.trajectory(tid),
+            split,
+            prompts,
+            options=RenderOptions(image_cache_dir=image_cache_dir),
+        )
         size = request_bytes(request)
         if size <= OVERSIZED_REQUEST_BYTES:
             continue

@@ -121,6 +121,44 @@ class ItemResult(UsageFigures):
         return sum(r.cost_usd for r in self.replicates if not r.cached and r.infra_error is None)
 
 
+@dataclass(frozen=True)
+class EvalMeta:
+    """Who judged, what, and with which parameters: what `optimizer.evaluation.files` writes to
+    ``_summary.json`` and each verdict file's ``_meta``. Every field is None when unknown (an
+    `EvalRun` built by hand, as tests and the loop's joins do), which the files write as ``null``.
+
+    ``sampling``, ``settings`` and ``memory`` are the JSON records written as they are (the
+    sampling's and judge.toml's settings; `optimizer.evaluation.evaluator.memory_record`).
+    """
+
+    provider: str | None = None
+    model: str | None = None
+    # The offline SmolLM2 judge says what it is wherever its results go.
+    judge_label: str | None = None
+    # A harness judge says how its CLI was confined ("none": unconfined) wherever its results go.
+    judge_confinement: str | None = None
+    base_url: str | None = None  # credentials redacted
+    # [judge] base_urls: every replica that may have answered (base_url is then None).
+    base_urls: list[str | None] | None = None
+    text_only: bool | None = None
+    split: str | None = None
+    split_fingerprint: str | None = None
+    # The Markdown the items were rendered from: the official analysis step reads it from
+    # _summary.json to remap trajectory ids (`analyze_eval_results.py --trajectories`).
+    md_dir: str | None = None
+    prompt_hash: str | None = None
+    sampling: dict[str, Any] | None = None
+    replicates: int | None = None
+    max_concurrency: int | None = None
+    timeout_s: float | None = None
+    max_retries: int | None = None
+    settings: dict[str, Any] | None = None
+    budget_usd: float | None = None  # US dollars
+    batch: bool | None = None
+    # Only when memory is on: the cases sent and the folds that kept each item's own cases out.
+    memory: dict[str, Any] | None = None
+
+
 @dataclass
 class EvalRun(UsageFigures):
     """Everything one evaluation produced. ``usage`` counts only calls made now (its input tokens
@@ -137,7 +175,7 @@ class EvalRun(UsageFigures):
     item_ids: list[str] = field(default_factory=list)
     # Planned vs billed cache-read tokens of this pass's paid calls (`optimizer.evaluation.warmup`).
     cache_reads: CacheReads = field(default_factory=CacheReads)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: EvalMeta = field(default_factory=EvalMeta)
     # With [judge] base_urls: this pass's figures per endpoint (`optimizer.judge.endpoints.EndpointFigures`).
     endpoints: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -161,3 +199,16 @@ class EvalRun(UsageFigures):
     def answers(self) -> dict[str, Answer]:
         """The scored answer of every evaluated item (infrastructure errors included, as such)."""
         return {item.trajectory_id: item.answer for item in self.items}
+
+
+def parsed_result(
+    index: int, key: str, cached: bool, text: str, model: str, usage: Usage, duration_s: float,
+) -> ReplicateResult:
+    """A replicate's result from a reply text (fresh or cached): the verdict parsed strictly."""
+    from optimizer.judge.verdicts import parse_verdict
+
+    parsed = parse_verdict(text)
+    return ReplicateResult(
+        index=index, cache_key=key, cached=cached, reply_text=text, verdict=parsed.verdict,
+        parse_error=parsed.error, model=model, usage=usage, duration_s=duration_s,
+    )

@@ -19,7 +19,7 @@ from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import BatchOptions, check_batch_settings
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.files import previous_evaluation, write_results
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.oversize import oversized_items
@@ -116,8 +116,15 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore,
         events(Message("batch mode: the uncached calls go out as one batch at half price and may take up to "
                        "24 h; a killed `eval` run again with the same options collects it", "note"))
     run = asyncio.run(
-        evaluate_items(ws, split, prompts, judge, item_ids=item_ids, replicates=replicates, progress=progress,
-                       batch=batch, stop=stop)
+        evaluate_items(
+            ws,
+            split,
+            prompts,
+            judge,
+            item_ids=item_ids,
+            replicates=replicates,
+            options=PassOptions(progress=progress, batch=batch, stop=stop),
+        )
     )
     if stop is not None and stop.is_set() and run.not_evaluated:
         raise Interrupted(f"{len(run.items)} of {len(item_ids)} items judged, nothing written; their calls are "

@@ -13,6 +13,10 @@ from collections.abc import Callable
 Listener = Callable[[str], None]
 
 
+class Stopped(Exception):
+    """Evaluation is stopping; this item makes no new paid call."""
+
+
 class StopRequest:
     """A one-way switch: `request` sets it (the first reason is kept), `subscribe` hears it.
 

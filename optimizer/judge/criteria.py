@@ -19,14 +19,18 @@ Pure: no I/O, no labels.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optimizer.judge.prompts import CRITERIA_MD, REVIEW_MD, PromptSet, fill
 from optimizer.judge.replies import decode_object
 from optimizer.judge.types import VERDICT_SCHEMA, JudgeRequest, TextPart
+
+if TYPE_CHECKING:
+    from optimizer.judge.render import RenderOptions
 
 # Bump when a request below changes shape, so cached replies of the old shape are not reused.
 STRUCTURE_VERSION = 1
@@ -282,27 +286,29 @@ ESTIMATE_CRITERIA = tuple(Criterion("The final state of the computer shows the r
 
 
 def verdict_calls(
-    traj: Any, split: Any, prompts: PromptSet, *, success_share: float, replicates: int = 1, **render: Any,
+    traj: Any, split: Any, prompts: PromptSet, *, success_share: float, replicates: int = 1,
+    render: RenderOptions | None = None,
 ) -> list[tuple[JudgeRequest, float]]:
     """The calls one verdict makes, each with its expected count per verdict, for cost estimates
     before any call: a [panel]'s members (one call each); under ``structure = "criteria"`` the
     derivation (shared by the item's ``replicates``: 1/replicates per verdict) and the check (with
     `ESTIMATE_CRITERIA`); under ``review = "success"`` a review call on ``success_share`` of the
-    verdicts. ``render``: `build_request`'s keyword arguments."""
-    from optimizer.judge.render import build_request
+    verdicts. ``render``: `build_request`'s options for every call (text-only, layout, image cache)."""
+    from optimizer.judge.render import RenderOptions, build_request
 
+    base = render if render is not None else RenderOptions()
     settings = prompts.settings
     if settings.panel is not None:
-        return [(build_request(traj, split, prompts.for_member(m), **render), 1.0) for m in range(settings.panel.size)]
+        return [(build_request(traj, split, prompts.for_member(m), base), 1.0) for m in range(settings.panel.size)]
     calls: list[tuple[JudgeRequest, float]] = []
     if settings.structure == "criteria":
         calls.append((derive_request(prompts, traj.task.instruction), 1.0 / max(1, replicates)))
-        calls.append((build_request(traj, split, prompts, extra_instructions=check_instructions(ESTIMATE_CRITERIA),
-                                    **render), 1.0))
+        check = dataclasses.replace(base, extra_instructions=check_instructions(ESTIMATE_CRITERIA))
+        calls.append((build_request(traj, split, prompts, check), 1.0))
     else:
-        calls.append((build_request(traj, split, prompts, **render), 1.0))
+        calls.append((build_request(traj, split, prompts, base), 1.0))
     if settings.review == "success":
         shown = {"success": True, "reasoning": ""}
-        calls.append((build_request(traj, split, prompts, replace_instructions=review_instructions(prompts, shown),
-                                    **render), success_share))
+        review = dataclasses.replace(base, replace_instructions=review_instructions(prompts, shown))
+        calls.append((build_request(traj, split, prompts, review), success_share))
     return calls

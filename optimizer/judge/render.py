@@ -317,21 +317,28 @@ def _tile_legend(step_ids: Sequence[int]) -> str:
     return f"[2x2 grid of steps {format_ranges(step_ids)}: {slots}{blank}]\n\n"
 
 
+@dataclass(frozen=True)
+class RenderOptions:
+    """How `build_request` renders beyond judge.toml (every field optional; see its docstring)."""
+
+    text_only: bool = False
+    token_budget: int | None = None  # estimated input tokens, system prompt included
+    image_cache_dir: Path | None = None
+    layout: str | None = None
+    memory: str = ""
+    extra_instructions: str = ""
+    replace_instructions: str | None = None
+
+
 def build_request(
     traj: Trajectory,
     split: ScreenshotSource,
     prompts: PromptSet,
-    *,
-    text_only: bool = False,
-    token_budget: int | None = None,
-    image_cache_dir: Path | None = None,
-    layout: str | None = None,
-    memory: str = "",
-    extra_instructions: str = "",
-    replace_instructions: str | None = None,
+    options: RenderOptions | None = None,
 ) -> JudgeRequest:
     """Render ``traj`` for the judge described by ``prompts`` (screenshots read through ``split``).
 
+    ``options`` (`RenderOptions`, default none of them):
     ``text_only`` drops every screenshot up front (providers that cannot read images);
     ``token_budget`` overrides ``judge.toml``'s (estimated input tokens, system prompt included);
     ``layout`` overrides ``judge.toml``'s (a provider whose cache works better with the other one);
@@ -346,7 +353,10 @@ def build_request(
     check's derived criteria, `optimizer.judge.criteria`); ``replace_instructions`` replaces the
     instructions and the closing reminder altogether and implies trajectory-first (a review call).
     """
-    cache_dir = None if image_cache_dir is None else str(image_cache_dir)
+    o = options if options is not None else RenderOptions()
+    text_only, token_budget, layout, memory = o.text_only, o.token_budget, o.layout, o.memory
+    extra_instructions, replace_instructions = o.extra_instructions, o.replace_instructions
+    cache_dir = None if o.image_cache_dir is None else str(o.image_cache_dir)
     settings = prompts.settings
     trajectory_first = replace_instructions is not None or (layout or settings.layout) == "trajectory-first"
     # rubric-first: the instructions are the system prompt. trajectory-first: a fixed system prompt,

@@ -17,7 +17,7 @@ from optimizer.devset.split import Split
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import ProgressSnapshot, StopKind
@@ -82,10 +82,18 @@ async def rejudge(
     budget_stop: str | None = None
     for side in prompts:
         extra = await evaluate_items(
-            ws, split, side, judge, item_ids=items, replicates=loop_cfg.rejudge, first_replicate=first_replicate,
-            budget=budget, progress=progress, provider=provider, cache=cache,
-            infra_retry_rounds=loop_cfg.infra_retry_rounds, infra_retry_pause_s=loop_cfg.infra_retry_pause_s,
-            batch=batch, stop=stop,
+            ws,
+            split,
+            side,
+            judge,
+            item_ids=items,
+            replicates=loop_cfg.rejudge,
+            first_replicate=first_replicate,
+            options=PassOptions(
+                budget=budget, progress=progress, provider=provider, cache=cache,
+                infra_retry_rounds=loop_cfg.infra_retry_rounds,
+                infra_retry_pause_s=loop_cfg.infra_retry_pause_s, batch=batch, stop=stop,
+            ),
         )
         passes.append(extra)
         if extra.stop is not None and extra.stop.kind is StopKind.BUDGET:
@@ -166,9 +174,17 @@ async def compare_prompts(
     results: list[EvalRun] = []
     for prompts in (base_prompts, other_prompts):
         result = await evaluate_items(
-            ws, split, prompts, judge, item_ids=split.ids, replicates=replicates, budget=budget, progress=progress,
-            provider=provider, cache=cache, infra_retry_rounds=loop_cfg.infra_retry_rounds,
-            infra_retry_pause_s=loop_cfg.infra_retry_pause_s, stop=stop,
+            ws,
+            split,
+            prompts,
+            judge,
+            item_ids=split.ids,
+            replicates=replicates,
+            options=PassOptions(
+                budget=budget, progress=progress, provider=provider, cache=cache,
+                infra_retry_rounds=loop_cfg.infra_retry_rounds,
+                infra_retry_pause_s=loop_cfg.infra_retry_pause_s, stop=stop,
+            ),
         )
         out.runs.append(result)
         results.append(result)

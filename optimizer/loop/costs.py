@@ -15,6 +15,7 @@ from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.estimate import steady_cost_usd
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import Price, price_for, warm_cost_usd
+from optimizer.judge.render import RenderOptions
 from optimizer.judge.types import Provider
 from optimizer.ledger import Experiment
 from optimizer.loop.compare import Judgements
@@ -66,9 +67,8 @@ def estimated_verdict_cost(
             prompts,
             success_share=share,
             replicates=ctx.settings.replicates,
-            text_only=traits.text_only,
-            image_cache_dir=ctx.ws.experiments_dir / IMAGE_CACHE_DIRNAME,
-            layout=traits.layout,
+            render=RenderOptions(text_only=traits.text_only, layout=traits.layout,
+                                 image_cache_dir=ctx.ws.experiments_dir / IMAGE_CACHE_DIRNAME),
         )
         total += sum(weight * steady_cost_usd(request, output_tokens, price) for request, weight in calls)
     return total / len(ids)

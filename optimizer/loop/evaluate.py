@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.batchstore import BatchRecord, BatchStatus, batch_status
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Message, Progress, ProgressSnapshot, StopKind
 from optimizer.judge.endpoints import ENDPOINT_NOTE
@@ -215,7 +215,8 @@ def joined(first: EvalRun, then: EvalRun) -> EvalRun:
             planned=first.cache_reads.planned + then.cache_reads.planned,
             billed=first.cache_reads.billed + then.cache_reads.billed,
         ),
-        meta=first.meta | then.meta,
+        # Both parts are one evaluation's (same judge, prompts and split): the later part's says it.
+        meta=then.meta,
         endpoints=endpoints,
     )
 
@@ -350,15 +351,12 @@ class _Evaluation:
                 self.judge,
                 item_ids=phase,
                 replicates=ctx.settings.replicates,
-                on_item=self._on_item,
-                budget=ctx.budget(),
-                progress=pass_reporter(ctx, exp_id, before=result, total=len(self.order)),
-                provider=self.provider,
-                cache=self.cache,
-                infra_retry_rounds=loop.infra_retry_rounds,
-                infra_retry_pause_s=loop.infra_retry_pause_s,
-                batch=batch,
-                stop=ctx.stop,
+                options=PassOptions(
+                    on_item=self._on_item, budget=ctx.budget(),
+                    progress=pass_reporter(ctx, exp_id, before=result, total=len(self.order)),
+                    provider=self.provider, cache=self.cache, infra_retry_rounds=loop.infra_retry_rounds,
+                    infra_retry_pause_s=loop.infra_retry_pause_s, batch=batch, stop=ctx.stop,
+                ),
             )
             result = part if result is None else joined(result, part)
             cand_now |= {item.trajectory_id: judgements_of(item) for item in part.items}

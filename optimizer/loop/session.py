@@ -21,7 +21,7 @@ from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import BATCH_PROVIDERS, BatchOptions, check_batch_settings
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.oversize import oversized_items
 from optimizer.evaluation.stopping import Aborted, Interrupted, StopRequest
@@ -727,9 +727,15 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
         def progress(snapshot: ProgressSnapshot) -> None:
             events(Progress(snapshot))
 
-        result = asyncio.run(evaluate_items(ws, split, prompts, judge, item_ids=split.ids,
-                                            replicates=settings.replicates, batch=options, progress=progress,
-                                            stop=stop))
+        result = asyncio.run(evaluate_items(
+            ws,
+            split,
+            prompts,
+            judge,
+            item_ids=split.ids,
+            replicates=settings.replicates,
+            options=PassOptions(batch=options, progress=progress, stop=stop),
+        ))
         if stop is not None and stop.is_set() and result.not_evaluated:
             raise Interrupted(f"{len(result.items)} of {len(split.ids)} items judged; nothing recorded and the use "
                               "is not counted (the calls made are cached: `judgeloop confirm` again pays only "

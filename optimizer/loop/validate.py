@@ -19,7 +19,7 @@ from optimizer.evaluation.batch import batching_provider
 from optimizer.evaluation.judging import judge_refusal
 from optimizer.judge.memory import check_sources
 from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet, panel_member_files
-from optimizer.judge.render import build_request
+from optimizer.judge.render import RenderOptions, build_request
 from optimizer.judge.types import Provider
 from optimizer.workspace import gitops
 from optimizer.workspace.paths import MAX_PROMPT_FILE_CHARS
@@ -76,8 +76,12 @@ def validate_prompts(
                 prompts.instructions()
             else:
                 build_request(
-                    traj, split, prompts, text_only=traits.text_only,
-                    image_cache_dir=image_cache_dir, layout=traits.layout,
+                    traj,
+                    split,
+                    prompts,
+                    options=RenderOptions(
+                        text_only=traits.text_only, image_cache_dir=image_cache_dir, layout=traits.layout,
+                    ),
                 )
     except UserError as exc:
         return str(exc)

@@ -43,7 +43,7 @@ from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget, estimate_cost_usd
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items, sampling_from
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items, sampling_from
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
@@ -378,15 +378,20 @@ def stratified_subset(ids: Sequence[str], labels: Mapping[str, Label], n: int) -
 def _estimate_call_usd(ws: Workspace, split: Split, prompts: PromptSet, provider: Provider,
                        judge: JudgeSection, ids: Sequence[str]) -> float:
     """The dearest estimated cost of one call among a few rendered items (`ESTIMATE_SAMPLE`)."""
-    from optimizer.judge.render import build_request
+    from optimizer.judge.render import RenderOptions, build_request
 
     sampling = sampling_from(prompts)
     worst = 0.0
     for tid in sorted(ids, key=_rank)[:ESTIMATE_SAMPLE]:
-        request = build_request(split.trajectory(tid), split, prompts, text_only=provider.traits.text_only,
-                                token_budget=prompts.settings.token_budget,
-                                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
-                                layout=provider.traits.layout)
+        request = build_request(
+            split.trajectory(tid),
+            split,
+            prompts,
+            options=RenderOptions(
+                text_only=provider.traits.text_only, token_budget=prompts.settings.token_budget,
+                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME, layout=provider.traits.layout,
+            ),
+        )
         worst = max(worst, estimate_cost_usd(request, sampling, judge.model, dict(ws.config.prices)))
     return worst
 
@@ -433,8 +438,8 @@ def run_battery(
     prompts = PromptSet.from_rev(ws, sha)
     labels = load_labels(the_split)
     notes: list[str] = []
-    runs = asyncio.run(_judge_all(ws, the_split, prompts, judge_cfg, list(the_split.ids), labels, asked,
-                                  budget_usd, tell, sha))
+    battery = _Battery(list(the_split.ids), labels, asked, budget_usd, sha)
+    runs = asyncio.run(_judge_all(ws, the_split, prompts, judge_cfg, battery, tell))
     ids, subset = runs.ids, runs.subset
     base_run, placebo_run, perturbed_runs = runs.base, runs.placebo, runs.perturbed
     base = _verdicts(base_run, 0)
@@ -490,13 +495,25 @@ class _Passes:
     perturbed: list[EvalRun]
 
 
+@dataclass(frozen=True)
+class _Battery:
+    """What the battery judges: the items (before sizing by the budget) and their labels, the probes,
+    the budget (US dollars; None: no cap) and the prompts' commit."""
+
+    ids: list[str]
+    labels: Mapping[str, Label]
+    probes: Sequence[Probe]
+    budget_usd: float | None
+    sha: str
+
+
 async def _judge_all(
-    ws: Workspace, split: Split, prompts: PromptSet, judge: JudgeSection, ids: list[str],
-    labels: Mapping[str, Label], probes: Sequence[Probe], budget_usd: float | None, tell: Listener, sha: str,
+    ws: Workspace, split: Split, prompts: PromptSet, judge: JudgeSection, battery: _Battery, tell: Listener,
 ) -> _Passes:
     """Size the items by the budget, then the baseline pass (replicate 0), the placebo pass (replicates
     1…k) and one perturbed pass per probe (replicate 0 of the perturbed requests); stops after a pass
     the budget or the provider cut short."""
+    ids, labels, probes, budget_usd, sha = battery.ids, battery.labels, battery.probes, battery.budget_usd, battery.sha
     from optimizer.judge.providers import make_provider
 
     def progress(snap: ProgressSnapshot) -> None:
@@ -532,23 +549,49 @@ async def _judge_all(
             def judged(run: EvalRun) -> bool:
                 return run.stop is None and not run.not_evaluated
 
-            base = await evaluate_items(ws, split, prompts, judge, item_ids=ids, replicates=1, budget=budget,
-                                        progress=progress, provider=provider, cache=cache,
-                                        infra_retry_rounds=retry[0], infra_retry_pause_s=retry[1])
+            base = await evaluate_items(
+                ws,
+                split,
+                prompts,
+                judge,
+                item_ids=ids,
+                replicates=1,
+                options=PassOptions(
+                    budget=budget, progress=progress, provider=provider, cache=cache,
+                    infra_retry_rounds=retry[0], infra_retry_pause_s=retry[1],
+                ),
+            )
             out = _Passes(ids, subset, base, None, [])
             if not judged(base):
                 return out
             out.placebo = await evaluate_items(
-                ws, split, prompts, judge, item_ids=ids, replicates=len(probes), first_replicate=1, budget=budget,
-                progress=progress, provider=provider, cache=cache, infra_retry_rounds=retry[0],
-                infra_retry_pause_s=retry[1])
+                ws,
+                split,
+                prompts,
+                judge,
+                item_ids=ids,
+                replicates=len(probes),
+                first_replicate=1,
+                options=PassOptions(
+                    budget=budget, progress=progress, provider=provider, cache=cache,
+                    infra_retry_rounds=retry[0], infra_retry_pause_s=retry[1],
+                ),
+            )
             if not judged(out.placebo):
                 return out
             for probe in probes:
                 run = await evaluate_items(
-                    ws, PerturbedSplit(split, probe), prompts, judge, item_ids=ids, replicates=1, budget=budget,
-                    progress=progress, provider=provider, cache=plain, infra_retry_rounds=retry[0],
-                    infra_retry_pause_s=retry[1])
+                    ws,
+                    PerturbedSplit(split, probe),
+                    prompts,
+                    judge,
+                    item_ids=ids,
+                    replicates=1,
+                    options=PassOptions(
+                        budget=budget, progress=progress, provider=provider, cache=plain,
+                        infra_retry_rounds=retry[0], infra_retry_pause_s=retry[1],
+                    ),
+                )
                 out.perturbed.append(run)
                 if not judged(run):
                     break

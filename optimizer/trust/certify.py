@@ -42,7 +42,7 @@ from optimizer.devset.labels import load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.files import redacted_url
 from optimizer.evaluation.results import EvalRun
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
@@ -498,19 +498,41 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
         try:
             provider = make_provider(judge)
             try:
-                first = await evaluate_items(ws, split, prompts, judge, item_ids=ids, replicates=k, provider=provider,
-                                             cache=cache, progress=progress)
+                first = await evaluate_items(
+                    ws,
+                    split,
+                    prompts,
+                    judge,
+                    item_ids=ids,
+                    replicates=k,
+                    options=PassOptions(provider=provider, cache=cache, progress=progress),
+                )
                 _complete(first, "the first pass")
-                second = await evaluate_items(ws, split, prompts, judge, item_ids=ids, replicates=k,
-                                              first_replicate=k, provider=provider, cache=cache, progress=progress)
+                second = await evaluate_items(
+                    ws,
+                    split,
+                    prompts,
+                    judge,
+                    item_ids=ids,
+                    replicates=k,
+                    first_replicate=k,
+                    options=PassOptions(provider=provider, cache=cache, progress=progress),
+                )
                 _complete(second, "the test-retest pass")
             finally:
                 await provider.aclose()
             other: EvalRun | None = None
             if options.transfer_model:
                 other_judge = judge.model_copy(update={"model": options.transfer_model})
-                other = await evaluate_items(ws, split, prompts, other_judge, item_ids=ids, replicates=k, cache=cache,
-                                             progress=progress)
+                other = await evaluate_items(
+                    ws,
+                    split,
+                    prompts,
+                    other_judge,
+                    item_ids=ids,
+                    replicates=k,
+                    options=PassOptions(cache=cache, progress=progress),
+                )
                 _complete(other, f"the transfer pass ({options.transfer_model})")
             return first, second, other
         finally:
@@ -538,7 +560,7 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
         judge=CertifiedJudge(provider=judge.provider, model=judge.model, base_url=judge.base_url,
                              base_urls=_replicas(judge), model_versions=_models_seen([first, second]), replicates=k,
                              # A harness judge: "bwrap", or "none" (it ran unconfined: it could have read the labels).
-                             confinement=first.meta.get("judge_confinement") or None),
+                             confinement=first.meta.judge_confinement or None),
         split=CertifiedSplit(name=split.name, fingerprint=split.fingerprint, items=len(ids)),
         agreement=figures,
         test_retest=retest(labels, first.answers(), second.answers()),

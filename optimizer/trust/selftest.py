@@ -54,7 +54,7 @@ from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import evaluate_items
+from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, ignore
 from optimizer.judge.prompts import RUBRIC_MD, PromptSet
@@ -377,9 +377,18 @@ class Bench:
     async def _pass(self, prompts: PromptSet, ids: Sequence[str], replicates: int, first: int,
                     on_item: Any = None) -> EvalRun:
         return await evaluate_items(
-            self.ws, self.split, prompts, self.judge, item_ids=ids, replicates=replicates, first_replicate=first,
-            on_item=on_item, budget=self.budget, progress=self.progress, provider=self.provider, cache=self.cache,
-            infra_retry_rounds=self.loop.infra_retry_rounds, infra_retry_pause_s=self.loop.infra_retry_pause_s,
+            self.ws,
+            self.split,
+            prompts,
+            self.judge,
+            item_ids=ids,
+            replicates=replicates,
+            first_replicate=first,
+            options=PassOptions(
+                on_item=on_item, budget=self.budget, progress=self.progress, provider=self.provider,
+                cache=self.cache, infra_retry_rounds=self.loop.infra_retry_rounds,
+                infra_retry_pause_s=self.loop.infra_retry_pause_s,
+            ),
         )
 
     def _done(self, out: SlotComparison, result: EvalRun) -> bool:

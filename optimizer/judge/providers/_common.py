@@ -209,19 +209,24 @@ def quote_server_message(message: str, secret: Secret | None) -> str:
     return text if len(text) <= _MAX_QUOTE else text[: _MAX_QUOTE - 1] + "…"
 
 
-def map_sdk_error(
-    exc: Exception,
-    sdk: ModuleType,
-    *,
-    provider: str,
-    model: str,
-    where: str,
-    key_env: str,
-    secret: Secret | None,
-    retries: int,
-    ever_succeeded: bool,
-    role: Role = JUDGE,
-) -> Exception:
+@dataclass(frozen=True)
+class CallSite:
+    """Who made a failed call, for `map_sdk_error`'s messages: the provider, model and endpoint
+    (``where``), the key's environment variable (never the key), the ``secret`` to scrub from a
+    server's words, the SDK's ``retries``, whether a call to this provider ever succeeded, and the
+    ``role`` that words the messages."""
+
+    provider: str
+    model: str
+    where: str
+    key_env: str
+    secret: Secret | None
+    retries: int
+    ever_succeeded: bool
+    role: Role = JUDGE
+
+
+def map_sdk_error(exc: Exception, sdk: ModuleType, site: CallSite) -> Exception:
     """Turn an ``anthropic``/``openai`` SDK exception (both SDKs share the class names) into the error
     judgeloop raises: `UserError` for what only the user can fix, `InfrastructureError` for transport
     failures that outlived the SDK's own retries. Messages never contain the key; ``role`` words them.
@@ -230,20 +235,21 @@ def map_sdk_error(
     succeeded is a wrong or stopped server, so it is a UserError for the judge; later (and always for
     the optimiser, see `Role.unreachable`) it is an InfrastructureError.
     """
+    provider, model, where, role, secret = site.provider, site.model, site.where, site.role, site.secret
     label = role.label.format(provider=provider, model=model, where=where)
-    after = f"after {retries} retr{'y' if retries == 1 else 'ies'}"
+    after = f"after {site.retries} retr{'y' if site.retries == 1 else 'ies'}"
     if isinstance(exc, sdk.APITimeoutError):
         return InfrastructureError(f"{label}: timed out {after}")
     if isinstance(exc, sdk.APIConnectionError):
         refused = isinstance(exc.__cause__, httpx2.ConnectError)
-        if refused and not ever_succeeded and role.unreachable is not None:
+        if refused and not site.ever_succeeded and role.unreachable is not None:
             return UserError(role.unreachable.format(provider=provider, where=where))
         return InfrastructureError(f"{label}: connection failed {after}")
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
         said = quote_server_message(getattr(exc, "message", ""), secret)
         if isinstance(exc, sdk.AuthenticationError | sdk.PermissionDeniedError):
-            return UserError(role.key_rejected.format(provider=provider, env=key_env, where=where, status=status))
+            return UserError(role.key_rejected.format(provider=provider, env=site.key_env, where=where, status=status))
         if isinstance(exc, sdk.NotFoundError):
             return UserError(role.unknown_model.format(provider=provider, model=model, where=where))
         if isinstance(exc, sdk.RateLimitError):
@@ -316,7 +322,7 @@ class WireProvider(ABC):
 
     def _sdk_error(self, exc: Exception, sdk: ModuleType) -> Exception:
         """``exc`` from the ``sdk`` client as the `UserError` or `InfrastructureError` to raise."""
-        return map_sdk_error(
-            exc, sdk, provider=self.name, model=self.model, where=self.where, key_env=self.key_env,
+        return map_sdk_error(exc, sdk, CallSite(
+            provider=self.name, model=self.model, where=self.where, key_env=self.key_env,
             secret=self._secret, retries=self._max_retries, ever_succeeded=self._ever_succeeded, role=self.role,
-        )
+        ))
