@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from optimizer.errors import UserError
+from optimizer.events import PassProgress
 from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import (
@@ -395,7 +396,7 @@ def test_reader_in_another_process_sees_commits_while_writer_appends(tmp_path: P
         for i in range(5):
             exp = writer.start_experiment(run.id, parent_id=None)
             writer.record_verdicts(exp.id, [_item(f"t{i}", True)])
-            writer.add_event(run.id, "progress", {"done": i}, experiment_id=exp.id)
+            writer.add_event(run.id, PassProgress(done=i), experiment_id=exp.id)
             proc.stdin.write("go\n")
             proc.stdin.flush()
             observed.append(json.loads(proc.stdout.readline()))
@@ -443,9 +444,9 @@ def test_events_since_pages_in_order(tmp_path: Path) -> None:
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         run = _run(ledger)
         start = ledger.last_event_id()
-        ids = [ledger.add_event(run.id, "progress", {"i": i}) for i in range(5)]
+        ids = [ledger.add_event(run.id, PassProgress(done=i)) for i in range(5)]
         page = ledger.events_since(start, limit=3)
-        assert [e.payload["i"] for e in page] == [0, 1, 2]
+        assert [e.payload["done"] for e in page] == [0, 1, 2]
         assert [e.id for e in ledger.events_since(page[-1].id)] == ids[3:]
         with pytest.raises(ValueError):
             ledger.add_event(run.id, "bogus")  # type: ignore[arg-type]

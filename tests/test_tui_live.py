@@ -38,11 +38,12 @@ def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> Non
     app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=True, watch_interval_s=0.05)
     writer = (
         "import sys\n"
+        "from optimizer.events import PassProgress, StageChanged\n"
         "from optimizer.ledger import Ledger\n"
         "with Ledger(sys.argv[1]) as led:\n"
-        "    led.add_event(sys.argv[2], 'stage', {'stage': 'evaluating'})\n"
-        "    led.add_event(sys.argv[2], 'progress', {'done': 7, 'total': 99, 'errors': 2, 'calls': 9,\n"
-        "        'cache_hits': 0, 'input_tokens': 1000, 'output_tokens': 234, 'cost_usd': 0.5, 'elapsed_s': 12})\n"
+        "    led.add_event(sys.argv[2], StageChanged('evaluating'))\n"
+        "    led.add_event(sys.argv[2], PassProgress(done=7, total=99, errors=2, calls=9,\n"
+        "        cache_hits=0, input_tokens=1000, output_tokens=234, cost_usd=0.5, elapsed_s=12))\n"
     )
 
     async def scenario(pilot: Any) -> None:

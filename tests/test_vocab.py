@@ -14,6 +14,7 @@ import pytest
 
 from optimizer import vocab
 from optimizer.cli import build_parser
+from optimizer.events import DecisionRecorded, PassProgress, RunStatusChanged, StageChanged
 from optimizer.ledger import Ledger
 from optimizer.loop.strategies import FACTORIES
 from optimizer.workspace.config import LoopSection, OptimizerSection
@@ -79,13 +80,13 @@ def test_the_ledger_takes_every_event_kind_and_review_kind_of_the_vocabulary(tmp
     with Ledger(tmp_path / "ledger.sqlite") as led:
         run = led.create_run(strategy="library", policy="adaptive", split="dev", split_fingerprint="f",
                              start_rev="r")
-        for kind in vocab.EVENT_KINDS:
-            led.add_event(run.id, kind, {})
+        for event in (StageChanged("evaluating"), PassProgress(), DecisionRecorded(), RunStatusChanged()):
+            led.add_event(run.id, event)
         for review in vocab.REVIEW_KINDS:
             led.add_review("t1", review)
         assert {e.kind for e in led.events_since(0)} == set(vocab.EVENT_KINDS)
         with pytest.raises(ValueError, match="unknown event kind 'item'"):
-            led.add_event(run.id, "item", {})  # type: ignore[arg-type]
+            led.add_event(run.id, "item")  # type: ignore[arg-type]
 
 
 def test_the_tuis_lists_are_the_vocabulary() -> None:

@@ -178,7 +178,8 @@ def decide(ws_root: Path, experiment_id: int, decision: str) -> CommandResult:
     """Keep or discard a waiting candidate in this process, through the engine's `decide` (the
     same function `judgeloop decide` calls); returns an exit code and what it said, as the command
     would (0, or 2 with the one-line error). Takes the workspace's loop lock like the command."""
-    from optimizer.events import Event, Message
+    from optimizer.events import Event
+    from optimizer.events import said as said_line
     from optimizer.loop.session import decide as decide_candidate
     from optimizer.workspace.workspace import Workspace
 
@@ -187,8 +188,9 @@ def decide(ws_root: Path, experiment_id: int, decision: str) -> CommandResult:
     said: list[str] = []
 
     def collect(event: Event) -> None:
-        if isinstance(event, Message):
-            said.append(event.text)
+        line = said_line(event)
+        if line is not None:
+            said.append(line.text)
 
     try:
         decide_candidate(Workspace.open(ws_root), experiment_id, decision == "keep", collect)

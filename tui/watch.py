@@ -3,7 +3,8 @@
 The toolong pattern: the watcher never touches widgets; it hands a complete `LiveState` to a callback
 (the app posts it as a message that replaces any older one still queued), so a burst of progress
 events becomes one repaint and input is never blocked. Each snapshot is cumulative, so dropping an
-older one loses nothing.
+older one loses nothing. The feed is read through its one parser (`optimizer.ledger.Event.typed`): a
+row this version cannot read is skipped, never the end of the watcher.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from optimizer.errors import UserError
+from optimizer.events import DecisionRecorded, PassProgress, RunStatusChanged, StageChanged
 from optimizer.ledger import Event, Ledger
 from optimizer.vocab import StageKind
 from tui.data import LedgerNotReady, open_ledger
@@ -104,38 +106,36 @@ def apply_events(state: LiveState, events: list[Event]) -> LiveState:
     for ev in events:
         if ev.run_id and ev.run_id != state.run_id:
             state = LiveState(run_id=ev.run_id, last_event_id=state.last_event_id, changes=state.changes + 1)
-        p = ev.payload
-        if ev.kind == "stage":
+        event = ev.typed()
+        if isinstance(event, StageChanged):
             # A stage's display text (a batch's state line) is its ``text``; events before it had none.
-            stage = str(p.get("text") or p.get("stage"))
-            state = replace(state, stage=stage, experiment_id=ev.experiment_id or state.experiment_id)
-            if p.get("stage") == StageKind.EXPERIMENT_STARTED:
+            state = replace(state, stage=event.shown(), experiment_id=ev.experiment_id or state.experiment_id)
+            if event.stage == StageKind.EXPERIMENT_STARTED:
                 state = replace(state, changes=state.changes + 1, done=0, total=0, members=())
-        elif ev.kind == "progress":
+        elif isinstance(event, PassProgress):
             exp_id = ev.experiment_id or state.experiment_id or 0
             member = MemberProgress(
-                exp_id, done=int(p.get("done", 0)), total=int(p.get("total", 0)), errors=int(p.get("errors", 0)),
-                calls=int(p.get("calls", 0)), cache_hits=int(p.get("cache_hits", 0)),
-                input_tokens=int(p.get("input_tokens", 0)), output_tokens=int(p.get("output_tokens", 0)),
+                exp_id, done=event.done, total=event.total, errors=event.errors, calls=event.calls,
+                cache_hits=event.cache_hits, input_tokens=event.input_tokens, output_tokens=event.output_tokens,
             )
             members = tuple(sorted((*(m for m in state.members if m.experiment_id != exp_id), member),
                                    key=lambda m: m.experiment_id))
-            cost, elapsed = float(p.get("cost_usd", 0.0)), float(p.get("elapsed_s", 0.0))
+            cost, elapsed = event.cost_usd, event.elapsed_s
             if len(members) > 1:
                 # Each member's cost is the run's spend before the wave plus its own: the largest is the
                 # closest to the run's (a lower bound), and the figure never jumps back between members.
                 cost, elapsed = max(cost, state.cost_usd), max(elapsed, state.elapsed_s)
             state = replace(_summed(state, members), experiment_id=exp_id or None, cost_usd=cost, elapsed_s=elapsed)
-        elif ev.kind == "decision":
+        elif isinstance(event, DecisionRecorded):
             # The evaluation is over: its item count would read as the run's (often a candidate
             # stopped early after a few items), so the strip shows none until the next one starts;
             # a wave's other members, still evaluating, go on being counted.
             left = tuple(m for m in state.members if m.experiment_id != ev.experiment_id)
             state = replace(_summed(state, left) if left else replace(state, done=0, total=0, members=()),
-                            changes=state.changes + 1, stage=f"decided: {p.get('status')}",
+                            changes=state.changes + 1, stage=f"decided: {event.status}",
                             experiment_id=ev.experiment_id or state.experiment_id)
-        elif ev.kind == "run_status":
-            state = replace(state, run_status=str(p.get("status")), changes=state.changes + 1)
+        elif isinstance(event, RunStatusChanged):
+            state = replace(state, run_status=str(event.status), changes=state.changes + 1)
         state = replace(state, last_event_id=max(state.last_event_id, ev.id))
     return state
 

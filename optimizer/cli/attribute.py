@@ -10,7 +10,7 @@ import sys
 from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
 from optimizer.cli.signals import stop_on_signals
-from optimizer.events import Event, Message
+from optimizer.events import Event, said
 from optimizer.loop.attribute import AttributeOptions, attribute
 from optimizer.report import attribution_json
 from optimizer.workspace.workspace import Workspace
@@ -23,8 +23,9 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     options = AttributeOptions(run=args.run, budget_usd=args.budget_usd, judge=judge_overrides(args))
     with TerminalEvents() as terminal, stop_on_signals("the attribution") as stop:
         def events(event: Event) -> None:
-            if args.json and isinstance(event, Message):
-                print(event.text, file=sys.stderr, flush=True)
+            line = said(event)
+            if args.json and line is not None:
+                print(line.text, file=sys.stderr, flush=True)
             else:
                 terminal(event)
 

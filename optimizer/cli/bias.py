@@ -8,7 +8,7 @@ import sys
 
 from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
-from optimizer.events import Event, Message
+from optimizer.events import Event, said
 from optimizer.trust.bias import run_battery
 from optimizer.workspace.workspace import Workspace
 
@@ -20,8 +20,9 @@ def cmd_bias(args: argparse.Namespace) -> int:
     probes = None if args.probes is None else [n.strip() for n in args.probes.split(",")]
     with TerminalEvents(prefix="judgeloop bias: ") as terminal:
         def events(event: Event) -> None:
-            if args.json and isinstance(event, Message):
-                print(event.text, file=sys.stderr, flush=True)
+            line = said(event)
+            if args.json and line is not None:
+                print(line.text, file=sys.stderr, flush=True)
             else:
                 terminal(event)
 

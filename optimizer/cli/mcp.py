@@ -9,15 +9,16 @@ import sys
 import anyio
 
 from optimizer.cli.eval import judge_overrides
-from optimizer.events import Event, Message
+from optimizer.events import Event, Message, said
 from optimizer.mcp.server import serve
 from optimizer.mcp.session import SessionOptions, open_session
 from optimizer.workspace.workspace import Workspace
 
 
 def _to_stderr(event: Event) -> None:
-    if isinstance(event, Message):
-        print(f"judgeloop mcp: {event.text}", file=sys.stderr, flush=True)
+    line = said(event)
+    if line is not None:
+        print(f"judgeloop mcp: {line.text}", file=sys.stderr, flush=True)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

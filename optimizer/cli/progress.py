@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TextIO
 
-from optimizer.events import Event, Progress, ProgressSnapshot
+from optimizer.events import Event, Progress, ProgressSnapshot, said
 
 CLEAR_LINE = "\r\x1b[K"  # back to column 0, erase to the end of the line
 
@@ -135,11 +135,14 @@ class TerminalEvents:
             if self.progress is not None:
                 self.progress(event.snapshot)
             return
+        line = said(event)
+        if line is None:
+            return
         self.clear()
-        if event.stream == "note":
-            print(f"{self.prefix}{event.text}", file=sys.stderr, flush=True)
+        if line.stream == "note":
+            print(f"{self.prefix}{line.text}", file=sys.stderr, flush=True)
         else:
-            print(event.text, flush=True)
+            print(line.text, flush=True)
 
     def __enter__(self) -> TerminalEvents:
         return self

@@ -9,7 +9,7 @@ import sys
 
 from optimizer.cli.eval import judge_overrides
 from optimizer.cli.progress import TerminalEvents
-from optimizer.events import Event, Listener, Message
+from optimizer.events import Event, Listener, said
 from optimizer.trust.certify import CertifyOptions, certify
 from optimizer.trust.selftest import DEFAULT_REPEATS, SelftestOptions, selftest
 from optimizer.workspace.workspace import Workspace
@@ -18,8 +18,9 @@ from optimizer.workspace.workspace import Workspace
 def _events(as_json: bool, terminal: TerminalEvents) -> Listener:
     """Events on the terminal; with --json stdout is one JSON object, so status lines go to stderr."""
     def events(event: Event) -> None:
-        if as_json and isinstance(event, Message):
-            print(event.text, file=sys.stderr, flush=True)
+        line = said(event)
+        if as_json and line is not None:
+            print(line.text, file=sys.stderr, flush=True)
         else:
             terminal(event)
 

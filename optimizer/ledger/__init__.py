@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from optimizer.errors import UserError
+from optimizer.events import LedgerEvent
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger.rows import (
     EXPERIMENT_LIST_COLUMNS,
@@ -856,15 +857,14 @@ class Ledger:
         )
         return int(cur.lastrowid or 0)
 
-    def add_event(
-        self, run_id: str | None, kind: EventKind, payload: Mapping[str, Any] | None = None,
-        *, experiment_id: int | None = None,
-    ) -> int:
-        """Append an event for live followers; returns its id."""
-        if kind not in EVENT_KINDS:
+    def add_event(self, run_id: str | None, event: LedgerEvent, *, experiment_id: int | None = None) -> int:
+        """Append a typed event (`optimizer.events.LedgerEvent`: its ``kind`` and JSON payload) for live
+        followers, who read it back with `Event.typed`; returns its id."""
+        kind = getattr(event, "kind", event)  # a bare name is no event: refused like an unknown kind
+        if kind not in EVENT_KINDS or isinstance(event, str):
             raise ValueError(f"unknown event kind {kind!r}")
         with self.transaction() as cur:
-            return self._event(cur, run_id, experiment_id, kind, payload or {})
+            return self._event(cur, run_id, experiment_id, event.kind, event.payload())
 
     def events_since(self, last_id: int = 0, *, run_id: str | None = None, limit: int = 1000) -> list[Event]:
         """Events with id > ``last_id`` in id order (at most ``limit``), optionally of one run."""
@@ -874,10 +874,7 @@ class Ledger:
             sql += " AND run_id = ?"
             params.append(run_id)
         rows = self._query(sql + " ORDER BY id LIMIT ?", [*params, limit])
-        return [
-            Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4], payload=json_value(r[5]) or {})
-            for r in rows
-        ]
+        return [_event_row(r) for r in rows]
 
     def last_event(self, run_id: str, kind: EventKind, *, experiment_id: int | None = None) -> Event | None:
         """The newest event of one kind for a run (for one of its experiments, if given), or None."""
@@ -887,10 +884,7 @@ class Ledger:
             f"WHERE run_id = ? AND kind = ?{mine} ORDER BY id DESC LIMIT 1",
             (run_id, kind) if experiment_id is None else (run_id, kind, experiment_id),
         )
-        if not rows:
-            return None
-        r = rows[0]
-        return Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4], payload=json_value(r[5]) or {})
+        return _event_row(rows[0]) if rows else None
 
     def last_event_id(self) -> int:
         """The newest event id (0 when there are none): where a new follower starts."""
@@ -1044,3 +1038,11 @@ class Ledger:
             (run_id,),
         )
         return self._attribution(rows[0]) if rows else None
+
+
+def _event_row(r: Any) -> Event:
+    """An events row (id, run_id, experiment_id, created, kind, payload); a payload that is not a JSON
+    object (written beside the ledger's API) reads as empty, so `Event.typed` skips it."""
+    payload = json_value(r[5])
+    return Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4],
+                 payload=payload if isinstance(payload, dict) else {})

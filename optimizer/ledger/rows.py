@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from optimizer.events import LedgerEvent, read_event
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger.schema import FLIP_KEYS, V4_EXPERIMENT_COLUMNS
 from optimizer.vocab import (
@@ -374,12 +375,18 @@ class Review(BaseModel):
 
 
 class Event(BaseModel):
+    """One row of the event feed; `typed` is its event (`optimizer.events.read_event`)."""
+
     id: int
     run_id: str | None = None
     experiment_id: int | None = None
     created: datetime
     kind: EventKind
     payload: dict[str, Any] = Field(default_factory=dict)
+
+    def typed(self) -> LedgerEvent | None:
+        """The row's typed event, or None when this version cannot read its payload."""
+        return read_event(self.kind, self.payload)
 
 
 class Confirmation(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any
 from optimizer.devset.split import Split
 from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.stopping import StopRequest
-from optimizer.events import Listener, Message, ignore
+from optimizer.events import Listener, Message, StageChanged, ignore
 from optimizer.ledger import Ledger, Run
 from optimizer.loop.progress import WaveProgress
 from optimizer.models import Label
@@ -83,9 +83,10 @@ class RunContext:
         """A line for the person following the run (the CLI prints it on stdout)."""
         self.events(Message(message))
 
-    def stage(self, name: StageKind, experiment_id: int | None = None, **extra: Any) -> None:
-        """A ``stage`` event in the ledger (the TUI's live strip; a resume reads the last one)."""
-        self.ledger.add_event(self.run.id, "stage", {"stage": name, **extra}, experiment_id=experiment_id)
+    def stage(self, name: StageKind, experiment_id: int | None = None, **details: Any) -> None:
+        """A `StageChanged` event in the ledger (the TUI's live strip; a resume reads the last one);
+        ``details``: its fields for this stage (an unknown name is a TypeError)."""
+        self.ledger.add_event(self.run.id, StageChanged(name, **details), experiment_id=experiment_id)
 
     def decision_seed(self, experiment_id: int) -> int:
         """The seed of a candidate's Monte Carlo p-value (used only when the exact one is out of

@@ -21,7 +21,7 @@ from optimizer.evaluation.batchstore import BatchRecord, BatchStatus, batch_stat
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.results import EvalRun, ItemResult
-from optimizer.events import Message, Progress, ProgressSnapshot, StopKind
+from optimizer.events import Message, PassProgress, Progress, ProgressSnapshot, StageChanged, StopKind
 from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import BatchState, Provider
@@ -154,18 +154,17 @@ def pass_reporter(
             ctx.events(Progress(snap))
         ctx.ledger.add_event(
             ctx.run.id,
-            "progress",
-            {
-                "done": snap.done,
-                "total": snap.total,
-                "errors": snap.infra_errors + snap.parse_errors,
-                "calls": snap.calls_made,
-                "cache_hits": snap.cache_hits,
-                "input_tokens": snap.input_tokens,
-                "output_tokens": snap.output_tokens,
-                "cost_usd": round(ctx.spent_usd + snap.cost_usd, 6),
-                "elapsed_s": round(time.monotonic() - ctx.started, 1),
-            },
+            PassProgress(
+                done=snap.done,
+                total=snap.total,
+                errors=snap.infra_errors + snap.parse_errors,
+                calls=snap.calls_made,
+                cache_hits=snap.cache_hits,
+                input_tokens=snap.input_tokens,
+                output_tokens=snap.output_tokens,
+                cost_usd=round(ctx.spent_usd + snap.cost_usd, 6),
+                elapsed_s=round(time.monotonic() - ctx.started, 1),
+            ),
             experiment_id=experiment_id,
         )
 
@@ -377,7 +376,8 @@ class _Evaluation:
             ]
             if fresh and loop.rejudge > 0:
                 # (Its own: in a wave, the run's last stage may be another candidate's.)
-                evaluating = ctx.ledger.last_event(ctx.run.id, "stage", experiment_id=exp_id)
+                last = ctx.ledger.last_event(ctx.run.id, "stage", experiment_id=exp_id)
+                evaluating = last.typed() if last is not None else None
                 ctx.stage(StageKind.REJUDGING, exp_id, items=len(fresh))
                 ctx.say(
                     f"  experiment {exp_id}: re-judging the screen's {len(fresh)} disagreement(s), "
@@ -390,12 +390,8 @@ class _Evaluation:
                 inc_now, cand_now = rj.first, rj.second
                 self.rejudged += fresh
                 # Back to the first pass, from the same start (what a crash paid is counted from it).
-                if (
-                    evaluating is not None
-                    and evaluating.experiment_id == exp_id
-                    and evaluating.payload.get("stage") == StageKind.EVALUATING
-                ):
-                    ctx.stage(StageKind.EVALUATING, exp_id, started_at=evaluating.payload.get("started_at"))
+                if isinstance(evaluating, StageChanged) and evaluating.stage == StageKind.EVALUATING:
+                    ctx.stage(StageKind.EVALUATING, exp_id, started_at=evaluating.started_at)
             if self.options.cheaper:
                 continue  # a candidate estimated cheaper is judged in full: futility does not stop it
             futile = screen_decision(

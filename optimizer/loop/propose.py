@@ -16,6 +16,7 @@ from typing import Any
 
 from optimizer.errors import UserError
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
+from optimizer.events import CandidateProposed, GuardRejected
 from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Case, parse_cases
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.provenance import ItemIndex
@@ -365,6 +366,7 @@ async def prepare(
     )
     # The row's calls and tokens are the judge's (none yet); its cost is the experiment's total,
     # judge + optimiser, so budgets and spend sums count the optimiser too.
+    ctx.events(CandidateProposed(exp.id, seq, strategy.name, tuple(sorted(changed)), ins, dels))
     ctx.stage(StageKind.GUARDS, exp.id)
     files_key = stable_json({p: n for p, (_, n) in sorted(changed.items())})
     reason = guard_reason(
@@ -377,7 +379,7 @@ async def prepare(
         duplicate_of=wave.seen.get(files_key) if wave is not None and changed else None,
     )
     if reason is not None:
-        ctx.say(f"  experiment {exp.id}: rejected by the guards: {reason}")
+        ctx.events(GuardRejected(exp.id, reason))
         return Rejected(ctx.ledger.reject(exp.id, reason, cost_usd=proposal.cost_usd))
     committed = _commit(ctx, exp.id, incumbent, proposal, changed)
     if isinstance(committed, Rejected):
@@ -487,7 +489,7 @@ def _commit(
         rejected = gitops.roll_back(
             ctx.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, None, "guard_rejected")
         )
-        ctx.say(f"  experiment {exp_id}: rejected by the guards: {slipped}")
+        ctx.events(GuardRejected(exp_id, slipped))
         return Rejected(
             ctx.ledger.record_decision(
                 exp_id,

@@ -25,7 +25,18 @@ from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.oversize import oversized_items
 from optimizer.evaluation.stopping import Aborted, Interrupted, StopRequest
-from optimizer.events import Listener, Message, Progress, ProgressSnapshot, StopKind, StopReason, ignore
+from optimizer.events import (
+    Listener,
+    Message,
+    PassProgress,
+    Progress,
+    ProgressSnapshot,
+    RunStopped,
+    StageChanged,
+    StopKind,
+    StopReason,
+    ignore,
+)
 from optimizer.judge.harness import check_budget, check_confinement
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.providers import Usage, check_judge_key
@@ -221,7 +232,7 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
         ledger.set_run_status(run.id, status, stop_reason=ended.message)
         if ended.kind is StopKind.STOP_FILE and ws.stop_path.exists():
             ws.stop_path.unlink()
-        _summary(ledger, run.id, ended, say, settings.loop)
+        _summary(ledger, run.id, ended, events, settings.loop)
         if manual_edit is not None:
             _manual_outcome(ws, ledger, run.id, manual_edit, say)
             manual_edit = None
@@ -526,11 +537,13 @@ def record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> Non
     the cache since that moment is its (a call made meanwhile by another process sharing the cache
     is counted too: the budget errs on the safe side).
     """
-    stage = ledger.last_event(run_id, "stage")
-    if stage is None or stage.payload.get("stage") not in (StageKind.BASELINE, StageKind.EVALUATING):
+    row = ledger.last_event(run_id, "stage")
+    stage = row.typed() if row is not None else None
+    if row is None or not isinstance(stage, StageChanged) or stage.stage not in (StageKind.BASELINE,
+                                                                                StageKind.EVALUATING):
         return
-    started_at = stage.payload.get("started_at")
-    exp = next((e for e in ledger.experiments_with_status("running", run_id) if e.id == stage.experiment_id), None)
+    started_at = stage.started_at
+    exp = next((e for e in ledger.experiments_with_status("running", run_id) if e.id == row.experiment_id), None)
     if exp is None or started_at is None or not ws.cache_path.exists():
         return
     with JudgeCache(ws.cache_path) as cache:
@@ -538,14 +551,15 @@ def record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> Non
     if paid > 0:
         ledger.add_cost(exp.id, Usage(cost_usd=paid))
     # Counted once: a crash before the resumed evaluation starts must not count this window again.
-    ledger.add_event(run_id, "stage", {"stage": StageKind.RESUMING, "paid_before_crash_usd": round(paid, 6)},
+    ledger.add_event(run_id, StageChanged(StageKind.RESUMING, paid_before_crash_usd=round(paid, 6)),
                      experiment_id=exp.id)
 
 
 def _last_reported_spend(ledger: Ledger, run_id: str) -> float:
     """The running total of the run's last progress event (0 when there is none)."""
-    event = ledger.last_event(run_id, "progress")
-    return float(event.payload.get("cost_usd", 0.0)) if event else 0.0
+    row = ledger.last_event(run_id, "progress")
+    event = row.typed() if row is not None else None
+    return event.cost_usd if isinstance(event, PassProgress) else 0.0
 
 
 def _resumable_run(ledger: Ledger) -> Run:
@@ -564,8 +578,11 @@ def _resumable_run(ledger: Ledger) -> Run:
     raise UserError("no unfinished run to resume; start one with `judgeloop run`")
 
 
-def _summary(ledger: Ledger, run_id: str, ended: StopReason, say: Say, loop: LoopSection) -> None:
-    """The end-of-run lines; ``loop``: the run's decision settings (`RunSettings.loop`)."""
+def _summary(ledger: Ledger, run_id: str, ended: StopReason, events: Listener, loop: LoopSection) -> None:
+    """The end-of-run lines, the first a `RunStopped`; ``loop``: the run's decision settings (`RunSettings.loop`)."""
+    def say(text: str) -> None:
+        events(Message(text))
+
     run = ledger.get_run(run_id)
     exps = ledger.experiments(run_id)
     kept = [e for e in exps if e.status == "kept"]
@@ -575,11 +592,10 @@ def _summary(ledger: Ledger, run_id: str, ended: StopReason, say: Say, loop: Loo
     waiting = next((e for e in exps if e.status == "waiting"), None)
     if ended.kind is StopKind.WAITING and waiting is not None:
         # One outcome: the candidate is neither kept nor rolled back until a person decides.
-        say(f"run {run_id} waiting: experiment {waiting.id} waits for your decision: "
-            f"`judgeloop decide {waiting.id} keep|discard`; spent ${cost:.4f}")
+        events(RunStopped(run_id, run.status, ended, waiting_for=waiting.id, spent_usd=cost))
         say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
         return
-    say(f"run {run_id} {run.status}: {ended.message}")
+    events(RunStopped(run_id, run.status, ended))
     cut = sum(e.status == "running" for e in exps if e.seq > 0)
     say(f"  {len(exps) - 1} candidate(s): {len(kept)} kept, "
         f"{sum(e.status == 'rolled_back' for e in exps)} rolled back, "

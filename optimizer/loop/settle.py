@@ -8,6 +8,7 @@ Every outcome's row holds the item verdicts and the decision (`record_evaluation
 
 from __future__ import annotations
 
+from optimizer.events import CandidateDecided, Judged
 from optimizer.judge.prompts import PromptSet
 from optimizer.ledger import Experiment, ExperimentOutcome, ExperimentStatus
 from optimizer.loop.context import RunContext
@@ -31,7 +32,7 @@ def roll_back_unevaluable(
     rejected = gitops.roll_back(
         ctx.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, None, "error")
     )
-    ctx.say(f"  experiment {exp_id}: {reason}")
+    ctx.events(CandidateDecided(exp_id, "error", reason))
     return ctx.ledger.record_error(exp_id, reason, cost_usd=candidate.optimiser_cost_usd, commit_sha=rejected)
 
 
@@ -65,17 +66,14 @@ def settle(
             ctx.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, None, "error")
         )
         exp = record_evaluation(ctx, exp_id, ev, outcome("error", reason, rejected))
-        ctx.say(f"  experiment {exp_id}: {reason}")
+        ctx.events(CandidateDecided(exp_id, "error", reason))
         return exp
     if propose_only:
         waiting = f"waiting for a human decision; the {d.policy} policy says: {d.reason}"
         gitops.park_waiting(ctx.root, sha, exp_id)  # decidable whatever later moves the branch
         exp = record_evaluation(ctx, exp_id, ev, outcome("waiting", waiting))
         # Advice, not an outcome: the run's summary says once that it waits for `judgeloop decide`.
-        ctx.say(
-            f"  experiment {exp_id}: evaluated; the {d.policy} policy {as_advice(d.reason)} "
-            f"(review it: `git show {sha[:12]}`, `judgeloop tui`)"
-        )
+        ctx.events(CandidateDecided(exp_id, "waiting", as_advice(d.reason), policy=d.policy, commit_sha=sha))
         return exp
     if d.keep:
         new_sha = gitops.finalize_kept(ctx.root, sha, decision_trailers(exp_id, ev.metrics, "kept"))
@@ -85,9 +83,8 @@ def settle(
             ctx.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, ev.metrics, "rolled_back")
         )
         exp = record_evaluation(ctx, exp_id, ev, outcome("rolled_back", d.reason, rejected))
-    kept = "KEPT (cheaper, not worse)" if d.keep_kind == "cheaper" else "KEPT"
-    ctx.say(
-        f"  experiment {exp_id}: {kept if d.keep else 'rolled back'} — {d.reason} "
-        f"(calls={ev.calls}, cached={ev.run.cache_hits}, ${ev.usage.cost_usd:.4f})"
-    )
+    ctx.events(CandidateDecided(
+        exp_id, "kept" if d.keep else "rolled_back", d.reason, judged=Judged(ev.calls, ev.run.cache_hits, ev.usage.cost_usd),
+        cheaper=d.keep_kind == "cheaper",
+    ))
     return exp

@@ -13,6 +13,7 @@ from typing import Any
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import WaveBatches
 from optimizer.evaluation.cache import JudgeCache
+from optimizer.events import CandidateDecided
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage
 from optimizer.judge.types import Provider, batches
@@ -142,7 +143,7 @@ async def decide_wave_members(
             reason = f"cannot be evaluated: {invalid}; rolled back"
             gitops.store_rejected(ctx.root, sha, exp_id)
             gitops.unpark(ctx.root, exp_id)
-            ctx.say(f"  experiment {exp_id}: {reason}")
+            ctx.events(CandidateDecided(exp_id, "error", reason))
             out.append(
                 ctx.ledger.record_error(exp_id, reason, cost_usd=member.optimiser_cost_usd, commit_sha=sha)
             )

@@ -379,7 +379,7 @@ class McpSession:
         for path, text in files.items():
             out = run_tool(state, "write_file", {"path": path, "text": text})
             if out.is_error:
-                return _error(f"nothing was proposed or committed: {out.text.removeprefix('error: ')}")
+                return _error(f"nothing was proposed or committed: {out.problem or out.text}")
         for n, op in enumerate(memory, start=1):
             # The agent strategy's own memory tools on the same state: the same checks, the same refusals.
             tool = op.get("tool")
@@ -389,10 +389,10 @@ class McpSession:
             out = run_tool(state, str(tool), op.get("arguments", {}))
             if out.is_error:
                 return _error(f"nothing was proposed or committed: memory edit {n} ({tool}): "
-                              f"{out.text.removeprefix('error: ')}")
+                              f"{out.problem or out.text}")
         out = run_tool(state, "submit", {"rationale": rationale})
         if out.is_error:
-            return _error(f"nothing was proposed or committed: {out.text.removeprefix('error: ')}")
+            return _error(f"nothing was proposed or committed: {out.problem or out.text}")
         assert state.submitted is not None
         self.strategy.next = Proposal(state.changed_files(), state.submitted, tool_errors=state.errors)
         incumbent = self._incumbent()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.cli import main
-from optimizer.events import Event, Message, StopKind
+from optimizer.events import Event, Message, StopKind, said_lines
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.loop.session import RunOptions, start_run
 from optimizer.workspace import gitops
@@ -99,7 +99,7 @@ def test_a_manual_run_stopped_before_the_candidate_puts_the_edit_back_and_resume
         assert run.status == "stopped" and [e.status for e in exps] == ["baseline"]
         # Not judged, so not gone: the edit is back in the working tree, and the run says so.
         assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == new
-        lines = [e.text for e in said if isinstance(e, Message)]
+        lines = said_lines(said)
         assert any("the run ended before judging it; your edit is back in prompts/rubric.md" in t for t in lines)
         assert run_loop(ws, server.openai_base_url, "--resume") == 0
     run, exps = latest(ws)

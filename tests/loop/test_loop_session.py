@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.events import Event, Message, Progress, StopKind
+from optimizer.events import Event, Message, Progress, StopKind, said_lines
 from optimizer.ledger import Ledger
 from optimizer.loop.session import RunOptions, decide, resume_run, start_run
 from optimizer.workspace.config import JudgeOverrides
@@ -30,7 +30,7 @@ def test_start_run_reports_through_events_and_returns_a_typed_stop(
     assert capsys.readouterr() == ("", "")  # the engine never prints
     assert outcome.status == "finished" and not outcome.aborted
     assert outcome.stop.kind is StopKind.MAX_EXPERIMENTS and outcome.stop.message == "reached --max-experiments 2"
-    said = [e.text for e in events if isinstance(e, Message)]
+    said = said_lines(events)
     assert said[0].startswith(f"run {outcome.run_id}: branch judgeloop/{outcome.run_id}")
     assert f"run {outcome.run_id} finished: reached --max-experiments 2" in said
     progress = [e.snapshot for e in events if isinstance(e, Progress)]

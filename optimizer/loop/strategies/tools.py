@@ -44,10 +44,14 @@ MAX_FILE_CHARS = MAX_PROMPT_FILE_CHARS  # what the runner's validation accepts
 
 @dataclass(frozen=True)
 class ToolOutput:
+    """A tool's answer: ``text`` as the model reads it; a refusal's sentence also as ``problem``
+    (without the ``error:`` prefix), so a caller that words it again never parses ``text``."""
+
     text: str
     image: bytes | None = None  # JPEG, for view_screenshot
     media_type: str = "image/jpeg"
     is_error: bool = False
+    problem: str | None = None
 
 
 @dataclass
@@ -89,7 +93,7 @@ class ToolState:
     def fail(self, message: str) -> ToolOutput:
         self.errors += 1
         self.error_log.append(message)
-        return ToolOutput(text=f"error: {message}", is_error=True)
+        return ToolOutput(text=f"error: {message}", is_error=True, problem=message)
 
 
 class _BadArgs(Exception):
