@@ -25,7 +25,15 @@ import time
 from pathlib import Path
 
 from optimizer.judge.providers.pricing import Usage
-from optimizer.ledger import ExperimentOutcome, ItemVerdict, LabelRow, Ledger, ReplicateVerdict
+from optimizer.ledger import (
+    ExperimentOutcome,
+    ItemVerdict,
+    LabelRow,
+    Ledger,
+    ProposedEdit,
+    ReplicateVerdict,
+    RunSpec,
+)
 from optimizer.scaffold import init_workspace
 
 DIFF = """--- a/prompts/rubric.md
@@ -44,20 +52,22 @@ def build_ledger(path: Path, n_experiments: int, n_items: int, replicates: int, 
     ids = [f"{i:08x}-0000-4000-8000-{i:012x}" for i in range(n_items)]
     positives = set(rng.sample(ids, n_items * 62 // 162))
     with Ledger(path) as ledger:
-        run = ledger.create_run(strategy="library", policy="paired", split="AH-D", split_fingerprint="f" * 64,
-                                start_rev="0" * 40)
+        run = ledger.create_run(RunSpec(strategy="library", policy="paired", split="AH-D", split_fingerprint="f" * 64,
+                                        start_rev="0" * 40))
         ledger.set_labels(run.id, [LabelRow(trajectory_id=t, positive=t in positives,
                                             mistake_type=None if t in positives else "Critical Mistake") for t in ids])
         incumbent = None
         skill = 0.7
         for seq in range(n_experiments):
             exp = ledger.start_experiment(run.id, parent_id=incumbent, strategy="library" if seq else None,
-                                          diff_text=DIFF if seq else None,
-                                          rationale=f"candidate {seq}: enable one library rule", insertions=2,
-                                          deletions=0, files_changed=["prompts/rubric.md"] if seq else [],
-                                          proposal_meta={"wave": {"size": wave, "alpha": 0.1, "incumbent": incumbent,
-                                                                  "number": (seq - 1) // wave + 1}}
-                                          if seq and wave > 1 else None)
+                                          edit=ProposedEdit(
+                                              diff_text=DIFF if seq else None,
+                                              rationale=f"candidate {seq}: enable one library rule", insertions=2,
+                                              deletions=0, files_changed=["prompts/rubric.md"] if seq else [],
+                                              proposal_meta={"wave": {"size": wave, "alpha": 0.1,
+                                                                      "incumbent": incumbent,
+                                                                      "number": (seq - 1) // wave + 1}}
+                                              if seq and wave > 1 else None))
             cand_skill = skill + rng.uniform(-0.03, 0.02)
             items = []
             tp = fn = tn = fp = 0

@@ -13,7 +13,7 @@ import pytest
 
 from optimizer.evaluation.batchstore import BatchRecord, BatchStore
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.ledger import Ledger
+from optimizer.ledger import Ledger, RunSpec
 from optimizer.loop.evaluate import LedgerBatches
 
 WHERE = {"provider": "openai", "endpoint": "https://api.openai.com/v1", "model": "gpt-5"}
@@ -28,8 +28,15 @@ def _cache_store(tmp_path: Path) -> Iterator[BatchStore]:
 @contextmanager
 def _ledger_store(tmp_path: Path) -> Iterator[BatchStore]:
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        run = ledger.create_run(strategy="library", policy="paired", split="sample", split_fingerprint="fp",
-                                start_rev="abc123")
+        run = ledger.create_run(
+            RunSpec(
+                strategy="library",
+                policy="paired",
+                split="sample",
+                split_fingerprint="fp",
+                start_rev="abc123",
+            )
+        )
         yield LedgerBatches(ledger, run.id, None)
 
 

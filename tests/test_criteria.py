@@ -24,7 +24,8 @@ from optimizer.judge.criteria import MAX_CRITERIA
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.render import build_request
 from optimizer.judge.types import VERDICT_SCHEMA
-from optimizer.loop.guards import check_candidate
+from optimizer.ledger import RunSpec
+from optimizer.loop.guards import DevMaterial, check_candidate
 from optimizer.loop.records import item_verdicts
 from tests.support.data import FakeItem
 from tests.support.evaluation import SECRET, Data, judge, make_data, write_config
@@ -471,9 +472,9 @@ def test_criteria_md_is_guarded_like_judge_md(data: Data) -> None:
     copied = {"prompts/criteria.md": (None, f"Check that {instruction}\n")}
     args = ([i.trajectory_id for i in data.items], [i.original_id for i in data.items], [i.instruction for i in data.items])
     # Not in the default allowed files: the optimiser may touch it only when the user allows it.
-    refused = check_candidate(copied, ["prompts/judge.md", "prompts/rubric.md"], 40, *args)
+    refused = check_candidate(copied, ["prompts/judge.md", "prompts/rubric.md"], 40, DevMaterial(*args))
     assert refused.guard == "allowed_files"
-    linted = check_candidate(copied, ["prompts/judge.md", "prompts/criteria.md"], 40, *args)
+    linted = check_candidate(copied, ["prompts/judge.md", "prompts/criteria.md"], 40, DevMaterial(*args))
     assert linted.guard == "overfit_copy" and "prompts/criteria.md" in linted.reason
 
 
@@ -492,7 +493,9 @@ def test_the_ledger_keeps_criteria_evidence_and_review_and_a_schema_8_ledger_rea
                            review=ReviewRecord(violation=True, applied=True, steps=[4], first_verdict={"success": True}))
     plain = ReplicateVerdict(replicate=1, success=True, reasoning="r")
     with Ledger(path) as ledger:
-        run = ledger.create_run(strategy="library", policy="paired", split="s", split_fingerprint="fp", start_rev="a")
+        run = ledger.create_run(
+            RunSpec(strategy="library", policy="paired", split="s", split_fingerprint="fp", start_rev="a")
+        )
         exp = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
         ledger.record_verdicts(exp.id, [ItemVerdict(trajectory_id="t1", success=False, replicates=[rep, plain])])
         got = ledger.item_verdicts(exp.id)[0].replicates

@@ -8,6 +8,7 @@ import pytest
 from optimizer.loop.guards import (
     PROTECTED_BEGIN,
     PROTECTED_END,
+    DevMaterial,
     GuardResult,
     changed_line_count,
     check_candidate,
@@ -38,7 +39,7 @@ Answer with JSON: {{"success": bool, "reasoning": str}}.
 
 
 def check(changed: dict[str, tuple[str | None, str | None]], *, max_lines: int = 200) -> GuardResult:
-    return check_candidate(changed, ALLOWED, max_lines, {TRAJ_ID}, {RECORDING_ID}, [INSTRUCTION])
+    return check_candidate(changed, ALLOWED, max_lines, DevMaterial({TRAJ_ID}, {RECORDING_ID}, [INSTRUCTION]))
 
 
 def test_a_fine_edit_passes() -> None:
@@ -149,11 +150,17 @@ def test_prebuilt_ngram_set_is_accepted_with_its_values() -> None:
 
     grams, values = instruction_ngrams([*VALUE_INSTRUCTIONS, INSTRUCTION]), instruction_values(VALUE_INSTRUCTIONS)
     new = JUDGE + "open the spreadsheet in libreoffice calc sort the second\n"
-    result = check_candidate({"prompts/judge.md": (JUDGE, new)}, ALLOWED, 200, set(), set(), grams, values)
+    result = check_candidate(
+        {"prompts/judge.md": (JUDGE, new)}, ALLOWED, 200, DevMaterial(set(), set(), grams, values)
+    )
     assert result.guard == "overfit_copy" and "copies 9 words" in result.reason
     # The value guard runs on this path too (it used to be skipped when no values were passed).
-    result = check_candidate({"prompts/judge.md": (JUDGE, JUDGE + "- report.pdf\n")}, ALLOWED, 200, set(), set(),
-                             grams, values)
+    result = check_candidate(
+        {"prompts/judge.md": (JUDGE, JUDGE + "- report.pdf\n")},
+        ALLOWED,
+        200,
+        DevMaterial(set(), set(), grams, values),
+    )
     assert result.guard == "overfit_value" and "'report.pdf'" in result.reason
 
 
@@ -182,7 +189,9 @@ VALUE_INSTRUCTIONS = [
 
 
 def value_check(old: str, new: str) -> GuardResult:
-    return check_candidate({"prompts/rubric.md": (old, new)}, ALLOWED, 200, set(), set(), VALUE_INSTRUCTIONS)
+    return check_candidate(
+        {"prompts/rubric.md": (old, new)}, ALLOWED, 200, DevMaterial(set(), set(), VALUE_INSTRUCTIONS)
+    )
 
 
 @pytest.mark.parametrize(
@@ -255,8 +264,12 @@ def test_bundled_prompts_and_library_pass_the_whole_lint_against_the_sample(tmp_
     changed: dict[str, tuple[str | None, str | None]] = {
         path: ("\n".join(protected_regions(text)), text) for path, text in texts.items()
     }
-    result = check_candidate(changed, list(changed), 10_000, split.ids, recordings, instructions,
-                             dev_trajectory_values=typed)
+    result = check_candidate(
+        changed,
+        list(changed),
+        10_000,
+        DevMaterial(split.ids, recordings, instructions, trajectory_values=typed),
+    )
     assert result.ok, result.reason
 
 
@@ -304,7 +317,9 @@ def test_an_id_prefix_needs_a_digit_so_ordinary_words_pass() -> None:
     line = "- A decade of dates, a faded cafe: check every date the instruction gives.\n"
 
     def run(text: str) -> GuardResult:
-        return check_candidate({"prompts/judge.md": (JUDGE, JUDGE + text)}, ALLOWED, 200, {ident}, set(), [])
+        return check_candidate(
+            {"prompts/judge.md": (JUDGE, JUDGE + text)}, ALLOWED, 200, DevMaterial({ident}, set(), [])
+        )
 
     assert run(line).ok  # "decade", "faded", "cafe" are hex-ish words, but no digit: not an id reference
     assert run("- Four-digit codes like 2024 or 10000 are fine.\n").ok  # 4 digits, and no id starts 10000
@@ -390,9 +405,13 @@ def test_ordinary_long_words_and_hashes_are_not_decoded_into_values() -> None:
 def test_a_prebuilt_ngram_set_without_values_is_refused() -> None:
     grams = instruction_ngrams(VALUE_INSTRUCTIONS)
     with pytest.raises(ValueError, match="dev_values"):
-        # The misuse the overloads forbid, made on purpose: the runtime check must catch it too.
-        check_candidate({"prompts/rubric.md": ("# Rubric\n", "# Rubric\n- report.pdf\n")}, ALLOWED, 200,
-                        set(), set(), grams)  # type: ignore[arg-type]
+        # The misuse `DevMaterial.prebuilt` forbids, made on purpose: the runtime check must catch it too.
+        check_candidate(
+            {"prompts/rubric.md": ("# Rubric\n", "# Rubric\n- report.pdf\n")},
+            ALLOWED,
+            200,
+            DevMaterial(set(), set(), grams),
+        )
 
 
 # -- trajectory values: what the dev agents typed and where they clicked -------------------------
@@ -420,9 +439,18 @@ def dev_trajectory() -> Trajectory:
 def trajectory_check(line: str) -> GuardResult:
     from optimizer.loop.guards import instruction_values, trajectory_values
 
-    return check_candidate({"prompts/rubric.md": ("# Rubric\n", "# Rubric\n" + line)}, ALLOWED, 200, set(), set(),
-                           instruction_ngrams([INSTRUCTION]), dev_values=instruction_values([INSTRUCTION]),
-                           dev_trajectory_values=trajectory_values([dev_trajectory()]))
+    return check_candidate(
+        {"prompts/rubric.md": ("# Rubric\n", "# Rubric\n" + line)},
+        ALLOWED,
+        200,
+        DevMaterial(
+            set(),
+            set(),
+            instruction_ngrams([INSTRUCTION]),
+            values=instruction_values([INSTRUCTION]),
+            trajectory_values=trajectory_values([dev_trajectory()]),
+        ),
+    )
 
 
 def test_trajectory_values_are_the_distinctive_typed_texts_and_click_targets() -> None:

@@ -5,6 +5,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +17,24 @@ from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger import (
     SCHEMA_VERSION,
+    AttributionSpec,
     ExperimentOutcome,
     ItemVerdict,
     LabelRow,
     Ledger,
+    ProposedEdit,
     ReplicateVerdict,
     Run,
+    RunSpec,
     new_run_id,
 )
 
 
-def _run(ledger: Ledger, **kw: Any) -> Run:
+def _run(ledger: Ledger, *, run_id: str | None = None, **kw: Any) -> Run:
     args: dict[str, Any] = dict(
         strategy="library", policy="paired", split="sample", split_fingerprint="fp", start_rev="abc123")
     args.update(kw)
-    return ledger.create_run(**args)
+    return ledger.create_run(RunSpec(**args), run_id=run_id)
 
 
 def _item(tid: str, success: bool | None, reps: int = 3) -> ItemVerdict:
@@ -63,8 +67,17 @@ def test_run_and_experiment_round_trip(tmp_path: Path) -> None:
             intervals={"kappa": (0.4, 0.6)}, items_evaluated=5, usage=Usage(calls=10, cost_usd=0.25),
         ))
         cand = ledger.start_experiment(
-            run.id, parent_id=base.id, strategy="library", commit_sha="b" * 40, files_changed=["prompts/rubric.md"],
-            insertions=3, deletions=1, diff_text="--- a\n+++ b\n", rationale="tighten the rubric",
+            run.id,
+            parent_id=base.id,
+            strategy="library",
+            commit_sha="b" * 40,
+            edit=ProposedEdit(
+                files_changed=["prompts/rubric.md"],
+                insertions=3,
+                deletions=1,
+                diff_text="--- a\n+++ b\n",
+                rationale="tighten the rubric",
+            ),
         )
         assert cand.seq == 1
         ledger.record_decision(cand.id, ExperimentOutcome(
@@ -278,9 +291,13 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         ledger.record_decision(base.id, ExperimentOutcome(
             status="baseline", usage=Usage(calls=10, input_tokens=900, cost_usd=0.25),
         ))
-        library = ledger.start_experiment(run.id, parent_id=base.id, strategy="library", rationale=tag)
+        library = ledger.start_experiment(
+            run.id, parent_id=base.id, strategy="library", edit=ProposedEdit(rationale=tag)
+        )
         ledger.record_decision(library.id, ExperimentOutcome(status="rolled_back", usage=Usage(calls=4, cost_usd=0.1)))
-        reflect = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect", rationale="x [library: y]")
+        reflect = ledger.start_experiment(
+            run.id, parent_id=base.id, strategy="reflect", edit=ProposedEdit(rationale="x [library: y]")
+        )
         ledger.record_decision(reflect.id, ExperimentOutcome(
             status="guard_rejected", usage=Usage(calls=1, input_tokens=50, cost_usd=0.02),
         ))
@@ -308,9 +325,14 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         assert upgraded[library.id].rationale == tag
         assert upgraded[reflect.id].proposal_meta == {} and upgraded[reflect.id].optimizer_cost_usd == 0.0
         new = ledger.start_experiment(
-            run.id, parent_id=base.id, strategy="reflect", rationale="new", optimizer_calls=2,
-            optimizer_input_tokens=300, optimizer_output_tokens=40, optimizer_cost_usd=0.05,
-            proposal_meta={"note": "data"},
+            run.id,
+            parent_id=base.id,
+            strategy="reflect",
+            edit=ProposedEdit(
+                rationale="new",
+                proposal_meta={"note": "data"},
+                optimizer_usage=Usage(calls=2, input_tokens=300, output_tokens=40, cost_usd=0.05),
+            ),
         )
         ledger.record_decision(new.id, ExperimentOutcome(
             status="rolled_back", usage=Usage(calls=8, input_tokens=700, cost_usd=0.3),
@@ -521,7 +543,7 @@ def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as
     assert "McNemar p 0.031" in text and "literal keep, paired keep" in text and "test:" not in text
     assert data["experiments"][1]["rejudged"] == [] and data["experiments"][1]["test"] is None
     # Its candidates were tested at the run's alpha: the accounting reads it from the run's config.
-    assert accounting(run, exps)["expected_false_keeps"] == pytest.approx(0.1)
+    assert accounting(run, exps).expected_false_keeps == pytest.approx(0.1)
     assert data["accounting"]["tested"] == 1 and len(lines) == 3
     with Ledger(path) as ledger:  # and a new judgeloop writing to it upgrades it in place
         assert ledger.get_experiment(old.id).p_value == 0.03125
@@ -534,11 +556,13 @@ def test_attribution_rows_round_trip_and_resume_by_key(tmp_path: Path) -> None:
     from optimizer.ledger import EditContribution, ItemShare
 
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        run = ledger.create_run(strategy="manual", policy="literal", split="dev", split_fingerprint="f", start_rev="s")
+        run = ledger.create_run(
+            RunSpec(strategy="manual", policy="literal", split="dev", split_fingerprint="f", start_rev="s")
+        )
         assert ledger.latest_attribution(run.id) is None
-        args = dict(key="k1", scope="run", final_commit="f" * 40, baseline_commit="b" * 40, split="dev",
-                    judge="openai:m", replicates=1, rejudge=2, alpha=0.1)
-        att = ledger.open_attribution(run.id, **args)  # type: ignore[arg-type]
+        spec = AttributionSpec(key="k1", scope="run", final_commit="f" * 40, baseline_commit="b" * 40, split="dev",
+                               judge="openai:m", replicates=1, rejudge=2, alpha=0.1)
+        att = ledger.open_attribution(run.id, spec)
         edit = EditContribution(experiment=7, commit="c" * 40, items=9.5, kappa_delta=0.4, fpr_delta=-0.2,
                                 fixed=["t1"], p_value=0.01, cost_usd=0.25,
                                 shares=[ItemShare(trajectory_id="t1", without_correct=0, without_total=3,
@@ -550,8 +574,8 @@ def test_attribution_rows_round_trip_and_resume_by_key(tmp_path: Path) -> None:
         assert done.status == "partial" and done.cost_usd == 0.25 and [e.experiment for e in done.edits] == [7, 5]
         assert done.edits[0] == edit and done.edits[0].shares[0].draws() == "0/3 → 3/3"
         # The same key resumes the same attribution; another key starts a new one.
-        assert ledger.open_attribution(run.id, **args).id == att.id  # type: ignore[arg-type]
-        assert ledger.open_attribution(run.id, **{**args, "key": "k2"}).id != att.id  # type: ignore[arg-type]
+        assert ledger.open_attribution(run.id, spec).id == att.id
+        assert ledger.open_attribution(run.id, replace(spec, key="k2")).id != att.id
         latest = ledger.latest_attribution(run.id)
         assert latest is not None and latest.key == "k2" and latest.status == "running"
 
@@ -563,7 +587,12 @@ def test_only_recorded_outcomes_emit_a_decision_event_and_narrow_updates_touch_o
         run = _run(ledger)
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
         ledger.record_decision(base.id, ExperimentOutcome(status="baseline", metrics={"kappa": 0.5}))
-        cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect", optimizer_cost_usd=0.05)
+        cand = ledger.start_experiment(
+            run.id,
+            parent_id=base.id,
+            strategy="reflect",
+            edit=ProposedEdit(optimizer_usage=Usage(cost_usd=0.05)),
+        )
         last = ledger.last_event_id()
         got = ledger.mark_evaluating(cand.id, "c" * 40, cost_usd=0.05)
         assert (got.status, got.decision, got.reason, got.commit_sha, got.cost_usd) == (

@@ -25,7 +25,7 @@ from optimizer.events import (
     StopReason,
     read_event,
 )
-from optimizer.ledger import Ledger
+from optimizer.ledger import Ledger, RunSpec
 from optimizer.loop.session import RunOptions, start_run
 from optimizer.workspace.config import JudgeOverrides
 from optimizer.workspace.workspace import Workspace
@@ -44,8 +44,9 @@ def _insert_raw(path: Path, run_id: str, experiment_id: int | None, kind: str, p
 def test_live_strip_skips_an_event_row_it_cannot_read_and_follows_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
-        run = ledger.create_run(strategy="fake", policy="paired", split="dev", split_fingerprint="f",
-                                start_rev="0" * 40)
+        run = ledger.create_run(
+            RunSpec(strategy="fake", policy="paired", split="dev", split_fingerprint="f", start_rev="0" * 40)
+        )
         exp = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", seq=0)
     _insert_raw(path, run.id, exp.id, "progress", json.dumps({"done": "many", "total": [88]}))
     _insert_raw(path, run.id, exp.id, "stage", json.dumps(["evaluating"]))

@@ -20,6 +20,7 @@ from optimizer.evaluation.evaluator import evaluate_items
 from optimizer.judge.prompts import JUDGE_MD, JUDGE_TOML, REQUIRED_FILES, PromptSet, parse_settings
 from optimizer.judge.render import build_request
 from optimizer.judge.types import VERDICT_SCHEMA, Sampling, stable_json
+from optimizer.loop.guards import DevMaterial
 from optimizer.models import Verdict
 from optimizer.scaffold import init_workspace
 from optimizer.workspace.config import JudgeSection
@@ -366,7 +367,7 @@ def test_the_guards_hold_a_member_file_like_judge_md() -> None:
     broken = old.replace("Answer with the JSON object only.", "Answer as you like.")
 
     def check(new: str, allowed: list[str]) -> tuple[bool, str]:
-        result = check_candidate({member: (old, new)}, allowed, 50, [], [], [])
+        result = check_candidate({member: (old, new)}, allowed, 50, DevMaterial([], [], []))
         return result.ok, result.reason or ""
 
     assert check(edited, ["prompts/judge.md", member]) == (True, "")

@@ -27,7 +27,7 @@ from optimizer.judge.providers import make_provider
 from optimizer.judge.providers.pricing import cost_usd, price_for
 from optimizer.judge.render import RenderOptions, build_request
 from optimizer.judge.types import VERDICT_SCHEMA, ProviderReply, Sampling, TextPart
-from optimizer.loop.guards import check_candidate
+from optimizer.loop.guards import DevMaterial, check_candidate
 from optimizer.scaffold import init_workspace
 from optimizer.workspace.config import JudgeSection
 from optimizer.workspace.workspace import Workspace
@@ -196,8 +196,12 @@ def test_the_static_system_prompt_is_beyond_every_candidates_reach(tmp_path: Pat
     # moves off (the default) the structure guard refuses any judge.toml edit.
     ws = Workspace.open(setup.ws.root)
     toml = base.files[JUDGE_TOML]
-    verdict = check_candidate({JUDGE_TOML: (toml, with_layout(toml, "rubric-first"))},
-                              ws.config.optimizer.allowed_files, 200, [], [], [])
+    verdict = check_candidate(
+        {JUDGE_TOML: (toml, with_layout(toml, "rubric-first"))},
+        ws.config.optimizer.allowed_files,
+        200,
+        DevMaterial([], [], []),
+    )
     assert not verdict.ok and verdict.guard == "structure"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.judge.providers.pricing import Usage
-from optimizer.ledger import ExperimentOutcome, ItemVerdict, LabelRow, Ledger
+from optimizer.ledger import ExperimentOutcome, ItemVerdict, LabelRow, Ledger, ProposedEdit, RunSpec
 from optimizer.report import TSV_COLUMNS, export_experiments_tsv, report_json, write_markdown_report
 from optimizer.scaffold import init_workspace
 from optimizer.workspace import gitops
@@ -36,8 +36,14 @@ def filled(tmp_path: Path) -> tuple[Workspace, str, dict[str, int]]:
     ids: dict[str, int] = {}
     with Ledger(ws.ledger_path) as ledger:
         run = ledger.create_run(
-            strategy="library", policy="paired", split="sample", split_fingerprint="f" * 64, start_rev=start,
-            budgets={"max_experiments": 3},
+            RunSpec(
+                strategy="library",
+                policy="paired",
+                split="sample",
+                split_fingerprint="f" * 64,
+                start_rev=start,
+                budgets={"max_experiments": 3},
+            )
         )
         gitops.create_run_branch(ws, run.id, start)
         ledger.set_labels(run.id, [LabelRow(trajectory_id=t, positive=p) for t, p in LABELS.items()])
@@ -51,7 +57,9 @@ def filled(tmp_path: Path) -> tuple[Workspace, str, dict[str, int]]:
         ids["baseline"] = base.id
 
         _append(ws, "prompts/rubric.md", "\n- Rule that helps.\n")
-        kept = ledger.start_experiment(run.id, parent_id=base.id, strategy="library", rationale="add a helpful rule")
+        kept = ledger.start_experiment(
+            run.id, parent_id=base.id, strategy="library", edit=ProposedEdit(rationale="add a helpful rule")
+        )
         sha = gitops.commit_candidate(ws, ["prompts/rubric.md"], "library: add a helpful rule", kept.id)
         diff = gitops.diff_against(ws, start, sha)
         ledger.record_verdicts(kept.id, _answers({"p1", "p2", "n1", "n2"}))
@@ -65,7 +73,9 @@ def filled(tmp_path: Path) -> tuple[Workspace, str, dict[str, int]]:
         ids["kept"] = kept.id
 
         _append(ws, "prompts/judge.md", "\nBe lenient.\n")
-        bad = ledger.start_experiment(run.id, parent_id=kept.id, strategy="library", rationale="be lenient")
+        bad = ledger.start_experiment(
+            run.id, parent_id=kept.id, strategy="library", edit=ProposedEdit(rationale="be lenient")
+        )
         bad_sha = gitops.commit_candidate(ws, ["prompts/judge.md"], "library: be lenient", bad.id)
         rejected_sha = gitops.roll_back(ws, bad_sha, bad.id, final_sha, {"Judgeloop-Decision": "rolled_back"})
         ledger.record_decision(bad.id, ExperimentOutcome(
@@ -76,7 +86,9 @@ def filled(tmp_path: Path) -> tuple[Workspace, str, dict[str, int]]:
         ))
         ids["rolled_back"] = bad.id
 
-        guarded = ledger.start_experiment(run.id, parent_id=kept.id, strategy="library", rationale="edit config")
+        guarded = ledger.start_experiment(
+            run.id, parent_id=kept.id, strategy="library", edit=ProposedEdit(rationale="edit config")
+        )
         ledger.record_decision(guarded.id, ExperimentOutcome(
             status="guard_rejected", reason="the candidate changes judgeloop.toml",
         ))
@@ -196,16 +208,29 @@ def test_report_shows_the_optimisers_spend_apart_from_the_judges(tmp_path: Path)
     from optimizer.report import report_json, report_text, spend
 
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        run = ledger.create_run(strategy="reflect", policy="paired", split="sample", split_fingerprint="f" * 64,
-                                start_rev="a" * 40)
+        run = ledger.create_run(
+            RunSpec(
+                strategy="reflect",
+                policy="paired",
+                split="sample",
+                split_fingerprint="f" * 64,
+                start_rev="a" * 40,
+            )
+        )
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
         ledger.record_decision(base.id, ExperimentOutcome(
             status="baseline", items_evaluated=4,
             usage=Usage(calls=4, input_tokens=400, output_tokens=40, cost_usd=0.01),
         ))
-        cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect", rationale="tighten",
-                                       optimizer_calls=2, optimizer_input_tokens=300, optimizer_output_tokens=40,
-                                       optimizer_cost_usd=0.05)
+        cand = ledger.start_experiment(
+            run.id,
+            parent_id=base.id,
+            strategy="reflect",
+            edit=ProposedEdit(
+                rationale="tighten",
+                optimizer_usage=Usage(calls=2, input_tokens=300, output_tokens=40, cost_usd=0.05),
+            ),
+        )
         ledger.record_decision(cand.id, ExperimentOutcome(
             status="rolled_back", items_evaluated=3,
             usage=Usage(calls=3, input_tokens=300, output_tokens=30, cache_read_tokens=9000, cache_write_tokens=120, cost_usd=0.08),

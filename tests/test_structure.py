@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.errors import UserError
-from optimizer.loop.guards import check_candidate
+from optimizer.loop.guards import DevMaterial, check_candidate
 from optimizer.loop.strategies.tools import ToolState, run_tool, tool_specs
 from optimizer.scaffold import bundled_dir
 from optimizer.structure import MOVABLE_KEYS, check_structure, set_key, structure_changes
@@ -22,8 +22,14 @@ BUNDLED = (bundled_dir() / "prompts" / "judge.toml").read_text(encoding="utf-8")
 
 
 def guard(new: str, moves: list[str], max_members: int = 3, old: str = BUNDLED) -> tuple[str, str]:
-    result = check_candidate({JUDGE_TOML: (old, new)}, ["prompts/judge.md", "prompts/rubric.md"], 200, [], [],
-                             [], [], structure_moves=moves, max_members=max_members)
+    result = check_candidate(
+        {JUDGE_TOML: (old, new)},
+        ["prompts/judge.md", "prompts/rubric.md"],
+        200,
+        DevMaterial([], [], [], []),
+        structure_moves=moves,
+        max_members=max_members,
+    )
     return result.guard, result.reason
 
 
@@ -72,19 +78,37 @@ def test_hostile_judge_toml_edits_are_refused_with_the_reason(new: str, moves: l
 
 def test_judge_toml_cannot_be_deleted_or_reached_by_another_spelling() -> None:
     allowed = ["prompts/judge.md", "prompts/rubric.md"]
-    deleted = check_candidate({JUDGE_TOML: (BUNDLED, None)}, allowed, 200, [], [], [], [],
-                              structure_moves=["tiling"], max_members=3)
+    deleted = check_candidate(
+        {JUDGE_TOML: (BUNDLED, None)},
+        allowed,
+        200,
+        DevMaterial([], [], [], []),
+        structure_moves=["tiling"],
+        max_members=3,
+    )
     assert (deleted.guard, deleted.reason) == ("structure", f"the candidate deletes {JUDGE_TOML}; structure moves "
                                                             "edit keys, never the file")
-    spelled = check_candidate({"prompts/./judge.toml": (BUNDLED, set_key(BUNDLED, "tiling", True))}, allowed, 200,
-                              [], [], [], [], structure_moves=["tiling"], max_members=3)
+    spelled = check_candidate(
+        {"prompts/./judge.toml": (BUNDLED, set_key(BUNDLED, "tiling", True))},
+        allowed,
+        200,
+        DevMaterial([], [], [], []),
+        structure_moves=["tiling"],
+        max_members=3,
+    )
     assert spelled.guard == "allowed_files"
 
 
 def test_the_overfit_guards_still_read_judge_toml() -> None:
     new = set_key(BUNDLED, "panel.members", ["3f2b9c1e"])
-    result = check_candidate({JUDGE_TOML: (BUNDLED, new)}, ["prompts/rubric.md"], 200, ["3f2b9c1e-aaaa-bbbb"], [],
-                             [], [], structure_moves=["panel.members"], max_members=3)
+    result = check_candidate(
+        {JUDGE_TOML: (BUNDLED, new)},
+        ["prompts/rubric.md"],
+        200,
+        DevMaterial(["3f2b9c1e-aaaa-bbbb"], [], [], []),
+        structure_moves=["panel.members"],
+        max_members=3,
+    )
     assert result.guard == "overfit_id"
 
 

@@ -22,8 +22,8 @@ from optimizer.devset.labels import fingerprint, load_labels
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
 from optimizer.judge.prompts import RUBRIC_MD
-from optimizer.ledger import Ledger
-from optimizer.loop.guards import check_candidate
+from optimizer.ledger import Ledger, RunSpec
+from optimizer.loop.guards import DevMaterial, check_candidate
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.models import Label
 from optimizer.workspace.workspace import Workspace
@@ -291,8 +291,12 @@ def test_no_candidate_can_write_or_read_the_corrections_file(
     assert target in (exps[1].reason or "") and "mine" not in (exps[1].diff_text or "")
     assert corrections_file(ws).read_bytes() == before and seen
     # The guard alone, as every candidate meets it; and a configuration naming the file is refused.
-    guard = check_candidate({target: (before.decode(), forged)}, ["prompts/judge.md", "prompts/rubric.md"], 100,
-                            [], [], [])
+    guard = check_candidate(
+        {target: (before.decode(), forged)},
+        ["prompts/judge.md", "prompts/rubric.md"],
+        100,
+        DevMaterial([], [], []),
+    )
     assert not guard.ok and guard.guard == "allowed_files"
     set_toml_key(ws, "optimizer", "allowed_files", f'["prompts/rubric.md", "{target}"]')
     code, _out, err = _cli(capsys, "run", "-w", str(ws), "--provider", "openai", "--base-url",
@@ -308,10 +312,20 @@ def test_the_queue_needs_a_majority_and_a_minimum_count(ws: Path) -> None:
     labels = load_labels(split)
     a, b, c, d = split.ids[:4]
     with Ledger(ws / "experiments" / "ledger.sqlite") as ledger:
-        run = ledger.create_run(strategy="manual", policy="literal", split=SPLIT, split_fingerprint="f",
-                                start_rev="0" * 40)
-        other = ledger.create_run(strategy="manual", policy="literal", split="elsewhere", split_fingerprint="f",
-                                  start_rev="0" * 40)
+        run = ledger.create_run(
+            RunSpec(
+                strategy="manual", policy="literal", split=SPLIT, split_fingerprint="f", start_rev="0" * 40
+            )
+        )
+        other = ledger.create_run(
+            RunSpec(
+                strategy="manual",
+                policy="literal",
+                split="elsewhere",
+                split_fingerprint="f",
+                start_rev="0" * 40,
+            )
+        )
 
         def record(run_id: str, prompt: str, votes: dict[str, list[tuple[bool, str | None]]]) -> None:
             exp = ledger.start_experiment(run_id, parent_id=None, strategy="x")
@@ -412,8 +426,11 @@ def _record_structural(ws: Path) -> tuple[list[str], dict[str, Label]]:
     a, b, c, e = positives[:4]
     d = negatives[0]
     with Ledger(ws / "experiments" / "ledger.sqlite") as ledger:
-        run = ledger.create_run(strategy="manual", policy="literal", split=SPLIT, split_fingerprint="f",
-                                start_rev="0" * 40)
+        run = ledger.create_run(
+            RunSpec(
+                strategy="manual", policy="literal", split=SPLIT, split_fingerprint="f", start_rev="0" * 40
+            )
+        )
 
         def record(prompt: str, reps: dict[str, list[ReplicateVerdict]]) -> None:
             exp = ledger.start_experiment(run.id, parent_id=None, strategy="x")

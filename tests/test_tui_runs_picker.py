@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Footer, Input, OptionList, Select, Static
 
 from optimizer.cli import main
 from optimizer.errors import UserError
-from optimizer.ledger import Experiment, LabelRow, Ledger, Run
+from optimizer.ledger import Experiment, LabelRow, Ledger, Run, RunSpec
 from optimizer.stats.metrics import Metrics, score
 from optimizer.vocab import POLICIES, TERMINAL_RUN_STATUSES
 from tests.support.tui_driving import capture_notifications, drive, screen_lines, svg_text
@@ -416,8 +416,9 @@ def test_the_picker_shows_a_crafted_runs_names_as_text_and_every_new_binding_has
     from tui.app import JudgeloopApp as App
 
     with Ledger(manual_copy / "experiments" / "ledger.sqlite") as writer:  # a run no loop made: no experiments
-        crafted = writer.create_run(strategy="manual", policy="literal", split="[b]x", split_fingerprint="f",
-                                    start_rev="s")
+        crafted = writer.create_run(
+            RunSpec(strategy="manual", policy="literal", split="[b]x", split_fingerprint="f", start_rev="s")
+        )
     app = JudgeloopApp(manual_copy, image_mode="halfcell", watch=False)
 
     async def scenario(pilot: Any) -> None:

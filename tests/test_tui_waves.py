@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from textual.widgets import DataTable, Input
 
-from optimizer.ledger import Event, Experiment, ExperimentOutcome, Ledger
+from optimizer.ledger import Event, Experiment, ExperimentOutcome, Ledger, ProposedEdit, RunSpec
 from optimizer.ledger.waves import holm_rank, next_wave_number, wave_meta, waves, waves_by_member
 from optimizer.stats.decision import AdaptiveTest, Decision, decide_wave
 from optimizer.vocab import EventKind, ExperimentStatus
@@ -117,8 +117,15 @@ def write_wave(led: Ledger, run_id: str, incumbent: int, number: int | None, dec
     judged, at that place) decided by decide_wave and recorded as `optimizer.loop.settle.settle` records it."""
     size = len(decisions) + (invalid is not None)
     meta = {"size": size, "alpha": ALPHA, "incumbent": incumbent} | ({"number": number} if number else {})
-    ids = [led.start_experiment(run_id, parent_id=incumbent, strategy="library", rationale=f"edit {i}",
-                                proposal_meta={"wave": meta}).id for i in range(size)]
+    ids = [
+        led.start_experiment(
+            run_id,
+            parent_id=incumbent,
+            strategy="library",
+            edit=ProposedEdit(rationale=f"edit {i}", proposal_meta={"wave": meta}),
+        ).id
+        for i in range(size)
+    ]
     judged = [i for n, i in enumerate(ids) if n != invalid]
     if invalid is not None:
         led.record_error(ids[invalid], "cannot be evaluated: a broken rubric; rolled back")
@@ -129,7 +136,7 @@ def write_wave(led: Ledger, run_id: str, incumbent: int, number: int | None, dec
             continue
         led.record_decision(exp_id, ExperimentOutcome(
             status="kept" if d.keep else "rolled_back", reason=d.reason, p_value=d.p_value, alpha=d.alpha,
-            test=d.test.model_dump(mode="json") if d.test else None, early_stopped=d.early_stopped,
+            test=d.test, early_stopped=d.early_stopped,
             literal_keep=d.literal_keep, paired_keep=d.paired_keep, adaptive_keep=d.adaptive_keep))
         if d.keep:
             led.set_incumbent(run_id, exp_id)
@@ -142,16 +149,24 @@ def wave_ws(empty_workspace: Any) -> Path:
     rolled-back one); a single candidate; a row whose wave record is crafted (a string)."""
     root = Path(empty_workspace.root)
     with Ledger(root / "experiments" / "ledger.sqlite") as led:
-        run = led.create_run(strategy="library", policy="adaptive", split="dev", split_fingerprint="f", start_rev="s")
+        run = led.create_run(
+            RunSpec(strategy="library", policy="adaptive", split="dev", split_fingerprint="f", start_rev="s")
+        )
         base = led.start_experiment(run.id, parent_id=None, seq=0)
         led.record_decision(base.id, ExperimentOutcome(status="baseline", reason="baseline"))
         led.set_incumbent(run.id, base.id)
         first = write_wave(led, run.id, base.id, 1, [decision(0.5), decision(0.01, gain=7), decision(0.2)])
         write_wave(led, run.id, first[1], 2, [decision(0.3), decision(0.04, early=True)], invalid=0)
-        single = led.start_experiment(run.id, parent_id=first[1], strategy="library", rationale="alone")
+        single = led.start_experiment(
+            run.id, parent_id=first[1], strategy="library", edit=ProposedEdit(rationale="alone")
+        )
         led.record_decision(single.id, ExperimentOutcome(status="rolled_back", reason="no gain", p_value=0.7))
-        crafted = led.start_experiment(run.id, parent_id=first[1], strategy="library", rationale="crafted",
-                                       proposal_meta={"wave": "w9 of everything"})
+        crafted = led.start_experiment(
+            run.id,
+            parent_id=first[1],
+            strategy="library",
+            edit=ProposedEdit(rationale="crafted", proposal_meta={"wave": "w9 of everything"}),
+        )
         led.record_decision(crafted.id, ExperimentOutcome(status="rolled_back", reason="crafted", p_value=0.9))
     return root
 

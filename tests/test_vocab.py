@@ -15,7 +15,7 @@ import pytest
 from optimizer import vocab
 from optimizer.cli import build_parser
 from optimizer.events import DecisionRecorded, PassProgress, RunStatusChanged, StageChanged
-from optimizer.ledger import Ledger
+from optimizer.ledger import Ledger, RunSpec
 from optimizer.loop.strategies import FACTORIES
 from optimizer.workspace.config import LoopSection, OptimizerSection
 
@@ -78,8 +78,9 @@ def test_the_ledgers_checks_are_the_vocabulary(tmp_path: Path) -> None:
 
 def test_the_ledger_takes_every_event_kind_and_review_kind_of_the_vocabulary(tmp_path: Path) -> None:
     with Ledger(tmp_path / "ledger.sqlite") as led:
-        run = led.create_run(strategy="library", policy="adaptive", split="dev", split_fingerprint="f",
-                             start_rev="r")
+        run = led.create_run(
+            RunSpec(strategy="library", policy="adaptive", split="dev", split_fingerprint="f", start_rev="r")
+        )
         for event in (StageChanged("evaluating"), PassProgress(), DecisionRecorded(), RunStatusChanged()):
             led.add_event(run.id, event)
         for review in vocab.REVIEW_KINDS:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,7 +28,13 @@ from optimizer.vocab import (
 
 if TYPE_CHECKING:
     from optimizer.judge.providers.pricing import Usage
-    from optimizer.stats.metrics import Metrics
+    from optimizer.stats.decision import AdaptiveTest
+    from optimizer.stats.metrics import FlipTable, Metrics
+
+# A stored metrics object as a mapping (some of `Metrics`' figures by name: rates, kappa, counts) and a
+# stored flip table (`FLIP_KEYS` → item ids): what rows written by hand or read back hold.
+MetricsRow = Mapping[str, float | int | dict[str, float | None] | None]
+FlipsRow = Mapping[str, Sequence[str]]
 
 class BatchRow(BaseModel):
     """A batch a run sent through a provider's batch API (the ``batches`` table)."""
@@ -228,13 +234,68 @@ def _no_usage() -> Usage:
 
 
 @dataclass(frozen=True)
+class RunSpec:
+    """What a new run decides with, for `Ledger.create_run`: its strategy, decision policy, split (name and
+    fingerprint), the revision it starts from, the fingerprint of its label set
+    (`optimizer.devset.corrections.LabelSet`; None when not recorded), its budgets and config snapshot
+    (JSON objects; never keys)."""
+
+    strategy: str
+    policy: str
+    split: str
+    split_fingerprint: str
+    start_rev: str
+    labels_fingerprint: str | None = None
+    budgets: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProposedEdit:
+    """What a candidate's row starts with, for `Ledger.start_experiment`: the edit as proposed (files,
+    diff size in lines, diff text, rationale, the prompt hash when known) and what proposing it cost.
+
+    ``optimizer_usage``: the optimiser's calls, tokens and dollars (`Usage`; the row keeps its calls,
+    input and output tokens and cost, not its cache tokens); ``proposal_meta``: what the strategy recorded
+    about its proposal as data (a JSON object; None or empty for none).
+    """
+
+    files_changed: Sequence[str] = ()
+    insertions: int | None = None
+    deletions: int | None = None
+    diff_text: str | None = None
+    rationale: str | None = None
+    prompt_hash: str | None = None
+    optimizer_usage: Usage = field(default_factory=_no_usage)
+    proposal_meta: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class AttributionSpec:
+    """What determines an attribution's numbers, for `Ledger.open_attribution`: its ``key`` (a digest of
+    the rest), scope (``run`` or a range), the final and baseline commits, the split, the judge, the
+    replicates per item, the re-judging count and the test's level ``alpha``."""
+
+    key: str
+    scope: str
+    final_commit: str
+    baseline_commit: str
+    split: str
+    judge: str
+    replicates: int
+    rejudge: int
+    alpha: float
+
+
+@dataclass(frozen=True)
 class ExperimentOutcome:
     """What an experiment ended as, for `Ledger.record_decision` (one value per outcome column).
 
     ``status`` is also the stored decision. ``metrics``: a ``metrics.Metrics`` (stored with its
-    confusion counts) or a mapping; ``intervals``: metric name → (low, high); ``flips``: a
-    ``metrics.FlipTable`` or a mapping of ``FLIP_KEYS``. ``p_value`` … ``test``: the decision's
-    record (`optimizer.stats.decision.Decision`). ``usage``: the judge's calls, tokens and dollars, every
+    confusion counts) or a row of some of its figures (`MetricsRow`); ``intervals``: metric name →
+    (low, high); ``flips``: a ``metrics.FlipTable`` or a mapping of ``FLIP_KEYS`` (`FlipsRow`).
+    ``p_value`` … ``test``: the decision's record (`optimizer.stats.decision.Decision`; ``test`` its
+    `AdaptiveTest`, stored as JSON). ``usage``: the judge's calls, tokens and dollars, every
     pass included; ``rejudge``: the re-judging passes' part of it; ``extra_cost_usd``: what else the
     row's total cost counts (the optimiser's proposal; what a resumed evaluation paid before a crash).
     ``commit_sha``/``prompt_hash`` replace the stored ones only when given.
@@ -242,15 +303,15 @@ class ExperimentOutcome:
 
     status: ExperimentStatus
     reason: str | None = None
-    metrics: Any = None
+    metrics: Metrics | MetricsRow | None = None
     intervals: Mapping[str, Any] | None = None
-    flips: Any = None
+    flips: FlipTable | FlipsRow | None = None
     p_value: float | None = None
     literal_keep: bool | None = None
     paired_keep: bool | None = None
     adaptive_keep: bool | None = None
     alpha: float | None = None
-    test: Mapping[str, Any] | None = None
+    test: AdaptiveTest | None = None
     early_stopped: bool = False
     items_evaluated: int = 0
     usage: Usage = field(default_factory=_no_usage)
@@ -538,7 +599,7 @@ def opt_int(value: bool | None) -> int | None:
     return None if value is None else int(value)
 
 
-def metrics_dict(metrics: Metrics | Mapping[str, Any] | None) -> dict[str, Any] | None:
+def metrics_dict(metrics: Metrics | MetricsRow | None) -> dict[str, Any] | None:
     """Accept a ``metrics.Metrics`` (stored whole: protocol keys plus the confusion counts, so it
     can be rebuilt with ``Metrics.model_validate``), any pydantic model, or a mapping."""
     if metrics is None:
@@ -548,7 +609,7 @@ def metrics_dict(metrics: Metrics | Mapping[str, Any] | None) -> dict[str, Any] 
     return dict(metrics)
 
 
-def flips_dict(flips: Any) -> dict[str, list[str]] | None:
+def flips_dict(flips: FlipTable | FlipsRow | None) -> dict[str, list[str]] | None:
     """Accept a metrics.FlipTable (attributes) or a mapping with the four FLIP_KEYS."""
     if flips is None:
         return None

@@ -36,8 +36,16 @@ from optimizer.events import Listener, Message, Progress, ProgressSnapshot, igno
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider
 from optimizer.judge.types import Provider
-from optimizer.ledger import Attribution, EditContribution, Experiment, ItemShare, Ledger, Run
-from optimizer.loop.compare import Comparison, compare_prompts
+from optimizer.ledger import (
+    Attribution,
+    AttributionSpec,
+    EditContribution,
+    Experiment,
+    ItemShare,
+    Ledger,
+    Run,
+)
+from optimizer.loop.compare import Comparison, JudgingSetup, compare_prompts
 from optimizer.report import export_attribution_tsv, export_experiments_tsv, write_markdown_report
 from optimizer.runsettings import RunOverrides, RunSettings
 from optimizer.workspace import gitops
@@ -272,11 +280,11 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
     final_prompts = PromptSet.from_rev(ws, scope.final)
     baseline_prompts = PromptSet.from_rev(ws, scope.baseline)
 
-    att = ledger.open_attribution(
-        run.id, key=_key(scope, split, judge_name, replicates, loop_cfg), scope=scope.kind,
+    att = ledger.open_attribution(run.id, AttributionSpec(
+        key=_key(scope, split, judge_name, replicates, loop_cfg), scope=scope.kind,
         final_commit=scope.final, baseline_commit=scope.baseline, split=split.name, judge=judge_name,
         replicates=replicates, rejudge=loop_cfg.rejudge, alpha=loop_cfg.alpha,
-    )
+    ))
     budget = Budget(options.budget_usd, spent_usd=att.cost_usd) if options.budget_usd is not None else options.budget
     if att.edits or att.final_vs_baseline is not None:
         tell(f"  resuming attribution {att.id}: {sum(e.items is not None for e in att.edits)} edit(s) measured "
@@ -289,6 +297,7 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
         """Measure what is missing; returns (why each unmeasured thing was not measured, spend not on a row)."""
         provider: Provider = make_provider(judge)
         cache = JudgeCache(ws.cache_path)
+        setup = JudgingSetup(ws, split, judge, loop_cfg, provider, cache, budget=budget, progress=progress, stop=stop)
         stopped: str | None = None
         missing: list[str] = []
         loose_cost = 0.0
@@ -317,9 +326,8 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
                 else:
                     tell(f"  #{exp_id} ({_short(variant.edit.sha)}): reverted cleanly; measuring")
                 comparison = await compare_prompts(
-                    ws, split, labels, variant.prompts, final_prompts, judge, loop_cfg, replicates=replicates,
-                    provider=provider, cache=cache, budget=budget, progress=progress,
-                    seed=experiment_seed(settings.seed, exp_id), stop=stop,
+                    setup, labels, variant.prompts, final_prompts, replicates=replicates,
+                    seed=experiment_seed(settings.seed, exp_id),
                 )
                 if comparison.decision is None:
                     stopped = comparison.budget_stop or comparison.error or "incomplete"
@@ -350,9 +358,8 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
                 return missing, loose_cost
             tell(f"  final ({_short(scope.final)}) vs baseline ({_short(scope.baseline)}): measuring")
             comparison = await compare_prompts(
-                ws, split, labels, baseline_prompts, final_prompts, judge, loop_cfg, replicates=replicates,
-                provider=provider, cache=cache, budget=budget, progress=progress,
-                seed=experiment_seed(settings.seed, 0), stop=stop,
+                setup, labels, baseline_prompts, final_prompts, replicates=replicates,
+                seed=experiment_seed(settings.seed, 0),
             )
             if comparison.decision is None:
                 why = comparison.budget_stop or comparison.error or "incomplete"

@@ -11,7 +11,7 @@ goes through `evaluate_items`, so the judge-call cache, replicates and the budge
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from optimizer.devset.split import Split
 from optimizer.evaluation.batch import BatchOptions
@@ -69,30 +69,43 @@ class Rejudging:
         return sum(p.cost_usd for p in self.passes)
 
 
+@dataclass(frozen=True)
+class JudgingSetup:
+    """Where and how a comparison judges: the workspace and dev ``split``, the ``judge`` and ``[loop]``
+    settings, the provider and the judge-call cache; optionally the budget the calls are paid from, a
+    progress callback, a stop request, and batch options (re-judging only: each prompt's pass one batch)."""
+
+    ws: Workspace
+    split: Split
+    judge: JudgeSection
+    loop_cfg: LoopSection
+    provider: Provider
+    cache: JudgeCache
+    budget: Budget | None = None
+    progress: ProgressFn | None = None
+    stop: StopRequest | None = None
+    batch: BatchOptions | None = None
+
+
 async def rejudge(
-    ws: Workspace, split: Split, judge: JudgeSection, loop_cfg: LoopSection, *,
-    items: Sequence[str], prompts: tuple[PromptSet, PromptSet], judgements: tuple[Judgements, Judgements],
-    first_replicate: int, provider: Provider, cache: JudgeCache, budget: Budget | None = None,
-    progress: ProgressFn | None = None, batch: BatchOptions | None = None, stop: StopRequest | None = None,
+    setup: JudgingSetup, *, items: Sequence[str], prompts: tuple[PromptSet, PromptSet],
+    judgements: tuple[Judgements, Judgements], first_replicate: int,
 ) -> Rejudging:
-    """Judge ``items`` ``loop_cfg.rejudge`` more times under each of ``prompts`` (replicate indices
+    """Judge ``items`` ``setup.loop_cfg.rejudge`` more times under each of ``prompts`` (replicate indices
     ``first_replicate`` onwards, so a judgement asked for twice is paid once) and append them to
-    ``judgements``; under ``batch`` each prompt's pass is one batch. Stops at the first pass that is incomplete (infrastructure errors, budget)."""
+    ``judgements``; under ``setup.batch`` each prompt's pass is one batch. Stops at the first pass that is
+    incomplete (infrastructure errors, budget)."""
+    s = setup
     passes: list[EvalRun] = []
     budget_stop: str | None = None
     for side in prompts:
         extra = await evaluate_items(
-            ws,
-            split,
-            side,
-            judge,
-            item_ids=items,
-            replicates=loop_cfg.rejudge,
+            s.ws, s.split, side, s.judge, item_ids=items, replicates=s.loop_cfg.rejudge,
             first_replicate=first_replicate,
             options=PassOptions(
-                budget=budget, progress=progress, provider=provider, cache=cache,
-                infra_retry_rounds=loop_cfg.infra_retry_rounds,
-                infra_retry_pause_s=loop_cfg.infra_retry_pause_s, batch=batch, stop=stop,
+                budget=s.budget, progress=s.progress, provider=s.provider, cache=s.cache,
+                infra_retry_rounds=s.loop_cfg.infra_retry_rounds,
+                infra_retry_pause_s=s.loop_cfg.infra_retry_pause_s, batch=s.batch, stop=s.stop,
             ),
         )
         passes.append(extra)
@@ -161,29 +174,25 @@ def incomplete(result: EvalRun) -> str | None:
 
 
 async def compare_prompts(
-    ws: Workspace, split: Split, labels: Mapping[str, Label], base_prompts: PromptSet, other_prompts: PromptSet,
-    judge: JudgeSection, loop_cfg: LoopSection, *, replicates: int, provider: Provider, cache: JudgeCache,
-    budget: Budget | None = None, progress: ProgressFn | None = None, seed: int = 0,
-    stop: StopRequest | None = None,
+    setup: JudgingSetup, labels: Mapping[str, Label], base_prompts: PromptSet, other_prompts: PromptSet, *,
+    replicates: int, seed: int = 0,
 ) -> Comparison:
-    """Evaluate both prompt sets on every item of ``split`` (``replicates`` judgements each), re-judge
+    """Evaluate both prompt sets on every item of ``setup.split`` (``replicates`` judgements each), re-judge
     the items they disagree on, and test ``other`` against ``base`` with the adaptive policy's test at
-    ``loop_cfg.alpha`` (see `Comparison`). Nothing is decided on partial data: an evaluation cut by the
-    budget or by infrastructure errors gives a `Comparison` with ``error`` set."""
+    ``setup.loop_cfg.alpha`` (see `Comparison`). Nothing is decided on partial data: an evaluation cut by the
+    budget or by infrastructure errors gives a `Comparison` with ``error`` set. ``setup.batch`` is not used
+    (the first passes go call by call)."""
+    s = setup
+    split, loop_cfg = s.split, s.loop_cfg
     out = Comparison()
     results: list[EvalRun] = []
     for prompts in (base_prompts, other_prompts):
         result = await evaluate_items(
-            ws,
-            split,
-            prompts,
-            judge,
-            item_ids=split.ids,
-            replicates=replicates,
+            s.ws, split, prompts, s.judge, item_ids=split.ids, replicates=replicates,
             options=PassOptions(
-                budget=budget, progress=progress, provider=provider, cache=cache,
+                budget=s.budget, progress=s.progress, provider=s.provider, cache=s.cache,
                 infra_retry_rounds=loop_cfg.infra_retry_rounds,
-                infra_retry_pause_s=loop_cfg.infra_retry_pause_s, stop=stop,
+                infra_retry_pause_s=loop_cfg.infra_retry_pause_s, stop=s.stop,
             ),
         )
         out.runs.append(result)
@@ -200,9 +209,9 @@ async def compare_prompts(
     if loop_cfg.rejudge > 0:
         out.rejudged = disagreements(base_run.answers(), other_run.answers())
     if out.rejudged:
-        rj = await rejudge(ws, split, judge, loop_cfg, items=out.rejudged, prompts=(base_prompts, other_prompts),
-                           judgements=(base_j, other_j), first_replicate=replicates, provider=provider, cache=cache,
-                           budget=budget, progress=progress, stop=stop)
+        # The first passes went call by call: so does their re-judging.
+        rj = await rejudge(replace(setup, batch=None), items=out.rejudged, prompts=(base_prompts, other_prompts),
+                           judgements=(base_j, other_j), first_replicate=replicates)
         out.runs.extend(rj.passes)
         if rj.error is not None:
             out.error, out.budget_stop = rj.error, rj.budget_stop

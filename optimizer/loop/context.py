@@ -16,6 +16,7 @@ from optimizer.evaluation.budget import Budget
 from optimizer.evaluation.stopping import StopRequest
 from optimizer.events import Listener, Message, StageChanged, ignore
 from optimizer.ledger import Ledger, Run
+from optimizer.loop.guards import DevMaterial
 from optimizer.loop.progress import WaveProgress
 from optimizer.models import Label
 from optimizer.runsettings import Limits, RunSettings
@@ -45,7 +46,7 @@ class RunContext:
     wave_line: WaveProgress | None = None  # while a wave is judged: its one progress line
     reads_seen: bool = False  # some pass of this run was billed cache reads
     silent_passes: int = 0  # passes below plan before any read was billed (`evaluate.cache_telemetry`)
-    guard_cache: dict[str, Any] | None = None  # `propose.guard_inputs`, built once per run
+    guard_cache: DevMaterial | None = None  # `propose.guard_inputs`, built once per run
     _budget: Budget | None = None
 
     @property

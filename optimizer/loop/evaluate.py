@@ -26,7 +26,7 @@ from optimizer.judge.endpoints import ENDPOINT_NOTE
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.types import BatchState, Provider
 from optimizer.ledger import Experiment, Ledger
-from optimizer.loop.compare import Judgements, Rejudging, judgements_of, rejudge
+from optimizer.loop.compare import Judgements, JudgingSetup, Rejudging, judgements_of, rejudge
 from optimizer.loop.context import RunContext
 from optimizer.loop.costs import cost_rules, verdict_cost
 from optimizer.loop.progress import pass_figures
@@ -516,21 +516,24 @@ class _Evaluation:
         the user raises `EvaluationInterrupted`. The caller handles ``error``."""
         ctx, exp_id = self.ctx, self.experiment_id
         assert self.incumbent is not None
-        rj = await rejudge(
+        setup = JudgingSetup(
             ctx.ws,
             ctx.split,
             self.judge,
             self.loop,
+            provider=self.provider,
+            cache=self.cache,
+            budget=ctx.budget(),
+            progress=pass_reporter(ctx, exp_id, rejudging=True),
+            stop=ctx.stop,
+            batch=batch,
+        )
+        rj = await rejudge(
+            setup,
             items=items,
             prompts=(PromptSet.from_rev(ctx.ws, self.incumbent.commit_sha or "HEAD~1"), self.prompts),
             judgements=judgements,
             first_replicate=ctx.settings.replicates,
-            budget=ctx.budget(),
-            progress=pass_reporter(ctx, exp_id, rejudging=True),
-            provider=self.provider,
-            cache=self.cache,
-            batch=batch,
-            stop=ctx.stop,
         )
         ctx.count_judged(rj.cost_usd)
         self.passes += rj.passes

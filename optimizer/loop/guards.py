@@ -76,7 +76,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast, overload
+from typing import Literal, cast
 
 from optimizer.errors import UserError
 from optimizer.judge.memory import CASES_JSONL, parse_cases
@@ -217,51 +217,62 @@ def _is_ngram_set(value: object) -> bool:
     return isinstance(value, set | frozenset) and all(isinstance(g, tuple) for g in value) and bool(value)
 
 
-@overload
-def check_candidate(
-    changed: Changes, allowed_files: Iterable[str], max_diff_lines: int, dev_ids: Iterable[str],
-    dev_recording_ids: Iterable[str], dev_instructions: set[tuple[str, ...]], dev_values: Iterable[str],
-    dev_trajectory_values: Iterable[str] = ..., *, structure_moves: Sequence[str] = ..., max_members: int = ...,
-    dev_items: ItemIndex | None = ...,
-) -> GuardResult: ...
+@dataclass(frozen=True)
+class DevMaterial:
+    """What guards 5-8 compare a candidate with: the dev split's item ids and recording ids, its
+    instructions (the texts, or a prebuilt ``instruction_ngrams`` set), the values in them (a prebuilt
+    ``instruction_values`` set; computed from the texts when None, required with a prebuilt n-gram set),
+    the values its agents typed and clicked (a prebuilt ``trajectory_values`` set) and its `ItemIndex`
+    (required when a candidate changes cases.jsonl). Build it with `of_texts` or `prebuilt`."""
 
+    ids: Iterable[str]
+    recording_ids: Iterable[str]
+    instructions: Iterable[str] | set[tuple[str, ...]]
+    values: Iterable[str] | None = None
+    trajectory_values: Iterable[str] = ()
+    items: ItemIndex | None = None
 
-@overload
-def check_candidate(
-    changed: Changes, allowed_files: Iterable[str], max_diff_lines: int, dev_ids: Iterable[str],
-    dev_recording_ids: Iterable[str], dev_instructions: Iterable[str], dev_values: Iterable[str] | None = None,
-    dev_trajectory_values: Iterable[str] = ..., *, structure_moves: Sequence[str] = ..., max_members: int = ...,
-    dev_items: ItemIndex | None = ...,
-) -> GuardResult: ...
+    @classmethod
+    def of_texts(
+        cls, ids: Iterable[str], recording_ids: Iterable[str], instructions: Iterable[str],
+        *, trajectory_values: Iterable[str] = (), items: ItemIndex | None = None,
+    ) -> DevMaterial:
+        """From the instruction texts (their n-grams and values computed when a candidate is checked)."""
+        return cls(ids, recording_ids, instructions, None, trajectory_values, items)
+
+    @classmethod
+    def prebuilt(
+        cls, ids: Iterable[str], recording_ids: Iterable[str], grams: set[tuple[str, ...]], values: Iterable[str],
+        *, trajectory_values: Iterable[str] = (), items: ItemIndex | None = None,
+    ) -> DevMaterial:
+        """From the instructions' prebuilt n-gram and value sets (what a run builds once)."""
+        return cls(ids, recording_ids, grams, values, trajectory_values, items)
 
 
 def check_candidate(
     changed: Changes,
     allowed_files: Iterable[str],
     max_diff_lines: int,
-    dev_ids: Iterable[str],
-    dev_recording_ids: Iterable[str],
-    dev_instructions: Iterable[str] | set[tuple[str, ...]],
-    dev_values: Iterable[str] | None = None,
-    dev_trajectory_values: Iterable[str] = (),
+    dev: DevMaterial,
     *,
     structure_moves: Sequence[str] = (),
     max_members: int = 1,
-    dev_items: ItemIndex | None = None,
 ) -> GuardResult:
     """Run every guard on a candidate; the first failure wins (see the module docstring).
 
-    ``dev_instructions`` is either the instruction texts or a prebuilt ``instruction_ngrams`` set;
-    ``dev_values`` a prebuilt ``instruction_values`` set, computed from the texts when None. With a
-    prebuilt n-gram set it is required (a ValueError otherwise): the value guard is never skipped.
-    ``dev_trajectory_values`` is a prebuilt ``trajectory_values`` set. ``structure_moves`` and
-    ``max_members``: ``[optimizer]``'s, for an edit of prompts/judge.toml (guard 2). ``dev_items``: the dev
-    split's `ItemIndex`, required when the candidate changes cases.jsonl (guard 8; a ValueError otherwise).
+    ``dev``: what the overfitting guards compare with (`DevMaterial`); with a prebuilt n-gram set its
+    ``values`` are required (a ValueError otherwise): the value guard is never skipped. ``structure_moves``
+    and ``max_members``: ``[optimizer]``'s, for an edit of prompts/judge.toml (guard 2). ``dev.items`` is
+    required when the candidate changes cases.jsonl (guard 8; a ValueError otherwise).
     """
+    dev_ids, dev_recording_ids, dev_instructions = dev.ids, dev.recording_ids, dev.instructions
+    dev_values, dev_trajectory_values, dev_items = dev.values, dev.trajectory_values, dev.items
     grams: set[tuple[str, ...]]
     if _is_ngram_set(dev_instructions):
         if dev_values is None:
-            raise ValueError("check_candidate needs dev_values with a prebuilt n-gram set (pass instruction_values)")
+            raise ValueError(
+                "check_candidate needs dev_values (DevMaterial.values) with a prebuilt n-gram set "
+                "(pass instruction_values)")
         grams = cast(set[tuple[str, ...]], dev_instructions)
     else:
         texts = [str(i) for i in dev_instructions]

@@ -20,12 +20,14 @@ from optimizer.events import CandidateProposed, GuardRejected
 from optimizer.judge.memory import CASES_JSONL, MEMORY_FILES, PRINCIPLES_MD, Case, parse_cases
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.provenance import ItemIndex
+from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import Provider, stable_json
-from optimizer.ledger import Experiment, ExperimentOutcome
+from optimizer.ledger import Experiment, ExperimentOutcome, ProposedEdit
 from optimizer.loop import trust
 from optimizer.loop.context import RunContext
 from optimizer.loop.costs import cost_guard
 from optimizer.loop.guards import (
+    DevMaterial,
     check_candidate,
     check_rationale,
     clipped_rationale,
@@ -190,7 +192,13 @@ def earlier_from_same_prompts(ctx: RunContext, incumbent: Experiment) -> list[Pa
     return out
 
 
-def guard_inputs(ctx: RunContext) -> dict[str, Any]:
+def optimizer_usage(spent: Proposal | ProposalError) -> Usage:
+    """What the optimiser spent on a proposal (or before it failed): calls, input and output tokens, US dollars."""
+    return Usage(calls=spent.calls, input_tokens=spent.input_tokens, output_tokens=spent.output_tokens,
+                 cost_usd=spent.cost_usd)
+
+
+def guard_inputs(ctx: RunContext) -> DevMaterial:
     """What the overfit lint checks against, built once per run (the instructions' 8-grams and values,
     the trajectories' typed texts and click targets, and per item for the memory's cases)."""
     if ctx.guard_cache is None:
@@ -198,14 +206,14 @@ def guard_inputs(ctx: RunContext) -> dict[str, Any]:
         recordings |= {lab.paired_id for lab in ctx.labels.values() if lab.paired_id}
         trajectories = [ctx.split.trajectory(t) for t in ctx.split.ids]
         instructions = [t.task.instruction for t in trajectories]
-        ctx.guard_cache = {
-            "dev_ids": set(ctx.split.ids),
-            "dev_recording_ids": recordings,
-            "dev_instructions": instruction_ngrams(instructions),
-            "dev_values": instruction_values(instructions),
-            "dev_trajectory_values": trajectory_values(trajectories),
-            "dev_items": ItemIndex(zip(ctx.split.ids, trajectories, strict=True)),
-        }
+        ctx.guard_cache = DevMaterial.prebuilt(
+            set(ctx.split.ids),
+            recordings,
+            instruction_ngrams(instructions),
+            instruction_values(instructions),
+            trajectory_values=trajectory_values(trajectories),
+            items=ItemIndex(zip(ctx.split.ids, trajectories, strict=True)),
+        )
     return ctx.guard_cache
 
 
@@ -279,7 +287,7 @@ def whole_diff_guard(
         full,
         opt.allowed_files,
         opt.max_diff_lines,
-        **guard_inputs(ctx),
+        guard_inputs(ctx),
         structure_moves=opt.structure_moves,
         max_members=opt.max_members,
     )
@@ -331,12 +339,10 @@ async def prepare(
             parent_id=incumbent.id,
             strategy=strategy.name,
             seq=seq,
-            rationale=None,
-            proposal_meta={"wave": wave_meta} if wave_meta else None,  # a wave's failure is its member
-            optimizer_calls=exc.calls,
-            optimizer_input_tokens=exc.input_tokens,
-            optimizer_output_tokens=exc.output_tokens,
-            optimizer_cost_usd=exc.cost_usd,
+            edit=ProposedEdit(
+                optimizer_usage=optimizer_usage(exc),
+                proposal_meta={"wave": wave_meta} if wave_meta else None,  # a wave's failure is its member
+            ),
         )
         ctx.say(f"  optimiser failed: {exc.reason}")
         # No judge call was made: the row's total cost is the optimiser's.
@@ -353,16 +359,15 @@ async def prepare(
         parent_id=incumbent.id,
         strategy=strategy.name,
         seq=seq,
-        files_changed=sorted(changed),
-        insertions=ins,
-        deletions=dels,
-        diff_text=diff_text,
-        rationale=clipped_rationale(proposal.rationale),
-        proposal_meta=proposal.meta | ({"wave": wave_meta} if wave_meta else {}),
-        optimizer_calls=proposal.calls,
-        optimizer_input_tokens=proposal.input_tokens,
-        optimizer_output_tokens=proposal.output_tokens,
-        optimizer_cost_usd=proposal.cost_usd,
+        edit=ProposedEdit(
+            files_changed=sorted(changed),
+            insertions=ins,
+            deletions=dels,
+            diff_text=diff_text,
+            rationale=clipped_rationale(proposal.rationale),
+            optimizer_usage=optimizer_usage(proposal),
+            proposal_meta=proposal.meta | ({"wave": wave_meta} if wave_meta else {}),
+        ),
     )
     # The row's calls and tokens are the judge's (none yet); its cost is the experiment's total,
     # judge + optimiser, so budgets and spend sums count the optimiser too.
@@ -445,7 +450,7 @@ def guard_reason(
             changed,
             opt.allowed_files,
             opt.max_diff_lines,
-            **guard_inputs(ctx),
+            guard_inputs(ctx),
             structure_moves=opt.structure_moves,
             max_members=opt.max_members,
         )

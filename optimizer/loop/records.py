@@ -100,7 +100,7 @@ class Evaluated:
             paired_keep=d.paired_keep if d else None,
             adaptive_keep=d.adaptive_keep if d else None,
             alpha=d.alpha if d else None,
-            test=d.test.model_dump(mode="json") if d and d.test else None,
+            test=d.test if d else None,
             early_stopped=bool(d and d.early_stopped),
             items_evaluated=len(self.run.items),
             usage=self.usage,

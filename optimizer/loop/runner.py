@@ -25,7 +25,7 @@ from optimizer.events import Message, StopKind, StopReason
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import Usage, make_provider
 from optimizer.judge.types import Provider
-from optimizer.ledger import Experiment
+from optimizer.ledger import Experiment, ProposedEdit
 from optimizer.loop.context import RunContext
 from optimizer.loop.costs import cheaper_eligible
 from optimizer.loop.evaluate import EvalOptions, evaluate
@@ -72,8 +72,7 @@ class LoopRunner:
             strategy="baseline",
             seq=0,
             commit_sha=sha,
-            prompt_hash=prompts.prompt_hash(),
-            rationale="the prompts the run started from",
+            edit=ProposedEdit(rationale="the prompts the run started from", prompt_hash=prompts.prompt_hash()),
         )
         ctx.stage(StageKind.BASELINE, exp.id, started_at=time.time())
         ctx.say(

@@ -40,7 +40,7 @@ from optimizer.events import (
 from optimizer.judge.harness import check_budget, check_confinement
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.providers import Usage, check_judge_key
-from optimizer.ledger import Experiment, Ledger, Run, RunStatus
+from optimizer.ledger import Experiment, Ledger, Run, RunSpec, RunStatus
 from optimizer.ledger.rows import overrule_line
 from optimizer.loop import trust
 from optimizer.loop.context import RunContext
@@ -435,7 +435,7 @@ def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSec
     if options.batch:
         _check_batch_judge(ws, judge, start_rev)
     labels = label_set(split, loop_cfg.labels)  # read once: a later edit of corrections.jsonl changes nothing
-    run = ledger.create_run(
+    run = ledger.create_run(RunSpec(
         strategy=strategy_name, policy=loop_cfg.policy, split=split.name,
         split_fingerprint=split.fingerprint, start_rev=start_rev, labels_fingerprint=labels.fingerprint,
         budgets=limits.as_dict() | {"replicates": replicates} | ({"batch": True} if options.batch else {})
@@ -443,7 +443,7 @@ def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSec
         | ({"manual_edit": str(manual_dir.relative_to(ws.root))} if manual_dir else {}),
         config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")}
         | _memory_folds_record(split, start_settings),
-    )
+    ))
     gitops.create_run_branch(ws.root, run.id, start_rev)
     ledger.set_labels(run.id, labels.labels)  # for the TUI and the report, never for a judge
     say(f"run {run.id}: branch {run.branch}, split {split.name} ({len(split.ids)} items), "

@@ -95,15 +95,30 @@ def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[s
             "decided_by": exp.decided_by,
             "overrule": exp.overrule,
             # A panel's cost per verdict, split by member (null: a single judge).
-            "panel_cost": panel_cost(ledger, exp.id),
+            "panel_cost": pc.to_json() if (pc := panel_cost(ledger, exp.id)) else None,
         })
     attribution = ledger.latest_attribution(run.id)
     return {"format_version": REPORT_FORMAT_VERSION, "run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments,
-            "accounting": accounting(run, all_exps, ws.config if ws else None), **attribution_json(attribution),
+            "accounting": accounting(run, all_exps, ws.config if ws else None).to_json(), **attribution_json(attribution),
             **triage_json(ledger, run, ws)}
 
 
-def panel_cost(ledger: Ledger, experiment_id: int) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class PanelCost:
+    """A panel experiment's cost per verdict (US dollars): over its ``verdicts`` replicate verdicts, the
+    total per verdict and each member's part by label."""
+
+    verdicts: int
+    cost_per_verdict_usd: float
+    members: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``panel_cost`` object of ``report --json``."""
+        return {"verdicts": self.verdicts, "cost_per_verdict_usd": self.cost_per_verdict_usd,
+                "members": dict(self.members)}
+
+
+def panel_cost(ledger: Ledger, experiment_id: int) -> PanelCost | None:
     """A panel experiment's cost per verdict, split by member: over the replicate verdicts it recorded
     (re-judging passes are counted in ``rejudge_cost_usd`` instead), what each member's call cost when
     it was made (a cached call at its original price) per verdict. None when no verdict is a panel's."""
@@ -118,11 +133,11 @@ def panel_cost(ledger: Ledger, experiment_id: int) -> dict[str, Any] | None:
                 per_member[member.member] = per_member.get(member.member, 0.0) + member.cost_usd
     if not verdicts:
         return None
-    return {
-        "verdicts": verdicts,
-        "cost_per_verdict_usd": sum(per_member.values()) / verdicts,
-        "members": {name: cost / verdicts for name, cost in per_member.items()},
-    }
+    return PanelCost(
+        verdicts=verdicts,
+        cost_per_verdict_usd=sum(per_member.values()) / verdicts,
+        members={name: cost / verdicts for name, cost in per_member.items()},
+    )
 
 
 def rejudged_items(exp: Experiment) -> list[ItemShares]:
@@ -132,7 +147,44 @@ def rejudged_items(exp: Experiment) -> list[ItemShares]:
     return [item for item in AdaptiveTest.model_validate(exp.test).items if item.rejudged]
 
 
-def accounting(run: Run, experiments: Sequence[Experiment], current: Config | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class KeptEdit:
+    """One kept edit in a run's accounting: its experiment, keep kind (``cheaper`` for cheaper-not-worse),
+    p-value and the level it was tested at, its re-judging (extra calls, items) and its cost (US dollars)."""
+
+    experiment: int
+    kind: str | None
+    p_value: float | None
+    alpha: float | None
+    rejudge_calls: int
+    rejudged_items: int
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """Run-level accounting of the decisions (`accounting`): candidates tested (and of them tested again
+    for cheaper-not-worse), the expected number of false keeps if every one were a no-op (None under the
+    literal policy), the online-FDR target (None when not set) and each kept edit."""
+
+    tested: int
+    cheaper_tested: int
+    expected_false_keeps: float | None
+    fdr: float | None
+    kept: list[KeptEdit]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``accounting`` object of ``report --json`` (keys in their documented order)."""
+        return {
+            "tested": self.tested, "cheaper_tested": self.cheaper_tested,
+            "expected_false_keeps": self.expected_false_keeps, "fdr": self.fdr,
+            "kept": [{"experiment": k.experiment, "kind": k.kind, "p_value": k.p_value, "alpha": k.alpha,
+                      "rejudge_calls": k.rejudge_calls, "rejudged_items": k.rejudged_items, "cost_usd": k.cost_usd}
+                     for k in self.kept],
+        }
+
+
+def accounting(run: Run, experiments: Sequence[Experiment], current: Config | None = None) -> Accounting:
     """Run-level accounting of the decisions: how many candidates were tested, the expected number of
     false keeps if every one were a no-op (the sum of the levels they were tested at, a wave's K candidates
     alpha / K each; None under the literal policy, which runs no test), the online-FDR target if one was set, and each kept edit's
@@ -155,18 +207,18 @@ def accounting(run: Run, experiments: Sequence[Experiment], current: Config | No
               and (e.alpha is not None or e.p_value is not None)]
     # A cheaper-not-worse test is a second test at the candidate's level: it adds its level to the bound.
     cheaper = [e for e in tested if CHEAPER_TEST_MARK in (e.reason or "")]
-    return {
-        "tested": len(tested),
-        "cheaper_tested": len(cheaper),
-        "expected_false_keeps": round(sum(level(e) or 0.0 for e in [*tested, *cheaper]), 6) if tests_at_alpha else None,
-        "fdr": loop_cfg.fdr,
-        "kept": [
-            {"experiment": e.id, "kind": e.keep_kind, "p_value": e.p_value, "alpha": e.alpha if e.alpha is not None else level(e),
-             "rejudge_calls": e.rejudge_calls,
-             "rejudged_items": len(rejudged_items(e)), "cost_usd": e.cost_usd}
+    return Accounting(
+        tested=len(tested),
+        cheaper_tested=len(cheaper),
+        expected_false_keeps=round(sum(level(e) or 0.0 for e in [*tested, *cheaper]), 6) if tests_at_alpha else None,
+        fdr=loop_cfg.fdr,
+        kept=[
+            KeptEdit(experiment=e.id, kind=e.keep_kind, p_value=e.p_value,
+                     alpha=e.alpha if e.alpha is not None else level(e), rejudge_calls=e.rejudge_calls,
+                     rejudged_items=len(rejudged_items(e)), cost_usd=e.cost_usd)
             for e in experiments if e.status == "kept"
         ],
-    }
+    )
 
 
 def attribution_json(attribution: Attribution | None) -> dict[str, Any]:

@@ -45,14 +45,14 @@ def test_line(exp: Experiment, limit: int = 6) -> str | None:
 def accounting_line(run: Run, experiments: Sequence[Experiment], current: Config | None = None) -> str:
     """One line for the report and the TUI: tested candidates and expected false keeps."""
     acc = accounting(run, experiments, current)
-    if acc["expected_false_keeps"] is None:
-        return (f"{acc['tested']} candidate(s) decided under the literal policy, which runs no test: the number of "
+    if acc.expected_false_keeps is None:
+        return (f"{acc.tested} candidate(s) decided under the literal policy, which runs no test: the number of "
                 "no-op edits it keeps is not bounded")
-    control = (f"online FDR control (LORD++) at {acc['fdr']:g}" if acc["fdr"]
+    control = (f"online FDR control (LORD++) at {acc.fdr:g}" if acc.fdr
                else "each at alpha")
-    also = (f", {acc['cheaper_tested']} of them also for cheaper-not-worse" if acc.get("cheaper_tested") else "")
-    return (f"{acc['tested']} candidate(s) tested ({control}{also}): expected false keeps if every one were a no-op "
-            f"≤ {acc['expected_false_keeps']:.2f}")
+    also = (f", {acc.cheaper_tested} of them also for cheaper-not-worse" if acc.cheaper_tested else "")
+    return (f"{acc.tested} candidate(s) tested ({control}{also}): expected false keeps if every one were a no-op "
+            f"≤ {acc.expected_false_keeps:.2f}")
 
 
 def fp_by_type_line(mine: dict[str, int], incumbent: dict[str, int] | None) -> str:

@@ -187,8 +187,8 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
         )
         panel = panel_cost(ledger, e.id)
         if panel is not None:
-            split = ", ".join(f"{name} ${cost:.4f}" for name, cost in panel["members"].items())
-            out.append(f"    panel: ${panel['cost_per_verdict_usd']:.4f} per verdict over {panel['verdicts']} "
+            split = ", ".join(f"{name} ${cost:.4f}" for name, cost in panel.members.items())
+            out.append(f"    panel: ${panel.cost_per_verdict_usd:.4f} per verdict over {panel.verdicts} "
                        f"verdicts ({split})")
         reads = cache_reads_line(e.planned_cache_read_tokens, e.cache_read_tokens)
         if reads is not None:
@@ -216,11 +216,11 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
     out.append("")
     out.append("decisions")
     out.append("  " + accounting_line(run, experiments, current))
-    for kept in accounting(run, experiments, current)["kept"]:
-        cheap = " as cheaper, not worse" if kept["kind"] == "cheaper" else ""
-        out.append(f"  kept #{kept['experiment']}{cheap}: p={num(kept['p_value'])} at alpha {num(kept['alpha'])}, "
-                   f"{kept['rejudged_items']} item(s) re-judged ({kept['rejudge_calls']} extra calls), "
-                   f"${kept['cost_usd']:.4f}")
+    for kept in accounting(run, experiments, current).kept:
+        cheap = " as cheaper, not worse" if kept.kind == "cheaper" else ""
+        out.append(f"  kept #{kept.experiment}{cheap}: p={num(kept.p_value)} at alpha {num(kept.alpha)}, "
+                   f"{kept.rejudged_items} item(s) re-judged ({kept.rejudge_calls} extra calls), "
+                   f"${kept.cost_usd:.4f}")
 
     flips = overall_flips(ledger, run)
     if flips is not None:

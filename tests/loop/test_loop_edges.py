@@ -19,7 +19,7 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.judge.prompts import RUBRIC_MD
-from optimizer.ledger import Ledger
+from optimizer.ledger import Ledger, RunSpec
 from optimizer.workspace import gitops
 from tests.support.fakeserver import FakeLLMServer, RecordedRequest
 from tests.support.loop import (
@@ -290,9 +290,16 @@ def test_a_run_killed_before_its_branch_existed_resumes_from_its_start(ws: Path)
     workspace = Workspace.open(ws)
     split = open_split(workspace, workspace.config.workspace.dev_split)
     with Ledger(workspace.ledger_path) as led:  # what `run` had recorded when it was killed
-        run = led.create_run(strategy="library", policy="paired", split=split.name,
-                             split_fingerprint=split.fingerprint, start_rev=gitops.rev_parse(ws, "HEAD"),
-                             budgets={"max_experiments": 1, "replicates": 1})
+        run = led.create_run(
+            RunSpec(
+                strategy="library",
+                policy="paired",
+                split=split.name,
+                split_fingerprint=split.fingerprint,
+                start_rev=gitops.rev_parse(ws, "HEAD"),
+                budgets={"max_experiments": 1, "replicates": 1},
+            )
+        )
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--resume") == 0
     resumed, exps = latest(ws)

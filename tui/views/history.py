@@ -49,9 +49,9 @@ def _sort_value(row: HistoryRow, key: str) -> tuple[int, Any]:
 def decisions_summary(run: Any, experiments: list[Any]) -> str:
     """``"expected false keeps ≤ 0.40"`` (or "literal: no test") for the history title."""
     acc = accounting(run, experiments)
-    if acc["expected_false_keeps"] is None:
+    if acc.expected_false_keeps is None:
         return "literal policy: false keeps not bounded"
-    return f"expected false keeps ≤ {acc['expected_false_keeps']:.2f}" + (f" (FDR {acc['fdr']:g})" if acc["fdr"] else "")
+    return f"expected false keeps ≤ {acc.expected_false_keeps:.2f}" + (f" (FDR {acc.fdr:g})" if acc.fdr else "")
 
 
 def wave_cell(row: HistoryRow) -> Text:

@@ -40,7 +40,13 @@ from optimizer.judge.memory import (
     serialise_principles,
 )
 from optimizer.judge.provenance import ItemIndex, foreign_reason
-from optimizer.loop.guards import COPY_NGRAM, check_candidate, instruction_ngrams, longest_new_copy
+from optimizer.loop.guards import (
+    COPY_NGRAM,
+    DevMaterial,
+    check_candidate,
+    instruction_ngrams,
+    longest_new_copy,
+)
 
 
 class MemoryEditError(Exception):
@@ -148,7 +154,7 @@ def check_memory(old: Memory, new: Memory, dev_ids: frozenset[str], dev_instruct
     # Against the incumbent's cases too: retiring a case and pasting it into the principles is still a copy.
     check_no_case_copy(PRINCIPLES_MD, old.principles, new.principles, (*old.cases, *new.cases))
     guard = check_candidate({PRINCIPLES_MD: (old.principles, new.principles)}, [PRINCIPLES_MD], 10**9,
-                            dev_ids=dev_ids, dev_recording_ids=(), dev_instructions=list(dev_instructions))
+                            DevMaterial.of_texts(dev_ids, (), list(dev_instructions)))
     if not guard.ok:
         raise MemoryEditError(f"{guard.reason}; principles are general rules, not notes about dev items")
 
