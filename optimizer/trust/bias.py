@@ -433,8 +433,8 @@ def run_battery(
     prompts = PromptSet.from_rev(ws, sha)
     labels = load_labels(the_split)
     notes: list[str] = []
-    runs = asyncio.run(_judge_all(ws, the_split, prompts, judge_cfg, list(the_split.ids), labels, asked,
-                                  budget_usd, tell, sha))
+    battery = _Battery(the_split, prompts, sha, judge_cfg, labels, asked)
+    runs = asyncio.run(_judge_all(ws, battery, list(the_split.ids), budget_usd, tell))
     ids, subset = runs.ids, runs.subset
     base_run, placebo_run, perturbed_runs = runs.base, runs.placebo, runs.perturbed
     base = _verdicts(base_run, 0)
@@ -481,6 +481,19 @@ def run_battery(
     return result
 
 
+@dataclass(frozen=True)
+class _Battery:
+    """What the battery judges: the split, the prompts (at commit ``sha``), with which judge, the labels
+    (to stratify a subset by) and the probes."""
+
+    split: Split
+    prompts: PromptSet
+    sha: str
+    judge: JudgeSection
+    labels: Mapping[str, Label]
+    probes: Sequence[Probe]
+
+
 @dataclass
 class _Passes:
     ids: list[str]
@@ -491,13 +504,15 @@ class _Passes:
 
 
 async def _judge_all(
-    ws: Workspace, split: Split, prompts: PromptSet, judge: JudgeSection, ids: list[str],
-    labels: Mapping[str, Label], probes: Sequence[Probe], budget_usd: float | None, tell: Listener, sha: str,
+    ws: Workspace, battery: _Battery, ids: list[str], budget_usd: float | None, tell: Listener
 ) -> _Passes:
-    """Size the items by the budget, then the baseline pass (replicate 0), the placebo pass (replicates
-    1…k) and one perturbed pass per probe (replicate 0 of the perturbed requests); stops after a pass
-    the budget or the provider cut short."""
+    """Size the items by the budget (US dollars), then the baseline pass (replicate 0), the placebo pass
+    (replicates 1…k) and one perturbed pass per probe (replicate 0 of the perturbed requests); stops
+    after a pass the budget or the provider cut short."""
     from optimizer.judge.providers import make_provider
+
+    split, prompts, sha, judge, labels, probes = (battery.split, battery.prompts, battery.sha, battery.judge,
+                                                  battery.labels, battery.probes)
 
     def progress(snap: ProgressSnapshot) -> None:
         tell(Progress(snap))
