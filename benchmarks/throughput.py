@@ -54,7 +54,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import decision_power as dp
+from benchmarks import _power_loop as power_loop
 from benchmarks._figures import with_docs_figure
 from benchmarks._judge_model import JudgeModel, item_q
 from optimizer.ledger import Ledger
@@ -107,18 +107,18 @@ def measure(k: int, kinds: Sequence[str], *, seed: int = 0, latency_s: float = 0
     key = {"OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "throughput-bench")}
     with mock.patch.dict(os.environ, key), tempfile.TemporaryDirectory(prefix="throughput-") as tmp, \
             batch_latency(latency_s):
-        root, positive, types = dp.build_workspace(Path(tmp))
+        root, positive, types = power_loop.build_workspace(Path(tmp))
         q, fixable = odds if odds is not None else item_q(len(positive), 0)
         model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
-        dp.set_loop_key(root, "policy", '"adaptive"')
-        dp.set_loop_key(root, "patience", "1000000")
+        power_loop.set_loop_key(root, "policy", '"adaptive"')
+        power_loop.set_loop_key(root, "patience", "1000000")
         cfg = root / "judgeloop.toml"
         poll = max(0.005, latency_s / 20)
         cfg.write_text(cfg.read_text(encoding="utf-8").replace(
             "\n[judge]\n", f"\n[judge]\nbatch_poll_s = {poll}\nbatch_poll_max_s = {poll * 2}\n", 1), encoding="utf-8")
-        dp._git(root, "commit", "-qam", "throughput: batch polling")
-        strategy = dp.BenchStrategy(model, rng, schedule=list(kinds))
-        with FakeLLMServer(default=model, keep_alive=True) as server, dp._strategy_installed(strategy):
+        power_loop._git(root, "commit", "-qam", "throughput: batch polling")
+        strategy = power_loop.BenchStrategy(model, rng, schedule=list(kinds))
+        with FakeLLMServer(default=model, keep_alive=True) as server, power_loop._strategy_installed(strategy):
             judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
                                    concurrency=concurrency)
             ws = Workspace.open(root)
@@ -167,16 +167,16 @@ def measure_direct(futility: bool, kinds: Sequence[str], *, seed: int = 0, call_
     rng = random.Random(f"throughput-direct/{seed}")
     key = {"OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "throughput-bench")}
     with mock.patch.dict(os.environ, key), tempfile.TemporaryDirectory(prefix="throughput-direct-") as tmp:
-        root, positive, types = dp.build_workspace(Path(tmp))
+        root, positive, types = power_loop.build_workspace(Path(tmp))
         q, fixable = item_q(len(positive), 0)
         model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
-        dp.set_loop_key(root, "policy", '"adaptive"')
-        dp.set_loop_key(root, "patience", "1000000")
-        dp.set_loop_key(root, "futility", "true" if futility else "false")
-        dp._git(root, "commit", "-qam", "throughput: futility")
-        strategy = dp.BenchStrategy(model, rng, schedule=list(kinds))
+        power_loop.set_loop_key(root, "policy", '"adaptive"')
+        power_loop.set_loop_key(root, "patience", "1000000")
+        power_loop.set_loop_key(root, "futility", "true" if futility else "false")
+        power_loop._git(root, "commit", "-qam", "throughput: futility")
+        strategy = power_loop.BenchStrategy(model, rng, schedule=list(kinds))
         with FakeLLMServer(default=_Delayed(model, call_s), keep_alive=True) as server, \
-                dp._strategy_installed(strategy):
+                power_loop._strategy_installed(strategy):
             judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
                                    concurrency=concurrency)
             ws = Workspace.open(root)

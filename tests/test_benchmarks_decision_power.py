@@ -9,6 +9,9 @@ import json
 import numpy as np
 import pytest
 
+from benchmarks import _power_common as common
+from benchmarks import _power_loop as power_loop
+from benchmarks import _power_sim as power_sim
 from benchmarks import decision_power as dp
 from benchmarks._judge_model import JudgeModel, item_q
 from tests.support.fakeserver import RecordedRequest
@@ -18,7 +21,7 @@ N_ITEMS = 162
 
 def _deterministic_odds(wrong: int) -> tuple[np.ndarray, np.ndarray]:
     """A judge that never varies: the first ``wrong`` negatives always wrong, everything else right."""
-    _, positive = dp._labels_only()
+    _, positive = common.labels_only()
     negatives = [i for i, p in enumerate(positive) if not p][:wrong]
     q = np.ones(len(positive))
     q[negatives] = 0.0
@@ -58,26 +61,27 @@ def test_item_odds_have_the_issue_composition() -> None:
 
 def test_simulated_adaptive_decisions_are_the_engines() -> None:
     q, fixable = item_q(N_ITEMS, 0)
-    positive = np.array(dp._labels_only()[1])
-    res = dp.simulate("adaptive", q, fixable, positive, runs=10, candidates=6, fixes_per_run=1, seed=4, check_engine=40)
+    positive = np.array(common.labels_only()[1])
+    res = power_sim.simulate("adaptive", common.SimJudge(q, fixable, positive),
+                       common.RunPlan(runs=10, candidates=6, fixes_per_run=1, seed=4), check_engine=40)
     assert res.engine_checked == 40  # each replayed by optimizer.stats.decision.decide_adaptive, which agreed
     assert any(t.calls > N_ITEMS for t in res.trials)  # noise disagreements are re-judged
 
 
 def test_run_bootstrap_interval_widens_when_a_runs_candidates_move_together() -> None:
-    together = [dp.Trial("noop", r % 2 == 0, 1, run=str(r)) for r in range(20) for _ in range(5)]
-    apart = [dp.Trial("noop", (r * 5 + j) % 2 == 0, 1, run=str(r)) for r in range(20) for j in range(5)]
-    lo_t, hi_t = dp.run_bootstrap(together, "noop")
-    lo_a, hi_a = dp.run_bootstrap(apart, "noop")
+    together = [common.Trial("noop", r % 2 == 0, 1, run=str(r)) for r in range(20) for _ in range(5)]
+    apart = [common.Trial("noop", (r * 5 + j) % 2 == 0, 1, run=str(r)) for r in range(20) for j in range(5)]
+    lo_t, hi_t = common.run_bootstrap(together, "noop")
+    lo_a, hi_a = common.run_bootstrap(apart, "noop")
     assert lo_t < 0.5 < hi_t and hi_t - lo_t > 2 * (hi_a - lo_a)
 
 
 def test_simulation_keeps_clean_fixes_and_never_a_noop_of_a_steady_judge() -> None:
     q, fixable = _deterministic_odds(12)
-    positive = np.array(dp._labels_only()[1])
+    positive = np.array(common.labels_only()[1])
     for policy in ("literal", "paired", "adaptive"):
-        res = dp.simulate(policy, q, fixable, positive, runs=3, candidates=2, fixes_per_run=0, seed=0,
-                          schedule=["noop", "fix12"])
+        res = power_sim.simulate(policy, common.SimJudge(q, fixable, positive),
+                           common.RunPlan(runs=3, candidates=2, fixes_per_run=0, seed=0, schedule=["noop", "fix12"]))
         assert [(t.kind, t.kept) for t in res.trials] == [("noop", False), ("fix12", True)] * 3, policy
         # A steady judge disagrees only on the fixed items; adaptive re-judges them twice under each prompt.
         extra = 4 * 12 if policy == "adaptive" else 0
@@ -86,21 +90,22 @@ def test_simulation_keeps_clean_fixes_and_never_a_noop_of_a_steady_judge() -> No
 
 def test_simulated_noise_keeps_noops_under_literal_far_more_often_than_under_paired() -> None:
     q, fixable = item_q(N_ITEMS, 0)
-    positive = np.array(dp._labels_only()[1])
-    rates = {p: dp.keep_rate(dp.simulate(p, q, fixable, positive, 60, 6, 1, seed=2).trials, "noop")
+    positive = np.array(common.labels_only()[1])
+    rates = {p: common.keep_rate(power_sim.simulate(p, common.SimJudge(q, fixable, positive), common.RunPlan(60, 6, 1, seed=2)).trials, "noop")
              for p in ("literal", "paired")}
     (lit_k, lit_n), (par_k, par_n) = rates["literal"], rates["paired"]
     assert lit_n == par_n == 180
     assert lit_k / lit_n > 0.25 and par_k / par_n < 0.15
 
 
-@pytest.mark.parametrize("policy", dp.policies_available())
+@pytest.mark.parametrize("policy", common.policies_available())
 @pytest.mark.slow
 def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str) -> None:
     # A steady judge: the no-op ties the incumbent (rolled back), the fix of all 12 wrong items is a
     # clean gain every policy keeps; both go through start_run, the SDK and the fake server.
-    res = dp.loop_trials(policy, runs=1, candidates=2, fixes_per_run=0, seed=0, concurrency=8,
-                         odds=_deterministic_odds(12), schedule=["noop", "fix12"])
+    res = power_loop.loop_trials(policy, common.RunPlan(runs=1, candidates=2, fixes_per_run=0, seed=0,
+                                                 schedule=["noop", "fix12"]),
+                                 concurrency=8, odds=_deterministic_odds(12))
     assert [(t.kind, t.kept) for t in res.trials] == [("noop", False), ("fix12", True)]
     assert res.undecided == 0 and res.baseline_calls == N_ITEMS
     assert res.server_calls == res.ledger_calls == N_ITEMS + sum(t.calls for t in res.trials)
@@ -114,29 +119,30 @@ def test_loop_judges_structure_moves_with_a_planted_effect() -> None:
     # Candidates that are judge.toml moves ([optimizer] structure_moves on): a no-op move ties the
     # incumbent, a move carrying a planted fix of all 12 wrong items is kept, a later no-op move keeps
     # the fix it carries (so it ties again); every call is counted once, at the server and in the ledger.
-    res = dp.loop_trials("adaptive", runs=1, candidates=3, fixes_per_run=0, seed=0, concurrency=8,
-                         odds=_deterministic_odds(12), schedule=["s-noop", "s-fix12", "s-noop"])
+    res = power_loop.loop_trials("adaptive", common.RunPlan(runs=1, candidates=3, fixes_per_run=0, seed=0,
+                                                     schedule=["s-noop", "s-fix12", "s-noop"]),
+                                 concurrency=8, odds=_deterministic_odds(12))
     assert [(t.kind, t.kept) for t in res.trials] == [("s-noop", False), ("s-fix12", True), ("s-noop", False)]
     assert res.undecided == 0 and res.server_calls == res.ledger_calls
 
 
 def test_cheaper_simulation_refuses_a_steadily_worse_candidate_and_keeps_an_equal_one() -> None:
-    positive = np.array(dp._labels_only()[1])
+    positive = np.array(common.labels_only()[1])
     steady = np.ones(len(positive))  # a judge that is always right: only the planted items differ
-    worse = dp.simulate_cheaper(steady, positive, 2, 5, seed=0, margin=1)
-    equal = dp.simulate_cheaper(steady, positive, 0, 5, seed=0, margin=1)
+    worse = power_sim.simulate_cheaper(steady, positive, 2, 5, seed=0, margin=1)
+    equal = power_sim.simulate_cheaper(steady, positive, 0, 5, seed=0, margin=1)
     assert worse[:2] == (0, 5) and equal[:2] == (5, 5)
     # Worse by 2 is within a margin of 10: kept; within 3 too, but two flips are no evidence of it (p ≈ 1/4).
-    assert dp.simulate_cheaper(steady, positive, 2, 3, seed=0, margin=10)[:2] == (3, 3)
-    assert dp.simulate_cheaper(steady, positive, 2, 3, seed=0, margin=3)[:2] == (0, 3)
+    assert power_sim.simulate_cheaper(steady, positive, 2, 3, seed=0, margin=10)[:2] == (3, 3)
+    assert power_sim.simulate_cheaper(steady, positive, 2, 3, seed=0, margin=3)[:2] == (0, 3)
     # The 2 disagreeing items are re-judged twice under each prompt: (162 + 2·2·2) / 162 calls per item.
     assert worse[2] == pytest.approx((N_ITEMS + 8) / N_ITEMS)
 
 
 def test_cheaper_rows_cover_both_judges_and_margins() -> None:
     q, _ = item_q(N_ITEMS, 0)
-    positive = np.array(dp._labels_only()[1])
-    lines = dp.cheaper_rows(q, positive, 4, seed=1, margins=(1,))
+    positive = np.array(common.labels_only()[1])
+    lines = power_sim.cheaper_rows(q, positive, 4, seed=1, margins=(1,))
     assert len(lines) == 4 and lines[2].split()[:2] == ["noisy", "1"] and lines[3].split()[:2] == ["steady", "1"]
     assert all("n=4" in line for line in lines[2:])
 
@@ -144,16 +150,17 @@ def test_cheaper_rows_cover_both_judges_and_margins() -> None:
 def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
     """The coupled futility rows: the same candidates with and without the screen; with it, a keep is
     a keep without it, and a candidate costs at most what it cost without."""
-    positive = np.array(dp._labels_only()[1])
+    positive = np.array(common.labels_only()[1])
     q, fixable = item_q(len(positive), 0)
-    base, screened = dp.simulate_futility(q, fixable, positive, 4, 6, 1, seed=5, thresholds=(0.05, 0.5))
+    base, screened = power_sim.simulate_futility(common.SimJudge(q, fixable, positive), common.RunPlan(4, 6, 1, seed=5),
+                                           thresholds=(0.05, 0.5))
     for res in screened.values():
         assert [t.kind for t in res.trials] == [t.kind for t in base.trials]
         for with_it, without in zip(res.trials, base.trials, strict=True):
             assert (not with_it.kept or without.kept) and with_it.calls <= without.calls
     stopped = [w for w, b in zip(screened["on, T = 0.5"].trials, base.trials, strict=True) if w.calls < b.calls]
     assert stopped, "the screen never stopped a candidate: the test proves nothing"
-    lines = dp.futility_table(base, screened, len(positive))
+    lines = power_sim.futility_table(base, screened, len(positive))
     assert lines[2].startswith("off") and lines[3].startswith("first pass only, T = 0.02")
     assert lines[4].startswith("on, T = 0.05") and lines[-1].startswith("oracle (true odds), T = 0.05")
 
@@ -161,7 +168,7 @@ def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
 def test_the_oracle_floor_is_the_adaptive_rule_on_a_fully_judged_split_and_zero_for_a_steady_no_op() -> None:
     from optimizer.workspace.config import LoopSection
 
-    positive = np.array(dp._labels_only()[1])
+    positive = np.array(common.labels_only()[1])
     n = len(positive)
     loop = LoopSection.model_validate({"policy": "adaptive", "alpha": 0.1, "rejudge": 2})
     rng = np.random.default_rng(0)
@@ -172,33 +179,34 @@ def test_the_oracle_floor_is_the_adaptive_rule_on_a_fully_judged_split_and_zero_
     judgements = np.where(cand_first != inc_first, 3, 1)
     cand_total = np.where(judgements == 3, 3, cand_first.astype(int))
     inc_total = inc_first.astype(int)  # its re-judging wrong again (q = 0)
-    kept = dp.adaptive_keep(inc_total, cand_total, judgements, positive, loop)
-    p = dp.oracle_p_clear(np.ones(n, bool), cand_total, inc_total, judgements, inc_first, np.ones(n), q,
-                          positive, loop, rng, draws=20)
+    kept = power_sim.adaptive_keep(inc_total, cand_total, judgements, positive, loop)
+    p = power_sim.oracle_p_clear(np.ones(n, bool), common.Tallies(inc_total, cand_total, judgements), inc_first,
+                           common.Odds(q_i=q, q_c=np.ones(n)), positive, loop, rng, draws=20)
     assert kept and p == 1.0
     # A steady no-op (the same odds, all 0 or 1) with half the split judged: no draw can clear.
     inside = np.arange(n) < n // 2
     same = inc_first.astype(int)
-    assert dp.oracle_p_clear(inside, same, same, np.ones(n, int), inc_first, q, q, positive, loop, rng, draws=20) == 0.0
+    assert power_sim.oracle_p_clear(inside, common.Tallies(same, same, np.ones(n, int)), inc_first, common.Odds(q, q),
+                              positive, loop, rng, draws=20) == 0.0
 
 
 def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> None:
     # A steady judge: the no-ops tie the incumbent, the 8-item fix is a clean gain Holm keeps at alpha/3
     # (8 items fixed every time: p = 1/256); through start_run with --wave 3.
-    row = dp.wave_trials(3, runs=1, seed=0, concurrency=8, odds=_deterministic_odds(12))
+    row = power_loop.wave_trials(3, runs=1, seed=0, concurrency=8, odds=_deterministic_odds(12))
     assert (row.wave, row.null_waves, row.null_false_keeps) == (3, 1, 0)
     assert (row.planted_waves, row.planted_fix_kept, row.planted_noop_kept) == (1, 1, 0)
     assert 0 < row.calls_per_candidate <= 2
-    lines = dp.wave_table([row])
+    lines = power_loop.wave_table([row])
     assert lines[2].split()[:2] == ["3", "0.0%"] and "100.0%" in lines[2] and " yes " in lines[2]
 
 
 def test_simulated_noop_waves_keep_nothing_of_a_steady_judge_and_holm_bounds_a_noisy_one() -> None:
-    positive = np.array(dp._labels_only()[1])
+    positive = np.array(common.labels_only()[1])
     q, _ = _deterministic_odds(12)
-    assert dp.simulate_wave_null(q, positive, 4, 20, seed=0) == (0, 20)  # no disagreement, nothing kept
+    assert power_loop.simulate_wave_null(q, positive, 4, 20, seed=0) == (0, 20)  # no disagreement, nothing kept
     q, _ = item_q(N_ITEMS, 0)
-    kept, waves = dp.simulate_wave_null(q, positive, 4, 150, seed=3)
+    kept, waves = power_loop.simulate_wave_null(q, positive, 4, 150, seed=3)
     assert waves == 150 and kept / waves < 0.2  # Holm's per-wave bound is 0.1; generous for 150 waves
 
 
@@ -208,8 +216,9 @@ def test_loop_keeps_a_unanimous_panel_with_a_planted_fpr_effect_and_not_a_noop_p
     # incumbent and is rolled back; the panel whose members err independently on those 12 negatives
     # gets them right by its unanimous vote and is kept. Every member's call is one call, counted
     # alike at the server and in the ledger.
-    res = dp.loop_trials("adaptive", runs=1, candidates=2, fixes_per_run=0, seed=0, concurrency=8,
-                         odds=_deterministic_odds(12), schedule=dp.PANEL_KINDS)
+    res = power_loop.loop_trials("adaptive", common.RunPlan(runs=1, candidates=2, fixes_per_run=0, seed=0,
+                                                     schedule=common.PANEL_KINDS),
+                                 concurrency=8, odds=_deterministic_odds(12))
     assert [(t.kind, t.kept) for t in res.trials] == [("p-noop", False), ("p-fix12", True)]
     assert res.undecided == 0 and res.server_calls == res.ledger_calls
     assert res.baseline_calls == N_ITEMS
@@ -223,7 +232,7 @@ def test_loop_keeps_a_unanimous_panel_with_a_planted_fpr_effect_and_not_a_noop_p
 def test_the_panel_judge_errs_identically_across_a_noop_panel_and_independently_on_planted_negatives() -> None:
     positive = [False] * 6
     model = JudgeModel(positive, ["Critical Mistake"] * 6, np.full(6, 0.5), np.ones(6, dtype=bool), seed=3,
-                       steady=True, independent_members=dp.EFFECT_MEMBERS, panel_planted=(0, 1, 2))
+                       steady=True, independent_members=common.EFFECT_MEMBERS, panel_planted=(0, 1, 2))
 
     def says(item: int, member: str | None) -> bool:
         system = "rubric" if member is None else f"You are panel member {member}.\n\nrubric"
@@ -232,11 +241,11 @@ def test_the_panel_judge_errs_identically_across_a_noop_panel_and_independently_
     for item in range(6):
         # A prompt answers an item the same way every time; the no-op members all alike.
         assert says(item, None) == says(item, None)
-        assert len({says(item, m) for m in dp.NOOP_MEMBERS}) == 1
+        assert len({says(item, m) for m in common.NOOP_MEMBERS}) == 1
     for item in (0, 1, 2):  # planted: exactly one effect member errs, so the unanimous vote is right
-        assert [says(item, m) for m in dp.EFFECT_MEMBERS] == [k == item for k in range(3)]
+        assert [says(item, m) for m in common.EFFECT_MEMBERS] == [k == item for k in range(3)]
     for item in (3, 4, 5):  # not planted: the effect members err as the no-op ones do
-        assert {says(item, m) for m in dp.EFFECT_MEMBERS} == {says(item, "x")}
+        assert {says(item, m) for m in common.EFFECT_MEMBERS} == {says(item, "x")}
     # Over many items, the single judge and a member draw apart (a no-op panel is a fresh draw, not a copy).
     wide = JudgeModel([False] * 200, [None] * 200, np.full(200, 0.5), np.zeros(200, dtype=bool), seed=1, steady=True)
     single = [json.loads(wide(_request("rubric", i)).text or "")["success"] for i in range(200)]

@@ -11,7 +11,7 @@ from fractions import Fraction
 import pytest
 
 from optimizer.models import Label
-from optimizer.stats import decision
+from optimizer.stats import adaptive, incremental
 from optimizer.stats.decision import (
     Decision,
     EarlyStopper,
@@ -124,7 +124,9 @@ def test_the_incremental_bound_gives_up_where_the_exact_p_value_is_out_of_reach(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Over the exact test's size limit the bound never stops a candidate, incremental or not."""
     within = [_replay(random.Random(f"limit-{case}"), "adaptive")[0] for case in range(120)]
-    monkeypatch.setattr(decision, "MAX_EXACT_BITS", 16)
+    # The limit as the pure bound (adaptive) and the incremental one (incremental) read it.
+    monkeypatch.setattr(adaptive, "MAX_EXACT_BITS", 16)
+    monkeypatch.setattr(incremental, "MAX_EXACT_BITS", 16)
     gave_up = 0
     for case in range(120):
         expected, got = _replay(random.Random(f"limit-{case}"), "adaptive")

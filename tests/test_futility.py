@@ -14,7 +14,14 @@ import pytest
 from optimizer.cli import main
 from optimizer.models import Label
 from optimizer.stats.decision import decide_adaptive
-from optimizer.stats.futility import make_looks, make_screen, p_clear, p_clear_rejudged, screen_decision
+from optimizer.stats.futility import (
+    make_looks,
+    make_screen,
+    p_clear,
+    p_clear_rejudged,
+    screen_decision,
+    screen_decision_rejudged,
+)
 from optimizer.stats.metrics import Answer, is_correct
 from optimizer.workspace.config import LoopSection
 
@@ -134,14 +141,14 @@ def test_after_re_judging_a_look_a_no_op_is_futile_and_a_clear_fix_is_not() -> N
     inc = _incumbent(labels, random.Random(5))
     look = make_looks(labels, {t: js[0] for t, js in inc.items()}, seed=1)[0]
     same = {t: list(inc[t]) for t in look.ids}
-    decision = screen_decision(labels, look, inc, same, LOOP, level=0.1, seed=2, rejudged=True)
+    decision = screen_decision_rejudged(labels, look, inc, same, LOOP, level=0.1, seed=2)
     assert decision is not None and not decision.keep and FUTILE.match(decision.reason), decision
     # Every incumbent error fixed on re-judging too, nothing broken: P(clear) 1.
     fixed = {t: [_answer(labels[t], True)] * (3 if t in look.wrong else 1) for t in look.ids}
     inc_rj = {t: inc[t] * (3 if t in look.wrong else 1) for t in labels}
     est = p_clear_rejudged(labels, look, inc_rj, fixed, LOOP, level=0.1, seed=2)
     assert est is not None and est.p_clear == 1.0 and est.judged == len(look.ids)
-    assert screen_decision(labels, look, inc_rj, fixed, LOOP, level=0.1, seed=2, rejudged=True) is None
+    assert screen_decision_rejudged(labels, look, inc_rj, fixed, LOOP, level=0.1, seed=2) is None
     assert p_clear_rejudged(labels, look, inc_rj, dict(list(fixed.items())[1:]), LOOP, level=0.1, seed=2) is None
 
 
@@ -161,8 +168,8 @@ def test_futility_after_re_judged_looks_never_keeps_and_a_keep_with_it_is_a_keep
         early = None
         for look in looks:
             inc_now = {t: inc_all[t] if t in look.ids else inc[t] for t in labels}
-            early = screen_decision(labels, look, inc_now, {t: cand_all[t] for t in look.ids}, loop, level=0.1,
-                                    seed=trial, rejudged=True)
+            early = screen_decision_rejudged(labels, look, inc_now, {t: cand_all[t] for t in look.ids}, loop,
+                                             level=0.1, seed=trial)
             if early is not None:
                 break
         moved = [t for t in labels if inc[t][0].success != cand[t][0].success]

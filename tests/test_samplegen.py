@@ -14,7 +14,8 @@ from PIL import Image
 
 from optimizer.devset.markdown import render_markdown
 from optimizer.models import MISTAKE_TYPES, Label, Trajectory
-from tools.samplegen import COLORS, DEFAULT_SEED, PAIRS, generate_sample, main
+from tools.sample_desktop import COLORS
+from tools.samplegen import DEFAULT_SEED, PAIRS, generate_sample, main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = REPO_ROOT / "devset" / "sample"

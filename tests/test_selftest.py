@@ -12,12 +12,16 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from benchmarks import decision_power as dp
+from benchmarks import _power_common as common
+from benchmarks import _power_loop as power_loop
+from benchmarks import _power_sim as power_sim
 from benchmarks._judge_model import JudgeModel, item_q
 from optimizer.cli import main
 from optimizer.stats.binomial import clopper_pearson_interval
 from optimizer.stats.decision import min_fixes_to_keep
-from optimizer.trust.selftest import BENCHMARK, PLANTED_RULE, latest_selftest, simulated_keep_rate
+from optimizer.trust.power import BENCHMARK, simulated_keep_rate
+from optimizer.trust.selftest import PLANTED_RULE
+from optimizer.trust.selftest_files import latest_selftest
 from optimizer.workspace.config import LoopSection
 from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
@@ -115,7 +119,7 @@ def test_aa_keep_rate_agrees_with_the_decision_power_benchmark(tmp_path: Path, c
     """
     repeats = 20
     with mock.patch.dict(os.environ, {"OPENAI_API_KEY": "sk-test"}):
-        root, positive, types = dp.build_workspace(tmp_path)
+        root, positive, types = power_loop.build_workspace(tmp_path)
         q, fixable = item_q(len(positive), 0)
         model = JudgeModel(positive, types, q, fixable, seed=7)
         with FakeLLMServer(default=model, keep_alive=True) as server:
@@ -127,8 +131,9 @@ def test_aa_keep_rate_agrees_with_the_decision_power_benchmark(tmp_path: Path, c
     assert bench["reference"]["noop_fresh"] == reference and bench["agrees"] is True
     lo, hi = aa["keep_rate_interval"]
     assert lo <= reference <= hi
-    sim = dp.simulate("adaptive", q, fixable, np.array(positive), 600, 1, 0, seed=3, schedule=["noop"])
-    k, n = dp.keep_rate(sim.trials, "noop")
+    sim = power_sim.simulate("adaptive", common.SimJudge(q, fixable, np.array(positive)),
+                       common.RunPlan(600, 1, 0, seed=3, schedule=["noop"]))
+    k, n = common.keep_rate(sim.trials, "noop")
     lo99, hi99 = clopper_pearson_interval(aa["kept"], repeats, level=0.99)
     assert lo99 <= k / n <= hi99
     # The judge's noise is what the benchmark built in: 30% of items unstable flip about half the time.
@@ -145,13 +150,13 @@ def test_simulated_keep_rate_is_the_decision_power_benchmarks(policy: str, fix: 
     # The self-test's power simulation and the benchmark's own simulation (benchmarks/decision_power.py,
     # an independent implementation of the same model) on the benchmark judge's odds, 1,000 trials each:
     # equal within 4 standard errors of the difference.
-    positive = np.array(dp._labels_only()[1])
+    positive = np.array(common.labels_only()[1])
     q, fixable = item_q(len(positive), 0)
     ours = simulated_keep_rate(positive, q, fix, LoopSection.model_validate({"policy": policy}), 0.1, trials=1000,
                                seed=4)
     kind = "noop" if fix == 0 else f"fix{fix}"
-    res = dp.simulate(policy, q, fixable, positive, 1000, 1, 0, seed=5, schedule=[kind])
-    k, n = dp.keep_rate(res.trials, kind)
+    res = power_sim.simulate(policy, common.SimJudge(q, fixable, positive), common.RunPlan(1000, 1, 0, seed=5, schedule=[kind]))
+    k, n = common.keep_rate(res.trials, kind)
     p = (ours + k / n) / 2
     assert abs(ours - k / n) <= 4 * math.sqrt(2 * p * (1 - p) / 1000)
     # And the stored reference figures the self-test prints are this model's (same tolerance, n = 3,000).

@@ -39,7 +39,7 @@ from optimizer.stats.decision import (
     decide_adaptive,
     disagreements,
 )
-from optimizer.stats.futility import Screen, make_looks, screen_decision
+from optimizer.stats.futility import Screen, make_looks, screen_decision_rejudged
 from optimizer.stats.metrics import Answer, bootstrap_intervals, flip_table, score
 from optimizer.stats.policies import policy_for
 from optimizer.vocab import StageKind
@@ -394,7 +394,7 @@ class _Evaluation:
                     ctx.stage(StageKind.EVALUATING, exp_id, started_at=evaluating.started_at)
             if self.options.cheaper:
                 continue  # a candidate estimated cheaper is judged in full: futility does not stop it
-            futile = screen_decision(
+            futile = screen_decision_rejudged(
                 ctx.labels,
                 look,
                 inc_now,
@@ -402,7 +402,6 @@ class _Evaluation:
                 loop,
                 level=self.level,
                 seed=ctx.decision_seed(exp_id),
-                rejudged=True,
             )
             if futile is not None:
                 self.early.append(futile)

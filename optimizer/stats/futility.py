@@ -54,6 +54,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
@@ -172,10 +173,23 @@ def _counts(right: np.ndarray, positive: np.ndarray) -> Counts:
     return Counts(tp, n_pos - tp, tn, len(positive) - n_pos - tn)
 
 
-def _clears(cc: np.ndarray, cn: np.ndarray, ic: np.ndarray, in_: np.ndarray, cr: np.ndarray, ir: np.ndarray,
-            positive: np.ndarray, loop: LoopSection, alpha: Fraction) -> str | None:
-    """The adaptive rule on one draw's per-item right judgements out of totals (``cr``/``ir``: majorities):
-    None when the draw clears, else the first condition it fails (one of `FAILS`)."""
+class Tally(NamedTuple):
+    """One draw's judgements per item (arrays over the split, in items): right judgements out of
+    totals under the candidate (``cc``/``cn``) and the incumbent (``ic``/``in_``), and whether each
+    prompt's majority is right (``cr``/``ir``)."""
+
+    cc: np.ndarray
+    cn: np.ndarray
+    ic: np.ndarray
+    in_: np.ndarray
+    cr: np.ndarray
+    ir: np.ndarray
+
+
+def _clears(tally: Tally, positive: np.ndarray, loop: LoopSection, alpha: Fraction) -> str | None:
+    """The adaptive rule on one draw's `Tally`: None when the draw clears, else the first condition it
+    fails (one of `FAILS`)."""
+    cc, cn, ic, in_, cr, ir = tally
     counts_c, counts_i = _counts(cr, positive), _counts(ir, positive)
     if not kappa_clears(counts_c, counts_i, loop.min_kappa_delta):
         return KAPPA_FAIL
@@ -287,7 +301,7 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
             in_[idx] += r
             cr[idx] = _right(cc[idx], cn[idx], negative[idx])
             ir[idx] = _right(ic[idx], in_[idx], negative[idx])
-        fails[_clears(cc, cn, ic, in_, cr, ir, positive, loop, alpha) or ""] += 1
+        fails[_clears(Tally(cc, cn, ic, in_, cr, ir), positive, loop, alpha) or ""] += 1
     return _estimate(fails, int(judged.sum()), n, draws)
 
 
@@ -319,19 +333,31 @@ def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Jud
         cc, cn, ic, in_ = cc0.copy(), cn0.copy(), ic0.copy(), in0.copy()
         for hole, pick in _bootstrap(rng, pools, holes):
             cc[hole], cn[hole], ic[hole], in_[hole] = cc0[pick], cn0[pick], ic0[pick], in0[pick]
-        fails[_clears(cc, cn, ic, in_, _right(cc, cn, negative), _right(ic, in_, negative), positive, loop, alpha)
-              or ""] += 1
+        tally = Tally(cc, cn, ic, in_, _right(cc, cn, negative), _right(ic, in_, negative))
+        fails[_clears(tally, positive, loop, alpha) or ""] += 1
     return _estimate(fails, int(judged.sum()), len(ids), draws)
 
 
 def screen_decision(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
-                    loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS,
-                    rejudged: bool = False) -> Decision | None:
-    """The futility rollback when P(clear) < ``loop.futility_threshold``, else None (also when P(clear)
-    cannot be estimated). Never a keep. ``p_value`` is 1.0: no test was run on the candidate.
-    ``rejudged``: the screen's disagreements are re-judged (`p_clear_rejudged`), else first pass only."""
-    estimate = p_clear_rejudged if rejudged else p_clear
-    est = estimate(labels, screen, incumbent, candidate_so_far, loop, level=level, seed=seed, draws=draws)
+                    loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> Decision | None:
+    """The futility rollback when P(clear) (`p_clear`: the screen's first pass only) < ``loop.futility_threshold``,
+    else None (also when P(clear) cannot be estimated). Never a keep. ``p_value`` is 1.0: no test was run
+    on the candidate."""
+    est = p_clear(labels, screen, incumbent, candidate_so_far, loop, level=level, seed=seed, draws=draws)
+    return _futile(est, screen, loop, level)
+
+
+def screen_decision_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements,
+                             candidate_so_far: Judgements, loop: LoopSection, *, level: float, seed: int,
+                             draws: int = DRAWS) -> Decision | None:
+    """`screen_decision` once the screen's disagreements are re-judged (`p_clear_rejudged`): what the
+    loop asks at each look."""
+    est = p_clear_rejudged(labels, screen, incumbent, candidate_so_far, loop, level=level, seed=seed, draws=draws)
+    return _futile(est, screen, loop, level)
+
+
+def _futile(est: FutilityEstimate | None, screen: Screen, loop: LoopSection, level: float) -> Decision | None:
+    """The rollback when the estimate ``est`` is below ``loop.futility_threshold``, else None."""
     if est is None or est.p_clear >= loop.futility_threshold:
         return None
     reason = (f"futile: P(clear) = {est.p_clear:.3f} < {loop.futility_threshold:g} after {est.judged} of "

@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, computed_field
@@ -34,18 +34,24 @@ from optimizer.models import MISTAKE_TYPES, Label, fold_mistake_type
 from optimizer.vocab import UNTYPED as UNTYPED
 from optimizer.vocab import AnswerStatus as AnswerStatus
 
-PROTOCOL_KEYS: tuple[str, ...] = (
-    "n",
-    "balanced_accuracy",
-    "tpr",
-    "tnr",
-    "fpr",
-    "fnr",
-    "kappa",
-    "invalid",
-    "missing",
-    "mistake_type_recall",
-)
+
+class ScoreJson(TypedDict):
+    """The object ``judgeloop score --json`` prints (the scoring protocol): rates in [0, 1] or None
+    where undefined, counts in items, keys in this order."""
+
+    n: int
+    balanced_accuracy: float | None
+    tpr: float | None
+    tnr: float | None
+    fpr: float | None
+    fnr: float | None
+    kappa: float | None
+    invalid: int
+    missing: int
+    mistake_type_recall: dict[str, float | None]
+
+
+PROTOCOL_KEYS: tuple[str, ...] = tuple(ScoreJson.__annotations__)
 
 
 @dataclass(frozen=True)
@@ -166,9 +172,13 @@ class Metrics(BaseModel):
     def negatives(self) -> int:
         return self.tn + self.fp
 
-    def protocol_dict(self) -> dict[str, Any]:
+    def protocol_dict(self) -> ScoreJson:
         """Exactly the keys of ``judgeloop score --json``, in protocol order."""
-        return {key: getattr(self, key) for key in PROTOCOL_KEYS}
+        return ScoreJson(
+            n=self.n, balanced_accuracy=self.balanced_accuracy, tpr=self.tpr, tnr=self.tnr, fpr=self.fpr,
+            fnr=self.fnr, kappa=self.kappa, invalid=self.invalid, missing=self.missing,
+            mistake_type_recall=self.mistake_type_recall,
+        )
 
     @classmethod
     def from_counts(

@@ -52,15 +52,9 @@ from optimizer.ledger import Ledger
 from optimizer.models import MISTAKE_TYPES, Label
 from optimizer.stats.binomial import clopper_pearson_lower, clopper_pearson_upper
 from optimizer.stats.metrics import Answer, bootstrap_intervals, cohen_kappa, predicted_success, score
-from optimizer.trust.selftest import (
-    Record,
-    ResultFiles,
-    SelftestResult,
-    dev_split_for,
-    latest_selftest,
-    result_files,
-    summary_lines,
-)
+from optimizer.trust.selftest import dev_split_for
+from optimizer.trust.selftest_files import latest_selftest, result_files, summary_lines
+from optimizer.trust.selftest_records import Record, ResultFiles, SelftestResult
 from optimizer.vocab import UNTYPED
 from optimizer.workspace import gitops
 from optimizer.workspace.config import JudgeOverrides, JudgeSection
