@@ -26,6 +26,7 @@ _MODAL_CSS = """
     width: 76; max-width: 100%; height: auto; max-height: 100%;
     border: thick $accent; background: $surface; padding: 1 2;
 }}
+{name} > Vertical > Label {{ width: 100%; }}
 {name} .buttons {{ height: auto; align-horizontal: right; margin-top: 1; }}
 {name} Button {{ margin-left: 1; }}
 """

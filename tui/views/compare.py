@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static
@@ -26,7 +26,12 @@ class CompareView(View):
     CompareView #compare-flips { height: auto; padding: 0 1; }
     CompareView #compare-main { height: 1fr; }
     CompareView .side { width: 1fr; border-right: solid $panel; padding: 0 1; }
+    CompareView.-stacked #compare-main { layout: vertical; overflow-y: auto; }
+    CompareView.-stacked .side { height: auto; border-right: none; border-bottom: solid $panel; }
     """
+    # Below this width the two sides are one above the other: side by side, each half is too narrow for
+    # the metric table's intervals.
+    STACKED_BELOW = 120
 
     def body(self) -> ComposeResult:
         yield Static("", id="compare-flips")
@@ -36,7 +41,11 @@ class CompareView(View):
             with VerticalScroll(classes="side"):
                 yield Static("", id="compare-right")
 
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < self.STACKED_BELOW, "-stacked")
+
     def reload(self) -> None:
+        self.set_class(self.app.size.width < self.STACKED_BELOW, "-stacked")
         pair = self.japp.compare_pair()
         if pair is None:
             self.set_title("compare — select an experiment (and mark another with m in the history)")
