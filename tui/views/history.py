@@ -121,7 +121,7 @@ class HistoryView(View):
 
     def body(self) -> ComposeResult:
         yield Input(placeholder="filter: words, or status:kept / status:rolled_back — enter applies, esc clears",
-                    id="history-filter", disabled=True)
+                    id="history-filter", disabled=True, select_on_focus=False)
         table = FixedColumnsTable(id="history-table", cursor_type="row", zebra_stripes=True, fill_column="rationale",
                                   drop_order=HISTORY_DROP_ORDER)
         table.set_columns(HISTORY_COLUMNS)
