@@ -417,14 +417,15 @@ class JudgeloopApp(App[None]):
             return
         self.notify(f"created {path.relative_to(self.ws_root)}: the run stops after its current step", timeout=5)
 
-    def decide_waiting(self, experiment_id: int, decision: str) -> None:
-        """Ask, then keep or discard it in a worker (the engine's `decide`, as `judgeloop decide` does)."""
+    def decide_waiting(self, experiment_id: int, decision: str, warning: str | None = None) -> None:
+        """Ask (saying ``warning``: a keep the policy rolls back is an overrule), then keep or discard it in
+        a worker (the engine's `decide`, as `judgeloop decide` does)."""
         def answered(yes: bool | None) -> None:
             if yes:
                 self.run_decide(experiment_id, decision)
 
-        self.push_screen(ConfirmModal(f"{decision} experiment {experiment_id}? (judgeloop decide {experiment_id} "
-                                      f"{decision})"), answered)
+        question = f"{decision} experiment {experiment_id}? (judgeloop decide {experiment_id} {decision})"
+        self.push_screen(ConfirmModal(question + (f"\n\n{warning}" if warning else "")), answered)
 
     @work(thread=True, exclusive=True, group="run-control", exit_on_error=False, name="judgeloop decide")
     def run_decide(self, experiment_id: int, decision: str) -> None:

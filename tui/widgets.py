@@ -315,8 +315,9 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
 class MetricChart(PlotextPlot):
     """A metric over experiments, x = experiment id (integer ticks only, the ids the history table shows):
     the kept chain as a step line, evaluated candidates as points, early-stopped candidates as ``x`` at
-    the incumbent's value, the baseline as ``B``; the title counts the guard-rejected/failed candidates
-    that have no value to plot.
+    their partial value (the ``*`` figure of the history and experiment views), the baseline as ``B``;
+    the title counts the guard-rejected/failed candidates, and the early-stopped ones without a partial
+    value, that have nothing to plot.
 
     Replotting clears the data first, then plots, then refreshes (otherwise plotext can keep stale axes).
     Building a plotext figure costs tens of milliseconds, so the rendered text is cached per size and
@@ -344,21 +345,24 @@ class MetricChart(PlotextPlot):
         title = self.metric if self.metric == "kappa" else f"{self.metric} (markers as in kappa)"
         if points is not None and points.rejected:
             title += f" · {points.rejected} guard-rejected/failed not plotted"
+        if points is not None and (unplotted := points.unplotted(self.metric)):
+            title += f" · {unplotted} stopped early without a partial {self.metric} (one class judged)"
         plt.title(title)
         # One legend, on the kappa chart: kappa rises from the left, so its top-left corner is free,
         # while the FPR chart's top-left is where the baseline usually sits (the legend would hide it).
         legend = self.metric == "kappa"
         if points is not None and (points.chain_x or points.evaluated_x or points.baseline):
-            chain_y, evaluated_y, stopped_y = points.values(self.metric)
-            # Drawn in this order so the chain is over the points and the early-stopped markers (which
-            # sit on the chain by definition) stay visible over it.
+            chain_y, evaluated_y = points.values(self.metric)
+            stopped_x, stopped_y = points.stopped(self.metric)
+            # Drawn in this order so the chain is over the points and the early-stopped markers stay
+            # visible over it.
             if points.evaluated_x:
                 plt.scatter(points.evaluated_x, evaluated_y, marker="•", color="white", label="evaluated candidate" if legend else None)
             if points.chain_x:
                 plt.plot(points.chain_x, chain_y, marker="braille", color="green", label="kept chain (incumbent)" if legend else None)
-            if points.stopped_x:
-                plt.scatter(points.stopped_x, stopped_y, marker="x", color="orange",
-                            label="stopped early (rolled back)" if legend else None)
+            if stopped_x:
+                plt.scatter(stopped_x, stopped_y, marker="x", color="orange",
+                            label="stopped early (partial *)" if legend else None)
             ys = chain_y + evaluated_y + stopped_y
             if points.baseline is not None:
                 x, kappa, fpr = points.baseline

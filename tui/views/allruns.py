@@ -13,14 +13,14 @@ from textual.widgets import DataTable, Static
 
 from tui.data import PARTIAL_MARK, AllRuns, AllRunsRow, load_all_runs, one_line
 from tui.messages import AllRunsLoaded, ExperimentSelected, RunPicked
-from tui.views.base import View, status_text
+from tui.views.base import View, decision_text
 from tui.widgets import FixedColumnsTable
 
 # (header, key, width): the run first (its number in time, as the run picker R numbers it), then the
 # figures that tell one edit from the next, then the rest (a narrow terminal cuts those; the line under
 # the table gives the highlighted row's rationale in full).
 ALL_RUNS_COLUMNS = (
-    ("run", "run", 3), ("id", "id", 5), ("decision", "decision", 11), ("κ", "kappa", 6), ("FPR", "fpr", 6),
+    ("run", "run", 3), ("id", "id", 5), ("decision", "decision", 16), ("κ", "kappa", 6), ("FPR", "fpr", 6),
     ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6), ("time", "time", 11), ("strategy", "strategy", 8),
     ("$", "cost", 7), ("rationale", "rationale", 40),
 )
@@ -34,7 +34,7 @@ def all_runs_cells(entry: AllRunsRow) -> tuple[Text, ...]:
     return (
         Text(f"#{entry.number}", style="bold"),
         Text(f"{exp.id}{'◆' if row.in_chain else ''}", style="bold" if row.in_chain else dim),
-        status_text(exp.status), Text(kappa), Text(fpr),
+        decision_text(exp), Text(kappa), Text(fpr),
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
         Text(row.delta_text("fpr"), style="red" if (row.d_fpr or 0) > 0 else ""),
         Text(exp.created.strftime("%m-%d %H:%M"), style=dim), Text(exp.strategy or "—", style=dim),

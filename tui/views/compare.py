@@ -16,6 +16,7 @@ from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from tui.data import load_comparison, one_line
 from tui.messages import ComparisonLoaded
 from tui.views.base import View, metric_rows, metric_table, status_text
+from tui.views.experiment import partial_line, partial_rows
 
 
 class CompareView(View):
@@ -71,11 +72,15 @@ class CompareView(View):
             f"{sum(len(f[k]) for k in keys)} {words} (" + ", ".join(f"{FLIP_ARROWS[k]} {len(f[k])}" for k in keys) + ")"
             for words, keys in FLIP_ROWS
         ))
-        for side, exp, other in (("#compare-left", left, right), ("#compare-right", right, left)):
+        for side, exp, other, partial in (("#compare-left", left, right, comparison.left_partial),
+                                          ("#compare-right", right, left, comparison.right_partial)):
+            # An early-stopped side: its partial metrics and the other side's on the same items (as the
+            # experiment view shows them), not the "—" of metrics it never computed over every item.
             parts: list[Any] = [
                 Text.assemble((f"experiment {exp.id} ", "bold"), status_text(exp.status),
                               f" · {exp.strategy or 'baseline'}"),
-                metric_table(metric_rows(exp, other)),
+                *([Text(partial_line(partial), style="yellow")] if partial is not None else []),
+                metric_table(partial_rows(partial) if partial is not None else metric_rows(exp, other)),
                 Text(f"\n{one_line(exp.reason, 200)}\n", style="italic"),
                 Text(one_line(exp.rationale, 200) + "\n"),
             ]

@@ -19,7 +19,6 @@ from tui.messages import ExperimentSelected, HelpedLoaded
 from tui.views.base import View
 from tui.widgets import FixedColumnsTable
 
-
 # (header, key, width); the note fills what is left.
 HELPED_COLUMNS = (
     ("edit", "edit", 6), ("commit", "commit", 8), ("gain when kept", "gain", 19), ("at the end", "end", 19),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -46,9 +46,9 @@ class ItemView(View):
                 tooltip="Jump to the previous step a criterion, the evidence or the review cites", show=False),
         Binding("o", "open_png", "Open PNG", id="item.open-png", tooltip="Open the full screenshot outside (xdg-open/$OPENER)"),
         Binding("right_square_bracket", "other_experiment(1)", "Next exp", id="item.next-experiment",
-                tooltip="The same item under the next experiment"),
+                tooltip="The same item under the next experiment that judged it (of any run)"),
         Binding("left_square_bracket", "other_experiment(-1)", "Prev exp", id="item.prev-experiment",
-                tooltip="The same item under the previous experiment"),
+                tooltip="The same item under the previous experiment that judged it (of any run)"),
         Binding("w", "review('judge_wrong')", "Judge wrong", id="item.review-judge-wrong",
                 tooltip="Review: the judge is wrong on this item"),
         Binding("l", "review('label_suspect')", "Label suspect", id="item.review-label-suspect",
@@ -96,8 +96,11 @@ class ItemView(View):
     def on_item_loaded(self, message: ItemLoaded) -> None:
         detail = self.detail = message.detail
         exp = detail.experiment
-        self.set_title(f"item {detail.trajectory_id} under experiment {exp.id} "
-                       f"({STATUS_TEXT.get(exp.status, exp.status)})")
+        others = detail.other_experiments
+        where = (f" · {others.index(exp.id) + 1} of {len(others)} experiments that judged it (] / [)"
+                 if exp.id in others and len(others) > 1 else "")
+        self.set_title(f"item {detail.trajectory_id} under experiment {exp.id} of run {exp.run_id} "
+                       f"({STATUS_TEXT.get(exp.status, exp.status)}){where}")
         info = Text()
         info.append("instruction\n", style="bold")
         info.append((detail.instruction or detail.trajectory_error or "—") + "\n\n")
