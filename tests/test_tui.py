@@ -93,7 +93,7 @@ def test_history_shows_every_experiment_and_the_curves_then_filters_and_sorts(ru
         assert f"run {run.id}" in text and "baseline" in text and "rolled back" in text
         assert "kappa" in text and "fpr" in text and "kept chain" in text
         if any(e.early_stopped for e in experiments):
-            assert "stopped early (rolled back)" in text
+            assert "stopped early (partial *)" in text  # drawn at what it measured (the table's * figures)
         # The cursor starts on the incumbent, so e opens it.
         assert app.experiment_id == run.incumbent_experiment
         # Filter: the box shows on /, its text applies on enter, esc clears it.
@@ -1044,9 +1044,9 @@ def test_history_hides_its_least_important_columns_first_and_the_footer_keeps_he
     drive(app, scenario, size=size)
 
 
-@pytest.mark.parametrize(("size", "min_reasoning"), [((120, 36), 20), ((80, 24), 7)])
+@pytest.mark.parametrize(("size", "min_reasoning"), [((120, 36), 20), ((80, 24), None)])
 def test_disagreements_table_fits_its_width_without_a_horizontal_scrollbar(
-    run_ws: Path, size: tuple[int, int], min_reasoning: int
+    run_ws: Path, size: tuple[int, int], min_reasoning: int | None
 ) -> None:
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())
@@ -1059,9 +1059,13 @@ def test_disagreements_table_fits_its_width_without_a_horizontal_scrollbar(
         assert table.row_count > 0
         assert not table.show_horizontal_scrollbar
         assert table.virtual_size.width <= table.scrollable_content_region.width
-        # The reasoning column takes the width the others leave.
-        reasoning = next(c for c in table.columns.values() if c.key.value == "reasoning")
-        assert reasoning.width > min_reasoning
+        # The reasoning column takes the width the others leave; at 80 columns it is hidden (the selected
+        # row's reasoning is shown whole under the table: tests/test_tui_small_terminal.py).
+        reasoning = [c for c in table.columns.values() if c.key.value == "reasoning"]
+        if min_reasoning is None:
+            assert not reasoning
+        else:
+            assert reasoning[0].width > min_reasoning
 
     drive(app, scenario, size=size)
 
