@@ -18,7 +18,7 @@ from tui.widgets import FixedColumnsTable
 
 # (header, key, width); the reasoning fills what is left (hidden when narrow: shown under the table).
 DISAGREEMENT_COLUMNS = (
-    ("item", "id", 9), ("kind", "kind", 4), ("label type", "type", 18), ("judge", "judge", 7), ("conf.", "conf", 8),
+    ("item", "id", 9), ("kind", "kind", 4), ("label type", "type", 18), ("judge", "judge", 7), ("conf.", "conf", 13),
     ("unst.", "unstable", 5), ("rev.", "reviewed", 4), ("reasoning", "reasoning", 24),
 )
 
@@ -33,7 +33,7 @@ def disagreement_cells(d: Disagreement) -> tuple[Text, ...]:
     return (
         Text(d.trajectory_id[:8]), Text(d.kind, style="red" if d.kind == "FP" else "yellow"),
         Text(d.label.mistake_type or ("—" if d.label.positive else UNTYPED)), Text(judge_answer(d)),
-        Text(d.confidence.replace("/", " ")),  # each replicate's on its own line when narrow
+        Text(d.confidence.replace("/", " ")),  # two replicates on one line; a third wraps at a word
         Text("yes" if d.verdict.unstable else ""), Text("yes" if d.reviewed else ""),
         Text(one_line(d.reasoning, 240), no_wrap=True, overflow="ellipsis"),
     )
