@@ -59,7 +59,7 @@ def test_history_shows_every_experiment_and_the_curves_then_filters_and_sorts(ru
         assert f"run {run.id}" in text and "baseline" in text and "rolled back" in text
         assert "kappa" in text and "fpr" in text and "kept chain" in text
         if any(e.early_stopped for e in experiments):
-            assert "stopped early (rolled back)" in text
+            assert "stopped early (partial *)" in text  # drawn at what it measured (the table's * figures)
         # The cursor starts on the incumbent, so e opens it.
         assert app.experiment_id == run.incumbent_experiment
         # Filter: the box shows on /, its text applies on enter, esc clears it.

@@ -100,7 +100,7 @@ def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Pat
             line = str(screen.query_one("#disagreement-filters").render())
             assert table_keys(table) == rows, (keys, line)
             assert filter_text in line, (keys, line)
-            assert [table.get_row(t)[6] for t in rows] == ["yes" if t in reviewed else "" for t in rows]  # rev.
+            assert [str(table.get_row(t)[6]) for t in rows] == ["yes" if t in reviewed else "" for t in rows]  # rev.
 
     drive(app, scenario)
 

@@ -3,7 +3,12 @@
 The app reads only the ledger (``optimizer.ledger``, read-only connection) and the workspace's split
 files; it never imports the loop. Runs are separate processes (``tui.runs``), so closing the TUI
 never stops one. Views are single-key switchable; every binding has an id (for ``App.set_keymap``);
-the command palette (ctrl+p) lists every view and action; help (? or F1) lists every key.
+the command palette (ctrl+p) lists every view and action; help (? or F1) lists every key, and every
+key a view offers is in its footer at any width from 80 columns (``widgets.KeyFooter``).
+
+One truth across views: an early-stopped candidate is shown at its partial metrics (marked ``*``) in
+the history, chart, compare and experiment views; a person's keep against the policy reads
+"kept (overruled)" (``views.base.decision_text``).
 """
 
 from __future__ import annotations
@@ -295,6 +300,13 @@ class JudgeloopApp(App[None]):
         else:
             self.switch_screen(view)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Over the unreadable-ledger screen only quitting is offered (the views and runs need a ledger):
+        the footer then holds only what works there, uncut at 80 columns."""
+        if self.fatal is not None and action not in ("quit", "command_palette"):
+            return False
+        return super().check_action(action, parameters)
+
     def action_switch_view(self, name: str) -> None:
         self.switch_view(name)
 
@@ -417,14 +429,15 @@ class JudgeloopApp(App[None]):
             return
         self.notify(f"created {path.relative_to(self.ws_root)}: the run stops after its current step", timeout=5)
 
-    def decide_waiting(self, experiment_id: int, decision: str) -> None:
-        """Ask, then keep or discard it in a worker (the engine's `decide`, as `judgeloop decide` does)."""
+    def decide_waiting(self, experiment_id: int, decision: str, warning: str | None = None) -> None:
+        """Ask (saying ``warning``: a keep the policy rolls back is an overrule), then keep or discard it in
+        a worker (the engine's `decide`, as `judgeloop decide` does)."""
         def answered(yes: bool | None) -> None:
             if yes:
                 self.run_decide(experiment_id, decision)
 
-        self.push_screen(ConfirmModal(f"{decision} experiment {experiment_id}? (judgeloop decide {experiment_id} "
-                                      f"{decision})"), answered)
+        question = f"{decision} experiment {experiment_id}? (judgeloop decide {experiment_id} {decision})"
+        self.push_screen(ConfirmModal(question + (f"\n\n{warning}" if warning else "")), answered)
 
     @work(thread=True, exclusive=True, group="run-control", exit_on_error=False, name="judgeloop decide")
     def run_decide(self, experiment_id: int, decision: str) -> None:

@@ -118,6 +118,10 @@ class PartialMetrics:
     total: int
     incumbent: Metrics | None = None
 
+    def value(self, name: str) -> float | None:
+        """The partial ``name`` as a number (what ``cell`` shows; None where it shows "—")."""
+        return self._value(self.metrics, name)
+
     def _value(self, metrics: Metrics | None, name: str) -> float | None:
         # Kappa over items of one class only (a candidate stopped on its negatives) is as undefined as
         # balanced accuracy there: shown "—", never a 0.00 that reads like a measurement.
@@ -167,9 +171,11 @@ def _counts_metrics(labels: Mapping[str, LabelRow], answers: Mapping[str, Answer
 
 def partial_metrics(
     ledger: Ledger, exp: Experiment, labels: Mapping[str, LabelRow] | None = None, *, with_incumbent: bool = False,
+    against: int | None = None,
 ) -> PartialMetrics | None:
     """The partial metrics of an early-stopped candidate (None for any other experiment, or when it judged
-    nothing): over its judged items (an answer recorded, not missing or lost to an infrastructure error)."""
+    nothing): over its judged items (an answer recorded, not missing or lost to an infrastructure error);
+    ``with_incumbent``: with its parent's over the same items, or experiment ``against``'s (compare)."""
     if not exp.early_stopped:
         return None
     labels = ledger.labels(exp.run_id) if labels is None else labels
@@ -178,8 +184,9 @@ def partial_metrics(
     if not judged:
         return None
     incumbent = None
-    if with_incumbent and exp.parent_id is not None:
-        incumbent = _counts_metrics(labels, ledger.item_answers(exp.parent_id), judged)
+    other = against if against is not None else exp.parent_id if with_incumbent else None
+    if other is not None:
+        incumbent = _counts_metrics(labels, ledger.item_answers(other), judged)
     return PartialMetrics(_counts_metrics(labels, answers, judged), len(judged), len(labels), incumbent)
 
 
@@ -439,6 +446,7 @@ def matches_filter(row: HistoryRow, text: str) -> bool:
     exp = row.experiment
     hay = " ".join([
         str(exp.id), row.wave_tag, exp.strategy or "", STATUS_TEXT.get(exp.status, exp.status), exp.status,
+        "overruled" if exp.overrule is not None else "",
         exp.rationale or "", exp.reason or "",
     ]).lower()
     for word in text.lower().split():
@@ -458,8 +466,10 @@ class CurvePoints:
     - ``chain_*``: the incumbent over time as a step line — each kept value held flat until the next
       kept experiment, then a vertical step (two points share that x), through the last experiment.
     - ``evaluated_*``: fully evaluated candidates (kept or rolled back with metrics) at their value.
-    - ``stopped_*``: candidates stopped early (no metrics; rolled back before the end) drawn at the
-      incumbent's value at that time, since they are "no better than the incumbent".
+    - ``stopped_*``: candidates stopped early (rolled back before the end) at what was measured: their
+      partial metrics over the items judged before the stop, the ``1.00*`` the history and experiment
+      views show (never at the incumbent's level, which nobody measured). None where nothing can be
+      drawn (kappa over one class only: "—" in the table); ``unplotted`` counts those per metric.
     - ``rejected``: guard-rejected or failed candidates — never evaluated, so not plotted; the legend
       gives their count.
     - ``experiment_ids``: every experiment of the run, in order (where the x axis may put a tick).
@@ -472,17 +482,27 @@ class CurvePoints:
     evaluated_kappa: list[float]
     evaluated_fpr: list[float]
     stopped_x: list[int]
-    stopped_kappa: list[float]
-    stopped_fpr: list[float]
+    stopped_kappa: list[float | None]
+    stopped_fpr: list[float | None]
     rejected: int
     baseline: tuple[int, float, float] | None
     experiment_ids: list[int] = field(default_factory=list)
 
-    def values(self, metric: str) -> tuple[list[float], list[float], list[float]]:
-        """(chain, evaluated, stopped) y values for ``metric`` ("kappa" or "fpr")."""
+    def values(self, metric: str) -> tuple[list[float], list[float]]:
+        """(chain, evaluated) y values for ``metric`` ("kappa" or "fpr")."""
         if metric == "kappa":
-            return self.chain_kappa, self.evaluated_kappa, self.stopped_kappa
-        return self.chain_fpr, self.evaluated_fpr, self.stopped_fpr
+            return self.chain_kappa, self.evaluated_kappa
+        return self.chain_fpr, self.evaluated_fpr
+
+    def stopped(self, metric: str) -> tuple[list[int], list[float]]:
+        """The early-stopped candidates that have a partial ``metric``: (x, y)."""
+        ys = self.stopped_kappa if metric == "kappa" else self.stopped_fpr
+        pairs = [(x, y) for x, y in zip(self.stopped_x, ys, strict=True) if y is not None]
+        return [x for x, _ in pairs], [y for _, y in pairs]
+
+    def unplotted(self, metric: str) -> int:
+        """How many early-stopped candidates have no partial ``metric`` to draw."""
+        return len(self.stopped_x) - len(self.stopped(metric)[0])
 
     def x_range(self) -> tuple[int, int]:
         """The x axis limits: first to last experiment id (one on either side of a lone experiment)."""
@@ -540,22 +560,15 @@ def curve_points(history: History) -> CurvePoints:
         chain_k.append(chain_k[-1])
         chain_f.append(chain_f[-1])
 
-    def incumbent_before(x: int) -> tuple[float, float] | None:
-        held = None
-        for s, kappa, fpr in steps:
-            if s >= x:
-                break
-            held = (kappa, fpr)
-        return held
-
     ev_x: list[int] = []
     ev_k: list[float] = []
     ev_f: list[float] = []
     st_x: list[int] = []
-    st_k: list[float] = []
-    st_f: list[float] = []
+    st_k: list[float | None] = []
+    st_f: list[float | None] = []
     rejected = 0
     base = None
+    partial = {r.id: r.partial for r in history.rows}
     for e in experiments:
         if e.status == "baseline":
             if e.kappa is not None and e.fpr is not None:
@@ -565,12 +578,11 @@ def curve_points(history: History) -> CurvePoints:
             ev_x.append(e.id)
             ev_k.append(e.kappa)
             ev_f.append(e.fpr)
-        elif e.early_stopped:
-            held = incumbent_before(e.id)
-            if held is not None:
-                st_x.append(e.id)
-                st_k.append(held[0])
-                st_f.append(held[1])
+        elif e.early_stopped:  # what it measured before the stop, as the table's ``*`` figures
+            part = partial.get(e.id)
+            st_x.append(e.id)
+            st_k.append(part.value("kappa") if part is not None else None)
+            st_f.append(part.value("fpr") if part is not None else None)
         elif e.status not in ("running", "waiting"):  # guard-rejected, error: never evaluated
             rejected += 1
     return CurvePoints(
@@ -643,6 +655,10 @@ class Comparison:
     left: Experiment
     right: Experiment
     flips: dict[str, list[str]]  # left → right, the four FLIP_KEYS
+    # An early-stopped side's partial metrics, beside the other side's over the same items (the figures
+    # the history and experiment views show as ``1.00*``, not "—").
+    left_partial: PartialMetrics | None = None
+    right_partial: PartialMetrics | None = None
 
 
 def load_comparison(ledger: Ledger, left_id: int, right_id: int) -> Comparison:
@@ -652,4 +668,6 @@ def load_comparison(ledger: Ledger, left_id: int, right_id: int) -> Comparison:
     a, b = ledger.item_answers(left_id), ledger.item_answers(right_id)
     common = {tid: lab for tid, lab in labels.items() if tid in a and tid in b}
     table = flip_table(common, {t: a[t] for t in common}, {t: b[t] for t in common})
-    return Comparison(left, right, {k: list(getattr(table, k)) for k in ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")})
+    return Comparison(left, right, {k: list(getattr(table, k)) for k in ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")},
+                      left_partial=partial_metrics(ledger, left, labels, against=right_id),
+                      right_partial=partial_metrics(ledger, right, labels, against=left_id))

@@ -136,7 +136,7 @@ class ItemDetail:
     verdict: ItemVerdict | None
     steps: list[StepLine]
     reviews: list[Review]
-    other_experiments: list[int] = field(default_factory=list)  # experiments that judged this item
+    other_experiments: list[int] = field(default_factory=list)  # experiments (every run's) that judged this item
     trajectory_error: str | None = None
     # A person's correction of the item's label (devset/<split>/corrections.jsonl) and the label as given.
     correction: Correction | None = None
@@ -157,7 +157,7 @@ def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: 
     run = ledger.get_run(exp.run_id)
     verdicts = ledger.item_verdicts(experiment_id, trajectory_id)
     label = ledger.labels(run.id).get(trajectory_id)
-    others = [e.id for e in ledger.experiments(run.id) if ledger.item_verdicts(e.id, trajectory_id)]
+    others = ledger.experiments_judging(trajectory_id)  # across runs: every experiment that judged the item
     instruction, steps, problem = "", [], None
     try:
         split = open_split(Workspace.open(ws_root), run.split)

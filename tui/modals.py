@@ -26,6 +26,7 @@ _MODAL_CSS = """
     width: 76; max-width: 100%; height: auto; max-height: 100%;
     border: thick $accent; background: $surface; padding: 1 2;
 }}
+{name} > Vertical > Label {{ width: 100%; }}
 {name} .buttons {{ height: auto; align-horizontal: right; margin-top: 1; }}
 {name} Button {{ margin-left: 1; }}
 """
@@ -86,7 +87,8 @@ class ConfirmModal(ModalScreen[bool]):
 
 
 class ReviewModal(ModalScreen["tuple[str, str] | None"]):
-    """Mark an item: judge wrong / label suspect / rubric ambiguous, with a free note."""
+    """Mark an item: judge wrong / label suspect / rubric ambiguous, with its note (why). Saved only with a
+    note (an empty one is refused, saying so); moving the focus round the dialog keeps what was typed."""
 
     DEFAULT_CSS = _MODAL_CSS.format(name="ReviewModal")
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -103,7 +105,9 @@ class ReviewModal(ModalScreen["tuple[str, str] | None"]):
             yield Label(f"Review item [b]{self.trajectory_id}[/b]")
             yield Select([(REVIEW_LABELS[k], k) for k in REVIEW_KINDS], value=self.kind, allow_blank=False,
                          id="review-kind")
-            yield Input(placeholder="note (why?) — enter saves", id="review-note")
+            # A focus that comes back (Tab round the dialog) leaves the note as typed, cursor at its end:
+            # Textual selects an input's whole text on focus, and the next key replaced the note.
+            yield Input(placeholder="note (why?) — enter saves", id="review-note", select_on_focus=False)
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
@@ -112,8 +116,14 @@ class ReviewModal(ModalScreen["tuple[str, str] | None"]):
         self.query_one("#review-note", Input).focus()
 
     def _save(self) -> None:
+        note = self.query_one("#review-note", Input).value.strip()
+        if not note:  # a review is its note: the agent strategy and the memory read why, not only what
+            self.notify("the note is empty: say why (the note is what the review is kept for), or Esc to cancel",
+                        severity="warning")
+            self.query_one("#review-note", Input).focus()
+            return
         kind = self.query_one("#review-kind", Select).value
-        self.dismiss((str(kind), self.query_one("#review-note", Input).value.strip()))
+        self.dismiss((str(kind), note))
 
     def on_input_submitted(self, _event: Input.Submitted) -> None:
         self._save()
@@ -149,7 +159,8 @@ class CorrectionModal(ModalScreen["tuple[str, str] | None"]):
             yield Label(f"Correct the label of [b]{self.trajectory_id}[/b] (given: {self.given}; split {self.split})")
             yield Select([(f"{other} (the correction)", other), (f"{self.given} (remove a correction)", self.given)],
                          value=other, allow_blank=False, id="correction-label")
-            yield Input(placeholder="reason (why is the given label wrong?) — enter saves", id="correction-reason")
+            yield Input(placeholder="reason (why is the given label wrong?) — enter saves", id="correction-reason",
+                        select_on_focus=False)
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
@@ -222,11 +233,11 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
                                          id="run-policy", compact=True))
             yield field("provider", Select(chosen(c.providers, c.provider), value=start(c.providers, c.provider),
                                            allow_blank=False, id="run-provider", compact=True))
-            yield field("max experiments", Input(placeholder="config default", id="run-max", type="integer",
+            yield field("max experiments", Input(placeholder="config default", id="run-max", type="integer", select_on_focus=False,
                                                  compact=True))
-            yield field("budget (USD)", Input(placeholder="config default", id="run-budget", type="number",
+            yield field("budget (USD)", Input(placeholder="config default", id="run-budget", type="number", select_on_focus=False,
                                               compact=True))
-            yield field("hours", Input(placeholder="config default", id="run-hours", type="number", compact=True))
+            yield field("hours", Input(placeholder="config default", id="run-hours", type="number", select_on_focus=False, compact=True))
             if c.heldout:
                 yield Static(f"held out, never offered for a run: {', '.join(c.heldout)} (`judgeloop confirm`)",
                              classes="note")

@@ -85,18 +85,23 @@ class StatusStrip(Static):
 
 
 Entry = tuple[Binding, bool, str]  # a binding, whether it is enabled, its tooltip
+# A run of footer keys: its entries, whether they show as keys only, and the label after them ("" none).
+Segment = tuple[list[Entry], bool, str]
 
 
 class KeyFooter(Footer):
-    """The footer of keys, fitted to its width so that ``?`` (help: every key) and ``q`` always show.
+    """The footer of keys, fitted to its width so that every key the view offers shows, and ``?`` (help:
+    every key with what it does) and ``q`` always with their names.
 
-    In order: ``?``, the view's own keys, the keys that switch views, the other app keys (runs), ``q``
-    and the palette. Where not all fit, spacing gets compact; then the view-switching keys show as
-    keys only ("h e d i v c g views", their names in help and as tooltips) and the view's own keys and
-    the run keys show as many as fit, in their order. Recomposed when the width changes.
+    In order: ``?``, the view's own keys, the keys that switch views, the run keys, ``q`` and the palette.
+    Where not all names fit, spacing gets compact; then the view-switching keys show as keys only
+    ("h e d i v c g L views"); then the run keys too ("r R s runs") and the view's own keys keep their
+    names as far as they fit, in order, the rest as keys only. A key shown alone has its name as a
+    tooltip, and help lists it. A view key that the focused table shadows (Enter) still shows.
+    Recomposed when the width changes.
     """
 
-    DEFAULT_CSS = "KeyFooter.-compact FooterLabel.-views { margin: 0 1 0 0; }"
+    DEFAULT_CSS = "KeyFooter.-compact FooterLabel.-group { margin: 0 1 0 0; }"
     ALWAYS: ClassVar[tuple[str, ...]] = ("view.help", "app.quit")
 
     def __init__(self) -> None:
@@ -109,15 +114,14 @@ class KeyFooter(Footer):
             return key + 1
         return key + len(entry[0].description) + (2 if compact else 3)
 
-    def fitted(self, width: int) -> tuple[list[Entry], list[Entry], list[Entry], bool]:
-        """At ``width`` columns: the entries shown before the view keys (with their names), the view
-        keys shown as keys only (empty when they have room for names), the entries after them, and
-        whether spacing is compact."""
+    def groups(self) -> tuple[list[Entry], list[Entry], list[Entry], list[Entry], list[Entry]]:
+        """(help, the view's own keys, the view-switching keys, the run keys, quit) as the footer offers them."""
         own: list[Entry] = []
         views: list[Entry] = []
         other: list[Entry] = []
         actions: set[str] = set()
-        for node, binding, enabled, tooltip in self.screen.active_bindings.values():
+        active = self.screen.active_bindings
+        for node, binding, enabled, tooltip in active.values():
             if not binding.show or binding.action in actions:
                 continue
             actions.add(binding.action)
@@ -130,23 +134,44 @@ class KeyFooter(Footer):
                 views.append(entry)
             else:
                 other.append(entry)
-        first = [e for e in self._all_bindings() if e[0].id == self.ALWAYS[0]][:1]  # ? and F1: one entry
-        last = [e for e in self._all_bindings() if e[0].id == self.ALWAYS[1]][:1]
-        room = width - len(self.app.get_key_display(Binding(self.app.COMMAND_PALETTE_BINDING, ""))) - len("palette") - 4
-        for compact in (False, True):
-            if sum(self._cost(e, compact) for e in first + own + views + other + last) <= room:
-                return first + own + views, [], other + last, compact
-        room -= sum(self._cost(e, True) for e in first + last)
-        room -= sum(self._cost(e, True, key_only=True) for e in views) + len("views") + 1
-        shown: list[Entry] = []
-        for entry in own + other:
-            if self._cost(entry, True) <= room:
-                room -= self._cost(entry, True)
-                shown.append(entry)
-        return first + [e for e in own if e in shown], views, [e for e in other if e in shown] + last, True
+        # A key of the view that the focused widget binds to a hidden action of its own (a table's Enter)
+        # still does the view's action (the table posts a message the view handles): offer it first.
+        shadowed = [
+            (b, True, b.tooltip) for b in self.screen.BINDINGS
+            if isinstance(b, Binding) and b.show and b.action not in actions
+            and (hit := active.get(b.key.split(",")[0].strip())) is not None
+            and hit.node is not self.screen and not hit.binding.show
+        ]
+        every = [(binding, enabled, tooltip) for _node, binding, enabled, tooltip in active.values()]
+        first = [e for e in every if e[0].id == self.ALWAYS[0]][:1]  # ? and F1: one entry
+        last = [e for e in every if e[0].id == self.ALWAYS[1]][:1]
+        return first, shadowed + own, views, other, last
 
-    def _all_bindings(self) -> list[Entry]:
-        return [(binding, enabled, tooltip) for _node, binding, enabled, tooltip in self.screen.active_bindings.values()]
+    def fitted(self, width: int) -> tuple[list[Segment], bool]:
+        """At ``width`` columns: the footer's segments in order, and whether spacing is compact. Every
+        key of ``groups`` is in a segment."""
+        first, own, views, other, last = self.groups()
+        room = width - len(self.app.get_key_display(Binding(self.app.COMMAND_PALETTE_BINDING, ""))) - len("palette") - 4
+
+        def named(entries: list[Entry], compact: bool = True) -> int:
+            return sum(self._cost(e, compact) for e in entries)
+
+        def keys(entries: list[Entry], label: str) -> int:
+            return sum(self._cost(e, True, key_only=True) for e in entries) + (len(label) + 1 if entries else 0)
+
+        for compact in (False, True):
+            if named(first + own + views + other + last, compact) <= room:
+                return [(first + own + views + other + last, False, "")], compact
+        room -= named(first + last) + keys(views, "views")
+        if named(own + other) <= room:
+            return [(first + own, False, ""), (views, True, "views"), (other + last, False, "")], True
+        room -= keys(other, "runs") + keys(own, "")
+        shown = 0  # the view's own keys that keep their names: as many as fit, in order
+        while shown < len(own) and (extra := self._cost(own[shown], True) - self._cost(own[shown], True, True)) <= room:
+            room -= extra
+            shown += 1
+        return [(first + own[:shown], False, ""), (own[shown:], True, ""), (views, True, "views"),
+                (other, True, "runs"), (last, False, "")], True
 
     def _key(self, entry: Entry, *, key_only: bool = False) -> FooterKey:
         binding, enabled, tooltip = entry
@@ -159,16 +184,13 @@ class KeyFooter(Footer):
         if not self._bindings_ready:
             return
         self._fitted_to = self.size.width or self.app.size.width
-        before, key_only, after, compact = self.fitted(self._fitted_to)
+        segments, compact = self.fitted(self._fitted_to)
         self.compact = compact
-        for entry in before:
-            yield self._key(entry).data_bind(compact=Footer.compact)
-        for entry in key_only:
-            yield self._key(entry, key_only=True).data_bind(compact=Footer.compact)
-        if key_only:
-            yield FooterLabel("views", classes="-views")
-        for entry in after:
-            yield self._key(entry).data_bind(compact=Footer.compact)
+        for entries, key_only, label in segments:
+            for entry in entries:
+                yield self._key(entry, key_only=key_only).data_bind(compact=Footer.compact)
+            if entries and label:
+                yield FooterLabel(label, classes="-group")
         try:
             _node, binding, enabled, _tooltip = self.screen.active_bindings[self.app.COMMAND_PALETTE_BINDING]
         except KeyError:
@@ -188,7 +210,8 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
     Given its columns with ``set_columns`` and its rows with ``set_rows``, the table also hides
     columns when narrow: those in ``drop_order``, first to last, until the others and ``fill_min``
     columns of the fill column fit (the fill column then takes what is left, even below
-    ``fill_min``, rather than overflow). ``hidden`` names what is hidden now.
+    ``fill_min``, rather than overflow; it is hidden itself only if ``drop_order`` names it: a view
+    that shows its text elsewhere). ``hidden`` names what is hidden now.
 
     DataTable measures every cell of every new row to size auto-width columns; with fixed widths that
     is wasted work (6,000 measurements for a 500-experiment history: about 50 ms on the UI thread at
@@ -198,8 +221,9 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
     """
 
     def __init__(self, *args: Any, fill_column: str | None = None, fill_min: int = 20,
-                 drop_order: Sequence[str] = (), **kwargs: Any) -> None:
+                 drop_order: Sequence[str] = (), row_height: int | None = 1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.row_height = row_height  # of set_rows' rows; None: as high as their wrapped cells
         self.fill_column = fill_column
         self.fill_min = fill_min
         self.drop_order = tuple(drop_order)
@@ -235,7 +259,9 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
         """The keys of the columns to hide at ``width`` (a prefix of ``drop_order``)."""
         usable = width - self.styles.scrollbar_size_vertical
         needed = {key: w + 2 * self.cell_padding for _, key, w in self._specs if key != self.fill_column}
-        total = sum(needed.values()) + (self.fill_min + 2 * self.cell_padding if self.fill_column else 0)
+        if self.fill_column is not None:  # hidden only when listed in drop_order (its text shown elsewhere)
+            needed[self.fill_column] = self.fill_min + 2 * self.cell_padding
+        total = sum(needed.values())
         hidden: list[str] = []
         for key in self.drop_order:
             if total <= usable:
@@ -260,7 +286,7 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
     def _add_rows(self) -> None:
         shown = [i for i, (_, key, _) in enumerate(self._specs) if key not in self.hidden]
         for key, cells in self._rows:
-            self.add_row(*(cells[i] for i in shown), key=key)
+            self.add_row(*(cells[i] for i in shown), key=key, height=self.row_height)
 
     def on_resize(self) -> None:
         if self._specs and (hidden := self.columns_for(self.size.width)) != self.hidden:
@@ -289,8 +315,9 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
 class MetricChart(PlotextPlot):
     """A metric over experiments, x = experiment id (integer ticks only, the ids the history table shows):
     the kept chain as a step line, evaluated candidates as points, early-stopped candidates as ``x`` at
-    the incumbent's value, the baseline as ``B``; the title counts the guard-rejected/failed candidates
-    that have no value to plot.
+    their partial value (the ``*`` figure of the history and experiment views), the baseline as ``B``;
+    the title counts the guard-rejected/failed candidates, and the early-stopped ones without a partial
+    value, that have nothing to plot.
 
     Replotting clears the data first, then plots, then refreshes (otherwise plotext can keep stale axes).
     Building a plotext figure costs tens of milliseconds, so the rendered text is cached per size and
@@ -318,21 +345,24 @@ class MetricChart(PlotextPlot):
         title = self.metric if self.metric == "kappa" else f"{self.metric} (markers as in kappa)"
         if points is not None and points.rejected:
             title += f" · {points.rejected} guard-rejected/failed not plotted"
+        if points is not None and (unplotted := points.unplotted(self.metric)):
+            title += f" · {unplotted} stopped early without a partial {self.metric} (one class judged)"
         plt.title(title)
         # One legend, on the kappa chart: kappa rises from the left, so its top-left corner is free,
         # while the FPR chart's top-left is where the baseline usually sits (the legend would hide it).
         legend = self.metric == "kappa"
         if points is not None and (points.chain_x or points.evaluated_x or points.baseline):
-            chain_y, evaluated_y, stopped_y = points.values(self.metric)
-            # Drawn in this order so the chain is over the points and the early-stopped markers (which
-            # sit on the chain by definition) stay visible over it.
+            chain_y, evaluated_y = points.values(self.metric)
+            stopped_x, stopped_y = points.stopped(self.metric)
+            # Drawn in this order so the chain is over the points and the early-stopped markers stay
+            # visible over it.
             if points.evaluated_x:
                 plt.scatter(points.evaluated_x, evaluated_y, marker="•", color="white", label="evaluated candidate" if legend else None)
             if points.chain_x:
                 plt.plot(points.chain_x, chain_y, marker="braille", color="green", label="kept chain (incumbent)" if legend else None)
-            if points.stopped_x:
-                plt.scatter(points.stopped_x, stopped_y, marker="x", color="orange",
-                            label="stopped early (rolled back)" if legend else None)
+            if stopped_x:
+                plt.scatter(stopped_x, stopped_y, marker="x", color="orange",
+                            label="stopped early (partial *)" if legend else None)
             ys = chain_y + evaluated_y + stopped_y
             if points.baseline is not None:
                 x, kappa, fpr = points.baseline

@@ -104,6 +104,12 @@ class VerdictTables(LedgerCore):
             out.setdefault(r[0], []).append(Answer(success=opt_bool(r[1]), mistake_type=r[3], status=r[2]))
         return out
 
+    def experiments_judging(self, trajectory_id: str) -> list[int]:
+        """Every experiment, of every run, with a verdict on ``trajectory_id``, by id (the TUI's ``]``/``[``)."""
+        return [int(r[0]) for r in self._query(
+            "SELECT DISTINCT experiment_id FROM items WHERE trajectory_id = ? ORDER BY experiment_id",
+            (trajectory_id,))]
+
     def item_answers(self, experiment_id: int) -> dict[str, Answer]:
         """An experiment's majority answers as ``metrics.Answer`` (what ``metrics.score`` takes)."""
         from optimizer.stats.metrics import Answer

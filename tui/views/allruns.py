@@ -13,14 +13,14 @@ from textual.widgets import DataTable, Static
 
 from tui.data import PARTIAL_MARK, AllRuns, AllRunsRow, load_all_runs, one_line
 from tui.messages import AllRunsLoaded, ExperimentSelected, RunPicked
-from tui.views.base import View, status_text
+from tui.views.base import View, decision_text
 from tui.widgets import FixedColumnsTable
 
 # (header, key, width): the run first (its number in time, as the run picker R numbers it), then the
-# figures that tell one edit from the next, then the rest (a narrow terminal cuts those; the line under
-# the table gives the highlighted row's rationale in full).
+# figures that tell one edit from the next, then the rest (a narrow terminal hides time, strategy and the
+# rationale; the line under the table gives them in full).
 ALL_RUNS_COLUMNS = (
-    ("run", "run", 3), ("id", "id", 5), ("decision", "decision", 11), ("κ", "kappa", 6), ("FPR", "fpr", 6),
+    ("run", "run", 3), ("id", "id", 5), ("decision", "decision", 16), ("κ", "kappa", 6), ("FPR", "fpr", 6),
     ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6), ("time", "time", 11), ("strategy", "strategy", 8),
     ("$", "cost", 7), ("rationale", "rationale", 40),
 )
@@ -34,7 +34,7 @@ def all_runs_cells(entry: AllRunsRow) -> tuple[Text, ...]:
     return (
         Text(f"#{entry.number}", style="bold"),
         Text(f"{exp.id}{'◆' if row.in_chain else ''}", style="bold" if row.in_chain else dim),
-        status_text(exp.status), Text(kappa), Text(fpr),
+        decision_text(exp), Text(kappa), Text(fpr),
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
         Text(row.delta_text("fpr"), style="red" if (row.d_fpr or 0) > 0 else ""),
         Text(exp.created.strftime("%m-%d %H:%M"), style=dim), Text(exp.strategy or "—", style=dim),
@@ -77,9 +77,11 @@ class AllRunsView(View):
         self.show_baselines = True
 
     def body(self) -> ComposeResult:
-        table = FixedColumnsTable(id="all-runs-table", cursor_type="row", zebra_stripes=True, fill_column="rationale")
-        for label, key, width in ALL_RUNS_COLUMNS:
-            table.add_column(label, key=key, width=width)
+        # Narrow, the time, strategy and rationale columns go (in that order), never cut mid-column: the
+        # line under the table gives the highlighted row's run, time, strategy and rationale.
+        table = FixedColumnsTable(id="all-runs-table", cursor_type="row", zebra_stripes=True, fill_column="rationale",
+                                  drop_order=("time", "strategy", "rationale"))
+        table.set_columns(ALL_RUNS_COLUMNS)
         yield table
         yield Static("", id="all-runs-detail")
         yield Static("no runs yet — press r to start one", id="all-runs-empty", classes="empty")
@@ -122,11 +124,9 @@ class AllRunsView(View):
         return [e for e in self.all_runs.rows if self.show_baselines or e.row.experiment.status != "baseline"]
 
     def fill_table(self) -> None:
-        table = self.query_one("#all-runs-table", DataTable)
+        table = self.query_one("#all-runs-table", FixedColumnsTable)
         selected = self.selected_id()
-        table.clear()
-        for entry in self.visible_rows():
-            table.add_row(*self.cells[entry.id], key=str(entry.id))
+        table.set_rows([(str(entry.id), self.cells[entry.id]) for entry in self.visible_rows()])
         wanted = selected or self.japp.experiment_id
         if wanted is not None and str(wanted) in table.rows:
             table.move_cursor(row=table.get_row_index(str(wanted)))

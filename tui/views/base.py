@@ -25,6 +25,17 @@ def status_text(status: str) -> Text:
     return Text(STATUS_TEXT.get(status, status), style=STATUS_STYLES.get(status, ""))
 
 
+OVERRULED = "kept (overruled)"
+
+
+def decision_text(exp: Experiment) -> Text:
+    """An experiment's outcome for a table or title: its status, or ``kept (overruled)`` when a person kept
+    what its policy rolled back (``Experiment.overrule``: the ledger's policy_keep and decided_by)."""
+    if exp.overrule is not None:
+        return Text(OVERRULED, style="bold yellow")
+    return status_text(exp.status)
+
+
 def metric_table(detail_rows: list[tuple[str, str, str, str, str]]) -> Table:
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for name in ("metric", "value", "95% interval", "incumbent", "Δ"):

@@ -17,12 +17,53 @@ from tui.messages import DisagreementsLoaded, ItemSelected
 from tui.views.base import View
 from tui.widgets import FixedColumnsTable
 
+# (header, key, width); the reasoning fills what is left (hidden when narrow: shown under the table).
+DISAGREEMENT_COLUMNS = (
+    ("item", "id", 9), ("kind", "kind", 4), ("label type", "type", 18), ("judge", "judge", 7), ("conf.", "conf", 13),
+    ("unst.", "unstable", 5), ("rev.", "reviewed", 4), ("reasoning", "reasoning", 24),
+)
+
+
+def judge_answer(d: Disagreement) -> str:
+    return {True: "success", False: "failure", None: d.verdict.status}[d.verdict.success]
+
+
+def disagreement_cells(d: Disagreement) -> tuple[Text, ...]:
+    """One row's cells (DISAGREEMENT_COLUMNS): the mistake type and the confidences wrap in their
+    columns; the reasoning is one line here (whole under the table)."""
+    return (
+        Text(d.trajectory_id[:8]), Text(d.kind, style="red" if d.kind == "FP" else "yellow"),
+        Text(d.label.mistake_type or ("—" if d.label.positive else UNTYPED)), Text(judge_answer(d)),
+        Text(d.confidence.replace("/", " ")),  # two replicates on one line; a third wraps at a word
+        Text("yes" if d.verdict.unstable else ""), Text("yes" if d.reviewed else ""),
+        Text(one_line(d.reasoning, 240), no_wrap=True, overflow="ellipsis"),
+    )
+
+
+def detail_text(d: Disagreement | None) -> Text:
+    """The selected disagreement, whole and wrapped (what the narrow table's columns cannot hold)."""
+    if d is None:
+        return Text("")
+    out = Text.assemble((f"{d.trajectory_id} ", "bold"), (d.kind, "red" if d.kind == "FP" else "yellow"),
+                        f" · label {d.label.label}")
+    if not d.label.positive:
+        out.append(f" · {d.label.mistake_type or UNTYPED}")
+    out.append(f" · judge {judge_answer(d)} (confidence {d.confidence})")
+    out.append(f"\n{d.reasoning or '(no reasoning)'}")
+    return out
+
 
 class DisagreementsView(View):
     """The items where the judge and the label disagree, for one experiment, with filters."""
 
     view_name = "disagreements"
-    DEFAULT_CSS = "DisagreementsView #disagreement-table { height: 1fr; }"
+    DEFAULT_CSS = """
+    DisagreementsView #disagreement-table { height: 1fr; }
+    DisagreementsView #disagreement-none { display: none; }
+    DisagreementsView.-none #disagreement-none { display: block; }
+    DisagreementsView.-none #disagreement-table, DisagreementsView.-none #disagreement-detail { display: none; }
+    DisagreementsView #disagreement-detail { height: auto; max-height: 45%; padding: 0 1; border-top: solid $panel; }
+    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_item", "Open", id="disagreements.open", tooltip="Open the selected item"),
         Binding("f", "cycle_kind", "FP/FN", id="disagreements.kind", tooltip="Show all / false positives / false negatives"),
@@ -39,15 +80,15 @@ class DisagreementsView(View):
 
     def body(self) -> ComposeResult:
         yield Static("", id="disagreement-filters", classes="hint")
-        # The reasoning column takes the width the others leave; the rest is sized so the table fits
-        # 80 columns (reasoning 8 wide there) without a horizontal scrollbar.
+        # Rows are as high as their wrapped cells (a long mistake type takes two lines, never cut); the
+        # reasoning column takes the width the others leave, and below 120 columns it is hidden: the
+        # selected row's reasoning is always shown whole, wrapped, under the table.
         table = FixedColumnsTable(id="disagreement-table", cursor_type="row", zebra_stripes=True,
-                                  fill_column="reasoning", fill_min=8)
-        for label, key, width in (("item", "id", 9), ("kind", "kind", 4), ("label type", "type", 18),
-                                  ("judge", "judge", 7), ("conf.", "conf", 8), ("unst.", "unstable", 5),
-                                  ("rev.", "reviewed", 4), ("reasoning", "reasoning", 8)):
-            table.add_column(label, key=key, width=width)
+                                  fill_column="reasoning", fill_min=24, drop_order=("reasoning",), row_height=None)
+        table.set_columns(DISAGREEMENT_COLUMNS)
         yield table
+        yield Static("", id="disagreement-none", classes="empty")
+        yield Static("", id="disagreement-detail")
 
     def reload(self) -> None:
         if self.japp.experiment_id is None:
@@ -71,21 +112,33 @@ class DisagreementsView(View):
         self.query_one("#disagreement-filters", Static).update(
             f"filters: {self.filters.describe()}   (f kind · t type · u unstable · n reviewed)"
         )
+        table = self.query_one("#disagreement-table", FixedColumnsTable)
+        shown = [d for d in self.items if self.filters.accepts(d)]
+        table.set_rows([(d.trajectory_id, disagreement_cells(d)) for d in shown])
+        # An empty table says why: nothing disagrees at all, or nothing passes the filters.
+        if not self.items:
+            none = "no disagreements: the judge agrees with every label under this experiment"
+        else:
+            none = (f"no disagreement matches these filters ({self.filters.describe()}) — {len(self.items)} "
+                    "without them; f t u n change them")
+        self.query_one("#disagreement-none", Static).update(none)
+        self.set_class(not shown, "-none")
+        self.show_detail()
+
+    def selected(self) -> Disagreement | None:
         table = self.query_one("#disagreement-table", DataTable)
-        table.clear()
-        for d in self.items:
-            if not self.filters.accepts(d):
-                continue
-            judge = {True: "success", False: "failure", None: d.verdict.status}[d.verdict.success]
-            table.add_row(
-                d.trajectory_id[:8], Text(d.kind, style="red" if d.kind == "FP" else "yellow"),
-                d.label.mistake_type or ("—" if d.label.positive else "untyped"), judge, d.confidence,
-                "yes" if d.verdict.unstable else "", "yes" if d.reviewed else "", one_line(d.reasoning, 240),
-                key=d.trajectory_id,
-            )
-        shown = table.row_count
-        if shown == 0:
-            self.notify("no disagreement matches these filters", timeout=2)
+        if table.row_count == 0:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return next((d for d in self.items if d.trajectory_id == key), None)
+
+    def show_detail(self) -> None:
+        """The selected disagreement in full, wrapped: its label with the whole mistake type, the judge's
+        answer and the first replicate's reasoning."""
+        self.query_one("#disagreement-detail", Static).update(detail_text(self.selected()))
+
+    def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self.show_detail()
 
     def action_open_item(self) -> None:
         table = self.query_one("#disagreement-table", DataTable)

@@ -19,7 +19,7 @@ from optimizer.report.lines import cache_reads_line, fp_by_type_line, test_line,
 from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from tui.data import PARTIAL_MARK, STATUS_TEXT, ExperimentDetail, PartialMetrics, WaveDetail, load_experiment
 from tui.messages import ExperimentLoaded
-from tui.views.base import View, fmt_p, metric_rows, metric_table, status_text
+from tui.views.base import View, decision_text, fmt_p, metric_rows, metric_table, status_text
 
 FLIP_TITLES = {
     "tp_to_fn": "newly wrong: TP → FN (positive, now judged failed)",
@@ -145,10 +145,11 @@ class ExperimentView(View):
         exp, parent = detail.experiment, detail.parent
         self.set_title(Text.assemble(
             f"experiment {exp.id} (run {exp.run_id}) · {exp.strategy or 'baseline'} · ",
-            status_text(exp.status),
+            decision_text(exp),
             f" · parent {parent.id}" if parent else " · no parent",
         ))
-        decision = Text.assemble(("decision: ", "bold"), status_text(exp.decision or exp.status))
+        decision = Text.assemble(("decision: ", "bold"), decision_text(exp) if exp.overrule is not None
+                                 else status_text(exp.decision or exp.status))
         if exp.test:
             decision.append(f"   sign-flip p = {fmt_p(exp.test['p_value'])} at alpha {exp.test['alpha']:.3g}"
                             f" · first-pass McNemar p = {fmt_p(exp.test['mcnemar_p'])}")
@@ -163,7 +164,10 @@ class ExperimentView(View):
         if detail.wave is not None:
             decision.append("\n")
             decision.append_text(wave_text(exp, detail.wave))
-        decision.append(f"\n{exp.reason or 'no reason recorded'}")
+        if exp.overrule is not None:  # a person's keep against the policy: what the policy said, and why
+            decision.append(f"\n{exp.overrule}", style="bold yellow")
+        if exp.reason != exp.overrule:
+            decision.append(f"\n{exp.reason or 'no reason recorded'}")
         if exp.status == "waiting":
             decision.append("\nthis candidate is waiting: k keeps it, x discards it", style="bold yellow")
         decision.append(
@@ -224,7 +228,12 @@ class ExperimentView(View):
         if self.detail is None or not self.waiting:
             self.action_not_waiting(decision)
             return
-        self.japp.decide_waiting(self.detail.experiment.id, decision)
+        exp = self.detail.experiment
+        warning = None
+        if decision == "keep" and exp.policy_keep is False:
+            warning = (f"The policy rolls it back ({exp.policy_reason or 'no reason recorded'}). Keeping it overrules "
+                       "the policy: the ledger, the report, the commit and this TUI will say \"kept (overruled)\".")
+        self.japp.decide_waiting(exp.id, decision, warning)
 
     def action_not_waiting(self, decision: str) -> None:
         """k or x on an experiment that is not waiting: say why nothing happened."""

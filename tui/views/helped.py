@@ -19,6 +19,21 @@ from tui.messages import ExperimentSelected, HelpedLoaded
 from tui.views.base import View
 from tui.widgets import FixedColumnsTable
 
+# (header, key, width); the note fills what is left.
+HELPED_COLUMNS = (
+    ("edit", "edit", 6), ("commit", "commit", 8), ("gain when kept", "gain", 19), ("at the end", "end", 19),
+    ("p", "p", 5), ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6), ("fix/brk", "flips", 7), ("note", "note", 30),
+)
+
+
+def helped_note(row: HelpedRow) -> str:
+    """The note on a kept edit's contribution: not measured yet, not significant, the attribution's own."""
+    c = row.contribution
+    note = "not measured yet: judgeloop attribute" if c is None else (c.note or "")
+    if row.significant is False:
+        note = "not significant at the end" + (f"; {note}" if note else "")
+    return note
+
 
 def helped_cells(row: HelpedRow, scale: float) -> tuple[Text, ...]:
     """A kept edit's cells: its gain when kept and its contribution at the end, each as a bar."""
@@ -30,9 +45,7 @@ def helped_cells(row: HelpedRow, scale: float) -> tuple[Text, ...]:
         return Text.assemble((f"{value:+6.2f} ", ""), (bar(value, scale), "red" if value < 0 else style))
 
     at_end = c.items if c is not None else None
-    note = "not measured yet: judgeloop attribute" if c is None else (c.note or "")
-    if row.significant is False:
-        note = "not significant at the end" + (f"; {note}" if note else "")
+    note = helped_note(row)
     return (
         Text(f"#{exp.id}", style="bold"), Text((exp.commit_sha or "")[:8]),
         bar_cell(row.gain, "cyan"), bar_cell(at_end, "green" if row.significant else "yellow"),
@@ -67,11 +80,10 @@ class HelpedView(View):
 
     def body(self) -> ComposeResult:
         yield Static("", id="helped-summary", classes="hint")
-        table = FixedColumnsTable(id="helped-table", cursor_type="row", zebra_stripes=True, fill_column="note")
-        for label, key, width in (("edit", "edit", 6), ("commit", "commit", 8), ("gain when kept", "gain", 19),
-                                  ("at the end", "end", 19), ("p", "p", 5), ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6),
-                                  ("fix/brk", "flips", 7), ("note", "note", 30)):
-            table.add_column(label, key=key, width=width)
+        # Narrow, the fix/brk, commit and note columns go (in that order): the detail below shows them.
+        table = FixedColumnsTable(id="helped-table", cursor_type="row", zebra_stripes=True, fill_column="note",
+                                  drop_order=("flips", "commit", "note"))
+        table.set_columns(HELPED_COLUMNS)
         yield table
         with VerticalScroll(id="helped-detail"):
             yield Static("", id="helped-items")
@@ -113,10 +125,8 @@ class HelpedView(View):
             if a.note:
                 summary.append(f"\n{a.note}", style="yellow")
         self.query_one("#helped-summary", Static).update(summary)
-        table = self.query_one("#helped-table", DataTable)
-        table.clear()
-        for row in helped.rows:
-            table.add_row(*cells[row.experiment.id], key=str(row.experiment.id))
+        table = self.query_one("#helped-table", FixedColumnsTable)
+        table.set_rows([(str(row.experiment.id), cells[row.experiment.id]) for row in helped.rows])
         if helped.rows:
             self.show_detail(helped.rows[0])
 
@@ -139,6 +149,13 @@ class HelpedView(View):
     def show_detail(self, row: HelpedRow) -> None:
         exp, c = row.experiment, row.contribution
         items = Text.assemble((f"#{exp.id} ", "bold"), f"{one_line(exp.rationale, 160)}\n")
+        # What the table's hidden columns hold when narrow: the commit, the fixed/broken counts, the note.
+        facts = [f"commit {(exp.commit_sha or '—')[:8]}"]
+        if c is not None and c.items is not None:
+            facts.append(f"fixed {len(c.fixed)}, broke {len(c.broken)}")
+        note = helped_note(row)
+        items.append(" · ".join(facts) + (f" · {note}" if note else "") + "\n",
+                     style="yellow" if row.significant is False else "dim")
         if c is None or c.items is None:
             items.append(c.note if c is not None and c.note else "its contribution at the end is not measured yet",
                          style="italic")

@@ -15,12 +15,12 @@ from optimizer.fmt import num
 from optimizer.report.data import accounting
 from tui.data import History, HistoryRow, curve_points, load_history, matches_filter, one_line
 from tui.messages import CompareMarked, ExperimentSelected, HistoryLoaded
-from tui.views.base import View, status_text
+from tui.views.base import View, decision_text
 from tui.widgets import FixedColumnsTable, MetricChart
 
 # (header, key, width): fixed widths so the table reads the same at 80 columns and at 200.
 HISTORY_COLUMNS = (
-    ("id", "id", 5), ("time", "time", 11), ("strategy", "strategy", 8), ("decision", "decision", 14),
+    ("id", "id", 5), ("time", "time", 11), ("strategy", "strategy", 8), ("decision", "decision", 16),
     ("κ", "kappa", 6), ("FPR", "fpr", 5), ("bal.acc", "bacc", 7), ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6),
     ("p", "p", 6), ("+rej", "rejudge", 5), ("$", "cost", 7), ("rationale", "rationale", 60)
 )
@@ -73,8 +73,8 @@ def history_cells(row: HistoryRow, weak: bool = False, waves: bool = False) -> t
         Text(f"{exp.id}{'◆' if row.in_chain else ''}{'?' if weak else ''}",
              style="bold yellow" if weak else ("bold" if row.in_chain else "")),
         *(Text(v) for v in plain),
-        status_text(exp.status) if exp.keep_kind != "cheaper" else
-        Text.assemble(status_text(exp.status), Text(" cheaper", style="cyan")),
+        decision_text(exp) if exp.keep_kind != "cheaper" else
+        Text.assemble(decision_text(exp), Text(" cheaper", style="cyan")),
         *((wave_cell(row),) if waves else ()),
         *(Text(v) for v in metrics),
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
@@ -97,7 +97,8 @@ class HistoryView(View):
     HistoryView #charts { height: 1fr; min-height: 8; }
     HistoryView #history-filter { display: none; height: 3; }
     HistoryView #history-filter.-shown { display: block; }
-    HistoryView #history-empty { display: none; }
+    HistoryView #history-empty, HistoryView #history-nomatch { display: none; }
+    HistoryView.-nomatch #history-nomatch { display: block; height: auto; padding: 0 1; text-style: bold; }
     HistoryView.-empty #history-empty { display: block; }
     HistoryView.-empty #history-table, HistoryView.-empty #charts { display: none; }
     """
@@ -121,11 +122,12 @@ class HistoryView(View):
 
     def body(self) -> ComposeResult:
         yield Input(placeholder="filter: words, or status:kept / status:rolled_back — enter applies, esc clears",
-                    id="history-filter", disabled=True)
+                    id="history-filter", disabled=True, select_on_focus=False)
         table = FixedColumnsTable(id="history-table", cursor_type="row", zebra_stripes=True, fill_column="rationale",
                                   drop_order=HISTORY_DROP_ORDER)
         table.set_columns(HISTORY_COLUMNS)
         yield table
+        yield Static("", id="history-nomatch")
         yield Static("no runs yet — press r to start one", id="history-empty", classes="empty")
         with Horizontal(id="charts"):
             yield MetricChart("kappa", id="kappa-chart")
@@ -183,7 +185,15 @@ class HistoryView(View):
     def fill_table(self) -> None:
         table = self.query_one("#history-table", FixedColumnsTable)
         selected = self.selected_id()
-        table.set_rows([(str(row.id), self.cells[row.id]) for row in self.visible_rows()])
+        visible = self.visible_rows()
+        table.set_rows([(str(row.id), self.cells[row.id]) for row in visible])
+        # A filter that matches nothing says so (a blank table reads as "no experiments").
+        nomatch = self.history is not None and bool(self.history.rows) and not visible
+        self.set_class(nomatch, "-nomatch")
+        if nomatch and self.history is not None:
+            self.query_one("#history-nomatch", Static).update(
+                f"no experiment matches the filter {self.filter_text.strip()!r} (of {len(self.history.rows)}) — "
+                "esc clears it")
         if selected is not None and str(selected) in table.rows:
             table.move_cursor(row=table.get_row_index(str(selected)))
         else:

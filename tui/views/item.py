@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -16,7 +16,7 @@ from tui.data import REVIEW_LABELS, STATUS_TEXT
 from tui.items import ItemDetail, load_item
 from tui.messages import ExperimentSelected, ItemLoaded, StepDecoded
 from tui.views.base import View
-from tui.widgets import StepImage, load_screenshot
+from tui.widgets import FixedColumnsTable, StepImage, load_screenshot
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -47,9 +47,9 @@ class ItemView(View):
                 tooltip="Jump to the previous step a criterion, the evidence or the review cites", show=False),
         Binding("o", "open_png", "Open PNG", id="item.open-png", tooltip="Open the full screenshot outside (xdg-open/$OPENER)"),
         Binding("right_square_bracket", "other_experiment(1)", "Next exp", id="item.next-experiment",
-                tooltip="The same item under the next experiment"),
+                tooltip="The same item under the next experiment that judged it (of any run)"),
         Binding("left_square_bracket", "other_experiment(-1)", "Prev exp", id="item.prev-experiment",
-                tooltip="The same item under the previous experiment"),
+                tooltip="The same item under the previous experiment that judged it (of any run)"),
         Binding("w", "review('judge_wrong')", "Judge wrong", id="item.review-judge-wrong",
                 tooltip="Review: the judge is wrong on this item"),
         Binding("l", "review('label_suspect')", "Label suspect", id="item.review-label-suspect",
@@ -71,9 +71,10 @@ class ItemView(View):
                 yield Static("", id="item-replicates")
                 yield Static("", id="item-reviews")
             with Vertical(id="item-right"):
-                table: DataTable[Any] = DataTable(id="step-table", cursor_type="row")
-                table.add_column("step", key="step", width=5)
-                table.add_column("action", key="action", width=70)
+                # The action takes the width the step number leaves (one line: the selected step's action
+                # is shown whole above its screenshot).
+                table = FixedColumnsTable(id="step-table", cursor_type="row", fill_column="action", fill_min=10)
+                table.set_columns((("step", "step", 5), ("action", "action", 70)))
                 yield table
                 yield StepImage(self.japp.image_mode, id="step-image")
 
@@ -96,8 +97,11 @@ class ItemView(View):
     def on_item_loaded(self, message: ItemLoaded) -> None:
         detail = self.detail = message.detail
         exp = detail.experiment
-        self.set_title(f"item {detail.trajectory_id} under experiment {exp.id} "
-                       f"({STATUS_TEXT.get(exp.status, exp.status)})")
+        others = detail.other_experiments
+        where = (f" · {others.index(exp.id) + 1} of {len(others)} experiments that judged it (] / [)"
+                 if exp.id in others and len(others) > 1 else "")
+        self.set_title(f"item {detail.trajectory_id} under experiment {exp.id} of run {exp.run_id} "
+                       f"({STATUS_TEXT.get(exp.status, exp.status)}){where}")
         info = Text()
         info.append("instruction\n", style="bold")
         info.append((detail.instruction or detail.trajectory_error or "—") + "\n\n")
@@ -146,15 +150,16 @@ class ItemView(View):
                 show_structure(reps, rep)
         self.query_one("#item-replicates", Static).update(reps)
         self.show_reviews()
-        table = self.query_one("#step-table", DataTable)
-        table.clear()
+        table = self.query_one("#step-table", FixedColumnsTable)
         viewed = viewed_steps(detail.verdict.replicates if detail.verdict else [])
         self.cited = sorted(cited_steps(detail.verdict.replicates if detail.verdict else []))
+        rows = []
         for step in detail.steps:
             # ● marks a step whose screenshot an agentic judge looked at (in any replicate); ◆ a cited step.
             mark = ("●" if step.index in viewed else "") + ("◆" if step.index in self.cited else "")
-            index = Text(f"{step.index}{mark}", style="bold cyan") if mark else str(step.index)
-            table.add_row(index, step.action, key=str(step.index))
+            index = Text(f"{step.index}{mark}", style="bold cyan") if mark else Text(str(step.index))
+            rows.append((str(step.index), (index, Text(step.action, no_wrap=True, overflow="ellipsis"))))
+        table.set_rows(rows)
         self.step_index = min(self.step_index, max(0, len(detail.steps) - 1))
         if detail.steps:
             table.move_cursor(row=self.step_index)
@@ -187,9 +192,9 @@ class ItemView(View):
             return
         step = self.detail.steps[self.step_index]
         if step.problem is not None:  # a screenshot outside the split: refused, never decoded or opened
-            self.query_one(StepImage).show(None, None, f"step {step.index}: {step.problem}")
+            self.query_one(StepImage).show(None, None, f"step {step.index}: {step.action}\n{step.problem}")
             return
-        self.query_one(StepImage).show(None, step.screenshot, f"step {step.index}: loading screenshot…")
+        self.query_one(StepImage).show(None, step.screenshot, f"step {step.index}: {step.action}\nloading screenshot…")
         self.decode_step(step.index, step.screenshot)
 
     @work(thread=True, exclusive=True, group="item-image", exit_on_error=False, name="decoding the screenshot")
@@ -202,9 +207,11 @@ class ItemView(View):
     def on_step_decoded(self, message: StepDecoded) -> None:
         if message.index != self.step_index:
             return  # the user already moved on
-        note = f"step {message.index}: {message.path.name}" if message.path else f"step {message.index}: no screenshot"
+        # The step's whole action (the table's column may cut it), then its screenshot's name.
+        action = self.detail.steps[message.index].action if self.detail is not None else ""
+        note = f"step {message.index}: {action}\n{message.path.name if message.path else 'no screenshot'}"
         if message.path is not None and message.image is None:
-            note = f"step {message.index}: screenshot missing ({message.path})"
+            note = f"step {message.index}: {action}\nscreenshot missing ({message.path})"
         self.query_one(StepImage).show(message.image, message.path, note)
 
     def action_step(self, delta: int) -> None:
