@@ -17,15 +17,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import anyio
 import pytest
-from mcp import ClientSession, types
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp import types
 
 from optimizer.cli import main
 from optimizer.devset.split import open_split
@@ -50,13 +47,12 @@ from tests.support.loop import (
     set_toml_key,
     wait_for,
 )
+from tests.support.mcp_client import KEY, call, client, data, drive, server_args, server_env, text
 from tests.support.paths import REPO_ROOT
 from tests.support.scripted import assert_clean
 
-KEY = "sk-test-not-a-real-key"
 OLD = "## Decision rules"
 CORRECTIONS = "devset/small/corrections.jsonl"
-CALL_LIMIT_S = 240  # one call (a baseline or a candidate on 32 items) on a loaded two-core machine
 
 
 @pytest.fixture(scope="module")
@@ -82,51 +78,6 @@ def ws(template: Path, tmp_path: Path) -> Path:
     return root
 
 
-def _args(root: Path, url: str, budget: str) -> list[str]:
-    return ["-m", "optimizer.cli", "-w", str(root), "mcp", "--budget-usd", budget, "--provider", "openai",
-            "--base-url", url, "--model", "fake-judge", "--concurrency", "8"]
-
-
-def _env() -> dict[str, str]:
-    return {"OPENAI_API_KEY": KEY, "PYTHONPATH": str(REPO_ROOT)}
-
-
-@asynccontextmanager
-async def client(root: Path, url: str, errlog: TextIO, budget: str = "100") -> AsyncIterator[ClientSession]:
-    """A `ClientSession` over a `judgeloop mcp` child, initialised; the child ends with the block."""
-    params = StdioServerParameters(command=sys.executable, args=_args(root, url, budget), env=_env(),
-                                   cwd=str(REPO_ROOT))
-    async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
-        with anyio.fail_after(60):
-            await session.initialize()
-        yield session
-
-
-Progress = list[tuple[float, float | None, str | None]]
-
-
-async def call(session: ClientSession, name: str, collect: Progress | None = None,
-               **arguments: Any) -> types.CallToolResult:
-    """Call tool ``name``; with ``collect``, gather the call's progress notifications in it."""
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        assert collect is not None
-        collect.append((progress, total, message))
-
-    with anyio.fail_after(CALL_LIMIT_S):
-        return await session.call_tool(name, arguments, progress_callback=on_progress if collect is not None
-                                       else None)
-
-
-def text(result: types.CallToolResult) -> str:
-    return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
-
-
-def data(result: types.CallToolResult) -> dict[str, Any]:
-    assert not result.is_error, text(result)
-    parsed: dict[str, Any] = json.loads(text(result))
-    return parsed
-
-
 def ledger_state(root: Path) -> tuple[list[Run], dict[str, list[Experiment]]]:
     with Ledger(root / "experiments" / "ledger.sqlite") as led:
         runs = led.runs()
@@ -141,10 +92,6 @@ def rubric_with(root: Path, rule: str) -> str:
 
 def library_text(root: Path, entry: str) -> str:
     return {e.id: e.text for e in parse_library((root / LIBRARY_MD).read_text(encoding="utf-8"))}[entry]
-
-
-def drive(body: Callable[[], Awaitable[None]]) -> None:
-    anyio.run(body)
 
 
 @pytest.mark.slow
@@ -349,10 +296,10 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
                 seen["unknown"] = await call(session, "read_split", split="held")
                 seen["attribute"] = await call(session, "attribute")
                 # A second session, a `run` and a `decide` while this one is open: refused in one line.
-                for name, argv in (("second", _args(ws, server.openai_base_url, "5")),
+                for name, argv in (("second", server_args(ws, server.openai_base_url, "5")),
                                    ("run", ["-m", "optimizer.cli", "-w", str(ws), "run"])):
                     seen[name] = await anyio.to_thread.run_sync(functools.partial(
-                        subprocess.run, [sys.executable, *argv], env={**os.environ, **_env()}, cwd=REPO_ROOT,
+                        subprocess.run, [sys.executable, *argv], env={**os.environ, **server_env()}, cwd=REPO_ROOT,
                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120))
                 seen["status"] = data(await call(session, "status"))
 

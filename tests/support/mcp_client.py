@@ -1,0 +1,69 @@
+"""A real MCP client (the `mcp` SDK's `ClientSession` over stdio) driving a `judgeloop mcp` child against
+the fake judge server: what the MCP tests share."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+from mcp import ClientSession, types
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from tests.support.paths import REPO_ROOT
+
+KEY = "sk-test-not-a-real-key"
+CALL_LIMIT_S = 240  # one call (a baseline or a candidate on 32 items) on a loaded two-core machine
+
+
+def server_args(root: Path, url: str, budget: str) -> list[str]:
+    return ["-m", "optimizer.cli", "-w", str(root), "mcp", "--budget-usd", budget, "--provider", "openai",
+            "--base-url", url, "--model", "fake-judge", "--concurrency", "8"]
+
+
+def server_env() -> dict[str, str]:
+    return {"OPENAI_API_KEY": KEY, "PYTHONPATH": str(REPO_ROOT)}
+
+
+@asynccontextmanager
+async def client(root: Path, url: str, errlog: TextIO, budget: str = "100") -> AsyncIterator[ClientSession]:
+    """A `ClientSession` over a `judgeloop mcp` child, initialised; the child ends with the block."""
+    params = StdioServerParameters(command=sys.executable, args=server_args(root, url, budget), env=server_env(),
+                                   cwd=str(REPO_ROOT))
+    async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+        with anyio.fail_after(60):
+            await session.initialize()
+        yield session
+
+
+Progress = list[tuple[float, float | None, str | None]]
+
+
+async def call(session: ClientSession, name: str, collect: Progress | None = None,
+               **arguments: Any) -> types.CallToolResult:
+    """Call tool ``name``; with ``collect``, gather the call's progress notifications in it."""
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        assert collect is not None
+        collect.append((progress, total, message))
+
+    with anyio.fail_after(CALL_LIMIT_S):
+        return await session.call_tool(name, arguments, progress_callback=on_progress if collect is not None
+                                       else None)
+
+
+def text(result: types.CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def data(result: types.CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, text(result)
+    parsed: dict[str, Any] = json.loads(text(result))
+    return parsed
+
+
+def drive(body: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(body)
