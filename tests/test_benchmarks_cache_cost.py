@@ -1,6 +1,7 @@
-"""Smoke test of benchmarks/cache_cost.py on a tiny configuration: every wire x layout x mode billed,
-batch at half the direct bill, one batch per pass, and the real loop deciding identically direct and
-in batch mode. Structure and outcomes that a broken benchmark (or batch path) would change; no timing."""
+"""Smoke test of benchmarks/cache_cost.py and its parts (benchmarks/_cache_*.py) on a tiny configuration:
+every wire x layout x mode billed, batch at half the direct bill, one batch per pass, and the real loop
+deciding identically direct and in batch mode. Structure and outcomes that a broken benchmark (or batch
+path) would change; no timing."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import _cache_common as common
+from benchmarks import _cache_loop as cache_loop
+from benchmarks import _cache_structures as cache_structures
+from benchmarks import _cache_warmup as warmup
 from benchmarks import cache_cost as cc
 
 CANDIDATES = 2
@@ -22,7 +27,7 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_batch_mode_bills_half_of_direct_on_every_layout_and_wire(tmp_path: Path, keys: None) -> None:
     results = cc.measure_costs(tmp_path, n=6, steps=12, candidates=CANDIDATES, say=lambda _m: None)
-    assert set(results) == {(w, layout, m) for w in cc.MODELS for layout in cc.LAYOUTS for m in cc.MODES}
+    assert set(results) == {(w, layout, m) for w in common.MODELS for layout in common.LAYOUTS for m in common.MODES}
     for (wire, layout, mode), figures in results.items():
         assert len(figures.per_candidate) == CANDIDATES
         assert figures.batches == (CANDIDATES + 1 if mode == "batch" else 0)  # one batch per pass
@@ -40,25 +45,25 @@ def test_batch_mode_bills_half_of_direct_on_every_layout_and_wire(tmp_path: Path
             # together, so none reads what another writes (the fake's visibility rule): dearer than
             # half the direct bill, still cheaper than direct.
             assert 0.5 * direct.mean < figures.mean < direct.mean
-    for wire in cc.MODELS:
-        for mode in cc.MODES:
+    for wire in common.MODELS:
+        for mode in common.MODES:
             # After the baseline each trajectory is read from the prompt cache under the new layout.
             assert results[(wire, "trajectory-first", mode)].mean < results[(wire, "rubric-first", mode)].mean
     table = cc.cost_table(results, 6, CANDIDATES)
     rows = [line.split() for line in table.splitlines() if line.startswith("  ") and "layout" not in line]
-    assert len(rows) == len(cc.MODELS) * len(cc.LAYOUTS) * len(cc.MODES)
-    assert [r[4] for r in rows if r[:2] == ["rubric-first", "direct"]] == ["1.000"] * len(cc.MODELS)
+    assert len(rows) == len(common.MODELS) * len(common.LAYOUTS) * len(common.MODES)
+    assert [r[4] for r in rows if r[:2] == ["rubric-first", "direct"]] == ["1.000"] * len(common.MODELS)
     assert "made 0 calls" in table
 
 
 @pytest.mark.slow
 def test_loop_decides_identically_direct_and_in_batches(tmp_path: Path, keys: None) -> None:
-    loops = cc.compare_loops(tmp_path, candidates=3, wires=("openai",), say=lambda _m: None)
+    loops = cache_loop.compare_loops(tmp_path, candidates=3, wires=("openai",), say=lambda _m: None)
     direct, batch = loops["openai"]
     assert [d.seq for d in direct.decisions] == [0, 1, 2, 3]
     assert {d.status for d in direct.decisions} >= {"baseline", "kept", "rolled_back"}
-    assert cc.same_decisions(direct, batch)
-    both, same = cc.verdicts_compared(direct, batch)
+    assert cache_loop.same_decisions(direct, batch)
+    both, same = cache_loop.verdicts_compared(direct, batch)
     assert both >= 4 * 29 and same == both
     assert direct.batches == 0 and batch.batches >= len(batch.decisions)  # re-judging passes are batches too
     assert all(b.items == 32 for b in batch.decisions)  # no early stopping inside a batch
@@ -68,30 +73,30 @@ def test_loop_decides_identically_direct_and_in_batches(tmp_path: Path, keys: No
     per_call_batch = sum(b.cost_usd for b in batch.decisions) / batch.calls_answered
     per_call_direct = sum(d.cost_usd for d in direct.decisions) / direct.calls_answered
     assert per_call_batch == pytest.approx(0.5 * per_call_direct, rel=0.05)
-    assert "decisions identical (4 of 4 experiments)" in cc.decision_table(loops, 3)
+    assert "decisions identical (4 of 4 experiments)" in cache_loop.decision_table(loops, 3)
     # The comparison is not vacuous: one flipped decision is reported.
     flipped = dataclasses.replace(batch.decisions[1], status="rolled_back")
     other = dataclasses.replace(batch, decisions=[batch.decisions[0], flipped, *batch.decisions[2:]])
-    assert not cc.same_decisions(direct, other)
-    assert "DIFFERENT" in cc.decision_table({"openai": (direct, other)}, 3)
+    assert not cache_loop.same_decisions(direct, other)
+    assert "DIFFERENT" in cache_loop.decision_table({"openai": (direct, other)}, 3)
 
 
 def test_the_warmup_rows_show_one_write_per_item_after_and_several_before(tmp_path: Path, keys: None) -> None:
-    results = cc.measure_writes(tmp_path, n=4, steps=12, replicates=3, wires=("anthropic",), say=lambda _m: None)
-    for mode in cc.MODES:
+    results = warmup.measure_writes(tmp_path, n=4, steps=12, replicates=3, wires=("anthropic",), say=lambda _m: None)
+    for mode in common.MODES:
         old, new = results[("anthropic", mode, "old")], results[("anthropic", mode, "new")]
         assert new.writes == [1] * 4 and sum(old.writes) > 4
         assert new.write_tokens < old.write_tokens and new.equivalents < old.equivalents
         assert not new.warned
     assert results[("anthropic", "batch", "old")].warned  # --batch-cold: planned reads, none billed
-    table = cc.writes_table(results, 4, 3)
+    table = warmup.writes_table(results, 4, 3)
     assert "anthropic direct" in table and "anthropic batch" in table
 
 
 def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls(tmp_path: Path, keys: None) -> None:
     n = 4
     # 1 simulated minute a pass: 15 s a request on 4 items, so no entry nears its TTL whatever the order of calls.
-    results = cc.measure_structures(tmp_path, n=n, steps=12, candidates=1, wires=("anthropic",), say=lambda _m: None,
+    results = cache_structures.measure_structures(tmp_path, n=n, steps=12, candidates=1, wires=("anthropic",), say=lambda _m: None,
                                     minutes_per_candidate=1.0)
     assert [name for _, name in results] == ["single", "panel of 2", "panel of 3", "criteria", "review",
                                              "criteria+review"]
@@ -106,7 +111,7 @@ def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls
         # Cold, the first member writes the trajectory and the others read it: each of them costs a
         # warm call (a candidate's call, whose rubric is one rule longer), not another write.
         assert f.first_usd == pytest.approx(single.first_usd + (k - 1) * single.candidate_mean, rel=0.02)
-    table = cc.structures_table(results, n, 12, 1)
+    table = cache_structures.structures_table(results, n, 12, 1)
     assert "panel of 3" in table and "calls/verdict" in table and "criteria+review" in table
 
 
@@ -114,7 +119,7 @@ def test_the_structure_rows_price_criteria_and_review_by_their_calls(tmp_path: P
     n = 6
     # The Anthropic wire: cache breakpoints only where judgeloop puts them (OpenAI's automatic caching
     # would also write the derivations' shared instructions).
-    results = cc.measure_structures(tmp_path, n=n, steps=12, candidates=2, wires=("anthropic",), say=lambda _m: None,
+    results = cache_structures.measure_structures(tmp_path, n=n, steps=12, candidates=2, wires=("anthropic",), say=lambda _m: None,
                                     minutes_per_candidate=1.0)  # (as above: no entry nears its TTL)
     single, criteria, review, both = (results[("anthropic", name)] for name in
                                       ("single", "criteria", "review", "criteria+review"))
