@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from optimizer.cli import main
 from optimizer.devset.labels import fingerprint, load_labels
 from optimizer.devset.split import open_split
 from optimizer.workspace.workspace import Workspace
@@ -26,6 +27,21 @@ def labels_file(ws: Path) -> Path:
 
 def corrections_file(ws: Path) -> Path:
     return ws / "devset" / SPLIT / "corrections.jsonl"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``judgeloop ARGV`` in-process: its exit code, stdout and stderr (captured with pytest's capsys)."""
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def report_dict(ws: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+    """``judgeloop report --json`` on ``ws``, parsed; fails the test (with its stderr) if it exits non-zero."""
+    code, out, err = run_cli(capsys, "report", "-w", str(ws), "--json", *extra)
+    assert code == 0, err
+    return dict(json.loads(out))
 
 
 def flip(line: dict[str, Any]) -> dict[str, Any]:
