@@ -180,7 +180,7 @@ def decide(ws_root: Path, experiment_id: int, decision: str) -> CommandResult:
     would (0, or 2 with the one-line error). Takes the workspace's loop lock like the command."""
     from optimizer.events import Event
     from optimizer.events import said as said_line
-    from optimizer.loop.session import decide as decide_candidate
+    from optimizer.loop.decide import decide as decide_candidate
     from optimizer.workspace.workspace import Workspace
 
     if decision not in ("keep", "discard"):

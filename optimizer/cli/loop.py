@@ -12,7 +12,9 @@ from optimizer.cli.signals import stop_on_signals
 from optimizer.errors import UserError
 from optimizer.evaluation.stopping import Interrupted
 from optimizer.events import StopKind
-from optimizer.loop.session import RunOptions, confirm, decide, resume_run, start_run
+from optimizer.loop.confirm import confirm
+from optimizer.loop.decide import decide
+from optimizer.loop.session import RunOptions, resume_run, start_run
 from optimizer.workspace.workspace import Workspace
 
 

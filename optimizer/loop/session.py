@@ -1,6 +1,8 @@
-"""Run sessions: start or resume an optimisation run, decide a waiting candidate, confirm on a
-held-out split. Typed entry points the CLI and the TUI call; each takes the workspace's loop lock
-(one `run`, `decide` or `confirm` per workspace) and reports through an ``events`` listener.
+"""Run sessions: start or resume an optimisation run (its record, branch and label set; an unfinished
+run closed or resumed; the end-of-run summary). Typed entry points the CLI and the TUI call; each takes
+the workspace's loop lock (one `run`, `decide` or `confirm` per workspace) and reports through an
+``events`` listener. A waiting candidate's decision is `optimizer.loop.decide`'s, the held-out
+confirmation `optimizer.loop.confirm`'s.
 """
 
 from __future__ import annotations
@@ -19,18 +21,15 @@ from optimizer.devset.heldout import check_apart
 from optimizer.devset.labels import fingerprint, load_labels
 from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
-from optimizer.evaluation.batch import BATCH_PROVIDERS, BatchOptions, check_batch_settings
+from optimizer.evaluation.batch import BATCH_PROVIDERS, check_batch_settings
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.oversize import oversized_items
-from optimizer.evaluation.stopping import Aborted, Interrupted, StopRequest
+from optimizer.evaluation.stopping import Aborted, StopRequest
 from optimizer.events import (
     Listener,
     Message,
     PassProgress,
-    Progress,
-    ProgressSnapshot,
     RunStopped,
     StageChanged,
     StopKind,
@@ -40,11 +39,10 @@ from optimizer.events import (
 from optimizer.judge.harness import check_budget, check_confinement
 from optimizer.judge.prompts import JudgeSettings, PromptSet
 from optimizer.judge.providers import Usage, check_judge_key
-from optimizer.ledger import Experiment, Ledger, Run, RunSpec, RunStatus
-from optimizer.ledger.rows import overrule_line
+from optimizer.ledger import Ledger, Run, RunSpec, RunStatus
 from optimizer.loop import trust
 from optimizer.loop.context import RunContext
-from optimizer.loop.records import decision_trailers, fmt3
+from optimizer.loop.records import fmt3
 from optimizer.loop.runner import LoopRunner
 from optimizer.loop.strategies import Strategy, make_strategy
 from optimizer.loop.strategies.manual import ManualStrategy, capture_edits, restore_manual_edit
@@ -53,9 +51,8 @@ from optimizer.models import Label
 from optimizer.report import export_experiments_tsv, write_markdown_report
 from optimizer.runsettings import Limits, RunOverrides, RunSettings
 from optimizer.stats.decision import detectable_gain_line
-from optimizer.stats.metrics import Metrics, score
 from optimizer.stats.policies import policy_for
-from optimizer.vocab import DecidedBy, PolicyName, RunStrategyName, StageKind
+from optimizer.vocab import PolicyName, RunStrategyName, StageKind
 from optimizer.workspace import gitops
 from optimizer.workspace.config import MAX_WAVE, JudgeOverrides, JudgeSection, LoopSection
 from optimizer.workspace.paths import check_prompts_tree
@@ -106,14 +103,6 @@ class RunOutcome:
     status: RunStatus
     stop: StopReason
     aborted: bool = False  # a second Ctrl-C or SIGTERM: the run stopped mid-step (`--resume` continues it)
-
-
-@dataclass(frozen=True)
-class ConfirmOutcome:
-    run_id: str
-    experiment_id: int
-    split: str
-    metrics: Metrics
 
 
 def _status_for(stop: StopReason) -> RunStatus:
@@ -611,157 +600,3 @@ def _summary(ledger: Ledger, run_id: str, ended: StopReason, events: Listener, l
         if n_items:
             say(f"  nothing kept: {detectable_gain_line(n_items, loop.alpha, loop.policy)}")
     say(f"  audit: `judgeloop report --run {run_id}`, `git log {run.branch}`, `judgeloop tui`")
-
-
-# Asked before a person's keep overrules the policy's roll back: gets the question (one line), answers
-# whether to go on (`judgeloop decide` asks on a terminal or needs --force; the TUI has its own dialog).
-ConfirmOverrule = Callable[[str], bool]
-
-
-def decide(ws: Workspace, experiment: int | str, keep: bool, events: Listener = ignore, *,
-           confirm_overrule: ConfirmOverrule | None = None) -> int:
-    """Keep or discard the candidate waiting in --propose-only mode: a person's decision (the CLI and the
-    TUI call this), which may overrule the policy (the ledger, the report and the commit say so); returns
-    the experiment's id. ``confirm_overrule``: asked before a keep against the policy (None: no question);
-    a no leaves the candidate waiting (a `UserError` saying so)."""
-    def say(text: str) -> None:
-        events(Message(text))
-
-    with command_lock(ws, "decide"), Ledger(ws.ledger_path) as ledger:
-        exp = decide_waiting(ws, ledger, experiment, keep, say, by="person", confirm_overrule=confirm_overrule)
-        ledger.set_run_status(exp.run_id, "stopped", stop_reason="propose-only candidate decided by a person")
-        say("next candidate: `judgeloop run --resume --propose-only`")
-        return exp.id
-
-
-DECIDERS: dict[DecidedBy, str] = {"person": "a person", "mcp": "the MCP client", "policy": "the policy"}
-
-
-def decide_waiting(ws: Workspace, ledger: Ledger, experiment: int | str, keep: bool, say: Say, *,
-                   by: DecidedBy = "person", confirm_overrule: ConfirmOverrule | None = None) -> Experiment:
-    """Keep or discard a waiting candidate (git and ledger), as decided ``by``; the caller holds the loop
-    lock and says what comes next (`decide`; the MCP server's ``decide``, whose session goes on).
-
-    A keep is the policy's: an MCP client's keep of a candidate the policy rolls back is refused (a
-    `UserError` naming the policy's reason); only a person overrules the policy. The candidate is decided
-    only on the loop's own commits: the branch tip must be the candidate's commit or (a session that
-    ended, the candidate under ``refs/judgeloop/waiting/<id>``) the incumbent's, and the candidate's
-    parent the incumbent's commit."""
-    try:
-        exp = ledger.get_experiment(int(experiment))
-    except ValueError:
-        raise UserError(f"experiment ids are numbers (got {experiment!r}); see `judgeloop history`") from None
-    if exp.status != "waiting":
-        raise UserError(f"experiment {exp.id} is {exp.status}, not waiting for a decision")
-    run = ledger.get_run(exp.run_id)
-    parent = ledger.get_experiment(exp.parent_id) if exp.parent_id else None
-    if parent is None or not parent.commit_sha or not exp.commit_sha or run.incumbent_experiment != parent.id:
-        raise UserError(f"experiment {exp.id} is not a candidate on run {run.id}'s incumbent; it cannot be decided "
-                        "any more (start a new run)")
-    if keep and by != "person" and exp.policy_keep is False:
-        raise UserError(f"experiment {exp.id} is not kept: the {run.policy} policy rolls it back "
-                        f"({exp.policy_reason or 'no reason recorded'}); a keep is the policy's and only a person "
-                        f"overrules it (`judgeloop decide {exp.id} keep`, or the TUI): decide discard")
-    if keep and exp.policy_keep is False and confirm_overrule is not None:
-        question = (f"the {run.policy} policy rolls experiment {exp.id} back "
-                    f"({exp.policy_reason or 'no reason recorded'}); keeping it overrules the policy")
-        if not confirm_overrule(question):
-            raise UserError(f"experiment {exp.id} not kept: it still waits (`judgeloop decide {exp.id} discard`, "
-                            f"or `judgeloop decide {exp.id} keep --force` to overrule the policy)")
-    gitops.checkout_branch(ws.root, run.branch)
-    problem = trust.tip_problem(ws.root, run.branch, parent.commit_sha, also=[exp.commit_sha])
-    if problem is not None:
-        raise UserError(trust.refusal(problem, run.branch, parent.commit_sha))
-    if gitops.parents(ws.root, exp.commit_sha) != [parent.commit_sha]:
-        raise UserError(f"experiment {exp.id}'s commit {exp.commit_sha[:12]} is not a child of the incumbent's "
-                        f"{parent.commit_sha[:12]}; it cannot be decided (start a new run)")
-    if gitops.rev_parse(ws.root, "HEAD") != exp.commit_sha:
-        # The candidate waits under its ref, the branch at the incumbent: bring it back to decide it.
-        gitops.ensure_clean(ws.root, f"judgeloop decide {exp.id}")
-        gitops.restore_tree(ws.root, exp.commit_sha)
-    tip = exp.commit_sha
-    metrics = exp.metrics_model()
-    policy_said = exp.reason or ""
-    who = DECIDERS[by]
-    overrule = overrule_line(keep, exp.policy_keep, exp.policy_reason) if exp.policy_keep is not None else None
-    if keep:
-        if parent.fpr is not None and exp.fpr is not None and exp.fpr > parent.fpr:
-            say(f"warning: keeping a candidate that raised FPR {parent.fpr:.3f} → {exp.fpr:.3f} (decided by {who})")
-        trailers = decision_trailers(exp.id, metrics, "kept") | ({"Judgeloop-Overrule": overrule} if overrule else {})
-        sha = gitops.finalize_kept(ws.root, tip, trailers)
-        ledger.set_experiment_decision(exp.id, status="kept", commit_sha=sha, decided_by=by,
-                                       reason=overrule or f"kept by {who} ({policy_said})")
-        say(f"experiment {exp.id} kept as {sha[:12]} on {run.branch}" + (f" — {overrule}" if overrule else ""))
-    else:
-        trailers = decision_trailers(exp.id, metrics, "rolled_back") | (
-            {"Judgeloop-Overrule": overrule} if overrule else {})
-        rejected = gitops.roll_back(ws.root, tip, exp.id, parent.commit_sha, trailers)
-        ledger.set_experiment_decision(exp.id, status="rolled_back", commit_sha=rejected, decided_by=by,
-                                       reason=overrule or f"discarded by {who} ({policy_said})")
-        say(f"experiment {exp.id} discarded; kept under refs/judgeloop/rejected/{exp.id}"
-            + (f" — {overrule}" if overrule else ""))
-    gitops.drop_waiting(ws.root, exp.id)
-    return ledger.get_experiment(exp.id)
-
-
-def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
-            judge_overrides: JudgeOverrides | None = None, events: Listener = ignore,
-            batch: bool = False, stop: StopRequest | None = None) -> ConfirmOutcome:
-    """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped by
-    ``[confirm] max_uses``. A use that hit infrastructure errors records nothing and is not counted.
-    ``batch``: through the provider's batch API (recorded in the judge cache, so a killed `confirm`
-    run again collects its batch). ``stop`` requested: no new call starts and `Interrupted` is raised;
-    nothing is recorded and the use is not counted."""
-    cfg = ws.config
-    with command_lock(ws, "confirm"), Ledger(ws.ledger_path) as ledger:
-        run = ledger.resolve_run(run_id)
-        settings = RunSettings.from_run(run, cfg, RunOverrides(judge=judge_overrides or JudgeOverrides()))
-        judge = settings.judge  # the run's: its final prompts are confirmed by the judge that chose them
-        if split_name == run.split or split_name == cfg.workspace.dev_split:
-            raise UserError(f"{split_name!r} is the dev split; confirm evaluates a held-out split "
-                            "(list it under [workspace] heldout_splits)")
-        if split_name not in cfg.workspace.heldout_splits:
-            raise UserError(f"split {split_name!r} is not listed in [workspace] heldout_splits; add it there "
-                            "so the loop can never use it, then retry")
-        used = ledger.count_confirmations(split_name)
-        if used >= cfg.confirm.max_uses:
-            raise UserError(f"split {split_name!r} was already used {used} time(s) ([confirm] max_uses = "
-                            f"{cfg.confirm.max_uses}); every look at a held-out split spends its honesty")
-        if run.incumbent_experiment is None:
-            raise UserError(f"run {run.id} has no incumbent yet; let it finish its baseline first")
-        inc = ledger.get_experiment(run.incumbent_experiment)
-        split = open_split(ws, split_name)
-        check_apart(ws, split.name, others=[run.split])  # the items the run's optimiser saw
-        prompts = PromptSet.from_rev(ws, inc.commit_sha or run.start_rev)
-        labels = load_labels(split)
-        events(Message(f"confirming run {run.id}'s final prompts (experiment {inc.id}, {(inc.commit_sha or '')[:12]}) "
-                       f"on held-out split {split.name} ({len(split.ids)} items); use {used + 1} of {cfg.confirm.max_uses}"))
-        options = None
-        if batch:
-            check_batch_settings(judge.provider, prompts.settings.mode)
-            options = BatchOptions.from_judge(judge, on_state=lambda state: events(Message(state.line(), "note")))
-        def progress(snapshot: ProgressSnapshot) -> None:
-            events(Progress(snapshot))
-
-        result = asyncio.run(evaluate_items(
-            ws,
-            split,
-            prompts,
-            judge,
-            item_ids=split.ids,
-            replicates=settings.replicates,
-            options=PassOptions(batch=options, progress=progress, stop=stop),
-        ))
-        if stop is not None and stop.is_set() and result.not_evaluated:
-            raise Interrupted(f"{len(result.items)} of {len(split.ids)} items judged; nothing recorded and the use "
-                              "is not counted (the calls made are cached: `judgeloop confirm` again pays only "
-                              "for the rest)")
-        warning = result.cache_reads.warning()  # billed cache reads fell below plan
-        if warning is not None:
-            events(Message(warning, "note"))
-        if result.infra_error_ids:
-            raise UserError(f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
-                            "the use is not counted — retry when the provider is healthy")
-        metrics = score(labels, result.answers())
-        ledger.add_confirmation(split.name, inc.commit_sha or run.start_rev, metrics, run_id=run.id)
-        return ConfirmOutcome(run.id, inc.id, split.name, metrics)

@@ -43,6 +43,7 @@ from optimizer.judge.types import Provider
 from optimizer.ledger import Attribution, Experiment, Ledger, Run
 from optimizer.loop import trust
 from optimizer.loop.attribute import AttributeOptions, attribute_scope, resolve_scope
+from optimizer.loop.decide import decide_waiting
 from optimizer.loop.propose import proposal_context
 from optimizer.loop.records import fmt3
 from optimizer.loop.runner import LoopRunner
@@ -50,7 +51,6 @@ from optimizer.loop.session import (
     MCP_PROPOSER,
     RunOptions,
     StartedRun,
-    decide_waiting,
     open_run,
 )
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError

@@ -9,7 +9,8 @@ import pytest
 
 from optimizer.events import Event, Message, Progress, StopKind, said_lines
 from optimizer.ledger import Ledger
-from optimizer.loop.session import RunOptions, decide, resume_run, start_run
+from optimizer.loop.decide import decide
+from optimizer.loop.session import RunOptions, resume_run, start_run
 from optimizer.workspace.config import JudgeOverrides
 from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
