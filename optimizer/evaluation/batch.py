@@ -38,7 +38,8 @@ from optimizer.evaluation.batchstore import BatchStore
 from optimizer.evaluation.budget import BudgetStop
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
-from optimizer.evaluation.judging import ItemJudge, PreparedItem
+from optimizer.evaluation.judging import ItemJudge
+from optimizer.evaluation.prepared import PreparedItem
 from optimizer.evaluation.results import ItemResult, ReplicateResult
 from optimizer.evaluation.stopping import Stopped
 from optimizer.events import StopKind, StopReason

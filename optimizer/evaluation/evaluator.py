@@ -32,13 +32,9 @@ from optimizer.evaluation.batchstore import BatchStore
 from optimizer.evaluation.budget import Budget, BudgetStop
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.files import redacted_url
-from optimizer.evaluation.judging import (
-    IMAGE_CACHE_DIRNAME,
-    ItemJudge,
-    JudgeSetup,
-    judge_refusal,
-    memory_refusal,
-)
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME, ItemJudge
+from optimizer.evaluation.prepared import JudgeSetup
+from optimizer.evaluation.refusals import judge_refusal, memory_refusal
 from optimizer.evaluation.results import EvalMeta, EvalRun, ItemResult, ReplicateResult
 from optimizer.evaluation.stopping import Stopped, StopRequest
 from optimizer.evaluation.warmup import CacheReads

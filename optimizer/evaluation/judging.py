@@ -1,6 +1,7 @@
 """Judging one item: rendering (memoised), the judge-call cache, paid calls under the budget, and the
 item's majority answer; the agentic conversation is `optimizer.evaluation.conversation`'s. `JudgeSetup`
-says how an `ItemJudge` judges. Judge-input side: never reads labels."""
+(`optimizer.evaluation.prepared`) says how an `ItemJudge` judges; what judge.toml asks that a provider
+cannot judge with is refused by `optimizer.evaluation.refusals`. Judge-input side: never reads labels."""
 
 from __future__ import annotations
 
@@ -11,19 +12,20 @@ import hashlib
 import inspect
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
-from optimizer.evaluation.budget import Budget, BudgetStop, estimate_cost_usd
+from optimizer.evaluation.budget import BudgetStop, estimate_cost_usd
 from optimizer.evaluation.cache import JudgeCache, NewCall, cache_key, cached_usage, provider_endpoint
 from optimizer.evaluation.conversation import Conversations
+from optimizer.evaluation.prepared import JudgeSetup, PreparedItem
+from optimizer.evaluation.refusals import judge_refusal
 from optimizer.evaluation.results import ItemResult, ReplicateResult, parsed_result
 from optimizer.evaluation.stopping import Stopped
-from optimizer.evaluation.warmup import WARM_PREFIXES, PrefixWarmth
-from optimizer.judge.memory import Retriever, Selection
+from optimizer.evaluation.warmup import WARM_PREFIXES
+from optimizer.judge.memory import Selection
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers.pricing import Usage
 from optimizer.judge.types import (
@@ -32,7 +34,6 @@ from optimizer.judge.types import (
     JudgeRequest,
     Provider,
     ProviderReply,
-    Sampling,
     stable_json,
 )
 from optimizer.models import Trajectory, Verdict
@@ -45,48 +46,6 @@ IMAGE_CACHE_DIRNAME = "images"
 _IN_FLIGHT: dict[tuple[int, str], asyncio.Event] = {}
 
 
-def memory_refusal(prompts: PromptSet, provider: Provider) -> str | None:
-    """Why ``memory = "retrieve"`` cannot be judged with (one line), or None: the request that carries the
-    memory is built in common code for the direct judge (every provider but a harness, batches too)."""
-    if prompts.settings.memory == "off":
-        return None
-    if prompts.settings.mode == "agentic":
-        return ('judge.toml sets memory = "retrieve" with mode = "agentic"; memory is sent with the direct judge '
-                'only (and batches of it): set mode = "direct" or memory = "off"')
-    if provider.traits.sandbox is not None:
-        return (f'judge.toml sets memory = "retrieve", which the {provider.name} provider (a harness judge reading '
-                'its own files) cannot carry; set memory = "off" or judge with anthropic, openai or local')
-    return None
-
-
-def panel_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False) -> str | None:
-    """Why ``prompts``' [panel] cannot run on ``provider`` (one sentence), or None: it can (or there is none)."""
-    if prompts.settings.panel is None:
-        return None
-    if prompts.settings.mode == "agentic":
-        return ('judge.toml has a [panel] and mode = "agentic"; panels run direct judges only: set '
-                'mode = "direct" or remove [panel]')
-    if provider.traits.sandbox is not None:
-        return (f"judge.toml has a [panel], which the {provider.name} provider (a harness judge that reads "
-                "its own files) cannot run; remove [panel] or use an API or local provider")
-    if batch:
-        return "judge.toml has a [panel], which --batch does not send yet; drop --batch or remove [panel]"
-    if prompts.settings.structure != "single" or prompts.settings.review != "off":
-        return ('judge.toml has a [panel] and structure = "criteria" or review = "success"; a panel of '
-                'structured judges is not built yet: remove [panel] or set structure = "single", review = "off"')
-    return None
-
-
-def judge_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False) -> str | None:
-    """Why judge.toml's structure (memory, a [panel], criteria or review) cannot be judged with on
-    ``provider`` (with ``batch``: through its batch API), in one line; None: it can. The one check every
-    entry point makes (evaluation, a judge, a candidate's validation)."""
-    from optimizer.judge.criteria import structure_refusal
-
-    return (memory_refusal(prompts, provider) or panel_refusal(prompts, provider, batch=batch)
-            or structure_refusal(prompts.settings, provider.name, provider.traits, batch=batch))
-
-
 def _majority(replicates: Sequence[ReplicateResult]) -> tuple[Answer, Verdict | None, bool]:
     """The scored answer, its representative verdict, and whether the replicates disagree."""
     from optimizer.judge.verdicts import majority
@@ -97,24 +56,6 @@ def _majority(replicates: Sequence[ReplicateResult]) -> tuple[Answer, Verdict | 
     return Answer(success=chosen.success, mistake_type=chosen.mistake_type), chosen, unstable
 
 
-@dataclass(frozen=True)
-class PreparedItem:
-    """An item ready to be judged: its notes, each replicate's cache key and cached result (None:
-    a call is needed), and the calls to make, each to be started holding one `ItemJudge.slots` slot."""
-
-    trajectory_id: str
-    notes: tuple[str, ...]
-    looked_up: list[tuple[str, ReplicateResult | None]]
-    calls: Sequence[Callable[[], Coroutine[Any, Any, ReplicateResult]]]
-    # Direct mode: the rendered request (None when every replicate is cached) and its fingerprint,
-    # for a batch that sends the missing replicates instead of `calls`.
-    request: JudgeRequest | None = None
-    fingerprint: str = ""
-    # A panel: each member's label; ``looked_up`` is then member-major (every replicate of the
-    # first member, then of the second...), and ``request`` None (a batch cannot send a panel).
-    members: tuple[str, ...] = ()
-
-
 class _Derivation:
     """One item's derived criteria, shared by its replicates: derived once, under the lock."""
 
@@ -122,26 +63,6 @@ class _Derivation:
         self.lock = asyncio.Lock()
         self.result: ReplicateResult | None = None
         self.owner: int | None = None  # the replicate that made (or looked up) the derivation
-
-
-@dataclass(frozen=True)
-class JudgeSetup:
-    """How an `ItemJudge` judges: the ``sampling``, ``replicates`` calls per item (replicate indices
-    from ``first_replicate``), ``concurrency`` calls in flight at most, the ``prices`` table
-    (US dollars per million tokens, `optimizer.judge.providers.pricing`), the ``budget`` (None: no
-    limit), where encoded screenshots are shared (``image_cache_dir``), the cached-prefix warmth
-    (None: the process's own, `optimizer.evaluation.warmup.WARM_PREFIXES`) and the memory retriever
-    (None: memory off)."""
-
-    sampling: Sampling
-    replicates: int
-    concurrency: int
-    prices: dict[str, Any]
-    budget: Budget | None
-    image_cache_dir: Path | None
-    first_replicate: int = 0
-    warmth: PrefixWarmth | None = None
-    memory: Retriever | None = None
 
 
 class ItemJudge:

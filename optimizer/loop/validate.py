@@ -16,7 +16,7 @@ from pathlib import Path
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import batching_provider
-from optimizer.evaluation.judging import judge_refusal
+from optimizer.evaluation.refusals import judge_refusal
 from optimizer.judge.memory import check_sources
 from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet, panel_member_files
 from optimizer.judge.render import RenderOptions, build_request

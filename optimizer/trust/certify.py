@@ -23,7 +23,7 @@ nothing, one never evaluated is evaluated now. Nothing is written under ``prompt
 no branch moves; held-out splits are refused as the dev split.
 
 The certificate is a `Certificate` (frozen pydantic records, fields in the file's key order; a part not
-run is a `NotRun`); `to_json` is the file's object.
+run is a `NotRun`), its records in `optimizer.trust.certify_records`; `to_json` is the file's object.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Protocol
 
 from optimizer import __version__
 from optimizer.devset.labels import load_labels
@@ -52,16 +52,35 @@ from optimizer.ledger import Ledger
 from optimizer.models import MISTAKE_TYPES, Label
 from optimizer.stats.binomial import clopper_pearson_lower, clopper_pearson_upper
 from optimizer.stats.metrics import Answer, bootstrap_intervals, cohen_kappa, predicted_success, score
+from optimizer.trust.certify_records import (
+    CERTIFICATE_VERSION,
+    Agreement,
+    BatteryRun,
+    Certificate,
+    CertifiedJudge,
+    CertifiedSplit,
+    CertifyCost,
+    CitedAA,
+    CitedInstability,
+    CitedSelftest,
+    Confirmations,
+    Confirmed,
+    InvalidatedBy,
+    NotRun,
+    Retest,
+    Transfer,
+    TypeFpr,
+    TypeTransfer,
+)
 from optimizer.trust.selftest import dev_split_for
 from optimizer.trust.selftest_files import latest_selftest, result_files, summary_lines
-from optimizer.trust.selftest_records import Record, ResultFiles, SelftestResult
+from optimizer.trust.selftest_records import ResultFiles, SelftestResult
 from optimizer.vocab import UNTYPED
 from optimizer.workspace import gitops
 from optimizer.workspace.config import JudgeOverrides, JudgeSection
 from optimizer.workspace.paths import unused_path
 from optimizer.workspace.workspace import Workspace, repo_at
 
-CERTIFICATE_VERSION = 1
 CERTIFICATE_DIR = "certificates"
 NOTES_REF = "judgeloop"  # refs/notes/judgeloop
 BOUND_LEVEL = 0.05  # one-sided: 95% confidence
@@ -107,205 +126,6 @@ def find_battery() -> BatteryRunner:
     from optimizer.trust.bias import run_battery
 
     return run_battery
-
-
-# --- the certificate's records: fields in the order the certificate file writes them ----------------
-
-
-class TypeFpr(Record):
-    """FPR on the negatives of one mistake type, with its exact one-sided 95% upper bound."""
-
-    negatives: int
-    false_positives: int
-    fpr: float
-    fpr_upper: float
-
-
-class Agreement(Record):
-    """`agreement`: the judge's verdicts against the labels (rates in [0, 1], None when undefined)."""
-
-    items: int
-    positives: int
-    negatives: int
-    tp: int
-    fn: int
-    tn: int
-    fp: int
-    invalid: int
-    missing: int
-    kappa: float | None
-    kappa_interval: tuple[float, float] | None
-    kappa_interval_method: str
-    kappa_band: str
-    kappa_band_lower: str
-    kappa_band_scale: str
-    balanced_accuracy: float | None
-    tpr: float | None
-    tpr_lower: float | None
-    tnr: float | None
-    tnr_lower: float | None
-    fpr: float | None
-    bound_method: str
-    fpr_by_type: dict[str, TypeFpr]
-    mistake_type_recall: dict[str, float | None]
-
-
-class Retest(Record):
-    """`retest`: how often two independent passes give the same scored verdict, and their kappa."""
-
-    items: int
-    same_verdict: int
-    agreement: float | None
-    kappa: float | None
-    second_pass: str
-
-
-class NotRun(Record):
-    """A part of the certificate not run, or with nothing recorded (status "not run" or "none"), and why."""
-
-    status: Literal["not run", "none"]
-    note: str
-
-
-class TypeTransfer(Record):
-    fpr: float
-    fpr_delta: float | None
-
-
-class Transfer(Record):
-    """`transfer`: the other model's figures and their deltas (the other model minus the judge)."""
-
-    status: Literal["run"] = "run"
-    model: str
-    kappa: float | None
-    kappa_delta: float | None
-    fpr: float | None
-    fpr_delta: float | None
-    tpr: float | None
-    tpr_delta: float | None
-    fpr_by_type: dict[str, TypeTransfer]
-
-
-class CitedAA(Record):
-    repeats: int
-    kept: int
-    keep_rate: float | None
-    keep_rate_interval: tuple[float, float] | None
-
-
-class CitedInstability(Record):
-    unstable_share: float | None
-    flip_rate: float | None
-
-
-class CitedSelftest(Record):
-    """`selftest_status`: the latest self-test as cited, "current" when it tested this judge, split and
-    prompts (``differs`` lists what it tested instead)."""
-
-    status: Literal["current", "stale"]
-    differs: list[str]
-    file: str
-    created: str
-    revision: str
-    aa: CitedAA
-    instability: CitedInstability
-    planted_rolled_back: bool | None
-    detectable: str
-    benchmark_agrees: bool | None
-    summary: list[str]
-
-
-class Confirmed(Record):
-    """The newest held-out confirmation of one split recorded in the ledger (figures as recorded)."""
-
-    split: str
-    created: str
-    run: str | None
-    n: int | None
-    kappa: float | None
-    tpr: float | None
-    tnr: float | None
-    fpr: float | None
-    balanced_accuracy: float | None
-
-
-class Confirmations(Record):
-    status: Literal["recorded"] = "recorded"
-    splits: list[Confirmed]
-
-
-class BatteryRun(Record):
-    """The bias battery's result, as its own JSON object (`optimizer.trust.bias.BatteryResult.to_json`)."""
-
-    status: Literal["run"] = "run"
-    result: dict[str, Any]
-
-
-class CertifiedJudge(Record):
-    OMITTED_WHEN_NONE = ("base_urls", "confinement")
-
-    provider: str
-    model: str
-    base_url: str | None
-    base_urls: list[str | None] | None = None  # every replica of [judge] base_urls (credentials removed)
-    model_versions: list[str]
-    replicates: int
-    confinement: str | None = None  # a harness judge's sandbox: "bwrap", or "none" (it ran unconfined)
-
-
-class CertifiedSplit(Record):
-    name: str
-    fingerprint: str
-    items: int
-
-
-class InvalidatedBy(Record):
-    """What makes the certificate void when it changes."""
-
-    OMITTED_WHEN_NONE = ("judge_base_urls",)
-
-    judge_provider: str
-    judge_model: str
-    judge_base_url: str | None
-    judge_base_urls: list[str | None] | None = None
-    judge_model_versions: list[str]
-    split_fingerprint: str
-    prompt_hash: str
-    replicates: int
-    rule: str
-
-
-class CertifyCost(Record):
-    """The judge calls certify made and took from the cache, and what they cost (US dollars)."""
-
-    calls: int
-    cache_hits: int
-    usd: float
-
-
-class Certificate(Record):
-    """The certificate (``certificate_version`` `CERTIFICATE_VERSION`) as `certify` returns and writes it;
-    ``files`` and ``note_ref`` say where it was written."""
-
-    OMITTED_WHEN_NONE = ("files", "note_ref")
-
-    certificate_version: int = CERTIFICATE_VERSION
-    created: str
-    judgeloop_version: str
-    revision: str
-    prompt_hash: str
-    judge: CertifiedJudge
-    split: CertifiedSplit
-    agreement: Agreement
-    test_retest: Retest
-    selftest: CitedSelftest | NotRun
-    transfer: Transfer | NotRun
-    confirm: Confirmations | NotRun
-    bias_battery: BatteryRun | NotRun
-    invalidated_by: InvalidatedBy
-    cost: CertifyCost
-    files: ResultFiles | None = None
-    note_ref: str | None = None
 
 
 # --- figures ---------------------------------------------------------------------------------------
