@@ -57,6 +57,8 @@ def prompt_sets(ws: Workspace, layout: str, candidates: int) -> list[PromptSet]:
     out = [PromptSet.from_files(files)]
     for k in range(1, candidates + 1):
         edited = dict(files)
-        edited[RUBRIC_MD] = files[RUBRIC_MD] + f"\n- Candidate rule {k}: re-check requirement {k} in the final state.\n"
+        edited[RUBRIC_MD] = (
+            files[RUBRIC_MD] + f"\n- Candidate rule {k}: re-check requirement {k} in the final state.\n"
+        )
         out.append(PromptSet.from_files(edited))
     return out

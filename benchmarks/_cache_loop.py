@@ -85,9 +85,18 @@ def run_loop(template: Path, dest: Path, wire: str, candidates: int, *, batch: b
     started = time.perf_counter()
     with FakeLLMServer(default=BothWiresJudge(dest), prompt_cache=PromptCache(), batch_polls=1) as server:
         url = server.anthropic_base_url if wire == "anthropic" else server.openai_base_url
-        options = RunOptions(strategy="library", max_experiments=candidates, patience=candidates, batch=batch,
-                             judge=JudgeOverrides(provider=wire, model=MODELS[wire], base_url=url,  # type: ignore[arg-type]
-                                                  concurrency=8))
+        options = RunOptions(
+            strategy="library",
+            max_experiments=candidates,
+            patience=candidates,
+            batch=batch,
+            judge=JudgeOverrides(
+                provider=wire,
+                model=MODELS[wire],
+                base_url=url,  # type: ignore[arg-type]
+                concurrency=8,
+            ),
+        )
         start_run(Workspace.open(dest), options)
         answered = len(server.inference_requests())
         batches = len(server.batch_creations)
@@ -95,9 +104,18 @@ def run_loop(template: Path, dest: Path, wire: str, candidates: int, *, batch: b
         run = ledger.latest_run()
         assert run is not None
         decisions = [
-            Decision(e.seq, e.status, e.rationale or "", e.items_evaluated, e.calls, e.judge_cost_usd,
-                     {tid: [(a.success, a.mistake_type, a.status) for a in answers]
-                      for tid, answers in ledger.item_judgements(e.id).items()})
+            Decision(
+                e.seq,
+                e.status,
+                e.rationale or "",
+                e.items_evaluated,
+                e.calls,
+                e.judge_cost_usd,
+                {
+                    tid: [(a.success, a.mistake_type, a.status) for a in answers]
+                    for tid, answers in ledger.item_judgements(e.id).items()
+                },
+            )
             for e in ledger.experiments(run.id)
         ]
     return LoopRun(decisions, answered, batches, time.perf_counter() - started)
@@ -105,6 +123,7 @@ def run_loop(template: Path, dest: Path, wire: str, candidates: int, *, batch: b
 
 def same_decisions(direct: LoopRun, batch: LoopRun) -> bool:
     """Every experiment the same candidate (rationale) with the same decision, in the same order."""
+
     def key(run: LoopRun) -> list[tuple[int, str, str]]:
         return [(d.seq, d.rationale, d.status) for d in run.decisions]
 
@@ -121,8 +140,9 @@ def verdicts_compared(direct: LoopRun, batch: LoopRun) -> tuple[int, int]:
     return both, same
 
 
-def compare_loops(root: Path, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
-                  say: Any = print) -> dict[str, tuple[LoopRun, LoopRun]]:
+def compare_loops(
+    root: Path, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS), say: Any = print
+) -> dict[str, tuple[LoopRun, LoopRun]]:
     """Per wire: the loop run direct, then the same run with ``batch=True``, on copies of one workspace."""
     template = loop_template(root / "template")
     out: dict[str, tuple[LoopRun, LoopRun]] = {}
@@ -135,25 +155,37 @@ def compare_loops(root: Path, candidates: int, *, wires: tuple[str, ...] = tuple
 
 
 def decision_table(loops: dict[str, tuple[LoopRun, LoopRun]], candidates: int) -> str:
-    lines = [f"keep/rollback decisions, the real loop (start_run, strategy library) direct vs RunOptions(batch=True), "
-             f"{candidates} candidates on the 32-item sample dev split, fake judge keyed by item and rubric"]
+    lines = [
+        f"keep/rollback decisions, the real loop (start_run, strategy library) direct vs RunOptions(batch=True), "
+        f"{candidates} candidates on the 32-item sample dev split, fake judge keyed by item and rubric"
+    ]
     for wire, (direct, batch) in loops.items():
         lines.append(f"{wire} / {MODELS[wire]}")
-        lines.append(f"  {'seq':>3} {'direct':<15} {'items':>5} {'calls':>5} {'$':>7}   {'batch':<15} {'items':>5}"
-                     f" {'calls':>5} {'$':>7}   candidate")
+        lines.append(
+            f"  {'seq':>3} {'direct':<15} {'items':>5} {'calls':>5} {'$':>7}   {'batch':<15} {'items':>5}"
+            f" {'calls':>5} {'$':>7}   candidate"
+        )
         for d, b in zip(direct.decisions, batch.decisions, strict=False):
             mark = "" if (d.rationale, d.status) == (b.rationale, b.status) else "  <- DIFFERENT"
-            lines.append(f"  {d.seq:>3} {d.status:<15} {d.items:>5} {d.calls:>5} {d.cost_usd:>7.4f}   "
-                         f"{b.status:<15} {b.items:>5} {b.calls:>5} {b.cost_usd:>7.4f}   {d.rationale.split(' (')[0]}{mark}")
+            lines.append(
+                f"  {d.seq:>3} {d.status:<15} {d.items:>5} {d.calls:>5} {d.cost_usd:>7.4f}   "
+                f"{b.status:<15} {b.items:>5} {b.calls:>5} {b.cost_usd:>7.4f}   {d.rationale.split(' (')[0]}{mark}"
+            )
         n = max(len(direct.decisions), len(batch.decisions))
-        agree = sum((d.rationale, d.status) == (b.rationale, b.status)
-                    for d, b in zip(direct.decisions, batch.decisions, strict=False))
+        agree = sum(
+            (d.rationale, d.status) == (b.rationale, b.status)
+            for d, b in zip(direct.decisions, batch.decisions, strict=False)
+        )
         verdict = "identical" if same_decisions(direct, batch) else "DIFFERENT"
         both, same = verdicts_compared(direct, batch)
-        lines.append(f"  decisions {verdict} ({agree} of {n} experiments); verdicts identical on {same} of {both} "
-                     "items both judged")
-        lines.append(f"  judge calls answered by the fake: "
-                     f"direct {direct.calls_answered}, batch {batch.calls_answered} in {batch.batches} batches; "
-                     f"judge $ direct {sum(d.cost_usd for d in direct.decisions):.4f}, "
-                     f"batch {sum(b.cost_usd for b in batch.decisions):.4f}")
+        lines.append(
+            f"  decisions {verdict} ({agree} of {n} experiments); verdicts identical on {same} of {both} "
+            "items both judged"
+        )
+        lines.append(
+            f"  judge calls answered by the fake: "
+            f"direct {direct.calls_answered}, batch {batch.calls_answered} in {batch.batches} batches; "
+            f"judge $ direct {sum(d.cost_usd for d in direct.decisions):.4f}, "
+            f"batch {sum(b.cost_usd for b in batch.decisions):.4f}"
+        )
     return "\n".join(lines)

@@ -46,8 +46,10 @@ def split_write_docs(argv: Sequence[str]) -> tuple[str | None, list[str]]:
         return None, args
     at = args.index("--write-docs")
     if at + 1 >= len(args) or not NAME.match(args[at + 1]):
-        raise SystemExit("--write-docs needs a NAME: lower-case letters, digits and '-' (docs/figures/NAME.md)")
-    return args[at + 1], args[:at] + args[at + 2:]
+        raise SystemExit(
+            "--write-docs needs a NAME: lower-case letters, digits and '-' (docs/figures/NAME.md)"
+        )
+    return args[at + 1], args[:at] + args[at + 2 :]
 
 
 @contextlib.contextmanager
@@ -64,8 +66,10 @@ def _teed() -> Iterator[_Tee]:
 def figure_text(command: str, output: str, when: datetime.datetime) -> str:
     """The include file: where it came from, then the script's output as a text block."""
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    return (f"<!-- Written by `{command}` on {when:%Y-%m-%d} ({machine}): its printed output. -->\n\n"
-            f"```text\n{output.rstrip()}\n```\n")
+    return (
+        f"<!-- Written by `{command}` on {when:%Y-%m-%d} ({machine}): its printed output. -->\n\n"
+        f"```text\n{output.rstrip()}\n```\n"
+    )
 
 
 def with_docs_figure(main: Callable[[list[str]], int | None], argv: Sequence[str] | None = None) -> int:
@@ -80,7 +84,8 @@ def with_docs_figure(main: Callable[[list[str]], int | None], argv: Sequence[str
         script = Path(sys.argv[0]).name
         command = " ".join(["python", f"benchmarks/{script}", *rest, "--write-docs", name])
         FIGURES.mkdir(parents=True, exist_ok=True)
-        (FIGURES / f"{name}.md").write_text(figure_text(command, tee.copy.getvalue(), datetime.datetime.now()),
-                                           encoding="utf-8")
+        (FIGURES / f"{name}.md").write_text(
+            figure_text(command, tee.copy.getvalue(), datetime.datetime.now()), encoding="utf-8"
+        )
         print(f"wrote docs/figures/{name}.md", file=sys.stderr)
     return code

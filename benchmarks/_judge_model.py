@@ -153,8 +153,9 @@ class JudgeModel:
         if self.steady:
             right = self.steady_draw(item, _MEMBER_RE.sub("", text), member is not None) < p
             if member in self.independent_members and item in self.panel_planted:
-                right = self.panel_planted.index(item) % len(self.independent_members) != \
-                    self.independent_members.index(member)
+                right = self.panel_planted.index(item) % len(
+                    self.independent_members
+                ) != self.independent_members.index(member)
         with self._lock:
             if not self.steady:
                 right = self._rng.random() < p

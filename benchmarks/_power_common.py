@@ -79,7 +79,9 @@ class RunPlan:
 
     def kinds(self, rng: random.Random) -> list[str]:
         """One run's candidate kinds: the fixed schedule, or a shuffle drawn from ``rng``."""
-        return list(self.schedule) if self.schedule else schedule_for(rng, self.candidates, self.fixes_per_run)
+        return (
+            list(self.schedule) if self.schedule else schedule_for(rng, self.candidates, self.fixes_per_run)
+        )
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,9 @@ class PolicyResult:
     server_calls: int = 0
     ledger_calls: int = 0
     undecided: int = 0  # candidates that ended in error (never expected here)
-    engine_checked: int = 0  # simulated adaptive decisions replayed with optimizer.stats.decision.decide_adaptive
+    engine_checked: int = (
+        0  # simulated adaptive decisions replayed with optimizer.stats.decision.decide_adaptive
+    )
     wall_s: float = 0.0  # summed over the worker tasks
 
     def merge(self, other: PolicyResult) -> None:
@@ -158,7 +162,9 @@ class PolicyResult:
         self.wall_s += other.wall_s
 
 
-def run_bootstrap(trials: Sequence[Trial], kind: str, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+def run_bootstrap(
+    trials: Sequence[Trial], kind: str, draws: int = 2000, seed: int = 0
+) -> tuple[float, float]:
     """95% interval of the keep rate of ``kind``, resampling whole runs (percentile bootstrap): the
     candidates of one run share incumbents, so a binomial interval would be too narrow."""
     per_run: dict[str, list[int]] = {}
@@ -189,7 +195,6 @@ def calls_per_pass(trials: Sequence[Trial], n_items: int, kind: str | None = Non
 def spaced_sentence(max_images: object) -> str:
     """The words of the {{screenshots}} sentence that name ``max_images`` under ``screenshots = "spaced"``."""
     return f"Up to {max_images} evenly spaced steps"
-
 
 
 def labels_only() -> tuple[list[str | None], list[bool]]:

@@ -71,8 +71,10 @@ def build_workspace(root: Path) -> tuple[Path, list[bool], list[str | None]]:
     trajectories, unique instructions); returns its root and the labels in item-index order."""
     items = []
     for pair in range(N_PAIRS):
-        types = (("Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction")[pair % 3],
-                 ("Misunderstanding of the Instruction", "Critical Mistake", "Bad Side Effect")[pair % 3])
+        types = (
+            ("Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction")[pair % 3],
+            ("Misunderstanding of the Instruction", "Critical Mistake", "Bad Side Effect")[pair % 3],
+        )
         items += pair_items(pair, positives=(True, pair < N_DOUBLE), types=types, tag="power")
     for index, item in enumerate(items):
         item.instruction = item_instruction(item.instruction.rstrip("."), index)
@@ -84,11 +86,15 @@ def build_workspace(root: Path) -> tuple[Path, list[bool], list[str | None]]:
     text = text.replace("infra_retry_pause_s = 10", "infra_retry_pause_s = 0.05")
     cfg.write_text(text, encoding="utf-8")
     judge_toml = ws.root / "prompts" / "judge.toml"
-    judge_toml.write_text(judge_toml.read_text(encoding="utf-8").replace('screenshots = "all"', 'screenshots = "none"'),
-                          encoding="utf-8")
+    judge_toml.write_text(
+        judge_toml.read_text(encoding="utf-8").replace('screenshots = "all"', 'screenshots = "none"'),
+        encoding="utf-8",
+    )
     _git(ws.root, "add", "-A")
     _git(ws.root, "commit", "-q", "-m", "decision-power workspace")
-    assert 'dev_split = "dev"' in cfg.read_text(encoding="utf-8"), "the default config changed: update the benchmark"
+    assert 'dev_split = "dev"' in cfg.read_text(encoding="utf-8"), (
+        "the default config changed: update the benchmark"
+    )
     return ws.root, [i.label == "positive" for i in items], [i.mistake_type for i in items]
 
 
@@ -146,7 +152,9 @@ class BenchStrategy:
             chosen = self.model.choose_fix(int(kind[3:]), fixed, self.rng)
             line = f"Reviewer rule {self.model.register_fix(nonce, chosen)}: check the final state."
             meta = {"kind": kind, "fixed": chosen}
-        return Proposal(files={RUBRIC: text.rstrip("\n") + f"\n\n{line}\n"}, rationale=f"benchmark {kind}", meta=meta)
+        return Proposal(
+            files={RUBRIC: text.rstrip("\n") + f"\n\n{line}\n"}, rationale=f"benchmark {kind}", meta=meta
+        )
 
     def structural(self, ctx: ProposalContext, kind: str) -> Proposal:
         """A structure move (``[optimizer] structure_moves``): ``screenshots = "spaced"`` with a fresh
@@ -161,17 +169,22 @@ class BenchStrategy:
         m = self.structure_value + 2  # 3..99: every candidate of a run renders new requests
         self.model.sentence_fixes[spaced_sentence(m)] = frozenset(carried | set(chosen))
         new = set_key(set_key(toml, "screenshots", "spaced"), "max_images", m)
-        return Proposal(files={JUDGE_TOML: new}, rationale=f"benchmark {kind}", meta={"kind": kind, "fixed": chosen})
-
+        return Proposal(
+            files={JUDGE_TOML: new}, rationale=f"benchmark {kind}", meta={"kind": kind, "fixed": chosen}
+        )
 
     def panel(self, ctx: ProposalContext, kind: str) -> Proposal:
         """A structure move to a unanimous ``[panel]`` (``[optimizer] structure_moves = ["panel.members",
         "panel.vote"]``): members a, b, c (``p-fix``: they err independently on the planted negatives,
         so their unanimous vote gets those right) or x, y, z (``p-noop``: they err identically)."""
         names = list(NOOP_MEMBERS if kind == "p-noop" else EFFECT_MEMBERS)
-        toml = set_key(set_key(ctx.current_files[JUDGE_TOML], "panel.members", names), "panel.vote", "unanimous")
+        toml = set_key(
+            set_key(ctx.current_files[JUDGE_TOML], "panel.members", names), "panel.vote", "unanimous"
+        )
         fixed = [] if kind == "p-noop" else list(self.model.panel_planted)
-        return Proposal(files={JUDGE_TOML: toml}, rationale=f"benchmark {kind}", meta={"kind": kind, "fixed": fixed})
+        return Proposal(
+            files={JUDGE_TOML: toml}, rationale=f"benchmark {kind}", meta={"kind": kind, "fixed": fixed}
+        )
 
 
 # --- the real loop ------------------------------------------------------------------------------
@@ -184,9 +197,17 @@ def _strategy_installed(strategy: BenchStrategy) -> Iterator[None]:
         yield
 
 
-def loop_trials(policy: str, plan: RunPlan, *, concurrency: int = 16, rejudge: int | None = None,
-                fix_pool: str = "wrong", item_seed: int = 0, odds: tuple[np.ndarray, np.ndarray] | None = None,
-                wave: int | None = None) -> PolicyResult:
+def loop_trials(
+    policy: str,
+    plan: RunPlan,
+    *,
+    concurrency: int = 16,
+    rejudge: int | None = None,
+    fix_pool: str = "wrong",
+    item_seed: int = 0,
+    odds: tuple[np.ndarray, np.ndarray] | None = None,
+    wave: int | None = None,
+) -> PolicyResult:
     """``plan.runs`` loop runs of ``plan.candidates`` candidates each under ``policy``; one workspace, one
     fake server. ``item_seed`` fixes the judge's item odds (the same for every policy); ``odds`` (q,
     fixable) replaces them and ``plan.schedule`` the shuffled schedule of every run (tests); ``wave``:
@@ -212,8 +233,12 @@ def loop_trials(policy: str, plan: RunPlan, *, concurrency: int = 16, rejudge: i
         set_loop_key(root, "patience", "1000000")
         if any(k.startswith("s-") for k in schedule or ()):
             cfg = root / "judgeloop.toml"
-            cfg.write_text(cfg.read_text(encoding="utf-8").replace(
-                "[optimizer]\n", '[optimizer]\nstructure_moves = ["screenshots", "max_images"]\n', 1), encoding="utf-8")
+            cfg.write_text(
+                cfg.read_text(encoding="utf-8").replace(
+                    "[optimizer]\n", '[optimizer]\nstructure_moves = ["screenshots", "max_images"]\n', 1
+                ),
+                encoding="utf-8",
+            )
         if any(k.startswith("p-") for k in schedule or ()):
             setup_panel(root, model, rng)
         if rejudge is not None and "rejudge" in LoopSection.model_fields:
@@ -221,20 +246,31 @@ def loop_trials(policy: str, plan: RunPlan, *, concurrency: int = 16, rejudge: i
         base_branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD").strip()
         strategy = BenchStrategy(model, rng)
         with FakeLLMServer(default=model, keep_alive=True) as server, _strategy_installed(strategy):
-            judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
-                                   concurrency=concurrency)
+            judge = JudgeOverrides(
+                provider="openai",
+                model="fake-judge",
+                base_url=server.openai_base_url,
+                concurrency=concurrency,
+            )
             for run_no in range(plan.runs):
                 _git(root, "checkout", "-q", base_branch)
                 # A fresh salt line: this run's baseline is a new draw, not the previous run's cache.
                 rubric = root / RUBRIC
-                lines = [ln for ln in rubric.read_text(encoding="utf-8").splitlines() if not ln.startswith("Run salt")]
-                rubric.write_text("\n".join(lines) + f"\nRun salt s{seed}x{run_no}x{strategy.nonce()}.\n",
-                                  encoding="utf-8")
+                lines = [
+                    ln
+                    for ln in rubric.read_text(encoding="utf-8").splitlines()
+                    if not ln.startswith("Run salt")
+                ]
+                rubric.write_text(
+                    "\n".join(lines) + f"\nRun salt s{seed}x{run_no}x{strategy.nonce()}.\n", encoding="utf-8"
+                )
                 _git(root, "commit", "-qam", f"salt {run_no}")
                 strategy.schedule = plan.kinds(rng)
                 kinds = list(strategy.schedule)
                 ws = Workspace.open(root)
-                outcome = session.start_run(ws, session.RunOptions(max_experiments=len(kinds), judge=judge, wave=wave))
+                outcome = session.start_run(
+                    ws, session.RunOptions(max_experiments=len(kinds), judge=judge, wave=wave)
+                )
                 with Ledger(ws.ledger_path) as ledger:
                     exps = ledger.experiments(outcome.run_id)
                 for exp in exps:
@@ -245,9 +281,12 @@ def loop_trials(policy: str, plan: RunPlan, *, concurrency: int = 16, rejudge: i
                     if exp.status not in ("kept", "rolled_back"):
                         result.undecided += 1
                         continue
-                    assert exp.proposal_meta["kind"] == kinds[exp.seq - 1], "the schedule and the ledger disagree"
-                    result.trials.append(Trial(exp.proposal_meta["kind"], exp.status == "kept", exp.calls,
-                                               run=outcome.run_id))
+                    assert exp.proposal_meta["kind"] == kinds[exp.seq - 1], (
+                        "the schedule and the ledger disagree"
+                    )
+                    result.trials.append(
+                        Trial(exp.proposal_meta["kind"], exp.status == "kept", exp.calls, run=outcome.run_id)
+                    )
         result.server_calls = model.calls
     result.wall_s = time.monotonic() - started
     return result
@@ -259,9 +298,14 @@ def setup_panel(root: Path, model: JudgeModel, rng: random.Random) -> None:
     with `PANEL_PLANTED` negatives the single judge tends to get wrong planted."""
     write_members(root, EFFECT_MEMBERS + NOOP_MEMBERS)
     cfg = root / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8").replace(
-        "[optimizer]\n", '[optimizer]\nstructure_moves = ["panel.members", "panel.vote"]\nmax_members = 3\n', 1),
-        encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8").replace(
+            "[optimizer]\n",
+            '[optimizer]\nstructure_moves = ["panel.members", "panel.vote"]\nmax_members = 3\n',
+            1,
+        ),
+        encoding="utf-8",
+    )
     _git(root, "add", "-A")
     _git(root, "commit", "-q", "-m", "panel members")
     negatives = {i for i, p in enumerate(model.positive) if not p}
@@ -274,30 +318,52 @@ def panel_rows(runs: int, seed: int, *, rejudge: int | None = None, concurrency:
     """The panel rows: adaptive loop runs of two judge.toml moves each, a no-op panel then a panel
     with a planted FPR effect (`BenchStrategy.panel`): kept share per kind, judge calls per
     candidate per full pass (every member's call counted)."""
-    res = loop_trials("adaptive", RunPlan(runs, len(PANEL_KINDS), 0, seed, schedule=PANEL_KINDS),
-                      concurrency=concurrency, rejudge=rejudge)
+    res = loop_trials(
+        "adaptive",
+        RunPlan(runs, len(PANEL_KINDS), 0, seed, schedule=PANEL_KINDS),
+        concurrency=concurrency,
+        rejudge=rejudge,
+    )
     n = len(labels_only()[1])
-    head = (f"{'source':<16} " + " ".join(f"{k + ' kept':>24}" for k in PANEL_KINDS)
-            + " " + " ".join(f"{k + ' calls/162':>17}" for k in PANEL_KINDS))
+    head = (
+        f"{'source':<16} "
+        + " ".join(f"{k + ' kept':>24}" for k in PANEL_KINDS)
+        + " "
+        + " ".join(f"{k + ' calls/162':>17}" for k in PANEL_KINDS)
+    )
     cells = []
     for kind in PANEL_KINDS:
         k, total = keep_rate(res.trials, kind)
         lo, hi = run_bootstrap(res.trials, kind)
         cells.append(f"{k / total:>6.1%} [{lo:>4.0%},{hi:>4.0%}] n={total:<4}" if total else f"{'—':>24}")
-    row = (f"{'loop, panels':<16} " + " ".join(f"{c:>24}" for c in cells) + " "
-           + " ".join(f"{calls_per_pass(res.trials, n, kind):>17.2f}" for kind in PANEL_KINDS))
-    return [head, "-" * len(head), row,
-            f"  undecided {res.undecided}; judge calls at the server {res.server_calls}, in the ledger "
-            f"{res.ledger_calls}; {res.wall_s:.0f} s"]
+    row = (
+        f"{'loop, panels':<16} "
+        + " ".join(f"{c:>24}" for c in cells)
+        + " "
+        + " ".join(f"{calls_per_pass(res.trials, n, kind):>17.2f}" for kind in PANEL_KINDS)
+    )
+    return [
+        head,
+        "-" * len(head),
+        row,
+        f"  undecided {res.undecided}; judge calls at the server {res.server_calls}, in the ledger "
+        f"{res.ledger_calls}; {res.wall_s:.0f} s",
+    ]
 
 
 def structural_rows(runs: int, seed: int, *, rejudge: int | None = None, concurrency: int = 16) -> list[str]:
     """The structural rows: the real loop (adaptive) where candidates are judge.toml moves, a planted
     structural effect (`BenchStrategy.structural`): no-op moves and moves that fix 8 or 12 items."""
     schedule = ["s-noop", "s-fix8", "s-noop", "s-fix12"]
-    res = loop_trials("adaptive", RunPlan(runs, len(schedule), 0, seed, schedule=schedule),
-                      concurrency=concurrency, rejudge=rejudge)
-    head = f"{'source':<16} " + " ".join(f"{k + ' kept':>24}" for k in STRUCTURAL_KINDS) + f" {'calls/162':>9}"
+    res = loop_trials(
+        "adaptive",
+        RunPlan(runs, len(schedule), 0, seed, schedule=schedule),
+        concurrency=concurrency,
+        rejudge=rejudge,
+    )
+    head = (
+        f"{'source':<16} " + " ".join(f"{k + ' kept':>24}" for k in STRUCTURAL_KINDS) + f" {'calls/162':>9}"
+    )
     cells = []
     for kind in STRUCTURAL_KINDS:
         k, total = keep_rate(res.trials, kind)
@@ -310,8 +376,13 @@ def structural_rows(runs: int, seed: int, *, rejudge: int | None = None, concurr
 
 def _loop_task(args: tuple[Any, ...]) -> PolicyResult:
     policy, runs, candidates, fixes_per_run, seed, concurrency, rejudge, fix_pool = args
-    return loop_trials(policy, RunPlan(runs, candidates, fixes_per_run, seed), concurrency=concurrency,
-                       rejudge=rejudge, fix_pool=fix_pool)
+    return loop_trials(
+        policy,
+        RunPlan(runs, candidates, fixes_per_run, seed),
+        concurrency=concurrency,
+        rejudge=rejudge,
+        fix_pool=fix_pool,
+    )
 
 
 # --- waves ----------------------------------------------------------------------------------------
@@ -333,37 +404,79 @@ class WaveRow:
     trials: int = 0  # decided candidates
 
 
-def wave_trials(k: int, runs: int, seed: int, *, concurrency: int = 8, rejudge: int | None = None,
-                odds: tuple[np.ndarray, np.ndarray] | None = None,
-                cases: Sequence[str] = ("null", "planted"), futility: bool = False) -> WaveRow:
+def wave_trials(
+    k: int,
+    runs: int,
+    seed: int,
+    *,
+    concurrency: int = 8,
+    rejudge: int | None = None,
+    odds: tuple[np.ndarray, np.ndarray] | None = None,
+    cases: Sequence[str] = ("null", "planted"),
+    futility: bool = False,
+) -> WaveRow:
     """``runs`` runs of one wave of ``k`` no-ops (case ``null``) and ``runs`` of one wave of an 8-item
     fix among ``k - 1`` no-ops (``planted``; the fix proposed last: Holm breaks a tie by the earlier
     candidate), each run a fresh baseline, through `session.start_run` with ``wave = k`` under the
     adaptive policy (``futility``: with ``[loop] futility = true``, the default)."""
     policy = "adaptive" + (FUTILITY if futility else "")
     empty = PolicyResult(policy)
-    null = loop_trials(policy, RunPlan(runs, k, 0, seed, schedule=["noop"] * k), concurrency=concurrency,
-                       rejudge=rejudge, odds=odds, wave=k) if "null" in cases else empty
-    planted = loop_trials(policy, RunPlan(runs, k, 0, seed + 1, schedule=["noop"] * (k - 1) + [WAVE_FIX]),
-                          concurrency=concurrency, rejudge=rejudge, odds=odds,
-                          wave=k) if "planted" in cases else empty
+    null = (
+        loop_trials(
+            policy,
+            RunPlan(runs, k, 0, seed, schedule=["noop"] * k),
+            concurrency=concurrency,
+            rejudge=rejudge,
+            odds=odds,
+            wave=k,
+        )
+        if "null" in cases
+        else empty
+    )
+    planted = (
+        loop_trials(
+            policy,
+            RunPlan(runs, k, 0, seed + 1, schedule=["noop"] * (k - 1) + [WAVE_FIX]),
+            concurrency=concurrency,
+            rejudge=rejudge,
+            odds=odds,
+            wave=k,
+        )
+        if "planted" in cases
+        else empty
+    )
     kept_runs = {t.run for t in null.trials if t.kept}
     fix_kept = sum(t.kept for t in planted.trials if t.kind == WAVE_FIX)
     noop_kept = sum(t.kept for t in planted.trials if t.kind == "noop")
     trials = null.trials + planted.trials
     n_items = (null.baseline_calls + planted.baseline_calls) // max(1, runs * len(cases))
     calls = sum(t.calls for t in trials) / len(trials) / n_items if trials and n_items else float("nan")
-    return WaveRow(k, len({t.run for t in null.trials}), len(kept_runs), len({t.run for t in planted.trials}),
-                   fix_kept, noop_kept, calls, len(trials))
+    return WaveRow(
+        k,
+        len({t.run for t in null.trials}),
+        len(kept_runs),
+        len({t.run for t in planted.trials}),
+        fix_kept,
+        noop_kept,
+        calls,
+        len(trials),
+    )
 
 
 def merge_wave_rows(rows: Sequence[WaveRow]) -> WaveRow:
     """One wave size's rows (tasks of a few runs each) as one."""
     trials = sum(r.trials for r in rows)
     calls = sum(r.calls_per_candidate * r.trials for r in rows) / trials if trials else float("nan")
-    return WaveRow(rows[0].wave, sum(r.null_waves for r in rows), sum(r.null_false_keeps for r in rows),
-                   sum(r.planted_waves for r in rows), sum(r.planted_fix_kept for r in rows),
-                   sum(r.planted_noop_kept for r in rows), calls, trials)
+    return WaveRow(
+        rows[0].wave,
+        sum(r.null_waves for r in rows),
+        sum(r.null_false_keeps for r in rows),
+        sum(r.planted_waves for r in rows),
+        sum(r.planted_fix_kept for r in rows),
+        sum(r.planted_noop_kept for r in rows),
+        calls,
+        trials,
+    )
 
 
 def wave_table(rows: Sequence[WaveRow], alpha: float = 0.1) -> list[str]:
@@ -371,23 +484,37 @@ def wave_table(rows: Sequence[WaveRow], alpha: float = 0.1) -> list[str]:
     (runs are independent: each has its own baseline), beside alpha; the planted fix's kept share."""
     from optimizer.stats.binomial import clopper_pearson_interval
 
-    head = (f"{'wave':>4} {'no-op waves with a keep':>30} {'<= alpha':>8} {'planted fix8 kept':>26} "
-            f"{'a no-op kept instead':>20} {'calls/cand/162':>14}")
+    head = (
+        f"{'wave':>4} {'no-op waves with a keep':>30} {'<= alpha':>8} {'planted fix8 kept':>26} "
+        f"{'a no-op kept instead':>20} {'calls/cand/162':>14}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         lo, hi = clopper_pearson_interval(r.null_false_keeps, r.null_waves) if r.null_waves else (0.0, 1.0)
         rate = r.null_false_keeps / r.null_waves if r.null_waves else float("nan")
         fix = r.planted_fix_kept / r.planted_waves if r.planted_waves else float("nan")
-        flo, fhi = clopper_pearson_interval(r.planted_fix_kept, r.planted_waves) if r.planted_waves else (0.0, 1.0)
+        flo, fhi = (
+            clopper_pearson_interval(r.planted_fix_kept, r.planted_waves) if r.planted_waves else (0.0, 1.0)
+        )
         other = r.planted_noop_kept / r.planted_waves if r.planted_waves else float("nan")
-        lines.append(f"{r.wave:>4} {rate:>7.1%} [{lo:>4.0%},{hi:>4.0%}] n={r.null_waves:<8} "
-                     f"{'yes' if rate <= alpha else 'NO':>8} {fix:>7.1%} [{flo:>4.0%},{fhi:>4.0%}] n={r.planted_waves:<4} "
-                     f"{other:>20.1%} {r.calls_per_candidate:>14.2f}")
+        lines.append(
+            f"{r.wave:>4} {rate:>7.1%} [{lo:>4.0%},{hi:>4.0%}] n={r.null_waves:<8} "
+            f"{'yes' if rate <= alpha else 'NO':>8} {fix:>7.1%} [{flo:>4.0%},{fhi:>4.0%}] n={r.planted_waves:<4} "
+            f"{other:>20.1%} {r.calls_per_candidate:>14.2f}"
+        )
     return lines
 
 
-def simulate_wave_null(q: np.ndarray, positive: np.ndarray, k: int, waves: int, seed: int, *, rejudge: int = 2,
-                       alpha: float = 0.1) -> tuple[int, int]:
+def simulate_wave_null(
+    q: np.ndarray,
+    positive: np.ndarray,
+    k: int,
+    waves: int,
+    seed: int,
+    *,
+    rejudge: int = 2,
+    alpha: float = 0.1,
+) -> tuple[int, int]:
     """(waves that keep a no-op, waves) for ``waves`` simulated waves of ``k`` no-ops against one fresh
     incumbent each (its re-judgings shared, as the cache shares them), decided as the loop does: each
     candidate's literal rule and sign-flip p-value (`optimizer.stats.decision.adaptive_test`), then Holm
@@ -415,8 +542,15 @@ def simulate_wave_null(q: np.ndarray, positive: np.ndarray, k: int, waves: int, 
             tie_ok = ~positive
             maj_i = (inc_total * 2 > judgements) | ((inc_total * 2 == judgements) & tie_ok)
             maj_c = (cand_total * 2 > judgements) | ((cand_total * 2 == judgements) & tie_ok)
-            ok.append(decide_counts(confusion_counts(maj_i, positive), confusion_counts(maj_c, positive), int((~maj_i & maj_c).sum()),
-                                    int((maj_i & ~maj_c).sum()), loop).literal_keep)
+            ok.append(
+                decide_counts(
+                    confusion_counts(maj_i, positive),
+                    confusion_counts(maj_c, positive),
+                    int((~maj_i & maj_c).sum()),
+                    int((maj_i & ~maj_c).sum()),
+                    loop,
+                ).literal_keep
+            )
             rejudged = judgements > 1
             diffs = [Fraction(int(d), 1 + rejudge) for d in (cand_total - inc_total)[rejudged] if d]
             ps.append(adaptive_test(diffs).p_value if rejudged.any() else None)
@@ -426,4 +560,6 @@ def simulate_wave_null(q: np.ndarray, positive: np.ndarray, k: int, waves: int, 
 
 def _wave_task(args: tuple[Any, ...]) -> WaveRow:
     k, runs, seed, concurrency, rejudge, case, futility = args
-    return wave_trials(k, runs, seed, concurrency=concurrency, rejudge=rejudge, cases=(case,), futility=futility)
+    return wave_trials(
+        k, runs, seed, concurrency=concurrency, rejudge=rejudge, cases=(case,), futility=futility
+    )

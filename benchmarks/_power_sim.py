@@ -48,11 +48,18 @@ from optimizer.workspace.config import LoopSection
 def sign_flip_below(diffs: Sequence[int], judgements: int, alpha: float) -> bool:
     """p < alpha for per-item differences ``diffs`` in correct judgements out of ``judgements`` each,
     by `optimizer.stats.signflip` on the exact shares (as the loop decides)."""
-    return adaptive_test([Fraction(int(d), judgements) for d in diffs if d]).below(Fraction(repr(float(alpha))))
+    return adaptive_test([Fraction(int(d), judgements) for d in diffs if d]).below(
+        Fraction(repr(float(alpha)))
+    )
 
 
-def adaptive_keep(inc_total: np.ndarray, cand_total: np.ndarray, judgements: np.ndarray,
-                  positive: np.ndarray, loop: LoopSection) -> bool:
+def adaptive_keep(
+    inc_total: np.ndarray,
+    cand_total: np.ndarray,
+    judgements: np.ndarray,
+    positive: np.ndarray,
+    loop: LoopSection,
+) -> bool:
     """The adaptive rule on per-item totals of correct judgements out of ``judgements``: the
     literal rule on per-item majorities, and the sign-flip test on the per-item differences."""
     # A tied majority is "failure" (`metrics.majority_answer`): right on a negative, wrong on a positive.
@@ -60,8 +67,13 @@ def adaptive_keep(inc_total: np.ndarray, cand_total: np.ndarray, judgements: np.
     maj_i = (inc_total * 2 > judgements) | ((inc_total * 2 == judgements) & tie_ok)
     maj_c = (cand_total * 2 > judgements) | ((cand_total * 2 == judgements) & tie_ok)
     improved, worsened = int((~maj_i & maj_c).sum()), int((maj_i & ~maj_c).sum())
-    literal = decide_counts(confusion_counts(maj_i, positive), confusion_counts(maj_c, positive), improved, worsened,
-                            loop.model_copy(update={"policy": "literal"}))
+    literal = decide_counts(
+        confusion_counts(maj_i, positive),
+        confusion_counts(maj_c, positive),
+        improved,
+        worsened,
+        loop.model_copy(update={"policy": "literal"}),
+    )
     if not literal.literal_keep:
         return False
     # Items judged once were judged alike (d = 0): the test sees the re-judged items, all with the
@@ -73,12 +85,23 @@ def adaptive_keep(inc_total: np.ndarray, cand_total: np.ndarray, judgements: np.
     return sign_flip_below([int(x) for x in diffs], int(judgements[rejudged][0]), loop.alpha)
 
 
-def engine_adaptive_keep(inc_first: np.ndarray, cand_first: np.ndarray, inc_j: dict[int, list[bool]],
-                         cand_j: dict[int, list[bool]], positive: np.ndarray, rejudge: int, alpha: float) -> bool:
+def engine_adaptive_keep(
+    inc_first: np.ndarray,
+    cand_first: np.ndarray,
+    inc_j: dict[int, list[bool]],
+    cand_j: dict[int, list[bool]],
+    positive: np.ndarray,
+    rejudge: int,
+    alpha: float,
+) -> bool:
     """The same decision by `optimizer.stats.decision.decide_adaptive` on labels and answers, as the loop
     makes it. ``inc_j``/``cand_j``: the re-judged items' judgements (correct or not)."""
-    labels = {f"i{k:03d}": Label(trajectory_id=f"i{k:03d}", label="positive" if pos else "negative", original_id="r")
-              for k, pos in enumerate(positive)}
+    labels = {
+        f"i{k:03d}": Label(
+            trajectory_id=f"i{k:03d}", label="positive" if pos else "negative", original_id="r"
+        )
+        for k, pos in enumerate(positive)
+    }
 
     def answers(k: int, correct: list[bool]) -> list[Answer]:
         return [Answer(success=bool(positive[k]) if ok else not positive[k]) for ok in correct]
@@ -90,8 +113,9 @@ def engine_adaptive_keep(inc_first: np.ndarray, cand_first: np.ndarray, inc_j: d
     return bool(decision.keep)
 
 
-def sim_rejudge(rng: np.random.Generator, disagree: np.ndarray, rejudge: int, odds: Odds, extra: Extra,
-                tallies: Tallies) -> np.ndarray:
+def sim_rejudge(
+    rng: np.random.Generator, disagree: np.ndarray, rejudge: int, odds: Odds, extra: Extra, tallies: Tallies
+) -> np.ndarray:
     """The adaptive re-judging of the items in ``disagree``, simulated: the incumbent's extra judgements
     drawn once per incumbent (``extra.inc``, reused by its later candidates), ``rejudge`` new ones for
     the candidate (into ``extra.cand``); the ``tallies`` updated in place. Returns the incumbent's new
@@ -113,8 +137,15 @@ def sim_rejudge(rng: np.random.Generator, disagree: np.ndarray, rejudge: int, od
     return new_inc
 
 
-def simulate(policy: str, judge: SimJudge, plan: RunPlan, *, rejudge: int = 2, alpha: float = 0.1,
-             check_engine: int = 0) -> PolicyResult:
+def simulate(
+    policy: str,
+    judge: SimJudge,
+    plan: RunPlan,
+    *,
+    rejudge: int = 2,
+    alpha: float = 0.1,
+    check_engine: int = 0,
+) -> PolicyResult:
     """The loop's runs replayed in numpy: same odds, schedule and incumbent handling; the first pass
     is judged in full (no early stopping); decisions by `optimizer.stats.decision`."""
     q, fixable, positive, seed = judge.q, judge.fixable, judge.positive, plan.seed
@@ -146,22 +177,43 @@ def simulate(policy: str, judge: SimJudge, plan: RunPlan, *, rejudge: int = 2, a
             if base_policy in ("literal", "paired"):
                 improved = int((~inc_first & cand_first).sum())
                 worsened = int((inc_first & ~cand_first).sum())
-                d = decide_counts(confusion_counts(inc_first, positive), confusion_counts(cand_first, positive), improved, worsened,
-                                  loop.model_copy(update={"alpha": level}))
+                d = decide_counts(
+                    confusion_counts(inc_first, positive),
+                    confusion_counts(cand_first, positive),
+                    improved,
+                    worsened,
+                    loop.model_copy(update={"alpha": level}),
+                )
                 kept = d.literal_keep if base_policy == "literal" else d.paired_keep
             else:
                 disagree = np.flatnonzero(inc_first != cand_first)
                 judgements = np.ones(n, int)
                 inc_total = inc_first.astype(int)
                 cand_total = cand_first.astype(int)
-                calls += int(sim_rejudge(rng, disagree, rejudge, Odds(q_i, q_c), Extra(inc_extra, cand_extra),
-                                         Tallies(inc_total, cand_total, judgements)).sum()) + rejudge * len(disagree)
-                kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop.model_copy(update={"alpha": level}))
+                calls += int(
+                    sim_rejudge(
+                        rng,
+                        disagree,
+                        rejudge,
+                        Odds(q_i, q_c),
+                        Extra(inc_extra, cand_extra),
+                        Tallies(inc_total, cand_total, judgements),
+                    ).sum()
+                ) + rejudge * len(disagree)
+                kept = adaptive_keep(
+                    inc_total, cand_total, judgements, positive, loop.model_copy(update={"alpha": level})
+                )
                 if result.engine_checked < check_engine and fdr is None:
-                    inc_j = {int(i): [bool(inc_first[i]), *inc_extra.get(int(i), [])[:rejudge]] for i in disagree}
+                    inc_j = {
+                        int(i): [bool(inc_first[i]), *inc_extra.get(int(i), [])[:rejudge]] for i in disagree
+                    }
                     cand_j = {int(i): [bool(cand_first[i])] + cand_extra[int(i)] for i in disagree}
-                    engine = engine_adaptive_keep(inc_first, cand_first, inc_j, cand_j, positive, rejudge, alpha)
-                    assert engine == kept, "the simulation's adaptive rule and optimizer.stats.decision disagree"
+                    engine = engine_adaptive_keep(
+                        inc_first, cand_first, inc_j, cand_j, positive, rejudge, alpha
+                    )
+                    assert engine == kept, (
+                        "the simulation's adaptive rule and optimizer.stats.decision disagree"
+                    )
                     result.engine_checked += 1
             result.trials.append(Trial(kind, kept, calls, run=f"sim{seed}-{run_no}"))
             past_keeps.append(kept)
@@ -170,13 +222,21 @@ def simulate(policy: str, judge: SimJudge, plan: RunPlan, *, rejudge: int = 2, a
     return result
 
 
-def simulate_fresh(policy: str, judge: SimJudge, trials: int, seed: int, *, rejudge: int = 2,
-                   alpha: float = 0.1) -> PolicyResult:
+def simulate_fresh(
+    policy: str, judge: SimJudge, trials: int, seed: int, *, rejudge: int = 2, alpha: float = 0.1
+) -> PolicyResult:
     """``trials`` candidates of every kind, each against a fresh incumbent (the issue's simulation)."""
     result = PolicyResult(policy)
     for k, kind in enumerate(KINDS):
-        result.merge(simulate(policy, judge, RunPlan(trials, 1, 0, seed * 10 + k, schedule=[kind]), rejudge=rejudge,
-                              alpha=alpha))
+        result.merge(
+            simulate(
+                policy,
+                judge,
+                RunPlan(trials, 1, 0, seed * 10 + k, schedule=[kind]),
+                rejudge=rejudge,
+                alpha=alpha,
+            )
+        )
     return result
 
 
@@ -191,13 +251,26 @@ def simulate_fresh(policy: str, judge: SimJudge, trials: int, seed: int, *, reju
 # margin 1 is a false keep: their share should stay below alpha.
 
 
-def simulate_cheaper(q: np.ndarray, positive: np.ndarray, worse_by: int, trials: int, seed: int, *,
-                     margin: int = 1, rejudge: int = 2, alpha: float = 0.1) -> tuple[int, int, float]:
+def simulate_cheaper(
+    q: np.ndarray,
+    positive: np.ndarray,
+    worse_by: int,
+    trials: int,
+    seed: int,
+    *,
+    margin: int = 1,
+    rejudge: int = 2,
+    alpha: float = 0.1,
+) -> tuple[int, int, float]:
     """(keeps, trials, judge calls per candidate / items) of cheaper candidates worse by ``worse_by`` items."""
     rng = np.random.default_rng(seed)
     n = len(q)
-    labels = {f"i{i}": Label(trajectory_id=f"i{i}", label="positive" if positive[i] else "negative",
-                             original_id=f"i{i}") for i in range(n)}
+    labels = {
+        f"i{i}": Label(
+            trajectory_id=f"i{i}", label="positive" if positive[i] else "negative", original_id=f"i{i}"
+        )
+        for i in range(n)
+    }
     loop = LoopSection(alpha=alpha, rejudge=rejudge, cheaper_margin_items=margin)
     steady_right = np.flatnonzero(positive & (q >= STABLE_RIGHT_Q))
     kept = calls = 0
@@ -216,14 +289,26 @@ def simulate_cheaper(q: np.ndarray, positive: np.ndarray, worse_by: int, trials:
                 inc[i] += [bool(x) for x in rng.random(rejudge) < q[i]]
                 cand[i] += [bool(x) for x in rng.random(rejudge) < q_c[i]]
                 calls += 2 * rejudge
-        test = decide_cheaper(labels, {f"i{i}": answers(inc[i], bool(positive[i])) for i in range(n)},
-                              {f"i{i}": answers(cand[i], bool(positive[i])) for i in range(n)}, loop, saving=0.5)
+        test = decide_cheaper(
+            labels,
+            {f"i{i}": answers(inc[i], bool(positive[i])) for i in range(n)},
+            {f"i{i}": answers(cand[i], bool(positive[i])) for i in range(n)},
+            loop,
+            saving=0.5,
+        )
         kept += test.keep
     return kept, trials, calls / max(1, trials) / n
 
 
-def cheaper_rows(q: np.ndarray, positive: np.ndarray, trials: int, seed: int, *, rejudge: int = 2,
-                 margins: Sequence[int] = (1, 2)) -> list[str]:
+def cheaper_rows(
+    q: np.ndarray,
+    positive: np.ndarray,
+    trials: int,
+    seed: int,
+    *,
+    rejudge: int = 2,
+    margins: Sequence[int] = (1, 2),
+) -> list[str]:
     """The non-inferiority table: keep shares of worse-by-2 and equal cheaper candidates, on the
     benchmark's noisy judge and on a steady one (its unstable items made stable, q = 0.99 / 0.01)."""
     steady = np.where(q >= 0.5, STABLE_RIGHT_Q, 1 - STABLE_RIGHT_Q)
@@ -234,20 +319,36 @@ def cheaper_rows(q: np.ndarray, positive: np.ndarray, trials: int, seed: int, *,
             cells = []
             per = 0.0
             for k, worse in enumerate((2, 0)):
-                keeps, total, per = simulate_cheaper(odds, positive, worse, trials, seed * 100 + margin * 10 + k,
-                                                     margin=margin, rejudge=rejudge)
+                keeps, total, per = simulate_cheaper(
+                    odds,
+                    positive,
+                    worse,
+                    trials,
+                    seed * 100 + margin * 10 + k,
+                    margin=margin,
+                    rejudge=rejudge,
+                )
                 lo, hi = clopper_pearson_interval(keeps, total)
                 cells.append(f"{keeps / total:>6.1%} [{lo:>5.1%},{hi:>5.1%}] n={total:<5}")
             lines.append(f"{name:<7} {margin:>6} {cells[0]:>26} {cells[1]:>26} {per:>9.2f}")
     return lines
+
 
 # --- futility screening (optimizer.stats.futility) ----------------------------------------------------
 
 FUTILITY_THRESHOLDS = (0.01, 0.02, 0.05, 0.1)
 
 
-def oracle_p_clear(inside: np.ndarray, tallies: Tallies, inc_first: np.ndarray, odds: Odds, positive: np.ndarray,
-                   loop: LoopSection, rng: np.random.Generator, draws: int = 200) -> float:
+def oracle_p_clear(
+    inside: np.ndarray,
+    tallies: Tallies,
+    inc_first: np.ndarray,
+    odds: Odds,
+    positive: np.ndarray,
+    loop: LoopSection,
+    rng: np.random.Generator,
+    draws: int = 200,
+) -> float:
     """P(clear) as an oracle knows it: the items ``inside`` the look as judged (first pass and re-judging,
     ``tallies``), every other item's judgements drawn from the true ``odds`` of both prompts — the
     candidate's first pass, and where it differs from the incumbent's the re-judging of both. No screen
@@ -275,10 +376,16 @@ def oracle_p_clear(inside: np.ndarray, tallies: Tallies, inc_first: np.ndarray, 
     return clears / draws
 
 
-def simulate_futility(judge: SimJudge, plan: RunPlan, *, rejudge: int = 2, alpha: float = 0.1,
-                      thresholds: Sequence[float] = FUTILITY_THRESHOLDS,
-                      first_pass_threshold: float = 0.02,
-                      oracle: bool = True) -> tuple[PolicyResult, dict[str, PolicyResult]]:
+def simulate_futility(
+    judge: SimJudge,
+    plan: RunPlan,
+    *,
+    rejudge: int = 2,
+    alpha: float = 0.1,
+    thresholds: Sequence[float] = FUTILITY_THRESHOLDS,
+    first_pass_threshold: float = 0.02,
+    oracle: bool = True,
+) -> tuple[PolicyResult, dict[str, PolicyResult]]:
     """The adaptive runs of `simulate`, each candidate also screened as the loop screens it: the
     looks of `optimizer.stats.futility.make_looks` (the incumbent's wrong items and growing stratified
     shares of the rest), each look's disagreements re-judged, `optimizer.stats.futility.p_clear_rejudged`
@@ -294,8 +401,10 @@ def simulate_futility(judge: SimJudge, plan: RunPlan, *, rejudge: int = 2, alpha
 
     q, fixable, positive, seed = judge.q, judge.fixable, judge.positive, plan.seed
     ids = [f"i{k:03d}" for k in range(len(positive))]
-    labels = {t: Label(trajectory_id=t, label="positive" if pos else "negative", original_id="r")
-              for t, pos in zip(ids, positive, strict=True)}
+    labels = {
+        t: Label(trajectory_id=t, label="positive" if pos else "negative", original_id="r")
+        for t, pos in zip(ids, positive, strict=True)
+    }
     loop = LoopSection.model_validate({"policy": "adaptive", "alpha": alpha, "rejudge": rejudge})
     right_answer = {t: Answer(success=bool(pos)) for t, pos in zip(ids, positive, strict=True)}
     wrong_answer = {t: Answer(success=not pos) for t, pos in zip(ids, positive, strict=True)}
@@ -333,8 +442,14 @@ def simulate_futility(judge: SimJudge, plan: RunPlan, *, rejudge: int = 2, alpha
             inc_total, cand_total = inc_first.astype(int), cand_first.astype(int)
             cand_extra: dict[int, list[bool]] = {}
             disagree = np.flatnonzero(inc_first != cand_first)
-            new_inc_calls = sim_rejudge(rng, disagree, rejudge, Odds(q_i, q_c), Extra(inc_extra, cand_extra),
-                                        Tallies(inc_total, cand_total, judgements))
+            new_inc_calls = sim_rejudge(
+                rng,
+                disagree,
+                rejudge,
+                Odds(q_i, q_c),
+                Extra(inc_extra, cand_extra),
+                Tallies(inc_total, cand_total, judgements),
+            )
             calls += int(new_inc_calls.sum()) + rejudge * len(disagree)
             kept = adaptive_keep(inc_total, cand_total, judgements, positive, loop)
             run = f"fut{seed}-{run_no}"
@@ -347,32 +462,61 @@ def simulate_futility(judge: SimJudge, plan: RunPlan, *, rejudge: int = 2, alpha
             est = p_clear(labels, screen, inc_j, first_j, loop, level=alpha, seed=seed * 7 + n_cand)
             stopped = est is not None and est.p_clear < first_pass_threshold
             screened[first_name].trials.append(
-                Trial(kind, kept and not stopped, len(first_j) if stopped else calls, run=run))
+                Trial(kind, kept and not stopped, len(first_j) if stopped else calls, run=run)
+            )
             # The looks, each one's disagreements re-judged (the same draws the full decision used).
-            inc_now = {t: answers(t, [bool(inc_first[k]), *(inc_extra[k][:rejudge] if judgements[k] > 1 else [])])
-                       for k, t in enumerate(ids)}
+            inc_now = {
+                t: answers(t, [bool(inc_first[k]), *(inc_extra[k][:rejudge] if judgements[k] > 1 else [])])
+                for k, t in enumerate(ids)
+            }
             stop_at: list[tuple[float, int]] = []  # per look: P(clear), the calls paid by then
             oracle_stop: int | None = None
             for look in make_looks(labels, {t: js[0] for t, js in inc_j.items()}, decision_seed):
                 inside = [k for k, t in enumerate(ids) if t in look.ids]
-                cand_j = {ids[k]: answers(ids[k], [bool(cand_first[k]), *cand_extra.get(k, [])]) for k in inside}
+                cand_j = {
+                    ids[k]: answers(ids[k], [bool(cand_first[k]), *cand_extra.get(k, [])]) for k in inside
+                }
                 inc_look = {t: (inc_now[t] if t in look.ids else inc_j[t]) for t in ids}
-                est = p_clear_rejudged(labels, look, inc_look, cand_j, loop, level=alpha, seed=seed * 7 + n_cand)
+                est = p_clear_rejudged(
+                    labels, look, inc_look, cand_j, loop, level=alpha, seed=seed * 7 + n_cand
+                )
                 paid = len(inside) + sum(rejudge + int(new_inc_calls[k]) for k in inside if judgements[k] > 1)
                 stop_at.append((1.0 if est is None else est.p_clear, paid))
                 if oracle and oracle_stop is None:
                     mask = np.zeros(n, bool)
                     mask[inside] = True
-                    if oracle_p_clear(mask, Tallies(inc_total, cand_total, judgements), inc_first, Odds(q_i, q_c),
-                                      positive, loop, oracle_rng) < thresholds[0]:
+                    if (
+                        oracle_p_clear(
+                            mask,
+                            Tallies(inc_total, cand_total, judgements),
+                            inc_first,
+                            Odds(q_i, q_c),
+                            positive,
+                            loop,
+                            oracle_rng,
+                        )
+                        < thresholds[0]
+                    ):
                         oracle_stop = paid
             if oracle:
                 screened[oracle_name].trials.append(
-                    Trial(kind, kept and oracle_stop is None, calls if oracle_stop is None else oracle_stop, run=run))
+                    Trial(
+                        kind,
+                        kept and oracle_stop is None,
+                        calls if oracle_stop is None else oracle_stop,
+                        run=run,
+                    )
+                )
             for t in thresholds:
                 first_stop = next((paid for p, paid in stop_at if p < t), None)
                 screened[f"on, T = {t:g}"].trials.append(
-                    Trial(kind, kept and first_stop is None, calls if first_stop is None else first_stop, run=run))
+                    Trial(
+                        kind,
+                        kept and first_stop is None,
+                        calls if first_stop is None else first_stop,
+                        run=run,
+                    )
+                )
             if kept:
                 inc_fixed, inc_first, inc_extra = cand_fixed, cand_first, cand_extra
     return base, screened
@@ -380,8 +524,11 @@ def simulate_futility(judge: SimJudge, plan: RunPlan, *, rejudge: int = 2, alpha
 
 def futility_table(base: PolicyResult, screened: dict[str, PolicyResult], n_items: int) -> list[str]:
     """Calls per no-op candidate (in full passes) and kept shares, without and with futility."""
-    head = (f"{'futility':<28} {'no-op calls/162':>15} {'no-op kept':>10} "
-            + " ".join(f"{f'fix {d} kept':>11}" for d in FIX_SIZES) + f" {'fix calls/162':>13}")
+    head = (
+        f"{'futility':<28} {'no-op calls/162':>15} {'no-op kept':>10} "
+        + " ".join(f"{f'fix {d} kept':>11}" for d in FIX_SIZES)
+        + f" {'fix calls/162':>13}"
+    )
     lines = [head, "-" * len(head)]
     for name, res in [("off", base), *screened.items()]:
         cells = []
@@ -389,6 +536,9 @@ def futility_table(base: PolicyResult, screened: dict[str, PolicyResult], n_item
             k, total = keep_rate(res.trials, kind)
             cells.append(f"{k / total:>10.1%}" if total else f"{'—':>10}")
         fixes = [t for t in res.trials if t.kind != "noop"]
-        lines.append(f"{name:<28} {calls_per_pass(res.trials, n_items, 'noop'):>15.2f} {cells[0]} "
-                     + " ".join(f"{c:>11}" for c in cells[1:]) + f" {calls_per_pass(fixes, n_items):>13.2f}")
+        lines.append(
+            f"{name:<28} {calls_per_pass(res.trials, n_items, 'noop'):>15.2f} {cells[0]} "
+            + " ".join(f"{c:>11}" for c in cells[1:])
+            + f" {calls_per_pass(fixes, n_items):>13.2f}"
+        )
     return lines

@@ -117,7 +117,9 @@ class Figures:
 # --- part 1: billing ------------------------------------------------------------------------------
 
 
-async def evaluate_layout(ws: Workspace, split: Split, wire: str, layout: str, candidates: int, mode: str) -> Figures:
+async def evaluate_layout(
+    ws: Workspace, split: Split, wire: str, layout: str, candidates: int, mode: str
+) -> Figures:
     """Baseline + candidates through the real SDK against a fresh fake with its prompt cache on;
     ``mode`` "batch" sends each pass as one batch, billed at the batch price."""
     assert mode in MODES
@@ -145,7 +147,9 @@ async def evaluate_layout(ws: Workspace, split: Split, wire: str, layout: str, c
                     item_ids=split.ids,
                     replicates=1,
                     options=PassOptions(
-                        provider=provider, cache=cache, batch=FAST_POLLS if mode == "batch" else None,
+                        provider=provider,
+                        cache=cache,
+                        batch=FAST_POLLS if mode == "batch" else None,
                     ),
                 )
                 assert run.calls_made == n, f"{run.calls_made} calls for {n} items"
@@ -171,17 +175,31 @@ async def evaluate_layout(ws: Workspace, split: Split, wire: str, layout: str, c
     expected_batches = candidates + 1 if mode == "batch" else 0
     assert batches == expected_batches, f"{batches} batches for {candidates + 1} passes ({mode})"
     assert answered == n * (candidates + 1), f"the fake answered {answered} calls"
-    return Figures(per_candidate=equivalents[1:], baseline=equivalents[0], seconds=time.perf_counter() - started,
-                   batches=batches, calls_after=calls_after)
+    return Figures(
+        per_candidate=equivalents[1:],
+        baseline=equivalents[0],
+        seconds=time.perf_counter() - started,
+        batches=batches,
+        calls_after=calls_after,
+    )
 
 
-def measure_costs(root: Path, n: int, steps: int, candidates: int, *, wires: tuple[str, ...] = tuple(MODELS),
-                  say: Any = print) -> dict[tuple[str, str, str], Figures]:
+def measure_costs(
+    root: Path,
+    n: int,
+    steps: int,
+    candidates: int,
+    *,
+    wires: tuple[str, ...] = tuple(MODELS),
+    say: Any = print,
+) -> dict[tuple[str, str, str], Figures]:
     """Every (wire, layout, mode) configuration on one freshly built split of ``n`` items."""
     t0 = time.perf_counter()
     ws, split = build(root, n, steps)
-    say(f"split: {len(split.ids)} items x {steps} steps, a screenshot per step "
-        f"(built in {time.perf_counter() - t0:.0f} s)")
+    say(
+        f"split: {len(split.ids)} items x {steps} steps, a screenshot per step "
+        f"(built in {time.perf_counter() - t0:.0f} s)"
+    )
     results: dict[tuple[str, str, str], Figures] = {}
     for wire in wires:
         for layout in LAYOUTS:
@@ -197,23 +215,31 @@ def measure_costs(root: Path, n: int, steps: int, candidates: int, *, wires: tup
 def cost_table(results: dict[tuple[str, str, str], Figures], n: int, candidates: int) -> str:
     """Per wire: billed input-token equivalents per candidate after the baseline (mean over the
     candidates; per item) for each layout x mode, and each cell's ratio to today's (rubric-first, direct)."""
-    lines = [f"billed input-token equivalents per candidate after the baseline ({n} items, mean of {candidates} "
-             "candidates; uncached 1, cache read 0.1, 1-hour write 2, 5-minute write 1.25; x0.5 in a batch)"]
+    lines = [
+        f"billed input-token equivalents per candidate after the baseline ({n} items, mean of {candidates} "
+        "candidates; uncached 1, cache read 0.1, 1-hour write 2, 5-minute write 1.25; x0.5 in a batch)"
+    ]
     for wire in dict.fromkeys(w for w, _, _ in results):
         lines.append(f"{wire} / {MODELS[wire]}" + (' (cache_ttl = "1h")' if wire == "anthropic" else ""))
-        lines.append(f"  {'layout':<17} {'mode':<7} {'per candidate':>14} {'per item':>9} {'/ today':>8}"
-                     f" {'baseline':>10} {'range per candidate':>21}")
+        lines.append(
+            f"  {'layout':<17} {'mode':<7} {'per candidate':>14} {'per item':>9} {'/ today':>8}"
+            f" {'baseline':>10} {'range per candidate':>21}"
+        )
         today = results[(wire, *TODAY)].mean
         for layout in LAYOUTS:
             for mode in MODES:
                 f = results[(wire, layout, mode)]
                 spread = f"{min(f.per_candidate) / 1000:,.0f}k-{max(f.per_candidate) / 1000:,.0f}k"
-                lines.append(f"  {layout:<17} {mode:<7} {f.mean / 1000:>13,.0f}k {f.mean / n / 1000:>8,.1f}k "
-                             f"{f.mean / today:>8.3f} {f.baseline / 1000:>9,.0f}k {spread:>21}")
+                lines.append(
+                    f"  {layout:<17} {mode:<7} {f.mean / 1000:>13,.0f}k {f.mean / n / 1000:>8,.1f}k "
+                    f"{f.mean / today:>8.3f} {f.baseline / 1000:>9,.0f}k {spread:>21}"
+                )
     batch_runs = [f for (_, _, mode), f in results.items() if mode == "batch"]
-    lines.append(f"batch mode: {sum(f.batches for f in batch_runs)} batches for {len(batch_runs)} x "
-                 f"{candidates + 1} passes; a direct evaluation of the last prompts after each batch run made "
-                 f"{sum(f.calls_after for f in batch_runs)} calls (answers shared through the judge-call cache)")
+    lines.append(
+        f"batch mode: {sum(f.batches for f in batch_runs)} batches for {len(batch_runs)} x "
+        f"{candidates + 1} passes; a direct evaluation of the last prompts after each batch run made "
+        f"{sum(f.calls_after for f in batch_runs)} calls (answers shared through the judge-call cache)"
+    )
     return "\n".join(lines)
 
 
@@ -227,21 +253,40 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="a small configuration (24 items x 20 steps, 3 candidates; loop 3 candidates)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small configuration (24 items x 20 steps, 3 candidates; loop 3 candidates)",
+    )
     parser.add_argument("--n", type=int, default=None, help="items (default 162)")
-    parser.add_argument("--steps", type=int, default=None, help="steps per item, a screenshot each (default 100)")
-    parser.add_argument("--candidates", type=int, default=None, help="candidates after the baseline (default 10)")
-    parser.add_argument("--loop-candidates", type=int, default=None, help="loop candidates per run (default 10)")
-    parser.add_argument("--warmup-only", action="store_true",
-                        help="only part 3: cache writes per item before/after single-flight (default: every part)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="steps per item, a screenshot each (default 100)"
+    )
+    parser.add_argument(
+        "--candidates", type=int, default=None, help="candidates after the baseline (default 10)"
+    )
+    parser.add_argument(
+        "--loop-candidates", type=int, default=None, help="loop candidates per run (default 10)"
+    )
+    parser.add_argument(
+        "--warmup-only",
+        action="store_true",
+        help="only part 3: cache writes per item before/after single-flight (default: every part)",
+    )
     parser.add_argument("--replicates", type=int, default=3, help="part 3: calls per item (default 3)")
-    parser.add_argument("--structures-only", action="store_true",
-                        help="only part 4: cost per verdict per structure (single judge, panels of 2 and 3, criteria, "
-                             "review)")
-    parser.add_argument("--structures", nargs="+", default=None, metavar="NAME",
-                        help="part 4: only these structures besides the single judge (e.g. criteria review "
-                             "criteria+review)")
+    parser.add_argument(
+        "--structures-only",
+        action="store_true",
+        help="only part 4: cost per verdict per structure (single judge, panels of 2 and 3, criteria, "
+        "review)",
+    )
+    parser.add_argument(
+        "--structures",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="part 4: only these structures besides the single judge (e.g. criteria review criteria+review)",
+    )
     args = parser.parse_args(argv)
     quick = {"n": 24, "steps": 20, "candidates": 3, "loop_candidates": 3}
     full = {"n": 162, "steps": 100, "candidates": 10, "loop_candidates": 10}
@@ -254,26 +299,36 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     if args.structures_only:
         with tempfile.TemporaryDirectory(prefix="judgeloop-cache-cost-") as tmp:
-            priced = measure_structures(Path(tmp) / "structures", args.n, args.steps, args.candidates,
-                                        say=lambda m: print(m, flush=True), names=args.structures)
+            priced = measure_structures(
+                Path(tmp) / "structures",
+                args.n,
+                args.steps,
+                args.candidates,
+                say=lambda m: print(m, flush=True),
+                names=args.structures,
+            )
         print(f"total {time.perf_counter() - t0:.0f} s\n")
         print(structures_table(priced, args.n, args.steps, args.candidates))
         return
     if args.warmup_only:
         with tempfile.TemporaryDirectory(prefix="judgeloop-cache-cost-") as tmp:
-            writes = measure_writes(Path(tmp) / "writes", args.n, args.steps, args.replicates,
-                                    say=lambda m: print(m, flush=True))
+            writes = measure_writes(
+                Path(tmp) / "writes", args.n, args.steps, args.replicates, say=lambda m: print(m, flush=True)
+            )
         print(f"total {time.perf_counter() - t0:.0f} s\n")
         print(writes_table(writes, args.n, args.replicates))
         return
     with tempfile.TemporaryDirectory(prefix="judgeloop-cache-cost-") as tmp:
-        writes = measure_writes(Path(tmp) / "writes", args.n, args.steps, args.replicates,
-                                say=lambda m: print(m, flush=True))
-        results = measure_costs(Path(tmp) / "costs", args.n, args.steps, args.candidates,
-                                say=lambda m: print(m, flush=True))
+        writes = measure_writes(
+            Path(tmp) / "writes", args.n, args.steps, args.replicates, say=lambda m: print(m, flush=True)
+        )
+        results = measure_costs(
+            Path(tmp) / "costs", args.n, args.steps, args.candidates, say=lambda m: print(m, flush=True)
+        )
         loops = compare_loops(Path(tmp) / "loops", args.loop_candidates, say=lambda m: print(m, flush=True))
-        priced = measure_structures(Path(tmp) / "structures", args.n, args.steps, args.candidates,
-                                    say=lambda m: print(m, flush=True))
+        priced = measure_structures(
+            Path(tmp) / "structures", args.n, args.steps, args.candidates, say=lambda m: print(m, flush=True)
+        )
     print(f"total {time.perf_counter() - t0:.0f} s\n")
     print(cost_table(results, args.n, args.candidates))
     print()

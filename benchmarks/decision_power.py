@@ -142,19 +142,28 @@ from benchmarks._power_sim import cheaper_rows, futility_table, simulate, simula
 # --- the table ----------------------------------------------------------------------------------
 
 
-def table(loop_results: dict[str, PolicyResult], sim_results: dict[str, PolicyResult], n_items: int,
-          fresh_results: dict[str, PolicyResult] | None = None) -> list[str]:
+def table(
+    loop_results: dict[str, PolicyResult],
+    sim_results: dict[str, PolicyResult],
+    n_items: int,
+    fresh_results: dict[str, PolicyResult] | None = None,
+) -> list[str]:
     """The side-by-side table: one row per policy and source (``loop``, ``sim``, and ``sim1``: the
     simulation with a fresh incumbent for every candidate, as in the issue's table)."""
     every = set(loop_results) | set(sim_results) | set(fresh_results or {})
     w = max([9, *map(len, every)])
-    head = (f"{'policy':<{w}} {'source':<6} {'no-op kept':>22} "
-            + " ".join(f"{f'fix {d} kept':>22}" for d in FIX_SIZES)
-            + f" {'calls/162 all':>13} {'no-op':>6} {'fixes':>6}")
+    head = (
+        f"{'policy':<{w}} {'source':<6} {'no-op kept':>22} "
+        + " ".join(f"{f'fix {d} kept':>22}" for d in FIX_SIZES)
+        + f" {'calls/162 all':>13} {'no-op':>6} {'fixes':>6}"
+    )
     lines = [head, "-" * len(head)]
     for policy in sorted(every, key=lambda p: (p != "literal", p != "paired", p)):
-        for source, res in (("loop", loop_results.get(policy)), ("sim", sim_results.get(policy)),
-                            ("sim1", (fresh_results or {}).get(policy))):
+        for source, res in (
+            ("loop", loop_results.get(policy)),
+            ("sim", sim_results.get(policy)),
+            ("sim1", (fresh_results or {}).get(policy)),
+        ):
             if res is None:
                 continue
             cells = []
@@ -169,7 +178,8 @@ def table(loop_results: dict[str, PolicyResult], sim_results: dict[str, PolicyRe
                     cells.append(f"{k / total:>6.1%} {'':>10}n={total:<4}")
             fixes = [t for t in res.trials if t.kind != "noop"]
             lines.append(
-                f"{policy:<{w}} {source:<6} " + " ".join(cells)
+                f"{policy:<{w}} {source:<6} "
+                + " ".join(cells)
                 + f" {calls_per_pass(res.trials, n_items):>13.2f} {calls_per_pass(res.trials, n_items, 'noop'):>6.2f}"
                 + f" {calls_per_pass(fixes, n_items):>6.2f}"
             )
@@ -179,39 +189,84 @@ def table(loop_results: dict[str, PolicyResult], sim_results: dict[str, PolicyRe
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 runs of 4 candidates per policy")
-    parser.add_argument("--runs", type=int, default=45, help="loop runs per policy (each: baseline + candidates)")
+    parser.add_argument(
+        "--runs", type=int, default=45, help="loop runs per policy (each: baseline + candidates)"
+    )
     parser.add_argument("--candidates", type=int, default=6, help="candidates per run")
     parser.add_argument("--fixes-per-run", type=int, default=1, help="fixes of each size D per run")
     parser.add_argument("--sim-runs", type=int, default=3000, help="simulated runs per policy")
-    parser.add_argument("--policies", nargs="+", default=None,
-                        help="default: every policy LoopSection accepts; POLICY+fdr0.1 adds online FDR (LORD++)")
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        default=None,
+        help="default: every policy LoopSection accepts; POLICY+fdr0.1 adds online FDR (LORD++)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="loop processes at a time")
     parser.add_argument("--runs-per-task", type=int, default=5, help="loop runs per worker task")
     parser.add_argument("--concurrency", type=int, default=8, help="judge calls in flight per loop")
-    parser.add_argument("--rejudge", type=int, default=None, help="adaptive: extra judgements (default: config's)")
+    parser.add_argument(
+        "--rejudge", type=int, default=None, help="adaptive: extra judgements (default: config's)"
+    )
     parser.add_argument("--fix-pool", choices=["wrong", "wrong-or-unstable"], default="wrong")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-loop", action="store_true", help="the simulation only")
-    parser.add_argument("--structural-runs", type=int, default=10,
-                        help="loop runs of the structural rows (judge.toml moves; 0: none)")
-    parser.add_argument("--panel-runs", type=int, default=10,
-                        help="loop runs of the panel rows (a no-op panel, a panel with a planted effect; 0: none)")
-    parser.add_argument("--cheaper-trials", type=int, default=1000,
-                        help="simulated cheaper candidates per row of the non-inferiority table (0: none)")
-    parser.add_argument("--futility-runs", type=int, default=300,
-                        help="simulated adaptive runs screened by optimizer.stats.futility (0: no futility rows)")
-    parser.add_argument("--waves", type=int, nargs="*", default=[1, 4, 8],
-                        help="wave sizes of the wave rows (`run --wave K`; none: skip them)")
-    parser.add_argument("--wave-runs", type=int, default=30, help="loop runs of one wave per wave size and case")
+    parser.add_argument(
+        "--structural-runs",
+        type=int,
+        default=10,
+        help="loop runs of the structural rows (judge.toml moves; 0: none)",
+    )
+    parser.add_argument(
+        "--panel-runs",
+        type=int,
+        default=10,
+        help="loop runs of the panel rows (a no-op panel, a panel with a planted effect; 0: none)",
+    )
+    parser.add_argument(
+        "--cheaper-trials",
+        type=int,
+        default=1000,
+        help="simulated cheaper candidates per row of the non-inferiority table (0: none)",
+    )
+    parser.add_argument(
+        "--futility-runs",
+        type=int,
+        default=300,
+        help="simulated adaptive runs screened by optimizer.stats.futility (0: no futility rows)",
+    )
+    parser.add_argument(
+        "--waves",
+        type=int,
+        nargs="*",
+        default=[1, 4, 8],
+        help="wave sizes of the wave rows (`run --wave K`; none: skip them)",
+    )
+    parser.add_argument(
+        "--wave-runs", type=int, default=30, help="loop runs of one wave per wave size and case"
+    )
     parser.add_argument("--waves-only", action="store_true", help="the wave rows only")
     parser.add_argument("--wave-sim-runs", type=int, default=2000, help="simulated no-op waves per wave size")
-    parser.add_argument("--wave-cases", nargs="+", choices=["null", "planted"], default=["null", "planted"],
-                        help="which wave rows to run (null: K no-ops; planted: a fix among K-1 no-ops)")
-    parser.add_argument("--wave-futility", action="store_true",
-                        help="the wave rows with [loop] futility = true (the default since; off: judged in full)")
+    parser.add_argument(
+        "--wave-cases",
+        nargs="+",
+        choices=["null", "planted"],
+        default=["null", "planted"],
+        help="which wave rows to run (null: K no-ops; planted: a fix among K-1 no-ops)",
+    )
+    parser.add_argument(
+        "--wave-futility",
+        action="store_true",
+        help="the wave rows with [loop] futility = true (the default since; off: judged in full)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.candidates, args.sim_runs, args.cheaper_trials, args.structural_runs = 2, 4, 200, 100, 1
+        args.runs, args.candidates, args.sim_runs, args.cheaper_trials, args.structural_runs = (
+            2,
+            4,
+            200,
+            100,
+            1,
+        )
         args.panel_runs = min(args.panel_runs, 1)
         args.futility_runs = min(args.futility_runs, 20)
         args.wave_runs, args.wave_sim_runs = 2, 100
@@ -221,24 +276,41 @@ def main(argv: list[str] | None = None) -> int:
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
     started = time.monotonic()
     print("decision power: keep rates of no-op edits and of real D-item fixes, real loop vs simulation")
-    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-          f"; policies {', '.join(policies)}; adaptive re-judges {rejudge}x; alpha 0.1")
-    print(f"judge: 162 items (62 pos / 100 neg), 30% unstable q~U(0.3,0.7), stable q=0.99 (80%) / 0.01 (20%); "
-          f"fixes chosen among {'q < 0.5' if args.fix_pool == 'wrong' else 'q < 0.9'}")
-    print(f"runs: baseline + {args.candidates} candidates ({args.fixes_per_run} fix of each D per run, the rest "
-          f"no-ops), {args.runs} loop runs / {args.sim_runs} simulated runs per policy")
+    print(
+        f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        f"; policies {', '.join(policies)}; adaptive re-judges {rejudge}x; alpha 0.1"
+    )
+    print(
+        f"judge: 162 items (62 pos / 100 neg), 30% unstable q~U(0.3,0.7), stable q=0.99 (80%) / 0.01 (20%); "
+        f"fixes chosen among {'q < 0.5' if args.fix_pool == 'wrong' else 'q < 0.9'}"
+    )
+    print(
+        f"runs: baseline + {args.candidates} candidates ({args.fixes_per_run} fix of each D per run, the rest "
+        f"no-ops), {args.runs} loop runs / {args.sim_runs} simulated runs per policy"
+    )
 
     positive = np.array(labels_only()[1])
     q, fixable = item_q(len(positive), 0, fix_pool=args.fix_pool)
     t_sim = time.monotonic()
     # The simulation also shows online FDR (LORD++ at 0.1) beside the plain adaptive policy.
-    sim_policies = sorted({p for p in policies if not p.endswith(FUTILITY)}
-                          | {"literal", "paired", "adaptive", "adaptive+fdr0.1"})
+    sim_policies = sorted(
+        {p for p in policies if not p.endswith(FUTILITY)}
+        | {"literal", "paired", "adaptive", "adaptive+fdr0.1"}
+    )
     judge = SimJudge(q, fixable, positive)
-    sim_results = {p: simulate(p, judge, RunPlan(args.sim_runs, args.candidates, args.fixes_per_run, args.seed + 1),
-                               rejudge=rejudge, check_engine=200) for p in sim_policies}
-    fresh_results = {p: simulate_fresh(p, judge, args.sim_runs, args.seed + 2, rejudge=rejudge)
-                     for p in sim_policies}
+    sim_results = {
+        p: simulate(
+            p,
+            judge,
+            RunPlan(args.sim_runs, args.candidates, args.fixes_per_run, args.seed + 1),
+            rejudge=rejudge,
+            check_engine=200,
+        )
+        for p in sim_policies
+    }
+    fresh_results = {
+        p: simulate_fresh(p, judge, args.sim_runs, args.seed + 2, rejudge=rejudge) for p in sim_policies
+    }
     sim_s = time.monotonic() - t_sim
 
     loop_results: dict[str, PolicyResult] = {}
@@ -248,8 +320,20 @@ def main(argv: list[str] | None = None) -> int:
         tasks = []
         for p in sorted(policies, key=lambda p: p != "adaptive"):  # the slowest first
             per = [args.runs // chunks + (1 if i < args.runs % chunks else 0) for i in range(chunks)]
-            tasks += [(p, r, args.candidates, args.fixes_per_run, args.seed * 1000 + i, args.concurrency, rejudge,
-                       args.fix_pool) for i, r in enumerate(per) if r]
+            tasks += [
+                (
+                    p,
+                    r,
+                    args.candidates,
+                    args.fixes_per_run,
+                    args.seed * 1000 + i,
+                    args.concurrency,
+                    rejudge,
+                    args.fix_pool,
+                )
+                for i, r in enumerate(per)
+                if r
+            ]
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
             for res in pool.map(_loop_task, tasks):
                 loop_results.setdefault(res.policy, PolicyResult(res.policy)).merge(res)
@@ -258,48 +342,71 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print()
     for p, res in loop_results.items():
-        print(f"{p}: loop worker time {res.wall_s:.0f} s; judge calls at the fake server {res.server_calls}, "
-              f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}")
+        print(
+            f"{p}: loop worker time {res.wall_s:.0f} s; judge calls at the fake server {res.server_calls}, "
+            f"in the ledger {res.ledger_calls} (baselines {res.baseline_calls}); undecided candidates {res.undecided}"
+        )
     if args.structural_runs and not args.no_loop:
         print()
-        print("structure moves: adaptive loop runs whose candidates are judge.toml moves (screenshots = \"spaced\", "
-              "a fresh max_images), no-ops or planted fixes of 8 / 12 items")
-        for line in structural_rows(args.structural_runs, args.seed + 4, rejudge=rejudge, concurrency=args.concurrency):
+        print(
+            'structure moves: adaptive loop runs whose candidates are judge.toml moves (screenshots = "spaced", '
+            "a fresh max_images), no-ops or planted fixes of 8 / 12 items"
+        )
+        for line in structural_rows(
+            args.structural_runs, args.seed + 4, rejudge=rejudge, concurrency=args.concurrency
+        ):
             print(line)
     if args.panel_runs and not args.no_loop:
         print()
-        print(f"panels: adaptive loop runs of two judge.toml moves to a unanimous panel of 3 (no-op: members err "
-              f"identically; p-fix: they err independently on {PANEL_PLANTED} planted negatives)")
+        print(
+            f"panels: adaptive loop runs of two judge.toml moves to a unanimous panel of 3 (no-op: members err "
+            f"identically; p-fix: they err independently on {PANEL_PLANTED} planted negatives)"
+        )
         for line in panel_rows(args.panel_runs, args.seed + 5, rejudge=rejudge, concurrency=args.concurrency):
             print(line)
     if args.cheaper_trials:
         t_cheap = time.monotonic()
         print()
-        print("cheaper, not worse: keeps of cheaper candidates (50% saving) decided by optimizer.stats.decision."
-              "decide_cheaper, re-judging disagreements")
+        print(
+            "cheaper, not worse: keeps of cheaper candidates (50% saving) decided by optimizer.stats.decision."
+            "decide_cheaper, re-judging disagreements"
+        )
         for line in cheaper_rows(q, positive, args.cheaper_trials, args.seed + 3, rejudge=rejudge):
             print(line)
         print(f"  ({time.monotonic() - t_cheap:.0f} s)")
     if args.futility_runs:
         t_fut = time.monotonic()
-        base, screened = simulate_futility(judge, RunPlan(args.futility_runs, args.candidates, args.fixes_per_run,
-                                                          args.seed + 3), rejudge=rejudge)
+        base, screened = simulate_futility(
+            judge,
+            RunPlan(args.futility_runs, args.candidates, args.fixes_per_run, args.seed + 3),
+            rejudge=rejudge,
+        )
         print()
-        print(f"futility screening (simulated, {args.futility_runs} runs, coupled: the same draws with and "
-              f"without; screen = the incumbent's wrong items + a stratified share of the rest), "
-              f"{time.monotonic() - t_fut:.0f} s:")
+        print(
+            f"futility screening (simulated, {args.futility_runs} runs, coupled: the same draws with and "
+            f"without; screen = the incumbent's wrong items + a stratified share of the rest), "
+            f"{time.monotonic() - t_fut:.0f} s:"
+        )
         for line in futility_table(base, screened, len(positive)):
             print(line)
     for p, res in sorted(loop_results.items()):
         if p.endswith(FUTILITY) or f"{p}{FUTILITY}" in loop_results:
-            print(f"{p} (loop): no-op calls/162 {calls_per_pass(res.trials, len(positive), 'noop'):.2f}, kept "
-                  + ", ".join(f"{kind} {keep_rate(res.trials, kind)[0]}/{keep_rate(res.trials, kind)[1]}"
-                              for kind in KINDS))
-    print(f"simulated adaptive decisions replayed by optimizer.stats.decision.decide_adaptive: "
-          f"{sim_results['adaptive'].engine_checked}, all agree")
+            print(
+                f"{p} (loop): no-op calls/162 {calls_per_pass(res.trials, len(positive), 'noop'):.2f}, kept "
+                + ", ".join(
+                    f"{kind} {keep_rate(res.trials, kind)[0]}/{keep_rate(res.trials, kind)[1]}"
+                    for kind in KINDS
+                )
+            )
+    print(
+        f"simulated adaptive decisions replayed by optimizer.stats.decision.decide_adaptive: "
+        f"{sim_results['adaptive'].engine_checked}, all agree"
+    )
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s; load average at the end "
-          f"{load} (1 / 5 / 15 min) on {os.cpu_count()} cores")
+    print(
+        f"simulation {sim_s:.1f} s; total wall time {time.monotonic() - started:.0f} s; load average at the end "
+        f"{load} (1 / 5 / 15 min) on {os.cpu_count()} cores"
+    )
     if args.waves and not args.no_loop:
         print()
         waves_main(args)
@@ -310,14 +417,21 @@ def waves_main(args: argparse.Namespace) -> int:
     """The wave rows: per wave size, no-op waves' false keeps (<= alpha per wave, Holm) and a planted fix's share."""
     started = time.monotonic()
     rejudge = args.rejudge if args.rejudge is not None else rejudge_default()
-    print(f"waves (adaptive{', futility on' if args.wave_futility else ''}, alpha 0.1, Holm per wave): "
-          f"{args.wave_runs} runs of one wave per size and case; "
-          f"no-op waves: K no-ops; planted: one {WAVE_FIX[3:]}-item fix among K-1 no-ops")
+    print(
+        f"waves (adaptive{', futility on' if args.wave_futility else ''}, alpha 0.1, Holm per wave): "
+        f"{args.wave_runs} runs of one wave per size and case; "
+        f"no-op waves: K no-ops; planted: one {WAVE_FIX[3:]}-item fix among K-1 no-ops"
+    )
     # Tasks of a few runs each, the largest waves first, keep every worker busy to the end.
     chunks = max(1, math.ceil(args.wave_runs / args.runs_per_task))
     per = [args.wave_runs // chunks + (1 if i < args.wave_runs % chunks else 0) for i in range(chunks)]
-    tasks = [(k, r, args.seed * 1000 + 17 * k + 101 * i, args.concurrency, rejudge, case, args.wave_futility)
-             for k in sorted(args.waves, reverse=True) for case in args.wave_cases for i, r in enumerate(per) if r]
+    tasks = [
+        (k, r, args.seed * 1000 + 17 * k + 101 * i, args.concurrency, rejudge, case, args.wave_futility)
+        for k in sorted(args.waves, reverse=True)
+        for case in args.wave_cases
+        for i, r in enumerate(per)
+        if r
+    ]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         done = list(pool.map(_wave_task, tasks))
     rows = [merge_wave_rows([r for r in done if r.wave == k]) for k in args.waves]
@@ -325,10 +439,14 @@ def waves_main(args: argparse.Namespace) -> int:
         print(line)
     positive = np.array(labels_only()[1])
     q, _ = item_q(len(positive), 0, fix_pool=args.fix_pool)
-    sims = [(k, *simulate_wave_null(q, positive, k, args.wave_sim_runs, args.seed + k, rejudge=rejudge))
-            for k in args.waves]
-    print("simulated no-op waves with a keep (same judge, Holm by optimizer.stats.decision): "
-          + ", ".join(f"wave {k}: {kept / n:.1%} of {n}" for k, kept, n in sims))
+    sims = [
+        (k, *simulate_wave_null(q, positive, k, args.wave_sim_runs, args.seed + k, rejudge=rejudge))
+        for k in args.waves
+    ]
+    print(
+        "simulated no-op waves with a keep (same judge, Holm by optimizer.stats.decision): "
+        + ", ".join(f"wave {k}: {kept / n:.1%} of {n}" for k, kept, n in sims)
+    )
     print(f"wave rows wall time {time.monotonic() - started:.0f} s")
     return 0
 

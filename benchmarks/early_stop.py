@@ -129,8 +129,9 @@ def run_old(case: Case, loop: LoopSection) -> Timing:
         so_far[tid] = majority_answer(case.candidate[tid])
         so_far_judgements[tid] = case.candidate[tid]
         if adaptive:
-            d = adaptive_stopped_decision(case.labels, so_far_judgements, case.incumbent, loop,
-                                          alpha=loop.alpha)
+            d = adaptive_stopped_decision(
+                case.labels, so_far_judgements, case.incumbent, loop, alpha=loop.alpha
+            )
         else:
             d = stopped_decision(case.labels, so_far, inc_answers, loop, alpha=loop.alpha)
         answers.append(d)
@@ -159,8 +160,10 @@ def run_new(case: Case, loop: LoopSection) -> Timing | None:
 
 def machine() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"load average {load}")
+    return (
+        f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load average {load}"
+    )
 
 
 def fmt_s(t: Timing | None) -> str:
@@ -172,22 +175,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[162, 1000, 2000])
     parser.add_argument("--scenarios", nargs="+", choices=[*SCENARIOS, "noisy"], default=["near", "better"])
     parser.add_argument("--replicates", type=int, default=1, help="judgements per item on each side")
-    parser.add_argument("--policies", nargs="+", choices=["paired", "adaptive"], default=["paired", "adaptive"])
+    parser.add_argument(
+        "--policies", nargs="+", choices=["paired", "adaptive"], default=["paired", "adaptive"]
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print("early-stopping checks per candidate: old (full recomputation after every item) vs new (incremental)")
+    print(
+        "early-stopping checks per candidate: old (full recomputation after every item) vs new (incremental)"
+    )
     print(f"machine: {machine()}")
-    print(f"judge: incumbent right on {ACCURACY:.0%} of items, no usable verdict on {UNUSABLE:.0%}; "
-          + "; ".join(f"{s}: fixes {f}, breaks {b}" for s, (f, b) in SCENARIOS.items())
-          + f"; noisy: every judgement drawn again; alpha 0.1, adaptive rejudge 2, "
-          f"{args.replicates} judgement(s) per item")
-    header = (f"{'items':>6} {'policy':<9} {'candidate':<9} {'checks':>7} {'stopped at':>10} "
-              f"{'old s':>9} {'new s':>8} {'old/new':>8} {'same':>5}")
+    print(
+        f"judge: incumbent right on {ACCURACY:.0%} of items, no usable verdict on {UNUSABLE:.0%}; "
+        + "; ".join(f"{s}: fixes {f}, breaks {b}" for s, (f, b) in SCENARIOS.items())
+        + f"; noisy: every judgement drawn again; alpha 0.1, adaptive rejudge 2, "
+        f"{args.replicates} judgement(s) per item"
+    )
+    header = (
+        f"{'items':>6} {'policy':<9} {'candidate':<9} {'checks':>7} {'stopped at':>10} "
+        f"{'old s':>9} {'new s':>8} {'old/new':>8} {'same':>5}"
+    )
     print()
     print(header)
     print("-" * len(header))
     failures = 0
-    runners: list[tuple[str, Callable[[Case, LoopSection], Timing | None]]] = [("old", run_old), ("new", run_new)]
+    runners: list[tuple[str, Callable[[Case, LoopSection], Timing | None]]] = [
+        ("old", run_old),
+        ("new", run_new),
+    ]
     for n in args.sizes:
         for policy in args.policies:
             loop = LoopSection(policy="paired" if policy == "paired" else "adaptive")
@@ -199,8 +213,11 @@ def main(argv: list[str] | None = None) -> int:
                 failures += same == "NO"
                 ratio = "—" if new is None or new.seconds == 0 else f"{old.seconds / new.seconds:.0f}x"
                 stop = "never" if old.stop is None else str(old.stop)
-                print(f"{n:>6} {policy:<9} {scenario:<9} {old.checks:>7} {stop:>10} "
-                      f"{fmt_s(old):>9} {fmt_s(new):>8} {ratio:>8} {same:>5}", flush=True)
+                print(
+                    f"{n:>6} {policy:<9} {scenario:<9} {old.checks:>7} {stop:>10} "
+                    f"{fmt_s(old):>9} {fmt_s(new):>8} {ratio:>8} {same:>5}",
+                    flush=True,
+                )
     print()
     print(f"machine at the end: {machine()}")
     return 1 if failures else 0

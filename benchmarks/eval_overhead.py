@@ -99,7 +99,9 @@ async def evaluate(ws: Workspace, judge: JudgeSection, ids: list[str]) -> EvalRu
     return await evaluate_items(ws, split, prompts, judge, item_ids=ids, replicates=1)
 
 
-def timed(ws: Workspace, judge: JudgeSection, ids: list[str], *, fresh_process: bool) -> tuple[float, EvalRun]:
+def timed(
+    ws: Workspace, judge: JudgeSection, ids: list[str], *, fresh_process: bool
+) -> tuple[float, EvalRun]:
     if fresh_process:
         render.clear_image_cache()  # a new `judgeloop eval` process starts with no in-memory images
     t0 = time.perf_counter()
@@ -113,8 +115,10 @@ def agentic_judge(latency: float, usage: Usage, steps: int):
     def behave(request):
         turns = sum(1 for m in request.body["messages"] if m["role"] == "assistant")
         if turns == 0:
-            calls = [ToolCall("read_steps", {"first": 0, "last": steps - 1}),
-                     ToolCall("view_screenshots", {"steps": [0, steps - 1]})]
+            calls = [
+                ToolCall("read_steps", {"first": 0, "last": steps - 1}),
+                ToolCall("view_screenshots", {"steps": [0, steps - 1]}),
+            ]
         else:
             calls = [ToolCall("submit_verdict", DEFAULT_VERDICT)]
         return reply(None, tool_calls=calls, delay_s=latency, usage=usage)
@@ -126,7 +130,8 @@ def serve(latency: float, *, keep_alive: bool, parse_bodies: bool, agentic_steps
     """Run the fake server in this process: print its URL, answer "count" lines, stop at EOF."""
     usage = Usage(input_tokens=3000, output_tokens=80)
     default = (
-        agentic_judge(latency, usage, agentic_steps) if agentic_steps
+        agentic_judge(latency, usage, agentic_steps)
+        if agentic_steps
         else (lambda _r: verdict_reply(delay_s=latency, usage=usage))
     )
     with FakeLLMServer(
@@ -146,13 +151,23 @@ class ServerProcess:
     """The fake server in its own process, as a real server would be (no GIL shared with the harness)."""
 
     def __init__(
-        self, latency: float, *, reconnect: bool = False, parse_bodies: bool = False, agentic_steps: int | None = None
+        self,
+        latency: float,
+        *,
+        reconnect: bool = False,
+        parse_bodies: bool = False,
+        agentic_steps: int | None = None,
     ) -> None:
-        flags = [*(["--reconnect"] if reconnect else []), *(["--parse-bodies"] if parse_bodies else []),
-                 *(["--agentic", "--steps", str(agentic_steps)] if agentic_steps else [])]
+        flags = [
+            *(["--reconnect"] if reconnect else []),
+            *(["--parse-bodies"] if parse_bodies else []),
+            *(["--agentic", "--steps", str(agentic_steps)] if agentic_steps else []),
+        ]
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve", "--latency", str(latency), *flags],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.url = self.proc.stdout.readline().strip()
@@ -190,23 +205,32 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--steps", type=int, default=12, help="steps (= screenshots) per trajectory")
     parser.add_argument(
-        "--reconnect", action="store_true",
+        "--reconnect",
+        action="store_true",
         help="the fake server closes every connection after answering (default: keep-alive, as real servers)",
     )
     parser.add_argument(
-        "--parse-bodies", action="store_true",
+        "--parse-bodies",
+        action="store_true",
         help="the fake server JSON-decodes every request body (default: not, to keep its CPU off the machine)",
     )
-    parser.add_argument("--agentic", action="store_true", help='judge.toml mode = "agentic" (two turns per verdict)')
+    parser.add_argument(
+        "--agentic", action="store_true", help='judge.toml mode = "agentic" (two turns per verdict)'
+    )
     args = parser.parse_args()
     agentic_steps = args.steps if args.agentic else None
     if args.serve:
-        return serve(args.latency, keep_alive=not args.reconnect, parse_bodies=args.parse_bodies,
-                     agentic_steps=agentic_steps)
+        return serve(
+            args.latency,
+            keep_alive=not args.reconnect,
+            parse_bodies=args.parse_bodies,
+            agentic_steps=agentic_steps,
+        )
 
     os.environ.setdefault("OPENAI_API_KEY", "benchmark-key")
-    server = ServerProcess(args.latency, reconnect=args.reconnect, parse_bodies=args.parse_bodies,
-                           agentic_steps=agentic_steps)
+    server = ServerProcess(
+        args.latency, reconnect=args.reconnect, parse_bodies=args.parse_bodies, agentic_steps=agentic_steps
+    )
     try:
         with tempfile.TemporaryDirectory() as tmp:
             figures = run_phases(server, Path(tmp), args)
@@ -221,8 +245,12 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
     ws, ids = build_workspace(tmp, args.n, args.steps)
     setup_s = time.perf_counter() - t0
     judge = JudgeSection(
-        provider="openai", model="gpt-4o-mini", base_url=server.url,
-        max_concurrency=args.concurrency, max_retries=0, timeout_s=30,
+        provider="openai",
+        model="gpt-4o-mini",
+        base_url=server.url,
+        max_concurrency=args.concurrency,
+        max_retries=0,
+        timeout_s=30,
     )
     turns = 2 if args.agentic else 1
     if args.agentic:
@@ -246,7 +274,11 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
     figures = {
         "machine": f"{platform.machine()} {platform.system()}, nproc={os.cpu_count()}, Python {platform.python_version()}",
         "nproc": os.cpu_count(),
-        "load_average_1_5_15": {"before": load_before, "before_cold_phase": load_cold, "after": load_average()},
+        "load_average_1_5_15": {
+            "before": load_before,
+            "before_cold_phase": load_cold,
+            "after": load_average(),
+        },
         "server": "reconnect per call" if args.reconnect else "keep-alive",
         "server_parses_bodies": args.parse_bodies or args.agentic,
         "mode": "agentic (2 turns per verdict)" if args.agentic else "direct",
@@ -268,19 +300,31 @@ def run_phases(server: ServerProcess, tmp: Path, args: argparse.Namespace) -> di
         "http_calls_during_cached_runs": extra_calls,
         "warm_hits": warm.cache_hits,
     }
-    print(f"machine: {figures['machine']}; load average (1/5/15 min) before: {load_before}, "
-          f"before the new-revision phase: {load_cold}, after: {figures['load_average_1_5_15']['after']}")
-    print(f"fake server: own process, {figures['server']}, "
-          f"{'decodes' if args.parse_bodies or args.agentic else 'does not decode'} request bodies")
-    print(f"split: n={args.n} items x {args.steps} steps/screenshots; fake latency L={args.latency}s; C={args.concurrency}; "
-          f"judge mode {figures['mode']}")
-    print(f"first evaluation of the split (screenshots decoded, resized, encoded): {first_s:.3f} s for "
-          f"{first.calls_made} calls = {first_s / ideal:.3f} x ideal")
-    print(f"new prompt revision (all calls new, encoded screenshots on disk): {cold_s:.3f} s for "
-          f"{cold.calls_made} calls; ideal ceil(n/C)*L*turns = {ideal:.3f} s; overhead ratio = {cold_s / ideal:.3f} "
-          f"(target <= 1.15); time inside the provider per call: {call_latency(cold)}")
-    print(f"fully cached re-evaluation (fresh image cache): {cached_s:.3f} s (target < 2 s), "
-          f"{cached.cache_hits} hits, {extra_calls} HTTP calls")
+    print(
+        f"machine: {figures['machine']}; load average (1/5/15 min) before: {load_before}, "
+        f"before the new-revision phase: {load_cold}, after: {figures['load_average_1_5_15']['after']}"
+    )
+    print(
+        f"fake server: own process, {figures['server']}, "
+        f"{'decodes' if args.parse_bodies or args.agentic else 'does not decode'} request bodies"
+    )
+    print(
+        f"split: n={args.n} items x {args.steps} steps/screenshots; fake latency L={args.latency}s; C={args.concurrency}; "
+        f"judge mode {figures['mode']}"
+    )
+    print(
+        f"first evaluation of the split (screenshots decoded, resized, encoded): {first_s:.3f} s for "
+        f"{first.calls_made} calls = {first_s / ideal:.3f} x ideal"
+    )
+    print(
+        f"new prompt revision (all calls new, encoded screenshots on disk): {cold_s:.3f} s for "
+        f"{cold.calls_made} calls; ideal ceil(n/C)*L*turns = {ideal:.3f} s; overhead ratio = {cold_s / ideal:.3f} "
+        f"(target <= 1.15); time inside the provider per call: {call_latency(cold)}"
+    )
+    print(
+        f"fully cached re-evaluation (fresh image cache): {cached_s:.3f} s (target < 2 s), "
+        f"{cached.cache_hits} hits, {extra_calls} HTTP calls"
+    )
     print(f"fully cached re-evaluation (warm process): {warm_s:.3f} s")
     return figures
 

@@ -85,12 +85,31 @@ class ChaosJudge:
 
 
 def loop_process(root: Path, url: str, experiments: int, *, resume: bool) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(root), "--provider", "openai", "--base-url", url,
-           "--model", "fake-judge", "--concurrency", str(CONCURRENCY)]
-    cmd += ["--resume"] if resume else ["--strategy", "library", "--max-experiments", str(experiments),
-                                         "--patience", "1000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "optimizer.cli",
+        "run",
+        "-w",
+        str(root),
+        "--provider",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        "fake-judge",
+        "--concurrency",
+        str(CONCURRENCY),
+    ]
+    cmd += (
+        ["--resume"]
+        if resume
+        else ["--strategy", "library", "--max-experiments", str(experiments), "--patience", "1000"]
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "OPENAI_API_KEY": "soak-key"}
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 def check(root: Path) -> dict[str, object]:
@@ -111,17 +130,27 @@ def check(root: Path) -> dict[str, object]:
     assert gitops.rev_parse(root, run.branch) == incumbent.commit_sha, "the branch is not on the incumbent"
     assert gitops.rev_parse(root, "HEAD") == incumbent.commit_sha, "HEAD is not on the incumbent"
     assert not gitops.is_dirty(root), "the working tree is dirty"
-    log = subprocess.run(["git", "-C", str(root), "log", "--format=%H%x00%B%x01", f"{run.start_rev}..{run.branch}"],
-                         capture_output=True, text=True, check=True).stdout
+    log = subprocess.run(
+        ["git", "-C", str(root), "log", "--format=%H%x00%B%x01", f"{run.start_rev}..{run.branch}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     commits = [c.strip() for c in log.split("\x01") if c.strip()]
     assert len(commits) == len(kept), f"{len(commits)} commits on the branch for {len(kept)} kept candidates"
     for commit in commits:
         trailers = gitops.parse_trailers(commit.split("\x00", 1)[1])
         assert trailers.get("Judgeloop-Decision") == "kept" and "Judgeloop-Kappa" in trailers, commit[:12]
-    refs = subprocess.run(["git", "-C", str(root), "for-each-ref", "--format=%(refname)", "refs/judgeloop/rejected/"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    refs = subprocess.run(
+        ["git", "-C", str(root), "for-each-ref", "--format=%(refname)", "refs/judgeloop/rejected/"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     rolled_back = {e.id for e in exps if e.status == "rolled_back"}
-    assert {int(r.rsplit("/", 1)[1]) for r in refs} >= rolled_back, "a rolled-back candidate has no rejected ref"
+    assert {int(r.rsplit("/", 1)[1]) for r in refs} >= rolled_back, (
+        "a rolled-back candidate has no rejected ref"
+    )
     return {
         "experiments": len(exps) - 1,
         "outcomes": dict(collections.Counter(e.status for e in exps)),
@@ -132,8 +161,12 @@ def check(root: Path) -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", type=int, default=20, help="candidates to decide")
-    parser.add_argument("--kills", type=int, default=6, help="SIGKILLs at random moments, each followed by --resume")
-    parser.add_argument("--fault-rate", type=float, default=0.15, help="share of judge calls answered by a fault")
+    parser.add_argument(
+        "--kills", type=int, default=6, help="SIGKILLs at random moments, each followed by --resume"
+    )
+    parser.add_argument(
+        "--fault-rate", type=float, default=0.15, help="share of judge calls answered by a fault"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -184,11 +217,13 @@ def main() -> int:
         "wall_s": round(time.monotonic() - started, 1),
     }
     assert repeated <= kills * CONCURRENCY, "more repeated calls than replies that could have been in flight"
-    print(f"soak: {outcome['experiments']} candidates decided ({outcome['outcomes']}), {kills} kill -9 + "
-          f"{resumes} resumes, faults injected {dict(chaos.faults)}; invariants hold (finished, nothing running, "
-          f"branch = kept chain with trailers, rejected refs, clean tree, no kept candidate raised FPR); "
-          f"paid calls paid twice: {repeated} of {figures['judge_calls_answered']} (bound {kills * CONCURRENCY}); "
-          f"{figures['wall_s']} s")
+    print(
+        f"soak: {outcome['experiments']} candidates decided ({outcome['outcomes']}), {kills} kill -9 + "
+        f"{resumes} resumes, faults injected {dict(chaos.faults)}; invariants hold (finished, nothing running, "
+        f"branch = kept chain with trailers, rejected refs, clean tree, no kept candidate raised FPR); "
+        f"paid calls paid twice: {repeated} of {figures['judge_calls_answered']} (bound {kills * CONCURRENCY}); "
+        f"{figures['wall_s']} s"
+    )
     print(json.dumps(figures))
     return 0
 

@@ -135,7 +135,9 @@ def measure(root: Path, *, ruff: bool = True) -> Figures:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 methods = sum(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) for n in node.body)
-                classes.append((f"{rel}:{node.name}", (node.end_lineno or node.lineno) - node.lineno + 1, methods))
+                classes.append(
+                    (f"{rel}:{node.name}", (node.end_lineno or node.lineno) - node.lineno + 1, methods)
+                )
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 n = _params(node)
                 figs.functions_over_8_params += n > 8
@@ -153,14 +155,26 @@ def measure(root: Path, *, ruff: bool = True) -> Figures:
                 dest = sub if sub in modules else target
                 if dest in modules and dest != name:
                     edges.add(dest)
-                if imported.startswith("_") and not imported.startswith("__") and sub not in modules and target != name:
+                if (
+                    imported.startswith("_")
+                    and not imported.startswith("__")
+                    and sub not in modules
+                    and target != name
+                ):
                     figs.underscore_imports_across_modules += 1
     figs.largest_modules = sorted(sizes, key=lambda s: -s[1])[:5]
     figs.largest_classes = sorted(classes, key=lambda c: -c[1])[:5]
-    figs.modules_at_optimizer_root = sum(1 for p in (root / "optimizer").glob("*.py") if p.name != "__init__.py")
+    figs.modules_at_optimizer_root = sum(
+        1 for p in (root / "optimizer").glob("*.py") if p.name != "__init__.py"
+    )
     # Import cycles among modules (a package's __init__ is left out: importing a submodule runs it).
-    figs.import_cycles = _cycles({m: {d for d in e if not _is_package(modules, d)}
-                                  for m, e in graph.items() if not _is_package(modules, m)})
+    figs.import_cycles = _cycles(
+        {
+            m: {d for d in e if not _is_package(modules, d)}
+            for m, e in graph.items()
+            if not _is_package(modules, m)
+        }
+    )
     figs.files_ruff_format_would_change = _ruff_format_changes(root) if ruff else None
     return figs
 
@@ -181,8 +195,9 @@ def _is_package(modules: dict[str, tuple[Path, ast.Module]], name: str) -> bool:
 def _ruff_format_changes(root: Path) -> int | None:
     ruff = Path(sys.executable).parent / "ruff"
     try:
-        proc = subprocess.run([str(ruff), "format", "--check", "."], cwd=root, capture_output=True, text=True,
-                              check=False)
+        proc = subprocess.run(
+            [str(ruff), "format", "--check", "."], cwd=root, capture_output=True, text=True, check=False
+        )
     except OSError:
         return None
     found = re.search(r"(\d+) files? would be reformatted", proc.stdout + proc.stderr)
@@ -199,14 +214,20 @@ def main(argv: list[str]) -> int:
         return 0
     print(f"structure of {root}")
     print("largest modules:        " + ", ".join(f"{p} {n}" for p, n in figs.largest_modules))
-    print("largest classes:        " + ", ".join(f"{c} {n} lines/{m} methods" for c, n, m in figs.largest_classes[:3]))
+    print(
+        "largest classes:        "
+        + ", ".join(f"{c} {n} lines/{m} methods" for c, n, m in figs.largest_classes[:3])
+    )
     print(f"functions > 8 params:   {figs.functions_over_8_params}")
     print(f"functions > 12 params:  {figs.functions_over_12_params}")
     print(f"policy branches outside the policies' module: {figs.policy_branches_outside_policies}")
     print(f"underscore imports across modules: {figs.underscore_imports_across_modules}")
     print(f"public functions returning dict[str, Any]: {figs.public_functions_returning_dict_any}")
     print(f"modules at optimizer/'s root: {figs.modules_at_optimizer_root}")
-    print(f"import cycles:          {len(figs.import_cycles)} " + "; ".join(" <-> ".join(c) for c in figs.import_cycles))
+    print(
+        f"import cycles:          {len(figs.import_cycles)} "
+        + "; ".join(" <-> ".join(c) for c in figs.import_cycles)
+    )
     print(f"files ruff format would change: {figs.files_ruff_format_would_change}")
     return 0
 

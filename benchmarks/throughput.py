@@ -98,15 +98,26 @@ def pending_union(intervals: Sequence[tuple[float, float]]) -> float:
     return total
 
 
-def measure(k: int, kinds: Sequence[str], *, seed: int = 0, latency_s: float = 0.5, batch_minutes: float = 10.0,
-            concurrency: int = 16, odds: tuple[np.ndarray, np.ndarray] | None = None) -> WaveThroughput:
+def measure(
+    k: int,
+    kinds: Sequence[str],
+    *,
+    seed: int = 0,
+    latency_s: float = 0.5,
+    batch_minutes: float = 10.0,
+    concurrency: int = 16,
+    odds: tuple[np.ndarray, np.ndarray] | None = None,
+) -> WaveThroughput:
     """One run of ``len(kinds)`` candidates (``kinds``: "noop" / "fixD", the benchmark strategy's) in
     waves of ``k``, each pass one batch of the fake server (ending ``latency_s`` after submission)."""
     scale = batch_minutes * 60 / latency_s
     rng = random.Random(f"throughput/{seed}")
     key = {"OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "throughput-bench")}
-    with mock.patch.dict(os.environ, key), tempfile.TemporaryDirectory(prefix="throughput-") as tmp, \
-            batch_latency(latency_s):
+    with (
+        mock.patch.dict(os.environ, key),
+        tempfile.TemporaryDirectory(prefix="throughput-") as tmp,
+        batch_latency(latency_s),
+    ):
         root, positive, types = power_loop.build_workspace(Path(tmp))
         q, fixable = odds if odds is not None else item_q(len(positive), 0)
         model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
@@ -114,13 +125,24 @@ def measure(k: int, kinds: Sequence[str], *, seed: int = 0, latency_s: float = 0
         power_loop.set_loop_key(root, "patience", "1000000")
         cfg = root / "judgeloop.toml"
         poll = max(0.005, latency_s / 20)
-        cfg.write_text(cfg.read_text(encoding="utf-8").replace(
-            "\n[judge]\n", f"\n[judge]\nbatch_poll_s = {poll}\nbatch_poll_max_s = {poll * 2}\n", 1), encoding="utf-8")
+        cfg.write_text(
+            cfg.read_text(encoding="utf-8").replace(
+                "\n[judge]\n", f"\n[judge]\nbatch_poll_s = {poll}\nbatch_poll_max_s = {poll * 2}\n", 1
+            ),
+            encoding="utf-8",
+        )
         power_loop._git(root, "commit", "-qam", "throughput: batch polling")
         strategy = power_loop.BenchStrategy(model, rng, schedule=list(kinds))
-        with FakeLLMServer(default=model, keep_alive=True) as server, power_loop._strategy_installed(strategy):
-            judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
-                                   concurrency=concurrency)
+        with (
+            FakeLLMServer(default=model, keep_alive=True) as server,
+            power_loop._strategy_installed(strategy),
+        ):
+            judge = JudgeOverrides(
+                provider="openai",
+                model="fake-judge",
+                base_url=server.openai_base_url,
+                concurrency=concurrency,
+            )
             ws = Workspace.open(root)
             options = session.RunOptions(max_experiments=len(kinds), judge=judge, batch=True, wave=k)
             outcome = session.start_run(ws, options)
@@ -135,8 +157,9 @@ def measure(k: int, kinds: Sequence[str], *, seed: int = 0, latency_s: float = 0
     decided = [e for e in exps if e.seq > 0 and e.status in ("kept", "rolled_back")]
     n_items = len(positive)
     calls = sum(e.calls for e in decided) / len(decided) / n_items if decided else float("nan")
-    return WaveThroughput(k, len(decided), sum(e.status == "kept" for e in decided), len(created) - 1, calls,
-                          simulated_s / 3600)
+    return WaveThroughput(
+        k, len(decided), sum(e.status == "kept" for e in decided), len(created) - 1, calls, simulated_s / 3600
+    )
 
 
 @dataclass(frozen=True)
@@ -160,8 +183,9 @@ class _Delayed:
         return dataclasses.replace(self.model(request), delay_s=self.delay_s)
 
 
-def measure_direct(futility: bool, kinds: Sequence[str], *, seed: int = 0, call_s: float = 0.25,
-                   concurrency: int = 16) -> DirectWall:
+def measure_direct(
+    futility: bool, kinds: Sequence[str], *, seed: int = 0, call_s: float = 0.25, concurrency: int = 16
+) -> DirectWall:
     """One run of ``kinds`` candidates, one at a time, direct calls that each take ``call_s``: what
     futility's looks (each a pass that drains before its re-judging) cost in wall time per candidate."""
     rng = random.Random(f"throughput-direct/{seed}")
@@ -175,60 +199,85 @@ def measure_direct(futility: bool, kinds: Sequence[str], *, seed: int = 0, call_
         power_loop.set_loop_key(root, "futility", "true" if futility else "false")
         power_loop._git(root, "commit", "-qam", "throughput: futility")
         strategy = power_loop.BenchStrategy(model, rng, schedule=list(kinds))
-        with FakeLLMServer(default=_Delayed(model, call_s), keep_alive=True) as server, \
-                power_loop._strategy_installed(strategy):
-            judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
-                                   concurrency=concurrency)
+        with (
+            FakeLLMServer(default=_Delayed(model, call_s), keep_alive=True) as server,
+            power_loop._strategy_installed(strategy),
+        ):
+            judge = JudgeOverrides(
+                provider="openai",
+                model="fake-judge",
+                base_url=server.openai_base_url,
+                concurrency=concurrency,
+            )
             ws = Workspace.open(root)
             outcome = session.start_run(ws, session.RunOptions(max_experiments=len(kinds), judge=judge))
         with Ledger(ws.ledger_path) as ledger:
             exps = ledger.experiments(outcome.run_id)
     decided = [e for e in exps if e.seq > 0 and e.status in ("kept", "rolled_back")]
     n = len(positive)
-    return DirectWall(futility, len(decided), sum(e.status == "kept" for e in decided),
-                      sum(e.calls for e in decided) / max(1, len(decided)) / n,
-                      sum(e.duration_s or 0.0 for e in decided) / max(1, len(decided)))
+    return DirectWall(
+        futility,
+        len(decided),
+        sum(e.status == "kept" for e in decided),
+        sum(e.calls for e in decided) / max(1, len(decided)) / n,
+        sum(e.duration_s or 0.0 for e in decided) / max(1, len(decided)),
+    )
 
 
 def direct_table(rows: Sequence[DirectWall], call_s: float) -> list[str]:
     head = f"{'futility':>8} {'decided':>7} {'kept':>4} {'calls/cand/162':>14} {'wall s/cand':>11} {'calls of a call_s':>17}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{'on' if r.futility else 'off':>8} {r.decided:>7} {r.kept:>4} {r.calls_per_candidate:>14.2f} "
-                     f"{r.wall_s:>11.1f} {r.wall_s / call_s:>17.1f}")
+        lines.append(
+            f"{'on' if r.futility else 'off':>8} {r.decided:>7} {r.kept:>4} {r.calls_per_candidate:>14.2f} "
+            f"{r.wall_s:>11.1f} {r.wall_s / call_s:>17.1f}"
+        )
     return lines
 
 
 def table(rows: Sequence[WaveThroughput]) -> list[str]:
-    head = (f"{'wave':>4} {'decided':>7} {'kept':>4} {'batches':>7} {'calls/cand/162':>14} {'sim. hours':>10} "
-            f"{'candidates/hour':>15} {'vs wave 1':>9}")
+    head = (
+        f"{'wave':>4} {'decided':>7} {'kept':>4} {'batches':>7} {'calls/cand/162':>14} {'sim. hours':>10} "
+        f"{'candidates/hour':>15} {'vs wave 1':>9}"
+    )
     lines = [head, "-" * len(head)]
     base = next((r.per_hour for r in rows if r.wave == 1), None)
     for r in rows:
         ratio = f"{r.per_hour / base:.1f}x" if base else "—"
-        lines.append(f"{r.wave:>4} {r.decided:>7} {r.kept:>4} {r.batches:>7} {r.calls_per_candidate:>14.2f} "
-                     f"{r.simulated_h:>10.2f} {r.per_hour:>15.2f} {ratio:>9}")
+        lines.append(
+            f"{r.wave:>4} {r.decided:>7} {r.kept:>4} {r.batches:>7} {r.calls_per_candidate:>14.2f} "
+            f"{r.simulated_h:>10.2f} {r.per_hour:>15.2f} {ratio:>9}"
+        )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--waves", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--candidates", type=int, default=8, help="candidates per run (one 8-item fix, the rest no-ops)")
+    parser.add_argument(
+        "--candidates", type=int, default=8, help="candidates per run (one 8-item fix, the rest no-ops)"
+    )
     parser.add_argument("--batch-minutes", type=float, default=10.0, help="simulated latency of one batch")
     parser.add_argument("--latency-s", type=float, default=0.5, help="the real seconds it is scaled to")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--direct", action="store_true",
-                        help="direct calls instead: futility off vs on, wall time per candidate (one at a time)")
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="direct calls instead: futility off vs on, wall time per candidate (one at a time)",
+    )
     parser.add_argument("--call-s", type=float, default=0.25, help="--direct: seconds every judge call takes")
     args = parser.parse_args(argv)
     started = time.monotonic()
     kinds = ["noop"] * (args.candidates - 1) + ["fix8"]
     random.Random(args.seed).shuffle(kinds)
     if args.direct:
-        print(f"direct passes: every judge call takes {args.call_s:g} s, concurrency 16, adaptive, "
-              f"{args.candidates} candidates one at a time ({' '.join(kinds)})")
-        print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+        print(
+            f"direct passes: every judge call takes {args.call_s:g} s, concurrency 16, adaptive, "
+            f"{args.candidates} candidates one at a time ({' '.join(kinds)})"
+        )
+        print(
+            f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        )
         direct = [measure_direct(f, kinds, seed=args.seed, call_s=args.call_s) for f in (False, True)]
         print()
         for line in direct_table(direct, args.call_s):
@@ -236,11 +285,17 @@ def main(argv: list[str] | None = None) -> int:
         load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"\nwall time {time.monotonic() - started:.0f} s; load average {load} (1 / 5 / 15 min)")
         return 0
-    print(f"throughput: candidates decided per hour under a batch API ({args.batch_minutes:g} min per batch, "
-          f"scaled to {args.latency_s:g} s), adaptive policy, {args.candidates} candidates ({' '.join(kinds)})")
-    print(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    rows = [measure(k, kinds, seed=args.seed, latency_s=args.latency_s, batch_minutes=args.batch_minutes)
-            for k in args.waves]
+    print(
+        f"throughput: candidates decided per hour under a batch API ({args.batch_minutes:g} min per batch, "
+        f"scaled to {args.latency_s:g} s), adaptive policy, {args.candidates} candidates ({' '.join(kinds)})"
+    )
+    print(
+        f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    rows = [
+        measure(k, kinds, seed=args.seed, latency_s=args.latency_s, batch_minutes=args.batch_minutes)
+        for k in args.waves
+    ]
     print()
     for line in table(rows):
         print(line)

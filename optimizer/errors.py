@@ -47,4 +47,6 @@ def first_error(exc: ValidationError) -> FirstError:
     """The first of ``exc``'s problems (pydantic lists at least one)."""
     errors = exc.errors()
     first = errors[0]
-    return FirstError(loc=".".join(str(part) for part in first["loc"]), msg=str(first["msg"]), more=len(errors) - 1)
+    return FirstError(
+        loc=".".join(str(part) for part in first["loc"]), msg=str(first["msg"]), more=len(errors) - 1
+    )

@@ -51,11 +51,17 @@ class ProgressSnapshot:
     def plus(self, other: ProgressSnapshot) -> ProgressSnapshot:
         """Both snapshots' counts and seconds summed (this one's label)."""
         return replace(
-            self, done=self.done + other.done, total=self.total + other.total,
-            infra_errors=self.infra_errors + other.infra_errors, parse_errors=self.parse_errors + other.parse_errors,
-            calls_made=self.calls_made + other.calls_made, cache_hits=self.cache_hits + other.cache_hits,
-            input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens,
-            cost_usd=self.cost_usd + other.cost_usd, elapsed_s=self.elapsed_s + other.elapsed_s,
+            self,
+            done=self.done + other.done,
+            total=self.total + other.total,
+            infra_errors=self.infra_errors + other.infra_errors,
+            parse_errors=self.parse_errors + other.parse_errors,
+            calls_made=self.calls_made + other.calls_made,
+            cache_hits=self.cache_hits + other.cache_hits,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+            elapsed_s=self.elapsed_s + other.elapsed_s,
         )
 
     @classmethod
@@ -152,11 +158,17 @@ class CandidateDecided:
         """The line the CLI prints (unchanged from before the events were typed)."""
         head = f"  experiment {self.experiment_id}: "
         if self.status == "waiting":
-            return (f"{head}evaluated; the {self.policy} policy {self.reason} "
-                    f"(review it: `git show {self.commit_sha[:12]}`, `judgeloop tui`)")
+            return (
+                f"{head}evaluated; the {self.policy} policy {self.reason} "
+                f"(review it: `git show {self.commit_sha[:12]}`, `judgeloop tui`)"
+            )
         if self.judged is None:
             return head + self.reason
-        outcome = ("KEPT (cheaper, not worse)" if self.cheaper else "KEPT") if self.status == "kept" else "rolled back"
+        outcome = (
+            ("KEPT (cheaper, not worse)" if self.cheaper else "KEPT")
+            if self.status == "kept"
+            else "rolled back"
+        )
         j = self.judged
         return f"{head}{outcome} — {self.reason} (calls={j.calls}, cached={j.cached}, ${j.cost_usd:.4f})"
 
@@ -177,8 +189,10 @@ class RunStopped:
     def line(self) -> str:
         """The line the CLI prints (unchanged from before the events were typed)."""
         if self.waiting_for is not None:
-            return (f"run {self.run_id} waiting: experiment {self.waiting_for} waits for your decision: "
-                    f"`judgeloop decide {self.waiting_for} keep|discard`; spent ${self.spent_usd:.4f}")
+            return (
+                f"run {self.run_id} waiting: experiment {self.waiting_for} waits for your decision: "
+                f"`judgeloop decide {self.waiting_for} keep|discard`; spent ${self.spent_usd:.4f}"
+            )
         return f"run {self.run_id} {self.status}: {self.stop.message}"
 
 

@@ -95,7 +95,9 @@ class Label(_Lenient):
     label: Literal["positive", "negative"]
     original_id: str
     paired_id: str | None = None
-    negative_source: Literal["parent_instruction_child_trajectory", "child_instruction_parent_trajectory"] | None = None
+    negative_source: (
+        Literal["parent_instruction_child_trajectory", "child_instruction_parent_trajectory"] | None
+    ) = None
     mistake_type: MistakeType | None = None
     trajectory_scenario: str | None = None
     trajectory_type: str | None = None

@@ -86,38 +86,59 @@ class Plan:
         if self.candidates is None:
             out.append(f"${self.budget_usd:.2f} buys: no limit (this judge costs nothing)")
         else:
-            out.append(f"${self.budget_usd:.2f} buys: {self.candidates} candidate(s), {self.calls} judge calls"
-                       + (f", in {self.waves} wave(s) of {self.wave}" if self.wave > 1 else ""))
+            out.append(
+                f"${self.budget_usd:.2f} buys: {self.candidates} candidate(s), {self.calls} judge calls"
+                + (f", in {self.waves} wave(s) of {self.wave}" if self.wave > 1 else "")
+            )
         if self.hours is not None:
             if self.candidates_in_hours is None:
                 out.append(f"{self.hours:g} h: no measured call latency yet (run once to measure it)")
             else:
-                out.append(f"{self.hours:g} h buys: {self.candidates_in_hours} candidate(s) "
-                           f"at {self.seconds_per_candidate:.0f} s each (measured)")
+                out.append(
+                    f"{self.hours:g} h buys: {self.candidates_in_hours} candidate(s) "
+                    f"at {self.seconds_per_candidate:.0f} s each (measured)"
+                )
         return out + [f"note: {n}" for n in self.notes]
 
 
-def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, replicates: int,
-              budget_usd: float, hours: float | None = None, wave: int = 1) -> Plan:
+def make_plan(
+    ws: Workspace,
+    split: Split,
+    judge: JudgeSection,
+    *,
+    policy: str,
+    replicates: int,
+    budget_usd: float,
+    hours: float | None = None,
+    wave: int = 1,
+) -> Plan:
     """The plan for a run of ``split`` judged by ``judge`` (``wave``: candidates per round, `run --wave`);
     raises `UserError` for an unknown price."""
     cfg = ws.config
     prompts = PromptSet.from_dir(ws.prompts_dir)
     price = price_for(judge.model, cfg.prices)
     if price is None:
-        raise UserError(f"no price is known for model {judge.model!r}; add [prices.\"{judge.model}\"] "
-                        "to judgeloop.toml (US dollars per million tokens)")
+        raise UserError(
+            f'no price is known for model {judge.model!r}; add [prices."{judge.model}"] '
+            "to judgeloop.toml (US dollars per million tokens)"
+        )
     sampling = prompts.settings.sampling()
     settings = prompts.settings
-    share, share_note = (_success_share(ws, judge, split) if settings.review == "success" else (0.0, None))
+    share, share_note = _success_share(ws, judge, split) if settings.review == "success" else (0.0, None)
     cold = warm = per_item = 0.0
     images = ws.experiments_dir / IMAGE_CACHE_DIRNAME
     for tid in split.ids:
         # The evaluation's on-disk JPEG cache: a run's plan encodes what its baseline would anyway.
         # Every call of one verdict (`verdict_calls`): a panel's members, the criteria derivation (once
         # per item) and check, a review on the success share; each weighted per verdict.
-        verdict = verdict_calls(split.trajectory(tid), split, prompts, success_share=share, replicates=replicates,
-                                render=RenderOptions(image_cache_dir=images))
+        verdict = verdict_calls(
+            split.trajectory(tid),
+            split,
+            prompts,
+            success_share=share,
+            replicates=replicates,
+            render=RenderOptions(image_cache_dir=images),
+        )
         for request, weight in verdict:
             prefix, rest = request_token_split(request)
             tail = rest * price.input + sampling.max_tokens * price.output
@@ -132,8 +153,10 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
     if settings.panel is not None:
         notes.append(f"[panel]: {settings.panel.size} member calls per replicate")
     if settings.structure == "criteria":
-        notes.append('structure = "criteria": 1 derivation per item (from the instruction alone) + 1 check per '
-                     "replicate; the check is priced with a typical 5-criterion list")
+        notes.append(
+            'structure = "criteria": 1 derivation per item (from the instruction alone) + 1 check per '
+            "replicate; the check is priced with a typical 5-criterion list"
+        )
     if share_note is not None:
         notes.append(share_note)
     rule = policy_for(policy)
@@ -150,9 +173,11 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         durations = [e["duration"] for e in past if e["duration"]]
         seconds = sum(durations) / len(durations) if durations else None
     if source == "estimate" and rule.screens_futility(cfg.loop):
-        notes.append("futility screening is on ([loop] futility): a candidate it stops early costs less (a no-op "
-                     "about 0.84 of a pass in benchmarks/decision_power.py); the figures above are for a candidate "
-                     "judged in full")
+        notes.append(
+            "futility screening is on ([loop] futility): a candidate it stops early costs less (a no-op "
+            "about 0.84 of a pass in benchmarks/decision_power.py); the figures above are for a candidate "
+            "judged in full"
+        )
     waves: int | None = None
     if per_candidate <= 0:
         candidates = total_calls = None
@@ -162,23 +187,43 @@ def make_plan(ws: Workspace, split: Split, judge: JudgeSection, *, policy: str, 
         waves = candidates // wave
         if wave > 1:
             if candidates % wave:
-                notes.append(f"a wave is {wave} candidates: the {candidates % wave} candidate(s) the budget "
-                             "buys beyond whole waves are not counted")
+                notes.append(
+                    f"a wave is {wave} candidates: the {candidates % wave} candidate(s) the budget "
+                    "buys beyond whole waves are not counted"
+                )
             candidates = waves * wave
-            notes.append("waves judge their candidates together; through --batch (one batch per wave pass) an "
-                         f"hour decides about {wave}x the candidates of --wave 1 (benchmarks/throughput.py), and "
-                         "the time figure above is for candidates one after another")
+            notes.append(
+                "waves judge their candidates together; through --batch (one batch per wave pass) an "
+                f"hour decides about {wave}x the candidates of --wave 1 (benchmarks/throughput.py), and "
+                "the time figure above is for candidates one after another"
+            )
         total_calls = math.floor(candidates * calls + (n * per_item if budget_usd >= cold else 0))
         if budget_usd < cold:
             notes.append(f"the budget does not cover the baseline's cold first pass (${cold:.4f})")
     in_hours = None if hours is None or seconds is None else math.floor(hours * 3600 / seconds)
     return Plan(
-        budget_usd=budget_usd, source=source, judge=f"{judge.provider}:{judge.model}", policy=policy,
-        layout=prompts.settings.layout, replicates=replicates, items=n, baseline_usd=cold,
-        first_pass_cold_usd=cold, first_pass_warm_usd=warm, rejudge_share=rejudge,
-        cost_per_candidate_usd=per_candidate, calls_per_candidate=calls, candidates=candidates,
-        calls=total_calls, hours=hours, seconds_per_candidate=seconds, candidates_in_hours=in_hours,
-        measured_candidates=measured, wave=wave, waves=waves, notes=notes,
+        budget_usd=budget_usd,
+        source=source,
+        judge=f"{judge.provider}:{judge.model}",
+        policy=policy,
+        layout=prompts.settings.layout,
+        replicates=replicates,
+        items=n,
+        baseline_usd=cold,
+        first_pass_cold_usd=cold,
+        first_pass_warm_usd=warm,
+        rejudge_share=rejudge,
+        cost_per_candidate_usd=per_candidate,
+        calls_per_candidate=calls,
+        candidates=candidates,
+        calls=total_calls,
+        hours=hours,
+        seconds_per_candidate=seconds,
+        candidates_in_hours=in_hours,
+        measured_candidates=measured,
+        wave=wave,
+        waves=waves,
+        notes=notes,
     )
 
 
@@ -197,14 +242,18 @@ def _success_share(ws: Workspace, judge: JudgeSection, split: Split) -> tuple[fl
                             successes += bool(rep.success or rep.review is not None)
     if ok:
         share = successes / ok
-        return share, (f'review = "success": a review call on {share:.0%} of verdicts (the share of first '
-                       f"judgements that were successes in the ledger, {ok} verdicts)")
+        return share, (
+            f'review = "success": a review call on {share:.0%} of verdicts (the share of first '
+            f"judgements that were successes in the ledger, {ok} verdicts)"
+        )
     from optimizer.devset.labels import load_labels
 
     labels = load_labels(split)
     share = sum(1 for t in split.ids if labels[t].is_positive) / max(1, len(split.ids))
-    return share, (f'review = "success": a review call on {share:.0%} of verdicts (assumed: the split\'s positive '
-                   "share; no verdicts of this judge in the ledger yet)")
+    return share, (
+        f'review = "success": a review call on {share:.0%} of verdicts (assumed: the split\'s positive '
+        "share; no verdicts of this judge in the ledger yet)"
+    )
 
 
 def _past_candidates(ws: Workspace, judge: JudgeSection) -> list[dict[str, float]]:
@@ -213,8 +262,16 @@ def _past_candidates(ws: Workspace, judge: JudgeSection) -> list[dict[str, float
     if not ws.ledger_path.exists():
         return []
     with Ledger.open_readonly(ws.ledger_path) as ledger:
-        return [{"cost": e.judge_cost_usd, "calls": e.calls, "rejudge": e.rejudge_calls, "duration": e.duration_s or 0.0}
-                for e in _experiments_judged_by(ledger, judge) if e.seq >= 1 and e.calls > 0 and e.decision is not None]
+        return [
+            {
+                "cost": e.judge_cost_usd,
+                "calls": e.calls,
+                "rejudge": e.rejudge_calls,
+                "duration": e.duration_s or 0.0,
+            }
+            for e in _experiments_judged_by(ledger, judge)
+            if e.seq >= 1 and e.calls > 0 and e.decision is not None
+        ]
 
 
 def _experiments_judged_by(ledger: Ledger, judge: JudgeSection) -> Iterator[Experiment]:
@@ -225,8 +282,14 @@ def _experiments_judged_by(ledger: Ledger, judge: JudgeSection) -> Iterator[Expe
             yield from ledger.experiments(run.id)
 
 
-def budget_warning(ws: Workspace, judge: JudgeSection, split_name: str | None, policy: str | None,
-                   replicates: int | None, budget_usd: float) -> str | None:
+def budget_warning(
+    ws: Workspace,
+    judge: JudgeSection,
+    split_name: str | None,
+    policy: str | None,
+    replicates: int | None,
+    budget_usd: float,
+) -> str | None:
     """One line when ``budget_usd`` cannot cover the baseline and one candidate of a run with these
     settings (``None``: the configured ones); None when it can, or when no plan can be made (the run's
     own checks then say what is wrong)."""
@@ -234,12 +297,19 @@ def budget_warning(ws: Workspace, judge: JudgeSection, split_name: str | None, p
 
     try:
         split = open_split(ws, split_name or ws.config.workspace.dev_split)
-        plan = make_plan(ws, split, judge, policy=policy or ws.config.loop.policy,
-                         replicates=replicates or PromptSet.from_dir(ws.prompts_dir).settings.replicates,
-                         budget_usd=budget_usd)
+        plan = make_plan(
+            ws,
+            split,
+            judge,
+            policy=policy or ws.config.loop.policy,
+            replicates=replicates or PromptSet.from_dir(ws.prompts_dir).settings.replicates,
+            budget_usd=budget_usd,
+        )
     except UserError:
         return None
     if plan.candidates is None or plan.candidates >= 1:
         return None
-    return (f"the budget of ${budget_usd:.2f} cannot cover one candidate (baseline ${plan.baseline_usd:.4f} "
-            f"+ ${plan.cost_per_candidate_usd:.4f} per candidate, from the {plan.source}); see `judgeloop plan`")
+    return (
+        f"the budget of ${budget_usd:.2f} cannot cover one candidate (baseline ${plan.baseline_usd:.4f} "
+        f"+ ${plan.cost_per_candidate_usd:.4f} per candidate, from the {plan.source}); see `judgeloop plan`"
+    )

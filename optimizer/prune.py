@@ -84,9 +84,15 @@ def prune_runs(ws: Workspace, plan: PrunePlan) -> list[str]:
         current = gitops.current_branch(ws.root)
         for item in plan.remove:
             done: list[str] = []
-            if item.branch is not None and item.branch != current and gitops.branch_exists(ws.root, item.branch):
+            if (
+                item.branch is not None
+                and item.branch != current
+                and gitops.branch_exists(ws.root, item.branch)
+            ):
                 sha = gitops.archive_branch(ws.root, item.branch, f"{gitops.PRUNED_PREFIX}{item.run_id}")
-                done.append(f"branch {item.branch} (tip {sha[:12]} kept under {gitops.PRUNED_PREFIX}{item.run_id})")
+                done.append(
+                    f"branch {item.branch} (tip {sha[:12]} kept under {gitops.PRUNED_PREFIX}{item.run_id})"
+                )
             if item.folder is not None and item.folder.is_dir() and not item.folder.is_symlink():
                 shutil.rmtree(item.folder)
                 done.append(f"folder {item.folder.relative_to(ws.root)}")

@@ -74,7 +74,9 @@ class RunSettings:
     loop_note: str | None = None
 
     @classmethod
-    def from_run(cls, run: Run, current: Config | None = None, asked: RunOverrides | None = None) -> RunSettings:
+    def from_run(
+        cls, run: Run, current: Config | None = None, asked: RunOverrides | None = None
+    ) -> RunSettings:
         """The settings ``run`` decides with: its snapshot, plus what ``asked`` may change.
 
         The rules (the only place they are stated):
@@ -111,9 +113,13 @@ class RunSettings:
             judge = _recorded(run, snapshot, "judge", JudgeSection, current.judge)
             for flag, wanted in (("provider", asked.judge.provider), ("model", asked.judge.model)):
                 if wanted is not None and wanted != getattr(judge, flag):
-                    raise UserError(f"run {run.id} was judged by {flag} {getattr(judge, flag)!r}; --{flag} "
-                                    f"{wanted!r} would be another judge — drop it, or start a new run")
-            judge = JudgeOverrides(base_url=asked.judge.base_url, concurrency=asked.judge.concurrency).apply(judge)
+                    raise UserError(
+                        f"run {run.id} was judged by {flag} {getattr(judge, flag)!r}; --{flag} "
+                        f"{wanted!r} would be another judge — drop it, or start a new run"
+                    )
+            judge = JudgeOverrides(base_url=asked.judge.base_url, concurrency=asked.judge.concurrency).apply(
+                judge
+            )
         else:  # a run recorded without its judge (none since the first release): the command's
             judge = asked.judge.apply(current.judge)
         loop = _recorded(run, snapshot, "loop", LoopSection, current.loop)
@@ -122,34 +128,55 @@ class RunSettings:
         if isinstance(budgets_wave := (run.budgets or {}).get("wave"), int):  # `run --wave K` at its start
             loop = loop.model_copy(update={"wave": budgets_wave})
         if asked.wave is not None and asked.wave != loop.wave:
-            raise UserError(f"run {run.id} proposes {loop.wave} candidate(s) per wave; --wave {asked.wave} would "
-                            "change how its candidates are decided mid-run — drop it, or start a new run")
+            raise UserError(
+                f"run {run.id} proposes {loop.wave} candidate(s) per wave; --wave {asked.wave} would "
+                "change how its candidates are decided mid-run — drop it, or start a new run"
+            )
         if asked.policy is not None and asked.policy != loop.policy:
-            raise UserError(f"run {run.id} decides with policy {loop.policy!r}; --policy {asked.policy!r} would "
-                            "change its decision rule mid-run — drop it, or start a new run")
+            raise UserError(
+                f"run {run.id} decides with policy {loop.policy!r}; --policy {asked.policy!r} would "
+                "change its decision rule mid-run — drop it, or start a new run"
+            )
         budgets = run.budgets or {}
         replicates = int(budgets.get("replicates") or 1)
         if asked.replicates is not None and asked.replicates != replicates:
-            raise UserError(f"run {run.id} judges each item {replicates} time(s); --replicates {asked.replicates} "
-                            "would compare candidates judged differently — drop it, or start a new run")
+            raise UserError(
+                f"run {run.id} judges each item {replicates} time(s); --replicates {asked.replicates} "
+                "would compare candidates judged differently — drop it, or start a new run"
+            )
         optimizer = snapshot.get("optimizer")
-        seed = optimizer.get("seed", current.optimizer.seed) if isinstance(optimizer, Mapping) else current.optimizer.seed
+        seed = (
+            optimizer.get("seed", current.optimizer.seed)
+            if isinstance(optimizer, Mapping)
+            else current.optimizer.seed
+        )
         return cls(
-            judge=judge, loop=loop, replicates=replicates, batch=asked.batch or bool(budgets.get("batch")),
-            seed=int(seed), limits=_limits(budgets, asked, current), loop_note=_loop_note(run, snapshot, current),
+            judge=judge,
+            loop=loop,
+            replicates=replicates,
+            batch=asked.batch or bool(budgets.get("batch")),
+            seed=int(seed),
+            limits=_limits(budgets, asked, current),
+            loop_note=_loop_note(run, snapshot, current),
         )
 
 
-def _recorded(run: Run, snapshot: Mapping[str, Any], name: str, section: type[_Section], current: _Section) -> _Section:
+def _recorded(
+    run: Run, snapshot: Mapping[str, Any], name: str, section: type[_Section], current: _Section
+) -> _Section:
     """Section ``name`` of the snapshot, its missing keys from ``current``, keys no longer known dropped."""
     stored = snapshot.get(name)
-    known = {k: v for k, v in stored.items() if k in section.model_fields} if isinstance(stored, Mapping) else {}
+    known = (
+        {k: v for k, v in stored.items() if k in section.model_fields} if isinstance(stored, Mapping) else {}
+    )
     try:
         return section.model_validate({**current.model_dump(), **known})
     except ValidationError as exc:
         first = first_error(exc)
-        raise UserError(f"run {run.id}'s recorded [{name}] {first.loc} is not valid any "
-                        f"more ({first.msg}); start a new run") from None
+        raise UserError(
+            f"run {run.id}'s recorded [{name}] {first.loc} is not valid any "
+            f"more ({first.msg}); start a new run"
+        ) from None
 
 
 def _limits(budgets: Mapping[str, Any], asked: RunOverrides, current: Config) -> Limits:
@@ -172,12 +199,17 @@ def _loop_note(run: Run, snapshot: Mapping[str, Any], current: Config) -> str | 
     if not isinstance(stored, Mapping):
         return None
     now = current.loop.model_dump(mode="json")
-    changed = [f"{key} {_shown(stored[key])} → {_shown(value)}" for key, value in now.items()
-               if key in stored and stored[key] != value]
+    changed = [
+        f"{key} {_shown(stored[key])} → {_shown(value)}"
+        for key, value in now.items()
+        if key in stored and stored[key] != value
+    ]
     if not changed:
         return None
-    return (f"judgeloop.toml [loop] changed since run {run.id} started ({', '.join(changed)}); ignored: the run "
-            "keeps the settings it started with (start a new run to use the new ones)")
+    return (
+        f"judgeloop.toml [loop] changed since run {run.id} started ({', '.join(changed)}); ignored: the run "
+        "keeps the settings it started with (start a new run to use the new ones)"
+    )
 
 
 def _shown(value: Any) -> str:

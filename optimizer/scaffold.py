@@ -38,8 +38,10 @@ def bundled_dir() -> Path:
 
 
 # What `init` without --sample writes for [workspace] dev_split: no split named until one is imported.
-NO_SPLIT_LINE = ('# dev_split = "dev"        # the only split the optimiser ever sees: import it first with\n'
-                 '                            #   `judgeloop devset import SRC --name dev --all`, then uncomment')
+NO_SPLIT_LINE = (
+    '# dev_split = "dev"        # the only split the optimiser ever sees: import it first with\n'
+    "                            #   `judgeloop devset import SRC --name dev --all`, then uncomment"
+)
 
 
 def config_without_sample() -> str:
@@ -56,7 +58,9 @@ def init_workspace(target: Path, *, sample: bool = False) -> Workspace:
         raise UserError(f"{target} exists and is not empty; choose a new folder for the workspace")
     bundle = bundled_dir()
     target.mkdir(parents=True, exist_ok=True)
-    (target / CONFIG_NAME).write_text(DEFAULT_CONFIG_TOML if sample else config_without_sample(), encoding="utf-8")
+    (target / CONFIG_NAME).write_text(
+        DEFAULT_CONFIG_TOML if sample else config_without_sample(), encoding="utf-8"
+    )
     shutil.copytree(bundle / "prompts", target / "prompts")
     (target / "devset").mkdir()
     (target / "devset" / ".gitkeep").write_text("", encoding="utf-8")
@@ -82,5 +86,9 @@ def init_workspace(target: Path, *, sample: bool = False) -> Workspace:
         import_split(ws, bundle / "devset" / "sample", "sample", all_items=True)
         with repo_at(ws.root) as repo:
             repo.git.add("devset")
-            repo.index.commit("judgeloop: import the bundled sample split", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
+            repo.index.commit(
+                "judgeloop: import the bundled sample split",
+                author=JUDGELOOP_ACTOR,
+                committer=JUDGELOOP_ACTOR,
+            )
     return ws

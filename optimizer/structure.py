@@ -59,7 +59,11 @@ class MovableKey:
         if value is None:
             return None
         if self.kind == "choice":
-            return None if isinstance(value, str) and value in self.choices else f"must be {self.allowed(max_members)}"
+            return (
+                None
+                if isinstance(value, str) and value in self.choices
+                else f"must be {self.allowed(max_members)}"
+            )
         if self.kind == "bool":
             return None if isinstance(value, bool) else "must be true or false"
         if self.kind == "int":
@@ -85,25 +89,44 @@ def member_count(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value if value >= 1 else None
-    if isinstance(value, list) and value and all(isinstance(v, str) and _MEMBER_NAME_RE.match(v) for v in value):
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, str) and _MEMBER_NAME_RE.match(v) for v in value)
+    ):
         return len(value) if len(set(value)) == len(value) else None
     return None
 
 
 # The movable keys, one entry each (a new judge.toml key becomes movable by adding it here).
 _KEYS: tuple[MovableKey, ...] = (
-    MovableKey("screenshots", "choice", ("all", "every_k", "spaced", "none"), help="which steps carry a screenshot"),
+    MovableKey(
+        "screenshots", "choice", ("all", "every_k", "spaced", "none"), help="which steps carry a screenshot"
+    ),
     MovableKey("every_k", "int", low=1, high=20, help='screenshots = "every_k": every k-th step'),
     MovableKey("max_images", "int", low=2, high=100, help="at most this many screenshots per request"),
     MovableKey("tiling", "bool", help="four screenshots per 2x2 image"),
     MovableKey("image_width", "int", low=128, high=1024, help="screenshot width in pixels"),
     MovableKey("image_height", "int", low=96, high=1024, help="screenshot height in pixels"),
-    MovableKey("panel.members", "members", help="a panel: a member count or member names (prompts/members/<name>.md)"),
+    MovableKey(
+        "panel.members", "members", help="a panel: a member count or member names (prompts/members/<name>.md)"
+    ),
     MovableKey("panel.vote", "vote", help="how the panel's verdicts combine"),
-    MovableKey("structure", "choice", ("single", "criteria"),
-               help="criteria: derive the instruction's requirements, then check each against the trajectory"),
-    MovableKey("review", "choice", ("off", "success"), help="success: re-examine every success verdict, cite steps"),
-    MovableKey("memory", "choice", ("off", "retrieve"), help="retrieve: send principles and similar cases (cross-fitted)"),
+    MovableKey(
+        "structure",
+        "choice",
+        ("single", "criteria"),
+        help="criteria: derive the instruction's requirements, then check each against the trajectory",
+    ),
+    MovableKey(
+        "review", "choice", ("off", "success"), help="success: re-examine every success verdict, cite steps"
+    ),
+    MovableKey(
+        "memory",
+        "choice",
+        ("off", "retrieve"),
+        help="retrieve: send principles and similar cases (cross-fitted)",
+    ),
     MovableKey("memory_k", "int", low=1, high=16, help='memory = "retrieve": cases per request'),
 )
 MOVABLE_KEYS: dict[str, MovableKey] = {key.name: key for key in _KEYS}
@@ -150,8 +173,10 @@ def check_structure(
     named in ``moves`` (``[optimizer] structure_moves``) and take an allowed value; at least one key
     must change (a judge.toml edit is a move, never free text)."""
     if not moves:
-        return (f"the candidate edits {path}, but [optimizer] structure_moves is empty (structure moves are off); "
-                "list the keys the optimiser may move to allow it")
+        return (
+            f"the candidate edits {path}, but [optimizer] structure_moves is empty (structure moves are off); "
+            "list the keys the optimiser may move to allow it"
+        )
     changes = structure_changes(old_text, new_text)
     if isinstance(changes, str):
         return f"{path} is {changes}"
@@ -173,8 +198,10 @@ def check_moves(names: Iterable[str]) -> list[str]:
     out: list[str] = []
     for name in names:
         if name not in MOVABLE_KEYS:
-            raise ValueError(f"structure_moves: {name!r} is not a movable judge.toml key; use some of "
-                             + ", ".join(MOVABLE_KEYS))
+            raise ValueError(
+                f"structure_moves: {name!r} is not a movable judge.toml key; use some of "
+                + ", ".join(MOVABLE_KEYS)
+            )
         if name not in out:
             out.append(name)
     return out

@@ -91,5 +91,7 @@ class StageKind(StrEnum):
     EVALUATING = "evaluating"  # evaluating a candidate (payload: started_at)
     REJUDGING = "rejudging"  # adaptive: re-judging the disagreeing items (payload: items)
     BATCH = "batch"  # a batch pass changed state (payload: text, the batch's state line)
-    RESUMING = "resuming"  # a resumed run counted what the crash left unrecorded (payload: paid_before_crash_usd)
+    RESUMING = (
+        "resuming"  # a resumed run counted what the crash left unrecorded (payload: paid_before_crash_usd)
+    )
     ENDPOINT_DRAINED = "endpoint_drained"  # a [judge] base_urls endpoint failed; its items went to the others (payload: text)

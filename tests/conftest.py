@@ -24,11 +24,13 @@ SNAPSHOT_PYTHON = (3, 11)
 def pytest_configure(config: pytest.Config) -> None:
     """Refuse `--snapshot-update` on another Python than SNAPSHOT_PYTHON (harlequin's guard)."""
     updating = config.getoption("update_snapshots", default=False) or config.getoption(
-        "update_new_snapshots_only", default=False)
+        "update_new_snapshots_only", default=False
+    )
     if updating and sys.version_info[:2] != SNAPSHOT_PYTHON:
         raise pytest.UsageError(
             f"the SVG baselines are made on Python {'.'.join(map(str, SNAPSHOT_PYTHON))}, this is "
-            f"{sys.version_info.major}.{sys.version_info.minor}: run --snapshot-update with that version's venv")
+            f"{sys.version_info.major}.{sys.version_info.minor}: run --snapshot-update with that version's venv"
+        )
 
 
 # Never let a developer's real keys or git identity leak into a test.

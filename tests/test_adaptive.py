@@ -106,8 +106,12 @@ def test_majority_answer_follows_the_replicate_majority_rule() -> None:
     def verdict(a: Answer) -> Verdict | None:
         if not a.usable:
             return None
-        return Verdict(success=bool(a.success), reasoning="r", confidence="high",
-                       mistake_type=None if a.success else cast(MistakeType, a.mistake_type or "Critical Mistake"))
+        return Verdict(
+            success=bool(a.success),
+            reasoning="r",
+            confidence="high",
+            mistake_type=None if a.success else cast(MistakeType, a.mistake_type or "Critical Mistake"),
+        )
 
     typed = Answer(success=False, mistake_type="Bad Side Effect")
     for combo in itertools.product((YES, NO, BAD, typed), repeat=4):
@@ -199,8 +203,9 @@ def test_a_stored_decision_replays_to_the_same_p_value() -> None:
 # --- the early-stopping bound ---------------------------------------------------------------------
 
 
-def _completions(labels: dict[str, Label], inc_first: dict[str, list[Answer]], so_far: dict[str, list[Answer]],
-                 r: int) -> Iterator[tuple[dict[str, list[Answer]], dict[str, list[Answer]], list[str]]]:
+def _completions(
+    labels: dict[str, Label], inc_first: dict[str, list[Answer]], so_far: dict[str, list[Answer]], r: int
+) -> Iterator[tuple[dict[str, list[Answer]], dict[str, list[Answer]], list[str]]]:
     """Every way the unjudged first-pass items and the re-judging could come out (k = 1), lazily and the
     ones best for the candidate first (its judgements right, the incumbent's wrong), so that a search for
     a keep usually ends at the first completion; the set of completions is the same in any order."""
@@ -231,12 +236,15 @@ def test_the_adaptive_stopping_bound_never_stops_a_candidate_some_completion_wou
         n = rng.randint(3, 5 if r == 1 else 4)
         n_pos = rng.randint(1, n - 1)
         labels = {f"i{j}": (pos if j < n_pos else neg)(f"i{j}") for j in range(n)}
-        inc_first = {t: [rng.choice((right(lab), wrong(lab), BAD if rng.random() < 0.1 else right(lab)))]
-                     for t, lab in labels.items()}
+        inc_first = {
+            t: [rng.choice((right(lab), wrong(lab), BAD if rng.random() < 0.1 else right(lab)))]
+            for t, lab in labels.items()
+        }
         judged = rng.sample(sorted(labels), rng.randint(0, n))
         so_far = {t: [rng.choice((right(labels[t]), wrong(labels[t])))] for t in judged}
-        loop = LoopSection(alpha=rng.choice((0.1, 0.3, 0.6)), rejudge=r,
-                           fpr_tolerance=rng.choice((0.0, 0.0, 0.25)))
+        loop = LoopSection(
+            alpha=rng.choice((0.1, 0.3, 0.6)), rejudge=r, fpr_tolerance=rng.choice((0.0, 0.0, 0.25))
+        )
         stop = adaptive_stopped_decision(labels, so_far, inc_first, loop)
         if stop is None and keeps_seen > 20:
             continue  # the bound may be loose: a search here would only count keeps, and enough were seen

@@ -32,25 +32,39 @@ def _conversation(dev: DevFixture) -> list[Any]:
     """list disagreements → read trajectory → view screenshot → edit_file → submit."""
     tid = dev.items[2].trajectory_id  # a negative (pair 0, recording A with B's instruction)
     return [
-        reply("Let me look at the missed failures.",
-              tool_calls=[ToolCall("list_disagreements", {"direction": "missed_failure"}, id="t1")],
-              usage=Usage(1000, 50)),
-        reply(tool_calls=[ToolCall("read_trajectory", {"trajectory_id": tid, "start": 0, "end": 3}, id="t2")],
-              usage=Usage(1200, 40)),
-        reply(tool_calls=[ToolCall("view_screenshot", {"trajectory_id": tid, "step": 2}, id="t3")],
-              usage=Usage(1500, 30)),
-        reply("The judge accepts near-miss executions.",
-              tool_calls=[ToolCall("edit_file", {"path": "prompts/rubric.md", "old": OLD, "new": NEW}, id="t4")],
-              usage=Usage(1600, 80)),
-        reply(tool_calls=[ToolCall("submit", {"rationale": "Fail neighbouring-request executions explicitly."},
-                                   id="t5")],
-              usage=Usage(1700, 20)),
+        reply(
+            "Let me look at the missed failures.",
+            tool_calls=[ToolCall("list_disagreements", {"direction": "missed_failure"}, id="t1")],
+            usage=Usage(1000, 50),
+        ),
+        reply(
+            tool_calls=[ToolCall("read_trajectory", {"trajectory_id": tid, "start": 0, "end": 3}, id="t2")],
+            usage=Usage(1200, 40),
+        ),
+        reply(
+            tool_calls=[ToolCall("view_screenshot", {"trajectory_id": tid, "step": 2}, id="t3")],
+            usage=Usage(1500, 30),
+        ),
+        reply(
+            "The judge accepts near-miss executions.",
+            tool_calls=[
+                ToolCall("edit_file", {"path": "prompts/rubric.md", "old": OLD, "new": NEW}, id="t4")
+            ],
+            usage=Usage(1600, 80),
+        ),
+        reply(
+            tool_calls=[
+                ToolCall("submit", {"rationale": "Fail neighbouring-request executions explicitly."}, id="t5")
+            ],
+            usage=Usage(1700, 20),
+        ),
     ]
 
 
 def _anthropic_cfg(server: FakeLLMServer, **kw: Any) -> OptimizerSection:
-    return OptimizerSection(strategy="agent", provider="anthropic", model="opt-model",
-                            base_url=server.anthropic_base_url, **kw)
+    return OptimizerSection(
+        strategy="agent", provider="anthropic", model="opt-model", base_url=server.anthropic_base_url, **kw
+    )
 
 
 def _tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -59,7 +73,9 @@ def _tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in last["content"] if b.get("type") == "tool_result"]
 
 
-def test_agent_full_tool_conversation_through_anthropic_sdk(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_agent_full_tool_conversation_through_anthropic_sdk(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     tid = dev.items[2].trajectory_id
     ctx = make_context(dev, disagreements_for(dev.items, missed=2, rejected=1))
@@ -80,9 +96,17 @@ def test_agent_full_tool_conversation_through_anthropic_sdk(dev: DevFixture, mon
 
     assert len(requests) == 5
     first = requests[0].body
-    assert {t["name"] for t in first["tools"]} >= {"list_disagreements", "read_trajectory", "view_screenshot",
-                                                   "read_history", "read_guidance", "read_file", "edit_file",
-                                                   "write_file", "submit"}
+    assert {t["name"] for t in first["tools"]} >= {
+        "list_disagreements",
+        "read_trajectory",
+        "view_screenshot",
+        "read_history",
+        "read_guidance",
+        "read_file",
+        "edit_file",
+        "write_file",
+        "submit",
+    }
     assert "Allowed files: prompts/judge.md, prompts/rubric.md" in first["messages"][0]["content"][0]["text"]
 
     # 1: list_disagreements result went back as a tool_result for t1, after the assistant's tool_use.
@@ -113,11 +137,15 @@ def test_agent_full_tool_conversation_through_anthropic_sdk(dev: DevFixture, mon
 
     # 4: edit_file confirmed; the conversation history is complete (3 user/assistant pairs before).
     (result,) = _tool_results(requests[4].body)
-    assert result["tool_use_id"] == "t4" and result["content"][0]["text"].startswith("edited prompts/rubric.md")
+    assert result["tool_use_id"] == "t4" and result["content"][0]["text"].startswith(
+        "edited prompts/rubric.md"
+    )
     assert [m["role"] for m in requests[4].body["messages"]] == ["user"] + ["assistant", "user"] * 4
 
 
-def test_agent_full_tool_conversation_through_openai_sdk(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_agent_full_tool_conversation_through_openai_sdk(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     ctx = make_context(dev, disagreements_for(dev.items, missed=2, rejected=1))
     with FakeLLMServer() as server:
@@ -136,22 +164,39 @@ def test_agent_full_tool_conversation_through_openai_sdk(dev: DevFixture, monkey
     assert json.loads(msgs[-1]["content"])["summary"]["matching"] == 2
     # A screenshot: the tool message says so, then a user message carries the image as a data URL.
     msgs = requests[3].body["messages"]
-    assert msgs[-2]["role"] == "tool" and msgs[-2]["tool_call_id"] == "t3" and "follow in the next user message" in msgs[-2]["content"]
+    assert (
+        msgs[-2]["role"] == "tool"
+        and msgs[-2]["tool_call_id"] == "t3"
+        and "follow in the next user message" in msgs[-2]["content"]
+    )
     assert msgs[-1]["role"] == "user"
     url = msgs[-1]["content"][1]["image_url"]["url"]
     assert url.startswith("data:image/jpeg;base64,")
     assert Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).format == "JPEG"
 
 
-def test_agent_heldout_id_and_forbidden_file_are_tool_errors(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_agent_heldout_id_and_forbidden_file_are_tool_errors(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     foreign = dev.heldout[0].trajectory_id
     with FakeLLMServer() as server:
         server.script(
-            reply(tool_calls=[ToolCall("read_trajectory", {"trajectory_id": foreign}, id="h1"),
-                              ToolCall("write_file", {"path": "devset/dev/labels.jsonl", "text": "{}"}, id="h2")]),
-            reply(tool_calls=[ToolCall("edit_file", {"path": "prompts/judge.md", "old": "# Role",
-                                                     "new": "# Role of the judge"}, id="h3")]),
+            reply(
+                tool_calls=[
+                    ToolCall("read_trajectory", {"trajectory_id": foreign}, id="h1"),
+                    ToolCall("write_file", {"path": "devset/dev/labels.jsonl", "text": "{}"}, id="h2"),
+                ]
+            ),
+            reply(
+                tool_calls=[
+                    ToolCall(
+                        "edit_file",
+                        {"path": "prompts/judge.md", "old": "# Role", "new": "# Role of the judge"},
+                        id="h3",
+                    )
+                ]
+            ),
             reply(tool_calls=[ToolCall("submit", {"rationale": "Clearer role."}, id="h4")]),
         )
         proposal = asyncio.run(AgentStrategy(_anthropic_cfg(server), {}).propose(make_context(dev, [])))
@@ -166,7 +211,9 @@ def test_agent_heldout_id_and_forbidden_file_are_tool_errors(dev: DevFixture, mo
     assert set(proposal.files) == {"prompts/judge.md"}
 
 
-def test_agent_without_submit_within_max_turns_is_a_proposal_error(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_agent_without_submit_within_max_turns_is_a_proposal_error(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     with FakeLLMServer(default=lambda _r: reply(tool_calls=[ToolCall("read_guidance", {})])) as server:
         cfg = _anthropic_cfg(server, max_agent_turns=3)
@@ -176,21 +223,29 @@ def test_agent_without_submit_within_max_turns_is_a_proposal_error(dev: DevFixtu
     assert info.value.calls == 3
 
 
-def test_agent_prose_only_replies_are_nudged_then_fail(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_agent_prose_only_replies_are_nudged_then_fail(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     with FakeLLMServer(default=lambda _r: reply("I think the rubric is fine.")) as server:
-        cfg = OptimizerSection(provider="openai", model="m", base_url=server.openai_base_url, max_agent_turns=2)
+        cfg = OptimizerSection(
+            provider="openai", model="m", base_url=server.openai_base_url, max_agent_turns=2
+        )
         with pytest.raises(ProposalError, match="did not submit"):
             asyncio.run(AgentStrategy(cfg, {}).propose(make_context(dev, [])))
         second = server.inference_requests()[1].body["messages"]
     assert second[-1] == {"role": "user", "content": "Use the tools; call submit when your edit is ready."}
 
 
-def test_agent_submit_without_an_edit_is_refused_to_the_model(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_agent_submit_without_an_edit_is_refused_to_the_model(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     with FakeLLMServer() as server:
-        server.script(reply(tool_calls=[ToolCall("submit", {"rationale": "nothing"}, id="s1")]),
-                      reply(tool_calls=[ToolCall("submit", {"rationale": "still nothing"}, id="s2")]))
+        server.script(
+            reply(tool_calls=[ToolCall("submit", {"rationale": "nothing"}, id="s1")]),
+            reply(tool_calls=[ToolCall("submit", {"rationale": "still nothing"}, id="s2")]),
+        )
         cfg = _anthropic_cfg(server, max_agent_turns=2)
         with pytest.raises(ProposalError, match="did not submit"):
             asyncio.run(AgentStrategy(cfg, {}).propose(make_context(dev, [])))
@@ -205,7 +260,12 @@ def test_agent_outage_is_a_proposal_error_and_unknown_model_a_user_error(
     with FakeLLMServer() as server:
         server.script(reply(tool_calls=[ToolCall("read_history", {})], usage=Usage(100, 10)), error(500))
         with pytest.raises(ProposalError, match="HTTP 500") as info:
-            asyncio.run(AgentStrategy(_anthropic_cfg(server, max_retries=0), {}).propose(make_context(dev, [])))
+            asyncio.run(
+                AgentStrategy(_anthropic_cfg(server, max_retries=0), {}).propose(make_context(dev, []))
+            )
         assert info.value.calls == 1 and info.value.input_tokens == 100  # the spend before the outage is kept
-    with FakeLLMServer(models=["other-model"]) as server, pytest.raises(UserError, match="does not know model 'opt-model'"):
+    with (
+        FakeLLMServer(models=["other-model"]) as server,
+        pytest.raises(UserError, match="does not know model 'opt-model'"),
+    ):
         asyncio.run(AgentStrategy(_anthropic_cfg(server, max_retries=0), {}).propose(make_context(dev, [])))

@@ -30,18 +30,31 @@ def test_agent_proposes_a_wave_in_one_conversation(dev: DevFixture, monkeypatch:
     ctx = make_context(dev, disagreements_for(dev.items, missed=2, rejected=1))
     with FakeLLMServer() as server:
         server.script(
-            reply(tool_calls=[ToolCall("edit_file", {"path": "prompts/rubric.md", "old": OLD, "new": RULE_A}, id="a1")],
-                  usage=Usage(1000, 50)),
-            reply(tool_calls=[ToolCall("submit", {"rationale": "neighbouring requests fail"}, id="a2")],
-                  usage=Usage(1100, 20)),
+            reply(
+                tool_calls=[
+                    ToolCall("edit_file", {"path": "prompts/rubric.md", "old": OLD, "new": RULE_A}, id="a1")
+                ],
+                usage=Usage(1000, 50),
+            ),
+            reply(
+                tool_calls=[ToolCall("submit", {"rationale": "neighbouring requests fail"}, id="a2")],
+                usage=Usage(1100, 20),
+            ),
             # Candidate 2: the model tries to submit with nothing edited (the files were reset), then edits.
             reply(tool_calls=[ToolCall("submit", {"rationale": "again"}, id="b0")], usage=Usage(1200, 10)),
-            reply(tool_calls=[ToolCall("edit_file", {"path": "prompts/rubric.md", "old": OLD, "new": RULE_B}, id="b1")],
-                  usage=Usage(1300, 40)),
-            reply(tool_calls=[ToolCall("submit", {"rationale": "typed values"}, id="b2")], usage=Usage(1400, 20)),
+            reply(
+                tool_calls=[
+                    ToolCall("edit_file", {"path": "prompts/rubric.md", "old": OLD, "new": RULE_B}, id="b1")
+                ],
+                usage=Usage(1300, 40),
+            ),
+            reply(
+                tool_calls=[ToolCall("submit", {"rationale": "typed values"}, id="b2")], usage=Usage(1400, 20)
+            ),
         )
-        cfg = OptimizerSection(strategy="agent", provider="anthropic", model="opt-model",
-                               base_url=server.anthropic_base_url)
+        cfg = OptimizerSection(
+            strategy="agent", provider="anthropic", model="opt-model", base_url=server.anthropic_base_url
+        )
         strategy = AgentStrategy(cfg, {})
         assert proposes_waves(strategy)
         out = asyncio.run(strategy.propose_wave(ctx, 2))
@@ -65,18 +78,28 @@ def test_agent_proposes_a_wave_in_one_conversation(dev: DevFixture, monkeypatch:
     assert "Candidate 2 of 2: the files are back to the incumbent" in json.dumps(third[-1])
 
 
-def test_an_agent_that_stops_submitting_fails_the_rest_of_its_wave(dev: DevFixture,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_agent_that_stops_submitting_fails_the_rest_of_its_wave(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     ctx = make_context(dev, disagreements_for(dev.items, missed=1, rejected=1))
     with FakeLLMServer() as server:
         server.script(
-            reply(tool_calls=[ToolCall("edit_file", {"path": "prompts/rubric.md", "old": OLD, "new": RULE_A}, id="a1")]),
+            reply(
+                tool_calls=[
+                    ToolCall("edit_file", {"path": "prompts/rubric.md", "old": OLD, "new": RULE_A}, id="a1")
+                ]
+            ),
             reply(tool_calls=[ToolCall("submit", {"rationale": "one"}, id="a2")]),
             *[reply("thinking") for _ in range(4)],
         )
-        cfg = OptimizerSection(strategy="agent", provider="anthropic", model="opt-model",
-                               base_url=server.anthropic_base_url, max_agent_turns=2)
+        cfg = OptimizerSection(
+            strategy="agent",
+            provider="anthropic",
+            model="opt-model",
+            base_url=server.anthropic_base_url,
+            max_agent_turns=2,
+        )
         out = asyncio.run(AgentStrategy(cfg, {}).propose_wave(ctx, 3))
     assert isinstance(out[0], Proposal)
     assert isinstance(out[1], ProposalError) and "did not submit candidate 2 within 2 turns" in out[1].reason

@@ -35,8 +35,11 @@ from tests.support.fakeserver import FakeLLMServer, RecordedRequest, ToolCall, U
 def set_agentic(data: Data, *, turns: int = 6, screens: int = 24) -> None:
     path = data.ws.prompts_dir / "judge.toml"
     text = path.read_text()
-    for old, new in [('mode = "direct"', 'mode = "agentic"'), ("agent_max_turns = 12", f"agent_max_turns = {turns}"),
-                     ("agent_max_screenshots = 24", f"agent_max_screenshots = {screens}")]:
+    for old, new in [
+        ('mode = "direct"', 'mode = "agentic"'),
+        ("agent_max_turns = 12", f"agent_max_turns = {turns}"),
+        ("agent_max_screenshots = 24", f"agent_max_screenshots = {screens}"),
+    ]:
         assert f"\n{old}\n" in text
         text = text.replace(f"\n{old}\n", f"\n{new}\n")
     path.write_text(text)
@@ -110,24 +113,52 @@ def investigating_judge(data: Data, *, last_step: int = 2) -> Callable[[Recorded
         seen = Seen(recorded)
         item = data.item_of(json.dumps(recorded.body["messages"][:2]))
         if seen.turns == 0:
-            return reply("Let me look.", usage=usage, tool_calls=[
-                ToolCall("read_steps", {"first": 0, "last": last_step}),
-                ToolCall("view_screenshots", {"steps": [0, last_step]}),
-            ])
+            return reply(
+                "Let me look.",
+                usage=usage,
+                tool_calls=[
+                    ToolCall("read_steps", {"first": 0, "last": last_step}),
+                    ToolCall("view_screenshots", {"steps": [0, last_step]}),
+                ],
+            )
         ok = item.label == "positive"
-        return reply(None, usage=usage, tool_calls=[ToolCall("submit_verdict", {
-            "success": ok, "reasoning": "checked the steps", "confidence": "high",
-            "mistake_type": None if ok else item.mistake_type,
-        })])
+        return reply(
+            None,
+            usage=usage,
+            tool_calls=[
+                ToolCall(
+                    "submit_verdict",
+                    {
+                        "success": ok,
+                        "reasoning": "checked the steps",
+                        "confidence": "high",
+                        "mistake_type": None if ok else item.mistake_type,
+                    },
+                )
+            ],
+        )
 
     return behave
 
 
 def evaluate(data: Data, server: FakeLLMServer, wire: str = "openai", **kwargs: Any) -> EvalRun:
-    j = judge(base_url=server.openai_base_url if wire == "openai" else server.anthropic_base_url,
-              provider=wire, max_retries=0, timeout_s=10)
-    return asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids,
-                                      replicates=kwargs.pop("replicates", 1), options=PassOptions(**kwargs)))
+    j = judge(
+        base_url=server.openai_base_url if wire == "openai" else server.anthropic_base_url,
+        provider=wire,
+        max_retries=0,
+        timeout_s=10,
+    )
+    return asyncio.run(
+        evaluate_items(
+            data.ws,
+            data.split,
+            data.prompts,
+            j,
+            item_ids=data.split.ids,
+            replicates=kwargs.pop("replicates", 1),
+            options=PassOptions(**kwargs),
+        )
+    )
 
 
 # --------------------------------------------------------------------------- end to end
@@ -161,17 +192,27 @@ def test_a_conversation_per_verdict_through_the_sdk_then_fully_cached(
 
     if wire == "anthropic":
         body = follow_up.body
-        assert body["tools"][2]["input_schema"]["required"] == ["success", "reasoning", "confidence", "mistake_type"]
+        assert body["tools"][2]["input_schema"]["required"] == [
+            "success",
+            "reasoning",
+            "confidence",
+            "mistake_type",
+        ]
         results = body["messages"][-1]["content"]
         assert [b["type"] for b in results] == ["tool_result", "tool_result"]
-        assert results[0]["tool_use_id"] == body["messages"][1]["content"][1]["id"]  # answers the call it names
+        assert (
+            results[0]["tool_use_id"] == body["messages"][1]["content"][1]["id"]
+        )  # answers the call it names
         assert [b["type"] for b in results[1]["content"]] == ["text", "image", "text", "image"]
         assert results[-1].get("cache_control") == {"type": "ephemeral"}  # later turns re-read it cheaply
         # The bundled layout (trajectory-first): a fixed system prompt, then the action index, both
         # cached for an hour; the instructions after the index; the conversation's tail for 5 minutes.
         assert body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
         opening = body["messages"][0]["content"]
-        assert opening[0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"} and "- Step 2: `" in opening[0]["text"]
+        assert (
+            opening[0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+            and "- Step 2: `" in opening[0]["text"]
+        )
         assert "cache_control" not in opening[1] and "# Output contract" in opening[1]["text"]
     else:
         body = follow_up.body
@@ -181,8 +222,10 @@ def test_a_conversation_per_verdict_through_the_sdk_then_fully_cached(
         assert [m["tool_call_id"] for m in body["messages"][3:5]] == call_ids
         assert "response_format" not in body
 
-    assert "agentic judge: 2.0 model calls per verdict; tool calls per verdict: read_steps 1.0, submit_verdict 1.0, " \
+    assert (
+        "agentic judge: 2.0 model calls per verdict; tool calls per verdict: read_steps 1.0, submit_verdict 1.0, "
         "view_screenshots 1.0" in run.notes
+    )
     out = write_results(tmp_path / "out", run)
     one = json.loads((out / f"{data.items[0].trajectory_id}.json").read_text())
     rep = one["_meta"]["replicates"][0]
@@ -252,14 +295,27 @@ def test_refused_tool_calls_are_answered_and_the_conversation_goes_on(
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     data = make_data(tmp_path, n_pairs=1)
     set_agentic(data, screens=1)
-    bad_args = {"id": "call_bad", "type": "function", "function": {"name": "read_steps", "arguments": "{not json"}}
-    script = iter([
-        reply(None, message={"content": None, "tool_calls": [bad_args]}),
-        reply(None, tool_calls=[ToolCall("read_steps", {"first": 7, "last": 9}),
-                                ToolCall("delete_everything", {}),
-                                ToolCall("view_screenshots", {"steps": [0, 1]})]),
-        reply(json.dumps({"success": False, "reasoning": "r", "confidence": "low", "mistake_type": None})),
-    ])
+    bad_args = {
+        "id": "call_bad",
+        "type": "function",
+        "function": {"name": "read_steps", "arguments": "{not json"},
+    }
+    script = iter(
+        [
+            reply(None, message={"content": None, "tool_calls": [bad_args]}),
+            reply(
+                None,
+                tool_calls=[
+                    ToolCall("read_steps", {"first": 7, "last": 9}),
+                    ToolCall("delete_everything", {}),
+                    ToolCall("view_screenshots", {"steps": [0, 1]}),
+                ],
+            ),
+            reply(
+                json.dumps({"success": False, "reasoning": "r", "confidence": "low", "mistake_type": None})
+            ),
+        ]
+    )
     server.default = lambda r: next(script) if Seen(r).turns < 3 else reply("unused")
     j = judge(base_url=server.openai_base_url, max_retries=0, timeout_s=10)
     item = data.split.ids[0]
@@ -283,8 +339,11 @@ def test_refused_tool_calls_are_answered_and_the_conversation_goes_on(
         JudgeToolCall(None),
     )
     assert [str(c) for c in trace] == [
-        "read_steps(…) (refused)", "read_steps(7-9) (refused)", "delete_everything(…) (refused)",
-        "view_screenshots(0, 1)", "text answer",
+        "read_steps(…) (refused)",
+        "read_steps(7-9) (refused)",
+        "delete_everything(…) (refused)",
+        "view_screenshots(0, 1)",
+        "text answer",
     ]
 
 
@@ -296,22 +355,32 @@ def test_an_invalid_verdict_is_sent_back_while_turns_remain(
     set_agentic(data, turns=2)
     bad = {"success": "yes", "reasoning": "r", "confidence": "high", "mistake_type": None}
     good = {"success": True, "reasoning": "r", "confidence": "high", "mistake_type": None}
-    script = iter([reply(None, tool_calls=[ToolCall("submit_verdict", bad)]),
-                   reply(None, tool_calls=[ToolCall("submit_verdict", good)]),
-                   reply(None, tool_calls=[ToolCall("submit_verdict", bad)]),
-                   reply(None, tool_calls=[ToolCall("submit_verdict", bad)])])
+    script = iter(
+        [
+            reply(None, tool_calls=[ToolCall("submit_verdict", bad)]),
+            reply(None, tool_calls=[ToolCall("submit_verdict", good)]),
+            reply(None, tool_calls=[ToolCall("submit_verdict", bad)]),
+            reply(None, tool_calls=[ToolCall("submit_verdict", bad)]),
+        ]
+    )
     server.default = lambda r: next(script)
     j = judge(base_url=server.openai_base_url, max_retries=0, timeout_s=10, max_concurrency=1)
     first, second = data.split.ids[:2]
-    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=[first, second], replicates=1))
+    run = asyncio.run(
+        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=[first, second], replicates=1)
+    )
     requests = server.inference_requests()
     assert len(requests) == 4
     assert Seen(requests[1]).tool_texts()[0].startswith("error: the verdict is not valid (")
     assert run.answers()[first].success is True  # corrected on its second turn
     assert run.items[0].replicates[0].trace == (
-        JudgeToolCall("submit_verdict", outcome="invalid"), JudgeToolCall("submit_verdict")
+        JudgeToolCall("submit_verdict", outcome="invalid"),
+        JudgeToolCall("submit_verdict"),
     )
-    assert [str(c) for c in run.items[0].replicates[0].trace] == ["submit_verdict (invalid)", "submit_verdict"]
+    assert [str(c) for c in run.items[0].replicates[0].trace] == [
+        "submit_verdict (invalid)",
+        "submit_verdict",
+    ]
     assert run.answers()[second].status == "invalid"  # still invalid on its last turn: a parse failure
     assert [str(c) for c in run.items[1].replicates[0].trace] == ["submit_verdict (invalid)"] * 2
 
@@ -326,8 +395,12 @@ def test_the_budget_is_checked_before_every_turn(
     from optimizer.judge.types import ProviderReply
 
     task = AgenticTask(data.split.trajectory(data.split.ids[0]), data.split, data.prompts)
-    guess = ProviderReply(text="", model=MODEL, input_tokens=task.estimate_input_tokens(ConversationState(task)),
-                          output_tokens=data.prompts.settings.max_tokens)
+    guess = ProviderReply(
+        text="",
+        model=MODEL,
+        input_tokens=task.estimate_input_tokens(ConversationState(task)),
+        output_tokens=data.prompts.settings.max_tokens,
+    )
     first_turn = call_cost_usd(guess, dict(data.ws.config.prices))
     assert first_turn > 0  # gpt-4o-mini is in the built-in price table
     budget = Budget(max_usd=2.5 * first_turn)  # room for a few turns, far from all 2n of them
@@ -340,15 +413,17 @@ def test_the_budget_is_checked_before_every_turn(
 def test_a_provider_without_tools_is_refused_in_one_line(data: Data) -> None:
     provider = InTestProvider(lambda request: "{}")
     with pytest.raises(UserError, match='supports mode = "direct" only'):
-        asyncio.run(evaluate_items(
-            data.ws,
-            data.split,
-            data.prompts,
-            judge(),
-            item_ids=data.split.ids,
-            replicates=1,
-            options=PassOptions(provider=provider),
-        ))
+        asyncio.run(
+            evaluate_items(
+                data.ws,
+                data.split,
+                data.prompts,
+                judge(),
+                item_ids=data.split.ids,
+                replicates=1,
+                options=PassOptions(provider=provider),
+            )
+        )
     assert provider.calls == []
 
 
@@ -366,7 +441,9 @@ def test_cmd_eval_runs_the_agentic_judge(
 
 def test_settings_know_both_modes_and_say_how_screenshots_arrive() -> None:
     agentic = parse_settings('mode = "agentic"\nagent_max_screenshots = 10\n', "judge.toml")
-    assert "view_screenshots" in agentic.screenshot_sentence() and "at most 10" in agentic.screenshot_sentence()
+    assert (
+        "view_screenshots" in agentic.screenshot_sentence() and "at most 10" in agentic.screenshot_sentence()
+    )
     none = parse_settings('mode = "agentic"\nscreenshots = "none"\n', "judge.toml")
     assert "No screenshots are available" in none.screenshot_sentence()
     with pytest.raises(UserError, match="mode"):
@@ -384,8 +461,19 @@ def test_the_loop_runs_with_an_agentic_judge(
     server.default = investigating_judge(data)
     write_config(data.ws, server)
     commit_all(data.ws.root, "agentic judge on the tiny split")
-    code = main(["run", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--strategy", "library",
-                 "--max-experiments", "1"])
+    code = main(
+        [
+            "run",
+            "-w",
+            str(data.ws.root),
+            "--base-url",
+            server.openai_base_url,
+            "--strategy",
+            "library",
+            "--max-experiments",
+            "1",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     with Ledger(data.ws.experiments_dir / "ledger.sqlite") as led:
         run = led.latest_run()
@@ -394,10 +482,13 @@ def test_the_loop_runs_with_an_agentic_judge(
         baseline_items = led.item_verdicts(exps[0].id)
     assert exps[0].status == "baseline" and exps[0].kappa == 1.0
     # The ledger keeps each verdict's tool calls as data (the TUI's item view lists them).
-    assert {tuple(i.replicates[0].tools) for i in baseline_items} == {(
-        JudgeToolCall("read_steps", {"first": 0, "last": 2}), JudgeToolCall("view_screenshots", {"steps": [0, 2]}),
-        JudgeToolCall("submit_verdict"),
-    )}
+    assert {tuple(i.replicates[0].tools) for i in baseline_items} == {
+        (
+            JudgeToolCall("read_steps", {"first": 0, "last": 2}),
+            JudgeToolCall("view_screenshots", {"steps": [0, 2]}),
+            JudgeToolCall("submit_verdict"),
+        )
+    }
     # The baseline is already perfect (kappa 1): the candidate the agentic judge evaluated cannot be kept.
     assert exps[1].status == "rolled_back" and exps[1].items_evaluated > 0, exps[1].reason
     assert not gitops.is_dirty(data.ws.root)
@@ -414,7 +505,9 @@ def test_run_refuses_an_agentic_local_judge_before_starting(
     from tests.support.loop import commit_all
 
     commit_all(data.ws.root, "agentic judge")
-    code = main(["run", "-w", str(data.ws.root), "--provider", "local", "--split", "tiny", "--strategy", "library"])
+    code = main(
+        ["run", "-w", str(data.ws.root), "--provider", "local", "--split", "tiny", "--strategy", "library"]
+    )
     err = capsys.readouterr().err
     assert code == 2 and 'the local judge supports mode = "direct" only' in err and "Traceback" not in err
     assert not (data.ws.experiments_dir / "ledger.sqlite").exists() or _no_runs(data)
@@ -442,7 +535,9 @@ TRACE_LINES = {
     "read_steps(None-4)": JudgeToolCall("read_steps", {"first": None, "last": 4}),
     "view_screenshots(…)": JudgeToolCall("view_screenshots", None),
     "delete_everything(…) (refused)": JudgeToolCall("delete_everything", None, "refused"),
-    "submit_verdict(…) (refused)": JudgeToolCall("submit_verdict", None, "refused"),  # a second submit in a turn
+    "submit_verdict(…) (refused)": JudgeToolCall(
+        "submit_verdict", None, "refused"
+    ),  # a second submit in a turn
 }
 
 
@@ -456,7 +551,12 @@ def test_a_tool_call_prints_its_trace_line_and_an_old_line_parses_back_to_the_ca
 
 def test_an_old_trace_line_with_arguments_of_odd_types_still_prints_as_it_was_stored() -> None:
     # A model may send any JSON; the old lines printed Python values. Parsing keeps the text exact.
-    for line in ("read_steps(-1-5)", "read_steps(a-b-c)", "view_screenshots()", "view_screenshots([1], True, x)",
-                 "read_steps(2.5-None)"):
+    for line in (
+        "read_steps(-1-5)",
+        "read_steps(a-b-c)",
+        "view_screenshots()",
+        "view_screenshots([1], True, x)",
+        "read_steps(2.5-None)",
+    ):
         assert str(JudgeToolCall.from_text(line)) == line, line
     assert JudgeToolCall.from_text("view_screenshots([1], True, x)").arguments == {"steps": [[1], True, "x"]}

@@ -41,8 +41,15 @@ def configure(data: Data, wire: str, *, poll_s: float = 0.01) -> None:
     batches every ``poll_s`` seconds (at most 4x that)."""
     root = data.ws.root
     cfg = Workspace.open(root).config
-    judge = cfg.judge.model_copy(update={"provider": wire, "model": MODELS[wire], "max_retries": 0,
-                                         "batch_poll_s": poll_s, "batch_poll_max_s": poll_s * 4})
+    judge = cfg.judge.model_copy(
+        update={
+            "provider": wire,
+            "model": MODELS[wire],
+            "max_retries": 0,
+            "batch_poll_s": poll_s,
+            "batch_poll_max_s": poll_s * 4,
+        }
+    )
     workspace = cfg.workspace.model_copy(update={"dev_split": "tiny"})
     write_config(root, cfg.model_copy(update={"judge": judge, "workspace": workspace}))
 
@@ -140,16 +147,28 @@ def test_a_pass_larger_than_the_providers_batch_limits_goes_out_as_several_batch
 
     # The splitting rule itself: consecutive chunks under both caps (85% of the byte limit).
     sizes = {"a": 40, "b": 40, "c": 40, "d": 200, "e": 10}
-    assert split_for_limits(list(sizes), sizes, max_requests=2, max_bytes=None) == [["a", "b"], ["c", "d"], ["e"]]
-    assert split_for_limits(list(sizes), sizes, max_requests=None, max_bytes=100) == [["a", "b"], ["c"], ["d"], ["e"]]
+    assert split_for_limits(list(sizes), sizes, max_requests=2, max_bytes=None) == [
+        ["a", "b"],
+        ["c", "d"],
+        ["e"],
+    ]
+    assert split_for_limits(list(sizes), sizes, max_requests=None, max_bytes=100) == [
+        ["a", "b"],
+        ["c"],
+        ["d"],
+        ["e"],
+    ]
     data = make_data(tmp_path)
     configure(data, wire)
     provider = AnthropicProvider if wire == "anthropic" else OpenAIProvider
     limits = provider.traits.batch
     assert limits is not None
     # A tiny limit, so the sample's pass must split.
-    monkeypatch.setattr(provider, "traits", dataclasses.replace(provider.traits,
-                                                                batch=dataclasses.replace(limits, max_requests=3)))
+    monkeypatch.setattr(
+        provider,
+        "traits",
+        dataclasses.replace(provider.traits, batch=dataclasses.replace(limits, max_requests=3)),
+    )
     with FakeLLMServer(default=by_label(data)) as server:
         assert main(eval_args(data, server, wire, tmp_path / "direct")) == 0
         (data.ws.root / "experiments" / "cache.sqlite").unlink()
@@ -166,8 +185,14 @@ def test_a_pass_larger_than_the_providers_batch_limits_goes_out_as_several_batch
 
 
 def test_batch_cost_is_half_the_direct_price_cache_prices_included() -> None:
-    reply = ProviderReply(text="", model="claude-sonnet-4-5", input_tokens=1000, output_tokens=100,
-                          cache_read_tokens=30_000, cache_write_tokens=2000)
+    reply = ProviderReply(
+        text="",
+        model="claude-sonnet-4-5",
+        input_tokens=1000,
+        output_tokens=100,
+        cache_read_tokens=30_000,
+        cache_write_tokens=2000,
+    )
     assert batch_cost_usd(reply.model, reply) == pytest.approx(cost_usd(reply.model, reply) / 2)
 
 
@@ -201,15 +226,17 @@ def test_expired_entries_are_resubmitted_and_give_up_as_infrastructure_errors(tm
         return expired() if data.recorded_item(request).trajectory_id == doomed else answer(request)
 
     with FakeLLMServer(default=behave) as server:
-        run = asyncio.run(evaluate_items(
-            data.ws,
-            data.split,
-            data.prompts,
-            judge_section("anthropic", server),
-            item_ids=data.split.ids,
-            replicates=1,
-            options=PassOptions(batch=BatchOptions(poll_s=0.01, retry_rounds=2)),
-        ))
+        run = asyncio.run(
+            evaluate_items(
+                data.ws,
+                data.split,
+                data.prompts,
+                judge_section("anthropic", server),
+                item_ids=data.split.ids,
+                replicates=1,
+                options=PassOptions(batch=BatchOptions(poll_s=0.01, retry_rounds=2)),
+            )
+        )
         assert [len(server.batch_entries(b)) for b in server.batch_creations] == [len(data.items), 1, 1]
     assert run.infra_error_ids == [doomed] and "expired" in (run.items[0].error or "")
     assert len(run.items) == len(data.items)
@@ -244,15 +271,17 @@ def test_the_whole_batch_is_reserved_against_the_budget_before_it_is_sent(tmp_pa
         return answer(request)
 
     with FakeLLMServer(default=behave) as server:
-        run = asyncio.run(evaluate_items(
-            data.ws,
-            data.split,
-            data.prompts,
-            judge_section("openai", server),
-            item_ids=data.split.ids,
-            replicates=1,
-            options=PassOptions(budget=budget, batch=BatchOptions(poll_s=0.01)),
-        ))
+        run = asyncio.run(
+            evaluate_items(
+                data.ws,
+                data.split,
+                data.prompts,
+                judge_section("openai", server),
+                item_ids=data.split.ids,
+                replicates=1,
+                options=PassOptions(budget=budget, batch=BatchOptions(poll_s=0.01)),
+            )
+        )
     assert len(seen_reserved) == len(data.items)
     assert seen_reserved[0] > 0 and seen_reserved[0] == seen_reserved[-1]  # all of it, before the first entry
     assert budget.reserved_usd == pytest.approx(0.0)
@@ -262,15 +291,17 @@ def test_the_whole_batch_is_reserved_against_the_budget_before_it_is_sent(tmp_pa
 def test_a_batch_that_would_cross_the_budget_is_not_sent(tmp_path: Path) -> None:
     data = make_data(tmp_path)
     with FakeLLMServer(default=by_label(data)) as server:
-        run = asyncio.run(evaluate_items(
-            data.ws,
-            data.split,
-            data.prompts,
-            judge_section("anthropic", server),
-            item_ids=data.split.ids,
-            replicates=1,
-            options=PassOptions(budget=Budget(0.0001), batch=BatchOptions(poll_s=0.01)),
-        ))
+        run = asyncio.run(
+            evaluate_items(
+                data.ws,
+                data.split,
+                data.prompts,
+                judge_section("anthropic", server),
+                item_ids=data.split.ids,
+                replicates=1,
+                options=PassOptions(budget=Budget(0.0001), batch=BatchOptions(poll_s=0.01)),
+            )
+        )
         assert server.batch_creations == [] and server.requests == []
     assert run.stop is not None and run.stop.kind is StopKind.BUDGET
     assert "nothing was sent" in run.stop.message and run.items == []
@@ -290,12 +321,15 @@ def test_batch_with_the_local_provider_is_one_line_and_a_nonzero_exit(
     code = main([*command, "-w", str(data.ws.root), "--provider", "local", "--batch"])
     err = capsys.readouterr().err.strip()
     assert code == 2
-    assert err.count("\n") == 0 and "--batch needs a provider with a batch API" in err and "drop --batch" in err
+    assert (
+        err.count("\n") == 0 and "--batch needs a provider with a batch API" in err and "drop --batch" in err
+    )
 
 
 def test_early_stopping_does_not_apply_in_batch_mode_every_item_is_judged(tmp_path: Path) -> None:
     """What ``--batch``'s help promises: a stop asked for after the first item ends a direct pass early,
     and a batch pass judges every item anyway (its calls are paid for once it is sent)."""
+
     def stop_at_once(_item: ItemResult) -> bool:
         return True
 
@@ -304,15 +338,17 @@ def test_early_stopping_does_not_apply_in_batch_mode_every_item_is_judged(tmp_pa
         for mode, batch in (("direct", None), ("batch", BatchOptions(poll_s=0.01))):
             data = make_data(tmp_path / mode)  # its own cache: nothing is served from the other pass
             server.default = by_label(data)
-            runs[mode] = asyncio.run(evaluate_items(
-                data.ws,
-                data.split,
-                data.prompts,
-                judge_section("openai", server),
-                item_ids=data.split.ids,
-                replicates=1,
-                options=PassOptions(on_item=stop_at_once, batch=batch),
-            ))
+            runs[mode] = asyncio.run(
+                evaluate_items(
+                    data.ws,
+                    data.split,
+                    data.prompts,
+                    judge_section("openai", server),
+                    item_ids=data.split.ids,
+                    replicates=1,
+                    options=PassOptions(on_item=stop_at_once, batch=batch),
+                )
+            )
     assert runs["direct"].stopped_early and len(runs["direct"].items) < len(data.items)
     assert not runs["batch"].stopped_early and len(runs["batch"].items) == len(data.items)
     assert EARLY_STOP_NOTE in runs["batch"].notes
@@ -328,10 +364,18 @@ def test_kill_9_with_a_batch_pending_then_the_same_eval_collects_it(tmp_path: Pa
         args = eval_args(data, server, "openai", tmp_path / "out", "--batch")
 
         def submitted_and_polled() -> None:
-            wait_for(lambda: len(server.batch_creations) == 1 and batch_rows(data.ws.root)
-                     == [(server.batch_creations[0], "submitted")], "the batch to be submitted and recorded", 60)
-            wait_for(lambda: sum(r.path.endswith(server.batch_creations[0]) for r in server.requests) >= 2,
-                     "the child to poll the batch")
+            wait_for(
+                lambda: (
+                    len(server.batch_creations) == 1
+                    and batch_rows(data.ws.root) == [(server.batch_creations[0], "submitted")]
+                ),
+                "the batch to be submitted and recorded",
+                60,
+            )
+            wait_for(
+                lambda: sum(r.path.endswith(server.batch_creations[0]) for r in server.requests) >= 2,
+                "the child to poll the batch",
+            )
 
         killed_cli(args, submitted_and_polled)
         assert not (tmp_path / "out").exists()

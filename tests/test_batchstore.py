@@ -57,9 +57,21 @@ def test_both_batch_stores_keep_a_batchs_life_the_same_way(
         after = store.open_batches(**WHERE)
     assert other_model not in [r.record_id for r in records]
     assert records == [
-        BatchRecord(record_id=killed, **WHERE, batch_id=None, status="submitting", custom_ids=("k1",),
-                    estimate_usd=0.25),
-        BatchRecord(record_id=sent, **WHERE, batch_id="batch_2", status="submitted", custom_ids=("k2", "k3"),
-                    estimate_usd=0.5),
+        BatchRecord(
+            record_id=killed,
+            **WHERE,
+            batch_id=None,
+            status="submitting",
+            custom_ids=("k1",),
+            estimate_usd=0.25,
+        ),
+        BatchRecord(
+            record_id=sent,
+            **WHERE,
+            batch_id="batch_2",
+            status="submitted",
+            custom_ids=("k2", "k3"),
+            estimate_usd=0.5,
+        ),
     ]
     assert [r.record_id for r in after] == [sent]

@@ -27,7 +27,9 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_batch_mode_bills_half_of_direct_on_every_layout_and_wire(tmp_path: Path, keys: None) -> None:
     results = cc.measure_costs(tmp_path, n=6, steps=12, candidates=CANDIDATES, say=lambda _m: None)
-    assert set(results) == {(w, layout, m) for w in common.MODELS for layout in common.LAYOUTS for m in common.MODES}
+    assert set(results) == {
+        (w, layout, m) for w in common.MODELS for layout in common.LAYOUTS for m in common.MODES
+    }
     for (wire, layout, mode), figures in results.items():
         assert len(figures.per_candidate) == CANDIDATES
         assert figures.batches == (CANDIDATES + 1 if mode == "batch" else 0)  # one batch per pass
@@ -82,7 +84,9 @@ def test_loop_decides_identically_direct_and_in_batches(tmp_path: Path, keys: No
 
 
 def test_the_warmup_rows_show_one_write_per_item_after_and_several_before(tmp_path: Path, keys: None) -> None:
-    results = warmup.measure_writes(tmp_path, n=4, steps=12, replicates=3, wires=("anthropic",), say=lambda _m: None)
+    results = warmup.measure_writes(
+        tmp_path, n=4, steps=12, replicates=3, wires=("anthropic",), say=lambda _m: None
+    )
     for mode in common.MODES:
         old, new = results[("anthropic", mode, "old")], results[("anthropic", mode, "new")]
         assert new.writes == [1] * 4 and sum(old.writes) > 4
@@ -93,13 +97,28 @@ def test_the_warmup_rows_show_one_write_per_item_after_and_several_before(tmp_pa
     assert "anthropic direct" in table and "anthropic batch" in table
 
 
-def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls(tmp_path: Path, keys: None) -> None:
+def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls(
+    tmp_path: Path, keys: None
+) -> None:
     n = 4
     # 1 simulated minute a pass: 15 s a request on 4 items, so no entry nears its TTL whatever the order of calls.
-    results = cache_structures.measure_structures(tmp_path, n=n, steps=12, candidates=1, wires=("anthropic",), say=lambda _m: None,
-                                    minutes_per_candidate=1.0)
-    assert [name for _, name in results] == ["single", "panel of 2", "panel of 3", "criteria", "review",
-                                             "criteria+review"]
+    results = cache_structures.measure_structures(
+        tmp_path,
+        n=n,
+        steps=12,
+        candidates=1,
+        wires=("anthropic",),
+        say=lambda _m: None,
+        minutes_per_candidate=1.0,
+    )
+    assert [name for _, name in results] == [
+        "single",
+        "panel of 2",
+        "panel of 3",
+        "criteria",
+        "review",
+        "criteria+review",
+    ]
     single = results[("anthropic", "single")]
     for k, name in ((1, "single"), (2, "panel of 2"), (3, "panel of 3")):
         f = results[("anthropic", name)]
@@ -119,10 +138,18 @@ def test_the_structure_rows_price_criteria_and_review_by_their_calls(tmp_path: P
     n = 6
     # The Anthropic wire: cache breakpoints only where judgeloop puts them (OpenAI's automatic caching
     # would also write the derivations' shared instructions).
-    results = cache_structures.measure_structures(tmp_path, n=n, steps=12, candidates=2, wires=("anthropic",), say=lambda _m: None,
-                                    minutes_per_candidate=1.0)  # (as above: no entry nears its TTL)
-    single, criteria, review, both = (results[("anthropic", name)] for name in
-                                      ("single", "criteria", "review", "criteria+review"))
+    results = cache_structures.measure_structures(
+        tmp_path,
+        n=n,
+        steps=12,
+        candidates=2,
+        wires=("anthropic",),
+        say=lambda _m: None,
+        minutes_per_candidate=1.0,
+    )  # (as above: no entry nears its TTL)
+    single, criteria, review, both = (
+        results[("anthropic", name)] for name in ("single", "criteria", "review", "criteria+review")
+    )
     for f in (criteria, review, both):
         assert f.writes_per_item == [1] * n  # every call of a verdict reads the item's one cached trajectory
     # criteria: a derivation and a check per item on the first pass; a rubric edit re-checks but is
@@ -132,5 +159,8 @@ def test_the_structure_rows_price_criteria_and_review_by_their_calls(tmp_path: P
     # review: one more call on each success verdict, on every pass (each candidate's verdicts are new).
     share = review.calls_per_verdict - 1
     assert 0 < share < 1 and review.candidate_calls == [1 + share] * 2
-    assert both.calls_per_verdict == pytest.approx(2 + share) and both.candidate_calls == [pytest.approx(1 + share)] * 2
+    assert (
+        both.calls_per_verdict == pytest.approx(2 + share)
+        and both.candidate_calls == [pytest.approx(1 + share)] * 2
+    )
     assert single.candidate_mean < review.candidate_mean < (1 + share) * single.candidate_mean

@@ -30,14 +30,22 @@ def _deterministic_odds(wrong: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _request(system: str, item: int) -> RecordedRequest:
     user = f"## Goal\n\nSave it (benchmark item {item})\n\n## Steps\n\nTotal steps: **3**\n\n"
-    body = {"model": "m", "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+    body = {
+        "model": "m",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+    }
     return RecordedRequest("POST", "/v1/chat/completions", "openai", {}, True, body)
 
 
 def test_judge_model_follows_item_odds_and_fix_markers() -> None:
     positive = [True, False, False]
-    model = JudgeModel(positive, [None, "Critical Mistake", "Bad Side Effect"], np.array([1.0, 0.0, 0.5]),
-                       np.array([False, True, True]), seed=1)
+    model = JudgeModel(
+        positive,
+        [None, "Critical Mistake", "Bad Side Effect"],
+        np.array([1.0, 0.0, 0.5]),
+        np.array([False, True, True]),
+        seed=1,
+    )
     verdict = json.loads(model(_request("rubric", 0)).text or "")
     assert verdict["success"] is True  # q = 1 on a positive
     verdict = json.loads(model(_request("rubric", 1)).text or "")
@@ -62,8 +70,12 @@ def test_item_odds_have_the_issue_composition() -> None:
 def test_simulated_adaptive_decisions_are_the_engines() -> None:
     q, fixable = item_q(N_ITEMS, 0)
     positive = np.array(common.labels_only()[1])
-    res = power_sim.simulate("adaptive", common.SimJudge(q, fixable, positive),
-                       common.RunPlan(runs=10, candidates=6, fixes_per_run=1, seed=4), check_engine=40)
+    res = power_sim.simulate(
+        "adaptive",
+        common.SimJudge(q, fixable, positive),
+        common.RunPlan(runs=10, candidates=6, fixes_per_run=1, seed=4),
+        check_engine=40,
+    )
     assert res.engine_checked == 40  # each replayed by optimizer.stats.decision.decide_adaptive, which agreed
     assert any(t.calls > N_ITEMS for t in res.trials)  # noise disagreements are re-judged
 
@@ -80,8 +92,11 @@ def test_simulation_keeps_clean_fixes_and_never_a_noop_of_a_steady_judge() -> No
     q, fixable = _deterministic_odds(12)
     positive = np.array(common.labels_only()[1])
     for policy in ("literal", "paired", "adaptive"):
-        res = power_sim.simulate(policy, common.SimJudge(q, fixable, positive),
-                           common.RunPlan(runs=3, candidates=2, fixes_per_run=0, seed=0, schedule=["noop", "fix12"]))
+        res = power_sim.simulate(
+            policy,
+            common.SimJudge(q, fixable, positive),
+            common.RunPlan(runs=3, candidates=2, fixes_per_run=0, seed=0, schedule=["noop", "fix12"]),
+        )
         assert [(t.kind, t.kept) for t in res.trials] == [("noop", False), ("fix12", True)] * 3, policy
         # A steady judge disagrees only on the fixed items; adaptive re-judges them twice under each prompt.
         extra = 4 * 12 if policy == "adaptive" else 0
@@ -91,8 +106,15 @@ def test_simulation_keeps_clean_fixes_and_never_a_noop_of_a_steady_judge() -> No
 def test_simulated_noise_keeps_noops_under_literal_far_more_often_than_under_paired() -> None:
     q, fixable = item_q(N_ITEMS, 0)
     positive = np.array(common.labels_only()[1])
-    rates = {p: common.keep_rate(power_sim.simulate(p, common.SimJudge(q, fixable, positive), common.RunPlan(60, 6, 1, seed=2)).trials, "noop")
-             for p in ("literal", "paired")}
+    rates = {
+        p: common.keep_rate(
+            power_sim.simulate(
+                p, common.SimJudge(q, fixable, positive), common.RunPlan(60, 6, 1, seed=2)
+            ).trials,
+            "noop",
+        )
+        for p in ("literal", "paired")
+    }
     (lit_k, lit_n), (par_k, par_n) = rates["literal"], rates["paired"]
     assert lit_n == par_n == 180
     assert lit_k / lit_n > 0.25 and par_k / par_n < 0.15
@@ -103,13 +125,18 @@ def test_simulated_noise_keeps_noops_under_literal_far_more_often_than_under_pai
 def test_loop_keeps_a_fix_of_every_wrong_item_and_rolls_back_a_noop(policy: str) -> None:
     # A steady judge: the no-op ties the incumbent (rolled back), the fix of all 12 wrong items is a
     # clean gain every policy keeps; both go through start_run, the SDK and the fake server.
-    res = power_loop.loop_trials(policy, common.RunPlan(runs=1, candidates=2, fixes_per_run=0, seed=0,
-                                                 schedule=["noop", "fix12"]),
-                                 concurrency=8, odds=_deterministic_odds(12))
+    res = power_loop.loop_trials(
+        policy,
+        common.RunPlan(runs=1, candidates=2, fixes_per_run=0, seed=0, schedule=["noop", "fix12"]),
+        concurrency=8,
+        odds=_deterministic_odds(12),
+    )
     assert [(t.kind, t.kept) for t in res.trials] == [("noop", False), ("fix12", True)]
     assert res.undecided == 0 and res.baseline_calls == N_ITEMS
     assert res.server_calls == res.ledger_calls == N_ITEMS + sum(t.calls for t in res.trials)
-    assert res.trials[0].calls <= N_ITEMS  # nothing disagrees, nothing is re-judged (an early stop may cut it)
+    assert (
+        res.trials[0].calls <= N_ITEMS
+    )  # nothing disagrees, nothing is re-judged (an early stop may cut it)
     lines = dp.table({policy: res}, {}, N_ITEMS)
     assert lines[2].startswith(f"{policy:<9} loop") and "100.0%" in lines[2]
 
@@ -119,9 +146,14 @@ def test_loop_judges_structure_moves_with_a_planted_effect() -> None:
     # Candidates that are judge.toml moves ([optimizer] structure_moves on): a no-op move ties the
     # incumbent, a move carrying a planted fix of all 12 wrong items is kept, a later no-op move keeps
     # the fix it carries (so it ties again); every call is counted once, at the server and in the ledger.
-    res = power_loop.loop_trials("adaptive", common.RunPlan(runs=1, candidates=3, fixes_per_run=0, seed=0,
-                                                     schedule=["s-noop", "s-fix12", "s-noop"]),
-                                 concurrency=8, odds=_deterministic_odds(12))
+    res = power_loop.loop_trials(
+        "adaptive",
+        common.RunPlan(
+            runs=1, candidates=3, fixes_per_run=0, seed=0, schedule=["s-noop", "s-fix12", "s-noop"]
+        ),
+        concurrency=8,
+        odds=_deterministic_odds(12),
+    )
     assert [(t.kind, t.kept) for t in res.trials] == [("s-noop", False), ("s-fix12", True), ("s-noop", False)]
     assert res.undecided == 0 and res.server_calls == res.ledger_calls
 
@@ -143,7 +175,9 @@ def test_cheaper_rows_cover_both_judges_and_margins() -> None:
     q, _ = item_q(N_ITEMS, 0)
     positive = np.array(common.labels_only()[1])
     lines = power_sim.cheaper_rows(q, positive, 4, seed=1, margins=(1,))
-    assert len(lines) == 4 and lines[2].split()[:2] == ["noisy", "1"] and lines[3].split()[:2] == ["steady", "1"]
+    assert (
+        len(lines) == 4 and lines[2].split()[:2] == ["noisy", "1"] and lines[3].split()[:2] == ["steady", "1"]
+    )
     assert all("n=4" in line for line in lines[2:])
 
 
@@ -152,13 +186,16 @@ def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
     a keep without it, and a candidate costs at most what it cost without."""
     positive = np.array(common.labels_only()[1])
     q, fixable = item_q(len(positive), 0)
-    base, screened = power_sim.simulate_futility(common.SimJudge(q, fixable, positive), common.RunPlan(4, 6, 1, seed=5),
-                                           thresholds=(0.05, 0.5))
+    base, screened = power_sim.simulate_futility(
+        common.SimJudge(q, fixable, positive), common.RunPlan(4, 6, 1, seed=5), thresholds=(0.05, 0.5)
+    )
     for res in screened.values():
         assert [t.kind for t in res.trials] == [t.kind for t in base.trials]
         for with_it, without in zip(res.trials, base.trials, strict=True):
             assert (not with_it.kept or without.kept) and with_it.calls <= without.calls
-    stopped = [w for w, b in zip(screened["on, T = 0.5"].trials, base.trials, strict=True) if w.calls < b.calls]
+    stopped = [
+        w for w, b in zip(screened["on, T = 0.5"].trials, base.trials, strict=True) if w.calls < b.calls
+    ]
     assert stopped, "the screen never stopped a candidate: the test proves nothing"
     lines = power_sim.futility_table(base, screened, len(positive))
     assert lines[2].startswith("off") and lines[3].startswith("first pass only, T = 0.02")
@@ -180,14 +217,33 @@ def test_the_oracle_floor_is_the_adaptive_rule_on_a_fully_judged_split_and_zero_
     cand_total = np.where(judgements == 3, 3, cand_first.astype(int))
     inc_total = inc_first.astype(int)  # its re-judging wrong again (q = 0)
     kept = power_sim.adaptive_keep(inc_total, cand_total, judgements, positive, loop)
-    p = power_sim.oracle_p_clear(np.ones(n, bool), common.Tallies(inc_total, cand_total, judgements), inc_first,
-                           common.Odds(q_i=q, q_c=np.ones(n)), positive, loop, rng, draws=20)
+    p = power_sim.oracle_p_clear(
+        np.ones(n, bool),
+        common.Tallies(inc_total, cand_total, judgements),
+        inc_first,
+        common.Odds(q_i=q, q_c=np.ones(n)),
+        positive,
+        loop,
+        rng,
+        draws=20,
+    )
     assert kept and p == 1.0
     # A steady no-op (the same odds, all 0 or 1) with half the split judged: no draw can clear.
     inside = np.arange(n) < n // 2
     same = inc_first.astype(int)
-    assert power_sim.oracle_p_clear(inside, common.Tallies(same, same, np.ones(n, int)), inc_first, common.Odds(q, q),
-                              positive, loop, rng, draws=20) == 0.0
+    assert (
+        power_sim.oracle_p_clear(
+            inside,
+            common.Tallies(same, same, np.ones(n, int)),
+            inc_first,
+            common.Odds(q, q),
+            positive,
+            loop,
+            rng,
+            draws=20,
+        )
+        == 0.0
+    )
 
 
 def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> None:
@@ -204,7 +260,10 @@ def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> 
 def test_simulated_noop_waves_keep_nothing_of_a_steady_judge_and_holm_bounds_a_noisy_one() -> None:
     positive = np.array(common.labels_only()[1])
     q, _ = _deterministic_odds(12)
-    assert power_loop.simulate_wave_null(q, positive, 4, 20, seed=0) == (0, 20)  # no disagreement, nothing kept
+    assert power_loop.simulate_wave_null(q, positive, 4, 20, seed=0) == (
+        0,
+        20,
+    )  # no disagreement, nothing kept
     q, _ = item_q(N_ITEMS, 0)
     kept, waves = power_loop.simulate_wave_null(q, positive, 4, 150, seed=3)
     assert waves == 150 and kept / waves < 0.2  # Holm's per-wave bound is 0.1; generous for 150 waves
@@ -216,9 +275,12 @@ def test_loop_keeps_a_unanimous_panel_with_a_planted_fpr_effect_and_not_a_noop_p
     # incumbent and is rolled back; the panel whose members err independently on those 12 negatives
     # gets them right by its unanimous vote and is kept. Every member's call is one call, counted
     # alike at the server and in the ledger.
-    res = power_loop.loop_trials("adaptive", common.RunPlan(runs=1, candidates=2, fixes_per_run=0, seed=0,
-                                                     schedule=common.PANEL_KINDS),
-                                 concurrency=8, odds=_deterministic_odds(12))
+    res = power_loop.loop_trials(
+        "adaptive",
+        common.RunPlan(runs=1, candidates=2, fixes_per_run=0, seed=0, schedule=common.PANEL_KINDS),
+        concurrency=8,
+        odds=_deterministic_odds(12),
+    )
     assert [(t.kind, t.kept) for t in res.trials] == [("p-noop", False), ("p-fix12", True)]
     assert res.undecided == 0 and res.server_calls == res.ledger_calls
     assert res.baseline_calls == N_ITEMS
@@ -229,10 +291,20 @@ def test_loop_keeps_a_unanimous_panel_with_a_planted_fpr_effect_and_not_a_noop_p
     assert fix.calls == 3 * N_ITEMS + 12 * 2 * (1 + 3)
 
 
-def test_the_panel_judge_errs_identically_across_a_noop_panel_and_independently_on_planted_negatives() -> None:
+def test_the_panel_judge_errs_identically_across_a_noop_panel_and_independently_on_planted_negatives() -> (
+    None
+):
     positive = [False] * 6
-    model = JudgeModel(positive, ["Critical Mistake"] * 6, np.full(6, 0.5), np.ones(6, dtype=bool), seed=3,
-                       steady=True, independent_members=common.EFFECT_MEMBERS, panel_planted=(0, 1, 2))
+    model = JudgeModel(
+        positive,
+        ["Critical Mistake"] * 6,
+        np.full(6, 0.5),
+        np.ones(6, dtype=bool),
+        seed=3,
+        steady=True,
+        independent_members=common.EFFECT_MEMBERS,
+        panel_planted=(0, 1, 2),
+    )
 
     def says(item: int, member: str | None) -> bool:
         system = "rubric" if member is None else f"You are panel member {member}.\n\nrubric"
@@ -247,7 +319,12 @@ def test_the_panel_judge_errs_identically_across_a_noop_panel_and_independently_
     for item in (3, 4, 5):  # not planted: the effect members err as the no-op ones do
         assert {says(item, m) for m in common.EFFECT_MEMBERS} == {says(item, "x")}
     # Over many items, the single judge and a member draw apart (a no-op panel is a fresh draw, not a copy).
-    wide = JudgeModel([False] * 200, [None] * 200, np.full(200, 0.5), np.zeros(200, dtype=bool), seed=1, steady=True)
+    wide = JudgeModel(
+        [False] * 200, [None] * 200, np.full(200, 0.5), np.zeros(200, dtype=bool), seed=1, steady=True
+    )
     single = [json.loads(wide(_request("rubric", i)).text or "")["success"] for i in range(200)]
-    member = [json.loads(wide(_request("You are panel member x.\n\nrubric", i)).text or "")["success"] for i in range(200)]
+    member = [
+        json.loads(wide(_request("You are panel member x.\n\nrubric", i)).text or "")["success"]
+        for i in range(200)
+    ]
     assert single != member and 60 < sum(single) < 140

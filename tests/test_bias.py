@@ -56,9 +56,13 @@ def tree_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def bias_json(root: Path, server: FakeLLMServer, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+def bias_json(
+    root: Path, server: FakeLLMServer, capsys: pytest.CaptureFixture[str], *extra: str
+) -> dict[str, Any]:
     capsys.readouterr()
-    assert main(["bias", "-w", str(root), "--base-url", server.openai_base_url, *FLAGS, "--json", *extra]) == 0
+    assert (
+        main(["bias", "-w", str(root), "--base-url", server.openai_base_url, *FLAGS, "--json", *extra]) == 0
+    )
     return json.loads(capsys.readouterr().out)
 
 
@@ -74,7 +78,11 @@ def binomial_tail(k: int, n: int) -> float:
 def check_figures(probe: dict[str, Any], judge: BiasJudge) -> None:
     """Counts and p-value agree with each other and with an independent computation."""
     perturbed, placebo = probe["perturbed"], probe["placebo"]
-    assert perturbed["flips"] == perturbed["fail_to_success"] + perturbed["success_to_fail"] == len(probe["flipped"])
+    assert (
+        perturbed["flips"]
+        == perturbed["fail_to_success"] + perturbed["success_to_fail"]
+        == len(probe["flipped"])
+    )
     assert perturbed["flip_rate"] == pytest.approx(perturbed["flips"] / probe["items"])
     assert probe["excess_flip_rate"] == pytest.approx(perturbed["flip_rate"] - placebo["flip_rate"])
     tails = []
@@ -108,16 +116,46 @@ def test_a_judge_that_flips_on_task_complete_text_is_flagged_and_one_that_ignore
         calls = len(server.inference_requests())
         again = bias_json(ws, server, capsys)
         calls_again = len(server.inference_requests()) - calls
-    assert set(result) >= {"rev", "prompt_hash", "split", "split_fingerprint", "judge", "split_items", "items",
-                           "positives", "negatives", "subset", "alpha", "test", "probes", "flagged", "cost_usd",
-                           "calls", "cache_hits", "budget_usd", "complete", "notes"}
+    assert set(result) >= {
+        "rev",
+        "prompt_hash",
+        "split",
+        "split_fingerprint",
+        "judge",
+        "split_items",
+        "items",
+        "positives",
+        "negatives",
+        "subset",
+        "alpha",
+        "test",
+        "probes",
+        "flagged",
+        "cost_usd",
+        "calls",
+        "cache_hits",
+        "budget_usd",
+        "complete",
+        "notes",
+    }
     assert result["items"] == result["split_items"] == 32 and result["subset"] == "all" and result["complete"]
     assert result["rev"] == git(ws, "rev-parse", "HEAD").strip() and result["split"] == "small"
     probes = by_probe(result)
     assert list(probes) == list(PROBES)
     for p in probes.values():
-        assert set(p) >= {"probe", "description", "items", "excluded", "perturbed", "placebo", "excess_flip_rate",
-                          "discordant", "p_value", "flagged", "flipped"}
+        assert set(p) >= {
+            "probe",
+            "description",
+            "items",
+            "excluded",
+            "perturbed",
+            "placebo",
+            "excess_flip_rate",
+            "discordant",
+            "p_value",
+            "flagged",
+            "flipped",
+        }
         assert p["items"] == 32 and p["excluded"] == 0
         check_figures(p, judge)
     # 32 items x (baseline + 3 perturbed + 3 placebo), every call its own cache entry; a re-run is free.
@@ -149,8 +187,9 @@ def test_a_judge_that_flips_on_task_complete_text_is_flagged_and_one_that_ignore
 def test_a_judge_that_flips_on_idle_steps_is_flagged_by_that_probe_only(ws: Path) -> None:
     judge = BiasJudge(ws, reacts_to="idle_steps")
     with FakeLLMServer(default=judge) as server:
-        overrides = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
-                                   concurrency=8)
+        overrides = JudgeOverrides(
+            provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8
+        )
         seen: list[object] = []
         result = run_battery(Workspace.open(ws), "HEAD", events=seen.append, judge=overrides)
     assert result.flagged == ["idle_steps"]
@@ -172,8 +211,9 @@ def test_perturbed_calls_never_answer_for_the_unperturbed_item(ws: Path) -> None
     makes no new call and gets the unperturbed answers: the baseline's entries, not the perturbed ones."""
     judge = BiasJudge(ws, reacts_to="complete_text")
     with FakeLLMServer(default=judge) as server:
-        overrides = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url,
-                                   concurrency=8)
+        overrides = JudgeOverrides(
+            provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8
+        )
         run_battery(Workspace.open(ws), "HEAD", judge=overrides, probes=["final_claim"])
         calls = len(server.inference_requests())
         outcome = evaluate(Workspace.open(ws), EvalOptions(rev="HEAD", judge=overrides, replicates=1))
@@ -199,13 +239,18 @@ def test_probes_perturb_the_judge_input_as_documented(ws: Path) -> None:
     assert len(idle.steps) == n + idle_count(n) and {s.action.type for s in added} == {"wait"}
     assert {s.screenshot for s in added} == {traj.steps[n // 2].screenshot}
     noted = judge_note(traj)
-    assert noted.steps[-2].action.parameters["text"] == JUDGE_NOTE and noted.steps[-1].action == traj.steps[-1].action
+    assert (
+        noted.steps[-2].action.parameters["text"] == JUDGE_NOTE
+        and noted.steps[-1].action == traj.steps[-1].action
+    )
     assert split.trajectory(split.ids[0]) == traj  # the original is untouched
     # Rendered as the judge reads it (bundled prompts: every screenshot): the idle steps show the reused
     # screen, and the perturbed split renders what the probe made.
     prompts = bundled_prompts()
     plain = build_request(traj, split, prompts)
-    longer = build_request(PerturbedSplit(split, PROBES["idle_steps"]).trajectory(split.ids[0]), split, prompts)
+    longer = build_request(
+        PerturbedSplit(split, PROBES["idle_steps"]).trajectory(split.ids[0]), split, prompts
+    )
     images = [p for p in longer.parts if isinstance(p, ImagePart)]
     assert len(images) == len([p for p in plain.parts if isinstance(p, ImagePart)]) + idle_count(n)
     assert len({im.data for im in images[n // 2 : n // 2 + idle_count(n) + 1]}) == 1
@@ -222,7 +267,10 @@ def test_held_out_split_and_unknown_probe_are_refused_in_one_line(
     commit_all(ws, "sample held out")
     with FakeLLMServer(default=BiasJudge(ws)) as server:
         capsys.readouterr()
-        assert main(["bias", "-w", str(ws), "--split", "sample", "--base-url", server.openai_base_url, *FLAGS]) == 2
+        assert (
+            main(["bias", "-w", str(ws), "--split", "sample", "--base-url", server.openai_base_url, *FLAGS])
+            == 2
+        )
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "held out" in err
         # The dev split holds items of the held-out sample: held out too (by item, not by name).
@@ -231,8 +279,21 @@ def test_held_out_split_and_unknown_probe_are_refused_in_one_line(
         assert err.count("\n") == 1 and "split 'small' holds held-out items" in err
         set_toml_key(ws, "workspace", "heldout_splits", "[]")
         commit_all(ws, "nothing held out")
-        assert main(["bias", "-w", str(ws), "--probes", "final_claim,nope", "--base-url", server.openai_base_url,
-                     *FLAGS]) == 2
+        assert (
+            main(
+                [
+                    "bias",
+                    "-w",
+                    str(ws),
+                    "--probes",
+                    "final_claim,nope",
+                    "--base-url",
+                    server.openai_base_url,
+                    *FLAGS,
+                ]
+            )
+            == 2
+        )
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "'nope'" in err
         assert main(["bias", "no-such-rev", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS]) == 2
@@ -245,23 +306,34 @@ def test_budget_picks_a_stratified_subset_and_is_never_crossed(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
-                   encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+        encoding="utf-8",
+    )
     commit_all(ws, "prices")
     judge = BiasJudge(ws, reacts_to="complete_text")
     with FakeLLMServer(default=judge) as server:
         capsys.readouterr()
-        assert main(["bias", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS, "--budget-usd", "0.01"]) == 2
+        assert (
+            main(
+                ["bias", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS, "--budget-usd", "0.01"]
+            )
+            == 2
+        )
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "buys fewer than 2 items" in err and server.inference_requests() == []
         result = bias_json(ws, server, capsys, "--budget-usd", "1.5")
         paid = len(server.inference_requests())
         # The same battery as a table: every call is cached now, so the same items are chosen and nothing is paid.
-        assert main(["bias", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS, "--budget-usd", "1.5"]) == 0
+        assert (
+            main(["bias", "-w", str(ws), "--base-url", server.openai_base_url, *FLAGS, "--budget-usd", "1.5"])
+            == 0
+        )
         table = capsys.readouterr().out.splitlines()
         assert len(server.inference_requests()) == paid
     assert [line.split(" | ")[0] for line in table if line.startswith("| ") and "---" not in line][1:] == [
-        f"| {name}" for name in PROBES]
+        f"| {name}" for name in PROBES
+    ]
     assert f"({result['items']} of 32 items; a subset stratified by label" in table[1]
     assert 2 <= result["items"] < 32 and result["subset"].startswith("a subset stratified by label")
     assert result["cost_usd"] <= 1.5 and result["budget_usd"] == 1.5
@@ -279,14 +351,18 @@ def test_a_perturbed_request_cut_to_fit_the_token_budget_is_noted(ws: Path) -> N
 
     def reduced(tid: str, budget: int, probe: str | None = None) -> bool:
         traj = split.trajectory(tid)
-        return bool(build_request(
-            PROBES[probe].perturb(traj) if probe else traj,
-            split,
-            prompts,
-            options=RenderOptions(token_budget=budget),
-        ).notes)
+        return bool(
+            build_request(
+                PROBES[probe].perturb(traj) if probe else traj,
+                split,
+                prompts,
+                options=RenderOptions(token_budget=budget),
+            ).notes
+        )
 
-    longest = max(split.ids, key=lambda t: request_input_tokens(build_request(split.trajectory(t), split, prompts)))
+    longest = max(
+        split.ids, key=lambda t: request_input_tokens(build_request(split.trajectory(t), split, prompts))
+    )
     low, high = 256, 100_000
     while low < high:  # the smallest budget the longest item fits unreduced
         mid = (low + high) // 2

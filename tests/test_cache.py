@@ -51,18 +51,21 @@ def test_key_changes_with_everything_that_determines_the_call() -> None:
 def test_put_then_get_round_trips_and_counts(tmp_path: Path) -> None:
     with JudgeCache(tmp_path / "c.sqlite") as cache:
         assert cache.get("k") is None
-        cache.put("k", NewCall(
-            provider="openai",
-            model="m",
-            replicate=2,
-            request_fingerprint="f",
-            reply_text="not json at all",
-            reply_model="m-2024",
-            input_tokens=100,
-            output_tokens=20,
-            cost_usd=0.25,
-            duration_s=1.5,
-        ))
+        cache.put(
+            "k",
+            NewCall(
+                provider="openai",
+                model="m",
+                replicate=2,
+                request_fingerprint="f",
+                reply_text="not json at all",
+                reply_model="m-2024",
+                input_tokens=100,
+                output_tokens=20,
+                cost_usd=0.25,
+                duration_s=1.5,
+            ),
+        )
         got = cache.get("k")
         assert got is not None
         assert (got.reply_text, got.reply_model, got.input_tokens, got.output_tokens, got.replicate) == (
@@ -86,16 +89,19 @@ def test_writes_from_several_threads_all_land(tmp_path: Path) -> None:
 
     def writer(n: int) -> None:
         for i in range(20):
-            cache.put(f"{n}-{i}", NewCall(
-                provider="p",
-                model="m",
-                replicate=0,
-                request_fingerprint="f",
-                reply_text="{}",
-                reply_model="m",
-                input_tokens=1,
-                output_tokens=1,
-            ))
+            cache.put(
+                f"{n}-{i}",
+                NewCall(
+                    provider="p",
+                    model="m",
+                    replicate=0,
+                    request_fingerprint="f",
+                    reply_text="{}",
+                    reply_model="m",
+                    input_tokens=1,
+                    output_tokens=1,
+                ),
+            )
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
     for t in threads:
@@ -147,11 +153,18 @@ def test_provider_endpoint_follows_the_configured_base_url(monkeypatch: pytest.M
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
     defaults: tuple[tuple[ProviderName, str], ...] = (
-        ("openai", "https://api.openai.com/v1"), ("anthropic", "https://api.anthropic.com"))
+        ("openai", "https://api.openai.com/v1"),
+        ("anthropic", "https://api.anthropic.com"),
+    )
     for provider, default in defaults:
         assert provider_endpoint(make_provider(JudgeSection(provider=provider, model="m"))) is None
-        assert provider_endpoint(make_provider(JudgeSection(provider=provider, model="m", base_url=default))) is None
-        elsewhere = make_provider(JudgeSection(provider=provider, model="m", base_url="http://127.0.0.1:9/v1"))
+        assert (
+            provider_endpoint(make_provider(JudgeSection(provider=provider, model="m", base_url=default)))
+            is None
+        )
+        elsewhere = make_provider(
+            JudgeSection(provider=provider, model="m", base_url="http://127.0.0.1:9/v1")
+        )
         assert provider_endpoint(elsewhere) == "http://127.0.0.1:9/v1"
     # The local judge's server listens on a new port each start: its port is no part of the key.
     assert provider_endpoint(make_provider(JudgeSection(provider="local"))) is None

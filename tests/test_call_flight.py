@@ -44,27 +44,41 @@ def _setup(tmp_path: Path) -> tuple[Workspace, Split, PromptSet]:
 
 
 def _judge(server: FakeLLMServer) -> JudgeSection:
-    return JudgeSection.model_validate({"provider": "openai", "model": "gpt-5", "base_url": server.openai_base_url,
-                                        "max_concurrency": 4, "max_retries": 0})
+    return JudgeSection.model_validate(
+        {
+            "provider": "openai",
+            "model": "gpt-5",
+            "base_url": server.openai_base_url,
+            "max_concurrency": 4,
+            "max_retries": 0,
+        }
+    )
 
 
-async def _together(ws: Workspace, split: Split, prompts: PromptSet, server: FakeLLMServer,
-                    n: int = 2) -> list[EvalRun]:
+async def _together(
+    ws: Workspace, split: Split, prompts: PromptSet, server: FakeLLMServer, n: int = 2
+) -> list[EvalRun]:
     """``n`` evaluations of the same prompts at once, sharing one provider and one cache (as a wave's)."""
     judge = _judge(server)
     provider = make_provider(judge)
     with JudgeCache(ws.cache_path) as cache:
         try:
-            return list(await asyncio.gather(*(
-                evaluate_items(
-                    ws,
-                    split,
-                    prompts,
-                    judge,
-                    item_ids=split.ids,
-                    replicates=2,
-                    options=PassOptions(provider=provider, cache=cache),
-                ) for _ in range(n))))
+            return list(
+                await asyncio.gather(
+                    *(
+                        evaluate_items(
+                            ws,
+                            split,
+                            prompts,
+                            judge,
+                            item_ids=split.ids,
+                            replicates=2,
+                            options=PassOptions(provider=provider, cache=cache),
+                        )
+                        for _ in range(n)
+                    )
+                )
+            )
         finally:
             await provider.aclose()
 
@@ -104,21 +118,26 @@ def test_a_cancelled_first_evaluation_lets_the_waiting_one_finish(tmp_path: Path
         return verdict_reply(delay_s=0.5)
 
     with FakeLLMServer(slow) as server:
+
         async def scenario() -> EvalRun:
             judge = _judge(server)
             provider = make_provider(judge)
             with JudgeCache(ws.cache_path) as cache:
                 try:
+
                     def one() -> asyncio.Task[EvalRun]:
-                        return asyncio.create_task(evaluate_items(
-                            ws,
-                            split,
-                            prompts,
-                            judge,
-                            item_ids=split.ids,
-                            replicates=2,
-                            options=PassOptions(provider=provider, cache=cache),
-                        ))
+                        return asyncio.create_task(
+                            evaluate_items(
+                                ws,
+                                split,
+                                prompts,
+                                judge,
+                                item_ids=split.ids,
+                                replicates=2,
+                                options=PassOptions(provider=provider, cache=cache),
+                            )
+                        )
+
                     leader = one()
                     assert await asyncio.to_thread(first_in.wait, 60)
                     follower = one()

@@ -43,7 +43,9 @@ def _invert(f: Callable[[Fraction], Fraction], target: Fraction, increasing: boo
     return float((lo + hi) / 2)
 
 
-@pytest.mark.parametrize(("x", "n"), [(1, 1), (3, 10), (38, 62), (50, 62), (62, 62), (72, 100), (99, 100), (0, 40)])
+@pytest.mark.parametrize(
+    ("x", "n"), [(1, 1), (3, 10), (38, 62), (50, 62), (62, 62), (72, 100), (99, 100), (0, 40)]
+)
 def test_clopper_pearson_bounds_equal_brute_force_binomial_tail_inversion(x: int, n: int) -> None:
     alpha = Fraction(1, 20)
     # Lower bound: the p at which P(X >= x) = alpha (the tail grows with p); 0 when x = 0.
@@ -58,7 +60,16 @@ def test_clopper_pearson_bounds_equal_brute_force_binomial_tail_inversion(x: int
 
 def test_landis_koch_bands_at_their_edges() -> None:
     assert [landis_koch(k) for k in (-0.1, 0.0, 0.2, 0.21, 0.41, 0.61, 0.81, 1.0, None)] == [
-        "poor", "slight", "slight", "fair", "moderate", "substantial", "almost perfect", "almost perfect", "undefined"]
+        "poor",
+        "slight",
+        "slight",
+        "fair",
+        "moderate",
+        "substantial",
+        "almost perfect",
+        "almost perfect",
+        "undefined",
+    ]
 
 
 # --- the certificate through the CLI -------------------------------------------------------------
@@ -88,7 +99,9 @@ def test_certify_through_the_cli_writes_both_files_with_every_field_and_a_git_no
     fig = cert["agreement"]
     tp, pos, tn, neg = _expected_counts(judge, ws)
     assert (fig["tp"], fig["positives"], fig["tn"], fig["negatives"]) == (tp, pos, tn, neg)
-    assert fig["tpr_lower"] == clopper_pearson_lower(tp, pos) and fig["tnr_lower"] == clopper_pearson_lower(tn, neg)
+    assert fig["tpr_lower"] == clopper_pearson_lower(tp, pos) and fig["tnr_lower"] == clopper_pearson_lower(
+        tn, neg
+    )
     assert fig["tpr_lower"] < fig["tpr"] and fig["tnr_lower"] < fig["tnr"]
     lo, hi = fig["kappa_interval"]
     assert lo <= fig["kappa"] <= hi and fig["kappa_band"] == landis_koch(fig["kappa"])
@@ -106,14 +119,26 @@ def test_certify_through_the_cli_writes_both_files_with_every_field_and_a_git_no
     assert cert["bias_battery"] == {"status": "not run", "note": "--no-bias"}  # the battery: the test below
     inv = cert["invalidated_by"]
     assert inv["judge_model"] == "fake-judge" and inv["judge_model_versions"] == ["fake-judge"]
-    assert inv["split_fingerprint"] == cert["split"]["fingerprint"] and inv["prompt_hash"] == cert["prompt_hash"]
+    assert (
+        inv["split_fingerprint"] == cert["split"]["fingerprint"] and inv["prompt_hash"] == cert["prompt_hash"]
+    )
     # Both files, under experiments/certificates/, the JSON exactly what was printed.
     path = ws / cert["files"]["json"]
     assert path.parent == ws / "experiments" / "certificates"
     assert json.loads(path.read_text(encoding="utf-8")) == cert
     markdown = (ws / cert["files"]["markdown"]).read_text(encoding="utf-8")
-    for needle in ("certificate_version 1", "`tpr_lower`", "`tnr_lower`", "Landis–Koch", "Test–retest",
-                   "Self-test", "fake-judge-2", "Held-out confirmation", "Bias battery", "What invalidates it"):
+    for needle in (
+        "certificate_version 1",
+        "`tpr_lower`",
+        "`tnr_lower`",
+        "Landis–Koch",
+        "Test–retest",
+        "Self-test",
+        "fake-judge-2",
+        "Held-out confirmation",
+        "Bias battery",
+        "What invalidates it",
+    ):
         assert needle in markdown, needle
     # Referenced from the commit by a note (refs/notes/judgeloop): the commit itself is not rewritten.
     note = read_note(Workspace.open(ws), head)
@@ -127,7 +152,9 @@ def test_certify_evaluates_a_revision_never_evaluated_and_a_second_certify_is_se
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rubric = ws / "prompts" / "rubric.md"
-    rubric.write_text(rubric.read_text(encoding="utf-8") + "\n- Read every step before answering.\n", encoding="utf-8")
+    rubric.write_text(
+        rubric.read_text(encoding="utf-8") + "\n- Read every step before answering.\n", encoding="utf-8"
+    )
     commit_all(ws, "a rubric line")
     rev = git(ws, "rev-parse", "HEAD").strip()
     git(ws, "checkout", "-q", "HEAD~1")  # the certified revision is not the checked-out one
@@ -183,7 +210,8 @@ def test_certify_refuses_a_held_out_dev_split_and_a_bad_revision_and_writes_noth
     assert not (ws / "experiments" / "certificates").exists()
     assert read_note(Workspace.open(ws), before["head"]) is None
     assert {k: v for k, v in untouched_state(ws).items() if k != "status"} == {
-        k: v for k, v in before.items() if k != "status"}
+        k: v for k, v in before.items() if k != "status"
+    }
 
 
 def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
@@ -200,8 +228,15 @@ def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
         def markdown_lines(self) -> list[str]:
             return ["- claims-complete: flips 25% of verdicts (placebo 0%): flagged"]
 
-    def run_battery(ws_: Workspace, rev: str, *, split: str | None, events: object, budget_usd: float | None,
-                    judge: object) -> Result:
+    def run_battery(
+        ws_: Workspace,
+        rev: str,
+        *,
+        split: str | None,
+        events: object,
+        budget_usd: float | None,
+        judge: object,
+    ) -> Result:
         asked.append((rev, split, budget_usd))
         return Result()
 
@@ -211,8 +246,10 @@ def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
     with FakeLLMServer(default=GullibleJudge(ws)) as server:
         cert = run_json(capsys, "certify", "-w", str(ws), *judge_args(server))
     assert asked == [(cert["revision"], None, None)]
-    assert cert["bias_battery"] == {"status": "run", "result": {
-        "probes": [{"name": "claims-complete", "flip_rate": 0.25, "flagged": True}]}}
+    assert cert["bias_battery"] == {
+        "status": "run",
+        "result": {"probes": [{"name": "claims-complete", "flip_rate": 0.25, "flagged": True}]},
+    }
     markdown = (ws / cert["files"]["markdown"]).read_text(encoding="utf-8")
     assert "- claims-complete: flips 25% of verdicts (placebo 0%): flagged" in markdown
 
@@ -224,9 +261,13 @@ def test_certify_skips_a_crafted_or_truncated_selftest_file_and_cites_the_last_g
         good = run_json(capsys, "selftest", "-w", str(ws), "--repeats", "1", *judge_args(server))
         folder = ws / "experiments" / "selftest"
         newer = {**good, "created": "2999-01-01T00:00:00+00:00"}
-        (folder / "29990101-000000-aaaaaaaa.json").write_text(json.dumps({**newer, "aa": {"repeats": "many"}}))
+        (folder / "29990101-000000-aaaaaaaa.json").write_text(
+            json.dumps({**newer, "aa": {"repeats": "many"}})
+        )
         (folder / "29990101-000001-bbbbbbbb.json").write_text(json.dumps(newer)[:200])  # cut short
-        (folder / "29990101-000002-cccccccc.json").write_text(json.dumps({**newer, "planted": {"rolled_back": "yes"}}))
+        (folder / "29990101-000002-cccccccc.json").write_text(
+            json.dumps({**newer, "planted": {"rolled_back": "yes"}})
+        )
         (folder / "29990101-000003-dddddddd.json").write_text("[1, 2, 3]")
         cert = run_json(capsys, "certify", "-w", str(ws), "--no-bias", *judge_args(server))
     assert cert["selftest"]["status"] == "current" and cert["selftest"]["file"] == good["files"]["json"]

@@ -14,28 +14,38 @@ from optimizer.workspace.config import LoopSection
 def brute_p(values: list[Fraction]) -> Fraction:
     """P(Σ s_i|x_i| ≥ Σ x_i) over every sign vector, counted one by one."""
     stat = sum(values, Fraction(0))
-    hits = sum(1 for signs in itertools.product((1, -1), repeat=len(values))
-               if sum((s * abs(x) for s, x in zip(signs, values, strict=True)), Fraction(0)) >= stat)
+    hits = sum(
+        1
+        for signs in itertools.product((1, -1), repeat=len(values))
+        if sum((s * abs(x) for s, x in zip(signs, values, strict=True)), Fraction(0)) >= stat
+    )
     return Fraction(hits, 2 ** len(values))
 
 
 def test_the_shifted_sign_flip_p_value_equals_an_enumeration() -> None:
-    for diffs, n, margin in (([Fraction(-1), Fraction(-1)], 8, 1), ([Fraction(1, 3), Fraction(-2, 3)], 7, 2),
-                             ([], 9, 1), ([Fraction(-1)] * 3 + [Fraction(1)], 10, 1)):
+    for diffs, n, margin in (
+        ([Fraction(-1), Fraction(-1)], 8, 1),
+        ([Fraction(1, 3), Fraction(-2, 3)], 7, 2),
+        ([], 9, 1),
+        ([Fraction(-1)] * 3 + [Fraction(1)], 10, 1),
+    ):
         shift = Fraction(margin, n)
         expected = brute_p([d + shift for d in diffs] + [shift] * (n - len(diffs)))
         assert noninferiority_test(diffs, n, margin).p_exact == expected
 
 
 def labels(n_pos: int, n_neg: int) -> dict[str, Label]:
-    out = {f"p{i}": Label(trajectory_id=f"p{i}", label="positive", original_id=f"p{i}")
-           for i in range(n_pos)}
-    out |= {f"n{i}": Label(trajectory_id=f"n{i}", label="negative", original_id=f"n{i}") for i in range(n_neg)}
+    out = {f"p{i}": Label(trajectory_id=f"p{i}", label="positive", original_id=f"p{i}") for i in range(n_pos)}
+    out |= {
+        f"n{i}": Label(trajectory_id=f"n{i}", label="negative", original_id=f"n{i}") for i in range(n_neg)
+    }
     return out
 
 
 def answers(labs: dict[str, Label], wrong: set[str]) -> dict[str, list[Answer]]:
-    return {t: [Answer(success=lab.is_positive != (t in wrong), mistake_type=None)] for t, lab in labs.items()}
+    return {
+        t: [Answer(success=lab.is_positive != (t in wrong), mistake_type=None)] for t, lab in labs.items()
+    }
 
 
 LOOP = LoopSection(cheaper_margin_items=1)

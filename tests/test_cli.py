@@ -11,7 +11,10 @@ from optimizer.workspace.workspace import Workspace
 
 
 def test_workspace_option_goes_before_or_after_the_command(
-    empty_workspace: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    empty_workspace: Workspace,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     root = str(empty_workspace.root)
     monkeypatch.chdir(tmp_path)  # not a workspace: only -w can make these work

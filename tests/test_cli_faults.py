@@ -81,7 +81,9 @@ def test_a_bad_value_is_refused_in_one_line_naming_the_allowed_range(
         ["devset", "list", "--work", "."],
     ],
 )
-def test_an_abbreviated_flag_is_refused(sample_ws: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+def test_an_abbreviated_flag_is_refused(
+    sample_ws: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
     before = runs_in(sample_ws)
     capsys.readouterr()
     assert main(["-w", str(sample_ws), *argv]) == 2
@@ -155,7 +157,9 @@ def test_a_bad_judgeloop_toml_is_one_line_naming_the_file(
 # -- judgeloop init ------------------------------------------------------------------------------
 
 
-def test_init_onto_an_existing_file_is_refused_and_leaves_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_onto_an_existing_file_is_refused_and_leaves_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "notes.txt"
     target.write_text("mine\n", encoding="utf-8")
     for path in (target, target / "ws"):
@@ -166,9 +170,15 @@ def test_init_onto_an_existing_file_is_refused_and_leaves_it(tmp_path: Path, cap
     assert target.read_text(encoding="utf-8") == "mine\n"
 
 
-@pytest.mark.parametrize(("provider", "env"), [("openai", "OPENAI_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY")])
+@pytest.mark.parametrize(
+    ("provider", "env"), [("openai", "OPENAI_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY")]
+)
 def test_a_run_without_the_judges_key_is_refused_before_it_creates_a_run_or_a_branch(
-    sample_ws: Path, provider: str, env: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    sample_ws: Path,
+    provider: str,
+    env: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     import git
 
@@ -198,7 +208,11 @@ def test_a_message_with_a_strategy_that_writes_its_own_is_refused_before_anythin
 @pytest.mark.parametrize("rev", ["HEAD@{1000}", "main@{yesterday}", "--all", "no-such-branch"])
 @pytest.mark.parametrize("command", ["eval", "bias", "certify"])
 def test_a_revision_git_cannot_resolve_is_one_line_naming_it(
-    sample_ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, rev: str
+    sample_ws: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    rev: str,
 ) -> None:
     """The workspace's reflog holds one entry made today, so git resolves neither the 1000th entry nor
     main as it was yesterday (it would only say how far the log goes back); each is refused in one line

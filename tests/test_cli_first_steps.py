@@ -35,13 +35,16 @@ def test_init_with_sample_still_names_its_split(tmp_path: Path, capsys: pytest.C
     assert config["workspace"]["dev_split"] == "sample"
 
 
-@pytest.mark.parametrize(("section", "line", "named"), [
-    ("loop", 'alpha = "0.1"', "alpha must be a number"),
-    ("judge", 'max_concurrency = "4"', "max_concurrency must be a whole number"),
-    ("judge", "max_concurrency = 2.5", "max_concurrency must be a whole number"),
-    ("judge", "max_concurrency = true", "max_concurrency must be a whole number"),
-    ("judge", 'batch_cold = "yes"', "batch_cold must be true or false"),
-])
+@pytest.mark.parametrize(
+    ("section", "line", "named"),
+    [
+        ("loop", 'alpha = "0.1"', "alpha must be a number"),
+        ("judge", 'max_concurrency = "4"', "max_concurrency must be a whole number"),
+        ("judge", "max_concurrency = 2.5", "max_concurrency must be a whole number"),
+        ("judge", "max_concurrency = true", "max_concurrency must be a whole number"),
+        ("judge", 'batch_cold = "yes"', "batch_cold must be true or false"),
+    ],
+)
 def test_a_config_value_of_the_wrong_type_is_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, line: str, named: str
 ) -> None:
@@ -58,15 +61,20 @@ def test_a_config_value_of_the_wrong_type_is_refused_in_one_line(
     assert named in err and "judgeloop.toml" in err
 
 
-@pytest.mark.parametrize(("argv", "suggested"), [
-    (["rnu"], "`run`"),
-    (["histroy"], "`history`"),
-    (["devset", "lst"], "`list`"),
-    (["run", "--max-experimnts", "2"], "`--max-experiments`"),
-    (["devset", "import", "x", "--name", "d", "--all", "--lnk"], "`--link`"),
-    (["plan", "--budget-usd", "1", "--replicate", "2"], "`--replicates`"),
-])
-def test_a_typo_gets_a_did_you_mean(argv: list[str], suggested: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "suggested"),
+    [
+        (["rnu"], "`run`"),
+        (["histroy"], "`history`"),
+        (["devset", "lst"], "`list`"),
+        (["run", "--max-experimnts", "2"], "`--max-experiments`"),
+        (["devset", "import", "x", "--name", "d", "--all", "--lnk"], "`--link`"),
+        (["plan", "--budget-usd", "1", "--replicate", "2"], "`--replicates`"),
+    ],
+)
+def test_a_typo_gets_a_did_you_mean(
+    argv: list[str], suggested: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(argv) == 2
     err = _one_line(capsys.readouterr().err)
     assert f"(did you mean {suggested}?)" in err
@@ -77,7 +85,9 @@ def test_nothing_close_gets_no_guess(capsys: pytest.CaptureFixture[str]) -> None
     assert "did you mean" not in _one_line(capsys.readouterr().err)
 
 
-def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def _parsers(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     found = [(path, parser)]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

@@ -20,7 +20,9 @@ from optimizer.workspace.workspace import Workspace
 _OWN = (argparse._HelpAction,)
 
 
-def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def _walk(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     yield path, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -30,8 +32,11 @@ def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterat
 
 def _leaves() -> list[tuple[str, ...]]:
     """Every command a user can run, as its words (`("devset", "list")`)."""
-    return [path for path, p in _walk(build_parser())
-            if path and not any(isinstance(a, argparse._SubParsersAction) for a in p._actions)]
+    return [
+        path
+        for path, p in _walk(build_parser())
+        if path and not any(isinstance(a, argparse._SubParsersAction) for a in p._actions)
+    ]
 
 
 def _in_required_group(parser: argparse.ArgumentParser, action: argparse.Action) -> bool:
@@ -58,8 +63,11 @@ def test_every_option_of_every_command_says_what_it_does_and_its_default() -> No
                 continue  # one of --manifest/--all/--rebuild-ahd must be given: there is no default
             if "default" not in text and "(required)" not in text:
                 no_default.append(f"{where} {name}")
-            elif action.default not in (None, False, argparse.SUPPRESS) and "%(default)s" not in text \
-                    and str(action.default) not in text:
+            elif (
+                action.default not in (None, False, argparse.SUPPRESS)
+                and "%(default)s" not in text
+                and str(action.default) not in text
+            ):
                 no_default.append(f"{where} {name} (default {action.default!r} not shown)")
     assert len(walked) > 15  # the walk really went into every (sub)command
     assert missing == []
@@ -74,7 +82,9 @@ def test_a_helpless_option_added_later_is_caught(monkeypatch: pytest.MonkeyPatch
 
     def with_a_bare_flag() -> argparse.ArgumentParser:
         parser = real()
-        devset = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["devset"]
+        devset = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[
+            "devset"
+        ]
         show = next(a for a in devset._actions if isinstance(a, argparse._SubParsersAction)).choices["show"]
         show.add_argument("--bare")
         return parser
@@ -152,7 +162,10 @@ def test_workspace_option_in_every_position_reaches_the_workspace(words: tuple[s
 
 @pytest.mark.parametrize("words", list(ARGS), ids=" ".join)
 def test_every_position_of_w_and_a_subfolder_give_the_same_outcome(
-    words: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    words: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from optimizer.scaffold import init_workspace
 
@@ -212,7 +225,9 @@ def test_an_unknown_tui_screen_is_one_line_naming_the_valid_ones(
     from tui.app import VIEWS
 
     shot = tmp_path / "shot.svg"
-    assert main(["tui", "-w", str(empty_workspace.root), "--screen", "histroy", "--screenshot", str(shot)]) == 2
+    assert (
+        main(["tui", "-w", str(empty_workspace.root), "--screen", "histroy", "--screenshot", str(shot)]) == 2
+    )
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert "invalid choice: 'histroy'" in err

@@ -67,8 +67,15 @@ def add_trajectory_row(release_root: Path, traj: dict[str, Any]) -> None:
 
 
 def crafted_item(tid: str, original_id: str = "rec-crafted", paired_id: str | None = None) -> FakeItem:
-    return FakeItem(tid, "negative" if paired_id else "positive", original_id, "Open the crafted file.",
-                    paired_id=paired_id, mistake_type="Critical Mistake" if paired_id else None, n_steps=1)
+    return FakeItem(
+        tid,
+        "negative" if paired_id else "positive",
+        original_id,
+        "Open the crafted file.",
+        paired_id=paired_id,
+        mistake_type="Critical Mistake" if paired_id else None,
+        n_steps=1,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,7 +85,10 @@ def crafted_item(tid: str, original_id: str = "rec-crafted", paired_id: str | No
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("trajectory_id", "../../../../../../x"),  # from devset/.NAME.importing-PID/sandbox/data/jsons: tmp_path/x
+        (
+            "trajectory_id",
+            "../../../../../../x",
+        ),  # from devset/.NAME.importing-PID/sandbox/data/jsons: tmp_path/x
         ("trajectory_id", "a/b"),
         ("trajectory_id", ".hidden"),
         ("trajectory_id", "x" * 129),
@@ -114,14 +124,30 @@ def test_a_manifest_or_a_split_on_disk_with_an_unsafe_id_is_refused(
     release = write_release(tmp_path / "src", items)
     manifest = tmp_path / "m.txt"
     manifest.write_text(f"{items[0].trajectory_id}\n../../x\n", encoding="utf-8")
-    assert main(["devset", "import", str(release.root), "--name", "m", "--manifest", str(manifest),
-                 "-w", str(ws.root)]) == 2
+    assert (
+        main(
+            [
+                "devset",
+                "import",
+                str(release.root),
+                "--name",
+                "m",
+                "--manifest",
+                str(manifest),
+                "-w",
+                str(ws.root),
+            ]
+        )
+        == 2
+    )
     assert "'../../x'" in one_line(capsys)
 
     assert import_all(ws, release.root) == 0
     capsys.readouterr()
     split_manifest = ws.root / "devset" / "dev" / "manifest.txt"
-    split_manifest.write_text(split_manifest.read_text(encoding="utf-8") + "../../../outside\n", encoding="utf-8")
+    split_manifest.write_text(
+        split_manifest.read_text(encoding="utf-8") + "../../../outside\n", encoding="utf-8"
+    )
     assert main(["devset", "verify", "dev", "-w", str(ws.root)]) == 2
     assert "'../../../outside'" in one_line(capsys)
 
@@ -294,8 +320,10 @@ def looks_outside(img: Image.Image) -> bool:
 
 @pytest.mark.parametrize("kind", TAMPERS)
 def test_the_judge_refuses_a_tampered_split_and_never_sends_the_outside_file(
-    imported: tuple[Workspace, list[FakeItem], Path], capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch, kind: str
+    imported: tuple[Workspace, list[FakeItem], Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
 ) -> None:
     ws, items, outside = imported
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")

@@ -286,7 +286,9 @@ def test_early_stopping_never_changes_a_decision_on_random_verdict_sets() -> Non
                 assert kappa_provably_cannot_beat(labels, so_far, incumbent, loop) == (not full.keep)
                 assert (stopped_decision(labels, so_far, incumbent, loop) is None) == full.keep
     # The property is not vacuous: candidates were kept, both bounds fired, and the orders varied.
-    print(f"kept on full evaluation: {kept_full}/400; stops: {stops}; orders: {distinct_orders}/{orders_tried}")
+    print(
+        f"kept on full evaluation: {kept_full}/400; stops: {stops}; orders: {distinct_orders}/{orders_tried}"
+    )
     assert kept_full > 20 and stops["fpr"] > 20 and stops["kappa"] > 20, (kept_full, stops)
     assert distinct_orders > 0.9 * orders_tried, (distinct_orders, orders_tried)
 

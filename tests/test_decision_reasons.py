@@ -19,8 +19,12 @@ OBSERVED = re.compile(r"^stopped early after (\d+)/(\d+) items: (\d+) fixed, (\d
 def _labels(rng: random.Random) -> dict[str, Label]:
     n = rng.randint(4, 14)
     n_pos = rng.randint(1, n - 1)
-    return {f"t{i}": Label(trajectory_id=f"t{i}", label="positive" if i < n_pos else "negative", original_id=f"t{i}")
-            for i in range(n)}
+    return {
+        f"t{i}": Label(
+            trajectory_id=f"t{i}", label="positive" if i < n_pos else "negative", original_id=f"t{i}"
+        )
+        for i in range(n)
+    }
 
 
 def _answer(rng: random.Random, label: Label, p_right: float) -> Answer:
@@ -45,17 +49,25 @@ def test_a_paired_early_stop_states_the_observed_flips_then_the_bound() -> None:
                 continue
             m = OBSERVED.match(d.reason)
             assert m, d.reason
-            fixed = sum(1 for t, a in so_far.items()
-                        if is_correct(labels[t], a) and not is_correct(labels[t], incumbent[t]))
-            broken = sum(1 for t, a in so_far.items()
-                         if not is_correct(labels[t], a) and is_correct(labels[t], incumbent[t]))
+            fixed = sum(
+                1
+                for t, a in so_far.items()
+                if is_correct(labels[t], a) and not is_correct(labels[t], incumbent[t])
+            )
+            broken = sum(
+                1
+                for t, a in so_far.items()
+                if not is_correct(labels[t], a) and is_correct(labels[t], incumbent[t])
+            )
             assert tuple(map(int, m.groups())) == (len(so_far), len(labels), fixed, broken), d.reason
             # The best case, completed here independently: every unjudged item answered correctly.
             best = {**{t: YES if lab.is_positive else NO for t, lab in labels.items()}, **so_far}
             kappa, kappa_inc = score(labels, best).kappa, score(labels, incumbent).kappa
             assert kappa is not None and kappa_inc is not None
             assert f"(bound: kappa ≤ {kappa:.3f} vs {kappa_inc:.3f}, " in d.reason, d.reason
-            assert d.reason.index("broken") < d.reason.index("bound:") and "it could not be kept (" in d.reason
+            assert (
+                d.reason.index("broken") < d.reason.index("bound:") and "it could not be kept (" in d.reason
+            )
             checked += 1
             break
     assert checked > 50, checked

@@ -47,7 +47,7 @@ def test_edit_keeps_every_comment_and_changes_only_the_named_values() -> None:
     # provider = "local" is already the default: only the split and the policy lines change
     assert [b.split("#")[0].strip() for _, b in changed] == ['dev_split = "demo"', 'policy = "paired"']
     for a, b in changed:  # each changed line keeps its comment, in the same column
-        assert a[a.index("#"):] == b[b.index("#"):] and a.index("#") == b.index("#")
+        assert a[a.index("#") :] == b[b.index("#") :] and a.index("#") == b.index("#")
     data = tomllib.loads(new)
     assert data["workspace"]["dev_split"] == "demo"
     assert data["loop"]["policy"] == "paired"
@@ -56,11 +56,14 @@ def test_edit_keeps_every_comment_and_changes_only_the_named_values() -> None:
 
 
 def test_edit_adds_a_missing_section_and_key() -> None:
-    new = edited_config("# mine\n[judge]\nmodel = \"smollm2-135m\"  # keep me\n", DEMO_VALUES)
+    new = edited_config('# mine\n[judge]\nmodel = "smollm2-135m"  # keep me\n', DEMO_VALUES)
     assert "# mine" in new and "# keep me" in new
     data = tomllib.loads(new)
-    assert data == {"judge": {"model": "smollm2-135m", "provider": "local"},
-                    "workspace": {"dev_split": "demo"}, "loop": {"policy": "paired"}}
+    assert data == {
+        "judge": {"model": "smollm2-135m", "provider": "local"},
+        "workspace": {"dev_split": "demo"},
+        "loop": {"policy": "paired"},
+    }
 
 
 def test_edit_handles_an_inline_table() -> None:
@@ -75,7 +78,7 @@ def test_edit_handles_an_inline_table() -> None:
         (DEFAULT_CONFIG_TOML, {("loop", "polcy"): "paired"}, "[loop.polcy]"),
         (DEFAULT_CONFIG_TOML, {("judge", "max_concurrency"): 0}, "[judge.max_concurrency]"),
         ('workspace = "demo"\n', {("workspace", "dev_split"): "demo"}, "[workspace] is not a table"),
-        ('[workspace]\ndev_split = { a = 1 }\n', {("workspace", "dev_split"): "demo"}, "not a single value"),
+        ("[workspace]\ndev_split = { a = 1 }\n", {("workspace", "dev_split"): "demo"}, "not a single value"),
         ("[workspace\n", {("workspace", "dev_split"): "demo"}, "not valid TOML"),
     ],
 )
@@ -159,7 +162,9 @@ def test_set_config_refuses_a_symlinked_config(tmp_path: Path) -> None:
 
 
 @contextmanager
-def _process(cwd: Path, code: str = "import time; print('ready', flush=True); time.sleep(60)") -> Iterator[int]:
+def _process(
+    cwd: Path, code: str = "import time; print('ready', flush=True); time.sleep(60)"
+) -> Iterator[int]:
     """A Python child started in ``cwd`` running ``code`` (which prints "ready"), always killed after."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env, stdout=subprocess.PIPE, text=True)
@@ -182,7 +187,9 @@ def test_a_process_working_in_the_folder_is_found_and_refused(tmp_path: Path) ->
     with _process(folder / "sub") as pid:
         found = holders(folder)
         assert [(h.pid, h.how) for h in found] == [(pid, "has its working folder in it")]
-        with pytest.raises(UserError, match=rf"process {pid} \(.*python.*\) has its working folder in it; close it"):
+        with pytest.raises(
+            UserError, match=rf"process {pid} \(.*python.*\) has its working folder in it; close it"
+        ):
             ensure_unused(folder, what="delete the previous demo")
     assert holders(folder) == []
     ensure_unused(folder, what="delete the previous demo")  # nobody left: allowed
@@ -218,10 +225,15 @@ def test_a_folder_reached_through_a_link_is_checked_where_it_really_is(tmp_path:
 @needs_proc
 def test_a_live_run_lock_is_named(tmp_path: Path) -> None:
     ws = init_workspace(tmp_path / "ws")
-    code = ("from optimizer.workspace.workspace import Workspace, command_lock\n"
-            f"with command_lock(Workspace.open({str(ws.root)!r}), 'run'):\n"
-            "    import time; print('ready', flush=True); time.sleep(60)\n")
-    with _process(tmp_path, code) as pid, pytest.raises(UserError, match=rf"judgeloop run, pid {pid} is working"):
+    code = (
+        "from optimizer.workspace.workspace import Workspace, command_lock\n"
+        f"with command_lock(Workspace.open({str(ws.root)!r}), 'run'):\n"
+        "    import time; print('ready', flush=True); time.sleep(60)\n"
+    )
+    with (
+        _process(tmp_path, code) as pid,
+        pytest.raises(UserError, match=rf"judgeloop run, pid {pid} is working"),
+    ):
         ensure_unused(ws.root, what="delete the previous demo")
     ensure_unused(ws.root, what="delete the previous demo")  # the lock died with its process
 
@@ -231,8 +243,14 @@ def test_a_live_run_lock_is_named(tmp_path: Path) -> None:
 
 def _demo(folder: Path) -> subprocess.CompletedProcess[str]:
     # Ends at the folder check, before any judging; the bound only guards against a regression.
-    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "demo"), str(folder)], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "demo"), str(folder)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @needs_proc

@@ -604,16 +604,20 @@ def test_an_item_whose_request_is_megabytes_is_warned_about_at_import_and_before
     set_toml_key(ws.root, "judge", "provider", '"openai"')
     set_toml_key(ws.root, "judge", "model", '"fake-judge"')
     cfg = ws.root / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
-                   encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+        encoding="utf-8",
+    )
     items = make_items(1)
     big = items[0]
     big.instruction = "Save the report as a PDF. " + "Then check every cell again. " * 90_000
     assert len(big.instruction) > OVERSIZED_REQUEST_BYTES
     release = write_release(tmp_path / "src", items)
-    warned = re.compile(rf"(?:judgeloop(?: eval)?: )?warning: item {big.trajectory_id} of split 'big' renders to a (\d+\.\d) MB "
-                        r"request \(over 2 MB of text and images\): about \$([\d,]+\.\d\d) per pass \(1 call\(s\) "
-                        r"of fake-judge\); check the trajectory, or leave it out of the manifest")
+    warned = re.compile(
+        rf"(?:judgeloop(?: eval)?: )?warning: item {big.trajectory_id} of split 'big' renders to a (\d+\.\d) MB "
+        r"request \(over 2 MB of text and images\): about \$([\d,]+\.\d\d) per pass \(1 call\(s\) "
+        r"of fake-judge\); check the trajectory, or leave it out of the manifest"
+    )
     capsys.readouterr()
     assert run("devset", "import", str(release.root), "-w", str(ws.root), "--name", "big", "--all") == 0
     err = capsys.readouterr().err
@@ -638,7 +642,21 @@ def test_an_item_whose_request_is_megabytes_is_warned_about_at_import_and_before
     commit_all(ws.root, "the fake judge and its price")
     with FakeLLMServer() as server:
         capsys.readouterr()
-        assert run("run", "-w", str(ws.root), "--split", "big", "--strategy", "library", "--max-experiments", "1",
-                   "--base-url", server.openai_base_url) == 0
+        assert (
+            run(
+                "run",
+                "-w",
+                str(ws.root),
+                "--split",
+                "big",
+                "--strategy",
+                "library",
+                "--max-experiments",
+                "1",
+                "--base-url",
+                server.openai_base_url,
+            )
+            == 0
+        )
     captured = capsys.readouterr()
     assert len(warned.findall(captured.err)) == 1, captured.err

@@ -48,7 +48,10 @@ def full_form_row(**changes: Any) -> dict[str, Any]:
             {
                 "step_id": 0,
                 "screenshot": f"https://storage.example.com/{REC}/1.png",
-                "action": {"type": "click", "parameters": {"x": 10, "y": 20, "button": "left", "num_clicks": 1}},
+                "action": {
+                    "type": "click",
+                    "parameters": {"x": 10, "y": 20, "button": "left", "num_clicks": 1},
+                },
                 "thought": None,
                 "action_description": None,
                 "timestamp_us": 1000.6,
@@ -69,7 +72,11 @@ def full_form_row(**changes: Any) -> dict[str, Any]:
                 "action_description": None,
                 "timestamp_us": 2500,
             },
-            {"step_id": 3, "action": {"type": "wait", "parameters": {"duration_s": 1.0}}, "timestamp_us": None},
+            {
+                "step_id": 3,
+                "action": {"type": "wait", "parameters": {"duration_s": 1.0}},
+                "timestamp_us": None,
+            },
         ],
         "milestones": [{"step_id": "zero", "description": 5}],  # not projected, so never validated
     }
@@ -210,7 +217,9 @@ def write_source(
     label = {"trajectory_id": TID, "label": "positive", "original_id": original_id}
     (root / "AgentHorizon.jsonl").write_text(json.dumps(label) + "\n", encoding="utf-8")
     if rows is not None:
-        (root / "agenthorizon.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        (root / "agenthorizon.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
+        )
     for rel, text in (files or {}).items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text, encoding="utf-8")
@@ -240,7 +249,9 @@ def test_full_form_import_links_the_screenshot_of_a_null_step_even_when_it_is_mi
     seen: list[str] = []
     split = import_split(ws, source, "full", all_items=True, warn=seen.append)
     assert split.json_path(TID).read_bytes() == OFFICIAL_JSON.encode("ascii")
-    assert seen == [f"{source / 'data/media/images' / REC / 'step_4.png'}: missing (screenshot of step 3 of {TID})"]
+    assert seen == [
+        f"{source / 'data/media/images' / REC / 'step_4.png'}: missing (screenshot of step 3 of {TID})"
+    ]
     assert verify_split(split).problems == [
         f"devset/full/sandbox/data/media/images/{REC}/step_4.png: missing screenshot (linked by {TID})"
     ]
@@ -253,7 +264,11 @@ def test_without_a_recording_id_the_stored_links_are_kept_as_the_official_render
         task={"instruction": "Go."},
         environment=None,
         steps=[
-            {"step_id": 0, "screenshot": None, "action": {"type": "press", "parameters": {"keys": ["enter"]}}},
+            {
+                "step_id": 0,
+                "screenshot": None,
+                "action": {"type": "press", "parameters": {"keys": ["enter"]}},
+            },
             {"step_id": 1, "screenshot": f"data/media/images/{REC}/step_2.png", "action": {"type": "move"}},
         ],
     )
@@ -333,7 +348,9 @@ def test_a_source_markdown_that_is_not_the_rendering_of_its_json_is_warned_and_r
     seen: list[str] = []
     split = import_split(ws, source, "fixed", all_items=True, warn=seen.append)
     md_src = source / "agenthorizon_md" / f"{TID}.md"
-    assert seen == [f"{md_src}: differs from the rendering of its JSON at line 21; the rendering was imported"]
+    assert seen == [
+        f"{md_src}: differs from the rendering of its JSON at line 21; the rendering was imported"
+    ]
     assert split.markdown_path(TID).read_bytes() == OFFICIAL_MD.encode()
 
 
@@ -369,12 +386,16 @@ def test_a_trajectory_id_repeated_in_the_full_form_jsonl_takes_its_last_line(
     split = import_split(ws, source, "dup", all_items=True, warn=seen.append)
     assert split.json_path(TID).read_bytes() == OFFICIAL_JSON.encode("ascii")  # the later row, as officially
     jsonl = source / "agenthorizon.jsonl"
-    assert seen == [f"{jsonl}:2: trajectory_id {TID} again (first at {jsonl}:1); the later line is used, "
-                    "as the official renderer does"]
+    assert seen == [
+        f"{jsonl}:2: trajectory_id {TID} again (first at {jsonl}:1); the later line is used, "
+        "as the official renderer does"
+    ]
 
 
 def test_a_float_step_id_is_refused_naming_the_file(ws: Workspace, tmp_path: Path) -> None:
     row = full_form_row(steps=[{"step_id": 0.0, "action": {"type": "move"}}])
     source = write_source(tmp_path / "src", rows=[row])
-    with pytest.raises(UserError, match=r"agenthorizon\.jsonl:1: steps\.0\.step_id: Input should be a valid integer"):
+    with pytest.raises(
+        UserError, match=r"agenthorizon\.jsonl:1: steps\.0\.step_id: Input should be a valid integer"
+    ):
         import_split(ws, source, "bad", all_items=True)

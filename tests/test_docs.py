@@ -57,12 +57,19 @@ def test_reference_page_is_what_the_code_generates(page: str) -> None:
 
 def test_gendocs_check_passes_on_the_checked_in_pages() -> None:
     # `python -m tools.gendocs --check` in a subprocess, as a person or CI runs it.
-    done = subprocess.run([sys.executable, "-m", "tools.gendocs", "--check"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.gendocs", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
 
 
-def test_an_option_added_without_regenerating_makes_the_cli_page_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_option_added_without_regenerating_makes_the_cli_page_stale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import optimizer.cli
 
     real = optimizer.cli.build_parser
@@ -100,27 +107,36 @@ def test_config_reference_lists_every_key_with_a_description() -> None:
 
 
 def test_every_dotted_optimizer_name_in_the_docs_resolves() -> None:
-    missing = [f"{path.relative_to(ROOT)}: {name}" for path in doc_files()
-               for name in sorted(set(DOTTED.findall(path.read_text(encoding="utf-8"))))
-               if not resolves(name)]
+    missing = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in doc_files()
+        for name in sorted(set(DOTTED.findall(path.read_text(encoding="utf-8"))))
+        if not resolves(name)
+    ]
     assert not missing, "names in the docs that resolve to no module or attribute:\n" + "\n".join(missing)
 
 
 def test_a_name_that_does_not_resolve_is_caught() -> None:
     assert resolves("optimizer.stats.decision") and resolves("optimizer.trust.certify.Certificate")
-    assert not resolves("optimizer.stats.no_such_module") and not resolves("optimizer.workspace.config.NoSuchName")
-    assert DOTTED.findall("see `optimizer.workspace.paths.prompt_file`, not optimizer/workspace/paths.py") == ["optimizer.workspace.paths.prompt_file"]
+    assert not resolves("optimizer.stats.no_such_module") and not resolves(
+        "optimizer.workspace.config.NoSuchName"
+    )
+    assert DOTTED.findall(
+        "see `optimizer.workspace.paths.prompt_file`, not optimizer/workspace/paths.py"
+    ) == ["optimizer.workspace.paths.prompt_file"]
 
 
 def nav_pages() -> list[str]:
     """The pages mkdocs.yml's nav names (``- Title: path.md`` lines)."""
     text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    nav = text[text.index("\nnav:"):]
+    nav = text[text.index("\nnav:") :]
     return re.findall(r"^\s*- .*?(?<![\w./-])([\w./-]+\.md)\s*$", nav, flags=re.MULTILINE)
 
 
 def test_every_page_is_in_the_nav_and_every_nav_entry_is_a_page() -> None:
-    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if p.parts[len(DOCS.parts)] != "figures"}
+    pages = {
+        p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if p.parts[len(DOCS.parts)] != "figures"
+    }
     listed = nav_pages()
     assert len(listed) == len(set(listed)), "a page is listed twice in the nav"
     assert not set(listed) - pages, f"nav entries with no page: {sorted(set(listed) - pages)}"
@@ -129,8 +145,14 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_is_a_page() -> None:
 
 def test_every_figure_is_included_and_every_include_exists() -> None:
     figures = {p.name for p in (DOCS / "figures").glob("*.md")}
-    included = {m for path in DOCS.rglob("*.md") for m in re.findall(r'^--8<-- "figures/([\w.-]+)"', path.read_text(), flags=re.MULTILINE)}
-    assert included == figures, f"not included: {sorted(figures - included)}; missing: {sorted(included - figures)}"
+    included = {
+        m
+        for path in DOCS.rglob("*.md")
+        for m in re.findall(r'^--8<-- "figures/([\w.-]+)"', path.read_text(), flags=re.MULTILINE)
+    }
+    assert included == figures, (
+        f"not included: {sorted(figures - included)}; missing: {sorted(included - figures)}"
+    )
 
 
 def test_readme_stays_short() -> None:
@@ -140,8 +162,9 @@ def test_readme_stays_short() -> None:
     assert "bash scripts/demo" in text and "bash scripts/test" in text
 
 
-def test_a_benchmark_writes_its_printed_figures_as_the_include_file(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_benchmark_writes_its_printed_figures_as_the_include_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from benchmarks import _figures
 
     monkeypatch.setattr(_figures, "FIGURES", tmp_path)

@@ -34,8 +34,10 @@ def _labels(rng: random.Random) -> dict[str, Label]:
     n_pos = rng.choice((0, n)) if rng.random() < 0.1 else rng.randint(0, n)
     ids = [f"t{i}" for i in range(n)]
     rng.shuffle(ids)
-    return {tid: Label(trajectory_id=tid, label="positive" if j < n_pos else "negative", original_id=tid)
-            for j, tid in enumerate(ids)}
+    return {
+        tid: Label(trajectory_id=tid, label="positive" if j < n_pos else "negative", original_id=tid)
+        for j, tid in enumerate(ids)
+    }
 
 
 def _judgement(rng: random.Random, label: Label, p_right: float) -> Answer:
@@ -77,8 +79,12 @@ def _replay(rng: random.Random, policy: str) -> tuple[list[Decision | None], lis
     inc_answers = {t: majority_answer(js) for t, js in inc_judgements.items() if rng.random() < 0.95}
     share = rng.uniform(0.3, 1.0)  # a candidate that mostly repeats the incumbent, so keeps happen
     p_cand = min(1.0, p_inc + rng.uniform(-0.2, 0.4))
-    cand = {t: list(inc_judgements[t][:k_cand]) if rng.random() < share and k_cand <= k_inc
-            else [_judgement(rng, lab, p_cand) for _ in range(k_cand)] for t, lab in labels.items()}
+    cand = {
+        t: list(inc_judgements[t][:k_cand])
+        if rng.random() < share and k_cand <= k_inc
+        else [_judgement(rng, lab, p_cand) for _ in range(k_cand)]
+        for t, lab in labels.items()
+    }
     order = list(labels)
     rng.shuffle(order)
     if order and rng.random() < 0.2:  # an item judged again replaces its earlier result
@@ -95,7 +101,9 @@ def _replay(rng: random.Random, policy: str) -> tuple[list[Decision | None], lis
         answer = majority_answer(js)
         so_far[tid], so_far_judgements[tid] = answer, js
         if policy == "adaptive":
-            expected.append(adaptive_stopped_decision(labels, so_far_judgements, inc_judgements, loop, alpha=alpha))
+            expected.append(
+                adaptive_stopped_decision(labels, so_far_judgements, inc_judgements, loop, alpha=alpha)
+            )
         else:
             expected.append(stopped_decision(labels, so_far, inc_answers, loop, alpha=alpha))
         # Past the first stop too: the loop stops there, but the stopper's state must stay right.
@@ -116,12 +124,15 @@ def test_the_incremental_bound_decides_as_the_full_recomputation_after_every_ite
         reasons.update(_kind(d) for d in expected if d is not None)
     # Not vacuous: both answers were compared, and each kind of stop happened.
     assert fired > 100 and silent > 100, (fired, silent)
-    assert set(reasons) == ({"best case", "not re-judged"} if policy == "adaptive" else {"fpr", "best case"}), reasons
+    assert set(reasons) == (
+        {"best case", "not re-judged"} if policy == "adaptive" else {"fpr", "best case"}
+    ), reasons
     assert min(reasons.values()) > 10, reasons
 
 
 def test_the_incremental_bound_gives_up_where_the_exact_p_value_is_out_of_reach(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Over the exact test's size limit the bound never stops a candidate, incremental or not."""
     within = [_replay(random.Random(f"limit-{case}"), "adaptive")[0] for case in range(120)]
     # The limit as the pure bound (adaptive) and the incremental one (incremental) read it.
@@ -152,8 +163,12 @@ def test_the_cheap_upper_bound_is_never_below_the_exact_p_value() -> None:
     rng = random.Random(11)
     below = 0
     for _ in range(400):
-        counts = Counter({evidence(Fraction(rng.randint(-5, 5), rng.choice((1, 3, 5)))): rng.randint(0, 12)
-                          for _ in range(rng.randint(1, 6))})
+        counts = Counter(
+            {
+                evidence(Fraction(rng.randint(-5, 5), rng.choice((1, 3, 5)))): rng.randint(0, 12)
+                for _ in range(rng.randint(1, 6))
+            }
+        )
         exact = sign_flip_test_grouped(counts).p_exact
         assert exact is not None and Fraction(sign_flip_upper_bound(counts)) >= exact, counts
         below += sign_flip_upper_bound(counts) < 0.1
@@ -165,11 +180,17 @@ def test_a_near_incumbent_candidate_on_a_large_split_is_checked_the_whole_way() 
     it back near the end; adaptive never stops it). Every check agrees with the reference at the
     points where the reference is affordable here (the first items and the last ones)."""
     n = 2000
-    labels = {f"t{i:04d}": Label(trajectory_id=f"t{i:04d}", label="positive" if i % 3 == 0 else "negative",
-                                 original_id=f"t{i:04d}") for i in range(n)}
+    labels = {
+        f"t{i:04d}": Label(
+            trajectory_id=f"t{i:04d}", label="positive" if i % 3 == 0 else "negative", original_id=f"t{i:04d}"
+        )
+        for i in range(n)
+    }
     rng = random.Random(3)
-    inc = {t: (YES if lab.is_positive else NO) if rng.random() < 0.8 else (NO if lab.is_positive else YES)
-           for t, lab in labels.items()}
+    inc = {
+        t: (YES if lab.is_positive else NO) if rng.random() < 0.8 else (NO if lab.is_positive else YES)
+        for t, lab in labels.items()
+    }
     cand = dict(inc)
     wrong_pos = [t for t, a in inc.items() if labels[t].is_positive and a == NO]
     right_pos = [t for t, a in inc.items() if labels[t].is_positive and a == YES]
@@ -188,8 +209,11 @@ def test_a_near_incumbent_candidate_on_a_large_split_is_checked_the_whole_way() 
             got = stopper.add(tid, cand[tid], [cand[tid]])
             if step <= 3 or got is not None or step == n:
                 js = {t: [a] for t, a in so_far.items()}
-                want = (adaptive_stopped_decision(labels, js, inc_j, loop) if policy == "adaptive"
-                        else stopped_decision(labels, so_far, inc, loop))
+                want = (
+                    adaptive_stopped_decision(labels, js, inc_j, loop)
+                    if policy == "adaptive"
+                    else stopped_decision(labels, so_far, inc, loop)
+                )
                 assert got == want, (policy, step)
             if got is not None:
                 stopped_at = step

@@ -50,7 +50,9 @@ class Setup:
         return PromptSet.from_files(files)
 
     def evaluate(self, urls: list[str], prompts: PromptSet, *, retries: int = 0) -> tuple[EvalRun, Any]:
-        judge = JudgeSection(provider="openai", model=MODEL, base_urls=urls, max_concurrency=2, max_retries=retries)
+        judge = JudgeSection(
+            provider="openai", model=MODEL, base_urls=urls, max_concurrency=2, max_retries=retries
+        )
 
         async def go() -> tuple[EvalRun, Any]:
             provider = make_provider(judge)
@@ -93,7 +95,7 @@ def test_affinity_keeps_each_item_on_its_replica_and_hits_its_prefix(tmp_path: P
         before = {id(a): len(a.replies), id(b): len(b.replies)}
         run, totals = setup.evaluate(urls, setup.prompts(CANDIDATE_NOTE))
         baseline_bodies = [r.body for s in (a, b) for r, _ in s.replies[: before[id(s)]]]
-        candidate = [(s, r, u) for s in (a, b) for r, u in s.replies[before[id(s)]:]]
+        candidate = [(s, r, u) for s in (a, b) for r, u in s.replies[before[id(s)] :]]
         # Every item went to the replica the ring gives it, in both passes.
         ring = HashRing(urls)
         for server in (a, b):
@@ -115,7 +117,9 @@ def test_affinity_keeps_each_item_on_its_replica_and_hits_its_prefix(tmp_path: P
         for body in baseline_bodies:
             spread[rng.randrange(2)].openai(body)
         candidate_bodies = [r.body for _, r, _ in candidate]
-        spread_hits = _hit_share([spread[rng.randrange(2)].openai(body).cache_read_tokens for body in candidate_bodies])
+        spread_hits = _hit_share(
+            [spread[rng.randrange(2)].openai(body).cache_read_tokens for body in candidate_bodies]
+        )
         assert 0.25 <= spread_hits <= 0.75
         assert affinity - spread_hits >= 0.25
 
@@ -228,7 +232,7 @@ def test_eval_through_the_cli_reports_each_endpoint(
         write_config(data.ws, a)
         path = data.ws.root / "judgeloop.toml"
         text = path.read_text()
-        line = "# base_urls = [\"http://a:8000/v1\", \"http://b:8000/v1\"]"
+        line = '# base_urls = ["http://a:8000/v1", "http://b:8000/v1"]'
         assert line in text
         urls = [a.openai_base_url, b.openai_base_url]
         path.write_text(text.replace(line, f"base_urls = {json.dumps(urls)}"))
@@ -288,19 +292,38 @@ def test_a_run_records_a_drained_endpoint_in_the_ledger_and_still_judges_every_i
         assert any(ring.owner(t) == b.openai_base_url for t in ids)
         config = root / "judgeloop.toml"
         text = config.read_text().replace('provider = "local"          #', 'provider = "openai"         #', 1)
-        config.write_text(text.replace(
-            '# base_urls = ["http://a:8000/v1", "http://b:8000/v1"]', f"base_urls = {json.dumps(urls)}"))
+        config.write_text(
+            text.replace(
+                '# base_urls = ["http://a:8000/v1", "http://b:8000/v1"]', f"base_urls = {json.dumps(urls)}"
+            )
+        )
         commit_all(root, "two replicas")
         capsys.readouterr()
-        code = main(["run", "-w", str(root), "--provider", "openai", "--model", "fake-judge",
-                     "--max-experiments", "1", "--strategy", "library"])
+        code = main(
+            [
+                "run",
+                "-w",
+                str(root),
+                "--provider",
+                "openai",
+                "--model",
+                "fake-judge",
+                "--max-experiments",
+                "1",
+                "--strategy",
+                "library",
+            ]
+        )
         out, err = capsys.readouterr()
         assert code == 0, err
     with Ledger.open_readonly(Workspace.open(root).ledger_path) as ledger:
         run = ledger.runs()[-1]
         baseline = ledger.experiments(run.id)[0]
-        drains = [e for e in ledger.events_since(0, run_id=run.id)
-                  if e.kind == "stage" and e.payload.get("stage") == "endpoint_drained"]
+        drains = [
+            e
+            for e in ledger.events_since(0, run_id=run.id)
+            if e.kind == "stage" and e.payload.get("stage") == "endpoint_drained"
+        ]
     assert baseline.items_evaluated == len(ids) and baseline.status == "baseline"
     assert len(drains) == 1 and drains[0].experiment_id == baseline.id
     assert str(drains[0].payload["text"]).startswith(f"endpoint {urls[1]} drained (")
@@ -313,8 +336,11 @@ def test_a_run_records_a_drained_endpoint_in_the_ledger_and_still_judges_every_i
 def _served(server: FakeLLMServer, since: int = 0, until: int | None = None) -> dict[str, int]:
     """What ``server`` answered (its own record of replies), as the endpoint figures count it."""
     usages = [u for _, u in server.replies[since:until]]
-    return {"calls": len(usages), "prompt_tokens": sum(u.input_tokens + u.cache_read_tokens for u in usages),
-            "cached_tokens": sum(u.cache_read_tokens for u in usages)}
+    return {
+        "calls": len(usages),
+        "prompt_tokens": sum(u.input_tokens + u.cache_read_tokens for u in usages),
+        "cached_tokens": sum(u.cache_read_tokens for u in usages),
+    }
 
 
 def test_each_pass_s_endpoint_figures_equal_what_each_server_answered(tmp_path: Path) -> None:
@@ -330,9 +356,12 @@ def test_each_pass_s_endpoint_figures_equal_what_each_server_answered(tmp_path: 
             for server in (a, b):
                 figures = run.endpoints[server.openai_base_url]
                 assert {k: figures[k] for k in ("calls", "prompt_tokens", "cached_tokens")} == _served(
-                    server, *bounds(server))
+                    server, *bounds(server)
+                )
                 assert figures["failures"] == figures["drained"] == 0
-        assert sum(f["cached_tokens"] for f in second.endpoints.values()) > 0  # the second pass read the caches
+        assert (
+            sum(f["cached_tokens"] for f in second.endpoints.values()) > 0
+        )  # the second pass read the caches
 
 
 def test_a_killed_endpoint_s_failures_and_drain_are_in_the_pass_figures(tmp_path: Path) -> None:
@@ -367,8 +396,12 @@ def _point_config_at(setup: Setup, urls: list[str]) -> None:
     cfg = setup.ws.root / "judgeloop.toml"
     text = cfg.read_text(encoding="utf-8").replace('provider = "local"', 'provider = "openai"')
     text = re.sub(r"(?m)^base_urls = .*\n", "", text)
-    text = re.sub(r'(?m)^model = "(smollm2-135m|gpt-5)"', f'model = "{MODEL}"\nbase_urls = {json.dumps(urls)}', text,
-                  count=1)
+    text = re.sub(
+        r'(?m)^model = "(smollm2-135m|gpt-5)"',
+        f'model = "{MODEL}"\nbase_urls = {json.dumps(urls)}',
+        text,
+        count=1,
+    )
     cfg.write_text(text, encoding="utf-8")
 
 
@@ -397,8 +430,21 @@ def test_eval_json_adds_endpoints_to_the_score_keys_only_with_several_endpoints(
     assert score == {k: v for k, v in result.items() if k != "endpoints"}
     with FakeLLMServer() as only:  # one endpoint (base_urls of one): exactly score --json's keys
         _point_config_at(setup, [only.openai_base_url])
-        assert main(["eval", "-w", str(setup.ws.root), "--split", "long", "--out", str(tmp_path / "one"),
-                     "--json"]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "-w",
+                    str(setup.ws.root),
+                    "--split",
+                    "long",
+                    "--out",
+                    str(tmp_path / "one"),
+                    "--json",
+                ]
+            )
+            == 0
+        )
         assert list(json.loads(capsys.readouterr().out)) == list(score)
 
 
@@ -414,7 +460,7 @@ def test_replacing_the_second_endpoint_asks_again_instead_of_reusing_its_verdict
     data = make_data(tmp_path, n_pairs=3)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a keyless self-hosted pool needs none
     path = data.ws.root / "judgeloop.toml"
-    line = "# base_urls = [\"http://a:8000/v1\", \"http://b:8000/v1\"]"
+    line = '# base_urls = ["http://a:8000/v1", "http://b:8000/v1"]'
     with FakeLLMServer() as a, FakeLLMServer() as b, FakeLLMServer() as c:
         a.default = b.default = c.default = by_label(data)
         write_config(data.ws, a)

@@ -54,8 +54,17 @@ def run_eval(data: Data, provider: Any, **kwargs: Any) -> EvalRun:
     item_ids = kwargs.pop("item_ids", data.split.ids)
     replicates = kwargs.pop("replicates", 1)
     j = kwargs.pop("judge", judge())
-    return asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=item_ids, replicates=replicates,
-                                      options=PassOptions(provider=provider, **kwargs)))
+    return asyncio.run(
+        evaluate_items(
+            data.ws,
+            data.split,
+            data.prompts,
+            j,
+            item_ids=item_ids,
+            replicates=replicates,
+            options=PassOptions(provider=provider, **kwargs),
+        )
+    )
 
 
 # --------------------------------------------------------------------------- the evaluator's own logic
@@ -122,7 +131,9 @@ def test_user_error_from_the_provider_surfaces_as_is(data: Data) -> None:
         run_eval(data, provider)
 
 
-def test_provider_made_by_evaluate_is_closed_after_a_user_error(data: Data, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_provider_made_by_evaluate_is_closed_after_a_user_error(
+    data: Data, monkeypatch: pytest.MonkeyPatch
+) -> None:
     made: list[InTestProvider] = []
 
     def fake_make_provider(_judge: JudgeSection) -> InTestProvider:
@@ -206,7 +217,6 @@ def openai_judge(server: FakeLLMServer, **update: Any) -> JudgeSection:
     return judge(base_url=server.openai_base_url, max_retries=0, timeout_s=10, **update)
 
 
-
 def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
     data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -215,7 +225,9 @@ def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
     server.default = by_label(data, broken=broken, garbled=garbled)
     j = openai_judge(server)
 
-    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1))
+    run = asyncio.run(
+        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1)
+    )
     out = write_results(tmp_path / "out", run)
     n = len(data.items)
     assert len(server.inference_requests()) == n
@@ -226,9 +238,15 @@ def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
     assert f"{broken}.json" not in files  # infra errors get no verdict file
     assert len(files) == n  # n-1 verdict files + the summary
     good = json.loads((out / f"{data.items[0].trajectory_id}.json").read_text())
-    assert good["success"] is True and good["_meta"]["model"] == MODEL and good["_meta"]["parse_status"] == "ok"
+    assert (
+        good["success"] is True and good["_meta"]["model"] == MODEL and good["_meta"]["parse_status"] == "ok"
+    )
     # Where the official compare_runs.py reads usage, turns and tool calls.
-    assert good["_meta"]["raw"] == {"usage": {"input_tokens": 1000, "output_tokens": 50}, "turns": 1, "tool_calls": 0}
+    assert good["_meta"]["raw"] == {
+        "usage": {"input_tokens": 1000, "output_tokens": 50},
+        "turns": 1,
+        "tool_calls": 0,
+    }
     assert good["_meta"]["input_tokens"] == 1000 and good["_meta"]["output_tokens"] == 50
     bad = json.loads((out / f"{garbled}.json").read_text())
     assert "success" not in bad and bad["raw_response"] == "I think it worked, probably."
@@ -242,7 +260,9 @@ def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
     # The official analysis step finds the Markdown it remaps ids with here (`md_dir`).
     md_dir = Path(summary["md_dir"])
     assert md_dir.is_absolute() and sorted(p.stem for p in md_dir.glob("*.md")) == sorted(data.split.ids)
-    per_call = [json.loads((out / f).read_text())["_meta"]["cost_usd"] for f in files if not f.startswith("_")]
+    per_call = [
+        json.loads((out / f).read_text())["_meta"]["cost_usd"] for f in files if not f.startswith("_")
+    ]
     assert summary["cost_usd"] == pytest.approx(sum(per_call))
     assert summary["cost_usd"] == pytest.approx((n - 1) * (1000 * 0.15 + 50 * 0.60) / 1e6)
 
@@ -254,7 +274,9 @@ def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
     # Same eval again: the cache answers everything except the infra error, which is retried.
     server.default = by_label(data)
     before = len(server.inference_requests())
-    again = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1))
+    again = asyncio.run(
+        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1)
+    )
     retried = server.inference_requests()[before:]
     assert [data.recorded_item(r).trajectory_id for r in retried] == [broken]
     assert again.cache_hits == n - 1 and again.infra_error_ids == []
@@ -262,7 +284,9 @@ def test_openai_eval_writes_files_and_second_run_makes_no_http_call(
 
     # And a third time: zero HTTP requests of any kind.
     before = len(server.requests)
-    third = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1))
+    third = asyncio.run(
+        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=1)
+    )
     assert len(server.requests) == before
     assert third.calls_made == 0 and third.cost_usd == 0.0
 
@@ -278,8 +302,12 @@ def test_replicates_have_distinct_keys_through_the_anthropic_sdk(
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     server.default = lambda r: verdict_reply()
-    j = JudgeSection(provider="anthropic", model="claude-haiku-4-5", base_url=server.anthropic_base_url, max_retries=0)
-    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=3))
+    j = JudgeSection(
+        provider="anthropic", model="claude-haiku-4-5", base_url=server.anthropic_base_url, max_retries=0
+    )
+    run = asyncio.run(
+        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=3)
+    )
     requests = server.inference_requests()
     assert len(requests) == 3 * len(data.items)
     per_item: dict[str, int] = {}
@@ -292,12 +320,16 @@ def test_replicates_have_distinct_keys_through_the_anthropic_sdk(
     assert run.cost_usd == pytest.approx(sum(r.cost_usd for item in run.items for r in item.replicates))
     # A 4th replicate is a new call per item; the first three come from the cache.
     before = len(server.inference_requests())
-    more = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=4))
+    more = asyncio.run(
+        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=4)
+    )
     assert len(server.inference_requests()) - before == len(data.items)
     assert more.cache_hits == 3 * len(data.items)
 
 
-def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_budget_and_early_stop_through_the_sdk(
+    data: Data, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server.default = by_label(data)
     j = openai_judge(server, max_concurrency=1)
@@ -342,9 +374,12 @@ def test_budget_and_early_stop_through_the_sdk(data: Data, server: FakeLLMServer
 # --------------------------------------------------------------------------- `judgeloop eval`
 
 
-
 def test_cmd_eval_writes_the_summary_and_verdict_meta_in_their_documented_shape(
-    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    data: Data,
+    server: FakeLLMServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`_summary.json` and each verdict file's ``_meta`` keep their keys, order and figures whether the
     evaluation's record is a dict or the typed `EvalMeta` (the official tools and scripts read them)."""
@@ -356,17 +391,46 @@ def test_cmd_eval_writes_the_summary_and_verdict_meta_in_their_documented_shape(
     assert code == 0, capsys.readouterr().err
     summary = json.loads((out / "_summary.json").read_text())
     assert list(summary) == [
-        "format_version", "prompt_hash", "provider", "model", "judge_label", "judge_confinement", "base_url",
-        "split", "split_fingerprint", "md_dir", "created", "parameters", "preprocessing", "counts",
-        "input_tokens", "output_tokens", "cost_usd", "cached_cost_usd", "duration_s", "stopped_early",
-        "stop_reason", "infra_error_ids", "infra_errors", "not_evaluated_ids",
+        "format_version",
+        "prompt_hash",
+        "provider",
+        "model",
+        "judge_label",
+        "judge_confinement",
+        "base_url",
+        "split",
+        "split_fingerprint",
+        "md_dir",
+        "created",
+        "parameters",
+        "preprocessing",
+        "counts",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "cached_cost_usd",
+        "duration_s",
+        "stopped_early",
+        "stop_reason",
+        "infra_error_ids",
+        "infra_errors",
+        "not_evaluated_ids",
     ]
     assert (summary["provider"], summary["model"], summary["split"]) == ("openai", MODEL, "tiny")
     assert summary["judge_label"] is None and summary["judge_confinement"] is None
-    assert summary["base_url"] == server.openai_base_url and summary["split_fingerprint"] == data.split.fingerprint
+    assert (
+        summary["base_url"] == server.openai_base_url
+        and summary["split_fingerprint"] == data.split.fingerprint
+    )
     assert summary["md_dir"] == str((data.split.sandbox_root / "data" / "markdowns").resolve())
     assert list(summary["parameters"]) == [
-        "sampling", "replicates", "max_concurrency", "timeout_s", "max_retries", "budget_usd", "settings",
+        "sampling",
+        "replicates",
+        "max_concurrency",
+        "timeout_s",
+        "max_retries",
+        "budget_usd",
+        "settings",
     ]
     assert summary["parameters"]["replicates"] == data.prompts.settings.replicates
     assert summary["parameters"]["budget_usd"] is None
@@ -374,18 +438,26 @@ def test_cmd_eval_writes_the_summary_and_verdict_meta_in_their_documented_shape(
     assert summary["preprocessing"]["text_only"] is False
     verdict = json.loads((out / f"{data.split.ids[0]}.json").read_text())
     assert list(verdict["_meta"])[:3] == ["model", "provider", "prompt_hash"]
-    assert verdict["_meta"]["provider"] == "openai" and verdict["_meta"]["prompt_hash"] == summary["prompt_hash"]
+    assert (
+        verdict["_meta"]["provider"] == "openai" and verdict["_meta"]["prompt_hash"] == summary["prompt_hash"]
+    )
     assert "judge_confinement" not in verdict["_meta"] and "memory" not in summary
 
 
 def test_cmd_eval_json_prints_the_score_keys_and_writes_results(
-    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    data: Data,
+    server: FakeLLMServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server.default = by_label(data)
     write_config(data.ws, server)
     out = tmp_path / "evals" / "one"
-    code = main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--out", str(out), "--json"])
+    code = main(
+        ["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--out", str(out), "--json"]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     result = json.loads(captured.out)
@@ -393,7 +465,16 @@ def test_cmd_eval_json_prints_the_score_keys_and_writes_results(
     # endpoints one key follows these, "endpoints" (the pass's figures per replica, which `score` reading
     # verdict files cannot know; tests/test_endpoints.py); one endpoint, as here, adds nothing.
     assert list(result) == [
-        "n", "balanced_accuracy", "tpr", "tnr", "fpr", "fnr", "kappa", "invalid", "missing", "mistake_type_recall",
+        "n",
+        "balanced_accuracy",
+        "tpr",
+        "tnr",
+        "fpr",
+        "fnr",
+        "kappa",
+        "invalid",
+        "missing",
+        "mistake_type_recall",
     ]
     assert result["n"] == len(data.items) and result["kappa"] == 1.0
     assert "split 'tiny'" in captured.err
@@ -404,15 +485,30 @@ def test_cmd_eval_json_prints_the_score_keys_and_writes_results(
     assert json.loads(capsys.readouterr().out) == result
 
     # --limit and the table output; everything is cached now.
-    code = main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--limit", "2",
-                 "--out", str(tmp_path / "evals" / "two")])
+    code = main(
+        [
+            "eval",
+            "-w",
+            str(data.ws.root),
+            "--base-url",
+            server.openai_base_url,
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "evals" / "two"),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0
     assert "0 new, 2 cached" in captured.out and "balanced accuracy" in captured.out
 
 
 def test_the_same_eval_out_command_twice_replaces_its_own_results_and_nothing_else(
-    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    data: Data,
+    server: FakeLLMServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     server.default = by_label(data)
@@ -456,7 +552,11 @@ def test_the_same_eval_out_command_twice_replaces_its_own_results_and_nothing_el
     ids=["unknown-split", "missing-anthropic-key", "unreachable-server", "unknown-model"],
 )
 def test_cmd_eval_user_problems_are_one_line(
-    data: Data, argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    data: Data,
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     with FakeLLMServer(models=[MODEL]) as srv:
         write_config(data.ws, srv)
@@ -512,7 +612,9 @@ def test_fully_cached_items_are_not_rendered_again_until_an_input_changes(
     Image.new("RGB", (8, 6), (1, 2, 3)).save(shot)
     changed = run_eval(data, provider)
     # Exactly the items showing that recording (its positive and its negative) are rendered again.
-    assert sorted(rendered) == sorted(i.trajectory_id for i in data.items if i.original_id == item.original_id)
+    assert sorted(rendered) == sorted(
+        i.trajectory_id for i in data.items if i.original_id == item.original_id
+    )
     assert {data.request_item(r).trajectory_id for r in provider.calls} == set(rendered)
     assert changed.calls_made == len(provider.calls) >= 1
 
@@ -546,24 +648,30 @@ def test_infrastructure_errors_are_judged_again_in_later_rounds(
 
     server.default = behave
     j = openai_judge(server)
-    run = asyncio.run(evaluate_items(
-        data.ws,
-        data.split,
-        data.prompts,
-        j,
-        item_ids=data.split.ids,
-        replicates=1,
-        options=PassOptions(infra_retry_rounds=2, infra_retry_pause_s=0.01),
-    ))
+    run = asyncio.run(
+        evaluate_items(
+            data.ws,
+            data.split,
+            data.prompts,
+            j,
+            item_ids=data.split.ids,
+            replicates=1,
+            options=PassOptions(infra_retry_rounds=2, infra_retry_pause_s=0.01),
+        )
+    )
     assert run.infra_error_ids == [] and seen.count(flaky) == 3
     assert len(seen) == len(data.items) + 2  # only the failing item was judged again
-    assert any("round 2: 1 item(s) with infrastructure errors judged again; 0 still failing" in n for n in run.notes)
+    assert any(
+        "round 2: 1 item(s) with infrastructure errors judged again; 0 still failing" in n for n in run.notes
+    )
     assert score(load_labels(data.split), run.answers()).kappa == 1.0
 
     # Without retry rounds (plain `judgeloop eval`) the same outage is reported as an infrastructure error.
     seen.clear()
     flaky = data.items[2].trajectory_id
-    run = asyncio.run(evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=2))
+    run = asyncio.run(
+        evaluate_items(data.ws, data.split, data.prompts, j, item_ids=data.split.ids, replicates=2)
+    )
     assert run.infra_error_ids == [flaky]  # (replicate 1 is new for every item; replicate 0 is cached)
 
 
@@ -580,13 +688,17 @@ def test_eval_of_the_working_tree_warns_while_a_loop_command_holds_the_workspace
     assert lock_holder(data.ws) is None
     with command_lock(data.ws, "run"):
         assert lock_holder(data.ws) == f"judgeloop run, pid {os.getpid()}"
-        assert main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--limit", "1"]) == 0
+        assert (
+            main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--limit", "1"]) == 0
+        )
     err = capsys.readouterr().err
     assert "note: judgeloop run, pid" in err and "pass --rev to evaluate a fixed revision" in err
     assert lock_holder(data.ws) is None  # released with its holder
     assert main(["eval", "-w", str(data.ws.root), "--base-url", server.openai_base_url, "--limit", "1"]) == 0
     assert "note:" not in capsys.readouterr().err
-    assert len(list((data.ws.experiments_dir / "evals").iterdir())) == 2  # one folder each, even within a second
+    assert (
+        len(list((data.ws.experiments_dir / "evals").iterdir())) == 2
+    )  # one folder each, even within a second
 
 
 def test_a_provider_that_runs_one_call_at_a_time_gets_one_call_slot(tmp_path: Path) -> None:
@@ -610,7 +722,10 @@ def test_a_provider_that_runs_one_call_at_a_time_gets_one_call_slot(tmp_path: Pa
 
 
 def test_a_second_server_with_the_same_model_name_is_asked_not_served_the_first_ones_verdicts(
-    data: Data, server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    data: Data,
+    server: FakeLLMServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)

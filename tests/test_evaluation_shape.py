@@ -60,14 +60,21 @@ def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 def test_no_module_of_evaluation_judge_or_devset_is_over_800_lines() -> None:
-    long = {str(p.relative_to(REPO)): n for p in _files()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in _files()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
     assert long == {}
 
 
 def test_no_function_of_evaluation_judge_or_devset_takes_more_than_8_parameters() -> None:
-    wide = [f"{p.relative_to(REPO)}:{fn.lineno} {fn.name} ({_parameters(fn)})"
-            for p in _files() for fn in _functions(p) if _parameters(fn) > MAX_PARAMETERS]
+    wide = [
+        f"{p.relative_to(REPO)}:{fn.lineno} {fn.name} ({_parameters(fn)})"
+        for p in _files()
+        for fn in _functions(p)
+        if _parameters(fn) > MAX_PARAMETERS
+    ]
     assert wide == []
 
 
@@ -75,7 +82,11 @@ def test_no_public_function_returns_a_loose_dict_but_the_wire_and_file_formats()
     loose = set()
     for path in _files():
         for fn in _functions(path):
-            if fn.returns is not None and not fn.name.startswith("_") and "dict[str, Any]" in ast.unparse(fn.returns):
+            if (
+                fn.returns is not None
+                and not fn.name.startswith("_")
+                and "dict[str, Any]" in ast.unparse(fn.returns)
+            ):
                 loose.add((str(path.relative_to(REPO)), fn.name))
     assert loose - LOOSE_DICTS_ALLOWED == set()
     assert LOOSE_DICTS_ALLOWED - loose == set()  # an entry that is typed now leaves the list

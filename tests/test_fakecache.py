@@ -12,14 +12,21 @@ EPH_1H = {"type": "ephemeral", "ttl": "1h"}
 EPH = {"type": "ephemeral"}
 
 
-def _anthropic(model: str, prefix_chars: int, tail: str = "question", *, ttl: dict[str, Any] = EPH_1H) -> dict[str, Any]:
+def _anthropic(
+    model: str, prefix_chars: int, tail: str = "question", *, ttl: dict[str, Any] = EPH_1H
+) -> dict[str, Any]:
     return {
         "model": model,
         "system": [{"type": "text", "text": "static system", "cache_control": ttl}],
-        "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "t" * prefix_chars, "cache_control": ttl},
-            {"type": "text", "text": tail},
-        ]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "t" * prefix_chars, "cache_control": ttl},
+                    {"type": "text", "text": tail},
+                ],
+            }
+        ],
     }
 
 
@@ -59,18 +66,26 @@ def test_anthropic_ttl_expires_on_the_injected_clock() -> None:
 def test_anthropic_rejects_more_than_four_breakpoints_and_a_1h_after_a_5m() -> None:
     cache = PromptCache(clock=ManualClock())
     body = _anthropic("claude-sonnet-4-5", 100)
-    body["messages"][0]["content"] = [{"type": "text", "text": f"b{i}", "cache_control": EPH} for i in range(4)]
+    body["messages"][0]["content"] = [
+        {"type": "text", "text": f"b{i}", "cache_control": EPH} for i in range(4)
+    ]
     with pytest.raises(CacheRequestError, match="maximum of 4"):
         cache.anthropic(body)
     with pytest.raises(CacheRequestError, match="1h"):
-        cache.anthropic(_anthropic("claude-sonnet-4-5", 100) | {"system": [{"type": "text", "text": "s", "cache_control": EPH}]})
+        cache.anthropic(
+            _anthropic("claude-sonnet-4-5", 100)
+            | {"system": [{"type": "text", "text": "s", "cache_control": EPH}]}
+        )
 
 
 def _openai(prefix_chars: int, tail: str, key: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "gpt-5", "messages": [
-        {"role": "system", "content": "static"},
-        {"role": "user", "content": "x" * prefix_chars + tail},
-    ]}
+    body: dict[str, Any] = {
+        "model": "gpt-5",
+        "messages": [
+            {"role": "system", "content": "static"},
+            {"role": "user", "content": "x" * prefix_chars + tail},
+        ],
+    }
     if key:
         body["prompt_cache_key"] = key
     return body
@@ -99,7 +114,10 @@ def test_openai_routes_by_prompt_cache_key_and_spills_over_15_requests_a_minute(
         cache.clear()
         for i in range(20):
             cache.openai(item(i, None if key_mode is None else f"k{i}"))
-        hits = [cache.openai(item(i, None if key_mode is None else f"k{i}")).cache_read_tokens > 0 for i in range(20)]
+        hits = [
+            cache.openai(item(i, None if key_mode is None else f"k{i}")).cache_read_tokens > 0
+            for i in range(20)
+        ]
         if key_mode is None:
             assert not all(hits)
         else:

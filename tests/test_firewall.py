@@ -51,7 +51,11 @@ def test_judging_a_split_never_imports_or_opens_the_labels(tmp_path: Path) -> No
     with FakeLLMServer() as server:
         done = subprocess.run(
             [sys.executable, "-c", JUDGE_A_SPLIT, str(data.ws.root), server.openai_base_url, MODEL],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         calls = len(server.inference_requests())
     assert done.returncode == 0, done.stderr
@@ -60,8 +64,14 @@ def test_judging_a_split_never_imports_or_opens_the_labels(tmp_path: Path) -> No
     assert seen["files_opened"] > len(data.split.ids)  # the hook saw the judge input being read
     assert seen["labels_files_opened"] == []
     assert "optimizer.devset.split" in seen["modules"] and "optimizer.judge.render" in seen["modules"]
-    for forbidden in ("optimizer.devset.labels", "optimizer.devset.corrections", "optimizer.answers.triage", "optimizer.ledger",
-                      "optimizer.answers.scoring", "optimizer.cli"):
+    for forbidden in (
+        "optimizer.devset.labels",
+        "optimizer.devset.corrections",
+        "optimizer.answers.triage",
+        "optimizer.ledger",
+        "optimizer.answers.scoring",
+        "optimizer.cli",
+    ):
         assert forbidden not in seen["modules"]
 
 
@@ -72,19 +82,33 @@ def test_judging_with_memory_and_folds_never_imports_or_opens_the_labels(tmp_pat
 
     data = make_data(tmp_path)
     cfg = data.ws.config
-    write_config(data.ws.root, cfg.model_copy(update={"workspace": cfg.workspace.model_copy(update={"dev_split": "tiny"})}))
+    write_config(
+        data.ws.root,
+        cfg.model_copy(update={"workspace": cfg.workspace.model_copy(update={"dev_split": "tiny"})}),
+    )
     prompts = data.ws.prompts_dir
-    (prompts / "judge.toml").write_text((prompts / "judge.toml").read_text()
-                                     .replace('memory = "off"', 'memory = "retrieve"').replace("memory_folds = 5", "memory_folds = 2"))
+    (prompts / "judge.toml").write_text(
+        (prompts / "judge.toml")
+        .read_text()
+        .replace('memory = "off"', 'memory = "retrieve"')
+        .replace("memory_folds = 5", "memory_folds = 2")
+    )
     (prompts / "memory").mkdir()
-    (prompts / "memory" / "cases.jsonl").write_text("".join(
-        json.dumps({"id": f"c{i}", "text": "Save the report of the pair", "source_items": [tid]}) + "\n"
-        for i, tid in enumerate(data.split.ids)))
+    (prompts / "memory" / "cases.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"c{i}", "text": "Save the report of the pair", "source_items": [tid]}) + "\n"
+            for i, tid in enumerate(data.split.ids)
+        )
+    )
     env = {**os.environ, "OPENAI_API_KEY": "sk-test-firewall"}
     with FakeLLMServer() as server:
         done = subprocess.run(
             [sys.executable, "-c", JUDGE_A_SPLIT, str(data.ws.root), server.openai_base_url, MODEL],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         bodies = [json.dumps(r.body) for r in server.inference_requests()]
     assert done.returncode == 0, done.stderr
@@ -93,5 +117,10 @@ def test_judging_with_memory_and_folds_never_imports_or_opens_the_labels(tmp_pat
     assert sum("Case c" in body for body in bodies) == len(bodies)  # memory was sent
     assert [p for p in seen["labels_files_opened"] if not p.endswith("cases.jsonl")] == []
     assert "optimizer.judge.memory" in seen["modules"]
-    for forbidden in ("optimizer.devset.labels", "optimizer.ledger", "optimizer.answers.scoring", "optimizer.cli"):
+    for forbidden in (
+        "optimizer.devset.labels",
+        "optimizer.ledger",
+        "optimizer.answers.scoring",
+        "optimizer.cli",
+    ):
         assert forbidden not in seen["modules"]

@@ -30,8 +30,12 @@ LOOP = LoopSection(futility=True, futility_threshold=0.05)
 
 
 def _labels(n_pos: int, n_neg: int) -> dict[str, Label]:
-    out = {f"p{i:02d}": Label(trajectory_id=f"p{i:02d}", label="positive", original_id="r") for i in range(n_pos)}
-    out |= {f"n{i:02d}": Label(trajectory_id=f"n{i:02d}", label="negative", original_id="r") for i in range(n_neg)}
+    out = {
+        f"p{i:02d}": Label(trajectory_id=f"p{i:02d}", label="positive", original_id="r") for i in range(n_pos)
+    }
+    out |= {
+        f"n{i:02d}": Label(trajectory_id=f"n{i:02d}", label="negative", original_id="r") for i in range(n_neg)
+    }
     return out
 
 
@@ -39,7 +43,9 @@ def _answer(label: Label, right: bool) -> Answer:
     return Answer(success=label.is_positive if right else not label.is_positive)
 
 
-def _incumbent(labels: dict[str, Label], rng: random.Random, accuracy: float = 0.7) -> dict[str, list[Answer]]:
+def _incumbent(
+    labels: dict[str, Label], rng: random.Random, accuracy: float = 0.7
+) -> dict[str, list[Answer]]:
     return {t: [_answer(lab, rng.random() < accuracy)] for t, lab in labels.items()}
 
 
@@ -55,7 +61,9 @@ def test_the_screen_holds_every_incumbent_error_and_a_seeded_share_of_each_class
         drawn = [t for t in screen.sampled if labels[t].is_positive is positive]
         assert set(drawn) <= set(right) and len(drawn) == math.ceil(0.3 * len(right))
     assert make_screen(labels, answers, seed=11, share=0.3) == screen  # replays from its seed
-    assert any(make_screen(labels, answers, seed=s, share=0.3).sampled != screen.sampled for s in range(12, 20))
+    assert any(
+        make_screen(labels, answers, seed=s, share=0.3).sampled != screen.sampled for s in range(12, 20)
+    )
     order = screen.order(labels, sorted(labels))
     assert set(order[: len(screen.ids)]) == screen.ids and sorted(order) == sorted(labels)
 
@@ -95,8 +103,12 @@ def test_futility_never_keeps_and_a_keep_with_it_is_a_keep_without_it() -> None:
         loop = LoopSection(futility=True, futility_threshold=rng.choice([0.01, 0.2, 0.5, 0.99]), rejudge=0)
         inc = _incumbent(labels, rng)
         cand = {t: [_answer(lab, rng.random() < rng.choice([0.5, 0.9, 1.0]))] for t, lab in labels.items()}
-        screen = make_screen(labels, {t: js[0] for t, js in inc.items()}, seed=trial, share=rng.choice([0.2, 0.5]))
-        early = screen_decision(labels, screen, inc, {t: cand[t] for t in screen.ids}, loop, level=0.1, seed=trial)
+        screen = make_screen(
+            labels, {t: js[0] for t, js in inc.items()}, seed=trial, share=rng.choice([0.2, 0.5])
+        )
+        early = screen_decision(
+            labels, screen, inc, {t: cand[t] for t in screen.ids}, loop, level=0.1, seed=trial
+        )
         full = decide_adaptive(labels, inc, cand, loop, first_pass=1)
         with_screen = early if early is not None else full
         assert early is None or not early.keep
@@ -125,8 +137,14 @@ def test_the_looks_are_nested_screens_each_holding_every_incumbent_error() -> No
             make_looks(labels, answers, seed=11, shares=bad)
 
 
-def _rejudged(labels: dict[str, Label], inc: dict[str, list[Answer]], cand: dict[str, list[Answer]],
-              items: set[str], rng: random.Random, accuracy: float) -> tuple[dict[str, list[Answer]], dict[str, list[Answer]]]:
+def _rejudged(
+    labels: dict[str, Label],
+    inc: dict[str, list[Answer]],
+    cand: dict[str, list[Answer]],
+    items: set[str],
+    rng: random.Random,
+    accuracy: float,
+) -> tuple[dict[str, list[Answer]], dict[str, list[Answer]]]:
     """``inc``/``cand`` with two more judgements under each prompt on the items in ``items`` that disagree."""
     inc2, cand2 = {t: list(js) for t, js in inc.items()}, {t: list(js) for t, js in cand.items()}
     for t in items:
@@ -149,7 +167,9 @@ def test_after_re_judging_a_look_a_no_op_is_futile_and_a_clear_fix_is_not() -> N
     est = p_clear_rejudged(labels, look, inc_rj, fixed, LOOP, level=0.1, seed=2)
     assert est is not None and est.p_clear == 1.0 and est.judged == len(look.ids)
     assert screen_decision_rejudged(labels, look, inc_rj, fixed, LOOP, level=0.1, seed=2) is None
-    assert p_clear_rejudged(labels, look, inc_rj, dict(list(fixed.items())[1:]), LOOP, level=0.1, seed=2) is None
+    assert (
+        p_clear_rejudged(labels, look, inc_rj, dict(list(fixed.items())[1:]), LOOP, level=0.1, seed=2) is None
+    )
 
 
 def test_futility_after_re_judged_looks_never_keeps_and_a_keep_with_it_is_a_keep_without_it() -> None:
@@ -168,8 +188,9 @@ def test_futility_after_re_judged_looks_never_keeps_and_a_keep_with_it_is_a_keep
         early = None
         for look in looks:
             inc_now = {t: inc_all[t] if t in look.ids else inc[t] for t in labels}
-            early = screen_decision_rejudged(labels, look, inc_now, {t: cand_all[t] for t in look.ids}, loop,
-                                             level=0.1, seed=trial)
+            early = screen_decision_rejudged(
+                labels, look, inc_now, {t: cand_all[t] for t in look.ids}, loop, level=0.1, seed=trial
+            )
             if early is not None:
                 break
         moved = [t for t in labels if inc[t][0].success != cand[t][0].success]
@@ -184,12 +205,15 @@ def test_futility_after_re_judged_looks_never_keeps_and_a_keep_with_it_is_a_keep
 
 @pytest.mark.parametrize(
     ("line", "expected"),
-    [("futility_threshold = 1.5", "[loop.futility_threshold]"),
-     ("futility_threshold = 0", "[loop.futility_threshold]"),
-     ('futility = "maybe"', "[loop.futility]")],
+    [
+        ("futility_threshold = 1.5", "[loop.futility_threshold]"),
+        ("futility_threshold = 0", "[loop.futility_threshold]"),
+        ('futility = "maybe"', "[loop.futility]"),
+    ],
 )
-def test_a_bad_futility_key_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str,
-                                                   expected: str) -> None:
+def test_a_bad_futility_key_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, expected: str
+) -> None:
     from optimizer.scaffold import init_workspace
 
     root = init_workspace(tmp_path / "ws", sample=False).root

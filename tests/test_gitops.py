@@ -61,18 +61,27 @@ def test_kept_commit_has_final_trailers_and_same_diff(ws: Workspace) -> None:
     _edit(ws, "prompts/rubric.md", "\n- A new rule.\n")
     changes = gitops.worktree_changes(ws)
     new_text = changes["prompts/rubric.md"][1]
-    assert list(changes) == ["prompts/rubric.md"] and new_text is not None and new_text.endswith("- A new rule.\n")
+    assert (
+        list(changes) == ["prompts/rubric.md"]
+        and new_text is not None
+        and new_text.endswith("- A new rule.\n")
+    )
     sha = gitops.commit_candidate(ws, ["prompts/rubric.md"], "library: add a rule\n\nwhy it helps", 3)
     pending = gitops.parse_trailers(gitops.commit_message(ws, sha))
     assert pending == {"Judgeloop-Experiment": "3", "Judgeloop-Decision": "pending"}
     before = gitops.diff_against(ws, base, sha)
 
-    kept = gitops.finalize_kept(ws, sha, {"Judgeloop-Kappa": 0.6123, "Judgeloop-FPR": 0.14, "Judgeloop-Decision": "kept"})
+    kept = gitops.finalize_kept(
+        ws, sha, {"Judgeloop-Kappa": 0.6123, "Judgeloop-FPR": 0.14, "Judgeloop-Decision": "kept"}
+    )
     assert kept != sha and gitops.rev_parse(ws, "judgeloop/r1") == kept
     message = gitops.commit_message(ws, kept)
     assert message.startswith("library: add a rule\n\nwhy it helps\n\n")
     assert gitops.parse_trailers(message) == {
-        "Judgeloop-Experiment": "3", "Judgeloop-Decision": "kept", "Judgeloop-Kappa": "0.612", "Judgeloop-FPR": "0.140",
+        "Judgeloop-Experiment": "3",
+        "Judgeloop-Decision": "kept",
+        "Judgeloop-Kappa": "0.612",
+        "Judgeloop-FPR": "0.140",
     }
     after = gitops.diff_against(ws, base, kept)
     assert after == before and after.files_changed == ["prompts/rubric.md"] and after.insertions == 2
@@ -137,9 +146,14 @@ def test_read_file_at_missing_path_is_none(ws: Workspace) -> None:
 
 
 def test_replace_trailers_merges_and_keeps_body() -> None:
-    msg = gitops.format_message("subj", "body line", {"Judgeloop-Experiment": 4, "Judgeloop-Decision": "pending"})
+    msg = gitops.format_message(
+        "subj", "body line", {"Judgeloop-Experiment": 4, "Judgeloop-Decision": "pending"}
+    )
     out = gitops.replace_trailers(msg, {"Judgeloop-Decision": "kept", "Judgeloop-Kappa": 0.5})
-    assert out == "subj\n\nbody line\n\nJudgeloop-Experiment: 4\nJudgeloop-Decision: kept\nJudgeloop-Kappa: 0.500\n"
+    assert (
+        out
+        == "subj\n\nbody line\n\nJudgeloop-Experiment: 4\nJudgeloop-Decision: kept\nJudgeloop-Kappa: 0.500\n"
+    )
 
 
 def test_untracked_imported_split_is_not_dirty_but_edited_tracked_data_is(ws: Workspace) -> None:
@@ -160,10 +174,16 @@ def test_a_revision_is_resolved_as_git_resolves_it_or_refused_naming_why(ws: Wor
     name the revision and git's reason, not GitPython's IndexError or NotImplementedError."""
     head = gitops.rev_parse(ws)
     assert gitops.rev_parse(ws, "HEAD@{0}") == gitops.rev_parse(ws, "main~0") == head
-    for rev, why in (("HEAD@{1000}", "log for 'HEAD' only has"), ("main@{yesterday}", "only goes back to"),
-                     ("--output=/tmp/x", "git cannot resolve it"), ("a\0b", "git cannot resolve it")):
+    for rev, why in (
+        ("HEAD@{1000}", "log for 'HEAD' only has"),
+        ("main@{yesterday}", "only goes back to"),
+        ("--output=/tmp/x", "git cannot resolve it"),
+        ("a\0b", "git cannot resolve it"),
+    ):
         with pytest.raises(UserError) as err:
             gitops.rev_parse(ws, rev)
         message = str(err.value)
-        assert message.startswith(f"unknown git revision {rev!r} (") and why in message and "\n" not in message
+        assert (
+            message.startswith(f"unknown git revision {rev!r} (") and why in message and "\n" not in message
+        )
     assert gitops.prompts_tree(ws, "HEAD@{1000}") is None

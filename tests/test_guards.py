@@ -78,7 +78,11 @@ def test_editing_a_protected_region_is_rejected() -> None:
 def test_removing_a_marker_is_rejected() -> None:
     new = JUDGE.replace(PROTECTED_END + "\n", "")
     result = check({"prompts/judge.md": (JUDGE, new)})
-    assert result.guard == "protected" and "removes a protection marker" in result.reason and PROTECTED_END in result.reason
+    assert (
+        result.guard == "protected"
+        and "removes a protection marker" in result.reason
+        and PROTECTED_END in result.reason
+    )
 
 
 def test_adding_a_marker_is_rejected() -> None:
@@ -148,7 +152,10 @@ def test_a_phrase_already_in_the_old_text_does_not_block_edits() -> None:
 def test_prebuilt_ngram_set_is_accepted_with_its_values() -> None:
     from optimizer.loop.guards import instruction_values
 
-    grams, values = instruction_ngrams([*VALUE_INSTRUCTIONS, INSTRUCTION]), instruction_values(VALUE_INSTRUCTIONS)
+    grams, values = (
+        instruction_ngrams([*VALUE_INSTRUCTIONS, INSTRUCTION]),
+        instruction_values(VALUE_INSTRUCTIONS),
+    )
     new = JUDGE + "open the spreadsheet in libreoffice calc sort the second\n"
     result = check_candidate(
         {"prompts/judge.md": (JUDGE, new)}, ALLOWED, 200, DevMaterial(set(), set(), grams, values)
@@ -256,10 +263,15 @@ def test_bundled_prompts_and_library_pass_the_whole_lint_against_the_sample(tmp_
         assert new_value("", (root / "prompts" / name).read_text(encoding="utf-8"), values | typed) is None
     # The whole lint, ids and copies included, passes the bundled prompts with every library entry enabled.
     labels = load_labels(split)
-    recordings = {lab.original_id for lab in labels.values()} | {lab.paired_id for lab in labels.values() if lab.paired_id}
+    recordings = {lab.original_id for lab in labels.values()} | {
+        lab.paired_id for lab in labels.values() if lab.paired_id
+    }
     rubric = with_entries(prompts.files[RUBRIC_MD], prompts.library(), [e.id for e in prompts.library()])
-    texts = {"prompts/judge.md": (root / "prompts" / "judge.md").read_text(encoding="utf-8"), RUBRIC_MD: rubric,
-             LIBRARY_MD: prompts.files[LIBRARY_MD]}
+    texts = {
+        "prompts/judge.md": (root / "prompts" / "judge.md").read_text(encoding="utf-8"),
+        RUBRIC_MD: rubric,
+        LIBRARY_MD: prompts.files[LIBRARY_MD],
+    }
     # Old = only the protected regions, so the protected guard passes and every other line is new to the lint.
     changed: dict[str, tuple[str | None, str | None]] = {
         path: ("\n".join(protected_regions(text)), text) for path, text in texts.items()
@@ -282,7 +294,9 @@ def test_a_zero_width_character_inside_an_id_is_rejected() -> None:
     obfuscated = TRAJ_ID[:8] + ZWSP + TRAJ_ID[8:20] + "\u2060" + TRAJ_ID[20:]
     result = check({"prompts/judge.md": (JUDGE, JUDGE + f"- As in item {obfuscated}.\n")})
     assert result.guard == "overfit_id"
-    assert result.reason == f"prompts/judge.md contains the dev id {TRAJ_ID!r}; write rules, not item references"
+    assert (
+        result.reason == f"prompts/judge.md contains the dev id {TRAJ_ID!r}; write rules, not item references"
+    )
 
 
 def test_an_id_without_hyphens_is_rejected() -> None:
@@ -378,7 +392,8 @@ def test_base64_of_an_id_without_padding_is_rejected() -> None:
 
 
 @pytest.mark.parametrize(
-    "encode", [bytes.hex, lambda b: " ".join(f"{x:02x}" for x in b), lambda b: "".join(f"\\x{x:02x}" for x in b)]
+    "encode",
+    [bytes.hex, lambda b: " ".join(f"{x:02x}" for x in b), lambda b: "".join(f"\\x{x:02x}" for x in b)],
 )
 def test_hex_of_an_id_is_rejected(encode: Callable[[bytes], str]) -> None:
     result = check({"prompts/judge.md": (JUDGE, JUDGE + f"- Token: {encode(TRAJ_ID.encode())}\n")})
@@ -394,7 +409,9 @@ def test_base64_of_copied_instruction_words_is_rejected() -> None:
 
 
 def test_ordinary_long_words_and_hashes_are_not_decoded_into_values() -> None:
-    line = "- Internationalization, characterisation and commit 3a7bd3e2360a3d29eea436fcfb7e44c735d117c4 pass.\n"
+    line = (
+        "- Internationalization, characterisation and commit 3a7bd3e2360a3d29eea436fcfb7e44c735d117c4 pass.\n"
+    )
     assert value_check("# Rubric\n", "# Rubric\n" + line).ok
     assert check({"prompts/judge.md": (JUDGE, JUDGE + line)}).ok
 
@@ -470,8 +487,14 @@ def test_trajectory_values_are_the_distinctive_typed_texts_and_click_targets() -
         ("- For the dentist task a click at (243, 58) decides it.\n", "243 58"),
         ("- Dentist: x=243, y=58 is the save button.\n", "243 58"),
         ("- Dragging to 380,221 is the fix.\n", "380 221"),
-        ("- Opening https://intra.example.org/ticket/4471 is required.\n", "https://intra.example.org/ticket/4471"),
-        ("- Typing Qu\u0430rterly Widget Forec\u0430st is right.\n", "quarterly widget forecast"),  # Cyrillic а
+        (
+            "- Opening https://intra.example.org/ticket/4471 is required.\n",
+            "https://intra.example.org/ticket/4471",
+        ),
+        (
+            "- Typing Qu\u0430rterly Widget Forec\u0430st is right.\n",
+            "quarterly widget forecast",
+        ),  # Cyrillic а
     ],
 )
 def test_a_typed_value_or_click_target_of_a_dev_trajectory_is_rejected(line: str, value: str) -> None:

@@ -39,8 +39,17 @@ from tests.support.scripted import ScriptedStrategy, install, latest, toggle
 
 INSTRUCTION_FILES = {"AGENTS.md", "CLAUDE.md", "GEMINI.md"}
 # What a confined CLI's environment may hold (`optimizer.judge.sandbox.allowed_env`; LC_* too).
-ALLOWED_ENV = {"PATH", "HOME", "LANG", "TERM", "PWD", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
-               "CLAUDE_CODE_OAUTH_TOKEN", "FAKE_HARNESS_PASS"}
+ALLOWED_ENV = {
+    "PATH",
+    "HOME",
+    "LANG",
+    "TERM",
+    "PWD",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "FAKE_HARNESS_PASS",
+}
 
 
 def invocations(state: HarnessState) -> list[dict[str, Any]]:
@@ -48,8 +57,9 @@ def invocations(state: HarnessState) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def sample_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-              harness_state: HarnessState) -> tuple[Path, HarnessState]:
+def sample_ws(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, harness_state: HarnessState
+) -> tuple[Path, HarnessState]:
     root = make_workspace(tmp_path)
     state = harness_state
     # Keys of several providers in judgeloop's environment: the claude harness may see only its own.
@@ -61,8 +71,9 @@ def sample_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     return root, state
 
 
-def test_the_sample_split_through_a_fake_cli(sample_ws: tuple[Path, HarnessState], tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_sample_split_through_a_fake_cli(
+    sample_ws: tuple[Path, HarnessState], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, state = sample_ws
     configure(root, state)
     split = open_split(Workspace.open(root), "sample")
@@ -117,8 +128,13 @@ def test_the_sample_split_through_a_fake_cli(sample_ws: tuple[Path, HarnessState
         release_md = split.markdown_text(tid)
         for step in traj.steps:
             if step.screenshot:
-                release_md = release_md.replace(f"({step.screenshot})", f"(./data/media/images/{tid}/step_{step.step_id + 1}.png)")
-        assert next(f["text"] for f in run["files"] if f["path"].endswith(".md") and "/" in f["path"]) == release_md
+                release_md = release_md.replace(
+                    f"({step.screenshot})", f"(./data/media/images/{tid}/step_{step.step_id + 1}.png)"
+                )
+        assert (
+            next(f["text"] for f in run["files"] if f["path"].endswith(".md") and "/" in f["path"])
+            == release_md
+        )
         # The prompt names the item; cwd is the sandbox's fixed mount (a fresh folder per run: it holds
         # exactly the item's files, above), nothing of the host's paths.
         assert f"`{tid}`" in run["prompt"] and "{{TRAJECTORY_ID}}" not in run["prompt"]
@@ -128,7 +144,9 @@ def test_the_sample_split_through_a_fake_cli(sample_ws: tuple[Path, HarnessState
         env = run["env"]
         assert env.get("ANTHROPIC_API_KEY") == "sk-ant-test-not-real", "the claude harness keeps its own key"
         assert env.get("FAKE_HARNESS_PASS") == "passed", "pass_env is passed on"
-        assert set(env) - {k for k in env if k.startswith("LC_")} <= ALLOWED_ENV, "an allow-listed environment"
+        assert set(env) - {k for k in env if k.startswith("LC_")} <= ALLOWED_ENV, (
+            "an allow-listed environment"
+        )
     assert sandbox_folders(state) == [], "every sandbox folder is removed"
 
 
@@ -149,7 +167,9 @@ def test_kill_9_mid_evaluation_then_resume_from_the_cache(sample_ws: tuple[Path,
 
     killed_cli(["eval", "-w", str(root), "--limit", "24"], gate_reached)
     first = invocations(state)
-    for _ in range(600):  # bounded (30 s): the CLI dies with judgeloop (PR_SET_PDEATHSIG, bwrap --die-with-parent)
+    for _ in range(
+        600
+    ):  # bounded (30 s): the CLI dies with judgeloop (PR_SET_PDEATHSIG, bwrap --die-with-parent)
         if not survivors(state.url):
             break
         time.sleep(0.05)
@@ -162,7 +182,9 @@ def test_kill_9_mid_evaluation_then_resume_from_the_cache(sample_ws: tuple[Path,
 
     assert main(["eval", "-w", str(root), "--limit", "24"]) == 0
     second = [r["id"] for r in invocations(state)]
-    assert sorted(second) == sorted(set(ids) - set(finished)), "finished items come from the cache, never re-run"
+    assert sorted(second) == sorted(set(ids) - set(finished)), (
+        "finished items come from the cache, never re-run"
+    )
     assert sandbox_folders(state) == [], "the dead run's sandbox was pruned at the next start"
 
 
@@ -171,18 +193,24 @@ def test_a_budget_without_a_per_call_price_is_refused_up_front(
 ) -> None:
     root, state = sample_ws
     configure(root, state)
-    assert main(["run", "-w", str(root), "--strategy", "library", "--budget-usd", "1", "--max-experiments", "1"]) == 2
+    assert (
+        main(["run", "-w", str(root), "--strategy", "library", "--budget-usd", "1", "--max-experiments", "1"])
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "price_per_call_usd" in err[0] and "Traceback" not in err[0]
     assert invocations(state) == [], "no CLI ran"
     assert git(root, "branch", "--list", "judgeloop/*").strip() == "", "refused before any run was created"
 
 
-@pytest.mark.parametrize(("judge", "message"), [
-    ({"harness": "vscode"}, "unknown harness 'vscode'"),
-    ({"command": []}, "[judge] command is empty; name the CLI to run"),
-    ({}, '[judge] provider = "command" needs command = [...] or harness = "codex"'),
-])
+@pytest.mark.parametrize(
+    ("judge", "message"),
+    [
+        ({"harness": "vscode"}, "unknown harness 'vscode'"),
+        ({"command": []}, "[judge] command is empty; name the CLI to run"),
+        ({}, '[judge] provider = "command" needs command = [...] or harness = "codex"'),
+    ],
+)
 def test_an_unknown_preset_or_an_empty_command_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], judge: dict[str, Any], message: str
 ) -> None:
@@ -190,8 +218,9 @@ def test_an_unknown_preset_or_an_empty_command_is_one_line(
     assert main(["init", str(root), "--sample"]) == 0
     text = (root / "judgeloop.toml").read_text(encoding="utf-8")
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in judge.items())
-    (root / "judgeloop.toml").write_text(text.replace('provider = "local"', 'provider = "command"\n' + extra, 1),
-                                         encoding="utf-8")
+    (root / "judgeloop.toml").write_text(
+        text.replace('provider = "local"', 'provider = "command"\n' + extra, 1), encoding="utf-8"
+    )
     capsys.readouterr()
     assert main(["eval", "-w", str(root)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -213,9 +242,14 @@ def test_a_loop_with_a_harness_judge_keeps_and_rolls_back(
         answers[tid] = {}
         for enabled in ([], [GOOD_ENTRY], [BAD_ENTRY], sorted([GOOD_ENTRY, BAD_ENTRY])):
             success = label.is_positive if judge.correct(tid, set(enabled)) else not label.is_positive
-            answers[tid]["+".join(enabled)] = [success, None if success else (label.mistake_type or "Critical Mistake")]
+            answers[tid]["+".join(enabled)] = [
+                success,
+                None if success else (label.mistake_type or "Critical Mistake"),
+            ]
     entries = {e: judge.entry_text[e] for e in (GOOD_ENTRY, BAD_ENTRY)}
-    (state.folder / "oracle.json").write_text(json.dumps({"entries": entries, "answers": answers}), encoding="utf-8")
+    (state.folder / "oracle.json").write_text(
+        json.dumps({"entries": entries, "answers": answers}), encoding="utf-8"
+    )
     (state.folder / "no-late").write_text("", encoding="utf-8")
     (state.folder / "well-formed").write_text("", encoding="utf-8")
     configure(root, state, max_concurrency=8)
@@ -226,8 +260,11 @@ def test_a_loop_with_a_harness_judge_keeps_and_rolls_back(
     assert exps[1].fpr is not None and exps[0].fpr is not None and exps[1].fpr < exps[0].fpr
     # The harness read what the optimiser edited: the kept entry is in the instruction file of later runs.
     runs = invocations(state)
-    with_good = [r for r in runs if any(f["path"] == "AGENTS.md" and entries[GOOD_ENTRY] in f.get("text", "")
-                                        for f in r["files"])]
+    with_good = [
+        r
+        for r in runs
+        if any(f["path"] == "AGENTS.md" and entries[GOOD_ENTRY] in f.get("text", "") for f in r["files"])
+    ]
     assert with_good, "no CLI run saw the kept edit"
 
 
@@ -244,13 +281,22 @@ def test_the_cache_keys_the_command_and_the_instructions(sample_ws: tuple[Path, 
     assert new_runs() == 3
     assert new_runs() == 0, "an unchanged harness, prompt and item come from the cache"
     judge_md = root / "prompts" / "judge.md"
-    judge_md.write_text(judge_md.read_text(encoding="utf-8") + "\nLook at the last screenshot first.\n",
-                        encoding="utf-8")
+    judge_md.write_text(
+        judge_md.read_text(encoding="utf-8") + "\nLook at the last screenshot first.\n", encoding="utf-8"
+    )
     commit_all(root, "edit the instructions")
     assert new_runs() == 3, "edited instructions are a new call"
     config = load_config(root / "judgeloop.toml")
-    write_config(root, config.model_copy(update={"judge": config.judge.model_copy(
-        update={"command": [*config.judge.command[:-1], "--extra-flag", "{{PROMPT}}"]})}))
+    write_config(
+        root,
+        config.model_copy(
+            update={
+                "judge": config.judge.model_copy(
+                    update={"command": [*config.judge.command[:-1], "--extra-flag", "{{PROMPT}}"]}
+                )
+            }
+        ),
+    )
     commit_all(root, "another command line")
     assert new_runs() == 3, "another command line is another judge"
 
@@ -269,41 +315,123 @@ def test_the_verdict_file_is_read_only_when_it_is_a_plain_file(tmp_path: Path) -
     assert note is not None and "over the 1000000-byte cap: not read" in note, "an oversized file is not read"
 
 
-@pytest.mark.parametrize(("output", "stdout", "expected"), [
-    # Claude Code --output-format json: one object; input_tokens exclude the cache reads and writes.
-    ("claude-json", json.dumps({"result": "R", "total_cost_usd": 0.25, "usage": {
-        "input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20},
-        "modelUsage": {"claude-opus-4-7": {}}}),
-     {"text": "R", "input_tokens": 10, "output_tokens": 5, "cache_read_tokens": 100, "cache_write_tokens": 20,
-      "cost_usd": 0.25, "model": "claude-opus-4-7"}),
-    # codex exec --json: JSONL; turn.completed usage counts cached input inside input_tokens; no cost.
-    ("codex-jsonl", "\n".join(json.dumps(e) for e in [
-        {"type": "thread.started", "thread_id": "t"},
-        {"type": "item.completed", "item": {"type": "agent_message", "text": "first"}},
-        {"type": "item.completed", "item": {"type": "command_execution", "command": "cat x"}},
-        {"type": "item.completed", "item": {"type": "agent_message", "text": "R"}},
-        {"type": "turn.completed", "usage": {"input_tokens": 26549, "cached_input_tokens": 22272, "output_tokens": 1590}},
-    ]) + "\nnot json\n",
-     {"text": "R", "input_tokens": 26549 - 22272, "cache_read_tokens": 22272, "output_tokens": 1590, "cost_usd": None}),
-    # opencode run --format json: JSONL; the cost and tokens of every step_finish are summed.
-    ("opencode-jsonl", "\n".join(json.dumps(e) for e in [
-        {"type": "text", "part": {"text": "thinking aloud"}},
-        {"type": "step_finish", "part": {"cost": 0.01, "tokens": {"input": 100, "output": 10, "cache": {"read": 5, "write": 1}}}},
-        {"type": "text", "part": {"text": "R"}},
-        {"type": "step_finish", "part": {"cost": 0.02, "tokens": {"input": 50, "output": 4, "cache": {"read": 0, "write": 0}}}},
-    ]),
-     {"text": "R", "input_tokens": 150, "output_tokens": 14, "cache_read_tokens": 5, "cache_write_tokens": 1,
-      "cost_usd": pytest.approx(0.03)}),
-    # Gemini CLI --output-format json: `response`, tokens per model under stats.models; no cost.
-    ("gemini-json", json.dumps({"response": "R", "stats": {"models": {"gemini-3.1-pro": {
-        "tokens": {"prompt": 1000, "candidates": 50, "cached": 400}}}}}),
-     {"text": "R", "input_tokens": 600, "cache_read_tokens": 400, "output_tokens": 50, "cost_usd": None,
-      "model": "gemini-3.1-pro"}),
-    # Unreadable output: an empty final message (then a parse failure), never an exception.
-    ("claude-json", "Traceback (most recent call last):", {"text": "", "cost_usd": None}),
-    ("text", '{"success": true}', {"text": '{"success": true}', "cost_usd": None}),
-])
-def test_cli_output_is_read_in_each_harness_format(output: str, stdout: str, expected: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("output", "stdout", "expected"),
+    [
+        # Claude Code --output-format json: one object; input_tokens exclude the cache reads and writes.
+        (
+            "claude-json",
+            json.dumps(
+                {
+                    "result": "R",
+                    "total_cost_usd": 0.25,
+                    "usage": {
+                        "input_tokens": 10,
+                        "output_tokens": 5,
+                        "cache_read_input_tokens": 100,
+                        "cache_creation_input_tokens": 20,
+                    },
+                    "modelUsage": {"claude-opus-4-7": {}},
+                }
+            ),
+            {
+                "text": "R",
+                "input_tokens": 10,
+                "output_tokens": 5,
+                "cache_read_tokens": 100,
+                "cache_write_tokens": 20,
+                "cost_usd": 0.25,
+                "model": "claude-opus-4-7",
+            },
+        ),
+        # codex exec --json: JSONL; turn.completed usage counts cached input inside input_tokens; no cost.
+        (
+            "codex-jsonl",
+            "\n".join(
+                json.dumps(e)
+                for e in [
+                    {"type": "thread.started", "thread_id": "t"},
+                    {"type": "item.completed", "item": {"type": "agent_message", "text": "first"}},
+                    {"type": "item.completed", "item": {"type": "command_execution", "command": "cat x"}},
+                    {"type": "item.completed", "item": {"type": "agent_message", "text": "R"}},
+                    {
+                        "type": "turn.completed",
+                        "usage": {"input_tokens": 26549, "cached_input_tokens": 22272, "output_tokens": 1590},
+                    },
+                ]
+            )
+            + "\nnot json\n",
+            {
+                "text": "R",
+                "input_tokens": 26549 - 22272,
+                "cache_read_tokens": 22272,
+                "output_tokens": 1590,
+                "cost_usd": None,
+            },
+        ),
+        # opencode run --format json: JSONL; the cost and tokens of every step_finish are summed.
+        (
+            "opencode-jsonl",
+            "\n".join(
+                json.dumps(e)
+                for e in [
+                    {"type": "text", "part": {"text": "thinking aloud"}},
+                    {
+                        "type": "step_finish",
+                        "part": {
+                            "cost": 0.01,
+                            "tokens": {"input": 100, "output": 10, "cache": {"read": 5, "write": 1}},
+                        },
+                    },
+                    {"type": "text", "part": {"text": "R"}},
+                    {
+                        "type": "step_finish",
+                        "part": {
+                            "cost": 0.02,
+                            "tokens": {"input": 50, "output": 4, "cache": {"read": 0, "write": 0}},
+                        },
+                    },
+                ]
+            ),
+            {
+                "text": "R",
+                "input_tokens": 150,
+                "output_tokens": 14,
+                "cache_read_tokens": 5,
+                "cache_write_tokens": 1,
+                "cost_usd": pytest.approx(0.03),
+            },
+        ),
+        # Gemini CLI --output-format json: `response`, tokens per model under stats.models; no cost.
+        (
+            "gemini-json",
+            json.dumps(
+                {
+                    "response": "R",
+                    "stats": {
+                        "models": {
+                            "gemini-3.1-pro": {"tokens": {"prompt": 1000, "candidates": 50, "cached": 400}}
+                        }
+                    },
+                }
+            ),
+            {
+                "text": "R",
+                "input_tokens": 600,
+                "cache_read_tokens": 400,
+                "output_tokens": 50,
+                "cost_usd": None,
+                "model": "gemini-3.1-pro",
+            },
+        ),
+        # Unreadable output: an empty final message (then a parse failure), never an exception.
+        ("claude-json", "Traceback (most recent call last):", {"text": "", "cost_usd": None}),
+        ("text", '{"success": true}', {"text": '{"success": true}', "cost_usd": None}),
+    ],
+)
+def test_cli_output_is_read_in_each_harness_format(
+    output: str, stdout: str, expected: dict[str, Any]
+) -> None:
     from optimizer.judge.harness import parse_output
 
     parsed = parse_output(output, stdout)
@@ -334,13 +462,18 @@ def test_a_failed_run_is_retried_then_an_infrastructure_error(
     ids = open_split(Workspace.open(root), "sample").ids[:2]
     assert main(["eval", "-w", str(root), "--limit", "2", "--out", str(tmp_path / "a")]) == 0
     runs = invocations(state)
-    assert sorted(r["id"] for r in runs) == sorted(ids * 2) and Counter(r["kind"] for r in runs)["failed"] == 2
+    assert (
+        sorted(r["id"] for r in runs) == sorted(ids * 2) and Counter(r["kind"] for r in runs)["failed"] == 2
+    )
     assert json.loads((tmp_path / "a" / "_summary.json").read_text(encoding="utf-8"))["infra_error_ids"] == []
     # Without retries, a failing run is an infrastructure error naming the exit status and stderr.
     for tid in ids:
         (state.folder / f"failed-{tid}").unlink()
     configure(root, state, max_retries=0)
     capsys.readouterr()
-    assert main(["eval", "-w", str(root), "--limit", "2", "--out", str(tmp_path / "b"), "--replicates", "2"]) == 0
+    assert (
+        main(["eval", "-w", str(root), "--limit", "2", "--out", str(tmp_path / "b"), "--replicates", "2"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "claude exited with status 3: transient failure: upstream 503 (1 attempt)" in out

@@ -77,16 +77,24 @@ def test_a_hostile_judge_finds_no_label_no_workspace_no_other_key_and_writes_not
         assert not any(p in blob for p in workspace_paths), "a path of the workspace reached the CLI"
         assert "labels.jsonl" not in blob and "judgeloop.toml" not in blob, "a label file is in view"
         assert report["files_holding_labels"] == [], "a file naming the item's label is readable"
-        assert not report.get("walk_truncated") and report["paths_outside_system"], "the walk saw the whole view"
+        assert not report.get("walk_truncated") and report["paths_outside_system"], (
+            "the walk saw the whole view"
+        )
         # Its own key, no other, in its environment or any process's it can see.
         assert report["env"].get("OPENAI_API_KEY") == OPENAI_KEY
         assert ANTHROPIC_KEY not in blob, "another provider's key reached the CLI"
         # Its own PID namespace: /proc/1 and its parent are bwrap's init, not judgeloop.
-        assert len(report["pids_in_view"]) <= 8 and report["/proc/1/cwd"] in ("/", "/sandbox", "<PermissionError>")
+        assert len(report["pids_in_view"]) <= 8 and report["/proc/1/cwd"] in (
+            "/",
+            "/sandbox",
+            "<PermissionError>",
+        )
         assert report["cwd"] == "/sandbox"
         # Nothing but its folder takes writes (its HOME is a private tmpfs, gone with it).
         home = str(Path.home()) + "/"
-        assert not any(v == "written" for k, v in report["writes"].items() if not k.startswith(home)), report["writes"]
+        assert not any(v == "written" for k, v in report["writes"].items() if not k.startswith(home)), report[
+            "writes"
+        ]
     assert rubric.read_bytes() == before, "prompts/rubric.md was changed by the judge"
     assert not (ws / "devset" / "x").exists()
     assert survivors(state.url) == [], "the hostile CLI's double-forked daemon outlived its item"
@@ -117,8 +125,13 @@ def test_a_flood_of_stdout_is_capped_never_stored_whole(
     (state.folder / "no-late").write_text("", encoding="utf-8")
     # A plain-text CLI: its stdout is its final message (items of kind "message" answer only there).
     limit, messages = first_ids(ws, "message", 1)
-    configure(ws, state, harness=None, max_concurrency=2,
-              command=[str(FAKE_CLI), "--state", state.url, "--format", "text", "{{PROMPT}}"])
+    configure(
+        ws,
+        state,
+        harness=None,
+        max_concurrency=2,
+        command=[str(FAKE_CLI), "--state", state.url, "--format", "text", "{{PROMPT}}"],
+    )
     cache = ws / "experiments"
     size_before = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
     out = tmp_path / "out"
@@ -132,7 +145,9 @@ def test_a_flood_of_stdout_is_capped_never_stored_whole(
     assert "bytes of their output were dropped" in notes
 
 
-def test_an_oversized_verdict_file_is_a_parse_failure(ws: Path, harness_state: HarnessState, tmp_path: Path) -> None:
+def test_an_oversized_verdict_file_is_a_parse_failure(
+    ws: Path, harness_state: HarnessState, tmp_path: Path
+) -> None:
     state = harness_state
     (state.folder / "big-verdict").write_text("", encoding="utf-8")
     limit, files = first_ids(ws, "file", 2)
@@ -143,7 +158,9 @@ def test_an_oversized_verdict_file_is_a_parse_failure(ws: Path, harness_state: H
     assert main(["eval", "-w", str(ws), "--limit", str(limit), "--out", str(out)]) == 0
     for tid in files:
         result = json.loads((out / f"{tid}.json").read_text(encoding="utf-8"))
-        assert result["_meta"]["parse_status"] == "parse_error", "the valid final message replaced the oversized file"
+        assert result["_meta"]["parse_status"] == "parse_error", (
+            "the valid final message replaced the oversized file"
+        )
         assert "over the 1000000-byte cap" in result["raw_response"]
 
 
@@ -177,7 +194,10 @@ def test_max_cost_per_call_is_the_reservation_when_set(
 
 
 def test_without_bubblewrap_a_harness_judge_is_refused_in_one_line(
-    ws: Path, harness_state: HarnessState, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    ws: Path,
+    harness_state: HarnessState,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
     state = harness_state
@@ -203,13 +223,16 @@ def test_without_bubblewrap_a_harness_judge_is_refused_in_one_line(
     assert len(err) == 1 and "apt-get install bubblewrap" in err[0], err
     assert git(ws, "branch", "--list", "judgeloop/*").strip() == ""
     # A bwrap that cannot create namespaces here (user namespaces not permitted): refused the same way.
-    (bin_dir / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
-                                   encoding="utf-8")
+    (bin_dir / "bwrap").write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n", encoding="utf-8"
+    )
     (bin_dir / "bwrap").chmod(0o755)
     (bin_dir / "sh").symlink_to("/bin/sh")
     assert main(["run", "-w", str(ws), "--strategy", "library", "--max-experiments", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "No permissions to create new namespace" in err[0] and "user namespaces" in err[0], err
+    assert (
+        len(err) == 1 and "No permissions to create new namespace" in err[0] and "user namespaces" in err[0]
+    ), err
     assert records(state) == []
 
 
@@ -231,7 +254,10 @@ def test_sandbox_none_runs_unconfined_and_says_so_in_every_result(
     assert found["judge_confinement"] == "none"
     assert any("ran unconfined" in n for n in found["preprocessing"]["run_notes"])
     for tid in found.get("trajectory_ids", []) or [r["id"] for r in records(state)[-2:]]:
-        assert json.loads((out / f"{tid}.json").read_text(encoding="utf-8"))["_meta"]["judge_confinement"] == "none"
+        assert (
+            json.loads((out / f"{tid}.json").read_text(encoding="utf-8"))["_meta"]["judge_confinement"]
+            == "none"
+        )
 
 
 def test_sandboxes_of_a_dead_judgeloop_are_pruned_at_the_next_start(
@@ -239,8 +265,9 @@ def test_sandboxes_of_a_dead_judgeloop_are_pruned_at_the_next_start(
 ) -> None:
     state = harness_state
     (state.folder / "no-late").write_text("", encoding="utf-8")
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True, check=True)
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     dead = state.temp / f"judgeloop-harness-{finished.stdout.strip()}-abc"
     (dead / "agenthorizon_md").mkdir(parents=True)
     live = state.temp / "judgeloop-harness-1-xyz"  # pid 1 lives

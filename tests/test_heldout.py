@@ -21,14 +21,18 @@ def ws(tmp_path: Path) -> Workspace:
     ws = init_workspace(tmp_path / "ws")
     path = ws.root / "judgeloop.toml"
     text = path.read_text(encoding="utf-8")
-    text = text.replace('dev_split = "sample"', 'dev_split = "dev"').replace("heldout_splits = []", 'heldout_splits = ["held"]')
+    text = text.replace('dev_split = "sample"', 'dev_split = "dev"').replace(
+        "heldout_splits = []", 'heldout_splits = ["held"]'
+    )
     path.write_text(text, encoding="utf-8")
     return Workspace.open(ws.root)
 
 
 def import_ids(ws: Workspace, src: Path, name: str, items: list[FakeItem], tmp_path: Path) -> int:
     manifest = write_manifest(tmp_path / f"{name}.txt", [it.trajectory_id for it in items])
-    return main(["devset", "import", str(src), "--name", name, "--manifest", str(manifest), "-w", str(ws.root)])
+    return main(
+        ["devset", "import", str(src), "--name", name, "--manifest", str(manifest), "-w", str(ws.root)]
+    )
 
 
 def refusal(capsys: pytest.CaptureFixture[str]) -> str:

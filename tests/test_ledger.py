@@ -37,14 +37,26 @@ def test_new_run_id_has_the_documented_shape() -> None:
 
 def test_run_and_experiment_round_trip(tmp_path: Path) -> None:
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        run = make_run(ledger, budgets={"max_experiments": 3, "budget_usd": 1.5}, config={"loop": {"alpha": 0.1}})
-        assert run.branch == f"judgeloop/{run.id}" and run.status == "running" and run.budgets["budget_usd"] == 1.5
+        run = make_run(
+            ledger, budgets={"max_experiments": 3, "budget_usd": 1.5}, config={"loop": {"alpha": 0.1}}
+        )
+        assert (
+            run.branch == f"judgeloop/{run.id}"
+            and run.status == "running"
+            and run.budgets["budget_usd"] == 1.5
+        )
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
         assert base.seq == 0 and base.status == "running"
-        ledger.record_decision(base.id, ExperimentOutcome(
-            status="baseline", metrics={"kappa": 0.5, "fpr": 0.2, "balanced_accuracy": 0.7},
-            intervals={"kappa": (0.4, 0.6)}, items_evaluated=5, usage=Usage(calls=10, cost_usd=0.25),
-        ))
+        ledger.record_decision(
+            base.id,
+            ExperimentOutcome(
+                status="baseline",
+                metrics={"kappa": 0.5, "fpr": 0.2, "balanced_accuracy": 0.7},
+                intervals={"kappa": (0.4, 0.6)},
+                items_evaluated=5,
+                usage=Usage(calls=10, cost_usd=0.25),
+            ),
+        )
         cand = ledger.start_experiment(
             run.id,
             parent_id=base.id,
@@ -59,16 +71,29 @@ def test_run_and_experiment_round_trip(tmp_path: Path) -> None:
             ),
         )
         assert cand.seq == 1
-        ledger.record_decision(cand.id, ExperimentOutcome(
-            status="kept", reason="kappa up", metrics={"kappa": 0.6, "fpr": 0.2},
-            flips={"tp_to_fn": [], "fn_to_tp": ["x", "y"], "tn_to_fp": [], "fp_to_tn": ["z"]}, p_value=0.125,
-            literal_keep=True, paired_keep=False, commit_sha="c" * 40,
-        ))
+        ledger.record_decision(
+            cand.id,
+            ExperimentOutcome(
+                status="kept",
+                reason="kappa up",
+                metrics={"kappa": 0.6, "fpr": 0.2},
+                flips={"tp_to_fn": [], "fn_to_tp": ["x", "y"], "tn_to_fp": [], "fp_to_tn": ["z"]},
+                p_value=0.125,
+                literal_keep=True,
+                paired_keep=False,
+                commit_sha="c" * 40,
+            ),
+        )
         run = ledger.get_run(run.id)
         assert run.incumbent_experiment == cand.id
 
         got = ledger.get_experiment(cand.id)
-        assert got.commit_sha == "c" * 40 and got.kappa == 0.6 and got.fpr == 0.2 and got.balanced_accuracy is None
+        assert (
+            got.commit_sha == "c" * 40
+            and got.kappa == 0.6
+            and got.fpr == 0.2
+            and got.balanced_accuracy is None
+        )
         assert got.flip_counts() == {"tp_to_fn": 0, "fn_to_tp": 2, "tn_to_fp": 0, "fp_to_tn": 1}
         assert got.diff_text == "--- a\n+++ b\n" and got.rationale == "tighten the rubric"
         assert got.literal_keep is True and got.paired_keep is False and got.decision == "kept"
@@ -86,7 +111,9 @@ def test_rolled_back_experiment_does_not_move_the_incumbent(tmp_path: Path) -> N
         base = ledger.start_experiment(run.id, parent_id=None)
         ledger.record_decision(base.id, ExperimentOutcome(status="baseline"))
         bad = ledger.start_experiment(run.id, parent_id=base.id)
-        ledger.record_decision(bad.id, ExperimentOutcome(status="rolled_back", reason="FPR rose", early_stopped=True))
+        ledger.record_decision(
+            bad.id, ExperimentOutcome(status="rolled_back", reason="FPR rose", early_stopped=True)
+        )
         waiting = ledger.start_experiment(run.id, parent_id=base.id)
         ledger.record_decision(waiting.id, ExperimentOutcome(status="waiting", metrics={"kappa": 0.9}))
         assert ledger.get_run(run.id).incumbent_experiment == base.id
@@ -100,7 +127,9 @@ def test_verdicts_round_trip_and_answers(tmp_path: Path) -> None:
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         run = make_run(ledger)
         exp = ledger.start_experiment(run.id, parent_id=None)
-        n = ledger.record_verdicts(exp.id, [make_item("t1", True), make_item("t2u", False), make_item("t3", None, reps=1)])
+        n = ledger.record_verdicts(
+            exp.id, [make_item("t1", True), make_item("t2u", False), make_item("t3", None, reps=1)]
+        )
         assert n == 3
         items = ledger.item_verdicts(exp.id)
         assert [i.trajectory_id for i in items] == ["t1", "t2u", "t3"]
@@ -109,7 +138,11 @@ def test_verdicts_round_trip_and_answers(tmp_path: Path) -> None:
         one = ledger.item_verdicts(exp.id, "t2u")
         assert len(one) == 1 and one[0].replicates[2].reasoning == "why t2u 2"
         answers = ledger.item_answers(exp.id)
-        assert answers["t1"].success is True and answers["t3"].success is None and answers["t3"].status == "invalid"
+        assert (
+            answers["t1"].success is True
+            and answers["t3"].success is None
+            and answers["t3"].status == "invalid"
+        )
         # Recording an item again (after a resume) replaces it instead of failing or duplicating.
         ledger.record_verdicts(exp.id, [make_item("t1", False)])
         assert ledger.item_answers(exp.id)["t1"].success is False
@@ -119,8 +152,13 @@ def test_verdicts_round_trip_and_answers(tmp_path: Path) -> None:
 def test_labels_are_stored_apart_per_run(tmp_path: Path) -> None:
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         run = make_run(ledger)
-        ledger.set_labels(run.id, [LabelRow(trajectory_id="t1", positive=True),
-                                   LabelRow(trajectory_id="t2", positive=False, mistake_type="Bad Side Effect")])
+        ledger.set_labels(
+            run.id,
+            [
+                LabelRow(trajectory_id="t1", positive=True),
+                LabelRow(trajectory_id="t2", positive=False, mistake_type="Bad Side Effect"),
+            ],
+        )
         labels = ledger.labels(run.id)
         assert labels["t1"].positive and labels["t2"].mistake_type == "Bad Side Effect"
         assert ledger.labels("other") == {}
@@ -153,8 +191,20 @@ def test_exception_inside_a_transaction_leaves_nothing(tmp_path: Path) -> None:
         assert ledger.get_run(run.id).status == "running"
         # A constraint failure half-way through record_verdicts also leaves no item behind.
         with pytest.raises(sqlite3.IntegrityError):
-            ledger.record_verdicts(exp.id, [make_item("ok1", True), ItemVerdict.model_construct(
-                trajectory_id=None, success=True, status="ok", mistake_type=None, unstable=False, replicates=[])])
+            ledger.record_verdicts(
+                exp.id,
+                [
+                    make_item("ok1", True),
+                    ItemVerdict.model_construct(
+                        trajectory_id=None,
+                        success=True,
+                        status="ok",
+                        mistake_type=None,
+                        unstable=False,
+                        replicates=[],
+                    ),
+                ],
+            )
         assert ledger.item_verdicts(exp.id) == []
 
 
@@ -181,7 +231,10 @@ def test_reader_in_another_process_sees_commits_while_writer_appends(tmp_path: P
         """
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", reader_script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", reader_script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
         cwd=Path(__file__).resolve().parents[1],
     )
     assert proc.stdin and proc.stdout
@@ -254,7 +307,12 @@ def test_metrics_model_is_stored_whole_and_rebuilt(tmp_path: Path) -> None:
         run = make_run(ledger)
         exp = ledger.start_experiment(run.id, parent_id=None)
         got = ledger.record_decision(exp.id, ExperimentOutcome(status="baseline", metrics=m))
-    assert got.metrics_model() == m and got.kappa == m.kappa and got.metrics is not None and got.metrics["fp"] == 2
+    assert (
+        got.metrics_model() == m
+        and got.kappa == m.kappa
+        and got.metrics is not None
+        and got.metrics["fp"] == 2
+    )
 
 
 def test_a_file_that_is_not_a_ledger_is_a_user_error(tmp_path: Path) -> None:
@@ -283,18 +341,43 @@ def test_attribution_rows_round_trip_and_resume_by_key(tmp_path: Path) -> None:
             RunSpec(strategy="manual", policy="literal", split="dev", split_fingerprint="f", start_rev="s")
         )
         assert ledger.latest_attribution(run.id) is None
-        spec = AttributionSpec(key="k1", scope="run", final_commit="f" * 40, baseline_commit="b" * 40, split="dev",
-                               judge="openai:m", replicates=1, rejudge=2, alpha=0.1)
+        spec = AttributionSpec(
+            key="k1",
+            scope="run",
+            final_commit="f" * 40,
+            baseline_commit="b" * 40,
+            split="dev",
+            judge="openai:m",
+            replicates=1,
+            rejudge=2,
+            alpha=0.1,
+        )
         att = ledger.open_attribution(run.id, spec)
-        edit = EditContribution(experiment=7, commit="c" * 40, items=9.5, kappa_delta=0.4, fpr_delta=-0.2,
-                                fixed=["t1"], p_value=0.01, cost_usd=0.25,
-                                shares=[ItemShare(trajectory_id="t1", without_correct=0, without_total=3,
-                                                  final_correct=3, final_total=3)])
+        edit = EditContribution(
+            experiment=7,
+            commit="c" * 40,
+            items=9.5,
+            kappa_delta=0.4,
+            fpr_delta=-0.2,
+            fixed=["t1"],
+            p_value=0.01,
+            cost_usd=0.25,
+            shares=[
+                ItemShare(
+                    trajectory_id="t1", without_correct=0, without_total=3, final_correct=3, final_total=3
+                )
+            ],
+        )
         ledger.record_attribution_edit(att.id, 0, edit, new_cost_usd=0.25)
-        ledger.record_attribution_edit(att.id, 1, EditContribution(experiment=5, commit="d" * 40, note="budget"),
-                                       new_cost_usd=0.0)
+        ledger.record_attribution_edit(
+            att.id, 1, EditContribution(experiment=5, commit="d" * 40, note="budget"), new_cost_usd=0.0
+        )
         done = ledger.finish_attribution(att.id, status="partial", note="not measured: #5")
-        assert done.status == "partial" and done.cost_usd == 0.25 and [e.experiment for e in done.edits] == [7, 5]
+        assert (
+            done.status == "partial"
+            and done.cost_usd == 0.25
+            and [e.experiment for e in done.edits] == [7, 5]
+        )
         assert done.edits[0] == edit and done.edits[0].shares[0].draws() == "0/3 → 3/3"
         # The same key resumes the same attribution; another key starts a new one.
         assert ledger.open_attribution(run.id, spec).id == att.id
@@ -319,7 +402,12 @@ def test_only_recorded_outcomes_emit_a_decision_event_and_narrow_updates_touch_o
         last = ledger.last_event_id()
         got = ledger.mark_evaluating(cand.id, "c" * 40, cost_usd=0.05)
         assert (got.status, got.decision, got.reason, got.commit_sha, got.cost_usd) == (
-            "running", "pending", "evaluating", "c" * 40, 0.05)
+            "running",
+            "pending",
+            "evaluating",
+            "c" * 40,
+            0.05,
+        )
         assert got.finished is None and got.optimizer_cost_usd == 0.05
         got = ledger.add_cost(cand.id, Usage(calls=2, input_tokens=300, cache_read_tokens=7, cost_usd=0.5))
         assert (got.calls, got.input_tokens, got.cache_read_tokens) == (2, 300, 7)
@@ -333,19 +421,52 @@ def test_only_recorded_outcomes_emit_a_decision_event_and_narrow_updates_touch_o
         failed = ledger.start_experiment(run.id, parent_id=base.id, strategy="reflect")
         last = ledger.last_event_id()
         got = ledger.reject(rejected.id, "the proposal changed nothing", cost_usd=0.02)
-        assert (got.status, got.decision, got.cost_usd, got.calls) == ("guard_rejected", "guard_rejected", 0.02, 0)
+        assert (got.status, got.decision, got.cost_usd, got.calls) == (
+            "guard_rejected",
+            "guard_rejected",
+            0.02,
+            0,
+        )
         got = ledger.record_error(failed.id, "optimiser failed: down", cost_usd=0.01, commit_sha="d" * 40)
-        assert (got.status, got.decision, got.commit_sha, got.finished is not None) == ("error", "error", "d" * 40, True)
+        assert (got.status, got.decision, got.commit_sha, got.finished is not None) == (
+            "error",
+            "error",
+            "d" * 40,
+            True,
+        )
         assert [(e.experiment_id, e.kind, e.payload) for e in ledger.events_since(last)] == [
-            (rejected.id, "decision",
-             {"status": "guard_rejected", "decision": "guard_rejected", "reason": "the proposal changed nothing"}),
-            (failed.id, "decision", {"status": "error", "decision": "error", "reason": "optimiser failed: down"}),
+            (
+                rejected.id,
+                "decision",
+                {
+                    "status": "guard_rejected",
+                    "decision": "guard_rejected",
+                    "reason": "the proposal changed nothing",
+                },
+            ),
+            (
+                failed.id,
+                "decision",
+                {"status": "error", "decision": "error", "reason": "optimiser failed: down"},
+            ),
         ]
 
         # An evaluation's outcome: usage of every pass, the optimiser's part on top; waiting is not finished.
-        outcome = ExperimentOutcome(status="waiting", reason="a human decides", usage=Usage(calls=9, cost_usd=0.3),
-                                    rejudge=Usage(calls=4, cost_usd=0.1), extra_cost_usd=0.05, cache_hits=3)
+        outcome = ExperimentOutcome(
+            status="waiting",
+            reason="a human decides",
+            usage=Usage(calls=9, cost_usd=0.3),
+            rejudge=Usage(calls=4, cost_usd=0.1),
+            extra_cost_usd=0.05,
+            cache_hits=3,
+        )
         got = ledger.record_decision(cand.id, outcome)
-        assert (got.status, got.decision, got.finished, got.calls, got.cache_hits) == ("waiting", "waiting", None, 9, 3)
+        assert (got.status, got.decision, got.finished, got.calls, got.cache_hits) == (
+            "waiting",
+            "waiting",
+            None,
+            9,
+            3,
+        )
         assert got.cost_usd == pytest.approx(0.35) == outcome.cost_usd
         assert (got.rejudge_calls, got.rejudge_cost_usd, got.commit_sha) == (4, 0.1, "c" * 40)

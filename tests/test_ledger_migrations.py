@@ -23,7 +23,9 @@ def test_newer_schema_is_refused_in_one_line(tmp_path: Path) -> None:
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.close()
     for opener in (Ledger, Ledger.open_readonly):
-        with pytest.raises(UserError, match=rf"newer judgeloop \(schema {SCHEMA_VERSION + 1} > {SCHEMA_VERSION}\); upgrade"):
+        with pytest.raises(
+            UserError, match=rf"newer judgeloop \(schema {SCHEMA_VERSION + 1} > {SCHEMA_VERSION}\); upgrade"
+        ):
             opener(path)
 
 
@@ -95,8 +97,13 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     conn.close()
 
 
-SCHEMA_3_COLUMNS = ("optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd",
-                    "proposal_meta")
+SCHEMA_3_COLUMNS = (
+    "optimizer_calls",
+    "optimizer_input_tokens",
+    "optimizer_output_tokens",
+    "optimizer_cost_usd",
+    "proposal_meta",
+)
 
 
 SCHEMA_4_COLUMNS = ("adaptive_keep", "alpha", "test", "rejudge_calls", "rejudge_cost_usd")
@@ -122,9 +129,13 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
     with Ledger(path) as ledger:
         run = make_run(ledger)
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline")
-        ledger.record_decision(base.id, ExperimentOutcome(
-            status="baseline", usage=Usage(calls=10, input_tokens=5000, cost_usd=0.25),
-        ))
+        ledger.record_decision(
+            base.id,
+            ExperimentOutcome(
+                status="baseline",
+                usage=Usage(calls=10, input_tokens=5000, cost_usd=0.25),
+            ),
+        )
     conn = sqlite3.connect(path)  # what a schema-5 judgeloop wrote: no prompt-cache token columns
     for column in SCHEMA_6_COLUMNS + SCHEMA_8_COLUMNS + SCHEMA_9_COLUMNS:
         conn.execute(f"ALTER TABLE experiments DROP COLUMN {column}")
@@ -139,10 +150,15 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
     assert (old.input_tokens, old.cache_read_tokens, old.cache_write_tokens) == (5000, 0, 0)
     with Ledger(path) as ledger:
         cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="library")
-        ledger.record_decision(cand.id, ExperimentOutcome(
-            status="rolled_back",
-            usage=Usage(calls=10, input_tokens=900, cache_read_tokens=4200, cache_write_tokens=300, cost_usd=0.05),
-        ))
+        ledger.record_decision(
+            cand.id,
+            ExperimentOutcome(
+                status="rolled_back",
+                usage=Usage(
+                    calls=10, input_tokens=900, cache_read_tokens=4200, cache_write_tokens=300, cost_usd=0.05
+                ),
+            ),
+        )
         got = ledger.get_experiment(cand.id)
         assert ledger.get_experiment(base.id).cache_read_tokens == 0
     assert (got.input_tokens, got.cache_read_tokens, got.cache_write_tokens) == (900, 4200, 300)
@@ -157,19 +173,29 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     with Ledger(path) as ledger:
         run = make_run(ledger)
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
-        ledger.record_decision(base.id, ExperimentOutcome(
-            status="baseline", usage=Usage(calls=10, input_tokens=900, cost_usd=0.25),
-        ))
+        ledger.record_decision(
+            base.id,
+            ExperimentOutcome(
+                status="baseline",
+                usage=Usage(calls=10, input_tokens=900, cost_usd=0.25),
+            ),
+        )
         library = ledger.start_experiment(
             run.id, parent_id=base.id, strategy="library", edit=ProposedEdit(rationale=tag)
         )
-        ledger.record_decision(library.id, ExperimentOutcome(status="rolled_back", usage=Usage(calls=4, cost_usd=0.1)))
+        ledger.record_decision(
+            library.id, ExperimentOutcome(status="rolled_back", usage=Usage(calls=4, cost_usd=0.1))
+        )
         reflect = ledger.start_experiment(
             run.id, parent_id=base.id, strategy="reflect", edit=ProposedEdit(rationale="x [library: y]")
         )
-        ledger.record_decision(reflect.id, ExperimentOutcome(
-            status="guard_rejected", usage=Usage(calls=1, input_tokens=50, cost_usd=0.02),
-        ))
+        ledger.record_decision(
+            reflect.id,
+            ExperimentOutcome(
+                status="guard_rejected",
+                usage=Usage(calls=1, input_tokens=50, cost_usd=0.02),
+            ),
+        )
     conn = sqlite3.connect(path)  # what judgeloop with schema 2 wrote: no optimiser columns, no proposal meta
     _drop_schema_3_columns(conn)
     conn.execute("ALTER TABLE verdicts DROP COLUMN members")  # (nor what schema 9 added)
@@ -179,7 +205,9 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
     with Ledger.open_readonly(path) as ro:  # the TUI or `report` on a ledger from an older install
         old = {e.id: e for e in ro.experiments(run.id)}
         assert ro.get_experiment(reflect.id).input_tokens == 50
-    assert all(e.optimizer_calls == 0 and e.optimizer_cost_usd == 0.0 and e.proposal_meta == {} for e in old.values())
+    assert all(
+        e.optimizer_calls == 0 and e.optimizer_cost_usd == 0.0 and e.proposal_meta == {} for e in old.values()
+    )
     assert old[base.id].cost_usd == 0.25 and old[base.id].judge_cost_usd == 0.25
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 2  # reading changed nothing
@@ -203,27 +231,48 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
                 optimizer_usage=Usage(calls=2, input_tokens=300, output_tokens=40, cost_usd=0.05),
             ),
         )
-        ledger.record_decision(new.id, ExperimentOutcome(
-            status="rolled_back", usage=Usage(calls=8, input_tokens=700, cost_usd=0.3),
-        ))
+        ledger.record_decision(
+            new.id,
+            ExperimentOutcome(
+                status="rolled_back",
+                usage=Usage(calls=8, input_tokens=700, cost_usd=0.3),
+            ),
+        )
         got = ledger.get_experiment(new.id)
     assert (got.optimizer_calls, got.optimizer_input_tokens, got.optimizer_output_tokens) == (2, 300, 40)
     assert got.calls == 8 and got.input_tokens == 700  # finishing leaves the optimiser's figures alone
-    assert got.cost_usd == 0.3 and got.judge_cost_usd == pytest.approx(0.25) and got.proposal_meta == {"note": "data"}
+    assert (
+        got.cost_usd == 0.3
+        and got.judge_cost_usd == pytest.approx(0.25)
+        and got.proposal_meta == {"note": "data"}
+    )
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
     assert conn.execute("SELECT COUNT(*) FROM attributions").fetchone()[0] == 0  # schema 7's tables exist
     conn.close()
     with Ledger(path) as ledger:  # the batches table (step 4 -> 5) works on the upgraded ledger
-        row = ledger.record_batch(run.id, new.id, provider="openai", endpoint="https://api.openai.com/v1",
-                                  model="gpt-5", custom_ids=["k1", "k2"], estimate_usd=0.5)
+        row = ledger.record_batch(
+            run.id,
+            new.id,
+            provider="openai",
+            endpoint="https://api.openai.com/v1",
+            model="gpt-5",
+            custom_ids=["k1", "k2"],
+            estimate_usd=0.5,
+        )
         ledger.update_batch(row, status="submitted", batch_id="batch_1")
         [batch] = ledger.batches(run.id, open_only=True)
-    assert (batch.batch_id, batch.status, batch.custom_ids, batch.experiment_id) == ("batch_1", "submitted",
-                                                                                     ["k1", "k2"], new.id)
+    assert (batch.batch_id, batch.status, batch.custom_ids, batch.experiment_id) == (
+        "batch_1",
+        "submitted",
+        ["k1", "k2"],
+        new.id,
+    )
 
 
-def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as_before(tmp_path: Path) -> None:
+def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as_before(
+    tmp_path: Path,
+) -> None:
     from optimizer.report import accounting, history_lines, report_json, report_text
     from optimizer.stats.metrics import FlipTable
 
@@ -231,18 +280,28 @@ def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as
     with Ledger(path) as ledger:
         run = make_run(ledger, config={"loop": {"alpha": 0.1}})
         base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
-        ledger.record_decision(base.id, ExperimentOutcome(
-            status="baseline", metrics={"kappa": 0.4, "fpr": 0.2, "tp": 5, "fn": 5, "tn": 8, "fp": 2},
-            usage=Usage(calls=10, cost_usd=0.25),
-        ))
+        ledger.record_decision(
+            base.id,
+            ExperimentOutcome(
+                status="baseline",
+                metrics={"kappa": 0.4, "fpr": 0.2, "tp": 5, "fn": 5, "tn": 8, "fp": 2},
+                usage=Usage(calls=10, cost_usd=0.25),
+            ),
+        )
         cand = ledger.start_experiment(run.id, parent_id=base.id, strategy="library", commit_sha="b" * 40)
-        ledger.record_decision(cand.id, ExperimentOutcome(
-            status="kept", p_value=0.03125, literal_keep=True, paired_keep=True, reason="kappa 0.400 → 0.600: kept",
-            metrics={"kappa": 0.6, "fpr": 0.1, "tp": 7, "fn": 3, "tn": 9, "fp": 1},
-            flips=FlipTable(fn_to_tp=["x1", "x2"], fp_to_tn=["x3", "x4", "x5"], tp_to_fn=[],
-                                                tn_to_fp=[]),
-            usage=Usage(calls=10, cost_usd=0.2),
-        ))
+        ledger.record_decision(
+            cand.id,
+            ExperimentOutcome(
+                status="kept",
+                p_value=0.03125,
+                literal_keep=True,
+                paired_keep=True,
+                reason="kappa 0.400 → 0.600: kept",
+                metrics={"kappa": 0.6, "fpr": 0.1, "tp": 7, "fn": 3, "tn": 9, "fp": 1},
+                flips=FlipTable(fn_to_tp=["x1", "x2"], fp_to_tn=["x3", "x4", "x5"], tp_to_fn=[], tn_to_fp=[]),
+                usage=Usage(calls=10, cost_usd=0.2),
+            ),
+        )
     conn = sqlite3.connect(path)  # what a schema-3 judgeloop wrote: no decision record, batches, cache tokens
     _drop_schema_4_columns(conn)
     conn.execute("DROP TABLE batches")
@@ -272,7 +331,9 @@ def test_a_version_3_ledger_from_before_the_adaptive_policy_opens_and_reports_as
     conn.close()
 
 
-def test_a_version_7_ledger_gains_the_planned_cache_reads_and_reads_them_as_0_until_then(tmp_path: Path) -> None:
+def test_a_version_7_ledger_gains_the_planned_cache_reads_and_reads_them_as_0_until_then(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
         run = make_run(ledger)
@@ -288,8 +349,13 @@ def test_a_version_7_ledger_gains_the_planned_cache_reads_and_reads_them_as_0_un
     with Ledger(path) as ledger:  # two passes of one experiment add up; billed reads stay apart
         ledger.add_planned_cache_reads(base.id, 30_000)
         ledger.add_planned_cache_reads(base.id, 1_500)
-        ledger.record_decision(base.id, ExperimentOutcome(
-            status="baseline", usage=Usage(calls=4, input_tokens=900, cache_read_tokens=20_000, cost_usd=0.05)))
+        ledger.record_decision(
+            base.id,
+            ExperimentOutcome(
+                status="baseline",
+                usage=Usage(calls=4, input_tokens=900, cache_read_tokens=20_000, cost_usd=0.05),
+            ),
+        )
         got = ledger.get_experiment(base.id)
     assert (got.planned_cache_read_tokens, got.cache_read_tokens) == (31_500, 20_000)
     conn = sqlite3.connect(path)
@@ -312,8 +378,10 @@ def test_a_version_8_ledger_gains_panel_members_and_keeps_each_members_verdict(t
     with Ledger.open_readonly(path) as ro:
         [old] = ro.item_verdicts(base.id)
         assert old.replicates[0].members == [] and old.replicates[0].reasoning == "why t1 0"
-    members = [MemberVerdict(member="strict", success=False, status="ok", reasoning="no save", cost_usd=0.01),
-               MemberVerdict(member="evidence", success=None, status="invalid", reasoning="not JSON", cached=True)]
+    members = [
+        MemberVerdict(member="strict", success=False, status="ok", reasoning="no save", cost_usd=0.01),
+        MemberVerdict(member="evidence", success=None, status="invalid", reasoning="not JSON", cached=True),
+    ]
     item = make_item("t2", False, reps=1)
     item.replicates[0].members = members
     with Ledger(path) as ledger:
@@ -339,7 +407,9 @@ def test_a_version_8_ledger_gains_the_keep_kind_and_cost_per_verdict(tmp_path: P
         old = ro.get_experiment(base.id)
         assert (old.keep_kind, old.verdict_cost_usd) == (None, None)
     with Ledger(path) as ledger:
-        ledger.record_decision(base.id, ExperimentOutcome(status="kept", keep_kind="cheaper", verdict_cost_usd=0.004))
+        ledger.record_decision(
+            base.id, ExperimentOutcome(status="kept", keep_kind="cheaper", verdict_cost_usd=0.004)
+        )
         got = ledger.get_experiment(base.id)
     assert (got.keep_kind, got.verdict_cost_usd) == ("cheaper", 0.004)
     conn = sqlite3.connect(path)
@@ -362,7 +432,9 @@ def test_a_version_9_ledger_gains_who_decided_and_what_the_policy_said(tmp_path:
         old = ro.get_experiment(cand.id)
         assert (old.policy_keep, old.policy_reason, old.decided_by, old.overrule) == (None, None, None, None)
     with Ledger(path) as ledger:
-        ledger.record_decision(cand.id, ExperimentOutcome(status="waiting", policy_keep=False, policy_reason="FPR rose"))
+        ledger.record_decision(
+            cand.id, ExperimentOutcome(status="waiting", policy_keep=False, policy_reason="FPR rose")
+        )
         ledger.set_experiment_decision(cand.id, status="kept", decided_by="person")
         got = ledger.get_experiment(cand.id)
     assert (got.policy_keep, got.policy_reason, got.decided_by) == (False, "FPR rose", "person")

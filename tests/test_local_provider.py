@@ -109,14 +109,26 @@ def test_a_real_llama_cpp_server_accepts_the_agentic_conversation_wire_format() 
     server = xllamacpp.Server(params)
     base_url = str(server.listening_address).rstrip("/") + "/v1"
     messages: list[ConversationMessage] = [
-        UserMessage((TextPart("## Goal\n\nRename a.txt to b.txt.\n\n- Step 0: `click(a.txt)`\n- Step 1: `type(b.txt)`"),)),
-        AssistantTurn(text="", tool_calls=(ToolCall("call_1", "read_steps", json.dumps({"first": 0, "last": 1})),)),
-        ToolResults((ToolResult("call_1", (TextPart("### Step 0\n\nclick(a.txt)\n\n### Step 1\n\ntype(b.txt)"),)),)),
+        UserMessage(
+            (
+                TextPart(
+                    "## Goal\n\nRename a.txt to b.txt.\n\n- Step 0: `click(a.txt)`\n- Step 1: `type(b.txt)`"
+                ),
+            )
+        ),
+        AssistantTurn(
+            text="", tool_calls=(ToolCall("call_1", "read_steps", json.dumps({"first": 0, "last": 1})),)
+        ),
+        ToolResults(
+            (ToolResult("call_1", (TextPart("### Step 0\n\nclick(a.txt)\n\n### Step 1\n\ntype(b.txt)"),)),)
+        ),
     ]
 
     async def scenario() -> list[int]:
         provider = OpenAIProvider(
-            JudgeSection(provider="openai", model="smollm2-135m", base_url=base_url, timeout_s=300, max_retries=0),
+            JudgeSection(
+                provider="openai", model="smollm2-135m", base_url=base_url, timeout_s=300, max_retries=0
+            ),
             use_env_key=False,
         )
         try:

@@ -37,8 +37,10 @@ from tui.watch import LedgerWatcher, LiveState
 def _insert_raw(path: Path, run_id: str, experiment_id: int | None, kind: str, payload: str) -> None:
     """A row written beside the ledger's API (anyone with a shell can): what a follower must survive."""
     with sqlite3.connect(path) as db:
-        db.execute("INSERT INTO events (run_id, experiment_id, created, kind, payload) VALUES (?, ?, ?, ?, ?)",
-                   (run_id, experiment_id, "2025-01-01T00:00:00+00:00", kind, payload))
+        db.execute(
+            "INSERT INTO events (run_id, experiment_id, created, kind, payload) VALUES (?, ?, ?, ?, ?)",
+            (run_id, experiment_id, "2025-01-01T00:00:00+00:00", kind, payload),
+        )
 
 
 def test_live_strip_skips_an_event_row_it_cannot_read_and_follows_the_rest(tmp_path: Path) -> None:
@@ -74,9 +76,12 @@ def test_a_runs_feed_reads_back_as_the_typed_events_it_was_written_from(ws: Path
     `RunStopped` with the run's recorded stop."""
     events: list[Event] = []
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8)
-        outcome = start_run(Workspace.open(ws), RunOptions(strategy="library", judge=judge, max_experiments=2),
-                            events.append)
+        judge = JudgeOverrides(
+            provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8
+        )
+        outcome = start_run(
+            Workspace.open(ws), RunOptions(strategy="library", judge=judge, max_experiments=2), events.append
+        )
     with Ledger.open_readonly(ws / "experiments" / "ledger.sqlite") as ledger:
         rows = ledger.events_since(0, run_id=outcome.run_id)
         exps = {e.id: e for e in ledger.experiments(outcome.run_id)}
@@ -91,12 +96,17 @@ def test_a_runs_feed_reads_back_as_the_typed_events_it_was_written_from(ws: Path
     assert {type(e) for _, e in typed} >= {StageChanged, PassProgress, DecisionRecorded, RunStatusChanged}
     decided = [e for e in events if isinstance(e, CandidateDecided)]
     assert [(d.experiment_id, d.status) for d in decided] == [
-        (e.id, e.status) for e in exps.values() if e.seq > 0 and e.status in ("kept", "rolled_back", "error")]
+        (e.id, e.status) for e in exps.values() if e.seq > 0 and e.status in ("kept", "rolled_back", "error")
+    ]
     stopped = [e for e in events if isinstance(e, RunStopped)]
-    assert len(stopped) == 1 and stopped[0].stop.message == run.stop_reason and stopped[0].status == run.status
+    assert (
+        len(stopped) == 1 and stopped[0].stop.message == run.stop_reason and stopped[0].status == run.status
+    )
 
 
-def test_the_terminal_prints_a_typed_event_as_the_line_it_printed_before(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_terminal_prints_a_typed_event_as_the_line_it_printed_before(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from optimizer.cli.progress import TerminalEvents
 
     with TerminalEvents(progress=False) as terminal:
@@ -104,10 +114,14 @@ def test_the_terminal_prints_a_typed_event_as_the_line_it_printed_before(capsys:
         terminal(CandidateDecided(8, "kept", "kappa up", judged=Judged(12, 3, 0.01234), cheaper=True))
         terminal(CandidateDecided(9, "rolled_back", "no gain", judged=Judged(4, 0, 0.5)))
         terminal(CandidateDecided(10, "error", "not decided: budget; rolled back"))
-        terminal(CandidateDecided(11, "waiting", "would keep it: kappa up", policy="paired", commit_sha="a" * 40))
+        terminal(
+            CandidateDecided(11, "waiting", "would keep it: kappa up", policy="paired", commit_sha="a" * 40)
+        )
         terminal(CandidateProposed(12, 5, "library", ("prompts/rubric.md",), 3, 1))  # silent
         terminal(RunStopped("r1", "finished", StopReason(StopKind.PATIENCE, "no keep in 5 candidates")))
-        terminal(RunStopped("r2", "waiting", StopReason(StopKind.WAITING, "w"), waiting_for=4, spent_usd=0.25))
+        terminal(
+            RunStopped("r2", "waiting", StopReason(StopKind.WAITING, "w"), waiting_for=4, spent_usd=0.25)
+        )
     assert capsys.readouterr() == (
         "  experiment 7: rejected by the guards: a file outside the allowed set: judge.toml\n"
         "  experiment 8: KEPT (cheaper, not worse) — kappa up (calls=12, cached=3, $0.0123)\n"

@@ -142,7 +142,9 @@ def test_step_model_keeps_any_timestamp_and_refuses_a_non_integer_step_id() -> N
 
 
 def traj(steps: list[dict[str, Any]], instruction: str = "Open the file.") -> Trajectory:
-    return Trajectory.model_validate({"trajectory_id": "t-1", "task": {"instruction": instruction}, "steps": steps})
+    return Trajectory.model_validate(
+        {"trajectory_id": "t-1", "task": {"instruction": instruction}, "steps": steps}
+    )
 
 
 def test_render_matches_the_format_doc_example_byte_for_byte() -> None:
@@ -234,7 +236,9 @@ def test_every_step_starts_with_its_own_rule_and_screenshots_show_only_when_non_
 
 def test_headings_are_the_stored_step_ids_not_positions() -> None:
     t = traj([{"step_id": 7, "screenshot": "s.png", "action": act("move")}])
-    assert render_markdown(t).endswith("---\n\n### Step 7\n\n![Step 7 screenshot](s.png)\n\n**Action:** `move`\n")
+    assert render_markdown(t).endswith(
+        "---\n\n### Step 7\n\n![Step 7 screenshot](s.png)\n\n**Action:** `move`\n"
+    )
 
 
 def test_unreadable_timestamp_drops_its_line_but_keeps_its_blank_line() -> None:
@@ -313,7 +317,9 @@ def expected_ms(stored: Any) -> str | None:
     """The timestamp text by exact decimal arithmetic (the renderer uses float formatting)."""
     if stored is None:
         return None
-    if isinstance(stored, bool | int | float) or (isinstance(stored, str) and re.fullmatch(r"\s*[+-]?\d+\s*", stored)):
+    if isinstance(stored, bool | int | float) or (
+        isinstance(stored, str) and re.fullmatch(r"\s*[+-]?\d+\s*", stored)
+    ):
         us = int(stored)
     else:
         return UNREADABLE
@@ -332,7 +338,9 @@ def check_report(md: str, doc: dict[str, Any], actions: list[str] | None = None)
     parts = md.split("\n---\n")
     assert len(parts) == len(steps) + 1, "one rule per step"
     goal = doc["task"]["instruction"].strip()
-    assert parts[0] == f"# Trajectory Report\n\n## Goal\n\n{goal}\n\n## Steps\n\nTotal steps: **{len(steps)}**\n"
+    assert (
+        parts[0] == f"# Trajectory Report\n\n## Goal\n\n{goal}\n\n## Steps\n\nTotal steps: **{len(steps)}**\n"
+    )
     for k, (step, part) in enumerate(zip(steps, parts[1:], strict=True)):
         elements = [f"### Step {step['step_id']}"]
         if step.get("screenshot"):
@@ -353,7 +361,13 @@ def check_report(md: str, doc: dict[str, Any], actions: list[str] | None = None)
 
 def test_checker_agrees_with_the_renderer_on_random_combinations_of_the_hand_written_cases() -> None:
     rng = random.Random(2026)
-    shots = [None, "", "./data/media/images/r/step_1.png", "https://example.com/s.png", "data/media/images/r/x.png"]
+    shots = [
+        None,
+        "",
+        "./data/media/images/r/step_1.png",
+        "https://example.com/s.png",
+        "data/media/images/r/x.png",
+    ]
     stamps = [s for s, _ in TIMESTAMP_CASES]
     for trial in range(200):
         n = rng.choice([0, 1, 2, 5, 12])

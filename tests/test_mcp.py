@@ -81,17 +81,31 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
                 assert not steps.is_error and "step 0:" in text(steps)
                 rubric = text(await call(session, "read_file", path=RUBRIC_MD))
                 assert rubric == (ws / RUBRIC_MD).read_text(encoding="utf-8")
-                kept = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
-                                       rationale="Check that typed text matches the request exactly."))
+                kept = data(
+                    await call(
+                        session,
+                        "propose",
+                        files={RUBRIC_MD: rubric_with(ws, good)},
+                        rationale="Check that typed text matches the request exactly.",
+                    )
+                )
                 seen["kept"] = kept
                 # A change that raises FPR, evaluated in full and left to the client: it discards it.
-                waiting = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, bad)},
-                                          rationale="Accept saved work when it was confirmed.", propose_only=True))
+                waiting = data(
+                    await call(
+                        session,
+                        "propose",
+                        files={RUBRIC_MD: rubric_with(ws, bad)},
+                        rationale="Accept saved work when it was confirmed.",
+                        propose_only=True,
+                    )
+                )
                 seen["waiting"] = waiting
                 again = await call(session, "propose", files={RUBRIC_MD: rubric}, rationale="anything")
                 assert again.is_error and f"experiment {waiting['experiment']} is waiting" in text(again)
-                seen["decided"] = data(await call(session, "decide", experiment=waiting["experiment"],
-                                                  decision="discard"))
+                seen["decided"] = data(
+                    await call(session, "decide", experiment=waiting["experiment"], decision="discard")
+                )
                 seen["attribution"] = data(await call(session, "attribute"))
                 seen["history"] = text(await call(session, "history"))
                 seen["report"] = text(await call(session, "report"))
@@ -100,18 +114,32 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
     # The baseline's judging reached the client as MCP progress, ending with every item judged.
     assert seen["baseline_progress"] and seen["baseline_progress"][-1][:2] == (len(labels), len(labels))
     assert all(m is not None and m.startswith("judge ") for _, _, m in seen["baseline_progress"])
-    assert {"status", "history", "disagreements", "read_item", "read_steps", "view_screenshot", "propose",
-            "decide", "report"} <= set(seen["tools"])
+    assert {
+        "status",
+        "history",
+        "disagreements",
+        "read_item",
+        "read_steps",
+        "view_screenshot",
+        "propose",
+        "decide",
+        "report",
+    } <= set(seen["tools"])
     # The listing is the agent strategy's: every item the baseline got wrong, each with its direction.
     runs, exps = ledger_state(ws)
     (run,) = runs
     baseline, cand1, cand2 = exps[run.id]
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
-        wrong = {v.trajectory_id for v in led.item_verdicts(baseline.id)
-                 if v.success != labels[v.trajectory_id].is_positive}
+        wrong = {
+            v.trajectory_id
+            for v in led.item_verdicts(baseline.id)
+            if v.success != labels[v.trajectory_id].is_positive
+        }
     listed = seen["listing"]["items"]
     assert wrong and {i["trajectory_id"] for i in listed} == wrong
-    assert all((i["direction"] == "missed_failure") == (not labels[i["trajectory_id"]].is_positive) for i in listed)
+    assert all(
+        (i["direction"] == "missed_failure") == (not labels[i["trajectory_id"]].is_positive) for i in listed
+    )
     assert run.strategy == "mcp" and run.status == "finished" and run.budgets["budget_usd"] == 100
     assert baseline.status == "baseline"
     # The kept candidate went through the loop's path: a commit on the run branch, recorded as a run's would be.
@@ -126,12 +154,16 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
     assert "discarded by the MCP client" in (cand2.reason or "")
     assert gitops.rev_parse(ws, "HEAD") == cand1.commit_sha != start
     assert gitops.current_branch(ws) == run.branch
-    assert good in (ws / RUBRIC_MD).read_text(encoding="utf-8") and bad not in (ws / RUBRIC_MD).read_text("utf-8")
+    assert good in (ws / RUBRIC_MD).read_text(encoding="utf-8") and bad not in (ws / RUBRIC_MD).read_text(
+        "utf-8"
+    )
     assert set(gitops.rejected_refs(ws)) == {cand2.id}
     assert f"Experiment {cand1.id}: kept" in seen["history"] and run.id in seen["report"]
     # The kept edit's contribution, measured on the dev split and recorded under the session's run.
     attribution = seen["attribution"]
-    assert attribution["status"] == "complete" and [e["experiment"] for e in attribution["attribution"]] == [cand1.id]
+    assert attribution["status"] == "complete" and [e["experiment"] for e in attribution["attribution"]] == [
+        cand1.id
+    ]
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
         recorded = led.latest_attribution(run.id)
     assert recorded is not None and recorded.id == attribution["attribution_meta"]["id"]
@@ -144,8 +176,10 @@ def test_the_budget_refuses_what_would_cross_it_and_names_what_is_left(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the in-process `eval`
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
-                   encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+        encoding="utf-8",
+    )
     commit_all(ws, "prices")
     good = library_text(ws, GOOD_ENTRY)
     seen: dict[str, Any] = {}
@@ -155,17 +189,43 @@ def test_the_budget_refuses_what_would_cross_it_and_names_what_is_left(
             paid_before = len(server.inference_requests())
             async with client(ws, server.openai_base_url, errlog, budget="0.0001") as session:
                 data(await call(session, "disagreements"))
-                seen["first"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
-                                                rationale="Check typed text exactly."))
-                seen["second"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good + " Always.")},
-                                            rationale="Again.")
+                seen["first"] = data(
+                    await call(
+                        session,
+                        "propose",
+                        files={RUBRIC_MD: rubric_with(ws, good)},
+                        rationale="Check typed text exactly.",
+                    )
+                )
+                seen["second"] = await call(
+                    session,
+                    "propose",
+                    files={RUBRIC_MD: rubric_with(ws, good + " Always.")},
+                    rationale="Again.",
+                )
                 seen["status"] = data(await call(session, "status"))
             seen["paid"] = len(server.inference_requests()) - paid_before
 
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         # The baseline is judged (and cached) first, so the session's baseline costs nothing.
-        assert main(["eval", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                     "--model", "fake-judge", "--concurrency", "8"]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "-w",
+                    str(ws),
+                    "--provider",
+                    "openai",
+                    "--base-url",
+                    server.openai_base_url,
+                    "--model",
+                    "fake-judge",
+                    "--concurrency",
+                    "8",
+                ]
+            )
+            == 0
+        )
         anyio.run(body, server)
     # No judge call could fit: none was made, the candidate is recorded as not decided and rolled back.
     assert seen["paid"] == 0
@@ -173,8 +233,11 @@ def test_the_budget_refuses_what_would_cross_it_and_names_what_is_left(
     assert first["outcome"] == "error" and "budget" in first["reason"] and first["budget"]["spent_usd"] == 0
     second = seen["second"]
     assert second.is_error
-    assert re.search(r"budget: a new candidate is refused: spent \$0\.0000 of the session's \$0\.0001 budget, "
-                     r"\$0\.0001 left", text(second)), text(second)
+    assert re.search(
+        r"budget: a new candidate is refused: spent \$0\.0000 of the session's \$0\.0001 budget, "
+        r"\$0\.0001 left",
+        text(second),
+    ), text(second)
     assert seen["status"]["budget"]["stopped"] is not None
     runs, exps = ledger_state(ws)
     assert [e.status for e in exps[runs[0].id]] == ["baseline", "error"]  # the refused call recorded nothing
@@ -186,8 +249,10 @@ def test_a_budget_too_small_for_the_baseline_stops_it_uncrossed_and_refuses_what
     ws: Path, tmp_path: Path
 ) -> None:
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
-                   encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+        encoding="utf-8",
+    )
     commit_all(ws, "prices")
     seen: dict[str, Any] = {}
 
@@ -195,13 +260,18 @@ def test_a_budget_too_small_for_the_baseline_stops_it_uncrossed_and_refuses_what
         with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
             async with client(ws, server.openai_base_url, errlog, budget="0.3") as session:
                 seen["listing"] = await call(session, "disagreements")
-                seen["propose"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be exact.")},
-                                             rationale="exact")
+                seen["propose"] = await call(
+                    session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be exact.")}, rationale="exact"
+                )
                 seen["status"] = data(await call(session, "status"))
 
     drive(body)
     listing = seen["listing"]
-    assert listing.is_error and "the baseline could not be evaluated" in text(listing) and "budget" in text(listing)
+    assert (
+        listing.is_error
+        and "the baseline could not be evaluated" in text(listing)
+        and "budget" in text(listing)
+    )
     assert seen["propose"].is_error and "budget: a new candidate is refused" in text(seen["propose"])
     runs, exps = ledger_state(ws)
     (baseline,) = exps[runs[0].id]
@@ -245,8 +315,12 @@ def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
                     killer = threading.Thread(target=kill_mid_evaluation)
                     killer.start()
                     try:
-                        seen["killed_call"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
-                                                         rationale="Check typed text.")
+                        seen["killed_call"] = await call(
+                            session,
+                            "propose",
+                            files={RUBRIC_MD: rubric_with(ws, good)},
+                            rationale="Check typed text.",
+                        )
                     finally:
                         await anyio.to_thread.run_sync(lambda: killer.join(timeout=130))
             except Exception as exc:  # noqa: BLE001 - the client reports its dead server in its own way
@@ -265,7 +339,10 @@ def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
     (killed,) = runs
     assert killed.status == "running"  # as a killed run: every state change before the kill is on record
     assert [e.status for e in exps[killed.id]] == ["baseline", "running"]
-    assert seen["resume"][0] == 2 and f"run {killed.id} was a `judgeloop mcp` session that was killed" in seen["resume"][1]
+    assert (
+        seen["resume"][0] == 2
+        and f"run {killed.id} was a `judgeloop mcp` session that was killed" in seen["resume"][1]
+    )
     runs, exps = ledger_state(ws)
     new, old = runs
     assert old.id == killed.id and old.status == "stopped" and "killed" in (old.stop_reason or "")
@@ -291,8 +368,15 @@ def test_a_client_that_leaves_while_a_candidate_waits_leaves_it_decidable_by_jud
         with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
             async with client(ws, server.openai_base_url, errlog) as session:
                 data(await call(session, "disagreements"))
-                seen["waiting"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
-                                                  rationale="Check typed text exactly.", propose_only=True))
+                seen["waiting"] = data(
+                    await call(
+                        session,
+                        "propose",
+                        files={RUBRIC_MD: rubric_with(ws, good)},
+                        rationale="Check typed text exactly.",
+                        propose_only=True,
+                    )
+                )
 
     drive(body)
     runs, exps = ledger_state(ws)
@@ -307,7 +391,9 @@ def test_a_client_that_leaves_while_a_candidate_waits_leaves_it_decidable_by_jud
         kept = led.get_experiment(cand.id)
     assert kept.status == "kept" and kept.decided_by == "person" and kept.overrule is None
     assert gitops.rev_parse(ws, run.branch) == kept.commit_sha
-    assert gitops.read_file_at(ws, present(kept.commit_sha), RUBRIC_MD) == (ws / RUBRIC_MD).read_text(encoding="utf-8")
+    assert gitops.read_file_at(ws, present(kept.commit_sha), RUBRIC_MD) == (ws / RUBRIC_MD).read_text(
+        encoding="utf-8"
+    )
     assert good in (ws / RUBRIC_MD).read_text(encoding="utf-8")
     assert git(ws, "for-each-ref", "refs/judgeloop/waiting/").strip() == ""
     assert_clean(ws)
@@ -321,8 +407,10 @@ def test_when_re_judging_at_a_look_hits_the_budget_the_session_spend_is_every_bi
     server billed for every call of the session, first look included; it used to leave out the look."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the in-process `eval`
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
-                   encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+        encoding="utf-8",
+    )
     set_toml_key(ws, "loop", "rejudge", "20")
     commit_all(ws, "prices; re-judging 20 times")
     good = library_text(ws, GOOD_ENTRY)
@@ -335,15 +423,37 @@ def test_when_re_judging_at_a_look_hits_the_budget_the_session_spend_is_every_bi
         with (tmp_path / "err.log").open("w") as errlog:
             before = len(server.replies)
             async with client(ws, server.openai_base_url, errlog, budget=f"{budget:.6f}") as session:
-                seen["propose"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
-                                                  rationale="Check typed text exactly."))
+                seen["propose"] = data(
+                    await call(
+                        session,
+                        "propose",
+                        files={RUBRIC_MD: rubric_with(ws, good)},
+                        rationale="Check typed text exactly.",
+                    )
+                )
                 seen["status"] = data(await call(session, "status"))
             seen["billed"] = billed(server.replies[before:])
 
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         # The baseline is judged (and cached) first, so the session pays only for the candidate.
-        assert main(["eval", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                     "--model", "fake-judge", "--concurrency", "8"]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "-w",
+                    str(ws),
+                    "--provider",
+                    "openai",
+                    "--base-url",
+                    server.openai_base_url,
+                    "--model",
+                    "fake-judge",
+                    "--concurrency",
+                    "8",
+                ]
+            )
+            == 0
+        )
         per_item = billed(server.replies) / len(server.replies)
         # The first look is about 15 of the 32 items; re-judging its 4 disagreements would be 160 calls.
         anyio.run(body, server, per_item * 26)

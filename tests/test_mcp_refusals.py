@@ -68,7 +68,9 @@ def ws(template: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split(ws: Path, tmp_path: Path) -> None:
+def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split(
+    ws: Path, tmp_path: Path
+) -> None:
     labels = labels_of(ws)
     dev_id = sorted(labels)[0]
     held = open_split(Workspace.open(ws), "held")
@@ -87,22 +89,40 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
                 seen["schemas"] = [t.input_schema for t in (await session.list_tools()).tools]
                 rubric = text(await call(session, "read_file", path=RUBRIC_MD))
                 seen["read_corrections"] = await call(session, "read_file", path=CORRECTIONS)
-                for path in ("judgeloop.toml", "prompts/../devset/small/labels.jsonl", "/" + RUBRIC_MD,
-                             str(labels_file), CORRECTIONS):
+                for path in (
+                    "judgeloop.toml",
+                    "prompts/../devset/small/labels.jsonl",
+                    "/" + RUBRIC_MD,
+                    str(labels_file),
+                    CORRECTIONS,
+                ):
                     seen[path] = await call(session, "propose", files={path: "x\n"}, rationale="mine now")
-                seen["huge"] = await call(session, "propose", files={RUBRIC_MD: "x" * (MAX_PROMPT_FILE_CHARS + 1)},
-                                          rationale="everything")
-                seen["mixed"] = await call(session, "propose", files={RUBRIC_MD: rubric + "\n- be strict\n",
-                                                                      "devset/held/labels.jsonl": ""},
-                                           rationale="two files")
+                seen["huge"] = await call(
+                    session,
+                    "propose",
+                    files={RUBRIC_MD: "x" * (MAX_PROMPT_FILE_CHARS + 1)},
+                    rationale="everything",
+                )
+                seen["mixed"] = await call(
+                    session,
+                    "propose",
+                    files={RUBRIC_MD: rubric + "\n- be strict\n", "devset/held/labels.jsonl": ""},
+                    rationale="two files",
+                )
                 # An edit made on disk beside the session: never judged unseen, never lost to a rollback.
                 (ws / RUBRIC_MD).write_text(rubric + "\n- edited by hand\n", encoding="utf-8")
-                seen["dirty"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be strict.")},
-                                           rationale="strict")
+                seen["dirty"] = await call(
+                    session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be strict.")}, rationale="strict"
+                )
                 (ws / RUBRIC_MD).write_text(rubric, encoding="utf-8")
-                seen["copy"] = data(await call(session, "propose",
-                                               files={RUBRIC_MD: rubric_with(ws, f"Item {dev_id} is a failure.")},
-                                               rationale="Remember a hard case."))
+                seen["copy"] = data(
+                    await call(
+                        session,
+                        "propose",
+                        files={RUBRIC_MD: rubric_with(ws, f"Item {dev_id} is a failure.")},
+                        rationale="Remember a hard case.",
+                    )
+                )
                 for tid in (held_id, f"../held/{held_id}", "../../judgeloop.toml", f"{dev_id}/../{held_id}"):
                     seen[("item", tid)] = await call(session, "read_item", trajectory_id=tid)
                     seen[("steps", tid)] = await call(session, "read_steps", trajectory_id=tid)
@@ -110,11 +130,22 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
                 seen["unknown"] = await call(session, "read_split", split="held")
                 seen["attribute"] = await call(session, "attribute")
                 # A second session, a `run` and a `decide` while this one is open: refused in one line.
-                for name, argv in (("second", server_args(ws, server.openai_base_url, "5")),
-                                   ("run", ["-m", "optimizer.cli", "-w", str(ws), "run"])):
-                    seen[name] = await anyio.to_thread.run_sync(functools.partial(
-                        subprocess.run, [sys.executable, *argv], env={**os.environ, **server_env()}, cwd=REPO_ROOT,
-                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120))
+                for name, argv in (
+                    ("second", server_args(ws, server.openai_base_url, "5")),
+                    ("run", ["-m", "optimizer.cli", "-w", str(ws), "run"]),
+                ):
+                    seen[name] = await anyio.to_thread.run_sync(
+                        functools.partial(
+                            subprocess.run,
+                            [sys.executable, *argv],
+                            env={**os.environ, **server_env()},
+                            cwd=REPO_ROOT,
+                            stdin=subprocess.DEVNULL,
+                            capture_output=True,
+                            text=True,
+                            timeout=120,
+                        )
+                    )
                 seen["status"] = data(await call(session, "status"))
 
     drive(body)
@@ -123,14 +154,30 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
     assert "a person's" not in text(read_corrections)
     assert (ws / CORRECTIONS).read_bytes() == corrections  # a person's file: never read nor written
     (ws / CORRECTIONS).unlink()  # (untracked: assert_clean below counts every untracked file)
-    for path in ("judgeloop.toml", "prompts/../devset/small/labels.jsonl", "/" + RUBRIC_MD, str(labels_file), "mixed",
-                 CORRECTIONS):
+    for path in (
+        "judgeloop.toml",
+        "prompts/../devset/small/labels.jsonl",
+        "/" + RUBRIC_MD,
+        str(labels_file),
+        "mixed",
+        CORRECTIONS,
+    ):
         out = seen[path]
-        assert out.is_error and "nothing was proposed or committed" in text(out) and "not an allowed file" in text(out)
+        assert (
+            out.is_error
+            and "nothing was proposed or committed" in text(out)
+            and "not an allowed file" in text(out)
+        )
     huge = seen["huge"]
-    assert huge.is_error and f"the limit is {MAX_PROMPT_FILE_CHARS}" in text(huge) and "nothing was proposed" in text(huge)
+    assert (
+        huge.is_error
+        and f"the limit is {MAX_PROMPT_FILE_CHARS}" in text(huge)
+        and "nothing was proposed" in text(huge)
+    )
     dirty = seen["dirty"]
-    assert dirty.is_error and f"the working tree has changes not made through propose ({RUBRIC_MD})" in text(dirty)
+    assert dirty.is_error and f"the working tree has changes not made through propose ({RUBRIC_MD})" in text(
+        dirty
+    )
     copy = seen["copy"]
     assert copy["outcome"] == "guard_rejected" and f"the dev id {dev_id!r}" in copy["reason"]
     for key, out in seen.items():
@@ -143,8 +190,11 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
     # No tool takes an argument that could name a split.
     assert all("split" not in json.dumps(schema.get("properties", {})) for schema in seen["schemas"])
     second = seen["second"]
-    assert second.returncode == 2 and "another judgeloop command is working in this workspace (judgeloop mcp, pid" \
-        in second.stderr and "Traceback" not in second.stderr
+    assert (
+        second.returncode == 2
+        and "another judgeloop command is working in this workspace (judgeloop mcp, pid" in second.stderr
+        and "Traceback" not in second.stderr
+    )
     run_cmd = seen["run"]
     assert run_cmd.returncode == 2 and "(judgeloop mcp, pid" in run_cmd.stderr
     # Nothing was committed; the rejected candidate is on the record; one session, one run.
@@ -156,15 +206,23 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
 
 
 @pytest.mark.slow
-def test_memory_edits_through_propose_are_the_agents_memory_tools_and_refuse_alike(ws: Path, tmp_path: Path) -> None:
+def test_memory_edits_through_propose_are_the_agents_memory_tools_and_refuse_alike(
+    ws: Path, tmp_path: Path
+) -> None:
     """``propose``'s memory edits run the agent strategy's memory tools: a case naming a held-out item, a case
     without sources and principles naming a dev item are refused, nothing committed, the files untouched; a
     valid case is a candidate like any other (guards, commit, evaluation, decision)."""
-    set_toml_key(ws, "optimizer", "allowed_files",
-                 '["prompts/judge.md", "prompts/rubric.md", "prompts/memory/principles.md", "prompts/memory/cases.jsonl"]')
+    set_toml_key(
+        ws,
+        "optimizer",
+        "allowed_files",
+        '["prompts/judge.md", "prompts/rubric.md", "prompts/memory/principles.md", "prompts/memory/cases.jsonl"]',
+    )
     toml = ws / "prompts" / "judge.toml"
-    toml.write_text(re.sub(r"(?m)^memory = .*$", 'memory = "retrieve"', toml.read_text(encoding="utf-8")),
-                    encoding="utf-8")
+    toml.write_text(
+        re.sub(r"(?m)^memory = .*$", 'memory = "retrieve"', toml.read_text(encoding="utf-8")),
+        encoding="utf-8",
+    )
     commit_all(ws, "the memory is allowed")
     held_id = open_split(Workspace.open(ws), "held").ids[0]
     dev_id = sorted(labels_of(ws))[0]
@@ -177,19 +235,34 @@ def test_memory_edits_through_propose_are_the_agents_memory_tools_and_refuse_ali
                 edits = {
                     "heldout": [{"tool": "add_case", "arguments": {"text": "t", "source_items": [held_id]}}],
                     "nosource": [{"tool": "add_case", "arguments": {"text": "t", "source_items": []}}],
-                    "second_bad": [{"tool": "add_case", "arguments": {"text": "fine", "source_items": [dev_id]}},
-                                   {"tool": "edit_principles", "arguments": {"text": f"- {dev_id} is a failure."}}],
+                    "second_bad": [
+                        {"tool": "add_case", "arguments": {"text": "fine", "source_items": [dev_id]}},
+                        {"tool": "edit_principles", "arguments": {"text": f"- {dev_id} is a failure."}},
+                    ],
                 }
                 for name, memory in edits.items():
                     seen[name] = await call(session, "propose", memory=memory, rationale="remember")
                 seen["empty"] = await call(session, "propose", rationale="nothing")
-                seen["valid"] = await call(session, "propose", rationale="a format case", memory=[
-                    {"tool": "add_case", "arguments": {"text": "PDF was required; a DOCX is a failure.",
-                                                       "source_items": [dev_id]}}])
+                seen["valid"] = await call(
+                    session,
+                    "propose",
+                    rationale="a format case",
+                    memory=[
+                        {
+                            "tool": "add_case",
+                            "arguments": {
+                                "text": "PDF was required; a DOCX is a failure.",
+                                "source_items": [dev_id],
+                            },
+                        }
+                    ],
+                )
 
     drive(body)
     heldout = text(seen["heldout"])
-    assert seen["heldout"].is_error and "nothing was proposed or committed: memory edit 1 (add_case)" in heldout
+    assert (
+        seen["heldout"].is_error and "nothing was proposed or committed: memory edit 1 (add_case)" in heldout
+    )
     assert f"names {held_id!r}, which is not an item of the dev split" in heldout
     assert seen["nosource"].is_error and "names no source_items" in text(seen["nosource"])
     assert seen["second_bad"].is_error and "memory edit 2 (edit_principles)" in text(seen["second_bad"])
@@ -200,8 +273,9 @@ def test_memory_edits_through_propose_are_the_agents_memory_tools_and_refuse_ali
     runs, exps = ledger_state(ws)
     base, cand = exps[runs[0].id]
     assert base.status == "baseline" and cand.files_changed == ["prompts/memory/cases.jsonl"]
-    (case,) = parse_cases(present(gitops.read_file_at(ws, gitops.rejected_refs(ws)[cand.id],
-                                                      "prompts/memory/cases.jsonl")))
+    (case,) = parse_cases(
+        present(gitops.read_file_at(ws, gitops.rejected_refs(ws)[cand.id], "prompts/memory/cases.jsonl"))
+    )
     assert case.source_items == (dev_id,)
     assert not (ws / "prompts" / "memory").exists()
     assert gitops.rev_parse(ws, "HEAD") == start
@@ -215,11 +289,17 @@ def test_a_case_about_another_folds_item_is_refused_through_propose_naming_the_c
     """The red team's MCP path: ``propose`` with a case whose text carries dev item B's instruction and label,
     declared as distilled from an item of another fold, as a file or as an add_case edit. Both are refused with
     the reason (the case and the item); nothing is judged, committed or kept."""
-    set_toml_key(ws, "optimizer", "allowed_files",
-                 '["prompts/judge.md", "prompts/rubric.md", "prompts/memory/principles.md", "prompts/memory/cases.jsonl"]')
+    set_toml_key(
+        ws,
+        "optimizer",
+        "allowed_files",
+        '["prompts/judge.md", "prompts/rubric.md", "prompts/memory/principles.md", "prompts/memory/cases.jsonl"]',
+    )
     toml = ws / "prompts" / "judge.toml"
-    toml.write_text(re.sub(r"(?m)^memory = .*$", 'memory = "retrieve"', toml.read_text(encoding="utf-8")),
-                    encoding="utf-8")
+    toml.write_text(
+        re.sub(r"(?m)^memory = .*$", 'memory = "retrieve"', toml.read_text(encoding="utf-8")),
+        encoding="utf-8",
+    )
     commit_all(ws, "the memory is allowed")
     from optimizer.judge.memory import split_folds
 
@@ -237,10 +317,23 @@ def test_a_case_about_another_folds_item_is_refused_through_propose_naming_the_c
     async def body() -> None:
         with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
             async with client(ws, server.openai_base_url, errlog) as session:
-                seen["file"] = await call(session, "propose", rationale="remember",
-                                          files={"prompts/memory/cases.jsonl": json.dumps(evil) + "\n"})
-                seen["tool"] = await call(session, "propose", rationale="remember", memory=[
-                    {"tool": "add_case", "arguments": {"id": "c-evil", "text": evil_text, "source_items": [a]}}])
+                seen["file"] = await call(
+                    session,
+                    "propose",
+                    rationale="remember",
+                    files={"prompts/memory/cases.jsonl": json.dumps(evil) + "\n"},
+                )
+                seen["tool"] = await call(
+                    session,
+                    "propose",
+                    rationale="remember",
+                    memory=[
+                        {
+                            "tool": "add_case",
+                            "arguments": {"id": "c-evil", "text": evil_text, "source_items": [a]},
+                        }
+                    ],
+                )
 
     drive(body)
     for how, out in seen.items():
@@ -273,7 +366,9 @@ def test_no_tool_of_the_session_shows_a_correction_or_the_suspects_queue(
                 seen["read_item"] = text(await call(session, "read_item", trajectory_id=dev_id))
                 seen["history"] = text(await call(session, "history"))
                 seen["report"] = text(await call(session, "report"))
-                seen["tools"] = json.dumps([t.model_dump(mode="json") for t in (await session.list_tools()).tools])
+                seen["tools"] = json.dumps(
+                    [t.model_dump(mode="json") for t in (await session.list_tools()).tools]
+                )
 
     drive(body)
     assert "run " in seen["report"] and "guard rejections" in seen["report"]  # the audit itself is there
@@ -309,8 +404,12 @@ def test_a_commit_the_agent_made_on_the_session_branch_is_refused_by_name_and_no
                 git(ws, "commit", "-q", "-a", "-m", "tune the rubric and the judge")
                 seen["hostile"] = gitops.rev_parse(ws, "HEAD")
                 before = len(server.inference_requests())
-                seen["propose"] = await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
-                                             rationale="Check that typed text matches the request exactly.")
+                seen["propose"] = await call(
+                    session,
+                    "propose",
+                    files={RUBRIC_MD: rubric_with(ws, good)},
+                    rationale="Check that typed text matches the request exactly.",
+                )
                 seen["paid"] = len(server.inference_requests()) - before
                 seen["status"] = data(await call(session, "status"))
 
@@ -345,11 +444,18 @@ def test_decide_keep_from_the_client_against_the_policy_is_refused_and_a_person_
         with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
             async with client(ws, server.openai_base_url, errlog) as session:
                 data(await call(session, "disagreements"))
-                seen["waiting"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, bad)},
-                                                  rationale="Accept saved work when it was confirmed.",
-                                                  propose_only=True))
-                seen["keep"] = await call(session, "decide", experiment=seen["waiting"]["experiment"],
-                                          decision="keep")
+                seen["waiting"] = data(
+                    await call(
+                        session,
+                        "propose",
+                        files={RUBRIC_MD: rubric_with(ws, bad)},
+                        rationale="Accept saved work when it was confirmed.",
+                        propose_only=True,
+                    )
+                )
+                seen["keep"] = await call(
+                    session, "decide", experiment=seen["waiting"]["experiment"], decision="keep"
+                )
                 seen["status"] = data(await call(session, "status"))
 
     drive(body)
@@ -366,7 +472,9 @@ def test_decide_keep_from_the_client_against_the_policy_is_refused_and_a_person_
     waiting_ref = git(ws, "rev-parse", f"refs/judgeloop/waiting/{cand.id}").strip()
     assert waiting_ref == cand.commit_sha and gitops.rev_parse(ws, run.branch) == base.commit_sha
     capsys.readouterr()
-    assert main(["decide", "-w", str(ws), str(cand.id), "keep"]) == 2  # against the policy: no terminal, no --force
+    assert (
+        main(["decide", "-w", str(ws), str(cand.id), "keep"]) == 2
+    )  # against the policy: no terminal, no --force
     assert "--force" in capsys.readouterr().err
     assert main(["decide", "-w", str(ws), str(cand.id), "keep", "--force"]) == 0
     said = capsys.readouterr()
@@ -375,7 +483,9 @@ def test_decide_keep_from_the_client_against_the_policy_is_refused_and_a_person_
         kept = led.get_experiment(cand.id)
         assert led.get_run(run.id).incumbent_experiment == cand.id
     assert kept.status == "kept" and kept.decided_by == "person" and kept.policy_keep is False
-    assert kept.overrule is not None and kept.overrule.startswith("kept by a person over the policy's roll back: ")
+    assert kept.overrule is not None and kept.overrule.startswith(
+        "kept by a person over the policy's roll back: "
+    )
     assert "FPR" in kept.overrule
     assert gitops.rev_parse(ws, run.branch) == kept.commit_sha
     trailers = gitops.parse_trailers(gitops.commit_message(ws, present(kept.commit_sha)))
@@ -403,14 +513,19 @@ def test_a_proposal_whose_rationale_is_over_the_cap_is_rejected_by_the_guards_in
     async def body() -> None:
         with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
             async with client(ws, server.openai_base_url, errlog) as session:
-                seen["long"] = data(await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)},
-                                               rationale=rationale))
+                seen["long"] = data(
+                    await call(
+                        session, "propose", files={RUBRIC_MD: rubric_with(ws, good)}, rationale=rationale
+                    )
+                )
 
     drive(body)
     long = seen["long"]
     assert long["outcome"] == "guard_rejected", long
-    assert long["reason"] == (f"the rationale is {len(rationale):,} characters, over the cap of "
-                              f"{MAX_RATIONALE_CHARS:,}; say why in one paragraph"), long
+    assert long["reason"] == (
+        f"the rationale is {len(rationale):,} characters, over the cap of "
+        f"{MAX_RATIONALE_CHARS:,}; say why in one paragraph"
+    ), long
     runs, exps = ledger_state(ws)
     _base, cand = exps[runs[0].id]
     assert cand.commit_sha is None and len(cand.rationale or "") < MAX_RATIONALE_CHARS + 100

@@ -66,7 +66,10 @@ def test_cases_parse_in_file_order_and_round_trip_through_serialise() -> None:
         (_line(id="c9", text="x", source_items=["t1", "t1"]), "twice"),
         (_line(id="c9", text="x", source_items=["a/b"]), "not a trajectory id"),
         (_line(id="c9", text="x" * (MAX_CASE_TEXT_CHARS + 1), source_items=["t1"]), "shorten it"),
-        (_line(id="c9", text="x", source_items=[f"t{i}" for i in range(MAX_SOURCE_ITEMS + 1)]), "principles.md"),
+        (
+            _line(id="c9", text="x", source_items=[f"t{i}" for i in range(MAX_SOURCE_ITEMS + 1)]),
+            "principles.md",
+        ),
         ("[" * 100_000, "not one JSON object"),
     ],
 )
@@ -98,8 +101,13 @@ def test_more_cases_than_the_bound_are_refused() -> None:
 
 
 def test_principles_lose_comments_and_are_bounded() -> None:
-    assert parse_principles("<!-- a note -->\n# Rules\n\n\n\n- final state counts   \n") == "# Rules\n\n- final state counts"
-    with pytest.raises(UserError, match=rf"principles.md: \d+ characters, more than the {MAX_PRINCIPLES_CHARS}"):
+    assert (
+        parse_principles("<!-- a note -->\n# Rules\n\n\n\n- final state counts   \n")
+        == "# Rules\n\n- final state counts"
+    )
+    with pytest.raises(
+        UserError, match=rf"principles.md: \d+ characters, more than the {MAX_PRINCIPLES_CHARS}"
+    ):
         parse_principles("x" * (MAX_PRINCIPLES_CHARS + 1))
 
 
@@ -120,8 +128,12 @@ def _pairs(n: int) -> list[tuple[str, str, str | None]]:
     items: list[tuple[str, str, str | None]] = []
     for p in range(n):
         a, b = f"Open file {p} in the editor", f"Delete file {p} from the disk"
-        items += [(f"p{p}-pa", a, f"rec{p}A"), (f"p{p}-pb", b, f"rec{p}B"),
-                  (f"p{p}-na", b, f"rec{p}A"), (f"p{p}-nb", a, f"rec{p}B")]
+        items += [
+            (f"p{p}-pa", a, f"rec{p}A"),
+            (f"p{p}-pb", b, f"rec{p}B"),
+            (f"p{p}-na", b, f"rec{p}A"),
+            (f"p{p}-nb", a, f"rec{p}B"),
+        ]
     return items
 
 
@@ -129,8 +141,9 @@ def test_pair_groups_join_an_instruction_pair_by_shared_instructions_and_recordi
     groups = pair_groups(_pairs(3))
     assert groups == [sorted(f"p{p}-{s}" for s in ("pa", "pb", "na", "nb")) for p in range(3)]
     # Instructions compare case- and space-insensitively; an item without screenshots joins by instruction.
-    assert pair_groups([("x", "Open  THE file", None), ("y", "open the file", "r1"), ("z", "other", "r1")]) == [
-        ["x", "y", "z"]]
+    assert pair_groups(
+        [("x", "Open  THE file", None), ("y", "open the file", "r1"), ("z", "other", "r1")]
+    ) == [["x", "y", "z"]]
 
 
 def test_folds_are_balanced_pair_aware_and_fixed_by_the_fingerprint() -> None:
@@ -153,20 +166,30 @@ def _memory(*cases: tuple[str, str, list[str]]) -> Memory:
 
 
 def test_retrieval_ranks_by_similarity_breaks_ties_by_file_order_and_skips_unrelated_cases() -> None:
-    memory = _memory(("c-a", "spreadsheet cell formula", ["s1"]), ("c-b", "email attachment sent", ["s2"]),
-                     ("c-c", "email attachment sent", ["s3"]), ("c-d", "spreadsheet chart", ["s4"]))
+    memory = _memory(
+        ("c-a", "spreadsheet cell formula", ["s1"]),
+        ("c-b", "email attachment sent", ["s2"]),
+        ("c-c", "email attachment sent", ["s3"]),
+        ("c-d", "spreadsheet chart", ["s4"]),
+    )
     retriever = Retriever(memory, 2, None, NO_ITEMS)
     chosen = retriever.select("q", "Send the email with the attachment")
     assert [c.id for c in chosen.cases] == ["c-b", "c-c"]  # equal scores: file order
     assert [c.id for c in retriever.select("q", "Fix the spreadsheet formula").cases] == ["c-a", "c-d"]
     assert retriever.select("q", "Reboot the router").cases == ()  # no shared term: nothing sent
-    assert retriever.select("q", "Reboot the router").block().startswith("## Memory")  # the principles still go
+    assert (
+        retriever.select("q", "Reboot the router").block().startswith("## Memory")
+    )  # the principles still go
 
 
 def test_an_item_never_gets_a_case_sourced_in_its_own_fold() -> None:
     folds = Folds(k=2, fingerprint="f", of={"s1": 0, "s2": 1, "s3": 0, "x": 0, "y": 1}, digest="d")
-    memory = _memory(("c1", "email attachment", ["s1"]), ("c2", "email attachment", ["s2"]),
-                     ("c3", "email attachment", ["s2", "s3"]), ("c4", "email attachment", ["elsewhere"]))
+    memory = _memory(
+        ("c1", "email attachment", ["s1"]),
+        ("c2", "email attachment", ["s2"]),
+        ("c3", "email attachment", ["s2", "s3"]),
+        ("c4", "email attachment", ["elsewhere"]),
+    )
     retriever = Retriever(memory, 4, folds, NO_ITEMS)
     x = retriever.select("x", "email attachment")
     assert [c.id for c in x.cases] == ["c2", "c4"] and x.held_back == 2 and x.fold == 0
@@ -186,7 +209,11 @@ def test_the_memory_block_follows_the_cached_trajectory_in_both_layouts(tmp_path
 
     data = make_data(tmp_path)
     traj = data.split.trajectory(data.split.ids[0])
-    block = Retriever(_memory(("c1", "save the report", ["s1"])), 4, None, NO_ITEMS).select("q", "Save the report").block()
+    block = (
+        Retriever(_memory(("c1", "save the report", ["s1"])), 4, None, NO_ITEMS)
+        .select("q", "Save the report")
+        .block()
+    )
     plain = build_request(traj, data.split, data.prompts, options=RenderOptions(layout="trajectory-first"))
     with_memory = build_request(
         traj,
@@ -199,7 +226,7 @@ def test_the_memory_block_follows_the_cached_trajectory_in_both_layouts(tmp_path
     assert prefix is not None and with_memory.cache_prefix == prefix
     assert with_memory.parts[:prefix] == plain.parts[:prefix]
     assert with_memory.parts[prefix] == TextPart(block)
-    assert with_memory.parts[prefix + 1:] == plain.parts[prefix:]
+    assert with_memory.parts[prefix + 1 :] == plain.parts[prefix:]
     # Rubric-first (the local judge's layout): before the closing reminder, after the steps.
     rubric_first = build_request(
         traj,

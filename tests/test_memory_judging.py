@@ -55,16 +55,39 @@ class Setup:
         release = write_release(tmp_path / "release", self.items)
         import_split(ws, release.root, "dev", all_items=True, warn=lambda _msg: None)
         cfg = ws.config
-        write_config(self.root, cfg.model_copy(update={
-            "workspace": cfg.workspace.model_copy(update={"dev_split": "dev"}),
-            "judge": cfg.judge.model_copy(update={"provider": "openai", "model": "fake-judge", "max_retries": 0,
-                                                  "base_url": server.openai_base_url}),
-            "optimizer": cfg.optimizer.model_copy(update={"allowed_files": [
-                "prompts/judge.md", "prompts/rubric.md", PRINCIPLES_MD, CASES_JSONL]}),
-        }))
+        write_config(
+            self.root,
+            cfg.model_copy(
+                update={
+                    "workspace": cfg.workspace.model_copy(update={"dev_split": "dev"}),
+                    "judge": cfg.judge.model_copy(
+                        update={
+                            "provider": "openai",
+                            "model": "fake-judge",
+                            "max_retries": 0,
+                            "base_url": server.openai_base_url,
+                        }
+                    ),
+                    "optimizer": cfg.optimizer.model_copy(
+                        update={
+                            "allowed_files": [
+                                "prompts/judge.md",
+                                "prompts/rubric.md",
+                                PRINCIPLES_MD,
+                                CASES_JSONL,
+                            ]
+                        }
+                    ),
+                }
+            ),
+        )
         toml = self.root / "prompts" / "judge.toml"
-        settings = {'screenshots = "all"': 'screenshots = "none"', 'memory = "off"': 'memory = "retrieve"',
-                    "memory_k = 4": "memory_k = 16", "memory_folds = 5": "memory_folds = 3"}
+        settings = {
+            'screenshots = "all"': 'screenshots = "none"',
+            'memory = "off"': 'memory = "retrieve"',
+            "memory_k = 4": "memory_k = 16",
+            "memory_folds = 5": "memory_folds = 3",
+        }
         text = toml.read_text(encoding="utf-8")
         for old, new in settings.items():
             assert old in text
@@ -74,11 +97,20 @@ class Setup:
         memory.mkdir()
         (memory / "principles.md").write_text(f"# Principles\n\n- {PRINCIPLE}\n", encoding="utf-8")
         self.case_of = {item.trajectory_id: f"case-{i:02d}" for i, item in enumerate(self.items)}
-        (memory / "cases.jsonl").write_text("".join(
-            json.dumps({"id": self.case_of[item.trajectory_id],
+        (memory / "cases.jsonl").write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "id": self.case_of[item.trajectory_id],
                         "text": f"Save the report: check the file type. Verdict noted for {item.trajectory_id}.",
-                        "source_items": [item.trajectory_id]}) + "\n"
-            for item in self.items), encoding="utf-8")
+                        "source_items": [item.trajectory_id],
+                    }
+                )
+                + "\n"
+                for item in self.items
+            ),
+            encoding="utf-8",
+        )
         commit_all(self.root, "memory on")
         self.by_steps = {item.n_steps: item for item in self.items}
         # The pair of each item, from the labels: every item sharing a recording with it.
@@ -88,7 +120,13 @@ class Setup:
             group, recs = {item.trajectory_id}, {item.original_id}
             while True:
                 more = {o.trajectory_id for o in self.items if {o.original_id, o.paired_id} & recs}
-                recs |= {r for o in self.items if o.trajectory_id in more for r in (o.original_id, o.paired_id) if r}
+                recs |= {
+                    r
+                    for o in self.items
+                    if o.trajectory_id in more
+                    for r in (o.original_id, o.paired_id)
+                    if r
+                }
                 if more <= group:
                     break
                 group |= more
@@ -171,8 +209,11 @@ def test_eval_never_sends_an_item_a_case_about_it_whatever_its_sources_declare(
     b = s.items[0]
     a = next(item.trajectory_id for item in s.items if folds[item.trajectory_id] != folds[b.trajectory_id])
     about = b.trajectory_id if carrier == "id" else b.instruction
-    evil = {"id": "case-99", "text": f"Save the report: {about} was judged; its label is negative, a failure.",
-            "source_items": [a]}
+    evil = {
+        "id": "case-99",
+        "text": f"Save the report: {about} was judged; its label is negative, a failure.",
+        "source_items": [a],
+    }
     cases = s.root / CASES_JSONL
     cases.write_text(cases.read_text(encoding="utf-8") + json.dumps(evil) + "\n", encoding="utf-8")
     commit_all(s.root, "a case about another fold's item")
@@ -201,8 +242,11 @@ def test_a_run_with_memory_cross_fits_the_baseline_and_a_candidate_that_edits_ca
     first = s.items[0].trajectory_id
     # The candidate adds a case about its own source only (a case about another item is guard-rejected:
     # tests/loop/test_loop_memory.py); it is cross-fitted like the baseline's.
-    extra = {"id": "case-new", "text": f"Save the report as PDF; compare the saved file's type with {first}'s request.",
-             "source_items": [first]}
+    extra = {
+        "id": "case-new",
+        "text": f"Save the report as PDF; compare the saved file's type with {first}'s request.",
+        "source_items": [first],
+    }
     cases.write_text(cases.read_text(encoding="utf-8") + json.dumps(extra) + "\n", encoding="utf-8")
     assert main(["run", "-w", str(s.root), "--strategy", "manual", "-m", "one more case"]) == 0
     report = capsys.readouterr()
@@ -237,7 +281,9 @@ def test_memory_off_sends_the_same_requests_as_a_workspace_without_memory(tmp_pa
     plain = data.prompts
     files = dict(plain.files)
     files[PRINCIPLES_MD] = f"- {PRINCIPLE}\n"
-    files[CASES_JSONL] = json.dumps({"id": "c1", "text": "Save the report", "source_items": [data.split.ids[0]]}) + "\n"
+    files[CASES_JSONL] = (
+        json.dumps({"id": "c1", "text": "Save the report", "source_items": [data.split.ids[0]]}) + "\n"
+    )
     with_files = PromptSet.from_files(files)
     from optimizer.judge.render import RenderOptions, build_request
 
@@ -249,17 +295,22 @@ def test_memory_off_sends_the_same_requests_as_a_workspace_without_memory(tmp_pa
     # A judge.toml from before the memory keys existed renders the same requests, hence the same cache keys.
     from optimizer.judge.prompts import JUDGE_TOML
 
-    old_toml = "\n".join(line for line in plain.files[JUDGE_TOML].splitlines() if not line.startswith("memory"))
+    old_toml = "\n".join(
+        line for line in plain.files[JUDGE_TOML].splitlines() if not line.startswith("memory")
+    )
     assert "memory =" not in old_toml
     before = PromptSet.from_files({**plain.files, JUDGE_TOML: old_toml})
     for layout in ("trajectory-first", "rubric-first"):
         traj = data.split.trajectory(data.split.ids[0])
-        assert build_request(traj, data.split, before, options=RenderOptions(layout=layout)).fingerprint() == build_request(
-            traj,
-            data.split,
-            with_files,
-            options=RenderOptions(layout=layout),
-        ).fingerprint()
+        assert (
+            build_request(traj, data.split, before, options=RenderOptions(layout=layout)).fingerprint()
+            == build_request(
+                traj,
+                data.split,
+                with_files,
+                options=RenderOptions(layout=layout),
+            ).fingerprint()
+        )
     assert before.settings.dump() == plain.settings.dump()
     # The settings as results record them carry no memory key while memory is off.
     assert "memory" not in plain.settings.dump() and plain.prompt_hash() != with_files.prompt_hash()
@@ -293,7 +344,9 @@ def test_hostile_cases_are_refused_in_one_line_before_any_call(
     assert f"names source item {stranger}, not an item of split 'dev'" in _eval_err(s, capsys)
     (s.root / CASES_JSONL).write_text("{}\n" * 5_000_000, encoding="utf-8")  # 15 MB
     assert "bytes, more than the 1000000" in _eval_err(s, capsys)
-    (s.root / CASES_JSONL).write_text('{"id": "c1", "text": "x", "source_items": ["a"], "label": "negative"}\n')
+    (s.root / CASES_JSONL).write_text(
+        '{"id": "c1", "text": "x", "source_items": ["a"], "label": "negative"}\n'
+    )
     assert "cases.jsonl:1: unknown key 'label'" in _eval_err(s, capsys)
     assert server.inference_requests() == []
 
@@ -311,8 +364,10 @@ def test_a_case_naming_a_held_out_item_is_refused_and_a_held_out_split_gets_ever
     release = write_release(tmp_path / "held-release", held_items)
     import_split(Workspace.open(s.root), release.root, "held", all_items=True, warn=lambda _msg: None)
     cfg = Workspace.open(s.root).config
-    write_config(s.root, cfg.model_copy(update={
-        "workspace": cfg.workspace.model_copy(update={"heldout_splits": ["held"]})}))
+    write_config(
+        s.root,
+        cfg.model_copy(update={"workspace": cfg.workspace.model_copy(update={"heldout_splits": ["held"]})}),
+    )
     ws = Workspace.open(s.root)
     from optimizer.devset.split import open_split
 
@@ -341,18 +396,24 @@ def test_a_candidate_whose_case_names_an_id_outside_the_split_is_rejected_and_pr
     cases = s.root / CASES_JSONL
     original = cases.read_text(encoding="utf-8")
     stranger = fake_id("outside")
-    cases.write_text(original + json.dumps({"id": "c-x", "text": "Save the report", "source_items": [stranger]})
-                     + "\n", encoding="utf-8")
+    cases.write_text(
+        original + json.dumps({"id": "c-x", "text": "Save the report", "source_items": [stranger]}) + "\n",
+        encoding="utf-8",
+    )
     assert main(["run", "-w", str(s.root), "--strategy", "manual", "-m", "a stranger's case"]) == 0
     ws = Workspace.open(s.root)
     with Ledger(ws.ledger_path) as ledger:
         (run,) = ledger.runs()
         candidate = next(e for e in ledger.experiments(run.id) if e.seq == 1)
-    assert candidate.status == "guard_rejected" and f"names source item {stranger}" in (candidate.reason or "")
+    assert candidate.status == "guard_rejected" and f"names source item {stranger}" in (
+        candidate.reason or ""
+    )
     # principles.md is linted: copying an item's id into it is refused by the overfit guard.
     cases.write_text(original, encoding="utf-8")  # the manual strategy handed the rejected edit back
     principles = s.root / PRINCIPLES_MD
-    principles.write_text(principles.read_text(encoding="utf-8") + f"- {s.items[0].trajectory_id} is a failure\n")
+    principles.write_text(
+        principles.read_text(encoding="utf-8") + f"- {s.items[0].trajectory_id} is a failure\n"
+    )
     assert main(["run", "-w", str(s.root), "--strategy", "manual", "-m", "a label in the principles"]) == 0
     with Ledger(ws.ledger_path) as ledger:
         last = ledger.latest_run()  # not max(id): two runs started in one second differ by a random suffix
@@ -365,8 +426,14 @@ def test_a_batch_eval_carries_the_same_cross_fitted_memory(tmp_path: Path) -> No
     with FakeLLMServer(default=_answer, batch_polls=1) as server:
         s = Setup(tmp_path, server)
         cfg = Workspace.open(s.root).config
-        write_config(s.root, cfg.model_copy(update={"judge": cfg.judge.model_copy(
-            update={"batch_poll_s": 0.01, "batch_poll_max_s": 0.04})}))
+        write_config(
+            s.root,
+            cfg.model_copy(
+                update={
+                    "judge": cfg.judge.model_copy(update={"batch_poll_s": 0.01, "batch_poll_max_s": 0.04})
+                }
+            ),
+        )
         out = s.root / "experiments" / "evals" / "batch"
         assert main(["eval", "-w", str(s.root), "--out", str(out), "--batch", "--batch-cold"]) == 0
         entries = [r for r in server.inference_requests() if r.batch_id is not None]
@@ -379,7 +446,9 @@ def test_memory_is_refused_in_one_line_where_the_request_is_not_built_in_common_
 ) -> None:
     s, server = setup
     toml = s.root / "prompts" / "judge.toml"
-    toml.write_text(toml.read_text(encoding="utf-8").replace('mode = "direct"', 'mode = "agentic"'), encoding="utf-8")
+    toml.write_text(
+        toml.read_text(encoding="utf-8").replace('mode = "direct"', 'mode = "agentic"'), encoding="utf-8"
+    )
     assert 'memory = "retrieve" with mode = "agentic"' in _eval_err(s, capsys)
     assert server.inference_requests() == []
 

@@ -19,8 +19,10 @@ from optimizer.workspace.workspace import Workspace
 from tests.support.loop import add_small_dev_split, make_workspace
 
 FOLDS = 4
-LESSON = ("When the instruction asks to save a note, check that the file exists on the Desktop under the "
-          "requested name; a note left unsaved is a failure.")
+LESSON = (
+    "When the instruction asks to save a note, check that the file exists on the Desktop under the "
+    "requested name; a note left unsaved is a failure."
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,9 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> Split:
 def _distinct(split: Split, index: ItemIndex) -> str:
     """An item whose instruction and actions only its own pair group shares (most are: the sample set also has
     templated tasks whose values, such as 'Q3 numbers', recur across groups, which a case about one names too)."""
-    return next(t for t in split.ids if set(index.about(split.trajectory(t).task.instruction)) <= index.kin[t])
+    return next(
+        t for t in split.ids if set(index.about(split.trajectory(t).task.instruction)) <= index.kin[t]
+    )
 
 
 def _other_fold(folds: Folds, tid: str) -> str:
@@ -84,9 +88,13 @@ def test_a_case_about_item_b_declared_from_another_fold_is_withheld_from_b_and_i
     assert "c-evil" not in [c.id for c in to_b.cases]
     assert to_b.held_back >= 1
     for tid in split.ids:
-        chosen = [c.id for c in retriever.select(tid, split.trajectory(tid).task.instruction + " " + LESSON).cases]
+        chosen = [
+            c.id for c in retriever.select(tid, split.trajectory(tid).task.instruction + " " + LESSON).cases
+        ]
         own = folds.of[tid] in {folds.of[a], folds.of[b]}
-        assert ("c-evil" in chosen) == (not own), tid  # withheld exactly from the folds of its source and of B
+        assert ("c-evil" in chosen) == (not own), (
+            tid
+        )  # withheld exactly from the folds of its source and of B
         assert ("c-lesson" in chosen) == (folds.of[tid] != folds.of[a]), tid  # a general lesson still travels
 
 
@@ -98,19 +106,28 @@ def test_without_folds_a_case_is_withheld_from_the_items_it_is_about(split: Spli
     retriever = Retriever(Memory("", (crafted,)), 4, None, index)
     instruction = split.trajectory(b).task.instruction
     chosen = retriever.select(b, instruction)
-    assert chosen.cases == () and chosen.held_back == 1 and "1 case(s) about this item kept out" in chosen.note()
+    assert (
+        chosen.cases == () and chosen.held_back == 1 and "1 case(s) about this item kept out" in chosen.note()
+    )
     stranger = next(t for t in split.ids if t not in index.kin[b])
     assert [c.id for c in retriever.select(stranger, instruction).cases] == ["c-evil"]
 
 
 def test_the_memory_intro_claims_only_what_retrieval_checks() -> None:
     assert "No case is about this trajectory" not in MEMORY_INTRO
-    for checked in ("distilled from this trajectory", "names its id", "copies its instruction", "value it typed"):
+    for checked in (
+        "distilled from this trajectory",
+        "names its id",
+        "copies its instruction",
+        "value it typed",
+    ):
         assert checked in MEMORY_INTRO
     assert "may still resemble it" in MEMORY_INTRO
 
 
-def test_the_guard_rejects_a_case_about_a_foreign_item_naming_both_and_exempts_its_own_pairs(split: Split) -> None:
+def test_the_guard_rejects_a_case_about_a_foreign_item_naming_both_and_exempts_its_own_pairs(
+    split: Split,
+) -> None:
     index = split_items(split)
     folds = split_folds(split, FOLDS)
     b = _distinct(split, index)
@@ -133,14 +150,19 @@ def test_values_are_found_exactly_as_the_overfit_lint_counts_them(split: Split) 
     """The index's token shortcut finds a value exactly when `LintText.value_count` does (a brute-force check
     over every value of every item, in texts that put values at every boundary the lint's rule knows)."""
     index = split_items(split)
-    values_of = {t: instruction_values([split.trajectory(t).task.instruction]) | trajectory_values([split.trajectory(t)])
-                 for t in split.ids}
+    values_of = {
+        t: instruction_values([split.trajectory(t).task.instruction])
+        | trajectory_values([split.trajectory(t)])
+        for t in split.ids
+    }
     every = sorted({v for vs in values_of.values() for v in vs})
     rng = random.Random(7)
     glue = [" ", "(", ")", ".", ". ", ",", "-", "_", "/", ":", "'", '"', "x", "=", "\n", "..", "a.", "@"]
     for _ in range(300):
-        parts = [rng.choice(every) if rng.random() < 0.5 else rng.choice(["note", "saved", "Desktop"])
-                 for _ in range(rng.randint(1, 4))]
+        parts = [
+            rng.choice(every) if rng.random() < 0.5 else rng.choice(["note", "saved", "Desktop"])
+            for _ in range(rng.randint(1, 4))
+        ]
         text = "".join(p + rng.choice(glue) for p in parts)
         lint = LintText(text)
         expected = {t for t, vs in values_of.items() if any(lint.value_count(v) for v in vs)}
@@ -152,16 +174,35 @@ def test_values_are_found_exactly_as_the_overfit_lint_counts_them(split: Split) 
 
 def test_an_item_index_over_hand_made_trajectories_finds_each_kind() -> None:
     def traj(tid: str, instruction: str, actions: list[Action]) -> Trajectory:
-        steps = [Step(step_id=i, action=a, screenshot=f"images/rec-{tid}/step_{i}.png") for i, a in enumerate(actions)]
+        steps = [
+            Step(step_id=i, action=a, screenshot=f"images/rec-{tid}/step_{i}.png")
+            for i, a in enumerate(actions)
+        ]
         return Trajectory(trajectory_id=tid, task=Task(instruction=instruction), steps=steps)
 
-    items = ItemIndex([
-        ("9f8e7d6c-aaaa", traj("9f8e7d6c-aaaa", "Rename the folder Reports to Archive 2024 and empty the trash bin now",
-                               [Action(type="type", parameters={"text": "Archive 2024"}),
-                                Action(type="click", parameters={"x": 812, "y": 455})])),
-        ("1a2b3c4d-bbbb", traj("1a2b3c4d-bbbb", "Send the invoice.pdf to anna@example.com",
-                               [Action(type="type", parameters={"text": "Dear Anna, see attached"})])),
-    ])
+    items = ItemIndex(
+        [
+            (
+                "9f8e7d6c-aaaa",
+                traj(
+                    "9f8e7d6c-aaaa",
+                    "Rename the folder Reports to Archive 2024 and empty the trash bin now",
+                    [
+                        Action(type="type", parameters={"text": "Archive 2024"}),
+                        Action(type="click", parameters={"x": 812, "y": 455}),
+                    ],
+                ),
+            ),
+            (
+                "1a2b3c4d-bbbb",
+                traj(
+                    "1a2b3c4d-bbbb",
+                    "Send the invoice.pdf to anna@example.com",
+                    [Action(type="type", parameters={"text": "Dear Anna, see attached"})],
+                ),
+            ),
+        ]
+    )
     about = items.about
     assert set(about("rename the folder reports to archive 2024 and empty")) == {"9f8e7d6c-aaaa"}
     assert about("clicked (812, 455)")["9f8e7d6c-aaaa"].kind == "value"

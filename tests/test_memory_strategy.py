@@ -22,8 +22,15 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> DevFixture:
     return make_dev(tmp_path_factory.mktemp("memstrat"), n_pairs=3)
 
 
-def _ctx(dev: DevFixture, *, reviews: Sequence[ReviewNote] = (), missed: int = 0, rejected: int = 0,
-         history: list[PastExperiment] | None = None, cases: str | None = None) -> ProposalContext:
+def _ctx(
+    dev: DevFixture,
+    *,
+    reviews: Sequence[ReviewNote] = (),
+    missed: int = 0,
+    rejected: int = 0,
+    history: list[PastExperiment] | None = None,
+    cases: str | None = None,
+) -> ProposalContext:
     ctx = make_context(dev, disagreements_for(dev.items, missed=missed, rejected=rejected), history=history)
     ctx.allowed_files = list(MEMORY_ALLOWED)
     ctx.judge_memory = "retrieve"
@@ -57,13 +64,17 @@ def test_reviews_become_one_case_per_item_group(dev: DevFixture) -> None:
         by_instruction.setdefault(item.instruction, []).append(i)
     same = next(ix for ix in by_instruction.values() if len(ix) == 2)
     other = next(ix for ix in by_instruction.values() if ix != same)[0]
-    reviews = [_review(dev, same[0], "It had to be a PDF, it saved DOCX."), _review(dev, same[1], "Also check the name."),
-               _review(dev, other, "The file was saved in the wrong folder.")]
+    reviews = [
+        _review(dev, same[0], "It had to be a PDF, it saved DOCX."),
+        _review(dev, same[1], "Also check the name."),
+        _review(dev, other, "The file was saved in the wrong folder."),
+    ]
     proposal = MemoryStrategy().propose_sync(_ctx(dev, reviews=reviews))
     assert set(proposal.files) == {CASES_JSONL}
     cases = parse_cases(proposal.files[CASES_JSONL])
     assert sorted(c.source_items for c in cases) == sorted(
-        [tuple(sorted(dev.items[i].trajectory_id for i in same)), (dev.items[other].trajectory_id,)])
+        [tuple(sorted(dev.items[i].trajectory_id for i in same)), (dev.items[other].trajectory_id,)]
+    )
     both = next(c for c in cases if len(c.source_items) == 2)
     assert "It had to be a PDF, it saved DOCX." in both.text and "Also check the name." in both.text
     assert dev.items[same[0]].instruction in both.text
@@ -109,7 +120,8 @@ def test_principles_are_fixed_general_rules_never_an_item(dev: DevFixture) -> No
     covered = [d.trajectory_id for d in ctx.disagreements]
     # Every disagreement already has a case, so the next move is a principle.
     ctx.current_files[CASES_JSONL] = "".join(
-        json.dumps({"id": f"k{i}", "text": "t", "source_items": [t]}) + "\n" for i, t in enumerate(covered))
+        json.dumps({"id": f"k{i}", "text": "t", "source_items": [t]}) + "\n" for i, t in enumerate(covered)
+    )
     proposal = MemoryStrategy().propose_sync(ctx)
     assert set(proposal.files) == {PRINCIPLES_MD}
     text = proposal.files[PRINCIPLES_MD]
@@ -125,8 +137,9 @@ def test_nothing_left_is_a_proposal_error(dev: DevFixture) -> None:
 def test_a_newer_review_note_is_added_to_its_case(dev: DevFixture) -> None:
     tid = dev.items[2].trajectory_id
     cases = json.dumps({"id": "k1", "text": "Instruction: save as PDF.", "source_items": [tid]}) + "\n"
-    proposal = MemoryStrategy().propose_sync(_ctx(dev, reviews=[_review(dev, 2, "The name was wrong too.")],
-                                                  cases=cases))
+    proposal = MemoryStrategy().propose_sync(
+        _ctx(dev, reviews=[_review(dev, 2, "The name was wrong too.")], cases=cases)
+    )
     (case,) = parse_cases(proposal.files[CASES_JSONL])
     assert case.id == "k1" and case.source_items == (tid,)
     assert case.text == "Instruction: save as PDF.\n- A reviewer noted: The name was wrong too."

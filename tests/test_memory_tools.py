@@ -43,8 +43,9 @@ def _call(state: ToolState, name: str, **args: Any) -> tuple[bool, str]:
 def test_memory_tools_edit_the_memory_in_memory_only(dev: DevFixture) -> None:
     state = _state(dev)
     a, b = dev.items[0].trajectory_id, dev.items[2].trajectory_id
-    err, text = _call(state, "add_case", text="Saving as PDF was required; a DOCX file is a failure.",
-                      source_items=[a, b])
+    err, text = _call(
+        state, "add_case", text="Saving as PDF was required; a DOCX file is a failure.", source_items=[a, b]
+    )
     assert not err, text
     (case,) = parse_cases(state.files[CASES_JSONL])
     assert case.source_items == (a, b) and case.id in text
@@ -75,28 +76,75 @@ def _heldout_case(dev: DevFixture) -> str:
 
 
 HOSTILE: list[tuple[str, Any]] = [
-    ("held-out source item", lambda d: ("add_case", {"text": "t", "source_items": [d.heldout[0].trajectory_id]},
-                                        "is not an item of the dev split")),
+    (
+        "held-out source item",
+        lambda d: (
+            "add_case",
+            {"text": "t", "source_items": [d.heldout[0].trajectory_id]},
+            "is not an item of the dev split",
+        ),
+    ),
     ("no source items", lambda d: ("add_case", {"text": "t", "source_items": []}, "names no source_items")),
-    ("source items not a list", lambda d: ("add_case", {"text": "t", "source_items": d.items[0].trajectory_id},
-                                           "must be a list")),
-    ("a path as a source item", lambda d: ("add_case", {"text": "t", "source_items": ["../../devset/dev/labels.jsonl"]},
-                                           "is not a trajectory id")),
-    ("a path as a case id", lambda d: ("add_case", {"id": "../../judgeloop.toml", "text": "t",
-                                                    "source_items": [d.items[0].trajectory_id]}, "not a safe id")),
-    ("oversize case", lambda d: ("add_case", {"text": "x" * (MAX_CASE_TEXT_CHARS + 1),
-                                              "source_items": [d.items[0].trajectory_id]}, "more than 2000")),
-    ("a path trick to the labels", lambda _d: ("write_file", {"path": "prompts/memory/../../devset/dev/labels.jsonl",
-                                                              "text": "{}"}, "is not an allowed file")),
-    ("write_file around add_case", lambda d: ("write_file", {"path": CASES_JSONL, "text": _heldout_case(d)},
-                                              "is not an item of the dev split")),
-    ("write_file with a broken line", lambda _d: ("write_file", {"path": CASES_JSONL, "text": "{not json\n"},
-                                                  "not one JSON object")),
-    ("an id in the principles", lambda d: ("edit_principles", {"text": f"- {d.items[2].trajectory_id} is a failure."},
-                                           "dev id")),
-    ("an instruction in the principles", lambda d: ("edit_principles",
-                                                    {"text": f"- {d.items[2].instruction} is a failure."},
-                                                    "copies 8 words from a dev instruction")),
+    (
+        "source items not a list",
+        lambda d: ("add_case", {"text": "t", "source_items": d.items[0].trajectory_id}, "must be a list"),
+    ),
+    (
+        "a path as a source item",
+        lambda d: (
+            "add_case",
+            {"text": "t", "source_items": ["../../devset/dev/labels.jsonl"]},
+            "is not a trajectory id",
+        ),
+    ),
+    (
+        "a path as a case id",
+        lambda d: (
+            "add_case",
+            {"id": "../../judgeloop.toml", "text": "t", "source_items": [d.items[0].trajectory_id]},
+            "not a safe id",
+        ),
+    ),
+    (
+        "oversize case",
+        lambda d: (
+            "add_case",
+            {"text": "x" * (MAX_CASE_TEXT_CHARS + 1), "source_items": [d.items[0].trajectory_id]},
+            "more than 2000",
+        ),
+    ),
+    (
+        "a path trick to the labels",
+        lambda _d: (
+            "write_file",
+            {"path": "prompts/memory/../../devset/dev/labels.jsonl", "text": "{}"},
+            "is not an allowed file",
+        ),
+    ),
+    (
+        "write_file around add_case",
+        lambda d: (
+            "write_file",
+            {"path": CASES_JSONL, "text": _heldout_case(d)},
+            "is not an item of the dev split",
+        ),
+    ),
+    (
+        "write_file with a broken line",
+        lambda _d: ("write_file", {"path": CASES_JSONL, "text": "{not json\n"}, "not one JSON object"),
+    ),
+    (
+        "an id in the principles",
+        lambda d: ("edit_principles", {"text": f"- {d.items[2].trajectory_id} is a failure."}, "dev id"),
+    ),
+    (
+        "an instruction in the principles",
+        lambda d: (
+            "edit_principles",
+            {"text": f"- {d.items[2].instruction} is a failure."},
+            "copies 8 words from a dev instruction",
+        ),
+    ),
     ("retire an unknown case", lambda _d: ("retire_case", {"id": "nope"}, "there is no case 'nope'")),
 ]
 
@@ -117,7 +165,9 @@ def test_a_case_copied_into_the_principles_is_refused(dev: DevFixture) -> None:
     fold, the case's own included): the copy is refused, the principles stay as they were."""
     neg = dev.items[2]
     verdict = "The recording that saved a DOCX file instead of the requested format was labelled a failure."
-    state = _state(dev, cases=json.dumps({"id": "k1", "text": "old", "source_items": [neg.trajectory_id]}) + "\n")
+    state = _state(
+        dev, cases=json.dumps({"id": "k1", "text": "old", "source_items": [neg.trajectory_id]}) + "\n"
+    )
     err, text = _call(state, "edit_case", id="k1", text=verdict)
     assert not err, text
     before = dict(state.files)
@@ -130,8 +180,10 @@ def test_a_retired_case_pasted_into_the_principles_or_the_rubric_is_refused(dev:
     """Retiring a case does not free its words: the principles and the rubric, sent with every item, may not
     copy a case of the incumbent's memory either."""
     verdict = "The recording that saved a DOCX file instead of the requested format was labelled a failure."
-    state = _state(dev, cases=json.dumps({"id": "k1", "text": verdict,
-                                          "source_items": [dev.items[2].trajectory_id]}) + "\n")
+    state = _state(
+        dev,
+        cases=json.dumps({"id": "k1", "text": verdict, "source_items": [dev.items[2].trajectory_id]}) + "\n",
+    )
     err, text = _call(state, "retire_case", id="k1")
     assert not err, text
     before = dict(state.files)
@@ -166,14 +218,32 @@ def test_agent_adds_a_case_through_the_sdk(dev: DevFixture, monkeypatch: pytest.
     neg = dev.items[2].trajectory_id
     with FakeLLMServer() as server:
         server.script(
-            reply(tool_calls=[ToolCall("add_case", {"text": "t", "source_items": [dev.heldout[0].trajectory_id]},
-                                       id="t1")], usage=Usage(100, 10)),
-            reply(tool_calls=[ToolCall("add_case", {"text": "Requested PDF; a DOCX is a failure.",
-                                                    "source_items": [neg]}, id="t2")], usage=Usage(100, 10)),
-            reply(tool_calls=[ToolCall("submit", {"rationale": "A case for format mix-ups."}, id="t3")],
-                  usage=Usage(100, 10)),
+            reply(
+                tool_calls=[
+                    ToolCall(
+                        "add_case", {"text": "t", "source_items": [dev.heldout[0].trajectory_id]}, id="t1"
+                    )
+                ],
+                usage=Usage(100, 10),
+            ),
+            reply(
+                tool_calls=[
+                    ToolCall(
+                        "add_case",
+                        {"text": "Requested PDF; a DOCX is a failure.", "source_items": [neg]},
+                        id="t2",
+                    )
+                ],
+                usage=Usage(100, 10),
+            ),
+            reply(
+                tool_calls=[ToolCall("submit", {"rationale": "A case for format mix-ups."}, id="t3")],
+                usage=Usage(100, 10),
+            ),
         )
-        cfg = OptimizerSection(strategy="agent", provider="anthropic", model="m", base_url=server.anthropic_base_url)
+        cfg = OptimizerSection(
+            strategy="agent", provider="anthropic", model="m", base_url=server.anthropic_base_url
+        )
         proposal = asyncio.run(AgentStrategy(cfg, {"m": Price(input=1.0, output=1.0)}).propose(ctx))
         first = server.inference_requests()[0].body
         offered = {t["name"] for t in first["tools"]}
@@ -200,23 +270,51 @@ def _reflect(dev: DevFixture, reply_text: str, monkeypatch: pytest.MonkeyPatch) 
     return outcome, request.body["system"][0]["text"] + request.body["messages"][0]["content"][0]["text"]
 
 
-def test_reflect_writes_a_case_through_the_memory_tools(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reflect_writes_a_case_through_the_memory_tools(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     neg = dev.items[2].trajectory_id
-    answer = json.dumps({"memory": [{"tool": "add_case", "arguments": {
-        "text": "PDF was required; a DOCX export is a failure.", "source_items": [neg]}}],
-        "rationale": "Remember format mix-ups."})
+    answer = json.dumps(
+        {
+            "memory": [
+                {
+                    "tool": "add_case",
+                    "arguments": {
+                        "text": "PDF was required; a DOCX export is a failure.",
+                        "source_items": [neg],
+                    },
+                }
+            ],
+            "rationale": "Remember format mix-ups.",
+        }
+    )
     proposal, request = _reflect(dev, answer, monkeypatch)
     assert '"memory"' in request and f"trajectory id (for source_items): {neg}" in request
     assert set(proposal.files) == {CASES_JSONL}
     assert parse_cases(proposal.files[CASES_JSONL])[0].source_items == (neg,)
 
 
-def test_reflect_memory_edit_naming_a_heldout_item_is_refused(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    answer = json.dumps({"memory": [{"tool": "add_case", "arguments": {
-        "text": "t", "source_items": [dev.heldout[0].trajectory_id]}}], "rationale": "r"})
+def test_reflect_memory_edit_naming_a_heldout_item_is_refused(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = json.dumps(
+        {
+            "memory": [
+                {
+                    "tool": "add_case",
+                    "arguments": {"text": "t", "source_items": [dev.heldout[0].trajectory_id]},
+                }
+            ],
+            "rationale": "r",
+        }
+    )
     error, _ = _reflect(dev, answer, monkeypatch)
     assert isinstance(error, ProposalError)
-    assert "memory edit 1 (add_case) was refused" in error.reason and "not an item of the dev split" in error.reason
-    other, _ = _reflect(dev, json.dumps({"memory": [{"tool": "write_file", "arguments": {}}], "rationale": "r"}),
-                        monkeypatch)
+    assert (
+        "memory edit 1 (add_case) was refused" in error.reason
+        and "not an item of the dev split" in error.reason
+    )
+    other, _ = _reflect(
+        dev, json.dumps({"memory": [{"tool": "write_file", "arguments": {}}], "rationale": "r"}), monkeypatch
+    )
     assert isinstance(other, ProposalError) and "names tool 'write_file'" in other.reason

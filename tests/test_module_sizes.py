@@ -13,14 +13,18 @@ MAX_ROOT_MODULES = 12
 
 
 def _tracked_python() -> list[Path]:
-    out = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     return [REPO / f for f in out.split() if (REPO / f).is_file()]
 
 
 def oversized(limit: int = MAX_LINES) -> list[tuple[str, int]]:
     """Every tracked *.py file over ``limit`` lines, as (repository path, lines)."""
-    sizes = [(p.relative_to(REPO).as_posix(), len(p.read_text(encoding="utf-8").splitlines()))
-             for p in _tracked_python()]
+    sizes = [
+        (p.relative_to(REPO).as_posix(), len(p.read_text(encoding="utf-8").splitlines()))
+        for p in _tracked_python()
+    ]
     return sorted((name, n) for name, n in sizes if n > limit)
 
 

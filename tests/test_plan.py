@@ -67,15 +67,29 @@ def test_before_any_run_the_plan_is_the_estimators(ws: Path, capsys: pytest.Capt
         cold += (request_input_tokens(request) * 1.25 + out) / 1e6
         warm += (prefix * 0.125 + rest * 1.25 + out) / 1e6
     assert plan["source"] == "estimate" and plan["items"] == len(split.ids) == 32
-    assert plan["first_pass_cold_usd"] == pytest.approx(cold) and plan["first_pass_warm_usd"] == pytest.approx(warm)
+    assert plan["first_pass_cold_usd"] == pytest.approx(cold) and plan[
+        "first_pass_warm_usd"
+    ] == pytest.approx(warm)
     assert warm < cold
     assert plan["policy"] == "adaptive" and plan["rejudge_share"] == pytest.approx(0.48)
     assert plan["cost_per_candidate_usd"] == pytest.approx(warm * 1.48)
     assert plan["candidates"] == math.floor((20 - cold) / (warm * 1.48))
     # No run yet: no measured latency, so the hours buy no stated number.
     assert plan["candidates_in_hours"] is None
-    paired = _plan(ws, capsys, "--budget-usd", "20", "--provider", "openai", "--model", "gpt-5",
-                   "--policy", "paired", "--replicates", "3")
+    paired = _plan(
+        ws,
+        capsys,
+        "--budget-usd",
+        "20",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt-5",
+        "--policy",
+        "paired",
+        "--replicates",
+        "3",
+    )
     assert paired["rejudge_share"] == 0 and paired["first_pass_cold_usd"] == pytest.approx(3 * cold)
 
 
@@ -91,10 +105,32 @@ def test_after_a_run_the_plan_uses_the_ledgers_figures_for_the_same_judge(
         # A candidate answered wholly from the judge-call cache (a repeated prompt) paid nothing: not a figure.
         decided = [e for e in decided if e.calls > 0]
         assert decided
-        plan = _plan(ws, capsys, "--budget-usd", "5", "--hours", "1", "--provider", "openai",
-                     "--model", "fake-judge", "--base-url", server.openai_base_url)
-        other = _plan(ws, capsys, "--budget-usd", "5", "--provider", "openai", "--model", "other-judge",
-                      "--base-url", server.openai_base_url)
+        plan = _plan(
+            ws,
+            capsys,
+            "--budget-usd",
+            "5",
+            "--hours",
+            "1",
+            "--provider",
+            "openai",
+            "--model",
+            "fake-judge",
+            "--base-url",
+            server.openai_base_url,
+        )
+        other = _plan(
+            ws,
+            capsys,
+            "--budget-usd",
+            "5",
+            "--provider",
+            "openai",
+            "--model",
+            "other-judge",
+            "--base-url",
+            server.openai_base_url,
+        )
     mean_cost = sum(e.judge_cost_usd for e in decided) / len(decided)
     mean_seconds = sum(e.duration_s or 0.0 for e in decided) / len(decided)
     assert plan["source"] == "ledger" and plan["measured_candidates"] == len(decided)
@@ -122,7 +158,10 @@ def test_run_warns_in_one_line_before_starting_when_the_budget_cannot_buy_a_cand
 
 def test_plan_refusals_are_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
-    assert main(["plan", "-w", str(ws), "--budget-usd", "5", "--provider", "openai", "--model", "unpriced-x"]) == 2
+    assert (
+        main(["plan", "-w", str(ws), "--budget-usd", "5", "--provider", "openai", "--model", "unpriced-x"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no price is known for model 'unpriced-x'" in err
     assert main(["plan", "-w", str(ws), "--budget-usd", "0"]) == 2
@@ -143,7 +182,18 @@ def _structured(root: Path, **keys: object) -> None:
 
 
 def test_plan_counts_the_calls_of_criteria_and_review(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ("--budget-usd", "20", "--provider", "openai", "--model", "gpt-5", "--policy", "paired", "--replicates", "2")
+    args = (
+        "--budget-usd",
+        "20",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt-5",
+        "--policy",
+        "paired",
+        "--replicates",
+        "2",
+    )
     workspace = Workspace.open(ws)
     split = open_split(workspace, "small")
     n = len(split.ids)
@@ -164,12 +214,14 @@ def test_plan_counts_the_calls_of_criteria_and_review(ws: Path, capsys: pytest.C
     for tid in split.ids:
         traj = split.trajectory(tid)
         expected += warm(derive_request(prompts, traj.task.instruction))
-        expected += 2 * warm(build_request(
-            traj,
-            split,
-            prompts,
-            options=RenderOptions(extra_instructions=check_instructions(ESTIMATE_CRITERIA)),
-        ))
+        expected += 2 * warm(
+            build_request(
+                traj,
+                split,
+                prompts,
+                options=RenderOptions(extra_instructions=check_instructions(ESTIMATE_CRITERIA)),
+            )
+        )
     assert criteria["first_pass_warm_usd"] == pytest.approx(expected)
     assert any('structure = "criteria": 1 derivation per item' in note for note in criteria["notes"])
 
@@ -179,8 +231,10 @@ def test_plan_counts_the_calls_of_criteria_and_review(ws: Path, capsys: pytest.C
     labels = labels_of(ws)
     share = sum(1 for t in split.ids if labels[t].is_positive) / n
     assert reviewed["calls_per_candidate"] == pytest.approx(2 * n * (1 + share))
-    assert any(f"a review call on {share:.0%} of verdicts (assumed: the split's positive share" in note
-               for note in reviewed["notes"])
+    assert any(
+        f"a review call on {share:.0%} of verdicts (assumed: the split's positive share" in note
+        for note in reviewed["notes"]
+    )
     assert reviewed["first_pass_warm_usd"] > single["first_pass_warm_usd"]
 
 
@@ -189,15 +243,23 @@ def test_after_a_run_the_review_share_is_the_ledgers(ws: Path, capsys: pytest.Ca
     with FakeLLMServer(default=judge) as server:
         assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "1") == 0
     with Ledger.open_readonly(Workspace.open(ws).ledger_path) as ledger:
-        reps = [rep for e in ledger.experiments(ledger.runs()[-1].id) for item in ledger.item_verdicts(e.id)
-                for rep in item.replicates if rep.status == "ok"]
+        reps = [
+            rep
+            for e in ledger.experiments(ledger.runs()[-1].id)
+            for item in ledger.item_verdicts(e.id)
+            for rep in item.replicates
+            if rep.status == "ok"
+        ]
     share = sum(1 for rep in reps if rep.success) / len(reps)
     args = ("--budget-usd", "20", "--provider", "openai", "--model", "fake-judge", "--replicates", "1")
     single = _plan(ws, capsys, *args)
     _structured(ws, review="success")
     plan = _plan(ws, capsys, *args)
-    assert any(f"a review call on {share:.0%} of verdicts (the share of first judgements that were successes in "
-               f"the ledger, {len(reps)} verdicts)" in note for note in plan["notes"])
+    assert any(
+        f"a review call on {share:.0%} of verdicts (the share of first judgements that were successes in "
+        f"the ledger, {len(reps)} verdicts)" in note
+        for note in plan["notes"]
+    )
     # The ledger's share prices the first pass: each item's review call on that share of its verdicts.
     workspace = Workspace.open(ws)
     price = price_for("fake-judge", workspace.config.prices)
@@ -207,13 +269,17 @@ def test_after_a_run_the_review_share_is_the_ledgers(ws: Path, capsys: pytest.Ca
     review_text = review_instructions(prompts, {"success": True, "reasoning": ""})
     extra = 0.0
     for tid in split.ids:
-        prefix, rest = request_token_split(build_request(
-            split.trajectory(tid),
-            split,
-            prompts,
-            options=RenderOptions(replace_instructions=review_text),
-        ))
-        extra += (prefix * price.cache_read_price + rest * price.input + prompts.settings.max_tokens * price.output) / 1e6
+        prefix, rest = request_token_split(
+            build_request(
+                split.trajectory(tid),
+                split,
+                prompts,
+                options=RenderOptions(replace_instructions=review_text),
+            )
+        )
+        extra += (
+            prefix * price.cache_read_price + rest * price.input + prompts.settings.max_tokens * price.output
+        ) / 1e6
     assert plan["first_pass_warm_usd"] == pytest.approx(single["first_pass_warm_usd"] + share * extra)
 
 

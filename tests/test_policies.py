@@ -37,36 +37,56 @@ def _branches_on_a_name(line: str) -> bool:
 
 
 def _engine_sources() -> list[Path]:
-    return [p for tree in ("optimizer", "tui") for p in sorted((REPO / tree).rglob("*.py"))
-            if not p.relative_to(REPO).as_posix().startswith(POLICY_MODULES)]
+    return [
+        p
+        for tree in ("optimizer", "tui")
+        for p in sorted((REPO / tree).rglob("*.py"))
+        if not p.relative_to(REPO).as_posix().startswith(POLICY_MODULES)
+    ]
 
 
 def test_no_module_outside_the_policies_module_branches_on_a_policy_name() -> None:
     """benchmarks/structure.py's branches (less runsettings' check that a stored name is a policy), and any
     test of a name spelled out: none outside optimizer/stats/policies.py. A new rule is a class there, asked."""
-    found = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
-             for path in _engine_sources()
-             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-             if _branches_on_a_name(line)]
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in _engine_sources()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if _branches_on_a_name(line)
+    ]
     assert found == []
 
 
 def test_the_gate_sees_the_branches_it_forbids() -> None:
-    for line in ('keep = a if loop.policy == "literal" else b', "if self.loop_cfg.policy != 'adaptive':",
-                 'if loop.policy in ("paired", "adaptive"):', 'if policy.startswith("literal"):',
-                 'if name == "paired":', 'if run.policy in POLICIES and loop.policy == "literal":'):
+    for line in (
+        'keep = a if loop.policy == "literal" else b',
+        "if self.loop_cfg.policy != 'adaptive':",
+        'if loop.policy in ("paired", "adaptive"):',
+        'if policy.startswith("literal"):',
+        'if name == "paired":',
+        'if run.policy in POLICIES and loop.policy == "literal":',
+    ):
         assert _branches_on_a_name(line), line
-    for line in ('literal_cfg = cfg.model_copy(update={"policy": "literal"})', "policy_for(loop).keeps(decision)",
-                 "if run.policy in POLICIES:"):
+    for line in (
+        'literal_cfg = cfg.model_copy(update={"policy": "literal"})',
+        "policy_for(loop).keeps(decision)",
+        "if run.policy in POLICIES:",
+    ):
         assert not _branches_on_a_name(line), line
 
 
 def test_policy_for_takes_a_name_a_loop_section_or_a_decision() -> None:
     assert [policy_for(name).name for name in POLICIES] == list(POLICIES)
-    assert policy_for("literal") is LITERAL and policy_for("paired") is PAIRED and policy_for("adaptive") is ADAPTIVE
+    assert (
+        policy_for("literal") is LITERAL
+        and policy_for("paired") is PAIRED
+        and policy_for("adaptive") is ADAPTIVE
+    )
     assert policy_for(LoopSection(policy="paired")) is PAIRED
     assert policy_for(LoopSection()) is ADAPTIVE  # the default policy
-    decision = Decision(keep=False, reason="", literal_keep=False, paired_keep=False, p_value=1.0, policy="literal")
+    decision = Decision(
+        keep=False, reason="", literal_keep=False, paired_keep=False, p_value=1.0, policy="literal"
+    )
     assert policy_for(decision) is LITERAL
     with pytest.raises(ValueError, match="unknown decision policy 'greedy'"):
         policy_for("greedy")
@@ -82,7 +102,10 @@ def test_each_policy_says_what_it_re_judges_and_whether_it_tests_at_alpha() -> N
     assert [p.screens_futility(loop) for p in (LITERAL, PAIRED, ADAPTIVE)] == [False, False, True]
     assert not ADAPTIVE.screens_futility(off)
     assert (LITERAL.items_right, PAIRED.items_right, ADAPTIVE.items_right) == (
-        "items right", "items right", "items right on every judgement")
+        "items right",
+        "items right",
+        "items right on every judgement",
+    )
 
 
 @pytest.mark.parametrize(("literal_keep", "paired_keep"), list(product([False, True], repeat=2)))
@@ -98,11 +121,16 @@ def test_which_flag_decides_and_which_the_bound_reads(literal_keep: bool, paired
 def test_the_words_each_policy_adds_to_a_reason(literal_keep: bool, paired_keep: bool) -> None:
     flags = FirstPass(literal_keep, paired_keep)
     differ = literal_keep and not paired_keep
-    assert LITERAL.other_policy_note(flags) == ("; the paired policy would have rolled it back" if differ else "")
+    assert LITERAL.other_policy_note(flags) == (
+        "; the paired policy would have rolled it back" if differ else ""
+    )
     for policy in (PAIRED, ADAPTIVE):
-        assert policy.other_policy_note(flags) == ("; the literal policy would have kept it" if differ else "")
+        assert policy.other_policy_note(flags) == (
+            "; the literal policy would have kept it" if differ else ""
+        )
     assert PAIRED.open_note(flags) == (
-        "; the literal policy's outcome was still open when evaluation stopped" if literal_keep else "")
+        "; the literal policy's outcome was still open when evaluation stopped" if literal_keep else ""
+    )
     assert LITERAL.open_note(flags) == ADAPTIVE.open_note(flags) == ""
 
 

@@ -67,7 +67,9 @@ class Setup:
     def evaluate(self, server: FakeLLMServer, wire: str, prompts: PromptSet) -> EvalRun:
         base_url = server.anthropic_base_url if wire == "anthropic" else server.openai_base_url
         judge = JudgeSection(provider=wire, model=MODELS[wire], base_url=base_url, max_concurrency=2)  # type: ignore[arg-type]
-        return asyncio.run(evaluate_items(self.ws, self.split, prompts, judge, item_ids=self.split.ids, replicates=1))
+        return asyncio.run(
+            evaluate_items(self.ws, self.split, prompts, judge, item_ids=self.split.ids, replicates=1)
+        )
 
 
 def _candidate_replies(setup: Setup, wire: str, layout: str) -> tuple[list[tuple[Any, Usage]], EvalRun]:
@@ -75,7 +77,9 @@ def _candidate_replies(setup: Setup, wire: str, layout: str) -> tuple[list[tuple
     with FakeLLMServer(prompt_cache=PromptCache(clock=ManualClock())) as server:
         setup.evaluate(server, wire, setup.prompts(layout))
         before = len(server.replies)
-        run = setup.evaluate(server, wire, setup.prompts(layout, "\n- A new rule: check the final state twice.\n"))
+        run = setup.evaluate(
+            server, wire, setup.prompts(layout, "\n- A new rule: check the final state twice.\n")
+        )
         return server.replies[before:], run
 
 
@@ -87,7 +91,9 @@ def _openai_prefix_tokens(body: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
-def test_a_candidate_after_the_baseline_reads_the_trajectory_from_cache(wire: str, keys: None, tmp_path: Path) -> None:
+def test_a_candidate_after_the_baseline_reads_the_trajectory_from_cache(
+    wire: str, keys: None, tmp_path: Path
+) -> None:
     setup = Setup(tmp_path)
     replies, run = _candidate_replies(setup, wire, "trajectory-first")
     assert len(replies) == len(setup.split.ids) and run.calls_made == len(replies)
@@ -108,12 +114,17 @@ def test_a_candidate_after_the_baseline_reads_the_trajectory_from_cache(wire: st
 
 
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
-def test_under_rubric_first_a_candidate_pays_every_trajectory_again(wire: str, keys: None, tmp_path: Path) -> None:
+def test_under_rubric_first_a_candidate_pays_every_trajectory_again(
+    wire: str, keys: None, tmp_path: Path
+) -> None:
     setup = Setup(tmp_path)
     replies, _ = _candidate_replies(setup, wire, "rubric-first")
     for recorded, usage in replies:
-        trajectory = sum(text_tokens(p.get("text", "")) for p in recorded.body["messages"][-1]["content"]
-                         if p.get("type") == "text")
+        trajectory = sum(
+            text_tokens(p.get("text", ""))
+            for p in recorded.body["messages"][-1]["content"]
+            if p.get("type") == "text"
+        )
         # At most the edited system prompt is read from the cache; the trajectory is paid in full.
         assert usage.input_tokens >= trajectory
         assert "prompt_cache_key" not in recorded.body
@@ -123,21 +134,39 @@ def test_under_rubric_first_a_candidate_pays_every_trajectory_again(wire: str, k
     assert billed_new < 0.7 * billed_old  # short test items: the rubric is a large share of each request
 
 
-def test_anthropic_cache_fields_are_parsed_and_priced_per_ttl_and_batch(keys: None, fake_llm: FakeLLMServer) -> None:
-    usage = Usage(input_tokens=1000, output_tokens=200, cache_read_tokens=5000, cache_write_tokens=3000,
-                  cache_write_1h_tokens=2000)
+def test_anthropic_cache_fields_are_parsed_and_priced_per_ttl_and_batch(
+    keys: None, fake_llm: FakeLLMServer
+) -> None:
+    usage = Usage(
+        input_tokens=1000,
+        output_tokens=200,
+        cache_read_tokens=5000,
+        cache_write_tokens=3000,
+        cache_write_1h_tokens=2000,
+    )
     fake_llm.script(verdict_reply(usage=usage))
-    judge = JudgeSection(provider="anthropic", model="claude-sonnet-4-5", base_url=fake_llm.anthropic_base_url)
+    judge = JudgeSection(
+        provider="anthropic", model="claude-sonnet-4-5", base_url=fake_llm.anthropic_base_url
+    )
     reply = asyncio.run(_one_call(judge))
-    assert (reply.input_tokens, reply.cache_read_tokens, reply.cache_write_tokens, reply.cache_write_1h_tokens,
-            reply.output_tokens) == (1000, 5000, 3000, 2000, 200)
+    assert (
+        reply.input_tokens,
+        reply.cache_read_tokens,
+        reply.cache_write_tokens,
+        reply.cache_write_1h_tokens,
+        reply.output_tokens,
+    ) == (1000, 5000, 3000, 2000, 200)
     # claude-sonnet-4-5: 3 in, 15 out, 0.30 read, 3.75 5m write, 6.00 1h write ($ per million tokens)
     direct = (1000 * 3 + 200 * 15 + 5000 * 0.30 + 1000 * 3.75 + 2000 * 6.0) / 1e6
     assert cost_usd("claude-sonnet-4-5", reply) == pytest.approx(direct)
-    assert cost_usd("claude-sonnet-4-5", reply, batch=True) == pytest.approx(direct * 0.5)  # the discounts stack
+    assert cost_usd("claude-sonnet-4-5", reply, batch=True) == pytest.approx(
+        direct * 0.5
+    )  # the discounts stack
 
 
-def test_openai_cached_tokens_are_part_of_prompt_tokens_and_priced_with_batch(keys: None, fake_llm: FakeLLMServer) -> None:
+def test_openai_cached_tokens_are_part_of_prompt_tokens_and_priced_with_batch(
+    keys: None, fake_llm: FakeLLMServer
+) -> None:
     fake_llm.script(verdict_reply(usage=Usage(input_tokens=700, output_tokens=50, cache_read_tokens=3000)))
     judge = JudgeSection(provider="openai", model="gpt-5", base_url=fake_llm.openai_base_url)
     reply = asyncio.run(_one_call(judge))
@@ -153,8 +182,9 @@ async def _one_call(judge: JudgeSection) -> ProviderReply:
     try:
         from optimizer.judge.types import JudgeRequest
 
-        request = JudgeRequest(system="s", parts=(TextPart("trajectory"), TextPart("rubric")), cache_prefix=1,
-                               cache_ttl="1h")
+        request = JudgeRequest(
+            system="s", parts=(TextPart("trajectory"), TextPart("rubric")), cache_prefix=1, cache_ttl="1h"
+        )
         return await provider.complete(request, Sampling(), VERDICT_SCHEMA)
     finally:
         await provider.aclose()
@@ -166,8 +196,14 @@ def test_the_layout_is_in_the_prompt_hash_and_the_judge_cache_key(tmp_path: Path
     assert old.prompt_hash() != new.prompt_hash()
     traj = setup.split.trajectory(setup.split.ids[0])
     keys = {
-        cache_key(provider="anthropic", model="m", sampling=Sampling(), schema=VERDICT_SCHEMA,
-                  request=build_request(traj, setup.split, p), replicate=0)
+        cache_key(
+            provider="anthropic",
+            model="m",
+            sampling=Sampling(),
+            schema=VERDICT_SCHEMA,
+            request=build_request(traj, setup.split, p),
+            replicate=0,
+        )
         for p in (old, new)
     }
     assert len(keys) == 2
@@ -212,7 +248,9 @@ def test_a_budget_reservation_covers_a_first_call_that_writes_the_cache(keys: No
     request = build_request(traj, setup.split, prompts)
     sampling = prompts.settings.sampling()
     with FakeLLMServer(prompt_cache=PromptCache(clock=ManualClock())) as server:
-        judge = JudgeSection(provider="anthropic", model="claude-sonnet-4-5", base_url=server.anthropic_base_url)
+        judge = JudgeSection(
+            provider="anthropic", model="claude-sonnet-4-5", base_url=server.anthropic_base_url
+        )
         first = asyncio.run(_complete(judge, request, sampling))
         second = asyncio.run(_complete(judge, request, sampling))
     assert first.cache_write_1h_tokens > 0 and second.cache_read_tokens == first.cache_write_tokens
@@ -299,9 +337,12 @@ def test_the_local_judge_keeps_the_shared_judge_prompt_first(tmp_path: Path) -> 
         options=RenderOptions(text_only=True, layout=LocalProvider.traits.layout),
     )
     assert request.system == prompts.system_prompt() and request.cache_prefix is None
-    assert request.fingerprint() == build_request(
-        traj,
-        setup.split,
-        setup.prompts("rubric-first"),
-        options=RenderOptions(text_only=True),
-    ).fingerprint()
+    assert (
+        request.fingerprint()
+        == build_request(
+            traj,
+            setup.split,
+            setup.prompts("rubric-first"),
+            options=RenderOptions(text_only=True),
+        ).fingerprint()
+    )

@@ -53,7 +53,7 @@ def test_bundled_judge_md_fences_the_output_contract() -> None:
     assert len(blocks) == 1
     assert blocks[0].startswith(PROTECTED_BEGIN) and blocks[0].endswith(PROTECTED_END)
     assert "# Output contract" in blocks[0] and '"success"' in blocks[0]
-    (start, end), = protected_line_ranges(text)
+    ((start, end),) = protected_line_ranges(text)
     lines = text.splitlines()
     assert lines[start - 1] == PROTECTED_BEGIN and lines[end - 1] == PROTECTED_END
 
@@ -73,8 +73,11 @@ def test_every_judge_toml_key_is_documented_in_a_comment() -> None:
         assert f"{key} =" in text or f"[{key}]" in text, key  # a table ([panel]) is documented by its header
     lines = text.splitlines()
     for key in JudgeSettings.model_fields:
-        idx = next(i for i, line in enumerate(lines)
-                   if line.lstrip("# ").startswith(f"{key} =") or line.lstrip("# ") == f"[{key}]")
+        idx = next(
+            i
+            for i, line in enumerate(lines)
+            if line.lstrip("# ").startswith(f"{key} =") or line.lstrip("# ") == f"[{key}]"
+        )
         while idx > 0 and lines[idx - 1].strip():  # climb to the first line of the key's paragraph
             idx -= 1
         assert lines[idx].startswith("# "), f"{key} has no comment in its paragraph"
@@ -125,7 +128,7 @@ def test_missing_file_is_a_user_error(prompts_dir: Path) -> None:
     ("toml", "message"),
     [
         ('mode = "tools"\n', "[mode]"),
-        ('max_images = 1\n', "[max_images]"),
+        ("max_images = 1\n", "[max_images]"),
         ('screenshots = "some"\n', "[screenshots]"),
         ("image_size = 3\n", "[image_size]"),
         ("every_k = 0\n", "[every_k]"),

@@ -110,14 +110,20 @@ def test_splicing_replaces_only_real_placeholders_even_when_text_imitates_one() 
 
 
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
-def test_posted_bodies_keep_sdk_headers_key_and_retries(keys: None, fake_llm: FakeLLMServer, wire: str) -> None:
+def test_posted_bodies_keep_sdk_headers_key_and_retries(
+    keys: None, fake_llm: FakeLLMServer, wire: str
+) -> None:
     fake_llm.script(rate_limited(retry_after=0.01))
     if wire == "anthropic":
         provider: OpenAIProvider | AnthropicProvider = AnthropicProvider(
-            JudgeSection(provider="anthropic", model="claude-sonnet-4-6", base_url=fake_llm.anthropic_base_url)
+            JudgeSection(
+                provider="anthropic", model="claude-sonnet-4-6", base_url=fake_llm.anthropic_base_url
+            )
         )
     else:
-        provider = OpenAIProvider(JudgeSection(provider="openai", model="gpt-4o", base_url=fake_llm.openai_base_url))
+        provider = OpenAIProvider(
+            JudgeSection(provider="openai", model="gpt-4o", base_url=fake_llm.openai_base_url)
+        )
 
     async def call() -> str:
         try:
@@ -148,6 +154,8 @@ def test_sdk_clients_share_one_verifying_ssl_context_and_pool_at_least_the_concu
         OpenAIProvider(wide),
         AnthropicProvider(JudgeSection(provider="anthropic", model="claude-sonnet-4-6", max_concurrency=256)),
     ):
-        pool = cast(Any, provider._client._client._transport)._pool  # the SDK's httpx client's connection pool
+        pool = cast(
+            Any, provider._client._client._transport
+        )._pool  # the SDK's httpx client's connection pool
         assert pool._max_connections >= 256 and pool._max_keepalive_connections >= 256
         assert pool._ssl_context is options["verify"]

@@ -354,7 +354,9 @@ def test_price_lookup_prefers_overrides_then_exact_then_longest_prefix() -> None
     assert price_for("claude-sonnet-4-5-20250929") == price_for("claude-sonnet-4-5")
     assert price_for("gpt-4o-mini-2024-07-18") == price_for("gpt-4o-mini")
     assert price_for("totally-unknown") is None
-    assert price_for("/models/x.gguf") == Price(input=0, output=0, cache_read=0, cache_write=0, cache_write_1h=0)
+    assert price_for("/models/x.gguf") == Price(
+        input=0, output=0, cache_read=0, cache_write=0, cache_write_1h=0
+    )
     mine = Price(input=9, output=9)
     assert price_for("gpt-4o", {"gpt-4o": mine}) is mine
     reply_ = ProviderReply(text="", model="x", input_tokens=10**6, output_tokens=10**6)
@@ -432,8 +434,12 @@ def test_declared_traits_match_what_each_provider_implements(cls: type[Any]) -> 
     the methods behind them exist."""
     traits = cls.traits
     assert traits.tool_use == callable(getattr(cls, "converse", None))
-    batch_methods = [callable(getattr(cls, m, None)) for m in ("submit_batch", "batch_state", "batch_results")]
-    assert (traits.batch is not None) == all(batch_methods) and (traits.batch is not None) == any(batch_methods)
+    batch_methods = [
+        callable(getattr(cls, m, None)) for m in ("submit_batch", "batch_state", "batch_results")
+    ]
+    assert (traits.batch is not None) == all(batch_methods) and (traits.batch is not None) == any(
+        batch_methods
+    )
 
 
 def test_default_local_model_resolves_to_the_bundled_smollm2_gguf() -> None:

@@ -69,7 +69,9 @@ def test_selftest_certify_and_bias_write_exactly_what_they_wrote_before_the_type
     with FakeLLMServer(default=judge) as server:
         point_config_at(ws, server)  # the configured judge: the bias battery judges with it too
         selftest_out = capsys_json(capsys, "selftest", "-w", str(ws), "--repeats", "2", *one)
-        certify_out = capsys_json(capsys, "certify", "-w", str(ws), "--transfer-model", "fake-judge-2", "--no-bias")
+        certify_out = capsys_json(
+            capsys, "certify", "-w", str(ws), "--transfer-model", "fake-judge-2", "--no-bias"
+        )
         bias_out = capsys_json(capsys, "bias", "-w", str(ws), "--probes", "final_claim")
         base_url = server.openai_base_url
     sha = git(ws, "rev-parse", "HEAD").strip()

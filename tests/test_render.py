@@ -44,7 +44,12 @@ def _colour(i: int) -> tuple[int, int, int]:
 
 
 def make_trajectory(
-    sandbox: Path, n: int, *, thoughts: bool = False, missing: frozenset[int] = frozenset(), size: tuple[int, int] = (640, 400)
+    sandbox: Path,
+    n: int,
+    *,
+    thoughts: bool = False,
+    missing: frozenset[int] = frozenset(),
+    size: tuple[int, int] = (640, 400),
 ) -> Trajectory:
     """n steps, each with a solid-colour PNG screenshot (colour identifies the step)."""
     folder = sandbox / "data" / "media" / "images" / "rec"
@@ -131,7 +136,7 @@ def test_every_step_text_is_followed_by_its_512x332_jpeg(tmp_path: Path) -> None
     assert isinstance(first, TextPart)
     assert first.text.startswith(f"## Goal\n\n{GOAL}\n\n## Steps\n\nTotal steps: **5**")
     assert first.text.rstrip().endswith("**Timestamp:** 0 ms")  # 500 us rounds half to even
-    assert "**Action:** `type \"text 0\"`" in first.text
+    assert '**Action:** `type "text 0"`' in first.text
     for k, part in enumerate(images(req)):
         assert part.step_ids == (k,)
         img = decode(part)
@@ -187,7 +192,9 @@ def test_helpers() -> None:
 def test_every_k_policy_sends_the_selected_steps_only(tmp_path: Path) -> None:
     sandbox = tmp_path / "sb"
     traj = make_trajectory(sandbox, 10)
-    req = build_request(traj, FakeSplit(sandbox), prompts_with(tmp_path, 'screenshots = "every_k"\nevery_k = 4\n'))
+    req = build_request(
+        traj, FakeSplit(sandbox), prompts_with(tmp_path, 'screenshots = "every_k"\nevery_k = 4\n')
+    )
     assert [p.step_ids for p in images(req)] == [(0,), (4,), (8,), (9,)]
     assert "Screenshots of 4 of the 10 steps are included" in text(req)
 
@@ -245,7 +252,12 @@ def test_tiling_puts_four_consecutive_frames_row_major_into_1024x664(tmp_path: P
     assert [t.step_ids for t in tiles] == [(0, 1, 2, 3), (4, 5)]
     full = decode(tiles[0])
     assert full.size == (1024, 664)
-    centres = [(256, 166), (768, 166), (256, 498), (768, 498)]  # top-left, top-right, bottom-left, bottom-right
+    centres = [
+        (256, 166),
+        (768, 166),
+        (256, 498),
+        (768, 498),
+    ]  # top-left, top-right, bottom-left, bottom-right
     for step, xy in enumerate(centres):
         assert close(full.getpixel(xy), _colour(step)), step
     partial = decode(tiles[1])
@@ -255,7 +267,10 @@ def test_tiling_puts_four_consecutive_frames_row_major_into_1024x664(tmp_path: P
 
     body = text(req)
     assert "read row by row: top-left, top-right, bottom-left, bottom-right" in body
-    assert "[2x2 grid of steps 0–3: top-left = step 0, top-right = step 1, bottom-left = step 2, bottom-right = step 3]" in body
+    assert (
+        "[2x2 grid of steps 0–3: top-left = step 0, top-right = step 1, bottom-left = step 2, bottom-right = step 3]"
+        in body
+    )
     assert "bottom-right = step 3]" in body and "; the other positions are blank]" in body
     # Each tile follows the text of its last step.
     idx = req.parts.index(tiles[0])
@@ -267,7 +282,9 @@ def test_tiling_with_a_custom_size_doubles_it(tmp_path: Path) -> None:
     sandbox = tmp_path / "sb"
     traj = make_trajectory(sandbox, 4)
     req = build_request(
-        traj, FakeSplit(sandbox), prompts_with(tmp_path, "tiling = true\nimage_width = 64\nimage_height = 40\n")
+        traj,
+        FakeSplit(sandbox),
+        prompts_with(tmp_path, "tiling = true\nimage_width = 64\nimage_height = 40\n"),
     )
     (tile,) = images(req)
     assert decode(tile).size == (128, 80)
@@ -287,8 +304,10 @@ def test_budget_drops_middle_images_first_keeping_first_and_last(tmp_path: Path)
     assert sent[0] == 0 and sent[-1] == 39
     assert 25 <= len(sent) < 40
     assert estimate(req) <= budget
-    assert text(req) .count("### Step ") == 40  # no text was compressed
-    assert len(req.notes) == 1 and req.notes[0].startswith(f"token budget {budget}: dropped the screenshots of")
+    assert text(req).count("### Step ") == 40  # no text was compressed
+    assert len(req.notes) == 1 and req.notes[0].startswith(
+        f"token budget {budget}: dropped the screenshots of"
+    )
     dropped = 40 - len(sent)
     assert f"of {dropped} middle steps" in req.notes[0]
 
@@ -410,7 +429,9 @@ def test_renders_a_bundled_sample_item_through_the_real_split(tmp_path: Path) ->
     assert traj.task.instruction.strip() in text(req)
 
 
-def test_a_request_rendered_within_a_token_budget_is_within_it_for_the_spending_budget_too(tmp_path: Path) -> None:
+def test_a_request_rendered_within_a_token_budget_is_within_it_for_the_spending_budget_too(
+    tmp_path: Path,
+) -> None:
     """Rendering and the spending budget count with one estimator (`optimizer.judge.estimate`): a
     small screenshot (100x60, under a billed image's 85-token floor) costs the plan what it costs the
     reservation, so a request rendered to fit ``token_budget`` is estimated within it."""

@@ -22,8 +22,11 @@ COMMITTED = REPO_ROOT / "devset" / "sample"
 
 
 def _tree_hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +43,10 @@ def labels(sample: Path) -> list[Label]:
 
 
 def _json_docs(sample: Path) -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text(encoding="utf-8"))
-            for p in (sample / "sandbox" / "data" / "jsons").glob("*.json")}
+    return {
+        p.stem: json.loads(p.read_text(encoding="utf-8"))
+        for p in (sample / "sandbox" / "data" / "jsons").glob("*.json")
+    }
 
 
 def test_same_seed_writes_byte_identical_files(sample: Path, tmp_path: Path) -> None:
@@ -50,7 +55,9 @@ def test_same_seed_writes_byte_identical_files(sample: Path, tmp_path: Path) -> 
     assert _tree_hashes(again) == _tree_hashes(sample)
 
 
-def test_other_seed_changes_ids_but_not_the_content_shape(sample: Path, tmp_path: Path, labels: list[Label]) -> None:
+def test_other_seed_changes_ids_but_not_the_content_shape(
+    sample: Path, tmp_path: Path, labels: list[Label]
+) -> None:
     other = tmp_path / "other"
     summary = generate_sample(other, DEFAULT_SEED + 1, pairs=PAIRS[:2])
     other_rows = [json.loads(line) for line in (other / "AgentHorizon.jsonl").read_text().splitlines()]
@@ -86,7 +93,10 @@ def test_counts_pairs_steps_and_label_shapes(sample: Path, labels: list[Label]) 
             # a negative shows one recording of the pair with the other recording's instruction
             assert {neg.original_id, neg.paired_id} == recordings
             assert neg.trajectory_id not in recordings
-            assert neg.negative_source in ("parent_instruction_child_trajectory", "child_instruction_parent_trajectory")
+            assert neg.negative_source in (
+                "parent_instruction_child_trajectory",
+                "child_instruction_parent_trajectory",
+            )
         assert {neg.mistake_type for neg in negatives} <= {pair.b_under_a, pair.a_under_b}
     types = Counter(lab.mistake_type for lab in labels if not lab.is_positive)
     assert set(MISTAKE_TYPES) <= set(types)  # every type occurs
@@ -97,7 +107,9 @@ def test_counts_pairs_steps_and_label_shapes(sample: Path, labels: list[Label]) 
         assert 8 <= n <= 30, (lab.trajectory_id, n)
 
 
-def test_negative_carries_the_sibling_instruction_and_the_shown_recording(sample: Path, labels: list[Label]) -> None:
+def test_negative_carries_the_sibling_instruction_and_the_shown_recording(
+    sample: Path, labels: list[Label]
+) -> None:
     docs = _json_docs(sample)
     for lab in labels:
         if lab.is_positive:
@@ -157,7 +169,9 @@ def _final_frame(sample: Path, recording: str) -> Path:
     return folder / f"step_{len(list(folder.glob('*.png')))}.png"
 
 
-def test_final_frames_differ_between_the_two_recordings_of_every_pair(sample: Path, labels: list[Label]) -> None:
+def test_final_frames_differ_between_the_two_recordings_of_every_pair(
+    sample: Path, labels: list[Label]
+) -> None:
     for pair in PAIRS:
         recs = [lab.original_id for lab in labels if lab.is_positive and lab.trajectory_scenario == pair.key]
         a, b = (_final_frame(sample, r).read_bytes() for r in recs)
@@ -176,7 +190,10 @@ def test_screenshots_show_the_state_the_steps_produce(sample: Path, labels: list
         return sum(count for count, rgb in colors if rgb == red)
 
     rect_rec, ellipse_rec = recs  # PAIRS order: A is the rectangle, B the ellipse
-    rect_red, ellipse_red = red_pixels(_final_frame(sample, rect_rec)), red_pixels(_final_frame(sample, ellipse_rec))
+    rect_red, ellipse_red = (
+        red_pixels(_final_frame(sample, rect_rec)),
+        red_pixels(_final_frame(sample, ellipse_rec)),
+    )
     assert ellipse_red > 5000
     assert 0.70 < ellipse_red / rect_red < 0.86
     first = sample / "sandbox" / "data" / "media" / "images" / rect_rec / "step_1.png"
@@ -192,7 +209,9 @@ def test_frames_change_as_the_recording_progresses(sample: Path, labels: list[La
         assert len(frames) >= 5, lab.trajectory_scenario
 
 
-def test_out_dir_refuses_a_foreign_folder_and_replaces_a_previous_generation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_out_dir_refuses_a_foreign_folder_and_replaces_a_previous_generation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "mine.txt").write_text("keep me")

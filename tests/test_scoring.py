@@ -101,7 +101,9 @@ def test_files_the_official_workflow_adds_are_skipped_not_scored(tmp_path: Path)
     before = read_results_dir(folder, IDS)
     # The official analysis step writes analysis.json into the results folder; other runners write
     # summary.json. Neither is named by a trajectory id, and neither holds a verdict.
-    (folder / "analysis.json").write_text('{"summary": {"total_results": 9}, "metrics": {}}', encoding="utf-8")
+    (folder / "analysis.json").write_text(
+        '{"summary": {"total_results": 9}, "metrics": {}}', encoding="utf-8"
+    )
     (folder / "summary.json").write_text('{"success": true}', encoding="utf-8")
     (folder / "analysis.md").write_text("# Evaluation Analysis Report\n", encoding="utf-8")
     skipped: list[str] = []

@@ -39,7 +39,9 @@ def test_planted_degradation_is_rolled_back_and_a_steady_judge_never_keeps_itsel
     planted = result["planted"]
     assert planted["decided"] and planted["rolled_back"] is True
     # The judge obeyed the rule: every negative it judged under it became a false positive.
-    assert planted["fpr_planted"] == 1.0 and planted["fpr_incumbent"] < 1.0 and planted["judge_obeyed"] is True
+    assert (
+        planted["fpr_planted"] == 1.0 and planted["fpr_incumbent"] < 1.0 and planted["judge_obeyed"] is True
+    )
     assert PLANTED_RULE in planted["rule"]
     # A deterministic judge gives identical verdicts to identical prompts: nothing kept, nothing unstable.
     aa = result["aa"]
@@ -51,8 +53,14 @@ def test_planted_degradation_is_rolled_back_and_a_steady_judge_never_keeps_itsel
     # At this (zero) noise the simulation agrees: a fix is kept exactly when it is that large.
     power = result["detectable"]["at_noise"]
     assert power["smallest_fix"] == min_fixes_to_keep(0, 0.1)
-    assert all(rate == (1.0 if int(d) >= power["smallest_fix"] else 0.0) for d, rate in power["keep_rate_by_fix"].items())
-    assert result["policy"]["policy"] == "adaptive" and result["benchmark"]["reference"] == BENCHMARK["policies"]["adaptive"]
+    assert all(
+        rate == (1.0 if int(d) >= power["smallest_fix"] else 0.0)
+        for d, rate in power["keep_rate_by_fix"].items()
+    )
+    assert (
+        result["policy"]["policy"] == "adaptive"
+        and result["benchmark"]["reference"] == BENCHMARK["policies"]["adaptive"]
+    )
     assert result["complete"] is True
     # Recorded where certify finds it; nothing the user owns changed (prompts, devset, HEAD, branch, refs).
     saved = Path(ws / result["files"]["json"])
@@ -85,16 +93,21 @@ def test_the_aa_slots_are_fresh_calls_and_a_second_selftest_is_served_by_the_cac
 
 def test_budget_stops_the_selftest_cleanly_and_says_so(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text() + '\n[prices."fake-judge"]\ninput = 3.0\noutput = 15.0\n', encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text() + '\n[prices."fake-judge"]\ninput = 3.0\noutput = 15.0\n', encoding="utf-8"
+    )
     commit_all(ws, "prices")
     with FakeLLMServer(default=GullibleJudge(ws)) as server:
-        result = run_json(capsys, "selftest", "-w", str(ws), "--repeats", "5", "--budget-usd", "0.5",
-                          *judge_args(server))
+        result = run_json(
+            capsys, "selftest", "-w", str(ws), "--repeats", "5", "--budget-usd", "0.5", *judge_args(server)
+        )
     assert result["complete"] is False and result["stopped"] and "budget" in result["stopped"]
     assert result["aa"]["repeats"] < 5 and result["cost_usd"] <= 0.5
 
 
-def test_selftest_refuses_a_held_out_dev_split_in_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_selftest_refuses_a_held_out_dev_split_in_one_line(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     set_toml_key(ws, "workspace", "heldout_splits", '["small"]')
     commit_all(ws, "held out")
     with FakeLLMServer(default=GullibleJudge(ws)) as server:
@@ -107,7 +120,9 @@ def test_selftest_refuses_a_held_out_dev_split_in_one_line(ws: Path, capsys: pyt
 
 
 @pytest.mark.slow
-def test_aa_keep_rate_agrees_with_the_decision_power_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_aa_keep_rate_agrees_with_the_decision_power_benchmark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The benchmark's judge (AH-D's composition, every call a fresh draw) under the default policy.
 
     An A/A repeat is a no-op candidate against a *fresh* incumbent, the benchmark's ``sim1`` setting, so
@@ -123,16 +138,26 @@ def test_aa_keep_rate_agrees_with_the_decision_power_benchmark(tmp_path: Path, c
         q, fixable = item_q(len(positive), 0)
         model = JudgeModel(positive, types, q, fixable, seed=7)
         with FakeLLMServer(default=model, keep_alive=True) as server:
-            result = run_json(capsys, "selftest", "-w", str(root), "--repeats", str(repeats),
-                              *judge_args(server, concurrency=1))
+            result = run_json(
+                capsys,
+                "selftest",
+                "-w",
+                str(root),
+                "--repeats",
+                str(repeats),
+                *judge_args(server, concurrency=1),
+            )
     aa, bench = result["aa"], result["benchmark"]
     assert result["policy"]["name"] == "adaptive" and aa["repeats"] == repeats
     reference = BENCHMARK["policies"]["adaptive"]["noop_fresh"]
     assert bench["reference"]["noop_fresh"] == reference and bench["agrees"] is True
     lo, hi = aa["keep_rate_interval"]
     assert lo <= reference <= hi
-    sim = power_sim.simulate("adaptive", common.SimJudge(q, fixable, np.array(positive)),
-                       common.RunPlan(600, 1, 0, seed=3, schedule=["noop"]))
+    sim = power_sim.simulate(
+        "adaptive",
+        common.SimJudge(q, fixable, np.array(positive)),
+        common.RunPlan(600, 1, 0, seed=3, schedule=["noop"]),
+    )
     k, n = common.keep_rate(sim.trials, "noop")
     lo99, hi99 = clopper_pearson_interval(aa["kept"], repeats, level=0.99)
     assert lo99 <= k / n <= hi99
@@ -152,10 +177,13 @@ def test_simulated_keep_rate_is_the_decision_power_benchmarks(policy: str, fix: 
     # equal within 4 standard errors of the difference.
     positive = np.array(common.labels_only()[1])
     q, fixable = item_q(len(positive), 0)
-    ours = simulated_keep_rate(positive, q, fix, LoopSection.model_validate({"policy": policy}), 0.1, trials=1000,
-                               seed=4)
+    ours = simulated_keep_rate(
+        positive, q, fix, LoopSection.model_validate({"policy": policy}), 0.1, trials=1000, seed=4
+    )
     kind = "noop" if fix == 0 else f"fix{fix}"
-    res = power_sim.simulate(policy, common.SimJudge(q, fixable, positive), common.RunPlan(1000, 1, 0, seed=5, schedule=[kind]))
+    res = power_sim.simulate(
+        policy, common.SimJudge(q, fixable, positive), common.RunPlan(1000, 1, 0, seed=5, schedule=[kind])
+    )
     k, n = common.keep_rate(res.trials, kind)
     p = (ours + k / n) / 2
     assert abs(ours - k / n) <= 4 * math.sqrt(2 * p * (1 - p) / 1000)

@@ -18,8 +18,12 @@ def _sqlite_error(code: int, text: str) -> sqlite3.Error:
 
 
 def test_only_the_fixable_errnos_are_mapped() -> None:
-    for code, words in ((errno.ENOSPC, "no space left"), (errno.EDQUOT, "no space left"),
-                        (errno.EROFS, "read-only file system"), (errno.EACCES, "permission denied")):
+    for code, words in (
+        (errno.ENOSPC, "no space left"),
+        (errno.EDQUOT, "no space left"),
+        (errno.EROFS, "read-only file system"),
+        (errno.EACCES, "permission denied"),
+    ):
         fault = storage.os_fault(OSError(code, "x", "/w/experiments/f"))
         assert fault is not None and words in str(fault) and "/w/experiments/f" in str(fault)
     # Written without a file name (a failed write() or flush): the caller's place is named instead.

@@ -32,7 +32,11 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> DevFixture:
 
 def _library_ids(dev: DevFixture) -> list[str]:
     """The rubric rules' ids (structural entries take part only with [optimizer] structure_moves)."""
-    return [e.id for e in parse_library((dev.ws.root / LIBRARY_MD).read_text(encoding="utf-8")) if e.structure is None]
+    return [
+        e.id
+        for e in parse_library((dev.ws.root / LIBRARY_MD).read_text(encoding="utf-8"))
+        if e.structure is None
+    ]
 
 
 # --------------------------------------------------------------------------- library
@@ -43,7 +47,9 @@ def test_library_is_deterministic_for_seed_sequence_and_history(dev: DevFixture)
     a = LibraryStrategy().propose_sync(make_context(dev, dis, seq=3, seed=7))
     b = LibraryStrategy().propose_sync(make_context(dev, dis, seq=3, seed=7))
     assert a.files == b.files and a.rationale == b.rationale
-    others = {LibraryStrategy().propose_sync(make_context(dev, [], seq=s, seed=7)).rationale for s in range(1, 9)}
+    others = {
+        LibraryStrategy().propose_sync(make_context(dev, [], seq=s, seed=7)).rationale for s in range(1, 9)
+    }
     assert len(others) > 1  # with no disagreements to steer it, the seed/sequence spreads the choice
 
 
@@ -57,7 +63,10 @@ def test_library_touches_only_the_rubric_and_stays_a_valid_prompt(dev: DevFixtur
     assert len(enabled) == 1 and enabled[0] in _library_ids(dev)
     # Everything outside the library region is unchanged.
     old = ctx.current_files[RUBRIC_MD]
-    assert new_rubric.split("<!-- judgeloop:library:begin -->")[0] == old.split("<!-- judgeloop:library:begin -->")[0]
+    assert (
+        new_rubric.split("<!-- judgeloop:library:begin -->")[0]
+        == old.split("<!-- judgeloop:library:begin -->")[0]
+    )
     assert proposal.calls == 0 and proposal.cost_usd == 0.0
 
 
@@ -76,11 +85,15 @@ def test_library_never_repeats_a_tried_set_until_exhausted(dev: DevFixture) -> N
         order.append(enabled)
         # The set is recorded as data, not parsed back out of the prose.
         assert proposal.meta == {"library_enabled": sorted(enabled)} and "[library:" not in proposal.rationale
-        assert tried_sets([PastExperiment(0, "rolled_back", "", proposal.rationale, None, None, "", proposal.meta)]) \
-            == {enabled}
+        assert tried_sets(
+            [PastExperiment(0, "rolled_back", "", proposal.rationale, None, None, "", proposal.meta)]
+        ) == {enabled}
         assert tried_sets([PastExperiment(0, "rolled_back", "", proposal.rationale, None, None, "")]) == set()
-        history.append(PastExperiment(seq, "rolled_back", "kappa did not rise", proposal.rationale, 0.5, 0.1, "",
-                                      proposal.meta))
+        history.append(
+            PastExperiment(
+                seq, "rolled_back", "kappa did not rise", proposal.rationale, 0.5, 0.1, "", proposal.meta
+            )
+        )
     # From the empty set the first n proposals are the n single toggles; only then come pairs.
     assert [len(s) for s in order] == [1] * n + [2] * 3
 
@@ -89,15 +102,25 @@ def test_library_counts_only_decided_candidates_as_tried(dev: DevFixture) -> Non
     """A candidate killed between the guards and the commit (recorded `error` on resume) was never tried."""
     dis = disagreements_for(dev.items, missed=3, rejected=0)
     first = LibraryStrategy().propose_sync(make_context(dev, dis, seq=1))
-    interrupted = PastExperiment(1, "error", "interrupted before it was evaluated; rolled back on resume",
-                                 first.rationale, None, None, "", first.meta)
+    interrupted = PastExperiment(
+        1,
+        "error",
+        "interrupted before it was evaluated; rolled back on resume",
+        first.rationale,
+        None,
+        None,
+        "",
+        first.meta,
+    )
     assert tried_sets([interrupted]) == set()
     again = LibraryStrategy().propose_sync(make_context(dev, dis, history=[interrupted], seq=2))
     assert again.meta == first.meta  # the best move is proposed again, not skipped as "tried"
     for decided in ("kept", "rolled_back", "guard_rejected", "waiting"):
         past = PastExperiment(1, decided, "", first.rationale, None, None, "", first.meta)
         assert tried_sets([past]) == {frozenset(first.meta["library_enabled"])}
-        assert LibraryStrategy().propose_sync(make_context(dev, dis, history=[past], seq=2)).meta != first.meta
+        assert (
+            LibraryStrategy().propose_sync(make_context(dev, dis, history=[past], seq=2)).meta != first.meta
+        )
 
 
 def test_library_exhausted_raises_proposal_error(dev: DevFixture) -> None:
@@ -113,7 +136,9 @@ def test_library_exhausted_raises_proposal_error(dev: DevFixture) -> None:
         LibraryStrategy().propose_sync(make_context(dev, [], history=history))
 
 
-def test_library_prefers_stricter_entries_for_missed_failures_and_lenient_for_rejected(dev: DevFixture) -> None:
+def test_library_prefers_stricter_entries_for_missed_failures_and_lenient_for_rejected(
+    dev: DevFixture,
+) -> None:
     library = parse_library((dev.ws.root / LIBRARY_MD).read_text(encoding="utf-8"))
     lean = {e.id: classify(e).lean for e in library}
     strict_ctx = make_context(dev, disagreements_for(dev.items, missed=4, rejected=0))
@@ -139,7 +164,9 @@ def test_library_disables_a_strict_entry_when_the_judge_is_too_strict(dev: DevFi
     ctx.current_files[RUBRIC_MD] = with_entries(ctx.current_files[RUBRIC_MD], library, strict_ids)
     lenient_ids = [e.id for e in library if classify(e).lean == "lenient"]
     ctx.history = [
-        PastExperiment(1, "rolled_back", "", "x", None, None, "", {"library_enabled": sorted([*strict_ids, i])})
+        PastExperiment(
+            1, "rolled_back", "", "x", None, None, "", {"library_enabled": sorted([*strict_ids, i])}
+        )
         for i in lenient_ids
     ]
     p = LibraryStrategy().propose_sync(ctx)
@@ -171,9 +198,14 @@ def test_balanced_sample_takes_both_directions_and_fills_from_the_other(dev: Dev
 def test_splice_section_replaces_body_and_keeps_markers() -> None:
     text = "# A\n\nintro\n\n## B\n\nold b\n\n### B1\n\nsub\n\n## C\n\nc body\n<!-- judgeloop:library:begin -->\n<!-- judgeloop:library:end -->\n"
     out = splice_section(text, "## b", "## B\n\nnew b")
-    assert out == "# A\n\nintro\n\n## B\n\nnew b\n\n## C\n\nc body\n<!-- judgeloop:library:begin -->\n<!-- judgeloop:library:end -->\n"
+    assert (
+        out
+        == "# A\n\nintro\n\n## B\n\nnew b\n\n## C\n\nc body\n<!-- judgeloop:library:begin -->\n<!-- judgeloop:library:end -->\n"
+    )
     out = splice_section(text, "C", "only the body")
-    assert out is not None and "only the body\n\n<!-- judgeloop:library:begin -->" in out and "c body" not in out
+    assert (
+        out is not None and "only the body\n\n<!-- judgeloop:library:begin -->" in out and "c body" not in out
+    )
     assert splice_section(text, "## Missing", "x") is None
 
 
@@ -205,16 +237,22 @@ def test_tools_read_steps_view_screenshots_and_edit_in_memory(dev: DevFixture) -
     state = ToolState(ctx)
     listed = json.loads(run_tool(state, "list_disagreements", {"direction": "missed_failure"}).text)
     assert listed["summary"]["matching"] == 2 and all(i["label"] == "negative" for i in listed["items"])
-    text = run_tool(state, "read_trajectory", {"trajectory_id": item.trajectory_id, "start": 1, "end": 2}).text
-    assert "step 1: type \"report-1.pdf\"" in text and "step 2: hotkey Ctrl+s" in text and "step 0:" not in text
+    text = run_tool(
+        state, "read_trajectory", {"trajectory_id": item.trajectory_id, "start": 1, "end": 2}
+    ).text
+    assert 'step 1: type "report-1.pdf"' in text and "step 2: hotkey Ctrl+s" in text and "step 0:" not in text
     shot = run_tool(state, "view_screenshot", {"trajectory_id": item.trajectory_id, "step": 3})
     assert not shot.is_error and shot.image is not None
     assert Image.open(io.BytesIO(shot.image)).format == "JPEG"
     assert run_tool(state, "view_screenshot", {"trajectory_id": item.trajectory_id, "step": 40}).is_error
     judge_before = (dev.ws.root / "prompts/judge.md").read_text(encoding="utf-8")
-    ok = run_tool(state, "edit_file", {"path": "./prompts/judge.md", "old": "# Role", "new": "# Role and duty"})
+    ok = run_tool(
+        state, "edit_file", {"path": "./prompts/judge.md", "old": "# Role", "new": "# Role and duty"}
+    )
     assert not ok.is_error
-    assert state.changed_files()["prompts/judge.md"].startswith(judge_before.split("# Role")[0] + "# Role and duty")
+    assert state.changed_files()["prompts/judge.md"].startswith(
+        judge_before.split("# Role")[0] + "# Role and duty"
+    )
     assert (dev.ws.root / "prompts/judge.md").read_text(encoding="utf-8") == judge_before  # never on disk
     assert run_tool(state, "edit_file", {"path": "prompts/judge.md", "old": "nowhere", "new": "x"}).is_error
     assert run_tool(state, "read_guidance", {}).text == "Prefer short rules."
@@ -226,19 +264,25 @@ def test_tools_read_steps_view_screenshots_and_edit_in_memory(dev: DevFixture) -
 
 
 def _section_reply(section: str = "## Decision rules") -> str:
-    return json.dumps({
-        "file": "prompts/rubric.md",
-        "section_heading": section,
-        "new_section": "## Decision rules\n\n- The instruction is the reference; check every parameter.",
-        "rationale": "Tighten the decision rules so near-miss executions are judged false.",
-    })
+    return json.dumps(
+        {
+            "file": "prompts/rubric.md",
+            "section_heading": section,
+            "new_section": "## Decision rules\n\n- The instruction is the reference; check every parameter.",
+            "rationale": "Tighten the decision rules so near-miss executions are judged false.",
+        }
+    )
 
 
-def test_reflect_through_anthropic_sdk_splices_the_section(dev: DevFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reflect_through_anthropic_sdk_splices_the_section(
+    dev: DevFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     with FakeLLMServer() as server:
         server.script(reply("Here it is:\n```json\n" + _section_reply() + "\n```", usage=Usage(1000, 200)))
-        cfg = OptimizerSection(strategy="reflect", provider="anthropic", model="opt-model", base_url=server.anthropic_base_url)
+        cfg = OptimizerSection(
+            strategy="reflect", provider="anthropic", model="opt-model", base_url=server.anthropic_base_url
+        )
         strategy = make_strategy("reflect", cfg, {"opt-model": Price(input=3.0, output=15.0)})
         ctx = make_context(dev, disagreements_for(dev.items, missed=3, rejected=2))
         proposal = asyncio.run(strategy.propose(ctx))
@@ -263,7 +307,11 @@ def test_reflect_through_openai_sdk(dev: DevFixture, monkeypatch: pytest.MonkeyP
         server.script(reply(_section_reply(), usage=Usage(500, 100, cache_read_tokens=200)))
         # A model of the built-in price table: cached prompt tokens are billed at the cache-read rate.
         cfg = OptimizerSection(provider="openai", model="gpt-4o-mini", base_url=server.openai_base_url)
-        proposal = asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, disagreements_for(dev.items, missed=1, rejected=1))))
+        proposal = asyncio.run(
+            ReflectStrategy(cfg, {}).propose(
+                make_context(dev, disagreements_for(dev.items, missed=1, rejected=1))
+            )
+        )
         (request,) = server.inference_requests()
     assert request.wire == "openai" and request.body["messages"][0]["role"] == "system"
     # The providers' token convention: input_tokens are the uncached prompt tokens (700 - 200 cached).
@@ -276,8 +324,12 @@ def test_reflect_through_openai_sdk(dev: DevFixture, monkeypatch: pytest.MonkeyP
     [
         ("I would tighten the rules.", "not a JSON object"),
         (json.dumps({"file": "prompts/rubric.md", "section_heading": "## Decision rules"}), "new_section"),
-        (json.dumps({"file": "judgeloop.toml", "section_heading": "x", "new_section": "y", "rationale": "z"}),
-         "not an allowed file"),
+        (
+            json.dumps(
+                {"file": "judgeloop.toml", "section_heading": "x", "new_section": "y", "rationale": "z"}
+            ),
+            "not an allowed file",
+        ),
         (_section_reply("## No such section"), "no section headed"),
     ],
 )
@@ -299,7 +351,9 @@ def test_reflect_transport_failure_is_a_proposal_error_and_bad_key_a_user_error(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     with FakeLLMServer() as server:
         server.script(error(503, message="overloaded"))
-        cfg = OptimizerSection(provider="anthropic", model="m", base_url=server.anthropic_base_url, max_retries=0)
+        cfg = OptimizerSection(
+            provider="anthropic", model="m", base_url=server.anthropic_base_url, max_retries=0
+        )
         with pytest.raises(ProposalError, match="HTTP 503"):
             asyncio.run(ReflectStrategy(cfg, {}).propose(make_context(dev, [])))
         server.script(error(401, error_type="authentication_error", message="bad key"))
@@ -327,8 +381,16 @@ def test_the_optimiser_sees_what_an_agentic_judge_looked_at() -> None:
     from optimizer.loop.strategies import Disagreement
     from optimizer.loop.strategies.common import disagreement_dict
 
-    base: dict[str, Any] = dict(trajectory_id="t", instruction="i", label_positive=False, mistake_type="Critical Mistake",
-                judge_success=True, reasoning="r", confidence="high", unstable=False)
+    base: dict[str, Any] = dict(
+        trajectory_id="t",
+        instruction="i",
+        label_positive=False,
+        mistake_type="Critical Mistake",
+        judge_success=True,
+        reasoning="r",
+        confidence="high",
+        unstable=False,
+    )
     assert "judge_tool_calls" not in disagreement_dict(Disagreement(**base))  # a direct judge: nothing to add
     tools = (JudgeToolCall("read_steps", {"first": 0, "last": 24}), JudgeToolCall("submit_verdict"))
     agentic = Disagreement(**base, judge_tools=tools)

@@ -39,7 +39,8 @@ def test_set_key_rewrites_one_line_keeps_comments_and_reads_back() -> None:
     assert structure_changes(BUNDLED, text) == {"tiling": (False, True)}
     # Every comment line of the bundled file survives the move.
     assert [ln for ln in BUNDLED.splitlines() if ln.startswith("#")] == [
-        ln for ln in text.splitlines() if ln.startswith("#")]
+        ln for ln in text.splitlines() if ln.startswith("#")
+    ]
     panel = set_key(text, "panel.members", ["strict", "evidence"])
     assert tomllib.loads(panel)["panel"] == {"members": ["strict", "evidence"]}
     again = set_key(panel, "panel.vote", "unanimous")
@@ -51,26 +52,50 @@ def test_a_move_within_bounds_passes_every_guard() -> None:
     assert guard(set_key(BUNDLED, "max_images", 40), ["max_images", "tiling"]) == ("ok", "")
 
 
-@pytest.mark.parametrize(("new", "moves", "max_members", "expected"), [
-    # structure moves off: any judge.toml edit is refused
-    (set_key(BUNDLED, "tiling", True), [], 3, "structure_moves is empty (structure moves are off)"),
-    # a movable key outside its bounds
-    (set_key(BUNDLED, "max_images", 500), ["max_images"], 3, "max_images = 500 must be an integer 2..100"),
-    (set_key(BUNDLED, "screenshots", "some"), ["screenshots"], 3, 'screenshots = "some" must be "all" |'),
-    # a movable key the run does not allow
-    (set_key(BUNDLED, "tiling", True), ["max_images"], 3, "tiling is not in [optimizer] structure_moves"),
-    # a key that is never movable (added, or changed)
-    (BUNDLED + "\ntemperature = 0.0\n", ["tiling"], 3, "temperature is not a movable key"),
-    (BUNDLED.replace("replicates = 1", "replicates = 5"), ["tiling"], 3, "replicates is not a movable key"),
-    # a panel beyond max_members, by count or by names
-    (set_key(BUNDLED, "panel.members", 5), ["panel.members"], 3, "names 5 members, over [optimizer] max_members = 3"),
-    (set_key(BUNDLED, "panel.members", ["a", "b", "c"]), ["panel.members"], 2, "names 3 members"),
-    # a comment-only edit is no move
-    (BUNDLED + "\n# free text the optimiser wants the judge to read\n", ["tiling"], 3, "changes none of its keys"),
-    ("tiling = [", ["tiling"], 3, "is not valid TOML"),
-])
-def test_hostile_judge_toml_edits_are_refused_with_the_reason(new: str, moves: list[str], max_members: int,
-                                                              expected: str) -> None:
+@pytest.mark.parametrize(
+    ("new", "moves", "max_members", "expected"),
+    [
+        # structure moves off: any judge.toml edit is refused
+        (set_key(BUNDLED, "tiling", True), [], 3, "structure_moves is empty (structure moves are off)"),
+        # a movable key outside its bounds
+        (
+            set_key(BUNDLED, "max_images", 500),
+            ["max_images"],
+            3,
+            "max_images = 500 must be an integer 2..100",
+        ),
+        (set_key(BUNDLED, "screenshots", "some"), ["screenshots"], 3, 'screenshots = "some" must be "all" |'),
+        # a movable key the run does not allow
+        (set_key(BUNDLED, "tiling", True), ["max_images"], 3, "tiling is not in [optimizer] structure_moves"),
+        # a key that is never movable (added, or changed)
+        (BUNDLED + "\ntemperature = 0.0\n", ["tiling"], 3, "temperature is not a movable key"),
+        (
+            BUNDLED.replace("replicates = 1", "replicates = 5"),
+            ["tiling"],
+            3,
+            "replicates is not a movable key",
+        ),
+        # a panel beyond max_members, by count or by names
+        (
+            set_key(BUNDLED, "panel.members", 5),
+            ["panel.members"],
+            3,
+            "names 5 members, over [optimizer] max_members = 3",
+        ),
+        (set_key(BUNDLED, "panel.members", ["a", "b", "c"]), ["panel.members"], 2, "names 3 members"),
+        # a comment-only edit is no move
+        (
+            BUNDLED + "\n# free text the optimiser wants the judge to read\n",
+            ["tiling"],
+            3,
+            "changes none of its keys",
+        ),
+        ("tiling = [", ["tiling"], 3, "is not valid TOML"),
+    ],
+)
+def test_hostile_judge_toml_edits_are_refused_with_the_reason(
+    new: str, moves: list[str], max_members: int, expected: str
+) -> None:
     name, reason = guard(new, moves, max_members)
     assert name == "structure"
     assert expected in reason
@@ -86,8 +111,10 @@ def test_judge_toml_cannot_be_deleted_or_reached_by_another_spelling() -> None:
         structure_moves=["tiling"],
         max_members=3,
     )
-    assert (deleted.guard, deleted.reason) == ("structure", f"the candidate deletes {JUDGE_TOML}; structure moves "
-                                                            "edit keys, never the file")
+    assert (deleted.guard, deleted.reason) == (
+        "structure",
+        f"the candidate deletes {JUDGE_TOML}; structure moves edit keys, never the file",
+    )
     spelled = check_candidate(
         {"prompts/./judge.toml": (BUNDLED, set_key(BUNDLED, "tiling", True))},
         allowed,
@@ -123,14 +150,19 @@ def test_structure_moves_must_name_movable_keys(tmp_path: Path) -> None:
     cfg.write_text('[optimizer]\nstructure_moves = ["tiling"]\n', encoding="utf-8")
     opt = load_config(cfg).optimizer
     assert opt.editable_files == ["prompts/judge.md", "prompts/rubric.md", JUDGE_TOML]
-    assert opt.model_copy(update={"structure_moves": []}).editable_files == ["prompts/judge.md", "prompts/rubric.md"]
+    assert opt.model_copy(update={"structure_moves": []}).editable_files == [
+        "prompts/judge.md",
+        "prompts/rubric.md",
+    ]
 
 
 def test_every_movable_key_refuses_a_value_of_the_wrong_type_and_may_go_back_to_its_default() -> None:
     for spec in MOVABLE_KEYS.values():
         assert spec.check({"a": 1}, 3) is not None, spec.name
     # Removing a movable key is a move too: the key takes its default.
-    assert check_structure(JUDGE_TOML, BUNDLED, set_key(BUNDLED, "max_images", None), ["max_images"], 3) is None
+    assert (
+        check_structure(JUDGE_TOML, BUNDLED, set_key(BUNDLED, "max_images", None), ["max_images"], 3) is None
+    )
 
 
 def _state(tmp_path: Path, moves: list[str], max_members: int = 3) -> ToolState:
@@ -146,9 +178,15 @@ def test_set_structure_moves_within_bounds_and_refuses_the_rest(tmp_path: Path) 
     state = _state(tmp_path, ["tiling", "panel.members"], max_members=2)
     assert not run_tool(state, "set_structure", {"key": "tiling", "value": True}).is_error
     assert structure_changes(BUNDLED, state.changed_files()[JUDGE_TOML]) == {"tiling": (False, True)}
-    refused = [run_tool(state, "set_structure", args) for args in (
-        {"key": "panel.members", "value": 3}, {"key": "replicates", "value": 3},
-        {"key": "max_images", "value": 10}, {"key": "tiling", "value": "yes"})]
+    refused = [
+        run_tool(state, "set_structure", args)
+        for args in (
+            {"key": "panel.members", "value": 3},
+            {"key": "replicates", "value": 3},
+            {"key": "max_images", "value": 10},
+            {"key": "tiling", "value": "yes"},
+        )
+    ]
     assert [o.text for o in refused] == [
         "error: panel.members names 3 members, over [optimizer] max_members = 2",
         "error: 'replicates' is not a key you may move; movable: tiling, panel.members",
@@ -176,8 +214,10 @@ def test_the_library_strategy_toggles_a_structural_entry_only_when_its_keys_may_
     dev = make_dev(tmp_path)
     ctx = make_context(dev, [])
     ctx.current_files[JUDGE_TOML] = BUNDLED
-    ctx.current_files["prompts/library.md"] = ("# doc\n\n## lib-tiling\n\njudge.toml: tiling = true\n\n"
-                                               "## lib-few\n\njudge.toml: screenshots = \"spaced\", max_images = 8\n")
+    ctx.current_files["prompts/library.md"] = (
+        "# doc\n\n## lib-tiling\n\njudge.toml: tiling = true\n\n"
+        '## lib-few\n\njudge.toml: screenshots = "spaced", max_images = 8\n'
+    )
     with pytest.raises(ProposalError, match="no entries to toggle"):
         LibraryStrategy().propose_sync(ctx)  # structure moves off: neither entry takes part
     ctx.structure_moves = ["tiling", "screenshots"]  # lib-few also needs max_images: still out
@@ -190,11 +230,14 @@ def test_the_library_strategy_toggles_a_structural_entry_only_when_its_keys_may_
     assert off.meta == {"library_enabled": []} and "tiling" not in tomllib.loads(off.files[JUDGE_TOML])
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    ("judge.toml: tiling = yes", "is not TOML assignments"),
-    ("judge.toml: temperature = 0.0", "temperature is not a movable judge.toml key"),
-    ("judge.toml: max_images = 1", "max_images must be an integer 2..100"),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("judge.toml: tiling = yes", "is not TOML assignments"),
+        ("judge.toml: temperature = 0.0", "temperature is not a movable judge.toml key"),
+        ("judge.toml: max_images = 1", "max_images must be an integer 2..100"),
+    ],
+)
 def test_a_malformed_structural_entry_is_one_line_naming_it(body: str, expected: str) -> None:
     from optimizer.judge.prompts import parse_library
 
@@ -217,13 +260,18 @@ def test_reflect_moves_structure_within_bounds_and_an_out_of_bounds_move_is_a_pr
     ctx = make_context(dev, [])
     ctx.current_files[JUDGE_TOML] = BUNDLED
     ctx.structure_moves = ["tiling", "max_images"]
-    assert '- tiling = false (allowed: true | false' in build_user_message(ctx)
+    assert "- tiling = false (allowed: true | false" in build_user_message(ctx)
     alone = json.dumps({"structure": {"tiling": True}, "rationale": "tile the screenshots"})
     hostile = json.dumps({"structure": {"replicates": 5}, "rationale": "more votes"})
     with FakeLLMServer() as server:
         server.script(reply(alone), reply(hostile))
-        cfg = OptimizerSection(provider="openai", model="gpt-4o-mini", base_url=server.openai_base_url,
-                               max_retries=0, timeout_s=10.0)
+        cfg = OptimizerSection(
+            provider="openai",
+            model="gpt-4o-mini",
+            base_url=server.openai_base_url,
+            max_retries=0,
+            timeout_s=10.0,
+        )
         proposal = asyncio.run(ReflectStrategy(cfg, {}).propose(ctx))
         with pytest.raises(ProposalError, match="moved 'replicates', which is not in"):
             asyncio.run(ReflectStrategy(cfg, {}).propose(ctx))

@@ -31,15 +31,21 @@ def test_tests_and_benchmarks_import_no_test_module_only_tests_support() -> None
     files = sorted(REPO_ROOT.glob("tests/**/test_*.py")) + sorted(REPO_ROOT.glob("benchmarks/*.py"))
     files += sorted(REPO_ROOT.glob("tests/**/conftest.py")) + sorted(REPO_ROOT.glob("tests/support/*.py"))
     assert len(files) > 50  # the globs found the suite
-    offending = {str(f.relative_to(REPO_ROOT)): bad for f in files
-                 if (bad := [m for m in imported_tests_modules(f) if outside_support(m)])}
+    offending = {
+        str(f.relative_to(REPO_ROOT)): bad
+        for f in files
+        if (bad := [m for m in imported_tests_modules(f) if outside_support(m)])
+    }
     assert offending == {}
 
 
 def test_the_check_sees_each_form_of_a_test_to_test_import(tmp_path: Path) -> None:
     source = tmp_path / "test_x.py"
-    source.write_text("import tests.test_cli\nfrom tests.loop.test_loop_run import latest\n"
-                      "from tests import test_evaluate\nfrom tests.support.loop import git\n"
-                      "def f():\n    from tests.loop import test_attribute\n", encoding="utf-8")
+    source.write_text(
+        "import tests.test_cli\nfrom tests.loop.test_loop_run import latest\n"
+        "from tests import test_evaluate\nfrom tests.support.loop import git\n"
+        "def f():\n    from tests.loop import test_attribute\n",
+        encoding="utf-8",
+    )
     bad = [m for m in imported_tests_modules(source) if outside_support(m)]
     assert bad == ["tests.test_cli", "tests.loop.test_loop_run", "tests.test_evaluate", "tests.loop"]

@@ -72,8 +72,19 @@ def test_label_fix_records_a_correction_and_report_shows_both_label_sets(
     given = load_labels(open_split(Workspace.open(ws), SPLIT))
     for tid in planted:
         right = "success" if judge.truth[tid].is_positive else "failure"
-        code, out, err = run_cli(capsys, "label-fix", "-w", str(ws), tid, "--label", right, "--reason",
-                              "the final screen shows the opposite", "--by", "ana")
+        code, out, err = run_cli(
+            capsys,
+            "label-fix",
+            "-w",
+            str(ws),
+            tid,
+            "--label",
+            right,
+            "--reason",
+            "the final screen shows the opposite",
+            "--by",
+            "ana",
+        )
         assert code == 0 and err == "" and f"corrected {tid} to {right}" in out
     lines = [json.loads(x) for x in corrections_file(ws).read_text(encoding="utf-8").splitlines()]
     assert [x["id"] for x in lines] == planted
@@ -81,7 +92,9 @@ def test_label_fix_records_a_correction_and_report_shows_both_label_sets(
     # Again with another reason: replaced, never a second line; the given label again: removed.
     tid = planted[0]
     right = lines[0]["label"]
-    assert run_cli(capsys, "label-fix", "-w", str(ws), tid, "--label", right, "--reason", "second look")[0] == 0
+    assert (
+        run_cli(capsys, "label-fix", "-w", str(ws), tid, "--label", right, "--reason", "second look")[0] == 0
+    )
     lines = [json.loads(x) for x in corrections_file(ws).read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 3 and next(x for x in lines if x["id"] == tid)["reason"] == "second look"
     wrong = "failure" if right == "success" else "success"
@@ -99,7 +112,9 @@ def test_label_fix_records_a_correction_and_report_shows_both_label_sets(
         answers = {t: bool(a.success) for t, a in ledger_of(ws).item_answers(row["id"]).items()}
         k_given, f_given = _kappa_fpr(given, answers)
         k_corr, f_corr = _kappa_fpr(corrected, answers)
-        assert row["given"]["kappa"] == pytest.approx(k_given) and row["given"]["fpr"] == pytest.approx(f_given)
+        assert row["given"]["kappa"] == pytest.approx(k_given) and row["given"]["fpr"] == pytest.approx(
+            f_given
+        )
         assert row["corrected"]["kappa"] == pytest.approx(k_corr)
         assert row["corrected"]["fpr"] == pytest.approx(f_corr)
         assert k_corr > k_given  # the judge was right where the planted labels were wrong
@@ -142,16 +157,33 @@ def test_the_queue_needs_a_majority_and_a_minimum_count(ws: Path) -> None:
             items = []
             for tid, vs in votes.items():
                 pos = labels[tid].is_positive
-                reps = [ReplicateVerdict(replicate=i, success=pos != wrong, confidence=conf)
-                        for i, (wrong, conf) in enumerate(vs)]
+                reps = [
+                    ReplicateVerdict(replicate=i, success=pos != wrong, confidence=conf)
+                    for i, (wrong, conf) in enumerate(vs)
+                ]
                 items.append(ItemVerdict(trajectory_id=tid, success=reps[0].success, replicates=reps))
             ledger.record_verdicts(exp.id, items)
 
-        record(run.id, "p1", {a: [(True, "high"), (True, "medium")], b: [(True, "high"), (False, "high")],
-                              c: [(True, "high"), (True, "high")], d: [(True, "low"), (True, "low")]})
+        record(
+            run.id,
+            "p1",
+            {
+                a: [(True, "high"), (True, "medium")],
+                b: [(True, "high"), (False, "high")],
+                c: [(True, "high"), (True, "high")],
+                d: [(True, "low"), (True, "low")],
+            },
+        )
         record(run.id, "p1", {a: [(True, "high"), (True, "medium")]})  # the same prompts again: not recounted
-        record(run.id, "p2", {a: [(False, "high"), (True, None)], b: [(True, "high"), (False, "low")],
-                              d: [(True, "low"), (True, "low")]})
+        record(
+            run.id,
+            "p2",
+            {
+                a: [(False, "high"), (True, None)],
+                b: [(True, "high"), (False, "low")],
+                d: [(True, "low"), (True, "low")],
+            },
+        )
         record(other.id, "p3", {c: [(True, "high")] * 2})  # another split's run: not counted
         suspects = label_suspects(ledger, split)
     by_id = {s.trajectory_id: s for s in suspects}
@@ -176,7 +208,10 @@ def test_a_run_decides_with_the_labels_of_its_start_through_a_mid_run_edit_and_a
     def right(tid: str) -> str:
         return "success" if judge.truth[tid].is_positive else "failure"
 
-    assert run_cli(capsys, "label-fix", "-w", str(ws), first, "--label", right(first), "--reason", "seen")[0] == 0
+    assert (
+        run_cli(capsys, "label-fix", "-w", str(ws), first, "--label", right(first), "--reason", "seen")[0]
+        == 0
+    )
     set_toml_key(ws, "loop", "labels", '"corrected"')
     commit_all(ws, "decide with the corrected labels")
     split = open_split(Workspace.open(ws), SPLIT)
@@ -190,22 +225,50 @@ def test_a_run_decides_with_the_labels_of_its_start_through_a_mid_run_edit_and_a
     judge.on_first_call = edit_mid_run
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY), toggle(BAD_ENTRY)]))
     with FakeLLMServer(default=judge) as server:
-        assert run_loop(ws, server.openai_base_url, "--max-experiments", "2", "--replicates", "2",
-                        "--policy", "literal") == 0
+        assert (
+            run_loop(
+                ws,
+                server.openai_base_url,
+                "--max-experiments",
+                "2",
+                "--replicates",
+                "2",
+                "--policy",
+                "literal",
+            )
+            == 0
+        )
         run, exps = latest(ws)
         assert run.status == "stopped" and [e.seq for e in exps] == [0]
         assert run.labels_fingerprint == at_start.fingerprint != label_set(split, "corrected").fingerprint
-        code, out, err = run_cli(capsys, "run", "-w", str(ws), "--resume", "--provider", "openai", "--base-url",
-                              server.openai_base_url, "--model", "fake-judge", "--concurrency", "8")
+        code, out, err = run_cli(
+            capsys,
+            "run",
+            "-w",
+            str(ws),
+            "--resume",
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+            "--concurrency",
+            "8",
+        )
     assert code == 0, err
     assert "corrections.jsonl changed since run" in out and "as they were at its start" in out
     run, exps = latest(ws)
     assert [e.seq for e in exps] == [0, 1, 2]
     # The file is tracked (committed above) and was edited mid-run: no reset of the run took the edit away.
     assert git(ws, "ls-files", f"devset/{SPLIT}/corrections.jsonl").strip()
-    assert any(e.status == "rolled_back" for e in exps) and second in corrections_file(ws).read_text(encoding="utf-8")
+    assert any(e.status == "rolled_back" for e in exps) and second in corrections_file(ws).read_text(
+        encoding="utf-8"
+    )
     stored = ledger_of(ws).labels(run.id)
-    assert {t: r.positive for t, r in stored.items()} == {t: lab.is_positive for t, lab in at_start.labels.items()}
+    assert {t: r.positive for t, r in stored.items()} == {
+        t: lab.is_positive for t, lab in at_start.labels.items()
+    }
     for exp in (e for e in exps if not e.early_stopped):  # scored with the start's labels, not the file's
         answers = {t: bool(a.success) for t, a in ledger_of(ws).item_answers(exp.id).items()}
         assert exp.kappa == pytest.approx(_kappa_fpr(at_start.labels, answers)[0])
@@ -216,9 +279,26 @@ def test_a_run_decides_with_the_labels_of_its_start_through_a_mid_run_edit_and_a
     conn = sqlite3.connect(ws / "experiments" / "ledger.sqlite")
     with conn:
         conn.execute("UPDATE runs SET status = 'stopped' WHERE id = ?", (run.id,))
-        conn.execute("UPDATE run_labels SET positive = 1 - positive WHERE run_id = ? AND trajectory_id = ?",
-                     (run.id, planted[2]))
+        conn.execute(
+            "UPDATE run_labels SET positive = 1 - positive WHERE run_id = ? AND trajectory_id = ?",
+            (run.id, planted[2]),
+        )
     conn.close()
-    code, _out, err = run_cli(capsys, "run", "-w", str(ws), "--resume", "--provider", "openai", "--base-url",
-                           "http://127.0.0.1:9/v1", "--model", "fake-judge")
-    assert code == 2 and "do not match the fingerprint it started with" in err and len(err.strip().splitlines()) == 1
+    code, _out, err = run_cli(
+        capsys,
+        "run",
+        "-w",
+        str(ws),
+        "--resume",
+        "--provider",
+        "openai",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--model",
+        "fake-judge",
+    )
+    assert (
+        code == 2
+        and "do not match the fingerprint it started with" in err
+        and len(err.strip().splitlines()) == 1
+    )

@@ -102,33 +102,60 @@ def _record_structural(ws: Path) -> tuple[list[str], dict[str, Label]]:
             exp = ledger.start_experiment(run.id, parent_id=None, strategy="x")
             ledger._conn.execute("UPDATE experiments SET prompt_hash = ? WHERE id = ?", (prompt, exp.id))
             ledger._conn.commit()
-            ledger.record_verdicts(exp.id, [ItemVerdict(trajectory_id=t, success=r[0].success, replicates=r)
-                                            for t, r in reps.items()])
+            ledger.record_verdicts(
+                exp.id,
+                [ItemVerdict(trajectory_id=t, success=r[0].success, replicates=r) for t, r in reps.items()],
+            )
 
         def single(i: int, success: bool, confidence: str = "high", **extra: Any) -> ReplicateVerdict:
             return ReplicateVerdict(replicate=i, success=success, confidence=confidence, **extra)
 
         def panel(i: int, votes: list[tuple[bool, str]]) -> ReplicateVerdict:
-            members = [MemberVerdict(member=f"m{k}", success=s, confidence=conf) for k, (s, conf) in enumerate(votes)]
+            members = [
+                MemberVerdict(member=f"m{k}", success=s, confidence=conf) for k, (s, conf) in enumerate(votes)
+            ]
             agree = len({s for s, _ in votes}) == 1
-            return ReplicateVerdict(replicate=i, success=sum(s for s, _ in votes) * 2 > len(votes),
-                                    confidence="high" if agree else "low", members=members)
+            return ReplicateVerdict(
+                replicate=i,
+                success=sum(s for s, _ in votes) * 2 > len(votes),
+                confidence="high" if agree else "low",
+                members=members,
+            )
 
         # Version s: a single judge, with high confidence, on the labels' side for a, c, d; against b and e.
-        record("s", {a: [single(0, True), single(1, True)], b: [single(0, False), single(1, False)],
-                     c: [single(0, True), single(1, True)], d: [single(0, False), single(1, False)],
-                     e: [single(0, False, "medium"), single(1, False, "medium")]})
+        record(
+            "s",
+            {
+                a: [single(0, True), single(1, True)],
+                b: [single(0, False), single(1, False)],
+                c: [single(0, True), single(1, True)],
+                d: [single(0, False), single(1, False)],
+                e: [single(0, False, "medium"), single(1, False, "medium")],
+            },
+        )
         # Version p: a panel of three. a: every member says failure (medium confidence each); b: two of three.
-        record("p", {a: [panel(i, [(False, "medium")] * 3) for i in range(2)],
-                     b: [panel(i, [(False, "medium"), (False, "medium"), (True, "high")]) for i in range(2)]})
+        record(
+            "p",
+            {
+                a: [panel(i, [(False, "medium")] * 3) for i in range(2)],
+                b: [panel(i, [(False, "medium"), (False, "medium"), (True, "high")]) for i in range(2)],
+            },
+        )
         # Version r: review and criteria. c: the review turned the success into a failure, citing steps
         # (the first verdict medium); e: a review that found nothing citable leaves e's medium failure.
         review = ReviewRecord(violation=True, applied=True, steps=[3, 4], reasoning="the file was deleted")
-        met = [CriterionCheck(text="the file is saved", met=True, steps=[5]),
-               CriterionCheck(text="nothing else changed", met=True, steps=[2, 6])]
-        record("r", {c: [single(i, False, "medium", review=review) for i in range(3)],
-                     d: [single(i, True, "medium", criteria=met) for i in range(3)],
-                     e: [single(i, False, "medium", review=ReviewRecord(violation=False)) for i in range(3)]})
+        met = [
+            CriterionCheck(text="the file is saved", met=True, steps=[5]),
+            CriterionCheck(text="nothing else changed", met=True, steps=[2, 6]),
+        ]
+        record(
+            "r",
+            {
+                c: [single(i, False, "medium", review=review) for i in range(3)],
+                d: [single(i, True, "medium", criteria=met) for i in range(3)],
+                e: [single(i, False, "medium", review=ReviewRecord(violation=False)) for i in range(3)],
+            },
+        )
     return [a, b, c, d, e], labels
 
 
@@ -184,8 +211,19 @@ def test_the_tui_item_view_shows_a_correction_and_the_suspects_view_marks_it(
     first, second = sorted(planted)[:2]
     given = "success" if load_labels(open_split(Workspace.open(ws), SPLIT))[first].is_positive else "failure"
     right = "failure" if given == "success" else "success"
-    code, _out, err = run_cli(capsys, "label-fix", "-w", str(ws), first, "--label", right, "--reason",
-                           "step 7 shows the dialog cancelled", "--by", "ana")
+    code, _out, err = run_cli(
+        capsys,
+        "label-fix",
+        "-w",
+        str(ws),
+        first,
+        "--label",
+        right,
+        "--reason",
+        "step 7 shows the dialog cancelled",
+        "--by",
+        "ana",
+    )
     assert code == 0, err
     at = json.loads(corrections_file(ws).read_text(encoding="utf-8"))["at"]
     app = JudgeloopApp(ws, image_mode="halfcell", watch=False)
@@ -232,11 +270,21 @@ def test_no_optimiser_surface_shows_a_correction_or_the_suspects_queue(
     tid = sorted(planted)[0]
     reason = "SECRET-the-ninth-screenshot-shows-it-saved"
     right = "success" if judge.truth[tid].is_positive else "failure"
-    assert run_cli(capsys, "label-fix", "-w", str(ws), tid, "--label", right, "--reason", reason, "--by", "ana")[0] == 0
+    assert (
+        run_cli(capsys, "label-fix", "-w", str(ws), tid, "--label", right, "--reason", reason, "--by", "ana")[
+            0
+        ]
+        == 0
+    )
     split = open_split(Workspace.open(ws), SPLIT)
     assert tid in {s.trajectory_id for s in label_suspects(ledger_of(ws), split)}  # the queue holds it
-    set_toml_key(ws, "optimizer", "allowed_files", '["prompts/judge.md", "prompts/rubric.md", '
-                 '"prompts/memory/principles.md", "prompts/memory/cases.jsonl"]')
+    set_toml_key(
+        ws,
+        "optimizer",
+        "allowed_files",
+        '["prompts/judge.md", "prompts/rubric.md", '
+        '"prompts/memory/principles.md", "prompts/memory/cases.jsonl"]',
+    )
     commit_all(ws, "the memory is allowed")
     target = f"devset/{SPLIT}/corrections.jsonl"
     said: dict[str, str] = {}
@@ -248,17 +296,33 @@ def test_no_optimiser_surface_shows_a_correction_or_the_suspects_queue(
         said["reflect.system"] = system_prompt(ctx, 40)
         said["reflect.user"] = build_user_message(ctx)
         state = ToolState(ctx)
-        for path in (target, f"./{target}", str(ws / target), f"prompts/../{target}",
-                     f"prompts/memory/../../{target}", f"devset/{SPLIT}/../{SPLIT}/corrections.jsonl"):
+        for path in (
+            target,
+            f"./{target}",
+            str(ws / target),
+            f"prompts/../{target}",
+            f"prompts/memory/../../{target}",
+            f"devset/{SPLIT}/../{SPLIT}/corrections.jsonl",
+        ):
             out = run_tool(state, "read_file", {"path": path})
             assert out.is_error and "not an allowed file" in out.text, path
             said[f"read_file {path}"] = out.text.replace(path, "<the path asked>")  # the refusal names it
-        for name, args in (("list_disagreements", {}), ("read_trajectory", {"trajectory_id": tid}),
-                           ("read_history", {}), ("read_guidance", {}), ("read_structure", {}),
-                           ("add_case", {"text": "A saved file counts only when the last screen shows it.",
-                                         "source_items": [tid], "id": "saved"}),
-                           ("edit_case", {"id": "saved", "text": "The last screen decides.",
-                                          "source_items": [tid]})):
+        for name, args in (
+            ("list_disagreements", {}),
+            ("read_trajectory", {"trajectory_id": tid}),
+            ("read_history", {}),
+            ("read_guidance", {}),
+            ("read_structure", {}),
+            (
+                "add_case",
+                {
+                    "text": "A saved file counts only when the last screen shows it.",
+                    "source_items": [tid],
+                    "id": "saved",
+                },
+            ),
+            ("edit_case", {"id": "saved", "text": "The last screen decides.", "source_items": [tid]}),
+        ):
             out = run_tool(state, name, args)
             said[name] = out.text
         assert not run_tool(state, "add_case", {"text": "x", "source_items": [tid], "id": "two"}).is_error
@@ -266,9 +330,22 @@ def test_no_optimiser_surface_shows_a_correction_or_the_suspects_queue(
 
     install(monkeypatch, ScriptedStrategy([probe]))
     with FakeLLMServer(default=judge) as server:
-        assert run_loop(ws, server.openai_base_url, "--max-experiments", "1", "--replicates", "1",
-                        "--policy", "literal") == 0
-    assert said["list_disagreements"] and "added case saved" in said["add_case"] and "saved" in said["edit_case"]
+        assert (
+            run_loop(
+                ws,
+                server.openai_base_url,
+                "--max-experiments",
+                "1",
+                "--replicates",
+                "1",
+                "--policy",
+                "literal",
+            )
+            == 0
+        )
+    assert (
+        said["list_disagreements"] and "added case saved" in said["add_case"] and "saved" in said["edit_case"]
+    )
     assert tid in said["ctx.disagreements"] or tid in said["list_disagreements"]  # the item itself is visible
     for name, text in said.items():
         assert reason not in text, name

@@ -104,9 +104,13 @@ def test_chart_x_ticks_are_integers_equal_to_the_experiment_ids_of_the_table(run
             # Every tick is an integer experiment id (not 0.00, 0.75, …); at this width, all of them.
             assert labels == shown, (chart_id, labels)
             # One tick mark under each label, and the baseline's marker B stands over its id's tick.
-            assert len(marks) == len(spans) and all(a <= m < b for m, (a, b) in zip(marks, spans, strict=True))
+            assert len(marks) == len(spans) and all(
+                a <= m < b for m, (a, b) in zip(marks, spans, strict=True)
+            )
             tick_of = dict(zip(labels, marks, strict=True))
-            b_columns = {m.start() for line in plot for m in re.finditer(r"(?<!B)B(?!B)", line)}  # not the legend's BB
+            b_columns = {
+                m.start() for line in plot for m in re.finditer(r"(?<!B)B(?!B)", line)
+            }  # not the legend's BB
             assert tick_of[str(baseline.id)] in b_columns, (chart_id, b_columns)
 
     drive(app, scenario)
@@ -192,6 +196,7 @@ def test_not_ready_is_a_missing_empty_or_runless_ledger_and_nothing_else(tmp_pat
         open_ledger(path)
     assert not isinstance(garbage.value, LedgerNotReady)
 
+
 # ---------------------------------------------------------------------------------------------
 # Experiment, flips, compare
 
@@ -202,17 +207,27 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
         kept = next(e for e in ledger.experiments(run.id) if e.status == "kept")
         kept = ledger.get_experiment(kept.id)
         labels = ledger.labels(run.id)
-        let_through = {e: {v.trajectory_id for v in ledger.item_verdicts(e) if v.success is not False}
-                       for e in (kept.id, present(kept.parent_id))}
+        let_through = {
+            e: {v.trajectory_id for v in ledger.item_verdicts(e) if v.success is not False}
+            for e in (kept.id, present(kept.parent_id))
+        }
     # False positives per type, counted here from the labels and the majority answers.
     kinds = ("Critical Mistake", "Bad Side Effect", "Misunderstanding of the Instruction")
-    per_type = {e: {k: sum(1 for t in ids if not labels[t].positive and (labels[t].mistake_type or "untyped") == k)
-                    for k in (*kinds, "untyped")} for e, ids in let_through.items()}
+    per_type = {
+        e: {
+            k: sum(1 for t in ids if not labels[t].positive and (labels[t].mistake_type or "untyped") == k)
+            for k in (*kinds, "untyped")
+        }
+        for e, ids in let_through.items()
+    }
     fp_line = "FP by type (incumbent → this, same items): " + ", ".join(
-        f"{k} {per_type[present(kept.parent_id)][k]} → {per_type[kept.id][k]}" for k in (*kinds, "untyped"))
+        f"{k} {per_type[present(kept.parent_id)][k]} → {per_type[kept.id][k]}" for k in (*kinds, "untyped")
+    )
     cells = {(0, 1): "tp_to_fn", (0, 2): "tn_to_fp", (1, 1): "fn_to_tp", (1, 2): "fp_to_tn"}
     (row, col), key = next((rc, k) for rc, k in cells.items() if kept.flips and kept.flips[k])
-    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment")
+    app = JudgeloopApp(
+        run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment"
+    )
     seen = capture_notifications(app)
 
     async def scenario(pilot: Any) -> None:
@@ -225,7 +240,9 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
         assert (kept.reason or "")[:30] in text
         assert " ".join(fp_line.split()) in " ".join(text.split())
         # The judge's tokens as billed (uncached input, cache reads and writes when any, output) and dollars.
-        split = token_split(kept.input_tokens, kept.cache_read_tokens, kept.cache_write_tokens, kept.output_tokens)
+        split = token_split(
+            kept.input_tokens, kept.cache_read_tokens, kept.cache_write_tokens, kept.output_tokens
+        )
         assert f"{split} · ${kept.cost_usd:.4f}" in " ".join(text.split())
         table = cast(DataTable[Any], app.screen.query_one("#flip-table"))
         table.focus()
@@ -297,7 +314,9 @@ def test_flip_table_labels_are_true_of_every_cell_in_their_row_and_column(run_ws
         run = present(ledger.latest_run())
         kept = ledger.get_experiment(next(e.id for e in ledger.experiments(run.id) if e.status == "kept"))
     arrows = {"TP→FN": "tp_to_fn", "FN→TP": "fn_to_tp", "TN→FP": "tn_to_fp", "FP→TN": "fp_to_tn"}
-    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment")
+    app = JudgeloopApp(
+        run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="experiment"
+    )
 
     async def scenario(pilot: Any) -> None:
         table = cast(DataTable[Any], app.screen.query_one("#flip-table"))
@@ -324,13 +343,19 @@ def test_experiment_view_splits_the_cost_into_judge_and_optimiser(ws_copy: Path)
     with ledger_of(ws_copy) as ledger:
         run = present(ledger.latest_run())
         exp = next(e for e in ledger.experiments(run.id) if e.seq > 0)
-    conn = sqlite3.connect(ws_copy / "experiments" / "ledger.sqlite")  # as a run with an LLM optimiser writes it
-    conn.execute("UPDATE experiments SET optimizer_calls = 3, optimizer_input_tokens = 1000, "
-                 "optimizer_output_tokens = 234, optimizer_cost_usd = 0.05, cost_usd = cost_usd + 0.05 WHERE id = ?",
-                 (exp.id,))
+    conn = sqlite3.connect(
+        ws_copy / "experiments" / "ledger.sqlite"
+    )  # as a run with an LLM optimiser writes it
+    conn.execute(
+        "UPDATE experiments SET optimizer_calls = 3, optimizer_input_tokens = 1000, "
+        "optimizer_output_tokens = 234, optimizer_cost_usd = 0.05, cost_usd = cost_usd + 0.05 WHERE id = ?",
+        (exp.id,),
+    )
     conn.commit()
     conn.close()
-    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=exp.id, start_view="experiment")
+    app = JudgeloopApp(
+        ws_copy, image_mode="halfcell", watch=False, experiment_id=exp.id, start_view="experiment"
+    )
 
     async def scenario(pilot: Any) -> None:
         text = svg_text(app)
@@ -344,7 +369,9 @@ def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) 
     with ledger_of(run_ws) as ledger:
         exps = ledger.experiments(present(ledger.latest_run()).id)
     kept = next(e for e in exps if e.status == "kept")
-    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="compare")
+    app = JudgeloopApp(
+        run_ws, image_mode="halfcell", watch=False, experiment_id=kept.id, start_view="compare"
+    )
 
     async def scenario(pilot: Any) -> None:
         text = svg_text(app)
@@ -354,6 +381,7 @@ def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) 
         assert f"{counts['tp_to_fn'] + counts['tn_to_fp']} newly wrong" in text
 
     drive(app, scenario)
+
 
 # ---------------------------------------------------------------------------------------------
 # What helped (attribution)
@@ -368,9 +396,24 @@ def attribute_run(ws: Path) -> dict[str, Any]:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
         server.default = prompt_sensitive_judge(ws, "mini")
         out = subprocess.run(
-            [sys.executable, "-m", "optimizer.cli", "attribute", "-w", str(ws), "--provider", "openai", "--base-url",
-             server.openai_base_url, "--model", "fake-judge", "--json"],
-            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            [
+                sys.executable,
+                "-m",
+                "optimizer.cli",
+                "attribute",
+                "-w",
+                str(ws),
+                "--provider",
+                "openai",
+                "--base-url",
+                server.openai_base_url,
+                "--model",
+                "fake-judge",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -418,8 +461,11 @@ def test_what_helped_shows_gain_when_kept_beside_contribution_and_opens_the_item
         screen = app.screen
         assert isinstance(screen, HistoryView) and screen.history is not None
         assert screen.history.weak_ids == weak
-        marked = {int(present(k.value)) for k in cast(DataTable[Any], screen.query_one("#history-table")).rows
-                  if screen.cells[int(present(k.value))][0].plain.endswith("?")}
+        marked = {
+            int(present(k.value))
+            for k in cast(DataTable[Any], screen.query_one("#history-table")).rows
+            if screen.cells[int(present(k.value))][0].plain.endswith("?")
+        }
         assert marked == weak
 
     drive(app, history)
@@ -431,8 +477,12 @@ def test_experiment_view_lists_the_rejudged_items_with_their_draws_and_the_test(
     with ledger_of(ws_copy) as ledger:
         run = present(ledger.latest_run())
         decided = [ledger.get_experiment(e.id) for e in ledger.experiments(run.id) if e.test]
-    exp = next(e for e in decided if rejudged_items(e))  # the fixture's run decides under the default, adaptive
-    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=exp.id, start_view="experiment")
+    exp = next(
+        e for e in decided if rejudged_items(e)
+    )  # the fixture's run decides under the default, adaptive
+    app = JudgeloopApp(
+        ws_copy, image_mode="halfcell", watch=False, experiment_id=exp.id, start_view="experiment"
+    )
 
     async def scenario(pilot: Any) -> None:
         text = " ".join(svg_text(app).split())

@@ -37,9 +37,31 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert make_real_run(ws, RealRun(max_experiments=3, replicates=1, items=16, screenshots="none")) == 0
         with FakeLLMServer() as server:
             server.default = prompt_sensitive_judge(ws, "mini")
-            assert main(["run", "-w", str(ws), "--split", "mini", "--provider", "openai",
-                         "--base-url", server.openai_base_url, "--model", "fake-judge", "--strategy", "library",
-                         "--max-experiments", "1", "--replicates", "1", "--propose-only"]) == 0
+            assert (
+                main(
+                    [
+                        "run",
+                        "-w",
+                        str(ws),
+                        "--split",
+                        "mini",
+                        "--provider",
+                        "openai",
+                        "--base-url",
+                        server.openai_base_url,
+                        "--model",
+                        "fake-judge",
+                        "--strategy",
+                        "library",
+                        "--max-experiments",
+                        "1",
+                        "--replicates",
+                        "1",
+                        "--propose-only",
+                    ]
+                )
+                == 0
+            )
     return ws
 
 
@@ -70,12 +92,22 @@ def test_the_chart_draws_an_early_stopped_candidate_at_what_it_measured(two_runs
         rows = screen_rows(app)
         for metric in ("kappa", "fpr"):
             points = present(app.screen.query_one(f"#{metric}-chart", MetricChart).points)
-            drawn = dict(zip(points.stopped_x, points.stopped_kappa if metric == "kappa" else points.stopped_fpr,
-                             strict=True))
+            drawn = dict(
+                zip(
+                    points.stopped_x,
+                    points.stopped_kappa if metric == "kappa" else points.stopped_fpr,
+                    strict=True,
+                )
+            )
             for e in stopped:
                 # Drawn at the figure the table shows (to its two places), or not drawn where it shows "—".
                 shown = "—" if drawn[e.id] is None else f"{drawn[e.id]:.2f}*"
-                assert shown == partial[e.id].cell(metric), (metric, e.id, drawn[e.id], partial[e.id].cell(metric))
+                assert shown == partial[e.id].cell(metric), (
+                    metric,
+                    e.id,
+                    drawn[e.id],
+                    partial[e.id].cell(metric),
+                )
                 # The table's row shows the same figure, marked partial.
                 row = next(r for r in rows if r.split()[:1] == [str(e.id)])
                 assert partial[e.id].cell(metric) in row, (metric, row)
@@ -90,8 +122,9 @@ def test_compare_shows_an_early_stopped_candidates_partial_figures_not_dashes(tw
     candidate = next(e for e in experiments if e.early_stopped)
     with ledger_of(two_runs) as ledger:
         partial = present(partial_metrics(ledger, candidate, with_incumbent=True))
-    app = JudgeloopApp(two_runs, image_mode="halfcell", watch=False, start_view="compare",
-                       experiment_id=candidate.id)
+    app = JudgeloopApp(
+        two_runs, image_mode="halfcell", watch=False, start_view="compare", experiment_id=candidate.id
+    )
 
     async def scenario(pilot: Any) -> None:
         assert isinstance(app.screen, CompareView)
@@ -99,8 +132,11 @@ def test_compare_shows_an_early_stopped_candidates_partial_figures_not_dashes(tw
         assert f"over the {partial.judged} items judged before the early stop" in " ".join(text.split())
         for name in ("kappa", "fpr"):
             if partial.value(name) is not None:
-                line = next(line for line in text.splitlines() if line.split()[:1] == [name]
-                            and partial.cell(name) in line)
+                line = next(
+                    line
+                    for line in text.splitlines()
+                    if line.split()[:1] == [name] and partial.cell(name) in line
+                )
                 assert partial.delta_cell(name) in line, line
 
     drive(app, scenario, size=(100, 60))  # the sides one above the other: each line whole
@@ -112,12 +148,22 @@ def test_next_and_previous_experiment_reach_every_run_that_judged_the_item(two_r
         latest = present(ledger.latest_run())
         baseline = ledger.experiments(latest.id)[0]
         tid = ledger.item_verdicts(baseline.id)[0].trajectory_id
-        judged = sorted(e.id for run in ledger.runs() for e in ledger.experiments(run.id)
-                        if ledger.item_verdicts(e.id, tid))
+        judged = sorted(
+            e.id
+            for run in ledger.runs()
+            for e in ledger.experiments(run.id)
+            if ledger.item_verdicts(e.id, tid)
+        )
         runs_judging = {ledger.get_experiment(i).run_id for i in judged}
     assert len(runs_judging) == 2, "the item was judged in one run only"
-    app = JudgeloopApp(two_runs, image_mode="halfcell", watch=False, start_view="item", experiment_id=baseline.id,
-                       item_id=tid)
+    app = JudgeloopApp(
+        two_runs,
+        image_mode="halfcell",
+        watch=False,
+        start_view="item",
+        experiment_id=baseline.id,
+        item_id=tid,
+    )
 
     async def scenario(pilot: Any) -> None:
         seen = []
@@ -155,7 +201,9 @@ def test_a_keep_against_the_policy_is_asked_then_shown_kept_overruled(two_runs: 
     with ledger_of(ws) as ledger:
         (candidate,) = ledger.experiments_with_status("waiting")
     assert candidate.policy_keep is False, "the fixture's waiting candidate is one the policy keeps"
-    app = JudgeloopApp(ws, image_mode="halfcell", watch=False, start_view="experiment", experiment_id=candidate.id)
+    app = JudgeloopApp(
+        ws, image_mode="halfcell", watch=False, start_view="experiment", experiment_id=candidate.id
+    )
 
     async def scenario(pilot: Any) -> None:
         assert isinstance(app.screen, ExperimentView)
@@ -172,7 +220,9 @@ def test_a_keep_against_the_policy_is_asked_then_shown_kept_overruled(two_runs: 
         await pilot.press("h")
         await settle(app, pilot)
         assert isinstance(app.screen, HistoryView)
-        row = next(r for r in screen_rows(app) if r.split()[:1] in ([str(candidate.id)], [f"{candidate.id}◆"]))
+        row = next(
+            r for r in screen_rows(app) if r.split()[:1] in ([str(candidate.id)], [f"{candidate.id}◆"])
+        )
         assert "kept (overruled)" in row, row
 
     drive(app, scenario)

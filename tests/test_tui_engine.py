@@ -18,7 +18,12 @@ from tui import runs
 def waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, int]:
     ws = tmp_path / "ws"
     monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-    assert make_real_run(ws, RealRun(max_experiments=1, replicates=1, items=8, screenshots="none", propose_only=True)) == 0
+    assert (
+        make_real_run(
+            ws, RealRun(max_experiments=1, replicates=1, items=8, screenshots="none", propose_only=True)
+        )
+        == 0
+    )
     with Ledger.open_readonly(ws / "experiments" / "ledger.sqlite") as ledger:
         (candidate,) = ledger.experiments_with_status("waiting")
     return ws, candidate.id
@@ -28,7 +33,9 @@ def no_subprocess(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError(f"the TUI started a process to decide: {args[0] if args else kwargs}")
 
 
-def test_decide_runs_the_engine_in_process(waiting: tuple[Path, int], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decide_runs_the_engine_in_process(
+    waiting: tuple[Path, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws, exp_id = waiting
     monkeypatch.setattr(subprocess, "run", no_subprocess)
     monkeypatch.setattr(subprocess, "Popen", no_subprocess)

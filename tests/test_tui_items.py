@@ -74,7 +74,11 @@ def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Pat
         (("f",), everything, "FP+FN · any type"),
         (("t",), negatives_typed("Critical Mistake"), "FP+FN · Critical Mistake ·"),
         (("t",), negatives_typed("Bad Side Effect"), "FP+FN · Bad Side Effect ·"),
-        (("t",), negatives_typed("Misunderstanding of the Instruction"), "· Misunderstanding of the Instruction ·"),
+        (
+            ("t",),
+            negatives_typed("Misunderstanding of the Instruction"),
+            "· Misunderstanding of the Instruction ·",
+        ),
         (("t",), negatives_typed("untyped"), "FP+FN · untyped ·"),
         (("t",), everything, "FP+FN · any type ·"),
         (("u",), only(lambda t: verdicts[t].unstable), "· unstable only ·"),
@@ -89,7 +93,9 @@ def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Pat
     # from the positives that the plain "untyped" rule would otherwise let in.
     assert all(len(rows) < len(everything) for keys, rows, _ in steps[4:8])
     assert any(rows for _, rows, _ in steps[4:8])
-    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id, start_view="disagreements")
+    app = JudgeloopApp(
+        ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id, start_view="disagreements"
+    )
 
     async def scenario(pilot: Any) -> None:
         screen = app.screen
@@ -100,7 +106,9 @@ def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Pat
             line = str(screen.query_one("#disagreement-filters").render())
             assert table_keys(table) == rows, (keys, line)
             assert filter_text in line, (keys, line)
-            assert [str(table.get_row(t)[6]) for t in rows] == ["yes" if t in reviewed else "" for t in rows]  # rev.
+            assert [str(table.get_row(t)[6]) for t in rows] == [
+                "yes" if t in reviewed else "" for t in rows
+            ]  # rev.
 
     drive(app, scenario)
 
@@ -112,8 +120,14 @@ def test_item_view_shows_label_replicates_steps_and_moves_step_by_step(
         run = present(ledger.latest_run())
         base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
         item = disagreements(ledger.labels(run.id), ledger.item_verdicts(base.id), set())[0]
-    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=base.id,
-                       item_id=item.trajectory_id, start_view="item")
+    app = JudgeloopApp(
+        run_ws,
+        image_mode="halfcell",
+        watch=False,
+        experiment_id=base.id,
+        item_id=item.trajectory_id,
+        start_view="item",
+    )
     seen = capture_notifications(app)
     monkeypatch.delenv("OPENER", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no xdg-open anywhere: opening must degrade to a message
@@ -147,7 +161,9 @@ def test_item_view_shows_label_replicates_steps_and_moves_step_by_step(
 
 
 @pytest.mark.parametrize("stored", ["data", "old_lines"])
-def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_viewed(ws_copy: Path, stored: str) -> None:
+def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_viewed(
+    ws_copy: Path, stored: str
+) -> None:
     tools = [
         JudgeToolCall("read_steps", {"first": 0, "last": 24}),
         JudgeToolCall("view_screenshots", {"steps": [3, 7]}),
@@ -163,16 +179,26 @@ def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_vie
         ledger.record_verdicts(base.id, [item])
     if stored == "old_lines":  # a ledger written before tool calls were data holds their display lines
         with sqlite3.connect(path) as conn:
-            conn.execute("UPDATE verdicts SET tools = ? WHERE experiment_id = ? AND trajectory_id = ? AND replicate = 0",
-                         (json.dumps([str(c) for c in tools]), base.id, item.trajectory_id))
-    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id,
-                       item_id=item.trajectory_id, start_view="item")
+            conn.execute(
+                "UPDATE verdicts SET tools = ? WHERE experiment_id = ? AND trajectory_id = ? AND replicate = 0",
+                (json.dumps([str(c) for c in tools]), base.id, item.trajectory_id),
+            )
+    app = JudgeloopApp(
+        ws_copy,
+        image_mode="halfcell",
+        watch=False,
+        experiment_id=base.id,
+        item_id=item.trajectory_id,
+        start_view="item",
+    )
 
     async def scenario(pilot: Any) -> None:
         assert isinstance(app.screen, ItemView) and app.screen.detail is not None
         text = svg_text(app)
-        assert ("tools: read_steps(0-24) · view_screenshots(3, 7) · view_screenshots(5) (refused) · submit_verdict"
-                in text)
+        assert (
+            "tools: read_steps(0-24) · view_screenshots(3, 7) · view_screenshots(5) (refused) · submit_verdict"
+            in text
+        )
         steps = cast(DataTable[Any], app.screen.query_one("#step-table"))
         marked = [row for row in range(steps.row_count) if str(steps.get_row_at(row)[0]).endswith("●")]
         assert marked == [3, 7]  # the steps whose screenshots it viewed
@@ -189,21 +215,37 @@ def test_item_view_lists_criteria_and_evidence_and_jumps_to_each_cited_step(ws_c
         base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
         item = ledger.item_verdicts(base.id)[0]
         rep = item.replicates[0]
-        rep.criteria = [CriterionCheck(text="The report is saved as a PDF", met=True, steps=[2, 0]),
-                        CriterionCheck(text="No other file is changed", met=False, steps=[1])]
+        rep.criteria = [
+            CriterionCheck(text="The report is saved as a PDF", met=True, steps=[2, 0]),
+            CriterionCheck(text="No other file is changed", met=False, steps=[1]),
+        ]
         rep.evidence_steps = [2]
-        rep.review = ReviewRecord(violation=True, applied=True, steps=[1], reasoning="step 1 deletes a file",
-                                  first_verdict={"success": True})
+        rep.review = ReviewRecord(
+            violation=True,
+            applied=True,
+            steps=[1],
+            reasoning="step 1 deletes a file",
+            first_verdict={"success": True},
+        )
         ledger.record_verdicts(base.id, [item])
-    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id,
-                       item_id=item.trajectory_id, start_view="item")
+    app = JudgeloopApp(
+        ws_copy,
+        image_mode="halfcell",
+        watch=False,
+        experiment_id=base.id,
+        item_id=item.trajectory_id,
+        start_view="item",
+    )
 
     async def scenario(pilot: Any) -> None:
         view = app.screen
         assert isinstance(view, ItemView) and view.detail is not None and len(view.detail.steps) >= 3
         text = svg_text(app)
         assert "criteria (1/2 met" in text
-        assert "✓ The report is saved as a PDF — steps 2, 0" in text and "✗ No other file is changed — step 1" in text
+        assert (
+            "✓ The report is saved as a PDF — steps 2, 0" in text
+            and "✗ No other file is changed — step 1" in text
+        )
         assert "evidence: step 2" in text and "review: turned success into failure — step 1" in text
         steps = cast(DataTable[Any], view.query_one("#step-table"))
         marked = [row for row in range(steps.row_count) if str(steps.get_row_at(row)[0]).endswith("◆")]
@@ -232,15 +274,24 @@ def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())
         tid = ledger.item_verdicts(present(run.incumbent_experiment))[0].trajectory_id
-    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=run.incumbent_experiment,
-                       item_id=tid, start_view="item")
+    app = JudgeloopApp(
+        run_ws,
+        image_mode="halfcell",
+        watch=False,
+        experiment_id=run.incumbent_experiment,
+        item_id=tid,
+        start_view="item",
+    )
 
     async def scenario(pilot: Any) -> None:
         await pilot.press("o")
-        await wait_until(pilot, lambda: marker.exists() and marker.read_text().strip(), "the opener (a process)")
+        await wait_until(
+            pilot, lambda: marker.exists() and marker.read_text().strip(), "the opener (a process)"
+        )
         assert marker.read_text().strip() == str(app.screen.query_one(StepImage).path)
 
     drive(app, scenario)
+
 
 # ---------------------------------------------------------------------------------------------
 # Reviews
@@ -251,8 +302,14 @@ def test_review_is_stored_survives_a_restart_and_exports(ws_copy: Path, tmp_path
     with ledger_of(ws_copy) as ledger:
         run = present(ledger.latest_run())
         tid = ledger.item_verdicts(present(run.incumbent_experiment))[0].trajectory_id
-    app = JudgeloopApp(ws_copy, image_mode="halfcell", watch=False, experiment_id=run.incumbent_experiment,
-                       item_id=tid, start_view="item")
+    app = JudgeloopApp(
+        ws_copy,
+        image_mode="halfcell",
+        watch=False,
+        experiment_id=run.incumbent_experiment,
+        item_id=tid,
+        start_view="item",
+    )
 
     async def review(pilot: Any) -> None:
         await pilot.press("l")

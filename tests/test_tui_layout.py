@@ -38,8 +38,17 @@ from tui.widgets import FixedColumnsTable
 def test_every_binding_has_an_id_and_help_lists_every_key_by_its_readable_name(run_ws: Path) -> None:
     from tui import modals
 
-    classes = [JudgeloopApp, *VIEWS.values(), modals.ErrorModal, modals.ConfirmModal, modals.ReviewModal,
-               modals.StartRunModal, modals.ItemListModal, modals.ErrorScreen, modals.CorrectionModal]
+    classes = [
+        JudgeloopApp,
+        *VIEWS.values(),
+        modals.ErrorModal,
+        modals.ConfirmModal,
+        modals.ReviewModal,
+        modals.StartRunModal,
+        modals.ItemListModal,
+        modals.ErrorScreen,
+        modals.CorrectionModal,
+    ]
     bindings = [b for cls in classes for b in cls.__dict__.get("BINDINGS", [])]
     assert bindings and all(b.id for b in bindings)
     assert len({b.id for b in bindings}) == len(bindings)
@@ -64,7 +73,14 @@ def test_every_binding_has_an_id_and_help_lists_every_key_by_its_readable_name(r
         assert rows["Select the next step"] == "→ / ."
         assert rows["Open the selected experiment"] == "Enter"
         assert rows["The same item under the next experiment that judged it (of any run)"] == "]"
-        for internal in ("question_mark", "f1,", "right_square_bracket", "None", "set_keymap", "view.history"):
+        for internal in (
+            "question_mark",
+            "f1,",
+            "right_square_bracket",
+            "None",
+            "set_keymap",
+            "view.history",
+        ):
             assert internal not in words and internal not in app.help_text(), internal
 
     drive(app, scenario, size=(80, 24))
@@ -89,7 +105,9 @@ def test_command_palette_switches_views(run_ws: Path) -> None:
 
 
 def test_worker_failure_becomes_an_error_modal_not_a_crash(run_ws: Path) -> None:
-    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, experiment_id=999_999, start_view="experiment")
+    app = JudgeloopApp(
+        run_ws, image_mode="halfcell", watch=False, experiment_id=999_999, start_view="experiment"
+    )
 
     async def scenario(pilot: Any) -> None:
         await settle(app, pilot)
@@ -110,8 +128,11 @@ def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) 
         experiments = ledger.experiments(run.id)
         incumbent = ledger.get_experiment(present(run.incumbent_experiment))
         labels = ledger.labels(run.id)
-        wrong = sorted(v.trajectory_id for v in ledger.item_verdicts(incumbent.id)
-                       if v.success != labels[v.trajectory_id].positive)
+        wrong = sorted(
+            v.trajectory_id
+            for v in ledger.item_verdicts(incumbent.id)
+            if v.success != labels[v.trajectory_id].positive
+        )
     assert wrong and incumbent.kappa is not None and incumbent.fpr is not None
     first = min(wrong, key=lambda t: (labels[t].positive, t))  # the top row: false positives first
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
@@ -137,7 +158,9 @@ def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) 
         line_with(lines, "id", "decision", "κ", "FPR", "Δκ", "p", "$", "rationale")
         rows = screen_rows(app)
         for exp in experiments:
-            row = [line for line in rows if line.split()[:1] in ([str(exp.id)], [f"{exp.id}◆"])][:1]  # not the x axis
+            row = [line for line in rows if line.split()[:1] in ([str(exp.id)], [f"{exp.id}◆"])][
+                :1
+            ]  # not the x axis
             assert row, exp.id
             assert (f"{exp.p_value:.3f}" if exp.p_value is not None else "—") in row[0], (exp.id, row[0])
             assert f"{exp.cost_usd:.4f}" in row[0], (exp.id, row[0])
@@ -159,22 +182,44 @@ def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) 
         assert detail.trajectory_id == first
         lines = screen()
         assert lines[0].startswith(f"item {first} under experiment {incumbent.id}")
-        line_with(lines, detail.instruction.split()[0], "0", detail.steps[0].action[:20])  # instruction | steps
+        line_with(
+            lines, detail.instruction.split()[0], "0", detail.steps[0].action[:20]
+        )  # instruction | steps
         line_with(lines, f"label: {labels[first].label}")
         line_with(lines, "replicate 0:")
 
     drive(app, scenario, size=(80, 24))
 
 
-HISTORY_HEADERS = ("id", "time", "strategy", "decision", "κ", "FPR", "bal.acc", "Δκ", "ΔFPR", "p", "+rej", "$",
-                   "rationale")
+HISTORY_HEADERS = (
+    "id",
+    "time",
+    "strategy",
+    "decision",
+    "κ",
+    "FPR",
+    "bal.acc",
+    "Δκ",
+    "ΔFPR",
+    "p",
+    "+rej",
+    "$",
+    "rationale",
+)
 
 
-@pytest.mark.parametrize(("size", "hidden"), [
-    ((160, 45), ()), ((120, 36), ("+rej", "time")), ((80, 24), ("+rej", "time", "strategy", "bal.acc", "ΔFPR")),
-])
+@pytest.mark.parametrize(
+    ("size", "hidden"),
+    [
+        ((160, 45), ()),
+        ((120, 36), ("+rej", "time")),
+        ((80, 24), ("+rej", "time", "strategy", "bal.acc", "ΔFPR")),
+    ],
+)
 def test_history_hides_its_least_important_columns_first_and_the_footer_keeps_help_and_quit(
-    run_ws: Path, size: tuple[int, int], hidden: tuple[str, ...],
+    run_ws: Path,
+    size: tuple[int, int],
+    hidden: tuple[str, ...],
 ) -> None:
     """At each width the table fits without a horizontal scrollbar, shows the columns a decision is read
     from (p, $ and the rationale included), and hides only the least important; the footer always shows
@@ -184,7 +229,9 @@ def test_history_hides_its_least_important_columns_first_and_the_footer_keeps_he
     def check(width: int, hidden: tuple[str, ...]) -> None:
         assert isinstance(app.screen, HistoryView)
         table = cast(FixedColumnsTable, app.screen.query_one("#history-table"))
-        assert [str(c.label) for c in table.columns.values()] == [h for h in HISTORY_HEADERS if h not in hidden]
+        assert [str(c.label) for c in table.columns.values()] == [
+            h for h in HISTORY_HEADERS if h not in hidden
+        ]
         assert table.virtual_size.width <= table.scrollable_content_region.width
         rationale = next(c for c in table.columns.values() if c.key.value == "rationale")
         assert rationale.width >= (20 if width >= 120 else 10)
@@ -211,8 +258,13 @@ def test_disagreements_table_fits_its_width_without_a_horizontal_scrollbar(
 ) -> None:
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())
-    app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, start_view="disagreements",
-                       experiment_id=run.incumbent_experiment)
+    app = JudgeloopApp(
+        run_ws,
+        image_mode="halfcell",
+        watch=False,
+        start_view="disagreements",
+        experiment_id=run.incumbent_experiment,
+    )
 
     async def scenario(pilot: Any) -> None:
         assert isinstance(app.screen, DisagreementsView)
@@ -240,16 +292,24 @@ def test_screenshot_command_renders_screens_headlessly(run_ws: Path, tmp_path: P
     }
     for screen, needle in expected.items():
         out = tmp_path / f"{screen}.svg"
-        assert main(["tui", "-w", str(run_ws), "--screenshot", str(out), "--screen", screen, "--size", "100x30"]) == 0
+        assert (
+            main(["tui", "-w", str(run_ws), "--screenshot", str(out), "--screen", screen, "--size", "100x30"])
+            == 0
+        )
         assert needle in screen_lines(out.read_text()), screen
 
 
-def test_screenshot_command_refuses_bad_arguments_in_one_line(run_ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_screenshot_command_refuses_bad_arguments_in_one_line(
+    run_ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["tui", "-w", str(run_ws), "--screenshot", "x.png"]) == 2
     assert main(["tui", "-w", str(run_ws), "--screenshot", "x.svg", "--screen", "nope"]) == 2
     assert main(["tui", "-w", str(run_ws), "--screenshot", "x.svg", "--size", "big"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith(("judgeloop: error:", "judgeloop tui: error:")) for line in err)
+    assert len(err) == 3 and all(
+        line.startswith(("judgeloop: error:", "judgeloop tui: error:")) for line in err
+    )
+
 
 # ---------------------------------------------------------------------------------------------
 # Curves and the history table, without an app
@@ -258,19 +318,34 @@ def test_screenshot_command_refuses_bad_arguments_in_one_line(run_ws: Path, caps
 FIRST_ID = 11  # a later run's experiments: ids differ from seqs (0 = baseline) by more than one
 
 
-def _exp(seq: int, status: ExperimentStatus, kappa: float | None, fpr: float | None, parent: int | None,
-         early: bool = False) -> Any:
+def _exp(
+    seq: int,
+    status: ExperimentStatus,
+    kappa: float | None,
+    fpr: float | None,
+    parent: int | None,
+    early: bool = False,
+) -> Any:
     from datetime import UTC, datetime
 
     from optimizer.ledger import Experiment
 
     metrics = None if kappa is None else {"kappa": kappa, "fpr": fpr}
-    return Experiment(id=FIRST_ID + seq, run_id="r", seq=seq, parent_id=parent,
-                      created=datetime(2026, 1, 1, tzinfo=UTC), status=status, metrics=metrics, early_stopped=early)
+    return Experiment(
+        id=FIRST_ID + seq,
+        run_id="r",
+        seq=seq,
+        parent_id=parent,
+        created=datetime(2026, 1, 1, tzinfo=UTC),
+        status=status,
+        metrics=metrics,
+        early_stopped=early,
+    )
 
 
-def test_curve_is_a_step_line_over_experiment_ids_with_early_stopped_at_their_partial_values_and_rejected_counted(
-) -> None:
+def test_curve_is_a_step_line_over_experiment_ids_with_early_stopped_at_their_partial_values_and_rejected_counted() -> (
+    None
+):
     from optimizer.ledger import Run
     from optimizer.stats.metrics import Metrics
     from tui.data import History as HistoryData
@@ -288,10 +363,16 @@ def test_curve_is_a_step_line_over_experiment_ids_with_early_stopped_at_their_pa
     chain = chain_from(run, {e.id: e for e in exps})
     assert chain == [11, 13]
     # Experiment 12 stopped after 6 items of both classes; 16 after 3 negatives only (no kappa: "—").
-    partial = {12: PartialMetrics(Metrics.from_counts(2, 1, 1, 2), 6, 32),
-               16: PartialMetrics(Metrics.from_counts(0, 0, 1, 2), 3, 32)}
-    history = HistoryData(run=run, rows=[HistoryRow(e, None, None, None, e.id in chain, partial=partial.get(e.id))
-                                         for e in exps], chain_ids=chain, runs=[run])
+    partial = {
+        12: PartialMetrics(Metrics.from_counts(2, 1, 1, 2), 6, 32),
+        16: PartialMetrics(Metrics.from_counts(0, 0, 1, 2), 3, 32),
+    }
+    history = HistoryData(
+        run=run,
+        rows=[HistoryRow(e, None, None, None, e.id in chain, partial=partial.get(e.id)) for e in exps],
+        chain_ids=chain,
+        runs=[run],
+    )
     points = curve_points(history)
     # x is the experiment id (what the history table shows), not the run's seq.
     assert points.experiment_ids == [11, 12, 13, 14, 15, 16] and points.x_range() == (11, 16)
@@ -366,10 +447,14 @@ def test_fixed_columns_table_measures_no_cell_where_a_datatable_measures_every_o
             fixed, plain, auto = (app.query_one(f"#{name}", DataTable) for name in ("fixed", "plain", "auto"))
             assert await fill(pilot, plain) == rows * len(widths)  # Textual measures every cell...
             assert await fill(pilot, fixed) == 0  # ...the override none
-            assert await fill(pilot, auto, auto=True) == rows * len(widths)  # an auto column: measured as usual
+            assert await fill(pilot, auto, auto=True) == rows * len(
+                widths
+            )  # an auto column: measured as usual
             assert fixed.row_count == plain.row_count == rows
             assert fixed.virtual_size == plain.virtual_size
-            assert auto.virtual_size.width == plain.virtual_size.width - widths[1] + 40  # sized to its content
+            assert (
+                auto.virtual_size.width == plain.virtual_size.width - widths[1] + 40
+            )  # sized to its content
             lines = range(min(fixed.size.height, plain.size.height))
             drawn = [fixed.render_line(y).text for y in lines]
             assert len(drawn) > 2 and drawn[1].split() == ["0", "x" * widths[1], "y"]  # clipped to its width
@@ -384,13 +469,17 @@ def test_run_options_build_the_command_line_including_a_manual_run(tmp_path: Pat
 
     argv = RunOptions(strategy="manual", propose_only=True).argv(tmp_path)
     assert argv[argv.index("--strategy") + 1] == "manual" and argv[-1] == "--propose-only"
-    assert RunOptions(strategy="library", resume=True).argv(tmp_path)[-1] == "--resume"  # resume ignores the rest
+    assert (
+        RunOptions(strategy="library", resume=True).argv(tmp_path)[-1] == "--resume"
+    )  # resume ignores the rest
     with pytest.raises(UserError, match="unknown strategy 'genetic'"):
         RunOptions(strategy="genetic").argv(tmp_path)
 
 
 @pytest.mark.slow  # a `judgeloop run` process started and waited for
-def test_a_run_refused_at_once_is_reported_not_announced_as_started(ws_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_refused_at_once_is_reported_not_announced_as_started(
+    ws_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The app gives a run a few seconds to refuse (tui.runs.early_outcome); a loaded machine may take longer
     # to start Python, so here it waits for the refusing process's exit, up to a generous bound.
     monkeypatch.setattr(runs, "early_outcome", functools.partial(runs.early_outcome, wait_s=EVENT_WAIT_S))
@@ -401,10 +490,14 @@ def test_a_run_refused_at_once_is_reported_not_announced_as_started(ws_copy: Pat
         await pilot.press("r")
         await pilot.pause()
         assert isinstance(app.screen, StartRunModal)
-        cast(Select[str], app.screen.query_one("#run-strategy")).value = "manual"  # with no edit in the working tree
+        cast(
+            Select[str], app.screen.query_one("#run-strategy")
+        ).value = "manual"  # with no edit in the working tree
         await pilot.click("#start")
         await settle(app, pilot)
-        assert any(s.startswith("the run stopped at once (exit 2): judgeloop: error: no edit to judge") for s in seen), seen
+        assert any(
+            s.startswith("the run stopped at once (exit 2): judgeloop: error: no edit to judge") for s in seen
+        ), seen
         assert not any(s.startswith("run started") for s in seen)
 
     drive(app, scenario)
@@ -417,10 +510,14 @@ def test_live_strip_drops_the_item_count_once_the_candidate_is_decided() -> None
     from tui.watch import LiveState, apply_events
 
     def event(n: int, kind: EventKind, payload: dict[str, Any]) -> Event:
-        return Event(id=n, run_id="r1", experiment_id=6, created=datetime.now(UTC), kind=kind, payload=payload)
+        return Event(
+            id=n, run_id="r1", experiment_id=6, created=datetime.now(UTC), kind=kind, payload=payload
+        )
 
-    state = apply_events(LiveState(), [event(1, "stage", {"stage": "evaluating"}),
-                                       event(2, "progress", {"done": 1, "total": 88})])
+    state = apply_events(
+        LiveState(),
+        [event(1, "stage", {"stage": "evaluating"}), event(2, "progress", {"done": 1, "total": 88})],
+    )
     assert "judged 1/88" in state.line()
     state = apply_events(state, [event(3, "decision", {"status": "rolled_back"})])
     assert "judged" not in state.line() and "stage decided: rolled_back (exp 6)" in state.line()

@@ -49,10 +49,16 @@ def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> Non
     async def scenario(pilot: Any) -> None:
         strip = app.screen.query_one(StatusStrip)
         assert "judged 7/99" not in str(strip.render())
-        subprocess.run([sys.executable, "-c", writer, str(ws_copy / "experiments" / "ledger.sqlite"), run_id],
-                       check=True, cwd=Path(__file__).resolve().parents[1])
-        await wait_until(pilot, lambda: "judged 7/99" in str(app.screen.query_one(StatusStrip).render()),
-                         "the watcher thread's message")
+        subprocess.run(
+            [sys.executable, "-c", writer, str(ws_copy / "experiments" / "ledger.sqlite"), run_id],
+            check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        await wait_until(
+            pilot,
+            lambda: "judged 7/99" in str(app.screen.query_one(StatusStrip).render()),
+            "the watcher thread's message",
+        )
         line = str(app.screen.query_one(StatusStrip).render())
         assert "stage evaluating" in line and "judged 7/99" in line and "2 errors" in line
         assert "1,234 tokens" in line and "$0.5000" in line
@@ -61,6 +67,7 @@ def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> Non
         assert isinstance(app.screen, DisagreementsView)
 
     drive(app, scenario)
+
 
 # ---------------------------------------------------------------------------------------------
 # Driving runs
@@ -96,16 +103,27 @@ def test_run_started_from_the_tui_is_detached_and_keeps_going_after_quit(
     with FakeLLMServer() as server:
         server.default = held
         config = Workspace.open(ws_copy).config
-        write_config(ws_copy, config.model_copy(update={
-            "workspace": config.workspace.model_copy(update={"dev_split": "mini"}),
-            "judge": config.judge.model_copy(update={
-                "provider": "openai", "model": "fake-judge", "base_url": server.openai_base_url,
-            }),
-        }))
+        write_config(
+            ws_copy,
+            config.model_copy(
+                update={
+                    "workspace": config.workspace.model_copy(update={"dev_split": "mini"}),
+                    "judge": config.judge.model_copy(
+                        update={
+                            "provider": "openai",
+                            "model": "fake-judge",
+                            "base_url": server.openai_base_url,
+                        }
+                    ),
+                }
+            ),
+        )
         with repo_at(ws_copy) as repo:
             repo.git.checkout("main")
             repo.index.add(["judgeloop.toml"])
-            repo.index.commit("test: judge on the fake server", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
+            repo.index.commit(
+                "test: judge on the fake server", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR
+            )
         with ledger_of(ws_copy) as ledger:
             runs_before = {r.id for r in ledger.runs()}
 
@@ -177,7 +195,12 @@ def waiting_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ws = tmp_path_factory.mktemp("tui-waiting") / "ws"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-        assert make_real_run(ws, RealRun(max_experiments=1, replicates=1, items=16, screenshots="none", propose_only=True)) == 0
+        assert (
+            make_real_run(
+                ws, RealRun(max_experiments=1, replicates=1, items=16, screenshots="none", propose_only=True)
+            )
+            == 0
+        )
     return ws
 
 
@@ -230,7 +253,9 @@ def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
         assert tip == parent.commit_sha  # the branch is back at the incumbent
         assert gitops.rejected_refs(ws)[candidate.id] == decided.commit_sha
         rejected = gitops.rev_parse(ws, f"refs/judgeloop/rejected/{candidate.id}")
-        assert gitops.parse_trailers(gitops.commit_message(ws, rejected))["Judgeloop-Decision"] == "rolled_back"
+        assert (
+            gitops.parse_trailers(gitops.commit_message(ws, rejected))["Judgeloop-Decision"] == "rolled_back"
+        )
 
 
 def test_stop_key_creates_the_stop_file_only_while_a_run_is_going(ws_copy: Path) -> None:

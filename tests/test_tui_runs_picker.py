@@ -52,7 +52,12 @@ def waiting_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ws = tmp_path_factory.mktemp("tui-waiting-picker") / "ws"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-        assert make_real_run(ws, RealRun(max_experiments=1, replicates=1, items=16, screenshots="none", propose_only=True)) == 0
+        assert (
+            make_real_run(
+                ws, RealRun(max_experiments=1, replicates=1, items=16, screenshots="none", propose_only=True)
+            )
+            == 0
+        )
     return ws
 
 
@@ -85,7 +90,9 @@ def footer_keys(app: JudgeloopApp) -> str:
 # The run picker
 
 
-def test_run_picker_lists_every_run_with_its_figures_and_the_history_shows_the_picked_one(manual_ws: Path) -> None:
+def test_run_picker_lists_every_run_with_its_figures_and_the_history_shows_the_picked_one(
+    manual_ws: Path,
+) -> None:
     runs = runs_and_experiments(manual_ws)
     assert len(runs) == 1 + len(MANUAL_EDITS)
     oldest, oldest_exps = runs[-1]
@@ -103,7 +110,14 @@ def test_run_picker_lists_every_run_with_its_figures_and_the_history_shows_the_p
         for i, (run, exps) in enumerate(runs, start=1):
             words = str(options.get_option_at_index(i).prompt).split()
             kept = sum(e.status == "kept" for e in exps)
-            assert words[-6:] == [run.strategy, run.policy, run.split, str(len(exps)), str(kept), run.status], words
+            assert words[-6:] == [
+                run.strategy,
+                run.policy,
+                run.split,
+                str(len(exps)),
+                str(kept),
+                run.status,
+            ], words
             assert run.id in words and f"{run.created:%H:%M}" in words
         assert str(options.get_option_at_index(1).prompt).startswith("▸")  # the run shown now
         options.highlighted = ids.index(oldest.id)
@@ -151,7 +165,11 @@ def test_all_runs_view_lines_up_each_manual_edit_under_the_one_before_with_its_r
         table.move_cursor(row=table.get_row_index(str(manual[0].id)))
         await settle(app, pilot)
         detail = widget_text(app, "#all-runs-detail")  # the whole rationale, whatever the width
-        assert f"experiment {manual[0].id}" in detail and MANUAL_EDITS[0][1] in detail and manual[0].run_id in detail
+        assert (
+            f"experiment {manual[0].id}" in detail
+            and MANUAL_EDITS[0][1] in detail
+            and manual[0].run_id in detail
+        )
         await pilot.press("enter")
         await settle(app, pilot)
         assert isinstance(app.screen, ExperimentView) and app.experiment_id == manual[0].id
@@ -199,11 +217,14 @@ def test_tui_run_flag_opens_that_run_and_refuses_an_unknown_id_in_one_line(
 # Keep / discard only on a waiting candidate
 
 
-def test_keep_and_discard_are_refused_with_a_reason_on_an_experiment_that_is_not_waiting(manual_ws: Path) -> None:
+def test_keep_and_discard_are_refused_with_a_reason_on_an_experiment_that_is_not_waiting(
+    manual_ws: Path,
+) -> None:
     _, exps = runs_and_experiments(manual_ws)[0]
     decided = next(e for e in exps if e.status != "baseline")
-    app = JudgeloopApp(manual_ws, image_mode="halfcell", watch=False, start_view="experiment",
-                       experiment_id=decided.id)
+    app = JudgeloopApp(
+        manual_ws, image_mode="halfcell", watch=False, start_view="experiment", experiment_id=decided.id
+    )
     seen = capture_notifications(app)
 
     async def scenario(pilot: Any) -> None:
@@ -214,7 +235,9 @@ def test_keep_and_discard_are_refused_with_a_reason_on_an_experiment_that_is_not
             await pilot.press(key)
             await settle(app, pilot)
             assert isinstance(app.screen, ExperimentView)  # no confirmation asked
-            assert seen[-1].startswith(f"nothing to {verb}: experiment {decided.id} is rolled back, not waiting")
+            assert seen[-1].startswith(
+                f"nothing to {verb}: experiment {decided.id} is rolled back, not waiting"
+            )
 
     drive(app, scenario, SIZE)
     with ledger_of(manual_ws) as ledger:
@@ -225,8 +248,9 @@ def test_keep_and_discard_are_offered_on_the_waiting_candidate_only(waiting_ws: 
     _, exps = runs_and_experiments(waiting_ws)[0]
     waiting = next(e for e in exps if e.status == "waiting")
     baseline = next(e for e in exps if e.status == "baseline")
-    app = JudgeloopApp(waiting_ws, image_mode="halfcell", watch=False, start_view="experiment",
-                       experiment_id=waiting.id)
+    app = JudgeloopApp(
+        waiting_ws, image_mode="halfcell", watch=False, start_view="experiment", experiment_id=waiting.id
+    )
     seen = capture_notifications(app)
 
     async def scenario(pilot: Any) -> None:
@@ -234,7 +258,10 @@ def test_keep_and_discard_are_offered_on_the_waiting_candidate_only(waiting_ws: 
         assert "Keep" in keys and "Discard" in keys
         await pilot.press("x")
         await settle(app, pilot)
-        assert isinstance(app.screen, ConfirmModal) and f"discard experiment {waiting.id}?" in app.screen.question
+        assert (
+            isinstance(app.screen, ConfirmModal)
+            and f"discard experiment {waiting.id}?" in app.screen.question
+        )
         await pilot.press("n")  # answered no: nothing decided
         await settle(app, pilot)
         app.select(experiment_id=baseline.id, switch_to="experiment")  # the baseline of the same run
@@ -261,7 +288,9 @@ def judged_score(ledger: Ledger, labels: dict[str, LabelRow], experiment_id: int
     return score(cast(Any, {t: labels[t] for t in ids}), {t: answers[t] for t in ids if t in answers})
 
 
-def test_early_stopped_candidates_show_their_partial_metrics_marked_in_history_and_experiment(manual_ws: Path) -> None:
+def test_early_stopped_candidates_show_their_partial_metrics_marked_in_history_and_experiment(
+    manual_ws: Path,
+) -> None:
     run, exps = runs_and_experiments(manual_ws)[-1]  # the library run: its candidates stopped early
     stopped = [e for e in exps if e.early_stopped]
     assert stopped and all(e.kappa is None for e in stopped)  # the ledger has no metrics for them
@@ -272,8 +301,11 @@ def test_early_stopped_candidates_show_their_partial_metrics_marked_in_history_a
             answers = ledger.item_answers(exp.id)
             judged = sorted(t for t, a in answers.items() if a.status in ("ok", "invalid"))
             assert 0 < len(judged) < len(labels)
-            expected[exp.id] = (judged_score(ledger, labels, exp.id, judged),
-                                judged_score(ledger, labels, cast(int, exp.parent_id), judged), len(judged))
+            expected[exp.id] = (
+                judged_score(ledger, labels, exp.id, judged),
+                judged_score(ledger, labels, cast(int, exp.parent_id), judged),
+                len(judged),
+            )
     assert any(mine != theirs for mine, theirs, _ in expected.values())  # some edit changed verdicts
     app = JudgeloopApp(manual_ws, image_mode="halfcell", watch=False, run_id=run.id)
 
@@ -288,19 +320,27 @@ def test_early_stopped_candidates_show_their_partial_metrics_marked_in_history_a
                 assert str(table.get_cell(str(exp_id), "p")) == f"≥{p_value:.3f}"
             assert str(table.get_cell(str(exp_id), "fpr")) == f"{mine.fpr:.2f}*"
             # Δ against the incumbent over the same items (the candidate judged the negatives first)
-            assert str(table.get_cell(str(exp_id), "dfpr")) == f"{cast(float, mine.fpr) - cast(float, theirs.fpr):+.2f}*"
+            assert (
+                str(table.get_cell(str(exp_id), "dfpr"))
+                == f"{cast(float, mine.fpr) - cast(float, theirs.fpr):+.2f}*"
+            )
         baseline = next(e for e in exps if e.status == "baseline")
         assert str(table.get_cell(str(baseline.id), "kappa")) == f"{baseline.kappa:.3f}"  # complete: unmarked
         assert "* = over the items judged before an early stop" in widget_text(app, "#view-title")
-        exp_id = next(e for e, (mine, theirs, _) in expected.items()
-                      if mine.kappa != theirs.kappa and None not in (mine.tpr, mine.tnr, theirs.tpr, theirs.tnr))
+        exp_id = next(
+            e
+            for e, (mine, theirs, _) in expected.items()
+            if mine.kappa != theirs.kappa and None not in (mine.tpr, mine.tnr, theirs.tpr, theirs.tnr)
+        )
         mine, incumbent, n = expected[exp_id]
         table.move_cursor(row=table.get_row_index(str(exp_id)))
         await pilot.press("e")
         await settle(app, pilot)
         text = svg_text(app)
         assert f"* partial metrics ({n}/{len(labels)} judged)" in widget_text(app, "#experiment-decision")
-        kappa_row = next(line.replace(" ", "") for line in text.splitlines() if line.strip().startswith("kappa"))
+        kappa_row = next(
+            line.replace(" ", "") for line in text.splitlines() if line.strip().startswith("kappa")
+        )
         delta = cast(float, mine.kappa) - cast(float, incumbent.kappa)
         # value, interval (none on part of the items), the incumbent on the same items, the difference
         assert kappa_row == f"kappa{mine.kappa:.2f}*—{incumbent.kappa:.2f}*{delta:+.2f}*"
@@ -316,11 +356,16 @@ def select_values(select: Select[str]) -> list[str]:
     return [str(value) for _, value in select._options if isinstance(value, str)]  # Textual keeps them there
 
 
-def test_start_run_form_offers_the_workspace_splits_and_config_defaults_never_a_heldout_split(manual_ws: Path) -> None:
+def test_start_run_form_offers_the_workspace_splits_and_config_defaults_never_a_heldout_split(
+    manual_ws: Path,
+) -> None:
     from optimizer.workspace.workspace import Workspace
 
     config = Workspace.open(manual_ws).config
-    assert HELDOUT in config.workspace.heldout_splits and (manual_ws / "devset" / HELDOUT / "split.json").is_file()
+    assert (
+        HELDOUT in config.workspace.heldout_splits
+        and (manual_ws / "devset" / HELDOUT / "split.json").is_file()
+    )
     app = JudgeloopApp(manual_ws, image_mode="halfcell", watch=False)
 
     async def scenario(pilot: Any) -> None:
@@ -333,11 +378,18 @@ def test_start_run_form_offers_the_workspace_splits_and_config_defaults_never_a_
         assert sorted(select_values(split)) == sorted(["mini", SMALL, "sample"])  # `held` is not there
         assert HELDOUT not in select_values(split)
         assert (split.value, policy.value, provider.value) == (
-            config.workspace.dev_split, config.loop.policy, config.judge.provider)
+            config.workspace.dev_split,
+            config.loop.policy,
+            config.judge.provider,
+        )
         assert select_values(policy) == list(POLICIES) and select_values(provider) == list(PROVIDERS)
         assert f"held out, never offered for a run: {HELDOUT}" in svg_text(app)
         options = app.screen.options()
-        assert (options.split, options.policy, options.provider) == ("mini", "adaptive", config.judge.provider)
+        assert (options.split, options.policy, options.provider) == (
+            "mini",
+            "adaptive",
+            config.judge.provider,
+        )
 
     drive(app, scenario, (80, 24))
 
@@ -357,9 +409,14 @@ def test_a_run_started_from_the_form_runs_on_the_chosen_split_policy_and_provide
         config = Workspace.open(manual_copy).config
         assert config.judge.provider == "local" and config.loop.policy == "adaptive"
         # The config's judge is the local one; the form switches the run to openai (on the fake server).
-        write_config(manual_copy, config.model_copy(update={
-            "judge": config.judge.model_copy(update={"base_url": server.openai_base_url}),
-        }))
+        write_config(
+            manual_copy,
+            config.model_copy(
+                update={
+                    "judge": config.judge.model_copy(update={"base_url": server.openai_base_url}),
+                }
+            ),
+        )
         commit_all(manual_copy, "test: the judge's base url is the fake server")
         before = {r.id for r in ledger_of(manual_copy).runs()}
         app = JudgeloopApp(manual_copy, image_mode="halfcell", watch=False)
@@ -392,14 +449,18 @@ def test_a_run_started_from_the_form_runs_on_the_chosen_split_policy_and_provide
     assert (new.split, new.policy, new.config["judge"]["provider"]) == (SMALL, "literal", "openai")
 
 
-def test_start_run_refuses_a_heldout_split_or_a_malformed_choice_before_starting_anything(manual_copy: Path) -> None:
+def test_start_run_refuses_a_heldout_split_or_a_malformed_choice_before_starting_anything(
+    manual_copy: Path,
+) -> None:
     runs_dir = manual_copy / "experiments" / "runs"
     logs_before = sorted(runs_dir.glob("*.log"))
     with pytest.raises(UserError, match=f"split '{HELDOUT}' is held out"):
         start_run(manual_copy, RunOptions(split=HELDOUT))
-    for bad, message in ((RunOptions(split="--resume"), "is not a split name"),
-                         (RunOptions(policy="greedy"), "unknown policy 'greedy'"),
-                         (RunOptions(provider="--base-url=http://evil"), "unknown provider")):
+    for bad, message in (
+        (RunOptions(split="--resume"), "is not a split name"),
+        (RunOptions(policy="greedy"), "unknown policy 'greedy'"),
+        (RunOptions(provider="--base-url=http://evil"), "unknown provider"),
+    ):
         with pytest.raises(UserError, match=message):
             start_run(manual_copy, bad)
     assert sorted(runs_dir.glob("*.log")) == logs_before  # no log, so no process: refused up front
@@ -415,7 +476,9 @@ def test_the_picker_shows_a_crafted_runs_names_as_text_and_every_new_binding_has
     from tui import modals
     from tui.app import JudgeloopApp as App
 
-    with Ledger(manual_copy / "experiments" / "ledger.sqlite") as writer:  # a run no loop made: no experiments
+    with Ledger(
+        manual_copy / "experiments" / "ledger.sqlite"
+    ) as writer:  # a run no loop made: no experiments
         crafted = writer.create_run(
             RunSpec(strategy="manual", policy="literal", split="[b]x", split_fingerprint="f", start_rev="s")
         )
@@ -441,8 +504,17 @@ def test_the_picker_shows_a_crafted_runs_names_as_text_and_every_new_binding_has
         assert "all runs — 4 runs" in widget_text(app, "#view-title")  # the empty run counts, adds no row
 
     drive(app, scenario, SIZE)
-    classes = [App, *VIEWS.values(), modals.ErrorModal, modals.ConfirmModal, modals.ReviewModal,
-               modals.StartRunModal, modals.RunPickerModal, modals.ItemListModal, modals.ErrorScreen]
+    classes = [
+        App,
+        *VIEWS.values(),
+        modals.ErrorModal,
+        modals.ConfirmModal,
+        modals.ReviewModal,
+        modals.StartRunModal,
+        modals.RunPickerModal,
+        modals.ItemListModal,
+        modals.ErrorScreen,
+    ]
     bindings = [b for cls in classes for b in cls.__dict__.get("BINDINGS", [])]
     assert all(b.id for b in bindings) and len({b.id for b in bindings}) == len(bindings)
     assert {"run.pick", "runs.open", "runs.baselines", "runs.close"} <= {b.id for b in bindings}

@@ -107,8 +107,13 @@ def test_disagreements_at_80_by_24_wrap_the_mistake_type_and_show_the_reasoning_
     """It used to show "Misunderstanding o" and a reasoning column eight wide ("Checklis")."""
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())
-        app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, start_view="disagreements",
-                           experiment_id=run.incumbent_experiment)
+        app = JudgeloopApp(
+            run_ws,
+            image_mode="halfcell",
+            watch=False,
+            start_view="disagreements",
+            experiment_id=run.incumbent_experiment,
+        )
         labels = ledger.labels(run.id)
     long_types = {t.mistake_type for t in labels.values() if t.mistake_type and len(t.mistake_type) > 18}
     assert long_types, "the fixture's split has no long mistake type"
@@ -141,7 +146,7 @@ def test_a_dialog_title_wraps_at_80_by_24(run_ws: Path) -> None:
         assert isinstance(app.screen, CorrectionModal)
         title = app.screen.query_one("Label")
         rows, box = screen_rows(app), title.region  # what the screen shows where the title is
-        shown = words(" ".join(rows[y][box.x:box.right] for y in range(box.y, box.bottom)))
+        shown = words(" ".join(rows[y][box.x : box.right] for y in range(box.y, box.bottom)))
         assert shown == words(str(title.render())), shown
 
     drive(app, scenario, size=SMALL)
@@ -155,8 +160,14 @@ def item_app(ws: Path) -> tuple[JudgeloopApp, str]:
     with ledger_of(ws) as ledger:
         run = present(ledger.latest_run())
         tid = ledger.item_verdicts(present(run.incumbent_experiment))[0].trajectory_id
-    return JudgeloopApp(ws, image_mode="halfcell", watch=False, experiment_id=run.incumbent_experiment,
-                        item_id=tid, start_view="item"), tid
+    return JudgeloopApp(
+        ws,
+        image_mode="halfcell",
+        watch=False,
+        experiment_id=run.incumbent_experiment,
+        item_id=tid,
+        start_view="item",
+    ), tid
 
 
 def test_a_note_typed_then_tabbed_away_and_back_is_kept_and_saved_whole(ws_copy: Path) -> None:
@@ -184,7 +195,8 @@ def test_a_note_typed_then_tabbed_away_and_back_is_kept_and_saved_whole(ws_copy:
     drive(app, scenario)
     with ledger_of(ws_copy) as ledger:
         assert [(r.kind, r.note) for r in ledger.reviews(trajectory_id=tid)] == [
-            ("judge_wrong", "cites the wrong step of the menu")]
+            ("judge_wrong", "cites the wrong step of the menu")
+        ]
 
 
 def test_a_review_without_a_note_is_refused_and_nothing_is_saved(ws_copy: Path) -> None:

@@ -62,8 +62,9 @@ def stable_commits(svg: str, ws: Path) -> str:
     order of appearance). Commit ids depend on where the checkout lies (the split links the bundled
     sample by its absolute path), not on the layout; Rich names the frame after its text, so that
     name is fixed too."""
-    shas = subprocess.run(["git", "rev-list", "--all"], cwd=ws, capture_output=True, text=True,
-                          check=(ws / ".git").exists()).stdout.split()  # no repository: no commit ids
+    shas = subprocess.run(
+        ["git", "rev-list", "--all"], cwd=ws, capture_output=True, text=True, check=(ws / ".git").exists()
+    ).stdout.split()  # no repository: no commit ids
     seen: dict[str, int] = {}
 
     def placeholder(match: re.Match[str]) -> str:
@@ -83,7 +84,9 @@ def screenshots(ws: Path, out: Path) -> dict[str, str]:
     shots = {}
     for screen in SCREENS:
         path = out / f"{screen}.svg"
-        assert main(["tui", "-w", str(ws), "--screenshot", str(path), "--screen", screen, "--size", SIZE]) == 0
+        assert (
+            main(["tui", "-w", str(ws), "--screenshot", str(path), "--screen", screen, "--size", SIZE]) == 0
+        )
         shots[screen] = stable_commits(path.read_text(encoding="utf-8"), ws)
     return shots
 
@@ -197,8 +200,9 @@ class FeatureSnapshot:
         """The keys that reach the feature's screen (none: the start view is the feature)."""
 
     @pytest.mark.parametrize("size", SIZES)
-    def test_matches_its_baseline(self, size: str, request: pytest.FixtureRequest,
-                                  snapshot: SnapshotAssertion) -> None:
+    def test_matches_its_baseline(
+        self, size: str, request: pytest.FixtureRequest, snapshot: SnapshotAssertion
+    ) -> None:
         ws: Path = request.getfixturevalue(self.workspace)
         svg = stable_commits(asyncio.run(self.render(ws, SIZES[size])), ws)
         assert "pytest-of" not in svg and "/tmp/" not in svg  # no path of this machine
@@ -210,8 +214,14 @@ class FeatureSnapshot:
             experiment_id, item_id = screenshot_defaults(ws / "experiments" / "ledger.sqlite", None)
         except UserError:  # a ledger the app cannot read: its error screen is the feature
             experiment_id, item_id = None, None
-        app = JudgeloopApp(ws, image_mode="halfcell", start_view=self.start_view, experiment_id=experiment_id,
-                           item_id=item_id, watch=False)
+        app = JudgeloopApp(
+            ws,
+            image_mode="halfcell",
+            start_view=self.start_view,
+            experiment_id=experiment_id,
+            item_id=item_id,
+            watch=False,
+        )
         async with app.run_test(size=size) as pilot:
             await settle(app, pilot)
             await self.run_before(pilot)
@@ -331,8 +341,12 @@ class TestErrorModal(FeatureSnapshot):
 
     async def run_before(self, pilot: Pilot[None]) -> None:
         app = cast(JudgeloopApp, pilot.app)
-        app.show_error("judgeloop decide failed", UserError("experiment 3 is not waiting for a decision; "
-                                                            "only a propose-only run's candidate can be kept"))
+        app.show_error(
+            "judgeloop decide failed",
+            UserError(
+                "experiment 3 is not waiting for a decision; only a propose-only run's candidate can be kept"
+            ),
+        )
         await settle(app, pilot)
         assert isinstance(app.screen, ErrorModal)
 

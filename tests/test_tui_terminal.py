@@ -35,8 +35,13 @@ def tui_in_pty(ws: Path, size: tuple[int, int], **terminal: Any) -> PtyTerminal:
     env.update(PYTHONPATH=str(REPO_ROOT), TERM="xterm-256color", COLORTERM="truecolor")
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
-    return PtyTerminal([sys.executable, "-m", "optimizer.cli", "-w", str(ws), "tui"], size=size, env=env, cwd=REPO_ROOT,
-                       **terminal)
+    return PtyTerminal(
+        [sys.executable, "-m", "optimizer.cli", "-w", str(ws), "tui"],
+        size=size,
+        env=env,
+        cwd=REPO_ROOT,
+        **terminal,
+    )
 
 
 def title(lines: list[str]) -> str:
@@ -51,21 +56,28 @@ def test_a_terminals_replies_to_queries_are_never_read_as_keys(run_ws: Path, siz
     with tui_in_pty(run_ws, size) as term:
         term.wait_for(lambda lines: title(lines).startswith("history — run"), "the history view")
         term.press("d")
-        term.wait_for(lambda lines: title(lines).startswith("disagreements — experiment"), "the disagreements view")
+        term.wait_for(
+            lambda lines: title(lines).startswith("disagreements — experiment"), "the disagreements view"
+        )
         term.press("\r")
         term.wait_for(lambda lines: title(lines).startswith("item "), "the item view")
         term.pump(1.0)  # what a person sees a second later
         lines = term.lines()
         assert title(lines).startswith("item "), term.text()
-        assert DA1_REPLY in term.screen.answered, "the terminal was never asked: this test no longer tests anything"
+        assert DA1_REPLY in term.screen.answered, (
+            "the terminal was never asked: this test no longer tests anything"
+        )
         # The keys still work after the queries were answered: h goes back to the history.
         term.press("h")
         term.wait_for(lambda lines: title(lines).startswith("history — run"), "the history view again")
 
 
-@pytest.mark.parametrize("terminal", [{"reply_delay_s": 0.4}, {"answers": False}], ids=["slow-replies", "silent"])
+@pytest.mark.parametrize(
+    "terminal", [{"reply_delay_s": 0.4}, {"answers": False}], ids=["slow-replies", "silent"]
+)
 def test_a_slow_or_silent_terminal_neither_leaks_replies_as_keys_nor_blocks_the_keys(
-    run_ws: Path, terminal: dict[str, Any],
+    run_ws: Path,
+    terminal: dict[str, Any],
 ) -> None:
     """Replies that arrive after the image library stopped waiting for them (0.1 s) are still not keys
     (they are drained before the app reads the input); a terminal that answers nothing only costs the
@@ -77,7 +89,9 @@ def test_a_slow_or_silent_terminal_neither_leaks_replies_as_keys_nor_blocks_the_
         term.pump(1.0)  # a late reply would have arrived by now
         assert title(term.lines()).startswith("history — run"), term.text()
         term.press("d")
-        term.wait_for(lambda lines: title(lines).startswith("disagreements — experiment"), "the disagreements view")
+        term.wait_for(
+            lambda lines: title(lines).startswith("disagreements — experiment"), "the disagreements view"
+        )
         term.press("\r")
         term.wait_for(lambda lines: title(lines).startswith("item "), "the item view")
         term.pump(1.0)

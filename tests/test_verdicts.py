@@ -19,7 +19,11 @@ def test_bare_json_object_is_accepted() -> None:
 
 
 def test_single_fenced_json_block_with_text_around_is_accepted() -> None:
-    text = "Let me check.\n\n```json\n" + json.dumps({**GOOD, "success": True, "mistake_type": None}) + "\n```\nDone."
+    text = (
+        "Let me check.\n\n```json\n"
+        + json.dumps({**GOOD, "success": True, "mistake_type": None})
+        + "\n```\nDone."
+    )
     parsed = parse_verdict(text)
     assert parsed.verdict is not None and parsed.verdict.success is True
     assert parsed.raw == text

@@ -114,9 +114,13 @@ def test_a_stage_event_shows_its_text_on_the_live_strip_and_its_kind_without() -
     from tui.watch import LiveState, apply_events
 
     def stage(n: int, payload: dict[str, object]) -> Event:
-        return Event(id=n, run_id="r1", experiment_id=3, created=datetime.now(UTC), kind="stage", payload=payload)
+        return Event(
+            id=n, run_id="r1", experiment_id=3, created=datetime.now(UTC), kind="stage", payload=payload
+        )
 
-    batch = apply_events(LiveState(), [stage(1, {"stage": vocab.StageKind.BATCH, "text": "batch b1: in_progress"})])
+    batch = apply_events(
+        LiveState(), [stage(1, {"stage": vocab.StageKind.BATCH, "text": "batch b1: in_progress"})]
+    )
     assert "stage batch b1: in_progress (exp 3)" in batch.line()
     plain = apply_events(LiveState(), [stage(1, {"stage": vocab.StageKind.EVALUATING})])
     assert "stage evaluating (exp 3)" in plain.line()
@@ -147,12 +151,18 @@ def test_the_provider_names_are_the_vocabulary() -> None:
     assert set(vocab.FLAG_PROVIDERS) == set(vocab.PROVIDERS) - {vocab.COMMAND}
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    flags = [(name, a.choices) for name, command in sub.choices.items() for a in command._actions
-             if "--provider" in a.option_strings]
+    flags = [
+        (name, a.choices)
+        for name, command in sub.choices.items()
+        for a in command._actions
+        if "--provider" in a.option_strings
+    ]
     assert {name for name, _ in flags} >= {"run", "eval", "attribute"}
     assert all(tuple(choices or ()) == vocab.FLAG_PROVIDERS for _, choices in flags), flags
     # The form offers what `run --provider` takes, nothing it refuses.
-    assert PROVIDERS == RunChoices(splits=(), split="", policy="", provider="").providers == vocab.FLAG_PROVIDERS
+    assert (
+        PROVIDERS == RunChoices(splits=(), split="", policy="", provider="").providers == vocab.FLAG_PROVIDERS
+    )
 
 
 def test_every_list_of_the_mistake_types_is_the_vocabulary() -> None:
@@ -163,7 +173,9 @@ def test_every_list_of_the_mistake_types_is_the_vocabulary() -> None:
     from optimizer.loop.strategies import library, memory
     from optimizer.loop.strategies.tools import TOOL_SPECS
 
-    verdict_enum = next(s["enum"] for s in VERDICT_SCHEMA["properties"]["mistake_type"]["anyOf"] if "enum" in s)
+    verdict_enum = next(
+        s["enum"] for s in VERDICT_SCHEMA["properties"]["mistake_type"]["anyOf"] if "enum" in s
+    )
     assert verdict_enum == list(vocab.MISTAKE_TYPES)
     tool = next(t for t in TOOL_SPECS if t.name == "list_disagreements")
     assert tool.parameters["properties"]["mistake_type"]["enum"] == list(vocab.MISTAKE_TYPES)
@@ -172,8 +184,9 @@ def test_every_list_of_the_mistake_types_is_the_vocabulary() -> None:
     assert set(AHD_COUNTS.mistake_types) == {*vocab.MISTAKE_TYPES, vocab.UNTYPED}
 
 
-def test_the_start_run_form_never_hands_run_a_provider_it_refuses(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_start_run_form_never_hands_run_a_provider_it_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A workspace whose judge is a harness CLI ([judge] provider = "command", which `run --provider`
     refuses): the form offers only the names the flag takes, starts at "the config's", and the command
     line it builds goes through the real `judgeloop run` past its options (to the missing split)."""
@@ -189,7 +202,9 @@ def test_the_start_run_form_never_hands_run_a_provider_it_refuses(tmp_path: Path
 
     ws = tmp_path / "ws"
     assert main(["init", str(ws)]) == 0
-    set_config(ws, {("judge", "provider"): "command", ("judge", "harness"): "codex"}, message="test: a harness judge")
+    set_config(
+        ws, {("judge", "provider"): "command", ("judge", "harness"): "codex"}, message="test: a harness judge"
+    )
     app = JudgeloopApp(ws, image_mode="halfcell", watch=False)
     seen: dict[str, Any] = {}
 
@@ -198,7 +213,9 @@ def test_the_start_run_form_never_hands_run_a_provider_it_refuses(tmp_path: Path
         await settle(app, pilot)
         assert isinstance(app.screen, StartRunModal)
         provider = cast(Select[str], app.screen.query_one("#run-provider"))
-        seen["offered"] = [str(v) for _, v in provider._options if isinstance(v, str)]  # Textual keeps them there
+        seen["offered"] = [
+            str(v) for _, v in provider._options if isinstance(v, str)
+        ]  # Textual keeps them there
         seen["argv"] = app.screen.options().argv(ws)
 
     drive(app, scenario, (80, 24))

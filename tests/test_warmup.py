@@ -64,20 +64,36 @@ class Setup:
 
     def judge(self, server: FakeLLMServer, wire: str, concurrency: int = 8) -> JudgeSection:
         base_url = server.anthropic_base_url if wire == "anthropic" else server.openai_base_url
-        return JudgeSection.model_validate({"provider": wire, "model": MODELS[wire], "base_url": base_url,
-                                            "max_concurrency": concurrency, "max_retries": 0})
+        return JudgeSection.model_validate(
+            {
+                "provider": wire,
+                "model": MODELS[wire],
+                "base_url": base_url,
+                "max_concurrency": concurrency,
+                "max_retries": 0,
+            }
+        )
 
-    def evaluate(self, server: FakeLLMServer, wire: str, prompts: PromptSet, *, replicates: int = 3,
-                 batch: BatchOptions | None = None) -> EvalRun:
-        return asyncio.run(evaluate_items(
-            self.ws,
-            self.split,
-            prompts,
-            self.judge(server, wire),
-            item_ids=self.split.ids,
-            replicates=replicates,
-            options=PassOptions(batch=batch),
-        ))
+    def evaluate(
+        self,
+        server: FakeLLMServer,
+        wire: str,
+        prompts: PromptSet,
+        *,
+        replicates: int = 3,
+        batch: BatchOptions | None = None,
+    ) -> EvalRun:
+        return asyncio.run(
+            evaluate_items(
+                self.ws,
+                self.split,
+                prompts,
+                self.judge(server, wire),
+                item_ids=self.split.ids,
+                replicates=replicates,
+                options=PassOptions(batch=batch),
+            )
+        )
 
 
 def writes_per_item(server: FakeLLMServer) -> list[int]:
@@ -90,21 +106,36 @@ def writes_per_item(server: FakeLLMServer) -> list[int]:
 
 def _body(tail: str) -> dict[str, Any]:
     eph = {"type": "ephemeral", "ttl": "1h"}
-    return {"model": "claude-sonnet-4-5", "system": [{"type": "text", "text": "static", "cache_control": eph}],
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "t" * 8000, "cache_control": eph},
-                                                      {"type": "text", "text": tail}]}]}
+    return {
+        "model": "claude-sonnet-4-5",
+        "system": [{"type": "text", "text": "static", "cache_control": eph}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "t" * 8000, "cache_control": eph},
+                    {"type": "text", "text": tail},
+                ],
+            }
+        ],
+    }
 
 
 def _openai_body(tail: str) -> dict[str, Any]:
-    return {"model": "gpt-5", "messages": [{"role": "system", "content": "static"},
-                                           {"role": "user", "content": "t" * 8000 + tail}]}
+    return {
+        "model": "gpt-5",
+        "messages": [{"role": "system", "content": "static"}, {"role": "user", "content": "t" * 8000 + tail}],
+    }
 
 
 def test_a_write_is_readable_only_once_its_response_has_begun() -> None:
     cache = PromptCache(clock=ManualClock())
     first = cache.begin_anthropic(_body("one"))
     overlapping = cache.begin_anthropic(_body("two"))  # arrived before the first's response began
-    assert first.usage.cache_write_tokens > 0 and overlapping.usage.cache_write_tokens == first.usage.cache_write_tokens
+    assert (
+        first.usage.cache_write_tokens > 0
+        and overlapping.usage.cache_write_tokens == first.usage.cache_write_tokens
+    )
     assert overlapping.usage.cache_read_tokens == 0
     first.commit()
     overlapping.commit()
@@ -201,14 +232,35 @@ def test_the_warning_fires_on_a_cold_pass_and_not_on_a_warm_one(tmp_path: Path) 
 def cli_workspace(tmp_path: Path, server: FakeLLMServer) -> tuple[Setup, list[str]]:
     setup = Setup(tmp_path)
     cfg = Workspace.open(setup.ws.root).config
-    judge = cfg.judge.model_copy(update={"provider": "anthropic", "model": MODELS["anthropic"], "max_retries": 0,
-                                         "batch_poll_s": 0.01, "batch_poll_max_s": 0.04, "max_concurrency": 8})
-    write_config(setup.ws.root, cfg.model_copy(update={"judge": judge,
-                                                       "workspace": cfg.workspace.model_copy(update={"dev_split": "long"})}))
+    judge = cfg.judge.model_copy(
+        update={
+            "provider": "anthropic",
+            "model": MODELS["anthropic"],
+            "max_retries": 0,
+            "batch_poll_s": 0.01,
+            "batch_poll_max_s": 0.04,
+            "max_concurrency": 8,
+        }
+    )
+    write_config(
+        setup.ws.root,
+        cfg.model_copy(
+            update={"judge": judge, "workspace": cfg.workspace.model_copy(update={"dev_split": "long"})}
+        ),
+    )
     toml = setup.ws.prompts_dir / "judge.toml"
     toml.write_text(with_layout(toml.read_text(), "trajectory-first"))
-    args = ["eval", "-w", str(setup.ws.root), "--base-url", server.anthropic_base_url, "--replicates", "3",
-            "--batch", "--json"]
+    args = [
+        "eval",
+        "-w",
+        str(setup.ws.root),
+        "--base-url",
+        server.anthropic_base_url,
+        "--replicates",
+        "3",
+        "--batch",
+        "--json",
+    ]
     return setup, args
 
 
@@ -236,7 +288,9 @@ def test_a_batch_pass_warms_its_cold_items_first_unless_batch_cold(
         assert "warning: the provider billed 0 cache-read tokens" in captured.err
 
 
-def test_batch_cold_is_on_eval_run_and_confirm_with_its_default_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+def test_batch_cold_is_on_eval_run_and_confirm_with_its_default_in_the_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     for command in ("eval", "run", "confirm"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
@@ -250,10 +304,20 @@ def test_batch_cold_is_on_eval_run_and_confirm_with_its_default_in_the_help(caps
 def loop_workspace(tmp_path: Path, server: FakeLLMServer) -> Setup:
     setup = Setup(tmp_path)
     cfg = Workspace.open(setup.ws.root).config
-    judge = cfg.judge.model_copy(update={"provider": "anthropic", "model": MODELS["anthropic"], "max_retries": 0,
-                                         "base_url": server.anthropic_base_url})
-    write_config(setup.ws.root, cfg.model_copy(update={"judge": judge,
-                                                       "workspace": cfg.workspace.model_copy(update={"dev_split": "long"})}))
+    judge = cfg.judge.model_copy(
+        update={
+            "provider": "anthropic",
+            "model": MODELS["anthropic"],
+            "max_retries": 0,
+            "base_url": server.anthropic_base_url,
+        }
+    )
+    write_config(
+        setup.ws.root,
+        cfg.model_copy(
+            update={"judge": judge, "workspace": cfg.workspace.model_copy(update={"dev_split": "long"})}
+        ),
+    )
     toml = setup.ws.prompts_dir / "judge.toml"
     toml.write_text(with_layout(toml.read_text(), "trajectory-first"))
     from tests.support.loop import commit_all
@@ -278,8 +342,19 @@ def test_a_run_records_planned_reads_and_warns_on_stderr_when_the_cache_was_lost
     with FakeLLMServer(judge, prompt_cache=cache) as server:
         setup = loop_workspace(tmp_path, server)
         n = len(setup.split.ids)
-        code = main(["run", "-w", str(setup.ws.root), "--strategy", "library", "--max-experiments", "1",
-                     "--policy", "paired"])
+        code = main(
+            [
+                "run",
+                "-w",
+                str(setup.ws.root),
+                "--strategy",
+                "library",
+                "--max-experiments",
+                "1",
+                "--policy",
+                "paired",
+            ]
+        )
         assert code == 0, capsys.readouterr().err
         run_err = capsys.readouterr().err
         assert main(["report", "-w", str(setup.ws.root)]) == 0
@@ -291,9 +366,15 @@ def test_a_run_records_planned_reads_and_warns_on_stderr_when_the_cache_was_lost
         baseline, candidate = ledger.experiments(run.id)
     assert baseline.planned_cache_read_tokens == 0  # every item's first call writes its prefix
     assert candidate.planned_cache_read_tokens > 0
-    assert f"cache reads: {candidate.cache_read_tokens:,} billed of {candidate.planned_cache_read_tokens:,}" in report
+    assert (
+        f"cache reads: {candidate.cache_read_tokens:,} billed of {candidate.planned_cache_read_tokens:,}"
+        in report
+    )
     screen = experiment_screen(setup.ws.root, candidate.id)
-    assert f"cache reads: {candidate.cache_read_tokens:,} billed of {candidate.planned_cache_read_tokens:,}" in screen
+    assert (
+        f"cache reads: {candidate.cache_read_tokens:,} billed of {candidate.planned_cache_read_tokens:,}"
+        in screen
+    )
     assert ("WARNING below plan" in screen) is cleared
     if cleared:
         assert candidate.cache_read_tokens < LOW_READS_SHARE * candidate.planned_cache_read_tokens
@@ -311,8 +392,9 @@ def experiment_screen(ws_root: Path, experiment_id: int) -> str:
 
     from tui.app import JudgeloopApp, settle
 
-    app = JudgeloopApp(ws_root, image_mode="halfcell", watch=False, experiment_id=experiment_id,
-                       start_view="experiment")
+    app = JudgeloopApp(
+        ws_root, image_mode="halfcell", watch=False, experiment_id=experiment_id, start_view="experiment"
+    )
     shot: list[str] = []
 
     async def go() -> None:
@@ -321,7 +403,7 @@ def experiment_screen(ws_root: Path, experiment_id: int) -> str:
             shot.append(app.export_screenshot())
 
     asyncio.run(go())
-    runs = re.findall(r'<text[^>]*>([^<]*)</text>', shot[0])
+    runs = re.findall(r"<text[^>]*>([^<]*)</text>", shot[0])
     return " ".join(html.unescape("".join(runs)).replace("\xa0", " ").split())
 
 
@@ -341,10 +423,14 @@ def test_ctrl_c_while_followers_wait_leaves_nothing_behind_and_the_next_pass_run
         return verdict_reply(delay_s=5.0)  # cut short when the server stops
 
     with FakeLLMServer(slow_leaders, prompt_cache=PromptCache(clock=ManualClock())) as server:
+
         async def interrupted() -> None:
             judge = setup.judge(server, "anthropic")
-            task = asyncio.create_task(evaluate_items(setup.ws, setup.split, setup.prompts(), judge,
-                                                      item_ids=setup.split.ids, replicates=3))
+            task = asyncio.create_task(
+                evaluate_items(
+                    setup.ws, setup.split, setup.prompts(), judge, item_ids=setup.split.ids, replicates=3
+                )
+            )
             assert await asyncio.to_thread(leaders_in.wait, 60)
             task.cancel()  # what Ctrl-C does to the evaluation: each item's followers wait for its leader
             with pytest.raises(asyncio.CancelledError):
@@ -353,7 +439,9 @@ def test_ctrl_c_while_followers_wait_leaves_nothing_behind_and_the_next_pass_run
         asyncio.run(interrupted())
         assert len(server.inference_requests()) == n  # only the leaders went out
         server.default = slow_verdicts
-        run = setup.evaluate(server, "anthropic", setup.prompts())  # a new event loop: nobody waits on the old one
+        run = setup.evaluate(
+            server, "anthropic", setup.prompts()
+        )  # a new event loop: nobody waits on the old one
     assert all(not item.infra_error for item in run.items) and len(run.items) == n
 
 
@@ -365,15 +453,17 @@ def test_a_batch_warm_up_is_reserved_and_charged_like_any_call(tmp_path: Path) -
     budget = Budget(10.0)
     with FakeLLMServer(prompt_cache=PromptCache(clock=ManualClock()), batch_polls=1) as server:
         judge = setup.judge(server, "anthropic")
-        charged = asyncio.run(evaluate_items(
-            setup.ws,
-            setup.split,
-            setup.prompts(),
-            judge,
-            item_ids=setup.split.ids,
-            replicates=3,
-            options=PassOptions(budget=budget, batch=BatchOptions(poll_s=0.01)),
-        ))
+        charged = asyncio.run(
+            evaluate_items(
+                setup.ws,
+                setup.split,
+                setup.prompts(),
+                judge,
+                item_ids=setup.split.ids,
+                replicates=3,
+                options=PassOptions(budget=budget, batch=BatchOptions(poll_s=0.01)),
+            )
+        )
         direct = [r for r in server.inference_requests() if r.batch_id is None]
     assert len(direct) == n and charged.calls_made == 3 * n
     assert budget.spent_usd == pytest.approx(charged.cost_usd)  # warm-ups and batch entries alike
@@ -382,15 +472,17 @@ def test_a_batch_warm_up_is_reserved_and_charged_like_any_call(tmp_path: Path) -
     setup3 = Setup(tmp_path / "tiny", n_pairs=1)  # fresh: nothing cached, every prefix cold
     with FakeLLMServer(prompt_cache=PromptCache(clock=ManualClock()), batch_polls=1) as server:
         judge = setup3.judge(server, "anthropic")
-        stopped = asyncio.run(evaluate_items(
-            setup3.ws,
-            setup3.split,
-            setup3.prompts(),
-            judge,
-            item_ids=setup3.split.ids,
-            replicates=3,
-            options=PassOptions(budget=tiny, batch=BatchOptions(poll_s=0.01)),
-        ))
+        stopped = asyncio.run(
+            evaluate_items(
+                setup3.ws,
+                setup3.split,
+                setup3.prompts(),
+                judge,
+                item_ids=setup3.split.ids,
+                replicates=3,
+                options=PassOptions(budget=tiny, batch=BatchOptions(poll_s=0.01)),
+            )
+        )
         assert server.inference_requests() == [] and server.batch_creations == []
     assert stopped.stop is not None and stopped.stop.kind.value == "budget"
 
@@ -401,8 +493,16 @@ def test_agentic_conversations_of_one_item_pay_one_write_for_its_opening(
     from tests.support.fakeserver import ToolCall, reply
 
     def submits(_request: RecordedRequest) -> Behaviour:
-        return reply(None, delay_s=DELAY_S, tool_calls=[ToolCall("submit_verdict", {
-            "success": True, "reasoning": "checked", "confidence": "high", "mistake_type": None})])
+        return reply(
+            None,
+            delay_s=DELAY_S,
+            tool_calls=[
+                ToolCall(
+                    "submit_verdict",
+                    {"success": True, "reasoning": "checked", "confidence": "high", "mistake_type": None},
+                )
+            ],
+        )
 
     setup = Setup(tmp_path, n_pairs=1)
     n = len(setup.split.ids)
@@ -421,12 +521,15 @@ def test_agentic_conversations_of_one_item_pay_one_write_for_its_opening(
         assert max(writes_per_item(server)) == 3
 
 
-def test_batch_cold_without_batch_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_batch_cold_without_batch_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     setup = Setup(tmp_path, n_pairs=1)
     assert main(["eval", "-w", str(setup.ws.root), "--split", "long", "--batch-cold"]) == 2
     err = capsys.readouterr().err
-    assert err.strip().splitlines() == ["judgeloop: error: --batch-cold applies to a batch pass only: add --batch, "
-                                        "or drop --batch-cold"]
+    assert err.strip().splitlines() == [
+        "judgeloop: error: --batch-cold applies to a batch pass only: add --batch, or drop --batch-cold"
+    ]
 
 
 @pytest.mark.parametrize("caching", [False, True])
@@ -449,8 +552,19 @@ def test_a_server_that_never_reads_the_cache_is_warned_about_twice_a_run_then_si
     with FakeLLMServer(judge, prompt_cache=cache) as server:
         setup = loop_workspace(tmp_path, server)
         n = len(setup.split.ids)
-        code = main(["run", "-w", str(setup.ws.root), "--strategy", "library", "--max-experiments", "4",
-                     "--policy", "paired"])
+        code = main(
+            [
+                "run",
+                "-w",
+                str(setup.ws.root),
+                "--strategy",
+                "library",
+                "--max-experiments",
+                "4",
+                "--policy",
+                "paired",
+            ]
+        )
         assert code == 0, capsys.readouterr().err
         run_err = capsys.readouterr().err
     from optimizer.ledger import Ledger
@@ -459,8 +573,12 @@ def test_a_server_that_never_reads_the_cache_is_warned_about_twice_a_run_then_si
         [run] = ledger.runs()
         candidates = [e for e in ledger.experiments(run.id) if e.seq > 0]
     said = [line for line in run_err.splitlines() if "warning: the provider billed" in line]
-    low = [e for e in candidates
-           if e.planned_cache_read_tokens > 0 and e.cache_read_tokens < LOW_READS_SHARE * e.planned_cache_read_tokens]
+    low = [
+        e
+        for e in candidates
+        if e.planned_cache_read_tokens > 0
+        and e.cache_read_tokens < LOW_READS_SHARE * e.planned_cache_read_tokens
+    ]
     if caching:  # reads were billed before the cache went: every pass after is said
         assert candidates[0].cache_read_tokens > 0 and low and len(said) == len(low), (said, low)
         assert not any("says it no more" in line for line in said)

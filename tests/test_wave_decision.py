@@ -27,29 +27,50 @@ def test_holm_matches_the_definition_on_random_and_tied_p_values() -> None:
     rng = random.Random(7)
     for _ in range(500):
         k = rng.randint(1, 8)
-        ps = [rng.choice([0.001, 0.01, 0.0125, 0.02, 0.025, 0.05, 0.2, 1.0, rng.random() / 5]) for _ in range(k)]
+        ps = [
+            rng.choice([0.001, 0.01, 0.0125, 0.02, 0.025, 0.05, 0.2, 1.0, rng.random() / 5]) for _ in range(k)
+        ]
         m = k + rng.randint(0, 3)
         assert [r.rejected for r in holm(ps, 0.1, m)] == holm_by_definition(ps, 0.1, m)
 
 
 def test_holm_levels_by_rank_and_missing_tests_count_as_p_one() -> None:
     ranks = holm([0.04, 0.01, None], 0.1, family=4)
-    assert [(r.rank, r.level) for r in ranks] == [(2, Fraction(1, 30)), (1, Fraction(1, 40)), (3, Fraction(1, 20))]
+    assert [(r.rank, r.level) for r in ranks] == [
+        (2, Fraction(1, 30)),
+        (1, Fraction(1, 40)),
+        (3, Fraction(1, 20)),
+    ]
     assert [r.rejected for r in ranks] == [False, True, False]  # 0.04 ≥ 0.1/3: Holm stops at rank 2
     # A single candidate in a wave of 1 is tested at alpha itself, as one at a time.
     assert holm([0.099], 0.1)[0].rejected and not holm([0.1], 0.1)[0].rejected
 
 
 def decision(p: float, keep: bool, gain: float, *, early: bool = False) -> Decision:
-    test = AdaptiveTest(first_pass=1, rejudge=2, alpha=0.1, statistic=gain, p_value=p, seed=0, draws=0,
-                        mcnemar_p=p, items=[])
-    return Decision(keep=keep, reason="alone: kept" if keep else "alone: rolled back", literal_keep=keep,
-                    paired_keep=keep, p_value=p, policy="adaptive", alpha=0.1, test=test, early_stopped=early)
+    test = AdaptiveTest(
+        first_pass=1, rejudge=2, alpha=0.1, statistic=gain, p_value=p, seed=0, draws=0, mcnemar_p=p, items=[]
+    )
+    return Decision(
+        keep=keep,
+        reason="alone: kept" if keep else "alone: rolled back",
+        literal_keep=keep,
+        paired_keep=keep,
+        p_value=p,
+        policy="adaptive",
+        alpha=0.1,
+        test=test,
+        early_stopped=early,
+    )
 
 
 def test_the_wave_keeps_the_largest_gain_among_the_holm_rejected_that_pass_the_fpr_veto() -> None:
-    wave = [decision(0.001, True, 5.0), decision(0.002, True, 9.0), decision(0.0001, False, 12.0),
-            decision(0.05, True, 20.0), None]
+    wave = [
+        decision(0.001, True, 5.0),
+        decision(0.002, True, 9.0),
+        decision(0.0001, False, 12.0),
+        decision(0.05, True, 20.0),
+        None,
+    ]
     out = decide_wave(wave, 0.1, 5, [f"experiment {i}" for i in range(5)])
     assert [d.keep if d else None for d in out] == [False, True, False, False, None]
     kept = out[1]
@@ -90,7 +111,9 @@ def test_a_futility_stop_in_a_wave_never_makes_holm_reject_more() -> None:
     rng = random.Random(11)
     for _ in range(2000):
         k = rng.randint(2, 8)
-        ps: list[float | None] = [rng.choice([0.001, 0.005, 0.01, 0.02, 0.03, rng.random() / 4]) for _ in range(k)]
+        ps: list[float | None] = [
+            rng.choice([0.001, 0.005, 0.01, 0.02, 0.03, rng.random() / 4]) for _ in range(k)
+        ]
         stopped = [None if rng.random() < 0.4 else p for p in ps]
         without = {i for i, r in enumerate(holm(ps, 0.1, k)) if r.rejected}
         with_it = {i for i, r in enumerate(holm(stopped, 0.1, k)) if r.rejected}

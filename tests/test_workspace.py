@@ -58,7 +58,7 @@ def test_engine_does_not_import_textual() -> None:
     code = (
         "import sys, pkgutil, importlib, optimizer\n"
         "for m in pkgutil.walk_packages(optimizer.__path__, 'optimizer.'):\n"
-        "    if m.name.endswith(\".__main__\"): continue\n"
+        '    if m.name.endswith(".__main__"): continue\n'
         "    importlib.import_module(m.name)\n"
         "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]\n"
         "assert not bad, bad\n"

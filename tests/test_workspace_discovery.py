@@ -46,15 +46,19 @@ def test_paths_on_the_command_line_stay_relative_to_the_current_folder(
     here = sample_ws / "prompts"
     (here / "results").mkdir()
     monkeypatch.chdir(here)
-    code, out, _ = _run(["score", "results", "--split", "sample"], capsys)  # ws/prompts/results, not ws/results
+    code, out, _ = _run(
+        ["score", "results", "--split", "sample"], capsys
+    )  # ws/prompts/results, not ws/results
     assert code == 0 and "missing 88" in out
     (here / "results").rmdir()
     monkeypatch.chdir(sample_ws)
     code, _, err = _run(["score", "results", "--split", "sample"], capsys)
     assert code == 2 and "results is not a folder" in err
 
-def test_the_nearest_workspace_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_the_nearest_workspace_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     outer = init_workspace(tmp_path / "outer", sample=False).root
     inner = init_workspace(outer / "experiments" / "inner", sample=False).root
     monkeypatch.chdir(inner / "prompts")
@@ -91,12 +95,16 @@ def test_no_workspace_above_is_one_line_saying_what_to_do(
         code, out, err = _run(argv, capsys)
         assert code == 2 and out == "", argv
         assert err.count("\n") == 1 and "Traceback" not in err
-        assert f"no judgeloop workspace here: neither {deep.resolve()} nor any folder above it holds {CONFIG_NAME}" in err
+        assert (
+            f"no judgeloop workspace here: neither {deep.resolve()} nor any folder above it holds {CONFIG_NAME}"
+            in err
+        )
         assert "`judgeloop init DIR`" in err and "-w DIR" in err
 
 
-def test_a_deleted_current_folder_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_deleted_current_folder_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     gone = tmp_path / "gone"
     gone.mkdir()
     monkeypatch.chdir(gone)
@@ -105,8 +113,9 @@ def test_a_deleted_current_folder_is_one_line(tmp_path: Path, monkeypatch: pytes
     assert code == 2 and err.count("\n") == 1 and "the current folder no longer exists" in err
 
 
-def test_init_is_not_affected_by_discovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_is_not_affected_by_discovery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Outside any workspace, init works (it needs none) and creates DIR where the user is.
     monkeypatch.chdir(tmp_path)
     assert _run(["init", "fresh"], capsys)[0] == 0
@@ -121,8 +130,9 @@ def test_init_is_not_affected_by_discovery(tmp_path: Path, monkeypatch: pytest.M
     assert not (ws / "nested").exists()
 
 
-def test_a_config_found_above_without_git_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_config_found_above_without_git_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A stray judgeloop.toml above is found but never used as a workspace without its git repository.
     (tmp_path / CONFIG_NAME).write_text("", encoding="utf-8")
     (tmp_path / "sub").mkdir()

@@ -53,11 +53,12 @@ def edited_config(text: str, values: Mapping[tuple[str, str], Scalar]) -> str:
     try:
         Config.model_validate(tomllib.loads(result))
     except tomllib.TOMLDecodeError as exc:  # tomlkit accepted what the reader refuses
-        raise UserError(f"{CONFIG_NAME} would not be valid TOML after the edit ({exc}); fix the file and retry") from None
+        raise UserError(
+            f"{CONFIG_NAME} would not be valid TOML after the edit ({exc}); fix the file and retry"
+        ) from None
     except ValidationError as exc:
         first = first_error(exc)
-        raise UserError(f"{CONFIG_NAME}: [{first.loc}] {first.reason}; "
-                        "the file was not changed") from None
+        raise UserError(f"{CONFIG_NAME}: [{first.loc}] {first.reason}; the file was not changed") from None
     return result
 
 
@@ -82,6 +83,12 @@ def set_config(root: Path, values: Mapping[tuple[str, str], Scalar], *, message:
         os.replace(tmp, path)
         repo.git.add("--", CONFIG_NAME)
         # Only the config goes into this commit, whatever else is staged.
-        repo.git.commit("-m", message, "--only", "--", CONFIG_NAME,
-                        author=f"{JUDGELOOP_ACTOR.name} <{JUDGELOOP_ACTOR.email}>")
+        repo.git.commit(
+            "-m",
+            message,
+            "--only",
+            "--",
+            CONFIG_NAME,
+            author=f"{JUDGELOOP_ACTOR.name} <{JUDGELOOP_ACTOR.email}>",
+        )
         return str(repo.head.commit.hexsha)

@@ -42,7 +42,9 @@ def _command(proc: Path) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def holders(folder: Path, *, proc_root: Path = Path("/proc"), ignore_pids: frozenset[int] = frozenset()) -> list[Holder]:
+def holders(
+    folder: Path, *, proc_root: Path = Path("/proc"), ignore_pids: frozenset[int] = frozenset()
+) -> list[Holder]:
     """Every process (but this one and ``ignore_pids``) whose working folder, root or an open file
     descriptor lies inside ``folder``, by pid. Processes this user may not inspect are skipped; an
     empty list where ``/proc`` does not exist."""
@@ -94,10 +96,14 @@ def ensure_unused(folder: Path, *, what: str, ignore_pids: frozenset[int] = froz
     except UserError:  # not a readable workspace: the open-file scan below still sees a run's lock file
         holder = None
     if holder is not None:
-        raise UserError(f"cannot {what} {folder}: {holder} is working in it; wait for it to end, "
-                        "or stop it with `touch experiments/STOP`, then retry")
+        raise UserError(
+            f"cannot {what} {folder}: {holder} is working in it; wait for it to end, "
+            "or stop it with `touch experiments/STOP`, then retry"
+        )
     found = holders(folder, ignore_pids=ignore_pids)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise UserError(f"cannot {what} {folder}: {found[0].describe()}{more}; close it (or cd out of the "
-                        f"folder), or pass another folder, then retry")
+        raise UserError(
+            f"cannot {what} {folder}: {found[0].describe()}{more}; close it (or cd out of the "
+            f"folder), or pass another folder, then retry"
+        )

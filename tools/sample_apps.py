@@ -44,8 +44,13 @@ class Recorder:
         painted = self._painted or paint(self.s)
         self._painted = None
         self.frames.append(png_bytes(painted.img))
-        self.steps.append({"step_id": len(self.steps), "action": {"type": action_type, "parameters": params},
-                           "timestamp_us": self.t_us})
+        self.steps.append(
+            {
+                "step_id": len(self.steps),
+                "action": {"type": action_type, "parameters": params},
+                "timestamp_us": self.t_us,
+            }
+        )
         self.t_us += (duration_ms + self.rng.randint(150, 900)) * 1000
 
     def at(self, name: str) -> tuple[int, int]:
@@ -75,8 +80,11 @@ class Recorder:
         self._capture("scroll", {"x": x, "y": y, "direction": direction, "amount": amount}, 400)
 
     def drag(self, start: tuple[int, int], end: tuple[int, int]) -> None:
-        self._capture("drag", {"start_x": start[0], "start_y": start[1], "end_x": end[0], "end_y": end[1]},
-                      self.rng.randint(700, 1500))
+        self._capture(
+            "drag",
+            {"start_x": start[0], "start_y": start[1], "end_x": end[0], "end_y": end[1]},
+            self.rng.randint(700, 1500),
+        )
 
     def wait(self, seconds: float) -> None:
         self._capture("wait", {"duration_s": seconds}, int(seconds * 1000))
@@ -116,19 +124,28 @@ def _btn(name: str, label: str, primary: bool = False) -> W:
 
 def script_mail(rec: Recorder, to: str, subject: str, body: str, cc: str = "", attach: str = "") -> None:
     """Compose and send an e-mail; finish on the Sent folder showing recipient and subject."""
-    inbox = [("Dana Okafor", "Weekly sync notes", "Mon"), ("IT Desk", "Password expiry", "Mon"),
-             ("Sam Lee", "Lunch on Friday?", "Sun")]
+    inbox = [
+        ("Dana Okafor", "Weekly sync notes", "Mon"),
+        ("IT Desk", "Password expiry", "Mon"),
+        ("Sam Lee", "Lunch on Friday?", "Sun"),
+    ]
     s = rec.s
     s.app, s.title, s.menu = "Mail", "Inbox - Mail", ["File", "Edit", "View", "Message", "Help"]
     s.toolbar = [_btn("new", "New message"), _btn("reply", "Reply"), _btn("delete", "Delete")]
     s.sidebar = W("list", "folders", value=["Inbox", "Drafts", "Sent", "Trash"], selected="Inbox")
-    s.body = [W("list", "messages", label="msgs", value=inbox, options=["From", "Subject", "Date"], height=270)]
+    s.body = [
+        W("list", "messages", label="msgs", value=inbox, options=["From", "Subject", "Date"], height=270)
+    ]
     rec.click("new")
     s.title = "New message - Mail"
     s.toolbar = [_btn("send", "Send"), _btn("attach", "Attach..."), _btn("discard", "Discard")]
-    s.body = [W("field", "to", "To"), W("field", "cc", "Cc"), W("field", "subject", "Subject"),
-              W("text", "attachments", value="Attachments: none", height=18),
-              W("textarea", "body", height=150)]
+    s.body = [
+        W("field", "to", "To"),
+        W("field", "cc", "Cc"),
+        W("field", "subject", "Subject"),
+        W("text", "attachments", value="Attachments: none", height=18),
+        W("textarea", "body", height=150),
+    ]
     rec.fill("to", to)
     if cc:
         rec.fill("cc", cc)
@@ -146,8 +163,11 @@ def script_mail(rec: Recorder, to: str, subject: str, body: str, cc: str = "", a
     if attach:
         rec.click("attach")
         files = [("budget_q3.xlsx", "18 KB"), ("report.pdf", "240 KB"), ("photo.jpg", "1.2 MB")]
-        s.dialog = Dialog("Attach file", [W("list", "pick", label="files", value=files, options=["Name", "Size"],
-                                            height=100)], [_btn("cancel", "Cancel"), _btn("open", "Open", True)])
+        s.dialog = Dialog(
+            "Attach file",
+            [W("list", "pick", label="files", value=files, options=["Name", "Size"], height=100)],
+            [_btn("cancel", "Cancel"), _btn("open", "Open", True)],
+        )
         rec.click(f"pick:{attach}")
         s.w("pick").selected = attach
         rec.click("open")
@@ -157,25 +177,40 @@ def script_mail(rec: Recorder, to: str, subject: str, body: str, cc: str = "", a
     rec.tick(2)
     s.title, s.status = "Inbox - Mail", f"Message sent to {to}"
     s.toolbar = [_btn("new", "New message"), _btn("reply", "Reply"), _btn("delete", "Delete")]
-    s.body = [W("list", "messages", label="msgs", value=inbox, options=["From", "Subject", "Date"], height=270)]
+    s.body = [
+        W("list", "messages", label="msgs", value=inbox, options=["From", "Subject", "Date"], height=270)
+    ]
     rec.wait(1.0)
     rec.click("folders:Sent")
     s.sidebar.selected = "Sent"
     s.title = "Sent - Mail"
     sent_to = to + (f", cc {cc}" if cc else "")
-    s.body = [W("list", "messages", label="msgs", value=[(sent_to, subject + (" [attachment]" if attach else ""), "Today")],
-                options=["To", "Subject", "Date"], selected=sent_to, height=60),
-              W("text", "preview", value=f"To: {to}" + (f"    Cc: {cc}" if cc else "")),
-              W("text", "preview2", value=f"Subject: {subject}"),
-              W("text", "preview3", value=f"Attachments: {attach or 'none'}"),
-              W("textarea", "shown", value=body, height=90)]
+    s.body = [
+        W(
+            "list",
+            "messages",
+            label="msgs",
+            value=[(sent_to, subject + (" [attachment]" if attach else ""), "Today")],
+            options=["To", "Subject", "Date"],
+            selected=sent_to,
+            height=60,
+        ),
+        W("text", "preview", value=f"To: {to}" + (f"    Cc: {cc}" if cc else "")),
+        W("text", "preview2", value=f"Subject: {subject}"),
+        W("text", "preview3", value=f"Attachments: {attach or 'none'}"),
+        W("textarea", "shown", value=body, height=90),
+    ]
     rec.wait(1.5)
 
 
 def script_editor(rec: Recorder, lines: list[str], filename: str, folder: str, fmt: str) -> None:
     """Type a note and save it through the Save As dialog with a name, folder and format."""
     s = rec.s
-    s.app, s.title, s.menu = "Text Editor", "Untitled 1 - Text Editor", ["File", "Edit", "View", "Tools", "Help"]
+    s.app, s.title, s.menu = (
+        "Text Editor",
+        "Untitled 1 - Text Editor",
+        ["File", "Edit", "View", "Tools", "Help"],
+    )
     s.toolbar = [_btn("new", "New"), _btn("open", "Open"), _btn("save", "Save"), _btn("undo", "Undo")]
     s.body = [W("textarea", "doc", height=268)]
     rec.click("doc")
@@ -188,12 +223,27 @@ def script_editor(rec: Recorder, lines: list[str], filename: str, folder: str, f
         s.w("doc").value += line
     s.title = "*Untitled 1 - Text Editor"
     rec.hotkey("Ctrl", "Shift", "s")
-    s.dialog = Dialog("Save As", [W("field", "name", "Name", value="Untitled 1.txt"),
-                                  W("dropdown", "folder", "Folder", value="Home",
-                                    options=["Home", "Documents", "Desktop", "Downloads"]),
-                                  W("dropdown", "format", "Format", value="Plain text (.txt)",
-                                    options=["Plain text (.txt)", "Markdown (.md)", "PDF (.pdf)", "Word (.docx)"])],
-                      [_btn("cancel", "Cancel"), _btn("ok", "Save", True)])
+    s.dialog = Dialog(
+        "Save As",
+        [
+            W("field", "name", "Name", value="Untitled 1.txt"),
+            W(
+                "dropdown",
+                "folder",
+                "Folder",
+                value="Home",
+                options=["Home", "Documents", "Desktop", "Downloads"],
+            ),
+            W(
+                "dropdown",
+                "format",
+                "Format",
+                value="Plain text (.txt)",
+                options=["Plain text (.txt)", "Markdown (.md)", "PDF (.pdf)", "Word (.docx)"],
+            ),
+        ],
+        [_btn("cancel", "Cancel"), _btn("ok", "Save", True)],
+    )
     rec.fill("name", filename, replace=True)
     rec.choose("folder", folder)
     rec.choose("format", fmt)
@@ -211,8 +261,10 @@ def script_draw(rec: Recorder, shapes: list[tuple[str, str]]) -> None:
     s.app, s.title, s.menu = "Slides", "pitch.odp - Slides", ["File", "Edit", "Insert", "Format", "Slide"]
     s.toolbar = [_btn("Rectangle", "Rectangle"), _btn("Ellipse", "Ellipse"), _btn("Triangle", "Triangle")]
     s.sidebar = W("list", "slides", value=["Slide 1", "Slide 2", "Slide 3"], selected="Slide 1")
-    s.body = [W("dropdown", "fill", "Fill", value="none", options=list(SHAPE_COLORS)),
-              W("canvas", "slide", value=[], height=236)]
+    s.body = [
+        W("dropdown", "fill", "Fill", value="none", options=list(SHAPE_COLORS)),
+        W("canvas", "slide", value=[], height=236),
+    ]
     rec.click("slides:Slide 2")
     s.sidebar.selected = "Slide 2"
     s.title = "pitch.odp - Slides - Slide 2"
@@ -248,21 +300,49 @@ def script_calendar(rec: Recorder, title: str, day: int, time: str, reminder: st
     """Move from February to March, create an event with a title, date, time and reminder."""
     s = rec.s
     s.app, s.title, s.menu = "Calendar", "February 2026 - Calendar", ["File", "Edit", "View", "Go", "Help"]
-    s.toolbar = [_btn("new", "New event"), _btn("today", "Today"), _btn("prev", "< Prev"), _btn("next", "Next >")]
-    s.body = [W("calendar", "month", label="February 2026", value={3: ["10:00 Dentist"], 17: ["Team offsite"]},
-                selected=6, height=270)]
+    s.toolbar = [
+        _btn("new", "New event"),
+        _btn("today", "Today"),
+        _btn("prev", "< Prev"),
+        _btn("next", "Next >"),
+    ]
+    s.body = [
+        W(
+            "calendar",
+            "month",
+            label="February 2026",
+            value={3: ["10:00 Dentist"], 17: ["Team offsite"]},
+            selected=6,
+            height=270,
+        )
+    ]
     rec.click("next")
     s.title = "March 2026 - Calendar"
     cal = s.w("month")
     cal.label, cal.value, cal.selected = "March 2026", {9: ["09:00 Standup"], 20: ["Payroll"]}, 6
     rec.click(f"month:{day}", clicks=2)
-    s.dialog = Dialog("New event", [W("field", "title", "Title"),
-                                    W("field", "date", "Date", value=f"2026-03-{day:02d}"),
-                                    W("dropdown", "time", "Time", value="09:00",
-                                      options=["09:00", "10:00", "11:00", "13:00", "14:00", "15:00"]),
-                                    W("dropdown", "remind", "Reminder", value="None",
-                                      options=["None", "10 minutes before", "1 hour before", "1 day before"])],
-                      [_btn("cancel", "Cancel"), _btn("save", "Save", True)])
+    s.dialog = Dialog(
+        "New event",
+        [
+            W("field", "title", "Title"),
+            W("field", "date", "Date", value=f"2026-03-{day:02d}"),
+            W(
+                "dropdown",
+                "time",
+                "Time",
+                value="09:00",
+                options=["09:00", "10:00", "11:00", "13:00", "14:00", "15:00"],
+            ),
+            W(
+                "dropdown",
+                "remind",
+                "Reminder",
+                value="None",
+                options=["None", "10 minutes before", "1 hour before", "1 day before"],
+            ),
+        ],
+        [_btn("cancel", "Cancel"), _btn("save", "Save", True)],
+    )
     rec.fill("title", title)
     rec.choose("time", time)
     rec.choose("remind", reminder)
@@ -280,7 +360,12 @@ def script_sheet(rec: Recorder, formula: str, sort: str = "", bold_header: bool 
     """Fill an expense table, optionally sort it by cost, and write a total formula in B7."""
     s = rec.s
     s.app, s.title, s.menu = "Sheets", "expenses.ods - Sheets", ["File", "Edit", "View", "Data", "Format"]
-    s.toolbar = [_btn("bold", "B"), _btn("sort_asc", "Sort A-Z"), _btn("sort_desc", "Sort Z-A"), _btn("sum", "Sum")]
+    s.toolbar = [
+        _btn("bold", "B"),
+        _btn("sort_asc", "Sort A-Z"),
+        _btn("sort_desc", "Sort Z-A"),
+        _btn("sum", "Sum"),
+    ]
     cells = {"A1": "Item", "B1": "Cost (EUR)"}
     for i, (item, cost) in enumerate(EXPENSES[:3], start=2):
         cells[f"A{i}"], cells[f"B{i}"] = item, str(cost)
@@ -337,30 +422,55 @@ def script_sheet(rec: Recorder, formula: str, sort: str = "", bold_header: bool 
     rec.wait(1.0)
 
 
-FILES = [("report.pdf", "240 KB", "Document"), ("draft.docx", "31 KB", "Document"),
-         ("old.log", "2 MB", "Log"), ("temp.log", "900 KB", "Log"), ("photo.jpg", "1.2 MB", "Image"),
-         ("invoice_0412.pdf", "64 KB", "Document"), ("setup-2.4.exe", "38 MB", "Program"),
-         ("slides.pptx", "5 MB", "Presentation"), ("song.mp3", "4 MB", "Audio"), ("backup.zip", "120 MB", "Archive"),
-         ("IMG_2044.jpg", "2.3 MB", "Image"), ("readme.txt", "1 KB", "Text")]
+FILES = [
+    ("report.pdf", "240 KB", "Document"),
+    ("draft.docx", "31 KB", "Document"),
+    ("old.log", "2 MB", "Log"),
+    ("temp.log", "900 KB", "Log"),
+    ("photo.jpg", "1.2 MB", "Image"),
+    ("invoice_0412.pdf", "64 KB", "Document"),
+    ("setup-2.4.exe", "38 MB", "Program"),
+    ("slides.pptx", "5 MB", "Presentation"),
+    ("song.mp3", "4 MB", "Audio"),
+    ("backup.zip", "120 MB", "Archive"),
+    ("IMG_2044.jpg", "2.3 MB", "Image"),
+    ("readme.txt", "1 KB", "Text"),
+]
 
 
 def _files_screen(s: Screen, folder: str, contents: dict[str, list[tuple[str, str, str]]]) -> None:
     s.title = f"{folder} - Files"
     s.sidebar = W("list", "places", value=list(contents), selected=folder)
-    s.body = [W("field", "path", "Location", value=f"/home/kim/{folder}"),
-              W("list", "files", label="files", value=list(contents[folder]), options=["Name", "Size", "Type"],
-                height=236)]
+    s.body = [
+        W("field", "path", "Location", value=f"/home/kim/{folder}"),
+        W(
+            "list",
+            "files",
+            label="files",
+            value=list(contents[folder]),
+            options=["Name", "Size", "Type"],
+            height=236,
+        ),
+    ]
 
 
 def script_files(rec: Recorder, move_to: str = "", rename: str = "", delete: Sequence[str] = ()) -> None:
     """File management in Downloads: move, rename or delete; finish by showing the result."""
     s = rec.s
     s.app, s.menu = "Files", ["File", "Edit", "View", "Go", "Help"]
-    s.toolbar = [_btn("back", "<"), _btn("up", "Up"), _btn("newfolder", "New folder"), _btn("search", "Search")]
+    s.toolbar = [
+        _btn("back", "<"),
+        _btn("up", "Up"),
+        _btn("newfolder", "New folder"),
+        _btn("search", "Search"),
+    ]
     contents: dict[str, list[tuple[str, str, str]]] = {
-        "Downloads": list(FILES), "Documents": [("cv.pdf", "88 KB", "Document")],
-        "Archive": [("2024-taxes.pdf", "1 MB", "Document")], "Projects": [("plan.md", "4 KB", "Text")],
-        "Trash": []}
+        "Downloads": list(FILES),
+        "Documents": [("cv.pdf", "88 KB", "Document")],
+        "Archive": [("2024-taxes.pdf", "1 MB", "Document")],
+        "Projects": [("plan.md", "4 KB", "Text")],
+        "Trash": [],
+    }
     _files_screen(s, "Downloads", contents)
     rec.click("places:Downloads")
     rec.scroll("files", "down", 60)  # look over the whole folder first, as people do
@@ -389,12 +499,17 @@ def script_files(rec: Recorder, move_to: str = "", rename: str = "", delete: Seq
         s.context = (r[0] + 60, r[3], ["Open", "Rename...", "Copy", "Move to Trash"])
         rec.click("ctx:Rename...")
         s.context = None
-        s.dialog = Dialog("Rename", [W("field", "newname", "New name", value="draft.docx")],
-                          [_btn("cancel", "Cancel"), _btn("ok", "Rename", True)])
+        s.dialog = Dialog(
+            "Rename",
+            [W("field", "newname", "New name", value="draft.docx")],
+            [_btn("cancel", "Cancel"), _btn("ok", "Rename", True)],
+        )
         rec.fill("newname", rename, replace=True)
         rec.press("Enter")
         s.dialog = None
-        contents["Downloads"] = [(rename, *f[1:]) if f[0] == "draft.docx" else f for f in contents["Downloads"]]
+        contents["Downloads"] = [
+            (rename, *f[1:]) if f[0] == "draft.docx" else f for f in contents["Downloads"]
+        ]
         _files_screen(s, "Downloads", contents)
         s.w("files").selected = rename
         s.status = f"Renamed draft.docx to {rename}"
@@ -402,8 +517,11 @@ def script_files(rec: Recorder, move_to: str = "", rename: str = "", delete: Seq
         rec.click(f"files:{name}")
         s.w("files").selected = name
         rec.press("Delete")
-        s.dialog = Dialog("Move to Trash?", [W("text", "q", value=f"Move \"{name}\" to the Trash?")],
-                          [_btn("cancel", "Cancel"), _btn("ok", "Move to Trash", True)])
+        s.dialog = Dialog(
+            "Move to Trash?",
+            [W("text", "q", value=f'Move "{name}" to the Trash?')],
+            [_btn("cancel", "Cancel"), _btn("ok", "Move to Trash", True)],
+        )
         rec.click("ok")
         s.dialog = None
         item = next(f for f in contents["Downloads"] if f[0] == name)
@@ -424,9 +542,18 @@ def script_settings(rec: Recorder, theme: str = "", timezone: str = "", volume: 
     s.toolbar = [_btn("back", "<"), _btn("search", "Search settings")]
     pages = ["Network", "Sound", "Appearance", "Date & Time", "Privacy"]
     s.sidebar = W("list", "pages", value=pages, selected="Network")
-    s.body = [W("text", "h", label="big", value="Network"), W("toggle", "wifi", "Wi-Fi", value=True),
-              W("text", "ssid", value="Connected to HomeNet-5G")]
-    keyword, page = ("theme", "Appearance") if theme else ("time zone", "Date & Time") if timezone else ("volume", "Sound")
+    s.body = [
+        W("text", "h", label="big", value="Network"),
+        W("toggle", "wifi", "Wi-Fi", value=True),
+        W("text", "ssid", value="Connected to HomeNet-5G"),
+    ]
+    keyword, page = (
+        ("theme", "Appearance")
+        if theme
+        else ("time zone", "Date & Time")
+        if timezone
+        else ("volume", "Sound")
+    )
     rec.click("search")
     s.w("search").value = True
     s.status = "Search settings: |"
@@ -439,10 +566,12 @@ def script_settings(rec: Recorder, theme: str = "", timezone: str = "", volume: 
     if theme:
         rec.click("pages:Appearance")
         s.sidebar.selected = "Appearance"
-        s.body = [W("text", "h", label="big", value="Appearance"),
-                  W("dropdown", "theme", "Theme", value="Light", options=["Light", "Dark", "High contrast"]),
-                  W("dropdown", "accent", "Accent", value="blue", options=["blue", "green", "purple"]),
-                  W("toggle", "anim", "Animations", value=True)]
+        s.body = [
+            W("text", "h", label="big", value="Appearance"),
+            W("dropdown", "theme", "Theme", value="Light", options=["Light", "Dark", "High contrast"]),
+            W("dropdown", "accent", "Accent", value="blue", options=["blue", "green", "purple"]),
+            W("toggle", "anim", "Animations", value=True),
+        ]
         rec.choose("theme", theme)
         s.status = f"Theme: {theme}"
         s.title = f"Settings - Appearance ({theme})"
@@ -452,15 +581,22 @@ def script_settings(rec: Recorder, theme: str = "", timezone: str = "", volume: 
     if timezone:
         rec.click("pages:Date & Time")
         s.sidebar.selected = "Date & Time"
-        s.body = [W("text", "h", label="big", value="Date & Time"),
-                  W("toggle", "auto", "Automatic", value=True),
-                  W("field", "tz", "Time zone", value="UTC")]
+        s.body = [
+            W("text", "h", label="big", value="Date & Time"),
+            W("toggle", "auto", "Automatic", value=True),
+            W("field", "tz", "Time zone", value="UTC"),
+        ]
         rec.click("auto")
         s.w("auto").value = False
         rec.fill("tz", timezone.split("/")[1][:3], replace=True)
-        zones = [z for z in ("Europe/Berlin", "Europe/London", "Europe/Lisbon", "Europe/Belgrade")
-                 if z.split("/")[1].startswith(timezone.split("/")[1][:3])]
-        s.body.append(W("list", "matches", label="zones", value=zones, options=["Matching time zones"], height=70))
+        zones = [
+            z
+            for z in ("Europe/Berlin", "Europe/London", "Europe/Lisbon", "Europe/Belgrade")
+            if z.split("/")[1].startswith(timezone.split("/")[1][:3])
+        ]
+        s.body.append(
+            W("list", "matches", label="zones", value=zones, options=["Matching time zones"], height=70)
+        )
         rec.click(f"matches:{timezone}")
         s.body.pop()
         s.w("tz").value = timezone
@@ -470,9 +606,12 @@ def script_settings(rec: Recorder, theme: str = "", timezone: str = "", volume: 
     if volume >= 0:
         rec.click("pages:Sound")
         s.sidebar.selected = "Sound"
-        s.body = [W("text", "h", label="big", value="Sound"),
-                  W("dropdown", "out", "Output", value="Speakers", options=["Speakers", "Headphones"]),
-                  W("slider", "vol", "Volume", value=50), W("toggle", "mute", "Mute", value=False)]
+        s.body = [
+            W("text", "h", label="big", value="Sound"),
+            W("dropdown", "out", "Output", value="Speakers", options=["Speakers", "Headphones"]),
+            W("slider", "vol", "Volume", value=50),
+            W("toggle", "mute", "Mute", value=False),
+        ]
         rects = paint(s).rects
         x0, y0, x1, y1 = rects["vol"]
         rec.drag((x0 + (x1 - x0) // 2, (y0 + y1) // 2), (x0 + (x1 - x0) * volume // 100, (y0 + y1) // 2))
@@ -483,8 +622,13 @@ def script_settings(rec: Recorder, theme: str = "", timezone: str = "", volume: 
 
 
 SCRIPTS: dict[str, Callable[..., None]] = {
-    "mail": script_mail, "editor": script_editor, "draw": script_draw, "calendar": script_calendar,
-    "sheet": script_sheet, "files": script_files, "settings": script_settings,
+    "mail": script_mail,
+    "editor": script_editor,
+    "draw": script_draw,
+    "calendar": script_calendar,
+    "sheet": script_sheet,
+    "files": script_files,
+    "settings": script_settings,
 }
 APP_INFO: dict[str, tuple[str, str, list[str]]] = {  # category, subcategory, applications
     "mail": ("Communication", "Email", ["Mail"]),

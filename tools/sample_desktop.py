@@ -188,7 +188,9 @@ class Painter:
         for b in s.toolbar:
             wdt = int(self.d.textlength(b.label, font=FONT)) + 18
             pressed = bool(b.value)
-            self.box((x, 46, x + wdt, 66), "select" if pressed else "white", "accent" if pressed else "border")
+            self.box(
+                (x, 46, x + wdt, 66), "select" if pressed else "white", "accent" if pressed else "border"
+            )
             self.text((x + 9, 49), b.label)
             self.rects[b.name] = (x, 46, x + wdt, 66)
             x += wdt + 6
@@ -262,8 +264,9 @@ class Painter:
             self.rects[wd.name] = (bx0, y0, x1, y1)
         elif wd.kind == "toggle":
             on = bool(wd.value)
-            self.d.rounded_rectangle((bx0, y0 + 3, bx0 + 40, y1 - 3), radius=10,
-                                     fill=COLORS["accent" if on else "grey3"])
+            self.d.rounded_rectangle(
+                (bx0, y0 + 3, bx0 + 40, y1 - 3), radius=10, fill=COLORS["accent" if on else "grey3"]
+            )
             kx = bx0 + 22 if on else bx0 + 2
             self.d.ellipse((kx, y0 + 5, kx + 16, y1 - 5), fill=COLORS["white"])
             self.text((bx0 + 50, y0 + 5), "On" if on else "Off")
@@ -318,7 +321,7 @@ class Painter:
                 self.text((cx, y0 + 3), name, "muted", SMALL)
             y += 22
         sel = wd.selected if isinstance(wd.selected, (list, set, tuple)) else [wd.selected]
-        for row in rows[wd.offset:]:
+        for row in rows[wd.offset :]:
             if y + 20 > y1:
                 break
             r = (x0, y, x1, y + 20)
@@ -356,7 +359,9 @@ class Painter:
             ref = sorted(sel)[0]
             self.box(self.rects[f"{wd.name}:{ref}"], "select", "accent", 2)
             if ref in cells:
-                self.text((self.rects[f"{wd.name}:{ref}"][0] + 5, self.rects[f"{wd.name}:{ref}"][1] + 4), cells[ref])
+                self.text(
+                    (self.rects[f"{wd.name}:{ref}"][0] + 5, self.rects[f"{wd.name}:{ref}"][1] + 4), cells[ref]
+                )
 
     def canvas(self, wd: W, b: Box) -> None:
         self.box(b, "grey4", None)

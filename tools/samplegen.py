@@ -88,108 +88,294 @@ def _ed(name: str, folder: str = "Documents", fmt: str = "Plain text (.txt)") ->
 
 
 PAIRS: tuple[PairSpec, ...] = (
-    PairSpec("mail-recipient", "mail",
-             Variant("Email alice@example.com with the subject 'Q3 numbers' telling her the Q3 numbers are ready "
-                     "for review.", _mail("alice@example.com")),
-             Variant("Email bob@example.com with the subject 'Q3 numbers' telling him the Q3 numbers are ready "
-                     "for review.", _mail("bob@example.com")), CM, CM),
-    PairSpec("mail-attachment", "mail",
-             Variant("Send dana@example.com an email titled 'Q3 numbers' saying the numbers are ready for review.",
-                     _mail("dana@example.com")),
-             Variant("Send dana@example.com an email titled 'Q3 numbers' saying the numbers are ready for review, "
-                     "and attach report.pdf.", _mail("dana@example.com", attach="report.pdf")), BSE, CM),
-    PairSpec("mail-cc", "mail",
-             Variant("Email sam@example.com (subject 'Q3 numbers') that the Q3 numbers are ready for review.",
-                     _mail("sam@example.com")),
-             Variant("Email sam@example.com (subject 'Q3 numbers') that the Q3 numbers are ready for review, "
-                     "with lee@example.com in Cc.", _mail("sam@example.com", cc="lee@example.com")), BSE, CM),
-    PairSpec("mail-subject", "mail",
-             Variant("Write to finance@example.com with the subject 'Q3 numbers' that the Q3 numbers are ready "
-                     "for review.", _mail("finance@example.com")),
-             Variant("Write to finance@example.com with the subject 'Q3 review request' that the Q3 numbers are "
-                     "ready for review.", _mail("finance@example.com", "Q3 review request")), MIS, None),
-    PairSpec("editor-format", "editor",
-             Variant("Write my shopping note and the plumber reminder in the text editor and save it as "
-                     "notes.txt in Documents.", _ed("notes.txt")),
-             Variant("Write my shopping note and the plumber reminder in the text editor and export it as a PDF "
-                     "named notes.pdf in Documents.", _ed("notes.pdf", fmt="PDF (.pdf)")), CM, CM),
-    PairSpec("editor-name", "editor",
-             Variant("Type the shopping list and the plumber reminder into a new file and save it in Documents as "
-                     "todo.txt.", _ed("todo.txt")),
-             Variant("Type the shopping list and the plumber reminder into a new file and save it in Documents as "
-                     "errands.txt.", _ed("errands.txt")), CM, CM),
-    PairSpec("editor-folder", "editor",
-             Variant("Save a new note with the shopping list and the plumber reminder as memo.md (Markdown) on "
-                     "the Desktop.", _ed("memo.md", "Desktop", "Markdown (.md)")),
-             Variant("Save a new note with the shopping list and the plumber reminder as memo.md (Markdown) in "
-                     "Downloads.", _ed("memo.md", "Downloads", "Markdown (.md)")), MIS, MIS),
-    PairSpec("draw-shape", "draw",
-             Variant("On slide 2 of pitch.odp, add a red rectangle and save.", {"shapes": [("Rectangle", "red")]}),
-             Variant("On slide 2 of pitch.odp, add a red ellipse and save.", {"shapes": [("Ellipse", "red")]}),
-             CM, CM),
-    PairSpec("draw-colour", "draw",
-             Variant("Add a blue triangle to slide 2 of pitch.odp and save the file.",
-                     {"shapes": [("Triangle", "blue")]}),
-             Variant("Add a green triangle to slide 2 of pitch.odp and save the file.",
-                     {"shapes": [("Triangle", "green")]}), CM, MIS),
-    PairSpec("draw-extra", "draw",
-             Variant("Put one yellow rectangle on slide 2 of pitch.odp, then save.",
-                     {"shapes": [("Rectangle", "yellow")]}),
-             Variant("Put a yellow rectangle and a purple ellipse on slide 2 of pitch.odp, then save.",
-                     {"shapes": [("Rectangle", "yellow"), ("Ellipse", "purple")]}), BSE, CM),
-    PairSpec("calendar-date", "calendar",
-             Variant("Create a calendar event 'Budget review' on March 14, 2026 at 10:00 with a 10-minute reminder.",
-                     {"title": "Budget review", "day": 14, "time": "10:00", "reminder": "10 minutes before"}),
-             Variant("Create a calendar event 'Budget review' on March 15, 2026 at 10:00 with a 10-minute reminder.",
-                     {"title": "Budget review", "day": 15, "time": "10:00", "reminder": "10 minutes before"}),
-             CM, CM),
-    PairSpec("calendar-time", "calendar",
-             Variant("Schedule 'Dentist' on March 24, 2026 at 14:00 with a reminder one hour before.",
-                     {"title": "Dentist", "day": 24, "time": "14:00", "reminder": "1 hour before"}),
-             Variant("Schedule 'Dentist' on March 24, 2026 at 11:00 with a reminder one hour before.",
-                     {"title": "Dentist", "day": 24, "time": "11:00", "reminder": "1 hour before"}), CM, CM),
-    PairSpec("calendar-reminder", "calendar",
-             Variant("Add 'Flight to Lisbon' to my calendar on March 27, 2026 at 09:00, no reminder.",
-                     {"title": "Flight to Lisbon", "day": 27, "time": "09:00", "reminder": "None"}),
-             Variant("Add 'Flight to Lisbon' to my calendar on March 27, 2026 at 09:00 with a reminder one day "
-                     "before.", {"title": "Flight to Lisbon", "day": 27, "time": "09:00", "reminder": "1 day before"}),
-             None, CM),
-    PairSpec("sheet-sort", "sheet",
-             Variant("In expenses.ods add Meals (95) and Train (130), sort the expenses by cost from lowest to "
-                     "highest, and put the SUM total in B7.", {"formula": "SUM", "sort": "ascending"}),
-             Variant("In expenses.ods add Meals (95) and Train (130), sort the expenses by cost from highest to "
-                     "lowest, and put the SUM total in B7.", {"formula": "SUM", "sort": "descending"}), MIS, MIS),
-    PairSpec("sheet-formula", "sheet",
-             Variant("Finish expenses.ods: add Meals (95) and Train (130) and put the total (SUM) of the costs in "
-                     "B7.", {"formula": "SUM"}),
-             Variant("Finish expenses.ods: add Meals (95) and Train (130) and put the AVERAGE of the costs in B7.",
-                     {"formula": "AVERAGE"}), CM, CM),
-    PairSpec("sheet-bold", "sheet",
-             Variant("Add Meals (95) and Train (130) to expenses.ods and a SUM total in B7; leave the formatting "
-                     "as it is.", {"formula": "SUM"}),
-             Variant("Add Meals (95) and Train (130) to expenses.ods, make the header row bold, and add a SUM "
-                     "total in B7.", {"formula": "SUM", "bold_header": True}), BSE, CM),
-    PairSpec("files-move", "files",
-             Variant("Move report.pdf from Downloads into the Archive folder.", {"move_to": "Archive"}),
-             Variant("Move report.pdf from Downloads into the Projects folder.", {"move_to": "Projects"}), CM, CM),
-    PairSpec("files-rename", "files",
-             Variant("Rename draft.docx in Downloads to final.docx.", {"rename": "final.docx"}),
-             Variant("Rename draft.docx in Downloads to final_v2.docx.", {"rename": "final_v2.docx"}), CM, MIS),
-    PairSpec("files-delete", "files",
-             Variant("Delete old.log from Downloads.", {"delete": ["old.log"]}),
-             Variant("Delete both old.log and temp.log from Downloads.", {"delete": ["old.log", "temp.log"]}),
-             BSE, CM),
-    PairSpec("settings-theme", "settings",
-             Variant("Switch the desktop to the dark theme and turn off animations.", {"theme": "Dark"}),
-             Variant("Switch the desktop to the high contrast theme and turn off animations.",
-                     {"theme": "High contrast"}), MIS, MIS),
-    PairSpec("settings-timezone", "settings",
-             Variant("Turn off automatic time zone and set it to Europe/Berlin.", {"timezone": "Europe/Berlin"}),
-             Variant("Turn off automatic time zone and set it to Europe/Belgrade.", {"timezone": "Europe/Belgrade"}),
-             CM, CM),
-    PairSpec("settings-volume", "settings",
-             Variant("Lower the output volume to 30%.", {"volume": 30}),
-             Variant("Lower the output volume to 20%.", {"volume": 20}), CM, CM),
+    PairSpec(
+        "mail-recipient",
+        "mail",
+        Variant(
+            "Email alice@example.com with the subject 'Q3 numbers' telling her the Q3 numbers are ready "
+            "for review.",
+            _mail("alice@example.com"),
+        ),
+        Variant(
+            "Email bob@example.com with the subject 'Q3 numbers' telling him the Q3 numbers are ready "
+            "for review.",
+            _mail("bob@example.com"),
+        ),
+        CM,
+        CM,
+    ),
+    PairSpec(
+        "mail-attachment",
+        "mail",
+        Variant(
+            "Send dana@example.com an email titled 'Q3 numbers' saying the numbers are ready for review.",
+            _mail("dana@example.com"),
+        ),
+        Variant(
+            "Send dana@example.com an email titled 'Q3 numbers' saying the numbers are ready for review, "
+            "and attach report.pdf.",
+            _mail("dana@example.com", attach="report.pdf"),
+        ),
+        BSE,
+        CM,
+    ),
+    PairSpec(
+        "mail-cc",
+        "mail",
+        Variant(
+            "Email sam@example.com (subject 'Q3 numbers') that the Q3 numbers are ready for review.",
+            _mail("sam@example.com"),
+        ),
+        Variant(
+            "Email sam@example.com (subject 'Q3 numbers') that the Q3 numbers are ready for review, "
+            "with lee@example.com in Cc.",
+            _mail("sam@example.com", cc="lee@example.com"),
+        ),
+        BSE,
+        CM,
+    ),
+    PairSpec(
+        "mail-subject",
+        "mail",
+        Variant(
+            "Write to finance@example.com with the subject 'Q3 numbers' that the Q3 numbers are ready "
+            "for review.",
+            _mail("finance@example.com"),
+        ),
+        Variant(
+            "Write to finance@example.com with the subject 'Q3 review request' that the Q3 numbers are "
+            "ready for review.",
+            _mail("finance@example.com", "Q3 review request"),
+        ),
+        MIS,
+        None,
+    ),
+    PairSpec(
+        "editor-format",
+        "editor",
+        Variant(
+            "Write my shopping note and the plumber reminder in the text editor and save it as "
+            "notes.txt in Documents.",
+            _ed("notes.txt"),
+        ),
+        Variant(
+            "Write my shopping note and the plumber reminder in the text editor and export it as a PDF "
+            "named notes.pdf in Documents.",
+            _ed("notes.pdf", fmt="PDF (.pdf)"),
+        ),
+        CM,
+        CM,
+    ),
+    PairSpec(
+        "editor-name",
+        "editor",
+        Variant(
+            "Type the shopping list and the plumber reminder into a new file and save it in Documents as "
+            "todo.txt.",
+            _ed("todo.txt"),
+        ),
+        Variant(
+            "Type the shopping list and the plumber reminder into a new file and save it in Documents as "
+            "errands.txt.",
+            _ed("errands.txt"),
+        ),
+        CM,
+        CM,
+    ),
+    PairSpec(
+        "editor-folder",
+        "editor",
+        Variant(
+            "Save a new note with the shopping list and the plumber reminder as memo.md (Markdown) on "
+            "the Desktop.",
+            _ed("memo.md", "Desktop", "Markdown (.md)"),
+        ),
+        Variant(
+            "Save a new note with the shopping list and the plumber reminder as memo.md (Markdown) in "
+            "Downloads.",
+            _ed("memo.md", "Downloads", "Markdown (.md)"),
+        ),
+        MIS,
+        MIS,
+    ),
+    PairSpec(
+        "draw-shape",
+        "draw",
+        Variant("On slide 2 of pitch.odp, add a red rectangle and save.", {"shapes": [("Rectangle", "red")]}),
+        Variant("On slide 2 of pitch.odp, add a red ellipse and save.", {"shapes": [("Ellipse", "red")]}),
+        CM,
+        CM,
+    ),
+    PairSpec(
+        "draw-colour",
+        "draw",
+        Variant(
+            "Add a blue triangle to slide 2 of pitch.odp and save the file.",
+            {"shapes": [("Triangle", "blue")]},
+        ),
+        Variant(
+            "Add a green triangle to slide 2 of pitch.odp and save the file.",
+            {"shapes": [("Triangle", "green")]},
+        ),
+        CM,
+        MIS,
+    ),
+    PairSpec(
+        "draw-extra",
+        "draw",
+        Variant(
+            "Put one yellow rectangle on slide 2 of pitch.odp, then save.",
+            {"shapes": [("Rectangle", "yellow")]},
+        ),
+        Variant(
+            "Put a yellow rectangle and a purple ellipse on slide 2 of pitch.odp, then save.",
+            {"shapes": [("Rectangle", "yellow"), ("Ellipse", "purple")]},
+        ),
+        BSE,
+        CM,
+    ),
+    PairSpec(
+        "calendar-date",
+        "calendar",
+        Variant(
+            "Create a calendar event 'Budget review' on March 14, 2026 at 10:00 with a 10-minute reminder.",
+            {"title": "Budget review", "day": 14, "time": "10:00", "reminder": "10 minutes before"},
+        ),
+        Variant(
+            "Create a calendar event 'Budget review' on March 15, 2026 at 10:00 with a 10-minute reminder.",
+            {"title": "Budget review", "day": 15, "time": "10:00", "reminder": "10 minutes before"},
+        ),
+        CM,
+        CM,
+    ),
+    PairSpec(
+        "calendar-time",
+        "calendar",
+        Variant(
+            "Schedule 'Dentist' on March 24, 2026 at 14:00 with a reminder one hour before.",
+            {"title": "Dentist", "day": 24, "time": "14:00", "reminder": "1 hour before"},
+        ),
+        Variant(
+            "Schedule 'Dentist' on March 24, 2026 at 11:00 with a reminder one hour before.",
+            {"title": "Dentist", "day": 24, "time": "11:00", "reminder": "1 hour before"},
+        ),
+        CM,
+        CM,
+    ),
+    PairSpec(
+        "calendar-reminder",
+        "calendar",
+        Variant(
+            "Add 'Flight to Lisbon' to my calendar on March 27, 2026 at 09:00, no reminder.",
+            {"title": "Flight to Lisbon", "day": 27, "time": "09:00", "reminder": "None"},
+        ),
+        Variant(
+            "Add 'Flight to Lisbon' to my calendar on March 27, 2026 at 09:00 with a reminder one day "
+            "before.",
+            {"title": "Flight to Lisbon", "day": 27, "time": "09:00", "reminder": "1 day before"},
+        ),
+        None,
+        CM,
+    ),
+    PairSpec(
+        "sheet-sort",
+        "sheet",
+        Variant(
+            "In expenses.ods add Meals (95) and Train (130), sort the expenses by cost from lowest to "
+            "highest, and put the SUM total in B7.",
+            {"formula": "SUM", "sort": "ascending"},
+        ),
+        Variant(
+            "In expenses.ods add Meals (95) and Train (130), sort the expenses by cost from highest to "
+            "lowest, and put the SUM total in B7.",
+            {"formula": "SUM", "sort": "descending"},
+        ),
+        MIS,
+        MIS,
+    ),
+    PairSpec(
+        "sheet-formula",
+        "sheet",
+        Variant(
+            "Finish expenses.ods: add Meals (95) and Train (130) and put the total (SUM) of the costs in B7.",
+            {"formula": "SUM"},
+        ),
+        Variant(
+            "Finish expenses.ods: add Meals (95) and Train (130) and put the AVERAGE of the costs in B7.",
+            {"formula": "AVERAGE"},
+        ),
+        CM,
+        CM,
+    ),
+    PairSpec(
+        "sheet-bold",
+        "sheet",
+        Variant(
+            "Add Meals (95) and Train (130) to expenses.ods and a SUM total in B7; leave the formatting "
+            "as it is.",
+            {"formula": "SUM"},
+        ),
+        Variant(
+            "Add Meals (95) and Train (130) to expenses.ods, make the header row bold, and add a SUM "
+            "total in B7.",
+            {"formula": "SUM", "bold_header": True},
+        ),
+        BSE,
+        CM,
+    ),
+    PairSpec(
+        "files-move",
+        "files",
+        Variant("Move report.pdf from Downloads into the Archive folder.", {"move_to": "Archive"}),
+        Variant("Move report.pdf from Downloads into the Projects folder.", {"move_to": "Projects"}),
+        CM,
+        CM,
+    ),
+    PairSpec(
+        "files-rename",
+        "files",
+        Variant("Rename draft.docx in Downloads to final.docx.", {"rename": "final.docx"}),
+        Variant("Rename draft.docx in Downloads to final_v2.docx.", {"rename": "final_v2.docx"}),
+        CM,
+        MIS,
+    ),
+    PairSpec(
+        "files-delete",
+        "files",
+        Variant("Delete old.log from Downloads.", {"delete": ["old.log"]}),
+        Variant("Delete both old.log and temp.log from Downloads.", {"delete": ["old.log", "temp.log"]}),
+        BSE,
+        CM,
+    ),
+    PairSpec(
+        "settings-theme",
+        "settings",
+        Variant("Switch the desktop to the dark theme and turn off animations.", {"theme": "Dark"}),
+        Variant(
+            "Switch the desktop to the high contrast theme and turn off animations.",
+            {"theme": "High contrast"},
+        ),
+        MIS,
+        MIS,
+    ),
+    PairSpec(
+        "settings-timezone",
+        "settings",
+        Variant("Turn off automatic time zone and set it to Europe/Berlin.", {"timezone": "Europe/Berlin"}),
+        Variant(
+            "Turn off automatic time zone and set it to Europe/Belgrade.", {"timezone": "Europe/Belgrade"}
+        ),
+        CM,
+        CM,
+    ),
+    PairSpec(
+        "settings-volume",
+        "settings",
+        Variant("Lower the output volume to 30%.", {"volume": 30}),
+        Variant("Lower the output volume to 20%.", {"volume": 20}),
+        CM,
+        CM,
+    ),
 )
 
 
@@ -211,15 +397,31 @@ def record(pair: PairSpec, variant: Variant, recording_id: str, rng: random.Rand
 
 def _projection(tid: str, variant: Variant, pair: PairSpec, rec: Recording) -> dict[str, Any]:
     category, subcategory, apps = APP_INFO[pair.app]
-    steps = [{**st, "screenshot": f"./data/media/images/{rec.recording_id}/step_{st['step_id'] + 1}.png"}
-             for st in rec.steps]
-    steps = [{"step_id": st["step_id"], "screenshot": st["screenshot"], "action": st["action"],
-              "timestamp_us": st["timestamp_us"]} for st in steps]
-    return {"trajectory_id": tid,
-            "task": {"instruction": variant.instruction, "category": category, "subcategory": subcategory,
-                     "task_type": "instruction_following", "applications": apps},
-            "environment": {"os": "linux", "screen_resolution": [WIDTH, HEIGHT]},
-            "steps": steps}
+    steps = [
+        {**st, "screenshot": f"./data/media/images/{rec.recording_id}/step_{st['step_id'] + 1}.png"}
+        for st in rec.steps
+    ]
+    steps = [
+        {
+            "step_id": st["step_id"],
+            "screenshot": st["screenshot"],
+            "action": st["action"],
+            "timestamp_us": st["timestamp_us"],
+        }
+        for st in steps
+    ]
+    return {
+        "trajectory_id": tid,
+        "task": {
+            "instruction": variant.instruction,
+            "category": category,
+            "subcategory": subcategory,
+            "task_type": "instruction_following",
+            "applications": apps,
+        },
+        "environment": {"os": "linux", "screen_resolution": [WIDTH, HEIGHT]},
+        "steps": steps,
+    }
 
 
 @dataclass
@@ -286,8 +488,9 @@ def _prepare_out_dir(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def generate_sample(out_dir: Path, seed: int = DEFAULT_SEED,
-                    pairs: Sequence[PairSpec] = PAIRS) -> SampleSummary:
+def generate_sample(
+    out_dir: Path, seed: int = DEFAULT_SEED, pairs: Sequence[PairSpec] = PAIRS
+) -> SampleSummary:
     """Write the synthetic sample release into ``out_dir`` (empty, or a previous generation).
 
     ``pairs`` defaults to every pair; a subset gives a smaller release (each pair's ids and frames
@@ -316,18 +519,35 @@ def generate_sample(out_dir: Path, seed: int = DEFAULT_SEED,
         items = [  # (trajectory id, instruction variant shown, recording, label row extras)
             (rec_a.recording_id, pair.a, rec_a, {"label": "positive"}),
             (rec_b.recording_id, pair.b, rec_b, {"label": "positive"}),
-            (neg_ab, pair.a, rec_b, {"label": "negative", "paired_id": rec_a.recording_id,
-                                     "negative_source": "parent_instruction_child_trajectory",
-                                     "mistake_type": pair.b_under_a}),
-            (neg_ba, pair.b, rec_a, {"label": "negative", "paired_id": rec_b.recording_id,
-                                     "negative_source": "child_instruction_parent_trajectory",
-                                     "mistake_type": pair.a_under_b}),
+            (
+                neg_ab,
+                pair.a,
+                rec_b,
+                {
+                    "label": "negative",
+                    "paired_id": rec_a.recording_id,
+                    "negative_source": "parent_instruction_child_trajectory",
+                    "mistake_type": pair.b_under_a,
+                },
+            ),
+            (
+                neg_ba,
+                pair.b,
+                rec_a,
+                {
+                    "label": "negative",
+                    "paired_id": rec_b.recording_id,
+                    "negative_source": "child_instruction_parent_trajectory",
+                    "mistake_type": pair.a_under_b,
+                },
+            ),
         ]
         for tid, variant, rec, extra in items:
             doc = _projection(tid, variant, pair, rec)
             traj = Trajectory.model_validate(doc)
             (sandbox / "jsons" / f"{tid}.json").write_text(
-                json.dumps(doc, indent=2) + "\n", encoding="utf-8")  # ASCII-escaped, as the official renderer
+                json.dumps(doc, indent=2) + "\n", encoding="utf-8"
+            )  # ASCII-escaped, as the official renderer
             (sandbox / "markdowns" / f"{tid}.md").write_text(render_markdown(traj), encoding="utf-8")
             row = {"trajectory_id": tid, "label": extra["label"], "original_id": rec.recording_id}
             row.update({k: v for k, v in extra.items() if k != "label"})
@@ -337,11 +557,19 @@ def generate_sample(out_dir: Path, seed: int = DEFAULT_SEED,
                 key = extra["mistake_type"] or "untyped"
                 type_counts[key] = type_counts.get(key, 0) + 1
     (out / "AgentHorizon.jsonl").write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in labels), encoding="utf-8")
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in labels), encoding="utf-8"
+    )
     positives = sum(r["label"] == "positive" for r in labels)
-    summary = SampleSummary(pairs=len(pairs), recordings=2 * len(pairs), items=len(labels), positives=positives,
-                            negatives=len(labels) - positives, screenshots=n_frames, bytes_written=0,
-                            mistake_types=dict(sorted(type_counts.items())))
+    summary = SampleSummary(
+        pairs=len(pairs),
+        recordings=2 * len(pairs),
+        items=len(labels),
+        positives=positives,
+        negatives=len(labels) - positives,
+        screenshots=n_frames,
+        bytes_written=0,
+        mistake_types=dict(sorted(type_counts.items())),
+    )
     (out / "README.md").write_text(_readme(summary, seed), encoding="utf-8")
     summary.bytes_written = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return summary
@@ -349,8 +577,9 @@ def generate_sample(out_dir: Path, seed: int = DEFAULT_SEED,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m tools.samplegen OUT_DIR [--seed N]`` (from the checkout's root); prints the counts."""
-    parser = argparse.ArgumentParser(prog="python -m tools.samplegen",
-                                     description="Write the synthetic AgentHorizon-style sample set.")
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.samplegen", description="Write the synthetic AgentHorizon-style sample set."
+    )
     parser.add_argument("out_dir", metavar="OUT_DIR", type=Path)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     args = parser.parse_args(argv)
@@ -359,8 +588,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"pairs={s.pairs} recordings={s.recordings} items={s.items} positives={s.positives} "
-          f"negatives={s.negatives} screenshots={s.screenshots} bytes={s.bytes_written}")
+    print(
+        f"pairs={s.pairs} recordings={s.recordings} items={s.items} positives={s.positives} "
+        f"negatives={s.negatives} screenshots={s.screenshots} bytes={s.bytes_written}"
+    )
     return 0
 
 

@@ -43,12 +43,19 @@ def _triage(ws: Path) -> None:
 
 # workspace builder, then (file, screen, extra tui options) for each screen it shows
 SCREENS: list[tuple[Callable[[Path], None], list[tuple[str, str, list[str]]]]] = [
-    (_real_run(max_experiments=8, replicates=2, items=None, screenshots="none"), [
-        ("history", "history", []), ("item", "item", []), ("experiment", "experiment", ["--experiment", "6"]),
-    ]),
+    (
+        _real_run(max_experiments=8, replicates=2, items=None, screenshots="none"),
+        [
+            ("history", "history", []),
+            ("item", "item", []),
+            ("experiment", "experiment", ["--experiment", "6"]),
+        ],
+    ),
     (_attribution, [("helped", "helped", [])]),
-    (_real_run(max_experiments=9, replicates=2, items=None, screenshots="none", wave=3, futility=True),
-     [("waves", "history", [])]),
+    (
+        _real_run(max_experiments=9, replicates=2, items=None, screenshots="none", wave=3, futility=True),
+        [("waves", "history", [])],
+    ),
     (_triage, [("suspects", "suspects", [])]),
 ]
 
@@ -58,7 +65,10 @@ def render(ws: Path, out: Path, name: str, screen: str, extra: list[str]) -> Pat
     from optimizer.cli import main
 
     svg = out / f"{name}.svg"
-    assert main(["tui", "-w", str(ws), "--screenshot", str(svg), "--screen", screen, "--size", SIZE, *extra]) == 0
+    assert (
+        main(["tui", "-w", str(ws), "--screenshot", str(svg), "--screen", screen, "--size", SIZE, *extra])
+        == 0
+    )
     return svg
 
 
@@ -86,8 +96,10 @@ def main(argv: list[str]) -> int:
                 svg = render(ws, out, name, screen, extra)  # `judgeloop tui` says "wrote FILE"
                 pngs = to_png(svg) and pngs
     if not pngs:
-        print("cairosvg is not installed: SVGs only (pip install cairosvg, then run this again for the PNGs)",
-              file=sys.stderr)
+        print(
+            "cairosvg is not installed: SVGs only (pip install cairosvg, then run this again for the PNGs)",
+            file=sys.stderr,
+        )
     return 0
 
 

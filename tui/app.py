@@ -89,9 +89,17 @@ class JudgeloopCommands(Provider):
         entries += [
             ("Run: start a run", "start `judgeloop run` as a separate process", app.action_start_run),
             ("Runs: pick a run, or every run side by side", "the run the history shows", app.action_pick_run),
-            ("Run: stop the run", "create experiments/STOP; the loop stops after its current step", app.action_stop_run),
+            (
+                "Run: stop the run",
+                "create experiments/STOP; the loop stops after its current step",
+                app.action_stop_run,
+            ),
             ("Reviews: export as JSONL", "write experiments/reviews.jsonl", app.export_reviews),
-            ("Compare: selected experiment vs its parent", "or the experiment marked with m", partial(app.switch_view, "compare")),
+            (
+                "Compare: selected experiment vs its parent",
+                "or the experiment marked with m",
+                partial(app.switch_view, "compare"),
+            ),
         ]
         return entries
 
@@ -119,24 +127,80 @@ class JudgeloopApp(App[None]):
     TITLE = "judgeloop"
     COMMANDS: ClassVar = App.COMMANDS | {JudgeloopCommands}
     BINDINGS: ClassVar = [
-        Binding("h", "switch_view('history')", "History", id="view.history", tooltip="The history: the experiments table and the kappa and FPR curves"),
-        Binding("e", "switch_view('experiment')", "Experiment", id="view.experiment",
-                tooltip="The selected experiment: its edit (diff), rationale, metrics and flips"),
-        Binding("d", "switch_view('disagreements')", "Disagree", id="view.disagreements",
-                tooltip="The items where judge and label disagree"),
-        Binding("i", "switch_view('item')", "Item", id="view.item", tooltip="The selected item: verdicts, steps, screenshot"),
-        Binding("v", "switch_view('reviews')", "Reviews", id="view.reviews", tooltip="The reviews you recorded"),
-        Binding("c", "switch_view('compare')", "Compare", id="view.compare",
-                tooltip="Compare the selected experiment with its parent (or with the one marked with m)"),
-        Binding("g", "switch_view('helped')", "Helped", id="view.helped",
-                tooltip="What helped: each kept edit's gain when kept beside its contribution at the end"),
-        Binding("L", "switch_view('suspects')", "Suspects", id="view.suspects",
-                tooltip="Label suspects: items most prompt versions and replicates judge against their label"),
-        Binding("question_mark,f1", "switch_view('help')", "Help", id="view.help", tooltip="This list of every key"),
+        Binding(
+            "h",
+            "switch_view('history')",
+            "History",
+            id="view.history",
+            tooltip="The history: the experiments table and the kappa and FPR curves",
+        ),
+        Binding(
+            "e",
+            "switch_view('experiment')",
+            "Experiment",
+            id="view.experiment",
+            tooltip="The selected experiment: its edit (diff), rationale, metrics and flips",
+        ),
+        Binding(
+            "d",
+            "switch_view('disagreements')",
+            "Disagree",
+            id="view.disagreements",
+            tooltip="The items where judge and label disagree",
+        ),
+        Binding(
+            "i",
+            "switch_view('item')",
+            "Item",
+            id="view.item",
+            tooltip="The selected item: verdicts, steps, screenshot",
+        ),
+        Binding(
+            "v", "switch_view('reviews')", "Reviews", id="view.reviews", tooltip="The reviews you recorded"
+        ),
+        Binding(
+            "c",
+            "switch_view('compare')",
+            "Compare",
+            id="view.compare",
+            tooltip="Compare the selected experiment with its parent (or with the one marked with m)",
+        ),
+        Binding(
+            "g",
+            "switch_view('helped')",
+            "Helped",
+            id="view.helped",
+            tooltip="What helped: each kept edit's gain when kept beside its contribution at the end",
+        ),
+        Binding(
+            "L",
+            "switch_view('suspects')",
+            "Suspects",
+            id="view.suspects",
+            tooltip="Label suspects: items most prompt versions and replicates judge against their label",
+        ),
+        Binding(
+            "question_mark,f1",
+            "switch_view('help')",
+            "Help",
+            id="view.help",
+            tooltip="This list of every key",
+        ),
         Binding("r", "start_run", "Run", id="run.start", tooltip="Start a run (a separate process)"),
-        Binding("R", "pick_run", "Runs", id="run.pick",
-                tooltip="Pick the run the history shows, or every run's experiments side by side"),
-        Binding("s", "stop_run", "Stop", id="run.stop", tooltip="Ask the running loop to stop after its current step (creates experiments/STOP)"),
+        Binding(
+            "R",
+            "pick_run",
+            "Runs",
+            id="run.pick",
+            tooltip="Pick the run the history shows, or every run's experiments side by side",
+        ),
+        Binding(
+            "s",
+            "stop_run",
+            "Stop",
+            id="run.stop",
+            tooltip="Ask the running loop to stop after its current step (creates experiments/STOP)",
+        ),
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Quit (a running run keeps going)"),
     ]
 
@@ -197,8 +261,9 @@ class JudgeloopApp(App[None]):
         """The experiment marked with m as the compare view's left side."""
         return self._compare_left
 
-    def select(self, *, experiment_id: int | None = None, item_id: str | None = None,
-               switch_to: str | None = None) -> None:
+    def select(
+        self, *, experiment_id: int | None = None, item_id: str | None = None, switch_to: str | None = None
+    ) -> None:
         """The one place the selection changes: then show ``switch_to``, or tell the current view."""
         if experiment_id is not None:
             self._experiment_id = experiment_id
@@ -213,11 +278,15 @@ class JudgeloopApp(App[None]):
         self.select(experiment_id=message.experiment_id, switch_to=message.switch_to)
 
     def on_item_selected(self, message: ItemSelected) -> None:
-        self.select(experiment_id=message.experiment_id, item_id=message.trajectory_id, switch_to=message.switch_to)
+        self.select(
+            experiment_id=message.experiment_id, item_id=message.trajectory_id, switch_to=message.switch_to
+        )
 
     def on_compare_marked(self, message: CompareMarked) -> None:
         self._compare_left = message.experiment_id
-        self.notify(f"experiment {message.experiment_id} marked: select another and press c to compare", timeout=3)
+        self.notify(
+            f"experiment {message.experiment_id} marked: select another and press c to compare", timeout=3
+        )
 
     # -- the ledger -------------------------------------------------------------------------------
 
@@ -245,8 +314,10 @@ class JudgeloopApp(App[None]):
             self.load_live_state()
         if self._watch:
             self._watcher = LedgerWatcher(
-                self.ledger_path, lambda state: self.post_message(LiveUpdate(state)),
-                on_error=lambda error: self.post_message(WatchFailed(error)), interval_s=self._watch_interval_s,
+                self.ledger_path,
+                lambda state: self.post_message(LiveUpdate(state)),
+                on_error=lambda error: self.post_message(WatchFailed(error)),
+                interval_s=self._watch_interval_s,
             )
             self._watcher.start()
 
@@ -328,11 +399,19 @@ class JudgeloopApp(App[None]):
 
     def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
         """(heading, [(keys, what they do)]) for the app's keys, then each view's: the help view's text."""
+
         def rows(bindings: list[Binding]) -> list[tuple[str, str]]:
             return [(self.key_names(b), b.tooltip or b.description) for b in bindings]
 
-        sections = [("Everywhere", [*rows([b for b in self.BINDINGS if isinstance(b, Binding)]),
-                                    ("ctrl+p", "The palette: every view and action by name")])]
+        sections = [
+            (
+                "Everywhere",
+                [
+                    *rows([b for b in self.BINDINGS if isinstance(b, Binding)]),
+                    ("ctrl+p", "The palette: every view and action by name"),
+                ],
+            )
+        ]
         for name, view in VIEWS.items():
             own = [b for b in view.BINDINGS if isinstance(b, Binding)]
             if own:
@@ -412,12 +491,21 @@ class JudgeloopApp(App[None]):
         outcome = runs.early_outcome(started)  # a refusal is one line in the log within a moment
         log = started.log_path.relative_to(self.ws_root)
         if outcome is not None and outcome[0] != 0:
-            self.call_from_thread(self.notify, f"the run stopped at once (exit {outcome[0]}): {outcome[1]} (log: {log})",
-                                  title="judgeloop run", severity="error", timeout=12)
+            self.call_from_thread(
+                self.notify,
+                f"the run stopped at once (exit {outcome[0]}): {outcome[1]} (log: {log})",
+                title="judgeloop run",
+                severity="error",
+                timeout=12,
+            )
         else:
             done = f"; already finished: {outcome[1]}" if outcome is not None else ""
-            self.call_from_thread(self.notify, f"run started (pid {started.pid}); log: {log}{done}",
-                                  title="judgeloop run", timeout=6)
+            self.call_from_thread(
+                self.notify,
+                f"run started (pid {started.pid}); log: {log}{done}",
+                title="judgeloop run",
+                timeout=6,
+            )
         return started
 
     def action_stop_run(self) -> None:
@@ -427,11 +515,14 @@ class JudgeloopApp(App[None]):
         if path is None:
             self.notify("no run is going in this workspace: nothing to stop", severity="warning", timeout=5)
             return
-        self.notify(f"created {path.relative_to(self.ws_root)}: the run stops after its current step", timeout=5)
+        self.notify(
+            f"created {path.relative_to(self.ws_root)}: the run stops after its current step", timeout=5
+        )
 
     def decide_waiting(self, experiment_id: int, decision: str, warning: str | None = None) -> None:
         """Ask (saying ``warning``: a keep the policy rolls back is an overrule), then keep or discard it in
         a worker (the engine's `decide`, as `judgeloop decide` does)."""
+
         def answered(yes: bool | None) -> None:
             if yes:
                 self.run_decide(experiment_id, decision)
@@ -443,15 +534,25 @@ class JudgeloopApp(App[None]):
     def run_decide(self, experiment_id: int, decision: str) -> None:
         result = runs.decide(self.ws_root, experiment_id, decision)
         if result.returncode != 0:
-            self.call_from_thread(self.show_error, f"could not {decision} experiment {experiment_id}", result.output)
+            self.call_from_thread(
+                self.show_error, f"could not {decision} experiment {experiment_id}", result.output
+            )
             return
-        self.call_from_thread(self.notify, result.output.splitlines()[-1] if result.output else "decided", timeout=5)
+        self.call_from_thread(
+            self.notify, result.output.splitlines()[-1] if result.output else "decided", timeout=5
+        )
         if isinstance(self.screen, View):
             self.call_from_thread(self.screen.reload)
 
-    def review_item(self, trajectory_id: str, kind: str, experiment_id: int | None,
-                    on_saved: Callable[[], None] | None = None) -> None:
+    def review_item(
+        self,
+        trajectory_id: str,
+        kind: str,
+        experiment_id: int | None,
+        on_saved: Callable[[], None] | None = None,
+    ) -> None:
         """Ask for the review's kind and note, then store it (a short-lived writer connection)."""
+
         def answered(result: tuple[str, str] | None) -> None:
             if result is not None:
                 self.save_review(trajectory_id, result[0], result[1], experiment_id, on_saved)
@@ -459,11 +560,19 @@ class JudgeloopApp(App[None]):
         self.push_screen(ReviewModal(trajectory_id, kind), answered)
 
     @work(thread=True, exclusive=False, group="reviews-write", exit_on_error=False, name="saving the review")
-    def save_review(self, trajectory_id: str, kind: str, note: str, experiment_id: int | None,
-                    on_saved: Callable[[], None] | None) -> None:
+    def save_review(
+        self,
+        trajectory_id: str,
+        kind: str,
+        note: str,
+        experiment_id: int | None,
+        on_saved: Callable[[], None] | None,
+    ) -> None:
         with Ledger(self.ledger_path) as writer:  # WAL: fine while a run writes
             writer.add_review(trajectory_id, kind, note, experiment_id=experiment_id)  # type: ignore[arg-type]
-        self.call_from_thread(self.notify, f"review saved: {kind.replace('_', ' ')} on {trajectory_id[:13]}", timeout=3)
+        self.call_from_thread(
+            self.notify, f"review saved: {kind.replace('_', ' ')} on {trajectory_id[:13]}", timeout=3
+        )
         if on_saved is not None:
             self.call_from_thread(on_saved)
 
@@ -476,7 +585,9 @@ class JudgeloopApp(App[None]):
             return
         target = WorkspacePaths(self.ws_root).reviews_export
         n = ledger.export_reviews(target)
-        self.call_from_thread(self.notify, f"exported {n} review(s) to {target.relative_to(self.ws_root)}", timeout=5)
+        self.call_from_thread(
+            self.notify, f"exported {n} review(s) to {target.relative_to(self.ws_root)}", timeout=5
+        )
 
     def open_item_list(self, title: str, ids: list[str], experiment_id: int) -> None:
         """The items behind a flip-table cell; choosing one opens the item view."""
@@ -497,12 +608,20 @@ class JudgeloopApp(App[None]):
             return
         command = runs.opener_command(path, dict(os.environ))
         if command is None:
-            self.notify(f"no program to open images (set $OPENER or install xdg-open); the file is {path}",
-                        severity="warning", timeout=8)
+            self.notify(
+                f"no program to open images (set $OPENER or install xdg-open); the file is {path}",
+                severity="warning",
+                timeout=8,
+            )
             return
         try:
-            subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+            subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except OSError as exc:
             self.show_error("could not open the screenshot", f"{' '.join(command)}: {exc}")
             return
@@ -524,8 +643,9 @@ def parse_size(text: str) -> tuple[int, int]:
     return width, height
 
 
-def screenshot_defaults(ledger_path: Path, experiment_id: int | None,
-                        run_id: str | None = None) -> tuple[int | None, str | None]:
+def screenshot_defaults(
+    ledger_path: Path, experiment_id: int | None, run_id: str | None = None
+) -> tuple[int | None, str | None]:
     """The experiment (default: the incumbent of run ``run_id``, else of the latest run) and item (its
     first disagreement, else its first item) a headless screenshot shows."""
     from tui.items import disagreements
@@ -558,13 +678,25 @@ async def settle(app: App[Any], pilot: Any, rounds: int = 4) -> None:
 
 
 async def render_screenshot(
-    ws_root: Path, out: Path, *, screen: str = "history", experiment_id: int | None = None,
-    size: tuple[int, int] = (120, 40), run_id: str | None = None,
+    ws_root: Path,
+    out: Path,
+    *,
+    screen: str = "history",
+    experiment_id: int | None = None,
+    size: tuple[int, int] = (120, 40),
+    run_id: str | None = None,
 ) -> Path:
     """Render one view headlessly at ``size`` (half-block images, no live watcher) and save it as SVG."""
     experiment_id, item_id = screenshot_defaults(WorkspacePaths(Path(ws_root)).ledger, experiment_id, run_id)
-    app = JudgeloopApp(ws_root, image_mode="halfcell", start_view=screen, experiment_id=experiment_id,
-                       item_id=item_id, watch=False, run_id=run_id)
+    app = JudgeloopApp(
+        ws_root,
+        image_mode="halfcell",
+        start_view=screen,
+        experiment_id=experiment_id,
+        item_id=item_id,
+        watch=False,
+        run_id=run_id,
+    )
     async with app.run_test(size=size) as pilot:
         await settle(app, pilot)
         out.parent.mkdir(parents=True, exist_ok=True)

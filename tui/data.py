@@ -89,7 +89,9 @@ def open_ledger(path: Path) -> Ledger:
     except UserError:
         # Decided by the file, not the message: gone again, or a schema not written yet, is "not yet".
         if not path.is_file() or _schema_version(path) == 0:
-            raise LedgerNotReady(f"no ledger yet at {path} (the file is empty); run `judgeloop run` first") from None
+            raise LedgerNotReady(
+                f"no ledger yet at {path} (the file is empty); run `judgeloop run` first"
+            ) from None
         raise
 
 
@@ -154,7 +156,9 @@ class PartialMetrics:
 PARTIAL_MARK = "*"
 
 
-def _counts_metrics(labels: Mapping[str, LabelRow], answers: Mapping[str, Answer], ids: Iterable[str]) -> Metrics:
+def _counts_metrics(
+    labels: Mapping[str, LabelRow], answers: Mapping[str, Answer], ids: Iterable[str]
+) -> Metrics:
     """Metrics over ``ids`` only, scored as ``metrics.score`` scores an answer (an unusable one is wrong)."""
     tp = fn = tn = fp = invalid = 0
     for tid in ids:
@@ -170,7 +174,11 @@ def _counts_metrics(labels: Mapping[str, LabelRow], answers: Mapping[str, Answer
 
 
 def partial_metrics(
-    ledger: Ledger, exp: Experiment, labels: Mapping[str, LabelRow] | None = None, *, with_incumbent: bool = False,
+    ledger: Ledger,
+    exp: Experiment,
+    labels: Mapping[str, LabelRow] | None = None,
+    *,
+    with_incumbent: bool = False,
     against: int | None = None,
 ) -> PartialMetrics | None:
     """The partial metrics of an early-stopped candidate (None for any other experiment, or when it judged
@@ -255,8 +263,10 @@ class History:
         """What ``*`` means in the table, when a row has partial metrics (else "")."""
         if not any(r.partial is not None for r in self.rows):
             return ""
-        return (f" · {PARTIAL_MARK} = over the items judged before an early stop, Δ against the incumbent on "
-                "the same items (e: how many)")
+        return (
+            f" · {PARTIAL_MARK} = over the items judged before an early stop, Δ against the incumbent on "
+            "the same items (e: how many)"
+        )
 
     def waiting(self) -> Experiment | None:
         """The candidate waiting for a human decision (propose-only mode), if any."""
@@ -290,15 +300,17 @@ def history_rows(ledger: Ledger, run: Run) -> tuple[list[HistoryRow], list[int]]
     rows = []
     for exp in experiments:
         parent = by_id.get(exp.parent_id) if exp.parent_id is not None else None
-        rows.append(HistoryRow(
-            experiment=exp,
-            d_kappa=_delta(exp.kappa, parent.kappa) if parent else None,
-            d_fpr=_delta(exp.fpr, parent.fpr) if parent else None,
-            d_bacc=_delta(exp.balanced_accuracy, parent.balanced_accuracy) if parent else None,
-            in_chain=exp.id in chain,
-            partial=partial_metrics(ledger, exp, labels, with_incumbent=True),
-            wave=grouped.get(exp.id),
-        ))
+        rows.append(
+            HistoryRow(
+                experiment=exp,
+                d_kappa=_delta(exp.kappa, parent.kappa) if parent else None,
+                d_fpr=_delta(exp.fpr, parent.fpr) if parent else None,
+                d_bacc=_delta(exp.balanced_accuracy, parent.balanced_accuracy) if parent else None,
+                in_chain=exp.id in chain,
+                partial=partial_metrics(ledger, exp, labels, with_incumbent=True),
+                wave=grouped.get(exp.id),
+            )
+        )
     return rows, chain_ids
 
 
@@ -330,7 +342,9 @@ def run_summaries(ledger: Ledger) -> list[RunSummary]:
     out = []
     for i, run in enumerate(runs):
         experiments = ledger.experiments(run.id)
-        out.append(RunSummary(run, len(runs) - i, len(experiments), sum(e.status == "kept" for e in experiments)))
+        out.append(
+            RunSummary(run, len(runs) - i, len(experiments), sum(e.status == "kept" for e in experiments))
+        )
     return out
 
 
@@ -379,8 +393,11 @@ def weak_edits(ledger: Ledger, run_id: str) -> frozenset[int]:
     attribution = ledger.latest_attribution(run_id)
     if attribution is None:
         return frozenset()
-    return frozenset(e.experiment for e in attribution.edits
-                     if e.experiment is not None and significant(e, attribution.alpha) is False)
+    return frozenset(
+        e.experiment
+        for e in attribution.edits
+        if e.experiment is not None and significant(e, attribution.alpha) is False
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,11 +461,18 @@ def matches_filter(row: HistoryRow, text: str) -> bool:
     """A history filter: every word must appear in the row's id, wave tag (``w3``), strategy, status or
     rationale (``status:kept`` style words match the status exactly)."""
     exp = row.experiment
-    hay = " ".join([
-        str(exp.id), row.wave_tag, exp.strategy or "", STATUS_TEXT.get(exp.status, exp.status), exp.status,
-        "overruled" if exp.overrule is not None else "",
-        exp.rationale or "", exp.reason or "",
-    ]).lower()
+    hay = " ".join(
+        [
+            str(exp.id),
+            row.wave_tag,
+            exp.strategy or "",
+            STATUS_TEXT.get(exp.status, exp.status),
+            exp.status,
+            "overruled" if exp.overrule is not None else "",
+            exp.rationale or "",
+            exp.reason or "",
+        ]
+    ).lower()
     for word in text.lower().split():
         if word.startswith("status:"):
             if exp.status != word.split(":", 1)[1] and STATUS_TEXT.get(exp.status) != word.split(":", 1)[1]:
@@ -541,7 +565,8 @@ def curve_points(history: History) -> CurvePoints:
     chain_set = set(history.chain_ids)
     # The incumbent's value at each experiment: the latest chain member at or before it.
     steps: list[tuple[int, float, float]] = [
-        (e.id, e.kappa, e.fpr) for e in experiments
+        (e.id, e.kappa, e.fpr)
+        for e in experiments
         if e.id in chain_set and e.kappa is not None and e.fpr is not None
     ]
     chain_x: list[int] = []
@@ -586,10 +611,18 @@ def curve_points(history: History) -> CurvePoints:
         elif e.status not in ("running", "waiting"):  # guard-rejected, error: never evaluated
             rejected += 1
     return CurvePoints(
-        chain_x=chain_x, chain_kappa=chain_k, chain_fpr=chain_f,
-        evaluated_x=ev_x, evaluated_kappa=ev_k, evaluated_fpr=ev_f,
-        stopped_x=st_x, stopped_kappa=st_k, stopped_fpr=st_f,
-        rejected=rejected, baseline=base, experiment_ids=ids,
+        chain_x=chain_x,
+        chain_kappa=chain_k,
+        chain_fpr=chain_f,
+        evaluated_x=ev_x,
+        evaluated_kappa=ev_k,
+        evaluated_fpr=ev_f,
+        stopped_x=st_x,
+        stopped_kappa=st_k,
+        stopped_fpr=st_f,
+        rejected=rejected,
+        baseline=base,
+        experiment_ids=ids,
     )
 
 
@@ -641,9 +674,14 @@ def load_experiment(ledger: Ledger, experiment_id: int) -> ExperimentDetail:
 
     fps = fp_by_type(ledger, ledger.get_run(exp.run_id), exp)
     labels = ledger.labels(exp.run_id)
-    return ExperimentDetail(experiment=exp, parent=parent, labels=labels, fp_by_type=fps,
-                            partial=partial_metrics(ledger, exp, labels, with_incumbent=True),
-                            wave=wave_detail(ledger, exp))
+    return ExperimentDetail(
+        experiment=exp,
+        parent=parent,
+        labels=labels,
+        fp_by_type=fps,
+        partial=partial_metrics(ledger, exp, labels, with_incumbent=True),
+        wave=wave_detail(ledger, exp),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -668,6 +706,10 @@ def load_comparison(ledger: Ledger, left_id: int, right_id: int) -> Comparison:
     a, b = ledger.item_answers(left_id), ledger.item_answers(right_id)
     common = {tid: lab for tid, lab in labels.items() if tid in a and tid in b}
     table = flip_table(common, {t: a[t] for t in common}, {t: b[t] for t in common})
-    return Comparison(left, right, {k: list(getattr(table, k)) for k in ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")},
-                      left_partial=partial_metrics(ledger, left, labels, against=right_id),
-                      right_partial=partial_metrics(ledger, right, labels, against=left_id))
+    return Comparison(
+        left,
+        right,
+        {k: list(getattr(table, k)) for k in ("tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn")},
+        left_partial=partial_metrics(ledger, left, labels, against=right_id),
+        right_partial=partial_metrics(ledger, right, labels, against=left_id),
+    )

@@ -136,7 +136,9 @@ class ItemDetail:
     verdict: ItemVerdict | None
     steps: list[StepLine]
     reviews: list[Review]
-    other_experiments: list[int] = field(default_factory=list)  # experiments (every run's) that judged this item
+    other_experiments: list[int] = field(
+        default_factory=list
+    )  # experiments (every run's) that judged this item
     trajectory_error: str | None = None
     # A person's correction of the item's label (devset/<split>/corrections.jsonl) and the label as given.
     correction: Correction | None = None
@@ -168,15 +170,24 @@ def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: 
         problem = str(exc)
     correction, given, fix_problem = _item_correction(ws_root, run.split, trajectory_id)
     return ItemDetail(
-        experiment=exp, trajectory_id=trajectory_id, instruction=instruction, label=label,
-        verdict=verdicts[0] if verdicts else None, steps=steps,
-        reviews=ledger.reviews(trajectory_id=trajectory_id), other_experiments=others, trajectory_error=problem,
-        correction=correction, given_positive=given, correction_problem=fix_problem,
+        experiment=exp,
+        trajectory_id=trajectory_id,
+        instruction=instruction,
+        label=label,
+        verdict=verdicts[0] if verdicts else None,
+        steps=steps,
+        reviews=ledger.reviews(trajectory_id=trajectory_id),
+        other_experiments=others,
+        trajectory_error=problem,
+        correction=correction,
+        given_positive=given,
+        correction_problem=fix_problem,
     )
 
 
-def _item_correction(ws_root: Path, split_name: str, trajectory_id: str) -> tuple[Correction | None, bool | None,
-                                                                                     str | None]:
+def _item_correction(
+    ws_root: Path, split_name: str, trajectory_id: str
+) -> tuple[Correction | None, bool | None, str | None]:
     """The item's correction, its label as given (labels.jsonl) and why the corrections file is unreadable;
     a broken file must not hide the item, so its problem is returned, not raised."""
     from optimizer.devset.corrections import read_corrections
@@ -225,8 +236,9 @@ def load_suspects(ledger: Ledger, ws_root: Path, run_id: str | None) -> SuspectQ
         return SuspectQueue(run.split, [], 0, problem=str(exc))
 
 
-def save_correction(ws_root: Path, split_name: str, trajectory_id: str, label: str, reason: str,
-                    by: str | None) -> str:
+def save_correction(
+    ws_root: Path, split_name: str, trajectory_id: str, label: str, reason: str, by: str | None
+) -> str:
     """Record a person's correction (`optimizer.devset.corrections.record_correction`); its one-line outcome."""
     from optimizer.devset.corrections import record_correction
     from optimizer.devset.split import open_split

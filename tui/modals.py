@@ -103,8 +103,12 @@ class ReviewModal(ModalScreen["tuple[str, str] | None"]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(f"Review item [b]{self.trajectory_id}[/b]")
-            yield Select([(REVIEW_LABELS[k], k) for k in REVIEW_KINDS], value=self.kind, allow_blank=False,
-                         id="review-kind")
+            yield Select(
+                [(REVIEW_LABELS[k], k) for k in REVIEW_KINDS],
+                value=self.kind,
+                allow_blank=False,
+                id="review-kind",
+            )
             # A focus that comes back (Tab round the dialog) leaves the note as typed, cursor at its end:
             # Textual selects an input's whole text on focus, and the next key replaced the note.
             yield Input(placeholder="note (why?) — enter saves", id="review-note", select_on_focus=False)
@@ -118,8 +122,10 @@ class ReviewModal(ModalScreen["tuple[str, str] | None"]):
     def _save(self) -> None:
         note = self.query_one("#review-note", Input).value.strip()
         if not note:  # a review is its note: the agent strategy and the memory read why, not only what
-            self.notify("the note is empty: say why (the note is what the review is kept for), or Esc to cancel",
-                        severity="warning")
+            self.notify(
+                "the note is empty: say why (the note is what the review is kept for), or Esc to cancel",
+                severity="warning",
+            )
             self.query_one("#review-note", Input).focus()
             return
         kind = self.query_one("#review-kind", Select).value
@@ -156,11 +162,20 @@ class CorrectionModal(ModalScreen["tuple[str, str] | None"]):
     def compose(self) -> ComposeResult:
         other = "failure" if self.given == "success" else "success"
         with Vertical():
-            yield Label(f"Correct the label of [b]{self.trajectory_id}[/b] (given: {self.given}; split {self.split})")
-            yield Select([(f"{other} (the correction)", other), (f"{self.given} (remove a correction)", self.given)],
-                         value=other, allow_blank=False, id="correction-label")
-            yield Input(placeholder="reason (why is the given label wrong?) — enter saves", id="correction-reason",
-                        select_on_focus=False)
+            yield Label(
+                f"Correct the label of [b]{self.trajectory_id}[/b] (given: {self.given}; split {self.split})"
+            )
+            yield Select(
+                [(f"{other} (the correction)", other), (f"{self.given} (remove a correction)", self.given)],
+                value=other,
+                allow_blank=False,
+                id="correction-label",
+            )
+            yield Input(
+                placeholder="reason (why is the given label wrong?) — enter saves",
+                id="correction-reason",
+                select_on_focus=False,
+            )
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
@@ -171,7 +186,9 @@ class CorrectionModal(ModalScreen["tuple[str, str] | None"]):
     def _save(self) -> None:
         reason = self.query_one("#correction-reason", Input).value.strip()
         if not reason:
-            self.notify("say why the label is wrong: the reason is kept with the correction", severity="warning")
+            self.notify(
+                "say why the label is wrong: the reason is kept with the correction", severity="warning"
+            )
             return
         self.dismiss((str(self.query_one("#correction-label", Select).value), reason))
 
@@ -193,7 +210,9 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
     start at the workspace config's values (``RunChoices``) and are passed to the run; the empty
     limits leave them to the config. Held-out splits are never offered."""
 
-    DEFAULT_CSS = _MODAL_CSS.format(name="StartRunModal") + """
+    DEFAULT_CSS = (
+        _MODAL_CSS.format(name="StartRunModal")
+        + """
     StartRunModal > Vertical { overflow-y: auto; }
     StartRunModal Horizontal.field { height: auto; }
     StartRunModal Horizontal.field Label { width: 18; }
@@ -201,6 +220,7 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
     StartRunModal #run-error { color: $error; }
     StartRunModal .note { color: $text-muted; }
     """
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel", id="start.cancel", tooltip="Close without starting"),
     ]
@@ -225,24 +245,82 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
 
         with Vertical():
             yield Label("[b]Start a run[/b] (a separate process: closing the TUI does not stop it)")
-            yield field("strategy", Select([("config default", ""), *[(STRATEGY_LABELS.get(s, s), s) for s in STRATEGIES]],
-                                           value="", allow_blank=False, id="run-strategy", compact=True))
-            yield field("split", Select(chosen(c.splits, c.split), value=c.split, allow_blank=False, id="run-split",
-                                        compact=True))
-            yield field("policy", Select(chosen(c.policies, c.policy), value=c.policy, allow_blank=False,
-                                         id="run-policy", compact=True))
-            yield field("provider", Select(chosen(c.providers, c.provider), value=start(c.providers, c.provider),
-                                           allow_blank=False, id="run-provider", compact=True))
-            yield field("max experiments", Input(placeholder="config default", id="run-max", type="integer", select_on_focus=False,
-                                                 compact=True))
-            yield field("budget (USD)", Input(placeholder="config default", id="run-budget", type="number", select_on_focus=False,
-                                              compact=True))
-            yield field("hours", Input(placeholder="config default", id="run-hours", type="number", select_on_focus=False, compact=True))
+            yield field(
+                "strategy",
+                Select(
+                    [("config default", ""), *[(STRATEGY_LABELS.get(s, s), s) for s in STRATEGIES]],
+                    value="",
+                    allow_blank=False,
+                    id="run-strategy",
+                    compact=True,
+                ),
+            )
+            yield field(
+                "split",
+                Select(
+                    chosen(c.splits, c.split), value=c.split, allow_blank=False, id="run-split", compact=True
+                ),
+            )
+            yield field(
+                "policy",
+                Select(
+                    chosen(c.policies, c.policy),
+                    value=c.policy,
+                    allow_blank=False,
+                    id="run-policy",
+                    compact=True,
+                ),
+            )
+            yield field(
+                "provider",
+                Select(
+                    chosen(c.providers, c.provider),
+                    value=start(c.providers, c.provider),
+                    allow_blank=False,
+                    id="run-provider",
+                    compact=True,
+                ),
+            )
+            yield field(
+                "max experiments",
+                Input(
+                    placeholder="config default",
+                    id="run-max",
+                    type="integer",
+                    select_on_focus=False,
+                    compact=True,
+                ),
+            )
+            yield field(
+                "budget (USD)",
+                Input(
+                    placeholder="config default",
+                    id="run-budget",
+                    type="number",
+                    select_on_focus=False,
+                    compact=True,
+                ),
+            )
+            yield field(
+                "hours",
+                Input(
+                    placeholder="config default",
+                    id="run-hours",
+                    type="number",
+                    select_on_focus=False,
+                    compact=True,
+                ),
+            )
             if c.heldout:
-                yield Static(f"held out, never offered for a run: {', '.join(c.heldout)} (`judgeloop confirm`)",
-                             classes="note")
-            yield Checkbox("propose-only (stop at one candidate for me to keep or discard)", id="run-propose",
-                           compact=True)
+                yield Static(
+                    f"held out, never offered for a run: {', '.join(c.heldout)} (`judgeloop confirm`)",
+                    classes="note",
+                )
+            yield Checkbox(
+                "propose-only (stop at one candidate for me to keep or discard)",
+                id="run-propose",
+                compact=True,
+            )
             yield Checkbox("resume the last unfinished run instead", id="run-resume", compact=True)
             yield Static("", id="run-error")
             with Horizontal(classes="buttons"):
@@ -251,6 +329,7 @@ class StartRunModal(ModalScreen["RunOptions | None"]):
 
     def options(self) -> RunOptions:
         """The form as RunOptions (ValueError on a malformed number)."""
+
         def value(widget_id: str, cast: type) -> object:
             text = self.query_one(widget_id, Input).value.strip()
             return cast(text) if text else None
@@ -293,15 +372,22 @@ def run_line(summary: RunSummary, current: bool, *, started: bool = True) -> Tex
     run = summary.run
     split = run.split if len(run.split) <= 8 else run.split[:7] + "…"
     when = f"{run.created:%m-%d %H:%M} " if started else ""
-    line = Text(f"{'▸' if current else ' '}{summary.number:>2} {run.id:<20} {when}{run.strategy:<9}"
-                f"{run.policy:<9}{split:<9}{summary.experiments:>4}{summary.kept:>5}  ")
-    line.append(STATUS_TEXT.get(run.status, run.status), style="bold yellow" if run.status in ("running", "waiting") else "")
+    line = Text(
+        f"{'▸' if current else ' '}{summary.number:>2} {run.id:<20} {when}{run.strategy:<9}"
+        f"{run.policy:<9}{split:<9}{summary.experiments:>4}{summary.kept:>5}  "
+    )
+    line.append(
+        STATUS_TEXT.get(run.status, run.status),
+        style="bold yellow" if run.status in ("running", "waiting") else "",
+    )
     return line
 
 
 def run_header(*, started: bool = True) -> str:
-    return (f"  # {'run':<20} {'started     ' if started else ''}{'strategy':<9}{'policy':<9}{'split':<9}"
-            f"{'exps':>4}{'kept':>5}  status")
+    return (
+        f"  # {'run':<20} {'started     ' if started else ''}{'strategy':<9}{'policy':<9}{'split':<9}"
+        f"{'exps':>4}{'kept':>5}  status"
+    )
 
 
 # Below this width the picker leaves out the start time column (the run id starts with it).
@@ -312,11 +398,14 @@ class RunPickerModal(ModalScreen["str | None"]):
     """Pick the run the history (and what helped) shows, or every run side by side. Dismisses with a
     run id, ``ALL_RUNS``, or None (closed). ``load`` reads the runs (in a worker: it queries the ledger)."""
 
-    DEFAULT_CSS = _MODAL_CSS.format(name="RunPickerModal") + """
+    DEFAULT_CSS = (
+        _MODAL_CSS.format(name="RunPickerModal")
+        + """
     RunPickerModal > Vertical { width: 100; padding: 0 1; }
     RunPickerModal OptionList { max-height: 18; }
     RunPickerModal #runs-header { color: $text-muted; }
     """
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Close", id="runs.close", tooltip="Close the run picker"),
     ]
@@ -334,8 +423,9 @@ class RunPickerModal(ModalScreen["str | None"]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("[b]Runs[/b] — enter shows one in the history (first line: all side by side)",
-                        id="runs-title")
+            yield Label(
+                "[b]Runs[/b] — enter shows one in the history (first line: all side by side)", id="runs-title"
+            )
             yield Static(run_header(started=self.wide), id="runs-header")
             yield OptionList(id="run-options")
 
@@ -350,12 +440,20 @@ class RunPickerModal(ModalScreen["str | None"]):
         self.summaries = message.summaries
         options = self.query_one("#run-options", OptionList)
         options.clear_options()
-        options.add_option(Option(Text(f"  all {len(self.summaries)} runs side by side: every experiment in one "
-                                       "table", style="bold"), id=ALL_RUNS))
+        options.add_option(
+            Option(
+                Text(
+                    f"  all {len(self.summaries)} runs side by side: every experiment in one table",
+                    style="bold",
+                ),
+                id=ALL_RUNS,
+            )
+        )
         current = self.current or (self.summaries[0].run.id if self.summaries else None)
         for summary in self.summaries:
-            options.add_option(Option(run_line(summary, summary.run.id == current, started=self.wide),
-                                      id=summary.run.id))
+            options.add_option(
+                Option(run_line(summary, summary.run.id == current, started=self.wide), id=summary.run.id)
+            )
         ids = [ALL_RUNS, *(s.run.id for s in self.summaries)]
         options.highlighted = ids.index(current) if current in ids else 0
         options.focus()

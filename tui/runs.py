@@ -55,8 +55,13 @@ def run_choices(ws_root: Path) -> RunChoices:
     splits = [name for name in list_splits(ws) if name not in heldout]
     if dev not in splits and dev not in heldout:
         splits.insert(0, dev)
-    return RunChoices(splits=tuple(splits), split=dev, policy=ws.config.loop.policy,
-                      provider=ws.config.judge.provider, heldout=heldout)
+    return RunChoices(
+        splits=tuple(splits),
+        split=dev,
+        policy=ws.config.loop.policy,
+        provider=ws.config.judge.provider,
+        heldout=heldout,
+    )
 
 
 @dataclass(frozen=True)
@@ -82,14 +87,19 @@ class RunOptions:
             if self.strategy not in STRATEGIES:
                 raise UserError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
             cmd += ["--strategy", self.strategy]
-        for flag, value, names in (("--policy", self.policy, POLICIES), ("--provider", self.provider, PROVIDERS)):
+        for flag, value, names in (
+            ("--policy", self.policy, POLICIES),
+            ("--provider", self.provider, PROVIDERS),
+        ):
             if value:
                 if value not in names:
                     raise UserError(f"unknown {flag[2:]} {value!r}; choose one of {', '.join(names)}")
                 cmd += [flag, value]
         if self.split:
             if self.split.startswith("-"):  # a name, never an option of its own
-                raise UserError(f"split {self.split!r} is not a split name; choose one of the workspace's splits")
+                raise UserError(
+                    f"split {self.split!r} is not a split name; choose one of the workspace's splits"
+                )
             cmd += ["--split", self.split]
         if self.max_experiments is not None:
             cmd += ["--max-experiments", str(self.max_experiments)]
@@ -120,7 +130,9 @@ def early_outcome(started: StartedRun, wait_s: float = 3.0) -> tuple[int, str] |
     except subprocess.TimeoutExpired:
         return None
     try:
-        lines = [ln.strip() for ln in started.log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
+        lines = [
+            ln.strip() for ln in started.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        ]
     except OSError:
         lines = []
     return code, next((ln for ln in reversed(lines) if ln), "(no output)")
@@ -141,11 +153,17 @@ def start_run(ws_root: Path, options: RunOptions) -> StartedRun:
     if options.split and not options.resume:
         heldout = Workspace.open(ws_root).config.workspace.heldout_splits
         if options.split in heldout:  # the optimiser must never see it; `judgeloop confirm` evaluates it
-            raise UserError(f"split {options.split!r} is held out ([workspace] heldout_splits): a run never uses it; "
-                            "pick a dev split")
+            raise UserError(
+                f"split {options.split!r} is held out ([workspace] heldout_splits): a run never uses it; "
+                "pick a dev split"
+            )
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            argv, cwd=ws_root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            argv,
+            cwd=ws_root,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own session: no SIGHUP/SIGINT from the TUI's terminal
         )
     return StartedRun(pid=proc.pid, log_path=log_path, argv=argv, process=proc)

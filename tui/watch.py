@@ -74,11 +74,15 @@ class LiveState:
         parts = [f"run {self.run_id}", self.run_status or "?"]
         wave = len(self.members) > 1
         if self.stage:
-            parts.append(f"stage {self.stage}"
-                         + (f" (exp {self.experiment_id})" if self.experiment_id and not wave else ""))
+            parts.append(
+                f"stage {self.stage}"
+                + (f" (exp {self.experiment_id})" if self.experiment_id and not wave else "")
+            )
         if wave:
-            parts.append(f"wave exps {id_span([m.experiment_id for m in self.members])}: "
-                         f"judged {self.done}/{self.total}")
+            parts.append(
+                f"wave exps {id_span([m.experiment_id for m in self.members])}: "
+                f"judged {self.done}/{self.total}"
+            )
         elif self.total:
             parts.append(f"judged {self.done}/{self.total}")
         parts += [
@@ -93,9 +97,14 @@ class LiveState:
 def _summed(state: LiveState, members: tuple[MemberProgress, ...]) -> LiveState:
     """``state`` with ``members`` and their summed figures."""
     return replace(
-        state, members=members, done=sum(m.done for m in members), total=sum(m.total for m in members),
-        errors=sum(m.errors for m in members), calls=sum(m.calls for m in members),
-        cache_hits=sum(m.cache_hits for m in members), input_tokens=sum(m.input_tokens for m in members),
+        state,
+        members=members,
+        done=sum(m.done for m in members),
+        total=sum(m.total for m in members),
+        errors=sum(m.errors for m in members),
+        calls=sum(m.calls for m in members),
+        cache_hits=sum(m.cache_hits for m in members),
+        input_tokens=sum(m.input_tokens for m in members),
         output_tokens=sum(m.output_tokens for m in members),
     )
 
@@ -115,25 +124,40 @@ def apply_events(state: LiveState, events: list[Event]) -> LiveState:
         elif isinstance(event, PassProgress):
             exp_id = ev.experiment_id or state.experiment_id or 0
             member = MemberProgress(
-                exp_id, done=event.done, total=event.total, errors=event.errors, calls=event.calls,
-                cache_hits=event.cache_hits, input_tokens=event.input_tokens, output_tokens=event.output_tokens,
+                exp_id,
+                done=event.done,
+                total=event.total,
+                errors=event.errors,
+                calls=event.calls,
+                cache_hits=event.cache_hits,
+                input_tokens=event.input_tokens,
+                output_tokens=event.output_tokens,
             )
-            members = tuple(sorted((*(m for m in state.members if m.experiment_id != exp_id), member),
-                                   key=lambda m: m.experiment_id))
+            members = tuple(
+                sorted(
+                    (*(m for m in state.members if m.experiment_id != exp_id), member),
+                    key=lambda m: m.experiment_id,
+                )
+            )
             cost, elapsed = event.cost_usd, event.elapsed_s
             if len(members) > 1:
                 # Each member's cost is the run's spend before the wave plus its own: the largest is the
                 # closest to the run's (a lower bound), and the figure never jumps back between members.
                 cost, elapsed = max(cost, state.cost_usd), max(elapsed, state.elapsed_s)
-            state = replace(_summed(state, members), experiment_id=exp_id or None, cost_usd=cost, elapsed_s=elapsed)
+            state = replace(
+                _summed(state, members), experiment_id=exp_id or None, cost_usd=cost, elapsed_s=elapsed
+            )
         elif isinstance(event, DecisionRecorded):
             # The evaluation is over: its item count would read as the run's (often a candidate
             # stopped early after a few items), so the strip shows none until the next one starts;
             # a wave's other members, still evaluating, go on being counted.
             left = tuple(m for m in state.members if m.experiment_id != ev.experiment_id)
-            state = replace(_summed(state, left) if left else replace(state, done=0, total=0, members=()),
-                            changes=state.changes + 1, stage=f"decided: {event.status}",
-                            experiment_id=ev.experiment_id or state.experiment_id)
+            state = replace(
+                _summed(state, left) if left else replace(state, done=0, total=0, members=()),
+                changes=state.changes + 1,
+                stage=f"decided: {event.status}",
+                experiment_id=ev.experiment_id or state.experiment_id,
+            )
         elif isinstance(event, RunStatusChanged):
             state = replace(state, run_status=str(event.status), changes=state.changes + 1)
         state = replace(state, last_event_id=max(state.last_event_id, ev.id))
@@ -166,7 +190,11 @@ class LedgerWatcher(threading.Thread):
     (LedgerNotReady); a ledger it cannot read (any other UserError) goes to ``on_error``, and it stops."""
 
     def __init__(
-        self, ledger_path: Path, on_state: Callable[[LiveState], object], *, on_error: Callable[[UserError], object],
+        self,
+        ledger_path: Path,
+        on_state: Callable[[LiveState], object],
+        *,
+        on_error: Callable[[UserError], object],
         interval_s: float = 0.5,
     ) -> None:
         super().__init__(name="judgeloop-ledger-watcher", daemon=True)

@@ -137,10 +137,14 @@ class KeyFooter(Footer):
         # A key of the view that the focused widget binds to a hidden action of its own (a table's Enter)
         # still does the view's action (the table posts a message the view handles): offer it first.
         shadowed = [
-            (b, True, b.tooltip) for b in self.screen.BINDINGS
-            if isinstance(b, Binding) and b.show and b.action not in actions
+            (b, True, b.tooltip)
+            for b in self.screen.BINDINGS
+            if isinstance(b, Binding)
+            and b.show
+            and b.action not in actions
             and (hit := active.get(b.key.split(",")[0].strip())) is not None
-            and hit.node is not self.screen and not hit.binding.show
+            and hit.node is not self.screen
+            and not hit.binding.show
         ]
         every = [(binding, enabled, tooltip) for _node, binding, enabled, tooltip in active.values()]
         first = [e for e in every if e[0].id == self.ALWAYS[0]][:1]  # ? and F1: one entry
@@ -151,13 +155,20 @@ class KeyFooter(Footer):
         """At ``width`` columns: the footer's segments in order, and whether spacing is compact. Every
         key of ``groups`` is in a segment."""
         first, own, views, other, last = self.groups()
-        room = width - len(self.app.get_key_display(Binding(self.app.COMMAND_PALETTE_BINDING, ""))) - len("palette") - 4
+        room = (
+            width
+            - len(self.app.get_key_display(Binding(self.app.COMMAND_PALETTE_BINDING, "")))
+            - len("palette")
+            - 4
+        )
 
         def named(entries: list[Entry], compact: bool = True) -> int:
             return sum(self._cost(e, compact) for e in entries)
 
         def keys(entries: list[Entry], label: str) -> int:
-            return sum(self._cost(e, True, key_only=True) for e in entries) + (len(label) + 1 if entries else 0)
+            return sum(self._cost(e, True, key_only=True) for e in entries) + (
+                len(label) + 1 if entries else 0
+            )
 
         for compact in (False, True):
             if named(first + own + views + other + last, compact) <= room:
@@ -167,18 +178,32 @@ class KeyFooter(Footer):
             return [(first + own, False, ""), (views, True, "views"), (other + last, False, "")], True
         room -= keys(other, "runs") + keys(own, "")
         shown = 0  # the view's own keys that keep their names: as many as fit, in order
-        while shown < len(own) and (extra := self._cost(own[shown], True) - self._cost(own[shown], True, True)) <= room:
+        while (
+            shown < len(own)
+            and (extra := self._cost(own[shown], True) - self._cost(own[shown], True, True)) <= room
+        ):
             room -= extra
             shown += 1
-        return [(first + own[:shown], False, ""), (own[shown:], True, ""), (views, True, "views"),
-                (other, True, "runs"), (last, False, "")], True
+        return [
+            (first + own[:shown], False, ""),
+            (own[shown:], True, ""),
+            (views, True, "views"),
+            (other, True, "runs"),
+            (last, False, ""),
+        ], True
 
     def _key(self, entry: Entry, *, key_only: bool = False) -> FooterKey:
         binding, enabled, tooltip = entry
-        return FooterKey(binding.key, self.app.get_key_display(binding), "" if key_only else binding.description,
-                         binding.action, disabled=not enabled,
-                         tooltip=(tooltip or binding.tooltip or binding.description) if not key_only
-                         else f"{binding.description}: {tooltip or binding.tooltip}")
+        return FooterKey(
+            binding.key,
+            self.app.get_key_display(binding),
+            "" if key_only else binding.description,
+            binding.action,
+            disabled=not enabled,
+            tooltip=(tooltip or binding.tooltip or binding.description)
+            if not key_only
+            else f"{binding.description}: {tooltip or binding.tooltip}",
+        )
 
     def compose(self) -> ComposeResult:
         if not self._bindings_ready:
@@ -195,8 +220,15 @@ class KeyFooter(Footer):
             _node, binding, enabled, _tooltip = self.screen.active_bindings[self.app.COMMAND_PALETTE_BINDING]
         except KeyError:
             return
-        yield FooterKey(binding.key, self.app.get_key_display(binding), binding.description, binding.action,
-                        classes="-command-palette", disabled=not enabled, tooltip=binding.tooltip or binding.description)
+        yield FooterKey(
+            binding.key,
+            self.app.get_key_display(binding),
+            binding.description,
+            binding.action,
+            classes="-command-palette",
+            disabled=not enabled,
+            tooltip=binding.tooltip or binding.description,
+        )
 
     def on_resize(self, event: events.Resize) -> None:
         if self._bindings_ready and event.size.width != self._fitted_to:
@@ -220,8 +252,15 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
     tests/test_tui.py pins the contract (a DataTable measures each new cell there; this, none).
     """
 
-    def __init__(self, *args: Any, fill_column: str | None = None, fill_min: int = 20,
-                 drop_order: Sequence[str] = (), row_height: int | None = 1, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        fill_column: str | None = None,
+        fill_min: int = 20,
+        drop_order: Sequence[str] = (),
+        row_height: int | None = 1,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.row_height = row_height  # of set_rows' rows; None: as high as their wrapped cells
         self.fill_column = fill_column
@@ -236,11 +275,18 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
         if (
             any(column.auto_width for column in self.columns.values())
             or self._labelled_row_exists
-            or any(row.auto_height or row.label is not None for row in (self.rows.get(k) for k in new_rows) if row)
+            or any(
+                row.auto_height or row.label is not None
+                for row in (self.rows.get(k) for k in new_rows)
+                if row
+            )
         ):
             super()._update_dimensions(new_rows)
             return
-        width = sum(column.get_render_width(self) for column in self.columns.values()) + self._row_label_column_width
+        width = (
+            sum(column.get_render_width(self) for column in self.columns.values())
+            + self._row_label_column_width
+        )
         header = self.header_height if self.show_header else 0
         self.virtual_size = Size(width, self._total_row_height + header)
 
@@ -273,7 +319,9 @@ class FixedColumnsTable(DataTable):  # type: ignore[type-arg]
 
     def _show(self, hidden: tuple[str, ...]) -> None:
         self.hidden = hidden
-        selected = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value if self.row_count else None
+        selected = (
+            self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value if self.row_count else None
+        )
         self.clear(columns=True)
         for label, key, width in self._specs:
             if key not in hidden:
@@ -357,12 +405,29 @@ class MetricChart(PlotextPlot):
             # Drawn in this order so the chain is over the points and the early-stopped markers stay
             # visible over it.
             if points.evaluated_x:
-                plt.scatter(points.evaluated_x, evaluated_y, marker="•", color="white", label="evaluated candidate" if legend else None)
+                plt.scatter(
+                    points.evaluated_x,
+                    evaluated_y,
+                    marker="•",
+                    color="white",
+                    label="evaluated candidate" if legend else None,
+                )
             if points.chain_x:
-                plt.plot(points.chain_x, chain_y, marker="braille", color="green", label="kept chain (incumbent)" if legend else None)
+                plt.plot(
+                    points.chain_x,
+                    chain_y,
+                    marker="braille",
+                    color="green",
+                    label="kept chain (incumbent)" if legend else None,
+                )
             if stopped_x:
-                plt.scatter(stopped_x, stopped_y, marker="x", color="orange",
-                            label="stopped early (partial *)" if legend else None)
+                plt.scatter(
+                    stopped_x,
+                    stopped_y,
+                    marker="x",
+                    color="orange",
+                    label="stopped early (partial *)" if legend else None,
+                )
             ys = chain_y + evaluated_y + stopped_y
             if points.baseline is not None:
                 x, kappa, fpr = points.baseline

@@ -85,14 +85,24 @@ def judgements(rep: ReplicateVerdict, positive: bool) -> list[Judgement]:
     if rep.members:
         valid = [m for m in rep.members if m.success is not None]
         unanimous = len(valid) == len(rep.members) >= 2 and all(m.success != positive for m in valid)
-        return [Judgement(m.success != positive, 1.0 if unanimous else _weight(m.confidence),
-                          m.confidence == "high", unanimous) for m in valid]
+        return [
+            Judgement(
+                m.success != positive,
+                1.0 if unanimous else _weight(m.confidence),
+                m.confidence == "high",
+                unanimous,
+            )
+            for m in valid
+        ]
     if rep.success is None:
         return []
     against = rep.success != positive
     structural = against and _cites_against(rep, positive)
-    return [Judgement(against, 1.0 if structural else _weight(rep.confidence), rep.confidence == "high",
-                      structural)]
+    return [
+        Judgement(
+            against, 1.0 if structural else _weight(rep.confidence), rep.confidence == "high", structural
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -116,28 +126,45 @@ class Suspect:
         return "success" if self.given.is_positive else "failure"
 
     def line(self) -> str:
-        fixed = (f"  corrected → {self.correction.label}: {self.correction.reason}" if self.correction else "")
+        fixed = f"  corrected → {self.correction.label}: {self.correction.reason}" if self.correction else ""
         structural = f", {self.structural_against} structural" if self.structural_against else ""
-        return (f"{self.trajectory_id}  label {self.given_word}  score {self.score:.2f}  against "
-                f"{self.against}/{self.judged} judgements ({self.high_against} high confidence{structural}), "
-                f"{self.versions_against}/{self.versions} versions{fixed}")
+        return (
+            f"{self.trajectory_id}  label {self.given_word}  score {self.score:.2f}  against "
+            f"{self.against}/{self.judged} judgements ({self.high_against} high confidence{structural}), "
+            f"{self.versions_against}/{self.versions} versions{fixed}"
+        )
 
     def as_json(self) -> dict[str, object]:
         return {
-            "id": self.trajectory_id, "label": self.given_word, "score": round(self.score, 6),
-            "judged": self.judged, "against": self.against, "high_against": self.high_against,
+            "id": self.trajectory_id,
+            "label": self.given_word,
+            "score": round(self.score, 6),
+            "judged": self.judged,
+            "against": self.against,
+            "high_against": self.high_against,
             "structural_against": self.structural_against,
-            "versions": self.versions, "versions_against": self.versions_against,
+            "versions": self.versions,
+            "versions_against": self.versions_against,
             "last_experiment": self.last_experiment,
-            "correction": None if self.correction is None else {
-                "label": self.correction.label, "reason": self.correction.reason, "by": self.correction.by,
-                "at": self.correction.at},
+            "correction": None
+            if self.correction is None
+            else {
+                "label": self.correction.label,
+                "reason": self.correction.reason,
+                "by": self.correction.by,
+                "at": self.correction.at,
+            },
         }
 
 
-def label_suspects(ledger: Ledger, split: Split, *, min_judgements: int = MIN_JUDGEMENTS,
-                   labels: Mapping[str, Label] | None = None,
-                   corrections: Mapping[str, Correction] | None = None) -> list[Suspect]:
+def label_suspects(
+    ledger: Ledger,
+    split: Split,
+    *,
+    min_judgements: int = MIN_JUDGEMENTS,
+    labels: Mapping[str, Label] | None = None,
+    corrections: Mapping[str, Correction] | None = None,
+) -> list[Suspect]:
     """The ranked queue for ``split`` over every run on it in the ledger (see the module docstring).
     ``labels``/``corrections``: already read (else read from the split now)."""
     given = load_labels(split) if labels is None else labels
@@ -173,8 +200,19 @@ def label_suspects(ledger: Ledger, split: Split, *, min_judgements: int = MIN_JU
         versions[tid] += 1
         versions_against[tid] += 2 * sum(wrongs) > len(wrongs)
     out = [
-        Suspect(tid, given[tid], weight[tid] / judged[tid], judged[tid], against[tid], high[tid], structural[tid],
-                versions[tid], versions_against[tid], last[tid], fixes.get(tid))
+        Suspect(
+            tid,
+            given[tid],
+            weight[tid] / judged[tid],
+            judged[tid],
+            against[tid],
+            high[tid],
+            structural[tid],
+            versions[tid],
+            versions_against[tid],
+            last[tid],
+            fixes.get(tid),
+        )
         for tid in judged
         if judged[tid] >= min_judgements and 2 * against[tid] > judged[tid] and weight[tid] > 0
     ]
@@ -191,8 +229,9 @@ class GivenCorrected:
     corrected: Metrics
 
 
-def metrics_given_corrected(ledger: Ledger, run: Run, split: Split) -> tuple[dict[str, Correction],
-                                                                              list[GivenCorrected]]:
+def metrics_given_corrected(
+    ledger: Ledger, run: Run, split: Split
+) -> tuple[dict[str, Correction], list[GivenCorrected]]:
     """The split's corrections and, when there are any, every fully evaluated experiment of ``run``
     scored under the labels as given and as corrected (an early-stopped one is left out: its answers
     are partial)."""
@@ -209,6 +248,11 @@ def metrics_given_corrected(ledger: Ledger, run: Run, split: Split) -> tuple[dic
         if not answers:
             continue
         ids = [tid for tid in given if tid in answers]
-        rows.append(GivenCorrected(exp.id, score({t: given[t] for t in ids}, answers),
-                                   score({t: corrected[t] for t in ids}, answers)))
+        rows.append(
+            GivenCorrected(
+                exp.id,
+                score({t: given[t] for t in ids}, answers),
+                score({t: corrected[t] for t in ids}, answers),
+            )
+        )
     return fixes, rows

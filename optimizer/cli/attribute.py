@@ -22,6 +22,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     measured is kept (exit 0, the attribution partial)."""
     options = AttributeOptions(run=args.run, budget_usd=args.budget_usd, judge=judge_overrides(args))
     with TerminalEvents() as terminal, stop_on_signals("the attribution") as stop:
+
         def events(event: Event) -> None:
             line = said(event)
             if args.json and line is not None:

@@ -19,6 +19,7 @@ def cmd_bias(args: argparse.Namespace) -> int:
     # An unknown name is the engine's one-line UserError.
     probes = None if args.probes is None else [n.strip() for n in args.probes.split(",")]
     with TerminalEvents(prefix="judgeloop bias: ") as terminal:
+
         def events(event: Event) -> None:
             line = said(event)
             if args.json and line is not None:
@@ -26,8 +27,15 @@ def cmd_bias(args: argparse.Namespace) -> int:
             else:
                 terminal(event)
 
-        result = run_battery(Workspace.open(args.workspace), args.rev, split=args.split, events=events,
-                             budget_usd=args.budget_usd, probes=probes, judge=judge_overrides(args))
+        result = run_battery(
+            Workspace.open(args.workspace),
+            args.rev,
+            split=args.split,
+            events=events,
+            budget_usd=args.budget_usd,
+            probes=probes,
+            judge=judge_overrides(args),
+        )
     if args.json:
         print(json.dumps(result.to_json()))
     else:

@@ -38,9 +38,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(f"imported {len(split.ids)} items into {split.root.relative_to(ws.root)}")
     # Priced with the workspace's judge and prompts, as `judgeloop eval` would send them.
     prompts = PromptSet.from_dir(ws.prompts_dir)
-    for line in oversized_items(split, prompts, ws.config.judge, prices=ws.config.prices,
-                                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
-                                replicates=prompts.settings.replicates):
+    for line in oversized_items(
+        split,
+        prompts,
+        ws.config.judge,
+        prices=ws.config.prices,
+        image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+        replicates=prompts.settings.replicates,
+    ):
         warn(line)
     counts = LabelCounts.from_json(meta.counts)
     if counts is not None:  # (always: the import has just written them)

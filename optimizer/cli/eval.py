@@ -24,8 +24,13 @@ def judge_overrides(args: argparse.Namespace) -> JudgeOverrides:
     """``--provider/--model/--base-url/--concurrency`` (and ``--batch-cold``) as typed overrides of ``[judge]``."""
     if getattr(args, "batch_cold", False) and not getattr(args, "batch", False):
         raise UserError("--batch-cold applies to a batch pass only: add --batch, or drop --batch-cold")
-    return JudgeOverrides(provider=args.provider, model=args.model, base_url=args.base_url,
-                          concurrency=args.concurrency, batch_cold=bool(getattr(args, "batch_cold", False)))
+    return JudgeOverrides(
+        provider=args.provider,
+        model=args.model,
+        base_url=args.base_url,
+        concurrency=args.concurrency,
+        batch_cold=bool(getattr(args, "batch_cold", False)),
+    )
 
 
 # The score table shows a missing rate as "n/a".
@@ -55,8 +60,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Judge a split with the prompts at a revision, write verdict files, print metrics; 130 when a
     Ctrl-C or SIGTERM stopped it (after the calls in flight; nothing written)."""
     options = EvalOptions(
-        split=args.split, rev=args.rev, replicates=args.replicates, limit=args.limit,
-        out=Path(args.out) if args.out else None, judge=judge_overrides(args), batch=bool(args.batch),
+        split=args.split,
+        rev=args.rev,
+        replicates=args.replicates,
+        limit=args.limit,
+        out=Path(args.out) if args.out else None,
+        judge=judge_overrides(args),
+        batch=bool(args.batch),
     )
     with TerminalEvents(prefix="judgeloop eval: ") as events, stop_on_signals("the evaluation") as stop:
         try:
@@ -79,8 +89,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"cost: ${run.cost_usd:.4f} (cached calls saved ${run.cached_cost_usd:.4f})"
         )
         if run.infra_error_ids:
-            print(f"infrastructure errors: {len(run.infra_error_ids)} item(s), not scored as verdicts; "
-                  "re-run to retry them:")
+            print(
+                f"infrastructure errors: {len(run.infra_error_ids)} item(s), not scored as verdicts; "
+                "re-run to retry them:"
+            )
             for item in run.items:
                 if item.infra_error:
                     print(f"  {item.trajectory_id}: {item.error}")

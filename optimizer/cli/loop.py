@@ -24,10 +24,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     `judgeloop run && ...` does not go on as if the run had ended; 0 for any other end (experiments/STOP,
     the limits, propose-only waiting)."""
     options = RunOptions(
-        split=args.split, strategy=args.strategy, message=args.message, policy=args.policy,
-        max_experiments=args.max_experiments, budget_usd=args.budget_usd, hours=args.hours,
-        patience=args.patience, replicates=args.replicates, propose_only=bool(args.propose_only),
-        judge=judge_overrides(args), batch=bool(args.batch), wave=args.wave,
+        split=args.split,
+        strategy=args.strategy,
+        message=args.message,
+        policy=args.policy,
+        max_experiments=args.max_experiments,
+        budget_usd=args.budget_usd,
+        hours=args.hours,
+        patience=args.patience,
+        replicates=args.replicates,
+        propose_only=bool(args.propose_only),
+        judge=judge_overrides(args),
+        batch=bool(args.batch),
+        wave=args.wave,
     )
     ws = Workspace.open(args.workspace)
     # Status lines on stdout; each evaluation's progress line on stderr (a terminal only; the ledger
@@ -41,14 +50,20 @@ def cmd_decide(args: argparse.Namespace) -> int:
     """Keep or discard a waiting candidate. A keep the policy would roll back is asked about on a terminal
     (y to keep) and needs --force elsewhere: a person's overrule is never silent."""
     with TerminalEvents(progress=False) as events:
-        decide(Workspace.open(args.workspace), args.experiment, args.decision == "keep", events,
-               confirm_overrule=_ask_overrule(bool(args.force)))
+        decide(
+            Workspace.open(args.workspace),
+            args.experiment,
+            args.decision == "keep",
+            events,
+            confirm_overrule=_ask_overrule(bool(args.force)),
+        )
     return 0
 
 
 def _ask_overrule(force: bool) -> Callable[[str], bool]:
     """The `ConfirmOverrule` of `judgeloop decide`: yes with --force; a y/N question on a terminal; without
     one (a script, a pipe) a `UserError` saying to add --force."""
+
     def ask(question: str) -> bool:
         if force:
             return True
@@ -68,9 +83,15 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     130 when a signal stopped it (nothing recorded, the use not counted)."""
     with TerminalEvents(prefix="judgeloop confirm: ") as events, stop_on_signals("the confirmation") as stop:
         try:
-            outcome = confirm(Workspace.open(args.workspace), args.split, run_id=args.run,
-                              judge_overrides=judge_overrides(args), events=events, batch=bool(args.batch),
-                              stop=stop)
+            outcome = confirm(
+                Workspace.open(args.workspace),
+                args.split,
+                run_id=args.run,
+                judge_overrides=judge_overrides(args),
+                events=events,
+                batch=bool(args.batch),
+                stop=stop,
+            )
         except Interrupted as exc:
             events.clear()
             print(f"judgeloop confirm: stopped by {stop.reason}: {exc}", file=sys.stderr)

@@ -23,9 +23,15 @@ def _to_stderr(event: Event) -> None:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Open the session (the loop lock, a new run), serve it until the client disconnects, close it."""
-    options = SessionOptions(budget_usd=args.budget_usd, policy=args.policy, replicates=args.replicates,
-                             judge=judge_overrides(args))
+    options = SessionOptions(
+        budget_usd=args.budget_usd,
+        policy=args.policy,
+        replicates=args.replicates,
+        judge=judge_overrides(args),
+    )
     with open_session(Workspace.open(args.workspace), options, _to_stderr) as session:
-        _to_stderr(Message(f"session {session.run_id} open (budget ${options.budget_usd:g}); serving MCP on stdio"))
+        _to_stderr(
+            Message(f"session {session.run_id} open (budget ${options.budget_usd:g}); serving MCP on stdio")
+        )
         anyio.run(serve, session)
     return 0

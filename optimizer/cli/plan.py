@@ -19,8 +19,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     judge = judge_overrides(args).apply(cfg.judge)
     split = open_split(ws, args.split or cfg.workspace.dev_split)
     replicates = args.replicates or PromptSet.from_dir(ws.prompts_dir).settings.replicates
-    plan = make_plan(ws, split, judge, policy=args.policy or cfg.loop.policy, replicates=replicates,
-                     budget_usd=args.budget_usd, hours=args.hours, wave=args.wave or cfg.loop.wave)
+    plan = make_plan(
+        ws,
+        split,
+        judge,
+        policy=args.policy or cfg.loop.policy,
+        replicates=replicates,
+        budget_usd=args.budget_usd,
+        hours=args.hours,
+        wave=args.wave or cfg.loop.wave,
+    )
     if args.json:
         print(json.dumps(plan.as_dict()))
     else:

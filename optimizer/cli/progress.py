@@ -33,10 +33,12 @@ def progress_line(snap: ProgressSnapshot, timed_from: tuple[int, float] | None =
     elapsed seconds) when the pace starts, the first snapshot with an item done, so the time a model takes
     to load (the offline judge: a minute or more) is not spread over the items; the ETA reads
     "estimating" until `TIMED_ITEMS` items finished after it."""
-    parts = [f"{snap.label + ': ' if snap.label else ''}judged {snap.done}/{snap.total} items",
-             f"{snap.calls_made} calls + {snap.cache_hits} cached",
-             f"${snap.cost_usd:.4f}",
-             f"{duration(snap.elapsed_s)} elapsed"]
+    parts = [
+        f"{snap.label + ': ' if snap.label else ''}judged {snap.done}/{snap.total} items",
+        f"{snap.calls_made} calls + {snap.cache_hits} cached",
+        f"${snap.cost_usd:.4f}",
+        f"{duration(snap.elapsed_s)} elapsed",
+    ]
     if snap.done < snap.total:
         timed = snap.done - timed_from[0] if timed_from is not None else 0
         if timed_from is not None and timed >= TIMED_ITEMS:
@@ -44,8 +46,11 @@ def progress_line(snap: ProgressSnapshot, timed_from: tuple[int, float] | None =
             parts.append(f"ETA {duration(pace_s * (snap.total - snap.done))}")
         else:
             parts.append("ETA estimating")
-    errors = [f"{n} {what}" for n, what in ((snap.infra_errors, "infra errors"),
-                                           (snap.parse_errors, "parse failures")) if n]
+    errors = [
+        f"{n} {what}"
+        for n, what in ((snap.infra_errors, "infra errors"), (snap.parse_errors, "parse failures"))
+        if n
+    ]
     return " · ".join(parts + errors)
 
 
@@ -73,7 +78,9 @@ class StderrProgress:
         self._last_plain = -1
         self._open = False
         self._drawn_at = 0.0
-        self._pace: tuple[tuple[str, int], int, float] | None = None  # (label, total), done, elapsed at its start
+        self._pace: tuple[tuple[str, int], int, float] | None = (
+            None  # (label, total), done, elapsed at its start
+        )
 
     def _timed_from(self, snap: ProgressSnapshot) -> tuple[int, float] | None:
         """Where this evaluation's pace starts: the first snapshot with an item done (model loaded)."""

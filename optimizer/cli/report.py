@@ -48,7 +48,9 @@ def cmd_reviews(args: argparse.Namespace) -> int:
             try:
                 count = ledger.export_reviews(Path(args.export))
             except OSError as exc:
-                raise UserError(f"cannot write {args.export} ({exc.strerror}); choose a writable path") from None
+                raise UserError(
+                    f"cannot write {args.export} ({exc.strerror}); choose a writable path"
+                ) from None
             print(f"exported {count} review{'s' if count != 1 else ''} to {args.export}")
             return 0
         reviews = ledger.reviews()
@@ -57,6 +59,8 @@ def cmd_reviews(args: argparse.Namespace) -> int:
         return 0
     for r in reviews:
         where = f" exp #{r.experiment_id}" if r.experiment_id is not None else ""
-        print(f"{r.id:>4} {r.created:%Y-%m-%d %H:%M} {r.kind:<16} {r.trajectory_id}{where} [{r.author}] "
-              f"{one_line(r.note, 80)}")
+        print(
+            f"{r.id:>4} {r.created:%Y-%m-%d %H:%M} {r.kind:<16} {r.trajectory_id}{where} [{r.author}] "
+            f"{one_line(r.note, 80)}"
+        )
     return 0

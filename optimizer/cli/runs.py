@@ -29,9 +29,11 @@ def cmd_runs_prune(args: argparse.Namespace) -> int:
         print("nothing to prune")
         return 0
     if not args.yes:
-        print(f"dry run: nothing removed; `judgeloop runs prune --keep {keep} --yes` removes the "
-              f"{len(plan.remove)} run(s) above (the ledger keeps their rows, git their commits under "
-              "refs/judgeloop/pruned/)")
+        print(
+            f"dry run: nothing removed; `judgeloop runs prune --keep {keep} --yes` removes the "
+            f"{len(plan.remove)} run(s) above (the ledger keeps their rows, git their commits under "
+            "refs/judgeloop/pruned/)"
+        )
         return 0
     for line in prune_runs(ws, plan):
         print(line)

@@ -14,8 +14,11 @@ from optimizer.workspace.workspace import Workspace
 def cmd_score(args: argparse.Namespace) -> int:
     result = score_folder(Workspace.open(args.workspace), Path(args.results_dir), args.split)
     if result.skipped:
-        print(f"judgeloop score: note: skipped {len(result.skipped)} file(s) not named by a trajectory id: "
-              f"{', '.join(result.skipped[:5])}{' ...' if len(result.skipped) > 5 else ''}", file=sys.stderr)
+        print(
+            f"judgeloop score: note: skipped {len(result.skipped)} file(s) not named by a trajectory id: "
+            f"{', '.join(result.skipped[:5])}{' ...' if len(result.skipped) > 5 else ''}",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(result.metrics.protocol_dict()))
     else:

@@ -1,4 +1,4 @@
-""""Did you mean" for a command line argparse refused: the closest command, action or option to a typo
+""" "Did you mean" for a command line argparse refused: the closest command, action or option to a typo
 (`difflib`), for `optimizer.cli.main` to add to its one-line refusal."""
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ def did_you_mean(parser: argparse.ArgumentParser, argv: Sequence[str], message: 
         guess = closest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
     elif _UNRECOGNIZED in message:
         options = _options(_command_parser(parser, argv))
-        unknown = [w.split("=", 1)[0] for w in message.split(_UNRECOGNIZED, 1)[1].split() if w.startswith("-")]
+        unknown = [
+            w.split("=", 1)[0] for w in message.split(_UNRECOGNIZED, 1)[1].split() if w.startswith("-")
+        ]
         guess = next((g for w in unknown if (g := closest(w, options))), None)
     else:
         return None

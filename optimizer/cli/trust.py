@@ -17,6 +17,7 @@ from optimizer.workspace.workspace import Workspace
 
 def _events(as_json: bool, terminal: TerminalEvents) -> Listener:
     """Events on the terminal; with --json stdout is one JSON object, so status lines go to stderr."""
+
     def events(event: Event) -> None:
         line = said(event)
         if as_json and line is not None:
@@ -41,8 +42,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def cmd_certify(args: argparse.Namespace) -> int:
     """Certify the prompts at REV (default HEAD); --json prints the certificate as one object."""
-    options = CertifyOptions(rev=args.rev, transfer_model=args.transfer_model, judge=judge_overrides(args),
-                             bias=not args.no_bias)
+    options = CertifyOptions(
+        rev=args.rev, transfer_model=args.transfer_model, judge=judge_overrides(args), bias=not args.no_bias
+    )
     with TerminalEvents() as terminal:
         cert = certify(Workspace.open(args.workspace), options, _events(args.json, terminal))
     if args.json:

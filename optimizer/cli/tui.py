@@ -20,7 +20,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
         try:
             experiment_id = int(args.experiment)
         except ValueError:
-            raise UserError(f"--experiment {args.experiment!r} is not an experiment id; see `judgeloop history`") from None
+            raise UserError(
+                f"--experiment {args.experiment!r} is not an experiment id; see `judgeloop history`"
+            ) from None
     run_id: str | None = None
     if getattr(args, "run", None):  # an unknown id: one line naming the newest runs
         from tui.data import check_run
@@ -30,8 +32,16 @@ def cmd_tui(args: argparse.Namespace) -> int:
         out = Path(args.screenshot)
         if out.suffix.lower() != ".svg":
             raise UserError(f"--screenshot {out} must end in .svg (convert to PNG afterwards)")
-        asyncio.run(render_screenshot(ws.root, out, screen=args.screen, experiment_id=experiment_id,
-                                      size=parse_size(args.size), run_id=run_id))
+        asyncio.run(
+            render_screenshot(
+                ws.root,
+                out,
+                screen=args.screen,
+                experiment_id=experiment_id,
+                size=parse_size(args.size),
+                run_id=run_id,
+            )
+        )
         print(f"wrote {out}")
         return 0
     JudgeloopApp(ws.root, start_view=args.screen, experiment_id=experiment_id, run_id=run_id).run()

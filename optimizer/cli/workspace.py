@@ -21,7 +21,11 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"next: cd {args.dir} && judgeloop devset verify")
         return 0
     # No split yet: `devset verify` would only say so. The next step is the import.
-    print(f"next: cd {args.dir} && judgeloop devset import SRC --name dev --all   (SRC: a folder of labelled "
-          "AgentHorizon items),")
-    print('      then set dev_split = "dev" in judgeloop.toml; or start over with `judgeloop init DIR --sample`')
+    print(
+        f"next: cd {args.dir} && judgeloop devset import SRC --name dev --all   (SRC: a folder of labelled "
+        "AgentHorizon items),"
+    )
+    print(
+        '      then set dev_split = "dev" in judgeloop.toml; or start over with `judgeloop init DIR --sample`'
+    )
     return 0

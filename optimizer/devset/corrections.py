@@ -101,20 +101,27 @@ def check_recorded(split: Split, data: bytes | None) -> None:
         what = "holds corrections no `judgeloop label-fix` or TUI correction recorded"
         back = "delete it"
     else:
-        what = ("was deleted" if data is None else "was changed") + " outside `judgeloop label-fix` and the TUI"
+        what = (
+            "was deleted" if data is None else "was changed"
+        ) + " outside `judgeloop label-fix` and the TUI"
         back = f"put it back with `git show {ref}:{CORRECTIONS_FILE} > {_display(split)}`"
-    raise UserError(f"{_display(split)} {what}, so its labels are not trusted; {back}, or, if the change is "
-                    f"yours, accept it with `judgeloop label-adopt --split {split.name}`")
+    raise UserError(
+        f"{_display(split)} {what}, so its labels are not trusted; {back}, or, if the change is "
+        f"yours, accept it with `judgeloop label-adopt --split {split.name}`"
+    )
 
 
 def _problem(path: Path, line: int, what: str) -> UserError:
-    return UserError(f"{path}:{line}: {what}; fix or delete that line (a person's file: `judgeloop label-fix` "
-                     "writes it)")
+    return UserError(
+        f"{path}:{line}: {what}; fix or delete that line (a person's file: `judgeloop label-fix` writes it)"
+    )
 
 
 def _parse_line(path: Path, lineno: int, raw: bytes) -> Correction:
     if len(raw) > MAX_LINE_BYTES:
-        raise _problem(path, lineno, f"a line of {len(raw):,} bytes, over the {MAX_LINE_BYTES:,} a correction may take")
+        raise _problem(
+            path, lineno, f"a line of {len(raw):,} bytes, over the {MAX_LINE_BYTES:,} a correction may take"
+        )
     try:
         obj = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -138,7 +145,9 @@ def _parse_line(path: Path, lineno: int, raw: bytes) -> Correction:
         datetime.fromisoformat(obj["at"])
     except ValueError:
         raise _problem(path, lineno, f"'at' {obj['at']!r} is not an ISO 8601 time") from None
-    return Correction(id=obj["id"], label=obj["label"], reason=obj["reason"].strip(), at=obj["at"], by=by or None)
+    return Correction(
+        id=obj["id"], label=obj["label"], reason=obj["reason"].strip(), at=obj["at"], by=by or None
+    )
 
 
 def read_corrections(split: Split, labels: Mapping[str, Label] | None = None) -> dict[str, Correction]:
@@ -171,8 +180,10 @@ def _read_file(split: Split) -> bytes | None:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise UserError(f"{path} is {size:,} bytes, over the {MAX_FILE_BYTES:,} a corrections file may take; "
-                            "it holds one short line per corrected item")
+            raise UserError(
+                f"{path} is {size:,} bytes, over the {MAX_FILE_BYTES:,} a corrections file may take; "
+                "it holds one short line per corrected item"
+            )
         return path.read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {path} ({exc.strerror})") from None
@@ -193,7 +204,9 @@ def parse_corrections(split: Split, data: bytes, given: Mapping[str, Label]) -> 
         if corr.id in found:
             raise _problem(path, lineno, f"id {corr.id} is corrected twice (first on line {where[corr.id]})")
         if corr.positive == given[corr.id].is_positive:
-            raise _problem(path, lineno, f"id {corr.id} is already labelled {corr.label}; a correction changes a label")
+            raise _problem(
+                path, lineno, f"id {corr.id} is already labelled {corr.label}; a correction changes a label"
+            )
         found[corr.id] = corr
         where[corr.id] = lineno
     return found
@@ -208,8 +221,9 @@ def apply_corrections(labels: Mapping[str, Label], corrections: Mapping[str, Cor
         if corr is None:
             out[tid] = lab
         else:
-            out[tid] = lab.model_copy(update={"label": "positive" if corr.positive else "negative",
-                                              "mistake_type": None})
+            out[tid] = lab.model_copy(
+                update={"label": "positive" if corr.positive else "negative", "mistake_type": None}
+            )
     return out
 
 
@@ -248,8 +262,13 @@ def labels_as_stored(split: Split, stored: Mapping[str, StoredLabel]) -> dict[st
     out: dict[str, Label] = {}
     for tid, lab in load_labels(split).items():
         row = stored.get(tid)
-        out[tid] = lab if row is None else lab.model_copy(update={
-            "label": "positive" if row.positive else "negative", "mistake_type": row.mistake_type})
+        out[tid] = (
+            lab
+            if row is None
+            else lab.model_copy(
+                update={"label": "positive" if row.positive else "negative", "mistake_type": row.mistake_type}
+            )
+        )
     return out
 
 
@@ -258,8 +277,10 @@ def refuse_heldout_split(ws: Workspace, split: Split) -> None:
     read to answer a person, so the refusal is the same whatever an item's label (no label oracle)."""
     found = heldout_reason(ws, split.name)
     if found is not None:
-        raise UserError(f"{found[0]}: its labels are not corrected here and `judgeloop label-fix` says nothing "
-                        "of them; correct items of the dev split only")
+        raise UserError(
+            f"{found[0]}: its labels are not corrected here and `judgeloop label-fix` says nothing "
+            "of them; correct items of the dev split only"
+        )
 
 
 def _correction_line(corr: Correction, what: str = "--reason") -> bytes:
@@ -270,8 +291,10 @@ def _correction_line(corr: Correction, what: str = "--reason") -> bytes:
     except UnicodeEncodeError:
         raise UserError("--reason or --by is not UTF-8 text; type it again") from None
     if len(line) > MAX_LINE_BYTES:
-        raise UserError(f"{what} makes a correction line of {len(line):,} bytes, over the {MAX_LINE_BYTES:,} "
-                        "a correction may take; say why in fewer words (the longer account belongs elsewhere)")
+        raise UserError(
+            f"{what} makes a correction line of {len(line):,} bytes, over the {MAX_LINE_BYTES:,} "
+            "a correction may take; say why in fewer words (the longer account belongs elsewhere)"
+        )
     return line + b"\n"
 
 
@@ -291,7 +314,9 @@ def _write(split: Split, given: Mapping[str, Label], text: bytes, message: str, 
     try:
         fd, tmp_name = tempfile.mkstemp(dir=split.root, prefix=f".{CORRECTIONS_FILE}.", suffix=".tmp")
     except OSError as exc:
-        raise UserError(f"cannot write in {split.root} ({exc.strerror}); check the folder is writable") from None
+        raise UserError(
+            f"cannot write in {split.root} ({exc.strerror}); check the folder is writable"
+        ) from None
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -322,7 +347,9 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def record_correction(ws: Workspace, split: Split, tid: str, label: str, reason: str, by: str | None = None) -> str:
+def record_correction(
+    ws: Workspace, split: Split, tid: str, label: str, reason: str, by: str | None = None
+) -> str:
     """Write (or replace) the correction of item ``tid``: one line of ``corrections.jsonl``, the file
     rewritten whole under its lock (module docstring). ``label`` equal to the item's given label removes
     its correction instead. Returns what was done, one line. Refuses a held-out split (before reading any
@@ -331,29 +358,39 @@ def record_correction(ws: Workspace, split: Split, tid: str, label: str, reason:
     refuse_heldout_split(ws, split)
     given = load_labels(split)
     if tid not in given:
-        raise UserError(f"{tid!r} is not an item of split {split.name!r}; see `judgeloop devset list` and the "
-                        "label suspects in `judgeloop report`")
+        raise UserError(
+            f"{tid!r} is not an item of split {split.name!r}; see `judgeloop devset list` and the "
+            "label suspects in `judgeloop report`"
+        )
     if label not in CORRECTED_LABELS:
         raise UserError(f"--label {label!r} is not success or failure")
     if not reason.strip():
         raise UserError("--reason is empty; say why the label is wrong (it is kept with the correction)")
     positive = label == "success"
-    fix = Correction(id=tid, label="success" if positive else "failure", reason=reason.strip(),
-                     at=datetime.now(UTC).isoformat(timespec="seconds"), by=by or None)
+    fix = Correction(
+        id=tid,
+        label="success" if positive else "failure",
+        reason=reason.strip(),
+        at=datetime.now(UTC).isoformat(timespec="seconds"),
+        by=by or None,
+    )
     line = _correction_line(fix)  # before the lock: an over-long reason changes nothing
     path = corrections_path(split)
     with exclusive_lock(_lock_path(split)):
         _data, existing = _locked_read(split, given)
         if positive == given[tid].is_positive:
             if tid not in existing:
-                raise UserError(f"{tid} is already labelled {label} in split {split.name!r}; nothing to correct")
+                raise UserError(
+                    f"{tid} is already labelled {label} in split {split.name!r}; nothing to correct"
+                )
             del existing[tid]
             done = f"removed the correction of {tid}: its label is back to the given {label}"
         else:
             existing[tid] = fix
             done = f"corrected {tid} to {label} in {path.name} of split {split.name!r}"
-        text = b"".join(line if c is fix else _correction_line(c, f"the correction of {c.id}")
-                        for c in existing.values())
+        text = b"".join(
+            line if c is fix else _correction_line(c, f"the correction of {c.id}") for c in existing.values()
+        )
         _write(split, given, text, done, by)
     return done
 
@@ -377,9 +414,14 @@ def adopt_corrections(ws: Workspace, split: Split, by: str | None = None) -> str
         added = [t for t in found if t not in before]
         removed = [t for t in before if t not in found]
         changed = [t for t in found if t in before and found[t] != before[t]]
-        done = (f"adopted {_display(split)}: {len(found)} correction(s); {len(added)} added, {len(removed)} removed, "
-                f"{len(changed)} changed since the last record")
-        listed = "; ".join(f"{what} {', '.join(ids)}" for what, ids in
-                           (("added", added), ("removed", removed), ("changed", changed)) if ids)
+        done = (
+            f"adopted {_display(split)}: {len(found)} correction(s); {len(added)} added, {len(removed)} removed, "
+            f"{len(changed)} changed since the last record"
+        )
+        listed = "; ".join(
+            f"{what} {', '.join(ids)}"
+            for what, ids in (("added", added), ("removed", removed), ("changed", changed))
+            if ids
+        )
         _write(split, given, data or b"", done + (f" ({listed})" if listed else ""), by)
     return done + (f" ({listed})" if listed else "")

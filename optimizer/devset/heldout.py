@@ -42,8 +42,10 @@ def heldout_reason(ws: Workspace, split_name: str) -> tuple[str, str] | None:
             mine = load_labels(open_split(ws, split_name))
         what = shared(mine, load_labels(open_split(ws, other)))
         if what is not None:
-            return (f"split {split_name!r} holds held-out items (it and held-out split {other!r} share {what}), "
-                    "so it is held out too"), other
+            return (
+                f"split {split_name!r} holds held-out items (it and held-out split {other!r} share {what}), "
+                "so it is held out too"
+            ), other
     return None
 
 
@@ -90,7 +92,11 @@ def overlap(dev_name: str, dev: Mapping[str, Label], held_name: str, held: Mappi
 
 
 def check_apart(
-    ws: Workspace, name: str, labels: Mapping[str, Label] | None = None, *, others: Sequence[str] | None = None
+    ws: Workspace,
+    name: str,
+    labels: Mapping[str, Label] | None = None,
+    *,
+    others: Sequence[str] | None = None,
 ) -> None:
     """UserError naming the overlap when split ``name`` shares an item or a recording with a split
     on the other side: a held-out split against ``others`` (default: ``[workspace] dev_split``),

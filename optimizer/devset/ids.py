@@ -54,7 +54,9 @@ def relative_link(link: str) -> PurePosixPath:
     path = PurePosixPath(link.replace("\\", "/"))
     parts = [part for part in path.parts if part != "."]
     if is_remote(link) or path.is_absolute() or not parts or ".." in parts or parts[0].endswith(":"):
-        raise OutsideError(f"{shown(link)} leads outside its folder (only relative paths without '..' stay inside)")
+        raise OutsideError(
+            f"{shown(link)} leads outside its folder (only relative paths without '..' stay inside)"
+        )
     return PurePosixPath(*parts)
 
 

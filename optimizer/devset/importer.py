@@ -228,7 +228,8 @@ def release_json(raw: dict[str, Any], local_image_id: str | None) -> dict[str, A
     if local_image_id is not None:
         # Null screenshots too: arguably a bug (a link to a file never recorded), matched on purpose.
         steps = [
-            {**step, "screenshot": canonical_screenshot_link(local_image_id, step["step_id"])} for step in steps
+            {**step, "screenshot": canonical_screenshot_link(local_image_id, step["step_id"])}
+            for step in steps
         ]
     payload = {
         "trajectory_id": raw.get("trajectory_id"),
@@ -314,7 +315,11 @@ def _stored_file(source: _Source, link: str) -> Path | None:
         return None
     path = Path(link)
     try:
-        rel = path.resolve().relative_to(source.sandbox_root.resolve()).as_posix() if path.is_absolute() else link
+        rel = (
+            path.resolve().relative_to(source.sandbox_root.resolve()).as_posix()
+            if path.is_absolute()
+            else link
+        )
         return inside(source.sandbox_root, rel)
     except (OutsideError, ValueError):
         return None

@@ -84,8 +84,12 @@ class LabelCounts:
     def as_json(self) -> dict[str, Any]:
         """``{"items", "positives", "negatives", "mistake_types": {<type>: n, ..., "untyped": n}}``: the
         ``counts`` of a split's ``split.json``."""
-        return {"items": self.items, "positives": self.positives, "negatives": self.negatives,
-                "mistake_types": dict(self.mistake_types)}
+        return {
+            "items": self.items,
+            "positives": self.positives,
+            "negatives": self.negatives,
+            "mistake_types": dict(self.mistake_types),
+        }
 
     @classmethod
     def from_json(cls, data: object) -> LabelCounts | None:

@@ -39,34 +39,53 @@ def record_ref(split_name: str) -> str:
 def _git(root: Path, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
     """Run one git plumbing command in ``root``; its stdout. A failure is a `UserError` naming the command."""
     try:
-        proc = subprocess.run(["git", "-C", str(root), *args], input=data, capture_output=True, check=False,
-                              env=None if env is None else os.environ | env)
+        proc = subprocess.run(
+            ["git", "-C", str(root), *args],
+            input=data,
+            capture_output=True,
+            check=False,
+            env=None if env is None else os.environ | env,
+        )
     except OSError as exc:
         raise UserError(f"cannot run git ({exc.strerror}); judgeloop needs git on the PATH") from None
     if proc.returncode != 0:
         detail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise UserError(f"git {args[0]} failed in {root} ({detail[-1] if detail else f'exit {proc.returncode}'}); "
-                        "check the workspace's git repository")
+        raise UserError(
+            f"git {args[0]} failed in {root} ({detail[-1] if detail else f'exit {proc.returncode}'}); "
+            "check the workspace's git repository"
+        )
     return proc.stdout
 
 
 def recorded_file(root: Path, ref: str, name: str) -> bytes | None:
     """The bytes of ``name`` as last recorded under ``ref`` in the repository at ``root``; None when
     nothing is recorded (no ref, or one that does not hold ``name``)."""
-    proc = subprocess.run(["git", "-C", str(root), "cat-file", "blob", f"{ref}:{name}"], capture_output=True,
-                          check=False)
+    proc = subprocess.run(
+        ["git", "-C", str(root), "cat-file", "blob", f"{ref}:{name}"], capture_output=True, check=False
+    )
     return proc.stdout if proc.returncode == 0 else None
 
 
 def record_file(root: Path, ref: str, name: str, data: bytes, message: str, by: str | None = None) -> str:
     """Record ``data`` as file ``name`` in a new commit under ``ref`` (on the one there, if any); its sha.
     Call under the file's lock: the ref moves only from the commit read here (``update-ref`` checks)."""
-    previous = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                              capture_output=True, check=False).stdout.decode().strip()
+    previous = (
+        subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            capture_output=True,
+            check=False,
+        )
+        .stdout.decode()
+        .strip()
+    )
     blob = _git(root, "hash-object", "-w", "--stdin", data=data).decode().strip()
     tree = _git(root, "mktree", data=f"100644 blob {blob}\t{name}\n".encode()).decode().strip()
-    who = {"GIT_AUTHOR_NAME": by or str(JUDGELOOP_ACTOR.name), "GIT_AUTHOR_EMAIL": str(JUDGELOOP_ACTOR.email),
-           "GIT_COMMITTER_NAME": str(JUDGELOOP_ACTOR.name), "GIT_COMMITTER_EMAIL": str(JUDGELOOP_ACTOR.email)}
+    who = {
+        "GIT_AUTHOR_NAME": by or str(JUDGELOOP_ACTOR.name),
+        "GIT_AUTHOR_EMAIL": str(JUDGELOOP_ACTOR.email),
+        "GIT_COMMITTER_NAME": str(JUDGELOOP_ACTOR.name),
+        "GIT_COMMITTER_EMAIL": str(JUDGELOOP_ACTOR.email),
+    }
     parents = ["-p", previous] if previous else []
     commit = _git(root, "commit-tree", tree, *parents, "-m", message, env=who).decode().strip()
     _git(root, "update-ref", "-m", "judgeloop: record corrections", ref, commit, previous)
@@ -84,7 +103,9 @@ def exclusive_lock(path: Path) -> Iterator[None]:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise UserError(f"cannot create the lock file {path} ({exc.strerror}); check the folder is writable") from None
+            raise UserError(
+                f"cannot create the lock file {path} ({exc.strerror}); check the folder is writable"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -101,4 +122,6 @@ def exclusive_lock(path: Path) -> Iterator[None]:
             return
         finally:
             os.close(fd)
-    raise UserError(f"could not lock {path} after {_LOCK_ATTEMPTS:,} attempts; another writer keeps replacing it")
+    raise UserError(
+        f"could not lock {path} after {_LOCK_ATTEMPTS:,} attempts; another writer keeps replacing it"
+    )

@@ -25,23 +25,8 @@ SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MD_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 
 
-
-
-
 # --------------------------------------------------------------------------------------------
 # Labels
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,7 +111,9 @@ class Split:
         try:
             resolved = inside(self.sandbox_root, path.relative_to(self.sandbox_root).as_posix())
         except OutsideError as exc:
-            raise UserError(f"{path} is not a file of split {self.name!r} ({exc}); re-import the split") from None
+            raise UserError(
+                f"{path} is not a file of split {self.name!r} ({exc}); re-import the split"
+            ) from None
         if not resolved.is_file():
             raise UserError(
                 f"{path} is missing; run `judgeloop devset verify {self.name}` and re-import the split"
@@ -145,7 +132,9 @@ class Split:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise UserError(f"{path}: not valid JSON ({exc}); re-import the split from its source") from None
         except ValidationError as exc:
-            raise UserError(f"{path}: {first_error(exc).line()}; re-import the split from its source") from None
+            raise UserError(
+                f"{path}: {first_error(exc).line()}; re-import the split from its source"
+            ) from None
         for step in traj.steps:
             problem = self.link_problem(step.screenshot)
             if problem is not None:
@@ -230,9 +219,15 @@ def split_meta(root: Path) -> SplitMeta:
         return value if isinstance(value, str) else None
 
     counts = meta.get("counts")
-    return SplitMeta(fingerprint=meta["fingerprint"], name=text("name"), source=text("source"),
-                     created=text("created"), counts=counts if isinstance(counts, dict) else None,
-                     method=text("method"), screenshots=text("screenshots"))
+    return SplitMeta(
+        fingerprint=meta["fingerprint"],
+        name=text("name"),
+        source=text("source"),
+        created=text("created"),
+        counts=counts if isinstance(counts, dict) else None,
+        method=text("method"),
+        screenshots=text("screenshots"),
+    )
 
 
 def open_split(ws: Workspace, name: str) -> Split:
@@ -250,64 +245,24 @@ def open_split(ws: Workspace, name: str) -> Split:
     return Split(name=name, root=root, ids=ids, fingerprint=meta.fingerprint, linked_to=linked)
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # Reading a source folder
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # --------------------------------------------------------------------------------------------
 # AH-D reconstruction
 
 
-
-
-
-
 # --------------------------------------------------------------------------------------------
 # Import
-
-
-
-
-
-
 
 
 # --------------------------------------------------------------------------------------------
 # Verify
 
 
-
-
-
-
 # --------------------------------------------------------------------------------------------
 # Command handlers
-
-
-
-
-
-
-
-
 
 
 def format_trajectory(split: Split, tid: str) -> str:

@@ -120,7 +120,9 @@ def verify_split(split: Split) -> VerifyReport:
             try:
                 target = split.link_file(link)
             except OutsideError as exc:
-                problems.append(f"{show(json_path)}: the screenshot {exc}; re-import the split from its source")
+                problems.append(
+                    f"{show(json_path)}: the screenshot {exc}; re-import the split from its source"
+                )
                 continue
             if target is not None and not target.is_file():
                 # Named as the split's own path (a --link import's target may be elsewhere).

@@ -66,7 +66,9 @@ from optimizer.workspace.config import JudgeSection
 # the batch stays recorded as submitted, so the same command later collects it.
 MAX_POLL_FAILURES = 5
 
-EARLY_STOP_NOTE = "batch mode: early stopping does not apply (every call of a batch is paid for once it is sent)"
+EARLY_STOP_NOTE = (
+    "batch mode: early stopping does not apply (every call of a batch is paid for once it is sent)"
+)
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,22 @@ class BatchOptions:
     cold: bool = False
 
     @classmethod
-    def from_judge(cls, judge: JudgeSection, *, store: BatchStore | None = None,
-                   on_state: Callable[[BatchState], None] | None = None) -> BatchOptions:
+    def from_judge(
+        cls,
+        judge: JudgeSection,
+        *,
+        store: BatchStore | None = None,
+        on_state: Callable[[BatchState], None] | None = None,
+    ) -> BatchOptions:
         """The options ``[judge] batch_poll_s, batch_poll_max_s, batch_retry_rounds`` set."""
-        return cls(poll_s=judge.batch_poll_s, poll_max_s=max(judge.batch_poll_s, judge.batch_poll_max_s),
-                   retry_rounds=judge.batch_retry_rounds, store=store, on_state=on_state, cold=judge.batch_cold)
+        return cls(
+            poll_s=judge.batch_poll_s,
+            poll_max_s=max(judge.batch_poll_s, judge.batch_poll_max_s),
+            retry_rounds=judge.batch_retry_rounds,
+            store=store,
+            on_state=on_state,
+            cold=judge.batch_cold,
+        )
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,9 @@ class BatchPassOutcome:
 
 
 class _BatchPass:
-    def __init__(self, judge: ItemJudge, provider: BatchingProvider, options: BatchOptions, store: BatchStore) -> None:
+    def __init__(
+        self, judge: ItemJudge, provider: BatchingProvider, options: BatchOptions, store: BatchStore
+    ) -> None:
         self.judge = judge
         self.provider = provider
         self.options = options
@@ -128,8 +143,9 @@ class _BatchPass:
         if self.options.on_state is not None:
             self.options.on_state(state)
 
-    async def collect(self, record_id: int, batch_id: str, custom_ids: Sequence[str],
-                      estimates: dict[str, float]) -> None:
+    async def collect(
+        self, record_id: int, batch_id: str, custom_ids: Sequence[str], estimates: dict[str, float]
+    ) -> None:
         """Wait for batch ``batch_id`` to end, then account every answer it holds for a call still
         wanted. ``estimates``: what this process reserved per call (0 for a batch collected after a kill)."""
         t0 = time.monotonic()
@@ -147,8 +163,10 @@ class _BatchPass:
                     self._release(custom_ids, estimates)
                     for key in custom_ids:
                         self.failed.setdefault(key, f"batch {batch_id} could not be polled: {exc}")
-                    self.notes.append(f"batch {batch_id} could not be polled ({exc}); it stays recorded, so the "
-                                      "same command later collects it")
+                    self.notes.append(
+                        f"batch {batch_id} could not be polled ({exc}); it stays recorded, so the "
+                        "same command later collects it"
+                    )
                     raise _GiveUp from None
                 state = None
             if state is not None:
@@ -171,8 +189,11 @@ class _BatchPass:
                 continue
             if entry is None or entry.outcome != "succeeded" or entry.reply is None:
                 self._release_one(estimate)
-                why = (f"no result in batch {batch_id} (status {status})" if entry is None
-                       else f"batch entry {entry.outcome}: {entry.error or 'no detail'}")
+                why = (
+                    f"no result in batch {batch_id} (status {status})"
+                    if entry is None
+                    else f"batch entry {entry.outcome}: {entry.error or 'no detail'}"
+                )
                 self.failed[key] = why
                 continue
             self.failed.pop(key, None)
@@ -203,7 +224,9 @@ class _BatchPass:
     async def resume_open(self) -> None:
         """Collect every batch recorded earlier for a call still wanted."""
         provider = self.provider
-        for record in self.store.open_batches(provider=provider.name, endpoint=self.endpoint, model=provider.model):
+        for record in self.store.open_batches(
+            provider=provider.name, endpoint=self.endpoint, model=provider.model
+        ):
             mine = [k for k in record.custom_ids if k in self.calls and k not in self.answered]
             if not mine:
                 continue
@@ -215,8 +238,10 @@ class _BatchPass:
                     "accepted the first one, it is billed and not collected)"
                 )
                 continue
-            self.notes.append(f"collected batch {record.batch_id}, submitted by an earlier process "
-                              f"({len(record.custom_ids)} call(s)), instead of submitting it again")
+            self.notes.append(
+                f"collected batch {record.batch_id}, submitted by an earlier process "
+                f"({len(record.custom_ids)} call(s)), instead of submitting it again"
+            )
             await self.collect(record.record_id, record.batch_id, record.custom_ids, {})
 
     async def submit_round(self, keys: list[str]) -> StopReason | None:
@@ -224,7 +249,9 @@ class _BatchPass:
         provider's limits — one, unless the pass is too large — and collect them; a budget stop or None."""
         judge = self.judge
         estimates = {
-            k: estimate_cost_usd(self.calls[k].request, judge.sampling, self.provider.model, judge.prices, batch=True)
+            k: estimate_cost_usd(
+                self.calls[k].request, judge.sampling, self.provider.model, judge.prices, batch=True
+            )
             for k in keys
         }
         total = sum(estimates.values())
@@ -236,17 +263,26 @@ class _BatchPass:
                 f"batch price) would cross it (${budget.spent_usd:.4f} spent); nothing was sent",
             )
         limits = self.provider.traits.batch
-        chunks = split_for_limits(keys, {k: request_bytes(self.calls[k].request) for k in keys},
-                                  max_requests=None if limits is None else limits.max_requests,
-                                  max_bytes=None if limits is None else limits.max_bytes)
+        chunks = split_for_limits(
+            keys,
+            {k: request_bytes(self.calls[k].request) for k in keys},
+            max_requests=None if limits is None else limits.max_requests,
+            max_bytes=None if limits is None else limits.max_bytes,
+        )
         if len(chunks) > 1:
-            self.notes.append(f"{len(keys)} call(s) sent as {len(chunks)} batches to stay within the provider's "
-                              "batch size limits")
+            self.notes.append(
+                f"{len(keys)} call(s) sent as {len(chunks)} batches to stay within the provider's "
+                "batch size limits"
+            )
         sent: list[tuple[int, str, list[str]]] = []
         for chunk in chunks:
-            record_id = self.store.record_batch(provider=self.provider.name, endpoint=self.endpoint,
-                                                model=self.provider.model, custom_ids=chunk,
-                                                estimate_usd=sum(estimates[k] for k in chunk))
+            record_id = self.store.record_batch(
+                provider=self.provider.name,
+                endpoint=self.endpoint,
+                model=self.provider.model,
+                custom_ids=chunk,
+                estimate_usd=sum(estimates[k] for k in chunk),
+            )
             try:
                 state = await self.provider.submit_batch(
                     [(k, self.calls[k].request) for k in chunk], judge.sampling, VERDICT_SCHEMA
@@ -257,7 +293,7 @@ class _BatchPass:
                 if not isinstance(exc, InfrastructureError):
                     for _, _, later in sent:  # still collected by the same command later: they stay recorded
                         self._release(later, estimates)
-                    self._release([k for c in chunks[len(sent) + 1:] for k in c], estimates)
+                    self._release([k for c in chunks[len(sent) + 1 :] for k in c], estimates)
                     raise
                 for key in chunk:
                     self.failed[key] = f"the batch could not be submitted: {exc}"
@@ -270,11 +306,14 @@ class _BatchPass:
             try:
                 await self.collect(record_id, batch_id, chunk, estimates)
             except _GiveUp:
-                for _, later_id, later in sent[i + 1:]:  # not waited for: released, and failed for now
+                for _, later_id, later in sent[i + 1 :]:  # not waited for: released, and failed for now
                     self._release(later, estimates)
                     for key in later:
-                        self.failed.setdefault(key, f"batch {later_id} was not collected (polling failed); it stays "
-                                                    "recorded, so the same command later collects it")
+                        self.failed.setdefault(
+                            key,
+                            f"batch {later_id} was not collected (polling failed); it stays "
+                            "recorded, so the same command later collects it",
+                        )
                 raise
         return None
 
@@ -287,7 +326,9 @@ BATCH_BYTES_MARGIN = 0.85
 def request_bytes(request: JudgeRequest) -> int:
     """About how many bytes ``request`` takes in a batch file: its text, its images base64-encoded
     (4/3 of their size) and a kilobyte of JSON around them."""
-    text = len(request.system.encode()) + sum(len(p.text.encode()) for p in request.parts if isinstance(p, TextPart))
+    text = len(request.system.encode()) + sum(
+        len(p.text.encode()) for p in request.parts if isinstance(p, TextPart)
+    )
     images = sum(len(p.data) for p in request.parts if isinstance(p, ImagePart))
     return text + (images * 4 + 2) // 3 + 1024
 
@@ -305,7 +346,8 @@ def split_for_limits(
     for key in keys:
         size = sizes[key]
         full = (max_requests is not None and len(current) >= max_requests) or (
-            byte_cap is not None and current and used + size > byte_cap)
+            byte_cap is not None and current and used + size > byte_cap
+        )
         if full:
             chunks.append(current)
             current, used = [], 0
@@ -376,8 +418,10 @@ async def _warm_up(judge: ItemJudge, prepared: Sequence[PreparedItem], work: _Ba
         elif outcome.infra_error is None:
             work.answered[key] = outcome
     if tasks:
-        work.notes.append(f"warmed {sum(1 for k, _ in tasks if k in work.answered)} cold item(s) with one direct "
-                          "call each before the batch (--batch-cold skips this)")
+        work.notes.append(
+            f"warmed {sum(1 for k, _ in tasks if k in work.answered)} cold item(s) with one direct "
+            "call each before the batch (--batch-cold skips this)"
+        )
     return stop
 
 
@@ -430,8 +474,10 @@ async def judge_batch_pass(
                 if not todo:
                     break
                 if round_no:
-                    work.notes.append(f"re-submitted {len(todo)} failed batch entr{'y' if len(todo) == 1 else 'ies'} "
-                                      f"alone (round {round_no})")
+                    work.notes.append(
+                        f"re-submitted {len(todo)} failed batch entr{'y' if len(todo) == 1 else 'ies'} "
+                        f"alone (round {round_no})"
+                    )
                 stop = await work.submit_round(todo)
                 if stop is not None:
                     break
@@ -449,10 +495,18 @@ async def judge_batch_pass(
             if key in work.answered:
                 outcomes.append(work.answered[key])
             elif key in work.failed:
-                outcomes.append(ReplicateResult(
-                    index=index, cache_key=key, cached=False, reply_text=None, verdict=None, parse_error=None,
-                    model=provider.model, infra_error=work.failed[key],
-                ))
+                outcomes.append(
+                    ReplicateResult(
+                        index=index,
+                        cache_key=key,
+                        cached=False,
+                        reply_text=None,
+                        verdict=None,
+                        parse_error=None,
+                        model=provider.model,
+                        infra_error=work.failed[key],
+                    )
+                )
             else:
                 complete = False  # never sent: the budget stopped the pass
         if complete:
@@ -483,16 +537,20 @@ def batching_provider(provider: Provider, mode: str) -> BatchingProvider:
 def _refuse_batchless(provider: str) -> NoReturn:
     from optimizer.errors import UserError
 
-    raise UserError(f"--batch needs a provider with a batch API (anthropic or openai); the {provider} "
-                    "provider has none: drop --batch or use --provider anthropic|openai")
+    raise UserError(
+        f"--batch needs a provider with a batch API (anthropic or openai); the {provider} "
+        "provider has none: drop --batch or use --provider anthropic|openai"
+    )
 
 
 def _check_batch_mode(mode: str) -> None:
     from optimizer.errors import UserError
 
     if mode == "agentic":
-        raise UserError('--batch supports mode = "direct" only: an agentic judge needs each answer before its '
-                        'next turn; drop --batch or set mode = "direct" in prompts/judge.toml')
+        raise UserError(
+            '--batch supports mode = "direct" only: an agentic judge needs each answer before its '
+            'next turn; drop --batch or set mode = "direct" in prompts/judge.toml'
+        )
 
 
 def cache_store(cache: JudgeCache) -> BatchStore:
@@ -524,15 +582,18 @@ class WaveBatches:
         self.live = members
         self.window_s = window_s
         self.submitted = 0  # batches sent to the provider
-        self._pending: list[tuple[Sequence[tuple[str, JudgeRequest]], Sampling, dict[str, object],
-                                  asyncio.Future[BatchState]]] = []
+        self._pending: list[
+            tuple[Sequence[tuple[str, JudgeRequest]], Sampling, dict[str, object], asyncio.Future[BatchState]]
+        ] = []
         self._timer: asyncio.Task[None] | None = None
 
     @property
     def traits(self) -> ProviderTraits:
         return self.inner.traits
 
-    async def complete(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> ProviderReply:
+    async def complete(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> ProviderReply:
         return await self.inner.complete(request, sampling, schema)
 
     async def aclose(self) -> None:  # the run closes the provider it owns
@@ -547,8 +608,9 @@ class WaveBatches:
     async def batch_results(self, batch_id: str) -> list[BatchEntry]:
         return await self.inner.batch_results(batch_id)
 
-    async def submit_batch(self, requests: Sequence[tuple[str, JudgeRequest]], sampling: Sampling,
-                           schema: dict[str, Any]) -> BatchState:
+    async def submit_batch(
+        self, requests: Sequence[tuple[str, JudgeRequest]], sampling: Sampling, schema: dict[str, Any]
+    ) -> BatchState:
         future: asyncio.Future[BatchState] = asyncio.get_running_loop().create_future()
         self._pending.append((requests, sampling, schema, future))
         if len(self._pending) >= self.live:
@@ -573,8 +635,17 @@ class WaveBatches:
             self._timer.cancel()
         self._timer = None
         pending, self._pending = self._pending, []
-        groups: dict[str, list[tuple[Sequence[tuple[str, JudgeRequest]], Sampling, dict[str, object],
-                                     asyncio.Future[BatchState]]]] = {}
+        groups: dict[
+            str,
+            list[
+                tuple[
+                    Sequence[tuple[str, JudgeRequest]],
+                    Sampling,
+                    dict[str, object],
+                    asyncio.Future[BatchState],
+                ]
+            ],
+        ] = {}
         for entry in pending:
             groups.setdefault(stable_json([entry[1].as_dict(), entry[2]]), []).append(entry)
         for group in groups.values():

@@ -50,8 +50,9 @@ class BatchRecord:
 class BatchStore(Protocol):
     """Where submitted batches are recorded durably (see the module docstring for the two stores)."""
 
-    def record_batch(self, *, provider: str, endpoint: str, model: str, custom_ids: list[str],
-                     estimate_usd: float) -> int:
+    def record_batch(
+        self, *, provider: str, endpoint: str, model: str, custom_ids: list[str], estimate_usd: float
+    ) -> int:
         """Record a batch about to be submitted (status ``submitting``); its record id."""
         ...
 

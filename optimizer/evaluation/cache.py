@@ -82,8 +82,6 @@ CREATE TABLE IF NOT EXISTS batches (
 """
 
 
-
-
 def _normal_url(url: str) -> str:
     """``url`` as one spelling per server: scheme and host lower-case, a default port dropped, no
     credentials, query, fragment or trailing slash."""
@@ -183,9 +181,14 @@ class CachedCall:
 
 def cached_usage(hit: CachedCall) -> Usage:
     """A cached call's usage as it was when the call was made."""
-    return Usage(calls=1, input_tokens=hit.input_tokens, output_tokens=hit.output_tokens,
-                 cache_read_tokens=hit.cache_read_tokens, cache_write_tokens=hit.cache_write_tokens,
-                 cost_usd=hit.cost_usd)
+    return Usage(
+        calls=1,
+        input_tokens=hit.input_tokens,
+        output_tokens=hit.output_tokens,
+        cache_read_tokens=hit.cache_read_tokens,
+        cache_write_tokens=hit.cache_write_tokens,
+        cost_usd=hit.cost_usd,
+    )
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,9 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _faults_mapped(method: Callable[Concatenate[JudgeCache, _P], _R]) -> Callable[Concatenate[JudgeCache, _P], _R]:
+def _faults_mapped(
+    method: Callable[Concatenate[JudgeCache, _P], _R],
+) -> Callable[Concatenate[JudgeCache, _P], _R]:
     """``method`` with a corrupt file, a full disk or a read-only folder as one-line UserErrors."""
 
     @functools.wraps(method)
@@ -235,8 +240,16 @@ def _faults_mapped(method: Callable[Concatenate[JudgeCache, _P], _R]) -> Callabl
 
 def _batch_record(row: tuple[Any, ...]) -> BatchRecord:
     """A ``batches`` row (id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd)."""
-    return BatchRecord(record_id=row[0], provider=row[1], endpoint=row[2], model=row[3], batch_id=row[4],
-                       status=batch_status(row[5]), custom_ids=tuple(json.loads(row[6])), estimate_usd=row[7])
+    return BatchRecord(
+        record_id=row[0],
+        provider=row[1],
+        endpoint=row[2],
+        model=row[3],
+        batch_id=row[4],
+        status=batch_status(row[5]),
+        custom_ids=tuple(json.loads(row[6])),
+        estimate_usd=row[7],
+    )
 
 
 class JudgeCache:
@@ -259,7 +272,9 @@ class JudgeCache:
         version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if version is None:
             with conn:
-                conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
         elif int(version[0]) > SCHEMA_VERSION:
             raise UserError(
                 f"{self.path} was written by a newer judgeloop (cache schema {version[0]}); "
@@ -268,7 +283,9 @@ class JudgeCache:
 
     def _fault(self, exc: sqlite3.Error) -> UserError | None:
         return storage.sqlite_fault(
-            exc, self.path, "the judge-call cache",
+            exc,
+            self.path,
+            "the judge-call cache",
             "move it aside (judgeloop then starts an empty cache, and calls it held are paid for again); "
             "judgeloop never deletes it",
         )
@@ -285,7 +302,9 @@ class JudgeCache:
                 fault = self._fault(exc)
                 if fault is not None:
                     raise fault from None
-                raise UserError(f"{self.path}: cannot open the judge-call cache ({exc}); move the file away") from None
+                raise UserError(
+                    f"{self.path}: cannot open the judge-call cache ({exc}); move the file away"
+                ) from None
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -294,11 +313,15 @@ class JudgeCache:
     @_faults_mapped
     def get(self, key: str) -> CachedCall | None:
         """The stored call for ``key``, or None. Counts a hit or a miss."""
-        row = self._conn().execute(
-            "SELECT key, provider, model, replicate, reply_text, reply_model, input_tokens, output_tokens,"
-            " cache_read_tokens, cache_write_tokens, cost_usd, duration_s, created FROM calls WHERE key=?",
-            (key,),
-        ).fetchone()
+        row = (
+            self._conn()
+            .execute(
+                "SELECT key, provider, model, replicate, reply_text, reply_model, input_tokens, output_tokens,"
+                " cache_read_tokens, cache_write_tokens, cost_usd, duration_s, created FROM calls WHERE key=?",
+                (key,),
+            )
+            .fetchone()
+        )
         if row is None:
             self.misses += 1
             return None
@@ -368,7 +391,11 @@ class JudgeCache:
     @_faults_mapped
     def get_request(self, memo_key: str) -> tuple[str, tuple[str, ...]] | None:
         """The memoised (request fingerprint, notes) for ``memo_key``, or None."""
-        row = self._conn().execute("SELECT fingerprint, notes FROM requests WHERE memo_key=?", (memo_key,)).fetchone()
+        row = (
+            self._conn()
+            .execute("SELECT fingerprint, notes FROM requests WHERE memo_key=?", (memo_key,))
+            .fetchone()
+        )
         if row is None:
             return None
         return row[0], tuple(json.loads(row[1]))
@@ -386,8 +413,9 @@ class JudgeCache:
     # -- the batch store of `eval --batch` (see `optimizer.evaluation.batch.BatchStore`) --------------
 
     @_faults_mapped
-    def record_batch(self, *, provider: str, endpoint: str, model: str, custom_ids: list[str],
-                     estimate_usd: float) -> int:
+    def record_batch(
+        self, *, provider: str, endpoint: str, model: str, custom_ids: list[str], estimate_usd: float
+    ) -> int:
         """Record a batch about to be submitted (status ``submitting``); its record id."""
         now = time.time()
         conn = self._conn()
@@ -414,35 +442,49 @@ class JudgeCache:
     def open_batches(self, *, provider: str, endpoint: str, model: str) -> list[BatchRecord]:
         """Batches recorded for this provider, endpoint and model and not yet collected, oldest first."""
         marks = ",".join("?" * len(OPEN_BATCH_STATUSES))
-        rows = self._conn().execute(
-            "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd FROM batches"
-            f" WHERE provider=? AND endpoint=? AND model=? AND status IN ({marks}) ORDER BY id",
-            (provider, endpoint, model, *OPEN_BATCH_STATUSES),
-        ).fetchall()
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd FROM batches"
+                f" WHERE provider=? AND endpoint=? AND model=? AND status IN ({marks}) ORDER BY id",
+                (provider, endpoint, model, *OPEN_BATCH_STATUSES),
+            )
+            .fetchall()
+        )
         return [_batch_record(r) for r in rows]
 
     @_faults_mapped
     def batches(self) -> list[BatchRecord]:
         """Every recorded batch, oldest first."""
-        rows = self._conn().execute(
-            "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd FROM batches"
-            " ORDER BY id"
-        ).fetchall()
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT id, provider, endpoint, model, batch_id, status, custom_ids, estimate_usd FROM batches"
+                " ORDER BY id"
+            )
+            .fetchall()
+        )
         return [_batch_record(r) for r in rows]
 
     @_faults_mapped
     def stats(self) -> CacheStats:
         """Rows stored, their original total cost, and this object's hit/miss/write counters."""
-        entries, cost = self._conn().execute("SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()
-        return CacheStats(entries=entries, cost_usd=float(cost), hits=self.hits, misses=self.misses, writes=self.writes)
+        entries, cost = (
+            self._conn().execute("SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM calls").fetchone()
+        )
+        return CacheStats(
+            entries=entries, cost_usd=float(cost), hits=self.hits, misses=self.misses, writes=self.writes
+        )
 
     @_faults_mapped
     def cost_since(self, created_after: float) -> float:
         """Summed original cost (US dollars) of the calls stored at or after ``created_after`` (seconds
         since the epoch, as ``time.time()``): what was paid since then, e.g. before a crash."""
-        row = self._conn().execute(
-            "SELECT COALESCE(SUM(cost_usd), 0) FROM calls WHERE created >= ?", (created_after,)
-        ).fetchone()
+        row = (
+            self._conn()
+            .execute("SELECT COALESCE(SUM(cost_usd), 0) FROM calls WHERE created >= ?", (created_after,))
+            .fetchone()
+        )
         return float(row[0])
 
     def close(self) -> None:

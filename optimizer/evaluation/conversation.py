@@ -57,8 +57,16 @@ class CallHost(Protocol):
     def reserve(self, estimate: float, basis: str = "") -> float: ...
 
     def account(
-        self, reply: ProviderReply, text: str, estimate: float, key: str, index: int, fingerprint: str,
-        duration: float, *, batch: bool = False,
+        self,
+        reply: ProviderReply,
+        text: str,
+        estimate: float,
+        key: str,
+        index: int,
+        fingerprint: str,
+        duration: float,
+        *,
+        batch: bool = False,
     ) -> Usage: ...
 
 
@@ -79,7 +87,9 @@ class Conversations:
     def task(self, tid: str) -> AgenticTask:
         """Item ``tid``'s conversation task (loaded; rendered as the agentic judge reads it)."""
         judge = self.judge
-        return AgenticTask(judge.split.trajectory(tid), judge.split, judge.prompts, image_cache_dir=judge.image_cache_dir)
+        return AgenticTask(
+            judge.split.trajectory(tid), judge.split, judge.prompts, image_cache_dir=judge.image_cache_dir
+        )
 
     async def converse(self, task: AgenticTask, index: int) -> ReplicateResult:
         """One agentic verdict (replicate ``index``): turns replayed from the cache while they can be,
@@ -130,10 +140,18 @@ class Conversations:
                             judge.warmth.done(prefix, answered=answered, ttl=task.cache_ttl)
                     if isinstance(outcome, str):  # an infrastructure error after every retry
                         return ReplicateResult(
-                            index=index, cache_key=key, cached=False, reply_text=None, verdict=None,
-                            parse_error=None, model=model, usage=usage,
-                            duration_s=time.monotonic() - started, infra_error=outcome,
-                            trace=tuple(state.trace), turns=state.turns,
+                            index=index,
+                            cache_key=key,
+                            cached=False,
+                            reply_text=None,
+                            verdict=None,
+                            parse_error=None,
+                            model=model,
+                            usage=usage,
+                            duration_s=time.monotonic() - started,
+                            infra_error=outcome,
+                            trace=tuple(state.trace),
+                            turns=state.turns,
                         )
                     turn, turn_usage, model = outcome
                 usage += turn_usage
@@ -145,10 +163,17 @@ class Conversations:
         if final is None:
             last = next((m for m in reversed(state.messages) if isinstance(m, AssistantTurn)), None)
             return ReplicateResult(
-                index=index, cache_key=key, cached=all_cached, reply_text=last.text if last else "",
-                verdict=None, parse_error=f"no verdict after {task.max_turns} model calls (agent_max_turns)",
-                model=model, usage=usage, duration_s=duration,
-                trace=tuple(state.trace), turns=state.turns,
+                index=index,
+                cache_key=key,
+                cached=all_cached,
+                reply_text=last.text if last else "",
+                verdict=None,
+                parse_error=f"no verdict after {task.max_turns} model calls (agent_max_turns)",
+                model=model,
+                usage=usage,
+                duration_s=duration,
+                trace=tuple(state.trace),
+                turns=state.turns,
             )
         result = parsed_result(index, key, all_cached, final, model, usage, duration)
         return dataclasses.replace(result, trace=tuple(state.trace), turns=state.turns)
@@ -160,9 +185,16 @@ class Conversations:
         if not judge.provider.traits.prompt_cache or not task.trajectory_first:
             return None
         opening = task.opening_message.parts[0]
-        material = stable_json([judge.provider.name, judge.endpoint, judge.provider.model, task.system,
-                                [[t.name, t.description, t.parameters] for t in task.tools],
-                                opening.text if isinstance(opening, TextPart) else ""])
+        material = stable_json(
+            [
+                judge.provider.name,
+                judge.endpoint,
+                judge.provider.model,
+                task.system,
+                [[t.name, t.description, t.parameters] for t in task.tools],
+                opening.text if isinstance(opening, TextPart) else "",
+            ]
+        )
         return hashlib.sha256(material.encode()).hexdigest()
 
     async def _paid_turn(
@@ -177,8 +209,11 @@ class Conversations:
         reserved = False
         if judge.budget is not None:
             ttl = task.cache_ttl if task.trajectory_first else None
-            estimate = judge.reserve(estimate_turn_cost_usd(
-                task.estimate_input_tokens(state), judge.sampling, judge.provider.model, judge.prices, ttl))
+            estimate = judge.reserve(
+                estimate_turn_cost_usd(
+                    task.estimate_input_tokens(state), judge.sampling, judge.provider.model, judge.prices, ttl
+                )
+            )
             reserved = True
         t0 = time.monotonic()
         try:
@@ -192,5 +227,7 @@ class Conversations:
             if not isinstance(exc, InfrastructureError):
                 raise
             return str(exc) or type(exc).__name__
-        usage = judge.account(reply, turn.to_json(), estimate, key, index, task.fingerprint, time.monotonic() - t0)
+        usage = judge.account(
+            reply, turn.to_json(), estimate, key, index, task.fingerprint, time.monotonic() - t0
+        )
         return turn, usage, reply.model

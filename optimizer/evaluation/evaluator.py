@@ -177,7 +177,9 @@ class _Scheduler:
                 # No new paid call starts from here on. Calls already in flight are not cancelled: the
                 # provider bills an answered call whether or not anyone reads it, so each one finishes
                 # into the cache and into this evaluation's spend and budget.
-                self._halt(StopReason(StopKind.EARLY_STOP, "stopped early: the caller's stopping rule was met"))
+                self._halt(
+                    StopReason(StopKind.EARLY_STOP, "stopped early: the caller's stopping rule was met")
+                )
                 return
 
     async def run(self, item_ids: Sequence[str]) -> None:
@@ -256,8 +258,9 @@ class BatchPass:
 
     batch = True
 
-    def __init__(self, scheduler: _Scheduler, batching: BatchingProvider, options: BatchOptions,
-                 store: BatchStore) -> None:
+    def __init__(
+        self, scheduler: _Scheduler, batching: BatchingProvider, options: BatchOptions, store: BatchStore
+    ) -> None:
         self.scheduler = scheduler
         self.batching = batching
         self.options = options
@@ -364,18 +367,27 @@ async def evaluate_items(
         # still run (and be paid for) after an early stop.
         concurrency = min(judge.max_concurrency, traits.max_parallel_calls or judge.max_concurrency)
         retriever = memory_retriever(ws, split, prompts, provider)
-        judge_items = ItemJudge(split, prompts, provider, cache, JudgeSetup(
-            sampling=sampling,
-            replicates=replicates,
-            concurrency=concurrency,
-            prices=prices,
-            budget=budget,
-            image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
-            first_replicate=first_replicate,
-            memory=retriever,
-        ))
+        judge_items = ItemJudge(
+            split,
+            prompts,
+            provider,
+            cache,
+            JudgeSetup(
+                sampling=sampling,
+                replicates=replicates,
+                concurrency=concurrency,
+                prices=prices,
+                budget=budget,
+                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+                first_replicate=first_replicate,
+                memory=retriever,
+            ),
+        )
         scheduler = _Scheduler(
-            judge_items, concurrency=concurrency, on_item=options.on_item, progress=options.progress,
+            judge_items,
+            concurrency=concurrency,
+            on_item=options.on_item,
+            progress=options.progress,
             total=len(item_ids),
         )
         if stop is not None:
@@ -389,11 +401,13 @@ async def evaluate_items(
             unsubscribe = stop.subscribe(on_stop)
         evaluation_pass: EvaluationPass
         if batch is not None and batching is not None:
-            evaluation_pass = BatchPass(scheduler, batching, batch,
-                                        batch.store if batch.store is not None else cache_store(cache))
+            evaluation_pass = BatchPass(
+                scheduler, batching, batch, batch.store if batch.store is not None else cache_store(cache)
+            )
         else:
-            evaluation_pass = DirectPass(scheduler, retry_rounds=options.infra_retry_rounds,
-                                         pause_s=options.infra_retry_pause_s)
+            evaluation_pass = DirectPass(
+                scheduler, retry_rounds=options.infra_retry_rounds, pause_s=options.infra_retry_pause_s
+            )
         try:
             outcome = await evaluation_pass.run(item_ids)
         finally:
@@ -415,8 +429,10 @@ async def evaluate_items(
         if reps:
             tools = Counter(str(t).split("(")[0] for r in reps for t in r.trace)
             used = ", ".join(f"{name} {n / len(reps):.1f}" for name, n in sorted(tools.items()))
-            notes.append(f"agentic judge: {sum(r.turns for r in reps) / len(reps):.1f} model calls per verdict; "
-                         f"tool calls per verdict: {used or 'none'}")
+            notes.append(
+                f"agentic judge: {sum(r.turns for r in reps) / len(reps):.1f} model calls per verdict; "
+                f"tool calls per verdict: {used or 'none'}"
+            )
     notes += provider.run_notes()
     endpoints = provider.take_endpoint_pass() if isinstance(provider, EndpointReporting) else {}
     reads = CacheReads(planned=judge_items.planned_cache_reads, billed=judge_items.usage.cache_read_tokens)
@@ -484,8 +500,14 @@ def memory_retriever(ws: Workspace, split: Split, prompts: PromptSet, provider: 
     dev_name = cfg.dev_split
     dev_ids = split.ids if split.name == dev_name else _dev_ids(ws, dev_name)
     held = split.name in cfg.heldout_splits
-    check_sources(prompts.memory, dev_ids, dev_name, heldout_ids=split.ids if held else (),
-                  heldout_split=split.name if held else None, source=f"{prompts.source}/memory/cases.jsonl")
+    check_sources(
+        prompts.memory,
+        dev_ids,
+        dev_name,
+        heldout_ids=split.ids if held else (),
+        heldout_split=split.name if held else None,
+        source=f"{prompts.source}/memory/cases.jsonl",
+    )
     named = prompts.memory.source_items()
     folds = split_folds(split, settings.memory_folds) if named & set(split.ids) else None
     return Retriever(prompts.memory, settings.memory_k, folds, split_items(split))
@@ -497,33 +519,30 @@ def _dev_ids(ws: Workspace, name: str) -> list[str]:
     try:
         return open_split(ws, name).ids
     except UserError:
-        raise UserError(f"the memory's cases name items of the dev split {name!r} ([workspace] dev_split), which "
-                        "is not imported; import it or set memory = \"off\"") from None
+        raise UserError(
+            f"the memory's cases name items of the dev split {name!r} ([workspace] dev_split), which "
+            'is not imported; import it or set memory = "off"'
+        ) from None
 
 
 def memory_record(retriever: Retriever) -> dict[str, Any]:
     """What eval results record of the memory: k, the case ids, and the folds (k, digest, every item's fold)."""
-    return {"k": retriever.k, "cases": [c.id for c in retriever.memory.cases],
-            "principles": bool(retriever.memory.principles),
-            # Withheld by content, beyond the declared sources: the judged items each case's text is about.
-            "about": {case: sorted(items) for case, items in retriever.about.items() if items},
-            "folds": None if retriever.folds is None else retriever.folds.as_record()}
+    return {
+        "k": retriever.k,
+        "cases": [c.id for c in retriever.memory.cases],
+        "principles": bool(retriever.memory.principles),
+        # Withheld by content, beyond the declared sources: the judged items each case's text is about.
+        "about": {case: sorted(items) for case, items in retriever.about.items() if items},
+        "folds": None if retriever.folds is None else retriever.folds.as_record(),
+    }
 
 
 def _settings_dict(prompts: PromptSet) -> dict[str, Any]:
     return prompts.settings.dump()
 
 
-
-
 # ---------------------------------------------------------------------------------------------------
 # Result files
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -68,7 +68,11 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
                 "output_tokens": r.output_tokens,
                 "cost_usd": round(r.cost_usd, 8),
                 "duration_s": round(r.duration_s, 3),
-                **({"parse_error": r.parse_error, "raw_response": r.reply_text} if r.status == "parse_error" else {}),
+                **(
+                    {"parse_error": r.parse_error, "raw_response": r.reply_text}
+                    if r.status == "parse_error"
+                    else {}
+                ),
                 **({"turns": r.turns, "tool_calls": [str(t) for t in r.trace]} if r.trace else {}),
                 # A panel: each member's verdict behind this replicate's vote.
                 **({"members": [_member_entry(m) for m in r.members]} if r.members else {}),
@@ -102,8 +106,11 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
         "confidence": v.confidence,
         "mistake_type": v.mistake_type,
         # A criteria / reviewed verdict's record (`optimizer.judge.criteria`): what was checked, where.
-        **{k: extra[k] for k in ("criteria", "stated_success", "evidence_steps", "review", "first_verdict")
-           if k in extra},
+        **{
+            k: extra[k]
+            for k in ("criteria", "stated_success", "evidence_steps", "review", "first_verdict")
+            if k in extra
+        },
         "_meta": meta,
     }
 
@@ -131,21 +138,27 @@ def previous_evaluation(out: Path) -> list[Path]:
         return []
     summary = _json_object(out / "_summary.json")
     if summary is None or not isinstance(summary.get("counts"), dict) or "prompt_hash" not in summary:
-        raise UserError(f"{out} is not empty and holds no judgeloop evaluation (no judgeloop _summary.json); "
-                        "choose a new or empty --out folder")
+        raise UserError(
+            f"{out} is not empty and holds no judgeloop evaluation (no judgeloop _summary.json); "
+            "choose a new or empty --out folder"
+        )
     ours: list[Path] = []
     other: list[str] = []
     for entry in entries:
         body = _json_object(entry) if entry.is_file() and entry.suffix == ".json" else None
         meta = body.get("_meta") if body is not None else None
-        if entry.name == "_summary.json" or (isinstance(meta, dict) and meta.get("prompt_hash") == summary["prompt_hash"]):
+        if entry.name == "_summary.json" or (
+            isinstance(meta, dict) and meta.get("prompt_hash") == summary["prompt_hash"]
+        ):
             ours.append(entry)
         else:
             other.append(entry.name)
     if other:
         more = f" and {len(other) - 5} more" if len(other) > 5 else ""
-        raise UserError(f"{out} holds a previous judgeloop evaluation and also {', '.join(other[:5])}{more}, "
-                        "which judgeloop did not write; move them or choose another --out folder")
+        raise UserError(
+            f"{out} holds a previous judgeloop evaluation and also {', '.join(other[:5])}{more}, "
+            "which judgeloop did not write; move them or choose another --out folder"
+        )
     return ours
 
 
@@ -179,20 +192,39 @@ def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path
         if item.verdict is None:
             parse_failures += 1
         body = _verdict_file(item, run)
-        (out / f"{item.trajectory_id}.json").write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (out / f"{item.trajectory_id}.json").write_text(
+            json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
     notes = Counter(note for item in run.items for note in item.notes)
     summary = {
         "format_version": SUMMARY_FORMAT_VERSION,
         **{
             k: getattr(run.meta, k)
-            for k in ("prompt_hash", "provider", "model", "judge_label", "judge_confinement", "base_url", "split",
-                      "split_fingerprint", "md_dir")
+            for k in (
+                "prompt_hash",
+                "provider",
+                "model",
+                "judge_label",
+                "judge_confinement",
+                "base_url",
+                "split",
+                "split_fingerprint",
+                "md_dir",
+            )
         },
         **({"base_urls": run.meta.base_urls} if run.meta.base_urls else {}),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "parameters": {
             k: getattr(run.meta, k)
-            for k in ("sampling", "replicates", "max_concurrency", "timeout_s", "max_retries", "budget_usd", "settings")
+            for k in (
+                "sampling",
+                "replicates",
+                "max_concurrency",
+                "timeout_s",
+                "max_retries",
+                "budget_usd",
+                "settings",
+            )
         },
         "preprocessing": {
             "text_only": run.meta.text_only,
@@ -223,7 +255,9 @@ def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path
         # Judging with memory only: k, the cases, and the pair-aware folds (k, digest, every item's fold).
         **({"memory": run.meta.memory} if run.meta.memory else {}),
     }
-    (out / "_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "_summary.json").write_text(
+        json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     return out
 
 

@@ -76,8 +76,9 @@ class ItemJudge:
     while they wait, so they re-claim one after later items' calls may have started.
     """
 
-    def __init__(self, split: Split, prompts: PromptSet, provider: Provider, cache: JudgeCache,
-                 setup: JudgeSetup) -> None:
+    def __init__(
+        self, split: Split, prompts: PromptSet, provider: Provider, cache: JudgeCache, setup: JudgeSetup
+    ) -> None:
         sampling, replicates, budget = setup.sampling, setup.replicates, setup.budget
         self.split = split
         # Judging with memory: each item's principles and cross-fitted cases (None: memory off).
@@ -129,7 +130,9 @@ class ItemJudge:
         """What the cache key of panel member ``member``'s calls holds (None: the single judge)."""
         return None if member is None else f"{member}:{self.member_labels[member]}"
 
-    def _lookup(self, fingerprint: str, index: int, member: int | None = None) -> tuple[str, ReplicateResult | None]:
+    def _lookup(
+        self, fingerprint: str, index: int, member: int | None = None
+    ) -> tuple[str, ReplicateResult | None]:
         """The cache key of replicate ``index`` (of panel member ``member``) and its cached result,
         if any (cached calls are free)."""
 
@@ -146,8 +149,12 @@ class ItemJudge:
         hit = self.cache.get(key)
         if hit is None:
             return key, None
-        result = parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
-        return key, result if member is None else dataclasses.replace(result, member=self.member_labels[member])
+        result = parsed_result(
+            index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s
+        )
+        return key, result if member is None else dataclasses.replace(
+            result, member=self.member_labels[member]
+        )
 
     def reserve(self, estimate: float, basis: str = "") -> float:
         """Reserve ``estimate`` dollars of the budget for the next call, or stop: it would cross it.
@@ -168,8 +175,11 @@ class ItemJudge:
         traits = self.provider.traits
         ceiling = traits.call_ceiling
         if ceiling is None:
-            return self.reserve(traits.call_price_usd or 0.0 if traits.priced_per_call
-                                 else estimate_cost_usd(request, self.sampling, self.provider.model, self.prices)), False
+            return self.reserve(
+                traits.call_price_usd or 0.0
+                if traits.priced_per_call
+                else estimate_cost_usd(request, self.sampling, self.provider.model, self.prices)
+            ), False
         lead = await ceiling.turn()
         try:
             if self.stop_reason is not None:
@@ -197,7 +207,12 @@ class ItemJudge:
         return dataclasses.replace(result, member=self.member_labels[member])
 
     async def _call(
-        self, request: JudgeRequest, fingerprint: str, key: str, index: int, schema: dict[str, Any] = VERDICT_SCHEMA,
+        self,
+        request: JudgeRequest,
+        fingerprint: str,
+        key: str,
+        index: int,
+        schema: dict[str, Any] = VERDICT_SCHEMA,
     ) -> ReplicateResult:
         """One paid call (`_paid_call`), or none: while another evaluation in this process pays for the
         same key (a wave sibling's identical call, such as the incumbent's re-judging of an item both
@@ -223,7 +238,12 @@ class ItemJudge:
             _IN_FLIGHT.pop(slot).set()
 
     async def _paid_call(
-        self, request: JudgeRequest, fingerprint: str, key: str, index: int, schema: dict[str, Any],
+        self,
+        request: JudgeRequest,
+        fingerprint: str,
+        key: str,
+        index: int,
+        schema: dict[str, Any],
     ) -> ReplicateResult:
         """One paid call. The caller holds a semaphore slot; it is released here, whatever happens.
         On a cold cached prefix the first call goes alone; the others give their slot back until
@@ -298,11 +318,21 @@ class ItemJudge:
         hit = self.cache.get(key)
         if hit is None:
             return None
-        return parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
+        return parsed_result(
+            index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s
+        )
 
     def account(
-        self, reply: ProviderReply, text: str, estimate: float, key: str, index: int, fingerprint: str,
-        duration: float, *, batch: bool = False,
+        self,
+        reply: ProviderReply,
+        text: str,
+        estimate: float,
+        key: str,
+        index: int,
+        fingerprint: str,
+        duration: float,
+        *,
+        batch: bool = False,
     ) -> Usage:
         """Settle the budget, count one paid call and store it in the cache; return its usage
         (priced at the batch rate when it went through a batch API, ``batch``)."""
@@ -311,15 +341,24 @@ class ItemJudge:
         if self.budget is not None:
             self.budget.settle(estimate, cost)
         self.usage += usage
-        self.cache.put(key, NewCall(
-            provider=self.provider.name, model=self.provider.model, replicate=index,
-            request_fingerprint=fingerprint, reply_text=text, reply_model=reply.model,
-            input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
-            cache_read_tokens=reply.cache_read_tokens, cache_write_tokens=reply.cache_write_tokens,
-            cost_usd=cost, duration_s=duration,
-        ))
+        self.cache.put(
+            key,
+            NewCall(
+                provider=self.provider.name,
+                model=self.provider.model,
+                replicate=index,
+                request_fingerprint=fingerprint,
+                reply_text=text,
+                reply_model=reply.model,
+                input_tokens=reply.input_tokens,
+                output_tokens=reply.output_tokens,
+                cache_read_tokens=reply.cache_read_tokens,
+                cache_write_tokens=reply.cache_write_tokens,
+                cost_usd=cost,
+                duration_s=duration,
+            ),
+        )
         return usage
-
 
     async def prepare(self, tid: str) -> PreparedItem:
         """Load and render ``tid`` (or recall its rendering) and look its replicates up in the cache."""
@@ -338,9 +377,12 @@ class ItemJudge:
             request = await asyncio.to_thread(self._render, traj)
             shared = _Derivation()
             # Each replicate looks its calls up in the cache itself (`_structured_call`).
-            return PreparedItem(tid, request.notes, [(request.fingerprint(), None) for _ in self.indices], [
-                functools.partial(self._structured_call, traj, request, i, shared) for i in self.indices
-            ])
+            return PreparedItem(
+                tid,
+                request.notes,
+                [(request.fingerprint(), None) for _ in self.indices],
+                [functools.partial(self._structured_call, traj, request, i, shared) for i in self.indices],
+            )
         request, fingerprint, notes, looked_up = await self._direct_lookups(tid)
         calls = [
             functools.partial(self._call, request, fingerprint, key, i)
@@ -377,26 +419,35 @@ class ItemJudge:
         for j, index in enumerate(self.indices):
             members = tuple(calls[m * n + j] for m in range(len(item.members)))
             failed = next((r for r in members if r.infra_error is not None), None)
-            verdict = None if failed is not None else panel_vote(
-                item.members, [r.verdict for r in members], self.panel.required(), self.panel.vote)
+            verdict = (
+                None
+                if failed is not None
+                else panel_vote(
+                    item.members, [r.verdict for r in members], self.panel.required(), self.panel.vote
+                )
+            )
             parse_error = None
             if failed is None and verdict is None:
                 parse_error = "no panel member's reply parsed: " + "; ".join(
-                    f"{r.member}: {r.parse_error}" for r in members)
-            out.append(ReplicateResult(
-                index=index,
-                cache_key=hashlib.sha256("\0".join(r.cache_key for r in members).encode()).hexdigest(),
-                cached=all(r.cached for r in members),
-                reply_text=None if verdict is not None else "\n\n".join(
-                    f"[{r.member}] {r.reply_text or ''}" for r in members),
-                verdict=verdict,
-                parse_error=parse_error,
-                model=members[0].model,
-                usage=sum((r.usage for r in members), Usage()),
-                duration_s=max(r.duration_s for r in members),
-                infra_error=None if failed is None else f"member {failed.member}: {failed.infra_error}",
-                members=members,
-            ))
+                    f"{r.member}: {r.parse_error}" for r in members
+                )
+            out.append(
+                ReplicateResult(
+                    index=index,
+                    cache_key=hashlib.sha256("\0".join(r.cache_key for r in members).encode()).hexdigest(),
+                    cached=all(r.cached for r in members),
+                    reply_text=None
+                    if verdict is not None
+                    else "\n\n".join(f"[{r.member}] {r.reply_text or ''}" for r in members),
+                    verdict=verdict,
+                    parse_error=parse_error,
+                    model=members[0].model,
+                    usage=sum((r.usage for r in members), Usage()),
+                    duration_s=max(r.duration_s for r in members),
+                    infra_error=None if failed is None else f"member {failed.member}: {failed.infra_error}",
+                    members=members,
+                )
+            )
         return out
 
     def assemble(
@@ -454,15 +505,21 @@ class ItemJudge:
 
         fingerprint = request.fingerprint()
         key = cache_key(
-            provider=self.provider.name, model=self.provider.model, sampling=self.sampling,
+            provider=self.provider.name,
+            model=self.provider.model,
+            sampling=self.sampling,
             schema=schema if tag is None else {"structure": tag, "v": STRUCTURE_VERSION, "schema": schema},
-            request=fingerprint, replicate=index, endpoint=self.endpoint,
+            request=fingerprint,
+            replicate=index,
+            endpoint=self.endpoint,
         )
         hit = self.cache.get(key)
         if hit is not None:
             if holding:
                 self.semaphore.release()
-            return parsed_result(index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s)
+            return parsed_result(
+                index, key, True, hit.reply_text, hit.reply_model, cached_usage(hit), hit.duration_s
+            )
         if not holding:
             await self.semaphore.acquire()
         return await self._call(request, fingerprint, key, index, schema)
@@ -484,8 +541,11 @@ class ItemJudge:
         def result(last: ReplicateResult, **update: Any) -> ReplicateResult:
             usage = sum((r.usage for r in done), Usage())
             return dataclasses.replace(
-                last, cached=all(r.cached for r in done), usage=usage,
-                duration_s=sum(r.duration_s for r in done), **update,
+                last,
+                cached=all(r.cached for r in done),
+                usage=usage,
+                duration_s=sum(r.duration_s for r in done),
+                **update,
             )
 
         try:
@@ -498,7 +558,8 @@ class ItemJudge:
                         slot, holding = holding, False
                         # Cached per item: the id is in the key, never in what the model reads.
                         shared.result = await self._sub_call(
-                            ask, crit.DERIVE_SCHEMA, f"derive {traj.trajectory_id}", 0, slot)
+                            ask, crit.DERIVE_SCHEMA, f"derive {traj.trajectory_id}", 0, slot
+                        )
                         shared.owner = index
                 derivation = shared.result
                 if shared.owner == index:  # the item's usage counts the shared derivation once
@@ -507,9 +568,12 @@ class ItemJudge:
                     return result(derivation, index=index, verdict=None, parse_error=None)
                 derived, error = crit.parse_derived(derivation.reply_text or "")
                 if error is not None:
-                    return result(derivation, index=index, verdict=None, parse_error=f"criteria derivation: {error}")
+                    return result(
+                        derivation, index=index, verdict=None, parse_error=f"criteria derivation: {error}"
+                    )
                 check = await asyncio.to_thread(
-                    functools.partial(self._render, traj, extra=crit.check_instructions(derived)))
+                    functools.partial(self._render, traj, extra=crit.check_instructions(derived))
+                )
                 slot, holding = holding, False
                 first = await self._sub_call(check, crit.CHECK_SCHEMA, "check", index, slot)
             else:
@@ -522,9 +586,12 @@ class ItemJudge:
             verdict = parsed.verdict
             if verdict is None or settings.review != "success" or not verdict.success:
                 return result(first, verdict=verdict, parse_error=parsed.error)
-            shown = {k: v for k, v in verdict.model_dump().items() if k in ("success", "reasoning", "criteria")}
+            shown = {
+                k: v for k, v in verdict.model_dump().items() if k in ("success", "reasoning", "criteria")
+            }
             ask_review = await asyncio.to_thread(
-                functools.partial(self._render, traj, replace=crit.review_instructions(self.prompts, shown)))
+                functools.partial(self._render, traj, replace=crit.review_instructions(self.prompts, shown))
+            )
             reviewed = await self._sub_call(ask_review, crit.REVIEW_SCHEMA, "review", index, False)
             done.append(reviewed)
             if reviewed.infra_error is not None:
@@ -533,7 +600,9 @@ class ItemJudge:
             data = verdict.model_dump()
             data["review"] = review.as_json()
             if review.applied:
-                data["first_verdict"] = {k: data[k] for k in ("success", "reasoning", "confidence", "mistake_type")}
+                data["first_verdict"] = {
+                    k: data[k] for k in ("success", "reasoning", "confidence", "mistake_type")
+                }
                 data.update(success=False, mistake_type=review.mistake_type)
             return result(first, verdict=Verdict.model_validate(data), parse_error=None)
         finally:
@@ -583,7 +652,12 @@ class ItemJudge:
         return self._render(traj) if member is None else self._render(traj, self.member_prompts[member])
 
     def _render(
-        self, traj: Trajectory, member_prompts: PromptSet | None = None, *, extra: str = "", replace: str | None = None
+        self,
+        traj: Trajectory,
+        member_prompts: PromptSet | None = None,
+        *,
+        extra: str = "",
+        replace: str | None = None,
     ) -> JudgeRequest:
         from optimizer.judge.render import RenderOptions, build_request
 
@@ -599,9 +673,12 @@ class ItemJudge:
             self.split,
             prompts,
             options=RenderOptions(
-                text_only=self.text_only, token_budget=self.token_budget,
-                image_cache_dir=self.image_cache_dir, layout=self.layout,
-                memory="" if chosen is None else chosen.block(), extra_instructions=extra,
+                text_only=self.text_only,
+                token_budget=self.token_budget,
+                image_cache_dir=self.image_cache_dir,
+                layout=self.layout,
+                memory="" if chosen is None else chosen.block(),
+                extra_instructions=extra,
                 replace_instructions=replace,
             ),
         )

@@ -36,8 +36,14 @@ def request_bytes(request: JudgeRequest) -> int:
 
 
 def oversized_items(
-    split: Split, prompts: PromptSet, judge: JudgeSection, *, prices: dict[str, Price],
-    image_cache_dir: Path | None, item_ids: Sequence[str] | None = None, replicates: int = 1,
+    split: Split,
+    prompts: PromptSet,
+    judge: JudgeSection,
+    *,
+    prices: dict[str, Price],
+    image_cache_dir: Path | None,
+    item_ids: Sequence[str] | None = None,
+    replicates: int = 1,
 ) -> list[str]:
     """One warning line per item of ``split`` (or ``item_ids``) whose rendered request is over
     `OVERSIZED_REQUEST_BYTES`, with its size (MB) and estimated cost per pass (US dollars, an upper
@@ -58,10 +64,15 @@ def oversized_items(
         size = request_bytes(request)
         if size <= OVERSIZED_REQUEST_BYTES:
             continue
-        cost = (f"about ${replicates * estimate_cost_usd(request, sampling, judge.model, dict(prices)):,.2f} per pass "
-                f"({replicates} call(s) of {judge.model})" if known
-                else f"no price is known for {judge.model!r}, so its cost per pass is not estimated")
-        lines.append(f"item {tid} of split {split.name!r} renders to a {size / 1e6:,.1f} MB request (over "
-                     f"{OVERSIZED_REQUEST_BYTES / 1e6:g} MB of text and images): {cost}; check the trajectory, "
-                     "or leave it out of the manifest")
+        cost = (
+            f"about ${replicates * estimate_cost_usd(request, sampling, judge.model, dict(prices)):,.2f} per pass "
+            f"({replicates} call(s) of {judge.model})"
+            if known
+            else f"no price is known for {judge.model!r}, so its cost per pass is not estimated"
+        )
+        lines.append(
+            f"item {tid} of split {split.name!r} renders to a {size / 1e6:,.1f} MB request (over "
+            f"{OVERSIZED_REQUEST_BYTES / 1e6:g} MB of text and images): {cost}; check the trajectory, "
+            "or leave it out of the manifest"
+        )
     return lines

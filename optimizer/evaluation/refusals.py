@@ -15,11 +15,15 @@ def memory_refusal(prompts: PromptSet, provider: Provider) -> str | None:
     if prompts.settings.memory == "off":
         return None
     if prompts.settings.mode == "agentic":
-        return ('judge.toml sets memory = "retrieve" with mode = "agentic"; memory is sent with the direct judge '
-                'only (and batches of it): set mode = "direct" or memory = "off"')
+        return (
+            'judge.toml sets memory = "retrieve" with mode = "agentic"; memory is sent with the direct judge '
+            'only (and batches of it): set mode = "direct" or memory = "off"'
+        )
     if provider.traits.sandbox is not None:
-        return (f'judge.toml sets memory = "retrieve", which the {provider.name} provider (a harness judge reading '
-                'its own files) cannot carry; set memory = "off" or judge with anthropic, openai or local')
+        return (
+            f'judge.toml sets memory = "retrieve", which the {provider.name} provider (a harness judge reading '
+            'its own files) cannot carry; set memory = "off" or judge with anthropic, openai or local'
+        )
     return None
 
 
@@ -28,16 +32,22 @@ def panel_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False
     if prompts.settings.panel is None:
         return None
     if prompts.settings.mode == "agentic":
-        return ('judge.toml has a [panel] and mode = "agentic"; panels run direct judges only: set '
-                'mode = "direct" or remove [panel]')
+        return (
+            'judge.toml has a [panel] and mode = "agentic"; panels run direct judges only: set '
+            'mode = "direct" or remove [panel]'
+        )
     if provider.traits.sandbox is not None:
-        return (f"judge.toml has a [panel], which the {provider.name} provider (a harness judge that reads "
-                "its own files) cannot run; remove [panel] or use an API or local provider")
+        return (
+            f"judge.toml has a [panel], which the {provider.name} provider (a harness judge that reads "
+            "its own files) cannot run; remove [panel] or use an API or local provider"
+        )
     if batch:
         return "judge.toml has a [panel], which --batch does not send yet; drop --batch or remove [panel]"
     if prompts.settings.structure != "single" or prompts.settings.review != "off":
-        return ('judge.toml has a [panel] and structure = "criteria" or review = "success"; a panel of '
-                'structured judges is not built yet: remove [panel] or set structure = "single", review = "off"')
+        return (
+            'judge.toml has a [panel] and structure = "criteria" or review = "success"; a panel of '
+            'structured judges is not built yet: remove [panel] or set structure = "single", review = "off"'
+        )
     return None
 
 
@@ -47,5 +57,8 @@ def judge_refusal(prompts: PromptSet, provider: Provider, *, batch: bool = False
     entry point makes (evaluation, a judge, a candidate's validation)."""
     from optimizer.judge.criteria import structure_refusal
 
-    return (memory_refusal(prompts, provider) or panel_refusal(prompts, provider, batch=batch)
-            or structure_refusal(prompts.settings, provider.name, provider.traits, batch=batch))
+    return (
+        memory_refusal(prompts, provider)
+        or panel_refusal(prompts, provider, batch=batch)
+        or structure_refusal(prompts.settings, provider.name, provider.traits, batch=batch)
+    )

@@ -25,6 +25,7 @@ class UsageFigures:
     CLI and the benchmarks use (one definition for replicates, items and evaluations)."""
 
     if TYPE_CHECKING:
+
         @property
         def usage(self) -> Usage: ...
 
@@ -202,13 +203,26 @@ class EvalRun(UsageFigures):
 
 
 def parsed_result(
-    index: int, key: str, cached: bool, text: str, model: str, usage: Usage, duration_s: float,
+    index: int,
+    key: str,
+    cached: bool,
+    text: str,
+    model: str,
+    usage: Usage,
+    duration_s: float,
 ) -> ReplicateResult:
     """A replicate's result from a reply text (fresh or cached): the verdict parsed strictly."""
     from optimizer.judge.verdicts import parse_verdict
 
     parsed = parse_verdict(text)
     return ReplicateResult(
-        index=index, cache_key=key, cached=cached, reply_text=text, verdict=parsed.verdict,
-        parse_error=parsed.error, model=model, usage=usage, duration_s=duration_s,
+        index=index,
+        cache_key=key,
+        cached=cached,
+        reply_text=text,
+        verdict=parsed.verdict,
+        parse_error=parsed.error,
+        model=model,
+        usage=usage,
+        duration_s=duration_s,
     )

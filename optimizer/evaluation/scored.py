@@ -64,8 +64,9 @@ def _out_dir(ws: Workspace, wanted: Path | None, prompt_hash: str) -> Path:
     return out
 
 
-def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore,
-             stop: StopRequest | None = None) -> EvalOutcome:
+def evaluate(
+    ws: Workspace, options: EvalOptions, events: Listener = ignore, stop: StopRequest | None = None
+) -> EvalOutcome:
     """Judge ``options.split`` with the prompts at ``options.rev``, write one verdict file per item and
     ``_summary.json``, and score the answers against the labels. Progress and notes go to ``events``.
     ``stop`` requested: no new call starts and `Interrupted` is raised, nothing written (what was
@@ -88,24 +89,43 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore,
     prompt_hash = prompts.prompt_hash()
     out = _out_dir(ws, options.out, prompt_hash)
     replacing = previous_evaluation(out)  # checked before any call is paid for
-    events(Message(
-        f"split {split.name!r} ({len(item_ids)} items), prompts {options.rev or 'working tree'} "
-        f"[{prompt_hash[:8]}], {judge.provider}:{judge.model}, {replicates} replicate(s), "
-        f"concurrency {judge.max_concurrency}",
-        "note",
-    ))
+    events(
+        Message(
+            f"split {split.name!r} ({len(item_ids)} items), prompts {options.rev or 'working tree'} "
+            f"[{prompt_hash[:8]}], {judge.provider}:{judge.model}, {replicates} replicate(s), "
+            f"concurrency {judge.max_concurrency}",
+            "note",
+        )
+    )
     if options.rev is None:
         holder = lock_holder(ws)
         if holder is not None:
-            events(Message(f"note: {holder} is working in this workspace, so the working tree may be one of "
-                           "its candidates; pass --rev to evaluate a fixed revision", "note"))
+            events(
+                Message(
+                    f"note: {holder} is working in this workspace, so the working tree may be one of "
+                    "its candidates; pass --rev to evaluate a fixed revision",
+                    "note",
+                )
+            )
     # Before any call: an item whose request is megabytes costs dollars a pass (`optimizer.evaluation.oversize`).
-    for line in oversized_items(split, prompts, judge, prices=ws.config.prices, item_ids=item_ids,
-                                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME, replicates=replicates):
+    for line in oversized_items(
+        split,
+        prompts,
+        judge,
+        prices=ws.config.prices,
+        item_ids=item_ids,
+        image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+        replicates=replicates,
+    ):
         events(Message(f"warning: {line}", "note"))
     if judge.provider == "local":
-        events(Message("the local judge (SmolLM2-135M, text only) is demonstration-quality: "
-                       "its numbers show the mechanics, not a useful judge", "note"))
+        events(
+            Message(
+                "the local judge (SmolLM2-135M, text only) is demonstration-quality: "
+                "its numbers show the mechanics, not a useful judge",
+                "note",
+            )
+        )
 
     def progress(snapshot: ProgressSnapshot) -> None:
         events(Progress(snapshot))
@@ -113,8 +133,13 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore,
     batch = None
     if options.batch:
         batch = BatchOptions.from_judge(judge, on_state=lambda state: events(Message(state.line(), "note")))
-        events(Message("batch mode: the uncached calls go out as one batch at half price and may take up to "
-                       "24 h; a killed `eval` run again with the same options collects it", "note"))
+        events(
+            Message(
+                "batch mode: the uncached calls go out as one batch at half price and may take up to "
+                "24 h; a killed `eval` run again with the same options collects it",
+                "note",
+            )
+        )
     run = asyncio.run(
         evaluate_items(
             ws,
@@ -127,9 +152,11 @@ def evaluate(ws: Workspace, options: EvalOptions, events: Listener = ignore,
         )
     )
     if stop is not None and stop.is_set() and run.not_evaluated:
-        raise Interrupted(f"{len(run.items)} of {len(item_ids)} items judged, nothing written; their calls are "
-                          f"cached, so the same `judgeloop eval` again pays only for the other "
-                          f"{len(run.not_evaluated)}")
+        raise Interrupted(
+            f"{len(run.items)} of {len(item_ids)} items judged, nothing written; their calls are "
+            f"cached, so the same `judgeloop eval` again pays only for the other "
+            f"{len(run.not_evaluated)}"
+        )
     if replacing:
         events(Message(f"replacing the previous evaluation in {out} ({len(replacing)} files)", "note"))
     write_results(out, run, replacing=replacing)

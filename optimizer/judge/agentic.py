@@ -170,7 +170,12 @@ class AgenticTask:
     tools' implementation. Built from the trajectory and its screenshot files only."""
 
     def __init__(
-        self, traj: Trajectory, split: ScreenshotSource, prompts: PromptSet, *, image_cache_dir: Path | None = None
+        self,
+        traj: Trajectory,
+        split: ScreenshotSource,
+        prompts: PromptSet,
+        *,
+        image_cache_dir: Path | None = None,
     ) -> None:
         settings = prompts.settings
         self.settings = settings
@@ -184,8 +189,9 @@ class AgenticTask:
         if self.trajectory_first:
             # The fixed system prompt; the instructions follow the trajectory index in the opening message.
             self.system = STATIC_AGENTIC_SYSTEM_PROMPT
-            self.instructions = prompts.instructions() + addendum.replace("the user message holds", "the "
-                                                                          "index above holds")
+            self.instructions = prompts.instructions() + addendum.replace(
+                "the user message holds", "the index above holds"
+            )
         else:
             self.system = prompts.system_prompt() + addendum
             self.instructions = ""
@@ -204,9 +210,12 @@ class AgenticTask:
     def _opening(self) -> str:
         steps = self.traj.steps
         goal = self.traj.task.instruction.strip()
-        lines = [f"## Goal\n\n{goal}\n\n## Steps\n\nTotal steps: **{len(steps)}** (numbered from 0). "
-                 "Each line is one step's action; use the tools for the full records"
-                 + (" and the screenshots" if self.max_screens else "") + ".\n"]
+        lines = [
+            f"## Goal\n\n{goal}\n\n## Steps\n\nTotal steps: **{len(steps)}** (numbered from 0). "
+            "Each line is one step's action; use the tools for the full records"
+            + (" and the screenshots" if self.max_screens else "")
+            + ".\n"
+        ]
         for i, step in enumerate(steps):
             lines.append(f"- Step {i}: `{action_string(step.action)}`")
         verdict = (
@@ -230,7 +239,8 @@ class AgenticTask:
         )
         return UserMessage(
             (TextPart(self.opening), TextPart(self.instructions.rstrip("\n") + verdict)),
-            cache_prefix=1, cache_ttl=self.cache_ttl,
+            cache_prefix=1,
+            cache_ttl=self.cache_ttl,
         )
 
     def _fingerprint(self) -> str:
@@ -240,8 +250,9 @@ class AgenticTask:
         payload = {
             "v": AGENTIC_VERSION,
             "system": self.system,
-            "opening": self.opening if not self.trajectory_first else [p.text for p in self.opening_message.parts
-                                                                          if isinstance(p, TextPart)],
+            "opening": self.opening
+            if not self.trajectory_first
+            else [p.text for p in self.opening_message.parts if isinstance(p, TextPart)],
             "tools": [[t.name, t.description, t.parameters] for t in self.tools],
             "max_turns": self.max_turns,
             "image": [s.image_width, s.image_height, s.jpeg_quality],
@@ -263,15 +274,24 @@ class AgenticTask:
         if call.name == VIEW and any(t.name == VIEW for t in state.offered):
             return self._view(call.id, args, state)
         offered = ", ".join(t.name for t in state.offered)
-        return _Answer(call.id, (TextPart(f"error: no tool named {call.name!r} now; available: {offered}"),), True)
+        return _Answer(
+            call.id, (TextPart(f"error: no tool named {call.name!r} now; available: {offered}"),), True
+        )
 
     def _read(self, call_id: str, args: dict[str, Any]) -> _Answer:
         n = len(self.traj.steps)
         first, last = args.get("first"), args.get("last")
-        if not isinstance(first, int) or not isinstance(last, int) or isinstance(first, bool) or isinstance(last, bool):
+        if (
+            not isinstance(first, int)
+            or not isinstance(last, int)
+            or isinstance(first, bool)
+            or isinstance(last, bool)
+        ):
             return _Answer(call_id, (TextPart("error: first and last must be integers"),), True)
         if not 0 <= first < n or last < first:
-            return _Answer(call_id, (TextPart(f"error: steps are numbered 0..{n - 1} and last >= first"),), True)
+            return _Answer(
+                call_id, (TextPart(f"error: steps are numbered 0..{n - 1} and last >= first"),), True
+            )
         last = min(last, n - 1, first + MAX_STEPS_PER_READ - 1)
         text = "".join(step_text(i, self.traj.steps[i]).full for i in range(first, last + 1))
         if last < args["last"]:
@@ -281,15 +301,23 @@ class AgenticTask:
     def _view(self, call_id: str, args: dict[str, Any], state: ConversationState) -> _Answer:
         n = len(self.traj.steps)
         steps = args.get("steps")
-        if not isinstance(steps, list) or not steps or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps):
-            return _Answer(call_id, (TextPart("error: steps must be a non-empty list of step numbers"),), True)
+        if (
+            not isinstance(steps, list)
+            or not steps
+            or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
+        ):
+            return _Answer(
+                call_id, (TextPart("error: steps must be a non-empty list of step numbers"),), True
+            )
         parts: list[ToolPart] = []
         for s in steps[:MAX_SCREENS_PER_VIEW]:
             if not 0 <= s < n:
                 parts.append(TextPart(f"step {s}: no such step (0..{n - 1})"))
                 continue
             if state.screens_shown >= self.max_screens:
-                parts.append(TextPart(f"step {s}: not shown, the limit of {self.max_screens} screenshots is reached"))
+                parts.append(
+                    TextPart(f"step {s}: not shown, the limit of {self.max_screens} screenshots is reached")
+                )
                 continue
             key = self._screens.get(s)
             if key is None:
@@ -312,9 +340,15 @@ class AgenticTask:
                 out.append(part)
                 continue
             try:
-                data = frame_jpeg(part.file, s.image_width, s.image_height, s.jpeg_quality, self.image_cache_dir)
+                data = frame_jpeg(
+                    part.file, s.image_width, s.image_height, s.jpeg_quality, self.image_cache_dir
+                )
             except DECODE_ERRORS as exc:
-                out.append(TextPart(f"(the screenshot of step {part.step} could not be decoded: {type(exc).__name__})"))
+                out.append(
+                    TextPart(
+                        f"(the screenshot of step {part.step} could not be decoded: {type(exc).__name__})"
+                    )
+                )
                 continue
             out.append(ImagePart(data=data, step_ids=(part.step,)))
         return tuple(out)
@@ -322,7 +356,9 @@ class AgenticTask:
     def estimate_input_tokens(self, state: ConversationState) -> int:
         """Input tokens of the next turn as the budget estimates them (`optimizer.judge.estimate`: the
         conversation's text as one text, plus each screenshot at the configured size)."""
-        chars = len(self.system) + len(stable_json([[t.name, t.description, t.parameters] for t in state.offered]))
+        chars = len(self.system) + len(
+            stable_json([[t.name, t.description, t.parameters] for t in state.offered])
+        )
         images = 0
         for message in state.messages:
             if isinstance(message, UserMessage):
@@ -380,7 +416,11 @@ class ConversationState:
         for a in answers:
             self._hash.update(b"\0result\0" + a.call_id.encode() + (b"\0error" if a.is_error else b""))
             for p in a.parts:
-                material = p.text if isinstance(p, TextPart) else p.key_material(s.image_width, s.image_height, s.jpeg_quality)
+                material = (
+                    p.text
+                    if isinstance(p, TextPart)
+                    else p.key_material(s.image_width, s.image_height, s.jpeg_quality)
+                )
                 self._hash.update(b"\0" + material.encode())
 
     def wire_messages(self) -> list[ConversationMessage]:
@@ -388,7 +428,11 @@ class ConversationState:
         out: list[ConversationMessage] = []
         for m in self.messages:
             if isinstance(m, tuple):
-                out.append(ToolResults(tuple(ToolResult(a.call_id, self.task.materialise(a.parts), a.is_error) for a in m)))
+                out.append(
+                    ToolResults(
+                        tuple(ToolResult(a.call_id, self.task.materialise(a.parts), a.is_error) for a in m)
+                    )
+                )
             else:
                 out.append(m)
         return out
@@ -409,8 +453,16 @@ class ConversationState:
         answers = []
         for call in turn.tool_calls:
             if call is submit:  # an invalid verdict with turns to spare: say what is wrong, let it retry
-                answer = _Answer(call.id, (TextPart(f"error: the verdict is not valid ({problem}); call "
-                                                    f"{SUBMIT} again with the four fields"),), True)
+                answer = _Answer(
+                    call.id,
+                    (
+                        TextPart(
+                            f"error: the verdict is not valid ({problem}); call "
+                            f"{SUBMIT} again with the four fields"
+                        ),
+                    ),
+                    True,
+                )
                 self.trace.append(JudgeToolCall(SUBMIT, outcome="invalid"))
             else:
                 answer = self.task.answer(call, self)

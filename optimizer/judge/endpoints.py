@@ -147,10 +147,9 @@ class EndpointPool(Generic[C]):
         with self._lock:
             since, self._since = self._since, {name: EndpointStats() for name in self.clients}
             every = list({**self._revived, **self.drained}.items())
-            drains = every[self._reported_drains:]
+            drains = every[self._reported_drains :]
             self._reported_drains = len(every)
         return since, drains
-
 
     def take_pass(self) -> dict[str, tuple[EndpointStats, bool]]:
         """Per endpoint, what it served since the last call of this method and whether it was
@@ -167,8 +166,10 @@ def report_lines(since: Mapping[str, EndpointStats], drains: Sequence[tuple[str,
     for name, stats in since.items():
         rate = stats.hit_rate
         share = "" if rate is None else f" ({rate:.0%})"
-        lines.append(f"{ENDPOINT_NOTE}{name}: {stats.calls} calls, {stats.cached_tokens:,} of "
-                     f"{stats.prompt_tokens:,} prompt tokens cached{share}")
+        lines.append(
+            f"{ENDPOINT_NOTE}{name}: {stats.calls} calls, {stats.cached_tokens:,} of "
+            f"{stats.prompt_tokens:,} prompt tokens cached{share}"
+        )
     for name, why in drains:
         lines.append(f"{ENDPOINT_NOTE}{name} drained ({why}); its items were rehashed to the other endpoints")
     return lines

@@ -118,8 +118,9 @@ def estimate_cost_usd(
     return total / 1_000_000 * (price.batch_multiplier if batch else 1.0)
 
 
-def estimate_turn_cost_usd(input_tokens: int, sampling: Sampling, model: str, prices: dict[str, Any],
-                           ttl: str | None) -> float:
+def estimate_turn_cost_usd(
+    input_tokens: int, sampling: Sampling, model: str, prices: dict[str, Any], ttl: str | None
+) -> float:
     """An upper bound on one agentic turn's cost (US dollars): a turn caches the whole conversation so
     far, so every input token is priced at the dearest of input, cache write (``ttl`` for the opening
     breakpoint, 5 minutes for the rest) and read; plus ``sampling.max_tokens`` of output."""

@@ -65,8 +65,10 @@ Answer with one JSON object and nothing else, as your instructions specify
 write files, and give the same object as your final message.
 """
 
-BUDGET_REFUSAL = ("a budget needs the most one {name} judge call may cost, which the CLI cannot tell before "
-                  "the call: set [judge] price_per_call_usd (or drop --budget-usd)")
+BUDGET_REFUSAL = (
+    "a budget needs the most one {name} judge call may cost, which the CLI cannot tell before "
+    "the call: set [judge] price_per_call_usd (or drop --budget-usd)"
+)
 
 
 def check_budget(judge: JudgeSection, budget_usd: float | None) -> None:
@@ -103,8 +105,15 @@ class HarnessSpec:
     def identity(self, confinement: str = "bwrap") -> str:
         """What the cache keys a harness by: the whole command line, its environment rules and how it
         was confined (a confined and an unconfined verdict are not the same judge's)."""
-        return stable_json({"name": self.name, "argv": list(self.argv), "output": self.output,
-                            "set_env": [list(p) for p in self.set_env], "confinement": confinement})
+        return stable_json(
+            {
+                "name": self.name,
+                "argv": list(self.argv),
+                "output": self.output,
+                "set_env": [list(p) for p in self.set_env],
+                "confinement": confinement,
+            }
+        )
 
 
 def _model_flag(flag: str, model: str) -> tuple[str, ...]:
@@ -115,26 +124,59 @@ def preset(name: str, model: str) -> HarnessSpec:
     """The non-interactive JSON invocation of a known CLI (the official runner's, per CLI)."""
     if name == "codex":
         # `exec --json` prints JSONL events; the sandbox is not a git repository.
-        return HarnessSpec(name, ("codex", "exec", "--json", "--skip-git-repo-check", *_model_flag("-m", model),
-                                  PROMPT_ARG), "codex-jsonl", keys=("OPENAI_API_KEY", "CODEX_API_KEY"),
-                           config_paths=(".codex",))
+        return HarnessSpec(
+            name,
+            ("codex", "exec", "--json", "--skip-git-repo-check", *_model_flag("-m", model), PROMPT_ARG),
+            "codex-jsonl",
+            keys=("OPENAI_API_KEY", "CODEX_API_KEY"),
+            config_paths=(".codex",),
+        )
     if name == "claude":
         # Permissions skipped as the official runner does: a fresh project folder has no trusted paths,
         # and Claude Code then refuses to Read the screenshots. The folder is a throwaway sandbox.
-        return HarnessSpec(name, ("claude", "-p", "--dangerously-skip-permissions", PROMPT_ARG,
-                                  *_model_flag("--model", model), "--output-format", "json"), "claude-json",
-                           keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
-                           unset_env=("CLAUDECODE",), config_paths=(".claude", ".claude.json"))
+        return HarnessSpec(
+            name,
+            (
+                "claude",
+                "-p",
+                "--dangerously-skip-permissions",
+                PROMPT_ARG,
+                *_model_flag("--model", model),
+                "--output-format",
+                "json",
+            ),
+            "claude-json",
+            keys=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
+            unset_env=("CLAUDECODE",),
+            config_paths=(".claude", ".claude.json"),
+        )
     if name == "gemini":
         # Gemini CLI appends -p after stdin: the prompt goes to stdin, -p only makes it non-interactive.
-        return HarnessSpec(name, ("gemini", "-p", "Follow the instructions given on standard input.",
-                                  *_model_flag("--model", model), "--output-format", "json", "--approval-mode", "yolo"),
-                           "gemini-json", keys=("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS"),
-                           set_env=(("GEMINI_CLI_TRUST_WORKSPACE", "true"),), unset_env=("GEMINI_CLI",),
-                           config_paths=(".gemini",))
+        return HarnessSpec(
+            name,
+            (
+                "gemini",
+                "-p",
+                "Follow the instructions given on standard input.",
+                *_model_flag("--model", model),
+                "--output-format",
+                "json",
+                "--approval-mode",
+                "yolo",
+            ),
+            "gemini-json",
+            keys=("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS"),
+            set_env=(("GEMINI_CLI_TRUST_WORKSPACE", "true"),),
+            unset_env=("GEMINI_CLI",),
+            config_paths=(".gemini",),
+        )
     if name == "opencode":
-        return HarnessSpec(name, ("opencode", "run", "--format", "json", *_model_flag("-m", model), PROMPT_ARG),
-                           "opencode-jsonl", config_paths=(".config/opencode", ".local/share/opencode"))
+        return HarnessSpec(
+            name,
+            ("opencode", "run", "--format", "json", *_model_flag("-m", model), PROMPT_ARG),
+            "opencode-jsonl",
+            config_paths=(".config/opencode", ".local/share/opencode"),
+        )
     raise ValueError(f"unknown harness {name!r}")  # config validation makes this unreachable
 
 
@@ -158,8 +200,9 @@ def harness_spec(judge: JudgeSection) -> HarnessSpec:
     )
 
 
-def child_env(spec: HarnessSpec, pass_env: list[str], cwd: str,
-              environ: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(
+    spec: HarnessSpec, pass_env: list[str], cwd: str, environ: dict[str, str] | None = None
+) -> dict[str, str]:
     """The CLI's environment, from an allow-list (`optimizer.judge.sandbox.allowed_env`): PATH, HOME,
     LANG, LC_*, TERM, the harness's own keys and ``pass_env``, then its ``set_env``, and ``PWD`` its
     working directory ``cwd``. No other variable: no other provider's key, no path of the workspace."""
@@ -196,16 +239,28 @@ def _blind_json(traj: Trajectory) -> dict[str, Any]:
     task = traj.task
     out: dict[str, Any] = {
         "trajectory_id": traj.trajectory_id,
-        "task": {"instruction": task.instruction, "category": task.category, "subcategory": task.subcategory,
-                 "task_type": task.task_type, "applications": list(task.applications)},
+        "task": {
+            "instruction": task.instruction,
+            "category": task.category,
+            "subcategory": task.subcategory,
+            "task_type": task.task_type,
+            "applications": list(task.applications),
+        },
     }
     if traj.environment is not None:
-        out["environment"] = {"os": traj.environment.os, "screen_resolution": traj.environment.screen_resolution}
+        out["environment"] = {
+            "os": traj.environment.os,
+            "screen_resolution": traj.environment.screen_resolution,
+        }
     out["steps"] = [
-        {"step_id": s.step_id, "screenshot": s.screenshot,
-         "action": {"type": s.action.type, "parameters": s.action.parameters},
-         "thought": s.thought, "action_description": s.action_description,
-         "timestamp_us": s.timestamp_us}
+        {
+            "step_id": s.step_id,
+            "screenshot": s.screenshot,
+            "action": {"type": s.action.type, "parameters": s.action.parameters},
+            "thought": s.thought,
+            "action_description": s.action_description,
+            "timestamp_us": s.timestamp_us,
+        }
         for s in traj.steps
     ]
     return out
@@ -236,8 +291,11 @@ def sandbox_request(traj: Trajectory, split: Split, prompts: PromptSet, runner: 
     text_files += [(name, instructions.encode()) for name in INSTRUCTION_FILES]
     files = [SandboxFile(path=p, digest=_digest(d), data=d) for p, d in text_files] + files
     prompt = HARNESS_PROMPT.replace(TRAJECTORY_ID, tid)
-    return JudgeRequest(system=instructions, parts=(TextPart(prompt),),
-                        sandbox=Sandbox(trajectory_id=tid, runner=runner, files=tuple(files)))
+    return JudgeRequest(
+        system=instructions,
+        parts=(TextPart(prompt),),
+        sandbox=Sandbox(trajectory_id=tid, runner=runner, files=tuple(files)),
+    )
 
 
 def write_sandbox(sandbox: Sandbox, folder: Path) -> None:
@@ -331,10 +389,14 @@ def parse_output(output: str, stdout: str) -> CliOutput:
         reported = obj.get("total_cost_usd")
         models = obj.get("modelUsage")
         return CliOutput(
-            text=str(obj.get("result") or ""), input_tokens=_int(usage.get("input_tokens")),
-            output_tokens=_int(usage.get("output_tokens")), cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
+            text=str(obj.get("result") or ""),
+            input_tokens=_int(usage.get("input_tokens")),
+            output_tokens=_int(usage.get("output_tokens")),
+            cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
             cache_write_tokens=_int(usage.get("cache_creation_input_tokens")),
-            cost_usd=float(reported) if isinstance(reported, int | float) and not isinstance(reported, bool) else None,
+            cost_usd=float(reported)
+            if isinstance(reported, int | float) and not isinstance(reported, bool)
+            else None,
             model=next(iter(models), None) if isinstance(models, dict) else None,
         )
     if output == "gemini-json":
@@ -347,11 +409,20 @@ def parse_output(output: str, stdout: str) -> CliOutput:
             if not isinstance(m, dict):
                 continue
             tokens = _dict(m.get("tokens"))
-            prompt_tokens += _int(tokens.get("prompt") or m.get("promptTokenCount") or m.get("totalPromptTokens"))
-            out_tokens += _int(tokens.get("candidates") or m.get("candidatesTokenCount") or m.get("totalCandidatesTokens"))
+            prompt_tokens += _int(
+                tokens.get("prompt") or m.get("promptTokenCount") or m.get("totalPromptTokens")
+            )
+            out_tokens += _int(
+                tokens.get("candidates") or m.get("candidatesTokenCount") or m.get("totalCandidatesTokens")
+            )
             cached += _int(tokens.get("cached"))
-        return CliOutput(text=str(obj.get("response") or ""), input_tokens=max(0, prompt_tokens - cached),
-                         output_tokens=out_tokens, cache_read_tokens=cached, model=next(iter(models), None))
+        return CliOutput(
+            text=str(obj.get("response") or ""),
+            input_tokens=max(0, prompt_tokens - cached),
+            output_tokens=out_tokens,
+            cache_read_tokens=cached,
+            model=next(iter(models), None),
+        )
     if output == "codex-jsonl":
         # JSONL: the last `item.completed` agent_message is the answer; each `turn.completed` has usage
         # in OpenAI's convention (input_tokens include cached_input_tokens). No cost.
@@ -362,9 +433,14 @@ def parse_output(output: str, stdout: str) -> CliOutput:
                 text = str(item.get("text") or "")
             u = _dict(ev.get("usage"))
             if ev.get("type") == "turn.completed" and u:
-                inp, cached, out = inp + _int(u.get("input_tokens")), cached + _int(u.get("cached_input_tokens")), \
-                    out + _int(u.get("output_tokens"))
-        return CliOutput(text=text, input_tokens=max(0, inp - cached), cache_read_tokens=cached, output_tokens=out)
+                inp, cached, out = (
+                    inp + _int(u.get("input_tokens")),
+                    cached + _int(u.get("cached_input_tokens")),
+                    out + _int(u.get("output_tokens")),
+                )
+        return CliOutput(
+            text=text, input_tokens=max(0, inp - cached), cache_read_tokens=cached, output_tokens=out
+        )
     if output == "opencode-jsonl":
         # JSONL: `text` parts (the last is the answer); each `step_finish` part has its cost and tokens.
         text, inp, out, read, write = "", 0, 0, 0, 0
@@ -380,6 +456,12 @@ def parse_output(output: str, stdout: str) -> CliOutput:
                 cache = _dict(tokens.get("cache"))
                 inp, out = inp + _int(tokens.get("input")), out + _int(tokens.get("output"))
                 read, write = read + _int(cache.get("read")), write + _int(cache.get("write"))
-        return CliOutput(text=text, input_tokens=inp, output_tokens=out, cache_read_tokens=read,
-                         cache_write_tokens=write, cost_usd=cost)
+        return CliOutput(
+            text=text,
+            input_tokens=inp,
+            output_tokens=out,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+            cost_usd=cost,
+        )
     return CliOutput(text=stdout)

@@ -116,7 +116,9 @@ def serialise_principles(text: str) -> str:
 def check_case(obj: object, where: str) -> Case:
     """One case object, validated; a problem is a `UserError` beginning ``where`` (``file:line``)."""
     if not isinstance(obj, dict):
-        raise UserError(f"{where}: a case is a JSON object {{\"id\", \"text\", \"source_items\"}}, not {shown(obj, 80)}")
+        raise UserError(
+            f'{where}: a case is a JSON object {{"id", "text", "source_items"}}, not {shown(obj, 80)}'
+        )
     unknown = sorted(str(k) for k in obj if k not in CASE_KEYS)
     if unknown:
         raise UserError(
@@ -124,13 +126,17 @@ def check_case(obj: object, where: str) -> Case:
         )
     missing = [k for k in CASE_KEYS if k not in obj]
     if missing:
-        raise UserError(f"{where}: the case has no {missing[0]!r}; a case has exactly the keys id, text, source_items")
+        raise UserError(
+            f"{where}: the case has no {missing[0]!r}; a case has exactly the keys id, text, source_items"
+        )
     case_id = obj["id"]
     if not is_safe_id(case_id):
         raise UserError(f"{where}: case id {shown(case_id, 80)} is not a safe id ({ID_RULE}); rename it")
     text = obj["text"]
     if not isinstance(text, str) or not text.strip():
-        raise UserError(f"{where}: case {case_id} has no text; write what was required, what to check and the verdict")
+        raise UserError(
+            f"{where}: case {case_id} has no text; write what was required, what to check and the verdict"
+        )
     if len(text) > MAX_CASE_TEXT_CHARS:
         raise UserError(
             f"{where}: case {case_id} text is {len(text)} characters, more than {MAX_CASE_TEXT_CHARS}; shorten it "
@@ -140,7 +146,9 @@ def check_case(obj: object, where: str) -> Case:
         raise UserError(f"{where}: case {case_id} text holds a NUL character; cases are plain text")
     sources = obj["source_items"]
     if not isinstance(sources, list):
-        raise UserError(f"{where}: case {case_id} source_items must be a list of trajectory ids, not {shown(sources, 80)}")
+        raise UserError(
+            f"{where}: case {case_id} source_items must be a list of trajectory ids, not {shown(sources, 80)}"
+        )
     if not sources:
         raise UserError(
             f"{where}: case {case_id} names no source_items; a case without sources cannot be kept out of its "
@@ -154,7 +162,9 @@ def check_case(obj: object, where: str) -> Case:
     seen: set[str] = set()
     for item in sources:
         if not is_safe_id(item):
-            raise UserError(f"{where}: case {case_id} source item {shown(item, 80)} is not a trajectory id ({ID_RULE})")
+            raise UserError(
+                f"{where}: case {case_id} source item {shown(item, 80)} is not a trajectory id ({ID_RULE})"
+            )
         if item in seen:
             raise UserError(f"{where}: case {case_id} names source item {item} twice; list each once")
         seen.add(item)
@@ -180,14 +190,20 @@ def parse_cases(text: str, source: str = CASES_JSONL) -> tuple[Case, ...]:
             obj = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as exc:
             detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            raise UserError(f"{where}: not one JSON object ({detail}); each line of cases.jsonl is one case") from None
+            raise UserError(
+                f"{where}: not one JSON object ({detail}); each line of cases.jsonl is one case"
+            ) from None
         case = check_case(obj, where)
         if case.id in first_line:
-            raise UserError(f"{where}: case id {case.id} repeats line {first_line[case.id]}; case ids are unique")
+            raise UserError(
+                f"{where}: case id {case.id} repeats line {first_line[case.id]}; case ids are unique"
+            )
         first_line[case.id] = lineno
         cases.append(case)
         if len(cases) > MAX_CASES:
-            raise UserError(f"{where}: more than {MAX_CASES} cases; retire or merge cases until at most {MAX_CASES} remain")
+            raise UserError(
+                f"{where}: more than {MAX_CASES} cases; retire or merge cases until at most {MAX_CASES} remain"
+            )
     return tuple(cases)
 
 
@@ -220,7 +236,10 @@ def memory_from_files(files: Mapping[str, str], source: str = "prompts") -> Memo
 
 def memory_files(memory: Memory) -> dict[str, str]:
     """The two files' text for ``memory`` (what a strategy writes to ``prompts/memory/``)."""
-    return {PRINCIPLES_MD: serialise_principles(memory.principles), CASES_JSONL: serialise_cases(memory.cases)}
+    return {
+        PRINCIPLES_MD: serialise_principles(memory.principles),
+        CASES_JSONL: serialise_cases(memory.cases),
+    }
 
 
 # --------------------------------------------------------------------------- pair-aware folds
@@ -298,8 +317,13 @@ class Folds:
 
     def as_record(self) -> dict[str, object]:
         """What eval results record (``meta.memory.folds``)."""
-        return {"k": self.k, "version": FOLD_VERSION, "split_fingerprint": self.fingerprint,
-                "digest": self.digest, "of": dict(sorted(self.of.items()))}
+        return {
+            "k": self.k,
+            "version": FOLD_VERSION,
+            "split_fingerprint": self.fingerprint,
+            "digest": self.digest,
+            "of": dict(sorted(self.of.items())),
+        }
 
 
 def assign_folds(groups: Iterable[Iterable[str]], fingerprint: str, k: int) -> Folds:
@@ -346,9 +370,15 @@ class FoldSource(Protocol):
 # --------------------------------------------------------------------------- checking sources
 
 
-def check_sources(memory: Memory, source_ids: Iterable[str], source_split: str, *,
-                  heldout_ids: Iterable[str] = (), heldout_split: str | None = None,
-                  source: str = CASES_JSONL) -> None:
+def check_sources(
+    memory: Memory,
+    source_ids: Iterable[str],
+    source_split: str,
+    *,
+    heldout_ids: Iterable[str] = (),
+    heldout_split: str | None = None,
+    source: str = CASES_JSONL,
+) -> None:
     """Every case's ``source_items`` are items of the split the memory is built from (``source_ids``, the dev
     split); a case naming an item of the held-out split being confirmed, or any id outside the dev split, is a
     `UserError` naming the case. What case *text* is about is checked by content (`optimizer.judge.provenance`):
@@ -408,8 +438,13 @@ class Selection:
 
     def note(self) -> str:
         ids = ", ".join(c.id for c in self.cases) or "none"
-        where = (f" (fold {self.fold}; {self.held_back} case(s) of this fold kept out)" if self.fold is not None
-                 else f" ({self.held_back} case(s) about this item kept out)" if self.held_back else "")
+        where = (
+            f" (fold {self.fold}; {self.held_back} case(s) of this fold kept out)"
+            if self.fold is not None
+            else f" ({self.held_back} case(s) about this item kept out)"
+            if self.held_back
+            else ""
+        )
         return f"memory: principles {'sent' if self.principles else 'none'}, cases {ids}{where}"
 
 
@@ -435,7 +470,9 @@ class Retriever:
         self.folds = folds
         # Each case's effective sources: the items it declares and the judged split's items its text is about.
         self.about: dict[str, frozenset[str]] = {c.id: frozenset(items.about(c.text)) for c in memory.cases}
-        self._case_items: list[frozenset[str]] = [frozenset(c.source_items) | self.about[c.id] for c in memory.cases]
+        self._case_items: list[frozenset[str]] = [
+            frozenset(c.source_items) | self.about[c.id] for c in memory.cases
+        ]
         # A case's folds: those of its effective sources in the judged split (items outside it are in no fold).
         self._case_folds: list[frozenset[int]] = [
             frozenset(folds.of[s] for s in sources if s in folds.of) if folds is not None else frozenset()
@@ -462,7 +499,9 @@ class Retriever:
 
     def withheld(self, index: int, trajectory_id: str, fold: int | None) -> bool:
         """Case ``index`` is kept from the item: sourced in or about it, or (with folds) an item of its fold."""
-        return trajectory_id in self._case_items[index] or (fold is not None and fold in self._case_folds[index])
+        return trajectory_id in self._case_items[index] or (
+            fold is not None and fold in self._case_folds[index]
+        )
 
     def select(self, trajectory_id: str, instruction: str) -> Selection:
         fold = self.folds.of.get(trajectory_id) if self.folds is not None else None

@@ -31,7 +31,9 @@ _WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
 MIN_VALUE_LENGTH = 4
 _VALUE_STRIP = " \t\"'`()[]{}<>,;:!?.\u201c\u201d\u2018\u2019"
 _INNER_SEPARATOR_RE = re.compile(r"[^\W_][.@_/\\:][^\W_]", re.UNICODE)
-_QUOTED_RE = re.compile(r'"([^"\n]{3,80})"|\u201c([^\u201d\n]{3,80})\u201d|(?:(?<=\s)|^)\'([^\'\n]{3,80})\'(?=[\s.,;:!?)]|$)')
+_QUOTED_RE = re.compile(
+    r'"([^"\n]{3,80})"|\u201c([^\u201d\n]{3,80})\u201d|(?:(?<=\s)|^)\'([^\'\n]{3,80})\'(?=[\s.,;:!?)]|$)'
+)
 # A click target: two numbers of 5+ digits in all (smaller pairs are prose: "steps 5 7", the time 10:30).
 COORDINATE_RE = re.compile(r"\d+ \d+")
 MIN_COORDINATE_DIGITS = 5
@@ -42,30 +44,124 @@ _NOT_VALUES = frozenset({"button", "direction", "keys", "key"})
 # -- normalisation ---------------------------------------------------------------------------------
 
 # Letters of other scripts that render like Latin ones (NFKC leaves them alone).
-_HOMOGLYPHS = str.maketrans({
-    # Cyrillic
-    "\u0430": "a", "\u0431": "b", "\u0432": "b", "\u0435": "e", "\u0433": "r", "\u043a": "k", "\u043c": "m",
-    "\u043d": "h", "\u043e": "o", "\u043f": "n", "\u0440": "p", "\u0441": "c", "\u0442": "t", "\u0443": "y",
-    "\u0445": "x", "\u044c": "b", "\u0455": "s", "\u0456": "i", "\u0458": "j", "\u04bb": "h", "\u0501": "d",
-    "\u051b": "q", "\u051d": "w", "\u04af": "y", "\u04cf": "l", "\u0475": "v",
-    "\u0410": "A", "\u0412": "B", "\u0415": "E", "\u041a": "K", "\u041c": "M", "\u041d": "H", "\u041e": "O",
-    "\u0420": "P", "\u0421": "C", "\u0422": "T", "\u0423": "Y", "\u0425": "X", "\u0405": "S", "\u0406": "I",
-    "\u0408": "J", "\u04ae": "Y", "\u04ba": "H", "\u04c0": "I", "\u0500": "D", "\u051a": "Q", "\u051c": "W",
-    "\u0474": "V",
-    # Greek
-    "\u03b1": "a", "\u03b2": "b", "\u03b3": "y", "\u03b5": "e", "\u03b9": "i", "\u03ba": "k", "\u03bd": "v",
-    "\u03bf": "o", "\u03c1": "p", "\u03c4": "t", "\u03c5": "u", "\u03c7": "x", "\u03c9": "w", "\u03f2": "c",
-    "\u03f3": "j", "\u0391": "A", "\u0392": "B", "\u0395": "E", "\u0396": "Z", "\u0397": "H", "\u0399": "I",
-    "\u039a": "K", "\u039c": "M", "\u039d": "N", "\u039f": "O", "\u03a1": "P", "\u03a4": "T", "\u03a5": "Y",
-    "\u03a7": "X", "\u03f9": "C", "\u037f": "J",
-    # Armenian
-    "\u0585": "o", "\u057d": "u", "\u0570": "h", "\u0578": "n", "\u0581": "g", "\u0566": "q",
-    # Latin letters NFKC keeps
-    "\u0131": "i", "\u0237": "j", "\u0251": "a", "\u0261": "g", "\u026a": "i", "\u1d00": "a", "\u0299": "b",
-    "\u1d04": "c", "\u1d05": "d", "\u1d07": "e", "\u029c": "h", "\u1d0a": "j", "\u1d0b": "k", "\u029f": "l",
-    "\u1d0d": "m", "\u0274": "n", "\u1d0f": "o", "\u1d18": "p", "\u0280": "r", "\u1d1b": "t", "\u1d1c": "u",
-    "\u1d20": "v", "\u1d21": "w", "\u028f": "y", "\u1d22": "z",
-})
+_HOMOGLYPHS = str.maketrans(
+    {
+        # Cyrillic
+        "\u0430": "a",
+        "\u0431": "b",
+        "\u0432": "b",
+        "\u0435": "e",
+        "\u0433": "r",
+        "\u043a": "k",
+        "\u043c": "m",
+        "\u043d": "h",
+        "\u043e": "o",
+        "\u043f": "n",
+        "\u0440": "p",
+        "\u0441": "c",
+        "\u0442": "t",
+        "\u0443": "y",
+        "\u0445": "x",
+        "\u044c": "b",
+        "\u0455": "s",
+        "\u0456": "i",
+        "\u0458": "j",
+        "\u04bb": "h",
+        "\u0501": "d",
+        "\u051b": "q",
+        "\u051d": "w",
+        "\u04af": "y",
+        "\u04cf": "l",
+        "\u0475": "v",
+        "\u0410": "A",
+        "\u0412": "B",
+        "\u0415": "E",
+        "\u041a": "K",
+        "\u041c": "M",
+        "\u041d": "H",
+        "\u041e": "O",
+        "\u0420": "P",
+        "\u0421": "C",
+        "\u0422": "T",
+        "\u0423": "Y",
+        "\u0425": "X",
+        "\u0405": "S",
+        "\u0406": "I",
+        "\u0408": "J",
+        "\u04ae": "Y",
+        "\u04ba": "H",
+        "\u04c0": "I",
+        "\u0500": "D",
+        "\u051a": "Q",
+        "\u051c": "W",
+        "\u0474": "V",
+        # Greek
+        "\u03b1": "a",
+        "\u03b2": "b",
+        "\u03b3": "y",
+        "\u03b5": "e",
+        "\u03b9": "i",
+        "\u03ba": "k",
+        "\u03bd": "v",
+        "\u03bf": "o",
+        "\u03c1": "p",
+        "\u03c4": "t",
+        "\u03c5": "u",
+        "\u03c7": "x",
+        "\u03c9": "w",
+        "\u03f2": "c",
+        "\u03f3": "j",
+        "\u0391": "A",
+        "\u0392": "B",
+        "\u0395": "E",
+        "\u0396": "Z",
+        "\u0397": "H",
+        "\u0399": "I",
+        "\u039a": "K",
+        "\u039c": "M",
+        "\u039d": "N",
+        "\u039f": "O",
+        "\u03a1": "P",
+        "\u03a4": "T",
+        "\u03a5": "Y",
+        "\u03a7": "X",
+        "\u03f9": "C",
+        "\u037f": "J",
+        # Armenian
+        "\u0585": "o",
+        "\u057d": "u",
+        "\u0570": "h",
+        "\u0578": "n",
+        "\u0581": "g",
+        "\u0566": "q",
+        # Latin letters NFKC keeps
+        "\u0131": "i",
+        "\u0237": "j",
+        "\u0251": "a",
+        "\u0261": "g",
+        "\u026a": "i",
+        "\u1d00": "a",
+        "\u0299": "b",
+        "\u1d04": "c",
+        "\u1d05": "d",
+        "\u1d07": "e",
+        "\u029c": "h",
+        "\u1d0a": "j",
+        "\u1d0b": "k",
+        "\u029f": "l",
+        "\u1d0d": "m",
+        "\u0274": "n",
+        "\u1d0f": "o",
+        "\u1d18": "p",
+        "\u0280": "r",
+        "\u1d1b": "t",
+        "\u1d1c": "u",
+        "\u1d20": "v",
+        "\u1d21": "w",
+        "\u028f": "y",
+        "\u1d22": "z",
+    }
+)
 # Dropped: format (zero-width, soft hyphen, BOM, tags), combining marks, unassigned, private use, surrogates.
 _DROP_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cn", "Co", "Cs"})
 # Invisible fillers that are letters or symbols by category.
@@ -172,7 +268,7 @@ def normalise_words(text: str) -> list[str]:
 
 
 def ngrams(words: list[str], n: int) -> set[tuple[str, ...]]:
-    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 def instruction_ngrams(instructions: Iterable[str], n: int = COPY_NGRAM) -> set[tuple[str, ...]]:
@@ -188,7 +284,9 @@ def _token_values(text: str) -> set[str]:
     values: set[str] = set()
     for token in text.split():
         value = token.strip(_VALUE_STRIP).lower()
-        if len(value) >= MIN_VALUE_LENGTH and (any(c.isdigit() for c in value) or _INNER_SEPARATOR_RE.search(value)):
+        if len(value) >= MIN_VALUE_LENGTH and (
+            any(c.isdigit() for c in value) or _INNER_SEPARATOR_RE.search(value)
+        ):
             values.add(value)
     return values
 
@@ -224,7 +322,12 @@ def _typed_values(text: str) -> set[str]:
 
 def _coordinate(x: Any, y: Any) -> str | None:
     """A click target ``x y`` of 5+ digits in all, from integral numbers (None otherwise)."""
-    if isinstance(x, bool) or isinstance(y, bool) or not isinstance(x, int | float) or not isinstance(y, int | float):
+    if (
+        isinstance(x, bool)
+        or isinstance(y, bool)
+        or not isinstance(x, int | float)
+        or not isinstance(y, int | float)
+    ):
         return None
     if x != int(x) or y != int(y) or x < 0 or y < 0:
         return None
@@ -320,7 +423,7 @@ def longest_copy(
     best: tuple[int, int] = (0, -1)  # (first ngram index, last ngram index) of the longest run
     run_start: int | None = None
     for i in range(len(words) - n + 1):
-        gram = tuple(words[i:i + n])
+        gram = tuple(words[i : i + n])
         if gram in instruction_grams and gram not in old_grams:
             run_start = i if run_start is None else run_start
             if i - run_start > best[1] - best[0]:
@@ -329,7 +432,7 @@ def longest_copy(
             run_start = None
     if best[1] < best[0]:
         return []
-    return words[best[0]:best[1] + n]
+    return words[best[0] : best[1] + n]
 
 
 def quote_words(words: list[str], limit: int = 80) -> str:

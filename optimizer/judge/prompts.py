@@ -147,7 +147,9 @@ class PanelSettings(BaseModel):
                 )
         else:
             if not 1 <= len(self.members) <= MAX_PANEL_MEMBERS:
-                raise ValueError(f"members names {len(self.members)} members; a panel has 1 to {MAX_PANEL_MEMBERS}")
+                raise ValueError(
+                    f"members names {len(self.members)} members; a panel has 1 to {MAX_PANEL_MEMBERS}"
+                )
             for name in self.members:
                 if not _MEMBER_NAME_RE.match(name):
                     raise ValueError(
@@ -230,17 +232,21 @@ class JudgeSettings(BaseModel):
     )
     every_k: int = Field(default=5, ge=1, description='the step stride of screenshots = "every_k"')
     max_images: int | None = Field(  # the Anthropic API caps images per request at 100
-        default=100, ge=2,
+        default=100,
+        ge=2,
         description="the most screenshots per request, for every policy (required by spaced; unset: no limit)",
     )
-    image_width: int = Field(default=512, ge=16, le=4096, description="every screenshot is resized to this width, pixels")
+    image_width: int = Field(
+        default=512, ge=16, le=4096, description="every screenshot is resized to this width, pixels"
+    )
     image_height: int = Field(default=332, ge=16, le=4096, description="... and this height, pixels")
     jpeg_quality: int = Field(default=80, ge=1, le=95, description="the JPEG quality screenshots are sent at")
     tiling: bool = Field(
         default=False, description="four consecutive screenshots in one 2x2 image, read row by row"
     )
     token_budget: int | None = Field(
-        default=None, ge=256,
+        default=None,
+        ge=256,
         description="estimated input tokens per request; over it the renderer drops middle screenshots, then "
         "shortens and elides middle steps (unset: no budget)",
     )
@@ -248,9 +254,13 @@ class JudgeSettings(BaseModel):
     temperature: float | None = Field(
         default=None, ge=0.0, le=2.0, description="sampling temperature (unset: the provider's default)"
     )
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="nucleus sampling (unset: the provider's default)")
+    top_p: float | None = Field(
+        default=None, gt=0.0, le=1.0, description="nucleus sampling (unset: the provider's default)"
+    )
     replicates: int = Field(
-        default=1, ge=1, le=15,
+        default=1,
+        ge=1,
+        le=15,
         description="independent judge calls per item; the majority verdict is scored (--replicates overrides)",
     )
     # Judging with memory (prompts/memory/, `optimizer.judge.memory`): "off" sends no memory (requests
@@ -264,7 +274,9 @@ class JudgeSettings(BaseModel):
     )
     memory_k: int = Field(default=4, ge=1, le=16, description="cases sent per item under memory = retrieve")
     memory_folds: int = Field(
-        default=5, ge=2, le=20,
+        default=5,
+        ge=2,
+        le=20,
         description="pair-aware folds the judged split is dealt into: an item never gets a case from, or about, "
         "an item of its own fold (cross-fitting)",
     )
@@ -387,7 +399,9 @@ def check_markers(text: str, source: str) -> None:
                 open_line = lineno
             elif stripped == end:
                 if open_line is None:
-                    raise UserError(f"{source}:{lineno}: {end} without a matching {begin}; remove it or add one")
+                    raise UserError(
+                        f"{source}:{lineno}: {end} without a matching {begin}; remove it or add one"
+                    )
                 open_line = None
                 regions += 1
         if open_line is not None:
@@ -488,11 +502,15 @@ class PromptSet:
         """Read ``judge.md``, ``rubric.md``, ``judge.toml`` (and ``library.md`` if present) from a folder."""
         folder = Path(path)
         if not folder.is_dir():
-            raise UserError(f"{folder} is not a folder of judge prompts; pass the workspace's prompts/ folder")
+            raise UserError(
+                f"{folder} is not a folder of judge prompts; pass the workspace's prompts/ folder"
+            )
         files: dict[str, str] = {}
         memory_dir = folder / "memory"
         if memory_dir.is_symlink():  # a linked folder would let the judge send any file as memory
-            raise UserError(f"{memory_dir} is a symbolic link (to {memory_dir.readlink()}); make it a real folder")
+            raise UserError(
+                f"{memory_dir} is a symbolic link (to {memory_dir.readlink()}); make it a real folder"
+            )
         for name in (*REQUIRED_FILES, *OPTIONAL_FILES):
             file = folder / name.removeprefix("prompts/")
             if file.is_symlink() or file.is_file():
@@ -657,13 +675,17 @@ def parse_library(text: str, source: str = LIBRARY_MD) -> list[LibraryEntry]:
         entry_id, line = current
         words = " ".join(" ".join(body).split())
         if not words:
-            raise UserError(f"{source}:{line}: library entry {entry_id} has no text; write its rule below the heading")
+            raise UserError(
+                f"{source}:{line}: library entry {entry_id} has no text; write its rule below the heading"
+            )
         entry = LibraryEntry(entry_id, words)
         try:
             settings = entry.structure
         except ValueError as exc:
-            raise UserError(f"{source}:{line}: structural entry {entry_id} is {exc}; write "
-                            "'judge.toml: key = value, key = value'") from None
+            raise UserError(
+                f"{source}:{line}: structural entry {entry_id} is {exc}; write "
+                "'judge.toml: key = value, key = value'"
+            ) from None
         if settings is not None:
             bad = _bad_structure(settings)
             if bad:
@@ -680,7 +702,9 @@ def parse_library(text: str, source: str = LIBRARY_MD) -> list[LibraryEntry]:
                     "hyphens starting with lib- (e.g. lib-final-state)"
                 )
             if entry_id in seen:
-                raise UserError(f"{source}:{lineno}: library id {entry_id} repeats line {seen[entry_id]}; ids are unique")
+                raise UserError(
+                    f"{source}:{lineno}: library id {entry_id} repeats line {seen[entry_id]}; ids are unique"
+                )
             seen[entry_id] = lineno
             current, body = (entry_id, lineno), []
         elif current is not None:

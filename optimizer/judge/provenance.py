@@ -136,7 +136,7 @@ class ItemIndex:
         words = lint.words
         copied: set[str] = set()
         for i in range(len(words) - COPY_NGRAM + 1):
-            copied |= self._grams.get(tuple(words[i:i + COPY_NGRAM]), set())
+            copied |= self._grams.get(tuple(words[i : i + COPY_NGRAM]), set())
         for item in sorted(copied - set(found)):
             run = longest_copy(LintText(None), lint, self._item_grams[item])
             add([item], "instruction", quote_words(run))
@@ -152,7 +152,7 @@ class ItemIndex:
         for (coordinate, length), phrases in self._phrases.items():
             words = lines[coordinate]
             for i in range(len(words) - length + 1):
-                value = " ".join(words[i:i + length])
+                value = " ".join(words[i : i + length])
                 items = phrases.get(value)
                 if items is not None and lint.value_count(value):
                     hits[value] = items
@@ -176,7 +176,7 @@ class ItemIndex:
             starts = [m.start() for m in _START_RE.finditer(chunk)]
             ends = [m.start() for m in _END_RE.finditer(chunk)]
             for s in starts:
-                for e in ends[bisect.bisect_right(ends, s + MIN_VALUE_LENGTH - 1):]:
+                for e in ends[bisect.bisect_right(ends, s + MIN_VALUE_LENGTH - 1) :]:
                     if e - s > self._max_token:
                         break
                     out.add(chunk[s:e])
@@ -207,9 +207,11 @@ def foreign_reason(case: Case, index: ItemIndex) -> str | None:
         return None
     first = matches[0]
     more = f" (and {len(matches) - 1} more item{'s' if len(matches) > 2 else ''})" if len(matches) > 1 else ""
-    return (f"case {case.id} {first.describe()}{more}, which is not one of its source_items nor paired with one: "
-            f"a case about an item carries that item's own answer; name {first.item} in source_items if the case "
-            "was distilled from it, or write the lesson without its id, instruction and values")
+    return (
+        f"case {case.id} {first.describe()}{more}, which is not one of its source_items nor paired with one: "
+        f"a case about an item carries that item's own answer; name {first.item} in source_items if the case "
+        "was distilled from it, or write the lesson without its id, instruction and values"
+    )
 
 
 # A run judges one split many times: its index (and what each case text is about) is kept per split content.

@@ -142,12 +142,16 @@ def _disk_cached(cache_dir: str | None, key: tuple[object, ...], make: Callable[
 @lru_cache(maxsize=2048)
 def frame_jpeg(key: FileKey, width: int, height: int, quality: int, cache_dir: str | None) -> bytes:
     return _disk_cached(
-        cache_dir, ("frame", key, width, height, quality), lambda: _encode(_load_resized(key[0], width, height), quality)
+        cache_dir,
+        ("frame", key, width, height, quality),
+        lambda: _encode(_load_resized(key[0], width, height), quality),
     )
 
 
 @lru_cache(maxsize=512)
-def _tile_jpeg(keys: tuple[FileKey, ...], width: int, height: int, quality: int, cache_dir: str | None) -> bytes:
+def _tile_jpeg(
+    keys: tuple[FileKey, ...], width: int, height: int, quality: int, cache_dir: str | None
+) -> bytes:
     def make() -> bytes:
         tile = Image.new("RGB", (2 * width, 2 * height), _BLANK)
         for slot, key in enumerate(keys):
@@ -212,7 +216,9 @@ class _Plan:
 class _Costs:
     """Token estimates for the parts of one request, so budget search is arithmetic."""
 
-    def __init__(self, fixed: str, texts: list[_StepText], steps: Sequence[Step], settings: JudgeSettings) -> None:
+    def __init__(
+        self, fixed: str, texts: list[_StepText], steps: Sequence[Step], settings: JudgeSettings
+    ) -> None:
         self.fixed = text_tokens(fixed)
         self.full = [text_tokens(t.full) for t in texts]
         self.brief = [text_tokens(t.brief) for t in texts]
@@ -272,7 +278,9 @@ def _fit_budget(costs: _Costs, frames: list[int], n: int, budget: int, notes: li
             break
     if plan.elided:
         a, b = plan.elided
-        notes.append(f"token budget {budget}: elided the text of steps {a}–{b} ({b - a + 1} steps) behind a summary")
+        notes.append(
+            f"token budget {budget}: elided the text of steps {a}–{b} ({b - a + 1} steps) behind a summary"
+        )
     if costs.total(plan) <= budget:
         return plan
 
@@ -370,7 +378,9 @@ def build_request(
 
     frames = select_frames(n, settings)
     if text_only and frames:
-        notes.append(f"text only: dropped all {len(frames)} selected screenshots (the provider reads text only)")
+        notes.append(
+            f"text only: dropped all {len(frames)} selected screenshots (the provider reads text only)"
+        )
         frames = []
     keys: dict[int, FileKey] = {}
     for i in frames:
@@ -398,7 +408,9 @@ def build_request(
     texts = [step_text(i, s) for i, s in enumerate(steps)]
     # The intro's length barely depends on the frame count; estimate with the longest variant.
     intro_guess = _screenshot_intro(settings, max(len(frames), 1), n, text_only)
-    costs = _Costs(system + instructions + header_core + intro_guess + memory + closing, texts, steps, settings)
+    costs = _Costs(
+        system + instructions + header_core + intro_guess + memory + closing, texts, steps, settings
+    )
     plan = _fit_budget(costs, frames, n, budget, notes) if budget is not None else _Plan(frames=frames)
 
     parts: list[Part] = []
@@ -444,20 +456,30 @@ def build_request(
         parts.append(TextPart(memory))
     parts.append(TextPart(instructions + closing))
     return JudgeRequest(
-        system=system, parts=tuple(parts), notes=tuple(notes), cache_prefix=prefix, cache_ttl=settings.cache_ttl,
+        system=system,
+        parts=tuple(parts),
+        notes=tuple(notes),
+        cache_prefix=prefix,
+        cache_ttl=settings.cache_ttl,
         item_id=traj.trajectory_id,
     )
 
 
 def _image_part(
-    group: list[int], keys: dict[int, FileKey], settings: JudgeSettings, notes: list[str], cache_dir: str | None
+    group: list[int],
+    keys: dict[int, FileKey],
+    settings: JudgeSettings,
+    notes: list[str],
+    cache_dir: str | None,
 ) -> ImagePart | None:
     """Encode one frame (no tiling) or one 2x2 tile; a frame that fails to decode is left out with a note."""
     w, h, q = settings.image_width, settings.image_height, settings.jpeg_quality
     usable = list(group)
     if settings.tiling:
         try:
-            return ImagePart(data=_tile_jpeg(tuple(keys[i] for i in usable), w, h, q, cache_dir), step_ids=tuple(usable))
+            return ImagePart(
+                data=_tile_jpeg(tuple(keys[i] for i in usable), w, h, q, cache_dir), step_ids=tuple(usable)
+            )
         except DECODE_ERRORS:
             pass  # find the frame(s) at fault below, then tile the rest
     for i in group:
@@ -470,7 +492,9 @@ def _image_part(
         return None
     if not settings.tiling:
         return ImagePart(data=frame_jpeg(keys[usable[0]], w, h, q, cache_dir), step_ids=(usable[0],))
-    return ImagePart(data=_tile_jpeg(tuple(keys[i] for i in usable), w, h, q, cache_dir), step_ids=tuple(usable))
+    return ImagePart(
+        data=_tile_jpeg(tuple(keys[i] for i in usable), w, h, q, cache_dir), step_ids=tuple(usable)
+    )
 
 
 def clear_image_cache() -> None:

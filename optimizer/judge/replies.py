@@ -17,9 +17,14 @@ _decoder = json.JSONDecoder()
 def json_type(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(
-        type(value), type(value).__name__
-    )
+    return {
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
 
 
 def _single_object(text: str) -> tuple[Any, str | None]:

@@ -48,9 +48,30 @@ SANDBOX_MOUNT = "/sandbox"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What of /etc a CLI needs: users and names, DNS and TLS, the dynamic linker, time zone, alternatives.
 ETC_ENTRIES = (
-    "alternatives", "ca-certificates", "ca-certificates.conf", "crypto-policies", "fonts", "gai.conf", "group",
-    "host.conf", "hostname", "hosts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "mime.types",
-    "nsswitch.conf", "os-release", "passwd", "pki", "protocols", "resolv.conf", "services", "ssl", "timezone",
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "crypto-policies",
+    "fonts",
+    "gai.conf",
+    "group",
+    "host.conf",
+    "hostname",
+    "hosts",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "pki",
+    "protocols",
+    "resolv.conf",
+    "services",
+    "ssl",
+    "timezone",
 )
 # Variables a confined CLI gets besides its own keys and [judge] pass_env (LC_* too).
 ENV_ALLOWED = ("PATH", "HOME", "LANG", "TERM")
@@ -106,8 +127,22 @@ def bwrap_program() -> str | None:
 def _probe(bwrap: str) -> str | None:
     """Why ``bwrap`` cannot confine a process here (None: it can). Run once per process per program."""
     true = shutil.which("true") or "/bin/true"
-    argv = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--proc", "/proc",
-            "--dev", "/dev", "--die-with-parent", "--", true]
+    argv = [
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--die-with-parent",
+        "--",
+        true,
+    ]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -122,19 +157,25 @@ def require_bwrap() -> str:
     """The path of a working ``bwrap``; a `UserError` naming what to install or allow when there is none."""
     bwrap = bwrap_program()
     if bwrap is None:
-        raise UserError("a harness judge runs confined by bubblewrap, which is not installed: "
-                        f"{INSTALL_HINT} (or set [judge] sandbox = \"none\" to run it unconfined)")
+        raise UserError(
+            "a harness judge runs confined by bubblewrap, which is not installed: "
+            f'{INSTALL_HINT} (or set [judge] sandbox = "none" to run it unconfined)'
+        )
     why = _probe(bwrap)
     if why is not None:
-        raise UserError(f"a harness judge runs confined by bubblewrap, but {why}: allow unprivileged user "
-                        "namespaces (sysctl kernel.unprivileged_userns_clone=1) or set [judge] sandbox = \"none\"")
+        raise UserError(
+            f"a harness judge runs confined by bubblewrap, but {why}: allow unprivileged user "
+            'namespaces (sysctl kernel.unprivileged_userns_clone=1) or set [judge] sandbox = "none"'
+        )
     return bwrap
 
 
 # -- what the CLI sees ----------------------------------------------------------------------------
 
 
-def allowed_env(source: Mapping[str, str], keep: Iterable[str], set_env: Iterable[tuple[str, str]]) -> dict[str, str]:
+def allowed_env(
+    source: Mapping[str, str], keep: Iterable[str], set_env: Iterable[tuple[str, str]]
+) -> dict[str, str]:
     """The CLI's environment: `ENV_ALLOWED`, ``LC_*`` and the names in ``keep`` (the harness's own
     keys and pass_env) from ``source``, then ``set_env``. Nothing else (no other provider's key)."""
     wanted = set(ENV_ALLOWED) | set(keep)
@@ -247,7 +288,9 @@ def program_views(program: Path, path_env: str, home: Path) -> ProgramView:
         if interpreter is not None:
             todo.append(interpreter)
     # judgeloop installed in a venv the CLI needs (its bundled sample's labels in site-packages): hidden.
-    installed = [p for tree in view.binds if tree.is_dir() for p in tree.glob("lib/python*/site-packages/optimizer")]
+    installed = [
+        p for tree in view.binds if tree.is_dir() for p in tree.glob("lib/python*/site-packages/optimizer")
+    ]
     view.masks = sorted({p for p in [*installed, *judgeloop_folders()] if p != Path("/") and view.covers(p)})
     return view
 
@@ -272,13 +315,27 @@ def _system_args() -> list[str]:
 
 
 def bwrap_arguments(
-    folder: Path, view: ProgramView, home: Path, config_paths: Sequence[str], env: Mapping[str, str],
+    folder: Path,
+    view: ProgramView,
+    home: Path,
+    config_paths: Sequence[str],
+    env: Mapping[str, str],
 ) -> list[str]:
     """bwrap's options (before ``--`` and the command) for one item: namespaces, the read-only system
     and program views, a private ``HOME`` with ``config_paths`` (relative to it) read-only, ``folder``
     writable at `SANDBOX_MOUNT`, ``env`` as the whole environment."""
-    args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "judge", "--die-with-parent",
-            "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    args = [
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--hostname",
+        "judge",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+    ]
     args += _system_args()
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     if len(home.parts) > 1 and not _in_system(home):  # (a HOME of "/" or under /usr: no private home)
@@ -308,6 +365,6 @@ def args_fd(args: Sequence[str]) -> int:
     data = b"".join(a.encode() + b"\0" for a in args)
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd

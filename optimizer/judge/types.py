@@ -108,7 +108,9 @@ class JudgeRequest:
             else:
                 h.update(b"\0image\0" + part.media_type.encode() + b"\0" + hashlib.sha256(part.data).digest())
         if self.sandbox is not None:
-            h.update(b"\0sandbox\0" + self.sandbox.trajectory_id.encode() + b"\0" + self.sandbox.runner.encode())
+            h.update(
+                b"\0sandbox\0" + self.sandbox.trajectory_id.encode() + b"\0" + self.sandbox.runner.encode()
+            )
             for f in self.sandbox.files:
                 h.update(b"\0file\0" + f.path.encode() + b"\0" + f.digest.encode())
         return h.hexdigest()
@@ -258,8 +260,11 @@ class JudgeToolCall:
             inner = line[len(READ_STEPS) + 1 : -1]
             m = re.fullmatch(r"(-?\d+|None)-(-?\d+|None)", inner)
             first, _, last = (m.group(1), "-", m.group(2)) if m else inner.partition("-")
-            return cls(name=READ_STEPS, arguments={"first": _printed_value(first), "last": _printed_value(last)},
-                       outcome=outcome)
+            return cls(
+                name=READ_STEPS,
+                arguments={"first": _printed_value(first), "last": _printed_value(last)},
+                outcome=outcome,
+            )
         return cls(name=line, outcome=outcome)  # not a line str() writes: keep what there is as the name
 
 
@@ -280,7 +285,9 @@ class AssistantTurn:
     tool_calls: tuple[ToolCall, ...] = ()
 
     def to_json(self) -> str:
-        return stable_json({"text": self.text, "tool_calls": [[c.id, c.name, c.arguments] for c in self.tool_calls]})
+        return stable_json(
+            {"text": self.text, "tool_calls": [[c.id, c.name, c.arguments] for c in self.tool_calls]}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> AssistantTurn:
@@ -378,7 +385,9 @@ class Provider(Protocol):
         """What this provider can do (`ProviderTraits`)."""
         ...
 
-    async def complete(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> ProviderReply:
+    async def complete(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> ProviderReply:
         """One judge call. Raises InfrastructureError after retries, UserError for fatal setup problems."""
         ...
 

@@ -82,7 +82,9 @@ def _structured(obj: dict[str, Any], n_steps: int | None, criteria: Sequence[Cri
         steps = valid_steps(entry.get("steps"), n_steps)
         if isinstance(steps, str):
             return f"criterion {i}: {steps}"
-        checked.append({"text": derived.text, "required": derived.required, "met": entry["met"], "steps": list(steps)})
+        checked.append(
+            {"text": derived.text, "required": derived.required, "met": entry["met"], "steps": list(steps)}
+        )
     obj["criteria"] = checked
     obj["stated_success"] = obj["success"]
     obj["success"] = all(c["met"] for c in checked if c["required"])
@@ -157,7 +159,9 @@ def panel_vote(
         for label, v in zip(labels, verdicts, strict=True)
     )
     reasoning = f"panel vote ({vote}, {required} of {len(verdicts)} needed): {yes} say success — {answers}"
-    against = [(label, v) for label, v in zip(labels, verdicts, strict=True) if v is not None and not v.success]
+    against = [
+        (label, v) for label, v in zip(labels, verdicts, strict=True) if v is not None and not v.success
+    ]
     if not success and against:
         reasoning += f". {against[0][0]}: {against[0][1].reasoning}"
     mistake: str | None = None
@@ -169,7 +173,11 @@ def panel_vote(
             mistake = next(m for m in named if counts[m] == top)
     parsed = [v for v in verdicts if v is not None]
     agree = len(parsed) == len(verdicts) and len({v.success for v in parsed}) == 1
-    return Verdict.model_validate({
-        "success": success, "reasoning": reasoning, "confidence": "high" if agree else "low",
-        "mistake_type": mistake,
-    })
+    return Verdict.model_validate(
+        {
+            "success": success,
+            "reasoning": reasoning,
+            "confidence": "high" if agree else "low",
+            "mistake_type": mistake,
+        }
+    )

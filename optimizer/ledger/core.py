@@ -69,7 +69,9 @@ class LedgerCore:
             fault = self._fault(exc)
             if fault is not None:
                 raise fault from None
-            raise UserError(f"{self.path} is not a readable judgeloop ledger ({exc}); move it aside and retry") from None
+            raise UserError(
+                f"{self.path} is not a readable judgeloop ledger ({exc}); move it aside and retry"
+            ) from None
         except BaseException:
             self._conn.close()
             raise
@@ -77,7 +79,9 @@ class LedgerCore:
     def _fault(self, exc: sqlite3.Error) -> UserError | None:
         """The one-line error for a corrupt ledger, a full disk or a read-only folder (else None)."""
         return storage.sqlite_fault(
-            exc, self.path, "the ledger",
+            exc,
+            self.path,
+            "the ledger",
             "it is not a readable judgeloop ledger: restore it from a backup (or recover what SQLite still reads "
             "with `sqlite3 FILE .recover`), or move it aside to start a new ledger (the runs' commits stay in "
             "git); judgeloop never deletes it",
@@ -98,7 +102,9 @@ class LedgerCore:
         self.version = version
         if self.readonly:
             if version == 0:
-                raise UserError(f"no ledger yet at {self.path} (the file is empty); run `judgeloop run` first")
+                raise UserError(
+                    f"no ledger yet at {self.path} (the file is empty); run `judgeloop run` first"
+                )
             return
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -160,16 +166,20 @@ class LedgerCore:
 
     def _experiment_columns(self) -> str:
         parts = [EXPERIMENT_LIST_COLUMNS]
-        for since, columns, defaults in ((3, EXPERIMENT_V3_COLUMNS, EXPERIMENT_V3_DEFAULTS),
-                                         (4, EXPERIMENT_V4_COLUMNS, EXPERIMENT_V4_DEFAULTS),
-                                         (6, EXPERIMENT_V6_COLUMNS, EXPERIMENT_V6_DEFAULTS),
-                                         (8, EXPERIMENT_V8_COLUMNS, EXPERIMENT_V8_DEFAULTS),
-                                         (9, EXPERIMENT_V9_COLUMNS, EXPERIMENT_V9_DEFAULTS),
-                                         (10, EXPERIMENT_V10_COLUMNS, EXPERIMENT_V10_DEFAULTS)):
+        for since, columns, defaults in (
+            (3, EXPERIMENT_V3_COLUMNS, EXPERIMENT_V3_DEFAULTS),
+            (4, EXPERIMENT_V4_COLUMNS, EXPERIMENT_V4_DEFAULTS),
+            (6, EXPERIMENT_V6_COLUMNS, EXPERIMENT_V6_DEFAULTS),
+            (8, EXPERIMENT_V8_COLUMNS, EXPERIMENT_V8_DEFAULTS),
+            (9, EXPERIMENT_V9_COLUMNS, EXPERIMENT_V9_DEFAULTS),
+            (10, EXPERIMENT_V10_COLUMNS, EXPERIMENT_V10_DEFAULTS),
+        ):
             if self.version >= since:
                 parts.extend(columns)
             else:
-                parts.extend(f"{default} AS {column}" for column, default in zip(columns, defaults, strict=True))
+                parts.extend(
+                    f"{default} AS {column}" for column, default in zip(columns, defaults, strict=True)
+                )
         return ", ".join(parts)
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
@@ -181,7 +191,11 @@ class LedgerCore:
 
     @staticmethod
     def _event(
-        cur: sqlite3.Cursor, run_id: str | None, experiment_id: int | None, kind: str, payload: Mapping[str, Any]
+        cur: sqlite3.Cursor,
+        run_id: str | None,
+        experiment_id: int | None,
+        kind: str,
+        payload: Mapping[str, Any],
     ) -> int:
         cur.execute(
             "INSERT INTO events (run_id, experiment_id, created, kind, payload) VALUES (?, ?, ?, ?, ?)",

@@ -32,6 +32,7 @@ from optimizer.vocab import (
 
 if TYPE_CHECKING:
     from optimizer.stats.metrics import Metrics
+
     pass
 
 
@@ -62,11 +63,19 @@ class JournalTables(LedgerCore):
         return self.reviews(review_id=review_id)[0]
 
     def reviews(
-        self, *, trajectory_id: str | None = None, experiment_id: int | None = None, review_id: int | None = None
+        self,
+        *,
+        trajectory_id: str | None = None,
+        experiment_id: int | None = None,
+        review_id: int | None = None,
     ) -> list[Review]:
         """Reviews, oldest first, optionally filtered by item, experiment or id."""
         clauses, params = [], []
-        for column, value in (("trajectory_id", trajectory_id), ("experiment_id", experiment_id), ("id", review_id)):
+        for column, value in (
+            ("trajectory_id", trajectory_id),
+            ("experiment_id", experiment_id),
+            ("id", review_id),
+        ):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
@@ -145,40 +154,76 @@ class JournalTables(LedgerCore):
             params.append(split)
         rows = self._query(sql + " ORDER BY id", params)
         return [
-            Confirmation(id=r[0], run_id=r[1], split=r[2], created=r[3], revision=r[4], metrics=json_value(r[5]) or {})
+            Confirmation(
+                id=r[0], run_id=r[1], split=r[2], created=r[3], revision=r[4], metrics=json_value(r[5]) or {}
+            )
             for r in rows
         ]
 
     # -- batches (`judgeloop run --batch`) ---------------------------------------------------------
 
-    def record_batch(self, run_id: str, experiment_id: int | None, *, provider: str, endpoint: str, model: str,
-                     custom_ids: list[str], estimate_usd: float) -> int:
+    def record_batch(
+        self,
+        run_id: str,
+        experiment_id: int | None,
+        *,
+        provider: str,
+        endpoint: str,
+        model: str,
+        custom_ids: list[str],
+        estimate_usd: float,
+    ) -> int:
         """Record a batch about to be submitted for ``experiment_id`` (status ``submitting``); its row id."""
         now = ts(utc_now())
         with self.transaction() as cur:
             cur.execute(
                 "INSERT INTO batches (run_id, experiment_id, provider, endpoint, model, batch_id, status, custom_ids,"
                 " estimate_usd, created, updated) VALUES (?, ?, ?, ?, ?, NULL, 'submitting', ?, ?, ?, ?)",
-                (run_id, experiment_id, provider, endpoint, model, json_or_none(custom_ids), estimate_usd, now, now),
+                (
+                    run_id,
+                    experiment_id,
+                    provider,
+                    endpoint,
+                    model,
+                    json_or_none(custom_ids),
+                    estimate_usd,
+                    now,
+                    now,
+                ),
             )
             return int(cur.lastrowid or 0)
 
     def update_batch(self, row_id: int, *, status: str, batch_id: str | None = None) -> None:
         """Set a recorded batch's status (and its provider id, once known)."""
         with self.transaction() as cur:
-            cur.execute("UPDATE batches SET status = ?, batch_id = COALESCE(?, batch_id), updated = ? WHERE id = ?",
-                        (status, batch_id, ts(utc_now()), row_id))
+            cur.execute(
+                "UPDATE batches SET status = ?, batch_id = COALESCE(?, batch_id), updated = ? WHERE id = ?",
+                (status, batch_id, ts(utc_now()), row_id),
+            )
 
     def batches(self, run_id: str, *, open_only: bool = False) -> list[BatchRow]:
         """The run's recorded batches, oldest first (``open_only``: those not yet collected or abandoned)."""
-        sql = ("SELECT id, run_id, experiment_id, provider, endpoint, model, batch_id, status, custom_ids,"
-               " estimate_usd, created FROM batches WHERE run_id = ?")
+        sql = (
+            "SELECT id, run_id, experiment_id, provider, endpoint, model, batch_id, status, custom_ids,"
+            " estimate_usd, created FROM batches WHERE run_id = ?"
+        )
         if open_only:
             sql += " AND status IN ('submitting', 'submitted')"
         rows = self._query(sql + " ORDER BY id", (run_id,))
         return [
-            BatchRow(id=r[0], run_id=r[1], experiment_id=r[2], provider=r[3], endpoint=r[4], model=r[5],
-                     batch_id=r[6], status=r[7], custom_ids=json_value(r[8]) or [], estimate_usd=r[9], created=r[10])
+            BatchRow(
+                id=r[0],
+                run_id=r[1],
+                experiment_id=r[2],
+                provider=r[3],
+                endpoint=r[4],
+                model=r[5],
+                batch_id=r[6],
+                status=r[7],
+                custom_ids=json_value(r[8]) or [],
+                estimate_usd=r[9],
+                created=r[10],
+            )
             for r in rows
         ]
 
@@ -191,5 +236,11 @@ def _event_row(r: Any) -> Event:
     """An events row (id, run_id, experiment_id, created, kind, payload); a payload that is not a JSON
     object (written beside the ledger's API) reads as empty, so `Event.typed` skips it."""
     payload = json_value(r[5])
-    return Event(id=r[0], run_id=r[1], experiment_id=r[2], created=r[3], kind=r[4],
-                 payload=payload if isinstance(payload, dict) else {})
+    return Event(
+        id=r[0],
+        run_id=r[1],
+        experiment_id=r[2],
+        created=r[3],
+        kind=r[4],
+        payload=payload if isinstance(payload, dict) else {},
+    )

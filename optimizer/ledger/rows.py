@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 MetricsRow = Mapping[str, float | int | dict[str, float | None] | None]
 FlipsRow = Mapping[str, Sequence[str]]
 
+
 class BatchRow(BaseModel):
     """A batch a run sent through a provider's batch API (the ``batches`` table)."""
 
@@ -169,7 +170,11 @@ class Experiment(BaseModel):
     def overrule(self) -> str | None:
         """The line saying a person decided against the policy ("kept by a person over the policy's roll
         back: <reason>"), or None when nobody overruled it."""
-        if self.decided_by != "person" or self.policy_keep is None or self.status not in ("kept", "rolled_back"):
+        if (
+            self.decided_by != "person"
+            or self.policy_keep is None
+            or self.status not in ("kept", "rolled_back")
+        ):
             return None
         return overrule_line(self.status == "kept", self.policy_keep, self.policy_reason)
 
@@ -344,6 +349,8 @@ class MemberVerdict(BaseModel):
     mistake_type: str | None = None
     cached: bool = False
     cost_usd: float = 0.0
+
+
 class CriterionCheck(BaseModel):
     """One criterion of a ``structure = "criteria"`` verdict: met or not, and the steps cited."""
 
@@ -512,9 +519,15 @@ class EditContribution(BaseModel):
     def public(self) -> dict[str, Any]:
         """The keys `report --json` and `attribute --json` show for it."""
         return {
-            "experiment": self.experiment, "commit": self.commit, "items": self.items,
-            "kappa_delta": self.kappa_delta, "fpr_delta": self.fpr_delta, "fixed": self.fixed,
-            "broken": self.broken, "p_value": self.p_value, "cost_usd": self.cost_usd,
+            "experiment": self.experiment,
+            "commit": self.commit,
+            "items": self.items,
+            "kappa_delta": self.kappa_delta,
+            "fpr_delta": self.fpr_delta,
+            "fixed": self.fixed,
+            "broken": self.broken,
+            "p_value": self.p_value,
+            "cost_usd": self.cost_usd,
             "entangled_with": self.entangled_with,
         }
 
@@ -562,7 +575,10 @@ def tool_calls(value: str | None) -> list[JudgeToolCall]:
     trace lines they display as, parsed here once."""
     if not value:
         return []
-    return [JudgeToolCall.from_text(c) if isinstance(c, str) else JudgeToolCall.from_json(c) for c in json.loads(value)]
+    return [
+        JudgeToolCall.from_text(c) if isinstance(c, str) else JudgeToolCall.from_json(c)
+        for c in json.loads(value)
+    ]
 
 
 def verdict_detail(verdict: Any) -> dict[str, Any]:
@@ -575,7 +591,9 @@ def verdict_detail(verdict: Any) -> dict[str, Any]:
     if isinstance(extra.get("evidence_steps"), list):
         out["evidence_steps"] = list(extra["evidence_steps"])
     if isinstance(extra.get("review"), dict):
-        out["review"] = ReviewRecord.model_validate({**extra["review"], "first_verdict": extra.get("first_verdict")})
+        out["review"] = ReviewRecord.model_validate(
+            {**extra["review"], "first_verdict": extra.get("first_verdict")}
+        )
     return out
 
 
@@ -636,7 +654,11 @@ EXPERIMENT_LIST_COLUMNS = (
 )
 # Added by schema 3; a read-only ledger of an older schema reads them as their defaults.
 EXPERIMENT_V3_COLUMNS = (
-    "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "proposal_meta",
+    "optimizer_calls",
+    "optimizer_input_tokens",
+    "optimizer_output_tokens",
+    "optimizer_cost_usd",
+    "proposal_meta",
 )
 EXPERIMENT_V3_DEFAULTS = ("0", "0", "0", "0.0", "NULL")
 EXPERIMENT_V4_COLUMNS = tuple(column for column, _ in V4_EXPERIMENT_COLUMNS)

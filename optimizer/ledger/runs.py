@@ -64,13 +64,25 @@ class RunTables(LedgerCore):
             cur.execute(
                 f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, NULL)",
                 (
-                    run_id, ts(utc_now()), status, spec.strategy, spec.policy, spec.split, spec.split_fingerprint,
-                    spec.start_rev, branch or f"judgeloop/{run_id}", json_or_none(dict(spec.budgets)),
-                    json_or_none(dict(spec.config)), os.getpid() if pid is None else pid, host or socket.gethostname(),
+                    run_id,
+                    ts(utc_now()),
+                    status,
+                    spec.strategy,
+                    spec.policy,
+                    spec.split,
+                    spec.split_fingerprint,
+                    spec.start_rev,
+                    branch or f"judgeloop/{run_id}",
+                    json_or_none(dict(spec.budgets)),
+                    json_or_none(dict(spec.config)),
+                    os.getpid() if pid is None else pid,
+                    host or socket.gethostname(),
                 ),
             )
             if spec.labels_fingerprint is not None:
-                cur.execute("UPDATE runs SET labels_fingerprint = ? WHERE id = ?", (spec.labels_fingerprint, run_id))
+                cur.execute(
+                    "UPDATE runs SET labels_fingerprint = ? WHERE id = ?", (spec.labels_fingerprint, run_id)
+                )
             self._event(cur, run_id, None, "run_status", {"status": status})
         return self.get_run(run_id)
 
@@ -96,11 +108,16 @@ class RunTables(LedgerCore):
 
     def runs(self) -> list[Run]:
         """Every run, newest first."""
-        return [run_from_row(r) for r in self._query(f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC, rowid DESC")]
+        return [
+            run_from_row(r)
+            for r in self._query(f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC, rowid DESC")
+        ]
 
     def latest_run(self) -> Run | None:
         """The newest run, or None on an empty ledger."""
-        rows = self._query(f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC, rowid DESC LIMIT 1")
+        rows = self._query(
+            f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC, rowid DESC LIMIT 1"
+        )
         return run_from_row(rows[0]) if rows else None
 
     def get_run(self, run_id: str) -> Run:
@@ -152,9 +169,23 @@ class RunTables(LedgerCore):
                 "optimizer_input_tokens, optimizer_output_tokens, optimizer_cost_usd, proposal_meta) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    run_id, seq, parent_id, strategy, ts(utc_now()), status, commit_sha,
-                    json_or_none(list(e.files_changed)), e.insertions, e.deletions, e.diff_text, e.rationale,
-                    e.prompt_hash, spent.calls, spent.input_tokens, spent.output_tokens, spent.cost_usd,
+                    run_id,
+                    seq,
+                    parent_id,
+                    strategy,
+                    ts(utc_now()),
+                    status,
+                    commit_sha,
+                    json_or_none(list(e.files_changed)),
+                    e.insertions,
+                    e.deletions,
+                    e.diff_text,
+                    e.rationale,
+                    e.prompt_hash,
+                    spent.calls,
+                    spent.input_tokens,
+                    spent.output_tokens,
+                    spent.cost_usd,
                     json_or_none(dict(e.proposal_meta)) if e.proposal_meta else None,
                 ),
             )
@@ -185,8 +216,15 @@ class RunTables(LedgerCore):
                 "UPDATE experiments SET calls = calls + ?, input_tokens = input_tokens + ?, "
                 "output_tokens = output_tokens + ?, cache_read_tokens = cache_read_tokens + ?, "
                 "cache_write_tokens = cache_write_tokens + ?, cost_usd = cost_usd + ? WHERE id = ?",
-                (usage.calls, usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
-                 usage.cache_write_tokens, usage.cost_usd, experiment_id),
+                (
+                    usage.calls,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    usage.cache_write_tokens,
+                    usage.cost_usd,
+                    experiment_id,
+                ),
             )
             if cur.rowcount == 0:
                 raise KeyError(f"no experiment {experiment_id}")
@@ -198,14 +236,27 @@ class RunTables(LedgerCore):
         if not figures:
             return
         with self.transaction() as cur:
-            row = cur.execute("SELECT COALESCE(MAX(pass), -1) + 1 FROM endpoint_passes WHERE experiment_id = ?",
-                              (experiment_id,)).fetchone()
+            row = cur.execute(
+                "SELECT COALESCE(MAX(pass), -1) + 1 FROM endpoint_passes WHERE experiment_id = ?",
+                (experiment_id,),
+            ).fetchone()
             cur.executemany(
                 "INSERT INTO endpoint_passes (experiment_id, pass, endpoint, calls, prompt_tokens, cached_tokens,"
                 " failures, drained) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(experiment_id, row[0], name, int(f.get("calls", 0)), int(f.get("prompt_tokens", 0)),
-                  int(f.get("cached_tokens", 0)), int(f.get("failures", 0)), int(f.get("drained", 0)))
-                 for name, f in figures.items()])
+                [
+                    (
+                        experiment_id,
+                        row[0],
+                        name,
+                        int(f.get("calls", 0)),
+                        int(f.get("prompt_tokens", 0)),
+                        int(f.get("cached_tokens", 0)),
+                        int(f.get("failures", 0)),
+                        int(f.get("drained", 0)),
+                    )
+                    for name, f in figures.items()
+                ],
+            )
 
     def endpoint_figures(self, run_id: str) -> dict[str, dict[str, int]]:
         """Per endpoint, over the run's passes: calls, prompt and cached tokens, failed calls, and
@@ -215,21 +266,35 @@ class RunTables(LedgerCore):
             rows = self._conn.execute(
                 "SELECT p.endpoint, COUNT(*), SUM(p.calls), SUM(p.prompt_tokens), SUM(p.cached_tokens),"
                 " SUM(p.failures), SUM(p.drained) FROM endpoint_passes p JOIN experiments e ON e.id = p.experiment_id"
-                " WHERE e.run_id = ? GROUP BY p.endpoint ORDER BY MIN(p.id)", (run_id,)).fetchall()
+                " WHERE e.run_id = ? GROUP BY p.endpoint ORDER BY MIN(p.id)",
+                (run_id,),
+            ).fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
             return {}  # a ledger from before schema 9, opened read-only
-        return {r[0]: {"passes": r[1], "calls": r[2], "prompt_tokens": r[3], "cached_tokens": r[4],
-                       "failures": r[5], "drained": r[6]} for r in rows}
+        return {
+            r[0]: {
+                "passes": r[1],
+                "calls": r[2],
+                "prompt_tokens": r[3],
+                "cached_tokens": r[4],
+                "failures": r[5],
+                "drained": r[6],
+            }
+            for r in rows
+        }
 
     def add_planned_cache_reads(self, experiment_id: int, tokens: int) -> None:
         """Add a pass's planned cache-read tokens to the experiment (billed ones: ``cache_read_tokens``).
         Not a decision: no event."""
         if tokens:
             with self.transaction() as cur:
-                cur.execute("UPDATE experiments SET planned_cache_read_tokens = planned_cache_read_tokens + ? "
-                            "WHERE id = ?", (tokens, experiment_id))
+                cur.execute(
+                    "UPDATE experiments SET planned_cache_read_tokens = planned_cache_read_tokens + ? "
+                    "WHERE id = ?",
+                    (tokens, experiment_id),
+                )
 
     def record_decision(self, experiment_id: int, outcome: ExperimentOutcome) -> Experiment:
         """Record what an experiment ended as (`ExperimentOutcome`) in one transaction, with one
@@ -257,27 +322,58 @@ class RunTables(LedgerCore):
                 "cache_read_tokens = ?, cache_write_tokens = ?, keep_kind = ?, verdict_cost_usd = ?, "
                 "policy_keep = ?, policy_reason = ?, decided_by = ? WHERE id = ?",
                 (
-                    o.status, None if o.status == "waiting" else ts(utc_now()), o.status, o.reason,
-                    json_or_none(metrics_dict(o.metrics)), json_or_none(intervals_dict(o.intervals)), json_or_none(flips_dict(o.flips)),
-                    o.p_value, opt_int(o.literal_keep), opt_int(o.paired_keep),
-                    int(o.early_stopped), o.items_evaluated, o.usage.calls, o.cache_hits, o.usage.input_tokens,
-                    o.usage.output_tokens, o.cost_usd, o.duration_s, o.commit_sha, o.prompt_hash,
-                    opt_int(o.adaptive_keep), o.alpha, json_or_none(o.test.model_dump(mode="json") if o.test is not None else None), o.rejudge.calls, o.rejudge.cost_usd,
-                    o.usage.cache_read_tokens, o.usage.cache_write_tokens, o.keep_kind, o.verdict_cost_usd,
-                    opt_int(o.policy_keep), o.policy_reason, o.decided_by, experiment_id,
+                    o.status,
+                    None if o.status == "waiting" else ts(utc_now()),
+                    o.status,
+                    o.reason,
+                    json_or_none(metrics_dict(o.metrics)),
+                    json_or_none(intervals_dict(o.intervals)),
+                    json_or_none(flips_dict(o.flips)),
+                    o.p_value,
+                    opt_int(o.literal_keep),
+                    opt_int(o.paired_keep),
+                    int(o.early_stopped),
+                    o.items_evaluated,
+                    o.usage.calls,
+                    o.cache_hits,
+                    o.usage.input_tokens,
+                    o.usage.output_tokens,
+                    o.cost_usd,
+                    o.duration_s,
+                    o.commit_sha,
+                    o.prompt_hash,
+                    opt_int(o.adaptive_keep),
+                    o.alpha,
+                    json_or_none(o.test.model_dump(mode="json") if o.test is not None else None),
+                    o.rejudge.calls,
+                    o.rejudge.cost_usd,
+                    o.usage.cache_read_tokens,
+                    o.usage.cache_write_tokens,
+                    o.keep_kind,
+                    o.verdict_cost_usd,
+                    opt_int(o.policy_keep),
+                    o.policy_reason,
+                    o.decided_by,
+                    experiment_id,
                 ),
             )
             if o.status in INCUMBENT_STATUSES:
                 cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, run_id))
-            self._event(cur, run_id, experiment_id, "decision",
-                        {"status": o.status, "decision": o.status, "reason": o.reason})
+            self._event(
+                cur,
+                run_id,
+                experiment_id,
+                "decision",
+                {"status": o.status, "decision": o.status, "reason": o.reason},
+            )
         return self.get_experiment(experiment_id)
 
     def reject(self, experiment_id: int, reason: str, *, cost_usd: float = 0.0) -> Experiment:
         """The guards rejected the candidate before any judge call (``guard_rejected``); ``cost_usd``:
         the optimiser's spend on it (the row's total)."""
         return self.record_decision(
-            experiment_id, ExperimentOutcome(status="guard_rejected", reason=reason, extra_cost_usd=cost_usd))
+            experiment_id, ExperimentOutcome(status="guard_rejected", reason=reason, extra_cost_usd=cost_usd)
+        )
 
     def record_error(
         self, experiment_id: int, reason: str, *, cost_usd: float = 0.0, commit_sha: str | None = None
@@ -316,7 +412,13 @@ class RunTables(LedgerCore):
             )
             if status in INCUMBENT_STATUSES:
                 cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, row[0]))
-            self._event(cur, row[0], experiment_id, "decision", {"status": status, "decision": status, "reason": reason})
+            self._event(
+                cur,
+                row[0],
+                experiment_id,
+                "decision",
+                {"status": status, "decision": status, "reason": reason},
+            )
         return self.get_experiment(experiment_id)
 
     def experiments(self, run_id: str) -> list[Experiment]:
@@ -330,13 +432,16 @@ class RunTables(LedgerCore):
     def get_experiment(self, experiment_id: int) -> Experiment:
         """One experiment with its diff text; an unknown id is a UserError."""
         rows = self._query(
-            f"SELECT {self._experiment_columns()}, diff_text FROM experiments WHERE id = ?", (int(experiment_id),)
+            f"SELECT {self._experiment_columns()}, diff_text FROM experiments WHERE id = ?",
+            (int(experiment_id),),
         )
         if not rows:
             raise UserError(f"no experiment {experiment_id} in the ledger; see `judgeloop history` for ids")
         return experiment_from_row(rows[0])
 
-    def experiments_with_status(self, status: ExperimentStatus, run_id: str | None = None) -> list[Experiment]:
+    def experiments_with_status(
+        self, status: ExperimentStatus, run_id: str | None = None
+    ) -> list[Experiment]:
         """Experiments in one status (e.g. ``waiting`` or ``running``), oldest first."""
         sql = f"SELECT {self._experiment_columns()}, NULL AS diff_text FROM experiments WHERE status = ?"
         params: list[Any] = [status]

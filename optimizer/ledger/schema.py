@@ -247,8 +247,6 @@ CREATE TABLE IF NOT EXISTS attribution_edits (
 """
 
 
-
-
 # Schema 9: one row per evaluation pass (first pass, each side's re-judging) and endpoint of
 # [judge] base_urls: calls answered, prompt tokens, of them cached, failed calls, drained (1/0).
 _ENDPOINT_PASSES = """
@@ -342,5 +340,10 @@ def _backfill_library_meta(cur: sqlite3.Cursor) -> None:
         tags = _OLD_LIBRARY_TAG.findall(rationale)
         if tags:
             enabled = sorted(x.strip() for x in tags[-1].split(",") if x.strip())
-            cur.execute("UPDATE experiments SET proposal_meta = ? WHERE id = ?",
-                        (json.dumps({"library_enabled": enabled}, separators=(",", ":"), sort_keys=True), experiment_id))
+            cur.execute(
+                "UPDATE experiments SET proposal_meta = ? WHERE id = ?",
+                (
+                    json.dumps({"library_enabled": enabled}, separators=(",", ":"), sort_keys=True),
+                    experiment_id,
+                ),
+            )

@@ -36,19 +36,35 @@ class VerdictTables(LedgerCore):
         item_rows: list[tuple[Any, ...]] = []
         verdict_rows: list[tuple[Any, ...]] = []
         for item in items:
-            item_rows.append((
-                experiment_id, item.trajectory_id, None if item.success is None else int(item.success),
-                item.status, item.mistake_type, int(item.unstable),
-            ))
+            item_rows.append(
+                (
+                    experiment_id,
+                    item.trajectory_id,
+                    None if item.success is None else int(item.success),
+                    item.status,
+                    item.mistake_type,
+                    int(item.unstable),
+                )
+            )
             for rep in item.replicates:
-                verdict_rows.append((
-                    experiment_id, item.trajectory_id, rep.replicate,
-                    None if rep.success is None else int(rep.success), rep.status, rep.reasoning,
-                    rep.confidence, rep.mistake_type, rep.raw, int(rep.cached), rep.cost_usd,
-                    json.dumps([c.to_json() for c in rep.tools]) if rep.tools else None,
-                    json.dumps([m.model_dump(mode="json") for m in rep.members]) if rep.members else None,
-                    rep.detail_json(),
-                ))
+                verdict_rows.append(
+                    (
+                        experiment_id,
+                        item.trajectory_id,
+                        rep.replicate,
+                        None if rep.success is None else int(rep.success),
+                        rep.status,
+                        rep.reasoning,
+                        rep.confidence,
+                        rep.mistake_type,
+                        rep.raw,
+                        int(rep.cached),
+                        rep.cost_usd,
+                        json.dumps([c.to_json() for c in rep.tools]) if rep.tools else None,
+                        json.dumps([m.model_dump(mode="json") for m in rep.members]) if rep.members else None,
+                        rep.detail_json(),
+                    )
+                )
         with self.transaction() as cur:
             cur.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?)", item_rows)
             cur.executemany(
@@ -72,16 +88,29 @@ class VerdictTables(LedgerCore):
             params,
         ):
             # model_construct: rows were validated on the way in; this keeps a 162×3 load fast.
-            reps.setdefault(r[0], []).append(ReplicateVerdict.model_construct(
-                replicate=r[1], success=opt_bool(r[2]), status=r[3], reasoning=r[4] or "", confidence=r[5],
-                mistake_type=r[6], raw=r[7], cached=bool(r[8]), cost_usd=r[9],
-                tools=tool_calls(r[10]),
-                members=[MemberVerdict.model_validate(m) for m in json.loads(r[11])] if r[11] else [],
-                **detail_dict(r[12]),
-            ))
+            reps.setdefault(r[0], []).append(
+                ReplicateVerdict.model_construct(
+                    replicate=r[1],
+                    success=opt_bool(r[2]),
+                    status=r[3],
+                    reasoning=r[4] or "",
+                    confidence=r[5],
+                    mistake_type=r[6],
+                    raw=r[7],
+                    cached=bool(r[8]),
+                    cost_usd=r[9],
+                    tools=tool_calls(r[10]),
+                    members=[MemberVerdict.model_validate(m) for m in json.loads(r[11])] if r[11] else [],
+                    **detail_dict(r[12]),
+                )
+            )
         return [
             ItemVerdict.model_construct(
-                trajectory_id=r[0], success=opt_bool(r[1]), status=r[2], mistake_type=r[3], unstable=bool(r[4]),
+                trajectory_id=r[0],
+                success=opt_bool(r[1]),
+                status=r[2],
+                mistake_type=r[3],
+                unstable=bool(r[4]),
                 replicates=reps.get(r[0], []),
             )
             for r in self._query(
@@ -106,9 +135,13 @@ class VerdictTables(LedgerCore):
 
     def experiments_judging(self, trajectory_id: str) -> list[int]:
         """Every experiment, of every run, with a verdict on ``trajectory_id``, by id (the TUI's ``]``/``[``)."""
-        return [int(r[0]) for r in self._query(
-            "SELECT DISTINCT experiment_id FROM items WHERE trajectory_id = ? ORDER BY experiment_id",
-            (trajectory_id,))]
+        return [
+            int(r[0])
+            for r in self._query(
+                "SELECT DISTINCT experiment_id FROM items WHERE trajectory_id = ? ORDER BY experiment_id",
+                (trajectory_id,),
+            )
+        ]
 
     def item_answers(self, experiment_id: int) -> dict[str, Answer]:
         """An experiment's majority answers as ``metrics.Answer`` (what ``metrics.score`` takes)."""
@@ -151,10 +184,18 @@ class VerdictTables(LedgerCore):
             (split,),
         )
         return [
-            (int(r[0]), str(r[1]), str(r[2]), ReplicateVerdict.model_construct(
-                replicate=int(r[3]), success=opt_bool(r[4]), confidence=r[5],
-                members=[MemberVerdict.model_validate(m) for m in json.loads(r[6])] if r[6] else [],
-                **detail_dict(r[7])))
+            (
+                int(r[0]),
+                str(r[1]),
+                str(r[2]),
+                ReplicateVerdict.model_construct(
+                    replicate=int(r[3]),
+                    success=opt_bool(r[4]),
+                    confidence=r[5],
+                    members=[MemberVerdict.model_validate(m) for m in json.loads(r[6])] if r[6] else [],
+                    **detail_dict(r[7]),
+                ),
+            )
             for r in rows
         ]
 

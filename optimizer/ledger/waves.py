@@ -72,7 +72,12 @@ def wave_meta(exp: Experiment, max_number: int) -> WaveMeta | None:
 def _absorbable(exp: Experiment, incumbent: int) -> bool:
     """An old row of a wave's optimiser failure: no wave record (the loop wrote none there before
     ``number`` existed), an error, proposed against the wave's incumbent."""
-    return "wave" not in exp.proposal_meta and exp.status == "error" and exp.seq > 0 and exp.parent_id == incumbent
+    return (
+        "wave" not in exp.proposal_meta
+        and exp.status == "error"
+        and exp.seq > 0
+        and exp.parent_id == incumbent
+    )
 
 
 def waves(experiments: Sequence[Experiment]) -> list[Wave]:
@@ -122,9 +127,9 @@ def waves(experiments: Sequence[Experiment]) -> list[Wave]:
     for (number, incumbent, size), ids in by_number.items():
         alpha = next((m.alpha for i in ids if (m := metas[i]) is not None and m.alpha is not None), None)
         meta = WaveMeta(size, incumbent, alpha, number)
-        chunks += [(number, meta, tuple(ids[i:i + size])) for i in range(0, len(ids), size)]
+        chunks += [(number, meta, tuple(ids[i : i + size])) for i in range(0, len(ids), size)]
     for meta, ids in runs:
-        chunks += [(None, meta, tuple(ids[i:i + meta.size])) for i in range(0, len(ids), meta.size)]
+        chunks += [(None, meta, tuple(ids[i : i + meta.size])) for i in range(0, len(ids), meta.size)]
     out: list[Wave] = []
     last = 0
     for stored, meta, members in sorted(chunks, key=lambda c: c[2][0]):
@@ -147,8 +152,12 @@ def next_wave_number(experiments: Sequence[Experiment]) -> int:
 def _fully_tested(exp: Experiment) -> bool:
     """Decided on a full test: what `optimizer.stats.decision.decide_wave` ranks by its p-value (an early
     stop's p is a bound, and a decision without a test counts as p = 1)."""
-    return (exp.status in ("kept", "rolled_back") and not exp.early_stopped and exp.test is not None
-            and exp.p_value is not None)
+    return (
+        exp.status in ("kept", "rolled_back")
+        and not exp.early_stopped
+        and exp.test is not None
+        and exp.p_value is not None
+    )
 
 
 def holm_rank(exp: Experiment, members: Sequence[Experiment]) -> int | None:
@@ -158,4 +167,6 @@ def holm_rank(exp: Experiment, members: Sequence[Experiment]) -> int | None:
     if not _fully_tested(exp) or exp.p_value is None or exp.p_value >= 1:
         return None
     own = (exp.p_value, exp.id)
-    return 1 + sum(1 for m in members if m.id != exp.id and _fully_tested(m) and (m.p_value or 0.0, m.id) < own)
+    return 1 + sum(
+        1 for m in members if m.id != exp.id and _fully_tested(m) and (m.p_value or 0.0, m.id) < own
+    )

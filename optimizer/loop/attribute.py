@@ -118,8 +118,10 @@ def resolve_scope(ws: Workspace, ledger: Ledger, run_id: str | None) -> Scope:
             continue  # a kept commit recorded in another workspace's ledger: not ours to measure
         edits.append(commit)
     if not edits:
-        raise UserError(f"HEAD ({_short(head)}) has no kept judgeloop edit in its history; nothing to attribute "
-                        "(run `judgeloop run` first, or pass --run R)")
+        raise UserError(
+            f"HEAD ({_short(head)}) has no kept judgeloop edit in its history; nothing to attribute "
+            "(run `judgeloop run` first, or pass --run R)"
+        )
     runs = list(dict.fromkeys(experiments[e.experiment].run_id for e in edits))
     recording = ledger.get_run(runs[0])  # the run of the newest kept edit
     baseline = ledger.get_run(runs[-1]).start_rev  # where the run of the oldest one started
@@ -132,14 +134,20 @@ def _refuse_unfinished(ws: Workspace, ledger: Ledger, run_ids: Sequence[str]) ->
         if run.status == "running":
             holder = lock_holder(ws)
             if holder is not None:
-                raise UserError(f"run {run.id} is running ({holder}); attribute it once it has stopped "
-                                "(`touch experiments/STOP` stops it after its current step)")
-            raise UserError(f"run {run.id} did not finish (it was interrupted); `judgeloop run --resume` it first")
+                raise UserError(
+                    f"run {run.id} is running ({holder}); attribute it once it has stopped "
+                    "(`touch experiments/STOP` stops it after its current step)"
+                )
+            raise UserError(
+                f"run {run.id} did not finish (it was interrupted); `judgeloop run --resume` it first"
+            )
         if run.status == "waiting":
             waiting = ledger.experiments_with_status("waiting", run.id)
             which = f"experiment {waiting[0].id}" if waiting else "a candidate"
-            raise UserError(f"run {run.id} has {which} waiting for a decision; "
-                            f"`judgeloop decide {waiting[0].id if waiting else 'ID'} keep|discard` first")
+            raise UserError(
+                f"run {run.id} has {which} waiting for a decision; "
+                f"`judgeloop decide {waiting[0].id if waiting else 'ID'} keep|discard` first"
+            )
 
 
 def build_variants(ws: Workspace, final: str, edits: Sequence[gitops.KeptCommit]) -> list[Variant]:
@@ -153,9 +161,16 @@ def build_variants(ws: Workspace, final: str, edits: Sequence[gitops.KeptCommit]
             together: list[gitops.KeptCommit] = []
             if not gitops.revert_in(tree, [edit.sha], final):
                 if not gitops.revert_in(tree, [c.sha for c in later] + [edit.sha], final):
-                    variants.append(Variant(edit, None, problem=(
-                        "its revert conflicts even with every later kept edit reverted (a commit outside the "
-                        "kept chain changed the same lines): not measured")))
+                    variants.append(
+                        Variant(
+                            edit,
+                            None,
+                            problem=(
+                                "its revert conflicts even with every later kept edit reverted (a commit outside the "
+                                "kept chain changed the same lines): not measured"
+                            ),
+                        )
+                    )
                     continue
                 together = list(later)
                 for other in list(together):  # the smallest set that still lets it revert cleanly
@@ -166,15 +181,22 @@ def build_variants(ws: Workspace, final: str, edits: Sequence[gitops.KeptCommit]
             try:
                 prompts = PromptSet.from_dir(tree / "prompts")
             except UserError as exc:
-                variants.append(Variant(edit, None, together, problem=f"the prompts without it are not valid ({exc})"))
+                variants.append(
+                    Variant(edit, None, together, problem=f"the prompts without it are not valid ({exc})")
+                )
                 continue
             variants.append(Variant(edit, prompts, together))
     return variants
 
 
 def contribution(
-    comparison: Comparison, *, experiment: int | None, commit: str, entangled_with: Sequence[int] = (),
-    reverted: Sequence[int] = (), cost_before: float = 0.0,
+    comparison: Comparison,
+    *,
+    experiment: int | None,
+    commit: str,
+    entangled_with: Sequence[int] = (),
+    reverted: Sequence[int] = (),
+    cost_before: float = 0.0,
 ) -> EditContribution:
     """An `EditContribution` from a complete comparison of the final prompts (``other``) against the
     prompts without the edit (``base``)."""
@@ -188,24 +210,44 @@ def contribution(
         return None if a is None or b is None else b - a
 
     shares = [
-        ItemShare(trajectory_id=s.trajectory_id, without_correct=s.incumbent_correct,
-                  without_total=s.incumbent_total, final_correct=s.candidate_correct,
-                  final_total=s.candidate_total)
+        ItemShare(
+            trajectory_id=s.trajectory_id,
+            without_correct=s.incumbent_correct,
+            without_total=s.incumbent_total,
+            final_correct=s.candidate_correct,
+            final_total=s.candidate_total,
+        )
         for s in decision.test.items
     ]
     return EditContribution(
-        experiment=experiment, commit=commit, items=round(decision.test.statistic, 6),
-        kappa_delta=delta("kappa"), fpr_delta=delta("fpr"), fixed=list(comparison.fixed),
-        broken=list(comparison.broken), p_value=decision.test.p_value,
-        cost_usd=cost_before + comparison.cost_usd, entangled_with=list(entangled_with), reverted=list(reverted),
-        rejudged=len(comparison.rejudged), calls=comparison.calls, cache_hits=comparison.cache_hits, shares=shares,
+        experiment=experiment,
+        commit=commit,
+        items=round(decision.test.statistic, 6),
+        kappa_delta=delta("kappa"),
+        fpr_delta=delta("fpr"),
+        fixed=list(comparison.fixed),
+        broken=list(comparison.broken),
+        p_value=decision.test.p_value,
+        cost_usd=cost_before + comparison.cost_usd,
+        entangled_with=list(entangled_with),
+        reverted=list(reverted),
+        rejudged=len(comparison.rejudged),
+        calls=comparison.calls,
+        cache_hits=comparison.cache_hits,
+        shares=shares,
     )
 
 
 def _key(scope: Scope, split: Split, judge: str, replicates: int, loop_cfg: LoopSection) -> str:
     payload = {
-        "scope": scope.kind, "final": scope.final, "baseline": scope.baseline, "edits": [e.sha for e in scope.edits],
-        "split": split.fingerprint, "judge": judge, "replicates": replicates, "rejudge": loop_cfg.rejudge,
+        "scope": scope.kind,
+        "final": scope.final,
+        "baseline": scope.baseline,
+        "edits": [e.sha for e in scope.edits],
+        "split": split.fingerprint,
+        "judge": judge,
+        "replicates": replicates,
+        "rejudge": loop_cfg.rejudge,
         "alpha": loop_cfg.alpha,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
@@ -218,13 +260,16 @@ def fmt_contribution(c: EditContribution) -> str:
 
     p = fmt.num(c.p_value, missing=fmt.NA)
     kappa, fpr = fmt.signed(c.kappa_delta, missing=fmt.NA), fmt.signed(c.fpr_delta, missing=fmt.NA)
-    return (f"{c.items:+.2f} items (p={p}), Δkappa {kappa}, ΔFPR {fpr}, "
-            f"fixed {len(c.fixed)}, broken {len(c.broken)}, re-judged {c.rejudged}, ${c.cost_usd:.4f} "
-            f"({c.calls} calls, {c.cache_hits} cached)")
+    return (
+        f"{c.items:+.2f} items (p={p}), Δkappa {kappa}, ΔFPR {fpr}, "
+        f"fixed {len(c.fixed)}, broken {len(c.broken)}, re-judged {c.rejudged}, ${c.cost_usd:.4f} "
+        f"({c.calls} calls, {c.cache_hits} cached)"
+    )
 
 
-def attribute(ws: Workspace, options: AttributeOptions, events: Listener = ignore,
-              stop: StopRequest | None = None) -> Attribution:
+def attribute(
+    ws: Workspace, options: AttributeOptions, events: Listener = ignore, stop: StopRequest | None = None
+) -> Attribution:
     """Measure what each kept edit in scope still contributes at the end, and the final prompts against
     the baseline (see the module docstring); returns the attribution as recorded in the ledger.
     ``stop`` requested: no new call starts; what is measured is kept and the rest is noted, as when
@@ -244,21 +289,32 @@ def attribute(ws: Workspace, options: AttributeOptions, events: Listener = ignor
                 gitops.prune_scratch_worktrees(ws)
 
 
-def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: AttributeOptions,
-                    events: Listener, stop: StopRequest | None = None) -> Attribution:
+def attribute_scope(
+    ws: Workspace,
+    ledger: Ledger,
+    scope: Scope,
+    options: AttributeOptions,
+    events: Listener,
+    stop: StopRequest | None = None,
+) -> Attribution:
     """`attribute` over a resolved ``scope``, the caller holding what it must (the loop lock; `judgeloop
     mcp` its session's, paying from its budget): measured, recorded and returned."""
+
     def tell(text: str) -> None:
         events(Message(text))
 
     cfg = ws.config
     run = scope.run
     if run.split in cfg.workspace.heldout_splits:
-        raise UserError(f"run {run.id} names held-out split {run.split!r}; attribution evaluates the dev split only")
+        raise UserError(
+            f"run {run.id} names held-out split {run.split!r}; attribution evaluates the dev split only"
+        )
     split = open_split(ws, run.split)
     if split.fingerprint != run.split_fingerprint:
-        raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
-                        "its edits cannot be measured on the same items")
+        raise UserError(
+            f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
+            "its edits cannot be measured on the same items"
+        )
     # The label set the run decided with (its stored labels), not what corrections.jsonl says now.
     stored = ledger.labels(run.id) if run.labels_fingerprint else {}
     labels = labels_as_stored(split, stored) if stored else load_labels(split)
@@ -266,29 +322,51 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
     judge, loop_cfg, replicates = settings.judge, settings.loop, settings.replicates
     judge_name = f"{judge.provider}:{judge.model}"
     dirty = gitops.dirty_paths(ws.root) if scope.kind == "history" else []
-    tell(f"attributing {len(scope.edits)} kept edit(s) "
-         + (f"in the history of HEAD ({_short(scope.final)})" if scope.kind == "history"
-            else f"of run {run.id} (final {_short(scope.final)})")
-         + f" against baseline {_short(scope.baseline)}; split {split.name} ({len(split.ids)} items), judge "
-         f"{judge_name}, {replicates} judgement(s) per item, disagreeing items re-judged {loop_cfg.rejudge} more "
-         f"time(s); recorded under run {run.id}")
+    tell(
+        f"attributing {len(scope.edits)} kept edit(s) "
+        + (
+            f"in the history of HEAD ({_short(scope.final)})"
+            if scope.kind == "history"
+            else f"of run {run.id} (final {_short(scope.final)})"
+        )
+        + f" against baseline {_short(scope.baseline)}; split {split.name} ({len(split.ids)} items), judge "
+        f"{judge_name}, {replicates} judgement(s) per item, disagreeing items re-judged {loop_cfg.rejudge} more "
+        f"time(s); recorded under run {run.id}"
+    )
     if settings.loop_note:
         tell(f"  {settings.loop_note}")
     if dirty:
-        tell(f"  note: uncommitted changes ({', '.join(dirty[:3])}) are not part of it: the committed HEAD is measured")
+        tell(
+            f"  note: uncommitted changes ({', '.join(dirty[:3])}) are not part of it: the committed HEAD is measured"
+        )
     variants = build_variants(ws, scope.final, scope.edits)
     final_prompts = PromptSet.from_rev(ws, scope.final)
     baseline_prompts = PromptSet.from_rev(ws, scope.baseline)
 
-    att = ledger.open_attribution(run.id, AttributionSpec(
-        key=_key(scope, split, judge_name, replicates, loop_cfg), scope=scope.kind,
-        final_commit=scope.final, baseline_commit=scope.baseline, split=split.name, judge=judge_name,
-        replicates=replicates, rejudge=loop_cfg.rejudge, alpha=loop_cfg.alpha,
-    ))
-    budget = Budget(options.budget_usd, spent_usd=att.cost_usd) if options.budget_usd is not None else options.budget
+    att = ledger.open_attribution(
+        run.id,
+        AttributionSpec(
+            key=_key(scope, split, judge_name, replicates, loop_cfg),
+            scope=scope.kind,
+            final_commit=scope.final,
+            baseline_commit=scope.baseline,
+            split=split.name,
+            judge=judge_name,
+            replicates=replicates,
+            rejudge=loop_cfg.rejudge,
+            alpha=loop_cfg.alpha,
+        ),
+    )
+    budget = (
+        Budget(options.budget_usd, spent_usd=att.cost_usd)
+        if options.budget_usd is not None
+        else options.budget
+    )
     if att.edits or att.final_vs_baseline is not None:
-        tell(f"  resuming attribution {att.id}: {sum(e.items is not None for e in att.edits)} edit(s) measured "
-             f"before, ${att.cost_usd:.4f} spent")
+        tell(
+            f"  resuming attribution {att.id}: {sum(e.items is not None for e in att.edits)} edit(s) measured "
+            f"before, ${att.cost_usd:.4f} spent"
+        )
 
     def progress(snap: ProgressSnapshot) -> None:
         events(Progress(snap))
@@ -297,7 +375,9 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
         """Measure what is missing; returns (why each unmeasured thing was not measured, spend not on a row)."""
         provider: Provider = make_provider(judge)
         cache = JudgeCache(ws.cache_path)
-        setup = JudgingSetup(ws, split, judge, loop_cfg, provider, cache, budget=budget, progress=progress, stop=stop)
+        setup = JudgingSetup(
+            ws, split, judge, loop_cfg, provider, cache, budget=budget, progress=progress, stop=stop
+        )
         stopped: str | None = None
         missing: list[str] = []
         loose_cost = 0.0
@@ -306,11 +386,18 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
                 exp_id = variant.edit.experiment
                 before = att.edit(exp_id)
                 if before is not None and before.items is not None:
-                    tell(f"  #{exp_id} ({_short(variant.edit.sha)}): measured before: {fmt_contribution(before)}")
+                    tell(
+                        f"  #{exp_id} ({_short(variant.edit.sha)}): measured before: {fmt_contribution(before)}"
+                    )
                     continue
                 entangled = [c.experiment for c in variant.entangled_with]
-                row = EditContribution(experiment=exp_id, commit=variant.edit.sha, entangled_with=entangled,
-                                       reverted=variant.reverted, cost_usd=before.cost_usd if before else 0.0)
+                row = EditContribution(
+                    experiment=exp_id,
+                    commit=variant.edit.sha,
+                    entangled_with=entangled,
+                    reverted=variant.reverted,
+                    cost_usd=before.cost_usd if before else 0.0,
+                )
                 if variant.problem is not None:
                     row.note = variant.problem
                 elif stopped is not None:
@@ -321,19 +408,28 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
                     tell(f"  #{exp_id} ({_short(variant.edit.sha)}): {row.note}")
                     continue
                 if entangled:
-                    tell(f"  #{exp_id} ({_short(variant.edit.sha)}): entangled — its revert conflicts with kept "
-                         f"edit(s) {', '.join(f'#{e}' for e in entangled)}; measured by reverting them together")
+                    tell(
+                        f"  #{exp_id} ({_short(variant.edit.sha)}): entangled — its revert conflicts with kept "
+                        f"edit(s) {', '.join(f'#{e}' for e in entangled)}; measured by reverting them together"
+                    )
                 else:
                     tell(f"  #{exp_id} ({_short(variant.edit.sha)}): reverted cleanly; measuring")
                 comparison = await compare_prompts(
-                    setup, labels, variant.prompts, final_prompts, replicates=replicates,
+                    setup,
+                    labels,
+                    variant.prompts,
+                    final_prompts,
+                    replicates=replicates,
                     seed=experiment_seed(settings.seed, exp_id),
                 )
                 if comparison.decision is None:
                     stopped = comparison.budget_stop or comparison.error or "incomplete"
                     if comparison.budget_stop and budget is not None:
-                        which = f"--budget-usd {options.budget_usd:g}" if options.budget_usd is not None else \
-                            f"${budget.max_usd:g}"
+                        which = (
+                            f"--budget-usd {options.budget_usd:g}"
+                            if options.budget_usd is not None
+                            else f"${budget.max_usd:g}"
+                        )
                         stopped = f"the {which} budget is spent ({comparison.budget_stop})"
                     row.note = f"not measured: {stopped}"
                     row.cost_usd += comparison.cost_usd
@@ -341,12 +437,18 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
                     ledger.record_attribution_edit(att.id, position, row, new_cost_usd=comparison.cost_usd)
                     tell(f"  #{exp_id}: {row.note}")
                     continue
-                result = contribution(comparison, experiment=exp_id, commit=variant.edit.sha,
-                                      entangled_with=entangled, reverted=variant.reverted,
-                                      cost_before=row.cost_usd)
+                result = contribution(
+                    comparison,
+                    experiment=exp_id,
+                    commit=variant.edit.sha,
+                    entangled_with=entangled,
+                    reverted=variant.reverted,
+                    cost_before=row.cost_usd,
+                )
                 if entangled:
-                    result.note = ("entangled: measured by reverting it together with "
-                                   + ", ".join(f"#{e}" for e in entangled))
+                    result.note = "entangled: measured by reverting it together with " + ", ".join(
+                        f"#{e}" for e in entangled
+                    )
                 # The row's cost includes what an earlier, stopped try paid; only the new spend is added.
                 ledger.record_attribution_edit(att.id, position, result, new_cost_usd=comparison.cost_usd)
                 tell(f"  #{exp_id}: {fmt_contribution(result)}")
@@ -358,7 +460,11 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
                 return missing, loose_cost
             tell(f"  final ({_short(scope.final)}) vs baseline ({_short(scope.baseline)}): measuring")
             comparison = await compare_prompts(
-                setup, labels, baseline_prompts, final_prompts, replicates=replicates,
+                setup,
+                labels,
+                baseline_prompts,
+                final_prompts,
+                replicates=replicates,
                 seed=experiment_seed(settings.seed, 0),
             )
             if comparison.decision is None:
@@ -367,8 +473,13 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
                 tell(f"  final vs baseline: not measured: {why}")
                 return missing, comparison.cost_usd
             overall = contribution(comparison, experiment=None, commit=scope.final)
-            ledger.finish_attribution(att.id, status="running", note=None, final_vs_baseline=overall,
-                                      extra_cost_usd=overall.cost_usd)
+            ledger.finish_attribution(
+                att.id,
+                status="running",
+                note=None,
+                final_vs_baseline=overall,
+                extra_cost_usd=overall.cost_usd,
+            )
             tell(f"  final vs baseline: {fmt_contribution(overall)}")
             return missing, loose_cost
         finally:
@@ -377,8 +488,10 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
 
     missing, loose_cost = asyncio.run(measure())
     if missing:
-        note = (f"not measured: {', '.join(missing)}; `judgeloop attribute` again (with a larger --budget-usd if "
-                "the budget stopped it) measures them; what is measured is kept")
+        note = (
+            f"not measured: {', '.join(missing)}; `judgeloop attribute` again (with a larger --budget-usd if "
+            "the budget stopped it) measures them; what is measured is kept"
+        )
         done = ledger.finish_attribution(att.id, status="partial", note=note, extra_cost_usd=loose_cost)
     else:
         done = ledger.finish_attribution(att.id, status="complete", note=None, extra_cost_usd=loose_cost)
@@ -386,7 +499,11 @@ def attribute_scope(ws: Workspace, ledger: Ledger, scope: Scope, options: Attrib
     write_markdown_report(ledger, run.id, out / "report.md", ws)
     export_experiments_tsv(ledger, run.id, out / "experiments.tsv")
     export_attribution_tsv(done, out / "attribution.tsv", ledger)
-    tell(f"attribution {done.id} of run {run.id}: {done.status}, ${done.cost_usd:.4f} spent in all"
-         + (f"; {done.note}" if done.note else ""))
-    tell(f"  wrote {(out / 'report.md').relative_to(ws.root)} and attribution.tsv; `judgeloop report --run {run.id}`")
+    tell(
+        f"attribution {done.id} of run {run.id}: {done.status}, ${done.cost_usd:.4f} spent in all"
+        + (f"; {done.note}" if done.note else "")
+    )
+    tell(
+        f"  wrote {(out / 'report.md').relative_to(ws.root)} and attribution.tsv; `judgeloop report --run {run.id}`"
+    )
     return done

@@ -36,8 +36,11 @@ ProgressFn = Callable[[ProgressSnapshot], None]
 def judgements_of(item: ItemResult) -> list[Answer]:
     """An item's judgements (one `Answer` per replicate call, in replicate order)."""
     return [
-        Answer(success=r.success, mistake_type=r.verdict.mistake_type if r.verdict else None,
-               status="ok" if r.status == "ok" else ("infra_error" if r.status == "infra_error" else "invalid"))
+        Answer(
+            success=r.success,
+            mistake_type=r.verdict.mistake_type if r.verdict else None,
+            status="ok" if r.status == "ok" else ("infra_error" if r.status == "infra_error" else "invalid"),
+        )
         for r in item.replicates
     ]
 
@@ -88,8 +91,12 @@ class JudgingSetup:
 
 
 async def rejudge(
-    setup: JudgingSetup, *, items: Sequence[str], prompts: tuple[PromptSet, PromptSet],
-    judgements: tuple[Judgements, Judgements], first_replicate: int,
+    setup: JudgingSetup,
+    *,
+    items: Sequence[str],
+    prompts: tuple[PromptSet, PromptSet],
+    judgements: tuple[Judgements, Judgements],
+    first_replicate: int,
 ) -> Rejudging:
     """Judge ``items`` ``setup.loop_cfg.rejudge`` more times under each of ``prompts`` (replicate indices
     ``first_replicate`` onwards, so a judgement asked for twice is paid once) and append them to
@@ -100,12 +107,22 @@ async def rejudge(
     budget_stop: str | None = None
     for side in prompts:
         extra = await evaluate_items(
-            s.ws, s.split, side, s.judge, item_ids=items, replicates=s.loop_cfg.rejudge,
+            s.ws,
+            s.split,
+            side,
+            s.judge,
+            item_ids=items,
+            replicates=s.loop_cfg.rejudge,
             first_replicate=first_replicate,
             options=PassOptions(
-                budget=s.budget, progress=s.progress, provider=s.provider, cache=s.cache,
+                budget=s.budget,
+                progress=s.progress,
+                provider=s.provider,
+                cache=s.cache,
                 infra_retry_rounds=s.loop_cfg.infra_retry_rounds,
-                infra_retry_pause_s=s.loop_cfg.infra_retry_pause_s, batch=s.batch, stop=s.stop,
+                infra_retry_pause_s=s.loop_cfg.infra_retry_pause_s,
+                batch=s.batch,
+                stop=s.stop,
             ),
         )
         passes.append(extra)
@@ -114,8 +131,13 @@ async def rejudge(
         failed = extra.infra_error_ids or extra.not_evaluated
         if failed or extra.stop is not None:
             why = extra.stop_reason or f"{len(failed)} item(s) hit infrastructure errors while re-judged"
-            return Rejudging(passes, dict(judgements[0]), dict(judgements[1]),
-                             error=f"re-judging incomplete: {why}", budget_stop=budget_stop)
+            return Rejudging(
+                passes,
+                dict(judgements[0]),
+                dict(judgements[1]),
+                error=f"re-judging incomplete: {why}",
+                budget_stop=budget_stop,
+            )
     return Rejudging(passes, with_extra(judgements[0], passes[0]), with_extra(judgements[1], passes[1]))
 
 
@@ -166,16 +188,23 @@ class Comparison(RunTotals):
 def incomplete(result: EvalRun) -> str | None:
     """Why an evaluation cannot be decided on (infrastructure errors, a stop, items left), or None."""
     if result.infra_error_ids:
-        return (f"{len(result.infra_error_ids)} item(s) hit infrastructure errors after every retry "
-                f"(e.g. {result.infra_error_ids[0]})")
+        return (
+            f"{len(result.infra_error_ids)} item(s) hit infrastructure errors after every retry "
+            f"(e.g. {result.infra_error_ids[0]})"
+        )
     if result.stop is not None or result.not_evaluated:
         return result.stop_reason or f"{len(result.not_evaluated)} item(s) not evaluated"
     return None
 
 
 async def compare_prompts(
-    setup: JudgingSetup, labels: Mapping[str, Label], base_prompts: PromptSet, other_prompts: PromptSet, *,
-    replicates: int, seed: int = 0,
+    setup: JudgingSetup,
+    labels: Mapping[str, Label],
+    base_prompts: PromptSet,
+    other_prompts: PromptSet,
+    *,
+    replicates: int,
+    seed: int = 0,
 ) -> Comparison:
     """Evaluate both prompt sets on every item of ``setup.split`` (``replicates`` judgements each), re-judge
     the items they disagree on, and test ``other`` against ``base`` with the adaptive policy's test at
@@ -188,11 +217,20 @@ async def compare_prompts(
     results: list[EvalRun] = []
     for prompts in (base_prompts, other_prompts):
         result = await evaluate_items(
-            s.ws, split, prompts, s.judge, item_ids=split.ids, replicates=replicates,
+            s.ws,
+            split,
+            prompts,
+            s.judge,
+            item_ids=split.ids,
+            replicates=replicates,
             options=PassOptions(
-                budget=s.budget, progress=s.progress, provider=s.provider, cache=s.cache,
+                budget=s.budget,
+                progress=s.progress,
+                provider=s.provider,
+                cache=s.cache,
                 infra_retry_rounds=loop_cfg.infra_retry_rounds,
-                infra_retry_pause_s=loop_cfg.infra_retry_pause_s, stop=s.stop,
+                infra_retry_pause_s=loop_cfg.infra_retry_pause_s,
+                stop=s.stop,
             ),
         )
         out.runs.append(result)
@@ -210,21 +248,30 @@ async def compare_prompts(
         out.rejudged = disagreements(base_run.answers(), other_run.answers())
     if out.rejudged:
         # The first passes went call by call: so does their re-judging.
-        rj = await rejudge(replace(setup, batch=None), items=out.rejudged, prompts=(base_prompts, other_prompts),
-                           judgements=(base_j, other_j), first_replicate=replicates)
+        rj = await rejudge(
+            replace(setup, batch=None),
+            items=out.rejudged,
+            prompts=(base_prompts, other_prompts),
+            judgements=(base_j, other_j),
+            first_replicate=replicates,
+        )
         out.runs.extend(rj.passes)
         if rj.error is not None:
             out.error, out.budget_stop = rj.error, rj.budget_stop
             return out
         base_j, other_j = rj.first, rj.second
     policy = loop_cfg.model_copy(update={"policy": "adaptive"})
-    out.decision = decide_adaptive(labels, base_j, other_j, policy, first_pass=replicates, rejudged=out.rejudged,
-                                   seed=seed)
+    out.decision = decide_adaptive(
+        labels, base_j, other_j, policy, first_pass=replicates, rejudged=out.rejudged, seed=seed
+    )
     base_major = {t: majority_answer(js) for t, js in base_j.items() if t in labels}
     other_major = {t: majority_answer(js) for t, js in other_j.items() if t in labels}
     out.base_metrics, out.other_metrics = score(labels, base_major), score(labels, other_major)
     for tid in split.ids:
-        right_before, right_after = is_correct(labels[tid], base_major[tid]), is_correct(labels[tid], other_major[tid])
+        right_before, right_after = (
+            is_correct(labels[tid], base_major[tid]),
+            is_correct(labels[tid], other_major[tid]),
+        )
         if right_after and not right_before:
             out.fixed.append(tid)
         elif right_before and not right_after:

@@ -32,10 +32,16 @@ class ConfirmOutcome:
     metrics: Metrics
 
 
-
-def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
-            judge_overrides: JudgeOverrides | None = None, events: Listener = ignore,
-            batch: bool = False, stop: StopRequest | None = None) -> ConfirmOutcome:
+def confirm(
+    ws: Workspace,
+    split_name: str,
+    *,
+    run_id: str | None = None,
+    judge_overrides: JudgeOverrides | None = None,
+    events: Listener = ignore,
+    batch: bool = False,
+    stop: StopRequest | None = None,
+) -> ConfirmOutcome:
     """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped by
     ``[confirm] max_uses``. A use that hit infrastructure errors records nothing and is not counted.
     ``batch``: through the provider's batch API (recorded in the judge cache, so a killed `confirm`
@@ -47,15 +53,21 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
         settings = RunSettings.from_run(run, cfg, RunOverrides(judge=judge_overrides or JudgeOverrides()))
         judge = settings.judge  # the run's: its final prompts are confirmed by the judge that chose them
         if split_name == run.split or split_name == cfg.workspace.dev_split:
-            raise UserError(f"{split_name!r} is the dev split; confirm evaluates a held-out split "
-                            "(list it under [workspace] heldout_splits)")
+            raise UserError(
+                f"{split_name!r} is the dev split; confirm evaluates a held-out split "
+                "(list it under [workspace] heldout_splits)"
+            )
         if split_name not in cfg.workspace.heldout_splits:
-            raise UserError(f"split {split_name!r} is not listed in [workspace] heldout_splits; add it there "
-                            "so the loop can never use it, then retry")
+            raise UserError(
+                f"split {split_name!r} is not listed in [workspace] heldout_splits; add it there "
+                "so the loop can never use it, then retry"
+            )
         used = ledger.count_confirmations(split_name)
         if used >= cfg.confirm.max_uses:
-            raise UserError(f"split {split_name!r} was already used {used} time(s) ([confirm] max_uses = "
-                            f"{cfg.confirm.max_uses}); every look at a held-out split spends its honesty")
+            raise UserError(
+                f"split {split_name!r} was already used {used} time(s) ([confirm] max_uses = "
+                f"{cfg.confirm.max_uses}); every look at a held-out split spends its honesty"
+            )
         if run.incumbent_experiment is None:
             raise UserError(f"run {run.id} has no incumbent yet; let it finish its baseline first")
         inc = ledger.get_experiment(run.incumbent_experiment)
@@ -63,34 +75,47 @@ def confirm(ws: Workspace, split_name: str, *, run_id: str | None = None,
         check_apart(ws, split.name, others=[run.split])  # the items the run's optimiser saw
         prompts = PromptSet.from_rev(ws, inc.commit_sha or run.start_rev)
         labels = load_labels(split)
-        events(Message(f"confirming run {run.id}'s final prompts (experiment {inc.id}, {(inc.commit_sha or '')[:12]}) "
-                       f"on held-out split {split.name} ({len(split.ids)} items); use {used + 1} of {cfg.confirm.max_uses}"))
+        events(
+            Message(
+                f"confirming run {run.id}'s final prompts (experiment {inc.id}, {(inc.commit_sha or '')[:12]}) "
+                f"on held-out split {split.name} ({len(split.ids)} items); use {used + 1} of {cfg.confirm.max_uses}"
+            )
+        )
         options = None
         if batch:
             check_batch_settings(judge.provider, prompts.settings.mode)
-            options = BatchOptions.from_judge(judge, on_state=lambda state: events(Message(state.line(), "note")))
+            options = BatchOptions.from_judge(
+                judge, on_state=lambda state: events(Message(state.line(), "note"))
+            )
+
         def progress(snapshot: ProgressSnapshot) -> None:
             events(Progress(snapshot))
 
-        result = asyncio.run(evaluate_items(
-            ws,
-            split,
-            prompts,
-            judge,
-            item_ids=split.ids,
-            replicates=settings.replicates,
-            options=PassOptions(batch=options, progress=progress, stop=stop),
-        ))
+        result = asyncio.run(
+            evaluate_items(
+                ws,
+                split,
+                prompts,
+                judge,
+                item_ids=split.ids,
+                replicates=settings.replicates,
+                options=PassOptions(batch=options, progress=progress, stop=stop),
+            )
+        )
         if stop is not None and stop.is_set() and result.not_evaluated:
-            raise Interrupted(f"{len(result.items)} of {len(split.ids)} items judged; nothing recorded and the use "
-                              "is not counted (the calls made are cached: `judgeloop confirm` again pays only "
-                              "for the rest)")
+            raise Interrupted(
+                f"{len(result.items)} of {len(split.ids)} items judged; nothing recorded and the use "
+                "is not counted (the calls made are cached: `judgeloop confirm` again pays only "
+                "for the rest)"
+            )
         warning = result.cache_reads.warning()  # billed cache reads fell below plan
         if warning is not None:
             events(Message(warning, "note"))
         if result.infra_error_ids:
-            raise UserError(f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
-                            "the use is not counted — retry when the provider is healthy")
+            raise UserError(
+                f"{len(result.infra_error_ids)} item(s) hit infrastructure errors; nothing recorded, "
+                "the use is not counted — retry when the provider is healthy"
+            )
         metrics = score(labels, result.answers())
         ledger.add_confirmation(split.name, inc.commit_sha or run.start_rev, metrics, run_id=run.id)
         return ConfirmOutcome(run.id, inc.id, split.name, metrics)

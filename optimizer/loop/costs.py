@@ -67,8 +67,11 @@ def estimated_verdict_cost(
             prompts,
             success_share=share,
             replicates=ctx.settings.replicates,
-            render=RenderOptions(text_only=traits.text_only, layout=traits.layout,
-                                 image_cache_dir=ctx.ws.experiments_dir / IMAGE_CACHE_DIRNAME),
+            render=RenderOptions(
+                text_only=traits.text_only,
+                layout=traits.layout,
+                image_cache_dir=ctx.ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+            ),
         )
         total += sum(weight * steady_cost_usd(request, output_tokens, price) for request, weight in calls)
     return total / len(ids)

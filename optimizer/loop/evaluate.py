@@ -351,10 +351,15 @@ class _Evaluation:
                 item_ids=phase,
                 replicates=ctx.settings.replicates,
                 options=PassOptions(
-                    on_item=self._on_item, budget=ctx.budget(),
+                    on_item=self._on_item,
+                    budget=ctx.budget(),
                     progress=pass_reporter(ctx, exp_id, before=result, total=len(self.order)),
-                    provider=self.provider, cache=self.cache, infra_retry_rounds=loop.infra_retry_rounds,
-                    infra_retry_pause_s=loop.infra_retry_pause_s, batch=batch, stop=ctx.stop,
+                    provider=self.provider,
+                    cache=self.cache,
+                    infra_retry_rounds=loop.infra_retry_rounds,
+                    infra_retry_pause_s=loop.infra_retry_pause_s,
+                    batch=batch,
+                    stop=ctx.stop,
                 ),
             )
             result = part if result is None else joined(result, part)

@@ -137,8 +137,17 @@ PROTECTED_END = "<!-- judgeloop:protected:end -->"
 MAX_RATIONALE_CHARS = 4_000
 
 GuardName = Literal[
-    "ok", "rationale", "empty", "allowed_files", "structure", "protected", "diff_size", "overfit_id",
-    "overfit_copy", "overfit_value", "overfit_case",
+    "ok",
+    "rationale",
+    "empty",
+    "allowed_files",
+    "structure",
+    "protected",
+    "diff_size",
+    "overfit_id",
+    "overfit_copy",
+    "overfit_value",
+    "overfit_case",
 ]
 Changes = Mapping[str, tuple[str | None, str | None]]
 
@@ -163,8 +172,11 @@ def check_rationale(rationale: str) -> GuardResult:
     """The ``rationale`` guard: ``rationale`` is at most `MAX_RATIONALE_CHARS` characters."""
     if len(rationale) <= MAX_RATIONALE_CHARS:
         return _PASS
-    return _fail("rationale", f"the rationale is {len(rationale):,} characters, over the cap of "
-                              f"{MAX_RATIONALE_CHARS:,}; say why in one paragraph")
+    return _fail(
+        "rationale",
+        f"the rationale is {len(rationale):,} characters, over the cap of "
+        f"{MAX_RATIONALE_CHARS:,}; say why in one paragraph",
+    )
 
 
 def clipped_rationale(rationale: str) -> str:
@@ -202,14 +214,20 @@ def changed_line_count(old: str | None, new: str | None) -> int:
 def _new_id(path: str, old: LintText, new: LintText, index: IdIndex) -> GuardResult | None:
     for key in index.keys:
         if key in new.compact and new.compact.count(key) > old.compact.count(key):
-            return _fail("overfit_id", f"{path} contains the dev id {index.by_key[key]!r}; write rules, not item references")
+            return _fail(
+                "overfit_id",
+                f"{path} contains the dev id {index.by_key[key]!r}; write rules, not item references",
+            )
     new_prefixes = index.prefixes(new)
     if new_prefixes:
         old_prefixes = index.prefixes(old)
         for prefix in sorted(new_prefixes):
             if new_prefixes[prefix] > old_prefixes[prefix]:
-                return _fail("overfit_id", f"{path} contains {prefix!r}, a prefix of the dev id "
-                             f"{index.owner(prefix)!r}; write rules, not item references")
+                return _fail(
+                    "overfit_id",
+                    f"{path} contains {prefix!r}, a prefix of the dev id "
+                    f"{index.owner(prefix)!r}; write rules, not item references",
+                )
     return None
 
 
@@ -234,16 +252,27 @@ class DevMaterial:
 
     @classmethod
     def of_texts(
-        cls, ids: Iterable[str], recording_ids: Iterable[str], instructions: Iterable[str],
-        *, trajectory_values: Iterable[str] = (), items: ItemIndex | None = None,
+        cls,
+        ids: Iterable[str],
+        recording_ids: Iterable[str],
+        instructions: Iterable[str],
+        *,
+        trajectory_values: Iterable[str] = (),
+        items: ItemIndex | None = None,
     ) -> DevMaterial:
         """From the instruction texts (their n-grams and values computed when a candidate is checked)."""
         return cls(ids, recording_ids, instructions, None, trajectory_values, items)
 
     @classmethod
     def prebuilt(
-        cls, ids: Iterable[str], recording_ids: Iterable[str], grams: set[tuple[str, ...]], values: Iterable[str],
-        *, trajectory_values: Iterable[str] = (), items: ItemIndex | None = None,
+        cls,
+        ids: Iterable[str],
+        recording_ids: Iterable[str],
+        grams: set[tuple[str, ...]],
+        values: Iterable[str],
+        *,
+        trajectory_values: Iterable[str] = (),
+        items: ItemIndex | None = None,
     ) -> DevMaterial:
         """From the instructions' prebuilt n-gram and value sets (what a run builds once)."""
         return cls(ids, recording_ids, grams, values, trajectory_values, items)
@@ -272,7 +301,8 @@ def check_candidate(
         if dev_values is None:
             raise ValueError(
                 "check_candidate needs dev_values (DevMaterial.values) with a prebuilt n-gram set "
-                "(pass instruction_values)")
+                "(pass instruction_values)"
+            )
         grams = cast(set[tuple[str, ...]], dev_instructions)
     else:
         texts = [str(i) for i in dev_instructions]
@@ -283,19 +313,25 @@ def check_candidate(
     if not changes:
         return _fail("empty", "the candidate changes nothing")
     if CASES_JSONL in changes and dev_items is None:
-        raise ValueError("check_candidate needs dev_items (an ItemIndex) for a candidate that changes cases.jsonl")
+        raise ValueError(
+            "check_candidate needs dev_items (an ItemIndex) for a candidate that changes cases.jsonl"
+        )
 
     # One path rule (`optimizer.workspace.paths`): a spelling that is not the canonical name of an allowed file is outside.
     allowed = {name for a in allowed_files if (name := prompt_file_or_none(a)) is not None} - {JUDGE_TOML}
     if JUDGE_TOML in changes:
         old_toml, new_toml = changes[JUDGE_TOML]
         if new_toml is None:
-            return _fail("structure", f"the candidate deletes {JUDGE_TOML}; structure moves edit keys, never the file")
+            return _fail(
+                "structure", f"the candidate deletes {JUDGE_TOML}; structure moves edit keys, never the file"
+            )
         refused = check_structure(JUDGE_TOML, old_toml, new_toml, structure_moves, max_members)
         if refused is not None:
             return _fail("structure", refused)
         allowed.add(JUDGE_TOML)
-    outside = sorted(p for p in changes if prompt_file_or_none(p) not in allowed or prompt_file_or_none(p) != p)
+    outside = sorted(
+        p for p in changes if prompt_file_or_none(p) not in allowed or prompt_file_or_none(p) != p
+    )
     if outside:
         return _fail(
             "allowed_files",
@@ -303,7 +339,9 @@ def check_candidate(
         )
     for path, (_old, new) in sorted(changes.items()):
         if new is None:
-            return _fail("allowed_files", f"the candidate deletes {path}; allowed files may be edited, not deleted")
+            return _fail(
+                "allowed_files", f"the candidate deletes {path}; allowed files may be edited, not deleted"
+            )
 
     for path, (old, new) in sorted(changes.items()):
         result = check_protected(path, old or "", new or "")
@@ -313,12 +351,17 @@ def check_candidate(
     total = sum(changed_line_count(old, new) for old, new in changes.values())
     if total > max_diff_lines:
         per_file = ", ".join(f"{p} {changed_line_count(o, n)}" for p, (o, n) in sorted(changes.items()))
-        return _fail("diff_size", f"the candidate changes {total} lines ({per_file}), over the cap of {max_diff_lines}")
+        return _fail(
+            "diff_size", f"the candidate changes {total} lines ({per_file}), over the cap of {max_diff_lines}"
+        )
 
     # Every text is normalised and decoded once; guards 5-7 all read these. Not the memory's cases: a case
     # names its own dev items and quotes their instructions by design; guard 8 lints it against the others.
-    texts_of = {path: (LintText(old), LintText(new)) for path, (old, new) in sorted(changes.items())
-                if path not in LINT_EXEMPT}
+    texts_of = {
+        path: (LintText(old), LintText(new))
+        for path, (old, new) in sorted(changes.items())
+        if path not in LINT_EXEMPT
+    }
     index = IdIndex([*dev_ids, *dev_recording_ids])
     for path, (old_t, new_t) in texts_of.items():
         failed = _new_id(path, old_t, new_t, index)
@@ -374,7 +417,9 @@ def check_protected(path: str, old: str, new: str) -> GuardResult:
         if after < before:
             return _fail("protected", f"{path} removes a protection marker {marker}")
         if after > before:
-            return _fail("protected", f"{path} adds a protection marker {marker}; protected regions are set by humans")
+            return _fail(
+                "protected", f"{path} adds a protection marker {marker}; protected regions are set by humans"
+            )
     old_regions, new_regions = protected_regions(old), protected_regions(new)
     for index, (a, b) in enumerate(zip(old_regions, new_regions, strict=True), start=1):
         if a != b:

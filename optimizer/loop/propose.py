@@ -194,8 +194,12 @@ def earlier_from_same_prompts(ctx: RunContext, incumbent: Experiment) -> list[Pa
 
 def optimizer_usage(spent: Proposal | ProposalError) -> Usage:
     """What the optimiser spent on a proposal (or before it failed): calls, input and output tokens, US dollars."""
-    return Usage(calls=spent.calls, input_tokens=spent.input_tokens, output_tokens=spent.output_tokens,
-                 cost_usd=spent.cost_usd)
+    return Usage(
+        calls=spent.calls,
+        input_tokens=spent.input_tokens,
+        output_tokens=spent.output_tokens,
+        cost_usd=spent.cost_usd,
+    )
 
 
 def guard_inputs(ctx: RunContext) -> DevMaterial:

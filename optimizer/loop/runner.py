@@ -72,7 +72,9 @@ class LoopRunner:
             strategy="baseline",
             seq=0,
             commit_sha=sha,
-            edit=ProposedEdit(rationale="the prompts the run started from", prompt_hash=prompts.prompt_hash()),
+            edit=ProposedEdit(
+                rationale="the prompts the run started from", prompt_hash=prompts.prompt_hash()
+            ),
         )
         ctx.stage(StageKind.BASELINE, exp.id, started_at=time.time())
         ctx.say(

@@ -115,9 +115,16 @@ def _status_for(stop: StopReason) -> RunStatus:
 
 def _overrides(options: RunOptions) -> RunOverrides:
     return RunOverrides(
-        judge=options.judge, policy=options.policy, replicates=options.replicates, batch=options.batch,
-        max_experiments=options.max_experiments, budget_usd=options.budget_usd, hours=options.hours,
-        patience=options.patience, propose_only=options.propose_only, wave=options.wave,
+        judge=options.judge,
+        policy=options.policy,
+        replicates=options.replicates,
+        batch=options.batch,
+        max_experiments=options.max_experiments,
+        budget_usd=options.budget_usd,
+        hours=options.hours,
+        patience=options.patience,
+        propose_only=options.propose_only,
+        wave=options.wave,
     )
 
 
@@ -132,15 +139,26 @@ class StartedRun:
     strategy_name: str
     labels: dict[str, Label]  # the label set the run decides with, fixed at its start
 
-    def context(self, ws: Workspace, ledger: Ledger, events: Listener = ignore,
-                stop: StopRequest | None = None) -> RunContext:
+    def context(
+        self, ws: Workspace, ledger: Ledger, events: Listener = ignore, stop: StopRequest | None = None
+    ) -> RunContext:
         """The run as the loop's rooms see it (`optimizer.loop.context.RunContext`), its spend so far counted."""
-        return RunContext(ws=ws, ledger=ledger, run=self.run, split=self.split, labels=self.labels,
-                          settings=self.settings, events=events, stop=stop or StopRequest(), spent_usd=self.spent)
+        return RunContext(
+            ws=ws,
+            ledger=ledger,
+            run=self.run,
+            split=self.split,
+            labels=self.labels,
+            settings=self.settings,
+            events=events,
+            stop=stop or StopRequest(),
+            spent_usd=self.spent,
+        )
 
 
-def start_run(ws: Workspace, options: RunOptions, events: Listener = ignore,
-              stop: StopRequest | None = None) -> RunOutcome:
+def start_run(
+    ws: Workspace, options: RunOptions, events: Listener = ignore, stop: StopRequest | None = None
+) -> RunOutcome:
     """Start a new optimisation run on the dev split and drive it until a limit stops it. ``stop``
     (a Ctrl-C, SIGTERM, or any caller): no new judge call starts; the run records where it stopped
     (an evaluation it cut stays ``running``, for `resume_run`) and ends as ``stopped``. A KeyboardInterrupt
@@ -149,8 +167,9 @@ def start_run(ws: Workspace, options: RunOptions, events: Listener = ignore,
         return _run(ws, options, events, resume=False, stop=stop or StopRequest())
 
 
-def resume_run(ws: Workspace, options: RunOptions, events: Listener = ignore,
-               stop: StopRequest | None = None) -> RunOutcome:
+def resume_run(
+    ws: Workspace, options: RunOptions, events: Listener = ignore, stop: StopRequest | None = None
+) -> RunOutcome:
     """Continue the last unfinished run: restore the tree, re-evaluate an interrupted candidate from
     the cache (nothing paid for is paid again) and go on. Limits not given keep the run's own.
     ``stop``: as for `start_run`."""
@@ -158,12 +177,16 @@ def resume_run(ws: Workspace, options: RunOptions, events: Listener = ignore,
         return _run(ws, options, events, resume=True, stop=stop or StopRequest())
 
 
-def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, stop: StopRequest) -> RunOutcome:
+def _run(
+    ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, stop: StopRequest
+) -> RunOutcome:
     def say(text: str) -> None:
         events(Message(text))
 
     cfg = ws.config
-    judge = options.judge.apply(cfg.judge)  # a new run's; a resumed one keeps its own (`RunSettings.from_run`)
+    judge = options.judge.apply(
+        cfg.judge
+    )  # a new run's; a resumed one keeps its own (`RunSettings.from_run`)
     if not resume and options.batch and judge.provider not in BATCH_PROVIDERS:
         check_batch_settings(judge.provider, "direct")  # refused before anything else is checked or changed
     if gitops.clear_stale_index_lock(ws.root):
@@ -171,11 +194,16 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
     if ws.stop_path.exists():
         # Older than this run, so meant for none: it would end the run after its baseline.
         ws.stop_path.unlink()
-        say(f"removed a leftover {ws.stop_path.relative_to(ws.root)} (it predates this run); create it again "
-            "to stop the run after its current step")
+        say(
+            f"removed a leftover {ws.stop_path.relative_to(ws.root)} (it predates this run); create it again "
+            "to stop the run after its current step"
+        )
     if not resume and options.budget_usd is not None:  # before anything starts; `judgeloop plan` says more
         from optimizer.plan import budget_warning
-        if warning := budget_warning(ws, judge, options.split, options.policy, options.replicates, options.budget_usd):
+
+        if warning := budget_warning(
+            ws, judge, options.split, options.policy, options.replicates, options.budget_usd
+        ):
             events(Message(warning, stream="note"))
     check_prompts_tree(ws.root)
     ledger = Ledger(ws.ledger_path)
@@ -199,9 +227,14 @@ def _run(ws: Workspace, options: RunOptions, events: Listener, *, resume: bool, 
             strategy = proposer
         runner = LoopRunner(prepared.context(ws, ledger, events, stop), strategy)
         if not resume:  # before the baseline: every candidate pays for an item of megabytes again
-            for line in oversized_items(split, PromptSet.from_dir(ws.prompts_dir), settings.judge, prices=cfg.prices,
-                                        image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
-                                        replicates=settings.replicates):
+            for line in oversized_items(
+                split,
+                PromptSet.from_dir(ws.prompts_dir),
+                settings.judge,
+                prices=cfg.prices,
+                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+                replicates=settings.replicates,
+            ):
                 events(Message(f"warning: {line}", stream="note"))
         try:
             ended = asyncio.run(runner.loop())
@@ -247,13 +280,16 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
         raise UserError(f"run {run.id} names held-out split {run.split!r}; the loop never sees it")
     split = open_split(ws, run.split)
     if split.fingerprint != run.split_fingerprint:
-        raise UserError(f"split {run.split!r} changed since run {run.id} started (fingerprint differs); "
-                        "start a new run")
+        raise UserError(
+            f"split {run.split!r} changed since run {run.id} started (fingerprint differs); start a new run"
+        )
     check_apart(ws, split.name)  # a held-out split imported since the run started may share its items
     dirty = [p for p in gitops.dirty_paths(ws.root) if p not in cfg.optimizer.editable_files]
     if dirty:
-        raise UserError(f"the working tree has changes outside the loop's files ({', '.join(dirty[:5])}); "
-                        "commit or discard them before `judgeloop run --resume` (it resets the tree)")
+        raise UserError(
+            f"the working tree has changes outside the loop's files ({', '.join(dirty[:5])}); "
+            "commit or discard them before `judgeloop run --resume` (it resets the tree)"
+        )
     if not ledger.experiments(run.id) and not gitops.branch_exists(ws.root, run.branch):
         # Killed between recording the run and creating its branch: nothing happened yet.
         gitops.ensure_clean(ws.root, "judgeloop run --resume")
@@ -274,8 +310,10 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
     if settings.batch:
         pending = [b for b in ledger.batches(run.id, open_only=True) if b.batch_id]
         for b in pending:
-            say(f"  pending batch {b.batch_id} ({len(b.custom_ids)} call(s), experiment {b.experiment_id}): "
-                "collecting it instead of submitting again")
+            say(
+                f"  pending batch {b.batch_id} ({len(b.custom_ids)} call(s), experiment {b.experiment_id}): "
+                "collecting it instead of submitting again"
+            )
     return StartedRun(run, split, settings, spent, run.strategy, labels)
 
 
@@ -289,7 +327,10 @@ def _loop_made(ws: Workspace, ledger: Ledger, run: Run, base: str) -> set[str]:
     """The commits on top of ``base`` the loop made for ``run`` and recorded (or is about to): its running and
     waiting candidates' commits, its parked wave candidates, and a pending commit at the branch's tip whose
     trailers name a running candidate of the run not yet recorded (killed between the commit and the record)."""
-    open_exps = [*ledger.experiments_with_status("running", run.id), *ledger.experiments_with_status("waiting", run.id)]
+    open_exps = [
+        *ledger.experiments_with_status("running", run.id),
+        *ledger.experiments_with_status("waiting", run.id),
+    ]
     made = {e.commit_sha for e in open_exps if e.commit_sha and e.seq > 0}
     parked = gitops.parked_candidates(ws.root)
     made |= {parked[e.id] for e in open_exps if e.id in parked}
@@ -297,8 +338,11 @@ def _loop_made(ws: Workspace, ledger: Ledger, run: Run, base: str) -> set[str]:
         tip = gitops.rev_parse(ws.root, run.branch)
         trailers = gitops.parse_trailers(gitops.commit_message(ws.root, tip))
         pending = {str(e.id) for e in open_exps if e.status == "running" and not e.commit_sha and e.seq > 0}
-        if (trailers.get("Judgeloop-Experiment") in pending and trailers.get("Judgeloop-Decision") == gitops.PENDING
-                and gitops.parents(ws.root, tip) == [base]):
+        if (
+            trailers.get("Judgeloop-Experiment") in pending
+            and trailers.get("Judgeloop-Decision") == gitops.PENDING
+            and gitops.parents(ws.root, tip) == [base]
+        ):
             made.add(tip)  # rolled back, never evaluated: a commit of the loop's, never trusted to be judged
     return made
 
@@ -329,11 +373,16 @@ def _close_run(ws: Workspace, ledger: Ledger, run: Run, say: Say) -> None:
     if has_branch:
         problem = trust.branch_problem(ws.root, run.branch, base, _loop_made(ws, ledger, run, base))
         if problem is not None:
-            raise UserError(f"run {run.id} did not finish and is closed before a new one starts, but "
-                            + trust.refusal(problem, run.branch, base))
+            raise UserError(
+                f"run {run.id} did not finish and is closed before a new one starts, but "
+                + trust.refusal(problem, run.branch, base)
+            )
     killed = run.status == "running"
-    who = "the MCP session was killed" if run.strategy == MCP_PROPOSER else (
-        f"run {run.id} was killed" if killed else f"run {run.id} ended ({run.status})")
+    who = (
+        "the MCP session was killed"
+        if run.strategy == MCP_PROPOSER
+        else (f"run {run.id} was killed" if killed else f"run {run.id} ended ({run.status})")
+    )
     record_spend_before_crash(ledger, ws, run.id)
     parked = gitops.parked_candidates(ws.root)
     rolled: list[int] = []
@@ -342,8 +391,11 @@ def _close_run(ws: Workspace, ledger: Ledger, run: Run, say: Say) -> None:
             gitops.store_rejected(ws.root, exp.commit_sha, exp.id)
         if exp.id in parked:
             gitops.unpark(ws.root, exp.id)
-        ledger.record_error(exp.id, f"interrupted: {who} before it was decided; rolled back when the next "
-                            "command started", cost_usd=exp.cost_usd)
+        ledger.record_error(
+            exp.id,
+            f"interrupted: {who} before it was decided; rolled back when the next command started",
+            cost_usd=exp.cost_usd,
+        )
         rolled.append(exp.id)
     waiting = ledger.experiments_with_status("waiting", run.id)
     for exp in waiting:
@@ -355,17 +407,33 @@ def _close_run(ws: Workspace, ledger: Ledger, run: Run, say: Say) -> None:
         else:
             gitops.set_branch(ws.root, run.branch, base)
     if waiting:
-        ledger.set_run_status(run.id, "waiting", stop_reason=f"{who}; experiment {waiting[0].id} waits for "
-                              f"`judgeloop decide {waiting[0].id} keep|discard`")
+        ledger.set_run_status(
+            run.id,
+            "waiting",
+            stop_reason=f"{who}; experiment {waiting[0].id} waits for "
+            f"`judgeloop decide {waiting[0].id} keep|discard`",
+        )
     elif killed:
         ledger.set_run_status(run.id, "stopped", stop_reason=f"{who}; closed by the next command")
-    say(f"closed run {run.id} ({who})" + (f": experiment(s) {', '.join(map(str, rolled))} rolled back under "
-                                         "refs/judgeloop/rejected/" if rolled else "")
-        + f"; {run.branch} is at its last kept commit {base[:12]}")
+    say(
+        f"closed run {run.id} ({who})"
+        + (
+            f": experiment(s) {', '.join(map(str, rolled))} rolled back under refs/judgeloop/rejected/"
+            if rolled
+            else ""
+        )
+        + f"; {run.branch} is at its last kept commit {base[:12]}"
+    )
 
 
-def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSection, say: Say,
-             proposer: str | None = None) -> StartedRun:
+def open_run(
+    ws: Workspace,
+    ledger: Ledger,
+    options: RunOptions,
+    judge: JudgeSection,
+    say: Say,
+    proposer: str | None = None,
+) -> StartedRun:
     """Start a new run's record and branch (the caller holds the loop lock): unfinished runs closed first,
     the tree clean, the dev split only, the label set fixed. ``proposer``: who proposes when it is not a
     strategy of `make_strategy` (``"mcp"``: `optimizer.mcp`)."""
@@ -375,8 +443,10 @@ def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSec
         loop_cfg = loop_cfg.model_copy(update={"wave": options.wave})
     strategy_name = proposer or options.strategy or cfg.optimizer.strategy
     if options.message is not None and strategy_name != "manual":
-        raise UserError(f"-m/--message is the rationale of a hand edit (--strategy manual); the {strategy_name} "
-                        "strategy writes its own: drop -m, or add --strategy manual to judge your edit")
+        raise UserError(
+            f"-m/--message is the rationale of a hand edit (--strategy manual); the {strategy_name} "
+            "strategy writes its own: drop -m, or add --strategy manual to judge your edit"
+        )
     # Every key, provider and setting check before anything changes (no closed run, captured edit, row or
     # branch for a refused run); checks that need the start's prompts come after HEAD is settled, below.
     check_wave(loop_cfg, strategy=strategy_name, propose_only=options.propose_only)
@@ -388,22 +458,35 @@ def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSec
         close_unfinished_runs(ws, ledger, say)
     waiting = ledger.experiments_with_status("waiting")
     if waiting:
-        raise UserError(f"experiment {waiting[0].id} is waiting for a decision; run "
-                        f"`judgeloop decide {waiting[0].id} keep|discard` first")
+        raise UserError(
+            f"experiment {waiting[0].id} is waiting for a decision; run "
+            f"`judgeloop decide {waiting[0].id} keep|discard` first"
+        )
     split_name = options.split or cfg.workspace.dev_split
     if split_name in cfg.workspace.heldout_splits:
-        raise UserError(f"split {split_name!r} is held out ([workspace] heldout_splits); the loop may only "
-                        "use the dev split — evaluate held-out splits with `judgeloop confirm`")
+        raise UserError(
+            f"split {split_name!r} is held out ([workspace] heldout_splits); the loop may only "
+            "use the dev split — evaluate held-out splits with `judgeloop confirm`"
+        )
     split = open_split(ws, split_name)
     check_apart(ws, split.name)  # no item or recording of a held-out split in the loop's split
-    limits = Limits(max_experiments=options.max_experiments, budget_usd=options.budget_usd, hours=options.hours,
-                    patience=options.patience if options.patience is not None else cfg.loop.patience,
-                    propose_only=options.propose_only)
+    limits = Limits(
+        max_experiments=options.max_experiments,
+        budget_usd=options.budget_usd,
+        hours=options.hours,
+        patience=options.patience if options.patience is not None else cfg.loop.patience,
+        propose_only=options.propose_only,
+    )
     manual_dir: Path | None = None
     if strategy_name == "manual":
         # Save the edit, reset the files: the run starts clean and proposes the saved copy once.
-        manual_dir = capture_edits(ws.root, ws.experiments_dir, cfg.optimizer.editable_files, options.message,
-                                   structure=(cfg.optimizer.structure_moves, cfg.optimizer.max_members))
+        manual_dir = capture_edits(
+            ws.root,
+            ws.experiments_dir,
+            cfg.optimizer.editable_files,
+            options.message,
+            structure=(cfg.optimizer.structure_moves, cfg.optimizer.max_members),
+        )
         gitops.ensure_clean(ws.root, "judgeloop run")
         close_unfinished_runs(ws, ledger, say)  # after the capture: its reset must not take the edit
         limits = dataclasses.replace(limits, max_experiments=1)
@@ -412,46 +495,71 @@ def open_run(ws: Workspace, ledger: Ledger, options: RunOptions, judge: JudgeSec
     try:
         start_settings = PromptSet.from_rev(ws, start_rev).settings
     except UserError as exc:
-        pending = next((e for e in ledger.experiments_with_status("running") if e.commit_sha == start_rev), None)
+        pending = next(
+            (e for e in ledger.experiments_with_status("running") if e.commit_sha == start_rev), None
+        )
         if pending is None:
             raise
-        raise UserError(f"{exc} — HEAD is candidate {pending.id} of run {pending.run_id}, never evaluated: "
-                        "`judgeloop run --resume` rolls it back and goes on") from None
+        raise UserError(
+            f"{exc} — HEAD is candidate {pending.id} of run {pending.run_id}, never evaluated: "
+            "`judgeloop run --resume` rolls it back and goes on"
+        ) from None
     if start_settings.mode == "agentic" and judge.provider == "local":
-        raise UserError('prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
-                        'tools (anthropic or openai); the local judge supports mode = "direct" only')
+        raise UserError(
+            'prompts/judge.toml sets mode = "agentic", which needs a provider that can use '
+            'tools (anthropic or openai); the local judge supports mode = "direct" only'
+        )
     replicates = options.replicates or start_settings.replicates
     if options.batch:
         _check_batch_judge(ws, judge, start_rev)
     labels = label_set(split, loop_cfg.labels)  # read once: a later edit of corrections.jsonl changes nothing
-    run = ledger.create_run(RunSpec(
-        strategy=strategy_name, policy=loop_cfg.policy, split=split.name,
-        split_fingerprint=split.fingerprint, start_rev=start_rev, labels_fingerprint=labels.fingerprint,
-        budgets=limits.as_dict() | {"replicates": replicates} | ({"batch": True} if options.batch else {})
-        | ({"wave": options.wave} if options.wave is not None else {})
-        | ({"manual_edit": str(manual_dir.relative_to(ws.root))} if manual_dir else {}),
-        config=cfg.model_dump(mode="json") | {"judge": judge.model_dump(mode="json")}
-        | _memory_folds_record(split, start_settings),
-    ))
+    run = ledger.create_run(
+        RunSpec(
+            strategy=strategy_name,
+            policy=loop_cfg.policy,
+            split=split.name,
+            split_fingerprint=split.fingerprint,
+            start_rev=start_rev,
+            labels_fingerprint=labels.fingerprint,
+            budgets=limits.as_dict()
+            | {"replicates": replicates}
+            | ({"batch": True} if options.batch else {})
+            | ({"wave": options.wave} if options.wave is not None else {})
+            | ({"manual_edit": str(manual_dir.relative_to(ws.root))} if manual_dir else {}),
+            config=cfg.model_dump(mode="json")
+            | {"judge": judge.model_dump(mode="json")}
+            | _memory_folds_record(split, start_settings),
+        )
+    )
     gitops.create_run_branch(ws.root, run.id, start_rev)
     ledger.set_labels(run.id, labels.labels)  # for the TUI and the report, never for a judge
-    say(f"run {run.id}: branch {run.branch}, split {split.name} ({len(split.ids)} items), "
-        f"strategy {strategy_name}, policy {loop_cfg.policy}, judge {judge.provider}:{judge.model}")
+    say(
+        f"run {run.id}: branch {run.branch}, split {split.name} ({len(split.ids)} items), "
+        f"strategy {strategy_name}, policy {loop_cfg.policy}, judge {judge.provider}:{judge.model}"
+    )
     if labels.name == "corrected":
-        say(f"  labels: as corrected ({len(labels.corrections)} correction(s) in devset/{split.name}/"
-            f"corrections.jsonl), fingerprint {labels.fingerprint[:12]}, fixed for this run")
+        say(
+            f"  labels: as corrected ({len(labels.corrections)} correction(s) in devset/{split.name}/"
+            f"corrections.jsonl), fingerprint {labels.fingerprint[:12]}, fixed for this run"
+        )
     if judge.provider == "local":
-        say("  note: the local SmolLM2-135M judge is a demonstration-quality judge (text only, 8k context); "
-            "its verdicts show the mechanics, not a useful judge")
+        say(
+            "  note: the local SmolLM2-135M judge is a demonstration-quality judge (text only, 8k context); "
+            "its verdicts show the mechanics, not a useful judge"
+        )
     if options.batch:
-        say("  batch mode: each pass is one batch at half price (answers within 24 h); early stopping does not "
-            "apply, so every candidate is judged on every item; `judgeloop run --resume` collects a pending batch")
+        say(
+            "  batch mode: each pass is one batch at half price (answers within 24 h); early stopping does not "
+            "apply, so every candidate is judged on every item; `judgeloop run --resume` collects a pending batch"
+        )
     # Decided from its record from the first candidate on, as a resume will (`RunSettings.from_run`).
     settings = RunSettings.from_run(run, cfg, RunOverrides(propose_only=options.propose_only))
     return StartedRun(run, split, settings, 0.0, strategy_name, labels.labels)
 
 
-def _resumed_labels(ledger: Ledger, run: Run, split: Split, which: LabelSetName, say: Say) -> dict[str, Label]:
+def _resumed_labels(
+    ledger: Ledger, run: Run, split: Split, which: LabelSetName, say: Say
+) -> dict[str, Label]:
     """The label set ``run`` started with, rebuilt from the labels it stored and checked against its
     fingerprint; what ``corrections.jsonl`` says now is only compared (a run never changes labels)."""
     stored = ledger.labels(run.id)
@@ -462,18 +570,22 @@ def _resumed_labels(ledger: Ledger, run: Run, split: Split, which: LabelSetName,
         return labels
     labels = labels_as_stored(split, stored)
     if fingerprint(labels.values()) != run.labels_fingerprint:
-        raise UserError(f"the labels run {run.id} stored do not match the fingerprint it started with "
-                        f"({run.labels_fingerprint[:12]}); its decisions cannot go on with the same labels: start "
-                        "a new run")
+        raise UserError(
+            f"the labels run {run.id} stored do not match the fingerprint it started with "
+            f"({run.labels_fingerprint[:12]}); its decisions cannot go on with the same labels: start "
+            "a new run"
+        )
     try:
         now: str | None = label_set(split, which).fingerprint
         problem = ""
     except UserError as exc:
         now, problem = None, f" ({exc})"
     if now != run.labels_fingerprint:
-        say(f"  labels: devset/{split.name}/corrections.jsonl changed since run {run.id} started{problem}; the run "
+        say(
+            f"  labels: devset/{split.name}/corrections.jsonl changed since run {run.id} started{problem}; the run "
             f"goes on deciding with the labels {which} as they were at its start (fingerprint "
-            f"{run.labels_fingerprint[:12]}); a new run reads the file as it is now")
+            f"{run.labels_fingerprint[:12]}); a new run reads the file as it is now"
+        )
     return labels
 
 
@@ -501,20 +613,29 @@ def _manual_outcome(ws: Workspace, ledger: Ledger, run_id: str, saved: str, say:
     elif cand is not None and cand.status == "waiting":
         say(f"  your edit is experiment {cand.id}'s commit, the tip of the run branch")
     elif cand is not None and cand.status == "rolled_back":
-        say(f"  your edit was not kept (rolled back); to work on it again: "
-            f"`git checkout refs/judgeloop/rejected/{cand.id} -- prompts/` or copy it from {saved}")
+        say(
+            f"  your edit was not kept (rolled back); to work on it again: "
+            f"`git checkout refs/judgeloop/rejected/{cand.id} -- prompts/` or copy it from {saved}"
+        )
     elif cand is not None and cand.status == "running":
-        say(f"  your edit's evaluation was cut short (experiment {cand.id}); `judgeloop run --resume` "
-            f"finishes it (a copy is in {saved})")
+        say(
+            f"  your edit's evaluation was cut short (experiment {cand.id}); `judgeloop run --resume` "
+            f"finishes it (a copy is in {saved})"
+        )
     else:
-        why = ("the run ended before judging it" if cand is None
-               else f"it was not judged: {cand.status.replace('_', ' ')}, {cand.reason or 'no reason recorded'}")
+        why = (
+            "the run ended before judging it"
+            if cand is None
+            else f"it was not judged: {cand.status.replace('_', ' ')}, {cand.reason or 'no reason recorded'}"
+        )
         restored, kept_back = restore_manual_edit(ws.root, ws.root / saved)
         if restored:
             say(f"  {why}; your edit is back in {', '.join(restored)} (a copy is in {saved})")
         if kept_back:
-            say(f"  {why}; {', '.join(kept_back)} changed meanwhile, so your edit was not put back: "
-                f"it is in {saved}")
+            say(
+                f"  {why}; {', '.join(kept_back)} changed meanwhile, so your edit was not put back: "
+                f"it is in {saved}"
+            )
         if not restored and not kept_back:
             say(f"  {why}; your edit is in {saved}")
 
@@ -528,11 +649,16 @@ def record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> Non
     """
     row = ledger.last_event(run_id, "stage")
     stage = row.typed() if row is not None else None
-    if row is None or not isinstance(stage, StageChanged) or stage.stage not in (StageKind.BASELINE,
-                                                                                StageKind.EVALUATING):
+    if (
+        row is None
+        or not isinstance(stage, StageChanged)
+        or stage.stage not in (StageKind.BASELINE, StageKind.EVALUATING)
+    ):
         return
     started_at = stage.started_at
-    exp = next((e for e in ledger.experiments_with_status("running", run_id) if e.id == row.experiment_id), None)
+    exp = next(
+        (e for e in ledger.experiments_with_status("running", run_id) if e.id == row.experiment_id), None
+    )
     if exp is None or started_at is None or not ws.cache_path.exists():
         return
     with JudgeCache(ws.cache_path) as cache:
@@ -540,8 +666,9 @@ def record_spend_before_crash(ledger: Ledger, ws: Workspace, run_id: str) -> Non
     if paid > 0:
         ledger.add_cost(exp.id, Usage(cost_usd=paid))
     # Counted once: a crash before the resumed evaluation starts must not count this window again.
-    ledger.add_event(run_id, StageChanged(StageKind.RESUMING, paid_before_crash_usd=round(paid, 6)),
-                     experiment_id=exp.id)
+    ledger.add_event(
+        run_id, StageChanged(StageKind.RESUMING, paid_before_crash_usd=round(paid, 6)), experiment_id=exp.id
+    )
 
 
 def _last_reported_spend(ledger: Ledger, run_id: str) -> float:
@@ -556,19 +683,24 @@ def _resumable_run(ledger: Ledger) -> Run:
         if run.status == "finished":
             continue
         if run.strategy == MCP_PROPOSER:
-            raise UserError(f"run {run.id} was a `judgeloop mcp` session that was killed; start `judgeloop mcp` "
-                            "again (it closes that session first), or start a new `judgeloop run`")
+            raise UserError(
+                f"run {run.id} was a `judgeloop mcp` session that was killed; start `judgeloop mcp` "
+                "again (it closes that session first), or start a new `judgeloop run`"
+            )
         if run.status == "waiting":
             waiting = ledger.experiments_with_status("waiting", run.id)
             if waiting:
-                raise UserError(f"run {run.id} has experiment {waiting[0].id} waiting; "
-                                f"`judgeloop decide {waiting[0].id} keep|discard` first")
+                raise UserError(
+                    f"run {run.id} has experiment {waiting[0].id} waiting; "
+                    f"`judgeloop decide {waiting[0].id} keep|discard` first"
+                )
         return run
     raise UserError("no unfinished run to resume; start one with `judgeloop run`")
 
 
 def _summary(ledger: Ledger, run_id: str, ended: StopReason, events: Listener, loop: LoopSection) -> None:
     """The end-of-run lines, the first a `RunStopped`; ``loop``: the run's decision settings (`RunSettings.loop`)."""
+
     def say(text: str) -> None:
         events(Message(text))
 
@@ -586,14 +718,19 @@ def _summary(ledger: Ledger, run_id: str, ended: StopReason, events: Listener, l
         return
     events(RunStopped(run_id, run.status, ended))
     cut = sum(e.status == "running" for e in exps if e.seq > 0)
-    say(f"  {len(exps) - 1} candidate(s): {len(kept)} kept, "
+    say(
+        f"  {len(exps) - 1} candidate(s): {len(kept)} kept, "
         f"{sum(e.status == 'rolled_back' for e in exps)} rolled back, "
         f"{sum(e.status == 'guard_rejected' for e in exps)} guard-rejected, "
-        f"{sum(e.status == 'error' for e in exps)} error(s)" + (f", {cut} interrupted" if cut else "")
-        + f"; spent ${cost:.4f}")
+        f"{sum(e.status == 'error' for e in exps)} error(s)"
+        + (f", {cut} interrupted" if cut else "")
+        + f"; spent ${cost:.4f}"
+    )
     if base and inc:
-        say(f"  kappa {fmt3(base.kappa)} → {fmt3(inc.kappa)}, FPR {fmt3(base.fpr)} → {fmt3(inc.fpr)} "
-            f"(incumbent: experiment {inc.id}, {(inc.commit_sha or '')[:12]})")
+        say(
+            f"  kappa {fmt3(base.kappa)} → {fmt3(inc.kappa)}, FPR {fmt3(base.fpr)} → {fmt3(inc.fpr)} "
+            f"(incumbent: experiment {inc.id}, {(inc.commit_sha or '')[:12]})"
+        )
     decided = [e for e in exps if e.seq > 0 and e.status != "running"]
     if not kept and decided and policy_for(loop).tests_at_alpha:
         n_items = len(ledger.labels(run_id))

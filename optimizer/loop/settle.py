@@ -83,8 +83,13 @@ def settle(
             ctx.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, ev.metrics, "rolled_back")
         )
         exp = record_evaluation(ctx, exp_id, ev, outcome("rolled_back", d.reason, rejected))
-    ctx.events(CandidateDecided(
-        exp_id, "kept" if d.keep else "rolled_back", d.reason, judged=Judged(ev.calls, ev.run.cache_hits, ev.usage.cost_usd),
-        cheaper=d.keep_kind == "cheaper",
-    ))
+    ctx.events(
+        CandidateDecided(
+            exp_id,
+            "kept" if d.keep else "rolled_back",
+            d.reason,
+            judged=Judged(ev.calls, ev.run.cache_hits, ev.usage.cost_usd),
+            cheaper=d.keep_kind == "cheaper",
+        )
+    )
     return exp

@@ -47,15 +47,21 @@ def branch_problem(root: Path, branch: str, incumbent_sha: str, also: Iterable[s
         return None
     unexpected = gitops.commits_between(root, incumbent_sha, tip)
     if unexpected:
-        return (f"{branch} has commits the loop did not make on top of its incumbent {incumbent_sha[:SHORT]}: "
-                f"{commits_line(unexpected)}")
-    return f"the tip of {branch} was moved by hand to {tip[:SHORT]} (the incumbent is {incumbent_sha[:SHORT]})"
+        return (
+            f"{branch} has commits the loop did not make on top of its incumbent {incumbent_sha[:SHORT]}: "
+            f"{commits_line(unexpected)}"
+        )
+    return (
+        f"the tip of {branch} was moved by hand to {tip[:SHORT]} (the incumbent is {incumbent_sha[:SHORT]})"
+    )
 
 
 def advice(branch: str, incumbent_sha: str) -> str:
     """What a person does about `tip_problem`: keep their commits elsewhere, put the branch back."""
-    return (f"the loop trusts only commits it made: keep yours on another branch (`git branch mine {branch}`), "
-            f"then `git checkout {branch} && git reset --hard {incumbent_sha[:SHORT]}`, and retry")
+    return (
+        f"the loop trusts only commits it made: keep yours on another branch (`git branch mine {branch}`), "
+        f"then `git checkout {branch} && git reset --hard {incumbent_sha[:SHORT]}`, and retry"
+    )
 
 
 def refusal(problem: str, branch: str, incumbent_sha: str) -> str:

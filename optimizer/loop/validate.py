@@ -47,22 +47,31 @@ def candidate_files(root: Path, base_rev: str, changed: Mapping[str, str | None]
 
 
 def validate_prompts(
-    files: Mapping[str, str], split: Split, provider: Provider, *, batch: bool = False,
-    image_cache_dir: Path | None = None, source: str = "prompts",
+    files: Mapping[str, str],
+    split: Split,
+    provider: Provider,
+    *,
+    batch: bool = False,
+    image_cache_dir: Path | None = None,
+    source: str = "prompts",
 ) -> str | None:
     """None when ``files`` form a usable prompt set for ``provider`` on ``split``; else why not (one line)."""
     for name, text in sorted(files.items()):
         if len(text) > MAX_PROMPT_FILE_CHARS:
-            return (f"{name} would be {len(text):,} characters, over the cap of {MAX_PROMPT_FILE_CHARS:,}; "
-                    "keep prompt files short")
+            return (
+                f"{name} would be {len(text):,} characters, over the cap of {MAX_PROMPT_FILE_CHARS:,}; "
+                "keep prompt files short"
+            )
     try:
         prompts = PromptSet.from_files(files, source=source)
         # A case names the dev items it was distilled from, or folds could not keep it from them.
         check_sources(prompts.memory, split.ids, split.name, source=f"{source}/memory/cases.jsonl")
         traits = provider.traits
         if prompts.settings.mode == "agentic" and not traits.tool_use:
-            return (f'{source}: judge.toml sets mode = "agentic", which the {provider.name} provider cannot run '
-                    '(it has no tool use); keep mode = "direct"')
+            return (
+                f'{source}: judge.toml sets mode = "agentic", which the {provider.name} provider cannot run '
+                '(it has no tool use); keep mode = "direct"'
+            )
         if batch:
             batching_provider(provider, prompts.settings.mode)
         refusal = judge_refusal(prompts, provider, batch=batch)
@@ -80,7 +89,9 @@ def validate_prompts(
                     split,
                     prompts,
                     options=RenderOptions(
-                        text_only=traits.text_only, image_cache_dir=image_cache_dir, layout=traits.layout,
+                        text_only=traits.text_only,
+                        image_cache_dir=image_cache_dir,
+                        layout=traits.layout,
                     ),
                 )
     except UserError as exc:

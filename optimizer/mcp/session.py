@@ -66,16 +66,18 @@ from optimizer.workspace.workspace import Workspace, command_lock
 MEANING: dict[str, str] = {
     "kept": "the edit is the new incumbent (a commit on the run branch); the next proposal is judged against it",
     "rolled_back": "the edit did not make the judge reliably better on the dev split; the prompts are back at the "
-                   "incumbent (the commit is kept under refs/judgeloop/rejected/<experiment>); do not retry the "
-                   "same idea with small variations",
+    "incumbent (the commit is kept under refs/judgeloop/rejected/<experiment>); do not retry the "
+    "same idea with small variations",
     "guard_rejected": "refused before any judge call (a file outside the allowed set, a diff too large, a copy of "
-                      "dev ids, instructions or values, a broken template); nothing was committed; fix the reason",
+    "dev ids, instructions or values, a broken template); nothing was committed; fix the reason",
     "error": "not decided (the budget, or infrastructure errors); rolled back, nothing kept",
     "waiting": "evaluated in full and waiting: call decide with keep or discard",
 }
 MEMORY_TOOLS: tuple[str, ...] = tuple(t.name for t in MEMORY_TOOL_SPECS)
-FLIPS_HELP = ("fn_to_tp: successes newly judged right; fp_to_tn: failures newly caught; tp_to_fn: successes "
-              "newly rejected; tn_to_fp: failures newly let through (what the FPR guard forbids)")
+FLIPS_HELP = (
+    "fn_to_tp: successes newly judged right; fp_to_tn: failures newly caught; tp_to_fn: successes "
+    "newly rejected; tn_to_fp: failures newly let through (what the FPR guard forbids)"
+)
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,8 @@ def _dirty_line(ws: Workspace) -> str | None:
     if not dirty:
         return None
     return f"the working tree has changes not made through propose: {', '.join(dirty[:5])}" + (
-        f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+        f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
+    )
 
 
 def _error(text: str) -> ToolOutput:
@@ -133,8 +136,12 @@ def roll_back_unfinished(ws: Workspace, ledger: Ledger, run_id: str, reason: str
     run = ledger.get_run(run_id)
     incumbent = ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
     base = incumbent.commit_sha if incumbent and incumbent.commit_sha else run.start_rev
-    loop_made = {e.commit_sha for status in ("running", "waiting")
-                 for e in ledger.experiments_with_status(status, run_id) if e.commit_sha}
+    loop_made = {
+        e.commit_sha
+        for status in ("running", "waiting")
+        for e in ledger.experiments_with_status(status, run_id)
+        if e.commit_sha
+    }
     trusted = trust.tip_problem(ws.root, run.branch, base, also=loop_made) is None
     done = []
     for exp in ledger.experiments_with_status("running", run_id):
@@ -153,8 +160,9 @@ def roll_back_unfinished(ws: Workspace, ledger: Ledger, run_id: str, reason: str
 class McpSession:
     """The engine side of `judgeloop mcp` (see the module docstring). Open it with `open_session`."""
 
-    def __init__(self, ws: Workspace, ledger: Ledger, started: StartedRun, budget_usd: float,
-                 events: Listener) -> None:
+    def __init__(
+        self, ws: Workspace, ledger: Ledger, started: StartedRun, budget_usd: float, events: Listener
+    ) -> None:
         self.ws = ws
         self.ledger = ledger
         self.budget_usd = budget_usd
@@ -213,8 +221,10 @@ class McpSession:
         stopped = self.ctx.budget_exhausted
         if self.left_usd <= 0 or stopped is not None:
             why = f" ({stopped})" if stopped else ""
-            return _error(f"budget: {what} is refused: {self.budget_line()}{why}; a judge call would cross it. "
-                          "End the session; a new one (`judgeloop mcp --budget-usd X`) starts with a new budget")
+            return _error(
+                f"budget: {what} is refused: {self.budget_line()}{why}; a judge call would cross it. "
+                "End the session; a new one (`judgeloop mcp --budget-usd X`) starts with a new budget"
+            )
         return None
 
     # -- state -----------------------------------------------------------------------------------
@@ -235,9 +245,19 @@ class McpSession:
             return ToolState(proposal_context(ctx, incumbent, seq))
         allowed = list(self.ws.config.optimizer.allowed_files)
         current = {p: text for p in allowed if (text := read_prompt_file(self.ws.root, p)) is not None}
-        return ToolState(ProposalContext(
-            workspace_root=self.ws.root, allowed_files=allowed, current_files=current, disagreements=[],
-            history=[], guidance="", split=ctx.split, rng_seed=ctx.settings.seed, experiment_seq=seq))
+        return ToolState(
+            ProposalContext(
+                workspace_root=self.ws.root,
+                allowed_files=allowed,
+                current_files=current,
+                disagreements=[],
+                history=[],
+                guidance="",
+                split=ctx.split,
+                rng_seed=ctx.settings.seed,
+                experiment_seq=seq,
+            )
+        )
 
     def touched(self) -> str | None:
         """One line when the session's branch is not as the loop left it (not checked out, or commits the
@@ -246,8 +266,12 @@ class McpSession:
         inc = self._incumbent()
         base = inc.commit_sha if inc is not None and inc.commit_sha else run.start_rev
         waiting = self._waiting()
-        problem = trust.tip_problem(self.ws.root, run.branch, base,
-                                    also=[waiting.commit_sha] if waiting and waiting.commit_sha else [])
+        problem = trust.tip_problem(
+            self.ws.root,
+            run.branch,
+            base,
+            also=[waiting.commit_sha] if waiting and waiting.commit_sha else [],
+        )
         return None if problem is None else trust.refusal(problem, run.branch, base)
 
     def _waiting(self) -> Experiment | None:
@@ -269,8 +293,10 @@ class McpSession:
         try:
             await self.runner.baseline(provider, cache)
         except UserError as exc:
-            self._baseline_failed = (f"the baseline could not be evaluated: {exc} ({self.budget_line()}); end this "
-                                     "session and start a new one")
+            self._baseline_failed = (
+                f"the baseline could not be evaluated: {exc} ({self.budget_line()}); end this "
+                "session and start a new one"
+            )
             roll_back_unfinished(self.ws, self.ledger, self.run_id, "the baseline could not be evaluated")
             return _error(self._baseline_failed)
         return None
@@ -289,8 +315,13 @@ class McpSession:
         def figures(e: Experiment | None) -> dict[str, Any] | None:
             if e is None:
                 return None
-            return {"experiment": e.id, "kappa": e.kappa, "fpr": e.fpr, "balanced_accuracy": e.balanced_accuracy,
-                    "commit": (e.commit_sha or "")[:12]}
+            return {
+                "experiment": e.id,
+                "kappa": e.kappa,
+                "fpr": e.fpr,
+                "balanced_accuracy": e.balanced_accuracy,
+                "commit": (e.commit_sha or "")[:12],
+            }
 
         if inc is None:
             step = "call disagreements: it evaluates the baseline first (judge calls, counted in the budget)"
@@ -298,20 +329,32 @@ class McpSession:
             step = f"experiment {waiting.id} is waiting: call decide"
         else:
             step = "read disagreements, then propose one small, general edit"
-        return _json({
-            "run": run.id, "branch": run.branch, "split": run.split, "items": len(self.ctx.split.ids),
-            "judge": f"{self.ctx.settings.judge.provider}:{self.ctx.settings.judge.model}",
-            "replicates": self.ctx.settings.replicates,
-            "policy": loop.policy, "alpha": loop.alpha,
-            "budget": {"budget_usd": self.budget_usd, "spent_usd": _money(self.spent_usd),
-                       "left_usd": _money(self.left_usd), "stopped": self.ctx.budget_exhausted},
-            "baseline": figures(base), "incumbent": figures(inc),
-            "candidates": dict(Counter(e.status for e in exps if e.seq > 0)),
-            "waiting": waiting.id if waiting else None,
-            "allowed_files": list(cfg.optimizer.allowed_files), "max_diff_lines": cfg.optimizer.max_diff_lines,
-            "touched": self.touched() or _dirty_line(self.ws),
-            "next": step,
-        })
+        return _json(
+            {
+                "run": run.id,
+                "branch": run.branch,
+                "split": run.split,
+                "items": len(self.ctx.split.ids),
+                "judge": f"{self.ctx.settings.judge.provider}:{self.ctx.settings.judge.model}",
+                "replicates": self.ctx.settings.replicates,
+                "policy": loop.policy,
+                "alpha": loop.alpha,
+                "budget": {
+                    "budget_usd": self.budget_usd,
+                    "spent_usd": _money(self.spent_usd),
+                    "left_usd": _money(self.left_usd),
+                    "stopped": self.ctx.budget_exhausted,
+                },
+                "baseline": figures(base),
+                "incumbent": figures(inc),
+                "candidates": dict(Counter(e.status for e in exps if e.seq > 0)),
+                "waiting": waiting.id if waiting else None,
+                "allowed_files": list(cfg.optimizer.allowed_files),
+                "max_diff_lines": cfg.optimizer.max_diff_lines,
+                "touched": self.touched() or _dirty_line(self.ws),
+                "next": step,
+            }
+        )
 
     def history(self) -> ToolOutput:
         return run_tool(self._state(), "read_history", {})
@@ -329,7 +372,9 @@ class McpSession:
         state = self._state()
         out = read_item(state, tid)
         if not out.is_error and self._incumbent() is None:
-            return ToolOutput(text=out.text + "\n(the baseline is not evaluated yet: no disagreement is known)")
+            return ToolOutput(
+                text=out.text + "\n(the baseline is not evaluated yet: no disagreement is known)"
+            )
         return out
 
     def read_steps(self, args: Mapping[str, Any]) -> ToolOutput:
@@ -343,15 +388,23 @@ class McpSession:
 
     async def propose(self, args: Mapping[str, Any]) -> ToolOutput:
         """Check the files as the agent's tools do, then the loop's candidate path; answers the decision."""
-        files, rationale, propose_only = args.get("files", {}), args.get("rationale"), args.get("propose_only", False)
+        files, rationale, propose_only = (
+            args.get("files", {}),
+            args.get("rationale"),
+            args.get("propose_only", False),
+        )
         memory = args.get("memory", [])
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             return _error("files must be an object mapping allowed prompt files to their new full text")
         if not isinstance(memory, list) or not all(isinstance(op, dict) for op in memory):
-            return _error("memory must be a list of edits, each {\"tool\": add_case | edit_case | retire_case | "
-                          "edit_principles, \"arguments\": {...}}")
+            return _error(
+                'memory must be a list of edits, each {"tool": add_case | edit_case | retire_case | '
+                'edit_principles, "arguments": {...}}'
+            )
         if not files and not memory:
-            return _error("nothing to propose: give files (allowed prompt file -> new full text), memory edits, or both")
+            return _error(
+                "nothing to propose: give files (allowed prompt file -> new full text), memory edits, or both"
+            )
         if not isinstance(rationale, str):
             return _error("rationale must be a string")
         if not isinstance(propose_only, bool):
@@ -366,9 +419,11 @@ class McpSession:
         if dirty:
             # A rollback resets the tree: an edit made beside the session would be lost, or judged unseen.
             shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
-            return _error(f"the working tree has changes not made through propose ({shown}); the session judges "
-                          "only what propose sends: put them in a proposal, or discard them (`git checkout -- "
-                          "<file>`), then propose again")
+            return _error(
+                f"the working tree has changes not made through propose ({shown}); the session judges "
+                "only what propose sends: put them in a proposal, or discard them (`git checkout -- "
+                "<file>`), then propose again"
+            )
         failed = await self._ensure_baseline()
         if failed is not None:
             return failed
@@ -384,12 +439,15 @@ class McpSession:
             # The agent strategy's own memory tools on the same state: the same checks, the same refusals.
             tool = op.get("tool")
             if tool not in MEMORY_TOOLS:
-                return _error(f"nothing was proposed or committed: memory edit {n} names tool {tool!r}; use one of "
-                              f"{', '.join(MEMORY_TOOLS)}")
+                return _error(
+                    f"nothing was proposed or committed: memory edit {n} names tool {tool!r}; use one of "
+                    f"{', '.join(MEMORY_TOOLS)}"
+                )
             out = run_tool(state, str(tool), op.get("arguments", {}))
             if out.is_error:
-                return _error(f"nothing was proposed or committed: memory edit {n} ({tool}): "
-                              f"{out.problem or out.text}")
+                return _error(
+                    f"nothing was proposed or committed: memory edit {n} ({tool}): {out.problem or out.text}"
+                )
         out = run_tool(state, "submit", {"rationale": rationale})
         if out.is_error:
             return _error(f"nothing was proposed or committed: {out.problem or out.text}")
@@ -404,7 +462,9 @@ class McpSession:
             exp = await self.runner.candidate(incumbent, provider, cache, limits=limits)
         except BaseException:
             # Never leave a half-made candidate as the branch tip: the next one would build on it.
-            roll_back_unfinished(self.ws, self.ledger, self.run_id, "the candidate failed before it was decided")
+            roll_back_unfinished(
+                self.ws, self.ledger, self.run_id, "the candidate failed before it was decided"
+            )
             raise
         finally:
             self.strategy.next = None
@@ -414,11 +474,15 @@ class McpSession:
         exp = self.ledger.get_experiment(exp.id)
         parent = self.ledger.get_experiment(exp.parent_id) if exp.parent_id else None
         data: dict[str, Any] = {
-            "experiment": exp.id, "outcome": exp.status, "meaning": MEANING.get(exp.status, ""),
+            "experiment": exp.id,
+            "outcome": exp.status,
+            "meaning": MEANING.get(exp.status, ""),
             "reason": exp.reason,
             "kappa": {"incumbent": parent.kappa if parent else None, "candidate": exp.kappa},
             "fpr": {"incumbent": parent.fpr if parent else None, "candidate": exp.fpr},
-            "p_value": exp.p_value, "alpha": exp.alpha, "early_stopped": exp.early_stopped,
+            "p_value": exp.p_value,
+            "alpha": exp.alpha,
+            "early_stopped": exp.early_stopped,
             "items_evaluated": exp.items_evaluated,
             "flips": exp.flip_counts() if exp.flips else None,
             "commit": (exp.commit_sha or "")[:12] or None,
@@ -438,7 +502,9 @@ class McpSession:
         waiting = self._waiting()
         if waiting is None or waiting.id != experiment:
             which = f"experiment {waiting.id} is" if waiting else "no experiment of this session is"
-            return _error(f"experiment {experiment} is not waiting for a decision in this session ({which} waiting)")
+            return _error(
+                f"experiment {experiment} is not waiting for a decision in this session ({which} waiting)"
+            )
         lines: list[str] = []
         exp = decide_waiting(self.ws, self.ledger, experiment, decision == "keep", lines.append, by="mcp")
         return _json({"experiment": exp.id, "outcome": exp.status, "reason": exp.reason, "said": lines})
@@ -463,17 +529,28 @@ class McpSession:
                 scope = resolve_scope(ws, ledger, run_id)
                 gitops.prune_scratch_worktrees(ws)
                 try:
-                    return attribute_scope(ws, ledger, scope, AttributeOptions(run=run_id, budget=budget), events)
+                    return attribute_scope(
+                        ws, ledger, scope, AttributeOptions(run=run_id, budget=budget), events
+                    )
                 finally:
                     gitops.prune_scratch_worktrees(ws)
 
         try:
             done = await anyio.to_thread.run_sync(work)
         finally:
-            self.runner.record_spend(budget.spent_usd - before)  # the run's spend, as its evaluations count it
-        return _json({"attribution": done.id, "status": done.status, "note": done.note,
-                      "cost_usd": _money(budget.spent_usd - before), **attribution_json(done),
-                      "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)}})
+            self.runner.record_spend(
+                budget.spent_usd - before
+            )  # the run's spend, as its evaluations count it
+        return _json(
+            {
+                "attribution": done.id,
+                "status": done.status,
+                "note": done.note,
+                "cost_usd": _money(budget.spent_usd - before),
+                **attribution_json(done),
+                "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)},
+            }
+        )
 
     def report(self) -> ToolOutput:
         # The agent proposing candidates must not see the corrections or the label-suspects queue.
@@ -487,19 +564,27 @@ class McpSession:
             roll_back_unfinished(self.ws, self.ledger, self.run_id, f"the MCP session crashed: {crashed}")
             self.ledger.set_run_status(self.run_id, "crashed", stop_reason=crashed)
         else:
-            roll_back_unfinished(self.ws, self.ledger, self.run_id, "the MCP session ended before it was decided")
+            roll_back_unfinished(
+                self.ws, self.ledger, self.run_id, "the MCP session ended before it was decided"
+            )
             waiting = self._waiting()
             status: RunStatus = "waiting" if waiting else "finished"
-            why = (f"the MCP session ended; experiment {waiting.id} waits for `judgeloop decide {waiting.id} "
-                   "keep|discard`" if waiting else f"the MCP session ended; {self.budget_line()}")
+            why = (
+                f"the MCP session ended; experiment {waiting.id} waits for `judgeloop decide {waiting.id} "
+                "keep|discard`"
+                if waiting
+                else f"the MCP session ended; {self.budget_line()}"
+            )
             self.ledger.set_run_status(self.run_id, status, stop_reason=why)
         inc = self._incumbent()
         out = self.ws.experiments_dir / "runs" / self.run_id
         write_markdown_report(self.ledger, self.run_id, out / "report.md", self.ws)
         export_experiments_tsv(self.ledger, self.run_id, out / "experiments.tsv")
-        self.say(f"MCP session {self.run_id} ended: incumbent experiment {inc.id if inc else 'none'} "
-                 f"(kappa {fmt3(inc.kappa if inc else None)}); {self.budget_line()}; "
-                 f"`judgeloop report --run {self.run_id}`")
+        self.say(
+            f"MCP session {self.run_id} ended: incumbent experiment {inc.id if inc else 'none'} "
+            f"(kappa {fmt3(inc.kappa if inc else None)}); {self.budget_line()}; "
+            f"`judgeloop report --run {self.run_id}`"
+        )
 
 
 @contextmanager
@@ -507,6 +592,7 @@ def open_session(ws: Workspace, options: SessionOptions, events: Listener = igno
     """Take the loop lock, close killed sessions, record the session's run and yield it; on the way out
     record how it ended. A `UserError` before the yield means no session (another command holds the
     workspace, a dirty tree, a held-out split as the dev split, ...)."""
+
     def say(text: str) -> None:
         events(Message(text, "note"))
 
@@ -515,8 +601,12 @@ def open_session(ws: Workspace, options: SessionOptions, events: Listener = igno
             say("removed a stale .git/index.lock (left by a process killed in the middle of a git command)")
         check_prompts_tree(ws.root)
         with Ledger(ws.ledger_path) as ledger:
-            run_options = RunOptions(policy=options.policy, budget_usd=options.budget_usd,
-                                     replicates=options.replicates, judge=options.judge)
+            run_options = RunOptions(
+                policy=options.policy,
+                budget_usd=options.budget_usd,
+                replicates=options.replicates,
+                judge=options.judge,
+            )
             judge = options.judge.apply(ws.config.judge)
             started = open_run(ws, ledger, run_options, judge, say, proposer=MCP_PROPOSER)
             session = McpSession(ws, ledger, started, options.budget_usd, events)

@@ -23,11 +23,38 @@ from optimizer.workspace.workspace import Workspace
 # part follows in its own keys. The judge's tokens are split as billed: uncached input, cache reads,
 # cache writes, output; ``judge_cost_usd`` is what they cost.
 JSON_EXPERIMENT_KEYS: tuple[str, ...] = (
-    "id", "parent", "commit", "decision", "reason", "early_stopped", "kappa", "fpr", "balanced_accuracy",
-    "p_value", "calls", "cost_usd", "optimizer_calls", "optimizer_input_tokens", "optimizer_output_tokens",
-    "optimizer_cost_usd", "input_tokens", "cache_read_tokens", "cache_write_tokens",
-    "planned_cache_read_tokens", "output_tokens", "judge_cost_usd", "fp_by_type", "incumbent_fp_by_type", "alpha",
-    "adaptive_keep", "rejudge_calls", "rejudge_cost_usd", "rejudged", "test", "decided_by", "overrule",
+    "id",
+    "parent",
+    "commit",
+    "decision",
+    "reason",
+    "early_stopped",
+    "kappa",
+    "fpr",
+    "balanced_accuracy",
+    "p_value",
+    "calls",
+    "cost_usd",
+    "optimizer_calls",
+    "optimizer_input_tokens",
+    "optimizer_output_tokens",
+    "optimizer_cost_usd",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "planned_cache_read_tokens",
+    "output_tokens",
+    "judge_cost_usd",
+    "fp_by_type",
+    "incumbent_fp_by_type",
+    "alpha",
+    "adaptive_keep",
+    "rejudge_calls",
+    "rejudge_cost_usd",
+    "rejudged",
+    "test",
+    "decided_by",
+    "overrule",
 )
 
 
@@ -57,50 +84,61 @@ def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[s
     fps_of = fp_by_type_all(ledger, run, all_exps)
     for exp in all_exps:
         fps = fps_of[exp.id]
-        experiments.append({
-            "id": exp.id,
-            "parent": exp.parent_id,
-            "commit": exp.commit_sha,
-            "decision": exp.status,
-            "reason": exp.reason,
-            "early_stopped": exp.early_stopped,
-            "kappa": exp.kappa,
-            "fpr": exp.fpr,
-            "balanced_accuracy": exp.balanced_accuracy,
-            "p_value": exp.p_value,
-            "calls": exp.calls,
-            "cost_usd": exp.cost_usd,
-            "optimizer_calls": exp.optimizer_calls,
-            "optimizer_input_tokens": exp.optimizer_input_tokens,
-            "optimizer_output_tokens": exp.optimizer_output_tokens,
-            "optimizer_cost_usd": exp.optimizer_cost_usd,
-            "input_tokens": exp.input_tokens,
-            "cache_read_tokens": exp.cache_read_tokens,
-            "cache_write_tokens": exp.cache_write_tokens,
-            # What the passes planned to read from the prompt cache (billed: cache_read_tokens).
-            "planned_cache_read_tokens": exp.planned_cache_read_tokens,
-            "output_tokens": exp.output_tokens,
-            "judge_cost_usd": exp.judge_cost_usd,
-            # On the items this experiment was judged on; the incumbent's is null for the baseline.
-            "fp_by_type": fps[0] if fps else None,
-            "incumbent_fp_by_type": fps[1] if fps else None,
-            # The adaptive policy's record: the level tested at, its outcome, the re-judging pass.
-            "alpha": exp.alpha,
-            "adaptive_keep": exp.adaptive_keep,
-            "rejudge_calls": exp.rejudge_calls,
-            "rejudge_cost_usd": exp.rejudge_cost_usd,
-            "rejudged": [{"trajectory_id": i.trajectory_id, "draws": i.draws()} for i in rejudged_items(exp)],
-            "test": exp.test,
-            # Who decided (the policy, a person, an MCP client) and a person's decision against the policy.
-            "decided_by": exp.decided_by,
-            "overrule": exp.overrule,
-            # A panel's cost per verdict, split by member (null: a single judge).
-            "panel_cost": pc.to_json() if (pc := panel_cost(ledger, exp.id)) else None,
-        })
+        experiments.append(
+            {
+                "id": exp.id,
+                "parent": exp.parent_id,
+                "commit": exp.commit_sha,
+                "decision": exp.status,
+                "reason": exp.reason,
+                "early_stopped": exp.early_stopped,
+                "kappa": exp.kappa,
+                "fpr": exp.fpr,
+                "balanced_accuracy": exp.balanced_accuracy,
+                "p_value": exp.p_value,
+                "calls": exp.calls,
+                "cost_usd": exp.cost_usd,
+                "optimizer_calls": exp.optimizer_calls,
+                "optimizer_input_tokens": exp.optimizer_input_tokens,
+                "optimizer_output_tokens": exp.optimizer_output_tokens,
+                "optimizer_cost_usd": exp.optimizer_cost_usd,
+                "input_tokens": exp.input_tokens,
+                "cache_read_tokens": exp.cache_read_tokens,
+                "cache_write_tokens": exp.cache_write_tokens,
+                # What the passes planned to read from the prompt cache (billed: cache_read_tokens).
+                "planned_cache_read_tokens": exp.planned_cache_read_tokens,
+                "output_tokens": exp.output_tokens,
+                "judge_cost_usd": exp.judge_cost_usd,
+                # On the items this experiment was judged on; the incumbent's is null for the baseline.
+                "fp_by_type": fps[0] if fps else None,
+                "incumbent_fp_by_type": fps[1] if fps else None,
+                # The adaptive policy's record: the level tested at, its outcome, the re-judging pass.
+                "alpha": exp.alpha,
+                "adaptive_keep": exp.adaptive_keep,
+                "rejudge_calls": exp.rejudge_calls,
+                "rejudge_cost_usd": exp.rejudge_cost_usd,
+                "rejudged": [
+                    {"trajectory_id": i.trajectory_id, "draws": i.draws()} for i in rejudged_items(exp)
+                ],
+                "test": exp.test,
+                # Who decided (the policy, a person, an MCP client) and a person's decision against the policy.
+                "decided_by": exp.decided_by,
+                "overrule": exp.overrule,
+                # A panel's cost per verdict, split by member (null: a single judge).
+                "panel_cost": pc.to_json() if (pc := panel_cost(ledger, exp.id)) else None,
+            }
+        )
     attribution = ledger.latest_attribution(run.id)
-    return {"format_version": REPORT_FORMAT_VERSION, "run": run.id, "branch": run.branch, "policy": run.policy, "experiments": experiments,
-            "accounting": accounting(run, all_exps, ws.config if ws else None).to_json(), **attribution_json(attribution),
-            **triage_json(ledger, run, ws)}
+    return {
+        "format_version": REPORT_FORMAT_VERSION,
+        "run": run.id,
+        "branch": run.branch,
+        "policy": run.policy,
+        "experiments": experiments,
+        "accounting": accounting(run, all_exps, ws.config if ws else None).to_json(),
+        **attribution_json(attribution),
+        **triage_json(ledger, run, ws),
+    }
 
 
 @dataclass(frozen=True)
@@ -114,8 +152,11 @@ class PanelCost:
 
     def to_json(self) -> dict[str, Any]:
         """The ``panel_cost`` object of ``report --json``."""
-        return {"verdicts": self.verdicts, "cost_per_verdict_usd": self.cost_per_verdict_usd,
-                "members": dict(self.members)}
+        return {
+            "verdicts": self.verdicts,
+            "cost_per_verdict_usd": self.cost_per_verdict_usd,
+            "members": dict(self.members),
+        }
 
 
 def panel_cost(ledger: Ledger, experiment_id: int) -> PanelCost | None:
@@ -176,11 +217,22 @@ class Accounting:
     def to_json(self) -> dict[str, Any]:
         """The ``accounting`` object of ``report --json`` (keys in their documented order)."""
         return {
-            "tested": self.tested, "cheaper_tested": self.cheaper_tested,
-            "expected_false_keeps": self.expected_false_keeps, "fdr": self.fdr,
-            "kept": [{"experiment": k.experiment, "kind": k.kind, "p_value": k.p_value, "alpha": k.alpha,
-                      "rejudge_calls": k.rejudge_calls, "rejudged_items": k.rejudged_items, "cost_usd": k.cost_usd}
-                     for k in self.kept],
+            "tested": self.tested,
+            "cheaper_tested": self.cheaper_tested,
+            "expected_false_keeps": self.expected_false_keeps,
+            "fdr": self.fdr,
+            "kept": [
+                {
+                    "experiment": k.experiment,
+                    "kind": k.kind,
+                    "p_value": k.p_value,
+                    "alpha": k.alpha,
+                    "rejudge_calls": k.rejudge_calls,
+                    "rejudged_items": k.rejudged_items,
+                    "cost_usd": k.cost_usd,
+                }
+                for k in self.kept
+            ],
         }
 
 
@@ -197,26 +249,42 @@ def accounting(run: Run, experiments: Sequence[Experiment], current: Config | No
 
     def level(e: Experiment) -> float | None:
         wave = e.proposal_meta.get("wave")
-        if isinstance(wave, dict) and isinstance(wave.get("size"), int) and isinstance(wave.get("alpha"), int | float):
+        if (
+            isinstance(wave, dict)
+            and isinstance(wave.get("size"), int)
+            and isinstance(wave.get("alpha"), int | float)
+        ):
             # A wave of K tested at alpha with Holm makes at most one false keep with chance alpha:
             # each of its K tests counts alpha / K.
             return float(wave["alpha"]) / int(wave["size"])
         return e.alpha if e.alpha is not None else default_alpha
 
-    tested = [e for e in experiments if e.seq > 0 and e.status in TESTED_STATUSES
-              and (e.alpha is not None or e.p_value is not None)]
+    tested = [
+        e
+        for e in experiments
+        if e.seq > 0 and e.status in TESTED_STATUSES and (e.alpha is not None or e.p_value is not None)
+    ]
     # A cheaper-not-worse test is a second test at the candidate's level: it adds its level to the bound.
     cheaper = [e for e in tested if CHEAPER_TEST_MARK in (e.reason or "")]
     return Accounting(
         tested=len(tested),
         cheaper_tested=len(cheaper),
-        expected_false_keeps=round(sum(level(e) or 0.0 for e in [*tested, *cheaper]), 6) if tests_at_alpha else None,
+        expected_false_keeps=round(sum(level(e) or 0.0 for e in [*tested, *cheaper]), 6)
+        if tests_at_alpha
+        else None,
         fdr=loop_cfg.fdr,
         kept=[
-            KeptEdit(experiment=e.id, kind=e.keep_kind, p_value=e.p_value,
-                     alpha=e.alpha if e.alpha is not None else level(e), rejudge_calls=e.rejudge_calls,
-                     rejudged_items=len(rejudged_items(e)), cost_usd=e.cost_usd)
-            for e in experiments if e.status == "kept"
+            KeptEdit(
+                experiment=e.id,
+                kind=e.keep_kind,
+                p_value=e.p_value,
+                alpha=e.alpha if e.alpha is not None else level(e),
+                rejudge_calls=e.rejudge_calls,
+                rejudged_items=len(rejudged_items(e)),
+                cost_usd=e.cost_usd,
+            )
+            for e in experiments
+            if e.status == "kept"
         ],
     )
 
@@ -231,10 +299,18 @@ def attribution_json(attribution: Attribution | None) -> dict[str, Any]:
         "attribution": [e.public() for e in attribution.edits],
         "final_vs_baseline": fvb.public() if fvb is not None else None,
         "attribution_meta": {
-            "id": attribution.id, "scope": attribution.scope, "final_commit": attribution.final_commit,
-            "baseline_commit": attribution.baseline_commit, "split": attribution.split, "judge": attribution.judge,
-            "replicates": attribution.replicates, "rejudge": attribution.rejudge, "alpha": attribution.alpha,
-            "status": attribution.status, "note": attribution.note, "cost_usd": attribution.cost_usd,
+            "id": attribution.id,
+            "scope": attribution.scope,
+            "final_commit": attribution.final_commit,
+            "baseline_commit": attribution.baseline_commit,
+            "split": attribution.split,
+            "judge": attribution.judge,
+            "replicates": attribution.replicates,
+            "rejudge": attribution.rejudge,
+            "alpha": attribution.alpha,
+            "status": attribution.status,
+            "note": attribution.note,
+            "cost_usd": attribution.cost_usd,
             "not_measured": [e.experiment for e in attribution.edits if e.items is None]
             + (["final_vs_baseline"] if fvb is None or fvb.items is None else []),
         },
@@ -387,10 +463,17 @@ def triage_json(ledger: Ledger, run: Run, ws: Workspace | None) -> dict[str, Any
     return {
         "label_suspects": [s.as_json() for s in t.suspects],
         "labels": {
-            "decided_with": t.label_set, "fingerprint": t.labels_fingerprint, "corrections": t.corrections,
+            "decided_with": t.label_set,
+            "fingerprint": t.labels_fingerprint,
+            "corrections": t.corrections,
             "problem": t.problem,
-            "experiments": [{
-                "id": r.experiment_id, "given": {"kappa": r.given.kappa, "fpr": r.given.fpr},
-                "corrected": {"kappa": r.corrected.kappa, "fpr": r.corrected.fpr}} for r in t.given_corrected],
+            "experiments": [
+                {
+                    "id": r.experiment_id,
+                    "given": {"kappa": r.given.kappa, "fpr": r.given.fpr},
+                    "corrected": {"kappa": r.corrected.kappa, "fpr": r.corrected.fpr},
+                }
+                for r in t.given_corrected
+            ],
         },
     }

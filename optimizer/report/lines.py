@@ -35,24 +35,32 @@ def test_line(exp: Experiment, limit: int = 6) -> str | None:
     shown = ", ".join(f"{i.trajectory_id[:8]} {i.draws()}" for i in items[:limit])
     more = f", … {len(items) - limit} more" if len(items) > limit else ""
     listed = f" ({shown}{more})" if limit else ""
-    judged = (f"re-judged {len(items)} item(s) ×{test.rejudge} under each prompt{listed}" if items
-              else "nothing re-judged")
-    return (f"{judged}; sign-flip p={test.p_value:.3g} at alpha {test.alpha:.3g}"
-            f"{'' if test.draws == 0 else f' ({test.draws} draws, seed {test.seed})'}, "
-            f"gain {test.statistic:+.2f} items")
+    judged = (
+        f"re-judged {len(items)} item(s) ×{test.rejudge} under each prompt{listed}"
+        if items
+        else "nothing re-judged"
+    )
+    return (
+        f"{judged}; sign-flip p={test.p_value:.3g} at alpha {test.alpha:.3g}"
+        f"{'' if test.draws == 0 else f' ({test.draws} draws, seed {test.seed})'}, "
+        f"gain {test.statistic:+.2f} items"
+    )
 
 
 def accounting_line(run: Run, experiments: Sequence[Experiment], current: Config | None = None) -> str:
     """One line for the report and the TUI: tested candidates and expected false keeps."""
     acc = accounting(run, experiments, current)
     if acc.expected_false_keeps is None:
-        return (f"{acc.tested} candidate(s) decided under the literal policy, which runs no test: the number of "
-                "no-op edits it keeps is not bounded")
-    control = (f"online FDR control (LORD++) at {acc.fdr:g}" if acc.fdr
-               else "each at alpha")
-    also = (f", {acc.cheaper_tested} of them also for cheaper-not-worse" if acc.cheaper_tested else "")
-    return (f"{acc.tested} candidate(s) tested ({control}{also}): expected false keeps if every one were a no-op "
-            f"≤ {acc.expected_false_keeps:.2f}")
+        return (
+            f"{acc.tested} candidate(s) decided under the literal policy, which runs no test: the number of "
+            "no-op edits it keeps is not bounded"
+        )
+    control = f"online FDR control (LORD++) at {acc.fdr:g}" if acc.fdr else "each at alpha"
+    also = f", {acc.cheaper_tested} of them also for cheaper-not-worse" if acc.cheaper_tested else ""
+    return (
+        f"{acc.tested} candidate(s) tested ({control}{also}): expected false keeps if every one were a no-op "
+        f"≤ {acc.expected_false_keeps:.2f}"
+    )
 
 
 def fp_by_type_line(mine: dict[str, int], incumbent: dict[str, int] | None) -> str:
@@ -144,9 +152,11 @@ def endpoint_lines(figures: Mapping[str, Mapping[str, int]]) -> list[str]:
         prompt, cached = f.get("prompt_tokens", 0), f.get("cached_tokens", 0)
         share = f" ({cached / prompt:.0%})" if prompt else ""
         failures, drained = f.get("failures", 0), f.get("drained", 0)
-        lines.append(f"{name}: {f.get('calls', 0)} calls, {cached:,} of {prompt:,} prompt tokens cached{share}, "
-                     f"{failures} failed call{'' if failures == 1 else 's'}"
-                     + (f", drained in {drained} pass{'' if drained == 1 else 'es'}" if drained else ""))
+        lines.append(
+            f"{name}: {f.get('calls', 0)} calls, {cached:,} of {prompt:,} prompt tokens cached{share}, "
+            f"{failures} failed call{'' if failures == 1 else 's'}"
+            + (f", drained in {drained} pass{'' if drained == 1 else 'es'}" if drained else "")
+        )
     return lines
 
 
@@ -158,5 +168,6 @@ def cache_reads_line(planned: int, billed: int) -> str | None:
     reads = CacheReads(planned=planned, billed=billed)
     if not planned:
         return None
-    return (f"cache reads: {billed:,} billed of {planned:,} planned tokens ({billed / planned:.0%})"
-            + (" — WARNING below plan: calls paid cache writes instead" if reads.low else ""))
+    return f"cache reads: {billed:,} billed of {planned:,} planned tokens ({billed / planned:.0%})" + (
+        " — WARNING below plan: calls paid cache writes instead" if reads.low else ""
+    )

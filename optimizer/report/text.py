@@ -43,19 +43,67 @@ from optimizer.stats.metrics import FLIP_ARROWS, FLIP_ROWS
 from optimizer.workspace.workspace import Workspace
 
 TSV_COLUMNS: tuple[str, ...] = (
-    "id", "seq", "parent", "created", "strategy", "decision", "kappa", "kappa_delta", "fpr", "fpr_delta",
-    "balanced_accuracy", "p_value", "tp_to_fn", "fn_to_tp", "tn_to_fp", "fp_to_tn", "early_stopped",
-    "items_evaluated", "calls", "cache_hits", "input_tokens", "output_tokens", "cost_usd", "duration_s",
-    "commit", "files_changed", "insertions", "deletions", "reason", "rationale", "optimizer_calls",
-    "optimizer_input_tokens", "optimizer_output_tokens", "optimizer_cost_usd", "cache_read_tokens",
-    "cache_write_tokens", "alpha", "adaptive_keep", "rejudge_calls", "rejudge_cost_usd", "keep_kind",
-    "verdict_cost_usd", "decided_by", "overrule",
+    "id",
+    "seq",
+    "parent",
+    "created",
+    "strategy",
+    "decision",
+    "kappa",
+    "kappa_delta",
+    "fpr",
+    "fpr_delta",
+    "balanced_accuracy",
+    "p_value",
+    "tp_to_fn",
+    "fn_to_tp",
+    "tn_to_fp",
+    "fp_to_tn",
+    "early_stopped",
+    "items_evaluated",
+    "calls",
+    "cache_hits",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "duration_s",
+    "commit",
+    "files_changed",
+    "insertions",
+    "deletions",
+    "reason",
+    "rationale",
+    "optimizer_calls",
+    "optimizer_input_tokens",
+    "optimizer_output_tokens",
+    "optimizer_cost_usd",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "alpha",
+    "adaptive_keep",
+    "rejudge_calls",
+    "rejudge_cost_usd",
+    "keep_kind",
+    "verdict_cost_usd",
+    "decided_by",
+    "overrule",
 )
 
 
 ATTRIBUTION_TSV_COLUMNS: tuple[str, ...] = (
-    "experiment", "commit", "gain_when_kept", "items", "kappa_delta", "fpr_delta", "fixed", "broken", "p_value",
-    "significant", "cost_usd", "entangled_with", "note",
+    "experiment",
+    "commit",
+    "gain_when_kept",
+    "items",
+    "kappa_delta",
+    "fpr_delta",
+    "fixed",
+    "broken",
+    "p_value",
+    "significant",
+    "cost_usd",
+    "entangled_with",
+    "note",
 )
 
 
@@ -107,11 +155,19 @@ def export_attribution_tsv(attribution: Attribution, path: Path, ledger: Ledger 
             gain = gain_of(ledger, e.experiment) if ledger is not None else None
             sig = significant(e, attribution.alpha)
             row: dict[str, Any] = {
-                "experiment": "final_vs_baseline" if e.experiment is None else e.experiment, "commit": e.commit,
-                "gain_when_kept": gain, "items": e.items, "kappa_delta": e.kappa_delta, "fpr_delta": e.fpr_delta,
-                "fixed": ",".join(e.fixed), "broken": ",".join(e.broken), "p_value": e.p_value,
-                "significant": "" if sig is None else int(sig), "cost_usd": e.cost_usd,
-                "entangled_with": ",".join(str(x) for x in e.entangled_with), "note": one_line(e.note, 10_000),
+                "experiment": "final_vs_baseline" if e.experiment is None else e.experiment,
+                "commit": e.commit,
+                "gain_when_kept": gain,
+                "items": e.items,
+                "kappa_delta": e.kappa_delta,
+                "fpr_delta": e.fpr_delta,
+                "fixed": ",".join(e.fixed),
+                "broken": ",".join(e.broken),
+                "p_value": e.p_value,
+                "significant": "" if sig is None else int(sig),
+                "cost_usd": e.cost_usd,
+                "entangled_with": ",".join(str(x) for x in e.entangled_with),
+                "note": one_line(e.note, 10_000),
             }
             writer.writerow(["" if row[c] is None else row[c] for c in ATTRIBUTION_TSV_COLUMNS])
     return path
@@ -135,22 +191,29 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
         judge = RunSettings.from_run(run, current).judge
         out.append(
             f"judge {judge.provider}:{judge.model}"
-            + ("  (demonstration-quality offline judge: its numbers show the mechanics only)"
-               if judge.provider == "local" else "")
+            + (
+                "  (demonstration-quality offline judge: its numbers show the mechanics only)"
+                if judge.provider == "local"
+                else ""
+            )
         )
     out.append("")
     out.append("experiments")
     fps_of = fp_by_type_all(ledger, run, experiments)
     for e in experiments:
         parent = parents.get(e.parent_id) if e.parent_id is not None else None
-        out.append(f"  #{e.id} ({e.strategy or '-'}) {status_label(e).upper()}  commit {short(e.commit_sha)}"
-                   + (f"  parent #{e.parent_id}" if e.parent_id is not None else ""))
+        out.append(
+            f"  #{e.id} ({e.strategy or '-'}) {status_label(e).upper()}  commit {short(e.commit_sha)}"
+            + (f"  parent #{e.parent_id}" if e.parent_id is not None else "")
+        )
         if e.reason:
             out.append(f"    reason: {e.reason}")
         if e.decided_by in ("person", "mcp"):  # the policy's own decisions need no line
-            out.append(f"    decided by {'a person' if e.decided_by == 'person' else 'the MCP client'}"
-                       + (f"; {e.overrule}" if e.overrule and e.overrule != e.reason else "")
-                       + (" (over the policy)" if e.overrule else ""))
+            out.append(
+                f"    decided by {'a person' if e.decided_by == 'person' else 'the MCP client'}"
+                + (f"; {e.overrule}" if e.overrule and e.overrule != e.reason else "")
+                + (" (over the policy)" if e.overrule else "")
+            )
         if e.metrics:
             out.append(
                 f"    kappa {num(e.kappa)}{interval(e, 'kappa')} (Δ {signed(delta(e.kappa, parent.kappa if parent else None))})"
@@ -160,7 +223,8 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
         if e.flips is not None or e.p_value is not None:
             counts = e.flip_counts()
             cells = " · ".join(
-                f"{words} " + ", ".join(f"{FLIP_ARROWS[k]} {counts[k]}" for k in keys) for words, keys in FLIP_ROWS
+                f"{words} " + ", ".join(f"{FLIP_ARROWS[k]} {counts[k]}" for k in keys)
+                for words, keys in FLIP_ROWS
             )
             policies = ""
             if e.literal_keep is not None or e.paired_keep is not None:
@@ -182,14 +246,15 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
             f"{e.cache_hits} cached"
             + (f" ({e.rejudge_calls} re-judging, ${e.rejudge_cost_usd:.4f})" if e.rejudge_calls else "")
             + f", {token_split(e.input_tokens, e.cache_read_tokens, e.cache_write_tokens, e.output_tokens)}, "
-            f"${e.judge_cost_usd:.4f}"
-            + (f", {e.duration_s:.1f}s" if e.duration_s is not None else "")
+            f"${e.judge_cost_usd:.4f}" + (f", {e.duration_s:.1f}s" if e.duration_s is not None else "")
         )
         panel = panel_cost(ledger, e.id)
         if panel is not None:
             split = ", ".join(f"{name} ${cost:.4f}" for name, cost in panel.members.items())
-            out.append(f"    panel: ${panel.cost_per_verdict_usd:.4f} per verdict over {panel.verdicts} "
-                       f"verdicts ({split})")
+            out.append(
+                f"    panel: ${panel.cost_per_verdict_usd:.4f} per verdict over {panel.verdicts} "
+                f"verdicts ({split})"
+            )
         reads = cache_reads_line(e.planned_cache_read_tokens, e.cache_read_tokens)
         if reads is not None:
             out.append(f"    {reads}")
@@ -210,7 +275,9 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
         out.append("  " + " → ".join(f"#{e.id} (κ {num(e.kappa)}, FPR {num(e.fpr)})" for e in chain))
         if len(chain) > 1:
             first, last = chain[0], chain[-1]
-            out.append(f"  baseline → final: kappa {signed(delta(last.kappa, first.kappa))}, FPR {signed(delta(last.fpr, first.fpr))}")
+            out.append(
+                f"  baseline → final: kappa {signed(delta(last.kappa, first.kappa))}, FPR {signed(delta(last.fpr, first.fpr))}"
+            )
     else:
         out.append("  (no baseline recorded yet)")
     out.append("")
@@ -218,9 +285,11 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
     out.append("  " + accounting_line(run, experiments, current))
     for kept in accounting(run, experiments, current).kept:
         cheap = " as cheaper, not worse" if kept.kind == "cheaper" else ""
-        out.append(f"  kept #{kept.experiment}{cheap}: p={num(kept.p_value)} at alpha {num(kept.alpha)}, "
-                   f"{kept.rejudged_items} item(s) re-judged ({kept.rejudge_calls} extra calls), "
-                   f"${kept.cost_usd:.4f}")
+        out.append(
+            f"  kept #{kept.experiment}{cheap}: p={num(kept.p_value)} at alpha {num(kept.alpha)}, "
+            f"{kept.rejudged_items} item(s) re-judged ({kept.rejudge_calls} extra calls), "
+            f"${kept.cost_usd:.4f}"
+        )
 
     flips = overall_flips(ledger, run)
     if flips is not None:
@@ -281,22 +350,30 @@ def triage_lines(ledger: Ledger, run: Run, ws: Workspace | None) -> list[str]:
     if t.problem:
         return [*out, f"  label triage unavailable: {t.problem}"]
     if t.given_corrected:
-        out.append(f"  {t.corrections} correction(s) in devset/{run.split}/corrections.jsonl; "
-                   "each experiment under the labels as given | as corrected:")
+        out.append(
+            f"  {t.corrections} correction(s) in devset/{run.split}/corrections.jsonl; "
+            "each experiment under the labels as given | as corrected:"
+        )
         for r in t.given_corrected:
-            out.append(f"  #{r.experiment_id}  given kappa {num(r.given.kappa)} FPR {num(r.given.fpr)}"
-                       f"  |  corrected kappa {num(r.corrected.kappa)} FPR {num(r.corrected.fpr)}")
+            out.append(
+                f"  #{r.experiment_id}  given kappa {num(r.given.kappa)} FPR {num(r.given.fpr)}"
+                f"  |  corrected kappa {num(r.corrected.kappa)} FPR {num(r.corrected.fpr)}"
+            )
     out.append("")
-    out.append(f"label suspects ({len(t.suspects)}; every run on split {run.split}, ranked by the confidence-"
-               "weighted share of judgements against the label)")
+    out.append(
+        f"label suspects ({len(t.suspects)}; every run on split {run.split}, ranked by the confidence-"
+        "weighted share of judgements against the label)"
+    )
     if not t.suspects:
         out.append("  none")
     for s in t.suspects[:REPORT_SUSPECTS]:
         out.append("  " + s.line())
     if len(t.suspects) > REPORT_SUSPECTS:
-        out.append(f"  ... and {len(t.suspects) - REPORT_SUSPECTS} more (the TUI's suspects view, key L, lists all)")
+        out.append(
+            f"  ... and {len(t.suspects) - REPORT_SUSPECTS} more (the TUI's suspects view, key L, lists all)"
+        )
     if t.suspects:
-        out.append("  correct one: judgeloop label-fix ID --label success|failure --reason \"...\"")
+        out.append('  correct one: judgeloop label-fix ID --label success|failure --reason "..."')
     return out
 
 
@@ -312,23 +389,47 @@ def export_experiments_tsv(ledger: Ledger, run_id: str, path: Path) -> Path:
             parent = parents.get(e.parent_id) if e.parent_id is not None else None
             counts = e.flip_counts() if e.flips is not None else dict.fromkeys(FLIP_KEYS)
             row: dict[str, Any] = {
-                "id": e.id, "seq": e.seq, "parent": e.parent_id, "created": e.created.isoformat(),
-                "strategy": e.strategy, "decision": e.status, "kappa": e.kappa,
-                "kappa_delta": delta(e.kappa, parent.kappa if parent else None), "fpr": e.fpr,
+                "id": e.id,
+                "seq": e.seq,
+                "parent": e.parent_id,
+                "created": e.created.isoformat(),
+                "strategy": e.strategy,
+                "decision": e.status,
+                "kappa": e.kappa,
+                "kappa_delta": delta(e.kappa, parent.kappa if parent else None),
+                "fpr": e.fpr,
                 "fpr_delta": delta(e.fpr, parent.fpr if parent else None),
-                "balanced_accuracy": e.balanced_accuracy, "p_value": e.p_value, **counts,
-                "early_stopped": int(e.early_stopped), "items_evaluated": e.items_evaluated, "calls": e.calls,
-                "cache_hits": e.cache_hits, "input_tokens": e.input_tokens, "output_tokens": e.output_tokens,
-                "cost_usd": e.cost_usd, "duration_s": e.duration_s, "commit": e.commit_sha,
-                "files_changed": ",".join(e.files_changed), "insertions": e.insertions, "deletions": e.deletions,
-                "reason": one_line(e.reason, 10_000), "rationale": one_line(e.rationale, 10_000),
-                "optimizer_calls": e.optimizer_calls, "optimizer_input_tokens": e.optimizer_input_tokens,
-                "optimizer_output_tokens": e.optimizer_output_tokens, "optimizer_cost_usd": e.optimizer_cost_usd,
-                "cache_read_tokens": e.cache_read_tokens, "cache_write_tokens": e.cache_write_tokens,
-                "alpha": e.alpha, "adaptive_keep": None if e.adaptive_keep is None else int(e.adaptive_keep),
-                "rejudge_calls": e.rejudge_calls, "rejudge_cost_usd": e.rejudge_cost_usd,
-                "keep_kind": e.keep_kind, "verdict_cost_usd": e.verdict_cost_usd,
-                "decided_by": e.decided_by, "overrule": e.overrule,
+                "balanced_accuracy": e.balanced_accuracy,
+                "p_value": e.p_value,
+                **counts,
+                "early_stopped": int(e.early_stopped),
+                "items_evaluated": e.items_evaluated,
+                "calls": e.calls,
+                "cache_hits": e.cache_hits,
+                "input_tokens": e.input_tokens,
+                "output_tokens": e.output_tokens,
+                "cost_usd": e.cost_usd,
+                "duration_s": e.duration_s,
+                "commit": e.commit_sha,
+                "files_changed": ",".join(e.files_changed),
+                "insertions": e.insertions,
+                "deletions": e.deletions,
+                "reason": one_line(e.reason, 10_000),
+                "rationale": one_line(e.rationale, 10_000),
+                "optimizer_calls": e.optimizer_calls,
+                "optimizer_input_tokens": e.optimizer_input_tokens,
+                "optimizer_output_tokens": e.optimizer_output_tokens,
+                "optimizer_cost_usd": e.optimizer_cost_usd,
+                "cache_read_tokens": e.cache_read_tokens,
+                "cache_write_tokens": e.cache_write_tokens,
+                "alpha": e.alpha,
+                "adaptive_keep": None if e.adaptive_keep is None else int(e.adaptive_keep),
+                "rejudge_calls": e.rejudge_calls,
+                "rejudge_cost_usd": e.rejudge_cost_usd,
+                "keep_kind": e.keep_kind,
+                "verdict_cost_usd": e.verdict_cost_usd,
+                "decided_by": e.decided_by,
+                "overrule": e.overrule,
             }
             writer.writerow(["" if row[c] is None else row[c] for c in TSV_COLUMNS])
     return path
@@ -377,7 +478,10 @@ def attribution_markdown(ledger: Ledger, attribution: Attribution | None) -> lis
     """The report's "What helped" section: one table row per kept edit, then final vs baseline."""
     lines = ["", "## What helped (attribution)", ""]
     if attribution is None:
-        return [*lines, "Not measured yet: `judgeloop attribute` measures what each kept edit still contributes."]
+        return [
+            *lines,
+            "Not measured yet: `judgeloop attribute` measures what each kept edit still contributes.",
+        ]
     a = attribution
     lines += [
         f"Final `{short(a.final_commit)}` against the final prompts without each kept edit ({a.status}; "

@@ -79,8 +79,11 @@ Judgements = Mapping[str, Sequence[Answer]]
 def disagreements(incumbent: Mapping[str, Answer], candidate: Mapping[str, Answer]) -> list[str]:
     """Ids (in ``candidate``'s order) whose verdicts differ: True vs False, or usable vs not.
     Label-free: the same rule picks the items to re-judge whoever runs it."""
-    return [tid for tid, answer in candidate.items()
-            if tid in incumbent and outcome(answer) != outcome(incumbent[tid])]
+    return [
+        tid
+        for tid, answer in candidate.items()
+        if tid in incumbent and outcome(answer) != outcome(incumbent[tid])
+    ]
 
 
 def counts_from_correct(labels: Mapping[str, Label], correct: Mapping[str, bool]) -> Counts:
@@ -126,8 +129,13 @@ def decide_adaptive(
     rejudged = set(rejudged)
     first_i = {t: majority_answer(incumbent[t][:first_pass]) for t in labels}
     first_c = {t: majority_answer(candidate[t][:first_pass]) for t in labels}
-    base = decide(score(labels, first_i), score(labels, first_c), flip_table(labels, first_i, first_c), loop,
-                  alpha=level)
+    base = decide(
+        score(labels, first_i),
+        score(labels, first_c),
+        flip_table(labels, first_i, first_c),
+        loop,
+        alpha=level,
+    )
 
     all_i = {t: is_correct(labels[t], majority_answer(incumbent[t])) for t in labels}
     all_c = {t: is_correct(labels[t], majority_answer(candidate[t])) for t in labels}
@@ -153,8 +161,15 @@ def decide_adaptive(
     significant = result.below(exact_fraction(level))
     adaptive_keep = kappa_ok and fpr_ok and significant
     test = AdaptiveTest(
-        first_pass=first_pass, rejudge=loop.rejudge, alpha=level, statistic=gain,
-        p_value=result.p_value, seed=seed, draws=result.draws, mcnemar_p=base.p_value, items=items,
+        first_pass=first_pass,
+        rejudge=loop.rejudge,
+        alpha=level,
+        statistic=gain,
+        p_value=result.p_value,
+        seed=seed,
+        draws=result.draws,
+        mcnemar_p=base.p_value,
+        items=items,
     )
     if not policy_for(loop).rejudges:  # decided on the first pass: the adaptive rule's outcome is shown only
         return base.model_copy(update={"adaptive_keep": adaptive_keep, "test": test})
@@ -162,7 +177,9 @@ def decide_adaptive(
     kappa_part, fpr_part = _rates(counts_i, counts_c)
     why: list[str] = []
     if not kappa_ok:
-        why.append("kappa did not rise" + (f" by more than {loop.min_kappa_delta:g}" if loop.min_kappa_delta else ""))
+        why.append(
+            "kappa did not rise" + (f" by more than {loop.min_kappa_delta:g}" if loop.min_kappa_delta else "")
+        )
     if not fpr_ok:
         why.append("FPR rose" + (f" by more than {loop.fpr_tolerance:g}" if loop.fpr_tolerance else ""))
     if kappa_ok and fpr_ok and not significant:
@@ -171,14 +188,26 @@ def decide_adaptive(
     if adaptive_keep != base.paired_keep:
         outcome_text += f"; the paired policy would have {'kept' if base.paired_keep else 'rolled back'} it"
     n_re = len(rejudged)
-    rejudge_part = (f"re-judged {n_re} item(s) {loop.rejudge} more time(s) under each prompt, "
-                    if n_re else "no item to re-judge, ")
-    reason = (f"{kappa_part}, {fpr_part} (majority over all judgements), {rejudge_part}"
-              f"gain {gain:+.2f} items, sign-flip p={p_text(result.p_value)} "
-              f"{'<' if significant else '≥'} {level:.3g}: {outcome_text}")
+    rejudge_part = (
+        f"re-judged {n_re} item(s) {loop.rejudge} more time(s) under each prompt, "
+        if n_re
+        else "no item to re-judge, "
+    )
+    reason = (
+        f"{kappa_part}, {fpr_part} (majority over all judgements), {rejudge_part}"
+        f"gain {gain:+.2f} items, sign-flip p={p_text(result.p_value)} "
+        f"{'<' if significant else '≥'} {level:.3g}: {outcome_text}"
+    )
     return Decision(
-        keep=adaptive_keep, reason=reason, literal_keep=base.literal_keep, paired_keep=base.paired_keep,
-        p_value=result.p_value, policy=loop.policy, adaptive_keep=adaptive_keep, alpha=level, test=test,
+        keep=adaptive_keep,
+        reason=reason,
+        literal_keep=base.literal_keep,
+        paired_keep=base.paired_keep,
+        p_value=result.p_value,
+        policy=loop.policy,
+        adaptive_keep=adaptive_keep,
+        alpha=level,
+        test=test,
     )
 
 
@@ -244,8 +273,15 @@ def adaptive_stopped_decision(
     return adaptive_stop(kappa_ok, fpr_ok, best.p_value, observed, disagreeing, loop, level)
 
 
-def adaptive_stop(kappa_ok: bool, fpr_ok: bool, p_value: float, observed: Observed, disagreeing: int,
-                   loop: LoopSection, level: float) -> Decision:
+def adaptive_stop(
+    kappa_ok: bool,
+    fpr_ok: bool,
+    p_value: float,
+    observed: Observed,
+    disagreeing: int,
+    loop: LoopSection,
+    level: float,
+) -> Decision:
     """The rollback when the adaptive bound fired (`adaptive_stopped_decision`, `EarlyStopper`).
     ``observed``: fixed and broken on first-pass majorities."""
     why = [] if kappa_ok else ["kappa could not rise"]
@@ -255,14 +291,25 @@ def adaptive_stop(kappa_ok: bool, fpr_ok: bool, p_value: float, observed: Observ
         why.append(f"the gain could not be significant at {level:.3g}")
     unjudged = observed.total - observed.judged
     if unjudged:
-        reason = (f"{observed.text()}; even if every judgement still to come went the candidate's way "
-                  f"(bound: sign-flip p ≥ {p_text(p_value)}) it could not be kept ({'; '.join(why)})")
+        reason = (
+            f"{observed.text()}; even if every judgement still to come went the candidate's way "
+            f"(bound: sign-flip p ≥ {p_text(p_value)}) it could not be kept ({'; '.join(why)})"
+        )
     else:
-        reason = (f"not re-judged ({disagreeing} item(s) disagree): judged all {observed.total} items, "
-                  f"{observed.fixed} fixed, {observed.broken} broken; even if every re-judgement went the "
-                  f"candidate's way (bound: sign-flip p ≥ {p_text(p_value)}) it could not be kept "
-                  f"({'; '.join(why)})")
+        reason = (
+            f"not re-judged ({disagreeing} item(s) disagree): judged all {observed.total} items, "
+            f"{observed.fixed} fixed, {observed.broken} broken; even if every re-judgement went the "
+            f"candidate's way (bound: sign-flip p ≥ {p_text(p_value)}) it could not be kept "
+            f"({'; '.join(why)})"
+        )
     return Decision(
-        keep=False, reason=reason, literal_keep=False, paired_keep=False, p_value=p_value,
-        policy=loop.policy, early_stopped=bool(unjudged), adaptive_keep=False, alpha=level,
+        keep=False,
+        reason=reason,
+        literal_keep=False,
+        paired_keep=False,
+        p_value=p_value,
+        policy=loop.policy,
+        early_stopped=bool(unjudged),
+        adaptive_keep=False,
+        alpha=level,
     )

@@ -140,19 +140,31 @@ def stopped_decision(
             if tid in candidate_so_far and not is_correct(labels[tid], candidate_so_far[tid])
         )
         fp_inc = sum(1 for tid in negatives if not is_correct(labels[tid], incumbent.get(tid)))
-        return fpr_stop(fp_so_far, fp_inc, len(negatives), negatives_left, len(candidate_so_far), len(labels),
-                         loop, level)
+        return fpr_stop(
+            fp_so_far, fp_inc, len(negatives), negatives_left, len(candidate_so_far), len(labels), loop, level
+        )
     best = _best_case_decision(labels, candidate_so_far, incumbent, loop, alpha)
     if best is None or policy_for(loop).bound_keeps(best):
         return None
     best_metrics, best_flips = best_completion(labels, candidate_so_far, incumbent)
     inc_right = {tid: is_correct(labels[tid], incumbent.get(tid)) for tid in labels}
     cand_right = {tid: is_correct(labels[tid], answer) for tid, answer in candidate_so_far.items()}
-    observed = Observed(judged=len(candidate_so_far), total=len(labels),
-                        fixed=sum(1 for t, right in cand_right.items() if right and not inc_right[t]),
-                        broken=sum(1 for t, right in cand_right.items() if inc_right[t] and not right))
-    return best_case_stop(best, Counts.of(score(labels, incumbent)), Counts.of(best_metrics), best_flips.improved,
-                           best_flips.worsened, observed, loop, level)
+    observed = Observed(
+        judged=len(candidate_so_far),
+        total=len(labels),
+        fixed=sum(1 for t, right in cand_right.items() if right and not inc_right[t]),
+        broken=sum(1 for t, right in cand_right.items() if inc_right[t] and not right),
+    )
+    return best_case_stop(
+        best,
+        Counts.of(score(labels, incumbent)),
+        Counts.of(best_metrics),
+        best_flips.improved,
+        best_flips.worsened,
+        observed,
+        loop,
+        level,
+    )
 
 
 class Observed(NamedTuple):
@@ -165,11 +177,21 @@ class Observed(NamedTuple):
     broken: int
 
     def text(self) -> str:
-        return f"stopped early after {self.judged}/{self.total} items: {self.fixed} fixed, {self.broken} broken"
+        return (
+            f"stopped early after {self.judged}/{self.total} items: {self.fixed} fixed, {self.broken} broken"
+        )
 
 
-def fpr_stop(fp_so_far: int, fp_inc: int, n_neg: int, negatives_left: int, judged: int, n_items: int,
-              loop: LoopSection, level: float) -> Decision:
+def fpr_stop(
+    fp_so_far: int,
+    fp_inc: int,
+    n_neg: int,
+    negatives_left: int,
+    judged: int,
+    n_items: int,
+    loop: LoopSection,
+    level: float,
+) -> Decision:
     """The rollback when the FPR bound fired (`stopped_decision`, `EarlyStopper`)."""
     reason = (
         f"stopped early after {judged}/{n_items} items: {fp_so_far} false positive(s) already, so "
@@ -189,8 +211,16 @@ def fpr_stop(fp_so_far: int, fp_inc: int, n_neg: int, negatives_left: int, judge
     )
 
 
-def best_case_stop(best: Decision, incumbent: Counts, completed: Counts, improved: int, worsened: int,
-                    observed: Observed, loop: LoopSection, level: float) -> Decision:
+def best_case_stop(
+    best: Decision,
+    incumbent: Counts,
+    completed: Counts,
+    improved: int,
+    worsened: int,
+    observed: Observed,
+    loop: LoopSection,
+    level: float,
+) -> Decision:
     """The rollback when even the best completion (``best``: its counts ``completed``, its flips) is
     rolled back (`stopped_decision`, `EarlyStopper`). What was observed comes first; the best case's
     figures are labelled as the bound they are."""
@@ -202,7 +232,10 @@ def best_case_stop(best: Decision, incumbent: Counts, completed: Counts, improve
     bound += [f"flips +{improved}/−{worsened}", f"p ≥ {p_text(best.p_value)}"]
     why: list[str] = []
     if not kappa_clears(completed, incumbent, loop.min_kappa_delta):
-        why.append("kappa could not rise" + (f" by more than {loop.min_kappa_delta:g}" if loop.min_kappa_delta else ""))
+        why.append(
+            "kappa could not rise"
+            + (f" by more than {loop.min_kappa_delta:g}" if loop.min_kappa_delta else "")
+        )
     if n_neg and not fpr_within(completed.fp, incumbent.fp, n_neg, loop.fpr_tolerance):
         why.append("FPR would rise")
     if not why:

@@ -63,8 +63,9 @@ class CheaperTest(BaseModel):
     saving: float  # 1 − candidate cost per verdict / incumbent's
 
 
-def noninferiority_test(differences: Sequence[Fraction], n_items: int, margin_items: int, *,
-                        seed: int = 0) -> SignFlipResult:
+def noninferiority_test(
+    differences: Sequence[Fraction], n_items: int, margin_items: int, *, seed: int = 0
+) -> SignFlipResult:
     """One-sided p-value for "the candidate is worse than the incumbent by less than ``margin_items``":
     the sign-flip test (`optimizer.stats.signflip`) on each of the ``n_items`` differences (``differences``
     lists the non-zero ones and may omit zeros) plus ``margin_items / n_items``."""
@@ -76,8 +77,14 @@ def noninferiority_test(differences: Sequence[Fraction], n_items: int, margin_it
 
 
 def decide_cheaper(
-    labels: Mapping[str, Label], incumbent: Judgements, candidate: Judgements, loop: LoopSection, *,
-    saving: float, alpha: float | None = None, seed: int = 0,
+    labels: Mapping[str, Label],
+    incumbent: Judgements,
+    candidate: Judgements,
+    loop: LoopSection,
+    *,
+    saving: float,
+    alpha: float | None = None,
+    seed: int = 0,
 ) -> CheaperTest:
     """Keep ``candidate`` as cheaper-not-worse? ``saving``: its billed saving per verdict (1 − ratio),
     checked against ``cheaper_min_saving`` here too. ``incumbent``/``candidate``: every labelled id →
@@ -92,9 +99,14 @@ def decide_cheaper(
     counts_i, counts_c = counts_from_correct(labels, all_i), counts_from_correct(labels, all_c)
     n_neg = counts_i.tn + counts_i.fp
     fpr_ok = fpr_within(counts_c.fp, counts_i.fp, n_neg, loop.fpr_tolerance)
-    diffs = [d for t in sorted(labels)
-             if (d := Fraction(sum(1 for a in candidate[t] if is_correct(labels[t], a)), len(candidate[t]))
-                 - Fraction(sum(1 for a in incumbent[t] if is_correct(labels[t], a)), len(incumbent[t])))]
+    diffs = [
+        d
+        for t in sorted(labels)
+        if (
+            d := Fraction(sum(1 for a in candidate[t] if is_correct(labels[t], a)), len(candidate[t]))
+            - Fraction(sum(1 for a in incumbent[t] if is_correct(labels[t], a)), len(incumbent[t]))
+        )
+    ]
     gain = float(sum(diffs, Fraction(0)))
     enough = Fraction(repr(saving)) >= exact_fraction(loop.cheaper_min_saving)
     result = noninferiority_test(diffs, len(labels), margin, seed=seed) if margin > 0 else None
@@ -108,9 +120,11 @@ def decide_cheaper(
         why.append("FPR rose")
     if not within:
         why.append(f"not shown within {margin} item(s) of the incumbent")
-    text = (f"cheaper: {saving:.0%} less per verdict, gain {gain:+.2f} items, {CHEAPER_TEST_MARK} {margin} "
-            f"item(s)) p={p_text(p)} {'<' if within else '≥'} {level:.3g}: "
-            + ("kept as cheaper, not worse" if keep else "not kept (" + "; ".join(why) + ")"))
+    text = (
+        f"cheaper: {saving:.0%} less per verdict, gain {gain:+.2f} items, {CHEAPER_TEST_MARK} {margin} "
+        f"item(s)) p={p_text(p)} {'<' if within else '≥'} {level:.3g}: "
+        + ("kept as cheaper, not worse" if keep else "not kept (" + "; ".join(why) + ")")
+    )
     return CheaperTest(keep=keep, reason=text, p_value=p, gain=gain, margin_items=margin, saving=saving)
 
 
@@ -118,8 +132,13 @@ class FprStopper:
     """The FPR early-stopping bound alone, one item at a time: a cheaper-not-worse candidate may be kept
     without a kappa gain, so only the bound that no keep of either kind survives may stop it."""
 
-    def __init__(self, labels: Mapping[str, Label], incumbent: Mapping[str, Answer], loop: LoopSection,
-                 alpha: float | None = None) -> None:
+    def __init__(
+        self,
+        labels: Mapping[str, Label],
+        incumbent: Mapping[str, Answer],
+        loop: LoopSection,
+        alpha: float | None = None,
+    ) -> None:
         self.labels, self.loop = labels, loop
         self.level = loop.alpha if alpha is None else alpha
         negatives = [t for t, lab in labels.items() if not lab.is_positive]
@@ -139,5 +158,13 @@ class FprStopper:
         if fpr_within(fp, self.fp_inc, self.n_neg, self.loop.fpr_tolerance):
             return None
         judged_neg = len(self.wrong)
-        return fpr_stop(fp, self.fp_inc, self.n_neg, self.n_neg - judged_neg, judged_neg, len(self.labels),
-                         self.loop, self.level)
+        return fpr_stop(
+            fp,
+            self.fp_inc,
+            self.n_neg,
+            self.n_neg - judged_neg,
+            judged_neg,
+            len(self.labels),
+            self.loop,
+            self.level,
+        )

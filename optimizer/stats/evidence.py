@@ -38,8 +38,10 @@ class ItemShares(BaseModel):
 
     def draws(self) -> str:
         """How it reads in a report: "1/3 → 3/3" (incumbent → candidate)."""
-        return (f"{self.incumbent_correct}/{self.incumbent_total} → "
-                f"{self.candidate_correct}/{self.candidate_total}")
+        return (
+            f"{self.incumbent_correct}/{self.incumbent_total} → "
+            f"{self.candidate_correct}/{self.candidate_total}"
+        )
 
 
 class AdaptiveTest(BaseModel):
@@ -76,7 +78,6 @@ class AdaptiveTest(BaseModel):
         return adaptive_test(self.differences(), seed=self.seed, draws=self.draws, max_exact_bits=-1)
 
 
-
 def evidence(difference: Fraction) -> Fraction:
     """An item's score in the adaptive test: its difference weighted by its own size, d·|d| (odd and
     increasing in d, so the sign-flip test stays exact and the p-value monotone in every d)."""
@@ -84,7 +85,13 @@ def evidence(difference: Fraction) -> Fraction:
 
 
 def adaptive_test(
-    differences: Sequence[Fraction], *, seed: int = 0, draws: int = DEFAULT_DRAWS, max_exact_bits: int = MAX_EXACT_BITS
+    differences: Sequence[Fraction],
+    *,
+    seed: int = 0,
+    draws: int = DEFAULT_DRAWS,
+    max_exact_bits: int = MAX_EXACT_BITS,
 ) -> SignFlipResult:
     """The adaptive policy's one-sided sign-flip test on per-item differences (statistic Σ d·|d|)."""
-    return sign_flip_test([evidence(d) for d in differences], seed=seed, draws=draws, max_exact_bits=max_exact_bits)
+    return sign_flip_test(
+        [evidence(d) for d in differences], seed=seed, draws=draws, max_exact_bits=max_exact_bits
+    )

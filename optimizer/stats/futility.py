@@ -109,12 +109,17 @@ class Screen:
         screen = self.ids
         first = [t for t in ids if t in screen]
         rest = [t for t in ids if t not in screen]
-        return ([t for t in first if not labels[t].is_positive] + [t for t in first if labels[t].is_positive]
-                + [t for t in rest if not labels[t].is_positive] + [t for t in rest if labels[t].is_positive])
+        return (
+            [t for t in first if not labels[t].is_positive]
+            + [t for t in first if labels[t].is_positive]
+            + [t for t in rest if not labels[t].is_positive]
+            + [t for t in rest if labels[t].is_positive]
+        )
 
 
-def make_screen(labels: Mapping[str, Label], incumbent: Mapping[str, Answer], seed: int,
-                share: float = SCREEN_SHARE) -> Screen:
+def make_screen(
+    labels: Mapping[str, Label], incumbent: Mapping[str, Answer], seed: int, share: float = SCREEN_SHARE
+) -> Screen:
     """The screen for a candidate against ``incumbent`` (its answer per item; see the module docstring)."""
     if not 0 < share <= 1:
         raise ValueError(f"screen share must be in (0, 1], got {share}")
@@ -127,8 +132,9 @@ def make_screen(labels: Mapping[str, Label], incumbent: Mapping[str, Answer], se
     return Screen(wrong=wrong, sampled=tuple(sampled), seed=seed, share=share)
 
 
-def make_looks(labels: Mapping[str, Label], incumbent: Mapping[str, Answer], seed: int,
-               shares: Sequence[float] = LOOKS) -> list[Screen]:
+def make_looks(
+    labels: Mapping[str, Label], incumbent: Mapping[str, Answer], seed: int, shares: Sequence[float] = LOOKS
+) -> list[Screen]:
     """Nested screens, one per cumulative share in ``shares`` (increasing, in (0, 1)): each holds every
     incumbent-wrong item and the first ``ceil(share · n)`` of each class's incumbent-right items in one
     seeded shuffle, so a later look adds items to an earlier one."""
@@ -138,12 +144,23 @@ def make_looks(labels: Mapping[str, Label], incumbent: Mapping[str, Answer], see
     rng = random.Random(seed)
     shuffled: dict[bool, list[str]] = {}
     for positive in (False, True):
-        shuffled[positive] = sorted(t for t, lab in labels.items() if lab.is_positive is positive and t not in set(wrong))
+        shuffled[positive] = sorted(
+            t for t, lab in labels.items() if lab.is_positive is positive and t not in set(wrong)
+        )
         rng.shuffle(shuffled[positive])
-    return [Screen(wrong=wrong, seed=seed, share=share,
-                   sampled=tuple(sorted(t for pos in (False, True)
-                                        for t in shuffled[pos][:math.ceil(share * len(shuffled[pos]))])))
-            for share in shares]
+    return [
+        Screen(
+            wrong=wrong,
+            seed=seed,
+            share=share,
+            sampled=tuple(
+                sorted(
+                    t for pos in (False, True) for t in shuffled[pos][: math.ceil(share * len(shuffled[pos]))]
+                )
+            ),
+        )
+        for share in shares
+    ]
 
 
 @dataclass(frozen=True)
@@ -211,8 +228,13 @@ def _clears(tally: Tally, positive: np.ndarray, loop: LoopSection, alpha: Fracti
 
 def _estimate(fails: Counter[str], judged: int, total: int, draws: int) -> FutilityEstimate:
     """The estimate from the draws' outcomes (``""``: a draw that clears)."""
-    return FutilityEstimate(p_clear=fails[""] / draws, judged=judged, total=total, draws=draws,
-                            fails=tuple((what, fails[what]) for what in FAILS if fails[what]))
+    return FutilityEstimate(
+        p_clear=fails[""] / draws,
+        judged=judged,
+        total=total,
+        draws=draws,
+        fails=tuple((what, fails[what]) for what in FAILS if fails[what]),
+    )
 
 
 def _pools_and_holes(
@@ -221,27 +243,42 @@ def _pools_and_holes(
     """Per class (positive or not): the indices of the screen's random sample (what an unjudged item is
     drawn from) and of the unjudged items; None when a class has unjudged items but no sample."""
     sampled = set(screen.sampled)
-    pools = {pos: np.array([i for i, t in enumerate(ids) if t in sampled and positive[i] == pos]) for pos in (False, True)}
+    pools = {
+        pos: np.array([i for i, t in enumerate(ids) if t in sampled and positive[i] == pos])
+        for pos in (False, True)
+    }
     holes = {pos: np.flatnonzero(~judged & (positive == pos)) for pos in (False, True)}
     if any(len(holes[pos]) and not len(pools[pos]) for pos in (False, True)):
         return None
     return pools, holes
 
 
-def _bootstrap(rng: np.random.Generator, pools: dict[bool, np.ndarray],
-               holes: dict[bool, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+def _bootstrap(
+    rng: np.random.Generator, pools: dict[bool, np.ndarray], holes: dict[bool, np.ndarray]
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """One draw's filling, per class with unjudged items: (those items, the sampled item each takes),
     drawn with Dirichlet(1, …, 1) weights over the class's sample (the Bayesian bootstrap)."""
     out = []
     for pos in (False, True):
         hole, pool = holes[pos], pools[pos]
         if len(hole):
-            out.append((hole, pool[rng.choice(len(pool), size=len(hole), p=rng.dirichlet(np.ones(len(pool))))]))
+            out.append(
+                (hole, pool[rng.choice(len(pool), size=len(hole), p=rng.dirichlet(np.ones(len(pool))))])
+            )
     return out
 
 
-def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
-            loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> FutilityEstimate | None:
+def p_clear(
+    labels: Mapping[str, Label],
+    screen: Screen,
+    incumbent: Judgements,
+    candidate_so_far: Judgements,
+    loop: LoopSection,
+    *,
+    level: float,
+    seed: int,
+    draws: int = DRAWS,
+) -> FutilityEstimate | None:
     """The chance the full adaptive decision keeps the candidate (module docstring), or None when it
     cannot be estimated: a one-class split, a screen item not judged yet, or a class with unjudged
     items and no sampled item to draw from.
@@ -281,7 +318,12 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
         cc, cn, cr, dd = cand_c.copy(), cand_n.copy(), cand_right.copy(), differ.copy()
         for hole, pick in _bootstrap(rng, pools, holes):
             # Every unjudged item is incumbent-right, as every sampled one: "differs" transplants as is.
-            cc[hole], cn[hole], cr[hole], dd[hole] = cand_c[pick], cand_n[pick], cand_right[pick], differ[pick]
+            cc[hole], cn[hole], cr[hole], dd[hole] = (
+                cand_c[pick],
+                cand_n[pick],
+                cand_right[pick],
+                differ[pick],
+            )
         ic, in_, ir = inc_c.copy(), inc_n.copy(), inc_right.copy()
         if r > 0 and dd.any():
             idx = np.flatnonzero(dd)
@@ -289,8 +331,11 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
             # as noise, both prompts then sharing one chance of a right judgement.
             fix, brk = cr[idx] & ~ir[idx], ir[idx] & ~cr[idx]
             n_fix, n_brk = int(fix.sum()), int(brk.sum())
-            share_real = np.where(fix, max(0.0, 1 - n_brk / n_fix) if n_fix else 0.0,
-                                  np.where(brk, max(0.0, 1 - n_fix / n_brk) if n_brk else 0.0, 0.0))
+            share_real = np.where(
+                fix,
+                max(0.0, 1 - n_brk / n_fix) if n_fix else 0.0,
+                np.where(brk, max(0.0, 1 - n_fix / n_brk) if n_brk else 0.0, 0.0),
+            )
             real = rng.random(len(idx)) < share_real
             pooled = rng.beta(JEFFREYS + cc[idx] + ic[idx], JEFFREYS + cn[idx] - cc[idx] + in_[idx] - ic[idx])
             pc = np.where(real, rng.beta(JEFFREYS + cc[idx], JEFFREYS + cn[idx] - cc[idx]), pooled)
@@ -305,8 +350,17 @@ def p_clear(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, 
     return _estimate(fails, int(judged.sum()), n, draws)
 
 
-def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
-                     loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> FutilityEstimate | None:
+def p_clear_rejudged(
+    labels: Mapping[str, Label],
+    screen: Screen,
+    incumbent: Judgements,
+    candidate_so_far: Judgements,
+    loop: LoopSection,
+    *,
+    level: float,
+    seed: int,
+    draws: int = DRAWS,
+) -> FutilityEstimate | None:
     """P(clear) once the screen's disagreements are re-judged (``incumbent``/``candidate_so_far``: every
     judgement so far, re-judgings included): the screen's items count as judged, and each unjudged
     item takes the whole judgements of both prompts (first pass and re-judging) of one sampled item
@@ -338,8 +392,17 @@ def p_clear_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Jud
     return _estimate(fails, int(judged.sum()), len(ids), draws)
 
 
-def screen_decision(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements, candidate_so_far: Judgements,
-                    loop: LoopSection, *, level: float, seed: int, draws: int = DRAWS) -> Decision | None:
+def screen_decision(
+    labels: Mapping[str, Label],
+    screen: Screen,
+    incumbent: Judgements,
+    candidate_so_far: Judgements,
+    loop: LoopSection,
+    *,
+    level: float,
+    seed: int,
+    draws: int = DRAWS,
+) -> Decision | None:
     """The futility rollback when P(clear) (`p_clear`: the screen's first pass only) < ``loop.futility_threshold``,
     else None (also when P(clear) cannot be estimated). Never a keep. ``p_value`` is 1.0: no test was run
     on the candidate."""
@@ -347,12 +410,22 @@ def screen_decision(labels: Mapping[str, Label], screen: Screen, incumbent: Judg
     return _futile(est, screen, loop, level)
 
 
-def screen_decision_rejudged(labels: Mapping[str, Label], screen: Screen, incumbent: Judgements,
-                             candidate_so_far: Judgements, loop: LoopSection, *, level: float, seed: int,
-                             draws: int = DRAWS) -> Decision | None:
+def screen_decision_rejudged(
+    labels: Mapping[str, Label],
+    screen: Screen,
+    incumbent: Judgements,
+    candidate_so_far: Judgements,
+    loop: LoopSection,
+    *,
+    level: float,
+    seed: int,
+    draws: int = DRAWS,
+) -> Decision | None:
     """`screen_decision` once the screen's disagreements are re-judged (`p_clear_rejudged`): what the
     loop asks at each look."""
-    est = p_clear_rejudged(labels, screen, incumbent, candidate_so_far, loop, level=level, seed=seed, draws=draws)
+    est = p_clear_rejudged(
+        labels, screen, incumbent, candidate_so_far, loop, level=level, seed=seed, draws=draws
+    )
     return _futile(est, screen, loop, level)
 
 
@@ -360,8 +433,19 @@ def _futile(est: FutilityEstimate | None, screen: Screen, loop: LoopSection, lev
     """The rollback when the estimate ``est`` is below ``loop.futility_threshold``, else None."""
     if est is None or est.p_clear >= loop.futility_threshold:
         return None
-    reason = (f"futile: P(clear) = {est.p_clear:.3f} < {loop.futility_threshold:g} after {est.judged} of "
-              f"{est.total} items — {est.why()} (screen: the incumbent's {len(screen.wrong)} wrong item(s) and "
-              f"{len(screen.sampled)} drawn by label, seed {screen.seed}): rolled back")
-    return Decision(keep=False, reason=reason, literal_keep=False, paired_keep=False, p_value=1.0,
-                    policy=loop.policy, early_stopped=True, adaptive_keep=False, alpha=level)
+    reason = (
+        f"futile: P(clear) = {est.p_clear:.3f} < {loop.futility_threshold:g} after {est.judged} of "
+        f"{est.total} items — {est.why()} (screen: the incumbent's {len(screen.wrong)} wrong item(s) and "
+        f"{len(screen.sampled)} drawn by label, seed {screen.seed}): rolled back"
+    )
+    return Decision(
+        keep=False,
+        reason=reason,
+        literal_keep=False,
+        paired_keep=False,
+        p_value=1.0,
+        policy=loop.policy,
+        early_stopped=True,
+        adaptive_keep=False,
+        alpha=level,
+    )

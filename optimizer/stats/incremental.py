@@ -60,8 +60,13 @@ from optimizer.workspace.config import LoopSection
 class _PairedBound:
     """`stopped_decision`, kept up to date one item at a time."""
 
-    def __init__(self, labels: Mapping[str, Label], incumbent: Mapping[str, Answer], loop: LoopSection,
-                 alpha: float | None) -> None:
+    def __init__(
+        self,
+        labels: Mapping[str, Label],
+        incumbent: Mapping[str, Answer],
+        loop: LoopSection,
+        alpha: float | None,
+    ) -> None:
         self.labels, self.loop, self.alpha = labels, loop, alpha
         self.level = loop.alpha if alpha is None else alpha
         self.inc_right = {tid: is_correct(label, incumbent.get(tid)) for tid, label in labels.items()}
@@ -72,8 +77,11 @@ class _PairedBound:
         self.inc_counts = Counts(tp_i, self.n_pos - tp_i, tn_i, self.n_neg - tn_i)
         extra = [tid for tid in incumbent if tid not in labels]
         # Raised where `score` raises it in the reference (which scores the incumbent past the FPR bound).
-        self.inc_error = (f"score() has answers for {len(extra)} id(s) outside the labels, "
-                          f"e.g. {extra[0]!r}" if extra else None)
+        self.inc_error = (
+            f"score() has answers for {len(extra)} id(s) outside the labels, e.g. {extra[0]!r}"
+            if extra
+            else None
+        )
         self.judged: dict[str, bool] = {}
         self.wrong_pos = self.wrong_neg = self.judged_neg = self.fixed = 0
         # Flips of the best completion (every unjudged item right): every item the incumbent got wrong
@@ -107,21 +115,33 @@ class _PairedBound:
         fp_inc = self.inc_counts.fp
         n_neg = self.n_neg
         if n_neg and not fpr_within(self.wrong_neg, fp_inc, n_neg, loop.fpr_tolerance):
-            return fpr_stop(self.wrong_neg, fp_inc, n_neg, n_neg - self.judged_neg, len(self.judged),
-                             len(self.labels), loop, self.level)
+            return fpr_stop(
+                self.wrong_neg,
+                fp_inc,
+                n_neg,
+                n_neg - self.judged_neg,
+                len(self.judged),
+                len(self.labels),
+                loop,
+                self.level,
+            )
         if self.n_pos in (0, len(self.labels)):
             return None
         if self.inc_error is not None:
             raise ValueError(self.inc_error)
         wrong_pos, wrong_neg = self.wrong_pos, self.wrong_neg
         best_counts = Counts(self.n_pos - wrong_pos, wrong_pos, n_neg - wrong_neg, wrong_neg)
-        best = decide_counts(self.inc_counts, best_counts, self.improved, self.worsened, loop,
-                             alpha=self.alpha)
+        best = decide_counts(
+            self.inc_counts, best_counts, self.improved, self.worsened, loop, alpha=self.alpha
+        )
         if policy_for(loop).bound_keeps(best):
             return None
-        observed = Observed(judged=len(self.judged), total=len(self.labels), fixed=self.fixed, broken=self.worsened)
-        return best_case_stop(best, self.inc_counts, best_counts, self.improved, self.worsened, observed, loop,
-                               self.level)
+        observed = Observed(
+            judged=len(self.judged), total=len(self.labels), fixed=self.fixed, broken=self.worsened
+        )
+        return best_case_stop(
+            best, self.inc_counts, best_counts, self.improved, self.worsened, observed, loop, self.level
+        )
 
 
 class _ItemBound(NamedTuple):
@@ -137,8 +157,9 @@ class _ItemBound(NamedTuple):
 class _AdaptiveBound:
     """`adaptive_stopped_decision`, kept up to date one item at a time."""
 
-    def __init__(self, labels: Mapping[str, Label], incumbent: Judgements, loop: LoopSection,
-                 alpha: float | None) -> None:
+    def __init__(
+        self, labels: Mapping[str, Label], incumbent: Judgements, loop: LoopSection, alpha: float | None
+    ) -> None:
         self.labels, self.loop = labels, loop
         self.level = loop.alpha if alpha is None else alpha
         self.n_pos = sum(1 for label in labels.values() if label.is_positive)
@@ -221,7 +242,9 @@ class _AdaptiveBound:
         best = sign_flip_test_grouped(self.evidence)
         if kappa_ok and fpr_ok and best.below(level):
             return None
-        observed = Observed(judged=len(self.judged), total=len(self.labels), fixed=self.fixed, broken=self.broken)
+        observed = Observed(
+            judged=len(self.judged), total=len(self.labels), fixed=self.fixed, broken=self.broken
+        )
         return adaptive_stop(kappa_ok, fpr_ok, best.p_value, observed, self.disagreeing, loop, self.level)
 
 
@@ -236,8 +259,15 @@ class EarlyStopper:
     its earlier result. Order-free, like the bounds.
     """
 
-    def __init__(self, labels: Mapping[str, Label], incumbent: Mapping[str, Answer],
-                 incumbent_judgements: Judgements, loop: LoopSection, *, alpha: float | None = None) -> None:
+    def __init__(
+        self,
+        labels: Mapping[str, Label],
+        incumbent: Mapping[str, Answer],
+        incumbent_judgements: Judgements,
+        loop: LoopSection,
+        *,
+        alpha: float | None = None,
+    ) -> None:
         self.labels = labels
         # A policy that decides on every judgement has the adaptive bound; the others, the first pass's.
         rejudges = policy_for(loop).rejudges

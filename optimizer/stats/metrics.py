@@ -175,8 +175,15 @@ class Metrics(BaseModel):
     def protocol_dict(self) -> ScoreJson:
         """Exactly the keys of ``judgeloop score --json``, in protocol order."""
         return ScoreJson(
-            n=self.n, balanced_accuracy=self.balanced_accuracy, tpr=self.tpr, tnr=self.tnr, fpr=self.fpr,
-            fnr=self.fnr, kappa=self.kappa, invalid=self.invalid, missing=self.missing,
+            n=self.n,
+            balanced_accuracy=self.balanced_accuracy,
+            tpr=self.tpr,
+            tnr=self.tnr,
+            fpr=self.fpr,
+            fnr=self.fnr,
+            kappa=self.kappa,
+            invalid=self.invalid,
+            missing=self.missing,
             mistake_type_recall=self.mistake_type_recall,
         )
 
@@ -344,7 +351,12 @@ class FlipTable(BaseModel):
 # the judge's answer, newly wrong or newly right; within a row, positives then negatives. Each row's
 # words are true of both of its cells (TN→FP is a newly wrong *success* verdict, so rows are not named
 # by verdict).
-FLIP_ARROWS: dict[str, str] = {"tp_to_fn": "TP→FN", "fn_to_tp": "FN→TP", "tn_to_fp": "TN→FP", "fp_to_tn": "FP→TN"}
+FLIP_ARROWS: dict[str, str] = {
+    "tp_to_fn": "TP→FN",
+    "fn_to_tp": "FN→TP",
+    "tn_to_fp": "TN→FP",
+    "fp_to_tn": "FP→TN",
+}
 FLIP_ROWS: tuple[tuple[str, tuple[str, str]], ...] = (
     ("newly wrong", ("tp_to_fn", "tn_to_fp")),
     ("newly right", ("fn_to_tp", "fp_to_tn")),

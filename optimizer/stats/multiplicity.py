@@ -42,7 +42,6 @@ def lord_level(target_fdr: float, past_keeps: Sequence[bool]) -> float:
     return level
 
 
-
 # -- waves: several candidates against one incumbent --------------------------------------------------
 
 
@@ -76,8 +75,9 @@ def _wave_statistic(d: Decision) -> float:
     return d.test.statistic if d.test is not None else float("-inf")
 
 
-def decide_wave(decisions: Sequence[Decision | None], alpha: float, family: int,
-                labels: Sequence[str]) -> list[Decision | None]:
+def decide_wave(
+    decisions: Sequence[Decision | None], alpha: float, family: int, labels: Sequence[str]
+) -> list[Decision | None]:
     """The wave's decisions: each candidate's own decision at ``alpha`` (None: undecided), corrected by
     Holm over the wave's ``family`` tests; among the Holm-rejected whose decision keeps (kappa and
     the FPR veto as for one candidate), the one with the largest observed gain is kept, every other
@@ -86,8 +86,11 @@ def decide_wave(decisions: Sequence[Decision | None], alpha: float, family: int,
     p-value) counts as p = 1: it cannot be kept at alpha, so at no Holm level."""
     ps = [None if d is None or d.early_stopped or d.test is None else d.p_value for d in decisions]
     ranks = holm(ps, alpha, family)
-    eligible = [i for i, (d, r) in enumerate(zip(decisions, ranks, strict=True))
-                if d is not None and r.rejected and d.keep]
+    eligible = [
+        i
+        for i, (d, r) in enumerate(zip(decisions, ranks, strict=True))
+        if d is not None and r.rejected and d.keep
+    ]
     best = max(eligible, key=lambda i: (_wave_statistic(decisions[i]), -i)) if eligible else None  # type: ignore[arg-type]
     out: list[Decision | None] = []
     for i, (d, r) in enumerate(zip(decisions, ranks, strict=True)):
@@ -99,19 +102,30 @@ def decide_wave(decisions: Sequence[Decision | None], alpha: float, family: int,
         where = f"wave of {family} (Holm): rank {r.rank}, level {level:.3g}, {shown}"
         if i == best:
             others = len(eligible) - 1
-            verdict = "kept" + (f" (the largest gain of {others + 1} candidates that cleared their level)"
-                                if others else "")
+            verdict = "kept" + (
+                f" (the largest gain of {others + 1} candidates that cleared their level)" if others else ""
+            )
         elif r.rejected and d.keep:
-            verdict = (f"rolled back ({labels[best]} of the wave has the larger gain; at most one keep per wave)"
-                       if best is not None else "rolled back")
+            verdict = (
+                f"rolled back ({labels[best]} of the wave has the larger gain; at most one keep per wave)"
+                if best is not None
+                else "rolled back"
+            )
         elif r.rejected:
             verdict = "rolled back (cleared its Holm level, but not the kappa/FPR rule)"
         elif ps[i] is not None and Fraction(ps[i] or 1) < r.level:
-            verdict = "rolled back (a candidate with a smaller p did not clear its level, so Holm stops there)"
+            verdict = (
+                "rolled back (a candidate with a smaller p did not clear its level, so Holm stops there)"
+            )
         else:
             verdict = "rolled back (not below its Holm level)"
-        out.append(d.model_copy(update={
-            "keep": i == best, "alpha": level,
-            "reason": f"{where}: {verdict} — alone at {alpha:g}: {d.reason}",
-        }))
+        out.append(
+            d.model_copy(
+                update={
+                    "keep": i == best,
+                    "alpha": level,
+                    "reason": f"{where}: {verdict} — alone at {alpha:g}: {d.reason}",
+                }
+            )
+        )
     return out

@@ -1,4 +1,3 @@
-
 from __future__ import annotations
 
 from fractions import Fraction
@@ -72,7 +71,9 @@ def kappa_clears(candidate: Counts, incumbent: Counts, min_kappa_delta: float) -
 def fpr_within(candidate_fp: int, incumbent_fp: int, negatives: int, fpr_tolerance: float) -> bool:
     if negatives == 0:
         return True
-    return Fraction(candidate_fp, negatives) <= Fraction(incumbent_fp, negatives) + exact_fraction(fpr_tolerance)
+    return Fraction(candidate_fp, negatives) <= Fraction(incumbent_fp, negatives) + exact_fraction(
+        fpr_tolerance
+    )
 
 
 def p_text(p: float) -> str:
@@ -86,8 +87,13 @@ def rate_text(x: Fraction | None, digits: int) -> str:
 
 
 def decide_counts(
-    incumbent: Counts, candidate: Counts, improved: int, worsened: int, loop: LoopSection,
-    *, alpha: float | None = None,
+    incumbent: Counts,
+    candidate: Counts,
+    improved: int,
+    worsened: int,
+    loop: LoopSection,
+    *,
+    alpha: float | None = None,
 ) -> Decision:
     """Apply the literal and paired policies to confusion counts and the flip counts (see module
     docstring); ``alpha`` overrides ``loop.alpha`` (online FDR). Under ``adaptive`` the paired
@@ -158,10 +164,12 @@ def detectable_gain_line(n_items: int, alpha: float, policy: Policy = "paired") 
     went the candidate's way (d = 1); the sign-flip tail of such items is the McNemar tail."""
     clean, one, two = (min_fixes_to_keep(w, alpha) for w in (0, 1, 2))
     items = policy_for(policy).items_right
-    return (f"on {n_items} items the {policy} policy (alpha {alpha:g}) keeps a candidate only if it newly gets "
-            f"at least {clean} {items} while breaking none ({one} if it breaks one, {two} if two): "
-            f"{clean / n_items:.0%} of the split at the least; a smaller real gain cannot be told from the "
-            "judge's own noise here")
+    return (
+        f"on {n_items} items the {policy} policy (alpha {alpha:g}) keeps a candidate only if it newly gets "
+        f"at least {clean} {items} while breaking none ({one} if it breaks one, {two} if two): "
+        f"{clean / n_items:.0%} of the split at the least; a smaller real gain cannot be told from the "
+        "judge's own noise here"
+    )
 
 
 def decide(
@@ -169,5 +177,6 @@ def decide(
 ) -> Decision:
     """Keep or roll back ``candidate`` against ``incumbent`` (same items) under the literal and
     paired policies (both computed)."""
-    return decide_counts(Counts.of(incumbent), Counts.of(candidate), flips.improved, flips.worsened, loop,
-                         alpha=alpha)
+    return decide_counts(
+        Counts.of(incumbent), Counts.of(candidate), flips.improved, flips.worsened, loop, alpha=alpha
+    )

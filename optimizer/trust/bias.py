@@ -76,8 +76,14 @@ def _renumbered(steps: Sequence[Step]) -> list[Step]:
 
 def _added_step(like: Step | None, action: Action, *, text: str | None = None) -> Step:
     """A step showing the screen of ``like`` (None: no screenshot), at its time, with ``action``."""
-    return Step(step_id=0, screenshot=like.screenshot if like else None, action=action, thought=text,
-                action_description=text, timestamp_us=like.timestamp_us if like else None)
+    return Step(
+        step_id=0,
+        screenshot=like.screenshot if like else None,
+        action=action,
+        thought=text,
+        action_description=text,
+        timestamp_us=like.timestamp_us if like else None,
+    )
 
 
 def idle_displaces(n_steps: int, settings: JudgeSettings) -> bool:
@@ -95,8 +101,9 @@ def final_claim(traj: Trajectory) -> Trajectory:
     """``traj`` with a final step whose text claims the task is complete (the last screen again)."""
     steps = list(traj.steps)
     last = steps[-1] if steps else None
-    steps.append(_added_step(last, Action(type="done", parameters={"text": COMPLETION_CLAIM}),
-                             text=COMPLETION_CLAIM))
+    steps.append(
+        _added_step(last, Action(type="done", parameters={"text": COMPLETION_CLAIM}), text=COMPLETION_CLAIM)
+    )
     return traj.model_copy(update={"steps": _renumbered(steps)})
 
 
@@ -106,7 +113,10 @@ def idle_steps(traj: Trajectory) -> Trajectory:
     steps = list(traj.steps)
     at = len(steps) // 2
     like = steps[at] if steps else None
-    idle = [_added_step(like, Action(type="wait", parameters={"duration_s": 1})) for _ in range(idle_count(len(steps)))]
+    idle = [
+        _added_step(like, Action(type="wait", parameters={"duration_s": 1}))
+        for _ in range(idle_count(len(steps)))
+    ]
     return traj.model_copy(update={"steps": _renumbered([*steps[:at], *idle, *steps[at:]])})
 
 
@@ -130,7 +140,9 @@ PROBES: dict[str, Probe] = {
     p.name: p
     for p in (
         Probe("final_claim", f'a final step claiming success ("{COMPLETION_CLAIM}")', final_claim),
-        Probe("idle_steps", "max(3, ceil(n/4)) idle wait steps in the middle, screenshots reused", idle_steps),
+        Probe(
+            "idle_steps", "max(3, ceil(n/4)) idle wait steps in the middle, screenshots reused", idle_steps
+        ),
         Probe("judge_note", f'a typed-text step addressed to the judge ("{JUDGE_NOTE}")', judge_note),
     )
 }
@@ -183,9 +195,13 @@ class Flips:
         return None if self.items == 0 else self.total / self.items
 
     def to_json(self) -> dict[str, object]:
-        return {"fail_to_success": self.fail_to_success, "success_to_fail": self.success_to_fail,
-                "negatives_fail_to_success": self.negatives_fail_to_success, "flips": self.total,
-                "flip_rate": self.rate}
+        return {
+            "fail_to_success": self.fail_to_success,
+            "success_to_fail": self.success_to_fail,
+            "negatives_fail_to_success": self.negatives_fail_to_success,
+            "flips": self.total,
+            "flip_rate": self.rate,
+        }
 
 
 @dataclass(frozen=True)
@@ -236,19 +252,29 @@ class ProbeResult:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "probe": self.name, "description": self.description, "items": self.items, "excluded": self.excluded,
-            "perturbed": self.perturbed.to_json(), "placebo": self.placebo.to_json(),
+            "probe": self.name,
+            "description": self.description,
+            "items": self.items,
+            "excluded": self.excluded,
+            "perturbed": self.perturbed.to_json(),
+            "placebo": self.placebo.to_json(),
             "excess_flip_rate": self.excess_flip_rate,
-            "discordant": {"fail_to_success": self.fail_to_success.to_json(),
-                           "success_to_fail": self.success_to_fail.to_json()},
-            "p_value": self.p_value, "flagged": self.flagged, "flipped": list(self.flipped),
+            "discordant": {
+                "fail_to_success": self.fail_to_success.to_json(),
+                "success_to_fail": self.success_to_fail.to_json(),
+            },
+            "p_value": self.p_value,
+            "flagged": self.flagged,
+            "flipped": list(self.flipped),
         }
 
 
-TEST_TEXT = ("exact one-sided McNemar-style test per probe and direction: among the items the baseline judged "
-             "fail (success), those where exactly one of the perturbed and the placebo verdict is success (fail); "
-             "P(X >= perturbed-only) for X ~ Binomial(n, 1/2); the probe's p-value is the smaller direction's, "
-             "doubled (Bonferroni)")
+TEST_TEXT = (
+    "exact one-sided McNemar-style test per probe and direction: among the items the baseline judged "
+    "fail (success), those where exactly one of the perturbed and the placebo verdict is success (fail); "
+    "P(X >= perturbed-only) for X ~ Binomial(n, 1/2); the probe's p-value is the smaller direction's, "
+    "doubled (Bonferroni)"
+)
 
 
 @dataclass
@@ -277,12 +303,26 @@ class BatteryResult:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "rev": self.rev, "prompt_hash": self.prompt_hash, "split": self.split,
-            "split_fingerprint": self.split_fingerprint, "judge": self.judge, "split_items": self.split_items,
-            "items": self.items, "positives": self.positives, "negatives": self.items - self.positives, "subset": self.subset, "alpha": self.alpha, "test": TEST_TEXT,
-            "probes": [p.to_json() for p in self.probes], "flagged": self.flagged, "cost_usd": self.cost_usd,
-            "calls": self.calls, "cache_hits": self.cache_hits, "budget_usd": self.budget_usd,
-            "complete": self.complete, "notes": list(self.notes),
+            "rev": self.rev,
+            "prompt_hash": self.prompt_hash,
+            "split": self.split,
+            "split_fingerprint": self.split_fingerprint,
+            "judge": self.judge,
+            "split_items": self.split_items,
+            "items": self.items,
+            "positives": self.positives,
+            "negatives": self.items - self.positives,
+            "subset": self.subset,
+            "alpha": self.alpha,
+            "test": TEST_TEXT,
+            "probes": [p.to_json() for p in self.probes],
+            "flagged": self.flagged,
+            "cost_usd": self.cost_usd,
+            "calls": self.calls,
+            "cache_hits": self.cache_hits,
+            "budget_usd": self.budget_usd,
+            "complete": self.complete,
+            "notes": list(self.notes),
         }
 
     def markdown_lines(self) -> list[str]:
@@ -304,10 +344,13 @@ class BatteryResult:
                 f"| {p.perturbed.negatives_fail_to_success} "
                 f"| {p.placebo.total} = {pct(p.placebo.rate)} ({p.placebo.fail_to_success} / "
                 f"{p.placebo.success_to_fail}) | {pct(p.excess_flip_rate)} | {p.p_value:.3g} "
-                f"| {'**yes**' if p.flagged else 'no'} |")
+                f"| {'**yes**' if p.flagged else 'no'} |"
+            )
         lines += ["", f"Test: {TEST_TEXT}; flagged when p < {self.alpha:g}."]
-        lines.append(f"Cost: ${self.cost_usd:.4f} ({self.calls} calls, {self.cache_hits} cached)"
-                     + ("" if self.budget_usd is None else f", budget ${self.budget_usd:g}"))
+        lines.append(
+            f"Cost: ${self.cost_usd:.4f} ({self.calls} calls, {self.cache_hits} cached)"
+            + ("" if self.budget_usd is None else f", budget ${self.budget_usd:g}")
+        )
         lines += [f"Note: {n}" for n in self.notes]
         return lines
 
@@ -326,28 +369,44 @@ def _verdicts(run: EvalRun, index: int) -> dict[str, bool]:
     return out
 
 
-def _flips(items: Sequence[str], base: Mapping[str, bool], other: Mapping[str, bool],
-           labels: Mapping[str, Label]) -> Flips:
+def _flips(
+    items: Sequence[str], base: Mapping[str, bool], other: Mapping[str, bool], labels: Mapping[str, Label]
+) -> Flips:
     up = [t for t in items if not base[t] and other[t]]
     down = [t for t in items if base[t] and not other[t]]
     return Flips(len(up), len(down), sum(1 for t in up if not labels[t].is_positive), len(items))
 
 
-def score_probe(probe: Probe, ids: Sequence[str], base: Mapping[str, bool], perturbed: Mapping[str, bool],
-                placebo: Mapping[str, bool], labels: Mapping[str, Label], alpha: float = ALPHA) -> ProbeResult:
+def score_probe(
+    probe: Probe,
+    ids: Sequence[str],
+    base: Mapping[str, bool],
+    perturbed: Mapping[str, bool],
+    placebo: Mapping[str, bool],
+    labels: Mapping[str, Label],
+    alpha: float = ALPHA,
+) -> ProbeResult:
     """A probe's flips and test from the three verdicts of each item (items missing one are excluded)."""
     items = [t for t in ids if t in base and t in perturbed and t in placebo]
 
     def discordant(start: bool) -> Discordant:
         # Items the baseline judged ``start``; a flip is a verdict of ``not start``.
         pool = [t for t in items if base[t] == start]
-        return Discordant(perturbed=sum(1 for t in pool if perturbed[t] != start and placebo[t] == start),
-                          placebo=sum(1 for t in pool if placebo[t] != start and perturbed[t] == start))
+        return Discordant(
+            perturbed=sum(1 for t in pool if perturbed[t] != start and placebo[t] == start),
+            placebo=sum(1 for t in pool if placebo[t] != start and perturbed[t] == start),
+        )
 
     return ProbeResult(
-        name=probe.name, description=probe.description, items=len(items), excluded=len(ids) - len(items),
-        perturbed=_flips(items, base, perturbed, labels), placebo=_flips(items, base, placebo, labels),
-        fail_to_success=discordant(False), success_to_fail=discordant(True), alpha=alpha,
+        name=probe.name,
+        description=probe.description,
+        items=len(items),
+        excluded=len(ids) - len(items),
+        perturbed=_flips(items, base, perturbed, labels),
+        placebo=_flips(items, base, placebo, labels),
+        fail_to_success=discordant(False),
+        success_to_fail=discordant(True),
+        alpha=alpha,
         flipped=[t for t in items if perturbed[t] != base[t]],
     )
 
@@ -375,8 +434,14 @@ def stratified_subset(ids: Sequence[str], labels: Mapping[str, Label], n: int) -
     return [t for t in ids if t in chosen]
 
 
-def _estimate_call_usd(ws: Workspace, split: Split, prompts: PromptSet, provider: Provider,
-                       judge: JudgeSection, ids: Sequence[str]) -> float:
+def _estimate_call_usd(
+    ws: Workspace,
+    split: Split,
+    prompts: PromptSet,
+    provider: Provider,
+    judge: JudgeSection,
+    ids: Sequence[str],
+) -> float:
     """The dearest estimated cost of one call among a few rendered items (`ESTIMATE_SAMPLE`)."""
     from optimizer.judge.render import RenderOptions, build_request
 
@@ -388,14 +453,14 @@ def _estimate_call_usd(ws: Workspace, split: Split, prompts: PromptSet, provider
             split,
             prompts,
             options=RenderOptions(
-                text_only=provider.traits.text_only, token_budget=prompts.settings.token_budget,
-                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME, layout=provider.traits.layout,
+                text_only=provider.traits.text_only,
+                token_budget=prompts.settings.token_budget,
+                image_cache_dir=ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+                layout=provider.traits.layout,
             ),
         )
         worst = max(worst, estimate_cost_usd(request, sampling, judge.model, dict(ws.config.prices)))
     return worst
-
-
 
 
 def parse_probes(names: Sequence[str] | None) -> list[Probe]:
@@ -444,45 +509,79 @@ def run_battery(
     base_run, placebo_run, perturbed_runs = runs.base, runs.placebo, runs.perturbed
     base = _verdicts(base_run, 0)
     results = [
-        score_probe(probe, ids, base, _verdicts(perturbed_runs[k], 0) if k < len(perturbed_runs) else {},
-                    _verdicts(placebo_run, k + 1) if placebo_run is not None else {}, labels, alpha)
+        score_probe(
+            probe,
+            ids,
+            base,
+            _verdicts(perturbed_runs[k], 0) if k < len(perturbed_runs) else {},
+            _verdicts(placebo_run, k + 1) if placebo_run is not None else {},
+            labels,
+            alpha,
+        )
         for k, probe in enumerate(asked)
     ]
     all_runs = [base_run, *([placebo_run] if placebo_run is not None else []), *perturbed_runs]
-    complete = all(r.stop is None and not r.not_evaluated for r in all_runs) and len(all_runs) == 2 + len(asked)
+    complete = all(r.stop is None and not r.not_evaluated for r in all_runs) and len(all_runs) == 2 + len(
+        asked
+    )
     for r in all_runs:
         notes.extend(n for n in r.notes if n not in notes)
     base_notes = {item.trajectory_id: set(item.notes) for item in base_run.items}
     for probe, run in zip(asked, perturbed_runs, strict=False):
         # A longer request can be cut to fit the token budget where the original was not: say so.
-        changed = [(item.trajectory_id, extra) for item in run.items
-                   if (extra := sorted(set(item.notes) - base_notes.get(item.trajectory_id, set())))]
+        changed = [
+            (item.trajectory_id, extra)
+            for item in run.items
+            if (extra := sorted(set(item.notes) - base_notes.get(item.trajectory_id, set())))
+        ]
         if changed:
-            notes.append(f"{probe.name}: {len(changed)} perturbed request(s) were rendered with a reduction the "
-                         f"unperturbed ones did not need, e.g. {changed[0][0]}: {changed[0][1][0]}")
+            notes.append(
+                f"{probe.name}: {len(changed)} perturbed request(s) were rendered with a reduction the "
+                f"unperturbed ones did not need, e.g. {changed[0][0]}: {changed[0][1][0]}"
+            )
     if PROBES["idle_steps"] in asked and prompts.settings.screenshots != "none":
         displaced = [t for t in ids if idle_displaces(len(the_split.trajectory(t).steps), prompts.settings)]
         if displaced:
-            notes.append(f"idle_steps: on {len(displaced)} item(s) the screenshot policy ({prompts.settings.screenshots}, "
-                         f"max_images {prompts.settings.max_images}) shows other real steps once the idle steps are "
-                         f"in, e.g. {displaced[0]}")
+            notes.append(
+                f"idle_steps: on {len(displaced)} item(s) the screenshot policy ({prompts.settings.screenshots}, "
+                f"max_images {prompts.settings.max_images}) shows other real steps once the idle steps are "
+                f"in, e.g. {displaced[0]}"
+            )
     excluded = max((p.excluded for p in results), default=0)
     if excluded:
         notes.append(f"up to {excluded} item(s) per probe left out: a call failed or its verdict was invalid")
     if not complete:
-        notes.append("incomplete: the budget or the provider stopped the battery; the figures cover the items "
-                     "judged under every arm")
+        notes.append(
+            "incomplete: the budget or the provider stopped the battery; the figures cover the items "
+            "judged under every arm"
+        )
     result = BatteryResult(
-        rev=sha, prompt_hash=prompts.prompt_hash(), split=the_split.name, split_fingerprint=the_split.fingerprint,
-        judge=f"{judge_cfg.provider}:{judge_cfg.model}", split_items=len(the_split.ids), items=len(ids),
+        rev=sha,
+        prompt_hash=prompts.prompt_hash(),
+        split=the_split.name,
+        split_fingerprint=the_split.fingerprint,
+        judge=f"{judge_cfg.provider}:{judge_cfg.model}",
+        split_items=len(the_split.ids),
+        items=len(ids),
         positives=sum(1 for t in ids if labels[t].is_positive),
-        subset=subset, alpha=alpha, probes=results, cost_usd=sum(r.cost_usd for r in all_runs),
-        calls=sum(r.calls_made for r in all_runs), cache_hits=sum(r.cache_hits for r in all_runs),
-        budget_usd=budget_usd, complete=complete, notes=notes,
+        subset=subset,
+        alpha=alpha,
+        probes=results,
+        cost_usd=sum(r.cost_usd for r in all_runs),
+        calls=sum(r.calls_made for r in all_runs),
+        cache_hits=sum(r.cache_hits for r in all_runs),
+        budget_usd=budget_usd,
+        complete=complete,
+        notes=notes,
     )
-    tell(Message(f"bias battery: {len(result.flagged)} of {len(results)} probe(s) flagged"
-                 + (f" ({', '.join(result.flagged)})" if result.flagged else "") + f", ${result.cost_usd:.4f} spent",
-                 "note"))
+    tell(
+        Message(
+            f"bias battery: {len(result.flagged)} of {len(results)} probe(s) flagged"
+            + (f" ({', '.join(result.flagged)})" if result.flagged else "")
+            + f", ${result.cost_usd:.4f} spent",
+            "note",
+        )
+    )
     return result
 
 
@@ -508,12 +607,23 @@ class _Battery:
 
 
 async def _judge_all(
-    ws: Workspace, split: Split, prompts: PromptSet, judge: JudgeSection, battery: _Battery, tell: Listener,
+    ws: Workspace,
+    split: Split,
+    prompts: PromptSet,
+    judge: JudgeSection,
+    battery: _Battery,
+    tell: Listener,
 ) -> _Passes:
     """Size the items by the budget, then the baseline pass (replicate 0), the placebo pass (replicates
     1…k) and one perturbed pass per probe (replicate 0 of the perturbed requests); stops after a pass
     the budget or the provider cut short."""
-    ids, labels, probes, budget_usd, sha = battery.ids, battery.labels, battery.probes, battery.budget_usd, battery.sha
+    ids, labels, probes, budget_usd, sha = (
+        battery.ids,
+        battery.labels,
+        battery.probes,
+        battery.budget_usd,
+        battery.sha,
+    )
     from optimizer.judge.providers import make_provider
 
     def progress(snap: ProgressSnapshot) -> None:
@@ -534,18 +644,25 @@ async def _judge_all(
                 raise UserError(
                     f"--budget-usd {budget_usd:g} buys fewer than {MIN_ITEMS} items at about ${per_item:.4f} per "
                     f"item ({calls_per_item} calls each, every call priced as if uncached); pass at least "
-                    f"--budget-usd {per_item * MIN_ITEMS:.2f}")
+                    f"--budget-usd {per_item * MIN_ITEMS:.2f}"
+                )
             if affordable < len(ids):
                 ids = stratified_subset(ids, labels, affordable)
-                subset = (f"a subset stratified by label, sized by the budget: {len(ids)} items at about "
-                          f"${per_item:.4f} each ({calls_per_item} calls, each priced as if uncached)")
+                subset = (
+                    f"a subset stratified by label, sized by the budget: {len(ids)} items at about "
+                    f"${per_item:.4f} each ({calls_per_item} calls, each priced as if uncached)"
+                )
         n_pos = sum(1 for t in ids if labels[t].is_positive)
-        tell(Message(
-            f"bias battery: prompts {sha[:10]} [{prompts.prompt_hash()[:8]}], split {split.name!r} "
-            f"({len(ids)} of {len(split.ids)} items: {n_pos} positive, {len(ids) - n_pos} negative), "
-            f"{judge.provider}:{judge.model}, probes {', '.join(p.name for p in probes)}; {calls_per_item} calls "
-            "per item (the baseline, then per probe the perturbed copy and a placebo repeat)"))
+        tell(
+            Message(
+                f"bias battery: prompts {sha[:10]} [{prompts.prompt_hash()[:8]}], split {split.name!r} "
+                f"({len(ids)} of {len(split.ids)} items: {n_pos} positive, {len(ids) - n_pos} negative), "
+                f"{judge.provider}:{judge.model}, probes {', '.join(p.name for p in probes)}; {calls_per_item} calls "
+                "per item (the baseline, then per probe the perturbed copy and a placebo repeat)"
+            )
+        )
         with JudgeCache(ws.cache_path) as cache, UnmemoisedCache(ws.cache_path) as plain:
+
             def judged(run: EvalRun) -> bool:
                 return run.stop is None and not run.not_evaluated
 
@@ -557,8 +674,12 @@ async def _judge_all(
                 item_ids=ids,
                 replicates=1,
                 options=PassOptions(
-                    budget=budget, progress=progress, provider=provider, cache=cache,
-                    infra_retry_rounds=retry[0], infra_retry_pause_s=retry[1],
+                    budget=budget,
+                    progress=progress,
+                    provider=provider,
+                    cache=cache,
+                    infra_retry_rounds=retry[0],
+                    infra_retry_pause_s=retry[1],
                 ),
             )
             out = _Passes(ids, subset, base, None, [])
@@ -573,8 +694,12 @@ async def _judge_all(
                 replicates=len(probes),
                 first_replicate=1,
                 options=PassOptions(
-                    budget=budget, progress=progress, provider=provider, cache=cache,
-                    infra_retry_rounds=retry[0], infra_retry_pause_s=retry[1],
+                    budget=budget,
+                    progress=progress,
+                    provider=provider,
+                    cache=cache,
+                    infra_retry_rounds=retry[0],
+                    infra_retry_pause_s=retry[1],
                 ),
             )
             if not judged(out.placebo):
@@ -588,8 +713,12 @@ async def _judge_all(
                     item_ids=ids,
                     replicates=1,
                     options=PassOptions(
-                        budget=budget, progress=progress, provider=provider, cache=plain,
-                        infra_retry_rounds=retry[0], infra_retry_pause_s=retry[1],
+                        budget=budget,
+                        progress=progress,
+                        provider=provider,
+                        cache=plain,
+                        infra_retry_rounds=retry[0],
+                        infra_retry_pause_s=retry[1],
                     ),
                 )
                 out.perturbed.append(run)

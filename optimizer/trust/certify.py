@@ -84,12 +84,18 @@ from optimizer.workspace.workspace import Workspace, repo_at
 CERTIFICATE_DIR = "certificates"
 NOTES_REF = "judgeloop"  # refs/notes/judgeloop
 BOUND_LEVEL = 0.05  # one-sided: 95% confidence
-KAPPA_METHOD = "stratified percentile bootstrap (optimizer.stats.metrics.bootstrap_intervals), 2000 draws, seed 0, 95%"
+KAPPA_METHOD = (
+    "stratified percentile bootstrap (optimizer.stats.metrics.bootstrap_intervals), 2000 draws, seed 0, 95%"
+)
 
 # Landis & Koch (1977), "The measurement of observer agreement for categorical data": the bands'
 # lower ends.
 LANDIS_KOCH: tuple[tuple[float, str], ...] = (
-    (0.81, "almost perfect"), (0.61, "substantial"), (0.41, "moderate"), (0.21, "fair"), (0.0, "slight"),
+    (0.81, "almost perfect"),
+    (0.61, "substantial"),
+    (0.41, "moderate"),
+    (0.21, "fair"),
+    (0.0, "slight"),
 )
 
 
@@ -117,8 +123,16 @@ class BatteryResult(Protocol):
 class BatteryRunner(Protocol):
     """`optimizer.trust.bias.run_battery`'s signature, as a certificate calls it."""
 
-    def __call__(self, ws: Workspace, rev: str, *, split: str | None, events: Listener,
-                 budget_usd: float | None, judge: JudgeOverrides | None) -> BatteryResult: ...
+    def __call__(
+        self,
+        ws: Workspace,
+        rev: str,
+        *,
+        split: str | None,
+        events: Listener,
+        budget_usd: float | None,
+        judge: JudgeOverrides | None,
+    ) -> BatteryResult: ...
 
 
 def find_battery() -> BatteryRunner:
@@ -153,26 +167,43 @@ def agreement(labels: Mapping[str, Label], answers: Mapping[str, Answer]) -> Agr
     kappa_interval = intervals.get("kappa")
     per_type: dict[str, TypeFpr] = {}
     for kind in (*MISTAKE_TYPES, UNTYPED):
-        ids = [t for t, lab in labels.items()
-               if not lab.is_positive and (lab.mistake_type if lab.mistake_type in MISTAKE_TYPES else UNTYPED) == kind]
+        ids = [
+            t
+            for t, lab in labels.items()
+            if not lab.is_positive
+            and (lab.mistake_type if lab.mistake_type in MISTAKE_TYPES else UNTYPED) == kind
+        ]
         if not ids:
             continue
         fp = sum(1 for t in ids if predicted_success(labels[t], answers.get(t)))
-        per_type[kind] = TypeFpr(negatives=len(ids), false_positives=fp, fpr=fp / len(ids),
-                                 fpr_upper=clopper_pearson_upper(fp, len(ids), BOUND_LEVEL))
+        per_type[kind] = TypeFpr(
+            negatives=len(ids),
+            false_positives=fp,
+            fpr=fp / len(ids),
+            fpr_upper=clopper_pearson_upper(fp, len(ids), BOUND_LEVEL),
+        )
     return Agreement(
-        items=m.n, positives=m.positives, negatives=m.negatives,
-        tp=m.tp, fn=m.fn, tn=m.tn, fp=m.fp, invalid=m.invalid, missing=m.missing,
+        items=m.n,
+        positives=m.positives,
+        negatives=m.negatives,
+        tp=m.tp,
+        fn=m.fn,
+        tn=m.tn,
+        fp=m.fp,
+        invalid=m.invalid,
+        missing=m.missing,
         kappa=m.kappa,
         kappa_interval=kappa_interval,
         kappa_interval_method=KAPPA_METHOD,
         kappa_band=landis_koch(m.kappa),
         kappa_band_lower=landis_koch(None if kappa_interval is None else kappa_interval[0]),
         kappa_band_scale="Landis-Koch 1977: <0 poor, 0-0.20 slight, 0.21-0.40 fair, 0.41-0.60 moderate, "
-                         "0.61-0.80 substantial, 0.81-1 almost perfect",
+        "0.61-0.80 substantial, 0.81-1 almost perfect",
         balanced_accuracy=m.balanced_accuracy,
-        tpr=m.tpr, tpr_lower=clopper_pearson_lower(m.tp, m.positives, BOUND_LEVEL) if m.positives else None,
-        tnr=m.tnr, tnr_lower=clopper_pearson_lower(m.tn, m.negatives, BOUND_LEVEL) if m.negatives else None,
+        tpr=m.tpr,
+        tpr_lower=clopper_pearson_lower(m.tp, m.positives, BOUND_LEVEL) if m.positives else None,
+        tnr=m.tnr,
+        tnr_lower=clopper_pearson_lower(m.tn, m.negatives, BOUND_LEVEL) if m.negatives else None,
         fpr=m.fpr,
         bound_method="Clopper-Pearson exact, one-sided 95%",
         fpr_by_type=per_type,
@@ -196,8 +227,13 @@ def retest(labels: Mapping[str, Label], first: Mapping[str, Answer], second: Map
             nn += 1
     n = yy + yn + ny + nn
     # cohen_kappa(tp, fn, tn, fp) with the second pass as the "labels".
-    return Retest(items=n, same_verdict=yy + nn, agreement=_rate(yy + nn, n),
-                  kappa=cohen_kappa(yy, ny, nn, yn), second_pass="replicate indices after the first pass's")
+    return Retest(
+        items=n,
+        same_verdict=yy + nn,
+        agreement=_rate(yy + nn, n),
+        kappa=cohen_kappa(yy, ny, nn, yn),
+        second_pass="replicate indices after the first pass's",
+    )
 
 
 def _delta(a: float | None, b: float | None) -> float | None:
@@ -206,23 +242,30 @@ def _delta(a: float | None, b: float | None) -> float | None:
 
 def transfer(primary: Agreement, other: Agreement, model: str) -> Transfer:
     """The transfer check's figures: the other model's kappa, FPR (overall and per type) and the deltas."""
+
     def primary_fpr(kind: str) -> float | None:
         fig = primary.fpr_by_type.get(kind)
         return None if fig is None else fig.fpr
 
-    per_type = {kind: TypeTransfer(fpr=fig.fpr, fpr_delta=_delta(primary_fpr(kind), fig.fpr))
-                for kind, fig in other.fpr_by_type.items()}
+    per_type = {
+        kind: TypeTransfer(fpr=fig.fpr, fpr_delta=_delta(primary_fpr(kind), fig.fpr))
+        for kind, fig in other.fpr_by_type.items()
+    }
     return Transfer(
         model=model,
-        kappa=other.kappa, kappa_delta=_delta(primary.kappa, other.kappa),
-        fpr=other.fpr, fpr_delta=_delta(primary.fpr, other.fpr),
-        tpr=other.tpr, tpr_delta=_delta(primary.tpr, other.tpr),
+        kappa=other.kappa,
+        kappa_delta=_delta(primary.kappa, other.kappa),
+        fpr=other.fpr,
+        fpr_delta=_delta(primary.fpr, other.fpr),
+        tpr=other.tpr,
+        tpr_delta=_delta(primary.tpr, other.tpr),
         fpr_by_type=per_type,
     )
 
 
-def selftest_status(found: SelftestResult | None, judge: JudgeSection, split: Split,
-                    prompt_hash: str) -> CitedSelftest | NotRun:
+def selftest_status(
+    found: SelftestResult | None, judge: JudgeSection, split: Split, prompt_hash: str
+) -> CitedSelftest | NotRun:
     """The latest self-test as the certificate cites it, and whether it tested this judge, split, prompts."""
     if found is None or found.files is None:  # (a self-test read from its file always names it)
         return NotRun(status="not run", note="run `judgeloop selftest`; it never changes prompts or branches")
@@ -240,8 +283,12 @@ def selftest_status(found: SelftestResult | None, judge: JudgeSection, split: Sp
         file=found.files.json_path,
         created=found.created,
         revision=found.revision,
-        aa=CitedAA(repeats=aa.repeats, kept=aa.kept, keep_rate=aa.keep_rate, keep_rate_interval=aa.keep_rate_interval),
-        instability=CitedInstability(unstable_share=aa.instability.unstable_share, flip_rate=aa.instability.flip_rate),
+        aa=CitedAA(
+            repeats=aa.repeats, kept=aa.kept, keep_rate=aa.keep_rate, keep_rate_interval=aa.keep_rate_interval
+        ),
+        instability=CitedInstability(
+            unstable_share=aa.instability.unstable_share, flip_rate=aa.instability.flip_rate
+        ),
         planted_rolled_back=None if found.planted is None else found.planted.rolled_back,
         detectable=found.detectable.line,
         benchmark_agrees=found.benchmark.agrees,
@@ -252,17 +299,25 @@ def selftest_status(found: SelftestResult | None, judge: JudgeSection, split: Sp
 def confirmations_for(ws: Workspace, sha: str) -> Confirmations | NotRun:
     """The held-out confirmations the ledger records for ``sha`` (the newest per split); never runs one."""
     if not ws.ledger_path.is_file():
-        return NotRun(status="none", note="no ledger yet; `judgeloop confirm --split N` measures a held-out split")
+        return NotRun(
+            status="none", note="no ledger yet; `judgeloop confirm --split N` measures a held-out split"
+        )
     with Ledger.open_readonly(ws.ledger_path) as ledger:
         rows = [c for c in ledger.confirmations() if c.revision == sha]
     if not rows:
-        return NotRun(status="none", note="no confirmation recorded for this revision; `judgeloop confirm --split N` "
-                                          "measures a held-out split (certify never does)")
+        return NotRun(
+            status="none",
+            note="no confirmation recorded for this revision; `judgeloop confirm --split N` "
+            "measures a held-out split (certify never does)",
+        )
     newest: dict[str, Confirmed] = {}
     for c in rows:
         newest[c.split] = Confirmed(
-            split=c.split, created=c.created.isoformat(timespec="seconds"), run=c.run_id,
-            **{k: c.metrics.get(k) for k in ("n", "kappa", "tpr", "tnr", "fpr", "balanced_accuracy")})
+            split=c.split,
+            created=c.created.isoformat(timespec="seconds"),
+            run=c.run_id,
+            **{k: c.metrics.get(k) for k in ("n", "kappa", "tpr", "tnr", "fpr", "balanced_accuracy")},
+        )
     return Confirmations(splits=list(newest.values()))
 
 
@@ -271,11 +326,15 @@ def confirmations_for(ws: Workspace, sha: str) -> Confirmations | NotRun:
 
 def _complete(run: EvalRun, what: str) -> None:
     if run.infra_error_ids:
-        raise UserError(f"{what}: {len(run.infra_error_ids)} item(s) hit infrastructure errors after every retry "
-                        f"(e.g. {run.infra_error_ids[0]}); nothing is certified on partial data — re-run "
-                        "`judgeloop certify` when the provider is healthy (what was judged is cached)")
+        raise UserError(
+            f"{what}: {len(run.infra_error_ids)} item(s) hit infrastructure errors after every retry "
+            f"(e.g. {run.infra_error_ids[0]}); nothing is certified on partial data — re-run "
+            "`judgeloop certify` when the provider is healthy (what was judged is cached)"
+        )
     if run.stop is not None or run.not_evaluated:
-        raise UserError(f"{what}: evaluation incomplete ({run.stop_reason or 'items not evaluated'}); re-run certify")
+        raise UserError(
+            f"{what}: evaluation incomplete ({run.stop_reason or 'items not evaluated'}); re-run certify"
+        )
 
 
 def _replicas(judge: JudgeSection) -> list[str | None] | None:
@@ -291,6 +350,7 @@ def _models_seen(runs: Sequence[EvalRun]) -> list[str]:
 def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -> Certificate:
     """Certify the prompts at ``options.rev`` (module docstring); writes the JSON and Markdown, adds the
     git note and returns the certificate."""
+
     def tell(text: str) -> None:
         events(Message(text))
 
@@ -301,8 +361,10 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
     judge = options.judge.apply(ws.config.judge)
     k = prompts.settings.replicates
     ids = list(split.ids)
-    tell(f"certify: prompts at {sha[:10]} [{prompts.prompt_hash()[:8]}], judge {judge.provider}:{judge.model}, "
-         f"dev split {split.name} ({len(ids)} items), {k} judgement(s) per item; every call through the judge cache")
+    tell(
+        f"certify: prompts at {sha[:10]} [{prompts.prompt_hash()[:8]}], judge {judge.provider}:{judge.model}, "
+        f"dev split {split.name} ({len(ids)} items), {k} judgement(s) per item; every call through the judge cache"
+    )
 
     def progress(snap: ProgressSnapshot) -> None:
         events(Progress(snap))
@@ -354,8 +416,10 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
 
     first, second, other = asyncio.run(judge_all())
     passes = [first, second, *([other] if other else [])]
-    tell(f"  judged: {sum(r.calls_made for r in passes)} call(s) made, {sum(r.cache_hits for r in passes)} from the "
-         f"cache, ${sum(r.cost_usd for r in passes):.4f}")
+    tell(
+        f"  judged: {sum(r.calls_made for r in passes)} call(s) made, {sum(r.cache_hits for r in passes)} from the "
+        f"cache, ${sum(r.cost_usd for r in passes):.4f}"
+    )
     figures = agreement(labels, first.answers())
     if not options.bias:
         bias: BatteryRun | NotRun = NotRun(status="not run", note="--no-bias")
@@ -371,27 +435,43 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
         judgeloop_version=__version__,
         revision=sha,
         prompt_hash=prompts.prompt_hash(),
-        judge=CertifiedJudge(provider=judge.provider, model=judge.model, base_url=judge.base_url,
-                             base_urls=_replicas(judge), model_versions=_models_seen([first, second]), replicates=k,
-                             # A harness judge: "bwrap", or "none" (it ran unconfined: it could have read the labels).
-                             confinement=first.meta.judge_confinement or None),
+        judge=CertifiedJudge(
+            provider=judge.provider,
+            model=judge.model,
+            base_url=judge.base_url,
+            base_urls=_replicas(judge),
+            model_versions=_models_seen([first, second]),
+            replicates=k,
+            # A harness judge: "bwrap", or "none" (it ran unconfined: it could have read the labels).
+            confinement=first.meta.judge_confinement or None,
+        ),
         split=CertifiedSplit(name=split.name, fingerprint=split.fingerprint, items=len(ids)),
         agreement=figures,
         test_retest=retest(labels, first.answers(), second.answers()),
         selftest=selftest_status(latest_selftest(ws), judge, split, prompts.prompt_hash()),
-        transfer=(transfer(figures, agreement(labels, other.answers()), str(options.transfer_model))
-                  if other is not None else NotRun(status="not run", note="pass --transfer-model M")),
+        transfer=(
+            transfer(figures, agreement(labels, other.answers()), str(options.transfer_model))
+            if other is not None
+            else NotRun(status="not run", note="pass --transfer-model M")
+        ),
         confirm=confirmations_for(ws, sha),
         bias_battery=bias,
         invalidated_by=InvalidatedBy(
-            judge_provider=judge.provider, judge_model=judge.model, judge_base_url=judge.base_url,
+            judge_provider=judge.provider,
+            judge_model=judge.model,
+            judge_base_url=judge.base_url,
             judge_base_urls=_replicas(judge),
-            judge_model_versions=_models_seen([first, second]), split_fingerprint=split.fingerprint,
-            prompt_hash=prompts.prompt_hash(), replicates=k,
+            judge_model_versions=_models_seen([first, second]),
+            split_fingerprint=split.fingerprint,
+            prompt_hash=prompts.prompt_hash(),
+            replicates=k,
             rule="any change of these makes this certificate void: certify again",
         ),
-        cost=CertifyCost(calls=sum(r.calls_made for r in passes), cache_hits=sum(r.cache_hits for r in passes),
-                         usd=round(sum(r.cost_usd for r in passes), 6)),
+        cost=CertifyCost(
+            calls=sum(r.calls_made for r in passes),
+            cache_hits=sum(r.cache_hits for r in passes),
+            usd=round(sum(r.cost_usd for r in passes), 6),
+        ),
     )
     path = write_certificate(ws, cert, bias_md)
     cert = _placed(ws, cert, path)
@@ -400,8 +480,10 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
     for line in markdown_lines(cert, bias_md):
         if line.startswith("- "):
             tell("  " + line[2:])
-    tell(f"  wrote {files.json_path} and {files.markdown}; git note on {sha[:10]} under "
-         f"refs/notes/{NOTES_REF} (`git log --notes={NOTES_REF}`)")
+    tell(
+        f"  wrote {files.json_path} and {files.markdown}; git note on {sha[:10]} under "
+        f"refs/notes/{NOTES_REF} (`git log --notes={NOTES_REF}`)"
+    )
     return cert
 
 
@@ -443,14 +525,29 @@ def note_text(cert: Certificate, path: Path) -> str:
         "Judgeloop-Certificate-TPR-Lower": "n/a" if fig.tpr_lower is None else f"{fig.tpr_lower:.3f}",
         "Judgeloop-Certificate-TNR-Lower": "n/a" if fig.tnr_lower is None else f"{fig.tnr_lower:.3f}",
     }
-    return gitops.format_message(f"judgeloop certificate {cert.created}", trailers={k: str(v) for k, v in trailers.items()})
+    return gitops.format_message(
+        f"judgeloop certificate {cert.created}", trailers={k: str(v) for k, v in trailers.items()}
+    )
 
 
 def add_note(ws: Workspace, sha: str, cert: Certificate, path: Path) -> None:
     """Append the certificate's note to ``sha`` under refs/notes/judgeloop (the commit is not rewritten)."""
     with repo_at(ws.root) as repo:
-        repo.git.execute(["git", "-c", "user.name=judgeloop", "-c", "user.email=judgeloop@localhost", "notes",
-                          f"--ref={NOTES_REF}", "append", "-m", note_text(cert, path), sha])
+        repo.git.execute(
+            [
+                "git",
+                "-c",
+                "user.name=judgeloop",
+                "-c",
+                "user.email=judgeloop@localhost",
+                "notes",
+                f"--ref={NOTES_REF}",
+                "append",
+                "-m",
+                note_text(cert, path),
+                sha,
+            ]
+        )
 
 
 def read_note(ws: Workspace, sha: str) -> str | None:
@@ -478,10 +575,16 @@ def _signed(x: float | None) -> str:
 def _confinement_lines(judge: CertifiedJudge) -> list[str]:
     """What the certificate says of a harness judge's confinement (nothing for other judges)."""
     if judge.confinement == "none":
-        return ["", "**The harness judge ran unconfined** (`[judge] sandbox = \"none\"`): its CLI could read the "
-                "workspace and the labels, so these figures do not show what the judge can do blind."]
+        return [
+            "",
+            '**The harness judge ran unconfined** (`[judge] sandbox = "none"`): its CLI could read the '
+            "workspace and the labels, so these figures do not show what the judge can do blind.",
+        ]
     if judge.confinement:
-        return ["", f"The harness judge ran confined ({judge.confinement}: no workspace, labels or other keys in view)."]
+        return [
+            "",
+            f"The harness judge ran confined ({judge.confinement}: no workspace, labels or other keys in view).",
+        ]
     return []
 
 
@@ -502,7 +605,11 @@ def markdown_lines(cert: Certificate, bias_md: Sequence[str] = ()) -> list[str]:
         "## Agreement with the labels",
         "",
         f"- Cohen's kappa {_f(fig.kappa)}"
-        + ("" if ki is None else f", 95% interval [{ki[0]:.3f}, {ki[1]:.3f}] (stratified percentile bootstrap)")
+        + (
+            ""
+            if ki is None
+            else f", 95% interval [{ki[0]:.3f}, {ki[1]:.3f}] (stratified percentile bootstrap)"
+        )
         + f": **{fig.kappa_band}** (Landis–Koch; the interval's lower end: {fig.kappa_band_lower})",
         f"- TPR {_f(fig.tpr)} ({fig.tp}/{fig.positives}), `tpr_lower` = **{_f(fig.tpr_lower)}** "
         "(Clopper–Pearson, one-sided 95%)",
@@ -510,27 +617,37 @@ def markdown_lines(cert: Certificate, bias_md: Sequence[str] = ()) -> list[str]:
         f"FPR {_f(fig.fpr)}",
     ]
     for kind, t in fig.fpr_by_type.items():
-        lines.append(f"- FPR on {kind}: {t.false_positives}/{t.negatives} = {t.fpr:.3f} "
-                     f"(at most {t.fpr_upper:.3f} at 95%)")
+        lines.append(
+            f"- FPR on {kind}: {t.false_positives}/{t.negatives} = {t.fpr:.3f} "
+            f"(at most {t.fpr_upper:.3f} at 95%)"
+        )
     rt = cert.test_retest
-    lines += ["", "## Test–retest", "",
-              f"- two independent passes of the same prompts agree on {rt.same_verdict} of {rt.items} items "
-              f"({_f(rt.agreement)}); kappa between them {_f(rt.kappa)}"]
+    lines += [
+        "",
+        "## Test–retest",
+        "",
+        f"- two independent passes of the same prompts agree on {rt.same_verdict} of {rt.items} items "
+        f"({_f(rt.agreement)}); kappa between them {_f(rt.kappa)}",
+    ]
     st = cert.selftest
     lines += ["", "## Self-test", ""]
     if isinstance(st, NotRun):
         lines.append(f"- selftest: not run ({st.note})")
     else:
-        lines.append(f"- latest selftest ({st.file}, {st.created}): **{st.status}**"
-                     + (f" (made with another {', '.join(st.differs)})" if st.differs else ""))
+        lines.append(
+            f"- latest selftest ({st.file}, {st.created}): **{st.status}**"
+            + (f" (made with another {', '.join(st.differs)})" if st.differs else "")
+        )
         lines += st.summary
     tr = cert.transfer
     lines += ["", "## Transfer to another judge model", ""]
     if isinstance(tr, NotRun):
         lines.append(f"- transfer: not run ({tr.note})")
     else:
-        lines.append(f"- `{tr.model}`: kappa {_f(tr.kappa)} ({_signed(tr.kappa_delta)}), FPR {_f(tr.fpr)} "
-                     f"({_signed(tr.fpr_delta)}), TPR {_f(tr.tpr)} ({_signed(tr.tpr_delta)})")
+        lines.append(
+            f"- `{tr.model}`: kappa {_f(tr.kappa)} ({_signed(tr.kappa_delta)}), FPR {_f(tr.fpr)} "
+            f"({_signed(tr.fpr_delta)}), TPR {_f(tr.tpr)} ({_signed(tr.tpr_delta)})"
+        )
         for kind, tt in tr.fpr_by_type.items():
             lines.append(f"- `{tr.model}` FPR on {kind}: {tt.fpr:.3f} ({_signed(tt.fpr_delta)})")
     cf = cert.confirm
@@ -539,17 +656,24 @@ def markdown_lines(cert: Certificate, bias_md: Sequence[str] = ()) -> list[str]:
         lines.append(f"- confirm: none ({cf.note})")
     else:
         for row in cf.splits:
-            lines.append(f"- `{row.split}` ({row.created}): kappa {_f(row.kappa)}, TPR {_f(row.tpr)}, "
-                         f"TNR {_f(row.tnr)}, FPR {_f(row.fpr)} on {row.n} items")
+            lines.append(
+                f"- `{row.split}` ({row.created}): kappa {_f(row.kappa)}, TPR {_f(row.tpr)}, "
+                f"TNR {_f(row.tnr)}, FPR {_f(row.fpr)} on {row.n} items"
+            )
     lines += ["", "## Bias battery", ""]
     lines += [line if line.startswith(("-", "|", "#")) or not line else f"- {line}" for line in bias_md] or [
-        "- bias battery: not run"]
+        "- bias battery: not run"
+    ]
     inv = cert.invalidated_by
-    lines += ["", "## What invalidates it", "",
-              f"- judge `{inv.judge_provider}:{inv.judge_model}`"
-              + (f" at `{inv.judge_base_url}`" if inv.judge_base_url else "")
-              + f", model versions {', '.join(inv.judge_model_versions) or 'none reported'}",
-              f"- split fingerprint `{inv.split_fingerprint}`",
-              f"- prompt hash `{inv.prompt_hash}`, {inv.replicates} judgement(s) per item",
-              f"- {inv.rule}"]
+    lines += [
+        "",
+        "## What invalidates it",
+        "",
+        f"- judge `{inv.judge_provider}:{inv.judge_model}`"
+        + (f" at `{inv.judge_base_url}`" if inv.judge_base_url else "")
+        + f", model versions {', '.join(inv.judge_model_versions) or 'none reported'}",
+        f"- split fingerprint `{inv.split_fingerprint}`",
+        f"- prompt hash `{inv.prompt_hash}`, {inv.replicates} judgement(s) per item",
+        f"- {inv.rule}",
+    ]
     return lines

@@ -35,21 +35,44 @@ from optimizer.workspace.config import LoopSection
 BENCHMARK: dict[str, Any] = {
     "source": "benchmarks/decision_power.py (README table, rows sim1 and sim)",
     "judge": "162 items (62 positive / 100 negative), 30% unstable (right with p 0.3-0.7), 1 judgement "
-             "per item, adaptive re-judges 2x, alpha 0.1",
+    "per item, adaptive re-judges 2x, alpha 0.1",
     "items": 162,
     "alpha": 0.1,
     "policies": {
-        "literal": {"noop_fresh": 0.388, "noop_fresh_n": 3000, "noop_in_run": 0.249,
-                    "fix4": 0.606, "fix8": 0.803, "fix12": 0.919},
-        "paired": {"noop_fresh": 0.077, "noop_fresh_n": 3000, "noop_in_run": 0.026,
-                   "fix4": 0.179, "fix8": 0.372, "fix12": 0.614},
-        "adaptive": {"noop_fresh": 0.083, "noop_fresh_n": 3000, "noop_in_run": 0.057,
-                     "fix4": 0.391, "fix8": 0.782, "fix12": 0.946},
-        "adaptive+fdr0.1": {"noop_fresh": 0.019, "noop_fresh_n": 3000, "noop_in_run": 0.007,
-                            "fix4": 0.145, "fix8": 0.510, "fix12": 0.831},
+        "literal": {
+            "noop_fresh": 0.388,
+            "noop_fresh_n": 3000,
+            "noop_in_run": 0.249,
+            "fix4": 0.606,
+            "fix8": 0.803,
+            "fix12": 0.919,
+        },
+        "paired": {
+            "noop_fresh": 0.077,
+            "noop_fresh_n": 3000,
+            "noop_in_run": 0.026,
+            "fix4": 0.179,
+            "fix8": 0.372,
+            "fix12": 0.614,
+        },
+        "adaptive": {
+            "noop_fresh": 0.083,
+            "noop_fresh_n": 3000,
+            "noop_in_run": 0.057,
+            "fix4": 0.391,
+            "fix8": 0.782,
+            "fix12": 0.946,
+        },
+        "adaptive+fdr0.1": {
+            "noop_fresh": 0.019,
+            "noop_fresh_n": 3000,
+            "noop_in_run": 0.007,
+            "fix4": 0.145,
+            "fix8": 0.510,
+            "fix12": 0.831,
+        },
     },
 }
-
 
 
 def detectable_gain(n_items: int, level: float, policy: str, flip_rate: float | None) -> DetectableGain:
@@ -60,22 +83,38 @@ def detectable_gain(n_items: int, level: float, policy: str, flip_rate: float | 
     rule = policy_for(policy.partition("+")[0])  # `policy_name`: "adaptive+fdr0.1" is the adaptive policy
     if not rule.tests_at_alpha:
         return DetectableGain(
-            min_clean_fixes=1, with_one_broken=2, with_two_broken=3, share_of_split=1 / n_items,
+            min_clean_fixes=1,
+            with_one_broken=2,
+            with_two_broken=3,
+            share_of_split=1 / n_items,
             noise_items_per_evaluation=noise_items,
-            line=(f"the literal policy has no significance test: any rise in kappa is kept, so on {n_items} items "
-                  "its A/A keep rate is its false-keep rate"
-                  + ("" if noise_items is None else f"; the judge's noise flips ~{noise_items:.1f} items "
-                     "between two evaluations")),
+            line=(
+                f"the literal policy has no significance test: any rise in kappa is kept, so on {n_items} items "
+                "its A/A keep rate is its false-keep rate"
+                + (
+                    ""
+                    if noise_items is None
+                    else f"; the judge's noise flips ~{noise_items:.1f} items between two evaluations"
+                )
+            ),
         )
     clean, one, two = (min_fixes_to_keep(w, level) for w in (0, 1, 2))
     items = rule.items_right
-    line = (f"on {n_items} items the {policy} policy (level {level:g}) keeps a candidate only if it newly gets at "
-            f"least {clean} {items} while breaking none ({one} if it breaks one, {two} if two): "
-            f"{clean / n_items:.0%} of the split at the least")
+    line = (
+        f"on {n_items} items the {policy} policy (level {level:g}) keeps a candidate only if it newly gets at "
+        f"least {clean} {items} while breaking none ({one} if it breaks one, {two} if two): "
+        f"{clean / n_items:.0%} of the split at the least"
+    )
     if noise_items is not None:
         line += f"; the judge's own noise flips ~{noise_items:.1f} items between two evaluations of identical prompts"
-    return DetectableGain(min_clean_fixes=clean, with_one_broken=one, with_two_broken=two,
-                          share_of_split=clean / n_items, noise_items_per_evaluation=noise_items, line=line)
+    return DetectableGain(
+        min_clean_fixes=clean,
+        with_one_broken=one,
+        with_two_broken=two,
+        share_of_split=clean / n_items,
+        noise_items_per_evaluation=noise_items,
+        line=line,
+    )
 
 
 POWER_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -95,8 +134,17 @@ def _majority_right(correct: np.ndarray, judgements: np.ndarray, positive: np.nd
     return (correct * 2 > judgements) | ((correct * 2 == judgements) & ~positive)
 
 
-def simulated_keep_rate(positive: np.ndarray, q: np.ndarray, fix: int, loop: LoopSection, level: float, *,
-                        replicates: int = 1, trials: int = POWER_TRIALS, seed: int = 0) -> float:
+def simulated_keep_rate(
+    positive: np.ndarray,
+    q: np.ndarray,
+    fix: int,
+    loop: LoopSection,
+    level: float,
+    *,
+    replicates: int = 1,
+    trials: int = POWER_TRIALS,
+    seed: int = 0,
+) -> float:
     """The share of ``trials`` simulated candidates that fix ``fix`` items (made right on every judgement,
     chosen among the items the judge gets right less than half the time) and are kept, against a fresh
     incumbent, with item i judged right with probability ``q[i]`` on every call: the decision-power
@@ -120,8 +168,13 @@ def simulated_keep_rate(positive: np.ndarray, q: np.ndarray, fix: int, loop: Loo
         first = np.full(n, k)
         inc_right, cand_right = _majority_right(inc, first, positive), _majority_right(cand, first, positive)
         if not policy.rejudges:
-            decision = decide_counts(_counts(inc_right, positive), _counts(cand_right, positive),
-                                     int((~inc_right & cand_right).sum()), int((inc_right & ~cand_right).sum()), cfg)
+            decision = decide_counts(
+                _counts(inc_right, positive),
+                _counts(cand_right, positive),
+                int((~inc_right & cand_right).sum()),
+                int((inc_right & ~cand_right).sum()),
+                cfg,
+            )
             kept += policy.keeps(decision)
             continue
         total = first.copy()
@@ -132,17 +185,32 @@ def simulated_keep_rate(positive: np.ndarray, q: np.ndarray, fix: int, loop: Loo
             cand = cand + np.where(disagree, rng.binomial(r, q_c), 0)
             total = np.where(disagree, k + r, k)
         inc_all, cand_all = _majority_right(inc, total, positive), _majority_right(cand, total, positive)
-        literal = decide_counts(_counts(inc_all, positive), _counts(cand_all, positive),
-                                int((~inc_all & cand_all).sum()), int((inc_all & ~cand_all).sum()), literal_cfg)
+        literal = decide_counts(
+            _counts(inc_all, positive),
+            _counts(cand_all, positive),
+            int((~inc_all & cand_all).sum()),
+            int((inc_all & ~cand_all).sum()),
+            literal_cfg,
+        )
         if not literal.literal_keep:
             continue
-        diffs = [Fraction(int(c) - int(i), int(m)) for c, i, m in zip(cand, inc, total, strict=True) if c != i]
+        diffs = [
+            Fraction(int(c) - int(i), int(m)) for c, i, m in zip(cand, inc, total, strict=True) if c != i
+        ]
         kept += adaptive_test(diffs).below(Fraction(repr(float(level))))
     return kept / trials
 
 
-def power_at_noise(positive: np.ndarray, q: np.ndarray, loop: LoopSection, level: float, *, replicates: int = 1,
-                   trials: int = POWER_TRIALS, seed: int = 0) -> PowerAtNoise:
+def power_at_noise(
+    positive: np.ndarray,
+    q: np.ndarray,
+    loop: LoopSection,
+    level: float,
+    *,
+    replicates: int = 1,
+    trials: int = POWER_TRIALS,
+    seed: int = 0,
+) -> PowerAtNoise:
     """Simulated keep rates of D-item fixes at the judge's measured per-item odds ``q`` (`simulated_keep_rate`),
     for growing D until one is kept at least `POWER_TARGET` of the time: that D is the smallest gain this
     judge, split and policy detect reliably."""
@@ -151,14 +219,21 @@ def power_at_noise(positive: np.ndarray, q: np.ndarray, loop: LoopSection, level
     for d in POWER_SIZES:
         if d > int((q < 0.5).sum()):
             break
-        rate = simulated_keep_rate(positive, q, d, loop, level, replicates=replicates, trials=trials, seed=seed + d)
+        rate = simulated_keep_rate(
+            positive, q, d, loop, level, replicates=replicates, trials=trials, seed=seed + d
+        )
         rates[str(d)] = rate
         if rate >= POWER_TARGET:
             smallest = d
             break
-    return PowerAtNoise(keep_rate_by_fix=rates, target=POWER_TARGET, smallest_fix=smallest, trials=trials,
-                        fixable_items=int((q < 0.5).sum()),
-                        method="decision-power sim1 model on the per-item shares of correct A/A judgements")
+    return PowerAtNoise(
+        keep_rate_by_fix=rates,
+        target=POWER_TARGET,
+        smallest_fix=smallest,
+        trials=trials,
+        fixable_items=int((q < 0.5).sum()),
+        method="decision-power sim1 model on the per-item shares of correct A/A judgements",
+    )
 
 
 def benchmark_beside(policy: str, kept: int, repeats: int) -> BenchmarkBeside:
@@ -167,17 +242,27 @@ def benchmark_beside(policy: str, kept: int, repeats: int) -> BenchmarkBeside:
     row = BENCHMARK["policies"].get(policy)
     ref = None if row is None else BenchmarkReference.model_validate(row)
     if ref is None or repeats == 0:
-        return BenchmarkBeside(policy=policy, reference=ref, agrees=None, source=BENCHMARK["source"],
-                               judge=BENCHMARK["judge"])
+        return BenchmarkBeside(
+            policy=policy, reference=ref, agrees=None, source=BENCHMARK["source"], judge=BENCHMARK["judge"]
+        )
     lo, hi = clopper_pearson_interval(kept, repeats)
-    return BenchmarkBeside(policy=policy, reference=ref, source=BENCHMARK["source"], judge=BENCHMARK["judge"],
-                           interval=(lo, hi), agrees=lo <= ref.noop_fresh <= hi)
+    return BenchmarkBeside(
+        policy=policy,
+        reference=ref,
+        source=BENCHMARK["source"],
+        judge=BENCHMARK["judge"],
+        interval=(lo, hi),
+        agrees=lo <= ref.noop_fresh <= hi,
+    )
 
 
 def power_phrase(power: PowerAtNoise) -> str:
     rates = ", ".join(f"{d}: {rate:.0%}" for d, rate in power.keep_rate_by_fix.items())
     found = power.smallest_fix
-    head = (f"at this noise the smallest fix kept {power.target:.0%} of the time is {found} items" if found
-            else f"at this noise no fix of up to {max(map(int, power.keep_rate_by_fix), default=0)} items is kept "
-                 f"{power.target:.0%} of the time")
+    head = (
+        f"at this noise the smallest fix kept {power.target:.0%} of the time is {found} items"
+        if found
+        else f"at this noise no fix of up to {max(map(int, power.keep_rate_by_fix), default=0)} items is kept "
+        f"{power.target:.0%} of the time"
+    )
     return f"{head} (simulated keep rate by items fixed — {rates}; {power.trials} trials each)"

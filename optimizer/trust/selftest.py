@@ -104,6 +104,7 @@ PLANTED_RULE = (
     "that ends with a file saved, as a success (success: true)."
 )
 
+
 @dataclass(frozen=True)
 class SelftestOptions:
     """What `judgeloop selftest` was asked: a budget (US dollars, every call of the self-test), the
@@ -157,8 +158,9 @@ class Bench:
     def progress(self, snap: ProgressSnapshot) -> None:
         self.events(Progress(snap))
 
-    async def _pass(self, prompts: PromptSet, ids: Sequence[str], replicates: int, first: int,
-                    on_item: Any = None) -> EvalRun:
+    async def _pass(
+        self, prompts: PromptSet, ids: Sequence[str], replicates: int, first: int, on_item: Any = None
+    ) -> EvalRun:
         return await evaluate_items(
             self.ws,
             self.split,
@@ -168,8 +170,12 @@ class Bench:
             replicates=replicates,
             first_replicate=first,
             options=PassOptions(
-                on_item=on_item, budget=self.budget, progress=self.progress, provider=self.provider,
-                cache=self.cache, infra_retry_rounds=self.loop.infra_retry_rounds,
+                on_item=on_item,
+                budget=self.budget,
+                progress=self.progress,
+                provider=self.provider,
+                cache=self.cache,
+                infra_retry_rounds=self.loop.infra_retry_rounds,
                 infra_retry_pause_s=self.loop.infra_retry_pause_s,
             ),
         )
@@ -182,8 +188,9 @@ class Bench:
         out.error = incomplete(result)
         return out.error is not None
 
-    async def compare(self, base: PromptSet, base_slot: int, other: PromptSet, other_slot: int,
-                      *, seed: int) -> SlotComparison:
+    async def compare(
+        self, base: PromptSet, base_slot: int, other: PromptSet, other_slot: int, *, seed: int
+    ) -> SlotComparison:
         """``other`` (at ``other_slot``) as a candidate against ``base`` (at ``base_slot``), as the loop's
         runner decides one: negatives first with the exact early-stopping bounds, the disagreements
         re-judged under ``adaptive``, then `decide_adaptive` (every policy). Nothing is decided on
@@ -209,7 +216,9 @@ class Bench:
             return False
 
         other_run = await self._pass(other, order, k, other_slot * self.width, on_item)
-        out.other = {item.trajectory_id: judgements_of(item) for item in other_run.items if not item.infra_error}
+        out.other = {
+            item.trajectory_id: judgements_of(item) for item in other_run.items if not item.infra_error
+        }
         out.other_first = {t: a for t, a in other_run.answers().items() if t in out.other}
         if early:  # an exact bound proved the rollback: what was not judged could not change it
             out.runs.append(other_run)
@@ -230,8 +239,16 @@ class Bench:
                 if self._done(out, extra):
                     return out
                 setattr(out, side, with_extra(getattr(out, side), extra))
-        out.decision = decide_adaptive(self.labels, out.base, out.other, self.loop, first_pass=k,
-                                       rejudged=out.rejudged, alpha=self.level, seed=seed)
+        out.decision = decide_adaptive(
+            self.labels,
+            out.base,
+            out.other,
+            self.loop,
+            first_pass=k,
+            rejudged=out.rejudged,
+            alpha=self.level,
+            seed=seed,
+        )
         return out
 
 
@@ -372,10 +389,12 @@ def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore)
         events(Message(text))
 
     dirty = [p for p in gitops.dirty_paths(ws.root) if p.startswith("prompts/")]
-    tell(f"selftest: judge {judge.provider}:{judge.model}, split {split.name} ({len(split.ids)} items), prompts at "
-         f"HEAD {head[:10]} [{incumbent.prompt_hash()[:8]}], policy {policy} at level {level:g}, "
-         f"{replicates} judgement(s) per item; up to {options.repeats} A/A repeat(s)"
-         + (f", budget ${options.budget_usd:g}" if options.budget_usd is not None else ""))
+    tell(
+        f"selftest: judge {judge.provider}:{judge.model}, split {split.name} ({len(split.ids)} items), prompts at "
+        f"HEAD {head[:10]} [{incumbent.prompt_hash()[:8]}], policy {policy} at level {level:g}, "
+        f"{replicates} judgement(s) per item; up to {options.repeats} A/A repeat(s)"
+        + (f", budget ${options.budget_usd:g}" if options.budget_usd is not None else "")
+    )
     if dirty:
         tell(f"  note: uncommitted changes in {', '.join(dirty[:3])} are not tested: the committed HEAD is")
     budget = Budget(options.budget_usd) if options.budget_usd is not None else None
@@ -390,7 +409,9 @@ def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore)
         try:
             for step in range(options.repeats + 1):
                 if step == 1:
-                    tell("  planted degradation: the incumbent with an 'accept what claims success' rule appended")
+                    tell(
+                        "  planted degradation: the incumbent with an 'accept what claims success' rule appended"
+                    )
                     planted_cmp = await bench.compare(incumbent, 0, planted, 0, seed=10_007)
                     tell(f"    {_planted_line(planted_cmp)}")
                     if planted_cmp.decision is None:
@@ -398,16 +419,22 @@ def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore)
                         break
                     continue
                 repeat = step if step == 0 else step - 1
-                tell(f"  A/A repeat {repeat + 1}: the incumbent against itself (replicate slots {2 * repeat}, "
-                     f"{2 * repeat + 1})")
-                comparison = await bench.compare(incumbent, 2 * repeat, incumbent, 2 * repeat + 1, seed=repeat)
+                tell(
+                    f"  A/A repeat {repeat + 1}: the incumbent against itself (replicate slots {2 * repeat}, "
+                    f"{2 * repeat + 1})"
+                )
+                comparison = await bench.compare(
+                    incumbent, 2 * repeat, incumbent, 2 * repeat + 1, seed=repeat
+                )
                 if comparison.decision is None:
                     stopped = comparison.budget_stop or comparison.error
                     tell(f"    not decided: {stopped}")
                     break
                 aa.append(comparison)
-                tell(f"    {'KEPT (a false keep)' if comparison.decision.keep else 'rolled back'}: "
-                     f"{comparison.decision.reason}")
+                tell(
+                    f"    {'KEPT (a false keep)' if comparison.decision.keep else 'rolled back'}: "
+                    f"{comparison.decision.reason}"
+                )
         finally:
             await provider.aclose()
             cache.close()
@@ -424,25 +451,49 @@ def selftest(ws: Workspace, options: SelftestOptions, events: Listener = ignore)
     if len(odds) == len(split.ids):
         order = list(split.ids)
         at_noise = power_at_noise(
-            np.array([labels[t].is_positive for t in order]), np.array([odds[t] for t in order]), loop, level,
-            replicates=replicates)
+            np.array([labels[t].is_positive for t in order]),
+            np.array([odds[t] for t in order]),
+            loop,
+            level,
+            replicates=replicates,
+        )
         detectable = detectable.model_copy(
-            update={"at_noise": at_noise, "line": detectable.line + "; " + power_phrase(at_noise)})
+            update={"at_noise": at_noise, "line": detectable.line + "; " + power_phrase(at_noise)}
+        )
     result = SelftestResult(
         selftest_version=SELFTEST_VERSION,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         judge=JudgeRecord(provider=judge.provider, model=judge.model, base_url=judge.base_url),
-        split=SplitRecord(name=split.name, fingerprint=split.fingerprint, items=len(split.ids),
-                          positives=sum(1 for t in split.ids if labels[t].is_positive),
-                          negatives=sum(1 for t in split.ids if not labels[t].is_positive)),
+        split=SplitRecord(
+            name=split.name,
+            fingerprint=split.fingerprint,
+            items=len(split.ids),
+            positives=sum(1 for t in split.ids if labels[t].is_positive),
+            negatives=sum(1 for t in split.ids if not labels[t].is_positive),
+        ),
         revision=head,
         prompt_hash=incumbent.prompt_hash(),
-        policy=PolicyRecord(name=policy, policy=loop.policy, level=level, alpha=loop.alpha, fdr=loop.fdr,
-                            rejudge=loop.rejudge, replicates=replicates, min_kappa_delta=loop.min_kappa_delta,
-                            fpr_tolerance=loop.fpr_tolerance),
-        aa=AARecord(asked=options.repeats, repeats=len(aa), kept=kept, keep_rate=keep_rate,
-                    keep_rate_interval=interval, interval_method="Clopper-Pearson exact, two-sided 95%",
-                    decisions=[_decision_row(i, c) for i, c in enumerate(aa)], instability=unstable),
+        policy=PolicyRecord(
+            name=policy,
+            policy=loop.policy,
+            level=level,
+            alpha=loop.alpha,
+            fdr=loop.fdr,
+            rejudge=loop.rejudge,
+            replicates=replicates,
+            min_kappa_delta=loop.min_kappa_delta,
+            fpr_tolerance=loop.fpr_tolerance,
+        ),
+        aa=AARecord(
+            asked=options.repeats,
+            repeats=len(aa),
+            kept=kept,
+            keep_rate=keep_rate,
+            keep_rate_interval=interval,
+            interval_method="Clopper-Pearson exact, two-sided 95%",
+            decisions=[_decision_row(i, c) for i, c in enumerate(aa)],
+            instability=unstable,
+        ),
         planted=None if planted_cmp is None else _planted_row(planted_cmp, labels),
         detectable=detectable,
         benchmark=benchmark_beside(policy, kept, len(aa)),

@@ -23,7 +23,9 @@ SELFTEST_DIR = "selftest"
 
 def result_files(ws: Workspace, path: Path) -> ResultFiles:
     """A result's JSON file at ``path`` and its Markdown beside it, relative to the workspace."""
-    return ResultFiles(json=str(path.relative_to(ws.root)), markdown=str(path.with_suffix(".md").relative_to(ws.root)))
+    return ResultFiles(
+        json=str(path.relative_to(ws.root)), markdown=str(path.with_suffix(".md").relative_to(ws.root))
+    )
 
 
 def selftest_dir(ws: Workspace) -> Path:
@@ -78,35 +80,49 @@ def summary_lines(result: SelftestResult) -> list[str]:
         if aa.keep_rate_interval is None:
             raise ValueError("a decided A/A repeat without a keep-rate interval")
         lo, hi = aa.keep_rate_interval
-        lines.append(f"- A/A: {aa.kept} of {aa.repeats} byte-identical candidates kept "
-                     f"({_pct(aa.keep_rate)}, exact 95% interval {lo:.1%}–{hi:.1%}) under {pol.name} at level "
-                     f"{pol.level:g}")
+        lines.append(
+            f"- A/A: {aa.kept} of {aa.repeats} byte-identical candidates kept "
+            f"({_pct(aa.keep_rate)}, exact 95% interval {lo:.1%}–{hi:.1%}) under {pol.name} at level "
+            f"{pol.level:g}"
+        )
     else:
         lines.append("- A/A: no repeat decided")
     ref = bench.reference
     if ref is not None and bench.agrees is not None:
-        lines.append(f"- decision-power benchmark, same policy: a no-op kept {_pct(ref.noop_fresh)} of the time "
-                     f"against a fresh incumbent (n = {ref.noop_fresh_n}; {_pct(ref.noop_in_run)} inside a run); "
-                     + ("consistent with this judge's A/A rate" if bench.agrees
-                        else "OUTSIDE this judge's A/A interval: its noise differs from the benchmark's judge"))
+        lines.append(
+            f"- decision-power benchmark, same policy: a no-op kept {_pct(ref.noop_fresh)} of the time "
+            f"against a fresh incumbent (n = {ref.noop_fresh_n}; {_pct(ref.noop_in_run)} inside a run); "
+            + (
+                "consistent with this judge's A/A rate"
+                if bench.agrees
+                else "OUTSIDE this judge's A/A interval: its noise differs from the benchmark's judge"
+            )
+        )
     inst = aa.instability
     if inst.items_judged_twice:
-        lines.append(f"- instability: {inst.unstable_items} of {inst.items_judged_twice} items "
-                     f"({_pct(inst.unstable_share)}) got different verdicts from identical prompts; "
-                     f"{inst.first_pass_flips} of {inst.first_pass_compared} first-pass verdicts "
-                     f"({_pct(inst.flip_rate)}) differ between two evaluations")
+        lines.append(
+            f"- instability: {inst.unstable_items} of {inst.items_judged_twice} items "
+            f"({_pct(inst.unstable_share)}) got different verdicts from identical prompts; "
+            f"{inst.first_pass_flips} of {inst.first_pass_compared} first-pass verdicts "
+            f"({_pct(inst.flip_rate)}) differ between two evaluations"
+        )
     planted = result.planted
     if planted is None:
         lines.append("- planted degradation: not run")
     elif not planted.decided:
         lines.append(f"- planted degradation: not decided ({planted.reason})")
     else:
-        lines.append(f"- planted degradation ({planted.where} + 'accept what claims success'): "
-                     + ("rolled back" if planted.rolled_back else "KEPT")
-                     + f"; FPR {_pct(planted.fpr_incumbent)} → {_pct(planted.fpr_planted)} on the "
-                     f"{planted.items_judged} items judged"
-                     + ("" if planted.judge_obeyed else
-                        " — the judge barely reacted to the rule, so for it this was close to a no-op"))
+        lines.append(
+            f"- planted degradation ({planted.where} + 'accept what claims success'): "
+            + ("rolled back" if planted.rolled_back else "KEPT")
+            + f"; FPR {_pct(planted.fpr_incumbent)} → {_pct(planted.fpr_planted)} on the "
+            f"{planted.items_judged} items judged"
+            + (
+                ""
+                if planted.judge_obeyed
+                else " — the judge barely reacted to the rule, so for it this was close to a no-op"
+            )
+        )
     lines.append(f"- minimum detectable gain: {result.detectable.line}")
     return lines
 

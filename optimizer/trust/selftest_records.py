@@ -186,7 +186,9 @@ class BenchmarkBeside(Record):
     @model_serializer(mode="wrap")
     def _serialise(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         data: dict[str, object] = handler(self)
-        if self.interval is None:  # no comparison made: the file has no interval, ``agrees`` after the reference
+        if (
+            self.interval is None
+        ):  # no comparison made: the file has no interval, ``agrees`` after the reference
             del data["interval"]
             return data
         order = ("policy", "reference", "source", "judge", "interval", "agrees")

@@ -34,7 +34,11 @@ MAX_REPLICATES = 15
 
 def _scalar_kinds(annotation: object) -> set[type]:
     """The plain scalar types (bool, int, float) a field's annotation admits: ``float | None`` → {float}."""
-    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    args = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else ()
+    )
     return {t for t in (args or (annotation,)) if t in (bool, int, float)}
 
 
@@ -54,16 +58,29 @@ class _Section(BaseModel):
             value = data.get(name)
             if not kinds or value is None:
                 continue
-            ok = isinstance(value, bool) if kinds == {bool} else (
-                isinstance(value, int | float) and not isinstance(value, bool) and (float in kinds or isinstance(value, int)))
+            ok = (
+                isinstance(value, bool)
+                if kinds == {bool}
+                else (
+                    isinstance(value, int | float)
+                    and not isinstance(value, bool)
+                    and (float in kinds or isinstance(value, int))
+                )
+            )
             if not ok:
-                want = "true or false" if kinds == {bool} else ("a number" if float in kinds else "a whole number")
+                want = (
+                    "true or false"
+                    if kinds == {bool}
+                    else ("a number" if float in kinds else "a whole number")
+                )
                 raise ValueError(f"{name} must be {want}, without quotes (got {value!r})")
         return data
 
 
 class WorkspaceSection(_Section):
-    dev_split: str = Field(default="sample", description="the split the loop judges on and the only one the optimiser sees")
+    dev_split: str = Field(
+        default="sample", description="the split the loop judges on and the only one the optimiser sees"
+    )
     # Splits the optimiser must never see; only `judgeloop confirm` may evaluate them.
     heldout_splits: list[str] = Field(
         default_factory=list,
@@ -83,7 +100,8 @@ class JudgeSection(_Section):
         "GGUF file; for command the CLI's --model (absent: the CLI's own default)",
     )
     base_url: str | None = Field(
-        default=None, description="the judge's API address when not the provider's own, e.g. a vLLM server's /v1"
+        default=None,
+        description="the judge's API address when not the provider's own, e.g. a vLLM server's /v1",
     )
     # Several OpenAI-compatible replicas of one model: each item goes to one of them by consistent
     # hashing on its trajectory id (optimizer.judge.endpoints); exclusive with base_url.
@@ -92,25 +110,42 @@ class JudgeSection(_Section):
         description=f"several OpenAI-compatible replicas of one model instead of base_url (openai only, at most "
         f"{MAX_ENDPOINTS}): each item sticks to one endpoint by consistent hashing, a failing one is drained",
     )
-    max_concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY, description="judge calls in flight at once")
-    timeout_s: float = Field(default=120.0, gt=0, description="seconds one judge call may take (a harness judge: one item's CLI run)")
+    max_concurrency: int = Field(
+        default=4, ge=1, le=MAX_CONCURRENCY, description="judge calls in flight at once"
+    )
+    timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="seconds one judge call may take (a harness judge: one item's CLI run)",
+    )
     max_retries: int = Field(
-        default=4, ge=0, le=20,
+        default=4,
+        ge=0,
+        le=20,
         description="the SDK's retries of a failed call (a harness judge: runs again after a timeout or non-zero exit)",
     )
     # The local judge's inference threads; None = the cores idle when it starts (at most 4).
     local_threads: int | None = Field(
-        default=None, ge=1, le=64,
+        default=None,
+        ge=1,
+        le=64,
         description="the local judge's inference threads (unset: the cores idle when it starts, at most 4)",
     )
     # Batch evaluation (--batch): the first wait between status polls, growing 1.5x per poll up to
     # batch_poll_max_s; entries that errored or expired are re-submitted alone up to batch_retry_rounds times.
     batch_poll_s: float = Field(
-        default=30.0, gt=0, le=3600, description="--batch: seconds before the first status poll, growing 1.5x per poll"
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="--batch: seconds before the first status poll, growing 1.5x per poll",
     )
-    batch_poll_max_s: float = Field(default=600.0, gt=0, le=3600, description="--batch: the longest wait between polls, seconds")
+    batch_poll_max_s: float = Field(
+        default=600.0, gt=0, le=3600, description="--batch: the longest wait between polls, seconds"
+    )
     batch_retry_rounds: int = Field(
-        default=2, ge=0, le=10,
+        default=2,
+        ge=0,
+        le=10,
         description="--batch: times the entries that errored or expired are re-submitted alone before they count "
         "as infrastructure errors",
     )
@@ -133,7 +168,8 @@ class JudgeSection(_Section):
         + ", ".join(HARNESS_PRESETS),
     )
     price_per_call_usd: float | None = Field(
-        default=None, ge=0.0,
+        default=None,
+        ge=0.0,
         description="provider = command: the most one item's CLI run may cost, US dollars (required with "
         "--budget-usd; the cost of a call whose CLI reports none)",
     )
@@ -150,7 +186,8 @@ class JudgeSection(_Section):
         "and certificate says so)",
     )
     max_cost_per_call_usd: float | None = Field(
-        default=None, gt=0.0,
+        default=None,
+        gt=0.0,
         description="provider = command: a hard per-call ceiling in US dollars the budget reserves instead of the "
         "declared or highest reported price",
     )
@@ -167,22 +204,29 @@ class JudgeSection(_Section):
     @classmethod
     def _known_harness(cls, name: str | None) -> str | None:
         if name is not None and name not in HARNESS_PRESETS:
-            raise ValueError(f"unknown harness {name!r}; use one of {', '.join(HARNESS_PRESETS)}, "
-                             "or set command = [...]")
+            raise ValueError(
+                f"unknown harness {name!r}; use one of {', '.join(HARNESS_PRESETS)}, or set command = [...]"
+            )
         return name
 
     @model_validator(mode="after")
     def _command_judge(self) -> JudgeSection:
         if self.provider == COMMAND:
             if "command" in self.model_fields_set and not self.command and self.harness is None:
-                raise ValueError('command is empty; name the CLI to run, e.g. command = ["codex", "exec", "--json"]')
+                raise ValueError(
+                    'command is empty; name the CLI to run, e.g. command = ["codex", "exec", "--json"]'
+                )
             if not self.command and self.harness is None:
-                raise ValueError('provider = "command" needs command = [...] or harness = '
-                                 + " | ".join(f'"{h}"' for h in HARNESS_PRESETS))
+                raise ValueError(
+                    'provider = "command" needs command = [...] or harness = '
+                    + " | ".join(f'"{h}"' for h in HARNESS_PRESETS)
+                )
             if any(not part for part in self.command[:1]):
                 raise ValueError("command starts with an empty program name; name the CLI to run")
         elif self.command or self.harness is not None:
-            raise ValueError(f'command/harness is set but provider = "{self.provider}"; set provider = "command"')
+            raise ValueError(
+                f'command/harness is set but provider = "{self.provider}"; set provider = "command"'
+            )
         return self
 
     @field_validator("base_urls")
@@ -208,7 +252,9 @@ class JudgeSection(_Section):
         if self.base_urls is not None and self.base_url is not None:
             raise ValueError("base_url and base_urls are exclusive; keep one")
         if self.base_urls is not None and self.provider != "openai":
-            raise ValueError(f"base_urls needs provider = \"openai\" (OpenAI-compatible servers), not {self.provider!r}")
+            raise ValueError(
+                f'base_urls needs provider = "openai" (OpenAI-compatible servers), not {self.provider!r}'
+            )
         return self
 
 
@@ -250,8 +296,9 @@ class JudgeOverrides:
             update["base_urls"] = None
         if self.concurrency is not None:
             if not 1 <= self.concurrency <= MAX_CONCURRENCY:
-                raise UserError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY} "
-                                f"(got {self.concurrency})")
+                raise UserError(
+                    f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY} (got {self.concurrency})"
+                )
             update["max_concurrency"] = self.concurrency
         if self.batch_cold:
             update["batch_cold"] = True
@@ -259,8 +306,10 @@ class JudgeOverrides:
             return JudgeSection.model_validate({**judge.model_dump(), **update})
         except ValidationError as exc:
             first = first_error(exc)
-            raise UserError(f"the judge overrides make [judge] {first.loc} invalid ({first.msg}); "
-                            "fix --provider/--model/--base-url") from None
+            raise UserError(
+                f"the judge overrides make [judge] {first.loc} invalid ({first.msg}); "
+                "fix --provider/--model/--base-url"
+            ) from None
 
 
 class Price(_Section):
@@ -276,18 +325,24 @@ class Price(_Section):
     input: float = Field(default=0.0, ge=0.0, description="uncached input, US dollars per million tokens")
     output: float = Field(default=0.0, ge=0.0, description="output, US dollars per million tokens")
     cache_read: float | None = Field(
-        default=None, ge=0.0, description="a prompt-cache read, US dollars per million tokens (unset: the input price)"
+        default=None,
+        ge=0.0,
+        description="a prompt-cache read, US dollars per million tokens (unset: the input price)",
     )
     cache_write: float | None = Field(
-        default=None, ge=0.0,
+        default=None,
+        ge=0.0,
         description="a 5-minute prompt-cache write, US dollars per million tokens (unset: the input price)",
     )
     cache_write_1h: float | None = Field(
-        default=None, ge=0.0,
+        default=None,
+        ge=0.0,
         description="a 1-hour prompt-cache write, US dollars per million tokens (unset: 2x the input price)",
     )
     batch: float | None = Field(
-        default=None, gt=0.0, le=1.0,
+        default=None,
+        gt=0.0,
+        le=1.0,
         description="the batch APIs' multiplier on every price of a batched call (0.5 on Anthropic and OpenAI; "
         "unset: 1, no discount)",
     )
@@ -330,20 +385,32 @@ class OptimizerSection(_Section):
         description="who proposes candidates: library (offline), memory (offline, prompts/memory/), reflect (one "
         "LLM call), agent (an LLM with tools over the dev split), manual (your own edit)",
     )
-    provider: OptimizerProviderName = Field(default="anthropic", description="the optimiser model's provider (reflect, agent)")
+    provider: OptimizerProviderName = Field(
+        default="anthropic", description="the optimiser model's provider (reflect, agent)"
+    )
     model: str = Field(default="claude-sonnet-5-5", description="the optimiser's model (reflect, agent)")
-    base_url: str | None = Field(default=None, description="the optimiser's API address when not the provider's own")
+    base_url: str | None = Field(
+        default=None, description="the optimiser's API address when not the provider's own"
+    )
     # The SDK's own timeout and retries for the optimiser's calls (a proposal can be a long reply).
     timeout_s: float = Field(default=300.0, gt=0, description="seconds one optimiser call may take")
-    max_retries: int = Field(default=4, ge=0, le=20, description="the SDK's retries of a failed optimiser call")
+    max_retries: int = Field(
+        default=4, ge=0, le=20, description="the SDK's retries of a failed optimiser call"
+    )
     allowed_files: list[str] = Field(
         default_factory=lambda: ["prompts/judge.md", "prompts/rubric.md"],
         description="the files a candidate may change, inside prompts/ only (add prompts/memory/principles.md and "
         "cases.jsonl to let the loop edit the judge's memory)",
     )
-    max_diff_lines: int = Field(default=200, ge=1, description="the largest diff a candidate may make, in lines")
-    max_agent_turns: int = Field(default=30, ge=1, description="the agent strategy's model calls per proposal")
-    seed: int = Field(default=0, description="the run's seed: proposals, shuffles and sign draws replay from it")
+    max_diff_lines: int = Field(
+        default=200, ge=1, description="the largest diff a candidate may make, in lines"
+    )
+    max_agent_turns: int = Field(
+        default=30, ge=1, description="the agent strategy's model calls per proposal"
+    )
+    seed: int = Field(
+        default=0, description="the run's seed: proposals, shuffles and sign draws replay from it"
+    )
     # Structure moves (`optimizer.structure`): the prompts/judge.toml keys the optimiser may change, within
     # their bounds; [] = none (a candidate that edits judge.toml is refused). A panel has at most
     # max_members members; max_cost_ratio: a candidate's cost per verdict may be at most this multiple of
@@ -355,7 +422,8 @@ class OptimizerSection(_Section):
     )
     max_members: int = Field(default=3, ge=1, le=15, description="the largest panel a structure move may set")
     max_cost_ratio: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="a candidate may cost at most this multiple of the incumbent per verdict, estimated before "
         "and billed after evaluation (unset: no cap)",
     )
@@ -400,32 +468,50 @@ class LoopSection(_Section):
         description="how a candidate is decided: adaptive (re-judge disagreements, sign-flip test), paired "
         "(McNemar) or literal (kappa up, FPR not up)",
     )
-    alpha: float = Field(default=0.1, gt=0, le=1, description="the level a candidate's test must clear (paired, adaptive)")
+    alpha: float = Field(
+        default=0.1, gt=0, le=1, description="the level a candidate's test must clear (paired, adaptive)"
+    )
     # adaptive: each item whose incumbent and candidate verdicts differ after the first pass is judged
     # this many more times under each prompt (see optimizer.stats.decision).
     rejudge: int = Field(
-        default=2, ge=0, le=20, description="adaptive: extra judgements under each prompt per item the two disagree on"
+        default=2,
+        ge=0,
+        le=20,
+        description="adaptive: extra judgements under each prompt per item the two disagree on",
     )
     # Online false-discovery control (LORD++): each candidate is tested at a level that spends this
     # target FDR over the run instead of at alpha. None: off, every candidate tested at alpha.
     fdr: float | None = Field(
-        default=None, gt=0, lt=1,
+        default=None,
+        gt=0,
+        lt=1,
         description="online false-discovery control (LORD++) at this target over the run (unset: off, every "
         "candidate at alpha)",
     )
-    min_kappa_delta: float = Field(default=0.0, description="the gain in kappa a keep needs above the incumbent's")
-    fpr_tolerance: float = Field(default=0.0, description="how far FPR may rise above the incumbent's and still keep")
-    patience: int = Field(default=5, ge=1, description="stop after this many candidates in a row without a keep")
+    min_kappa_delta: float = Field(
+        default=0.0, description="the gain in kappa a keep needs above the incumbent's"
+    )
+    fpr_tolerance: float = Field(
+        default=0.0, description="how far FPR may rise above the incumbent's and still keep"
+    )
+    patience: int = Field(
+        default=5, ge=1, description="stop after this many candidates in a row without a keep"
+    )
     # Items that still hit infrastructure errors after the SDK's retries are judged again this many
     # more times, after a pause of infra_retry_pause_s x the round number, before an evaluation is
     # given up as incomplete (an unattended run should outlast a provider's bad minute).
     infra_retry_rounds: int = Field(
-        default=2, ge=0, le=10,
+        default=2,
+        ge=0,
+        le=10,
         description="rounds of judging again the items still failing after the SDK's retries, before a candidate "
         "counts as incomplete",
     )
     infra_retry_pause_s: float = Field(
-        default=10.0, ge=0.0, le=600.0, description="seconds of pause before such a round, times the round's number"
+        default=10.0,
+        ge=0.0,
+        le=600.0,
+        description="seconds of pause before such a round, times the round's number",
     )
     # The labels a run decides with: the split's labels.jsonl as given, or with the person's corrections
     # (devset/<split>/corrections.jsonl) applied; read and fingerprinted once, at the run's start.
@@ -438,7 +524,8 @@ class LoopSection(_Section):
     # less per verdict is kept when an exact one-sided test shows it is not worse than the incumbent by
     # more than cheaper_margin_items items (the FPR veto unchanged). 0 = off.
     cheaper_margin_items: int = Field(
-        default=0, ge=0,
+        default=0,
+        ge=0,
         description="keep a cheaper candidate shown not worse than the incumbent by this many items (0 = off)",
     )
     cheaper_min_saving: float = Field(
@@ -452,23 +539,32 @@ class LoopSection(_Section):
         description="adaptive: screen a candidate at nested looks and roll it back when it is unlikely to clear",
     )
     futility_threshold: float = Field(
-        default=0.01, gt=0, lt=1, description="the chance of clearing the full test below which futility rolls back"
+        default=0.01,
+        gt=0,
+        lt=1,
+        description="the chance of clearing the full test below which futility rolls back",
     )
     # Candidates proposed per round against one incumbent, evaluated item by item together and decided
     # together (Holm over their p-values, at most one keep per wave); 1: one candidate at a time.
     wave: int = Field(
-        default=1, ge=1, le=MAX_WAVE,
+        default=1,
+        ge=1,
+        le=MAX_WAVE,
         description="candidates per round against one incumbent, judged together and decided with Holm (at most "
         "one keep); 1: one at a time",
     )
 
 
 class ConfirmSection(_Section):
-    max_uses: int = Field(default=3, ge=0, description="how many times `judgeloop confirm` may evaluate a held-out split")
+    max_uses: int = Field(
+        default=3, ge=0, description="how many times `judgeloop confirm` may evaluate a held-out split"
+    )
 
 
 class Config(_Section):
-    workspace: WorkspaceSection = Field(default_factory=WorkspaceSection, description="Which splits are which.")
+    workspace: WorkspaceSection = Field(
+        default_factory=WorkspaceSection, description="Which splits are which."
+    )
     judge: JudgeSection = Field(
         default_factory=JudgeSection,
         description="The judge: who answers, the model, concurrency, retries, batch polling and harness settings. "
@@ -495,8 +591,10 @@ def load_config(path: Path) -> Config:
     except OSError as exc:
         raise UserError(f"{path}: cannot read the config ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-                        "save it as UTF-8 and retry") from None
+        raise UserError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+            "save it as UTF-8 and retry"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc}); fix the file and retry") from None
     try:

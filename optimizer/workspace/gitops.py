@@ -75,7 +75,14 @@ def _keeping_person_files(root: Path) -> Iterator[None]:
         for path, data in kept.items():
             if not path.is_file() or path.read_bytes() != data:
                 path.write_bytes(data)
-TRAILER_KEYS: tuple[str, ...] = ("Judgeloop-Experiment", "Judgeloop-Kappa", "Judgeloop-FPR", "Judgeloop-Decision")
+
+
+TRAILER_KEYS: tuple[str, ...] = (
+    "Judgeloop-Experiment",
+    "Judgeloop-Kappa",
+    "Judgeloop-FPR",
+    "Judgeloop-Decision",
+)
 _TRAILER_RE = re.compile(r"^(Judgeloop-[A-Za-z-]+):\s*(.*)$")
 
 Root = Path | str | Workspace
@@ -210,8 +217,13 @@ def resolve_commit(repo: git.Repo, rev: str) -> git.Commit:
     why = "git cannot resolve it"
     if rev and "\0" not in rev and "\n" not in rev:
         # --end-of-options: a revision spelled like an option (``--output=x``) stays a revision.
-        status, out, err = repo.git.rev_parse("--verify", "--end-of-options", f"{rev}^{{commit}}",
-                                              with_extended_output=True, with_exceptions=False)
+        status, out, err = repo.git.rev_parse(
+            "--verify",
+            "--end-of-options",
+            f"{rev}^{{commit}}",
+            with_extended_output=True,
+            with_exceptions=False,
+        )
         lines = [line.split(": ", 1)[-1] for line in str(err).splitlines() if line.strip()]
         told = [line for line in lines if line != "Needed a single revision"]
         if status == 0 and not told:
@@ -232,7 +244,9 @@ def changed_files(where: Root) -> list[str]:
     return sorted(set(dirty_paths(where)))
 
 
-def worktree_changes(where: Root, paths: Iterable[str] | None = None) -> dict[str, tuple[str | None, str | None]]:
+def worktree_changes(
+    where: Root, paths: Iterable[str] | None = None
+) -> dict[str, tuple[str | None, str | None]]:
     """For each changed path (default: ``changed_files``): (text at HEAD, text on disk).
 
     None stands for "absent" (added or deleted). Exactly what ``guards.check_candidate`` takes.
@@ -284,7 +298,9 @@ def diff_against(where: Root, parent_sha: str, sha: str, paths: Sequence[str] = 
         files.append(name)
         insertions += int(added) if added.isdigit() else 0
         deletions += int(removed) if removed.isdigit() else 0
-    return DiffSummary(text=text + ("\n" if text else ""), insertions=insertions, deletions=deletions, files_changed=files)
+    return DiffSummary(
+        text=text + ("\n" if text else ""), insertions=insertions, deletions=deletions, files_changed=files
+    )
 
 
 def rejected_refs(where: Root) -> dict[int, str]:
@@ -294,7 +310,7 @@ def rejected_refs(where: Root) -> dict[int, str]:
     refs: dict[int, str] = {}
     for line in out.splitlines():
         name, sha = line.split()
-        tail = name[len(REJECTED_PREFIX):]
+        tail = name[len(REJECTED_PREFIX) :]
         if tail.isdigit():
             refs[int(tail)] = sha
     return refs
@@ -350,7 +366,9 @@ def create_run_branch(where: Root, run_id: str, start_rev: str = "HEAD") -> str:
     start_sha = rev_parse(root, start_rev)
     with repo_at(root) as repo:
         if name in repo.heads:
-            raise UserError(f"branch {name} already exists; resume that run with `judgeloop run --resume` or delete the branch")
+            raise UserError(
+                f"branch {name} already exists; resume that run with `judgeloop run --resume` or delete the branch"
+            )
         head = repo.create_head(name, start_sha)
         head.checkout()
     return name
@@ -366,7 +384,9 @@ def checkout_branch(where: Root, branch: str) -> None:
     """Check out an existing branch (e.g. the run branch on resume)."""
     with repo_at(_root(where)) as repo:
         if branch not in repo.heads:
-            raise UserError(f"branch {branch} does not exist in this workspace; start a new run with `judgeloop run`")
+            raise UserError(
+                f"branch {branch} does not exist in this workspace; start a new run with `judgeloop run`"
+            )
         repo.heads[branch].checkout()
 
 
@@ -417,8 +437,13 @@ def finalize_kept(where: Root, sha: str, trailers: Mapping[str, object]) -> str:
     with repo_at(_root(where)) as repo:
         tip = _tip_must_be(repo, sha)
         new = git.Commit.create_from_tree(
-            repo, tip.tree, replace_trailers(str(tip.message), trailers), parent_commits=list(tip.parents),
-            head=False, author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR,
+            repo,
+            tip.tree,
+            replace_trailers(str(tip.message), trailers),
+            parent_commits=list(tip.parents),
+            head=False,
+            author=JUDGELOOP_ACTOR,
+            committer=JUDGELOOP_ACTOR,
         )
         repo.head.reference.set_commit(new, logmsg=f"judgeloop: keep {sha[:12]}")
         return new.hexsha
@@ -433,8 +458,13 @@ def roll_back(
     with repo_at(_root(where)) as repo:
         tip = _tip_must_be(repo, sha)
         rejected = git.Commit.create_from_tree(
-            repo, tip.tree, replace_trailers(str(tip.message), trailers), parent_commits=list(tip.parents),
-            head=False, author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR,
+            repo,
+            tip.tree,
+            replace_trailers(str(tip.message), trailers),
+            parent_commits=list(tip.parents),
+            head=False,
+            author=JUDGELOOP_ACTOR,
+            committer=JUDGELOOP_ACTOR,
         )
         repo.git.update_ref(f"{REJECTED_PREFIX}{experiment_id}", rejected.hexsha)
         with _keeping_person_files(_root(where)):
@@ -557,8 +587,10 @@ def clear_stale_index_lock(where: Root, min_age_s: float = 10.0) -> bool:
     except FileNotFoundError:
         return False
     if age < min_age_s:
-        raise UserError(f"{lock} exists: a git command is working in this repository; retry when it is done "
-                        "(if none is, delete the file)")
+        raise UserError(
+            f"{lock} exists: a git command is working in this repository; retry when it is done "
+            "(if none is, delete the file)"
+        )
     lock.unlink(missing_ok=True)
     return True
 

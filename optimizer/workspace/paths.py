@@ -54,13 +54,17 @@ def prompt_file(path: object) -> str:
     if "\\" in path:
         raise PathRefused(f"{path!r} uses a backslash; write workspace paths with '/'")
     if path.startswith("/"):
-        raise PathRefused(f"{path!r} is absolute; name a file inside {PROMPTS_DIR}/ relative to the workspace")
+        raise PathRefused(
+            f"{path!r} is absolute; name a file inside {PROMPTS_DIR}/ relative to the workspace"
+        )
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise PathRefused(f"{path!r} contains '..'; name a file inside {PROMPTS_DIR}/ directly")
     canonical = posixpath.join(*parts) if parts else ""
     if len(parts) < 2 or parts[0] != PROMPTS_DIR:
-        raise PathRefused(f"{path!r} is outside {PROMPTS_DIR}/; the loop may edit only files inside {PROMPTS_DIR}/")
+        raise PathRefused(
+            f"{path!r} is outside {PROMPTS_DIR}/; the loop may edit only files inside {PROMPTS_DIR}/"
+        )
     if any(p.startswith(".") for p in parts[1:]):
         raise PathRefused(f"{path!r} names a hidden file; name a regular file inside {PROMPTS_DIR}/")
     return canonical
@@ -74,7 +78,9 @@ def prompt_file_or_none(path: object) -> str | None:
         return None
 
 
-def allowed_name(path: object, allowed: tuple[str, ...] | list[str] | frozenset[str] | set[str]) -> str | None:
+def allowed_name(
+    path: object, allowed: tuple[str, ...] | list[str] | frozenset[str] | set[str]
+) -> str | None:
     """The canonical name of ``path`` when it is one of the ``allowed`` files, else None."""
     name = prompt_file_or_none(path)
     if name is None:
@@ -102,7 +108,9 @@ def check_prompt_target(root: Path, name: str) -> Path:
                 f"or writes through links in {PROMPTS_DIR}/: replace it with a regular file and commit that"
             )
         if current != base / canonical and not stat.S_ISDIR(info.st_mode):
-            raise UserError(f"{current.relative_to(base)} is not a folder; {canonical} cannot be a prompt file")
+            raise UserError(
+                f"{current.relative_to(base)} is not a folder; {canonical} cannot be a prompt file"
+            )
     target = base / canonical
     try:
         found: os.stat_result | None = os.lstat(target)
@@ -118,7 +126,9 @@ def check_prompt_target(root: Path, name: str) -> Path:
             )
     prompts_root = (base / PROMPTS_DIR).resolve()
     if not target.resolve().is_relative_to(prompts_root):
-        raise UserError(f"{canonical} resolves outside {PROMPTS_DIR}/; judgeloop edits files inside {PROMPTS_DIR}/ only")
+        raise UserError(
+            f"{canonical} resolves outside {PROMPTS_DIR}/; judgeloop edits files inside {PROMPTS_DIR}/ only"
+        )
     return target
 
 

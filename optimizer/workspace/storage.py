@@ -30,13 +30,17 @@ def full_disk(where: Path | str) -> UserError:
 
 
 def read_only(where: Path | str) -> UserError:
-    return UserError(f"{where} is on a read-only file system; make it writable (or work on a writable copy "
-                     f"of the workspace) and {AGAIN}")
+    return UserError(
+        f"{where} is on a read-only file system; make it writable (or work on a writable copy "
+        f"of the workspace) and {AGAIN}"
+    )
 
 
 def denied(where: Path | str) -> UserError:
-    return UserError(f"permission denied for {where}; give this user read and write access to it and its "
-                     f"folder, then {AGAIN}")
+    return UserError(
+        f"permission denied for {where}; give this user read and write access to it and its "
+        f"folder, then {AGAIN}"
+    )
 
 
 def os_fault(exc: OSError, where: Path | str | None = None) -> UserError | None:
@@ -83,6 +87,11 @@ def sqlite_fault(exc: sqlite3.Error, path: Path, what: str, corrupt_advice: str)
         return UserError(f"{what} {path} is corrupt or no SQLite file at all ({exc}); {corrupt_advice}")
     if primary == sqlite3.SQLITE_FULL:
         return full_disk(path)
-    if primary in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_PERM):
+    if primary in (
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_PERM,
+    ):
         return _folder_fault(path)
     return None

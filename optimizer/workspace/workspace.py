@@ -48,15 +48,20 @@ class Workspace:
             try:
                 here = Path.cwd()
             except FileNotFoundError:  # the shell's folder was deleted under it
-                raise UserError("the current folder no longer exists; cd into a workspace or pass -w DIR") from None
+                raise UserError(
+                    "the current folder no longer exists; cd into a workspace or pass -w DIR"
+                ) from None
             root = find_root(here)
         else:
             root = Path(path).resolve()
         if not (root / CONFIG_NAME).is_file():
             # -w means exactly that folder; the workspace above it is named, never used unasked.
             above = next((f for f in root.parents if (f / CONFIG_NAME).is_file()), None)
-            hint = (f"it is inside the workspace {above}: pass -w {above}, or leave -w out to find it"
-                    if above else "run `judgeloop init DIR` or pass -w/--workspace DIR")
+            hint = (
+                f"it is inside the workspace {above}: pass -w {above}, or leave -w out to find it"
+                if above
+                else "run `judgeloop init DIR` or pass -w/--workspace DIR"
+            )
             raise UserError(f"{root} is not a judgeloop workspace (no {CONFIG_NAME}); {hint}")
         if not (root / ".git").exists():
             raise UserError(f"{root} has {CONFIG_NAME} but is not a git repository; run `git init` there")
@@ -107,8 +112,6 @@ def repo_at(root: Path) -> Iterator[git.Repo]:
         yield repo
     finally:
         repo.close()
-
-
 
 
 def lock_holder(ws: Workspace) -> str | None:

@@ -35,8 +35,11 @@ from tests.support.processes import killed_cli
 
 
 def a_b_then_noops() -> list[Callable[[ProposalContext], Proposal]]:
-    return [add_line(MARKER_A, at=0), add_line(MARKER_B, at=1),
-            *(add_line(note, at=2 + i) for i, note in enumerate(NOOP_NOTES))]
+    return [
+        add_line(MARKER_A, at=0),
+        add_line(MARKER_B, at=1),
+        *(add_line(note, at=2 + i) for i, note in enumerate(NOOP_NOTES)),
+    ]
 
 
 def by_experiment(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -71,12 +74,25 @@ def test_a_and_b_contribute_ten_items_each_and_a_kept_noop_about_zero(
         assert not set(rows[e.id]["fixed"]) - judge.noisy and not set(rows[e.id]["broken"]) - judge.noisy
     assert all(r["entangled_with"] == [] for r in rows.values())
     assert abs(result["final_vs_baseline"]["items"] - 20) <= 4
-    assert result["attribution_meta"]["status"] == "complete" and result["attribution_meta"]["scope"] == "history"
+    assert (
+        result["attribution_meta"]["status"] == "complete"
+        and result["attribution_meta"]["scope"] == "history"
+    )
     # report --json carries the same table; the Markdown report and the TSV export include it.
     report = report_json(ws, capsys)
     assert [r["items"] for r in report["attribution"]] == [r["items"] for r in result["attribution"]]
-    assert set(report["attribution"][0]) == {"experiment", "commit", "items", "kappa_delta", "fpr_delta", "fixed",
-                                             "broken", "p_value", "cost_usd", "entangled_with"}
+    assert set(report["attribution"][0]) == {
+        "experiment",
+        "commit",
+        "items",
+        "kappa_delta",
+        "fpr_delta",
+        "fixed",
+        "broken",
+        "p_value",
+        "cost_usd",
+        "entangled_with",
+    }
     assert report["final_vs_baseline"]["items"] == result["final_vs_baseline"]["items"]
     run_dir = ws / "experiments" / "runs" / report["run"]
     assert "## What helped (attribution)" in (run_dir / "report.md").read_text(encoding="utf-8")
@@ -123,8 +139,10 @@ def test_entangled_edits_are_reported_and_measured_together(
 
 def _priced(ws: Path) -> None:
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
-                   encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+        encoding="utf-8",
+    )
     commit_all(ws, "prices")
 
 
@@ -153,7 +171,9 @@ def test_budget_stops_cleanly_then_a_rerun_finishes_and_a_third_costs_nothing(
         assert "budget" in meta["note"]
         # Again without a budget: what was measured is kept, the rest is measured.
         done = attribute(ws, server, capsys)
-        assert done["attribution_meta"]["status"] == "complete" and done["attribution_meta"]["id"] == meta["id"]
+        assert (
+            done["attribution_meta"]["status"] == "complete" and done["attribution_meta"]["id"] == meta["id"]
+        )
         assert by_experiment(done)[exps[2].id] == measured[0]
         assert abs(by_experiment(done)[exps[1].id]["items"] - 10) <= 3
         # Again: every call comes from the cache.
@@ -187,8 +207,19 @@ def test_kill_9_mid_attribution_then_rerun_pays_for_nothing_twice(
     with FakeLLMServer(default=judge) as server:
         run_chain(ws, monkeypatch, judge, server, [add_line(MARKER_A, at=0), add_line(MARKER_B, at=1)])
         judge.gate_after = len(judge.answered) + 40  # the attribution gets 40 answers, then the server stalls
-        args = ["attribute", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                "--model", "fake-judge", "--concurrency", "8"]
+        args = [
+            "attribute",
+            "-w",
+            str(ws),
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+            "--concurrency",
+            "8",
+        ]
 
         def cached_and_stalled() -> None:
             wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
@@ -225,8 +256,9 @@ def test_attribute_is_refused_in_one_line_while_the_run_is_running(
         assert "--resume" in capsys.readouterr().err
 
 
-def test_report_json_attribution_is_null_before_attribute_ran(ws: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_json_attribution_is_null_before_attribute_ran(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     judge = MarkerJudge(ws)
     with FakeLLMServer(default=judge) as server:
         run_chain(ws, monkeypatch, judge, server, [add_line(MARKER_A, at=0)])

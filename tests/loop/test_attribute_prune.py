@@ -38,8 +38,11 @@ sys.exit(main(sys.argv[2:]))
 
 
 def worktrees(root: Path) -> list[str]:
-    return [line.split()[1] for line in git(root, "worktree", "list", "--porcelain").splitlines()
-            if line.startswith("worktree ")]
+    return [
+        line.split()[1]
+        for line in git(root, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
 
 
 def test_a_kill_9_inside_the_scratch_worktree_is_cleaned_up_by_the_next_attribute(
@@ -49,11 +52,27 @@ def test_a_kill_9_inside_the_scratch_worktree_is_cleaned_up_by_the_next_attribut
     with FakeLLMServer(default=judge) as server:
         run_chain(ws, monkeypatch, judge, server, [add_line(MARKER_A, at=0), add_line(MARKER_B, at=1)])
         where = tmp_path / "tree.txt"
-        args = [str(where), "attribute", "-w", str(ws), "--provider", "openai",
-                "--base-url", server.openai_base_url, "--model", "fake-judge"]
-        killed_cli(args, lambda: wait_for(lambda: where.is_file() and where.read_text() != "",
-                                          "attribute to reach its scratch worktree", 60),
-                   launcher=("-c", STUCK_ATTRIBUTE))
+        args = [
+            str(where),
+            "attribute",
+            "-w",
+            str(ws),
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+        ]
+        killed_cli(
+            args,
+            lambda: wait_for(
+                lambda: where.is_file() and where.read_text() != "",
+                "attribute to reach its scratch worktree",
+                60,
+            ),
+            launcher=("-c", STUCK_ATTRIBUTE),
+        )
         tree = Path(where.read_text())
         # What the kill left: the worktree recorded in git, its folder on disk.
         assert tree.is_dir() and str(tree) in worktrees(ws)

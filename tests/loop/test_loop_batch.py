@@ -20,12 +20,16 @@ def poll_fast(root: Path) -> None:
     path = root / "judgeloop.toml"
     text = path.read_text(encoding="utf-8")
     assert "\n[judge]\n" in text
-    path.write_text(text.replace("\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1),
-                    encoding="utf-8")
+    path.write_text(
+        text.replace("\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1),
+        encoding="utf-8",
+    )
     commit_all(root, "poll batches fast")
 
 
-def outcome(root: Path) -> tuple[list[tuple[int, ExperimentStatus, int]], list[tuple[int | None, str | None, str, int]]]:
+def outcome(
+    root: Path,
+) -> tuple[list[tuple[int, ExperimentStatus, int]], list[tuple[int | None, str | None, str, int]]]:
     """(seq, status, items evaluated) per experiment; (experiment, batch id, status, calls) per batch."""
     with Ledger(root / "experiments" / "ledger.sqlite") as led:
         run = led.latest_run()
@@ -44,14 +48,19 @@ def test_run_batch_judges_every_item_and_decides_as_direct_calls(
 
     shutil.copytree(ws, direct_ws, symlinks=True)
     with FakeLLMServer(default=FakeJudge(direct_ws)) as server:
-        assert run_loop(direct_ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "3") == 0
+        assert (
+            run_loop(direct_ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "3")
+            == 0
+        )
         assert server.batch_creations == []
     direct, _ = outcome(direct_ws)
     capsys.readouterr()
 
     with FakeLLMServer(default=FakeJudge(ws), batch_polls=2) as server:
-        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "3",
-                        "--batch") == 0
+        assert (
+            run_loop(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "3", "--batch")
+            == 0
+        )
         out = capsys.readouterr().out
     exps, batches = outcome(ws)
     n_items = exps[0][2]
@@ -67,8 +76,22 @@ def test_kill_9_with_a_run_batch_pending_then_resume_collects_it(ws: Path) -> No
     poll_fast(ws)
     judge = FakeJudge(ws)
     with FakeLLMServer(default=judge, batch_polls=10**9) as server:
-        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                "--model", "fake-judge", "--strategy", "library", "--max-experiments", "1", "--batch"]
+        args = [
+            "run",
+            "-w",
+            str(ws),
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+            "--strategy",
+            "library",
+            "--max-experiments",
+            "1",
+            "--batch",
+        ]
 
         def recorded() -> bool:
             if not (ws / "experiments" / "ledger.sqlite").exists() or not server.batch_creations:
@@ -77,8 +100,10 @@ def test_kill_9_with_a_run_batch_pending_then_resume_collects_it(ws: Path) -> No
 
         def submitted_and_polled() -> None:
             wait_for(recorded, "the baseline's batch to be submitted and recorded", 60)
-            wait_for(lambda: sum(r.path.endswith(server.batch_creations[0]) for r in server.requests) >= 2,
-                     "the run to poll its batch")
+            wait_for(
+                lambda: sum(r.path.endswith(server.batch_creations[0]) for r in server.requests) >= 2,
+                "the run to poll its batch",
+            )
 
         killed_cli(args, submitted_and_polled)
         pending = server.batch_creations[0]
@@ -95,6 +120,8 @@ def test_kill_9_with_a_run_batch_pending_then_resume_collects_it(ws: Path) -> No
         run = led.latest_run()
         assert run is not None
         stages = [e for e in led.events_since(0, run_id=run.id) if e.kind == "stage"]
-    assert {e.payload["stage"] for e in stages} <= set(StageKind)  # every stage is a kind, none a display line
+    assert {e.payload["stage"] for e in stages} <= set(
+        StageKind
+    )  # every stage is a kind, none a display line
     strip = [apply_events(LiveState(), [e]).stage or "" for e in stages]
     assert any(s.startswith(f"batch {server.batch_creations[0]}: ") for s in strip)

@@ -28,7 +28,10 @@ from tests.support.scripted import ScriptedStrategy, Step, assert_clean, install
 
 def add_to_rubric(line: str) -> Step:
     def step(ctx: ProposalContext) -> Proposal:
-        return Proposal(files={RUBRIC_MD: ctx.current_files[RUBRIC_MD] + f"\n{line}\n"}, rationale=f"add {line!r}")
+        return Proposal(
+            files={RUBRIC_MD: ctx.current_files[RUBRIC_MD] + f"\n{line}\n"}, rationale=f"add {line!r}"
+        )
+
     return step
 
 
@@ -37,7 +40,9 @@ def test_an_unknown_placeholder_is_a_guard_rejection_and_the_run_goes_on(
 ) -> None:
     # The red team's first case: a rule written with {{value}} passed every guard, was committed, then
     # failed every evaluation, resume and new run.
-    strategy = ScriptedStrategy([add_to_rubric("- The typed text must equal {{expected_text}}."), toggle(GOOD_ENTRY)])
+    strategy = ScriptedStrategy(
+        [add_to_rubric("- The typed text must equal {{expected_text}}."), toggle(GOOD_ENTRY)]
+    )
     install(monkeypatch, strategy)
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
@@ -55,8 +60,12 @@ def test_an_unknown_placeholder_is_a_guard_rejection_and_the_run_goes_on(
 def test_a_broken_library_marker_and_an_invalid_judge_toml_are_guard_rejections(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    set_toml_key(ws, "optimizer", "allowed_files", '["prompts/judge.md", "prompts/rubric.md", "prompts/judge.toml"]'
-                 '\nstructure_moves = ["tiling"]')  # judge.toml edits reach the structure guard
+    set_toml_key(
+        ws,
+        "optimizer",
+        "allowed_files",
+        '["prompts/judge.md", "prompts/rubric.md", "prompts/judge.toml"]\nstructure_moves = ["tiling"]',
+    )  # judge.toml edits reach the structure guard
     commit_all(ws, "allow judge.toml")
 
     def drop_library_end(ctx: ProposalContext) -> Proposal:
@@ -68,13 +77,21 @@ def test_a_broken_library_marker_and_an_invalid_judge_toml_are_guard_rejections(
         return Proposal(files={JUDGE_TOML: text}, rationale="toml")
 
     def not_toml(ctx: ProposalContext) -> Proposal:
-        return Proposal(files={JUDGE_TOML: ctx.current_files[JUDGE_TOML] + "\n[[[ nonsense\n"}, rationale="toml")
+        return Proposal(
+            files={JUDGE_TOML: ctx.current_files[JUDGE_TOML] + "\n[[[ nonsense\n"}, rationale="toml"
+        )
 
     install(monkeypatch, ScriptedStrategy([drop_library_end, bad_toml, not_toml, toggle(GOOD_ENTRY)]))
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "4") == 0
     _, exps = latest(ws)
-    assert [e.status for e in exps] == ["baseline", "guard_rejected", "guard_rejected", "guard_rejected", "kept"]
+    assert [e.status for e in exps] == [
+        "baseline",
+        "guard_rejected",
+        "guard_rejected",
+        "guard_rejected",
+        "kept",
+    ]
     assert "library region is never closed" in (exps[1].reason or "")
     assert "judge.toml" in (exps[2].reason or "") and "replicates" in (exps[2].reason or "")
     assert "not valid TOML" in (exps[3].reason or "")
@@ -113,7 +130,9 @@ def test_resume_rolls_back_a_committed_candidate_that_cannot_be_evaluated(
     assert old.status == "error" and "rolled back when the next command started" in (old.reason or "")
     run, exps = latest(ws)
     assert run.id != crashed.id and run.status == "finished"
-    assert exps[0].commit_sha == baseline_sha  # the new run's baseline is the last kept commit, not the bad tip
+    assert (
+        exps[0].commit_sha == baseline_sha
+    )  # the new run's baseline is the last kept commit, not the bad tip
     assert [e.status for e in exps] == ["baseline", "kept"]
     # Rolled back, not lost: the commit is preserved under the side ref, the branch moved on.
     assert bad.id in gitops.rejected_refs(ws)
@@ -140,16 +159,28 @@ def test_paths_that_mean_something_else_are_refused_and_nothing_is_written_outsi
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "4") == 0
     _, exps = latest(ws)
-    assert [e.status for e in exps] == ["baseline", "guard_rejected", "guard_rejected", "guard_rejected", "kept"]
+    assert [e.status for e in exps] == [
+        "baseline",
+        "guard_rejected",
+        "guard_rejected",
+        "guard_rejected",
+        "kept",
+    ]
     assert all("outside the allowed files" in (e.reason or "") for e in exps[1:4])
     assert not Path("/prompts").exists() and not outside.exists()
     assert "alpha = 1.0" not in (ws / "judgeloop.toml").read_text(encoding="utf-8")
     assert_clean(ws)
 
 
-def test_allowed_files_outside_prompts_are_refused_in_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for bad in ('["judgeloop.toml"]', '["prompts/../devset/small/labels.jsonl"]', '[".git/config"]',
-                '["/etc/passwd"]'):
+def test_allowed_files_outside_prompts_are_refused_in_one_line(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for bad in (
+        '["judgeloop.toml"]',
+        '["prompts/../devset/small/labels.jsonl"]',
+        '[".git/config"]',
+        '["/etc/passwd"]',
+    ):
         set_toml_key(ws, "optimizer", "allowed_files", bad)
         assert main(["run", "-w", str(ws), "--max-experiments", "1"]) == 2
         err = capsys.readouterr().err
@@ -182,8 +213,10 @@ def test_a_symlink_or_hard_link_in_prompts_is_refused_and_the_target_is_untouche
 
 def test_an_oversized_candidate_is_refused(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def huge(ctx: ProposalContext) -> Proposal:
-        return Proposal(files={RUBRIC_MD: ctx.current_files[RUBRIC_MD] + "\n" + "- check it.\n" * 6000},
-                        rationale="a very long rubric")
+        return Proposal(
+            files={RUBRIC_MD: ctx.current_files[RUBRIC_MD] + "\n" + "- check it.\n" * 6000},
+            rationale="a very long rubric",
+        )
 
     monkeypatch.setattr("optimizer.loop.propose.check_candidate", lambda *a, **k: _ok())
     install(monkeypatch, ScriptedStrategy([huge]))

@@ -27,20 +27,25 @@ from tests.support.panel import member_text, write_members
 from tests.support.scripted import ScriptedStrategy, install, latest, toggle
 
 # Generic text that makes every request several times dearer; dropping it changes no verdict of the fake judge.
-FILLER = "\n## Reading\n\n" + "Read the whole trajectory with care before you decide on a verdict. " * 500 + "\n"
+FILLER = (
+    "\n## Reading\n\n" + "Read the whole trajectory with care before you decide on a verdict. " * 500 + "\n"
+)
 
 
 def add_keys(root: Path, section: str, text: str) -> None:
     """Put ``text`` (TOML lines) at the top of ``[section]`` of judgeloop.toml."""
     path = root / "judgeloop.toml"
-    path.write_text(re.sub(rf"(?m)^\[{section}\]\n", f"[{section}]\n{text}\n", path.read_text(encoding="utf-8"),
-                           count=1), encoding="utf-8")
+    path.write_text(
+        re.sub(rf"(?m)^\[{section}\]\n", f"[{section}]\n{text}\n", path.read_text(encoding="utf-8"), count=1),
+        encoding="utf-8",
+    )
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_workspace(tmp_path_factory.mktemp("template"),
-                          toml_extra='[prices."fake-judge"]\ninput = 1.0\noutput = 1.0\n')
+    root = make_workspace(
+        tmp_path_factory.mktemp("template"), toml_extra='[prices."fake-judge"]\ninput = 1.0\noutput = 1.0\n'
+    )
     add_small_dev_split(root)
     rubric = root / RUBRIC_MD
     rubric.write_text(rubric.read_text(encoding="utf-8") + FILLER, encoding="utf-8")
@@ -51,8 +56,11 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def drop_filler(*enable: str) -> Callable[[ProposalContext], Proposal]:
     def step(ctx: ProposalContext) -> Proposal:
         proposal = toggle(*enable)(ctx)
-        return Proposal(files={RUBRIC_MD: proposal.files[RUBRIC_MD].replace(FILLER, "\n")},
-                        rationale=f"drop the reading filler{', enable ' + ', '.join(enable) if enable else ''}")
+        return Proposal(
+            files={RUBRIC_MD: proposal.files[RUBRIC_MD].replace(FILLER, "\n")},
+            rationale=f"drop the reading filler{', enable ' + ', '.join(enable) if enable else ''}",
+        )
+
     return step
 
 
@@ -92,8 +100,12 @@ def test_max_cost_ratio_refuses_a_dearer_candidate_before_any_judge_call(
     commit_all(ws, "cost cap")
 
     def double(ctx: ProposalContext) -> Proposal:
-        return Proposal(files={RUBRIC_MD: ctx.current_files[RUBRIC_MD] + "\n" + "Check each step against the goal. " * 600},
-                        rationale="read twice as much")
+        return Proposal(
+            files={
+                RUBRIC_MD: ctx.current_files[RUBRIC_MD] + "\n" + "Check each step against the goal. " * 600
+            },
+            rationale="read twice as much",
+        )
 
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         install(monkeypatch, ScriptedStrategy([double], server))
@@ -101,24 +113,30 @@ def test_max_cost_ratio_refuses_a_dearer_candidate_before_any_judge_call(
     _, exps = latest(ws)
     assert exps[1].status == "guard_rejected" and exps[1].calls == 0
     assert exps[1].reason is not None and re.search(
-        r"estimated at \d\.\d\dx the incumbent's cost per verdict, over \[optimizer\] max_cost_ratio 1\.2", exps[1].reason)
+        r"estimated at \d\.\d\dx the incumbent's cost per verdict, over \[optimizer\] max_cost_ratio 1\.2",
+        exps[1].reason,
+    )
 
 
 def set_move(*moves: tuple[str, object]) -> Callable[[ProposalContext], Proposal]:
     """Structure moves as the agent's tool makes them (set_structure on the tool state)."""
+
     def step(ctx: ProposalContext) -> Proposal:
         state = ToolState(ctx)
         for key, value in moves:
             out = run_tool(state, "set_structure", {"key": key, "value": value})
             assert not out.is_error, out
         return Proposal(files=state.changed_files(), rationale=f"moves {moves}")
+
     return step
 
 
 def estimated_ratio(reason: str | None) -> float:
     assert reason is not None
-    m = re.search(r"estimated at (\d+\.\d\d)x the incumbent's cost per verdict, over \[optimizer\] max_cost_ratio",
-                  reason)
+    m = re.search(
+        r"estimated at (\d+\.\d\d)x the incumbent's cost per verdict, over \[optimizer\] max_cost_ratio",
+        reason,
+    )
     assert m is not None, reason
     return float(m.group(1))
 
@@ -127,11 +145,18 @@ def test_max_cost_ratio_counts_every_call_of_a_structure_before_any_judge_call(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Any estimated rise is over the cap: each structure's estimate shows in its refusal.
-    add_keys(ws, "optimizer", 'max_cost_ratio = 1.0\nstructure_moves = ["panel.members", "panel.vote", "structure", '
-                              '"review"]\nmax_members = 3')
+    add_keys(
+        ws,
+        "optimizer",
+        'max_cost_ratio = 1.0\nstructure_moves = ["panel.members", "panel.vote", "structure", '
+        '"review"]\nmax_members = 3',
+    )
     commit_all(ws, "cost cap, structure moves on")
-    steps = [set_move(("panel.members", 3), ("panel.vote", "unanimous")), set_move(("structure", "criteria")),
-             set_move(("review", "success"))]
+    steps = [
+        set_move(("panel.members", 3), ("panel.vote", "unanimous")),
+        set_move(("structure", "criteria")),
+        set_move(("review", "success")),
+    ]
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         install(monkeypatch, ScriptedStrategy(steps, server))
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "3", "--patience", "9") == 0
@@ -151,15 +176,24 @@ def test_max_cost_ratio_counts_every_call_of_a_structure_before_any_judge_call(
     assert 1.0 < review < 1 + share
 
 
-def test_the_estimate_reads_each_named_members_own_instructions(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_estimate_reads_each_named_members_own_instructions(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Hostile: a member file padded far beyond judge.md cannot hide behind the others' size.
     write_members(ws, ("a", "b"))
-    (ws / "prompts" / "members" / "big.md").write_text(member_text((ws / JUDGE_MD).read_text(encoding="utf-8"), "big")
-                                                       + FILLER, encoding="utf-8")
-    add_keys(ws, "optimizer", 'max_cost_ratio = 1.0\nstructure_moves = ["panel.members", "panel.vote"]\nmax_members = 3')
+    (ws / "prompts" / "members" / "big.md").write_text(
+        member_text((ws / JUDGE_MD).read_text(encoding="utf-8"), "big") + FILLER, encoding="utf-8"
+    )
+    add_keys(
+        ws,
+        "optimizer",
+        'max_cost_ratio = 1.0\nstructure_moves = ["panel.members", "panel.vote"]\nmax_members = 3',
+    )
     commit_all(ws, "members, moves on")
-    steps = [set_move(("panel.members", ["a", "b"]), ("panel.vote", "unanimous")),
-             set_move(("panel.members", ["a", "big"]), ("panel.vote", "unanimous"))]
+    steps = [
+        set_move(("panel.members", ["a", "b"]), ("panel.vote", "unanimous")),
+        set_move(("panel.members", ["a", "big"]), ("panel.vote", "unanimous")),
+    ]
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         install(monkeypatch, ScriptedStrategy(steps, server))
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "2", "--patience", "9") == 0

@@ -65,8 +65,9 @@ def _stopped_run(root: Path, server: FakeLLMServer, *extra: str) -> None:
 
 
 def _trajectories_requested(judge: FakeJudge, requests: list[RecordedRequest]) -> collections.Counter[str]:
-    return collections.Counter(judge.trajectory_of(request_texts(r.body)[1]) for r in requests
-                               if isinstance(r.body, dict))
+    return collections.Counter(
+        judge.trajectory_of(request_texts(r.body)[1]) for r in requests if isinstance(r.body, dict)
+    )
 
 
 # -- Ctrl-C --------------------------------------------------------------------------------------------
@@ -87,7 +88,9 @@ def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> 
             wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops"), "the loop to see the Ctrl-C")
             # Every answered call is in the cache before the abort: a reply the server sent but the
             # client had not yet stored when it was killed is genuinely lost, and would be paid again.
-            wait_for(lambda: _cache_rows(ws)[0] >= present(judge.gate_after), "the answered calls to be cached")
+            wait_for(
+                lambda: _cache_rows(ws)[0] >= present(judge.gate_after), "the answered calls to be cached"
+            )
             cli.proc.send_signal(signal.SIGINT)
             rc = cli.wait()
             _release(judge, abandon=True)  # held handlers now answer a dead socket, unrecorded
@@ -133,7 +136,9 @@ def test_resume_refuses_edits_outside_the_loops_files_and_resets_a_dirty_prompt(
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         _stopped_run(ws, server)
         _, exps = latest(ws)
-        outside = ws / "prompts" / "judge.toml"  # next to the prompts, but not the loop's to edit: a hard reset would lose it
+        outside = (
+            ws / "prompts" / "judge.toml"
+        )  # next to the prompts, but not the loop's to edit: a hard reset would lose it
         original = outside.read_text(encoding="utf-8")
         edited = original + "\n# a human's edit, not the loop's\n"
         outside.write_text(edited, encoding="utf-8")
@@ -151,8 +156,12 @@ def test_resume_refuses_edits_outside_the_loops_files_and_resets_a_dirty_prompt(
         assert run_loop(ws, server.openai_base_url, "--resume", "--max-experiments", "1") == 0
     run, exps = latest(ws)
     assert run.status == "finished" and [e.status for e in exps] == ["baseline", "kept"]
-    assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == gitops.read_file_at(ws, present(exps[1].commit_sha), RUBRIC_MD)
-    assert "half-written candidate" not in present(gitops.read_file_at(ws, present(exps[1].commit_sha), RUBRIC_MD))
+    assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == gitops.read_file_at(
+        ws, present(exps[1].commit_sha), RUBRIC_MD
+    )
+    assert "half-written candidate" not in present(
+        gitops.read_file_at(ws, present(exps[1].commit_sha), RUBRIC_MD)
+    )
     assert_clean(ws)
 
 
@@ -162,8 +171,10 @@ def test_resume_keeps_the_runs_judge_and_refuses_another(
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         _stopped_run(ws, server)
-        for flags, named in ((["--provider", "anthropic"], "--provider 'anthropic'"),
-                             (["--model", "other-judge"], "--model 'other-judge'")):
+        for flags, named in (
+            (["--provider", "anthropic"], "--provider 'anthropic'"),
+            (["--model", "other-judge"], "--model 'other-judge'"),
+        ):
             capsys.readouterr()
             assert main(["run", "-w", str(ws), "--resume", *flags]) == 2
             err = capsys.readouterr().err.strip()
@@ -199,8 +210,11 @@ def test_replicates_are_pinned_per_run_across_resume(ws: Path, monkeypatch: pyte
     rejudged = {item["trajectory_id"] for item in (exps[1].test or {})["items"] if item["rejudged"]}
     assert rejudged and len(candidate_calls) == 32
     assert {t: n for t, n in candidate_calls.items() if n != 3} == dict.fromkeys(rejudged, 7)
-    assert all(item["candidate_total"] == item["incumbent_total"] == 5
-               for item in (exps[1].test or {})["items"] if item["rejudged"])
+    assert all(
+        item["candidate_total"] == item["incumbent_total"] == 5
+        for item in (exps[1].test or {})["items"]
+        if item["rejudged"]
+    )
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
         assert {len(v.replicates) for v in led.item_verdicts(exps[1].id)} == {3}
 
@@ -231,7 +245,9 @@ def test_resume_after_kill_9_counts_the_spend_before_it_against_the_budget(ws: P
         budget = spent_before + per_call * 0.4
         n_before = len(server.inference_requests())
         assert run_loop(ws, server.openai_base_url, "--resume", "--budget-usd", f"{budget:.9f}") == 0
-        resumed = [body_digest(r.body) for r in server.inference_requests()[n_before:] if isinstance(r.body, dict)]
+        resumed = [
+            body_digest(r.body) for r in server.inference_requests()[n_before:] if isinstance(r.body, dict)
+        ]
     calls_after, spent_after = _cache_rows(ws)
     assert spent_after <= budget + 1e-9, f"paid ${spent_after - spent_before:.6f} beyond the pre-kill spend"
     assert calls_after == calls_before and not resumed  # no paid call at all: none fits the budget
@@ -254,11 +270,18 @@ def test_a_second_loop_command_in_the_same_workspace_is_refused_in_one_line(
     from optimizer.workspace.workspace import Workspace, command_lock
 
     with command_lock(Workspace.open(ws), "run"):  # as if an overnight run were going on
-        for argv in (["run", "--strategy", "library"], ["run", "--resume"], ["decide", "1", "keep"],
-                     ["confirm", "--split", "sample"]):
+        for argv in (
+            ["run", "--strategy", "library"],
+            ["run", "--resume"],
+            ["decide", "1", "keep"],
+            ["confirm", "--split", "sample"],
+        ):
             assert main([argv[0], "-w", str(ws), *argv[1:]]) == 2
             err = capsys.readouterr().err
-            assert f"another judgeloop command is working in this workspace (judgeloop run, pid {os.getpid()})" in err
+            assert (
+                f"another judgeloop command is working in this workspace (judgeloop run, pid {os.getpid()})"
+                in err
+            )
             assert "Traceback" not in err
     assert not (ws / "experiments" / "ledger.sqlite").exists()  # nothing was started
     # Released with the holder: the next command takes it (and a killed holder releases it too: flock).

@@ -24,18 +24,37 @@ def test_a_run_s_endpoint_figures_are_each_server_s_count_per_pass_and_in_the_re
         urls = [a.openai_base_url, b.openai_base_url]
         cfg = ws / "judgeloop.toml"
         text = cfg.read_text(encoding="utf-8").replace('provider = "local"', 'provider = "openai"', 1)
-        cfg.write_text(re.sub(r"(?m)^# base_urls = .*$", f"base_urls = {json.dumps(urls)}", text, count=1),
-                       encoding="utf-8")
+        cfg.write_text(
+            re.sub(r"(?m)^# base_urls = .*$", f"base_urls = {json.dumps(urls)}", text, count=1),
+            encoding="utf-8",
+        )
         commit_all(ws, "two replicas")
-        assert main(["run", "-w", str(ws), "--provider", "openai", "--model", "fake-judge", "--concurrency", "8",
-                     "--max-experiments", "1"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "-w",
+                    str(ws),
+                    "--provider",
+                    "openai",
+                    "--model",
+                    "fake-judge",
+                    "--concurrency",
+                    "8",
+                    "--max-experiments",
+                    "1",
+                ]
+            )
+            == 0
+        )
         served = {s.openai_base_url: len(s.inference_requests()) for s in (a, b)}
     run, exps = latest(ws)
     assert all(served.values()), served  # both replicas took items
     with ledger_of(ws) as led:
         figures = led.endpoint_figures(run.id)
         per_pass = led._conn.execute(
-            "SELECT experiment_id, pass, endpoint, calls FROM endpoint_passes ORDER BY id").fetchall()
+            "SELECT experiment_id, pass, endpoint, calls FROM endpoint_passes ORDER BY id"
+        ).fetchall()
     assert {u: f["calls"] for u, f in figures.items()} == served
     assert sum(served.values()) == sum(e.calls for e in exps)  # the experiments' own call counts agree
     # One row per pass and endpoint: the baseline's pass, the candidate's first pass and its re-judging.

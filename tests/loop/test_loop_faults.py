@@ -132,13 +132,19 @@ def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes_once_there_is_room(
         assert check == "ok" and runs == [(runs[0][0], "finished")] and experiments == 3
 
 
-def test_a_full_disk_before_anything_is_written_is_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_full_disk_before_anything_is_written_is_one_line(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
     with experiments_on_tmpfs(ws, "2m") as exp:
         fill(exp)
-        for argv in (["report"], ["history"], ["eval", "--base-url", "http://127.0.0.1:9/v1", *URL_ARGS],
-                     ["run", "--base-url", "http://127.0.0.1:9/v1", *URL_ARGS]):
+        for argv in (
+            ["report"],
+            ["history"],
+            ["eval", "--base-url", "http://127.0.0.1:9/v1", *URL_ARGS],
+            ["run", "--base-url", "http://127.0.0.1:9/v1", *URL_ARGS],
+        ):
             capsys.readouterr()
             assert main(["-w", str(ws), *argv]) == 2, argv
             err = one_line_error(capsys)
@@ -155,8 +161,14 @@ def test_a_read_only_experiments_folder_is_one_line_and_loses_nothing(
         exp = ws / "experiments"
         url = ["--base-url", server.openai_base_url, *URL_ARGS]
         with read_only(exp):
-            for argv in (["report"], ["history"], ["eval", *url], ["run", *url], ["confirm", "--split", "sample"],
-                         ["attribute", *url]):
+            for argv in (
+                ["report"],
+                ["history"],
+                ["eval", *url],
+                ["run", *url],
+                ["confirm", "--split", "sample"],
+                ["attribute", *url],
+            ):
                 capsys.readouterr()
                 code = main(["-w", str(ws), *argv])
                 if code == 0 and argv[0] in ("report", "history"):

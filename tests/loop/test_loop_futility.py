@@ -92,10 +92,15 @@ def test_the_looks_re_judge_the_screens_disagreements_once_and_the_ledger_counts
     assert base.calls + good.calls == paid  # every call paid once and counted once
     # After the look's re-judging the first pass goes on from the same start (a crash's spend is counted from it).
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
-        stages = [e.payload for e in led.events_since(0, run_id=good.run_id)
-                  if e.kind == "stage" and e.experiment_id == good.id]
+        stages = [
+            e.payload
+            for e in led.events_since(0, run_id=good.run_id)
+            if e.kind == "stage" and e.experiment_id == good.id
+        ]
     kinds = [p["stage"] for p in stages]
-    assert kinds.index("rejudging") < len(kinds) - 1 and kinds[kinds.index("rejudging") + 1] == "evaluating", kinds
+    assert (
+        kinds.index("rejudging") < len(kinds) - 1 and kinds[kinds.index("rejudging") + 1] == "evaluating"
+    ), kinds
     starts = {p["started_at"] for p in stages if p["stage"] == "evaluating"}
     assert len(starts) == 1, stages
 
@@ -112,7 +117,9 @@ def test_an_edit_that_raises_the_fpr_is_stopped_by_the_screen_and_its_reason_say
     _run, (base, bad) = latest(ws)
     reason = present(bad.reason)
     assert bad.status == "rolled_back" and bad.early_stopped and bad.items_evaluated < 32, reason
-    m = re.search(r"^futile: P\(clear\) = 0\.000 < 0\.01 after \d+ of 32 items — FPR rose in (\d+) of 200 draws", reason)
+    m = re.search(
+        r"^futile: P\(clear\) = 0\.000 < 0\.01 after \d+ of 32 items — FPR rose in (\d+) of 200 draws", reason
+    )
     assert m and int(m.group(1)) > 100, reason  # most draws fail on the FPR
     assert base.calls + bad.calls == paid  # every call counted once
 
@@ -124,8 +131,10 @@ def _first_look_size(judge: FakeJudge) -> int:
 
     split = {*judge.neg_rank, *judge.pos_rank}  # the run's 32-item split (the labels hold the whole sample)
     wrong = [t for t in split if not judge.correct(t, set())]
-    right = {pos: sum(1 for t in split if judge.labels[t].is_positive is pos and judge.correct(t, set()))
-             for pos in (False, True)}
+    right = {
+        pos: sum(1 for t in split if judge.labels[t].is_positive is pos and judge.correct(t, set()))
+        for pos in (False, True)
+    }
     return len(wrong) + sum(math.ceil(LOOKS[0] * n) for n in right.values())
 
 

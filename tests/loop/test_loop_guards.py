@@ -26,7 +26,9 @@ def test_an_obfuscated_dev_id_and_a_typed_dev_value_are_guard_rejected(
     trajectories = [split.trajectory(t) for t in split.ids]
     dev_id = split.ids[0]
     # A value only the trajectories hold (what an agent typed), so the rejection proves the runner passes them.
-    typed = sorted(trajectory_values(trajectories) - instruction_values(t.task.instruction for t in trajectories))
+    typed = sorted(
+        trajectory_values(trajectories) - instruction_values(t.task.instruction for t in trajectories)
+    )
     assert typed, "the small dev split should type something no instruction names"
     hidden_id = "\u200b".join(dev_id)
 
@@ -44,7 +46,9 @@ def test_an_obfuscated_dev_id_and_a_typed_dev_value_are_guard_rejected(
     _, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "guard_rejected", "guard_rejected", "kept"]
     assert exps[1].reason == f"{RUBRIC_MD} contains the dev id {dev_id!r}; write rules, not item references"
-    assert exps[2].reason is not None and repr(typed[0]) in exps[2].reason and "dev trajectory" in exps[2].reason
+    assert (
+        exps[2].reason is not None and repr(typed[0]) in exps[2].reason and "dev trajectory" in exps[2].reason
+    )
     assert all(e.calls == 0 and e.commit_sha is None for e in exps[1:3])
     rubric = gitops.read_file_at(ws, latest(ws)[0].branch, RUBRIC_MD)
     assert rubric is not None and hidden_id not in rubric
@@ -74,8 +78,10 @@ def test_a_rationale_over_the_cap_is_guard_rejected_and_kept_clipped_out_of_git_
     _, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "guard_rejected", "kept"]
     reason = exps[1].reason or ""
-    assert reason == (f"the rationale is {len(huge):,} characters, over the cap of {MAX_RATIONALE_CHARS:,}; "
-                      "say why in one paragraph"), reason
+    assert reason == (
+        f"the rationale is {len(huge):,} characters, over the cap of {MAX_RATIONALE_CHARS:,}; "
+        "say why in one paragraph"
+    ), reason
     assert exps[1].calls == 0 and exps[1].commit_sha is None
     stored = exps[1].rationale or ""
     assert stored.startswith("Check typed text exactly. ") and len(stored) < MAX_RATIONALE_CHARS + 100

@@ -50,17 +50,36 @@ def test_eval_and_score_refuse_a_heldout_split_and_point_to_confirm(
     import_held(ws, held)
     capsys.readouterr()
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        code = main(["eval", "-w", str(ws), "--split", "held", "--provider", "openai", "--base-url",
-                     server.openai_base_url, "--model", "fake-judge", "--out", str(tmp_path / "out")])
+        code = main(
+            [
+                "eval",
+                "-w",
+                str(ws),
+                "--split",
+                "held",
+                "--provider",
+                "openai",
+                "--base-url",
+                server.openai_base_url,
+                "--model",
+                "fake-judge",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
         assert server.inference_requests() == []
     captured = capsys.readouterr()
     assert code == 2 and "kappa" not in captured.out
-    assert captured.err.count("\n") == 1 and "judgeloop confirm" in captured.err and "held out" in captured.err
+    assert (
+        captured.err.count("\n") == 1 and "judgeloop confirm" in captured.err and "held out" in captured.err
+    )
 
     results = tmp_path / "verdicts"
     results.mkdir()
     for tid in held:
-        (results / f"{tid}.json").write_text(json.dumps({"success": True, "reasoning": "", "confidence": "high"}))
+        (results / f"{tid}.json").write_text(
+            json.dumps({"success": True, "reasoning": "", "confidence": "high"})
+        )
     assert main(["score", str(results), "--split", "held", "-w", str(ws)]) == 2
     captured = capsys.readouterr()
     assert "kappa" not in captured.out
@@ -93,8 +112,21 @@ def test_confirm_and_resume_refuse_a_heldout_split_sharing_trajectories_with_the
         import_held(ws, [*rest[:4], *dev])
         sent = len(server.inference_requests())
         capsys.readouterr()
-        code = main(["confirm", "-w", str(ws), "--split", "held", "--provider", "openai",
-                     "--base-url", server.openai_base_url, "--model", "fake-judge"])
+        code = main(
+            [
+                "confirm",
+                "-w",
+                str(ws),
+                "--split",
+                "held",
+                "--provider",
+                "openai",
+                "--base-url",
+                server.openai_base_url,
+                "--model",
+                "fake-judge",
+            ]
+        )
         assert len(server.inference_requests()) == sent  # nothing judged
         assert code == 2
         err = one_line(capsys)
@@ -122,8 +154,23 @@ def test_eval_and_score_treat_a_split_holding_heldout_items_as_held_out(
     import_held(ws, rest[:6])
     capsys.readouterr()
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        code = main(["eval", "-w", str(ws), "--split", "sample", "--provider", "openai", "--base-url",
-                     server.openai_base_url, "--model", "fake-judge", "--out", str(tmp_path / "out")])
+        code = main(
+            [
+                "eval",
+                "-w",
+                str(ws),
+                "--split",
+                "sample",
+                "--provider",
+                "openai",
+                "--base-url",
+                server.openai_base_url,
+                "--model",
+                "fake-judge",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
         assert server.inference_requests() == []
     captured = capsys.readouterr()
     assert code == 2 and "kappa" not in captured.out.lower() and not (tmp_path / "out").exists()
@@ -132,15 +179,35 @@ def test_eval_and_score_treat_a_split_holding_heldout_items_as_held_out(
     results = tmp_path / "verdicts"
     results.mkdir()
     for tid in open_split(Workspace.open(ws), "sample").ids:
-        (results / f"{tid}.json").write_text(json.dumps({"success": True, "reasoning": "", "confidence": "high"}))
+        (results / f"{tid}.json").write_text(
+            json.dumps({"success": True, "reasoning": "", "confidence": "high"})
+        )
     assert main(["score", str(results), "--split", "sample", "-w", str(ws)]) == 2
     captured = capsys.readouterr()
     assert "kappa" not in captured.out.lower()
     assert captured.err.count("\n") == 1 and "judgeloop confirm --split held" in captured.err
     # The dev split, apart from the held-out one, is evaluated as before.
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        assert main(["eval", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                     "--model", "fake-judge", "--out", str(tmp_path / "dev"), "--limit", "4"]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "-w",
+                    str(ws),
+                    "--provider",
+                    "openai",
+                    "--base-url",
+                    server.openai_base_url,
+                    "--model",
+                    "fake-judge",
+                    "--out",
+                    str(tmp_path / "dev"),
+                    "--limit",
+                    "4",
+                ]
+            )
+            == 0
+        )
     assert "kappa" in capsys.readouterr().out.lower()
 
 

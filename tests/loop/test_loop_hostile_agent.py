@@ -26,8 +26,12 @@ OLD = "## Decision rules"
 
 
 def _edit(new_rule: str, call_id: str) -> Behaviour:
-    return reply(tool_calls=[ToolCall("edit_file", {"path": RUBRIC_MD, "old": OLD, "new": f"{OLD}\n\n{new_rule}"},
-                                      id=call_id)], usage=Usage(900, 40))
+    return reply(
+        tool_calls=[
+            ToolCall("edit_file", {"path": RUBRIC_MD, "old": OLD, "new": f"{OLD}\n\n{new_rule}"}, id=call_id)
+        ],
+        usage=Usage(900, 40),
+    )
 
 
 def _submit(why: str, call_id: str) -> Behaviour:
@@ -58,14 +62,20 @@ def test_a_hostile_agent_is_refused_rejected_and_recorded_and_the_run_goes_on(
     labels = labels_of(ws)
     dev_id = sorted(labels)[0]
     hidden_id = "\u200b".join(dev_id)  # zero-width spaces between every character
-    good_text = {e.id: e.text for e in parse_library((ws / LIBRARY_MD).read_text(encoding="utf-8"))}[GOOD_ENTRY]
+    good_text = {e.id: e.text for e in parse_library((ws / LIBRARY_MD).read_text(encoding="utf-8"))}[
+        GOOD_ENTRY
+    ]
     labels_file = next((ws / "devset").glob("*/labels.jsonl")).resolve()
     replies = [
         # Proposal 1: probe the file tools, then a rule with a placeholder no judge request can fill.
-        reply(tool_calls=[ToolCall("read_file", {"path": "prompts/../devset/small/labels.jsonl"}, id="a1")],
-              usage=Usage(900, 30)),
-        reply(tool_calls=[ToolCall("write_file", {"path": "/" + RUBRIC_MD, "text": "# mine now\n"}, id="a2")],
-              usage=Usage(900, 30)),
+        reply(
+            tool_calls=[ToolCall("read_file", {"path": "prompts/../devset/small/labels.jsonl"}, id="a1")],
+            usage=Usage(900, 30),
+        ),
+        reply(
+            tool_calls=[ToolCall("write_file", {"path": "/" + RUBRIC_MD, "text": "# mine now\n"}, id="a2")],
+            usage=Usage(900, 30),
+        ),
         _edit("- The typed text must equal {{expected_text}} exactly.", "a3"),
         _submit("Compare typed text with the expected text.", "a4"),
         # Proposal 2: an item reference the lint must see through.
@@ -78,7 +88,9 @@ def test_a_hostile_agent_is_refused_rejected_and_recorded_and_the_run_goes_on(
     toml = ws / "judgeloop.toml"
     with FakeLLMServer(default=HostileAgent(FakeJudge(ws), replies)) as server:
         text = toml.read_text(encoding="utf-8")
-        text = re.sub(r"(?m)^\[optimizer\]\n", f'[optimizer]\nbase_url = "{server.anthropic_base_url}"\n', text)
+        text = re.sub(
+            r"(?m)^\[optimizer\]\n", f'[optimizer]\nbase_url = "{server.anthropic_base_url}"\n', text
+        )
         toml.write_text(text.replace('model = "claude-sonnet-5-5"', 'model = "opt-model"'), encoding="utf-8")
         commit_all(ws, "the agent's model is the fake server")
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-real-key")
@@ -113,14 +125,20 @@ def test_a_commit_slipped_under_the_candidate_is_judged_by_the_guards_on_the_ful
     guard-rejected before any judge call, nothing is kept, the branch is back at the incumbent and the
     slipped commit stays reachable (the rejected candidate's parent)."""
     dev_id = sorted(labels_of(ws))[0]
-    good_text = {e.id: e.text for e in parse_library((ws / LIBRARY_MD).read_text(encoding="utf-8"))}[GOOD_ENTRY]
+    good_text = {e.id: e.text for e in parse_library((ws / LIBRARY_MD).read_text(encoding="utf-8"))}[
+        GOOD_ENTRY
+    ]
 
     def slip_a_commit_then_propose(ctx: ProposalContext) -> Proposal:
         rubric = ws / RUBRIC_MD
-        rubric.write_text(rubric.read_text(encoding="utf-8") + f"\n- Item {dev_id} is a failure.\n", encoding="utf-8")
+        rubric.write_text(
+            rubric.read_text(encoding="utf-8") + f"\n- Item {dev_id} is a failure.\n", encoding="utf-8"
+        )
         git(ws, "commit", "-q", "-a", "-m", "remember a hard case")
-        return Proposal(files={RUBRIC_MD: rubric.read_text(encoding="utf-8") + f"\n- {good_text}\n"},
-                        rationale="Check typed text exactly.")
+        return Proposal(
+            files={RUBRIC_MD: rubric.read_text(encoding="utf-8") + f"\n- {good_text}\n"},
+            rationale="Check typed text exactly.",
+        )
 
     install(monkeypatch, ScriptedStrategy([slip_a_commit_then_propose]))
     with FakeLLMServer(default=FakeJudge(ws)) as server:

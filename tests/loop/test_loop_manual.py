@@ -24,10 +24,15 @@ from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, present, r
 from tests.support.scripted import assert_clean, hand_edit, latest
 
 
-def test_a_good_hand_edit_is_judged_and_kept_with_its_message(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_good_hand_edit_is_judged_and_kept_with_its_message(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     new = hand_edit(ws, GOOD_ENTRY)
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        assert run_loop(ws, server.openai_base_url, "--strategy", "manual", "-m", "check typed text exactly") == 0
+        assert (
+            run_loop(ws, server.openai_base_url, "--strategy", "manual", "-m", "check typed text exactly")
+            == 0
+        )
     out = capsys.readouterr().out
     run, exps = latest(ws)
     assert run.strategy == "manual" and run.status == "finished"
@@ -76,9 +81,11 @@ def test_manual_needs_an_edit_of_the_allowed_files_and_nothing_else(
 
 def _stop_after_baseline(root: Path) -> Callable[[Event], None]:
     """An events listener that creates experiments/STOP once the baseline is reported (during the run)."""
+
     def listen(event: Event) -> None:
         if isinstance(event, Message) and "baseline kappa=" in event.text:
             (root / "experiments" / "STOP").write_text("", encoding="utf-8")
+
     return listen
 
 
@@ -86,7 +93,9 @@ def test_a_manual_run_stopped_before_the_candidate_puts_the_edit_back_and_resume
     new = hand_edit(ws, GOOD_ENTRY)
     said: list[Event] = []
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8)
+        judge = JudgeOverrides(
+            provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8
+        )
         listen = _stop_after_baseline(ws)
 
         def on_event(e: Event) -> None:
@@ -100,7 +109,9 @@ def test_a_manual_run_stopped_before_the_candidate_puts_the_edit_back_and_resume
         # Not judged, so not gone: the edit is back in the working tree, and the run says so.
         assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == new
         lines = said_lines(said)
-        assert any("the run ended before judging it; your edit is back in prompts/rubric.md" in t for t in lines)
+        assert any(
+            "the run ended before judging it; your edit is back in prompts/rubric.md" in t for t in lines
+        )
         assert run_loop(ws, server.openai_base_url, "--resume") == 0
     run, exps = latest(ws)
     assert run.status == "finished" and [e.status for e in exps] == ["baseline", "kept"]
@@ -143,12 +154,18 @@ def test_a_manual_edit_the_guards_reject_goes_back_into_the_working_tree(
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (lambda t: t.replace('exactly one of "low", "medium", "high"', 'any of "low", "medium", "high"'),
-         "prompts/judge.md edits protected region 1 (starting at line "),
-        (lambda t: t.replace("<!-- judgeloop:protected:end -->\n", ""),
-         "prompts/judge.md removes a protection marker <!-- judgeloop:protected:end -->"),
-        (lambda t: t.replace("{{rubric}}", "{{rubric}}\n<!-- judgeloop:protected:begin -->"),
-         "prompts/judge.md adds a protection marker <!-- judgeloop:protected:begin -->"),
+        (
+            lambda t: t.replace('exactly one of "low", "medium", "high"', 'any of "low", "medium", "high"'),
+            "prompts/judge.md edits protected region 1 (starting at line ",
+        ),
+        (
+            lambda t: t.replace("<!-- judgeloop:protected:end -->\n", ""),
+            "prompts/judge.md removes a protection marker <!-- judgeloop:protected:end -->",
+        ),
+        (
+            lambda t: t.replace("{{rubric}}", "{{rubric}}\n<!-- judgeloop:protected:begin -->"),
+            "prompts/judge.md adds a protection marker <!-- judgeloop:protected:begin -->",
+        ),
     ],
     ids=["edit-inside", "drop-marker", "add-marker"],
 )
@@ -160,7 +177,9 @@ def test_a_hand_edit_of_a_protected_region_is_refused_before_the_run_starts_and_
     new_judge = edit(judge_md.read_text(encoding="utf-8"))
     assert new_judge != judge_md.read_text(encoding="utf-8")
     judge_md.write_text(new_judge, encoding="utf-8")
-    new_rubric = hand_edit(ws, GOOD_ENTRY)  # an allowed edit alongside does not carry the protected one through
+    new_rubric = hand_edit(
+        ws, GOOD_ENTRY
+    )  # an allowed edit alongside does not carry the protected one through
     capsys.readouterr()
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--strategy", "manual", "-m", "tweak the contract") == 2

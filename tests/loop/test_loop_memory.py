@@ -87,19 +87,28 @@ def _memory_workspace(ws: Path) -> None:
         text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
         assert n == 1, key
     toml.write_text(text, encoding="utf-8")
-    set_toml_key(ws, "optimizer", "allowed_files",
-                 f'["prompts/judge.md", "prompts/rubric.md", "{PRINCIPLES_MD}", "{CASES_JSONL}"]')
+    set_toml_key(
+        ws,
+        "optimizer",
+        "allowed_files",
+        f'["prompts/judge.md", "prompts/rubric.md", "{PRINCIPLES_MD}", "{CASES_JSONL}"]',
+    )
     commit_all(ws, "judge with memory")
 
 
-def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _memory_workspace(ws)
     split = open_split(Workspace.open(ws), "small")
     folds = split_folds(split, FOLDS)
-    groups = pair_groups([(t, split.trajectory(t).task.instruction, recording_of(split.trajectory(t)))
-                          for t in split.ids])
+    groups = pair_groups(
+        [(t, split.trajectory(t).task.instruction, recording_of(split.trajectory(t))) for t in split.ids]
+    )
     # Kind ALPHA: every other pair group of each fold, so the kind spans every fold.
-    alpha = frozenset(t for f in range(FOLDS) for g in [g for g in groups if folds.of[g[0]] == f][::2] for t in g)
+    alpha = frozenset(
+        t for f in range(FOLDS) for g in [g for g in groups if folds.of[g[0]] == f][::2] for t in g
+    )
     assert len({folds.of[t] for t in alpha}) == FOLDS  # the kind spans every fold
     reviewed = sorted(alpha)[0]
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
@@ -146,7 +155,9 @@ def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(ws: Path, capsy
     assert_clean(ws)
 
 
-def test_a_review_of_a_heldout_item_never_reaches_the_strategy(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_review_of_a_heldout_item_never_reaches_the_strategy(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The structured reviews a strategy gets are of dev items only (a held-out item's note could carry its answer)."""
     dev, held = add_heldout_split(ws)
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
@@ -159,11 +170,18 @@ def test_a_review_of_a_heldout_item_never_reaches_the_strategy(ws: Path, monkeyp
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
     (ctx,) = strategy.contexts
     assert [(r.trajectory_id, r.kind, r.note) for r in ctx.reviews] == [
-        (dev[0], "judge_wrong", "dev note"), (dev[1], "label_suspect", "looks mislabelled")]
-    assert ctx.reviews[0].instruction == open_split(Workspace.open(ws), "small").trajectory(dev[0]).task.instruction
+        (dev[0], "judge_wrong", "dev note"),
+        (dev[1], "label_suspect", "looks mislabelled"),
+    ]
+    assert (
+        ctx.reviews[0].instruction
+        == open_split(Workspace.open(ws), "small").trajectory(dev[0]).task.instruction
+    )
 
 
-def test_strategy_memory_without_the_memory_allowed_is_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_strategy_memory_without_the_memory_allowed_is_one_line(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     set_toml_key(ws, "optimizer", "strategy", '"memory"')  # judgeloop.toml's key, as `--strategy memory`
     commit_all(ws, "the memory strategy")
     with FakeLLMServer(default=FakeJudge(ws)) as server:
@@ -188,6 +206,7 @@ def test_a_candidate_pasting_a_case_into_the_rubric_is_refused_whoever_made_it(
     (ws / CASES_JSONL).write_text(json.dumps(case) + "\n", encoding="utf-8")
     commit_all(ws, "one case")
     rubric = (ws / "prompts" / "rubric.md").read_text(encoding="utf-8")
+
     def into_rubric(ctx: ProposalContext) -> Proposal:
         return Proposal(files={"prompts/rubric.md": rubric + f"\n- {verdict}.\n"}, rationale="paste")
 
@@ -195,8 +214,10 @@ def test_a_candidate_pasting_a_case_into_the_rubric_is_refused_whoever_made_it(
         return Proposal(files={PRINCIPLES_MD: f"- {verdict}\n"}, rationale="paste into the principles")
 
     def general_rule(ctx: ProposalContext) -> Proposal:
-        return Proposal(files={"prompts/rubric.md": rubric + "\n- Check the saved file's name.\n"},
-                        rationale="a general rule")
+        return Proposal(
+            files={"prompts/rubric.md": rubric + "\n- Check the saved file's name.\n"},
+            rationale="a general rule",
+        )
 
     install(monkeypatch, ScriptedStrategy([into_rubric, into_principles, general_rule]))
     with FakeLLMServer(default=FakeJudge(ws)) as server:
@@ -224,16 +245,26 @@ def test_a_case_about_another_folds_item_is_guard_rejected_naming_the_case_and_t
     instruction = split.trajectory(b).task.instruction
     same_instruction = {t for t in split.ids if split.trajectory(t).task.instruction == instruction}
     a = next(t for t in split.ids if folds.of[t] != folds.of[b])
-    typed = next(str(s.action.parameters["text"]) for s in split.trajectory(b).steps if s.action.type == "type")
-    evil: dict[str, object] = {"id": "c-evil", "source_items": [a],
-            "text": f"Task: {instruction} The agent typed {typed!r}. Label: negative; the verdict is success false."}
-    lesson: dict[str, object] = {"id": "c-lesson", "source_items": [a],
-              "text": "A note must be saved under the requested name and format; an unsaved editor is a failure."}
+    typed = next(
+        str(s.action.parameters["text"]) for s in split.trajectory(b).steps if s.action.type == "type"
+    )
+    evil: dict[str, object] = {
+        "id": "c-evil",
+        "source_items": [a],
+        "text": f"Task: {instruction} The agent typed {typed!r}. Label: negative; the verdict is success false.",
+    }
+    lesson: dict[str, object] = {
+        "id": "c-lesson",
+        "source_items": [a],
+        "text": "A note must be saved under the requested name and format; an unsaved editor is a failure.",
+    }
 
     def cases(*objs: dict[str, object]) -> Step:
         def step(ctx: ProposalContext) -> Proposal:
-            return Proposal(files={CASES_JSONL: "".join(json.dumps(o) + "\n" for o in objs)},
-                            rationale="remember a case")
+            return Proposal(
+                files={CASES_JSONL: "".join(json.dumps(o) + "\n" for o in objs)}, rationale="remember a case"
+            )
+
         return step
 
     install(monkeypatch, ScriptedStrategy([cases(evil), cases(lesson, evil), cases(lesson)]))
@@ -241,7 +272,8 @@ def test_a_case_about_another_folds_item_is_guard_rejected_naming_the_case_and_t
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
     run, exps = latest(ws)
     assert [e.status for e in exps][:3] == ["baseline", "guard_rejected", "guard_rejected"], [
-        (e.status, e.reason) for e in exps]
+        (e.status, e.reason) for e in exps
+    ]
     for exp in exps[1:3]:
         reason = exp.reason or ""
         assert "case c-evil" in reason and "source_items" in reason, reason

@@ -31,11 +31,15 @@ def test_propose_only_says_once_that_the_candidate_waits_and_never_that_it_was_r
     waiting = exps[1]
     assert run.status == "waiting" and waiting.status == "waiting"
     decide_lines = [line for line in out if "judgeloop decide" in line]
-    assert decide_lines == [f"run {run.id} waiting: experiment {waiting.id} waits for your decision: "
-                            f"`judgeloop decide {waiting.id} keep|discard`; spent $0.0000"], out
+    assert decide_lines == [
+        f"run {run.id} waiting: experiment {waiting.id} waits for your decision: "
+        f"`judgeloop decide {waiting.id} keep|discard`; spent $0.0000"
+    ], out
     assert not [line for line in out if ROLLED_BACK.search(line) or "nothing kept" in line], out
     # The policy's view is given as advice, before the evidence.
-    advice = [line for line in out if line.startswith(f"  experiment {waiting.id}: evaluated; the adaptive policy ")]
+    advice = [
+        line for line in out if line.startswith(f"  experiment {waiting.id}: evaluated; the adaptive policy ")
+    ]
     assert len(advice) == 1 and "policy would roll it back (" in advice[0], out
 
 
@@ -59,5 +63,7 @@ def test_an_early_stopped_candidate_reads_observed_first_and_its_p_value_as_a_bo
     assert f"≥{cand.p_value:.3f}" in row
     tsv = (ws / "experiments" / "runs" / run.id / "experiments.tsv").read_text(encoding="utf-8").splitlines()
     header = tsv[0].split("\t")
-    cells = dict(zip(header, next(r for r in tsv[1:] if r.split("\t")[0] == str(cand.id)).split("\t"), strict=True))
+    cells = dict(
+        zip(header, next(r for r in tsv[1:] if r.split("\t")[0] == str(cand.id)).split("\t"), strict=True)
+    )
     assert cells["early_stopped"] == "1" and cells["reason"] == cand.reason

@@ -48,7 +48,9 @@ def test_decide_keep_against_the_policy_needs_force_off_a_terminal_and_history_m
     assert exps[-1].status == "kept" and exps[-1].overrule is not None
     capsys.readouterr()
     assert main(["history", "-w", str(ws)]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith(f"{exp_id} "))
+    row = next(
+        line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith(f"{exp_id} ")
+    )
     assert "kept (overruled)" in row
     assert main(["report", "-w", str(ws)]) == 0
     assert f"#{exp_id} (scripted) KEPT (OVERRULED)" in capsys.readouterr().out

@@ -22,8 +22,22 @@ CLEAR = "\r\x1b[K"
 
 
 def _args(ws: Path, server: FakeLLMServer, *command: str) -> list[str]:
-    return [sys.executable, "-m", "optimizer.cli", *command, "-w", str(ws), "--provider", "openai",
-            "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "4"]
+    return [
+        sys.executable,
+        "-m",
+        "optimizer.cli",
+        *command,
+        "-w",
+        str(ws),
+        "--provider",
+        "openai",
+        "--base-url",
+        server.openai_base_url,
+        "--model",
+        "fake-judge",
+        "--concurrency",
+        "4",
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -36,7 +50,9 @@ def _in_pty(args: list[str]) -> tuple[int, str]:
     """Run ``args`` with stdout and stderr on one pty of COLUMNS x 24; (exit code, every byte it wrote)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, COLUMNS, 0, 0))
-    proc = subprocess.Popen(args, cwd=REPO_ROOT, env=_env(), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    proc = subprocess.Popen(
+        args, cwd=REPO_ROOT, env=_env(), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
+    )
     os.close(slave)
     chunks: list[bytes] = []
     try:
@@ -94,24 +110,35 @@ def test_run_in_a_terminal_shows_a_live_progress_line_erased_before_each_status_
     drawn = [seg.split("\r")[0].split("\n")[0] for seg in raw.split(CLEAR)[1:]]
     progress = [seg for seg in drawn if seg.startswith("judged ")]
     assert progress, "no progress line was drawn"
-    assert any(re.search(r"judged \d+/32 items · \d+ calls \+ \d+ cached · \$\d\.\d{4} · \d+s elapsed", seg)
-               for seg in progress)
+    assert any(
+        re.search(r"judged \d+/32 items · \d+ calls \+ \d+ cached · \$\d\.\d{4} · \d+s elapsed", seg)
+        for seg in progress
+    )
     assert any(" · ETA " in seg or "…" in seg for seg in progress)
     assert all(len(seg) <= COLUMNS - 1 for seg in progress), "a progress line wider than the terminal"
     screen = _screen(raw)
     # Nothing of the progress line is left, and every status line starts at column 0 on its own line.
     assert not [line for line in screen if re.search(r"judged \d+/\d+ items", line)], screen
-    assert any(line.startswith("experiment ") and "(baseline): evaluating 32 items" in line for line in screen)
+    assert any(
+        line.startswith("experiment ") and "(baseline): evaluating 32 items" in line for line in screen
+    )
     assert any(line.startswith("  baseline kappa=") for line in screen)
     assert any(re.match(r"run \S+ finished: reached --max-experiments 1", line) for line in screen), screen
 
 
 def test_run_and_eval_through_pipes_print_no_terminal_codes_and_sparse_progress(ws: Path) -> None:
     with FakeLLMServer(default=FakeJudge(ws, delay_s=0.01)) as server:
-        run = subprocess.run([*_args(ws, server, "run"), "--strategy", "library", "--max-experiments", "1"],
-                             cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=120)
-        ev = subprocess.run(_args(ws, server, "eval"), cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
-                            timeout=120)
+        run = subprocess.run(
+            [*_args(ws, server, "run"), "--strategy", "library", "--max-experiments", "1"],
+            cwd=REPO_ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        ev = subprocess.run(
+            _args(ws, server, "eval"), cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=120
+        )
     for proc in (run, ev):
         assert proc.returncode == 0, proc.stderr
         assert "\r" not in proc.stderr + proc.stdout and "\x1b" not in proc.stderr + proc.stdout

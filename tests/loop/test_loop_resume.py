@@ -35,11 +35,28 @@ from tests.support.signals import cache_rows, kill_hand_edit_then_resume, runnin
 def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> None:
     judge = FakeJudge(ws)
     n_items = len(judge.neg_rank) + len(judge.pos_rank)
-    judge.gate_after = n_items + 10  # the baseline and 10 candidate calls are answered, then the server stalls
+    judge.gate_after = (
+        n_items + 10
+    )  # the baseline and 10 candidate calls are answered, then the server stalls
     judge.delay_s = 0.005
     with FakeLLMServer(default=judge) as server:
-        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                "--model", "fake-judge", "--concurrency", "8", "--strategy", "library", "--max-experiments", "2"]
+        args = [
+            "run",
+            "-w",
+            str(ws),
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+            "--concurrency",
+            "8",
+            "--strategy",
+            "library",
+            "--max-experiments",
+            "2",
+        ]
 
         def mid_candidate() -> None:
             wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
@@ -60,7 +77,9 @@ def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> No
 
         requests_before = len(server.inference_requests())
         assert run_loop(ws, server.openai_base_url, "--resume") == 0
-        resumed_digests = [body_digest(r.body) for r in server.inference_requests()[requests_before:] if r.body]
+        resumed_digests = [
+            body_digest(r.body) for r in server.inference_requests()[requests_before:] if r.body
+        ]
     # No call answered before the kill was paid for again: every one came back from the cache. A
     # re-judging call repeats a request body on purpose (replicate 1 of the same prompt), so the
     # measure is the cache: every answered call is its own cache entry, none answered twice.
@@ -75,8 +94,9 @@ def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> No
     assert resumed.status in ("kept", "rolled_back")
     assert resumed.cache_hits >= 10  # the ten calls answered before the kill
     with Ledger(ws / "experiments" / "ledger.sqlite") as led:
-        assert led.get_run(run.id).incumbent_experiment == next(e.id for e in reversed(exps)
-                                                               if e.status in ("baseline", "kept"))
+        assert led.get_run(run.id).incumbent_experiment == next(
+            e.id for e in reversed(exps) if e.status in ("baseline", "kept")
+        )
     expected_tip = next(e.commit_sha for e in reversed(exps) if e.status in ("baseline", "kept"))
     assert gitops.rev_parse(ws, run.branch) == expected_tip
     assert_clean(ws)
@@ -93,7 +113,10 @@ def test_propose_only_waits_and_decide_keeps_or_discards(
         assert run.status == "waiting" and [e.status for e in exps] == ["baseline", "waiting"]
         waiting = exps[1]
         assert gitops.rev_parse(ws, run.branch) == waiting.commit_sha
-        assert gitops.parse_trailers(gitops.commit_message(ws, waiting.commit_sha))["Judgeloop-Decision"] != "kept"
+        assert (
+            gitops.parse_trailers(gitops.commit_message(ws, waiting.commit_sha))["Judgeloop-Decision"]
+            != "kept"
+        )
         assert "the adaptive policy says" in (waiting.reason or "")
 
         # Nothing else may start while a candidate waits.
@@ -106,8 +129,12 @@ def test_propose_only_waits_and_decide_keeps_or_discards(
         assert kept.status == "kept" and kept.commit_sha != waiting.commit_sha
         assert gitops.rev_parse(ws, run.branch) == kept.commit_sha
         trailers = gitops.parse_trailers(gitops.commit_message(ws, kept.commit_sha))
-        assert trailers == {"Judgeloop-Experiment": str(kept.id), "Judgeloop-Kappa": f"{kept.kappa:.3f}",
-                            "Judgeloop-FPR": f"{kept.fpr:.3f}", "Judgeloop-Decision": "kept"}
+        assert trailers == {
+            "Judgeloop-Experiment": str(kept.id),
+            "Judgeloop-Kappa": f"{kept.kappa:.3f}",
+            "Judgeloop-FPR": f"{kept.fpr:.3f}",
+            "Judgeloop-Decision": "kept",
+        }
         assert main(["decide", "-w", str(ws), str(kept.id), "discard"]) == 2  # already decided
 
         assert run_loop(ws, server.openai_base_url, "--resume", "--propose-only") == 0
@@ -116,7 +143,9 @@ def test_propose_only_waits_and_decide_keeps_or_discards(
         second = exps[2]
         assert second.parent_id == kept.id and gitops.rev_parse(ws, run.branch) == second.commit_sha
         # A human decides on complete evidence: no early stop in propose-only mode, even for an FPR rise.
-        assert not second.early_stopped and second.kappa is not None and present(second.fpr) > present(kept.fpr)
+        assert (
+            not second.early_stopped and second.kappa is not None and present(second.fpr) > present(kept.fpr)
+        )
         assert second.items_evaluated == 32 and "FPR" in (second.reason or "")
 
         assert main(["decide", "-w", str(ws), str(second.id), "discard"]) == 0
@@ -124,7 +153,10 @@ def test_propose_only_waits_and_decide_keeps_or_discards(
     discarded = exps[2]
     assert discarded.status == "rolled_back"
     assert gitops.rejected_refs(ws)[discarded.id] == discarded.commit_sha
-    assert gitops.parse_trailers(gitops.commit_message(ws, discarded.commit_sha))["Judgeloop-Decision"] == "rolled_back"
+    assert (
+        gitops.parse_trailers(gitops.commit_message(ws, discarded.commit_sha))["Judgeloop-Decision"]
+        == "rolled_back"
+    )
     assert gitops.rev_parse(ws, run.branch) == kept.commit_sha
     assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == gitops.read_file_at(ws, kept.commit_sha, RUBRIC_MD)
     assert git(ws, "log", "--format=%H", f"{run.start_rev}..{run.branch}").split() == [kept.commit_sha]
@@ -198,8 +230,23 @@ def test_kill_9_mid_candidate_then_a_plain_run_closes_the_old_run_and_starts_fro
     judge.gate_after = n_items + 10
     judge.delay_s = 0.005
     with FakeLLMServer(default=judge) as server:
-        args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                "--model", "fake-judge", "--concurrency", "8", "--strategy", "library", "--max-experiments", "2"]
+        args = [
+            "run",
+            "-w",
+            str(ws),
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+            "--concurrency",
+            "8",
+            "--strategy",
+            "library",
+            "--max-experiments",
+            "2",
+        ]
 
         def mid_candidate() -> None:
             wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)

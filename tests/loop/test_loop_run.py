@@ -50,7 +50,9 @@ from tests.support.scripted import (
 
 
 def test_library_run_git_ledger_and_report_agree(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    set_toml_key(ws, "workspace", "dev_split", '"sample"')  # the whole bundled sample, as after `init --sample`
+    set_toml_key(
+        ws, "workspace", "dev_split", '"sample"'
+    )  # the whole bundled sample, as after `init --sample`
     commit_all(ws, "dev split: sample")
     judge = FakeJudge(ws)
     with FakeLLMServer(default=judge) as server:
@@ -101,14 +103,18 @@ def test_library_run_git_ledger_and_report_agree(ws: Path, capsys: pytest.Captur
 
 
 @pytest.mark.parametrize("policy", ["paired", "adaptive"])
-def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
     judge = FakeJudge(ws)
     # BAD_ENTRY alone would *raise* kappa (it fixes every false negative) — only the FPR guard stops it.
     labels = judge.labels
 
     def full_kappa(enabled: set[str]) -> tuple[float, float]:
-        answers = {t: Answer(success=lab.is_positive if judge.correct(t, enabled) else not lab.is_positive)
-                   for t, lab in labels.items()}
+        answers = {
+            t: Answer(success=lab.is_positive if judge.correct(t, enabled) else not lab.is_positive)
+            for t, lab in labels.items()
+        }
         m = score(labels, answers)
         return present(m.kappa), present(m.fpr)
 
@@ -129,7 +135,11 @@ def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(ws: Path, monkeypatch: p
     else:  # re-judging could still have overturned any first-pass false positive: judged in full
         assert not bad.early_stopped and bad.rejudge_calls > 0 and bad.test is not None
         assert good.adaptive_keep and good.test is not None and good.test["p_value"] < 0.1
-    assert good.status == "kept" and present(good.kappa) > present(base.kappa) and present(good.fpr) < present(base.fpr)
+    assert (
+        good.status == "kept"
+        and present(good.kappa) > present(base.kappa)
+        and present(good.fpr) < present(base.fpr)
+    )
     assert good.parent_id == base.id
     assert both.status == "rolled_back" and both.parent_id == good.id and "FPR" in (both.reason or "")
     with ledger_of(ws) as led:
@@ -154,7 +164,9 @@ def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
     long_instruction = next(i for i in instructions if len(i.split()) >= 10)
 
     def outside(ctx: ProposalContext) -> Proposal:
-        return Proposal(files={"prompts/judge.toml": "mode = \"direct\"\nreplicates = 3\n"}, rationale="outside")
+        return Proposal(
+            files={"prompts/judge.toml": 'mode = "direct"\nreplicates = 3\n'}, rationale="outside"
+        )
 
     def copies_instruction(ctx: ProposalContext) -> Proposal:
         rubric = ctx.current_files[RUBRIC_MD] + f"\n- Remember the task: {long_instruction}\n"
@@ -167,15 +179,25 @@ def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
         inside = text[begin:end]
         changed = inside.replace("success", "succes", 1)
         assert changed != inside
-        return Proposal(files={"prompts/judge.md": text[:begin] + changed + text[end:]}, rationale="protected")
+        return Proposal(
+            files={"prompts/judge.md": text[:begin] + changed + text[end:]}, rationale="protected"
+        )
 
     with FakeLLMServer(default=judge) as server:
-        strategy = ScriptedStrategy([outside, copies_instruction, touches_protected, toggle(GOOD_ENTRY)], server)
+        strategy = ScriptedStrategy(
+            [outside, copies_instruction, touches_protected, toggle(GOOD_ENTRY)], server
+        )
         install(monkeypatch, strategy)
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "4") == 0
         total = len(server.inference_requests())
     _run, exps = latest(ws)
-    assert [e.status for e in exps] == ["baseline", "guard_rejected", "guard_rejected", "guard_rejected", "kept"]
+    assert [e.status for e in exps] == [
+        "baseline",
+        "guard_rejected",
+        "guard_rejected",
+        "guard_rejected",
+        "kept",
+    ]
     # judge.toml is a structure move's file: with [optimizer] structure_moves empty, its edit is refused.
     assert "structure_moves is empty (structure moves are off)" in present(exps[1].reason)
     assert "copies" in present(exps[2].reason) and "dev instruction" in present(exps[2].reason)
@@ -198,36 +220,58 @@ def test_each_experiment_records_exactly_the_events_of_what_happened_to_it(
     starting its evaluation is not a decision (the TUI's strip would read "decided: running")."""
 
     def outside(ctx: ProposalContext) -> Proposal:
-        return Proposal(files={"prompts/judge.toml": "mode = \"direct\"\n"}, rationale="outside")
+        return Proposal(files={"prompts/judge.toml": 'mode = "direct"\n'}, rationale="outside")
 
     def fails(ctx: ProposalContext) -> Proposal:
         raise ProposalError("the optimiser's model is down", calls=1, cost_usd=0.01)
 
     strategy = ScriptedStrategy([outside, fails, toggle(GOOD_ENTRY)])
     install(monkeypatch, strategy)
-    futility_off(ws)  # one evaluating stage, then one re-judging (the looks add theirs: test_loop_futility.py)
+    futility_off(
+        ws
+    )  # one evaluating stage, then one re-judging (the looks add theirs: test_loop_futility.py)
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "3") == 0
     run, exps = latest(ws)
     assert [e.status for e in exps] == ["baseline", "guard_rejected", "error", "kept"]
     with ledger_of(ws) as led:
         events = [e for e in led.events_since(0, run_id=run.id) if e.kind != "progress"]
-    happened = {exp.id: [(e.kind, e.payload.get("stage") or e.payload.get("status")) for e in events
-                         if e.experiment_id == exp.id] for exp in exps}
+    happened = {
+        exp.id: [
+            (e.kind, e.payload.get("stage") or e.payload.get("status"))
+            for e in events
+            if e.experiment_id == exp.id
+        ]
+        for exp in exps
+    }
     base, rejected, failed, kept = (e.id for e in exps)
-    assert happened[base] == [("stage", "experiment_started"), ("stage", "baseline"), ("decision", "baseline")]
-    assert happened[rejected] == [("stage", "experiment_started"), ("stage", "guards"),
-                                  ("decision", "guard_rejected")]
+    assert happened[base] == [
+        ("stage", "experiment_started"),
+        ("stage", "baseline"),
+        ("decision", "baseline"),
+    ]
+    assert happened[rejected] == [
+        ("stage", "experiment_started"),
+        ("stage", "guards"),
+        ("decision", "guard_rejected"),
+    ]
     assert happened[failed] == [("stage", "experiment_started"), ("decision", "error")]
     # (The adaptive policy re-judges the items the two prompts disagree on.)
-    assert happened[kept] == [("stage", "experiment_started"), ("stage", "guards"), ("stage", "evaluating"),
-                              ("stage", "rejudging"), ("decision", "kept")]
+    assert happened[kept] == [
+        ("stage", "experiment_started"),
+        ("stage", "guards"),
+        ("stage", "evaluating"),
+        ("stage", "rejudging"),
+        ("decision", "kept"),
+    ]
     # The rows are what they were: the rejection and the failure cost the optimiser's spend only.
     assert exps[2].cost_usd == 0.01 and exps[2].calls == 0 and "optimiser failed" in (exps[2].reason or "")
     assert exps[3].decision == "kept" and exps[3].finished is not None and exps[3].calls > 0
 
 
-def test_the_library_gets_its_tried_sets_back_from_the_ledger_as_data(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_library_gets_its_tried_sets_back_from_the_ledger_as_data(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from optimizer.judge.prompts import enabled_entries
     from optimizer.loop.strategies.library import LibraryStrategy
 
@@ -266,8 +310,14 @@ def test_a_new_library_run_from_the_same_prompts_does_not_repeat_what_an_earlier
 
     def tried(exps: list[Any]) -> set[tuple[str | None, tuple[str, ...]]]:
         by_id = {e.id: e for e in exps}
-        return {(gitops.prompts_tree(ws, by_id[e.parent_id].commit_sha), tuple(e.proposal_meta["library_enabled"]))
-                for e in exps if e.seq > 0 and e.parent_id in by_id and e.decision in {"kept", "rolled_back"}}
+        return {
+            (
+                gitops.prompts_tree(ws, by_id[e.parent_id].commit_sha),
+                tuple(e.proposal_meta["library_enabled"]),
+            )
+            for e in exps
+            if e.seq > 0 and e.parent_id in by_id and e.decision in {"kept", "rolled_back"}
+        }
 
     assert tried(second) and not tried(first) & tried(second)
 
@@ -279,7 +329,9 @@ def test_malformed_optimiser_reply_is_recorded_and_the_run_continues(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def malformed(ctx: ProposalContext) -> Proposal:
-        raise ProposalError("the optimiser's reply was not valid JSON", calls=1, input_tokens=10, output_tokens=3)
+        raise ProposalError(
+            "the optimiser's reply was not valid JSON", calls=1, input_tokens=10, output_tokens=3
+        )
 
     strategy = ScriptedStrategy([malformed, toggle(GOOD_ENTRY)])
     install(monkeypatch, strategy)
@@ -290,7 +342,11 @@ def test_malformed_optimiser_reply_is_recorded_and_the_run_continues(
     assert [e.status for e in exps] == ["baseline", "error", "kept"]
     assert "not valid JSON" in present(exps[1].reason) and exps[1].commit_sha is None
     # What the failed proposal spent is the optimiser's, recorded apart from the judge's (none).
-    assert (exps[1].optimizer_calls, exps[1].optimizer_input_tokens, exps[1].optimizer_output_tokens) == (1, 10, 3)
+    assert (exps[1].optimizer_calls, exps[1].optimizer_input_tokens, exps[1].optimizer_output_tokens) == (
+        1,
+        10,
+        3,
+    )
     assert exps[1].calls == 0 and exps[1].input_tokens == 0
     assert_clean(ws)
 
@@ -301,26 +357,33 @@ def test_an_llm_optimiser_run_records_its_usage_apart_from_the_judges(
     """``reflect`` through the real openai SDK and the fake server: the optimiser's calls, tokens and
     dollars land in their own columns; the row's calls/tokens stay the judge's; cost_usd is the total."""
     optimiser_usage = Usage(input_tokens=1000, output_tokens=200, cache_read_tokens=300)
-    edit = json.dumps({
-        "file": "prompts/rubric.md",
-        "section_heading": "## Telling the types apart",
-        "new_section": "## Telling the types apart\n\nName the type that explains the first wrong step.",
-        "rationale": "A simpler rule for naming the mistake type.",
-    })
+    edit = json.dumps(
+        {
+            "file": "prompts/rubric.md",
+            "section_heading": "## Telling the types apart",
+            "new_section": "## Telling the types apart\n\nName the type that explains the first wrong step.",
+            "rationale": "A simpler rule for naming the mistake type.",
+        }
+    )
     judge = FakeJudge(ws)
 
     def answer(request: RecordedRequest) -> Behaviour:
         return reply(edit, usage=optimiser_usage) if request.model == "opt-model" else judge(request)
 
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'
-                   '\n[prices."opt-model"]\ninput = 3.0\noutput = 15.0\ncache_read = 0.3\n', encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'
+        '\n[prices."opt-model"]\ninput = 3.0\noutput = 15.0\ncache_read = 0.3\n',
+        encoding="utf-8",
+    )
     with FakeLLMServer(default=answer) as server:
         set_toml_key(ws, "optimizer", "provider", '"openai"')
         set_toml_key(ws, "optimizer", "model", '"opt-model"')
         text = cfg.read_text(encoding="utf-8")
-        cfg.write_text(text.replace("[optimizer]\n", f'[optimizer]\nbase_url = "{server.openai_base_url}"\n', 1),
-                       encoding="utf-8")
+        cfg.write_text(
+            text.replace("[optimizer]\n", f'[optimizer]\nbase_url = "{server.openai_base_url}"\n', 1),
+            encoding="utf-8",
+        )
         commit_all(ws, "reflect through the fake server")
         assert run_loop(ws, server.openai_base_url, "--strategy", "reflect", "--max-experiments", "1") == 0
         requests = server.inference_requests()
@@ -336,8 +399,11 @@ def test_an_llm_optimiser_run_records_its_usage_apart_from_the_judges(
     assert 0 < baseline.calls + candidate.calls <= len(judge_requests) and candidate.calls > 0
 
     # The optimiser's own columns, in the providers' token convention (cached prompt tokens apart).
-    assert (candidate.optimizer_calls, candidate.optimizer_input_tokens, candidate.optimizer_output_tokens) == (
-        1, 1000, 200)
+    assert (
+        candidate.optimizer_calls,
+        candidate.optimizer_input_tokens,
+        candidate.optimizer_output_tokens,
+    ) == (1, 1000, 200)
     optimiser_cost = (1000 * 3.0 + 300 * 0.3 + 200 * 15.0) / 1e6
     assert candidate.optimizer_cost_usd == pytest.approx(optimiser_cost)
     # The row's calls and tokens are the judge's alone; its cost is judge + optimiser.
@@ -382,8 +448,10 @@ def test_provider_outage_during_a_candidate_is_an_error_rolled_back(
 
 def test_budget_is_enforced_before_a_call_would_cross_it(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
-                   encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+        encoding="utf-8",
+    )
     commit_all(ws, "prices")
     judge = FakeJudge(ws)
     with FakeLLMServer(default=judge) as server:
@@ -396,10 +464,16 @@ def test_budget_is_enforced_before_a_call_would_cross_it(ws: Path, monkeypatch: 
         for suffix in ("", "-wal", "-shm"):  # the second run pays for its baseline again (no stale WAL)
             (ws / "experiments" / f"cache.sqlite{suffix}").unlink(missing_ok=True)
         strategy = ScriptedStrategy(
-            [priced(toggle(BAD_ENTRY), baseline_cost * 0.1), toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)]
+            [
+                priced(toggle(BAD_ENTRY), baseline_cost * 0.1),
+                toggle(GOOD_ENTRY),
+                toggle(GOOD_ENTRY, BAD_ENTRY),
+            ]
         )
         install(monkeypatch, strategy)
-        assert run_loop(ws, server.openai_base_url, "--max-experiments", "5", "--budget-usd", str(budget)) == 0
+        assert (
+            run_loop(ws, server.openai_base_url, "--max-experiments", "5", "--budget-usd", str(budget)) == 0
+        )
     run, exps = latest(ws)
     spent = sum(e.cost_usd for e in exps)
     assert spent <= budget + 1e-9
@@ -441,8 +515,9 @@ def test_patience_stops_after_k_candidates_without_a_keep(ws: Path, monkeypatch:
     assert "patience 2" in (run.stop_reason or "")
     # A no-op candidate: no flips; decided in full ("not significant"), stopped early by the bound, or
     # by futility screening (on by default: every draw fails on kappa).
-    assert re.search(r"is not significant|could not be significant|^futile: .*kappa did not rise",
-                     present(exps[1].reason))
+    assert re.search(
+        r"is not significant|could not be significant|^futile: .*kappa did not rise", present(exps[1].reason)
+    )
 
 
 # -- refusals --------------------------------------------------------------------------------------
@@ -511,8 +586,24 @@ def body_user(body: object) -> str:
 def _confirm(root: Path, server: FakeLLMServer, split: str, *extra: str) -> int:
     from optimizer.cli import main
 
-    return main(["confirm", "-w", str(root), "--split", split, "--provider", "openai",
-                 "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8", *extra])
+    return main(
+        [
+            "confirm",
+            "-w",
+            str(root),
+            "--split",
+            split,
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+            "--concurrency",
+            "8",
+            *extra,
+        ]
+    )
 
 
 def test_a_proposal_for_a_labels_file_is_rejected_without_reading_it_into_the_ledger(
@@ -525,8 +616,10 @@ def test_a_proposal_for_a_labels_file_is_rejected_without_reading_it_into_the_le
     secret_line = (ws / labels_path).read_text(encoding="utf-8").splitlines()[0]
 
     def grab_labels(ctx: ProposalContext) -> Proposal:
-        return Proposal(files={labels_path: "", "prompts/rubric.md": ctx.current_files[RUBRIC_MD] + "\n"},
-                        rationale="overwrite the labels")
+        return Proposal(
+            files={labels_path: "", "prompts/rubric.md": ctx.current_files[RUBRIC_MD] + "\n"},
+            rationale="overwrite the labels",
+        )
 
     judge = FakeJudge(ws)
     with FakeLLMServer(default=judge) as server:
@@ -567,18 +660,26 @@ def test_the_incumbents_extra_judgements_are_paid_once_across_candidates(
         d = body_digest(r.body)
         if d in baseline_digests:
             counts[d] = counts.get(d, 0) + 1
-    assert sorted(counts.values()) == sorted([3] * len(rejudged) + [1] * (len(baseline_digests) - len(rejudged)))
+    assert sorted(counts.values()) == sorted(
+        [3] * len(rejudged) + [1] * (len(baseline_digests) - len(rejudged))
+    )
     # A stored decision replays from the ledger to the same p-value.
     from optimizer.stats.decision import AdaptiveTest
 
     for exp in (first, second):
-        assert AdaptiveTest.model_validate(exp.test).replay().p_value == exp.p_value == (exp.test or {})["p_value"]
+        assert (
+            AdaptiveTest.model_validate(exp.test).replay().p_value
+            == exp.p_value
+            == (exp.test or {})["p_value"]
+        )
     # The decision record: what was re-judged, its draws, and the run's accounting.
     report = report_json(ws, capsys)
     entry = report["experiments"][1]
     assert entry["rejudge_calls"] == first.rejudge_calls and len(entry["rejudged"]) == len(rejudged)
     assert all(" → " in r["draws"] for r in entry["rejudged"]) and entry["alpha"] == 0.1
-    assert report["accounting"]["tested"] == 2 and report["accounting"]["expected_false_keeps"] == pytest.approx(0.2)
+    assert report["accounting"]["tested"] == 2 and report["accounting"][
+        "expected_false_keeps"
+    ] == pytest.approx(0.2)
 
 
 def test_online_fdr_tests_each_candidate_at_its_lord_level_and_reports_the_sum(
@@ -614,8 +715,12 @@ def test_confirm_in_batch_mode_gives_the_direct_figures_and_fills_the_cache(
 
     add_heldout_split(ws)
     cfg = Workspace.open(ws).config
-    write_config(ws, cfg.model_copy(update={"judge": cfg.judge.model_copy(
-        update={"batch_poll_s": 0.01, "batch_poll_max_s": 0.04})}))
+    write_config(
+        ws,
+        cfg.model_copy(
+            update={"judge": cfg.judge.model_copy(update={"batch_poll_s": 0.01, "batch_poll_max_s": 0.04})}
+        ),
+    )
     commit_all(ws, "poll batches quickly")
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
     with FakeLLMServer(default=FakeJudge(ws), batch_polls=1) as server:

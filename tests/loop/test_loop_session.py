@@ -18,7 +18,9 @@ from tests.support.loop import FakeJudge
 
 
 def options(server: FakeLLMServer, **update: object) -> RunOptions:
-    judge = JudgeOverrides(provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8)
+    judge = JudgeOverrides(
+        provider="openai", model="fake-judge", base_url=server.openai_base_url, concurrency=8
+    )
     return RunOptions(strategy="library", judge=judge, **update)  # type: ignore[arg-type]
 
 
@@ -30,7 +32,10 @@ def test_start_run_reports_through_events_and_returns_a_typed_stop(
         outcome = start_run(Workspace.open(ws), options(server, max_experiments=2), events.append)
     assert capsys.readouterr() == ("", "")  # the engine never prints
     assert outcome.status == "finished" and not outcome.aborted
-    assert outcome.stop.kind is StopKind.MAX_EXPERIMENTS and outcome.stop.message == "reached --max-experiments 2"
+    assert (
+        outcome.stop.kind is StopKind.MAX_EXPERIMENTS
+        and outcome.stop.message == "reached --max-experiments 2"
+    )
     said = said_lines(events)
     assert said[0].startswith(f"run {outcome.run_id}: branch judgeloop/{outcome.run_id}")
     assert f"run {outcome.run_id} finished: reached --max-experiments 2" in said
@@ -50,7 +55,10 @@ def test_propose_only_waits_then_decide_and_resume(ws: Path) -> None:
             (waiting,) = ledger.experiments_with_status("waiting")
         said: list[Event] = []
         assert decide(workspace, waiting.id, keep=False, events=said.append) == waiting.id
-        assert Message(f"experiment {waiting.id} discarded; kept under refs/judgeloop/rejected/{waiting.id}") in said
+        assert (
+            Message(f"experiment {waiting.id} discarded; kept under refs/judgeloop/rejected/{waiting.id}")
+            in said
+        )
         again = resume_run(workspace, options(server, propose_only=True))
     assert again.run_id == first.run_id and again.stop.kind in (StopKind.WAITING, StopKind.PROPOSED)
 
@@ -71,8 +79,15 @@ def test_every_call_the_judge_answered_is_on_the_ledger_even_when_candidates_sto
 
 
 @pytest.mark.parametrize(
-    "bad", [{"max_experiments": 0}, {"patience": 0}, {"budget_usd": -5.0}, {"budget_usd": float("nan")},
-            {"hours": 0.0}, {"replicates": 16}],
+    "bad",
+    [
+        {"max_experiments": 0},
+        {"patience": 0},
+        {"budget_usd": -5.0},
+        {"budget_usd": float("nan")},
+        {"hours": 0.0},
+        {"replicates": 16},
+    ],
 )
 def test_run_options_refuse_values_the_cli_refuses(bad: dict[str, object]) -> None:
     from optimizer.errors import UserError

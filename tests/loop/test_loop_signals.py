@@ -51,8 +51,10 @@ def test_ctrl_c_stops_new_calls_at_once_records_the_stop_and_resume_finishes_the
             _every_slot_held(judge, server)
             cli.proc.send_signal(signal.SIGINT)
             # Said at once, while the calls in flight are still held: the run does not wait for its step.
-            wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops after the judge calls in flight"),
-                     "the stop to be announced")
+            wait_for(
+                lambda: cli.said("judgeloop: Ctrl-C: the run stops after the judge calls in flight"),
+                "the stop to be announced",
+            )
             assert cli.proc.poll() is None
             requests_at_stop = len(server.inference_requests())
             release(judge, abandon=False)  # the calls in flight are answered
@@ -62,8 +64,9 @@ def test_ctrl_c_stops_new_calls_at_once_records_the_stop_and_resume_finishes_the
         assert cache_rows(ws)[0] == len(judge.answered)
         run, exps = latest(ws)
         assert run.status == "stopped"
-        assert (run.stop_reason or "").startswith(f"interrupted (Ctrl-C) while evaluating experiment {exps[1].id}, "
-                                                  "after ")
+        assert (run.stop_reason or "").startswith(
+            f"interrupted (Ctrl-C) while evaluating experiment {exps[1].id}, after "
+        )
         assert [e.status for e in exps] == ["baseline", "running"]  # left for --resume, not decided on part
         assert cli.said(f"run {run.id} stopped: interrupted (Ctrl-C)")
         assert_clean(ws)
@@ -91,7 +94,9 @@ def test_ctrl_c_then_sigterm_aborts_with_130_named_as_sigterm(ws: Path) -> None:
             _every_slot_held(judge, server)
             cli.proc.send_signal(signal.SIGINT)
             wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops"), "the stop to be announced")
-            wait_for(lambda: cache_rows(ws)[0] >= present(judge.gate_after), "the answered calls to be cached")
+            wait_for(
+                lambda: cache_rows(ws)[0] >= present(judge.gate_after), "the answered calls to be cached"
+            )
             cli.proc.send_signal(signal.SIGTERM)  # the calls in flight are still held: abort now
             rc = cli.wait()
             release(judge, abandon=True)
@@ -114,8 +119,10 @@ def test_sigterm_is_named_sigterm_and_stops_the_run_like_ctrl_c(ws: Path) -> Non
             wait_for(lambda: running_candidate_with_progress(ws), "a running candidate with progress events")
             _every_slot_held(judge, server)
             cli.proc.send_signal(signal.SIGTERM)
-            wait_for(lambda: cli.said("judgeloop: SIGTERM: the run stops after the judge calls in flight"),
-                     "the stop to be announced")
+            wait_for(
+                lambda: cli.said("judgeloop: SIGTERM: the run stops after the judge calls in flight"),
+                "the stop to be announced",
+            )
             requests_at_stop = len(server.inference_requests())
             release(judge, abandon=False)
             assert cli.wait() == 130, "".join(cli.lines)  # stopped by a signal: not a clean end for a script
@@ -159,12 +166,20 @@ class _Cli:
 
     def __init__(self, *args: str) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "optimizer.cli", *args], cwd=REPO_ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "optimizer.cli", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.out: list[str] = []
         self.err: list[str] = []
-        self._threads = [threading.Thread(target=self._read, args=(stream, lines), daemon=True)
-                         for stream, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        self._threads = [
+            threading.Thread(target=self._read, args=(stream, lines), daemon=True)
+            for stream, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))
+        ]
         for t in self._threads:
             t.start()
 
@@ -194,13 +209,31 @@ def test_eval_stops_on_sigterm_within_the_calls_in_flight_writes_nothing_and_los
     judge.gate_after = 6
     out = ws / "experiments" / "evals" / "cut"
     with FakeLLMServer(default=judge) as server:
-        args = ("eval", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-                "--model", "fake-judge", "--concurrency", str(CONCURRENCY), "--out", str(out))
+        args = (
+            "eval",
+            "-w",
+            str(ws),
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+            "--concurrency",
+            str(CONCURRENCY),
+            "--out",
+            str(out),
+        )
         with _Cli(*args) as cli:
             _every_slot_held(judge, server)
             cli.proc.send_signal(signal.SIGTERM)
-            wait_for(lambda: any("judgeloop: SIGTERM: the evaluation stops after the judge calls in flight" in line
-                                 for line in list(cli.err)), "the stop to be announced")
+            wait_for(
+                lambda: any(
+                    "judgeloop: SIGTERM: the evaluation stops after the judge calls in flight" in line
+                    for line in list(cli.err)
+                ),
+                "the stop to be announced",
+            )
             assert cli.proc.poll() is None  # still waiting for the calls in flight, not killed
             requests_at_stop = len(server.inference_requests())
             release(judge, abandon=False)
@@ -232,8 +265,10 @@ def test_ctrl_c_before_any_call_on_a_cached_eval_still_ends_cleanly(ws: Path) ->
     with FakeLLMServer(default=judge) as server:
         stop = StopRequest()
         assert stop.request("Ctrl-C") and not stop.request("SIGTERM")  # the first reason is kept
-        options = EvalOptions(judge=JudgeOverrides(provider="openai", base_url=server.openai_base_url,
-                                                   model="fake-judge"), out=ws / "never")
+        options = EvalOptions(
+            judge=JudgeOverrides(provider="openai", base_url=server.openai_base_url, model="fake-judge"),
+            out=ws / "never",
+        )
         try:
             evaluate(Workspace.open(ws), options, stop=stop)
         except Interrupted as exc:
@@ -248,8 +283,16 @@ def test_ctrl_c_before_any_call_on_a_cached_eval_still_ends_cleanly(ws: Path) ->
 
 
 def _judge_args(server: FakeLLMServer) -> tuple[str, ...]:
-    return ("--provider", "openai", "--base-url", server.openai_base_url, "--model", "fake-judge",
-            "--concurrency", str(CONCURRENCY))
+    return (
+        "--provider",
+        "openai",
+        "--base-url",
+        server.openai_base_url,
+        "--model",
+        "fake-judge",
+        "--concurrency",
+        str(CONCURRENCY),
+    )
 
 
 def test_confirm_stopped_by_ctrl_c_records_nothing_counts_no_use_and_loses_no_call(ws: Path) -> None:
@@ -264,14 +307,21 @@ def test_confirm_stopped_by_ctrl_c_records_nothing_counts_no_use_and_loses_no_ca
         with _Cli(*args) as cli:
             _every_slot_held(judge, server)
             cli.proc.send_signal(signal.SIGINT)
-            wait_for(lambda: any("judgeloop: Ctrl-C: the confirmation stops after the judge calls in flight" in line
-                                 for line in list(cli.err)), "the stop to be announced")
+            wait_for(
+                lambda: any(
+                    "judgeloop: Ctrl-C: the confirmation stops after the judge calls in flight" in line
+                    for line in list(cli.err)
+                ),
+                "the stop to be announced",
+            )
             requests_at_stop = len(server.inference_requests())
             release(judge, abandon=False)
             assert cli.wait() == 130, "".join(cli.err)
         assert len(server.inference_requests()) == requests_at_stop
-        assert cli.err[-1].startswith(f"judgeloop confirm: stopped by Ctrl-C: {2 + CONCURRENCY} of {len(held)} "
-                                      "items judged; nothing recorded and the use is not counted")
+        assert cli.err[-1].startswith(
+            f"judgeloop confirm: stopped by Ctrl-C: {2 + CONCURRENCY} of {len(held)} "
+            "items judged; nothing recorded and the use is not counted"
+        )
         with Ledger(ws / "experiments" / "ledger.sqlite") as led:
             assert led.count_confirmations("held") == 0
         assert cache_rows(ws)[0] - cached_before == len(judge.answered)
@@ -295,8 +345,13 @@ def test_attribute_stopped_by_ctrl_c_keeps_what_it_measured_and_says_what_is_lef
         with _Cli(*args) as cli:
             _every_slot_held(judge, server)
             cli.proc.send_signal(signal.SIGINT)
-            wait_for(lambda: any("judgeloop: Ctrl-C: the attribution stops after the judge calls in flight" in line
-                                 for line in list(cli.err)), "the stop to be announced")
+            wait_for(
+                lambda: any(
+                    "judgeloop: Ctrl-C: the attribution stops after the judge calls in flight" in line
+                    for line in list(cli.err)
+                ),
+                "the stop to be announced",
+            )
             requests_at_stop = len(server.inference_requests())
             release(judge, abandon=False)
             assert cli.wait() == 0, "".join(cli.err)
@@ -315,8 +370,10 @@ def test_attribute_stopped_by_ctrl_c_keeps_what_it_measured_and_says_what_is_lef
 
 def test_the_spend_of_a_cut_evaluation_is_on_the_ledger_once_before_and_after_resume(ws: Path) -> None:
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
-                   encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n',
+        encoding="utf-8",
+    )
     commit_all(ws, "prices")
     judge = gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:

@@ -33,8 +33,9 @@ NEUTRAL = "lib-harmless-exploration"  # changes nothing the fake judge answers: 
 HOLM = re.compile(r"wave of (\d+) \(Holm\): rank (\d+), level ([0-9.e-]+), (p=\S+|no full test)")
 
 
-def test_wave_of_three_keeps_the_fix_and_rolls_back_the_rest(ws: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_wave_of_three_keeps_the_fix_and_rolls_back_the_rest(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     strategy = ScriptedStrategy([toggle(NEUTRAL), toggle(GOOD_ENTRY), toggle(BAD_ENTRY)])
     install(monkeypatch, strategy)
     # A fix of 7 negatives: clear at alpha/3 (p = 1/128), as a 4-item one (p = 1/16) would not be.
@@ -46,7 +47,10 @@ def test_wave_of_three_keeps_the_fix_and_rolls_back_the_rest(ws: Path, monkeypat
     # All three were proposed against the baseline, each told about the earlier ones of its wave.
     assert {e.parent_id for e in cands} == {exps[0].id}
     assert [[h.id for h in ctx.history if h.decision == IN_WAVE] for ctx in strategy.contexts] == [
-        [], [cands[0].id], [cands[0].id, cands[1].id]]
+        [],
+        [cands[0].id],
+        [cands[0].id, cands[1].id],
+    ]
     assert [e.status for e in cands] == ["rolled_back", "kept", "rolled_back"]
     # Holm over the wave of 3: the three levels are alpha/3, alpha/2, alpha by rank, each in the reason.
     alpha = 0.1
@@ -65,7 +69,10 @@ def test_wave_of_three_keeps_the_fix_and_rolls_back_the_rest(ws: Path, monkeypat
     assert set(rejected) == {cands[0].id, cands[2].id}
     for e in (cands[0], cands[2]):
         assert git(ws, "rev-parse", f"{rejected[e.id]}^").strip() == run.start_rev
-        assert gitops.parse_trailers(gitops.commit_message(ws, rejected[e.id]))["Judgeloop-Decision"] == "rolled_back"
+        assert (
+            gitops.parse_trailers(gitops.commit_message(ws, rejected[e.id]))["Judgeloop-Decision"]
+            == "rolled_back"
+        )
     assert gitops.parked_candidates(ws) == {}
     assert_clean(ws)
     # The run's accounting: a wave of 3 tested at alpha counts alpha/3 per test, alpha in all.
@@ -82,41 +89,112 @@ def present_alpha(e: object) -> float:
 # -- refusals and hostile proposals -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("extra", "says"), [
-    (["--wave", "0"], "argument --wave: 0 is out of range: use a whole number from 1 to 16"),
-    (["--wave", "-3"], "argument --wave: -3 is out of range"),
-    (["--wave", "17"], "argument --wave: 17 is out of range"),
-    (["--wave", "2", "--policy", "literal"], "the literal policy runs no test"),
-    (["--wave", "2", "--propose-only"], "drop --propose-only or use --wave 1"),
-])
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--wave", "0"], "argument --wave: 0 is out of range: use a whole number from 1 to 16"),
+        (["--wave", "-3"], "argument --wave: -3 is out of range"),
+        (["--wave", "17"], "argument --wave: 17 is out of range"),
+        (["--wave", "2", "--policy", "literal"], "the literal policy runs no test"),
+        (["--wave", "2", "--propose-only"], "drop --propose-only or use --wave 1"),
+    ],
+)
 def test_a_wave_it_cannot_run_is_refused_in_one_line_before_any_run(
-        ws: Path, capsys: pytest.CaptureFixture[str], extra: list[str], says: str) -> None:
-    assert main(["run", "-w", str(ws), "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1",
-                 "--model", "fake-judge", *extra]) == 2
+    ws: Path, capsys: pytest.CaptureFixture[str], extra: list[str], says: str
+) -> None:
+    assert (
+        main(
+            [
+                "run",
+                "-w",
+                str(ws),
+                "--provider",
+                "openai",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "fake-judge",
+                *extra,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
     assert not (ws / "experiments" / "ledger.sqlite").exists() or latest_or_none(ws) is None
     assert_clean(ws)
 
 
-def test_fdr_cheaper_or_a_hand_edit_with_a_wave_is_refused_in_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fdr_cheaper_or_a_hand_edit_with_a_wave_is_refused_in_one_line(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     set_toml_key(ws, "loop", "patience", "5\nfdr = 0.1")
     commit_all(ws, "fdr on")
-    assert main(["run", "-w", str(ws), "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1",
-                 "--model", "fake-judge", "--wave", "3"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "-w",
+                str(ws),
+                "--provider",
+                "openai",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "fake-judge",
+                "--wave",
+                "3",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "[loop] fdr (LORD++) levels are per candidate" in err and len(err.splitlines()) == 1
     git(ws, "reset", "-q", "--hard", "HEAD~1")
     set_toml_key(ws, "loop", "patience", "5\ncheaper_margin_items = 1")
     commit_all(ws, "cheaper on")
-    assert main(["run", "-w", str(ws), "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1",
-                 "--model", "fake-judge", "--wave", "3"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "-w",
+                str(ws),
+                "--provider",
+                "openai",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "fake-judge",
+                "--wave",
+                "3",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "cheaper-not-worse keeps ([loop] cheaper_margin_items)" in err and len(err.splitlines()) == 1
     git(ws, "reset", "-q", "--hard", "HEAD~1")
     (ws / "prompts" / "rubric.md").write_text((ws / "prompts" / "rubric.md").read_text() + "\nA hand rule.\n")
-    assert main(["run", "-w", str(ws), "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1",
-                 "--model", "fake-judge", "--wave", "3", "--strategy", "manual"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "-w",
+                str(ws),
+                "--provider",
+                "openai",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "fake-judge",
+                "--wave",
+                "3",
+                "--strategy",
+                "manual",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "--strategy manual judges one hand edit: drop --wave" in err and len(err.splitlines()) == 1
     assert latest_or_none(ws) is None
@@ -132,7 +210,8 @@ def fails(ctx: ProposalContext) -> Proposal:
 
 
 def test_a_duplicate_and_a_missing_proposal_still_count_in_the_wave_family(
-        ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The strategy repeats its first candidate and then fails: the wave tests one candidate, yet Holm's
     # family stays the wave's 3 (the candidate is compared at alpha/3, not alpha).
     strategy = ScriptedStrategy([toggle(GOOD_ENTRY), toggle(GOOD_ENTRY), fails])
@@ -141,7 +220,10 @@ def test_a_duplicate_and_a_missing_proposal_still_count_in_the_wave_family(
         assert run_loop(ws, server.openai_base_url, "--wave", "3", "--max-experiments", "3") == 0
     run, exps = latest(ws)
     first, dup, failed = exps[1:]
-    assert dup.status == "guard_rejected" and dup.reason == f"the same edit as experiment {first.id} of this wave"
+    assert (
+        dup.status == "guard_rejected"
+        and dup.reason == f"the same edit as experiment {first.id} of this wave"
+    )
     assert failed.status == "error" and "no idea left" in (failed.reason or "")
     assert first.status == "kept" and first.alpha == pytest.approx(0.1 / 3)
     m = HOLM.search(first.reason or "")
@@ -163,12 +245,18 @@ def test_a_wave_larger_than_the_library_proposes_each_set_once(ws: Path) -> None
     assert {e.id for e in parse_library(text)} == keep
     commit_all(ws, "a two-entry library")
     with FakeLLMServer(default=FakeJudge(ws, good_fixes_neg=0.45)) as server:
-        assert run_loop(ws, server.openai_base_url, "--strategy", "library", "--wave", "5",
-                        "--max-experiments", "5") == 0
+        assert (
+            run_loop(
+                ws, server.openai_base_url, "--strategy", "library", "--wave", "5", "--max-experiments", "5"
+            )
+            == 0
+        )
     run, exps = latest(ws)
     cands = exps[1:]
     assert len(cands) == 5
-    sets = [frozenset(e.proposal_meta["library_enabled"]) for e in cands if "library_enabled" in e.proposal_meta]
+    sets = [
+        frozenset(e.proposal_meta["library_enabled"]) for e in cands if "library_enabled" in e.proposal_meta
+    ]
     assert len(sets) == 3 == len(set(sets))
     assert sum(e.status == "error" for e in cands) == 2
     assert sum(e.status == "kept" for e in cands) <= 1
@@ -186,12 +274,17 @@ def test_ctrl_c_mid_wave_then_resume_decides_every_candidate_once_and_pays_nothi
     judge = gated_judge(ws, candidate_calls=9)
     with FakeLLMServer(default=judge) as server:
         with CliRun(ws, server, "--strategy", "library", "--wave", "3", "--max-experiments", "3") as cli:
-            wait_for(lambda: len(judge.answered) >= judge.gate_after if judge.gate_after else False,
-                     "the gated calls", 60)
+            wait_for(
+                lambda: len(judge.answered) >= judge.gate_after if judge.gate_after else False,
+                "the gated calls",
+                60,
+            )
             wait_for(lambda: cli.said("wave: evaluating experiments"), "the wave's evaluation")
             cli.proc.send_signal(signal.SIGINT)
-            wait_for(lambda: cli.said("judgeloop: Ctrl-C: the run stops after the judge calls in flight"),
-                     "the stop to be announced")
+            wait_for(
+                lambda: cli.said("judgeloop: Ctrl-C: the run stops after the judge calls in flight"),
+                "the stop to be announced",
+            )
             release(judge, abandon=False)
             assert cli.wait() == 130, "".join(cli.lines)
         run, exps = latest(ws)
@@ -225,12 +318,17 @@ def test_ctrl_c_mid_wave_then_resume_decides_every_candidate_once_and_pays_nothi
 
 
 def test_a_batch_wave_sends_one_batch_per_wave_pass_and_decides_as_direct_calls(
-        ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import shutil
 
     path = ws / "judgeloop.toml"
-    path.write_text(path.read_text(encoding="utf-8").replace(
-        "\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1), encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(
+            "\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1
+        ),
+        encoding="utf-8",
+    )
     commit_all(ws, "poll batches fast")
     direct_ws = tmp_path / "direct"
     shutil.copytree(ws, direct_ws, symlinks=True)
@@ -239,7 +337,9 @@ def test_a_batch_wave_sends_one_batch_per_wave_pass_and_decides_as_direct_calls(
     for root, extra in ((direct_ws, []), (ws, ["--batch"])):
         install(monkeypatch, ScriptedStrategy(list(steps)))
         with FakeLLMServer(default=FakeJudge(root, good_fixes_neg=0.45), batch_polls=2) as server:
-            assert run_loop(root, server.openai_base_url, "--wave", "3", "--max-experiments", "3", *extra) == 0
+            assert (
+                run_loop(root, server.openai_base_url, "--wave", "3", "--max-experiments", "3", *extra) == 0
+            )
             creations = list(server.batch_creations)
         run, exps = latest(root)
         outcomes[root] = [e.status for e in exps]
@@ -272,12 +372,21 @@ def test_reflect_proposes_a_wave_in_one_conversation_and_a_repeat_is_rejected(ws
     from tests.support.fakeserver import Behaviour, RecordedRequest, reply
 
     def edit(text: str) -> str:
-        return json.dumps({"file": "prompts/rubric.md", "section_heading": "## Telling the types apart",
-                           "new_section": f"## Telling the types apart\n\n{text}", "rationale": f"rule: {text}"})
+        return json.dumps(
+            {
+                "file": "prompts/rubric.md",
+                "section_heading": "## Telling the types apart",
+                "new_section": f"## Telling the types apart\n\n{text}",
+                "rationale": f"rule: {text}",
+            }
+        )
 
     # The model repeats its first edit, then proposes another one.
-    edits = [edit("Name the type of the first wrong step."), edit("Name the type of the first wrong step."),
-             edit("Name the type that explains the final state.")]
+    edits = [
+        edit("Name the type of the first wrong step."),
+        edit("Name the type of the first wrong step."),
+        edit("Name the type that explains the final state."),
+    ]
     judge = FakeJudge(ws)
     bodies: list[dict[str, object]] = []
 
@@ -289,16 +398,26 @@ def test_reflect_proposes_a_wave_in_one_conversation_and_a_repeat_is_rejected(ws
         return reply(edits[len(bodies) - 1], usage=Usage(input_tokens=100 * len(bodies), output_tokens=50))
 
     cfg = ws / "judgeloop.toml"
-    cfg.write_text(cfg.read_text(encoding="utf-8") + '\n[prices."opt-model"]\ninput = 3.0\noutput = 15.0\n',
-                   encoding="utf-8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + '\n[prices."opt-model"]\ninput = 3.0\noutput = 15.0\n',
+        encoding="utf-8",
+    )
     with FakeLLMServer(default=answer) as server:
         set_toml_key(ws, "optimizer", "provider", '"openai"')
         set_toml_key(ws, "optimizer", "model", '"opt-model"')
-        cfg.write_text(cfg.read_text(encoding="utf-8").replace(
-            "[optimizer]\n", f'[optimizer]\nbase_url = "{server.openai_base_url}"\n', 1), encoding="utf-8")
+        cfg.write_text(
+            cfg.read_text(encoding="utf-8").replace(
+                "[optimizer]\n", f'[optimizer]\nbase_url = "{server.openai_base_url}"\n', 1
+            ),
+            encoding="utf-8",
+        )
         commit_all(ws, "reflect through the fake server")
-        assert run_loop(ws, server.openai_base_url, "--strategy", "reflect", "--wave", "3",
-                        "--max-experiments", "3") == 0
+        assert (
+            run_loop(
+                ws, server.openai_base_url, "--strategy", "reflect", "--wave", "3", "--max-experiments", "3"
+            )
+            == 0
+        )
     _, exps = latest(ws)
     first, repeat, other = exps[1:]
     # One conversation: each later turn holds the model's earlier answers and asks for a different edit.
@@ -307,7 +426,10 @@ def test_reflect_proposes_a_wave_in_one_conversation_and_a_repeat_is_rejected(ws
     assert "Candidate 1 of 3" in turns[0] and "Candidate 2 of 3" not in turns[0]
     assert "Candidate 2 of 3: propose a different edit" in turns[1] and "first wrong step" in turns[1]
     assert "Candidate 3 of 3" in turns[2] and turns[2].count("first wrong step") >= 2
-    assert repeat.status == "guard_rejected" and repeat.reason == f"the same edit as experiment {first.id} of this wave"
+    assert (
+        repeat.status == "guard_rejected"
+        and repeat.reason == f"the same edit as experiment {first.id} of this wave"
+    )
     assert first.status == other.status == "rolled_back"  # the fake judge ignores both rules
     assert all((m := HOLM.search(e.reason or "")) is not None and m.group(1) == "3" for e in (first, other))
     # Each candidate carries its own turn's spend.
@@ -318,7 +440,8 @@ def test_reflect_proposes_a_wave_in_one_conversation_and_a_repeat_is_rejected(ws
 
 
 def test_a_resumed_run_keeps_its_wave_size_and_refuses_another_in_one_line(
-        ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tests.support.loop import stop_after_baseline
 
     with FakeLLMServer(default=FakeJudge(ws)) as server:
@@ -329,8 +452,10 @@ def test_a_resumed_run_keeps_its_wave_size_and_refuses_another_in_one_line(
         capsys.readouterr()
         assert run_loop(ws, server.openai_base_url, "--resume", "--wave", "3") == 2
         err = capsys.readouterr().err.strip()
-        assert err.endswith(f"run {run.id} proposes 2 candidate(s) per wave; --wave 3 would change how its "
-                            "candidates are decided mid-run — drop it, or start a new run")
+        assert err.endswith(
+            f"run {run.id} proposes 2 candidate(s) per wave; --wave 3 would change how its "
+            "candidates are decided mid-run — drop it, or start a new run"
+        )
         assert len(err.splitlines()) == 1
         # Without --wave (or with its own) it goes on in waves of 2.
         assert run_loop(ws, server.openai_base_url, "--resume", "--max-experiments", "2") == 0
@@ -344,10 +469,15 @@ def test_a_patience_below_the_wave_size_is_said_and_stops_after_one_wave_without
 ) -> None:
     install(monkeypatch, ScriptedStrategy([toggle(NEUTRAL), toggle(NEUTRAL, BAD_ENTRY), toggle(BAD_ENTRY)]))
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        assert run_loop(ws, server.openai_base_url, "--wave", "2", "--patience", "1", "--max-experiments", "6") == 0
+        assert (
+            run_loop(ws, server.openai_base_url, "--wave", "2", "--patience", "1", "--max-experiments", "6")
+            == 0
+        )
     err = capsys.readouterr().err
-    assert "note: patience 1 is fewer candidates than a wave of 2: the run stops after the first wave without a " \
-           "keep (--patience 4 allows two)" in err
+    assert (
+        "note: patience 1 is fewer candidates than a wave of 2: the run stops after the first wave without a "
+        "keep (--patience 4 allows two)" in err
+    )
     run, exps = latest(ws)
     assert [e.status for e in exps[1:]] == ["rolled_back", "rolled_back"]  # one wave, then patience
     assert "patience 1" in (run.stop_reason or "")
@@ -366,8 +496,10 @@ def test_a_waves_candidates_share_one_futility_look_order_so_their_calls_go_out_
     _run, exps = latest(ws)
     a, b = exps[1:]
     seeds = [re.search(r"seed (\d+)\)", e.reason or "") for e in (a, b)]
-    assert seeds[0] is not None and seeds[1] is not None and seeds[0].group(1) == seeds[1].group(1), (a.reason,
-                                                                                                      b.reason)
+    assert seeds[0] is not None and seeds[1] is not None and seeds[0].group(1) == seeds[1].group(1), (
+        a.reason,
+        b.reason,
+    )
     assert a.status == b.status == "rolled_back" and a.items_evaluated == b.items_evaluated < 32
     with ledger_of(ws) as led:
         judged = [set(led.item_answers(e.id)) for e in (a, b)]

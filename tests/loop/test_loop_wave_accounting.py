@@ -20,10 +20,16 @@ NO_OP = "lib-final-state"  # the fake judge ignores it: the two candidates answe
 
 @pytest.mark.parametrize("batch", [True, False], ids=["batch", "direct"])
 def test_a_re_judging_call_two_wave_candidates_share_is_counted_on_one_row(
-        ws: Path, monkeypatch: pytest.MonkeyPatch, batch: bool) -> None:
+    ws: Path, monkeypatch: pytest.MonkeyPatch, batch: bool
+) -> None:
     path = ws / "judgeloop.toml"
-    path.write_text(path.read_text(encoding="utf-8").replace(
-        "\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1) + PRICES, encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(
+            "\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1
+        )
+        + PRICES,
+        encoding="utf-8",
+    )
     commit_all(ws, "poll batches fast")
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY), toggle(GOOD_ENTRY, NO_OP)]))
     with FakeLLMServer(default=FakeJudge(ws, good_fixes_neg=0.45), batch_polls=2) as server:
@@ -39,13 +45,17 @@ def test_a_re_judging_call_two_wave_candidates_share_is_counted_on_one_row(
     # Every call the server answered is counted once, on one row, and so is what it was billed
     # (batch: each call is one cache row, priced as billed; direct: the server's own usage, at the price).
     assert sum(e.calls for e in exps) == len(received)
-    billed = cached_cost if batch else sum((u.input_tokens + u.output_tokens) * 10.0 / 1e6 for u in direct_bills)
+    billed = (
+        cached_cost if batch else sum((u.input_tokens + u.output_tokens) * 10.0 / 1e6 for u in direct_bills)
+    )
     assert sum(e.cost_usd for e in exps) == pytest.approx(billed, rel=1e-9, abs=1e-12)
     assert billed > 0
     assert stored == len(received)  # nothing was paid twice (direct: one call per key at a time)
     # The two re-judged the same items, 2 more times under each prompt: each candidate's side is its own,
     # the incumbent's side (shared) is counted once over the two rows (each call on the first that made it).
-    items = {e.id: {i["trajectory_id"] for i in (e.test or {})["items"] if i["rejudged"]} for e in (first, second)}
+    items = {
+        e.id: {i["trajectory_id"] for i in (e.test or {})["items"] if i["rejudged"]} for e in (first, second)
+    }
     assert items[first.id] == items[second.id] and items[first.id]
     side = 2 * len(items[first.id])
     assert first.rejudge_calls + second.rejudge_calls == 3 * side

@@ -40,8 +40,9 @@ def rubric_note(clock: ManualClock, note: str, *, expire: bool) -> object:
 
 
 @pytest.mark.parametrize("single_flight", [True, False])
-def test_a_wave_pays_one_cache_write_per_item_not_k(single_flight: bool, tmp_path: object,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wave_pays_one_cache_write_per_item_not_k(
+    single_flight: bool, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pathlib import Path
 
     assert isinstance(tmp_path, Path)
@@ -63,15 +64,40 @@ def test_a_wave_pays_one_cache_write_per_item_not_k(single_flight: bool, tmp_pat
     install(monkeypatch, strategy)
     with FakeLLMServer(slow, prompt_cache=PromptCache(clock=clock)) as server:
         cfg: Config = Workspace.open(ws.root).config
-        judge = cfg.judge.model_copy(update={"provider": "anthropic", "model": "claude-sonnet-4-5", "max_retries": 0,
-                                             "base_url": server.anthropic_base_url, "max_concurrency": 8})
-        write_config(ws.root, cfg.model_copy(update={
-            "judge": judge, "workspace": cfg.workspace.model_copy(update={"dev_split": "long"})}))
+        judge = cfg.judge.model_copy(
+            update={
+                "provider": "anthropic",
+                "model": "claude-sonnet-4-5",
+                "max_retries": 0,
+                "base_url": server.anthropic_base_url,
+                "max_concurrency": 8,
+            }
+        )
+        write_config(
+            ws.root,
+            cfg.model_copy(
+                update={"judge": judge, "workspace": cfg.workspace.model_copy(update={"dev_split": "long"})}
+            ),
+        )
         toml = ws.prompts_dir / JUDGE_TOML.removeprefix("prompts/")
         toml.write_text(with_layout(toml.read_text(), "trajectory-first"))
         commit_all(ws.root, "judge trajectory-first against the fake")
-        assert main(["run", "-w", str(ws.root), "--wave", str(K), "--max-experiments", str(K),
-                     "--policy", "paired"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "-w",
+                    str(ws.root),
+                    "--wave",
+                    str(K),
+                    "--max-experiments",
+                    str(K),
+                    "--policy",
+                    "paired",
+                ]
+            )
+            == 0
+        )
         assert server.prompt_cache is not None
         writes = server.prompt_cache.write_counts()
     _, exps = latest(ws.root)

@@ -24,7 +24,8 @@ def fails(ctx: ProposalContext) -> Proposal:
 
 
 def test_two_waves_are_numbered_in_their_rows_and_the_tui_groups_them_as_decided(
-        ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     install(monkeypatch, ScriptedStrategy([toggle(NEUTRAL), toggle(GOOD_ENTRY), toggle(BAD_ENTRY), fails]))
     with FakeLLMServer(default=FakeJudge(ws, good_fixes_neg=0.45)) as server:
         assert run_loop(ws, server.openai_base_url, "--wave", "2", "--max-experiments", "4") == 0
@@ -34,14 +35,19 @@ def test_two_waves_are_numbered_in_their_rows_and_the_tui_groups_them_as_decided
     kept = cands[1]
     # The optimiser's failure is the second wave's member: its row carries the wave's record too.
     assert [e.proposal_meta["wave"] for e in cands] == [
-        {"size": 2, "alpha": 0.1, "incumbent": base.id, "number": 1}] * 2 + [
-        {"size": 2, "alpha": 0.1, "incumbent": kept.id, "number": 2}] * 2
-    assert [(g.number, g.members) for g in waves(exps)] == [(1, (cands[0].id, kept.id)), (2, (cands[2].id, cands[3].id))]
+        {"size": 2, "alpha": 0.1, "incumbent": base.id, "number": 1}
+    ] * 2 + [{"size": 2, "alpha": 0.1, "incumbent": kept.id, "number": 2}] * 2
+    assert [(g.number, g.members) for g in waves(exps)] == [
+        (1, (cands[0].id, kept.id)),
+        (2, (cands[2].id, cands[3].id)),
+    ]
     assert next_wave_number(exps) == 3
     # The rank the TUI recomputes is the one decide_wave wrote in each reason.
     for e in cands[:3]:
         m = HOLM.search(e.reason or "")
-        rank = holm_rank(e, [c for c in cands if c.proposal_meta["wave"]["number"] == e.proposal_meta["wave"]["number"]])
+        rank = holm_rank(
+            e, [c for c in cands if c.proposal_meta["wave"]["number"] == e.proposal_meta["wave"]["number"]]
+        )
         assert m is not None and m.group(1) == "2"
         assert rank is None or rank == int(m.group(2))
     assert holm_rank(kept, cands[:2]) == 1

@@ -25,9 +25,18 @@ ITEMS = 32  # the sample workspace's dev split
 
 
 def _snap(done: int, total: int, calls: int, hits: int, cost: float, *, errors: int = 0) -> ProgressSnapshot:
-    return ProgressSnapshot(done=done, total=total, infra_errors=errors, parse_errors=0, calls_made=calls,
-                            cache_hits=hits, input_tokens=10 * calls, output_tokens=2 * calls, cost_usd=cost,
-                            elapsed_s=float(done))
+    return ProgressSnapshot(
+        done=done,
+        total=total,
+        infra_errors=errors,
+        parse_errors=0,
+        calls_made=calls,
+        cache_hits=hits,
+        input_tokens=10 * calls,
+        output_tokens=2 * calls,
+        cost_usd=cost,
+        elapsed_s=float(done),
+    )
 
 
 def _shown(events: list[Event]) -> list[ProgressSnapshot]:
@@ -44,23 +53,38 @@ def test_the_wave_line_sums_each_members_latest_snapshot_and_keeps_a_stopped_one
     wave.update(5, _snap(50, 162, 100, 0, 0.50))  # a member's later snapshot replaces its earlier one
     wave.update(7, _snap(12, 162, 20, 4, 0.20))  # member 7 stops early here: its figures stay in the sum
     wave.update(8, _snap(70, 162, 140, 0, 0.70))
-    wave.rejudged(8, [EvalRun(items=[], usage=Usage(calls=6, input_tokens=60, output_tokens=12, cost_usd=0.06),
-                              cache_hits=2, duration_s=9.0)])
+    wave.rejudged(
+        8,
+        [
+            EvalRun(
+                items=[],
+                usage=Usage(calls=6, input_tokens=60, output_tokens=12, cost_usd=0.06),
+                cache_hits=2,
+                duration_s=9.0,
+            )
+        ],
+    )
     snap = _shown(events)[-1]
     assert (snap.done, snap.total) == (50 + 30 + 12 + 70, 648)
     assert (snap.calls_made, snap.cache_hits, snap.infra_errors) == (100 + 60 + 20 + 140 + 6, 4 + 2, 1)
     assert snap.input_tokens + snap.output_tokens == 12 * (100 + 60 + 20 + 140 + 6)
     assert snap.cost_usd == pytest.approx(0.50 + 0.30 + 0.20 + 0.70 + 0.06)
     assert snap.elapsed_s < 60  # the wave's own clock, not the members' seconds summed
-    assert progress_line(snap).startswith("wave of 4 (experiments 5–8): judged 162/648 items · 326 calls + 6 cached")
+    assert progress_line(snap).startswith(
+        "wave of 4 (experiments 5–8): judged 162/648 items · 326 calls + 6 cached"
+    )
     assert "ETA" in progress_line(snap)
     assert [s.done for s in _shown(events)] == sorted(s.done for s in _shown(events))
     assert WaveProgress([3, 5], 10, events.append).label == "wave of 2 (experiments 3, 5)"
 
 
 def test_a_later_phase_is_offset_by_the_earlier_ones_so_the_first_pass_reads_as_one() -> None:
-    before = EvalRun(items=[], usage=Usage(calls=9, input_tokens=90, output_tokens=18, cost_usd=0.09),
-                     cache_hits=3, duration_s=4.0)
+    before = EvalRun(
+        items=[],
+        usage=Usage(calls=9, input_tokens=90, output_tokens=18, cost_usd=0.09),
+        cache_hits=3,
+        duration_s=4.0,
+    )
     base = pass_figures(before)
     phase = _snap(5, 20, 7, 1, 0.07)
     snap = base.plus(phase)
@@ -104,7 +128,9 @@ def test_under_futility_a_candidates_first_pass_progress_never_goes_back_over_it
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
     run, (_base, good) = latest(ws)
-    assert good.rejudge_calls > 0 and good.items_evaluated == ITEMS  # re-judged at a look, then judged in full
+    assert (
+        good.rejudge_calls > 0 and good.items_evaluated == ITEMS
+    )  # re-judged at a look, then judged in full
     events = _first_pass_progress(ws, run.id, good.id)
     _assert_one_first_pass(events, judged=ITEMS)
     assert int(str(events[-1]["calls"])) == good.calls - good.rejudge_calls  # every phase's calls, once

@@ -56,7 +56,9 @@ def _edit_loop_settings(root: Path) -> None:
     commit_all(root, "a person's edit of [loop] mid-run")
 
 
-def _attribute_json(root: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[dict[str, Any], str]:
+def _attribute_json(
+    root: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[dict[str, Any], str]:
     """`judgeloop attribute --json`: (the result, its status lines)."""
     capsys.readouterr()
     assert main(["attribute", "-w", str(root), "--json", *extra]) == 0
@@ -105,7 +107,9 @@ def test_resume_after_editing_loop_decides_with_the_runs_own_settings(
         meta = result["attribution_meta"]
         assert meta["alpha"] == 0.1 and meta["rejudge"] == 2 and meta["judge"] == "openai:fake-judge"
         assert "re-judged 2 more time(s)" in said
-        assert any("judgeloop.toml [loop]" in line and "alpha 0.1 → 0.5" in line for line in said.splitlines())
+        assert any(
+            "judgeloop.toml [loop]" in line and "alpha 0.1 → 0.5" in line for line in said.splitlines()
+        )
 
 
 def test_resume_refuses_another_policy_or_replicates(
@@ -114,7 +118,10 @@ def test_resume_refuses_another_policy_or_replicates(
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         _stopped_run(ws, server.openai_base_url)
-        for flags, named in ((["--policy", "paired"], "--policy 'paired'"), (["--replicates", "3"], "--replicates 3")):
+        for flags, named in (
+            (["--policy", "paired"], "--policy 'paired'"),
+            (["--replicates", "3"], "--replicates 3"),
+        ):
             capsys.readouterr()
             assert run_loop(ws, server.openai_base_url, "--resume", *flags) == 2
             err = capsys.readouterr().err.strip()
@@ -122,8 +129,20 @@ def test_resume_refuses_another_policy_or_replicates(
             run, exps = latest(ws)
             assert run.status == "stopped" and len(exps) == 1  # refused before anything ran
         # The run's own values are not "another" one.
-        assert run_loop(ws, server.openai_base_url, "--resume", "--policy", "adaptive", "--replicates", "1",
-                        "--max-experiments", "1") == 0
+        assert (
+            run_loop(
+                ws,
+                server.openai_base_url,
+                "--resume",
+                "--policy",
+                "adaptive",
+                "--replicates",
+                "1",
+                "--max-experiments",
+                "1",
+            )
+            == 0
+        )
     run, exps = latest(ws)
     assert run.status == "finished" and [e.status for e in exps] == ["baseline", "kept"]
 
@@ -134,8 +153,10 @@ def _other_judge_in_toml(root: Path, server: FakeLLMServer) -> None:
     set_toml_key(root, "judge", "model", '"other-judge"')
     path = root / "judgeloop.toml"
     text = path.read_text(encoding="utf-8")
-    path.write_text(text.replace("\n[judge]\n", f'\n[judge]\nbase_url = "{server.openai_base_url}"\n', 1),
-                    encoding="utf-8")
+    path.write_text(
+        text.replace("\n[judge]\n", f'\n[judge]\nbase_url = "{server.openai_base_url}"\n', 1),
+        encoding="utf-8",
+    )
     commit_all(root, "the workspace's own judge")
 
 
@@ -150,7 +171,10 @@ def test_attribute_and_confirm_without_judge_flags_use_the_runs_judge(
         run, exps = latest(ws)
         assert [e.status for e in exps] == ["baseline", "kept"]
         n_started = len(started.inference_requests())
-        assert _attribute_json(ws, capsys, "--run", run.id)[0]["attribution_meta"]["judge"] == "openai:fake-judge"
+        assert (
+            _attribute_json(ws, capsys, "--run", run.id)[0]["attribution_meta"]["judge"]
+            == "openai:fake-judge"
+        )
         assert main(["confirm", "-w", str(ws), "--split", "held"]) == 0
         after = started.inference_requests()[n_started:]
         assert configured.inference_requests() == []  # never the workspace's [judge]
@@ -165,7 +189,11 @@ def test_base_url_may_move_and_provider_or_model_may_not_for_resume_attribute_an
     with FakeLLMServer(default=FakeJudge(ws)) as first, FakeLLMServer(default=FakeJudge(ws)) as moved:
         _stopped_run(ws, first.openai_base_url)
         refused = (["--model", "other-judge"], "--model 'other-judge'")
-        commands = (["run", "--resume", "--max-experiments", "1"], ["attribute"], ["confirm", "--split", "held"])
+        commands = (
+            ["run", "--resume", "--max-experiments", "1"],
+            ["attribute"],
+            ["confirm", "--split", "held"],
+        )
         # The same judge served elsewhere: every command follows --base-url alike.
         for command in commands:
             n_first = len(first.inference_requests())
@@ -182,11 +210,17 @@ def test_base_url_may_move_and_provider_or_model_may_not_for_resume_attribute_an
             assert len(err.splitlines()) == 1 and refused[1] in err and "fake-judge" in err
 
 
-def test_resume_with_batch_checks_the_runs_judge_not_the_workspaces(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_with_batch_checks_the_runs_judge_not_the_workspaces(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # judgeloop.toml's [judge] is the local judge (no batch API); the run judges with openai.
     path = ws / "judgeloop.toml"
-    path.write_text(path.read_text(encoding="utf-8").replace(
-        "\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1), encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(
+            "\n[judge]\n", "\n[judge]\nbatch_poll_s = 0.01\nbatch_poll_max_s = 0.04\n", 1
+        ),
+        encoding="utf-8",
+    )
     commit_all(ws, "poll batches fast")
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
     with FakeLLMServer(default=FakeJudge(ws), batch_polls=1) as server:
@@ -201,19 +235,36 @@ def test_resume_with_batch_checks_the_runs_judge_not_the_workspaces(ws: Path, mo
 
 
 def _run(config: dict[str, Any], budgets: dict[str, Any] | None = None, policy: str = "adaptive") -> Run:
-    return Run(id="r1", created=datetime.now(UTC), status="stopped", strategy="library", policy=policy,
-               split="small", split_fingerprint="f", start_rev="0" * 40, branch="judgeloop/r1",
-               budgets=budgets or {}, config=config)
+    return Run(
+        id="r1",
+        created=datetime.now(UTC),
+        status="stopped",
+        strategy="library",
+        policy=policy,
+        split="small",
+        split_fingerprint="f",
+        start_rev="0" * 40,
+        branch="judgeloop/r1",
+        budgets=budgets or {},
+        config=config,
+    )
 
 
 def test_an_old_snapshot_takes_what_it_lacks_from_the_current_config() -> None:
-    current = Config(judge=JudgeSection(provider="openai", model="m", timeout_s=33.0),
-                     loop=LoopSection(alpha=0.3, rejudge=4, infra_retry_rounds=7))
+    current = Config(
+        judge=JudgeSection(provider="openai", model="m", timeout_s=33.0),
+        loop=LoopSection(alpha=0.3, rejudge=4, infra_retry_rounds=7),
+    )
     # An old ledger's snapshot: no rejudge/fdr/infra_retry_* in [loop], no timeout_s in [judge],
     # a key this version no longer has; no replicates, no seed.
-    old = _run({"judge": {"provider": "openai", "model": "m"}, "loop": {"policy": "paired", "alpha": 0.05,
-                                                                     "retired_key": 1}},
-               budgets={"max_experiments": 3}, policy="paired")
+    old = _run(
+        {
+            "judge": {"provider": "openai", "model": "m"},
+            "loop": {"policy": "paired", "alpha": 0.05, "retired_key": 1},
+        },
+        budgets={"max_experiments": 3},
+        policy="paired",
+    )
     settings = RunSettings.from_run(old, current)
     assert settings.loop.policy == "paired" and settings.loop.alpha == 0.05
     assert settings.loop.rejudge == 4 and settings.loop.infra_retry_rounds == 7
@@ -227,11 +278,23 @@ def test_an_old_snapshot_takes_what_it_lacks_from_the_current_config() -> None:
 
 def test_the_note_names_each_loop_setting_the_run_keeps_and_limits_follow_the_command_line() -> None:
     snapshot = Config(loop=LoopSection(alpha=0.1, patience=5)).model_dump(mode="json")
-    run = _run(snapshot, budgets={"max_experiments": 10, "budget_usd": 2.0, "hours": None, "patience": 5,
-                                  "replicates": 3, "batch": True})
+    run = _run(
+        snapshot,
+        budgets={
+            "max_experiments": 10,
+            "budget_usd": 2.0,
+            "hours": None,
+            "patience": 5,
+            "replicates": 3,
+            "batch": True,
+        },
+    )
     current = Config(loop=LoopSection(alpha=0.2, patience=9))
-    settings = RunSettings.from_run(run, current, RunOverrides(max_experiments=2, hours=1.5, propose_only=True,
-                                                                judge=JudgeOverrides(concurrency=16)))
+    settings = RunSettings.from_run(
+        run,
+        current,
+        RunOverrides(max_experiments=2, hours=1.5, propose_only=True, judge=JudgeOverrides(concurrency=16)),
+    )
     assert settings.loop.alpha == 0.1 and settings.replicates == 3 and settings.batch
     assert settings.limits.max_experiments == 2 and settings.limits.budget_usd == 2.0
     assert settings.limits.hours == 1.5 and settings.limits.patience == 5 and settings.limits.propose_only

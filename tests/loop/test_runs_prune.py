@@ -23,7 +23,9 @@ def _branches(ws: Path) -> set[str]:
 def test_runs_prune_spares_the_checked_out_run_and_the_chain_under_head_and_keeps_every_commit(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    install(monkeypatch, ScriptedStrategy([enable(GOOD_ENTRY), enable(GOOD_ENTRY, BAD_ENTRY), enable(GOOD_ENTRY)]))
+    install(
+        monkeypatch, ScriptedStrategy([enable(GOOD_ENTRY), enable(GOOD_ENTRY, BAD_ENTRY), enable(GOOD_ENTRY)])
+    )
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0
         a, _ = latest(ws)
@@ -61,8 +63,9 @@ def test_runs_prune_spares_the_checked_out_run_and_the_chain_under_head_and_keep
     assert c.branch in capsys.readouterr().out
 
 
-def test_runs_prune_keeps_the_newest_runs_by_default(ws: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_runs_prune_keeps_the_newest_runs_by_default(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     install(monkeypatch, ScriptedStrategy([enable(GOOD_ENTRY)]))
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "1") == 0

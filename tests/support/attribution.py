@@ -23,9 +23,14 @@ from tests.support.scripted import ScriptedStrategy, install, latest
 
 MARKER_A = "Check that every value the instruction names appears in the result, exactly (alpha rule)."
 MARKER_B = "Check that nothing outside the request was changed or sent (bravo rule)."
-NOOP_NOTES = ("Read the whole trajectory before answering.", "Weigh the final screens most.",
-              "Answer only from what the steps show.", "Do not guess what happened off screen.",
-              "Prefer the last screenshot over earlier ones.", "Name the requirement that failed.")
+NOOP_NOTES = (
+    "Read the whole trajectory before answering.",
+    "Weigh the final screens most.",
+    "Answer only from what the steps show.",
+    "Do not guess what happened off screen.",
+    "Prefer the last screenshot over earlier ones.",
+    "Name the requirement that failed.",
+)
 
 
 def _unit(*parts: object) -> float:
@@ -70,8 +75,9 @@ class MarkerJudge(FakeJudge):
         return tid in self.neg_rank or tid in self.pos_rank
 
 
-def add_line(line: str = "", *, at: int = 0, replace: tuple[str, str] | None = None
-             ) -> Callable[[ProposalContext], Proposal]:
+def add_line(
+    line: str = "", *, at: int = 0, replace: tuple[str, str] | None = None
+) -> Callable[[ProposalContext], Proposal]:
     """A proposal that adds the bullet ``line`` under the rubric's ``at``-th heading (edits under different
     headings do not touch each other's lines), or replaces one line's text."""
 
@@ -85,21 +91,61 @@ def add_line(line: str = "", *, at: int = 0, replace: tuple[str, str] | None = N
             headings = [i for i, t in enumerate(lines) if t.startswith("#")]
             lines.insert(headings[at] + 1, f"\n- {line}")
             text = "\n".join(lines)
-        return Proposal(files={RUBRIC_MD: text}, rationale=f"rubric: {(line or (replace or ('', ''))[1])[:50]}")
+        return Proposal(
+            files={RUBRIC_MD: text}, rationale=f"rubric: {(line or (replace or ('', ''))[1])[:50]}"
+        )
 
     return step
 
 
-def attribute(root: Path, server: FakeLLMServer, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+def attribute(
+    root: Path, server: FakeLLMServer, capsys: pytest.CaptureFixture[str], *extra: str
+) -> dict[str, Any]:
     capsys.readouterr()
-    assert main(["attribute", "-w", str(root), "--provider", "openai", "--base-url", server.openai_base_url,
-                 "--model", "fake-judge", "--concurrency", "8", "--json", *extra]) == 0
+    assert (
+        main(
+            [
+                "attribute",
+                "-w",
+                str(root),
+                "--provider",
+                "openai",
+                "--base-url",
+                server.openai_base_url,
+                "--model",
+                "fake-judge",
+                "--concurrency",
+                "8",
+                "--json",
+                *extra,
+            ]
+        )
+        == 0
+    )
     return json.loads(capsys.readouterr().out)
 
 
-def run_chain(ws: Path, monkeypatch: pytest.MonkeyPatch, judge: MarkerJudge, server: FakeLLMServer,
-              steps: list[Callable[[ProposalContext], Proposal]], *extra: str) -> list[Any]:
+def run_chain(
+    ws: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    judge: MarkerJudge,
+    server: FakeLLMServer,
+    steps: list[Callable[[ProposalContext], Proposal]],
+    *extra: str,
+) -> list[Any]:
     install(monkeypatch, ScriptedStrategy(steps))
-    assert run_loop(ws, server.openai_base_url, "--policy", "literal", "--max-experiments", str(len(steps)),
-                    "--patience", "50", *extra) == 0
+    assert (
+        run_loop(
+            ws,
+            server.openai_base_url,
+            "--policy",
+            "literal",
+            "--max-experiments",
+            str(len(steps)),
+            "--patience",
+            "50",
+            *extra,
+        )
+        == 0
+    )
     return latest(ws)[1]

@@ -30,9 +30,22 @@ def build(target: Path) -> int:
     add_small_dev_split(target)
     judge = MarkerJudge(target)
     with FakeLLMServer(default=judge) as server:
-        common = ["-w", str(target), "--provider", "openai", "--base-url", server.openai_base_url,
-                  "--model", "fake-judge", "--policy", "literal"]
-        edits = [(MARKER_A, 0, "the alpha rule: every named value"), (MARKER_B, 1, "the bravo rule: no side effects")]
+        common = [
+            "-w",
+            str(target),
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+            "--policy",
+            "literal",
+        ]
+        edits = [
+            (MARKER_A, 0, "the alpha rule: every named value"),
+            (MARKER_B, 1, "the bravo rule: no side effects"),
+        ]
         edits += [(note, 2 + i, f"a harmless note: {note.lower()}") for i, note in enumerate(NOOP_NOTES)]
         for line, at, why in edits:
             hand_edit(target, line, at)

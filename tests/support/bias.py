@@ -99,5 +99,11 @@ class BiasJudge(FakeJudge):
         label = self.labels[tid]
         with self.lock:
             self.answered.append(tid)
-        return verdict_reply({"success": success, "reasoning": "bias fake", "confidence": "medium",
-                              "mistake_type": None if success else (label.mistake_type or "Critical Mistake")})
+        return verdict_reply(
+            {
+                "success": success,
+                "reasoning": "bias fake",
+                "confidence": "medium",
+                "mistake_type": None if success else (label.mistake_type or "Critical Mistake"),
+            }
+        )

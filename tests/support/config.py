@@ -71,7 +71,7 @@ def with_layout(judge_toml: str, layout: str) -> str:
     """``judge_toml`` text with its ``layout`` key set to ``layout`` (added when absent)."""
     line = f'layout = "{layout}"'
     if re.search(r"(?m)^layout\s*=", judge_toml):
-        return re.sub(r'(?m)^layout\s*=.*$', line, judge_toml)
+        return re.sub(r"(?m)^layout\s*=.*$", line, judge_toml)
     return line + "\n" + judge_toml
 
 

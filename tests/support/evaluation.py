@@ -29,8 +29,6 @@ def verdict_text(success: bool, mistake: str | None = None) -> str:
     )
 
 
-
-
 class Data:
     """A fresh workspace with a small split whose every item has a distinct instruction."""
 
@@ -70,7 +68,9 @@ class InTestProvider:
     name = "openai"
     traits = ProviderTraits()
 
-    def __init__(self, decide: Callable[[JudgeRequest], str | Exception], *, model: str = MODEL, delay: float = 0.0) -> None:
+    def __init__(
+        self, decide: Callable[[JudgeRequest], str | Exception], *, model: str = MODEL, delay: float = 0.0
+    ) -> None:
         self.decide = decide
         self.model = model
         self.delay = delay
@@ -79,7 +79,9 @@ class InTestProvider:
         self.max_in_flight = 0
         self.closed = False
 
-    async def complete(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> ProviderReply:
+    async def complete(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> ProviderReply:
         self.calls.append(request)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -103,7 +105,9 @@ def judge(**update: Any) -> JudgeSection:
     return JudgeSection.model_validate({"provider": "openai", "model": MODEL, "max_concurrency": 4, **update})
 
 
-def by_label(data: Data, *, broken: str | None = None, garbled: str | None = None) -> Callable[[RecordedRequest], Any]:
+def by_label(
+    data: Data, *, broken: str | None = None, garbled: str | None = None
+) -> Callable[[RecordedRequest], Any]:
     """Server behaviour: right verdict by label; ``broken`` always 500s; ``garbled`` is not JSON."""
 
     def behave(recorded: RecordedRequest) -> Any:

@@ -66,8 +66,12 @@ def _listing(root: Path) -> list[dict[str, Any]]:
         if path.is_dir():
             continue
         data = path.read_bytes()
-        entry: dict[str, Any] = {"path": path.relative_to(root).as_posix(), "size": len(data),
-                                 "sha256": hashlib.sha256(data).hexdigest(), "symlink": path.is_symlink()}
+        entry: dict[str, Any] = {
+            "path": path.relative_to(root).as_posix(),
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "symlink": path.is_symlink(),
+        }
         if path.suffix in TEXT_SUFFIXES:
             entry["text"] = data.decode("utf-8", errors="replace")
         files.append(entry)
@@ -83,8 +87,12 @@ def _verdict(tid: str, markdown: str, instructions: str, state: Any) -> dict[str
     else:
         success = hashlib.sha256(markdown.encode()).digest()[0] % 2 == 0
         mistake = None if success else "Critical Mistake"
-    return {"success": success, "reasoning": f"fake harness judge, {len(instructions)} chars of instructions",
-            "confidence": "medium", "mistake_type": mistake}
+    return {
+        "success": success,
+        "reasoning": f"fake harness judge, {len(instructions)} chars of instructions",
+        "confidence": "medium",
+        "mistake_type": mistake,
+    }
 
 
 def state_client(where: str) -> Any:
@@ -119,8 +127,16 @@ def main(argv: list[str]) -> int:
     cwd = Path.cwd()
     mds = sorted((cwd / "agenthorizon_md").glob("*.md"))
     tid = mds[0].stem if mds else ""
-    record: dict[str, Any] = {"id": tid, "pid": os.getpid(), "cwd": str(cwd), "argv": argv, "env": dict(os.environ),
-                              "stdin": stdin, "prompt": prompt, "files": _listing(cwd)}
+    record: dict[str, Any] = {
+        "id": tid,
+        "pid": os.getpid(),
+        "cwd": str(cwd),
+        "argv": argv,
+        "env": dict(os.environ),
+        "stdin": stdin,
+        "prompt": prompt,
+        "files": _listing(cwd),
+    }
     what = kind(tid)
     if (what == "late" and state.exists("no-late")) or (what == "malformed" and state.exists("well-formed")):
         what = "file"
@@ -157,8 +173,11 @@ def main(argv: list[str]) -> int:
     verdict = json.dumps(_verdict(tid, markdown, instructions, state))
     final = "verdict written"
     if what == "malformed":
-        bad = '{"success": "yes", "reasoning": 1}' if int(hashlib.sha256(tid.encode()).hexdigest(), 16) % 2 \
+        bad = (
+            '{"success": "yes", "reasoning": 1}'
+            if int(hashlib.sha256(tid.encode()).hexdigest(), 16) % 2
             else verdict[: len(verdict) // 2]
+        )
         (cwd / f"{tid}.json").write_text(bad, encoding="utf-8")
     elif what == "message":
         final = verdict
@@ -169,10 +188,22 @@ def main(argv: list[str]) -> int:
         (cwd / f"{tid}.json").write_text(verdict, encoding="utf-8")
     cost = float(state.read("cost") or reported_cost(tid))
     if fmt == "claude":
-        print(json.dumps({"type": "result", "result": final, "total_cost_usd": cost,
-                          "usage": {"input_tokens": len(markdown) // 4, "output_tokens": len(final) // 4,
-                                    "cache_read_input_tokens": 7, "cache_creation_input_tokens": 0},
-                          "modelUsage": {"fake-opus": {}}}))
+        print(
+            json.dumps(
+                {
+                    "type": "result",
+                    "result": final,
+                    "total_cost_usd": cost,
+                    "usage": {
+                        "input_tokens": len(markdown) // 4,
+                        "output_tokens": len(final) // 4,
+                        "cache_read_input_tokens": 7,
+                        "cache_creation_input_tokens": 0,
+                    },
+                    "modelUsage": {"fake-opus": {}},
+                }
+            )
+        )
     else:
         print(final)
     return 0

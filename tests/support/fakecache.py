@@ -298,7 +298,9 @@ class PromptCache:
                         machine[model.encode() + digest] = now + self.openai_retention_s  # a read refreshes
             if pending:
                 self.writes[pending[-1][1]] += 1
-        return CacheTicket(CachedUsage(input_tokens=total - cached, cache_read_tokens=cached), self, _openai=pending)
+        return CacheTicket(
+            CachedUsage(input_tokens=total - cached, cache_read_tokens=cached), self, _openai=pending
+        )
 
 
 # -- prompt decomposition ----------------------------------------------------------------------------
@@ -328,13 +330,21 @@ def _anthropic_block_tokens(block: dict[str, Any]) -> int:
 def _anthropic_blocks(body: dict[str, Any]) -> Iterator[tuple[bytes, int, str | None]]:
     """(identity, tokens, ttl of its breakpoint or None) per block, in the cache's prefix order."""
     for tool in body.get("tools") or []:
-        yield b"tool" + json.dumps(_without_marker(tool), sort_keys=True).encode(), text_tokens(json.dumps(tool)), _ttl(tool)
+        yield (
+            b"tool" + json.dumps(_without_marker(tool), sort_keys=True).encode(),
+            text_tokens(json.dumps(tool)),
+            _ttl(tool),
+        )
     system = body.get("system")
     if isinstance(system, str):
         yield b"system" + system.encode(), text_tokens(system), None
     elif isinstance(system, list):
         for block in system:
-            yield b"system" + json.dumps(_without_marker(block), sort_keys=True).encode(), _anthropic_block_tokens(block), _ttl(block)
+            yield (
+                b"system" + json.dumps(_without_marker(block), sort_keys=True).encode(),
+                _anthropic_block_tokens(block),
+                _ttl(block),
+            )
     for n, message in enumerate(body.get("messages") or []):
         role = str(message.get("role"))
         content = message.get("content")

@@ -358,8 +358,9 @@ class FakeLLMServer:
 
     # -- batches ---------------------------------------------------------------------------------
 
-    def _create_batch(self, wire: Wire, entries: list[tuple[str, Any]], headers: dict[str, str],
-                      key_present: bool) -> _FakeBatch:
+    def _create_batch(
+        self, wire: Wire, entries: list[tuple[str, Any]], headers: dict[str, str], key_present: bool
+    ) -> _FakeBatch:
         """Create a batch: each entry's behaviour is chosen now, as for a direct call."""
         n = self.next_id()
         batch_id = f"msgbatch_fake_{n}" if wire == "anthropic" else f"batch_fake_{n}"
@@ -482,8 +483,13 @@ class _Handler(BaseHTTPRequestHandler):
             body=body,
         )
 
-    def _send(self, status: int, payload: bytes, headers: tuple[tuple[str, str], ...] = (),
-              content_type: str = "application/json") -> None:
+    def _send(
+        self,
+        status: int,
+        payload: bytes,
+        headers: tuple[tuple[str, str], ...] = (),
+        content_type: str = "application/json",
+    ) -> None:
         try:
             self.send_response(status)
             self.send_header("content-type", content_type)
@@ -512,12 +518,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(404, error_body("anthropic", not_found()))
             elif path.endswith("/results"):
                 if not batch.ended:
-                    self._send(400, error_body("anthropic", error(400, error_type="invalid_request_error",
-                                                                  message="batch has not ended")))
+                    self._send(
+                        400,
+                        error_body(
+                            "anthropic",
+                            error(400, error_type="invalid_request_error", message="batch has not ended"),
+                        ),
+                    )
                 else:
                     self._send(200, anthropic_results(self.fake, batch), content_type="application/binary")
             else:
-                self._send(200, json.dumps(anthropic_batch(self.fake, self.fake._poll_batch(batch.id) or batch)).encode())
+                self._send(
+                    200,
+                    json.dumps(anthropic_batch(self.fake, self.fake._poll_batch(batch.id) or batch)).encode(),
+                )
         elif len(parts) >= 3 and parts[-2] == "batches":
             batch = self.fake._poll_batch(parts[-1])
             if batch is None:
@@ -566,10 +580,20 @@ class _Handler(BaseHTTPRequestHandler):
                     filename = part.get_filename() or filename
             data = fields.get("file", b"")
             file_id = fake._add_file(data)
-            self._send(200, json.dumps({
-                "id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
-                "filename": filename, "purpose": fields.get("purpose", b"").decode(), "status": "processed",
-            }).encode())
+            self._send(
+                200,
+                json.dumps(
+                    {
+                        "id": file_id,
+                        "object": "file",
+                        "bytes": len(data),
+                        "created_at": int(time.time()),
+                        "filename": filename,
+                        "purpose": fields.get("purpose", b"").decode(),
+                        "status": "processed",
+                    }
+                ).encode(),
+            )
             return True
         if path.endswith("/batches"):
             request = self._record(None, parse=True)
@@ -578,7 +602,10 @@ class _Handler(BaseHTTPRequestHandler):
             lines = fake._files.get(str(body.get("input_file_id")), b"").decode().splitlines()
             entries = [(d["custom_id"], d["body"]) for d in (json.loads(x) for x in lines if x.strip())]
             batch = fake._create_batch("openai", entries, request.headers, request.api_key_present)
-            self._send(200, json.dumps(openai_batch(fake, batch, input_file_id=str(body.get("input_file_id")))).encode())
+            self._send(
+                200,
+                json.dumps(openai_batch(fake, batch, input_file_id=str(body.get("input_file_id")))).encode(),
+            )
             return True
         return False
 

@@ -32,7 +32,6 @@ class Usage:
     cache_write_1h_tokens: int = 0
 
 
-
 def price(
     fake: FakeLLMServer, wire: Wire, request: RecordedRequest, behaviour: Behaviour
 ) -> tuple[Usage, CacheTicket | None]:
@@ -44,11 +43,17 @@ def price(
     output_tokens = max(1, len(out) // 4)
     if fake.prompt_cache is not None and isinstance(request.body, dict):
         cache = fake.prompt_cache
-        ticket = cache.begin_anthropic(request.body) if wire == "anthropic" else cache.begin_openai(request.body)
+        ticket = (
+            cache.begin_anthropic(request.body) if wire == "anthropic" else cache.begin_openai(request.body)
+        )
         bill = ticket.usage
-        return Usage(input_tokens=bill.input_tokens, output_tokens=output_tokens,
-                     cache_read_tokens=bill.cache_read_tokens, cache_write_tokens=bill.cache_write_tokens,
-                     cache_write_1h_tokens=bill.cache_write_1h_tokens), ticket
+        return Usage(
+            input_tokens=bill.input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=bill.cache_read_tokens,
+            cache_write_tokens=bill.cache_write_tokens,
+            cache_write_1h_tokens=bill.cache_write_1h_tokens,
+        ), ticket
     prompt = json.dumps(request.body) if request.body is not None else ""
     return Usage(input_tokens=max(1, len(prompt) // 4), output_tokens=output_tokens), None
 
@@ -198,7 +203,10 @@ def anthropic_results(fake: FakeLLMServer, batch: _FakeBatch) -> bytes:
         outcome = batch.outcome(behaviour)
         result: dict[str, Any]
         if outcome == "succeeded":
-            result = {"type": "succeeded", "message": anthropic_message(fake, request, behaviour, usages[custom_id])}
+            result = {
+                "type": "succeeded",
+                "message": anthropic_message(fake, request, behaviour, usages[custom_id]),
+            }
         elif outcome == "errored":
             result = {"type": "errored", "error": json.loads(error_body("anthropic", behaviour))}
         else:
@@ -229,8 +237,12 @@ def openai_batch(fake: FakeLLMServer, batch: _FakeBatch, input_file_id: str = ""
         "created_at": int(batch.created),
         "output_file_id": batch.output_file_id,
         "error_file_id": batch.error_file_id,
-        "errors": {"object": "list", "data": [{"code": "invalid_request", "message": "fake validation failure"}]}
-        if batch.failed and batch.ended else None,
+        "errors": {
+            "object": "list",
+            "data": [{"code": "invalid_request", "message": "fake validation failure"}],
+        }
+        if batch.failed and batch.ended
+        else None,
         "request_counts": {
             "total": len(batch.entries),
             "completed": sum(o == "succeeded" for o in outcomes) if done else 0,
@@ -248,19 +260,44 @@ def openai_files(fake: FakeLLMServer, batch: _FakeBatch) -> None:
         line: dict[str, Any] = {"id": f"batch_req_fake_{n}", "custom_id": custom_id}
         if outcome == "succeeded":
             body = openai_completion(fake, request, behaviour, usages[custom_id])
-            output.append({**line, "response": {"status_code": 200, "request_id": f"req_{n}", "body": body},
-                           "error": None})
+            output.append(
+                {
+                    **line,
+                    "response": {"status_code": 200, "request_id": f"req_{n}", "body": body},
+                    "error": None,
+                }
+            )
         elif outcome == "expired":
-            errors.append({**line, "response": None, "error": {
-                "code": "batch_expired",
-                "message": "This request could not be executed before the completion window expired."}})
+            errors.append(
+                {
+                    **line,
+                    "response": None,
+                    "error": {
+                        "code": "batch_expired",
+                        "message": "This request could not be executed before the completion window expired.",
+                    },
+                }
+            )
         elif outcome == "canceled":
-            errors.append({**line, "response": None, "error": {
-                "code": "batch_cancelled", "message": "This request was cancelled."}})
+            errors.append(
+                {
+                    **line,
+                    "response": None,
+                    "error": {"code": "batch_cancelled", "message": "This request was cancelled."},
+                }
+            )
         else:
-            errors.append({**line, "response": {"status_code": behaviour.status or 500, "request_id": f"req_{n}",
-                                                "body": json.loads(error_body("openai", behaviour))},
-                           "error": None})
+            errors.append(
+                {
+                    **line,
+                    "response": {
+                        "status_code": behaviour.status or 500,
+                        "request_id": f"req_{n}",
+                        "body": json.loads(error_body("openai", behaviour)),
+                    },
+                    "error": None,
+                }
+            )
     if output:
         batch.output_file_id = fake._add_file(("\n".join(json.dumps(x) for x in output) + "\n").encode())
     if errors:

@@ -44,7 +44,9 @@ def harness_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[H
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
+    monkeypatch.setenv(
+        "PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+    )
     with StateServer(folder) as server:
         yield HarnessState(folder, server.url, temp)
     # Nothing a fake started outlives its test (bounded: they sleep 120 s at most anyway).
@@ -57,13 +59,20 @@ def configure(root: Path, state: HarnessState, *, program: Path = FAKE_CLI, **ju
     argument), confined by bubblewrap unless ``sandbox`` says otherwise."""
     config = load_config(root / "judgeloop.toml")
     settings: dict[str, Any] = {
-        "provider": "command", "model": "", "harness": "claude",
+        "provider": "command",
+        "model": "",
+        "harness": "claude",
         "command": [str(program), "--state", state.url, "--format", "claude", "{{PROMPT}}"],
-        "timeout_s": 20.0, "max_retries": 0, "max_concurrency": 4, "pass_env": ["FAKE_HARNESS_PASS"],
+        "timeout_s": 20.0,
+        "max_retries": 0,
+        "max_concurrency": 4,
+        "pass_env": ["FAKE_HARNESS_PASS"],
         **judge,
     }
     loop = config.loop.model_copy(update={"infra_retry_rounds": 0})
-    write_config(root, config.model_copy(update={"judge": config.judge.model_copy(update=settings), "loop": loop}))
+    write_config(
+        root, config.model_copy(update={"judge": config.judge.model_copy(update=settings), "loop": loop})
+    )
     commit_all(root, "harness judge")
 
 

@@ -13,8 +13,23 @@ def import_held(root: Path, ids: list[str], *, hold_out: bool = True) -> None:
     """Import ``ids`` of the bundled sample as split ``held`` (and list it as held out, committed)."""
     manifest = root / "held.txt"
     manifest.write_text("\n".join(ids) + "\n", encoding="utf-8")
-    assert main(["devset", "import", str(bundled_dir() / "devset" / "sample"), "-w", str(root),
-                 "--name", "held", "--manifest", str(manifest), "--link"]) == 0
+    assert (
+        main(
+            [
+                "devset",
+                "import",
+                str(bundled_dir() / "devset" / "sample"),
+                "-w",
+                str(root),
+                "--name",
+                "held",
+                "--manifest",
+                str(manifest),
+                "--link",
+            ]
+        )
+        == 0
+    )
     manifest.unlink()
     if hold_out:
         set_toml_key(root, "workspace", "heldout_splits", '["held"]')

@@ -54,7 +54,11 @@ def _walk(found: dict[str, Any], tid: str) -> None:
                 names.append(path)
             if name in ("labels.jsonl", "judgeloop.toml", "rubric.md") or "label" in name.lower():
                 found["label_like_files"].append(path)
-            if name.endswith(DATA_SUFFIXES) and not path.startswith(SYSTEM) and not path.startswith("/sandbox"):
+            if (
+                name.endswith(DATA_SUFFIXES)
+                and not path.startswith(SYSTEM)
+                and not path.startswith("/sandbox")
+            ):
                 text = _read(path, binary=True)
                 if tid in text and '"label"' in text:  # a label file names the item
                     contents.append(path)
@@ -101,13 +105,22 @@ def main(argv: list[str]) -> int:
         _walk(found, tid)
     targets = (state.read("targets") or "").split()
     marker = f"judgeloop-hostile-{os.getpid()}-{tid[:8]}"
-    found["writes"] = _try_writes(targets, [f"/usr/{marker}", f"/etc/{marker}", f"/{marker}",
-                                            os.path.expanduser(f"~/{marker}")])
+    found["writes"] = _try_writes(
+        targets, [f"/usr/{marker}", f"/etc/{marker}", f"/{marker}", os.path.expanduser(f"~/{marker}")]
+    )
     fake.daemonize(fake.sleeper(state.where))
     state.append("hostile.jsonl", json.dumps(found) + "\n")
-    (Path.cwd() / f"{tid}.json").write_text(json.dumps(
-        {"success": False, "reasoning": "hostile", "confidence": "high", "mistake_type": "Critical Mistake"}),
-        encoding="utf-8")
+    (Path.cwd() / f"{tid}.json").write_text(
+        json.dumps(
+            {
+                "success": False,
+                "reasoning": "hostile",
+                "confidence": "high",
+                "mistake_type": "Critical Mistake",
+            }
+        ),
+        encoding="utf-8",
+    )
     print(json.dumps({"type": "item.completed", "item": {"type": "agent_message", "text": "done"}}))
     return 0
 

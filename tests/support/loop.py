@@ -61,7 +61,9 @@ def futility_off(root: Path) -> None:
     commit_all(root, "futility off")
 
 
-def make_workspace(tmp_path: Path, *, toml_extra: str = "", judge_toml: Mapping[str, str] | None = None) -> Path:
+def make_workspace(
+    tmp_path: Path, *, toml_extra: str = "", judge_toml: Mapping[str, str] | None = None
+) -> Path:
     """``judgeloop init --sample`` in a fresh dir; text-only judge requests (fast); extra TOML appended;
     everything committed so the tree is clean."""
     root = tmp_path / "ws"
@@ -93,8 +95,23 @@ def add_small_dev_split(root: Path, per_class: int = 16) -> list[str]:
     ids = sorted(positives + negatives)
     manifest = root / "small.txt"
     manifest.write_text("\n".join(ids) + "\n", encoding="utf-8")
-    assert main(["devset", "import", str(bundled_dir() / "devset" / "sample"), "-w", str(root),
-                 "--name", "small", "--manifest", str(manifest), "--link"]) == 0
+    assert (
+        main(
+            [
+                "devset",
+                "import",
+                str(bundled_dir() / "devset" / "sample"),
+                "-w",
+                str(root),
+                "--name",
+                "small",
+                "--manifest",
+                str(manifest),
+                "--link",
+            ]
+        )
+        == 0
+    )
     manifest.unlink()
     set_toml_key(root, "workspace", "dev_split", '"small"')
     commit_all(root, "small dev split")
@@ -282,8 +299,22 @@ def stop_after_baseline() -> Any:
 
 def run_loop(root: Path, server_url: str, *extra: str) -> int:
     """``judgeloop run`` in-process against the fake server (OpenAI wire, fake-judge, concurrency 8)."""
-    return main(["run", "-w", str(root), "--provider", "openai", "--base-url", server_url,
-                 "--model", "fake-judge", "--concurrency", "8", *extra])
+    return main(
+        [
+            "run",
+            "-w",
+            str(root),
+            "--provider",
+            "openai",
+            "--base-url",
+            server_url,
+            "--model",
+            "fake-judge",
+            "--concurrency",
+            "8",
+            *extra,
+        ]
+    )
 
 
 def report_json(root: Path, capsys: Any, *extra: str) -> dict[str, Any]:

@@ -21,8 +21,23 @@ CALL_LIMIT_S = 240  # one call (a baseline or a candidate on 32 items) on a load
 
 
 def server_args(root: Path, url: str, budget: str) -> list[str]:
-    return ["-m", "optimizer.cli", "-w", str(root), "mcp", "--budget-usd", budget, "--provider", "openai",
-            "--base-url", url, "--model", "fake-judge", "--concurrency", "8"]
+    return [
+        "-m",
+        "optimizer.cli",
+        "-w",
+        str(root),
+        "mcp",
+        "--budget-usd",
+        budget,
+        "--provider",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        "fake-judge",
+        "--concurrency",
+        "8",
+    ]
 
 
 def server_env() -> dict[str, str]:
@@ -32,8 +47,9 @@ def server_env() -> dict[str, str]:
 @asynccontextmanager
 async def client(root: Path, url: str, errlog: TextIO, budget: str = "100") -> AsyncIterator[ClientSession]:
     """A `ClientSession` over a `judgeloop mcp` child, initialised; the child ends with the block."""
-    params = StdioServerParameters(command=sys.executable, args=server_args(root, url, budget), env=server_env(),
-                                   cwd=str(REPO_ROOT))
+    params = StdioServerParameters(
+        command=sys.executable, args=server_args(root, url, budget), env=server_env(), cwd=str(REPO_ROOT)
+    )
     async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
         with anyio.fail_after(60):
             await session.initialize()
@@ -43,16 +59,19 @@ async def client(root: Path, url: str, errlog: TextIO, budget: str = "100") -> A
 Progress = list[tuple[float, float | None, str | None]]
 
 
-async def call(session: ClientSession, name: str, collect: Progress | None = None,
-               **arguments: Any) -> types.CallToolResult:
+async def call(
+    session: ClientSession, name: str, collect: Progress | None = None, **arguments: Any
+) -> types.CallToolResult:
     """Call tool ``name``; with ``collect``, gather the call's progress notifications in it."""
+
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         assert collect is not None
         collect.append((progress, total, message))
 
     with anyio.fail_after(CALL_LIMIT_S):
-        return await session.call_tool(name, arguments, progress_callback=on_progress if collect is not None
-                                       else None)
+        return await session.call_tool(
+            name, arguments, progress_callback=on_progress if collect is not None else None
+        )
 
 
 def text(result: types.CallToolResult) -> str:

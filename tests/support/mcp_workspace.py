@@ -26,8 +26,23 @@ def make_mcp_template(parent: Path) -> Path:
     rest = [t for t in open_split(Workspace.open(root), "sample").ids if t not in dev][:4]
     manifest = root / "held.txt"
     manifest.write_text("\n".join(rest) + "\n", encoding="utf-8")
-    assert main(["devset", "import", str(bundled_dir() / "devset" / "sample"), "-w", str(root),
-                 "--name", "held", "--manifest", str(manifest), "--link"]) == 0
+    assert (
+        main(
+            [
+                "devset",
+                "import",
+                str(bundled_dir() / "devset" / "sample"),
+                "-w",
+                str(root),
+                "--name",
+                "held",
+                "--manifest",
+                str(manifest),
+                "--link",
+            ]
+        )
+        == 0
+    )
     manifest.unlink()
     set_toml_key(root, "workspace", "heldout_splits", '["held"]')
     commit_all(root, "held-out split")

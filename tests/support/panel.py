@@ -66,7 +66,11 @@ class PanelJudge(FakeJudge):
         success = label.is_positive != self.errs(tid, member)
         with self.lock:
             self.calls[member] = self.calls.get(member, 0) + 1
-        return verdict_reply({
-            "success": success, "reasoning": f"member {member or 'single'} on {tid}", "confidence": "medium",
-            "mistake_type": None if success else (label.mistake_type or "Critical Mistake"),
-        })
+        return verdict_reply(
+            {
+                "success": success,
+                "reasoning": f"member {member or 'single'} on {tid}",
+                "confidence": "medium",
+                "mistake_type": None if success else (label.mistake_type or "Critical Mistake"),
+            }
+        )

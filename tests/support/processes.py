@@ -17,8 +17,13 @@ def killed_cli(args: Sequence[str], until: Callable[[], object], *, launcher: Se
     """Run ``python <launcher> <args>`` against this checkout, call ``until`` (it waits for the moment to
     kill, failing the test if it never comes), then SIGKILL the child; it is never left running."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.Popen([sys.executable, *launcher, *args], cwd=REPO_ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, *launcher, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         until()
         os.kill(proc.pid, signal.SIGKILL)
@@ -27,4 +32,6 @@ def killed_cli(args: Sequence[str], until: Callable[[], object], *, launcher: Se
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-    assert proc.returncode == -signal.SIGKILL, f"the child ended by itself (exit {proc.returncode}) before the kill"
+    assert proc.returncode == -signal.SIGKILL, (
+        f"the child ended by itself (exit {proc.returncode}) before the kill"
+    )

@@ -43,7 +43,9 @@ def assert_no_kept_candidate_raised_fpr(root: Path) -> None:
 
 
 def assert_clean(root: Path) -> None:
-    assert git(root, "status", "--porcelain", "--untracked-files=all", "--", ".", ":!experiments").strip() == ""
+    assert (
+        git(root, "status", "--porcelain", "--untracked-files=all", "--", ".", ":!experiments").strip() == ""
+    )
 
 
 # -- scripted strategies ---------------------------------------------------------------------------
@@ -76,7 +78,9 @@ def toggle(*enable: str) -> Step:
     def step(ctx: ProposalContext) -> Proposal:
         library = parse_library((ctx.workspace_root / LIBRARY_MD).read_text(encoding="utf-8"))
         rubric = with_entries(ctx.current_files[RUBRIC_MD], library, list(enable))
-        return Proposal(files={RUBRIC_MD: rubric}, rationale=f"enable exactly {', '.join(enable) or 'nothing'}")
+        return Proposal(
+            files={RUBRIC_MD: rubric}, rationale=f"enable exactly {', '.join(enable) or 'nothing'}"
+        )
 
     return step
 
@@ -108,8 +112,23 @@ def add_heldout_split(root: Path, n_held: int = 12) -> tuple[list[str], list[str
     held = [t for t in open_split(Workspace.open(root), "sample").ids if t not in dev][:n_held]
     manifest = root / "held.txt"
     manifest.write_text("\n".join(held) + "\n", encoding="utf-8")
-    assert main(["devset", "import", str(bundled_dir() / "devset" / "sample"), "-w", str(root),
-                 "--name", "held", "--manifest", str(manifest), "--link"]) == 0
+    assert (
+        main(
+            [
+                "devset",
+                "import",
+                str(bundled_dir() / "devset" / "sample"),
+                "-w",
+                str(root),
+                "--name",
+                "held",
+                "--manifest",
+                str(manifest),
+                "--link",
+            ]
+        )
+        == 0
+    )
     manifest.unlink()
     set_toml_key(root, "workspace", "heldout_splits", '["held"]')
     commit_all(root, "held-out split")

@@ -28,8 +28,10 @@ def running_candidate_with_progress(root: Path) -> bool:
         running = [e for e in led.experiments(run.id) if e.seq > 0 and e.status == "running"]
         if not running:
             return False
-        return any(e.kind == "progress" and e.experiment_id == running[0].id
-                   for e in led.events_since(0, run_id=run.id))
+        return any(
+            e.kind == "progress" and e.experiment_id == running[0].id
+            for e in led.events_since(0, run_id=run.id)
+        )
 
 
 def cache_rows(root: Path) -> tuple[int, float]:
@@ -51,11 +53,27 @@ class CliRun:
     """``python -m optimizer.cli run ...`` in a subprocess; its stdout lines are collected by a thread."""
 
     def __init__(self, root: Path, server: FakeLLMServer, *extra: str) -> None:
-        cmd = [sys.executable, "-m", "optimizer.cli", "run", "-w", str(root), "--provider", "openai",
-               "--base-url", server.openai_base_url, "--model", "fake-judge", "--concurrency", "8", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "optimizer.cli",
+            "run",
+            "-w",
+            str(root),
+            "--provider",
+            "openai",
+            "--base-url",
+            server.openai_base_url,
+            "--model",
+            "fake-judge",
+            "--concurrency",
+            "8",
+            *extra,
+        ]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -106,8 +124,23 @@ def kill_hand_edit_then_resume(ws: Path, judge: FakeJudge, server: FakeLLMServer
     from tests.support.loop import present, run_loop, wait_for
     from tests.support.processes import killed_cli
 
-    args = ["run", "-w", str(ws), "--provider", "openai", "--base-url", server.openai_base_url,
-            "--model", "fake-judge", "--concurrency", "4", "--strategy", "manual", "-m", "a hand edit"]
+    args = [
+        "run",
+        "-w",
+        str(ws),
+        "--provider",
+        "openai",
+        "--base-url",
+        server.openai_base_url,
+        "--model",
+        "fake-judge",
+        "--concurrency",
+        "4",
+        "--strategy",
+        "manual",
+        "-m",
+        "a hand edit",
+    ]
 
     def stage_begun() -> bool:
         path = ws / "experiments" / "ledger.sqlite"
@@ -115,8 +148,10 @@ def kill_hand_edit_then_resume(ws: Path, judge: FakeJudge, server: FakeLLMServer
             return False
         with Ledger(path) as led:
             run = led.latest_run()
-            return run is not None and any(e.kind == "stage" and e.payload.get("stage") == stage
-                                           for e in led.events_since(0, run_id=run.id))
+            return run is not None and any(
+                e.kind == "stage" and e.payload.get("stage") == stage
+                for e in led.events_since(0, run_id=run.id)
+            )
 
     def moment() -> None:
         wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)

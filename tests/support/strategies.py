@@ -38,13 +38,29 @@ def disagreements_for(items: list[FakeItem], *, missed: int, rejected: int) -> l
     negatives = [i for i in items if i.label == "negative"][:missed]
     positives = [i for i in items if i.label == "positive"][:rejected]
     out = [
-        Disagreement(i.trajectory_id, i.instruction, False, i.mistake_type, True,
-                     "The agent saved the report, so the task looks complete.", "high", False)
+        Disagreement(
+            i.trajectory_id,
+            i.instruction,
+            False,
+            i.mistake_type,
+            True,
+            "The agent saved the report, so the task looks complete.",
+            "high",
+            False,
+        )
         for i in negatives
     ]
     out += [
-        Disagreement(i.trajectory_id, i.instruction, True, None, False,
-                     "I cannot see the file being saved.", "low", k % 2 == 1)
+        Disagreement(
+            i.trajectory_id,
+            i.instruction,
+            True,
+            None,
+            False,
+            "I cannot see the file being saved.",
+            "low",
+            k % 2 == 1,
+        )
         for k, i in enumerate(positives)
     ]
     return out

@@ -33,7 +33,9 @@ CELL_PIXELS = (20, 10)  # height, width: an ordinary 10×20 font
 class _AnsweringScreen(pyte.Screen):
     """A pyte screen that writes the terminal's replies to the pty and records which it sent."""
 
-    def __init__(self, columns: int, lines: int, fd: int, *, delay_s: float = 0.0, answers: bool = True) -> None:
+    def __init__(
+        self, columns: int, lines: int, fd: int, *, delay_s: float = 0.0, answers: bool = True
+    ) -> None:
         super().__init__(columns, lines)
         self.fd = fd
         self.delay_s = delay_s
@@ -82,8 +84,16 @@ class PtyTerminal:
     ``reply_delay_s``: the terminal's replies arrive that much later (a slow ssh link); ``answers=False``:
     a terminal that answers no query at all."""
 
-    def __init__(self, argv: Sequence[str], *, size: tuple[int, int] = (120, 36), env: Mapping[str, str],
-                 cwd: Path, reply_delay_s: float = 0.0, answers: bool = True) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        size: tuple[int, int] = (120, 36),
+        env: Mapping[str, str],
+        cwd: Path,
+        reply_delay_s: float = 0.0,
+        answers: bool = True,
+    ) -> None:
         columns, lines = size
         master, slave = os.openpty()
         # Pixel sizes 0, as tmux reports them: a program must ask the terminal for the cell size.
@@ -94,8 +104,16 @@ class PtyTerminal:
         self.closed = False
         self.output = bytearray()
         try:
-            self.proc = subprocess.Popen(list(argv), stdin=slave, stdout=slave, stderr=slave, env=dict(env), cwd=cwd,
-                                         start_new_session=True, close_fds=True)
+            self.proc = subprocess.Popen(
+                list(argv),
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
         except BaseException:
             os.close(master)
             raise
@@ -105,8 +123,9 @@ class PtyTerminal:
     def __enter__(self) -> PtyTerminal:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -151,8 +170,10 @@ class PtyTerminal:
         deadline = time.monotonic() + timeout
         while not predicate(self.lines()):
             if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise AssertionError(f"{what}: not on screen after {timeout:g} s (exit code {self.proc.poll()}):\n"
-                                     f"{self.text()}")
+                raise AssertionError(
+                    f"{what}: not on screen after {timeout:g} s (exit code {self.proc.poll()}):\n"
+                    f"{self.text()}"
+                )
             self.pump(0.1)
 
     def press(self, keys: str) -> None:

@@ -46,8 +46,12 @@ def report_dict(ws: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> di
 
 def flip(line: dict[str, Any]) -> dict[str, Any]:
     if line["label"] == "positive":
-        return {**line, "label": "negative", "mistake_type": "Critical Mistake",
-                "negative_source": "parent_instruction_child_trajectory"}
+        return {
+            **line,
+            "label": "negative",
+            "mistake_type": "Critical Mistake",
+            "negative_source": "parent_instruction_child_trajectory",
+        }
     return {**line, "label": "positive", "mistake_type": None, "negative_source": None}
 
 
@@ -85,18 +89,30 @@ class TriageJudge:
             confidence, success = "low", not truth
         elif tid in self.split and first:
             success = not truth
-        return verdict_reply({"success": success, "reasoning": "triage fake", "confidence": confidence,
-                              "mistake_type": None if success else "Critical Mistake"})
+        return verdict_reply(
+            {
+                "success": success,
+                "reasoning": "triage fake",
+                "confidence": confidence,
+                "mistake_type": None if success else "Critical Mistake",
+            }
+        )
 
 
 def plant(ws: Path, judge_ids: list[str], n: int = 3) -> list[str]:
     """Flip the labels of ``n`` items (two positives and a negative) in labels.jsonl, committed."""
     lines = [json.loads(x) for x in labels_file(ws).read_text(encoding="utf-8").splitlines() if x.strip()]
-    positives = [x["trajectory_id"] for x in lines if x["label"] == "positive" and x["trajectory_id"] in judge_ids]
-    negatives = [x["trajectory_id"] for x in lines if x["label"] == "negative" and x["trajectory_id"] in judge_ids]
-    planted = [*positives[:n - 1], negatives[0]]
-    labels_file(ws).write_text("".join(json.dumps(flip(x) if x["trajectory_id"] in planted else x) + "\n"
-                                        for x in lines), encoding="utf-8")
+    positives = [
+        x["trajectory_id"] for x in lines if x["label"] == "positive" and x["trajectory_id"] in judge_ids
+    ]
+    negatives = [
+        x["trajectory_id"] for x in lines if x["label"] == "negative" and x["trajectory_id"] in judge_ids
+    ]
+    planted = [*positives[: n - 1], negatives[0]]
+    labels_file(ws).write_text(
+        "".join(json.dumps(flip(x) if x["trajectory_id"] in planted else x) + "\n" for x in lines),
+        encoding="utf-8",
+    )
     # As if imported so: split.json's fingerprint is over the labels (`judgeloop devset verify` checks it).
     meta_path = ws / "devset" / SPLIT / "split.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -119,9 +135,22 @@ def setup_triage(ws: Path) -> tuple[TriageJudge, list[str], list[str], list[str]
 
 def triage_runs(ws: Path, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, steps: int = 3) -> None:
     """A run of ``steps`` candidates, each another prompt version (toggles of the library)."""
-    install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY), toggle(BAD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)]))
-    assert run_loop(ws, server.openai_base_url, "--max-experiments", str(steps), "--replicates", "2",
-                    "--policy", "literal") == 0
+    install(
+        monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY), toggle(BAD_ENTRY), toggle(GOOD_ENTRY, BAD_ENTRY)])
+    )
+    assert (
+        run_loop(
+            ws,
+            server.openai_base_url,
+            "--max-experiments",
+            str(steps),
+            "--replicates",
+            "2",
+            "--policy",
+            "literal",
+        )
+        == 0
+    )
 
 
 def build(target: Path) -> list[str]:
@@ -139,8 +168,23 @@ def build(target: Path) -> list[str]:
         with FakeLLMServer(default=judge) as server:
             triage_runs(root, server, mp)
         right = "success" if judge.truth[planted[0]].is_positive else "failure"
-        assert main(["label-fix", "-w", str(root), planted[0], "--label", right, "--reason",
-                     "the last screenshot shows the file saved", "--by", "reviewer"]) == 0
+        assert (
+            main(
+                [
+                    "label-fix",
+                    "-w",
+                    str(root),
+                    planted[0],
+                    "--label",
+                    right,
+                    "--reason",
+                    "the last screenshot shows the file saved",
+                    "--by",
+                    "reviewer",
+                ]
+            )
+            == 0
+        )
     return planted
 
 

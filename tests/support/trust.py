@@ -34,8 +34,16 @@ class GullibleJudge(FakeJudge):
 
 
 def judge_args(server: FakeLLMServer, concurrency: int = 8) -> list[str]:
-    return ["--provider", "openai", "--base-url", server.openai_base_url, "--model", "fake-judge",
-            "--concurrency", str(concurrency)]
+    return [
+        "--provider",
+        "openai",
+        "--base-url",
+        server.openai_base_url,
+        "--model",
+        "fake-judge",
+        "--concurrency",
+        str(concurrency),
+    ]
 
 
 def point_config_at(root: Path, server: FakeLLMServer) -> None:
@@ -44,8 +52,11 @@ def point_config_at(root: Path, server: FakeLLMServer) -> None:
     path = root / "judgeloop.toml"
     text = path.read_text(encoding="utf-8")
     text = text.replace('provider = "local"', 'provider = "openai"', 1).replace(
-        'model = "smollm2-135m"', 'model = "fake-judge"', 1)
-    text = text.replace('# base_url = "http://127.0.0.1:8000/v1"', f'base_url = "{server.openai_base_url}"', 1)
+        'model = "smollm2-135m"', 'model = "fake-judge"', 1
+    )
+    text = text.replace(
+        '# base_url = "http://127.0.0.1:8000/v1"', f'base_url = "{server.openai_base_url}"', 1
+    )
     path.write_text(text, encoding="utf-8")
     commit_all(root, "the fake judge")
 
@@ -70,6 +81,8 @@ def untouched_state(root: Path) -> dict[str, str]:
         "head": git(root, "rev-parse", "HEAD").strip(),
         "branch": git(root, "rev-parse", "--abbrev-ref", "HEAD").strip(),
         "status": git(root, "status", "--porcelain"),
-        "refs": git(root, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/judgeloop"),
+        "refs": git(
+            root, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/judgeloop"
+        ),
         "files": digest.hexdigest(),
     }

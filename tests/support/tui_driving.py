@@ -13,8 +13,11 @@ from tui.app import JudgeloopApp, settle
 SIZE = (120, 40)
 
 
-def drive(app: JudgeloopApp, scenario: Callable[[Any], Coroutine[Any, Any, None]], size: tuple[int, int] = SIZE) -> None:
+def drive(
+    app: JudgeloopApp, scenario: Callable[[Any], Coroutine[Any, Any, None]], size: tuple[int, int] = SIZE
+) -> None:
     """Run ``scenario(pilot)`` against ``app`` headlessly, after its first loads settle."""
+
     async def go() -> None:
         async with app.run_test(size=size) as pilot:
             await settle(app, pilot)
@@ -28,7 +31,9 @@ def drive(app: JudgeloopApp, scenario: Callable[[Any], Coroutine[Any, Any, None]
 EVENT_WAIT_S = 120.0
 
 
-async def wait_until(pilot: Any, happened: Callable[[], object], what: str, timeout_s: float = EVENT_WAIT_S) -> None:
+async def wait_until(
+    pilot: Any, happened: Callable[[], object], what: str, timeout_s: float = EVENT_WAIT_S
+) -> None:
     """Let the app run until ``happened()`` is true (checked between short pauses); fail naming ``what``
     if it is still false after ``timeout_s`` seconds (an upper bound, not an expectation)."""
     deadline = time.monotonic() + timeout_s

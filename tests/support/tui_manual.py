@@ -41,8 +41,12 @@ def make_manual_runs(ws_root: Path) -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-        assert make_real_run(ws_root, RealRun(max_experiments=3, replicates=2, items=32, screenshots="none",
-                             concurrency=1)) == 0
+        assert (
+            make_real_run(
+                ws_root, RealRun(max_experiments=3, replicates=2, items=32, screenshots="none", concurrency=1)
+            )
+            == 0
+        )
         toml = ws_root / "judgeloop.toml"
         text = re.sub(r"(?m)^heldout_splits = \[\]", f'heldout_splits = ["{HELDOUT}"]', toml.read_text())
         toml.write_text(re.sub(r'(?m)^dev_split = "sample"', 'dev_split = "mini"', text), encoding="utf-8")
@@ -51,13 +55,50 @@ def make_manual_runs(ws_root: Path) -> None:
         for name, chosen in ((HELDOUT, ids[40:48]), (SMALL, ids[:8])):
             manifest = ws_root / "experiments" / f"{name}-manifest.txt"
             manifest.write_text("\n".join(chosen) + "\n", encoding="utf-8")
-            assert main(["devset", "import", str(ws_root / "devset" / "sample"), "-w", str(ws_root), "--name", name,
-                         "--manifest", str(manifest)]) == 0
+            assert (
+                main(
+                    [
+                        "devset",
+                        "import",
+                        str(ws_root / "devset" / "sample"),
+                        "-w",
+                        str(ws_root),
+                        "--name",
+                        name,
+                        "--manifest",
+                        str(manifest),
+                    ]
+                )
+                == 0
+            )
         for line, message in MANUAL_EDITS:
             rubric = ws_root / "prompts" / "rubric.md"
             rubric.write_text(rubric.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
             with FakeLLMServer() as server:
                 server.default = prompt_sensitive_judge(ws_root, "mini")
-                assert main(["run", "-w", str(ws_root), "--split", "mini", "--provider", "openai", "--base-url",
-                             server.openai_base_url, "--model", "fake-judge", "--strategy", "manual", "-m", message,
-                             "--replicates", "1", "--concurrency", "1"]) == 0
+                assert (
+                    main(
+                        [
+                            "run",
+                            "-w",
+                            str(ws_root),
+                            "--split",
+                            "mini",
+                            "--provider",
+                            "openai",
+                            "--base-url",
+                            server.openai_base_url,
+                            "--model",
+                            "fake-judge",
+                            "--strategy",
+                            "manual",
+                            "-m",
+                            message,
+                            "--replicates",
+                            "1",
+                            "--concurrency",
+                            "1",
+                        ]
+                    )
+                    == 0
+                )

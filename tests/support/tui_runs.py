@@ -58,7 +58,9 @@ def _rules(system: str) -> list[str]:
     return rules
 
 
-def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callable[[RecordedRequest], Behaviour]:
+def prompt_sensitive_judge(
+    ws_root: Path, split_name: str = "sample"
+) -> Callable[[RecordedRequest], Behaviour]:
     """The fake server's behaviour: a verdict that depends on the item and on the enabled rules."""
     ws = Workspace.open(ws_root)
     split = open_split(ws, split_name)
@@ -66,10 +68,15 @@ def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callabl
     items: list[_Item] = []
     for tid in split.ids:
         traj = split.trajectory(tid)
-        items.append(_Item(
-            tid, traj.task.instruction.strip(), tuple(action_string(s.action) for s in traj.steps),
-            labels[tid].is_positive, labels[tid].mistake_type,
-        ))
+        items.append(
+            _Item(
+                tid,
+                traj.task.instruction.strip(),
+                tuple(action_string(s.action) for s in traj.steps),
+                labels[tid].is_positive,
+                labels[tid].mistake_type,
+            )
+        )
     counter = {"n": 0}
 
     def find(text: str) -> _Item:
@@ -80,7 +87,9 @@ def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callabl
         if isinstance(content, str):
             return content
         if isinstance(content, list):  # only the text parts: the images are megabytes of base64
-            return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            return "\n".join(
+                p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+            )
         return ""
 
     def behave(request: RecordedRequest) -> Behaviour:
@@ -97,14 +106,26 @@ def prompt_sensitive_judge(ws_root: Path, split_name: str = "sample") -> Callabl
         correct = difficulty + jitter < skill
         success = item.positive if correct else not item.positive
         mistake = None if success else (item.mistake_type or "Critical Mistake")
-        confidence = "high" if abs(difficulty - skill) > 0.3 else ("medium" if abs(difficulty - skill) > 0.1 else "low")
+        confidence = (
+            "high"
+            if abs(difficulty - skill) > 0.3
+            else ("medium" if abs(difficulty - skill) > 0.1 else "low")
+        )
         reasoning = (
             f"Checklist: the goal asks to {item.instruction[:60].rstrip('.').lower()}. "
             f"The last action was {item.actions[-1] if item.actions else 'none'}; "
-            + ("the final screen shows the requested end state." if success
-               else "the final screen does not show the requested end state.")
+            + (
+                "the final screen shows the requested end state."
+                if success
+                else "the final screen does not show the requested end state."
+            )
         )
-        verdict = {"success": success, "reasoning": reasoning, "confidence": confidence, "mistake_type": mistake}
+        verdict = {
+            "success": success,
+            "reasoning": reasoning,
+            "confidence": confidence,
+            "mistake_type": mistake,
+        }
         return reply(json.dumps(verdict), usage=Usage(input_tokens=12_000, output_tokens=120))
 
     return behave
@@ -116,7 +137,9 @@ def _set_screenshot_policy(ws_root: Path, policy: str) -> None:
     from optimizer.workspace.workspace import JUDGELOOP_ACTOR, repo_at
 
     path = ws_root / "prompts" / "judge.toml"
-    path.write_text(re.sub(r'(?m)^screenshots = "all"$', f'screenshots = "{policy}"', path.read_text()), encoding="utf-8")
+    path.write_text(
+        re.sub(r'(?m)^screenshots = "all"$', f'screenshots = "{policy}"', path.read_text()), encoding="utf-8"
+    )
     with repo_at(ws_root) as repo:
         repo.index.add(["prompts/judge.toml"])
         repo.index.commit(f"judge: screenshots = {policy}", author=JUDGELOOP_ACTOR, committer=JUDGELOOP_ACTOR)
@@ -128,7 +151,9 @@ def _set_loop_futility(ws_root: Path, on: bool) -> None:
     from optimizer.workspace.workspace import JUDGELOOP_ACTOR, repo_at
 
     path = ws_root / "judgeloop.toml"
-    text, n = re.subn(r"(?m)^futility = (true|false)", f"futility = {'true' if on else 'false'}", path.read_text())
+    text, n = re.subn(
+        r"(?m)^futility = (true|false)", f"futility = {'true' if on else 'false'}", path.read_text()
+    )
     assert n == 1, "judgeloop.toml's [loop] has no futility line"
     path.write_text(text, encoding="utf-8")
     with repo_at(ws_root) as repo:
@@ -178,21 +203,52 @@ def make_real_run(ws_root: Path, shape: RealRun | None = None) -> int:
     split = "sample"
     if s.items is not None:
         split = "mini"
-        ids = (ws_root / "devset" / "sample" / "manifest.txt").read_text().split()[:s.items]
+        ids = (ws_root / "devset" / "sample" / "manifest.txt").read_text().split()[: s.items]
         manifest = ws_root / "experiments" / "mini-manifest.txt"
         manifest.write_text("\n".join(ids) + "\n", encoding="utf-8")
-        assert main(["devset", "import", str(ws_root / "devset" / "sample"), "-w", str(ws_root), "--name", split,
-                     "--manifest", str(manifest)]) == 0
+        assert (
+            main(
+                [
+                    "devset",
+                    "import",
+                    str(ws_root / "devset" / "sample"),
+                    "-w",
+                    str(ws_root),
+                    "--name",
+                    split,
+                    "--manifest",
+                    str(manifest),
+                ]
+            )
+            == 0
+        )
     with FakeLLMServer() as server:
         server.default = prompt_sensitive_judge(ws_root, split)
-        return main([
-            "run", "-w", str(ws_root), "--split", split, "--provider", "openai",
-            "--base-url", server.openai_base_url, "--model", "fake-judge", "--strategy", "library",
-            "--max-experiments", str(s.max_experiments), "--replicates", str(s.replicates),
-            "--concurrency", str(s.concurrency),
-            *(["--propose-only"] if s.propose_only else []),
-            *(["--wave", str(s.wave), "--patience", str(s.max_experiments)] if s.wave > 1 else []),
-        ])
+        return main(
+            [
+                "run",
+                "-w",
+                str(ws_root),
+                "--split",
+                split,
+                "--provider",
+                "openai",
+                "--base-url",
+                server.openai_base_url,
+                "--model",
+                "fake-judge",
+                "--strategy",
+                "library",
+                "--max-experiments",
+                str(s.max_experiments),
+                "--replicates",
+                str(s.replicates),
+                "--concurrency",
+                str(s.concurrency),
+                *(["--propose-only"] if s.propose_only else []),
+                *(["--wave", str(s.wave), "--patience", str(s.max_experiments)] if s.wave > 1 else []),
+            ]
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,12 +341,35 @@ def make_snapshot_workspace(ws_root: Path, *, wave: int = 1) -> None:
         mp.setattr(ledger_module, "new_run_id", lambda now=None: SNAPSHOT_RUN_ID)
         mp.setattr(importer, "datetime", Frozen)  # split.json records when it was imported (committed)
         mp.setattr(module, "prompt_sensitive_judge", request_keyed_judge)  # the judge make_real_run serves
-        assert make_real_run(ws_root, RealRun(max_experiments=5, replicates=2, items=32, screenshots="none",
-                             concurrency=1, wave=wave)) == 0
+        assert (
+            make_real_run(
+                ws_root,
+                RealRun(
+                    max_experiments=5, replicates=2, items=32, screenshots="none", concurrency=1, wave=wave
+                ),
+            )
+            == 0
+        )
         with FakeLLMServer() as server:
             server.default = request_keyed_judge(ws_root, "mini")
-            assert main(["attribute", "-w", str(ws_root), "--provider", "openai", "--base-url",
-                         server.openai_base_url, "--model", "fake-judge", "--concurrency", "1"]) == 0
+            assert (
+                main(
+                    [
+                        "attribute",
+                        "-w",
+                        str(ws_root),
+                        "--provider",
+                        "openai",
+                        "--base-url",
+                        server.openai_base_url,
+                        "--model",
+                        "fake-judge",
+                        "--concurrency",
+                        "1",
+                    ]
+                )
+                == 0
+            )
     pin_clock(ws_root / "experiments" / "ledger.sqlite")
 
 
@@ -306,12 +385,16 @@ def pin_clock(ledger_path: Path) -> None:
                 for column in ("created", "finished", "updated"):
                     if column in columns:
                         minutes = "id" if table == "experiments" else "0"
-                        conn.execute(f"UPDATE {table} SET {column} = strftime('%Y-%m-%dT%H:%M:%S+00:00', ?, "
-                                     f"'+' || {minutes} || ' minutes') WHERE {column} IS NOT NULL",
-                                     (SNAPSHOT_CLOCK.strftime("%Y-%m-%d %H:%M:%S"),))
+                        conn.execute(
+                            f"UPDATE {table} SET {column} = strftime('%Y-%m-%dT%H:%M:%S+00:00', ?, "
+                            f"'+' || {minutes} || ' minutes') WHERE {column} IS NOT NULL",
+                            (SNAPSHOT_CLOCK.strftime("%Y-%m-%d %H:%M:%S"),),
+                        )
             conn.execute("UPDATE experiments SET duration_s = 42 WHERE duration_s IS NOT NULL")
-            conn.execute("UPDATE events SET payload = json_set(payload, '$.elapsed_s', 42) "
-                         "WHERE json_extract(payload, '$.elapsed_s') IS NOT NULL")
+            conn.execute(
+                "UPDATE events SET payload = json_set(payload, '$.elapsed_s', 42) "
+                "WHERE json_extract(payload, '$.elapsed_s') IS NOT NULL"
+            )
     finally:
         conn.close()  # the last connection checkpoints the WAL: the copy a test makes is whole
 
@@ -320,4 +403,8 @@ if __name__ == "__main__":  # build a demo workspace: python -m tests.support.tu
     import sys
 
     os.environ.setdefault("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
-    sys.exit(make_real_run(Path(sys.argv[1]), RealRun(max_experiments=int(sys.argv[2]) if len(sys.argv) > 2 else 3)))
+    sys.exit(
+        make_real_run(
+            Path(sys.argv[1]), RealRun(max_experiments=int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+        )
+    )

@@ -20,9 +20,17 @@ from tui.widgets import FixedColumnsTable
 # figures that tell one edit from the next, then the rest (a narrow terminal hides time, strategy and the
 # rationale; the line under the table gives them in full).
 ALL_RUNS_COLUMNS = (
-    ("run", "run", 3), ("id", "id", 5), ("decision", "decision", 16), ("κ", "kappa", 6), ("FPR", "fpr", 6),
-    ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6), ("time", "time", 11), ("strategy", "strategy", 8),
-    ("$", "cost", 7), ("rationale", "rationale", 40),
+    ("run", "run", 3),
+    ("id", "id", 5),
+    ("decision", "decision", 16),
+    ("κ", "kappa", 6),
+    ("FPR", "fpr", 6),
+    ("Δκ", "dkappa", 6),
+    ("ΔFPR", "dfpr", 6),
+    ("time", "time", 11),
+    ("strategy", "strategy", 8),
+    ("$", "cost", 7),
+    ("rationale", "rationale", 40),
 )
 
 
@@ -34,10 +42,13 @@ def all_runs_cells(entry: AllRunsRow) -> tuple[Text, ...]:
     return (
         Text(f"#{entry.number}", style="bold"),
         Text(f"{exp.id}{'◆' if row.in_chain else ''}", style="bold" if row.in_chain else dim),
-        decision_text(exp), Text(kappa), Text(fpr),
+        decision_text(exp),
+        Text(kappa),
+        Text(fpr),
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
         Text(row.delta_text("fpr"), style="red" if (row.d_fpr or 0) > 0 else ""),
-        Text(exp.created.strftime("%m-%d %H:%M"), style=dim), Text(exp.strategy or "—", style=dim),
+        Text(exp.created.strftime("%m-%d %H:%M"), style=dim),
+        Text(exp.strategy or "—", style=dim),
         Text(f"{exp.cost_usd:.4f}"),
         Text(one_line(exp.rationale, 120), no_wrap=True, overflow="ellipsis"),
     )
@@ -46,8 +57,11 @@ def all_runs_cells(entry: AllRunsRow) -> tuple[Text, ...]:
 def detail_line(entry: AllRunsRow) -> Text:
     """The highlighted experiment under the table: its run, id, time, strategy and whole rationale."""
     exp = entry.row.experiment
-    line = Text(f"run #{entry.number} {entry.run.id} · experiment {exp.id} · {exp.created:%m-%d %H:%M} · "
-                f"{exp.strategy or 'baseline'} · ", style="bold")
+    line = Text(
+        f"run #{entry.number} {entry.run.id} · experiment {exp.id} · {exp.created:%m-%d %H:%M} · "
+        f"{exp.strategy or 'baseline'} · ",
+        style="bold",
+    )
     line.append(one_line(exp.rationale, 400) or "no rationale")
     return line
 
@@ -64,10 +78,20 @@ class AllRunsView(View):
     AllRunsView.-empty #all-runs-table, AllRunsView.-empty #all-runs-detail { display: none; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "open_experiment", "Open", id="runs.open",
-                tooltip="Open the selected experiment (the history then shows its run)"),
-        Binding("b", "toggle_baselines", "Baselines", id="runs.baselines",
-                tooltip="Hide or show each run's baseline (candidates only: successive edits one under another)"),
+        Binding(
+            "enter",
+            "open_experiment",
+            "Open",
+            id="runs.open",
+            tooltip="Open the selected experiment (the history then shows its run)",
+        ),
+        Binding(
+            "b",
+            "toggle_baselines",
+            "Baselines",
+            id="runs.baselines",
+            tooltip="Hide or show each run's baseline (candidates only: successive edits one under another)",
+        ),
     ]
 
     def __init__(self) -> None:
@@ -79,8 +103,13 @@ class AllRunsView(View):
     def body(self) -> ComposeResult:
         # Narrow, the time, strategy and rationale columns go (in that order), never cut mid-column: the
         # line under the table gives the highlighted row's run, time, strategy and rationale.
-        table = FixedColumnsTable(id="all-runs-table", cursor_type="row", zebra_stripes=True, fill_column="rationale",
-                                  drop_order=("time", "strategy", "rationale"))
+        table = FixedColumnsTable(
+            id="all-runs-table",
+            cursor_type="row",
+            zebra_stripes=True,
+            fill_column="rationale",
+            drop_order=("time", "strategy", "rationale"),
+        )
         table.set_columns(ALL_RUNS_COLUMNS)
         yield table
         yield Static("", id="all-runs-detail")
@@ -93,7 +122,9 @@ class AllRunsView(View):
     @work(thread=True, exclusive=True, group="all-runs", exit_on_error=False, name="loading every run")
     def load_all_runs(self) -> None:
         all_runs = load_all_runs(self.japp.ledger())
-        self.post_message(AllRunsLoaded(all_runs, {entry.id: all_runs_cells(entry) for entry in all_runs.rows}))
+        self.post_message(
+            AllRunsLoaded(all_runs, {entry.id: all_runs_cells(entry) for entry in all_runs.rows})
+        )
 
     def not_ready(self) -> None:
         self.all_runs, self.cells = None, {}

@@ -52,10 +52,15 @@ def metric_rows(exp: Experiment, parent: Experiment | None) -> list[tuple[str, s
         value = exp.metric(name)
         interval = (exp.intervals or {}).get(name)
         before = parent.metric(name) if parent is not None else None
-        rows.append((
-            name, num(value), f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "—", num(before),
-            num(None if value is None or before is None else value - before, signed=True),
-        ))
+        rows.append(
+            (
+                name,
+                num(value),
+                f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "—",
+                num(before),
+                num(None if value is None or before is None else value - before, signed=True),
+            )
+        )
     return rows
 
 

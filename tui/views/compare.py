@@ -58,27 +58,41 @@ class CompareView(View):
         ledger = self.japp.ledger()
         if left is None:  # nothing marked: compare with the incumbent it faced
             left = ledger.get_experiment(right).parent_id
-        self.post_message(ComparisonLoaded(load_comparison(ledger, left, right) if left is not None else None))
+        self.post_message(
+            ComparisonLoaded(load_comparison(ledger, left, right) if left is not None else None)
+        )
 
     def on_comparison_loaded(self, message: ComparisonLoaded) -> None:
         comparison = message.comparison
         if comparison is None:
-            self.set_title("compare — the baseline has no parent: mark another experiment with m in the history")
+            self.set_title(
+                "compare — the baseline has no parent: mark another experiment with m in the history"
+            )
             return
         left, right = comparison.left, comparison.right
         self.set_title(f"compare — experiment {left.id} (left) vs {right.id} (right)")
         f = comparison.flips
-        self.query_one("#compare-flips", Static).update("left → right: " + ", ".join(
-            f"{sum(len(f[k]) for k in keys)} {words} (" + ", ".join(f"{FLIP_ARROWS[k]} {len(f[k])}" for k in keys) + ")"
-            for words, keys in FLIP_ROWS
-        ))
-        for side, exp, other, partial in (("#compare-left", left, right, comparison.left_partial),
-                                          ("#compare-right", right, left, comparison.right_partial)):
+        self.query_one("#compare-flips", Static).update(
+            "left → right: "
+            + ", ".join(
+                f"{sum(len(f[k]) for k in keys)} {words} ("
+                + ", ".join(f"{FLIP_ARROWS[k]} {len(f[k])}" for k in keys)
+                + ")"
+                for words, keys in FLIP_ROWS
+            )
+        )
+        for side, exp, other, partial in (
+            ("#compare-left", left, right, comparison.left_partial),
+            ("#compare-right", right, left, comparison.right_partial),
+        ):
             # An early-stopped side: its partial metrics and the other side's on the same items (as the
             # experiment view shows them), not the "—" of metrics it never computed over every item.
             parts: list[Any] = [
-                Text.assemble((f"experiment {exp.id} ", "bold"), status_text(exp.status),
-                              f" · {exp.strategy or 'baseline'}"),
+                Text.assemble(
+                    (f"experiment {exp.id} ", "bold"),
+                    status_text(exp.status),
+                    f" · {exp.strategy or 'baseline'}",
+                ),
                 *([Text(partial_line(partial), style="yellow")] if partial is not None else []),
                 metric_table(partial_rows(partial) if partial is not None else metric_rows(exp, other)),
                 Text(f"\n{one_line(exp.reason, 200)}\n", style="italic"),

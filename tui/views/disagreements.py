@@ -19,8 +19,14 @@ from tui.widgets import FixedColumnsTable
 
 # (header, key, width); the reasoning fills what is left (hidden when narrow: shown under the table).
 DISAGREEMENT_COLUMNS = (
-    ("item", "id", 9), ("kind", "kind", 4), ("label type", "type", 18), ("judge", "judge", 7), ("conf.", "conf", 13),
-    ("unst.", "unstable", 5), ("rev.", "reviewed", 4), ("reasoning", "reasoning", 24),
+    ("item", "id", 9),
+    ("kind", "kind", 4),
+    ("label type", "type", 18),
+    ("judge", "judge", 7),
+    ("conf.", "conf", 13),
+    ("unst.", "unstable", 5),
+    ("rev.", "reviewed", 4),
+    ("reasoning", "reasoning", 24),
 )
 
 
@@ -32,10 +38,13 @@ def disagreement_cells(d: Disagreement) -> tuple[Text, ...]:
     """One row's cells (DISAGREEMENT_COLUMNS): the mistake type and the confidences wrap in their
     columns; the reasoning is one line here (whole under the table)."""
     return (
-        Text(d.trajectory_id[:8]), Text(d.kind, style="red" if d.kind == "FP" else "yellow"),
-        Text(d.label.mistake_type or ("—" if d.label.positive else UNTYPED)), Text(judge_answer(d)),
+        Text(d.trajectory_id[:8]),
+        Text(d.kind, style="red" if d.kind == "FP" else "yellow"),
+        Text(d.label.mistake_type or ("—" if d.label.positive else UNTYPED)),
+        Text(judge_answer(d)),
         Text(d.confidence.replace("/", " ")),  # two replicates on one line; a third wraps at a word
-        Text("yes" if d.verdict.unstable else ""), Text("yes" if d.reviewed else ""),
+        Text("yes" if d.verdict.unstable else ""),
+        Text("yes" if d.reviewed else ""),
         Text(one_line(d.reasoning, 240), no_wrap=True, overflow="ellipsis"),
     )
 
@@ -44,8 +53,11 @@ def detail_text(d: Disagreement | None) -> Text:
     """The selected disagreement, whole and wrapped (what the narrow table's columns cannot hold)."""
     if d is None:
         return Text("")
-    out = Text.assemble((f"{d.trajectory_id} ", "bold"), (d.kind, "red" if d.kind == "FP" else "yellow"),
-                        f" · label {d.label.label}")
+    out = Text.assemble(
+        (f"{d.trajectory_id} ", "bold"),
+        (d.kind, "red" if d.kind == "FP" else "yellow"),
+        f" · label {d.label.label}",
+    )
     if not d.label.positive:
         out.append(f" · {d.label.mistake_type or UNTYPED}")
     out.append(f" · judge {judge_answer(d)} (confidence {d.confidence})")
@@ -66,11 +78,30 @@ class DisagreementsView(View):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_item", "Open", id="disagreements.open", tooltip="Open the selected item"),
-        Binding("f", "cycle_kind", "FP/FN", id="disagreements.kind", tooltip="Show all / false positives / false negatives"),
-        Binding("t", "cycle_type", "Type", id="disagreements.type", tooltip="Filter by the label's mistake type"),
-        Binding("u", "cycle_unstable", "Unstable", id="disagreements.unstable",
-                tooltip="Any / unstable across replicates / stable"),
-        Binding("n", "cycle_reviewed", "Reviewed", id="disagreements.reviewed", tooltip="Any / not reviewed / reviewed"),
+        Binding(
+            "f",
+            "cycle_kind",
+            "FP/FN",
+            id="disagreements.kind",
+            tooltip="Show all / false positives / false negatives",
+        ),
+        Binding(
+            "t", "cycle_type", "Type", id="disagreements.type", tooltip="Filter by the label's mistake type"
+        ),
+        Binding(
+            "u",
+            "cycle_unstable",
+            "Unstable",
+            id="disagreements.unstable",
+            tooltip="Any / unstable across replicates / stable",
+        ),
+        Binding(
+            "n",
+            "cycle_reviewed",
+            "Reviewed",
+            id="disagreements.reviewed",
+            tooltip="Any / not reviewed / reviewed",
+        ),
     ]
 
     def __init__(self) -> None:
@@ -83,8 +114,15 @@ class DisagreementsView(View):
         # Rows are as high as their wrapped cells (a long mistake type takes two lines, never cut); the
         # reasoning column takes the width the others leave, and below 120 columns it is hidden: the
         # selected row's reasoning is always shown whole, wrapped, under the table.
-        table = FixedColumnsTable(id="disagreement-table", cursor_type="row", zebra_stripes=True,
-                                  fill_column="reasoning", fill_min=24, drop_order=("reasoning",), row_height=None)
+        table = FixedColumnsTable(
+            id="disagreement-table",
+            cursor_type="row",
+            zebra_stripes=True,
+            fill_column="reasoning",
+            fill_min=24,
+            drop_order=("reasoning",),
+            row_height=None,
+        )
         table.set_columns(DISAGREEMENT_COLUMNS)
         yield table
         yield Static("", id="disagreement-none", classes="empty")
@@ -96,7 +134,9 @@ class DisagreementsView(View):
             return
         self.load_items(self.japp.experiment_id)
 
-    @work(thread=True, exclusive=True, group="disagreements", exit_on_error=False, name="loading disagreements")
+    @work(
+        thread=True, exclusive=True, group="disagreements", exit_on_error=False, name="loading disagreements"
+    )
     def load_items(self, experiment_id: int) -> None:
         self.post_message(DisagreementsLoaded(*load_disagreements(self.japp.ledger(), experiment_id)))
 
@@ -104,8 +144,10 @@ class DisagreementsView(View):
         exp, items = message.experiment, message.items
         self.items = items
         n_fp = sum(d.kind == "FP" for d in items)
-        self.set_title(f"disagreements — experiment {exp.id} ({STATUS_TEXT.get(exp.status, exp.status)}): "
-                       f"{len(items)} items, {n_fp} FP, {len(items) - n_fp} FN")
+        self.set_title(
+            f"disagreements — experiment {exp.id} ({STATUS_TEXT.get(exp.status, exp.status)}): "
+            f"{len(items)} items, {n_fp} FP, {len(items) - n_fp} FN"
+        )
         self.fill()
 
     def fill(self) -> None:
@@ -119,8 +161,10 @@ class DisagreementsView(View):
         if not self.items:
             none = "no disagreements: the judge agrees with every label under this experiment"
         else:
-            none = (f"no disagreement matches these filters ({self.filters.describe()}) — {len(self.items)} "
-                    "without them; f t u n change them")
+            none = (
+                f"no disagreement matches these filters ({self.filters.describe()}) — {len(self.items)} "
+                "without them; f t u n change them"
+            )
         self.query_one("#disagreement-none", Static).update(none)
         self.set_class(not shown, "-none")
         self.show_detail()
@@ -159,7 +203,9 @@ class DisagreementsView(View):
     def action_cycle_type(self) -> None:
         order: list[str | None] = [None, *MISTAKE_TYPES, UNTYPED]
         current = self.filters.mistake_type
-        self.filters.mistake_type = order[(order.index(current) + 1) % len(order)] if current in order else None
+        self.filters.mistake_type = (
+            order[(order.index(current) + 1) % len(order)] if current in order else None
+        )
         self.fill()
 
     def action_cycle_unstable(self) -> None:

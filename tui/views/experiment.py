@@ -34,8 +34,10 @@ FLIP_CELLS = {(row, col + 1): key for row, (_, keys) in enumerate(FLIP_ROWS) for
 
 def partial_line(partial: PartialMetrics) -> str:
     """What the partial metrics are: ``* partial: over the 9 of 24 items judged before the early stop``."""
-    return (f"{PARTIAL_MARK} partial metrics ({partial.judged_text}): over the {partial.judged} items judged before "
-            f"the early stop, beside the incumbent's over the same {partial.judged} items")
+    return (
+        f"{PARTIAL_MARK} partial metrics ({partial.judged_text}): over the {partial.judged} items judged before "
+        f"the early stop, beside the incumbent's over the same {partial.judged} items"
+    )
 
 
 def partial_rows(partial: PartialMetrics) -> list[tuple[str, str, str, str, str]]:
@@ -44,8 +46,15 @@ def partial_rows(partial: PartialMetrics) -> list[tuple[str, str, str, str, str]
     rows = []
     for name in ("kappa", "fpr", "balanced_accuracy", "tpr", "tnr"):
         before = getattr(partial.incumbent, name) if partial.incumbent is not None else None
-        rows.append((name, partial.cell(name), "—", "—" if before is None else f"{before:.2f}{PARTIAL_MARK}",
-                     partial.delta_cell(name)))
+        rows.append(
+            (
+                name,
+                partial.cell(name),
+                "—",
+                "—" if before is None else f"{before:.2f}{PARTIAL_MARK}",
+                partial.delta_cell(name),
+            )
+        )
     return rows
 
 
@@ -53,16 +62,24 @@ def wave_text(exp: Experiment, detail: WaveDetail) -> Text:
     """A wave candidate's wave: which, its Holm rank, level and p (the stored level and p, the rank
     recomputed from the wave's p-values), then every sibling with its outcome."""
     wave = detail.wave
-    line = Text.assemble(("wave: ", "bold"), f"w{wave.number}, member {wave.position(exp.id)} of "
-                         f"{len(wave.members)} against experiment {wave.incumbent} · Holm over {wave.size}"
-                         + (f" at {wave.alpha:g}" if wave.alpha is not None else ""))
+    line = Text.assemble(
+        ("wave: ", "bold"),
+        f"w{wave.number}, member {wave.position(exp.id)} of "
+        f"{len(wave.members)} against experiment {wave.incumbent} · Holm over {wave.size}"
+        + (f" at {wave.alpha:g}" if wave.alpha is not None else ""),
+    )
     full = exp.status in ("kept", "rolled_back") and not exp.early_stopped and exp.test is not None
     if full and exp.p_value is not None:
-        line.append(f": rank {detail.rank if detail.rank is not None else '— (p = 1)'}"
-                    + (f", level {exp.alpha:.3g}" if exp.alpha is not None else "") + f", p = {fmt_p(exp.p_value)}")
+        line.append(
+            f": rank {detail.rank if detail.rank is not None else '— (p = 1)'}"
+            + (f", level {exp.alpha:.3g}" if exp.alpha is not None else "")
+            + f", p = {fmt_p(exp.p_value)}"
+        )
     elif exp.status in ("kept", "rolled_back"):
-        line.append(": no full test (counted as p = 1, below no level)"
-                    + (f", level {exp.alpha:.3g}" if exp.alpha is not None else ""))
+        line.append(
+            ": no full test (counted as p = 1, below no level)"
+            + (f", level {exp.alpha:.3g}" if exp.alpha is not None else "")
+        )
     line.append("\nits wave: ", style="bold")
     if not detail.siblings:
         line.append("no other candidate")
@@ -86,15 +103,43 @@ class ExperimentView(View):
     # k and x are offered (footer, help) only on a candidate waiting for a decision; elsewhere the same
     # keys reach the hidden bindings after them, which say why nothing happened.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("k", "decide('keep')", "Keep", id="experiment.keep",
-                tooltip="Keep the waiting candidate (propose-only mode)"),
-        Binding("x", "decide('discard')", "Discard", id="experiment.discard",
-                tooltip="Discard the waiting candidate (propose-only mode)"),
-        Binding("k", "not_waiting('keep')", "Keep", show=False, id="experiment.keep-refused",
-                tooltip="On an experiment that is not waiting: says why nothing is kept"),
-        Binding("x", "not_waiting('discard')", "Discard", show=False, id="experiment.discard-refused",
-                tooltip="On an experiment that is not waiting: says why nothing is discarded"),
-        Binding("f", "focus_flips", "Flips", id="experiment.flips", tooltip="Focus the flip table (enter lists items)"),
+        Binding(
+            "k",
+            "decide('keep')",
+            "Keep",
+            id="experiment.keep",
+            tooltip="Keep the waiting candidate (propose-only mode)",
+        ),
+        Binding(
+            "x",
+            "decide('discard')",
+            "Discard",
+            id="experiment.discard",
+            tooltip="Discard the waiting candidate (propose-only mode)",
+        ),
+        Binding(
+            "k",
+            "not_waiting('keep')",
+            "Keep",
+            show=False,
+            id="experiment.keep-refused",
+            tooltip="On an experiment that is not waiting: says why nothing is kept",
+        ),
+        Binding(
+            "x",
+            "not_waiting('discard')",
+            "Discard",
+            show=False,
+            id="experiment.discard-refused",
+            tooltip="On an experiment that is not waiting: says why nothing is discarded",
+        ),
+        Binding(
+            "f",
+            "focus_flips",
+            "Flips",
+            id="experiment.flips",
+            tooltip="Focus the flip table (enter lists items)",
+        ),
     ]
 
     def __init__(self) -> None:
@@ -143,16 +188,22 @@ class ExperimentView(View):
     def on_experiment_loaded(self, message: ExperimentLoaded) -> None:
         detail = self.detail = message.detail
         exp, parent = detail.experiment, detail.parent
-        self.set_title(Text.assemble(
-            f"experiment {exp.id} (run {exp.run_id}) · {exp.strategy or 'baseline'} · ",
-            decision_text(exp),
-            f" · parent {parent.id}" if parent else " · no parent",
-        ))
-        decision = Text.assemble(("decision: ", "bold"), decision_text(exp) if exp.overrule is not None
-                                 else status_text(exp.decision or exp.status))
+        self.set_title(
+            Text.assemble(
+                f"experiment {exp.id} (run {exp.run_id}) · {exp.strategy or 'baseline'} · ",
+                decision_text(exp),
+                f" · parent {parent.id}" if parent else " · no parent",
+            )
+        )
+        decision = Text.assemble(
+            ("decision: ", "bold"),
+            decision_text(exp) if exp.overrule is not None else status_text(exp.decision or exp.status),
+        )
         if exp.test:
-            decision.append(f"   sign-flip p = {fmt_p(exp.test['p_value'])} at alpha {exp.test['alpha']:.3g}"
-                            f" · first-pass McNemar p = {fmt_p(exp.test['mcnemar_p'])}")
+            decision.append(
+                f"   sign-flip p = {fmt_p(exp.test['p_value'])} at alpha {exp.test['alpha']:.3g}"
+                f" · first-pass McNemar p = {fmt_p(exp.test['mcnemar_p'])}"
+            )
         elif exp.p_value is not None and exp.early_stopped:
             decision.append(f"   McNemar p ≥ {exp.p_value:.4f} (a bound: stopped early)")
         elif exp.p_value is not None:
@@ -173,8 +224,7 @@ class ExperimentView(View):
         decision.append(
             f"\nitems {exp.items_evaluated} · calls {exp.calls} + {exp.cache_hits} cached · "
             f"{token_split(exp.input_tokens, exp.cache_read_tokens, exp.cache_write_tokens, exp.output_tokens)} · "
-            f"${exp.cost_usd:.4f}"
-            + (f" · {exp.duration_s:.0f}s" if exp.duration_s else "")
+            f"${exp.cost_usd:.4f}" + (f" · {exp.duration_s:.0f}s" if exp.duration_s else "")
         )
         reads = cache_reads_line(exp.planned_cache_read_tokens, exp.cache_read_tokens)
         if reads is not None:
@@ -207,8 +257,14 @@ class ExperimentView(View):
         self.query_one("#experiment-rationale", Static).update(rationale)
         diff = exp.diff_text or ""
         files = ", ".join(exp.files_changed) or "no files"
-        header = Text(f"\ndiff against parent — {files} (+{exp.insertions or 0} −{exp.deletions or 0})", style="bold")
-        body = Syntax(diff, "diff", theme="ansi_dark", word_wrap=True) if diff.strip() else Text("(no diff: baseline)")
+        header = Text(
+            f"\ndiff against parent — {files} (+{exp.insertions or 0} −{exp.deletions or 0})", style="bold"
+        )
+        body = (
+            Syntax(diff, "diff", theme="ansi_dark", word_wrap=True)
+            if diff.strip()
+            else Text("(no diff: baseline)")
+        )
         self.query_one("#experiment-diff", Static).update(Group(header, body))
 
     def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
@@ -231,8 +287,10 @@ class ExperimentView(View):
         exp = self.detail.experiment
         warning = None
         if decision == "keep" and exp.policy_keep is False:
-            warning = (f"The policy rolls it back ({exp.policy_reason or 'no reason recorded'}). Keeping it overrules "
-                       "the policy: the ledger, the report, the commit and this TUI will say \"kept (overruled)\".")
+            warning = (
+                f"The policy rolls it back ({exp.policy_reason or 'no reason recorded'}). Keeping it overrules "
+                'the policy: the ledger, the report, the commit and this TUI will say "kept (overruled)".'
+            )
         self.japp.decide_waiting(exp.id, decision, warning)
 
     def action_not_waiting(self, decision: str) -> None:
@@ -241,6 +299,8 @@ class ExperimentView(View):
             why = "no experiment is shown"
         else:
             exp = self.detail.experiment
-            why = (f"experiment {exp.id} is {STATUS_TEXT.get(exp.status, exp.status)}, not waiting for a decision "
-                   "(only a waiting candidate, of a propose-only run, can be kept or discarded)")
+            why = (
+                f"experiment {exp.id} is {STATUS_TEXT.get(exp.status, exp.status)}, not waiting for a decision "
+                "(only a waiting candidate, of a propose-only run, can be kept or discarded)"
+            )
         self.notify(f"nothing to {decision}: {why}", severity="warning", timeout=6)

@@ -20,9 +20,19 @@ from tui.widgets import FixedColumnsTable, MetricChart
 
 # (header, key, width): fixed widths so the table reads the same at 80 columns and at 200.
 HISTORY_COLUMNS = (
-    ("id", "id", 5), ("time", "time", 11), ("strategy", "strategy", 8), ("decision", "decision", 16),
-    ("κ", "kappa", 6), ("FPR", "fpr", 5), ("bal.acc", "bacc", 7), ("Δκ", "dkappa", 6), ("ΔFPR", "dfpr", 6),
-    ("p", "p", 6), ("+rej", "rejudge", 5), ("$", "cost", 7), ("rationale", "rationale", 60)
+    ("id", "id", 5),
+    ("time", "time", 11),
+    ("strategy", "strategy", 8),
+    ("decision", "decision", 16),
+    ("κ", "kappa", 6),
+    ("FPR", "fpr", 5),
+    ("bal.acc", "bacc", 7),
+    ("Δκ", "dkappa", 6),
+    ("ΔFPR", "dfpr", 6),
+    ("p", "p", 6),
+    ("+rej", "rejudge", 5),
+    ("$", "cost", 7),
+    ("rationale", "rationale", 60),
 )
 # Hidden in this order when the terminal is narrow (160 columns show all; 120 hide +rej and time; 80
 # also strategy, bal.acc and ΔFPR): id, decision, κ, FPR, Δκ, p, $ and the rationale always show.
@@ -38,10 +48,18 @@ def _sort_value(row: HistoryRow, key: str) -> tuple[int, Any]:
     exp = row.experiment
     value: Any = {
         "id": row.wave_order,  # a wave's rows together, at its first member
-        "kappa": exp.kappa, "fpr": exp.fpr, "bacc": exp.balanced_accuracy, "dkappa": row.d_kappa,
-        "dfpr": row.d_fpr, "p": exp.p_value, "rejudge": exp.rejudge_calls, "cost": exp.cost_usd,
-        "decision": exp.status, "time": exp.created,
-        "strategy": exp.strategy or "", "rationale": exp.rationale or "",
+        "kappa": exp.kappa,
+        "fpr": exp.fpr,
+        "bacc": exp.balanced_accuracy,
+        "dkappa": row.d_kappa,
+        "dfpr": row.d_fpr,
+        "p": exp.p_value,
+        "rejudge": exp.rejudge_calls,
+        "cost": exp.cost_usd,
+        "decision": exp.status,
+        "time": exp.created,
+        "strategy": exp.strategy or "",
+        "rationale": exp.rationale or "",
     }.get(key, exp.id)
     return (value is None, value if value is not None else 0)
 
@@ -51,7 +69,9 @@ def decisions_summary(run: Any, experiments: list[Any]) -> str:
     acc = accounting(run, experiments)
     if acc.expected_false_keeps is None:
         return "literal policy: false keeps not bounded"
-    return f"expected false keeps ≤ {acc.expected_false_keeps:.2f}" + (f" (FDR {acc.fdr:g})" if acc.fdr else "")
+    return f"expected false keeps ≤ {acc.expected_false_keeps:.2f}" + (
+        f" (FDR {acc.fdr:g})" if acc.fdr else ""
+    )
 
 
 def wave_cell(row: HistoryRow) -> Text:
@@ -66,15 +86,19 @@ def history_cells(row: HistoryRow, weak: bool = False, waves: bool = False) -> t
     with the wave column (`WAVE_COLUMNS`)."""
     exp = row.experiment
     plain = (
-        exp.created.strftime("%m-%d %H:%M"), exp.strategy or "—",
+        exp.created.strftime("%m-%d %H:%M"),
+        exp.strategy or "—",
     )
     metrics = row.metric_texts()  # an early-stopped candidate's partial ones, marked *
     return (
-        Text(f"{exp.id}{'◆' if row.in_chain else ''}{'?' if weak else ''}",
-             style="bold yellow" if weak else ("bold" if row.in_chain else "")),
+        Text(
+            f"{exp.id}{'◆' if row.in_chain else ''}{'?' if weak else ''}",
+            style="bold yellow" if weak else ("bold" if row.in_chain else ""),
+        ),
         *(Text(v) for v in plain),
-        decision_text(exp) if exp.keep_kind != "cheaper" else
-        Text.assemble(decision_text(exp), Text(" cheaper", style="cyan")),
+        decision_text(exp)
+        if exp.keep_kind != "cheaper"
+        else Text.assemble(decision_text(exp), Text(" cheaper", style="cyan")),
         *((wave_cell(row),) if waves else ()),
         *(Text(v) for v in metrics),
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),
@@ -103,11 +127,22 @@ class HistoryView(View):
     HistoryView.-empty #history-table, HistoryView.-empty #charts { display: none; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "open_experiment", "Open", id="history.open", tooltip="Open the selected experiment"),
-        Binding("slash", "filter", "Filter", id="history.filter",
-                tooltip="Filter rows by words (status:kept matches a status)"),
-        Binding("o", "cycle_sort", "Sort", id="history.sort", tooltip="Sort by the next column (again: reverse)"),
-        Binding("m", "mark", "Mark", id="history.mark", tooltip="Mark this experiment as the left side of compare"),
+        Binding(
+            "enter", "open_experiment", "Open", id="history.open", tooltip="Open the selected experiment"
+        ),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="history.filter",
+            tooltip="Filter rows by words (status:kept matches a status)",
+        ),
+        Binding(
+            "o", "cycle_sort", "Sort", id="history.sort", tooltip="Sort by the next column (again: reverse)"
+        ),
+        Binding(
+            "m", "mark", "Mark", id="history.mark", tooltip="Mark this experiment as the left side of compare"
+        ),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="history.clear-filter"),
     ]
 
@@ -121,10 +156,19 @@ class HistoryView(View):
         self.wave_column = False  # the table shows WAVE_COLUMNS
 
     def body(self) -> ComposeResult:
-        yield Input(placeholder="filter: words, or status:kept / status:rolled_back — enter applies, esc clears",
-                    id="history-filter", disabled=True, select_on_focus=False)
-        table = FixedColumnsTable(id="history-table", cursor_type="row", zebra_stripes=True, fill_column="rationale",
-                                  drop_order=HISTORY_DROP_ORDER)
+        yield Input(
+            placeholder="filter: words, or status:kept / status:rolled_back — enter applies, esc clears",
+            id="history-filter",
+            disabled=True,
+            select_on_focus=False,
+        )
+        table = FixedColumnsTable(
+            id="history-table",
+            cursor_type="row",
+            zebra_stripes=True,
+            fill_column="rationale",
+            drop_order=HISTORY_DROP_ORDER,
+        )
         table.set_columns(HISTORY_COLUMNS)
         yield table
         yield Static("", id="history-nomatch")
@@ -160,11 +204,15 @@ class HistoryView(View):
             f"{len(self.history.rows)} experiments · {decisions_summary(run, self.history.experiments)}",
         )
         if waiting is not None:
-            title.append(f" · experiment {waiting.id} waiting: e then k keep / x discard", style="bold yellow")
+            title.append(
+                f" · experiment {waiting.id} waiting: e then k keep / x discard", style="bold yellow"
+            )
         title.append(self.history.partial_legend)
         if self.history.weak_ids:
-            title.append(f" · ? = kept, but not significant at the end ({len(self.history.weak_ids)}; g shows)",
-                         style="yellow")
+            title.append(
+                f" · ? = kept, but not significant at the end ({len(self.history.weak_ids)}; g shows)",
+                style="yellow",
+            )
         self.set_title(title)
         table = self.query_one("#history-table", FixedColumnsTable)
         if self.history.has_waves != self.wave_column:  # the wave column comes and goes with the run shown
@@ -193,11 +241,14 @@ class HistoryView(View):
         if nomatch and self.history is not None:
             self.query_one("#history-nomatch", Static).update(
                 f"no experiment matches the filter {self.filter_text.strip()!r} (of {len(self.history.rows)}) — "
-                "esc clears it")
+                "esc clears it"
+            )
         if selected is not None and str(selected) in table.rows:
             table.move_cursor(row=table.get_row_index(str(selected)))
         else:
-            wanted = self.japp.experiment_id or (self.history.run.incumbent_experiment if self.history else None)
+            wanted = self.japp.experiment_id or (
+                self.history.run.incumbent_experiment if self.history else None
+            )
             if wanted is not None and str(wanted) in table.rows:
                 table.move_cursor(row=table.get_row_index(str(wanted)))
 
@@ -252,8 +303,11 @@ class HistoryView(View):
 
     def action_cycle_sort(self) -> None:
         if self.sort_reverse:
-            self.sort_key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)] \
-                if self.sort_key in SORT_KEYS else "id"
+            self.sort_key = (
+                SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)]
+                if self.sort_key in SORT_KEYS
+                else "id"
+            )
             self.sort_reverse = False
         else:
             self.sort_reverse = True

@@ -37,25 +37,79 @@ class ItemView(View):
     ItemView #step-image { height: 2fr; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("right,period", "step(1)", "Next step", id="item.next-step", tooltip="Select the next step",
-                key_display="→"),
-        Binding("left,comma", "step(-1)", "Prev step", id="item.prev-step", tooltip="Select the previous step",
-                key_display="←"),
-        Binding("n", "cited(1)", "Next cited", id="item.next-cited",
-                tooltip="Jump to the next step a criterion, the evidence or the review cites"),
-        Binding("p", "cited(-1)", "Prev cited", id="item.prev-cited",
-                tooltip="Jump to the previous step a criterion, the evidence or the review cites", show=False),
-        Binding("o", "open_png", "Open PNG", id="item.open-png", tooltip="Open the full screenshot outside (xdg-open/$OPENER)"),
-        Binding("right_square_bracket", "other_experiment(1)", "Next exp", id="item.next-experiment",
-                tooltip="The same item under the next experiment that judged it (of any run)"),
-        Binding("left_square_bracket", "other_experiment(-1)", "Prev exp", id="item.prev-experiment",
-                tooltip="The same item under the previous experiment that judged it (of any run)"),
-        Binding("w", "review('judge_wrong')", "Judge wrong", id="item.review-judge-wrong",
-                tooltip="Review: the judge is wrong on this item"),
-        Binding("l", "review('label_suspect')", "Label suspect", id="item.review-label-suspect",
-                tooltip="Review: the label looks wrong"),
-        Binding("a", "review('rubric_ambiguous')", "Rubric ambiguous", id="item.review-rubric-ambiguous",
-                tooltip="Review: the rubric does not settle this item"),
+        Binding(
+            "right,period",
+            "step(1)",
+            "Next step",
+            id="item.next-step",
+            tooltip="Select the next step",
+            key_display="→",
+        ),
+        Binding(
+            "left,comma",
+            "step(-1)",
+            "Prev step",
+            id="item.prev-step",
+            tooltip="Select the previous step",
+            key_display="←",
+        ),
+        Binding(
+            "n",
+            "cited(1)",
+            "Next cited",
+            id="item.next-cited",
+            tooltip="Jump to the next step a criterion, the evidence or the review cites",
+        ),
+        Binding(
+            "p",
+            "cited(-1)",
+            "Prev cited",
+            id="item.prev-cited",
+            tooltip="Jump to the previous step a criterion, the evidence or the review cites",
+            show=False,
+        ),
+        Binding(
+            "o",
+            "open_png",
+            "Open PNG",
+            id="item.open-png",
+            tooltip="Open the full screenshot outside (xdg-open/$OPENER)",
+        ),
+        Binding(
+            "right_square_bracket",
+            "other_experiment(1)",
+            "Next exp",
+            id="item.next-experiment",
+            tooltip="The same item under the next experiment that judged it (of any run)",
+        ),
+        Binding(
+            "left_square_bracket",
+            "other_experiment(-1)",
+            "Prev exp",
+            id="item.prev-experiment",
+            tooltip="The same item under the previous experiment that judged it (of any run)",
+        ),
+        Binding(
+            "w",
+            "review('judge_wrong')",
+            "Judge wrong",
+            id="item.review-judge-wrong",
+            tooltip="Review: the judge is wrong on this item",
+        ),
+        Binding(
+            "l",
+            "review('label_suspect')",
+            "Label suspect",
+            id="item.review-label-suspect",
+            tooltip="Review: the label looks wrong",
+        ),
+        Binding(
+            "a",
+            "review('rubric_ambiguous')",
+            "Rubric ambiguous",
+            id="item.review-rubric-ambiguous",
+            tooltip="Review: the rubric does not settle this item",
+        ),
     ]
 
     def __init__(self) -> None:
@@ -73,7 +127,9 @@ class ItemView(View):
             with Vertical(id="item-right"):
                 # The action takes the width the step number leaves (one line: the selected step's action
                 # is shown whole above its screenshot).
-                table = FixedColumnsTable(id="step-table", cursor_type="row", fill_column="action", fill_min=10)
+                table = FixedColumnsTable(
+                    id="step-table", cursor_type="row", fill_column="action", fill_min=10
+                )
                 table.set_columns((("step", "step", 5), ("action", "action", 70)))
                 yield table
                 yield StepImage(self.japp.image_mode, id="step-image")
@@ -86,7 +142,9 @@ class ItemView(View):
 
     @work(thread=True, exclusive=True, group="item", exit_on_error=False, name="loading the item")
     def load_item(self, experiment_id: int, trajectory_id: str) -> None:
-        self.post_message(ItemLoaded(load_item(self.japp.ledger(), self.japp.ws_root, experiment_id, trajectory_id)))
+        self.post_message(
+            ItemLoaded(load_item(self.japp.ledger(), self.japp.ws_root, experiment_id, trajectory_id))
+        )
 
     def selection_changed(self) -> None:
         """Another experiment (or item) selected here: show the item under it."""
@@ -98,10 +156,15 @@ class ItemView(View):
         detail = self.detail = message.detail
         exp = detail.experiment
         others = detail.other_experiments
-        where = (f" · {others.index(exp.id) + 1} of {len(others)} experiments that judged it (] / [)"
-                 if exp.id in others and len(others) > 1 else "")
-        self.set_title(f"item {detail.trajectory_id} under experiment {exp.id} of run {exp.run_id} "
-                       f"({STATUS_TEXT.get(exp.status, exp.status)}){where}")
+        where = (
+            f" · {others.index(exp.id) + 1} of {len(others)} experiments that judged it (] / [)"
+            if exp.id in others and len(others) > 1
+            else ""
+        )
+        self.set_title(
+            f"item {detail.trajectory_id} under experiment {exp.id} of run {exp.run_id} "
+            f"({STATUS_TEXT.get(exp.status, exp.status)}){where}"
+        )
         info = Text()
         info.append("instruction\n", style="bold")
         info.append((detail.instruction or detail.trajectory_error or "—") + "\n\n")
@@ -143,7 +206,9 @@ class ItemView(View):
                         reps.append(said, style="green" if member.success else "red")
                         if member.mistake_type:
                             reps.append(f" · {member.mistake_type}")
-                        reps.append(f" · ${member.cost_usd:.4f}" + (" · cached" if member.cached else ""), style="dim")
+                        reps.append(
+                            f" · ${member.cost_usd:.4f}" + (" · cached" if member.cached else ""), style="dim"
+                        )
                         reps.append(f"\n  {member.reasoning or '(no reasoning)'}")
                     continue
                 reps.append(f"\n{rep.reasoning or rep.raw or '(no reasoning)'}")
@@ -174,8 +239,10 @@ class ItemView(View):
         if not self.detail.reviews:
             text.append("\nnone yet — w judge wrong · l label suspect · a rubric ambiguous", style="dim")
         for r in self.detail.reviews:
-            text.append(f"\n{r.created:%Y-%m-%d %H:%M} {REVIEW_LABELS[r.kind]}"
-                        f"{f' (exp {r.experiment_id})' if r.experiment_id else ''}: {r.note or '—'}")
+            text.append(
+                f"\n{r.created:%Y-%m-%d %H:%M} {REVIEW_LABELS[r.kind]}"
+                f"{f' (exp {r.experiment_id})' if r.experiment_id else ''}: {r.note or '—'}"
+            )
         self.query_one("#item-reviews", Static).update(text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -194,10 +261,14 @@ class ItemView(View):
         if step.problem is not None:  # a screenshot outside the split: refused, never decoded or opened
             self.query_one(StepImage).show(None, None, f"step {step.index}: {step.action}\n{step.problem}")
             return
-        self.query_one(StepImage).show(None, step.screenshot, f"step {step.index}: {step.action}\nloading screenshot…")
+        self.query_one(StepImage).show(
+            None, step.screenshot, f"step {step.index}: {step.action}\nloading screenshot…"
+        )
         self.decode_step(step.index, step.screenshot)
 
-    @work(thread=True, exclusive=True, group="item-image", exit_on_error=False, name="decoding the screenshot")
+    @work(
+        thread=True, exclusive=True, group="item-image", exit_on_error=False, name="decoding the screenshot"
+    )
     def decode_step(self, index: int, path: Path | None) -> None:
         if path is None or not path.is_file():
             self.post_message(StepDecoded(index, None, path))
@@ -252,7 +323,9 @@ class ItemView(View):
     def action_review(self, kind: str) -> None:
         if self.detail is None:
             return
-        self.japp.review_item(self.detail.trajectory_id, kind, self.detail.experiment.id, on_saved=self.reload)
+        self.japp.review_item(
+            self.detail.trajectory_id, kind, self.detail.experiment.id, on_saved=self.reload
+        )
 
 
 def show_correction(out: Text, detail: ItemDetail) -> None:
@@ -285,7 +358,9 @@ def show_structure(out: Text, rep: ReplicateVerdict) -> None:
     """A replicate's criteria (met / unmet, with their cited steps), evidence steps and review."""
     if rep.criteria:
         met = sum(1 for c in rep.criteria if c.met)
-        out.append(f"\ncriteria ({met}/{len(rep.criteria)} met; n jumps to the next cited step)", style="bold")
+        out.append(
+            f"\ncriteria ({met}/{len(rep.criteria)} met; n jumps to the next cited step)", style="bold"
+        )
         for c in rep.criteria:
             out.append("\n  ✓ " if c.met else "\n  ✗ ", style="green" if c.met else "red")
             out.append(c.text + ("" if c.required else " (optional)"))

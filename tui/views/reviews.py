@@ -24,8 +24,13 @@ class ReviewsView(View):
     DEFAULT_CSS = "ReviewsView #review-table { height: 1fr; }"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_item", "Open", id="reviews.open", tooltip="Open the reviewed item"),
-        Binding("E", "export", "Export", id="reviews.export",
-                tooltip="Write every review to experiments/reviews.jsonl (like `judgeloop reviews --export`)"),
+        Binding(
+            "E",
+            "export",
+            "Export",
+            id="reviews.export",
+            tooltip="Write every review to experiments/reviews.jsonl (like `judgeloop reviews --export`)",
+        ),
     ]
 
     def __init__(self) -> None:
@@ -34,13 +39,22 @@ class ReviewsView(View):
 
     def body(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="review-table", cursor_type="row", zebra_stripes=True)
-        for label, key, width in (("#", "id", 4), ("when", "when", 16), ("item", "item", 13), ("exp", "exp", 5),
-                                  ("kind", "kind", 16), ("note", "note", 50), ("by", "author", 10)):
+        for label, key, width in (
+            ("#", "id", 4),
+            ("when", "when", 16),
+            ("item", "item", 13),
+            ("exp", "exp", 5),
+            ("kind", "kind", 16),
+            ("note", "note", 50),
+            ("by", "author", 10),
+        ):
             table.add_column(label, key=key, width=width)
         yield table
-        yield Static("reviews guide the agent strategy and feed the memory strategy; `judgeloop reviews --export FILE` "
-                     "writes them as JSONL",
-                     classes="hint")
+        yield Static(
+            "reviews guide the agent strategy and feed the memory strategy; `judgeloop reviews --export FILE` "
+            "writes them as JSONL",
+            classes="hint",
+        )
 
     def reload(self) -> None:
         self.load_reviews()
@@ -61,9 +75,16 @@ class ReviewsView(View):
         table = self.query_one("#review-table", DataTable)
         table.clear()
         for r in reviews:
-            table.add_row(str(r.id), f"{r.created:%Y-%m-%d %H:%M}", r.trajectory_id[:13],
-                          str(r.experiment_id or "—"), REVIEW_LABELS[r.kind], one_line(r.note, 50), r.author,
-                          key=str(r.id))
+            table.add_row(
+                str(r.id),
+                f"{r.created:%Y-%m-%d %H:%M}",
+                r.trajectory_id[:13],
+                str(r.experiment_id or "—"),
+                REVIEW_LABELS[r.kind],
+                one_line(r.note, 50),
+                r.author,
+                key=str(r.id),
+            )
 
     def action_open_item(self) -> None:
         table = self.query_one("#review-table", DataTable)

@@ -28,10 +28,20 @@ class SuspectsView(View):
     view_name = "suspects"
     DEFAULT_CSS = "SuspectsView #suspect-table { height: 1fr; }"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "open_item", "Open", id="suspects.open",
-                tooltip="Open the selected item (under the latest experiment that judged it)"),
-        Binding("x", "correct", "Correct", id="suspects.correct",
-                tooltip="Correct the selected item's label, with a reason (devset/<split>/corrections.jsonl)"),
+        Binding(
+            "enter",
+            "open_item",
+            "Open",
+            id="suspects.open",
+            tooltip="Open the selected item (under the latest experiment that judged it)",
+        ),
+        Binding(
+            "x",
+            "correct",
+            "Correct",
+            id="suspects.correct",
+            tooltip="Correct the selected item's label, with a reason (devset/<split>/corrections.jsonl)",
+        ),
     ]
 
     def __init__(self) -> None:
@@ -39,23 +49,38 @@ class SuspectsView(View):
         self.queue: SuspectQueue | None = None
 
     def body(self) -> ComposeResult:
-        yield Static("score: the share of judgements against the label, weighted by confidence (high 1, medium "
-                     "½, low 0; 1 when a unanimous panel, a review or criteria citing steps back it); every "
-                     "version, replicate and panel member of every run on the split", classes="hint")
-        table = FixedColumnsTable(id="suspect-table", cursor_type="row", zebra_stripes=True,
-                                  fill_column="correction", fill_min=8)
-        for label, key, width in (("#", "rank", 3), ("item", "id", 9), ("given", "label", 7), ("score", "score", 5),
-                                  ("against", "against", 7), ("high", "high", 4), ("versions", "versions", 8),
-                                  ("correction", "correction", 8)):
+        yield Static(
+            "score: the share of judgements against the label, weighted by confidence (high 1, medium "
+            "½, low 0; 1 when a unanimous panel, a review or criteria citing steps back it); every "
+            "version, replicate and panel member of every run on the split",
+            classes="hint",
+        )
+        table = FixedColumnsTable(
+            id="suspect-table", cursor_type="row", zebra_stripes=True, fill_column="correction", fill_min=8
+        )
+        for label, key, width in (
+            ("#", "rank", 3),
+            ("item", "id", 9),
+            ("given", "label", 7),
+            ("score", "score", 5),
+            ("against", "against", 7),
+            ("high", "high", 4),
+            ("versions", "versions", 8),
+            ("correction", "correction", 8),
+        ):
             table.add_column(label, key=key, width=width)
         yield table
 
     def reload(self) -> None:
         self.load_queue()
 
-    @work(thread=True, exclusive=True, group="suspects", exit_on_error=False, name="loading the label suspects")
+    @work(
+        thread=True, exclusive=True, group="suspects", exit_on_error=False, name="loading the label suspects"
+    )
     def load_queue(self) -> None:
-        self.post_message(SuspectsLoaded(load_suspects(self.japp.ledger(), self.japp.ws_root, self.japp.run_id)))
+        self.post_message(
+            SuspectsLoaded(load_suspects(self.japp.ledger(), self.japp.ws_root, self.japp.run_id))
+        )
 
     def not_ready(self) -> None:
         self.set_title("label suspects — no run yet (press r to start one)")
@@ -65,15 +90,29 @@ class SuspectsView(View):
         if q.problem:
             self.set_title(Text(f"label suspects — split {q.split}: {q.problem}", style="red"))
         else:
-            self.set_title(f"label suspects — split {q.split}: {len(q.suspects)} items, {q.corrections} corrected "
-                           "(x corrects the selected one)")
+            self.set_title(
+                f"label suspects — split {q.split}: {len(q.suspects)} items, {q.corrections} corrected "
+                "(x corrects the selected one)"
+            )
         table = self.query_one("#suspect-table", DataTable)
         table.clear()
         for rank, s in enumerate(q.suspects, start=1):
-            fixed = (Text(f"→ {s.correction.label}: {one_line(s.correction.reason, 200)}", style="green")
-                     if s.correction else Text(""))
-            table.add_row(str(rank), s.trajectory_id[:8], s.given_word, f"{s.score:.2f}", f"{s.against}/{s.judged}",
-                          str(s.high_against), f"{s.versions_against}/{s.versions}", fixed, key=s.trajectory_id)
+            fixed = (
+                Text(f"→ {s.correction.label}: {one_line(s.correction.reason, 200)}", style="green")
+                if s.correction
+                else Text("")
+            )
+            table.add_row(
+                str(rank),
+                s.trajectory_id[:8],
+                s.given_word,
+                f"{s.score:.2f}",
+                f"{s.against}/{s.judged}",
+                str(s.high_against),
+                f"{s.versions_against}/{s.versions}",
+                fixed,
+                key=s.trajectory_id,
+            )
 
     def selected(self) -> Suspect | None:
         table = self.query_one("#suspect-table", DataTable)
@@ -102,8 +141,16 @@ class SuspectsView(View):
 
         self.app.push_screen(CorrectionModal(s.trajectory_id, s.given_word, q.split), answered)
 
-    @work(thread=True, exclusive=False, group="corrections-write", exit_on_error=False, name="saving the correction")
+    @work(
+        thread=True,
+        exclusive=False,
+        group="corrections-write",
+        exit_on_error=False,
+        name="saving the correction",
+    )
     def write_correction(self, split: str, trajectory_id: str, label: str, reason: str) -> None:
-        done = save_correction(self.japp.ws_root, split, trajectory_id, label, reason, os.environ.get("USER") or None)
+        done = save_correction(
+            self.japp.ws_root, split, trajectory_id, label, reason, os.environ.get("USER") or None
+        )
         self.app.call_from_thread(self.notify, done, timeout=4)
         self.app.call_from_thread(self.reload)

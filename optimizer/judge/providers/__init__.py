@@ -26,8 +26,19 @@ from optimizer.judge.types import ConversingProvider, Provider
 from optimizer.workspace.config import JudgeSection, OptimizerSection
 
 __all__ = [
-    "BUILTIN_PRICES", "JUDGE", "OPTIMISER", "ConversingProvider", "Provider", "Role", "Usage",
-    "check_judge_key", "check_optimizer_key", "cost_usd", "make_optimizer_provider", "make_provider", "price_for",
+    "BUILTIN_PRICES",
+    "JUDGE",
+    "OPTIMISER",
+    "ConversingProvider",
+    "Provider",
+    "Role",
+    "Usage",
+    "check_judge_key",
+    "check_optimizer_key",
+    "cost_usd",
+    "make_optimizer_provider",
+    "make_provider",
+    "price_for",
 ]
 
 
@@ -92,6 +103,10 @@ def _optimizer_settings(optimizer: OptimizerSection) -> JudgeSection:
     # The providers read their connection settings from a JudgeSection; the optimiser's are the same
     # fields of [optimizer], one conversation at a time.
     return JudgeSection(
-        provider=optimizer.provider, model=optimizer.model, base_url=optimizer.base_url,
-        timeout_s=optimizer.timeout_s, max_retries=optimizer.max_retries, max_concurrency=1,
+        provider=optimizer.provider,
+        model=optimizer.model,
+        base_url=optimizer.base_url,
+        timeout_s=optimizer.timeout_s,
+        max_retries=optimizer.max_retries,
+        max_concurrency=1,
     )

@@ -249,7 +249,9 @@ def map_sdk_error(exc: Exception, sdk: ModuleType, site: CallSite) -> Exception:
         status = exc.status_code
         said = quote_server_message(getattr(exc, "message", ""), secret)
         if isinstance(exc, sdk.AuthenticationError | sdk.PermissionDeniedError):
-            return UserError(role.key_rejected.format(provider=provider, env=site.key_env, where=where, status=status))
+            return UserError(
+                role.key_rejected.format(provider=provider, env=site.key_env, where=where, status=status)
+            )
         if isinstance(exc, sdk.NotFoundError):
             return UserError(role.unknown_model.format(provider=provider, model=model, where=where))
         if isinstance(exc, sdk.RateLimitError):
@@ -297,12 +299,19 @@ class WireProvider(ABC):
 
     @abstractmethod
     def _conversation_body(
-        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling,
-        image: ImageString, cache_conversation: bool,
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        image: ImageString,
+        cache_conversation: bool,
     ) -> dict[str, Any]:
         """One conversation turn's body in this provider's wire format."""
 
-    def build_params(self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]) -> dict[str, Any]:
+    def build_params(
+        self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
+    ) -> dict[str, Any]:
         """The JSON body of one judge call, images written out as base64 (no network)."""
         return self._body(request, sampling, schema, inline_image)
 
@@ -312,17 +321,34 @@ class WireProvider(ABC):
         return encode_json_body(self._body(request, sampling, schema, blobs.placeholder), blobs.blobs)
 
     def encode_conversation(
-        self, system: str, messages: list[ConversationMessage], tools: list[ToolSpec], sampling: Sampling, *,
+        self,
+        system: str,
+        messages: list[ConversationMessage],
+        tools: list[ToolSpec],
+        sampling: Sampling,
+        *,
         cache_conversation: bool = True,
     ) -> bytes:
         """The wire bytes of one conversation turn (images spliced in as bytes)."""
         blobs = BodyBlobs()
-        body = self._conversation_body(system, messages, tools, sampling, blobs.placeholder, cache_conversation)
+        body = self._conversation_body(
+            system, messages, tools, sampling, blobs.placeholder, cache_conversation
+        )
         return encode_json_body(body, blobs.blobs)
 
     def _sdk_error(self, exc: Exception, sdk: ModuleType) -> Exception:
         """``exc`` from the ``sdk`` client as the `UserError` or `InfrastructureError` to raise."""
-        return map_sdk_error(exc, sdk, CallSite(
-            provider=self.name, model=self.model, where=self.where, key_env=self.key_env,
-            secret=self._secret, retries=self._max_retries, ever_succeeded=self._ever_succeeded, role=self.role,
-        ))
+        return map_sdk_error(
+            exc,
+            sdk,
+            CallSite(
+                provider=self.name,
+                model=self.model,
+                where=self.where,
+                key_env=self.key_env,
+                secret=self._secret,
+                retries=self._max_retries,
+                ever_succeeded=self._ever_succeeded,
+                role=self.role,
+            ),
+        )

@@ -85,8 +85,9 @@ class AnthropicProvider(WireProvider):
 
     name = "anthropic"
     # Message Batches limits: a pass larger than this is sent as several batches.
-    traits = ProviderTraits(batch=BatchLimits(max_requests=100_000, max_bytes=256 * 1024 * 1024), tool_use=True,
-                            prompt_cache=True)
+    traits = ProviderTraits(
+        batch=BatchLimits(max_requests=100_000, max_bytes=256 * 1024 * 1024), tool_use=True, prompt_cache=True
+    )
     default_base_url = DEFAULT_BASE_URL
     key_env = KEY_ENV
 
@@ -118,9 +119,17 @@ class AnthropicProvider(WireProvider):
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": sampling.max_tokens,
-            "system": [{"type": "text", "text": request.system, "cache_control": _cache_control(request.cache_ttl)}],
-            "messages": [{"role": "user", "content": _prefixed_blocks(request.parts, request.cache_prefix,
-                                                                       request.cache_ttl, image)}],
+            "system": [
+                {"type": "text", "text": request.system, "cache_control": _cache_control(request.cache_ttl)}
+            ],
+            "messages": [
+                {
+                    "role": "user",
+                    "content": _prefixed_blocks(
+                        request.parts, request.cache_prefix, request.cache_ttl, image
+                    ),
+                }
+            ],
             "output_config": {"format": {"type": "json_schema", "schema": schema}},
         }
         return _with_sampling(params, sampling)
@@ -137,13 +146,23 @@ class AnthropicProvider(WireProvider):
         wire: list[dict[str, Any]] = []
         # The system block's TTL may not be shorter than a later breakpoint's (the API rejects a 1h
         # breakpoint after a 5m one): it takes the opening message's.
-        ttl = next((m.cache_ttl for m in messages if isinstance(m, UserMessage) and m.cache_prefix is not None), None)
+        ttl = next(
+            (m.cache_ttl for m in messages if isinstance(m, UserMessage) and m.cache_prefix is not None), None
+        )
         for message in messages:
             if isinstance(message, UserMessage):
-                wire.append({"role": "user", "content": _prefixed_blocks(message.parts, message.cache_prefix,
-                                                                          message.cache_ttl, image)})
+                wire.append(
+                    {
+                        "role": "user",
+                        "content": _prefixed_blocks(
+                            message.parts, message.cache_prefix, message.cache_ttl, image
+                        ),
+                    }
+                )
             elif isinstance(message, AssistantTurn):
-                blocks: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
+                blocks: list[dict[str, Any]] = (
+                    [{"type": "text", "text": message.text}] if message.text else []
+                )
                 blocks += [
                     {"type": "tool_use", "id": c.id, "name": c.name, "input": _input_object(c.arguments)}
                     for c in message.tool_calls
@@ -152,8 +171,11 @@ class AnthropicProvider(WireProvider):
             elif isinstance(message, ToolResults):
                 results = []
                 for r in message.results:
-                    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call_id,
-                                             "content": _blocks(r.parts, image)}
+                    block: dict[str, Any] = {
+                        "type": "tool_result",
+                        "tool_use_id": r.call_id,
+                        "content": _blocks(r.parts, image),
+                    }
                     if r.is_error:
                         block["is_error"] = True
                     results.append(block)
@@ -169,8 +191,9 @@ class AnthropicProvider(WireProvider):
             "messages": wire,
         }
         if tools:
-            params["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
-                               for t in tools]
+            params["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
+            ]
         return _with_sampling(params, sampling)
 
     async def _post(self, body: bytes) -> Message:
@@ -200,7 +223,9 @@ class AnthropicProvider(WireProvider):
         """One model turn of a conversation (the agentic judge's, or the optimiser's): its text and
         tool calls, and the usage. ``tools`` may be empty. ``cache_conversation=False`` when no turn
         will follow (a one-off call would pay the cache-write price for nothing). Errors as in `complete`."""
-        body = self.encode_conversation(system, messages, tools, sampling, cache_conversation=cache_conversation)
+        body = self.encode_conversation(
+            system, messages, tools, sampling, cache_conversation=cache_conversation
+        )
         message = await self._post(body)
         self._ever_succeeded = True
         text = "".join(block.text for block in message.content if block.type == "text")
@@ -271,7 +296,9 @@ class AnthropicProvider(WireProvider):
                     said = quote_server_message(f"{error.type}: {error.message}", self._secret)
                     entries.append(BatchEntry(line.custom_id, "errored", error=said))
                 else:
-                    entries.append(BatchEntry(line.custom_id, result.type, error=f"the request was {result.type}"))
+                    entries.append(
+                        BatchEntry(line.custom_id, result.type, error=f"the request was {result.type}")
+                    )
         except (anthropic.APIError, ValueError) as exc:
             raise self._sdk_error(exc, anthropic) from None
         return entries
@@ -287,8 +314,13 @@ def _batch_state(batch: MessageBatch) -> BatchState:
         batch_id=batch.id,
         status=batch.processing_status,
         ended=batch.processing_status == "ended",
-        counts={"processing": counts.processing, "succeeded": counts.succeeded, "errored": counts.errored,
-                "expired": counts.expired, "canceled": counts.canceled},
+        counts={
+            "processing": counts.processing,
+            "succeeded": counts.succeeded,
+            "errored": counts.errored,
+            "expired": counts.expired,
+            "canceled": counts.canceled,
+        },
     )
 
 
@@ -301,7 +333,10 @@ def _blocks(parts: tuple[Part, ...], image: ImageString) -> list[dict[str, Any]]
                 content.append({"type": "text", "text": part.text})
         elif isinstance(part, ImagePart):
             content.append(
-                {"type": "image", "source": {"type": "base64", "media_type": part.media_type, "data": image("", part.data)}}
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": part.media_type, "data": image("", part.data)},
+                }
             )
     return content
 

@@ -56,8 +56,10 @@ from optimizer.workspace.config import JudgeSection
 
 # Bytes of the CLI's stderr kept in a failure's message.
 STDERR_TAIL = 300
-UNCONFINED_NOTE = ('the harness judge ran unconfined ([judge] sandbox = "none"): its CLI could read the '
-                   "workspace, its labels and this user's files")
+UNCONFINED_NOTE = (
+    'the harness judge ran unconfined ([judge] sandbox = "none"): its CLI could read the '
+    "workspace, its labels and this user's files"
+)
 
 
 class CommandProvider:
@@ -74,8 +76,9 @@ class CommandProvider:
         self.overflowed_calls = 0  # calls whose stdout went over the cap
         self.dropped_bytes = 0  # ... and the bytes of it dropped
         self.confinement = judge.sandbox
-        self.ceiling = CallCeiling(judge.price_per_call_usd, judge.max_cost_per_call_usd,
-                                   reports_cost=self.spec.reports_cost)
+        self.ceiling = CallCeiling(
+            judge.price_per_call_usd, judge.max_cost_per_call_usd, reports_cost=self.spec.reports_cost
+        )
         self.traits = ProviderTraits(
             sandbox=self.spec.identity(self.confinement),
             priced_per_call=True,
@@ -86,8 +89,10 @@ class CommandProvider:
         # Resolved now: the CLI runs with the sandbox as its cwd, where a relative program path means nothing.
         program = shutil.which(self.spec.argv[0])
         if program is None:
-            raise UserError(f"the harness command {self.spec.argv[0]!r} is not installed or not on PATH; "
-                            "install it or fix [judge] command / harness")
+            raise UserError(
+                f"the harness command {self.spec.argv[0]!r} is not installed or not on PATH; "
+                "install it or fix [judge] command / harness"
+            )
         self._program = os.path.abspath(program)
         self._home = Path(os.environ.get("HOME") or Path.home())
         self._bwrap: str | None = None
@@ -108,7 +113,9 @@ class CommandProvider:
         """Run the CLI on ``request``'s sandbox (retried on timeouts and failed runs, see the module)."""
         sandbox = request.sandbox
         if sandbox is None:
-            raise ValueError("a command judge needs a sandbox request (optimizer.judge.harness.sandbox_request)")
+            raise ValueError(
+                "a command judge needs a sandbox request (optimizer.judge.harness.sandbox_request)"
+            )
         prompt = "".join(getattr(p, "text", "") for p in request.parts)
         failure = ""
         for _attempt in range(self._judge.max_retries + 1):
@@ -140,18 +147,29 @@ class CommandProvider:
             argv[0] = self._program
             launch, env, fds = self._launch(argv, folder)
             try:
-                run = await run_bounded(launch, cwd=folder, env=env, stdin=stdin, timeout_s=self._judge.timeout_s,
-                                        pass_fds=fds, preexec_fn=die_with_parent)
+                run = await run_bounded(
+                    launch,
+                    cwd=folder,
+                    env=env,
+                    stdin=stdin,
+                    timeout_s=self._judge.timeout_s,
+                    pass_fds=fds,
+                    preexec_fn=die_with_parent,
+                )
             except FileNotFoundError:
-                raise UserError(f"the harness command {launch[0]!r} is not installed or not on PATH; "
-                                "install it or fix [judge] command / harness") from None
+                raise UserError(
+                    f"the harness command {launch[0]!r} is not installed or not on PATH; "
+                    "install it or fix [judge] command / harness"
+                ) from None
             except OSError as exc:
                 return f"could not start {launch[0]} ({exc.strerror or exc})"
             finally:
                 for fd in fds:
                     os.close(fd)
             if run.returncode is None:
-                return f"{self.spec.name} did not finish within {self._judge.timeout_s:g} s (timeout_s); killed"
+                return (
+                    f"{self.spec.name} did not finish within {self._judge.timeout_s:g} s (timeout_s); killed"
+                )
             if run.returncode != 0:
                 tail = run.stderr.decode(errors="replace").strip()[-STDERR_TAIL:]
                 return f"{self.spec.name} exited with status {run.returncode}" + (f": {tail}" if tail else "")
@@ -178,8 +196,11 @@ class CommandProvider:
 
     def _raw(self, run: RunResult, from_file: bool) -> dict[str, Any]:
         """The reply's notes: where the verdict came from, how the CLI ran, what of its output was dropped."""
-        raw: dict[str, Any] = {"verdict_source": "file" if from_file else "final message", "harness": self.spec.name,
-                               "confinement": self.confinement}
+        raw: dict[str, Any] = {
+            "verdict_source": "file" if from_file else "final message",
+            "harness": self.spec.name,
+            "confinement": self.confinement,
+        }
         if run.stdout_dropped:
             self.overflowed_calls += 1
             self.dropped_bytes += run.stdout_dropped
@@ -196,11 +217,15 @@ class CommandProvider:
         if self.confinement == "none":
             notes.append(UNCONFINED_NOTE)
         if self.overflowed_calls:
-            notes.append(f"{self.overflowed_calls} {self.spec.name} call(s) printed more than {STDOUT_KEEP} bytes: "
-                         f"{self.dropped_bytes} bytes of their output were dropped (its first and last "
-                         f"{STDOUT_KEEP // 2} bytes kept)")
+            notes.append(
+                f"{self.overflowed_calls} {self.spec.name} call(s) printed more than {STDOUT_KEEP} bytes: "
+                f"{self.dropped_bytes} bytes of their output were dropped (its first and last "
+                f"{STDOUT_KEEP // 2} bytes kept)"
+            )
         if self.unpriced_calls:
-            notes.append(f"{self.unpriced_calls} {self.spec.name} call(s) reported no cost: priced from their token "
-                         "counts where [prices] or the built-in table knows the model, else counted at $0 (cost "
-                         "unknown); set [judge] price_per_call_usd")
+            notes.append(
+                f"{self.unpriced_calls} {self.spec.name} call(s) reported no cost: priced from their token "
+                "counts where [prices] or the built-in table knows the model, else counted at $0 (cost "
+                "unknown); set [judge] price_per_call_usd"
+            )
         return tuple(notes)

@@ -113,8 +113,14 @@ async def _feed(stdin: asyncio.StreamWriter | None, data: bytes | None) -> None:
 
 
 async def run_bounded(
-    argv: Sequence[str], *, cwd: Path, env: dict[str, str], stdin: bytes | None, timeout_s: float,
-    pass_fds: Sequence[int] = (), preexec_fn: Callable[[], None] | None = None,
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    stdin: bytes | None,
+    timeout_s: float,
+    pass_fds: Sequence[int] = (),
+    preexec_fn: Callable[[], None] | None = None,
 ) -> RunResult:
     """Run ``argv`` in its own process group (see the module docstring); ``timeout_s`` in seconds.
     Raises OSError when it cannot start; cancelled, it kills the group before it re-raises."""
@@ -122,8 +128,15 @@ async def run_bounded(
     err_r, err_w = os.pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=out_w, stderr=err_w, start_new_session=True, pass_fds=tuple(pass_fds), preexec_fn=preexec_fn,
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
+            preexec_fn=preexec_fn,
         )
     except BaseException:
         for fd in (out_r, err_r):
@@ -154,8 +167,13 @@ async def run_bounded(
             await asyncio.wait_for(asyncio.gather(*(r.eof for r in readers)), timeout=DRAIN_S)
         for reader in readers:
             reader.close()
-    return RunResult(returncode=returncode, stdout=out.value(), stderr=err.value(),
-                     stdout_dropped=out.dropped, stderr_dropped=err.dropped)
+    return RunResult(
+        returncode=returncode,
+        stdout=out.value(),
+        stderr=err.value(),
+        stdout_dropped=out.dropped,
+        stderr_dropped=err.dropped,
+    )
 
 
 def die_with_parent() -> None:

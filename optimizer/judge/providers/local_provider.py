@@ -233,4 +233,6 @@ class LocalProvider:
         """The inference threads the server ran with, once it has started (they stay known after `aclose`)."""
         if self.threads is None:
             return ()
-        return (f"local judge ran with {self.threads} inference thread(s) (set [judge] local_threads to change)",)
+        return (
+            f"local judge ran with {self.threads} inference thread(s) (set [judge] local_threads to change)",
+        )

@@ -109,8 +109,9 @@ class OpenAIProvider(WireProvider):
 
     name = "openai"
     # Batch API limits (requests per batch, size of the JSONL input file): a larger pass is split.
-    traits = ProviderTraits(batch=BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024), tool_use=True,
-                            prompt_cache=True)
+    traits = ProviderTraits(
+        batch=BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024), tool_use=True, prompt_cache=True
+    )
     default_base_url = DEFAULT_BASE_URL
     key_env = KEY_ENV
 
@@ -147,15 +148,18 @@ class OpenAIProvider(WireProvider):
             for url in urls
         }
         self._client = clients[urls[0]]
-        self._pool: EndpointPool[openai.AsyncOpenAI] | None = EndpointPool(clients) if judge.base_urls else None
+        self._pool: EndpointPool[openai.AsyncOpenAI] | None = (
+            EndpointPool(clients) if judge.base_urls else None
+        )
 
     @classmethod
     def read_key(cls, judge: JudgeSection, role: Role = JUDGE) -> Secret | None:
         """The key this provider sends: required for the OpenAI API, optional for a ``base_url``
         server (None: a placeholder is sent); a missing required one is a `UserError` worded for ``role``."""
         keyless = judge.base_url is not None or judge.base_urls is not None
-        return key_from_env(KEY_ENV, required=not keyless, role=role, provider=cls.name,
-                            base_url_would_do=True)
+        return key_from_env(
+            KEY_ENV, required=not keyless, role=role, provider=cls.name, base_url_would_do=True
+        )
 
     def _body(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any], image: ImageString
@@ -201,7 +205,11 @@ class OpenAIProvider(WireProvider):
                 turn: dict[str, Any] = {"role": "assistant", "content": message.text or None}
                 if message.tool_calls:
                     turn["tool_calls"] = [
-                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments},
+                        }
                         for c in message.tool_calls
                     ]
                 wire.append(turn)
@@ -224,7 +232,10 @@ class OpenAIProvider(WireProvider):
             ).prefix_key()
         if tools:  # an empty ``tools`` array is rejected by the OpenAI API
             params["tools"] = [
-                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
                 for t in tools
             ]
         return self._with_sampling(params, sampling)
@@ -255,8 +266,10 @@ class OpenAIProvider(WireProvider):
         self._pool.revive_all()  # a later call (the evaluator's retry rounds) tries them all again
         if failure is not None and not self._ever_succeeded:
             raise self._mapped(failure) from None
-        raise InfrastructureError("every endpoint of [judge] base_urls has failed and was drained "
-                                  "after the SDK's retries; restart them and re-run")
+        raise InfrastructureError(
+            "every endpoint of [judge] base_urls has failed and was drained "
+            "after the SDK's retries; restart them and re-run"
+        )
 
     async def _post_to(self, client: openai.AsyncOpenAI, body: bytes) -> ChatCompletion:
         try:
@@ -277,26 +290,42 @@ class OpenAIProvider(WireProvider):
         if self._pool is None:
             return ()
         since, drains = self._pool.take_report()
-        return tuple(report_lines({shown_url(u): s for u, s in since.items()},
-                                  [(shown_url(u), why) for u, why in drains]))
+        return tuple(
+            report_lines(
+                {shown_url(u): s for u, s in since.items()}, [(shown_url(u), why) for u, why in drains]
+            )
+        )
 
     def take_endpoint_pass(self) -> EndpointFigures:
         """With base_urls: per endpoint, calls, prompt and cached tokens, failed calls and whether it
         was drained (1/0), since the last call of this method (`EndpointReporting`); else empty."""
         if self._pool is None:
             return {}
-        return {shown_url(u): {"calls": s.calls, "prompt_tokens": s.prompt_tokens, "cached_tokens": s.cached_tokens,
-                               "failures": s.failures, "drained": int(drained)}
-                for u, (s, drained) in self._pool.take_pass().items()}
+        return {
+            shown_url(u): {
+                "calls": s.calls,
+                "prompt_tokens": s.prompt_tokens,
+                "cached_tokens": s.cached_tokens,
+                "failures": s.failures,
+                "drained": int(drained),
+            }
+            for u, (s, drained) in self._pool.take_pass().items()
+        }
 
     def endpoint_totals(self) -> dict[str, dict[str, int]]:
         """With base_urls: per endpoint (address without credentials), calls, prompt and cached
         tokens over the provider's life, and whether it was drained (1) or not (0); else empty."""
         if self._pool is None:
             return {}
-        return {shown_url(u): {"calls": s.calls, "prompt_tokens": s.prompt_tokens,
-                               "cached_tokens": s.cached_tokens, "drained": int(self._pool.ever_drained(u))}
-                for u, s in self._pool.totals.items()}
+        return {
+            shown_url(u): {
+                "calls": s.calls,
+                "prompt_tokens": s.prompt_tokens,
+                "cached_tokens": s.cached_tokens,
+                "drained": int(self._pool.ever_drained(u)),
+            }
+            for u, s in self._pool.totals.items()
+        }
 
     async def complete(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
@@ -320,8 +349,9 @@ class OpenAIProvider(WireProvider):
     ) -> tuple[AssistantTurn, ProviderReply]:
         """One model turn of a conversation (the agentic judge's, or the optimiser's): its text and
         tool calls, and the usage. ``tools`` may be empty. Errors as in `complete`."""
-        completion = await self._post(self.encode_conversation(system, messages, tools, sampling),
-                                      _conversation_route(system, messages))
+        completion = await self._post(
+            self.encode_conversation(system, messages, tools, sampling), _conversation_route(system, messages)
+        )
         self._ever_succeeded = True
         choice = completion.choices[0] if completion.choices else None
         text = (choice.message.content or "") if choice is not None else ""
@@ -454,8 +484,9 @@ def _batch_state(batch: Batch) -> BatchState:
         batch_id=batch.id,
         status=batch.status,
         ended=batch.status in _ENDED,
-        counts={} if counts is None else {"total": counts.total, "completed": counts.completed,
-                                          "failed": counts.failed},
+        counts={}
+        if counts is None
+        else {"total": counts.total, "completed": counts.completed, "failed": counts.failed},
     )
 
 

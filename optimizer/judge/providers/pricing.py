@@ -27,29 +27,67 @@ from optimizer.workspace.config import Price
 # halves the prices.
 _A, _O = 0.5, 0.5  # batch multipliers
 BUILTIN_PRICES: dict[str, Price] = {
-    "claude-opus-5-5": Price(input=4.0, output=20.0, cache_read=0.20, cache_write=5.0, cache_write_1h=8.0, batch=_A),
-    "claude-sonnet-5-5": Price(input=2.0, output=10.0, cache_read=0.10, cache_write=2.5, cache_write_1h=4.0, batch=_A),
-    "claude-opus-5": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
-    "claude-sonnet-5": Price(input=2.0, output=10.0, cache_read=0.20, cache_write=2.5, cache_write_1h=4.0, batch=_A),
-    "claude-opus-4-8": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
-    "claude-opus-4-7": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
-    "claude-opus-4-6": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
-    "claude-opus-4-5": Price(input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A),
-    "claude-sonnet-4-6": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75, cache_write_1h=6.0, batch=_A),
-    "claude-sonnet-4-5": Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75, cache_write_1h=6.0, batch=_A),
-    "claude-haiku-4-5": Price(input=1.0, output=5.0, cache_read=0.10, cache_write=1.25, cache_write_1h=2.0, batch=_A),
+    "claude-opus-5-5": Price(
+        input=4.0, output=20.0, cache_read=0.20, cache_write=5.0, cache_write_1h=8.0, batch=_A
+    ),
+    "claude-sonnet-5-5": Price(
+        input=2.0, output=10.0, cache_read=0.10, cache_write=2.5, cache_write_1h=4.0, batch=_A
+    ),
+    "claude-opus-5": Price(
+        input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A
+    ),
+    "claude-sonnet-5": Price(
+        input=2.0, output=10.0, cache_read=0.20, cache_write=2.5, cache_write_1h=4.0, batch=_A
+    ),
+    "claude-opus-4-8": Price(
+        input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A
+    ),
+    "claude-opus-4-7": Price(
+        input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A
+    ),
+    "claude-opus-4-6": Price(
+        input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A
+    ),
+    "claude-opus-4-5": Price(
+        input=5.0, output=25.0, cache_read=0.50, cache_write=6.25, cache_write_1h=10.0, batch=_A
+    ),
+    "claude-sonnet-4-6": Price(
+        input=3.0, output=15.0, cache_read=0.30, cache_write=3.75, cache_write_1h=6.0, batch=_A
+    ),
+    "claude-sonnet-4-5": Price(
+        input=3.0, output=15.0, cache_read=0.30, cache_write=3.75, cache_write_1h=6.0, batch=_A
+    ),
+    "claude-haiku-4-5": Price(
+        input=1.0, output=5.0, cache_read=0.10, cache_write=1.25, cache_write_1h=2.0, batch=_A
+    ),
     # GPT-5.6 (Sol, Terra, Luna): cached input 0.1x, cache writes 1.25x input. From third-party
     # copies of OpenAI's list (laxima.tech; coder/mux#3705 for the 1.25x writes), not verified
     # against OpenAI's page here; one other copy gives Sol $4/$20. Override with [prices."gpt-5.6-sol"].
-    "gpt-5.6-sol": Price(input=5.0, output=30.0, cache_read=0.50, cache_write=6.25, cache_write_1h=6.25, batch=_O),
-    "gpt-5.6-terra": Price(input=2.5, output=15.0, cache_read=0.25, cache_write=3.125, cache_write_1h=3.125, batch=_O),
-    "gpt-5.6-luna": Price(input=1.0, output=6.0, cache_read=0.10, cache_write=1.25, cache_write_1h=1.25, batch=_O),
-    "gpt-5": Price(input=1.25, output=10.0, cache_read=0.125, cache_write=1.25, cache_write_1h=1.25, batch=_O),
-    "gpt-5-mini": Price(input=0.25, output=2.0, cache_read=0.025, cache_write=0.25, cache_write_1h=0.25, batch=_O),
+    "gpt-5.6-sol": Price(
+        input=5.0, output=30.0, cache_read=0.50, cache_write=6.25, cache_write_1h=6.25, batch=_O
+    ),
+    "gpt-5.6-terra": Price(
+        input=2.5, output=15.0, cache_read=0.25, cache_write=3.125, cache_write_1h=3.125, batch=_O
+    ),
+    "gpt-5.6-luna": Price(
+        input=1.0, output=6.0, cache_read=0.10, cache_write=1.25, cache_write_1h=1.25, batch=_O
+    ),
+    "gpt-5": Price(
+        input=1.25, output=10.0, cache_read=0.125, cache_write=1.25, cache_write_1h=1.25, batch=_O
+    ),
+    "gpt-5-mini": Price(
+        input=0.25, output=2.0, cache_read=0.025, cache_write=0.25, cache_write_1h=0.25, batch=_O
+    ),
     "gpt-4.1": Price(input=2.0, output=8.0, cache_read=0.50, cache_write=2.0, cache_write_1h=2.0, batch=_O),
-    "gpt-4.1-mini": Price(input=0.40, output=1.60, cache_read=0.10, cache_write=0.40, cache_write_1h=0.40, batch=_O),
-    "gpt-4o": Price(input=2.50, output=10.0, cache_read=1.25, cache_write=2.50, cache_write_1h=2.50, batch=_O),
-    "gpt-4o-mini": Price(input=0.15, output=0.60, cache_read=0.075, cache_write=0.15, cache_write_1h=0.15, batch=_O),
+    "gpt-4.1-mini": Price(
+        input=0.40, output=1.60, cache_read=0.10, cache_write=0.40, cache_write_1h=0.40, batch=_O
+    ),
+    "gpt-4o": Price(
+        input=2.50, output=10.0, cache_read=1.25, cache_write=2.50, cache_write_1h=2.50, batch=_O
+    ),
+    "gpt-4o-mini": Price(
+        input=0.15, output=0.60, cache_read=0.075, cache_write=0.15, cache_write_1h=0.15, batch=_O
+    ),
     # The offline demonstration judge runs on this machine.
     "smollm2-135m": Price(input=0.0, output=0.0, cache_read=0.0, cache_write=0.0, cache_write_1h=0.0),
 }
@@ -127,7 +165,9 @@ class Usage:
     cache_write_1h_tokens: int = 0
 
     @classmethod
-    def of(cls, reply: ProviderReply, overrides: Mapping[str, Price] | None = None, *, batch: bool = False) -> Usage:
+    def of(
+        cls, reply: ProviderReply, overrides: Mapping[str, Price] | None = None, *, batch: bool = False
+    ) -> Usage:
         """One call: the reply's tokens, priced by `cost_usd` for the model that answered (``batch``:
         at the batch price), or the cost the provider reported itself (``reply.cost_usd``, a harness CLI)."""
         reported = reply.cost_usd
@@ -137,7 +177,9 @@ class Usage:
             output_tokens=reply.output_tokens,
             cache_read_tokens=reply.cache_read_tokens,
             cache_write_tokens=reply.cache_write_tokens,
-            cost_usd=reported if reported is not None else cost_usd(reply.model, reply, overrides, batch=batch),
+            cost_usd=reported
+            if reported is not None
+            else cost_usd(reply.model, reply, overrides, batch=batch),
             cache_write_1h_tokens=reply.cache_write_1h_tokens,
         )
 
@@ -158,5 +200,8 @@ def warm_cost_usd(usage: Usage, price: Price) -> float:
     steady state of a loop, where a trajectory is written to the prompt cache once and read by every
     later candidate (so a baseline that paid the writes compares fairly with candidates that read them)."""
     cached = usage.cache_read_tokens + usage.cache_write_tokens
-    return (usage.input_tokens * price.input + usage.output_tokens * price.output
-            + cached * price.cache_read_price) / 1_000_000
+    return (
+        usage.input_tokens * price.input
+        + usage.output_tokens * price.output
+        + cached * price.cache_read_price
+    ) / 1_000_000

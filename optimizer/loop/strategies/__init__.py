@@ -37,7 +37,9 @@ class Disagreement:
     reasoning: str
     confidence: str | None
     unstable: bool  # replicates of the incumbent disagreed with each other
-    judge_tools: tuple[JudgeToolCall, ...] = ()  # an agentic judge's tool calls (str(): "view_screenshots(3, 7)")
+    judge_tools: tuple[
+        JudgeToolCall, ...
+    ] = ()  # an agentic judge's tool calls (str(): "view_screenshots(3, 7)")
 
     @property
     def direction(self) -> Direction:
@@ -119,8 +121,15 @@ class ProposalError(Exception):
     what was spent before the failure, so budgets stay honest.
     """
 
-    def __init__(self, reason: str, *, calls: int = 0, input_tokens: int = 0, output_tokens: int = 0,
-                 cost_usd: float = 0.0) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        calls: int = 0,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd: float = 0.0,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.calls = calls

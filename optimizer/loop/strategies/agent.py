@@ -80,8 +80,12 @@ def _opening(ctx: ProposalContext) -> str:
         f"rejected successes (too strict). {len(ctx.history)} past experiments in this run.\n"
         + (AGENTIC_JUDGE_NOTE if ctx.judge_mode == "agentic" else "")
         + (MEMORY_NOTE if any(f in MEMORY_FILES for f in ctx.allowed_files) else "")
-        + (f"You may also move these judge.toml keys with set_structure (read_structure lists them): "
-           f"{', '.join(ctx.structure_moves)}.\n" if ctx.structure_moves else "")
+        + (
+            f"You may also move these judge.toml keys with set_structure (read_structure lists them): "
+            f"{', '.join(ctx.structure_moves)}.\n"
+            if ctx.structure_moves
+            else ""
+        )
         + "Investigate with the tools, edit the files, then call submit."
     )
 
@@ -129,8 +133,9 @@ class AgentStrategy:
             raise model.error(f"the agent did not submit within {self.cfg.max_agent_turns} turns")
         return model.proposal(state.changed_files(), state.submitted, tool_errors=state.errors)
 
-    async def _until_submit(self, model: OptimiserModel, system: str, messages: list[ConversationMessage],
-                            state: ToolState) -> list[ToolResult]:
+    async def _until_submit(
+        self, model: OptimiserModel, system: str, messages: list[ConversationMessage], state: ToolState
+    ) -> list[ToolResult]:
         """Turns until ``submit`` (or ``max_agent_turns``); the submitting turn's tool results are returned,
         not appended (a conversation that goes on must answer them)."""
         tools = tool_specs(state.ctx.allowed_files, structure=bool(state.ctx.structure_moves))
@@ -155,8 +160,11 @@ class AgentStrategy:
             if state.submitted is not None:
                 # Every call of the turn is answered (the ones after submit were not run).
                 done = {r.call_id for r in results}
-                return results + [ToolResult(call_id=c.id, parts=(TextPart("not run: submitted before it"),),
-                                             is_error=True) for c in turn.tool_calls if c.id not in done]
+                return results + [
+                    ToolResult(call_id=c.id, parts=(TextPart("not run: submitted before it"),), is_error=True)
+                    for c in turn.tool_calls
+                    if c.id not in done
+                ]
             messages.append(ToolResults(tuple(results)))
         return []
 
@@ -165,9 +173,17 @@ class AgentStrategy:
         incumbent's and the agent is asked for a different edit; each candidate carries its own turns'
         spend. A candidate not submitted within ``max_agent_turns`` turns is its `ProposalError`."""
         system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
-        messages: list[ConversationMessage] = [UserMessage((TextPart(
-            _opening(ctx) + f"\nThis round judges a wave of {k} candidates together against the same incumbent; "
-            f"you will be asked for each in this conversation. Candidate 1 of {k}."),))]
+        messages: list[ConversationMessage] = [
+            UserMessage(
+                (
+                    TextPart(
+                        _opening(ctx)
+                        + f"\nThis round judges a wave of {k} candidates together against the same incumbent; "
+                        f"you will be asked for each in this conversation. Candidate 1 of {k}."
+                    ),
+                )
+            )
+        ]
         out: list[Proposal | ProposalError] = []
         async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
             for i in range(1, k + 1):
@@ -179,24 +195,43 @@ class AgentStrategy:
                     out += [exc] + [ProposalError(f"not proposed: {exc.reason}") for _ in range(k - i)]
                     break
                 now = model.usage
-                spent = {"calls": now.calls - before.calls, "input_tokens": now.input_tokens - before.input_tokens,
-                         "output_tokens": now.output_tokens - before.output_tokens}
+                spent = {
+                    "calls": now.calls - before.calls,
+                    "input_tokens": now.input_tokens - before.input_tokens,
+                    "output_tokens": now.output_tokens - before.output_tokens,
+                }
                 cost = now.cost_usd - before.cost_usd
                 if state.submitted is None:
-                    out += [ProposalError(f"the agent did not submit candidate {i} within {self.cfg.max_agent_turns} "
-                                          "turns", calls=spent["calls"], input_tokens=spent["input_tokens"],
-                                          output_tokens=spent["output_tokens"], cost_usd=cost)]
+                    out += [
+                        ProposalError(
+                            f"the agent did not submit candidate {i} within {self.cfg.max_agent_turns} turns",
+                            calls=spent["calls"],
+                            input_tokens=spent["input_tokens"],
+                            output_tokens=spent["output_tokens"],
+                            cost_usd=cost,
+                        )
+                    ]
                     out += [ProposalError("not proposed: the agent stopped submitting") for _ in range(k - i)]
                     break
-                out.append(Proposal(files=state.changed_files(), rationale=state.submitted, calls=spent["calls"],
-                                    input_tokens=spent["input_tokens"], output_tokens=spent["output_tokens"],
-                                    cost_usd=cost, tool_errors=state.errors))
+                out.append(
+                    Proposal(
+                        files=state.changed_files(),
+                        rationale=state.submitted,
+                        calls=spent["calls"],
+                        input_tokens=spent["input_tokens"],
+                        output_tokens=spent["output_tokens"],
+                        cost_usd=cost,
+                        tool_errors=state.errors,
+                    )
+                )
                 if i < k:
                     messages.append(ToolResults(tuple(results)))
                     messages.append(UserMessage((TextPart(WAVE_NEXT.format(i=i + 1, k=k)),)))
         return out
 
 
-WAVE_NEXT = ("Candidate {i} of {k}: the files are back to the incumbent's. Propose a different edit from every one "
-             "you submitted above (another section, or another rule for the same disagreements); it is judged "
-             "beside them. Edit the files, then call submit.")
+WAVE_NEXT = (
+    "Candidate {i} of {k}: the files are back to the incumbent's. Propose a different edit from every one "
+    "you submitted above (another section, or another rule for the same disagreements); it is judged "
+    "beside them. Edit the files, then call submit."
+)

@@ -43,7 +43,9 @@ def dominant_direction(disagreements: Sequence[Disagreement]) -> Direction | Non
     return "missed_failure" if missed > rejected else "rejected_success"
 
 
-def balanced_sample(disagreements: Sequence[Disagreement], cap: int, rng: random.Random) -> list[Disagreement]:
+def balanced_sample(
+    disagreements: Sequence[Disagreement], cap: int, rng: random.Random
+) -> list[Disagreement]:
     """Up to ``cap`` disagreements, half from each direction when both have enough (the other fills).
 
     Within a direction stable items come before unstable ones (an unstable item may be noise) and
@@ -114,7 +116,9 @@ def format_disagreement(d: Disagreement) -> str:
     return "\n".join(lines)
 
 
-def format_history(history: Sequence[PastExperiment], *, limit: int = 20, diff_chars: int = DIFF_CHARS) -> str:
+def format_history(
+    history: Sequence[PastExperiment], *, limit: int = 20, diff_chars: int = DIFF_CHARS
+) -> str:
     """The most recent ``limit`` experiments with decisions, metrics, rationale and clipped diffs."""
     if not history:
         return "No experiments yet."

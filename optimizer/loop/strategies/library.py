@@ -58,19 +58,41 @@ META_KEY = "library_enabled"
 # Phrases that make the judge pass more trajectories / fail more of them. Lenient phrases are
 # removed from the text before the strict ones are counted ("do not fail" is not a "fail").
 _LENIENT = (
-    r"\bdo not fail\b", r"\bnot a (?:bad )?side effect\b", r"\bis not a failure\b", r"\bdoes not count as a failure\b",
-    r"\bbenefit of the doubt\b", r"\bstill (?:a )?success\b", r"\bcounts as (?:a )?success\b", r"\btolerat\w*",
-    r"\bdo not penali[sz]e\b", r"\bacceptable\b", r"\bharmless\b", r"\banswer true\b",
+    r"\bdo not fail\b",
+    r"\bnot a (?:bad )?side effect\b",
+    r"\bis not a failure\b",
+    r"\bdoes not count as a failure\b",
+    r"\bbenefit of the doubt\b",
+    r"\bstill (?:a )?success\b",
+    r"\bcounts as (?:a )?success\b",
+    r"\btolerat\w*",
+    r"\bdo not penali[sz]e\b",
+    r"\bacceptable\b",
+    r"\bharmless\b",
+    r"\banswer true\b",
 )
 _STRICT = (
-    r"\bfalse\b", r"\bfailure\b", r"\bfails?\b", r"\bwrong\b", r"\brequire\w*", r"\bmust\b",
-    r"\bdoes not count\b", r"\bcheck that\b", r"\bas claims\b", r"\bonly what\b",
+    r"\bfalse\b",
+    r"\bfailure\b",
+    r"\bfails?\b",
+    r"\bwrong\b",
+    r"\brequire\w*",
+    r"\bmust\b",
+    r"\bdoes not count\b",
+    r"\bcheck that\b",
+    r"\bas claims\b",
+    r"\bonly what\b",
 )
 _TYPE_WORDS: dict[str, tuple[str, ...]] = {
     "Critical Mistake": ("critical mistake", "wrong parameter", "never confirmed", "incomplete"),
     "Bad Side Effect": ("bad side effect", "side effect", "unrequested", "not ask for", "did not ask"),
-    "Misunderstanding of the Instruction": ("misunderstanding", "different goal", "differs from the given",
-                                            "perfect execution of", "neighbour"),
+    "Misunderstanding of the Instruction": (
+        "misunderstanding",
+        "different goal",
+        "differs from the given",
+        "perfect execution of",
+        "neighbour",
+    ),
 }
 
 
@@ -132,7 +154,9 @@ def _flip(lean: Lean) -> Lean:
 
 
 def _missed_type(disagreements: Sequence[Disagreement]) -> str | None:
-    counts = Counter(d.mistake_type for d in disagreements if d.direction == "missed_failure" and d.mistake_type)
+    counts = Counter(
+        d.mistake_type for d in disagreements if d.direction == "missed_failure" and d.mistake_type
+    )
     if not counts:
         return None
     return max(sorted(counts), key=lambda t: counts[t])
@@ -168,12 +192,19 @@ class LibraryStrategy:
         everything = _read_library(ctx)
         # Structural entries take part only when [optimizer] structure_moves allows every key they set.
         judge_toml = ctx.current_files.get(JUDGE_TOML)
-        structural = [e for e in everything if e.structure is not None and judge_toml is not None
-                      and set(e.structure) <= set(ctx.structure_moves)]
+        structural = [
+            e
+            for e in everything
+            if e.structure is not None
+            and judge_toml is not None
+            and set(e.structure) <= set(ctx.structure_moves)
+        ]
         rules = [e for e in everything if e.structure is None]
         library = [*rules, *structural]
         if not library:
-            raise ProposalError(f"{LIBRARY_MD} has no entries to toggle; add entries or choose another strategy")
+            raise ProposalError(
+                f"{LIBRARY_MD} has no entries to toggle; add entries or choose another strategy"
+            )
         known = {e.id for e in rules}
         enabled = enabled_entries(rubric)
         unknown = [e for e in enabled if e not in known]
@@ -182,12 +213,17 @@ class LibraryStrategy:
                 f"{RUBRIC_MD} enables library ids missing from {LIBRARY_MD} ({', '.join(unknown)}); "
                 "restore those entries or remove their lines from the rubric's library region"
             )
-        current = frozenset(enabled) | {e.id for e in structural
-                                         if judge_toml is not None and _structure_enabled(judge_toml, e)}
+        current = frozenset(enabled) | {
+            e.id for e in structural if judge_toml is not None and _structure_enabled(judge_toml, e)
+        }
         avoid = tried_sets(ctx.history) | tried_sets(ctx.earlier) | {current}
         classified = {e.id: classify(e) for e in library}
         direction = dominant_direction(ctx.disagreements)
-        leans: dict[str | None, Lean] = {"missed_failure": "stricter", "rejected_success": "lenient", None: "neutral"}
+        leans: dict[str | None, Lean] = {
+            "missed_failure": "stricter",
+            "rejected_success": "lenient",
+            None: "neutral",
+        }
         wanted = leans[direction]
         target_type = _missed_type(ctx.disagreements) if wanted == "stricter" else None
         rng = rng_for(ctx.rng_seed, ctx.experiment_seq)
@@ -224,7 +260,9 @@ class LibraryStrategy:
                     chosen = pair
                     break
         if chosen is None:
-            raise ProposalError("every one- and two-entry toggle of the library has been tried from these prompts (this run and earlier runs on this split)")
+            raise ProposalError(
+                "every one- and two-entry toggle of the library has been tried from these prompts (this run and earlier runs on this split)"
+            )
 
         new_set = _apply(current, chosen)
         files: dict[str, str] = {}
@@ -264,7 +302,9 @@ def _read_library(ctx: ProposalContext) -> list[LibraryEntry]:
     if text is None:
         path = ctx.workspace_root / LIBRARY_MD
         if not path.is_file():
-            raise UserError(f"{path} is missing; the library strategy needs it (restore it from a fresh `judgeloop init`)")
+            raise UserError(
+                f"{path} is missing; the library strategy needs it (restore it from a fresh `judgeloop init`)"
+            )
         text = path.read_text(encoding="utf-8")
     return parse_library(text, LIBRARY_MD)
 
@@ -279,8 +319,11 @@ def _rationale(
     parts = []
     for m in moves:
         verb = "Enabled" if m.enable else "Disabled"
-        effect = {"stricter": "makes the judge stricter", "lenient": "makes the judge more lenient",
-                  "neutral": "does not change how strict the judge is"}[m.effect]
+        effect = {
+            "stricter": "makes the judge stricter",
+            "lenient": "makes the judge more lenient",
+            "neutral": "does not change how strict the judge is",
+        }[m.effect]
         parts.append(f"{verb} library entry {m.entry_id} (this {effect})")
     why = (
         f"the incumbent's {len(disagreements)} dev disagreements are {counts['missed_failure']} missed failures "

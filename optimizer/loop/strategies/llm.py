@@ -39,7 +39,11 @@ class OptimiserModel:
     """
 
     def __init__(
-        self, cfg: OptimizerSection, prices: Mapping[str, Price], *, max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+        self,
+        cfg: OptimizerSection,
+        prices: Mapping[str, Price],
+        *,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
     ) -> None:
         self.provider = make_optimizer_provider(cfg)
         self.prices = prices
@@ -55,7 +59,12 @@ class OptimiserModel:
         await self.provider.aclose()
 
     async def turn(
-        self, system: str, messages: Sequence[ConversationMessage], tools: Sequence[ToolSpec] = (), *, last: bool = False
+        self,
+        system: str,
+        messages: Sequence[ConversationMessage],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        last: bool = False,
     ) -> AssistantTurn:
         """One model call; its usage is added to ``self.usage``. ``last``: no turn will follow (the
         conversation is not marked for the prompt cache). Transport failure → `ProposalError`."""
@@ -70,11 +79,22 @@ class OptimiserModel:
 
     def error(self, reason: str) -> ProposalError:
         """A `ProposalError` carrying what this proposal spent so far."""
-        return ProposalError(reason, calls=self.usage.calls, input_tokens=self.usage.input_tokens,
-                             output_tokens=self.usage.output_tokens, cost_usd=self.usage.cost_usd)
+        return ProposalError(
+            reason,
+            calls=self.usage.calls,
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+            cost_usd=self.usage.cost_usd,
+        )
 
     def proposal(self, files: dict[str, str], rationale: str, *, tool_errors: int = 0) -> Proposal:
         """The `Proposal`, with what this proposal spent."""
-        return Proposal(files=files, rationale=rationale, calls=self.usage.calls,
-                        input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens,
-                        cost_usd=self.usage.cost_usd, tool_errors=tool_errors)
+        return Proposal(
+            files=files,
+            rationale=rationale,
+            calls=self.usage.calls,
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+            cost_usd=self.usage.cost_usd,
+            tool_errors=tool_errors,
+        )

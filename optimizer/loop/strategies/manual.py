@@ -30,8 +30,14 @@ from optimizer.workspace.paths import prompt_file_or_none, read_prompt_file, wri
 MESSAGE_FILE = "_message.json"
 
 
-def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], message: str | None,
-                  *, structure: tuple[Sequence[str], int] = ((), 1)) -> Path:
+def capture_edits(
+    root: Path,
+    experiments_dir: Path,
+    allowed_files: list[str],
+    message: str | None,
+    *,
+    structure: tuple[Sequence[str], int] = ((), 1),
+) -> Path:
     """Save the working tree's edits of ``allowed_files`` and reset those files to HEAD; return the folder.
 
     Refuses (one line each, the edit left in place) a tree with no edit of an allowed file, with changes
@@ -42,31 +48,40 @@ def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], m
     dirty = gitops.dirty_paths(root)
     outside = [p for p in dirty if p not in allowed_files]
     if JUDGE_TOML in outside and not structure[0]:
-        raise UserError(f"{JUDGE_TOML} is edited but [optimizer] structure_moves is empty (structure moves are "
-                        "off); undo that edit, or list the judge.toml keys you move in structure_moves")
+        raise UserError(
+            f"{JUDGE_TOML} is edited but [optimizer] structure_moves is empty (structure moves are "
+            "off); undo that edit, or list the judge.toml keys you move in structure_moves"
+        )
     if outside:
-        raise UserError(f"the working tree has changes outside the loop's files ({', '.join(outside[:5])}); "
-                        "commit or discard them — --strategy manual takes edits of "
-                        f"{', '.join(allowed_files)} only")
+        raise UserError(
+            f"the working tree has changes outside the loop's files ({', '.join(outside[:5])}); "
+            "commit or discard them — --strategy manual takes edits of "
+            f"{', '.join(allowed_files)} only"
+        )
     edited = [p for p in allowed_files if p in dirty]
     if not edited:
-        raise UserError(f"no edit to judge: change {' or '.join(allowed_files)} in the working tree first "
-                        "(--strategy manual evaluates your edit as one candidate)")
+        raise UserError(
+            f"no edit to judge: change {' or '.join(allowed_files)} in the working tree first "
+            "(--strategy manual evaluates your edit as one candidate)"
+        )
     missing = [p for p in edited if not (root / p).is_file()]
     if missing:
         raise UserError(f"{missing[0]} was deleted; the loop edits allowed files, it never deletes them")
     texts = {path: read_prompt_file(root, path) or "" for path in edited}  # never through a link
     if JUDGE_TOML in texts:
-        refused = check_structure(JUDGE_TOML, gitops.read_file_at(root, "HEAD", JUDGE_TOML), texts[JUDGE_TOML],
-                                  *structure)
+        refused = check_structure(
+            JUDGE_TOML, gitops.read_file_at(root, "HEAD", JUDGE_TOML), texts[JUDGE_TOML], *structure
+        )
         if refused is not None:
             raise UserError(f"{refused}; a run never judges such an edit, so none was started")
     for path in edited:
         protected = check_protected(path, gitops.read_file_at(root, "HEAD", path) or "", texts[path])
         if not protected.ok:
-            raise UserError(f"{protected.reason}; a run never judges such an edit, so none was started: undo that "
-                            f"part (`git diff {path}` shows it) and run again, or commit a change to protected text "
-                            "with git yourself first")
+            raise UserError(
+                f"{protected.reason}; a run never judges such an edit, so none was started: undo that "
+                f"part (`git diff {path}` shows it) and run again, or commit a change to protected text "
+                "with git yourself first"
+            )
     folder = experiments_dir / "manual" / time.strftime("%Y%m%d-%H%M%S")
     n = 1
     while folder.exists():
@@ -76,7 +91,9 @@ def capture_edits(root: Path, experiments_dir: Path, allowed_files: list[str], m
         target = folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(texts[path], encoding="utf-8")
-    (folder / MESSAGE_FILE).write_text(json.dumps({"files": edited, "message": message or ""}), encoding="utf-8")
+    (folder / MESSAGE_FILE).write_text(
+        json.dumps({"files": edited, "message": message or ""}), encoding="utf-8"
+    )
     gitops.restore_paths(root, edited)
     return folder
 

@@ -71,26 +71,27 @@ _NOTE_CHARS = 400
 # What to check for each labelled mistake type, in general words (the label's type, never its item).
 CHECKS: dict[str, str] = {
     "Critical Mistake": "check that every requirement of the instruction (each value, target and step) was met "
-                        "exactly; a close but wrong value is a failure",
+    "exactly; a close but wrong value is a failure",
     "Bad Side Effect": "check for changes the instruction did not ask for; an unrequested change is a failure even "
-                       "when the request itself was done",
+    "when the request itself was done",
     "Misunderstanding of the Instruction": "check that the goal pursued is this instruction's and not a "
-                                           "neighbouring one; a clean execution of another request is a failure",
+    "neighbouring one; a clean execution of another request is a failure",
 }
 UNTYPED_CHECK = "check the trajectory against the exact request, requirement by requirement"
-SUCCESS_CHECK = ("every requirement was met; do not fail it for detours, retries or steps the instruction does not "
-                 "forbid")
+SUCCESS_CHECK = (
+    "every requirement was met; do not fail it for detours, retries or steps the instruction does not forbid"
+)
 
 # The principles the strategy may add: fixed general rules, one per pattern of disagreements.
 PRINCIPLES: dict[str, str] = {
     "Critical Mistake": "- Verify each requirement of the instruction separately; a near-miss value or target is "
-                        "a failure (Critical Mistake).",
+    "a failure (Critical Mistake).",
     "Bad Side Effect": "- Look for changes nobody asked for: an unrequested change makes the task a failure (Bad "
-                       "Side Effect), even when the request was done.",
+    "Side Effect), even when the request was done.",
     "Misunderstanding of the Instruction": "- Compare the goal the agent pursued with the instruction's own; a "
-                                           "clean execution of a close but different request is a failure.",
+    "clean execution of a close but different request is a failure.",
     "rejected_success": "- Judge the outcome against the requirements: detours, retries and extra navigation are "
-                        "not failures when every requirement is met.",
+    "not failures when every requirement is met.",
 }
 
 
@@ -139,7 +140,9 @@ class _Group:
                 kind = f" ({d.mistake_type})" if d.mistake_type else ""
                 lines.append(f"- {seen} was a failure{kind}: {check}.")
         for r in self.reviews:
-            what = "found the judge's verdict wrong" if r.kind == "judge_wrong" else "found the rubric ambiguous"
+            what = (
+                "found the judge's verdict wrong" if r.kind == "judge_wrong" else "found the rubric ambiguous"
+            )
             lines.append(f"- A reviewer {what}: {_clip(r.note, _NOTE_CHARS) or '(no note)'}")
         text = "\n".join(lines)
         return text if len(text) <= MAX_CASE_TEXT_CHARS else text[: MAX_CASE_TEXT_CHARS - 3] + "..."
@@ -149,7 +152,9 @@ class _Group:
         return Case(case_id_for(items, taken), self.case_text(), tuple(items))
 
 
-def _groups(reviews: Sequence[ReviewNote], disagreements: Sequence[Disagreement], covered: set[str]) -> list[_Group]:
+def _groups(
+    reviews: Sequence[ReviewNote], disagreements: Sequence[Disagreement], covered: set[str]
+) -> list[_Group]:
     """Item groups (by instruction) of the reviews and disagreements given, leaving out covered items."""
     groups: dict[str, _Group] = {}
     for r in reviews:
@@ -176,9 +181,11 @@ def _add(memory: Memory, groups: Sequence[_Group], why: str) -> Move:
         added.append(case)
     ids = [c.id for c in added]
     items = sum(len(c.source_items) for c in added)
-    rationale = (f"Added {len(added)} case{'s' if len(added) != 1 else ''} to {CASES_JSONL} ({', '.join(ids)}) "
-                 f"distilled from {why} on {items} dev item{'s' if items != 1 else ''}; a case is never shown for "
-                 "its own items' fold, so any gain is on other items of the same kind.")
+    rationale = (
+        f"Added {len(added)} case{'s' if len(added) != 1 else ''} to {CASES_JSONL} ({', '.join(ids)}) "
+        f"distilled from {why} on {items} dev item{'s' if items != 1 else ''}; a case is never shown for "
+        "its own items' fold, so any gain is on other items of the same kind."
+    )
     return Move("add:" + ",".join(sorted(ids)), replace(memory, cases=tuple(cases)), None, rationale)
 
 
@@ -199,8 +206,10 @@ class MemoryStrategy:
         """The same as `propose`, without an event loop."""
         _check_allowed(ctx.allowed_files)
         if ctx.judge_memory == "off":
-            raise UserError('the memory strategy writes prompts/memory/, which the judge reads only with memory = '
-                            '"retrieve" in prompts/judge.toml; set it there and commit, or choose another strategy')
+            raise UserError(
+                "the memory strategy writes prompts/memory/, which the judge reads only with memory = "
+                '"retrieve" in prompts/judge.toml; set it there and commit, or choose another strategy'
+            )
         try:
             memory = read_memory(ctx.current_files)
         except MemoryEditError as exc:
@@ -239,23 +248,37 @@ class MemoryStrategy:
             doubtful = sorted(set(case.source_items) & suspect)
             gone = sorted(s for s in case.source_items if s not in dev_ids)
             if doubtful or gone:
-                why = ("a reviewer doubts the label of its source item" if doubtful
-                       else "its source items are no longer in the dev split")
-                moves.append(Move(f"retire:{case.id}", replace(memory, cases=tuple(c for c in memory.cases
-                                                                                   if c.id != case.id)),
-                                  None, f"Retired case {case.id} of {CASES_JSONL}: {why}."))
+                why = (
+                    "a reviewer doubts the label of its source item"
+                    if doubtful
+                    else "its source items are no longer in the dev split"
+                )
+                moves.append(
+                    Move(
+                        f"retire:{case.id}",
+                        replace(memory, cases=tuple(c for c in memory.cases if c.id != case.id)),
+                        None,
+                        f"Retired case {case.id} of {CASES_JSONL}: {why}.",
+                    )
+                )
         covered = memory.source_items()
         reviewed = [r for r in ctx.reviews if r.kind in CASE_REVIEW_KINDS and r.trajectory_id not in suspect]
         by_item = {d.trajectory_id: d for d in ctx.disagreements}
-        review_groups = _groups(reviewed, [by_item[r.trajectory_id] for r in reviewed if r.trajectory_id in by_item],
-                                covered)
+        review_groups = _groups(
+            reviewed, [by_item[r.trajectory_id] for r in reviewed if r.trajectory_id in by_item], covered
+        )
         if review_groups:
             moves.append(_add(memory, review_groups, "human reviews"))
             if len(review_groups) > 1:
                 moves.extend(_add(memory, [g], "a human review") for g in review_groups)
         for case in memory.cases:
-            fresh = [r for r in reviewed if r.trajectory_id in case.source_items and r.note.strip()
-                     and _clip(r.note, _NOTE_CHARS) not in case.text]
+            fresh = [
+                r
+                for r in reviewed
+                if r.trajectory_id in case.source_items
+                and r.note.strip()
+                and _clip(r.note, _NOTE_CHARS) not in case.text
+            ]
             if not fresh:
                 continue
             extra = "\n".join(f"- A reviewer noted: {_clip(r.note, _NOTE_CHARS)}" for r in fresh)
@@ -264,27 +287,40 @@ class MemoryStrategy:
                 continue
             digest = hashlib.sha256(text.encode()).hexdigest()[:8]
             edited = replace(case, text=text)
-            moves.append(Move(f"edit:{case.id}:{digest}",
-                              replace(memory, cases=tuple(edited if c.id == case.id else c for c in memory.cases)),
-                              None, f"Edited case {case.id} of {CASES_JSONL}: added {len(fresh)} newer review "
-                              "note(s) of its source items."))
+            moves.append(
+                Move(
+                    f"edit:{case.id}:{digest}",
+                    replace(memory, cases=tuple(edited if c.id == case.id else c for c in memory.cases)),
+                    None,
+                    f"Edited case {case.id} of {CASES_JSONL}: added {len(fresh)} newer review "
+                    "note(s) of its source items.",
+                )
+            )
         stable = [d for d in ctx.disagreements if not d.unstable and d.trajectory_id not in suspect]
         groups = _groups([], stable, covered | {r.trajectory_id for r in reviewed})
         # One order per run (not per experiment), so the batches stay the same until one is kept.
         rng = rng_for(ctx.rng_seed, 0)
         rng.shuffle(groups)
         for start in range(0, len(groups), DISAGREEMENT_BATCH):
-            moves.append(_add(memory, groups[start:start + DISAGREEMENT_BATCH], "the incumbent's stable disagreements"))
+            moves.append(
+                _add(
+                    memory, groups[start : start + DISAGREEMENT_BATCH], "the incumbent's stable disagreements"
+                )
+            )
         moves.extend(self._principle_moves(ctx, memory, stable))
         return moves
 
-    def _principle_moves(self, ctx: ProposalContext, memory: Memory, stable: Sequence[Disagreement]) -> list[Move]:
+    def _principle_moves(
+        self, ctx: ProposalContext, memory: Memory, stable: Sequence[Disagreement]
+    ) -> list[Move]:
         if PRINCIPLES_MD not in ctx.allowed_files:
             return []
         text = ctx.current_files.get(PRINCIPLES_MD, "")
         out: list[Move] = []
-        patterns = [(t, sum(1 for d in stable if d.direction == "missed_failure" and d.mistake_type == t))
-                    for t in CHECKS]
+        patterns = [
+            (t, sum(1 for d in stable if d.direction == "missed_failure" and d.mistake_type == t))
+            for t in CHECKS
+        ]
         patterns.append(("rejected_success", sum(1 for d in stable if d.direction == "rejected_success")))
         for pattern, count in sorted(patterns, key=lambda p: -p[1]):
             rule = PRINCIPLES[pattern]
@@ -294,10 +330,19 @@ class MemoryStrategy:
                 new = principles_text((text.rstrip("\n") + "\n" if text.strip() else "") + rule)
             except MemoryEditError:
                 continue
-            what = ("rejected successes" if pattern == "rejected_success"
-                    else f"missed failures of type {pattern}")
-            out.append(Move(f"principle:{pattern}", memory, new,
-                            f"Added a general rule to {PRINCIPLES_MD}: the incumbent has {count} stable {what}."))
+            what = (
+                "rejected successes"
+                if pattern == "rejected_success"
+                else f"missed failures of type {pattern}"
+            )
+            out.append(
+                Move(
+                    f"principle:{pattern}",
+                    memory,
+                    new,
+                    f"Added a general rule to {PRINCIPLES_MD}: the incumbent has {count} stable {what}.",
+                )
+            )
         return out
 
 

@@ -87,8 +87,9 @@ def _checked_case(case_id: str, text: str, source_items: object, dev_ids: frozen
     return case
 
 
-def add_case(memory: Memory, text: str, source_items: object, dev_ids: frozenset[str],
-             case_id: str | None = None) -> Memory:
+def add_case(
+    memory: Memory, text: str, source_items: object, dev_ids: frozenset[str], case_id: str | None = None
+) -> Memory:
     """``memory`` with one more case (its id made from its sources when None)."""
     taken = [c.id for c in memory.cases]
     if case_id is None:
@@ -100,17 +101,26 @@ def add_case(memory: Memory, text: str, source_items: object, dev_ids: frozenset
     return replace(memory, cases=(*memory.cases, case))
 
 
-def edit_case(memory: Memory, case_id: str, dev_ids: frozenset[str], text: str | None = None,
-              source_items: object = None) -> Memory:
+def edit_case(
+    memory: Memory,
+    case_id: str,
+    dev_ids: frozenset[str],
+    text: str | None = None,
+    source_items: object = None,
+) -> Memory:
     """``memory`` with case ``case_id``'s text and/or source items replaced."""
     old = memory.case(case_id)
     if old is None:
         raise MemoryEditError(f"there is no case {case_id!r}; {_ids_line(memory)}")
     if text is None and source_items is None:
         raise MemoryEditError("edit_case needs a new text, new source_items or both")
-    new = _checked_case(case_id, old.text if text is None else text,
-                        list(old.source_items) if source_items is None else source_items, dev_ids,
-                        f"{CASES_JSONL} (case {case_id})")
+    new = _checked_case(
+        case_id,
+        old.text if text is None else text,
+        list(old.source_items) if source_items is None else source_items,
+        dev_ids,
+        f"{CASES_JSONL} (case {case_id})",
+    )
     return replace(memory, cases=tuple(new if c.id == case_id else c for c in memory.cases))
 
 
@@ -136,8 +146,9 @@ def _ids_line(memory: Memory) -> str:
     return "cases: " + ", ".join(ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
 
 
-def check_memory(old: Memory, new: Memory, dev_ids: frozenset[str], dev_instructions: Sequence[str],
-                 dev_items: ItemIndex) -> None:
+def check_memory(
+    old: Memory, new: Memory, dev_ids: frozenset[str], dev_instructions: Sequence[str], dev_items: ItemIndex
+) -> None:
     """Refuse (`MemoryEditError`) a memory ``new`` (edited from ``old``) that breaks a rule of the module docstring."""
     for case in new.cases:
         prior = old.case(case.id)
@@ -145,7 +156,9 @@ def check_memory(old: Memory, new: Memory, dev_ids: frozenset[str], dev_instruct
             continue  # the incumbent's case as it is: only what changes is checked
         # A case already in the incumbent's memory keeps its sources as they are: they are not re-checked.
         if prior is None or prior.source_items != case.source_items:
-            _checked_case(case.id, case.text, list(case.source_items), dev_ids, f"{CASES_JSONL} (case {case.id})")
+            _checked_case(
+                case.id, case.text, list(case.source_items), dev_ids, f"{CASES_JSONL} (case {case.id})"
+            )
         foreign = foreign_reason(case, dev_items)
         if foreign is not None:
             raise MemoryEditError(foreign)
@@ -153,8 +166,12 @@ def check_memory(old: Memory, new: Memory, dev_ids: frozenset[str], dev_instruct
         return
     # Against the incumbent's cases too: retiring a case and pasting it into the principles is still a copy.
     check_no_case_copy(PRINCIPLES_MD, old.principles, new.principles, (*old.cases, *new.cases))
-    guard = check_candidate({PRINCIPLES_MD: (old.principles, new.principles)}, [PRINCIPLES_MD], 10**9,
-                            DevMaterial.of_texts(dev_ids, (), list(dev_instructions)))
+    guard = check_candidate(
+        {PRINCIPLES_MD: (old.principles, new.principles)},
+        [PRINCIPLES_MD],
+        10**9,
+        DevMaterial.of_texts(dev_ids, (), list(dev_instructions)),
+    )
     if not guard.ok:
         raise MemoryEditError(f"{guard.reason}; principles are general rules, not notes about dev items")
 
@@ -167,8 +184,14 @@ def check_no_case_copy(path: str, old_text: str | None, new_text: str, cases: It
     copied = longest_new_copy(old_text, new_text, grams)
     if not copied:
         return
-    owner = next((c.id for c in cases
-                  if longest_new_copy(None, " ".join(copied), instruction_ngrams([c.text], COPY_NGRAM))), "?")
+    owner = next(
+        (
+            c.id
+            for c in cases
+            if longest_new_copy(None, " ".join(copied), instruction_ngrams([c.text], COPY_NGRAM))
+        ),
+        "?",
+    )
     raise MemoryEditError(
         f"{path} would copy {len(copied)} words of case {owner} ('{_quote(copied)}'); {path} reaches every item, so "
         "a case's verdict there would reach its own items' fold: write a general rule instead"
@@ -180,8 +203,13 @@ def _quote(words: list[str], limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def check_files(before: Mapping[str, str], after: Mapping[str, str], dev_ids: frozenset[str],
-                dev_instructions: Sequence[str], dev_items: ItemIndex) -> None:
+def check_files(
+    before: Mapping[str, str],
+    after: Mapping[str, str],
+    dev_ids: frozenset[str],
+    dev_instructions: Sequence[str],
+    dev_items: ItemIndex,
+) -> None:
     """Refuse (`MemoryEditError`) the prompt files ``after`` when their memory, edited from the memory of
     ``before`` (the incumbent's), does not parse or breaks a rule, or when another changed prompt file
     (the rubric, judge.md) copies a case of either memory."""

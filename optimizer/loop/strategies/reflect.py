@@ -96,21 +96,30 @@ def build_user_message(ctx: ProposalContext, sample_cap: int = SAMPLE_CAP) -> st
     )
     # Ids only when the memory is allowed: a case names its source items (the guards keep ids out of prompts).
     memory = any(f in MEMORY_FILES for f in ctx.allowed_files)
-    parts.extend(format_disagreement(d) + (f"\n  trajectory id (for source_items): {d.trajectory_id}" if memory else "")
-                 for d in sample)
+    parts.extend(
+        format_disagreement(d)
+        + (f"\n  trajectory id (for source_items): {d.trajectory_id}" if memory else "")
+        for d in sample
+    )
     guidance = ctx.guidance.strip()
     parts.append("\n# Human guidance\n\n" + (guidance if guidance else "(none)"))
-    parts.append("\n# Past experiments in this run (do not repeat what was rolled back)\n\n"
-                 + format_history(ctx.history, limit=HISTORY_LIMIT, diff_chars=800))
+    parts.append(
+        "\n# Past experiments in this run (do not repeat what was rolled back)\n\n"
+        + format_history(ctx.history, limit=HISTORY_LIMIT, diff_chars=800)
+    )
     if ctx.structure_moves:
         toml = ctx.current_files.get(JUDGE_TOML, "")
-        moves = "\n".join(f"- {key} = {json.dumps(current_value(toml, key))} (allowed: "
-                          f"{MOVABLE_KEYS[key].allowed(ctx.max_members)}; {MOVABLE_KEYS[key].help})"
-                          for key in ctx.structure_moves)
-        parts.append("\n# Structure moves\n\nYou may also (or instead) move these keys of prompts/judge.toml, which "
-                     "set how the judge is run (null = the default); add \"structure\": {\"<key>\": <value>} to "
-                     "your JSON object, and leave out file/section_heading/new_section for a structure move "
-                     "alone:\n" + moves)
+        moves = "\n".join(
+            f"- {key} = {json.dumps(current_value(toml, key))} (allowed: "
+            f"{MOVABLE_KEYS[key].allowed(ctx.max_members)}; {MOVABLE_KEYS[key].help})"
+            for key in ctx.structure_moves
+        )
+        parts.append(
+            "\n# Structure moves\n\nYou may also (or instead) move these keys of prompts/judge.toml, which "
+            'set how the judge is run (null = the default); add "structure": {"<key>": <value>} to '
+            "your JSON object, and leave out file/section_heading/new_section for a structure move "
+            "alone:\n" + moves
+        )
     parts.append(f"\nThis is experiment {ctx.experiment_seq}. Answer with the JSON object only.")
     return "\n".join(parts)
 
@@ -143,15 +152,16 @@ class ReflectStrategy:
         files, rationale = apply_reply(ctx, turn.text, model)
         return model.proposal(files, rationale)
 
-
     async def propose_wave(self, ctx: ProposalContext, k: int) -> list[Proposal | ProposalError]:
         """``k`` proposals in one conversation (`[loop] wave`): the first as `propose`'s, each next one
         asked after the model's earlier answers, to differ from them; each carries its own turn's usage.
         A reply that cannot be applied is that candidate's `ProposalError`; the conversation goes on."""
         system = SYSTEM_PROMPT.format(max_diff_lines=self.cfg.max_diff_lines)
-        opening = (build_user_message(ctx, self.sample_cap)
-                   + f"\n\nThis round judges a wave of {k} candidates together against the same incumbent; "
-                   f"you will be asked for each in this conversation. Candidate 1 of {k}:")
+        opening = (
+            build_user_message(ctx, self.sample_cap)
+            + f"\n\nThis round judges a wave of {k} candidates together against the same incumbent; "
+            f"you will be asked for each in this conversation. Candidate 1 of {k}:"
+        )
         messages: list[ConversationMessage] = [UserMessage((TextPart(opening),))]
         out: list[Proposal | ProposalError] = []
         async with OptimiserModel(self.cfg, self.prices, max_output_tokens=self.max_output_tokens) as model:
@@ -167,20 +177,40 @@ class ReflectStrategy:
                 messages.append(turn)
                 now = model.usage
                 calls, cost = now.calls - before.calls, now.cost_usd - before.cost_usd
-                tokens_in, tokens_out = now.input_tokens - before.input_tokens, now.output_tokens - before.output_tokens
+                tokens_in, tokens_out = (
+                    now.input_tokens - before.input_tokens,
+                    now.output_tokens - before.output_tokens,
+                )
                 try:
                     files, rationale = apply_reply(ctx, turn.text, model)
                 except ProposalError as exc:
-                    out.append(ProposalError(exc.reason, calls=calls, input_tokens=tokens_in, output_tokens=tokens_out,
-                                             cost_usd=cost))
+                    out.append(
+                        ProposalError(
+                            exc.reason,
+                            calls=calls,
+                            input_tokens=tokens_in,
+                            output_tokens=tokens_out,
+                            cost_usd=cost,
+                        )
+                    )
                     continue
-                out.append(Proposal(files=files, rationale=rationale, calls=calls, input_tokens=tokens_in,
-                                    output_tokens=tokens_out, cost_usd=cost))
+                out.append(
+                    Proposal(
+                        files=files,
+                        rationale=rationale,
+                        calls=calls,
+                        input_tokens=tokens_in,
+                        output_tokens=tokens_out,
+                        cost_usd=cost,
+                    )
+                )
         return out
 
 
-WAVE_NEXT = ("Candidate {i} of {k}: propose a different edit from every one above (another section, or another "
-             "rule for the same disagreements); it is judged beside them. Answer with the JSON object only.")
+WAVE_NEXT = (
+    "Candidate {i} of {k}: propose a different edit from every one above (another section, or another "
+    "rule for the same disagreements); it is judged beside them. Answer with the JSON object only."
+)
 
 
 def apply_reply(ctx: ProposalContext, text: str, model: OptimiserModel) -> tuple[dict[str, str], str]:
@@ -237,7 +267,9 @@ def _apply_structure(ctx: ProposalContext, structure: object, model: OptimiserMo
     return text
 
 
-def _apply_memory(ctx: ProposalContext, data: dict[str, Any], model: OptimiserModel) -> tuple[dict[str, str], str]:
+def _apply_memory(
+    ctx: ProposalContext, data: dict[str, Any], model: OptimiserModel
+) -> tuple[dict[str, str], str]:
     """Run a reply's memory edits through the memory tools; the first refusal is a `ProposalError` naming it."""
     edits, rationale = data.get("memory"), data.get("rationale")
     if not isinstance(edits, list) or not edits or not all(isinstance(e, dict) for e in edits):
@@ -248,7 +280,9 @@ def _apply_memory(ctx: ProposalContext, data: dict[str, Any], model: OptimiserMo
     for n, edit in enumerate(edits, start=1):
         tool = edit.get("tool")
         if tool not in MEMORY_TOOL_NAMES:
-            raise model.error(f"memory edit {n} names tool {tool!r}; use one of {', '.join(MEMORY_TOOL_NAMES)}")
+            raise model.error(
+                f"memory edit {n} names tool {tool!r}; use one of {', '.join(MEMORY_TOOL_NAMES)}"
+            )
         out = run_tool(state, str(tool), edit.get("arguments", {}))
         if out.is_error:
             raise model.error(f"memory edit {n} ({tool}) was refused: {out.text.removeprefix('error: ')}")

@@ -129,12 +129,15 @@ def _dev_trajectory(state: ToolState, tid: str) -> Any:
     return state.ctx.split.trajectory(tid)
 
 
-def list_disagreements(state: ToolState, direction: str | None = None, mistake_type: str | None = None) -> ToolOutput:
+def list_disagreements(
+    state: ToolState, direction: str | None = None, mistake_type: str | None = None
+) -> ToolOutput:
     """Disagreements of the incumbent on the dev split, optionally filtered by direction / mistake type."""
     if direction not in (None, "missed_failure", "rejected_success"):
         return state.fail("direction must be 'missed_failure' or 'rejected_success'")
     items = [
-        d for d in state.ctx.disagreements
+        d
+        for d in state.ctx.disagreements
         if (direction is None or d.direction == direction)
         and (mistake_type is None or (d.mistake_type or "").casefold() == mistake_type.casefold())
     ]
@@ -150,7 +153,9 @@ def list_disagreements(state: ToolState, direction: str | None = None, mistake_t
     return ToolOutput(text=json.dumps({"summary": summary, "items": shown}, indent=1, ensure_ascii=False))
 
 
-def read_trajectory(state: ToolState, trajectory_id: str, start: int | None = None, end: int | None = None) -> ToolOutput:
+def read_trajectory(
+    state: ToolState, trajectory_id: str, start: int | None = None, end: int | None = None
+) -> ToolOutput:
     """The instruction and steps ``start``..``end`` (inclusive, step ids) as action lines."""
     try:
         traj = _dev_trajectory(state, trajectory_id)
@@ -190,7 +195,9 @@ def view_screenshot(state: ToolState, trajectory_id: str, step: int) -> ToolOutp
             return state.fail(f"trajectory {trajectory_id!r} is not in the dev split")
         match = next((s for s in traj.steps if s.step_id == step), None)
         if match is None:
-            return state.fail(f"trajectory {trajectory_id} has no step {step} (steps 0..{len(traj.steps) - 1})")
+            return state.fail(
+                f"trajectory {trajectory_id} has no step {step} (steps 0..{len(traj.steps) - 1})"
+            )
         # Resolved and checked inside the split: a file outside it is never opened.
         path = state.ctx.split.screenshot_file(match)
     except UserError as exc:
@@ -261,15 +268,19 @@ def edit_file(state: ToolState, path: str, old: str, new: str) -> ToolOutput:
     if not old:
         return state.fail("old must be a non-empty text copied from the file")
     if len(old) > MAX_FILE_CHARS or len(new) > MAX_FILE_CHARS:
-        return state.fail(f"old and new may be at most {MAX_FILE_CHARS} characters each (got {len(old)} and "
-                          f"{len(new)}); edit a passage, not the whole file")
+        return state.fail(
+            f"old and new may be at most {MAX_FILE_CHARS} characters each (got {len(old)} and "
+            f"{len(new)}); edit a passage, not the whole file"
+        )
     count = text.count(old)
     if count != 1:
         where = "does not occur" if count == 0 else f"occurs {count} times"
         return state.fail(f"old {where} in {name}; copy an exact, unique passage (read_file shows the text)")
     edited = text.replace(old, new, 1)
     if len(edited) > MAX_FILE_CHARS:
-        return state.fail(f"the edit would make {name} {len(edited)} characters; the limit is {MAX_FILE_CHARS}")
+        return state.fail(
+            f"the edit would make {name} {len(edited)} characters; the limit is {MAX_FILE_CHARS}"
+        )
     refused = _memory_refusal(state, {name: edited})
     if refused is not None:
         return refused
@@ -300,8 +311,13 @@ def _memory_refusal(state: ToolState, texts: dict[str, str]) -> ToolOutput | Non
         if len(text) > MAX_FILE_CHARS:
             return state.fail(f"{name} would be {len(text)} characters; the limit is {MAX_FILE_CHARS}")
     try:
-        memoryedit.check_files(state.ctx.current_files, {**state.files, **texts}, state._dev_ids,
-                               state.dev_instructions(), state.dev_items())
+        memoryedit.check_files(
+            state.ctx.current_files,
+            {**state.files, **texts},
+            state._dev_ids,
+            state.dev_instructions(),
+            state.dev_items(),
+        )
     except memoryedit.MemoryEditError as exc:
         return state.fail(f"{exc} (nothing was changed)")
     return None
@@ -311,12 +327,19 @@ def _memory_file(state: ToolState, name: str) -> ToolOutput | None:
     """An error output when memory file ``name`` is not an allowed file, else None."""
     if name in state.ctx.allowed_files:
         return None
-    return state.fail(f"{name} is not an allowed file, so the memory cannot be edited; allowed: "
-                      f"{', '.join(state.ctx.allowed_files)} (a person adds it to [optimizer] allowed_files)")
+    return state.fail(
+        f"{name} is not an allowed file, so the memory cannot be edited; allowed: "
+        f"{', '.join(state.ctx.allowed_files)} (a person adds it to [optimizer] allowed_files)"
+    )
 
 
-def _edit_memory(state: ToolState, name: str, edit: Callable[[Memory], Memory], done: Callable[[Memory], str],
-                 render: Callable[[Memory], str] | None = None) -> ToolOutput:
+def _edit_memory(
+    state: ToolState,
+    name: str,
+    edit: Callable[[Memory], Memory],
+    done: Callable[[Memory], str],
+    render: Callable[[Memory], str] | None = None,
+) -> ToolOutput:
     """Apply ``edit`` to the memory as edited so far and write file ``name`` (``render``'s text of the edited
     memory; by default its cases) when every check passes; an error output, nothing changed, otherwise."""
     refused = _memory_file(state, name)
@@ -337,38 +360,57 @@ def _edit_memory(state: ToolState, name: str, edit: Callable[[Memory], Memory], 
 
 def add_case(state: ToolState, text: str, source_items: Any, case_id: str | None = None) -> ToolOutput:
     """Add an adjudicated case to prompts/memory/cases.jsonl (in memory)."""
+
     def done(m: Memory) -> str:
         return f"added case {m.cases[-1].id} ({len(m.cases)} cases)"
 
-    return _edit_memory(state, CASES_JSONL,
-                        lambda m: memoryedit.add_case(m, text, source_items, state._dev_ids, case_id), done)
+    return _edit_memory(
+        state,
+        CASES_JSONL,
+        lambda m: memoryedit.add_case(m, text, source_items, state._dev_ids, case_id),
+        done,
+    )
 
 
 def edit_case(state: ToolState, case_id: str, text: str | None, source_items: Any) -> ToolOutput:
     """Replace a case's text and/or source items."""
-    return _edit_memory(state, CASES_JSONL,
-                        lambda m: memoryedit.edit_case(m, case_id, state._dev_ids, text, source_items),
-                        lambda _m: f"edited case {case_id}")
+    return _edit_memory(
+        state,
+        CASES_JSONL,
+        lambda m: memoryedit.edit_case(m, case_id, state._dev_ids, text, source_items),
+        lambda _m: f"edited case {case_id}",
+    )
 
 
 def retire_case(state: ToolState, case_id: str) -> ToolOutput:
     """Remove a case from the memory."""
-    return _edit_memory(state, CASES_JSONL, lambda m: memoryedit.retire_case(m, case_id),
-                        lambda m: f"retired case {case_id} ({len(m.cases)} cases left)")
+    return _edit_memory(
+        state,
+        CASES_JSONL,
+        lambda m: memoryedit.retire_case(m, case_id),
+        lambda m: f"retired case {case_id} ({len(m.cases)} cases left)",
+    )
 
 
 def edit_principles(state: ToolState, text: str) -> ToolOutput:
     """Replace the whole text of prompts/memory/principles.md."""
-    return _edit_memory(state, PRINCIPLES_MD, lambda m: memoryedit.set_principles(m, text),
-                        lambda _m: f"wrote {PRINCIPLES_MD} ({len(text)} characters)",
-                        lambda _m: memoryedit.principles_text(text))
+    return _edit_memory(
+        state,
+        PRINCIPLES_MD,
+        lambda m: memoryedit.set_principles(m, text),
+        lambda _m: f"wrote {PRINCIPLES_MD} ({len(text)} characters)",
+        lambda _m: memoryedit.principles_text(text),
+    )
+
 
 def set_structure(state: ToolState, key: str, value: Any) -> ToolOutput:
     """Move one judge.toml key (``[optimizer] structure_moves``) to ``value`` within its bounds (in
     memory; JSON null puts the key back to its default). The guards check the result again."""
     moves = state.ctx.structure_moves
     if not moves:
-        return state.fail("structure moves are off ([optimizer] structure_moves is empty); edit the prompt files")
+        return state.fail(
+            "structure moves are off ([optimizer] structure_moves is empty); edit the prompt files"
+        )
     spec = MOVABLE_KEYS.get(key)
     if spec is None or key not in moves:
         return state.fail(f"{key!r} is not a key you may move; movable: {', '.join(moves)}")
@@ -387,8 +429,14 @@ def read_structure(state: ToolState) -> ToolOutput:
     if not state.ctx.structure_moves:
         return state.fail("structure moves are off ([optimizer] structure_moves is empty)")
     text = state.files.get(JUDGE_TOML, "")
-    rows = {key: {"value": current_value(text, key), "allowed": MOVABLE_KEYS[key].allowed(state.ctx.max_members),
-                  "what": MOVABLE_KEYS[key].help} for key in state.ctx.structure_moves}
+    rows = {
+        key: {
+            "value": current_value(text, key),
+            "allowed": MOVABLE_KEYS[key].allowed(state.ctx.max_members),
+            "what": MOVABLE_KEYS[key].help,
+        }
+        for key in state.ctx.structure_moves
+    }
     return ToolOutput(text=json.dumps(rows, indent=1))
 
 
@@ -424,18 +472,28 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         "labelled mistake type, the judge's verdict, confidence and reasoning. direction 'missed_failure' = "
         "label negative but judge said success (too lenient); 'rejected_success' = label positive but judge "
         "said failure (too strict).",
-        _obj({"direction": {"type": "string", "enum": ["missed_failure", "rejected_success"]},
-              "mistake_type": {"type": "string", "enum": list(MISTAKE_TYPES)}}, []),
-        lambda st, a: list_disagreements(st, _str_arg(a, "direction", required=False),
-                                         _str_arg(a, "mistake_type", required=False)),
+        _obj(
+            {
+                "direction": {"type": "string", "enum": ["missed_failure", "rejected_success"]},
+                "mistake_type": {"type": "string", "enum": list(MISTAKE_TYPES)},
+            },
+            [],
+        ),
+        lambda st, a: list_disagreements(
+            st, _str_arg(a, "direction", required=False), _str_arg(a, "mistake_type", required=False)
+        ),
     ),
     ToolSpec(
         "read_trajectory",
         "Read a dev trajectory's instruction and its steps as action lines (step ids are 0-based; "
         "start and end are inclusive step ids; at most 150 steps per call).",
         _obj({"trajectory_id": _S, "start": _I, "end": _I}, ["trajectory_id"]),
-        lambda st, a: read_trajectory(st, _str_arg(a, "trajectory_id") or "", _int_arg(a, "start", required=False),
-                                      _int_arg(a, "end", required=False)),
+        lambda st, a: read_trajectory(
+            st,
+            _str_arg(a, "trajectory_id") or "",
+            _int_arg(a, "start", required=False),
+            _int_arg(a, "end", required=False),
+        ),
     ),
     ToolSpec(
         "view_screenshot",
@@ -466,7 +524,9 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         "edit_file",
         "Replace one exact, unique passage 'old' of an allowed prompt file with 'new'.",
         _obj({"path": _S, "old": _S, "new": _S}, ["path", "old", "new"]),
-        lambda st, a: edit_file(st, _str_arg(a, "path") or "", _str_arg(a, "old") or "", _str_arg(a, "new") or ""),
+        lambda st, a: edit_file(
+            st, _str_arg(a, "path") or "", _str_arg(a, "old") or "", _str_arg(a, "new") or ""
+        ),
     ),
     ToolSpec(
         "write_file",
@@ -496,8 +556,11 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
     ),
 )
 
-_SOURCES = {"type": "array", "items": {"type": "string"},
-            "description": "the dev trajectory ids the case was distilled from (at least one)"}
+_SOURCES = {
+    "type": "array",
+    "items": {"type": "string"},
+    "description": "the dev trajectory ids the case was distilled from (at least one)",
+}
 
 # Offered when a memory file is allowed (`tool_specs`); names and shapes documented in the README.
 MEMORY_TOOL_SPECS: tuple[ToolSpec, ...] = (
@@ -508,14 +571,17 @@ MEMORY_TOOL_SPECS: tuple[ToolSpec, ...] = (
         "A case is never shown when judging its own items' fold, so write it to help other, similar items. "
         "id is optional (made from the sources when left out).",
         _obj({"text": _S, "source_items": _SOURCES, "id": _S}, ["text", "source_items"]),
-        lambda st, a: add_case(st, _str_arg(a, "text") or "", a.get("source_items"), _str_arg(a, "id", required=False)),
+        lambda st, a: add_case(
+            st, _str_arg(a, "text") or "", a.get("source_items"), _str_arg(a, "id", required=False)
+        ),
     ),
     ToolSpec(
         "edit_case",
         "Replace the text and/or the source_items of a case of the memory (by id).",
         _obj({"id": _S, "text": _S, "source_items": _SOURCES}, ["id"]),
-        lambda st, a: edit_case(st, _str_arg(a, "id") or "", _str_arg(a, "text", required=False),
-                                a.get("source_items")),
+        lambda st, a: edit_case(
+            st, _str_arg(a, "id") or "", _str_arg(a, "text", required=False), a.get("source_items")
+        ),
     ),
     ToolSpec(
         "retire_case",
@@ -563,5 +629,8 @@ def tool_specs(allowed_files: Sequence[str] = (), structure: bool = False) -> li
     ``allowed_files`` names a memory file; ``structure``: with the structure-move tools
     (``[optimizer] structure_moves`` set)."""
     specs = TOOL_SPECS + (MEMORY_TOOL_SPECS if any(f in MEMORY_FILES for f in allowed_files) else ())
-    return [judge_types.ToolSpec(s.name, s.description, s.parameters) for s in specs
-            if structure or s.name not in STRUCTURE_TOOLS]
+    return [
+        judge_types.ToolSpec(s.name, s.description, s.parameters)
+        for s in specs
+        if structure or s.name not in STRUCTURE_TOOLS
+    ]
