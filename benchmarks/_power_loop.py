@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -82,7 +83,9 @@ def build_workspace(root: Path) -> tuple[Path, list[bool], list[str | None]]:
     release = write_release(root / "release", items, markdown=False)
     import_split(ws, release.root, "dev", all_items=True, warn=lambda _m: None)
     cfg = ws.root / "judgeloop.toml"
-    text = cfg.read_text(encoding="utf-8").replace('dev_split = "sample"', 'dev_split = "dev"')
+    text = re.sub(
+        r'(?m)^#? ?dev_split = "[^"]*".*$', 'dev_split = "dev"', cfg.read_text(encoding="utf-8"), count=1
+    )
     text = text.replace("infra_retry_pause_s = 10", "infra_retry_pause_s = 0.05")
     cfg.write_text(text, encoding="utf-8")
     judge_toml = ws.root / "prompts" / "judge.toml"

@@ -13,6 +13,7 @@ import base64
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -273,7 +274,7 @@ def imported(ws: Workspace, tmp_path: Path) -> tuple[Workspace, list[FakeItem], 
     release = write_release(tmp_path / "src", items)
     assert import_all(ws, release.root) == 0
     text = (ws.root / "judgeloop.toml").read_text()
-    text = text.replace('dev_split = "sample"', 'dev_split = "dev"')
+    text = re.sub(r'(?m)^#? ?dev_split = "[^"]*".*$', 'dev_split = "dev"', text, count=1)
     text = text.replace('provider = "local"          #', 'provider = "openai"         #', 1)
     text = text.replace('model = "smollm2-135m"      #', 'model = "gpt-4o-mini"      #', 1)
     (ws.root / "judgeloop.toml").write_text(text.replace("max_retries = 4", "max_retries = 0"))

@@ -208,7 +208,7 @@ def test_futility_after_re_judged_looks_never_keeps_and_a_keep_with_it_is_a_keep
     [
         ("futility_threshold = 1.5", "[loop.futility_threshold]"),
         ("futility_threshold = 0", "[loop.futility_threshold]"),
-        ('futility = "maybe"', "[loop.futility]"),
+        ('futility = "maybe"', "[loop] futility"),
     ],
 )
 def test_a_bad_futility_key_is_refused_in_one_line(

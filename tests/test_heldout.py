@@ -6,6 +6,7 @@ split are in tests/loop/test_loop_heldout.py.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def ws(tmp_path: Path) -> Workspace:
     ws = init_workspace(tmp_path / "ws")
     path = ws.root / "judgeloop.toml"
     text = path.read_text(encoding="utf-8")
-    text = text.replace('dev_split = "sample"', 'dev_split = "dev"').replace(
+    text = re.sub(r'(?m)^#? ?dev_split = "[^"]*".*$', 'dev_split = "dev"', text, count=1).replace(
         "heldout_splits = []", 'heldout_splits = ["held"]'
     )
     path.write_text(text, encoding="utf-8")

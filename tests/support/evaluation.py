@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,7 @@ def by_label(
 
 def write_config(ws: Workspace, server: FakeLLMServer) -> None:
     text = (ws.root / "judgeloop.toml").read_text()
-    text = text.replace('dev_split = "sample"', 'dev_split = "tiny"')
+    text = re.sub(r'(?m)^#? ?dev_split = "[^"]*".*$', 'dev_split = "tiny"', text, count=1)
     text = text.replace('provider = "local"          #', 'provider = "openai"         #', 1)
     text = text.replace('model = "smollm2-135m"      #', f'model = "{MODEL}"      #', 1)
     text = text.replace("max_retries = 4", "max_retries = 0")

@@ -49,7 +49,9 @@ def make_manual_runs(ws_root: Path) -> None:
         )
         toml = ws_root / "judgeloop.toml"
         text = re.sub(r"(?m)^heldout_splits = \[\]", f'heldout_splits = ["{HELDOUT}"]', toml.read_text())
-        toml.write_text(re.sub(r'(?m)^dev_split = "sample"', 'dev_split = "mini"', text), encoding="utf-8")
+        toml.write_text(
+            re.sub(r'(?m)^#? ?dev_split = "[^"]*".*$', 'dev_split = "mini"', text, count=1), encoding="utf-8"
+        )
         commit_all(ws_root, f"test: dev split mini, {HELDOUT} held out")
         ids = (ws_root / "devset" / "sample" / "manifest.txt").read_text().split()
         for name, chosen in ((HELDOUT, ids[40:48]), (SMALL, ids[:8])):
