@@ -47,6 +47,7 @@ def _normalised(text: str, sha: str, base_url: str) -> str:
     # many calls were already out when the stop came depends on which of the two got there first.
     text = re.sub(r'("early_stopped": true,[^{}]*?"calls": )\d+', r"\1<N>", text)
     text = re.sub(r'("stopped": null,\s*"calls": )\d+', r"\1<N>", text)
+    text = re.sub(r"\d+( judge calls made)", r"<N>\1", text)
     # The note names the certificate file's sha256, which covers the two values replaced above.
     return re.sub(r"(Judgeloop-Certificate-Sha256: )[0-9a-f]{64}", r"\1<SHA256>", text)
 
