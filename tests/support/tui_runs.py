@@ -306,7 +306,7 @@ def make_snapshot_workspace(ws_root: Path, *, wave: int = 1) -> None:
     import threading
     from typing import Any
 
-    from optimizer import ledger as ledger_module
+    from optimizer.ledger import runs as ledger_runs
     from optimizer.cli import main
     from optimizer.devset import importer
 
@@ -338,7 +338,7 @@ def make_snapshot_workspace(ws_root: Path, *, wave: int = 1) -> None:
         mp.setenv("OPENAI_API_KEY", "dummy-key-for-the-fake-server")
         for variable in ("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
             mp.setenv(variable, f"{int(SNAPSHOT_CLOCK.timestamp())} +0000")  # git's own format
-        mp.setattr(ledger_module, "new_run_id", lambda now=None: SNAPSHOT_RUN_ID)
+        mp.setattr(ledger_runs, "new_run_id", lambda now=None: SNAPSHOT_RUN_ID)  # where start_run looks it up
         mp.setattr(importer, "datetime", Frozen)  # split.json records when it was imported (committed)
         mp.setattr(module, "prompt_sensitive_judge", request_keyed_judge)  # the judge make_real_run serves
         assert (
