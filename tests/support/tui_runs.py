@@ -306,9 +306,9 @@ def make_snapshot_workspace(ws_root: Path, *, wave: int = 1) -> None:
     import threading
     from typing import Any
 
-    from optimizer.ledger import runs as ledger_runs
     from optimizer.cli import main
     from optimizer.devset import importer
+    from optimizer.ledger import runs as ledger_runs
 
     module = sys.modules[__name__]
     sensitive = prompt_sensitive_judge  # the module's own, before it is replaced below
