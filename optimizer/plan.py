@@ -14,6 +14,11 @@ Two sources, the first that applies:
 
 The baseline is priced as a cold first pass (the judge cache may make it free; not counted).
 
+The ``local`` CPU judge costs nothing but time: before any run its seconds per call, pass and candidate
+are estimated from the rendered requests' tokens at the throughput measured on a 2-core machine
+(`optimizer.judge.providers.pricing.CpuSpeed`: the shared instructions read once, each item's text and a
+typical verdict per call; both cores idle, and with one busy); after a run the ledger's seconds replace it.
+
 With ``wave`` K > 1 (`run --wave K`) the run proposes and decides K candidates a round, so a budget
 buys whole waves: the candidates are rounded down to a multiple of K. A candidate's cost is the same
 figure (each is judged on the whole split); the time figure is for candidates one after another.
@@ -22,6 +27,7 @@ figure (each is judged on the whole split); the time figure is for candidates on
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -30,10 +36,11 @@ from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.judge.criteria import verdict_calls
-from optimizer.judge.estimate import request_token_split
+from optimizer.judge.estimate import chars_tokens, request_input_tokens, request_token_split
 from optimizer.judge.prompts import PromptSet
-from optimizer.judge.providers.pricing import price_for
+from optimizer.judge.providers.pricing import CPU_IDLE, CPU_ONE_BUSY, CpuSpeed, price_for
 from optimizer.judge.render import RenderOptions
+from optimizer.judge.types import JudgeRequest
 from optimizer.ledger import Experiment, Ledger
 from optimizer.stats.policies import policy_for
 from optimizer.workspace.config import JudgeSection
@@ -68,6 +75,7 @@ class Plan:
     measured_candidates: int = 0
     wave: int = 1
     waves: int | None = None  # whole waves of ``wave`` candidates the budget buys (None: no limit)
+    seconds_source: str = "measured"  # or "estimated" (the CPU judge's token throughput, before any run)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -96,7 +104,7 @@ class Plan:
             else:
                 out.append(
                     f"{self.hours:g} h buys: {self.candidates_in_hours} candidate(s) "
-                    f"at {self.seconds_per_candidate:.0f} s each (measured)"
+                    f"at {self.seconds_per_candidate:.0f} s each ({self.seconds_source})"
                 )
         return out + [f"note: {n}" for n in self.notes]
 
@@ -126,7 +134,15 @@ def make_plan(
     settings = prompts.settings
     share, share_note = _success_share(ws, judge, split) if settings.review == "success" else (0.0, None)
     cold = warm = per_item = 0.0
+    cpu_tokens = CpuTokens()
     images = ws.experiments_dir / IMAGE_CACHE_DIRNAME
+    # The CPU judge reads text only, instructions first (its traits); other providers follow judge.toml.
+    on_cpu = judge.provider == "local"
+    render = (
+        RenderOptions(image_cache_dir=images, text_only=True, layout="rubric-first")
+        if on_cpu
+        else RenderOptions(image_cache_dir=images)
+    )
     for tid in split.ids:
         # The evaluation's on-disk JPEG cache: a run's plan encodes what its baseline would anyway.
         # Every call of one verdict (`verdict_calls`): a panel's members, the criteria derivation (once
@@ -137,7 +153,7 @@ def make_plan(
             prompts,
             success_share=share,
             replicates=replicates,
-            render=RenderOptions(image_cache_dir=images),
+            render=render,
         )
         for request, weight in verdict:
             prefix, rest = request_token_split(request)
@@ -146,6 +162,7 @@ def make_plan(
             cold += weight * replicates * (prefix * write + tail) / 1e6
             warm += weight * replicates * (prefix * price.cache_read_price + tail) / 1e6
             per_item += weight * replicates
+            cpu_tokens.add(request, weight * replicates)
     # Calls per item: replicates × (members, or the check + a review share) + one derivation under criteria.
     per_item = per_item / max(1, len(split.ids))
     n = len(split.ids)
@@ -200,6 +217,17 @@ def make_plan(
         total_calls = math.floor(candidates * calls + (n * per_item if budget_usd >= cold else 0))
         if budget_usd < cold:
             notes.append(f"the budget does not cover the baseline's cold first pass (${cold:.4f})")
+    seconds_source = "measured"
+    if on_cpu:
+        idle, busy = (cpu_tokens.candidate_seconds(speed, 1 + rejudge) for speed in (CPU_IDLE, CPU_ONE_BUSY))
+        notes.append(
+            f"CPU judge: about {cpu_tokens.pass_seconds(CPU_IDLE) / 60:.1f} min a pass of the {n} items "
+            f"({cpu_tokens.call_seconds(CPU_IDLE):.0f} s a call), {idle / 60:.1f} min a candidate judged "
+            f"in full with both cores idle, {busy / 60:.1f} min with one busy (estimated from the tokens at "
+            "the throughput measured on 2 cores; an early stop costs less; loading the model adds ~2 s once)"
+        )
+        if seconds is None:
+            seconds, seconds_source = idle, "estimated, both cores idle"
     in_hours = None if hours is None or seconds is None else math.floor(hours * 3600 / seconds)
     return Plan(
         budget_usd=budget_usd,
@@ -223,8 +251,45 @@ def make_plan(
         measured_candidates=measured,
         wave=wave,
         waves=waves,
+        seconds_source=seconds_source,
         notes=notes,
     )
+
+
+@dataclass
+class CpuTokens:
+    """The prompt tokens a pass makes the CPU judge read: its single request slot keeps the longest prefix
+    it has seen, so the text every request shares (the instructions: the local provider puts them first
+    whatever judge.toml's layout says) is read once a pass and each call reads only the rest."""
+
+    requests: list[tuple[str, int, float]] = field(default_factory=list)  # (text, input tokens, calls)
+
+    def add(self, request: JudgeRequest, calls: float) -> None:
+        """Count ``calls`` calls of ``request``."""
+        text = request.system + "".join(getattr(part, "text", "") for part in request.parts)
+        self.requests.append((text, request_input_tokens(request), calls))
+
+    @property
+    def shared(self) -> int:
+        """Estimated tokens of the longest prefix every request shares (0 with fewer than two)."""
+        texts = [text for text, _, _ in self.requests]
+        # Character by character on purpose: the model reuses the prompt text it has already read.
+        return chars_tokens(len(os.path.commonprefix(texts))) if len(texts) > 1 else 0  # noqa: RUF071
+
+    def call_seconds(self, speed: CpuSpeed) -> float:
+        """A typical call's seconds: its tokens beyond the shared prefix and a typical verdict."""
+        calls = sum(c for _, _, c in self.requests)
+        own = sum(c * max(0, t - self.shared) for _, t, c in self.requests)
+        return speed.call_seconds(own / max(1.0, calls))
+
+    def pass_seconds(self, speed: CpuSpeed) -> float:
+        """Seconds for every call of one pass of the split."""
+        calls = sum(c for _, _, c in self.requests)
+        return self.shared / speed.prompt_tokens_per_s + calls * self.call_seconds(speed)
+
+    def candidate_seconds(self, speed: CpuSpeed, passes: float) -> float:
+        """Seconds for a candidate judged in full: ``passes`` passes (re-judging included)."""
+        return passes * self.pass_seconds(speed)
 
 
 def _success_share(ws: Workspace, judge: JudgeSection, split: Split) -> tuple[float, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,39 @@ def test_before_any_run_the_plan_is_the_estimators(ws: Path, capsys: pytest.Capt
         "3",
     )
     assert paired["rejudge_share"] == 0 and paired["first_pass_cold_usd"] == pytest.approx(3 * cold)
+
+
+def test_the_cpu_judges_plan_says_what_a_pass_and_a_candidate_take(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The local CPU judge costs nothing, so before any run `plan` states its time instead: the text-only,
+    instructions-first requests' tokens at the measured throughput (the shared instructions read once a
+    pass, each call its own text and a typical verdict). Computed here from the rendered requests."""
+    plan = _plan(ws, capsys, "--budget-usd", "1", "--provider", "local", "--hours", "1", "--policy", "paired")
+    workspace = Workspace.open(ws)
+    split = open_split(workspace, "small")
+    prompts = PromptSet.from_dir(workspace.prompts_dir)
+    options = RenderOptions(text_only=True, layout="rubric-first")
+    requests = [build_request(split.trajectory(t), split, prompts, options) for t in split.ids]
+    texts = [r.system + "".join(getattr(p, "text", "") for p in r.parts) for r in requests]
+    shared = math.ceil(len(os.path.commonprefix(texts)) / 4)  # noqa: RUF071 - characters, not paths
+    assert 0 < shared < min(request_input_tokens(r) for r in requests)  # the instructions, shared
+    own = sum(request_input_tokens(r) - shared for r in requests)
+    idle = shared / 170 + own / 170 + len(requests) * 80 / 63
+    assert plan["candidates"] is None and plan["seconds_source"] == "estimated, both cores idle"
+    assert plan["seconds_per_candidate"] == pytest.approx(idle)  # paired: one pass, no re-judging
+    assert plan["candidates_in_hours"] == math.floor(3600 / idle)
+    cpu = next(n for n in plan["notes"] if n.startswith("CPU judge:"))
+    assert f"{idle / 60:.1f} min a candidate" in cpu and "with one busy" in cpu
+    assert "(estimated, both cores idle)" in "\n".join(
+        _lines(ws, capsys, "--provider", "local", "--hours", "1")
+    )
+
+
+def _lines(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
+    capsys.readouterr()
+    assert main(["plan", "-w", str(root), "--budget-usd", "1", *args]) == 0
+    return capsys.readouterr().out.splitlines()
 
 
 def test_after_a_run_the_plan_uses_the_ledgers_figures_for_the_same_judge(

@@ -205,3 +205,29 @@ def warm_cost_usd(usage: Usage, price: Price) -> float:
         + usage.output_tokens * price.output
         + cached * price.cache_read_price
     ) / 1_000_000
+
+
+@dataclass(frozen=True)
+class CpuSpeed:
+    """What a call costs in time on the bundled CPU judge (the ``local`` provider), tokens per second.
+
+    Measured with SmolLM2-135M (Q4_1) through xllamacpp on a 2-core machine (a 620-token prompt, 80
+    tokens out; `optimizer.judge.providers.local_provider` picks the threads): with both cores idle, 2
+    threads read the prompt at ~170 tokens/s and write at ~63 tokens/s; with the other core busy, 1
+    thread reads at ~86 and writes at ~40. A verdict is typically ~80 tokens long (its reasoning is
+    capped to fit ``max_tokens``). Another model or machine differs: the ledger's measured seconds
+    replace this estimate after one run."""
+
+    prompt_tokens_per_s: float
+    output_tokens_per_s: float
+    typical_output_tokens: int = 80
+
+    def call_seconds(self, prompt_tokens: float) -> float:
+        """Seconds for one call that reads ``prompt_tokens`` new tokens and writes a typical verdict."""
+        return (
+            prompt_tokens / self.prompt_tokens_per_s + self.typical_output_tokens / self.output_tokens_per_s
+        )
+
+
+CPU_IDLE = CpuSpeed(prompt_tokens_per_s=170.0, output_tokens_per_s=63.0)
+CPU_ONE_BUSY = CpuSpeed(prompt_tokens_per_s=86.0, output_tokens_per_s=40.0)
