@@ -553,6 +553,13 @@ class LoopSection(_Section):
         description="candidates per round against one incumbent, judged together and decided with Holm (at most "
         "one keep); 1: one at a time",
     )
+    # Each candidate's first pass as an Inspect AI log, for `inspect view` and the tools that read Inspect
+    # logs (optimizer.evaluation.inspect_log; needs the `inspect` extra).
+    inspect_logs: bool = Field(
+        default=False,
+        description="write each candidate's first pass as an Inspect AI log, experiments/runs/<run>/inspect/"
+        "experiment-<id>.eval (needs pip install 'judgeloop[inspect]')",
+    )
 
 
 class ConfirmSection(_Section):
@@ -662,6 +669,8 @@ labels = "given"           # given | corrected: labels.jsonl, or with devset/<sp
 futility = true            # adaptive: after the incumbent's wrong items and a random part of the rest, roll
 futility_threshold = 0.01  #   back a candidate whose chance of clearing the test is below this
 wave = 1                   # candidates per round, judged together and decided with Holm (at most one keep)
+inspect_logs = false       # each candidate's first pass as an Inspect AI log under experiments/runs/<run>/
+                           #   inspect/ (needs pip install 'judgeloop[inspect]'; `inspect view` opens it)
 
 [confirm]
 max_uses = 3
