@@ -30,7 +30,7 @@ from optimizer.models import Label
 from optimizer.stats.metrics import Metrics
 
 if TYPE_CHECKING:
-    from inspect_ai.log import EvalSample
+    from inspect_ai.log import EvalResults, EvalSample
     from inspect_ai.model import ModelUsage
     from inspect_ai.scorer import Score
 
@@ -164,7 +164,7 @@ def _sample(item: ItemResult, run: EvalRun, split: Split, label: Label) -> EvalS
     return sample
 
 
-def _results(run: EvalRun, samples: list[EvalSample], metrics: Metrics | None) -> Any:
+def _results(run: EvalRun, samples: list[EvalSample], metrics: Metrics | None) -> EvalResults:
     """The eval's results: accuracy (agreement with the labels) over the scored samples, and the
     protocol's figures (kappa, FPR, ...) when the pass was scored whole."""
     from inspect_ai.log import EvalMetric, EvalResults, EvalScore
@@ -218,6 +218,7 @@ def write_inspect_log(
         eval=EvalSpec(
             eval_id=uuid.uuid4().hex,
             run_id=uuid.uuid4().hex,
+            task_id=uuid.uuid4().hex,
             created=now,
             task=f"judgeloop/{meta.split or split.name}",
             task_version=meta.prompt_hash or 0,
