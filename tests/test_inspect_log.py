@@ -160,6 +160,7 @@ def test_inspect_log_refuses_a_file_that_is_not_a_log_before_any_call(
         assert server.inference_requests() == []
 
 
+@pytest.mark.slow
 def test_loop_inspect_logs_and_confirm_inspect_log_write_each_pass_as_an_inspect_log(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
