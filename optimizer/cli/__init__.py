@@ -141,6 +141,10 @@ BATCH_COLD_HELP = (
     "with --batch: submit at once, without first warming each cold item with one direct call "
     "(the batch's calls for one item then each pay its cache write; default: warm first)"
 )
+INSPECT_LOG_HELP = (
+    "also write the pass as an Inspect AI log (.eval: one sample per item, the verdict as its score, the label as "
+    "its target; open it with `inspect view`; needs pip install 'judgeloop[inspect]') (default: none)"
+)
 REPLICATES_HELP = (
     f"judge each item K times per prompt set and score the majority verdict, 1 to {MAX_REPLICATES} "
     "(default: replicates in prompts/judge.toml, 1)"
@@ -270,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch", action="store_true", help=BATCH_HELP + OFF)
     p.add_argument("--batch-cold", action="store_true", help=BATCH_COLD_HELP)
+    p.add_argument("--inspect-log", metavar="FILE.eval", help=INSPECT_LOG_HELP)
     _judge_overrides(p)
 
     p = add("run", "optimizer.cli.loop:cmd_run", "run the optimisation loop on the dev split")
@@ -402,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", metavar="ID", help=f"the run whose final prompts to confirm {LATEST_RUN}")
     p.add_argument("--batch", action="store_true", help=BATCH_HELP + OFF)
     p.add_argument("--batch-cold", action="store_true", help=BATCH_COLD_HELP)
+    p.add_argument("--inspect-log", metavar="FILE.eval", help=INSPECT_LOG_HELP)
     _judge_overrides(p)
 
     p = add("reviews", "optimizer.cli.report:cmd_reviews", "list human reviews or export them as JSONL")

@@ -67,6 +67,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         out=Path(args.out) if args.out else None,
         judge=judge_overrides(args),
         batch=bool(args.batch),
+        inspect_log=Path(args.inspect_log) if args.inspect_log else None,
     )
     with TerminalEvents(prefix="judgeloop eval: ") as events, stop_on_signals("the evaluation") as stop:
         try:
@@ -97,6 +98,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 if item.infra_error:
                     print(f"  {item.trajectory_id}: {item.error}")
         print(f"results: {outcome.out}")
+        if outcome.inspect_log is not None:
+            print(f"inspect log: {outcome.inspect_log} (open it with `inspect view`)")
     for note in run.notes:
         print(f"note: {note}", file=sys.stderr)
     if run.infra_error_ids:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from optimizer.cli.eval import format_metrics, judge_overrides
 from optimizer.cli.progress import TerminalEvents
@@ -91,10 +92,13 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                 events=events,
                 batch=bool(args.batch),
                 stop=stop,
+                inspect_log=Path(args.inspect_log) if args.inspect_log else None,
             )
         except Interrupted as exc:
             events.clear()
             print(f"judgeloop confirm: stopped by {stop.reason}: {exc}", file=sys.stderr)
             return 130
     print(format_metrics(outcome.metrics))
+    if outcome.inspect_log is not None:
+        print(f"inspect log: {outcome.inspect_log} (open it with `inspect view`)")
     return 0

@@ -21,6 +21,7 @@ from optimizer.errors import UserError
 from optimizer.evaluation.batch import BatchOptions, check_batch_settings
 from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.files import previous_evaluation, write_results
+from optimizer.evaluation.inspect_log import check_log_path, require_inspect, write_inspect_log
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.oversize import oversized_items
 from optimizer.evaluation.results import EvalRun
@@ -41,6 +42,7 @@ class EvalOptions:
     out: Path | None = None  # default: experiments/evals/<stamp>-<prompt hash>
     judge: JudgeOverrides = field(default_factory=JudgeOverrides)
     batch: bool = False  # send the uncached calls as one batch through the provider's batch API
+    inspect_log: Path | None = None  # also write the pass as an Inspect AI log there (.eval)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class EvalOutcome:
     run: EvalRun
     metrics: Metrics
     out: Path
+    inspect_log: Path | None = None
 
 
 def _out_dir(ws: Workspace, wanted: Path | None, prompt_hash: str) -> Path:
@@ -72,6 +75,9 @@ def evaluate(
     ``stop`` requested: no new call starts and `Interrupted` is raised, nothing written (what was
     judged is cached: the same evaluation again pays only for the rest)."""
     judge = options.judge.apply(ws.config.judge)
+    if options.inspect_log is not None:  # refused before any call is paid for
+        check_log_path(options.inspect_log)
+        require_inspect()
     split_name = options.split or ws.config.workspace.dev_split
     refuse_heldout(ws, split_name, "eval")  # its figures only through confirm, counted and capped
     split = open_split(ws, split_name)
@@ -162,4 +168,7 @@ def evaluate(
     write_results(out, run, replacing=replacing)
     labels = load_labels(split)
     metrics = score({tid: labels[tid] for tid in item_ids}, run.answers())
-    return EvalOutcome(split=split, run=run, metrics=metrics, out=out)
+    inspect_log = None
+    if options.inspect_log is not None:
+        inspect_log = write_inspect_log(options.inspect_log, run, split, labels, metrics)
+    return EvalOutcome(split=split, run=run, metrics=metrics, out=out, inspect_log=inspect_log)

@@ -182,3 +182,12 @@ def shown_url(url: str) -> str:
         return url
     host, slash, path = rest.partition("/")
     return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
+
+
+def affinity_key(route: str) -> str:
+    """The per-item affinity key a router in front of several servers routes by (``[judge]
+    affinity_header``): a hash of what judgeloop's own ring routes by, ``route`` (a direct call's
+    trajectory id; a conversation's prefix key), so every candidate's and replicate's calls for one item
+    carry the same key and different items different keys. Only a hash leaves: never a label, a key or
+    the id itself."""
+    return "judgeloop-" + hashlib.sha256(b"judgeloop-affinity\0" + route.encode()).hexdigest()[:32]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 
 from optimizer.devset.heldout import check_apart
 from optimizer.devset.labels import load_labels
@@ -14,6 +15,7 @@ from optimizer.devset.split import open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import BatchOptions, check_batch_settings
 from optimizer.evaluation.evaluator import PassOptions, evaluate_items
+from optimizer.evaluation.inspect_log import check_log_path, require_inspect, write_inspect_log
 from optimizer.evaluation.stopping import Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import PromptSet
@@ -30,6 +32,7 @@ class ConfirmOutcome:
     experiment_id: int
     split: str
     metrics: Metrics
+    inspect_log: Path | None = None
 
 
 def confirm(
@@ -41,13 +44,18 @@ def confirm(
     events: Listener = ignore,
     batch: bool = False,
     stop: StopRequest | None = None,
+    inspect_log: Path | None = None,
 ) -> ConfirmOutcome:
     """Evaluate a run's final prompts once on a held-out split; each use is recorded and capped by
     ``[confirm] max_uses``. A use that hit infrastructure errors records nothing and is not counted.
     ``batch``: through the provider's batch API (recorded in the judge cache, so a killed `confirm`
     run again collects its batch). ``stop`` requested: no new call starts and `Interrupted` is raised;
-    nothing is recorded and the use is not counted."""
+    nothing is recorded and the use is not counted. ``inspect_log``: also write the pass there as an Inspect
+    AI log (`optimizer.evaluation.inspect_log`; refused before the use is spent when Inspect is missing)."""
     cfg = ws.config
+    if inspect_log is not None:
+        check_log_path(inspect_log)
+        require_inspect()
     with command_lock(ws, "confirm"), Ledger(ws.ledger_path) as ledger:
         run = ledger.resolve_run(run_id)
         settings = RunSettings.from_run(run, cfg, RunOverrides(judge=judge_overrides or JudgeOverrides()))
@@ -118,4 +126,7 @@ def confirm(
             )
         metrics = score(labels, result.answers())
         ledger.add_confirmation(split.name, inc.commit_sha or run.start_rev, metrics, run_id=run.id)
-        return ConfirmOutcome(run.id, inc.id, split.name, metrics)
+        written = (
+            None if inspect_log is None else write_inspect_log(inspect_log, result, split, labels, metrics)
+        )
+        return ConfirmOutcome(run.id, inc.id, split.name, metrics, inspect_log=written)

@@ -15,11 +15,13 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from optimizer.evaluation.batch import BatchOptions
 from optimizer.evaluation.batchstore import BatchRecord, BatchStatus, batch_status
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import PassOptions, evaluate_items
+from optimizer.evaluation.inspect_log import write_inspect_log
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Message, PassProgress, Progress, ProgressSnapshot, StageChanged, StopKind
 from optimizer.judge.endpoints import ENDPOINT_NOTE
@@ -291,6 +293,7 @@ class _Evaluation:
             return first
         result, inc_now, cand_now = first
         _account_first_pass(ctx, exp_id, result)
+        write_pass_log(ctx, exp_id, result)
         return await self._decide(result, inc_now, cand_now)
 
     def _on_item(self, item: ItemResult) -> bool:
@@ -570,3 +573,18 @@ def _account_first_pass(ctx: RunContext, experiment_id: int, result: EvalRun) ->
     # The evaluator refused a call that would cross the budget: no later candidate can be paid for.
     if result.stop is not None and result.stop.kind is StopKind.BUDGET:
         ctx.budget_exhausted = result.stop.message
+
+
+def pass_log_path(ctx: RunContext, experiment_id: int) -> Path:
+    """Where ``[loop] inspect_logs`` writes a candidate's first pass: under the run's folder."""
+    return ctx.ws.experiments_dir / "runs" / ctx.run.id / "inspect" / f"experiment-{experiment_id}.eval"
+
+
+def write_pass_log(ctx: RunContext, experiment_id: int, result: EvalRun) -> None:
+    """With ``[loop] inspect_logs``: the candidate's first pass (every look) as an Inspect AI log at
+    `pass_log_path`; its kappa and FPR only when the pass was judged whole (an early stop is a part)."""
+    if not ctx.settings.loop.inspect_logs:
+        return
+    whole = not (result.stopped_early or result.not_evaluated or result.infra_error_ids)
+    metrics = score(ctx.labels, result.answers()) if whole else None
+    write_inspect_log(pass_log_path(ctx, experiment_id), result, ctx.split, ctx.labels, metrics)

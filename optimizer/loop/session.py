@@ -23,6 +23,7 @@ from optimizer.devset.split import Split, open_split
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import BATCH_PROVIDERS, check_batch_settings
 from optimizer.evaluation.cache import JudgeCache
+from optimizer.evaluation.inspect_log import require_inspect
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.oversize import oversized_items
 from optimizer.evaluation.stopping import Aborted, StopRequest
@@ -274,6 +275,8 @@ def _prepare_resume(ws: Workspace, ledger: Ledger, options: RunOptions, say: Say
     run = _resumable_run(ledger)
     settings = RunSettings.from_run(run, cfg, _overrides(options))  # its refusals come before any change
     check_wave(settings.loop, strategy=run.strategy, propose_only=options.propose_only)
+    if settings.loop.inspect_logs:  # before any call is paid for
+        require_inspect("[loop] inspect_logs", "set it to false")
     if settings.batch:
         _check_batch_judge(ws, settings.judge, run.start_rev)
     if run.split in cfg.workspace.heldout_splits:
@@ -450,6 +453,8 @@ def open_run(
     # Every key, provider and setting check before anything changes (no closed run, captured edit, row or
     # branch for a refused run); checks that need the start's prompts come after HEAD is settled, below.
     check_wave(loop_cfg, strategy=strategy_name, propose_only=options.propose_only)
+    if loop_cfg.inspect_logs:  # before any call is paid for
+        require_inspect("[loop] inspect_logs", "set it to false")
     check_budget(judge, options.budget_usd)  # a harness judge's cost is unbounded without a per-call price
     check_confinement(judge)  # bubblewrap missing
     check_judge_key(judge)

@@ -6,6 +6,7 @@ error (a typo in a budget or a policy name must not be silently ignored).
 
 from __future__ import annotations
 
+import re
 import tomllib
 import types
 import typing
@@ -88,6 +89,26 @@ class WorkspaceSection(_Section):
     )
 
 
+# A header name (RFC 9110's token, kept to what routers accept) and the headers the SDK sends itself.
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
+RESERVED_HEADERS = frozenset(
+    {
+        "authorization",
+        "api-key",
+        "x-api-key",
+        "content-type",
+        "content-length",
+        "host",
+        "cookie",
+        "user-agent",
+        "accept",
+        "openai-organization",
+        "openai-project",
+        "x-stainless-retry-count",
+    }
+)
+
+
 class JudgeSection(_Section):
     provider: ProviderName = Field(
         default="local",
@@ -109,6 +130,13 @@ class JudgeSection(_Section):
         default=None,
         description=f"several OpenAI-compatible replicas of one model instead of base_url (openai only, at most "
         f"{MAX_ENDPOINTS}): each item sticks to one endpoint by consistent hashing, a failing one is drained",
+    )
+    # A router in front of several servers (LiteLLM, llm-d, SGLang's router) keeps an item's calls on one
+    # replica when each carries a stable per-item key in this header (optimizer.judge.endpoints.affinity_key).
+    affinity_header: str | None = Field(
+        default=None,
+        description="an HTTP header carrying each judge call's per-item affinity key (a hash of the trajectory id) "
+        'for a router in front of several servers, e.g. "x-session-affinity" (openai provider; unset: none)',
     )
     max_concurrency: int = Field(
         default=4, ge=1, le=MAX_CONCURRENCY, description="judge calls in flight at once"
@@ -246,6 +274,17 @@ class JudgeSection(_Section):
                 raise ValueError(f"base_urls: {url!r} is listed twice")
             out.append(url.rstrip("/"))
         return out
+
+    @field_validator("affinity_header")
+    @classmethod
+    def _header_name(cls, name: str | None) -> str | None:
+        if name is None:
+            return None
+        if not _HEADER_NAME.fullmatch(name):
+            raise ValueError(f"affinity_header {name!r} is not an HTTP header name (letters, digits and '-')")
+        if name.lower() in RESERVED_HEADERS:  # the key would replace what the SDK sends there
+            raise ValueError(f"affinity_header {name!r} is a header the client sends itself; name another")
+        return name
 
     @model_validator(mode="after")
     def _one_kind_of_url(self) -> JudgeSection:
@@ -553,6 +592,13 @@ class LoopSection(_Section):
         description="candidates per round against one incumbent, judged together and decided with Holm (at most "
         "one keep); 1: one at a time",
     )
+    # Each candidate's first pass as an Inspect AI log, for `inspect view` and the tools that read Inspect
+    # logs (optimizer.evaluation.inspect_log; needs the `inspect` extra).
+    inspect_logs: bool = Field(
+        default=False,
+        description="write each candidate's first pass as an Inspect AI log, experiments/runs/<run>/inspect/"
+        "experiment-<id>.eval (needs pip install 'judgeloop[inspect]')",
+    )
 
 
 class ConfirmSection(_Section):
@@ -662,6 +708,8 @@ labels = "given"           # given | corrected: labels.jsonl, or with devset/<sp
 futility = true            # adaptive: after the incumbent's wrong items and a random part of the rest, roll
 futility_threshold = 0.01  #   back a candidate whose chance of clearing the test is below this
 wave = 1                   # candidates per round, judged together and decided with Holm (at most one keep)
+inspect_logs = false       # each candidate's first pass as an Inspect AI log under experiments/runs/<run>/
+                           #   inspect/ (needs pip install 'judgeloop[inspect]'; `inspect view` opens it)
 
 [confirm]
 max_uses = 3

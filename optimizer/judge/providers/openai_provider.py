@@ -40,6 +40,12 @@ OpenAI-compatible server (vLLM, llama.cpp server, Ollama) via ``base_url``, and 
   only when every endpoint is drained does the call fail (and the next call tries them all again).
   `run_notes` reports per endpoint the calls and cached prompt tokens since the last report, and each
   drained endpoint. Batches go to the first endpoint. The cache keys (`optimizer.evaluation.cache.provider_endpoint`) name the first one.
+- ``[judge] affinity_header`` (one base URL in front of a router: LiteLLM, llm-d, SGLang's router): every
+  call carries that header with its item's affinity key (`optimizer.judge.endpoints.affinity_key`, a hash
+  of what the ring above routes by), so the router keeps an item's calls on the replica holding its
+  prefix. ``prompt_cache_key`` stays the prefix's own key (rubric-first sends none: there the shared
+  prefix is the system prompt, which per-item keys would scatter), and ``user`` is not used (it names an
+  end user to the OpenAI API).
 - Batches (`submit_batch`, `batch_state`, `batch_results`): the Batch API through the SDK — a JSONL
   input file (one ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`` line per
   call, ``body`` exactly what `complete` would post) uploaded with ``files.create(purpose="batch")``,
@@ -60,7 +66,7 @@ from openai.types import Batch
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
 from optimizer.errors import UserError
-from optimizer.judge.endpoints import EndpointFigures, EndpointPool, report_lines, shown_url
+from optimizer.judge.endpoints import EndpointFigures, EndpointPool, affinity_key, report_lines, shown_url
 from optimizer.judge.providers._common import (
     JUDGE,
     ImageString,
@@ -151,6 +157,7 @@ class OpenAIProvider(WireProvider):
         self._pool: EndpointPool[openai.AsyncOpenAI] | None = (
             EndpointPool(clients) if judge.base_urls else None
         )
+        self._affinity_header = judge.affinity_header
 
     @classmethod
     def read_key(cls, judge: JudgeSection, role: Role = JUDGE) -> Secret | None:
@@ -240,15 +247,22 @@ class OpenAIProvider(WireProvider):
             ]
         return self._with_sampling(params, sampling)
 
+    def _options(self, route_key: str) -> RequestOptions:
+        """The call's request options: with ``[judge] affinity_header``, the item's affinity key in it."""
+        if self._affinity_header is None:
+            return _CHAT_OPTIONS
+        return {**_CHAT_OPTIONS, "headers": {self._affinity_header: affinity_key(route_key)}}
+
     async def _post(self, body: bytes, route_key: str) -> ChatCompletion:
+        options = self._options(route_key)
         if self._pool is None:
-            return await self._post_to(self._client, body)
+            return await self._post_to(self._client, body, options)
         failure: Exception | None = None
         while (picked := self._pool.route(route_key)) is not None:
             url, client = picked
             try:
                 completion = await client.post(
-                    "/chat/completions", cast_to=ChatCompletion, content=body, options=_CHAT_OPTIONS
+                    "/chat/completions", cast_to=ChatCompletion, content=body, options=options
                 )
             except (openai.APIConnectionError, openai.InternalServerError) as exc:
                 # The server is gone or broken (after the SDK's retries): its items go to the others.
@@ -271,10 +285,12 @@ class OpenAIProvider(WireProvider):
             "after the SDK's retries; restart them and re-run"
         )
 
-    async def _post_to(self, client: openai.AsyncOpenAI, body: bytes) -> ChatCompletion:
+    async def _post_to(
+        self, client: openai.AsyncOpenAI, body: bytes, options: RequestOptions = _CHAT_OPTIONS
+    ) -> ChatCompletion:
         try:
             return await client.post(
-                "/chat/completions", cast_to=ChatCompletion, content=body, options=_CHAT_OPTIONS
+                "/chat/completions", cast_to=ChatCompletion, content=body, options=options
             )
         except (openai.APIError, ValueError) as exc:
             raise self._mapped(exc) from None
