@@ -174,6 +174,8 @@ CASES: list[tuple[str, str, tuple[str, dict[str, Any]], tuple[str, dict[str, Any
     ("other-workspace", "", ("Read", {"file_path": "{other}/devset/dev/labels.jsonl"}),
      bash("cat {other}/devset/dev/labels.jsonl"), "devset"),
     ("git-dash-C", "", bash("git -C devset log --oneline"), bash("ls -la .git/objects"), None),
+    ("judgeloop-cli", "", bash("judgeloop -w . report --json"), bash("python3 -m optimizer.cli confirm --split heldout"),
+     "judgeloop "),
     # allowed: the prompts, the docs, ordinary commands
     ("prompt-read", "", ("Read", {"file_path": "{ws}/prompts/judge.md"}), bash("cat prompts/judge.md"), ""),
     ("prompt-edit", "", ("Edit", {"file_path": "{ws}/prompts/rubric.md", "old_string": "a", "new_string": "b"}),
@@ -341,3 +343,28 @@ def test_the_plugin_bundles_the_skill_the_mcp_server_and_the_hook() -> None:
     skill = (PLUGIN / "skills" / "judgeloop" / "SKILL.md").read_text(encoding="utf-8")
     assert skill == (REPO / "skills" / "judgeloop" / "SKILL.md").read_text(encoding="utf-8")
     assert skill.startswith("---\nname: judgeloop\n")
+
+
+def test_the_git_folders_above_a_workspace_and_a_worktrees_are_protected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A workspace inside a larger repository, then a worktree of it: their history (devset/'s objects) lives in
+    # git folders that lie in no workspace, found from the worktree's .git file.
+    outer = tmp_path / "outer"
+    (outer / "judge").mkdir(parents=True)
+    (outer / "judge" / "judgeloop.toml").write_text("", encoding="utf-8")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(outer)], check=True)
+    subprocess.run([*git, "-C", str(outer), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(outer), "commit", "-qm", "x"], check=True)
+    worktree = tmp_path / "wt"
+    subprocess.run([*git, "-C", str(outer), "worktree", "add", "-q", "--detach", str(worktree)], check=True)
+    assert (worktree / ".git").is_file()
+    for cwd, command in (
+        (outer / "judge", "cat ../.git/config"),
+        (worktree / "judge", f"cat {outer}/.git/HEAD"),
+    ):
+        code, _, err = run_hook(codex_event(*bash(command), cwd), monkeypatch, capsys)
+        assert code == 2 and f"reaches {outer / '.git'}" in err, err
+    own = claude_event("Read", {"file_path": str(worktree / "judge" / "judgeloop.toml")}, worktree / "judge")
+    assert run_hook(own, monkeypatch, capsys)[:2] == (0, "")

@@ -69,6 +69,11 @@ GIT_NO_TEXT = frozenset(
 # git subcommands that rewrite files of the working tree from history (their paths are checked as folders).
 GIT_WRITERS = frozenset({"checkout", "restore", "reset", "stash", "clean", "rm", "mv", "add", "apply"})
 GIT_GLOBAL_WITH_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"})
+# judgeloop's own commands read the labels, the ledger and the held-out splits (report, devset show, confirm):
+# the agent reaches the engine through the MCP server's tools. Only these stay open to it.
+JUDGELOOP_OPEN = frozenset({"hook", "completion"})
+JUDGELOOP_FLAGS_OPEN = frozenset({"--version", "-h", "--help"})
+PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 # Characters that end a path-like piece inside a word.
 PIECE_SPLIT = re.compile(r"[\s'\"`;|&<>()=,:\\]+")
@@ -161,15 +166,18 @@ class ShellCheck:
         ``["bash", "-lc", "..."]``), or None when it names nothing protected."""
         words = self._words(command)
         bases = self._bases(words)
+        commands = _commands(words)
+        # A program's name is no path (`cat` after `cd devset` is not a file there); `cd` and `-C` neither.
+        names = {c[0] for c in commands if "/" not in c[0]} | CHANGE_DIR | DIR_OPTIONS
         for word in words:
-            if _is_operator(word):
+            if _is_operator(word) or word in names:
                 continue
             for piece in pieces(word):
                 reach = self.fence.path_reach(piece, bases)
                 if reach is not None:
                     return Blocked(word, reach)
-        for simple in _commands(words):
-            blocked = self._walks(simple, bases) or self._git(simple, bases)
+        for simple in commands:
+            blocked = self._walks(simple, bases) or self._git(simple, bases) or _judgeloop(simple)
             if blocked is not None:
                 return blocked
         return None
@@ -298,3 +306,29 @@ def _git_paths(args: Sequence[str]) -> list[str]:
         elif "/" in word or word in (".", "..") or word.startswith(":"):
             paths.append(word)
     return paths
+
+
+def _judgeloop(simple: Sequence[str]) -> Blocked | None:
+    """judgeloop's command line (``judgeloop``, ``python -m optimizer.cli``) but `JUDGELOOP_OPEN`."""
+    program, args = os.path.basename(simple[0]), list(simple[1:])
+    if PYTHON.match(program) and args[:2] == ["-m", "optimizer.cli"]:
+        args = args[2:]
+    elif program != "judgeloop":
+        return None
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        index += 2 if args[index] in ("-w", "--workspace") else 1
+    if index >= len(args):
+        if set(args) <= JUDGELOOP_FLAGS_OPEN:
+            return None
+        sub = " ".join(args)
+    else:
+        sub = args[index]
+    if sub in JUDGELOOP_OPEN:
+        return None
+    return Blocked(
+        f"judgeloop {sub}",
+        None,
+        "the agent's judgeloop goes through the MCP server's tools; the command line reads the labels, "
+        "the ledger and the held-out splits, and is the person's",
+    )
