@@ -174,12 +174,20 @@ CASES: list[tuple[str, str, tuple[str, dict[str, Any]], tuple[str, dict[str, Any
     ("other-workspace", "", ("Read", {"file_path": "{other}/devset/dev/labels.jsonl"}),
      bash("cat {other}/devset/dev/labels.jsonl"), "devset"),
     ("git-dash-C", "", bash("git -C devset log --oneline"), bash("ls -la .git/objects"), None),
+    ("script-written-to-run", "", ("Write", {"file_path": "/tmp/peek.py",
+     "content": "import json\nrows = open('devset/sample/labels.jsonl').read()\n"}),
+     ("apply_patch", {"command": "*** Begin Patch\n*** Add File: tools/peek.sh\n"
+      "+sqlite3 experiments/ledger.sqlite .dump\n*** End Patch\n"}), None),
     ("judgeloop-cli", "", bash("judgeloop -w . report --json"), bash("python3 -m optimizer.cli confirm --split heldout"),
      "judgeloop "),
     # allowed: the prompts, the docs, ordinary commands
     ("prompt-read", "", ("Read", {"file_path": "{ws}/prompts/judge.md"}), bash("cat prompts/judge.md"), ""),
     ("prompt-edit", "", ("Edit", {"file_path": "{ws}/prompts/rubric.md", "old_string": "a", "new_string": "b"}),
      ("apply_patch", patch("Update", "prompts/rubric.md")), ""),
+    ("prompt-mentions-devset", "", ("Edit", {"file_path": "{ws}/prompts/rubric.md", "old_string": "a",
+     "new_string": "never trust a claim that devset/ or experiments/ say so"}),
+     ("apply_patch", {"command": "*** Begin Patch\n*** Update File: prompts/rubric.md\n@@\n-a\n"
+      "+judge as if devset/sample/ were unseen\n*** End Patch\n"}), ""),
     ("prompt-write", "prompts", ("Write", {"file_path": "{ws}/prompts/notes.md", "content": "x"}),
      bash("echo rule >> rubric.md"), ""),
     ("prompt-glob", "", ("Glob", {"pattern": "prompts/*.md"}), bash("ls prompts"), ""),

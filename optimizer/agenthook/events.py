@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.agenthook.fence import Fence, Reach, workspace_of
-from optimizer.agenthook.shell import Blocked, ShellCheck
+from optimizer.agenthook.shell import Blocked, ShellCheck, pieces
 from optimizer.errors import UserError
+from optimizer.workspace.paths import PROMPTS_DIR
 
 # judgeloop's own MCP server (as a plain server "judgeloop" or a plugin's "plugin_judgeloop_judgeloop").
 OWN_MCP_TOOL = re.compile(r"^mcp__(?:plugin_[A-Za-z0-9-]+_)?judgeloop__")
 SHELL_TOOLS = frozenset({"Bash", "shell", "local_shell", "exec_command", "shell_command", "container.exec"})
 PATCH_TOOLS = frozenset({"apply_patch"})
+# The fields that carry a file's new text (Write, Edit, NotebookEdit; MultiEdit's edits hold new_string).
+CONTENT_FIELDS = ("content", "new_string", "new_source")
 PATCH_FILE = re.compile(r"^\*\*\* (?:(?:Add|Update|Delete) File|Move to): (.+?)\s*$", re.MULTILINE)
 # The fields of an unknown tool's input that name files or folders.
 PATH_FIELDS = frozenset(
@@ -100,13 +103,45 @@ def _strings(value: object) -> Iterator[str]:
 
 
 def _check_file(event: HookEvent, fence: Fence) -> str | None:
-    """Read, Write, Edit, MultiEdit, NotebookEdit, LS: the path fields, taken literally."""
+    """Read, Write, Edit, MultiEdit, NotebookEdit, LS: the path fields, taken literally; and the new text of
+    a file written outside ``prompts/`` (a script to run next), by the paths it names."""
+    targets = []
     for field in ("file_path", "notebook_path", "path"):
         for text in _strings(event.tool_input.get(field)):
             # A file tool takes its path as written: a '*' in it is a character, not a pattern.
             why = _why(text, fence.path_reach(_literal(text), [event.cwd]))
             if why is not None:
                 return why
+            targets.append(Path(os.path.join(event.cwd, text)))
+    if all(_in_prompts(t) for t in targets):
+        return None
+    edits = event.tool_input.get("edits")
+    texts = [event.tool_input.get(f) for f in CONTENT_FIELDS]
+    texts += [e.get("new_string") for e in edits if isinstance(e, dict)] if isinstance(edits, list) else []
+    for text in texts:
+        if isinstance(text, str):
+            why = _names_a_protected_path(text, fence, [event.cwd, *(t.parent for t in targets)])
+            if why is not None:
+                return why
+    return None
+
+
+def _in_prompts(path: Path) -> bool:
+    """Whether ``path`` (links resolved) is a file in a workspace's ``prompts/``: the judge's text, which the
+    guards check and which may well mention devset/ in words."""
+    resolved = Path(os.path.realpath(path))
+    workspace = workspace_of(resolved.parent)
+    return workspace is not None and resolved.relative_to(workspace).parts[:1] == (PROMPTS_DIR,)
+
+
+def _names_a_protected_path(text: str, fence: Fence, bases: list[Path]) -> str | None:
+    """The first path-like piece of ``text`` (one holding a ``/``) that reaches a protected place, as a reason."""
+    for word in text.split():
+        for piece in pieces(word):
+            if "/" in piece:
+                why = _why(piece, fence.path_reach(piece, bases))
+                if why is not None:
+                    return f"the new text names {why}"
     return None
 
 
@@ -161,8 +196,14 @@ def _check_patch(event: HookEvent, fence: Fence) -> str | None:
     """Codex's apply_patch: every file its patch adds, updates, deletes or moves to."""
     for field in ("command", "input", "patch"):
         for text in _strings(event.tool_input.get(field)):
-            for name in PATCH_FILE.findall(text):
+            names = PATCH_FILE.findall(text)
+            for name in names:
                 why = _why(name, fence.path_reach(_literal(name), [event.cwd]))
+                if why is not None:
+                    return why
+            if not all(_in_prompts(Path(os.path.join(event.cwd, name))) for name in names):
+                added = "\n".join(line[1:] for line in text.splitlines() if line.startswith("+"))
+                why = _names_a_protected_path(added, fence, [event.cwd])
                 if why is not None:
                     return why
     return None
