@@ -116,11 +116,11 @@ def _check_file(event: HookEvent, fence: Fence) -> str | None:
     if all(_in_prompts(t) for t in targets):
         return None
     edits = event.tool_input.get("edits")
-    texts = [event.tool_input.get(f) for f in CONTENT_FIELDS]
-    texts += [e.get("new_string") for e in edits if isinstance(e, dict)] if isinstance(edits, list) else []
-    for text in texts:
-        if isinstance(text, str):
-            why = _names_a_protected_path(text, fence, [event.cwd, *(t.parent for t in targets)])
+    values: list[object] = [event.tool_input.get(f) for f in CONTENT_FIELDS]
+    values += [e.get("new_string") for e in edits if isinstance(e, dict)] if isinstance(edits, list) else []
+    for value in values:
+        if isinstance(value, str):
+            why = _names_a_protected_path(value, fence, [event.cwd, *(t.parent for t in targets)])
             if why is not None:
                 return why
     return None
