@@ -178,6 +178,10 @@ CASES: list[tuple[str, str, tuple[str, dict[str, Any]], tuple[str, dict[str, Any
      "content": "import json\nrows = open('devset/sample/labels.jsonl').read()\n"}),
      ("apply_patch", {"command": "*** Begin Patch\n*** Add File: tools/peek.sh\n"
       "+sqlite3 experiments/ledger.sqlite .dump\n*** End Patch\n"}), None),
+    ("command-substitution", "", bash('cat "$(pwd)/devset/sample/labels.jsonl"'),
+     bash("cat `git rev-parse --show-toplevel`/experiments/ledger.sqlite"), None),
+    ("git-rewrites-tree", "", bash("git reset --hard HEAD"), bash("git stash && git checkout -"),
+     "rewrites the whole working tree"),
     ("judgeloop-cli", "", bash("judgeloop -w . report --json"), bash("python3 -m optimizer.cli confirm --split heldout"),
      "judgeloop "),
     # allowed: the prompts, the docs, ordinary commands
@@ -195,6 +199,8 @@ CASES: list[tuple[str, str, tuple[str, dict[str, Any]], tuple[str, dict[str, Any
      bash("grep -rn kappa prompts docs"), ""),
     ("docs", "", ("Read", {"file_path": "{ws}/docs/notes.md"}), bash("less docs/notes.md"), ""),
     ("git-status-log", "", bash("git status && git log --oneline -5"), bash("git log --stat -3"), ""),
+    ("git-restore-prompts", "", bash("git checkout -- prompts/rubric.md"), bash("git restore prompts/ && git stash list"),
+     ""),
     ("git-prompt-diff", "", bash("git diff -- prompts/"), bash("git show HEAD:prompts/judge.md"), ""),
     ("ordinary", "", bash("ls && python -c 'print(1 + 1)'"), bash("pytest -q && judgeloop --version"), ""),
     ("outside-any-workspace", "", ("Read", {"file_path": "/etc/hostname"}), bash("cat /etc/hostname"), ""),

@@ -135,6 +135,15 @@ class Fence:
     def __init__(self, workspace: Path | None) -> None:
         self.workspace = Path(os.path.abspath(workspace)) if workspace is not None else None
         self.roots: tuple[_Root, ...] = tuple(self._roots())
+        # The roots by inode too: a name that differs only in case on a case-insensitive disk, or a bind mount,
+        # is the same folder.
+        self.inodes: dict[tuple[int, int], _Root] = {}
+        for root in self.roots:
+            try:
+                info = root.path.stat()
+            except OSError:
+                continue
+            self.inodes.setdefault((info.st_dev, info.st_ino), root)
 
     def _roots(self) -> Iterator[_Root]:
         if self.workspace is None:
@@ -175,6 +184,14 @@ class Fence:
         for root in self.roots:
             if path == root.path or root.path in path.parents:
                 return Reach(root.kind, root.path)
+        for folder in (path, *path.parents):
+            try:
+                info = folder.stat()
+            except OSError:
+                continue
+            same = self.inodes.get((info.st_dev, info.st_ino))
+            if same is not None:
+                return Reach(same.kind, same.path)
         if CORRECTIONS_FILE in path.parts:
             index = path.parts.index(CORRECTIONS_FILE)
             return Reach(CORRECTIONS_FILE, Path(*path.parts[: index + 1]))

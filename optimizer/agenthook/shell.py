@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.agenthook.fence import Fence, Reach
+from optimizer.agenthook.fence import PROTECTED, Fence, Reach
+from optimizer.workspace.paths import CORRECTIONS_FILE, DEVSET_DIR
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
 # Words that run the command after them: the program is the next word that is not an option.
@@ -68,6 +69,13 @@ GIT_NO_TEXT = frozenset(
 )  # fmt: skip
 # git subcommands that rewrite files of the working tree from history (their paths are checked as folders).
 GIT_WRITERS = frozenset({"checkout", "restore", "reset", "stash", "clean", "rm", "mv", "add", "apply"})
+# git subcommands that rewrite the whole working tree when given no paths: devset/ too, a person's uncommitted
+# corrections lost (`reset` only with these options; `stash` but its list and show).
+GIT_TREE_WRITERS = frozenset(
+    {"checkout", "switch", "restore", "reset", "stash", "clean", "merge", "rebase", "pull", "cherry-pick", "revert",
+     "am", "apply"}
+)  # fmt: skip
+GIT_RESET_TREE = frozenset({"--hard", "--merge", "--keep"})
 GIT_GLOBAL_WITH_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"})
 # judgeloop's own commands read the labels, the ledger and the held-out splits (report, devset show, confirm):
 # the agent reaches the engine through the MCP server's tools. Only these stay open to it.
@@ -77,6 +85,7 @@ PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 # Characters that end a path-like piece inside a word.
 PIECE_SPLIT = re.compile(r"[\s'\"`;|&<>()=,:\\]+")
+COMPONENT_SPLIT = re.compile(r"[/\s'\"`;|&<>()=,:\\{}$]+")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # More folders than this from `cd` and `-C` are not followed (a long chain of cd's is checked from the first).
 MAX_BASES = 32
@@ -176,10 +185,24 @@ class ShellCheck:
                 reach = self.fence.path_reach(piece, bases)
                 if reach is not None:
                     return Blocked(word, reach)
+            reach = self._named_after_substitution(word)
+            if reach is not None:
+                return Blocked(word, reach)
         for simple in commands:
             blocked = self._walks(simple, bases) or self._git(simple, bases) or _judgeloop(simple)
             if blocked is not None:
                 return blocked
+        return None
+
+    def _named_after_substitution(self, word: str) -> Reach | None:
+        """A word whose folder comes from the shell at run time (``$(pwd)/devset/x``, ``$DIR/.git``): a
+        protected name among its parts is taken as the workspace's."""
+        if "$" not in word and "`" not in word:
+            return None
+        for part in COMPONENT_SPLIT.split(word):
+            if part in PROTECTED or part == CORRECTIONS_FILE:
+                kind = part if part in PROTECTED else DEVSET_DIR
+                return Reach(kind, (self.fence.workspace or self.cwd) / part)
         return None
 
     def _words(self, command: str | Sequence[str]) -> list[str]:
@@ -264,7 +287,7 @@ class ShellCheck:
             )
         prints_text = sub in GIT_CONTENT and not (set(args) & GIT_NO_TEXT and not _patch_flag(args))
         prints_text = prints_text or (sub in GIT_PATCH_OPTIONAL and _patch_flag(args))
-        if not prints_text and sub not in GIT_WRITERS:
+        if not prints_text and sub not in GIT_WRITERS | GIT_TREE_WRITERS:
             return None
         limits = _git_paths(args)
         if prints_text and not limits:
@@ -272,6 +295,13 @@ class ShellCheck:
                 shown,
                 None,
                 f"without paths it prints committed files, devset/ included; name them: {shown} -- prompts/",
+            )
+        if not limits and _rewrites_tree(sub, args):
+            return Blocked(
+                shown,
+                None,
+                "without paths it rewrites the whole working tree, devset/ and a person's corrections included; "
+                "the session's git is judgeloop's (name files in prompts/ to restore them)",
             )
         top = [*bases, *([self.fence.workspace] if self.fence.workspace is not None else [])]
         for limit in limits:
@@ -283,6 +313,14 @@ class ShellCheck:
             if reach is not None:
                 return Blocked(limit, reach)
         return None
+
+
+def _rewrites_tree(sub: str, args: Sequence[str]) -> bool:
+    if sub == "reset":
+        return bool(set(args) & GIT_RESET_TREE)
+    if sub == "stash":
+        return not args or args[0] not in ("list", "show")
+    return sub in GIT_TREE_WRITERS
 
 
 def _patch_flag(args: Sequence[str]) -> bool:
