@@ -382,3 +382,33 @@ def test_the_git_folders_above_a_workspace_and_a_worktrees_are_protected(
         assert code == 2 and f"reaches {outer / '.git'}" in err, err
     own = claude_event("Read", {"file_path": str(worktree / "judge" / "judgeloop.toml")}, worktree / "judge")
     assert run_hook(own, monkeypatch, capsys)[:2] == (0, "")
+
+
+def test_a_bind_mount_of_devset_elsewhere_is_the_same_folder(place: Place, tmp_path: Path) -> None:
+    # No link to resolve: only the folder's identity (device, inode) says the mount point is devset/.
+    bwrap = shutil.which("bwrap")
+    judgeloop = shutil.which("judgeloop", path=str(Path(sys.executable).parent))
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    argv = [bwrap or "bwrap", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if bwrap is None or subprocess.run([*argv, "true"], capture_output=True).returncode != 0:
+        pytest.skip("bubblewrap cannot make a mount namespace here")
+    event = claude_event("Read", {"file_path": str(mount / "sample" / "labels.jsonl")}, tmp_path)
+    done = subprocess.run(
+        [
+            *argv,
+            "--bind",
+            str(place.ws / "devset"),
+            str(mount),
+            str(judgeloop),
+            "-w",
+            str(place.ws),
+            "hook",
+            "pre-tool-use",
+        ],
+        input=json.dumps(event),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and f"reaches {place.ws / 'devset'}" in done.stderr, done.stderr
