@@ -263,6 +263,10 @@ def test_an_unknown_tool_is_checked_by_the_paths_in_its_input(
     )
     code, _, err = run_hook(other_server, monkeypatch, capsys)
     assert code == 2 and err.startswith(f"{BLOCKED}mcp__filesystem__read_file: ")
+    fetch = claude_event(
+        "WebFetch", {"url": f"file://{place.ws}/experiments/ledger.sqlite", "prompt": "p"}, place.ws
+    )
+    assert run_hook(fetch, monkeypatch, capsys)[0] == 2
     harmless = claude_event("WebSearch", {"query": "devset kappa"}, place.ws)
     assert run_hook(harmless, monkeypatch, capsys)[:2] == (0, "")
 
@@ -412,3 +416,20 @@ def test_a_bind_mount_of_devset_elsewhere_is_the_same_folder(place: Place, tmp_p
         timeout=120,
     )
     assert done.returncode == 2 and f"reaches {place.ws / 'devset'}" in done.stderr, done.stderr
+
+
+def test_a_fault_of_the_hook_blocks_the_call(
+    place: Place, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A fence fails closed: a bug in the check must not let the call through (the traceback is printed).
+    def broken(*_: object) -> None:
+        raise RuntimeError("a bug in the fence")
+
+    monkeypatch.setattr("optimizer.cli.hook.decide", broken)
+    code, out, err = run_hook(
+        claude_event("Read", {"file_path": "prompts/judge.md"}, place.ws), monkeypatch, capsys
+    )
+    assert (code, out) == (2, "")
+    assert "RuntimeError: a bug in the fence" in err and err.endswith(
+        "judgeloop hook: blocked: the hook failed (the traceback above); please report it\n"
+    )

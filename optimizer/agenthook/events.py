@@ -225,7 +225,7 @@ def _path_values(value: object, key: str = "") -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from _path_values(item, key)
-    elif isinstance(value, str) and key in PATH_FIELDS:
+    elif isinstance(value, str) and (key in PATH_FIELDS or value.startswith("file://")):
         yield value
 
 

@@ -135,6 +135,7 @@ class Fence:
     def __init__(self, workspace: Path | None) -> None:
         self.workspace = Path(os.path.abspath(workspace)) if workspace is not None else None
         self.roots: tuple[_Root, ...] = tuple(self._roots())
+        self._seen: dict[Path, Reach | None] = {}
         # The roots by inode too: a name that differs only in case on a case-insensitive disk, or a bind mount,
         # is the same folder.
         self.inodes: dict[tuple[int, int], _Root] = {}
@@ -180,7 +181,12 @@ class Fence:
 
     def _inside(self, path: Path) -> Reach | None:
         """The protected place an absolute path lies in: the workspace's, or another workspace's that the
-        path's own folders hold."""
+        path's own folders hold (remembered: a long command names the same folders many times)."""
+        if path not in self._seen:
+            self._seen[path] = self._lookup(path)
+        return self._seen[path]
+
+    def _lookup(self, path: Path) -> Reach | None:
         for root in self.roots:
             if path == root.path or root.path in path.parents:
                 return Reach(root.kind, root.path)
