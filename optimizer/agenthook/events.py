@@ -81,9 +81,9 @@ def parse_event(text: str) -> HookEvent:
 def decide(event: HookEvent, workspace: Path | None = None) -> Verdict:
     """Allow or block ``event``. ``workspace`` is the judgeloop workspace to protect (default: the nearest one
     at or above the event's folder; none there protects only the workspaces a path itself lies in)."""
-    fence = Fence(workspace if workspace is not None else workspace_of(event.cwd))
     if OWN_MCP_TOOL.match(event.tool_name):
         return Verdict(True)
+    fence = Fence(workspace if workspace is not None else workspace_of(event.cwd))
     check = _CHECKS.get(event.tool_name, _check_fields)
     found = check(event, fence)
     if found is None:
