@@ -294,6 +294,11 @@ def test_an_unreadable_event_or_workspace_blocks_in_one_line(
         and err.startswith("judgeloop: error: hook: stdin is not a JSON event")
         and err.count("\n") == 1
     )
+    closed = io.StringIO("{}")
+    closed.close()
+    monkeypatch.setattr(sys, "stdin", closed)
+    assert main(["hook", "pre-tool-use"]) == 2
+    assert capsys.readouterr().err.startswith("judgeloop: error: hook: cannot read the event on stdin")
     monkeypatch.setattr(sys, "stdin", io.StringIO('{"hook_event_name": "Stop"}'))
     assert main(["hook", "pre-tool-use"]) == 2
     assert "has no tool_name" in capsys.readouterr().err

@@ -20,7 +20,11 @@ from optimizer.workspace.paths import CONFIG_NAME
 def cmd_hook_pre_tool_use(args: argparse.Namespace) -> int:
     """Allow (0) or block (2, the reason on stderr) the tool call described on stdin."""
     workspace = _workspace(getattr(args, "workspace", None))
-    event = parse_event(sys.stdin.read())
+    try:
+        text = sys.stdin.read()
+    except (OSError, ValueError) as exc:  # stdin closed or not readable: no event, so no call is allowed
+        raise UserError(f"hook: cannot read the event on stdin ({exc}); the host passes it there") from None
+    event = parse_event(text)
     try:
         verdict = decide(event, workspace)
     except Exception:  # noqa: BLE001 -- a fence fails closed: a fault here must block the call, not let it run
