@@ -138,6 +138,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("plan",): ["--budget-usd", "1"],
     ("tui",): ["--screenshot", "{tmp}/shot.svg", "--size", "80x24"],
     ("runs", "prune"): [],
+    ("hook", "pre-tool-use"): [],
     ("completion",): [],
 }
 

@@ -632,6 +632,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--yes", action="store_true", help="remove them (default: a dry run listing what would go)"
     )
 
+    hook_help = (
+        "the PreToolUse hook of Claude Code and Codex that keeps the agent's own tools out of the labels"
+    )
+    hook = sub.add_parser(
+        "hook",
+        parents=[common],
+        help=hook_help,
+        description=hook_help,
+        epilog=epilog("hook"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    hsub = hook.add_subparsers(
+        dest="hook_command",
+        required=True,
+        metavar="EVENT",
+        help="one of the events below; `judgeloop hook EVENT -h` for its options",
+    )
+    command(
+        hsub,
+        "pre-tool-use",
+        "optimizer.cli.hook:cmd_hook_pre_tool_use",
+        "read a host's PreToolUse event (JSON) on stdin; exit 2 with the reason on stderr when the tool call "
+        "reaches devset/, corrections.jsonl, experiments/ or .git/ (see docs/integrations/agent-hosts.md), "
+        "else exit 0",
+        "hook pre-tool-use",
+    )
+
     p = add(
         "completion",
         "optimizer.cli.runs:cmd_completion",

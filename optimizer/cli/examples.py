@@ -52,6 +52,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "judgeloop runs prune                 # what would go, nothing removed",
         "judgeloop runs prune --keep 3 --yes  # remove all but the 3 newest runs' branches and folders",
     ),
+    "hook": ("judgeloop hook pre-tool-use < event.json",),
+    "hook pre-tool-use": (
+        "judgeloop hook pre-tool-use < event.json   # exit 0: allowed; exit 2: blocked, the reason on stderr",
+        "judgeloop hook pre-tool-use || exit 2      # as registered in hooks.json: a hook that cannot run blocks",
+    ),
     "completion": (
         "judgeloop completion bash > ~/.judgeloop-completion.bash",
         'eval "$(judgeloop completion bash)"   # in ~/.bashrc',

@@ -203,6 +203,8 @@ def unused_path(folder: Path, stem: str, suffix: str = ".json") -> Path:
 
 # -- where a workspace keeps its files ---------------------------------------------------------------
 
+# The file that makes a folder a workspace (optimizer.workspace.workspace.find_root looks for it).
+CONFIG_NAME = "judgeloop.toml"
 DEVSET_DIR = "devset"
 EXPERIMENTS_DIR = "experiments"
 # A split's labels, devset/<split>/labels.jsonl (only optimizer.devset.labels reads it).

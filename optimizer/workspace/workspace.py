@@ -15,10 +15,10 @@ import git
 
 from optimizer.errors import UserError
 from optimizer.workspace.config import Config, load_config
+from optimizer.workspace.paths import CONFIG_NAME as CONFIG_NAME  # spelled in optimizer.workspace.paths
 from optimizer.workspace.paths import LOCK_FILE as LOCK_FILE  # spelled in optimizer.workspace.paths
 from optimizer.workspace.paths import WorkspacePaths
 
-CONFIG_NAME = "judgeloop.toml"
 JUDGELOOP_ACTOR = git.Actor("judgeloop", "judgeloop@localhost")
 
 
