@@ -22,15 +22,16 @@ non-transferring) edits kept, judge calls used. The null night (`--null`, every 
 share of decided candidates kept over at least 200 nights: a rule that tests at alpha must keep at most
 alpha's share (the literal rule has no test; its share is shown for comparison).
 
-Run:  python benchmarks/night.py [--quick] [--json] [--seed 0] [--nights 100] [--null-nights 200]
-      [--budget 12960] [--dist small large harmful ...] [--null] [--rules literal paired ...]
-      [--workers 1] [--write-docs night]
+Run:  python benchmarks/night.py [--quick] [--json] [--seed 0] [--nights 6] [--budget 6480]
+      [--null-nights 200] [--null-budget 648] [--dist small large harmful ...] [--null | --no-null]
+      [--rules literal paired adaptive adaptive+futility] [--workers 1] [--write-docs night]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -39,6 +40,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -63,6 +65,7 @@ class Row:
     nights: int
     dev_kappa_gain: float
     held_out_kappa_gain: float
+    held_out_kappa_se: float  # the standard error of the nights' mean held-out gain
     dev_fpr_change_pp: float
     held_out_fpr_change_pp: float
     decided: float
@@ -80,6 +83,15 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def _standard_error(values: Sequence[float]) -> float:
+    """The standard error of the mean of ``values`` (nan below two values)."""
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    mean = _mean(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
 def summarise(dist: str, rule: str, results: Sequence[NightResult], budget: int) -> Row:
     """The row of ``results`` (one per night)."""
     loop = loop_for(rule)
@@ -90,6 +102,7 @@ def summarise(dist: str, rule: str, results: Sequence[NightResult], budget: int)
         nights=len(results),
         dev_kappa_gain=_mean([r.dev_kappa for r in results]),
         held_out_kappa_gain=_mean([r.held_kappa for r in results]),
+        held_out_kappa_se=_standard_error([r.held_kappa for r in results]),
         dev_fpr_change_pp=100 * _mean([r.dev_fpr for r in results]),
         held_out_fpr_change_pp=100 * _mean([r.held_fpr for r in results]),
         decided=_mean([r.decided for r in results]),
@@ -137,17 +150,24 @@ def hash_name(name: str) -> int:
     return sum((k + 1) * ord(c) for k, c in enumerate(name)) % 997
 
 
+def _finite_or_none(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with every NaN (a figure with no data, e.g. a standard error of one night) as None, so
+    ``--json`` prints strict JSON."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+
+
 def table(rows: Sequence[Row]) -> list[str]:
     """The side-by-side table: one line per distribution and rule."""
     w = max(len(r.rule) for r in rows)
     head = (
-        f"{'dist':<8} {'rule':<{w}} {'kappa dev':>9} {'held-out':>8} {'FPR pp dev':>10} {'held-out':>8} "
+        f"{'dist':<8} {'rule':<{w}} {'kappa dev':>9} {'held-out ± se':>14} {'FPR pp dev':>10} {'held-out':>8} "
         f"{'decided':>7} {'kept':>5} {'helpful':>7} {'harmful':>7} {'dev-only':>8} {'calls':>6}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r.dist:<8} {r.rule:<{w}} {r.dev_kappa_gain:>+9.3f} {r.held_out_kappa_gain:>+8.3f} "
+            f"{r.dist:<8} {r.rule:<{w}} {r.dev_kappa_gain:>+9.3f} "
+            f"{f'{r.held_out_kappa_gain:+.3f} ± {r.held_out_kappa_se:.3f}':>14} "
             f"{r.dev_fpr_change_pp:>+10.2f} {r.held_out_fpr_change_pp:>+8.2f} {r.decided:>7.1f} {r.kept:>5.2f} "
             f"{r.helpful_kept:>7.2f} {r.harmful_kept:>7.2f} {r.dev_only_kept:>8.2f} {r.calls:>6.0f}"
         )
@@ -225,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "null_nights": args.null_nights if args.with_null else 0,
                     "null_budget": args.null_budget,
                     "dists": {d.name: asdict(d) for d in args.dists},
-                    "rows": [asdict(r) for r in rows + null_rows],
+                    "rows": [_finite_or_none(asdict(r)) for r in rows + null_rows],
                     "wall_s": round(wall, 1),
                 }
             )
@@ -248,8 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if rows:
         print()
         print(
-            "per night, averaged: true kappa gain and FPR change (pp) of the final prompt, candidates decided, "
-            "edits kept by kind, judge calls"
+            "per night, averaged: true kappa gain (held-out: ± the standard error over nights) and FPR change "
+            "(pp) of the final prompt, candidates decided, edits kept by kind, judge calls"
         )
         for line in table(rows):
             print(line)

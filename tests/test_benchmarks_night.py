@@ -32,7 +32,11 @@ def quick_run() -> dict[str, Any]:
         assert night.main(["--quick", "--json"]) == 0
     out = buffer.getvalue().splitlines()
     assert len(out) == 1, "--json prints one object on one line"
-    parsed: dict[str, Any] = json.loads(out[0])
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"--json printed {constant}, which is not JSON")
+
+    parsed: dict[str, Any] = json.loads(out[0], parse_constant=refuse)
     return parsed
 
 
@@ -51,6 +55,8 @@ def test_quick_json_has_a_row_per_distribution_and_rule(quick_run: dict[str, Any
         assert row["helpful_kept"] + row["harmful_kept"] <= row["kept"]
         assert row["dev_only_kept"] <= row["helpful_kept"]
         assert all(math.isfinite(row[k]) for k in ("dev_kappa_gain", "held_out_kappa_gain"))
+        # One night has no standard error: None, never NaN (strict JSON).
+        assert row["held_out_kappa_se"] is None if row["nights"] < 2 else row["held_out_kappa_se"] >= 0
         # Only the literal rule has no level; the others test at the [loop] default.
         assert (row["alpha"] is None) == (row["rule"] == "literal")
     null = [r for r in rows if r["dist"] == "null"]
