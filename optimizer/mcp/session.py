@@ -55,6 +55,7 @@ from optimizer.loop.session import (
 )
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, ToolState, read_item, run_tool
+from optimizer.mcp.results import Structured, experiment_record, history_data, money, report_data
 from optimizer.report import attribution_json, export_experiments_tsv, report_text, write_markdown_report
 from optimizer.vocab import PolicyName, RunStatus
 from optimizer.workspace import gitops
@@ -122,10 +123,6 @@ def _error(text: str) -> ToolOutput:
 
 def _json(data: Any) -> ToolOutput:
     return ToolOutput(text=json.dumps(data, indent=1, ensure_ascii=False))
-
-
-def _money(x: float) -> float:
-    return round(x, 6)
 
 
 def roll_back_unfinished(ws: Workspace, ledger: Ledger, run_id: str, reason: str) -> list[int]:
@@ -303,7 +300,7 @@ class McpSession:
 
     # -- the tools ------------------------------------------------------------------------------
 
-    def status(self) -> ToolOutput:
+    def status(self) -> Structured:
         run = self._run()
         exps = self.ledger.experiments(run.id)
         base = next((e for e in exps if e.seq == 0 and e.status == "baseline"), None)
@@ -329,7 +326,7 @@ class McpSession:
             step = f"experiment {waiting.id} is waiting: call decide"
         else:
             step = "read disagreements, then propose one small, general edit"
-        return _json(
+        return Structured(
             {
                 "run": run.id,
                 "branch": run.branch,
@@ -341,8 +338,8 @@ class McpSession:
                 "alpha": loop.alpha,
                 "budget": {
                     "budget_usd": self.budget_usd,
-                    "spent_usd": _money(self.spent_usd),
-                    "left_usd": _money(self.left_usd),
+                    "spent_usd": money(self.spent_usd),
+                    "left_usd": money(self.left_usd),
                     "stopped": self.ctx.budget_exhausted,
                 },
                 "baseline": figures(base),
@@ -356,8 +353,9 @@ class McpSession:
             }
         )
 
-    def history(self) -> ToolOutput:
-        return run_tool(self._state(), "read_history", {})
+    def history(self) -> Structured:
+        inc = self._incumbent()
+        return Structured(history_data(self.ledger, self.run_id, inc.id if inc else None))
 
     async def disagreements(self, args: Mapping[str, Any]) -> ToolOutput:
         failed = await self._ensure_baseline()
@@ -386,7 +384,7 @@ class McpSession:
     def read_file(self, args: Mapping[str, Any]) -> ToolOutput:
         return run_tool(self._state(), "read_file", dict(args))
 
-    async def propose(self, args: Mapping[str, Any]) -> ToolOutput:
+    async def propose(self, args: Mapping[str, Any]) -> ToolOutput | Structured:
         """Check the files as the agent's tools do, then the loop's candidate path; answers the decision."""
         files, rationale, propose_only = (
             args.get("files", {}),
@@ -468,32 +466,22 @@ class McpSession:
             raise
         finally:
             self.strategy.next = None
-        return self._outcome(exp)
+        return Structured(self._outcome(exp))
 
-    def _outcome(self, exp: Experiment) -> ToolOutput:
+    def _outcome(self, exp: Experiment) -> dict[str, Any]:
+        """The decided (or refused, or waiting) candidate ``exp`` as ``propose`` and ``decide`` answer it."""
         exp = self.ledger.get_experiment(exp.id)
         parent = self.ledger.get_experiment(exp.parent_id) if exp.parent_id else None
-        data: dict[str, Any] = {
-            "experiment": exp.id,
-            "outcome": exp.status,
+        return experiment_record(exp, parent) | {
             "meaning": MEANING.get(exp.status, ""),
-            "reason": exp.reason,
-            "kappa": {"incumbent": parent.kappa if parent else None, "candidate": exp.kappa},
-            "fpr": {"incumbent": parent.fpr if parent else None, "candidate": exp.fpr},
-            "p_value": exp.p_value,
-            "alpha": exp.alpha,
-            "early_stopped": exp.early_stopped,
-            "items_evaluated": exp.items_evaluated,
-            "flips": exp.flip_counts() if exp.flips else None,
-            "commit": (exp.commit_sha or "")[:12] or None,
-            "cost_usd": _money(exp.cost_usd),
-            "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)},
+            "budget": self._budget_left(),
+            "flips_help": FLIPS_HELP if exp.flips else None,
         }
-        if exp.flips:
-            data["flips_help"] = FLIPS_HELP
-        return _json(data)
 
-    def decide(self, args: Mapping[str, Any]) -> ToolOutput:
+    def _budget_left(self) -> dict[str, float]:
+        return {"spent_usd": money(self.spent_usd), "left_usd": money(self.left_usd)}
+
+    def decide(self, args: Mapping[str, Any]) -> ToolOutput | Structured:
         experiment, decision = args.get("experiment"), args.get("decision")
         if isinstance(experiment, bool) or not isinstance(experiment, int):
             return _error("experiment must be an experiment id (a whole number)")
@@ -507,7 +495,7 @@ class McpSession:
             )
         lines: list[str] = []
         exp = decide_waiting(self.ws, self.ledger, experiment, decision == "keep", lines.append, by="mcp")
-        return _json({"experiment": exp.id, "outcome": exp.status, "reason": exp.reason, "said": lines})
+        return Structured(self._outcome(exp) | {"said": lines})
 
     async def attribute(self) -> ToolOutput:
         """What each kept edit of the session still contributes, and the final prompts against the baseline
@@ -546,15 +534,16 @@ class McpSession:
                 "attribution": done.id,
                 "status": done.status,
                 "note": done.note,
-                "cost_usd": _money(budget.spent_usd - before),
+                "cost_usd": money(budget.spent_usd - before),
                 **attribution_json(done),
-                "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)},
+                "budget": self._budget_left(),
             }
         )
 
-    def report(self) -> ToolOutput:
+    def report(self) -> Structured:
         # The agent proposing candidates must not see the corrections or the label-suspects queue.
-        return ToolOutput(text=report_text(self.ledger, self._run(), self.ws, with_triage=False))
+        text = report_text(self.ledger, self._run(), self.ws, with_triage=False)
+        return Structured(report_data(self.ledger, self.run_id, text, self._budget_left()))
 
     # -- the end -----------------------------------------------------------------------------
 

@@ -1,0 +1,97 @@
+"""`judgeloop mcp` on the wire, through the MCP SDK's own client (as tests/test_mcp.py): the tools' titles,
+annotations and output schemas, a stable tool order, an unknown tool as a protocol error and arguments
+refused by the tools' input schemas before anything runs.
+
+Every server is a child of `stdio_client`, which closes its stdin and kills it at the end of the
+``async with``; every call is bounded by `anyio.fail_after`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import types
+from mcp.shared.exceptions import MCPError
+
+from optimizer.workspace import gitops
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import FakeJudge
+from tests.support.mcp_client import call, client, conforms, drive, text
+from tests.support.mcp_workspace import ledger_state, make_mcp_template
+from tests.support.scripted import assert_clean
+
+STRUCTURED = {"status", "history", "propose", "decide", "report"}
+READ_ONLY = {"status", "history", "read_item", "read_steps", "view_screenshot", "read_file", "report"}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_mcp_template(tmp_path_factory.mktemp("template"))
+
+
+@pytest.fixture
+def ws(template: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    return root
+
+
+def test_tools_have_titles_annotations_a_stable_order_and_unknown_tools_and_arguments_are_refused(
+    ws: Path, tmp_path: Path
+) -> None:
+    start = gitops.rev_parse(ws, "HEAD")
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                first = (await session.list_tools()).tools
+                second = (await session.list_tools()).tools
+                seen["orders"] = [t.name for t in first], [t.name for t in second]
+                seen["tools"] = {t.name: t for t in first}
+                seen["status"] = await call(session, "status")
+                seen["history"] = await call(session, "history")
+                try:
+                    await call(session, "read_split", split="held")
+                except MCPError as exc:
+                    seen["unknown"] = exc
+                seen["limit"] = await call(session, "disagreements", limit=2)
+                seen["typed"] = await call(session, "read_steps", trajectory_id="x", start="3")
+                seen["missing"] = await call(session, "decide", experiment=1)
+                seen["extra_status"] = await call(session, "status", verbose=True)
+            seen["paid"] = len(server.inference_requests())
+
+    drive(body)
+    first, second = seen["orders"]
+    assert first == second and len(first) == len(set(first))
+    tools: dict[str, types.Tool] = seen["tools"]
+    for tool in tools.values():
+        assert tool.title and tool.annotations is not None, tool.name
+        assert tool.annotations.read_only_hint == (tool.name in READ_ONLY), tool.name
+        assert (tool.output_schema is not None) == (tool.name in STRUCTURED), tool.name
+        if not tool.annotations.read_only_hint:
+            assert (
+                tool.annotations.destructive_hint is not None and tool.annotations.idempotent_hint is not None
+            )
+    status = conforms(tools["status"], seen["status"])
+    assert status["budget"]["budget_usd"] == 100 and status["split"] == "small"
+    assert conforms(tools["history"], seen["history"])["experiments"] == []
+    # An unknown tool is a JSON-RPC error (invalid params), not a tool result.
+    unknown: MCPError = seen["unknown"]
+    assert unknown.code == types.INVALID_PARAMS and "unknown tool 'read_split'" in unknown.message
+    # Arguments outside a tool's schema are refused by the server, naming the argument, before any work.
+    limit = seen["limit"]
+    assert limit.is_error and "unknown argument 'limit'" in text(limit) and "direction" in text(limit)
+    typed = seen["typed"]
+    assert typed.is_error and "argument 'start'" in text(typed) and "integer" in text(typed)
+    missing = seen["missing"]
+    assert missing.is_error and "missing argument 'decision'" in text(missing)
+    assert seen["extra_status"].is_error and "unknown argument 'verbose'" in text(seen["extra_status"])
+    assert seen["paid"] == 0  # disagreements {"limit": 2} evaluated no baseline
+    _, exps = ledger_state(ws)
+    assert all(not e for e in exps.values())
+    assert gitops.rev_parse(ws, "HEAD") == start
+    assert_clean(ws)
