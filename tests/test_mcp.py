@@ -8,6 +8,7 @@ Every server is a child of `stdio_client`, which closes its stdin and kills it a
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -122,6 +123,13 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
     # The baseline's judging reached the client as MCP progress, ending with every item judged.
     assert seen["baseline_progress"] and seen["baseline_progress"][-1][:2] == (len(labels), len(labels))
     assert all(m is not None and m.startswith("judge ") for _, _, m in seen["baseline_progress"])
+    # Within one call, over every pass (the first pass, re-judging, attribution's evaluations), progress
+    # only increases, and each notification is at least one more item judged.
+    for key in ("baseline_progress", "propose_progress", "attribute_progress"):
+        values = [p for p, _, _ in seen[key]]
+        assert values and all(b > a for a, b in itertools.pairwise(values)), (key, seen[key])
+        assert len(values) <= values[-1], (key, seen[key])
+        assert all(total is not None and p <= total for p, total, _ in seen[key]), (key, seen[key])
     assert {
         "status",
         "history",

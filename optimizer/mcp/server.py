@@ -28,6 +28,7 @@ from optimizer import __version__
 from optimizer.errors import UserError
 from optimizer.events import ProgressSnapshot
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, spec
+from optimizer.mcp.progress import CallProgress, Notice
 from optimizer.mcp.results import (
     DECIDE_SCHEMA,
     HISTORY_SCHEMA,
@@ -269,43 +270,69 @@ def _result(out: Answer) -> types.CallToolResult:
 
 
 class _Sent:
-    """Progress notifications in flight, awaited before the call's result goes out."""
+    """A call's progress notifications: throttled and counted over the whole call (`CallProgress`), each
+    sent as a task of the event loop; `drain` sends the held last one and awaits them all before the
+    call's result goes out."""
 
-    def __init__(self) -> None:
+    def __init__(self, ctx: ServerRequestContext[Any, Any], token: Any) -> None:
+        self.ctx, self.token = ctx, token
+        self.meter = CallProgress()
         self.tasks: list[asyncio.Task[None]] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    def offer(self, snap: ProgressSnapshot) -> None:
+        """On the event loop's thread: send ``snap``'s notice now, or release it when its time comes."""
+        notice = self.meter.offer(snap)
+        if notice is not None:
+            self._send(notice)
+        wait = self.meter.wait_s()
+        if wait is not None and self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(wait, self._release)
+
+    def _release(self) -> None:
+        self.timer = None
+        notice = self.meter.release()
+        if notice is not None:
+            self._send(notice)
+
+    def _send(self, notice: Notice) -> None:
+        self.tasks.append(
+            asyncio.get_running_loop().create_task(
+                self.ctx.session.send_progress_notification(
+                    self.token, notice.progress, notice.total, notice.message
+                )
+            )
+        )
 
     async def drain(self) -> None:
         await asyncio.sleep(0)  # what a worker thread scheduled runs first
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        wait = self.meter.wait_s()
+        if wait is not None:  # the last notice is always sent, in its turn
+            await asyncio.sleep(wait)
+            self._release()
         if self.tasks:
             # A client that left mid-call cannot be told; the result is what matters.
             await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
 def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession) -> _Sent:
-    """Send the call's judging progress (items judged of the pass) as MCP progress notifications when
-    the client asked for them with a progress token; from the event loop's thread or another."""
-    sent = _Sent()
+    """Send the call's judging progress as MCP progress notifications when the client asked for them
+    with a progress token (`_Sent`); from the event loop's thread or another."""
     token = ctx.meta.get("progress_token") if ctx.meta else None
+    sent = _Sent(ctx, token)
     if token is None:
         return sent
     loop = asyncio.get_running_loop()
-
     owner = threading.get_ident()
 
     def send(snap: ProgressSnapshot) -> None:
-        def schedule() -> None:
-            sent.tasks.append(
-                loop.create_task(
-                    ctx.session.send_progress_notification(
-                        token, float(snap.done), float(snap.total), snap.line()
-                    )
-                )
-            )
-
         if threading.get_ident() == owner:
-            schedule()
+            sent.offer(snap)
         else:  # attribute judges in a worker thread
-            loop.call_soon_threadsafe(schedule)
+            loop.call_soon_threadsafe(sent.offer, snap)
 
     session.on_progress = send
     return sent
