@@ -363,9 +363,12 @@ def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
             judge.gate.set()
             judge.gate_after = None
             async with client(ws, server.openai_base_url, errlog) as session:
+                seen["before_run"] = data(await call(session, "status"))
+                data(await call(session, "disagreements"))  # the session's run starts here (lazily)
                 seen["status"] = data(await call(session, "status"))
 
     drive(body)
+    assert seen["before_run"]["run"] is None
     assert "killed_call" not in seen or seen["killed_call"].is_error
     runs, exps = seen["after_kill"]
     (killed,) = runs

@@ -16,10 +16,11 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
+from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.workspace import gitops
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge
-from tests.support.mcp_client import call, client, conforms, drive, text
+from tests.support.loop import FakeJudge, git, labels_of
+from tests.support.mcp_client import call, client, conforms, data, drive, text
 from tests.support.mcp_workspace import ledger_state, make_mcp_template
 from tests.support.scripted import assert_clean
 
@@ -91,7 +92,56 @@ def test_tools_have_titles_annotations_a_stable_order_and_unknown_tools_and_argu
     assert missing.is_error and "missing argument 'decision'" in text(missing)
     assert seen["extra_status"].is_error and "unknown argument 'verbose'" in text(seen["extra_status"])
     assert seen["paid"] == 0  # disagreements {"limit": 2} evaluated no baseline
-    _, exps = ledger_state(ws)
-    assert all(not e for e in exps.values())
+    runs, _ = ledger_state(ws)
+    assert runs == []  # nothing needed a run: none was started
     assert gitops.rev_parse(ws, "HEAD") == start
+    assert_clean(ws)
+
+
+def test_a_connection_that_lists_tools_and_reads_leaves_no_run_branch_or_checkout(
+    ws: Path, tmp_path: Path
+) -> None:
+    """Hosts start their servers at every launch: connecting, listing tools, reading status, history, report
+    and the dev items creates no run row and no branch and moves no HEAD; the first disagreements does."""
+    start, branch = gitops.rev_parse(ws, "HEAD"), gitops.current_branch(ws)
+    branches = git(ws, "for-each-ref", "--format=%(refname)", "refs/heads/")
+    labels = labels_of(ws)
+    first = sorted(labels)[0]
+    seen: dict[str, Any] = {}
+
+    async def body() -> None:
+        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
+            async with client(ws, server.openai_base_url, errlog) as session:
+                tools = {t.name: t for t in (await session.list_tools()).tools}
+                for name in ("status", "history", "report"):
+                    seen[name] = conforms(tools[name], await call(session, name))
+                seen["read_file"] = await call(session, "read_file", path=RUBRIC_MD)
+                seen["read_item"] = await call(session, "read_item", trajectory_id=first)
+                seen["read_steps"] = await call(session, "read_steps", trajectory_id=first, start=0, end=1)
+            seen["after_reads"] = (
+                ledger_state(ws),
+                git(ws, "for-each-ref", "--format=%(refname)", "refs/heads/"),
+            )
+            seen["head_after_reads"] = gitops.rev_parse(ws, "HEAD"), gitops.current_branch(ws)
+            seen["paid"] = len(server.inference_requests())
+            # The positive control: the first call that needs a run starts it.
+            async with client(ws, server.openai_base_url, errlog) as session:
+                data(await call(session, "disagreements"))
+                seen["started"] = data(await call(session, "status"))
+
+    drive(body)
+    status = seen["status"]
+    assert status["run"] is None and status["branch"] is None and status["incumbent"] is None
+    assert status["split"] == "small" and status["items"] == len(labels) and status["replicates"] >= 1
+    assert "starts the session's run" in status["next"]
+    assert seen["history"]["experiments"] == [] and seen["report"]["run"] is None
+    assert text(seen["read_file"]) == (ws / RUBRIC_MD).read_text(encoding="utf-8")
+    assert f'"trajectory_id": "{first}"' in text(seen["read_item"]) and "step 0:" in text(seen["read_steps"])
+    (runs, _), heads = seen["after_reads"]
+    assert runs == [] and heads == branches and seen["paid"] == 0
+    assert seen["head_after_reads"] == (start, branch)
+    runs, _ = ledger_state(ws)
+    (run,) = runs
+    assert seen["started"]["run"] == run.id and run.status == "finished" and run.start_rev == start
+    assert git(ws, "for-each-ref", "--format=%(refname)", "refs/heads/") != branches
     assert_clean(ws)
