@@ -99,6 +99,8 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
                     rationale="Check that typed text matches the request exactly.",
                 )
                 seen["kept"] = kept
+                # The reading tools' context follows the new incumbent (built once per incumbent, not stale).
+                seen["after_keep"] = data(await call(session, "disagreements"))
                 # A change that raises FPR, evaluated in full and left to the client: it discards it.
                 waiting = await structured(
                     "propose",
@@ -153,6 +155,13 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
         }
     listed = seen["listing"]["items"]
     assert wrong and {i["trajectory_id"] for i in listed} == wrong
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        wrong_after = {
+            v.trajectory_id
+            for v in led.item_verdicts(cand1.id)
+            if v.success != labels[v.trajectory_id].is_positive
+        }
+    assert {i["trajectory_id"] for i in seen["after_keep"]["items"]} == wrong_after != wrong
     assert all(
         (i["direction"] == "missed_failure") == (not labels[i["trajectory_id"]].is_positive) for i in listed
     )

@@ -51,12 +51,12 @@ from optimizer.loop import trust
 from optimizer.loop.attribute import AttributeOptions, attribute_scope, resolve_scope
 from optimizer.loop.context import RunContext
 from optimizer.loop.decide import decide_waiting
-from optimizer.loop.propose import proposal_context
 from optimizer.loop.records import fmt3
 from optimizer.loop.runner import LoopRunner
 from optimizer.loop.session import MCP_PROPOSER, RunOptions, loop_split, open_run
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, ToolState, read_item, run_tool
+from optimizer.mcp.reading import ContextCache
 from optimizer.mcp.results import Structured, experiment_record, history_data, money, report_data
 from optimizer.report import attribution_json, export_experiments_tsv, report_text, write_markdown_report
 from optimizer.vocab import PolicyName, RunStatus
@@ -174,6 +174,7 @@ class McpSession:
         # lists tools or reads status leaves no run, branch or checkout behind.
         self._ctx: RunContext | None = None
         self._runner: LoopRunner | None = None
+        self._contexts = ContextCache()  # the incumbent's context, rebuilt only when it changes
         self._provider: Provider | None = None
         self._cache: JudgeCache | None = None
         self._baseline_failed: str | None = None
@@ -208,6 +209,11 @@ class McpSession:
     @property
     def run_id(self) -> str:
         return self.ctx.run.id
+
+    @property
+    def context_builds(self) -> int:
+        """How many times the reading tools' context was built (once per incumbent and change)."""
+        return self._contexts.builds
 
     def begin(self) -> RunContext:
         """Start the session's run if it has none yet (`optimizer.loop.session.open_run`: unfinished runs
@@ -285,11 +291,11 @@ class McpSession:
 
     def _state(self) -> ToolState:
         """The agent strategy's tool state over the incumbent's context (no disagreements before the baseline)."""
-        exps = self.ledger.experiments(self.run_id) if self.started else []
-        seq = max((e.seq for e in exps), default=0) + 1
         incumbent = self._incumbent()
         if incumbent is not None:
-            return ToolState(proposal_context(self.ctx, incumbent, seq))
+            return ToolState(self._contexts.get(self.ctx, incumbent))
+        exps = self.ledger.experiments(self.run_id) if self.started else []
+        seq = max((e.seq for e in exps), default=0) + 1
         allowed = list(self.ws.config.optimizer.allowed_files)
         current = {p: text for p in allowed if (text := read_prompt_file(self.ws.root, p)) is not None}
         return ToolState(
