@@ -94,3 +94,15 @@ def test_a_snapshot_that_does_not_advance_the_call_is_not_sent() -> None:
     assert first is not None and first.progress == 3
     clock.now = 1.0
     assert meter.offer(snap(3, 32)) is None and meter.wait_s() is None
+
+
+def test_the_pace_holds_across_calls_the_next_calls_first_notice_waits_its_turn() -> None:
+    clock = Clock()
+    first = CallProgress(clock=clock)
+    assert first.offer(snap(1, 32)) is not None
+    clock.now = 0.2
+    following = CallProgress(clock=clock, sent_at=first.sent_at)  # the server's next call
+    assert following.offer(snap(1, 32)) is None and following.wait_s() == 0.5 - 0.2
+    clock.now = 0.5
+    released = following.release()
+    assert released is not None and released.progress == 1 and following.sent_at == 0.5

@@ -32,17 +32,21 @@ class Notice:
 
 class CallProgress:
     """One call's progress: `offer` each snapshot; send what it returns at once, and what `release`
-    returns once `wait_s` seconds have passed. ``clock``: seconds, monotonic (injected by tests)."""
+    returns once `wait_s` seconds have passed. ``clock``: seconds, monotonic (injected by tests);
+    ``sent_at``: when the server's previous call sent its last notification (the pace holds across calls)."""
 
     def __init__(
-        self, interval_s: float = MIN_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+        self,
+        interval_s: float = MIN_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        sent_at: float | None = None,
     ) -> None:
         self.interval_s = interval_s
         self.clock = clock
         self._open: dict[int, int] = {}  # each pass under way, by its items planned: items judged
         self._closed = 0  # items judged by the call's passes that ended
         self._sent_value = 0.0
-        self._sent_at: float | None = None
+        self._sent_at = sent_at
         self._held: Notice | None = None
 
     def _count(self, snap: ProgressSnapshot) -> Notice:
@@ -66,6 +70,11 @@ class CallProgress:
             self._held = notice
             return None
         return self._sent(notice)
+
+    @property
+    def sent_at(self) -> float | None:
+        """When the last notification went out (``clock`` seconds), None if none has."""
+        return self._sent_at
 
     def wait_s(self) -> float | None:
         """Seconds until the held notice may be sent (0: now); None when none is held."""

@@ -269,14 +269,22 @@ def _result(out: Answer) -> types.CallToolResult:
     return types.CallToolResult(content=content, is_error=out.is_error)
 
 
+@dataclass
+class _Pace:
+    """When the server last sent a progress notification (`time.monotonic` seconds): the next call's first
+    one waits its turn too, so no two calls together send more than two a second."""
+
+    sent_at: float | None = None
+
+
 class _Sent:
     """A call's progress notifications: throttled and counted over the whole call (`CallProgress`), each
     sent as a task of the event loop; `drain` sends the held last one and awaits them all before the
     call's result goes out."""
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any], token: Any) -> None:
-        self.ctx, self.token = ctx, token
-        self.meter = CallProgress()
+    def __init__(self, ctx: ServerRequestContext[Any, Any], token: Any, pace: _Pace) -> None:
+        self.ctx, self.token, self.pace = ctx, token, pace
+        self.meter = CallProgress(sent_at=pace.sent_at)
         self.tasks: list[asyncio.Task[None]] = []
         self.timer: asyncio.TimerHandle | None = None
 
@@ -313,16 +321,17 @@ class _Sent:
         if wait is not None:  # the last notice is always sent, in its turn
             await asyncio.sleep(wait)
             self._release()
+        self.pace.sent_at = self.meter.sent_at
         if self.tasks:
             # A client that left mid-call cannot be told; the result is what matters.
             await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession) -> _Sent:
+def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession, pace: _Pace) -> _Sent:
     """Send the call's judging progress as MCP progress notifications when the client asked for them
     with a progress token (`_Sent`); from the event loop's thread or another."""
     token = ctx.meta.get("progress_token") if ctx.meta else None
-    sent = _Sent(ctx, token)
+    sent = _Sent(ctx, token, pace)
     if token is None:
         return sent
     loop = asyncio.get_running_loop()
@@ -341,6 +350,7 @@ def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession) 
 def build_server(session: McpSession) -> Server[Any]:
     """The MCP server of ``session``: its tools, served one call at a time."""
     lock = anyio.Lock()
+    pace = _Pace()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any],  # noqa: ARG001 - the SDK's handler signature
@@ -364,7 +374,7 @@ def build_server(session: McpSession) -> Server[Any]:
             # corrects its call.
             return _result(ToolOutput(text=f"error: {problem}", is_error=True, problem=problem))
         async with lock:
-            sent = _forward_progress(ctx, session)
+            sent = _forward_progress(ctx, session, pace)
             try:
                 out: Answer = await tool.run(session, args)
             except UserError as exc:
