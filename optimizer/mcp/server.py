@@ -3,7 +3,10 @@ low-level server (explicit JSON Schemas: the reading tools take the ``agent`` st
 
 Tool calls are served one at a time (a lock): a client that sends two at once gets them in turn, so
 two proposals never share the branch. A refused call is a tool result with ``is_error`` set and one
-sentence saying what is wrong (the SDK's advice: the model sees it and can correct itself).
+sentence saying what is wrong (the SDK's advice: the model sees it and can correct itself); arguments
+outside a tool's input schema are refused so before the tool runs. An unknown tool is a JSON-RPC error.
+Every tool has a title and annotations; five answer structured content (`optimizer.mcp.results`). A call's
+progress notifications go through `optimizer.mcp.progress` (monotonic, at most two a second).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ The run starts lazily, with the first call that needs one (``disagreements``, ``
 that only lists tools or reads ``status``, ``history``, ``report`` or the dev items leaves no run, branch
 or checkout (hosts start their servers at every launch).
 
-Every tool is a method returning a `ToolOutput`. The reading tools and the edit checks are the
-``agent`` strategy's own, run through `optimizer.loop.strategies.tools.run_tool` on a `ToolState` of the
+Every tool is a method returning a `ToolOutput` (text, an image, a refusal) or, for ``status``,
+``history``, ``propose``, ``decide`` and ``report``, a `Structured` record (`optimizer.mcp.results`).
+The reading tools and the edit checks are the ``agent`` strategy's own, run through `optimizer.loop.strategies.tools.run_tool` on a `ToolState` of the
 incumbent's `ProposalContext` (only dev items, only allowed files). ``propose`` hands the checked files
 to `LoopRunner.candidate` (with this call's `Limits`: the run's are never changed), the loop's candidate path: guards (allowed files, diff size, overfit lint),
 commit, evaluation on the dev split, decision, keep or roll back, all in the ledger and git.
