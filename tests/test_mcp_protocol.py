@@ -63,6 +63,15 @@ def test_tools_have_titles_annotations_a_stable_order_and_unknown_tools_and_argu
                 seen["typed"] = await call(session, "read_steps", trajectory_id="x", start="3")
                 seen["missing"] = await call(session, "decide", experiment=1)
                 seen["extra_status"] = await call(session, "status", verbose=True)
+                seen["memory_tool"] = await call(
+                    session, "propose", rationale="r", memory=[{"tool": "nuke", "arguments": {}}]
+                )
+                seen["memory_args"] = await call(
+                    session,
+                    "propose",
+                    rationale="r",
+                    memory=[{"tool": "add_case", "arguments": {"text": "t"}}],
+                )
             seen["paid"] = len(server.inference_requests())
 
     drive(body)
@@ -91,6 +100,10 @@ def test_tools_have_titles_annotations_a_stable_order_and_unknown_tools_and_argu
     missing = seen["missing"]
     assert missing.is_error and "missing argument 'decision'" in text(missing)
     assert seen["extra_status"].is_error and "unknown argument 'verbose'" in text(seen["extra_status"])
+    # A memory edit is one of the memory tools' shapes: the error names the edit's own field.
+    memory_tool, memory_args = text(seen["memory_tool"]), text(seen["memory_args"])
+    assert "argument 'memory.0.tool': 'nuke' is not one of add_case, edit_case" in memory_tool, memory_tool
+    assert "argument 'memory.0.arguments': 'source_items' is a required property" in memory_args, memory_args
     assert seen["paid"] == 0  # disagreements {"limit": 2} evaluated no baseline
     runs, _ = ledger_state(ws)
     assert runs == []  # nothing needed a run: none was started

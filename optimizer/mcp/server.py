@@ -245,20 +245,47 @@ _VALIDATORS = {t.name: Draft202012Validator(t.schema) for t in TOOLS}
 def argument_problem(tool: str, args: Mapping[str, Any]) -> str | None:
     """What is wrong with ``args`` for ``tool`` by its input schema (an unknown argument, a missing one, a
     value of the wrong type), in one sentence naming the argument; None when they conform."""
-    errors = sorted(_VALIDATORS[tool].iter_errors(args), key=lambda e: (len(e.path), list(e.path)))
+    errors = sorted(_VALIDATORS[tool].iter_errors(args), key=_where)
     if not errors:
         return None
-    error = errors[0]
+    error = _chosen(errors[0])
     props = _BY_NAME[tool].schema.get("properties", {})
     takes = f"it takes {', '.join(props)}" if props else "it takes none"
-    if error.validator == "additionalProperties" and not error.path:
+    if error.validator == "additionalProperties" and not error.absolute_path:
         unknown = sorted(set(args) - set(props))
         return f"{tool}: unknown argument {', '.join(map(repr, unknown))}; {takes}"
-    if error.validator == "required" and not error.path:
+    if error.validator == "required" and not error.absolute_path:
         missing = [name for name in error.validator_value if name not in args]
         return f"{tool}: missing argument {', '.join(map(repr, missing))}; {takes}"
-    where = ".".join(str(p) for p in error.path)
+    where = ".".join(str(p) for p in error.absolute_path)
     return f"{tool}: argument {where!r}: {error.message}" if where else f"{tool}: {error.message}"
+
+
+def _where(error: Any) -> tuple[int, list[str]]:
+    """A validation error's place, shallowest first (its path's depth, then its path)."""
+    return len(error.absolute_path), [str(p) for p in error.absolute_path]
+
+
+def _chosen(error: Any) -> Any:
+    """For a ``oneOf`` whose branches are told apart by a constant (a memory edit's ``tool``), the first
+    error inside the branch the value chose, or the constant's own when it chose none (naming the values
+    allowed); any other error as it is. ``error``: a jsonschema ``ValidationError``."""
+    if error.validator != "oneOf" or not error.context:
+        return error
+    branches: dict[Any, list[Any]] = {}
+    for sub in error.context:
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    chosen = [subs for subs in branches.values() if not any(e.validator == "const" for e in subs)]
+    if len(chosen) == 1:
+        return sorted(chosen[0], key=_where)[0]
+    consts = [e for subs in branches.values() for e in subs if e.validator == "const"]
+    if len(consts) == len(branches):  # the constant matched no branch
+        first = consts[0]
+        first.message = (
+            f"{first.instance!r} is not one of {', '.join(str(e.validator_value) for e in consts)}"
+        )
+        return first
+    return error
 
 
 def _result(out: Answer) -> types.CallToolResult:
