@@ -8,6 +8,7 @@ Every server is a child of `stdio_client`, which closes its stdin and kills it a
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -35,7 +36,7 @@ from tests.support.loop import (
     set_toml_key,
     wait_for,
 )
-from tests.support.mcp_client import KEY, call, client, data, drive, text
+from tests.support.mcp_client import KEY, Progress, call, client, conforms, data, drive, text
 from tests.support.mcp_workspace import ledger_state, library_text, make_mcp_template, rubric_with
 from tests.support.scripted import assert_clean
 
@@ -67,13 +68,22 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
             async with client(ws, server.openai_base_url, errlog) as session:
                 tools = {t.name: t for t in (await session.list_tools()).tools}
                 seen["tools"] = tools
-                status = data(await call(session, "status"))
+                seen["results"] = results = []
+
+                async def structured(
+                    name: str, collect: Progress | None = None, **arguments: Any
+                ) -> dict[str, Any]:
+                    result = await call(session, name, collect, **arguments)
+                    results.append((name, result))
+                    return data(result)
+
+                status = await structured("status")
                 assert status["incumbent"] is None and status["budget"]["budget_usd"] == 100
                 assert status["split"] == "small" and status["items"] == len(labels)
                 seen["baseline_progress"] = []
                 listing = data(await call(session, "disagreements", collect=seen["baseline_progress"]))
                 seen["listing"] = listing
-                assert data(await call(session, "status"))["baseline"] is not None
+                assert (await structured("status"))["baseline"] is not None
                 first = listing["items"][0]["trajectory_id"]
                 item = data(await call(session, "read_item", trajectory_id=first))
                 assert item["disagreement"]["trajectory_id"] == first and item["steps"] > 0
@@ -81,39 +91,47 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
                 assert not steps.is_error and "step 0:" in text(steps)
                 rubric = text(await call(session, "read_file", path=RUBRIC_MD))
                 assert rubric == (ws / RUBRIC_MD).read_text(encoding="utf-8")
-                kept = data(
-                    await call(
-                        session,
-                        "propose",
-                        files={RUBRIC_MD: rubric_with(ws, good)},
-                        rationale="Check that typed text matches the request exactly.",
-                    )
+                seen["propose_progress"] = []
+                kept = await structured(
+                    "propose",
+                    seen["propose_progress"],
+                    files={RUBRIC_MD: rubric_with(ws, good)},
+                    rationale="Check that typed text matches the request exactly.",
                 )
                 seen["kept"] = kept
+                # The reading tools' context follows the new incumbent (built once per incumbent, not stale).
+                seen["after_keep"] = data(await call(session, "disagreements"))
                 # A change that raises FPR, evaluated in full and left to the client: it discards it.
-                waiting = data(
-                    await call(
-                        session,
-                        "propose",
-                        files={RUBRIC_MD: rubric_with(ws, bad)},
-                        rationale="Accept saved work when it was confirmed.",
-                        propose_only=True,
-                    )
+                waiting = await structured(
+                    "propose",
+                    files={RUBRIC_MD: rubric_with(ws, bad)},
+                    rationale="Accept saved work when it was confirmed.",
+                    propose_only=True,
                 )
                 seen["waiting"] = waiting
                 again = await call(session, "propose", files={RUBRIC_MD: rubric}, rationale="anything")
                 assert again.is_error and f"experiment {waiting['experiment']} is waiting" in text(again)
-                seen["decided"] = data(
-                    await call(session, "decide", experiment=waiting["experiment"], decision="discard")
+                seen["decided"] = await structured(
+                    "decide", experiment=waiting["experiment"], decision="discard"
                 )
-                seen["attribution"] = data(await call(session, "attribute"))
-                seen["history"] = text(await call(session, "history"))
-                seen["report"] = text(await call(session, "report"))
+                seen["attribute_progress"] = []
+                seen["attribution"] = data(
+                    await call(session, "attribute", collect=seen["attribute_progress"])
+                )
+                seen["history"] = await structured("history")
+                seen["report"] = await structured("report")
 
     drive(body)
     # The baseline's judging reached the client as MCP progress, ending with every item judged.
     assert seen["baseline_progress"] and seen["baseline_progress"][-1][:2] == (len(labels), len(labels))
     assert all(m is not None and m.startswith("judge ") for _, _, m in seen["baseline_progress"])
+    # Within one call, over every pass (the first pass, re-judging, attribution's evaluations), progress
+    # only increases, and each notification is at least one more item judged.
+    for key in ("baseline_progress", "propose_progress", "attribute_progress"):
+        values = [p for p, _, _ in seen[key]]
+        assert values and all(b > a for a, b in itertools.pairwise(values)), (key, seen[key])
+        assert len(values) <= values[-1], (key, seen[key])
+        assert all(total is not None and p <= total for p, total, _ in seen[key]), (key, seen[key])
     assert {
         "status",
         "history",
@@ -137,6 +155,13 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
         }
     listed = seen["listing"]["items"]
     assert wrong and {i["trajectory_id"] for i in listed} == wrong
+    with Ledger(ws / "experiments" / "ledger.sqlite") as led:
+        wrong_after = {
+            v.trajectory_id
+            for v in led.item_verdicts(cand1.id)
+            if v.success != labels[v.trajectory_id].is_positive
+        }
+    assert {i["trajectory_id"] for i in seen["after_keep"]["items"]} == wrong_after != wrong
     assert all(
         (i["direction"] == "missed_failure") == (not labels[i["trajectory_id"]].is_positive) for i in listed
     )
@@ -158,7 +183,23 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
         "utf-8"
     )
     assert set(gitops.rejected_refs(ws)) == {cand2.id}
-    assert f"Experiment {cand1.id}: kept" in seen["history"] and run.id in seen["report"]
+    # Every structured answer conforms to its tool's output schema; history and report name each candidate.
+    assert {name for name, _ in seen["results"]} == {"status", "propose", "decide", "history", "report"}
+    for name, result in seen["results"]:
+        conforms(seen["tools"][name], result)
+    history, report = seen["history"], seen["report"]
+    assert [(e["experiment"], e["outcome"]) for e in history["experiments"]] == [
+        (cand1.id, "kept"),
+        (cand2.id, "rolled_back"),
+    ]
+    assert history["experiments"][0]["diff"] and history["incumbent"] == cand1.id
+    assert (
+        history["experiments"][0]["kappa"] == kept["kappa"]
+        and history["experiments"][0]["flips"] == kept["flips"]
+    )
+    assert report["run"] == run.id and report["kept"] == [cand1.id] and run.id in report["text"]
+    assert [e["experiment"] for e in report["experiments"]] == [baseline.id, cand1.id, cand2.id]
+    assert seen["decided"]["kappa"]["candidate"] == cand2.kappa and seen["decided"]["said"]
     # The kept edit's contribution, measured on the dev split and recorded under the session's run.
     attribution = seen["attribution"]
     assert attribution["status"] == "complete" and [e["experiment"] for e in attribution["attribution"]] == [
@@ -331,9 +372,12 @@ def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
             judge.gate.set()
             judge.gate_after = None
             async with client(ws, server.openai_base_url, errlog) as session:
+                seen["before_run"] = data(await call(session, "status"))
+                data(await call(session, "disagreements"))  # the session's run starts here (lazily)
                 seen["status"] = data(await call(session, "status"))
 
     drive(body)
+    assert seen["before_run"]["run"] is None
     assert "killed_call" not in seen or seen["killed_call"].is_error
     runs, exps = seen["after_kill"]
     (killed,) = runs

@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import types
+from mcp.shared.exceptions import MCPError
 
 from optimizer.cli import main
 from optimizer.devset.split import open_split
@@ -127,7 +128,9 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
                     seen[("item", tid)] = await call(session, "read_item", trajectory_id=tid)
                     seen[("steps", tid)] = await call(session, "read_steps", trajectory_id=tid)
                     seen[("shot", tid)] = await call(session, "view_screenshot", trajectory_id=tid, step=0)
-                seen["unknown"] = await call(session, "read_split", split="held")
+                with pytest.raises(MCPError) as unknown:  # a protocol error: no tool answers it
+                    await call(session, "read_split", split="held")
+                seen["unknown"] = unknown.value
                 seen["attribute"] = await call(session, "attribute")
                 # A second session, a `run` and a `decide` while this one is open: refused in one line.
                 for name, argv in (
@@ -185,7 +188,7 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
             assert out.is_error and "is not in the dev split" in text(out), (key, text(out))
             assert held_instruction not in text(out)
             assert not any(isinstance(c, types.ImageContent) for c in out.content)
-    assert seen["unknown"].is_error and "unknown tool 'read_split'" in text(seen["unknown"])
+    assert "unknown tool 'read_split'" in seen["unknown"].message
     assert seen["attribute"].is_error and "kept no edit; nothing to attribute" in text(seen["attribute"])
     # No tool takes an argument that could name a split.
     assert all("split" not in json.dumps(schema.get("properties", {})) for schema in seen["schemas"])

@@ -22,7 +22,8 @@ def _to_stderr(event: Event) -> None:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    """Open the session (the loop lock, a new run), serve it until the client disconnects, close it."""
+    """Open the session (the loop lock; its run starts when a call needs one), serve it until the client
+    disconnects, close it."""
     options = SessionOptions(
         budget_usd=args.budget_usd,
         policy=args.policy,
@@ -31,7 +32,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     )
     with open_session(Workspace.open(args.workspace), options, _to_stderr) as session:
         _to_stderr(
-            Message(f"session {session.run_id} open (budget ${options.budget_usd:g}); serving MCP on stdio")
+            Message(
+                f"session open (budget ${options.budget_usd:g}; its run starts with the first disagreements or "
+                f"propose, on dev split {session.split.name}); serving MCP on stdio"
+            )
         )
         anyio.run(serve, session)
     return 0

@@ -429,6 +429,21 @@ def _close_run(ws: Workspace, ledger: Ledger, run: Run, say: Say) -> None:
     )
 
 
+def loop_split(ws: Workspace, name: str | None = None) -> Split:
+    """The split a run may judge: ``name`` (None: ``[workspace] dev_split``), refused in one line when it is
+    held out or shares an item or recording with a held-out split. Reads only."""
+    cfg = ws.config
+    split_name = name or cfg.workspace.dev_split
+    if split_name in cfg.workspace.heldout_splits:
+        raise UserError(
+            f"split {split_name!r} is held out ([workspace] heldout_splits); the loop may only "
+            "use the dev split — evaluate held-out splits with `judgeloop confirm`"
+        )
+    split = open_split(ws, split_name)
+    check_apart(ws, split.name)  # no item or recording of a held-out split in the loop's split
+    return split
+
+
 def open_run(
     ws: Workspace,
     ledger: Ledger,
@@ -467,14 +482,7 @@ def open_run(
             f"experiment {waiting[0].id} is waiting for a decision; run "
             f"`judgeloop decide {waiting[0].id} keep|discard` first"
         )
-    split_name = options.split or cfg.workspace.dev_split
-    if split_name in cfg.workspace.heldout_splits:
-        raise UserError(
-            f"split {split_name!r} is held out ([workspace] heldout_splits); the loop may only "
-            "use the dev split — evaluate held-out splits with `judgeloop confirm`"
-        )
-    split = open_split(ws, split_name)
-    check_apart(ws, split.name)  # no item or recording of a held-out split in the loop's split
+    split = loop_split(ws, options.split)
     limits = Limits(
         max_experiments=options.max_experiments,
         budget_usd=options.budget_usd,

@@ -3,7 +3,10 @@ low-level server (explicit JSON Schemas: the reading tools take the ``agent`` st
 
 Tool calls are served one at a time (a lock): a client that sends two at once gets them in turn, so
 two proposals never share the branch. A refused call is a tool result with ``is_error`` set and one
-sentence saying what is wrong (the SDK's advice: the model sees it and can correct itself).
+sentence saying what is wrong (the SDK's advice: the model sees it and can correct itself); arguments
+outside a tool's input schema are refused so before the tool runs. An unknown tool is a JSON-RPC error.
+Every tool has a title and annotations; five answer structured content (`optimizer.mcp.results`). A call's
+progress notifications go through `optimizer.mcp.progress` (monotonic, at most two a second).
 """
 
 from __future__ import annotations
@@ -16,15 +19,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from jsonschema import Draft202012Validator
 from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 
 from optimizer import __version__
 from optimizer.errors import UserError
 from optimizer.events import ProgressSnapshot
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, spec
+from optimizer.mcp.progress import CallProgress, Notice
+from optimizer.mcp.results import (
+    DECIDE_SCHEMA,
+    HISTORY_SCHEMA,
+    OUTCOME_SCHEMA,
+    REPORT_SCHEMA,
+    STATUS_SCHEMA,
+    Structured,
+)
 from optimizer.mcp.session import FLIPS_HELP, McpSession
 
 INSTRUCTIONS = """\
@@ -40,18 +55,49 @@ def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
+Answer = ToolOutput | Structured
+Run = Callable[[McpSession, Mapping[str, Any]], Awaitable[Answer]]
+
+# What a tool does to its environment, as MCP's annotations say it (hints for the host's confirmations).
+READS = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# Judge calls (an outside provider, paid from the budget); the first evaluates the baseline, once.
+JUDGES_ONCE = types.ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True
+)
+# A new candidate each call: a commit, judged and kept or rolled back. Nothing is removed: a rolled-back
+# commit stays under refs/judgeloop/rejected/<id>, so the update is additive.
+CHANGES = types.ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+)
+DECIDES = types.ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+
+
 @dataclass(frozen=True)
 class _Tool:
     name: str
+    title: str
     description: str
     schema: dict[str, Any]
-    run: Callable[[McpSession, Mapping[str, Any]], Awaitable[ToolOutput]]
+    run: Run
+    annotations: types.ToolAnnotations
+    output_schema: dict[str, Any] | None = None
+
+    def listed(self) -> types.Tool:
+        """The tool as ``tools/list`` shows it."""
+        return types.Tool(
+            name=self.name,
+            title=self.title,
+            description=self.description,
+            input_schema=self.schema,
+            output_schema=self.output_schema,
+            annotations=self.annotations.model_copy(update={"title": self.title}),
+        )
 
 
-def _sync(
-    method: Callable[[McpSession, Mapping[str, Any]], ToolOutput],
-) -> Callable[[McpSession, Mapping[str, Any]], Awaitable[ToolOutput]]:
-    async def run(session: McpSession, args: Mapping[str, Any]) -> ToolOutput:
+def _sync(method: Callable[[McpSession, Mapping[str, Any]], Answer]) -> Run:
+    async def run(session: McpSession, args: Mapping[str, Any]) -> Answer:
         return method(session, args)
 
     return run
@@ -73,52 +119,69 @@ _MEMORY_EDITS: dict[str, Any] = {
 TOOLS: tuple[_Tool, ...] = (
     _Tool(
         "status",
+        "Session status",
         "The session at a glance: run, dev split, judge, decision policy, the budget (spent and left), "
         "the baseline's and the incumbent's kappa and FPR, candidates so far, the allowed files, what to do next.",
         _obj({}, []),
         _sync(lambda s, _a: s.status()),
+        READS,
+        STATUS_SCHEMA,
     ),
     _Tool(
         "history",
+        "Experiment history",
         "The experiments of this session so far: decision, reason, kappa, FPR, rationale and diff. "
         "Do not repeat what was rolled back.",
         _obj({}, []),
         _sync(lambda s, _a: s.history()),
+        READS,
+        HISTORY_SCHEMA,
     ),
     _Tool(
         "disagreements",
+        "Disagreements with the labels",
         spec("list_disagreements").description + " The first call evaluates the baseline "
         "(judge calls, counted in the budget).",
         spec("list_disagreements").parameters,
         lambda s, a: s.disagreements(a),
+        JUDGES_ONCE,
     ),
     _Tool(
         "read_item",
+        "Read a dev item",
         "One dev item: its instruction, step and screenshot counts, and the incumbent's disagreement "
         "with the label on it, if it is one. Dev items only.",
         _obj({"trajectory_id": {"type": "string"}}, ["trajectory_id"]),
         _sync(lambda s, a: s.read_item(a)),
+        READS,
     ),
     _Tool(
         "read_steps",
+        "Read a trajectory's steps",
         spec("read_trajectory").description + " Dev items only.",
         spec("read_trajectory").parameters,
         _sync(lambda s, a: s.read_steps(a)),
+        READS,
     ),
     _Tool(
         "view_screenshot",
+        "View a screenshot",
         spec("view_screenshot").description + " Dev items only.",
         spec("view_screenshot").parameters,
         _sync(lambda s, a: s.view_screenshot(a)),
+        READS,
     ),
     _Tool(
         "read_file",
+        "Read a prompt file",
         "Read an allowed prompt file as the incumbent has it.",
         spec("read_file").parameters,
         _sync(lambda s, a: s.read_file(a)),
+        READS,
     ),
     _Tool(
         "propose",
+        "Propose a candidate",
         "Propose a candidate: the new full text of one or more allowed prompt files and/or memory edits "
         "(when prompts/memory/ is allowed), and a one-paragraph rationale. It is checked by the guards (allowed "
         "files, diff size, no dev ids, instructions or values), committed, evaluated on the dev split and "
@@ -140,35 +203,94 @@ TOOLS: tuple[_Tool, ...] = (
             ["rationale"],
         ),
         lambda s, a: s.propose(a),
+        CHANGES,
+        OUTCOME_SCHEMA,
     ),
     _Tool(
         "decide",
+        "Decide a waiting candidate",
         "Keep or discard the candidate waiting after a propose with propose_only.",
         _obj(
             {"experiment": {"type": "integer"}, "decision": {"type": "string", "enum": ["keep", "discard"]}},
             ["experiment", "decision"],
         ),
         _sync(lambda s, a: s.decide(a)),
+        DECIDES,
+        DECIDE_SCHEMA,
     ),
     _Tool(
         "attribute",
+        "Attribute the kept edits",
         "Measure what each kept edit of this session still contributes at the end (each reverted "
         "from the final prompts and re-judged on the dev split) and the final prompts against the baseline. "
         "Judge calls, counted in the budget; worth it once, near the end of a session with several keeps.",
         _obj({}, []),
         lambda s, _a: s.attribute(),
+        CHANGES,
     ),
     _Tool(
         "report",
+        "Audit report",
         "The audit report of this session's run: every decision, the kept chain, flips and spend.",
         _obj({}, []),
         _sync(lambda s, _a: s.report()),
+        READS,
+        REPORT_SCHEMA,
     ),
 )
 _BY_NAME = {t.name: t for t in TOOLS}
+_VALIDATORS = {t.name: Draft202012Validator(t.schema) for t in TOOLS}
 
 
-def _result(out: ToolOutput) -> types.CallToolResult:
+def argument_problem(tool: str, args: Mapping[str, Any]) -> str | None:
+    """What is wrong with ``args`` for ``tool`` by its input schema (an unknown argument, a missing one, a
+    value of the wrong type), in one sentence naming the argument; None when they conform."""
+    errors = sorted(_VALIDATORS[tool].iter_errors(args), key=_where)
+    if not errors:
+        return None
+    error = _chosen(errors[0])
+    props = _BY_NAME[tool].schema.get("properties", {})
+    takes = f"it takes {', '.join(props)}" if props else "it takes none"
+    if error.validator == "additionalProperties" and not error.absolute_path:
+        unknown = sorted(set(args) - set(props))
+        return f"{tool}: unknown argument {', '.join(map(repr, unknown))}; {takes}"
+    if error.validator == "required" and not error.absolute_path:
+        missing = [name for name in error.validator_value if name not in args]
+        return f"{tool}: missing argument {', '.join(map(repr, missing))}; {takes}"
+    where = ".".join(str(p) for p in error.absolute_path)
+    return f"{tool}: argument {where!r}: {error.message}" if where else f"{tool}: {error.message}"
+
+
+def _where(error: Any) -> tuple[int, list[str]]:
+    """A validation error's place, shallowest first (its path's depth, then its path)."""
+    return len(error.absolute_path), [str(p) for p in error.absolute_path]
+
+
+def _chosen(error: Any) -> Any:
+    """For a ``oneOf`` whose branches are told apart by a constant (a memory edit's ``tool``), the first
+    error inside the branch the value chose, or the constant's own when it chose none (naming the values
+    allowed); any other error as it is. ``error``: a jsonschema ``ValidationError``."""
+    if error.validator != "oneOf" or not error.context:
+        return error
+    branches: dict[Any, list[Any]] = {}
+    for sub in error.context:
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    chosen = [subs for subs in branches.values() if not any(e.validator == "const" for e in subs)]
+    if len(chosen) == 1:
+        return sorted(chosen[0], key=_where)[0]
+    consts = [e for subs in branches.values() for e in subs if e.validator == "const"]
+    if len(consts) == len(branches):  # the constant matched no branch
+        first = consts[0]
+        first.message = (
+            f"{first.instance!r} is not one of {', '.join(str(e.validator_value) for e in consts)}"
+        )
+        return first
+    return error
+
+
+def _result(out: Answer) -> types.CallToolResult:
+    if isinstance(out, Structured):
+        return types.CallToolResult(content=[types.TextContent(text=out.text)], structured_content=out.data)
     content: list[types.ContentBlock] = [types.TextContent(text=out.text)]
     if out.image is not None:
         content.append(
@@ -177,44 +299,79 @@ def _result(out: ToolOutput) -> types.CallToolResult:
     return types.CallToolResult(content=content, is_error=out.is_error)
 
 
-class _Sent:
-    """Progress notifications in flight, awaited before the call's result goes out."""
+@dataclass
+class _Pace:
+    """When the server last sent a progress notification (`time.monotonic` seconds): the next call's first
+    one waits its turn too, so no two calls together send more than two a second."""
 
-    def __init__(self) -> None:
+    sent_at: float | None = None
+
+
+class _Sent:
+    """A call's progress notifications: throttled and counted over the whole call (`CallProgress`), each
+    sent as a task of the event loop; `drain` sends the held last one and awaits them all before the
+    call's result goes out."""
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], token: Any, pace: _Pace) -> None:
+        self.ctx, self.token, self.pace = ctx, token, pace
+        self.meter = CallProgress(sent_at=pace.sent_at)
         self.tasks: list[asyncio.Task[None]] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    def offer(self, snap: ProgressSnapshot) -> None:
+        """On the event loop's thread: send ``snap``'s notice now, or release it when its time comes."""
+        notice = self.meter.offer(snap)
+        if notice is not None:
+            self._send(notice)
+        wait = self.meter.wait_s()
+        if wait is not None and self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(wait, self._release)
+
+    def _release(self) -> None:
+        self.timer = None
+        notice = self.meter.release()
+        if notice is not None:
+            self._send(notice)
+
+    def _send(self, notice: Notice) -> None:
+        self.tasks.append(
+            asyncio.get_running_loop().create_task(
+                self.ctx.session.send_progress_notification(
+                    self.token, notice.progress, notice.total, notice.message
+                )
+            )
+        )
 
     async def drain(self) -> None:
         await asyncio.sleep(0)  # what a worker thread scheduled runs first
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        wait = self.meter.wait_s()
+        if wait is not None:  # the last notice is always sent, in its turn
+            await asyncio.sleep(wait)
+            self._release()
+        self.pace.sent_at = self.meter.sent_at
         if self.tasks:
             # A client that left mid-call cannot be told; the result is what matters.
             await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession) -> _Sent:
-    """Send the call's judging progress (items judged of the pass) as MCP progress notifications when
-    the client asked for them with a progress token; from the event loop's thread or another."""
-    sent = _Sent()
+def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession, pace: _Pace) -> _Sent:
+    """Send the call's judging progress as MCP progress notifications when the client asked for them
+    with a progress token (`_Sent`); from the event loop's thread or another."""
     token = ctx.meta.get("progress_token") if ctx.meta else None
+    sent = _Sent(ctx, token, pace)
     if token is None:
         return sent
     loop = asyncio.get_running_loop()
-
     owner = threading.get_ident()
 
     def send(snap: ProgressSnapshot) -> None:
-        def schedule() -> None:
-            sent.tasks.append(
-                loop.create_task(
-                    ctx.session.send_progress_notification(
-                        token, float(snap.done), float(snap.total), snap.line()
-                    )
-                )
-            )
-
         if threading.get_ident() == owner:
-            schedule()
+            sent.offer(snap)
         else:  # attribute judges in a worker thread
-            loop.call_soon_threadsafe(schedule)
+            loop.call_soon_threadsafe(sent.offer, snap)
 
     session.on_progress = send
     return sent
@@ -223,29 +380,33 @@ def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession) 
 def build_server(session: McpSession) -> Server[Any]:
     """The MCP server of ``session``: its tools, served one call at a time."""
     lock = anyio.Lock()
+    pace = _Pace()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any],  # noqa: ARG001 - the SDK's handler signature
         params: types.PaginatedRequestParams | None,  # noqa: ARG001
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(
-            tools=[types.Tool(name=t.name, description=t.description, input_schema=t.schema) for t in TOOLS]
-        )
+        return types.ListToolsResult(tools=[t.listed() for t in TOOLS])  # always in TOOLS' order
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         tool = _BY_NAME.get(params.name)
         if tool is None:
-            return _result(
-                ToolOutput(
-                    text=f"error: unknown tool {params.name!r}; tools: {', '.join(_BY_NAME)}", is_error=True
-                )
+            # The specification's answer to an unknown tool: a protocol error, not a tool result.
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"unknown tool {params.name!r}; tools: {', '.join(_BY_NAME)}"
             )
+        args = params.arguments or {}
+        problem = argument_problem(tool.name, args)
+        if problem is not None:
+            # A tool execution error (as the specification asks of invalid arguments): the model reads it and
+            # corrects its call.
+            return _result(ToolOutput(text=f"error: {problem}", is_error=True, problem=problem))
         async with lock:
-            sent = _forward_progress(ctx, session)
+            sent = _forward_progress(ctx, session, pace)
             try:
-                out = await tool.run(session, params.arguments or {})
+                out: Answer = await tool.run(session, args)
             except UserError as exc:
                 out = ToolOutput(text=f"error: {exc}", is_error=True)
             finally:

@@ -3,9 +3,13 @@
 The session is one run in the ledger (strategy ``mcp``), started as `judgeloop run` starts one (clean
 tree, the dev split only, held-out splits kept apart, its own branch) under the workspace's loop lock,
 held for the session's whole life: one session, `run`, `decide` or `confirm` per workspace at a time.
+The run starts lazily, with the first call that needs one (``disagreements``, ``propose``): a connection
+that only lists tools or reads ``status``, ``history``, ``report`` or the dev items leaves no run, branch
+or checkout (hosts start their servers at every launch).
 
-Every tool is a method returning a `ToolOutput`. The reading tools and the edit checks are the
-``agent`` strategy's own, run through `optimizer.loop.strategies.tools.run_tool` on a `ToolState` of the
+Every tool is a method returning a `ToolOutput` (text, an image, a refusal) or, for ``status``,
+``history``, ``propose``, ``decide`` and ``report``, a `Structured` record (`optimizer.mcp.results`).
+The reading tools and the edit checks are the ``agent`` strategy's own, run through `optimizer.loop.strategies.tools.run_tool` on a `ToolState` of the
 incumbent's `ProposalContext` (only dev items, only allowed files). ``propose`` hands the checked files
 to `LoopRunner.candidate` (with this call's `Limits`: the run's are never changed), the loop's candidate path: guards (allowed files, diff size, overfit lint),
 commit, evaluation on the dev split, decision, keep or roll back, all in the ledger and git.
@@ -35,26 +39,26 @@ from typing import Any
 
 import anyio
 
+from optimizer.devset.split import Split
 from optimizer.errors import UserError
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.events import Event, Listener, Message, Progress, ProgressSnapshot, ignore
-from optimizer.judge.providers import make_provider
+from optimizer.judge.harness import check_budget, check_confinement
+from optimizer.judge.prompts import PromptSet
+from optimizer.judge.providers import check_judge_key, make_provider
 from optimizer.judge.types import Provider
 from optimizer.ledger import Attribution, Experiment, Ledger, Run
 from optimizer.loop import trust
 from optimizer.loop.attribute import AttributeOptions, attribute_scope, resolve_scope
+from optimizer.loop.context import RunContext
 from optimizer.loop.decide import decide_waiting
-from optimizer.loop.propose import proposal_context
 from optimizer.loop.records import fmt3
 from optimizer.loop.runner import LoopRunner
-from optimizer.loop.session import (
-    MCP_PROPOSER,
-    RunOptions,
-    StartedRun,
-    open_run,
-)
+from optimizer.loop.session import MCP_PROPOSER, RunOptions, loop_split, open_run
 from optimizer.loop.strategies import Proposal, ProposalContext, ProposalError
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, ToolState, read_item, run_tool
+from optimizer.mcp.reading import ContextCache
+from optimizer.mcp.results import Structured, experiment_record, history_data, money, report_data
 from optimizer.report import attribution_json, export_experiments_tsv, report_text, write_markdown_report
 from optimizer.vocab import PolicyName, RunStatus
 from optimizer.workspace import gitops
@@ -124,10 +128,6 @@ def _json(data: Any) -> ToolOutput:
     return ToolOutput(text=json.dumps(data, indent=1, ensure_ascii=False))
 
 
-def _money(x: float) -> float:
-    return round(x, 6)
-
-
 def roll_back_unfinished(ws: Workspace, ledger: Ledger, run_id: str, reason: str) -> list[int]:
     """Record every ``running`` experiment of the run as an error (``reason``), keep its commit under
     ``refs/judgeloop/rejected/<id>`` and reset the run's branch to its incumbent; the ids rolled back.
@@ -161,15 +161,21 @@ class McpSession:
     """The engine side of `judgeloop mcp` (see the module docstring). Open it with `open_session`."""
 
     def __init__(
-        self, ws: Workspace, ledger: Ledger, started: StartedRun, budget_usd: float, events: Listener
+        self, ws: Workspace, ledger: Ledger, options: SessionOptions, split: Split, events: Listener
     ) -> None:
         self.ws = ws
         self.ledger = ledger
-        self.budget_usd = budget_usd
+        self.options = options
+        self.budget_usd = options.budget_usd
+        self.split = split  # the dev split, checked when the session opened (`loop_split`)
+        self.judge_section = options.judge.apply(ws.config.judge)
         self.events = events
         self.strategy = Submitted()
-        self.ctx = started.context(ws, ledger, self._event)
-        self.runner = LoopRunner(self.ctx, self.strategy)
+        # The session's run: none until the first call that needs one (`begin`), so a connection that only
+        # lists tools or reads status leaves no run, branch or checkout behind.
+        self._ctx: RunContext | None = None
+        self._runner: LoopRunner | None = None
+        self._contexts = ContextCache()  # the incumbent's context, rebuilt only when it changes
         self._provider: Provider | None = None
         self._cache: JudgeCache | None = None
         self._baseline_failed: str | None = None
@@ -184,8 +190,54 @@ class McpSession:
         self.events(event)
 
     @property
+    def started(self) -> bool:
+        """Whether the session's run has started (a run row, its branch checked out)."""
+        return self._ctx is not None
+
+    @property
+    def ctx(self) -> RunContext:
+        """The run's context; only once `begin` started it (a bug otherwise)."""
+        if self._ctx is None:
+            raise RuntimeError("the MCP session's run has not started")
+        return self._ctx
+
+    @property
+    def runner(self) -> LoopRunner:
+        if self._runner is None:
+            raise RuntimeError("the MCP session's run has not started")
+        return self._runner
+
+    @property
     def run_id(self) -> str:
         return self.ctx.run.id
+
+    @property
+    def context_builds(self) -> int:
+        """How many times the reading tools' context was built (once per incumbent and change)."""
+        return self._contexts.builds
+
+    def begin(self) -> RunContext:
+        """Start the session's run if it has none yet (`optimizer.loop.session.open_run`: unfinished runs
+        closed, a clean tree, a run row, its branch checked out), as `judgeloop run` starts one; a
+        `UserError` (a dirty tree, a candidate waiting from another run, ...) leaves nothing started."""
+        if self._ctx is None:
+            if gitops.clear_stale_index_lock(self.ws.root):
+                self.say(
+                    "removed a stale .git/index.lock (left by a process killed in the middle of a git command)"
+                )
+            options = self.options
+            run_options = RunOptions(
+                policy=options.policy,
+                budget_usd=options.budget_usd,
+                replicates=options.replicates,
+                judge=options.judge,
+            )
+            started = open_run(
+                self.ws, self.ledger, run_options, self.judge_section, self.say, proposer=MCP_PROPOSER
+            )
+            self._ctx = started.context(self.ws, self.ledger, self._event)
+            self._runner = LoopRunner(self._ctx, self.strategy)
+        return self._ctx
 
     def say(self, text: str) -> None:
         self.events(Message(text, "note"))
@@ -207,18 +259,18 @@ class McpSession:
 
     @property
     def spent_usd(self) -> float:
-        return self.ctx.spent_usd
+        return self._ctx.spent_usd if self._ctx is not None else 0.0
 
     @property
     def left_usd(self) -> float:
-        return max(0.0, self.budget_usd - self.ctx.spent_usd)
+        return max(0.0, self.budget_usd - self.spent_usd)
 
     def budget_line(self) -> str:
         return f"spent ${self.spent_usd:.4f} of the session's ${self.budget_usd:g} budget, ${self.left_usd:.4f} left"
 
     def _budget_refusal(self, what: str) -> ToolOutput | None:
         """The refusal of a tool that would pay judge calls once the budget cannot pay another, or None."""
-        stopped = self.ctx.budget_exhausted
+        stopped = self._ctx.budget_exhausted if self._ctx is not None else None
         if self.left_usd <= 0 or stopped is not None:
             why = f" ({stopped})" if stopped else ""
             return _error(
@@ -233,16 +285,18 @@ class McpSession:
         return self.ledger.get_run(self.run_id)
 
     def _incumbent(self) -> Experiment | None:
+        if not self.started:
+            return None
         run = self._run()
         return self.ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
 
     def _state(self) -> ToolState:
         """The agent strategy's tool state over the incumbent's context (no disagreements before the baseline)."""
-        ctx = self.ctx
-        seq = max((e.seq for e in self.ledger.experiments(self.run_id)), default=0) + 1
         incumbent = self._incumbent()
         if incumbent is not None:
-            return ToolState(proposal_context(ctx, incumbent, seq))
+            return ToolState(self._contexts.get(self.ctx, incumbent))
+        exps = self.ledger.experiments(self.run_id) if self.started else []
+        seq = max((e.seq for e in exps), default=0) + 1
         allowed = list(self.ws.config.optimizer.allowed_files)
         current = {p: text for p in allowed if (text := read_prompt_file(self.ws.root, p)) is not None}
         return ToolState(
@@ -253,8 +307,8 @@ class McpSession:
                 disagreements=[],
                 history=[],
                 guidance="",
-                split=ctx.split,
-                rng_seed=ctx.settings.seed,
+                split=self.split,
+                rng_seed=self.ctx.settings.seed if self.started else self.ws.config.optimizer.seed,
                 experiment_seq=seq,
             )
         )
@@ -262,6 +316,8 @@ class McpSession:
     def touched(self) -> str | None:
         """One line when the session's branch is not as the loop left it (not checked out, or commits the
         loop did not make on it, named), else None; the working tree's changes are ``propose``'s own check."""
+        if not self.started:
+            return None
         run = self._run()
         inc = self._incumbent()
         base = inc.commit_sha if inc is not None and inc.commit_sha else run.start_rev
@@ -275,10 +331,14 @@ class McpSession:
         return None if problem is None else trust.refusal(problem, run.branch, base)
 
     def _waiting(self) -> Experiment | None:
+        if not self.started:
+            return None
         return next(iter(self.ledger.experiments_with_status("waiting", self.run_id)), None)
 
     async def _ensure_baseline(self) -> ToolOutput | None:
-        """Evaluate the baseline if the session has none yet; an error output when it cannot be."""
+        """Start the run and evaluate the baseline if the session has none yet; an error output when it
+        cannot be."""
+        self.begin()
         if self._incumbent() is not None:
             return None
         if self._baseline_failed is not None:
@@ -303,14 +363,33 @@ class McpSession:
 
     # -- the tools ------------------------------------------------------------------------------
 
-    def status(self) -> ToolOutput:
-        run = self._run()
-        exps = self.ledger.experiments(run.id)
+    def _judging(self) -> dict[str, Any]:
+        """How the session judges and decides: its run's settings, or before the run starts, what it will
+        start with (the configuration and this session's options; the prompts' replicates at HEAD)."""
+        if self.started:
+            settings = self.ctx.settings
+            judge, replicates, loop = settings.judge, settings.replicates, settings.loop
+        else:
+            judge = self.judge_section
+            replicates = self.options.replicates or PromptSet.from_rev(self.ws, "HEAD").settings.replicates
+            loop = self.ws.config.loop
+        return {
+            "split": self.split.name,
+            "items": len(self.split.ids),
+            "judge": f"{judge.provider}:{judge.model}",
+            "replicates": replicates,
+            "policy": (self.options.policy or loop.policy) if not self.started else loop.policy,
+            "alpha": loop.alpha,
+        }
+
+    def status(self) -> Structured:
+        """The session at a glance. Reads only: before the run starts it says what the run will be."""
+        run = self._run() if self.started else None
+        exps = self.ledger.experiments(run.id) if run is not None else []
         base = next((e for e in exps if e.seq == 0 and e.status == "baseline"), None)
         inc = self._incumbent()
         waiting = self._waiting()
         cfg = self.ws.config
-        loop = self.ctx.settings.loop
 
         def figures(e: Experiment | None) -> dict[str, Any] | None:
             if e is None:
@@ -323,27 +402,27 @@ class McpSession:
                 "commit": (e.commit_sha or "")[:12],
             }
 
-        if inc is None:
+        if run is None:
+            step = (
+                "call disagreements: it starts the session's run (its own branch) and evaluates the baseline "
+                "first (judge calls, counted in the budget)"
+            )
+        elif inc is None:
             step = "call disagreements: it evaluates the baseline first (judge calls, counted in the budget)"
         elif waiting is not None:
             step = f"experiment {waiting.id} is waiting: call decide"
         else:
             step = "read disagreements, then propose one small, general edit"
-        return _json(
+        return Structured(
             {
-                "run": run.id,
-                "branch": run.branch,
-                "split": run.split,
-                "items": len(self.ctx.split.ids),
-                "judge": f"{self.ctx.settings.judge.provider}:{self.ctx.settings.judge.model}",
-                "replicates": self.ctx.settings.replicates,
-                "policy": loop.policy,
-                "alpha": loop.alpha,
+                "run": run.id if run is not None else None,
+                "branch": run.branch if run is not None else None,
+                **self._judging(),
                 "budget": {
                     "budget_usd": self.budget_usd,
-                    "spent_usd": _money(self.spent_usd),
-                    "left_usd": _money(self.left_usd),
-                    "stopped": self.ctx.budget_exhausted,
+                    "spent_usd": money(self.spent_usd),
+                    "left_usd": money(self.left_usd),
+                    "stopped": self._ctx.budget_exhausted if self._ctx is not None else None,
                 },
                 "baseline": figures(base),
                 "incumbent": figures(inc),
@@ -356,8 +435,10 @@ class McpSession:
             }
         )
 
-    def history(self) -> ToolOutput:
-        return run_tool(self._state(), "read_history", {})
+    def history(self) -> Structured:
+        inc = self._incumbent()
+        run_id = self.run_id if self.started else None
+        return Structured(history_data(self.ledger, run_id, inc.id if inc else None))
 
     async def disagreements(self, args: Mapping[str, Any]) -> ToolOutput:
         failed = await self._ensure_baseline()
@@ -386,7 +467,7 @@ class McpSession:
     def read_file(self, args: Mapping[str, Any]) -> ToolOutput:
         return run_tool(self._state(), "read_file", dict(args))
 
-    async def propose(self, args: Mapping[str, Any]) -> ToolOutput:
+    async def propose(self, args: Mapping[str, Any]) -> ToolOutput | Structured:
         """Check the files as the agent's tools do, then the loop's candidate path; answers the decision."""
         files, rationale, propose_only = (
             args.get("files", {}),
@@ -468,32 +549,22 @@ class McpSession:
             raise
         finally:
             self.strategy.next = None
-        return self._outcome(exp)
+        return Structured(self._outcome(exp))
 
-    def _outcome(self, exp: Experiment) -> ToolOutput:
+    def _outcome(self, exp: Experiment) -> dict[str, Any]:
+        """The decided (or refused, or waiting) candidate ``exp`` as ``propose`` and ``decide`` answer it."""
         exp = self.ledger.get_experiment(exp.id)
         parent = self.ledger.get_experiment(exp.parent_id) if exp.parent_id else None
-        data: dict[str, Any] = {
-            "experiment": exp.id,
-            "outcome": exp.status,
+        return experiment_record(exp, parent) | {
             "meaning": MEANING.get(exp.status, ""),
-            "reason": exp.reason,
-            "kappa": {"incumbent": parent.kappa if parent else None, "candidate": exp.kappa},
-            "fpr": {"incumbent": parent.fpr if parent else None, "candidate": exp.fpr},
-            "p_value": exp.p_value,
-            "alpha": exp.alpha,
-            "early_stopped": exp.early_stopped,
-            "items_evaluated": exp.items_evaluated,
-            "flips": exp.flip_counts() if exp.flips else None,
-            "commit": (exp.commit_sha or "")[:12] or None,
-            "cost_usd": _money(exp.cost_usd),
-            "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)},
+            "budget": self._budget_left(),
+            "flips_help": FLIPS_HELP if exp.flips else None,
         }
-        if exp.flips:
-            data["flips_help"] = FLIPS_HELP
-        return _json(data)
 
-    def decide(self, args: Mapping[str, Any]) -> ToolOutput:
+    def _budget_left(self) -> dict[str, float]:
+        return {"spent_usd": money(self.spent_usd), "left_usd": money(self.left_usd)}
+
+    def decide(self, args: Mapping[str, Any]) -> ToolOutput | Structured:
         experiment, decision = args.get("experiment"), args.get("decision")
         if isinstance(experiment, bool) or not isinstance(experiment, int):
             return _error("experiment must be an experiment id (a whole number)")
@@ -507,11 +578,13 @@ class McpSession:
             )
         lines: list[str] = []
         exp = decide_waiting(self.ws, self.ledger, experiment, decision == "keep", lines.append, by="mcp")
-        return _json({"experiment": exp.id, "outcome": exp.status, "reason": exp.reason, "said": lines})
+        return Structured(self._outcome(exp) | {"said": lines})
 
     async def attribute(self) -> ToolOutput:
         """What each kept edit of the session still contributes, and the final prompts against the baseline
         (`optimizer.loop.attribute`), paid from the session's budget."""
+        if not self.started:
+            return _error("this session kept no edit; nothing to attribute")
         waiting = self._waiting()
         if waiting is not None:
             return _error(f"experiment {waiting.id} is waiting for a decision; call decide first")
@@ -546,20 +619,41 @@ class McpSession:
                 "attribution": done.id,
                 "status": done.status,
                 "note": done.note,
-                "cost_usd": _money(budget.spent_usd - before),
+                "cost_usd": money(budget.spent_usd - before),
                 **attribution_json(done),
-                "budget": {"spent_usd": _money(self.spent_usd), "left_usd": _money(self.left_usd)},
+                "budget": self._budget_left(),
             }
         )
 
-    def report(self) -> ToolOutput:
+    def report(self) -> Structured:
+        if not self.started:
+            return Structured(
+                {
+                    "run": None,
+                    "branch": None,
+                    "policy": None,
+                    "status": None,
+                    "experiments": [],
+                    "kept": [],
+                    "cost_usd": 0.0,
+                    "budget": self._budget_left(),
+                    "text": "the session has no run yet: disagreements or propose starts it",
+                }
+            )
         # The agent proposing candidates must not see the corrections or the label-suspects queue.
-        return ToolOutput(text=report_text(self.ledger, self._run(), self.ws, with_triage=False))
+        text = report_text(self.ledger, self._run(), self.ws, with_triage=False)
+        return Structured(report_data(self.ledger, self.run_id, text, self._budget_left()))
 
     # -- the end -----------------------------------------------------------------------------
 
     def finish(self, crashed: str | None = None) -> None:
-        """Record how the session ended and write its report files (as a run's end writes them)."""
+        """Record how the session ended and write its report files (as a run's end writes them); a session
+        whose run never started leaves nothing to record."""
+        if not self.started:
+            self.say(
+                f"MCP session ended before its run started: nothing recorded ({crashed or 'no run needed'})"
+            )
+            return
         if crashed is not None:
             roll_back_unfinished(self.ws, self.ledger, self.run_id, f"the MCP session crashed: {crashed}")
             self.ledger.set_run_status(self.run_id, "crashed", stop_reason=crashed)
@@ -589,27 +683,20 @@ class McpSession:
 
 @contextmanager
 def open_session(ws: Workspace, options: SessionOptions, events: Listener = ignore) -> Iterator[McpSession]:
-    """Take the loop lock, close killed sessions, record the session's run and yield it; on the way out
-    record how it ended. A `UserError` before the yield means no session (another command holds the
-    workspace, a dirty tree, a held-out split as the dev split, ...)."""
-
-    def say(text: str) -> None:
-        events(Message(text, "note"))
-
+    """Take the loop lock (held while the session lasts) and yield the session; its run starts with the
+    first call that needs one (`McpSession.begin`), and on the way out the session records how it ended.
+    A `UserError` before the yield means no session (another command holds the workspace, a missing key,
+    a held-out split as the dev split, ...)."""
     with command_lock(ws, "mcp"):
-        if gitops.clear_stale_index_lock(ws.root):
-            say("removed a stale .git/index.lock (left by a process killed in the middle of a git command)")
         check_prompts_tree(ws.root)
+        # What would refuse the run, checked now (reading only), so a session that cannot run says so at once.
+        judge = options.judge.apply(ws.config.judge)
+        check_budget(judge, options.budget_usd)
+        check_confinement(judge)
+        check_judge_key(judge)
+        split = loop_split(ws)
         with Ledger(ws.ledger_path) as ledger:
-            run_options = RunOptions(
-                policy=options.policy,
-                budget_usd=options.budget_usd,
-                replicates=options.replicates,
-                judge=options.judge,
-            )
-            judge = options.judge.apply(ws.config.judge)
-            started = open_run(ws, ledger, run_options, judge, say, proposer=MCP_PROPOSER)
-            session = McpSession(ws, ledger, started, options.budget_usd, events)
+            session = McpSession(ws, ledger, options, split, events)
             try:
                 yield session
             except Exception as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+from jsonschema import Draft202012Validator
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -82,6 +83,20 @@ def data(result: types.CallToolResult) -> dict[str, Any]:
     assert not result.is_error, text(result)
     parsed: dict[str, Any] = json.loads(text(result))
     return parsed
+
+
+def conforms(tool: types.Tool, result: types.CallToolResult) -> dict[str, Any]:
+    """``result``'s structured content, checked against ``tool``'s output schema (itself a valid JSON Schema)
+    and mirrored exactly in its text content."""
+    assert not result.is_error, text(result)
+    assert tool.output_schema is not None and result.structured_content is not None, tool.name
+    Draft202012Validator.check_schema(tool.output_schema)
+    errors = [
+        e.message for e in Draft202012Validator(tool.output_schema).iter_errors(result.structured_content)
+    ]
+    assert not errors, (tool.name, errors)
+    assert json.loads(text(result)) == result.structured_content
+    return result.structured_content
 
 
 def drive(body: Callable[[], Awaitable[None]]) -> None:
