@@ -12,7 +12,6 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from optimizer import fmt
 from optimizer.errors import UserError
@@ -26,9 +25,6 @@ from optimizer.ledger import (
 )
 from optimizer.ledger.waves import Wave, holm_rank, waves_by_member
 from optimizer.stats.metrics import Answer, Metrics, flip_table, predicted_success
-
-if TYPE_CHECKING:
-    pass
 
 DISAGREEMENT_KINDS = ("FP", "FN")
 REVIEW_LABELS = {

@@ -5,7 +5,6 @@ of a run and its measured kept edits, written as each is measured so an attribut
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
 
 from optimizer.ledger.core import LedgerCore
 from optimizer.ledger.rows import (
@@ -16,9 +15,6 @@ from optimizer.ledger.rows import (
     ts,
     utc_now,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 class AttributionTables(LedgerCore):

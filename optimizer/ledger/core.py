@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from optimizer.errors import UserError
 from optimizer.ledger.rows import (
@@ -34,9 +34,6 @@ from optimizer.ledger.rows import (
 )
 from optimizer.ledger.schema import SCHEMA_VERSION, create_schema, upgrade_schema
 from optimizer.workspace import storage
-
-if TYPE_CHECKING:
-    pass
 
 
 class LedgerCore:

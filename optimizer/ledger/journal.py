@@ -33,8 +33,6 @@ from optimizer.vocab import (
 if TYPE_CHECKING:
     from optimizer.stats.metrics import Metrics
 
-    pass
-
 
 class JournalTables(LedgerCore):
     """Reviews, events, confirmations and batches (a part of `optimizer.ledger.Ledger`)."""
