@@ -205,7 +205,13 @@ class _BatchPass:
                 self.answered[key] = shared
                 continue
             self.answered[key] = self.judge.account_batch_reply(
-                entry.reply, estimate, key, call.index, call.fingerprint, duration
+                entry.reply,
+                estimate,
+                key,
+                call.index,
+                call.fingerprint,
+                duration,
+                discounted=self.provider.traits.batch_discount,
             )
             self.judge.planned_cache_reads += self.planned.get(key, 0)
             prefix = self.judge.prefix_key(call.request)
@@ -250,7 +256,11 @@ class _BatchPass:
         judge = self.judge
         estimates = {
             k: estimate_cost_usd(
-                self.calls[k].request, judge.sampling, self.provider.model, judge.prices, batch=True
+                self.calls[k].request,
+                judge.sampling,
+                self.provider.model,
+                judge.prices,
+                batch=self.provider.traits.batch_discount,
             )
             for k in keys
         }

@@ -344,7 +344,7 @@ async def evaluate_items(
     if provider is None:
         from optimizer.judge.providers import make_provider
 
-        provider = make_provider(judge)
+        provider = make_provider(judge, root=ws.root)
     started = time.monotonic()
     try:
         traits = provider.traits

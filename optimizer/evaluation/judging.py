@@ -306,11 +306,20 @@ class ItemJudge:
         return parsed_result(index, key, False, reply.text, reply.model, usage, duration)
 
     def account_batch_reply(
-        self, reply: ProviderReply, estimate: float, key: str, index: int, fingerprint: str, duration: float
+        self,
+        reply: ProviderReply,
+        estimate: float,
+        key: str,
+        index: int,
+        fingerprint: str,
+        duration: float,
+        *,
+        discounted: bool = True,
     ) -> ReplicateResult:
-        """A call answered through a batch API: priced at the batch rate, settled against ``estimate``,
-        counted and cached under ``key`` exactly as a direct call would be; its replicate result."""
-        usage = self.account(reply, reply.text, estimate, key, index, fingerprint, duration, batch=True)
+        """A call answered through a batch: priced at the batch rate (``discounted``; else as a direct call,
+        as `vllm run-batch` is), settled against ``estimate``, counted and cached under ``key`` exactly as
+        a direct call would be; its replicate result."""
+        usage = self.account(reply, reply.text, estimate, key, index, fingerprint, duration, batch=discounted)
         return parsed_result(index, key, False, reply.text, reply.model, usage, duration)
 
     def recall(self, key: str, index: int) -> ReplicateResult | None:

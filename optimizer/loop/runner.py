@@ -243,7 +243,7 @@ class LoopRunner:
     async def loop(self) -> StopReason:
         """Drive the run until a limit, a stop or patience ends it; why it ended."""
         ctx = self.ctx
-        provider = make_provider(ctx.settings.judge)
+        provider = make_provider(ctx.settings.judge, root=ctx.root)
         cache = JudgeCache(ctx.ws.cache_path)
         try:
             return await self._loop(provider, cache)

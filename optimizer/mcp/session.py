@@ -246,7 +246,7 @@ class McpSession:
 
     def _judge(self) -> tuple[Provider, JudgeCache]:
         if self._provider is None or self._cache is None:
-            self._provider = make_provider(self.ctx.settings.judge)
+            self._provider = make_provider(self.ctx.settings.judge, root=self.ws.root)
             self._cache = JudgeCache(self.ws.cache_path)
         return self._provider, self._cache
 

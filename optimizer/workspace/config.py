@@ -25,6 +25,10 @@ from optimizer.workspace.paths import JUDGE_TOML, PathRefused, prompt_file
 # [judge] harness: the coding-agent CLIs `optimizer.judge.harness` has a non-interactive preset for.
 HARNESS_PRESETS = ("codex", "claude", "gemini", "opencode")
 
+# [judge] batch_engine: who runs a --batch pass (the provider's batch API, or `vllm run-batch` over files).
+BatchEngine = Literal["provider", "vllm-run-batch"]
+RUN_BATCH_DIR = "experiments/run-batch"
+
 # Judge calls in flight at once ([judge] max_concurrency, --concurrency).
 MAX_CONCURRENCY = 256
 # Endpoints in [judge] base_urls: each holds its own client and connection pool.
@@ -182,6 +186,20 @@ class JudgeSection(_Section):
         default=False,
         description="--batch: submit without first warming each cold item with one direct call (as --batch-cold)",
     )
+    # --batch through `vllm run-batch` (optimizer.judge.providers.run_batch): each batch is an OpenAI batch
+    # file written into batch_dir, answered by the output file vLLM writes beside it.
+    batch_engine: BatchEngine = Field(
+        default="provider",
+        description='--batch: who runs a batch: "provider" (the provider\'s batch API) or "vllm-run-batch" '
+        "(judgeloop writes each batch's input file into batch_dir and waits for the output file `vllm run-batch` "
+        "writes beside it; provider openai, with the server's base_url or base_urls)",
+    )
+    batch_dir: str = Field(
+        default=RUN_BATCH_DIR,
+        min_length=1,
+        description='batch_engine = "vllm-run-batch": the folder of the batch files: under experiments/ (relative '
+        "to the workspace) or an absolute path, e.g. storage the vLLM machine shares",
+    )
     # provider = "command" (a harness judge, see optimizer.judge.harness): the CLI to run per item,
     # or a preset filling it; the most one call may cost (the budget reserves it, and it is the cost
     # of a call whose CLI reports none); environment variables passed on besides the harness's own.
@@ -294,7 +312,24 @@ class JudgeSection(_Section):
             raise ValueError(
                 f'base_urls needs provider = "openai" (OpenAI-compatible servers), not {self.provider!r}'
             )
+        if self.batch_engine == "vllm-run-batch" and self.provider != "openai":
+            raise ValueError(
+                'batch_engine = "vllm-run-batch" needs provider = "openai" (the vLLM server\'s OpenAI API); '
+                'set it, or batch_engine = "provider"'
+            )
         return self
+
+    @field_validator("batch_dir")
+    @classmethod
+    def _batch_dir_under_experiments(cls, folder: str) -> str:
+        # Under experiments/ the files never dirty the tree a run commits from (nor reach prompts/ or devset/).
+        parts = Path(folder).parts
+        if not Path(folder).is_absolute() and (".." in parts or len(parts) < 2 or parts[0] != "experiments"):
+            raise ValueError(
+                f'batch_dir {folder!r} must be a folder under experiments/ (e.g. "{RUN_BATCH_DIR}") or an '
+                "absolute path"
+            )
+        return folder
 
 
 # The judge model used when an override switches providers without naming a model.
@@ -333,6 +368,7 @@ class JudgeOverrides:
             update["base_urls"] = None  # one server named on the command line replaces the replicas
         if self.provider and self.provider != "openai":
             update["base_urls"] = None
+            update["batch_engine"] = "provider"  # vllm-run-batch belongs to an OpenAI-compatible server
         if self.concurrency is not None:
             if not 1 <= self.concurrency <= MAX_CONCURRENCY:
                 raise UserError(
@@ -668,6 +704,8 @@ max_retries = 4
 # local_threads = 2         # local judge threads (default: the cores idle when it starts, at most 4)
 # harness = "codex"         # provider = "command": codex | claude | gemini | opencode, or command = [...]
 # price_per_call_usd = 0.5  # command: the most one call may cost (needed with --budget-usd)
+# batch_engine = "vllm-run-batch"  # --batch via `vllm run-batch` files in batch_dir (openai + base_url)
+# batch_dir = "experiments/run-batch"
 
 # Prices in US dollars per million tokens; these override the built-in table.
 # [prices."claude-sonnet-5-5"]

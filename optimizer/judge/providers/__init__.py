@@ -20,6 +20,9 @@ succeeded, or missing local runtime/weights raise `UserError`. Keys never appear
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from optimizer.errors import UserError
 from optimizer.judge.providers._common import JUDGE, OPTIMISER, Role
 from optimizer.judge.providers.pricing import BUILTIN_PRICES, Usage, cost_usd, price_for
 from optimizer.judge.types import ConversingProvider, Provider
@@ -42,10 +45,13 @@ __all__ = [
 ]
 
 
-def make_provider(judge: JudgeSection, *, role: Role = JUDGE) -> Provider:
+def make_provider(judge: JudgeSection, *, role: Role = JUDGE, root: Path | None = None) -> Provider:
     """The provider named by ``judge.provider``, configured from the section (model, base_url,
     timeout_s, max_retries). Raises `UserError` at once for a missing key, runtime or weights.
-    Concurrency (``max_concurrency``) is the caller's to enforce."""
+    Concurrency (``max_concurrency``) is the caller's to enforce. With ``batch_engine = "vllm-run-batch"``
+    and the workspace ``root`` (``batch_dir`` is relative to it), the server's batches are files
+    `vllm run-batch` answers (`optimizer.judge.providers.run_batch`); without ``root`` (a caller that
+    never batches) the server's provider alone."""
     if judge.provider == "anthropic":
         from optimizer.judge.providers.anthropic_provider import AnthropicProvider
 
@@ -53,6 +59,16 @@ def make_provider(judge: JudgeSection, *, role: Role = JUDGE) -> Provider:
     if judge.provider == "openai":
         from optimizer.judge.providers.openai_provider import OpenAIProvider
 
+        if judge.batch_engine == "vllm-run-batch" and root is not None:
+            from optimizer.judge.providers.run_batch import RunBatchFiles
+
+            if judge.base_url is None and judge.base_urls is None:
+                raise UserError(
+                    'batch_engine = "vllm-run-batch" needs the vLLM server\'s address for its direct calls and '
+                    "cache keys: set [judge] base_url or pass --base-url"
+                )
+            server = OpenAIProvider(judge, role=role)
+            return RunBatchFiles(server, root / judge.batch_dir)
         return OpenAIProvider(judge, role=role)
     if judge.provider == "local":
         from optimizer.judge.providers.local_provider import LocalProvider

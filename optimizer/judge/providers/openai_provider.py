@@ -448,25 +448,42 @@ class OpenAIProvider(WireProvider):
         for text in texts:
             for raw in text.splitlines():
                 if raw.strip():
-                    entries.append(self._batch_entry(json.loads(raw)))
+                    entries.append(self.batch_entry(json.loads(raw)))
         return entries
 
-    def _batch_entry(self, line: dict[str, Any]) -> BatchEntry:
+    def batch_entry(self, line: dict[str, Any]) -> BatchEntry:
+        """One line of a batch output or error file as a `BatchEntry` — the OpenAI Batch API's lines and
+        `vllm run-batch`'s alike (its ``error`` may be a plain string, or an error response object). A
+        line whose answer is not a chat completion is ``errored``, saying so."""
         custom_id = str(line.get("custom_id"))
-        response = line.get("response") or {}
-        error = line.get("error") or {}
-        if response.get("status_code") == 200 and isinstance(response.get("body"), dict):
-            completion = ChatCompletion.model_validate(response["body"])
+        response = line.get("response") if isinstance(line.get("response"), dict) else {}
+        raw_error = line.get("error")
+        error = raw_error if isinstance(raw_error, dict) else {}
+        if isinstance(error.get("error"), dict):  # vLLM: an ErrorResponse, the details one level down
+            error = error["error"]
+        body = response.get("body")
+        if response.get("status_code") == 200 and isinstance(body, dict):
+            try:
+                completion = ChatCompletion.model_validate(body)
+            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                why = str(exc).splitlines()[0]
+                return BatchEntry(custom_id, "errored", error=f"the answer is not a chat completion ({why})")
             choice = completion.choices[0] if completion.choices else None
             text = (choice.message.content or "") if choice is not None else ""
             return BatchEntry(custom_id, "succeeded", reply=self._reply(completion, text))
         if error.get("code") == "batch_expired":
             return BatchEntry(custom_id, "expired", error="the request expired before the batch ran it")
-        body_error = (response.get("body") or {}).get("error") or {}
-        said = error.get("message") or body_error.get("message") or "no message"
+        body_error = (body.get("error") if isinstance(body, dict) else None) or {}
+        said = (
+            raw_error
+            if isinstance(raw_error, str) and raw_error
+            else error.get("message") or (body_error.get("message") if isinstance(body_error, dict) else None)
+        )
         status = response.get("status_code")
         where = f"HTTP {status}: " if status else ""
-        return BatchEntry(custom_id, "errored", error=where + quote_server_message(str(said), self._secret))
+        return BatchEntry(
+            custom_id, "errored", error=where + quote_server_message(str(said or "no message"), self._secret)
+        )
 
     async def aclose(self) -> None:
         """Close the SDK's HTTP connection pools."""
