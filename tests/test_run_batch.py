@@ -303,3 +303,14 @@ def test_switching_provider_on_the_command_line_drops_the_run_batch_engine() -> 
         update={"provider": "openai", "model": MODEL, "batch_engine": "vllm-run-batch"}
     )
     assert JudgeOverrides(provider="anthropic").apply(judge).batch_engine == "provider"
+
+
+def test_run_batch_with_another_provider_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = make_data(tmp_path)
+    configure(data, provider="anthropic", model="claude-haiku-4-5")
+    assert main(["eval", "-w", str(data.ws.root), "--out", str(tmp_path / "out"), "--batch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert 'needs provider = "openai"' in err.splitlines()[-1] and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

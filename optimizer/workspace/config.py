@@ -312,11 +312,6 @@ class JudgeSection(_Section):
             raise ValueError(
                 f'base_urls needs provider = "openai" (OpenAI-compatible servers), not {self.provider!r}'
             )
-        if self.batch_engine == "vllm-run-batch" and self.provider != "openai":
-            raise ValueError(
-                'batch_engine = "vllm-run-batch" needs provider = "openai" (the vLLM server\'s OpenAI API); '
-                'set it, or batch_engine = "provider"'
-            )
         return self
 
     @field_validator("batch_dir")

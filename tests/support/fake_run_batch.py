@@ -5,9 +5,11 @@ It reads the OpenAI batch input file (one ``{"custom_id", "method", "url", "body
 writes, in input order and line by line as vLLM streams it, one ``{"id", "custom_id", "response":
 {"status_code", "request_id", "body"}, "error"}`` object a line: ``body`` a chat completion whose answer
 is the verdict ``--answers`` (a JSON object: instruction -> verdict text) gives the item whose
-instruction the request names, with ``--usage`` tokens. Test-only knobs break chosen lines (1-based,
-in input order): ``--garble N`` writes text that is not JSON, ``--drop N`` writes nothing, ``--error N``
-writes vLLM's error line (status 400, the message as a plain string). No import from the project.
+instruction the request names, with ``--usage`` tokens; or, with ``--fake-judge WS`` instead, what the
+loop tests' deterministic judge (`tests.support.loop.FakeJudge` over workspace WS) answers. Test-only
+knobs break chosen lines (1-based, in input order): ``--garble N`` writes text that is not JSON,
+``--drop N`` writes nothing, ``--error N`` writes vLLM's error line (status 400, the message as a plain
+string). Only ``--fake-judge`` imports from the project (run it with the checkout on PYTHONPATH).
 """
 
 from __future__ import annotations
@@ -16,6 +18,35 @@ import argparse
 import json
 import sys
 import uuid
+from collections.abc import Callable
+from typing import Any
+
+
+def by_instruction(path: str) -> Callable[[dict[str, Any]], str]:
+    with open(path, encoding="utf-8") as f:
+        answers: dict[str, str] = json.load(f)
+
+    def answer(body: dict[str, Any]) -> str:
+        text = json.dumps(body)
+        [verdict] = [v for instruction, v in answers.items() if instruction in text]
+        return verdict
+
+    return answer
+
+
+def fake_judge(root: str) -> Callable[[dict[str, Any]], str]:
+    from pathlib import Path
+
+    from tests.support.fakeserver import RecordedRequest
+    from tests.support.loop import FakeJudge
+
+    judge = FakeJudge(Path(root))
+
+    def answer(body: dict[str, Any]) -> str:
+        recorded = RecordedRequest("POST", "/v1/chat/completions", "openai", {}, False, body)
+        return str(judge(recorded).text)
+
+    return answer
 
 
 def main(argv: list[str]) -> int:
@@ -23,14 +54,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-i", "--input-file", required=True)
     parser.add_argument("-o", "--output-file", required=True)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--answers", required=True)
+    answering = parser.add_mutually_exclusive_group(required=True)
+    answering.add_argument("--answers")
+    answering.add_argument("--fake-judge")
     parser.add_argument("--usage", default="1000,50", help="prompt and completion tokens of every answer")
     parser.add_argument("--garble", type=int, action="append", default=[])
     parser.add_argument("--drop", type=int, action="append", default=[])
     parser.add_argument("--error", type=int, action="append", default=[])
     args = parser.parse_args(argv)
-    with open(args.answers, encoding="utf-8") as f:
-        answers: dict[str, str] = json.load(f)
+    answer = fake_judge(args.fake_judge) if args.fake_judge else by_instruction(args.answers)
     prompt_tokens, completion_tokens = (int(n) for n in args.usage.split(","))
     with (
         open(args.input_file, encoding="utf-8") as source,
@@ -55,8 +87,7 @@ def main(argv: list[str]) -> int:
                 }
                 line["error"] = "The model could not answer this request"
             else:
-                text = json.dumps(body)
-                [verdict] = [v for instruction, v in answers.items() if instruction in text]
+                verdict = answer(body)
                 line["response"] = {
                     "status_code": 200,
                     "request_id": f"vllm-batch-{uuid.uuid4().hex}",

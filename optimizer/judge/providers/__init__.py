@@ -52,6 +52,12 @@ def make_provider(judge: JudgeSection, *, role: Role = JUDGE, root: Path | None 
     and the workspace ``root`` (``batch_dir`` is relative to it), the server's batches are files
     `vllm run-batch` answers (`optimizer.judge.providers.run_batch`); without ``root`` (a caller that
     never batches) the server's provider alone."""
+    if judge.batch_engine == "vllm-run-batch" and root is not None and judge.provider != "openai":
+        # Checked here, not in the config: --provider may set "openai" over the file's provider.
+        raise UserError(
+            f'batch_engine = "vllm-run-batch" needs provider = "openai" (the vLLM server\'s OpenAI API), not '
+            f'{judge.provider!r}: pass --provider openai, or set batch_engine = "provider"'
+        )
     if judge.provider == "anthropic":
         from optimizer.judge.providers.anthropic_provider import AnthropicProvider
 
