@@ -245,7 +245,10 @@ def test_output_lines_of_other_shapes_are_errored_or_skipped_never_fatal(tmp_pat
     folder.mkdir(parents=True)
     engine = RunBatchFiles(OpenAIProvider(judge), folder)
     batch_id = "rb-20260101T000000-0badf00d"
-    (folder / f"{batch_id}{INPUT_SUFFIX}").write_text("{}\n")
+    asked = "".join(
+        f'{{"custom_id":"{k}","method":"POST","url":"/v1/chat/completions","body":{{}}}}\n' for k in "abc"
+    )
+    (folder / f"{batch_id}{INPUT_SUFFIX}").write_text(asked)
     lines = [
         "[1, 2]",
         '{"no": "custom id"}',
@@ -253,6 +256,7 @@ def test_output_lines_of_other_shapes_are_errored_or_skipped_never_fatal(tmp_pat
         '{"custom_id": "b", "response": {"status_code": 500}, "error": {"error": {"message": "engine died"}}}',
         '{"custom_id": "c", "response": null, "error": null}',
         "\x00\xff not text",
+        '{"custom_id": "not-asked", "response": {"status_code": 200, "body": {}}, "error": null}',
     ]
     (folder / f"{batch_id}.output.jsonl").write_text("\n".join(lines) + "\n", encoding="latin-1")
     assert asyncio.run(engine.batch_state(batch_id)).ended
@@ -261,8 +265,9 @@ def test_output_lines_of_other_shapes_are_errored_or_skipped_never_fatal(tmp_pat
     assert "not a chat completion" in (entries["a"].error or "") and "engine died" in (
         entries["b"].error or ""
     )
-    [note] = engine.run_notes()
-    assert "3 malformed line(s)" in note and engine.run_notes() == ()
+    foreign, malformed = engine.run_notes()
+    assert "1 line(s) of" in foreign and "answer no call of its input file" in foreign
+    assert "3 malformed line(s)" in malformed and engine.run_notes() == ()
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,9 @@ INPUT_SUFFIX = ".input.jsonl"
 OUTPUT_SUFFIX = ".output.jsonl"
 # The batch ids this engine makes (and the only ones it turns into paths): a UTC time and 32 random bits.
 BATCH_ID = re.compile(r"rb-\d{8}T\d{6}-[0-9a-f]{8}")
+# An input line starts with its custom id (`OpenAIProvider.batch_input` writes it first): read from its head.
+_CUSTOM_ID = re.compile(rb'\{"custom_id":"([0-9A-Za-z_.:-]+)"')
+HEAD_BYTES = 200
 # A skipped output line is quoted in its note up to this many characters.
 QUOTE_CHARS = 80
 
@@ -146,6 +149,16 @@ class RunBatchFiles:
     def _waiting(self, batch_id: str) -> str:
         return f"waiting for its output file; run: {run_batch_command(self.folder, batch_id, self.model)}"
 
+    @staticmethod
+    def _custom_ids(source: Path) -> set[str] | None:
+        """The custom ids of an input file (None when it cannot be read: then no line is refused for it)."""
+        try:
+            with source.open("rb") as f:
+                ids = {_CUSTOM_ID.match(line[:HEAD_BYTES]) for line in f}
+        except OSError:
+            return None
+        return {m.group(1).decode() for m in ids if m is not None}
+
     async def batch_state(self, batch_id: str) -> BatchState:
         """Ended once the output file exists (or when the batch cannot be answered here any more: its
         input file is gone, or the id is not one this engine made; then no entry is returned)."""
@@ -172,8 +185,10 @@ class RunBatchFiles:
                 f"batch {batch_id}: cannot read {output} ({exc.strerror or exc}); its calls are sent again"
             )
             return []
+        asked = self._custom_ids(paths[0])
         entries: list[BatchEntry] = []
         skipped: list[str] = []
+        foreign = 0
         for number, raw in enumerate(text.splitlines(), start=1):
             if not raw.strip():
                 continue
@@ -185,7 +200,15 @@ class RunBatchFiles:
             if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
                 skipped.append(f"line {number} is not an output object with a custom_id")
                 continue
+            if asked is not None and line["custom_id"] not in asked:
+                foreign += 1  # an output file of another batch, imported under this name: never an answer
+                continue
             entries.append(self.inner.batch_entry(line))
+        if foreign:
+            self._notes.append(
+                f"batch {batch_id}: {foreign} line(s) of {output.name} answer no call of its input file "
+                "(the output of another input file?); ignored"
+            )
         if skipped:
             self._notes.append(
                 f"batch {batch_id}: {len(skipped)} malformed line(s) in {output.name} skipped (their calls count "
