@@ -148,6 +148,22 @@ def test_eval_batch_writes_the_run_batch_file_and_matches_direct_calls_at_the_di
     assert inputs(folder) == [source]
 
 
+def test_every_call_goes_in_the_file_no_direct_warm_up(tmp_path: Path) -> None:
+    data = make_data(tmp_path)
+    folder = configure(data)
+    with FakeLLMServer(default=by_label(data)) as server:
+        thread, codes = eval_in_thread(
+            eval_args(data, server, tmp_path / "out", "--batch", "--replicates", "3")
+        )
+        wait_for(lambda: len(inputs(folder)) == 1, "the batch's input file")
+        [source] = inputs(folder)
+        assert len(source.read_text().splitlines()) == 3 * len(data.items)
+        run_fake(data, folder, source)
+        thread.join(60)
+        assert codes == [0] and server.inference_requests() == []
+    assert summary(tmp_path / "out")["counts"]["calls_made"] == 3 * len(data.items)
+
+
 def test_kill_9_while_waiting_then_the_same_eval_collects_the_output_without_a_second_batch(
     tmp_path: Path,
 ) -> None:

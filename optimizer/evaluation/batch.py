@@ -211,7 +211,7 @@ class _BatchPass:
                 call.index,
                 call.fingerprint,
                 duration,
-                discounted=self.provider.traits.batch_discount,
+                discounted=not self.provider.traits.batch_offline,
             )
             self.judge.planned_cache_reads += self.planned.get(key, 0)
             prefix = self.judge.prefix_key(call.request)
@@ -260,7 +260,7 @@ class _BatchPass:
                 judge.sampling,
                 self.provider.model,
                 judge.prices,
-                batch=self.provider.traits.batch_discount,
+                batch=not self.provider.traits.batch_offline,
             )
             for k in keys
         }
@@ -472,7 +472,8 @@ async def judge_batch_pass(
                 assert item.request is not None  # a missing replicate always has its rendering
                 work.calls[key] = _Call(item.trajectory_id, index, item.fingerprint, item.request)
     stop: StopReason | None = None
-    if work.calls and not options.cold:
+    # An offline engine (vllm run-batch) has a prefix cache of its own: a direct call would warm the server's.
+    if work.calls and not options.cold and not provider.traits.batch_offline:
         stop = await _warm_up(judge, prepared, work)
     _plan_reads(judge, work)
     if work.calls and stop is None:

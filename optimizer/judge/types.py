@@ -360,8 +360,9 @@ class ProviderTraits:
     ``call_ceiling``: for a harness judge, the most one call may cost as a budget reserves it (it rises
     with what calls report; `optimizer.judge.call_ceiling`); None: ``call_price_usd`` or the estimate.
     ``confinement``: for a harness judge, how its CLI runs ("bwrap", or "none": unconfined, said in
-    every result); None for other providers. ``batch_discount``: its batches are billed at the batch price
-    (``[prices] batch``); False for an engine the user runs (`vllm run-batch`), billed as direct calls."""
+    every result); None for other providers. ``batch_offline``: its batches run on an engine the user runs
+    (`vllm run-batch`), not the provider's batch API: billed as direct calls (no ``[prices] batch``
+    multiplier), and no cold item is warmed by a direct call first (that would warm the server's cache)."""
 
     text_only: bool = False
     layout: Layout | None = None
@@ -375,7 +376,7 @@ class ProviderTraits:
     prompt_cache: bool = False
     call_ceiling: CallCeiling | None = None
     confinement: str | None = None
-    batch_discount: bool = True
+    batch_offline: bool = False
 
 
 class Provider(Protocol):

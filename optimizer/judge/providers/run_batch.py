@@ -15,10 +15,11 @@
 - ``batch_results`` reads the output file line by line: a line that is not JSON, or not an object, is
   skipped and recorded (`run_notes`, the pass's notes); a line whose answer is not a chat completion
   is an errored entry; a call without a line is not answered (the pass re-submits it alone);
-- direct calls (a cold item's warm-up, a pass without ``--batch``) go to the server as usual, and the
+- direct calls (a pass without ``--batch``) go to the server as usual, and the
   cache keys name the server, so batch and direct answers are one cache.
 
-A batch is billed as direct calls (``traits.batch_discount`` is False: vLLM has no batch price).
+``traits.batch_offline``: a batch is billed as direct calls (vLLM has no batch price), and no cold item is
+warmed by a direct call first (the server's prefix cache is not the one `vllm run-batch` reads).
 Judge-input side: never reads labels.
 """
 
@@ -88,7 +89,7 @@ class RunBatchFiles:
 
     @property
     def traits(self) -> ProviderTraits:
-        return dataclasses.replace(self.inner.traits, batch_discount=False)
+        return dataclasses.replace(self.inner.traits, batch_offline=True)
 
     async def complete(
         self, request: JudgeRequest, sampling: Sampling, schema: dict[str, Any]
