@@ -456,9 +456,10 @@ class OpenAIProvider(WireProvider):
         `vllm run-batch`'s alike (its ``error`` may be a plain string, or an error response object). A
         line whose answer is not a chat completion is ``errored``, saying so."""
         custom_id = str(line.get("custom_id"))
-        response = line.get("response") if isinstance(line.get("response"), dict) else {}
+        raw_response = line.get("response")
+        response: dict[str, Any] = raw_response if isinstance(raw_response, dict) else {}
         raw_error = line.get("error")
-        error = raw_error if isinstance(raw_error, dict) else {}
+        error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
         if isinstance(error.get("error"), dict):  # vLLM: an ErrorResponse, the details one level down
             error = error["error"]
         body = response.get("body")
