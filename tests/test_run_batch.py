@@ -146,6 +146,8 @@ def test_eval_batch_writes_the_run_batch_file_and_matches_direct_calls_at_the_di
         assert main(eval_args(data, server, tmp_path / "again")) == 0
         assert len(server.inference_requests()) == direct_calls
     assert inputs(folder) == [source]
+    for path in folder.iterdir():  # the key travels in a header, never into the batch files
+        assert SECRET.encode() not in path.read_bytes()
 
 
 def test_every_call_goes_in_the_file_no_direct_warm_up(tmp_path: Path) -> None:
