@@ -13,15 +13,19 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from optimizer.judge.providers.run_batch import INPUT_SUFFIX, OUTPUT_SUFFIX, run_batch_command
 from optimizer.ledger import Ledger
 from optimizer.vocab import ExperimentStatus
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge, commit_all, run_loop, wait_for
+from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, commit_all, run_loop, wait_for
 from tests.support.paths import REPO_ROOT
 from tests.support.processes import killed_cli
+from tests.support.scripted import ScriptedStrategy, install, latest, ledger_of, toggle
 
 MODEL = "fake-judge"  # run_loop's --model
+NEUTRAL = "lib-harmless-exploration"  # changes nothing the fake judge answers: a no-op candidate
 FAKE = Path(__file__).parent.parent / "support" / "fake_run_batch.py"
 
 
@@ -39,8 +43,8 @@ class Answerer:
     """Runs the command judgeloop prints for every input file without an output, as a person (or a job
     scheduler) running ``vllm run-batch`` would, until stopped."""
 
-    def __init__(self, root: Path, folder: Path) -> None:
-        self.root, self.folder = root, folder
+    def __init__(self, root: Path, folder: Path, *knobs: str) -> None:
+        self.root, self.folder, self.knobs = root, folder, " ".join(knobs)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -54,7 +58,7 @@ class Answerer:
 
     def _run(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        fake = f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE))} --fake-judge {shlex.quote(str(self.root))} "
+        fake = f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE))} --fake-judge {shlex.quote(str(self.root))} {self.knobs} "
         while not self.stop.wait(0.02):
             for source in sorted(self.folder.glob(f"*{INPUT_SUFFIX}")):
                 batch_id = source.name.removesuffix(INPUT_SUFFIX)
@@ -123,3 +127,32 @@ def test_kill_9_while_the_baseline_file_waits_then_resume_collects_it_and_decide
     assert all(status == "collected" for _, status, _ in batches)
     written = sorted(p.name.removesuffix(INPUT_SUFFIX) for p in folder.glob(f"*{INPUT_SUFFIX}"))
     assert written == sorted(b for b, _, _ in batches if b is not None)  # one file per recorded batch
+
+
+def test_a_wave_writes_one_file_per_wave_pass_and_decides_as_direct_calls(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = use_run_batch(ws)
+    direct_ws = tmp_path / "direct"
+    shutil.copytree(ws, direct_ws, symlinks=True)
+    steps = [toggle(NEUTRAL), toggle(GOOD_ENTRY), toggle(BAD_ENTRY)]
+    args = ["--wave", "3", "--max-experiments", "3"]
+    install(monkeypatch, ScriptedStrategy(list(steps)))
+    with FakeLLMServer(default=FakeJudge(direct_ws, good_fixes_neg=0.45)) as server:
+        assert run_loop(direct_ws, server.openai_base_url, *args) == 0
+    install(monkeypatch, ScriptedStrategy(list(steps)))
+    with (
+        FakeLLMServer(default=FakeJudge(ws, good_fixes_neg=0.45)) as server,
+        Answerer(ws, folder, "--good-fixes-neg 0.45"),
+    ):
+        assert run_loop(ws, server.openai_base_url, *args, "--batch") == 0
+        assert server.batch_creations == []
+    assert [s for _, s in outcome(ws)[0]] == [s for _, s in outcome(direct_ws)[0]]
+    with ledger_of(ws) as led:
+        records = led.batches(latest(ws)[0].id)
+    members: dict[str | None, set[int | None]] = {}
+    for record in records:
+        members.setdefault(record.batch_id, set()).add(record.experiment_id)
+    assert any(len(m) == 3 for m in members.values())  # the wave's candidates shared one file
+    written = {p.name.removesuffix(INPUT_SUFFIX) for p in folder.glob(f"*{INPUT_SUFFIX}")}
+    assert written == set(members) and all(r.status == "collected" for r in records)

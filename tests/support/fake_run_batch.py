@@ -34,13 +34,17 @@ def by_instruction(path: str) -> Callable[[dict[str, Any]], str]:
     return answer
 
 
-def fake_judge(root: str) -> Callable[[dict[str, Any]], str]:
+def fake_judge(root: str, good_fixes_neg: float | None) -> Callable[[dict[str, Any]], str]:
     from pathlib import Path
 
     from tests.support.fakeserver import RecordedRequest
     from tests.support.loop import FakeJudge
 
-    judge = FakeJudge(Path(root))
+    judge = (
+        FakeJudge(Path(root))
+        if good_fixes_neg is None
+        else FakeJudge(Path(root), good_fixes_neg=good_fixes_neg)
+    )
 
     def answer(body: dict[str, Any]) -> str:
         recorded = RecordedRequest("POST", "/v1/chat/completions", "openai", {}, False, body)
@@ -57,12 +61,15 @@ def main(argv: list[str]) -> int:
     answering = parser.add_mutually_exclusive_group(required=True)
     answering.add_argument("--answers")
     answering.add_argument("--fake-judge")
+    parser.add_argument("--good-fixes-neg", type=float, help="--fake-judge: FakeJudge's good_fixes_neg")
     parser.add_argument("--usage", default="1000,50", help="prompt and completion tokens of every answer")
     parser.add_argument("--garble", type=int, action="append", default=[])
     parser.add_argument("--drop", type=int, action="append", default=[])
     parser.add_argument("--error", type=int, action="append", default=[])
     args = parser.parse_args(argv)
-    answer = fake_judge(args.fake_judge) if args.fake_judge else by_instruction(args.answers)
+    answer = (
+        fake_judge(args.fake_judge, args.good_fixes_neg) if args.fake_judge else by_instruction(args.answers)
+    )
     prompt_tokens, completion_tokens = (int(n) for n in args.usage.split(","))
     with (
         open(args.input_file, encoding="utf-8") as source,
