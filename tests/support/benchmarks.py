@@ -55,7 +55,11 @@ def arb_items() -> list[ArbItem]:
         ArbItem("webarena.177", "Successful", goal='Change my reddit bio to "Pro Python Developer"'),
         ArbItem("webarena.155", "Unsuccessful", goal="Open the most upvoted post in r/books"),
         ArbItem(
-            "webarena.155", "Successful", agent=ARB_OTHER_AGENT, goal="Open the most upvoted post in r/books"
+            "webarena.155",
+            "Successful",
+            agent=ARB_OTHER_AGENT,
+            goal="Open the most upvoted post in r/books",
+            steps=4,
         ),
         ArbItem("webarena.400", "Unsuccessful", agent=ARB_OTHER_AGENT, goal="Star the judgeloop repository"),
         ArbItem(
@@ -166,11 +170,12 @@ def write_osreward(root: Path, traces: list[OsrTrace]) -> Path:
     beside it (the last step's screenshot null: a frame not recorded), plus a JSON that is not a trace."""
     for trace in traces:
         folder = root / trace.folder
+        stem = trace.trace_id.replace("/", "_").replace(".", "_")  # a hostile id still gets a file inside
         steps = []
         for k in range(trace.steps):
             shot = None
             if k < trace.steps - 1:
-                shot = f"screenshots/{trace.trace_id}/step_{k:04d}.png"
+                shot = f"screenshots/{stem}/step_{k:04d}.png"
                 png(folder / shot, 30 * k + len(trace.trace_id))
             steps.append(
                 {
@@ -199,6 +204,7 @@ def write_osreward(root: Path, traces: list[OsrTrace]) -> Path:
         }
         body.update(trace.extra)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{trace.trace_id}.json").write_text(json.dumps(body), encoding="utf-8")
+        (folder / f"{stem}.json").write_text(json.dumps(body), encoding="utf-8")
+    root.mkdir(parents=True, exist_ok=True)
     (root / "results.json").write_text(json.dumps({"model": "gpt-4o", "accuracy": 0.5}), encoding="utf-8")
     return root
