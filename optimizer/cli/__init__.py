@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         choices=IMPORT_FORMATS,
         default="agenthorizon",
-        help="the benchmark SRC holds (default: agenthorizon; see docs/data/other-benchmarks.md)",
+        help="the benchmark SRC holds (default: agenthorizon; see docs/guides/other-benchmarks.md)",
     )
     p = dadd("verify", "optimizer.cli.devset:cmd_verify", "check a split is complete and print its counts")
     p.add_argument("name", nargs="?", metavar="NAME", help="the split to check (default: every split)")
