@@ -98,16 +98,23 @@ def test_agentrewardbench_imports_primary_sure_annotations_and_verifies(
     )  # type: ignore[union-attr]
 
 
-def test_the_renderer_turns_converted_steps_into_the_judges_request(fresh: Workspace, tmp_path: Path) -> None:
-    src = write_arb(tmp_path / "arb", arb_items()[:2])
-    assert import_(fresh.root, src, "arb", "agentrewardbench", "--all") == 0
-    split = open_split(fresh, "arb")
+@pytest.mark.parametrize(
+    ("fmt", "words", "images"),
+    [
+        ("agentrewardbench", ("Change my reddit bio", "click('a51')", "I look at the page first."), 3),
+        ("osreward", ("Turn on Dark Mode", "click(coordinate=[101, 608])", "the Settings app is open"), 2),
+    ],
+)
+def test_the_renderer_turns_converted_steps_into_the_judges_request(
+    fresh: Workspace, tmp_path: Path, fmt: str, words: tuple[str, ...], images: int
+) -> None:
+    assert import_(fresh.root, write_source(fmt, tmp_path / "src"), "x", fmt, "--all") == 0
+    split = open_split(fresh, "x")
     prompts = PromptSet.from_dir(fresh.prompts_dir)
     request = build_request(split.trajectory(split.ids[0]), split, prompts)
     text = "\n".join(part.text for part in request.parts if isinstance(part, TextPart))
-    assert "Change my reddit bio" in text
-    assert "click('a51')" in text and "I look at the page first." in text
-    assert sum(isinstance(part, ImagePart) for part in request.parts) == 3
+    assert all(word in text for word in words), text
+    assert sum(isinstance(part, ImagePart) for part in request.parts) == images
 
 
 def test_osreward_imports_traces_with_labels_kept_apart(
@@ -149,12 +156,18 @@ def test_a_manifest_imports_part_of_a_partial_download(
     assert open_split(fresh, "part").ids == [items[0].item_id, items[1].item_id]
 
 
+def write_source(fmt: str, root: Path) -> Path:
+    return (
+        write_arb(root, arb_items()) if fmt == "agentrewardbench" else write_osreward(root, osreward_traces())
+    )
+
+
+@pytest.mark.parametrize("fmt", ["agentrewardbench", "osreward"])
 def test_an_imported_benchmark_is_judged_through_eval(
-    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
 ) -> None:
-    src = write_arb(tmp_path / "arb", arb_items())
-    assert import_(ws, src, "arb", "agentrewardbench", "--all") == 0
-    commit_all(ws, "arb split")
+    assert import_(ws, write_source(fmt, tmp_path / "src"), "arb", fmt, "--all") == 0
+    commit_all(ws, "another benchmark's split")
     capsys.readouterr()
     out = tmp_path / "out"
     with FakeLLMServer(default=FakeJudge(ws)) as server:
