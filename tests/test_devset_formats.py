@@ -93,9 +93,8 @@ def test_agentrewardbench_imports_primary_sure_annotations_and_verifies(
     assert traj.task.instruction == items[0].goal
     assert [s.action.type for s in traj.steps] == ["click('a50')", "click('a51')", "send_msg_to_user('done')"]
     assert traj.steps[1].thought == "Step 1 of webarena.177: I look at the page first."
-    assert all(
-        split.screenshot_file(s) is not None and split.screenshot_file(s).is_file() for s in traj.steps
-    )  # type: ignore[union-attr]
+    shots = [split.screenshot_file(s) for s in traj.steps]
+    assert all(shot is not None and shot.is_file() for shot in shots)
 
 
 @pytest.mark.parametrize(
