@@ -218,6 +218,7 @@ def test_an_imported_benchmark_listed_as_held_out_is_refused_by_eval(
         ({"model_name": "../GenericAgent"}, "model_name '../GenericAgent' is not a safe id"),
         ({"benchmark": "/abs"}, "benchmark '/abs' is not a safe id"),
         ({"trajectory_success": "Maybe"}, "trajectory_success is 'Maybe'"),
+        ({"trajectory_success": ""}, "no trajectory_success; label the trajectory"),
     ],
 )
 def test_agentrewardbench_refuses_hostile_annotation_rows(
@@ -339,3 +340,14 @@ def test_agenthorizon_only_options_are_refused_for_other_formats(
         capsys, import_(fresh.root, src, "osr", "osreward", "--all", "--link")
     )
     nothing_left(fresh, "osr")
+
+
+def test_agentrewardbench_reads_success_values_as_the_official_scoring_does(tmp_path: Path) -> None:
+    from optimizer.devset.formats.agentrewardbench import convert
+
+    items = [
+        ArbItem(f"webarena.{k}", value, goal=f"Task {k}")
+        for k, value in enumerate(("'successful'", " YES", "Failure", "no"))
+    ]
+    converted = convert(write_arb(tmp_path / "arb", items))
+    assert [i.label["label"] for i in converted.items] == ["positive", "positive", "negative", "negative"]

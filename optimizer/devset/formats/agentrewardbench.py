@@ -2,14 +2,16 @@
 
 The layout read, as the official repository's code reads it (checked against McGill-NLP/agent-reward-bench:
 ``apps/demo.py``, ``scripts/score_judgments.py``, ``scripts/clean_processed_trajectories.py``,
-``agent_reward_bench/judge/utils.py`` and ``agent_reward_bench/trajectories.py``):
+``agent_reward_bench/judge/utils.py``, ``agent_reward_bench/eval/metrics.py`` and
+``agent_reward_bench/trajectories.py``):
 
 - ``annotations.csv`` (at SRC's top or in ``data/``), one expert annotation a row, with the columns
   ``benchmark``, ``model_name``, ``task_id`` and ``trajectory_success`` (``Successful`` |
-  ``Unsuccessful`` | ``Unsure``) used here; ``annotator_name``, ``trajectory_side_effect``,
+  ``Unsuccessful`` | ``Unsure``, read as ``eval/metrics.py`` reads it: any case, quotes dropped, also
+  success / yes and failure / no; empty is refused, as the official scoring refuses a None label) used here; ``annotator_name``, ``trajectory_side_effect``,
   ``trajectory_optimality`` and ``trajectory_looping`` are kept in the label row. As the official
   scoring does, the first row of a (benchmark, model_name, task_id) is the primary annotation and later
-  ones are secondary (left out), and an ``Unsure`` (or empty) success is no label (left out, warned).
+  ones are secondary (left out), and an ``Unsure`` success is no label (left out, warned).
 - ``cleaned/<benchmark>/<model_name>/<experiment>/<task_id>.json`` (SRC may also hold it as
   ``trajectories/cleaned/``): ``goal`` (the instruction) and ``steps``, each with ``action`` (BrowserGym
   code, e.g. ``click('a51')``, or null), ``reasoning`` (the agent's thought, or null) and
@@ -49,11 +51,25 @@ FORMAT = "agentrewardbench"
 KEY_COLUMNS = ("benchmark", "model_name", "task_id")
 LABEL_COLUMN = "trajectory_success"
 KEPT_COLUMNS = ("annotator_name", "trajectory_side_effect", "trajectory_optimality", "trajectory_looping")
-LABELS = {"Successful": "positive", "Unsuccessful": "negative"}
-UNSURE = ("Unsure", "")
+# As the official ``eval/metrics.py`` reads a success value (``clean_label`` then ``numerize``): lower-cased,
+# quotes removed; "Unsure" (``is_unsure``) is no label.
+LABELS = {
+    "successful": "positive",
+    "success": "positive",
+    "yes": "positive",
+    "unsuccessful": "negative",
+    "unsuccesful": "negative",
+    "failure": "negative",
+    "no": "negative",
+}
+UNSURE = "Unsure"
 MAX_ANNOTATIONS_BYTES = 64 << 20
 # Cleaned files keep every step's accessibility tree: 100-400 MB files occur in the release.
 MAX_TRAJECTORY_BYTES = 1 << 30
+
+
+def _cleaned(value: str) -> str:
+    return value.strip().lower().replace("'", "").replace('"', "")
 
 
 def _layout(root: Path) -> tuple[Path, Path]:
@@ -142,7 +158,7 @@ def _item(root: Path, cleaned: Path, row: dict[str, str], where: str, warnings: 
     tid = item_id(f"{task}.{model}")
     label: dict[str, Any] = {
         "trajectory_id": tid,
-        "label": LABELS[row[LABEL_COLUMN].strip()],
+        "label": LABELS[_cleaned(row[LABEL_COLUMN])],
         "original_id": "",
         "source_format": FORMAT,
         "benchmark": benchmark,
@@ -173,11 +189,15 @@ def convert(src: Path, wanted: Collection[str] | None = None) -> Converted:
             secondary += 1  # the official scoring's secondary annotator
             continue
         seen.add(key)
-        value = (row.get(LABEL_COLUMN) or "").strip()
-        if value in UNSURE:
+        value = row.get(LABEL_COLUMN) or ""
+        if value == UNSURE:
             unsure += 1
             continue
-        if value not in LABELS:
+        if not value.strip():
+            raise UserError(
+                f"{where}: no trajectory_success; label the trajectory (Successful, Unsuccessful or Unsure)"
+            )
+        if _cleaned(value) not in LABELS:
             raise UserError(
                 f"{where}: trajectory_success is {value[:40]!r}, not Successful, Unsuccessful or Unsure; fix the file"
             )
