@@ -351,3 +351,19 @@ def test_agentrewardbench_reads_success_values_as_the_official_scoring_does(tmp_
     ]
     converted = convert(write_arb(tmp_path / "arb", items))
     assert [i.label["label"] for i in converted.items] == ["positive", "positive", "negative", "negative"]
+
+
+def test_a_trajectory_folder_symlinked_out_of_src_is_refused(
+    fresh: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    item = ArbItem("webarena.1", "Successful", goal="Do it")
+    elsewhere = write_arb(tmp_path / "elsewhere", [item])
+    src = write_arb(tmp_path / "arb", [item])
+    exp = arb_trajectory_file(src, item).parent
+    for child in exp.iterdir():
+        child.unlink()
+    exp.rmdir()
+    os.symlink(arb_trajectory_file(elsewhere, item).parent, exp)
+    line = refused(capsys, import_(fresh.root, src, "arb", "agentrewardbench", "--all"))
+    assert "the trajectory" in line and "outside" in line
+    nothing_left(fresh, "arb")
