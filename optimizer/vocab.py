@@ -95,3 +95,8 @@ class StageKind(StrEnum):
         "resuming"  # a resumed run counted what the crash left unrecorded (payload: paid_before_crash_usd)
     )
     ENDPOINT_DRAINED = "endpoint_drained"  # a [judge] base_urls endpoint failed; its items went to the others (payload: text)
+
+
+# `devset import --format`'s names: AgentHorizon's own release, then the benchmarks converted by
+# optimizer.devset.formats (its registry holds one converter per name after the first).
+IMPORT_FORMATS: tuple[str, ...] = ("agenthorizon", "agentrewardbench", "osreward")

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from optimizer.cli.examples import epilog
 from optimizer.errors import UserError
-from optimizer.vocab import FLAG_PROVIDERS, POLICIES, RUN_STRATEGIES
+from optimizer.vocab import FLAG_PROVIDERS, IMPORT_FORMATS, POLICIES, RUN_STRATEGIES
 from optimizer.workspace.config import MAX_CONCURRENCY, MAX_REPLICATES, MAX_WAVE
 
 WORKSPACE_HELP = (
@@ -219,9 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = dadd(
         "import",
         "optimizer.cli.devset:cmd_import",
-        "copy AgentHorizon items into devset/NAME with a manifest",
+        "copy a benchmark's labelled items (AgentHorizon by default) into devset/NAME",
     )
-    p.add_argument("src", metavar="SRC", help="a folder in either release layout")
+    p.add_argument(
+        "src", metavar="SRC", help="the downloaded benchmark folder (AgentHorizon: either release layout)"
+    )
     p.add_argument(
         "--name",
         required=True,
@@ -238,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--rebuild-ahd", action="store_true", help="reconstruct AH-D (pair-aware, seeded)")
     p.add_argument(
         "--link", action="store_true", help="symlink screenshots instead of copying them (default: copy)"
+    )
+    p.add_argument(
+        "--format",
+        choices=IMPORT_FORMATS,
+        default="agenthorizon",
+        help="the benchmark SRC holds (default: agenthorizon; see docs/guides/other-benchmarks.md)",
     )
     p = dadd("verify", "optimizer.cli.devset:cmd_verify", "check a split is complete and print its counts")
     p.add_argument("name", nargs="?", metavar="NAME", help="the split to check (default: every split)")

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from optimizer.devset.importer import import_split
+from optimizer.devset.formats.common import ImportRequest
+from optimizer.devset.formats.registry import import_benchmark
 from optimizer.devset.labels import LabelCounts, describe_counts
 from optimizer.devset.split import Split, format_trajectory, list_splits, open_split, split_meta
 from optimizer.devset.verify import VerifyReport, verify_split
@@ -22,18 +23,17 @@ def warn(message: str) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    """`judgeloop devset import SRC --name NAME (--manifest FILE | --all | --rebuild-ahd) [--link]`."""
+    """`judgeloop devset import SRC --name NAME (--manifest FILE | --all | --rebuild-ahd) [--link] [--format F]`."""
     ws = Workspace.open(args.workspace)
-    split = import_split(
-        ws,
-        Path(args.src),
-        args.name,
+    request = ImportRequest(
+        format=args.format,
         manifest=Path(args.manifest) if args.manifest else None,
         all_items=bool(args.all),
         rebuild_ahd=bool(args.rebuild_ahd),
         link=bool(args.link),
         warn=warn,
     )
+    split = import_benchmark(ws, Path(args.src), args.name, request)
     meta = split_meta(split.root)
     print(f"imported {len(split.ids)} items into {split.root.relative_to(ws.root)}")
     # Priced with the workspace's judge and prompts, as `judgeloop eval` would send them.

@@ -99,6 +99,11 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             print(f"judgeloop confirm: stopped by {stop.reason}: {exc}", file=sys.stderr)
             return 130
     print(format_metrics(outcome.metrics))
+    if outcome.transfer:
+        print(
+            f"transfer evidence: prompts tuned on {outcome.dev_benchmark}, measured on {outcome.benchmark} "
+            f"(split {outcome.split}); `judgeloop certify` reports it under benchmark transfer"
+        )
     if outcome.inspect_log is not None:
         print(f"inspect log: {outcome.inspect_log} (open it with `inspect view`)")
     return 0

@@ -479,6 +479,7 @@ def import_split(
         "counts": count_labels(labels).as_json(),
         "method": method,
         "screenshots": "linked" if link else "copied",
+        "format": "agenthorizon",  # another benchmark's import (optimizer.devset.formats) says its own
     }
     ws.devset_dir.mkdir(parents=True, exist_ok=True)
     tmp = ws.devset_dir / f".{name}.importing-{os.getpid()}"

@@ -201,6 +201,14 @@ class SplitMeta:
     counts: dict[str, Any] | None = None
     method: str | None = None
     screenshots: str | None = None  # "linked" or "copied"
+    format: str | None = (
+        None  # the benchmark's format (optimizer.devset.formats); None: AgentHorizon, imported before formats
+    )
+
+    @property
+    def benchmark(self) -> str:
+        """The format the split was imported from ("agenthorizon" when split.json does not say)."""
+        return self.format or "agenthorizon"
 
 
 def split_meta(root: Path) -> SplitMeta:
@@ -227,6 +235,7 @@ def split_meta(root: Path) -> SplitMeta:
         counts=counts if isinstance(counts, dict) else None,
         method=text("method"),
         screenshots=text("screenshots"),
+        format=text("format"),
     )
 
 

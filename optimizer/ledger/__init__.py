@@ -44,7 +44,9 @@ review of a structured verdict as JSON; both NULL on old rows and for a single j
 ``experiments.keep_kind`` and ``verdict_cost_usd`` (cheaper-not-worse keeps; empty on old rows); the
 ``endpoint_passes`` table (none on old runs); 9 → 10 ``experiments.policy_keep``, ``policy_reason`` and
 ``decided_by`` (what the policy said and who decided: the policy, a person or an MCP client; a person's
-decision against the policy is `Experiment.overrule`; NULL on old rows).
+decision against the policy is `Experiment.overrule`; NULL on old rows); 10 → 11
+``confirmations.benchmark``, ``fingerprint`` and ``items`` (what a `confirm` measured: the split's import
+format, fingerprint and item ids; NULL on old rows, which are rationed by split name).
 
 - ``endpoint_passes``: with ``[judge] base_urls``, one row per evaluation pass and endpoint: calls,
   prompt and cached tokens, failed calls, drained (`optimizer.judge.endpoints`).
@@ -74,6 +76,7 @@ from optimizer.ledger.rows import (
     ItemShare,
     ItemVerdict,
     LabelRow,
+    MeasuredSplit,
     MemberVerdict,
     ProposedEdit,
     ReplicateVerdict,
@@ -131,6 +134,7 @@ __all__ = [
     "JudgeToolCall",
     "LabelRow",
     "Ledger",
+    "MeasuredSplit",
     "MemberVerdict",
     "Metrics",
     "ProposedEdit",

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,7 @@ from optimizer.ledger.rows import (
     BatchRow,
     Confirmation,
     Event,
+    MeasuredSplit,
     MetricsRow,
     Review,
     json_or_none,
@@ -132,20 +135,38 @@ class JournalTables(LedgerCore):
     # -- confirmations ----------------------------------------------------------------------------
 
     def add_confirmation(
-        self, split: str, revision: str, metrics: Metrics | MetricsRow | None, *, run_id: str | None = None
+        self,
+        split: str,
+        revision: str,
+        metrics: Metrics | MetricsRow | None,
+        *,
+        run_id: str | None = None,
+        measured: MeasuredSplit | None = None,
     ) -> Confirmation:
-        """Record one use of ``judgeloop confirm`` on a held-out split."""
+        """Record one use of ``judgeloop confirm`` on a held-out split (``measured``: its benchmark,
+        fingerprint and item ids)."""
         with self.transaction() as cur:
             cur.execute(
-                "INSERT INTO confirmations (run_id, split, created, revision, metrics) VALUES (?, ?, ?, ?, ?)",
-                (run_id, split, ts(utc_now()), revision, json_or_none(metrics_dict(metrics) or {})),
+                "INSERT INTO confirmations (run_id, split, created, revision, metrics, benchmark, fingerprint, "
+                "items) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    split,
+                    ts(utc_now()),
+                    revision,
+                    json_or_none(metrics_dict(metrics) or {}),
+                    None if measured is None else measured.benchmark,
+                    None if measured is None else measured.fingerprint,
+                    None if measured is None else json.dumps(list(measured.items)),
+                ),
             )
             confirmation_id = int(cur.lastrowid or 0)
         return next(c for c in self.confirmations() if c.id == confirmation_id)
 
     def confirmations(self, split: str | None = None) -> list[Confirmation]:
         """Recorded confirmations, oldest first, optionally on one split."""
-        sql = "SELECT id, run_id, split, created, revision, metrics FROM confirmations"
+        since = "benchmark, fingerprint, items" if self.version >= 11 else "NULL, NULL, NULL"
+        sql = f"SELECT id, run_id, split, created, revision, metrics, {since} FROM confirmations"
         params: list[Any] = []
         if split is not None:
             sql += " WHERE split = ?"
@@ -153,7 +174,15 @@ class JournalTables(LedgerCore):
         rows = self._query(sql + " ORDER BY id", params)
         return [
             Confirmation(
-                id=r[0], run_id=r[1], split=r[2], created=r[3], revision=r[4], metrics=json_value(r[5]) or {}
+                id=r[0],
+                run_id=r[1],
+                split=r[2],
+                created=r[3],
+                revision=r[4],
+                metrics=json_value(r[5]) or {},
+                benchmark=r[6],
+                fingerprint=r[7],
+                items=_id_list(json_value(r[8])),
             )
             for r in rows
         ]
@@ -229,6 +258,25 @@ class JournalTables(LedgerCore):
         """How many times a held-out split has been evaluated by ``confirm`` (across all runs)."""
         return int(self._query("SELECT COUNT(*) FROM confirmations WHERE split = ?", (split,))[0][0])
 
+    def item_uses(self, split: str, ids: Collection[str]) -> tuple[int, list[Confirmation]]:
+        """Held-out rationing by item: the most times any of ``ids`` has been measured by ``confirm``
+        (whatever the split's name was then), and the confirmations that measured some of them."""
+        wanted = set(ids)
+        uses = dict.fromkeys(wanted, 0)
+        touching = []
+        for c in self.confirmations():
+            if c.items is None:
+                if c.split != split:
+                    continue
+                hit = wanted
+            else:
+                hit = wanted.intersection(c.items)
+            if hit:
+                touching.append(c)
+                for tid in hit:
+                    uses[tid] += 1
+        return max(uses.values(), default=0), touching
+
 
 def _event_row(r: Any) -> Event:
     """An events row (id, run_id, experiment_id, created, kind, payload); a payload that is not a JSON
@@ -242,3 +290,10 @@ def _event_row(r: Any) -> Event:
         kind=r[4],
         payload=payload if isinstance(payload, dict) else {},
     )
+
+
+def _id_list(value: Any) -> list[str] | None:
+    """A stored JSON list of item ids (None for a row from before schema 11, or a value not such a list)."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None

@@ -458,12 +458,28 @@ class Event(BaseModel):
 
 
 class Confirmation(BaseModel):
+    """One use of `judgeloop confirm`: the metrics it recorded and (schema 11, None before) the split's
+    benchmark (its import format), fingerprint and item ids."""
+
     id: int
     run_id: str | None = None
     split: str
     created: datetime
     revision: str
     metrics: dict[str, Any] = Field(default_factory=dict)
+    benchmark: str | None = None
+    fingerprint: str | None = None
+    items: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class MeasuredSplit:
+    """What a `confirm` measured, recorded with its figures: the split's benchmark (its import format,
+    `optimizer.devset.split.SplitMeta.benchmark`), fingerprint and item ids."""
+
+    benchmark: str
+    fingerprint: str
+    items: tuple[str, ...]
 
 
 class ItemShare(BaseModel):

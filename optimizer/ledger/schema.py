@@ -17,7 +17,7 @@ from optimizer.vocab import (
     TERMINAL_RUN_STATUSES,
 )
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # Schema 4: the adaptive policy's record of each decision (see optimizer.stats.decision.AdaptiveTest).
 V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -48,6 +48,14 @@ _V10_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("experiments", "policy_keep", "INTEGER"),
     ("experiments", "policy_reason", "TEXT"),
     ("experiments", "decided_by", "TEXT"),
+)
+# Schema 11: what each `confirm` measured (issue 35): the held-out split's benchmark (its import format),
+# its fingerprint and its item ids (JSON), so confirmations are rationed by item and a certificate can
+# tell a confirmation on another benchmark (transfer evidence) from one on the dev split's own.
+_V11_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("confirmations", "benchmark", "TEXT"),
+    ("confirmations", "fingerprint", "TEXT"),
+    ("confirmations", "items", "TEXT"),
 )
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
@@ -212,7 +220,10 @@ CREATE TABLE confirmations (
     split TEXT NOT NULL,
     created TEXT NOT NULL,
     revision TEXT NOT NULL,
-    metrics TEXT NOT NULL DEFAULT '{{}}'
+    metrics TEXT NOT NULL DEFAULT '{{}}',
+    benchmark TEXT,
+    fingerprint TEXT,
+    items TEXT
 );
 {_BATCHES}"""
 # Schema 7 (`judgeloop attribute`): created with a new ledger and by the 6 → 7 upgrade step.
@@ -324,6 +335,11 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
             if column not in {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}:
                 cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
         current = 10
+    if current == 10:
+        for table, column, sql_type in _V11_COLUMNS:
+            if column not in {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}:
+                cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+        current = 11
     cur.execute(f"PRAGMA user_version = {current}")
 
 

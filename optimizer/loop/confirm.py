@@ -1,6 +1,11 @@
 """`judgeloop confirm`: a run's final prompts evaluated once on a held-out split, each use recorded in the
 ledger and capped by ``[confirm] max_uses`` (every look at a held-out split spends its honesty). Takes the
 workspace's loop lock, like `run` and `decide`.
+
+The cap goes by item: a split's use count is the most times any of its items has been measured, through
+whatever split held it (a re-import of the same items under another name spends the same uses). A held-out
+split of another benchmark (imported with ``devset import --format``) is confirmed the same way; its use
+is recorded with its benchmark, so a certificate shows it as transfer evidence (`optimizer.trust.certify`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from pathlib import Path
 
 from optimizer.devset.heldout import check_apart
 from optimizer.devset.labels import load_labels
-from optimizer.devset.split import open_split
+from optimizer.devset.split import open_split, split_meta
 from optimizer.errors import UserError
 from optimizer.evaluation.batch import BatchOptions, check_batch_settings
 from optimizer.evaluation.evaluator import PassOptions, evaluate_items
@@ -19,7 +24,7 @@ from optimizer.evaluation.inspect_log import check_log_path, require_inspect, wr
 from optimizer.evaluation.stopping import Interrupted, StopRequest
 from optimizer.events import Listener, Message, Progress, ProgressSnapshot, ignore
 from optimizer.judge.prompts import PromptSet
-from optimizer.ledger import Ledger
+from optimizer.ledger import Ledger, MeasuredSplit
 from optimizer.runsettings import RunOverrides, RunSettings
 from optimizer.stats.metrics import Metrics, score
 from optimizer.workspace.config import JudgeOverrides
@@ -33,6 +38,13 @@ class ConfirmOutcome:
     split: str
     metrics: Metrics
     inspect_log: Path | None = None
+    benchmark: str = "agenthorizon"  # the held-out split's import format
+    dev_benchmark: str | None = None  # the run's split's (None when that split is gone)
+
+    @property
+    def transfer(self) -> bool:
+        """Measured on another benchmark than the one the run's prompts were tuned on."""
+        return self.dev_benchmark is not None and self.benchmark != self.dev_benchmark
 
 
 def confirm(
@@ -70,16 +82,18 @@ def confirm(
                 f"split {split_name!r} is not listed in [workspace] heldout_splits; add it there "
                 "so the loop can never use it, then retry"
             )
-        used = ledger.count_confirmations(split_name)
+        split = open_split(ws, split_name)
+        used, touching = ledger.item_uses(split.name, split.ids)  # rationed by item, not by name
         if used >= cfg.confirm.max_uses:
+            others = sorted({c.split for c in touching if c.split != split.name})
+            via = f" (its items were measured through split {', '.join(others)} too)" if others else ""
             raise UserError(
-                f"split {split_name!r} was already used {used} time(s) ([confirm] max_uses = "
+                f"split {split_name!r} was already used {used} time(s){via} ([confirm] max_uses = "
                 f"{cfg.confirm.max_uses}); every look at a held-out split spends its honesty"
             )
         if run.incumbent_experiment is None:
             raise UserError(f"run {run.id} has no incumbent yet; let it finish its baseline first")
         inc = ledger.get_experiment(run.incumbent_experiment)
-        split = open_split(ws, split_name)
         check_apart(ws, split.name, others=[run.split])  # the items the run's optimiser saw
         prompts = PromptSet.from_rev(ws, inc.commit_sha or run.start_rev)
         labels = load_labels(split)
@@ -125,8 +139,25 @@ def confirm(
                 "the use is not counted — retry when the provider is healthy"
             )
         metrics = score(labels, result.answers())
-        ledger.add_confirmation(split.name, inc.commit_sha or run.start_rev, metrics, run_id=run.id)
+        benchmark = split_meta(split.root).benchmark
+        ledger.add_confirmation(
+            split.name,
+            inc.commit_sha or run.start_rev,
+            metrics,
+            run_id=run.id,
+            measured=MeasuredSplit(benchmark, split.fingerprint, tuple(split.ids)),
+        )
         written = (
             None if inspect_log is None else write_inspect_log(inspect_log, result, split, labels, metrics)
         )
-        return ConfirmOutcome(run.id, inc.id, split.name, metrics, inspect_log=written)
+        dev_root = ws.split_dir(run.split)
+        dev_benchmark = split_meta(dev_root).benchmark if (dev_root / "split.json").is_file() else None
+        return ConfirmOutcome(
+            run.id,
+            inc.id,
+            split.name,
+            metrics,
+            inspect_log=written,
+            benchmark=benchmark,
+            dev_benchmark=dev_benchmark,
+        )

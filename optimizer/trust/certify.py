@@ -14,6 +14,9 @@ What it states (``certificate_version`` 1):
 - a transfer check with ``--transfer-model M``: the same prompts judged by model M of the same
   provider, kappa / FPR deltas (M minus the judge);
 - the held-out ``confirm`` result recorded in the ledger for this revision, if any (never run here);
+- transfer evidence across benchmarks (``benchmark_transfer``): of those confirmations, the ones on a
+  split of another benchmark than the dev split's (`optimizer.trust.crossbench`), with kappa, FPR and
+  TPR/TNR and their exact one-sided 95% bounds;
 - the bias battery (``optimizer.trust.bias``, with the same judge; "not run" with ``--no-bias``);
 - what invalidates it: judge provider, model and the model versions the provider reported, the
   split's fingerprint, the prompt hash, replicates.
@@ -39,7 +42,7 @@ from typing import Protocol
 
 from optimizer import __version__
 from optimizer.devset.labels import load_labels
-from optimizer.devset.split import Split, open_split
+from optimizer.devset.split import Split, open_split, split_meta
 from optimizer.errors import UserError
 from optimizer.evaluation.cache import JudgeCache
 from optimizer.evaluation.evaluator import PassOptions, evaluate_items
@@ -72,6 +75,8 @@ from optimizer.trust.certify_records import (
     TypeFpr,
     TypeTransfer,
 )
+from optimizer.trust.crossbench import benchmark_transfer
+from optimizer.trust.crossbench import markdown_lines as benchmark_transfer_lines
 from optimizer.trust.selftest import dev_split_for
 from optimizer.trust.selftest_files import latest_selftest, result_files, summary_lines
 from optimizer.trust.selftest_records import ResultFiles, SelftestResult
@@ -455,6 +460,7 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
             else NotRun(status="not run", note="pass --transfer-model M")
         ),
         confirm=confirmations_for(ws, sha),
+        benchmark_transfer=benchmark_transfer(ws, sha, split_meta(split.root).benchmark),
         bias_battery=bias,
         invalidated_by=InvalidatedBy(
             judge_provider=judge.provider,
@@ -660,6 +666,7 @@ def markdown_lines(cert: Certificate, bias_md: Sequence[str] = ()) -> list[str]:
                 f"- `{row.split}` ({row.created}): kappa {_f(row.kappa)}, TPR {_f(row.tpr)}, "
                 f"TNR {_f(row.tnr)}, FPR {_f(row.fpr)} on {row.n} items"
             )
+    lines += benchmark_transfer_lines(cert.benchmark_transfer)
     lines += ["", "## Bias battery", ""]
     lines += [line if line.startswith(("-", "|", "#")) or not line else f"- {line}" for line in bias_md] or [
         "- bias battery: not run"

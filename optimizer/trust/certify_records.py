@@ -133,6 +133,40 @@ class Confirmations(Record):
     splits: list[Confirmed]
 
 
+class BenchmarkEvidence(Record):
+    """The newest held-out confirmation of this revision on one split of another benchmark: its figures
+    with exact one-sided 95% bounds (Clopper-Pearson) from the recorded counts."""
+
+    split: str
+    benchmark: str
+    fingerprint: str | None
+    created: str
+    run: str | None
+    n: int
+    tp: int
+    fn: int
+    tn: int
+    fp: int
+    kappa: float | None
+    balanced_accuracy: float | None
+    tpr: float | None
+    tpr_lower: float | None
+    tnr: float | None
+    tnr_lower: float | None
+    fpr: float | None
+    fpr_upper: float | None
+    bound_method: str
+
+
+class BenchmarkTransfer(Record):
+    """`benchmark_transfer`: how the prompts, tuned on the dev split's benchmark, did on other benchmarks'
+    held-out splits (`judgeloop confirm --split S` of a split imported with ``devset import --format``)."""
+
+    status: Literal["recorded"] = "recorded"
+    dev_benchmark: str
+    splits: list[BenchmarkEvidence]
+
+
 class BatteryRun(Record):
     """The bias battery's result, as its own JSON object (`optimizer.trust.bias.BatteryResult.to_json`)."""
 
@@ -200,6 +234,7 @@ class Certificate(Record):
     selftest: CitedSelftest | NotRun
     transfer: Transfer | NotRun
     confirm: Confirmations | NotRun
+    benchmark_transfer: BenchmarkTransfer | NotRun
     bias_battery: BatteryRun | NotRun
     invalidated_by: InvalidatedBy
     cost: CertifyCost
