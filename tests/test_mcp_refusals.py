@@ -183,7 +183,10 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
         dirty
     )
     # `status` says the tree was touched beside the session (and names the file).
-    assert f"the working tree has changes not made through propose: {RUBRIC_MD}" == seen["dirty_status"]["touched"]
+    assert (
+        f"the working tree has changes not made through propose: {RUBRIC_MD}"
+        == seen["dirty_status"]["touched"]
+    )
     copy = seen["copy"]
     assert copy["outcome"] == "guard_rejected" and f"the dev id {dev_id!r}" in copy["reason"]
     for key, out in seen.items():

@@ -292,7 +292,9 @@ def test_decide_refuses_a_waiting_candidate_under_a_commit_the_loop_did_not_make
     base, waiting = exps
     assert waiting.status == "waiting" and gitops.rev_parse(ws, run.branch) == waiting.commit_sha
     rubric = ws / RUBRIC_MD
-    rubric.write_text(rubric.read_text(encoding="utf-8") + "\n- Item ahd-0001 is a failure.\n", encoding="utf-8")
+    rubric.write_text(
+        rubric.read_text(encoding="utf-8") + "\n- Item ahd-0001 is a failure.\n", encoding="utf-8"
+    )
     git(ws, "commit", "-q", "-a", "-m", "remember a hard case")
     slipped = gitops.rev_parse(ws, "HEAD")
     capsys.readouterr()
@@ -300,6 +302,10 @@ def test_decide_refuses_a_waiting_candidate_under_a_commit_the_loop_did_not_make
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0], err
     assert f'{slipped[:12]} "remember a hard case"' in err[0] and "nothing was judged or committed" in err[0]
+    assert f"on top of its incumbent {base.commit_sha[:12]}" in err[0], err
+    # The loop's own waiting commit is not named as foreign, and the advice resets the branch to it.
+    assert waiting.commit_sha[:12] not in err[0].split("nothing was judged")[0], err
+    assert f"git reset --hard {waiting.commit_sha[:12]}`" in err[0], err
     _, after = latest(ws)
     assert [e.status for e in after] == ["baseline", "waiting"]
     assert gitops.rev_parse(ws, run.branch) == slipped, "a refused decide reset the branch over a commit"
