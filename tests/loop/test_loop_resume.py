@@ -302,17 +302,17 @@ def test_decide_refuses_a_waiting_candidate_under_a_commit_the_loop_did_not_make
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0], err
     assert f'{slipped[:12]} "remember a hard case"' in err[0] and "nothing was judged or committed" in err[0]
-    assert f"on top of its incumbent {base.commit_sha[:12]}" in err[0], err
+    assert f"on top of its incumbent {present(base.commit_sha)[:12]}" in err[0], err
     # The loop's own waiting commit is not named as foreign, and the advice resets the branch to it.
-    assert waiting.commit_sha[:12] not in err[0].split("nothing was judged")[0], err
-    assert f"git reset --hard {waiting.commit_sha[:12]}`" in err[0], err
+    assert present(waiting.commit_sha)[:12] not in err[0].split("nothing was judged")[0], err
+    assert f"git reset --hard {present(waiting.commit_sha)[:12]}`" in err[0], err
     _, after = latest(ws)
     assert [e.status for e in after] == ["baseline", "waiting"]
     assert gitops.rev_parse(ws, run.branch) == slipped, "a refused decide reset the branch over a commit"
     assert gitops.rejected_refs(ws) == {}
     # A person puts the branch back (their commit kept elsewhere): the decision is the loop's again.
     git(ws, "branch", "mine", slipped)
-    git(ws, "reset", "-q", "--hard", waiting.commit_sha)
+    git(ws, "reset", "-q", "--hard", present(waiting.commit_sha))
     assert main(["decide", "-w", str(ws), str(waiting.id), "keep"]) == 0, capsys.readouterr().err
     _, decided = latest(ws)
     assert decided[1].status == "kept" and gitops.rev_parse(ws, run.branch) == decided[1].commit_sha
