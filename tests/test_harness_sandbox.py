@@ -1,7 +1,8 @@
 """The confinement and the bounds of harness judges, through the real CLI and bubblewrap: a hostile CLI
 finds no label, workspace path or other provider's key and writes nothing outside its folder; a daemon
 holding stdout, a flood of output and an oversized verdict neither hang a run nor fill its files; a CLI
-reporting more than its declared price stops a budget after one call; without bubblewrap the judge is
+reporting more than its declared price stops a budget after one call; a timeout kills the item's whole
+namespace, a daemon in a session of its own included; without bubblewrap the judge is
 refused in one line unless ``sandbox = "none"``, which every result then states; sandboxes of a dead
 judgeloop are pruned at the next start.
 """
@@ -115,6 +116,23 @@ def test_a_daemon_holding_stdout_does_not_turn_items_into_timeouts(
     assert summary(out)["infra_error_ids"] == [], "an item waited on a pipe its daemon still held"
     if sandbox == "bwrap":  # (unconfined, a daemon in a session of its own escapes: one reason to confine)
         assert survivors(state.url) == [], "a daemon outlived its item"
+
+
+def test_a_timeout_kills_the_whole_namespace_a_daemon_in_its_own_session_included(
+    ws: Path, harness_state: HarnessState, tmp_path: Path
+) -> None:
+    """A CLI that never answers, with a double-forked daemon (its own session: outside the CLI's process
+    group) and a child: at the timeout the item is an infrastructure error and nothing of it survives."""
+    state = harness_state
+    (state.folder / "daemon").write_text("", encoding="utf-8")
+    limit, late = first_ids(ws, "late", 1)
+    configure(ws, state, timeout_s=5.0)
+    out = tmp_path / "out"
+    assert main(["eval", "-w", str(ws), "--limit", str(limit), "--out", str(out)]) == 0
+    assert late[0] in summary(out)["infra_error_ids"]
+    assert any(r["id"] == late[0] and r.get("child_pid") for r in records(state)), "the late item ran"
+    assert survivors(state.url) == [], "a daemon or child of a timed-out item outlived it"
+    assert sandbox_folders(state) == []
 
 
 def test_a_flood_of_stdout_is_capped_never_stored_whole(

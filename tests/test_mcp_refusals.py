@@ -115,6 +115,7 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
                 seen["dirty"] = await call(
                     session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be strict.")}, rationale="strict"
                 )
+                seen["dirty_status"] = data(await call(session, "status"))
                 (ws / RUBRIC_MD).write_text(rubric, encoding="utf-8")
                 seen["copy"] = data(
                     await call(
@@ -180,6 +181,11 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
     dirty = seen["dirty"]
     assert dirty.is_error and f"the working tree has changes not made through propose ({RUBRIC_MD})" in text(
         dirty
+    )
+    # `status` says the tree was touched beside the session (and names the file).
+    assert (
+        f"the working tree has changes not made through propose: {RUBRIC_MD}"
+        == seen["dirty_status"]["touched"]
     )
     copy = seen["copy"]
     assert copy["outcome"] == "guard_rejected" and f"the dev id {dev_id!r}" in copy["reason"]

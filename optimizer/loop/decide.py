@@ -104,7 +104,8 @@ def decide_waiting(
     gitops.checkout_branch(ws.root, run.branch)
     problem = trust.tip_problem(ws.root, run.branch, parent.commit_sha, also=[exp.commit_sha])
     if problem is not None:
-        raise UserError(trust.refusal(problem, run.branch, parent.commit_sha))
+        back_to = trust.last_trusted(ws.root, run.branch, parent.commit_sha, [exp.commit_sha])
+        raise UserError(trust.refusal(problem, run.branch, back_to))
     if gitops.parents(ws.root, exp.commit_sha) != [parent.commit_sha]:
         raise UserError(
             f"experiment {exp.id}'s commit {exp.commit_sha[:12]} is not a child of the incumbent's "

@@ -43,9 +43,11 @@ def branch_problem(root: Path, branch: str, incumbent_sha: str, also: Iterable[s
     """`tip_problem` for ``branch`` whether or not it is checked out: its tip must be ``incumbent_sha`` or
     one of ``also``."""
     tip = gitops.rev_parse(root, branch)
-    if tip == incumbent_sha or tip in set(also):
+    trusted = set(also)
+    if tip == incumbent_sha or tip in trusted:
         return None
-    unexpected = gitops.commits_between(root, incumbent_sha, tip)
+    # The loop's own commits (a waiting candidate under the foreign ones) are not named as foreign.
+    unexpected = [c for c in gitops.commits_between(root, incumbent_sha, tip) if c[0] not in trusted]
     if unexpected:
         return (
             f"{branch} has commits the loop did not make on top of its incumbent {incumbent_sha[:SHORT]}: "
@@ -56,17 +58,30 @@ def branch_problem(root: Path, branch: str, incumbent_sha: str, also: Iterable[s
     )
 
 
-def advice(branch: str, incumbent_sha: str) -> str:
-    """What a person does about `tip_problem`: keep their commits elsewhere, put the branch back."""
+def last_trusted(root: Path, branch: str, incumbent_sha: str, also: Iterable[str] = ()) -> str:
+    """The newest commit the loop made under ``branch``'s tip: one of ``also`` (say, a waiting candidate)
+    that the tip descends from, else ``incumbent_sha``. What `advice` resets the branch to, so a person
+    following it loses none of the loop's commits."""
+    tip = gitops.rev_parse(root, branch)
+    below = [sha for sha in also if sha and sha != incumbent_sha and gitops.is_ancestor(root, sha, tip)]
+    for sha in below:  # the newest: every other one is its ancestor
+        if all(other == sha or gitops.is_ancestor(root, other, sha) for other in below):
+            return sha
+    return incumbent_sha
+
+
+def advice(branch: str, reset_to: str) -> str:
+    """What a person does about `tip_problem`: keep their commits elsewhere, put the branch back at
+    ``reset_to`` (the incumbent's commit, or `last_trusted`)."""
     return (
         f"the loop trusts only commits it made: keep yours on another branch (`git branch mine {branch}`), "
-        f"then `git checkout {branch} && git reset --hard {incumbent_sha[:SHORT]}`, and retry"
+        f"then `git checkout {branch} && git reset --hard {reset_to[:SHORT]}`, and retry"
     )
 
 
-def refusal(problem: str, branch: str, incumbent_sha: str) -> str:
-    """`tip_problem`'s one-line refusal: what is wrong, that nothing was judged, what to do."""
-    return f"{problem}; nothing was judged or committed — {advice(branch, incumbent_sha)}"
+def refusal(problem: str, branch: str, reset_to: str) -> str:
+    """`tip_problem`'s one-line refusal: what is wrong, that nothing was judged, what to do (`advice`)."""
+    return f"{problem}; nothing was judged or committed — {advice(branch, reset_to)}"
 
 
 def full_diff(root: Path, incumbent_sha: str, candidate_sha: str) -> dict[str, tuple[str | None, str | None]]:

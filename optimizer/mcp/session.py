@@ -322,13 +322,11 @@ class McpSession:
         inc = self._incumbent()
         base = inc.commit_sha if inc is not None and inc.commit_sha else run.start_rev
         waiting = self._waiting()
-        problem = trust.tip_problem(
-            self.ws.root,
-            run.branch,
-            base,
-            also=[waiting.commit_sha] if waiting and waiting.commit_sha else [],
-        )
-        return None if problem is None else trust.refusal(problem, run.branch, base)
+        also = [waiting.commit_sha] if waiting and waiting.commit_sha else []
+        problem = trust.tip_problem(self.ws.root, run.branch, base, also=also)
+        if problem is None:
+            return None
+        return trust.refusal(problem, run.branch, trust.last_trusted(self.ws.root, run.branch, base, also))
 
     def _waiting(self) -> Experiment | None:
         if not self.started:

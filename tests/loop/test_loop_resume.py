@@ -276,3 +276,45 @@ def test_kill_9_mid_candidate_then_a_plain_run_closes_the_old_run_and_starts_fro
     assert new_base.seq == 0 and new_base.commit_sha == old_base.commit_sha
     assert new_base.kappa == old_base.kappa
     assert_clean(ws)
+
+
+def test_decide_refuses_a_waiting_candidate_under_a_commit_the_loop_did_not_make(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The loop trusts only its commits at `decide` too: an agent with a shell commits on the run branch over
+    the waiting candidate (a dev id in rubric.md); `judgeloop decide N keep` is refused in one line naming
+    that commit, nothing is decided or reset (the agent's commit stays the tip), and once a person puts the
+    branch back the same decision goes through."""
+    install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
+    with FakeLLMServer(default=FakeJudge(ws)) as server:
+        assert run_loop(ws, server.openai_base_url, "--propose-only") == 0
+    run, exps = latest(ws)
+    base, waiting = exps
+    assert waiting.status == "waiting" and gitops.rev_parse(ws, run.branch) == waiting.commit_sha
+    rubric = ws / RUBRIC_MD
+    rubric.write_text(
+        rubric.read_text(encoding="utf-8") + "\n- Item ahd-0001 is a failure.\n", encoding="utf-8"
+    )
+    git(ws, "commit", "-q", "-a", "-m", "remember a hard case")
+    slipped = gitops.rev_parse(ws, "HEAD")
+    capsys.readouterr()
+    assert main(["decide", "-w", str(ws), str(waiting.id), "keep"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert f'{slipped[:12]} "remember a hard case"' in err[0] and "nothing was judged or committed" in err[0]
+    assert f"on top of its incumbent {present(base.commit_sha)[:12]}" in err[0], err
+    # The loop's own waiting commit is not named as foreign, and the advice resets the branch to it.
+    assert present(waiting.commit_sha)[:12] not in err[0].split("nothing was judged")[0], err
+    assert f"git reset --hard {present(waiting.commit_sha)[:12]}`" in err[0], err
+    _, after = latest(ws)
+    assert [e.status for e in after] == ["baseline", "waiting"]
+    assert gitops.rev_parse(ws, run.branch) == slipped, "a refused decide reset the branch over a commit"
+    assert gitops.rejected_refs(ws) == {}
+    # A person puts the branch back (their commit kept elsewhere): the decision is the loop's again.
+    git(ws, "branch", "mine", slipped)
+    git(ws, "reset", "-q", "--hard", present(waiting.commit_sha))
+    assert main(["decide", "-w", str(ws), str(waiting.id), "keep"]) == 0, capsys.readouterr().err
+    _, decided = latest(ws)
+    assert decided[1].status == "kept" and gitops.rev_parse(ws, run.branch) == decided[1].commit_sha
+    assert "ahd-0001" not in rubric.read_text(encoding="utf-8")
+    assert_clean(ws)

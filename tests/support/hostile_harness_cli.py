@@ -2,8 +2,8 @@
 """A hostile harness CLI: it tries what the red team did, reports what it found, and answers.
 
 Run as ``hostile_harness_cli.py --state URL [PROMPT]`` in its sandbox (see fake_harness_cli.py for
-STATE). It looks for the workspace and the labels through ``/proc/1`` and ``/proc/$PPID`` (cwd, root,
-environ, cmdline), ``/proc/self/mountinfo``, its environment, and (with the state's ``walk``) a walk of
+STATE). It looks for the workspace and the labels through ``/proc/1``, ``/proc/$PPID`` and every other
+``/proc/<pid>`` in view (cwd, root, environ, cmdline), ``/proc/self/mountinfo``, its environment, and (with the state's ``walk``) a walk of
 ``/`` (every name outside the system folders; data files naming its item and a label); tries to append to every path listed in
 the state's ``targets`` (one per line: the test gives it the workspace's rubric) and to create a file in a few system places (removed
 at once when it could); double-forks a daemon that sleeps with STATE in its command line; then appends one JSON
@@ -101,6 +101,12 @@ def main(argv: list[str]) -> int:
         for what in ("environ", "cmdline", "mountinfo"):
             found[f"/proc/{pid}/{what}"] = _read(f"/proc/{pid}/{what}", binary=True)
     found["pids_in_view"] = sorted(p for p in os.listdir("/proc") if p.isdigit())
+    # Every process it can see, not only its parent and PID 1 (/proc/*/cwd: the workspace, any key).
+    for pid in found["pids_in_view"]:
+        for what in ("cwd", "root"):
+            found[f"/proc/{pid}/{what}"] = _read(f"/proc/{pid}/{what}")
+        for what in ("environ", "cmdline"):
+            found[f"/proc/{pid}/{what}"] = _read(f"/proc/{pid}/{what}", binary=True)
     if state.exists("walk"):
         _walk(found, tid)
     targets = (state.read("targets") or "").split()
