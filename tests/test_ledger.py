@@ -470,3 +470,27 @@ def test_only_recorded_outcomes_emit_a_decision_event_and_narrow_updates_touch_o
         )
         assert got.cost_usd == pytest.approx(0.35) == outcome.cost_usd
         assert (got.rejudge_calls, got.rejudge_cost_usd, got.commit_sha) == (4, 0.1, "c" * 40)
+
+
+def test_the_run_and_decision_events_store_the_json_the_hand_built_payloads_stored(tmp_path: Path) -> None:
+    """Run status, experiment start and decision events go through the typed events of `optimizer.events`;
+    the stored payload text is byte for byte what the ledger wrote when it built them by hand (a run's
+    opening status has no ``stop_reason`` key; a later change has one, null when not given)."""
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = make_run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
+        ledger.record_decision(base.id, ExperimentOutcome(status="baseline", reason="the incumbent"))
+        ledger.set_experiment_decision(base.id, status="kept")
+        ledger.set_run_status(run.id, "waiting")
+        ledger.set_run_status(run.id, "stopped", stop_reason="max_experiments reached")
+    with sqlite3.connect(path) as conn:
+        stored = conn.execute("SELECT kind, payload FROM events ORDER BY id").fetchall()
+    assert stored == [
+        ("run_status", '{"status":"running"}'),
+        ("stage", '{"seq":0,"stage":"experiment_started"}'),
+        ("decision", '{"decision":"baseline","reason":"the incumbent","status":"baseline"}'),
+        ("decision", '{"decision":"kept","reason":null,"status":"kept"}'),
+        ("run_status", '{"status":"waiting","stop_reason":null}'),
+        ("run_status", '{"status":"stopped","stop_reason":"max_experiments reached"}'),
+    ]
