@@ -27,6 +27,7 @@ from optimizer.ledger import (
     new_run_id,
 )
 from tests.support.ledger import make_item, make_run
+from tests.support.waits import EVENT_WAIT_S
 
 
 def test_new_run_id_has_the_documented_shape() -> None:
@@ -251,7 +252,7 @@ def test_reader_in_another_process_sees_commits_while_writer_appends(tmp_path: P
         proc.stdin.flush()
     finally:
         proc.stdin.close()
-        proc.wait(timeout=30)
+        proc.wait(timeout=EVENT_WAIT_S)
         writer.close()
     assert [n for n, _ in observed] == [1, 2, 3, 4, 5]
     # the first poll also sees the run_status event; each later poll sees stage + progress
