@@ -323,6 +323,15 @@ class RunStatusChanged:
         return {"status": self.status, "stop_reason": self.stop_reason}
 
 
+@dataclass(frozen=True)
+class RunOpened(RunStatusChanged):
+    """A run's first status as the ledger writes it when the run is inserted: the status alone (nothing
+    has ended yet, so the payload has no ``stop_reason`` key); read back as a `RunStatusChanged`."""
+
+    def payload(self) -> dict[str, Any]:
+        return {"status": self.status}
+
+
 LedgerEvent = StageChanged | PassProgress | DecisionRecorded | RunStatusChanged
 _FEED: dict[str, TypeAdapter[Any]] = {
     cls.kind: TypeAdapter(cls) for cls in (StageChanged, PassProgress, DecisionRecorded, RunStatusChanged)

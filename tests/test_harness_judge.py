@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from tests.support.loop import (
     commit_all,
     git,
     make_workspace,
+    wait_for,
 )
 from tests.support.processes import killed_cli
 from tests.support.scripted import ScriptedStrategy, install, latest, toggle
@@ -159,21 +159,12 @@ def test_kill_9_mid_evaluation_then_resume_from_the_cache(sample_ws: tuple[Path,
     (state.folder / "gate").write_text(gate_id, encoding="utf-8")
 
     def gate_reached() -> None:
-        for _ in range(2400):  # bounded: 120 s
-            if any(r["id"] == gate_id for r in invocations(state)):
-                return
-            time.sleep(0.05)
-        pytest.fail("the gated item was never started")
+        wait_for(lambda: any(r["id"] == gate_id for r in invocations(state)), "the gated item to start")
 
     killed_cli(["eval", "-w", str(root), "--limit", "24"], gate_reached)
     first = invocations(state)
-    for _ in range(
-        600
-    ):  # bounded (30 s): the CLI dies with judgeloop (PR_SET_PDEATHSIG, bwrap --die-with-parent)
-        if not survivors(state.url):
-            break
-        time.sleep(0.05)
-    assert survivors(state.url) == [], "a killed judgeloop left its harness CLI running"
+    # The CLI dies with judgeloop (PR_SET_PDEATHSIG, bwrap --die-with-parent): its exit is the event.
+    wait_for(lambda: not survivors(state.url), "a killed judgeloop's harness CLI to end")
     assert len(sandbox_folders(state)) == 1, "the one sandbox a kill -9 cannot remove"
     finished = [r["id"] for r in first if r["id"] != gate_id]
     assert len(finished) == 9, "one item at a time: nine finished before the gate"

@@ -27,6 +27,7 @@ from optimizer.ledger import (
     new_run_id,
 )
 from tests.support.ledger import make_item, make_run
+from tests.support.waits import EVENT_WAIT_S
 
 
 def test_new_run_id_has_the_documented_shape() -> None:
@@ -251,7 +252,7 @@ def test_reader_in_another_process_sees_commits_while_writer_appends(tmp_path: P
         proc.stdin.flush()
     finally:
         proc.stdin.close()
-        proc.wait(timeout=30)
+        proc.wait(timeout=EVENT_WAIT_S)
         writer.close()
     assert [n for n, _ in observed] == [1, 2, 3, 4, 5]
     # the first poll also sees the run_status event; each later poll sees stage + progress
@@ -470,3 +471,27 @@ def test_only_recorded_outcomes_emit_a_decision_event_and_narrow_updates_touch_o
         )
         assert got.cost_usd == pytest.approx(0.35) == outcome.cost_usd
         assert (got.rejudge_calls, got.rejudge_cost_usd, got.commit_sha) == (4, 0.1, "c" * 40)
+
+
+def test_the_run_and_decision_events_store_the_json_the_hand_built_payloads_stored(tmp_path: Path) -> None:
+    """Run status, experiment start and decision events go through the typed events of `optimizer.events`;
+    the stored payload text is byte for byte what the ledger wrote when it built them by hand (a run's
+    opening status has no ``stop_reason`` key; a later change has one, null when not given)."""
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = make_run(ledger)
+        base = ledger.start_experiment(run.id, parent_id=None, strategy="baseline", commit_sha="a" * 40)
+        ledger.record_decision(base.id, ExperimentOutcome(status="baseline", reason="the incumbent"))
+        ledger.set_experiment_decision(base.id, status="kept")
+        ledger.set_run_status(run.id, "waiting")
+        ledger.set_run_status(run.id, "stopped", stop_reason="max_experiments reached")
+    with sqlite3.connect(path) as conn:
+        stored = conn.execute("SELECT kind, payload FROM events ORDER BY id").fetchall()
+    assert stored == [
+        ("run_status", '{"status":"running"}'),
+        ("stage", '{"seq":0,"stage":"experiment_started"}'),
+        ("decision", '{"decision":"baseline","reason":"the incumbent","status":"baseline"}'),
+        ("decision", '{"decision":"kept","reason":null,"status":"kept"}'),
+        ("run_status", '{"status":"waiting","stop_reason":null}'),
+        ("run_status", '{"status":"stopped","stop_reason":"max_experiments reached"}'),
+    ]

@@ -24,7 +24,7 @@ from optimizer.trust import selftest as selftest_module
 from optimizer.trust.certify import read_note
 from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import git
+from tests.support.loop import git, set_toml_key
 from tests.support.trust import GullibleJudge, point_config_at
 
 GOLDEN = Path(__file__).parent / "golden" / "records"
@@ -67,6 +67,11 @@ def test_selftest_certify_and_bias_write_exactly_what_they_wrote_before_the_type
     monkeypatch.setattr(certify_module, "datetime", FrozenClock)
     judge = GullibleJudge(ws)
     one = ["--concurrency", "1"]  # the planted pass stops early: one call at a time, the same calls every run
+    # The fake judge cannot place the bias battery's perturbed trajectories, so every perturbed call fails
+    # and is retried: by the SDK (backoff up to seconds a retry) and in the evaluator's rounds (10 s x the
+    # round). The same failures with no waits between them: none of the recorded output names either value.
+    set_toml_key(ws, "judge", "max_retries", "0")
+    set_toml_key(ws, "loop", "infra_retry_pause_s", "0")
     with FakeLLMServer(default=judge) as server:
         point_config_at(ws, server)  # the configured judge: the bias battery judges with it too
         selftest_out = capsys_json(capsys, "selftest", "-w", str(ws), "--repeats", "2", *one)

@@ -17,7 +17,6 @@ from optimizer.cli import main
 from optimizer.vocab import EventKind, ExperimentStatus
 from tests.support.loop import present
 from tests.support.tui_driving import (
-    EVENT_WAIT_S,
     capture_notifications,
     drive,
     screen_lines,
@@ -25,6 +24,7 @@ from tests.support.tui_driving import (
     svg_text,
 )
 from tests.support.tui_runs import ledger_of
+from tests.support.waits import EVENT_WAIT_S
 from tui import runs
 from tui.app import VIEWS, JudgeloopApp, settle
 from tui.modals import ErrorModal, StartRunModal

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
 from optimizer.errors import UserError
+from optimizer.events import LedgerEvent
 from optimizer.ledger.rows import (
     EXPERIMENT_LIST_COLUMNS,
     EXPERIMENT_V3_COLUMNS,
@@ -191,11 +192,12 @@ class LedgerCore:
         cur: sqlite3.Cursor,
         run_id: str | None,
         experiment_id: int | None,
-        kind: str,
-        payload: Mapping[str, Any],
+        event: LedgerEvent,
     ) -> int:
+        """Append ``event`` to the feed inside the caller's transaction: its ``kind`` column and its own
+        JSON payload (`optimizer.events`), never a hand-built one; returns the row's id."""
         cur.execute(
             "INSERT INTO events (run_id, experiment_id, created, kind, payload) VALUES (?, ?, ?, ?, ?)",
-            (run_id, experiment_id, ts(utc_now()), kind, json_or_none(dict(payload))),
+            (run_id, experiment_id, ts(utc_now()), event.kind, json_or_none(event.payload())),
         )
         return int(cur.lastrowid or 0)

@@ -106,7 +106,7 @@ class JournalTables(LedgerCore):
         if kind not in EVENT_KINDS or isinstance(event, str):
             raise ValueError(f"unknown event kind {kind!r}")
         with self.transaction() as cur:
-            return self._event(cur, run_id, experiment_id, event.kind, event.payload())
+            return self._event(cur, run_id, experiment_id, event)
 
     def events_since(self, last_id: int = 0, *, run_id: str | None = None, limit: int = 1000) -> list[Event]:
         """Events with id > ``last_id`` in id order (at most ``limit``), optionally of one run."""

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from optimizer.errors import UserError
+from optimizer.events import DecisionRecorded, RunOpened, RunStatusChanged, StageChanged
 from optimizer.ledger.core import LedgerCore
 from optimizer.ledger.rows import (
     RUN_COLUMNS,
@@ -36,6 +37,7 @@ from optimizer.vocab import (
     DecidedBy,
     ExperimentStatus,
     RunStatus,
+    StageKind,
 )
 
 if TYPE_CHECKING:
@@ -83,7 +85,7 @@ class RunTables(LedgerCore):
                 cur.execute(
                     "UPDATE runs SET labels_fingerprint = ? WHERE id = ?", (spec.labels_fingerprint, run_id)
                 )
-            self._event(cur, run_id, None, "run_status", {"status": status})
+            self._event(cur, run_id, None, RunOpened(status))
         return self.get_run(run_id)
 
     def set_run_status(
@@ -99,7 +101,7 @@ class RunTables(LedgerCore):
             )
             if cur.rowcount == 0:
                 raise KeyError(f"no run {run_id}")
-            self._event(cur, run_id, None, "run_status", {"status": status, "stop_reason": stop_reason})
+            self._event(cur, run_id, None, RunStatusChanged(status, stop_reason))
 
     def set_incumbent(self, run_id: str, experiment_id: int) -> None:
         """Point the run at a new incumbent (normally done by ``record_decision``)."""
@@ -190,7 +192,7 @@ class RunTables(LedgerCore):
                 ),
             )
             experiment_id = int(cur.lastrowid or 0)
-            self._event(cur, run_id, experiment_id, "stage", {"stage": "experiment_started", "seq": seq})
+            self._event(cur, run_id, experiment_id, StageChanged(StageKind.EXPERIMENT_STARTED, seq=seq))
         return self.get_experiment(experiment_id)
 
     def mark_evaluating(self, experiment_id: int, commit_sha: str, *, cost_usd: float) -> Experiment:
@@ -359,13 +361,7 @@ class RunTables(LedgerCore):
             )
             if o.status in INCUMBENT_STATUSES:
                 cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, run_id))
-            self._event(
-                cur,
-                run_id,
-                experiment_id,
-                "decision",
-                {"status": o.status, "decision": o.status, "reason": o.reason},
-            )
+            self._event(cur, run_id, experiment_id, DecisionRecorded(o.status, o.reason))
         return self.get_experiment(experiment_id)
 
     def reject(self, experiment_id: int, reason: str, *, cost_usd: float = 0.0) -> Experiment:
@@ -412,13 +408,7 @@ class RunTables(LedgerCore):
             )
             if status in INCUMBENT_STATUSES:
                 cur.execute("UPDATE runs SET incumbent_experiment = ? WHERE id = ?", (experiment_id, row[0]))
-            self._event(
-                cur,
-                row[0],
-                experiment_id,
-                "decision",
-                {"status": status, "decision": status, "reason": reason},
-            )
+            self._event(cur, row[0], experiment_id, DecisionRecorded(status, reason))
         return self.get_experiment(experiment_id)
 
     def experiments(self, run_id: str) -> list[Experiment]:

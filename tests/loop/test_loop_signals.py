@@ -27,6 +27,7 @@ from tests.support.loop import FakeJudge, commit_all, present, run_loop, stop_af
 from tests.support.paths import REPO_ROOT
 from tests.support.scripted import add_heldout_split, assert_clean, latest
 from tests.support.signals import CliRun, cache_rows, gated_judge, release, running_candidate_with_progress
+from tests.support.waits import EVENT_WAIT_S
 
 CONCURRENCY = 8  # CliRun's --concurrency
 
@@ -190,7 +191,7 @@ class _Cli:
             lines.append(line)
 
     def wait(self) -> int:
-        rc = self.proc.wait(timeout=60)
+        rc = self.proc.wait(timeout=EVENT_WAIT_S)
         for t in self._threads:
             t.join(timeout=10)
         return rc

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 LATE_S = 120.0
-GATE_S = 60.0
+GATE_S = 120.0  # a bound on a gate the test never lifts; a loaded machine can take a minute to lift it
 TEXT_SUFFIXES = (".md", ".json", ".txt", ".jsonl", ".csv", ".toml")
 
 

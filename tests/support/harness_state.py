@@ -15,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.support.waits import EVENT_WAIT_S
+
 _NAME = re.compile(r"^/([A-Za-z0-9_.+-]{1,200})$")
 
 
@@ -101,7 +103,7 @@ class StateClient:
     def _request(self, method: str, name: str, body: bytes | None = None) -> bytes | None:
         request = urllib.request.Request(f"{self.where}/{name}", data=body, method=method)
         try:
-            with self._opener.open(request, timeout=30) as response:
+            with self._opener.open(request, timeout=EVENT_WAIT_S) as response:
                 return bytes(response.read())
         except urllib.error.HTTPError as exc:
             if exc.code == 404:

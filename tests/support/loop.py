@@ -27,6 +27,7 @@ from optimizer.judge.prompts import LIBRARY_MD, parse_library
 from optimizer.models import Label
 from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
+from tests.support.waits import EVENT_WAIT_S
 
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost"]
 
@@ -324,8 +325,9 @@ def report_json(root: Path, capsys: Any, *extra: str) -> dict[str, Any]:
     return json.loads(capsys.readouterr().out)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll ``condition`` every 20 ms (bounded); fail naming ``what`` if it never holds."""
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = EVENT_WAIT_S) -> None:
+    """Poll ``condition`` every 20 ms, returning as soon as it holds; fail naming ``what`` if it still does
+    not after ``timeout_s`` seconds (`EVENT_WAIT_S`: an upper bound for a loaded machine, not an expectation)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():

@@ -15,6 +15,7 @@ from optimizer.ledger import Ledger
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge
 from tests.support.paths import REPO_ROOT
+from tests.support.waits import EVENT_WAIT_S
 
 
 def running_candidate_with_progress(root: Path) -> bool:
@@ -87,7 +88,7 @@ class CliRun:
         return any(text in line for line in list(self.lines))
 
     def wait(self) -> int:
-        rc = self.proc.wait(timeout=60)
+        rc = self.proc.wait(timeout=EVENT_WAIT_S)
         self._reader.join(timeout=10)
         return rc
 

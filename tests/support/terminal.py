@@ -25,6 +25,8 @@ from typing import Any
 
 import pyte
 
+from tests.support.waits import EVENT_WAIT_S
+
 # What tmux (and xterm in VT100 mode) answers to ESC [ c: a VT100 with advanced video.
 DA1_REPLY = "\x1b[?1;2c"
 CELL_PIXELS = (20, 10)  # height, width: an ordinary 10×20 font
@@ -164,7 +166,9 @@ class PtyTerminal:
     def text(self) -> str:
         return "\n".join(self.lines())
 
-    def wait_for(self, predicate: Callable[[list[str]], Any], what: str, timeout: float = 60.0) -> None:
+    def wait_for(
+        self, predicate: Callable[[list[str]], Any], what: str, timeout: float = EVENT_WAIT_S
+    ) -> None:
         """Pump until ``predicate(lines)`` holds; fail with the screen after ``timeout`` seconds or if the
         program exits."""
         deadline = time.monotonic() + timeout

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from tests.support.waits import EVENT_WAIT_S
 from tui.app import JudgeloopApp, settle
 
 SIZE = (120, 40)
@@ -24,11 +25,6 @@ def drive(
             await scenario(pilot)
 
     asyncio.run(go())
-
-
-# The upper bound of a wait for an event (a thread's message, a file, a process's exit): generous, since
-# a loaded two-core machine can take many seconds; a test never asserts on how long the wait took.
-EVENT_WAIT_S = 120.0
 
 
 async def wait_until(
