@@ -54,6 +54,9 @@ class Decision(BaseModel):
     test: AdaptiveTest | None = None
     # "cheaper" when kept as cheaper-not-worse ([loop] cheaper_margin_items), not as an improvement.
     keep_kind: str | None = None
+    # The literal rule on per-item majorities over every judgement (the adaptive test's; None when it was not
+    # evaluated): what `optimizer.stats.pooling.points_right_way` reads as "kappa up, FPR not up".
+    majority_literal_keep: bool | None = None
 
 
 def exact_fraction(value: float) -> Fraction:

@@ -592,6 +592,17 @@ class LoopSection(_Section):
         description="candidates per round against one incumbent, judged together and decided with Holm (at most "
         "one keep); 1: one at a time",
     )
+    # Stacking sub-threshold candidates (optimizer.loop.stack): a rolled-back candidate that points the right way
+    # (optimizer.stats.pooling) joins a pool on its incumbent; when the pool holds `stack` of them their edits
+    # are merged onto the incumbent (git's three-way merge) and tested as one candidate. 0 = off.
+    stack: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_WAVE,
+        strict=True,
+        description="pool this many rolled-back candidates that point the right way (kappa up, FPR not up), then "
+        "merge their edits and test them as one candidate; 0: off",
+    )
     # Each candidate's first pass as an Inspect AI log, for `inspect view` and the tools that read Inspect
     # logs (optimizer.evaluation.inspect_log; needs the `inspect` extra).
     inspect_logs: bool = Field(
