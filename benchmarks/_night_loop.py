@@ -102,7 +102,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A candidate's decision (None: stopped early or screened out) and the judge calls it cost."""
+    """A candidate's decision (early stops and futility's screen included) and the judge calls it cost."""
 
     kept: bool
     calls: int
@@ -173,8 +173,8 @@ def evaluate_candidate(
             cand.first[k] = ok
             cand.calls += 1
             answer = split.answer(k, ok)
-            if stopper.add(t, answer, [answer]) is not None:
-                return Outcome(False, cand.calls, cand)
+            if (stopped := stopper.add(t, answer, [answer])) is not None:
+                return Outcome(False, cand.calls, cand, stopped)
         if index >= len(looks):
             break
         judged = {split.ids[k]: split.answer(k, ok) for k, ok in cand.first.items()}
@@ -183,14 +183,14 @@ def evaluate_candidate(
         if fresh and rejudge > 0:
             _rejudge(split, inc, cand, fresh, judge, rejudge)
         inc_now, cand_now = _judgements(split, inc, cand, rejudge)
-        if screen_decision_rejudged(
+        if screened := screen_decision_rejudged(
             labels, looks[index], inc_now, cand_now, loop, level=loop.alpha, seed=seed
         ):
-            return Outcome(False, cand.calls, cand)
+            return Outcome(False, cand.calls, cand, screened)
     inc_now, cand_now = _judgements(split, inc, cand, rejudge)
     if rejudge > 0:
-        if not cand.rejudged and adaptive_stopped_decision(labels, cand_now, inc_first_j, loop) is not None:
-            return Outcome(False, cand.calls, cand)
+        if not cand.rejudged and (stopped := adaptive_stopped_decision(labels, cand_now, inc_first_j, loop)):
+            return Outcome(False, cand.calls, cand, stopped)
         answers = {t: js[0] for t, js in cand_now.items()}
         done = set(cand.rejudged)
         to_rejudge = [t for t in disagreements(inc_answers, answers) if t not in done]

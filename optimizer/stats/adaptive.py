@@ -319,4 +319,5 @@ def adaptive_stop(
         early_stopped=bool(unjudged),
         adaptive_keep=False,
         alpha=level,
+        short_of_significance=kappa_ok and fpr_ok and observed.fixed > observed.broken,
     )

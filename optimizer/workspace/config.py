@@ -714,6 +714,8 @@ infra_retry_rounds = 2     # judge items that hit infrastructure errors again, u
 infra_retry_pause_s = 10   # after pausing this long x the round, before a candidate counts as incomplete
 labels = "given"           # given | corrected: labels.jsonl, or with devset/<split>/corrections.jsonl applied
                            #   (a person's `judgeloop label-fix`); fixed and fingerprinted at a run's start
+stack = 0                  # K > 0: pool rolled-back candidates that point the right way (kappa up, FPR
+                           #   not up) and test each K of them merged as one candidate; 0: off
 # cheaper_margin_items = 1  # keep a cheaper candidate not worse by more than this many items (0 = off)
 # cheaper_min_saving = 0.2  # ... if it costs at least 20% less per verdict
 futility = true            # adaptive: after the incumbent's wrong items and a random part of the rest, roll

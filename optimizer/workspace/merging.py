@@ -21,6 +21,12 @@ import git
 from optimizer.workspace.gitops import REJECTED_PREFIX
 from optimizer.workspace.workspace import JUDGELOOP_ACTOR, repo_at
 
+_ACTOR_ENV = {
+    f"GIT_{who}_{part}": value
+    for who in ("AUTHOR", "COMMITTER")
+    for part, value in (("NAME", JUDGELOOP_ACTOR.name), ("EMAIL", JUDGELOOP_ACTOR.email))
+}
+
 
 @dataclass(frozen=True)
 class Merged:
@@ -78,15 +84,17 @@ def merge_pooled(root: Path, incumbent_sha: str, experiment_ids: Sequence[int]) 
                 )
                 continue
             # The merge so far as a commit with both parents, so the next merge's base is the incumbent.
-            ours = git.Commit.create_from_tree(
-                repo,
-                repo.tree(tree),
+            sha = repo.git.commit_tree(
+                tree,
+                "-p",
+                ours.hexsha,
+                "-p",
+                theirs.hexsha,
+                "-m",
                 f"judgeloop: pooled candidates merged so far (+{exp_id})",
-                parent_commits=[ours, theirs],
-                head=False,
-                author=JUDGELOOP_ACTOR,
-                committer=JUDGELOOP_ACTOR,
+                env=_ACTOR_ENV,
             )
+            ours = repo.commit(sha.strip())
             carried.append(exp_id)
         files: dict[str, str | None] = {}
         for diff in incumbent.diff(ours):
