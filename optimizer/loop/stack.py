@@ -91,9 +91,12 @@ def merged_candidate(ctx: RunContext, incumbent: Experiment) -> Stacked | None:
 
 
 def carries_trailers(strategy: str, meta: dict[str, object]) -> dict[str, object]:
-    """The ``Judgeloop-Carries`` trailer of a merged candidate's commit (none for any other strategy)."""
+    """The ``Judgeloop-Carries`` trailer of a merged candidate's commit (none for any other strategy, or for a
+    record that is not a list of experiment ids)."""
     stack = meta.get("stack") if strategy == STACK else None
     carried = stack.get("carries") if isinstance(stack, dict) else None
     if not isinstance(carried, list) or not carried:
+        return {}
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in carried):
         return {}
     return {CARRIES_TRAILER: ", ".join(str(i) for i in carried)}

@@ -32,7 +32,9 @@ def points_right_way(decision: Decision) -> bool:
     if decision.early_stopped:  # another bound (FPR rose, kappa cannot rise) or futility's screen
         return False
     estimates_up = (
-        decision.majority_literal_keep if decision.majority_literal_keep is not None else decision.literal_keep
+        decision.majority_literal_keep
+        if decision.majority_literal_keep is not None
+        else decision.literal_keep
     )
     gain_up = decision.test is None or decision.test.statistic > 0
     return estimates_up and gain_up
