@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from optimizer.cli import main
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Experiment
 from optimizer.loop.stack import STACK
 from optimizer.loop.strategies import POOLED, Proposal, ProposalContext
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge, commit_all, git, run_loop, set_toml_key
+from tests.support.loop import FakeJudge, commit_all, git, present, run_loop, set_toml_key
 from tests.support.scripted import ScriptedStrategy, Step, assert_clean, install, latest
 
 # Each fix is a line under its own heading of rubric.md (apart, so git merges them cleanly) and makes two
@@ -86,7 +87,7 @@ def by_strategy(exps: list[Experiment], name: str) -> list[Experiment]:
 
 
 def test_three_small_fixes_rolled_back_alone_are_pooled_merged_and_kept_together(
-    stack_ws: Path, monkeypatch: pytest.MonkeyPatch
+    stack_ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     strategy = ScriptedStrategy([fix("A"), fix("B"), fix("C"), fix("A")])
     install(monkeypatch, strategy)
@@ -111,6 +112,15 @@ def test_three_small_fixes_rolled_back_alone_are_pooled_merged_and_kept_together
     # The strategy saw the pooled candidates as a direction to build on.
     seen = {p.id: p.decision for p in strategy.contexts[2].history}
     assert seen == {a.id: POOLED, b.id: POOLED}
+    # The history and the report say which candidates were pooled and what the merged keep carries.
+    capsys.readouterr()
+    assert main(["history", "-w", str(stack_ws)]) == 0
+    history = capsys.readouterr().out
+    assert history.count(" pooled ") == 3 and "kept (stacked)" in history, history
+    assert main(["report", "-w", str(stack_ws)]) == 0
+    report = capsys.readouterr().out
+    assert f"KEPT (STACKED)  commit {present(merged.commit_sha)[:10]}" in report, report
+    assert f"carries #{a.id}, #{b.id}, #{c.id}" in report and "(scripted) POOLED" in report, report
     assert_clean(stack_ws)
 
 
