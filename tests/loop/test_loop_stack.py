@@ -17,7 +17,7 @@ from optimizer.loop.stack import STACK
 from optimizer.loop.strategies import POOLED, Proposal, ProposalContext
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge, commit_all, git, present, run_loop, set_toml_key
-from tests.support.scripted import ScriptedStrategy, Step, assert_clean, install, latest
+from tests.support.scripted import ScriptedStrategy, Step, assert_clean, install, latest, ledger_of
 
 # Each fix is a line under its own heading of rubric.md (apart, so git merges them cleanly) and makes two
 # more of the judge's wrongly judged negatives right: alone a gain of 2 items (sign-flip p = 0.25, rolled
@@ -121,6 +121,15 @@ def test_three_small_fixes_rolled_back_alone_are_pooled_merged_and_kept_together
     report = capsys.readouterr().out
     assert f"KEPT (STACKED)  commit {present(merged.commit_sha)[:10]}" in report, report
     assert f"carries #{a.id}, #{b.id}, #{c.id}" in report and "(scripted) POOLED" in report, report
+    # `attribute` measures the merged keep's parts as separate edits, each by reverting its own commit.
+    with FakeLLMServer(default=StackJudge(stack_ws)) as server:
+        args = ["--provider", "openai", "--base-url", server.openai_base_url, "--model", "fake-judge"]
+        assert main(["attribute", "-w", str(stack_ws), "--run", run.id, *args]) == 0
+    with ledger_of(stack_ws) as led:
+        attribution = present(led.latest_attribution(run.id))
+    parts = {e.experiment: e for e in attribution.edits}
+    assert set(parts) == {a.id, b.id, c.id}, attribution
+    assert all(e.items > 0 and len(e.fixed) == 2 and not e.broken for e in parts.values()), attribution
     assert_clean(stack_ws)
 
 
