@@ -16,6 +16,12 @@ threshold 0.01); see `benchmarks._night_loop`. Simulated: the judge (each call a
 item's probability of a right answer: per-item logits plus the kept edits' shifts), the edits and the
 true metrics (kappa and FPR of the expected counts); no git, ledger or provider.
 
+Rules: `literal`, `paired`, `adaptive`, `adaptive+futility` (the default) and stacking (`stack3`: adaptive
+without futility and `[loop] stack = 3`; `stack3+futility`): a rolled-back candidate that points the right
+way (`optimizer.stats.pooling.points_right_way`, the real rule) joins the incumbent's pool, and a full pool
+is tested as one merged candidate (its edits' shifts add; the simulation has no text, so nothing conflicts),
+counted as a test; `benchmarks._night_loop.run_night`.
+
 Figures per distribution and rule, averaged over nights: true kappa gain and FPR change (pp) of the final
 prompt on dev and held-out items, candidates decided and kept, helpful / harmful / dev-only (helpful but
 non-transferring) edits kept, judge calls used. The null night (`--null`, every edit neutral) reports the

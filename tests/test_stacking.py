@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -114,7 +115,7 @@ def test_pooled_candidates_merge_onto_the_incumbent_and_a_conflicting_or_foreign
     assert gitops.rev_parse(ws) == base and "Rule A." not in (ws.root / RUBRIC).read_text(encoding="utf-8")
 
 
-def row(strategy: str, meta: dict[str, object]) -> Experiment:
+def row(strategy: str, meta: Mapping[str, object]) -> Experiment:
     return Experiment(
         id=9,
         run_id="r",
@@ -122,7 +123,7 @@ def row(strategy: str, meta: dict[str, object]) -> Experiment:
         strategy=strategy,
         created=datetime.now(UTC),
         status="kept",
-        proposal_meta=meta,
+        proposal_meta=dict(meta),
     )
 
 

@@ -20,6 +20,7 @@ alpha's share of the time (`benchmarks/night.py` counts it over 200+ simulated n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from optimizer.ledger import Experiment
@@ -32,7 +33,7 @@ STACK = "stack"
 CARRIES_TRAILER = "Judgeloop-Carries"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Stacked:
     """The merged candidate as a strategy that proposes it (its row's strategy is ``stack``)."""
 
@@ -90,7 +91,7 @@ def merged_candidate(ctx: RunContext, incumbent: Experiment) -> Stacked | None:
     return Stacked(Proposal(files=files, rationale=rationale, meta=meta))
 
 
-def carries_trailers(strategy: str, meta: dict[str, object]) -> dict[str, object]:
+def carries_trailers(strategy: str, meta: Mapping[str, object]) -> dict[str, object]:
     """The ``Judgeloop-Carries`` trailer of a merged candidate's commit (none for any other strategy, or for a
     record that is not a list of experiment ids)."""
     stack = meta.get("stack") if strategy == STACK else None
