@@ -129,7 +129,9 @@ def test_three_small_fixes_rolled_back_alone_are_pooled_merged_and_kept_together
         attribution = present(led.latest_attribution(run.id))
     parts = {e.experiment: e for e in attribution.edits}
     assert set(parts) == {a.id, b.id, c.id}, attribution
-    assert all(present(e.items) > 0 and len(e.fixed) == 2 and not e.broken for e in parts.values()), attribution
+    assert all(present(e.items) > 0 and len(e.fixed) == 2 and not e.broken for e in parts.values()), (
+        attribution
+    )
     assert_clean(stack_ws)
 
 
