@@ -33,14 +33,21 @@ from optimizer.stats.decision import (
 from optimizer.stats.futility import Screen, make_looks, screen_decision_rejudged
 from optimizer.stats.metrics import Answer
 from optimizer.stats.policies import policy_for
+from optimizer.stats.pooling import points_right_way
+from optimizer.stats.rules import Decision
 from optimizer.workspace.config import LoopSection
 
-# The keep rules compared: the three policies, adaptive with and without futility (on by default).
+# The keep rules compared: the three policies, adaptive with and without futility (on by default), and
+# adaptive with stacking (`[loop] stack = 3`: rolled-back candidates that point the right way,
+# `optimizer.stats.pooling.points_right_way`, pooled and tested three at a time as one merged candidate),
+# without futility and with it (futility's early rollbacks are never pooled: they are not fully decided).
 RULES: dict[str, dict[str, object]] = {
     "literal": {"policy": "literal"},
     "paired": {"policy": "paired"},
     "adaptive": {"policy": "adaptive", "futility": False},
     "adaptive+futility": {"policy": "adaptive", "futility": True},
+    "stack3": {"policy": "adaptive", "futility": False, "stack": 3},
+    "stack3+futility": {"policy": "adaptive", "futility": True, "stack": 3},
 }
 MAX_CANDIDATES = 2000  # a bound on one night's loop, far above what any budget buys
 
@@ -95,11 +102,12 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A candidate's decision and the judge calls it cost."""
+    """A candidate's decision (early stops and futility's screen included) and the judge calls it cost."""
 
     kept: bool
     calls: int
     candidate: Candidate
+    decision: Decision | None = None
 
 
 class Judge:
@@ -165,8 +173,8 @@ def evaluate_candidate(
             cand.first[k] = ok
             cand.calls += 1
             answer = split.answer(k, ok)
-            if stopper.add(t, answer, [answer]) is not None:
-                return Outcome(False, cand.calls, cand)
+            if (stopped := stopper.add(t, answer, [answer])) is not None:
+                return Outcome(False, cand.calls, cand, stopped)
         if index >= len(looks):
             break
         judged = {split.ids[k]: split.answer(k, ok) for k, ok in cand.first.items()}
@@ -175,14 +183,14 @@ def evaluate_candidate(
         if fresh and rejudge > 0:
             _rejudge(split, inc, cand, fresh, judge, rejudge)
         inc_now, cand_now = _judgements(split, inc, cand, rejudge)
-        if screen_decision_rejudged(
+        if screened := screen_decision_rejudged(
             labels, looks[index], inc_now, cand_now, loop, level=loop.alpha, seed=seed
         ):
-            return Outcome(False, cand.calls, cand)
+            return Outcome(False, cand.calls, cand, screened)
     inc_now, cand_now = _judgements(split, inc, cand, rejudge)
     if rejudge > 0:
-        if not cand.rejudged and adaptive_stopped_decision(labels, cand_now, inc_first_j, loop) is not None:
-            return Outcome(False, cand.calls, cand)
+        if not cand.rejudged and (stopped := adaptive_stopped_decision(labels, cand_now, inc_first_j, loop)):
+            return Outcome(False, cand.calls, cand, stopped)
         answers = {t: js[0] for t, js in cand_now.items()}
         done = set(cand.rejudged)
         to_rejudge = [t for t in disagreements(inc_answers, answers) if t not in done]
@@ -191,7 +199,7 @@ def evaluate_candidate(
     decision = decide_adaptive(
         labels, inc_now, cand_now, loop, first_pass=1, rejudged=cand.rejudged, seed=seed
     )
-    return Outcome(bool(decision.keep), cand.calls, cand)
+    return Outcome(bool(decision.keep), cand.calls, cand, decision)
 
 
 @dataclass
@@ -210,6 +218,9 @@ class NightResult:
     dev_only_kept: int = 0
     calls: int = 0
     budget_cut: int = 0  # candidates the budget cut before their decision (never kept, as in the loop)
+    merged: int = 0  # merged candidates tested (stacking; each counted in decided)
+    merged_kept: int = 0  # of which kept
+    pooled: int = 0  # rolled-back candidates that pointed the right way and joined a pool
 
 
 @dataclass(frozen=True)
@@ -241,13 +252,38 @@ def night_world(plan: NightPlan) -> tuple[Items, Items, EditStream]:
     return dev, held, EditStream(np.random.default_rng([plan.seed, 2]), plan.dist, (dev, held))
 
 
+def merge_edits(parts: Sequence[Edit]) -> Edit:
+    """The pooled edits merged onto the incumbent: their shifts add (effects add in logit space; the
+    simulation has no text, so no edit conflicts)."""
+    first = parts[0]
+    return Edit(
+        "helpful" if all(p.direction == "helpful" for p in parts) else "neutral",
+        any(p.fpr_raising for p in parts),
+        all(p.transfers for p in parts),
+        sum((p.dev for p in parts), np.zeros_like(first.dev)),
+        sum((p.held for p in parts), np.zeros_like(first.held)),
+    )
+
+
+def _count_keep(out: NightResult, parts: Sequence[Edit]) -> None:
+    """A keep: one candidate, its edits counted by kind (a merged keep's parts each)."""
+    out.kept += 1
+    for edit in parts:
+        out.helpful_kept += edit.direction == "helpful"
+        out.harmful_kept += edit.direction == "harmful"
+        out.dev_only_kept += edit.dev_only
+
+
 def run_night(
     plan: NightPlan,
     rule: str,
     world: tuple[Items, Items, EditStream],
     on_candidate: Callable[[Edit, Outcome], None] | None = None,
 ) -> NightResult:
-    """One night under ``rule``: a baseline pass, then candidates until the budget of judge calls is spent."""
+    """One night under ``rule``: a baseline pass, then candidates until the budget of judge calls is spent.
+    With ``[loop] stack = K``, a rolled-back candidate that points the right way joins the incumbent's pool;
+    a full pool is merged and tested as the next candidate (counted as a test); any keep empties the pool,
+    and so does the merged candidate's test (its parts are never pooled again)."""
     dev, held, edits = world
     loop = loop_for(rule)
     split = Split(dev.positive)
@@ -255,26 +291,41 @@ def run_night(
     q0 = right_odds(dev.logit)
     inc = Incumbent(dev.logit.copy(), held.logit.copy(), np.array([judge.right(q) for q in q0]))
     out = NightResult(calls=len(q0))
+    pool: list[Edit] = []
+    drawn = 0
     for number in range(MAX_CANDIDATES):
         if out.calls >= plan.budget:
             break
-        edit = edits[number]
+        merging = loop.stack > 0 and len(pool) >= loop.stack
+        parts = list(pool) if merging else [edits[drawn]]
+        edit = merge_edits(parts) if merging else parts[0]
         outcome = evaluate_candidate(split, inc, edit, loop, judge, seed=plan.seed * 10_007 + number)
         if out.calls + outcome.calls > plan.budget:
             out.budget_cut += 1  # the loop's budget stops the evaluation: undecided, rolled back
             out.calls = plan.budget
             break
+        drawn += not merging
         out.calls += outcome.calls
         out.decided += 1
+        out.merged += merging
         if on_candidate is not None:
             on_candidate(edit, outcome)
+        if merging:
+            pool = []
         if outcome.kept:
-            out.kept += 1
-            out.helpful_kept += edit.direction == "helpful"
-            out.harmful_kept += edit.direction == "harmful"
-            out.dev_only_kept += edit.dev_only
+            out.merged_kept += merging
+            _count_keep(out, parts)
+            pool = []
             first = np.array([outcome.candidate.first[k] for k in range(len(q0))])
             inc = Incumbent(inc.dev + edit.dev, inc.held + edit.held, first, outcome.candidate.extra)
+        elif (
+            loop.stack > 0
+            and not merging
+            and outcome.decision is not None
+            and points_right_way(outcome.decision)
+        ):
+            pool.append(edit)
+            out.pooled += 1
     start_dev, end_dev = true_metrics(dev.logit, dev.positive), true_metrics(inc.dev, dev.positive)
     start_held, end_held = true_metrics(held.logit, held.positive), true_metrics(inc.held, held.positive)
     out.dev_kappa, out.dev_fpr = end_dev.kappa - start_dev.kappa, end_dev.fpr - start_dev.fpr

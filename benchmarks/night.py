@@ -16,6 +16,12 @@ threshold 0.01); see `benchmarks._night_loop`. Simulated: the judge (each call a
 item's probability of a right answer: per-item logits plus the kept edits' shifts), the edits and the
 true metrics (kappa and FPR of the expected counts); no git, ledger or provider.
 
+Rules: `literal`, `paired`, `adaptive`, `adaptive+futility` (the default) and stacking (`stack3`: adaptive
+without futility and `[loop] stack = 3`; `stack3+futility`): a rolled-back candidate that points the right
+way (`optimizer.stats.pooling.points_right_way`, the real rule) joins the incumbent's pool, and a full pool
+is tested as one merged candidate (its edits' shifts add; the simulation has no text, so nothing conflicts),
+counted as a test; `benchmarks._night_loop.run_night`.
+
 Figures per distribution and rule, averaged over nights: true kappa gain and FPR change (pp) of the final
 prompt on dev and held-out items, candidates decided and kept, helpful / harmful / dev-only (helpful but
 non-transferring) edits kept, judge calls used. The null night (`--null`, every edit neutral) reports the
@@ -24,7 +30,7 @@ alpha's share (the literal rule has no test; its share is shown for comparison).
 
 Run:  python benchmarks/night.py [--quick] [--json] [--seed 0] [--nights 6] [--budget 6480]
       [--null-nights 200] [--null-budget 648] [--dist small large harmful ...] [--null | --no-null]
-      [--rules literal paired adaptive adaptive+futility] [--workers 1] [--write-docs night]
+      [--rules literal paired adaptive adaptive+futility stack3] [--workers 1] [--write-docs night]
 """
 
 from __future__ import annotations
@@ -77,6 +83,9 @@ class Row:
     budget: int
     kept_share: float  # of decided candidates (the null night's false-keep share)
     alpha: float | None  # the level a rule's keeps are tested at (None: no test)
+    pooled: float = 0.0  # stacking: rolled-back candidates that pointed the right way and were pooled
+    merged: float = 0.0  # stacking: merged candidates tested (counted in decided)
+    merged_kept: float = 0.0  # stacking: merged candidates kept (counted in kept)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -114,6 +123,9 @@ def summarise(dist: str, rule: str, results: Sequence[NightResult], budget: int)
         budget=budget,
         kept_share=sum(r.kept for r in results) / decided if decided else float("nan"),
         alpha=loop.alpha if policy_for(loop).tests_at_alpha else None,
+        pooled=_mean([r.pooled for r in results]),
+        merged=_mean([r.merged for r in results]),
+        merged_kept=_mean([r.merged_kept for r in results]),
     )
 
 
@@ -172,6 +184,16 @@ def table(rows: Sequence[Row]) -> list[str]:
             f"{r.helpful_kept:>7.2f} {r.harmful_kept:>7.2f} {r.dev_only_kept:>8.2f} {r.calls:>6.0f}"
         )
     return lines
+
+
+def stack_lines(rows: Sequence[Row]) -> list[str]:
+    """Per stacking row: candidates pooled, merged candidates tested and kept, per night."""
+    return [
+        f"  {r.dist:<8} {r.rule:<8} pooled {r.pooled:5.2f}, merged candidates tested {r.merged:5.2f}, "
+        f"kept {r.merged_kept:4.2f} (of {r.kept:.2f} keeps)"
+        for r in rows
+        if loop_for(r.rule).stack > 0
+    ]
 
 
 def null_lines(rows: Sequence[Row]) -> list[str]:
@@ -273,6 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for line in table(rows):
             print(line)
+        stacked = stack_lines(rows)
+        if stacked:
+            print()
+            print("stacking, per night (a merged keep's edits are each counted above by kind):")
+            for line in stacked:
+                print(line)
     if null_rows:
         print()
         print(
@@ -280,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"candidates kept, {args.null_nights} nights"
         )
         for line in null_lines(null_rows):
+            print(line)
+        for line in stack_lines(null_rows):
             print(line)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"wall time {wall:.0f} s; load average at the end {load} (1 / 5 / 15 min)")

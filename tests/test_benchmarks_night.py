@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from benchmarks import night
-from benchmarks._night_loop import RULES
+from benchmarks._night_loop import RULES, loop_for
 from benchmarks._night_model import (
     DEFAULT_DISTS,
     DEV_KIND_COUNTS,
@@ -52,7 +52,9 @@ def test_quick_json_has_a_row_per_distribution_and_rule(quick_run: dict[str, Any
         assert 0 < row["calls"] <= row["budget"]  # the budget is never overspent
         assert row["decided"] >= 1
         assert row["kept"] == pytest.approx(row["kept_share"] * row["decided"])
-        assert row["helpful_kept"] + row["harmful_kept"] <= row["kept"]
+        # A merged keep (stacking) is one keep whose K parts are each counted by kind.
+        parts = (loop_for(row["rule"]).stack - 1) * row["merged_kept"] if row["merged_kept"] else 0
+        assert row["helpful_kept"] + row["harmful_kept"] <= row["kept"] + parts
         assert row["dev_only_kept"] <= row["helpful_kept"]
         assert all(math.isfinite(row[k]) for k in ("dev_kappa_gain", "held_out_kappa_gain"))
         # One night has no standard error: None, never NaN (strict JSON).

@@ -28,6 +28,8 @@ from optimizer.ledger.rows import (
     EXPERIMENT_V9_DEFAULTS,
     EXPERIMENT_V10_COLUMNS,
     EXPERIMENT_V10_DEFAULTS,
+    EXPERIMENT_V11_COLUMNS,
+    EXPERIMENT_V11_DEFAULTS,
     RUN_COLUMNS,
     json_or_none,
     ts,
@@ -171,6 +173,7 @@ class LedgerCore:
             (8, EXPERIMENT_V8_COLUMNS, EXPERIMENT_V8_DEFAULTS),
             (9, EXPERIMENT_V9_COLUMNS, EXPERIMENT_V9_DEFAULTS),
             (10, EXPERIMENT_V10_COLUMNS, EXPERIMENT_V10_DEFAULTS),
+            (11, EXPERIMENT_V11_COLUMNS, EXPERIMENT_V11_DEFAULTS),
         ):
             if self.version >= since:
                 parts.extend(columns)

@@ -165,6 +165,9 @@ class Experiment(BaseModel):
     policy_keep: bool | None = None
     policy_reason: str | None = None
     decided_by: DecidedBy | None = None
+    # [loop] stack: the incumbent experiment this rolled-back candidate was pooled on, because it pointed the
+    # right way (`optimizer.stats.pooling`); None when not pooled and on rows before schema 12.
+    pooled_on: int | None = None
 
     @property
     def overrule(self) -> str | None:
@@ -177,6 +180,24 @@ class Experiment(BaseModel):
         ):
             return None
         return overrule_line(self.status == "kept", self.policy_keep, self.policy_reason)
+
+    def _stack_ids(self, key: str) -> list[int]:
+        record = self.proposal_meta.get("stack") if self.strategy == "stack" else None
+        ids = record.get(key) if isinstance(record, dict) else None
+        if not isinstance(ids, list):
+            return []
+        return [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+
+    @property
+    def carries(self) -> list[int]:
+        """A merged candidate's parts ([loop] stack): the pooled experiments whose edits it carries (only a
+        ``stack`` row's ``proposal_meta["stack"]`` counts; any other row carries nothing)."""
+        return self._stack_ids("carries")
+
+    @property
+    def stack_pooled(self) -> list[int]:
+        """A merged candidate's pool: every pooled experiment its merge used (carried or left out)."""
+        return self._stack_ids("pooled")
 
     @property
     def judge_cost_usd(self) -> float:
@@ -331,6 +352,7 @@ class ExperimentOutcome:
     policy_keep: bool | None = None  # what the policy said (None: no policy decided)
     policy_reason: str | None = None
     decided_by: DecidedBy | None = None
+    pooled_on: int | None = None  # [loop] stack: the incumbent this rolled-back candidate is pooled on
 
     @property
     def cost_usd(self) -> float:
@@ -691,6 +713,9 @@ EXPERIMENT_V9_DEFAULTS = ("NULL", "NULL")
 # Added by schema 10: what the policy said, and who decided (`optimizer.vocab.DecidedBy`).
 EXPERIMENT_V10_COLUMNS = ("policy_keep", "policy_reason", "decided_by")
 EXPERIMENT_V10_DEFAULTS = ("NULL", "NULL", "NULL")
+# Added by schema 12: the incumbent a rolled-back candidate was pooled on ([loop] stack).
+EXPERIMENT_V11_COLUMNS = ("pooled_on",)
+EXPERIMENT_V11_DEFAULTS = ("NULL",)
 
 
 def run_from_row(r: sqlite3.Row) -> Run:

@@ -322,7 +322,7 @@ class RunTables(LedgerCore):
                 "prompt_hash = COALESCE(?, prompt_hash), "
                 "adaptive_keep = ?, alpha = ?, test = ?, rejudge_calls = ?, rejudge_cost_usd = ?, "
                 "cache_read_tokens = ?, cache_write_tokens = ?, keep_kind = ?, verdict_cost_usd = ?, "
-                "policy_keep = ?, policy_reason = ?, decided_by = ? WHERE id = ?",
+                "policy_keep = ?, policy_reason = ?, decided_by = ?, pooled_on = ? WHERE id = ?",
                 (
                     o.status,
                     None if o.status == "waiting" else ts(utc_now()),
@@ -356,6 +356,7 @@ class RunTables(LedgerCore):
                     opt_int(o.policy_keep),
                     o.policy_reason,
                     o.decided_by,
+                    o.pooled_on,
                     experiment_id,
                 ),
             )

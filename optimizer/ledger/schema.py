@@ -17,7 +17,7 @@ from optimizer.vocab import (
     TERMINAL_RUN_STATUSES,
 )
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 # Schema 4: the adaptive policy's record of each decision (see optimizer.stats.decision.AdaptiveTest).
 V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -57,6 +57,9 @@ _V11_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("confirmations", "fingerprint", "TEXT"),
     ("confirmations", "items", "TEXT"),
 )
+# Schema 12: stacking ([loop] stack, optimizer.loop.stack): pooled_on, the incumbent experiment a rolled-back
+# candidate that pointed the right way was pooled on (NULL: not pooled), written with its decision.
+_V12_COLUMNS: tuple[tuple[str, str, str], ...] = (("experiments", "pooled_on", "INTEGER"),)
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
 # its tuples, so an unchanged set keeps the same schema text (no migration).
@@ -159,6 +162,7 @@ CREATE TABLE experiments (
     policy_keep INTEGER,
     policy_reason TEXT,
     decided_by TEXT,
+    pooled_on INTEGER,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);
@@ -340,6 +344,11 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
             if column not in {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}:
                 cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
         current = 11
+    if current == 11:
+        for table, column, sql_type in _V12_COLUMNS:
+            if column not in {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}:
+                cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+        current = 12
     cur.execute(f"PRAGMA user_version = {current}")
 
 

@@ -3,7 +3,9 @@ kept chain against the prompts it started from, on fresh judgements of the dev s
 
 Scope: the kept edits in the history of the workspace's HEAD (every run's kept commits HEAD descends
 from — manual runs included), or with ``run`` those of one run (its kept chain, up to its incumbent).
-For each kept edit, newest first, the final prompts with that edit reverted: a three-way revert of
+A merged keep (`[loop] stack`) counts as its parts: each pooled candidate it carries is one edit, measured
+by reverting that candidate's own commit (`with_parts`). For each kept edit, newest first, the final
+prompts with that edit reverted: a three-way revert of
 its commit on top of the final commit, made in a scratch git worktree (the user's working tree and
 branch are never touched). An edit whose revert conflicts is *entangled*: later kept edits changed
 the same lines. The kept commits it conflicts with are found (the smallest set whose revert, newest
@@ -94,6 +96,24 @@ def _short(sha: str) -> str:
     return sha[:10]
 
 
+def with_parts(ws: Workspace, ledger: Ledger, edits: Sequence[gitops.KeptCommit]) -> list[gitops.KeptCommit]:
+    """``edits`` with each merged keep (`[loop] stack`) replaced by the pooled candidates it carries, each its
+    own edit (its commit under ``refs/judgeloop/rejected/<id>``, whose diff is that part alone), newest first;
+    a merged keep whose parts' refs are gone stays one edit."""
+    out: list[gitops.KeptCommit] = []
+    for edit in edits:
+        try:
+            carried = ledger.get_experiment(edit.experiment).carries
+            parts = [
+                gitops.KeptCommit(gitops.rev_parse(ws, f"{gitops.REJECTED_PREFIX}{part}"), part)
+                for part in reversed(carried)
+            ]
+        except UserError:
+            parts = []
+        out.extend(parts or [edit])
+    return out
+
+
 def resolve_scope(ws: Workspace, ledger: Ledger, run_id: str | None) -> Scope:
     """The kept edits to attribute, the final and baseline commits, and the run that records it."""
     if run_id is not None:
@@ -106,7 +126,7 @@ def resolve_scope(ws: Workspace, ledger: Ledger, run_id: str | None) -> Scope:
             raise UserError(f"run {run.id} kept no edit; nothing to attribute")
         for edit in kept:
             gitops.rev_parse(ws, edit.sha)  # a ledger copied without its git history: one clear line
-        return Scope(run, "run", chain[-1].commit_sha, run.start_rev, kept, [run.id])
+        return Scope(run, "run", chain[-1].commit_sha, run.start_rev, with_parts(ws, ledger, kept), [run.id])
     head = gitops.rev_parse(ws, "HEAD")
     found = gitops.kept_commits(ws, head)
     edits: list[gitops.KeptCommit] = []
@@ -125,7 +145,7 @@ def resolve_scope(ws: Workspace, ledger: Ledger, run_id: str | None) -> Scope:
     runs = list(dict.fromkeys(experiments[e.experiment].run_id for e in edits))
     recording = ledger.get_run(runs[0])  # the run of the newest kept edit
     baseline = ledger.get_run(runs[-1]).start_rev  # where the run of the oldest one started
-    return Scope(recording, "history", head, baseline, edits, runs)
+    return Scope(recording, "history", head, baseline, with_parts(ws, ledger, edits), runs)
 
 
 def _refuse_unfinished(ws: Workspace, ledger: Ledger, run_ids: Sequence[str]) -> None:

@@ -36,8 +36,10 @@ from optimizer.loop.guards import (
     trajectory_values,
 )
 from optimizer.loop.records import Prepared, Rejected, decision_trailers, one_line, unified_diff
+from optimizer.loop.stack import carries_trailers
 from optimizer.loop.strategies import (
     IN_WAVE,
+    POOLED,
     Disagreement,
     PastExperiment,
     Proposal,
@@ -129,7 +131,7 @@ def _history(ctx: RunContext) -> list[PastExperiment]:
         history.append(
             PastExperiment(
                 id=exp.id,
-                decision=exp.status,
+                decision=POOLED if exp.pooled_on is not None and exp.status == "rolled_back" else exp.status,
                 reason=exp.reason or "",
                 rationale=exp.rationale or "",
                 kappa=exp.kappa,
@@ -390,7 +392,9 @@ async def prepare(
     if reason is not None:
         ctx.events(GuardRejected(exp.id, reason))
         return Rejected(ctx.ledger.reject(exp.id, reason, cost_usd=proposal.cost_usd))
-    committed = _commit(ctx, exp.id, incumbent, proposal, changed)
+    committed = _commit(
+        ctx, exp.id, incumbent, proposal, changed, trailers=carries_trailers(strategy.name, proposal.meta)
+    )
     if isinstance(committed, Rejected):
         return committed
     if wave is not None:
@@ -480,9 +484,16 @@ def guard_reason(
 
 
 def _commit(
-    ctx: RunContext, exp_id: int, incumbent: Experiment, proposal: Proposal, changed: Changed
+    ctx: RunContext,
+    exp_id: int,
+    incumbent: Experiment,
+    proposal: Proposal,
+    changed: Changed,
+    *,
+    trailers: Mapping[str, object] | None = None,
 ) -> Rejected | Prepared:
-    """Write and commit the guarded files, guard the whole diff as git has it, mark the row evaluating."""
+    """Write and commit the guarded files, guard the whole diff as git has it, mark the row evaluating;
+    ``trailers``: more of the commit's trailers (a merged candidate's ``Judgeloop-Carries``)."""
     # Only guarded, allowed files are written (never through a link), and only they are committed.
     for path, (_, new_text) in changed.items():
         write_prompt_file(ctx.root, path, new_text or "")
@@ -491,6 +502,7 @@ def _commit(
         sorted(changed),
         f"judgeloop candidate {exp_id}: {one_line(proposal.rationale)}\n\n{proposal.rationale}",
         exp_id,
+        trailers,
     )
     incumbent_sha = incumbent.commit_sha or ctx.run.start_rev
     slipped = whole_diff_guard(ctx, incumbent_sha, sha, changed)

@@ -85,9 +85,11 @@ class Evaluated:
         extra_cost_usd: float = 0.0,
         commit_sha: str | None = None,
         prompt_hash: str | None = None,
+        pooled_on: int | None = None,
     ) -> ExperimentOutcome:
         """The ledger's record of this evaluation ending as ``status``; ``extra_cost_usd``: what else
-        the row's total counts (the optimiser's proposal, or what was paid before a crash)."""
+        the row's total counts (the optimiser's proposal, or what was paid before a crash); ``pooled_on``:
+        the incumbent a rolled-back candidate is pooled on (`optimizer.loop.stack`)."""
         d = self.decision
         return ExperimentOutcome(
             status=status,
@@ -116,6 +118,7 @@ class Evaluated:
             policy_reason=d.reason if d else None,
             # The policy decided when the status is its keep or roll back; a waiting one is a person's to decide.
             decided_by="policy" if d and status in ("kept", "rolled_back") else None,
+            pooled_on=pooled_on,
         )
 
 

@@ -32,6 +32,7 @@ from optimizer.loop.evaluate import EvalOptions, evaluate
 from optimizer.loop.propose import committed_prompts, prepare
 from optimizer.loop.records import EvaluationInterrupted, Prepared, Rejected, fmt3
 from optimizer.loop.settle import record_evaluation, roll_back_unevaluable, settle
+from optimizer.loop.stack import merged_candidate, pool_target
 from optimizer.loop.strategies import Strategy
 from optimizer.loop.waves import decide_wave_members, interrupted_wave, run_wave
 from optimizer.runsettings import Limits
@@ -110,8 +111,17 @@ class LoopRunner:
         self, incumbent: Experiment, provider: Provider, cache: JudgeCache, *, limits: Limits | None = None
     ) -> Experiment:
         """One candidate on ``incumbent``, proposed, evaluated and settled: its decided row. ``limits``:
-        this call's (``propose_only``), else the run's own."""
-        prepared = await prepare(self.ctx, self.strategy, incumbent, provider)
+        this call's (``propose_only``), else the run's own. With ``[loop] stack`` and a full pool on
+        ``incumbent``, the candidate is the pool's merge (`optimizer.loop.stack`), not the strategy's."""
+        stacked = merged_candidate(self.ctx, incumbent)
+        if stacked is None:
+            prepared = await prepare(self.ctx, self.strategy, incumbent, provider)
+        else:
+            self.ctx.say(
+                f"next candidate: the {len(stacked.proposal.meta['stack']['pooled'])} pooled candidates that "
+                "pointed the right way, merged onto the incumbent ([loop] stack)"
+            )
+            prepared = await prepare(self.ctx, stacked, incumbent, provider, given=stacked.proposal)
         if isinstance(prepared, Rejected):
             return prepared.experiment
         return await self.evaluate_candidate(prepared, incumbent, provider, cache, limits=limits)
@@ -165,7 +175,8 @@ class LoopRunner:
             cache,
             EvalOptions(cheaper=cheaper, propose_only=propose_only),
         )
-        return settle(ctx, candidate, prompts, ev, incumbent_sha, propose_only=propose_only)
+        pool_on = None if propose_only else pool_target(ctx, exp_id, incumbent)
+        return settle(ctx, candidate, prompts, ev, incumbent_sha, propose_only=propose_only, pool_on=pool_on)
 
     # -- the loop --------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from optimizer.judge.prompts import PromptSet
 from optimizer.ledger import Experiment, ExperimentOutcome, ExperimentStatus
 from optimizer.loop.context import RunContext
 from optimizer.loop.records import Evaluated, Prepared, as_advice, decision_trailers, item_verdicts
+from optimizer.stats.pooling import points_right_way
 from optimizer.workspace import gitops
 
 
@@ -44,9 +45,12 @@ def settle(
     incumbent_sha: str,
     *,
     propose_only: bool = False,
+    pool_on: int | None = None,
 ) -> Experiment:
     """Record ``candidate``'s evaluation and decision, and keep, park or roll back its commit (checked
-    out at the branch's tip); ``propose_only``: a decided candidate waits for a person instead."""
+    out at the branch's tip); ``propose_only``: a decided candidate waits for a person instead; ``pool_on``:
+    the incumbent whose pool a rolled-back candidate that points the right way joins (`optimizer.loop.stack`;
+    None: no pooling), recorded with its decision in one transaction."""
     exp_id, sha = candidate.experiment_id, candidate.commit_sha
     prompt_hash = prompts.prompt_hash()
 
@@ -82,7 +86,17 @@ def settle(
         rejected = gitops.roll_back(
             ctx.root, sha, exp_id, incumbent_sha, decision_trailers(exp_id, ev.metrics, "rolled_back")
         )
-        exp = record_evaluation(ctx, exp_id, ev, outcome("rolled_back", d.reason, rejected))
+        pooled = pool_on if pool_on is not None and points_right_way(d) else None
+        reason = d.reason + ("; it points the right way: pooled for stacking" if pooled is not None else "")
+        rolled_back = ev.outcome(
+            "rolled_back",
+            reason,
+            extra_cost_usd=candidate.optimiser_cost_usd,
+            commit_sha=rejected,
+            prompt_hash=prompt_hash,
+            pooled_on=pooled,
+        )
+        exp = record_evaluation(ctx, exp_id, ev, rolled_back)
     ctx.events(
         CandidateDecided(
             exp_id,

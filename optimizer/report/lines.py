@@ -117,9 +117,15 @@ def flip_summary(exp: Experiment) -> str:
 
 def status_label(e: Experiment) -> str:
     """An experiment's outcome as history and the report show it: ``kept (overruled)`` for a person's keep
-    against the policy's roll back (`Experiment.overrule`), ``kept (cheaper)`` for a cheaper-not-worse keep."""
+    against the policy's roll back (`Experiment.overrule`), ``kept (cheaper)`` for a cheaper-not-worse keep,
+    ``kept (stacked)`` for a merged candidate's keep (`Experiment.carries`), ``pooled`` for a rolled-back
+    candidate that pointed the right way and joined its incumbent's pool (`[loop] stack`)."""
     if e.status == "kept" and e.overrule:
         return "kept (overruled)"
+    if e.status == "kept" and e.carries:
+        return "kept (stacked)"
+    if e.status == "rolled_back" and e.pooled_on is not None:
+        return "pooled"
     return "kept (cheaper)" if e.status == "kept" and e.keep_kind == "cheaper" else e.status
 
 

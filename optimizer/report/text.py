@@ -205,6 +205,7 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
         out.append(
             f"  #{e.id} ({e.strategy or '-'}) {status_label(e).upper()}  commit {short(e.commit_sha)}"
             + (f"  parent #{e.parent_id}" if e.parent_id is not None else "")
+            + (f"  carries {', '.join(f'#{i}' for i in e.carries)}" if e.carries else "")
         )
         if e.reason:
             out.append(f"    reason: {e.reason}")

@@ -172,7 +172,13 @@ def decide_adaptive(
         items=items,
     )
     if not policy_for(loop).rejudges:  # decided on the first pass: the adaptive rule's outcome is shown only
-        return base.model_copy(update={"adaptive_keep": adaptive_keep, "test": test})
+        return base.model_copy(
+            update={
+                "adaptive_keep": adaptive_keep,
+                "test": test,
+                "majority_literal_keep": kappa_ok and fpr_ok,
+            }
+        )
 
     kappa_part, fpr_part = _rates(counts_i, counts_c)
     why: list[str] = []
@@ -208,6 +214,7 @@ def decide_adaptive(
         adaptive_keep=adaptive_keep,
         alpha=level,
         test=test,
+        majority_literal_keep=kappa_ok and fpr_ok,
     )
 
 
@@ -312,4 +319,5 @@ def adaptive_stop(
         early_stopped=bool(unjudged),
         adaptive_keep=False,
         alpha=level,
+        short_of_significance=kappa_ok and fpr_ok and observed.fixed > observed.broken,
     )

@@ -54,6 +54,12 @@ class Decision(BaseModel):
     test: AdaptiveTest | None = None
     # "cheaper" when kept as cheaper-not-worse ([loop] cheaper_margin_items), not as an improvement.
     keep_kind: str | None = None
+    # The literal rule on per-item majorities over every judgement (the adaptive test's; None when it was not
+    # evaluated): what `optimizer.stats.pooling.points_right_way` reads as "kappa up, FPR not up".
+    majority_literal_keep: bool | None = None
+    # Set when the adaptive bound stopped the candidate (`adaptive_stop`): True when only significance was out
+    # of reach (kappa could rise, FPR need not) and it had fixed more items than it broke so far.
+    short_of_significance: bool | None = None
 
 
 def exact_fraction(value: float) -> Fraction:

@@ -623,6 +623,17 @@ class LoopSection(_Section):
         description="candidates per round against one incumbent, judged together and decided with Holm (at most "
         "one keep); 1: one at a time",
     )
+    # Stacking sub-threshold candidates (optimizer.loop.stack): a rolled-back candidate that points the right way
+    # (optimizer.stats.pooling) joins a pool on its incumbent; when the pool holds `stack` of them their edits
+    # are merged onto the incumbent (git's three-way merge) and tested as one candidate. 0 = off.
+    stack: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_WAVE,
+        strict=True,
+        description="pool this many rolled-back candidates that point the right way (kappa up, FPR not up), then "
+        "merge their edits and test them as one candidate; 0: off",
+    )
     # Each candidate's first pass as an Inspect AI log, for `inspect view` and the tools that read Inspect
     # logs (optimizer.evaluation.inspect_log; needs the `inspect` extra).
     inspect_logs: bool = Field(
@@ -736,6 +747,8 @@ infra_retry_rounds = 2     # judge items that hit infrastructure errors again, u
 infra_retry_pause_s = 10   # after pausing this long x the round, before a candidate counts as incomplete
 labels = "given"           # given | corrected: labels.jsonl, or with devset/<split>/corrections.jsonl applied
                            #   (a person's `judgeloop label-fix`); fixed and fingerprinted at a run's start
+stack = 0                  # K > 0: pool rolled-back candidates that point the right way (kappa up, FPR
+                           #   not up) and test each K of them merged as one candidate; 0: off
 # cheaper_margin_items = 1  # keep a cheaper candidate not worse by more than this many items (0 = off)
 # cheaper_min_saving = 0.2  # ... if it costs at least 20% less per verdict
 futility = true            # adaptive: after the incumbent's wrong items and a random part of the rest, roll

@@ -12,6 +12,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Static
 
 from optimizer.fmt import num
+from optimizer.ledger import Experiment
 from optimizer.report.data import accounting
 from tui.data import History, HistoryRow, curve_points, load_history, matches_filter, one_line
 from tui.messages import CompareMarked, ExperimentSelected, HistoryLoaded
@@ -80,6 +81,19 @@ def wave_cell(row: HistoryRow) -> Text:
     return Text(row.wave_tag, style=style, no_wrap=True, overflow="ellipsis")
 
 
+def decision_cell(exp: Experiment) -> Text:
+    """The decision cell: a cheaper keep says so; a merged keep names the candidates it carries ([loop] stack);
+    a pooled roll back says it pointed the right way."""
+    text = decision_text(exp)
+    if exp.keep_kind == "cheaper":
+        return Text.assemble(text, Text(" cheaper", style="cyan"))
+    if exp.carries:
+        return Text.assemble(text, Text(f" carries {','.join(str(i) for i in exp.carries)}", style="cyan"))
+    if exp.status == "rolled_back" and exp.pooled_on is not None:
+        return Text.assemble(text, Text(" pooled", style="cyan"))
+    return text
+
+
 def history_cells(row: HistoryRow, weak: bool = False, waves: bool = False) -> tuple[Text, ...]:
     """One history row's cells as ready Text (no markup parsing on the UI thread; built in the worker).
     ``weak``: a kept edit whose contribution at the end is not significant (marked ``?``); ``waves``:
@@ -96,9 +110,7 @@ def history_cells(row: HistoryRow, weak: bool = False, waves: bool = False) -> t
             style="bold yellow" if weak else ("bold" if row.in_chain else ""),
         ),
         *(Text(v) for v in plain),
-        decision_text(exp)
-        if exp.keep_kind != "cheaper"
-        else Text.assemble(decision_text(exp), Text(" cheaper", style="cyan")),
+        decision_cell(exp),
         *((wave_cell(row),) if waves else ()),
         *(Text(v) for v in metrics),
         Text(row.delta_text("kappa"), style="green" if (row.d_kappa or 0) > 0 else ""),

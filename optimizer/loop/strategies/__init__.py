@@ -50,6 +50,10 @@ class Disagreement:
 # `PastExperiment.decision` of another candidate of the same wave (`[loop] wave`): proposed against the
 # same incumbent and judged together with the one being proposed, not decided yet.
 IN_WAVE = "in_wave"
+# `PastExperiment.decision` of a rolled-back candidate that pointed the right way and waits in the incumbent's
+# pool to be merged with others and tested together (`[loop] stack`, `optimizer.loop.stack`): a promising
+# direction a strategy may build on rather than abandon.
+POOLED = "pointed the right way, pooled"
 
 
 @dataclass(frozen=True)

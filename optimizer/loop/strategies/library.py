@@ -40,6 +40,7 @@ from optimizer.judge.prompts import (
 )
 from optimizer.loop.strategies import (
     IN_WAVE,
+    POOLED,
     Disagreement,
     PastExperiment,
     Proposal,
@@ -134,7 +135,7 @@ class Move:
 
 # The outcomes that mean a candidate was really tried (`error` covers interrupted and undecided ones), and
 # another candidate of the same wave (never proposed twice in one wave).
-DECIDED = frozenset({"kept", "rolled_back", "guard_rejected", "waiting", IN_WAVE})
+DECIDED = frozenset({"kept", "rolled_back", "guard_rejected", "waiting", IN_WAVE, POOLED})
 
 
 def tried_sets(history: Sequence[PastExperiment]) -> set[frozenset[str]]:
