@@ -44,7 +44,7 @@ def test_the_keep_question_goes_to_the_person_by_elicitation_and_a_form_never_ov
     answers = ["keep", "keep"]
     seen: dict[str, Any] = {}
 
-    async def person(_ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def person(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         asked.append(params)
         return types.ElicitResult(action="accept", content={"decision": answers.pop(0)})
 

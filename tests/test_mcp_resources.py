@@ -74,7 +74,7 @@ def test_resources_read_dev_items_history_and_certificate_and_refuse_held_out_it
     (certificates / "abc-1.json").write_text(
         json.dumps({"certificate_version": 1, "revision": start, "confirm": secret}), encoding="utf-8"
     )
-    seen: dict[str, Any] = {}
+    seen: dict[Any, Any] = {}
 
     async def body() -> None:
         with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
@@ -132,9 +132,8 @@ def test_resources_read_dev_items_history_and_certificate_and_refuse_held_out_it
         d["trajectory_id"] for d in seen["listing"]["items"]
     }
     shot = seen["shot"]
-    if shot is not None:
-        (blob,) = shot.contents
-        assert (
-            isinstance(blob, types.BlobResourceContents) and blob.blob and blob.mime_type.startswith("image/")
-        )
+    assert isinstance(shot, types.ReadResourceResult), shot
+    (blob,) = shot.contents
+    assert isinstance(blob, types.BlobResourceContents) and blob.blob
+    assert blob.mime_type is not None and blob.mime_type.startswith("image/")
     assert_clean(ws)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -429,7 +429,7 @@ def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession, 
     return sent
 
 
-Spawn = Callable[[Callable[[], Awaitable[None]]], None]
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
 
 
 def build_server(session: McpSession, spawn: Spawn) -> Server[Any]:
@@ -561,7 +561,7 @@ async def serve(session: McpSession) -> None:
     propose's candidate is when its client leaves)."""
     try:
         async with anyio.create_task_group() as tasks:
-            server = build_server(session, tasks.start_soon)
+            server = build_server(session, lambda work: tasks.start_soon(work))
             async with stdio_server() as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
             tasks.cancel_scope.cancel()
