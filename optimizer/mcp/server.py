@@ -429,6 +429,7 @@ def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession, 
     return sent
 
 
+ANSWER_FIRST_S = 0.2  # a non-blocking propose's candidate starts this long after its handle is answered
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
 
 
@@ -470,6 +471,9 @@ def build_server(session: McpSession, spawn: Spawn) -> Server[Any]:
             return await ask_keep(ctx.session, session, out)
 
         async def background() -> None:
+            # The handle's answer goes out first: the candidate's guards and git work run on this event
+            # loop and would hold it back (a host waits for it, not for them).
+            await anyio.sleep(ANSWER_FIRST_S)
             await candidates.run(candidate, evaluate)
 
         spawn(background)
