@@ -46,6 +46,7 @@ def test_the_mcp_inspector_cli_sees_valid_structured_results_and_a_stable_tool_o
     outcome = summary["blocking_propose"]["outcome"]
     runs, exps = ledger_state(ws)
     statuses = sorted(e.status for r in runs for e in exps[r.id] if e.seq > 0)
-    # The non-blocking candidate ended with its connection (rolled back); the blocking one was decided.
-    assert statuses == sorted(["error", outcome]), statuses
+    # The non-blocking candidate ended with its connection: stopped before it started (nothing recorded) or
+    # rolled back (an error on record); the blocking one was decided.
+    assert statuses in ([outcome], sorted(["error", outcome])), statuses
     assert_clean(ws)
