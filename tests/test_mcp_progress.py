@@ -106,3 +106,34 @@ def test_the_pace_holds_across_calls_the_next_calls_first_notice_waits_its_turn(
     clock.now = 0.5
     released = following.release()
     assert released is not None and released.progress == 1 and following.sent_at == 0.5
+
+
+def test_a_silent_call_sends_a_heartbeat_still_increasing_still_paced_and_never_a_whole_item_more() -> None:
+    clock = Clock()
+    meter = CallProgress(clock=clock)
+    assert meter.beat(20.0) is None  # not silent yet
+    clock.now = 20.0
+    first = meter.beat(20.0)  # nothing judged yet (a slow first judge call): a beat from 0
+    assert first is not None and 0 < first.progress < 1 and first.total is None
+    assert "still working" in first.message
+    clock.now = 21.0
+    real = meter.offer(snap(1, 32))
+    assert real is not None and real.progress == 1 and real.total == 32
+    beats = []
+    for n in range(1, 2000):  # silent for a long time: a beat every 20 s, each above the last, below 2
+        clock.now = 21.0 + 20.0 * n
+        beat = meter.beat(20.0)
+        if beat is not None:
+            beats.append(beat)
+    values = [1.0] + [b.progress for b in beats]
+    assert all(b > a for a, b in itertools.pairwise(values)) and values[-1] < 2
+    assert beats[0].total == 32 and beats[0].message.startswith("still working")
+    clock.now += 1.0
+    after = meter.offer(snap(2, 32))  # the next item goes on from the whole count, above every beat
+    assert after is not None and after.progress == 2
+    # A held notice is what a beat sends (no invented value when a real one waits).
+    clock.now += 0.1
+    assert meter.offer(snap(3, 32)) is None
+    clock.now += 30.0
+    held = meter.beat(20.0)
+    assert held is not None and held.progress == 3

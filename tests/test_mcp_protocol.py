@@ -24,8 +24,17 @@ from tests.support.mcp_client import call, client, conforms, data, drive, text
 from tests.support.mcp_workspace import ledger_state, make_mcp_template
 from tests.support.scripted import assert_clean
 
-STRUCTURED = {"status", "history", "propose", "decide", "report"}
-READ_ONLY = {"status", "history", "read_item", "read_steps", "view_screenshot", "read_file", "report"}
+STRUCTURED = {"status", "history", "propose", "decide", "report", "candidate_status"}
+READ_ONLY = {
+    "status",
+    "history",
+    "read_item",
+    "read_steps",
+    "view_screenshot",
+    "read_file",
+    "report",
+    "candidate_status",
+}
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ from tests.support.loop import (
     present,
     set_toml_key,
 )
-from tests.support.mcp_client import call, client, data, drive, server_args, server_env, text
+from tests.support.mcp_client import call, client, data, drive, server_env, text
 from tests.support.mcp_workspace import (
     CORRECTIONS,
     ledger_state,
@@ -133,11 +133,12 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
                     await call(session, "read_split", split="held")
                 seen["unknown"] = unknown.value
                 seen["attribute"] = await call(session, "attribute")
-                # A second session, a `run` and a `decide` while this one is open: refused in one line.
-                for name, argv in (
-                    ("second", server_args(ws, server.openai_base_url, "5")),
-                    ("run", ["-m", "optimizer.cli", "-w", str(ws), "run"]),
-                ):
+                # A second session's run and a `run` while this one's run is open: refused in one line (the
+                # second server itself starts: it takes the lock only with its run).
+                async with client(ws, server.openai_base_url, errlog, budget="5") as second:
+                    seen["second_status"] = await call(second, "status")
+                    seen["second"] = await call(second, "disagreements")
+                for name, argv in (("run", ["-m", "optimizer.cli", "-w", str(ws), "run"]),):
                     seen[name] = await anyio.to_thread.run_sync(
                         functools.partial(
                             subprocess.run,
@@ -198,11 +199,11 @@ def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split
     assert seen["attribute"].is_error and "kept no edit; nothing to attribute" in text(seen["attribute"])
     # No tool takes an argument that could name a split.
     assert all("split" not in json.dumps(schema.get("properties", {})) for schema in seen["schemas"])
+    assert not seen["second_status"].is_error
     second = seen["second"]
     assert (
-        second.returncode == 2
-        and "another judgeloop command is working in this workspace (judgeloop mcp, pid" in second.stderr
-        and "Traceback" not in second.stderr
+        second.is_error
+        and "another judgeloop command is working in this workspace (judgeloop mcp, pid" in text(second)
     )
     run_cmd = seen["run"]
     assert run_cmd.returncode == 2 and "(judgeloop mcp, pid" in run_cmd.stderr

@@ -7,6 +7,11 @@ call: items judged in every pass so far over items planned so far, never reset (
 the others by its size, the only thing a snapshot says of it). It also sends at most one
 notification every `MIN_INTERVAL_S` (so never more than two in any second), holding back the newest
 one in between and releasing it when its time comes; the call's last one is always sent.
+
+A long call can be silent for minutes (a slow judge, the guards, git): hosts kill a call they hear nothing
+from (an idle watchdog), so `CallProgress.beat` gives a heartbeat once `HEARTBEAT_S` passed without a
+notification: the held notice if there is one, else the last value plus a thousandth (below the next whole
+item, so still strictly increasing and never an item more than was judged), under the same pace.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from dataclasses import dataclass
 from optimizer.events import ProgressSnapshot
 
 MIN_INTERVAL_S = 0.5  # between two notifications of one call: at most two a second
+HEARTBEAT_S = 20.0  # a call silent this long sends a heartbeat
+_BEAT_STEP = 0.001  # what a heartbeat adds to the progress value (a thousandth of an item)
 
 
 @dataclass(frozen=True)
@@ -26,7 +33,7 @@ class Notice:
     call), and the current pass's own line."""
 
     progress: float
-    total: float
+    total: float | None
     message: str
 
 
@@ -47,7 +54,9 @@ class CallProgress:
         self._closed = 0  # items judged by the call's passes that ended
         self._sent_value = 0.0
         self._sent_at = sent_at
+        self._started = clock()
         self._held: Notice | None = None
+        self._last: Notice | None = None  # the last notice sent
 
     def _count(self, snap: ProgressSnapshot) -> Notice:
         # Passes interleave (a look of the first pass, re-judging its disagreements, the first pass going on
@@ -92,7 +101,33 @@ class CallProgress:
         notice, self._held = self._held, None
         return self._sent(notice)
 
+    @property
+    def last(self) -> Notice | None:
+        """The last notice sent (what a status request reports), None before the first."""
+        return self._last
+
+    def latest(self) -> Notice | None:
+        """The newest progress known: the held notice, else the last one sent (no pace applies)."""
+        return self._held or self._last
+
+    def beat(self, heartbeat_s: float = HEARTBEAT_S) -> Notice | None:
+        """A heartbeat to send now when the call has been silent ``heartbeat_s`` seconds (the held notice,
+        or the last value plus a thousandth of an item, capped below the next whole item), else None."""
+        since = max(self._started, self._sent_at if self._sent_at is not None else self._started)
+        if self.clock() - since < max(heartbeat_s, self.interval_s):
+            return None
+        if self._held is not None:
+            return self.release()
+        value = self._sent_value
+        nxt = min(value + _BEAT_STEP, float(int(value)) + 1 - _BEAT_STEP)
+        if nxt <= value:  # a thousand heartbeats on one item: nothing left to add below the next one
+            return None
+        last = self._last
+        message = f"still working ({last.message})" if last is not None else "still working"
+        return self._sent(Notice(nxt, last.total if last is not None else None, message))
+
     def _sent(self, notice: Notice) -> Notice:
+        self._last = notice
         self._sent_value = notice.progress
         self._sent_at = self.clock()
         self._held = None

@@ -225,3 +225,36 @@ def report_data(ledger: Ledger, run_id: str, text: str, budget: dict[str, float]
         "budget": budget,
         "text": text,
     }
+
+
+# -- non-blocking proposals (`optimizer.mcp.background`) ---------------------------------------------
+
+CANDIDATE_STATES = ("running", "decided", "refused", "failed")
+_PROGRESS = {
+    "type": ["object", "null"],
+    "description": "as the progress notifications carry it: items judged over items planned, over the "
+    "whole candidate (never going back), and the current pass's line; null before the first item",
+    "properties": {"progress": {"type": "number"}, "total": _NUM, "message": _STR},
+    "required": ["progress", "total", "message"],
+    "additionalProperties": False,
+}
+CANDIDATE_STATUS_SCHEMA = _obj(
+    {
+        "handle": {"type": "string"},
+        "state": {
+            "type": "string",
+            "enum": list(CANDIDATE_STATES),
+            "description": "running; decided (result holds the outcome); refused (nothing was proposed: "
+            "error says why); failed (the evaluation broke off: rolled back, error says why)",
+        },
+        "progress": _PROGRESS,
+        "result": {"anyOf": [OUTCOME_SCHEMA, {"type": "null"}]},
+        "error": _STR,
+        "next": {"type": "string"},
+    }
+)
+# ``propose`` answers the decided candidate (waiting for it) or, with ``wait: false``, its handle at once.
+PROPOSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "anyOf": [OUTCOME_SCHEMA, CANDIDATE_STATUS_SCHEMA],
+}

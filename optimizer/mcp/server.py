@@ -5,8 +5,11 @@ Tool calls are served one at a time (a lock): a client that sends two at once ge
 two proposals never share the branch. A refused call is a tool result with ``is_error`` set and one
 sentence saying what is wrong (the SDK's advice: the model sees it and can correct itself); arguments
 outside a tool's input schema are refused so before the tool runs. An unknown tool is a JSON-RPC error.
-Every tool has a title and annotations; five answer structured content (`optimizer.mcp.results`). A call's
-progress notifications go through `optimizer.mcp.progress` (monotonic, at most two a second).
+Every tool has a title and annotations; six answer structured content (`optimizer.mcp.results`). A call's
+progress notifications go through `optimizer.mcp.progress` (monotonic, at most two a second, a heartbeat
+when a long call is silent). ``propose`` with ``wait: false`` runs its candidate in the server's task group
+(`optimizer.mcp.background`); a waiting candidate's keep question goes to the person by elicitation when
+the client can (`optimizer.mcp.elicit`). The resources are `optimizer.mcp.resources`'; tool results link them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +34,15 @@ from optimizer import __version__
 from optimizer.errors import UserError
 from optimizer.events import ProgressSnapshot
 from optimizer.loop.strategies.tools import MEMORY_TOOL_SPECS, ToolOutput, spec
-from optimizer.mcp.progress import CallProgress, Notice
+from optimizer.mcp import resources
+from optimizer.mcp.background import Candidates
+from optimizer.mcp.elicit import ask_keep
+from optimizer.mcp.progress import HEARTBEAT_S, CallProgress, Notice
 from optimizer.mcp.results import (
+    CANDIDATE_STATUS_SCHEMA,
     DECIDE_SCHEMA,
     HISTORY_SCHEMA,
-    OUTCOME_SCHEMA,
+    PROPOSE_SCHEMA,
     REPORT_SCHEMA,
     STATUS_SCHEMA,
     Structured,
@@ -80,7 +87,7 @@ class _Tool:
     title: str
     description: str
     schema: dict[str, Any]
-    run: Run
+    run: Run | None
     annotations: types.ToolAnnotations
     output_schema: dict[str, Any] | None = None
 
@@ -188,7 +195,9 @@ TOOLS: tuple[_Tool, ...] = (
         "decided: the answer is the outcome (kept, rolled_back, guard_rejected, error, or waiting with "
         "propose_only), kappa and FPR before and after, the p-value and "
         f"the flips ({FLIPS_HELP}). Takes minutes: every item may be judged. propose_only: evaluate in full and "
-        "wait for decide instead of deciding by the policy.",
+        "wait for decide instead of deciding by the policy (the person is asked to keep or discard when the "
+        "host supports elicitation). wait: false answers a candidate handle at once and evaluates in the "
+        "background: poll candidate_status with it (one candidate at a time).",
         _obj(
             {
                 "files": {
@@ -199,12 +208,27 @@ TOOLS: tuple[_Tool, ...] = (
                 "memory": _MEMORY_EDITS,
                 "rationale": {"type": "string"},
                 "propose_only": {"type": "boolean"},
+                "wait": {
+                    "type": "boolean",
+                    "description": "true (the default): answer once the candidate is decided; false: answer "
+                    "its handle at once, then poll candidate_status",
+                },
             },
             ["rationale"],
         ),
         lambda s, a: s.propose(a),
         CHANGES,
-        OUTCOME_SCHEMA,
+        PROPOSE_SCHEMA,
+    ),
+    _Tool(
+        "candidate_status",
+        "Candidate status",
+        "The progress of a candidate proposed with wait: false (items judged over items planned, as the "
+        "progress notifications count it) and, once decided, its outcome as propose answers it.",
+        _obj({"handle": {"type": "string"}}, ["handle"]),
+        None,  # the server's own: its candidates are the server's (`optimizer.mcp.background`)
+        READS,
+        CANDIDATE_STATUS_SCHEMA,
     ),
     _Tool(
         "decide",
@@ -239,6 +263,8 @@ TOOLS: tuple[_Tool, ...] = (
     ),
 )
 _BY_NAME = {t.name: t for t in TOOLS}
+# The tools that judge: their progress goes to the call's progress token (with a heartbeat).
+JUDGING = frozenset({"disagreements", "propose", "attribute"})
 _VALIDATORS = {t.name: Draft202012Validator(t.schema) for t in TOOLS}
 
 
@@ -288,14 +314,22 @@ def _chosen(error: Any) -> Any:
     return error
 
 
-def _result(out: Answer) -> types.CallToolResult:
+def _error_out(text: str) -> ToolOutput:
+    return ToolOutput(text=f"error: {text}", is_error=True, problem=text)
+
+
+def _result(out: Answer, links: list[types.ResourceLink] | None = None) -> types.CallToolResult:
+    """``out`` as a tool result; ``links``: the resources a successful one links to."""
     if isinstance(out, Structured):
-        return types.CallToolResult(content=[types.TextContent(text=out.text)], structured_content=out.data)
+        blocks: list[types.ContentBlock] = [types.TextContent(text=out.text), *(links or [])]
+        return types.CallToolResult(content=blocks, structured_content=out.data)
     content: list[types.ContentBlock] = [types.TextContent(text=out.text)]
     if out.image is not None:
         content.append(
             types.ImageContent(data=base64.b64encode(out.image).decode("ascii"), mime_type=out.media_type)
         )
+    if not out.is_error:
+        content.extend(links or [])
     return types.CallToolResult(content=content, is_error=out.is_error)
 
 
@@ -309,14 +343,28 @@ class _Pace:
 
 class _Sent:
     """A call's progress notifications: throttled and counted over the whole call (`CallProgress`), each
-    sent as a task of the event loop; `drain` sends the held last one and awaits them all before the
-    call's result goes out."""
+    sent as a task of the event loop, with a heartbeat when the call is silent ``heartbeat_s`` seconds;
+    `drain` sends the held last one and awaits them all before the call's result goes out."""
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any], token: Any, pace: _Pace) -> None:
+    def __init__(
+        self, ctx: ServerRequestContext[Any, Any], token: Any, pace: _Pace, heartbeat_s: float = HEARTBEAT_S
+    ) -> None:
         self.ctx, self.token, self.pace = ctx, token, pace
         self.meter = CallProgress(sent_at=pace.sent_at)
         self.tasks: list[asyncio.Task[None]] = []
         self.timer: asyncio.TimerHandle | None = None
+        self.heartbeat_s = heartbeat_s
+        self.beating: asyncio.TimerHandle | None = None
+
+    def start_heartbeat(self) -> None:
+        """Look for silence every quarter of ``heartbeat_s`` (on the event loop's thread)."""
+        self.beating = asyncio.get_running_loop().call_later(self.heartbeat_s / 4, self._beat)
+
+    def _beat(self) -> None:
+        notice = self.meter.beat(self.heartbeat_s)
+        if notice is not None:
+            self._send(notice)
+        self.start_heartbeat()
 
     def offer(self, snap: ProgressSnapshot) -> None:
         """On the event loop's thread: send ``snap``'s notice now, or release it when its time comes."""
@@ -343,6 +391,9 @@ class _Sent:
         )
 
     async def drain(self) -> None:
+        if self.beating is not None:
+            self.beating.cancel()
+            self.beating = None
         await asyncio.sleep(0)  # what a worker thread scheduled runs first
         if self.timer is not None:
             self.timer.cancel()
@@ -364,6 +415,7 @@ def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession, 
     sent = _Sent(ctx, token, pace)
     if token is None:
         return sent
+    sent.start_heartbeat()
     loop = asyncio.get_running_loop()
     owner = threading.get_ident()
 
@@ -377,16 +429,68 @@ def _forward_progress(ctx: ServerRequestContext[Any, Any], session: McpSession, 
     return sent
 
 
-def build_server(session: McpSession) -> Server[Any]:
-    """The MCP server of ``session``: its tools, served one call at a time."""
+ANSWER_FIRST_S = 0.2  # a non-blocking propose's candidate starts this long after its handle is answered
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
+
+
+def build_server(session: McpSession, spawn: Spawn) -> Server[Any]:
+    """The MCP server of ``session``: its tools, served one call at a time, and its resources; ``spawn``
+    starts a non-blocking candidate in the server's task group (cancelled when the client leaves)."""
     lock = anyio.Lock()
     pace = _Pace()
+    candidates = Candidates()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any],  # noqa: ARG001 - the SDK's handler signature
         params: types.PaginatedRequestParams | None,  # noqa: ARG001
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[t.listed() for t in TOOLS])  # always in TOOLS' order
+
+    def status_of(args: Mapping[str, Any]) -> Answer:
+        handle = str(args.get("handle"))
+        found = candidates.get(handle)
+        if found is None:
+            known = ", ".join(candidates.known()) or "none yet"
+            return _error_out(f"no candidate has handle {handle!r} in this session (handles: {known})")
+        return Structured(found.record())
+
+    def start(ctx: ServerRequestContext[Any, Any], args: Mapping[str, Any]) -> Answer:
+        """A non-blocking propose: its quick refusals now, else its handle, the candidate evaluated in a
+        background task (its progress to the candidate, its keep question by elicitation)."""
+        refused = session.propose_refusal(args)
+        if refused is not None:
+            return refused
+        candidate = candidates.start()
+        session.on_progress = candidate.offer
+
+        async def evaluate() -> Answer:
+            try:
+                out = await session.propose(args)
+            finally:
+                session.on_progress = None
+            return await ask_keep(ctx.session, session, out)
+
+        async def background() -> None:
+            # The handle's answer goes out first: the candidate's guards and git work run on this event
+            # loop and would hold it back (a host waits for it, not for them).
+            await anyio.sleep(ANSWER_FIRST_S)
+            await candidates.run(candidate, evaluate)
+
+        spawn(background)
+        return Structured(candidate.record())
+
+    async def judged(ctx: ServerRequestContext[Any, Any], tool: _Tool, args: Mapping[str, Any]) -> Answer:
+        """A blocking call of a tool that judges: its progress to the call's progress token."""
+        sent = _forward_progress(ctx, session, pace)
+        try:
+            assert tool.run is not None
+            out = await tool.run(session, args)
+            if tool.name == "propose":
+                out = await ask_keep(ctx.session, session, out, ctx.request_id)
+            return out
+        finally:
+            session.on_progress = None
+            await sent.drain()
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -404,15 +508,44 @@ def build_server(session: McpSession) -> Server[Any]:
             # corrects its call.
             return _result(ToolOutput(text=f"error: {problem}", is_error=True, problem=problem))
         async with lock:
-            sent = _forward_progress(ctx, session, pace)
+            busy = candidates.busy(tool.name)
             try:
-                out: Answer = await tool.run(session, args)
+                if busy is not None:
+                    out: Answer = _error_out(busy)
+                elif tool.name == "candidate_status":
+                    out = status_of(args)
+                elif tool.name == "propose" and args.get("wait") is False:
+                    out = start(ctx, args)
+                elif tool.name in JUDGING:
+                    out = await judged(ctx, tool, args)
+                else:
+                    assert tool.run is not None  # every tool but candidate_status runs on the session
+                    out = await tool.run(session, args)
             except UserError as exc:
                 out = ToolOutput(text=f"error: {exc}", is_error=True)
-            finally:
-                session.on_progress = None
-                await sent.drain()
-        return _result(out)
+        return _result(out, resources.links_for(tool.name, args))
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any],  # noqa: ARG001 - the SDK's handler signature
+        params: types.PaginatedRequestParams | None,  # noqa: ARG001
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=list(resources.RESOURCES))
+
+    async def list_templates(
+        ctx: ServerRequestContext[Any, Any],  # noqa: ARG001 - the SDK's handler signature
+        params: types.PaginatedRequestParams | None,  # noqa: ARG001
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=list(resources.TEMPLATES))
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any, Any],  # noqa: ARG001 - the SDK's handler signature
+        params: types.ReadResourceRequestParams,
+    ) -> types.ReadResourceResult:
+        async with lock:
+            try:
+                return resources.read(session, str(params.uri))
+            except UserError as exc:
+                raise MCPError(code=resources.RESOURCE_NOT_FOUND, message=str(exc)) from None
 
     return Server(
         "judgeloop",
@@ -420,14 +553,21 @@ def build_server(session: McpSession) -> Server[Any]:
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
     )
 
 
 async def serve(session: McpSession) -> None:
-    """Serve ``session`` over stdin/stdout until the client closes the connection."""
-    server = build_server(session)
+    """Serve ``session`` over stdin/stdout until the client closes the connection; a candidate still
+    running in the background then is stopped (cancelled: rolled back, or left waiting, as a blocking
+    propose's candidate is when its client leaves)."""
     try:
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+        async with anyio.create_task_group() as tasks:
+            server = build_server(session, lambda work: tasks.start_soon(work))
+            async with stdio_server() as (read_stream, write_stream):
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+            tasks.cancel_scope.cancel()
     finally:
         await session.aclose()

@@ -1,11 +1,12 @@
 """One `judgeloop mcp` session: an optimisation run whose candidates come from an MCP client.
 
 The session is one run in the ledger (strategy ``mcp``), started as `judgeloop run` starts one (clean
-tree, the dev split only, held-out splits kept apart, its own branch) under the workspace's loop lock,
-held for the session's whole life: one session, `run`, `decide` or `confirm` per workspace at a time.
-The run starts lazily, with the first call that needs one (``disagreements``, ``propose``): a connection
-that only lists tools or reads ``status``, ``history``, ``report`` or the dev items leaves no run, branch
-or checkout (hosts start their servers at every launch).
+tree, the dev split only, held-out splits kept apart, its own branch) under the workspace's loop lock.
+The run starts lazily, with the first call that needs one (``disagreements``, ``propose``), and so does
+the lock: taken then and held until the session ends (one session, `run`, `decide` or `confirm` per
+workspace at a time). A connection that only lists tools or reads ``status``, ``history``, ``report``,
+the resources or the dev items leaves no run, branch or checkout and holds no lock (hosts start their
+servers at every launch).
 
 Every tool is a method returning a `ToolOutput` (text, an image, a refusal) or, for ``status``,
 ``history``, ``propose``, ``decide`` and ``report``, a `Structured` record (`optimizer.mcp.results`).
@@ -33,7 +34,7 @@ import dataclasses
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +180,7 @@ class McpSession:
         self._provider: Provider | None = None
         self._cache: JudgeCache | None = None
         self._baseline_failed: str | None = None
+        self._lock = ExitStack()  # the workspace's loop lock, from `begin` to `release`
         # Where the current call's judging progress goes (the MCP client's progress token), if anywhere.
         self.on_progress: Callable[[ProgressSnapshot], None] | None = None
 
@@ -221,23 +223,35 @@ class McpSession:
         closed, a clean tree, a run row, its branch checked out), as `judgeloop run` starts one; a
         `UserError` (a dirty tree, a candidate waiting from another run, ...) leaves nothing started."""
         if self._ctx is None:
-            if gitops.clear_stale_index_lock(self.ws.root):
-                self.say(
-                    "removed a stale .git/index.lock (left by a process killed in the middle of a git command)"
-                )
-            options = self.options
-            run_options = RunOptions(
-                policy=options.policy,
-                budget_usd=options.budget_usd,
-                replicates=options.replicates,
-                judge=options.judge,
+            with ExitStack() as taking:
+                # The loop lock first (a `UserError` naming its holder when another command has it).
+                taking.enter_context(command_lock(self.ws, "mcp"))
+                self._start()
+                self._lock = taking.pop_all()  # held from now until `release`
+        return self.ctx
+
+    def release(self) -> None:
+        """Let go of the workspace's loop lock, if the session took it."""
+        self._lock.close()
+
+    def _start(self) -> None:
+        """The run itself (the caller holds the loop lock)."""
+        if gitops.clear_stale_index_lock(self.ws.root):
+            self.say(
+                "removed a stale .git/index.lock (left by a process killed in the middle of a git command)"
             )
-            started = open_run(
-                self.ws, self.ledger, run_options, self.judge_section, self.say, proposer=MCP_PROPOSER
-            )
-            self._ctx = started.context(self.ws, self.ledger, self._event)
-            self._runner = LoopRunner(self._ctx, self.strategy)
-        return self._ctx
+        options = self.options
+        run_options = RunOptions(
+            policy=options.policy,
+            budget_usd=options.budget_usd,
+            replicates=options.replicates,
+            judge=options.judge,
+        )
+        started = open_run(
+            self.ws, self.ledger, run_options, self.judge_section, self.say, proposer=MCP_PROPOSER
+        )
+        self._ctx = started.context(self.ws, self.ledger, self._event)
+        self._runner = LoopRunner(self._ctx, self.strategy)
 
     def say(self, text: str) -> None:
         self.events(Message(text, "note"))
@@ -289,6 +303,14 @@ class McpSession:
             return None
         run = self._run()
         return self.ledger.get_experiment(run.incumbent_experiment) if run.incumbent_experiment else None
+
+    def has_baseline(self) -> bool:
+        """Whether the session's run has an incumbent (its baseline evaluated)."""
+        return self._incumbent() is not None
+
+    def reading_state(self) -> ToolState:
+        """The reading tools' state (`_state`), for the resources."""
+        return self._state()
 
     def _state(self) -> ToolState:
         """The agent strategy's tool state over the incumbent's context (no disagreements before the baseline)."""
@@ -465,8 +487,10 @@ class McpSession:
     def read_file(self, args: Mapping[str, Any]) -> ToolOutput:
         return run_tool(self._state(), "read_file", dict(args))
 
-    async def propose(self, args: Mapping[str, Any]) -> ToolOutput | Structured:
-        """Check the files as the agent's tools do, then the loop's candidate path; answers the decision."""
+    def propose_refusal(self, args: Mapping[str, Any]) -> ToolOutput | None:
+        """The refusal of a ``propose`` with ``args`` that needs no judge call and no git write (the
+        arguments' shapes, a waiting candidate, the budget, a dirty tree), or None; a non-blocking propose
+        says it before it answers its handle."""
         files, rationale, propose_only = (
             args.get("files", {}),
             args.get("rationale"),
@@ -503,6 +527,15 @@ class McpSession:
                 "only what propose sends: put them in a proposal, or discard them (`git checkout -- "
                 "<file>`), then propose again"
             )
+        return None
+
+    async def propose(self, args: Mapping[str, Any]) -> ToolOutput | Structured:
+        """Check the files as the agent's tools do, then the loop's candidate path; answers the decision."""
+        refused = self.propose_refusal(args)
+        if refused is not None:
+            return refused
+        files, rationale = args.get("files", {}), str(args.get("rationale"))
+        memory, propose_only = args.get("memory", []), bool(args.get("propose_only", False))
         failed = await self._ensure_baseline()
         if failed is not None:
             return failed
@@ -576,6 +609,20 @@ class McpSession:
             )
         lines: list[str] = []
         exp = decide_waiting(self.ws, self.ledger, experiment, decision == "keep", lines.append, by="mcp")
+        return Structured(self._outcome(exp) | {"said": lines})
+
+    def decide_asked(self, experiment: int, keep: bool) -> ToolOutput | Structured:
+        """A person's answer to the keep question (`optimizer.mcp.elicit`), recorded as theirs; a keep the
+        policy rolls back is refused as the client's would be (the server cannot tell a form's answer from
+        the client's own): the candidate still waits for `judgeloop decide` or the TUI."""
+        overrules = keep and self.ledger.get_experiment(experiment).policy_keep is False
+        lines: list[str] = []
+        try:
+            exp = decide_waiting(
+                self.ws, self.ledger, experiment, keep, lines.append, by="mcp" if overrules else "person"
+            )
+        except UserError as exc:
+            return _error(str(exc))
         return Structured(self._outcome(exp) | {"said": lines})
 
     async def attribute(self) -> ToolOutput:
@@ -681,26 +728,27 @@ class McpSession:
 
 @contextmanager
 def open_session(ws: Workspace, options: SessionOptions, events: Listener = ignore) -> Iterator[McpSession]:
-    """Take the loop lock (held while the session lasts) and yield the session; its run starts with the
-    first call that needs one (`McpSession.begin`), and on the way out the session records how it ended.
-    A `UserError` before the yield means no session (another command holds the workspace, a missing key,
-    a held-out split as the dev split, ...)."""
-    with command_lock(ws, "mcp"):
-        check_prompts_tree(ws.root)
-        # What would refuse the run, checked now (reading only), so a session that cannot run says so at once.
-        judge = options.judge.apply(ws.config.judge)
-        check_budget(judge, options.budget_usd)
-        check_confinement(judge)
-        check_judge_key(judge)
-        split = loop_split(ws)
-        with Ledger(ws.ledger_path) as ledger:
-            session = McpSession(ws, ledger, options, split, events)
-            try:
-                yield session
-            except Exception as exc:
-                session.finish(crashed=f"{type(exc).__name__}: {exc}")
-                raise
-            except BaseException:  # Ctrl-C, a cancelled server: the session ends as if its client left
-                session.finish()
-                raise
+    """Yield the session; its run (and the workspace's loop lock) starts with the first call that needs
+    one (`McpSession.begin`), and on the way out the session records how it ended and lets the lock go.
+    A `UserError` before the yield means no session (a missing key, a held-out split as the dev split, ...)."""
+    check_prompts_tree(ws.root)
+    # What would refuse the run, checked now (reading only), so a session that cannot run says so at once.
+    judge = options.judge.apply(ws.config.judge)
+    check_budget(judge, options.budget_usd)
+    check_confinement(judge)
+    check_judge_key(judge)
+    split = loop_split(ws)
+    with Ledger(ws.ledger_path) as ledger:
+        session = McpSession(ws, ledger, options, split, events)
+        try:
+            yield session
+        except Exception as exc:
+            session.finish(crashed=f"{type(exc).__name__}: {exc}")
+            raise
+        except BaseException:  # Ctrl-C, a cancelled server: the session ends as if its client left
             session.finish()
+            raise
+        else:
+            session.finish()
+        finally:
+            session.release()

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 import anyio
 from jsonschema import Draft202012Validator
 from mcp import ClientSession, types
+from mcp.client.session import ElicitationFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.support.paths import REPO_ROOT
@@ -46,12 +47,18 @@ def server_env() -> dict[str, str]:
 
 
 @asynccontextmanager
-async def client(root: Path, url: str, errlog: TextIO, budget: str = "100") -> AsyncIterator[ClientSession]:
-    """A `ClientSession` over a `judgeloop mcp` child, initialised; the child ends with the block."""
+async def client(
+    root: Path, url: str, errlog: TextIO, budget: str = "100", elicitation: ElicitationFnT | None = None
+) -> AsyncIterator[ClientSession]:
+    """A `ClientSession` over a `judgeloop mcp` child, initialised; the child ends with the block.
+    ``elicitation``: the client's elicitation callback (it then declares the capability)."""
     params = StdioServerParameters(
         command=sys.executable, args=server_args(root, url, budget), env=server_env(), cwd=str(REPO_ROOT)
     )
-    async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+    async with (
+        stdio_client(params, errlog=errlog) as (read, write),
+        ClientSession(read, write, elicitation_callback=elicitation) as session,
+    ):
         with anyio.fail_after(60):
             await session.initialize()
         yield session
@@ -97,6 +104,19 @@ def conforms(tool: types.Tool, result: types.CallToolResult) -> dict[str, Any]:
     assert not errors, (tool.name, errors)
     assert json.loads(text(result)) == result.structured_content
     return result.structured_content
+
+
+async def settled(session: ClientSession, handle: str, polls: int = 2400) -> dict[str, Any]:
+    """Poll ``candidate_status`` for ``handle`` until its state is no longer running (bounded by
+    `CALL_LIMIT_S` and ``polls``); its last structured content."""
+    with anyio.fail_after(CALL_LIMIT_S):
+        for _ in range(polls):
+            result = await session.call_tool("candidate_status", {"handle": handle})
+            status = data(result)
+            if status["state"] != "running":
+                return status
+            await anyio.sleep(0.1)  # between two polls: the candidate's evaluation is the event waited on
+    raise AssertionError(f"candidate {handle} still running after {polls} polls")
 
 
 def drive(body: Callable[[], Awaitable[None]]) -> None:
