@@ -16,7 +16,7 @@ import contextlib
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,7 +48,7 @@ from optimizer.judge.types import (
     Provider,
     Sampling,
 )
-from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.config import JudgeSection, Price
 from optimizer.workspace.workspace import Workspace
 
 
@@ -292,6 +292,8 @@ class PassOptions:
     infra_retry_pause_s: float = 0.0
     batch: BatchOptions | None = None
     stop: StopRequest | None = None
+    # Prices per model over the workspace's [prices] (a cascade's second judge brings its own).
+    prices: Mapping[str, Price] | None = None
 
 
 def sampling_from(prompts: PromptSet) -> Sampling:
@@ -330,8 +332,35 @@ async def evaluate_items(
 
     ``stop``: once requested, no new paid call starts (direct passes); the calls in flight finish, their
     items count, and the result's ``stop`` is `StopKind.INTERRUPTED` with the rest ``not_evaluated``.
+
+    A cascade (judge.toml ``structure = "cascade"``) runs as two passes, `optimizer.evaluation.cascade`.
     """
     options = options if options is not None else PassOptions()
+    if prompts.settings.structure == "cascade":
+        from optimizer.evaluation.cascade import evaluate_cascade
+
+        return await evaluate_cascade(
+            ws, split, prompts, judge,
+            item_ids=item_ids, replicates=replicates, first_replicate=first_replicate, options=options,
+        )  # fmt: skip
+    return await evaluate_single(
+        ws, split, prompts, judge,
+        item_ids=item_ids, replicates=replicates, first_replicate=first_replicate, options=options,
+    )  # fmt: skip
+
+
+async def evaluate_single(
+    ws: Workspace,
+    split: Split,
+    prompts: PromptSet,
+    judge: JudgeSection,
+    *,
+    item_ids: Sequence[str],
+    replicates: int,
+    first_replicate: int,
+    options: PassOptions,
+) -> EvalRun:
+    """One judge's pass (`evaluate_items` without the cascade: each of a cascade's stages is one)."""
     budget, batch, stop = options.budget, options.batch, options.stop
     provider, cache = options.provider, options.cache
     if replicates < 1:
@@ -362,7 +391,7 @@ async def evaluate_items(
         if cache is None:
             cache = JudgeCache(ws.cache_path)
         sampling = sampling_from(prompts)
-        prices = dict(ws.config.prices)
+        prices = {**ws.config.prices, **(options.prices or {})}
         # A provider that runs one call at a time gets one call slot: calls queued inside it would
         # still run (and be paid for) after an early stop.
         concurrency = min(judge.max_concurrency, traits.max_parallel_calls or judge.max_concurrency)
@@ -473,7 +502,7 @@ async def evaluate_items(
             max_concurrency=judge.max_concurrency,
             timeout_s=judge.timeout_s,
             max_retries=judge.max_retries,
-            settings=_settings_dict(prompts),
+            settings=settings_record(prompts),
             budget_usd=None if budget is None else budget.max_usd,
             batch=batch is not None,
             memory=None if retriever is None else memory_record(retriever),
@@ -537,8 +566,15 @@ def memory_record(retriever: Retriever) -> dict[str, Any]:
     }
 
 
-def _settings_dict(prompts: PromptSet) -> dict[str, Any]:
-    return prompts.settings.dump()
+def settings_record(prompts: PromptSet) -> dict[str, Any]:
+    """judge.toml's settings as results record them (a cascade's second judge's addresses redacted)."""
+    data = prompts.settings.dump()
+    second = (data.get("cascade") or {}).get("second")
+    if isinstance(second, dict):
+        second["base_url"] = redacted_url(second.get("base_url"))
+        if second.get("base_urls"):
+            second["base_urls"] = [redacted_url(url) for url in second["base_urls"]]
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,207 @@
+"""Running a cascade judge (judge.toml ``structure = "cascade"``, `optimizer.judge.cascade`): the first judge
+judges every item, the escalation rule picks the items that go on, the second judge judges those alone.
+
+Each stage is an ordinary pass of `optimizer.evaluation.evaluator` (its provider, the engine's cache,
+budget, endpoints, stop request and batch machinery), so a stage's calls are cached and paid exactly as a
+single judge's: re-evaluating a candidate that changed only the second judge's files re-pays only the second
+stage. The final `ItemResult` of an escalated item is the second judge's, each replicate's usage holding
+both stages' calls and its verdict the cascade's record (`CASCADE_KEY`: the rule, the first verdict);
+an item that stays is the first judge's with the same record. Judge-input side: never reads labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from optimizer.errors import UserError
+from optimizer.evaluation.files import redacted_url
+from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
+from optimizer.events import StopKind, StopReason
+from optimizer.judge.cascade import CASCADE_KEY, EscalationRule, cascade_record, first_prompts, second_prompts
+from optimizer.judge.prompts import PromptSet
+from optimizer.models import Verdict
+from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.workspace import Workspace
+
+if TYPE_CHECKING:
+    from optimizer.devset.split import Split
+    from optimizer.evaluation.evaluator import PassOptions
+
+
+def escalated_items(run: EvalRun, rule: EscalationRule) -> list[str]:
+    """The items of a first-stage pass the rule sends on, in the pass's order (an infrastructure error
+    never goes on: it is judged again next time)."""
+    out = []
+    for item in run.items:
+        if item.infra_error:
+            continue
+        confidence = item.verdict.confidence if item.verdict is not None else None
+        if rule.escalates(item.answer.success, confidence):
+            out.append(item.trajectory_id)
+    return out
+
+
+def _with_record(verdict: Verdict | None, record: dict[str, Any]) -> Verdict | None:
+    if verdict is None:
+        return None
+    return Verdict.model_validate({**verdict.model_dump(), CASCADE_KEY: record})
+
+
+def _stay(item: ItemResult, rule: EscalationRule) -> ItemResult:
+    """A first-stage item that is final: its verdicts carry the record (not escalated)."""
+    first = None if item.verdict is None else item.verdict.model_dump()
+    record = cascade_record(rule, first, escalated=False, first_status=item.answer.status)
+    reps = [dataclasses.replace(r, verdict=_with_record(r.verdict, record)) for r in item.replicates]
+    return dataclasses.replace(item, replicates=reps, verdict=_with_record(item.verdict, record))
+
+
+def _merge(first: ItemResult, second: ItemResult, rule: EscalationRule) -> ItemResult:
+    """An escalated item: the second judge's answer, every replicate's usage both stages' calls, and
+    the first verdict in the record."""
+    record = cascade_record(
+        rule,
+        None if first.verdict is None else first.verdict.model_dump(),
+        escalated=True,
+        first_status=first.answer.status,
+    )
+    reps: list[ReplicateResult] = []
+    for k, rep in enumerate(second.replicates):
+        mine = first.replicates[k] if k < len(first.replicates) else None
+        reps.append(
+            dataclasses.replace(
+                rep,
+                verdict=_with_record(rep.verdict, record),
+                usage=rep.usage if mine is None else rep.usage + mine.usage,
+                cached=rep.cached and (mine is None or mine.cached),
+                duration_s=rep.duration_s + (0.0 if mine is None else mine.duration_s),
+            )
+        )
+    return dataclasses.replace(
+        second,
+        replicates=reps,
+        verdict=_with_record(second.verdict, record),
+        notes=(*first.notes, *second.notes),
+        duration_s=first.duration_s + second.duration_s,
+    )
+
+
+def stage_figures(run: EvalRun) -> dict[str, Any]:
+    """One stage's figures for the results and the report: calls made now, what they cost now (US
+    dollars), cache hits, and what its verdicts cost as made (cached ones included)."""
+    return {
+        "items": len(run.items),
+        "calls": run.usage.calls,
+        "cost_usd": round(run.usage.cost_usd, 6),
+        "cache_hits": run.cache_hits,
+        "cost_usd_as_made": round(sum(item.usage.cost_usd for item in run.items), 6),
+    }
+
+
+async def evaluate_cascade(
+    ws: Workspace,
+    split: Split,
+    prompts: PromptSet,
+    judge: JudgeSection,
+    *,
+    item_ids: Sequence[str],
+    replicates: int,
+    first_replicate: int,
+    options: PassOptions,
+) -> EvalRun:
+    """Judge ``item_ids`` with the cascade ``prompts`` sets (see the module docstring); `evaluate_items`'s
+    contract. ``options.on_item`` is asked about each final item in order once both stages are done (the
+    rest are left out once it returns True); ``options.provider`` is the first judge's; the second judge's
+    provider is made here from ``[cascade.second]`` and closed at the end."""
+    from optimizer.evaluation.evaluator import evaluate_single
+    from optimizer.judge.providers import make_provider
+
+    cascade = prompts.settings.cascade
+    if cascade is None:
+        raise ValueError("evaluate_cascade: the prompt set has no [cascade]")
+    rule = cascade.rule()
+    second_section = cascade.second.section()
+    later = dataclasses.replace(options, on_item=None)
+    second_provider = make_provider(second_section)
+    try:
+        if options.batch is not None and (
+            second_provider.traits.batch is None or cascade.second.mode != "direct"
+        ):
+            raise UserError(
+                f"--batch: the cascade's second judge ([cascade.second] provider = {second_section.provider}, mode = "
+                f"{cascade.second.mode}) cannot judge through a batch API; drop --batch or make it a direct "
+                "anthropic or openai judge"
+            )
+        first = await evaluate_single(
+            ws, split, first_prompts(prompts), judge,
+            item_ids=item_ids, replicates=replicates, first_replicate=first_replicate, options=later,
+        )  # fmt: skip
+        escalated = escalated_items(first, rule) if first.stop is None else []
+        prices = {**ws.config.prices, **cascade.second.prices}
+        second = await evaluate_single(
+            ws, split, second_prompts(prompts), second_section,
+            item_ids=escalated, replicates=replicates, first_replicate=first_replicate,
+            options=dataclasses.replace(later, provider=second_provider, prices=prices),
+        )  # fmt: skip
+    finally:
+        await second_provider.aclose()
+    return _combine(first, second, prompts, item_ids, options)
+
+
+def _combine(
+    first: EvalRun, second: EvalRun, prompts: PromptSet, item_ids: Sequence[str], options: PassOptions
+) -> EvalRun:
+    from optimizer.evaluation.evaluator import settings_record
+
+    assert prompts.settings.cascade is not None
+    rule = prompts.settings.cascade.rule()
+    by_first = {item.trajectory_id: item for item in first.items}
+    by_second = {item.trajectory_id: item for item in second.items}
+    escalated = set(escalated_items(first, rule)) if first.stop is None else set()
+    items: list[ItemResult] = []
+    stop = first.stop or second.stop
+    for tid in item_ids:
+        if tid not in by_first or (tid in escalated and tid not in by_second):
+            continue
+        item = _merge(by_first[tid], by_second[tid], rule) if tid in escalated else _stay(by_first[tid], rule)
+        items.append(item)
+        if options.on_item is not None and options.on_item(item) and stop is None:
+            stop = StopReason(StopKind.EARLY_STOP, "stopped early: the caller's stopping rule was met")
+            break
+    done = {item.trajectory_id for item in items}
+    judged = len([t for t in by_first if not by_first[t].infra_error])
+    share = len(escalated) / judged if judged else 0.0
+    meta = second.meta
+    record = {
+        "rule": rule.describe(),
+        "escalated": len(escalated),
+        "judged": judged,
+        "escalation_share": round(share, 4),
+        "second": {
+            "provider": meta.provider,
+            "model": meta.model,
+            "base_url": redacted_url(meta.base_url),
+            "prompt_hash": meta.prompt_hash,
+        },
+        "stages": {"first": stage_figures(first), "second": stage_figures(second)},
+    }
+    notes = [
+        *first.notes,
+        f"cascade: {len(escalated)} of {judged} items escalated ({share:.0%}, rule {rule.describe()}) to "
+        f"{meta.provider} {meta.model}",
+        *(f"second judge: {note}" for note in second.notes),
+    ]
+    return EvalRun(
+        items=items,
+        usage=first.usage + second.usage,
+        cache_hits=first.cache_hits + second.cache_hits,
+        duration_s=first.duration_s + second.duration_s,
+        stop=stop,
+        notes=notes,
+        not_evaluated=[tid for tid in item_ids if tid not in done],
+        item_ids=list(item_ids),
+        cache_reads=first.cache_reads,
+        meta=dataclasses.replace(first.meta, cascade=record, settings=settings_record(prompts)),
+        endpoints=first.endpoints,
+    )
