@@ -93,9 +93,9 @@ def within(observed: float, expected: float, n: int, what: str) -> None:
 def test_a_cascade_matches_the_fakes_odds_and_asks_the_second_judge_exactly_the_escalated_items(
     data: Data, correlated: bool
 ) -> None:
-    judges = TwoJudges(data, correlated=correlated)
+    judges = TwoJudges.of_data(data, correlated=correlated)
     with FakeLLMServer(judges) as server:
-        write_cascade(data, server.openai_base_url)
+        write_cascade(data.ws.root, server.openai_base_url)
         run = run_cascade(data, server)
     labels = labels_of(data)
     ids = data.split.ids
@@ -139,9 +139,9 @@ def test_a_cascade_matches_the_fakes_odds_and_asks_the_second_judge_exactly_the_
 
 
 def test_both_verdicts_are_kept_in_the_verdict_files_and_the_ledger_rows(data: Data, tmp_path: Path) -> None:
-    judges = TwoJudges(data)
+    judges = TwoJudges.of_data(data)
     with FakeLLMServer(judges) as server:
-        write_cascade(data, server.openai_base_url)
+        write_cascade(data.ws.root, server.openai_base_url)
         run = run_cascade(data, server)
     out = write_results(tmp_path / "out", run)
     up = next(t for t in data.split.ids if judges.says_success(CHEAP, t))
@@ -161,9 +161,9 @@ def test_both_verdicts_are_kept_in_the_verdict_files_and_the_ledger_rows(data: D
 
 
 def test_a_second_evaluation_is_served_from_the_cache_for_both_stages(data: Data) -> None:
-    judges = TwoJudges(data)
+    judges = TwoJudges.of_data(data)
     with FakeLLMServer(judges) as server:
-        write_cascade(data, server.openai_base_url)
+        write_cascade(data.ws.root, server.openai_base_url)
         run_cascade(data, server)
         asked = {k: len(v) for k, v in judges.asked.items()}
         again = run_cascade(data, server)
@@ -174,9 +174,9 @@ def test_a_second_evaluation_is_served_from_the_cache_for_both_stages(data: Data
 def test_calibration_reports_every_rule_on_a_fold_it_was_not_chosen_on(data: Data) -> None:
     """The rule is chosen on the tuning fold; the held-out fold's figures are computed on its own items, so
     where the judges behave differently on the two folds, the figures differ."""
-    judges = TwoJudges(data)
+    judges = TwoJudges.of_data(data)
     with FakeLLMServer(judges) as server:
-        write_cascade(data, server.openai_base_url)
+        write_cascade(data.ws.root, server.openai_base_url)
         ws = Workspace.open(data.ws.root)
         prompts = PromptSet.from_dir(ws.prompts_dir)
         first = judge(model=CHEAP, base_url=server.openai_base_url, max_retries=0, timeout_s=10)
@@ -221,9 +221,9 @@ def test_calibration_reports_every_rule_on_a_fold_it_was_not_chosen_on(data: Dat
 
 
 def test_cascade_calibrate_runs_from_the_command_line(data: Data, capsys: pytest.CaptureFixture[str]) -> None:
-    judges = TwoJudges(data)
+    judges = TwoJudges.of_data(data)
     with FakeLLMServer(judges) as server:
-        write_cascade(data, server.openai_base_url)
+        write_cascade(data.ws.root, server.openai_base_url)
         cfg = data.ws.root / "judgeloop.toml"
         cfg.write_text(
             re.sub(r'(?m)^#? ?dev_split = "[^"]*".*$', 'dev_split = "tiny"', cfg.read_text(), count=1)
@@ -257,7 +257,7 @@ def test_the_second_judges_prompt_folder_cannot_leave_prompts(data: Data) -> Non
 
 
 def test_a_linked_second_prompt_folder_is_refused(data: Data, tmp_path: Path) -> None:
-    write_cascade(data, "http://127.0.0.1:9/v1")
+    write_cascade(data.ws.root, "http://127.0.0.1:9/v1")
     second = data.ws.root / "prompts" / "second"
     elsewhere = tmp_path / "elsewhere"
     second.rename(elsewhere)
@@ -280,8 +280,8 @@ def test_a_cascade_without_its_table_or_files_is_refused_in_one_line(data: Data)
 def test_batch_refuses_a_second_judge_without_a_batch_api(data: Data) -> None:
     from optimizer.evaluation.batch import BatchOptions
 
-    with FakeLLMServer(TwoJudges(data)) as server:
-        write_cascade(data, server.openai_base_url)
+    with FakeLLMServer(TwoJudges.of_data(data)) as server:
+        write_cascade(data.ws.root, server.openai_base_url)
         toml = data.ws.root / "prompts" / "judge.toml"
         text = toml.read_text().replace("[cascade.second]\n", '[cascade.second]\nmode = "agentic"\n')
         toml.write_text(text)

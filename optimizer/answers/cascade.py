@@ -21,10 +21,11 @@ from optimizer.devset.heldout import refuse_heldout
 from optimizer.devset.labels import load_labels
 from optimizer.devset.split import open_split
 from optimizer.errors import UserError
+from optimizer.evaluation.cascade import first_prompts, second_prompts
 from optimizer.evaluation.evaluator import PassOptions, evaluate_single
 from optimizer.evaluation.results import EvalRun, ItemResult
 from optimizer.events import Listener, Message, ignore
-from optimizer.judge.cascade import EscalationRule, first_prompts, second_prompts
+from optimizer.judge.cascade import EscalationRule
 from optimizer.judge.memory import split_folds
 from optimizer.judge.prompts import PromptSet
 from optimizer.judge.providers import make_provider

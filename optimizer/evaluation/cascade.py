@@ -12,22 +12,54 @@ an item that stays is the first judge's with the same record. Judge-input side: 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from optimizer.errors import UserError
-from optimizer.evaluation.files import redacted_url
+from optimizer.evaluation.files import redacted_url, settings_record
 from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 from optimizer.events import StopKind, StopReason
-from optimizer.judge.cascade import CASCADE_KEY, EscalationRule, cascade_record, first_prompts, second_prompts
+from optimizer.judge.cascade import CASCADE_KEY, EscalationRule, cascade_record
+from optimizer.judge.memory import EMPTY_MEMORY
 from optimizer.judge.prompts import PromptSet
+from optimizer.judge.providers.pricing import Price
+from optimizer.judge.types import Provider
 from optimizer.models import Verdict
 from optimizer.workspace.config import JudgeSection
-from optimizer.workspace.workspace import Workspace
 
-if TYPE_CHECKING:
-    from optimizer.devset.split import Split
-    from optimizer.evaluation.evaluator import PassOptions
+# One stage's pass (`optimizer.evaluation.evaluator.evaluate_single` with the caller's options): the stage's
+# prompts, judge section, items, provider (None: the caller's) and prices over the workspace's.
+StageRun = Callable[
+    [PromptSet, JudgeSection, Sequence[str], Provider | None, Mapping[str, Price] | None], Awaitable[EvalRun]
+]
+
+
+def first_prompts(prompts: PromptSet) -> PromptSet:
+    """The prompt set the first judge judges with: the workspace's, as a single judge."""
+    settings = prompts.settings.model_copy(update={"structure": "single", "cascade": None})
+    return dataclasses.replace(prompts, settings=settings)
+
+
+def second_prompts(prompts: PromptSet) -> PromptSet:
+    """The prompt set the second judge judges with: its own judge.md and rubric.md, judge.toml's
+    rendering settings, its own mode; no panel, review or memory (those are the first judge's)."""
+    cascade = prompts.settings.cascade
+    if cascade is None:
+        raise ValueError("second_prompts: this prompt set has no [cascade]")
+    judge_md, rubric_md = (prompts.files[p] for p in cascade.files())
+    settings = prompts.settings.model_copy(
+        update={
+            "structure": "single",
+            "cascade": None,
+            "mode": cascade.second.mode,
+            "panel": None,
+            "review": "off",
+            "memory": "off",
+        }
+    )
+    return dataclasses.replace(
+        prompts, judge_md=judge_md, rubric_md=rubric_md, settings=settings, memory=EMPTY_MEMORY
+    )
 
 
 def escalated_items(run: EvalRun, rule: EscalationRule) -> list[str]:
@@ -100,21 +132,19 @@ def stage_figures(run: EvalRun) -> dict[str, Any]:
 
 
 async def evaluate_cascade(
-    ws: Workspace,
-    split: Split,
     prompts: PromptSet,
     judge: JudgeSection,
-    *,
     item_ids: Sequence[str],
-    replicates: int,
-    first_replicate: int,
-    options: PassOptions,
+    run_stage: StageRun,
+    *,
+    on_item: Callable[[ItemResult], bool] | None,
+    batch: bool,
 ) -> EvalRun:
     """Judge ``item_ids`` with the cascade ``prompts`` sets (see the module docstring); `evaluate_items`'s
-    contract. ``options.on_item`` is asked about each final item in order once both stages are done (the
-    rest are left out once it returns True); ``options.provider`` is the first judge's; the second judge's
-    provider is made here from ``[cascade.second]`` and closed at the end."""
-    from optimizer.evaluation.evaluator import evaluate_single
+    contract, each stage a ``run_stage`` pass. ``on_item`` is asked about each final item in order once both
+    stages are done (the rest are left out once it returns True); ``judge`` is the first judge's section; the
+    second judge's provider is made here from ``[cascade.second]`` and closed at the end. ``batch``: the
+    passes go through the providers' batch APIs (refused before any call when the second judge has none)."""
     from optimizer.judge.providers import make_provider
 
     cascade = prompts.settings.cascade
@@ -122,38 +152,31 @@ async def evaluate_cascade(
         raise ValueError("evaluate_cascade: the prompt set has no [cascade]")
     rule = cascade.rule()
     second_section = cascade.second.section()
-    later = dataclasses.replace(options, on_item=None)
     second_provider = make_provider(second_section)
     try:
-        if options.batch is not None and (
-            second_provider.traits.batch is None or cascade.second.mode != "direct"
-        ):
+        if batch and (second_provider.traits.batch is None or cascade.second.mode != "direct"):
             raise UserError(
                 f"--batch: the cascade's second judge ([cascade.second] provider = {second_section.provider}, mode = "
                 f"{cascade.second.mode}) cannot judge through a batch API; drop --batch or make it a direct "
                 "anthropic or openai judge"
             )
-        first = await evaluate_single(
-            ws, split, first_prompts(prompts), judge,
-            item_ids=item_ids, replicates=replicates, first_replicate=first_replicate, options=later,
-        )  # fmt: skip
+        first = await run_stage(first_prompts(prompts), judge, item_ids, None, None)
         escalated = escalated_items(first, rule) if first.stop is None else []
-        prices = {**ws.config.prices, **cascade.second.prices}
-        second = await evaluate_single(
-            ws, split, second_prompts(prompts), second_section,
-            item_ids=escalated, replicates=replicates, first_replicate=first_replicate,
-            options=dataclasses.replace(later, provider=second_provider, prices=prices),
-        )  # fmt: skip
+        second = await run_stage(
+            second_prompts(prompts), second_section, escalated, second_provider, cascade.second.prices
+        )
     finally:
         await second_provider.aclose()
-    return _combine(first, second, prompts, item_ids, options)
+    return _combine(first, second, prompts, item_ids, on_item)
 
 
 def _combine(
-    first: EvalRun, second: EvalRun, prompts: PromptSet, item_ids: Sequence[str], options: PassOptions
+    first: EvalRun,
+    second: EvalRun,
+    prompts: PromptSet,
+    item_ids: Sequence[str],
+    on_item: Callable[[ItemResult], bool] | None,
 ) -> EvalRun:
-    from optimizer.evaluation.evaluator import settings_record
-
     assert prompts.settings.cascade is not None
     rule = prompts.settings.cascade.rule()
     by_first = {item.trajectory_id: item for item in first.items}
@@ -166,7 +189,7 @@ def _combine(
             continue
         item = _merge(by_first[tid], by_second[tid], rule) if tid in escalated else _stay(by_first[tid], rule)
         items.append(item)
-        if options.on_item is not None and options.on_item(item) and stop is None:
+        if on_item is not None and on_item(item) and stop is None:
             stop = StopReason(StopKind.EARLY_STOP, "stopped early: the caller's stopping rule was met")
             break
     done = {item.trajectory_id for item in items}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections import Counter, deque
@@ -31,7 +32,8 @@ from optimizer.evaluation.batch import (
 from optimizer.evaluation.batchstore import BatchStore
 from optimizer.evaluation.budget import Budget, BudgetStop
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.files import redacted_url
+from optimizer.evaluation.cascade import evaluate_cascade
+from optimizer.evaluation.files import redacted_url, settings_record
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME, ItemJudge
 from optimizer.evaluation.prepared import JudgeSetup
 from optimizer.evaluation.refusals import judge_refusal, memory_refusal
@@ -337,12 +339,24 @@ async def evaluate_items(
     """
     options = options if options is not None else PassOptions()
     if prompts.settings.structure == "cascade":
-        from optimizer.evaluation.cascade import evaluate_cascade
+        later = dataclasses.replace(options, on_item=None)
+
+        async def stage(
+            stage_prompts: PromptSet,
+            stage_judge: JudgeSection,
+            ids: Sequence[str],
+            provider: Provider | None,
+            prices: Mapping[str, Price] | None,
+        ) -> EvalRun:
+            chosen = dataclasses.replace(later, provider=provider or later.provider, prices=prices)
+            return await evaluate_single(
+                ws, split, stage_prompts, stage_judge,
+                item_ids=ids, replicates=replicates, first_replicate=first_replicate, options=chosen,
+            )  # fmt: skip
 
         return await evaluate_cascade(
-            ws, split, prompts, judge,
-            item_ids=item_ids, replicates=replicates, first_replicate=first_replicate, options=options,
-        )  # fmt: skip
+            prompts, judge, item_ids, stage, on_item=options.on_item, batch=options.batch is not None
+        )
     return await evaluate_single(
         ws, split, prompts, judge,
         item_ids=item_ids, replicates=replicates, first_replicate=first_replicate, options=options,
@@ -564,17 +578,6 @@ def memory_record(retriever: Retriever) -> dict[str, Any]:
         "about": {case: sorted(items) for case, items in retriever.about.items() if items},
         "folds": None if retriever.folds is None else retriever.folds.as_record(),
     }
-
-
-def settings_record(prompts: PromptSet) -> dict[str, Any]:
-    """judge.toml's settings as results record them (a cascade's second judge's addresses redacted)."""
-    data = prompts.settings.dump()
-    second = (data.get("cascade") or {}).get("second")
-    if isinstance(second, dict):
-        second["base_url"] = redacted_url(second.get("base_url"))
-        if second.get("base_urls"):
-            second["base_urls"] = [redacted_url(url) for url in second["base_urls"]]
-    return data
 
 
 # ---------------------------------------------------------------------------------------------------

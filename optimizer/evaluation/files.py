@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from optimizer.errors import UserError
 from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
+from optimizer.judge.prompts import PromptSet
 
 
 def redacted_url(url: str | None) -> str | None:
@@ -23,6 +24,17 @@ def redacted_url(url: str | None) -> str | None:
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def settings_record(prompts: PromptSet) -> dict[str, Any]:
+    """judge.toml's settings as results record them (a cascade's second judge's addresses redacted)."""
+    data = prompts.settings.dump()
+    second = (data.get("cascade") or {}).get("second")
+    if isinstance(second, dict):
+        second["base_url"] = redacted_url(second.get("base_url"))
+        if second.get("base_urls"):
+            second["base_urls"] = [redacted_url(url) for url in second["base_urls"]]
+    return data
 
 
 def _member_entry(m: ReplicateResult) -> dict[str, Any]:

@@ -7,26 +7,23 @@ only on the items its escalation rule sends on. Judge-input side: never reads la
 ...) plus ``mode``, ``prices`` and ``prompts``: the folder under ``prompts/`` holding the second judge's own
 ``judge.md`` and ``rubric.md`` (a name, never a path: the files stay inside prompts/, where the optimiser's
 ``allowed_files`` may reach them). The second verdict is final where it is called; the first is kept
-beside it (`CASCADE_KEY` in the verdict). Running the stages is `optimizer.evaluation.cascade`'s.
+beside it (`CASCADE_KEY` in the verdict). Running the stages (and their prompt sets) is `optimizer.evaluation.cascade`'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from optimizer.errors import UserError
 from optimizer.structure import ESCALATE_ON
 from optimizer.workspace.config import JudgeSection, Price
-
-if TYPE_CHECKING:
-    from optimizer.judge.prompts import JudgeSettings, PromptSet
+from optimizer.workspace.paths import JUDGE_TOML
 
 EscalateOn = Literal["success", "failure", "invalid", "low_confidence"]
 CONFIDENCE_RANK = {"low": 0, "medium": 1, "high": 2}
@@ -35,6 +32,8 @@ CASCADE_KEY = "cascade"
 _FOLDER_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 # The first verdict's fields kept beside the second's.
 FIRST_FIELDS = ("success", "reasoning", "confidence", "mistake_type")
+# The first judge's files the second's judge.md and rubric.md are written like (optimizer.judge.prompts's names).
+LIKE = ("prompts/judge.md", "prompts/rubric.md")
 
 
 class SecondJudge(JudgeSection):
@@ -88,6 +87,15 @@ class EscalationRule:
         )
         return "low_confidence" in self.on and low
 
+    def estimated_share(self, success_share: float) -> float:
+        """The share of items expected to go on, before any call: the successes at ``success_share`` (the
+        split's positive share, as the review's estimate), the failures at the rest; invalid and low
+        confidence count nothing (an estimate: calibrate measures it)."""
+        share = (success_share if "success" in self.on else 0.0) + (
+            1 - success_share if "failure" in self.on else 0.0
+        )
+        return min(1.0, share)
+
     def describe(self) -> str:
         """The rule as people read it: ``success+low_confidence<medium``."""
         names = [n for n in ESCALATE_ON if n in self.on]
@@ -138,66 +146,27 @@ def cascade_files(files: Mapping[str, str]) -> list[str]:
         return []
 
 
-def check_cascade(settings: JudgeSettings, files: Mapping[str, str], where: Callable[[str], str]) -> None:
-    """``structure = "cascade"`` needs a [cascade] table and the second judge's files, each a valid template."""
-    from optimizer.judge.prompts import (
-        JUDGE_MD,
-        JUDGE_TOML,
-        PLACEHOLDERS,
-        RUBRIC_MD,
-        check_markers,
-        check_placeholders,
-    )
-
-    # The second judge's judge.md takes every placeholder, its rubric every one but {{rubric}}, as the first's.
-    allowed = {JUDGE_MD: frozenset(PLACEHOLDERS), RUBRIC_MD: frozenset(PLACEHOLDERS) - {"rubric"}}
-
-    cascade = settings.cascade
-    if settings.structure == "cascade" and cascade is None:
+def cascade_templates(
+    structure: str, cascade: CascadeSettings | None, files: Mapping[str, str], where: Callable[[str], str]
+) -> list[tuple[str, str]]:
+    """The second judge's files, each with the first judge's file it is written like (whose placeholders it
+    may use): ``structure = "cascade"`` needs a [cascade] table, and a [cascade] table its files (a
+    `UserError` naming the file otherwise)."""
+    if structure == "cascade" and cascade is None:
         raise UserError(
             f'{where(JUDGE_TOML)}: structure = "cascade" needs a [cascade] table with a [cascade.second] judge; '
             'add them (see the cascade guide) or set structure = "single"'
         )
     if cascade is None:
-        return
-    for path, like in zip(cascade.files(), (JUDGE_MD, RUBRIC_MD), strict=True):
+        return []
+    pairs = list(zip(cascade.files(), LIKE, strict=True))
+    for path, like in pairs:
         if path not in files:
             raise UserError(
                 f"{where(path)} is missing: judge.toml's [cascade.second] judges with it; write it (like "
                 f"{like.removeprefix('prompts/')}) or change [cascade.second] prompts"
             )
-        check_placeholders(files[path], where(path), allowed[like])
-        check_markers(files[path], where(path))
-
-
-def first_prompts(prompts: PromptSet) -> PromptSet:
-    """The prompt set the first judge judges with: the workspace's, as a single judge."""
-    settings = prompts.settings.model_copy(update={"structure": "single", "cascade": None})
-    return dataclasses.replace(prompts, settings=settings)
-
-
-def second_prompts(prompts: PromptSet) -> PromptSet:
-    """The prompt set the second judge judges with: its own judge.md and rubric.md, judge.toml's
-    rendering settings, its own mode; no panel, review or memory (those are the first judge's)."""
-    from optimizer.judge.memory import EMPTY_MEMORY
-
-    cascade = prompts.settings.cascade
-    if cascade is None:
-        raise ValueError("second_prompts: this prompt set has no [cascade]")
-    judge_md, rubric_md = (prompts.files[p] for p in cascade.files())
-    settings = prompts.settings.model_copy(
-        update={
-            "structure": "single",
-            "cascade": None,
-            "mode": cascade.second.mode,
-            "panel": None,
-            "review": "off",
-            "memory": "off",
-        }
-    )
-    return dataclasses.replace(
-        prompts, judge_md=judge_md, rubric_md=rubric_md, settings=settings, memory=EMPTY_MEMORY
-    )
+    return pairs
 
 
 def cascade_record(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
 from optimizer.errors import UserError, first_error
-from optimizer.judge.cascade import CascadeSettings, cascade_files, check_cascade
+from optimizer.judge.cascade import CascadeSettings, cascade_files, cascade_templates
 from optimizer.judge.memory import EMPTY_MEMORY, MEMORY_FILES, Memory, memory_from_files
 from optimizer.judge.types import CacheTTL, Layout, Sampling
 from optimizer.models import MISTAKE_TYPES
@@ -492,7 +492,9 @@ class PromptSet:
                 )
             check_placeholders(files[path], where(path), _ALLOWED[JUDGE_MD])
             check_markers(files[path], where(path))
-        check_cascade(settings, files, where)
+        for path, like in cascade_templates(settings.structure, settings.cascade, files, where):
+            check_placeholders(files[path], where(path), _ALLOWED[like])
+            check_markers(files[path], where(path))
         return cls(
             judge_md=files[JUDGE_MD],
             rubric_md=files[RUBRIC_MD],

@@ -11,11 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.support.evaluation import Data
-from tests.support.fakeserver import Behaviour, RecordedRequest, Usage, reply
+from tests.support.fakeserver import Behaviour, RecordedRequest, Usage, reply, server_error
+from tests.support.loop import FakeJudge, request_texts
 
 CHEAP, STRICT = "cheap-judge", "strict-judge"
 # Scripted usage per call and the prices (US dollars per million tokens) that make each call's cost known.
@@ -37,7 +40,12 @@ def draw(judge: str, tid: str) -> float:
 
 @dataclass
 class TwoJudges:
-    data: Data
+    """The two judges over HTTP: ``positive`` (trajectory id → is a positive) is the answer table's truth,
+    ``item_of`` names the item a request judges, ``cheap_model`` the model name the cheap judge answers to."""
+
+    positive: dict[str, bool]
+    item_of: Callable[[RecordedRequest], str]
+    cheap_model: str = CHEAP
     cheap_tpr: float = 0.94
     cheap_fpr: float = 0.40
     strict_tpr: float = 0.72
@@ -47,7 +55,22 @@ class TwoJudges:
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
-        self.positive = {item.trajectory_id: item.label == "positive" for item in self.data.items}
+
+    @classmethod
+    def of_data(cls, data: Data, **odds: Any) -> TwoJudges:
+        positive = {item.trajectory_id: item.label == "positive" for item in data.items}
+        return cls(positive, lambda request: data.recorded_item(request).trajectory_id, **odds)
+
+    @classmethod
+    def of_workspace(cls, root: Path, **odds: Any) -> TwoJudges:
+        """For a loop's workspace, the cheap judge being the run's ``fake-judge``."""
+        table = FakeJudge(root)
+        positive = {tid: label.is_positive for tid, label in table.labels.items()}
+
+        def item_of(request: RecordedRequest) -> str:
+            return table.trajectory_of(request_texts(request.body)[1])
+
+        return cls(positive, item_of, cheap_model="fake-judge", **odds)
 
     def says_success(self, judge: str, tid: str) -> bool:
         """The judge's answer on ``tid`` (the answer table; pure)."""
@@ -56,9 +79,11 @@ class TwoJudges:
         return u >= 1 - tpr if self.positive[tid] else u < fpr
 
     def __call__(self, request: RecordedRequest) -> Behaviour:
-        model = request.model or ""
-        tid = self.data.recorded_item(request).trajectory_id
-        assert model in USAGE, f"unexpected model {model!r}"
+        if not isinstance(request.body, dict):  # the client gave up mid-send (an early stop)
+            return server_error(500)
+        model = CHEAP if request.model == self.cheap_model else (request.model or "")
+        assert model in USAGE, f"unexpected model {request.model!r}"
+        tid = self.item_of(request)
         assert (SECOND_MARK in json.dumps(request.body)) == (model == STRICT), (
             "each judge reads its own prompts"
         )
@@ -79,10 +104,11 @@ def cascade_toml(base_url: str, escalate: tuple[str, ...] = ("success",), struct
     )
 
 
-def write_cascade(data: Data, base_url: str, escalate: tuple[str, ...] = ("success",)) -> None:
+def write_cascade(
+    root: Path, base_url: str, escalate: tuple[str, ...] = ("success",), cheap: str = CHEAP
+) -> None:
     """A cascade in the workspace's prompts (judge.toml keys before any table, then the tables; the second
-    judge's prompts marked) and the cheap judge's price in judgeloop.toml."""
-    root = data.ws.root
+    judge's prompts marked) and the cheap judge's price (model ``cheap``) in judgeloop.toml."""
     toml = root / "prompts" / "judge.toml"
     toml.write_text(toml.read_text(encoding="utf-8") + cascade_toml(base_url, escalate), encoding="utf-8")
     second = root / "prompts" / "second"
@@ -95,7 +121,7 @@ def write_cascade(data: Data, base_url: str, escalate: tuple[str, ...] = ("succe
     cfg = root / "judgeloop.toml"
     cfg.write_text(
         cfg.read_text(encoding="utf-8")
-        + f"\n[prices.{CHEAP}]\ninput = {PRICES[CHEAP][0]}\noutput = {PRICES[CHEAP][1]}\n",
+        + f'\n[prices."{cheap}"]\ninput = {PRICES[CHEAP][0]}\noutput = {PRICES[CHEAP][1]}\n',
         encoding="utf-8",
     )
 
