@@ -103,7 +103,7 @@ class EscalationRule:
 
 
 class CascadeSettings(BaseModel):
-    """``[cascade]`` of judge.toml (see the module docstring)."""
+    """``[cascade]`` of judge.toml: which first verdicts go on to the second judge, and the second judge."""
 
     model_config = ConfigDict(extra="forbid")
 
