@@ -85,7 +85,12 @@ def _stay(item: ItemResult, rule: EscalationRule) -> ItemResult:
     """A first-stage item that is final: its verdicts carry the record (not escalated)."""
     first = None if item.verdict is None else item.verdict.model_dump()
     record = cascade_record(rule, first, escalated=False, first_status=item.answer.status)
-    reps = [dataclasses.replace(r, verdict=_with_record(r.verdict, record)) for r in item.replicates]
+    reps = [
+        dataclasses.replace(
+            r, verdict=_with_record(r.verdict, {**record, "first_cost_usd": r.usage.cost_usd})
+        )
+        for r in item.replicates
+    ]
     return dataclasses.replace(item, replicates=reps, verdict=_with_record(item.verdict, record))
 
 
@@ -101,10 +106,14 @@ def _merge(first: ItemResult, second: ItemResult, rule: EscalationRule) -> ItemR
     reps: list[ReplicateResult] = []
     for k, rep in enumerate(second.replicates):
         mine = first.replicates[k] if k < len(first.replicates) else None
+        costs = {
+            "first_cost_usd": 0.0 if mine is None else mine.usage.cost_usd,
+            "second_cost_usd": rep.usage.cost_usd,
+        }
         reps.append(
             dataclasses.replace(
                 rep,
-                verdict=_with_record(rep.verdict, record),
+                verdict=_with_record(rep.verdict, {**record, **costs}),
                 usage=rep.usage if mine is None else rep.usage + mine.usage,
                 cached=rep.cached and (mine is None or mine.cached),
                 duration_s=rep.duration_s + (0.0 if mine is None else mine.duration_s),

@@ -29,7 +29,8 @@ def redacted_url(url: str | None) -> str | None:
 def settings_record(prompts: PromptSet) -> dict[str, Any]:
     """judge.toml's settings as results record them (a cascade's second judge's addresses redacted)."""
     data = prompts.settings.dump()
-    second = (data.get("cascade") or {}).get("second")
+    cascade = data.get("cascade")
+    second = cascade.get("second") if isinstance(cascade, dict) else None
     if isinstance(second, dict):
         second["base_url"] = redacted_url(second.get("base_url"))
         if second.get("base_urls"):

@@ -108,7 +108,7 @@ class CascadeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     escalate: list[EscalateOn] = Field(
-        default_factory=lambda: ["success"],
+        default=["success"],
         min_length=1,
         description='which first verdicts go on to the second judge: some of "success", "failure", "invalid", '
         '"low_confidence"',

@@ -382,6 +382,9 @@ class CascadeRecord(BaseModel):
     final: str = "first"
     first_status: str = "ok"
     first: dict[str, Any] | None = None
+    # What each stage's call cost when made (US dollars; the second's 0 where the item stayed).
+    first_cost_usd: float = 0.0
+    second_cost_usd: float = 0.0
 
 
 class ReplicateVerdict(BaseModel):

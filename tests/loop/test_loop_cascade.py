@@ -8,6 +8,7 @@ so escalating only the cheap judge's successes changes no answer and saves about
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,9 @@ import pytest
 from optimizer.judge.prompts import JUDGE_TOML
 from optimizer.loop.strategies import Proposal, ProposalContext
 from optimizer.structure import set_key
-from tests.support.cascade import STRICT, TwoJudges, write_cascade
+from tests.support.cascade import CALL_USD, CHEAP, STRICT, TwoJudges, write_cascade
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import add_small_dev_split, commit_all, make_workspace, run_loop
+from tests.support.loop import add_small_dev_split, commit_all, make_workspace, report_json, run_loop
 from tests.support.scripted import ScriptedStrategy, install, latest, ledger_of
 
 
@@ -28,16 +29,16 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def escalate(*on: str) -> ProposalContext:
+def escalate(*on: str) -> Callable[[ProposalContext], Proposal]:
     def step(ctx: ProposalContext) -> Proposal:
         text = set_key(ctx.current_files[JUDGE_TOML], "cascade.escalate", list(on))
         return Proposal(files={JUDGE_TOML: text}, rationale=f"escalate {', '.join(on)}")
 
-    return step  # type: ignore[return-value]
+    return step
 
 
 def test_a_cheaper_rule_is_kept_as_cheaper_and_an_fpr_raising_rule_is_rolled_back(
-    ws: Path, monkeypatch: pytest.MonkeyPatch
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = ws / "judgeloop.toml"
     text = cfg.read_text(encoding="utf-8")
@@ -52,7 +53,7 @@ def test_a_cheaper_rule_is_kept_as_cheaper_and_an_fpr_raising_rule_is_rolled_bac
     with FakeLLMServer(default=judges) as server:
         write_cascade(ws, server.openai_base_url, ("success", "failure", "invalid"), cheap="fake-judge")
         commit_all(ws, "a cascade whose strict judge decides every item")
-        install(monkeypatch, ScriptedStrategy([escalate("failure"), escalate("success")], server))  # type: ignore[list-item]
+        install(monkeypatch, ScriptedStrategy([escalate("failure"), escalate("success")], server))
         assert run_loop(ws, server.openai_base_url, "--max-experiments", "2") == 0
     _run, exps = latest(ws)
     base, fpr_up, cheaper = exps
@@ -68,3 +69,10 @@ def test_a_cheaper_rule_is_kept_as_cheaper_and_an_fpr_raising_rule_is_rolled_bac
     up = [r for r in records if r is not None and r.escalated]
     assert up and all(r.first is not None and r.first["success"] is True for r in up)
     assert judges.asked.get(STRICT)
+    # The report: the escalation share and each stage's cost per verdict, as made.
+    entries = {e["id"]: e for e in report_json(ws, capsys)["experiments"]}
+    cascade = entries[cheaper.id]["cascade"]
+    assert cascade["escalated"] == len(up) and cascade["escalation_share"] == len(up) / len(records)
+    assert cascade["second_per_verdict_usd"] == pytest.approx(len(up) * CALL_USD[STRICT] / len(records))
+    assert cascade["first_per_verdict_usd"] == pytest.approx(CALL_USD[CHEAP])
+    assert entries[base.id]["cascade"]["escalation_share"] == 1
