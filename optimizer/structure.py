@@ -25,7 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["choice", "int", "bool", "members", "vote"]
+Kind = Literal["choice", "int", "bool", "members", "vote", "escalate"]
+# What a cascade's first verdict may be escalated on (judge.toml [cascade] escalate; `optimizer.judge.cascade`).
+ESCALATE_ON: tuple[str, ...] = ("success", "failure", "invalid", "low_confidence")
 _MISSING = object()
 _VOTE_RE = re.compile(r"^at_least:([1-9][0-9]*)$")
 _MEMBER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
@@ -52,6 +54,8 @@ class MovableKey:
             return f"an integer {self.low}..{self.high}"
         if self.kind == "members":
             return f"a member count 1..{max_members} or a list of at most {max_members} member names"
+        if self.kind == "escalate":
+            return "a list of distinct " + " | ".join(json.dumps(c) for c in ESCALATE_ON)
         return '"unanimous" | "majority" | "at_least:K"'
 
     def check(self, value: object, max_members: int) -> str | None:
@@ -78,6 +82,11 @@ class MovableKey:
             if count > max_members:
                 return f"names {count} members, over [optimizer] max_members = {max_members}"
             return None
+        if self.kind == "escalate":
+            items: list[object] = list(value) if isinstance(value, list) else []
+            named = all(isinstance(v, str) and v in ESCALATE_ON for v in items)
+            fine = bool(items) and named and len({str(v) for v in items}) == len(items)
+            return None if fine else f"must be {self.allowed(max_members)}"
         if isinstance(value, str) and (value in ("unanimous", "majority") or _VOTE_RE.match(value)):
             return None
         return f"must be {self.allowed(max_members)}"
@@ -115,8 +124,18 @@ _KEYS: tuple[MovableKey, ...] = (
     MovableKey(
         "structure",
         "choice",
-        ("single", "criteria"),
-        help="criteria: derive the instruction's requirements, then check each against the trajectory",
+        ("single", "criteria", "cascade"),
+        help="criteria: derive the instruction's requirements, then check each against the trajectory; cascade: "
+        "a second judge ([cascade.second]) on the escalated verdicts",
+    ),
+    MovableKey(
+        "cascade.escalate", "escalate", help="cascade: which first verdicts go on to the second judge"
+    ),
+    MovableKey(
+        "cascade.confidence_below",
+        "choice",
+        ("medium", "high"),
+        help='cascade "low_confidence": escalate a first verdict whose confidence is below this',
     ),
     MovableKey(
         "review", "choice", ("off", "success"), help="success: re-examine every success verdict, cite steps"

@@ -311,3 +311,45 @@ def test_a_certificate_says_the_harness_judge_ran_unconfined(
     assert cert["judge"]["confinement"] == "none"
     markdown = (ws / cert["files"]["markdown"]).read_text(encoding="utf-8")
     assert "**The harness judge ran unconfined**" in markdown
+
+
+def test_a_cascades_second_judge_as_a_harness_runs_sandboxed(
+    ws: Path, harness_state: HarnessState, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 34: the second judge of a cascade is a harness CLI like any other: confined by bubblewrap, it
+    sees no workspace path and no label file, and the first judge (over HTTP) is unchanged."""
+    from tests.support.fakeserver import FakeLLMServer
+
+    state = harness_state
+    monkeypatch.chdir(ws)
+    second = ws / "prompts" / "second"
+    second.mkdir()
+    for name in ("judge.md", "rubric.md"):
+        (second / name).write_text((ws / "prompts" / name).read_text(encoding="utf-8"), encoding="utf-8")
+    command = json.dumps([str(HOSTILE_CLI), "--state", state.url, "{{PROMPT}}"])
+    toml = ws / "prompts" / "judge.toml"
+    toml.write_text(
+        toml.read_text(encoding="utf-8")
+        + '\nstructure = "cascade"\n\n[cascade]\nescalate = ["success", "failure", "invalid"]\n\n[cascade.second]\n'
+        f'provider = "command"\nmodel = ""\nharness = "codex"\ncommand = {command}\ntimeout_s = 90.0\nmax_retries = 0\n',
+        encoding="utf-8",
+    )
+    with FakeLLMServer() as server:
+        code = main(
+            ["eval", "-w", str(ws), "--limit", "2", "--out", str(tmp_path / "out"), "--provider", "openai",
+             "--model", "fake-judge", "--base-url", server.openai_base_url]
+        )  # fmt: skip
+        assert code == 0
+        assert len(server.inference_requests()) == 2, "the first judge judged both items over HTTP"
+    reports = records(state, "hostile.jsonl")
+    assert len(reports) == 2, "the second judge's CLI ran once per escalated item"
+    for report in reports:
+        blob = json.dumps({k: v for k, v in report.items() if k != "writes"})
+        assert str(ws) not in blob and str(ws.resolve()) not in blob, (
+            "a path of the workspace reached the CLI"
+        )
+        assert "labels.jsonl" not in blob and "judgeloop.toml" not in blob, "a label file is in view"
+        assert report["cwd"] == "/sandbox"
+    out = summary(tmp_path / "out")
+    assert out["cascade"]["escalated"] == 2 and out["cascade"]["second"]["provider"] == "command"
+    assert survivors(state.url) == [] and sandbox_folders(state) == []

@@ -206,10 +206,13 @@ def test_report_json_has_exactly_the_documented_shape(
             "decided_by",
             "overrule",
             "panel_cost",
+            "cascade",
         ]
         for r in rows
     )
-    assert all(r["panel_cost"] is None for r in rows)  # a single judge: no cost split by member
+    assert all(
+        r["panel_cost"] is None and r["cascade"] is None for r in rows
+    )  # a single judge: no cost split by member
     # Per-type false positives on the items each experiment was judged on (these labels are untyped):
     # the baseline let n2 through, the kept candidate let nothing through; no verdicts, no counts.
     none = {

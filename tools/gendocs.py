@@ -284,6 +284,7 @@ def model_rows(model: type[BaseModel], prefix: str) -> Iterator[str]:
 
 def config_keys() -> list[str]:
     """Every documented key: ``[judge] model``, ``[prices."MODEL"] input``, ``judge.toml [panel] vote`` ..."""
+    from optimizer.judge.cascade import CascadeSettings
     from optimizer.judge.prompts import JudgeSettings, PanelSettings
     from optimizer.workspace.config import Config, Price
 
@@ -293,13 +294,20 @@ def config_keys() -> list[str]:
         assert isinstance(model, type) and issubclass(model, BaseModel)
         label = '[prices."MODEL"]' if section == "prices" else f"[{section}]"
         keys += [f"judgeloop.toml {label} {k}" for k in model.model_fields]
-    keys += [f"judge.toml {k}" for k in JudgeSettings.model_fields if k != "panel"]
+    keys += [f"judge.toml {k}" for k in JudgeSettings.model_fields if k not in ("panel", "cascade")]
     keys += [f"judge.toml [panel] {k}" for k in PanelSettings.model_fields]
+    keys += [f"judge.toml [cascade] {k}" for k in CascadeSettings.model_fields if k != "second"]
+    keys += [f"judge.toml [cascade] {k}" for k in SECOND_OWN]
     return keys
+
+
+# The keys [cascade.second] has beyond judgeloop.toml's [judge].
+SECOND_OWN = ("second.mode", "second.prices", "second.prompts")
 
 
 def config_reference() -> str:
     """docs/reference/config.md."""
+    from optimizer.judge.cascade import CascadeSettings, SecondJudge
     from optimizer.judge.prompts import JudgeSettings, PanelSettings
     from optimizer.workspace.config import Config, Price
 
@@ -351,7 +359,7 @@ def config_reference() -> str:
             "",
         ]
     lines += ["## prompts/judge.toml", "", cell(JudgeSettings.__doc__ or ""), "", *header]
-    lines += [r for r in model_rows(JudgeSettings, "") if not r.startswith("| `panel`")]
+    lines += [r for r in model_rows(JudgeSettings, "") if not r.startswith(("| `panel`", "| `cascade`"))]
     lines += [
         "",
         "### [panel]",
@@ -361,6 +369,16 @@ def config_reference() -> str:
         "",
         *header,
         *model_rows(PanelSettings, ""),
+        "",
+        "### [cascade] and [cascade.second]",
+        "",
+        cell(CascadeSettings.__doc__ or "")
+        + " See [the cascade judge](../concepts/cascade.md). [cascade.second] takes every key of judgeloop.toml's "
+        "[judge] (above) and these:",
+        "",
+        *header,
+        *[r for r in model_rows(CascadeSettings, "") if not r.startswith("| `second`")],
+        *[r for r in model_rows(SecondJudge, "second.") if r.split("`")[1] in SECOND_OWN],
         "",
     ]
     return "\n".join(lines).rstrip("\n") + "\n"

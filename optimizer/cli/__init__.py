@@ -607,6 +607,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object (default: text)")
     _judge_overrides(p)
 
+    cascade_help = "a cascade judge's escalation rule (judge.toml [cascade])"
+    cascade = sub.add_parser(
+        "cascade",
+        parents=[common],
+        help=cascade_help,
+        description=cascade_help,
+        epilog=epilog("cascade"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    csub = cascade.add_subparsers(
+        dest="cascade_command",
+        required=True,
+        metavar="ACTION",
+        help="`judgeloop cascade ACTION -h` for its options",
+    )
+    p = command(
+        csub,
+        "calibrate",
+        "optimizer.cli.cascade:cmd_cascade_calibrate",
+        "both judges judge the dev split; every escalation rule is scored on one pair-aware fold, one is chosen "
+        "there, and all are reported on the other with intervals",
+        "cascade calibrate",
+    )
+    p.add_argument("--rev", metavar="REV", help="git revision of prompts/ (default: the working tree)")
+    p.add_argument(
+        "--split", metavar="NAME", help="the split (default: [workspace] dev_split; held-out refused)"
+    )
+    p.add_argument("--folds", type=whole(2, 20), default=2, metavar="K", help="pair-aware folds (default: 2)")
+    p.add_argument(
+        "--tune-fold",
+        type=whole(0, 19),
+        default=0,
+        metavar="F",
+        help="the fold the rule is chosen on (default: 0)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
+    _judge_overrides(p)
+
     runs_help = "housekeeping of old runs"
     runs = sub.add_parser(
         "runs",

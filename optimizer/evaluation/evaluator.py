@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,7 +32,8 @@ from optimizer.evaluation.batch import (
 from optimizer.evaluation.batchstore import BatchStore
 from optimizer.evaluation.budget import Budget, BudgetStop
 from optimizer.evaluation.cache import JudgeCache
-from optimizer.evaluation.files import redacted_url
+from optimizer.evaluation.cascade import evaluate_cascade
+from optimizer.evaluation.files import redacted_url, settings_record
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME, ItemJudge
 from optimizer.evaluation.prepared import JudgeSetup
 from optimizer.evaluation.refusals import judge_refusal, memory_refusal
@@ -48,7 +50,7 @@ from optimizer.judge.types import (
     Provider,
     Sampling,
 )
-from optimizer.workspace.config import JudgeSection
+from optimizer.workspace.config import JudgeSection, Price
 from optimizer.workspace.workspace import Workspace
 
 
@@ -292,6 +294,8 @@ class PassOptions:
     infra_retry_pause_s: float = 0.0
     batch: BatchOptions | None = None
     stop: StopRequest | None = None
+    # Prices per model over the workspace's [prices] (a cascade's second judge brings its own).
+    prices: Mapping[str, Price] | None = None
 
 
 def sampling_from(prompts: PromptSet) -> Sampling:
@@ -330,8 +334,47 @@ async def evaluate_items(
 
     ``stop``: once requested, no new paid call starts (direct passes); the calls in flight finish, their
     items count, and the result's ``stop`` is `StopKind.INTERRUPTED` with the rest ``not_evaluated``.
+
+    A cascade (judge.toml ``structure = "cascade"``) runs as two passes, `optimizer.evaluation.cascade`.
     """
     options = options if options is not None else PassOptions()
+    if prompts.settings.structure == "cascade":
+        later = dataclasses.replace(options, on_item=None)
+
+        async def stage(
+            stage_prompts: PromptSet,
+            stage_judge: JudgeSection,
+            ids: Sequence[str],
+            provider: Provider | None,
+            prices: Mapping[str, Price] | None,
+        ) -> EvalRun:
+            chosen = dataclasses.replace(later, provider=provider or later.provider, prices=prices)
+            return await evaluate_single(
+                ws, split, stage_prompts, stage_judge,
+                item_ids=ids, replicates=replicates, first_replicate=first_replicate, options=chosen,
+            )  # fmt: skip
+
+        return await evaluate_cascade(
+            prompts, judge, item_ids, stage, on_item=options.on_item, batch=options.batch is not None
+        )
+    return await evaluate_single(
+        ws, split, prompts, judge,
+        item_ids=item_ids, replicates=replicates, first_replicate=first_replicate, options=options,
+    )  # fmt: skip
+
+
+async def evaluate_single(
+    ws: Workspace,
+    split: Split,
+    prompts: PromptSet,
+    judge: JudgeSection,
+    *,
+    item_ids: Sequence[str],
+    replicates: int,
+    first_replicate: int,
+    options: PassOptions,
+) -> EvalRun:
+    """One judge's pass (`evaluate_items` without the cascade: each of a cascade's stages is one)."""
     budget, batch, stop = options.budget, options.batch, options.stop
     provider, cache = options.provider, options.cache
     if replicates < 1:
@@ -362,7 +405,7 @@ async def evaluate_items(
         if cache is None:
             cache = JudgeCache(ws.cache_path)
         sampling = sampling_from(prompts)
-        prices = dict(ws.config.prices)
+        prices = {**ws.config.prices, **(options.prices or {})}
         # A provider that runs one call at a time gets one call slot: calls queued inside it would
         # still run (and be paid for) after an early stop.
         concurrency = min(judge.max_concurrency, traits.max_parallel_calls or judge.max_concurrency)
@@ -473,7 +516,7 @@ async def evaluate_items(
             max_concurrency=judge.max_concurrency,
             timeout_s=judge.timeout_s,
             max_retries=judge.max_retries,
-            settings=_settings_dict(prompts),
+            settings=settings_record(prompts),
             budget_usd=None if budget is None else budget.max_usd,
             batch=batch is not None,
             memory=None if retriever is None else memory_record(retriever),
@@ -535,10 +578,6 @@ def memory_record(retriever: Retriever) -> dict[str, Any]:
         "about": {case: sorted(items) for case, items in retriever.about.items() if items},
         "folds": None if retriever.folds is None else retriever.folds.as_record(),
     }
-
-
-def _settings_dict(prompts: PromptSet) -> dict[str, Any]:
-    return prompts.settings.dump()
 
 
 # ---------------------------------------------------------------------------------------------------

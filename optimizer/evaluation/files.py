@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from optimizer.errors import UserError
 from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
+from optimizer.judge.prompts import PromptSet
 
 
 def redacted_url(url: str | None) -> str | None:
@@ -23,6 +24,18 @@ def redacted_url(url: str | None) -> str | None:
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def settings_record(prompts: PromptSet) -> dict[str, Any]:
+    """judge.toml's settings as results record them (a cascade's second judge's addresses redacted)."""
+    data = prompts.settings.dump()
+    cascade = data.get("cascade")
+    second = cascade.get("second") if isinstance(cascade, dict) else None
+    if isinstance(second, dict):
+        second["base_url"] = redacted_url(second.get("base_url"))
+        if second.get("base_urls"):
+            second["base_urls"] = [redacted_url(url) for url in second["base_urls"]]
+    return data
 
 
 def _member_entry(m: ReplicateResult) -> dict[str, Any]:
@@ -105,10 +118,11 @@ def _verdict_file(item: ItemResult, run: EvalRun) -> dict[str, Any]:
         "reasoning": v.reasoning,
         "confidence": v.confidence,
         "mistake_type": v.mistake_type,
-        # A criteria / reviewed verdict's record (`optimizer.judge.criteria`): what was checked, where.
+        # A criteria / reviewed verdict's record (`optimizer.judge.criteria`): what was checked, where; a
+        # cascade's (`optimizer.judge.cascade`): the rule, whether it escalated, the first verdict.
         **{
             k: extra[k]
-            for k in ("criteria", "stated_success", "evidence_steps", "review", "first_verdict")
+            for k in ("criteria", "stated_success", "evidence_steps", "review", "first_verdict", "cascade")
             if k in extra
         },
         "_meta": meta,
@@ -254,6 +268,8 @@ def write_results(out_dir: Path | str, run: EvalRun, *, replacing: Sequence[Path
         "not_evaluated_ids": run.not_evaluated,
         # Judging with memory only: k, the cases, and the pair-aware folds (k, digest, every item's fold).
         **({"memory": run.meta.memory} if run.meta.memory else {}),
+        # A cascade only: the rule, the escalation share, the second judge and each stage's calls and cost.
+        **({"cascade": run.meta.cascade} if run.meta.cascade else {}),
     }
     (out / "_summary.json").write_text(
         json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"

@@ -158,6 +158,9 @@ class EvalMeta:
     batch: bool | None = None
     # Only when memory is on: the cases sent and the folds that kept each item's own cases out.
     memory: dict[str, Any] | None = None
+    # Only for a cascade: the rule, the escalation share, the second judge and each stage's figures
+    # (`optimizer.evaluation.cascade.stage_figures`).
+    cascade: dict[str, Any] | None = None
 
 
 @dataclass

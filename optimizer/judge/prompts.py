@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
 from optimizer.errors import UserError, first_error
+from optimizer.judge.cascade import CascadeSettings, cascade_files, cascade_templates
 from optimizer.judge.memory import EMPTY_MEMORY, MEMORY_FILES, Memory, memory_from_files
 from optimizer.judge.types import CacheTTL, Layout, Sampling
 from optimizer.models import MISTAKE_TYPES
@@ -286,11 +287,12 @@ class JudgeSettings(BaseModel):
     )
     # How a verdict is reached: "single" (one call) or "criteria" (one call derives the instruction's
     # requirements from the instruction alone, a second checks each against the trajectory).
-    structure: Literal["single", "criteria"] = Field(
+    structure: Literal["single", "criteria", "cascade"] = Field(
         default="single",
         description="single: one call per verdict; criteria: one call derives the instruction's requirements, a "
-        "second checks each against the trajectory",
+        "second checks each against the trajectory; cascade: a second judge on the escalated verdicts ([cascade])",
     )
+    cascade: CascadeSettings | None = Field(default=None, description="the cascade's rule and second judge")
     # "success": every success verdict gets a review call that may turn it into a failure with cited steps.
     review: Literal["off", "success"] = Field(
         default="off",
@@ -304,12 +306,14 @@ class JudgeSettings(BaseModel):
         return self
 
     def dump(self) -> dict[str, object]:
-        """The settings as results record them; the memory keys only when memory is on (so results of a
-        judge without memory read exactly as before the keys existed)."""
+        """The settings as results record them; the memory keys only when memory is on, [cascade] only when
+        set (so results of a judge without them read exactly as before the keys existed)."""
         data = self.model_dump(mode="json")
         if self.memory == "off":
             for key in ("memory", "memory_k", "memory_folds"):
                 data.pop(key)
+        if self.cascade is None:
+            data.pop("cascade")
         return data
 
     def sampling(self) -> Sampling:
@@ -488,6 +492,9 @@ class PromptSet:
                 )
             check_placeholders(files[path], where(path), _ALLOWED[JUDGE_MD])
             check_markers(files[path], where(path))
+        for path, like in cascade_templates(settings.structure, settings.cascade, files, where):
+            check_placeholders(files[path], where(path), _ALLOWED[like])
+            check_markers(files[path], where(path))
         return cls(
             judge_md=files[JUDGE_MD],
             rubric_md=files[RUBRIC_MD],
@@ -520,11 +527,10 @@ class PromptSet:
                     files[name] = file.read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError) as exc:
                     raise UserError(f"{file}: cannot read it as UTF-8 text ({exc}); fix the file") from None
-        members = folder / MEMBERS_DIR.removeprefix("prompts/")
-        for name in panel_member_files(files):
+        for name in structure_files(files):
             file = folder / name.removeprefix("prompts/")
-            if members.is_symlink():
-                check_unlinked(members, MEMBERS_DIR)
+            if file.parent.is_symlink():  # prompts/members/ or the cascade's folder
+                check_unlinked(file.parent, name.rpartition("/")[0])
             if file.is_symlink() or file.is_file():
                 check_unlinked(file, name if folder.name == "prompts" else str(file))
                 try:
@@ -543,7 +549,7 @@ class PromptSet:
         with repo_at(ws.root) as repo:
             commit = resolve_commit(repo, rev)
             for names in ((*REQUIRED_FILES, *OPTIONAL_FILES), None):
-                for name in names if names is not None else panel_member_files(files):
+                for name in names if names is not None else structure_files(files):
                     try:
                         blob = commit.tree / name
                     except KeyError:
@@ -568,7 +574,8 @@ class PromptSet:
         member files and the memory files."""
         panel = self.settings.panel
         named = (member_file(n) for n in (panel.named() if panel is not None else []))
-        return tuple(n for n in (*JUDGE_FILES, *named, *MEMORY_FILES) if n in self.files)
+        second = cascade_files(self.files)
+        return tuple(n for n in (*JUDGE_FILES, *named, *second, *MEMORY_FILES) if n in self.files)
 
     def for_member(self, index: int) -> PromptSet:
         """The prompt set panel member ``index`` judges with: its member file in judge.md's place
@@ -607,9 +614,10 @@ class PromptSet:
         return [] if text is None else parse_library(text, f"{self.source}/library.md")
 
 
-def panel_member_files(files: Mapping[str, str]) -> list[str]:
-    """The member files judge.toml's [panel] names ([] when it has none or does not parse: then
-    `PromptSet.from_files` reports the problem). Names are validated before any path is built."""
+def structure_files(files: Mapping[str, str]) -> list[str]:
+    """The member files judge.toml's [panel] names and the second judge's files its [cascade] names ([]
+    when none or it does not parse: `PromptSet.from_files` reports that). Names are validated before any
+    path is built."""
     text = files.get(JUDGE_TOML)
     if text is None:
         return []
@@ -617,7 +625,7 @@ def panel_member_files(files: Mapping[str, str]) -> list[str]:
         panel = parse_settings(text, JUDGE_TOML).panel
     except UserError:
         return []
-    return [member_file(n) for n in panel.named()] if panel is not None else []
+    return [*([member_file(n) for n in panel.named()] if panel is not None else []), *cascade_files(files)]
 
 
 # --------------------------------------------------------------------------- the instruction library

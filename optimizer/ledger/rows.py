@@ -395,6 +395,20 @@ class ReviewRecord(BaseModel):
     first_verdict: dict[str, Any] | None = None
 
 
+class CascadeRecord(BaseModel):
+    """A cascade's record behind a verdict (`optimizer.judge.cascade`): the rule, whether the item went on
+    to the second judge (then its verdict is the final one), and the first judge's verdict."""
+
+    rule: str = ""
+    escalated: bool = False
+    final: str = "first"
+    first_status: str = "ok"
+    first: dict[str, Any] | None = None
+    # What each stage's call cost when made (US dollars; the second's 0 where the item stayed).
+    first_cost_usd: float = 0.0
+    second_cost_usd: float = 0.0
+
+
 class ReplicateVerdict(BaseModel):
     """One judge call's verdict (one replicate of one item). ``success`` is None when invalid. A
     panel's replicate is the vote of ``members`` (empty for a single judge)."""
@@ -414,6 +428,7 @@ class ReplicateVerdict(BaseModel):
     criteria: list[CriterionCheck] = Field(default_factory=list)
     evidence_steps: list[int] = Field(default_factory=list)
     review: ReviewRecord | None = None
+    cascade: CascadeRecord | None = None
 
     def detail_json(self) -> str | None:
         """The ``verdicts.detail`` column: criteria, evidence steps and review as JSON (None: none)."""
@@ -424,6 +439,8 @@ class ReplicateVerdict(BaseModel):
             detail["evidence_steps"] = self.evidence_steps
         if self.review is not None:
             detail["review"] = self.review.model_dump()
+        if self.cascade is not None:
+            detail["cascade"] = self.cascade.model_dump()
         return json.dumps(detail, separators=(",", ":")) if detail else None
 
 
@@ -632,11 +649,13 @@ def verdict_detail(verdict: Any) -> dict[str, Any]:
         out["review"] = ReviewRecord.model_validate(
             {**extra["review"], "first_verdict": extra.get("first_verdict")}
         )
+    if isinstance(extra.get("cascade"), dict):
+        out["cascade"] = CascadeRecord.model_validate(extra["cascade"])
     return out
 
 
 def detail_dict(value: str | None) -> dict[str, Any]:
-    """The ``verdicts.detail`` column as `ReplicateVerdict` fields (criteria, evidence_steps, review)."""
+    """The ``verdicts.detail`` column as `ReplicateVerdict` fields (criteria, evidence_steps, review, cascade)."""
     if not value:
         return {}
     data = json.loads(value)
@@ -644,6 +663,7 @@ def detail_dict(value: str | None) -> dict[str, Any]:
         "criteria": [CriterionCheck.model_validate(c) for c in data.get("criteria", [])],
         "evidence_steps": list(data.get("evidence_steps", [])),
         "review": None if data.get("review") is None else ReviewRecord.model_validate(data["review"]),
+        "cascade": None if data.get("cascade") is None else CascadeRecord.model_validate(data["cascade"]),
     }
 
 

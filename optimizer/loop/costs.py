@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from optimizer.errors import UserError
+from optimizer.evaluation.cascade import first_prompts, second_prompts
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.results import EvalRun
+from optimizer.judge.cascade import CascadeSettings
 from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.estimate import steady_cost_usd
 from optimizer.judge.prompts import PromptSet
@@ -35,9 +37,22 @@ def judge_price(ctx: RunContext) -> Price | None:
     return price
 
 
+def second_price(ctx: RunContext, cascade: CascadeSettings) -> Price | None:
+    """A cascade's second judge's price (its own [cascade.second] prices over the workspace's); None when
+    unknown or free."""
+    price = price_for(cascade.second.model, {**ctx.ws.config.prices, **cascade.second.prices})
+    return None if price is None or (price.input == 0 and price.output == 0) else price
+
+
 def verdict_cost(ctx: RunContext, run: EvalRun) -> float | None:
     """A pass's cost per paid verdict (US dollars): its billed tokens priced warm (`warm_cost_usd`:
-    a cache write at the read price) over the judgements that were not served by judgeloop's cache."""
+    a cache write at the read price) over the judgements that were not served by judgeloop's cache.
+    A cascade: what its verdicts cost as made, each stage at its own judge's price, over all of them (a
+    rule change reuses both judges' cached calls, yet each verdict still costs its stages' calls)."""
+    if run.meta.cascade is not None:
+        reps = [r for item in run.items for r in item.replicates]
+        spent = sum(r.usage.cost_usd for r in reps)
+        return spent / len(reps) if reps and spent > 0 else None
     price = judge_price(ctx)
     paid = sum(1 for item in run.items for r in item.replicates if not r.cached)
     if price is None or paid == 0 or run.usage.calls == 0:
@@ -50,15 +65,39 @@ def estimated_verdict_cost(
 ) -> float | None:
     """A prompt set's expected cost per verdict before any call (`steady_cost_usd` over the split's
     first `ESTIMATE_ITEMS` items, every call of the verdict: `verdict_calls` — a panel's members, the
-    criteria derivation and check, a review on the split's positive share); None for an agentic
-    judge or an unknown price."""
-    price = judge_price(ctx)
+    criteria derivation and check, a review on the split's positive share; a cascade's first judge on
+    every verdict and its second at its own price on the rule's `EscalationRule.estimated_share`); None
+    for an agentic judge or an unknown price."""
+    traits = provider.traits
+    render = RenderOptions(
+        text_only=traits.text_only,
+        layout=traits.layout,
+        image_cache_dir=ctx.ws.experiments_dir / IMAGE_CACHE_DIRNAME,
+    )
+    cascade = prompts.settings.cascade
+    if prompts.settings.structure != "cascade" or cascade is None:
+        return _estimate(ctx, prompts, render, judge_price(ctx), output_tokens)
+    first = _estimate(ctx, first_prompts(prompts), render, judge_price(ctx), output_tokens)
+    second_render = RenderOptions(image_cache_dir=render.image_cache_dir)
+    second = _estimate(ctx, second_prompts(prompts), second_render, second_price(ctx, cascade), output_tokens)
+    if first is None or second is None:
+        return None
+    return first + cascade.rule().estimated_share(_positive_share(ctx)) * second
+
+
+def _positive_share(ctx: RunContext) -> float:
+    split = ctx.split
+    return sum(1 for t in split.ids if ctx.labels[t].is_positive) / len(split.ids)
+
+
+def _estimate(
+    ctx: RunContext, prompts: PromptSet, render: RenderOptions, price: Price | None, output_tokens: int
+) -> float | None:
     split = ctx.split
     ids = split.ids[:ESTIMATE_ITEMS]
     if price is None or not ids or prompts.settings.mode != "direct":
         return None
-    traits = provider.traits
-    share = sum(1 for t in split.ids if ctx.labels[t].is_positive) / len(split.ids)
+    share = _positive_share(ctx)
     total = 0.0
     for tid in ids:
         calls = verdict_calls(
@@ -67,11 +106,7 @@ def estimated_verdict_cost(
             prompts,
             success_share=share,
             replicates=ctx.settings.replicates,
-            render=RenderOptions(
-                text_only=traits.text_only,
-                layout=traits.layout,
-                image_cache_dir=ctx.ws.experiments_dir / IMAGE_CACHE_DIRNAME,
-            ),
+            render=render,
         )
         total += sum(weight * steady_cost_usd(request, output_tokens, price) for request, weight in calls)
     return total / len(ids)

@@ -18,7 +18,7 @@ from optimizer.errors import UserError
 from optimizer.evaluation.batch import batching_provider
 from optimizer.evaluation.refusals import judge_refusal
 from optimizer.judge.memory import check_sources
-from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet, panel_member_files
+from optimizer.judge.prompts import OPTIONAL_FILES, REQUIRED_FILES, PromptSet, structure_files
 from optimizer.judge.render import RenderOptions, build_request
 from optimizer.judge.types import Provider
 from optimizer.workspace import gitops
@@ -37,8 +37,8 @@ def candidate_files(root: Path, base_rev: str, changed: Mapping[str, str | None]
             files.pop(name, None)
         else:
             files[name] = text
-    # The panel's member files the (edited) judge.toml names, as committed, unless the candidate changed them.
-    for name in panel_member_files(files):
+    # The panel's member files and the cascade's files the (edited) judge.toml names, as committed, unless the candidate changed them.
+    for name in structure_files(files):
         if name not in changed:
             text = gitops.read_file_at(root, base_rev, name)
             if text is not None:

@@ -126,6 +126,8 @@ def report_json(ledger: Ledger, run: Run, ws: Workspace | None = None) -> dict[s
                 "overrule": exp.overrule,
                 # A panel's cost per verdict, split by member (null: a single judge).
                 "panel_cost": pc.to_json() if (pc := panel_cost(ledger, exp.id)) else None,
+                # A cascade's escalation share and per-stage cost per verdict (null: no cascade).
+                "cascade": cc.to_json() if (cc := cascade_cost(ledger, exp.id)) else None,
             }
         )
     attribution = ledger.latest_attribution(run.id)
@@ -178,6 +180,41 @@ def panel_cost(ledger: Ledger, experiment_id: int) -> PanelCost | None:
         verdicts=verdicts,
         cost_per_verdict_usd=sum(per_member.values()) / verdicts,
         members={name: cost / verdicts for name, cost in per_member.items()},
+    )
+
+
+@dataclass(frozen=True)
+class CascadeCost:
+    """A cascade experiment's figures over its ``verdicts`` replicate verdicts: how many went on to the
+    second judge, and each stage's cost per verdict as made (US dollars)."""
+
+    verdicts: int
+    escalated: int
+    first_per_verdict_usd: float
+    second_per_verdict_usd: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``cascade`` object of ``report --json``."""
+        return {
+            "verdicts": self.verdicts,
+            "escalated": self.escalated,
+            "escalation_share": self.escalated / self.verdicts,
+            "first_per_verdict_usd": self.first_per_verdict_usd,
+            "second_per_verdict_usd": self.second_per_verdict_usd,
+        }
+
+
+def cascade_cost(ledger: Ledger, experiment_id: int) -> CascadeCost | None:
+    """A cascade experiment's escalation share and per-stage cost per verdict (None: not a cascade)."""
+    records = [rep.cascade for item in ledger.item_verdicts(experiment_id) for rep in item.replicates]
+    found = [r for r in records if r is not None]
+    if not found:
+        return None
+    return CascadeCost(
+        verdicts=len(found),
+        escalated=sum(1 for r in found if r.escalated),
+        first_per_verdict_usd=sum(r.first_cost_usd for r in found) / len(found),
+        second_per_verdict_usd=sum(r.second_cost_usd for r in found) / len(found),
     )
 
 

@@ -11,6 +11,7 @@ from optimizer.ledger import FLIP_KEYS, Attribution, Ledger, Run
 from optimizer.report.data import (
     REPORT_SUSPECTS,
     accounting,
+    cascade_cost,
     delta,
     fp_by_type_all,
     gain_of,
@@ -255,6 +256,13 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
             out.append(
                 f"    panel: ${panel.cost_per_verdict_usd:.4f} per verdict over {panel.verdicts} "
                 f"verdicts ({split})"
+            )
+        cascade = cascade_cost(ledger, e.id)
+        if cascade is not None:
+            out.append(
+                f"    cascade: {cascade.escalated} of {cascade.verdicts} verdicts escalated "
+                f"({cascade.escalated / cascade.verdicts:.0%}); per verdict first ${cascade.first_per_verdict_usd:.4f}, "
+                f"second ${cascade.second_per_verdict_usd:.4f}"
             )
         reads = cache_reads_line(e.planned_cache_read_tokens, e.cache_read_tokens)
         if reads is not None:
