@@ -39,12 +39,12 @@ def test_the_demo_script_applies_the_settings_tested_here() -> None:
     assert text.index("configure_demo_workspace(") < text.index("\njudgeloop eval\n")
 
 
-def test_demo_workspace_pins_one_thread_and_short_verdicts(tmp_path: Path) -> None:
+def test_demo_workspace_sets_the_demo_judge_and_short_verdicts(tmp_path: Path) -> None:
     ws = init_workspace(tmp_path / "ws", sample=True)
     configure_demo_workspace(ws.root)
 
     cfg = load_config(ws.root / CONFIG_NAME)
-    assert cfg.judge.local_threads == 1
+    assert cfg.judge.local_threads is None  # sampling, not arithmetic, varies a run's verdicts
     assert (cfg.judge.provider, cfg.loop.policy, cfg.workspace.dev_split) == ("local", "paired", "demo")
     settings = parse_settings(_judge_toml(ws.root), JUDGE_TOML)
     assert settings.max_tokens == DEMO_JUDGE_SETTINGS["max_tokens"]
@@ -55,7 +55,7 @@ def test_demo_workspace_pins_one_thread_and_short_verdicts(tmp_path: Path) -> No
         assert list(last.stats.files) == [JUDGE_TOML]
         assert list(before.stats.files) == [CONFIG_NAME]
     assert gitops.dirty_paths(ws.root) == []
-    assert DEMO_CONFIG[("judge", "local_threads")] == 1
+    assert ("judge", "local_threads") not in DEMO_CONFIG
 
 
 def test_demo_settings_are_idempotent(tmp_path: Path) -> None:

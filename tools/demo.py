@@ -1,10 +1,9 @@
 """The settings scripts/demo commits in its workspace before it judges anything, kept here so the tests
 check the very values the demo uses.
 
-- ``DEMO_CONFIG`` (judgeloop.toml): the demo split, the paired policy, the local judge on one
-  inference thread. The thread count is pinned because llama.cpp's sums run in a different order on a
-  different number of threads, and the default (the cores idle when the judge starts) follows the
-  machine's load: two demo runs would otherwise judge with different arithmetic.
+- ``DEMO_CONFIG`` (judgeloop.toml): the demo split, the paired policy, the local judge. Its thread count
+  is not pinned: the judge samples (below), so a pinned count would not make two runs agree, and one
+  thread would double the demo's time on an idle two-core machine.
 - ``DEMO_JUDGE_SETTINGS`` (prompts/judge.toml): a short ``max_tokens``. The verdict's first field,
   ``success``, is sampled before any reasoning is written, so a shorter reasoning changes no verdict's
   odds; it only saves minutes per candidate. The temperature stays llama.cpp's (0.8, a fresh random
@@ -22,7 +21,6 @@ DEMO_CONFIG: dict[tuple[str, str], Scalar] = {
     ("workspace", "dev_split"): "demo",
     ("loop", "policy"): "paired",
     ("judge", "provider"): "local",
-    ("judge", "local_threads"): 1,
 }
 DEMO_JUDGE_SETTINGS: dict[str, Scalar] = {"max_tokens": 160}
 
@@ -33,7 +31,7 @@ def configure_demo_workspace(root: Path) -> None:
     set_config(
         root,
         DEMO_CONFIG,
-        message="demo: dev_split demo, policy paired, the local judge on 1 thread (set by scripts/demo)",
+        message="demo: dev_split demo, policy paired, the local judge (set by scripts/demo)",
     )
     set_judge_settings(
         root,
