@@ -133,7 +133,8 @@ def estimated_evaluation_usd(ctx: RunContext, incumbent: Experiment, provider: P
     """What a candidate like ``incumbent`` is estimated to cost if judged on every item of the split (US
     dollars), before any call: `estimated_verdict_cost` of its prompts times the split's items; when that
     cannot be estimated (an agentic judge, an unknown price), what the incumbent's own evaluation cost
-    (None when that is nothing). An upper figure: cached calls and an early stop cost less."""
+    (None when that is nothing). Every item judged once: re-judging the disagreements costs more, cached
+    calls and an early stop less."""
     if incumbent.commit_sha:
         prompts = PromptSet.from_rev(ctx.ws, incumbent.commit_sha)
         out = incumbent.output_tokens // incumbent.calls if incumbent.calls else prompts.settings.max_tokens

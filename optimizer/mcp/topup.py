@@ -42,7 +42,7 @@ def form(cap: float) -> dict[str, Any]:
             AMOUNT: {
                 "type": "number",
                 "title": "US dollars to add to the session's budget",
-                "description": f"more than 0 and at most {cap:g} (decline to add nothing: the candidate is refused)",
+                "description": f"more than 0 and at most {cap:g} (decline to add nothing)",
                 "minimum": 0,  # the specification's number schema has no exclusive bound: 0 is refused here
                 "maximum": cap,
             }
@@ -56,9 +56,10 @@ def question(session: McpSession, estimate: float | None, cap: float) -> str:
     guess = f"${estimate:.4f}" if estimate is not None else "unknown"
     return (
         f"judgeloop: the agent proposed a candidate the session's budget cannot pay for. {session.budget_line()}"
-        f"; the next candidate is estimated at {guess} (every dev item judged; cached calls and an early stop "
-        f"cost less). Add to the budget? At most ${cap:g} more in this session ({TOP_UP_FACTOR}x its "
-        f"--budget-usd ${session.options.budget_usd:g}, in all). Decline to add nothing: the candidate is refused."
+        f"; the next candidate is estimated at {guess} (every dev item judged once: re-judging disagreements "
+        f"costs more, cached calls and an early stop less). Add to the budget? At most ${cap:g} more in this "
+        f"session ({TOP_UP_FACTOR}x its --budget-usd ${session.options.budget_usd:g}, in all). Decline to add "
+        "nothing: the candidate is refused when the budget is spent, else it runs until the budget stops it."
     )
 
 
