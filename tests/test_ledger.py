@@ -495,3 +495,25 @@ def test_the_run_and_decision_events_store_the_json_the_hand_built_payloads_stor
         ("run_status", '{"status":"waiting","stop_reason":null}'),
         ("run_status", '{"status":"stopped","stop_reason":"max_experiments reached"}'),
     ]
+
+
+def test_a_budget_top_up_raises_the_runs_budget_and_records_who_decided_it(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        run = ledger.create_run(
+            RunSpec(
+                strategy="mcp",
+                policy="literal",
+                split="dev",
+                split_fingerprint="f",
+                start_rev="s",
+                budgets={"budget_usd": 1.5, "replicates": 1},
+            )
+        )
+        ledger.record_budget_top_up(run.id, 2.0, by="person", via="elicitation")
+        after = ledger.record_budget_top_up(run.id, 0.5, by="person", via="elicitation")
+    assert after.budgets["budget_usd"] == 4.0 and after.budgets["replicates"] == 1
+    assert [(t["usd"], t["budget_usd"], t["by"], t["via"]) for t in after.budgets["top_ups"]] == [
+        (2.0, 3.5, "person", "elicitation"),
+        (0.5, 4.0, "person", "elicitation"),
+    ]
+    assert all(t["at"] for t in after.budgets["top_ups"])

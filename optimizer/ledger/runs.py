@@ -103,6 +103,20 @@ class RunTables(LedgerCore):
                 raise KeyError(f"no run {run_id}")
             self._event(cur, run_id, None, RunStatusChanged(status, stop_reason))
 
+    def record_budget_top_up(self, run_id: str, usd: float, *, by: str, via: str) -> Run:
+        """Raise a run's judge budget by ``usd`` (US dollars): ``budgets.budget_usd`` becomes the new total and
+        ``budgets.top_ups`` gains who decided it (``by``), how they were asked (``via``), the amount, the new
+        total and when; the run as it is now. The caller checked the amount (positive, finite, capped)."""
+        run = self.get_run(run_id)
+        budgets = dict(run.budgets or {})
+        total = float(budgets.get("budget_usd") or 0.0) + usd
+        entry = {"usd": usd, "budget_usd": total, "by": by, "via": via, "at": ts(utc_now())}
+        budgets["budget_usd"] = total
+        budgets["top_ups"] = [*budgets.get("top_ups", []), entry]
+        with self.transaction() as cur:
+            cur.execute("UPDATE runs SET budgets = ? WHERE id = ?", (json_or_none(budgets), run_id))
+        return self.get_run(run_id)
+
     def set_incumbent(self, run_id: str, experiment_id: int) -> None:
         """Point the run at a new incumbent (normally done by ``record_decision``)."""
         with self.transaction() as cur:

@@ -7,7 +7,7 @@ run and its split and labels, its `RunSettings`, the listener, the stop request,
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,21 @@ class RunContext:
         if self._budget is None:
             self._budget = Budget(self.settings.limits.budget_usd, spent_usd=self.spent_usd)
         return self._budget
+
+    def raise_budget(self, usd: float, *, by: str, via: str) -> None:
+        """Raise the run's judge budget by ``usd`` (US dollars), as ``by`` decided (asked ``via``): the one
+        place a budget changes mid-run. The ledger's ``runs.budgets`` (the new total and the top-up), the
+        run's limits, the shared `Budget` and the budget stop all follow. The caller checked the amount."""
+        if self.settings.limits.budget_usd is None:
+            raise RuntimeError("a run without a judge budget has none to raise")
+        self.run = self.ledger.record_budget_top_up(self.run.id, usd, by=by, via=via)
+        total = self.settings.limits.budget_usd + usd
+        self.settings = replace(self.settings, limits=replace(self.settings.limits, budget_usd=total))
+        if self._budget is not None:
+            self._budget.max_usd = total
+        self.budget_exhausted = (
+            None  # the stop was this budget's; the next call is measured against the new one
+        )
 
     def charge(self, cost_usd: float) -> None:
         """Count optimiser spending (US dollars) against the run's spend and the judge budget."""

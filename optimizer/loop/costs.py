@@ -129,6 +129,24 @@ def estimated_ratio(
     return None if inc is None or cand is None or inc <= 0 else cand / inc
 
 
+def estimated_evaluation_usd(ctx: RunContext, incumbent: Experiment, provider: Provider) -> float | None:
+    """What a candidate like ``incumbent`` is estimated to cost if judged on every item of the split (US
+    dollars), before any call: `estimated_verdict_cost` of its prompts times the split's items; when that
+    cannot be estimated (an agentic judge, an unknown price), what the incumbent's own evaluation cost
+    (None when that is nothing). Every item judged once: re-judging the disagreements costs more, cached
+    calls and an early stop less."""
+    if incumbent.commit_sha:
+        prompts = PromptSet.from_rev(ctx.ws, incumbent.commit_sha)
+        out = incumbent.output_tokens // incumbent.calls if incumbent.calls else prompts.settings.max_tokens
+        try:
+            per = estimated_verdict_cost(ctx, prompts, provider, out)
+        except UserError:
+            per = None
+        if per is not None:
+            return per * len(ctx.split.ids)
+    return incumbent.cost_usd or None
+
+
 def cheaper_eligible(
     ctx: RunContext, incumbent: Experiment, prompts: PromptSet, provider: Provider, *, propose_only: bool
 ) -> bool:

@@ -59,7 +59,10 @@ _FLIPS = {
     "required": list(FLIP_KEYS),
     "additionalProperties": False,
 }
-_BUDGET = _obj({"spent_usd": {"type": "number"}, "left_usd": {"type": "number"}})
+# topped_up_usd: what people added to the session's budget when asked (`optimizer.mcp.topup`).
+_BUDGET = _obj(
+    {"spent_usd": {"type": "number"}, "left_usd": {"type": "number"}, "topped_up_usd": {"type": "number"}}
+)
 
 # One candidate as the tools show it: what was decided and on what figures (kappa, FPR: 0..1).
 _EXPERIMENT_PROPS: dict[str, Any] = {
@@ -129,6 +132,7 @@ STATUS_SCHEMA = _obj(
                 "spent_usd": {"type": "number"},
                 "left_usd": {"type": "number"},
                 "stopped": _STR,
+                "topped_up_usd": {"type": "number"},
             }
         ),
         "baseline": _FIGURES,

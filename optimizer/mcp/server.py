@@ -9,7 +9,8 @@ Every tool has a title and annotations; six answer structured content (`optimize
 progress notifications go through `optimizer.mcp.progress` (monotonic, at most two a second, a heartbeat
 when a long call is silent). ``propose`` with ``wait: false`` runs its candidate in the server's task group
 (`optimizer.mcp.background`); a waiting candidate's keep question goes to the person by elicitation when
-the client can (`optimizer.mcp.elicit`). The resources are `optimizer.mcp.resources`'; tool results link them.
+the client can (`optimizer.mcp.elicit`), and so does a budget top-up before a propose that would cross
+the budget (`optimizer.mcp.topup`). The resources are `optimizer.mcp.resources`'; tool results link them.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from optimizer.mcp.results import (
     Structured,
 )
 from optimizer.mcp.session import FLIPS_HELP, McpSession
+from optimizer.mcp.topup import ask_top_up
 
 INSTRUCTIONS = """\
 judgeloop evaluates edits to an LLM judge's prompt files on a labelled dev split and keeps an edit only \
@@ -484,6 +486,8 @@ def build_server(session: McpSession, spawn: Spawn) -> Server[Any]:
         sent = _forward_progress(ctx, session, pace)
         try:
             assert tool.run is not None
+            if tool.name == "propose":  # a person may add to the budget first (`optimizer.mcp.topup`)
+                await ask_top_up(ctx.session, session, args, ctx.request_id)
             out = await tool.run(session, args)
             if tool.name == "propose":
                 out = await ask_keep(ctx.session, session, out, ctx.request_id)
@@ -515,6 +519,7 @@ def build_server(session: McpSession, spawn: Spawn) -> Server[Any]:
                 elif tool.name == "candidate_status":
                     out = status_of(args)
                 elif tool.name == "propose" and args.get("wait") is False:
+                    await ask_top_up(ctx.session, session, args, ctx.request_id)
                     out = start(ctx, args)
                 elif tool.name in JUDGING:
                     out = await judged(ctx, tool, args)

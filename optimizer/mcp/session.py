@@ -52,6 +52,7 @@ from optimizer.ledger import Attribution, Experiment, Ledger, Run
 from optimizer.loop import trust
 from optimizer.loop.attribute import AttributeOptions, attribute_scope, resolve_scope
 from optimizer.loop.context import RunContext
+from optimizer.loop.costs import estimated_evaluation_usd
 from optimizer.loop.decide import decide_waiting
 from optimizer.loop.records import fmt3
 from optimizer.loop.runner import LoopRunner
@@ -167,7 +168,6 @@ class McpSession:
         self.ws = ws
         self.ledger = ledger
         self.options = options
-        self.budget_usd = options.budget_usd
         self.split = split  # the dev split, checked when the session opened (`loop_split`)
         self.judge_section = options.judge.apply(ws.config.judge)
         self.events = events
@@ -276,20 +276,37 @@ class McpSession:
         return self._ctx.spent_usd if self._ctx is not None else 0.0
 
     @property
+    def budget_usd(self) -> float:
+        """The session's judge budget now: its run's (`RunContext.raise_budget` changes it), else ``--budget-usd``."""
+        limit = self._ctx.limits.budget_usd if self._ctx is not None else None
+        return limit if limit is not None else self.options.budget_usd
+
+    @property
+    def topped_up_usd(self) -> float:
+        """What people added to the session's budget (`optimizer.mcp.topup`), in US dollars."""
+        return money(self.budget_usd - self.options.budget_usd)
+
+    def next_candidate_usd(self) -> float | None:
+        """The next candidate's estimated cost (`optimizer.loop.costs.estimated_evaluation_usd`), or None."""
+        incumbent = self._incumbent()
+        return None if incumbent is None else estimated_evaluation_usd(self.ctx, incumbent, self._judge()[0])
+
+    @property
     def left_usd(self) -> float:
         return max(0.0, self.budget_usd - self.spent_usd)
 
     def budget_line(self) -> str:
         return f"spent ${self.spent_usd:.4f} of the session's ${self.budget_usd:g} budget, ${self.left_usd:.4f} left"
 
-    def _budget_refusal(self, what: str) -> ToolOutput | None:
+    def budget_refusal(self, what: str) -> ToolOutput | None:
         """The refusal of a tool that would pay judge calls once the budget cannot pay another, or None."""
         stopped = self._ctx.budget_exhausted if self._ctx is not None else None
         if self.left_usd <= 0 or stopped is not None:
             why = f" ({stopped})" if stopped else ""
             return _error(
                 f"budget: {what} is refused: {self.budget_line()}{why}; a judge call would cross it. "
-                "End the session; a new one (`judgeloop mcp --budget-usd X`) starts with a new budget"
+                "End the session; a new one (`judgeloop mcp --budget-usd X`) starts with a new budget (a host "
+                "with elicitation asks the person to add to this one first)"
             )
         return None
 
@@ -363,7 +380,7 @@ class McpSession:
             return None
         if self._baseline_failed is not None:
             return _error(self._baseline_failed)
-        refused = self._budget_refusal("the baseline evaluation")
+        refused = self.budget_refusal("the baseline evaluation")
         if refused is not None:
             return refused
         touched = self.touched()  # the baseline is the branch's tip: it must be the run's start
@@ -443,6 +460,7 @@ class McpSession:
                     "spent_usd": money(self.spent_usd),
                     "left_usd": money(self.left_usd),
                     "stopped": self._ctx.budget_exhausted if self._ctx is not None else None,
+                    "topped_up_usd": self.topped_up_usd,
                 },
                 "baseline": figures(base),
                 "incumbent": figures(inc),
@@ -487,10 +505,10 @@ class McpSession:
     def read_file(self, args: Mapping[str, Any]) -> ToolOutput:
         return run_tool(self._state(), "read_file", dict(args))
 
-    def propose_refusal(self, args: Mapping[str, Any]) -> ToolOutput | None:
+    def propose_refusal(self, args: Mapping[str, Any], *, budget: bool = True) -> ToolOutput | None:
         """The refusal of a ``propose`` with ``args`` that needs no judge call and no git write (the
-        arguments' shapes, a waiting candidate, the budget, a dirty tree), or None; a non-blocking propose
-        says it before it answers its handle."""
+        arguments' shapes, a waiting candidate, the budget unless not ``budget``, a dirty tree), or None; a
+        non-blocking propose says it before it answers its handle."""
         files, rationale, propose_only = (
             args.get("files", {}),
             args.get("rationale"),
@@ -515,7 +533,7 @@ class McpSession:
         waiting = self._waiting()
         if waiting is not None:
             return _error(f"experiment {waiting.id} is waiting for a decision; call decide first")
-        refused = self._budget_refusal("a new candidate")
+        refused = self.budget_refusal("a new candidate") if budget else None
         if refused is not None:
             return refused
         dirty = gitops.dirty_paths(self.ws.root)
@@ -593,7 +611,11 @@ class McpSession:
         }
 
     def _budget_left(self) -> dict[str, float]:
-        return {"spent_usd": money(self.spent_usd), "left_usd": money(self.left_usd)}
+        return {
+            "spent_usd": money(self.spent_usd),
+            "left_usd": money(self.left_usd),
+            "topped_up_usd": self.topped_up_usd,
+        }
 
     def decide(self, args: Mapping[str, Any]) -> ToolOutput | Structured:
         experiment, decision = args.get("experiment"), args.get("decision")
@@ -633,7 +655,7 @@ class McpSession:
         waiting = self._waiting()
         if waiting is not None:
             return _error(f"experiment {waiting.id} is waiting for a decision; call decide first")
-        refused = self._budget_refusal("attribute")
+        refused = self.budget_refusal("attribute")
         if refused is not None:
             return refused
         budget = self.ctx.budget()

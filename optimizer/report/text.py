@@ -186,7 +186,13 @@ def report_text(ledger: Ledger, run: Run, ws: Workspace | None = None, *, with_t
         + (f"  finished {run.finished:%Y-%m-%d %H:%M:%S}Z" if run.finished else ""),
     ]
     if run.budgets:
-        out.append("budgets " + ", ".join(f"{k}={v}" for k, v in run.budgets.items() if v is not None))
+        shown = {k: v for k, v in run.budgets.items() if v is not None and k != "top_ups"}
+        out.append("budgets " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+        for top_up in run.budgets.get("top_ups") or []:  # `optimizer.mcp.topup`: a person's decision
+            out.append(
+                f"budget top-up +${top_up.get('usd', 0):g} (to ${top_up.get('budget_usd', 0):g}) decided by "
+                f"the {top_up.get('by')} ({top_up.get('via')}) at {top_up.get('at')}"
+            )
     current = ws.config if ws else None
     if (run.config or {}).get("judge"):  # a run recorded without one (a hand-made ledger) names none
         judge = RunSettings.from_run(run, current).judge
