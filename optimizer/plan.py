@@ -34,8 +34,8 @@ from typing import Any
 
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
-from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.evaluation.cascade import first_prompts, second_prompts
+from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
 from optimizer.judge.cascade import CascadeSettings, EscalationRule
 from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.estimate import chars_tokens, request_input_tokens, request_token_split

@@ -26,9 +26,9 @@ from optimizer.answers.cascade import (
 from optimizer.cli import main
 from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
+from optimizer.evaluation.cascade import escalated_items, panel_split
 from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.files import write_results
-from optimizer.evaluation.cascade import escalated_items, panel_split
 from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 from optimizer.judge.cascade import EscalationRule
 from optimizer.judge.prompts import PromptSet
