@@ -148,17 +148,22 @@ def make_plan(
     stage = _PassCost(split, share, replicates, sampling.max_tokens)
     cascade_plan: dict[str, Any] | None = None
     if settings.structure == "cascade" and settings.cascade is not None:
-        first = stage.price(first_prompts(prompts), price, render)
-        second = stage.price(
+        first_stage = stage.price(first_prompts(prompts), price, render)
+        second_stage = stage.price(
             second_prompts(prompts),
             _second_price(cfg.prices, settings.cascade),
             RenderOptions(image_cache_dir=images),
         )
-        cascade_plan = cascade_stages(settings.cascade.rule(), first, second, _positive_share(split))
+        cascade_plan = cascade_stages(
+            settings.cascade.rule(), first_stage, second_stage, _positive_share(split)
+        )
         escalated = cascade_plan["escalation_share"]
-        cold, warm = first.cold + escalated * second.cold, first.warm + escalated * second.warm
-        per_item = first.calls + escalated * second.calls
-        cpu_tokens = first.cpu
+        cold, warm = (
+            first_stage.cold + escalated * second_stage.cold,
+            first_stage.warm + escalated * second_stage.warm,
+        )
+        per_item = first_stage.calls + escalated * second_stage.calls
+        cpu_tokens = first_stage.cpu
     else:
         only = stage.price(prompts, price, render)
         cold, warm, per_item, cpu_tokens = only.cold, only.warm, only.calls, only.cpu

@@ -376,9 +376,10 @@ def show_cascade(out: Text, rep: ReplicateVerdict) -> None:
     if record is None:
         return
     first = record.first or {}
-    said = {True: "success", False: "failure"}.get(first.get("success"), record.first_status)
+    success = first.get("success")
+    said = "success" if success is True else "failure" if success is False else record.first_status
     out.append("\n  first judge: ", style="bold")
-    out.append(said, style="green" if first.get("success") is True else "red")
+    out.append(said, style="green" if success is True else "red")
     if first.get("confidence"):
         out.append(f" · confidence {first['confidence']}")
     if record.escalated:
