@@ -34,11 +34,13 @@ from typing import Any
 
 from optimizer.devset.split import Split
 from optimizer.errors import UserError
+from optimizer.evaluation.cascade import first_prompts, second_prompts
 from optimizer.evaluation.judging import IMAGE_CACHE_DIRNAME
+from optimizer.judge.cascade import CascadeSettings, EscalationRule
 from optimizer.judge.criteria import verdict_calls
 from optimizer.judge.estimate import chars_tokens, request_input_tokens, request_token_split
 from optimizer.judge.prompts import PromptSet
-from optimizer.judge.providers.pricing import CPU_IDLE, CPU_ONE_BUSY, CpuSpeed, price_for
+from optimizer.judge.providers.pricing import CPU_IDLE, CPU_ONE_BUSY, CpuSpeed, Price, price_for
 from optimizer.judge.render import RenderOptions
 from optimizer.judge.types import JudgeRequest
 from optimizer.ledger import Experiment, Ledger
@@ -77,6 +79,8 @@ class Plan:
     waves: int | None = None  # whole waves of ``wave`` candidates the budget buys (None: no limit)
     seconds_source: str = "measured"  # or "estimated" (the CPU judge's token throughput, before any run)
     notes: list[str] = field(default_factory=list)
+    # A cascade judge (judge.toml structure = "cascade"): `cascade_stages`'s record, else None.
+    cascade: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,8 +137,6 @@ def make_plan(
     sampling = prompts.settings.sampling()
     settings = prompts.settings
     share, share_note = _success_share(ws, judge, split) if settings.review == "success" else (0.0, None)
-    cold = warm = per_item = 0.0
-    cpu_tokens = CpuTokens()
     images = ws.experiments_dir / IMAGE_CACHE_DIRNAME
     # The CPU judge reads text only, instructions first (its traits); other providers follow judge.toml.
     on_cpu = judge.provider == "local"
@@ -143,30 +145,32 @@ def make_plan(
         if on_cpu
         else RenderOptions(image_cache_dir=images)
     )
-    for tid in split.ids:
-        # The evaluation's on-disk JPEG cache: a run's plan encodes what its baseline would anyway.
-        # Every call of one verdict (`verdict_calls`): a panel's members, the criteria derivation (once
-        # per item) and check, a review on the success share; each weighted per verdict.
-        verdict = verdict_calls(
-            split.trajectory(tid),
-            split,
-            prompts,
-            success_share=share,
-            replicates=replicates,
-            render=render,
+    stage = _PassCost(split, share, replicates, sampling.max_tokens)
+    cascade_plan: dict[str, Any] | None = None
+    if settings.structure == "cascade" and settings.cascade is not None:
+        first_stage = stage.price(first_prompts(prompts), price, render)
+        second_stage = stage.price(
+            second_prompts(prompts),
+            _second_price(cfg.prices, settings.cascade),
+            RenderOptions(image_cache_dir=images),
         )
-        for request, weight in verdict:
-            prefix, rest = request_token_split(request)
-            tail = rest * price.input + sampling.max_tokens * price.output
-            write = price.cache_write_1h_price if request.cache_ttl == "1h" else price.cache_write_price
-            cold += weight * replicates * (prefix * write + tail) / 1e6
-            warm += weight * replicates * (prefix * price.cache_read_price + tail) / 1e6
-            per_item += weight * replicates
-            cpu_tokens.add(request, weight * replicates)
-    # Calls per item: replicates × (members, or the check + a review share) + one derivation under criteria.
-    per_item = per_item / max(1, len(split.ids))
+        cascade_plan = cascade_stages(
+            settings.cascade.rule(), first_stage, second_stage, _positive_share(split)
+        )
+        escalated = cascade_plan["escalation_share"]
+        cold, warm = (
+            first_stage.cold + escalated * second_stage.cold,
+            first_stage.warm + escalated * second_stage.warm,
+        )
+        per_item = first_stage.calls + escalated * second_stage.calls
+        cpu_tokens = first_stage.cpu
+    else:
+        only = stage.price(prompts, price, render)
+        cold, warm, per_item, cpu_tokens = only.cold, only.warm, only.calls, only.cpu
     n = len(split.ids)
     notes: list[str] = []
+    if cascade_plan is not None:
+        notes.append(cascade_note(cascade_plan))
     if settings.panel is not None:
         notes.append(f"[panel]: {settings.panel.size} member calls per replicate")
     if settings.structure == "criteria":
@@ -253,6 +257,7 @@ def make_plan(
         waves=waves,
         seconds_source=seconds_source,
         notes=notes,
+        cascade=cascade_plan,
     )
 
 
@@ -378,3 +383,95 @@ def budget_warning(
         f"the budget of ${budget_usd:.2f} cannot cover one candidate (baseline ${plan.baseline_usd:.4f} "
         f"+ ${plan.cost_per_candidate_usd:.4f} per candidate, from the {plan.source}); see `judgeloop plan`"
     )
+
+
+@dataclass
+class StageCost:
+    """One judge's pass of the split as the estimator prices it: US dollars cold and warm from the cache,
+    calls per item, and the tokens a CPU judge would read."""
+
+    cold: float = 0.0
+    warm: float = 0.0
+    calls: float = 0.0
+    cpu: CpuTokens = field(default_factory=CpuTokens)
+
+
+@dataclass(frozen=True)
+class _PassCost:
+    split: Split
+    review_share: float
+    replicates: int
+    max_tokens: int
+
+    def price(self, prompts: PromptSet, price: Price, render: RenderOptions) -> StageCost:
+        """Every call of one verdict (`verdict_calls`: a panel's members, the criteria derivation (once per
+        item) and check, a review on the success share), each weighted per verdict, over every item; the
+        evaluation's on-disk JPEG cache: a run's plan encodes what its baseline would anyway."""
+        out = StageCost()
+        n = self.replicates
+        for tid in self.split.ids:
+            verdict = verdict_calls(
+                self.split.trajectory(tid),
+                self.split,
+                prompts,
+                success_share=self.review_share,
+                replicates=n,
+                render=render,
+            )
+            for request, weight in verdict:
+                prefix, rest = request_token_split(request)
+                tail = rest * price.input + self.max_tokens * price.output
+                write = price.cache_write_1h_price if request.cache_ttl == "1h" else price.cache_write_price
+                out.cold += weight * n * (prefix * write + tail) / 1e6
+                out.warm += weight * n * (prefix * price.cache_read_price + tail) / 1e6
+                out.calls += weight * n
+                out.cpu.add(request, weight * n)
+        out.calls /= max(1, len(self.split.ids))
+        return out
+
+
+def cascade_stages(
+    rule: EscalationRule, first: StageCost, second: StageCost, positive_share: float
+) -> dict[str, Any]:
+    """A cascade's plan record: the escalation share the loop estimates before any call
+    (`EscalationRule.estimated_share` on the split's positive share, as `optimizer.loop.costs` does), and each
+    stage's calls per item and warm cost per pass (the second's on the escalated share only)."""
+    share = rule.estimated_share(positive_share)
+    return {
+        "rule": rule.describe(),
+        "escalation_share": share,
+        "escalation_source": "estimate (the split's positive share; `judgeloop cascade calibrate` measures it)",
+        "stages": {
+            "first": {"calls_per_item": first.calls, "pass_usd": first.warm},
+            "second": {"calls_per_item": share * second.calls, "pass_usd": share * second.warm},
+        },
+    }
+
+
+def cascade_note(record: dict[str, Any]) -> str:
+    """The plan's line for a cascade judge."""
+    first, second = record["stages"]["first"], record["stages"]["second"]
+    return (
+        f"cascade (rule {record['rule']}): about {record['escalation_share']:.0%} of items escalated (estimated "
+        f"from the split's positive share; `judgeloop cascade calibrate` measures it); first judge "
+        f"{first['calls_per_item']:.2f} calls/item ${first['pass_usd']:.4f} a pass, second judge "
+        f"{second['calls_per_item']:.2f} calls/item ${second['pass_usd']:.4f} a pass (warm)"
+    )
+
+
+def _second_price(prices: dict[str, Price], cascade: CascadeSettings) -> Price:
+    model = cascade.second.model
+    price = price_for(model, {**prices, **cascade.second.prices})
+    if price is None:
+        raise UserError(
+            f'no price is known for the cascade\'s second judge model {model!r}; add [prices."{model}"] to '
+            "judgeloop.toml or [cascade.second.prices] to prompts/judge.toml (US dollars per million tokens)"
+        )
+    return price
+
+
+def _positive_share(split: Split) -> float:
+    from optimizer.devset.labels import load_labels
+
+    labels = load_labels(split)
+    return sum(1 for t in split.ids if labels[t].is_positive) / max(1, len(split.ids))

@@ -26,14 +26,15 @@ from optimizer.answers.cascade import (
 from optimizer.cli import main
 from optimizer.devset.labels import load_labels
 from optimizer.errors import UserError
+from optimizer.evaluation.cascade import escalated_items, panel_split
 from optimizer.evaluation.evaluator import PassOptions, evaluate_items
 from optimizer.evaluation.files import write_results
-from optimizer.evaluation.results import EvalRun
+from optimizer.evaluation.results import EvalRun, ItemResult, ReplicateResult
 from optimizer.judge.cascade import EscalationRule
 from optimizer.judge.prompts import PromptSet
 from optimizer.loop.records import item_verdicts
-from optimizer.models import Label
-from optimizer.stats.metrics import bootstrap_intervals, score
+from optimizer.models import Label, Verdict
+from optimizer.stats.metrics import Answer, bootstrap_intervals, score
 from optimizer.structure import check_structure
 from optimizer.workspace.workspace import Workspace
 from tests.support.cascade import (
@@ -303,3 +304,51 @@ def test_structure_moves_may_switch_to_a_cascade_and_change_its_rule_but_not_its
     assert "cascade.second.model is not a movable key" in str(
         check_structure("prompts/judge.toml", base, other, moves, 3)
     )
+
+
+def _rep(index: int, success: bool | None, members: tuple[bool | None, ...] = ()) -> ReplicateResult:
+    def verdict(ok: bool | None) -> Verdict | None:
+        return None if ok is None else Verdict(success=ok, confidence="high")
+
+    return ReplicateResult(
+        index=index,
+        cache_key=f"k{index}",
+        cached=False,
+        reply_text=None,
+        verdict=verdict(success),
+        parse_error=None,
+        model=CHEAP,
+        members=tuple(_rep(index, m) for m in members),
+    )
+
+
+def _item(tid: str, reps: list[ReplicateResult]) -> ItemResult:
+    return ItemResult(
+        trajectory_id=tid,
+        replicates=reps,
+        answer=Answer(success=False),
+        unstable=False,
+        infra_error=False,
+        verdict=Verdict(success=False, confidence="high"),
+    )
+
+
+def test_low_confidence_escalates_a_panels_split_whatever_the_votes_confidence() -> None:
+    """A first judge that is a panel: an item whose members did not all agree in some replicate goes on
+    under "low_confidence" even when the item's verdict is a confident failure; a unanimous panel and a
+    single judge do not; a member whose reply did not parse is a different answer."""
+    run = EvalRun(
+        items=[
+            _item("split", [_rep(0, False, (False, False, False)), _rep(1, False, (True, False, False))]),
+            _item("unanimous", [_rep(0, False, (False, False, False))]),
+            _item("unparsed", [_rep(0, False, (False, None, False))]),
+            _item("single", [_rep(0, False)]),
+        ]
+    )
+    low = EscalationRule(frozenset({"low_confidence"}))
+    assert [panel_split(item) for item in run.items] == [True, False, True, False]
+    assert escalated_items(run, low) == ["split", "unparsed"]
+    # Without "low_confidence" a split is no reason; "failure" sends every failure on anyway.
+    assert escalated_items(run, EscalationRule(frozenset({"success"}))) == []
+    assert len(escalated_items(run, EscalationRule(frozenset({"failure"})))) == 4
+    assert low.escalates(True, "high", split=True) and not low.escalates(True, "high")

@@ -18,6 +18,7 @@ from optimizer.cli import main
 from optimizer.stats.binomial import clopper_pearson_interval, clopper_pearson_lower, clopper_pearson_upper
 from optimizer.trust.certify import CERTIFICATE_VERSION, landis_koch, read_note
 from optimizer.workspace.workspace import Workspace
+from tests.support.cascade import CALL_USD, CHEAP, STRICT, TwoJudges, write_cascade
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import commit_all, git, labels_of, set_toml_key
 from tests.support.trust import GullibleJudge, judge_args, point_config_at, run_json, untouched_state
@@ -271,3 +272,43 @@ def test_certify_skips_a_crafted_or_truncated_selftest_file_and_cites_the_last_g
         (folder / "29990101-000003-dddddddd.json").write_text("[1, 2, 3]")
         cert = run_json(capsys, "certify", "-w", str(ws), "--no-bias", *judge_args(server))
     assert cert["selftest"]["status"] == "current" and cert["selftest"]["file"] == good["files"]["json"]
+
+
+def test_a_cascades_certificate_records_each_stages_calls_and_cost_and_the_escalation_share(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    judges = TwoJudges.of_workspace(ws, correlated=True)
+    with FakeLLMServer(default=judges) as server:
+        write_cascade(ws, server.openai_base_url, ("success",), cheap="fake-judge")
+        commit_all(ws, "a cascade")
+        cert = run_json(capsys, "certify", "-w", str(ws), "--no-bias", *judge_args(server))
+    cascade = cert["cascade"]
+    ids = list(labels_of(ws))  # the dev split (the answer table holds every split)
+    escalated = [t for t in ids if judges.says_success(CHEAP, t)]
+    # The first pass's record: the first judge on every item, the strict one on the cheap one's successes.
+    assert (cascade["rule"], cascade["judged"]) == ("success", len(ids))
+    assert cascade["escalated"] == len(escalated) and cascade["escalation_share"] == pytest.approx(
+        len(escalated) / len(ids), abs=1e-4
+    )
+    assert cascade["second_model"] == STRICT and no_credentials(cascade["second_base_url"])
+    first, second = cascade["first"], cascade["second"]
+    assert (first["items"], first["calls"]) == (len(ids), len(ids))
+    assert (second["items"], second["calls"]) == (len(escalated), len(escalated))
+    assert first["cost_usd"] == pytest.approx(len(ids) * CALL_USD[CHEAP], abs=1e-5)
+    assert second["cost_usd"] == pytest.approx(len(escalated) * CALL_USD[STRICT], abs=1e-5)
+    # The JSON file holds it as printed; the Markdown has its section.
+    assert json.loads((ws / cert["files"]["json"]).read_text(encoding="utf-8"))["cascade"] == cascade
+    markdown = (ws / cert["files"]["markdown"]).read_text(encoding="utf-8")
+    assert "## Cascade" in markdown
+    assert f"{len(escalated)} of {len(ids)} items escalated" in markdown and f"`openai:{STRICT}`" in markdown
+
+
+def no_credentials(url: str | None) -> bool:
+    return url is not None and "@" not in url and "key" not in url.lower()
+
+
+def test_a_single_judges_certificate_has_no_cascade_key(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeLLMServer(default=GullibleJudge(ws)) as server:
+        cert = run_json(capsys, "certify", "-w", str(ws), "--no-bias", *judge_args(server))
+    assert "cascade" not in cert
+    assert "## Cascade" not in (ws / cert["files"]["markdown"]).read_text(encoding="utf-8")

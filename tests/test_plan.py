@@ -13,6 +13,7 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.devset.split import open_split
+from optimizer.judge.cascade import EscalationRule
 from optimizer.judge.criteria import (
     ESTIMATE_CRITERIA,
     check_instructions,
@@ -26,6 +27,7 @@ from optimizer.judge.render import RenderOptions, build_request
 from optimizer.ledger import Ledger
 from optimizer.structure import set_key
 from optimizer.workspace.workspace import Workspace
+from tests.support.cascade import STRICT, write_cascade
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge, add_small_dev_split, labels_of, make_workspace, run_loop
 
@@ -335,3 +337,43 @@ def test_a_wave_buys_whole_waves_of_the_same_candidates(ws: Path, capsys: pytest
     assert main(["plan", "-w", str(ws), "--wave", "0", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert "--wave: 0 is out of range" in err and len(err.splitlines()) == 1
+
+
+def test_a_cascades_plan_shows_each_stages_calls_and_cost_and_the_estimated_escalation_share(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("--budget-usd", "20", "--provider", "openai", "--model", "gpt-5", "--policy", "paired")
+    single = _plan(ws, capsys, *args)
+    write_cascade(ws, "http://127.0.0.1:9/v1")
+    plan = _plan(ws, capsys, *args)
+    cascade = plan["cascade"]
+    split = open_split(Workspace.open(ws), "small")
+    positives = sum(1 for t in split.ids if labels_of(ws)[t].is_positive) / len(split.ids)
+    # Rule "success": the loop's pre-call estimate, the split's positive share.
+    assert cascade["rule"] == "success" and cascade["escalation_share"] == pytest.approx(positives)
+    assert cascade["escalation_share"] == EscalationRule(frozenset({"success"})).estimated_share(positives)
+    first, second = cascade["stages"]["first"], cascade["stages"]["second"]
+    # The first judge judges every item as the single judge did; the second only the escalated share.
+    assert first["pass_usd"] == pytest.approx(single["first_pass_warm_usd"])
+    assert first["calls_per_item"] == pytest.approx(1.0)
+    assert second["calls_per_item"] == pytest.approx(positives)
+    assert plan["first_pass_warm_usd"] == pytest.approx(first["pass_usd"] + second["pass_usd"])
+    # The strict judge's price ($10 / $40 per M) makes its escalated share dearer than gpt-5 on every item.
+    assert second["pass_usd"] > first["pass_usd"] > 0
+    capsys.readouterr()
+    assert main(["plan", "-w", str(ws), *args]) == 0
+    out = capsys.readouterr().out
+    assert f"about {positives:.0%} of items escalated" in out and "second judge" in out
+
+
+def test_a_cascade_whose_second_judge_has_no_price_is_refused_in_one_line(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_cascade(ws, "http://127.0.0.1:9/v1")
+    toml = ws / JUDGE_TOML
+    text = toml.read_text(encoding="utf-8").split("[cascade.second.prices.")[0]  # the table is last
+    toml.write_text(text.replace(STRICT, "unpriced-strict"), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["plan", "-w", str(ws), "--budget-usd", "5", "--provider", "openai", "--model", "gpt-5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "second judge model 'unpriced-strict'" in err

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from textual.widgets import DataTable
+from rich.text import Text
+from textual.widgets import DataTable, Static
 
 from optimizer.cli import main
 from optimizer.judge.types import JudgeToolCall
@@ -337,3 +338,49 @@ def test_review_is_stored_survives_a_restart_and_exports(ws_copy: Path, tmp_path
     assert [(r["trajectory_id"], r["kind"], r["note"], r["experiment_id"]) for r in rows] == [
         (tid, "label_suspect", "off target", run.incumbent_experiment)
     ]
+
+
+def test_item_view_shows_both_stages_of_an_escalated_item_and_the_escalation_share(ws_copy: Path) -> None:
+    from optimizer.ledger.rows import CascadeRecord
+
+    path = ws_copy / "experiments" / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        run = present(ledger.latest_run())
+        base = next(e for e in ledger.experiments(run.id) if e.status == "baseline")
+        went_on, stayed = ledger.item_verdicts(base.id)[:2]
+        for item, escalated in ((went_on, True), (stayed, False)):
+            for rep in item.replicates:
+                rep.cascade = CascadeRecord(
+                    rule="success",
+                    escalated=escalated,
+                    final="second" if escalated else "first",
+                    first={"success": escalated, "confidence": "medium", "reasoning": "cheap"},
+                    first_cost_usd=0.0015,
+                    second_cost_usd=0.056 if escalated else 0.0,
+                )
+        ledger.record_verdicts(base.id, [went_on, stayed])
+        answer = {True: "success", False: "failure", None: "invalid"}[went_on.replicates[0].success]
+    shown: dict[str, str] = {}
+    for tid in (went_on.trajectory_id, stayed.trajectory_id):
+        app = JudgeloopApp(
+            ws_copy, image_mode="halfcell", watch=False, experiment_id=base.id, item_id=tid, start_view="item"
+        )
+
+        async def scenario(pilot: Any, app: JudgeloopApp = app, tid: str = tid) -> None:
+            view = app.screen
+            assert isinstance(view, ItemView) and view.detail is not None
+            content = view.query_one("#item-replicates", Static).content
+            shown[tid] = content.plain if isinstance(content, Text) else str(content)
+
+        drive(app, scenario, size=(200, 60))
+    up, down = shown[went_on.trajectory_id], shown[stayed.trajectory_id]
+    # The experiment's share (of replicate verdicts), on both items' pages.
+    k, n = len(went_on.replicates), len(went_on.replicates) + len(stayed.replicates)
+    for text in (up, down):
+        assert f"cascade: {k} of {n} verdicts escalated ({k / n:.0%}) in this experiment" in text
+    # The escalated item: the first verdict, the rule that sent it on, the second verdict marked final.
+    assert "first judge: success · confidence medium → escalated (rule success)" in up
+    assert f"second judge: {answer} · final" in up and "cost $0.0015 + $0.0560" in up
+    # The item that stayed: the first verdict is final, no second judge.
+    assert "first judge: failure · confidence medium · final (rule success: not escalated)" in down
+    assert "second judge:" not in down

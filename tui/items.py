@@ -14,6 +14,7 @@ from optimizer.answers.triage import Suspect
 from optimizer.devset.markdown import action_string
 from optimizer.errors import UserError
 from optimizer.ledger import Experiment, ItemVerdict, LabelRow, Ledger, Review
+from optimizer.report.data import CascadeCost, cascade_cost
 from optimizer.vocab import UNTYPED
 from tui.data import run_to_show
 
@@ -144,6 +145,8 @@ class ItemDetail:
     correction: Correction | None = None
     given_positive: bool | None = None
     correction_problem: str | None = None  # why the corrections file could not be read
+    # A cascade experiment: its escalation share and each stage's cost per verdict (None: not a cascade).
+    cascade: CascadeCost | None = None
 
 
 def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: str) -> ItemDetail:
@@ -182,6 +185,7 @@ def load_item(ledger: Ledger, ws_root: Path, experiment_id: int, trajectory_id: 
         correction=correction,
         given_positive=given,
         correction_problem=fix_problem,
+        cascade=cascade_cost(ledger, experiment_id),
     )
 
 

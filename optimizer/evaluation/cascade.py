@@ -70,9 +70,19 @@ def escalated_items(run: EvalRun, rule: EscalationRule) -> list[str]:
         if item.infra_error:
             continue
         confidence = item.verdict.confidence if item.verdict is not None else None
-        if rule.escalates(item.answer.success, confidence):
+        if rule.escalates(item.answer.success, confidence, split=panel_split(item)):
             out.append(item.trajectory_id)
     return out
+
+
+def panel_split(item: ItemResult) -> bool:
+    """Whether the first judge is a panel (judge.toml [panel]) whose members did not all give the same
+    answer on the item, in any replicate (a member whose reply did not parse counts as a different answer)."""
+    for rep in item.replicates:
+        answers = {None if m.verdict is None else m.verdict.success for m in rep.members}
+        if len(answers) > 1:
+            return True
+    return False
 
 
 def _with_record(verdict: Verdict | None, record: dict[str, Any]) -> Verdict | None:

@@ -75,13 +75,15 @@ class EscalationRule:
     on: frozenset[str]
     confidence_below: str = "medium"
 
-    def escalates(self, success: bool | None, confidence: str | None) -> bool:
-        """Whether a first verdict (``success`` None: invalid) goes on."""
+    def escalates(self, success: bool | None, confidence: str | None, *, split: bool = False) -> bool:
+        """Whether a first verdict (``success`` None: invalid) goes on. ``split``: the first judge is a panel
+        whose members did not all give the same answer (``low_confidence`` sends it on, whatever its
+        confidence says)."""
         if success is None:
             return "invalid" in self.on
         if ("success" if success else "failure") in self.on:
             return True
-        low = (
+        low = split or (
             confidence is not None
             and CONFIDENCE_RANK.get(confidence, 1) < CONFIDENCE_RANK[self.confidence_below]
         )
@@ -111,7 +113,8 @@ class CascadeSettings(BaseModel):
         default=["success"],
         min_length=1,
         description='which first verdicts go on to the second judge: some of "success", "failure", "invalid", '
-        '"low_confidence"',
+        '"low_confidence" (a confidence below confidence_below, or a first judge\'s [panel] whose members did '
+        "not all agree: a panel's split)",
     )
     confidence_below: Literal["medium", "high"] = Field(
         default="medium",

@@ -59,7 +59,9 @@ from optimizer.trust.certify_records import (
     CERTIFICATE_VERSION,
     Agreement,
     BatteryRun,
+    CascadeStage,
     Certificate,
+    CertifiedCascade,
     CertifiedJudge,
     CertifiedSplit,
     CertifyCost,
@@ -478,6 +480,7 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
             cache_hits=sum(r.cache_hits for r in passes),
             usd=round(sum(r.cost_usd for r in passes), 6),
         ),
+        cascade=certified_cascade(first),
     )
     path = write_certificate(ws, cert, bias_md)
     cert = _placed(ws, cert, path)
@@ -491,6 +494,43 @@ def certify(ws: Workspace, options: CertifyOptions, events: Listener = ignore) -
         f"refs/notes/{NOTES_REF} (`git log --notes={NOTES_REF}`)"
     )
     return cert
+
+
+def certified_cascade(run: EvalRun) -> CertifiedCascade | None:
+    """A cascade pass's record (`optimizer.evaluation.cascade`'s ``meta.cascade``) as the certificate's
+    typed part; None for a single judge."""
+    record = run.meta.cascade
+    if record is None:
+        return None
+    second, stages = record["second"], record["stages"]
+    return CertifiedCascade(
+        rule=record["rule"],
+        judged=record["judged"],
+        escalated=record["escalated"],
+        escalation_share=record["escalation_share"],
+        second_provider=second["provider"],
+        second_model=second["model"],
+        second_base_url=second["base_url"],
+        first=CascadeStage.model_validate(stages["first"]),
+        second=CascadeStage.model_validate(stages["second"]),
+    )
+
+
+def _cascade_lines(cascade: CertifiedCascade | None) -> list[str]:
+    if cascade is None:
+        return []
+    first, second = cascade.first, cascade.second
+    return [
+        "",
+        "## Cascade",
+        "",
+        f"- rule `{cascade.rule}`: {cascade.escalated} of {cascade.judged} items escalated "
+        f"({cascade.escalation_share:.1%}) to `{cascade.second_provider}:{cascade.second_model}`",
+        f"- first judge: {first.items} items, {first.calls} call(s) made, {first.cache_hits} from the cache, "
+        f"${first.cost_usd:.4f} now (${first.cost_usd_as_made:.4f} as made)",
+        f"- second judge: {second.items} items, {second.calls} call(s) made, {second.cache_hits} from the cache, "
+        f"${second.cost_usd:.4f} now (${second.cost_usd_as_made:.4f} as made)",
+    ]
 
 
 def _placed(ws: Workspace, cert: Certificate, path: Path) -> Certificate:
@@ -666,6 +706,7 @@ def markdown_lines(cert: Certificate, bias_md: Sequence[str] = ()) -> list[str]:
                 f"- `{row.split}` ({row.created}): kappa {_f(row.kappa)}, TPR {_f(row.tpr)}, "
                 f"TNR {_f(row.tnr)}, FPR {_f(row.fpr)} on {row.n} items"
             )
+    lines += _cascade_lines(cert.cascade)
     lines += benchmark_transfer_lines(cert.benchmark_transfer)
     lines += ["", "## Bias battery", ""]
     lines += [line if line.startswith(("-", "|", "#")) or not line else f"- {line}" for line in bias_md] or [

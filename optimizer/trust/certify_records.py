@@ -208,6 +208,32 @@ class InvalidatedBy(Record):
     rule: str
 
 
+class CascadeStage(Record):
+    """One stage of a certified cascade's first pass: the items it judged, the calls it made now and took
+    from the cache, what the calls made now cost and what its verdicts cost as made (US dollars)."""
+
+    items: int
+    calls: int
+    cache_hits: int
+    cost_usd: float
+    cost_usd_as_made: float
+
+
+class CertifiedCascade(Record):
+    """`cascade`: the certified judge is a cascade (judge.toml ``structure = "cascade"``): its rule, the
+    share of the judged items the first pass escalated to the second judge, that judge, and each stage."""
+
+    rule: str
+    judged: int
+    escalated: int
+    escalation_share: float
+    second_provider: str | None
+    second_model: str | None
+    second_base_url: str | None
+    first: CascadeStage
+    second: CascadeStage
+
+
 class CertifyCost(Record):
     """The judge calls certify made and took from the cache, and what they cost (US dollars)."""
 
@@ -220,7 +246,7 @@ class Certificate(Record):
     """The certificate (``certificate_version`` `CERTIFICATE_VERSION`) as `certify` returns and writes it;
     ``files`` and ``note_ref`` say where it was written."""
 
-    OMITTED_WHEN_NONE = ("files", "note_ref")
+    OMITTED_WHEN_NONE = ("files", "note_ref", "cascade")
 
     certificate_version: int = CERTIFICATE_VERSION
     created: str
@@ -238,5 +264,6 @@ class Certificate(Record):
     bias_battery: BatteryRun | NotRun
     invalidated_by: InvalidatedBy
     cost: CertifyCost
+    cascade: CertifiedCascade | None = None  # None (left out of the file): a single judge
     files: ResultFiles | None = None
     note_ref: str | None = None

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from optimizer.ledger import ReplicateVerdict
+    from optimizer.report.data import CascadeCost
 
 
 class ItemView(View):
@@ -188,10 +189,12 @@ class ItemView(View):
             reps.append(majority, style="green" if agree else "bold red")
             if verdict.unstable:
                 reps.append("  unstable across replicates", style="yellow")
+            show_escalation_share(reps, detail.cascade)
             for rep in verdict.replicates:
                 answer = {True: "success", False: "failure", None: rep.status}[rep.success]
                 reps.append(f"\n\nreplicate {rep.replicate}: ", style="bold")
                 reps.append(f"{answer} · confidence {rep.confidence or '?'}")
+                show_cascade(reps, rep)
                 if rep.mistake_type:
                     reps.append(f" · {rep.mistake_type}")
                 if rep.cached:
@@ -352,6 +355,42 @@ def _step_list(steps: Iterable[int]) -> str:
     if not values:
         return "no step cited"
     return ("step " if len(values) == 1 else "steps ") + ", ".join(str(s) for s in values)
+
+
+def show_escalation_share(out: Text, cascade: CascadeCost | None) -> None:
+    """A cascade experiment's escalation share and each stage's cost per verdict (nothing for a single judge)."""
+    if cascade is None:
+        return
+    out.append("\ncascade: ", style="bold")
+    out.append(
+        f"{cascade.escalated} of {cascade.verdicts} verdicts escalated "
+        f"({cascade.escalated / cascade.verdicts:.0%}) in this experiment; per verdict "
+        f"${cascade.first_per_verdict_usd:.4f} first + ${cascade.second_per_verdict_usd:.4f} second"
+    )
+
+
+def show_cascade(out: Text, rep: ReplicateVerdict) -> None:
+    """A cascade replicate's two stages: the first judge's verdict, whether the rule sent it on, and which
+    verdict is final (the second judge's, shown as the replicate's answer, where it was escalated)."""
+    record = rep.cascade
+    if record is None:
+        return
+    first = record.first or {}
+    success = first.get("success")
+    said = "success" if success is True else "failure" if success is False else record.first_status
+    out.append("\n  first judge: ", style="bold")
+    out.append(said, style="green" if success is True else "red")
+    if first.get("confidence"):
+        out.append(f" · confidence {first['confidence']}")
+    if record.escalated:
+        final = {True: "success", False: "failure", None: rep.status}[rep.success]
+        out.append(f" → escalated (rule {record.rule})", style="yellow")
+        out.append("\n  second judge: ", style="bold")
+        out.append(final, style="green" if rep.success else "red")
+        out.append(" · final", style="bold")
+    else:
+        out.append(f" · final (rule {record.rule}: not escalated)", style="dim")
+    out.append(f"\n  cost ${record.first_cost_usd:.4f} + ${record.second_cost_usd:.4f}", style="dim")
 
 
 def show_structure(out: Text, rep: ReplicateVerdict) -> None:
