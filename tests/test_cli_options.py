@@ -140,6 +140,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("runs", "prune"): [],
     ("hook", "pre-tool-use"): [],
     ("completion",): [],
+    ("cascade", "calibrate"): [],
 }
 
 

@@ -136,7 +136,7 @@ def test_provider_made_by_evaluate_is_closed_after_a_user_error(
 ) -> None:
     made: list[InTestProvider] = []
 
-    def fake_make_provider(_judge: JudgeSection) -> InTestProvider:
+    def fake_make_provider(_judge: JudgeSection, **_options: object) -> InTestProvider:
         made.append(InTestProvider(lambda r: UserError("OPENAI_API_KEY is rejected; export a valid key")))
         return made[-1]
 

@@ -36,6 +36,12 @@ LOOSE_DICTS_ALLOWED = {
     # Another benchmark's source file and its steps, raw JSON as published (each format reads its fields).
     ("optimizer/devset/formats/common.py", "read_json_object"),
     ("optimizer/devset/formats/common.py", "steps_list"),
+    # judge.toml's settings as a results folder records them (the second judge's address redacted).
+    ("optimizer/evaluation/files.py", "settings_record"),
+    # A cascade's parts of the file formats: a verdict file's "cascade" object and a stage's block in
+    # `_summary.json` (both read back by the report, the TUI and the certificate).
+    ("optimizer/judge/cascade.py", "cascade_record"),
+    ("optimizer/evaluation/cascade.py", "stage_figures"),
     # The label counts' record in split.json (`LabelCounts.as_json`).
     ("optimizer/devset/labels.py", "as_json"),
 }

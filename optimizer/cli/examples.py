@@ -9,6 +9,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "devset import": (
         "judgeloop devset import ~/data/ah --name dev --all",
         "judgeloop devset import ~/data/ah --name test --manifest test-ids.txt",
+        "judgeloop devset import ~/data/arb --name arb --format agentrewardbench --all",
     ),
     "devset verify": ("judgeloop devset verify", "judgeloop devset verify dev"),
     "devset show": ("judgeloop devset show sample 3f2a",),
@@ -56,6 +57,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "hook pre-tool-use": (
         "judgeloop hook pre-tool-use < event.json   # exit 0: allowed; exit 2: blocked, the reason on stderr",
         "judgeloop hook pre-tool-use || exit 2      # as registered in hooks.json: a hook that cannot run blocks",
+    ),
+    "cascade": ("judgeloop cascade calibrate", "judgeloop cascade calibrate --json"),
+    "cascade calibrate": (
+        "judgeloop cascade calibrate                   # both judges on the dev split, two pair-aware folds",
+        "judgeloop cascade calibrate --folds 3 --tune-fold 1 --json",
     ),
     "completion": (
         "judgeloop completion bash > ~/.judgeloop-completion.bash",
