@@ -187,6 +187,18 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
         return command(sub, name, handler, help_)
 
+    def actions(name: str, help_: str, actions_help: str, metavar: str = "ACTION") -> Any:
+        """Command ``name`` made of sub-actions (``judgeloop NAME ACTION``): its group of sub-parsers."""
+        group = sub.add_parser(
+            name,
+            parents=[common],
+            help=help_,
+            description=help_,
+            epilog=epilog(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        return group.add_subparsers(dest=f"{name}_command", required=True, metavar=metavar, help=actions_help)
+
     p = add("init", "optimizer.cli.workspace:cmd_init", "create a workspace (a git repository) in DIR")
     p.add_argument(
         "dir", metavar="DIR", help="the folder to create, new or empty (relative to the current folder)"
@@ -198,19 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     devset_help = "import, verify and read data splits"
-    devset = sub.add_parser(
-        "devset",
-        parents=[common],
-        help=devset_help,
-        description=devset_help,
-        epilog=epilog("devset"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    dsub = devset.add_subparsers(
-        dest="devset_command",
-        required=True,
-        metavar="ACTION",
-        help="one of the actions below; `judgeloop devset ACTION -h` for its options",
+    dsub = actions(
+        "devset", devset_help, "one of the actions below; `judgeloop devset ACTION -h` for its options"
     )
 
     def dadd(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
@@ -608,20 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     _judge_overrides(p)
 
     cascade_help = "a cascade judge's escalation rule (judge.toml [cascade])"
-    cascade = sub.add_parser(
-        "cascade",
-        parents=[common],
-        help=cascade_help,
-        description=cascade_help,
-        epilog=epilog("cascade"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    csub = cascade.add_subparsers(
-        dest="cascade_command",
-        required=True,
-        metavar="ACTION",
-        help="`judgeloop cascade ACTION -h` for its options",
-    )
+    csub = actions("cascade", cascade_help, "`judgeloop cascade ACTION -h` for its options")
     p = command(
         csub,
         "calibrate",
@@ -646,20 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     _judge_overrides(p)
 
     runs_help = "housekeeping of old runs"
-    runs = sub.add_parser(
-        "runs",
-        parents=[common],
-        help=runs_help,
-        description=runs_help,
-        epilog=epilog("runs"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    rsub = runs.add_subparsers(
-        dest="runs_command",
-        required=True,
-        metavar="ACTION",
-        help="one of the actions below; `judgeloop runs ACTION -h` for its options",
-    )
+    rsub = actions("runs", runs_help, "one of the actions below; `judgeloop runs ACTION -h` for its options")
     p = command(
         rsub,
         "prune",
@@ -681,19 +656,8 @@ def build_parser() -> argparse.ArgumentParser:
     hook_help = (
         "the PreToolUse hook of Claude Code and Codex that keeps the agent's own tools out of the labels"
     )
-    hook = sub.add_parser(
-        "hook",
-        parents=[common],
-        help=hook_help,
-        description=hook_help,
-        epilog=epilog("hook"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    hsub = hook.add_subparsers(
-        dest="hook_command",
-        required=True,
-        metavar="EVENT",
-        help="one of the events below; `judgeloop hook EVENT -h` for its options",
+    hsub = actions(
+        "hook", hook_help, "one of the events below; `judgeloop hook EVENT -h` for its options", "EVENT"
     )
     command(
         hsub,
