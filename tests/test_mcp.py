@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import shutil
 import signal
 import threading
 from pathlib import Path
@@ -36,7 +35,7 @@ from tests.support.loop import (
     set_toml_key,
     wait_for,
 )
-from tests.support.mcp_client import KEY, Progress, call, client, conforms, data, drive, text
+from tests.support.mcp_client import KEY, Progress, call, client, conforms, data, drive, judged_session, text
 from tests.support.mcp_workspace import ledger_state, library_text, make_mcp_template, rubric_with
 from tests.support.scripted import assert_clean
 
@@ -45,13 +44,6 @@ from tests.support.scripted import assert_clean
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sample workspace: the 32-item dev split ``small`` and a held-out split ``held`` of 4 other items."""
     return make_mcp_template(tmp_path_factory.mktemp("template"))
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    return root
 
 
 @pytest.mark.slow
@@ -64,62 +56,57 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
     seen: dict[str, Any] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog) as session:
-                tools = {t.name: t for t in (await session.list_tools()).tools}
-                seen["tools"] = tools
-                seen["results"] = results = []
+        async with judged_session(ws, tmp_path) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            seen["tools"] = tools
+            seen["results"] = results = []
 
-                async def structured(
-                    name: str, collect: Progress | None = None, **arguments: Any
-                ) -> dict[str, Any]:
-                    result = await call(session, name, collect, **arguments)
-                    results.append((name, result))
-                    return data(result)
+            async def structured(
+                name: str, collect: Progress | None = None, **arguments: Any
+            ) -> dict[str, Any]:
+                result = await call(session, name, collect, **arguments)
+                results.append((name, result))
+                return data(result)
 
-                status = await structured("status")
-                assert status["incumbent"] is None and status["budget"]["budget_usd"] == 100
-                assert status["split"] == "small" and status["items"] == len(labels)
-                seen["baseline_progress"] = []
-                listing = data(await call(session, "disagreements", collect=seen["baseline_progress"]))
-                seen["listing"] = listing
-                assert (await structured("status"))["baseline"] is not None
-                first = listing["items"][0]["trajectory_id"]
-                item = data(await call(session, "read_item", trajectory_id=first))
-                assert item["disagreement"]["trajectory_id"] == first and item["steps"] > 0
-                steps = await call(session, "read_steps", trajectory_id=first, start=0, end=2)
-                assert not steps.is_error and "step 0:" in text(steps)
-                rubric = text(await call(session, "read_file", path=RUBRIC_MD))
-                assert rubric == (ws / RUBRIC_MD).read_text(encoding="utf-8")
-                seen["propose_progress"] = []
-                kept = await structured(
-                    "propose",
-                    seen["propose_progress"],
-                    files={RUBRIC_MD: rubric_with(ws, good)},
-                    rationale="Check that typed text matches the request exactly.",
-                )
-                seen["kept"] = kept
-                # The reading tools' context follows the new incumbent (built once per incumbent, not stale).
-                seen["after_keep"] = data(await call(session, "disagreements"))
-                # A change that raises FPR, evaluated in full and left to the client: it discards it.
-                waiting = await structured(
-                    "propose",
-                    files={RUBRIC_MD: rubric_with(ws, bad)},
-                    rationale="Accept saved work when it was confirmed.",
-                    propose_only=True,
-                )
-                seen["waiting"] = waiting
-                again = await call(session, "propose", files={RUBRIC_MD: rubric}, rationale="anything")
-                assert again.is_error and f"experiment {waiting['experiment']} is waiting" in text(again)
-                seen["decided"] = await structured(
-                    "decide", experiment=waiting["experiment"], decision="discard"
-                )
-                seen["attribute_progress"] = []
-                seen["attribution"] = data(
-                    await call(session, "attribute", collect=seen["attribute_progress"])
-                )
-                seen["history"] = await structured("history")
-                seen["report"] = await structured("report")
+            status = await structured("status")
+            assert status["incumbent"] is None and status["budget"]["budget_usd"] == 100
+            assert status["split"] == "small" and status["items"] == len(labels)
+            seen["baseline_progress"] = []
+            listing = data(await call(session, "disagreements", collect=seen["baseline_progress"]))
+            seen["listing"] = listing
+            assert (await structured("status"))["baseline"] is not None
+            first = listing["items"][0]["trajectory_id"]
+            item = data(await call(session, "read_item", trajectory_id=first))
+            assert item["disagreement"]["trajectory_id"] == first and item["steps"] > 0
+            steps = await call(session, "read_steps", trajectory_id=first, start=0, end=2)
+            assert not steps.is_error and "step 0:" in text(steps)
+            rubric = text(await call(session, "read_file", path=RUBRIC_MD))
+            assert rubric == (ws / RUBRIC_MD).read_text(encoding="utf-8")
+            seen["propose_progress"] = []
+            kept = await structured(
+                "propose",
+                seen["propose_progress"],
+                files={RUBRIC_MD: rubric_with(ws, good)},
+                rationale="Check that typed text matches the request exactly.",
+            )
+            seen["kept"] = kept
+            # The reading tools' context follows the new incumbent (built once per incumbent, not stale).
+            seen["after_keep"] = data(await call(session, "disagreements"))
+            # A change that raises FPR, evaluated in full and left to the client: it discards it.
+            waiting = await structured(
+                "propose",
+                files={RUBRIC_MD: rubric_with(ws, bad)},
+                rationale="Accept saved work when it was confirmed.",
+                propose_only=True,
+            )
+            seen["waiting"] = waiting
+            again = await call(session, "propose", files={RUBRIC_MD: rubric}, rationale="anything")
+            assert again.is_error and f"experiment {waiting['experiment']} is waiting" in text(again)
+            seen["decided"] = await structured("decide", experiment=waiting["experiment"], decision="discard")
+            seen["attribute_progress"] = []
+            seen["attribution"] = data(await call(session, "attribute", collect=seen["attribute_progress"]))
+            seen["history"] = await structured("history")
+            seen["report"] = await structured("report")
 
     drive(body)
     # The baseline's judging reached the client as MCP progress, ending with every item judged.
@@ -298,13 +285,12 @@ def test_a_budget_too_small_for_the_baseline_stops_it_uncrossed_and_refuses_what
     seen: dict[str, Any] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog, budget="0.3") as session:
-                seen["listing"] = await call(session, "disagreements")
-                seen["propose"] = await call(
-                    session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be exact.")}, rationale="exact"
-                )
-                seen["status"] = data(await call(session, "status"))
+        async with judged_session(ws, tmp_path, budget="0.3") as session:
+            seen["listing"] = await call(session, "disagreements")
+            seen["propose"] = await call(
+                session, "propose", files={RUBRIC_MD: rubric_with(ws, "Be exact.")}, rationale="exact"
+            )
+            seen["status"] = data(await call(session, "status"))
 
     drive(body)
     listing = seen["listing"]
@@ -409,18 +395,17 @@ def test_a_client_that_leaves_while_a_candidate_waits_leaves_it_decidable_by_jud
     seen: dict[str, Any] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog) as session:
-                data(await call(session, "disagreements"))
-                seen["waiting"] = data(
-                    await call(
-                        session,
-                        "propose",
-                        files={RUBRIC_MD: rubric_with(ws, good)},
-                        rationale="Check typed text exactly.",
-                        propose_only=True,
-                    )
+        async with judged_session(ws, tmp_path) as session:
+            data(await call(session, "disagreements"))
+            seen["waiting"] = data(
+                await call(
+                    session,
+                    "propose",
+                    files={RUBRIC_MD: rubric_with(ws, good)},
+                    rationale="Check typed text exactly.",
+                    propose_only=True,
                 )
+            )
 
     drive(body)
     runs, exps = ledger_state(ws)

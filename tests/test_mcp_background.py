@@ -9,7 +9,6 @@ Every server is a child of `stdio_client`, which closes its stdin and kills it a
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from optimizer.workspace import gitops
 from optimizer.workspace.workspace import Workspace, command_lock
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import GOOD_ENTRY, FakeJudge, labels_of, wait_for
-from tests.support.mcp_client import call, client, conforms, data, drive, settled, text
+from tests.support.mcp_client import call, client, conforms, data, drive, judged_session, settled, text
 from tests.support.mcp_workspace import ledger_state, library_text, make_mcp_template, rubric_with
 from tests.support.scripted import assert_clean
 
@@ -31,13 +30,6 @@ from tests.support.scripted import assert_clean
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_mcp_template(tmp_path_factory.mktemp("template"))
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    return root
 
 
 def _lock_free(root: Path) -> str | None:
@@ -56,35 +48,32 @@ def test_a_non_blocking_propose_answers_a_handle_and_candidate_status_reaches_th
     seen: dict[str, Any] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog) as session:
-                tools = {t.name: t for t in (await session.list_tools()).tools}
-                seen["tools"] = tools
-                seen["lock_at_start"] = _lock_free(ws)
-                data(await call(session, "disagreements"))
-                seen["lock_with_run"] = _lock_free(ws)
-                pending = await call(
-                    session,
-                    "propose",
-                    files={RUBRIC_MD: rubric_with(ws, good)},
-                    rationale="Check that typed text matches the request exactly.",
-                    wait=False,
-                )
-                seen["pending"] = conforms(tools["propose"], pending)
-                handle = seen["pending"]["handle"]
-                # While it runs: a second propose and the tools that judge or read the prompts are refused,
-                # the reading of status is not.
-                seen["second"] = await call(
-                    session, "propose", files={RUBRIC_MD: "x"}, rationale="r", wait=False
-                )
-                seen["blocking"] = await call(session, "propose", files={RUBRIC_MD: "x"}, rationale="r")
-                seen["listing"] = await call(session, "disagreements")
-                seen["status_during"] = conforms(tools["status"], await call(session, "status"))
-                seen["decided"] = await settled(session, handle)
-                seen["final"] = conforms(
-                    tools["candidate_status"], await call(session, "candidate_status", handle=handle)
-                )
-                seen["unknown"] = await call(session, "candidate_status", handle="c99")
+        async with judged_session(ws, tmp_path) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            seen["tools"] = tools
+            seen["lock_at_start"] = _lock_free(ws)
+            data(await call(session, "disagreements"))
+            seen["lock_with_run"] = _lock_free(ws)
+            pending = await call(
+                session,
+                "propose",
+                files={RUBRIC_MD: rubric_with(ws, good)},
+                rationale="Check that typed text matches the request exactly.",
+                wait=False,
+            )
+            seen["pending"] = conforms(tools["propose"], pending)
+            handle = seen["pending"]["handle"]
+            # While it runs: a second propose and the tools that judge or read the prompts are refused,
+            # the reading of status is not.
+            seen["second"] = await call(session, "propose", files={RUBRIC_MD: "x"}, rationale="r", wait=False)
+            seen["blocking"] = await call(session, "propose", files={RUBRIC_MD: "x"}, rationale="r")
+            seen["listing"] = await call(session, "disagreements")
+            seen["status_during"] = conforms(tools["status"], await call(session, "status"))
+            seen["decided"] = await settled(session, handle)
+            seen["final"] = conforms(
+                tools["candidate_status"], await call(session, "candidate_status", handle=handle)
+            )
+            seen["unknown"] = await call(session, "candidate_status", handle="c99")
 
     drive(body)
     assert seen["lock_at_start"] is None  # a server that only listed tools holds no lock

@@ -8,7 +8,6 @@ Every server is a child of `stdio_client`, which closes its stdin and kills it a
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,8 @@ from mcp import types
 
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
-from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge
-from tests.support.mcp_client import call, client, conforms, data, drive
+from tests.support.loop import BAD_ENTRY, GOOD_ENTRY
+from tests.support.mcp_client import call, conforms, data, drive, judged_session
 from tests.support.mcp_workspace import ledger_state, library_text, make_mcp_template, rubric_with
 from tests.support.scripted import assert_clean
 
@@ -27,13 +25,6 @@ from tests.support.scripted import assert_clean
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_mcp_template(tmp_path_factory.mktemp("template"))
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    return root
 
 
 def test_the_keep_question_goes_to_the_person_by_elicitation_and_a_form_never_overrules_the_policy(
@@ -49,35 +40,32 @@ def test_the_keep_question_goes_to_the_person_by_elicitation_and_a_form_never_ov
         return types.ElicitResult(action="accept", content={"decision": answers.pop(0)})
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog, elicitation=person) as session:
-                tools = {t.name: t for t in (await session.list_tools()).tools}
-                data(await call(session, "disagreements"))
-                seen["kept"] = conforms(
-                    tools["propose"],
-                    await call(
-                        session,
-                        "propose",
-                        files={RUBRIC_MD: rubric_with(ws, good)},
-                        rationale="Check that typed text matches the request exactly.",
-                        propose_only=True,
-                    ),
-                )
-                seen["against"] = conforms(
-                    tools["propose"],
-                    await call(
-                        session,
-                        "propose",
-                        files={RUBRIC_MD: rubric_with(ws, bad)},
-                        rationale="Accept saved work when it was confirmed.",
-                        propose_only=True,
-                    ),
-                )
-                seen["discarded"] = data(
-                    await call(
-                        session, "decide", experiment=seen["against"]["experiment"], decision="discard"
-                    )
-                )
+        async with judged_session(ws, tmp_path, elicitation=person) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            data(await call(session, "disagreements"))
+            seen["kept"] = conforms(
+                tools["propose"],
+                await call(
+                    session,
+                    "propose",
+                    files={RUBRIC_MD: rubric_with(ws, good)},
+                    rationale="Check that typed text matches the request exactly.",
+                    propose_only=True,
+                ),
+            )
+            seen["against"] = conforms(
+                tools["propose"],
+                await call(
+                    session,
+                    "propose",
+                    files={RUBRIC_MD: rubric_with(ws, bad)},
+                    rationale="Accept saved work when it was confirmed.",
+                    propose_only=True,
+                ),
+            )
+            seen["discarded"] = data(
+                await call(session, "decide", experiment=seen["against"]["experiment"], decision="discard")
+            )
 
     drive(body)
     assert len(asked) == 2 and not answers

@@ -8,7 +8,6 @@ Every server is a child of `stdio_client`, which closes its stdin and kills it a
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,6 @@ READ_ONLY = {
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_mcp_template(tmp_path_factory.mktemp("template"))
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    return root
 
 
 def test_tools_have_titles_annotations_a_stable_order_and_unknown_tools_and_arguments_are_refused(

@@ -13,7 +13,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +42,7 @@ from tests.support.loop import (
     present,
     set_toml_key,
 )
-from tests.support.mcp_client import call, client, data, drive, server_env, text
+from tests.support.mcp_client import call, client, data, drive, judged_session, server_env, text
 from tests.support.mcp_workspace import (
     CORRECTIONS,
     ledger_state,
@@ -59,13 +58,6 @@ from tests.support.scripted import assert_clean
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sample workspace: the 32-item dev split ``small`` and a held-out split ``held`` of 4 other items."""
     return make_mcp_template(tmp_path_factory.mktemp("template"))
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    return root
 
 
 @pytest.mark.slow
@@ -240,33 +232,32 @@ def test_memory_edits_through_propose_are_the_agents_memory_tools_and_refuse_ali
     seen: dict[str, types.CallToolResult] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog) as session:
-                edits = {
-                    "heldout": [{"tool": "add_case", "arguments": {"text": "t", "source_items": [held_id]}}],
-                    "nosource": [{"tool": "add_case", "arguments": {"text": "t", "source_items": []}}],
-                    "second_bad": [
-                        {"tool": "add_case", "arguments": {"text": "fine", "source_items": [dev_id]}},
-                        {"tool": "edit_principles", "arguments": {"text": f"- {dev_id} is a failure."}},
-                    ],
-                }
-                for name, memory in edits.items():
-                    seen[name] = await call(session, "propose", memory=memory, rationale="remember")
-                seen["empty"] = await call(session, "propose", rationale="nothing")
-                seen["valid"] = await call(
-                    session,
-                    "propose",
-                    rationale="a format case",
-                    memory=[
-                        {
-                            "tool": "add_case",
-                            "arguments": {
-                                "text": "PDF was required; a DOCX is a failure.",
-                                "source_items": [dev_id],
-                            },
-                        }
-                    ],
-                )
+        async with judged_session(ws, tmp_path) as session:
+            edits = {
+                "heldout": [{"tool": "add_case", "arguments": {"text": "t", "source_items": [held_id]}}],
+                "nosource": [{"tool": "add_case", "arguments": {"text": "t", "source_items": []}}],
+                "second_bad": [
+                    {"tool": "add_case", "arguments": {"text": "fine", "source_items": [dev_id]}},
+                    {"tool": "edit_principles", "arguments": {"text": f"- {dev_id} is a failure."}},
+                ],
+            }
+            for name, memory in edits.items():
+                seen[name] = await call(session, "propose", memory=memory, rationale="remember")
+            seen["empty"] = await call(session, "propose", rationale="nothing")
+            seen["valid"] = await call(
+                session,
+                "propose",
+                rationale="a format case",
+                memory=[
+                    {
+                        "tool": "add_case",
+                        "arguments": {
+                            "text": "PDF was required; a DOCX is a failure.",
+                            "source_items": [dev_id],
+                        },
+                    }
+                ],
+            )
 
     drive(body)
     heldout = text(seen["heldout"])
@@ -325,25 +316,24 @@ def test_a_case_about_another_folds_item_is_refused_through_propose_naming_the_c
     seen: dict[str, types.CallToolResult] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog) as session:
-                seen["file"] = await call(
-                    session,
-                    "propose",
-                    rationale="remember",
-                    files={"prompts/memory/cases.jsonl": json.dumps(evil) + "\n"},
-                )
-                seen["tool"] = await call(
-                    session,
-                    "propose",
-                    rationale="remember",
-                    memory=[
-                        {
-                            "tool": "add_case",
-                            "arguments": {"id": "c-evil", "text": evil_text, "source_items": [a]},
-                        }
-                    ],
-                )
+        async with judged_session(ws, tmp_path) as session:
+            seen["file"] = await call(
+                session,
+                "propose",
+                rationale="remember",
+                files={"prompts/memory/cases.jsonl": json.dumps(evil) + "\n"},
+            )
+            seen["tool"] = await call(
+                session,
+                "propose",
+                rationale="remember",
+                memory=[
+                    {
+                        "tool": "add_case",
+                        "arguments": {"id": "c-evil", "text": evil_text, "source_items": [a]},
+                    }
+                ],
+            )
 
     drive(body)
     for how, out in seen.items():
@@ -369,16 +359,15 @@ def test_no_tool_of_the_session_shows_a_correction_or_the_suspects_queue(
     seen: dict[str, str] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog) as session:
-                seen["status"] = text(await call(session, "status"))
-                seen["disagreements"] = text(await call(session, "disagreements"))
-                seen["read_item"] = text(await call(session, "read_item", trajectory_id=dev_id))
-                seen["history"] = text(await call(session, "history"))
-                seen["report"] = text(await call(session, "report"))
-                seen["tools"] = json.dumps(
-                    [t.model_dump(mode="json") for t in (await session.list_tools()).tools]
-                )
+        async with judged_session(ws, tmp_path) as session:
+            seen["status"] = text(await call(session, "status"))
+            seen["disagreements"] = text(await call(session, "disagreements"))
+            seen["read_item"] = text(await call(session, "read_item", trajectory_id=dev_id))
+            seen["history"] = text(await call(session, "history"))
+            seen["report"] = text(await call(session, "report"))
+            seen["tools"] = json.dumps(
+                [t.model_dump(mode="json") for t in (await session.list_tools()).tools]
+            )
 
     drive(body)
     assert "run " in seen["report"] and "guard rejections" in seen["report"]  # the audit itself is there
@@ -451,22 +440,21 @@ def test_decide_keep_from_the_client_against_the_policy_is_refused_and_a_person_
     seen: dict[str, Any] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog) as session:
-                data(await call(session, "disagreements"))
-                seen["waiting"] = data(
-                    await call(
-                        session,
-                        "propose",
-                        files={RUBRIC_MD: rubric_with(ws, bad)},
-                        rationale="Accept saved work when it was confirmed.",
-                        propose_only=True,
-                    )
+        async with judged_session(ws, tmp_path) as session:
+            data(await call(session, "disagreements"))
+            seen["waiting"] = data(
+                await call(
+                    session,
+                    "propose",
+                    files={RUBRIC_MD: rubric_with(ws, bad)},
+                    rationale="Accept saved work when it was confirmed.",
+                    propose_only=True,
                 )
-                seen["keep"] = await call(
-                    session, "decide", experiment=seen["waiting"]["experiment"], decision="keep"
-                )
-                seen["status"] = data(await call(session, "status"))
+            )
+            seen["keep"] = await call(
+                session, "decide", experiment=seen["waiting"]["experiment"], decision="keep"
+            )
+            seen["status"] = data(await call(session, "status"))
 
     drive(body)
     waiting = seen["waiting"]
@@ -521,13 +509,10 @@ def test_a_proposal_whose_rationale_is_over_the_cap_is_rejected_by_the_guards_in
     seen: dict[str, Any] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog) as session:
-                seen["long"] = data(
-                    await call(
-                        session, "propose", files={RUBRIC_MD: rubric_with(ws, good)}, rationale=rationale
-                    )
-                )
+        async with judged_session(ws, tmp_path) as session:
+            seen["long"] = data(
+                await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)}, rationale=rationale)
+            )
 
     drive(body)
     long = seen["long"]

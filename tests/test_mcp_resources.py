@@ -10,7 +10,6 @@ Every server is a child of `stdio_client`, which closes its stdin and kills it a
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -23,9 +22,8 @@ from mcp.shared.exceptions import MCPError
 from optimizer.devset.split import open_split
 from optimizer.workspace import gitops
 from optimizer.workspace.workspace import Workspace
-from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge, git, labels_of
-from tests.support.mcp_client import call, client, data, drive
+from tests.support.loop import git, labels_of
+from tests.support.mcp_client import call, data, drive, judged_session
 from tests.support.mcp_workspace import ledger_state, make_mcp_template
 from tests.support.scripted import assert_clean
 
@@ -35,13 +33,6 @@ NOT_FOUND = -32002
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_mcp_template(tmp_path_factory.mktemp("template"))
-
-
-@pytest.fixture
-def ws(template: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    return root
 
 
 async def _read(session: ClientSession, uri: str) -> types.ReadResourceResult | MCPError:
@@ -77,29 +68,28 @@ def test_resources_read_dev_items_history_and_certificate_and_refuse_held_out_it
     seen: dict[Any, Any] = {}
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog) as session:
-                seen["list"] = [r.uri for r in (await session.list_resources()).resources]
-                seen["templates"] = [
-                    t.uri_template for t in (await session.list_resource_templates()).resource_templates
-                ]
-                for uri in ("disagreements", "history", "certificate/latest", f"items/{quote(dev_id)}"):
-                    seen[uri] = await _read(session, f"judgeloop://{uri}")
-                for tid in (held_id, f"../held/{held_id}", "..%2F..%2Fjudgeloop.toml", "nope"):
-                    seen[("item", tid)] = await _read(session, f"judgeloop://items/{tid}")
-                    seen[("shot", tid)] = await _read(session, f"judgeloop://items/{tid}/screenshots/0")
-                seen["elsewhere"] = await _read(session, "file:///etc/passwd")
-                seen["no_run"] = ledger_state(ws)[0], git(ws, "for-each-ref", "refs/heads/")
-                seen["head"] = gitops.rev_parse(ws, "HEAD")
-                listing = await call(session, "disagreements")
-                seen["links"] = [c.uri for c in listing.content if isinstance(c, types.ResourceLink)]
-                seen["listing"] = data(listing)
-                seen["after"] = await _read(session, "judgeloop://disagreements")
-                item = await call(session, "read_item", trajectory_id=dev_id)
-                seen["item_links"] = [c.uri for c in item.content if isinstance(c, types.ResourceLink)]
-                shots = _json(seen[f"items/{quote(dev_id)}"])["screenshot_links"]
-                assert shots, "the sample's first dev item has screenshots"
-                seen["shot"] = await _read(session, shots[0])
+        async with judged_session(ws, tmp_path) as session:
+            seen["list"] = [r.uri for r in (await session.list_resources()).resources]
+            seen["templates"] = [
+                t.uri_template for t in (await session.list_resource_templates()).resource_templates
+            ]
+            for uri in ("disagreements", "history", "certificate/latest", f"items/{quote(dev_id)}"):
+                seen[uri] = await _read(session, f"judgeloop://{uri}")
+            for tid in (held_id, f"../held/{held_id}", "..%2F..%2Fjudgeloop.toml", "nope"):
+                seen[("item", tid)] = await _read(session, f"judgeloop://items/{tid}")
+                seen[("shot", tid)] = await _read(session, f"judgeloop://items/{tid}/screenshots/0")
+            seen["elsewhere"] = await _read(session, "file:///etc/passwd")
+            seen["no_run"] = ledger_state(ws)[0], git(ws, "for-each-ref", "refs/heads/")
+            seen["head"] = gitops.rev_parse(ws, "HEAD")
+            listing = await call(session, "disagreements")
+            seen["links"] = [c.uri for c in listing.content if isinstance(c, types.ResourceLink)]
+            seen["listing"] = data(listing)
+            seen["after"] = await _read(session, "judgeloop://disagreements")
+            item = await call(session, "read_item", trajectory_id=dev_id)
+            seen["item_links"] = [c.uri for c in item.content if isinstance(c, types.ResourceLink)]
+            shots = _json(seen[f"items/{quote(dev_id)}"])["screenshot_links"]
+            assert shots, "the sample's first dev item has screenshots"
+            seen["shot"] = await _read(session, shots[0])
 
     drive(body)
     assert seen["list"] == [

@@ -11,7 +11,6 @@ of `stdio_client`; every call is bounded by `anyio.fail_after`.
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,8 @@ from mcp import types
 from optimizer.judge.prompts import RUBRIC_MD
 from optimizer.ledger import Ledger
 from optimizer.mcp.topup import AMOUNT, TOP_UP_FACTOR, accepted_amount, form
-from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all
-from tests.support.mcp_client import call, client, conforms, data, drive, text
+from tests.support.loop import GOOD_ENTRY, commit_all
+from tests.support.mcp_client import call, conforms, data, drive, judged_session, text
 from tests.support.mcp_workspace import ledger_state, library_text, make_mcp_template, rubric_with
 from tests.support.scripted import assert_clean
 
@@ -42,13 +40,6 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture
-def ws(template: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    shutil.copytree(template, root, symlinks=True)
-    return root
-
-
 def test_an_accepted_top_up_raises_the_budget_as_the_persons_decision_and_the_candidate_runs(
     ws: Path, tmp_path: Path
 ) -> None:
@@ -64,23 +55,22 @@ def test_an_accepted_top_up_raises_the_budget_as_the_persons_decision_and_the_ca
         return types.ElicitResult(action="accept", content=answers.pop(0))
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog, budget="1", elicitation=person) as session:
-                tools = {t.name: t for t in (await session.list_tools()).tools}
-                data(await call(session, "disagreements"))
-                seen["before"] = data(await call(session, "status"))["budget"]
-                seen["kept"] = conforms(
-                    tools["propose"],
-                    await call(
-                        session,
-                        "propose",
-                        files={RUBRIC_MD: rubric_with(ws, good)},
-                        rationale="Check that typed text matches the request exactly.",
-                        propose_only=True,
-                    ),
-                )
-                seen["status"] = conforms(tools["status"], await call(session, "status"))
-                seen["report"] = conforms(tools["report"], await call(session, "report"))
+        async with judged_session(ws, tmp_path, budget="1", elicitation=person) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            data(await call(session, "disagreements"))
+            seen["before"] = data(await call(session, "status"))["budget"]
+            seen["kept"] = conforms(
+                tools["propose"],
+                await call(
+                    session,
+                    "propose",
+                    files={RUBRIC_MD: rubric_with(ws, good)},
+                    rationale="Check that typed text matches the request exactly.",
+                    propose_only=True,
+                ),
+            )
+            seen["status"] = conforms(tools["status"], await call(session, "status"))
+            seen["report"] = conforms(tools["report"], await call(session, "report"))
 
     drive(body)
     assert not answers and len(asked) == 2
@@ -128,32 +118,31 @@ def test_no_tool_argument_bad_amount_or_declined_form_tops_the_budget_up(ws: Pat
         return replies.pop(0)
 
     async def body() -> None:
-        with FakeLLMServer(default=FakeJudge(ws)) as server, (tmp_path / "err.log").open("w") as errlog:
-            async with client(ws, server.openai_base_url, errlog, budget="1", elicitation=person) as session:
-                data(await call(session, "disagreements"))
-                # The agent cannot top itself up: a budget argument is outside propose's schema.
-                seen["argument"] = await call(
-                    session,
-                    "propose",
-                    files={RUBRIC_MD: rubric_with(ws, good)},
-                    rationale="More money.",
-                    budget_usd=1000,
-                )
-                seen["asked_after_argument"] = len(asked)
-                seen["first"] = data(
-                    await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)}, rationale="x")
-                )
-                for n in range(5):
-                    seen["refused"].append(
-                        await call(
-                            session,
-                            "propose",
-                            files={RUBRIC_MD: rubric_with(ws, good + f" Rule {n}.")},
-                            rationale=f"try {n}",
-                            wait=n < 4,
-                        )
+        async with judged_session(ws, tmp_path, budget="1", elicitation=person) as session:
+            data(await call(session, "disagreements"))
+            # The agent cannot top itself up: a budget argument is outside propose's schema.
+            seen["argument"] = await call(
+                session,
+                "propose",
+                files={RUBRIC_MD: rubric_with(ws, good)},
+                rationale="More money.",
+                budget_usd=1000,
+            )
+            seen["asked_after_argument"] = len(asked)
+            seen["first"] = data(
+                await call(session, "propose", files={RUBRIC_MD: rubric_with(ws, good)}, rationale="x")
+            )
+            for n in range(5):
+                seen["refused"].append(
+                    await call(
+                        session,
+                        "propose",
+                        files={RUBRIC_MD: rubric_with(ws, good + f" Rule {n}.")},
+                        rationale=f"try {n}",
+                        wait=n < 4,
                     )
-                seen["status"] = data(await call(session, "status"))
+                )
+            seen["status"] = data(await call(session, "status"))
 
     drive(body)
     assert seen["argument"].is_error and "budget_usd" in text(seen["argument"])

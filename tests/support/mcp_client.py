@@ -16,6 +16,8 @@ from mcp import ClientSession, types
 from mcp.client.session import ElicitationFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests.support.fakeserver import FakeLLMServer
+from tests.support.loop import FakeJudge
 from tests.support.paths import REPO_ROOT
 
 KEY = "sk-test-not-a-real-key"
@@ -62,6 +64,18 @@ async def client(
         with anyio.fail_after(60):
             await session.initialize()
         yield session
+
+
+@asynccontextmanager
+async def judged_session(
+    root: Path, logs: Path, budget: str = "100", elicitation: ElicitationFnT | None = None
+) -> AsyncIterator[ClientSession]:
+    """`client` over a `judgeloop mcp` child for workspace ``root``, judged by a fake server answering as
+    the loop tests' `FakeJudge`; the child's stderr goes to ``logs``/err.log. Server and child end with the
+    block."""
+    with FakeLLMServer(default=FakeJudge(root)) as server, (logs / "err.log").open("w") as errlog:
+        async with client(root, server.openai_base_url, errlog, budget, elicitation) as session:
+            yield session
 
 
 Progress = list[tuple[float, float | None, str | None]]
