@@ -31,8 +31,8 @@ from tests.support.benchmarks import (
     write_arb,
     write_osreward,
 )
-from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge, commit_all, set_toml_key
+from tests.support.heldout import list_held_out
+from tests.support.loop import commit_all, judge_eval
 
 
 @pytest.fixture
@@ -169,25 +169,7 @@ def test_an_imported_benchmark_is_judged_through_eval(
     commit_all(ws, "another benchmark's split")
     capsys.readouterr()
     out = tmp_path / "out"
-    with FakeLLMServer(default=FakeJudge(ws)) as server:
-        code = main(
-            [
-                "eval",
-                "-w",
-                str(ws),
-                "--split",
-                "arb",
-                "--provider",
-                "openai",
-                "--base-url",
-                server.openai_base_url,
-                "--model",
-                "fake-judge",
-                "--out",
-                str(out),
-            ]
-        )
-        sent = server.inference_requests()
+    code, sent = judge_eval(ws, str(out), "--split", "arb")
     assert code == 0, capsys.readouterr().err
     ids = open_split(Workspace.open(ws), "arb").ids
     assert len(sent) == len(ids)
@@ -200,8 +182,7 @@ def test_an_imported_benchmark_listed_as_held_out_is_refused_by_eval(
 ) -> None:
     src = write_osreward(tmp_path / "osr", osreward_traces())
     assert import_(ws, src, "osr", "osreward", "--all") == 0
-    set_toml_key(ws, "workspace", "heldout_splits", '["osr"]')
-    commit_all(ws, "osr held out")
+    list_held_out(ws, "osr", "osr held out")
     capsys.readouterr()
     code = main(["eval", "-w", str(ws), "--split", "osr", "--provider", "openai", "--model", "fake-judge"])
     line = refused(capsys, code)

@@ -18,7 +18,7 @@ from optimizer.ledger import Ledger
 from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.heldout import import_held
-from tests.support.loop import GOOD_ENTRY, FakeJudge, run_loop
+from tests.support.loop import GOOD_ENTRY, FakeJudge, judge_eval, run_loop
 from tests.support.scripted import ScriptedStrategy, install, toggle
 
 
@@ -49,25 +49,8 @@ def test_eval_and_score_refuse_a_heldout_split_and_point_to_confirm(
     held = rest[:6]
     import_held(ws, held)
     capsys.readouterr()
-    with FakeLLMServer(default=FakeJudge(ws)) as server:
-        code = main(
-            [
-                "eval",
-                "-w",
-                str(ws),
-                "--split",
-                "held",
-                "--provider",
-                "openai",
-                "--base-url",
-                server.openai_base_url,
-                "--model",
-                "fake-judge",
-                "--out",
-                str(tmp_path / "out"),
-            ]
-        )
-        assert server.inference_requests() == []
+    code, sent = judge_eval(ws, tmp_path / "out", "--split", "held")
+    assert sent == []
     captured = capsys.readouterr()
     assert code == 2 and "kappa" not in captured.out
     assert (
@@ -153,25 +136,8 @@ def test_eval_and_score_treat_a_split_holding_heldout_items_as_held_out(
     _, rest = dev_and_rest(ws)
     import_held(ws, rest[:6])
     capsys.readouterr()
-    with FakeLLMServer(default=FakeJudge(ws)) as server:
-        code = main(
-            [
-                "eval",
-                "-w",
-                str(ws),
-                "--split",
-                "sample",
-                "--provider",
-                "openai",
-                "--base-url",
-                server.openai_base_url,
-                "--model",
-                "fake-judge",
-                "--out",
-                str(tmp_path / "out"),
-            ]
-        )
-        assert server.inference_requests() == []
+    code, sent = judge_eval(ws, tmp_path / "out", "--split", "sample")
+    assert sent == []
     captured = capsys.readouterr()
     assert code == 2 and "kappa" not in captured.out.lower() and not (tmp_path / "out").exists()
     assert captured.err.count("\n") == 1 and "judgeloop confirm --split held" in captured.err
@@ -187,27 +153,7 @@ def test_eval_and_score_treat_a_split_holding_heldout_items_as_held_out(
     assert "kappa" not in captured.out.lower()
     assert captured.err.count("\n") == 1 and "judgeloop confirm --split held" in captured.err
     # The dev split, apart from the held-out one, is evaluated as before.
-    with FakeLLMServer(default=FakeJudge(ws)) as server:
-        assert (
-            main(
-                [
-                    "eval",
-                    "-w",
-                    str(ws),
-                    "--provider",
-                    "openai",
-                    "--base-url",
-                    server.openai_base_url,
-                    "--model",
-                    "fake-judge",
-                    "--out",
-                    str(tmp_path / "dev"),
-                    "--limit",
-                    "4",
-                ]
-            )
-            == 0
-        )
+    assert judge_eval(ws, tmp_path / "dev", "--limit", "4")[0] == 0
     assert "kappa" in capsys.readouterr().out.lower()
 
 

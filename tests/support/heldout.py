@@ -32,5 +32,10 @@ def import_held(root: Path, ids: list[str], *, hold_out: bool = True) -> None:
     )
     manifest.unlink()
     if hold_out:
-        set_toml_key(root, "workspace", "heldout_splits", '["held"]')
-        commit_all(root, "held-out split")
+        list_held_out(root, "held")
+
+
+def list_held_out(root: Path, split: str, message: str = "held-out split") -> None:
+    """List ``split`` (alone) under [workspace] heldout_splits and commit it with ``message``."""
+    set_toml_key(root, "workspace", "heldout_splits", f'["{split}"]')
+    commit_all(root, message)

@@ -26,7 +26,7 @@ from optimizer.devset.split import open_split
 from optimizer.judge.prompts import LIBRARY_MD, parse_library
 from optimizer.models import Label
 from optimizer.workspace.workspace import Workspace
-from tests.support.fakeserver import Behaviour, RecordedRequest, server_error, verdict_reply
+from tests.support.fakeserver import Behaviour, FakeLLMServer, RecordedRequest, server_error, verdict_reply
 from tests.support.waits import EVENT_WAIT_S
 
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost"]
@@ -316,6 +316,29 @@ def run_loop(root: Path, server_url: str, *extra: str) -> int:
             *extra,
         ]
     )
+
+
+def judge_eval(root: Path, out: Path, *extra: str) -> tuple[int, list[RecordedRequest]]:
+    """``judgeloop eval`` in-process against a fresh fake server answering as `FakeJudge` (OpenAI wire,
+    fake-judge), verdicts to ``out``: its exit code and the inference requests it sent."""
+    with FakeLLMServer(default=FakeJudge(root)) as server:
+        code = main(
+            [
+                "eval",
+                "-w",
+                str(root),
+                "--provider",
+                "openai",
+                "--base-url",
+                server.openai_base_url,
+                "--model",
+                "fake-judge",
+                "--out",
+                str(out),
+                *extra,
+            ]
+        )
+        return code, server.inference_requests()
 
 
 def report_json(root: Path, capsys: Any, *extra: str) -> dict[str, Any]:

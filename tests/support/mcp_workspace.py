@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optimizer.cli import main
 from optimizer.devset.split import open_split
 from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library
 from optimizer.ledger import Experiment, Ledger, Run
-from optimizer.scaffold import bundled_dir
 from optimizer.workspace.workspace import Workspace
-from tests.support.loop import add_small_dev_split, commit_all, make_workspace, set_toml_key
+from tests.support.heldout import import_held
+from tests.support.loop import add_small_dev_split, make_workspace
 
 OLD = "## Decision rules"
 CORRECTIONS = "devset/small/corrections.jsonl"
@@ -24,28 +23,7 @@ def make_mcp_template(parent: Path) -> Path:
     root = make_workspace(parent)
     dev = add_small_dev_split(root)
     rest = [t for t in open_split(Workspace.open(root), "sample").ids if t not in dev][:4]
-    manifest = root / "held.txt"
-    manifest.write_text("\n".join(rest) + "\n", encoding="utf-8")
-    assert (
-        main(
-            [
-                "devset",
-                "import",
-                str(bundled_dir() / "devset" / "sample"),
-                "-w",
-                str(root),
-                "--name",
-                "held",
-                "--manifest",
-                str(manifest),
-                "--link",
-            ]
-        )
-        == 0
-    )
-    manifest.unlink()
-    set_toml_key(root, "workspace", "heldout_splits", '["held"]')
-    commit_all(root, "held-out split")
+    import_held(root, rest)
     return root
 
 

@@ -13,7 +13,7 @@ from optimizer.judge.prompts import LIBRARY_MD, RUBRIC_MD, parse_library, with_e
 from optimizer.ledger import Experiment, Ledger, Run
 from optimizer.loop.strategies import Proposal, ProposalContext
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import commit_all, git, set_toml_key
+from tests.support.loop import git
 
 
 def ledger_of(root: Path) -> Ledger:
@@ -104,34 +104,12 @@ def install(monkeypatch: pytest.MonkeyPatch, strategy: ScriptedStrategy) -> None
 def add_heldout_split(root: Path, n_held: int = 12) -> tuple[list[str], list[str]]:
     """Import ``n_held`` sample items outside the dev split as split ``held`` and list it under
     [workspace] heldout_splits; returns (dev ids, held-out ids)."""
-    from optimizer.cli import main
-    from optimizer.scaffold import bundled_dir
     from optimizer.workspace.workspace import Workspace
+    from tests.support.heldout import import_held
 
     dev = open_split(Workspace.open(root), "small").ids
     held = [t for t in open_split(Workspace.open(root), "sample").ids if t not in dev][:n_held]
-    manifest = root / "held.txt"
-    manifest.write_text("\n".join(held) + "\n", encoding="utf-8")
-    assert (
-        main(
-            [
-                "devset",
-                "import",
-                str(bundled_dir() / "devset" / "sample"),
-                "-w",
-                str(root),
-                "--name",
-                "held",
-                "--manifest",
-                str(manifest),
-                "--link",
-            ]
-        )
-        == 0
-    )
-    manifest.unlink()
-    set_toml_key(root, "workspace", "heldout_splits", '["held"]')
-    commit_all(root, "held-out split")
+    import_held(root, held)
     return dev, held
 
 
