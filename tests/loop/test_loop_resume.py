@@ -24,39 +24,25 @@ from tests.support.loop import (
     futility_off,
     git,
     present,
+    run_args,
     run_loop,
     wait_for,
 )
 from tests.support.processes import killed_cli
 from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
-from tests.support.signals import cache_rows, kill_hand_edit_then_resume, running_candidate_with_progress
+from tests.support.signals import (
+    cache_rows,
+    gated_judge,
+    kill_hand_edit_then_resume,
+    release,
+    running_candidate_with_progress,
+)
 
 
 def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> None:
-    judge = FakeJudge(ws)
-    n_items = len(judge.neg_rank) + len(judge.pos_rank)
-    judge.gate_after = (
-        n_items + 10
-    )  # the baseline and 10 candidate calls are answered, then the server stalls
-    judge.delay_s = 0.005
+    judge = gated_judge(ws, 10)  # the baseline and 10 candidate calls are answered, then the server stalls
     with FakeLLMServer(default=judge) as server:
-        args = [
-            "run",
-            "-w",
-            str(ws),
-            "--provider",
-            "openai",
-            "--base-url",
-            server.openai_base_url,
-            "--model",
-            "fake-judge",
-            "--concurrency",
-            "8",
-            "--strategy",
-            "library",
-            "--max-experiments",
-            "2",
-        ]
+        args = run_args(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "2")
 
         def mid_candidate() -> None:
             wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
@@ -67,9 +53,7 @@ def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> No
         killed_cli(args, mid_candidate)
         answered_before = set(judge.answered)
         assert len(answered_before) == judge.gate_after
-        judge.abandon_gated = True
-        judge.gate.set()  # stalled handlers now answer a dead socket, unrecorded
-        judge.gate_after = None
+        release(judge, abandon=True)  # stalled handlers now answer a dead socket, unrecorded
 
         _, before = latest(ws)
         interrupted = next(e for e in before if e.status == "running")
@@ -225,37 +209,16 @@ def test_kill_9_mid_candidate_then_a_plain_run_closes_the_old_run_and_starts_fro
     commit. It closes the old run first — the candidate rolled back under refs/judgeloop/rejected/<id> with
     its reason, the run marked stopped — and the new run's baseline is the last kept commit (here the old
     run's baseline), judged with the same kappa."""
-    judge = FakeJudge(ws)
-    n_items = len(judge.neg_rank) + len(judge.pos_rank)
-    judge.gate_after = n_items + 10
-    judge.delay_s = 0.005
+    judge = gated_judge(ws, 10)  # the baseline and 10 candidate calls are answered, then the server stalls
     with FakeLLMServer(default=judge) as server:
-        args = [
-            "run",
-            "-w",
-            str(ws),
-            "--provider",
-            "openai",
-            "--base-url",
-            server.openai_base_url,
-            "--model",
-            "fake-judge",
-            "--concurrency",
-            "8",
-            "--strategy",
-            "library",
-            "--max-experiments",
-            "2",
-        ]
+        args = run_args(ws, server.openai_base_url, "--strategy", "library", "--max-experiments", "2")
 
         def mid_candidate() -> None:
             wait_for(lambda: len(judge.answered) >= present(judge.gate_after), "the gated calls", 60)
             wait_for(lambda: running_candidate_with_progress(ws), "a running candidate with progress events")
 
         killed_cli(args, mid_candidate)
-        judge.abandon_gated = True
-        judge.gate.set()
-        judge.gate_after = None
+        release(judge, abandon=True)
         old, before = latest(ws)
         old_base, cut = before
         assert old.status == "running" and cut.status == "running"

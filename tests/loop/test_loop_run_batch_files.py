@@ -19,7 +19,7 @@ from optimizer.judge.providers.run_batch import INPUT_SUFFIX, OUTPUT_SUFFIX, run
 from optimizer.ledger import Ledger
 from optimizer.vocab import ExperimentStatus
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, commit_all, run_loop, wait_for
+from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, commit_all, run_args, run_loop, wait_for
 from tests.support.paths import REPO_ROOT
 from tests.support.processes import killed_cli
 from tests.support.scripted import ScriptedStrategy, install, latest, ledger_of, toggle
@@ -91,17 +91,7 @@ def test_kill_9_while_the_baseline_file_waits_then_resume_collects_it_and_decide
     direct, _ = outcome(direct_ws)
 
     with FakeLLMServer(default=FakeJudge(ws)) as server:
-        cli = [
-            "run",
-            "-w",
-            str(ws),
-            "--provider",
-            "openai",
-            "--base-url",
-            server.openai_base_url,
-            "--model",
-            MODEL,
-        ]
+        cli = run_args(ws, server.openai_base_url, concurrency=None)
 
         def waiting() -> None:
             wait_for(lambda: len(list(folder.glob(f"*{INPUT_SUFFIX}"))) == 1, "the baseline's input file", 60)

@@ -298,24 +298,28 @@ def stop_after_baseline() -> Any:
     return mock.patch.object(LoopRunner, "baseline", baseline)
 
 
+def run_args(root: Path, server_url: str, *extra: str, concurrency: str | None = "8") -> list[str]:
+    """The arguments of ``judgeloop run`` against the fake server (OpenAI wire, fake-judge, ``--concurrency``
+    unless None), then ``extra``: for `run_loop` and for a run in a child process (`killed_cli`)."""
+    parallel = ["--concurrency", concurrency] if concurrency is not None else []
+    return [
+        "run",
+        "-w",
+        str(root),
+        "--provider",
+        "openai",
+        "--base-url",
+        server_url,
+        "--model",
+        "fake-judge",
+        *parallel,
+        *extra,
+    ]
+
+
 def run_loop(root: Path, server_url: str, *extra: str) -> int:
     """``judgeloop run`` in-process against the fake server (OpenAI wire, fake-judge, concurrency 8)."""
-    return main(
-        [
-            "run",
-            "-w",
-            str(root),
-            "--provider",
-            "openai",
-            "--base-url",
-            server_url,
-            "--model",
-            "fake-judge",
-            "--concurrency",
-            "8",
-            *extra,
-        ]
-    )
+    return main(run_args(root, server_url, *extra))
 
 
 def judge_eval(root: Path, out: Path, *extra: str) -> tuple[int, list[RecordedRequest]]:

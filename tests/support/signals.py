@@ -122,26 +122,10 @@ def kill_hand_edit_then_resume(ws: Path, judge: FakeJudge, server: FakeLLMServer
     answered call is in the judge cache; then the gate let go (held calls abandoned) and `run --resume`
     in this process. Returns how many calls had been answered before the resume; asserts that the
     resume finished and asked no answered call again (each answered call is its own cache entry)."""
-    from tests.support.loop import present, run_loop, wait_for
+    from tests.support.loop import present, run_args, run_loop, wait_for
     from tests.support.processes import killed_cli
 
-    args = [
-        "run",
-        "-w",
-        str(ws),
-        "--provider",
-        "openai",
-        "--base-url",
-        server.openai_base_url,
-        "--model",
-        "fake-judge",
-        "--concurrency",
-        "4",
-        "--strategy",
-        "manual",
-        "-m",
-        "a hand edit",
-    ]
+    args = run_args(ws, server.openai_base_url, "--strategy", "manual", "-m", "a hand edit", concurrency="4")
 
     def stage_begun() -> bool:
         path = ws / "experiments" / "ledger.sqlite"
@@ -160,9 +144,7 @@ def kill_hand_edit_then_resume(ws: Path, judge: FakeJudge, server: FakeLLMServer
         wait_for(lambda: cache_rows(ws)[0] == len(judge.answered), "the answered calls to be cached")
 
     killed_cli(args, moment)
-    judge.abandon_gated = True
-    judge.gate.set()
-    judge.gate_after = None
+    release(judge, abandon=True)
     answered_before = len(judge.answered)
     assert run_loop(ws, server.openai_base_url, "--resume") == 0
     assert len(judge.answered) == cache_rows(ws)[0] > answered_before
