@@ -169,7 +169,7 @@ def test_an_imported_benchmark_is_judged_through_eval(
     commit_all(ws, "another benchmark's split")
     capsys.readouterr()
     out = tmp_path / "out"
-    code, sent = judge_eval(ws, str(out), "--split", "arb")
+    code, sent = judge_eval(ws, out, "--split", "arb")
     assert code == 0, capsys.readouterr().err
     ids = open_split(Workspace.open(ws), "arb").ids
     assert len(sent) == len(ids)
