@@ -18,7 +18,7 @@ from optimizer.ledger import Ledger
 from optimizer.workspace.workspace import Workspace
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.heldout import import_held
-from tests.support.loop import GOOD_ENTRY, FakeJudge, judge_eval, run_loop
+from tests.support.loop import GOOD_ENTRY, FakeJudge, judge_args, judge_eval, run_loop
 from tests.support.scripted import ScriptedStrategy, install, toggle
 
 
@@ -95,21 +95,7 @@ def test_confirm_and_resume_refuse_a_heldout_split_sharing_trajectories_with_the
         import_held(ws, [*rest[:4], *dev])
         sent = len(server.inference_requests())
         capsys.readouterr()
-        code = main(
-            [
-                "confirm",
-                "-w",
-                str(ws),
-                "--split",
-                "held",
-                "--provider",
-                "openai",
-                "--base-url",
-                server.openai_base_url,
-                "--model",
-                "fake-judge",
-            ]
-        )
+        code = main(judge_args("confirm", ws, server.openai_base_url, "--split", "held"))
         assert len(server.inference_requests()) == sent  # nothing judged
         assert code == 2
         err = one_line(capsys)

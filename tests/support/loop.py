@@ -298,12 +298,11 @@ def stop_after_baseline() -> Any:
     return mock.patch.object(LoopRunner, "baseline", baseline)
 
 
-def run_args(root: Path, server_url: str, *extra: str, concurrency: str | None = "8") -> list[str]:
-    """The arguments of ``judgeloop run`` against the fake server (OpenAI wire, fake-judge, ``--concurrency``
-    unless None), then ``extra``: for `run_loop` and for a run in a child process (`killed_cli`)."""
-    parallel = ["--concurrency", concurrency] if concurrency is not None else []
+def judge_args(command: str, root: Path, server_url: str, *extra: str) -> list[str]:
+    """The arguments of ``judgeloop COMMAND`` on workspace ``root`` judged by the fake server (OpenAI wire,
+    fake-judge), then ``extra``."""
     return [
-        "run",
+        command,
         "-w",
         str(root),
         "--provider",
@@ -312,9 +311,15 @@ def run_args(root: Path, server_url: str, *extra: str, concurrency: str | None =
         server_url,
         "--model",
         "fake-judge",
-        *parallel,
         *extra,
     ]
+
+
+def run_args(root: Path, server_url: str, *extra: str, concurrency: str | None = "8") -> list[str]:
+    """`judge_args` of ``judgeloop run`` (with ``--concurrency`` unless None), then ``extra``: for
+    `run_loop` and for a run in a child process (`killed_cli`)."""
+    parallel = ["--concurrency", concurrency] if concurrency is not None else []
+    return judge_args("run", root, server_url, *parallel, *extra)
 
 
 def run_loop(root: Path, server_url: str, *extra: str) -> int:
@@ -326,22 +331,7 @@ def judge_eval(root: Path, out: Path, *extra: str) -> tuple[int, list[RecordedRe
     """``judgeloop eval`` in-process against a fresh fake server answering as `FakeJudge` (OpenAI wire,
     fake-judge), verdicts to ``out``: its exit code and the inference requests it sent."""
     with FakeLLMServer(default=FakeJudge(root)) as server:
-        code = main(
-            [
-                "eval",
-                "-w",
-                str(root),
-                "--provider",
-                "openai",
-                "--base-url",
-                server.openai_base_url,
-                "--model",
-                "fake-judge",
-                "--out",
-                str(out),
-                *extra,
-            ]
-        )
+        code = main(judge_args("eval", root, server.openai_base_url, "--out", str(out), *extra))
         return code, server.inference_requests()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from optimizer.ledger import Ledger
 from tests.support.fakeserver import FakeLLMServer
-from tests.support.loop import FakeJudge
+from tests.support.loop import FakeJudge, run_args
 from tests.support.paths import REPO_ROOT
 from tests.support.waits import EVENT_WAIT_S
 
@@ -54,23 +54,7 @@ class CliRun:
     """``python -m optimizer.cli run ...`` in a subprocess; its stdout lines are collected by a thread."""
 
     def __init__(self, root: Path, server: FakeLLMServer, *extra: str) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "optimizer.cli",
-            "run",
-            "-w",
-            str(root),
-            "--provider",
-            "openai",
-            "--base-url",
-            server.openai_base_url,
-            "--model",
-            "fake-judge",
-            "--concurrency",
-            "8",
-            *extra,
-        ]
+        cmd = [sys.executable, "-m", "optimizer.cli", *run_args(root, server.openai_base_url, *extra)]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -122,7 +106,7 @@ def kill_hand_edit_then_resume(ws: Path, judge: FakeJudge, server: FakeLLMServer
     answered call is in the judge cache; then the gate let go (held calls abandoned) and `run --resume`
     in this process. Returns how many calls had been answered before the resume; asserts that the
     resume finished and asked no answered call again (each answered call is its own cache entry)."""
-    from tests.support.loop import present, run_args, run_loop, wait_for
+    from tests.support.loop import present, run_loop, wait_for
     from tests.support.processes import killed_cli
 
     args = run_args(ws, server.openai_base_url, "--strategy", "manual", "-m", "a hand edit", concurrency="4")
