@@ -58,6 +58,7 @@ def brute_force_p(differences: list[Fraction]) -> Fraction:
 # --- the sign-flip test ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_exact_sign_flip_p_value_equals_brute_force_enumeration() -> None:
     rng = random.Random(7)
     for _ in range(400):

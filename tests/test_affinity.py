@@ -66,6 +66,7 @@ def _data(tmp_path: Path, upstreams: list[FakeLLMServer]) -> Data:
     return data
 
 
+@pytest.mark.slow
 def test_with_the_affinity_header_a_candidate_pass_finds_its_prefix_behind_a_router(
     upstreams: list[FakeLLMServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,6 +89,7 @@ def test_with_the_affinity_header_a_candidate_pass_finds_its_prefix_behind_a_rou
     assert {r.upstream for r in candidate} == {0, 1}
 
 
+@pytest.mark.slow
 def test_without_the_affinity_header_about_half_the_calls_find_their_prefix(
     upstreams: list[FakeLLMServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -217,6 +217,7 @@ def _params() -> list[Any]:
     return params
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("host", "cwd", "tool", "tool_input", "reach"), _params())
 def test_the_hook_blocks_what_reaches_the_labels_and_allows_the_rest(
     place: Place,

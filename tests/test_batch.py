@@ -94,6 +94,7 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> None:
 # --------------------------------------------------------------------------- same results as direct calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
 def test_batch_gives_the_same_verdict_files_as_direct_calls_at_half_price(
     wire: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -137,6 +138,7 @@ def test_only_the_uncached_replicates_are_sent(tmp_path: Path) -> None:
         assert len(server.batch_creations) == 1  # everything cached: no batch at all
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
 def test_a_pass_larger_than_the_providers_batch_limits_goes_out_as_several_batches(
     wire: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -357,6 +359,7 @@ def test_early_stopping_does_not_apply_in_batch_mode_every_item_is_judged(tmp_pa
 # --------------------------------------------------------------------------- kill -9 and collect
 
 
+@pytest.mark.slow
 def test_kill_9_with_a_batch_pending_then_the_same_eval_collects_it(tmp_path: Path) -> None:
     data = make_data(tmp_path)
     configure(data, "openai")

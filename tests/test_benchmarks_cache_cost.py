@@ -25,6 +25,7 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
 
 
+@pytest.mark.slow
 def test_batch_mode_bills_half_of_direct_on_every_layout_and_wire(tmp_path: Path, keys: None) -> None:
     results = cc.measure_costs(tmp_path, n=6, steps=12, candidates=CANDIDATES, say=lambda _m: None)
     assert set(results) == {
@@ -97,6 +98,7 @@ def test_the_warmup_rows_show_one_write_per_item_after_and_several_before(tmp_pa
     assert "anthropic direct" in table and "anthropic batch" in table
 
 
+@pytest.mark.slow
 def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls(
     tmp_path: Path, keys: None
 ) -> None:
@@ -134,6 +136,7 @@ def test_the_structure_rows_price_a_panel_of_k_at_one_write_per_item_and_k_calls
     assert "panel of 3" in table and "calls/verdict" in table and "criteria+review" in table
 
 
+@pytest.mark.slow
 def test_the_structure_rows_price_criteria_and_review_by_their_calls(tmp_path: Path, keys: None) -> None:
     n = 6
     # The Anthropic wire: cache breakpoints only where judgeloop puts them (OpenAI's automatic caching

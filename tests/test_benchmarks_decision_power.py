@@ -181,6 +181,7 @@ def test_cheaper_rows_cover_both_judges_and_margins() -> None:
     assert all("n=4" in line for line in lines[2:])
 
 
+@pytest.mark.slow
 def test_futility_rows_only_ever_take_keeps_away_and_save_calls() -> None:
     """The coupled futility rows: the same candidates with and without the screen; with it, a keep is
     a keep without it, and a candidate costs at most what it cost without."""
@@ -246,6 +247,7 @@ def test_the_oracle_floor_is_the_adaptive_rule_on_a_fully_judged_split_and_zero_
     )
 
 
+@pytest.mark.slow
 def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> None:
     # A steady judge: the no-ops tie the incumbent, the 8-item fix is a clean gain Holm keeps at alpha/3
     # (8 items fixed every time: p = 1/256); through start_run with --wave 3.
@@ -257,6 +259,7 @@ def test_wave_rows_keep_the_planted_fix_and_never_a_noop_of_a_steady_judge() -> 
     assert lines[2].split()[:2] == ["3", "0.0%"] and "100.0%" in lines[2] and " yes " in lines[2]
 
 
+@pytest.mark.slow
 def test_simulated_noop_waves_keep_nothing_of_a_steady_judge_and_holm_bounds_a_noisy_one() -> None:
     positive = np.array(common.labels_only()[1])
     q, _ = _deterministic_odds(12)

@@ -104,6 +104,7 @@ def expected_flips(judge: BiasJudge, ids: list[str], reacts: Reaction) -> set[st
     return {t for t in ids if t not in judge.noisy and judge.answer(t) == want}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reacts", ["nothing", "complete_text"])
 def test_a_judge_that_flips_on_task_complete_text_is_flagged_and_one_that_ignores_it_is_not(
     ws: Path, capsys: pytest.CaptureFixture[str], reacts: Reaction
@@ -184,6 +185,7 @@ def test_a_judge_that_flips_on_task_complete_text_is_flagged_and_one_that_ignore
     assert (tree_digest(ws / "devset"), open_split(Workspace.open(ws), "small").fingerprint) == before
 
 
+@pytest.mark.slow
 def test_a_judge_that_flips_on_idle_steps_is_flagged_by_that_probe_only(ws: Path) -> None:
     judge = BiasJudge(ws, reacts_to="idle_steps")
     with FakeLLMServer(default=judge) as server:
@@ -206,6 +208,7 @@ def test_a_judge_that_flips_on_idle_steps_is_flagged_by_that_probe_only(ws: Path
     assert seen, "the battery tells its listener what it does"
 
 
+@pytest.mark.slow
 def test_perturbed_calls_never_answer_for_the_unperturbed_item(ws: Path) -> None:
     """After a battery against a judge that says success to every claim, `eval` of the same prompts
     makes no new call and gets the unperturbed answers: the baseline's entries, not the perturbed ones."""
@@ -302,6 +305,7 @@ def test_held_out_split_and_unknown_probe_are_refused_in_one_line(
         assert server.inference_requests() == []
 
 
+@pytest.mark.slow
 def test_budget_picks_a_stratified_subset_and_is_never_crossed(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -343,6 +347,7 @@ def test_budget_picks_a_stratified_subset_and_is_never_crossed(
     assert all(p["items"] == result["items"] for p in result["probes"])
 
 
+@pytest.mark.slow
 def test_a_perturbed_request_cut_to_fit_the_token_budget_is_noted(ws: Path) -> None:
     """The longest item just fits the token budget; with idle steps it does not, and the battery says so."""
     workspace = Workspace.open(ws)

@@ -109,6 +109,7 @@ def test_a_failed_first_call_leaves_the_waiting_one_to_make_its_own(tmp_path: Pa
     assert sum(r.calls_made for r in runs) == calls  # the failed one is not billed
 
 
+@pytest.mark.slow
 def test_a_cancelled_first_evaluation_lets_the_waiting_one_finish(tmp_path: Path) -> None:
     ws, split, prompts = _setup(tmp_path)
     first_in = threading.Event()

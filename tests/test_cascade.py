@@ -90,6 +90,7 @@ def within(observed: float, expected: float, n: int, what: str) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("correlated", [False, True], ids=["independent", "correlated"])
 def test_a_cascade_matches_the_fakes_odds_and_asks_the_second_judge_exactly_the_escalated_items(
     data: Data, correlated: bool
@@ -139,6 +140,7 @@ def test_a_cascade_matches_the_fakes_odds_and_asks_the_second_judge_exactly_the_
     assert record["stages"]["first"]["cost_usd"] == pytest.approx(len(ids) * CALL_USD[CHEAP])
 
 
+@pytest.mark.slow
 def test_both_verdicts_are_kept_in_the_verdict_files_and_the_ledger_rows(data: Data, tmp_path: Path) -> None:
     judges = TwoJudges.of_data(data)
     with FakeLLMServer(judges) as server:
@@ -161,6 +163,7 @@ def test_both_verdicts_are_kept_in_the_verdict_files_and_the_ledger_rows(data: D
     assert rows[up].replicates[0].cost_usd == pytest.approx(CALL_USD[CHEAP] + CALL_USD[STRICT])
 
 
+@pytest.mark.slow
 def test_a_second_evaluation_is_served_from_the_cache_for_both_stages(data: Data) -> None:
     judges = TwoJudges.of_data(data)
     with FakeLLMServer(judges) as server:
@@ -172,6 +175,7 @@ def test_a_second_evaluation_is_served_from_the_cache_for_both_stages(data: Data
     assert again.usage.calls == 0 and again.cache_hits == len(data.split.ids) + asked[STRICT]
 
 
+@pytest.mark.slow
 def test_calibration_reports_every_rule_on_a_fold_it_was_not_chosen_on(data: Data) -> None:
     """The rule is chosen on the tuning fold; the held-out fold's figures are computed on its own items, so
     where the judges behave differently on the two folds, the figures differ."""
@@ -221,6 +225,7 @@ def test_calibration_reports_every_rule_on_a_fold_it_was_not_chosen_on(data: Dat
     assert SECOND_ALONE.on == frozenset(every) and FIRST_ALONE.on == frozenset()
 
 
+@pytest.mark.slow
 def test_cascade_calibrate_runs_from_the_command_line(data: Data, capsys: pytest.CaptureFixture[str]) -> None:
     judges = TwoJudges.of_data(data)
     with FakeLLMServer(judges) as server:

@@ -85,6 +85,7 @@ def _expected_counts(judge: GullibleJudge, root: Path) -> tuple[int, int, int, i
     return tp, pos, tn, len(labels) - pos
 
 
+@pytest.mark.slow
 def test_certify_through_the_cli_writes_both_files_with_every_field_and_a_git_note(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,6 +150,7 @@ def test_certify_through_the_cli_writes_both_files_with_every_field_and_a_git_no
     assert untouched_state(ws) == before  # HEAD, branch, status, refs, prompts/ and devset/ as they were
 
 
+@pytest.mark.slow
 def test_certify_evaluates_a_revision_never_evaluated_and_a_second_certify_is_served_by_the_cache(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,6 +173,7 @@ def test_certify_evaluates_a_revision_never_evaluated_and_a_second_certify_is_se
     assert git(ws, "rev-parse", "HEAD").strip() == git(ws, "rev-parse", f"{rev}~1").strip()
 
 
+@pytest.mark.slow
 def test_certify_cites_a_held_out_confirmation_from_the_ledger_without_running_one(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -215,6 +218,7 @@ def test_certify_refuses_a_held_out_dev_split_and_a_bad_revision_and_writes_noth
     }
 
 
+@pytest.mark.slow
 def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,6 +259,7 @@ def test_certify_includes_the_bias_battery_when_optimizer_bias_is_there(
     assert "- claims-complete: flips 25% of verdicts (placebo 0%): flagged" in markdown
 
 
+@pytest.mark.slow
 def test_certify_skips_a_crafted_or_truncated_selftest_file_and_cites_the_last_good_one(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -274,6 +279,7 @@ def test_certify_skips_a_crafted_or_truncated_selftest_file_and_cites_the_last_g
     assert cert["selftest"]["status"] == "current" and cert["selftest"]["file"] == good["files"]["json"]
 
 
+@pytest.mark.slow
 def test_a_cascades_certificate_records_each_stages_calls_and_cost_and_the_escalation_share(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -45,6 +45,7 @@ def test_init_with_sample_still_names_its_split(tmp_path: Path, capsys: pytest.C
         ("judge", 'batch_cold = "yes"', "batch_cold must be true or false"),
     ],
 )
+@pytest.mark.slow
 def test_a_config_value_of_the_wrong_type_is_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, line: str, named: str
 ) -> None:

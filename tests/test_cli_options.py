@@ -162,6 +162,7 @@ def test_workspace_option_in_every_position_reaches_the_workspace(words: tuple[s
         assert build_parser().parse_args(argv).workspace == "/some/ws", argv
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("words", list(ARGS), ids=" ".join)
 def test_every_position_of_w_and_a_subfolder_give_the_same_outcome(
     words: tuple[str, ...],

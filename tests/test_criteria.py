@@ -352,6 +352,7 @@ MALFORMED_CHECKS: dict[str, Any] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(MALFORMED_CHECKS))
 def test_a_malformed_criteria_check_is_a_parse_failure_never_a_crash(
     data: Data, server: FakeLLMServer, tmp_path: Path, case: str
@@ -381,6 +382,7 @@ def test_a_malformed_criteria_check_is_a_parse_failure_never_a_crash(
         [{"text": "a", "required": "yes"}],
     ],
 )
+@pytest.mark.slow
 def test_a_malformed_derivation_is_a_parse_failure_and_no_check_is_paid(
     data: Data, server: FakeLLMServer, derived: Any
 ) -> None:
@@ -619,6 +621,7 @@ def test_the_ledger_keeps_criteria_evidence_and_review_and_a_schema_8_ledger_rea
 # --------------------------------------------------------------------------- the local judge
 
 
+@pytest.mark.slow
 @pytest.mark.local_model
 def test_the_local_judge_runs_criteria_and_review_under_constrained_decoding(tmp_path: Path) -> None:
     from optimizer.workspace.config import JudgeSection
@@ -678,6 +681,7 @@ def test_eval_with_criteria_and_review_through_the_cli_writes_the_citations(
     assert json.loads(capsys.readouterr().out)["kappa"] == 1.0
 
 
+@pytest.mark.slow
 def test_the_real_loop_derives_once_per_item_and_records_the_criteria_in_the_ledger(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

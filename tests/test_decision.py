@@ -99,6 +99,7 @@ def test_decide_refuses_metrics_over_different_items() -> None:
         decide_counts(Counts(1, 1, 1, 1), Counts(1, 1, 1, 2), 0, 0, PAIRED)
 
 
+@pytest.mark.slow
 def test_policies_follow_their_definitions_on_every_small_combination() -> None:
     """Every (incumbent, candidate) confusion pair on 4 positives / 5 negatives, flips consistent."""
     P, N = 4, 5
@@ -232,6 +233,7 @@ def _evaluation_orders(rng: np.random.Generator, labels: dict[str, Label], n_ord
     return [*orders, mixed]
 
 
+@pytest.mark.slow
 def test_early_stopping_never_changes_a_decision_on_random_verdict_sets() -> None:
     """Whenever a bound says stop, in any evaluation order, the full evaluation rolls back.
 

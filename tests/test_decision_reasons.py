@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
+
 from optimizer.models import Label
 from optimizer.stats.decision import adaptive_stopped_decision, stopped_decision
 from optimizer.stats.metrics import Answer, is_correct, majority_answer, score
@@ -73,6 +75,7 @@ def test_a_paired_early_stop_states_the_observed_flips_then_the_bound() -> None:
     assert checked > 50, checked
 
 
+@pytest.mark.slow
 def test_an_adaptive_early_stop_states_the_observed_flips_on_first_pass_majorities() -> None:
     rng = random.Random("reasons-adaptive")
     checked = rejudge_skips = 0

@@ -39,6 +39,7 @@ def test_the_demo_script_applies_the_settings_tested_here() -> None:
     assert text.index("configure_demo_workspace(") < text.index("\njudgeloop eval\n")
 
 
+@pytest.mark.slow
 def test_demo_workspace_sets_the_demo_judge_and_short_verdicts(tmp_path: Path) -> None:
     ws = init_workspace(tmp_path / "ws", sample=True)
     configure_demo_workspace(ws.root)

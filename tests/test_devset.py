@@ -575,6 +575,7 @@ def test_count_labels_counts_untyped_negatives() -> None:
 # The bundled sample set
 
 
+@pytest.mark.slow
 def test_init_sample_then_verify_sample_exits_zero(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -589,6 +590,7 @@ def test_init_sample_then_verify_sample_exits_zero(
 # Oversized items: named at import and before an evaluation
 
 
+@pytest.mark.slow
 def test_an_item_whose_request_is_megabytes_is_warned_about_at_import_and_before_eval(
     ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -161,6 +161,7 @@ def write_source(fmt: str, root: Path) -> Path:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["agentrewardbench", "osreward"])
 def test_an_imported_benchmark_is_judged_through_eval(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str

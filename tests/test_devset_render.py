@@ -363,6 +363,7 @@ def test_a_source_markdown_that_is_not_the_rendering_of_its_json_is_warned_and_r
         (lambda md: md.replace("![Step 2 screenshot](./data/media/images/rec-0001/step_3.png)\n\n", ""), 34),
     ],
 )
+@pytest.mark.slow
 def test_verify_names_a_markdown_that_differs_from_the_rendering_of_its_json(
     ws: Workspace, tmp_path: Path, edit: Any, line: int
 ) -> None:

@@ -46,6 +46,7 @@ def resolves(name: str) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", sorted(gendocs.PAGES))
 def test_reference_page_is_what_the_code_generates(page: str) -> None:
     path = ROOT / gendocs.REFERENCE / page
@@ -55,6 +56,7 @@ def test_reference_page_is_what_the_code_generates(page: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_gendocs_check_passes_on_the_checked_in_pages() -> None:
     # `python -m tools.gendocs --check` in a subprocess, as a person or CI runs it.
     done = subprocess.run(
@@ -67,6 +69,7 @@ def test_gendocs_check_passes_on_the_checked_in_pages() -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_an_option_added_without_regenerating_makes_the_cli_page_stale(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -111,6 +111,7 @@ def _replay(rng: random.Random, policy: str) -> tuple[list[Decision | None], lis
     return expected, got
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["paired", "literal", "adaptive"])
 def test_the_incremental_bound_decides_as_the_full_recomputation_after_every_item(policy: str) -> None:
     rng = random.Random(f"early-stopper-{policy}")

@@ -263,6 +263,7 @@ def test_when_every_endpoint_has_failed_the_next_call_tries_them_all_again() -> 
     assert pool.ever_drained(home[0]) and pool.ever_drained(other[0])
 
 
+@pytest.mark.slow
 def test_a_run_records_a_drained_endpoint_in_the_ledger_and_still_judges_every_item(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,6 +9,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("optimizer/evaluation", "optimizer/judge", "optimizer/devset")
 # Beyond the packages: the bias battery's passes were the area's last long signature.
@@ -77,6 +79,7 @@ def test_no_module_of_evaluation_judge_or_devset_is_over_800_lines() -> None:
     assert long == {}
 
 
+@pytest.mark.slow
 def test_no_function_of_evaluation_judge_or_devset_takes_more_than_8_parameters() -> None:
     wide = [
         f"{p.relative_to(REPO)}:{fn.lineno} {fn.name} ({_parameters(fn)})"
@@ -87,6 +90,7 @@ def test_no_function_of_evaluation_judge_or_devset_takes_more_than_8_parameters(
     assert wide == []
 
 
+@pytest.mark.slow
 def test_no_public_function_returns_a_loose_dict_but_the_wire_and_file_formats() -> None:
     loose = set()
     for path in _files():

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.evaluation import MODEL, make_data
 from tests.support.fakeserver import FakeLLMServer
 
@@ -44,6 +46,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.boundary
 def test_judging_a_split_never_imports_or_opens_the_labels(tmp_path: Path) -> None:
     data = make_data(tmp_path)
     assert (data.split.root / "labels.jsonl").is_file()  # the labels are there to be (not) read
@@ -75,6 +78,7 @@ def test_judging_a_split_never_imports_or_opens_the_labels(tmp_path: Path) -> No
         assert forbidden not in seen["modules"]
 
 
+@pytest.mark.boundary
 def test_judging_with_memory_and_folds_never_imports_or_opens_the_labels(tmp_path: Path) -> None:
     """The memory's folds pair items from ids, instructions and screenshot folders, never from the labels
     (which is where the release records pairs): the same audit, with memory = "retrieve" and a case per item."""

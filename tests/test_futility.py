@@ -92,6 +92,7 @@ def test_a_clear_fix_is_not_futile_and_an_unfinished_screen_is_never_judged() ->
     assert p_clear(labels, screen, inc, one_short, LOOP, level=0.1, seed=2) is None
 
 
+@pytest.mark.slow
 def test_futility_never_keeps_and_a_keep_with_it_is_a_keep_without_it() -> None:
     """Random splits and judges, thresholds up to 0.99: the screen returns a rollback or nothing, so
     the decision with screening (the screen's rollback, else the full decision) keeps only where
@@ -172,6 +173,7 @@ def test_after_re_judging_a_look_a_no_op_is_futile_and_a_clear_fix_is_not() -> N
     )
 
 
+@pytest.mark.slow
 def test_futility_after_re_judged_looks_never_keeps_and_a_keep_with_it_is_a_keep_without_it() -> None:
     """As above, with the loop's looks: each look's disagreements re-judged, P(clear) checked after each;
     the decision with screening keeps only where the full adaptive decision (same judgements) keeps."""

@@ -91,6 +91,7 @@ def test_kept_commit_has_final_trailers_and_same_diff(ws: Workspace) -> None:
         assert commit.author.name == "judgeloop" and commit.committer.name == "judgeloop"
 
 
+@pytest.mark.slow
 def test_rolled_back_commit_is_kept_under_side_ref_and_branch_reset(ws: Workspace) -> None:
     base = gitops.rev_parse(ws)
     gitops.create_run_branch(ws, "r2", base)

@@ -71,6 +71,7 @@ def sample_ws(
     return root, state
 
 
+@pytest.mark.slow
 def test_the_sample_split_through_a_fake_cli(
     sample_ws: tuple[Path, HarnessState], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -150,6 +151,7 @@ def test_the_sample_split_through_a_fake_cli(
     assert sandbox_folders(state) == [], "every sandbox folder is removed"
 
 
+@pytest.mark.slow
 def test_kill_9_mid_evaluation_then_resume_from_the_cache(sample_ws: tuple[Path, HarnessState]) -> None:
     root, state = sample_ws
     configure(root, state, max_concurrency=1)
@@ -179,6 +181,7 @@ def test_kill_9_mid_evaluation_then_resume_from_the_cache(sample_ws: tuple[Path,
     assert sandbox_folders(state) == [], "the dead run's sandbox was pruned at the next start"
 
 
+@pytest.mark.slow
 def test_a_budget_without_a_per_call_price_is_refused_up_front(
     sample_ws: tuple[Path, HarnessState], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -202,6 +205,7 @@ def test_a_budget_without_a_per_call_price_is_refused_up_front(
         ({}, '[judge] provider = "command" needs command = [...] or harness = "codex"'),
     ],
 )
+@pytest.mark.slow
 def test_an_unknown_preset_or_an_empty_command_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], judge: dict[str, Any], message: str
 ) -> None:
@@ -218,6 +222,7 @@ def test_an_unknown_preset_or_an_empty_command_is_one_line(
     assert len(err) == 1 and message in err[0], err
 
 
+@pytest.mark.slow
 def test_a_loop_with_a_harness_judge_keeps_and_rolls_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, harness_state: HarnessState
 ) -> None:
@@ -259,6 +264,7 @@ def test_a_loop_with_a_harness_judge_keeps_and_rolls_back(
     assert with_good, "no CLI run saw the kept edit"
 
 
+@pytest.mark.slow
 def test_the_cache_keys_the_command_and_the_instructions(sample_ws: tuple[Path, HarnessState]) -> None:
     root, state = sample_ws
     (state.folder / "no-late").write_text("", encoding="utf-8")
@@ -442,6 +448,7 @@ def test_each_preset_is_non_interactive_json_and_sends_the_prompt_once(harness: 
     assert "m-1" not in command_line(default, "P", "tid")[0], "no model set: the CLI's own default"
 
 
+@pytest.mark.slow
 def test_a_failed_run_is_retried_then_an_infrastructure_error(
     sample_ws: tuple[Path, HarnessState], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -56,6 +56,7 @@ def first_ids(root: Path, what: str, n: int) -> tuple[int, list[str]]:
     return chosen[-1] + 1, [ids[i] for i in chosen]
 
 
+@pytest.mark.boundary
 def test_a_hostile_judge_finds_no_label_no_workspace_no_other_key_and_writes_nothing(
     ws: Path, harness_state: HarnessState, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -102,6 +103,7 @@ def test_a_hostile_judge_finds_no_label_no_workspace_no_other_key_and_writes_not
     assert sandbox_folders(state) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
 def test_a_daemon_holding_stdout_does_not_turn_items_into_timeouts(
     ws: Path, harness_state: HarnessState, tmp_path: Path, sandbox: str
@@ -118,6 +120,7 @@ def test_a_daemon_holding_stdout_does_not_turn_items_into_timeouts(
         assert survivors(state.url) == [], "a daemon outlived its item"
 
 
+@pytest.mark.slow
 def test_a_timeout_kills_the_whole_namespace_a_daemon_in_its_own_session_included(
     ws: Path, harness_state: HarnessState, tmp_path: Path
 ) -> None:
@@ -135,6 +138,7 @@ def test_a_timeout_kills_the_whole_namespace_a_daemon_in_its_own_session_include
     assert sandbox_folders(state) == []
 
 
+@pytest.mark.slow
 def test_a_flood_of_stdout_is_capped_never_stored_whole(
     ws: Path, harness_state: HarnessState, tmp_path: Path
 ) -> None:
@@ -163,6 +167,7 @@ def test_a_flood_of_stdout_is_capped_never_stored_whole(
     assert "bytes of their output were dropped" in notes
 
 
+@pytest.mark.slow
 def test_an_oversized_verdict_file_is_a_parse_failure(
     ws: Path, harness_state: HarnessState, tmp_path: Path
 ) -> None:
@@ -182,6 +187,7 @@ def test_an_oversized_verdict_file_is_a_parse_failure(
         assert "over the 1000000-byte cap" in result["raw_response"]
 
 
+@pytest.mark.slow
 def test_a_cli_reporting_more_than_its_price_stops_the_budget_after_one_call(
     ws: Path, harness_state: HarnessState, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -198,6 +204,7 @@ def test_a_cli_reporting_more_than_its_price_stops_the_budget_after_one_call(
     assert stops and "up to $5.0000, the highest cost one call of the CLI reported" in stops[0], out
 
 
+@pytest.mark.slow
 def test_max_cost_per_call_is_the_reservation_when_set(
     ws: Path, harness_state: HarnessState, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -211,6 +218,7 @@ def test_max_cost_per_call_is_the_reservation_when_set(
     assert "up to $0.0200, [judge] max_cost_per_call_usd" in captured.out + captured.err
 
 
+@pytest.mark.slow
 def test_without_bubblewrap_a_harness_judge_is_refused_in_one_line(
     ws: Path,
     harness_state: HarnessState,
@@ -254,6 +262,7 @@ def test_without_bubblewrap_a_harness_judge_is_refused_in_one_line(
     assert records(state) == []
 
 
+@pytest.mark.slow
 def test_sandbox_none_runs_unconfined_and_says_so_in_every_result(
     ws: Path, harness_state: HarnessState, tmp_path: Path
 ) -> None:
@@ -278,6 +287,7 @@ def test_sandbox_none_runs_unconfined_and_says_so_in_every_result(
         )
 
 
+@pytest.mark.slow
 def test_sandboxes_of_a_dead_judgeloop_are_pruned_at_the_next_start(
     ws: Path, harness_state: HarnessState
 ) -> None:
@@ -298,6 +308,7 @@ def test_sandboxes_of_a_dead_judgeloop_are_pruned_at_the_next_start(
     assert live.exists() and other.exists(), "a live owner's or an unknown folder was removed"
 
 
+@pytest.mark.slow
 def test_a_certificate_says_the_harness_judge_ran_unconfined(
     ws: Path, harness_state: HarnessState, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -313,6 +324,7 @@ def test_a_certificate_says_the_harness_judge_ran_unconfined(
     assert "**The harness judge ran unconfined**" in markdown
 
 
+@pytest.mark.slow
 def test_a_cascades_second_judge_as_a_harness_runs_sandboxed(
     ws: Path, harness_state: HarnessState, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -9,6 +9,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -76,6 +78,7 @@ def test_the_judge_package_may_import_no_devset_module_that_reads_labels() -> No
     assert readers <= set(judge["forbidden_modules"])
 
 
+@pytest.mark.slow
 def test_no_two_project_modules_import_each_other() -> None:
     """No import cycle between modules of optimizer/ and tui/, function-level and type-only imports
     included (criteria <-> verdicts was one, held by a function-level import; the reply-decoding rule now

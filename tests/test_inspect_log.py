@@ -129,6 +129,7 @@ def test_inspect_log_without_inspect_installed_says_how_to_install_it_in_one_lin
     assert not (tmp_path / "pass.eval").exists()
 
 
+@pytest.mark.slow
 def test_loop_inspect_logs_without_inspect_installed_is_refused_at_the_runs_start(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,6 +14,7 @@ from tools import browser_shot
 from tools.inspect_log_demo import DEMO_KEY, run, write_demo_log
 
 
+@pytest.mark.slow
 def test_demo_log_reads_back_with_one_scored_sample_per_judged_item_and_no_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -209,6 +209,7 @@ def test_exception_inside_a_transaction_leaves_nothing(tmp_path: Path) -> None:
         assert ledger.item_verdicts(exp.id) == []
 
 
+@pytest.mark.slow
 def test_reader_in_another_process_sees_commits_while_writer_appends(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     writer = Ledger(path)

@@ -45,6 +45,7 @@ TINY_TRAJECTORIES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.local_model
 def test_local_smollm2_returns_schema_valid_verdicts_and_stops_its_server() -> None:
     threads_before = threading.active_count()
@@ -78,6 +79,7 @@ def test_local_smollm2_returns_schema_valid_verdicts_and_stops_its_server() -> N
     assert threading.active_count() == threads_before
 
 
+@pytest.mark.slow
 @pytest.mark.local_model
 def test_a_real_llama_cpp_server_accepts_the_agentic_conversation_wire_format() -> None:
     """The agentic judge's OpenAI-wire conversation (tools, an assistant turn with tool_calls, a tool

@@ -69,6 +69,7 @@ def test_live_strip_skips_an_event_row_it_cannot_read_and_follows_the_rest(tmp_p
     assert f"run {run.id}" in line and "judged 3/88" in line and "1 errors" in line, line
 
 
+@pytest.mark.slow
 def test_a_runs_feed_reads_back_as_the_typed_events_it_was_written_from(ws: Path) -> None:
     """A real run (the library strategy against the fake judge): every row of its feed parses, the
     loop's own rows (stage, progress) are exactly their typed payloads (the JSON older versions wrote),

@@ -199,6 +199,7 @@ def test_a_client_session_drives_status_disagreements_propose_and_decide_end_to_
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_the_budget_refuses_what_would_cross_it_and_names_what_is_left(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -273,6 +274,7 @@ def test_the_budget_refuses_what_would_cross_it_and_names_what_is_left(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_budget_too_small_for_the_baseline_stops_it_uncrossed_and_refuses_what_follows(
     ws: Path, tmp_path: Path
 ) -> None:
@@ -309,6 +311,7 @@ def test_a_budget_too_small_for_the_baseline_stops_it_uncrossed_and_refuses_what
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -385,6 +388,7 @@ def test_a_killed_session_leaves_a_consistent_ledger_and_the_next_one_closes_it(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_client_that_leaves_while_a_candidate_waits_leaves_it_decidable_by_judgeloop_decide(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -428,6 +432,7 @@ def test_a_client_that_leaves_while_a_candidate_waits_leaves_it_decidable_by_jud
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_when_re_judging_at_a_look_hits_the_budget_the_session_spend_is_every_billed_call(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -41,6 +41,7 @@ def _lock_free(root: Path) -> str | None:
         return str(exc)
 
 
+@pytest.mark.slow
 def test_a_non_blocking_propose_answers_a_handle_and_candidate_status_reaches_the_decision(
     ws: Path, tmp_path: Path
 ) -> None:
@@ -101,6 +102,7 @@ def test_a_non_blocking_propose_answers_a_handle_and_candidate_status_reaches_th
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_client_that_leaves_while_a_background_candidate_runs_leaves_it_rolled_back(
     ws: Path, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_mcp_template(tmp_path_factory.mktemp("template"))
 
 
+@pytest.mark.slow
 def test_the_keep_question_goes_to_the_person_by_elicitation_and_a_form_never_overrules_the_policy(
     ws: Path, tmp_path: Path
 ) -> None:

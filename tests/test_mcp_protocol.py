@@ -41,6 +41,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_mcp_template(tmp_path_factory.mktemp("template"))
 
 
+@pytest.mark.slow
 def test_tools_have_titles_annotations_a_stable_order_and_unknown_tools_and_arguments_are_refused(
     ws: Path, tmp_path: Path
 ) -> None:
@@ -112,6 +113,7 @@ def test_tools_have_titles_annotations_a_stable_order_and_unknown_tools_and_argu
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_connection_that_lists_tools_and_reads_leaves_no_run_branch_or_checkout(
     ws: Path, tmp_path: Path
 ) -> None:

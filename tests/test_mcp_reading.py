@@ -25,6 +25,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_mcp_template(tmp_path_factory.mktemp("template"))
 
 
+@pytest.mark.slow
 def test_reading_tools_build_the_incumbents_context_once_and_again_when_it_changes(
     template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -60,6 +60,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_mcp_template(tmp_path_factory.mktemp("template"))
 
 
+@pytest.mark.boundary
 @pytest.mark.slow
 def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split(
     ws: Path, tmp_path: Path
@@ -347,6 +348,7 @@ def test_a_case_about_another_folds_item_is_refused_through_propose_naming_the_c
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_no_tool_of_the_session_shows_a_correction_or_the_suspects_queue(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -382,6 +384,7 @@ def test_no_tool_of_the_session_shows_a_correction_or_the_suspects_queue(
     (ws / CORRECTIONS).unlink()
 
 
+@pytest.mark.slow
 def test_a_commit_the_agent_made_on_the_session_branch_is_refused_by_name_and_nothing_is_judged(
     ws: Path, tmp_path: Path
 ) -> None:
@@ -496,6 +499,7 @@ def test_decide_keep_from_the_client_against_the_policy_is_refused_and_a_person_
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_proposal_whose_rationale_is_over_the_cap_is_rejected_by_the_guards_in_one_line(
     ws: Path, tmp_path: Path
 ) -> None:

@@ -50,6 +50,7 @@ def _json(result: types.ReadResourceResult | MCPError) -> Any:
     return json.loads(content.text)
 
 
+@pytest.mark.slow
 def test_resources_read_dev_items_history_and_certificate_and_refuse_held_out_items(
     ws: Path, tmp_path: Path
 ) -> None:

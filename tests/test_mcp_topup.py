@@ -40,6 +40,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_an_accepted_top_up_raises_the_budget_as_the_persons_decision_and_the_candidate_runs(
     ws: Path, tmp_path: Path
 ) -> None:
@@ -100,6 +101,7 @@ def test_an_accepted_top_up_raises_the_budget_as_the_persons_decision_and_the_ca
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_no_tool_argument_bad_amount_or_declined_form_tops_the_budget_up(ws: Path, tmp_path: Path) -> None:
     good = library_text(ws, GOOD_ENTRY)
     replies: list[types.ElicitResult] = [

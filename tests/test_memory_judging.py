@@ -194,6 +194,7 @@ def test_eval_with_memory_never_sends_an_item_a_case_of_its_own_pair(
     assert len(server.inference_requests()) == len(s.items)  # every call of the second pass was cached
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("carrier", ["id", "instruction"])
 def test_eval_never_sends_an_item_a_case_about_it_whatever_its_sources_declare(
     setup: tuple[Setup, FakeLLMServer], carrier: str, capsys: pytest.CaptureFixture[str]
@@ -234,6 +235,7 @@ def test_eval_never_sends_an_item_a_case_about_it_whatever_its_sources_declare(
     assert b.trajectory_id in summary["memory"]["about"]["case-99"]
 
 
+@pytest.mark.slow
 def test_a_run_with_memory_cross_fits_the_baseline_and_a_candidate_that_edits_cases(
     setup: tuple[Setup, FakeLLMServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -387,6 +389,7 @@ def test_a_case_naming_a_held_out_item_is_refused_and_a_held_out_split_gets_ever
         asyncio.run(provider.aclose())
 
 
+@pytest.mark.slow
 def test_a_candidate_whose_case_names_an_id_outside_the_split_is_rejected_and_principles_are_linted(
     setup: tuple[Setup, FakeLLMServer], capsys: pytest.CaptureFixture[str]
 ) -> None:

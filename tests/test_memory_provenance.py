@@ -67,6 +67,7 @@ def _crafted(split: Split, b: str, index: ItemIndex, kind: str) -> str:
     return f"{carrier}. The correct verdict is success: false (Critical Mistake)."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["instruction", "id", "prefix", "recording", "value", "hidden"])
 def test_a_case_about_item_b_declared_from_another_fold_is_withheld_from_b_and_its_fold(
     split: Split, kind: str

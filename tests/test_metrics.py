@@ -103,6 +103,7 @@ def test_answers_outside_the_labels_are_a_caller_bug() -> None:
         score(LABELS, {"zzz": ok(True)})
 
 
+@pytest.mark.slow
 def test_kappa_equals_sklearn_on_random_verdict_sets() -> None:
     rng = np.random.default_rng(7)
     for _ in range(300):

@@ -308,6 +308,7 @@ def test_every_member_after_the_first_reads_the_trajectory_from_the_cache(tmp_pa
 # --------------------------------------------------------------------------- the loop keeps a panel
 
 
+@pytest.mark.slow
 def test_a_unanimous_panel_lowers_fpr_and_the_loop_keeps_it(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -419,6 +420,7 @@ def _b_dissents(request: RecordedRequest) -> Behaviour:
     )
 
 
+@pytest.mark.slow
 def test_eval_writes_each_members_verdict_and_batch_refuses_a_panel(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -55,6 +55,7 @@ def _plan(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> dict[st
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_before_any_run_the_plan_is_the_estimators(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plan = _plan(ws, capsys, "--budget-usd", "20", "--provider", "openai", "--model", "gpt-5", "--hours", "2")
     # Independently: gpt-5 at $1.25 in, $0.125 cached, $10 out per M; no write surcharge on OpenAI.
@@ -129,6 +130,7 @@ def _lines(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> list[s
     return capsys.readouterr().out.splitlines()
 
 
+@pytest.mark.slow
 def test_after_a_run_the_plan_uses_the_ledgers_figures_for_the_same_judge(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -274,6 +276,7 @@ def test_plan_counts_the_calls_of_criteria_and_review(ws: Path, capsys: pytest.C
     assert reviewed["first_pass_warm_usd"] > single["first_pass_warm_usd"]
 
 
+@pytest.mark.slow
 def test_after_a_run_the_review_share_is_the_ledgers(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     judge = FakeJudge(ws)
     with FakeLLMServer(default=judge) as server:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 TREES = ("optimizer", "tui")
 
@@ -62,6 +64,7 @@ def private_uses(path: Path, module: str | None = None) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_module_uses_another_modules_underscore_names() -> None:
     uses = {
         str(path.relative_to(REPO)): found

@@ -90,6 +90,7 @@ def _openai_prefix_tokens(body: dict[str, Any]) -> int:
     return _openai_boundaries(trimmed)[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
 def test_a_candidate_after_the_baseline_reads_the_trajectory_from_cache(
     wire: str, keys: None, tmp_path: Path
@@ -113,6 +114,7 @@ def test_a_candidate_after_the_baseline_reads_the_trajectory_from_cache(
     assert run.input_tokens == sum(u.input_tokens for _, u in replies)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
 def test_under_rubric_first_a_candidate_pays_every_trajectory_again(
     wire: str, keys: None, tmp_path: Path

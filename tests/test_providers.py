@@ -227,6 +227,7 @@ def test_rate_limit_that_outlives_the_retries_is_an_infrastructure_error(
     assert len(fake_llm.inference_requests()) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_timeout_after_retries_is_an_infrastructure_error(
     provider: str, keys: None, fake_llm: FakeLLMServer

@@ -60,6 +60,7 @@ def _check(name: str, text: str) -> None:
     assert text == path.read_text(encoding="utf-8"), name
 
 
+@pytest.mark.slow
 def test_selftest_certify_and_bias_write_exactly_what_they_wrote_before_the_typed_records(
     ws: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

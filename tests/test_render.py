@@ -415,6 +415,7 @@ def test_disk_image_cache_reuses_encoded_jpegs_across_processes(tmp_path: Path) 
     assert not list(cache.rglob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_renders_a_bundled_sample_item_through_the_real_split(tmp_path: Path) -> None:
     from optimizer.devset.split import open_split
     from optimizer.scaffold import init_workspace

@@ -115,6 +115,7 @@ def direct_eval(data: Data, server: FakeLLMServer, out: Path) -> dict[str, Any]:
     return summary(out)
 
 
+@pytest.mark.slow
 def test_eval_batch_writes_the_run_batch_file_and_matches_direct_calls_at_the_direct_price(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -166,6 +167,7 @@ def test_every_call_goes_in_the_file_no_direct_warm_up(tmp_path: Path) -> None:
     assert summary(tmp_path / "out")["counts"]["calls_made"] == 3 * len(data.items)
 
 
+@pytest.mark.slow
 def test_kill_9_while_waiting_then_the_same_eval_collects_the_output_without_a_second_batch(
     tmp_path: Path,
 ) -> None:

@@ -49,12 +49,14 @@ def _json_docs(sample: Path) -> dict[str, dict[str, Any]]:
     }
 
 
+@pytest.mark.slow
 def test_same_seed_writes_byte_identical_files(sample: Path, tmp_path: Path) -> None:
     again = tmp_path / "again"
     generate_sample(again, DEFAULT_SEED)
     assert _tree_hashes(again) == _tree_hashes(sample)
 
 
+@pytest.mark.slow
 def test_other_seed_changes_ids_but_not_the_content_shape(
     sample: Path, tmp_path: Path, labels: list[Label]
 ) -> None:

@@ -29,6 +29,7 @@ from tests.support.loop import commit_all, set_toml_key
 from tests.support.trust import GullibleJudge, judge_args, run_json, untouched_state
 
 
+@pytest.mark.slow
 def test_planted_degradation_is_rolled_back_and_a_steady_judge_never_keeps_itself(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -71,6 +72,7 @@ def test_planted_degradation_is_rolled_back_and_a_steady_judge_never_keeps_itsel
     assert untouched_state(ws) == before
 
 
+@pytest.mark.slow
 def test_the_aa_slots_are_fresh_calls_and_a_second_selftest_is_served_by_the_cache(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -91,6 +93,7 @@ def test_the_aa_slots_are_fresh_calls_and_a_second_selftest_is_served_by_the_cac
     assert again["calls"] == 0 and len(judge.answered) == n_first and again["cache_hits"] > 0
 
 
+@pytest.mark.slow
 def test_budget_stops_the_selftest_cleanly_and_says_so(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = ws / "judgeloop.toml"
     cfg.write_text(
@@ -170,6 +173,7 @@ def test_aa_keep_rate_agrees_with_the_decision_power_benchmark(
     assert result["detectable"]["at_noise"]["smallest_fix"] in (6, 8, 12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("policy", "fix"), [("adaptive", 8), ("paired", 8), ("literal", 0)])
 def test_simulated_keep_rate_is_the_decision_power_benchmarks(policy: str, fix: int) -> None:
     # The self-test's power simulation and the benchmark's own simulation (benchmarks/decision_power.py,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.support.paths import REPO_ROOT
 
 
@@ -27,6 +29,7 @@ def outside_support(module: str) -> bool:
     return module != "tests.support" and not module.startswith("tests.support.")
 
 
+@pytest.mark.slow
 def test_tests_and_benchmarks_import_no_test_module_only_tests_support() -> None:
     files = sorted(REPO_ROOT.glob("tests/**/test_*.py")) + sorted(REPO_ROOT.glob("benchmarks/*.py"))
     files += sorted(REPO_ROOT.glob("tests/**/conftest.py")) + sorted(REPO_ROOT.glob("tests/support/*.py"))

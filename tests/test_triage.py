@@ -39,6 +39,7 @@ def _kappa_fpr(labels: dict[str, Label], answers: dict[str, bool]) -> tuple[floa
 # -- Done means: the queue ranks the planted label errors first ------------------------------------
 
 
+@pytest.mark.slow
 def test_the_suspects_queue_ranks_the_planted_label_errors_first(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -63,6 +64,7 @@ def test_the_suspects_queue_ranks_the_planted_label_errors_first(
     assert "judgeloop label-fix ID --label success|failure" in text
 
 
+@pytest.mark.slow
 def test_label_fix_records_a_correction_and_report_shows_both_label_sets(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -199,6 +201,7 @@ def test_the_queue_needs_a_majority_and_a_minimum_count(ws: Path) -> None:
 # -- a run's label set: fixed and fingerprinted at its start ---------------------------------------
 
 
+@pytest.mark.slow
 def test_a_run_decides_with_the_labels_of_its_start_through_a_mid_run_edit_and_a_resume(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

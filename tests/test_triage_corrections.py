@@ -33,6 +33,7 @@ from tests.support.triage import SPLIT, corrections_file, run_cli
 @pytest.mark.parametrize(
     "case", ["unknown_id", "bad_label", "duplicate", "huge_line", "same_label", "not_json"]
 )
+@pytest.mark.slow
 def test_a_crafted_corrections_file_is_one_clear_line_and_nothing_is_written(
     ws: Path, case: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -137,6 +138,7 @@ def test_the_cli_refuses_an_unknown_id_an_empty_reason_and_a_label_already_given
     assert code == 2 and "invalid choice: 'maybe'" in err
 
 
+@pytest.mark.slow
 def test_no_candidate_can_write_or_read_the_corrections_file(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -210,6 +212,7 @@ def _flipped(labels: dict[str, Label], tid: str) -> str:
     return "failure" if labels[tid].is_positive else "success"
 
 
+@pytest.mark.slow
 def test_a_corrections_file_edited_outside_label_fix_is_refused_at_the_next_run_and_eval(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -292,6 +295,7 @@ def test_a_corrections_file_edited_outside_label_fix_is_refused_at_the_next_run_
     assert list(label_set(split, "corrected").corrections) == [a, b]
 
 
+@pytest.mark.slow
 def test_concurrent_label_fix_processes_and_the_tui_writer_lose_no_correction(ws: Path) -> None:
     from tui.items import save_correction
 

@@ -26,6 +26,7 @@ from tests.support.triage import SPLIT, corrections_file, report_dict, run_cli, 
 # -- the TUI's suspects view -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_tui_suspects_view_ranks_opens_and_corrects(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -198,6 +199,7 @@ def test_reviews_and_criteria_that_cite_steps_against_the_label_weigh_as_high_co
     assert ranked[0] == a and set(ranked[1:3]) == {c, d} and set(ranked[3:]) == {b, e}
 
 
+@pytest.mark.slow
 def test_the_tui_item_view_shows_a_correction_and_the_suspects_view_marks_it(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -254,6 +256,7 @@ def test_the_tui_item_view_shows_a_correction_and_the_suspects_view_marks_it(
     drive(app, scenario, size=(140, 40))
 
 
+@pytest.mark.slow
 def test_no_optimiser_surface_shows_a_correction_or_the_suspects_queue(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

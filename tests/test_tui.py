@@ -40,6 +40,7 @@ from tui.views import ExperimentView, HistoryView, ItemView
 # History
 
 
+@pytest.mark.slow
 def test_history_shows_every_experiment_and_the_curves_then_filters_and_sorts(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())
@@ -87,6 +88,7 @@ def chart_x_axis(chart: Any) -> tuple[list[str], list[tuple[int, int]], list[int
     return lines[:axis], [m.span() for m in found], marks, [m.group() for m in found]
 
 
+@pytest.mark.slow
 def test_chart_x_ticks_are_integers_equal_to_the_experiment_ids_of_the_table(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())
@@ -116,6 +118,7 @@ def test_chart_x_ticks_are_integers_equal_to_the_experiment_ids_of_the_table(run
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_empty_workspace_says_no_runs_yet_press_r(empty_workspace: Any) -> None:
     app = JudgeloopApp(empty_workspace.root, image_mode="halfcell", watch=False)
 
@@ -143,6 +146,7 @@ def test_newer_schema_ledger_gets_one_clear_error_screen(empty_workspace: Any) -
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_a_ledger_that_appears_unreadable_is_shown_while_a_missing_or_empty_one_is_waited_for(
     empty_workspace: Any, tmp_path: Path
 ) -> None:
@@ -201,6 +205,7 @@ def test_not_ready_is_a_missing_empty_or_runless_ledger_and_nothing_else(tmp_pat
 # Experiment, flips, compare
 
 
+@pytest.mark.slow
 def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_items(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())
@@ -259,6 +264,7 @@ def test_experiment_view_shows_decision_metrics_diff_and_a_flip_cell_opens_its_i
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_experiment_view_title_numbers_the_experiment_as_its_history_row(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())
@@ -337,6 +343,7 @@ def test_flip_table_labels_are_true_of_every_cell_in_their_row_and_column(run_ws
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_experiment_view_splits_the_cost_into_judge_and_optimiser(ws_copy: Path) -> None:
     import sqlite3
 
@@ -365,6 +372,7 @@ def test_experiment_view_splits_the_cost_into_judge_and_optimiser(ws_copy: Path)
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_compare_shows_two_experiments_and_the_flips_between_them(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
         exps = ledger.experiments(present(ledger.latest_run()).id)
@@ -471,6 +479,7 @@ def test_what_helped_shows_gain_when_kept_beside_contribution_and_opens_the_item
     drive(app, history)
 
 
+@pytest.mark.slow
 def test_experiment_view_lists_the_rejudged_items_with_their_draws_and_the_test(ws_copy: Path) -> None:
     from optimizer.report import rejudged_items
 

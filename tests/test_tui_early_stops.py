@@ -76,6 +76,7 @@ def first_run(ws: Path) -> tuple[str, list[Experiment]]:
         return run.id, ledger.experiments(run.id)
 
 
+@pytest.mark.slow
 def test_the_chart_draws_an_early_stopped_candidate_at_what_it_measured(two_runs: Path) -> None:
     """It drew them at the incumbent's level (FPR 1.00* drawn at 0.625); now at the partial figure the
     table shows, or not at all (a kappa over one class) with the title saying how many."""
@@ -142,6 +143,7 @@ def test_compare_shows_an_early_stopped_candidates_partial_figures_not_dashes(tw
     drive(app, scenario, size=(100, 60))  # the sides one above the other: each line whole
 
 
+@pytest.mark.slow
 def test_next_and_previous_experiment_reach_every_run_that_judged_the_item(two_runs: Path) -> None:
     """`]` used to say "no other experiment judged this item" though an earlier run had."""
     with ledger_of(two_runs) as ledger:
@@ -180,6 +182,7 @@ def test_next_and_previous_experiment_reach_every_run_that_judged_the_item(two_r
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_a_history_filter_without_a_match_says_so(two_runs: Path) -> None:
     app = JudgeloopApp(two_runs, image_mode="halfcell", watch=False)
 
@@ -193,6 +196,7 @@ def test_a_history_filter_without_a_match_says_so(two_runs: Path) -> None:
     drive(app, scenario, size=(80, 24))
 
 
+@pytest.mark.slow
 def test_a_keep_against_the_policy_is_asked_then_shown_kept_overruled(two_runs: Path, tmp_path: Path) -> None:
     """k on the waiting candidate the policy rolls back: the question says it overrules the policy; once
     kept, the history and experiment views say "kept (overruled)" (they said only "kept")."""

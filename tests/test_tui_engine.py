@@ -33,6 +33,7 @@ def no_subprocess(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError(f"the TUI started a process to decide: {args[0] if args else kwargs}")
 
 
+@pytest.mark.slow
 def test_decide_runs_the_engine_in_process(
     waiting: tuple[Path, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -46,6 +47,7 @@ def test_decide_runs_the_engine_in_process(
         assert ledger.get_experiment(exp_id).status == "rolled_back"
 
 
+@pytest.mark.slow
 def test_decide_refusal_is_the_commands_one_line_error(waiting: tuple[Path, int]) -> None:
     ws, exp_id = waiting
     assert runs.decide(ws, exp_id, "keep").returncode == 0

@@ -42,6 +42,7 @@ def table_keys(table: Any) -> list[str]:
     return [table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value for row in range(table.row_count)]
 
 
+@pytest.mark.slow
 def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Path) -> None:
     with Ledger(ws_copy / "experiments" / "ledger.sqlite") as ledger:
         run = present(ledger.latest_run())
@@ -114,6 +115,7 @@ def test_disagreement_filters_select_kind_type_stability_and_review(ws_copy: Pat
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_item_view_shows_label_replicates_steps_and_moves_step_by_step(
     run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -161,6 +163,7 @@ def test_item_view_shows_label_replicates_steps_and_moves_step_by_step(
     drive(app, scenario)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stored", ["data", "old_lines"])
 def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_viewed(
     ws_copy: Path, stored: str
@@ -207,6 +210,7 @@ def test_item_view_lists_an_agentic_judges_tool_calls_and_marks_the_steps_it_vie
     drive(app, scenario, size=(200, 50))  # the tools line fits the left half unwrapped
 
 
+@pytest.mark.slow
 def test_item_view_lists_criteria_and_evidence_and_jumps_to_each_cited_step(ws_copy: Path) -> None:
     from optimizer.ledger import CriterionCheck, ReviewRecord
 
@@ -340,6 +344,7 @@ def test_review_is_stored_survives_a_restart_and_exports(ws_copy: Path, tmp_path
     ]
 
 
+@pytest.mark.slow
 def test_item_view_shows_both_stages_of_an_escalated_item_and_the_escalation_share(ws_copy: Path) -> None:
     from optimizer.ledger.rows import CascadeRecord
 

@@ -35,6 +35,7 @@ from tui.widgets import FixedColumnsTable
 # Conventions: palette, help, bindings, worker errors, 80×24, headless screenshots
 
 
+@pytest.mark.slow
 def test_every_binding_has_an_id_and_help_lists_every_key_by_its_readable_name(run_ws: Path) -> None:
     from tui import modals
 
@@ -86,6 +87,7 @@ def test_every_binding_has_an_id_and_help_lists_every_key_by_its_readable_name(r
     drive(app, scenario, size=(80, 24))
 
 
+@pytest.mark.slow
 def test_command_palette_switches_views(run_ws: Path) -> None:
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False)
 
@@ -104,6 +106,7 @@ def test_command_palette_switches_views(run_ws: Path) -> None:
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_worker_failure_becomes_an_error_modal_not_a_crash(run_ws: Path) -> None:
     app = JudgeloopApp(
         run_ws, image_mode="halfcell", watch=False, experiment_id=999_999, start_view="experiment"
@@ -121,6 +124,7 @@ def test_worker_failure_becomes_an_error_modal_not_a_crash(run_ws: Path) -> None
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_history_then_disagreements_then_item_by_keys_at_80_by_24(run_ws: Path) -> None:
     """At 80×24 each view shows what it is for, unclipped, with the footer on the last line."""
     with ledger_of(run_ws) as ledger:
@@ -216,6 +220,7 @@ HISTORY_HEADERS = (
         ((80, 24), ("+rej", "time", "strategy", "bal.acc", "ΔFPR")),
     ],
 )
+@pytest.mark.slow
 def test_history_hides_its_least_important_columns_first_and_the_footer_keeps_help_and_quit(
     run_ws: Path,
     size: tuple[int, int],
@@ -252,6 +257,7 @@ def test_history_hides_its_least_important_columns_first_and_the_footer_keeps_he
     drive(app, scenario, size=size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("size", "min_reasoning"), [((120, 36), 20), ((80, 24), None)])
 def test_disagreements_table_fits_its_width_without_a_horizontal_scrollbar(
     run_ws: Path, size: tuple[int, int], min_reasoning: int | None
@@ -283,6 +289,7 @@ def test_disagreements_table_fits_its_width_without_a_horizontal_scrollbar(
     drive(app, scenario, size=size)
 
 
+@pytest.mark.slow
 def test_screenshot_command_renders_screens_headlessly(run_ws: Path, tmp_path: Path) -> None:
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())

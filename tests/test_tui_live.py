@@ -32,6 +32,7 @@ from tui.widgets import StatusStrip
 # Live strip
 
 
+@pytest.mark.slow
 def test_live_strip_follows_events_another_process_appends(ws_copy: Path) -> None:
     with ledger_of(ws_copy) as ledger:
         run_id = present(ledger.latest_run()).id
@@ -258,6 +259,7 @@ def test_waiting_candidate_is_kept_or_discarded_from_the_experiment_view(
         )
 
 
+@pytest.mark.slow
 def test_stop_key_creates_the_stop_file_only_while_a_run_is_going(ws_copy: Path) -> None:
     from optimizer.workspace.workspace import Workspace, command_lock
 

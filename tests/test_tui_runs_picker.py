@@ -90,6 +90,7 @@ def footer_keys(app: JudgeloopApp) -> str:
 # The run picker
 
 
+@pytest.mark.slow
 def test_run_picker_lists_every_run_with_its_figures_and_the_history_shows_the_picked_one(
     manual_ws: Path,
 ) -> None:
@@ -137,6 +138,7 @@ def test_run_picker_lists_every_run_with_its_figures_and_the_history_shows_the_p
     drive(app, scenario, SIZE)
 
 
+@pytest.mark.slow
 def test_all_runs_view_lines_up_each_manual_edit_under_the_one_before_with_its_run(manual_ws: Path) -> None:
     runs = list(reversed(runs_and_experiments(manual_ws)))  # oldest first
     everything = [e.id for _, exps in runs for e in exps]
@@ -180,6 +182,7 @@ def test_all_runs_view_lines_up_each_manual_edit_under_the_one_before_with_its_r
     drive(app, scenario, SIZE)
 
 
+@pytest.mark.slow
 def test_run_picker_on_a_workspace_without_runs_says_so(empty_workspace: Any) -> None:
     app = JudgeloopApp(empty_workspace.root, image_mode="halfcell", watch=False)
 
@@ -195,6 +198,7 @@ def test_run_picker_on_a_workspace_without_runs_says_so(empty_workspace: Any) ->
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_tui_run_flag_opens_that_run_and_refuses_an_unknown_id_in_one_line(
     manual_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -244,6 +248,7 @@ def test_keep_and_discard_are_refused_with_a_reason_on_an_experiment_that_is_not
         assert ledger.get_experiment(decided.id).status == decided.status
 
 
+@pytest.mark.slow
 def test_keep_and_discard_are_offered_on_the_waiting_candidate_only(waiting_ws: Path) -> None:
     _, exps = runs_and_experiments(waiting_ws)[0]
     waiting = next(e for e in exps if e.status == "waiting")
@@ -288,6 +293,7 @@ def judged_score(ledger: Ledger, labels: dict[str, LabelRow], experiment_id: int
     return score(cast(Any, {t: labels[t] for t in ids}), {t: answers[t] for t in ids if t in answers})
 
 
+@pytest.mark.slow
 def test_early_stopped_candidates_show_their_partial_metrics_marked_in_history_and_experiment(
     manual_ws: Path,
 ) -> None:
@@ -356,6 +362,7 @@ def select_values(select: Select[str]) -> list[str]:
     return [str(value) for _, value in select._options if isinstance(value, str)]  # Textual keeps them there
 
 
+@pytest.mark.slow
 def test_start_run_form_offers_the_workspace_splits_and_config_defaults_never_a_heldout_split(
     manual_ws: Path,
 ) -> None:
@@ -470,6 +477,7 @@ def test_start_run_refuses_a_heldout_split_or_a_malformed_choice_before_starting
     assert RunOptions(split=HELDOUT, resume=True).argv(manual_copy)[-1] == "--resume"  # resume takes no split
 
 
+@pytest.mark.slow
 def test_the_picker_shows_a_crafted_runs_names_as_text_and_every_new_binding_has_its_own_id(
     manual_copy: Path,
 ) -> None:

@@ -81,6 +81,7 @@ def offered_actions(app: JudgeloopApp) -> set[str]:
     return offered
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("view", [v for v in VIEWS if v != "help"] + ["help"])
 def test_every_key_a_view_offers_is_in_its_footer_at_80_by_24(empty_workspace: Workspace, view: str) -> None:
     """The history footer used to drop R (runs) and s (stop), the item view's a third of its keys."""
@@ -103,6 +104,7 @@ def test_every_key_a_view_offers_is_in_its_footer_at_80_by_24(empty_workspace: W
 # Wrapped, not cut
 
 
+@pytest.mark.slow
 def test_disagreements_at_80_by_24_wrap_the_mistake_type_and_show_the_reasoning_whole(run_ws: Path) -> None:
     """It used to show "Misunderstanding o" and a reasoning column eight wide ("Checklis")."""
     with ledger_of(run_ws) as ledger:
@@ -136,6 +138,7 @@ def test_disagreements_at_80_by_24_wrap_the_mistake_type_and_show_the_reasoning_
     drive(app, scenario, size=SMALL)
 
 
+@pytest.mark.slow
 def test_a_dialog_title_wraps_at_80_by_24(run_ws: Path) -> None:
     """The label-correction dialog's title used to end in "(given: fail"."""
     app = JudgeloopApp(run_ws, image_mode="halfcell", watch=False, start_view="suspects")
@@ -170,6 +173,7 @@ def item_app(ws: Path) -> tuple[JudgeloopApp, str]:
     ), tid
 
 
+@pytest.mark.slow
 def test_a_note_typed_then_tabbed_away_and_back_is_kept_and_saved_whole(ws_copy: Path) -> None:
     """Tab moves the focus to the buttons and back round to the note: what was typed stays, the next
     keys add to it (they used to replace it: the note came back selected), and Save stores it all."""
@@ -199,6 +203,7 @@ def test_a_note_typed_then_tabbed_away_and_back_is_kept_and_saved_whole(ws_copy:
         ]
 
 
+@pytest.mark.slow
 def test_a_review_without_a_note_is_refused_and_nothing_is_saved(ws_copy: Path) -> None:
     """Tab then Enter on Save with no note used to save an empty review."""
     app, tid = item_app(ws_copy)

@@ -281,6 +281,7 @@ def test_holm_rank_recomputed_from_the_rows_is_the_one_decide_wave_wrote_in_the_
     )  # wave 1's three and wave 2's fully tested one; no rank for the early stop or the error
 
 
+@pytest.mark.slow
 def test_history_shows_the_wave_column_keeps_waves_together_and_filters_by_the_tag(wave_ws: Path) -> None:
     with Ledger.open_readonly(wave_ws / "experiments" / "ledger.sqlite") as led:
         history = load_history(led)
@@ -330,6 +331,7 @@ def test_history_shows_the_wave_column_keeps_waves_together_and_filters_by_the_t
     drive(app, scenario, size=(140, 40))
 
 
+@pytest.mark.slow
 def test_experiment_view_of_an_invalid_member_an_early_stop_and_a_crafted_record(wave_ws: Path) -> None:
     with Ledger.open_readonly(wave_ws / "experiments" / "ledger.sqlite") as led:
         run = led.latest_run()

@@ -184,6 +184,7 @@ def test_every_list_of_the_mistake_types_is_the_vocabulary() -> None:
     assert set(AHD_COUNTS.mistake_types) == {*vocab.MISTAKE_TYPES, vocab.UNTYPED}
 
 
+@pytest.mark.slow
 def test_the_start_run_form_never_hands_run_a_provider_it_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

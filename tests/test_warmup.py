@@ -156,6 +156,7 @@ def test_a_write_is_readable_only_once_its_response_has_begun() -> None:
 # --------------------------------------------------------------------------- single-flight, direct calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
 def test_replicates_sent_together_pay_one_write_per_item_not_three(
     wire: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -211,6 +212,7 @@ def test_the_registry_lets_one_lead_and_the_rest_wait_for_its_answer() -> None:
 # --------------------------------------------------------------------------- telemetry
 
 
+@pytest.mark.slow
 def test_the_warning_fires_on_a_cold_pass_and_not_on_a_warm_one(tmp_path: Path) -> None:
     setup = Setup(tmp_path)
     with FakeLLMServer(slow_verdicts, prompt_cache=PromptCache(clock=ManualClock())) as server:
@@ -264,6 +266,7 @@ def cli_workspace(tmp_path: Path, server: FakeLLMServer) -> tuple[Setup, list[st
     return setup, args
 
 
+@pytest.mark.slow
 def test_a_batch_pass_warms_its_cold_items_first_unless_batch_cold(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -326,6 +329,7 @@ def loop_workspace(tmp_path: Path, server: FakeLLMServer) -> Setup:
     return setup
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cleared", [False, True])
 def test_a_run_records_planned_reads_and_warns_on_stderr_when_the_cache_was_lost(
     cleared: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -487,6 +491,7 @@ def test_a_batch_warm_up_is_reserved_and_charged_like_any_call(tmp_path: Path) -
     assert stopped.stop is not None and stopped.stop.kind.value == "budget"
 
 
+@pytest.mark.slow
 def test_agentic_conversations_of_one_item_pay_one_write_for_its_opening(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -532,6 +537,7 @@ def test_batch_cold_without_batch_is_refused_in_one_line(
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("caching", [False, True])
 def test_a_server_that_never_reads_the_cache_is_warned_about_twice_a_run_then_silenced(
     caching: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]

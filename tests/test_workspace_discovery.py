@@ -24,6 +24,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
     return code, out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sub", ["", "prompts", "devset/sample", "devset/sample/sandbox", "experiments"])
 def test_a_command_run_in_a_subfolder_works_on_the_workspace_above(
     sample_ws: Path, sub: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -103,6 +103,7 @@ def test_a_and_b_contribute_ten_items_each_and_a_kept_noop_about_zero(
     assert git(ws, "worktree", "list").count("\n") == 1
 
 
+@pytest.mark.slow
 def test_when_b_needs_a_the_contribution_of_a_includes_bs(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -116,6 +117,7 @@ def test_when_b_needs_a_the_contribution_of_a_includes_bs(
     assert set(judge.a_items | judge.b_items) <= set(a["fixed"])
 
 
+@pytest.mark.slow
 def test_entangled_edits_are_reported_and_measured_together(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -236,6 +238,7 @@ def test_kill_9_mid_attribution_then_rerun_pays_for_nothing_twice(
     assert gitops.current_branch(ws) is not None and git(ws, "worktree", "list").count("\n") == 1
 
 
+@pytest.mark.slow
 def test_attribute_is_refused_in_one_line_while_the_run_is_running(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -256,6 +259,7 @@ def test_attribute_is_refused_in_one_line_while_the_run_is_running(
         assert "--resume" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_report_json_attribution_is_null_before_attribute_ran(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -45,6 +45,7 @@ def worktrees(root: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_a_kill_9_inside_the_scratch_worktree_is_cleaned_up_by_the_next_attribute(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -81,6 +82,7 @@ def test_a_kill_9_inside_the_scratch_worktree_is_cleaned_up_by_the_next_attribut
     assert worktrees(ws) == [str(ws)] and not tree.exists() and not tree.parent.exists()
 
 
+@pytest.mark.slow
 def test_pruning_leaves_a_scratch_worktree_in_use_and_removes_leftover_folders(ws: Path) -> None:
     head = git(ws, "rev-parse", "HEAD").strip()
     with gitops.scratch_worktree(ws, head) as live:

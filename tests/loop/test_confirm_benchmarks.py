@@ -25,6 +25,7 @@ def confirm(ws: Path, server: FakeLLMServer, split: str) -> int:
     return main(["confirm", "-w", str(ws), "--split", split, *judge_args(server)])
 
 
+@pytest.mark.slow
 def test_confirm_on_another_benchmark_is_recorded_rationed_by_item_and_certified_as_transfer_evidence(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

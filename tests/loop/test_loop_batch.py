@@ -39,6 +39,7 @@ def outcome(
     return exps, batches
 
 
+@pytest.mark.slow
 def test_run_batch_judges_every_item_and_decides_as_direct_calls(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -72,6 +73,7 @@ def test_run_batch_judges_every_item_and_decides_as_direct_calls(
     assert "early stopping does not apply" in out and f"batch {server.batch_creations[0]}: " in out
 
 
+@pytest.mark.slow
 def test_kill_9_with_a_run_batch_pending_then_resume_collects_it(ws: Path) -> None:
     poll_fast(ws)
     judge = FakeJudge(ws)

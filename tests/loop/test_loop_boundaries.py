@@ -35,6 +35,7 @@ def add_to_rubric(line: str) -> Step:
     return step
 
 
+@pytest.mark.slow
 def test_an_unknown_placeholder_is_a_guard_rejection_and_the_run_goes_on(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -57,6 +58,7 @@ def test_an_unknown_placeholder_is_a_guard_rejection_and_the_run_goes_on(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_broken_library_marker_and_an_invalid_judge_toml_are_guard_rejections(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -98,6 +100,7 @@ def test_a_broken_library_marker_and_an_invalid_judge_toml_are_guard_rejections(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_resume_rolls_back_a_committed_candidate_that_cannot_be_evaluated(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -140,6 +143,7 @@ def test_resume_rolls_back_a_committed_candidate_that_cannot_be_evaluated(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_paths_that_mean_something_else_are_refused_and_nothing_is_written_outside(
     ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -211,6 +215,7 @@ def test_a_symlink_or_hard_link_in_prompts_is_refused_and_the_target_is_untouche
     assert "hard link" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_oversized_candidate_is_refused(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def huge(ctx: ProposalContext) -> Proposal:
         return Proposal(

@@ -44,6 +44,7 @@ def escalate(*on: str) -> Callable[[ProposalContext], Proposal]:
     return step
 
 
+@pytest.mark.slow
 def test_a_cheaper_rule_is_kept_as_cheaper_and_an_fpr_raising_rule_is_rolled_back(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -85,6 +86,7 @@ def test_a_cheaper_rule_is_kept_as_cheaper_and_an_fpr_raising_rule_is_rolled_bac
     assert entries[base.id]["cascade"]["escalation_share"] == 1
 
 
+@pytest.mark.slow
 def test_a_strategy_proposes_a_cascade_through_the_guard_and_the_policy_decides_it(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -64,6 +64,7 @@ def drop_filler(*enable: str) -> Callable[[ProposalContext], Proposal]:
     return step
 
 
+@pytest.mark.slow
 def test_a_cheaper_equal_candidate_is_kept_as_cheaper_and_fpr_still_vetoes(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -93,6 +94,7 @@ def test_a_cheaper_equal_candidate_is_kept_as_cheaper_and_fpr_still_vetoes(
     assert rows[str(cheaper.id)]["keep_kind"] == "cheaper" and rows[str(base.id)]["keep_kind"] == ""
 
 
+@pytest.mark.slow
 def test_max_cost_ratio_refuses_a_dearer_candidate_before_any_judge_call(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,6 +143,7 @@ def estimated_ratio(reason: str | None) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.slow
 def test_max_cost_ratio_counts_every_call_of_a_structure_before_any_judge_call(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,6 +179,7 @@ def test_max_cost_ratio_counts_every_call_of_a_structure_before_any_judge_call(
     assert 1.0 < review < 1 + share
 
 
+@pytest.mark.slow
 def test_the_estimate_reads_each_named_members_own_instructions(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -76,6 +76,7 @@ def _trajectories_requested(judge: FakeJudge, requests: list[RecordedRequest]) -
 # The first Ctrl-C (a clean stop within the calls in flight) and SIGTERM: tests/loop/test_loop_signals.py.
 
 
+@pytest.mark.slow
 def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> None:
     judge = _gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
@@ -113,6 +114,7 @@ def test_ctrl_c_twice_aborts_with_130_and_resume_completes_the_run(ws: Path) -> 
 # -- --hours -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tiny_hours_stops_after_the_baseline(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     strategy = ScriptedStrategy([toggle(GOOD_ENTRY)])
     install(monkeypatch, strategy)
@@ -129,6 +131,7 @@ def test_tiny_hours_stops_after_the_baseline(ws: Path, monkeypatch: pytest.Monke
 # -- --resume refusals -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_refuses_edits_outside_the_loops_files_and_resets_a_dirty_prompt(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -165,6 +168,7 @@ def test_resume_refuses_edits_outside_the_loops_files_and_resets_a_dirty_prompt(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_runs_judge_and_refuses_another(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -191,6 +195,7 @@ def test_resume_keeps_the_runs_judge_and_refuses_another(
 # -- replicates ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_replicates_are_pinned_per_run_across_resume(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install(monkeypatch, ScriptedStrategy([toggle(GOOD_ENTRY)]))
     judge = FakeJudge(ws)
@@ -222,6 +227,7 @@ def test_replicates_are_pinned_per_run_across_resume(ws: Path, monkeypatch: pyte
 # -- spend across a crash --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_after_kill_9_counts_the_spend_before_it_against_the_budget(ws: Path) -> None:
     cfg = ws / "judgeloop.toml"
     cfg.write_text(cfg.read_text(encoding="utf-8") + PRICES, encoding="utf-8")
@@ -289,6 +295,7 @@ def test_a_second_loop_command_in_the_same_workspace_is_refused_in_one_line(
         pass
 
 
+@pytest.mark.slow
 def test_a_stale_git_index_lock_left_by_a_kill_is_removed_and_a_fresh_one_respected(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -306,6 +313,7 @@ def test_a_stale_git_index_lock_left_by_a_kill_is_removed_and_a_fresh_one_respec
     assert run.status == "finished" and len(exps) == 2
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_branch_existed_resumes_from_its_start(ws: Path) -> None:
     from optimizer.devset.split import open_split
     from optimizer.workspace.workspace import Workspace

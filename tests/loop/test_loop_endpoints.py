@@ -15,6 +15,7 @@ from tests.support.loop import GOOD_ENTRY, FakeJudge, commit_all
 from tests.support.scripted import ScriptedStrategy, install, latest, ledger_of, toggle
 
 
+@pytest.mark.slow
 def test_a_run_s_endpoint_figures_are_each_server_s_count_per_pass_and_in_the_report(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

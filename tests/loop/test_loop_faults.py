@@ -106,6 +106,7 @@ def ledger_state(root: Path) -> tuple[str, list[tuple[str, str]], int]:
         return check, [(r.id, r.status) for r in runs], sum(len(led.experiments(r.id)) for r in runs)
 
 
+@pytest.mark.slow
 def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes_once_there_is_room(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -132,6 +133,7 @@ def test_a_full_disk_mid_run_is_one_line_and_the_run_resumes_once_there_is_room(
         assert check == "ok" and runs == [(runs[0][0], "finished")] and experiments == 3
 
 
+@pytest.mark.slow
 def test_a_full_disk_before_anything_is_written_is_one_line(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -151,6 +153,7 @@ def test_a_full_disk_before_anything_is_written_is_one_line(
             assert "no space left on the disk holding" in err and str(exp) in err, argv
 
 
+@pytest.mark.slow
 def test_a_read_only_experiments_folder_is_one_line_and_loses_nothing(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -217,6 +220,7 @@ def _corrupt_page(path: Path, table: str) -> None:
         fh.write(b"\xde\xad\xbe\xef" * (page_size // 4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["page", "header"])
 def test_a_corrupt_ledger_is_one_line_and_is_never_deleted(
     ws: Path, capsys: pytest.CaptureFixture[str], damage: str
@@ -241,6 +245,7 @@ def test_a_corrupt_ledger_is_one_line_and_is_never_deleted(
         assert path.is_file() and _digest(path) == digest
 
 
+@pytest.mark.slow
 def test_a_corrupt_judge_call_cache_is_one_line_and_is_never_deleted(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

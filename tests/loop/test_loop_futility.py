@@ -27,6 +27,7 @@ NO_OP = "lib-final-state"  # the fake judge ignores it: every answer stays the i
 FUTILE = re.compile(r"^futile: P\(clear\) = (\d\.\d{3}) < 0\.5 after (\d+) of 32 items ")
 
 
+@pytest.mark.slow
 def test_a_no_op_stops_after_the_screen_and_a_real_fix_is_kept_on_the_full_split(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -51,6 +52,7 @@ def test_a_no_op_stops_after_the_screen_and_a_real_fix_is_kept_on_the_full_split
     assert all(e.items_evaluated == 32 and not e.early_stopped for e in kept)
 
 
+@pytest.mark.slow
 def test_futility_is_on_by_default_says_why_and_futility_false_judges_a_no_op_past_the_screen(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,6 +74,7 @@ def test_futility_is_on_by_default_says_why_and_futility_false_judges_a_no_op_pa
     assert noop.status == "rolled_back" and "futile" not in (noop.reason or "")
 
 
+@pytest.mark.slow
 def test_the_looks_re_judge_the_screens_disagreements_once_and_the_ledger_counts_every_call(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -105,6 +108,7 @@ def test_the_looks_re_judge_the_screens_disagreements_once_and_the_ledger_counts
     assert len(starts) == 1, stages
 
 
+@pytest.mark.slow
 def test_an_edit_that_raises_the_fpr_is_stopped_by_the_screen_and_its_reason_says_fpr_rose(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -138,6 +142,7 @@ def _first_look_size(judge: FakeJudge) -> int:
     return len(wrong) + sum(math.ceil(LOOKS[0] * n) for n in right.values())
 
 
+@pytest.mark.slow
 def test_kill_9_while_re_judging_a_look_then_resume_repeats_no_answered_call(ws: Path) -> None:
     from tests.support.scripted import hand_edit
 

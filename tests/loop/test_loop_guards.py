@@ -16,6 +16,7 @@ from tests.support.loop import GOOD_ENTRY, FakeJudge, run_loop
 from tests.support.scripted import ScriptedStrategy, assert_clean, install, latest, toggle
 
 
+@pytest.mark.slow
 def test_an_obfuscated_dev_id_and_a_typed_dev_value_are_guard_rejected(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,6 +56,7 @@ def test_an_obfuscated_dev_id_and_a_typed_dev_value_are_guard_rejected(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_rationale_over_the_cap_is_guard_rejected_and_kept_clipped_out_of_git_and_history(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

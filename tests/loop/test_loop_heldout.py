@@ -42,6 +42,7 @@ def runs(root: Path) -> int:
         return len(led.runs())
 
 
+@pytest.mark.slow
 def test_eval_and_score_refuse_a_heldout_split_and_point_to_confirm(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -84,6 +85,7 @@ def test_run_refuses_a_dev_split_sharing_trajectories_with_a_heldout_split(
     assert runs(ws) == 0
 
 
+@pytest.mark.slow
 def test_confirm_and_resume_refuse_a_heldout_split_sharing_trajectories_with_the_runs_split(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -143,6 +145,7 @@ def test_eval_and_score_treat_a_split_holding_heldout_items_as_held_out(
     assert "kappa" in capsys.readouterr().out.lower()
 
 
+@pytest.mark.slow
 def test_a_review_note_on_a_heldout_item_never_reaches_the_strategies_guidance(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -56,6 +56,7 @@ class HostileAgent:
             return self.replies.pop(0)
 
 
+@pytest.mark.boundary
 def test_a_hostile_agent_is_refused_rejected_and_recorded_and_the_run_goes_on(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -116,6 +117,7 @@ def test_a_hostile_agent_is_refused_rejected_and_recorded_and_the_run_goes_on(
     assert "sk-ant-test-not-a-real-key" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_commit_slipped_under_the_candidate_is_judged_by_the_guards_on_the_full_diff(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,6 +24,7 @@ from tests.support.loop import BAD_ENTRY, GOOD_ENTRY, FakeJudge, git, present, r
 from tests.support.scripted import assert_clean, hand_edit, latest
 
 
+@pytest.mark.slow
 def test_a_good_hand_edit_is_judged_and_kept_with_its_message(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -47,6 +48,7 @@ def test_a_good_hand_edit_is_judged_and_kept_with_its_message(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_hand_edit_that_raises_fpr_is_rolled_back_and_kept_under_the_rejected_ref(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,6 +91,7 @@ def _stop_after_baseline(root: Path) -> Callable[[Event], None]:
     return listen
 
 
+@pytest.mark.slow
 def test_a_manual_run_stopped_before_the_candidate_puts_the_edit_back_and_resume_judges_it(ws: Path) -> None:
     new = hand_edit(ws, GOOD_ENTRY)
     said: list[Event] = []
@@ -118,6 +121,7 @@ def test_a_manual_run_stopped_before_the_candidate_puts_the_edit_back_and_resume
     assert (ws / RUBRIC_MD).read_text(encoding="utf-8") == new
 
 
+@pytest.mark.slow
 def test_a_leftover_stop_file_is_removed_with_a_message_and_the_edit_is_judged(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -135,6 +139,7 @@ def test_a_leftover_stop_file_is_removed_with_a_message_and_the_edit_is_judged(
     assert not (ws / "experiments" / "STOP").exists()
 
 
+@pytest.mark.slow
 def test_a_manual_edit_the_guards_reject_goes_back_into_the_working_tree(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -169,6 +174,7 @@ def test_a_manual_edit_the_guards_reject_goes_back_into_the_working_tree(
     ],
     ids=["edit-inside", "drop-marker", "add-marker"],
 )
+@pytest.mark.slow
 def test_a_hand_edit_of_a_protected_region_is_refused_before_the_run_starts_and_kept(
     ws: Path, capsys: pytest.CaptureFixture[str], edit: Callable[[str], str], expected: str
 ) -> None:

@@ -96,6 +96,7 @@ def _memory_workspace(ws: Path) -> None:
     commit_all(ws, "judge with memory")
 
 
+@pytest.mark.slow
 def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -155,6 +156,7 @@ def test_a_memory_case_helps_its_kind_in_other_folds_and_is_kept(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_review_of_a_heldout_item_never_reaches_the_strategy(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -192,6 +194,7 @@ def test_strategy_memory_without_the_memory_allowed_is_one_line(
     assert "the memory strategy edits prompts/memory/cases.jsonl" in err and "allowed_files" in err
 
 
+@pytest.mark.slow
 def test_a_candidate_pasting_a_case_into_the_rubric_is_refused_whoever_made_it(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -231,6 +234,7 @@ def test_a_candidate_pasting_a_case_into_the_rubric_is_refused_whoever_made_it(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_case_about_another_folds_item_is_guard_rejected_naming_the_case_and_the_item(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,6 +19,7 @@ from tests.support.scripted import ScriptedStrategy, install, latest, toggle
 ROLLED_BACK = re.compile(r"(?<!would have )rolled back")
 
 
+@pytest.mark.slow
 def test_propose_only_says_once_that_the_candidate_waits_and_never_that_it_was_rolled_back(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -43,6 +44,7 @@ def test_propose_only_says_once_that_the_candidate_waits_and_never_that_it_was_r
     assert len(advice) == 1 and "policy would roll it back (" in advice[0], out
 
 
+@pytest.mark.slow
 def test_an_early_stopped_candidate_reads_observed_first_and_its_p_value_as_a_bound(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

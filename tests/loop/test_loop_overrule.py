@@ -28,6 +28,7 @@ def _waiting_against_the_policy(ws: Path, monkeypatch: pytest.MonkeyPatch) -> in
     return waiting.id
 
 
+@pytest.mark.slow
 def test_decide_keep_against_the_policy_needs_force_off_a_terminal_and_history_marks_it_overruled(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -56,6 +57,7 @@ def test_decide_keep_against_the_policy_needs_force_off_a_terminal_and_history_m
     assert f"#{exp_id} (scripted) KEPT (OVERRULED)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("answer", "kept"), [("n", False), ("y", True)])
 def test_decide_keep_against_the_policy_asks_on_a_terminal(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answer: str, kept: bool

@@ -13,6 +13,8 @@ import sys
 import termios
 from pathlib import Path
 
+import pytest
+
 from tests.support.fakeserver import FakeLLMServer
 from tests.support.loop import FakeJudge
 from tests.support.paths import REPO_ROOT
@@ -103,6 +105,7 @@ def _screen(raw: str) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_run_in_a_terminal_shows_a_live_progress_line_erased_before_each_status_line(ws: Path) -> None:
     with FakeLLMServer(default=FakeJudge(ws, delay_s=0.02)) as server:
         rc, raw = _in_pty([*_args(ws, server, "run"), "--strategy", "library", "--max-experiments", "1"])
@@ -126,6 +129,7 @@ def test_run_in_a_terminal_shows_a_live_progress_line_erased_before_each_status_
     assert any(re.match(r"run \S+ finished: reached --max-experiments 1", line) for line in screen), screen
 
 
+@pytest.mark.slow
 def test_run_and_eval_through_pipes_print_no_terminal_codes_and_sparse_progress(ws: Path) -> None:
     with FakeLLMServer(default=FakeJudge(ws, delay_s=0.01)) as server:
         run = subprocess.run(

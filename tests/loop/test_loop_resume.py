@@ -39,6 +39,7 @@ from tests.support.signals import (
 )
 
 
+@pytest.mark.slow
 def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> None:
     judge = gated_judge(ws, 10)  # the baseline and 10 candidate calls are answered, then the server stalls
     with FakeLLMServer(default=judge) as server:
@@ -86,6 +87,7 @@ def test_kill_9_mid_candidate_then_resume_pays_for_nothing_twice(ws: Path) -> No
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_propose_only_waits_and_decide_keeps_or_discards(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,6 +149,7 @@ def test_propose_only_waits_and_decide_keeps_or_discards(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -179,6 +182,7 @@ def test_resume_after_a_crash_keeps_the_optimisers_spend_on_the_experiment(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -> None:
     from tests.support.scripted import hand_edit
 
@@ -202,6 +206,7 @@ def test_kill_9_while_rejudging_then_resume_repeats_no_answered_call(ws: Path) -
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_kill_9_mid_candidate_then_a_plain_run_closes_the_old_run_and_starts_from_its_last_kept_commit(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -241,6 +246,7 @@ def test_kill_9_mid_candidate_then_a_plain_run_closes_the_old_run_and_starts_fro
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_decide_refuses_a_waiting_candidate_under_a_commit_the_loop_did_not_make(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -49,6 +49,7 @@ from tests.support.scripted import (
 # -- the full library run --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_library_run_git_ledger_and_report_agree(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     set_toml_key(
         ws, "workspace", "dev_split", '"sample"'
@@ -102,6 +103,7 @@ def test_library_run_git_ledger_and_report_agree(ws: Path, capsys: pytest.Captur
 # -- decisions -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["paired", "adaptive"])
 def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(
     ws: Path, monkeypatch: pytest.MonkeyPatch, policy: str
@@ -153,6 +155,7 @@ def test_kappa_gain_is_kept_and_fpr_rise_is_rolled_back(
 # -- guards ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -213,6 +216,7 @@ def test_guard_rejections_spend_no_judge_call_and_the_run_continues(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_each_experiment_records_exactly_the_events_of_what_happened_to_it(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -269,6 +273,7 @@ def test_each_experiment_records_exactly_the_events_of_what_happened_to_it(
     assert exps[3].decision == "kept" and exps[3].finished is not None and exps[3].calls > 0
 
 
+@pytest.mark.slow
 def test_the_library_gets_its_tried_sets_back_from_the_ledger_as_data(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -295,6 +300,7 @@ def test_the_library_gets_its_tried_sets_back_from_the_ledger_as_data(
     assert past.id == first.id and past.meta == first.proposal_meta
 
 
+@pytest.mark.slow
 def test_a_new_library_run_from_the_same_prompts_does_not_repeat_what_an_earlier_run_decided(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -325,6 +331,7 @@ def test_a_new_library_run_from_the_same_prompts_does_not_repeat_what_an_earlier
 # -- failures that must not stop the run ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_malformed_optimiser_reply_is_recorded_and_the_run_continues(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -351,6 +358,7 @@ def test_malformed_optimiser_reply_is_recorded_and_the_run_continues(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_an_llm_optimiser_run_records_its_usage_apart_from_the_judges(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -420,6 +428,7 @@ def test_an_llm_optimiser_run_records_its_usage_apart_from_the_judges(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_provider_outage_during_a_candidate_is_an_error_rolled_back(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -446,6 +455,7 @@ def test_provider_outage_during_a_candidate_is_an_error_rolled_back(
 # -- budgets ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_budget_is_enforced_before_a_call_would_cross_it(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = ws / "judgeloop.toml"
     cfg.write_text(
@@ -488,6 +498,7 @@ def test_budget_is_enforced_before_a_call_would_cross_it(ws: Path, monkeypatch: 
 # -- stopping --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_stop_file_stops_after_the_current_step(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def good_then_stop(ctx: ProposalContext) -> Proposal:
         (ctx.workspace_root / "experiments" / "STOP").write_text("", encoding="utf-8")
@@ -504,6 +515,7 @@ def test_stop_file_stops_after_the_current_step(ws: Path, monkeypatch: pytest.Mo
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_patience_stops_after_k_candidates_without_a_keep(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     noop = next(e for e in ("lib-final-state", "lib-scope-words") if e not in (GOOD_ENTRY, BAD_ENTRY))
     strategy = ScriptedStrategy([toggle(noop), toggle(BAD_ENTRY), toggle(GOOD_ENTRY)])
@@ -543,6 +555,7 @@ def test_run_refuses_a_heldout_split(ws: Path, capsys: pytest.CaptureFixture[str
     assert latest_or_none(ws) is None
 
 
+@pytest.mark.boundary
 def test_optimiser_never_sees_heldout_data_and_confirm_is_capped(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -606,6 +619,7 @@ def _confirm(root: Path, server: FakeLLMServer, split: str, *extra: str) -> int:
     )
 
 
+@pytest.mark.slow
 def test_a_proposal_for_a_labels_file_is_rejected_without_reading_it_into_the_ledger(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -633,6 +647,7 @@ def test_a_proposal_for_a_labels_file_is_rejected_without_reading_it_into_the_le
     assert (ws / labels_path).read_text(encoding="utf-8").splitlines()[0] == secret_line
 
 
+@pytest.mark.slow
 def test_the_incumbents_extra_judgements_are_paid_once_across_candidates(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -682,6 +697,7 @@ def test_the_incumbents_extra_judgements_are_paid_once_across_candidates(
     ] == pytest.approx(0.2)
 
 
+@pytest.mark.slow
 def test_online_fdr_tests_each_candidate_at_its_lord_level_and_reports_the_sum(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -707,6 +723,7 @@ def test_online_fdr_tests_each_candidate_at_its_lord_level_and_reports_the_sum(
     assert report["accounting"]["expected_false_keeps"] == pytest.approx(sum(e.alpha or 0 for e in decided))
 
 
+@pytest.mark.slow
 def test_confirm_in_batch_mode_gives_the_direct_figures_and_fills_the_cache(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -79,6 +79,7 @@ def outcome(root: Path) -> tuple[list[tuple[int, ExperimentStatus]], list[tuple[
     return exps, batches
 
 
+@pytest.mark.slow
 def test_kill_9_while_the_baseline_file_waits_then_resume_collects_it_and_decides_as_direct(
     ws: Path, tmp_path: Path
 ) -> None:
@@ -119,6 +120,7 @@ def test_kill_9_while_the_baseline_file_waits_then_resume_collects_it_and_decide
     assert written == sorted(b for b, _, _ in batches if b is not None)  # one file per recorded batch
 
 
+@pytest.mark.slow
 def test_a_wave_writes_one_file_per_wave_pass_and_decides_as_direct_calls(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,6 +24,7 @@ def options(server: FakeLLMServer, **update: object) -> RunOptions:
     return RunOptions(strategy="library", judge=judge, **update)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_start_run_reports_through_events_and_returns_a_typed_stop(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -46,6 +47,7 @@ def test_start_run_reports_through_events_and_returns_a_typed_stop(
     assert run.status == "finished" and run.stop_reason == outcome.stop.message
 
 
+@pytest.mark.slow
 def test_propose_only_waits_then_decide_and_resume(ws: Path) -> None:
     workspace = Workspace.open(ws)
     with FakeLLMServer(default=FakeJudge(ws)) as server:

@@ -44,6 +44,7 @@ def _every_slot_held(judge: FakeJudge, server: FakeLLMServer) -> None:
 # -- run ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_new_calls_at_once_records_the_stop_and_resume_finishes_the_candidate(ws: Path) -> None:
     judge = gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
@@ -87,6 +88,7 @@ def test_ctrl_c_stops_new_calls_at_once_records_the_stop_and_resume_finishes_the
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_ctrl_c_then_sigterm_aborts_with_130_named_as_sigterm(ws: Path) -> None:
     judge = gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
@@ -113,6 +115,7 @@ def test_ctrl_c_then_sigterm_aborts_with_130_named_as_sigterm(ws: Path) -> None:
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_sigterm_is_named_sigterm_and_stops_the_run_like_ctrl_c(ws: Path) -> None:
     judge = gated_judge(ws, candidate_calls=4)
     with FakeLLMServer(default=judge) as server:
@@ -134,6 +137,7 @@ def test_sigterm_is_named_sigterm_and_stops_the_run_like_ctrl_c(ws: Path) -> Non
     assert [e.status for e in exps] == ["baseline", "running"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_baseline_leaves_it_for_resume(ws: Path) -> None:
     judge = FakeJudge(ws)
     judge.gate_after = 5  # five baseline calls answered, then every slot held
@@ -205,6 +209,7 @@ class _Cli:
             self.proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_eval_stops_on_sigterm_within_the_calls_in_flight_writes_nothing_and_loses_nothing(ws: Path) -> None:
     judge = FakeJudge(ws)
     judge.gate_after = 6
@@ -296,6 +301,7 @@ def _judge_args(server: FakeLLMServer) -> tuple[str, ...]:
     )
 
 
+@pytest.mark.slow
 def test_confirm_stopped_by_ctrl_c_records_nothing_counts_no_use_and_loses_no_call(ws: Path) -> None:
     with FakeLLMServer(default=FakeJudge(ws)) as server, stop_after_baseline():
         assert run_loop(ws, server.openai_base_url) == 0  # a run with an incumbent to confirm
@@ -334,6 +340,7 @@ def test_confirm_stopped_by_ctrl_c_records_nothing_counts_no_use_and_loses_no_ca
     assert len(judge.answered) == len(set(judge.answered)) == cache_rows(ws)[0] - cached_before == len(held)
 
 
+@pytest.mark.slow
 def test_attribute_stopped_by_ctrl_c_keeps_what_it_measured_and_says_what_is_left(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -369,6 +376,7 @@ def test_attribute_stopped_by_ctrl_c_keeps_what_it_measured_and_says_what_is_lef
     assert len(judge.answered) == cache_rows(ws)[0]
 
 
+@pytest.mark.slow
 def test_the_spend_of_a_cut_evaluation_is_on_the_ledger_once_before_and_after_resume(ws: Path) -> None:
     cfg = ws / "judgeloop.toml"
     cfg.write_text(

@@ -86,6 +86,7 @@ def by_strategy(exps: list[Experiment], name: str) -> list[Experiment]:
     return [e for e in exps if e.strategy == name]
 
 
+@pytest.mark.slow
 def test_three_small_fixes_rolled_back_alone_are_pooled_merged_and_kept_together(
     stack_ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -135,6 +136,7 @@ def test_three_small_fixes_rolled_back_alone_are_pooled_merged_and_kept_together
     assert_clean(stack_ws)
 
 
+@pytest.mark.slow
 def test_a_harmful_edit_in_the_pool_sinks_its_merge_and_is_never_carried_into_a_keep(
     stack_ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,6 +157,7 @@ def test_a_harmful_edit_in_the_pool_sinks_its_merge_and_is_never_carried_into_a_
     assert_clean(stack_ws)
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_pool(stack_ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install(monkeypatch, ScriptedStrategy([fix("A"), fix("B", stop_after=True)]))
     with FakeLLMServer(default=StackJudge(stack_ws)) as server:

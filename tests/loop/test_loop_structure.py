@@ -50,6 +50,7 @@ def move(key: str, value: object) -> Callable[[ProposalContext], Proposal]:
     return step
 
 
+@pytest.mark.slow
 def test_moves_are_judged_like_edits_and_hostile_ones_are_refused(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -95,6 +96,7 @@ def test_moves_are_judged_like_edits_and_hostile_ones_are_refused(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_with_moves_off_a_judge_toml_edit_is_refused(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeLLMServer(default=FakeJudge(ws)) as server:
         install(monkeypatch, ScriptedStrategy([move("max_images", 40)], server))
@@ -104,6 +106,7 @@ def test_with_moves_off_a_judge_toml_edit_is_refused(ws: Path, monkeypatch: pyte
     assert "structure_moves is empty (structure moves are off)" in exps[1].reason
 
 
+@pytest.mark.slow
 def test_a_hand_edit_of_judge_toml_is_refused_up_front_unless_it_is_a_permitted_move(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

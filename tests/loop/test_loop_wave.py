@@ -33,6 +33,7 @@ NEUTRAL = "lib-harmless-exploration"  # changes nothing the fake judge answers: 
 HOLM = re.compile(r"wave of (\d+) \(Holm\): rank (\d+), level ([0-9.e-]+), (p=\S+|no full test)")
 
 
+@pytest.mark.slow
 def test_wave_of_three_keeps_the_fix_and_rolls_back_the_rest(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -99,6 +100,7 @@ def present_alpha(e: object) -> float:
         (["--wave", "2", "--propose-only"], "drop --propose-only or use --wave 1"),
     ],
 )
+@pytest.mark.slow
 def test_a_wave_it_cannot_run_is_refused_in_one_line_before_any_run(
     ws: Path, capsys: pytest.CaptureFixture[str], extra: list[str], says: str
 ) -> None:
@@ -209,6 +211,7 @@ def fails(ctx: ProposalContext) -> Proposal:
     raise ProposalError("no idea left")
 
 
+@pytest.mark.slow
 def test_a_duplicate_and_a_missing_proposal_still_count_in_the_wave_family(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,6 +236,7 @@ def test_a_duplicate_and_a_missing_proposal_still_count_in_the_wave_family(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_wave_larger_than_the_library_proposes_each_set_once(ws: Path) -> None:
     # Two library entries: three distinct sets (each alone, both) for a wave of 5; the other two fail.
     library = parse_library((ws / LIBRARY_MD).read_text(encoding="utf-8"))
@@ -270,6 +274,7 @@ def test_a_wave_larger_than_the_library_proposes_each_set_once(ws: Path) -> None
 # -- a stopped wave, resumed -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_wave_then_resume_decides_every_candidate_once_and_pays_nothing_twice(ws: Path) -> None:
     judge = gated_judge(ws, candidate_calls=9)
     with FakeLLMServer(default=judge) as server:
@@ -317,6 +322,7 @@ def test_ctrl_c_mid_wave_then_resume_decides_every_candidate_once_and_pays_nothi
 # -- --batch: one batch per wave pass --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_batch_wave_sends_one_batch_per_wave_pass_and_decides_as_direct_calls(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -366,6 +372,7 @@ def test_a_batch_wave_sends_one_batch_per_wave_pass_and_decides_as_direct_calls(
 # -- an LLM optimiser told about the wave --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_reflect_proposes_a_wave_in_one_conversation_and_a_repeat_is_rejected(ws: Path) -> None:
     import json
 
@@ -439,6 +446,7 @@ def test_reflect_proposes_a_wave_in_one_conversation_and_a_repeat_is_rejected(ws
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_its_wave_size_and_refuses_another_in_one_line(
     ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -464,6 +472,7 @@ def test_a_resumed_run_keeps_its_wave_size_and_refuses_another_in_one_line(
     assert_clean(ws)
 
 
+@pytest.mark.slow
 def test_a_patience_below_the_wave_size_is_said_and_stops_after_one_wave_without_a_keep(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -483,6 +492,7 @@ def test_a_patience_below_the_wave_size_is_said_and_stops_after_one_wave_without
     assert "patience 1" in (run.stop_reason or "")
 
 
+@pytest.mark.slow
 def test_a_waves_candidates_share_one_futility_look_order_so_their_calls_go_out_item_by_item_together(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,7 @@ PRICES = '\n[prices."fake-judge"]\ninput = 10.0\noutput = 10.0\n'  # US dollars 
 NO_OP = "lib-final-state"  # the fake judge ignores it: the two candidates answer alike
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [True, False], ids=["batch", "direct"])
 def test_a_re_judging_call_two_wave_candidates_share_is_counted_on_one_row(
     ws: Path, monkeypatch: pytest.MonkeyPatch, batch: bool

@@ -39,6 +39,7 @@ def rubric_note(clock: ManualClock, note: str, *, expire: bool) -> object:
     return step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("single_flight", [True, False])
 def test_a_wave_pays_one_cache_write_per_item_not_k(
     single_flight: bool, tmp_path: object, monkeypatch: pytest.MonkeyPatch

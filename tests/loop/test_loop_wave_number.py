@@ -23,6 +23,7 @@ def fails(ctx: ProposalContext) -> Proposal:
     raise ProposalError("no idea left")
 
 
+@pytest.mark.slow
 def test_two_waves_are_numbered_in_their_rows_and_the_tui_groups_them_as_decided(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -119,6 +119,7 @@ def _assert_one_first_pass(events: list[dict[str, object]], *, judged: int) -> N
     assert events[-1]["done"] == judged
 
 
+@pytest.mark.slow
 def test_under_futility_a_candidates_first_pass_progress_never_goes_back_over_its_looks(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -139,6 +140,7 @@ def test_under_futility_a_candidates_first_pass_progress_never_goes_back_over_it
 _WAVE_LINE = re.compile(r"^wave of 2 \(experiments (\d+)–(\d+)\): judged (\d+)/(\d+) items · (\d+) calls")
 
 
+@pytest.mark.slow
 def test_a_wave_shows_one_line_summed_over_its_candidates(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -66,6 +66,7 @@ def _attribute_json(
     return json.loads(out.out), out.err
 
 
+@pytest.mark.slow
 def test_resume_after_editing_loop_decides_with_the_runs_own_settings(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -112,6 +113,7 @@ def test_resume_after_editing_loop_decides_with_the_runs_own_settings(
         )
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_policy_or_replicates(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -160,6 +162,7 @@ def _other_judge_in_toml(root: Path, server: FakeLLMServer) -> None:
     commit_all(root, "the workspace's own judge")
 
 
+@pytest.mark.slow
 def test_attribute_and_confirm_without_judge_flags_use_the_runs_judge(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -181,6 +184,7 @@ def test_attribute_and_confirm_without_judge_flags_use_the_runs_judge(
     assert after and {r.model for r in after} == {"fake-judge"}
 
 
+@pytest.mark.slow
 def test_base_url_may_move_and_provider_or_model_may_not_for_resume_attribute_and_confirm(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -210,6 +214,7 @@ def test_base_url_may_move_and_provider_or_model_may_not_for_resume_attribute_an
             assert len(err.splitlines()) == 1 and refused[1] in err and "fake-judge" in err
 
 
+@pytest.mark.slow
 def test_resume_with_batch_checks_the_runs_judge_not_the_workspaces(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

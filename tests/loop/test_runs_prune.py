@@ -20,6 +20,7 @@ def _branches(ws: Path) -> set[str]:
     return set(git(ws, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split())
 
 
+@pytest.mark.slow
 def test_runs_prune_spares_the_checked_out_run_and_the_chain_under_head_and_keeps_every_commit(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -63,6 +64,7 @@ def test_runs_prune_spares_the_checked_out_run_and_the_chain_under_head_and_keep
     assert c.branch in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_runs_prune_keeps_the_newest_runs_by_default(
     ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
