@@ -30,6 +30,7 @@ from optimizer.stats.decision import (
 )
 from optimizer.stats.futility import make_screen, screen_decision
 from optimizer.stats.metrics import Answer
+from optimizer.vocab import POLICIES, PolicyName
 from optimizer.workspace.config import LoopSection
 from tests.support.ledger import make_run
 
@@ -64,11 +65,11 @@ def test_every_rule_sets_its_reason_as_data_and_the_advice_reads_it() -> None:
     seen: set[str] = set()
     for _ in range(150):
         labels = _labels(rng)
-        policy = rng.choice(("literal", "paired", "adaptive"))
+        policy: PolicyName = rng.choice(POLICIES)
         loop = LoopSection(policy=policy, alpha=rng.choice((0.05, 0.1)), rejudge=rng.choice((0, 2)))
         inc = {t: [_answer(rng, lab, 0.7) for _ in range(3)] for t, lab in labels.items()}
         cand = {t: [_answer(rng, lab, 0.75) for _ in range(3)] for t, lab in labels.items()}
-        decisions = [decide_adaptive(labels, inc, cand, loop, first_pass=3)]
+        decisions: list[Decision | None] = [decide_adaptive(labels, inc, cand, loop, first_pass=3)]
         so_far: dict[str, list[Answer]] = {}
         for tid in labels:
             so_far[tid] = cand[tid]
