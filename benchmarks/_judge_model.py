@@ -21,6 +21,12 @@ Except on `panel_planted` (negatives): there the members named in `independent_m
 independently (member k of them only on the planted items of rank ≡ k mod their number), so their
 unanimous vote never calls a planted negative a success — a planted FPR effect.
 
+Keyed draws (``keyed``, `decision_power.py --keyed-draws`): null and effect mode's draw for a call is a
+hash of (seed, item, the request text, how many calls before it asked the same), not the next number
+of one generator shared in arrival order. The odds are the same; what a call draws no longer depends
+on which other calls came first or how many calls answered after an early stop (the loop lets a call
+in flight finish, even at concurrency 1), so one seed gives the same verdicts on every run.
+
 The behaviour finds the item from the goal line of the request (the benchmark's instructions are
 unique, see ``item_instruction``) and knows its label; the loop under test never sees this table.
 """
@@ -44,6 +50,10 @@ STABLE_RIGHT_SHARE = 0.8
 STABLE_Q = 0.99
 UNSTABLE_RANGE = (0.3, 0.7)
 FIXABLE_BELOW = 0.5
+
+# Set to "1" (by `decision_power.py --keyed-draws`): every loop's judge model draws keyed (worker processes
+# inherit the environment, so the flag reaches each of them without a parameter through every task).
+KEYED_DRAWS_ENV = "DECISION_POWER_KEYED_DRAWS"
 
 _GOAL_RE = re.compile(r"## Goal\n\n(.*?)\n\n## Steps", re.S)
 _FIX_RE = re.compile(r"FIX-([a-z0-9]+)")
@@ -97,6 +107,8 @@ class JudgeModel:
     independent_members: tuple[str, ...] = ()
     panel_planted: tuple[int, ...] = ()
     member_calls: dict[str | None, int] = field(default_factory=dict)
+    keyed: bool = False  # keyed draws (see the module docstring)
+    asked: dict[tuple[int, str], int] = field(default_factory=dict)  # keyed: (item, text) -> calls so far
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -157,7 +169,11 @@ class JudgeModel:
                     self.independent_members
                 ) != self.independent_members.index(member)
         with self._lock:
-            if not self.steady:
+            if self.keyed and not self.steady:
+                seen = self.asked.get((item, text), 0)
+                self.asked[(item, text)] = seen + 1
+                right = self.steady_draw(item, f"{seen}|{text}", member is not None) < p
+            elif not self.steady:
                 right = self._rng.random() < p
             self.calls += 1
             self.member_calls[member] = self.member_calls.get(member, 0) + 1

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._judge_model import JudgeModel, item_instruction, item_q
+from benchmarks._judge_model import KEYED_DRAWS_ENV, JudgeModel, item_instruction, item_q
 from benchmarks._power_common import (
     EFFECT_MEMBERS,
     FUTILITY,
@@ -224,7 +224,8 @@ def loop_trials(
     with mock.patch.dict(os.environ, key), tempfile.TemporaryDirectory(prefix="decision-power-") as tmp:
         root, positive, types = build_workspace(Path(tmp))
         q, fixable = odds if odds is not None else item_q(len(positive), item_seed, fix_pool=fix_pool)
-        model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32))
+        keyed = os.environ.get(KEYED_DRAWS_ENV) == "1"
+        model = JudgeModel(positive, types, q, fixable, seed=rng.getrandbits(32), keyed=keyed)
         futility = policy.endswith(FUTILITY)
         base_policy, fdr = parse_policy(policy.removesuffix(FUTILITY))
         set_loop_key(root, "policy", f'"{base_policy}"')

@@ -111,7 +111,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._figures import with_docs_figure
-from benchmarks._judge_model import item_q
+from benchmarks._judge_model import KEYED_DRAWS_ENV, item_q
 from benchmarks._power_common import (
     FIX_SIZES,
     FUTILITY,
@@ -258,7 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the wave rows with [loop] futility = true (the default since; off: judged in full)",
     )
+    parser.add_argument(
+        "--keyed-draws",
+        action="store_true",
+        help="the fake judge's draws keyed by item, prompt and repeat, not by arrival order: with "
+        "--concurrency 1 the loop rows are the same on every run (to compare two versions of the loop)",
+    )
     args = parser.parse_args(argv)
+    if args.keyed_draws:
+        os.environ[KEYED_DRAWS_ENV] = "1"
     if args.quick:
         args.runs, args.candidates, args.sim_runs, args.cheaper_trials, args.structural_runs = (
             2,

@@ -59,6 +59,31 @@ def test_judge_model_follows_item_odds_and_fix_markers() -> None:
     assert model.calls == 63
 
 
+def test_keyed_draws_do_not_depend_on_arrival_order_and_still_vary_by_repeat() -> None:
+    """`--keyed-draws`: the verdicts of a set of calls are the same whatever order they arrive in, and
+    whether an unrelated call (one answered after an early stop) came in between; repeats still differ."""
+    n = 40
+    positive = [False] * n
+    odds = np.full(n, 0.5)
+
+    def verdicts(order: list[int], extra: int | None) -> dict[tuple[int, int], bool]:
+        model = JudgeModel(positive, [None] * n, odds, odds < 0.5, seed=7, keyed=True)
+        seen: dict[int, int] = {}
+        out: dict[tuple[int, int], bool] = {}
+        for i, item in enumerate(order):
+            if i == 5 and extra is not None:
+                model(_request("other prompt", extra))
+            out[(item, seen.get(item, 0))] = json.loads(model(_request("rubric", item)).text or "")["success"]
+            seen[item] = seen.get(item, 0) + 1
+        return out
+
+    order = [i % n for i in range(3 * n)]
+    first = verdicts(order, None)
+    assert verdicts(order[::-1], 3) == first
+    assert set(first.values()) == {True, False}  # not one answer for all
+    assert any(first[(i, 0)] != first[(i, 1)] for i in range(n))  # a repeat is a fresh draw
+
+
 def test_item_odds_have_the_issue_composition() -> None:
     q, fixable = item_q(N_ITEMS, 0)
     unstable = (q > 0.2) & (q < 0.8)

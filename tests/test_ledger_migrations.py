@@ -92,7 +92,7 @@ def test_a_version_1_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         tools = {i.trajectory_id: i.replicates[0].tools for i in ledger.item_verdicts(exp.id)}
     assert tools == {"t1": [], "t2": AGENTIC_TOOLS}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
     assert conn.execute("SELECT COUNT(*) FROM attributions").fetchone()[0] == 0  # schema 7's tables exist
     conn.close()
 
@@ -163,7 +163,7 @@ def test_a_version_5_ledger_reads_no_cache_tokens_and_is_upgraded_when_written(t
         assert ledger.get_experiment(base.id).cache_read_tokens == 0
     assert (got.input_tokens, got.cache_read_tokens, got.cache_write_tokens) == (900, 4200, 300)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
     conn.close()
 
 
@@ -247,7 +247,7 @@ def test_a_version_2_ledger_is_read_as_is_and_upgraded_when_written(tmp_path: Pa
         and got.proposal_meta == {"note": "data"}
     )
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
     assert conn.execute("SELECT COUNT(*) FROM attributions").fetchone()[0] == 0  # schema 7's tables exist
     conn.close()
     with Ledger(path) as ledger:  # the batches table (step 4 -> 5) works on the upgraded ledger
@@ -359,7 +359,7 @@ def test_a_version_7_ledger_gains_the_planned_cache_reads_and_reads_them_as_0_un
         got = ledger.get_experiment(base.id)
     assert (got.planned_cache_read_tokens, got.cache_read_tokens) == (31_500, 20_000)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
     conn.close()
 
 
@@ -389,7 +389,7 @@ def test_a_version_8_ledger_gains_panel_members_and_keeps_each_members_verdict(t
         got = {v.trajectory_id: v for v in ledger.item_verdicts(base.id)}
     assert got["t2"].replicates[0].members == members and got["t1"].replicates[0].members == []
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
     conn.close()
 
 
@@ -413,7 +413,7 @@ def test_a_version_8_ledger_gains_the_keep_kind_and_cost_per_verdict(tmp_path: P
         got = ledger.get_experiment(base.id)
     assert (got.keep_kind, got.verdict_cost_usd) == ("cheaper", 0.004)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
     conn.close()
 
 
@@ -440,5 +440,5 @@ def test_a_version_9_ledger_gains_who_decided_and_what_the_policy_said(tmp_path:
     assert (got.policy_keep, got.policy_reason, got.decided_by) == (False, "FPR rose", "person")
     assert got.overrule == "kept by a person over the policy's roll back: FPR rose"
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
     conn.close()

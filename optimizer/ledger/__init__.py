@@ -46,7 +46,11 @@ review of a structured verdict as JSON; both NULL on old rows and for a single j
 ``decided_by`` (what the policy said and who decided: the policy, a person or an MCP client; a person's
 decision against the policy is `Experiment.overrule`; NULL on old rows); 10 → 11
 ``confirmations.benchmark``, ``fingerprint`` and ``items`` (what a `confirm` measured: the split's import
-format, fingerprint and item ids; NULL on old rows, which are rationed by split name).
+format, fingerprint and item ids; NULL on old rows, which are rationed by split name); 11 → 12
+``experiments.pooled_on`` (the incumbent a rolled-back candidate was pooled on, `optimizer.loop.stack`;
+NULL on old rows); 12 → 13
+``experiments.policy_why`` (the policy's reason as data, `optimizer.stats.rules.Reason`; NULL on old rows,
+whose ``policy_reason`` text is read instead).
 
 - ``endpoint_passes``: with ``[judge] base_urls``, one row per evaluation pass and endpoint: calls,
   prompt and cached tokens, failed calls, drained (`optimizer.judge.endpoints`).

@@ -30,6 +30,8 @@ from optimizer.ledger.rows import (
     EXPERIMENT_V10_DEFAULTS,
     EXPERIMENT_V11_COLUMNS,
     EXPERIMENT_V11_DEFAULTS,
+    EXPERIMENT_V13_COLUMNS,
+    EXPERIMENT_V13_DEFAULTS,
     RUN_COLUMNS,
     json_or_none,
     ts,
@@ -174,6 +176,7 @@ class LedgerCore:
             (9, EXPERIMENT_V9_COLUMNS, EXPERIMENT_V9_DEFAULTS),
             (10, EXPERIMENT_V10_COLUMNS, EXPERIMENT_V10_DEFAULTS),
             (11, EXPERIMENT_V11_COLUMNS, EXPERIMENT_V11_DEFAULTS),
+            (13, EXPERIMENT_V13_COLUMNS, EXPERIMENT_V13_DEFAULTS),
         ):
             if self.version >= since:
                 parts.extend(columns)

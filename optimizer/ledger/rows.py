@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from optimizer.events import LedgerEvent, read_event
 from optimizer.judge.types import JudgeToolCall
 from optimizer.ledger.schema import FLIP_KEYS, V4_EXPERIMENT_COLUMNS
+from optimizer.stats.rules import Reason
 from optimizer.vocab import (
     AnswerStatus,
     DecidedBy,
@@ -164,6 +165,9 @@ class Experiment(BaseModel):
     # (guards, errors) and on rows before schema 10. ``decided_by``: who made the keep or roll back.
     policy_keep: bool | None = None
     policy_reason: str | None = None
+    # The policy's reason as data (`policy_reason` is its text); None when no policy decided and on rows
+    # decided before schema 13, whose readers fall back to the text.
+    policy_why: Reason | None = None
     decided_by: DecidedBy | None = None
     # [loop] stack: the incumbent experiment this rolled-back candidate was pooled on, because it pointed the
     # right way (`optimizer.stats.pooling`); None when not pooled and on rows before schema 12.
@@ -351,6 +355,7 @@ class ExperimentOutcome:
     verdict_cost_usd: float | None = None
     policy_keep: bool | None = None  # what the policy said (None: no policy decided)
     policy_reason: str | None = None
+    policy_why: Reason | None = None  # the policy's reason as data (`policy_reason` is its text)
     decided_by: DecidedBy | None = None
     pooled_on: int | None = None  # [loop] stack: the incumbent this rolled-back candidate is pooled on
 
@@ -736,6 +741,9 @@ EXPERIMENT_V10_DEFAULTS = ("NULL", "NULL", "NULL")
 # Added by schema 12: the incumbent a rolled-back candidate was pooled on ([loop] stack).
 EXPERIMENT_V11_COLUMNS = ("pooled_on",)
 EXPERIMENT_V11_DEFAULTS = ("NULL",)
+# Added by schema 13: the policy's reason as data (`optimizer.stats.rules.Reason`, JSON).
+EXPERIMENT_V13_COLUMNS = ("policy_why",)
+EXPERIMENT_V13_DEFAULTS = ("NULL",)
 
 
 def run_from_row(r: sqlite3.Row) -> Run:
@@ -747,7 +755,7 @@ def run_from_row(r: sqlite3.Row) -> Run:
 
 def experiment_from_row(r: sqlite3.Row) -> Experiment:
     d = dict(r)
-    for key in ("files_changed", "metrics", "intervals", "flips", "proposal_meta", "test"):
+    for key in ("files_changed", "metrics", "intervals", "flips", "proposal_meta", "test", "policy_why"):
         d[key] = json_value(d[key])
     d["files_changed"] = d["files_changed"] or []
     d["proposal_meta"] = d["proposal_meta"] or {}

@@ -336,7 +336,7 @@ class RunTables(LedgerCore):
                 "prompt_hash = COALESCE(?, prompt_hash), "
                 "adaptive_keep = ?, alpha = ?, test = ?, rejudge_calls = ?, rejudge_cost_usd = ?, "
                 "cache_read_tokens = ?, cache_write_tokens = ?, keep_kind = ?, verdict_cost_usd = ?, "
-                "policy_keep = ?, policy_reason = ?, decided_by = ?, pooled_on = ? WHERE id = ?",
+                "policy_keep = ?, policy_reason = ?, decided_by = ?, pooled_on = ?, policy_why = ? WHERE id = ?",
                 (
                     o.status,
                     None if o.status == "waiting" else ts(utc_now()),
@@ -371,6 +371,7 @@ class RunTables(LedgerCore):
                     o.policy_reason,
                     o.decided_by,
                     o.pooled_on,
+                    json_or_none(o.policy_why.model_dump(mode="json") if o.policy_why is not None else None),
                     experiment_id,
                 ),
             )

@@ -17,7 +17,7 @@ from optimizer.vocab import (
     TERMINAL_RUN_STATUSES,
 )
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 # Schema 4: the adaptive policy's record of each decision (see optimizer.stats.decision.AdaptiveTest).
 V4_EXPERIMENT_COLUMNS = (
     ("adaptive_keep", "INTEGER"),
@@ -60,6 +60,9 @@ _V11_COLUMNS: tuple[tuple[str, str, str], ...] = (
 # Schema 12: stacking ([loop] stack, optimizer.loop.stack): pooled_on, the incumbent experiment a rolled-back
 # candidate that pointed the right way was pooled on (NULL: not pooled), written with its decision.
 _V12_COLUMNS: tuple[tuple[str, str, str], ...] = (("experiments", "pooled_on", "INTEGER"),)
+# Schema 13: the policy's reason as data (`optimizer.stats.rules.Reason`, JSON): policy_why (NULL: no policy
+# decided, or a row decided before it; such a row's policy_reason text is read instead).
+_V13_COLUMNS: tuple[tuple[str, str, str], ...] = (("experiments", "policy_why", "TEXT"),)
 
 # The names (statuses, kinds) are `optimizer.vocab`'s; the CHECK constraints below are generated from
 # its tuples, so an unchanged set keeps the same schema text (no migration).
@@ -163,6 +166,7 @@ CREATE TABLE experiments (
     policy_reason TEXT,
     decided_by TEXT,
     pooled_on INTEGER,
+    policy_why TEXT,
     UNIQUE (run_id, seq)
 );
 CREATE INDEX experiments_by_run ON experiments (run_id, seq);
@@ -349,6 +353,11 @@ def upgrade_schema(cur: sqlite3.Cursor) -> None:
             if column not in {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}:
                 cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
         current = 12
+    if current == 12:
+        for table, column, sql_type in _V13_COLUMNS:
+            if column not in {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}:
+                cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+        current = 13
     cur.execute(f"PRAGMA user_version = {current}")
 
 

@@ -23,7 +23,7 @@ from optimizer.ledger import Experiment
 from optimizer.loop.compare import Judgements
 from optimizer.loop.context import RunContext
 from optimizer.loop.validate import candidate_files
-from optimizer.stats.decision import Decision, decide_cheaper
+from optimizer.stats.decision import Decision, Reason, decide_cheaper
 
 # Items rendered to estimate a prompt set's cost per verdict before it is evaluated.
 ESTIMATE_ITEMS = 3
@@ -177,10 +177,12 @@ def cost_rules(
     ratio = cost / inc_cost if cost is not None and inc_cost else None
     if cheaper and not decision.keep and not decision.early_stopped:
         if ratio is None:
+            untested = "; cheaper: not tested (no billed cost per verdict to compare: served from the cache or unpriced)"
+            why = decision.why
             return decision.model_copy(
                 update={
-                    "reason": decision.reason + "; cheaper: not tested (no billed "
-                    "cost per verdict to compare: served from the cache or unpriced)"
+                    "reason": decision.reason + untested,
+                    "why": None if why is None else why.model_copy(update={"after": why.after + untested}),
                 }
             )
         inc_judgements, cand_judgements = judgements
@@ -198,18 +200,23 @@ def cost_rules(
                 "keep": test.keep,
                 "keep_kind": "cheaper" if test.keep else None,
                 "reason": decision.reason + "; " + test.reason,
+                "why": test.why.model_copy(
+                    update={"evidence": decision.reason + "; " + test.why.evidence, "earlier": decision.why}
+                ),
             }
         )
     cap = ctx.ws.config.optimizer.max_cost_ratio
     if decision.keep and cap is not None and ratio is not None and ratio > cap:
+        why = Reason(
+            rule="cost_cap",
+            kept=False,
+            evidence=decision.reason
+            + f"; but it costs {ratio:.2f}x the incumbent per verdict (billed), over "
+            f"[optimizer] max_cost_ratio {cap:g}",
+            earlier=decision.why,
+        )
         decision = decision.model_copy(
-            update={
-                "keep": False,
-                "keep_kind": None,
-                "reason": decision.reason
-                + f"; but it costs {ratio:.2f}x the incumbent per verdict (billed), over "
-                f"[optimizer] max_cost_ratio {cap:g}: rolled back",
-            }
+            update={"keep": False, "keep_kind": None, "reason": why.text(), "why": why}
         )
     return decision
 

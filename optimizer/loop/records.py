@@ -28,7 +28,7 @@ from optimizer.ledger import (
     verdict_detail,
 )
 from optimizer.models import Label
-from optimizer.stats.decision import Decision
+from optimizer.stats.decision import Decision, Reason
 from optimizer.stats.metrics import FlipTable, Metrics
 
 
@@ -116,6 +116,7 @@ class Evaluated:
             verdict_cost_usd=self.verdict_cost,
             policy_keep=d.keep if d else None,
             policy_reason=d.reason if d else None,
+            policy_why=d.why if d else None,
             # The policy decided when the status is its keep or roll back; a waiting one is a person's to decide.
             decided_by="policy" if d and status in ("kept", "rolled_back") else None,
             pooled_on=pooled_on,
@@ -222,9 +223,16 @@ def decision_trailers(exp_id: int, metrics: Metrics | None, decision: str) -> di
     }
 
 
-def as_advice(reason: str) -> str:
-    """A policy's reason worded as advice to the person who decides (--propose-only): its outcome
-    ("…: rolled back (why)", "…: kept") becomes "would roll it back (why)" / "would keep it", first."""
+def as_advice(reason: Reason | None, text: str) -> str:
+    """A policy's reason worded as advice to the person who decides (--propose-only): "would roll it
+    back (why)…" / "would keep it…", then the figures. ``reason``: the typed reason (`Reason.advice`);
+    None only for a row stored before reasons were typed, whose ``text`` is then read (`stored_advice`)."""
+    return reason.advice() if reason is not None else stored_advice(text)
+
+
+def stored_advice(reason: str) -> str:
+    """Advice from a stored reason's text, for rows recorded before reasons were typed (ledger schema <
+    13): its outcome ("…: rolled back (why)", "…: kept") first; any other wording is quoted ("says: …")."""
     for done, would in ((": rolled back", "would roll it back"), (": kept", "would keep it")):
         evidence, found, rest = reason.rpartition(done)
         if found and (not rest or rest[0] in " ;"):

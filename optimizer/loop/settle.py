@@ -77,7 +77,9 @@ def settle(
         gitops.park_waiting(ctx.root, sha, exp_id)  # decidable whatever later moves the branch
         exp = record_evaluation(ctx, exp_id, ev, outcome("waiting", waiting))
         # Advice, not an outcome: the run's summary says once that it waits for `judgeloop decide`.
-        ctx.events(CandidateDecided(exp_id, "waiting", as_advice(d.reason), policy=d.policy, commit_sha=sha))
+        ctx.events(
+            CandidateDecided(exp_id, "waiting", as_advice(d.why, d.reason), policy=d.policy, commit_sha=sha)
+        )
         return exp
     if d.keep:
         new_sha = gitops.finalize_kept(ctx.root, sha, decision_trailers(exp_id, ev.metrics, "kept"))

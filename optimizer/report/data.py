@@ -273,6 +273,15 @@ class Accounting:
         }
 
 
+def cheaper_tested(e: Experiment) -> bool:
+    """Whether the cheaper-not-worse test ran on ``e``: read from its policy's typed reason (any rule in
+    its chain, `Reason.rules`); a row decided before reasons were typed (ledger schema < 13) is read from
+    its reason's text (`CHEAPER_TEST_MARK`)."""
+    if e.policy_why is not None:
+        return "cheaper" in e.policy_why.rules()
+    return CHEAPER_TEST_MARK in (e.reason or "")
+
+
 def accounting(run: Run, experiments: Sequence[Experiment], current: Config | None = None) -> Accounting:
     """Run-level accounting of the decisions: how many candidates were tested, the expected number of
     false keeps if every one were a no-op (the sum of the levels they were tested at, a wave's K candidates
@@ -302,7 +311,7 @@ def accounting(run: Run, experiments: Sequence[Experiment], current: Config | No
         if e.seq > 0 and e.status in TESTED_STATUSES and (e.alpha is not None or e.p_value is not None)
     ]
     # A cheaper-not-worse test is a second test at the candidate's level: it adds its level to the bound.
-    cheaper = [e for e in tested if CHEAPER_TEST_MARK in (e.reason or "")]
+    cheaper = [e for e in tested if cheaper_tested(e)]
     return Accounting(
         tested=len(tested),
         cheaper_tested=len(cheaper),

@@ -26,6 +26,7 @@ from optimizer.stats.policies import policy_for
 from optimizer.stats.rules import (
     Counts,
     Decision,
+    Reason,
     decide,
     exact_fraction,
     fpr_within,
@@ -181,32 +182,40 @@ def decide_adaptive(
         )
 
     kappa_part, fpr_part = _rates(counts_i, counts_c)
-    why: list[str] = []
+    unmet: list[str] = []
     if not kappa_ok:
-        why.append(
+        unmet.append(
             "kappa did not rise" + (f" by more than {loop.min_kappa_delta:g}" if loop.min_kappa_delta else "")
         )
     if not fpr_ok:
-        why.append("FPR rose" + (f" by more than {loop.fpr_tolerance:g}" if loop.fpr_tolerance else ""))
+        unmet.append("FPR rose" + (f" by more than {loop.fpr_tolerance:g}" if loop.fpr_tolerance else ""))
     if kappa_ok and fpr_ok and not significant:
-        why.append("the gain is not significant")
-    outcome_text = "kept" if adaptive_keep else "rolled back (" + "; ".join(why) + ")"
-    if adaptive_keep != base.paired_keep:
-        outcome_text += f"; the paired policy would have {'kept' if base.paired_keep else 'rolled back'} it"
+        unmet.append("the gain is not significant")
     n_re = len(rejudged)
     rejudge_part = (
         f"re-judged {n_re} item(s) {loop.rejudge} more time(s) under each prompt, "
         if n_re
         else "no item to re-judge, "
     )
-    reason = (
-        f"{kappa_part}, {fpr_part} (majority over all judgements), {rejudge_part}"
-        f"gain {gain:+.2f} items, sign-flip p={p_text(result.p_value)} "
-        f"{'<' if significant else '≥'} {level:.3g}: {outcome_text}"
+    why = Reason(
+        rule="adaptive",
+        kept=adaptive_keep,
+        evidence=(
+            f"{kappa_part}, {fpr_part} (majority over all judgements), {rejudge_part}"
+            f"gain {gain:+.2f} items, sign-flip p={p_text(result.p_value)} "
+            f"{'<' if significant else '≥'} {level:.3g}"
+        ),
+        unmet=() if adaptive_keep else tuple(unmet),
+        after=(
+            f"; the paired policy would have {'kept' if base.paired_keep else 'rolled back'} it"
+            if adaptive_keep != base.paired_keep
+            else ""
+        ),
     )
     return Decision(
         keep=adaptive_keep,
-        reason=reason,
+        reason=why.text(),
+        why=why,
         literal_keep=base.literal_keep,
         paired_keep=base.paired_keep,
         p_value=result.p_value,
@@ -291,27 +300,28 @@ def adaptive_stop(
 ) -> Decision:
     """The rollback when the adaptive bound fired (`adaptive_stopped_decision`, `EarlyStopper`).
     ``observed``: fixed and broken on first-pass majorities."""
-    why = [] if kappa_ok else ["kappa could not rise"]
+    unmet = [] if kappa_ok else ["kappa could not rise"]
     if not fpr_ok:
-        why.append("FPR would rise")
+        unmet.append("FPR would rise")
     if kappa_ok and fpr_ok:
-        why.append(f"the gain could not be significant at {level:.3g}")
+        unmet.append(f"the gain could not be significant at {level:.3g}")
     unjudged = observed.total - observed.judged
     if unjudged:
-        reason = (
+        evidence = (
             f"{observed.text()}; even if every judgement still to come went the candidate's way "
-            f"(bound: sign-flip p ≥ {p_text(p_value)}) it could not be kept ({'; '.join(why)})"
+            f"(bound: sign-flip p ≥ {p_text(p_value)})"
         )
     else:
-        reason = (
+        evidence = (
             f"not re-judged ({disagreeing} item(s) disagree): judged all {observed.total} items, "
             f"{observed.fixed} fixed, {observed.broken} broken; even if every re-judgement went the "
-            f"candidate's way (bound: sign-flip p ≥ {p_text(p_value)}) it could not be kept "
-            f"({'; '.join(why)})"
+            f"candidate's way (bound: sign-flip p ≥ {p_text(p_value)})"
         )
+    why = Reason(rule="adaptive_bound", kept=False, evidence=evidence, unmet=tuple(unmet), bound=True)
     return Decision(
         keep=False,
-        reason=reason,
+        reason=why.text(),
+        why=why,
         literal_keep=False,
         paired_keep=False,
         p_value=p_value,

@@ -21,6 +21,7 @@ from optimizer.stats.rules import (
     Counts,
     Decision,
     Policy,
+    Reason,
     decide,
     fpr_within,
     kappa_clears,
@@ -193,15 +194,21 @@ def fpr_stop(
     level: float,
 ) -> Decision:
     """The rollback when the FPR bound fired (`stopped_decision`, `EarlyStopper`)."""
-    reason = (
-        f"stopped early after {judged}/{n_items} items: {fp_so_far} false positive(s) already, so "
-        f"FPR ≥ {fp_so_far / n_neg:.3f} > {fp_inc / n_neg:.3f}"
-        + (f" + {loop.fpr_tolerance:g}" if loop.fpr_tolerance else "")
-        + f" whatever the {negatives_left} of {n_neg} negatives still unjudged get: rolled back (FPR rose)"
+    why = Reason(
+        rule="fpr_bound",
+        kept=False,
+        evidence=(
+            f"stopped early after {judged}/{n_items} items: {fp_so_far} false positive(s) already, so "
+            f"FPR ≥ {fp_so_far / n_neg:.3f} > {fp_inc / n_neg:.3f}"
+            + (f" + {loop.fpr_tolerance:g}" if loop.fpr_tolerance else "")
+            + f" whatever the {negatives_left} of {n_neg} negatives still unjudged get"
+        ),
+        unmet=("FPR rose",),
     )
     return Decision(
         keep=False,
-        reason=reason,
+        reason=why.text(),
+        why=why,
         literal_keep=False,
         paired_keep=False,
         p_value=1.0,
@@ -230,24 +237,28 @@ def best_case_stop(
     if n_neg:
         bound.append(f"FPR ≥ {completed.fp / n_neg:.3f} vs {incumbent.fp / n_neg:.3f}")
     bound += [f"flips +{improved}/−{worsened}", f"p ≥ {p_text(best.p_value)}"]
-    why: list[str] = []
+    unmet: list[str] = []
     if not kappa_clears(completed, incumbent, loop.min_kappa_delta):
-        why.append(
+        unmet.append(
             "kappa could not rise"
             + (f" by more than {loop.min_kappa_delta:g}" if loop.min_kappa_delta else "")
         )
     if n_neg and not fpr_within(completed.fp, incumbent.fp, n_neg, loop.fpr_tolerance):
-        why.append("FPR would rise")
-    if not why:
-        why.append(f"the gain could not be significant at {level:.3g}")
-    open_note = policy_for(loop).open_note(best)
-    reason = (
-        f"{observed.text()}; even if every remaining item went its way (bound: {', '.join(bound)}) "
-        f"it could not be kept ({'; '.join(why)}){open_note}"
+        unmet.append("FPR would rise")
+    if not unmet:
+        unmet.append(f"the gain could not be significant at {level:.3g}")
+    why = Reason(
+        rule="kappa_bound",
+        kept=False,
+        evidence=f"{observed.text()}; even if every remaining item went its way (bound: {', '.join(bound)})",
+        unmet=tuple(unmet),
+        after=policy_for(loop).open_note(best),
+        bound=True,
     )
     return Decision(
         keep=False,
-        reason=reason,
+        reason=why.text(),
+        why=why,
         literal_keep=False,
         paired_keep=False,
         p_value=best.p_value,

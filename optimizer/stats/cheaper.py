@@ -23,6 +23,7 @@ from optimizer.stats.metrics import (
 )
 from optimizer.stats.rules import (
     Decision,
+    Reason,
     exact_fraction,
     fpr_within,
     p_text,
@@ -57,6 +58,7 @@ class CheaperTest(BaseModel):
 
     keep: bool
     reason: str
+    why: Reason  # the reason as data (`Reason.text()` is ``reason``)
     p_value: float
     gain: float  # Σ d_i, in items (negative: worse)
     margin_items: int
@@ -120,12 +122,20 @@ def decide_cheaper(
         why.append("FPR rose")
     if not within:
         why.append(f"not shown within {margin} item(s) of the incumbent")
-    text = (
-        f"cheaper: {saving:.0%} less per verdict, gain {gain:+.2f} items, {CHEAPER_TEST_MARK} {margin} "
-        f"item(s)) p={p_text(p)} {'<' if within else '≥'} {level:.3g}: "
-        + ("kept as cheaper, not worse" if keep else "not kept (" + "; ".join(why) + ")")
+    reason = Reason(
+        rule="cheaper",
+        kept=keep,
+        evidence=(
+            f"cheaper: {saving:.0%} less per verdict, gain {gain:+.2f} items, {CHEAPER_TEST_MARK} {margin} "
+            f"item(s)) p={p_text(p)} {'<' if within else '≥'} {level:.3g}"
+        ),
+        unmet=() if keep else tuple(why),
+        kept_word="kept as cheaper, not worse",
+        rolled_back_word="not kept",
     )
-    return CheaperTest(keep=keep, reason=text, p_value=p, gain=gain, margin_items=margin, saving=saving)
+    return CheaperTest(
+        keep=keep, reason=reason.text(), why=reason, p_value=p, gain=gain, margin_items=margin, saving=saving
+    )
 
 
 class FprStopper:

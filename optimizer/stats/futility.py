@@ -63,6 +63,7 @@ from optimizer.stats.decision import (
     Counts,
     Decision,
     Judgements,
+    Reason,
     evidence,
     exact_fraction,
     fpr_within,
@@ -433,14 +434,19 @@ def _futile(est: FutilityEstimate | None, screen: Screen, loop: LoopSection, lev
     """The rollback when the estimate ``est`` is below ``loop.futility_threshold``, else None."""
     if est is None or est.p_clear >= loop.futility_threshold:
         return None
-    reason = (
-        f"futile: P(clear) = {est.p_clear:.3f} < {loop.futility_threshold:g} after {est.judged} of "
-        f"{est.total} items — {est.why()} (screen: the incumbent's {len(screen.wrong)} wrong item(s) and "
-        f"{len(screen.sampled)} drawn by label, seed {screen.seed}): rolled back"
+    why = Reason(
+        rule="futility",
+        kept=False,
+        evidence=(
+            f"futile: P(clear) = {est.p_clear:.3f} < {loop.futility_threshold:g} after {est.judged} of "
+            f"{est.total} items — {est.why()} (screen: the incumbent's {len(screen.wrong)} wrong item(s) and "
+            f"{len(screen.sampled)} drawn by label, seed {screen.seed})"
+        ),
     )
     return Decision(
         keep=False,
-        reason=reason,
+        reason=why.text(),
+        why=why,
         literal_keep=False,
         paired_keep=False,
         p_value=1.0,

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from optimizer.stats.rules import (
     Decision,
+    Reason,
     exact_fraction,
     p_text,
 )
@@ -100,32 +101,25 @@ def decide_wave(
         level = float(r.level)
         shown = f"p={p_text(d.p_value)}" if ps[i] is not None else "no full test (counted as p=1)"
         where = f"wave of {family} (Holm): rank {r.rank}, level {level:.3g}, {shown}"
+        alone = f" — alone at {alpha:g}: {d.reason}"
+        unmet: tuple[str, ...] = ()
+        note = ""
         if i == best:
             others = len(eligible) - 1
-            verdict = "kept" + (
+            note = (
                 f" (the largest gain of {others + 1} candidates that cleared their level)" if others else ""
             )
         elif r.rejected and d.keep:
-            verdict = (
-                f"rolled back ({labels[best]} of the wave has the larger gain; at most one keep per wave)"
-                if best is not None
-                else "rolled back"
-            )
+            if best is not None:
+                unmet = (f"{labels[best]} of the wave has the larger gain", "at most one keep per wave")
         elif r.rejected:
-            verdict = "rolled back (cleared its Holm level, but not the kappa/FPR rule)"
+            unmet = ("cleared its Holm level, but not the kappa/FPR rule",)
         elif ps[i] is not None and Fraction(ps[i] or 1) < r.level:
-            verdict = (
-                "rolled back (a candidate with a smaller p did not clear its level, so Holm stops there)"
-            )
+            unmet = ("a candidate with a smaller p did not clear its level, so Holm stops there",)
         else:
-            verdict = "rolled back (not below its Holm level)"
-        out.append(
-            d.model_copy(
-                update={
-                    "keep": i == best,
-                    "alpha": level,
-                    "reason": f"{where}: {verdict} — alone at {alpha:g}: {d.reason}",
-                }
-            )
+            unmet = ("not below its Holm level",)
+        why = Reason(
+            rule="wave", kept=i == best, evidence=where, unmet=unmet, after=note + alone, earlier=d.why
         )
+        out.append(d.model_copy(update={"keep": i == best, "alpha": level, "reason": why.text(), "why": why}))
     return out

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -34,6 +34,70 @@ class Counts(NamedTuple):
         return cls(m.tp, m.fn, m.tn, m.fp)
 
 
+# The rule whose outcome a decision's reason states: a policy's own rule, an early-stopping bound
+# (``fpr_bound``, ``kappa_bound``: the first pass's; ``adaptive_bound``), the futility screen, a wave's Holm
+# step-down, the cheaper-not-worse test, or the ``max_cost_ratio`` cap.
+ReasonRule = Literal[
+    "literal",
+    "paired",
+    "adaptive",
+    "fpr_bound",
+    "kappa_bound",
+    "adaptive_bound",
+    "futility",
+    "wave",
+    "cheaper",
+    "cost_cap",
+]
+
+
+class Reason(BaseModel):
+    """A decision's reason as data, set where the reason is built: the rule that decided, its outcome,
+    the conditions it found unmet, the figures it read (``evidence``) and what follows the outcome
+    (``after``: another rule's note, or the reason it rewrites). `text` is the reason as it is stored and
+    shown; `advice` words it for the person who decides (``--propose-only``). ``bound``: worded as an
+    early-stopping bound ("… it could not be kept (…)") instead of "…: kept" / "…: rolled back (…)"."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rule: ReasonRule
+    kept: bool
+    evidence: str
+    unmet: tuple[str, ...] = ()
+    after: str = ""
+    bound: bool = False
+    # The word of a keep (cheaper: "kept as cheaper, not worse") and of a roll back (cheaper: "not kept").
+    kept_word: str = "kept"
+    rolled_back_word: str = "rolled back"
+    # The reason this one rewrites (a wave's Holm step-down, the cost rules), whose text its own quotes.
+    earlier: Reason | None = None
+
+    def rules(self) -> tuple[ReasonRule, ...]:
+        """Every rule that spoke, the earliest first (``earlier``'s, then this one's)."""
+        return (*(self.earlier.rules() if self.earlier else ()), self.rule)
+
+    def outcome(self) -> str:
+        """The outcome as the reason states it: "kept", "rolled back (why; why)"."""
+        if self.bound:
+            return f"it could not be kept ({'; '.join(self.unmet)})"
+        if self.kept:
+            return self.kept_word
+        return self.rolled_back_word + (f" ({'; '.join(self.unmet)})" if self.unmet else "")
+
+    def text(self) -> str:
+        """The reason as stored in the ledger and shown (`Decision.reason`)."""
+        if self.bound:
+            return f"{self.evidence} {self.outcome()}{self.after}"
+        return f"{self.evidence}: {self.outcome()}{self.after}"
+
+    def advice(self) -> str:
+        """The reason worded as advice: "would keep it…" / "would roll it back (why)…", then the figures
+        (cheaper: "would keep it as cheaper, not worse…")."""
+        would = "would keep it" + self.kept_word.removeprefix("kept") if self.kept else "would roll it back"
+        unmet = f" ({'; '.join(self.unmet)})" if self.unmet else ""
+        return f"{would}{unmet}{self.after}: {self.evidence}"
+
+
 class Decision(BaseModel):
     """The outcome for one candidate under both policies, and the one that decided."""
 
@@ -41,6 +105,8 @@ class Decision(BaseModel):
 
     keep: bool
     reason: str
+    # The reason as data (`Reason.text()` is ``reason``); None only for a decision built without one.
+    why: Reason | None = None
     literal_keep: bool
     paired_keep: bool
     p_value: float
@@ -127,24 +193,31 @@ def decide_counts(
         kappa_part = f"kappa {float(k_i):.3f} → {float(k_c):.3f} ({float(k_c - k_i):+.3f})"
     fpr_part = f"FPR {incumbent.fp / N:.3f} → {candidate.fp / N:.3f}" if N else "FPR undefined (no negatives)"
     p_part = f"p={p_text(p_value)} {'<' if significant else '≥'} {level:.3g}"
-    why: list[str] = []
+    unmet: list[str] = []
     if not kappa_ok:
         if k_i is None or k_c is None:
-            why.append("kappa is undefined on this split")
+            unmet.append("kappa is undefined on this split")
         elif loop.min_kappa_delta:
-            why.append(f"kappa did not rise by more than {loop.min_kappa_delta:g}")
+            unmet.append(f"kappa did not rise by more than {loop.min_kappa_delta:g}")
         else:
-            why.append("kappa did not rise")
+            unmet.append("kappa did not rise")
     if not fpr_ok:
-        why.append("FPR rose" if not loop.fpr_tolerance else f"FPR rose by more than {loop.fpr_tolerance:g}")
+        unmet.append(
+            "FPR rose" if not loop.fpr_tolerance else f"FPR rose by more than {loop.fpr_tolerance:g}"
+        )
     if policy.tests_at_alpha and literal_keep and not significant:
-        why.append("the gain is not significant")
-    outcome = "kept" if keep else "rolled back (" + "; ".join(why) + ")"
-    outcome += policy.other_policy_note(flags)
-    reason = f"{kappa_part}, {fpr_part}, flips +{improved}/−{worsened}, {p_part}: {outcome}"
+        unmet.append("the gain is not significant")
+    why = Reason(
+        rule="paired" if policy.tests_at_alpha else "literal",
+        kept=keep,
+        evidence=f"{kappa_part}, {fpr_part}, flips +{improved}/−{worsened}, {p_part}",
+        unmet=() if keep else tuple(unmet),
+        after=policy.other_policy_note(flags),
+    )
     return Decision(
         keep=keep,
-        reason=reason,
+        reason=why.text(),
+        why=why,
         literal_keep=literal_keep,
         paired_keep=paired_keep,
         p_value=p_value,

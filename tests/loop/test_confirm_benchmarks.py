@@ -131,5 +131,5 @@ def test_a_confirmation_on_the_dev_benchmark_is_no_transfer_evidence_and_old_led
     with Ledger(path) as ledger:
         assert ledger.confirmations()[1].items is None
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
     conn.close()
