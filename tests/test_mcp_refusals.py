@@ -61,7 +61,6 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.boundary
-@pytest.mark.slow
 def test_hostile_calls_are_refused_and_nothing_reaches_git_or_the_held_out_split(
     ws: Path, tmp_path: Path
 ) -> None:

@@ -315,6 +315,7 @@ def flip_label_claims(words: str) -> list[Callable[[str, str], bool]]:
     return claims
 
 
+@pytest.mark.slow
 def test_flip_table_labels_are_true_of_every_cell_in_their_row_and_column(run_ws: Path) -> None:
     with ledger_of(run_ws) as ledger:
         run = present(ledger.latest_run())

@@ -118,6 +118,7 @@ def test_the_chart_draws_an_early_stopped_candidate_at_what_it_measured(two_runs
     drive(app, scenario)
 
 
+@pytest.mark.slow
 def test_compare_shows_an_early_stopped_candidates_partial_figures_not_dashes(two_runs: Path) -> None:
     _, experiments = first_run(two_runs)
     candidate = next(e for e in experiments if e.early_stopped)

@@ -270,6 +270,7 @@ def test_item_view_lists_criteria_and_evidence_and_jumps_to_each_cited_step(ws_c
     drive(app, scenario, size=(200, 50))
 
 
+@pytest.mark.slow
 def test_open_png_uses_opener(run_ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     marker = tmp_path / "opened.txt"
     script = tmp_path / "opener.sh"

@@ -306,6 +306,7 @@ def test_screenshot_command_renders_screens_headlessly(run_ws: Path, tmp_path: P
         assert needle in screen_lines(out.read_text()), screen
 
 
+@pytest.mark.slow
 def test_screenshot_command_refuses_bad_arguments_in_one_line(
     run_ws: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

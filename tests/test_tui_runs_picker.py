@@ -221,6 +221,7 @@ def test_tui_run_flag_opens_that_run_and_refuses_an_unknown_id_in_one_line(
 # Keep / discard only on a waiting candidate
 
 
+@pytest.mark.slow
 def test_keep_and_discard_are_refused_with_a_reason_on_an_experiment_that_is_not_waiting(
     manual_ws: Path,
 ) -> None:
@@ -456,6 +457,7 @@ def test_a_run_started_from_the_form_runs_on_the_chosen_split_policy_and_provide
     assert (new.split, new.policy, new.config["judge"]["provider"]) == (SMALL, "literal", "openai")
 
 
+@pytest.mark.slow
 def test_start_run_refuses_a_heldout_split_or_a_malformed_choice_before_starting_anything(
     manual_copy: Path,
 ) -> None:
